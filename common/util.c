@@ -1,0 +1,179 @@
+/* util.c - see util.h. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int whet_errf(struct whet_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int whet_err_prefix(struct whet_err *err, const char *fmt, ...) {
+    if (err) {
+        char prefix[WHET_ERR_MAX], old[WHET_ERR_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(prefix, sizeof prefix, fmt, ap);
+        va_end(ap);
+        memcpy(old, err->msg, sizeof old);
+        /* Truncation is acceptable: the message stays NUL-terminated and the prefix comes first. */
+        size_t n = strnlen(prefix, sizeof prefix - 1);
+        memcpy(err->msg, prefix, n);
+        size_t left = sizeof err->msg - n;
+        if (left > 2) {
+            err->msg[n] = ':';
+            err->msg[n + 1] = ' ';
+            size_t m = strnlen(old, left - 3);
+            memcpy(err->msg + n + 2, old, m);
+            err->msg[n + 2 + m] = 0;
+        } else {
+            err->msg[sizeof err->msg - 1] = 0;
+        }
+    }
+    return -1;
+}
+
+static void die_oom(size_t n, const char *file, int line) {
+    fprintf(stderr, "whet: out of memory allocating %zu bytes at %s:%d\n", n, file, line);
+    abort();
+}
+
+void *whet_xmalloc(size_t n, const char *file, int line) {
+    void *p = malloc(n ? n : 1);
+    if (!p) die_oom(n, file, line);
+    return p;
+}
+
+void *whet_xcalloc(size_t n, size_t m, const char *file, int line) {
+    void *p = calloc(n ? n : 1, m ? m : 1);
+    if (!p) die_oom(n * m, file, line);
+    return p;
+}
+
+void *whet_xrealloc(void *p, size_t n, const char *file, int line) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) die_oom(n, file, line);
+    return q;
+}
+
+char *whet_xstrdup(const char *s, const char *file, int line) {
+    size_t n = strlen(s) + 1;
+    char *p = whet_xmalloc(n, file, line);
+    memcpy(p, s, n);
+    return p;
+}
+
+char *xasprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *out = NULL;
+    int n = vasprintf(&out, fmt, ap);
+    va_end(ap);
+    if (n < 0) die_oom(0, __FILE__, __LINE__);
+    return out;
+}
+
+int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct whet_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return whet_errf(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return whet_errf(err, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        fclose(f);
+        return whet_errf(err, "%s: file is %lld bytes, over the limit of %zu", path, (long long)st.st_size, max);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = xmalloc(n + 1);
+    if (n && fread(buf, 1, n, f) != n) {
+        int e = errno;
+        fclose(f);
+        free(buf);
+        return whet_errf(err, "%s: short read: %s", path, strerror(e));
+    }
+    fclose(f);
+    buf[n] = 0;
+    *out = buf;
+    if (len) *len = n;
+    return 0;
+}
+
+int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err) {
+    char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        whet_errf(err, "%s: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            whet_errf(err, "%s: %s", tmp, strerror(errno));
+            goto fail;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        whet_errf(err, "%s: fsync: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    if (rename(tmp, path) != 0) {
+        whet_errf(err, "%s: rename: %s", path, strerror(errno));
+        goto fail;
+    }
+    free(tmp);
+    return 0;
+fail:
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    free(tmp);
+    return -1;
+}
+
+int whet_mkdir_p(const char *path, struct whet_err *err) {
+    char *buf = xstrdup(path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+                whet_errf(err, "mkdir %s: %s", buf, strerror(errno));
+                free(buf);
+                return -1;
+            }
+            *p = c;
+            if (!c) break;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+int64_t whet_now_unix(void) { return (int64_t)time(NULL); }
+
+double whet_now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs the dependencies, builds with warnings as errors,
+# starts a throwaway PostgreSQL and an S3 server (s3rver) on free loopback ports, runs ctest, stops
+# them, and exits non-zero on any failure.
+#
+#   tests/run.sh                 everything
+#   tests/run.sh --sanitize      the same, built with ASan+UBSan (in build-asan/)
+#   tests/run.sh -R REGEX        only the tests whose names match (passed to ctest)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+build_dir=build
+cmake_extra=()
+ctest_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) build_dir=build-asan; cmake_extra+=(-DWHET_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) ctest_args+=("$1") ;;
+  esac
+  shift
+done
+
+./deploy/install-deps.sh
+
+cmake -S . -B "$build_dir" -DWHET_WERROR=ON "${cmake_extra[@]}" >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"
+
+work=$(mktemp -d /tmp/whet-test.XXXXXX)
+chmod 755 "$work"
+pids=()
+cleanup() {
+  set +e
+  [ -n "${PGDATA_DIR:-}" ] && run_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -m immediate stop >/dev/null 2>&1
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# PostgreSQL refuses to run as root: run it as the postgres user then.
+run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)
+PGDATA_DIR="$work/pg"
+mkdir -p "$PGDATA_DIR"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$PGDATA_DIR"
+pg_port=$(free_port)
+run_pg "$PG_BIN/initdb" -D "$PGDATA_DIR" -U postgres -A trust --no-sync >/dev/null
+run_pg "$PG_BIN/pg_ctl" -D "$PGDATA_DIR" -l "$PGDATA_DIR/log" -w \
+  -o "-c listen_addresses=127.0.0.1 -c port=$pg_port -c unix_socket_directories=$PGDATA_DIR -c fsync=off -c max_connections=300" start >/dev/null
+export WHET_TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:$pg_port/postgres"
+export WHET_TEST_PG_BIN="$PG_BIN"
+
+s3_port=$(free_port)
+mkdir -p "$work/s3"
+node tests/node_modules/s3rver/bin/s3rver.js --directory "$work/s3" --address 127.0.0.1 --port "$s3_port" \
+  --configure-bucket whet-test --silent >"$work/s3rver.log" 2>&1 &
+pids+=($!)
+export WHET_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port"
+for _ in $(seq 50); do curl -fs -o /dev/null "$WHET_TEST_S3_ENDPOINT/" 2>/dev/null && break; sleep 0.1; done
+
+echo "tests: PostgreSQL on 127.0.0.1:$pg_port, s3rver on 127.0.0.1:$s3_port"
+cd "$build_dir"
+ctest --output-on-failure -j"$(nproc)" "${ctest_args[@]}"
