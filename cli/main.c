@@ -1,16 +1,21 @@
-/* main.c - `whet`, the one binary: a table of subcommands and the dispatcher that picks one.
+/* main.c - `whet`, the one binary, and the dispatcher that picks a subcommand.
  *
  * Operators run `whet up` (everything on one machine) or the components one by one (`whet migrate`,
- * `whet gateway`, `whet scheduler`, `whet executor`); tenants and tests use the rest. Each
- * subcommand lives in its own cli/cmd_*.c file and calls into the component libraries. */
+ * `whet gateway`, `whet scheduler`, `whet executor`); tenants and tests use the rest. Subcommands
+ * register themselves (commands.h); the list is kept sorted by name for --help. */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
 
-static const struct whet_command commands[] = {
-    {"version", cmd_version, "print the version"},
-};
+static struct whet_command *commands;
+
+void whet_command_register(struct whet_command *cmd) {
+    struct whet_command **p = &commands;
+    while (*p && strcmp((*p)->name, cmd->name) < 0) p = &(*p)->next;
+    cmd->next = *p;
+    *p = cmd;
+}
 
 int cli_wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
@@ -20,20 +25,20 @@ int cli_wants_help(int argc, char **argv) {
     return 0;
 }
 
-int cmd_version(int argc, char **argv) {
+static int cmd_version(int argc, char **argv) {
     (void)argc;
     (void)argv;
     printf("whet %s\n", WHET_VERSION);
     return 0;
 }
+WHET_COMMAND("version", cmd_version, "print the version")
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet COMMAND [ARGS...]\n\n"
             "whet is a self-hostable, multi-tenant fine-tuning service with an OpenAI-compatible API.\n\n"
             "commands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    for (struct whet_command *c = commands; c; c = c->next) fprintf(out, "  %-10s %s\n", c->name, c->summary);
     fprintf(out, "\nRun `whet COMMAND --help` for a command's options.\n");
 }
 
@@ -47,8 +52,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) return cmd_version(0, NULL);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    for (struct whet_command *c = commands; c; c = c->next)
+        if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "whet: unknown command \"%s\"\nhint: run `whet --help` for the list of commands\n", argv[1]);
     return 2;
 }
