@@ -1,0 +1,61 @@
+/* pg.c - see pg.h. */
+#include "pg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+
+const char *whet_database_url(struct whet_err *err) {
+    const char *url = whet_env("WHET_DATABASE_URL", NULL);
+    if (!url)
+        whet_errf(err, "WHET_DATABASE_URL is not set; hint: set it to a libpq conninfo or URI, or pass "
+                       "--data-dir of a running `whet up` (its whet.env names the database)");
+    return url;
+}
+
+int whet_pg_error(const PGresult *res, PGconn *conn, struct whet_err *err) {
+    const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    const char *detail = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL) : NULL;
+    if (!primary) {
+        const char *m = conn ? PQerrorMessage(conn) : "no connection";
+        size_t n = strlen(m);
+        while (n && m[n - 1] == '\n') n--;
+        return whet_errf(err, "database: %.*s", (int)n, m);
+    }
+    if (detail) return whet_errf(err, "database: %s (%s)", primary, detail);
+    return whet_errf(err, "database: %s", primary);
+}
+
+const char *whet_pg_sqlstate(const PGresult *res) {
+    const char *s = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    return s ? s : "";
+}
+
+PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err) {
+    PGconn *conn = PQconnectdb(conninfo);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        whet_pg_error(NULL, conn, err);
+        PQfinish(conn);
+        return NULL;
+    }
+    PGresult *res = PQexec(conn, "SET client_min_messages = warning");
+    PQclear(res);
+    return conn;
+}
+
+PGresult *whet_pg_query(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err) {
+    PGresult *res = nparams ? PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0) : PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) return res;
+    whet_pg_error(res, conn, err);
+    PQclear(res);
+    return NULL;
+}
+
+int whet_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err) {
+    PGresult *res = whet_pg_query(conn, sql, nparams, params, err);
+    if (!res) return -1;
+    PQclear(res);
+    return 0;
+}

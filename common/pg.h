@@ -1,0 +1,27 @@
+/* pg.h - blocking PostgreSQL helpers for the command-line tools and the scheduler.
+ *
+ * The gateway talks to PostgreSQL asynchronously inside its event loops (gateway/db.h); everything
+ * else is a short-lived command or a single-threaded service loop, for which these plain calls,
+ * with errors turned into whet_err messages, are the right tool. */
+#ifndef WHET_PG_H
+#define WHET_PG_H
+
+#include <libpq-fe.h>
+
+#include "util.h"
+
+/* The conninfo in WHET_DATABASE_URL, or NULL with an error that says how to set it. */
+const char *whet_database_url(struct whet_err *err);
+/* Connects (and checks the connection); NULL on failure. */
+PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err);
+/* Runs SQL with text parameters; returns the result (free with PQclear) when the command succeeded,
+ * else NULL with PostgreSQL's primary message (and detail) in err. */
+PGresult *whet_pg_query(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err);
+/* Same, for commands whose result is not needed (several statements allowed when nparams is 0). */
+int whet_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err);
+/* Copies PostgreSQL's error out of a failed result. */
+int whet_pg_error(const PGresult *res, PGconn *conn, struct whet_err *err);
+/* The SQLSTATE of a failed result ("23505" for unique violations), or "" */
+const char *whet_pg_sqlstate(const PGresult *res);
+
+#endif
