@@ -1,0 +1,68 @@
+/* trainer_config.h - the trainer config of `whet train --config FILE.json` (DESIGN.md, "Trainer config").
+ *
+ * One JSON object that the executor writes for each job (and a person may write by hand). Parsing is
+ * strict: an unknown field, a value of the wrong type or one outside its range is an error that names
+ * the field and the allowed range, so a typo never trains with a silent default. Only `sft` trains
+ * today; `dpo` and `grpo` parse as methods and are refused with a clear message. */
+#ifndef WHET_TRAINER_CONFIG_H
+#define WHET_TRAINER_CONFIG_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+enum trainer_method { TRAINER_SFT, TRAINER_DPO, TRAINER_GRPO };
+enum lr_scheduler { LR_LINEAR, LR_COSINE, LR_CONSTANT };
+
+#define TRAINER_MAX_TARGET_MODULES 16
+
+/* LoRA settings; `enabled` is 0 when the config says `"lora": null` (full fine-tuning). */
+struct trainer_lora {
+    int enabled;
+    int r;                 /* rank, 1..1024 */
+    float alpha;           /* scale numerator: W + (alpha/r)·B·A, or alpha/sqrt(r) with rsLoRA */
+    int use_rslora;
+    int n_target_modules;  /* 0 means every linear layer of the decoder */
+    char *target_modules[TRAINER_MAX_TARGET_MODULES]; /* owned, e.g. "q_proj" */
+};
+
+struct trainer_hparams {
+    int n_epochs;                    /* 1..1000 */
+    int batch_size;                  /* packed rows per micro-batch, 1..4096 */
+    double learning_rate;            /* (0, 1] */
+    enum lr_scheduler lr_scheduler;
+    int warmup_steps;                /* 0..1e8 */
+    double max_grad_norm;            /* 0 turns clipping off */
+    double weight_decay;             /* 0..1 (AdamW, decoupled) */
+    int max_seq_len;                 /* tokens per packed row, 8..1048576 */
+    int gradient_accumulation_steps; /* micro-batches per optimizer step, 1..4096 */
+    double adam_beta1, adam_beta2, adam_eps;
+};
+
+struct trainer_config {
+    enum trainer_method method;
+    char *model;           /* base model dir (HF layout); required */
+    char *init_adapter;    /* PEFT adapter dir to start from, or NULL */
+    char *training_file;   /* JSONL; required */
+    char *validation_file; /* JSONL or NULL */
+    char *output_dir;      /* required */
+    char *resume_from;     /* a checkpoint dir written by an earlier run, or NULL */
+    struct trainer_lora lora;
+    struct trainer_hparams hp;
+    uint64_t seed;
+    int checkpoint_every_steps; /* 0: only final/ (and on SIGTERM) */
+    int eval_every_steps;       /* 0: validation loss only at the end */
+    int max_steps;              /* 0: n_epochs decides */
+};
+
+/* Parses `json` (`len` bytes; `source` names it in errors). On success fills `cfg` (free it with
+ * trainer_config_free); on failure returns -1 with "SOURCE: FIELD: what is wrong (allowed: …)". */
+int trainer_config_parse(struct trainer_config *cfg, const char *json, size_t len, const char *source,
+                         struct whet_err *err);
+int trainer_config_load(struct trainer_config *cfg, const char *path, struct whet_err *err);
+void trainer_config_free(struct trainer_config *cfg);
+
+const char *trainer_method_name(enum trainer_method m);
+const char *lr_scheduler_name(enum lr_scheduler s);
+
+#endif
