@@ -1,0 +1,161 @@
+/* model.h - the decoder-only transformer whet fine-tunes (Llama, Mistral, Qwen2, Qwen3), its LoRA
+ * adapters, its optimiser, and its files.
+ *
+ * What this is: an fp32 implementation in llm.c's style. All base parameters live in one
+ * allocation with named pointers into it; gradients and AdamW moments mirror the trainable buffer
+ * (the base parameters for full fine-tuning, the LoRA parameters otherwise), so zeroing, the
+ * gradient norm, clipping and the optimiser step are single loops. Activations are kept per layer
+ * (or, with `recompute`, only each layer's input, the rest recomputed during the backward pass).
+ * All math goes through backend.h; this file is the same for the CPU and a GPU.
+ * What this is not: a mixed-precision or multi-device engine (not yet), or an inference server.
+ *
+ * A training step:
+ *
+ *     struct model *m = NULL;
+ *     struct model_opts o = model_opts_default();      // then o.lora_r = 16, … or o.lora_r = 0 (full)
+ *     if (model_load(&m, "models/qwen3-0.6b", &o, &err)) …
+ *     model_zero_grad(m);
+ *     for each micro-batch:
+ *         model_forward(m, &batch, &loss, &err);        // loss: mean over weighted tokens
+ *         model_backward(m, 1.0f / total_weight_of_all_micro_batches, &err);
+ *     float norm = model_clip_grad_norm(m, 1.0f);       // <= 0 max_norm: just measures
+ *     model_adamw_step(m, lr, 0.9f, 0.999f, 1e-8f, 0.0f);
+ *
+ * Batches are B rows of T tokens (packed examples); attention never crosses a change of seq_id
+ * within a row, nor a row boundary. Positions (for RoPE) are given per token, normally restarting at
+ * 0 for each packed example. All pointers in the API are host memory.
+ *
+ * Names: base parameters use Hugging Face names ("model.layers.0.self_attn.q_proj.weight"), LoRA
+ * parameters PEFT names ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"). */
+#ifndef WHET_MODEL_H
+#define WHET_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_config.h"
+#include "util.h"
+
+/* LoRA target modules, by their Hugging Face names. */
+enum lora_target {
+    LORA_Q = 1 << 0,    /* q_proj */
+    LORA_K = 1 << 1,    /* k_proj */
+    LORA_V = 1 << 2,    /* v_proj */
+    LORA_O = 1 << 3,    /* o_proj */
+    LORA_GATE = 1 << 4, /* gate_proj */
+    LORA_UP = 1 << 5,   /* up_proj */
+    LORA_DOWN = 1 << 6, /* down_proj */
+    LORA_ALL = (1 << 7) - 1,
+};
+/* "q_proj" -> LORA_Q …; "all-linear" -> LORA_ALL; 0 for an unknown name. */
+unsigned lora_target_from_name(const char *name);
+const char *lora_target_name(unsigned one_target);
+
+struct model_opts {
+    int train;            /* 0: inference only (no gradients, moments or training activations) */
+    int lora_r;           /* 0: full fine-tuning (every parameter trainable) when train != 0 */
+    float lora_alpha;     /* scale = alpha / r, or alpha / sqrt(r) with use_rslora */
+    int use_rslora;
+    unsigned lora_targets; /* LORA_* bits */
+    const char *adapter_dir; /* load this PEFT adapter (its r, alpha, targets win over the above) */
+    uint64_t seed;        /* LoRA A initialisation */
+    int recompute;        /* keep only layer inputs; recompute activations in the backward pass */
+    int max_batch_rows;   /* B and T bound the activation buffers (allocated at load) */
+    int max_seq_len;
+};
+struct model_opts model_opts_default(void); /* inference, LoRA r=16 alpha=32 all-linear when train */
+
+struct model;
+
+/* One micro-batch: N = B*T tokens, row-major. */
+struct model_batch {
+    int B, T;
+    const int *ids;         /* [N] input token ids */
+    const int *positions;   /* [N] RoPE positions (NULL: 0..T-1 in every row) */
+    const int *seq_ids;     /* [N] example id per token (NULL: one example per row) */
+    const int *targets;     /* [N] next-token targets, -1 = none (NULL: inference; all logits kept) */
+    const float *loss_mask; /* [N] weight of each target, typically 0/1 (NULL: 1 wherever target >= 0) */
+};
+
+/* Loads config.json and the safetensors weights of a Hugging Face model dir (any float dtype, kept
+ * as f32), sets up LoRA or full fine-tuning as `opts` says. On success *out owns everything. */
+int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err);
+/* A model from a config and an open tensor set (what model_load does after reading files). */
+void model_free(struct model *m);
+
+const struct model_config *model_get_config(const struct model *m);
+size_t model_num_params(const struct model *m);    /* base parameters */
+size_t model_num_trainable(const struct model *m); /* LoRA parameters, or base for full FT */
+int model_is_lora(const struct model *m);
+
+/* Forward pass. With targets: *loss = sum(w*nll)/sum(w) over weighted targets (0 when none), and
+ * the statistics below are set; logits are kept only for weighted rows. Without targets (inference,
+ * tests): all N×V logits are kept for model_get_logits, *loss = 0. */
+int model_forward(struct model *m, const struct model_batch *batch, float *loss, struct whet_err *err);
+/* Statistics of the last forward with targets. */
+struct model_stats {
+    double loss_sum;   /* sum over targets of weight * nll */
+    double weight_sum; /* sum of weights */
+    int n_targets;     /* targets with weight > 0 */
+    int n_correct;     /* of those, how many the argmax predicted */
+};
+struct model_stats model_last_stats(const struct model *m);
+/* Per-token nll of the last forward with targets: out[N], 0 where the weight is 0. */
+void model_get_token_losses(const struct model *m, float *out);
+/* Logits of the last forward without targets: out[N, V]. */
+void model_get_logits(const struct model *m, float *out);
+
+/* Backward pass of the last forward (which must have had targets): ACCUMULATES into the gradients
+ * the gradient of loss_scale * sum(w * nll). For the mean loss of a single batch pass
+ * 1/stats.weight_sum; with gradient accumulation, 1/(sum of weight_sum over the micro-batches). */
+int model_backward(struct model *m, float loss_scale, struct whet_err *err);
+void model_zero_grad(struct model *m);
+/* Global L2 norm of the trainable gradients. */
+float model_grad_norm(struct model *m);
+/* Returns the norm before clipping; scales gradients down to max_norm when above it (> 0). */
+float model_clip_grad_norm(struct model *m, float max_norm);
+/* One AdamW step (PyTorch semantics) on the trainable parameters; weight decay applies to matrices
+ * only (not to norms and biases), as Hugging Face's Trainer does. Increments the step count. */
+void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float eps, float weight_decay);
+int model_adam_step_count(const struct model *m);
+
+/* Named parameter access (tests, tools): trainable and frozen alike. Shapes as in the files. */
+int model_num_tensors(const struct model *m);
+const char *model_tensor_name(const struct model *m, int i);
+/* Element count of a tensor, or -1 when there is none of that name. */
+long long model_tensor_numel(const struct model *m, const char *name);
+int model_get_param(const struct model *m, const char *name, float *out, struct whet_err *err);
+int model_set_param(struct model *m, const char *name, const float *in, struct whet_err *err);
+/* The gradient (zeros for a frozen tensor); fails when the model is not training. */
+int model_get_grad(const struct model *m, const char *name, float *out, struct whet_err *err);
+
+/* ---- files ---- */
+/* A Hugging Face model dir: config.json, model.safetensors (F32, or BF16 when bf16 != 0), and the
+ * tokenizer files copied from the dir the model was loaded from. With LoRA, the adapter is merged
+ * into the saved weights. */
+int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_err *err);
+/* A PEFT adapter dir: adapter_config.json + adapter_model.safetensors (F32). */
+int model_save_adapter(const struct model *m, const char *dir, struct whet_err *err);
+/* Overwrites the LoRA weights from a PEFT adapter dir with the same r and targets. */
+int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err *err);
+/* Optimiser state (AdamW moments of the trainable buffer and the step count) as one safetensors
+ * file, for exact resume. Loading checks the sizes match. */
+int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err);
+int model_load_optimizer(struct model *m, const char *path, struct whet_err *err);
+
+/* ---- generation with a KV cache ---- */
+/* Keys and values of up to n_slots sequences of up to max_len tokens each. */
+struct kv_cache;
+struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len);
+void kv_cache_free(struct kv_cache *c);
+void kv_cache_clear(struct kv_cache *c, int slot); /* forget a slot's tokens */
+int kv_cache_len(const struct kv_cache *c, int slot);
+/* Appends tokens ids[0..n) to slot `slot` (positions continue from its length) and writes the
+ * logits of the last one to logits[V] (host). */
+int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, float *logits,
+                  struct whet_err *err);
+/* One token for each of n slots (slots[i] distinct): logits[n, V] (host). */
+int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
+                      float *logits, struct whet_err *err);
+
+#endif
