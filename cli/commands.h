@@ -18,6 +18,8 @@ struct whet_command {
 };
 
 void whet_command_register(struct whet_command *cmd);
+/* The registered command called `name`, or NULL (lets `whet up` start the components this build has). */
+const struct whet_command *whet_command_find(const char *name);
 
 #define WHET_COMMAND(cname, fn, csummary)                                                   \
     static struct whet_command whet_command_##fn = {cname, fn, csummary, 0};               \

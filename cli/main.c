@@ -17,6 +17,12 @@ void whet_command_register(struct whet_command *cmd) {
     *p = cmd;
 }
 
+const struct whet_command *whet_command_find(const char *name) {
+    for (struct whet_command *c = commands; c; c = c->next)
+        if (!strcmp(c->name, name)) return c;
+    return NULL;
+}
+
 int cli_wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) break;
@@ -52,8 +58,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "--version")) return cmd_version(0, NULL);
-    for (struct whet_command *c = commands; c; c = c->next)
-        if (!strcmp(argv[1], c->name)) return c->run(argc - 1, argv + 1);
+    const struct whet_command *c = whet_command_find(argv[1]);
+    if (c) return c->run(argc - 1, argv + 1);
     fprintf(stderr, "whet: unknown command \"%s\"\nhint: run `whet --help` for the list of commands\n", argv[1]);
     return 2;
 }

@@ -113,8 +113,12 @@ int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct
 }
 
 int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err) {
+    return whet_write_file_atomic_mode(path, data, len, 0644, err);
+}
+
+int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, int mode, struct whet_err *err) {
     char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0) {
         whet_errf(err, "%s: %s", tmp, strerror(errno));
         free(tmp);
@@ -132,8 +136,8 @@ int whet_write_file_atomic(const char *path, const void *data, size_t len, struc
         p += w;
         left -= (size_t)w;
     }
-    if (fsync(fd) != 0) {
-        whet_errf(err, "%s: fsync: %s", tmp, strerror(errno));
+    if (fchmod(fd, (mode_t)mode) != 0 || fsync(fd) != 0) {
+        whet_errf(err, "%s: chmod/fsync: %s", tmp, strerror(errno));
         goto fail;
     }
     close(fd);

@@ -36,8 +36,10 @@ char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Reads a whole file into a NUL-terminated buffer the caller frees; `max` bounds its size. */
 int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct whet_err *err);
-/* Writes `len` bytes to `path` atomically (temp file in the same directory, fsync, rename). */
+/* Writes `len` bytes to `path` atomically (temp file in the same directory, fsync, rename), mode 0644;
+ * the _mode variant sets the mode (0600 for files holding secrets). */
 int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err);
+int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, int mode, struct whet_err *err);
 /* mkdir -p */
 int whet_mkdir_p(const char *path, struct whet_err *err);
 

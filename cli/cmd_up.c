@@ -1,0 +1,341 @@
+/* cmd_up.c - `whet up`: every component on one machine, supervised.
+ *
+ * Prepares the data dir (a private PostgreSQL unless WHET_DATABASE_URL is set, a file:// object store
+ * unless WHET_OBJECT_STORE is set, a generated HS256 secret and executor token), applies migrations,
+ * writes DIR/whet.env, then runs the components as child processes of this one — the gateway, and the
+ * scheduler and executors in builds that have them — restarting a child that dies. It prints
+ * `whet: ready http://HOST:PORT` once the gateway answers /readyz. SIGINT/SIGTERM stops everything. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "crypto.h"
+#include "env.h"
+#include "local_pg.h"
+#include "log.h"
+#include "migrate.h"
+#include "pg.h"
+
+/* Variables whet.env carries; the others are the operator's own environment. */
+static const char *const env_file_keys[] = {
+    "WHET_DATA_DIR",     "WHET_DATABASE_URL",     "WHET_OBJECT_STORE", "WHET_S3_ENDPOINT",     "WHET_HTTP",
+    "WHET_GRPC",         "WHET_JWT_ALG",          "WHET_JWT_KEY",      "WHET_JWT_ISSUER",      "WHET_JWT_AUDIENCE",
+    "WHET_EXECUTOR_TOKEN",
+};
+
+#define MAX_CHILDREN 64
+
+struct child {
+    char *name;
+    char **argv; /* owned, NULL-terminated */
+    pid_t pid;
+    int restarts;
+    double started_at;
+};
+
+struct up {
+    const char *data_dir;
+    char self[4096];
+    struct child children[MAX_CHILDREN];
+    int nchildren;
+};
+
+static void up_usage(FILE *out) {
+    fprintf(out,
+            "usage: whet up [--data-dir DIR] [--http HOST:PORT] [--grpc HOST:PORT] [--executors N]\n"
+            "               [--dcs A,B,...] [--devices SPEC]\n\n"
+            "Runs every component on this machine: a private PostgreSQL under DIR (unless WHET_DATABASE_URL\n"
+            "is set), migrations, the gateway, and the scheduler and executors when this build has them.\n"
+            "Writes DIR/whet.env and prints `whet: ready http://HOST:PORT` when the API answers.\n"
+            "SIGINT or SIGTERM stops everything.\n\n"
+            "  --data-dir DIR   state directory (default $WHET_DATA_DIR, else ./whet-data)\n"
+            "  --http HOST:PORT gateway address (default $WHET_HTTP, else 127.0.0.1:8080)\n"
+            "  --grpc HOST:PORT scheduler address for executors (default $WHET_GRPC, else 127.0.0.1:7070)\n"
+            "  --executors N    executors to start (default 1)\n"
+            "  --dcs A,B,...    data centers; executors are spread over them round-robin (default dc-1)\n"
+            "  --devices SPEC   what each executor offers: cuda, cpu:N or sim:TYPE:N[:GIB] (default cpu:1)\n");
+}
+
+static int write_env_file(const char *data_dir, struct whet_err *err) {
+    size_t cap = 4096, len = 0;
+    char *buf = xmalloc(cap);
+    len += (size_t)snprintf(buf, cap, "# written by `whet up`; holds secrets (mode 0600)\n");
+    for (size_t i = 0; i < WHET_ARRAY_LEN(env_file_keys); i++) {
+        const char *v = getenv(env_file_keys[i]);
+        if (!v || !*v) continue;
+        size_t need = strlen(env_file_keys[i]) + strlen(v) + 3;
+        if (len + need >= cap) buf = xrealloc(buf, cap = (cap + need) * 2);
+        len += (size_t)snprintf(buf + len, cap - len, "%s=%s\n", env_file_keys[i], v);
+    }
+    char *path = xasprintf("%s/whet.env", data_dir);
+    int rc = whet_write_file_atomic_mode(path, buf, len, 0600, err);
+    free(path);
+    free(buf);
+    return rc;
+}
+
+static void set_default(const char *name, const char *value) {
+    if (!whet_env(name, NULL)) setenv(name, value, 1);
+}
+
+static void add_child(struct up *up, const char *name, char **argv) {
+    struct child *c = &up->children[up->nchildren++];
+    c->name = xstrdup(name);
+    c->argv = argv;
+}
+
+static char **argv_dup(const char *first, ...) {
+    char **argv = xcalloc(16, sizeof *argv);
+    va_list ap;
+    va_start(ap, first);
+    int n = 0;
+    for (const char *a = first; a && n < 15; a = va_arg(ap, const char *)) argv[n++] = xstrdup(a);
+    va_end(ap);
+    return argv;
+}
+
+static void argv_free(char **argv) {
+    for (char **a = argv; *a; a++) free(*a);
+    free(argv);
+}
+
+static int spawn_child(struct up *up, struct child *c) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execv(up->self, c->argv);
+        fprintf(stderr, "whet up: exec %s: %s\n", up->self, strerror(errno));
+        _exit(127);
+    }
+    c->pid = pid;
+    c->started_at = whet_now_mono();
+    log_info("msg=\"started\" component=%s pid=%d", c->name, (int)pid);
+    return 0;
+}
+
+/* GET /readyz on the gateway: 1 when it answers 200. */
+static int gateway_ready(const char *hostport) {
+    char host[256];
+    const char *colon = strrchr(hostport, ':');
+    if (!colon || (size_t)(colon - hostport) >= sizeof host) return 0;
+    memcpy(host, hostport, (size_t)(colon - hostport));
+    host[colon - hostport] = 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
+    if (getaddrinfo(host, colon + 1, &hints, &ai) != 0) return 0;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), ok = 0;
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        char req[512];
+        int n = snprintf(req, sizeof req, "GET /readyz HTTP/1.0\r\nHost: %s\r\n\r\n", hostport);
+        char resp[64] = {0};
+        if (write(fd, req, (size_t)n) == n && read(fd, resp, sizeof resp - 1) > 12)
+            ok = !strncmp(resp + 8, " 200", 4);
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return ok;
+}
+
+static void stop_children(struct up *up) {
+    for (int i = up->nchildren - 1; i >= 0; i--)
+        if (up->children[i].pid > 0) kill(up->children[i].pid, SIGTERM);
+    double deadline = whet_now_mono() + 15;
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < up->nchildren; i++) {
+            struct child *c = &up->children[i];
+            if (c->pid > 0 && waitpid(c->pid, NULL, WNOHANG) == c->pid) c->pid = 0;
+            alive += c->pid > 0;
+        }
+        if (!alive) return;
+        if (whet_now_mono() > deadline) break;
+        usleep(50 * 1000);
+    }
+    for (int i = 0; i < up->nchildren; i++)
+        if (up->children[i].pid > 0) {
+            log_warn("msg=\"did not stop in time; killing\" component=%s", up->children[i].name);
+            kill(up->children[i].pid, SIGKILL);
+            waitpid(up->children[i].pid, NULL, 0);
+        }
+}
+
+/* Collects dead children and restarts them, at most once a second each; a component that dies 5 times
+ * within a minute of starting gives up the whole stack. Returns -1 on that. */
+static int reap_and_restart(struct up *up) {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int i = 0; i < up->nchildren; i++) {
+            struct child *c = &up->children[i];
+            if (c->pid != pid) continue;
+            c->pid = 0;
+            double lived = whet_now_mono() - c->started_at;
+            log_warn("msg=\"component exited\" component=%s status=%d signal=%d lived_s=%.1f", c->name,
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0, lived);
+            c->restarts = lived < 60 ? c->restarts + 1 : 0;
+            if (c->restarts >= 5) {
+                log_error("msg=\"component keeps dying; stopping\" component=%s", c->name);
+                return -1;
+            }
+            usleep(lived < 1 ? 1000 * 1000 : 0);
+            spawn_child(up, c);
+        }
+    }
+    return 0;
+}
+
+static int cmd_up(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data-dir", required_argument, 0, 'd'}, {"http", required_argument, 0, 'H'},
+        {"grpc", required_argument, 0, 'g'},     {"executors", required_argument, 0, 'e'},
+        {"dcs", required_argument, 0, 'c'},      {"devices", required_argument, 0, 'v'},
+        {"help", no_argument, 0, 'h'},           {0}};
+    const char *data_dir = whet_env("WHET_DATA_DIR", "whet-data"), *http = NULL, *grpc = NULL;
+    const char *dcs = "dc-1", *devices = "cpu:1";
+    long executors = 1;
+    int c;
+    char *end;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': data_dir = optarg; break;
+        case 'H': http = optarg; break;
+        case 'g': grpc = optarg; break;
+        case 'c': dcs = optarg; break;
+        case 'v': devices = optarg; break;
+        case 'e':
+            executors = strtol(optarg, &end, 10);
+            if (*end || executors < 0 || executors > 32) {
+                fprintf(stderr, "whet up: --executors must be between 0 and 32\n");
+                return 2;
+            }
+            break;
+        case 'h': up_usage(stdout); return 0;
+        default: up_usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        up_usage(stderr);
+        return 2;
+    }
+    whet_log_component("up");
+    static struct up up;
+    struct whet_err err;
+    struct local_pg pg = {0};
+    int rc = 1;
+
+    char abs_dir[4096];
+    if (whet_mkdir_p(data_dir, &err) < 0 || !realpath(data_dir, abs_dir)) {
+        fprintf(stderr, "whet up: data dir %s: %s\n", data_dir, err.msg);
+        return 1;
+    }
+    ssize_t n = readlink("/proc/self/exe", up.self, sizeof up.self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "whet up: cannot find its own binary\n");
+        return 1;
+    }
+    up.self[n] = 0;
+    setenv("WHET_DATA_DIR", abs_dir, 1);
+    if (http) setenv("WHET_HTTP", http, 1);
+    if (grpc) setenv("WHET_GRPC", grpc, 1);
+    if (whet_env_load_data_dir(abs_dir, &err) < 0) goto fail;
+
+    if (!whet_env("WHET_DATABASE_URL", NULL)) {
+        if (local_pg_start(&pg, abs_dir, &err) < 0) goto fail;
+        setenv("WHET_DATABASE_URL", pg.url, 1);
+    }
+    char *objects = xasprintf("file://%s/objects", abs_dir);
+    set_default("WHET_OBJECT_STORE", objects);
+    free(objects);
+    set_default("WHET_HTTP", "127.0.0.1:8080");
+    set_default("WHET_GRPC", "127.0.0.1:7070");
+    set_default("WHET_JWT_ALG", "HS256");
+    if (!whet_env("WHET_JWT_KEY", NULL)) {
+        uint8_t secret[32];
+        char hex[65];
+        whet_random_bytes(secret, sizeof secret);
+        whet_hex_encode(secret, sizeof secret, hex);
+        setenv("WHET_JWT_KEY", hex, 1);
+    }
+    if (!whet_env("WHET_EXECUTOR_TOKEN", NULL)) {
+        char token[48];
+        whet_random_id("exec-", 40, token);
+        setenv("WHET_EXECUTOR_TOKEN", token, 1);
+    }
+
+    PGconn *conn = whet_pg_connect(whet_env("WHET_DATABASE_URL", ""), &err);
+    int applied;
+    if (!conn || whet_migrate(conn, &applied, &err) < 0) {
+        PQfinish(conn);
+        goto fail;
+    }
+    PQfinish(conn);
+    if (write_env_file(abs_dir, &err) < 0) goto fail;
+
+    add_child(&up, "gateway", argv_dup("whet", "gateway", "--data-dir", abs_dir, NULL));
+    if (whet_command_find("scheduler")) add_child(&up, "scheduler", argv_dup("whet", "scheduler", "--data-dir", abs_dir, NULL));
+    if (whet_command_find("executor")) {
+        char *dc_list = xstrdup(dcs), *save = NULL;
+        char *dc_names[16];
+        int ndc = 0;
+        for (char *t = strtok_r(dc_list, ",", &save); t && ndc < 16; t = strtok_r(NULL, ",", &save)) dc_names[ndc++] = t;
+        for (long i = 0; i < executors && ndc; i++) {
+            char name[64], work[4200];
+            snprintf(name, sizeof name, "executor-%ld", i + 1);
+            snprintf(work, sizeof work, "%s/executors/%s", abs_dir, name);
+            add_child(&up, name,
+                      argv_dup("whet", "executor", "--data-dir", abs_dir, "--dc", dc_names[i % ndc], "--pool",
+                               dc_names[i % ndc], "--devices", devices, "--work-dir", work, NULL));
+        }
+        free(dc_list);
+    }
+
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    for (int i = 0; i < up.nchildren; i++) spawn_child(&up, &up.children[i]);
+
+    const char *addr = whet_env("WHET_HTTP", "");
+    int ready = 0;
+    for (;;) {
+        struct timespec tick = {0, 200 * 1000 * 1000};
+        int sig = sigtimedwait(&mask, NULL, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+            log_info("msg=\"stopping\" signal=%d", sig);
+            rc = 0;
+            break;
+        }
+        if (reap_and_restart(&up) < 0) break;
+        if (!ready && gateway_ready(addr)) {
+            ready = 1;
+            printf("whet: ready http://%s\n", addr);
+            fflush(stdout);
+        }
+    }
+    stop_children(&up);
+    for (int i = 0; i < up.nchildren; i++) {
+        free(up.children[i].name);
+        argv_free(up.children[i].argv);
+    }
+    local_pg_stop(&pg);
+    return rc;
+fail:
+    fprintf(stderr, "whet up: %s\n", err.msg);
+    local_pg_stop(&pg);
+    return 1;
+}
+WHET_COMMAND("up", cmd_up, "run every component on this machine")
