@@ -6,6 +6,7 @@
 #   tests/run.sh                 everything
 #   tests/run.sh --sanitize      the same, built with ASan+UBSan (in build-asan/)
 #   tests/run.sh -R REGEX        only the tests whose names match (passed to ctest)
+#   WHET_FUZZ_SECONDS=N          how long each libFuzzer target runs after the suite (default 10; 0 skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -63,5 +64,26 @@ export WHET_TEST_S3_ENDPOINT="http://127.0.0.1:$s3_port"
 for _ in $(seq 50); do curl -fs -o /dev/null "$WHET_TEST_S3_ENDPOINT/" 2>/dev/null && break; sleep 0.1; done
 
 echo "tests: PostgreSQL on 127.0.0.1:$pg_port, s3rver on 127.0.0.1:$s3_port"
-cd "$build_dir"
-ctest --output-on-failure -j"$(nproc)" "${ctest_args[@]}"
+status=0
+# libFuzzer targets (tests/fuzz/<name>/), built with clang in build-fuzz and run briefly on their seed
+# corpus; run them longer by hand with WHET_FUZZ_SECONDS.
+fuzz_seconds=${WHET_FUZZ_SECONDS:-10}
+if [ "$fuzz_seconds" -gt 0 ] && [ ${#ctest_args[@]} -eq 0 ] && ls tests/fuzz/*/CMakeLists.txt >/dev/null 2>&1; then
+  CC=clang cmake -S . -B build-fuzz -DWHET_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  for dir in tests/fuzz/*/; do
+    name=$(basename "$dir")
+    cmake --build build-fuzz -j"$(nproc)" --target "fuzz_$name" >/dev/null
+    corpus="$work/corpus-$name"
+    mkdir -p "$corpus"
+    [ -d "$dir/corpus" ] && cp -r "$dir/corpus/." "$corpus/"
+    if build-fuzz/tests/fuzz/"$name"/fuzz_"$name" -max_total_time="$fuzz_seconds" -rss_limit_mb=2048 \
+         -artifact_prefix="$work/" "$corpus" >"$work/fuzz-$name.log" 2>&1; then
+      echo "fuzz_$name: ok ($(ls "$corpus" | wc -l) corpus entries after ${fuzz_seconds}s)"
+    else
+      echo "fuzz_$name: FAILED"; tail -n 40 "$work/fuzz-$name.log"; status=1
+    fi
+  done
+fi
+(cd "$build_dir" && ctest --output-on-failure -j"$(nproc)" "${ctest_args[@]}") || status=$?
+
+exit $status
