@@ -5,7 +5,7 @@
  * marked "host" is device memory obtained from `alloc`. Each op comes as a forward/backward pair in
  * llm.c's style: outputs first, then inputs, then sizes; shapes are given in comments with
  *   N  tokens in the batch (B rows × T positions, packed),   C  hidden size,
- *   OC output features,  H heads,  D head dim,  V vocab,  I  SwiGLU width.
+ *   OC output features,  H heads,  D head dim,  V vocab,  F  SwiGLU width.
  * Matrices are row-major; `ld*` arguments are row strides in floats, so a view of some columns of a
  * wider matrix (q inside a fused qkv) is passed without copying. Backward ops ACCUMULATE (+=) into
  * parameter gradients; into input gradients they accumulate as well unless said otherwise, so a
@@ -68,10 +68,10 @@ struct backend {
      * rope_backward applies the inverse rotation to a gradient (in place). */
     void (*rope_forward)(float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D);
     void (*rope_backward)(float *dx, int lddx, const int *pos, const float *cos_sin, int N, int H, int D);
-    /* out[N,I] = silu(gate_up[:, :I]) * gate_up[:, I:] (gate_up is [N, 2I]). */
-    void (*swiglu_forward)(float *out, const float *gate_up, int N, int I);
-    /* dgate_up[N,2I] = (overwritten, not accumulated) from dout[N,I]. */
-    void (*swiglu_backward)(float *dgate_up, const float *dout, const float *gate_up, int N, int I);
+    /* out[N,F] = silu(gate_up[:, :F]) * gate_up[:, F:] (gate_up is [N, 2F]). */
+    void (*swiglu_forward)(float *out, const float *gate_up, int N, int F);
+    /* dgate_up[N,2F] = (overwritten, not accumulated) from dout[N,F]. */
+    void (*swiglu_backward)(float *dgate_up, const float *dout, const float *gate_up, int N, int F);
     /* y[n] += alpha * x[n] */
     void (*axpy)(float *y, const float *x, float alpha, size_t n);
     /* Row gather/scatter: dst[i,:] = src[rows[i],:] (gather) and dst[rows[i],:] += src[i,:] (scatter). */
@@ -86,8 +86,8 @@ struct backend {
     void (*attention_forward)(float *out, float *probs, const float *q, int ldq, const float *k, int ldk,
                               const float *v, int ldv, const struct attn_segment *segs, int n_segs,
                               int N, int T, int H, int HKV, int D);
-    /* dq (overwritten), dk, dv (accumulated; GQA heads share them) from dout[N, H*D]; scratch
-     * holds T*T floats. */
+    /* dq, dk, dv (all accumulated; GQA heads share dk, dv) from dout[N, H*D]; scratch holds T*T
+     * floats. */
     void (*attention_backward)(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, float *scratch,
                                const float *dout, const float *probs, const float *q, int ldq, const float *k,
                                int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs,

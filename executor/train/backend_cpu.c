@@ -1,0 +1,380 @@
+/* backend_cpu.c - the CPU implementation of backend.h: OpenBLAS sgemm for everything shaped like a
+ * matrix product, OpenMP loops for the rest.
+ *
+ * Rule of this file: an sgemm call is never made inside an OpenMP parallel region (OpenBLAS runs its
+ * own threads; nesting oversubscribes the cores). Loops that are not products are parallel over
+ * rows; reductions across rows (parameter gradients of norms and biases) use per-thread partial sums
+ * added in a fixed order, so results do not depend on scheduling. Attention is computed per segment
+ * and head as sgemm calls over row blocks, skipping blocks above the causal diagonal. */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "util.h"
+
+/* ---------------------------------------------------------------- memory ---- */
+
+static void *cpu_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) abort();
+    memset(p, 0, bytes);
+    return p;
+}
+static void cpu_free(void *p) { free(p); }
+static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+
+/* ---------------------------------------------------------------- matmul ---- */
+
+static void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b,
+                     int ldb, float beta, float *c, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, a,
+                lda, b, ldb, beta, c, ldc);
+}
+
+/* out[N,OC] = beta*out + inp[N,C] @ weight[OC,C]^T + bias */
+static void cpu_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *weight,
+                               const float *bias, int N, int C, int OC, float beta) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, ldi, weight, C, beta, out, ldo);
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * ldo + o] += bias[o];
+    }
+}
+
+static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *dbias, const float *dout, int lddo,
+                                const float *inp, int ldi, const float *weight, int N, int C, int OC) {
+    if (dinp) /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, lddo, weight, C, 1.0f, dinp, lddi);
+    if (dweight) /* dweight[OC,C] += dout^T @ inp */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, lddo, inp, ldi, 1.0f, dweight, C);
+    if (dbias) {
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < OC; o++) {
+            float s = 0;
+            for (int n = 0; n < N; n++) s += dout[(size_t)n * lddo + o];
+            dbias[o] += s;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- embedding ---- */
+
+static void cpu_embedding_forward(float *out, const int *ids, const float *wte, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, sizeof(float) * (size_t)C);
+}
+
+static void cpu_embedding_backward(float *dwte, const float *dout, const int *ids, int N, int C) {
+    /* Threads own column ranges, so repeated ids never race and the sum order is fixed. */
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num();
+        int c0 = (int)((long long)C * t / nt), c1 = (int)((long long)C * (t + 1) / nt);
+        for (int n = 0; n < N; n++) {
+            float *d = dwte + (size_t)ids[n] * C;
+            const float *g = dout + (size_t)n * C;
+            for (int c = c0; c < c1; c++) d[c] += g[c];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- RMSNorm ---- */
+
+static void cpu_rmsnorm_forward(float *out, int ldo, float *rstd, const float *inp, int ldi, const float *weight,
+                                int N, int H, int D, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < N * H; r++) {
+        int n = r / H, h = r % H;
+        const float *x = inp + (size_t)n * ldi + (size_t)h * D;
+        float *y = out + (size_t)n * ldo + (size_t)h * D;
+        float ss = 0;
+        for (int i = 0; i < D; i++) ss += x[i] * x[i];
+        float s = 1.0f / sqrtf(ss / (float)D + eps);
+        rstd[r] = s;
+        for (int i = 0; i < D; i++) y[i] = x[i] * s * weight[i];
+    }
+}
+
+static void cpu_rmsnorm_backward(float *dinp, int lddi, float *dweight, const float *dout, int lddo,
+                                 const float *inp, int ldi, const float *weight, const float *rstd, int N, int H,
+                                 int D) {
+    int nt = omp_get_max_threads();
+    float *partial = dweight ? calloc((size_t)nt * D, sizeof(float)) : NULL;
+    if (dweight && !partial) abort();
+#pragma omp parallel
+    {
+        float *pw = partial ? partial + (size_t)omp_get_thread_num() * D : NULL;
+#pragma omp for schedule(static)
+        for (int r = 0; r < N * H; r++) {
+            int n = r / H, h = r % H;
+            const float *x = inp + (size_t)n * ldi + (size_t)h * D;
+            const float *dy = dout + (size_t)n * lddo + (size_t)h * D;
+            float *dx = dinp + (size_t)n * lddi + (size_t)h * D;
+            float s = rstd[r], dot = 0;
+            for (int i = 0; i < D; i++) dot += dy[i] * weight[i] * x[i] * s;
+            dot /= (float)D;
+            for (int i = 0; i < D; i++) {
+                float xhat = x[i] * s;
+                dx[i] += s * (dy[i] * weight[i] - xhat * dot);
+                if (pw) pw[i] += dy[i] * xhat;
+            }
+        }
+    }
+    if (dweight) {
+        for (int t = 0; t < nt; t++)
+            for (int i = 0; i < D; i++) dweight[i] += partial[(size_t)t * D + i];
+        free(partial);
+    }
+}
+
+/* ---------------------------------------------------------------- RoPE ---- */
+
+static void rope_apply(float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D, float sign) {
+    int half = D / 2;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *cs = cos_sin + (size_t)pos[n] * D;
+        for (int h = 0; h < H; h++) {
+            float *v = x + (size_t)n * ldx + (size_t)h * D;
+            for (int i = 0; i < half; i++) {
+                float c = cs[i], s = sign * cs[half + i], a = v[i], b = v[i + half];
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+static void cpu_rope_forward(float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D) {
+    rope_apply(x, ldx, pos, cos_sin, N, H, D, 1.0f);
+}
+
+/* The rotation is orthogonal: its backward is the rotation by the opposite angle. */
+static void cpu_rope_backward(float *dx, int lddx, const int *pos, const float *cos_sin, int N, int H, int D) {
+    rope_apply(dx, lddx, pos, cos_sin, N, H, D, -1.0f);
+}
+
+/* ---------------------------------------------------------------- SwiGLU ---- */
+
+static void cpu_swiglu_forward(float *out, const float *gate_up, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = gate_up + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = gate_up + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dgate_up + (size_t)n * 2 * F, *du = dg + F;
+        for (int i = 0; i < F; i++) {
+            float sig = 1.0f / (1.0f + expf(-g[i]));
+            dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
+            du[i] = d[i] * g[i] * sig;
+        }
+    }
+}
+
+static void cpu_axpy(float *y, const float *x, float alpha, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+static void cpu_gather_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n_rows; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, sizeof(float) * (size_t)C);
+}
+
+static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n_rows; i++) {
+        float *d = dst + (size_t)rows[i] * C;
+        const float *s = src + (size_t)i * C;
+        for (int c = 0; c < C; c++) d[c] += s[c];
+    }
+}
+
+/* ---------------------------------------------------------------- attention ---- */
+
+/* Row blocks of this many queries: the part of the score matrix above the diagonal of a block is
+ * never computed. */
+#define ATT_BLOCK 128
+
+static void cpu_attention_forward(float *out, float *probs, const float *q, int ldq, const float *k, int ldk,
+                                  const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
+                                  int H, int HKV, int D) {
+    float scale = 1.0f / sqrtf((float)D);
+    int group = H / HKV, HD = H * D;
+    for (int si = 0; si < n_segs; si++) {
+        int s = segs[si].start, L = segs[si].len;
+        for (int h = 0; h < H; h++) {
+            int kh = h / group;
+            const float *Q = q + (size_t)s * ldq + (size_t)h * D, *K = k + (size_t)s * ldk + (size_t)kh * D,
+                        *Vv = v + (size_t)s * ldv + (size_t)kh * D;
+            float *P = probs + ((size_t)h * N + s) * T, *O = out + (size_t)s * HD + (size_t)h * D;
+            for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
+                /* scores[R, r1] = scale * Q[r0:r1] @ K[0:r1]^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, r1, D, scale, Q + (size_t)r0 * ldq, ldq, K,
+                            ldk, 0.0f, P + (size_t)r0 * T, T);
+#pragma omp parallel for schedule(static)
+                for (int i = r0; i < r1; i++) {
+                    float *row = P + (size_t)i * T, mx = -INFINITY, sum = 0;
+                    for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+                    for (int j = 0; j <= i; j++) sum += (row[j] = expf(row[j] - mx));
+                    float inv = 1.0f / sum;
+                    for (int j = 0; j <= i; j++) row[j] *= inv;
+                    for (int j = i + 1; j < r1; j++) row[j] = 0;
+                }
+                /* O[r0:r1] = P[r0:r1, 0:r1] @ V[0:r1] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, r1, 1.0f, P + (size_t)r0 * T, T, Vv, ldv,
+                            0.0f, O + (size_t)r0 * HD, HD);
+            }
+        }
+    }
+}
+
+static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, float *scratch,
+                                   const float *dout, const float *probs, const float *q, int ldq, const float *k,
+                                   int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs,
+                                   int N, int T, int H, int HKV, int D) {
+    float scale = 1.0f / sqrtf((float)D);
+    int group = H / HKV, HD = H * D;
+    for (int si = 0; si < n_segs; si++) {
+        int s = segs[si].start, L = segs[si].len;
+        for (int h = 0; h < H; h++) {
+            int kh = h / group;
+            const float *Q = q + (size_t)s * ldq + (size_t)h * D, *K = k + (size_t)s * ldk + (size_t)kh * D,
+                        *Vv = v + (size_t)s * ldv + (size_t)kh * D, *dO = dout + (size_t)s * HD + (size_t)h * D;
+            const float *P = probs + ((size_t)h * N + s) * T;
+            float *dQ = dq + (size_t)s * lddq + (size_t)h * D, *dK = dk + (size_t)s * lddk + (size_t)kh * D,
+                  *dV = dv + (size_t)s * lddv + (size_t)kh * D;
+            for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
+                const float *Pb = P + (size_t)r0 * T, *dOb = dO + (size_t)r0 * HD;
+                /* dV[0:r1] += P[r0:r1, 0:r1]^T @ dO[r0:r1] */
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, D, R, 1.0f, Pb, T, dOb, HD, 1.0f, dV, lddv);
+                /* dP[R, r1] = dO[r0:r1] @ V[0:r1]^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, r1, D, 1.0f, dOb, HD, Vv, ldv, 0.0f, scratch, r1);
+                /* dS = P * (dP - sum_j P dP), zero above the diagonal */
+#pragma omp parallel for schedule(static)
+                for (int i = 0; i < R; i++) {
+                    const float *p = Pb + (size_t)i * T;
+                    float *d = scratch + (size_t)i * r1, dot = 0;
+                    int last = r0 + i;
+                    for (int j = 0; j <= last; j++) dot += p[j] * d[j];
+                    for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot);
+                    for (int j = last + 1; j < r1; j++) d[j] = 0;
+                }
+                /* dQ[r0:r1] += scale * dS @ K[0:r1];  dK[0:r1] += scale * dS^T @ Q[r0:r1] */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, r1, scale, scratch, r1, K, ldk, 1.0f,
+                            dQ + (size_t)r0 * lddq, lddq);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, D, R, scale, scratch, r1, Q + (size_t)r0 * ldq,
+                            ldq, 1.0f, dK, lddk);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- loss ---- */
+
+static void cpu_crossentropy_forward(float *losses, float *lse, int *correct, const float *logits, const int *targets,
+                                     int M, int V) {
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m < M; m++) {
+        const float *row = logits + (size_t)m * V;
+        float mx = row[0];
+        int arg = 0;
+        for (int j = 1; j < V; j++)
+            if (row[j] > mx) {
+                mx = row[j];
+                arg = j;
+            }
+        double sum = 0;
+        for (int j = 0; j < V; j++) sum += expf(row[j] - mx);
+        lse[m] = mx + (float)log(sum);
+        losses[m] = lse[m] - row[targets[m]];
+        correct[m] = arg == targets[m];
+    }
+}
+
+static void cpu_crossentropy_backward(float *logits, const float *lse, const int *targets, const float *weights,
+                                      float scale, int M, int V) {
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m < M; m++) {
+        float *row = logits + (size_t)m * V, w = scale * weights[m], l = lse[m];
+        for (int j = 0; j < V; j++) row[j] = w * expf(row[j] - l);
+        row[targets[m]] -= w;
+    }
+}
+
+/* ---------------------------------------------------------------- optimiser ---- */
+
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                      float eps, float wd, float bc1, float bc2) {
+    float step = lr / bc1, sbc2 = sqrtf(bc2);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        float pi = p[i] * (1.0f - lr * wd);
+        p[i] = pi - step * m[i] / (sqrtf(v[i]) / sbc2 + eps);
+    }
+}
+
+static double cpu_sumsq(const float *x, size_t n) {
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+static void cpu_scale(float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static const struct backend cpu = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .gemm = cpu_gemm,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .axpy = cpu_axpy,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .crossentropy_forward = cpu_crossentropy_forward,
+    .crossentropy_backward = cpu_crossentropy_backward,
+    .adamw = cpu_adamw,
+    .sumsq = cpu_sumsq,
+    .scale = cpu_scale,
+};
+
+const struct backend *backend_cpu(void) { return &cpu; }
