@@ -1,0 +1,316 @@
+/* sft_data.c - JSONL chat files to tokenized examples, epoch packing, micro-batches (see sft_data.h). */
+#include "sft_data.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+
+/* ---------------------------------------------------------------- examples */
+
+void sft_dataset_init(struct sft_dataset *ds, int max_seq_len) {
+    memset(ds, 0, sizeof *ds);
+    ds->max_seq_len = max_seq_len;
+}
+
+void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *mask, int n) {
+    if (n > ds->max_seq_len) {
+        ds->n_truncated++;
+        ds->n_truncated_tokens += n - ds->max_seq_len;
+        n = ds->max_seq_len;
+    }
+    int trained = 0;
+    for (int i = 1; i < n; i++) trained += mask[i] != 0; /* token 0 has nothing to be predicted from */
+    if (!trained) {
+        ds->n_untrained++;
+        return;
+    }
+    if (ds->n_examples == ds->cap) {
+        ds->cap = ds->cap ? 2 * ds->cap : 64;
+        ds->examples = xrealloc(ds->examples, (size_t)ds->cap * sizeof *ds->examples);
+    }
+    struct sft_example *ex = &ds->examples[ds->n_examples++];
+    ex->n = n;
+    ex->ids = xmalloc((size_t)n * sizeof *ex->ids);
+    ex->mask = xmalloc((size_t)n);
+    memcpy(ex->ids, ids, (size_t)n * sizeof *ids);
+    memcpy(ex->mask, mask, (size_t)n);
+    ex->mask[0] = 0;
+    ds->n_tokens += n;
+    ds->n_trained_tokens += trained;
+}
+
+void sft_dataset_free(struct sft_dataset *ds) {
+    for (int i = 0; i < ds->n_examples; i++) {
+        free(ds->examples[i].ids);
+        free(ds->examples[i].mask);
+    }
+    free(ds->examples);
+    memset(ds, 0, sizeof *ds);
+}
+
+/* ---------------------------------------------------------------- parsing lines */
+
+/* OpenAI allows content as a string or as a list of parts; only text parts mean anything here. */
+static const char *message_text(json_t *content, int i, char **joined, struct whet_err *err) {
+    if (json_is_string(content)) return json_string_value(content);
+    if (!json_is_array(content))
+        return whet_errf(err, "messages[%d].content: must be a string or an array of text parts", i), NULL;
+    size_t len = 0, k;
+    json_t *part;
+    json_array_foreach(content, k, part) {
+        json_t *text = json_object_get(part, "text");
+        if (!json_is_string(text))
+            return whet_errf(err, "messages[%d].content[%zu]: only {\"type\": \"text\", \"text\": …} parts are supported", i, k),
+                   NULL;
+        len += json_string_length(text);
+    }
+    char *buf = xmalloc(len + 1), *p = buf;
+    json_array_foreach(content, k, part) {
+        json_t *text = json_object_get(part, "text");
+        memcpy(p, json_string_value(text), json_string_length(text));
+        p += json_string_length(text);
+    }
+    *p = 0;
+    *joined = buf;
+    return buf;
+}
+
+/* The joined texts of array contents are kept after the messages so one free releases them. */
+struct parsed_line {
+    json_t *root;
+    int n_joined;
+    char **joined;
+};
+
+int sft_parse_messages(struct chat_message **msgs_out, int *n_out, void **json_root, const char *line, size_t len,
+                       struct whet_err *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, 0, &jerr);
+    if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+    json_t *messages = json_object_get(root, "messages");
+    if (!json_is_object(root) || !messages) {
+        json_decref(root);
+        return whet_errf(err, "missing \"messages\" (each line must be {\"messages\": [{\"role\": …, \"content\": …}, …]})");
+    }
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        json_decref(root);
+        return whet_errf(err, "\"messages\" must be a non-empty array");
+    }
+    int n = (int)json_array_size(messages);
+    struct parsed_line *pl = xcalloc(1, sizeof *pl);
+    pl->root = root;
+    pl->joined = xcalloc((size_t)n, sizeof *pl->joined);
+    struct chat_message *msgs = xcalloc((size_t)n, sizeof *msgs);
+    int trained = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_array_get(messages, (size_t)i);
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role)) {
+            whet_errf(err, "messages[%d].role: must be \"system\", \"user\" or \"assistant\"", i);
+            goto fail;
+        }
+        msgs[i].role = json_string_value(role);
+        if (!strcmp(msgs[i].role, "developer")) msgs[i].role = "system"; /* OpenAI's newer name */
+        json_t *tool_calls = json_object_get(m, "tool_calls");
+        if ((tool_calls && !json_is_null(tool_calls)) || !strcmp(msgs[i].role, "tool")) {
+            whet_errf(err, "messages[%d]: tool calls are not supported for fine-tuning yet", i);
+            goto fail;
+        }
+        json_t *content = json_object_get(m, "content");
+        if (!content) {
+            whet_errf(err, "messages[%d].content: missing", i);
+            goto fail;
+        }
+        msgs[i].content = message_text(content, i, &pl->joined[i], err);
+        if (!msgs[i].content) goto fail;
+        msgs[i].weight = 1;
+        json_t *weight = json_object_get(m, "weight");
+        if (weight) {
+            if (!json_is_integer(weight) || (json_integer_value(weight) != 0 && json_integer_value(weight) != 1)) {
+                whet_errf(err, "messages[%d].weight: must be 0 or 1", i);
+                goto fail;
+            }
+            if (strcmp(msgs[i].role, "assistant")) {
+                whet_errf(err, "messages[%d].weight: only assistant messages take a weight", i);
+                goto fail;
+            }
+            msgs[i].weight = (int)json_integer_value(weight);
+        }
+        if (!strcmp(msgs[i].role, "assistant") && msgs[i].weight) trained++;
+    }
+    if (!trained) {
+        whet_errf(err, "no assistant message to train on (add one, or give one \"weight\": 1)");
+        goto fail;
+    }
+    pl->n_joined = n;
+    *msgs_out = msgs;
+    *n_out = n;
+    *json_root = pl;
+    return 0;
+fail:
+    for (int i = 0; i < n; i++) free(pl->joined[i]);
+    free(pl->joined);
+    free(pl);
+    free(msgs);
+    json_decref(root);
+    return -1;
+}
+
+void sft_messages_free(struct chat_message *msgs, void *json_root) {
+    struct parsed_line *pl = json_root;
+    if (pl) {
+        for (int i = 0; i < pl->n_joined; i++) free(pl->joined[i]);
+        free(pl->joined);
+        json_decref(pl->root);
+        free(pl);
+    }
+    free(msgs);
+}
+
+int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat_template *tpl,
+                     const struct tokenizer *tok, struct whet_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t k = 0;
+        while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
+        if (k == (size_t)len) continue; /* blank lines (a trailing newline at the end, say) */
+        struct chat_message *msgs;
+        int n_msgs;
+        void *root;
+        if (sft_parse_messages(&msgs, &n_msgs, &root, line, (size_t)len, err)) {
+            rc = whet_err_prefix(err, "%s: line %d", path, lineno);
+            break;
+        }
+        int32_t *ids;
+        uint8_t *mask;
+        int n;
+        rc = chat_tokenize(&ids, &mask, &n, tpl, tok, msgs, n_msgs, 0, err);
+        sft_messages_free(msgs, root);
+        if (rc) {
+            whet_err_prefix(err, "%s: line %d", path, lineno);
+            break;
+        }
+        sft_dataset_add(ds, ids, mask, n);
+        free(ids);
+        free(mask);
+    }
+    free(line);
+    fclose(f);
+    if (!rc && ds->n_examples == 0)
+        rc = whet_errf(err, "%s: no usable examples (%d lines, %d without a trained token within max_seq_len)", path,
+                       lineno, ds->n_untrained);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* splitmix64 over (seed, epoch): each epoch's order is a pure function of the two, which is what
+ * lets a checkpoint store only the cursor. */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle) {
+    int n = ds->n_examples;
+    ep->epoch = epoch;
+    ep->items = xmalloc((size_t)(n ? n : 1) * sizeof *ep->items);
+    for (int i = 0; i < n; i++) ep->items[i] = i;
+    if (shuffle) {
+        uint64_t state = seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(epoch + 1));
+        for (int i = n - 1; i > 0; i--) { /* Fisher-Yates; the modulo bias of 2^64 % (i+1) is negligible */
+            int j = (int)(splitmix64(&state) % (uint64_t)(i + 1));
+            int t = ep->items[i];
+            ep->items[i] = ep->items[j];
+            ep->items[j] = t;
+        }
+    }
+    ep->row_start = xmalloc((size_t)(n + 1) * sizeof *ep->row_start);
+    ep->n_rows = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        int len = ds->examples[ep->items[i]].n;
+        if (i == 0 || used + len > ds->max_seq_len) {
+            ep->row_start[ep->n_rows++] = i;
+            used = 0;
+        }
+        used += len;
+    }
+    ep->row_start[ep->n_rows] = n;
+}
+
+void sft_epoch_free(struct sft_epoch *ep) {
+    free(ep->items);
+    free(ep->row_start);
+    memset(ep, 0, sizeof *ep);
+}
+
+int sft_steps_in_epoch(int n_rows, int batch_size, int grad_accum) {
+    int per_step = batch_size * grad_accum;
+    return (n_rows + per_step - 1) / per_step;
+}
+
+void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const struct sft_epoch *ep, int row,
+                    int n_rows) {
+    if (row + n_rows > ep->n_rows) n_rows = ep->n_rows - row;
+    int T = 1;
+    for (int r = row; r < row + n_rows; r++) {
+        int len = 0;
+        for (int k = ep->row_start[r]; k < ep->row_start[r + 1]; k++) len += ds->examples[ep->items[k]].n;
+        if (len > T) T = len;
+    }
+    int N = n_rows * T;
+    if (N > b->cap) {
+        b->cap = N;
+        b->ids = xrealloc(b->ids, (size_t)N * sizeof *b->ids);
+        b->positions = xrealloc(b->positions, (size_t)N * sizeof *b->positions);
+        b->seq_ids = xrealloc(b->seq_ids, (size_t)N * sizeof *b->seq_ids);
+        b->targets = xrealloc(b->targets, (size_t)N * sizeof *b->targets);
+    }
+    b->B = n_rows;
+    b->T = T;
+    b->n_tokens = 0;
+    b->n_targets = 0;
+    for (int r = 0; r < n_rows; r++) {
+        int t = 0, seq = 0;
+        int *ids = b->ids + (size_t)r * T, *pos = b->positions + (size_t)r * T;
+        int *sid = b->seq_ids + (size_t)r * T, *tgt = b->targets + (size_t)r * T;
+        for (int k = ep->row_start[row + r]; k < ep->row_start[row + r + 1]; k++, seq++) {
+            const struct sft_example *ex = &ds->examples[ep->items[k]];
+            for (int i = 0; i < ex->n; i++, t++) {
+                ids[t] = ex->ids[i];
+                pos[t] = i;
+                sid[t] = seq;
+                /* Token i predicts token i+1 of the same example, when that one is trained. */
+                tgt[t] = i + 1 < ex->n && ex->mask[i + 1] ? ex->ids[i + 1] : -1;
+                b->n_targets += tgt[t] >= 0;
+            }
+        }
+        b->n_tokens += t;
+        for (int p = 0; t < T; t++, p++) { /* padding: its own sequence, nothing to predict */
+            ids[t] = 0;
+            pos[t] = p;
+            sid[t] = seq;
+            tgt[t] = -1;
+        }
+    }
+}
+
+void sft_batch_free(struct sft_batch *b) {
+    free(b->ids);
+    free(b->positions);
+    free(b->seq_ids);
+    free(b->targets);
+    memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,99 @@
+/* sft_data.h - supervised fine-tuning data: JSONL chat files to token ids, packed rows, a cursor.
+ *
+ * A training or validation file holds one JSON object per line in OpenAI's chat format,
+ * {"messages": [{"role": "system"|"user"|"assistant", "content": "…", "weight": 0|1}, …]}; each line is
+ * rendered with the model's chat template and tokenized once (sft_dataset_load). An example longer
+ * than max_seq_len is cut to max_seq_len tokens and counted (truncation is reported, never silent).
+ *
+ * Packing: per epoch the examples are shuffled (deterministically from the seed and the epoch
+ * number) and laid end to end into rows of at most max_seq_len tokens, an example never split
+ * between rows (next-fit). Each token of a row carries its position inside its own example (RoPE
+ * restarts at 0) and the example's sequence id, so attention never crosses example boundaries.
+ *
+ * A training step takes up to batch_size × gradient_accumulation_steps rows of one epoch, in
+ * micro-batches of batch_size rows; the position in this stream is the cursor (epoch, row), which is
+ * all a checkpoint needs to continue exactly, since every epoch's packing is a function of the seed. */
+#ifndef WHET_SFT_DATA_H
+#define WHET_SFT_DATA_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+struct chat_template;
+struct tokenizer;
+
+struct sft_example {
+    int32_t *ids;  /* [n] */
+    uint8_t *mask; /* [n] 1: this token is a trained target (predicted from the one before) */
+    int n;
+};
+
+struct sft_dataset {
+    int n_examples, cap;
+    struct sft_example *examples;
+    int max_seq_len;
+    /* Reported figures. */
+    long long n_tokens;           /* after truncation */
+    long long n_trained_tokens;   /* targets that carry loss, after truncation */
+    int n_truncated;              /* examples cut to max_seq_len */
+    long long n_truncated_tokens; /* tokens those cuts removed */
+    int n_untrained;              /* examples left with no trained token after the cut (skipped) */
+};
+
+void sft_dataset_init(struct sft_dataset *ds, int max_seq_len);
+/* Adds one tokenized example (copied), truncating it to max_seq_len; examples with no trained
+ * target after truncation are counted in n_untrained and not kept. */
+void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *mask, int n);
+/* Reads a JSONL file: every non-blank line must be a JSON object with a `messages` array of
+ * system/user/assistant turns and at least one trained assistant turn; any other line is an error
+ * "PATH: line N: …". */
+int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat_template *tpl,
+                     const struct tokenizer *tok, struct whet_err *err);
+void sft_dataset_free(struct sft_dataset *ds);
+
+/* Parses one line into messages (roles/contents point into the returned JSON, which the caller
+ * releases with json_decref through sft_messages_free). Exposed for tests and the gateway-side
+ * validation. */
+struct chat_message;
+int sft_parse_messages(struct chat_message **msgs, int *n_msgs, void **json_root, const char *line, size_t len,
+                       struct whet_err *err);
+void sft_messages_free(struct chat_message *msgs, void *json_root);
+
+/* ---------------------------------------------------------------- packing */
+
+/* The rows of one epoch: row r holds examples items[row_start[r] .. row_start[r+1]). */
+struct sft_epoch {
+    int epoch;
+    int n_rows;
+    int *row_start; /* [n_rows + 1] */
+    int *items;     /* example indices in packing order */
+};
+
+/* Packs epoch `epoch`; shuffled by (seed, epoch) unless `shuffle` is 0 (validation). */
+void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle);
+void sft_epoch_free(struct sft_epoch *ep);
+/* Optimizer steps in an epoch of n_rows rows. */
+int sft_steps_in_epoch(int n_rows, int batch_size, int grad_accum);
+
+/* A micro-batch in the layout model_forward takes: B rows of T tokens, T the longest row used
+ * (pad tokens have id 0, target -1 and a sequence id of their own). */
+struct sft_batch {
+    int B, T, cap;
+    int *ids, *positions, *seq_ids, *targets; /* [B*T] */
+    int n_tokens;   /* real (not pad) tokens */
+    int n_targets;  /* trained targets */
+};
+
+/* Fills `b` with rows [row, row + n_rows) of `ep`. */
+void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const struct sft_epoch *ep, int row,
+                    int n_rows);
+void sft_batch_free(struct sft_batch *b);
+
+/* Where the next training step starts. */
+struct sft_cursor {
+    int epoch;
+    int row;
+};
+
+#endif
