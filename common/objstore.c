@@ -1,0 +1,716 @@
+/* objstore.c - the object store's front end: opening by URL, key rules, checksum-verified reads,
+ * zstd-compressed objects and checkpoint directories with a manifest written last.
+ *
+ * The backends (objstore_file.c, objstore_s3.c) only move bytes; everything that must behave the same
+ * whichever store is configured lives here, so the file:// store used in development and tests is a
+ * faithful stand-in for S3. */
+#include "objstore.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "crypto.h"
+#include "objstore_impl.h"
+
+#define DEFAULT_PART_SIZE (16u << 20)
+#define DEFAULT_THREADS 4
+#define MANIFEST_MAX (16u << 20)
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Opening and closing                                                                            */
+/* ---------------------------------------------------------------------------------------------- */
+
+int objstore_open(const char *url, struct objstore **out, struct whet_err *err) {
+    struct objstore *store = NULL;
+    int rc;
+    if (strncmp(url, "file://", 7) == 0) {
+        const char *root = url + 7;
+        if (root[0] != '/')
+            return whet_errf(err, "object store URL \"%s\": file:// needs an absolute path (file:///abs/path)", url);
+        rc = objstore_file_open(root, &store, err);
+    } else if (strncmp(url, "s3://", 5) == 0) {
+        const char *bucket = url + 5;
+        const char *slash = strchr(bucket, '/');
+        size_t bucket_len = slash ? (size_t)(slash - bucket) : strlen(bucket);
+        if (bucket_len == 0) return whet_errf(err, "object store URL \"%s\": no bucket name", url);
+        char *bucket_name = xmalloc(bucket_len + 1);
+        memcpy(bucket_name, bucket, bucket_len);
+        bucket_name[bucket_len] = 0;
+        /* The prefix is stored without slashes at either end; "" means the whole bucket. */
+        const char *prefix = slash ? slash + 1 : "";
+        size_t prefix_len = strlen(prefix);
+        while (prefix_len && prefix[prefix_len - 1] == '/') prefix_len--;
+        char *prefix_copy = xmalloc(prefix_len + 1);
+        memcpy(prefix_copy, prefix, prefix_len);
+        prefix_copy[prefix_len] = 0;
+        if (prefix_len && !objstore_key_valid(prefix_copy, err)) {
+            whet_err_prefix(err, "object store URL \"%s\": prefix", url);
+            rc = -1;
+        } else {
+            rc = objstore_s3_open(bucket_name, prefix_copy, &store, err);
+        }
+        free(bucket_name);
+        free(prefix_copy);
+    } else {
+        return whet_errf(err, "object store URL \"%s\": unknown scheme (expected file:///abs/path or s3://bucket/prefix)",
+                         url);
+    }
+    if (rc != 0) return -1;
+    store->url = xstrdup(url);
+    store->part_size = DEFAULT_PART_SIZE;
+    store->threads = DEFAULT_THREADS;
+    *out = store;
+    return 0;
+}
+
+int objstore_open_env(struct objstore **out, struct whet_err *err) {
+    const char *url = getenv("WHET_OBJECT_STORE");
+    if (!url || !*url)
+        return whet_errf(err, "WHET_OBJECT_STORE is not set (expected file:///abs/path or s3://bucket/prefix)");
+    return objstore_open(url, out, err);
+}
+
+void objstore_close(struct objstore *store) {
+    if (!store) return;
+    free(store->url);
+    store->ops->close(store);
+}
+
+const char *objstore_url(const struct objstore *store) { return store->url; }
+
+void objstore_set_multipart(struct objstore *store, size_t part_size, int threads) {
+    if (part_size) store->part_size = part_size;
+    if (threads > 0) store->threads = threads;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Keys and checksums                                                                             */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Fills `err` and returns 0, the "invalid" answer of objstore_key_valid. */
+static int key_bad(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int key_bad(struct whet_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return 0;
+}
+
+int objstore_key_valid(const char *key, struct whet_err *err) {
+    size_t len = strlen(key);
+    if (len == 0) return key_bad(err, "empty object key");
+    if (len > OBJSTORE_KEY_MAX)
+        return key_bad(err, "object key is %zu bytes, over the limit of %d", len, OBJSTORE_KEY_MAX);
+    if (key[0] == '/') return key_bad(err, "object key \"%s\" starts with '/'", key);
+    for (const char *p = key; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return key_bad(err, "object key \"%s\" has a control character", key);
+    /* Segments: no empty ("a//b", trailing '/'), "." or ".." ones, which a file system would resolve
+     * outside the key's place and S3 would keep as distinct keys. */
+    const char *seg = key;
+    for (;;) {
+        const char *end = strchr(seg, '/');
+        size_t n = end ? (size_t)(end - seg) : strlen(seg);
+        if (n == 0) return key_bad(err, "object key \"%s\" has an empty path segment", key);
+        if ((n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+            return key_bad(err, "object key \"%s\" has a \".\" or \"..\" segment", key);
+        if (!end) break;
+        seg = end + 1;
+    }
+    return 1;
+}
+
+EVP_MD_CTX *objstore_sha_begin(void) {
+    EVP_MD_CTX *sha = EVP_MD_CTX_new();
+    if (!sha || EVP_DigestInit_ex(sha, EVP_sha256(), NULL) != 1) {
+        fprintf(stderr, "whet: OpenSSL cannot start a SHA-256\n");
+        abort();
+    }
+    return sha;
+}
+
+void objstore_sha_update(EVP_MD_CTX *sha, const void *data, size_t len) { EVP_DigestUpdate(sha, data, len); }
+
+void objstore_sha_end(EVP_MD_CTX *sha, char hex[65]) {
+    uint8_t digest[32];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(sha, digest, &n);
+    EVP_MD_CTX_free(sha);
+    whet_hex_encode(digest, 32, hex);
+}
+
+int objstore_sha256_file(const char *path, char hex[65], uint64_t *size, struct whet_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return whet_errf(err, "%s: %s", path, strerror(errno));
+    size_t cap = 1u << 20;
+    char *buf = xmalloc(cap);
+    EVP_MD_CTX *sha = objstore_sha_begin();
+    uint64_t total = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf, cap);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            whet_errf(err, "%s: %s", path, strerror(errno));
+            objstore_sha_end(sha, hex);
+            free(buf);
+            close(fd);
+            return -1;
+        }
+        if (n == 0) break;
+        objstore_sha_update(sha, buf, (size_t)n);
+        total += (uint64_t)n;
+    }
+    objstore_sha_end(sha, hex);
+    free(buf);
+    close(fd);
+    if (size) *size = total;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Plain operations                                                                               */
+/* ---------------------------------------------------------------------------------------------- */
+
+#define CHECK_KEY(key)                                                     \
+    do {                                                                   \
+        if (!objstore_key_valid((key), err)) return -1;                    \
+    } while (0)
+
+int objstore_put(struct objstore *store, const char *key, const void *data, size_t len, struct whet_err *err) {
+    CHECK_KEY(key);
+    char sha[65];
+    whet_sha256_hex(data, len, sha);
+    return store->ops->put(store, key, data, len, sha, err);
+}
+
+int objstore_put_file(struct objstore *store, const char *key, const char *path, struct whet_err *err) {
+    CHECK_KEY(key);
+    return store->ops->put_file(store, key, path, NULL, err);
+}
+
+int objstore_read(struct objstore *store, const char *key, uint64_t offset, uint64_t length,
+                  objstore_sink_fn sink, void *ctx, struct whet_err *err) {
+    CHECK_KEY(key);
+    struct objstore_info info;
+    return store->ops->read(store, key, offset, length, sink, ctx, &info, err);
+}
+
+int objstore_stat(struct objstore *store, const char *key, struct objstore_info *info, struct whet_err *err) {
+    CHECK_KEY(key);
+    return store->ops->stat(store, key, info, err);
+}
+
+int objstore_delete(struct objstore *store, const char *key, struct whet_err *err) {
+    CHECK_KEY(key);
+    return store->ops->delete(store, key, err);
+}
+
+int objstore_list(struct objstore *store, const char *prefix, objstore_list_fn fn, void *ctx, struct whet_err *err) {
+    if (prefix[0] == '/') return whet_errf(err, "list prefix \"%s\" starts with '/'", prefix);
+    return store->ops->list(store, prefix, fn, ctx, err);
+}
+
+/* Every whole-object read goes through a verified read: the bytes pass through a SHA-256 on their
+ * way to the real sink and the digest is compared with the stored one at the end. */
+struct verified_read {
+    EVP_MD_CTX *sha;
+    objstore_sink_fn sink;
+    void *ctx;
+};
+
+static int verified_sink(void *ctx, const void *chunk, size_t len) {
+    struct verified_read *v = ctx;
+    objstore_sha_update(v->sha, chunk, len);
+    return v->sink(v->ctx, chunk, len);
+}
+
+/* Reads all of `key` into `sink`; on success `info` holds the size and the SHA-256 actually read. */
+static int read_verified(struct objstore *store, const char *key, objstore_sink_fn sink, void *ctx,
+                         struct objstore_info *info, struct whet_err *err) {
+    struct verified_read v = {objstore_sha_begin(), sink, ctx};
+    memset(info, 0, sizeof *info);
+    int rc = store->ops->read(store, key, 0, 0, verified_sink, &v, info, err);
+    char got[65];
+    objstore_sha_end(v.sha, got);
+    if (rc != 0) return rc;
+    if (info->sha256[0] && strcmp(info->sha256, got) != 0)
+        return whet_errf(err, "object \"%s\": checksum mismatch: stored sha256 %s, read %s", key, info->sha256, got);
+    memcpy(info->sha256, got, sizeof got);
+    return 0;
+}
+
+struct memory_sink {
+    char *data;
+    size_t len, cap, max;
+    int too_big;
+};
+
+static int memory_sink_write(void *ctx, const void *chunk, size_t len) {
+    struct memory_sink *m = ctx;
+    if (len > m->max - m->len) {
+        m->too_big = 1;
+        return 1;
+    }
+    if (m->len + len + 1 > m->cap) {
+        size_t cap = m->cap ? m->cap : 4096;
+        while (cap < m->len + len + 1) cap *= 2;
+        m->data = xrealloc(m->data, cap);
+        m->cap = cap;
+    }
+    memcpy(m->data + m->len, chunk, len);
+    m->len += len;
+    return 0;
+}
+
+int objstore_get(struct objstore *store, const char *key, char **data, size_t *len, size_t max,
+                 struct whet_err *err) {
+    CHECK_KEY(key);
+    struct memory_sink m = {.max = max};
+    struct objstore_info info;
+    int rc = read_verified(store, key, memory_sink_write, &m, &info, err);
+    if (rc == -1 && m.too_big) whet_errf(err, "object \"%s\" is larger than the limit of %zu bytes", key, max);
+    if (rc != 0) {
+        free(m.data);
+        return rc;
+    }
+    if (!m.data) m.data = xmalloc(1);
+    m.data[m.len] = 0;
+    *data = m.data;
+    if (len) *len = m.len;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Local files written through a temp file                                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* A temp file next to `path` ("DIR/.NAME.tmp.XXXXXX"), in the same file system so rename(2) is atomic;
+ * parent directories are created. The caller owns `*tmp_path`. */
+static int local_temp_open(const char *path, char **tmp_path, struct whet_err *err) {
+    const char *slash = strrchr(path, '/');
+    if (slash && slash != path) {
+        char *dir = xmalloc((size_t)(slash - path) + 1);
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = 0;
+        int rc = whet_mkdir_p(dir, err);
+        free(dir);
+        if (rc != 0) return -1;
+    }
+    const char *base = slash ? slash + 1 : path;
+    char *tmp = xasprintf("%.*s.%s.tmp.XXXXXX", (int)(base - path), path, base);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        whet_errf(err, "%s: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    *tmp_path = tmp;
+    return fd;
+}
+
+/* fsync, close and rename the temp file into place; on failure it is removed. Always closes `fd`. */
+static int local_temp_commit(int fd, char *tmp_path, const char *path, struct whet_err *err) {
+    int rc = 0;
+    if (fsync(fd) != 0) rc = whet_errf(err, "%s: fsync: %s", tmp_path, strerror(errno));
+    if (close(fd) != 0 && rc == 0) rc = whet_errf(err, "%s: close: %s", tmp_path, strerror(errno));
+    if (rc == 0 && rename(tmp_path, path) != 0) rc = whet_errf(err, "%s: rename: %s", path, strerror(errno));
+    if (rc != 0) unlink(tmp_path);
+    return rc;
+}
+
+static int write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+struct fd_sink {
+    int fd;
+    int write_errno; /* set when a write failed */
+};
+
+static int fd_sink_write(void *ctx, const void *chunk, size_t len) {
+    struct fd_sink *f = ctx;
+    if (write_all(f->fd, chunk, len) != 0) {
+        f->write_errno = errno;
+        return 1;
+    }
+    return 0;
+}
+
+int objstore_get_file(struct objstore *store, const char *key, const char *path, struct objstore_info *info,
+                      struct whet_err *err) {
+    CHECK_KEY(key);
+    char *tmp = NULL;
+    int fd = local_temp_open(path, &tmp, err);
+    if (fd < 0) return -1;
+    struct fd_sink f = {fd, 0};
+    struct objstore_info got;
+    int rc = read_verified(store, key, fd_sink_write, &f, &got, err);
+    if (rc == -1 && f.write_errno) whet_errf(err, "%s: %s", tmp, strerror(f.write_errno));
+    if (rc != 0) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return rc;
+    }
+    rc = local_temp_commit(fd, tmp, path, err);
+    free(tmp);
+    if (rc == 0 && info) *info = got;
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* zstd objects                                                                                   */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* Compresses `len` bytes with the streaming API into a buffer the caller frees. */
+static int zstd_compress_buffer(const void *data, size_t len, int level, char **out, size_t *out_len,
+                                struct whet_err *err) {
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    if (!cctx) return whet_errf(err, "zstd: cannot create a compression context");
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setPledgedSrcSize(cctx, len);
+    size_t cap = ZSTD_compressBound(len);
+    char *buf = xmalloc(cap);
+    ZSTD_inBuffer in = {data, len, 0};
+    ZSTD_outBuffer outb = {buf, cap, 0};
+    size_t left = ZSTD_compressStream2(cctx, &outb, &in, ZSTD_e_end);
+    ZSTD_freeCCtx(cctx);
+    if (ZSTD_isError(left) || left != 0) {
+        free(buf);
+        return whet_errf(err, "zstd: %s", ZSTD_isError(left) ? ZSTD_getErrorName(left) : "output buffer too small");
+    }
+    *out = buf;
+    *out_len = outb.pos;
+    return 0;
+}
+
+int objstore_put_zstd(struct objstore *store, const char *key, const void *data, size_t len, int level,
+                      struct whet_err *err) {
+    CHECK_KEY(key);
+    char *packed = NULL;
+    size_t packed_len = 0;
+    if (zstd_compress_buffer(data, len, level, &packed, &packed_len, err) != 0)
+        return whet_err_prefix(err, "object \"%s\"", key);
+    int rc = objstore_put(store, key, packed, packed_len, err);
+    free(packed);
+    return rc;
+}
+
+/* A sink that decompresses what it receives and hands the plain bytes to another sink, so compressed
+ * objects are never held whole. */
+struct zstd_sink {
+    ZSTD_DStream *dstream;
+    char *out;
+    size_t out_cap;
+    size_t last_ret; /* 0 once a frame has ended: anything but 0 at the end means a truncated frame */
+    const char *zstd_error;
+    objstore_sink_fn sink;
+    void *ctx;
+};
+
+static int zstd_sink_write(void *ctx, const void *chunk, size_t len) {
+    struct zstd_sink *z = ctx;
+    ZSTD_inBuffer in = {chunk, len, 0};
+    while (in.pos < in.size) {
+        ZSTD_outBuffer out = {z->out, z->out_cap, 0};
+        size_t ret = ZSTD_decompressStream(z->dstream, &out, &in);
+        if (ZSTD_isError(ret)) {
+            z->zstd_error = ZSTD_getErrorName(ret);
+            return 1;
+        }
+        z->last_ret = ret;
+        if (out.pos && z->sink(z->ctx, z->out, out.pos) != 0) return 1;
+    }
+    return 0;
+}
+
+/* Reads `key`, verifying its checksum, and sends the decompressed bytes to `sink`. */
+static int read_zstd(struct objstore *store, const char *key, objstore_sink_fn sink, void *ctx,
+                     struct whet_err *err) {
+    struct zstd_sink z = {.dstream = ZSTD_createDStream(), .out_cap = ZSTD_DStreamOutSize(), .last_ret = 1,
+                          .sink = sink, .ctx = ctx};
+    if (!z.dstream) return whet_errf(err, "zstd: cannot create a decompression context");
+    z.out = xmalloc(z.out_cap);
+    struct objstore_info info;
+    int rc = read_verified(store, key, zstd_sink_write, &z, &info, err);
+    if (rc == -1 && z.zstd_error) whet_errf(err, "object \"%s\": zstd: %s", key, z.zstd_error);
+    if (rc == 0 && z.last_ret != 0) rc = whet_errf(err, "object \"%s\": zstd: truncated frame", key);
+    ZSTD_freeDStream(z.dstream);
+    free(z.out);
+    return rc;
+}
+
+int objstore_get_zstd(struct objstore *store, const char *key, char **data, size_t *len, size_t max,
+                      struct whet_err *err) {
+    CHECK_KEY(key);
+    struct memory_sink m = {.max = max};
+    int rc = read_zstd(store, key, memory_sink_write, &m, err);
+    if (rc == -1 && m.too_big)
+        whet_errf(err, "object \"%s\" decompresses to more than the limit of %zu bytes", key, max);
+    if (rc != 0) {
+        free(m.data);
+        return rc;
+    }
+    if (!m.data) m.data = xmalloc(1);
+    m.data[m.len] = 0;
+    *data = m.data;
+    if (len) *len = m.len;
+    return 0;
+}
+
+/* Compresses the file at `src` into the open file `dst_fd` with the streaming API. */
+static int zstd_compress_file(const char *src, int dst_fd, int level, struct whet_err *err) {
+    int in_fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (in_fd < 0) return whet_errf(err, "%s: %s", src, strerror(errno));
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    if (!cctx) {
+        close(in_fd);
+        return whet_errf(err, "zstd: cannot create a compression context");
+    }
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    size_t in_cap = ZSTD_CStreamInSize(), out_cap = ZSTD_CStreamOutSize();
+    char *in_buf = xmalloc(in_cap), *out_buf = xmalloc(out_cap);
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(in_fd, in_buf, in_cap);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = whet_errf(err, "%s: %s", src, strerror(errno));
+            break;
+        }
+        ZSTD_EndDirective mode = n == 0 ? ZSTD_e_end : ZSTD_e_continue;
+        ZSTD_inBuffer in = {in_buf, (size_t)n, 0};
+        size_t left;
+        do {
+            ZSTD_outBuffer out = {out_buf, out_cap, 0};
+            left = ZSTD_compressStream2(cctx, &out, &in, mode);
+            if (ZSTD_isError(left)) {
+                rc = whet_errf(err, "%s: zstd: %s", src, ZSTD_getErrorName(left));
+                break;
+            }
+            if (write_all(dst_fd, out_buf, out.pos) != 0) {
+                rc = whet_errf(err, "compressing %s: %s", src, strerror(errno));
+                break;
+            }
+        } while (rc == 0 && (mode == ZSTD_e_end ? left != 0 : in.pos < in.size));
+        if (rc != 0 || n == 0) break;
+    }
+    free(in_buf);
+    free(out_buf);
+    ZSTD_freeCCtx(cctx);
+    close(in_fd);
+    return rc;
+}
+
+int objstore_put_file_zstd(struct objstore *store, const char *key, const char *path, int level,
+                           struct whet_err *err) {
+    CHECK_KEY(key);
+    char *tmp = NULL;
+    int fd = local_temp_open(path, &tmp, err);
+    if (fd < 0) return -1;
+    int rc = zstd_compress_file(path, fd, level, err);
+    close(fd);
+    if (rc == 0) rc = objstore_put_file(store, key, tmp, err);
+    unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int objstore_get_file_zstd(struct objstore *store, const char *key, const char *path, struct whet_err *err) {
+    CHECK_KEY(key);
+    char *tmp = NULL;
+    int fd = local_temp_open(path, &tmp, err);
+    if (fd < 0) return -1;
+    struct fd_sink f = {fd, 0};
+    int rc = read_zstd(store, key, fd_sink_write, &f, err);
+    if (rc == -1 && f.write_errno) whet_errf(err, "%s: %s", tmp, strerror(f.write_errno));
+    if (rc != 0) {
+        close(fd);
+        unlink(tmp);
+    } else {
+        rc = local_temp_commit(fd, tmp, path, err);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Checkpoint directories: files first, MANIFEST.json last                                        */
+/* ---------------------------------------------------------------------------------------------- */
+
+struct name_list {
+    char **names;
+    size_t len, cap;
+};
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Collects the regular files under `root`/`rel` as relative names ("sub/file"). */
+static int collect_files(const char *root, const char *rel, struct name_list *list, struct whet_err *err) {
+    char *dir_path = rel[0] ? xasprintf("%s/%s", root, rel) : xstrdup(root);
+    DIR *dir = opendir(dir_path);
+    if (!dir) {
+        whet_errf(err, "%s: %s", dir_path, strerror(errno));
+        free(dir_path);
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *ent;
+    while (rc == 0 && (ent = readdir(dir)) != NULL) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) continue;
+        char *name = rel[0] ? xasprintf("%s/%s", rel, ent->d_name) : xstrdup(ent->d_name);
+        char *full = xasprintf("%s/%s", root, name);
+        struct stat st;
+        if (lstat(full, &st) != 0) {
+            rc = whet_errf(err, "%s: %s", full, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            rc = collect_files(root, name, list, err);
+        } else if (S_ISREG(st.st_mode)) {
+            if (list->len == list->cap) {
+                list->cap = list->cap ? list->cap * 2 : 16;
+                list->names = xrealloc(list->names, list->cap * sizeof *list->names);
+            }
+            list->names[list->len++] = name;
+            name = NULL;
+        }
+        /* Anything else (symlinks, sockets) is not part of a checkpoint: a symlink could point outside it. */
+        free(name);
+        free(full);
+    }
+    closedir(dir);
+    free(dir_path);
+    return rc;
+}
+
+static void name_list_free(struct name_list *list) {
+    for (size_t i = 0; i < list->len; i++) free(list->names[i]);
+    free(list->names);
+}
+
+int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err) {
+    CHECK_KEY(prefix);
+    struct name_list files = {0};
+    if (collect_files(dir, "", &files, err) != 0) {
+        name_list_free(&files);
+        return -1;
+    }
+    qsort(files.names, files.len, sizeof *files.names, name_cmp);
+    json_t *entries = json_array();
+    int rc = 0;
+    for (size_t i = 0; i < files.len && rc == 0; i++) {
+        const char *name = files.names[i];
+        if (strcmp(name, OBJSTORE_MANIFEST) == 0) {
+            rc = whet_errf(err, "%s: a checkpoint may not contain its own %s", dir, OBJSTORE_MANIFEST);
+            break;
+        }
+        char *path = xasprintf("%s/%s", dir, name);
+        char *key = xasprintf("%s/%s", prefix, name);
+        char sha[65];
+        uint64_t size;
+        rc = objstore_sha256_file(path, sha, &size, err);
+        if (rc == 0) rc = store->ops->put_file(store, key, path, sha, err);
+        if (rc == 0)
+            json_array_append_new(entries, json_pack("{s:s, s:I, s:s}", "name", name, "size", (json_int_t)size,
+                                                     "sha256", sha));
+        free(path);
+        free(key);
+    }
+    name_list_free(&files);
+    if (rc == 0) {
+        json_t *manifest = json_pack("{s:o}", "files", entries);
+        char *text = json_dumps(manifest, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        char *key = xasprintf("%s/%s", prefix, OBJSTORE_MANIFEST);
+        rc = objstore_put(store, key, text, strlen(text), err);
+        free(key);
+        free(text);
+        json_decref(manifest);
+    } else {
+        json_decref(entries);
+    }
+    return rc;
+}
+
+int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err) {
+    CHECK_KEY(prefix);
+    char *manifest_key = xasprintf("%s/%s", prefix, OBJSTORE_MANIFEST);
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc = objstore_get(store, manifest_key, &text, &text_len, MANIFEST_MAX, err);
+    if (rc == OBJSTORE_NOT_FOUND)
+        whet_errf(err, "checkpoint \"%s\" has no %s: its upload is incomplete", prefix, OBJSTORE_MANIFEST);
+    if (rc != 0) {
+        free(manifest_key);
+        return rc;
+    }
+    json_error_t jerr;
+    json_t *manifest = json_loadb(text, text_len, 0, &jerr);
+    json_t *files = manifest ? json_object_get(manifest, "files") : NULL;
+    if (!json_is_array(files)) {
+        rc = manifest ? whet_errf(err, "%s: \"files\" must be an array", manifest_key)
+                      : whet_errf(err, "%s: line %d: %s", manifest_key, jerr.line, jerr.text);
+    }
+    if (rc == 0) rc = whet_mkdir_p(dir, err);
+    size_t i;
+    json_t *entry;
+    json_array_foreach(files, i, entry) {
+        if (rc != 0) break;
+        const char *name = json_string_value(json_object_get(entry, "name"));
+        const char *sha = json_string_value(json_object_get(entry, "sha256"));
+        json_t *size = json_object_get(entry, "size");
+        if (!name || !sha || !json_is_integer(size)) {
+            rc = whet_errf(err, "%s: files[%zu]: needs \"name\", \"size\" and \"sha256\"", manifest_key, i);
+            break;
+        }
+        /* The name becomes a local path: the key rules keep it inside `dir`. */
+        if (!objstore_key_valid(name, err) || strcmp(name, OBJSTORE_MANIFEST) == 0) {
+            if (strcmp(name, OBJSTORE_MANIFEST) == 0) whet_errf(err, "the manifest lists itself");
+            rc = whet_err_prefix(err, "%s: files[%zu]", manifest_key, i);
+            break;
+        }
+        char *key = xasprintf("%s/%s", prefix, name);
+        char *path = xasprintf("%s/%s", dir, name);
+        struct objstore_info info;
+        rc = objstore_get_file(store, key, path, &info, err);
+        if (rc == OBJSTORE_NOT_FOUND)
+            rc = whet_errf(err, "checkpoint \"%s\": %s is in the manifest but not in the store", prefix, name);
+        else if (rc == 0 && (info.size != (uint64_t)json_integer_value(size) || strcmp(info.sha256, sha) != 0)) {
+            rc = whet_errf(err, "checkpoint \"%s\": %s does not match the manifest (%llu bytes, sha256 %s; "
+                                "manifest: %lld bytes, sha256 %s)", prefix, name, (unsigned long long)info.size,
+                           info.sha256, (long long)json_integer_value(size), sha);
+            unlink(path);
+        }
+        free(key);
+        free(path);
+    }
+    if (rc == 0) {
+        char *path = xasprintf("%s/%s", dir, OBJSTORE_MANIFEST);
+        rc = whet_write_file_atomic(path, text, text_len, err);
+        free(path);
+    }
+    json_decref(manifest);
+    free(text);
+    free(manifest_key);
+    return rc;
+}

@@ -1,0 +1,134 @@
+/* objstore.h - the object store: where datasets, base models and checkpoints live (DESIGN.md).
+ *
+ * One blocking API over two backends, chosen by URL:
+ *   file:///abs/path      a directory; every write is atomic (temp file, fsync, rename), so a reader
+ *                         sees the old object or the new one, never half of one.
+ *   s3://bucket/prefix    an S3-compatible service at $WHET_S3_ENDPOINT (path-style URLs), signed with
+ *                         SigV4 by libcurl from $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_REGION
+ *                         (and $AWS_SESSION_TOKEN when set). Large files go up as multipart uploads
+ *                         with parts sent in parallel; failed requests are retried with backoff.
+ *
+ * Keys are relative paths ("ckpt/step-10/adapter.safetensors"): no leading '/', no empty, "." or ".."
+ * segments, no control characters, at most 1024 bytes. Every object carries the SHA-256 of its bytes
+ * (S3: the `x-amz-meta-sha256` header; file://: the `user.whet.sha256` extended attribute where the
+ * file system has them), and whole-object reads check it.
+ *
+ * Return values: 0 on success, -1 on error with `err` filled, and OBJSTORE_NOT_FOUND (1) from the reads
+ * when the key does not exist, so callers can tell a 404 from a failure without parsing messages.
+ *
+ * Thread safety: a `struct objstore` may be shared by any number of threads once opened; each call
+ * uses its own connection. Only objstore_close() must not race with other calls.
+ *
+ * Checkpoints use a "manifest written last" convention (objstore_put_dir/objstore_get_dir): every file
+ * of a directory is uploaded, then PREFIX/MANIFEST.json listing names, sizes and SHA-256s. A prefix
+ * without a manifest is an incomplete upload and is never read. */
+#ifndef WHET_OBJSTORE_H
+#define WHET_OBJSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+#define OBJSTORE_NOT_FOUND 1
+#define OBJSTORE_KEY_MAX 1024
+#define OBJSTORE_MANIFEST "MANIFEST.json"
+
+struct objstore;
+
+/* What a stat or a read learns about an object. */
+struct objstore_info {
+    uint64_t size;     /* bytes */
+    char sha256[65];   /* lower-case hex of the object's SHA-256, "" when the store holds none */
+};
+
+/* Opens a store by URL (see above). s3:// needs $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY;
+ * $WHET_S3_ENDPOINT defaults to https://s3.$AWS_REGION.amazonaws.com and $AWS_REGION to us-east-1.
+ * Nothing is contacted yet: a wrong endpoint shows up on the first call. */
+int objstore_open(const char *url, struct objstore **out, struct whet_err *err);
+/* objstore_open($WHET_OBJECT_STORE); an error when the variable is unset. */
+int objstore_open_env(struct objstore **out, struct whet_err *err);
+/* Frees the store. NULL is allowed. */
+void objstore_close(struct objstore *store);
+/* The URL the store was opened with. */
+const char *objstore_url(const struct objstore *store);
+
+/* Multipart tuning for s3:// (file:// ignores it): files larger than `part_size` bytes are uploaded in
+ * parts of that size (S3 wants at least 5 MiB except for the last) by `threads` threads. Defaults:
+ * 16 MiB, 4 threads. Call before sharing the store between threads. */
+void objstore_set_multipart(struct objstore *store, size_t part_size, int threads);
+
+/* 1 when `key` is acceptable (see above); otherwise 0 with the reason in `err`. */
+int objstore_key_valid(const char *key, struct whet_err *err);
+
+/* Stores `len` bytes under `key`, replacing any object there. */
+int objstore_put(struct objstore *store, const char *key, const void *data, size_t len, struct whet_err *err);
+/* Stores the contents of the local file `path` under `key`; on s3:// files larger than the part size
+ * go up as a multipart upload with parallel parts (aborted on failure, so no parts are left behind). */
+int objstore_put_file(struct objstore *store, const char *key, const char *path, struct whet_err *err);
+
+/* Reads a whole object into a NUL-terminated buffer the caller frees (the NUL is not counted in
+ * `*len`). Fails when the object is larger than `max` or its SHA-256 does not match the stored one.
+ * OBJSTORE_NOT_FOUND when there is no such key. */
+int objstore_get(struct objstore *store, const char *key, char **data, size_t *len, size_t max,
+                 struct whet_err *err);
+/* Downloads an object to the local file `path` (parent directories created) through a temp file in
+ * the same directory that is renamed into place only once the SHA-256 matches. `info` may be NULL.
+ * OBJSTORE_NOT_FOUND when there is no such key (and `path` is left untouched). */
+int objstore_get_file(struct objstore *store, const char *key, const char *path, struct objstore_info *info,
+                      struct whet_err *err);
+
+/* Receives the bytes of a streamed read in order; returns 0 to go on, non-zero to stop the read
+ * (objstore_read then fails with "read stopped by the receiver"). */
+typedef int (*objstore_sink_fn)(void *ctx, const void *chunk, size_t len);
+
+/* Streams `length` bytes of an object starting at `offset` to `sink` in chunks (length 0: to the end),
+ * for serving downloads without holding whole objects in memory. A range past the end is an error. The
+ * bytes are not checked against the SHA-256 (a range cannot be, and a sink may already have sent
+ * them on); use objstore_stat first for the size and checksum to send along. OBJSTORE_NOT_FOUND when
+ * there is no such key, before any call to `sink`. */
+int objstore_read(struct objstore *store, const char *key, uint64_t offset, uint64_t length,
+                  objstore_sink_fn sink, void *ctx, struct whet_err *err);
+
+/* Size and stored checksum of an object; OBJSTORE_NOT_FOUND when there is no such key. */
+int objstore_stat(struct objstore *store, const char *key, struct objstore_info *info, struct whet_err *err);
+
+/* Removes an object. Removing a key that does not exist succeeds (as on S3). */
+int objstore_delete(struct objstore *store, const char *key, struct whet_err *err);
+
+/* Called once per key by objstore_list, in byte order of the keys; returns 0 to go on, non-zero to
+ * stop the listing (objstore_list then returns 0). */
+typedef int (*objstore_list_fn)(void *ctx, const char *key, uint64_t size);
+
+/* Lists the keys that start with `prefix` (a plain string prefix, "" for all), in byte order. */
+int objstore_list(struct objstore *store, const char *prefix, objstore_list_fn fn, void *ctx,
+                  struct whet_err *err);
+
+/* zstd-compressed objects (trainer state, optimizer moments). The stored object is a zstd frame; its
+ * SHA-256 is that of the compressed bytes. `level` is a zstd level (1..19; 3 is a good default). */
+int objstore_put_zstd(struct objstore *store, const char *key, const void *data, size_t len, int level,
+                      struct whet_err *err);
+/* Reads and decompresses; fails when the result would exceed `max` bytes. NUL-terminated like
+ * objstore_get. OBJSTORE_NOT_FOUND when there is no such key. */
+int objstore_get_zstd(struct objstore *store, const char *key, char **data, size_t *len, size_t max,
+                      struct whet_err *err);
+/* The same for files, streaming through libzstd without holding the file in memory: the local file
+ * `path` is compressed into a temp file next to it and uploaded; get decompresses into a temp file
+ * renamed to `path`. */
+int objstore_put_file_zstd(struct objstore *store, const char *key, const char *path, int level,
+                           struct whet_err *err);
+int objstore_get_file_zstd(struct objstore *store, const char *key, const char *path, struct whet_err *err);
+
+/* Uploads every regular file under the local directory `dir` (recursively; names relative to `dir`)
+ * to PREFIX/NAME, then PREFIX/MANIFEST.json last:
+ *   {"files":[{"name":"adapter.safetensors","size":123,"sha256":"…"}, …]}
+ * so a crash mid-upload leaves a prefix without a manifest, which objstore_get_dir refuses. `prefix`
+ * is a key (no trailing '/'). Files named MANIFEST.json at the top of `dir` are refused. */
+int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err);
+/* Downloads the checkpoint at `prefix` into the local directory `dir` (created): reads the manifest
+ * (OBJSTORE_NOT_FOUND when there is none: the checkpoint is incomplete), fetches every file it names
+ * and checks each size and SHA-256 against it; a mismatch is an error naming the file. MANIFEST.json
+ * itself is written to `dir` last. */
+int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err);
+
+#endif
