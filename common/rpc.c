@@ -1,0 +1,452 @@
+/* rpc.c - see rpc.h. Written against gRPC C core 1.51: deadlines are built from gpr_now (the
+ * grpc_timeout_* helpers are test-only), a client batch can succeed while the RPC failed (the status
+ * says), and a completion queue has no file descriptor, so each server thread owns one and blocks on it. */
+#include "rpc.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crypto.h"
+#include "env.h"
+#include "log.h"
+
+#define RPC_MAX_MESSAGE (64 * 1024 * 1024)
+
+static pthread_once_t grpc_once = PTHREAD_ONCE_INIT;
+static void rpc_init_library(void) { grpc_init(); }
+
+static gpr_timespec deadline_in(int ms) {
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+static grpc_byte_buffer *pack_message(const ProtobufCMessage *msg) {
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = xmalloc(len);
+    protobuf_c_message_pack(msg, buf);
+    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, len);
+    free(buf);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    return bb;
+}
+
+static ProtobufCMessage *unpack_message(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
+    grpc_byte_buffer_reader reader;
+    if (!grpc_byte_buffer_reader_init(&reader, bb)) return NULL;
+    grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
+    grpc_byte_buffer_reader_destroy(&reader);
+    ProtobufCMessage *msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
+    grpc_slice_unref(all);
+    return msg;
+}
+
+static grpc_channel_args *message_size_args(void) {
+    static grpc_arg args[2];
+    static grpc_channel_args channel_args = {2, args};
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = RPC_MAX_MESSAGE;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = RPC_MAX_MESSAGE;
+    return &channel_args;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Client
+ * ---------------------------------------------------------------------------------------------- */
+
+struct rpc_client {
+    grpc_channel *channel;
+    char *token;
+};
+
+int rpc_client_open(const char *target, const char *token, struct rpc_client **out, struct whet_err *err) {
+    pthread_once(&grpc_once, rpc_init_library);
+    grpc_channel_credentials *creds;
+    const char *ca_path = whet_env("WHET_GRPC_TLS_CA", NULL);
+    if (ca_path) {
+        char *ca;
+        if (whet_read_file(ca_path, 1 << 20, &ca, NULL, err) < 0) return whet_err_prefix(err, "WHET_GRPC_TLS_CA");
+        creds = grpc_ssl_credentials_create(ca, NULL, NULL, NULL);
+        free(ca);
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
+    grpc_channel *channel = grpc_channel_create(target, creds, message_size_args());
+    grpc_channel_credentials_release(creds);
+    if (!channel) return whet_errf(err, "cannot create a gRPC channel to %s", target);
+    struct rpc_client *c = xcalloc(1, sizeof *c);
+    c->channel = channel;
+    c->token = xstrdup(token ? token : "");
+    *out = c;
+    return 0;
+}
+
+void rpc_client_close(struct rpc_client *client) {
+    if (!client) return;
+    grpc_channel_destroy(client->channel);
+    free(client->token);
+    free(client);
+}
+
+/* One attempt; returns the gRPC status. */
+static int call_once(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
+                     struct whet_err *err) {
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_slice method_slice = grpc_slice_from_static_string(method);
+    grpc_call *call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_slice, NULL,
+                                               deadline_in(timeout_ms), NULL);
+    grpc_metadata md = {.key = grpc_slice_from_static_string("authorization"),
+                        .value = grpc_slice_from_copied_string(client->token)};
+    grpc_byte_buffer *send_bb = pack_message(req), *recv_bb = NULL;
+    grpc_metadata_array initial_md, trailing_md;
+    grpc_metadata_array_init(&initial_md);
+    grpc_metadata_array_init(&trailing_md);
+    grpc_status_code status = GRPC_STATUS_UNKNOWN;
+    grpc_slice details = grpc_empty_slice();
+
+    grpc_op ops[6];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = 1;
+    ops[0].data.send_initial_metadata.metadata = &md;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send_bb;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+    ops[4].op = GRPC_OP_RECV_MESSAGE;
+    ops[4].data.recv_message.recv_message = &recv_bb;
+    ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+    ops[5].data.recv_status_on_client.status = &status;
+    ops[5].data.recv_status_on_client.status_details = &details;
+
+    int rc;
+    if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) != GRPC_CALL_OK) {
+        whet_errf(err, "%s: could not start the call", method);
+        rc = RPC_INTERNAL;
+    } else {
+        grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (status != GRPC_STATUS_OK) {
+            char *d = grpc_slice_to_c_string(details);
+            whet_errf(err, "%s: status %d: %s", method, (int)status, d);
+            gpr_free(d);
+            rc = (int)status;
+        } else if (!recv_bb || !(*resp = unpack_message(recv_bb, resp_desc))) {
+            whet_errf(err, "%s: the reply is not a %s", method, resp_desc->name);
+            rc = RPC_INTERNAL;
+        } else {
+            rc = RPC_OK;
+        }
+    }
+    grpc_slice_unref(md.value);
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&initial_md);
+    grpc_metadata_array_destroy(&trailing_md);
+    grpc_byte_buffer_destroy(send_bb);
+    if (recv_bb) grpc_byte_buffer_destroy(recv_bb);
+    grpc_call_unref(call);
+    grpc_completion_queue_shutdown(cq);
+    grpc_completion_queue_destroy(cq);
+    return rc;
+}
+
+int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms, int budget_ms,
+             struct whet_err *err) {
+    double give_up = whet_now_mono() + budget_ms / 1000.0;
+    int backoff_ms = 50;
+    for (;;) {
+        int rc = call_once(client, method, req, resp_desc, resp, timeout_ms, err);
+        if (rc != RPC_UNAVAILABLE && rc != RPC_DEADLINE_EXCEEDED) return rc;
+        /* Full jitter: a fleet of executors that lost the scheduler at once does not come back at once. */
+        uint32_t r;
+        whet_random_bytes(&r, sizeof r);
+        int sleep_ms = (int)(r % (uint32_t)backoff_ms) + 1;
+        if (whet_now_mono() + sleep_ms / 1000.0 >= give_up) return rc;
+        usleep((useconds_t)sleep_ms * 1000);
+        if (backoff_ms < 5000) backoff_ms *= 2;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Server: one completion queue per thread; each call walks REQUESTED -> RECEIVED -> SENT.
+ * ---------------------------------------------------------------------------------------------- */
+
+enum call_stage { STAGE_REQUESTED, STAGE_RECEIVED, STAGE_SENT };
+
+struct rpc_server;
+
+struct server_call {
+    enum call_stage stage;
+    struct rpc_server *server;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array request_md;
+    grpc_byte_buffer *recv_bb, *send_bb;
+    grpc_slice status_details;
+    int cancelled;
+    int active; /* counted in rpc_server.active_calls */
+};
+
+struct server_thread {
+    struct rpc_server *server;
+    grpc_completion_queue *cq;
+    pthread_t thread;
+};
+
+struct rpc_server {
+    grpc_server *server;
+    int port;
+    char *token;
+    const struct rpc_method *methods;
+    int nmethods;
+    void *ctx;
+    int nthreads;
+    struct server_thread *threads;
+    pthread_mutex_t lock;
+    pthread_cond_t shut_down;
+    int shutdown_done;
+    /* Calls received and not yet finished. The shutdown notification can arrive while a handler still
+     * runs for a call whose client went away; the queues must outlive those calls. */
+    int active_calls;
+};
+
+#define SHUTDOWN_TAG ((void *)&shutdown_tag_storage)
+static char shutdown_tag_storage;
+
+static void request_next_call(struct rpc_server *srv, grpc_completion_queue *cq) {
+    struct server_call *c = xcalloc(1, sizeof *c);
+    c->server = srv;
+    c->cq = cq;
+    c->stage = STAGE_REQUESTED;
+    c->status_details = grpc_empty_slice();
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->request_md);
+    if (grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, cq, cq, c) != GRPC_CALL_OK) {
+        grpc_call_details_destroy(&c->details);
+        grpc_metadata_array_destroy(&c->request_md);
+        free(c);
+    }
+}
+
+static void server_call_free(struct server_call *c) {
+    if (c->active) {
+        pthread_mutex_lock(&c->server->lock);
+        if (--c->server->active_calls == 0) pthread_cond_broadcast(&c->server->shut_down);
+        pthread_mutex_unlock(&c->server->lock);
+    }
+    if (c->call) grpc_call_unref(c->call);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->request_md);
+    if (c->recv_bb) grpc_byte_buffer_destroy(c->recv_bb);
+    if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
+    grpc_slice_unref(c->status_details);
+    free(c);
+}
+
+static int token_ok(const struct rpc_server *srv, const grpc_metadata_array *md) {
+    size_t want = strlen(srv->token);
+    for (size_t i = 0; i < md->count; i++) {
+        if (grpc_slice_str_cmp(md->metadata[i].key, "authorization")) continue;
+        const grpc_slice v = md->metadata[i].value;
+        return GRPC_SLICE_LENGTH(v) == want && whet_ct_equal(GRPC_SLICE_START_PTR(v), srv->token, want);
+    }
+    return 0;
+}
+
+/* Runs the handler and sends the reply with the status. */
+static void respond(struct server_call *c) {
+    struct rpc_server *srv = c->server;
+    struct whet_err err = {{0}};
+    int status = RPC_OK;
+    ProtobufCMessage *resp = NULL;
+    const struct rpc_method *m = NULL;
+    for (int i = 0; i < srv->nmethods; i++)
+        if (!grpc_slice_str_cmp(c->details.method, srv->methods[i].path)) m = &srv->methods[i];
+
+    if (!token_ok(srv, &c->request_md)) {
+        status = RPC_UNAUTHENTICATED;
+        whet_errf(&err, "missing or wrong executor token");
+    } else if (!m) {
+        status = 12; /* UNIMPLEMENTED */
+        whet_errf(&err, "no such method");
+    } else if (!c->recv_bb) {
+        status = RPC_INVALID_ARGUMENT;
+        whet_errf(&err, "no request message");
+    } else {
+        ProtobufCMessage *req = unpack_message(c->recv_bb, m->request);
+        if (!req) {
+            status = RPC_INVALID_ARGUMENT;
+            whet_errf(&err, "request is not a valid %s", m->request->name);
+        } else {
+            status = m->handler(srv->ctx, req, &resp, &err);
+            protobuf_c_message_free_unpacked(req, NULL);
+        }
+    }
+    if (status != RPC_OK) {
+        char *path = grpc_slice_to_c_string(c->details.method);
+        log_warn("msg=\"rpc failed\" method=%s status=%d error=\"%s\"", path, status, err.msg);
+        gpr_free(path);
+    }
+
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    int n = 0;
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (status == RPC_OK && resp) {
+        c->send_bb = pack_message(resp);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->send_bb;
+    }
+    if (resp) m->free_resp(resp);
+    c->status_details = grpc_slice_from_copied_string(status == RPC_OK ? "" : err.msg);
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)status;
+    ops[n++].data.send_status_from_server.status_details = &c->status_details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->stage = STAGE_SENT;
+    if (grpc_call_start_batch(c->call, ops, (size_t)n, c, NULL) != GRPC_CALL_OK) server_call_free(c);
+}
+
+static void *server_thread_main(void *arg) {
+    struct server_thread *t = arg;
+    struct rpc_server *srv = t->server;
+    request_next_call(srv, t->cq);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(t->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        if (ev.tag == SHUTDOWN_TAG) {
+            pthread_mutex_lock(&srv->lock);
+            srv->shutdown_done = 1;
+            pthread_cond_broadcast(&srv->shut_down);
+            pthread_mutex_unlock(&srv->lock);
+            continue;
+        }
+        struct server_call *c = ev.tag;
+        switch (c->stage) {
+        case STAGE_REQUESTED: {
+            if (!ev.success) { /* the server is shutting down */
+                server_call_free(c);
+                break;
+            }
+            pthread_mutex_lock(&srv->lock);
+            srv->active_calls++;
+            pthread_mutex_unlock(&srv->lock);
+            c->active = 1;
+            request_next_call(srv, t->cq);
+            grpc_op op;
+            memset(&op, 0, sizeof op);
+            op.op = GRPC_OP_RECV_MESSAGE;
+            op.data.recv_message.recv_message = &c->recv_bb;
+            c->stage = STAGE_RECEIVED;
+            if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) server_call_free(c);
+            break;
+        }
+        case STAGE_RECEIVED:
+            if (!ev.success) server_call_free(c);
+            else respond(c);
+            break;
+        case STAGE_SENT: server_call_free(c); break;
+        }
+    }
+    return NULL;
+}
+
+int rpc_server_start(const char *addr, const char *token, const struct rpc_method *methods, int nmethods, void *ctx,
+                     int threads, struct rpc_server **out, struct whet_err *err) {
+    pthread_once(&grpc_once, rpc_init_library);
+    struct rpc_server *srv = xcalloc(1, sizeof *srv);
+    srv->token = xstrdup(token ? token : "");
+    srv->methods = methods;
+    srv->nmethods = nmethods;
+    srv->ctx = ctx;
+    srv->nthreads = threads > 0 ? threads : 1;
+    pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->shut_down, NULL);
+    srv->server = grpc_server_create(message_size_args(), NULL);
+    srv->threads = xcalloc((size_t)srv->nthreads, sizeof *srv->threads);
+    for (int i = 0; i < srv->nthreads; i++) {
+        srv->threads[i].server = srv;
+        srv->threads[i].cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(srv->server, srv->threads[i].cq, NULL);
+    }
+
+    grpc_server_credentials *creds = NULL;
+    const char *cert_path = whet_env("WHET_GRPC_TLS_CERT", NULL), *key_path = whet_env("WHET_GRPC_TLS_KEY", NULL);
+    if (cert_path && key_path) {
+        char *cert = NULL, *key = NULL;
+        if (whet_read_file(cert_path, 1 << 20, &cert, NULL, err) < 0 || whet_read_file(key_path, 1 << 20, &key, NULL, err) < 0) {
+            free(cert);
+            whet_err_prefix(err, "gRPC TLS");
+            goto fail;
+        }
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
+        free(cert);
+        free(key);
+    } else {
+        creds = grpc_insecure_server_credentials_create();
+    }
+    srv->port = grpc_server_add_http2_port(srv->server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (srv->port <= 0) {
+        whet_errf(err, "cannot listen for gRPC on %s (address in use or invalid)", addr);
+        goto fail;
+    }
+    grpc_server_start(srv->server);
+    for (int i = 0; i < srv->nthreads; i++) pthread_create(&srv->threads[i].thread, NULL, server_thread_main, &srv->threads[i]);
+    *out = srv;
+    return 0;
+fail:
+    grpc_server_destroy(srv->server);
+    for (int i = 0; i < srv->nthreads; i++) {
+        grpc_completion_queue_shutdown(srv->threads[i].cq);
+        while (grpc_completion_queue_next(srv->threads[i].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(srv->threads[i].cq);
+    }
+    free(srv->threads);
+    free(srv->token);
+    free(srv);
+    return -1;
+}
+
+int rpc_server_port(const struct rpc_server *server) { return server->port; }
+
+void rpc_server_stop(struct rpc_server *srv) {
+    if (!srv) return;
+    grpc_server_shutdown_and_notify(srv->server, srv->threads[0].cq, SHUTDOWN_TAG);
+    pthread_mutex_lock(&srv->lock);
+    while (!srv->shutdown_done || srv->active_calls > 0) pthread_cond_wait(&srv->shut_down, &srv->lock);
+    pthread_mutex_unlock(&srv->lock);
+    grpc_server_destroy(srv->server);
+    for (int i = 0; i < srv->nthreads; i++) grpc_completion_queue_shutdown(srv->threads[i].cq);
+    for (int i = 0; i < srv->nthreads; i++) {
+        pthread_join(srv->threads[i].thread, NULL);
+        grpc_completion_queue_destroy(srv->threads[i].cq);
+    }
+    pthread_mutex_destroy(&srv->lock);
+    pthread_cond_destroy(&srv->shut_down);
+    free(srv->threads);
+    free(srv->token);
+    free(srv);
+}

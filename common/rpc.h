@@ -1,0 +1,73 @@
+/* rpc.h - unary gRPC over the gRPC C core, with protobuf-c messages.
+ *
+ * whet's scheduler <-> executor protocol (proto/whet.proto) is unary calls only, initiated by the
+ * executor. This file hides the C core's batches and completion queues behind two small interfaces:
+ *
+ *   client:  rpc_call(client, "/whet.v1.Scheduler/Heartbeat", &req.base, &whet__v1__heartbeat_response__descriptor,
+ *                     &resp, timeout_ms, &err)   — deadline on every call, retries with backoff and jitter
+ *                     on UNAVAILABLE and DEADLINE_EXCEEDED, the shared token sent as `authorization`.
+ *   server:  a table of {path, request descriptor, handler}; handlers run on the server's own threads
+ *            (one completion queue each), may block (they talk to PostgreSQL), and return a gRPC status.
+ *
+ * TLS: when WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY (server) or WHET_GRPC_TLS_CA (client) name PEM
+ * files, the connection uses TLS; otherwise it is plaintext (loopback and private networks). */
+#ifndef WHET_RPC_H
+#define WHET_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "util.h"
+
+/* gRPC status codes the code uses (grpc_status_code values). */
+enum {
+    RPC_OK = 0,
+    RPC_INVALID_ARGUMENT = 3,
+    RPC_DEADLINE_EXCEEDED = 4,
+    RPC_NOT_FOUND = 5,
+    RPC_FAILED_PRECONDITION = 9,
+    RPC_INTERNAL = 13,
+    RPC_UNAVAILABLE = 14,
+    RPC_UNAUTHENTICATED = 16,
+};
+
+/* ---- client ---- */
+
+struct rpc_client;
+
+/* `target` is HOST:PORT; `token` is sent with every call. */
+int rpc_client_open(const char *target, const char *token, struct rpc_client **out, struct whet_err *err);
+void rpc_client_close(struct rpc_client *client);
+
+/* Calls `method` with `req`, decoding the reply with `resp_desc` into *resp (free it with
+ * protobuf_c_message_free_unpacked). Retries transient failures (UNAVAILABLE, DEADLINE_EXCEEDED) with
+ * exponential backoff and jitter until `budget_ms` has passed; each attempt has `timeout_ms`.
+ * Returns the final gRPC status (RPC_OK on success) and describes failures in err. */
+int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms, int budget_ms,
+             struct whet_err *err);
+
+/* ---- server ---- */
+
+/* A handler fills *resp (allocated with malloc/protobuf-c; the server packs then frees it with
+ * `free_resp`) and returns RPC_OK, or returns another status with a message in err. */
+typedef int (*rpc_handler)(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, struct whet_err *err);
+
+struct rpc_method {
+    const char *path;                            /* "/whet.v1.Scheduler/Heartbeat" */
+    const ProtobufCMessageDescriptor *request;   /* to unpack the request */
+    rpc_handler handler;
+    void (*free_resp)(ProtobufCMessage *resp);   /* frees what the handler built */
+};
+
+struct rpc_server;
+
+/* Binds `addr` (HOST:PORT; port 0 picks one, see rpc_server_port) and starts `threads` threads.
+ * Calls without `authorization: <token>` are refused with UNAUTHENTICATED. `methods` and `ctx` must
+ * outlive the server. */
+int rpc_server_start(const char *addr, const char *token, const struct rpc_method *methods, int nmethods, void *ctx,
+                     int threads, struct rpc_server **out, struct whet_err *err);
+int rpc_server_port(const struct rpc_server *server);
+/* Stops accepting, lets calls in flight finish, joins the threads and frees everything. */
+void rpc_server_stop(struct rpc_server *server);
+
+#endif

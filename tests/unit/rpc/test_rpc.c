@@ -1,0 +1,139 @@
+/* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods,
+ * deadlines, and retries that give up when no server answers. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/whet.pb-c.h"
+#include "rpc.h"
+#include "test.h"
+
+#define HEARTBEAT "/whet.v1.Scheduler/Heartbeat"
+
+static int calls;
+
+/* Replies with one START command per job reported, echoing its id; a node called "slow" sleeps. */
+static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    (void)ctx;
+    const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
+    __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+    if (!strcmp(req->node_id, "slow")) usleep(500 * 1000);
+    if (!strcmp(req->node_id, "bad")) return whet_errf(err, "node unknown"), RPC_NOT_FOUND;
+    Whet__V1__HeartbeatResponse *resp = malloc(sizeof *resp);
+    whet__v1__heartbeat_response__init(resp);
+    resp->n_commands = req->n_jobs;
+    resp->commands = calloc(req->n_jobs ? req->n_jobs : 1, sizeof *resp->commands);
+    for (size_t i = 0; i < req->n_jobs; i++) {
+        Whet__V1__Command *c = malloc(sizeof *c);
+        whet__v1__command__init(c);
+        c->kind = WHET__V1__COMMAND__KIND__START;
+        c->job_id = strdup(req->jobs[i]->job_id);
+        resp->commands[i] = c;
+    }
+    *out = &resp->base;
+    return RPC_OK;
+}
+
+static void free_heartbeat_response(ProtobufCMessage *msg) {
+    Whet__V1__HeartbeatResponse *resp = (Whet__V1__HeartbeatResponse *)msg;
+    for (size_t i = 0; i < resp->n_commands; i++) {
+        free(resp->commands[i]->job_id);
+        free(resp->commands[i]);
+    }
+    free(resp->commands);
+    free(resp);
+}
+
+static const struct rpc_method methods[] = {
+    {HEARTBEAT, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response},
+};
+
+static struct rpc_server *server;
+static char target[64];
+
+static int heartbeat(const char *token, const char *node, const char *method, int timeout_ms, int budget_ms,
+                     Whet__V1__HeartbeatResponse **resp, struct whet_err *err) {
+    struct rpc_client *client;
+    CHECK(rpc_client_open(target, token, &client, err) == 0);
+    Whet__V1__JobProgress job = WHET__V1__JOB_PROGRESS__INIT, *jobs[] = {&job};
+    job.job_id = "ftjob-1";
+    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+    req.node_id = (char *)node;
+    req.n_jobs = 1;
+    req.jobs = jobs;
+    int rc = rpc_call(client, method, &req.base, &whet__v1__heartbeat_response__descriptor, (ProtobufCMessage **)resp,
+                      timeout_ms, budget_ms, err);
+    rpc_client_close(client);
+    return rc;
+}
+
+TEST(call_and_reply) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    int rc = heartbeat("secret", "node-a", HEARTBEAT, 5000, 5000, &resp, &err);
+    CHECK_MSG(rc == RPC_OK, "%s", err.msg);
+    if (rc != RPC_OK) return;
+    CHECK(resp->n_commands == 1);
+    CHECK_STR(resp->commands[0]->job_id, "ftjob-1");
+    CHECK(resp->commands[0]->kind == WHET__V1__COMMAND__KIND__START);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+}
+
+TEST(wrong_token_is_unauthenticated) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    int before = calls;
+    CHECK(heartbeat("guess", "node-a", HEARTBEAT, 5000, 5000, &resp, &err) == RPC_UNAUTHENTICATED);
+    CHECK(heartbeat("", "node-a", HEARTBEAT, 5000, 5000, &resp, &err) == RPC_UNAUTHENTICATED);
+    CHECK(calls == before); /* the handler never ran */
+}
+
+TEST(handler_status_reaches_client) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    CHECK(heartbeat("secret", "bad", HEARTBEAT, 5000, 5000, &resp, &err) == RPC_NOT_FOUND);
+    CHECK_CONTAINS(err.msg, "node unknown");
+}
+
+TEST(unknown_method) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    CHECK(heartbeat("secret", "node-a", "/whet.v1.Scheduler/Nope", 5000, 5000, &resp, &err) == 12);
+}
+
+TEST(deadline_exceeded) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    CHECK(heartbeat("secret", "slow", HEARTBEAT, 100, 100, &resp, &err) == RPC_DEADLINE_EXCEEDED);
+}
+
+TEST(no_server_gives_up_after_budget) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    char saved[64];
+    strcpy(saved, target);
+    strcpy(target, "127.0.0.1:1"); /* nothing listens on port 1 */
+    double t0 = whet_now_mono();
+    int rc = heartbeat("secret", "node-a", HEARTBEAT, 200, 1000, &resp, &err);
+    double took = whet_now_mono() - t0;
+    strcpy(target, saved);
+    CHECK(rc == RPC_UNAVAILABLE || rc == RPC_DEADLINE_EXCEEDED);
+    CHECK_MSG(took < 3.0, "took %.2fs", took);
+}
+
+int main(void) {
+    struct whet_err err;
+    if (rpc_server_start("127.0.0.1:0", "secret", methods, 1, NULL, 2, &server, &err) < 0) {
+        fprintf(stderr, "server: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(target, sizeof target, "127.0.0.1:%d", rpc_server_port(server));
+    RUN(call_and_reply);
+    RUN(wrong_token_is_unauthenticated);
+    RUN(handler_status_reaches_client);
+    RUN(unknown_method);
+    RUN(deadline_exceeded);
+    RUN(no_server_gives_up_after_budget);
+    rpc_server_stop(server); /* while the "slow" handler may still run */
+    return test_summary();
+}
