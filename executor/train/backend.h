@@ -77,6 +77,8 @@ struct backend {
     /* Row gather/scatter: dst[i,:] = src[rows[i],:] (gather) and dst[rows[i],:] += src[i,:] (scatter). */
     void (*gather_rows)(float *dst, const float *src, const int *rows, int n_rows, int C);
     void (*scatter_add_rows)(float *dst, const float *src, const int *rows, int n_rows, int C);
+    /* dst[rows[i], :C] = src[i*lds, :C] (rows of a KV cache). */
+    void (*set_rows)(float *dst, const int *rows, const float *src, int lds, int n_rows, int C);
 
     /* ---- attention ---- */
     /* Causal self-attention inside each segment (host array `segs`, n_segs of them, covering the
@@ -92,6 +94,12 @@ struct backend {
                                const float *dout, const float *probs, const float *q, int ldq, const float *k,
                                int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs,
                                int N, int T, int H, int HKV, int D);
+
+    /* Attention of n new query tokens against a KV cache (generation). q[n, H*D] (stride ldq);
+     * kc, vc [n_rows, HKV*D] hold the cached keys and values of one layer; query i sees rows
+     * first[i] .. first[i]+n_ctx[i]-1 (its own key included). out[n, H*D] contiguous. */
+    void (*attention_cached)(float *out, const float *q, int ldq, const float *kc, const float *vc, const int *first,
+                             const int *n_ctx, int n, int H, int HKV, int D);
 
     /* ---- loss ---- */
     /* For M rows of logits[M,V]: losses[m] = logsumexp(row) - row[targets[m]], lse[m] kept for the

@@ -205,6 +205,10 @@ static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, 
     }
 }
 
+static void cpu_set_rows(float *dst, const int *rows, const float *src, int lds, int n_rows, int C) {
+    for (int i = 0; i < n_rows; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * lds, sizeof(float) * (size_t)C);
+}
+
 /* ---------------------------------------------------------------- attention ---- */
 
 /* Row blocks of this many queries: the part of the score matrix above the diagonal of a block is
@@ -284,6 +288,40 @@ static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, flo
                             ldq, 1.0f, dK, lddk);
             }
         }
+    }
+}
+
+static void cpu_attention_cached(float *out, const float *q, int ldq, const float *kc, const float *vc,
+                                 const int *first, const int *n_ctx, int n, int H, int HKV, int D) {
+    float scale = 1.0f / sqrtf((float)D);
+    int group = H / HKV, KVD = HKV * D;
+    int max_ctx = 0;
+    for (int i = 0; i < n; i++) max_ctx = n_ctx[i] > max_ctx ? n_ctx[i] : max_ctx;
+#pragma omp parallel
+    {
+        float *sc = malloc(sizeof(float) * (size_t)(max_ctx ? max_ctx : 1));
+        if (!sc) abort();
+#pragma omp for schedule(dynamic)
+        for (int ih = 0; ih < n * H; ih++) {
+            int i = ih / H, h = ih % H, kh = h / group, L = n_ctx[i];
+            const float *qi = q + (size_t)i * ldq + (size_t)h * D;
+            const float *K = kc + (size_t)first[i] * KVD + (size_t)kh * D, *V = vc + (size_t)first[i] * KVD + (size_t)kh * D;
+            float mx = -INFINITY, sum = 0;
+            for (int j = 0; j < L; j++) {
+                float s = 0;
+                for (int d = 0; d < D; d++) s += qi[d] * K[(size_t)j * KVD + d];
+                sc[j] = s * scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < L; j++) sum += (sc[j] = expf(sc[j] - mx));
+            float *o = out + (size_t)i * H * D + (size_t)h * D;
+            for (int d = 0; d < D; d++) o[d] = 0;
+            for (int j = 0; j < L; j++) {
+                float p = sc[j] / sum;
+                for (int d = 0; d < D; d++) o[d] += p * V[(size_t)j * KVD + d];
+            }
+        }
+        free(sc);
     }
 }
 
@@ -368,6 +406,8 @@ static const struct backend cpu = {
     .axpy = cpu_axpy,
     .gather_rows = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,
+    .set_rows = cpu_set_rows,
+    .attention_cached = cpu_attention_cached,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .crossentropy_forward = cpu_crossentropy_forward,

@@ -22,8 +22,9 @@
  *     model_adamw_step(m, lr, 0.9f, 0.999f, 1e-8f, 0.0f);
  *
  * Batches are B rows of T tokens (packed examples); attention never crosses a change of seq_id
- * within a row, nor a row boundary. Positions (for RoPE) are given per token, normally restarting at
- * 0 for each packed example. All pointers in the API are host memory.
+ * within a row, nor a row boundary (so the tokens of one example must be contiguous). Positions (for
+ * RoPE) are given per token, normally restarting at 0 for each packed example. Activation buffers
+ * grow to the largest B*T seen and are kept. All pointers in the API are host memory.
  *
  * Names: base parameters use Hugging Face names ("model.layers.0.self_attn.q_proj.weight"), LoRA
  * parameters PEFT names ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"). */
@@ -60,8 +61,8 @@ struct model_opts {
     const char *adapter_dir; /* load this PEFT adapter (its r, alpha, targets win over the above) */
     uint64_t seed;        /* LoRA A initialisation */
     int recompute;        /* keep only layer inputs; recompute activations in the backward pass */
-    int max_batch_rows;   /* B and T bound the activation buffers (allocated at load) */
-    int max_seq_len;
+    int max_batch_rows;   /* optional: preallocate activations for B rows of max_seq_len tokens */
+    int max_seq_len;      /* (buffers grow on demand anyway) */
 };
 struct model_opts model_opts_default(void); /* inference, LoRA r=16 alpha=32 all-linear when train */
 
@@ -71,7 +72,7 @@ struct model;
 struct model_batch {
     int B, T;
     const int *ids;         /* [N] input token ids */
-    const int *positions;   /* [N] RoPE positions (NULL: 0..T-1 in every row) */
+    const int *positions;   /* [N] RoPE positions (NULL: 0, 1, … from the start of each example) */
     const int *seq_ids;     /* [N] example id per token (NULL: one example per row) */
     const int *targets;     /* [N] next-token targets, -1 = none (NULL: inference; all logits kept) */
     const float *loss_mask; /* [N] weight of each target, typically 0/1 (NULL: 1 wherever target >= 0) */
@@ -80,7 +81,6 @@ struct model_batch {
 /* Loads config.json and the safetensors weights of a Hugging Face model dir (any float dtype, kept
  * as f32), sets up LoRA or full fine-tuning as `opts` says. On success *out owns everything. */
 int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err);
-/* A model from a config and an open tensor set (what model_load does after reading files). */
 void model_free(struct model *m);
 
 const struct model_config *model_get_config(const struct model *m);

@@ -1,0 +1,1205 @@
+/* model.c - the Llama-family decoder: parameters, LoRA, forward, backward, AdamW, generation.
+ *
+ * Layout (llm.c style). `params` is one allocation holding every base tensor in file order: the
+ * embedding, then per layer input_layernorm, q|k|v projections (adjacent, so one matmul computes all
+ * three: wqkv), their biases, q_norm, k_norm, o_proj, post_attention_layernorm, gate|up (adjacent:
+ * wgu), down_proj; then the final norm and an untied lm_head. LoRA A/B matrices live in a second
+ * allocation. The trainable buffer is one of the two; its gradients and AdamW moments mirror it, and
+ * a table of named tensors (`struct tensor`) maps Hugging Face / PEFT names to pointers.
+ *
+ * Forward of one layer (x = resid[l], N tokens):
+ *   ln1 = rmsnorm(x)                 qkv = ln1 @ wqkv^T (+ bias, + LoRA q/k/v)
+ *   [qwen3: q,k = rmsnorm per head]  q,k = rope(q,k)
+ *   att = causal attention per segment (probs kept)
+ *   mid = x + att @ wo^T (+ LoRA o)
+ *   ln2 = rmsnorm(mid)               gu = ln2 @ wgu^T (+ LoRA gate/up)
+ *   h = silu(gate) * up              resid[l+1] = mid + h @ wdown^T (+ LoRA down)
+ * The backward pass walks it in reverse with one set of gradient buffers shared by all layers.
+ * With `recompute`, one set of layer activations is shared too and refilled per layer from resid[l]. */
+#include "model.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "rng.h"
+#include "safetensors.h"
+
+enum { MOD_Q, MOD_K, MOD_V, MOD_O, MOD_GATE, MOD_UP, MOD_DOWN, N_MODS };
+static const char *const mod_names[N_MODS] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+static const char *const mod_parent[N_MODS] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
+
+unsigned lora_target_from_name(const char *name) {
+    if (!strcmp(name, "all-linear")) return LORA_ALL;
+    for (int i = 0; i < N_MODS; i++)
+        if (!strcmp(name, mod_names[i])) return 1u << i;
+    return 0;
+}
+
+const char *lora_target_name(unsigned t) {
+    for (int i = 0; i < N_MODS; i++)
+        if (t == 1u << i) return mod_names[i];
+    return NULL;
+}
+
+struct model_opts model_opts_default(void) {
+    return (struct model_opts){.train = 0, .lora_r = 16, .lora_alpha = 32, .lora_targets = LORA_ALL, .seed = 0};
+}
+
+/* A named tensor: a base parameter or a LoRA matrix. */
+struct tensor {
+    char name[128];
+    int ndim;
+    int64_t shape[2];
+    size_t numel;
+    float *ptr;  /* device */
+    float *grad; /* device; NULL when frozen */
+    int decay;   /* weight decay applies (matrices) */
+};
+
+struct layer_params {
+    float *ln1, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *ln2, *wgu, *wdown;
+};
+
+struct lora_mod {
+    float *A, *B;   /* [r, in], [out, r]; NULL when not targeted */
+    float *dA, *dB;
+};
+
+struct layer_acts {
+    float *ln1, *rstd1, *qkv, *q_rstd, *k_rstd, *qkr, *probs, *att, *mid, *ln2, *rstd2, *gu, *h;
+    float *xa[N_MODS]; /* LoRA x @ A^T, [N, r] */
+};
+
+struct kv_cache {
+    int n_layers, n_slots, max_len, *len;
+    float **k, **v; /* per layer [n_slots * max_len, NKV*hd] */
+};
+
+struct model {
+    const struct backend *be;
+    struct model_config cfg;
+    char *dir;
+    int C, F, NH, NKV, hd, QKV, QK, L, V;
+    int train, full_ft, recompute;
+
+    float *params;
+    size_t n_params;
+    float *embed, *norm, *lm_head;
+    struct layer_params *layers;
+
+    int lora_r, rslora;
+    float lora_alpha, lora_scale;
+    unsigned targets;
+    float *lora;
+    size_t n_lora;
+    struct lora_mod (*lmods)[N_MODS];
+
+    struct tensor *tensors;
+    int n_tensors, n_base_tensors;
+
+    float *tp, *grads, *adam_m, *adam_v; /* trainable buffer and its mirrors */
+    size_t n_train;
+    int adam_t;
+
+    /* Activations, sized for cap_N tokens and segments of up to cap_T. */
+    int cap_N, cap_T;
+    void **allocs;
+    int n_allocs;
+    struct layer_acts *acts; /* L of them, or 1 with recompute / inference */
+    float *resid;            /* [(L+1), N, C] */
+    float *lnf, *rstdf, *lnf_c, *logits, *lse, *losses, *weights_c;
+    int *correct, *rows, *targets_c, *ids, *pos;
+    float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *att_scratch, *dlnf_c;
+
+    float *cos_sin; /* [rope_cap, hd] */
+    int rope_cap;
+
+    /* The last forward. */
+    int N, B, T, M, has_targets, backward_ready;
+    struct attn_segment *segs;
+    int n_segs;
+    int *h_rows, *h_correct;
+    float *h_losses, *token_loss;
+    struct model_stats stats;
+};
+
+const struct model_config *model_get_config(const struct model *m) { return &m->cfg; }
+size_t model_num_params(const struct model *m) { return m->n_params; }
+size_t model_num_trainable(const struct model *m) { return m->train ? m->n_train : 0; }
+int model_is_lora(const struct model *m) { return m->lora_r > 0; }
+int model_adam_step_count(const struct model *m) { return m->adam_t; }
+struct model_stats model_last_stats(const struct model *m) { return m->stats; }
+
+/* ---------------------------------------------------------------- layout ---- */
+
+static struct tensor *add_tensor(struct model *m, const char *name, int ndim, int64_t d0, int64_t d1, float **cursor) {
+    m->tensors = xrealloc(m->tensors, sizeof *m->tensors * (size_t)(m->n_tensors + 1));
+    struct tensor *t = &m->tensors[m->n_tensors++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim > 1 ? d1 : 1;
+    t->numel = (size_t)d0 * (size_t)t->shape[1];
+    t->decay = ndim > 1;
+    t->ptr = *cursor; /* offsets for now: pointers are fixed up after allocation */
+    *cursor += t->numel;
+    return t;
+}
+
+/* Lays out the base tensors (names, shapes, offsets from NULL) and returns the float count. */
+static size_t layout_base(struct model *m) {
+    float *cur = NULL;
+    char name[128];
+    int C = m->C, F = m->F, hd = m->hd;
+    add_tensor(m, "model.embed_tokens.weight", 2, m->V, C, &cur);
+    for (int l = 0; l < m->L; l++) {
+#define T1(suffix, n) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), add_tensor(m, name, 1, n, 1, &cur))
+#define T2(suffix, r, c) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), add_tensor(m, name, 2, r, c, &cur))
+        T1("input_layernorm.weight", C);
+        T2("self_attn.q_proj.weight", m->NH * hd, C);
+        T2("self_attn.k_proj.weight", m->NKV * hd, C);
+        T2("self_attn.v_proj.weight", m->NKV * hd, C);
+        if (m->cfg.qkv_bias) {
+            T1("self_attn.q_proj.bias", m->NH * hd);
+            T1("self_attn.k_proj.bias", m->NKV * hd);
+            T1("self_attn.v_proj.bias", m->NKV * hd);
+        }
+        if (m->cfg.qk_norm) {
+            T1("self_attn.q_norm.weight", hd);
+            T1("self_attn.k_norm.weight", hd);
+        }
+        T2("self_attn.o_proj.weight", C, m->NH * hd);
+        T1("post_attention_layernorm.weight", C);
+        T2("mlp.gate_proj.weight", F, C);
+        T2("mlp.up_proj.weight", F, C);
+        T2("mlp.down_proj.weight", C, F);
+#undef T1
+#undef T2
+    }
+    add_tensor(m, "model.norm.weight", 1, C, 1, &cur);
+    if (!m->cfg.tie_word_embeddings) add_tensor(m, "lm_head.weight", 2, m->V, C, &cur);
+    return (size_t)(cur - (float *)NULL);
+}
+
+static void mod_dims(const struct model *m, int mod, int *in, int *out) {
+    int q = m->NH * m->hd, kv = m->NKV * m->hd;
+    switch (mod) {
+    case MOD_Q: *in = m->C, *out = q; break;
+    case MOD_K: case MOD_V: *in = m->C, *out = kv; break;
+    case MOD_O: *in = q, *out = m->C; break;
+    case MOD_GATE: case MOD_UP: *in = m->C, *out = m->F; break;
+    default: *in = m->F, *out = m->C; break;
+    }
+}
+
+static size_t layout_lora(struct model *m) {
+    float *cur = NULL;
+    char name[128];
+    for (int l = 0; l < m->L; l++)
+        for (int mod = 0; mod < N_MODS; mod++) {
+            if (!(m->targets & (1u << mod))) continue;
+            int in, out;
+            mod_dims(m, mod, &in, &out);
+            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_A.weight", l, mod_parent[mod],
+                     mod_names[mod]);
+            add_tensor(m, name, 2, m->lora_r, in, &cur);
+            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_B.weight", l, mod_parent[mod],
+                     mod_names[mod]);
+            add_tensor(m, name, 2, out, m->lora_r, &cur);
+        }
+    return (size_t)(cur - (float *)NULL);
+}
+
+static struct tensor *find_tensor(const struct model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+/* Named pointers into the base buffer, by walking the tensor table in layout order. */
+static void point_base(struct model *m) {
+    struct tensor *t = m->tensors;
+    m->embed = (t++)->ptr;
+    m->layers = xcalloc((size_t)m->L, sizeof *m->layers);
+    for (int l = 0; l < m->L; l++) {
+        struct layer_params *p = &m->layers[l];
+        p->ln1 = (t++)->ptr;
+        p->wqkv = t->ptr;
+        t += 3;
+        if (m->cfg.qkv_bias) {
+            p->bqkv = t->ptr;
+            t += 3;
+        }
+        if (m->cfg.qk_norm) {
+            p->q_norm = (t++)->ptr;
+            p->k_norm = (t++)->ptr;
+        }
+        p->wo = (t++)->ptr;
+        p->ln2 = (t++)->ptr;
+        p->wgu = t->ptr;
+        t += 2;
+        p->wdown = (t++)->ptr;
+    }
+    m->norm = (t++)->ptr;
+    m->lm_head = m->cfg.tie_word_embeddings ? m->embed : (t++)->ptr;
+}
+
+static void point_lora(struct model *m) {
+    m->lmods = xcalloc((size_t)m->L, sizeof *m->lmods);
+    struct tensor *t = m->tensors + m->n_base_tensors;
+    for (int l = 0; l < m->L; l++)
+        for (int mod = 0; mod < N_MODS; mod++) {
+            if (!(m->targets & (1u << mod))) continue;
+            m->lmods[l][mod].A = t[0].ptr;
+            m->lmods[l][mod].dA = t[0].grad;
+            m->lmods[l][mod].B = t[1].ptr;
+            m->lmods[l][mod].dB = t[1].grad;
+            t += 2;
+        }
+}
+
+/* Turns offsets into pointers into `base`, and gradient pointers into `gbase` (or NULL). */
+static void fix_pointers(struct tensor *t, int n, float *base, float *gbase) {
+    for (int i = 0; i < n; i++) {
+        size_t off = (size_t)(t[i].ptr - (float *)NULL);
+        t[i].ptr = base + off;
+        t[i].grad = gbase ? gbase + off : NULL;
+    }
+}
+
+/* ---------------------------------------------------------------- loading ---- */
+
+static int load_base_weights(struct model *m, const struct st_set *set, struct whet_err *err) {
+    float *host = NULL;
+    size_t host_cap = 0;
+    int rc = 0;
+    for (int i = 0; i < m->n_base_tensors && !rc; i++) {
+        struct tensor *t = &m->tensors[i];
+        const struct st_tensor *st;
+        if (st_expect(set, t->name, t->ndim, t->shape, &st, err)) {
+            rc = -1;
+            break;
+        }
+        if (t->numel > host_cap) {
+            free(host);
+            host_cap = t->numel;
+            host = xmalloc(sizeof(float) * host_cap);
+        }
+        rc = st_read_f32(st, host, (int64_t)t->numel, err);
+        if (!rc) m->be->upload(t->ptr, host, sizeof(float) * t->numel);
+    }
+    free(host);
+    return rc;
+}
+
+static void init_lora(struct model *m, uint64_t seed) {
+    struct rng r;
+    rng_seed(&r, seed);
+    for (int i = m->n_base_tensors; i < m->n_tensors; i++) {
+        struct tensor *t = &m->tensors[i];
+        if (strstr(t->name, "lora_B")) continue; /* B starts at zero (the buffer is zeroed) */
+        /* PEFT: kaiming_uniform_(A, a=sqrt(5)) => U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+        float bound = 1.0f / sqrtf((float)t->shape[1]);
+        float *host = xmalloc(sizeof(float) * t->numel);
+        for (size_t j = 0; j < t->numel; j++) host[j] = rng_uniform_range(&r, -bound, bound);
+        m->be->upload(t->ptr, host, sizeof(float) * t->numel);
+        free(host);
+    }
+}
+
+/* Reads adapter_config.json into the LoRA settings of `m`. */
+static int read_adapter_config(struct model *m, const char *dir, struct whet_err *err) {
+    char *path = xasprintf("%s/adapter_config.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    int rc = -1;
+    if (!root) {
+        whet_errf(err, "%s: line %d: %s", path, jerr.line, jerr.text);
+        goto out;
+    }
+    const char *pt = json_string_value(json_object_get(root, "peft_type"));
+    if (pt && strcmp(pt, "LORA")) {
+        whet_errf(err, "%s: peft_type: \"%s\" is not supported (only LORA)", path, pt);
+        goto out;
+    }
+    json_t *r = json_object_get(root, "r"), *alpha = json_object_get(root, "lora_alpha");
+    if (!json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > 4096) {
+        whet_errf(err, "%s: r: expected an integer in [1, 4096]", path);
+        goto out;
+    }
+    if (!json_is_number(alpha) || json_number_value(alpha) <= 0) {
+        whet_errf(err, "%s: lora_alpha: expected a positive number", path);
+        goto out;
+    }
+    json_t *ltt = json_object_get(root, "layers_to_transform");
+    if (ltt && !json_is_null(ltt)) {
+        whet_errf(err, "%s: layers_to_transform: adapters on a subset of layers are not supported", path);
+        goto out;
+    }
+    json_t *tm = json_object_get(root, "target_modules");
+    unsigned targets = 0;
+    if (json_is_string(tm)) {
+        targets = lora_target_from_name(json_string_value(tm));
+    } else if (json_is_array(tm)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(tm, i, v) {
+            unsigned t = json_is_string(v) ? lora_target_from_name(json_string_value(v)) : 0;
+            if (!t) {
+                whet_errf(err, "%s: target_modules[%zu]: expected one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                               "up_proj, down_proj", path, i);
+                goto out;
+            }
+            targets |= t;
+        }
+    }
+    if (!targets) {
+        whet_errf(err, "%s: target_modules: expected a non-empty list of module names", path);
+        goto out;
+    }
+    m->lora_r = (int)json_integer_value(r);
+    m->lora_alpha = (float)json_number_value(alpha);
+    m->rslora = json_is_true(json_object_get(root, "use_rslora"));
+    m->targets = targets;
+    rc = 0;
+out:
+    json_decref(root);
+    free(path);
+    return rc;
+}
+
+static int load_lora_weights(struct model *m, const char *dir, struct whet_err *err) {
+    char *path = xasprintf("%s/adapter_model.safetensors", dir);
+    struct st_set set;
+    int rc = st_open_file(&set, path, err);
+    free(path);
+    if (rc) return -1;
+    for (int i = m->n_base_tensors; i < m->n_tensors && !rc; i++) {
+        struct tensor *t = &m->tensors[i];
+        const struct st_tensor *st;
+        float *host = xmalloc(sizeof(float) * t->numel);
+        rc = st_expect(&set, t->name, 2, t->shape, &st, err) || st_read_f32(st, host, (int64_t)t->numel, err);
+        if (!rc) m->be->upload(t->ptr, host, sizeof(float) * t->numel);
+        free(host);
+    }
+    /* Every tensor of the file must have been used: a mismatch means another adapter layout. */
+    for (int i = 0; i < set.n_tensors && !rc; i++)
+        if (!find_tensor(m, set.tensors[i].name))
+            rc = whet_errf(err, "%s: tensor \"%s\" does not belong to this model's adapter layout",
+                           set.tensors[i].file, set.tensors[i].name);
+    st_close(&set);
+    return rc ? -1 : 0;
+}
+
+static void ensure_acts(struct model *m, int N, int T);
+
+int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err) {
+    *out = NULL;
+    struct model *m = xcalloc(1, sizeof *m);
+    m->be = backend_cpu();
+    m->dir = xstrdup(dir);
+    char *cfg_path = xasprintf("%s/config.json", dir);
+    int rc = model_config_load(&m->cfg, cfg_path, err);
+    free(cfg_path);
+    if (rc) goto fail;
+    const struct model_config *c = &m->cfg;
+    m->C = c->hidden_size, m->F = c->intermediate_size, m->NH = c->n_heads, m->NKV = c->n_kv_heads;
+    m->hd = c->head_dim, m->L = c->n_layers, m->V = c->vocab_size;
+    m->QKV = (m->NH + 2 * m->NKV) * m->hd;
+    m->QK = (m->NH + m->NKV) * m->hd;
+    m->train = opts->train;
+    m->recompute = opts->recompute || !opts->train;
+    if (opts->adapter_dir) {
+        if (read_adapter_config(m, opts->adapter_dir, err)) goto fail;
+    } else if (opts->train && opts->lora_r > 0) {
+        if (!opts->lora_targets || opts->lora_targets & ~(unsigned)LORA_ALL || opts->lora_alpha <= 0) {
+            whet_errf(err, "lora: expected target modules and a positive alpha");
+            goto fail;
+        }
+        m->lora_r = opts->lora_r, m->lora_alpha = opts->lora_alpha, m->rslora = opts->use_rslora;
+        m->targets = opts->lora_targets;
+    }
+    m->full_ft = m->train && !m->lora_r;
+    if (m->lora_r) m->lora_scale = m->rslora ? m->lora_alpha / sqrtf((float)m->lora_r) : m->lora_alpha / (float)m->lora_r;
+
+    m->n_params = layout_base(m);
+    m->n_base_tensors = m->n_tensors;
+    m->params = m->be->alloc(sizeof(float) * m->n_params);
+    if (m->lora_r) {
+        m->n_lora = layout_lora(m);
+        m->lora = m->be->alloc(sizeof(float) * m->n_lora);
+    }
+    if (m->train) {
+        m->tp = m->full_ft ? m->params : m->lora;
+        m->n_train = m->full_ft ? m->n_params : m->n_lora;
+        m->grads = m->be->alloc(sizeof(float) * m->n_train);
+        m->adam_m = m->be->alloc(sizeof(float) * m->n_train);
+        m->adam_v = m->be->alloc(sizeof(float) * m->n_train);
+    }
+    fix_pointers(m->tensors, m->n_base_tensors, m->params, m->full_ft ? m->grads : NULL);
+    fix_pointers(m->tensors + m->n_base_tensors, m->n_tensors - m->n_base_tensors, m->lora,
+                 m->train && m->lora_r ? m->grads : NULL);
+    point_base(m);
+    if (m->lora_r) point_lora(m);
+
+    struct st_set set;
+    if (st_open_dir(&set, dir, err)) goto fail;
+    rc = load_base_weights(m, &set, err);
+    st_close(&set);
+    if (rc) goto fail;
+    if (m->lora_r) {
+        if (opts->adapter_dir) {
+            if (load_lora_weights(m, opts->adapter_dir, err)) goto fail;
+        } else {
+            init_lora(m, opts->seed);
+        }
+    }
+    if (opts->max_batch_rows > 0 && opts->max_seq_len > 0)
+        ensure_acts(m, opts->max_batch_rows * opts->max_seq_len, opts->max_seq_len);
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+static void free_acts(struct model *m) {
+    for (int i = 0; i < m->n_allocs; i++) m->be->free(m->allocs[i]);
+    free(m->allocs);
+    free(m->acts);
+    free(m->h_rows);
+    free(m->h_correct);
+    free(m->h_losses);
+    free(m->token_loss);
+    m->allocs = NULL, m->acts = NULL, m->h_rows = NULL, m->h_correct = NULL, m->h_losses = NULL, m->token_loss = NULL;
+    m->n_allocs = 0;
+    m->cap_N = m->cap_T = 0;
+}
+
+void model_free(struct model *m) {
+    if (!m) return;
+    free_acts(m);
+    m->be->free(m->params);
+    m->be->free(m->lora);
+    m->be->free(m->grads);
+    m->be->free(m->adam_m);
+    m->be->free(m->adam_v);
+    m->be->free(m->cos_sin);
+    free(m->layers);
+    free(m->lmods);
+    free(m->tensors);
+    free(m->segs);
+    free(m->dir);
+    free(m);
+}
+
+/* ---------------------------------------------------------------- activations ---- */
+
+static void *abuf(struct model *m, size_t bytes) {
+    m->allocs = xrealloc(m->allocs, sizeof *m->allocs * (size_t)(m->n_allocs + 1));
+    return m->allocs[m->n_allocs++] = m->be->alloc(bytes);
+}
+#define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n)))
+#define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n)))
+
+static void ensure_acts(struct model *m, int N, int T) {
+    if (N <= m->cap_N && T <= m->cap_T) return;
+    if (N < m->cap_N) N = m->cap_N;
+    if (T < m->cap_T) T = m->cap_T;
+    free_acts(m);
+    m->cap_N = N, m->cap_T = T;
+    int C = m->C, nsets = m->recompute ? 1 : m->L;
+    m->acts = xcalloc((size_t)nsets, sizeof *m->acts);
+    for (int s = 0; s < nsets; s++) {
+        struct layer_acts *a = &m->acts[s];
+        a->ln1 = AF((size_t)N * C), a->rstd1 = AF(N), a->qkv = AF((size_t)N * m->QKV);
+        if (m->cfg.qk_norm) {
+            a->q_rstd = AF((size_t)N * m->NH), a->k_rstd = AF((size_t)N * m->NKV), a->qkr = AF((size_t)N * m->QK);
+        }
+        a->probs = AF((size_t)m->NH * N * T), a->att = AF((size_t)N * m->NH * m->hd), a->mid = AF((size_t)N * C);
+        a->ln2 = AF((size_t)N * C), a->rstd2 = AF(N), a->gu = AF((size_t)N * 2 * m->F), a->h = AF((size_t)N * m->F);
+        for (int mod = 0; mod < N_MODS; mod++)
+            if (m->targets & (1u << mod)) a->xa[mod] = AF((size_t)N * m->lora_r);
+    }
+    m->resid = AF((size_t)(m->L + 1) * N * C);
+    m->lnf = AF((size_t)N * C), m->rstdf = AF(N), m->lnf_c = AF((size_t)N * C), m->logits = AF((size_t)N * m->V);
+    m->lse = AF(N), m->losses = AF(N), m->weights_c = AF(N);
+    m->correct = AI(N), m->rows = AI(N), m->targets_c = AI(N), m->ids = AI(N), m->pos = AI(N);
+    if (m->train) {
+        m->dresid = AF((size_t)N * C), m->dln = AF((size_t)N * C), m->dqkv = AF((size_t)N * m->QKV);
+        m->dqkr = m->cfg.qk_norm ? AF((size_t)N * m->QK) : NULL;
+        m->datt = AF((size_t)N * m->NH * m->hd), m->dgu = AF((size_t)N * 2 * m->F), m->dh = AF((size_t)N * m->F);
+        m->dxa = m->lora_r ? AF((size_t)N * m->lora_r) : NULL;
+        m->att_scratch = AF((size_t)T * T), m->dlnf_c = AF((size_t)N * C);
+    }
+    m->h_rows = xmalloc(sizeof(int) * (size_t)N), m->h_correct = xmalloc(sizeof(int) * (size_t)N);
+    m->h_losses = xmalloc(sizeof(float) * (size_t)N), m->token_loss = xcalloc((size_t)N, sizeof(float));
+}
+
+/* cos/sin of every position up to `need` (exclusive), Hugging Face's inv_freq computed in float. */
+static void ensure_rope(struct model *m, int need) {
+    if (need <= m->rope_cap) return;
+    int cap = m->rope_cap ? m->rope_cap : 256;
+    while (cap < need) cap *= 2;
+    int hd = m->hd, half = hd / 2;
+    const struct model_config *c = &m->cfg;
+    float *inv = xmalloc(sizeof(float) * (size_t)half), *host = xmalloc(sizeof(float) * (size_t)cap * hd);
+    for (int i = 0; i < half; i++) {
+        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hd);
+        if (c->rope_scaling == 1) f /= c->rope_factor;
+        if (c->rope_scaling == 2) { /* Llama 3.1 frequency-dependent scaling */
+            float low_wl = (float)c->rope_original_max_pos / c->rope_low_freq_factor;
+            float high_wl = (float)c->rope_original_max_pos / c->rope_high_freq_factor;
+            float wl = 2.0f * (float)M_PI / f;
+            if (wl > low_wl) {
+                f /= c->rope_factor;
+            } else if (wl >= high_wl) {
+                float smooth = ((float)c->rope_original_max_pos / wl - c->rope_low_freq_factor) /
+                               (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f = (1 - smooth) * f / c->rope_factor + smooth * f;
+            }
+        }
+        inv[i] = f;
+    }
+    for (int p = 0; p < cap; p++)
+        for (int i = 0; i < half; i++) {
+            float angle = (float)p * inv[i];
+            host[(size_t)p * hd + i] = (float)cos((double)angle);
+            host[(size_t)p * hd + half + i] = (float)sin((double)angle);
+        }
+    m->be->free(m->cos_sin);
+    m->cos_sin = m->be->alloc(sizeof(float) * (size_t)cap * hd);
+    m->be->upload(m->cos_sin, host, sizeof(float) * (size_t)cap * hd);
+    m->rope_cap = cap;
+    free(inv);
+    free(host);
+}
+
+/* ---------------------------------------------------------------- linear + LoRA ---- */
+
+/* out[:, col0 : col0+out_dim] of a module: the LoRA term s * (x @ A^T) @ B^T, keeping xa. */
+static void lora_forward(struct model *m, const struct lora_mod *lm, float *xa, float *out, int ldo, const float *x,
+                         int ldx, int N, int in, int outd) {
+    const struct backend *be = m->be;
+    int r = m->lora_r;
+    be->matmul_forward(xa, r, x, ldx, lm->A, NULL, N, in, r, 0.0f);
+    be->gemm(0, 1, N, outd, r, m->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
+}
+
+/* Gradients of the LoRA term: dB, dA, and dx += (s * dout @ B) @ A. */
+static void lora_backward(struct model *m, const struct lora_mod *lm, const float *xa, float *dx, int lddx,
+                          const float *dout, int lddo, const float *x, int ldx, int N, int in, int outd) {
+    const struct backend *be = m->be;
+    int r = m->lora_r;
+    be->gemm(1, 0, outd, r, N, m->lora_scale, dout, lddo, xa, r, 1.0f, lm->dB, r);
+    be->gemm(0, 0, N, r, outd, m->lora_scale, dout, lddo, lm->B, r, 0.0f, m->dxa, r);
+    be->gemm(1, 0, r, in, N, 1.0f, m->dxa, r, x, ldx, 1.0f, lm->dA, in);
+    if (dx) be->gemm(0, 0, N, in, r, 1.0f, m->dxa, r, lm->A, in, 1.0f, dx, lddx);
+}
+
+static float *pgrad(const struct model *m, const float *p) {
+    return m->full_ft && p ? m->grads + (p - m->params) : NULL;
+}
+
+/* ---------------------------------------------------------------- forward ---- */
+
+/* Everything of layer l up to the attention inputs: ln1, qkv (+LoRA), q/k norm, rope. */
+static void attn_inputs(struct model *m, int l, struct layer_acts *a, const float *x, int N, const int *pos) {
+    const struct backend *be = m->be;
+    const struct layer_params *p = &m->layers[l];
+    int C = m->C, hd = m->hd, q = m->NH * hd, kv = m->NKV * hd;
+    be->rmsnorm_forward(a->ln1, C, a->rstd1, x, C, p->ln1, N, 1, C, m->cfg.rms_norm_eps);
+    be->matmul_forward(a->qkv, m->QKV, a->ln1, C, p->wqkv, p->bqkv, N, C, m->QKV, 0.0f);
+    static const int col[3] = {0, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        int mod = MOD_Q + col[i];
+        if (!(m->targets & (1u << mod))) continue;
+        int off = i == 0 ? 0 : i == 1 ? q : q + kv, outd = i == 0 ? q : kv;
+        lora_forward(m, &m->lmods[l][mod], a->xa[mod], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);
+    }
+    if (m->cfg.qk_norm) {
+        be->rmsnorm_forward(a->qkr, m->QK, a->q_rstd, a->qkv, m->QKV, p->q_norm, N, m->NH, hd, m->cfg.rms_norm_eps);
+        be->rmsnorm_forward(a->qkr + q, m->QK, a->k_rstd, a->qkv + q, m->QKV, p->k_norm, N, m->NKV, hd,
+                            m->cfg.rms_norm_eps);
+        be->rope_forward(a->qkr, m->QK, pos, m->cos_sin, N, m->NH + m->NKV, hd);
+    } else {
+        be->rope_forward(a->qkv, m->QKV, pos, m->cos_sin, N, m->NH + m->NKV, hd);
+    }
+}
+
+/* Where q, k (post-rope) and v live for layer activations a. */
+static void qkv_views(const struct model *m, const struct layer_acts *a, const float **q, int *ldq, const float **k,
+                      int *ldk, const float **v) {
+    int qd = m->NH * m->hd;
+    if (m->cfg.qk_norm) {
+        *q = a->qkr, *k = a->qkr + qd, *ldq = *ldk = m->QK;
+    } else {
+        *q = a->qkv, *k = a->qkv + qd, *ldq = *ldk = m->QKV;
+    }
+    *v = a->qkv + qd + m->NKV * m->hd;
+}
+
+/* From the attention output to the layer output: mid = x + o(att); out = mid + mlp(mid). */
+static void attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, const float *x, float *out, int N) {
+    const struct backend *be = m->be;
+    const struct layer_params *p = &m->layers[l];
+    int C = m->C, F = m->F, qd = m->NH * m->hd;
+    be->copy(a->mid, x, (size_t)N * C);
+    be->matmul_forward(a->mid, C, a->att, qd, p->wo, NULL, N, qd, C, 1.0f);
+    if (m->targets & (1u << MOD_O)) lora_forward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], a->mid, C, a->att, qd, N, qd, C);
+    be->rmsnorm_forward(a->ln2, C, a->rstd2, a->mid, C, p->ln2, N, 1, C, m->cfg.rms_norm_eps);
+    be->matmul_forward(a->gu, 2 * F, a->ln2, C, p->wgu, NULL, N, C, 2 * F, 0.0f);
+    if (m->targets & (1u << MOD_GATE))
+        lora_forward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], a->gu, 2 * F, a->ln2, C, N, C, F);
+    if (m->targets & (1u << MOD_UP))
+        lora_forward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], a->gu + F, 2 * F, a->ln2, C, N, C, F);
+    be->swiglu_forward(a->h, a->gu, N, F);
+    be->copy(out, a->mid, (size_t)N * C);
+    be->matmul_forward(out, C, a->h, F, p->wdown, NULL, N, F, C, 1.0f);
+    if (m->targets & (1u << MOD_DOWN))
+        lora_forward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], out, C, a->h, F, N, F, C);
+}
+
+static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
+    const float *x = m->resid + (size_t)l * N * m->C;
+    attn_inputs(m, l, a, x, N, m->pos);
+    const float *q, *k, *v;
+    int ldq, ldk;
+    qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
+    m->be->attention_forward(a->att, a->probs, q, ldq, k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->cap_T, m->NH,
+                             m->NKV, m->hd);
+    attn_outputs_and_mlp(m, l, a, x, m->resid + (size_t)(l + 1) * N * m->C, N);
+}
+
+static struct layer_acts *acts_of(struct model *m, int l) { return &m->acts[m->recompute ? 0 : l]; }
+
+/* Checks the batch and sets up segments, positions and (host) targets. */
+static int prepare_batch(struct model *m, const struct model_batch *b, struct whet_err *err) {
+    int N = b->B * b->T, V = m->V;
+    if (b->B < 1 || b->T < 1 || !b->ids) return whet_errf(err, "batch: expected B >= 1, T >= 1 and ids");
+    int *pos = xmalloc(sizeof(int) * (size_t)N);
+    free(m->segs);
+    m->segs = xmalloc(sizeof *m->segs * (size_t)N);
+    m->n_segs = 0;
+    int longest = 0, max_pos = 0, rc = 0;
+    for (int t = 0; t < N && !rc; t++) {
+        int row_start = t % b->T == 0;
+        if (row_start || (b->seq_ids && b->seq_ids[t] != b->seq_ids[t - 1])) m->segs[m->n_segs++] = (struct attn_segment){t, 0};
+        struct attn_segment *s = &m->segs[m->n_segs - 1];
+        pos[t] = b->positions ? b->positions[t] : s->len;
+        s->len++;
+        longest = s->len > longest ? s->len : longest;
+        if (b->ids[t] < 0 || b->ids[t] >= V) rc = whet_errf(err, "batch: token %d: id %d is outside the vocabulary (%d)", t, b->ids[t], V);
+        else if (pos[t] < 0 || pos[t] >= m->cfg.max_position_embeddings)
+            rc = whet_errf(err, "batch: token %d: position %d is outside [0, max_position_embeddings %d)", t, pos[t],
+                           m->cfg.max_position_embeddings);
+        else if (b->targets && (b->targets[t] < -1 || b->targets[t] >= V))
+            rc = whet_errf(err, "batch: token %d: target %d is outside the vocabulary", t, b->targets[t]);
+        max_pos = pos[t] > max_pos ? pos[t] : max_pos;
+    }
+    if (!rc && m->cfg.sliding_window && longest > m->cfg.sliding_window)
+        rc = whet_errf(err, "batch: a sequence of %d tokens is longer than the model's sliding window (%d), which "
+                            "this engine does not implement", longest, m->cfg.sliding_window);
+    if (rc) {
+        free(pos);
+        return -1;
+    }
+    ensure_acts(m, N, longest);
+    ensure_rope(m, max_pos + 1);
+    m->be->upload(m->ids, b->ids, sizeof(int) * (size_t)N);
+    m->be->upload(m->pos, pos, sizeof(int) * (size_t)N);
+    free(pos);
+    m->N = N, m->B = b->B, m->T = b->T;
+    return 0;
+}
+
+int model_forward(struct model *m, const struct model_batch *b, float *loss, struct whet_err *err) {
+    const struct backend *be = m->be;
+    *loss = 0;
+    m->backward_ready = 0;
+    if (prepare_batch(m, b, err)) return -1;
+    int N = m->N, C = m->C, V = m->V;
+    be->embedding_forward(m->resid, m->ids, m->embed, N, C);
+    for (int l = 0; l < m->L; l++) layer_forward(m, l, acts_of(m, l), N);
+    be->rmsnorm_forward(m->lnf, C, m->rstdf, m->resid + (size_t)m->L * N * C, C, m->norm, N, 1, C, m->cfg.rms_norm_eps);
+    m->has_targets = b->targets != NULL;
+    memset(&m->stats, 0, sizeof m->stats);
+    memset(m->token_loss, 0, sizeof(float) * (size_t)N);
+    if (!b->targets) {
+        be->matmul_forward(m->logits, V, m->lnf, C, m->lm_head, NULL, N, C, V, 0.0f);
+        m->M = 0;
+        return 0;
+    }
+    /* Only rows that carry a weighted target reach the vocabulary projection. */
+    int M = 0;
+    float *w = xmalloc(sizeof(float) * (size_t)N);
+    int *tg = xmalloc(sizeof(int) * (size_t)N);
+    for (int t = 0; t < N; t++) {
+        float wt = b->loss_mask ? b->loss_mask[t] : 1.0f;
+        if (b->targets[t] < 0 || wt == 0) continue;
+        m->h_rows[M] = t, w[M] = wt, tg[M] = b->targets[t];
+        M++;
+    }
+    m->M = M;
+    if (M) {
+        be->upload(m->rows, m->h_rows, sizeof(int) * (size_t)M);
+        be->upload(m->weights_c, w, sizeof(float) * (size_t)M);
+        be->upload(m->targets_c, tg, sizeof(int) * (size_t)M);
+        be->gather_rows(m->lnf_c, m->lnf, m->rows, M, C);
+        be->matmul_forward(m->logits, V, m->lnf_c, C, m->lm_head, NULL, M, C, V, 0.0f);
+        be->crossentropy_forward(m->losses, m->lse, m->correct, m->logits, m->targets_c, M, V);
+        be->download(m->h_losses, m->losses, sizeof(float) * (size_t)M);
+        be->download(m->h_correct, m->correct, sizeof(int) * (size_t)M);
+        for (int i = 0; i < M; i++) {
+            m->token_loss[m->h_rows[i]] = m->h_losses[i];
+            m->stats.loss_sum += (double)w[i] * m->h_losses[i];
+            m->stats.weight_sum += w[i];
+            m->stats.n_correct += m->h_correct[i];
+        }
+        m->stats.n_targets = M;
+    }
+    free(w);
+    free(tg);
+    *loss = m->stats.weight_sum > 0 ? (float)(m->stats.loss_sum / m->stats.weight_sum) : 0.0f;
+    m->backward_ready = m->train;
+    return 0;
+}
+
+void model_get_token_losses(const struct model *m, float *out) { memcpy(out, m->token_loss, sizeof(float) * (size_t)m->N); }
+
+void model_get_logits(const struct model *m, float *out) {
+    m->be->download(out, m->logits, sizeof(float) * (size_t)(m->has_targets ? m->M : m->N) * m->V);
+}
+
+/* ---------------------------------------------------------------- backward ---- */
+
+/* dresid holds d(loss)/d(resid[l+1]) on entry and d/d(resid[l]) on return. */
+static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) {
+    const struct backend *be = m->be;
+    const struct layer_params *p = &m->layers[l];
+    int C = m->C, F = m->F, hd = m->hd, qd = m->NH * hd, kvd = m->NKV * hd;
+    const float *x = m->resid + (size_t)l * N * C;
+    float *dres = m->dresid;
+    /* MLP: out = mid + h @ wdown^T */
+    be->zero(m->dh, sizeof(float) * (size_t)N * F);
+    be->matmul_backward(m->dh, F, pgrad(m, p->wdown), NULL, dres, C, a->h, F, p->wdown, N, F, C);
+    if (m->targets & (1u << MOD_DOWN)) lora_backward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], m->dh, F, dres, C, a->h, F, N, F, C);
+    be->swiglu_backward(m->dgu, m->dh, a->gu, N, F);
+    be->zero(m->dln, sizeof(float) * (size_t)N * C);
+    be->matmul_backward(m->dln, C, pgrad(m, p->wgu), NULL, m->dgu, 2 * F, a->ln2, C, p->wgu, N, C, 2 * F);
+    if (m->targets & (1u << MOD_GATE))
+        lora_backward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], m->dln, C, m->dgu, 2 * F, a->ln2, C, N, C, F);
+    if (m->targets & (1u << MOD_UP))
+        lora_backward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], m->dln, C, m->dgu + F, 2 * F, a->ln2, C, N, C, F);
+    be->rmsnorm_backward(dres, C, pgrad(m, p->ln2), m->dln, C, a->mid, C, p->ln2, a->rstd2, N, 1, C);
+    /* Attention: mid = x + att @ wo^T */
+    be->zero(m->datt, sizeof(float) * (size_t)N * qd);
+    be->matmul_backward(m->datt, qd, pgrad(m, p->wo), NULL, dres, C, a->att, qd, p->wo, N, qd, C);
+    if (m->targets & (1u << MOD_O)) lora_backward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], m->datt, qd, dres, C, a->att, qd, N, qd, C);
+    const float *q, *k, *v;
+    int ldq, ldk;
+    qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
+    be->zero(m->dqkv, sizeof(float) * (size_t)N * m->QKV);
+    float *dq = m->dqkv, *dk = m->dqkv + qd;
+    int lddq = m->QKV;
+    if (m->cfg.qk_norm) {
+        be->zero(m->dqkr, sizeof(float) * (size_t)N * m->QK);
+        dq = m->dqkr, dk = m->dqkr + qd, lddq = m->QK;
+    }
+    be->attention_backward(dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->att_scratch, m->datt, a->probs, q, ldq,
+                           k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->cap_T, m->NH, m->NKV, hd);
+    be->rope_backward(dq, lddq, m->pos, m->cos_sin, N, m->NH + m->NKV, hd);
+    if (m->cfg.qk_norm) {
+        be->rmsnorm_backward(m->dqkv, m->QKV, pgrad(m, p->q_norm), m->dqkr, m->QK, a->qkv, m->QKV, p->q_norm, a->q_rstd,
+                             N, m->NH, hd);
+        be->rmsnorm_backward(m->dqkv + qd, m->QKV, pgrad(m, p->k_norm), m->dqkr + qd, m->QK, a->qkv + qd, m->QKV,
+                             p->k_norm, a->k_rstd, N, m->NKV, hd);
+    }
+    /* qkv = ln1 @ wqkv^T + b. The input gradient of layer 0 is only needed to train the embedding. */
+    int need_dx = l > 0 || m->full_ft;
+    be->zero(m->dln, sizeof(float) * (size_t)N * C);
+    be->matmul_backward(need_dx ? m->dln : NULL, C, pgrad(m, p->wqkv), pgrad(m, p->bqkv), m->dqkv, m->QKV, a->ln1, C,
+                        p->wqkv, N, C, m->QKV);
+    for (int i = 0; i < 3; i++) {
+        int mod = MOD_Q + i;
+        if (!(m->targets & (1u << mod))) continue;
+        int off = i == 0 ? 0 : i == 1 ? qd : qd + kvd, outd = i == 0 ? qd : kvd;
+        lora_backward(m, &m->lmods[l][mod], a->xa[mod], need_dx ? m->dln : NULL, C, m->dqkv + off, m->QKV, a->ln1, C,
+                      N, C, outd);
+    }
+    if (need_dx) be->rmsnorm_backward(dres, C, pgrad(m, p->ln1), m->dln, C, x, C, p->ln1, a->rstd1, N, 1, C);
+}
+
+int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
+    if (!m->train) return whet_errf(err, "model_backward: the model was loaded for inference");
+    if (!m->backward_ready) return whet_errf(err, "model_backward: no forward pass with targets to go back through");
+    m->backward_ready = 0;
+    const struct backend *be = m->be;
+    int N = m->N, C = m->C, V = m->V, M = m->M;
+    be->zero(m->dresid, sizeof(float) * (size_t)N * C);
+    if (M) {
+        be->crossentropy_backward(m->logits, m->lse, m->targets_c, m->weights_c, loss_scale, M, V);
+        be->zero(m->dlnf_c, sizeof(float) * (size_t)M * C);
+        be->matmul_backward(m->dlnf_c, C, pgrad(m, m->lm_head), NULL, m->logits, V, m->lnf_c, C, m->lm_head, M, C, V);
+        be->zero(m->dln, sizeof(float) * (size_t)N * C);
+        be->scatter_add_rows(m->dln, m->dlnf_c, m->rows, M, C);
+        be->rmsnorm_backward(m->dresid, C, pgrad(m, m->norm), m->dln, C, m->resid + (size_t)m->L * N * C, C, m->norm,
+                             m->rstdf, N, 1, C);
+    }
+    for (int l = m->L - 1; l >= 0; l--) {
+        struct layer_acts *a = acts_of(m, l);
+        if (m->recompute) layer_forward(m, l, a, N);
+        layer_backward(m, l, a, N);
+    }
+    if (m->full_ft) be->embedding_backward(pgrad(m, m->embed), m->dresid, m->ids, N, C);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- optimiser ---- */
+
+void model_zero_grad(struct model *m) {
+    if (m->train) m->be->zero(m->grads, sizeof(float) * m->n_train);
+}
+
+float model_grad_norm(struct model *m) { return m->train ? (float)sqrt(m->be->sumsq(m->grads, m->n_train)) : 0.0f; }
+
+float model_clip_grad_norm(struct model *m, float max_norm) {
+    float norm = model_grad_norm(m);
+    /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1. */
+    if (max_norm > 0 && norm > max_norm) m->be->scale(m->grads, max_norm / (norm + 1e-6f), m->n_train);
+    return norm;
+}
+
+void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float eps, float weight_decay) {
+    if (!m->train) return;
+    m->adam_t++;
+    float bc1 = 1.0f - powf(beta1, (float)m->adam_t), bc2 = 1.0f - powf(beta2, (float)m->adam_t);
+    for (int i = 0; i < m->n_tensors; i++) {
+        struct tensor *t = &m->tensors[i];
+        if (!t->grad) continue;
+        size_t off = (size_t)(t->ptr - m->tp);
+        m->be->adamw(t->ptr, t->grad, m->adam_m + off, m->adam_v + off, t->numel, lr, beta1, beta2, eps,
+                     t->decay ? weight_decay : 0.0f, bc1, bc2);
+    }
+}
+
+/* ---------------------------------------------------------------- named access ---- */
+
+int model_num_tensors(const struct model *m) { return m->n_tensors; }
+const char *model_tensor_name(const struct model *m, int i) { return i >= 0 && i < m->n_tensors ? m->tensors[i].name : NULL; }
+
+long long model_tensor_numel(const struct model *m, const char *name) {
+    const struct tensor *t = find_tensor(m, name);
+    return t ? (long long)t->numel : -1;
+}
+
+int model_get_param(const struct model *m, const char *name, float *out, struct whet_err *err) {
+    const struct tensor *t = find_tensor(m, name);
+    if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
+    m->be->download(out, t->ptr, sizeof(float) * t->numel);
+    return 0;
+}
+
+int model_set_param(struct model *m, const char *name, const float *in, struct whet_err *err) {
+    const struct tensor *t = find_tensor(m, name);
+    if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
+    m->be->upload(t->ptr, in, sizeof(float) * t->numel);
+    return 0;
+}
+
+int model_get_grad(const struct model *m, const char *name, float *out, struct whet_err *err) {
+    const struct tensor *t = find_tensor(m, name);
+    if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
+    if (!m->train) return whet_errf(err, "model_get_grad: the model was loaded for inference");
+    if (t->grad) m->be->download(out, t->grad, sizeof(float) * t->numel);
+    else memset(out, 0, sizeof(float) * t->numel);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- files ---- */
+
+static int copy_file(const char *from, const char *to, struct whet_err *err) {
+    char *data;
+    size_t len;
+    if (whet_read_file(from, (size_t)1 << 30, &data, &len, err)) return -1;
+    int rc = whet_write_file_atomic(to, data, len, err);
+    free(data);
+    return rc;
+}
+
+int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_err *err) {
+    if (whet_mkdir_p(dir, err)) return -1;
+    const struct backend *be = m->be;
+    char *cfg = model_config_to_json(&m->cfg, bf16 ? "bfloat16" : "float32");
+    char *path = xasprintf("%s/config.json", dir);
+    int rc = whet_write_file_atomic(path, cfg, strlen(cfg), err);
+    free(cfg);
+    free(path);
+    if (rc) return -1;
+    /* Host copy of the base weights, with LoRA merged: W += s * B @ A. */
+    float *host = xmalloc(sizeof(float) * m->n_params);
+    float *merged = NULL;
+    if (m->lora_r) {
+        merged = be->alloc(sizeof(float) * m->n_params);
+        be->copy(merged, m->params, m->n_params);
+        for (int l = 0; l < m->L; l++)
+            for (int mod = 0; mod < N_MODS; mod++) {
+                if (!(m->targets & (1u << mod))) continue;
+                char name[128];
+                snprintf(name, sizeof name, "model.layers.%d.%s.%s.weight", l, mod_parent[mod], mod_names[mod]);
+                const struct tensor *t = find_tensor(m, name);
+                int in, out;
+                mod_dims(m, mod, &in, &out);
+                be->gemm(0, 0, out, in, m->lora_r, m->lora_scale, m->lmods[l][mod].B, m->lora_r, m->lmods[l][mod].A, in,
+                         1.0f, merged + (t->ptr - m->params), in);
+            }
+    }
+    be->download(host, merged ? merged : m->params, sizeof(float) * m->n_params);
+    be->free(merged);
+    struct st_writer w;
+    st_writer_init(&w);
+    st_writer_metadata(&w, "format", "pt");
+    for (int i = 0; i < m->n_base_tensors; i++) {
+        const struct tensor *t = &m->tensors[i];
+        st_writer_add(&w, t->name, t->ndim, t->shape, host + (t->ptr - m->params));
+    }
+    path = xasprintf("%s/model.safetensors", dir);
+    rc = st_writer_write(&w, path, bf16 ? ST_BF16 : ST_F32, err);
+    free(path);
+    st_writer_free(&w);
+    free(host);
+    if (rc) return -1;
+    static const char *const side_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                             "generation_config.json", "chat_template.jinja"};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(side_files) && !rc; i++) {
+        char *from = xasprintf("%s/%s", m->dir, side_files[i]), *to = xasprintf("%s/%s", dir, side_files[i]);
+        if (access(from, R_OK) == 0 && strcmp(m->dir, dir)) rc = copy_file(from, to, err);
+        free(from);
+        free(to);
+    }
+    return rc;
+}
+
+int model_save_adapter(const struct model *m, const char *dir, struct whet_err *err) {
+    if (!m->lora_r) return whet_errf(err, "model_save_adapter: the model has no LoRA adapter");
+    if (whet_mkdir_p(dir, err)) return -1;
+    json_t *targets = json_array();
+    for (int mod = 0; mod < N_MODS; mod++)
+        if (m->targets & (1u << mod)) json_array_append_new(targets, json_string(mod_names[mod]));
+    json_t *alpha = m->lora_alpha == floorf(m->lora_alpha) ? json_integer((json_int_t)m->lora_alpha) : json_real(m->lora_alpha);
+    json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:o, s:f, s:o, s:b, s:s, s:b, s:b, s:b, s:n}", "peft_type", "LORA",
+                             "task_type", "CAUSAL_LM", "base_model_name_or_path", m->dir, "r", m->lora_r, "lora_alpha",
+                             alpha, "lora_dropout", 0.0, "target_modules", targets, "use_rslora", m->rslora, "bias",
+                             "none", "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1,
+                             "modules_to_save");
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    char *path = xasprintf("%s/adapter_config.json", dir);
+    char *body = xasprintf("%s\n", text);
+    int rc = whet_write_file_atomic(path, body, strlen(body), err);
+    free(text);
+    free(body);
+    free(path);
+    if (rc) return -1;
+    float *host = xmalloc(sizeof(float) * m->n_lora);
+    m->be->download(host, m->lora, sizeof(float) * m->n_lora);
+    struct st_writer w;
+    st_writer_init(&w);
+    st_writer_metadata(&w, "format", "pt");
+    for (int i = m->n_base_tensors; i < m->n_tensors; i++) {
+        const struct tensor *t = &m->tensors[i];
+        st_writer_add(&w, t->name, 2, t->shape, host + (t->ptr - m->lora));
+    }
+    path = xasprintf("%s/adapter_model.safetensors", dir);
+    rc = st_writer_write(&w, path, ST_F32, err);
+    free(path);
+    st_writer_free(&w);
+    free(host);
+    return rc;
+}
+
+int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err *err) {
+    if (!m->lora_r) return whet_errf(err, "%s: the model was loaded without LoRA", dir);
+    struct model probe = {0};
+    probe.L = m->L;
+    if (read_adapter_config(&probe, dir, err)) return -1;
+    if (probe.lora_r != m->lora_r || probe.targets != m->targets)
+        return whet_errf(err, "%s/adapter_config.json: r %d and targets differ from the model's (r %d)", dir, probe.lora_r,
+                         m->lora_r);
+    return load_lora_weights(m, dir, err);
+}
+
+int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err) {
+    if (!m->train) return whet_errf(err, "model_save_optimizer: the model was loaded for inference");
+    float *host = xmalloc(sizeof(float) * m->n_train * 2);
+    m->be->download(host, m->adam_m, sizeof(float) * m->n_train);
+    m->be->download(host + m->n_train, m->adam_v, sizeof(float) * m->n_train);
+    struct st_writer w;
+    st_writer_init(&w);
+    char step[32];
+    snprintf(step, sizeof step, "%d", m->adam_t);
+    st_writer_metadata(&w, "step", step);
+    int64_t shape[1] = {(int64_t)m->n_train};
+    st_writer_add(&w, "exp_avg", 1, shape, host);
+    st_writer_add(&w, "exp_avg_sq", 1, shape, host + m->n_train);
+    int rc = st_writer_write(&w, path, ST_F32, err);
+    st_writer_free(&w);
+    free(host);
+    return rc;
+}
+
+int model_load_optimizer(struct model *m, const char *path, struct whet_err *err) {
+    if (!m->train) return whet_errf(err, "model_load_optimizer: the model was loaded for inference");
+    struct st_set set;
+    if (st_open_file(&set, path, err)) return -1;
+    int64_t shape[1] = {(int64_t)m->n_train};
+    const struct st_tensor *a, *b;
+    const char *step = st_metadata(&set, "step");
+    int rc = -1;
+    if (st_expect(&set, "exp_avg", 1, shape, &a, err) || st_expect(&set, "exp_avg_sq", 1, shape, &b, err)) goto out;
+    if (!step || atoi(step) < 0) {
+        whet_errf(err, "%s: __metadata__.step: missing", path);
+        goto out;
+    }
+    float *host = xmalloc(sizeof(float) * m->n_train);
+    rc = st_read_f32(a, host, shape[0], err);
+    if (!rc) m->be->upload(m->adam_m, host, sizeof(float) * m->n_train);
+    if (!rc) rc = st_read_f32(b, host, shape[0], err);
+    if (!rc) m->be->upload(m->adam_v, host, sizeof(float) * m->n_train);
+    free(host);
+    if (!rc) m->adam_t = atoi(step);
+out:
+    st_close(&set);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- generation ---- */
+
+struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len) {
+    struct kv_cache *c = xcalloc(1, sizeof *c);
+    c->n_slots = n_slots, c->max_len = max_len;
+    c->len = xcalloc((size_t)n_slots, sizeof(int));
+    c->k = xcalloc((size_t)m->L, sizeof(float *));
+    c->v = xcalloc((size_t)m->L, sizeof(float *));
+    size_t per = (size_t)n_slots * max_len * m->NKV * m->hd;
+    for (int l = 0; l < m->L; l++) {
+        c->k[l] = m->be->alloc(sizeof(float) * per);
+        c->v[l] = m->be->alloc(sizeof(float) * per);
+    }
+    c->n_layers = m->L;
+    return c;
+}
+
+void kv_cache_free(struct kv_cache *c) {
+    if (!c) return;
+    const struct backend *be = backend_cpu(); /* the backend every model uses for now */
+    for (int l = 0; l < c->n_layers; l++) {
+        be->free(c->k[l]);
+        be->free(c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c->len);
+    free(c);
+}
+
+void kv_cache_clear(struct kv_cache *c, int slot) {
+    if (slot >= 0 && slot < c->n_slots) c->len[slot] = 0;
+}
+
+int kv_cache_len(const struct kv_cache *c, int slot) { return slot >= 0 && slot < c->n_slots ? c->len[slot] : -1; }
+
+/* n tokens, token i appended to slot slots[i]; logits of the tokens listed in out_rows (n_out of
+ * them) go to logits[n_out, V] on the host. */
+static int infer(struct model *m, struct kv_cache *c, const int *ids, const int *slots, int n, const int *out_rows,
+                 int n_out, float *logits, struct whet_err *err) {
+    const struct backend *be = m->be;
+    int C = m->C, kvd = m->NKV * m->hd;
+    int *pos = xmalloc(sizeof(int) * (size_t)n), *first = xmalloc(sizeof(int) * (size_t)n),
+        *nctx = xmalloc(sizeof(int) * (size_t)n), *rows = xmalloc(sizeof(int) * (size_t)n);
+    int *added = xcalloc((size_t)c->n_slots, sizeof(int));
+    int rc = 0, max_pos = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int s = slots[i];
+        if (s < 0 || s >= c->n_slots) rc = whet_errf(err, "generation: slot %d is outside [0, %d)", s, c->n_slots);
+        else if (ids[i] < 0 || ids[i] >= m->V) rc = whet_errf(err, "generation: token id %d is outside the vocabulary", ids[i]);
+        else if (c->len[s] + added[s] >= c->max_len)
+            rc = whet_errf(err, "generation: slot %d is full (%d tokens)", s, c->max_len);
+        else if (c->len[s] + added[s] >= m->cfg.max_position_embeddings)
+            rc = whet_errf(err, "generation: position beyond max_position_embeddings");
+        if (rc) break;
+        pos[i] = c->len[s] + added[s]++;
+        first[i] = s * c->max_len;
+        nctx[i] = pos[i] + 1;
+        rows[i] = first[i] + pos[i];
+        max_pos = pos[i] > max_pos ? pos[i] : max_pos;
+    }
+    if (rc) goto out;
+    ensure_acts(m, n, 1);
+    ensure_rope(m, max_pos + 1);
+    int *d_first = m->rows, *d_nctx = m->targets_c, *d_rows = m->correct;
+    be->upload(m->ids, ids, sizeof(int) * (size_t)n);
+    be->upload(m->pos, pos, sizeof(int) * (size_t)n);
+    be->upload(d_first, first, sizeof(int) * (size_t)n);
+    be->upload(d_nctx, nctx, sizeof(int) * (size_t)n);
+    be->upload(d_rows, rows, sizeof(int) * (size_t)n);
+    float *x = m->resid, *y = m->resid + (size_t)n * C;
+    be->embedding_forward(x, m->ids, m->embed, n, C);
+    struct layer_acts *a = &m->acts[0];
+    for (int l = 0; l < m->L; l++) {
+        attn_inputs(m, l, a, x, n, m->pos);
+        const float *q, *k, *v;
+        int ldq, ldk;
+        qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
+        be->set_rows(c->k[l], d_rows, k, ldk, n, kvd);
+        be->set_rows(c->v[l], d_rows, v, m->QKV, n, kvd);
+        be->attention_cached(a->att, q, ldq, c->k[l], c->v[l], d_first, d_nctx, n, m->NH, m->NKV, m->hd);
+        attn_outputs_and_mlp(m, l, a, x, y, n);
+        float *tmp = x;
+        x = y, y = tmp;
+    }
+    be->rmsnorm_forward(m->lnf, C, m->rstdf, x, C, m->norm, n, 1, C, m->cfg.rms_norm_eps);
+    be->upload(m->rows, out_rows, sizeof(int) * (size_t)n_out);
+    be->gather_rows(m->lnf_c, m->lnf, m->rows, n_out, C);
+    be->matmul_forward(m->logits, m->V, m->lnf_c, C, m->lm_head, NULL, n_out, C, m->V, 0.0f);
+    be->download(logits, m->logits, sizeof(float) * (size_t)n_out * m->V);
+    for (int s = 0; s < c->n_slots; s++) c->len[s] += added[s];
+out:
+    free(pos);
+    free(first);
+    free(nctx);
+    free(rows);
+    free(added);
+    return rc;
+}
+
+int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, float *logits,
+                  struct whet_err *err) {
+    if (n < 1) return whet_errf(err, "generation: empty prompt");
+    int *slots = xmalloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) slots[i] = slot;
+    int last = n - 1;
+    int rc = infer(m, c, ids, slots, n, &last, 1, logits, err);
+    free(slots);
+    return rc;
+}
+
+int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n, float *logits,
+                      struct whet_err *err) {
+    if (n < 1) return 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (slots[i] == slots[j]) return whet_errf(err, "generation: slot %d given twice in one step", slots[i]);
+    int *rows = xmalloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) rows[i] = i;
+    int rc = infer(m, c, ids, slots, n, rows, n, logits, err);
+    free(rows);
+    return rc;
+}
