@@ -1,0 +1,707 @@
+/* job_request.c - see job_request.h. Sections: error and type helpers, hyperparameters (one table per
+ * method), graders, the whet extension object, then the body itself and the "auto" resolution. */
+#include "job_request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- helpers */
+
+static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path, const char *fmt, ...) {
+    char what[WHET_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(param, JOB_PARAM_MAX, "%s", path);
+    if (path[0]) return whet_errf(err, "%s: %s", path, what);
+    return whet_errf(err, "%s", what);
+}
+
+static const char *kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* "parent.key" into out (JOB_PARAM_MAX bytes; long paths are cut, which only shortens messages). */
+static void join(char out[JOB_PARAM_MAX], const char *parent, const char *key) {
+    size_t p = strnlen(parent, JOB_PARAM_MAX - 1), k = strlen(key);
+    memcpy(out, parent, p);
+    size_t n = p;
+    if (p && n < JOB_PARAM_MAX - 1) out[n++] = '.';
+    if (k > JOB_PARAM_MAX - 1 - n) k = JOB_PARAM_MAX - 1 - n;
+    memcpy(out + n, key, k);
+    out[n + k] = 0;
+}
+
+static void join_index(char out[JOB_PARAM_MAX], const char *parent, size_t i) {
+    char index[24];
+    snprintf(index, sizeof index, "[%zu]", i);
+    size_t p = strnlen(parent, JOB_PARAM_MAX - 1), k = strlen(index);
+    memcpy(out, parent, p);
+    if (k > JOB_PARAM_MAX - 1 - p) k = JOB_PARAM_MAX - 1 - p;
+    memcpy(out + p, index, k);
+    out[p + k] = 0;
+}
+
+static int one_of(const char *s, const char *const *set) {
+    for (; *set; set++)
+        if (strcmp(s, *set) == 0) return 1;
+    return 0;
+}
+
+/* '"a", "b", "c"' for messages. */
+static void list_names(char *out, size_t size, const char *const *set) {
+    size_t n = 0;
+    out[0] = 0;
+    for (; *set; set++) {
+        int w = snprintf(out + n, size - n, "%s\"%s\"", n ? ", " : "", *set);
+        if (w < 0 || (size_t)w >= size - n) break;
+        n += (size_t)w;
+    }
+}
+
+static int known_keys(const json_t *obj, const char *const *allowed, const char *path, int top_level,
+                      char param[JOB_PARAM_MAX], struct whet_err *err) {
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value) {
+        if (one_of(key, allowed)) continue;
+        char p[JOB_PARAM_MAX];
+        join(p, path, key);
+        if (top_level) return bad(param, err, p, "unrecognized request argument supplied");
+        return bad(param, err, p, "unknown field");
+    }
+    return 0;
+}
+
+/* A string of 1..max bytes (also bounds what reaches the database). */
+static int want_string(const json_t *v, size_t max, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    if (!json_is_string(v)) return bad(param, err, path, "expected a string, found %s", kind(v));
+    size_t n = json_string_length(v);
+    if (n == 0) return bad(param, err, path, "must not be empty");
+    if (n > max) return bad(param, err, path, "longer than %zu characters", max);
+    return 0;
+}
+
+static int want_enum(const json_t *v, const char *const *set, const char *path, char param[JOB_PARAM_MAX],
+                     struct whet_err *err) {
+    char names[256];
+    list_names(names, sizeof names, set);
+    if (!json_is_string(v) || !one_of(json_string_value(v), set))
+        return bad(param, err, path, "expected one of %s", names);
+    return 0;
+}
+
+/* Characters allowed in names the service matches on (GPU types, regions, suffixes). */
+static int name_chars_ok(const char *s, const char *extra) {
+    for (; *s; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr(extra, c)))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- hyperparameters */
+
+enum hp_kind { HP_INT, HP_NUMBER, HP_EFFORT };
+
+struct hp_spec {
+    const char *name;
+    enum hp_kind kind;
+    double min, max;   /* inclusive bounds ... */
+    int min_exclusive; /* ... except the lower one when set: (0, 10] */
+};
+
+static const struct hp_spec hp_supervised[] = {
+    {"n_epochs", HP_INT, 1, 50, 0},
+    {"batch_size", HP_INT, 1, 256, 0},
+    {"learning_rate_multiplier", HP_NUMBER, 0, 10, 1},
+    {NULL, 0, 0, 0, 0},
+};
+static const struct hp_spec hp_dpo[] = {
+    {"n_epochs", HP_INT, 1, 50, 0},
+    {"batch_size", HP_INT, 1, 256, 0},
+    {"learning_rate_multiplier", HP_NUMBER, 0, 10, 1},
+    {"beta", HP_NUMBER, 0, 2, 1},
+    {NULL, 0, 0, 0, 0},
+};
+static const struct hp_spec hp_reinforcement[] = {
+    {"n_epochs", HP_INT, 1, 50, 0},
+    {"batch_size", HP_INT, 1, 256, 0},
+    {"learning_rate_multiplier", HP_NUMBER, 0, 10, 1},
+    {"eval_interval", HP_INT, 1, 1000, 0},
+    {"eval_samples", HP_INT, 1, 1000, 0},
+    {"compute_multiplier", HP_NUMBER, 0, 10, 1},
+    {"reasoning_effort", HP_EFFORT, 0, 0, 0},
+    {NULL, 0, 0, 0, 0},
+};
+static const char *const reasoning_efforts[] = {"default", "low", "medium", "high", NULL};
+
+static const struct hp_spec *hp_specs(const char *method_type) {
+    if (strcmp(method_type, "dpo") == 0) return hp_dpo;
+    if (strcmp(method_type, "reinforcement") == 0) return hp_reinforcement;
+    return hp_supervised;
+}
+
+static int check_hp_value(const json_t *v, const struct hp_spec *spec, const char *path, char param[JOB_PARAM_MAX],
+                          struct whet_err *err) {
+    if (spec->kind == HP_EFFORT) return want_enum(v, reasoning_efforts, path, param, err);
+    if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) return 0;
+    const char *lower = spec->min_exclusive ? "(" : "[";
+    if (spec->kind == HP_INT) {
+        if (!json_is_integer(v)) return bad(param, err, path, "expected \"auto\" or an integer, found %s", kind(v));
+        json_int_t x = json_integer_value(v);
+        if (x < (json_int_t)spec->min || x > (json_int_t)spec->max)
+            return bad(param, err, path, "%lld is out of range: expected %g..%g", (long long)x, spec->min, spec->max);
+        return 0;
+    }
+    if (!json_is_number(v)) return bad(param, err, path, "expected \"auto\" or a number, found %s", kind(v));
+    double x = json_number_value(v);
+    if (x < spec->min || (spec->min_exclusive && x == spec->min) || x > spec->max)
+        return bad(param, err, path, "%g is out of range: expected %s%g, %g]", x, lower, spec->min, spec->max);
+    return 0;
+}
+
+/* Checks `given` (an object, or NULL) for `method_type` and returns a new object with every
+ * hyperparameter of the method ("auto", or "default" for reasoning_effort, where not given). */
+static json_t *check_hyperparameters(const json_t *given, const char *method_type, const char *path,
+                                     char param[JOB_PARAM_MAX], struct whet_err *err) {
+    const struct hp_spec *specs = hp_specs(method_type);
+    if (given && !json_is_null(given)) {
+        if (!json_is_object(given)) {
+            bad(param, err, path, "expected an object, found %s", kind(given));
+            return NULL;
+        }
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)given, key, value) {
+            const struct hp_spec *spec = specs;
+            while (spec->name && strcmp(spec->name, key) != 0) spec++;
+            char p[JOB_PARAM_MAX];
+            join(p, path, key);
+            if (!spec->name) {
+                bad(param, err, p, "not a hyperparameter of %s fine-tuning", method_type);
+                return NULL;
+            }
+            if (check_hp_value(value, spec, p, param, err)) return NULL;
+        }
+    }
+    json_t *out = json_object();
+    for (const struct hp_spec *spec = specs; spec->name; spec++) {
+        json_t *v = given ? json_object_get(given, spec->name) : NULL;
+        json_object_set_new(out, spec->name,
+                            v ? json_deep_copy(v) : json_string(spec->kind == HP_EFFORT ? "default" : "auto"));
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- graders */
+
+#define GRADER_SOURCE_MAX (256 * 1024)
+#define GRADER_TEXT_MAX (64 * 1024)
+#define GRADER_NAME_MAX 256
+
+static const char *const grader_types[] = {"string_check", "text_similarity", "python", "score_model", "label_model",
+                                           "multi", NULL};
+
+/* The messages a model grader sends: [{role, content[, type: "message"]}, …]. */
+static int check_grader_input(const json_t *input, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    static const char *const roles[] = {"system", "developer", "user", "assistant", NULL};
+    static const char *const keys[] = {"role", "content", "type", NULL};
+    if (!json_is_array(input)) return bad(param, err, path, "expected an array of messages, found %s", kind(input));
+    if (json_array_size(input) == 0) return bad(param, err, path, "expected at least one message");
+    for (size_t i = 0; i < json_array_size(input); i++) {
+        const json_t *m = json_array_get(input, i);
+        char mp[JOB_PARAM_MAX], p[JOB_PARAM_MAX];
+        join_index(mp, path, i);
+        if (!json_is_object(m)) return bad(param, err, mp, "expected an object, found %s", kind(m));
+        if (known_keys(m, keys, mp, 0, param, err)) return -1;
+        join(p, mp, "role");
+        if (want_enum(json_object_get(m, "role"), roles, p, param, err)) return -1;
+        join(p, mp, "type");
+        json_t *type = json_object_get(m, "type");
+        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "message") == 0))
+            return bad(param, err, p, "expected \"message\"");
+        join(p, mp, "content");
+        json_t *content = json_object_get(m, "content");
+        if (!content) return bad(param, err, p, "missing");
+        if (!json_is_string(content) && !json_is_object(content) && !json_is_array(content))
+            return bad(param, err, p, "expected a string, an object or an array, found %s", kind(content));
+    }
+    return 0;
+}
+
+static int check_grader_at(const json_t *g, const char *path, int allow_multi, char param[JOB_PARAM_MAX],
+                           struct whet_err *err) {
+    char p[JOB_PARAM_MAX];
+    if (!json_is_object(g)) return bad(param, err, path, "expected an object, found %s", kind(g));
+    join(p, path, "type");
+    json_t *type = json_object_get(g, "type");
+    if (!type) return bad(param, err, p, "missing");
+    if (want_enum(type, grader_types, p, param, err)) return -1;
+    const char *t = json_string_value(type);
+    if (strcmp(t, "multi") == 0 && !allow_multi) return bad(param, err, p, "a multi grader cannot contain another");
+    join(p, path, "name");
+    json_t *name = json_object_get(g, "name");
+    if (!name) return bad(param, err, p, "missing");
+    if (want_string(name, GRADER_NAME_MAX, p, param, err)) return -1;
+
+    if (strcmp(t, "string_check") == 0) {
+        static const char *const keys[] = {"type", "name", "input", "reference", "operation", NULL};
+        static const char *const ops[] = {"eq", "ne", "like", "ilike", NULL};
+        if (known_keys(g, keys, path, 0, param, err)) return -1;
+        static const char *const strings[] = {"input", "reference", NULL};
+        for (const char *const *k = strings; *k; k++) {
+            join(p, path, *k);
+            json_t *v = json_object_get(g, *k);
+            if (!v) return bad(param, err, p, "missing");
+            if (want_string(v, GRADER_TEXT_MAX, p, param, err)) return -1;
+        }
+        join(p, path, "operation");
+        return want_enum(json_object_get(g, "operation"), ops, p, param, err);
+    }
+    if (strcmp(t, "text_similarity") == 0) {
+        static const char *const keys[] = {"type", "name", "input", "reference", "evaluation_metric", "pass_threshold", NULL};
+        static const char *const metrics[] = {"cosine", "fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2",
+                                              "rouge_3", "rouge_4", "rouge_5", "rouge_l", NULL};
+        if (known_keys(g, keys, path, 0, param, err)) return -1;
+        static const char *const strings[] = {"input", "reference", NULL};
+        for (const char *const *k = strings; *k; k++) {
+            join(p, path, *k);
+            json_t *v = json_object_get(g, *k);
+            if (!v) return bad(param, err, p, "missing");
+            if (want_string(v, GRADER_TEXT_MAX, p, param, err)) return -1;
+        }
+        join(p, path, "pass_threshold");
+        json_t *threshold = json_object_get(g, "pass_threshold");
+        if (threshold && !json_is_number(threshold)) return bad(param, err, p, "expected a number, found %s", kind(threshold));
+        join(p, path, "evaluation_metric");
+        return want_enum(json_object_get(g, "evaluation_metric"), metrics, p, param, err);
+    }
+    if (strcmp(t, "python") == 0) {
+        static const char *const keys[] = {"type", "name", "source", "image_tag", NULL};
+        if (known_keys(g, keys, path, 0, param, err)) return -1;
+        join(p, path, "source");
+        json_t *source = json_object_get(g, "source");
+        if (!source) return bad(param, err, p, "missing");
+        if (want_string(source, GRADER_SOURCE_MAX, p, param, err)) return -1;
+        json_t *tag = json_object_get(g, "image_tag");
+        join(p, path, "image_tag");
+        if (tag && want_string(tag, GRADER_NAME_MAX, p, param, err)) return -1;
+        return 0;
+    }
+    if (strcmp(t, "score_model") == 0 || strcmp(t, "label_model") == 0) {
+        int score = t[0] == 's';
+        static const char *const score_keys[] = {"type", "name", "input", "model", "range", "sampling_params",
+                                                 "pass_threshold", NULL};
+        static const char *const label_keys[] = {"type", "name", "input", "model", "labels", "passing_labels", NULL};
+        if (known_keys(g, score ? score_keys : label_keys, path, 0, param, err)) return -1;
+        join(p, path, "model");
+        json_t *model = json_object_get(g, "model");
+        if (!model) return bad(param, err, p, "missing");
+        if (want_string(model, GRADER_NAME_MAX, p, param, err)) return -1;
+        join(p, path, "input");
+        json_t *input = json_object_get(g, "input");
+        if (!input) return bad(param, err, p, "missing");
+        if (check_grader_input(input, p, param, err)) return -1;
+        if (score) {
+            json_t *range = json_object_get(g, "range");
+            join(p, path, "range");
+            if (range) {
+                if (!json_is_array(range) || json_array_size(range) != 2 || !json_is_number(json_array_get(range, 0)) ||
+                    !json_is_number(json_array_get(range, 1)))
+                    return bad(param, err, p, "expected [min, max]");
+                if (json_number_value(json_array_get(range, 0)) >= json_number_value(json_array_get(range, 1)))
+                    return bad(param, err, p, "min must be below max");
+            }
+            json_t *sampling = json_object_get(g, "sampling_params");
+            join(p, path, "sampling_params");
+            if (sampling && !json_is_object(sampling))
+                return bad(param, err, p, "expected an object, found %s", kind(sampling));
+            json_t *threshold = json_object_get(g, "pass_threshold");
+            join(p, path, "pass_threshold");
+            if (threshold && !json_is_number(threshold))
+                return bad(param, err, p, "expected a number, found %s", kind(threshold));
+            return 0;
+        }
+        json_t *labels = json_object_get(g, "labels"), *passing = json_object_get(g, "passing_labels");
+        static const char *const lists[] = {"labels", "passing_labels", NULL};
+        for (const char *const *k = lists; *k; k++) {
+            json_t *list = json_object_get(g, *k);
+            join(p, path, *k);
+            if (!list) return bad(param, err, p, "missing");
+            if (!json_is_array(list) || json_array_size(list) == 0)
+                return bad(param, err, p, "expected a non-empty array of strings");
+            for (size_t i = 0; i < json_array_size(list); i++) {
+                char ip[JOB_PARAM_MAX];
+                join_index(ip, p, i);
+                if (want_string(json_array_get(list, i), GRADER_NAME_MAX, ip, param, err)) return -1;
+            }
+        }
+        for (size_t i = 0; i < json_array_size(passing); i++) {
+            const char *label = json_string_value(json_array_get(passing, i));
+            int found = 0;
+            for (size_t j = 0; j < json_array_size(labels); j++)
+                if (strcmp(label, json_string_value(json_array_get(labels, j))) == 0) found = 1;
+            char ip[JOB_PARAM_MAX];
+            join(p, path, "passing_labels");
+            join_index(ip, p, i);
+            if (!found) return bad(param, err, ip, "\"%s\" is not one of the labels", label);
+        }
+        return 0;
+    }
+    /* multi: named graders combined by a formula over their names. */
+    static const char *const keys[] = {"type", "name", "graders", "calculate_output", NULL};
+    if (known_keys(g, keys, path, 0, param, err)) return -1;
+    join(p, path, "graders");
+    json_t *graders = json_object_get(g, "graders");
+    if (!graders) return bad(param, err, p, "missing");
+    if (!json_is_object(graders) || json_object_size(graders) == 0)
+        return bad(param, err, p, "expected an object of named graders");
+    if (json_object_size(graders) > 16) return bad(param, err, p, "at most 16 graders");
+    const char *key;
+    json_t *sub;
+    json_object_foreach(graders, key, sub) {
+        char sp[JOB_PARAM_MAX];
+        join(sp, p, key);
+        if (check_grader_at(sub, sp, 0, param, err)) return -1;
+    }
+    join(p, path, "calculate_output");
+    json_t *formula = json_object_get(g, "calculate_output");
+    if (!formula) return bad(param, err, p, "missing");
+    return want_string(formula, 4096, p, param, err);
+}
+
+int job_request_check_grader(const json_t *grader, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    return check_grader_at(grader, path, 1, param, err);
+}
+
+/* ---------------------------------------------------------------- the whet extension object */
+
+static int check_int(const json_t *v, long long min, long long max, const char *path, char param[JOB_PARAM_MAX],
+                     struct whet_err *err) {
+    if (!json_is_integer(v)) return bad(param, err, path, "expected an integer, found %s", kind(v));
+    json_int_t x = json_integer_value(v);
+    if (x < min || x > max) return bad(param, err, path, "%lld is out of range: expected %lld..%lld", (long long)x, min, max);
+    return 0;
+}
+
+/* A number in (min, max] when min_exclusive, else [min, max]. */
+static int check_number(const json_t *v, double min, int min_exclusive, double max, const char *path,
+                        char param[JOB_PARAM_MAX], struct whet_err *err) {
+    if (!json_is_number(v)) return bad(param, err, path, "expected a number, found %s", kind(v));
+    double x = json_number_value(v);
+    if (x < min || (min_exclusive && x == min) || x > max)
+        return bad(param, err, path, "%g is out of range: expected %s%g, %g]", x, min_exclusive ? "(" : "[", min, max);
+    return 0;
+}
+
+/* A list of distinct names (GPU types, regions): 1..16 items of 1..64 characters [A-Za-z0-9._:-]. */
+static int check_name_list(const json_t *v, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    if (!json_is_array(v)) return bad(param, err, path, "expected an array of strings, found %s", kind(v));
+    if (json_array_size(v) == 0 || json_array_size(v) > 16) return bad(param, err, path, "expected 1 to 16 names");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char ip[JOB_PARAM_MAX];
+        join_index(ip, path, i);
+        const json_t *item = json_array_get(v, i);
+        if (want_string(item, 64, ip, param, err)) return -1;
+        if (!name_chars_ok(json_string_value(item), "._:-"))
+            return bad(param, err, ip, "expected letters, digits, '.', '_', ':' or '-'");
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(json_string_value(item), json_string_value(json_array_get(v, j))) == 0)
+                return bad(param, err, ip, "\"%s\" given twice", json_string_value(item));
+    }
+    return 0;
+}
+
+static int check_lora(const json_t *lora, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    static const char *const keys[] = {"r", "alpha", "target_modules", NULL};
+    static const char *const modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", NULL};
+    char p[JOB_PARAM_MAX];
+    if (!json_is_object(lora)) return bad(param, err, path, "expected an object, found %s", kind(lora));
+    if (known_keys(lora, keys, path, 0, param, err)) return -1;
+    json_t *v;
+    join(p, path, "r");
+    if ((v = json_object_get(lora, "r")) && check_int(v, 1, 256, p, param, err)) return -1;
+    join(p, path, "alpha");
+    if ((v = json_object_get(lora, "alpha")) && check_number(v, 0, 1, 4096, p, param, err)) return -1;
+    join(p, path, "target_modules");
+    if (!(v = json_object_get(lora, "target_modules"))) return 0;
+    if (json_is_string(v) && strcmp(json_string_value(v), "all-linear") == 0) return 0;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return bad(param, err, p, "expected \"all-linear\" or a non-empty array of module names");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        char ip[JOB_PARAM_MAX], names[256];
+        join_index(ip, p, i);
+        list_names(names, sizeof names, modules);
+        const json_t *m = json_array_get(v, i);
+        if (!json_is_string(m) || !one_of(json_string_value(m), modules))
+            return bad(param, err, ip, "expected one of %s", names);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(json_string_value(m), json_string_value(json_array_get(v, j))) == 0)
+                return bad(param, err, ip, "\"%s\" given twice", json_string_value(m));
+    }
+    return 0;
+}
+
+static int check_whet(const json_t *w, const char *method_type, int *priority, char param[JOB_PARAM_MAX],
+                      struct whet_err *err) {
+    static const char *const keys[] = {"priority", "lora", "full_finetune", "gpu_types", "regions", "max_gpus",
+                                       "group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
+    static const char *const rl_only[] = {"group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
+    char p[JOB_PARAM_MAX];
+    if (!json_is_object(w)) return bad(param, err, "whet", "expected an object, found %s", kind(w));
+    if (known_keys(w, keys, "whet", 0, param, err)) return -1;
+    json_t *v;
+    if ((v = json_object_get(w, "priority"))) {
+        if (check_int(v, -100, 100, "whet.priority", param, err)) return -1;
+        *priority = (int)json_integer_value(v);
+    }
+    json_t *full = json_object_get(w, "full_finetune");
+    if (full && !json_is_boolean(full))
+        return bad(param, err, "whet.full_finetune", "expected a boolean, found %s", kind(full));
+    if ((v = json_object_get(w, "lora"))) {
+        if (json_is_true(full)) return bad(param, err, "whet.lora", "a full fine-tune has no LoRA settings");
+        if (check_lora(v, "whet.lora", param, err)) return -1;
+    }
+    if ((v = json_object_get(w, "gpu_types")) && check_name_list(v, "whet.gpu_types", param, err)) return -1;
+    if ((v = json_object_get(w, "regions")) && check_name_list(v, "whet.regions", param, err)) return -1;
+    if ((v = json_object_get(w, "max_gpus")) && check_int(v, 1, 1024, "whet.max_gpus", param, err)) return -1;
+    for (const char *const *k = rl_only; *k; k++) {
+        join(p, "whet", *k);
+        if (json_object_get(w, *k) && strcmp(method_type, "reinforcement") != 0)
+            return bad(param, err, p, "only for reinforcement jobs");
+    }
+    if ((v = json_object_get(w, "group_size")) && check_int(v, 2, 256, "whet.group_size", param, err)) return -1;
+    if ((v = json_object_get(w, "kl_coef")) && check_number(v, 0, 0, 10, "whet.kl_coef", param, err)) return -1;
+    if ((v = json_object_get(w, "clip_ratio_low")) && check_number(v, 0, 1, 1, "whet.clip_ratio_low", param, err))
+        return -1;
+    if ((v = json_object_get(w, "clip_ratio_high")) && check_number(v, 0, 1, 1, "whet.clip_ratio_high", param, err))
+        return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the body */
+
+static const char *const method_types[] = {"supervised", "dpo", "reinforcement", NULL};
+
+/* Builds req->method from `method` (the body's, or NULL) and the deprecated top-level `legacy_hp`. */
+static int check_method(const json_t *method, const json_t *legacy_hp, struct job_request *req,
+                        char param[JOB_PARAM_MAX], struct whet_err *err) {
+    const json_t *settings = NULL;
+    const char *type = "supervised";
+    if (method) {
+        static const char *const keys[] = {"type", "supervised", "dpo", "reinforcement", NULL};
+        if (!json_is_object(method)) return bad(param, err, "method", "expected an object, found %s", kind(method));
+        if (known_keys(method, keys, "method", 0, param, err)) return -1;
+        json_t *t = json_object_get(method, "type");
+        if (!t) return bad(param, err, "method.type", "missing");
+        if (want_enum(t, method_types, "method.type", param, err)) return -1;
+        type = json_string_value(t);
+        for (const char *const *other = method_types; *other; other++) {
+            char p[JOB_PARAM_MAX];
+            join(p, "method", *other);
+            json_t *v = json_object_get(method, *other);
+            if (v && !json_is_null(v) && strcmp(*other, type) != 0)
+                return bad(param, err, p, "does not match method.type \"%s\"", type);
+        }
+        settings = json_object_get(method, type);
+        if (settings && json_is_null(settings)) settings = NULL;
+    }
+    char path[JOB_PARAM_MAX];
+    join(path, "method", type);
+    if (settings) {
+        static const char *const plain_keys[] = {"hyperparameters", NULL};
+        static const char *const rl_keys[] = {"hyperparameters", "grader", NULL};
+        if (!json_is_object(settings)) return bad(param, err, path, "expected an object, found %s", kind(settings));
+        if (known_keys(settings, strcmp(type, "reinforcement") == 0 ? rl_keys : plain_keys, path, 0, param, err))
+            return -1;
+    }
+    const json_t *hp = settings ? json_object_get(settings, "hyperparameters") : NULL;
+    if (hp && json_is_null(hp)) hp = NULL;
+    char hp_path[JOB_PARAM_MAX];
+    join(hp_path, path, "hyperparameters");
+    if (legacy_hp) {
+        if (strcmp(type, "supervised") != 0)
+            return bad(param, err, "hyperparameters", "deprecated top-level hyperparameters are for supervised jobs; "
+                                                      "use %s", hp_path);
+        if (hp) return bad(param, err, "hyperparameters", "give either hyperparameters (deprecated) or %s, not both", hp_path);
+        hp = legacy_hp;
+        snprintf(hp_path, sizeof hp_path, "hyperparameters");
+    }
+    json_t *resolved = check_hyperparameters(hp, type, hp_path, param, err);
+    if (!resolved) return -1;
+    json_t *inner = json_object();
+    json_object_set_new(inner, "hyperparameters", resolved);
+    if (strcmp(type, "reinforcement") == 0) {
+        char gp[JOB_PARAM_MAX];
+        join(gp, path, "grader");
+        json_t *grader = settings ? json_object_get(settings, "grader") : NULL;
+        if (!grader) {
+            json_decref(inner);
+            return bad(param, err, gp, "missing: a reinforcement job needs a grader");
+        }
+        if (check_grader_at(grader, gp, 1, param, err)) {
+            json_decref(inner);
+            return -1;
+        }
+        json_object_set_new(inner, "grader", json_deep_copy(grader));
+    }
+    req->method = json_pack("{s:s, s:o}", "type", type, type, inner);
+    snprintf(req->method_type, sizeof req->method_type, "%s", type);
+    return 0;
+}
+
+static int parse_body(const json_t *body, struct job_request *req, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    static const char *const keys[] = {"model", "training_file", "validation_file", "suffix", "seed", "metadata",
+                                       "hyperparameters", "method", "integrations", "whet", NULL};
+    if (!json_is_object(body)) return bad(param, err, "", "expected a JSON object, found %s", kind(body));
+    if (known_keys(body, keys, "", 1, param, err)) return -1;
+
+    json_t *v = json_object_get(body, "model");
+    if (!v) return bad(param, err, "model", "missing");
+    if (want_string(v, 256, "model", param, err)) return -1;
+    req->model = xstrdup(json_string_value(v));
+
+    v = json_object_get(body, "training_file");
+    if (!v) return bad(param, err, "training_file", "missing");
+    if (want_string(v, 128, "training_file", param, err)) return -1;
+    req->training_file = xstrdup(json_string_value(v));
+
+    v = json_object_get(body, "validation_file");
+    if (v && !json_is_null(v)) {
+        if (want_string(v, 128, "validation_file", param, err)) return -1;
+        req->validation_file = xstrdup(json_string_value(v));
+    }
+
+    v = json_object_get(body, "suffix");
+    if (v && !json_is_null(v) && !(json_is_string(v) && json_string_length(v) == 0)) {
+        if (want_string(v, JOB_SUFFIX_MAX, "suffix", param, err)) return -1;
+        if (!name_chars_ok(json_string_value(v), "._-"))
+            return bad(param, err, "suffix", "expected letters, digits, '.', '_' or '-'");
+        req->suffix = xstrdup(json_string_value(v));
+    }
+
+    v = json_object_get(body, "seed");
+    if (v && !json_is_null(v)) {
+        if (check_int(v, 0, 2147483647, "seed", param, err)) return -1;
+        req->has_seed = 1;
+        req->seed = json_integer_value(v);
+    }
+
+    v = json_object_get(body, "metadata");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) return bad(param, err, "metadata", "expected an object, found %s", kind(v));
+        if (json_object_size(v) > JOB_METADATA_PAIRS_MAX)
+            return bad(param, err, "metadata", "at most %d key-value pairs", JOB_METADATA_PAIRS_MAX);
+        const char *key;
+        json_t *value;
+        json_object_foreach(v, key, value) {
+            char p[JOB_PARAM_MAX];
+            join(p, "metadata", key);
+            if (key[0] == 0) return bad(param, err, "metadata", "keys must not be empty");
+            if (strlen(key) > JOB_METADATA_KEY_MAX)
+                return bad(param, err, p, "key longer than %d characters", JOB_METADATA_KEY_MAX);
+            if (!json_is_string(value)) return bad(param, err, p, "expected a string, found %s", kind(value));
+            if (json_string_length(value) > JOB_METADATA_VALUE_MAX)
+                return bad(param, err, p, "value longer than %d characters", JOB_METADATA_VALUE_MAX);
+        }
+        req->metadata = json_deep_copy(v);
+    }
+
+    v = json_object_get(body, "integrations");
+    if (v && !json_is_null(v)) {
+        if (!json_is_array(v)) return bad(param, err, "integrations", "expected an array, found %s", kind(v));
+        if (json_array_size(v) > 0)
+            return bad(param, err, "integrations", "integrations (Weights & Biases) are not supported by this server; "
+                                                   "read metrics from the job's events instead");
+    }
+
+    json_t *legacy = json_object_get(body, "hyperparameters");
+    if (legacy && json_is_null(legacy)) legacy = NULL;
+    json_t *method = json_object_get(body, "method");
+    if (method && json_is_null(method)) method = NULL;
+    if (check_method(method, legacy, req, param, err)) return -1;
+
+    v = json_object_get(body, "whet");
+    if (v && !json_is_null(v)) {
+        if (check_whet(v, req->method_type, &req->priority, param, err)) return -1;
+        req->whet = json_deep_copy(v);
+    } else {
+        req->whet = json_object();
+    }
+    return 0;
+}
+
+int job_request_parse(const json_t *body, struct job_request *out, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    memset(out, 0, sizeof *out);
+    param[0] = 0;
+    if (parse_body(body, out, param, err) == 0) return 0;
+    job_request_free(out);
+    return -1;
+}
+
+void job_request_free(struct job_request *req) {
+    free(req->model);
+    free(req->training_file);
+    free(req->validation_file);
+    free(req->suffix);
+    json_decref(req->metadata);
+    json_decref(req->method);
+    json_decref(req->whet);
+    memset(req, 0, sizeof *req);
+}
+
+json_t *job_request_hyperparameters(const struct job_request *req) {
+    return json_object_get(json_object_get(req->method, req->method_type), "hyperparameters");
+}
+
+/* ---------------------------------------------------------------- "auto" */
+
+static int is_auto(const json_t *v) { return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0; }
+
+void job_request_resolve_auto(struct job_request *req, size_t examples) {
+    json_t *hp = job_request_hyperparameters(req);
+    if (!hp) return;
+    if (examples == 0) examples = 1;
+    if (is_auto(json_object_get(hp, "n_epochs"))) {
+        /* Three passes, but at least 100 and at most 25,000 examples seen in total. */
+        size_t epochs = 3;
+        if (examples * epochs < 100) epochs = (100 + examples - 1) / examples;
+        if (examples * epochs > 25000) epochs = 25000 / examples;
+        if (epochs < 1) epochs = 1;
+        if (epochs > 50) epochs = 50;
+        json_object_set_new(hp, "n_epochs", json_integer((json_int_t)epochs));
+    }
+    if (is_auto(json_object_get(hp, "batch_size"))) {
+        size_t batch = (size_t)lround((double)examples * 0.002);
+        if (batch < 1) batch = 1;
+        if (batch > 256) batch = 256;
+        json_object_set_new(hp, "batch_size", json_integer((json_int_t)batch));
+    }
+    static const struct {
+        const char *name;
+        double value;
+    } defaults[] = {{"learning_rate_multiplier", 1.0}, {"beta", 0.1}, {"compute_multiplier", 1.0}};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(defaults); i++)
+        if (is_auto(json_object_get(hp, defaults[i].name)))
+            json_object_set_new(hp, defaults[i].name, json_real(defaults[i].value));
+    static const char *const ints[] = {"eval_interval", "eval_samples"};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(ints); i++)
+        if (is_auto(json_object_get(hp, ints[i]))) json_object_set_new(hp, ints[i], json_integer(1));
+}
