@@ -616,7 +616,7 @@ int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir
         name_list_free(&files);
         return -1;
     }
-    qsort(files.names, files.len, sizeof *files.names, name_cmp);
+    if (files.len) qsort(files.names, files.len, sizeof *files.names, name_cmp);
     json_t *entries = json_array();
     int rc = 0;
     for (size_t i = 0; i < files.len && rc == 0; i++) {

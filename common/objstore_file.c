@@ -292,7 +292,7 @@ static int file_list(struct objstore *store, const char *prefix, objstore_list_f
     int rc = walk(((struct file_store *)store)->root, "", prefix, &found, err);
     if (rc == 0) {
         /* S3 lists in byte order of whole keys, which a directory walk does not give ("a/b" vs "a-b"). */
-        qsort(found.items, found.len, sizeof *found.items, listed_cmp);
+        if (found.len) qsort(found.items, found.len, sizeof *found.items, listed_cmp);
         for (size_t i = 0; i < found.len; i++)
             if (fn(ctx, found.items[i].key, found.items[i].size) != 0) break;
     }

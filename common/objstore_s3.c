@@ -566,7 +566,7 @@ static int s3_list(struct objstore *store, const char *prefix, objstore_list_fn 
         free(token_enc);
     }
     if (rc == 0) {
-        qsort(items, n_items, sizeof *items, listed_cmp);
+        if (n_items) qsort(items, n_items, sizeof *items, listed_cmp);
         for (size_t i = 0; i < n_items; i++)
             if (fn(ctx, items[i].key, items[i].size) != 0) break;
     }
