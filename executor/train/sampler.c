@@ -1,0 +1,233 @@
+/* sampler.c - generation with a KV cache and sequence scoring (see sampler.h). */
+#include "sampler.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+#include "model.h"
+#include "rng.h"
+#include "tokenizer.h"
+
+/* ---------------------------------------------------------------- picking a token */
+
+static const float *sort_logits; /* qsort has no context argument; sampling is single-threaded */
+
+static int by_logit_desc(const void *a, const void *b) {
+    float x = sort_logits[*(const int *)a], y = sort_logits[*(const int *)b];
+    if (x != y) return x < y ? 1 : -1;
+    return *(const int *)a - *(const int *)b; /* ties: lower id first, so the order is total */
+}
+
+int sample_pick(float *logits, int *order, int V, float temperature, float top_p, struct rng *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0) return best;
+    /* softmax(logits / T), stable */
+    double sum = 0;
+    float max = logits[best];
+    for (int i = 0; i < V; i++) {
+        logits[i] = expf((logits[i] - max) / temperature);
+        sum += logits[i];
+    }
+    for (int i = 0; i < V; i++) logits[i] = (float)(logits[i] / sum);
+    int n = V;
+    if (top_p < 1) {
+        for (int i = 0; i < V; i++) order[i] = i;
+        sort_logits = logits;
+        qsort(order, (size_t)V, sizeof *order, by_logit_desc);
+        double mass = 0;
+        n = 0;
+        while (n < V && mass < top_p) mass += logits[order[n++]];
+        double u = rng_uniform(rng) * mass, acc = 0;
+        for (int k = 0; k < n; k++) {
+            acc += logits[order[k]];
+            if (u < acc) return order[k];
+        }
+        return order[n - 1];
+    }
+    double u = rng_uniform(rng), acc = 0;
+    for (int i = 0; i < V; i++) {
+        acc += logits[i];
+        if (u < acc) return i;
+    }
+    return best; /* rounding left u above the total: the likeliest token */
+}
+
+/* ---------------------------------------------------------------- sampling */
+
+/* Tokens that end an assistant turn in the families served, plus the model's own EOS. */
+static int is_stop_token(const struct tokenizer *tok, const struct model_config *mc, int id) {
+    static const char *const names[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"};
+    if (id == mc->eos_token_id) return 1;
+    for (size_t i = 0; i < WHET_ARRAY_LEN(names); i++)
+        if (tokenizer_token_id(tok, names[i]) == id) return 1;
+    return 0;
+}
+
+int sample_run(const struct sample_opts *opts, char **text, int *n_tokens, struct whet_err *err) {
+    struct tokenizer *tok = NULL;
+    struct chat_template tpl = {0};
+    struct model *m = NULL;
+    struct kv_cache *cache = NULL;
+    int32_t *prompt = NULL;
+    uint8_t *mask = NULL;
+    int *out = NULL, *order = NULL;
+    float *logits = NULL;
+    int n_prompt = 0, n_out = 0, rc = -1;
+    char *tok_path = xasprintf("%s/tokenizer.json", opts->model_dir);
+    if (tokenizer_load(tok_path, &tok, err) || chat_template_load(&tpl, opts->model_dir, err)) goto out;
+    struct chat_message user = {"user", opts->prompt, 1};
+    if (chat_tokenize(&prompt, &mask, &n_prompt, &tpl, tok, &user, 1, 1, err)) goto out;
+
+    struct model_opts mo = model_opts_default();
+    mo.adapter_dir = opts->adapter_dir;
+    if (model_load(&m, opts->model_dir, &mo, err)) goto out;
+    const struct model_config *mc = model_get_config(m);
+    if (n_prompt + opts->max_tokens > mc->max_position_embeddings) {
+        whet_errf(err, "the prompt (%d tokens) and --max-tokens %d exceed the model's %d positions", n_prompt,
+                  opts->max_tokens, mc->max_position_embeddings);
+        goto out;
+    }
+    int V = mc->vocab_size;
+    cache = kv_cache_new(m, 1, n_prompt + opts->max_tokens);
+    logits = xmalloc((size_t)V * sizeof *logits);
+    order = xmalloc((size_t)V * sizeof *order);
+    out = xmalloc((size_t)opts->max_tokens * sizeof *out);
+    struct rng rng;
+    rng_seed(&rng, opts->seed);
+    int *ids = xmalloc((size_t)n_prompt * sizeof *ids);
+    for (int i = 0; i < n_prompt; i++) ids[i] = prompt[i];
+    rc = model_prefill(m, cache, 0, ids, n_prompt, logits, err);
+    free(ids);
+    if (rc) goto out;
+    rc = -1;
+    int slot = 0;
+    while (n_out < opts->max_tokens) {
+        int next = sample_pick(logits, order, V, opts->temperature, opts->top_p, &rng);
+        if (is_stop_token(tok, mc, next)) break;
+        out[n_out++] = next;
+        if (n_out == opts->max_tokens) break;
+        if (model_decode_step(m, cache, &slot, &next, 1, logits, err)) goto out;
+    }
+    int32_t *ids32 = xmalloc((size_t)(n_out ? n_out : 1) * sizeof *ids32);
+    for (int i = 0; i < n_out; i++) ids32[i] = out[i];
+    size_t len;
+    rc = tokenizer_decode(tok, ids32, (size_t)n_out, text, &len, err);
+    free(ids32);
+    *n_tokens = n_out;
+out:
+    if (cache) kv_cache_free(cache);
+    if (m) model_free(m);
+    if (tok) tokenizer_free(tok);
+    chat_template_free(&tpl);
+    free(prompt);
+    free(mask);
+    free(out);
+    free(order);
+    free(logits);
+    free(tok_path);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- scoring */
+
+struct score_line {
+    int *ids;
+    int n;
+};
+
+static int read_score_file(const char *path, int vocab, struct score_line **lines_out, int *n_out, int *max_len,
+                           struct whet_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, n = 0, cap_lines = 0, rc = 0;
+    struct score_line *lines = NULL;
+    *max_len = 1;
+    while (!rc && (len = getline(&buf, &cap, f)) >= 0) {
+        lineno++;
+        if (strspn(buf, " \t\r\n") == (size_t)len) continue;
+        json_error_t jerr;
+        json_t *root = json_loadb(buf, (size_t)len, 0, &jerr);
+        json_t *arr = root ? json_object_get(root, "input_ids") : NULL;
+        if (!root) {
+            rc = whet_errf(err, "%s: line %d: not valid JSON: %s", path, lineno, jerr.text);
+        } else if (!json_is_array(arr)) {
+            rc = whet_errf(err, "%s: line %d: \"input_ids\" must be an array of token ids", path, lineno);
+        } else {
+            if (n == cap_lines) {
+                cap_lines = cap_lines ? 2 * cap_lines : 64;
+                lines = xrealloc(lines, (size_t)cap_lines * sizeof *lines);
+            }
+            struct score_line *l = &lines[n++];
+            l->n = (int)json_array_size(arr);
+            l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof *l->ids);
+            for (int i = 0; i < l->n && !rc; i++) {
+                json_t *v = json_array_get(arr, (size_t)i);
+                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)
+                    rc = whet_errf(err, "%s: line %d: input_ids[%d]: must be a token id in [0, %d)", path, lineno, i,
+                                   vocab);
+                else
+                    l->ids[i] = (int)json_integer_value(v);
+            }
+            if (l->n > *max_len) *max_len = l->n;
+        }
+        json_decref(root);
+    }
+    free(buf);
+    fclose(f);
+    *lines_out = lines;
+    *n_out = n;
+    return rc;
+}
+
+int score_run(const char *model_dir, const char *adapter_dir, const char *data_path, FILE *out,
+              struct whet_err *err) {
+    char *config_path = xasprintf("%s/config.json", model_dir);
+    struct model_config mc;
+    int rc = model_config_load(&mc, config_path, err);
+    free(config_path);
+    if (rc) return -1;
+    struct score_line *lines = NULL;
+    int n_lines = 0, max_len = 1;
+    struct model *m = NULL;
+    int *targets = NULL;
+    rc = read_score_file(data_path, mc.vocab_size, &lines, &n_lines, &max_len, err);
+    if (rc) goto out;
+    if (max_len > mc.max_position_embeddings) {
+        rc = whet_errf(err, "%s: an example has %d tokens, more than the model's %d positions", data_path, max_len,
+                       mc.max_position_embeddings);
+        goto out;
+    }
+    struct model_opts mo = model_opts_default();
+    mo.adapter_dir = adapter_dir;
+    if ((rc = model_load(&m, model_dir, &mo, err))) goto out;
+    targets = xmalloc((size_t)max_len * sizeof *targets);
+    for (int i = 0; i < n_lines; i++) {
+        const struct score_line *l = &lines[i];
+        if (l->n < 2) { /* nothing to predict */
+            fprintf(out, "{\"index\":%d,\"loss\":null,\"tokens\":0}\n", i);
+            continue;
+        }
+        for (int t = 0; t < l->n; t++) targets[t] = t + 1 < l->n ? l->ids[t + 1] : -1;
+        struct model_batch b = {1, l->n, l->ids, NULL, NULL, targets, NULL};
+        float loss;
+        if ((rc = model_forward(m, &b, &loss, err))) goto out;
+        struct model_stats st = model_last_stats(m);
+        fprintf(out, "{\"index\":%d,\"loss\":%.9g,\"tokens\":%d}\n", i, st.weight_sum > 0 ? st.loss_sum / st.weight_sum : 0,
+                st.n_targets);
+    }
+    fflush(out);
+out:
+    if (m) model_free(m);
+    for (int i = 0; i < n_lines; i++) free(lines[i].ids);
+    free(lines);
+    free(targets);
+    return rc;
+}

@@ -1,0 +1,503 @@
+/* trainer.c - the SFT loop, its checkpoints and its exact resume (see trainer.h).
+ *
+ * Layout of a run in memory: `struct run` holds what the loop needs (model, data, the packing of the
+ * current epoch, the cursor) and the files it appends to. Sections: schedule, set-up, checkpoints,
+ * resume, validation, the loop. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chat_template.h"
+#include "model.h"
+#include "sft_data.h"
+#include "tokenizer.h"
+
+/* ---------------------------------------------------------------- schedule */
+
+double trainer_lr_at(const struct trainer_hparams *hp, int step, int total_steps) {
+    double base = hp->learning_rate;
+    int warmup = hp->warmup_steps;
+    if (step < warmup) return base * (double)step / (double)(warmup > 1 ? warmup : 1);
+    double span = total_steps - warmup > 1 ? (double)(total_steps - warmup) : 1.0;
+    switch (hp->lr_scheduler) {
+    case LR_CONSTANT:
+        return base;
+    case LR_LINEAR: {
+        double f = (double)(total_steps - step) / span;
+        return base * (f > 0 ? f : 0);
+    }
+    case LR_COSINE: {
+        double progress = (double)(step - warmup) / span;
+        double f = 0.5 * (1.0 + cos(M_PI * progress));
+        return base * (f > 0 ? f : 0);
+    }
+    }
+    return base;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+struct run {
+    const struct trainer_config *cfg;
+    const struct trainer_io *io;
+    struct tokenizer *tok;
+    struct chat_template tpl;
+    struct sft_dataset train, valid;
+    int has_valid;
+    struct model *model;
+    struct sft_epoch epoch; /* packing of cursor.epoch */
+    struct sft_batch batch;
+    struct sft_cursor cursor;
+    int step, total_steps;
+    long long tokens_seen;
+    FILE *metrics;
+    char *checkpoints_dir;
+    int last_checkpoint_step; /* -1: none written by this process */
+};
+
+static void progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void progress(const struct run *r, const char *fmt, ...) {
+    if (!r->io->progress) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("whet train: ", r->io->progress);
+    vfprintf(r->io->progress, fmt, ap);
+    fputc('\n', r->io->progress);
+    va_end(ap);
+    fflush(r->io->progress);
+}
+
+static void event_line(const struct run *r, const char *json_object_text) {
+    if (!r->io->events) return;
+    fprintf(r->io->events, "%s\n", json_object_text);
+    fflush(r->io->events);
+}
+
+/* ---------------------------------------------------------------- files and directories */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *path) {
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Moves the finished directory `tmp` to `dst`, replacing an older `dst` (a rerun of the same step). */
+static int publish_dir(const char *tmp, const char *dst, const char *parent, struct whet_err *err) {
+    char *old = NULL;
+    struct stat st;
+    if (stat(dst, &st) == 0) {
+        old = xasprintf("%s.old-%d", dst, (int)getpid());
+        remove_tree(old);
+        if (rename(dst, old)) {
+            free(old);
+            return whet_errf(err, "%s: cannot move aside: %s", dst, strerror(errno));
+        }
+    }
+    if (rename(tmp, dst)) {
+        int e = errno;
+        free(old);
+        return whet_errf(err, "%s: cannot rename into place: %s", dst, strerror(e));
+    }
+    fsync_dir(parent);
+    if (old) remove_tree(old);
+    free(old);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static int write_state(const struct run *r, const char *dir, struct whet_err *err) {
+    json_t *s = json_pack("{s:i, s:i, s:i, s:i, s:I, s:s, s:b, s:I, s:s}", "step", r->step, "total_steps",
+                          r->total_steps, "epoch", r->cursor.epoch, "row", r->cursor.row, "seed",
+                          (json_int_t)r->cfg->seed, "method", trainer_method_name(r->cfg->method), "lora",
+                          r->cfg->lora.enabled, "tokens_seen", (json_int_t)r->tokens_seen,
+                          /* The only randomness after initialisation is the shuffle of each epoch,
+                           * drawn from (seed, epoch): the cursor is the whole RNG state. */
+                          "shuffle", "splitmix64(seed, epoch)");
+    char *text = json_dumps(s, JSON_INDENT(1) | JSON_SORT_KEYS);
+    json_decref(s);
+    char *path = xasprintf("%s/trainer_state.json", dir);
+    int rc = whet_write_file_atomic(path, text, strlen(text), err);
+    free(path);
+    free(text);
+    return rc;
+}
+
+static int write_model_files(const struct run *r, const char *dir, struct whet_err *err) {
+    if (model_is_lora(r->model)) return model_save_adapter(r->model, dir, err);
+    return model_save_hf(r->model, dir, 0, err); /* F32: a resumed run must start from the same bits */
+}
+
+/* checkpoints/step-N (with optimizer moments) or final (without). */
+static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
+    const char *parent = final ? r->cfg->output_dir : r->checkpoints_dir;
+    char *dst = final ? xasprintf("%s/final", parent) : xasprintf("%s/step-%d", parent, r->step);
+    char *tmp = xasprintf("%s.tmp-%d", dst, (int)getpid());
+    remove_tree(tmp);
+    int rc = whet_mkdir_p(tmp, err);
+    if (!rc) rc = write_model_files(r, tmp, err);
+    if (!rc && !final) {
+        char *opt = xasprintf("%s/optimizer.safetensors", tmp);
+        rc = model_save_optimizer(r->model, opt, err);
+        free(opt);
+    }
+    if (!rc) rc = write_state(r, tmp, err);
+    if (!rc) rc = publish_dir(tmp, dst, parent, err);
+    if (rc) {
+        remove_tree(tmp);
+    } else {
+        char line[4200];
+        snprintf(line, sizeof line, "{\"type\":\"%s\",\"step\":%d,\"path\":\"%s\"}", final ? "final" : "checkpoint",
+                 r->step, dst);
+        event_line(r, line);
+        progress(r, "%s step %d written to %s", final ? "final model at" : "checkpoint at", r->step, dst);
+        if (!final) r->last_checkpoint_step = r->step;
+    }
+    free(tmp);
+    free(dst);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- resume */
+
+static int read_state(struct run *r, const char *dir, struct whet_err *err) {
+    char *path = xasprintf("%s/trainer_state.json", dir);
+    json_error_t jerr;
+    json_t *s = json_load_file(path, 0, &jerr);
+    int rc = -1;
+    if (!s) {
+        whet_errf(err, "resume_from: %s: %s", path, jerr.text);
+        goto out;
+    }
+    json_int_t step, total, epoch, row, seed, tokens;
+    int lora;
+    if (json_unpack_ex(s, &jerr, 0, "{s:I, s:I, s:I, s:I, s:I, s:b, s:I}", "step", &step, "total_steps", &total,
+                       "epoch", &epoch, "row", &row, "seed", &seed, "lora", &lora, "tokens_seen", &tokens)) {
+        whet_errf(err, "resume_from: %s: %s", path, jerr.text);
+        goto out;
+    }
+    if ((uint64_t)seed != r->cfg->seed) {
+        whet_errf(err, "resume_from: %s: written with seed %lld, the config says %llu (a resumed run must keep "
+                       "its seed)", path, (long long)seed, (unsigned long long)r->cfg->seed);
+        goto out;
+    }
+    if (lora != r->cfg->lora.enabled) {
+        whet_errf(err, "resume_from: %s: written by a %s run, the config asks for %s", path,
+                  lora ? "LoRA" : "full fine-tuning", r->cfg->lora.enabled ? "LoRA" : "full fine-tuning");
+        goto out;
+    }
+    if (total != r->total_steps)
+        progress(r, "resume: the checkpoint planned %lld steps, this config plans %d (the schedule follows the config)",
+                 (long long)total, r->total_steps);
+    r->step = (int)step;
+    r->cursor.epoch = (int)epoch;
+    r->cursor.row = (int)row;
+    r->tokens_seen = tokens;
+    rc = 0;
+out:
+    json_decref(s);
+    free(path);
+    return rc;
+}
+
+/* metrics.jsonl keeps the lines of steps up to the one resumed from: a run that went past its last
+ * checkpoint before it died must not leave those steps twice. */
+static int trim_metrics(const char *path, int keep_through_step, struct whet_err *err) {
+    char *data;
+    size_t len;
+    if (access(path, F_OK)) return 0;
+    if (whet_read_file(path, (size_t)1 << 30, &data, &len, err)) return -1;
+    char *out = xmalloc(len + 1);
+    size_t n = 0;
+    for (char *line = data; line < data + len;) {
+        char *end = memchr(line, '\n', (size_t)(data + len - line));
+        size_t l = end ? (size_t)(end - line) + 1 : (size_t)(data + len - line);
+        const char *s = strstr(line, "\"step\":");
+        if (s && s < line + l && atoi(s + 7) <= keep_through_step) {
+            memcpy(out + n, line, l);
+            n += l;
+        }
+        line += l;
+    }
+    int rc = whet_write_file_atomic(path, out, n, err);
+    free(out);
+    free(data);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- set-up */
+
+static int load_data(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    sft_dataset_init(&r->train, cfg->hp.max_seq_len);
+    if (sft_dataset_load(&r->train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
+    if (cfg->validation_file) {
+        sft_dataset_init(&r->valid, cfg->hp.max_seq_len);
+        r->has_valid = 1;
+        if (sft_dataset_load(&r->valid, cfg->validation_file, &r->tpl, r->tok, err)) return -1;
+    }
+    const struct sft_dataset *sets[2] = {&r->train, &r->valid};
+    const char *names[2] = {cfg->training_file, cfg->validation_file};
+    for (int i = 0; i < 1 + r->has_valid; i++) {
+        const struct sft_dataset *d = sets[i];
+        progress(r, "%s: %d examples, %lld tokens (%lld trained); %d truncated to max_seq_len %d (%lld tokens cut); "
+                    "%d skipped with nothing left to train",
+                 names[i], d->n_examples, d->n_tokens, d->n_trained_tokens, d->n_truncated, cfg->hp.max_seq_len,
+                 d->n_truncated_tokens, d->n_untrained);
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
+                               "examples", d->n_examples, "tokens", (json_int_t)d->n_tokens, "trained_tokens",
+                               (json_int_t)d->n_trained_tokens, "truncated_examples", d->n_truncated,
+                               "truncated_tokens", (json_int_t)d->n_truncated_tokens, "untrained_examples",
+                               d->n_untrained);
+        char *text = json_dumps(ev, JSON_COMPACT);
+        event_line(r, text);
+        free(text);
+        json_decref(ev);
+    }
+    return 0;
+}
+
+static int plan_steps(struct run *r, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    if (r->cfg->max_steps) {
+        r->total_steps = r->cfg->max_steps;
+        return 0;
+    }
+    long long total = 0;
+    for (int e = 0; e < hp->n_epochs; e++) {
+        struct sft_epoch ep;
+        sft_epoch_pack(&ep, &r->train, r->cfg->seed, e, 1);
+        total += sft_steps_in_epoch(ep.n_rows, hp->batch_size, hp->gradient_accumulation_steps);
+        sft_epoch_free(&ep);
+    }
+    if (total > 100000000) return whet_errf(err, "the run would take %lld steps; set max_steps", total);
+    r->total_steps = (int)total;
+    return 0;
+}
+
+static int load_model(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    struct model_opts o = model_opts_default();
+    o.train = 1;
+    o.seed = cfg->seed;
+    const char *dir = cfg->model;
+    if (cfg->lora.enabled) {
+        o.lora_r = cfg->lora.r;
+        o.lora_alpha = cfg->lora.alpha;
+        o.use_rslora = cfg->lora.use_rslora;
+        o.lora_targets = cfg->lora.n_target_modules ? 0 : LORA_ALL;
+        for (int i = 0; i < cfg->lora.n_target_modules; i++) {
+            unsigned t = lora_target_from_name(cfg->lora.target_modules[i]);
+            if (!t)
+                return whet_errf(err, "lora.target_modules: unknown module \"%s\" (known: q_proj, k_proj, v_proj, "
+                                      "o_proj, gate_proj, up_proj, down_proj, all-linear)",
+                                 cfg->lora.target_modules[i]);
+            o.lora_targets |= t;
+        }
+        o.adapter_dir = cfg->resume_from ? cfg->resume_from : cfg->init_adapter;
+    } else {
+        o.lora_r = 0;
+        if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
+    }
+    if (model_load(&r->model, dir, &o, err)) return -1;
+    if (cfg->resume_from) {
+        char *opt = xasprintf("%s/optimizer.safetensors", cfg->resume_from);
+        int rc = model_load_optimizer(r->model, opt, err);
+        free(opt);
+        if (rc) return whet_err_prefix(err, "resume_from");
+    }
+    progress(r, "model %s: %zu parameters, %zu trainable (%s)", cfg->model, model_num_params(r->model),
+             model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+static int validation_loss(struct run *r, double *loss, struct whet_err *err) {
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &r->valid, 0, 0, 0);
+    double sum = 0, weight = 0;
+    int rc = 0;
+    for (int row = 0; row < ep.n_rows && !rc; row += r->cfg->hp.batch_size) {
+        sft_batch_fill(&r->batch, &r->valid, &ep, row, r->cfg->hp.batch_size);
+        struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
+                                 r->batch.targets, NULL};
+        float l;
+        rc = model_forward(r->model, &mb, &l, err);
+        struct model_stats st = model_last_stats(r->model);
+        sum += st.loss_sum;
+        weight += st.weight_sum;
+    }
+    sft_epoch_free(&ep);
+    *loss = weight > 0 ? sum / weight : 0;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+/* Makes r->epoch the packing of the cursor's epoch, moving to the next epoch at the end of one. */
+static void ensure_epoch(struct run *r) {
+    if (r->epoch.row_start && r->epoch.epoch == r->cursor.epoch && r->cursor.row < r->epoch.n_rows) return;
+    if (r->epoch.row_start && r->epoch.epoch == r->cursor.epoch) { /* this epoch is used up */
+        r->cursor.epoch++;
+        r->cursor.row = 0;
+    }
+    sft_epoch_free(&r->epoch);
+    sft_epoch_pack(&r->epoch, &r->train, r->cfg->seed, r->cursor.epoch, 1);
+    if (r->cursor.row >= r->epoch.n_rows) { /* resumed exactly at an epoch's end */
+        r->cursor.epoch++;
+        r->cursor.row = 0;
+        sft_epoch_free(&r->epoch);
+        sft_epoch_pack(&r->epoch, &r->train, r->cfg->seed, r->cursor.epoch, 1);
+    }
+}
+
+static int train_step(struct run *r, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    double t0 = whet_now_mono();
+    ensure_epoch(r);
+    int first = r->cursor.row;
+    int rows = hp->batch_size * hp->gradient_accumulation_steps;
+    if (first + rows > r->epoch.n_rows) rows = r->epoch.n_rows - first;
+
+    /* The loss of the step is the mean over all its trained tokens, so every micro-batch's gradient
+     * is scaled by one over the step's total, which the packing already knows. */
+    int total_targets = 0;
+    for (int row = first; row < first + rows; row += hp->batch_size) {
+        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row);
+        total_targets += r->batch.n_targets;
+    }
+    model_zero_grad(r->model);
+    double loss_sum = 0, weight_sum = 0;
+    long long correct = 0, targets = 0, tokens = 0;
+    for (int row = first; row < first + rows; row += hp->batch_size) {
+        int n = hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row;
+        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, n);
+        struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
+                                 r->batch.targets, NULL};
+        float l;
+        if (model_forward(r->model, &mb, &l, err)) return -1;
+        if (model_backward(r->model, 1.0f / (float)(total_targets > 0 ? total_targets : 1), err)) return -1;
+        struct model_stats st = model_last_stats(r->model);
+        loss_sum += st.loss_sum;
+        weight_sum += st.weight_sum;
+        correct += st.n_correct;
+        targets += st.n_targets;
+        tokens += r->batch.n_tokens;
+    }
+    float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
+    double lr = trainer_lr_at(hp, r->step, r->total_steps);
+    model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
+                     (float)hp->weight_decay);
+    r->step++;
+    r->cursor.row = first + rows;
+    r->tokens_seen += tokens;
+    double loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+    if (!isfinite(loss) || !isfinite(norm))
+        return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
+                              "learning_rate or set max_grad_norm", r->step, loss, (double)norm);
+
+    double valid = NAN;
+    int eval_now = r->has_valid && ((r->cfg->eval_every_steps && r->step % r->cfg->eval_every_steps == 0) ||
+                                    r->step == r->total_steps);
+    if (eval_now && validation_loss(r, &valid, err)) return -1;
+    double seconds = whet_now_mono() - t0;
+    double tps = seconds > 0 ? (double)tokens / seconds : 0;
+    double accuracy = targets ? (double)correct / (double)targets : 0;
+
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+                     "\"tokens_per_s\":%.1f,\"train_mean_token_accuracy\":%.6f",
+                     r->step, r->cursor.epoch, loss, lr, (double)norm, tokens, tps, accuracy);
+    if (eval_now) n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_loss\":%.9g", valid);
+    snprintf(line + n, sizeof line - (size_t)n, "}");
+    fprintf(r->metrics, "%s\n", line);
+    fflush(r->metrics);
+    if (r->io->events) {
+        fprintf(r->io->events, "{\"type\":\"metrics\",%s\n", line + 1);
+        fflush(r->io->events);
+    }
+    char valid_text[48] = "";
+    if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_loss %.4f", valid);
+    progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f acc %.3f tokens %lld (%.0f tok/s)", r->step,
+             r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, accuracy, tokens, tps);
+    return 0;
+}
+
+static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    while (r->step < r->total_steps) {
+        if (r->io->stop && *r->io->stop) break;
+        if (!cfg->max_steps && r->cursor.epoch >= cfg->hp.n_epochs) break;
+        if (train_step(r, err)) return -1;
+        if (cfg->checkpoint_every_steps && r->step % cfg->checkpoint_every_steps == 0 && r->step < r->total_steps &&
+            write_checkpoint(r, 0, err))
+            return -1;
+    }
+    if (r->io->stop && *r->io->stop && r->step < r->total_steps) {
+        progress(r, "stop requested: checkpointing step %d", r->step);
+        if (r->last_checkpoint_step != r->step && write_checkpoint(r, 0, err)) return -1;
+        *stopped = 1;
+        return 0;
+    }
+    return write_checkpoint(r, 1, err);
+}
+
+int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err) {
+    struct run r = {.cfg = cfg, .io = io, .last_checkpoint_step = -1};
+    *stopped = 0;
+    int rc = -1;
+    char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
+    char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);
+    r.checkpoints_dir = xasprintf("%s/checkpoints", cfg->output_dir);
+    if (whet_mkdir_p(r.checkpoints_dir, err)) goto out;
+    if (tokenizer_load(tok_path, &r.tok, err)) goto out;
+    if (chat_template_load(&r.tpl, cfg->model, err)) goto out;
+    if (load_data(&r, err) || plan_steps(&r, err)) goto out;
+    if (cfg->resume_from && read_state(&r, cfg->resume_from, err)) goto out;
+    if (cfg->resume_from && trim_metrics(metrics_path, r.step, err)) goto out;
+    if (load_model(&r, err)) goto out;
+    r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
+    if (!r.metrics) {
+        whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
+        goto out;
+    }
+    progress(&r, "%d steps (%s from step %d), batch %d x %d rows, lr %g %s, warmup %d", r.total_steps,
+             cfg->resume_from ? "resuming" : "starting", r.step, cfg->hp.batch_size,
+             cfg->hp.gradient_accumulation_steps, cfg->hp.learning_rate, lr_scheduler_name(cfg->hp.lr_scheduler),
+             cfg->hp.warmup_steps);
+    rc = run_loop(&r, stopped, err);
+out:
+    if (r.metrics) fclose(r.metrics);
+    if (r.model) model_free(r.model);
+    sft_epoch_free(&r.epoch);
+    sft_batch_free(&r.batch);
+    sft_dataset_free(&r.train);
+    if (r.has_valid) sft_dataset_free(&r.valid);
+    chat_template_free(&r.tpl);
+    if (r.tok) tokenizer_free(r.tok);
+    free(r.checkpoints_dir);
+    free(metrics_path);
+    free(tok_path);
+    return rc;
+}

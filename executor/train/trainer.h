@@ -1,0 +1,51 @@
+/* trainer.h - the SFT training loop behind `whet train` (what executors run in the sandbox).
+ *
+ * A run reads the trainer config (trainer_config.h), loads the base model (model.h) with LoRA or for
+ * full fine-tuning, tokenizes the data with the model's chat template and packs it (sft_data.h), then
+ * takes optimizer steps: gradient accumulation over micro-batches, clipping by global norm, AdamW
+ * with a warmup + linear/cosine/constant schedule, until n_epochs or max_steps.
+ *
+ * Output, under output_dir:
+ *   metrics.jsonl            one object per step: step, epoch, loss, lr, grad_norm, tokens,
+ *                            tokens_per_s, train_mean_token_accuracy, and valid_loss when measured
+ *   checkpoints/step-N/      every checkpoint_every_steps steps and on SIGTERM: the adapter (PEFT
+ *                            layout) or the full model (HF layout, F32), optimizer.safetensors (AdamW
+ *                            moments) and trainer_state.json (step, data cursor, seed, RNG)
+ *   final/                   the same model files at the end, with trainer_state.json
+ * Every directory is written under a temporary name and renamed into place, so a reader (the
+ * executor uploading checkpoints, a resumed run) never sees half of one.
+ *
+ * stdout carries the same events for the executor's pipe, one JSON object per line with a "type":
+ * "data" (dataset figures, truncation included), "metrics" (as in metrics.jsonl), "checkpoint"
+ * ({step, path}) and "final" ({step, path}). Progress for people goes to stderr.
+ *
+ * A run resumed from checkpoints/step-N (resume_from) continues exactly: the same losses, step for
+ * step, as the run that never stopped (same backend and thread count), because every random choice
+ * (LoRA init, per-epoch shuffles) is a function of the seed and the checkpoint holds the weights, the
+ * optimizer moments and the data cursor bit for bit. */
+#ifndef WHET_TRAINER_H
+#define WHET_TRAINER_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "trainer_config.h"
+#include "util.h"
+
+struct trainer_io {
+    FILE *events;   /* JSON lines ("type": …); NULL for none */
+    FILE *progress; /* human progress lines; NULL for none */
+    /* Set (from a signal handler) to ask the run to stop: it finishes the step under way, writes a
+     * checkpoint and returns 0 with *stopped = 1. */
+    volatile sig_atomic_t *stop;
+};
+
+/* Runs the config to the end (or to a stop request). Returns 0 on success, -1 with `err` set. */
+int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err);
+
+/* Learning rate of optimizer step `step` (0-based) of `total_steps`, as Hugging Face's schedulers
+ * compute it: a linear warmup from 0 over warmup_steps, then linear decay to 0, half a cosine to 0,
+ * or constant. */
+double trainer_lr_at(const struct trainer_hparams *hp, int step, int total_steps);
+
+#endif
