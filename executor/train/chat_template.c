@@ -288,7 +288,9 @@ int chat_tokenize(int32_t **ids, uint8_t **mask, int *n, const struct chat_templ
         chat_rendered_free(&r);
         return -1;
     }
-    /* Each token stands for a run of the text's bytes; the span holding its first byte decides. */
+    /* Each token stands for a run of the text's bytes; it is trained when any of them is (as TRL's
+     * assistant masks do): a pre-token straddling the start of a turn ("\n" of the header merged with
+     * the content's leading "\n\n") is the only way the model can produce those bytes. */
     uint8_t *m = xmalloc(n_all ? n_all : 1);
     size_t offset = 0, span = 0;
     int aligned = 1;
@@ -300,7 +302,7 @@ int chat_tokenize(int32_t **ids, uint8_t **mask, int *n, const struct chat_templ
             break;
         }
         while (span < r.n_spans && r.spans[span][1] <= offset) span++;
-        m[i] = span < r.n_spans && r.spans[span][0] <= offset;
+        m[i] = span < r.n_spans && r.spans[span][0] < offset + blen;
         offset += blen;
     }
     int rc = 0;

@@ -68,7 +68,7 @@ void chat_rendered_free(struct chat_rendered *r);
 
 /* Renders and tokenizes: `*ids` (the tokens of the whole text, exactly as the tokenizer encodes the
  * rendered text) and `*mask` (1 where that token is trained), both of `*n` entries, owned by the
- * caller. A token belongs to the span its first byte falls in. */
+ * caller. A token is trained when any of its bytes lies in a trained span. */
 int chat_tokenize(int32_t **ids, uint8_t **mask, int *n, const struct chat_template *tpl,
                   const struct tokenizer *tok, const struct chat_message *msgs, int n_msgs,
                   int add_generation_prompt, struct whet_err *err);
