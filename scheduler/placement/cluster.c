@@ -232,6 +232,14 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
         c->node_pool[i] = p;
         c->pools[p].n_nodes++;
     }
+    uint32_t slots = 64;
+    while (slots < 2 * nn) slots *= 2;
+    c->memo_mask_bits = slots - 1;
+    c->memo_node = malloc(slots * sizeof *c->memo_node);
+    c->memo_stamp = calloc(slots, sizeof *c->memo_stamp);
+    c->memo_score = malloc(slots * sizeof *c->memo_score);
+    c->memo_gpus = malloc(slots * sizeof *c->memo_gpus);
+    if (!c->memo_node || !c->memo_stamp || !c->memo_score || !c->memo_gpus) abort();
     c->pool_nodes = malloc(nn * sizeof *c->pool_nodes);
     c->pool_ok = malloc(nn * sizeof *c->pool_ok);
     if (!c->pool_nodes || !c->pool_ok) abort();
@@ -278,6 +286,10 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->node_jobs);
     free(c->pools);
     free(c->pool_nodes);
+    free(c->memo_node);
+    free(c->memo_stamp);
+    free(c->memo_score);
+    free(c->memo_gpus);
     free(c->pool_ok);
     free(c->tenants);
     free(c->usage);

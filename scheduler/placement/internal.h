@@ -95,6 +95,13 @@ struct pl_cluster {
     struct pl_fail fails[PL_FAIL_CACHE];
     uint32_t rotate;
     struct pl_result result;
+
+    /* Scores of node states seen in this placement attempt: nodes in the same state (same pool,
+     * same free resources) score the same, and a fleet has many. Open addressing, 2^k slots. */
+    int32_t *memo_node;
+    uint32_t *memo_stamp, memo_gen, memo_mask_bits;
+    double *memo_score;
+    uint32_t *memo_gpus;
 };
 
 void *pl_grow(void *p, int32_t *cap, int32_t need, size_t elem);

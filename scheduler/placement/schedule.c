@@ -214,6 +214,38 @@ static double node_score(const struct pl_cluster *c, int32_t ni, int32_t k, int3
     return 0;
 }
 
+/* Same pool and same free resources: the same score and the same GPU choice. */
+static int same_state(const struct pl_cluster *c, int32_t a, int32_t b) {
+    const struct pl_node *x = &c->nodes[a], *y = &c->nodes[b];
+    return c->node_pool[a] == c->node_pool[b] && x->gpus == y->gpus && x->gpu_mem_mib == y->gpu_mem_mib &&
+           x->cpu_free_milli == y->cpu_free_milli && x->mem_free_mib == y->mem_free_mib &&
+           !memcmp(x->gpu_free_milli, y->gpu_free_milli, sizeof x->gpu_free_milli);
+}
+
+static double node_score_memo(struct pl_cluster *c, int32_t ni, int32_t k, int32_t milli, int64_t cpu, int64_t mem,
+                              uint32_t *mask) {
+    const struct pl_node *n = &c->nodes[ni];
+    uint64_t h = (uint64_t)c->node_pool[ni] * 0x9e3779b97f4a7c15ull ^ (uint64_t)n->cpu_free_milli * 0xff51afd7ed558ccdull ^
+                 (uint64_t)n->mem_free_mib;
+    for (int g = 0; g < n->gpus; g++) h = (h ^ (uint64_t)n->gpu_free_milli[g]) * 0x100000001b3ull;
+    h ^= h >> 32;
+    for (uint32_t probe = 0;; probe++) {
+        uint32_t slot = (uint32_t)(h + probe) & c->memo_mask_bits;
+        if (c->memo_stamp[slot] != c->memo_gen) {
+            double s = node_score(c, ni, k, milli, cpu, mem, mask);
+            c->memo_stamp[slot] = c->memo_gen;
+            c->memo_node[slot] = ni;
+            c->memo_score[slot] = s;
+            c->memo_gpus[slot] = *mask;
+            return s;
+        }
+        if (same_state(c, c->memo_node[slot], ni)) {
+            *mask = c->memo_gpus[slot];
+            return c->memo_score[slot];
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Pick                                                                                            */
 
@@ -236,6 +268,7 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
     int32_t best_node = -1;
     uint32_t best_mask = 0;
     double best_score = -INFINITY;
+    c->memo_gen++;
     for (int32_t pi = 0; pi < c->n_pools && seen < budget; pi++) {
         if (pool_ok[pi] != PL_OK) continue;
         const struct pl_pool *p = &c->pools[pi];
@@ -256,7 +289,8 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
             found = 1;
             seen++;
             uint32_t mask;
-            double s = node_score(c, ni, k, milli, cpu, mem, &mask);
+            double s = c->cfg.scorer == PL_SCORE_FIRST_FIT ? node_score(c, ni, k, milli, cpu, mem, &mask)
+                                                           : node_score_memo(c, ni, k, milli, cpu, mem, &mask);
             if (s > best_score || (s == best_score && ni < best_node)) {
                 best_score = s;
                 best_node = ni;
