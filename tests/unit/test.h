@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int test_checks_failed, test_tests_passed, test_tests_failed, test_current_failed;
+__attribute__((unused)) static int test_checks_failed, test_tests_passed, test_tests_failed, test_current_failed;
 
 #define CHECK(cond)                                                                        \
     do {                                                                                   \
