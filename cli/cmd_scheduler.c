@@ -1,0 +1,67 @@
+/* cmd_scheduler.c - `whet scheduler`: the placement service executors talk to. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "commands.h"
+#include "env.h"
+#include "log.h"
+#include "pg.h"
+#include "scheduler.h"
+
+static void scheduler_usage(FILE *out) {
+    fprintf(out,
+            "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n\n"
+            "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
+            "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
+            "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env).\n\n"
+            "  --data-dir DIR    read DIR/whet.env\n"
+            "  --grpc HOST:PORT  where executors call (default $WHET_GRPC, else 127.0.0.1:7070)\n"
+            "  --policy P        placement policy: whet (default), fifo, bestfit, las\n"
+            "  --lease-ms MS     a node silent this long is declared lost (default 10000)\n");
+}
+
+static int cmd_scheduler(int argc, char **argv) {
+    static const struct option opts[] = {{"data-dir", required_argument, 0, 'd'}, {"grpc", required_argument, 0, 'g'},
+                                         {"policy", required_argument, 0, 'p'},   {"lease-ms", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},           {0}};
+    const char *data_dir = NULL, *grpc = NULL, *policy = "whet";
+    int lease_ms = 10000, c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': data_dir = optarg; break;
+        case 'g': grpc = optarg; break;
+        case 'p': policy = optarg; break;
+        case 'l':
+            lease_ms = atoi(optarg);
+            if (lease_ms < 500) {
+                fprintf(stderr, "whet scheduler: --lease-ms must be at least 500\n");
+                return 2;
+            }
+            break;
+        case 'h': scheduler_usage(stdout); return 0;
+        default: scheduler_usage(stderr); return 2;
+        }
+    }
+    whet_log_component("scheduler");
+    struct whet_err err;
+    struct scheduler_options o = {.policy = policy, .lease_ms = lease_ms, .heartbeat_ms = lease_ms / 10, .rpc_threads = 2};
+    if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
+        fprintf(stderr, "whet scheduler: %s\n", err.msg);
+        return 1;
+    }
+    o.grpc_addr = grpc ? grpc : whet_env("WHET_GRPC", "127.0.0.1:7070");
+    o.executor_token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
+    o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
+    if (!o.executor_token) {
+        fprintf(stderr, "whet scheduler: WHET_EXECUTOR_TOKEN is not set; hint: executors authenticate with it; "
+                        "`whet up` generates one into whet.env\n");
+        return 1;
+    }
+    if (scheduler_run(&o, &err) < 0) {
+        fprintf(stderr, "whet scheduler: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+WHET_COMMAND("scheduler", cmd_scheduler, "run the scheduler service (placement, leases, executor RPCs)")

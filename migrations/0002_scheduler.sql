@@ -1,0 +1,66 @@
+-- 0002_scheduler: what the scheduler service keeps: executors (nodes) and their leases, the commands
+-- waiting for a node's next heartbeat, each attempt of a job, and idempotency for executor reports.
+
+CREATE TABLE nodes (
+  id              text PRIMARY KEY,
+  dc              text NOT NULL,
+  pool            text NOT NULL,
+  devices         jsonb NOT NULL,             -- [{"type","memory_mib","index"}]
+  device_type     text NOT NULL,              -- the type of its accelerators ("cpu" for CPU slots)
+  gpus            integer NOT NULL CHECK (gpus >= 0),
+  cpu_milli       bigint NOT NULL,
+  memory_mib      bigint NOT NULL,
+  cached_models   jsonb NOT NULL DEFAULT '[]',
+  version         text NOT NULL DEFAULT '',
+  state           text NOT NULL DEFAULT 'ready' CHECK (state IN ('ready', 'lost', 'cordoned')),
+  registered_at   bigint NOT NULL DEFAULT whet_now(),
+  last_heartbeat  double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp()),
+  lease_ms        integer NOT NULL
+);
+
+-- One row per run of a job on a node. A lost node's attempt ends with outcome 'lost'; the next
+-- attempt resumes from the job's last complete checkpoint.
+CREATE TABLE job_attempts (
+  job_id          text NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt         integer NOT NULL,
+  tenant_id       text NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+  node_id         text NOT NULL REFERENCES nodes(id),
+  gpu_mask        integer NOT NULL DEFAULT 0,
+  gpu_milli       integer NOT NULL DEFAULT 1000,
+  device_type     text NOT NULL,
+  started_at      double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp()),
+  ended_at        double precision,
+  outcome         text CHECK (outcome IN ('succeeded', 'failed', 'stopped', 'cancelled', 'lost')),
+  resume_step     integer NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, attempt)
+);
+CREATE INDEX job_attempts_running ON job_attempts(node_id) WHERE ended_at IS NULL;
+
+CREATE TABLE node_commands (
+  seq             bigserial PRIMARY KEY,
+  node_id         text NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
+  job_id          text NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt         integer NOT NULL,
+  kind            text NOT NULL CHECK (kind IN ('start', 'checkpoint', 'stop', 'cancel')),
+  manifest        jsonb,
+  grace_ms        integer NOT NULL DEFAULT 0,
+  reason          text NOT NULL DEFAULT '',
+  created_at      double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp()),
+  delivered_at    double precision
+);
+CREATE INDEX node_commands_pending ON node_commands(node_id, seq) WHERE delivered_at IS NULL;
+
+-- Executor reports are retried; (job, attempt, seq) makes each event land once.
+ALTER TABLE job_events ADD COLUMN attempt integer, ADD COLUMN report_seq integer;
+CREATE UNIQUE INDEX job_events_report ON job_events(job_id, attempt, report_seq) WHERE report_seq IS NOT NULL;
+
+ALTER TABLE jobs ADD COLUMN placed_dc text, ADD COLUMN wait_since double precision,
+  ADD COLUMN preempt_requested boolean NOT NULL DEFAULT false;
+
+ALTER TABLE job_attempts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON job_attempts TO whet_app USING (tenant_id = whet_current_tenant());
+GRANT SELECT ON job_attempts TO whet_app;
+
+-- Where the finished model (adapter or full model dir, manifest-terminated) lives, for downloads and
+-- for jobs that continue from it.
+ALTER TABLE jobs ADD COLUMN final_object_prefix text;

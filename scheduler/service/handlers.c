@@ -1,0 +1,366 @@
+/* handlers.c - the executors' calls: register, heartbeat, events, checkpoints, finish.
+ *
+ * Handlers run on the gRPC server's threads; each thread keeps its own PostgreSQL connection
+ * (reconnected when it breaks: the executor sees UNAVAILABLE and retries). Every write is idempotent,
+ * because an executor retries any call whose answer it did not see. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto.h"
+#include "log.h"
+#include "pg.h"
+#include "proto/whet.pb-c.h"
+#include "service_internal.h"
+
+static __thread PGconn *thread_conn;
+
+/* The calling thread's connection, connected on first use and after a failure. */
+static PGconn *handler_conn(const struct scheduler *s, struct whet_err *err) {
+    if (thread_conn && PQstatus(thread_conn) == CONNECTION_OK) return thread_conn;
+    PQfinish(thread_conn);
+    thread_conn = whet_pg_connect(s->opts->database_url, err);
+    return thread_conn;
+}
+
+/* A database failure is the executor's cue to retry later. */
+static int db_unavailable(struct whet_err *err) {
+    PQfinish(thread_conn);
+    thread_conn = NULL;
+    whet_err_prefix(err, "scheduler database");
+    return RPC_UNAVAILABLE;
+}
+
+static void *new_message(size_t size, void (*init)(void *)) {
+    void *m = xcalloc(1, size);
+    init(m);
+    return m;
+}
+
+static void free_plain(ProtobufCMessage *m) { free(m); }
+
+/* ---- RegisterNode ---- */
+
+static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    struct scheduler *s = ctx;
+    const Whet__V1__RegisterRequest *req = (const Whet__V1__RegisterRequest *)msg;
+    if (!*req->node_id || !*req->dc || !*req->pool) {
+        whet_errf(err, "node_id, dc and pool are required");
+        return RPC_INVALID_ARGUMENT;
+    }
+    PGconn *conn = handler_conn(s, err);
+    if (!conn) return db_unavailable(err);
+
+    json_t *devices = json_array(), *models = json_array();
+    const char *device_type = "cpu";
+    for (size_t i = 0; i < req->n_devices; i++) {
+        json_array_append_new(devices, json_pack("{s:s, s:i, s:i}", "type", req->devices[i]->type, "memory_mib",
+                                                 (int)req->devices[i]->memory_mib, "index", (int)req->devices[i]->index));
+        device_type = req->devices[i]->type;
+    }
+    for (size_t i = 0; i < req->n_cached_models; i++) json_array_append_new(models, json_string(req->cached_models[i]));
+    char *devices_json = json_dumps(devices, JSON_COMPACT), *models_json = json_dumps(models, JSON_COMPACT);
+    json_decref(devices);
+    json_decref(models);
+    char gpus[16], cpu[24], mem[24], lease[16];
+    snprintf(gpus, sizeof gpus, "%zu", req->n_devices);
+    snprintf(cpu, sizeof cpu, "%u", req->cpu_milli);
+    snprintf(mem, sizeof mem, "%llu", (unsigned long long)req->memory_mib);
+    snprintf(lease, sizeof lease, "%d", s->opts->lease_ms);
+    const char *params[] = {req->node_id, req->dc, req->pool, devices_json, device_type, gpus, cpu, mem,
+                            models_json, req->version, lease};
+    /* A node that comes back after being declared lost starts clean: its old attempts were already
+     * requeued, so it must not keep running them (the executor stops what it had on re-register). */
+    int rc = whet_pg_exec(conn,
+                          "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib,"
+                          " cached_models, version, lease_ms) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
+                          " ON CONFLICT (id) DO UPDATE SET dc = $2, pool = $3, devices = $4, device_type = $5,"
+                          " gpus = $6, cpu_milli = $7, memory_mib = $8, cached_models = $9, version = $10,"
+                          " lease_ms = $11, state = 'ready', registered_at = whet_now(),"
+                          " last_heartbeat = extract(epoch FROM clock_timestamp())",
+                          11, params, err);
+    free(devices_json);
+    free(models_json);
+    if (rc < 0) return db_unavailable(err);
+    log_info("msg=\"node registered\" node=%s dc=%s pool=%s devices=%zu type=%s", req->node_id, req->dc, req->pool,
+             req->n_devices, device_type);
+
+    Whet__V1__RegisterResponse *resp = new_message(sizeof *resp, (void (*)(void *))whet__v1__register_response__init);
+    resp->lease_ms = (uint32_t)s->opts->lease_ms;
+    resp->heartbeat_ms = (uint32_t)s->opts->heartbeat_ms;
+    *out = &resp->base;
+    return RPC_OK;
+}
+
+/* ---- Heartbeat ---- */
+
+static void free_heartbeat_response(ProtobufCMessage *m) {
+    Whet__V1__HeartbeatResponse *resp = (Whet__V1__HeartbeatResponse *)m;
+    for (size_t i = 0; i < resp->n_commands; i++) {
+        free(resp->commands[i]->job_id);
+        free(resp->commands[i]->manifest_json);
+        free(resp->commands[i]->reason);
+        free(resp->commands[i]);
+    }
+    free(resp->commands);
+    free(resp);
+}
+
+static Whet__V1__Command__Kind command_kind(const char *kind) {
+    if (!strcmp(kind, "start")) return WHET__V1__COMMAND__KIND__START;
+    if (!strcmp(kind, "checkpoint")) return WHET__V1__COMMAND__KIND__CHECKPOINT;
+    if (!strcmp(kind, "stop")) return WHET__V1__COMMAND__KIND__STOP;
+    return WHET__V1__COMMAND__KIND__CANCEL;
+}
+
+static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    struct scheduler *s = ctx;
+    const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
+    PGconn *conn = handler_conn(s, err);
+    if (!conn) return db_unavailable(err);
+    Whet__V1__HeartbeatResponse *resp =
+        new_message(sizeof *resp, (void (*)(void *))whet__v1__heartbeat_response__init);
+
+    const char *node_param[] = {req->node_id};
+    PGresult *res = whet_pg_query(conn,
+                                  "UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp())"
+                                  " WHERE id = $1 AND state <> 'lost' RETURNING id",
+                                  1, node_param, err);
+    if (!res) {
+        free(resp);
+        return db_unavailable(err);
+    }
+    int known = PQntuples(res) == 1;
+    PQclear(res);
+    if (!known) {
+        resp->reregister = 1;
+        *out = &resp->base;
+        return RPC_OK;
+    }
+
+    /* Progress of running attempts: the job's public step count and token count move with it. */
+    for (size_t i = 0; i < req->n_jobs; i++) {
+        const Whet__V1__JobProgress *p = req->jobs[i];
+        char attempt[16], step[16], total[16], tokens[24];
+        snprintf(attempt, sizeof attempt, "%u", p->attempt);
+        snprintf(step, sizeof step, "%u", p->step);
+        snprintf(total, sizeof total, "%u", p->total_steps);
+        snprintf(tokens, sizeof tokens, "%llu", (unsigned long long)p->trained_tokens);
+        const char *params[] = {p->job_id, attempt, step, total, tokens, req->node_id};
+        if (whet_pg_exec(conn,
+                         "UPDATE jobs j SET last_step = greatest(j.last_step, $3::int),"
+                         " total_steps = nullif($4::int, 0), trained_tokens = greatest(coalesce(j.trained_tokens, 0), $5::bigint),"
+                         " estimated_finish = CASE WHEN $3::int > 0 AND $4::int > $3::int THEN"
+                         "   whet_now() + ((whet_now() - a.started_at) / greatest($3::int - a.resume_step, 1)"
+                         "   * ($4::int - $3::int))::bigint END"
+                         " FROM job_attempts a WHERE j.id = $1 AND a.job_id = j.id AND a.attempt = $2::int"
+                         " AND a.node_id = $6 AND a.ended_at IS NULL",
+                         6, params, err) < 0) {
+            free(resp);
+            return db_unavailable(err);
+        }
+    }
+
+    /* Hand out the commands waiting for this node, oldest first, and mark them delivered. */
+    res = whet_pg_query(conn,
+                        "UPDATE node_commands SET delivered_at = extract(epoch FROM clock_timestamp())"
+                        " WHERE seq IN (SELECT seq FROM node_commands WHERE node_id = $1 AND delivered_at IS NULL"
+                        " ORDER BY seq LIMIT 32)"
+                        " RETURNING seq, kind, job_id, attempt, coalesce(manifest::text, ''), grace_ms, reason",
+                        1, node_param, err);
+    if (!res) {
+        free(resp);
+        return db_unavailable(err);
+    }
+    int n = PQntuples(res);
+    resp->commands = xcalloc((size_t)(n ? n : 1), sizeof *resp->commands);
+    /* RETURNING has no order: sort by seq so a STOP never overtakes its START. */
+    int *order = xcalloc((size_t)(n ? n : 1), sizeof *order);
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && atoll(PQgetvalue(res, order[j], 0)) < atoll(PQgetvalue(res, order[j - 1], 0)); j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        Whet__V1__Command *c = new_message(sizeof *c, (void (*)(void *))whet__v1__command__init);
+        c->kind = command_kind(PQgetvalue(res, i, 1));
+        c->job_id = xstrdup(PQgetvalue(res, i, 2));
+        c->attempt = (uint32_t)atoi(PQgetvalue(res, i, 3));
+        c->manifest_json = xstrdup(PQgetvalue(res, i, 4));
+        c->grace_ms = (uint32_t)atoi(PQgetvalue(res, i, 5));
+        c->reason = xstrdup(PQgetvalue(res, i, 6));
+        resp->commands[resp->n_commands++] = c;
+        log_info("msg=\"command delivered\" node=%s kind=%s job=%s attempt=%u", req->node_id, PQgetvalue(res, i, 1),
+                 c->job_id, c->attempt);
+    }
+    free(order);
+    PQclear(res);
+    *out = &resp->base;
+    return RPC_OK;
+}
+
+/* ---- ReportEvents ---- */
+
+static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    struct scheduler *s = ctx;
+    const Whet__V1__ReportEventsRequest *req = (const Whet__V1__ReportEventsRequest *)msg;
+    PGconn *conn = handler_conn(s, err);
+    if (!conn) return db_unavailable(err);
+    for (size_t i = 0; i < req->n_events; i++) {
+        const Whet__V1__Event *e = req->events[i];
+        char id[40], attempt[16], seq[16];
+        whet_random_id("ftevent-", 24, id);
+        snprintf(attempt, sizeof attempt, "%u", e->attempt);
+        snprintf(seq, sizeof seq, "%u", e->seq);
+        const char *level = !strcmp(e->level, "warn") || !strcmp(e->level, "error") ? e->level : "info";
+        const char *type = !strcmp(e->type, "metrics") ? "metrics" : "message";
+        const char *params[] = {id, e->job_id, level, type, e->message, *e->data_json ? e->data_json : NULL, attempt, seq};
+        if (whet_pg_exec(conn,
+                         "INSERT INTO job_events (id, tenant_id, job_id, level, type, message, data, attempt, report_seq)"
+                         " SELECT $1, tenant_id, id, $3, $4, $5, $6::jsonb, $7::int, $8::int FROM jobs WHERE id = $2"
+                         " ON CONFLICT (job_id, attempt, report_seq) WHERE report_seq IS NOT NULL DO NOTHING",
+                         8, params, err) < 0)
+            return db_unavailable(err);
+    }
+    *out = new_message(sizeof(Whet__V1__ReportEventsResponse), (void (*)(void *))whet__v1__report_events_response__init);
+    return RPC_OK;
+}
+
+/* ---- ReportCheckpoint ---- */
+
+static int handle_checkpoint(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    struct scheduler *s = ctx;
+    const Whet__V1__CheckpointReport *req = (const Whet__V1__CheckpointReport *)msg;
+    PGconn *conn = handler_conn(s, err);
+    if (!conn) return db_unavailable(err);
+    char id[40], event_id[40], step[16], bytes[24], attempt[16];
+    whet_random_id("ftckpt-", 24, id);
+    whet_random_id("ftevent-", 24, event_id);
+    snprintf(step, sizeof step, "%u", req->step);
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)req->bytes);
+    snprintf(attempt, sizeof attempt, "%u", req->attempt);
+    const char *metrics = *req->metrics_json ? req->metrics_json : "{}";
+    const char *params[] = {id, req->job_id, step, metrics, req->object_prefix, bytes, event_id, attempt};
+    /* The checkpoint row and its event in one statement: a retried report adds neither twice. */
+    if (whet_pg_exec(conn,
+                     "WITH j AS (SELECT id, tenant_id, base_model, suffix FROM jobs WHERE id = $2),"
+                     " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
+                     "   metrics, object_prefix, bytes)"
+                     "   SELECT $1, j.tenant_id, j.id, $3::int,"
+                     "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
+                     "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint"
+                     "   FROM j JOIN tenants t ON t.id = j.tenant_id"
+                     "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id)"
+                     " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
+                     " SELECT $7, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
+                     "   jsonb_build_object('step', $3::int, 'attempt', $8::int) FROM ins",
+                     8, params, err) < 0)
+        return db_unavailable(err);
+    *out = new_message(sizeof(Whet__V1__ReportCheckpointResponse),
+                       (void (*)(void *))whet__v1__report_checkpoint_response__init);
+    return RPC_OK;
+}
+
+/* ---- FinishJob ---- */
+
+static const char *outcome_name(Whet__V1__FinishJobRequest__Outcome o) {
+    switch (o) {
+    case WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED: return "succeeded";
+    case WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED: return "stopped";
+    case WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED: return "cancelled";
+    default: return "failed";
+    }
+}
+
+static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    struct scheduler *s = ctx;
+    const Whet__V1__FinishJobRequest *req = (const Whet__V1__FinishJobRequest *)msg;
+    PGconn *conn = handler_conn(s, err);
+    if (!conn) return db_unavailable(err);
+    const char *outcome = outcome_name(req->outcome);
+    char attempt[16], tokens[24], dev_s[32], trained[24], rollout[24], event_id[40];
+    snprintf(attempt, sizeof attempt, "%u", req->attempt);
+    snprintf(tokens, sizeof tokens, "%llu", (unsigned long long)req->trained_tokens);
+    const Whet__V1__Usage *u = req->usage;
+    snprintf(dev_s, sizeof dev_s, "%.3f", u ? u->device_seconds : 0.0);
+    snprintf(trained, sizeof trained, "%llu", (unsigned long long)(u ? u->trained_tokens : 0));
+    snprintf(rollout, sizeof rollout, "%llu", (unsigned long long)(u ? u->rollout_tokens : 0));
+    whet_random_id("ftevent-", 24, event_id);
+
+    if (whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0) return db_unavailable(err);
+    /* End the attempt once; a retried FinishJob finds it ended and changes nothing. */
+    const char *aparams[] = {req->job_id, attempt, outcome, req->node_id};
+    PGresult *res = whet_pg_query(conn,
+                                  "UPDATE job_attempts SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $3"
+                                  " WHERE job_id = $1 AND attempt = $2::int AND node_id = $4 AND ended_at IS NULL"
+                                  " RETURNING device_type, tenant_id",
+                                  4, aparams, err);
+    if (!res) goto db_fail;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        PQclear(PQexec(conn, "ROLLBACK"));
+        *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
+        return RPC_OK;
+    }
+    char *device_type = xstrdup(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type, dev_s, trained, rollout};
+    free(device_type);
+    if (whet_pg_exec(conn,
+                     "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
+                     " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
+                     " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
+                     6, uparams, err) < 0)
+        goto db_fail;
+
+    const char *jparams[] = {req->job_id, outcome, req->error_code, req->error_message, req->final_object_prefix,
+                             tokens, event_id};
+    /* succeeded: the model gets its name; stopped: paused if the tenant asked, else (preempted) back to
+     * the queue; failed/cancelled: final. */
+    if (whet_pg_exec(conn,
+                     "WITH upd AS (UPDATE jobs j SET"
+                     "  status = CASE $2 WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed'"
+                     "    WHEN 'cancelled' THEN 'cancelled'"
+                     "    ELSE CASE j.desired WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled' ELSE 'queued' END END,"
+                     "  node_id = NULL, preempt_requested = false,"
+                     "  finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN whet_now() END,"
+                     "  fine_tuned_model = CASE WHEN $2 = 'succeeded' THEN 'ft:' || j.base_model || ':' ||"
+                     "    (SELECT name FROM tenants WHERE id = j.tenant_id) || ':' || coalesce(j.suffix, '') || ':' || j.id END,"
+                     "  final_object_prefix = CASE WHEN $2 = 'succeeded' THEN nullif($5, '') END,"
+                     "  error = CASE WHEN $2 = 'failed' THEN jsonb_build_object('code', nullif($3, ''), 'message', $4,"
+                     "    'param', NULL) END,"
+                     "  trained_tokens = greatest(coalesce(j.trained_tokens, 0), $6::bigint),"
+                     "  estimated_finish = NULL"
+                     " WHERE j.id = $1 RETURNING j.id, j.tenant_id, j.status)"
+                     " INSERT INTO job_events (id, tenant_id, job_id, level, message)"
+                     " SELECT $7, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
+                     "  CASE status WHEN 'succeeded' THEN 'The job has successfully completed'"
+                     "   WHEN 'failed' THEN 'The job failed: ' || $4"
+                     "   WHEN 'cancelled' THEN 'The job was cancelled'"
+                     "   WHEN 'paused' THEN 'The job was paused'"
+                     "   ELSE 'The job was preempted; it will resume from its last checkpoint' END FROM upd",
+                     7, jparams, err) < 0)
+        goto db_fail;
+    if (whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto db_fail;
+    PQclear(PQexec(conn, "NOTIFY whet_jobs"));
+    log_info("msg=\"attempt finished\" job=%s attempt=%u outcome=%s node=%s", req->job_id, req->attempt, outcome,
+             req->node_id);
+    *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
+    return RPC_OK;
+db_fail:
+    PQclear(PQexec(conn, "ROLLBACK"));
+    return db_unavailable(err);
+}
+
+const struct rpc_method scheduler_methods[] = {
+    {"/whet.v1.Scheduler/RegisterNode", &whet__v1__register_request__descriptor, handle_register, free_plain},
+    {"/whet.v1.Scheduler/Heartbeat", &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response},
+    {"/whet.v1.Scheduler/ReportEvents", &whet__v1__report_events_request__descriptor, handle_events, free_plain},
+    {"/whet.v1.Scheduler/ReportCheckpoint", &whet__v1__checkpoint_report__descriptor, handle_checkpoint, free_plain},
+    {"/whet.v1.Scheduler/FinishJob", &whet__v1__finish_job_request__descriptor, handle_finish, free_plain},
+};
+const int scheduler_n_methods = (int)(sizeof scheduler_methods / sizeof scheduler_methods[0]);

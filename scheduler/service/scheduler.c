@@ -1,0 +1,104 @@
+/* scheduler.c - the service's main loop: leader election, the gRPC server, cycles on NOTIFY and timer.
+ *
+ * Leadership is a PostgreSQL session-level advisory lock held by the main connection. If that
+ * connection breaks (the database restarted), the leader stops serving, reconnects and competes for
+ * the lock again; everything it needs is in the database, so nothing is lost on the way. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pg.h"
+#include "service_internal.h"
+
+#define LEADER_LOCK_KEY "7265746878"
+
+static volatile sig_atomic_t stopping;
+static void on_signal(int sig) {
+    (void)sig;
+    stopping = 1;
+}
+
+/* Connects and takes the leader lock, waiting (and retrying) until both succeed or we are told to
+ * stop. Returns the connection, or NULL when stopping. */
+static PGconn *become_leader(const struct scheduler_options *opts) {
+    int announced_standby = 0;
+    while (!stopping) {
+        struct whet_err err;
+        PGconn *conn = whet_pg_connect(opts->database_url, &err);
+        if (!conn) {
+            log_warn("msg=\"database unavailable; retrying\" error=\"%s\"", err.msg);
+            sleep(1);
+            continue;
+        }
+        PGresult *res = whet_pg_query(conn, "SELECT pg_try_advisory_lock(" LEADER_LOCK_KEY ")", 0, NULL, &err);
+        int got = res && PQgetvalue(res, 0, 0)[0] == 't';
+        PQclear(res);
+        if (got && whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0) return conn;
+        PQfinish(conn);
+        if (!announced_standby) {
+            log_info("msg=\"another scheduler leads; standing by\"");
+            announced_standby = 1;
+        }
+        sleep(1);
+    }
+    return NULL;
+}
+
+/* Waits up to `ms` for a NOTIFY (or a signal); drains the notifications. -1 if the connection broke. */
+static int wait_for_work(PGconn *conn, int ms) {
+    struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+    int n = poll(&pfd, 1, ms);
+    if (n < 0 && errno != EINTR) return -1;
+    if (n > 0) {
+        if (!PQconsumeInput(conn)) return -1;
+        PGnotify *note;
+        while ((note = PQnotifies(conn))) PQfreemem(note);
+    }
+    return PQstatus(conn) == CONNECTION_OK ? 0 : -1;
+}
+
+int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
+    struct scheduler sch = {.opts = opts};
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    while (!stopping) {
+        PGconn *conn = become_leader(opts);
+        if (!conn) break;
+        struct rpc_server *server = NULL;
+        while (!stopping && rpc_server_start(opts->grpc_addr, opts->executor_token, scheduler_methods,
+                                             scheduler_n_methods, &sch, opts->rpc_threads, &server, err) < 0) {
+            log_warn("msg=\"cannot serve gRPC yet; retrying\" error=\"%s\"", err->msg);
+            sleep(1);
+        }
+        if (!server) {
+            PQfinish(conn);
+            break;
+        }
+        log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
+        double last_cycle = 0;
+        while (!stopping) {
+            /* A cycle at least every second: leases expire on the clock, not on notifications. */
+            struct whet_err cerr;
+            if (scheduler_cycle(&sch, conn, &cerr) < 0) {
+                log_warn("msg=\"cycle failed\" error=\"%s\"", cerr.msg);
+                if (PQstatus(conn) != CONNECTION_OK) break;
+            }
+            last_cycle = whet_now_mono();
+            if (wait_for_work(conn, 1000) < 0) break;
+            double since = whet_now_mono() - last_cycle;
+            if (since < 0.05) usleep(50 * 1000); /* bursts of NOTIFY: one cycle per 50 ms is plenty */
+        }
+        if (!stopping) log_warn("msg=\"lost the database; stepping down to compete again\"");
+        rpc_server_stop(server);
+        PQfinish(conn);
+    }
+    log_info("msg=\"stopped\"");
+    return 0;
+}

@@ -1,0 +1,35 @@
+/* scheduler.h - the scheduler service (`whet scheduler`).
+ *
+ * One leader at a time (pg_try_advisory_lock on a dedicated connection; a second scheduler waits and
+ * takes over when the leader's session ends). The leader serves the executors' gRPC calls
+ * (proto/whet.proto) and runs a cycle on every NOTIFY whet_jobs and at least once a second:
+ *
+ *   1. leases: a node silent for longer than its lease is lost; its running attempts end as `lost` and
+ *      their jobs go back to the queue, to resume from their last complete checkpoint elsewhere;
+ *   2. commands: pause and cancel requests of running jobs become STOP / CANCEL commands;
+ *   3. placement: a snapshot of ready nodes, running attempts and queued jobs goes through the
+ *      placement library (scheduler/placement); PLACE becomes a new attempt and a START command,
+ *      PREEMPT a STOP command, WAIT the reason shown to the tenant.
+ *
+ * All state is in PostgreSQL, so a restarted scheduler loses nothing: commands wait in node_commands
+ * until a heartbeat collects them, and executor reports are idempotent by (job, attempt, seq). */
+#ifndef WHET_SCHEDULER_H
+#define WHET_SCHEDULER_H
+
+#include "util.h"
+
+struct scheduler_options {
+    const char *database_url;
+    const char *grpc_addr;      /* HOST:PORT the executors call */
+    const char *executor_token; /* shared secret executors present */
+    const char *object_store;   /* URL, passed to executors in job manifests */
+    int lease_ms;               /* a node silent this long is lost (default 10000) */
+    int heartbeat_ms;           /* what executors are told to use (default 1000) */
+    int rpc_threads;            /* default 2 */
+    const char *policy;         /* placement policy name (default "whet") */
+};
+
+/* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */
+int scheduler_run(const struct scheduler_options *opts, struct whet_err *err);
+
+#endif

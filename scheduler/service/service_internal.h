@@ -1,0 +1,27 @@
+/* service_internal.h - what the scheduler service's files share. */
+#ifndef WHET_SCHEDULER_SERVICE_INTERNAL_H
+#define WHET_SCHEDULER_SERVICE_INTERNAL_H
+
+#include <libpq-fe.h>
+
+#include "rpc.h"
+#include "scheduler.h"
+
+struct scheduler {
+    const struct scheduler_options *opts;
+};
+
+/* The gRPC methods the leader serves (handlers.c). */
+extern const struct rpc_method scheduler_methods[];
+extern const int scheduler_n_methods;
+
+/* One scheduling cycle on the leader's connection (cycle.c); -1 with err when the database failed. */
+int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
+
+/* The START manifest of a job's new attempt (manifest.c): the trainer config and where the executor
+ * finds the base model, the data and the checkpoint to resume from. Returns a malloc'd JSON string,
+ * or NULL with err. */
+char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
+                         struct whet_err *err);
+
+#endif
