@@ -1,0 +1,132 @@
+/* cmd_sandbox.c - `whet sandbox`: run a command in the executor's sandbox, or probe the host.
+ *
+ * For operators checking what a job would see (`whet sandbox run -- ls /`), why one was killed, or
+ * which fallbacks this host forces (`whet sandbox probe`). The command's stdin, stdout and stderr are
+ * the terminal's; the verdict goes to stderr as one line. The logic lives in executor/sandbox. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "sandbox.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n"
+            "       whet sandbox probe\n\n"
+            "Runs CMD confined as `whet train` and python graders are: new user, PID, mount, network, IPC and\n"
+            "UTS namespaces, a seccomp allow-list, rlimits (cgroup v2 limits where delegated), a read-only\n"
+            "minimal system view, a tmpfs /tmp, and only the listed directories visible.\n\n"
+            "options:\n"
+            "  --mem MB          memory limit (cgroup memory.max, else RLIMIT_AS per process)\n"
+            "  --cpu S           CPU-time limit per process, seconds\n"
+            "  --wall S          wall-clock timeout, seconds (fractions allowed); the whole tree is killed\n"
+            "  --procs N         process/thread limit (RLIMIT_NPROC, cgroup pids.max)\n"
+            "  --fsize MB        largest file the command may write\n"
+            "  --files N         open file limit (default 256)\n"
+            "  --tmp MB          size of the tmpfs /tmp (default 64)\n"
+            "  --writable DIR    make DIR visible and writable (repeatable; the first is the working dir)\n"
+            "  --readonly DIR    make DIR visible read-only (repeatable)\n"
+            "  --workdir DIR     working directory inside\n"
+            "  --env K=V         environment variable (repeatable; default PATH, HOME=/tmp, LANG)\n"
+            "  --network         keep the host network (debugging only)\n"
+            "  --no-userns       run without a user namespace (root only; the fallback path)\n"
+            "  -h, --help        this help\n\n"
+            "exit status: the command's; 128+N when killed by signal N; 124 on the wall-clock timeout;\n"
+            "125 when the sandbox could not be set up.\n");
+}
+
+static void push(const char ***list, size_t *n, const char *value) {
+    *list = realloc(*list, (*n + 2) * sizeof(**list));
+    if (!*list) abort();
+    (*list)[(*n)++] = value;
+    (*list)[*n] = NULL;
+}
+
+static int sandbox_run_cmd(int argc, char **argv) {
+    static const struct option options[] = {
+        {"mem", required_argument, 0, 'm'},     {"cpu", required_argument, 0, 'c'},
+        {"wall", required_argument, 0, 'w'},    {"procs", required_argument, 0, 'p'},
+        {"fsize", required_argument, 0, 'f'},   {"files", required_argument, 0, 'n'},
+        {"tmp", required_argument, 0, 't'},     {"writable", required_argument, 0, 'W'},
+        {"readonly", required_argument, 0, 'R'}, {"workdir", required_argument, 0, 'C'},
+        {"env", required_argument, 0, 'e'},     {"network", no_argument, 0, 'N'},
+        {"no-userns", no_argument, 0, 'U'},     {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    struct sandbox_spec spec;
+    sandbox_spec_init(&spec);
+    const char **writable = NULL, **readonly = NULL, **env = NULL;
+    size_t n_writable = 0, n_readonly = 0, n_env = 0;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'm': spec.mem_bytes = strtoull(optarg, NULL, 10) << 20; break;
+        case 'c': spec.cpu_seconds = strtoull(optarg, NULL, 10); break;
+        case 'w': spec.wall_timeout_s = strtod(optarg, NULL); break;
+        case 'p': spec.max_procs = atoi(optarg); break;
+        case 'f': spec.file_bytes = strtoull(optarg, NULL, 10) << 20; break;
+        case 'n': spec.open_files = atoi(optarg); break;
+        case 't': spec.tmp_bytes = strtoull(optarg, NULL, 10) << 20; break;
+        case 'W': push(&writable, &n_writable, optarg); break;
+        case 'R': push(&readonly, &n_readonly, optarg); break;
+        case 'C': spec.workdir = optarg; break;
+        case 'e': push(&env, &n_env, optarg); break;
+        case 'N': spec.allow_network = 1; break;
+        case 'U': spec.no_userns = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "whet sandbox run: no command given\nhint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n");
+        return 2;
+    }
+    spec.argv = (const char *const *)(argv + optind);
+    spec.writable_dirs = writable;
+    spec.readonly_dirs = readonly;
+    spec.env = env;
+    spec.stdin_fd = 0;
+    spec.stdout_fd = 1;
+    spec.stderr_fd = 2;
+    struct sandbox_child child;
+    struct sandbox_result res;
+    struct whet_err err;
+    int code;
+    if (sandbox_spawn(&spec, &child, &err) < 0 || sandbox_wait(&child, &res, &err) < 0) {
+        fprintf(stderr, "whet sandbox: %s\n", err.msg);
+        code = 125;
+    } else {
+        fprintf(stderr, "whet sandbox: %s: %s (wall %.2f s, cpu %.2f s, peak rss %.1f MiB%s%s)\n",
+                sandbox_reason_name(res.reason), res.message, res.wall_s, res.cpu_s, res.max_rss_kb / 1024.0,
+                res.notes[0] ? "; " : "", res.notes);
+        if (res.reason == SANDBOX_SETUP) code = 125;
+        else if (res.reason == SANDBOX_TIMEOUT) code = 124;
+        else if (res.term_signal) code = 128 + res.term_signal;
+        else code = res.exit_code;
+    }
+    free(writable);
+    free(readonly);
+    free(env);
+    return code;
+}
+
+static int cmd_sandbox(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "run")) return sandbox_run_cmd(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "probe")) {
+        char *text = sandbox_probe();
+        fputs(text, stdout);
+        int ok = strncmp(text, "sandbox: working", 16) == 0;
+        free(text);
+        return ok ? 0 : 1;
+    }
+    fprintf(stderr, "whet sandbox: unknown subcommand \"%s\"\nhint: run `whet sandbox --help`\n", argv[1]);
+    return 2;
+}
+WHET_COMMAND("sandbox", cmd_sandbox, "run a command in the job sandbox (for operators)")

@@ -1,0 +1,91 @@
+/* sandbox_internal.h - what the parts of the sandbox share: the plan prepared before the clone.
+ *
+ * Everything the cloned children need (mount list, uid maps, the compiled seccomp program, rlimits,
+ * the exec candidates) is computed in the caller's process into a `struct sandbox_plan`, because
+ * after clone() in a multithreaded caller a child may only make async-signal-safe calls: no malloc,
+ * no stdio, no locks. The child-side functions (`*_child`) keep to system calls and string copies. */
+#ifndef WHET_SANDBOX_INTERNAL_H
+#define WHET_SANDBOX_INTERNAL_H
+
+#include <linux/filter.h>
+#include <stdint.h>
+#include <sys/resource.h>
+
+#include "sandbox.h"
+
+/* Where the host's root and the new root sit during the build (sandbox_mounts.c). */
+#define SANDBOX_BASE "/tmp"
+#define SANDBOX_OLDROOT "/oldroot"
+#define SANDBOX_NEWROOT "/newroot"
+
+enum mount_kind {
+    MOUNT_DIR,      /* mkdir dst (a mount point or parent of one) */
+    MOUNT_FILE,     /* create an empty file dst (a mount point for a bound file) */
+    MOUNT_BIND_RO,  /* bind src on dst, read-only (recursive), nosuid, nodev */
+    MOUNT_BIND_RW,  /* bind src on dst, writable, nosuid, nodev */
+    MOUNT_TMPFS,    /* tmpfs on dst with `data` options */
+    MOUNT_PROC,     /* a fresh proc for the new PID namespace */
+    MOUNT_SYMLINK,  /* symlink src -> dst */
+};
+
+struct mount_op {
+    enum mount_kind kind;
+    char *src;      /* host path under SANDBOX_OLDROOT, or symlink target */
+    char *dst;      /* path under SANDBOX_NEWROOT */
+    char *data;     /* tmpfs options */
+};
+
+struct rlimit_op {
+    int resource;
+    struct rlimit limit;
+};
+
+struct sandbox_plan {
+    /* user namespace */
+    int use_userns;
+    char uid_map[64], gid_map[64];
+    /* namespaces for clone */
+    int clone_flags;
+    /* mounts, in order */
+    struct mount_op *mounts;
+    size_t n_mounts, cap_mounts;
+    /* worker */
+    char **argv, **env;
+    char **exec_paths;        /* candidate paths for argv[0], tried in order */
+    size_t n_exec_paths;
+    char *workdir;
+    struct rlimit_op rlimits[8];
+    size_t n_rlimits;
+    struct sock_fprog seccomp; /* compiled allow-list; filter owned by the plan */
+    int max_procs;
+};
+
+/* Plan building (caller side, may allocate). */
+int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
+void sandbox_plan_free(struct sandbox_plan *plan);
+int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
+int sandbox_seccomp_compile(struct sock_fprog *prog, struct whet_err *err);
+void sandbox_rlimits_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, int cgroup_memory);
+
+/* Child side (async-signal-safe). Each returns 0 or -1 with `what` (a static string naming the step)
+ * and errno set. */
+int sandbox_userns_child(const struct sandbox_plan *plan, const char **what);
+int sandbox_mounts_child(const struct sandbox_plan *plan, int *proc_missing, const char **what);
+int sandbox_drop_caps_child(const char **what);
+int sandbox_rlimits_child(const struct sandbox_plan *plan, const char **what);
+int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what);
+
+/* cgroup v2 (sandbox_cgroup.c): a per-sandbox child group under a delegated parent, when there is
+ * one. create returns NULL (and explains why in `why`) when the host offers no usable controllers. */
+struct sandbox_cgroup;
+struct sandbox_cgroup *sandbox_cgroup_create(const struct sandbox_spec *spec, char *why, size_t why_len);
+int sandbox_cgroup_add(struct sandbox_cgroup *cg, pid_t pid, struct whet_err *err);
+int sandbox_cgroup_oom_killed(const struct sandbox_cgroup *cg);
+void sandbox_cgroup_destroy(struct sandbox_cgroup *cg);
+
+/* Small async-signal-safe string helpers. */
+size_t sbx_strlcpy(char *dst, const char *src, size_t size);
+size_t sbx_strlcat(char *dst, const char *src, size_t size);
+void sbx_utoa(char *dst, size_t size, unsigned long v);
+
+#endif
