@@ -65,6 +65,7 @@ struct gw_req {
     int status;         /* the status answered, 0 until then */
     int refs;           /* the h2o pool holds one, each pending db query or blocking job one */
     const char *auth_kind; /* "key", "jwt" or NULL, for the log line */
+    void *query_cache;  /* the parsed query string */
 };
 
 /* ---- Routing ----------------------------------------------------------------------------------- */

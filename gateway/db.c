@@ -1,0 +1,756 @@
+/* db.c - asynchronous libpq inside an h2o 2.2 event loop (see db.h for the contract).
+ *
+ * The technique is that of TechEmpower's h2o entry: each connection's socket is dup()ed into an h2o
+ * socket created with H2O_SOCKET_FLAG_DONT_READ, so the loop only tells us when it is readable or
+ * writable and libpq does the I/O (PQconnectPoll while connecting, PQconsumeInput/PQgetResult and
+ * PQflush once connected). Connections run in pipeline mode.
+ *
+ * What travels on a connection is a FIFO of segments, each some statements followed by one
+ * PQpipelineSync (so each segment is one implicit transaction):
+ *   SETUP  - at connect: SET ROLE whet_app (tenant pool), statement_timeout, every prepared statement
+ *   TENANT - set_config('whet.tenant_id', $1, false), sent only when the connection last served
+ *            another tenant (its own segment, so a failing query never rolls the setting back)
+ *   QUERY  - a request's statements (db_query, db_transaction)
+ * Results come back in the same order: for each statement one result and a NULL, then a
+ * PGRES_PIPELINE_SYNC for the segment. A broken connection fails every segment in flight (their
+ * callbacks see `unavailable`), is closed, and is reopened with exponential backoff; while no
+ * connection of a pool is up, new queries fail at once (503) instead of piling up.
+ *
+ * Sections: statement registry, results for handlers, segments, connections (connect, read, write,
+ * fail), pools, submission. */
+#include "db.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "util.h"
+
+#define DB_PIPELINE_MAX 64      /* query segments in flight per connection */
+#define DB_QUEUE_MAX 4096       /* queries waiting for a connection, per pool */
+#define DB_CONNECT_TIMEOUT_MS 5000
+#define DB_BACKOFF_MIN_MS 100
+#define DB_BACKOFF_MAX_MS 2000
+#define DB_STATEMENT_TIMEOUT "30s"
+
+/* ---- Statement registry ------------------------------------------------------------------------ */
+
+#define DB_STATEMENTS_MAX 256
+
+struct db_prepared {
+    const char *name, *sql;
+};
+static struct db_prepared statements[DB_STATEMENTS_MAX];
+static int nstatements;
+static int statements_frozen;
+
+void db_prepare(const char *name, const char *sql) {
+    if (statements_frozen) {
+        log_error("msg=\"db_prepare after the gateway started; ignored\" statement=%s", name);
+        return;
+    }
+    for (int i = 0; i < nstatements; i++) {
+        if (!strcmp(statements[i].name, name)) {
+            statements[i].sql = sql; /* the same route set registered twice (tests): last wins */
+            return;
+        }
+    }
+    if (nstatements == DB_STATEMENTS_MAX) {
+        log_error("msg=\"too many prepared statements\" statement=%s", name);
+        return;
+    }
+    statements[nstatements++] = (struct db_prepared){name, sql};
+}
+
+void db_prepare_freeze(void) { statements_frozen = 1; }
+
+static int statement_known(const char *name) {
+    for (int i = 0; i < nstatements; i++)
+        if (!strcmp(statements[i].name, name)) return 1;
+    return 0;
+}
+
+/* ---- Results for handlers ---------------------------------------------------------------------- */
+
+json_t *db_json_string(const PGresult *res, int row, int col) {
+    const char *v = db_value(res, row, col);
+    return v ? json_string(v) : json_null();
+}
+
+json_t *db_json_integer(const PGresult *res, int row, int col) {
+    const char *v = db_value(res, row, col);
+    return v ? json_integer(strtoll(v, NULL, 10)) : json_null();
+}
+
+json_t *db_json_value(const PGresult *res, int row, int col) {
+    const char *v = db_value(res, row, col);
+    json_t *j = v ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
+    return j ? j : json_null();
+}
+
+void http_reply_db_error(struct gw_req *r, const struct db_result *res) {
+    if (res->unavailable) {
+        http_reply_unavailable(r, 1, "the database");
+        return;
+    }
+    const char *state = res->sqlstate ? res->sqlstate : "";
+    if (!strcmp(state, "23505")) {
+        http_reply_error(r, 409, NULL, "conflict", "the object already exists");
+    } else if (!strcmp(state, "23503")) {
+        http_reply_error(r, 404, NULL, "not_found", "a referenced object does not exist");
+    } else if (!strncmp(state, "22", 2) || !strcmp(state, "23514") || !strcmp(state, "23502")) {
+        http_reply_error(r, 400, NULL, "invalid_value", "invalid value: %s", res->message);
+    } else if (!strcmp(state, "57014")) {
+        http_reply_unavailable(r, 1, "the database (the query timed out)");
+    } else {
+        log_error("msg=\"database error\" request_id=%s sqlstate=%s statement=%d error=\"%s\"", r->request_id, state,
+                  res->failed, res->message);
+        http_reply_error(r, 500, NULL, "internal_error", "internal error (request %s)", r->request_id);
+    }
+}
+
+/* ---- Segments ---------------------------------------------------------------------------------- */
+
+enum seg_kind { SEG_SETUP, SEG_TENANT, SEG_QUERY };
+
+/* One submission (db_query/db_transaction): owns copies of the statements' parameters. */
+struct db_item {
+    struct db_item *next; /* in the pool's wait queue */
+    struct db_pool *pool;
+    struct gw_req *r;
+    db_callback cb;
+    void *arg;
+    char tenant[HTTP_TENANT_ID_MAX + 1];
+    int n;
+    struct db_stmt stmts[DB_TX_MAX];
+    PGresult *res[DB_TX_MAX];
+    char **param_storage; /* one allocation per statement's parameter array */
+};
+
+struct db_segment {
+    struct db_segment *next;
+    enum seg_kind kind;
+    int nstmts;
+    int got;          /* statements whose result has arrived */
+    int want_null;    /* the NULL after a statement's result is next */
+    struct db_item *item; /* SEG_QUERY */
+    int failed;       /* SEG_SETUP/SEG_TENANT: a statement did not succeed */
+};
+
+static void item_finish(struct db_item *item, int unavailable);
+
+/* ---- Connections ------------------------------------------------------------------------------- */
+
+enum conn_state { CONN_DOWN, CONN_CONNECTING, CONN_SETUP, CONN_READY };
+
+struct db_conn {
+    struct db_pool *pool;
+    PGconn *pg;
+    h2o_socket_t *sock;
+    int fd; /* PQsocket() the h2o socket duplicates */
+    enum conn_state state;
+    struct db_segment *head, *tail;
+    int queries_in_flight;
+    char tenant[HTTP_TENANT_ID_MAX + 1];
+    int tenant_known;
+    int backoff_ms;
+    h2o_timeout_entry_t timer; /* connect timeout, or reconnect backoff */
+    int timer_is_reconnect;
+};
+
+struct db_pool {
+    struct gw_thread *thread;
+    char *conninfo;
+    int admin;
+    int nconns;
+    struct db_conn *conns;
+    struct db_item *queue_head, **queue_tail;
+    size_t queued;
+    int up;        /* connections READY */
+    int failing;   /* no connection up and the last attempt failed: fail fast */
+    h2o_timeout_t connect_timeout, backoff_timeout[2];
+    /* Items that failed without reaching a connection, delivered from the loop, not from db_query. */
+    struct db_item *failed_head, **failed_tail;
+    h2o_timeout_entry_t failed_timer;
+    size_t busy; /* items alive (queued, in flight, or waiting for delivery) */
+};
+
+static void conn_connect(struct db_conn *c);
+static void conn_fail(struct db_conn *c, const char *why);
+static void conn_on_readable(h2o_socket_t *sock, const char *err);
+static void conn_on_writable(h2o_socket_t *sock, const char *err);
+static void pool_drain_queue(struct db_pool *pool);
+static void pool_fail_queue(struct db_pool *pool);
+
+/* The first line of a libpq message, quotes replaced, for a log field. */
+static void first_line(const char *msg, char *out, size_t size) {
+    size_t n = 0;
+    for (; msg[n] && msg[n] != '\n' && n + 1 < size; n++) out[n] = msg[n] == '"' ? '\'' : msg[n];
+    out[n] = 0;
+}
+
+static void seg_push(struct db_conn *c, struct db_segment *s) {
+    s->next = NULL;
+    if (c->tail) c->tail->next = s;
+    else c->head = s;
+    c->tail = s;
+}
+
+static struct db_segment *seg_pop(struct db_conn *c) {
+    struct db_segment *s = c->head;
+    c->head = s->next;
+    if (!c->head) c->tail = NULL;
+    return s;
+}
+
+static void conn_close_socket(struct db_conn *c) {
+    if (c->sock) {
+        h2o_socket_read_stop(c->sock);
+        h2o_socket_close(c->sock); /* closes our dup, not libpq's descriptor */
+        c->sock = NULL;
+    }
+    c->fd = -1;
+}
+
+/* Makes c->sock watch PQsocket(c->pg) (which may change while connecting). */
+static int conn_watch_socket(struct db_conn *c) {
+    int fd = PQsocket(c->pg);
+    if (fd < 0) return -1;
+    if (c->sock && fd == c->fd) return 0;
+    conn_close_socket(c);
+    int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dupfd < 0) return -1;
+    c->sock = h2o_evloop_socket_create(c->pool->thread->ctx.loop, dupfd, H2O_SOCKET_FLAG_DONT_READ);
+    if (!c->sock) {
+        close(dupfd);
+        return -1;
+    }
+    c->sock->data = c;
+    c->fd = fd;
+    return 0;
+}
+
+/* Sends what libpq has buffered; asks the loop for writability when the socket is full. */
+static int conn_flush(struct db_conn *c) {
+    int rc = PQflush(c->pg);
+    if (rc < 0) return -1;
+    if (rc > 0 && !h2o_socket_is_writing(c->sock)) h2o_socket_notify_write(c->sock, conn_on_writable);
+    return 0;
+}
+
+static void conn_timer_stop(struct db_conn *c) {
+    if (h2o_timeout_is_linked(&c->timer)) h2o_timeout_unlink(&c->timer);
+}
+
+static void conn_on_timer(h2o_timeout_entry_t *entry) {
+    struct db_conn *c = H2O_STRUCT_FROM_MEMBER(struct db_conn, timer, entry);
+    if (c->timer_is_reconnect) conn_connect(c);
+    else conn_fail(c, "connect timeout");
+}
+
+static void conn_schedule_reconnect(struct db_conn *c) {
+    conn_timer_stop(c);
+    c->timer_is_reconnect = 1;
+    c->timer.cb = conn_on_timer;
+    /* two fixed timeouts (h2o timeouts have one duration each): short first, long once failing */
+    h2o_timeout_link(c->pool->thread->ctx.loop, &c->pool->backoff_timeout[c->backoff_ms >= DB_BACKOFF_MAX_MS],
+                     &c->timer);
+    c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : DB_BACKOFF_MIN_MS;
+    if (c->backoff_ms > DB_BACKOFF_MAX_MS) c->backoff_ms = DB_BACKOFF_MAX_MS;
+}
+
+/* Fails everything in flight on `c` and schedules a reconnect. Never frees `c` (pools own their
+ * connections for their whole life), so callers up the stack can check c->state afterwards. */
+static void conn_fail(struct db_conn *c, const char *why) {
+    struct db_pool *pool = c->pool;
+    int was_ready = c->state == CONN_READY;
+    /* Log transitions only: a database that stays down must not flood the log every backoff. */
+    if (was_ready || (c->state != CONN_DOWN && c->backoff_ms == 0)) {
+        char detail[160];
+        first_line(c->pg ? PQerrorMessage(c->pg) : "", detail, sizeof(detail));
+        log_warn("msg=\"database connection %s\" pool=%s thread=%d reason=\"%s\" detail=\"%s\"",
+                 was_ready ? "lost" : "failed", pool->admin ? "admin" : "tenant", pool->thread->index, why, detail);
+    }
+    if (was_ready) {
+        pool->up--;
+        metrics_db_add(pool->admin, METRICS_DB_CONNS_UP, -1);
+    }
+    c->state = CONN_DOWN;
+    conn_timer_stop(c);
+    conn_close_socket(c);
+    if (c->pg) {
+        PQfinish(c->pg);
+        c->pg = NULL;
+    }
+    c->tenant_known = 0;
+    /* Detach the FIFO first: callbacks may submit new queries (which cannot pick this connection). */
+    struct db_segment *s = c->head;
+    c->head = c->tail = NULL;
+    c->queries_in_flight = 0;
+    while (s) {
+        struct db_segment *next = s->next;
+        if (s->kind == SEG_QUERY) {
+            metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
+            item_finish(s->item, 1);
+        }
+        free(s);
+        s = next;
+    }
+    if (pool->up == 0) {
+        pool->failing = 1;
+        pool_fail_queue(pool);
+    }
+    conn_schedule_reconnect(c);
+}
+
+/* Sends the SETUP segment once libpq reports the connection open. */
+static int conn_send_setup(struct db_conn *c) {
+    if (PQsetnonblocking(c->pg, 1) || !PQenterPipelineMode(c->pg)) return -1;
+    struct db_segment *s = xcalloc(1, sizeof(*s));
+    s->kind = SEG_SETUP;
+    if (!c->pool->admin) {
+        if (!PQsendQueryParams(c->pg, "SET ROLE whet_app", 0, NULL, NULL, NULL, NULL, 0)) goto fail;
+        s->nstmts++;
+    }
+    if (!PQsendQueryParams(c->pg, "SET statement_timeout = '" DB_STATEMENT_TIMEOUT "'", 0, NULL, NULL, NULL, NULL, 0))
+        goto fail;
+    s->nstmts++;
+    for (int i = 0; i < nstatements; i++) {
+        if (!PQsendPrepare(c->pg, statements[i].name, statements[i].sql, 0, NULL)) goto fail;
+        s->nstmts++;
+    }
+    if (!PQpipelineSync(c->pg)) goto fail;
+    seg_push(c, s);
+    return conn_flush(c);
+fail:
+    free(s);
+    return -1;
+}
+
+static void conn_on_connect_event(h2o_socket_t *sock, const char *err) {
+    struct db_conn *c = sock->data;
+    if (err) {
+        conn_fail(c, err);
+        return;
+    }
+    switch (PQconnectPoll(c->pg)) {
+    case PGRES_POLLING_READING:
+        if (conn_watch_socket(c) < 0) break;
+        h2o_socket_read_start(c->sock, conn_on_connect_event);
+        return;
+    case PGRES_POLLING_WRITING:
+        if (conn_watch_socket(c) < 0) break;
+        h2o_socket_read_stop(c->sock);
+        if (!h2o_socket_is_writing(c->sock)) h2o_socket_notify_write(c->sock, conn_on_connect_event);
+        return;
+    case PGRES_POLLING_OK:
+        if (conn_watch_socket(c) < 0) break;
+        h2o_socket_read_stop(c->sock);
+        c->state = CONN_SETUP;
+        if (conn_send_setup(c) < 0) break;
+        h2o_socket_read_start(c->sock, conn_on_readable);
+        return;
+    default:
+        break;
+    }
+    conn_fail(c, "connect failed");
+}
+
+static void conn_connect(struct db_conn *c) {
+    conn_timer_stop(c);
+    c->pg = PQconnectStart(c->pool->conninfo);
+    if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD || conn_watch_socket(c) < 0) {
+        c->state = CONN_CONNECTING; /* so conn_fail logs it */
+        conn_fail(c, "connect failed");
+        return;
+    }
+    c->state = CONN_CONNECTING;
+    c->timer_is_reconnect = 0;
+    c->timer.cb = conn_on_timer;
+    h2o_timeout_link(c->pool->thread->ctx.loop, &c->pool->connect_timeout, &c->timer);
+    h2o_socket_notify_write(c->sock, conn_on_connect_event);
+}
+
+static void conn_became_ready(struct db_conn *c) {
+    struct db_pool *pool = c->pool;
+    conn_timer_stop(c);
+    c->state = CONN_READY;
+    c->backoff_ms = 0;
+    pool->up++;
+    pool->failing = 0;
+    metrics_db_add(pool->admin, METRICS_DB_CONNS_UP, 1);
+    log_info("msg=\"database connection ready\" pool=%s thread=%d", pool->admin ? "admin" : "tenant", pool->thread->index);
+    pool_drain_queue(pool);
+}
+
+/* One result for the head segment. Returns -1 when the connection must be dropped. */
+static int conn_take_result(struct db_conn *c, PGresult *res) {
+    struct db_segment *s = c->head;
+    if (s->want_null) {
+        if (res) { /* a statement produced two results: cannot happen with the extended protocol */
+            PQclear(res);
+            return -1;
+        }
+        s->want_null = 0;
+        s->got++;
+        return 0;
+    }
+    if (s->got == s->nstmts) { /* the sync */
+        if (!res || PQresultStatus(res) != PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            return -1;
+        }
+        PQclear(res);
+        seg_pop(c);
+        if (s->kind == SEG_SETUP) {
+            int failed = s->failed;
+            free(s);
+            if (failed) return -1;
+            conn_became_ready(c);
+        } else if (s->kind == SEG_TENANT) {
+            int failed = s->failed;
+            free(s);
+            /* The segments behind this one assumed the tenant was set: never let them answer. */
+            if (failed) return -1;
+        } else {
+            struct db_item *item = s->item;
+            free(s);
+            c->queries_in_flight--;
+            metrics_db_add(c->pool->admin, METRICS_DB_IN_FLIGHT, -1);
+            item_finish(item, 0);
+        }
+        return 0;
+    }
+    if (!res) return -1;
+    ExecStatusType st = PQresultStatus(res);
+    int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    if (s->kind == SEG_QUERY) {
+        s->item->res[s->got] = res;
+    } else {
+        if (!ok) {
+            char detail[200];
+            first_line(PQresultErrorMessage(res), detail, sizeof(detail));
+            s->failed = 1;
+            log_error("msg=\"database session setup failed\" pool=%s error=\"%s\"", c->pool->admin ? "admin" : "tenant",
+                      detail);
+        }
+        PQclear(res);
+    }
+    s->want_null = 1;
+    return 0;
+}
+
+static void conn_on_readable(h2o_socket_t *sock, const char *err) {
+    struct db_conn *c = sock->data;
+    if (err) {
+        conn_fail(c, err);
+        return;
+    }
+    if (!PQconsumeInput(c->pg)) {
+        conn_fail(c, "read failed");
+        return;
+    }
+    while (c->head && !PQisBusy(c->pg)) {
+        PGresult *res = PQgetResult(c->pg);
+        if (conn_take_result(c, res) < 0) {
+            conn_fail(c, "unexpected result");
+            return;
+        }
+        /* A callback ran: it may have queued more, or (through a send error) failed this connection. */
+        if (c->state == CONN_DOWN) return;
+    }
+    for (PGnotify *n = PQnotifies(c->pg); n; n = PQnotifies(c->pg)) PQfreemem(n);
+    if (PQstatus(c->pg) == CONNECTION_BAD) conn_fail(c, "connection closed");
+}
+
+static void conn_on_writable(h2o_socket_t *sock, const char *err) {
+    struct db_conn *c = sock->data;
+    if (err || conn_flush(c) < 0) conn_fail(c, err ? err : "write failed");
+}
+
+/* ---- Pools ------------------------------------------------------------------------------------- */
+
+struct db_pool *db_pool_new(struct gw_thread *t, const char *conninfo, int nconns, int admin) {
+    struct db_pool *pool = xcalloc(1, sizeof(*pool));
+    pool->thread = t;
+    pool->conninfo = xstrdup(conninfo);
+    pool->admin = admin;
+    pool->nconns = nconns;
+    pool->queue_tail = &pool->queue_head;
+    pool->failed_tail = &pool->failed_head;
+    h2o_loop_t *loop = t->ctx.loop;
+    h2o_timeout_init(loop, &pool->connect_timeout, DB_CONNECT_TIMEOUT_MS);
+    h2o_timeout_init(loop, &pool->backoff_timeout[0], DB_BACKOFF_MIN_MS);
+    h2o_timeout_init(loop, &pool->backoff_timeout[1], DB_BACKOFF_MAX_MS);
+    pool->conns = xcalloc((size_t)nconns, sizeof(*pool->conns));
+    metrics_db_add(admin, METRICS_DB_CONNS_TOTAL, nconns);
+    for (int i = 0; i < nconns; i++) {
+        struct db_conn *c = &pool->conns[i];
+        c->pool = pool;
+        c->fd = -1;
+        conn_connect(c);
+    }
+    return pool;
+}
+
+static void pool_deliver_failed(h2o_timeout_entry_t *entry);
+
+void db_pool_free(struct db_pool *pool) {
+    if (!pool) return;
+    for (int i = 0; i < pool->nconns; i++) {
+        struct db_conn *c = &pool->conns[i];
+        if (c->state == CONN_READY) metrics_db_add(pool->admin, METRICS_DB_CONNS_UP, -1);
+        c->state = CONN_DOWN; /* quiet */
+        conn_timer_stop(c);
+        conn_close_socket(c);
+        if (c->pg) PQfinish(c->pg);
+        c->pg = NULL;
+        while (c->head) {
+            struct db_segment *s = seg_pop(c);
+            if (s->kind == SEG_QUERY) {
+                metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
+                item_finish(s->item, 1);
+            }
+            free(s);
+        }
+    }
+    pool_fail_queue(pool);
+    if (h2o_timeout_is_linked(&pool->failed_timer)) h2o_timeout_unlink(&pool->failed_timer);
+    pool_deliver_failed(&pool->failed_timer);
+    metrics_db_add(pool->admin, METRICS_DB_CONNS_TOTAL, -pool->nconns);
+    h2o_loop_t *loop = pool->thread->ctx.loop;
+    h2o_timeout_dispose(loop, &pool->connect_timeout);
+    h2o_timeout_dispose(loop, &pool->backoff_timeout[0]);
+    h2o_timeout_dispose(loop, &pool->backoff_timeout[1]);
+    free(pool->conns);
+    free(pool->conninfo);
+    free(pool);
+}
+
+int db_pool_ready(const struct db_pool *pool) { return pool->up > 0; }
+size_t db_pool_busy(const struct db_pool *pool) { return pool->busy; }
+
+static void pool_deliver_failed(h2o_timeout_entry_t *entry) {
+    struct db_pool *pool = H2O_STRUCT_FROM_MEMBER(struct db_pool, failed_timer, entry);
+    struct db_item *item = pool->failed_head;
+    pool->failed_head = NULL;
+    pool->failed_tail = &pool->failed_head;
+    while (item) {
+        struct db_item *next = item->next;
+        item_finish(item, 1);
+        item = next;
+    }
+}
+
+/* Fails `item` later, from the loop (so db_query never calls back before it returns). */
+static void pool_fail_later(struct db_pool *pool, struct db_item *item) {
+    item->next = NULL;
+    *pool->failed_tail = item;
+    pool->failed_tail = &item->next;
+    if (!h2o_timeout_is_linked(&pool->failed_timer)) {
+        pool->failed_timer.cb = pool_deliver_failed;
+        h2o_timeout_link(pool->thread->ctx.loop, &pool->thread->ctx.zero_timeout, &pool->failed_timer);
+    }
+}
+
+static void pool_fail_queue(struct db_pool *pool) {
+    struct db_item *item = pool->queue_head;
+    pool->queue_head = NULL;
+    pool->queue_tail = &pool->queue_head;
+    metrics_db_add(pool->admin, METRICS_DB_QUEUED, -(long)pool->queued);
+    pool->queued = 0;
+    while (item) {
+        struct db_item *next = item->next;
+        pool_fail_later(pool, item);
+        item = next;
+    }
+}
+
+/* The ready connection with the most room in its pipeline, or NULL. */
+static struct db_conn *pool_pick(struct db_pool *pool) {
+    struct db_conn *best = NULL;
+    for (int i = 0; i < pool->nconns; i++) {
+        struct db_conn *c = &pool->conns[i];
+        if (c->state != CONN_READY || c->queries_in_flight >= DB_PIPELINE_MAX) continue;
+        if (!best || c->queries_in_flight < best->queries_in_flight) best = c;
+    }
+    return best;
+}
+
+/* Puts `item` on the wire of `c`: a TENANT segment first when the connection served another tenant. */
+static int conn_send_item(struct db_conn *c, struct db_item *item) {
+    if (!c->pool->admin && (!c->tenant_known || strcmp(c->tenant, item->tenant))) {
+        static const char *set_tenant = "SELECT set_config('whet.tenant_id', $1, false)";
+        const char *p[] = {item->tenant};
+        if (!PQsendQueryParams(c->pg, set_tenant, 1, NULL, p, NULL, NULL, 0) || !PQpipelineSync(c->pg)) return -1;
+        struct db_segment *ts = xcalloc(1, sizeof(*ts));
+        ts->kind = SEG_TENANT;
+        ts->nstmts = 1;
+        seg_push(c, ts);
+        memcpy(c->tenant, item->tenant, sizeof(c->tenant));
+        c->tenant_known = 1;
+    }
+    for (int i = 0; i < item->n; i++) {
+        const struct db_stmt *st = &item->stmts[i];
+        int ok = st->name ? PQsendQueryPrepared(c->pg, st->name, st->nparams, st->params, NULL, NULL, 0)
+                          : PQsendQueryParams(c->pg, st->sql, st->nparams, NULL, st->params, NULL, NULL, 0);
+        if (!ok) return -1;
+    }
+    if (!PQpipelineSync(c->pg)) return -1;
+    struct db_segment *s = xcalloc(1, sizeof(*s));
+    s->kind = SEG_QUERY;
+    s->nstmts = item->n;
+    s->item = item;
+    seg_push(c, s);
+    c->queries_in_flight++;
+    metrics_db_add(c->pool->admin, METRICS_DB_IN_FLIGHT, 1);
+    return conn_flush(c);
+}
+
+/* Routes an item: to a connection, to the wait queue, or to a deferred failure. */
+static void pool_submit(struct db_pool *pool, struct db_item *item) {
+    struct db_conn *c = pool_pick(pool);
+    if (c) {
+        if (conn_send_item(c, item) < 0) {
+            /* The item may or may not be in c's FIFO: conn_fail finishes it in the first case. */
+            int queued = c->tail && c->tail->kind == SEG_QUERY && c->tail->item == item;
+            conn_fail(c, "send failed");
+            if (!queued) pool_fail_later(pool, item);
+        }
+        return;
+    }
+    if (pool->failing || pool->queued >= DB_QUEUE_MAX) {
+        if (pool->queued >= DB_QUEUE_MAX) metrics_db_error();
+        pool_fail_later(pool, item);
+        return;
+    }
+    item->next = NULL;
+    *pool->queue_tail = item;
+    pool->queue_tail = &item->next;
+    pool->queued++;
+    metrics_db_add(pool->admin, METRICS_DB_QUEUED, 1);
+}
+
+static void pool_drain_queue(struct db_pool *pool) {
+    while (pool->queue_head) {
+        struct db_conn *c = pool_pick(pool);
+        if (!c) return;
+        struct db_item *item = pool->queue_head;
+        pool->queue_head = item->next;
+        if (!pool->queue_head) pool->queue_tail = &pool->queue_head;
+        pool->queued--;
+        metrics_db_add(pool->admin, METRICS_DB_QUEUED, -1);
+        pool_submit(pool, item);
+    }
+}
+
+/* ---- Submission -------------------------------------------------------------------------------- */
+
+/* Calls the handler back (unless the client left) and frees the item. */
+static void item_finish(struct db_item *item, int unavailable) {
+    struct gw_req *r = item->r;
+    struct db_pool *pool = item->pool;
+    struct db_result result = {.ok = !unavailable, .unavailable = unavailable, .failed = -1, .sqlstate = "",
+                               .message = "", .n = item->n, .res = item->res};
+    if (!unavailable) {
+        for (int i = 0; i < item->n; i++) {
+            ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
+            if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) continue;
+            result.ok = 0;
+            result.failed = i;
+            if (item->res[i]) {
+                const char *state = PQresultErrorField(item->res[i], PG_DIAG_SQLSTATE);
+                const char *msg = PQresultErrorField(item->res[i], PG_DIAG_MESSAGE_PRIMARY);
+                result.sqlstate = state ? state : "";
+                result.message = msg ? msg : "";
+            }
+            break;
+        }
+    } else {
+        for (int i = 0; i < item->n; i++) {
+            PQclear(item->res[i]);
+            item->res[i] = NULL;
+        }
+        metrics_db_error();
+    }
+    if (!http_gone(r)) item->cb(r, &result, item->arg);
+    for (int i = 0; i < item->n; i++) PQclear(item->res[i]);
+    pool->busy--;
+    gw_req_release(r);
+    free(item->param_storage);
+    free(item);
+}
+
+/* Copies the statements and their parameters into one item. */
+static struct db_item *item_new(struct gw_req *r, struct db_pool *pool, const struct db_stmt *stmts, int n,
+                                db_callback cb, void *arg) {
+    size_t bytes = 0;
+    int nptrs = 0;
+    for (int i = 0; i < n; i++) {
+        nptrs += stmts[i].nparams;
+        for (int j = 0; j < stmts[i].nparams; j++)
+            if (stmts[i].params[j]) bytes += strlen(stmts[i].params[j]) + 1;
+    }
+    struct db_item *item = xcalloc(1, sizeof(*item));
+    char **ptrs = xmalloc((size_t)nptrs * sizeof(char *) + bytes + 1);
+    char *text = (char *)(ptrs + nptrs);
+    item->param_storage = ptrs;
+    item->r = r;
+    item->pool = pool;
+    item->cb = cb;
+    item->arg = arg;
+    item->n = n;
+    memcpy(item->tenant, r->tenant_id, sizeof(item->tenant));
+    for (int i = 0; i < n; i++) {
+        item->stmts[i].name = stmts[i].name;
+        item->stmts[i].sql = stmts[i].sql;
+        item->stmts[i].nparams = stmts[i].nparams;
+        item->stmts[i].params = (const char *const *)ptrs;
+        for (int j = 0; j < stmts[i].nparams; j++) {
+            const char *p = stmts[i].params[j];
+            if (!p) {
+                *ptrs++ = NULL;
+                continue;
+            }
+            size_t len = strlen(p) + 1;
+            memcpy(text, p, len);
+            *ptrs++ = text;
+            text += len;
+        }
+    }
+    return item;
+}
+
+void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_callback cb, void *arg) {
+    struct db_pool *pool = r->admin ? r->thread->db_admin : r->thread->db_tenant;
+    if (n < 1 || n > DB_TX_MAX) {
+        log_error("msg=\"db_transaction with %d statements (1..%d allowed)\" request_id=%s", n, DB_TX_MAX, r->request_id);
+        n = n < 1 ? 0 : DB_TX_MAX;
+    }
+    for (int i = 0; i < n; i++)
+        if (stmts[i].name && !statement_known(stmts[i].name))
+            log_error("msg=\"unknown prepared statement (declare it with db_prepare)\" statement=%s", stmts[i].name);
+    struct db_item *item = item_new(r, pool, stmts, n, cb, arg);
+    gw_req_retain(r);
+    pool->busy++;
+    if (n == 0) {
+        pool_fail_later(pool, item);
+        return;
+    }
+    pool_submit(pool, item);
+}
+
+void db_query(struct gw_req *r, const char *stmt, int nparams, const char *const *params, db_callback cb, void *arg) {
+    struct db_stmt s = {.name = stmt, .nparams = nparams, .params = params};
+    db_transaction(r, &s, 1, cb, arg);
+}
+
+void db_query_sql(struct gw_req *r, const char *sql, int nparams, const char *const *params, db_callback cb,
+                  void *arg) {
+    struct db_stmt s = {.sql = sql, .nparams = nparams, .params = params};
+    db_transaction(r, &s, 1, cb, arg);
+}

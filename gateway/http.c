@@ -1,0 +1,284 @@
+/* http.c - request-scoped helpers for handlers (see http.h): reading parameters, headers and bodies,
+ * request-pool memory, and every reply, each of which ends in http_reply_raw(), which counts the
+ * request for /metrics, writes its log line and hands the response to h2o. */
+#include "http.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "server.h"
+#include "util.h"
+
+/* ---- Memory ------------------------------------------------------------------------------------ */
+
+void *http_alloc(struct gw_req *r, size_t n) { return h2o_mem_alloc_pool(&r->req->pool, n); }
+
+char *http_strndup(struct gw_req *r, const char *s, size_t n) {
+    char *p = http_alloc(r, n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+char *http_strdup(struct gw_req *r, const char *s) { return http_strndup(r, s, strlen(s)); }
+
+char *http_printf(struct gw_req *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *p = http_alloc(r, (size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+static void free_slot(void *p) { free(*(void **)p); }
+
+void http_free_later(struct gw_req *r, void *p) {
+    void **slot = h2o_mem_alloc_shared(&r->req->pool, sizeof(void *), free_slot);
+    *slot = p;
+}
+
+/* ---- Reading the request ----------------------------------------------------------------------- */
+
+const char *http_path_param(struct gw_req *r, const char *name) {
+    for (int i = 0; i < r->npath; i++)
+        if (!strcmp(r->path_names[i], name)) return r->path_values[i];
+    return NULL;
+}
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decodes (and '+' to space when `plus`) into the request's pool. */
+static char *url_decode(struct gw_req *r, const char *s, size_t len, int plus) {
+    char *out = http_alloc(r, len + 1), *o = out;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == '%' && i + 2 < len && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+            *o++ = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+            i += 2;
+        } else if (plus && s[i] == '+') {
+            *o++ = ' ';
+        } else {
+            *o++ = s[i];
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+char *http_path_decode(struct gw_req *r, const char *s, size_t len) { return url_decode(r, s, len, 0); }
+
+struct query_cache {
+    size_t n;
+    struct http_kv *kv;
+};
+
+size_t http_query_params(struct gw_req *r, const struct http_kv **out) {
+    struct query_cache *qc = r->query_cache;
+    if (!qc) {
+        qc = http_alloc(r, sizeof(*qc));
+        qc->n = 0;
+        qc->kv = NULL;
+        h2o_req_t *req = r->req;
+        if (req->query_at != SIZE_MAX) {
+            const char *q = req->path.base + req->query_at + 1, *end = req->path.base + req->path.len;
+            size_t cap = 1;
+            for (const char *p = q; p < end; p++) cap += *p == '&';
+            qc->kv = http_alloc(r, cap * sizeof(*qc->kv));
+            while (q < end) {
+                const char *amp = memchr(q, '&', (size_t)(end - q));
+                if (!amp) amp = end;
+                if (amp > q) {
+                    const char *eq = memchr(q, '=', (size_t)(amp - q));
+                    const char *kend = eq ? eq : amp;
+                    qc->kv[qc->n].key = url_decode(r, q, (size_t)(kend - q), 1);
+                    qc->kv[qc->n].value = eq ? url_decode(r, eq + 1, (size_t)(amp - eq - 1), 1) : "";
+                    qc->n++;
+                }
+                q = amp + 1;
+            }
+        }
+        r->query_cache = qc;
+    }
+    *out = qc->kv;
+    return qc->n;
+}
+
+const char *http_query_param(struct gw_req *r, const char *name) {
+    const struct http_kv *kv;
+    size_t n = http_query_params(r, &kv);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(kv[i].key, name)) return kv[i].value;
+    return NULL;
+}
+
+const char *http_header(struct gw_req *r, const char *name) {
+    ssize_t i = h2o_find_header_by_str(&r->req->headers, name, strlen(name), -1);
+    if (i < 0) return NULL;
+    return http_strndup(r, r->req->headers.entries[i].value.base, r->req->headers.entries[i].value.len);
+}
+
+h2o_iovec_t http_body(struct gw_req *r) { return r->req->entity; }
+
+json_t *http_body_json(struct gw_req *r) {
+    h2o_iovec_t body = r->req->entity;
+    if (!body.base || body.len == 0) {
+        http_reply_error(r, 400, NULL, "invalid_json", "the request body is empty; hint: send a JSON object");
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *obj = json_loadb(body.base, body.len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!obj) {
+        http_reply_error(r, 400, NULL, "invalid_json", "invalid JSON in the request body: line %d, column %d: %s",
+                         jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(obj)) {
+        json_decref(obj);
+        http_reply_error(r, 400, NULL, "invalid_json", "the request body must be a JSON object");
+        return NULL;
+    }
+    return obj;
+}
+
+/* ---- Answering --------------------------------------------------------------------------------- */
+
+void http_add_header(struct gw_req *r, const char *name, const char *value) {
+    if (http_gone(r)) return;
+    h2o_req_t *req = r->req;
+    size_t nlen = strlen(name);
+    char *lname = http_strndup(r, name, nlen);
+    for (size_t i = 0; i < nlen; i++) lname[i] = (char)(lname[i] >= 'A' && lname[i] <= 'Z' ? lname[i] + 32 : lname[i]);
+    h2o_iovec_t v = h2o_strdup(&req->pool, value, strlen(value));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, lname, nlen, 1, NULL, v.base, v.len);
+}
+
+static const char *reason_of(int status) {
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return status < 400 ? "OK" : "Error";
+    }
+}
+
+void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len) {
+    if (http_gone(r)) return;
+    if (r->status) {
+        log_error("msg=\"second reply ignored (handler bug)\" request_id=%s route=\"%s\" first=%d second=%d", r->request_id,
+                  r->route ? r->route->name : "-", r->status, status);
+        return;
+    }
+    h2o_req_t *req = r->req;
+    r->status = status;
+    double seconds = whet_now_mono() - r->started;
+    metrics_observe(r->route ? r->route->index : -1, status, seconds);
+    if (r->thread->gw->opts.log_requests) {
+        size_t path_len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+        if (path_len > 256) path_len = 256;
+        log_info("msg=request method=%.*s path=\"%.*s\" route=\"%s\" status=%d duration_ms=%.3f tenant=%s auth=%s "
+                 "request_id=%s",
+                 (int)req->method.len, req->method.base, (int)path_len, req->path.base, r->route ? r->route->name : "-",
+                 status, seconds * 1e3, r->admin ? "(operator)" : r->tenant_name[0] ? r->tenant_name : "-",
+                 r->auth_kind ? r->auth_kind : "-", r->request_id);
+    }
+    req->res.status = status;
+    req->res.reason = reason_of(status);
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type, strlen(content_type));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, r->request_id,
+                          strlen(r->request_id));
+    h2o_send_inline(req, body, len);
+}
+
+void http_reply_json(struct gw_req *r, int status, json_t *body) {
+    if (http_gone(r)) {
+        json_decref(body);
+        return;
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) {
+        http_reply_error(r, 500, NULL, "internal_error", "cannot encode the response");
+        return;
+    }
+    http_free_later(r, text);
+    http_reply_raw(r, status, "application/json", text, strlen(text));
+}
+
+void http_reply_bytes(struct gw_req *r, int status, const char *content_type, void *data, size_t len) {
+    if (http_gone(r)) {
+        free(data);
+        return;
+    }
+    http_free_later(r, data);
+    http_reply_raw(r, status, content_type, data, len);
+}
+
+static const char *error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 429: return "rate_limit_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+static void reply_error_v(struct gw_req *r, int status, const char *param, const char *code, const char *fmt,
+                          va_list ap) {
+    char message[1024];
+    vsnprintf(message, sizeof(message), fmt, ap);
+    json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", error_type(status), "param",
+                            param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
+    http_reply_json(r, status, json_pack("{s:o}", "error", err));
+}
+
+void http_reply_error(struct gw_req *r, int status, const char *param, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error_v(r, status, param, code, fmt, ap);
+    va_end(ap);
+}
+
+void http_reply_not_found(struct gw_req *r, const char *what, const char *id) {
+    http_reply_error(r, 404, "id", "not_found", "no such %s: %s", what, id);
+}
+
+void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char *fmt, ...) {
+    char secs[32];
+    snprintf(secs, sizeof(secs), "%d", retry_after_s < 1 ? 1 : (int)ceil(retry_after_s));
+    http_add_header(r, "retry-after", secs);
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error_v(r, 429, NULL, "rate_limit_exceeded", fmt, ap);
+    va_end(ap);
+}
+
+void http_reply_unavailable(struct gw_req *r, int retry_after_s, const char *what) {
+    char secs[32];
+    snprintf(secs, sizeof(secs), "%d", retry_after_s < 1 ? 1 : retry_after_s);
+    http_add_header(r, "retry-after", secs);
+    http_reply_error(r, 503, NULL, "service_unavailable", "%s is unavailable; hint: retry in %s s", what, secs);
+}

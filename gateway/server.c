@@ -1,0 +1,403 @@
+/* server.c - the gateway's event loops: one h2o evloop per thread, each with its own SO_REUSEPORT
+ * listener and database pools, a request pipeline shared by every route, and graceful shutdown.
+ *
+ * A request goes: on_req() -> request id -> route match -> body limit -> authentication and rate
+ * limit (server_auth.c) -> the route's handler, which answers through http.c. Each request gets a
+ * `struct gw_req` (http.h) that outlives the h2o request when a database query or blocking job is
+ * still pending: the h2o pool holds one reference (released by a guard object when the pool is
+ * cleared, which also marks the request gone), each pending operation another.
+ *
+ * Shutdown: gateway_stop() writes an eventfd that every loop watches; each loop then closes its
+ * listener (so a new instance can take the port at once), answers 503 to requests that still
+ * arrive on open connections, and keeps running until its requests in flight are done (bounded by
+ * a grace period), then frees its pools. */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "crypto.h"
+#include "db.h"
+#include "env.h"
+#include "log.h"
+
+#define GRACE_S 10.0      /* how long a stopping loop waits for requests in flight */
+#define IDLE_GRACE_S 1.0  /* and then for idle keep-alive connections to close */
+#define ACCEPT_BATCH 16
+
+atomic_uint gw_auth_epoch;
+
+/* ---- Options ----------------------------------------------------------------------------------- */
+
+static long env_long(const char *name, long fallback) {
+    const char *v = whet_env(name, NULL);
+    if (!v) return fallback;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end || n < 0 ? fallback : n;
+}
+
+void gateway_options_default(struct gateway_options *opts) {
+    memset(opts, 0, sizeof(*opts));
+    opts->http = whet_env("WHET_HTTP", "127.0.0.1:8080");
+    opts->database_url = whet_env("WHET_DATABASE_URL", NULL);
+    opts->threads = (int)env_long("WHET_GATEWAY_THREADS", 0);
+    opts->db_conns_per_thread = (int)env_long("WHET_GATEWAY_DB_CONNS", 0);
+    opts->body_limit = (size_t)env_long("WHET_GATEWAY_BODY_LIMIT", 0);
+    opts->json_body_limit = (size_t)env_long("WHET_GATEWAY_JSON_BODY_LIMIT", 0);
+    opts->log_requests = (int)env_long("WHET_GATEWAY_LOG_REQUESTS", 1);
+}
+
+static void options_fill_defaults(struct gateway_options *o) {
+    if (o->threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = n > 0 ? (int)n : 1;
+    }
+    if (o->threads > 256) o->threads = 256;
+    if (o->db_conns_per_thread <= 0) o->db_conns_per_thread = 2;
+    if (o->db_admin_conns_per_thread <= 0) o->db_admin_conns_per_thread = 1;
+    if (!o->body_limit) o->body_limit = 512u << 20;
+    if (!o->json_body_limit) o->json_body_limit = 1u << 20;
+    if (o->json_body_limit > o->body_limit) o->json_body_limit = o->body_limit;
+    if (o->workers <= 0) o->workers = 4;
+    if (o->auth_cache_ttl_ms <= 0) o->auth_cache_ttl_ms = 5000;
+}
+
+/* ---- Requests ---------------------------------------------------------------------------------- */
+
+struct req_guard {
+    struct gw_req *r;
+};
+
+void gw_req_retain(struct gw_req *r) { r->refs++; }
+
+void gw_req_release(struct gw_req *r) {
+    if (--r->refs > 0) return;
+    r->thread->requests_in_flight--;
+    free(r);
+}
+
+/* The h2o pool is being cleared: the request is over (answered, or the client is gone). */
+static void req_guard_dispose(void *p) {
+    struct req_guard *g = p;
+    g->r->req = NULL;
+    gw_req_release(g->r);
+}
+
+static int request_id_acceptable(const char *s, size_t len) {
+    if (len == 0 || len > HTTP_REQUEST_ID_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == '.' || c == ':'))
+            return 0;
+    }
+    return 1;
+}
+
+void gw_req_dispatch(struct gw_req *r) { r->route->handler(r); }
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req) {
+    struct gw_thread *t = H2O_STRUCT_FROM_MEMBER(struct gw_thread, ctx, req->conn->ctx);
+    struct gateway *gw = t->gw;
+    struct gw_req *r = xcalloc(1, sizeof(*r));
+    r->req = req;
+    r->thread = t;
+    r->refs = 1;
+    r->started = whet_now_mono();
+    t->requests_in_flight++;
+    struct req_guard *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), req_guard_dispose);
+    g->r = r;
+
+    ssize_t h = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-request-id"), -1);
+    if (h >= 0 && request_id_acceptable(req->headers.entries[h].value.base, req->headers.entries[h].value.len)) {
+        memcpy(r->request_id, req->headers.entries[h].value.base, req->headers.entries[h].value.len);
+    } else {
+        whet_random_id("req_", 24, r->request_id);
+    }
+
+    if (t->stopping) {
+        http_reply_unavailable(r, 1, "the gateway (shutting down)");
+        return 0;
+    }
+    size_t path_len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+    int status = 404;
+    r->route = router_match(gw->router, r, req->method.base, req->method.len, req->path.base, path_len, &status);
+    if (!r->route) {
+        if (status == 405) http_reply_error(r, 405, NULL, "method_not_allowed", "method not allowed on this path");
+        else http_reply_error(r, 404, NULL, "unknown_url", "unknown path; hint: the API lives under /v1");
+        return 0;
+    }
+    size_t limit = r->route->flags & HTTP_ROUTE_LARGE_BODY ? gw->opts.body_limit : gw->opts.json_body_limit;
+    if (req->entity.len > limit) {
+        http_reply_error(r, 413, NULL, "request_too_large", "request body of %zu bytes exceeds the limit of %zu bytes",
+                         req->entity.len, limit);
+        return 0;
+    }
+    if (r->route->flags & HTTP_ROUTE_PUBLIC) gw_req_dispatch(r);
+    else gw_authenticate(r);
+    return 0;
+}
+
+/* ---- Listeners --------------------------------------------------------------------------------- */
+
+static int split_host_port(const char *hostport, char *host, size_t host_size, char *port, size_t port_size) {
+    const char *colon = strrchr(hostport, ':');
+    if (!colon || !colon[1]) return -1;
+    const char *h = hostport;
+    size_t hlen = (size_t)(colon - hostport);
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen >= host_size || strlen(colon + 1) >= port_size) return -1;
+    memcpy(host, h, hlen);
+    host[hlen] = 0;
+    strcpy(port, colon + 1);
+    return 0;
+}
+
+/* Binds one listening socket with SO_REUSEPORT; `port` may be "0" the first time. */
+static int listen_on(const char *host, const char *port, struct whet_err *err) {
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res = NULL;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc) return whet_errf(err, "WHET_HTTP: %s: %s", host, gai_strerror(rc));
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) continue;
+        int on = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on));
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 4096) == 0) break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return whet_errf(err, "cannot listen on %s:%s: %s; hint: pick another address with --http or WHET_HTTP", host,
+                         port, strerror(saved ? saved : EADDRNOTAVAIL));
+    return fd;
+}
+
+static void on_conn_close(void *data) {
+    size_t *conns = data;
+    (*conns)--;
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err) {
+    struct gw_thread *t = listener->data;
+    if (err || t->stopping) return;
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+        if (!sock) break;
+        t->connections++;
+        sock->on_close.cb = on_conn_close;
+        sock->on_close.data = &t->connections;
+        h2o_accept(&t->accept_ctx, sock);
+    }
+}
+
+/* ---- Event loops ------------------------------------------------------------------------------- */
+
+static void loop_begin_stop(struct gw_thread *t) {
+    if (t->stopping) return;
+    t->stopping = 1;
+    t->stop_deadline = whet_now_mono() + GRACE_S;
+    if (t->listener) {
+        h2o_socket_read_stop(t->listener);
+        h2o_socket_close(t->listener);
+        t->listener = NULL;
+    }
+}
+
+static void on_stop_event(h2o_socket_t *sock, const char *err) {
+    struct gw_thread *t = sock->data;
+    /* Nobody reads the eventfd: it stays readable, so every loop sees it. */
+    h2o_socket_read_stop(sock);
+    loop_begin_stop(t);
+}
+
+static int loop_busy(struct gw_thread *t) {
+    return t->requests_in_flight > 0 || db_pool_busy(t->db_tenant) > 0 || db_pool_busy(t->db_admin) > 0;
+}
+
+static void *loop_main(void *arg) {
+    struct gw_thread *t = arg;
+    struct gateway *gw = t->gw;
+    h2o_context_init(&t->ctx, h2o_evloop_create(), &gw->h2o_config);
+    t->accept_ctx.ctx = &t->ctx;
+    t->accept_ctx.hosts = gw->h2o_config.hosts;
+    t->listener = h2o_evloop_socket_create(t->ctx.loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    t->listener->data = t;
+    h2o_socket_read_start(t->listener, on_accept);
+    t->stop_sock = h2o_evloop_socket_create(t->ctx.loop, fcntl(gw->stop_fd, F_DUPFD_CLOEXEC, 0),
+                                            H2O_SOCKET_FLAG_DONT_READ);
+    t->stop_sock->data = t;
+    h2o_socket_read_start(t->stop_sock, on_stop_event);
+    h2o_multithread_register_receiver(t->ctx.queue, &t->receiver, gw_workers_on_messages);
+    t->db_tenant = db_pool_new(t, gw->opts.database_url, gw->opts.db_conns_per_thread, 0);
+    t->db_admin = db_pool_new(t, gw->opts.database_url, gw->opts.db_admin_conns_per_thread, 1);
+    t->auth_cache = auth_cache_new();
+    sem_post(&gw->started);
+
+    while (!t->stopping) h2o_evloop_run(t->ctx.loop, INT32_MAX);
+    while (loop_busy(t) && whet_now_mono() < t->stop_deadline) h2o_evloop_run(t->ctx.loop, 50);
+    double idle_deadline = whet_now_mono() + IDLE_GRACE_S;
+    while (t->connections > 0 && whet_now_mono() < idle_deadline) h2o_evloop_run(t->ctx.loop, 50);
+    if (loop_busy(t))
+        log_warn("msg=\"stopping with work in flight\" thread=%d requests=%zu", t->index, t->requests_in_flight);
+
+    db_pool_free(t->db_tenant);
+    db_pool_free(t->db_admin);
+    t->db_tenant = t->db_admin = NULL;
+    auth_cache_free(t->auth_cache);
+    t->auth_cache = NULL;
+    h2o_socket_close(t->stop_sock);
+    gw_workers_close_loop(gw->workers, t);
+    h2o_evloop_run(t->ctx.loop, 0); /* delivers posted jobs, lets the closed sockets go */
+    h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
+    /* h2o 2.2 cannot close idle keep-alive connections from outside: when some are still open the
+     * context stays allocated (the process is about to exit); otherwise free everything. */
+    if (t->connections == 0 && t->requests_in_flight == 0) {
+        h2o_loop_t *loop = t->ctx.loop;
+        h2o_context_dispose(&t->ctx);
+        h2o_evloop_destroy(loop);
+    }
+    return NULL;
+}
+
+/* ---- Gateway ----------------------------------------------------------------------------------- */
+
+static void gateway_free(struct gateway *gw) {
+    if (gw->workers) gw_workers_free(gw->workers);
+    if (gw->router) router_free(gw->router);
+    metrics_free();
+    auth_config_free(&gw->auth);
+    if (gw->threads) {
+        for (int i = 0; i < gw->nthreads; i++)
+            if (gw->threads[i].listen_fd >= 0 && !gw->threads[i].listener) close(gw->threads[i].listen_fd);
+        free(gw->threads);
+    }
+    if (gw->stop_fd >= 0) close(gw->stop_fd);
+    h2o_config_dispose(&gw->h2o_config);
+    sem_destroy(&gw->started);
+    free(gw);
+}
+
+struct gateway *gateway_start(const struct gateway_options *opts, struct whet_err *err) {
+    if (!opts->database_url || !*opts->database_url) {
+        whet_errf(err, "WHET_DATABASE_URL is not set; hint: point it at the PostgreSQL database `whet migrate` prepared");
+        return NULL;
+    }
+    struct gateway *gw = xcalloc(1, sizeof(*gw));
+    gw->opts = *opts;
+    options_fill_defaults(&gw->opts);
+    gw->stop_fd = -1;
+    sem_init(&gw->started, 0, 0);
+    h2o_config_init(&gw->h2o_config);
+    if (auth_config_from_env(&gw->auth, err) < 0) {
+        gateway_free(gw);
+        return NULL;
+    }
+    gw->h2o_config.server_name = h2o_iovec_init(H2O_STRLIT("whet"));
+    gw->h2o_config.max_request_entity_size = gw->opts.body_limit;
+    h2o_hostconf_t *host = h2o_config_register_host(&gw->h2o_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    h2o_handler_t *handler = h2o_create_handler(path, sizeof(*handler));
+    handler->on_req = on_req;
+
+    auth_prepare_statements();
+    gw->router = router_new();
+    router_register_all(gw->router);
+    db_prepare_freeze();
+    metrics_init(router_count(gw->router));
+
+    char host_name[96], port[16];
+    if (split_host_port(gw->opts.http, host_name, sizeof(host_name), port, sizeof(port)) < 0) {
+        whet_errf(err, "WHET_HTTP: \"%s\" is not HOST:PORT", gw->opts.http);
+        gateway_free(gw);
+        return NULL;
+    }
+    gw->nthreads = gw->opts.threads;
+    gw->threads = xcalloc((size_t)gw->nthreads, sizeof(*gw->threads));
+    for (int i = 0; i < gw->nthreads; i++) gw->threads[i].listen_fd = -1;
+    for (int i = 0; i < gw->nthreads; i++) {
+        struct gw_thread *t = &gw->threads[i];
+        t->gw = gw;
+        t->index = i;
+        t->listen_fd = listen_on(host_name, port, err);
+        if (t->listen_fd < 0) {
+            gateway_free(gw);
+            return NULL;
+        }
+        if (i == 0) { /* port 0: the others join the port the kernel picked */
+            struct sockaddr_storage ss;
+            socklen_t sl = sizeof(ss);
+            getsockname(t->listen_fd, (struct sockaddr *)&ss, &sl);
+            char hbuf[NI_MAXHOST];
+            getnameinfo((struct sockaddr *)&ss, sl, hbuf, sizeof(hbuf), port, sizeof(port),
+                        NI_NUMERICHOST | NI_NUMERICSERV);
+            snprintf(gw->address, sizeof(gw->address), strchr(hbuf, ':') ? "[%s]:%s" : "%s:%s", hbuf, port);
+        }
+    }
+    gw->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    gw->workers = gw_workers_new(gw->opts.workers);
+    for (int i = 0; i < gw->nthreads; i++) h2o_multithread_create_thread(&gw->threads[i].tid, NULL, loop_main, &gw->threads[i]);
+    for (int i = 0; i < gw->nthreads; i++) sem_wait(&gw->started);
+    log_info("msg=\"gateway listening\" address=%s threads=%d db_conns_per_thread=%d", gw->address, gw->nthreads,
+             gw->opts.db_conns_per_thread);
+    return gw;
+}
+
+void gateway_stop(struct gateway *gw) {
+    uint64_t one = 1;
+    ssize_t w = write(gw->stop_fd, &one, sizeof(one));
+    (void)w;
+}
+
+int gateway_wait(struct gateway *gw) {
+    for (int i = 0; i < gw->nthreads; i++) pthread_join(gw->threads[i].tid, NULL);
+    for (int i = 0; i < gw->nthreads; i++) gw->threads[i].listen_fd = -1; /* closed with their h2o sockets */
+    log_info("msg=\"gateway stopped\"");
+    gateway_free(gw);
+    return 0;
+}
+
+const char *gateway_address(const struct gateway *gw) { return gw->address; }
+
+int gateway_run(const struct gateway_options *opts, struct whet_err *err) {
+    sigset_t stop_signals, old;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    /* Blocked before the loops start so that only this thread ever receives them. */
+    pthread_sigmask(SIG_BLOCK, &stop_signals, &old);
+    signal(SIGPIPE, SIG_IGN);
+    struct gateway *gw = gateway_start(opts, err);
+    if (!gw) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return -1;
+    }
+    fprintf(stderr, "whet: gateway listening on http://%s\n", gw->address);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    log_info("msg=\"stopping\" signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    gateway_stop(gw);
+    gateway_wait(gw);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return 0;
+}

@@ -1,0 +1,157 @@
+/* server.h - the gateway's insides, shared by server.c and the middleware around it (not for the
+ * resource handlers, which need only http.h and db.h).
+ *
+ * One `struct gateway` per process holds what every thread reads (options, JWT configuration, the
+ * router, the worker pool); one `struct gw_thread` per event loop holds what only that loop touches
+ * (its h2o context and listener, its two database pools, its authentication cache). Counters that
+ * /metrics reports are process-wide atomics (metrics.c). */
+#ifndef WHET_GATEWAY_SERVER_H
+#define WHET_GATEWAY_SERVER_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+
+#include "auth.h"
+#include "gateway.h"
+#include "http.h"
+
+struct db_pool;
+struct auth_cache;
+struct gw_workers;
+
+struct gw_thread {
+    struct gateway *gw;
+    int index;
+    pthread_t tid;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    int listen_fd;                       /* bound by gateway_start, watched by the loop */
+    h2o_socket_t *listener;
+    h2o_socket_t *stop_sock;             /* a dup of the gateway's stop eventfd */
+    size_t connections;                  /* open client connections */
+    h2o_multithread_receiver_t receiver; /* worker completions and the stop message */
+    struct db_pool *db_tenant;           /* SET ROLE whet_app, scoped per tenant */
+    struct db_pool *db_admin;            /* operator queries */
+    struct auth_cache *auth_cache;
+    size_t requests_in_flight;           /* gw_req objects alive on this loop */
+    int stopping;
+    int receiver_closed;                 /* set (under the workers' lock) once the loop stops */
+    double stop_deadline;                /* whet_now_mono() after which remaining work is dropped */
+};
+
+struct gateway {
+    struct gateway_options opts;
+    char address[128];                   /* HOST:PORT actually bound */
+    struct auth_config auth;
+    struct http_router *router;
+    struct gw_workers *workers;
+    h2o_globalconf_t h2o_config;
+    int nthreads;
+    struct gw_thread *threads;
+    int stop_fd;                         /* eventfd written by gateway_stop() */
+    sem_t started;                       /* each loop posts once it is serving */
+    int start_failed;
+};
+
+/* ---- Request lifecycle (server.c) -------------------------------------------------------------- */
+
+/* Takes / drops a reference on a request (pending database queries and blocking jobs hold one). */
+void gw_req_retain(struct gw_req *r);
+void gw_req_release(struct gw_req *r);
+/* Runs the route's handler once authentication and the rate limit have passed (server_auth.c calls
+ * it when the identity is known). */
+void gw_req_dispatch(struct gw_req *r);
+/* Process-wide auth-cache generation: bumped when an operator revokes a key or disables a tenant, so
+ * every thread's cache forgets at once. */
+extern atomic_uint gw_auth_epoch;
+
+/* ---- Authentication (server_auth.c) ------------------------------------------------------------ */
+
+struct auth_cache *auth_cache_new(void);
+void auth_cache_free(struct auth_cache *c);
+/* Authenticates the request for its route (tenant or operator), applies the tenant's rate limit and
+ * calls gw_req_dispatch(), or answers 401/429/503 itself. */
+void gw_authenticate(struct gw_req *r);
+/* Prepared statements the middleware uses (called once before the loops start). */
+void auth_prepare_statements(void);
+
+/* ---- Rate limits (ratelimit.c) ----------------------------------------------------------------- */
+
+/* Takes one token from the tenant's bucket (refilled at rate_per_s up to burst). Returns 1 when
+ * allowed, else 0 with the seconds until a token is available in *retry_after_s. Thread-safe. */
+int ratelimit_take(const char *tenant_id, double rate_per_s, double burst, double now, double *retry_after_s);
+void ratelimit_reset_all(void);
+
+/* ---- Routing (router.c, router_table.c) -------------------------------------------------------- */
+
+struct http_route {
+    const char *method;
+    const char *pattern;
+    const char *name;
+    http_handler handler;
+    int flags;
+    int index;              /* 0..n-1, for metrics */
+    int nsegments;
+    char **segments;        /* literal text, or NULL for a parameter */
+    char **param_names;     /* parallel to segments */
+    int literal_count;
+};
+
+struct http_router *router_new(void);
+void router_free(struct http_router *rt);
+/* Finds the route for method and path (no query string). Fills r->path_* (decoded, in the request's
+ * pool). Returns the route, or NULL with *status 404 (no such path) or 405 (path exists, other
+ * method). */
+const struct http_route *router_match(const struct http_router *rt, struct gw_req *r, const char *method,
+                                      size_t method_len, const char *path, size_t path_len, int *status);
+int router_count(const struct http_router *rt);
+const struct http_route *router_at(const struct http_router *rt, int i);
+/* Registers every route of the gateway (router_table.c). */
+void router_register_all(struct http_router *rt);
+
+/* Route sets of the gateway's own files. */
+void health_routes(struct http_router *rt);
+void admin_routes(struct http_router *rt);
+void auth_routes(struct http_router *rt);
+
+/* ---- Metrics (metrics.c) ----------------------------------------------------------------------- */
+
+void metrics_init(int nroutes);
+void metrics_free(void);
+/* Counts one answered request (route index -1 for unmatched paths). */
+void metrics_observe(int route_index, int status, double seconds);
+/* Database pool gauges, summed over threads. */
+enum metrics_db_gauge { METRICS_DB_CONNS_UP, METRICS_DB_CONNS_TOTAL, METRICS_DB_QUEUED, METRICS_DB_IN_FLIGHT };
+void metrics_db_add(int admin_pool, enum metrics_db_gauge g, long delta);
+void metrics_db_error(void);
+/* The Prometheus text exposition; the caller frees it. */
+char *metrics_render(const struct http_router *rt, size_t *len);
+
+/* ---- Database pools (db.c) --------------------------------------------------------------------- */
+
+struct db_pool *db_pool_new(struct gw_thread *t, const char *conninfo, int nconns, int admin);
+void db_pool_free(struct db_pool *pool);
+/* 1 when at least one connection is up. */
+int db_pool_ready(const struct db_pool *pool);
+/* Queries pending or in flight (shutdown waits for 0). */
+size_t db_pool_busy(const struct db_pool *pool);
+void db_prepare_freeze(void);
+
+/* ---- Blocking work (server_workers.c) ---------------------------------------------------------- */
+
+struct gw_workers *gw_workers_new(int nthreads);
+void gw_workers_free(struct gw_workers *w);
+/* Marks a stopping loop's receiver closed: jobs that finish later are dropped, not posted. */
+void gw_workers_close_loop(struct gw_workers *w, struct gw_thread *t);
+/* Delivers finished jobs on the loop thread (the receiver callback of struct gw_thread). */
+void gw_workers_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages);
+
+/* ---- Replies (http.c) -------------------------------------------------------------------------- */
+
+/* Answers and logs; all http_reply_* end here. `body` is owned by the caller's pool or static. */
+/* Percent-decodes a path segment into the request's pool. */
+char *http_path_decode(struct gw_req *r, const char *s, size_t len);
+void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len);
+
+#endif
