@@ -32,6 +32,7 @@
 #define MAX_ATTEMPTS 6
 #define BACKOFF_BASE_MS 100
 #define BACKOFF_CAP_MS 3000
+#define UPLOAD_BUFFER (1L << 20)
 #define ERROR_BODY_MAX (64u << 10)
 #define XML_BODY_MAX (16u << 20)
 /* SHA-256 of the empty string: the payload hash of bodiless requests. */
@@ -348,6 +349,8 @@ static CURLcode perform_once(struct s3_store *s3, CURL *curl, struct s3_request 
         curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, on_seek);
         curl_easy_setopt(curl, CURLOPT_SEEKDATA, &t);
         curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)req->body_len);
+        /* Bodies are in memory: larger reads mean fewer callbacks and larger writes to the socket. */
+        curl_easy_setopt(curl, CURLOPT_UPLOAD_BUFFERSIZE, (long)UPLOAD_BUFFER);
         if (strcmp(req->method, "POST") == 0) curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "POST");
     } else if (strcmp(req->method, "GET") != 0) {
         curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, req->method);

@@ -15,12 +15,18 @@ sends, answers it as S3 would, and then for each recorded request
 It also checks the multipart upload's shape (parts in flight at once, parts that reassemble into the
 file, a complete body listing every ETag in order) and what the client parsed from the answers.
 
+Then the client runs twice more against a misbehaving server: "flaky" answers the first try of every
+request with 503 SlowDown (part uploads instead lose their connection), and every operation must still
+succeed through retries; "broken-part" refuses part 3 with a 400, and the upload must fail without
+retrying it and abort the multipart upload (DELETE ?uploadId=…) instead of completing it.
+
 usage: sigv4_check.py SIGV4_CLIENT   (run by ctest; needs Debian's python3-botocore)
 """
 import datetime
 import hashlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +53,9 @@ lock = threading.Lock()
 parts_in_flight = 0
 max_parts_in_flight = 0
 stored = {}  # object path -> body, for HEAD and GET
+part_bodies = {}  # (object path, part number) -> body of the part's accepted upload
+mode = "clean"  # or "flaky", "broken-part"
+tries = {}  # (method, target) -> times seen
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -72,6 +81,17 @@ class Recorder(BaseHTTPRequestHandler):
             requests.append({"method": self.command, "target": self.path, "headers": list(self.headers.items()),
                              "body": body})
         path, _, query = self.path.partition("?")
+        with lock:
+            seen = tries.get((self.command, self.path), 0)
+            tries[(self.command, self.path)] = seen + 1
+        if mode == "flaky" and seen == 0:
+            if "partNumber=" in query:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)  # a lost connection, no answer
+                return
+            return self.reply(503, b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>")
+        if mode == "broken-part" and query.startswith("partNumber=3&"):
+            return self.reply(400, b"<Error><Code>InvalidPart</Code><Message>part 3 refused</Message></Error>")
         if self.command == "POST" and query == "uploads=":
             xml = f"<InitiateMultipartUploadResult><UploadId>{UPLOAD_ID}</UploadId></InitiateMultipartUploadResult>"
             return self.reply(200, xml.encode())
@@ -83,12 +103,11 @@ class Recorder(BaseHTTPRequestHandler):
             with lock:
                 parts_in_flight -= 1
             number = query.split("&")[0].split("=")[1]
+            with lock:
+                part_bodies[(path, int(number))] = body
             return self.reply(200, headers=[("ETag", f'"etag-{number}"')])
         if self.command == "POST" and query.startswith("uploadId="):
-            parts = [r["body"] for r in sorted(
-                (r for r in requests if r["target"].startswith(path + "?partNumber=")),
-                key=lambda r: int(r["target"].split("partNumber=")[1].split("&")[0]))]
-            stored[path] = b"".join(parts)
+            stored[path] = b"".join(body for (p, _), body in sorted(part_bodies.items()) if p == path)
             return self.reply(200, b"<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag></CompleteMultipartUploadResult>")
         if self.command == "PUT":
             stored[path] = body
@@ -199,56 +218,98 @@ def check_signature(i, req):
     check(expected == auth, f"{what}: signature differs from botocore's\n  curl:     {auth}\n  botocore: {expected}")
 
 
-def main():
-    client = sys.argv[1]
+OBJ = "/sig-bucket/tenant%201/ckpts/dir/a%20b%2Bc~%281%29%3D%C3%A9.bin"
+BIG = "/sig-bucket/tenant%201/ckpts/dir/big.bin"
+UPLOAD = "uploadId=2~abc%2Fdef%2Bghi%3D"
+
+
+def run_client(client, run_mode, path):
+    """Runs the client against a fresh fake server in `run_mode`; returns its completed process."""
+    global mode, parts_in_flight, max_parts_in_flight
+    mode = run_mode
+    requests.clear()
+    stored.clear()
+    part_bodies.clear()
+    tries.clear()
+    parts_in_flight = max_parts_in_flight = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-    with tempfile.NamedTemporaryFile(prefix="sigv4-") as f:
-        data = os.urandom(200 * 1024 + 123)  # 4 parts of 64 KiB, the last short
-        f.write(data)
-        f.flush()
-        out = subprocess.run([client, endpoint, f.name], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([client, endpoint, path], capture_output=True, text=True, timeout=60)
     server.shutdown()
+    server.server_close()
     sys.stderr.write(out.stderr)
-    check(out.returncode == 0, f"sigv4_client exit status {out.returncode}")
+    return out
 
+
+def check_clean_run(out, data):
+    check(out.returncode == 0, f"sigv4_client exit status {out.returncode}")
     for i, req in enumerate(requests):
         check_signature(i, req)
-
-    obj = "/sig-bucket/tenant%201/ckpts/dir/a%20b%2Bc~%281%29%3D%C3%A9.bin"
-    big = "/sig-bucket/tenant%201/ckpts/dir/big.bin"
-    upload = "uploadId=2~abc%2Fdef%2Bghi%3D"
     methods = [(r["method"], r["target"]) for r in requests]
-    check(("PUT", obj) in methods, f"the awkward key is encoded as {obj}: {methods}")
-    put = next((r for r in requests if r["target"] == obj and r["method"] == "PUT"), None)
+    check(("PUT", OBJ) in methods, f"the awkward key is encoded as {OBJ}: {methods}")
+    put = next((r for r in requests if r["target"] == OBJ and r["method"] == "PUT"), None)
     check(put is not None and header(put, "x-amz-meta-sha256") == hashlib.sha256(b"signed body").hexdigest(),
           "x-amz-meta-sha256 carries the object's checksum")
-    create = [r for r in requests if r["target"] == big + "?uploads="]
+    create = [r for r in requests if r["target"] == BIG + "?uploads="]
     check(len(create) == 1 and header(create[0], "x-amz-meta-sha256") == hashlib.sha256(data).hexdigest(),
           "multipart create carries the whole file's checksum")
-    parts = [r for r in requests if r["target"].startswith(big + "?partNumber=")]
-    check(sorted(r["target"] for r in parts) == [f"{big}?partNumber={n}&{upload}" for n in range(1, 5)],
+    parts = [r for r in requests if r["target"].startswith(BIG + "?partNumber=")]
+    check(sorted(r["target"] for r in parts) == [f"{BIG}?partNumber={n}&{UPLOAD}" for n in range(1, 5)],
           f"four parts with the encoded upload id: {[r['target'] for r in parts]}")
     check(max_parts_in_flight >= 2, f"parts are uploaded in parallel (at most {max_parts_in_flight} at once)")
-    complete = [r for r in requests if r["target"] == f"{big}?{upload}" and r["method"] == "POST"]
+    complete = [r for r in requests if r["target"] == f"{BIG}?{UPLOAD}" and r["method"] == "POST"]
     expected_xml = "<CompleteMultipartUpload>" + "".join(
         f'<Part><PartNumber>{n}</PartNumber><ETag>"etag-{n}"</ETag></Part>' for n in range(1, 5)) + \
         "</CompleteMultipartUpload>"
     check(len(complete) == 1 and complete[0]["body"].decode() == expected_xml, "complete lists every part in order")
-    check(stored.get(big) == data, "the parts reassemble into the file")
+    check(stored.get(BIG) == data, "the parts reassemble into the file")
     lists = [r for r in requests if "list-type=2" in r["target"]]
     check(len(lists) == 1 and lists[0]["target"] == "/sig-bucket?list-type=2&prefix=tenant%201%2Fckpts%2Fdir%2F",
           f"list query: {[r['target'] for r in lists]}")
-    check(out.stdout.count("list ") == 2 and out.stdout.index("list dir/a&b.bin 5") < out.stdout.index("list dir/z.bin 3"),
+    check(out.stdout.count("list ") == 2 and "list dir/a&b.bin 5" in out.stdout and
+          out.stdout.find("list dir/a&b.bin 5") < out.stdout.find("list dir/z.bin 3"),
           f"listing unescaped, prefix stripped, sorted: {out.stdout!r}")
     check(f"stat {len(data)} {hashlib.sha256(data).hexdigest()}" in out.stdout, f"stat parsed: {out.stdout!r}")
     ranged = [r for r in requests if header(r, "range")]
     check(len(ranged) == 1 and header(ranged[0], "range") == "bytes=5-14", "ranged GET asks for bytes=5-14")
     check(f"range {data[5:15].hex()}" in out.stdout, f"range read returns bytes 5..14: {out.stdout!r}")
-    check(("DELETE", obj) in methods, "delete sent")
-    print(f"{len(requests)} requests checked against botocore {botocore.__version__}; "
-          f"{len(failures)} failures; at most {max_parts_in_flight} parts in flight")
+    check(("DELETE", OBJ) in methods, "delete sent")
+    print(f"clean: {len(requests)} requests checked against botocore {botocore.__version__}; "
+          f"at most {max_parts_in_flight} parts in flight")
+
+
+def check_flaky_run(out, data):
+    check(out.returncode == 0, f"flaky: every operation succeeds through retries (exit {out.returncode})")
+    for i, req in enumerate(requests):
+        check_signature(i, req)  # a retried request is signed afresh, and correctly
+    once = [k for k, n in tries.items() if n != 2]
+    check(not once, f"flaky: every request tried exactly twice (one failure, one success): {once}")
+    check(stored.get(BIG) == data, "flaky: the parts still reassemble into the file")
+    check(f"range {data[5:15].hex()}" in out.stdout, "flaky: the ranged read still returns its bytes")
+    print(f"flaky: {len(requests)} requests, {len(tries)} distinct, all retried once")
+
+
+def check_broken_part_run(out):
+    check(out.returncode != 0 and "part 3 refused" in out.stderr,
+          f"broken-part: put_file fails with S3's message: {out.stderr!r}")
+    part3 = [k for k in tries if k[0] == "PUT" and "partNumber=3&" in k[1]]
+    check(len(part3) == 1 and tries[part3[0]] == 1, "broken-part: a 400 is not retried")
+    check(("DELETE", f"{BIG}?{UPLOAD}") in tries, "broken-part: the multipart upload is aborted")
+    check(("POST", f"{BIG}?{UPLOAD}") not in tries, "broken-part: the upload is not completed")
+    print("broken-part: failed without retrying the 400, upload aborted")
+
+
+def main():
+    client = sys.argv[1]
+    with tempfile.NamedTemporaryFile(prefix="sigv4-") as f:
+        data = os.urandom(200 * 1024 + 123)  # 4 parts of 64 KiB, the last short
+        f.write(data)
+        f.flush()
+        check_clean_run(run_client(client, "clean", f.name), data)
+        check_flaky_run(run_client(client, "flaky", f.name), data)
+        check_broken_part_run(run_client(client, "broken-part", f.name))
+    print(f"{len(failures)} failures")
     return 1 if failures else 0
 
 

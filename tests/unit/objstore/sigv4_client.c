@@ -57,14 +57,16 @@ int main(int argc, char **argv) {
         failed = 1;
     }
     struct objstore_info info;
-    if (objstore_stat(store, "dir/big.bin", &info, &err) != 0) {
-        fprintf(stderr, "stat: %s\n", err.msg);
+    int rc = objstore_stat(store, "dir/big.bin", &info, &err);
+    if (rc != 0) {
+        fprintf(stderr, "stat: %s\n", rc == OBJSTORE_NOT_FOUND ? "not found" : err.msg);
         failed = 1;
     } else {
         printf("stat %llu %s\n", (unsigned long long)info.size, info.sha256);
     }
-    if (objstore_read(store, "dir/big.bin", 5, 10, print_chunk, NULL, &err) != 0) {
-        fprintf(stderr, "read: %s\n", err.msg);
+    rc = objstore_read(store, "dir/big.bin", 5, 10, print_chunk, NULL, &err);
+    if (rc != 0) {
+        fprintf(stderr, "read: %s\n", rc == OBJSTORE_NOT_FOUND ? "not found" : err.msg);
         failed = 1;
     }
     if (objstore_delete(store, "dir/a b+c~(1)=é.bin", &err) != 0) {

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Object store upload throughput: objstore_put_file (whole-file SHA-256 first, then the upload with
+# x-amz-content-sha256 set to the real hash) against a plain `curl -T` PUT of the same bytes
+# (SigV4-signed by curl with UNSIGNED-PAYLOAD, one stream), both to the same s3rver in the same run.
+# objstore runs three ways: one PUT (part size above the file size: the same S3 operation as curl's),
+# and multipart in 16 MiB parts with 4 threads (the default) and with 1. Prints MiB/s and the ratios.
+#
+# s3rver completes a multipart upload by reading every part back and writing the object again (with
+# an MD5), so on s3rver multipart pays a second full copy that real S3 does not: the single-PUT ratio
+# is the one that measures this client; the multipart ratios show what s3rver makes of it.
+#
+#   tests/bench/objstore/bench.sh [BUILD_DIR]     (default build; needs libwhet_common.a built there)
+#   SIZE_MB=200 ROUNDS=3 tests/bench/objstore/bench.sh build-objstore
+#
+# s3rver is a single-threaded Node server writing to local disk, so it, not the network, bounds both
+# sides; on a 2-core machine shared with other builds the figures are noisy: rounds alternate the two
+# clients and the median is reported.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+size_mb=${SIZE_MB:-200}
+rounds=${ROUNDS:-5}
+[ -f "$build/libwhet_common.a" ] || { echo "bench: $build/libwhet_common.a not built" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/whet-objstore-bench.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" "$root/tests/bench/objstore/upload.c" "$build/libwhet_common.a" \
+  $(pkg-config --libs libcurl libzstd jansson libcrypto) -lpthread -lm -o "$work/upload"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$work/s3"
+node "$root/tests/node_modules/s3rver/bin/s3rver.js" --directory "$work/s3" --address 127.0.0.1 --port "$port" \
+  --configure-bucket whet-bench --silent >"$work/s3rver.log" 2>&1 &
+pids+=($!)
+endpoint="http://127.0.0.1:$port"
+for _ in $(seq 100); do curl -fs -o /dev/null "$endpoint/" && break; sleep 0.1; done
+
+export WHET_S3_ENDPOINT="$endpoint" AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+head -c "$((size_mb << 20))" /dev/urandom >"$work/blob"
+bytes=$(stat -c %s "$work/blob")
+
+# Prints "wall cpu" seconds like the upload driver.
+curl_put() {
+  local TIMEFORMAT='%R %U %S'
+  { time curl -fsS -o /dev/null -T "$work/blob" --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER \
+      -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$endpoint/whet-bench/curl-$1.bin"; } 2>&1 |
+    awk '{printf "%.3f %.3f\n", $1, $2 + $3}'
+}
+
+# Median of "wall cpu" lines by wall time, printed as "wall cpu".
+median() { sort -g | awk '{w[NR]=$1; c[NR]=$2} END {m=int((NR+1)/2); print w[m], c[m]}'; }
+
+curl_t=() single_t=() multi4_t=() multi1_t=()
+for r in $(seq "$rounds"); do
+  curl_t+=("$(curl_put "$r")")
+  single_t+=("$("$work/upload" s3://whet-bench/objstore "single-$r" "$work/blob" 4096 1)")
+  multi4_t+=("$("$work/upload" s3://whet-bench/objstore "multi4-$r" "$work/blob" 16 4)")
+  multi1_t+=("$("$work/upload" s3://whet-bench/objstore "multi1-$r" "$work/blob" 16 1)")
+  rm -rf "${work:?}/s3/whet-bench/"*   # keep s3rver's disk use to one round
+done
+read -r c c_cpu < <(printf '%s\n' "${curl_t[@]}" | median)
+read -r s s_cpu < <(printf '%s\n' "${single_t[@]}" | median)
+read -r m4 m4_cpu < <(printf '%s\n' "${multi4_t[@]}" | median)
+read -r m1 m1_cpu < <(printf '%s\n' "${multi1_t[@]}" | median)
+mbs() { echo "scale=1; $bytes / 1048576 / $1" | bc -l; }
+ratio() { echo "scale=2; $c / $1" | bc -l; }
+echo "objstore upload bench: ${size_mb} MiB to s3rver, median of $rounds rounds, $(nproc) cores shared with other work"
+row() { printf '  %-48s %7.3fs %7.1f MiB/s  client CPU %6.3fs  ratio %s\n' "$1" "$2" "$(mbs "$2")" "$3" "$(ratio "$2")"; }
+row "curl -T (one PUT, unsigned payload)" "$c" "$c_cpu"
+row "objstore_put_file, one PUT" "$s" "$s_cpu"
+row "objstore_put_file, multipart 16 MiB x 4 threads" "$m4" "$m4_cpu"
+row "objstore_put_file, multipart 16 MiB x 1 thread" "$m1" "$m1_cpu"
+echo "  (ratio = objstore throughput / curl throughput; above 1 is faster than curl)"
