@@ -113,11 +113,15 @@ class Recorder(BaseHTTPRequestHandler):
             stored[path] = body
             return self.reply(200, headers=[("ETag", '"single"')])
         if self.command == "GET" and "list-type=2" in query:
-            # Out of order, with an XML entity and the store's prefix, as S3 sends keys.
-            xml = ("<ListBucketResult><IsTruncated>false</IsTruncated>"
-                   f"<Contents><Key>{PREFIX}/dir/z.bin</Key><Size>3</Size></Contents>"
-                   f"<Contents><Key>{PREFIX}/dir/a&amp;b.bin</Key><Size>5</Size></Contents>"
-                   "</ListBucketResult>")
+            # Two pages, keys out of order, with an XML entity and the store's prefix, as S3 sends them;
+            # the continuation token needs encoding in the second request.
+            if "continuation-token=" not in query:
+                xml = ("<ListBucketResult><IsTruncated>true</IsTruncated>"
+                       "<NextContinuationToken>page/2+=</NextContinuationToken>"
+                       f"<Contents><Key>{PREFIX}/dir/z.bin</Key><Size>3</Size></Contents></ListBucketResult>")
+            else:
+                xml = ("<ListBucketResult><IsTruncated>false</IsTruncated>"
+                       f"<Contents><Key>{PREFIX}/dir/a&amp;b.bin</Key><Size>5</Size></Contents></ListBucketResult>")
             return self.reply(200, xml.encode())
         if self.command in ("HEAD", "GET"):
             data = stored.get(path)
@@ -265,8 +269,10 @@ def check_clean_run(out, data):
     check(len(complete) == 1 and complete[0]["body"].decode() == expected_xml, "complete lists every part in order")
     check(stored.get(BIG) == data, "the parts reassemble into the file")
     lists = [r for r in requests if "list-type=2" in r["target"]]
-    check(len(lists) == 1 and lists[0]["target"] == "/sig-bucket?list-type=2&prefix=tenant%201%2Fckpts%2Fdir%2F",
-          f"list query: {[r['target'] for r in lists]}")
+    check([r["target"] for r in lists] == [
+        "/sig-bucket?list-type=2&prefix=tenant%201%2Fckpts%2Fdir%2F",
+        "/sig-bucket?continuation-token=page%2F2%2B%3D&list-type=2&prefix=tenant%201%2Fckpts%2Fdir%2F"],
+        f"list queries, second page by continuation token: {[r['target'] for r in lists]}")
     check(out.stdout.count("list ") == 2 and "list dir/a&b.bin 5" in out.stdout and
           out.stdout.find("list dir/a&b.bin 5") < out.stdout.find("list dir/z.bin 3"),
           f"listing unescaped, prefix stripped, sorted: {out.stdout!r}")
