@@ -83,7 +83,8 @@ int objstore_get_file(struct objstore *store, const char *key, const char *path,
 typedef int (*objstore_sink_fn)(void *ctx, const void *chunk, size_t len);
 
 /* Streams `length` bytes of an object starting at `offset` to `sink` in chunks (length 0: to the end),
- * for serving downloads without holding whole objects in memory. A range past the end is an error. The
+ * for serving downloads without holding whole objects in memory. A range that starts at or past the
+ * end (except offset 0 of an empty object) or runs past it is an error, on both backends. The
  * bytes are not checked against the SHA-256 (a range cannot be, and a sink may already have sent
  * them on); use objstore_stat first for the size and checksum to send along. OBJSTORE_NOT_FOUND when
  * there is no such key, before any call to `sink`. */

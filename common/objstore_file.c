@@ -5,7 +5,8 @@
  * path, and the directory is fsynced too: a reader or a crash sees the old object or the new one,
  * never part of one, and a manifest renamed after its files is durable after them. Listing skips temp
  * files. On file systems without user extended attributes objects simply carry no checksum, and
- * whole-object reads cannot verify them (manifests still can). */
+ * whole-object reads cannot verify them (manifests still can). Unlike S3, a key cannot be both an
+ * object and the folder of others ("a" and "a/b"); whet's keys never are. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -183,7 +184,8 @@ static int file_read(struct objstore *store, const char *key, uint64_t offset, u
     int fd;
     int rc = object_open(store, key, &fd, info, err);
     if (rc != 0) return rc;
-    if (offset > info->size || (length && length > info->size - offset)) {
+    /* As on S3: a range must start inside the object (offset 0 of an empty one is the whole of it). */
+    if ((offset && offset >= info->size) || (length && length > info->size - offset)) {
         close(fd);
         return whet_errf(err, "object \"%s\": range %llu+%llu is past its end (%llu bytes)", key,
                          (unsigned long long)offset, (unsigned long long)length, (unsigned long long)info->size);

@@ -223,6 +223,9 @@ TEST(ranged_streaming_read) {
     memset(&c, 0, sizeof c);
     CHECK(objstore_read(store, "t/range.bin", n + 5, 10, chunk_sink, &c, &err) == -1);
     CHECK_CONTAINS(err.msg, "past its end");
+    CHECK(objstore_read(store, "t/range.bin", n - 5, 10, chunk_sink, &c, &err) == -1);
+    CHECK_CONTAINS(err.msg, "past its end");
+    CHECK(objstore_read(store, "t/range.bin", n, 0, chunk_sink, &c, &err) == -1);
     free(c.data);
     /* A receiver that stops the stream (a client gone) ends the read with an error. */
     memset(&c, 0, sizeof c);
