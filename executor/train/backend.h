@@ -12,7 +12,7 @@
  * residual branch can add its gradient into the stream.
  *
  * Threading (CPU): each op parallelises itself; callers never wrap backend calls in parallel
- * regions (OpenBLAS threads on its own and must not be nested inside OpenMP). */
+ * regions. */
 #ifndef WHET_BACKEND_H
 #define WHET_BACKEND_H
 
@@ -88,10 +88,8 @@ struct backend {
     void (*attention_forward)(float *out, float *probs, const float *q, int ldq, const float *k, int ldk,
                               const float *v, int ldv, const struct attn_segment *segs, int n_segs,
                               int N, int T, int H, int HKV, int D);
-    /* dq, dk, dv (all accumulated; GQA heads share dk, dv) from dout[N, H*D]; scratch holds T*T
-     * floats. */
-    void (*attention_backward)(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, float *scratch,
-                               const float *dout, const float *probs, const float *q, int ldq, const float *k,
+    /* dq, dk, dv (all accumulated; GQA heads share dk, dv) from dout[N, H*D]. */
+    void (*attention_backward)(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout, const float *probs, const float *q, int ldq, const float *k,
                                int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs,
                                int N, int T, int H, int HKV, int D);
 

@@ -1,11 +1,13 @@
 /* backend_cpu.c - the CPU implementation of backend.h: OpenBLAS sgemm for everything shaped like a
  * matrix product, OpenMP loops for the rest.
  *
- * Rule of this file: an sgemm call is never made inside an OpenMP parallel region (OpenBLAS runs its
- * own threads; nesting oversubscribes the cores). Loops that are not products are parallel over
- * rows; reductions across rows (parameter gradients of norms and biases) use per-thread partial sums
- * added in a fixed order, so results do not depend on scheduling. Attention is computed per segment
- * and head as sgemm calls over row blocks, skipping blocks above the causal diagonal. */
+ * Threading: there is one thread pool, OpenMP's. OpenBLAS runs on the calling thread (see
+ * backend_cpu()) and every product is split here into per-thread blocks of rows or columns, each an
+ * ordinary single-threaded sgemm. Two pools (OpenBLAS's pthreads next to OpenMP's
+ * spinning workers) oversubscribe the cores and, on a busy machine, wait on each other; one pool
+ * also lets attention run whole (segment, head) problems in parallel instead of many small threaded
+ * products. Static partitions and per-thread partial sums added in a fixed order make every result
+ * independent of scheduling (the same thread count gives the same bits). */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -14,6 +16,9 @@
 
 #include "backend.h"
 #include "util.h"
+
+/* Loops over fewer elements than this run on one thread: waking the pool costs more. */
+#define PAR_MIN 32768
 
 /* ---------------------------------------------------------------- memory ---- */
 
@@ -31,19 +36,48 @@ static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, 
 
 /* ---------------------------------------------------------------- matmul ---- */
 
+/* One single-threaded sgemm (row-major). */
+static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, a,
+                lda, b, ldb, beta, c, ldc);
+}
+
+/* Products smaller than this many multiply-adds run on one thread. */
+#define GEMM_PARALLEL_MIN (1 << 18)
+
+/* c[M,N] = alpha op(a) op(b) + beta c, split across the OpenMP threads along the larger of M and N
+ * in blocks that are multiples of 16 (whole sgemm kernel tiles). */
 static void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b,
                      int ldb, float beta, float *c, int ldc) {
     if (M <= 0 || N <= 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, a,
-                lda, b, ldb, beta, c, ldc);
+    if ((double)M * N * K < GEMM_PARALLEL_MIN || omp_get_max_threads() == 1) {
+        sgemm1(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    int split_m = M >= N;
+#pragma omp parallel
+    {
+        int nt = omp_get_num_threads(), t = omp_get_thread_num(), total = split_m ? M : N;
+        int chunk = (total + nt - 1) / nt;
+        chunk = (chunk + 15) / 16 * 16;
+        int lo = t * chunk, hi = lo + chunk < total ? lo + chunk : total;
+        if (lo < hi) {
+            if (split_m) /* rows lo..hi of op(a) and of c */
+                sgemm1(ta, tb, hi - lo, N, K, alpha, ta ? a + lo : a + (size_t)lo * lda, lda, b, ldb, beta,
+                       c + (size_t)lo * ldc, ldc);
+            else /* columns lo..hi of op(b) and of c */
+                sgemm1(ta, tb, M, hi - lo, K, alpha, a, lda, tb ? b + (size_t)lo * ldb : b + lo, ldb, beta, c + lo, ldc);
+        }
+    }
 }
 
 /* out[N,OC] = beta*out + inp[N,C] @ weight[OC,C]^T + bias */
 static void cpu_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *weight,
                                const float *bias, int N, int C, int OC, float beta) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, ldi, weight, C, beta, out, ldo);
+    cpu_gemm(0, 1, N, OC, C, 1.0f, inp, ldi, weight, C, beta, out, ldo);
     if (bias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * ldo + o] += bias[o];
     }
@@ -52,11 +86,11 @@ static void cpu_matmul_forward(float *out, int ldo, const float *inp, int ldi, c
 static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *dbias, const float *dout, int lddo,
                                 const float *inp, int ldi, const float *weight, int N, int C, int OC) {
     if (dinp) /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, lddo, weight, C, 1.0f, dinp, lddi);
+        cpu_gemm(0, 0, N, C, OC, 1.0f, dout, lddo, weight, C, 1.0f, dinp, lddi);
     if (dweight) /* dweight[OC,C] += dout^T @ inp */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, lddo, inp, ldi, 1.0f, dweight, C);
+        cpu_gemm(1, 0, OC, C, N, 1.0f, dout, lddo, inp, ldi, 1.0f, dweight, C);
     if (dbias) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN)
         for (int o = 0; o < OC; o++) {
             float s = 0;
             for (int n = 0; n < N; n++) s += dout[(size_t)n * lddo + o];
@@ -68,13 +102,13 @@ static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *db
 /* ---------------------------------------------------------------- embedding ---- */
 
 static void cpu_embedding_forward(float *out, const int *ids, const float *wte, int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, sizeof(float) * (size_t)C);
 }
 
 static void cpu_embedding_backward(float *dwte, const float *dout, const int *ids, int N, int C) {
     /* Threads own column ranges, so repeated ids never race and the sum order is fixed. */
-#pragma omp parallel
+#pragma omp parallel if ((size_t)N * C >= PAR_MIN)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int c0 = (int)((long long)C * t / nt), c1 = (int)((long long)C * (t + 1) / nt);
@@ -90,7 +124,7 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int *id
 
 static void cpu_rmsnorm_forward(float *out, int ldo, float *rstd, const float *inp, int ldi, const float *weight,
                                 int N, int H, int D, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN)
     for (int r = 0; r < N * H; r++) {
         int n = r / H, h = r % H;
         const float *x = inp + (size_t)n * ldi + (size_t)h * D;
@@ -109,7 +143,7 @@ static void cpu_rmsnorm_backward(float *dinp, int lddi, float *dweight, const fl
     int nt = omp_get_max_threads();
     float *partial = dweight ? calloc((size_t)nt * D, sizeof(float)) : NULL;
     if (dweight && !partial) abort();
-#pragma omp parallel
+#pragma omp parallel if ((size_t)N * H * D >= PAR_MIN)
     {
         float *pw = partial ? partial + (size_t)omp_get_thread_num() * D : NULL;
 #pragma omp for schedule(static)
@@ -139,7 +173,7 @@ static void cpu_rmsnorm_backward(float *dinp, int lddi, float *dweight, const fl
 
 static void rope_apply(float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D, float sign) {
     int half = D / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *cs = cos_sin + (size_t)pos[n] * D;
         for (int h = 0; h < H; h++) {
@@ -165,7 +199,7 @@ static void cpu_rope_backward(float *dx, int lddx, const int *pos, const float *
 /* ---------------------------------------------------------------- SwiGLU ---- */
 
 static void cpu_swiglu_forward(float *out, const float *gate_up, int N, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * F >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *g = gate_up + (size_t)n * 2 * F, *u = g + F;
         float *o = out + (size_t)n * F;
@@ -174,7 +208,7 @@ static void cpu_swiglu_forward(float *out, const float *gate_up, int N, int F) {
 }
 
 static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int N, int F) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * F >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *g = gate_up + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
         float *dg = dgate_up + (size_t)n * 2 * F, *du = dg + F;
@@ -187,17 +221,17 @@ static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float 
 }
 
 static void cpu_axpy(float *y, const float *x, float alpha, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
 static void cpu_gather_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN)
     for (int i = 0; i < n_rows; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, sizeof(float) * (size_t)C);
 }
 
 static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN)
     for (int i = 0; i < n_rows; i++) {
         float *d = dst + (size_t)rows[i] * C;
         const float *s = src + (size_t)i * C;
@@ -213,81 +247,91 @@ static void cpu_set_rows(float *dst, const int *rows, const float *src, int lds,
 
 /* Row blocks of this many queries: the part of the score matrix above the diagonal of a block is
  * never computed. */
-#define ATT_BLOCK 128
+#define ATT_BLOCK 64
+
+/* One (segment, head) problem of the forward pass, on the calling thread. */
+static void attention_forward_one(float *O, int HD, float *P, int T, const float *Q, int ldq, const float *K, int ldk,
+                                  const float *Vv, int ldv, int L, int D, float scale) {
+    for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
+        /* scores[R, r1] = scale * Q[r0:r1] @ K[0:r1]^T */
+        sgemm1(0, 1, R, r1, D, scale, Q + (size_t)r0 * ldq, ldq, K, ldk, 0.0f, P + (size_t)r0 * T, T);
+        for (int i = r0; i < r1; i++) {
+            float *row = P + (size_t)i * T, mx = -INFINITY, sum = 0;
+            for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j <= i; j++) sum += (row[j] = expf(row[j] - mx));
+            float inv = 1.0f / sum;
+            for (int j = 0; j <= i; j++) row[j] *= inv;
+            for (int j = i + 1; j < r1; j++) row[j] = 0;
+        }
+        /* O[r0:r1] = P[r0:r1, 0:r1] @ V[0:r1] */
+        sgemm1(0, 0, R, D, r1, 1.0f, P + (size_t)r0 * T, T, Vv, ldv, 0.0f, O + (size_t)r0 * HD, HD);
+    }
+}
 
 static void cpu_attention_forward(float *out, float *probs, const float *q, int ldq, const float *k, int ldk,
                                   const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
                                   int H, int HKV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / HKV, HD = H * D;
-    for (int si = 0; si < n_segs; si++) {
-        int s = segs[si].start, L = segs[si].len;
-        for (int h = 0; h < H; h++) {
-            int kh = h / group;
-            const float *Q = q + (size_t)s * ldq + (size_t)h * D, *K = k + (size_t)s * ldk + (size_t)kh * D,
-                        *Vv = v + (size_t)s * ldv + (size_t)kh * D;
-            float *P = probs + ((size_t)h * N + s) * T, *O = out + (size_t)s * HD + (size_t)h * D;
-            for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
-                /* scores[R, r1] = scale * Q[r0:r1] @ K[0:r1]^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, r1, D, scale, Q + (size_t)r0 * ldq, ldq, K,
-                            ldk, 0.0f, P + (size_t)r0 * T, T);
-#pragma omp parallel for schedule(static)
-                for (int i = r0; i < r1; i++) {
-                    float *row = P + (size_t)i * T, mx = -INFINITY, sum = 0;
-                    for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-                    for (int j = 0; j <= i; j++) sum += (row[j] = expf(row[j] - mx));
-                    float inv = 1.0f / sum;
-                    for (int j = 0; j <= i; j++) row[j] *= inv;
-                    for (int j = i + 1; j < r1; j++) row[j] = 0;
-                }
-                /* O[r0:r1] = P[r0:r1, 0:r1] @ V[0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, r1, 1.0f, P + (size_t)r0 * T, T, Vv, ldv,
-                            0.0f, O + (size_t)r0 * HD, HD);
-            }
-        }
+#pragma omp parallel for schedule(dynamic, 1) if ((size_t)n_segs * H * T * D >= PAR_MIN)
+    for (int w = 0; w < n_segs * H; w++) {
+        int si = w / H, h = w % H, kh = h / group, s = segs[si].start;
+        attention_forward_one(out + (size_t)s * HD + (size_t)h * D, HD, probs + ((size_t)h * N + s) * T, T,
+                              q + (size_t)s * ldq + (size_t)h * D, ldq, k + (size_t)s * ldk + (size_t)kh * D, ldk,
+                              v + (size_t)s * ldv + (size_t)kh * D, ldv, segs[si].len, D, scale);
     }
 }
 
-static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, float *scratch,
-                                   const float *dout, const float *probs, const float *q, int ldq, const float *k,
-                                   int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs,
-                                   int N, int T, int H, int HKV, int D) {
+/* One (segment, query head) problem of the backward pass; dS is ATT_BLOCK*T scratch. */
+static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, float *dV, int lddv, float *dS,
+                                   const float *dO, int HD, const float *P, int T, const float *Q, int ldq,
+                                   const float *K, int ldk, const float *Vv, int ldv, int L, int D, float scale) {
+    for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
+        int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
+        const float *Pb = P + (size_t)r0 * T, *dOb = dO + (size_t)r0 * HD;
+        /* dV[0:r1] += P[r0:r1, 0:r1]^T @ dO[r0:r1] */
+        sgemm1(1, 0, r1, D, R, 1.0f, Pb, T, dOb, HD, 1.0f, dV, lddv);
+        /* dP[R, r1] = dO[r0:r1] @ V[0:r1]^T */
+        sgemm1(0, 1, R, r1, D, 1.0f, dOb, HD, Vv, ldv, 0.0f, dS, r1);
+        /* dS = P * (dP - sum_j P dP), zero above the diagonal */
+        for (int i = 0; i < R; i++) {
+            const float *p = Pb + (size_t)i * T;
+            float *d = dS + (size_t)i * r1, dot = 0;
+            int last = r0 + i;
+            for (int j = 0; j <= last; j++) dot += p[j] * d[j];
+            for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot);
+            for (int j = last + 1; j < r1; j++) d[j] = 0;
+        }
+        /* dQ[r0:r1] += scale * dS @ K[0:r1];  dK[0:r1] += scale * dS^T @ Q[r0:r1] */
+        sgemm1(0, 0, R, D, r1, scale, dS, r1, K, ldk, 1.0f, dQ + (size_t)r0 * lddq, lddq);
+        sgemm1(1, 0, r1, D, R, scale, dS, r1, Q + (size_t)r0 * ldq, ldq, 1.0f, dK, lddk);
+    }
+}
+
+static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
+                                   const float *probs, const float *q, int ldq, const float *k, int ldk,
+                                   const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
+                                   int H, int HKV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / HKV, HD = H * D;
-    for (int si = 0; si < n_segs; si++) {
-        int s = segs[si].start, L = segs[si].len;
-        for (int h = 0; h < H; h++) {
-            int kh = h / group;
-            const float *Q = q + (size_t)s * ldq + (size_t)h * D, *K = k + (size_t)s * ldk + (size_t)kh * D,
-                        *Vv = v + (size_t)s * ldv + (size_t)kh * D, *dO = dout + (size_t)s * HD + (size_t)h * D;
-            const float *P = probs + ((size_t)h * N + s) * T;
-            float *dQ = dq + (size_t)s * lddq + (size_t)h * D, *dK = dk + (size_t)s * lddk + (size_t)kh * D,
-                  *dV = dv + (size_t)s * lddv + (size_t)kh * D;
-            for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
-                const float *Pb = P + (size_t)r0 * T, *dOb = dO + (size_t)r0 * HD;
-                /* dV[0:r1] += P[r0:r1, 0:r1]^T @ dO[r0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, D, R, 1.0f, Pb, T, dOb, HD, 1.0f, dV, lddv);
-                /* dP[R, r1] = dO[r0:r1] @ V[0:r1]^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, r1, D, 1.0f, dOb, HD, Vv, ldv, 0.0f, scratch, r1);
-                /* dS = P * (dP - sum_j P dP), zero above the diagonal */
-#pragma omp parallel for schedule(static)
-                for (int i = 0; i < R; i++) {
-                    const float *p = Pb + (size_t)i * T;
-                    float *d = scratch + (size_t)i * r1, dot = 0;
-                    int last = r0 + i;
-                    for (int j = 0; j <= last; j++) dot += p[j] * d[j];
-                    for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot);
-                    for (int j = last + 1; j < r1; j++) d[j] = 0;
-                }
-                /* dQ[r0:r1] += scale * dS @ K[0:r1];  dK[0:r1] += scale * dS^T @ Q[r0:r1] */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, r1, scale, scratch, r1, K, ldk, 1.0f,
-                            dQ + (size_t)r0 * lddq, lddq);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, D, R, scale, scratch, r1, Q + (size_t)r0 * ldq,
-                            ldq, 1.0f, dK, lddk);
-            }
+    /* Work items are (segment, kv head): the query heads of a GQA group share dK and dV, so one
+     * thread does them all, in order. */
+#pragma omp parallel if ((size_t)n_segs * HKV * T * D >= PAR_MIN)
+    {
+        float *dS = malloc(sizeof(float) * (size_t)ATT_BLOCK * T);
+        if (!dS) abort();
+#pragma omp for schedule(dynamic, 1)
+        for (int w = 0; w < n_segs * HKV; w++) {
+            int si = w / HKV, kh = w % HKV, s = segs[si].start;
+            for (int h = kh * group; h < (kh + 1) * group; h++)
+                attention_backward_one(dq + (size_t)s * lddq + (size_t)h * D, lddq, dk + (size_t)s * lddk + (size_t)kh * D,
+                                       lddk, dv + (size_t)s * lddv + (size_t)kh * D, lddv, dS,
+                                       dout + (size_t)s * HD + (size_t)h * D, HD, probs + ((size_t)h * N + s) * T, T,
+                                       q + (size_t)s * ldq + (size_t)h * D, ldq, k + (size_t)s * ldk + (size_t)kh * D,
+                                       ldk, v + (size_t)s * ldv + (size_t)kh * D, ldv, segs[si].len, D, scale);
         }
+        free(dS);
     }
 }
 
@@ -297,7 +341,7 @@ static void cpu_attention_cached(float *out, const float *q, int ldq, const floa
     int group = H / HKV, KVD = HKV * D;
     int max_ctx = 0;
     for (int i = 0; i < n; i++) max_ctx = n_ctx[i] > max_ctx ? n_ctx[i] : max_ctx;
-#pragma omp parallel
+#pragma omp parallel if ((size_t)n * H * D * 64 >= PAR_MIN)
     {
         float *sc = malloc(sizeof(float) * (size_t)(max_ctx ? max_ctx : 1));
         if (!sc) abort();
@@ -329,7 +373,7 @@ static void cpu_attention_cached(float *out, const float *q, int ldq, const floa
 
 static void cpu_crossentropy_forward(float *losses, float *lse, int *correct, const float *logits, const int *targets,
                                      int M, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)M * V >= PAR_MIN)
     for (int m = 0; m < M; m++) {
         const float *row = logits + (size_t)m * V;
         float mx = row[0];
@@ -349,7 +393,7 @@ static void cpu_crossentropy_forward(float *losses, float *lse, int *correct, co
 
 static void cpu_crossentropy_backward(float *logits, const float *lse, const int *targets, const float *weights,
                                       float scale, int M, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)M * V >= PAR_MIN)
     for (int m = 0; m < M; m++) {
         float *row = logits + (size_t)m * V, w = scale * weights[m], l = lse[m];
         for (int j = 0; j < V; j++) row[j] = w * expf(row[j] - l);
@@ -362,7 +406,7 @@ static void cpu_crossentropy_backward(float *logits, const float *lse, const int
 static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                       float eps, float wd, float bc1, float bc2) {
     float step = lr / bc1, sbc2 = sqrtf(bc2);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -374,13 +418,13 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
 
 static double cpu_sumsq(const float *x, size_t n) {
     double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
 static void cpu_scale(float *x, float s, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
@@ -417,4 +461,10 @@ static const struct backend cpu = {
     .scale = cpu_scale,
 };
 
-const struct backend *backend_cpu(void) { return &cpu; }
+const struct backend *backend_cpu(void) {
+    /* Products are split across OpenMP threads here, so OpenBLAS must stay on the calling thread.
+     * The pthreads build needs telling; the OpenMP build does so by itself inside a parallel region
+     * (and there openblas_set_num_threads would shrink OpenMP's own pool to one thread). */
+    if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
+    return &cpu;
+}

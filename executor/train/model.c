@@ -115,7 +115,7 @@ struct model {
     float *resid;            /* [(L+1), N, C] */
     float *lnf, *rstdf, *lnf_c, *logits, *lse, *losses, *weights_c;
     int *correct, *rows, *targets_c, *ids, *pos;
-    float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *att_scratch, *dlnf_c;
+    float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *dlnf_c;
 
     float *cos_sin; /* [rope_cap, hd] */
     int rope_cap;
@@ -186,6 +186,15 @@ static size_t layout_base(struct model *m) {
     add_tensor(m, "model.norm.weight", 1, C, 1, &cur);
     if (!m->cfg.tie_word_embeddings) add_tensor(m, "lm_head.weight", 2, m->V, C, &cur);
     return (size_t)(cur - (float *)NULL);
+}
+
+void model_config_tensors(const struct model_config *cfg,
+                          void (*fn)(void *ctx, const char *name, int ndim, const int64_t *shape), void *ctx) {
+    struct model m = {.cfg = *cfg, .C = cfg->hidden_size, .F = cfg->intermediate_size, .NH = cfg->n_heads,
+                      .NKV = cfg->n_kv_heads, .hd = cfg->head_dim, .L = cfg->n_layers, .V = cfg->vocab_size};
+    layout_base(&m);
+    for (int i = 0; i < m.n_tensors; i++) fn(ctx, m.tensors[i].name, m.tensors[i].ndim, m.tensors[i].shape);
+    free(m.tensors);
 }
 
 static void mod_dims(const struct model *m, int mod, int *in, int *out) {
@@ -537,7 +546,7 @@ static void ensure_acts(struct model *m, int N, int T) {
         m->dqkr = m->cfg.qk_norm ? AF((size_t)N * m->QK) : NULL;
         m->datt = AF((size_t)N * m->NH * m->hd), m->dgu = AF((size_t)N * 2 * m->F), m->dh = AF((size_t)N * m->F);
         m->dxa = m->lora_r ? AF((size_t)N * m->lora_r) : NULL;
-        m->att_scratch = AF((size_t)T * T), m->dlnf_c = AF((size_t)N * C);
+        m->dlnf_c = AF((size_t)N * C);
     }
     m->h_rows = xmalloc(sizeof(int) * (size_t)N), m->h_correct = xmalloc(sizeof(int) * (size_t)N);
     m->h_losses = xmalloc(sizeof(float) * (size_t)N), m->token_loss = xcalloc((size_t)N, sizeof(float));
@@ -813,7 +822,7 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
         be->zero(m->dqkr, sizeof(float) * (size_t)N * m->QK);
         dq = m->dqkr, dk = m->dqkr + qd, lddq = m->QK;
     }
-    be->attention_backward(dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->att_scratch, m->datt, a->probs, q, ldq,
+    be->attention_backward(dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->probs, q, ldq,
                            k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->cap_T, m->NH, m->NKV, hd);
     be->rope_backward(dq, lddq, m->pos, m->cos_sin, N, m->NH + m->NKV, hd);
     if (m->cfg.qk_norm) {

@@ -82,6 +82,9 @@ struct model_batch {
  * as f32), sets up LoRA or full fine-tuning as `opts` says. On success *out owns everything. */
 int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err);
 void model_free(struct model *m);
+/* The base tensors a config implies, in file order (Hugging Face names and shapes). */
+void model_config_tensors(const struct model_config *cfg,
+                          void (*fn)(void *ctx, const char *name, int ndim, const int64_t *shape), void *ctx);
 
 const struct model_config *model_get_config(const struct model *m);
 size_t model_num_params(const struct model *m);    /* base parameters */
