@@ -609,8 +609,17 @@ static void name_list_free(struct name_list *list) {
     free(list->names);
 }
 
-int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err) {
+/* 1 when `key` already holds `size` bytes with checksum `sha`: a file a resumed upload can skip. */
+static int already_stored(struct objstore *store, const char *key, uint64_t size, const char *sha) {
+    struct objstore_info info;
+    struct whet_err ignored;
+    return store->ops->stat(store, key, &info, &ignored) == 0 && info.size == size && strcmp(info.sha256, sha) == 0;
+}
+
+int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, int *uploaded,
+                     struct whet_err *err) {
     CHECK_KEY(prefix);
+    if (uploaded) *uploaded = 0;
     struct name_list files = {0};
     if (collect_files(dir, "", &files, err) != 0) {
         name_list_free(&files);
@@ -630,7 +639,10 @@ int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir
         char sha[65];
         uint64_t size;
         rc = objstore_sha256_file(path, sha, &size, err);
-        if (rc == 0) rc = store->ops->put_file(store, key, path, sha, err);
+        if (rc == 0 && !already_stored(store, key, size, sha)) {
+            rc = store->ops->put_file(store, key, path, sha, err);
+            if (rc == 0 && uploaded) (*uploaded)++;
+        }
         if (rc == 0)
             json_array_append_new(entries, json_pack("{s:s, s:I, s:s}", "name", name, "size", (json_int_t)size,
                                                      "sha256", sha));
@@ -712,5 +724,31 @@ int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir
     json_decref(manifest);
     free(text);
     free(manifest_key);
+    return rc;
+}
+
+/* objstore_list callback gathering keys into a name_list. */
+static int collect_key(void *ctx, const char *key, uint64_t size) {
+    struct name_list *list = ctx;
+    if (list->len == list->cap) {
+        list->cap = list->cap ? list->cap * 2 : 16;
+        list->names = xrealloc(list->names, list->cap * sizeof *list->names);
+    }
+    list->names[list->len++] = xstrdup(key);
+    return 0;
+}
+
+int objstore_delete_dir(struct objstore *store, const char *prefix, struct whet_err *err) {
+    CHECK_KEY(prefix);
+    char *manifest_key = xasprintf("%s/%s", prefix, OBJSTORE_MANIFEST);
+    int rc = objstore_delete(store, manifest_key, err);
+    free(manifest_key);
+    if (rc != 0) return rc;
+    char *under = xasprintf("%s/", prefix);
+    struct name_list keys = {0};
+    rc = objstore_list(store, under, collect_key, &keys, err);
+    for (size_t i = 0; i < keys.len && rc == 0; i++) rc = objstore_delete(store, keys.names[i], err);
+    name_list_free(&keys);
+    free(under);
     return rc;
 }

@@ -124,12 +124,18 @@ int objstore_get_file_zstd(struct objstore *store, const char *key, const char *
  * to PREFIX/NAME, then PREFIX/MANIFEST.json last:
  *   {"files":[{"name":"adapter.safetensors","size":123,"sha256":"…"}, …]}
  * so a crash mid-upload leaves a prefix without a manifest, which objstore_get_dir refuses. `prefix`
- * is a key (no trailing '/'). Files named MANIFEST.json at the top of `dir` are refused. */
-int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err);
+ * is a key (no trailing '/'). Files named MANIFEST.json at the top of `dir` are refused. Running it
+ * again after a crash resumes: a file whose object is already there with the same size and SHA-256
+ * is not sent again. `uploaded` (may be NULL) receives the number of files actually sent. */
+int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, int *uploaded,
+                     struct whet_err *err);
 /* Downloads the checkpoint at `prefix` into the local directory `dir` (created): reads the manifest
  * (OBJSTORE_NOT_FOUND when there is none: the checkpoint is incomplete), fetches every file it names
  * and checks each size and SHA-256 against it; a mismatch is an error naming the file. MANIFEST.json
  * itself is written to `dir` last. */
 int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err);
+/* Deletes a checkpoint: PREFIX/MANIFEST.json first, so readers see it incomplete from that moment,
+ * then every other key under PREFIX/ (including the leftovers of an upload that never finished). */
+int objstore_delete_dir(struct objstore *store, const char *prefix, struct whet_err *err);
 
 #endif

@@ -329,7 +329,9 @@ TEST(checkpoint_dir_manifest_last) {
     char *adapter;
     size_t adapter_len = 300000;
     make_checkpoint_dir(src, &adapter, adapter_len);
-    CHECK_MSG(objstore_put_dir(store, "ckpt/step-10", src, &err) == 0, "%s", err.msg);
+    int uploaded = -1;
+    CHECK_MSG(objstore_put_dir(store, "ckpt/step-10", src, &uploaded, &err) == 0, "%s", err.msg);
+    CHECK(uploaded == 3);
     struct collected c = {0};
     CHECK(objstore_list(store, "ckpt/step-10/", collect, &c, &err) == 0);
     CHECK(c.n == 4);
@@ -373,6 +375,23 @@ TEST(checkpoint_dir_manifest_last) {
     /* A listed file missing from the store is an error too. */
     CHECK(objstore_delete(store, "ckpt/step-10/empty", &err) == 0);
     CHECK(objstore_get_dir(store, "ckpt/step-10", dst, &err) == -1);
+
+    /* Uploading again resumes: only what is missing or differs is sent (the replaced adapter and the
+     * deleted file), and the checkpoint reads back whole. */
+    CHECK_MSG(objstore_put_dir(store, "ckpt/step-10", src, &uploaded, &err) == 0, "%s", err.msg);
+    CHECK_MSG(uploaded == 2, "uploaded %d", uploaded);
+    snprintf(dst, sizeof dst, "%s/ckpt-dst3", scratch);
+    CHECK_MSG(objstore_get_dir(store, "ckpt/step-10", dst, &err) == 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dst);
+    CHECK(local_equals(path, adapter, adapter_len));
+    CHECK(objstore_put_dir(store, "ckpt/step-10", src, &uploaded, &err) == 0 && uploaded == 0);
+
+    /* Deleting a checkpoint removes the manifest and every file, leftovers of step-20 included. */
+    CHECK_MSG(objstore_delete_dir(store, "ckpt/step-10", &err) == 0, "%s", err.msg);
+    CHECK(objstore_delete_dir(store, "ckpt/step-20", &err) == 0);
+    memset(&c, 0, sizeof c);
+    CHECK(objstore_list(store, "ckpt/", collect, &c, &err) == 0);
+    CHECK_MSG(c.n == 0, "%d keys left, first %s", c.n, c.keys[0]);
     free(other);
     free(adapter);
 }
