@@ -210,9 +210,10 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     c->n_tenants = n_tenants;
     c->tenants = malloc((size_t)(n_tenants ? n_tenants : 1) * sizeof *c->tenants);
     c->usage = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->usage);
+    c->tenants_active = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->tenants_active);
     if (!c->nodes || !c->node_pool || !c->frag || !c->nominee || !c->nominee_until || !c->mark || !c->hyp_stamp ||
         !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->scratch2 || !c->node_jobs_start ||
-        !c->tenants || !c->usage)
+        !c->tenants || !c->usage || !c->tenants_active)
         abort();
     if (n_nodes) memcpy(c->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
     if (n_tenants) memcpy(c->tenants, tenants, (size_t)n_tenants * sizeof *tenants);
@@ -293,6 +294,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->pool_ok);
     free(c->tenants);
     free(c->usage);
+    free(c->tenants_active);
     free(c->profile);
     free(c->running);
     free(c->order);

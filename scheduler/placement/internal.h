@@ -73,8 +73,11 @@ struct pl_cluster {
     struct pl_tenant *tenants;
     int32_t n_tenants;
     struct pl_usage *usage;
+    uint8_t *tenants_active;                      /* per cycle: runs or waits */
 
     int64_t cap_gpu_milli, cap_cpu, cap_mem, used_gpu_milli;
+    double fair_share;                            /* 1 / sum of active tenants' weights: every
+                                                     tenant's entitled share over its weight */
     int64_t max_node_cpu, max_node_gpu_milli;
 
     struct pl_shape *profile;

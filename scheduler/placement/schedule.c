@@ -45,6 +45,7 @@ int pl_config_for_policy(struct pl_config *cfg, const char *policy) {
         cfg->preempt = 1;
         cfg->preempt_las = 1;
         cfg->elastic = 1;
+        cfg->min_run_s = 300; /* a restart costs a restore: let a job run a while before stopping it */
     } else {
         return -1;
     }
@@ -500,20 +501,26 @@ static int victim_ok(const struct pl_cluster *c, const struct pl_job *v, const s
     }
     if (!v->preemptible || now - v->start_time < c->cfg.min_run_s) return 0;
     if (c->cfg.preempt && v->priority < j->priority) return 1;
-    if (c->cfg.preempt && v->tenant != j->tenant && j->tenant >= 0 && j->tenant < c->n_tenants) {
+    int tenants_known = j->tenant >= 0 && j->tenant < c->n_tenants && v->tenant >= 0 && v->tenant < c->n_tenants;
+    /* After the swap: v's tenant's weighted share and j's. */
+    double v_after = tenants_known ? pl_tenant_share_with(c, v->tenant, -job_gpu_milli(v), -v->cpu_milli, -v->mem_mib) : 0;
+    double j_after = tenants_known ? pl_tenant_share_with(c, j->tenant, job_gpu_milli(j), j->cpu_milli, j->mem_mib) : 0;
+    if (c->cfg.preempt && tenants_known && v->tenant != j->tenant && v->borrowed) {
         /* Reclaim: j is within its tenant's guarantee, v runs on borrowed capacity. */
         const struct pl_tenant *t = &c->tenants[j->tenant];
-        int64_t need = job_gpu_milli(j);
-        if (v->borrowed && gpu_type >= 0 &&
-            c->usage[j->tenant].gpu_milli[gpu_type] + need <= (int64_t)t->quota_gpus[gpu_type] * PL_MILLI)
+        if (gpu_type >= 0 &&
+            c->usage[j->tenant].gpu_milli[gpu_type] + job_gpu_milli(j) <= (int64_t)t->quota_gpus[gpu_type] * PL_MILLI)
             return 1;
-        /* Fair share: after the swap v's tenant still holds a larger weighted share than j's. */
-        if (v->borrowed && v->tenant >= 0 && v->tenant < c->n_tenants &&
-            pl_tenant_share_with(c, v->tenant, -job_gpu_milli(v), -v->cpu_milli, -v->mem_mib) >
-                pl_tenant_share_with(c, j->tenant, need, j->cpu_milli, j->mem_mib))
-            return 1;
+        /* Fair share: j's tenant stays within its entitlement and v's stays at or above it, so the
+         * reverse swap can never qualify (no ping-pong). */
+        if (j_after <= c->fair_share && v_after >= c->fair_share) return 1;
     }
-    if (c->cfg.preempt_las && las_level(c, v) > las_level(c, j)) return 1;
+    /* Least attained service (Tiresias): a job of a lower level stops one of a higher level, within
+     * a tenant, or across tenants when v's tenant keeps its entitlement or stays above j's. */
+    if (c->cfg.preempt_las && las_level(c, v) > las_level(c, j) &&
+        (v->tenant == j->tenant || !tenants_known || !c->cfg.preempt || v_after >= j_after ||
+         v_after >= c->fair_share))
+        return 1;
     return 0;
 }
 
@@ -915,9 +922,10 @@ static int cmp_fair(const void *x, const void *y) {
     return cmp_in_tenant(a, b);
 }
 
-/* The next job in weighted dominant-share order: the highest priority among the tenants' heads,
- * then the tenant with the least share over weight, then the in-tenant order. Returns -1 when
- * every tenant's queue is exhausted. */
+/* The next job in weighted dominant-share order. Among the tenants' heads: the highest priority;
+ * then tenants within their entitlement (share over weight at most the fair share) before those
+ * above it; then the lowest LAS level (short jobs first, without knowing durations); then the
+ * least share over weight; then arrival. Returns -1 when every tenant's queue is exhausted. */
 static int32_t next_fair(struct pl_cluster *c, int32_t n_groups) {
     int32_t best = -1;
     double best_share = 0;
@@ -929,11 +937,16 @@ static int32_t next_fair(struct pl_cluster *c, int32_t n_groups) {
                            : 0;
         if (best >= 0) {
             const struct pl_entry *b = &c->order[c->tenant_head[best]];
+            int over = share > c->fair_share, best_over = best_share > c->fair_share;
             if (e->job->priority != b->job->priority) {
                 if (e->job->priority < b->job->priority) continue;
+            } else if (over != best_over) {
+                if (over) continue;
+            } else if (e->level != b->level) {
+                if (e->level > b->level) continue;
             } else if (share != best_share) {
                 if (share > best_share) continue;
-            } else if (cmp_in_tenant(e, b) >= 0) {
+            } else if (cmp_arrival(e->job, b->job) >= 0) {
                 continue;
             }
         }
@@ -941,6 +954,19 @@ static int32_t next_fair(struct pl_cluster *c, int32_t n_groups) {
         best_share = share;
     }
     return best;
+}
+
+/* The entitlement of every tenant: 1 / the weights of the tenants that run or wait. */
+static void update_fair_share(struct pl_cluster *c, int32_t n) {
+    double active = 0;
+    for (int32_t t = 0; t < c->n_tenants; t++) c->tenants_active[t] = c->usage[t].gpu_milli_total > 0 || c->usage[t].cpu_milli > 0;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = c->order[i].job->tenant;
+        if (t >= 0 && t < c->n_tenants) c->tenants_active[t] = 1;
+    }
+    for (int32_t t = 0; t < c->n_tenants; t++)
+        if (c->tenants_active[t]) active += c->tenants[t].weight;
+    c->fair_share = active > 0 ? 1.0 / active : 1.0;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1035,6 +1061,7 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
             n++;
         }
     int32_t preempt_tries = 0, placed_cap = c->cfg.max_decisions;
+    update_fair_share(c, n);
 
     if (c->cfg.order == PL_ORDER_FAIR) {
         qsort(c->order, (size_t)n, sizeof *c->order, cmp_fair);
