@@ -1,0 +1,132 @@
+/* files_common.c - see files_common.h. */
+#include "files_common.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto.h"
+#include "log.h"
+
+static pthread_once_t store_once = PTHREAD_ONCE_INIT;
+static struct objstore *store;
+static struct whet_err store_err;
+
+static void store_open(void) {
+    if (objstore_open_env(&store, &store_err)) {
+        store = NULL;
+        log_error("msg=\"object store unavailable\" err=\"%s\"", store_err.msg);
+    }
+}
+
+struct objstore *files_store(struct whet_err *err) {
+    pthread_once(&store_once, store_open);
+    if (!store && err) *err = store_err;
+    return store;
+}
+
+json_t *files_list_object(json_t *data, int has_more) {
+    size_t n = json_array_size(data);
+    json_t *first = n ? json_object_get(json_array_get(data, 0), "id") : NULL;
+    json_t *last = n ? json_object_get(json_array_get(data, n - 1), "id") : NULL;
+    return json_pack("{s:s, s:o, s:O?, s:O?, s:b}", "object", "list", "data", data, "first_id", first, "last_id", last,
+                     "has_more", has_more);
+}
+
+int files_query_limit(struct gw_req *r, int def, int max, int *out) {
+    const char *s = http_query_param(r, "limit");
+    if (!s) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < 1 || v > max) {
+        http_reply_error(r, 400, "limit", "invalid_value", "limit: expected an integer in 1..%d, got \"%s\"", max, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int files_query_order(struct gw_req *r, int def_asc, int *asc) {
+    const char *s = http_query_param(r, "order");
+    if (!s) {
+        *asc = def_asc;
+        return 0;
+    }
+    if (strcmp(s, "asc") == 0 || strcmp(s, "desc") == 0) {
+        *asc = s[0] == 'a';
+        return 0;
+    }
+    http_reply_error(r, 400, "order", "invalid_value", "order: expected \"asc\" or \"desc\", got \"%s\"", s);
+    return -1;
+}
+
+char *files_new_id(struct gw_req *r, const char *prefix) {
+    size_t n = strlen(prefix) + 24 + 1;
+    char *id = http_alloc(r, n);
+    whet_random_id(prefix, 24, id);
+    return id;
+}
+
+int files_text_ok(const char *s, size_t len) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        unsigned c = *p;
+        size_t n;
+        unsigned cp;
+        if (c < 0x80) {
+            if (c < 0x20 || c == 0x7f) return 0;
+            p++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            n = 1, cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2, cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3, cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if ((size_t)(end - p) <= n) return 0;
+        for (size_t i = 1; i <= n; i++) {
+            if ((p[i] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+struct delete_later {
+    char *key;
+};
+
+static void delete_later_work(void *arg) {
+    struct delete_later *d = arg;
+    struct whet_err err;
+    struct objstore *s = files_store(&err);
+    if (!s || objstore_delete(s, d->key, &err))
+        log_warn("msg=\"could not delete an object left by a refused request\" key=%s err=\"%s\"", d->key, err.msg);
+}
+
+static void delete_later_done(struct gw_req *r, void *arg) {
+    struct delete_later *d = arg;
+    free(d->key);
+    free(d);
+}
+
+void files_delete_object_later(struct gw_req *r, const char *key) {
+    struct delete_later *d = xmalloc(sizeof *d);
+    d->key = xstrdup(key);
+    if (http_run_blocking(r, delete_later_work, delete_later_done, d)) {
+        log_warn("msg=\"worker queue full; object left behind\" key=%s", key);
+        free(d->key);
+        free(d);
+    }
+}
