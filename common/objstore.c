@@ -616,10 +616,15 @@ static int already_stored(struct objstore *store, const char *key, uint64_t size
     return store->ops->stat(store, key, &info, &ignored) == 0 && info.size == size && strcmp(info.sha256, sha) == 0;
 }
 
-int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, int *uploaded,
-                     struct whet_err *err) {
+int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err) {
+    int uploaded;
+    return objstore_put_dir_counted(store, prefix, dir, &uploaded, err);
+}
+
+int objstore_put_dir_counted(struct objstore *store, const char *prefix, const char *dir, int *uploaded,
+                             struct whet_err *err) {
     CHECK_KEY(prefix);
-    if (uploaded) *uploaded = 0;
+    *uploaded = 0;
     struct name_list files = {0};
     if (collect_files(dir, "", &files, err) != 0) {
         name_list_free(&files);
@@ -641,7 +646,7 @@ int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir
         rc = objstore_sha256_file(path, sha, &size, err);
         if (rc == 0 && !already_stored(store, key, size, sha)) {
             rc = store->ops->put_file(store, key, path, sha, err);
-            if (rc == 0 && uploaded) (*uploaded)++;
+            if (rc == 0) (*uploaded)++;
         }
         if (rc == 0)
             json_array_append_new(entries, json_pack("{s:s, s:I, s:s}", "name", name, "size", (json_int_t)size,

@@ -126,9 +126,11 @@ int objstore_get_file_zstd(struct objstore *store, const char *key, const char *
  * so a crash mid-upload leaves a prefix without a manifest, which objstore_get_dir refuses. `prefix`
  * is a key (no trailing '/'). Files named MANIFEST.json at the top of `dir` are refused. Running it
  * again after a crash resumes: a file whose object is already there with the same size and SHA-256
- * is not sent again. `uploaded` (may be NULL) receives the number of files actually sent. */
-int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, int *uploaded,
-                     struct whet_err *err);
+ * is not sent again. */
+int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err);
+/* objstore_put_dir that also says how many files it actually sent (the others were already stored). */
+int objstore_put_dir_counted(struct objstore *store, const char *prefix, const char *dir, int *uploaded,
+                             struct whet_err *err);
 /* Downloads the checkpoint at `prefix` into the local directory `dir` (created): reads the manifest
  * (OBJSTORE_NOT_FOUND when there is none: the checkpoint is incomplete), fetches every file it names
  * and checks each size and SHA-256 against it; a mismatch is an error naming the file. MANIFEST.json

@@ -330,7 +330,7 @@ TEST(checkpoint_dir_manifest_last) {
     size_t adapter_len = 300000;
     make_checkpoint_dir(src, &adapter, adapter_len);
     int uploaded = -1;
-    CHECK_MSG(objstore_put_dir(store, "ckpt/step-10", src, &uploaded, &err) == 0, "%s", err.msg);
+    CHECK_MSG(objstore_put_dir_counted(store, "ckpt/step-10", src, &uploaded, &err) == 0, "%s", err.msg);
     CHECK(uploaded == 3);
     struct collected c = {0};
     CHECK(objstore_list(store, "ckpt/step-10/", collect, &c, &err) == 0);
@@ -378,13 +378,13 @@ TEST(checkpoint_dir_manifest_last) {
 
     /* Uploading again resumes: only what is missing or differs is sent (the replaced adapter and the
      * deleted file), and the checkpoint reads back whole. */
-    CHECK_MSG(objstore_put_dir(store, "ckpt/step-10", src, &uploaded, &err) == 0, "%s", err.msg);
+    CHECK_MSG(objstore_put_dir_counted(store, "ckpt/step-10", src, &uploaded, &err) == 0, "%s", err.msg);
     CHECK_MSG(uploaded == 2, "uploaded %d", uploaded);
     snprintf(dst, sizeof dst, "%s/ckpt-dst3", scratch);
     CHECK_MSG(objstore_get_dir(store, "ckpt/step-10", dst, &err) == 0, "%s", err.msg);
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dst);
     CHECK(local_equals(path, adapter, adapter_len));
-    CHECK(objstore_put_dir(store, "ckpt/step-10", src, &uploaded, &err) == 0 && uploaded == 0);
+    CHECK(objstore_put_dir_counted(store, "ckpt/step-10", src, &uploaded, &err) == 0 && uploaded == 0);
 
     /* Deleting a checkpoint removes the manifest and every file, leftovers of step-20 included. */
     CHECK_MSG(objstore_delete_dir(store, "ckpt/step-10", &err) == 0, "%s", err.msg);
