@@ -1,0 +1,81 @@
+/* cmd_executor.c - `whet executor`: run the jobs the scheduler places on this machine. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "commands.h"
+#include "env.h"
+#include "log.h"
+
+static void executor_usage(FILE *out) {
+    fprintf(out,
+            "usage: whet executor --dc NAME --pool NAME --devices SPEC --work-dir DIR [--data-dir DIR]\n"
+            "                     [--scheduler HOST:PORT]\n\n"
+            "Registers this machine's devices with the scheduler and runs the jobs it places here, each\n"
+            "`whet train` in the sandbox, streaming checkpoints to the object store. Finds the scheduler\n"
+            "(WHET_GRPC), its token (WHET_EXECUTOR_TOKEN) and the object store (WHET_OBJECT_STORE) in the\n"
+            "environment or DIR/whet.env.\n\n"
+            "  --dc NAME            data center\n"
+            "  --pool NAME          pool within the data center\n"
+            "  --devices SPEC       cuda | cpu:N | sim:TYPE:N[:GIB]\n"
+            "  --work-dir DIR       job dirs and the base-model cache\n"
+            "  --scheduler ADDR     override WHET_GRPC\n");
+}
+
+static int cmd_executor(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"dc", required_argument, 0, 'c'},       {"pool", required_argument, 0, 'p'},
+        {"devices", required_argument, 0, 'v'},  {"work-dir", required_argument, 0, 'w'},
+        {"data-dir", required_argument, 0, 'd'}, {"scheduler", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},
+        {0}};
+    struct executor_options o = {0};
+    const char *data_dir = NULL, *scheduler = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': o.dc = optarg; break;
+        case 'p': o.pool = optarg; break;
+        case 'v': o.devices = optarg; break;
+        case 'w': o.work_dir = optarg; break;
+        case 'd': data_dir = optarg; break;
+        case 's': scheduler = optarg; break;
+        case 'h': executor_usage(stdout); return 0;
+        default: executor_usage(stderr); return 2;
+        }
+    }
+    if (!o.dc || !o.pool || !o.devices || !o.work_dir || optind != argc) {
+        executor_usage(stderr);
+        return 2;
+    }
+    whet_log_component("executor");
+    struct whet_err err;
+    if (whet_env_load_data_dir(data_dir, &err) < 0) {
+        fprintf(stderr, "whet executor: %s\n", err.msg);
+        return 1;
+    }
+    o.scheduler = scheduler ? scheduler : whet_env("WHET_GRPC", "127.0.0.1:7070");
+    o.token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
+    o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
+    if (!o.token || !o.object_store) {
+        fprintf(stderr, "whet executor: WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE must be set; hint: pass --data-dir "
+                        "of a `whet up` data dir, or set them\n");
+        return 1;
+    }
+    static char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "whet executor: cannot find its own binary\n");
+        return 1;
+    }
+    self[n] = 0;
+    o.whet_bin = self;
+    if (executor_run(&o, &err) < 0) {
+        fprintf(stderr, "whet executor: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+WHET_COMMAND("executor", cmd_executor, "run jobs placed on this machine (registers with the scheduler)")

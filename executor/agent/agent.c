@@ -1,0 +1,240 @@
+/* agent.c - the executor's main loop: register, heartbeat, act on commands, stop cleanly.
+ *
+ * The node id is created once and kept in WORK_DIR/node_id, so a restarted executor is the same node
+ * to the scheduler. Calls carry deadlines and are retried with backoff (common/rpc.h); a scheduler
+ * that restarts or fails over is simply reached again. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_internal.h"
+#include "crypto.h"
+#include "log.h"
+#include "proto/whet.pb-c.h"
+
+static volatile sig_atomic_t stopping;
+static void on_signal(int sig) {
+    (void)sig;
+    stopping = 1;
+}
+
+int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
+               const ProtobufCMessageDescriptor *resp_desc, int budget_ms, struct whet_err *err) {
+    ProtobufCMessage *resp = NULL;
+    int rc = rpc_call(a->rpc, method, req, resp_desc, &resp, 5000, budget_ms, err);
+    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+    return rc == RPC_OK ? 0 : -1;
+}
+
+void agent_report_event(struct agent_job *job, const char *level, const char *type, const char *message,
+                        const char *data_json) {
+    Whet__V1__Event ev = WHET__V1__EVENT__INIT, *evs[] = {&ev};
+    ev.job_id = job->id;
+    ev.attempt = (uint32_t)job->attempt;
+    ev.seq = (uint32_t)++job->event_seq;
+    ev.level = (char *)level;
+    ev.type = (char *)type;
+    ev.message = (char *)message;
+    ev.data_json = (char *)(data_json ? data_json : "");
+    Whet__V1__ReportEventsRequest req = WHET__V1__REPORT_EVENTS_REQUEST__INIT;
+    req.node_id = job->agent->node_id;
+    req.n_events = 1;
+    req.events = evs;
+    struct whet_err err;
+    if (agent_call(job->agent, "/whet.v1.Scheduler/ReportEvents", &req.base,
+                   &whet__v1__report_events_response__descriptor, 30000, &err) < 0)
+        log_warn("msg=\"event not reported\" job=%s error=\"%s\"", job->id, err.msg);
+}
+
+static int load_node_id(struct agent *a, struct whet_err *err) {
+    char *path = xasprintf("%s/node_id", a->opts->work_dir), *text = NULL;
+    int rc = 0;
+    if (whet_read_file(path, 128, &text, NULL, NULL) == 0) {
+        text[strcspn(text, "\r\n")] = 0;
+        snprintf(a->node_id, sizeof a->node_id, "%s", text);
+        free(text);
+    }
+    if (!a->node_id[0]) {
+        whet_random_id("node-", 12, a->node_id);
+        char line[80];
+        int n = snprintf(line, sizeof line, "%s\n", a->node_id);
+        rc = whet_write_file_atomic(path, line, (size_t)n, err);
+    }
+    free(path);
+    return rc;
+}
+
+static int register_node(struct agent *a, const struct agent_device *devs, int *heartbeat_ms, struct whet_err *err) {
+    Whet__V1__Device d[AGENT_MAX_DEVICES], *dp[AGENT_MAX_DEVICES];
+    for (int i = 0; i < a->n_devices; i++) {
+        whet__v1__device__init(&d[i]);
+        d[i].type = (char *)devs[i].type;
+        d[i].memory_mib = devs[i].memory_mib;
+        d[i].index = (uint32_t)i;
+        dp[i] = &d[i];
+    }
+    Whet__V1__RegisterRequest req = WHET__V1__REGISTER_REQUEST__INIT;
+    req.node_id = a->node_id;
+    req.dc = (char *)a->opts->dc;
+    req.pool = (char *)a->opts->pool;
+    req.n_devices = (size_t)a->n_devices;
+    req.devices = dp;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    req.cpu_milli = (uint32_t)(cpus * 1000);
+    req.memory_mib = (uint64_t)pages * (uint64_t)page / (1024 * 1024);
+    req.version = WHET_AGENT_VERSION;
+    Whet__V1__RegisterResponse *resp = NULL;
+    int rc = rpc_call(a->rpc, "/whet.v1.Scheduler/RegisterNode", &req.base, &whet__v1__register_response__descriptor,
+                      (ProtobufCMessage **)&resp, 5000, 60000, err);
+    if (rc != RPC_OK) return -1;
+    *heartbeat_ms = resp->heartbeat_ms ? (int)resp->heartbeat_ms : 1000;
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    log_info("msg=\"registered\" node=%s dc=%s pool=%s devices=%d type=%s heartbeat_ms=%d", a->node_id, a->opts->dc,
+             a->opts->pool, a->n_devices, a->device_type, *heartbeat_ms);
+    return 0;
+}
+
+static struct agent_job *find_job(struct agent *a, const char *id, int attempt) {
+    for (struct agent_job *j = a->jobs; j; j = j->next)
+        if (!strcmp(j->id, id) && (attempt < 0 || j->attempt == attempt)) return j;
+    return NULL;
+}
+
+static void start_job(struct agent *a, const Whet__V1__Command *c) {
+    if (find_job(a, c->job_id, (int)c->attempt)) return; /* a redelivered START */
+    json_t *manifest = json_loads(c->manifest_json, 0, NULL);
+    if (!manifest || strlen(c->job_id) >= sizeof ((struct agent_job *)0)->id) {
+        log_error("msg=\"START without a usable manifest\" job=%s", c->job_id);
+        json_decref(manifest);
+        return;
+    }
+    struct agent_job *job = xcalloc(1, sizeof *job);
+    snprintf(job->id, sizeof job->id, "%s", c->job_id);
+    job->attempt = (int)c->attempt;
+    job->manifest = manifest;
+    job->dir = xasprintf("%s/jobs/%s-%u", a->opts->work_dir, c->job_id, c->attempt);
+    job->agent = a;
+    job->next = a->jobs;
+    a->jobs = job;
+    log_info("msg=\"starting job\" job=%s attempt=%d", job->id, job->attempt);
+    agent_job_start(job);
+}
+
+static void apply_command(struct agent *a, const Whet__V1__Command *c) {
+    if (c->kind == WHET__V1__COMMAND__KIND__START) {
+        start_job(a, c);
+        return;
+    }
+    struct agent_job *job = find_job(a, c->job_id, (int)c->attempt);
+    if (!job) return;
+    if (c->kind == WHET__V1__COMMAND__KIND__STOP) atomic_store(&job->stop, JOB_STOP);
+    else if (c->kind == WHET__V1__COMMAND__KIND__CANCEL) atomic_store(&job->stop, JOB_CANCEL);
+    log_info("msg=\"command\" job=%s kind=%d reason=%s", job->id, (int)c->kind, c->reason);
+}
+
+/* Frees the jobs whose threads are done. */
+static void reap_jobs(struct agent *a) {
+    for (struct agent_job **p = &a->jobs; *p;) {
+        struct agent_job *j = *p;
+        if (atomic_load(&j->done)) {
+            *p = j->next;
+            agent_job_free(j);
+        } else {
+            p = &j->next;
+        }
+    }
+}
+
+/* Returns 1 when the scheduler asked us to register again. */
+static int heartbeat(struct agent *a, struct whet_err *err) {
+    int n = 0;
+    for (struct agent_job *j = a->jobs; j; j = j->next) n++;
+    Whet__V1__JobProgress *progress = xcalloc((size_t)n + 1, sizeof *progress), **pp = xcalloc((size_t)n + 1, sizeof *pp);
+    int i = 0;
+    for (struct agent_job *j = a->jobs; j; j = j->next, i++) {
+        whet__v1__job_progress__init(&progress[i]);
+        progress[i].job_id = j->id;
+        progress[i].attempt = (uint32_t)j->attempt;
+        progress[i].step = (uint32_t)atomic_load(&j->step);
+        progress[i].total_steps = (uint32_t)atomic_load(&j->total_steps);
+        progress[i].loss = atomic_load(&j->loss);
+        progress[i].trained_tokens = (uint64_t)atomic_load(&j->trained_tokens);
+        progress[i].state = "running";
+        pp[i] = &progress[i];
+    }
+    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+    req.node_id = a->node_id;
+    req.n_jobs = (size_t)n;
+    req.jobs = pp;
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    int rc = rpc_call(a->rpc, "/whet.v1.Scheduler/Heartbeat", &req.base, &whet__v1__heartbeat_response__descriptor,
+                      (ProtobufCMessage **)&resp, 3000, 3000, err);
+    free(progress);
+    free(pp);
+    if (rc != RPC_OK) return -1;
+    int reregister = resp->reregister;
+    for (size_t k = 0; k < resp->n_commands; k++) apply_command(a, resp->commands[k]);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return reregister;
+}
+
+static void stop_all(struct agent *a, enum job_stop how) {
+    for (struct agent_job *j = a->jobs; j; j = j->next) atomic_store(&j->stop, how);
+}
+
+int executor_run(const struct executor_options *opts, struct whet_err *err) {
+    static struct agent a;
+    struct agent_device devs[AGENT_MAX_DEVICES];
+    a.opts = opts;
+    if ((a.n_devices = agent_parse_devices(opts->devices, devs, AGENT_MAX_DEVICES, err)) < 0) return -1;
+    snprintf(a.device_type, sizeof a.device_type, "%s", devs[0].type);
+    if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
+    if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
+    if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {
+        objstore_close(a.store);
+        return -1;
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int heartbeat_ms = 1000, registered = 0, rc = 0;
+    double stop_deadline = 0;
+    while (!stopping || a.jobs) {
+        if (stopping && !stop_deadline) {
+            /* Our own shutdown: each job checkpoints and stops, to resume elsewhere or here later. */
+            log_info("msg=\"stopping: checkpointing running jobs\"");
+            stop_all(&a, JOB_STOP);
+            stop_deadline = whet_now_mono() + 60;
+        }
+        if (stop_deadline && whet_now_mono() > stop_deadline) stop_all(&a, JOB_CANCEL);
+        if (!registered && !stopping) {
+            if (register_node(&a, devs, &heartbeat_ms, err) < 0) {
+                log_warn("msg=\"cannot register yet; retrying\" error=\"%s\"", err->msg);
+                continue;
+            }
+            registered = 1;
+        }
+        int hb = heartbeat(&a, err);
+        if (hb < 0) {
+            log_warn("msg=\"heartbeat failed\" error=\"%s\"", err->msg);
+        } else if (hb == 1) {
+            /* Declared lost: our jobs were requeued elsewhere; running them on would train them twice. */
+            log_warn("msg=\"the scheduler declared this node lost; abandoning its jobs and registering again\"");
+            stop_all(&a, JOB_ABANDON);
+            registered = 0;
+        }
+        reap_jobs(&a);
+        usleep((useconds_t)heartbeat_ms * 1000);
+    }
+    reap_jobs(&a);
+    rpc_client_close(a.rpc);
+    objstore_close(a.store);
+    log_info("msg=\"stopped\"");
+    return rc;
+}

@@ -1,0 +1,42 @@
+/* agent.h - the executor (`whet executor`): one per machine, running the jobs the scheduler assigns.
+ *
+ * It registers its devices with the scheduler, then heartbeats; the heartbeat replies carry commands.
+ * For START it fetches the base model (cached per node, checked against the manifest's SHA-256s), the
+ * data and the checkpoint to resume from, writes the trainer config and runs `whet train` in the
+ * sandbox, turning the trainer's event lines into progress, events and checkpoint reports, and
+ * uploading each checkpoint while training goes on. STOP asks the trainer to checkpoint and exit;
+ * CANCEL kills it. If the scheduler no longer knows the node (it was declared lost), the executor
+ * kills what it runs — those jobs have moved elsewhere — and registers again. */
+#ifndef WHET_AGENT_H
+#define WHET_AGENT_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+#define AGENT_MAX_DEVICES 16
+
+struct agent_device {
+    char type[32];       /* "H100", "cpu", … */
+    uint32_t memory_mib;
+};
+
+/* Parses an executor's --devices SPEC (DESIGN.md): `cuda` (every visible CUDA GPU, via nvidia-smi),
+ * `cpu:N` (N CPU slots), `sim:TYPE:N[:GIB]` (N simulated accelerators of TYPE whose training runs on
+ * the CPU). Returns the number of devices, or -1 with err. */
+int agent_parse_devices(const char *spec, struct agent_device *out, int max, struct whet_err *err);
+
+struct executor_options {
+    const char *scheduler;   /* HOST:PORT */
+    const char *token;       /* the shared executor token */
+    const char *dc, *pool;
+    const char *devices;     /* SPEC */
+    const char *work_dir;
+    const char *object_store; /* URL; a manifest may name another */
+    const char *whet_bin;    /* the binary to run as `whet train` */
+};
+
+/* Runs until SIGINT/SIGTERM (stopping its jobs with a checkpoint first) or a fatal error. */
+int executor_run(const struct executor_options *opts, struct whet_err *err);
+
+#endif

@@ -1,0 +1,56 @@
+/* agent_internal.h - what the executor's files share. */
+#ifndef WHET_AGENT_INTERNAL_H
+#define WHET_AGENT_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "agent.h"
+#include "objstore.h"
+#include "rpc.h"
+
+enum job_stop { JOB_RUN, JOB_STOP, JOB_CANCEL, JOB_ABANDON };
+
+/* One attempt of a job on this node. The main thread creates it and reads its progress; the job's own
+ * thread does everything else. */
+struct agent_job {
+    char id[64];
+    int attempt;
+    json_t *manifest;              /* owned */
+    char *dir;                     /* work_dir/jobs/ID-ATTEMPT */
+    pthread_t thread;
+    atomic_int stop;               /* enum job_stop, set by the main thread */
+    atomic_int done;               /* the thread has finished (and reported) */
+    atomic_int step, total_steps;
+    atomic_llong trained_tokens;
+    _Atomic double loss;
+    int event_seq;                 /* events reported for this attempt (job thread only) */
+    struct agent *agent;
+    struct agent_job *next;
+};
+
+struct agent {
+    const struct executor_options *opts;
+    char node_id[64];
+    char device_type[32];
+    int n_devices;
+    struct rpc_client *rpc;
+    struct objstore *store;
+    pthread_mutex_t lock;          /* guards jobs */
+    struct agent_job *jobs;
+};
+
+/* Starts the job's thread (job.c). */
+void agent_job_start(struct agent_job *job);
+/* Frees a finished job. */
+void agent_job_free(struct agent_job *job);
+
+/* RPC helpers (agent.c): report an event for the job (level info|warn|error, type message|metrics,
+ * data JSON or NULL). Failures are logged, not fatal: events are best effort, results are not. */
+void agent_report_event(struct agent_job *job, const char *level, const char *type, const char *message,
+                        const char *data_json);
+int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
+               const ProtobufCMessageDescriptor *resp_desc, int budget_ms, struct whet_err *err);
+
+#endif

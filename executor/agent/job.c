@@ -1,0 +1,429 @@
+/* job.c - one attempt of a job on this node, on its own thread: fetch, train in the sandbox, stream
+ * checkpoints to the object store, report, finish.
+ *
+ * The trainer's stdout is a pipe of JSON lines (trainer.h): "metrics" lines become progress and
+ * metric events, "checkpoint" lines are uploaded at once (the trainer writes each checkpoint
+ * directory atomically and goes on training while it is uploaded) and reported with their metrics,
+ * "final" names the finished model. Its stderr goes to trainer.log in the job dir, whose tail explains
+ * a failure. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent_internal.h"
+#include "log.h"
+#include "proto/whet.pb-c.h"
+#include "sandbox.h"
+
+/* Base models are fetched once per node: models/ID-SHA/ holds a verified copy; concurrent jobs of the
+ * same model wait for the first fetch. */
+static pthread_mutex_t model_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static char *fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
+    const char *id = json_string_value(json_object_get(base, "id"));
+    const char *prefix = json_string_value(json_object_get(base, "object_prefix"));
+    const char *sha = json_string_value(json_object_get(base, "sha256"));
+    if (!id || !prefix) {
+        whet_errf(err, "manifest: base_model needs id and object_prefix");
+        return NULL;
+    }
+    char *dir = xasprintf("%s/models/%s-%.12s", a->opts->work_dir, id, sha ? sha : "");
+    pthread_mutex_lock(&model_cache_lock);
+    struct stat st;
+    int rc = 0;
+    if (stat(dir, &st) != 0) {
+        char *tmp = xasprintf("%s.partial", dir);
+        rc = objstore_get_dir(a->store, prefix, tmp, err);
+        if (rc == OBJSTORE_NOT_FOUND) rc = whet_errf(err, "base model %s: no complete copy at %s", id, prefix);
+        if (rc == 0 && rename(tmp, dir) != 0) rc = whet_errf(err, "rename %s: %s", tmp, strerror(errno));
+        free(tmp);
+    }
+    pthread_mutex_unlock(&model_cache_lock);
+    if (rc != 0) {
+        free(dir);
+        return NULL;
+    }
+    return dir;
+}
+
+static int fetch_file(struct agent *a, json_t *file, const char *path, struct whet_err *err) {
+    const char *key = json_string_value(json_object_get(file, "object_key"));
+    if (!key) return whet_errf(err, "manifest: a data file has no object_key");
+    int rc = objstore_get_file(a->store, key, path, NULL, err);
+    return rc == OBJSTORE_NOT_FOUND ? whet_errf(err, "data file %s is missing from the object store", key) : rc;
+}
+
+/* Everything the trainer needs, in the job dir; returns the config path. */
+static char *prepare(struct agent_job *job, char **model_dir, struct whet_err *err) {
+    struct agent *a = job->agent;
+    json_t *m = job->manifest;
+    char *out_dir = xasprintf("%s/out", job->dir);
+    char *train = xasprintf("%s/train.jsonl", job->dir), *valid = NULL, *resume = NULL, *init = NULL, *cfg_path = NULL;
+    json_t *cfg = NULL;
+    if (whet_mkdir_p(out_dir, err) < 0 || !(*model_dir = fetch_model(a, json_object_get(m, "base_model"), err)) ||
+        fetch_file(a, json_object_get(m, "training_file"), train, err) < 0)
+        goto out;
+    if (json_is_object(json_object_get(m, "validation_file"))) {
+        valid = xasprintf("%s/valid.jsonl", job->dir);
+        if (fetch_file(a, json_object_get(m, "validation_file"), valid, err) < 0) goto out;
+    }
+    json_t *r = json_object_get(m, "resume");
+    if (json_is_object(r)) {
+        resume = xasprintf("%s/resume", job->dir);
+        int rc = objstore_get_dir(a->store, json_string_value(json_object_get(r, "object_prefix")), resume, err);
+        if (rc != 0) {
+            if (rc == OBJSTORE_NOT_FOUND) whet_errf(err, "the checkpoint to resume from is incomplete");
+            goto out;
+        }
+    }
+    json_t *ia = json_object_get(m, "init_adapter");
+    if (json_is_object(ia)) {
+        init = xasprintf("%s/init_adapter", job->dir);
+        if (objstore_get_dir(a->store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) goto out;
+    }
+    cfg = json_deep_copy(json_object_get(m, "trainer"));
+    if (!json_is_object(cfg)) {
+        whet_errf(err, "manifest: no trainer settings");
+        goto out;
+    }
+    json_object_set_new(cfg, "model", json_string(*model_dir));
+    json_object_set_new(cfg, "training_file", json_string(train));
+    json_object_set_new(cfg, "validation_file", valid ? json_string(valid) : json_null());
+    json_object_set_new(cfg, "output_dir", json_string(out_dir));
+    json_object_set_new(cfg, "resume_from", resume ? json_string(resume) : json_null());
+    json_object_set_new(cfg, "init_adapter", init ? json_string(init) : json_null());
+    cfg_path = xasprintf("%s/trainer.json", job->dir);
+    char *text = json_dumps(cfg, JSON_INDENT(2));
+    if (whet_write_file_atomic(cfg_path, text, strlen(text), err) < 0) {
+        free(cfg_path);
+        cfg_path = NULL;
+    }
+    free(text);
+out:
+    json_decref(cfg);
+    free(out_dir);
+    free(train);
+    free(valid);
+    free(resume);
+    free(init);
+    return cfg_path;
+}
+
+/* ---- the trainer's event lines ---- */
+
+struct run {
+    struct agent_job *job;
+    char *final_path;
+    char *csv;          /* OpenAI-style step metrics, built as lines arrive */
+    size_t csv_len, csv_cap;
+    int last_checkpoint_step;
+};
+
+static void csv_append(struct run *r, const char *line) {
+    size_t n = strlen(line);
+    if (r->csv_len + n + 1 > r->csv_cap) r->csv = xrealloc(r->csv, r->csv_cap = (r->csv_cap + n + 1) * 2);
+    memcpy(r->csv + r->csv_len, line, n + 1);
+    r->csv_len += n;
+}
+
+static void upload_checkpoint(struct run *r, int step, const char *path, json_t *metrics) {
+    struct agent_job *job = r->job;
+    struct agent *a = job->agent;
+    struct whet_err err;
+    char *prefix = xasprintf("%s/checkpoints/step-%d", json_string_value(json_object_get(job->manifest, "output_prefix")), step);
+    double t0 = whet_now_mono();
+    if (objstore_put_dir(a->store, prefix, path, &err) < 0) {
+        log_warn("msg=\"checkpoint upload failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
+        agent_report_event(job, "warn", "message", "A checkpoint could not be uploaded; training goes on", NULL);
+        free(prefix);
+        return;
+    }
+    char *metrics_json = metrics ? json_dumps(metrics, JSON_COMPACT) : NULL;
+    Whet__V1__CheckpointReport rep = WHET__V1__CHECKPOINT_REPORT__INIT;
+    rep.node_id = a->node_id;
+    rep.job_id = job->id;
+    rep.attempt = (uint32_t)job->attempt;
+    rep.step = (uint32_t)step;
+    rep.object_prefix = prefix;
+    rep.metrics_json = metrics_json ? metrics_json : "";
+    if (agent_call(a, "/whet.v1.Scheduler/ReportCheckpoint", &rep.base, &whet__v1__report_checkpoint_response__descriptor,
+                   60000, &err) != 0)
+        log_warn("msg=\"checkpoint report failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
+    else
+        r->last_checkpoint_step = step;
+    log_info("msg=\"checkpoint uploaded\" job=%s step=%d seconds=%.2f", job->id, step, whet_now_mono() - t0);
+    free(metrics_json);
+    free(prefix);
+}
+
+/* OpenAI's checkpoint metrics fields from a trainer metrics line. */
+static json_t *checkpoint_metrics(json_t *last) {
+    json_t *m = json_object();
+    if (!last) return m;
+    json_object_set(m, "step", json_object_get(last, "step"));
+    json_object_set(m, "train_loss", json_object_get(last, "loss"));
+    json_object_set(m, "train_mean_token_accuracy", json_object_get(last, "train_mean_token_accuracy"));
+    if (json_object_get(last, "valid_loss")) json_object_set(m, "valid_loss", json_object_get(last, "valid_loss"));
+    return m;
+}
+
+static void handle_line(struct run *r, const char *line, json_t **last_metrics) {
+    struct agent_job *job = r->job;
+    json_t *ev = json_loads(line, 0, NULL);
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    if (!type) {
+        json_decref(ev);
+        return;
+    }
+    if (!strcmp(type, "metrics")) {
+        int step = (int)json_integer_value(json_object_get(ev, "step"));
+        atomic_store(&job->step, step);
+        atomic_store(&job->loss, json_number_value(json_object_get(ev, "loss")));
+        atomic_fetch_add(&job->trained_tokens, (long long)json_integer_value(json_object_get(ev, "tokens")));
+        json_t *total = json_object_get(ev, "total_steps");
+        if (json_is_integer(total)) atomic_store(&job->total_steps, (int)json_integer_value(total));
+        json_object_del(ev, "type");
+        char *data = json_dumps(ev, JSON_COMPACT);
+        char msg[64];
+        snprintf(msg, sizeof msg, "Step %d: training loss=%.4f", step, json_number_value(json_object_get(ev, "loss")));
+        agent_report_event(job, "info", "metrics", msg, data);
+        free(data);
+        char row[256];
+        json_t *vl = json_object_get(ev, "valid_loss");
+        snprintf(row, sizeof row, "%d,%.6f,%.6f,%s,\n", step, json_number_value(json_object_get(ev, "loss")),
+                 json_number_value(json_object_get(ev, "train_mean_token_accuracy")), "");
+        if (vl) snprintf(row, sizeof row, "%d,%.6f,%.6f,%.6f,\n", step, json_number_value(json_object_get(ev, "loss")),
+                         json_number_value(json_object_get(ev, "train_mean_token_accuracy")), json_number_value(vl));
+        csv_append(r, row);
+        json_decref(*last_metrics);
+        *last_metrics = json_incref(ev);
+    } else if (!strcmp(type, "data")) {
+        json_t *total = json_object_get(ev, "total_steps");
+        if (json_is_integer(total)) atomic_store(&job->total_steps, (int)json_integer_value(total));
+        json_object_del(ev, "type");
+        char *data = json_dumps(ev, JSON_COMPACT);
+        agent_report_event(job, "info", "message", "Training data loaded", data);
+        free(data);
+    } else if (!strcmp(type, "checkpoint")) {
+        const char *path = json_string_value(json_object_get(ev, "path"));
+        int step = (int)json_integer_value(json_object_get(ev, "step"));
+        json_t *metrics = checkpoint_metrics(*last_metrics);
+        if (path && step > r->last_checkpoint_step) upload_checkpoint(r, step, path, metrics);
+        json_decref(metrics);
+    } else if (!strcmp(type, "final")) {
+        const char *path = json_string_value(json_object_get(ev, "path"));
+        free(r->final_path);
+        r->final_path = path ? xstrdup(path) : NULL;
+    }
+    json_decref(ev);
+}
+
+/* The last lines of trainer.log, for a failure message. */
+static void log_tail(const char *path, char *out, size_t len) {
+    out[0] = 0;
+    char *text = NULL;
+    size_t n = 0;
+    if (whet_read_file(path, 64 << 20, &text, &n, NULL) < 0) return;
+    while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
+    char *start = text + n;
+    for (int lines = 0; start > text && lines < 3; start--)
+        if (start[-1] == '\n' && ++lines == 3) break;
+    snprintf(out, len, "%s", start);
+    free(text);
+}
+
+/* Sends `sig` to the trainer itself: the direct children of the sandbox's init (which, as PID 1 of its
+ * namespace, ignores signals it has no handler for). */
+static void signal_trainer(const struct sandbox_child *child, int sig) {
+    char path[64], pids[256];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)child->pid, (int)child->pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(pids, 1, sizeof pids - 1, f);
+    fclose(f);
+    pids[n] = 0;
+    for (char *p = pids, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p) break;
+        if (pid > 1) kill((pid_t)pid, sig);
+    }
+}
+
+/* Runs the trainer; fills the outcome. */
+static void train(struct agent_job *job, const char *cfg_path, const char *model_dir, struct run *r,
+                  Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
+    struct agent *a = job->agent;
+    struct whet_err err;
+    int out_pipe[2];
+    char *log_path = xasprintf("%s/trainer.log", job->dir);
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0 || pipe2(out_pipe, O_CLOEXEC) != 0) {
+        snprintf(msg, msg_len, "cannot set up the trainer's output: %s", strerror(errno));
+        if (log_fd >= 0) close(log_fd);
+        free(log_path);
+        return;
+    }
+    char threads[32];
+    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", a->n_devices > 0 ? a->n_devices : 1);
+    const char *argv[] = {a->opts->whet_bin, "train", "--config", cfg_path, NULL};
+    const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, NULL};
+    const char *writable[] = {job->dir, NULL};
+    const char *readonly[] = {model_dir, a->opts->whet_bin, NULL};
+    struct sandbox_spec spec;
+    sandbox_spec_init(&spec);
+    spec.argv = argv;
+    spec.env = env;
+    spec.workdir = job->dir;
+    spec.writable_dirs = writable;
+    spec.readonly_dirs = readonly;
+    spec.max_procs = 512;
+    spec.open_files = 1024;
+    spec.stdout_fd = out_pipe[1];
+    spec.stderr_fd = log_fd;
+    struct sandbox_child child;
+    if (sandbox_spawn(&spec, &child, &err) < 0) {
+        snprintf(msg, msg_len, "the sandbox could not start the trainer: %s", err.msg);
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        close(log_fd);
+        free(log_path);
+        return;
+    }
+    close(out_pipe[1]);
+    close(log_fd);
+    agent_report_event(job, "info", "message", "Fine-tuning job started", NULL);
+
+    char buf[65536];
+    size_t have = 0;
+    json_t *last_metrics = NULL;
+    int signalled = 0, out_open = 1;
+    for (;;) {
+        int stop = atomic_load(&job->stop);
+        if (stop == JOB_STOP && !signalled) {
+            signal_trainer(&child, SIGTERM); /* the trainer checkpoints and exits 0 */
+            signalled = 1;
+        } else if ((stop == JOB_CANCEL || stop == JOB_ABANDON) && signalled < 2) {
+            sandbox_kill(&child);
+            signalled = 2;
+        }
+        struct pollfd pfd[2] = {{.fd = out_open ? out_pipe[0] : -1, .events = POLLIN},
+                                {.fd = child.result_fd, .events = POLLIN}};
+        poll(pfd, 2, 200);
+        if (out_open && (pfd[0].revents & (POLLIN | POLLHUP))) {
+            ssize_t n = read(out_pipe[0], buf + have, sizeof buf - 1 - have);
+            if (n <= 0) {
+                out_open = 0;
+            } else {
+                have += (size_t)n;
+                buf[have] = 0;
+                char *start = buf, *nl;
+                while ((nl = strchr(start, '\n'))) {
+                    *nl = 0;
+                    handle_line(r, start, &last_metrics);
+                    start = nl + 1;
+                }
+                have -= (size_t)(start - buf);
+                memmove(buf, start, have);
+                if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: not ours, drop it */
+            }
+        }
+        if (!out_open && sandbox_pump(&child)) break;
+    }
+    json_decref(last_metrics);
+    close(out_pipe[0]);
+    struct sandbox_result res;
+    if (sandbox_wait(&child, &res, &err) < 0) res.reason = SANDBOX_SETUP;
+    int stop = atomic_load(&job->stop);
+    if (stop == JOB_CANCEL) {
+        fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
+    } else if (res.reason == SANDBOX_OK && stop == JOB_STOP) {
+        fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
+    } else if (res.reason == SANDBOX_OK && r->final_path) {
+        fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
+    } else {
+        char tail[400];
+        log_tail(log_path, tail, sizeof tail);
+        snprintf(msg, msg_len, "the trainer %s%s%s", res.reason == SANDBOX_OK ? "exited without a final model" : res.message,
+                 *tail ? ": " : "", tail);
+        if (res.reason == SANDBOX_SECCOMP) fin->error_code = "sandbox_violation";
+    }
+    free(log_path);
+}
+
+static void *job_main(void *arg) {
+    struct agent_job *job = arg;
+    struct agent *a = job->agent;
+    double t0 = whet_now_mono();
+    Whet__V1__FinishJobRequest fin = WHET__V1__FINISH_JOB_REQUEST__INIT;
+    fin.node_id = a->node_id;
+    fin.job_id = job->id;
+    fin.attempt = (uint32_t)job->attempt;
+    fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
+    fin.error_code = "training_failed";
+    char msg[600] = "";
+    struct run r = {.job = job};
+    struct whet_err err;
+    char *model_dir = NULL, *final_prefix = NULL;
+
+    char *cfg_path = prepare(job, &model_dir, &err);
+    if (!cfg_path) {
+        snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
+        fin.error_code = "preparation_failed";
+    } else if (atomic_load(&job->stop) == JOB_RUN) {
+        csv_append(&r, "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy\n");
+        train(job, cfg_path, model_dir, &r, &fin, msg, sizeof msg);
+    } else {
+        fin.outcome = atomic_load(&job->stop) == JOB_STOP ? WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED
+                                                          : WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
+    }
+    const char *output_prefix = json_string_value(json_object_get(job->manifest, "output_prefix"));
+    if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
+        final_prefix = xasprintf("%s/final", output_prefix);
+        char *csv_key = xasprintf("%s/results.csv", output_prefix);
+        if (objstore_put_dir(a->store, final_prefix, r.final_path, &err) < 0 ||
+            objstore_put(a->store, csv_key, r.csv, r.csv_len, &err) < 0) {
+            fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
+            fin.error_code = "upload_failed";
+            snprintf(msg, sizeof msg, "the fine-tuned model could not be uploaded: %s", err.msg);
+        } else {
+            fin.final_object_prefix = final_prefix;
+        }
+        free(csv_key);
+    }
+    if (fin.outcome != WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED) fin.error_code = "";
+    fin.error_message = msg;
+    Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
+    usage.device_type = a->device_type;
+    usage.device_seconds = (whet_now_mono() - t0) * (a->n_devices > 0 ? 1 : 0);
+    usage.trained_tokens = (uint64_t)atomic_load(&job->trained_tokens);
+    fin.usage = &usage;
+    fin.trained_tokens = usage.trained_tokens;
+    if (atomic_load(&job->stop) != JOB_ABANDON) {
+        if (agent_call(a, "/whet.v1.Scheduler/FinishJob", &fin.base, &whet__v1__finish_job_response__descriptor,
+                       10 * 60 * 1000, &err) != 0)
+            log_error("msg=\"could not report the end of a job\" job=%s error=\"%s\"", job->id, err.msg);
+    }
+    log_info("msg=\"job attempt ended\" job=%s attempt=%d outcome=%d error=\"%s\"", job->id, job->attempt, (int)fin.outcome, msg);
+    free(cfg_path);
+    free(model_dir);
+    free(final_prefix);
+    free(r.final_path);
+    free(r.csv);
+    atomic_store(&job->done, 1);
+    return NULL;
+}
+
+void agent_job_start(struct agent_job *job) { pthread_create(&job->thread, NULL, job_main, job); }
+
+void agent_job_free(struct agent_job *job) {
+    pthread_join(job->thread, NULL);
+    json_decref(job->manifest);
+    free(job->dir);
+    free(job);
+}
