@@ -66,8 +66,8 @@ read -r c c_cpu < <(printf '%s\n' "${curl_t[@]}" | median)
 read -r s s_cpu < <(printf '%s\n' "${single_t[@]}" | median)
 read -r m4 m4_cpu < <(printf '%s\n' "${multi4_t[@]}" | median)
 read -r m1 m1_cpu < <(printf '%s\n' "${multi1_t[@]}" | median)
-mbs() { echo "scale=1; $bytes / 1048576 / $1" | bc -l; }
-ratio() { echo "scale=2; $c / $1" | bc -l; }
+mbs() { awk -v b="$bytes" -v t="$1" 'BEGIN {printf "%.1f", b / 1048576 / t}'; }
+ratio() { awk -v c="$c" -v t="$1" 'BEGIN {printf "%.2f", c / t}'; }
 echo "objstore upload bench: ${size_mb} MiB to s3rver, median of $rounds rounds, $(nproc) cores shared with other work"
 row() { printf '  %-48s %7.3fs %7.1f MiB/s  client CPU %6.3fs  ratio %s\n' "$1" "$2" "$(mbs "$2")" "$3" "$(ratio "$2")"; }
 row "curl -T (one PUT, unsigned payload)" "$c" "$c_cpu"
