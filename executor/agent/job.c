@@ -8,6 +8,7 @@
  * a failure. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -132,6 +133,20 @@ static void csv_append(struct run *r, const char *line) {
     r->csv_len += n;
 }
 
+/* Bytes under a directory, for storage metering. */
+static _Thread_local uint64_t dir_bytes_total;
+static int dir_bytes_add(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)path;
+    (void)ftw;
+    if (type == FTW_F) dir_bytes_total += (uint64_t)st->st_size;
+    return 0;
+}
+static uint64_t dir_bytes(const char *dir) {
+    dir_bytes_total = 0;
+    nftw(dir, dir_bytes_add, 16, FTW_PHYS);
+    return dir_bytes_total;
+}
+
 static void upload_checkpoint(struct run *r, int step, const char *path, json_t *metrics) {
     struct agent_job *job = r->job;
     struct agent *a = job->agent;
@@ -151,6 +166,7 @@ static void upload_checkpoint(struct run *r, int step, const char *path, json_t 
     rep.attempt = (uint32_t)job->attempt;
     rep.step = (uint32_t)step;
     rep.object_prefix = prefix;
+    rep.bytes = dir_bytes(path);
     rep.metrics_json = metrics_json ? metrics_json : "";
     if (agent_call(a, "/whet.v1.Scheduler/ReportCheckpoint", &rep.base, &whet__v1__report_checkpoint_response__descriptor,
                    60000, &err) != 0)
