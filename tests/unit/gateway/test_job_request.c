@@ -311,6 +311,23 @@ TEST(resolve_auto) {
     job_request_free(&req);
 }
 
+/* Field names come from the client: a long multibyte key cut to fit `param` stays valid UTF-8. */
+TEST(long_multibyte_names_stay_utf8) {
+    char key[200] = "";
+    for (int i = 0; i < 60; i++) strcat(key, "\xc3\xa9"); /* 120 bytes of "é" */
+    char *text = xasprintf("{" BASE ",\"whet\":{\"lora\":{\"%s\":1}}}", key);
+    struct job_request req;
+    CHECK_CONTAINS(parse(text, &req), "unknown field");
+    json_t *p = json_string(last_param);
+    CHECK(p != NULL); /* NULL when the cut left half a character */
+    CHECK(strlen(last_param) < JOB_PARAM_MAX && strncmp(last_param, "whet.lora.", 10) == 0);
+    json_decref(p);
+    json_t *m = json_string(last_err.msg);
+    CHECK(m != NULL);
+    json_decref(m);
+    free(text);
+}
+
 int main(void) {
     RUN(minimal_body_defaults_to_supervised_auto);
     RUN(full_body_is_kept);
@@ -321,5 +338,6 @@ int main(void) {
     RUN(reinforcement_and_graders);
     RUN(whet_extension);
     RUN(resolve_auto);
+    RUN(long_multibyte_names_stay_utf8);
     return test_summary();
 }

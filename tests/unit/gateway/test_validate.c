@@ -260,6 +260,28 @@ TEST(method_names) {
     CHECK(validate_format_parse(NULL) == VALIDATE_FORMAT_AUTO);
 }
 
+/* Field names come from the file: a long multibyte one cut to fit stays valid UTF-8 in the message. */
+TEST(messages_stay_utf8) {
+    char key[400] = "";
+    for (int i = 0; i < 150; i++) strcat(key, "\xc3\xa9");
+    char *text = xasprintf("{\"messages\":[{\"role\":\"assistant\",\"content\":\"x\"}],\"%s\":1}\n", key);
+    struct validate_summary sum;
+    const char *msg = file_error(text, VALIDATE_FORMAT_SFT, &sum);
+    CHECK(strncmp(msg, "line 1: \xc3\xa9", 10) == 0);
+    /* Every multibyte sequence in the message is complete. */
+    const unsigned char *p = (const unsigned char *)msg;
+    int complete = 1;
+    while (*p) {
+        size_t n = *p < 0x80 ? 1 : *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : 2;
+        for (size_t i = 1; i < n; i++)
+            if ((p[i] & 0xc0) != 0x80) complete = 0;
+        if (!complete) break;
+        p += n;
+    }
+    CHECK(complete);
+    free(text);
+}
+
 int main(void) {
     RUN(detects_each_format);
     RUN(sft_rules);
@@ -272,5 +294,6 @@ int main(void) {
     RUN(limits);
     RUN(stream_chunking_is_invisible);
     RUN(method_names);
+    RUN(messages_stay_utf8);
     return test_summary();
 }
