@@ -262,7 +262,7 @@ static int32_t nodes_to_score(const struct pl_cluster *c) {
 
 /* The whole job on one node. Returns 1 and fills out, or 0 and notes each pool's filter. */
 static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double now, struct pl_alloc *out,
-                          struct pl_reason *why, const enum pl_filter *pool_ok) {
+                          const enum pl_filter *pool_ok) {
     int32_t k = j->gpus > 0 ? j->gpus : 0, milli = pl_job_milli(j);
     int64_t cpu = j->cpu_milli, mem = j->mem_mib;
     int32_t budget = nodes_to_score(c), seen = 0;
@@ -273,21 +273,11 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
     for (int32_t pi = 0; pi < c->n_pools && seen < budget; pi++) {
         if (pool_ok[pi] != PL_OK) continue;
         const struct pl_pool *p = &c->pools[pi];
-        enum pl_filter pool_best = PL_F_GPUS;
-        if (k > p->max_node_gpus || !pool_may_fit(p, k, milli, 1)) {
-            if (why) reason_note(why, p, k > p->max_node_gpus ? PL_F_NODE_SIZE : PL_F_GPUS);
-            continue;
-        }
+        if (k > p->max_node_gpus || !pool_may_fit(p, k, milli, 1)) continue;
         int32_t start = budget < c->n_nodes && c->cfg.scorer != PL_SCORE_FIRST_FIT ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
-        int32_t found = 0;
         for (int32_t q = 0; q < p->n_nodes && seen < budget; q++) {
             int32_t ni = p->nodes[(start + q) % p->n_nodes];
-            enum pl_filter f = node_filter(c, ni, j, k, milli, cpu, mem, now);
-            if (f != PL_OK) {
-                if (filter_rank(f) > filter_rank(pool_best)) pool_best = f;
-                continue;
-            }
-            found = 1;
+            if (node_filter(c, ni, j, k, milli, cpu, mem, now) != PL_OK) continue;
             seen++;
             uint32_t mask;
             double s = c->cfg.scorer == PL_SCORE_FIRST_FIT ? node_score(c, ni, k, milli, cpu, mem, &mask)
@@ -299,7 +289,6 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
             }
             if (c->cfg.scorer == PL_SCORE_FIRST_FIT) break;
         }
-        if (!found && why) reason_note(why, p, pool_best);
     }
     if (best_node < 0) return 0;
     out->n_slots = 1;
@@ -367,23 +356,17 @@ static int32_t gang_pick(const struct pl_pool *p, const int32_t *room, int32_t g
 
 /* A gang too big for any one node: the fewest nodes of one pool (never across data centers). */
 static int place_gang(struct pl_cluster *c, const struct pl_job *j, double now, struct pl_alloc *out,
-                      struct pl_reason *why, const enum pl_filter *pool_ok) {
+                      const enum pl_filter *pool_ok) {
     int32_t best_pool = -1, best_n = 0;
     int32_t pos[PL_MAX_NODES_PER_JOB + 1], take[PL_MAX_NODES_PER_JOB + 1];
     for (int32_t pi = 0; pi < c->n_pools; pi++) {
         if (pool_ok[pi] != PL_OK) continue;
         const struct pl_pool *p = &c->pools[pi];
-        if (!pool_may_fit(p, j->gpus, PL_MILLI, 0)) {
-            if (why) reason_note(why, p, PL_F_GPUS);
-            continue;
-        }
+        if (!pool_may_fit(p, j->gpus, PL_MILLI, 0)) continue;
         int32_t *room = c->scratch;
         for (int32_t q = 0; q < p->n_nodes; q++) room[q] = node_gang_room(c, p->nodes[q], j, now);
         int32_t n = gang_pick(p, room, j->gpus, pos, take);
-        if (n == 0) {
-            if (why) reason_note(why, p, PL_F_GPUS);
-            continue;
-        }
+        if (n == 0) continue;
         if (best_pool < 0 || n < best_n) {
             best_pool = pi;
             best_n = n;
@@ -412,31 +395,41 @@ static int place_gang(struct pl_cluster *c, const struct pl_job *j, double now, 
     return 1;
 }
 
+/* Why j fits nowhere: for each pool, its static filter, or the filter that stopped the node that
+ * came closest (one-node jobs), or a lack of room across the pool (gangs). */
+static void explain(const struct pl_cluster *c, const struct pl_job *j, double now, struct pl_reason *why,
+                    const enum pl_filter *pool_ok) {
+    int32_t k = j->gpus > 0 ? j->gpus : 0, milli = pl_job_milli(j);
+    for (int32_t pi = 0; pi < c->n_pools; pi++) {
+        const struct pl_pool *p = &c->pools[pi];
+        if (pool_ok[pi] != PL_OK) {
+            reason_note(why, p, pool_ok[pi]);
+            continue;
+        }
+        if (k > p->max_node_gpus) {
+            reason_note(why, p, milli == PL_MILLI ? PL_F_GPUS : PL_F_NODE_SIZE);
+            continue;
+        }
+        enum pl_filter best = PL_F_GPUS;
+        for (int32_t q = 0; q < p->n_nodes; q++) {
+            enum pl_filter f = node_filter(c, p->nodes[q], j, k, milli, j->cpu_milli, j->mem_mib, now);
+            if (f != PL_OK && filter_rank(f) > filter_rank(best)) best = f;
+        }
+        reason_note(why, p, best);
+    }
+}
+
 /* Filter, score, pick for one job. */
 static int try_place(struct pl_cluster *c, const struct pl_job *j, double now, struct pl_alloc *out,
                      struct pl_reason *why, enum pl_filter *pool_ok) {
-    int any = 0, need_gang = 0;
+    int any = 0;
     for (int32_t pi = 0; pi < c->n_pools; pi++) {
         pool_ok[pi] = pool_filter(c, &c->pools[pi], j);
         if (pool_ok[pi] == PL_OK) any = 1;
     }
-    if (!any) {
-        if (why)
-            for (int32_t pi = 0; pi < c->n_pools; pi++) reason_note(why, &c->pools[pi], pool_ok[pi]);
-        return 0;
-    }
-    if (place_one_node(c, j, now, out, NULL, pool_ok)) return 1;
-    if (j->gpus > 1 && pl_job_milli(j) == PL_MILLI) {
-        need_gang = 1;
-        if (place_gang(c, j, now, out, NULL, pool_ok)) return 1;
-    }
-    if (why) {
-        /* Second pass only to explain: which filter stopped which pool. */
-        for (int32_t pi = 0; pi < c->n_pools; pi++)
-            if (pool_ok[pi] != PL_OK) reason_note(why, &c->pools[pi], pool_ok[pi]);
-        if (need_gang) place_gang(c, j, now, out, why, pool_ok);
-        else place_one_node(c, j, now, out, why, pool_ok);
-    }
+    if (any && place_one_node(c, j, now, out, pool_ok)) return 1;
+    if (any && j->gpus > 1 && pl_job_milli(j) == PL_MILLI && place_gang(c, j, now, out, pool_ok)) return 1;
+    explain(c, j, now, why, pool_ok);
     return 0;
 }
 
@@ -546,30 +539,46 @@ static void hyp_touch(struct pl_cluster *c, int32_t ni) {
     c->hyp_mem[ni] = c->nodes[ni].mem_free_mib;
 }
 
-/* Releases victim v in the hypothetical state: all of it, or (shrink) its spare GPUs on node `only`. */
-static void hyp_release(struct pl_cluster *c, const struct pl_job *v, int shrink, int32_t only) {
+/* Releases victim v in the hypothetical state: all of it (shrink_gpus 0), or shrink_gpus of its
+ * GPUs on node `only` (an elastic shrink). Returns the mask of the GPUs freed on `only`. */
+static uint32_t hyp_release(struct pl_cluster *c, const struct pl_job *v, int32_t shrink_gpus, int32_t only) {
     int32_t milli = pl_job_milli(v);
-    int32_t spare = shrink ? v->gpus - v->min_gpus : 0;
+    uint32_t freed_mask = 0;
     for (int32_t s = 0; s < v->alloc.n_slots; s++) {
         const struct pl_slot *sl = &v->alloc.slots[s];
-        if (shrink && sl->node != only) continue;
+        if (shrink_gpus && sl->node != only) continue;
         hyp_touch(c, sl->node);
         int32_t freed = 0;
         for (int g = PL_MAX_GPUS_PER_NODE - 1; g >= 0; g--)
-            if ((sl->gpu_mask & (1u << g)) && (!shrink || freed < spare)) {
+            if ((sl->gpu_mask & (1u << g)) && (!shrink_gpus || freed < shrink_gpus)) {
                 c->hyp_free[sl->node][g] += milli;
+                if (sl->node == only) freed_mask |= 1u << g;
                 freed++;
             }
-        if (shrink) {
-            if (freed > 0) {
-                c->hyp_cpu[sl->node] += pl_share_cpu(v, freed);
-                c->hyp_mem[sl->node] += pl_share_mem(v, freed);
-            }
-        } else {
+        if (!shrink_gpus) {
             c->hyp_cpu[sl->node] += pl_slot_cpu(v, s);
             c->hyp_mem[sl->node] += pl_slot_mem(v, s);
+        } else if (freed > 0) {
+            c->hyp_cpu[sl->node] += pl_share_cpu(v, freed);
+            c->hyp_mem[sl->node] += pl_share_mem(v, freed);
         }
     }
+    return freed_mask;
+}
+
+/* GPUs an elastic victim gives up on node ni: what j still lacks there, at most its spare GPUs. */
+static int32_t shrink_amount(const struct pl_cluster *c, const struct pl_job *v, const struct pl_job *j, int32_t ni,
+                             int32_t milli) {
+    int32_t have = 0, want = j->gpus > 0 ? j->gpus : 0;
+    for (int g = 0; g < c->nodes[ni].gpus; g++) have += c->hyp_free[ni][g] >= milli;
+    int32_t on_node = 0;
+    for (int32_t s = 0; s < v->alloc.n_slots; s++)
+        if (v->alloc.slots[s].node == ni) on_node = v->alloc.slots[s].gpu_count;
+    int32_t k = want - have;
+    if (k < 1) k = 1;
+    if (k > v->gpus - v->min_gpus) k = v->gpus - v->min_gpus;
+    if (k > on_node) k = on_node;
+    return k;
 }
 
 static int32_t hyp_room(const struct pl_cluster *c, int32_t ni, const struct pl_job *j, int32_t milli) {
@@ -621,7 +630,8 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
                 double cost = 0;
                 int32_t used = 0;
                 while (used < nv && hyp_room(c, ni, j, milli) < want) {
-                    hyp_release(c, c->victims[used].job, c->victims[used].shrink, ni);
+                    const struct pl_job *v = c->victims[used].job;
+                    hyp_release(c, v, c->victims[used].shrink ? shrink_amount(c, v, j, ni, milli) : 0, ni);
                     cost += c->victims[used].cost;
                     used++;
                 }
@@ -704,28 +714,23 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
     }
     qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
     double hold_until = now;
+    c->hyp_gen++;
     for (int32_t i = 0; i < best_nv; i++) {
         struct pl_job *v = c->victims[i].job;
         if (c->victims[i].shrink) {
+            /* Replay the search's releases to give back exactly what it counted on. */
+            hyp_touch(c, best_scope);
+            int32_t k = shrink_amount(c, v, j, best_scope, milli);
+            uint32_t mask = hyp_release(c, v, k, best_scope);
             struct pl_decision *d = decision_add(c, PL_SHRINK, v);
             d->for_job = j;
-            int32_t spare = v->gpus - v->min_gpus, freed = 0;
-            for (int32_t s = 0; s < v->alloc.n_slots; s++) {
-                const struct pl_slot *sl = &v->alloc.slots[s];
-                if (sl->node != best_scope) continue;
-                uint32_t mask = 0;
-                for (int g = PL_MAX_GPUS_PER_NODE - 1; g >= 0; g--)
-                    if ((sl->gpu_mask & (1u << g)) && freed < spare) {
-                        mask |= 1u << g;
-                        freed++;
-                    }
-                d->alloc.slots[d->alloc.n_slots].node = sl->node;
-                d->alloc.slots[d->alloc.n_slots].gpu_mask = (uint16_t)mask;
-                d->alloc.slots[d->alloc.n_slots].gpu_count = (uint16_t)pl_popcount16(mask);
-                d->alloc.n_slots++;
-            }
-            d->gpus = v->gpus - freed;
+            d->alloc.n_slots = 1;
+            d->alloc.slots[0].node = best_scope;
+            d->alloc.slots[0].gpu_mask = (uint16_t)mask;
+            d->alloc.slots[0].gpu_count = (uint16_t)pl_popcount16(mask);
+            d->gpus = v->gpus - d->alloc.slots[0].gpu_count;
         } else {
+            if (!best_is_pool) hyp_release(c, v, 0, best_scope);
             struct pl_decision *d = decision_add(c, PL_PREEMPT, v);
             d->for_job = j;
             d->not_before = now + v->grace_s;

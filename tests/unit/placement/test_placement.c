@@ -1,0 +1,653 @@
+/* test_placement.c - the placement library's rules, one test each: gangs all-or-nothing, one node
+ * when it fits else fewest nodes of one data center, type and data-center constraints with
+ * spill-over, quotas, borrowing and reclaim, fair-share order, backfill that never delays the head,
+ * preemption of the cheapest victims with grace periods, elastic grow and shrink, GPU sharing, FGD,
+ * reasons, determinism and snapshot validation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "placement.h"
+#include "test.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Builders                                                                                        */
+
+static struct pl_node node(int dc, int type, int gpus) {
+    struct pl_node n;
+    memset(&n, 0, sizeof n);
+    n.dc = dc;
+    n.gpu_type = type;
+    n.gpus = gpus;
+    n.gpu_mem_mib = 81920;
+    n.cpu_milli = 64000;
+    n.mem_mib = 512 * 1024;
+    n.schedulable = 1;
+    pl_node_reset_free(&n);
+    return n;
+}
+
+static struct pl_job job(uint64_t id, int tenant, int gpus) {
+    struct pl_job j;
+    memset(&j, 0, sizeof j);
+    j.id = id;
+    j.tenant = tenant;
+    j.gpus = gpus;
+    j.gpu_milli = PL_MILLI;
+    j.cpu_milli = 1000 * gpus;
+    j.mem_mib = 1024 * gpus;
+    j.preemptible = 1;
+    j.submit_time = (double)id;
+    return j;
+}
+
+static struct pl_tenant tenant(double weight) {
+    struct pl_tenant t;
+    memset(&t, 0, sizeof t);
+    t.weight = weight;
+    t.may_borrow = 1;
+    return t;
+}
+
+static struct pl_cluster *cluster(const struct pl_node *nodes, int n, const struct pl_tenant *t, int nt,
+                                  const char *policy) {
+    struct pl_config cfg;
+    CHECK(pl_config_for_policy(&cfg, policy) == 0);
+    char err[256];
+    struct pl_cluster *c = pl_cluster_new(nodes, n, t, nt, &cfg, err, sizeof err);
+    CHECK_MSG(c != NULL, "%s", err);
+    return c;
+}
+
+static const struct pl_decision *find(const struct pl_result *r, enum pl_action a, uint64_t id) {
+    for (int i = 0; i < r->n; i++)
+        if (r->decisions[i].action == a && r->decisions[i].job->id == id) return &r->decisions[i];
+    return NULL;
+}
+
+static int free_gpus(const struct pl_cluster *c, int ni) {
+    const struct pl_node *n = pl_cluster_node(c, ni);
+    int k = 0;
+    for (int g = 0; g < n->gpus; g++) k += n->gpu_free_milli[g] == PL_MILLI;
+    return k;
+}
+
+/* Places `j` alone and returns the decision (asserting the action). */
+static const struct pl_decision *place(struct pl_cluster *c, struct pl_job *j, double now) {
+    const struct pl_result *r = pl_schedule(c, &j, 1, now);
+    const struct pl_decision *d = find(r, PL_PLACE, j->id);
+    CHECK_MSG(d != NULL, "job %llu was not placed", (unsigned long long)j->id);
+    return d;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Gangs                                                                                           */
+
+TEST(gang_all_or_nothing) {
+    struct pl_node nodes[2] = {node(0, 0, 4), node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 2, &t, 1, "whet");
+    struct pl_job a = job(1, 0, 1), b = job(2, 0, 1), big = job(3, 0, 7);
+    place(c, &a, 0);
+    place(c, &b, 0);
+    CHECK(free_gpus(c, 0) + free_gpus(c, 1) == 6);
+    struct pl_job *q = &big;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1);
+    CHECK(find(r, PL_WAIT, 3) != NULL);
+    CHECK(big.state == PL_JOB_QUEUED);
+    CHECK(free_gpus(c, 0) + free_gpus(c, 1) == 6); /* nothing half-taken */
+    CHECK(pl_cluster_gpu_milli_used(c) == 2000);
+    big.gpus = 6;
+    const struct pl_decision *d = place(c, &big, 2);
+    CHECK(d && d->alloc.n_slots == 2);
+    CHECK(pl_cluster_gpu_milli_used(c) == 8000);
+    pl_cluster_free(c);
+}
+
+TEST(gang_one_node_when_it_fits) {
+    /* Node 0 has 4 free GPUs, node 1 has 8: a 4-GPU job must not be split, an 8-GPU job goes whole
+     * onto node 1. */
+    struct pl_node nodes[2] = {node(0, 0, 4), node(0, 0, 8)};
+    struct pl_tenant t = tenant(1);
+    for (int p = 0; p < 3; p++) {
+        const char *policy = p == 0 ? "fifo" : p == 1 ? "bestfit" : "whet";
+        struct pl_cluster *c = cluster(nodes, 2, &t, 1, policy);
+        struct pl_job four = job(1, 0, 4), eight = job(2, 0, 8);
+        const struct pl_decision *d = place(c, &four, 0);
+        CHECK(d && d->alloc.n_slots == 1 && d->alloc.slots[0].gpu_count == 4);
+        d = place(c, &eight, 0);
+        CHECK(d && d->alloc.n_slots == 1 && d->alloc.slots[0].node == 1);
+        pl_cluster_free(c);
+    }
+}
+
+TEST(gang_fewest_nodes) {
+    /* Free GPUs per node: 2, 8, 3, 8, 4. A 16-GPU gang takes the two 8s, not five nodes. */
+    struct pl_node nodes[5] = {node(0, 0, 8), node(0, 0, 8), node(0, 0, 8), node(0, 0, 8), node(0, 0, 8)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 5, &t, 1, "whet");
+    struct pl_job fill0 = job(1, 0, 6), fill2 = job(2, 0, 5), fill4 = job(3, 0, 4);
+    place(c, &fill0, 0);
+    place(c, &fill2, 0);
+    place(c, &fill4, 0);
+    struct pl_job gang = job(10, 0, 16);
+    const struct pl_decision *d = place(c, &gang, 1);
+    CHECK(d && d->alloc.n_slots == 2);
+    if (d && d->alloc.n_slots == 2) {
+        CHECK(d->alloc.slots[0].gpu_count == 8 && d->alloc.slots[1].gpu_count == 8);
+        CHECK(free_gpus(c, d->alloc.slots[0].node) == 0 && free_gpus(c, d->alloc.slots[1].node) == 0);
+    }
+    /* 10 GPUs now: 2 + 3 + 4 are left (9): does not fit; with 9 it takes all three. */
+    struct pl_job ten = job(11, 0, 10), nine = job(12, 0, 9);
+    struct pl_job *q = &ten;
+    CHECK(find(pl_schedule(c, &q, 1, 2), PL_WAIT, 11) != NULL);
+    d = place(c, &nine, 3);
+    CHECK(d && d->alloc.n_slots == 3);
+    pl_cluster_free(c);
+}
+
+TEST(gang_never_across_data_centers) {
+    struct pl_node nodes[3] = {node(0, 0, 4), node(1, 0, 4), node(1, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 3, &t, 1, "whet");
+    struct pl_job blocker = job(1, 0, 4);
+    blocker.allowed_dcs = 1u << 1;
+    place(c, &blocker, 0); /* dc1 now has 4 free, dc0 has 4 free: 8 in total, split */
+    struct pl_job gang = job(2, 0, 8);
+    struct pl_job *q = &gang;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1);
+    const struct pl_decision *d = find(r, PL_WAIT, 2);
+    CHECK(d != NULL);
+    if (d) {
+        CHECK(d->reason.n_pools == 2);
+        CHECK(d->reason.main == PL_F_GPUS);
+    }
+    CHECK(pl_cluster_gpu_milli_used(c) == 4000);
+    /* When one data center can hold it, it goes there, on that data center's nodes only. */
+    pl_cluster_release(c, &blocker);
+    d = place(c, &gang, 2);
+    CHECK(d && d->alloc.n_slots == 2);
+    if (d && d->alloc.n_slots == 2) {
+        CHECK(pl_cluster_node(c, d->alloc.slots[0].node)->dc == 1);
+        CHECK(pl_cluster_node(c, d->alloc.slots[1].node)->dc == 1);
+    }
+    pl_cluster_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Constraints, quotas, reasons                                                                    */
+
+TEST(type_and_dc_constraints_spill_over) {
+    /* Types: 0 = A100 (dc0), 1 = H100 (dc0), 1 = H100 (dc1). */
+    struct pl_node nodes[3] = {node(0, 0, 2), node(0, 1, 2), node(1, 1, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 3, &t, 1, "whet");
+    struct pl_job a = job(1, 0, 2), b = job(2, 0, 2), e = job(4, 0, 1);
+    a.allowed_types = b.allowed_types = 1u << 1; /* H100 only */
+    a.allowed_dcs = b.allowed_dcs = 1u << 0;       /* dc0 only */
+    const struct pl_decision *d = place(c, &a, 0);
+    CHECK(d && d->alloc.slots[0].node == 1);
+    /* dc0's H100 pool is full: b may not spill to the A100s nor to dc1. */
+    struct pl_job *q = &b;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1);
+    d = find(r, PL_WAIT, 2);
+    CHECK(d != NULL);
+    if (d) {
+        int saw_type = 0, saw_dc = 0, saw_gpus = 0;
+        for (int i = 0; i < d->reason.n_pools && i < PL_MAX_REASON_POOLS; i++) {
+            saw_type |= d->reason.pools[i].filter == PL_F_TYPE && d->reason.pools[i].gpu_type == 0;
+            saw_dc |= d->reason.pools[i].filter == PL_F_DC && d->reason.pools[i].dc == 1;
+            saw_gpus |= d->reason.pools[i].filter == PL_F_GPUS && d->reason.pools[i].gpu_type == 1;
+        }
+        CHECK(saw_type && saw_dc && saw_gpus);
+        char text[512];
+        const char *dcs[] = {"eu", "us"}, *types[] = {"A100", "H100"};
+        pl_reason_format(text, sizeof text, &d->reason, dcs, types);
+        CHECK_CONTAINS(text, "dc eu type A100: GPU type not allowed");
+        CHECK_CONTAINS(text, "dc us type H100: data center not allowed");
+        CHECK_CONTAINS(text, "dc eu type H100: not enough free GPUs");
+    }
+    /* Allowing dc1 too spills b over to the other data center's H100s. */
+    b.allowed_dcs |= 1u << 1;
+    d = place(c, &b, 2);
+    CHECK(d && d->alloc.slots[0].node == 2);
+    /* A job with no constraint takes what is left (the A100s). */
+    d = place(c, &e, 3);
+    CHECK(d && d->alloc.slots[0].node == 0);
+    pl_cluster_free(c);
+}
+
+TEST(quota_without_borrowing) {
+    struct pl_node nodes[1] = {node(0, 0, 8)};
+    struct pl_tenant t = tenant(1);
+    t.may_borrow = 0;
+    t.quota_gpus[0] = 4;
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job a = job(1, 0, 3), b = job(2, 0, 1), over = job(3, 0, 1);
+    place(c, &a, 0);
+    place(c, &b, 0);
+    CHECK(pl_cluster_tenant_gpus(c, 0, 0) == 4);
+    struct pl_job *q = &over;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1);
+    const struct pl_decision *d = find(r, PL_WAIT, 3);
+    CHECK(d && d->reason.main == PL_F_QUOTA);
+    CHECK(free_gpus(c, 0) == 4); /* idle, but not this tenant's */
+    pl_cluster_free(c);
+}
+
+TEST(borrow_then_reclaim) {
+    /* Tenant 0 has no quota but may borrow; tenant 1 is guaranteed 4 GPUs of type 0. */
+    struct pl_node nodes[1] = {node(0, 0, 4)};
+    struct pl_tenant ts[2] = {tenant(1), tenant(1)};
+    ts[1].quota_gpus[0] = 4;
+    struct pl_cluster *c = cluster(nodes, 1, ts, 2, "whet");
+    struct pl_job b1 = job(1, 0, 2), b2 = job(2, 0, 2);
+    b1.last_checkpoint_time = 0;   /* 100 s of work at risk at t=100 */
+    b2.last_checkpoint_time = 90;  /* 10 s at risk */
+    b1.grace_s = b2.grace_s = 30;
+    place(c, &b1, 0);
+    place(c, &b2, 0);
+    CHECK(b1.borrowed && b2.borrowed);
+    struct pl_job owner = job(3, 1, 2);
+    owner.submit_time = 100;
+    struct pl_job *q = &owner;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 400);
+    const struct pl_decision *p2 = find(r, PL_PREEMPT, 2), *p1 = find(r, PL_PREEMPT, 1);
+    CHECK(p2 != NULL && p1 == NULL); /* one victim is enough: the one losing least work */
+    CHECK(p2 && p2->for_job == &owner && p2->not_before == 430);
+    const struct pl_decision *w = find(r, PL_WAIT, 3);
+    CHECK(w && w->reason.preemption_pending);
+    pl_cluster_release(c, &b2);
+    const struct pl_decision *d = place(c, &owner, 430);
+    CHECK(d != NULL);
+    CHECK(!owner.borrowed);
+    pl_cluster_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Order                                                                                           */
+
+TEST(fair_share_order) {
+    /* Two tenants of equal weight; tenant 0 already holds 2 GPUs. One GPU is left: tenant 1 gets it
+     * although tenant 0's job arrived first. With weights 3:1, tenant 0 (share 2/4 over 3) is
+     * below tenant 1 holding 1 GPU (1/4 over 1) and goes first. */
+    struct pl_node nodes[1] = {node(0, 0, 4)};
+    struct pl_tenant ts[2] = {tenant(1), tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 1, ts, 2, "whet");
+    struct pl_job r0 = job(1, 0, 2), filler = job(2, 0, 1);
+    place(c, &r0, 0);
+    place(c, &filler, 0);
+    struct pl_job early = job(10, 0, 1), late = job(11, 1, 1);
+    struct pl_job *q[2] = {&early, &late};
+    const struct pl_result *r = pl_schedule(c, q, 2, 1);
+    CHECK(find(r, PL_PLACE, 11) != NULL);
+    CHECK(find(r, PL_WAIT, 10) != NULL);
+    pl_cluster_free(c);
+
+    ts[0].weight = 3;
+    c = cluster(nodes, 1, ts, 2, "whet");
+    struct pl_job h0 = job(1, 0, 2), h1 = job(2, 1, 1);
+    place(c, &h0, 0);
+    place(c, &h1, 0);
+    CHECK(pl_cluster_tenant_share(c, 0) < pl_cluster_tenant_share(c, 1));
+    struct pl_job e2 = job(20, 0, 1), l2 = job(21, 1, 1);
+    e2.submit_time = 50; /* tenant 0's job now arrives later: share decides, not arrival */
+    struct pl_job *q2[2] = {&l2, &e2};
+    r = pl_schedule(c, q2, 2, 1);
+    CHECK(find(r, PL_PLACE, 20) != NULL);
+    CHECK(find(r, PL_WAIT, 21) != NULL);
+    pl_cluster_free(c);
+}
+
+TEST(priority_first_then_las) {
+    struct pl_node nodes[1] = {node(0, 0, 1)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "las");
+    struct pl_job old = job(1, 0, 1), fresh = job(2, 0, 1);
+    old.attained_gpu_s = 50000; /* long attained service: the lowest LAS level */
+    struct pl_job *q[2] = {&old, &fresh};
+    const struct pl_result *r = pl_schedule(c, q, 2, 0);
+    CHECK(find(r, PL_PLACE, 2) != NULL && find(r, PL_WAIT, 1) != NULL);
+    pl_cluster_free(c);
+
+    c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job low = job(3, 0, 1), high = job(4, 0, 1);
+    high.priority = 5;
+    high.submit_time = 100;
+    struct pl_job *q2[2] = {&low, &high};
+    r = pl_schedule(c, q2, 2, 0);
+    CHECK(find(r, PL_PLACE, 4) != NULL && find(r, PL_WAIT, 3) != NULL);
+    pl_cluster_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Backfill                                                                                        */
+
+TEST(backfill_never_delays_the_head) {
+    /* node 0: 8 GPUs, all busy; node 1: 8 GPUs, 4 busy; node 2: 2 GPUs, free. The head wants 8:
+     * it is reserved node 1 (closest to fitting). A 2-GPU job behind it runs on node 2, not on
+     * node 1's free GPUs, so node 1 frees up for the head as soon as its own job ends. */
+    struct pl_node nodes[3] = {node(0, 0, 8), node(0, 0, 8), node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    const char *policies[2] = {"whet", "fifo"};
+    for (int p = 0; p < 2; p++) {
+        struct pl_cluster *c = cluster(nodes, 3, &t, 1, policies[p]);
+        struct pl_job busy0 = job(1, 0, 8), busy1 = job(2, 0, 4);
+        busy0.allowed_types = 1;
+        place(c, &busy0, 0);
+        place(c, &busy1, 0);
+        CHECK(free_gpus(c, 1) == 4);
+        struct pl_job head = job(10, 0, 8), small = job(11, 0, 2), small2 = job(12, 0, 2);
+        struct pl_job *q[3] = {&head, &small, &small2};
+        const struct pl_result *r = pl_schedule(c, q, 3, 1);
+        CHECK(find(r, PL_WAIT, 10) != NULL);
+        const struct pl_decision *d = find(r, PL_PLACE, 11);
+        CHECK(d != NULL);
+        if (p == 0) {
+            /* whet: the small job backfills elsewhere; the next one waits, reason "reserved". */
+            CHECK(d && d->alloc.slots[0].node == 2);
+            CHECK(free_gpus(c, 1) == 4);
+            const struct pl_decision *w = find(r, PL_WAIT, 12);
+            CHECK(w && w->reason.main == PL_F_RESERVED);
+            /* The head starts the moment node 1's job ends. */
+            pl_cluster_release(c, &busy1);
+            struct pl_job *q2[2] = {&head, &small2};
+            r = pl_schedule(c, q2, 2, 2);
+            d = find(r, PL_PLACE, 10);
+            CHECK(d && d->alloc.slots[0].node == 1);
+        } else {
+            /* fifo (no reservation) lets the small jobs eat the head's room. */
+            CHECK(find(r, PL_PLACE, 12) != NULL);
+            CHECK(free_gpus(c, 1) < 4);
+        }
+        pl_cluster_free(c);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Preemption                                                                                      */
+
+TEST(preemption_picks_cheapest_victims_and_holds_for_grace) {
+    struct pl_node nodes[2] = {node(0, 0, 4), node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 2, &t, 1, "whet");
+    /* Eight 1-GPU low-priority jobs; their last checkpoints differ. At t=1000 the two on node 1
+     * with the freshest checkpoints lose least. */
+    struct pl_job low[8];
+    double ckpt[8] = {100, 200, 300, 400, 900, 990, 500, 980};
+    for (int i = 0; i < 8; i++) {
+        low[i] = job((uint64_t)i + 1, 0, 1);
+        low[i].last_checkpoint_time = ckpt[i];
+        low[i].grace_s = 10 * (i + 1);
+        place(c, &low[i], 0);
+    }
+    CHECK(pl_cluster_gpu_milli_used(c) == 8000);
+    struct pl_job high = job(100, 0, 2);
+    high.priority = 10;
+    struct pl_job *q = &high;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1000);
+    CHECK(r->preempted == 2);
+    /* Which node each job landed on decides who shares a node: find the cheapest pair per node. */
+    const struct pl_decision *v1 = NULL, *v2 = NULL;
+    for (int i = 0; i < r->n; i++)
+        if (r->decisions[i].action == PL_PREEMPT) {
+            if (!v1) v1 = &r->decisions[i];
+            else v2 = &r->decisions[i];
+        }
+    CHECK(v1 && v2);
+    if (v1 && v2) {
+        int node_of = v1->job->alloc.slots[0].node;
+        CHECK(v2->job->alloc.slots[0].node == node_of);
+        /* No other pair on any node loses less work than the chosen pair. */
+        double chosen = (1000 - v1->job->last_checkpoint_time) + (1000 - v2->job->last_checkpoint_time);
+        for (int n = 0; n < 2; n++) {
+            double best1 = 1e18, best2 = 1e18;
+            for (int i = 0; i < 8; i++) {
+                if (low[i].alloc.slots[0].node != n) continue;
+                double lost = 1000 - low[i].last_checkpoint_time;
+                if (lost < best1) {
+                    best2 = best1;
+                    best1 = lost;
+                } else if (lost < best2) {
+                    best2 = lost;
+                }
+            }
+            CHECK(chosen <= best1 + best2);
+        }
+        CHECK(v1->not_before == 1000 + v1->job->grace_s);
+        CHECK(v1->job->state == PL_JOB_STOPPING);
+        /* Decisions live until the next cycle: keep the victims. */
+        struct pl_job *a = v1->job, *b = v2->job;
+        /* During the grace period nothing else starts there and no second round of victims. A job
+         * ordered ahead of the preemptor (same priority, earlier) finds nothing it may stop. */
+        for (int i = 0; i < 8; i++)
+            if (&low[i] != a && &low[i] != b) low[i].preemptible = 0;
+        struct pl_job other = job(101, 0, 1);
+        other.priority = 10;
+        other.submit_time = 0;
+        struct pl_job *q2[2] = {&other, &high};
+        r = pl_schedule(c, q2, 2, 1005);
+        const struct pl_decision *w = find(r, PL_WAIT, 100);
+        CHECK(w && w->reason.preemption_pending);
+        CHECK(r->preempted == 0);
+        CHECK(find(r, PL_PREEMPT, a->id) == NULL);
+        /* Victims stop: the preemptor, not the other job, gets their GPUs. */
+        pl_cluster_release(c, a);
+        pl_cluster_release(c, b);
+        r = pl_schedule(c, q2, 2, 1100);
+        const struct pl_decision *d = find(r, PL_PLACE, 100);
+        CHECK(d && d->alloc.slots[0].node == node_of);
+    }
+    pl_cluster_free(c);
+}
+
+TEST(no_preemption_of_equal_priority_or_unpreemptible) {
+    struct pl_node nodes[1] = {node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job a = job(1, 0, 1), b = job(2, 0, 1);
+    b.preemptible = 0;
+    place(c, &a, 0);
+    place(c, &b, 0);
+    struct pl_job same = job(3, 0, 1);
+    struct pl_job *q = &same;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 5000);
+    CHECK(r->preempted == 0);
+    struct pl_job high = job(4, 0, 2);
+    high.priority = 1;
+    q = &high;
+    r = pl_schedule(c, &q, 1, 5000);
+    CHECK(r->preempted == 0); /* b cannot be stopped, so stopping a would not make room */
+    pl_cluster_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Elastic                                                                                         */
+
+TEST(elastic_grow_then_shrink_first) {
+    struct pl_node nodes[1] = {node(0, 0, 8)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job e = job(1, 0, 2);
+    e.min_gpus = 2;
+    e.max_gpus = 8;
+    struct pl_job *q = &e;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 0);
+    CHECK(find(r, PL_PLACE, 1) != NULL);
+    const struct pl_decision *g = find(r, PL_GROW, 1);
+    CHECK(g && g->gpus == 8 && e.gpus == 8);
+    CHECK(free_gpus(c, 0) == 0);
+    CHECK(e.cpu_milli == 8000);
+    /* A new job of the same priority: the elastic job gives back GPUs; nobody is stopped. */
+    struct pl_job newcomer = job(2, 0, 4);
+    q = &newcomer;
+    r = pl_schedule(c, &q, 1, 10);
+    const struct pl_decision *s = find(r, PL_SHRINK, 1);
+    CHECK(s != NULL && r->preempted == 0);
+    if (s) {
+        CHECK(s->gpus == 4 && s->for_job == &newcomer);
+        pl_cluster_shrink(c, &e, &s->alloc);
+    }
+    CHECK(e.gpus == 4 && free_gpus(c, 0) == 4);
+    CHECK(place(c, &newcomer, 11) != NULL);
+    CHECK(free_gpus(c, 0) == 0);
+    pl_cluster_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Sharing and fragmentation                                                                       */
+
+TEST(gpu_share_packs_one_device) {
+    struct pl_node nodes[1] = {node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job a = job(1, 0, 1), b = job(2, 0, 1), whole = job(3, 0, 1);
+    a.gpu_milli = 600;
+    b.gpu_milli = 400;
+    const struct pl_decision *da = place(c, &a, 0), *db = place(c, &b, 0);
+    CHECK(da && db && da->alloc.slots[0].gpu_mask == db->alloc.slots[0].gpu_mask);
+    CHECK(pl_cluster_gpu_milli_used(c) == 1000);
+    CHECK(place(c, &whole, 0) != NULL); /* the other GPU stayed whole */
+    pl_cluster_free(c);
+}
+
+TEST(fgd_avoids_fragmenting) {
+    /* Two nodes, 2 GPUs each; node 0 has one GPU at 700 free (a 300 share runs), node 1 is empty.
+     * The expected workload is whole 1-GPU and 2-GPU jobs. A 600 share placed on node 0's partly
+     * used GPU strands 100; on node 1 it would break a whole node a 2-GPU job needs. */
+    struct pl_node nodes[2] = {node(0, 0, 2), node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 2, &t, 1, "whet");
+    struct pl_shape shapes[2] = {{1, 1000, 0, 0, 0, 1}, {2, 1000, 0, 0, 0, 1}};
+    CHECK(pl_cluster_set_profile(c, shapes, 2) == 0);
+    struct pl_job s = job(1, 0, 1), x = job(2, 0, 1);
+    s.gpu_milli = 300;
+    const struct pl_decision *d = place(c, &s, 0);
+    int first = d ? d->alloc.slots[0].node : -1;
+    x.gpu_milli = 600;
+    d = place(c, &x, 1);
+    CHECK(d && d->alloc.slots[0].node == first);
+    CHECK(d && d->alloc.slots[0].gpu_mask == s.alloc.slots[0].gpu_mask);
+    struct pl_job two = job(3, 0, 2);
+    CHECK(place(c, &two, 2) != NULL);
+    pl_cluster_free(c);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Determinism and validation                                                                      */
+
+static void run_mix(const char *policy, int reverse, uint64_t *out, int *n_out) {
+    struct pl_node nodes[6];
+    for (int i = 0; i < 6; i++) nodes[i] = node(i % 2, i % 3 == 0, i < 3 ? 8 : 4);
+    struct pl_tenant ts[3] = {tenant(1), tenant(2), tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 6, ts, 3, policy);
+    struct pl_job jobs[40];
+    struct pl_job *q[40];
+    uint64_t x = 12345;
+    for (int i = 0; i < 40; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        jobs[i] = job((uint64_t)i + 1, (int)(x >> 60) % 3, (int)((x >> 40) % 5));
+        if ((x >> 20) % 4 == 0 && jobs[i].gpus == 1) jobs[i].gpu_milli = 250 + (int)((x >> 10) % 500);
+        jobs[i].submit_time = (double)((x >> 30) % 7);
+        jobs[i].priority = (int)((x >> 50) % 2);
+        q[reverse ? 39 - i : i] = &jobs[i];
+    }
+    const struct pl_result *r = pl_schedule(c, q, 40, 100);
+    *n_out = 0;
+    for (int i = 0; i < r->n; i++) {
+        const struct pl_decision *d = &r->decisions[i];
+        uint64_t h = d->job->id * 31 + (uint64_t)d->action;
+        for (int s = 0; s < d->alloc.n_slots; s++) h = h * 1000003 + (uint64_t)d->alloc.slots[s].node * 65536 + d->alloc.slots[s].gpu_mask;
+        out[(*n_out)++] = h;
+    }
+    pl_cluster_free(c);
+}
+
+TEST(deterministic) {
+    const char *policies[4] = {"fifo", "bestfit", "las", "whet"};
+    for (int p = 0; p < 4; p++) {
+        uint64_t a[128], b[128], rev[128];
+        int na, nb, nr;
+        run_mix(policies[p], 0, a, &na);
+        run_mix(policies[p], 0, b, &nb);
+        run_mix(policies[p], 1, rev, &nr);
+        CHECK(na == nb && na == nr && na >= 40);
+        CHECK(!memcmp(a, b, (size_t)na * sizeof *a));
+        CHECK_MSG(!memcmp(a, rev, (size_t)na * sizeof *a), "%s: queue order in the input changed decisions",
+                  policies[p]);
+    }
+}
+
+TEST(snapshot_validation) {
+    struct pl_tenant t = tenant(1);
+    struct pl_config cfg;
+    pl_config_for_policy(&cfg, "whet");
+    char err[256];
+    struct pl_node bad = node(0, 0, 4);
+    bad.gpus = 17;
+    CHECK(pl_cluster_new(&bad, 1, &t, 1, &cfg, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "node 0: gpus: 17");
+    bad = node(70, 0, 4);
+    CHECK(pl_cluster_new(&bad, 1, &t, 1, &cfg, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "dc");
+    struct pl_tenant zero = tenant(0);
+    struct pl_node ok = node(0, 0, 4);
+    CHECK(pl_cluster_new(&ok, 1, &zero, 1, &cfg, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "weight");
+    CHECK(pl_config_for_policy(&cfg, "random") == -1);
+
+    /* Loading a running job: its GPUs must be free and its size must match. */
+    struct pl_cluster *c = pl_cluster_new(&ok, 1, &t, 1, &cfg, err, sizeof err);
+    struct pl_job r = job(1, 0, 2);
+    r.alloc.n_slots = 1;
+    r.alloc.slots[0].node = 0;
+    r.alloc.slots[0].gpu_mask = 0x3;
+    CHECK(pl_cluster_add_running(c, &r, err, sizeof err) == 0);
+    CHECK(free_gpus(c, 0) == 2 && pl_cluster_n_running(c) == 1);
+    struct pl_job clash = job(2, 0, 1);
+    clash.alloc.n_slots = 1;
+    clash.alloc.slots[0].node = 0;
+    clash.alloc.slots[0].gpu_mask = 0x2;
+    CHECK(pl_cluster_add_running(c, &clash, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "gpu 1 of node 0 is not free");
+    pl_cluster_release(c, &r);
+    CHECK(free_gpus(c, 0) == 4 && pl_cluster_n_running(c) == 0 && r.state == PL_JOB_QUEUED);
+    pl_cluster_free(c);
+}
+
+TEST(cpu_and_memory_filters) {
+    struct pl_node nodes[1] = {node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "bestfit");
+    struct pl_job hog = job(1, 0, 0);
+    hog.cpu_milli = 63000; /* a CPU-only task takes almost all CPU */
+    place(c, &hog, 0);
+    struct pl_job g = job(2, 0, 1);
+    g.cpu_milli = 2000;
+    struct pl_job *q = &g;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1);
+    const struct pl_decision *d = find(r, PL_WAIT, 2);
+    CHECK(d && d->reason.main == PL_F_CPU);
+    pl_cluster_free(c);
+}
+
+int main(void) {
+    RUN(gang_all_or_nothing);
+    RUN(gang_one_node_when_it_fits);
+    RUN(gang_fewest_nodes);
+    RUN(gang_never_across_data_centers);
+    RUN(type_and_dc_constraints_spill_over);
+    RUN(quota_without_borrowing);
+    RUN(borrow_then_reclaim);
+    RUN(fair_share_order);
+    RUN(priority_first_then_las);
+    RUN(backfill_never_delays_the_head);
+    RUN(preemption_picks_cheapest_victims_and_holds_for_grace);
+    RUN(no_preemption_of_equal_priority_or_unpreemptible);
+    RUN(elastic_grow_then_shrink_first);
+    RUN(gpu_share_packs_one_device);
+    RUN(fgd_avoids_fragmenting);
+    RUN(deterministic);
+    RUN(snapshot_validation);
+    RUN(cpu_and_memory_filters);
+    return test_summary();
+}
