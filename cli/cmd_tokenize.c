@@ -13,14 +13,15 @@
 
 static void tokenize_usage(FILE *out) {
     fprintf(out,
-            "usage: whet tokenize --tokenizer FILE [--json]\n\n"
+            "usage: whet tokenize --tokenizer FILE [--json] [--stats]\n\n"
             "Reads texts from stdin, one per line, and prints the token ids of each as a JSON array on a\n"
             "line of its own. No special tokens are added; special-token text in the input (such as\n"
             "<|im_start|>) becomes its id, as Hugging Face does. Invalid UTF-8 is read as U+FFFD, one per\n"
             "maximal ill-formed sequence (what TextDecoder and Python's errors=\"replace\" do).\n\n"
             "  --tokenizer FILE  a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen)\n"
             "  --json            each line is a JSON string, so a text may hold newlines; without it a\n"
-            "                    line is the text up to, not including, its \"\\n\"\n");
+            "                    line is the text up to, not including, its \"\\n\"\n"
+            "  --stats           print to stderr how long loading and tokenizing took, and tokens/s\n");
 }
 
 /* Writes "[1,2,3]\n" without stdio's formatting cost per number. */
@@ -43,13 +44,15 @@ static void print_ids(FILE *out, const int32_t *ids, size_t n) {
 
 static int cmd_tokenize(int argc, char **argv) {
     static const struct option opts[] = {
-        {"tokenizer", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0}};
+        {"tokenizer", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'}, {"stats", no_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'}, {0}};
     const char *path = NULL;
-    int json_lines = 0, c;
+    int json_lines = 0, stats = 0, c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't': path = optarg; break;
         case 'j': json_lines = 1; break;
+        case 's': stats = 1; break;
         case 'h': tokenize_usage(stdout); return 0;
         default: tokenize_usage(stderr); return 2;
         }
@@ -61,6 +64,7 @@ static int cmd_tokenize(int argc, char **argv) {
     }
     struct whet_err err;
     struct tokenizer *tok;
+    double t_start = whet_now_mono();
     if (tokenizer_load(path, &tok, &err) < 0) {
         fprintf(stderr, "whet tokenize: %s\n", err.msg);
         return 1;
@@ -74,6 +78,8 @@ static int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     ssize_t got;
     int rc = 0;
+    double t_loaded = whet_now_mono();
+    size_t total_tokens = 0;
     while ((got = getline(&line, &line_cap, stdin)) >= 0) {
         line_no++;
         size_t len = (size_t)got;
@@ -101,11 +107,17 @@ static int cmd_tokenize(int argc, char **argv) {
             break;
         }
         json_decref(js);
+        total_tokens += n_ids;
         print_ids(stdout, ids, n_ids);
     }
     if (fflush(stdout) != 0) {
         perror("whet tokenize: stdout");
         rc = 1;
+    }
+    if (stats) {
+        double t_end = whet_now_mono(), secs = t_end - t_loaded;
+        fprintf(stderr, "whet tokenize: load %.3f s; %zu texts, %zu tokens in %.3f s (%.0f tokens/s)\n",
+                t_loaded - t_start, line_no, total_tokens, secs, secs > 0 ? (double)total_tokens / secs : 0.0);
     }
     free(line);
     free(ids);
