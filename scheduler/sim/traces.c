@@ -84,8 +84,10 @@ static int csv_open(struct csv *c, const char *path, const char *text, struct wh
     c->buf = xstrdup(text);
     c->next = c->buf;
     int r = csv_next(c, err);
-    if (r < 0) return -1;
-    if (r == 0) return whet_errf(err, "%s: line 1: missing header line", path);
+    if (r <= 0) {
+        free(c->buf);
+        return r < 0 ? -1 : whet_errf(err, "%s: line 1: missing header line", path);
+    }
     memcpy(c->header, c->field, sizeof c->header);
     c->n_header = c->n_fields;
     return 0;
