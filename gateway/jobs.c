@@ -1,0 +1,594 @@
+/* jobs.c - the Fine-tuning jobs resource (see jobs.h). Sections: the JSON shapes, create (idempotency
+ * check -> body -> model and files lookup -> one transaction -> stored answer), list, retrieve, the
+ * state changes (cancel, pause, resume), events, checkpoints, routes. */
+#include "jobs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto.h"
+#include "db.h"
+#include "files_common.h"
+#include "job_request.h"
+#include "log.h"
+#include "validate.h"
+
+/* ---------------------------------------------------------------- JSON shapes */
+
+#define JOB_COLUMNS                                                                                            \
+    "id, model, training_file, validation_file, method, suffix, seed, metadata, whet, status, error, "       \
+    "fine_tuned_model, trained_tokens, estimated_finish, result_files, created_at, finished_at, tenant_id, " \
+    "wait_reason, priority"
+enum {
+    JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
+    JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
+    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY,
+};
+
+/* OpenAI's fine_tuning.job, plus the `whet` extension object (as given, with priority and why the job
+ * waits). The deprecated top-level `hyperparameters` mirrors the method's. */
+static json_t *job_row_to_json(const PGresult *res, int row) {
+    json_t *method = db_json_value(res, row, JC_METHOD);
+    const char *type = json_string_value(json_object_get(method, "type"));
+    json_t *hp = json_object_get(json_object_get(method, type ? type : ""), "hyperparameters");
+    json_t *legacy = json_object();
+    static const char *const legacy_keys[] = {"n_epochs", "batch_size", "learning_rate_multiplier"};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(legacy_keys); i++) {
+        json_t *v = json_object_get(hp, legacy_keys[i]);
+        if (v) json_object_set(legacy, legacy_keys[i], v);
+    }
+    json_t *whet = db_json_value(res, row, JC_WHET);
+    if (!json_is_object(whet)) {
+        json_decref(whet);
+        whet = json_object();
+    }
+    json_object_set_new(whet, "priority", db_json_integer(res, row, JC_PRIORITY));
+    json_object_set_new(whet, "wait_reason", db_json_string(res, row, JC_WAIT_REASON));
+    json_t *job = json_object();
+    json_object_set_new(job, "id", db_json_string(res, row, JC_ID));
+    json_object_set_new(job, "object", json_string("fine_tuning.job"));
+    json_object_set_new(job, "created_at", db_json_integer(res, row, JC_CREATED_AT));
+    json_object_set_new(job, "error", db_json_value(res, row, JC_ERROR));
+    json_object_set_new(job, "fine_tuned_model", db_json_string(res, row, JC_FINE_TUNED_MODEL));
+    json_object_set_new(job, "finished_at", db_json_integer(res, row, JC_FINISHED_AT));
+    json_object_set_new(job, "hyperparameters", legacy);
+    json_object_set_new(job, "model", db_json_string(res, row, JC_MODEL));
+    json_object_set_new(job, "organization_id", db_json_string(res, row, JC_TENANT_ID));
+    json_object_set_new(job, "result_files", db_json_value(res, row, JC_RESULT_FILES));
+    json_object_set_new(job, "seed", db_json_integer(res, row, JC_SEED));
+    json_object_set_new(job, "status", db_json_string(res, row, JC_STATUS));
+    json_object_set_new(job, "trained_tokens", db_json_integer(res, row, JC_TRAINED_TOKENS));
+    json_object_set_new(job, "training_file", db_json_string(res, row, JC_TRAINING_FILE));
+    json_object_set_new(job, "validation_file", db_json_string(res, row, JC_VALIDATION_FILE));
+    json_object_set_new(job, "integrations", json_array());
+    json_object_set_new(job, "estimated_finish", db_json_integer(res, row, JC_ESTIMATED_FINISH));
+    json_object_set_new(job, "method", method);
+    json_object_set_new(job, "metadata", db_json_value(res, row, JC_METADATA));
+    json_object_set_new(job, "user_provided_suffix", db_json_string(res, row, JC_SUFFIX));
+    json_object_set_new(job, "whet", whet);
+    return job;
+}
+
+static json_t *event_row_to_json(const PGresult *res, int row) {
+    /* columns: id, created_at, level, message, data, type */
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "fine_tuning.job.event", "id",
+                     db_json_string(res, row, 0), "created_at", db_json_integer(res, row, 1), "level",
+                     db_json_string(res, row, 2), "message", db_json_string(res, row, 3), "data",
+                     db_json_value(res, row, 4), "type", db_json_string(res, row, 5));
+}
+
+static json_t *checkpoint_row_to_json(const PGresult *res, int row) {
+    /* columns: id, created_at, fine_tuned_model_checkpoint, step_number, metrics, job_id */
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "fine_tuning.job.checkpoint", "id",
+                     db_json_string(res, row, 0), "created_at", db_json_integer(res, row, 1),
+                     "fine_tuned_model_checkpoint", db_json_string(res, row, 2), "step_number",
+                     db_json_integer(res, row, 3), "metrics", db_json_value(res, row, 4), "fine_tuning_job_id",
+                     db_json_string(res, row, 5));
+}
+
+/* ---------------------------------------------------------------- create */
+
+#define IDEMPOTENCY_KEY_MAX 255
+#define CREATE_ROUTE "POST /v1/fine_tuning/jobs"
+
+/* Everything a create carries between its asynchronous steps; strings live in the request's pool. */
+struct create_ctx {
+    const char *model, *training_file, *validation_file, *suffix;
+    char method_type[16];
+    const char *method_json; /* hyperparameters still "auto" until the training file's size is known */
+    const char *metadata_json, *whet_json;
+    char seed[16], priority[16];
+    const char *idem_key; /* NULL without an Idempotency-Key header */
+    char request_sha256[65];
+    int idem_attempts;
+    const char *job_id, *event_id;
+    char now[24];
+    int insert_index; /* which statement of the transaction inserts the job */
+};
+
+static void create_lookup(struct gw_req *r, struct create_ctx *c);
+
+/* A stored answer for the key, or none yet. */
+static void idem_checked(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create_ctx *c = arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *rows = res->res[0];
+    if (PQntuples(rows) == 0) {
+        create_lookup(r, c);
+        return;
+    }
+    if (strcmp(PQgetvalue(rows, 0, 0), CREATE_ROUTE) || strcmp(PQgetvalue(rows, 0, 1), c->request_sha256)) {
+        http_reply_error(r, 422, NULL, "idempotency_key_reused",
+                         "Idempotency-Key %s was already used for a different request; hint: use a new key for a "
+                         "new request", c->idem_key);
+        return;
+    }
+    int status = atoi(PQgetvalue(rows, 0, 2));
+    if (status == 0) {
+        http_reply_error(r, 409, NULL, "idempotency_key_in_use",
+                         "a request with Idempotency-Key %s is still being processed; retry shortly", c->idem_key);
+        return;
+    }
+    http_add_header(r, "idempotent-replayed", "true");
+    const char *response = PQgetvalue(rows, 0, 3);
+    http_reply_bytes(r, status, "application/json", xstrdup(response), strlen(response));
+}
+
+static void idem_check(struct gw_req *r, struct create_ctx *c) {
+    const char *params[] = {http_tenant_id(r), c->idem_key};
+    db_query(r, "jobs_idem_get", 2, params, idem_checked, c);
+}
+
+static void create_reply_stored(struct gw_req *r, const struct db_result *res, void *arg) {
+    const char *body = arg;
+    if (!res->ok) log_warn("msg=\"idempotent answer not stored\" err=\"%s\"", res->message);
+    http_reply_bytes(r, 200, "application/json", xstrdup(body), strlen(body));
+}
+
+static void create_reply_too_many(struct gw_req *r, const struct db_result *res, void *arg) {
+    http_reply_rate_limited(r, 30, "too many active fine-tuning jobs for this tenant; wait for one to finish or "
+                                   "cancel one");
+}
+
+static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create_ctx *c = arg;
+    if (!res->ok) {
+        /* A concurrent request with the same key won the race: answer as it did. */
+        if (c->idem_key && res->failed == 0 && strcmp(res->sqlstate, "23505") == 0 && c->idem_attempts++ < 3) {
+            idem_check(r, c);
+            return;
+        }
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *job = res->res[c->insert_index];
+    if (PQntuples(job) == 0) {
+        /* The tenant's active-job limit stopped the insert; the reserved key must not answer later. */
+        if (c->idem_key) {
+            const char *params[] = {http_tenant_id(r), c->idem_key};
+            db_query(r, "jobs_idem_release", 2, params, create_reply_too_many, NULL);
+        } else {
+            create_reply_too_many(r, res, NULL);
+        }
+        return;
+    }
+    json_t *body = job_row_to_json(job, 0);
+    if (!c->idem_key) {
+        http_reply_json(r, 200, body);
+        return;
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    char *stored = http_strdup(r, text);
+    free(text);
+    const char *params[] = {http_tenant_id(r), c->idem_key, "200", stored};
+    db_query(r, "jobs_idem_store", 4, params, create_reply_stored, stored);
+}
+
+/* Checks a file row's purpose and format for the job's method; answers and returns -1 when unsuitable. */
+static int check_file(struct gw_req *r, const struct create_ctx *c, const char *param, const char *id,
+                      const char *purpose, const char *format) {
+    if (!purpose) {
+        http_reply_error(r, 404, param, "file_not_found", "no such file: %s", id);
+        return -1;
+    }
+    if (strcmp(purpose, "fine-tune") != 0) {
+        http_reply_error(r, 400, param, "invalid_file", "%s: file %s has purpose \"%s\"; expected \"fine-tune\"", param,
+                         id, purpose);
+        return -1;
+    }
+    enum validate_format want = validate_format_for_method(c->method_type);
+    if (validate_format_parse(format) != want) {
+        http_reply_error(r, 400, param, "invalid_file", "%s: file %s holds %s examples; a %s job needs %s examples",
+                         param, id, format ? format : "unchecked", c->method_type, validate_format_name(want));
+        return -1;
+    }
+    return 0;
+}
+
+static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create_ctx *c = arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    /* columns: base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training purpose, format, lines,
+     * validation purpose, format */
+    const PGresult *row = res->res[0];
+    const char *base_model = NULL, *init_checkpoint = NULL;
+    if (db_value(row, 0, 0)) {
+        base_model = db_value(row, 0, 0);
+    } else if (db_value(row, 0, 1)) {
+        base_model = db_value(row, 0, 1);
+        init_checkpoint = db_value(row, 0, 2);
+    } else if (db_value(row, 0, 3)) {
+        base_model = db_value(row, 0, 3);
+        init_checkpoint = db_value(row, 0, 4);
+    } else {
+        http_reply_error(r, 404, "model", "model_not_found", "model %s does not exist or you do not have access to it",
+                         c->model);
+        return;
+    }
+    if (check_file(r, c, "training_file", c->training_file, db_value(row, 0, 5), db_value(row, 0, 6))) return;
+    if (c->validation_file &&
+        check_file(r, c, "validation_file", c->validation_file, db_value(row, 0, 8), db_value(row, 0, 9)))
+        return;
+
+    /* "auto" hyperparameters become numbers now that the dataset's size is known. */
+    struct job_request resolved = {0};
+    resolved.method = json_loads(c->method_json, 0, NULL);
+    memcpy(resolved.method_type, c->method_type, sizeof resolved.method_type);
+    job_request_resolve_auto(&resolved, (size_t)strtoull(db_value(row, 0, 7) ? db_value(row, 0, 7) : "0", NULL, 10));
+    char *method = json_dumps(resolved.method, JSON_COMPACT);
+    json_decref(resolved.method);
+    const char *method_json = http_strdup(r, method);
+    free(method);
+
+    c->job_id = files_new_id(r, "ftjob-");
+    c->event_id = files_new_id(r, "ftevent-");
+    snprintf(c->now, sizeof c->now, "%lld", (long long)whet_now_unix());
+    const char *insert[] = {c->job_id,       http_tenant_id(r), c->model,         base_model, init_checkpoint,
+                            c->training_file, c->validation_file, method_json,     c->suffix,  c->seed,
+                            c->metadata_json, c->whet_json,       c->now,          c->priority};
+    const char *event[] = {c->event_id, http_tenant_id(r), c->job_id, c->now};
+    const char *notify[] = {http_tenant_id(r), c->job_id};
+    const char *reserve[] = {http_tenant_id(r), c->idem_key, CREATE_ROUTE, c->request_sha256};
+    struct db_stmt stmts[4];
+    int n = 0;
+    if (c->idem_key) stmts[n++] = (struct db_stmt){"jobs_idem_reserve", NULL, 4, reserve};
+    c->insert_index = n;
+    stmts[n++] = (struct db_stmt){"jobs_insert", NULL, 14, insert};
+    stmts[n++] = (struct db_stmt){"jobs_created_event", NULL, 4, event};
+    stmts[n++] = (struct db_stmt){"jobs_notify", NULL, 2, notify};
+    db_transaction(r, stmts, n, create_done, c);
+}
+
+static void create_lookup(struct gw_req *r, struct create_ctx *c) {
+    const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file};
+    db_query(r, "jobs_lookup", 4, params, create_lookup_done, c);
+}
+
+/* Keys are opaque to us but end up in SQL parameters and messages: printable ASCII only. */
+static int idempotency_key_ok(const char *key) {
+    size_t n = strlen(key);
+    if (n == 0 || n > IDEMPOTENCY_KEY_MAX) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (key[i] < 0x21 || key[i] > 0x7e) return 0;
+    return 1;
+}
+
+static const char *dump_to_pool(struct gw_req *r, const json_t *v) {
+    if (!v) return NULL;
+    char *text = json_dumps(v, JSON_COMPACT);
+    const char *copy = http_strdup(r, text);
+    free(text);
+    return copy;
+}
+
+static void jobs_create(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    struct job_request req;
+    char param[JOB_PARAM_MAX];
+    struct whet_err err;
+    int rc = job_request_parse(body, &req, param, &err);
+    json_decref(body);
+    if (rc) {
+        http_reply_error(r, 400, param[0] ? param : NULL, "invalid_request", "%s", err.msg);
+        return;
+    }
+    struct create_ctx *c = http_alloc(r, sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->model = http_strdup(r, req.model);
+    c->training_file = http_strdup(r, req.training_file);
+    c->validation_file = req.validation_file ? http_strdup(r, req.validation_file) : NULL;
+    c->suffix = req.suffix ? http_strdup(r, req.suffix) : NULL;
+    memcpy(c->method_type, req.method_type, sizeof c->method_type);
+    c->method_json = dump_to_pool(r, req.method);
+    c->metadata_json = dump_to_pool(r, req.metadata);
+    c->whet_json = dump_to_pool(r, req.whet);
+    uint32_t seed = 0;
+    if (req.has_seed) {
+        seed = (uint32_t)req.seed;
+    } else {
+        whet_random_bytes(&seed, sizeof seed);
+        seed &= 0x7fffffff;
+    }
+    snprintf(c->seed, sizeof c->seed, "%u", seed);
+    snprintf(c->priority, sizeof c->priority, "%d", req.priority);
+    job_request_free(&req);
+
+    const char *key = http_header(r, "idempotency-key");
+    if (!key) {
+        create_lookup(r, c);
+        return;
+    }
+    if (!idempotency_key_ok(key)) {
+        http_reply_error(r, 400, NULL, "invalid_request",
+                         "Idempotency-Key must be 1 to %d printable ASCII characters without spaces", IDEMPOTENCY_KEY_MAX);
+        return;
+    }
+    c->idem_key = key;
+    h2o_iovec_t raw = http_body(r);
+    whet_sha256_hex(raw.base, raw.len, c->request_sha256);
+    idem_check(r, c);
+}
+
+/* ---------------------------------------------------------------- list and retrieve */
+
+static void jobs_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    int limit = *(int *)arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *rows = res->res[0];
+    int n = PQntuples(rows);
+    json_t *data = json_array();
+    for (int i = 0; i < n && i < limit; i++) json_array_append_new(data, job_row_to_json(rows, i));
+    http_reply_json(r, 200, files_list_object(data, n > limit));
+}
+
+static void jobs_list(struct gw_req *r) {
+    int *limit = http_alloc(r, sizeof *limit);
+    if (files_query_limit(r, 20, 100, limit)) return;
+    /* metadata[key]=value filters, all of which must match (jsonb containment). */
+    const struct http_kv *kv;
+    size_t nkv = http_query_params(r, &kv);
+    json_t *filter = NULL;
+    for (size_t i = 0; i < nkv; i++) {
+        size_t klen = strlen(kv[i].key);
+        if (strncmp(kv[i].key, "metadata[", 9) != 0) continue;
+        if (klen < 11 || kv[i].key[klen - 1] != ']' || !files_text_ok(kv[i].key, klen) ||
+            !files_text_ok(kv[i].value, strlen(kv[i].value))) {
+            json_decref(filter);
+            http_reply_error(r, 400, kv[i].key, "invalid_value", "%s: expected metadata[KEY]=VALUE", kv[i].key);
+            return;
+        }
+        if (!filter) filter = json_object();
+        char *name = http_strndup(r, kv[i].key + 9, klen - 10);
+        json_object_set_new(filter, name, json_string(kv[i].value));
+    }
+    const char *filter_json = dump_to_pool(r, filter);
+    json_decref(filter);
+    char fetch[16];
+    snprintf(fetch, sizeof fetch, "%d", *limit + 1);
+    const char *params[] = {http_tenant_id(r), http_query_param(r, "after"), filter_json, fetch};
+    db_query(r, "jobs_list", 4, params, jobs_list_done, limit);
+}
+
+static void jobs_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_not_found(r, "fine-tuning job", http_path_param(r, "id"));
+        return;
+    }
+    http_reply_json(r, 200, job_row_to_json(res->res[0], 0));
+}
+
+static void jobs_get(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    db_query(r, "jobs_get", 2, params, jobs_get_done, NULL);
+}
+
+/* ---------------------------------------------------------------- cancel, pause, resume */
+
+/* One state change: the statement that applies it (and records an event when something changed), and
+ * the statuses from which the request succeeds (including where it already holds: a retried request
+ * answers like the first). */
+struct state_change {
+    const char *stmt;
+    const char *verb;
+    const char *const ok_from[6];
+};
+
+static const struct state_change change_cancel = {
+    "jobs_cancel", "cancelled", {"validating_files", "queued", "running", "paused", "cancelled", NULL}};
+static const struct state_change change_pause = {"jobs_pause", "paused", {"queued", "running", "paused", NULL}};
+static const struct state_change change_resume = {"jobs_resume", "resumed", {"paused", "queued", "running", NULL}};
+
+static void state_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct state_change *change = arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *old = res->res[0];
+    if (PQntuples(old) == 0) {
+        http_reply_not_found(r, "fine-tuning job", http_path_param(r, "id"));
+        return;
+    }
+    const char *status = PQgetvalue(old, 0, 0);
+    int ok = 0;
+    for (const char *const *s = change->ok_from; *s; s++)
+        if (strcmp(*s, status) == 0) ok = 1;
+    if (!ok) {
+        http_reply_error(r, 409, "id", "invalid_job_state", "fine-tuning job %s is %s and cannot be %s",
+                         http_path_param(r, "id"), status, change->verb);
+        return;
+    }
+    http_reply_json(r, 200, job_row_to_json(res->res[1], 0));
+}
+
+static void state_change(struct gw_req *r, const struct state_change *change) {
+    const char *event_id = files_new_id(r, "ftevent-");
+    const char *update[] = {http_tenant_id(r), http_path_param(r, "id"), event_id};
+    const char *get[] = {http_tenant_id(r), http_path_param(r, "id")};
+    const char *notify[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {
+        {change->stmt, NULL, 3, update},
+        {"jobs_get", NULL, 2, get},
+        {"jobs_notify", NULL, 2, notify},
+    };
+    db_transaction(r, stmts, 3, state_done, (void *)change);
+}
+
+static void jobs_cancel(struct gw_req *r) { state_change(r, &change_cancel); }
+static void jobs_pause(struct gw_req *r) { state_change(r, &change_pause); }
+static void jobs_resume(struct gw_req *r) { state_change(r, &change_resume); }
+
+/* ---------------------------------------------------------------- events and checkpoints */
+
+struct page_ctx {
+    int limit;
+    json_t *(*to_json)(const PGresult *res, int row);
+};
+
+static void page_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct page_ctx *p = arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_not_found(r, "fine-tuning job", http_path_param(r, "id"));
+        return;
+    }
+    const PGresult *rows = res->res[1];
+    int n = PQntuples(rows);
+    json_t *data = json_array();
+    for (int i = 0; i < n && i < p->limit; i++) json_array_append_new(data, p->to_json(rows, i));
+    http_reply_json(r, 200, files_list_object(data, n > p->limit));
+}
+
+/* The job must be the tenant's (else 404), then a page of its `stmt` rows, newest first. */
+static void job_page(struct gw_req *r, const char *stmt, int def_limit, json_t *(*to_json)(const PGresult *, int)) {
+    struct page_ctx *p = http_alloc(r, sizeof *p);
+    p->to_json = to_json;
+    if (files_query_limit(r, def_limit, 100, &p->limit)) return;
+    char *fetch = http_printf(r, "%d", p->limit + 1);
+    const char *job[] = {http_tenant_id(r), http_path_param(r, "id")};
+    const char *page[] = {http_tenant_id(r), http_path_param(r, "id"), http_query_param(r, "after"), fetch};
+    struct db_stmt stmts[] = {{"jobs_exists", NULL, 2, job}, {stmt, NULL, 4, page}};
+    db_transaction(r, stmts, 2, page_done, p);
+}
+
+static void jobs_events(struct gw_req *r) { job_page(r, "jobs_events", 20, event_row_to_json); }
+static void jobs_checkpoints(struct gw_req *r) { job_page(r, "jobs_checkpoints", 10, checkpoint_row_to_json); }
+
+/* ---------------------------------------------------------------- routes */
+
+static void jobs_prepare(void) {
+    db_prepare("jobs_idem_get", "SELECT route, request_sha256, status, response FROM idempotency_keys "
+                                "WHERE tenant_id = $1 AND key = $2");
+    /* Reserved (status 0) inside the create's transaction, so two racing requests cannot both create. */
+    db_prepare("jobs_idem_reserve", "INSERT INTO idempotency_keys (tenant_id, key, route, request_sha256, status, "
+                                    "response) VALUES ($1, $2, $3, $4, 0, '')");
+    db_prepare("jobs_idem_store", "UPDATE idempotency_keys SET status = $3::integer, response = $4 "
+                                  "WHERE tenant_id = $1 AND key = $2");
+    db_prepare("jobs_idem_release", "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 AND status = 0");
+    /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
+     * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them. */
+    db_prepare("jobs_lookup",
+               "SELECT (SELECT id FROM base_models WHERE id = $2), "
+               "(SELECT base_model FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2 AND status = 'succeeded' "
+               " ORDER BY seq DESC LIMIT 1), "
+               "(SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = $1 "
+               " AND j.fine_tuned_model = $2 AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1), "
+               "(SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = $1 "
+               " AND c.fine_tuned_model_checkpoint = $2 LIMIT 1), "
+               "(SELECT id FROM checkpoints WHERE tenant_id = $1 AND fine_tuned_model_checkpoint = $2 LIMIT 1), "
+               "f.purpose, f.format, f.line_count, v.purpose, v.format "
+               "FROM (SELECT 1) one "
+               "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
+               "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
+    /* Written only while the tenant is under its active-job limit (0 rows otherwise). */
+    db_prepare("jobs_insert",
+               "INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, "
+               "method, suffix, seed, metadata, whet, status, created_at, priority) "
+               "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
+               "$13::bigint, $14::integer "
+               "WHERE (SELECT count(*) FROM jobs WHERE tenant_id = $2 AND status IN "
+               "('validating_files', 'queued', 'running', 'paused')) < "
+               "(SELECT max_active_jobs FROM tenants WHERE id = $2) "
+               "RETURNING " JOB_COLUMNS);
+    db_prepare("jobs_created_event",
+               "INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
+               "SELECT $1, $2, $3, 'Created fine-tuning job: ' || $3::text, $4::bigint "
+               "WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
+    db_prepare("jobs_notify", "SELECT pg_notify('whet_jobs', id) FROM jobs WHERE tenant_id = $1 AND id = $2");
+    db_prepare("jobs_get", "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant_id = $1 AND id = $2");
+    db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
+    db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant_id = $1 "
+                            "AND ($2::text IS NULL OR seq < (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = $2)) "
+                            "AND ($3::jsonb IS NULL OR metadata @> $3::jsonb) ORDER BY seq DESC LIMIT $4");
+    /* State changes: lock the row, change it where the rules allow, record an event when it changed,
+     * and return the status it had (the handler tells "not found" from "not allowed" with it). */
+    db_prepare("jobs_cancel",
+               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE), "
+               "u AS (UPDATE jobs j SET desired = 'cancel', "
+               "  status = CASE WHEN o.status = 'running' THEN o.status ELSE 'cancelled' END, "
+               "  finished_at = CASE WHEN o.status = 'running' THEN j.finished_at ELSE whet_now() END "
+               "  FROM o WHERE j.id = o.id AND (o.status IN ('validating_files', 'queued', 'paused') "
+               "  OR (o.status = 'running' AND o.desired <> 'cancel')) RETURNING j.id, j.tenant_id, j.status), "
+               "e AS (INSERT INTO job_events (id, tenant_id, job_id, message) SELECT $3, u.tenant_id, u.id, "
+               "  CASE WHEN u.status = 'cancelled' THEN 'Fine-tuning job cancelled' "
+               "  ELSE 'Cancellation requested; the job stops at its next checkpoint' END FROM u) "
+               "SELECT status, desired FROM o");
+    db_prepare("jobs_pause",
+               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE), "
+               "u AS (UPDATE jobs j SET desired = 'pause', "
+               "  status = CASE WHEN o.status = 'queued' THEN 'paused' ELSE o.status END "
+               "  FROM o WHERE j.id = o.id AND (o.status = 'queued' OR (o.status = 'running' AND o.desired = 'run')) "
+               "  RETURNING j.id, j.tenant_id, j.status), "
+               "e AS (INSERT INTO job_events (id, tenant_id, job_id, message) SELECT $3, u.tenant_id, u.id, "
+               "  CASE WHEN u.status = 'paused' THEN 'Fine-tuning job paused' "
+               "  ELSE 'Pause requested; the job stops at its next checkpoint' END FROM u) "
+               "SELECT status, desired FROM o");
+    db_prepare("jobs_resume",
+               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE), "
+               "u AS (UPDATE jobs j SET desired = 'run', "
+               "  status = CASE WHEN o.status = 'paused' THEN 'queued' ELSE o.status END "
+               "  FROM o WHERE j.id = o.id AND (o.status = 'paused' OR (o.status = 'running' AND o.desired = 'pause')) "
+               "  RETURNING j.id, j.tenant_id, j.status), "
+               "e AS (INSERT INTO job_events (id, tenant_id, job_id, message) SELECT $3, u.tenant_id, u.id, "
+               "  CASE WHEN u.status = 'queued' THEN 'Fine-tuning job resumed' "
+               "  ELSE 'Pause withdrawn; the job keeps running' END FROM u) "
+               "SELECT status, desired FROM o");
+    db_prepare("jobs_events",
+               "SELECT id, created_at, level, message, data, type FROM job_events WHERE tenant_id = $1 AND job_id = $2 "
+               "AND ($3::text IS NULL OR seq < (SELECT seq FROM job_events WHERE tenant_id = $1 AND job_id = $2 "
+               "AND id = $3)) ORDER BY seq DESC LIMIT $4");
+    db_prepare("jobs_checkpoints",
+               "SELECT id, created_at, fine_tuned_model_checkpoint, step_number, metrics, job_id FROM checkpoints "
+               "WHERE tenant_id = $1 AND job_id = $2 AND ($3::text IS NULL OR seq < (SELECT seq FROM checkpoints "
+               "WHERE tenant_id = $1 AND job_id = $2 AND id = $3)) ORDER BY seq DESC LIMIT $4");
+}
+
+void jobs_routes(struct http_router *rt) {
+    jobs_prepare();
+    http_route(rt, "POST", "/v1/fine_tuning/jobs", jobs_create, 0, "jobs.create");
+    http_route(rt, "GET", "/v1/fine_tuning/jobs", jobs_list, 0, "jobs.list");
+    http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}", jobs_get, 0, "jobs.retrieve");
+    http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/cancel", jobs_cancel, 0, "jobs.cancel");
+    http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/pause", jobs_pause, 0, "jobs.pause");
+    http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/resume", jobs_resume, 0, "jobs.resume");
+    http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}/events", jobs_events, 0, "jobs.events");
+    http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}/checkpoints", jobs_checkpoints, 0, "jobs.checkpoints");
+}

@@ -1,0 +1,57 @@
+/* models.c - the Models resource (see models.h). One statement lists both kinds of model; retrieving
+ * one filters it by id, so another tenant's fine-tuned model is a 404 like a model that never was. */
+#include "models.h"
+
+#include "db.h"
+#include "files_common.h"
+
+/* columns: id, created, owned_by */
+static json_t *model_row_to_json(const PGresult *res, int row) {
+    return json_pack("{s:o, s:s, s:o, s:o}", "id", db_json_string(res, row, 0), "object", "model", "created",
+                     db_json_integer(res, row, 1), "owned_by", db_json_string(res, row, 2));
+}
+
+static void models_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    json_t *data = json_array();
+    for (int i = 0; i < PQntuples(res->res[0]); i++) json_array_append_new(data, model_row_to_json(res->res[0], i));
+    http_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static void models_list(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), r->tenant_name};
+    db_query(r, "models_list", 2, params, models_list_done, NULL);
+}
+
+static void models_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_error(r, 404, "model", "model_not_found", "model %s does not exist or you do not have access to it",
+                         http_path_param(r, "id"));
+        return;
+    }
+    http_reply_json(r, 200, model_row_to_json(res->res[0], 0));
+}
+
+static void models_get(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), r->tenant_name, http_path_param(r, "id")};
+    db_query(r, "models_get", 3, params, models_get_done, NULL);
+}
+
+#define MODELS_UNION                                                                                       \
+    "SELECT id, created_at AS created, 'whet' AS owned_by FROM base_models "                              \
+    "UNION ALL SELECT fine_tuned_model, coalesce(finished_at, created_at), $2::text FROM jobs "          \
+    "WHERE tenant_id = $1 AND status = 'succeeded' AND fine_tuned_model IS NOT NULL"
+
+void models_routes(struct http_router *rt) {
+    db_prepare("models_list", "SELECT * FROM (" MODELS_UNION ") m ORDER BY created, id");
+    db_prepare("models_get", "SELECT * FROM (" MODELS_UNION ") m WHERE id = $3 LIMIT 1");
+    http_route(rt, "GET", "/v1/models", models_list, 0, "models.list");
+    http_route(rt, "GET", "/v1/models/{id}", models_get, 0, "models.retrieve");
+}

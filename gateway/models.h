@@ -1,0 +1,11 @@
+/* models.h - the Models resource: `GET /v1/models` and `GET /v1/models/{id}`, OpenAI's model objects
+ * for the base models in the catalog (owned_by "whet") and the tenant's own fine-tuned models (the
+ * fine_tuned_model of its succeeded jobs, owned_by the tenant's name). */
+#ifndef WHET_GATEWAY_MODELS_H
+#define WHET_GATEWAY_MODELS_H
+
+struct http_router;
+
+void models_routes(struct http_router *rt);
+
+#endif
