@@ -51,15 +51,23 @@ static ProtobufCMessage *unpack_message(grpc_byte_buffer *bb, const ProtobufCMes
     return msg;
 }
 
-static grpc_channel_args *message_size_args(void) {
-    static grpc_arg args[2];
-    static grpc_channel_args channel_args = {2, args};
+/* Message size limits both ways, and a reconnect backoff short enough that an executor started before
+ * its scheduler (or across a failover) gets through within a second or two. */
+static grpc_channel_args *channel_args_get(void) {
+    static grpc_arg args[4];
+    static grpc_channel_args channel_args = {4, args};
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = RPC_MAX_MESSAGE;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = RPC_MAX_MESSAGE;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+    args[2].value.integer = 100;
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+    args[3].value.integer = 2000;
     return &channel_args;
 }
 
@@ -84,7 +92,7 @@ int rpc_client_open(const char *target, const char *token, struct rpc_client **o
     } else {
         creds = grpc_insecure_credentials_create();
     }
-    grpc_channel *channel = grpc_channel_create(target, creds, message_size_args());
+    grpc_channel *channel = grpc_channel_create(target, creds, channel_args_get());
     grpc_channel_credentials_release(creds);
     if (!channel) return whet_errf(err, "cannot create a gRPC channel to %s", target);
     struct rpc_client *c = xcalloc(1, sizeof *c);
@@ -381,7 +389,7 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
     srv->nthreads = threads > 0 ? threads : 1;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->shut_down, NULL);
-    srv->server = grpc_server_create(message_size_args(), NULL);
+    srv->server = grpc_server_create(channel_args_get(), NULL);
     srv->threads = xcalloc((size_t)srv->nthreads, sizeof *srv->threads);
     for (int i = 0; i < srv->nthreads; i++) {
         srv->threads[i].server = srv;

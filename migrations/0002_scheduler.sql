@@ -64,3 +64,28 @@ GRANT SELECT ON job_attempts TO whet_app;
 -- Where the finished model (adapter or full model dir, manifest-terminated) lives, for downloads and
 -- for jobs that continue from it.
 ALTER TABLE jobs ADD COLUMN final_object_prefix text;
+
+-- A node that is gone (its lease expired, or it registered again after a restart) takes its running
+-- attempts with it: they end as `lost` (their seconds metered and flagged), undelivered commands are
+-- dropped, and their jobs go back to the queue (or to paused/cancelled when the tenant asked) with an
+-- event carrying p_message. Returns the ids of the jobs it requeued.
+CREATE FUNCTION whet_requeue_node_attempts(p_node text, p_message text) RETURNS SETOF text LANGUAGE sql AS $$
+  WITH ended AS (
+    UPDATE job_attempts a SET ended_at = extract(epoch FROM clock_timestamp()), outcome = 'lost'
+    WHERE a.node_id = p_node AND a.ended_at IS NULL
+    RETURNING a.job_id, a.attempt, a.tenant_id, a.device_type, a.ended_at - a.started_at AS seconds),
+  dropped AS (DELETE FROM node_commands c WHERE c.node_id = p_node AND c.delivered_at IS NULL),
+  metered AS (
+    INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, lost)
+    SELECT tenant_id, job_id, attempt, 0, device_type, seconds, true FROM ended
+    ON CONFLICT (job_id, attempt, report_seq) DO NOTHING),
+  requeued AS (
+    UPDATE jobs j SET node_id = NULL, preempt_requested = false,
+      status = CASE j.desired WHEN 'cancel' THEN 'cancelled' WHEN 'pause' THEN 'paused' ELSE 'queued' END
+    FROM ended WHERE j.id = ended.job_id AND j.status IN ('running', 'queued')
+    RETURNING j.id, j.tenant_id, j.last_step)
+  INSERT INTO job_events (id, tenant_id, job_id, level, message, data)
+  SELECT 'ftevent-' || md5(random()::text || id), tenant_id, id, 'warn', p_message,
+         jsonb_build_object('node', p_node, 'last_step', last_step)
+  FROM requeued RETURNING job_id
+$$;

@@ -22,27 +22,13 @@
 /* Nodes silent past their lease are lost: their attempts end as `lost` (the seconds they ran are
  * metered as such), their jobs return to the queue, and an event says why. */
 static int expire_leases(PGconn *conn, struct whet_err *err) {
-    PGresult *res = whet_pg_query(
-        conn,
-        "WITH lost AS (UPDATE nodes SET state = 'lost' WHERE state = 'ready'"
-        "   AND last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0 RETURNING id),"
-        " dropped AS (DELETE FROM node_commands c USING lost WHERE c.node_id = lost.id AND c.delivered_at IS NULL),"
-        " ended AS (UPDATE job_attempts a SET ended_at = extract(epoch FROM clock_timestamp()), outcome = 'lost'"
-        "   FROM lost WHERE a.node_id = lost.id AND a.ended_at IS NULL"
-        "   RETURNING a.job_id, a.attempt, a.node_id, a.tenant_id, a.device_type, a.ended_at - a.started_at AS seconds),"
-        " metered AS (INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, lost)"
-        "   SELECT tenant_id, job_id, attempt, 0, device_type, seconds, true FROM ended"
-        "   ON CONFLICT (job_id, attempt, report_seq) DO NOTHING),"
-        " requeued AS (UPDATE jobs j SET node_id = NULL, preempt_requested = false,"
-        "   status = CASE j.desired WHEN 'cancel' THEN 'cancelled' WHEN 'pause' THEN 'paused' ELSE 'queued' END"
-        "   FROM ended WHERE j.id = ended.job_id AND j.status IN ('running', 'queued')"
-        "   RETURNING j.id, j.tenant_id, ended.node_id, j.last_step)"
-        " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
-        " SELECT 'ftevent-' || md5(random()::text || id), tenant_id, id, 'warn',"
-        "   'Node ' || node_id || ' stopped answering; the job will resume from its last checkpoint elsewhere',"
-        "   jsonb_build_object('node', node_id, 'last_step', last_step) FROM requeued"
-        " RETURNING job_id",
-        0, NULL, err);
+    PGresult *res = whet_pg_query(conn,
+                                  "WITH lost AS (UPDATE nodes SET state = 'lost' WHERE state = 'ready'"
+                                  "   AND last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0"
+                                  "   RETURNING id)"
+                                  " SELECT job FROM lost, LATERAL whet_requeue_node_attempts(lost.id, 'Node ' || lost.id"
+                                  "   || ' stopped answering; the job will resume from its last checkpoint elsewhere') job",
+                                  0, NULL, err);
     if (!res) return -1;
     for (int i = 0; i < PQntuples(res); i++) log_warn("msg=\"job requeued: node lost\" job=%s", PQgetvalue(res, i, 0));
     PQclear(res);
@@ -275,7 +261,7 @@ static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s,
                                   "UPDATE jobs SET attempt = attempt + 1, status = 'running', node_id = $2, placed_dc = $3,"
                                   " wait_reason = NULL WHERE id = $1 AND status = 'queued' AND desired = 'run'"
                                   " RETURNING attempt, last_step",
-                                  1, params, err);
+                                  3, params, err);
     if (!res) goto fail;
     if (PQntuples(res) != 1) { /* paused or cancelled since the snapshot */
         PQclear(res);

@@ -24,11 +24,16 @@ static PGconn *handler_conn(const struct scheduler *s, struct whet_err *err) {
     return thread_conn;
 }
 
-/* A database failure is the executor's cue to retry later. */
+/* A lost database connection is the executor's cue to retry later; a statement that failed on a
+ * working connection is a bug, reported as such (retrying would not help). */
 static int db_unavailable(struct whet_err *err) {
+    whet_err_prefix(err, "scheduler database");
+    if (thread_conn && PQstatus(thread_conn) == CONNECTION_OK) {
+        PQclear(PQexec(thread_conn, "ROLLBACK"));
+        return RPC_INTERNAL;
+    }
     PQfinish(thread_conn);
     thread_conn = NULL;
-    whet_err_prefix(err, "scheduler database");
     return RPC_UNAVAILABLE;
 }
 
@@ -83,6 +88,16 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     free(devices_json);
     free(models_json);
     if (rc < 0) return db_unavailable(err);
+    /* A node registers after it (re)started, so whatever it ran before is gone with the old process:
+     * those attempts end as lost and their jobs resume from their last checkpoint. */
+    const char *lost_params[] = {req->node_id};
+    PGresult *lost = whet_pg_query(conn,
+                                   "SELECT whet_requeue_node_attempts($1, 'Node ' || $1 || ' restarted; the job will"
+                                   " resume from its last checkpoint')",
+                                   1, lost_params, err);
+    if (!lost) return db_unavailable(err);
+    for (int i = 0; i < PQntuples(lost); i++) log_warn("msg=\"job requeued: node restarted\" job=%s", PQgetvalue(lost, i, 0));
+    PQclear(lost);
     log_info("msg=\"node registered\" node=%s dc=%s pool=%s devices=%zu type=%s", req->node_id, req->dc, req->pool,
              req->n_devices, device_type);
 
@@ -323,23 +338,23 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
      * the queue; failed/cancelled: final. */
     if (whet_pg_exec(conn,
                      "WITH upd AS (UPDATE jobs j SET"
-                     "  status = CASE $2 WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed'"
+                     "  status = CASE $2::text WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed'"
                      "    WHEN 'cancelled' THEN 'cancelled'"
                      "    ELSE CASE j.desired WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled' ELSE 'queued' END END,"
                      "  node_id = NULL, preempt_requested = false,"
-                     "  finished_at = CASE WHEN $2 IN ('succeeded', 'failed', 'cancelled') THEN whet_now() END,"
-                     "  fine_tuned_model = CASE WHEN $2 = 'succeeded' THEN 'ft:' || j.base_model || ':' ||"
+                     "  finished_at = CASE WHEN $2::text IN ('succeeded', 'failed', 'cancelled') THEN whet_now() END,"
+                     "  fine_tuned_model = CASE WHEN $2::text = 'succeeded' THEN 'ft:' || j.base_model || ':' ||"
                      "    (SELECT name FROM tenants WHERE id = j.tenant_id) || ':' || coalesce(j.suffix, '') || ':' || j.id END,"
-                     "  final_object_prefix = CASE WHEN $2 = 'succeeded' THEN nullif($5, '') END,"
-                     "  error = CASE WHEN $2 = 'failed' THEN jsonb_build_object('code', nullif($3, ''), 'message', $4,"
+                     "  final_object_prefix = CASE WHEN $2::text = 'succeeded' THEN nullif($5::text, '') END,"
+                     "  error = CASE WHEN $2::text = 'failed' THEN jsonb_build_object('code', nullif($3::text, ''), 'message', $4::text,"
                      "    'param', NULL) END,"
                      "  trained_tokens = greatest(coalesce(j.trained_tokens, 0), $6::bigint),"
                      "  estimated_finish = NULL"
                      " WHERE j.id = $1 RETURNING j.id, j.tenant_id, j.status)"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message)"
-                     " SELECT $7, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
+                     " SELECT $7::text, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
                      "  CASE status WHEN 'succeeded' THEN 'The job has successfully completed'"
-                     "   WHEN 'failed' THEN 'The job failed: ' || $4"
+                     "   WHEN 'failed' THEN 'The job failed: ' || $4::text"
                      "   WHEN 'cancelled' THEN 'The job was cancelled'"
                      "   WHEN 'paused' THEN 'The job was paused'"
                      "   ELSE 'The job was preempted; it will resume from its last checkpoint' END FROM upd",

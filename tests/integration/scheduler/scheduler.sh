@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The scheduler service against a real PostgreSQL and real executors over gRPC: leader election and
+# takeover, registration, placement into an attempt and a START command, an attempt that fails with a
+# clear reason (its base model is not in the object store) and is metered, pause and cancel of queued
+# jobs, a node declared lost when its lease runs out, and a restarted node whose attempt is requeued.
+set -euo pipefail
+: "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
+db="whet_sched_$$_$RANDOM"
+work=$(mktemp -d /tmp/whet-sched.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
+export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
+export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export WHET_GRPC="127.0.0.1:$port"
+fails=0 passes=0
+check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
+q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
+wait_for() { # wait_for SECONDS SQL EXPECTED
+  for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
+  echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
+}
+
+"$WHET_BIN" migrate >/dev/null
+q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
+   INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+     VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
+   INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
+     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');"
+newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
+              VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, '${2:-{\}}');
+              NOTIFY whet_jobs"; }
+
+# Leader election: the second scheduler stands by, and takes over when the first dies.
+"$WHET_BIN" scheduler --lease-ms 1500 >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
+sleep 0.5
+"$WHET_BIN" scheduler --lease-ms 1500 >"$work/s2.log" 2>&1 & pids+=($!)
+sleep 1
+check "one leader, one standby" 'grep -q "\"leading\"" "$work/s1.log" && grep -q "standing by" "$work/s2.log"'
+
+"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" >"$work/e1.log" 2>&1 & pids+=($!); e1=$!
+check "executor registers its devices" 'wait_for 10 "SELECT state || gpus || device_type FROM nodes" "ready2H100"'
+
+# A job whose base model is missing from the object store: placed, started, failed with the reason.
+newjob ftjob-a
+check "job placed on the node" 'wait_for 10 "SELECT count(*) FROM job_attempts WHERE job_id = '"'"'ftjob-a'"'"'" 1'
+check "start command delivered" 'wait_for 10 "SELECT count(*) FROM node_commands WHERE job_id = '"'"'ftjob-a'"'"' AND kind = '"'"'start'"'"' AND delivered_at IS NOT NULL" 1'
+check "attempt fails with a clear reason" 'wait_for 15 "SELECT status FROM jobs WHERE id = '"'"'ftjob-a'"'"'" failed'
+err=$(q "SELECT error->>'message' FROM jobs WHERE id = 'ftjob-a'")
+check "error names the missing model" '[[ "$err" == *"base model tiny"* ]]'
+check "placement event" '[ "$(q "SELECT count(*) FROM job_events WHERE job_id = '"'"'ftjob-a'"'"' AND message LIKE '"'"'Job placed on node % in dc-a%'"'"'")" = 1 ]'
+check "attempt metered once" '[ "$(q "SELECT count(*) FROM usage_records WHERE job_id = '"'"'ftjob-a'"'"' AND device_type = '"'"'H100'"'"'")" = 1 ]'
+
+# A job pinned to a GPU type nobody has waits, with a reason; pause and cancel act on queued jobs.
+newjob ftjob-b '{"gpu_types":["B200"]}'
+check "unplaceable job waits with a reason" 'wait_for 10 "SELECT wait_reason IS NOT NULL FROM jobs WHERE id = '"'"'ftjob-b'"'"'" t'
+q "UPDATE jobs SET desired = 'pause' WHERE id = 'ftjob-b'; NOTIFY whet_jobs"
+check "queued job pauses" 'wait_for 10 "SELECT status FROM jobs WHERE id = '"'"'ftjob-b'"'"'" paused'
+q "UPDATE jobs SET desired = 'cancel', status = 'queued' WHERE id = 'ftjob-b'; NOTIFY whet_jobs"
+check "queued job cancels" 'wait_for 10 "SELECT status FROM jobs WHERE id = '"'"'ftjob-b'"'"'" cancelled'
+
+# The leader dies: the standby takes over and keeps the node.
+kill -9 $s1
+check "standby takes over" 'for _ in $(seq 50); do grep -q "\"leading\"" "$work/s2.log" && break; sleep 0.1; done; grep -q "\"leading\"" "$work/s2.log"'
+check "node still ready after failover" 'wait_for 10 "SELECT state FROM nodes" ready'
+
+# An attempt running on a node that restarts is requeued (the new process never saw it).
+node=$(q "SELECT id FROM nodes")
+q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, desired)
+     VALUES ('ftjob-c', 't1', 'tiny', 'tiny', 'file-1', '{}', 1, 'running', 1, 'pause');
+   INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type) VALUES ('ftjob-c', 1, 't1', '$node', 1, 'H100')"
+kill -9 $e1
+"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" >"$work/e1b.log" 2>&1 & pids+=($!); e1=$!
+check "restarted node's attempt ends as lost" 'wait_for 10 "SELECT outcome FROM job_attempts WHERE job_id = '"'"'ftjob-c'"'"'" lost'
+check "its job is paused, as the tenant asked" 'wait_for 5 "SELECT status FROM jobs WHERE id = '"'"'ftjob-c'"'"'" paused'
+check "lost seconds metered" '[ "$(q "SELECT count(*) FROM usage_records WHERE job_id = '"'"'ftjob-c'"'"' AND lost")" = 1 ]'
+
+# A silent node loses its lease.
+kill -9 $e1
+check "silent node declared lost" 'wait_for 10 "SELECT state FROM nodes" lost'
+
+[ $fails -eq 0 ] || tail -n 15 "$work"/*.log >&2
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
