@@ -207,6 +207,13 @@ int model_config_load(struct model_config *cfg, const char *path, struct whet_er
     return rc;
 }
 
+/* A float as the shortest decimal that reads back to it (1e-06, not 9.99999997e-07). */
+static json_t *json_float(float f) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)f);
+    return json_real(strtod(buf, NULL));
+}
+
 char *model_config_to_json(const struct model_config *c, const char *torch_dtype) {
     json_t *root = json_object();
     json_object_set_new(root, "architectures", json_pack("[s]", model_arch_name(c->arch)));
@@ -220,8 +227,8 @@ char *model_config_to_json(const struct model_config *c, const char *torch_dtype
     json_object_set_new(root, "head_dim", json_integer(c->head_dim));
     json_object_set_new(root, "hidden_act", json_string("silu"));
     json_object_set_new(root, "max_position_embeddings", json_integer(c->max_position_embeddings));
-    json_object_set_new(root, "rope_theta", json_real(c->rope_theta));
-    json_object_set_new(root, "rms_norm_eps", json_real(c->rms_norm_eps));
+    json_object_set_new(root, "rope_theta", json_float(c->rope_theta));
+    json_object_set_new(root, "rms_norm_eps", json_float(c->rms_norm_eps));
     json_object_set_new(root, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     if (c->arch != ARCH_QWEN2) json_object_set_new(root, "attention_bias", json_boolean(c->qkv_bias));
     if (c->arch == ARCH_QWEN2 || c->arch == ARCH_QWEN3) json_object_set_new(root, "use_sliding_window", json_false());
