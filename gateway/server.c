@@ -222,6 +222,9 @@ static void loop_begin_stop(struct gw_thread *t) {
         h2o_socket_close(t->listener);
         t->listener = NULL;
     }
+    /* Idle keep-alive connections wait on the HTTP/1 request timeout: expiring it now makes h2o close
+     * them itself (h2o 2.2 has no call that closes idle HTTP/1 connections). */
+    t->ctx.http1.req_timeout.timeout = 0;
 }
 
 static void on_stop_event(h2o_socket_t *sock, const char *err) {
