@@ -18,7 +18,7 @@ static void scheduler_usage(FILE *out) {
             "  --data-dir DIR    read DIR/whet.env\n"
             "  --grpc HOST:PORT  where executors call (default $WHET_GRPC, else 127.0.0.1:7070)\n"
             "  --policy P        placement policy: whet (default), fifo, bestfit, las\n"
-            "  --lease-ms MS     a node silent this long is declared lost (default 10000)\n");
+            "  --lease-ms MS     a node silent this long is declared lost (default $WHET_LEASE_MS, else 10000)\n");
 }
 
 static int cmd_scheduler(int argc, char **argv) {
@@ -26,7 +26,7 @@ static int cmd_scheduler(int argc, char **argv) {
                                          {"policy", required_argument, 0, 'p'},   {"lease-ms", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},           {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet";
-    int lease_ms = 10000, c;
+    int lease_ms = atoi(whet_env("WHET_LEASE_MS", "10000")), c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -42,6 +42,10 @@ static int cmd_scheduler(int argc, char **argv) {
         case 'h': scheduler_usage(stdout); return 0;
         default: scheduler_usage(stderr); return 2;
         }
+    }
+    if (lease_ms < 500) {
+        fprintf(stderr, "whet scheduler: the lease must be at least 500 ms\n");
+        return 2;
     }
     whet_log_component("scheduler");
     struct whet_err err;
