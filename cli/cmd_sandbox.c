@@ -31,6 +31,8 @@ static void usage(FILE *out) {
             "  --workdir DIR     working directory inside\n"
             "  --env K=V         environment variable (repeatable; default PATH, HOME=/tmp, LANG)\n"
             "  --network         keep the host network (debugging only)\n"
+            "  --as-uid UID[:GID] root only: run the command as this host uid (e.g. 65534); writable dirs\n"
+            "                    must be writable by it\n"
             "  --no-userns       run without a user namespace (root only; the fallback path)\n"
             "  -h, --help        this help\n\n"
             "exit status: the command's; 128+N when killed by signal N; 124 on the wall-clock timeout;\n"
@@ -52,7 +54,8 @@ static int sandbox_run_cmd(int argc, char **argv) {
         {"tmp", required_argument, 0, 't'},     {"writable", required_argument, 0, 'W'},
         {"readonly", required_argument, 0, 'R'}, {"workdir", required_argument, 0, 'C'},
         {"env", required_argument, 0, 'e'},     {"network", no_argument, 0, 'N'},
-        {"no-userns", no_argument, 0, 'U'},     {"help", no_argument, 0, 'h'},
+        {"no-userns", no_argument, 0, 'U'},     {"as-uid", required_argument, 0, 'u'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     struct sandbox_spec spec;
@@ -76,6 +79,12 @@ static int sandbox_run_cmd(int argc, char **argv) {
         case 'e': push(&env, &n_env, optarg); break;
         case 'N': spec.allow_network = 1; break;
         case 'U': spec.no_userns = 1; break;
+        case 'u': {
+            char *colon = strchr(optarg, ':');
+            spec.host_uid = atoi(optarg);
+            spec.host_gid = colon ? atoi(colon + 1) : spec.host_uid;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

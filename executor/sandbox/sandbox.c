@@ -134,11 +134,36 @@ static void plan_exec_paths(struct sandbox_plan *plan) {
     }
 }
 
+/* Who the command is, inside and out (see sandbox_ns.c); recomputed when user namespaces fail. */
+static void plan_identity(struct sandbox_plan *plan, const struct sandbox_spec *spec) {
+    int uid = (int)getuid(), gid = (int)getgid();
+    plan->parent_writes_maps = plan->switch_ids = 0;
+    if (plan->use_userns && spec->host_uid >= 0) {
+        snprintf(plan->uid_map, sizeof plan->uid_map, "0 %d 1\n%d %d 1\n", uid, SANDBOX_UID, spec->host_uid);
+        snprintf(plan->gid_map, sizeof plan->gid_map, "0 %d 1\n%d %d 1\n", gid, SANDBOX_UID, spec->host_gid);
+        plan->parent_writes_maps = plan->switch_ids = 1;
+        plan->run_uid = SANDBOX_UID;
+        plan->run_gid = SANDBOX_UID;
+    } else if (plan->use_userns) {
+        snprintf(plan->uid_map, sizeof plan->uid_map, "%d %d 1\n", SANDBOX_UID, uid);
+        snprintf(plan->gid_map, sizeof plan->gid_map, "%d %d 1\n", SANDBOX_UID, gid);
+    } else if (spec->host_uid >= 0) {
+        plan->switch_ids = 1;
+        plan->run_uid = (uid_t)spec->host_uid;
+        plan->run_gid = (gid_t)spec->host_gid;
+    }
+    /* The kernel exempts uid 0's processes from RLIMIT_NPROC, user namespace or not. */
+    plan->nproc_binds = spec->host_uid >= 0 ? spec->host_uid != 0 : uid != 0;
+}
+
 int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err) {
     if (!spec->argv || !spec->argv[0] || !spec->argv[0][0]) return whet_errf(err, "sandbox: no command given");
+    if ((spec->host_uid >= 0) != (spec->host_gid >= 0))
+        return whet_errf(err, "sandbox: host_uid and host_gid go together");
+    if (spec->host_uid >= 0 && geteuid() != 0)
+        return whet_errf(err, "sandbox: host_uid %d needs a root caller", spec->host_uid);
     plan->use_userns = !spec->no_userns;
-    snprintf(plan->uid_map, sizeof plan->uid_map, "%d %d 1\n", SANDBOX_UID, (int)getuid());
-    snprintf(plan->gid_map, sizeof plan->gid_map, "%d %d 1\n", SANDBOX_UID, (int)getgid());
+    plan_identity(plan, spec);
     plan->clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
     if (!spec->allow_network) plan->clone_flags |= CLONE_NEWNET;
     if (plan->use_userns) plan->clone_flags |= CLONE_NEWUSER;
@@ -198,7 +223,7 @@ static void worker_main(const struct sandbox_plan *plan, const struct child_fds 
     const int result = 3;
     if (sandbox_rlimits_child(plan, &what) < 0) child_fail(result, what, errno, 127);
     if (chdir(plan->workdir) < 0) child_fail(result, "chdir to the working directory", errno, 127);
-    if (sandbox_drop_caps_child(&what) < 0) child_fail(result, what, errno, 127);
+    if (sandbox_identity_child(plan, &what) < 0) child_fail(result, what, errno, 127);
     if (sandbox_seccomp_child(plan, &what) < 0) child_fail(result, what, errno, 127);
     int e = ENOENT;
     for (size_t i = 0; i < plan->n_exec_paths; i++) {
@@ -215,8 +240,9 @@ static void worker_main(const struct sandbox_plan *plan, const struct child_fds 
 /* ---------- init: PID 1 of the sandbox ---------- */
 
 /* Tasks (threads included) in the PID namespace other than init, from /proc/<pid>/stat's
- * num_threads (field 20). Raw getdents64: opendir would allocate. Returns -1 without /proc. */
-static int count_tasks(void) {
+ * num_threads (field 20), counting no further than `stop`. Raw getdents64: opendir would allocate.
+ * Returns -1 without /proc. */
+static int count_tasks(int stop) {
     int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) return -1;
     char buf[4096], stat_buf[512], path[64];
@@ -256,7 +282,9 @@ static int count_tasks(void) {
                 }
             }
             total += (int)(threads > 0 ? threads : 1);
+            if (total > stop) break;
         }
+        if (total > stop) break;
     }
     close(dir);
     return total;
@@ -268,6 +296,9 @@ static int count_tasks(void) {
 #define PROC_LIMIT_POLLS 6
 
 static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
+    /* A caller that changed its uid is not dumpable, which would leave /proc/self/uid_map owned by
+     * root and unwritable: be dumpable while writing the maps, and not afterwards. */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     const char *what = "wait for the go signal";
     char go;
     if (read(fds->go, &go, 1) != 1) _exit(1); /* the caller gave up (cgroup failure) */
@@ -306,11 +337,13 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
             }
         }
         if (worker_done || plan->max_procs <= 0) continue;
-        int tasks = count_tasks();
+        int tasks = count_tasks(plan->max_procs);
         if (tasks > r.peak_tasks) r.peak_tasks = tasks;
-        /* init counts toward RLIMIT_NPROC too, so the others top out at max_procs - 1. */
+        /* init counts toward RLIMIT_NPROC too, so the others top out at max_procs - 1: a tree held
+         * there for a while is a fork bomb. Above it, RLIMIT_NPROC is not holding (uid 0 without a
+         * user namespace): no grace then. */
         at_limit = tasks >= plan->max_procs - 1 ? at_limit + 1 : 0;
-        if (at_limit >= PROC_LIMIT_POLLS) {
+        if (at_limit >= PROC_LIMIT_POLLS || tasks > plan->max_procs) {
             r.procs_killed = 1;
             kill(-1, SIGKILL);
         }
@@ -381,6 +414,7 @@ void sandbox_spec_init(struct sandbox_spec *spec) {
     spec->stdin_fd = spec->stdout_fd = spec->stderr_fd = -1;
     spec->open_files = 256;
     spec->tmp_bytes = 64ull << 20;
+    spec->host_uid = spec->host_gid = -1;
 }
 
 const char *sandbox_reason_name(enum sandbox_reason reason) {
@@ -446,6 +480,8 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
         if (!st->cgroup) add_note(st, why);
     }
     sandbox_rlimits_plan(&plan, spec, st->cgroup && spec->mem_bytes);
+    if (spec->max_procs > 0 && !plan.nproc_binds && !st->cgroup)
+        add_note(st, "RLIMIT_NPROC does not bind uid 0: init's task counter enforces the process limit");
 
     int result[2] = {-1, -1}, lifeline[2] = {-1, -1}, go[2] = {-1, -1};
     if (pipe2(result, O_CLOEXEC) < 0 || pipe2(lifeline, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0) {
@@ -463,6 +499,7 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
         log_warn("sandbox: %s", note);
         plan.use_userns = 0;
         plan.clone_flags &= ~CLONE_NEWUSER;
+        plan_identity(&plan, spec);
         pid = spawn_clone(&plan, spec, result[1], lifeline[0], go[0]);
     }
     if (pid < 0) {
@@ -477,8 +514,9 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
     close(go[0]);
     result[1] = lifeline[0] = go[0] = -1;
     fcntl(result[0], F_SETFL, O_NONBLOCK);
-    if (st->cgroup && sandbox_cgroup_add(st->cgroup, pid, err) < 0) {
-        close_pair(go); /* init sees EOF instead of the go byte and exits */
+    if ((plan.parent_writes_maps && sandbox_userns_write_maps(&plan, pid, err) < 0) ||
+        (st->cgroup && sandbox_cgroup_add(st->cgroup, pid, err) < 0)) {
+        close_pair(go); /* init reads EOF instead of the go byte and exits */
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         goto fail;

@@ -16,11 +16,13 @@
  * When init exits the kernel kills every process left in the PID namespace, so killing init (the
  * wall-clock timeout, sandbox_kill) ends the whole tree, daemons included.
  *
- * Inside, the command runs as uid/gid 1000 (SANDBOX_UID), which is the caller's uid/gid outside. It
- * starts with no capabilities and PR_SET_NO_NEW_PRIVS. When user namespaces are unavailable and the
- * caller is root, the sandbox falls back to the other namespaces with capabilities dropped and says
- * so in `sandbox_result.notes` (RLIMIT_NPROC cannot hold root's processes then; init's process counter
- * still stops a fork bomb).
+ * Inside, the command runs as uid/gid 1000 (SANDBOX_UID), which is the caller's uid/gid outside, or,
+ * for a root caller that sets `host_uid`, that unprivileged host uid (recommended for the executor:
+ * tenant code then owns nothing of the host, and RLIMIT_NPROC binds, which it never does for uid 0).
+ * It starts with no capabilities and PR_SET_NO_NEW_PRIVS. When user namespaces are unavailable and
+ * the caller is root, the sandbox falls back to the other namespaces with capabilities dropped and
+ * says so in `sandbox_result.notes`. Wherever RLIMIT_NPROC does not bind (uid 0), init's process
+ * counter still stops a fork bomb.
  *
  * Thread safety: sandbox_spawn may be called from several threads at once; the children it clones do
  * only async-signal-safe work (everything they need is prepared before the clone). */
@@ -61,12 +63,16 @@ struct sandbox_spec {
     int allow_network;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
+    /* Root callers only: run the command as this host uid/gid (e.g. 65534) instead of root's; -1
+     * (the default) keeps the caller's. Supplementary groups are dropped. The writable dirs must be
+     * writable by it (chown them); nothing else needs to be readable by it. */
+    int host_uid, host_gid;
     /* Tests only: behave as if user namespaces were unavailable (the root fallback). */
     int no_userns;
 };
 
 /* Sets every field to its default: no command, no dirs, fds -1, limits 0 (none), open_files 256,
- * tmp_bytes 64 MiB. */
+ * tmp_bytes 64 MiB, host_uid/host_gid -1. */
 void sandbox_spec_init(struct sandbox_spec *spec);
 
 enum sandbox_reason {

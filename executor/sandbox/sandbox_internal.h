@@ -41,9 +41,13 @@ struct rlimit_op {
 };
 
 struct sandbox_plan {
-    /* user namespace */
-    int use_userns;
+    /* identity: maps written by the child itself (one line, unprivileged) or, for a root caller
+     * with a host uid, by the caller; the worker switches to run_uid/run_gid when switch_ids */
+    int use_userns, parent_writes_maps, switch_ids;
     char uid_map[64], gid_map[64];
+    uid_t run_uid;
+    gid_t run_gid;
+    int nproc_binds;          /* RLIMIT_NPROC holds (the command's host uid is not 0) */
     /* namespaces for clone */
     int clone_flags;
     /* mounts, in order */
@@ -71,7 +75,9 @@ void sandbox_rlimits_plan(struct sandbox_plan *plan, const struct sandbox_spec *
  * and errno set. */
 int sandbox_userns_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_mounts_child(const struct sandbox_plan *plan, int *proc_missing, const char **what);
-int sandbox_drop_caps_child(const char **what);
+int sandbox_identity_child(const struct sandbox_plan *plan, const char **what);
+/* Caller side: writes the maps of a child that waits for them (plan->parent_writes_maps). */
+int sandbox_userns_write_maps(const struct sandbox_plan *plan, pid_t pid, struct whet_err *err);
 int sandbox_rlimits_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what);
 
