@@ -1,9 +1,15 @@
 /* router_table.c - every route set of the gateway, in one list: each resource file exports
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
+#include "files.h"
+#include "jobs.h"
+#include "models.h"
 #include "server.h"
 
 void router_register_all(struct http_router *rt) {
     health_routes(rt);
     admin_routes(rt);
     auth_routes(rt);
+    files_routes(rt);
+    jobs_routes(rt);
+    models_routes(rt);
 }
