@@ -3,7 +3,7 @@
 // the line and field named and leave no row and no object; another tenant's file is a 404 everywhere.
 import { startStack, client, multipart, checker, listFiles, SFT_LINE, DPO_LINE } from './harness.mjs';
 
-const { check, summary } = checker();
+const { check, summary, failed } = checker();
 const stack = await startStack();
 try {
   const a = client(stack, 'alpha'), b = client(stack, 'beta');
@@ -111,6 +111,8 @@ try {
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  await stack.stop();
+  const stopped = await stack.stop();
+  check(stopped === null, 'the gateway exits cleanly', stopped);
+  if (failed()) console.error(stack.logTail(60));
 }
 process.exit(summary());

@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { startStack, client, multipart, checker, SFT_LINE, DPO_LINE, RFT_LINE } from './harness.mjs';
 
-const { check, summary } = checker();
+const { check, summary, failed } = checker();
 const stack = await startStack();
 const ids = (list) => JSON.stringify(list.map((x) => x.id));
 try {
@@ -284,6 +284,8 @@ try {
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  await stack.stop();
+  const stopped = await stack.stop();
+  check(stopped === null, 'the gateway exits cleanly', stopped);
+  if (failed()) console.error(stack.logTail(60));
 }
 process.exit(summary());

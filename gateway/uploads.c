@@ -1,0 +1,613 @@
+/* uploads.c - the Uploads resource (see uploads.h). Sections: the JSON shape, create, add a part,
+ * complete (checks -> worker: assemble, validate, hash, store -> rows), cancel, routes. */
+#include "uploads.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "crypto.h"
+#include "db.h"
+#include "files.h"
+#include "files_common.h"
+#include "log.h"
+#include "multipart.h"
+#include "validate.h"
+
+#define UPLOAD_MAX_BYTES ((uint64_t)8 << 30)
+#define UPLOAD_PART_MAX_BYTES ((size_t)64 << 20)
+#define UPLOAD_DEFAULT_TTL_S 3600
+#define UPLOAD_MAX_TTL_S (30 * 24 * 3600)
+
+/* ---------------------------------------------------------------- JSON shape */
+
+/* The upload's columns, then the file's (NULL until completed). */
+#define UPLOAD_COLUMNS                                                                                        \
+    "u.id, u.filename, u.purpose, u.bytes, u.status, u.created_at, u.expires_at, "                          \
+    "f.id, f.purpose, f.filename, f.bytes, f.created_at, f.expires_at, f.status"
+#define UPLOAD_FROM "uploads u LEFT JOIN files f ON f.id = u.file_id"
+
+static json_t *upload_row_to_json(const PGresult *res, int row) {
+    json_t *file = json_null();
+    if (db_value(res, row, 7)) {
+        /* The file's columns follow FILES_COLUMNS' order from column 7 on. */
+        file = json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:n}", "id", db_json_string(res, row, 7), "object",
+                         "file", "bytes", db_json_integer(res, row, 10), "created_at", db_json_integer(res, row, 11),
+                         "expires_at", db_json_integer(res, row, 12), "filename", db_json_string(res, row, 9),
+                         "purpose", db_json_string(res, row, 8), "status", db_json_string(res, row, 13),
+                         "status_details");
+    }
+    return json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "id", db_json_string(res, row, 0), "object",
+                     "upload", "bytes", db_json_integer(res, row, 3), "created_at", db_json_integer(res, row, 5),
+                     "filename", db_json_string(res, row, 1), "purpose", db_json_string(res, row, 2), "status",
+                     db_json_string(res, row, 4), "expires_at", db_json_integer(res, row, 6), "file", file);
+}
+
+/* 1 when the row (UPLOAD_COLUMNS) can still take parts; otherwise answers 409 and returns 0. */
+static int upload_open(struct gw_req *r, const PGresult *res, int row) {
+    const char *status = PQgetvalue(res, row, 4);
+    if (strcmp(status, "pending") != 0) {
+        http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s", PQgetvalue(res, row, 0), status);
+        return 0;
+    }
+    if (strtoll(PQgetvalue(res, row, 6), NULL, 10) < whet_now_unix()) {
+        http_reply_error(r, 409, "id", "upload_expired", "upload %s has expired; hint: create a new upload",
+                         PQgetvalue(res, row, 0));
+        return 0;
+    }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static const char *const jsonl_mime_types[] = {"text/jsonl", "application/jsonl", "application/x-ndjson",
+                                               "application/json", "text/plain", NULL};
+
+static void uploads_created(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    http_reply_json(r, 200, upload_row_to_json(res->res[1], 0));
+}
+
+static void uploads_create(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "filename") && strcmp(key, "purpose") && strcmp(key, "bytes") && strcmp(key, "mime_type") &&
+            strcmp(key, "expires_after")) {
+            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
+            goto out;
+        }
+    }
+    json_t *filename = json_object_get(body, "filename"), *purpose = json_object_get(body, "purpose");
+    json_t *bytes = json_object_get(body, "bytes"), *mime = json_object_get(body, "mime_type");
+    if (!json_is_string(filename) || json_string_length(filename) == 0 || json_string_length(filename) > MULTIPART_NAME_MAX ||
+        !files_text_ok(json_string_value(filename), json_string_length(filename))) {
+        http_reply_error(r, 400, "filename", "invalid_request", "filename: expected a name of 1 to %d characters",
+                         MULTIPART_NAME_MAX);
+        goto out;
+    }
+    if (!json_is_string(purpose) || !files_purpose_ok(json_string_value(purpose))) {
+        http_reply_error(r, 400, "purpose", "invalid_value",
+                         "purpose: expected one of \"fine-tune\", \"user_data\", \"evals\", \"batch\", \"vision\", "
+                         "\"assistants\"");
+        goto out;
+    }
+    if (!json_is_integer(bytes) || json_integer_value(bytes) < 0 || (uint64_t)json_integer_value(bytes) > UPLOAD_MAX_BYTES) {
+        http_reply_error(r, 400, "bytes", "invalid_value", "bytes: expected an integer from 0 to %llu",
+                         (unsigned long long)UPLOAD_MAX_BYTES);
+        goto out;
+    }
+    if (!json_is_string(mime) || json_string_length(mime) == 0 || json_string_length(mime) > 128 ||
+        !files_text_ok(json_string_value(mime), json_string_length(mime))) {
+        http_reply_error(r, 400, "mime_type", "invalid_value", "mime_type: expected a MIME type");
+        goto out;
+    }
+    if (strcmp(json_string_value(purpose), "fine-tune") == 0) {
+        int ok = 0;
+        for (const char *const *m = jsonl_mime_types; *m; m++)
+            if (strcmp(*m, json_string_value(mime)) == 0) ok = 1;
+        if (!ok) {
+            http_reply_error(r, 400, "mime_type", "invalid_value",
+                             "mime_type: a fine-tune upload is JSONL: expected \"text/jsonl\" or \"application/jsonl\"");
+            goto out;
+        }
+    }
+    long long ttl = UPLOAD_DEFAULT_TTL_S;
+    json_t *expires = json_object_get(body, "expires_after");
+    if (expires && !json_is_null(expires)) {
+        json_t *anchor = json_object_get(expires, "anchor"), *seconds = json_object_get(expires, "seconds");
+        if (!json_is_object(expires) || json_object_size(expires) != 2 || !json_is_string(anchor) ||
+            strcmp(json_string_value(anchor), "created_at") != 0 || !json_is_integer(seconds) ||
+            json_integer_value(seconds) < 3600 || json_integer_value(seconds) > UPLOAD_MAX_TTL_S) {
+            http_reply_error(r, 400, "expires_after", "invalid_value",
+                             "expires_after: expected {\"anchor\": \"created_at\", \"seconds\": 3600..%d}", UPLOAD_MAX_TTL_S);
+            goto out;
+        }
+        ttl = json_integer_value(seconds);
+    }
+    long long now = whet_now_unix();
+    const char *id = files_new_id(r, "upload_");
+    char *size = http_printf(r, "%lld", (long long)json_integer_value(bytes));
+    char *created = http_printf(r, "%lld", now), *expires_at = http_printf(r, "%lld", now + ttl);
+    const char *insert[] = {id,   http_tenant_id(r), http_strdup(r, json_string_value(filename)),
+                            http_strdup(r, json_string_value(purpose)), http_strdup(r, json_string_value(mime)),
+                            size, created, expires_at};
+    const char *get[] = {http_tenant_id(r), id};
+    struct db_stmt stmts[] = {{"uploads_insert", NULL, 8, insert}, {"uploads_get", NULL, 2, get}};
+    db_transaction(r, stmts, 2, uploads_created, NULL);
+out:
+    json_decref(body);
+}
+
+/* ---------------------------------------------------------------- add a part */
+
+struct part_job {
+    char *data; /* a copy of the part: the request body may go away with its client */
+    size_t len;
+    char *key;
+    const char *part_id;
+    int failed;
+    struct whet_err err;
+};
+
+static void part_free(struct part_job *p) {
+    free(p->data);
+    free(p->key);
+    free(p);
+}
+
+static void part_work(void *arg) {
+    struct part_job *p = arg;
+    struct objstore *store = files_store(&p->err);
+    if (!store || objstore_put(store, p->key, p->data, p->len, &p->err)) p->failed = 1;
+}
+
+static void part_inserted(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct part_job *p = arg;
+    if (!res->ok || PQntuples(res->res[0]) == 0) {
+        /* The upload was completed or cancelled meanwhile: no part row, so no object either. */
+        files_delete_object_later(r, p->key);
+        if (!res->ok)
+            http_reply_db_error(r, res);
+        else
+            http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s no longer takes parts",
+                             http_path_param(r, "id"));
+    } else {
+        const PGresult *row = res->res[0];
+        http_reply_json(r, 200, json_pack("{s:o, s:s, s:o, s:o}", "id", db_json_string(row, 0, 0), "object",
+                                          "upload.part", "created_at", db_json_integer(row, 0, 1), "upload_id",
+                                          db_json_string(row, 0, 2)));
+    }
+    part_free(p);
+}
+
+static void part_stored(struct gw_req *r, void *arg) {
+    struct part_job *p = arg;
+    if (http_gone(r) || p->failed) {
+        if (!p->failed) files_delete_object_later(r, p->key);
+        if (!http_gone(r)) {
+            log_error("msg=\"object store write failed\" key=%s err=\"%s\"", p->key, p->err.msg);
+            http_reply_error(r, 500, NULL, "storage_error", "could not store the part; try again");
+        }
+        part_free(p);
+        return;
+    }
+    char *size = http_printf(r, "%zu", p->len), *now = http_printf(r, "%lld", (long long)whet_now_unix());
+    const char *params[] = {p->part_id, http_path_param(r, "id"), http_tenant_id(r), size, p->key, now};
+    db_query(r, "uploads_part_insert", 6, params, part_inserted, p);
+}
+
+/* The upload is checked before the bytes are stored, so a part for a closed upload costs nothing. */
+static void part_checked(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct multipart_part *data = arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *up = res->res[0];
+    if (PQntuples(up) == 0) {
+        http_reply_not_found(r, "upload", http_path_param(r, "id"));
+        return;
+    }
+    if (!upload_open(r, up, 0)) return;
+    uint64_t declared = strtoull(PQgetvalue(up, 0, 3), NULL, 10);
+    uint64_t so_far = strtoull(PQgetvalue(res->res[1], 0, 0), NULL, 10);
+    if (so_far + data->len > declared) {
+        http_reply_error(r, 400, "data", "invalid_value",
+                         "data: the parts would hold %llu bytes; the upload declared %llu",
+                         (unsigned long long)(so_far + data->len), (unsigned long long)declared);
+        return;
+    }
+    struct part_job *p = xcalloc(1, sizeof *p);
+    p->data = xmalloc(data->len ? data->len : 1);
+    memcpy(p->data, data->data, data->len);
+    p->len = data->len;
+    p->part_id = files_new_id(r, "part_");
+    p->key = xasprintf("uploads/%s/%s/%s", http_tenant_id(r), http_path_param(r, "id"), p->part_id);
+    if (http_run_blocking(r, part_work, part_stored, p)) {
+        part_free(p);
+        http_reply_unavailable(r, 1, "the gateway's workers are busy");
+    }
+}
+
+static void uploads_add_part(struct gw_req *r) {
+    const char *ct = http_header(r, "content-type");
+    char boundary[MULTIPART_BOUNDARY_MAX + 1];
+    struct whet_err err;
+    if (!ct || multipart_boundary(ct, strlen(ct), boundary, &err)) {
+        http_reply_error(r, 400, NULL, "invalid_request", "%s",
+                         ct ? err.msg : "expected Content-Type multipart/form-data with the field data");
+        return;
+    }
+    h2o_iovec_t body = http_body(r);
+    struct multipart_form *form = http_alloc(r, sizeof *form);
+    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
+        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
+        return;
+    }
+    const struct multipart_part *data = multipart_get(form, "data");
+    if (!data || form->count != 1) {
+        http_reply_error(r, 400, "data", "invalid_request", "data: expected exactly one form field, named data");
+        return;
+    }
+    if (data->len > UPLOAD_PART_MAX_BYTES) {
+        http_reply_error(r, 413, "data", "part_too_large", "data: a part holds at most %zu bytes",
+                         UPLOAD_PART_MAX_BYTES);
+        return;
+    }
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {{"uploads_get", NULL, 2, params}, {"uploads_parts_bytes", NULL, 2, params}};
+    db_transaction(r, stmts, 2, part_checked, (void *)data);
+}
+
+/* ---------------------------------------------------------------- complete */
+
+struct assemble_part {
+    char *key;
+};
+
+struct assemble_job {
+    /* in */
+    struct assemble_part *parts;
+    size_t nparts;
+    int is_fine_tune;
+    char *file_key;
+    char md5_want[33]; /* "" when not given */
+    uint64_t declared;
+    /* while reading */
+    FILE *out;
+    struct validate_stream *validator;
+    EVP_MD_CTX *sha, *md5;
+    int invalid;
+    /* out */
+    int failed;
+    struct whet_err err;
+    struct validate_summary summary;
+    char sha256[65];
+    uint64_t bytes;
+    /* the rows */
+    const char *file_id, *filename, *purpose;
+};
+
+static void assemble_free(struct assemble_job *a) {
+    for (size_t i = 0; i < a->nparts; i++) free(a->parts[i].key);
+    free(a->parts);
+    free(a->file_key);
+    free(a);
+}
+
+static int assemble_sink(void *ctx, const void *chunk, size_t len) {
+    struct assemble_job *a = ctx;
+    if (a->validator && validate_stream_feed(a->validator, chunk, len, &a->err)) {
+        a->invalid = 1;
+        return 1;
+    }
+    EVP_DigestUpdate(a->sha, chunk, len);
+    EVP_DigestUpdate(a->md5, chunk, len);
+    a->bytes += len;
+    if (fwrite(chunk, 1, len, a->out) != len) {
+        whet_errf(&a->err, "writing the assembled file: short write");
+        return 1;
+    }
+    return 0;
+}
+
+static void assemble_work(void *arg) {
+    struct assemble_job *a = arg;
+    struct objstore *store = files_store(&a->err);
+    if (!store) {
+        a->failed = 1;
+        return;
+    }
+    const char *tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char *path = xasprintf("%s/whet-upload-XXXXXX", tmpdir);
+    int fd = mkstemp(path);
+    if (fd < 0 || !(a->out = fdopen(fd, "wb"))) {
+        whet_errf(&a->err, "cannot create a temporary file in %s", tmpdir);
+        if (fd >= 0) close(fd);
+        a->failed = 1;
+        goto out;
+    }
+    a->validator = a->is_fine_tune ? validate_stream_new(VALIDATE_FORMAT_AUTO, NULL) : NULL;
+    a->sha = EVP_MD_CTX_new();
+    a->md5 = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(a->sha, EVP_sha256(), NULL);
+    EVP_DigestInit_ex(a->md5, EVP_md5(), NULL);
+    for (size_t i = 0; i < a->nparts && !a->failed && !a->invalid; i++) {
+        /* When the validator stops the read, its message (already in a->err) is the one to keep. */
+        struct whet_err read_err;
+        if (objstore_read(store, a->parts[i].key, 0, 0, assemble_sink, a, &read_err) != 0 && !a->invalid) {
+            if (!a->err.msg[0]) a->err = read_err;
+            a->failed = 1;
+        }
+    }
+    if (fclose(a->out) != 0 && !a->failed && !a->invalid) {
+        whet_errf(&a->err, "writing the assembled file failed");
+        a->failed = 1;
+    }
+    if (!a->failed && !a->invalid && a->validator && validate_stream_finish(a->validator, &a->summary, &a->err))
+        a->invalid = 1;
+    uint8_t digest[32];
+    unsigned dlen = 0;
+    EVP_DigestFinal_ex(a->sha, digest, &dlen);
+    whet_hex_encode(digest, 32, a->sha256);
+    char md5[33];
+    EVP_DigestFinal_ex(a->md5, digest, &dlen);
+    whet_hex_encode(digest, 16, md5);
+    if (!a->failed && !a->invalid && a->md5_want[0] && strcmp(md5, a->md5_want) != 0) {
+        whet_errf(&a->err, "md5: the assembled file's MD5 is %s, not %s", md5, a->md5_want);
+        a->invalid = 1;
+    }
+    if (!a->failed && !a->invalid && objstore_put_file(store, a->file_key, path, &a->err)) a->failed = 1;
+    unlink(path);
+out:
+    free(path);
+    validate_stream_free(a->validator);
+    EVP_MD_CTX_free(a->sha);
+    EVP_MD_CTX_free(a->md5);
+}
+
+static void complete_rows_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct assemble_job *a = arg;
+    if (!res->ok || PQntuples(res->res[2]) == 0) {
+        files_delete_object_later(r, a->file_key);
+        if (!res->ok)
+            http_reply_db_error(r, res);
+        else
+            http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s was completed or cancelled meanwhile",
+                             http_path_param(r, "id"));
+        assemble_free(a);
+        return;
+    }
+    /* The parts served their purpose; their rows stay with the upload, their bytes go. */
+    for (size_t i = 0; i < a->nparts; i++) files_delete_object_later(r, a->parts[i].key);
+    http_reply_json(r, 200, upload_row_to_json(res->res[3], 0));
+    assemble_free(a);
+}
+
+static void complete_assembled(struct gw_req *r, void *arg) {
+    struct assemble_job *a = arg;
+    if (http_gone(r)) {
+        if (!a->failed && !a->invalid) files_delete_object_later(r, a->file_key);
+        assemble_free(a);
+        return;
+    }
+    if (a->invalid) {
+        int is_md5 = strncmp(a->err.msg, "md5:", 4) == 0;
+        http_reply_error(r, 400, is_md5 ? "md5" : NULL, is_md5 ? "md5_mismatch" : "invalid_file", "%s%s",
+                         is_md5 ? "" : "invalid fine-tune file: ", a->err.msg);
+        assemble_free(a);
+        return;
+    }
+    if (a->failed) {
+        log_error("msg=\"assembling an upload failed\" upload=%s err=\"%s\"", http_path_param(r, "id"), a->err.msg);
+        http_reply_error(r, 500, NULL, "storage_error", "could not assemble the upload; try again");
+        assemble_free(a);
+        return;
+    }
+    char *bytes = http_printf(r, "%llu", (unsigned long long)a->bytes);
+    char *now = http_printf(r, "%lld", (long long)whet_now_unix());
+    char *lines = http_printf(r, "%zu", a->summary.lines);
+    const char *lock[] = {http_tenant_id(r), http_path_param(r, "id")};
+    const char *file[] = {a->file_id, http_tenant_id(r), a->purpose, a->filename, bytes, a->sha256, a->file_key,
+                          a->is_fine_tune ? validate_format_name(a->summary.format) : NULL,
+                          a->is_fine_tune ? lines : NULL, now, http_path_param(r, "id")};
+    const char *done[] = {http_tenant_id(r), http_path_param(r, "id"), a->file_id};
+    const char *get[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {
+        {"uploads_lock", NULL, 2, lock},
+        {"uploads_file_insert", NULL, 11, file},
+        {"uploads_complete", NULL, 3, done},
+        {"uploads_get", NULL, 2, get},
+    };
+    db_transaction(r, stmts, 4, complete_rows_done, a);
+}
+
+struct complete_ctx {
+    json_t *part_ids; /* owned until the checks are done */
+    char md5[33];
+};
+
+static void complete_checked(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct complete_ctx *c = arg;
+    json_t *ids = c->part_ids;
+    c->part_ids = NULL;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        goto out;
+    }
+    const PGresult *up = res->res[0], *parts = res->res[1];
+    if (PQntuples(up) == 0) {
+        http_reply_not_found(r, "upload", http_path_param(r, "id"));
+        goto out;
+    }
+    /* A retried complete answers like the first. */
+    if (strcmp(PQgetvalue(up, 0, 4), "completed") == 0) {
+        http_reply_json(r, 200, upload_row_to_json(up, 0));
+        goto out;
+    }
+    if (!upload_open(r, up, 0)) goto out;
+    struct assemble_job *a = xcalloc(1, sizeof *a);
+    a->nparts = json_array_size(ids);
+    a->parts = xcalloc(a->nparts, sizeof *a->parts);
+    uint64_t total = 0;
+    for (size_t i = 0; i < a->nparts; i++) {
+        const char *want = json_string_value(json_array_get(ids, i));
+        int row = -1;
+        for (int k = 0; k < PQntuples(parts); k++)
+            if (strcmp(PQgetvalue(parts, k, 0), want) == 0) row = k;
+        if (row < 0) {
+            http_reply_error(r, 400, http_printf(r, "part_ids[%zu]", i), "invalid_value",
+                             "part_ids[%zu]: upload %s has no part %s", i, http_path_param(r, "id"), want);
+            assemble_free(a);
+            goto out;
+        }
+        a->parts[i].key = xstrdup(PQgetvalue(parts, row, 2));
+        total += strtoull(PQgetvalue(parts, row, 1), NULL, 10);
+    }
+    a->declared = strtoull(PQgetvalue(up, 0, 3), NULL, 10);
+    if (total != a->declared) {
+        http_reply_error(r, 400, "part_ids", "invalid_value", "part_ids: the parts hold %llu bytes; the upload declared %llu",
+                         (unsigned long long)total, (unsigned long long)a->declared);
+        assemble_free(a);
+        goto out;
+    }
+    a->purpose = http_strdup(r, PQgetvalue(up, 0, 2));
+    a->filename = http_strdup(r, PQgetvalue(up, 0, 1));
+    a->is_fine_tune = strcmp(a->purpose, "fine-tune") == 0;
+    memcpy(a->md5_want, c->md5, sizeof a->md5_want);
+    a->file_id = files_new_id(r, "file-");
+    a->file_key = xasprintf("files/%s/%s", http_tenant_id(r), a->file_id);
+    if (http_run_blocking(r, assemble_work, complete_assembled, a)) {
+        assemble_free(a);
+        http_reply_unavailable(r, 1, "the gateway's workers are busy");
+    }
+out:
+    json_decref(ids);
+}
+
+static void uploads_complete(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "part_ids") && strcmp(key, "md5")) {
+            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
+            goto fail;
+        }
+    }
+    json_t *ids = json_object_get(body, "part_ids");
+    if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > 10000) {
+        http_reply_error(r, 400, "part_ids", "invalid_value", "part_ids: expected an array of 1 to 10000 part ids");
+        goto fail;
+    }
+    for (size_t i = 0; i < json_array_size(ids); i++) {
+        json_t *id = json_array_get(ids, i);
+        if (!json_is_string(id)) {
+            http_reply_error(r, 400, http_printf(r, "part_ids[%zu]", i), "invalid_value", "part_ids[%zu]: expected a string", i);
+            goto fail;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (json_equal(id, json_array_get(ids, k))) {
+                http_reply_error(r, 400, http_printf(r, "part_ids[%zu]", i), "invalid_value",
+                                 "part_ids[%zu]: part %s is listed twice", i, json_string_value(id));
+                goto fail;
+            }
+    }
+    struct complete_ctx *c = http_alloc(r, sizeof *c);
+    c->md5[0] = 0;
+    json_t *md5 = json_object_get(body, "md5");
+    if (md5 && !json_is_null(md5)) {
+        const char *s = json_string_value(md5);
+        int ok = s && strlen(s) == 32;
+        for (int i = 0; ok && i < 32; i++) ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+        if (!ok) {
+            http_reply_error(r, 400, "md5", "invalid_value", "md5: expected 32 lower-case hex digits");
+            goto fail;
+        }
+        memcpy(c->md5, s, 33);
+    }
+    c->part_ids = json_incref(ids);
+    json_decref(body);
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {{"uploads_get", NULL, 2, params}, {"uploads_parts", NULL, 2, params}};
+    db_transaction(r, stmts, 2, complete_checked, c);
+    return;
+fail:
+    json_decref(body);
+}
+
+/* ---------------------------------------------------------------- cancel */
+
+static void cancel_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *up = res->res[1];
+    if (PQntuples(up) == 0) {
+        http_reply_not_found(r, "upload", http_path_param(r, "id"));
+        return;
+    }
+    const char *status = PQgetvalue(up, 0, 4);
+    if (strcmp(status, "cancelled") != 0) {
+        http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s and cannot be cancelled",
+                         http_path_param(r, "id"), status);
+        return;
+    }
+    const PGresult *parts = res->res[2];
+    for (int i = 0; i < PQntuples(parts); i++) files_delete_object_later(r, PQgetvalue(parts, i, 2));
+    http_reply_json(r, 200, upload_row_to_json(up, 0));
+}
+
+static void uploads_cancel(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {
+        {"uploads_cancel", NULL, 2, params},
+        {"uploads_get", NULL, 2, params},
+        {"uploads_parts", NULL, 2, params},
+    };
+    db_transaction(r, stmts, 3, cancel_done, NULL);
+}
+
+/* ---------------------------------------------------------------- routes */
+
+void uploads_routes(struct http_router *rt) {
+    db_prepare("uploads_insert", "INSERT INTO uploads (id, tenant_id, filename, purpose, mime_type, bytes, created_at, "
+                                 "expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
+    db_prepare("uploads_get", "SELECT " UPLOAD_COLUMNS " FROM " UPLOAD_FROM " WHERE u.tenant_id = $1 AND u.id = $2");
+    db_prepare("uploads_parts_bytes",
+               "SELECT coalesce(sum(bytes), 0) FROM upload_parts WHERE tenant_id = $1 AND upload_id = $2");
+    db_prepare("uploads_parts", "SELECT id, bytes, object_key FROM upload_parts WHERE tenant_id = $1 AND upload_id = $2 "
+                                "ORDER BY seq");
+    db_prepare("uploads_part_insert",
+               "INSERT INTO upload_parts (id, upload_id, tenant_id, bytes, object_key, created_at) "
+               "SELECT $1, $2, $3, $4::bigint, $5, $6::bigint WHERE EXISTS (SELECT 1 FROM uploads WHERE tenant_id = $3 "
+               "AND id = $2 AND status = 'pending') RETURNING id, created_at, upload_id");
+    /* Completing: lock the upload so two completes cannot both write a file, then write the file only
+     * while the upload is still pending, then close the upload. */
+    db_prepare("uploads_lock", "SELECT status FROM uploads WHERE tenant_id = $1 AND id = $2 FOR UPDATE");
+    db_prepare("uploads_file_insert",
+               "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count, "
+               "created_at) SELECT $1, $2, $3, $4, $5::bigint, $6, $7, $8, $9::integer, $10::bigint "
+               "WHERE EXISTS (SELECT 1 FROM uploads WHERE tenant_id = $2 AND id = $11 AND status = 'pending') "
+               "RETURNING id");
+    db_prepare("uploads_complete", "UPDATE uploads SET status = 'completed', file_id = $3 WHERE tenant_id = $1 AND "
+                                   "id = $2 AND status = 'pending' AND EXISTS (SELECT 1 FROM files WHERE id = $3) "
+                                   "RETURNING id");
+    db_prepare("uploads_cancel",
+               "UPDATE uploads SET status = 'cancelled' WHERE tenant_id = $1 AND id = $2 AND status = 'pending'");
+
+    http_route(rt, "POST", "/v1/uploads", uploads_create, 0, "uploads.create");
+    http_route(rt, "POST", "/v1/uploads/{id}/parts", uploads_add_part, HTTP_ROUTE_LARGE_BODY, "uploads.parts");
+    http_route(rt, "POST", "/v1/uploads/{id}/complete", uploads_complete, 0, "uploads.complete");
+    http_route(rt, "POST", "/v1/uploads/{id}/cancel", uploads_cancel, 0, "uploads.cancel");
+}
