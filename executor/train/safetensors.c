@@ -252,10 +252,10 @@ static int set_add_file(struct st_set *set, const char *path, struct whet_err *e
     struct st_set one;
     if (st_parse(&one, addr ? addr : (const uint8_t *)"", len, mp->path, err)) return -1;
     set->tensors = xrealloc(set->tensors, sizeof *set->tensors * (size_t)(set->n_tensors + one.n_tensors + 1));
-    memcpy(set->tensors + set->n_tensors, one.tensors, sizeof *one.tensors * (size_t)one.n_tensors);
+    if (one.n_tensors) memcpy(set->tensors + set->n_tensors, one.tensors, sizeof *one.tensors * (size_t)one.n_tensors);
     set->n_tensors += one.n_tensors;
     set->metadata = xrealloc(set->metadata, sizeof(char *) * (size_t)(set->n_metadata + one.n_metadata + 1));
-    memcpy(set->metadata + set->n_metadata, one.metadata, sizeof(char *) * (size_t)one.n_metadata);
+    if (one.n_metadata) memcpy(set->metadata + set->n_metadata, one.metadata, sizeof(char *) * (size_t)one.n_metadata);
     set->n_metadata += one.n_metadata;
     free(one.tensors);
     free(one.metadata);
