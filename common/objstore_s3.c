@@ -729,13 +729,6 @@ static int multipart_upload(struct s3_store *s3, const char *key, const char *pa
 static int s3_put_file(struct objstore *store, const char *key, const char *path, const char *sha256,
                        struct whet_err *err) {
     struct s3_store *s3 = (struct s3_store *)store;
-    char computed[65];
-    uint64_t size;
-    /* The checksum goes into the object's metadata, which S3 takes when the upload starts: hash first. */
-    if (!sha256) {
-        if (objstore_sha256_file(path, computed, &size, err) != 0) return -1;
-        sha256 = computed;
-    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return whet_errf(err, "%s: %s", path, strerror(errno));
     struct stat st;
@@ -743,19 +736,31 @@ static int s3_put_file(struct objstore *store, const char *key, const char *path
         close(fd);
         return whet_errf(err, "%s: not a regular file", path);
     }
-    size = (uint64_t)st.st_size;
-    int rc;
+    uint64_t size = (uint64_t)st.st_size;
+    char computed[65];
+    int rc = 0;
     if (size > store->part_size) {
-        rc = multipart_upload(s3, key, path, fd, size, sha256, err);
+        /* The checksum goes into the object's metadata, which S3 takes when the upload starts: the
+         * file is hashed before any part is sent. */
+        if (!sha256) {
+            uint64_t hashed;
+            rc = objstore_sha256_file(path, computed, &hashed, err);
+            sha256 = computed;
+        }
+        if (rc == 0) rc = multipart_upload(s3, key, path, fd, size, sha256, err);
     } else {
+        /* One PUT from memory (at most a part's size), hashed from the same buffer. */
         char *buf = xmalloc(size ? size : 1);
         size_t got = 0;
-        rc = 0;
         while (got < size && rc == 0) {
             ssize_t n = read(fd, buf + got, size - got);
             if (n < 0 && errno == EINTR) continue;
             if (n <= 0) rc = whet_errf(err, "%s: %s", path, n < 0 ? strerror(errno) : "file shrank during upload");
             else got += (size_t)n;
+        }
+        if (rc == 0 && !sha256) {
+            whet_sha256_hex(buf, size, computed);
+            sha256 = computed;
         }
         if (rc == 0) rc = s3_put(store, key, buf, size, sha256, err);
         free(buf);

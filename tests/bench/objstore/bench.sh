@@ -3,7 +3,9 @@
 # x-amz-content-sha256 set to the real hash) against a plain `curl -T` PUT of the same bytes
 # (SigV4-signed by curl with UNSIGNED-PAYLOAD, one stream), both to the same s3rver in the same run.
 # objstore runs three ways: one PUT (part size above the file size: the same S3 operation as curl's),
-# and multipart in 16 MiB parts with 4 threads (the default) and with 1. Prints MiB/s and the ratios.
+# and multipart in 16 MiB parts with 4 threads (the default) and with 1. A second peer does the same
+# integrity work as objstore in shell: `sha256sum`, then curl -T with that hash as the signed payload
+# hash and as x-amz-meta-sha256. Prints MiB/s, the client's CPU seconds and the ratios to plain curl.
 #
 # s3rver completes a multipart upload by reading every part back and writing the object again (with
 # an MD5), so on s3rver multipart pays a second full copy that real S3 does not: the single-PUT ratio
@@ -51,18 +53,30 @@ curl_put() {
     awk '{printf "%.3f %.3f\n", $1, $2 + $3}'
 }
 
+# The same, hashing first like objstore does (sha256sum's CPU counted too).
+curl_put_hashed() {
+  local TIMEFORMAT='%R %U %S'
+  { time {
+      sha=$(sha256sum "$work/blob" | cut -d' ' -f1)
+      curl -fsS -o /dev/null -T "$work/blob" --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER \
+        -H "x-amz-content-sha256: $sha" -H "x-amz-meta-sha256: $sha" "$endpoint/whet-bench/curlh-$1.bin"
+    }; } 2>&1 | awk '{printf "%.3f %.3f\n", $1, $2 + $3}'
+}
+
 # Median of "wall cpu" lines by wall time, printed as "wall cpu".
 median() { sort -g | awk '{w[NR]=$1; c[NR]=$2} END {m=int((NR+1)/2); print w[m], c[m]}'; }
 
-curl_t=() single_t=() multi4_t=() multi1_t=()
+curl_t=() curlh_t=() single_t=() multi4_t=() multi1_t=()
 for r in $(seq "$rounds"); do
   curl_t+=("$(curl_put "$r")")
+  curlh_t+=("$(curl_put_hashed "$r")")
   single_t+=("$("$work/upload" s3://whet-bench/objstore "single-$r" "$work/blob" 4096 1)")
   multi4_t+=("$("$work/upload" s3://whet-bench/objstore "multi4-$r" "$work/blob" 16 4)")
   multi1_t+=("$("$work/upload" s3://whet-bench/objstore "multi1-$r" "$work/blob" 16 1)")
   rm -rf "${work:?}/s3/whet-bench/"*   # keep s3rver's disk use to one round
 done
 read -r c c_cpu < <(printf '%s\n' "${curl_t[@]}" | median)
+read -r ch ch_cpu < <(printf '%s\n' "${curlh_t[@]}" | median)
 read -r s s_cpu < <(printf '%s\n' "${single_t[@]}" | median)
 read -r m4 m4_cpu < <(printf '%s\n' "${multi4_t[@]}" | median)
 read -r m1 m1_cpu < <(printf '%s\n' "${multi1_t[@]}" | median)
@@ -71,6 +85,7 @@ ratio() { awk -v c="$c" -v t="$1" 'BEGIN {printf "%.2f", c / t}'; }
 echo "objstore upload bench: ${size_mb} MiB to s3rver, median of $rounds rounds, $(nproc) cores shared with other work"
 row() { printf '  %-48s %7.3fs %7.1f MiB/s  client CPU %6.3fs  ratio %s\n' "$1" "$2" "$(mbs "$2")" "$3" "$(ratio "$2")"; }
 row "curl -T (one PUT, unsigned payload)" "$c" "$c_cpu"
+row "sha256sum + curl -T (signed payload, meta)" "$ch" "$ch_cpu"
 row "objstore_put_file, one PUT" "$s" "$s_cpu"
 row "objstore_put_file, multipart 16 MiB x 4 threads" "$m4" "$m4_cpu"
 row "objstore_put_file, multipart 16 MiB x 1 thread" "$m1" "$m1_cpu"
