@@ -61,6 +61,8 @@ struct run {
     FILE *metrics;
     char *checkpoints_dir;
     int last_checkpoint_step; /* -1: none written by this process */
+    double train_seconds;     /* time in training steps so far (this process), for the ETA */
+    int steps_timed;
 };
 
 static void progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -416,12 +418,14 @@ static int train_step(struct run *r, struct whet_err *err) {
         return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
                               "learning_rate or set max_grad_norm", r->step, loss, (double)norm);
 
+    double seconds = whet_now_mono() - t0; /* the step alone: validation is not training throughput */
+    double tps = seconds > 0 ? (double)tokens / seconds : 0;
+    r->train_seconds += seconds;
+    r->steps_timed++;
     double valid = NAN;
     int eval_now = r->has_valid && ((r->cfg->eval_every_steps && r->step % r->cfg->eval_every_steps == 0) ||
                                     r->step == r->total_steps);
     if (eval_now && validation_loss(r, &valid, err)) return -1;
-    double seconds = whet_now_mono() - t0;
-    double tps = seconds > 0 ? (double)tokens / seconds : 0;
     double accuracy = targets ? (double)correct / (double)targets : 0;
 
     char line[512];
@@ -439,8 +443,9 @@ static int train_step(struct run *r, struct whet_err *err) {
     }
     char valid_text[48] = "";
     if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_loss %.4f", valid);
-    progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f acc %.3f tokens %lld (%.0f tok/s)", r->step,
-             r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, accuracy, tokens, tps);
+    double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
+    progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f acc %.3f tokens %lld (%.0f tok/s) eta %.0fs",
+             r->step, r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, accuracy, tokens, tps, eta);
     return 0;
 }
 

@@ -58,18 +58,39 @@ grep -aq 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' "$work
   || fail "adapter tensors are not named as PEFT names them"
 ! ls -d "$work"/out-lora/*.tmp-* "$work"/out-lora/checkpoints/*.tmp-* 2>/dev/null || fail "temporary dirs left behind"
 
-# ---- resume from step 10: steps 11..30 identical to the uninterrupted run
-config resume out-resume '"lora": {"r": 8, "alpha": 16}, "max_steps": 30, "checkpoint_every_steps": 10, "eval_every_steps": 10, "resume_from": "'"$work"'/out-lora/checkpoints/step-10"'
+# ---- resume from step 10 into the same output dir: metrics.jsonl is cut back to step 10, then steps
+# 11..30 come out identical to the uninterrupted run
+cp "$work/out-lora/metrics.jsonl" "$work/uninterrupted.jsonl"
+config resume out-lora '"lora": {"r": 8, "alpha": 16}, "max_steps": 30, "checkpoint_every_steps": 10, "eval_every_steps": 10, "resume_from": "'"$work"'/out-lora/checkpoints/step-10"'
 "$WHET_BIN" train --config "$work/resume.json" --quiet > /dev/null || fail "resumed run"
-py "$work/out-lora/metrics.jsonl" "$work/out-resume/metrics.jsonl" <<'EOF'
+py "$work/uninterrupted.jsonl" "$work/out-lora/metrics.jsonl" <<'EOF'
 import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])][10:]
+a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
-assert [r["step"] for r in b] == list(range(11, 31)), [r["step"] for r in b]
-for x, y in zip(a, b):
-    for k in ("loss", "lr", "grad_norm", "tokens", "epoch", "valid_loss"):
+assert [r["step"] for r in b] == list(range(1, 31)), [r["step"] for r in b]
+for x, y in zip(a[10:], b[10:]):
+    for k in ("loss", "lr", "grad_norm", "tokens", "epoch", "valid_loss", "train_mean_token_accuracy"):
         assert x.get(k) == y.get(k), f"step {x['step']}: {k} {x.get(k)} != {y.get(k)} after resume"
+assert a[:10] == b[:10], "the first ten lines are kept as they were"
 print("resume from step 10: steps 11..30 identical")
+EOF
+
+# ---- gradient accumulation: 4 rows at once, 2 x 2 and 4 x 1 take the same steps
+for shape in "4 1" "2 2" "1 4"; do
+  set -- $shape
+  config "acc$1" "out-acc$1" '"lora": {"r": 8, "alpha": 16}, "max_steps": 3' \
+    '{"batch_size": '"$1"', "gradient_accumulation_steps": '"$2"', "learning_rate": 0.003, "max_seq_len": 128}'
+  "$WHET_BIN" train --config "$work/acc$1.json" --quiet > /dev/null || fail "accumulation run $shape"
+done
+py "$work"/out-acc{4,2,1}/metrics.jsonl <<'EOF'
+import json, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+for other in runs[1:]:
+    for x, y in zip(runs[0], other):
+        assert x["tokens"] == y["tokens"], (x, y)
+        assert abs(x["loss"] - y["loss"]) < 1e-4 * abs(x["loss"]), (x["loss"], y["loss"])
+        assert abs(x["grad_norm"] - y["grad_norm"]) < 1e-3 * x["grad_norm"], (x["grad_norm"], y["grad_norm"])
+print("accumulation: 4x1, 2x2, 1x4 give the same losses and gradient norms")
 EOF
 
 # ---- SIGTERM: the step under way finishes, a checkpoint is written, exit 0
