@@ -61,7 +61,7 @@ void objstore_set_multipart(struct objstore *store, size_t part_size, int thread
 /* 1 when `key` is acceptable (see above); otherwise 0 with the reason in `err`. */
 int objstore_key_valid(const char *key, struct whet_err *err);
 
-/* Stores `len` bytes under `key`, replacing any object there. */
+/* Stores `len` bytes under `key` with their SHA-256, replacing any object there. */
 int objstore_put(struct objstore *store, const char *key, const void *data, size_t len, struct whet_err *err);
 /* Stores the contents of the local file `path` under `key`; on s3:// files larger than the part size
  * go up as a multipart upload with parallel parts (aborted on failure, so no parts are left behind). */
@@ -73,8 +73,8 @@ int objstore_put_file(struct objstore *store, const char *key, const char *path,
 int objstore_get(struct objstore *store, const char *key, char **data, size_t *len, size_t max,
                  struct whet_err *err);
 /* Downloads an object to the local file `path` (parent directories created) through a temp file in
- * the same directory that is renamed into place only once the SHA-256 matches. `info` may be NULL.
- * OBJSTORE_NOT_FOUND when there is no such key (and `path` is left untouched). */
+ * the same directory that is renamed into place only once the SHA-256 matches. `info` (may be NULL)
+ * receives the size and SHA-256 of the bytes written. OBJSTORE_NOT_FOUND when there is no such key (and `path` is left untouched). */
 int objstore_get_file(struct objstore *store, const char *key, const char *path, struct objstore_info *info,
                       struct whet_err *err);
 
