@@ -115,4 +115,20 @@ try {
   check(stopped === null, 'the gateway exits cleanly', stopped);
   if (failed()) console.error(stack.logTail(60));
 }
+
+// An upload over the gateway's body limit is refused with 413 before anything is stored.
+const small = await startStack({ tenants: ['alpha'], env: { WHET_GATEWAY_BODY_LIMIT: '65536' } });
+try {
+  const a = client(small, 'alpha');
+  const m = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'big.jsonl', value: `${SFT_LINE}\n`.repeat(2000) }]);
+  const r = await a('POST', '/v1/files', { body: m.body, headers: { 'content-type': m.type } });
+  // (Past the hard limit h2o itself answers, with a plain-text body.)
+  check(r.status === 413, 'oversize upload: 413', r.text.slice(0, 200));
+  check(small.psql('SELECT count(*) FROM files') === '0' && listFiles(small.objects).length === 0, 'oversize upload: no row, no object');
+} catch (e) {
+  check(false, 'exception', String(e.stack || e));
+} finally {
+  const stopped = await small.stop();
+  check(stopped === null, 'the gateway exits cleanly', stopped);
+}
 process.exit(summary());
