@@ -75,6 +75,17 @@ assert a[:10] == b[:10], "the first ten lines are kept as they were"
 print("resume from step 10: steps 11..30 identical")
 EOF
 
+# ---- init_adapter: a run that starts from the trained adapter starts from its lower loss
+config init out-init '"lora": {"r": 8, "alpha": 16}, "max_steps": 1, "init_adapter": "'"$work"'/out-lora/final"'
+"$WHET_BIN" train --config "$work/init.json" --quiet > /dev/null || fail "init_adapter run"
+py "$work/out-lora/metrics.jsonl" "$work/out-init/metrics.jsonl" <<'EOF'
+import json, sys
+fresh = json.loads(open(sys.argv[1]).readline())["loss"]
+warm = json.loads(open(sys.argv[2]).readline())["loss"]
+assert warm < fresh - 1.0, f"init_adapter: first loss {warm:.3f}, a fresh adapter starts at {fresh:.3f}"
+print(f"init_adapter: first loss {warm:.3f} (fresh adapter {fresh:.3f})")
+EOF
+
 # ---- gradient accumulation: 4 rows at once, 2 x 2 and 4 x 1 take the same steps
 for shape in "4 1" "2 2" "1 4"; do
   set -- $shape
