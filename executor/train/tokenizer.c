@@ -16,7 +16,7 @@
 #include "tokenizer_internal.h"
 
 #define TOKENIZER_MAX_FILE (512u << 20)
-#define TOKENIZER_MAX_ID (16 << 20)
+#define TOKENIZER_MAX_ID (4 << 20) /* the largest vocabularies today have about 256k ids */
 
 /* GPT-2's pre-tokenizer regex, what ByteLevel uses when use_regex is true. */
 static const char gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -533,6 +533,7 @@ int tokenizer_encode(const struct tokenizer *tok, const char *text, size_t len, 
                      struct whet_err *err) {
     struct tokenizer_encoder *enc = tokenizer_encoder_new(tok);
     size_t cap = 0;
+    enc->bpe.no_cache = 1;
     *ids = NULL;
     *n = 0;
     int rc = tokenizer_encoder_encode(enc, text, len, ids, n, &cap, err);

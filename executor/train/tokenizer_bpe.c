@@ -29,8 +29,9 @@ void ids_push(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
 /* ---- vocabulary: bytes -> id ------------------------------------------------------------------- */
 
 void vocab_index(struct tokenizer *tok) {
-    size_t slots = 16;
-    while (slots < 2 * tok->n_vocab_ids) slots *= 2;
+    size_t entries = 0, slots = 16;
+    for (size_t id = 0; id < tok->n_vocab_ids; id++) entries += tok->vocab_has[id] == 1;
+    while (slots < 2 * entries) slots *= 2;
     tok->vocab_mask = slots - 1;
     tok->vocab_slots = xmalloc(slots * sizeof *tok->vocab_slots);
     for (size_t i = 0; i < slots; i++) tok->vocab_slots[i] = -1;
@@ -275,7 +276,7 @@ struct bpe_cache_slot {
 
 void bpe_encode_cached(const struct tokenizer *tok, struct bpe_state *st, const char *w, size_t len,
                        int32_t **ids, size_t *n, size_t *cap) {
-    if (len > CACHE_MAX_WORD) {
+    if (len > CACHE_MAX_WORD || st->no_cache) {
         bpe_encode_word(tok, st, w, len, ids, n, cap, BPE_LINEAR_MAX);
         return;
     }
@@ -310,7 +311,7 @@ void bpe_encode_cached(const struct tokenizer *tok, struct bpe_state *st, const 
         while (st->cache_ids_cap < st->cache_ids_len + count) st->cache_ids_cap *= 2;
         st->cache_ids = xrealloc(st->cache_ids, st->cache_ids_cap * sizeof *st->cache_ids);
     }
-    memcpy(st->cache_ids + st->cache_ids_len, *ids + first, count * sizeof **ids);
+    if (count) memcpy(st->cache_ids + st->cache_ids_len, *ids + first, count * sizeof **ids);
     st->cache[h] = (struct bpe_cache_slot){hv, (uint32_t)st->cache_keys.len, (uint32_t)len,
                                            (uint32_t)st->cache_ids_len, (uint32_t)count};
     tok_buf_append(&st->cache_keys, w, len);

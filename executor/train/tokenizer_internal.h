@@ -161,6 +161,7 @@ struct bpe_state {
     struct bpe_heap_item *heap;
     size_t heap_cap;
 
+    int no_cache; /* a one-shot encode: filling the cache would cost more than it saves */
     struct bpe_cache_slot *cache;
     size_t cache_mask, cache_used;
     struct tok_buf cache_keys;
