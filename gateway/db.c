@@ -160,6 +160,7 @@ struct db_conn {
     int backoff_ms;
     h2o_timeout_entry_t timer; /* connect timeout, or reconnect backoff */
     int timer_is_reconnect;
+    h2o_timeout_entry_t flush_timer; /* sends what the requests of one loop iteration queued, at once */
 };
 
 struct db_pool {
@@ -244,6 +245,20 @@ static int conn_flush(struct db_conn *c) {
 
 static void conn_timer_stop(struct db_conn *c) {
     if (h2o_timeout_is_linked(&c->timer)) h2o_timeout_unlink(&c->timer);
+    if (h2o_timeout_is_linked(&c->flush_timer)) h2o_timeout_unlink(&c->flush_timer);
+}
+
+static void conn_on_flush_timer(h2o_timeout_entry_t *entry) {
+    struct db_conn *c = H2O_STRUCT_FROM_MEMBER(struct db_conn, flush_timer, entry);
+    if (c->state != CONN_DOWN && conn_flush(c) < 0) conn_fail(c, "write failed");
+}
+
+/* Queries submitted while the loop handles one batch of events leave in one write: the flush runs
+ * from the loop's zero timeout, after the event callbacks. */
+static void conn_flush_soon(struct db_conn *c) {
+    if (h2o_timeout_is_linked(&c->flush_timer)) return;
+    c->flush_timer.cb = conn_on_flush_timer;
+    h2o_timeout_link(c->pool->thread->ctx.loop, &c->pool->thread->ctx.zero_timeout, &c->flush_timer);
 }
 
 static void conn_on_timer(h2o_timeout_entry_t *entry) {
@@ -608,7 +623,8 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
     seg_push(c, s);
     c->queries_in_flight++;
     metrics_db_add(c->pool->admin, METRICS_DB_IN_FLIGHT, 1);
-    return conn_flush(c);
+    conn_flush_soon(c);
+    return 0;
 }
 
 /* Routes an item: to a connection, to the wait queue, or to a deferred failure. */

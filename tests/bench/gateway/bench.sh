@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# bench.sh - what the gateway costs over the database itself. In one run, against one private
+# PostgreSQL, with the same client count:
+#   GET  /v1/fine_tuning/jobs/{id}  (wrk, API key)  beside  pgbench running the same SELECT
+#   POST /v1/fine_tuning/jobs       (wrk, API key)  beside  pgbench running the same statements
+#        (the model/file lookup, then the job INSERT, its event INSERT and pg_notify in one transaction)
+# pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. It prints
+# requests/s and p99 for each side and the ratios (goal: the gateway within 20% of the database).
+#
+#   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--threads T] [--db-conns C]
+#
+# Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
+# gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
+# the same cores, which the figures include.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+root=$(pwd)
+clients=32 seconds=10 threads=2 db_conns=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --clients) clients=$2; shift ;;
+    --seconds) seconds=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    --db-conns) db_conns=$2; shift ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+WHET_BIN=${WHET_BIN:-$root/build/whet}
+for tool in wrk pgbench psql; do command -v $tool >/dev/null || { echo "bench.sh: $tool is not installed" >&2; exit 1; }; done
+
+work=$(mktemp -d /tmp/whet-bench.XXXXXX)
+chmod 755 "$work"
+gw_pid=
+cleanup() {
+  set +e
+  [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null
+  tests/integration/lib/pg.sh stop "$work/pg" >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+eval "$(tests/integration/lib/pg.sh start "$work/pg")"
+db_url="${WHET_TEST_DATABASE_URL%/*}/whet_bench"
+psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE whet_bench"
+WHET_DATABASE_URL=$db_url "$WHET_BIN" migrate >/dev/null 2>&1
+q() { psql -qtAX -v ON_ERROR_STOP=1 "$db_url" -c "$1"; }
+
+secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+WHET_DATABASE_URL=$db_url WHET_JWT_KEY=$secret "$WHET_BIN" gateway --http 127.0.0.1:0 --threads "$threads" \
+  --db-conns "$db_conns" 2>"$work/gateway.log" &
+gw_pid=$!
+for _ in $(seq 100); do grep -q "listening on" "$work/gateway.log" && break; sleep 0.1; done
+url=$(grep -o 'http://[0-9.:]*' "$work/gateway.log" | head -n1)
+[ -n "$url" ] || { echo "bench.sh: the gateway did not start:"; cat "$work/gateway.log"; exit 1; } >&2
+admin=$(WHET_JWT_KEY=$secret "$WHET_BIN" token --admin)
+
+# One tenant with limits out of the way, a base model, a training file and a job to read.
+created=$(curl -fsS -X POST "$url/admin/v1/tenants" -H "authorization: Bearer $admin" \
+  -d '{"name":"bench","rate_per_s":1e9,"rate_burst":1000000000,"max_active_jobs":1000000000}')
+key=$(echo "$created" | sed -n 's/.*"api_key":"\([^"]*\)".*/\1/p')
+tenant=$(echo "$created" | sed -n 's/.*"id":"\(tenant-[^"]*\)".*/\1/p')
+q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+   VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}')"
+q "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
+   VALUES ('file-bench', '$tenant', 'fine-tune', 'train.jsonl', 100, '00', 'k', 'sft', 100)"
+job=$(curl -fsS -X POST "$url/v1/fine_tuning/jobs" -H "authorization: Bearer $key" -H 'content-type: application/json' \
+  -d '{"model":"whet-tiny","training_file":"file-bench"}' | sed -n 's/.*"id":"\(ftjob-[^"]*\)".*/\1/p')
+[ -n "$job" ] || { echo "bench.sh: could not create the job to read" >&2; exit 1; }
+status=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/fine_tuning/jobs/$job" -H "authorization: Bearer $key")
+[ "$status" = 200 ] || { echo "bench.sh: GET job answered $status" >&2; exit 1; }
+cols=$(grep -A3 'define JOB_COLUMNS' gateway/jobs.c | tr -d '\\\n' | sed 's/.*JOB_COLUMNS *//; s/" *"//g; s/"//g')
+
+# wrk: RPS and p99 (in ms) from its --latency report.
+wrk_run() { # METHOD PATH [BODY]
+  cat >"$work/wrk.lua" <<EOF
+wrk.method = "$1"
+wrk.headers["authorization"] = "Bearer $key"
+wrk.headers["content-type"] = "application/json"
+${3:+wrk.body = '$3'}
+EOF
+  wrk -t1 -c"$clients" -d"${seconds}s" --latency -s "$work/wrk.lua" "$url$2" >"$work/wrk.out"
+  local rps p99 non2xx
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$work/wrk.out")
+  p99=$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' "$work/wrk.out")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.out")
+  [ -z "$non2xx" ] || { echo "bench.sh: $non2xx non-2xx answers to $1 $2" >&2; cat "$work/wrk.out" >&2; exit 1; }
+  echo "$rps $p99"
+}
+
+# pgbench: TPS and p99 (in ms) from its per-transaction log.
+pgbench_run() { # SCRIPT
+  rm -f "$work"/pgb_log*
+  (cd "$work" && PGOPTIONS="-c role=whet_app -c whet.tenant_id=$tenant" pgbench -n -M prepared -c "$clients" -j 1 \
+     -T "$seconds" -l --log-prefix=pgb_log -D tenant="$tenant" -D job="$job" -f "$1" "$db_url" >"$work/pgbench.out" 2>&1) ||
+    { cat "$work/pgbench.out" >&2; exit 1; }
+  local tps p99
+  tps=$(awk '/^tps = / {print $3}' "$work/pgbench.out")
+  p99=$(cat "$work"/pgb_log* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print v[i]/1000}')
+  echo "$tps $p99"
+}
+
+cat >"$work/select.sql" <<EOF
+SELECT $cols FROM jobs WHERE tenant_id = :tenant AND id = :job;
+EOF
+# The statements POST /v1/fine_tuning/jobs runs (gateway/jobs.c), with fresh ids per transaction.
+cat >"$work/insert.sql" <<'EOF'
+\set n random(1, 1000000000)
+SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'), f.purpose, f.format, f.line_count
+  FROM (SELECT 1) one LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = 'file-bench';
+BEGIN;
+INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet, status, created_at, priority)
+  SELECT 'ftjob-pgb' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench',
+         '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
+         1, '{}', 'queued', 0, 0
+  WHERE (SELECT count(*) FROM jobs WHERE tenant_id = :tenant AND status IN ('validating_files', 'queued', 'running', 'paused'))
+        < (SELECT max_active_jobs FROM tenants WHERE id = :tenant);
+INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
+  SELECT 'ftevent-pgb' || :n || '-' || :client_id, :tenant, 'ftjob-pgb' || :n || '-' || :client_id, 'Created', 0
+  WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = :tenant AND id = 'ftjob-pgb' || :n || '-' || :client_id);
+SELECT pg_notify('whet_jobs', 'ftjob-pgb' || :n || '-' || :client_id);
+COMMIT;
+EOF
+reset_jobs() {
+  q "DELETE FROM job_events WHERE job_id <> '$job'; DELETE FROM jobs WHERE id <> '$job'" >/dev/null
+  q "VACUUM ANALYZE jobs, job_events" >/dev/null
+}
+
+echo "gateway bench: $clients clients, ${seconds}s each, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all"
+read -r g_rps g_p99 < <(wrk_run GET "/v1/fine_tuning/jobs/$job")
+read -r p_rps p_p99 < <(pgbench_run "$work/select.sql")
+reset_jobs
+read -r gp_rps gp_p99 < <(wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"file-bench"}')
+reset_jobs
+read -r pp_rps pp_p99 < <(pgbench_run "$work/insert.sql")
+
+report() { # NAME GW_RPS GW_P99 PG_RPS PG_P99
+  awk -v n="$1" -v gr="$2" -v gp="$3" -v pr="$4" -v pp="$5" 'BEGIN {
+    printf "%-28s gateway %9.0f req/s  p99 %7.2f ms | pgbench %9.0f tx/s  p99 %7.2f ms | throughput %.2fx  p99 %.2fx\n",
+           n, gr, gp, pr, pp, gr / pr, gp / pp }'
+}
+report "GET /v1/fine_tuning/jobs/{id}" "$g_rps" "$g_p99" "$p_rps" "$p_p99"
+report "POST /v1/fine_tuning/jobs" "$gp_rps" "$gp_p99" "$pp_rps" "$pp_p99"
+echo "(throughput: gateway/pgbench, higher is better; p99: gateway/pgbench, lower is better; goal: >= 0.80x and <= 1.20x)"
