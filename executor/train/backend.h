@@ -83,15 +83,17 @@ struct backend {
     /* ---- attention ---- */
     /* Causal self-attention inside each segment (host array `segs`, n_segs of them, covering the
      * tokens). q[N, H*D] (stride ldq), k and v [N, HKV*D] (strides ldk, ldv); query head h uses kv
-     * head h / (H/HKV). out[N, H*D] (contiguous). probs[H, N, T] keeps the softmax of each segment
-     * (row t of a segment starting at s: probs[(h*N + t)*T + (j - s)]), T >= the longest segment. */
-    void (*attention_forward)(float *out, float *probs, const float *q, int ldq, const float *k, int ldk,
+     * head h / (H/HKV). out[N, H*D] (contiguous). Only the log-sum-exp of each score row is kept,
+     * lse[H, N]: the backward pass recomputes the probabilities block by block (as FlashAttention
+     * does), so memory grows with N, not N*T. T >= the longest segment. */
+    void (*attention_forward)(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                               const float *v, int ldv, const struct attn_segment *segs, int n_segs,
                               int N, int T, int H, int HKV, int D);
     /* dq, dk, dv (all accumulated; GQA heads share dk, dv) from dout[N, H*D]. */
-    void (*attention_backward)(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout, const float *probs, const float *q, int ldq, const float *k,
-                               int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs,
-                               int N, int T, int H, int HKV, int D);
+    void (*attention_backward)(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
+                               const float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
+                               int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H, int HKV,
+                               int D);
 
     /* Attention of n new query tokens against a KV cache (generation). q[n, H*D] (stride ldq);
      * kc, vc [n_rows, HKV*D] hold the cached keys and values of one layer; query i sees rows

@@ -7,7 +7,11 @@
  * spinning workers) oversubscribe the cores and, on a busy machine, wait on each other; one pool
  * also lets attention run whole (segment, head) problems in parallel instead of many small threaded
  * products. Static partitions and per-thread partial sums added in a fixed order make every result
- * independent of scheduling (the same thread count gives the same bits). */
+ * independent of scheduling (the same thread count gives the same bits).
+ *
+ * Attention keeps no probability matrix: per (segment, head) and block of 64 query rows, scores
+ * are a small sgemm into per-thread scratch, and the backward pass recomputes them from the kept
+ * log-sum-exp. Blocks above the causal diagonal are never computed. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -249,59 +253,75 @@ static void cpu_set_rows(float *dst, const int *rows, const float *src, int lds,
  * never computed. */
 #define ATT_BLOCK 64
 
-/* One (segment, head) problem of the forward pass, on the calling thread. */
-static void attention_forward_one(float *O, int HD, float *P, int T, const float *Q, int ldq, const float *K, int ldk,
-                                  const float *Vv, int ldv, int L, int D, float scale) {
+/* One (segment, head) problem of the forward pass, on the calling thread; S is ATT_BLOCK*T
+ * scratch for one block of scores. */
+static void attention_forward_one(float *O, int HD, float *lse, float *S, const float *Q, int ldq, const float *K,
+                                  int ldk, const float *Vv, int ldv, int L, int D, float scale) {
     for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
-        /* scores[R, r1] = scale * Q[r0:r1] @ K[0:r1]^T */
-        sgemm1(0, 1, R, r1, D, scale, Q + (size_t)r0 * ldq, ldq, K, ldk, 0.0f, P + (size_t)r0 * T, T);
-        for (int i = r0; i < r1; i++) {
-            float *row = P + (size_t)i * T, mx = -INFINITY, sum = 0;
-            for (int j = 0; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j = 0; j <= i; j++) sum += (row[j] = expf(row[j] - mx));
+        /* S[R, r1] = scale * Q[r0:r1] @ K[0:r1]^T */
+        sgemm1(0, 1, R, r1, D, scale, Q + (size_t)r0 * ldq, ldq, K, ldk, 0.0f, S, r1);
+        for (int i = 0; i < R; i++) {
+            float *row = S + (size_t)i * r1, mx = -INFINITY, sum = 0;
+            int last = r0 + i;
+            for (int j = 0; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j <= last; j++) sum += (row[j] = expf(row[j] - mx));
             float inv = 1.0f / sum;
-            for (int j = 0; j <= i; j++) row[j] *= inv;
-            for (int j = i + 1; j < r1; j++) row[j] = 0;
+            for (int j = 0; j <= last; j++) row[j] *= inv;
+            for (int j = last + 1; j < r1; j++) row[j] = 0;
+            lse[r0 + i] = mx + logf(sum);
         }
-        /* O[r0:r1] = P[r0:r1, 0:r1] @ V[0:r1] */
-        sgemm1(0, 0, R, D, r1, 1.0f, P + (size_t)r0 * T, T, Vv, ldv, 0.0f, O + (size_t)r0 * HD, HD);
+        /* O[r0:r1] = P[R, r1] @ V[0:r1] */
+        sgemm1(0, 0, R, D, r1, 1.0f, S, r1, Vv, ldv, 0.0f, O + (size_t)r0 * HD, HD);
     }
 }
 
-static void cpu_attention_forward(float *out, float *probs, const float *q, int ldq, const float *k, int ldk,
+static void cpu_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                                   const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
                                   int H, int HKV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / HKV, HD = H * D;
-#pragma omp parallel for schedule(dynamic, 1) if ((size_t)n_segs * H * T * D >= PAR_MIN)
-    for (int w = 0; w < n_segs * H; w++) {
-        int si = w / H, h = w % H, kh = h / group, s = segs[si].start;
-        attention_forward_one(out + (size_t)s * HD + (size_t)h * D, HD, probs + ((size_t)h * N + s) * T, T,
-                              q + (size_t)s * ldq + (size_t)h * D, ldq, k + (size_t)s * ldk + (size_t)kh * D, ldk,
-                              v + (size_t)s * ldv + (size_t)kh * D, ldv, segs[si].len, D, scale);
+#pragma omp parallel if ((size_t)n_segs * H * T * D >= PAR_MIN)
+    {
+        float *S = malloc(sizeof(float) * (size_t)ATT_BLOCK * T);
+        if (!S) abort();
+#pragma omp for schedule(dynamic, 1)
+        for (int w = 0; w < n_segs * H; w++) {
+            int si = w / H, h = w % H, kh = h / group, s = segs[si].start;
+            attention_forward_one(out + (size_t)s * HD + (size_t)h * D, HD, lse + (size_t)h * N + s, S,
+                                  q + (size_t)s * ldq + (size_t)h * D, ldq, k + (size_t)s * ldk + (size_t)kh * D, ldk,
+                                  v + (size_t)s * ldv + (size_t)kh * D, ldv, segs[si].len, D, scale);
+        }
+        free(S);
     }
 }
 
-/* One (segment, query head) problem of the backward pass; dS is ATT_BLOCK*T scratch. */
-static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, float *dV, int lddv, float *dS,
-                                   const float *dO, int HD, const float *P, int T, const float *Q, int ldq,
-                                   const float *K, int ldk, const float *Vv, int ldv, int L, int D, float scale) {
+/* One (segment, query head) problem of the backward pass. P and dS are ATT_BLOCK*T scratch: the
+ * probabilities of a block are recomputed from Q, K and the kept log-sum-exp. */
+static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, float *dV, int lddv, float *P, float *dS,
+                                   const float *dO, int HD, const float *lse, const float *Q, int ldq, const float *K,
+                                   int ldk, const float *Vv, int ldv, int L, int D, float scale) {
     for (int r0 = 0; r0 < L; r0 += ATT_BLOCK) {
         int r1 = r0 + ATT_BLOCK < L ? r0 + ATT_BLOCK : L, R = r1 - r0;
-        const float *Pb = P + (size_t)r0 * T, *dOb = dO + (size_t)r0 * HD;
-        /* dV[0:r1] += P[r0:r1, 0:r1]^T @ dO[r0:r1] */
-        sgemm1(1, 0, r1, D, R, 1.0f, Pb, T, dOb, HD, 1.0f, dV, lddv);
+        const float *dOb = dO + (size_t)r0 * HD;
+        /* P[R, r1] = exp(scale * Q[r0:r1] @ K[0:r1]^T - lse), zero above the diagonal */
+        sgemm1(0, 1, R, r1, D, scale, Q + (size_t)r0 * ldq, ldq, K, ldk, 0.0f, P, r1);
+        for (int i = 0; i < R; i++) {
+            float *p = P + (size_t)i * r1, l = lse[r0 + i];
+            int last = r0 + i;
+            for (int j = 0; j <= last; j++) p[j] = expf(p[j] - l);
+            for (int j = last + 1; j < r1; j++) p[j] = 0;
+        }
+        /* dV[0:r1] += P^T @ dO[r0:r1] */
+        sgemm1(1, 0, r1, D, R, 1.0f, P, r1, dOb, HD, 1.0f, dV, lddv);
         /* dP[R, r1] = dO[r0:r1] @ V[0:r1]^T */
         sgemm1(0, 1, R, r1, D, 1.0f, dOb, HD, Vv, ldv, 0.0f, dS, r1);
-        /* dS = P * (dP - sum_j P dP), zero above the diagonal */
+        /* dS = P * (dP - sum_j P dP) */
         for (int i = 0; i < R; i++) {
-            const float *p = Pb + (size_t)i * T;
+            const float *p = P + (size_t)i * r1;
             float *d = dS + (size_t)i * r1, dot = 0;
-            int last = r0 + i;
-            for (int j = 0; j <= last; j++) dot += p[j] * d[j];
-            for (int j = 0; j <= last; j++) d[j] = p[j] * (d[j] - dot);
-            for (int j = last + 1; j < r1; j++) d[j] = 0;
+            for (int j = 0; j < r1; j++) dot += p[j] * d[j];
+            for (int j = 0; j < r1; j++) d[j] = p[j] * (d[j] - dot);
         }
         /* dQ[r0:r1] += scale * dS @ K[0:r1];  dK[0:r1] += scale * dS^T @ Q[r0:r1] */
         sgemm1(0, 0, R, D, r1, scale, dS, r1, K, ldk, 1.0f, dQ + (size_t)r0 * lddq, lddq);
@@ -310,7 +330,7 @@ static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, flo
 }
 
 static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
-                                   const float *probs, const float *q, int ldq, const float *k, int ldk,
+                                   const float *lse, const float *q, int ldq, const float *k, int ldk,
                                    const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
                                    int H, int HKV, int D) {
     float scale = 1.0f / sqrtf((float)D);
@@ -319,18 +339,19 @@ static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, flo
      * thread does them all, in order. */
 #pragma omp parallel if ((size_t)n_segs * HKV * T * D >= PAR_MIN)
     {
-        float *dS = malloc(sizeof(float) * (size_t)ATT_BLOCK * T);
-        if (!dS) abort();
+        float *P = malloc(sizeof(float) * (size_t)ATT_BLOCK * T), *dS = malloc(sizeof(float) * (size_t)ATT_BLOCK * T);
+        if (!P || !dS) abort();
 #pragma omp for schedule(dynamic, 1)
         for (int w = 0; w < n_segs * HKV; w++) {
             int si = w / HKV, kh = w % HKV, s = segs[si].start;
             for (int h = kh * group; h < (kh + 1) * group; h++)
                 attention_backward_one(dq + (size_t)s * lddq + (size_t)h * D, lddq, dk + (size_t)s * lddk + (size_t)kh * D,
-                                       lddk, dv + (size_t)s * lddv + (size_t)kh * D, lddv, dS,
-                                       dout + (size_t)s * HD + (size_t)h * D, HD, probs + ((size_t)h * N + s) * T, T,
+                                       lddk, dv + (size_t)s * lddv + (size_t)kh * D, lddv, P, dS,
+                                       dout + (size_t)s * HD + (size_t)h * D, HD, lse + (size_t)h * N + s,
                                        q + (size_t)s * ldq + (size_t)h * D, ldq, k + (size_t)s * ldk + (size_t)kh * D,
                                        ldk, v + (size_t)s * ldv + (size_t)kh * D, ldv, segs[si].len, D, scale);
         }
+        free(P);
         free(dS);
     }
 }

@@ -10,7 +10,7 @@
  * Forward of one layer (x = resid[l], N tokens):
  *   ln1 = rmsnorm(x)                 qkv = ln1 @ wqkv^T (+ bias, + LoRA q/k/v)
  *   [qwen3: q,k = rmsnorm per head]  q,k = rope(q,k)
- *   att = causal attention per segment (probs kept)
+ *   att = causal attention per segment (log-sum-exp of the scores kept)
  *   mid = x + att @ wo^T (+ LoRA o)
  *   ln2 = rmsnorm(mid)               gu = ln2 @ wgu^T (+ LoRA gate/up)
  *   h = silu(gate) * up              resid[l+1] = mid + h @ wdown^T (+ LoRA down)
@@ -72,7 +72,7 @@ struct lora_mod {
 };
 
 struct layer_acts {
-    float *ln1, *rstd1, *qkv, *q_rstd, *k_rstd, *qkr, *probs, *att, *mid, *ln2, *rstd2, *gu, *h;
+    float *ln1, *rstd1, *qkv, *q_rstd, *k_rstd, *qkr, *lse, *att, *mid, *ln2, *rstd2, *gu, *h;
     float *xa[N_MODS]; /* LoRA x @ A^T, [N, r] */
 };
 
@@ -107,8 +107,8 @@ struct model {
     size_t n_train;
     int adam_t;
 
-    /* Activations, sized for cap_N tokens and segments of up to cap_T. */
-    int cap_N, cap_T;
+    /* Activations, sized for cap_N tokens. */
+    int cap_N;
     void **allocs;
     int n_allocs;
     struct layer_acts *acts; /* L of them, or 1 with recompute / inference */
@@ -122,6 +122,7 @@ struct model {
 
     /* The last forward. */
     int N, B, T, M, has_targets, backward_ready;
+    int longest; /* the longest segment */
     struct attn_segment *segs;
     int n_segs;
     int *h_rows, *h_correct;
@@ -407,7 +408,7 @@ static int load_lora_weights(struct model *m, const char *dir, struct whet_err *
     return rc ? -1 : 0;
 }
 
-static void ensure_acts(struct model *m, int N, int T);
+static void ensure_acts(struct model *m, int N);
 
 int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err) {
     *out = NULL;
@@ -471,7 +472,7 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
         }
     }
     if (opts->max_batch_rows > 0 && opts->max_seq_len > 0)
-        ensure_acts(m, opts->max_batch_rows * opts->max_seq_len, opts->max_seq_len);
+        ensure_acts(m, opts->max_batch_rows * opts->max_seq_len);
     *out = m;
     return 0;
 fail:
@@ -489,7 +490,7 @@ static void free_acts(struct model *m) {
     free(m->token_loss);
     m->allocs = NULL, m->acts = NULL, m->h_rows = NULL, m->h_correct = NULL, m->h_losses = NULL, m->token_loss = NULL;
     m->n_allocs = 0;
-    m->cap_N = m->cap_T = 0;
+    m->cap_N = 0;
 }
 
 void model_free(struct model *m) {
@@ -518,12 +519,10 @@ static void *abuf(struct model *m, size_t bytes) {
 #define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n)))
 #define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n)))
 
-static void ensure_acts(struct model *m, int N, int T) {
-    if (N <= m->cap_N && T <= m->cap_T) return;
-    if (N < m->cap_N) N = m->cap_N;
-    if (T < m->cap_T) T = m->cap_T;
+static void ensure_acts(struct model *m, int N) {
+    if (N <= m->cap_N) return;
     free_acts(m);
-    m->cap_N = N, m->cap_T = T;
+    m->cap_N = N;
     int C = m->C, nsets = m->recompute ? 1 : m->L;
     m->acts = xcalloc((size_t)nsets, sizeof *m->acts);
     for (int s = 0; s < nsets; s++) {
@@ -532,7 +531,7 @@ static void ensure_acts(struct model *m, int N, int T) {
         if (m->cfg.qk_norm) {
             a->q_rstd = AF((size_t)N * m->NH), a->k_rstd = AF((size_t)N * m->NKV), a->qkr = AF((size_t)N * m->QK);
         }
-        a->probs = AF((size_t)m->NH * N * T), a->att = AF((size_t)N * m->NH * m->hd), a->mid = AF((size_t)N * C);
+        a->lse = AF((size_t)m->NH * N), a->att = AF((size_t)N * m->NH * m->hd), a->mid = AF((size_t)N * C);
         a->ln2 = AF((size_t)N * C), a->rstd2 = AF(N), a->gu = AF((size_t)N * 2 * m->F), a->h = AF((size_t)N * m->F);
         for (int mod = 0; mod < N_MODS; mod++)
             if (m->targets & (1u << mod)) a->xa[mod] = AF((size_t)N * m->lora_r);
@@ -682,7 +681,7 @@ static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
     const float *q, *k, *v;
     int ldq, ldk;
     qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
-    m->be->attention_forward(a->att, a->probs, q, ldq, k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->cap_T, m->NH,
+    m->be->attention_forward(a->att, a->lse, q, ldq, k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->longest, m->NH,
                              m->NKV, m->hd);
     attn_outputs_and_mlp(m, l, a, x, m->resid + (size_t)(l + 1) * N * m->C, N);
 }
@@ -720,7 +719,8 @@ static int prepare_batch(struct model *m, const struct model_batch *b, struct wh
         free(pos);
         return -1;
     }
-    ensure_acts(m, N, longest);
+    ensure_acts(m, N);
+    m->longest = longest;
     ensure_rope(m, max_pos + 1);
     m->be->upload(m->ids, b->ids, sizeof(int) * (size_t)N);
     m->be->upload(m->pos, pos, sizeof(int) * (size_t)N);
@@ -822,8 +822,8 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
         be->zero(m->dqkr, sizeof(float) * (size_t)N * m->QK);
         dq = m->dqkr, dk = m->dqkr + qd, lddq = m->QK;
     }
-    be->attention_backward(dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->probs, q, ldq,
-                           k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->cap_T, m->NH, m->NKV, hd);
+    be->attention_backward(dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->lse, q, ldq,
+                           k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->longest, m->NH, m->NKV, hd);
     be->rope_backward(dq, lddq, m->pos, m->cos_sin, N, m->NH + m->NKV, hd);
     if (m->cfg.qk_norm) {
         be->rmsnorm_backward(m->dqkv, m->QKV, pgrad(m, p->q_norm), m->dqkr, m->QK, a->qkv, m->QKV, p->q_norm, a->q_rstd,
@@ -1151,7 +1151,7 @@ static int infer(struct model *m, struct kv_cache *c, const int *ids, const int 
         max_pos = pos[i] > max_pos ? pos[i] : max_pos;
     }
     if (rc) goto out;
-    ensure_acts(m, n, 1);
+    ensure_acts(m, n);
     ensure_rope(m, max_pos + 1);
     int *d_first = m->rows, *d_nctx = m->targets_c, *d_rows = m->correct;
     be->upload(m->ids, ids, sizeof(int) * (size_t)n);
