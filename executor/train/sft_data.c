@@ -38,6 +38,7 @@ void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *
     memcpy(ex->ids, ids, (size_t)n * sizeof *ids);
     memcpy(ex->mask, mask, (size_t)n);
     ex->mask[0] = 0;
+    ex->n_trained = trained;
     ds->n_tokens += n;
     ds->n_trained_tokens += trained;
 }
@@ -305,6 +306,13 @@ void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const str
             tgt[t] = -1;
         }
     }
+}
+
+int sft_rows_targets(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int n_rows) {
+    if (row + n_rows > ep->n_rows) n_rows = ep->n_rows - row;
+    int n = 0;
+    for (int k = ep->row_start[row]; k < ep->row_start[row + n_rows]; k++) n += ds->examples[ep->items[k]].n_trained;
+    return n;
 }
 
 void sft_batch_free(struct sft_batch *b) {

@@ -27,6 +27,7 @@ struct sft_example {
     int32_t *ids;  /* [n] */
     uint8_t *mask; /* [n] 1: this token is a trained target (predicted from the one before) */
     int n;
+    int n_trained; /* trained targets: mask[1..n) set */
 };
 
 struct sft_dataset {
@@ -89,6 +90,8 @@ struct sft_batch {
 void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const struct sft_epoch *ep, int row,
                     int n_rows);
 void sft_batch_free(struct sft_batch *b);
+/* Trained targets in rows [row, row + n_rows) of `ep` (what sft_batch_fill would count). */
+int sft_rows_targets(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int n_rows);
 
 /* Where the next training step starts. */
 struct sft_cursor {

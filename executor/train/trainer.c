@@ -383,22 +383,17 @@ static int train_step(struct run *r, struct whet_err *err) {
 
     /* The loss of the step is the mean over all its trained tokens, so every micro-batch's gradient
      * is scaled by one over the step's total, which the packing already knows. */
-    int total_targets = 0;
-    for (int row = first; row < first + rows; row += hp->batch_size) {
-        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row);
-        total_targets += r->batch.n_targets;
-    }
+    int total_targets = sft_rows_targets(&r->train, &r->epoch, first, rows);
+    float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
     model_zero_grad(r->model);
     double loss_sum = 0, weight_sum = 0;
     long long correct = 0, targets = 0, tokens = 0;
     for (int row = first; row < first + rows; row += hp->batch_size) {
-        int n = hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row;
-        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, n);
+        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row);
         struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
                                  r->batch.targets, NULL};
         float l;
-        if (model_forward(r->model, &mb, &l, err)) return -1;
-        if (model_backward(r->model, 1.0f / (float)(total_targets > 0 ? total_targets : 1), err)) return -1;
+        if (model_forward(r->model, &mb, &l, err) || model_backward(r->model, loss_scale, err)) return -1;
         struct model_stats st = model_last_stats(r->model);
         loss_sum += st.loss_sum;
         weight_sum += st.weight_sum;

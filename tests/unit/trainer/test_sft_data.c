@@ -86,6 +86,11 @@ TEST(packing_keeps_examples_whole_and_apart) {
     }
     CHECK(b.n_targets == targets && targets == ds.n_trained_tokens);
     CHECK(b.n_tokens == tokens && tokens == ds.n_tokens);
+    CHECK(sft_rows_targets(&ds, &ep, 0, ep.n_rows) == targets);
+    if (ep.n_rows > 2) {
+        sft_batch_fill(&b, &ds, &ep, 1, 2);
+        CHECK(sft_rows_targets(&ds, &ep, 1, 2) == b.n_targets);
+    }
     sft_batch_free(&b);
     sft_epoch_free(&ep);
     sft_dataset_free(&ds);
