@@ -5,7 +5,9 @@
 # objstore runs three ways: one PUT (part size above the file size: the same S3 operation as curl's),
 # and multipart in 16 MiB parts with 4 threads (the default) and with 1. A second peer does the same
 # integrity work as objstore in shell: `sha256sum`, then curl -T with that hash as the signed payload
-# hash and as x-amz-meta-sha256. Prints MiB/s, the client's CPU seconds and the ratios to plain curl.
+# hash and as x-amz-meta-sha256. A third does the multipart upload with curl (create, 16 MiB parts one
+# after another, complete), to show what s3rver's completion costs any client. Prints MiB/s, the
+# client's CPU seconds and the ratios to plain curl.
 #
 # s3rver completes a multipart upload by reading every part back and writing the object again (with
 # an MD5), so on s3rver multipart pays a second full copy that real S3 does not: the single-PUT ratio
@@ -63,13 +65,34 @@ curl_put_hashed() {
     }; } 2>&1 | awk '{printf "%.3f %.3f\n", $1, $2 + $3}'
 }
 
+# A multipart upload with curl alone: create, the parts in sequence, complete.
+curl_multipart() {
+  local TIMEFORMAT='%R %U %S' url="$endpoint/whet-bench/curlmp-$1.bin"
+  local sig=(--aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
+  { time {
+      id=$(curl -fsS "${sig[@]}" -X POST "$url?uploads=" | sed -n 's:.*<UploadId>\(.*\)</UploadId>.*:\1:p')
+      split -b 16M "$work/blob" "$work/part."
+      n=0 xml="<CompleteMultipartUpload>"
+      for f in "$work"/part.*; do
+        n=$((n + 1))
+        etag=$(curl -fsS "${sig[@]}" -T "$f" -D - -o /dev/null "$url?partNumber=$n&uploadId=$id" |
+               tr -d '\r' | sed -n 's/^[Ee][Tt]ag: //p')
+        xml="$xml<Part><PartNumber>$n</PartNumber><ETag>$etag</ETag></Part>"
+      done
+      curl -fsS "${sig[@]}" -X POST --data-binary "$xml</CompleteMultipartUpload>" -H "Content-Type:" \
+        -o /dev/null "$url?uploadId=$id"
+      rm -f "$work"/part.*
+    }; } 2>&1 | awk '{printf "%.3f %.3f\n", $1, $2 + $3}'
+}
+
 # Median of "wall cpu" lines by wall time, printed as "wall cpu".
 median() { sort -g | awk '{w[NR]=$1; c[NR]=$2} END {m=int((NR+1)/2); print w[m], c[m]}'; }
 
-curl_t=() curlh_t=() single_t=() multi4_t=() multi1_t=()
+curl_t=() curlh_t=() curlmp_t=() single_t=() multi4_t=() multi1_t=()
 for r in $(seq "$rounds"); do
   curl_t+=("$(curl_put "$r")")
   curlh_t+=("$(curl_put_hashed "$r")")
+  curlmp_t+=("$(curl_multipart "$r")")
   single_t+=("$("$work/upload" s3://whet-bench/objstore "single-$r" "$work/blob" 4096 1)")
   multi4_t+=("$("$work/upload" s3://whet-bench/objstore "multi4-$r" "$work/blob" 16 4)")
   multi1_t+=("$("$work/upload" s3://whet-bench/objstore "multi1-$r" "$work/blob" 16 1)")
@@ -77,6 +100,7 @@ for r in $(seq "$rounds"); do
 done
 read -r c c_cpu < <(printf '%s\n' "${curl_t[@]}" | median)
 read -r ch ch_cpu < <(printf '%s\n' "${curlh_t[@]}" | median)
+read -r cm cm_cpu < <(printf '%s\n' "${curlmp_t[@]}" | median)
 read -r s s_cpu < <(printf '%s\n' "${single_t[@]}" | median)
 read -r m4 m4_cpu < <(printf '%s\n' "${multi4_t[@]}" | median)
 read -r m1 m1_cpu < <(printf '%s\n' "${multi1_t[@]}" | median)
@@ -86,7 +110,9 @@ echo "objstore upload bench: ${size_mb} MiB to s3rver, median of $rounds rounds,
 row() { printf '  %-48s %7.3fs %7.1f MiB/s  client CPU %6.3fs  ratio %s\n' "$1" "$2" "$(mbs "$2")" "$3" "$(ratio "$2")"; }
 row "curl -T (one PUT, unsigned payload)" "$c" "$c_cpu"
 row "sha256sum + curl -T (signed payload, meta)" "$ch" "$ch_cpu"
+row "curl multipart (16 MiB parts in sequence)" "$cm" "$cm_cpu"
 row "objstore_put_file, one PUT" "$s" "$s_cpu"
 row "objstore_put_file, multipart 16 MiB x 4 threads" "$m4" "$m4_cpu"
 row "objstore_put_file, multipart 16 MiB x 1 thread" "$m1" "$m1_cpu"
-echo "  (ratio = objstore throughput / curl throughput; above 1 is faster than curl)"
+echo "  (ratio = throughput / plain curl -T throughput; above 1 is faster than curl)"
+echo "  objstore multipart (4 threads) vs curl multipart: $(awk -v a="$cm" -v b="$m4" 'BEGIN {printf "%.2f", a / b}')"
