@@ -1,7 +1,9 @@
-/* cmd_sandbox.c - `whet sandbox`: run a command in the executor's sandbox, or probe the host.
+/* cmd_sandbox.c - `whet sandbox`: run a command in the executor's sandbox, grade with a python grader,
+ * or probe the host.
  *
- * For operators checking what a job would see (`whet sandbox run -- ls /`), why one was killed, or
- * which fallbacks this host forces (`whet sandbox probe`). The command's stdin, stdout and stderr are
+ * For operators checking what a job would see (`whet sandbox run -- ls /`), why one was killed,
+ * what a tenant's python grader answers (`whet sandbox grade`), or which fallbacks this host forces
+ * (`whet sandbox probe`). The command's stdin, stdout and stderr are
  * the terminal's; the verdict goes to stderr as one line. The logic lives in executor/sandbox. */
 #include <getopt.h>
 #include <stdio.h>
@@ -9,11 +11,13 @@
 #include <string.h>
 
 #include "commands.h"
+#include "pygrader.h"
 #include "sandbox.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n"
+            "       whet sandbox grade --source FILE [GRADE OPTIONS] < PAIRS.jsonl\n"
             "       whet sandbox probe\n\n"
             "Runs CMD confined as `whet train` and python graders are: new user, PID, mount, network, IPC and\n"
             "UTS namespaces, a seccomp allow-list, rlimits (cgroup v2 limits where delegated), a read-only\n"
@@ -34,9 +38,19 @@ static void usage(FILE *out) {
             "  --as-uid UID[:GID] root only: run the command as this host uid (e.g. 65534); writable dirs\n"
             "                    must be writable by it\n"
             "  --no-userns       run without a user namespace (root only; the fallback path)\n"
+            "  --nested          let the command build sandboxes of its own (whet train with python graders)\n"
             "  -h, --help        this help\n\n"
             "exit status: the command's; 128+N when killed by signal N; 124 on the wall-clock timeout;\n"
-            "125 when the sandbox could not be set up.\n");
+            "125 when the sandbox could not be set up.\n\n"
+            "grade: runs an OpenAI python grader (FILE defines grade(sample, item)) on each stdin line\n"
+            "{\"sample\": {...}, \"item\": {...}} and prints one line per pair, {\"score\": X} or\n"
+            "{\"score\": 0, \"error\": \"...\"}, in order.\n"
+            "  --source FILE     the grader's python source (required)\n"
+            "  --parallel N      sandboxes at once (default 4)\n"
+            "  --batch N         pairs per sandbox (default: spread over --parallel)\n"
+            "  --timeout S       per grade() call, seconds (default 5)\n"
+            "  --mem MB          per sandbox (default 512)\n"
+            "  --procs N         per sandbox (default 16)\n");
 }
 
 static void push(const char ***list, size_t *n, const char *value) {
@@ -55,6 +69,7 @@ static int sandbox_run_cmd(int argc, char **argv) {
         {"readonly", required_argument, 0, 'R'}, {"workdir", required_argument, 0, 'C'},
         {"env", required_argument, 0, 'e'},     {"network", no_argument, 0, 'N'},
         {"no-userns", no_argument, 0, 'U'},     {"as-uid", required_argument, 0, 'u'},
+        {"nested", no_argument, 0, 'X'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -79,6 +94,7 @@ static int sandbox_run_cmd(int argc, char **argv) {
         case 'e': push(&env, &n_env, optarg); break;
         case 'N': spec.allow_network = 1; break;
         case 'U': spec.no_userns = 1; break;
+        case 'X': spec.allow_nested = 1; break;
         case 'u': {
             char *colon = strchr(optarg, ':');
             spec.host_uid = atoi(optarg);
@@ -122,12 +138,99 @@ static int sandbox_run_cmd(int argc, char **argv) {
     return code;
 }
 
+static int sandbox_grade_cmd(int argc, char **argv) {
+    static const struct option options[] = {
+        {"source", required_argument, 0, 's'}, {"parallel", required_argument, 0, 'p'},
+        {"batch", required_argument, 0, 'b'},  {"timeout", required_argument, 0, 't'},
+        {"mem", required_argument, 0, 'm'},    {"procs", required_argument, 0, 'n'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+    };
+    struct pygrader_opts opts;
+    pygrader_opts_init(&opts);
+    const char *source_path = NULL;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (opt) {
+        case 's': source_path = optarg; break;
+        case 'p': opts.parallel = atoi(optarg); break;
+        case 'b': opts.batch_size = strtoull(optarg, NULL, 10); break;
+        case 't': opts.sample_timeout_s = strtod(optarg, NULL); break;
+        case 'm': opts.mem_bytes = strtoull(optarg, NULL, 10) << 20; break;
+        case 'n': opts.max_procs = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!source_path) {
+        fprintf(stderr, "whet sandbox grade: --source is required\n");
+        return 2;
+    }
+    struct whet_err err;
+    char *source = NULL;
+    if (whet_read_file(source_path, 1 << 20, &source, NULL, &err) < 0) {
+        fprintf(stderr, "whet sandbox grade: %s\n", err.msg);
+        return 1;
+    }
+    json_t **samples = NULL, **items = NULL;
+    size_t n = 0, cap = 0;
+    char line[1 << 16];
+    int rc = 0;
+    for (size_t lineno = 1; fgets(line, sizeof line, stdin); lineno++) {
+        json_error_t jerr;
+        json_t *pair = json_loads(line, 0, &jerr);
+        if (!json_is_object(pair)) {
+            fprintf(stderr, "whet sandbox grade: stdin: line %zu: expected {\"sample\": ..., \"item\": ...}: %s\n",
+                    lineno, jerr.text);
+            json_decref(pair);
+            rc = 1;
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            samples = realloc(samples, cap * sizeof *samples);
+            items = realloc(items, cap * sizeof *items);
+            if (!samples || !items) abort();
+        }
+        samples[n] = json_incref(json_object_get(pair, "sample"));
+        items[n] = json_incref(json_object_get(pair, "item"));
+        n++;
+        json_decref(pair);
+    }
+    struct pygrader_score *scores = calloc(n ? n : 1, sizeof *scores);
+    if (!scores) abort();
+    if (rc == 0 && pygrader_run(&opts, source, samples, items, n, scores, &err) < 0) {
+        fprintf(stderr, "whet sandbox grade: %s\n", err.msg);
+        rc = 1;
+    } else if (rc == 0) {
+        for (size_t i = 0; i < n; i++) {
+            json_t *out = json_pack("{s:f}", "score", scores[i].score);
+            if (scores[i].error) json_object_set_new(out, "error", json_string(scores[i].error));
+            char *text = json_dumps(out, JSON_COMPACT);
+            printf("%s\n", text);
+            free(text);
+            json_decref(out);
+        }
+        pygrader_scores_free(scores, n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_decref(samples[i]);
+        json_decref(items[i]);
+    }
+    free(samples);
+    free(items);
+    free(scores);
+    free(source);
+    return rc;
+}
+
 static int cmd_sandbox(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "run")) return sandbox_run_cmd(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "grade")) return sandbox_grade_cmd(argc - 1, argv + 1);
     if (!strcmp(argv[1], "probe")) {
         char *text = sandbox_probe();
         fputs(text, stdout);

@@ -180,7 +180,7 @@ int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spe
         plan->workdir = xstrdup("/tmp");
     }
     if (sandbox_mounts_plan(plan, spec, err) < 0) return -1;
-    return sandbox_seccomp_compile(&plan->seccomp, err);
+    return sandbox_seccomp_compile(&plan->seccomp, spec->allow_nested, err);
 }
 
 void sandbox_plan_free(struct sandbox_plan *plan) {
@@ -503,10 +503,12 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
         pid = spawn_clone(&plan, spec, result[1], lifeline[0], go[0]);
     }
     if (pid < 0) {
-        whet_errf(err, "sandbox: clone with new namespaces: %s", strerror(errno));
-        if (errno == EPERM || errno == ENOSPC)
-            whet_err_prefix(err, "%s", "hint: check /proc/sys/user/max_user_namespaces and "
-                                       "kernel.unprivileged_userns_clone");
+        int e = errno;
+        whet_errf(err, "sandbox: clone with new namespaces: %s%s", strerror(e),
+                  e == EPERM || e == ENOSPC ? " (hint: user namespaces may be off: see "
+                                              "/proc/sys/user/max_user_namespaces; inside a sandbox, "
+                                              "the outer one needs allow_nested)"
+                                            : "");
         goto fail;
     }
     close(result[1]);

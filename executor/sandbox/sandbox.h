@@ -61,6 +61,10 @@ struct sandbox_spec {
     double wall_timeout_s;
     /* 1: keep the host's network namespace (operators debugging only; never for tenant code). */
     int allow_network;
+    /* 1: the command may build sandboxes of its own: the filter then lets it create namespaces and
+     * mount inside them (`whet train` running python graders). A nested sandbox's command gets the
+     * full filter on top, so tenant code is held the same. */
+    int allow_nested;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
     /* Root callers only: run the command as this host uid/gid (e.g. 65534) instead of root's; -1

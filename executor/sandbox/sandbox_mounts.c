@@ -152,7 +152,7 @@ int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *sp
             n++;
         }
     }
-    qsort(paths, n, sizeof(*paths), user_path_cmp);
+    if (n) qsort(paths, n, sizeof(*paths), user_path_cmp);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!strcmp(paths[i].path, "/")) rc = whet_errf(err, "sandbox: refusing to expose / itself");

@@ -7,6 +7,9 @@
  *     io_uring, perf, …) kill the process with SIGSYS, reported as a seccomp violation;
  *   - anything else fails with EPERM (clone3 with ENOSYS so glibc falls back to clone, whose flags
  *     the filter can see: creating namespaces is refused).
+ * With allow_nested the command may build sandboxes itself (sandbox.c's own calls: namespaces through
+ * clone, mount, umount2, pivot_root, mount_setattr, sethostname); the filter a nested sandbox loads
+ * stacks on this one, so what runs inside it is held by both.
  * Other architectures' system calls (the i386 ABI through int 0x80) kill the process (libseccomp's
  * bad-arch default). libseccomp builds the program; the worker loads it with a bare prctl, because
  * after the clone it may not allocate. */
@@ -49,9 +52,10 @@ static const char *const allowed[] = {
     "sched_get_priority_max", "sched_get_priority_min", "sched_rr_get_interval", "getpriority",
     "setpriority", "setpgid", "setsid", "alarm", "getitimer", "setitimer", "timer_create", "timer_settime",
     "timer_gettime", "timer_getoverrun", "timer_delete", "restart_syscall", "pidfd_open", "pidfd_send_signal",
+    "seccomp", /* only ever adds filters; libseccomp probes it */
     /* identity and accounting */
     "getpid", "getppid", "gettid", "getuid", "geteuid", "getgid", "getegid", "getgroups", "getresuid",
-    "getresgid", "getpgrp", "getpgid", "getsid", "capget", "uname", "getrlimit", "setrlimit", "prlimit64",
+    "getresgid", "getpgrp", "getpgid", "getsid", "capget", "capset", "uname", "getrlimit", "setrlimit", "prlimit64",
     "getrusage", "sysinfo", "times", "getcpu", "getrandom", "clock_gettime", "clock_getres", "gettimeofday",
     "time",
     NULL,
@@ -70,8 +74,19 @@ static const char *const killed[] = {
     NULL,
 };
 
-static int add_list(scmp_filter_ctx ctx, const char *const *names, uint32_t action, struct whet_err *err) {
+/* What a sandbox inside the sandbox needs beyond the allow-list (see sandbox_mounts.c, sandbox.c). */
+static const char *const nested[] = {"mount", "umount2", "pivot_root", "mount_setattr", "sethostname", NULL};
+
+static int in_list(const char *const *names, const char *name) {
+    for (size_t i = 0; names[i]; i++)
+        if (!strcmp(names[i], name)) return 1;
+    return 0;
+}
+
+static int add_list(scmp_filter_ctx ctx, const char *const *names, uint32_t action, const char *const *skip,
+                    struct whet_err *err) {
     for (size_t i = 0; names[i]; i++) {
+        if (skip && in_list(skip, names[i])) continue;
         int nr = seccomp_syscall_resolve_name(names[i]);
         if (nr == __NR_SCMP_ERROR) continue; /* not on this architecture (open on arm64, …) */
         int rc = seccomp_rule_add(ctx, action, nr, 0);
@@ -80,13 +95,16 @@ static int add_list(scmp_filter_ctx ctx, const char *const *names, uint32_t acti
     return 0;
 }
 
-static int build_rules(scmp_filter_ctx ctx, struct whet_err *err) {
-    if (add_list(ctx, allowed, SCMP_ACT_ALLOW, err) < 0) return -1;
-    if (add_list(ctx, killed, SCMP_ACT_KILL_PROCESS, err) < 0) return -1;
-    /* clone: threads and processes yes, new namespaces no (EPERM by the default). */
+static int build_rules(scmp_filter_ctx ctx, int allow_nested, struct whet_err *err) {
+    if (add_list(ctx, allowed, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
+    if (add_list(ctx, killed, SCMP_ACT_KILL_PROCESS, allow_nested ? nested : NULL, err) < 0) return -1;
+    if (allow_nested && add_list(ctx, nested, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
+    /* clone: threads and processes yes, new namespaces no (EPERM by the default) unless nested. */
     const uint64_t ns_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                               CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWTIME;
-    int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0));
+    int rc = allow_nested ? seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 0)
+                          : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+                                             SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0));
     /* ioctl: all but TIOCSTI, which pushes input into a terminal the caller may have handed over. */
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_NE, TIOCSTI));
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0);
@@ -96,10 +114,10 @@ static int build_rules(scmp_filter_ctx ctx, struct whet_err *err) {
     return 0;
 }
 
-int sandbox_seccomp_compile(struct sock_fprog *prog, struct whet_err *err) {
+int sandbox_seccomp_compile(struct sock_fprog *prog, int allow_nested, struct whet_err *err) {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     if (!ctx) return whet_errf(err, "sandbox: seccomp_init failed");
-    int fd = -1, rc = build_rules(ctx, err);
+    int fd = -1, rc = build_rules(ctx, allow_nested, err);
     if (rc == 0) {
         fd = memfd_create("whet-seccomp", MFD_CLOEXEC);
         if (fd < 0) rc = whet_errf(err, "sandbox: memfd_create: %s", strerror(errno));

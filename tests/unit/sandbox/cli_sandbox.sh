@@ -28,6 +28,32 @@ check "setup failure exits 125" '[ $rc -eq 125 ]'
     "$WHET_BIN" sandbox run -- /usr/bin/python3 -c 'import socket; socket.create_connection(("10.0.0.1", 80))' 2>"$dir/err"
     check "python cannot open a socket" 'grep -q "PermissionError" "$dir/err"'
 }
+# grade: a python grader over JSONL pairs, one answer line per pair, a hostile pair scoring 0
+cat >"$dir/grader.py" <<'PY'
+def grade(sample, item):
+    if item.get("hostile"):
+        import socket
+        socket.socket()
+    return 1.0 if sample["output_text"] == item["answer"] else 0.0
+PY
+printf '%s\n' '{"sample":{"output_text":"4"},"item":{"answer":"4"}}' \
+    '{"sample":{"output_text":"5"},"item":{"answer":"4"}}' \
+    '{"sample":{"output_text":"4"},"item":{"answer":"4","hostile":true}}' >"$dir/pairs.jsonl"
+"$WHET_BIN" sandbox grade --source "$dir/grader.py" --timeout 2 <"$dir/pairs.jsonl" >"$dir/scores" 2>"$dir/err"; rc=$?
+check "grade exits 0" '[ $rc -eq 0 ]'
+check "grade answers in order" '[ "$(sed -n 1p "$dir/scores")" = "{\"score\":1.0}" ] && [ "$(sed -n 2p "$dir/scores")" = "{\"score\":0.0}" ]'
+check "a grader opening a socket scores 0 with the error" 'sed -n 3p "$dir/scores" | grep -q "\"score\":0.0,\"error\":\"PermissionError"'
+
+# nested: the grader pool runs inside a sandbox that allows it (how whet train would run graders);
+# without --nested the inner sandbox cannot be built
+bindir=$(dirname "$(readlink -f "$WHET_BIN")")
+"$WHET_BIN" sandbox run --nested --readonly "$bindir" --readonly "$dir" -- "$(readlink -f "$WHET_BIN")" sandbox grade \
+    --source "$dir/grader.py" --timeout 2 <"$dir/pairs.jsonl" >"$dir/nested" 2>"$dir/err"; rc=$?
+check "nested grading works" '[ $rc -eq 0 ] && cmp -s "$dir/scores" "$dir/nested"'
+"$WHET_BIN" sandbox run --readonly "$bindir" --readonly "$dir" -- "$(readlink -f "$WHET_BIN")" sandbox grade \
+    --source "$dir/grader.py" --timeout 2 <"$dir/pairs.jsonl" >"$dir/flat" 2>"$dir/err"
+check "without --nested the inner sandbox is refused" 'grep -q "clone with new namespaces: Operation not permitted" "$dir/flat"'
+
 "$WHET_BIN" sandbox probe >"$dir/probe"; rc=$?
 check "probe says the sandbox works" '[ $rc -eq 0 ] && grep -q "sandbox: working" "$dir/probe"'
 rm -rf "$dir"
