@@ -4,8 +4,8 @@
  * Training is classic BPE (Sennrich et al.): pre-tokenize the corpus with Qwen's regex, count the
  * words, and repeatedly merge the most frequent adjacent pair (ties: the smaller pair of ids) until
  * the vocabulary has vocab_size - 3 tokens; the three ChatML special tokens take the last ids. The
- * built-in text runs out of pairs after a couple of thousand merges, so it is followed by vocab_size
- * deterministic compounds of its own words ("quick"+"model"), which keep later merges English-like.
+ * built-in text runs out of pairs after about 1800 merges, so it is followed by 2 * vocab_size
+ * deterministic compounds of its own words (" quick"+"model"), which keep later merges English-like.
  * Everything depends on vocab_size alone: the same argument writes the same bytes. */
 #include <jansson.h>
 #include <stdlib.h>
@@ -181,10 +181,24 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
         base[n_base++] = raw.data + off;
         off += 4 + len;
     }
+    /* Compounds are made of the distinct words of at least two letters. */
+    qsort(base, n_base, sizeof *base, cmp_bytes);
+    size_t n_distinct = 0;
+    for (size_t i = 0; i < n_base; i++) {
+        uint32_t len, letters = 0;
+        memcpy(&len, base[i], 4);
+        for (uint32_t k = 0; k < len; k++) letters += (base[i][4 + k] | 0x20) >= 'a' && (base[i][4 + k] | 0x20) <= 'z';
+        if (letters >= 2 && (n_distinct == 0 || cmp_bytes(&base[i], &base[n_distinct - 1]) != 0)) base[n_distinct++] = base[i];
+    }
+    n_base = n_distinct;
     struct tok_buf extra = {0};
     char buf[256];
-    for (int i = 0; i < target; i++) {
-        const char *a = base[((size_t)i * 7919u) % n_base], *b = base[((size_t)i * 104729u + 13u) % n_base];
+    uint64_t x = 0x9E3779B97F4A7C15ull; /* xorshift64: pairs of words drawn the same way every time */
+    for (int i = 0; i < 2 * target; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        const char *a = base[(x >> 11) % n_base], *b = base[(x >> 37) % n_base];
         uint32_t la, lb;
         memcpy(&la, a, 4);
         memcpy(&lb, b, 4);
