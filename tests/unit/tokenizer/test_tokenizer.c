@@ -172,6 +172,36 @@ TEST(ignore_merges_takes_whole_words_from_the_vocab) {
     free(j1);
 }
 
+/* Character-level BPE (no ByteLevel): unknown characters become <0xXX> tokens, or the unk token. */
+TEST(byte_fallback_and_unk) {
+    struct whet_err err;
+    static const char vocab[] = "\"vocab\": {\"a\": 0, \"<0xC3>\": 1, \"<0xA9>\": 2, \"<unk>\": 3, \"b\": 4, \"ab\": 5}, "
+                                "\"merges\": [\"a b\"], \"unk_token\": \"<unk>\"";
+    char *j_fallback = xasprintf("{\"model\": {%s, \"byte_fallback\": true}}", vocab);
+    char *j_fuse = xasprintf("{\"model\": {%s, \"fuse_unk\": true}}", vocab);
+    char *j_plain = xasprintf("{\"model\": {%s}}", vocab);
+    struct tokenizer *tf = load_string(j_fallback, &err), *tu = load_string(j_fuse, &err), *tp = load_string(j_plain, &err);
+    CHECK(tf && tu && tp);
+    if (tf && tu && tp) {
+        CHECK_STR(encode_str(tf, "ab\xC3\xA9"), "5,1,2");       /* é -> <0xC3> <0xA9> */
+        CHECK_STR(encode_str(tf, "a\xE2\x82\xAC"), "0,3");     /* € has no byte tokens: unk */
+        CHECK_STR(encode_str(tu, "a\xC3\xA9\xC3\xA9" "b"), "0,3,4"); /* fused unks */
+        CHECK_STR(encode_str(tp, "a\xC3\xA9\xC3\xA9" "b"), "0,3,3,4");
+        int32_t ids[] = {5, 1, 2};
+        char *out;
+        size_t len;
+        CHECK(tokenizer_decode(tf, ids, 3, &out, &len, &err) == 0);
+        CHECK_STR(out, "ab\xC3\xA9");
+        free(out);
+    }
+    tokenizer_free(tf);
+    tokenizer_free(tu);
+    tokenizer_free(tp);
+    free(j_fallback);
+    free(j_fuse);
+    free(j_plain);
+}
+
 TEST(added_tokens_match_longest_first_and_strip) {
     struct whet_err err;
     char *j = mini_json("\"a b\"",
@@ -419,6 +449,7 @@ int main(void) {
     RUN(nfc_composes_reorders_and_respects_exclusions);
     RUN(merges_apply_by_rank_leftmost_first);
     RUN(ignore_merges_takes_whole_words_from_the_vocab);
+    RUN(byte_fallback_and_unk);
     RUN(added_tokens_match_longest_first_and_strip);
     RUN(tiny_tokenizer_is_deterministic_and_chatml);
     RUN(tiny_vocab_out_of_range_is_refused);
