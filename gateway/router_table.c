@@ -4,6 +4,7 @@
 #include "jobs.h"
 #include "models.h"
 #include "server.h"
+#include "uploads.h"
 
 void router_register_all(struct http_router *rt) {
     health_routes(rt);
@@ -12,4 +13,5 @@ void router_register_all(struct http_router *rt) {
     files_routes(rt);
     jobs_routes(rt);
     models_routes(rt);
+    uploads_routes(rt);
 }
