@@ -196,6 +196,7 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     size_t nn = (size_t)(n_nodes ? n_nodes : 1);
     c->nodes = malloc(nn * sizeof *c->nodes);
     c->node_pool = malloc(nn * sizeof *c->node_pool);
+    c->node_pos = malloc(nn * sizeof *c->node_pos);
     c->frag = calloc(nn, sizeof *c->frag);
     c->nominee = calloc(nn, sizeof *c->nominee);
     c->nominee_until = calloc(nn, sizeof *c->nominee_until);
@@ -206,13 +207,13 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     c->hyp_mem = malloc(nn * sizeof *c->hyp_mem);
     c->scratch = malloc(nn * sizeof *c->scratch);
     c->scratch2 = malloc(nn * sizeof *c->scratch2);
-    c->node_jobs_start = malloc((nn + 1) * sizeof *c->node_jobs_start);
+    c->node_jobs = calloc(nn, sizeof *c->node_jobs);
     c->n_tenants = n_tenants;
     c->tenants = malloc((size_t)(n_tenants ? n_tenants : 1) * sizeof *c->tenants);
     c->usage = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->usage);
     c->tenants_active = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->tenants_active);
-    if (!c->nodes || !c->node_pool || !c->frag || !c->nominee || !c->nominee_until || !c->mark || !c->hyp_stamp ||
-        !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->scratch2 || !c->node_jobs_start ||
+    if (!c->nodes || !c->node_pool || !c->node_pos || !c->frag || !c->nominee || !c->nominee_until || !c->mark || !c->hyp_stamp ||
+        !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->scratch2 || !c->node_jobs ||
         !c->tenants || !c->usage || !c->tenants_active)
         abort();
     if (n_nodes) memcpy(c->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
@@ -253,6 +254,7 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     for (int32_t i = 0; i < n_nodes; i++) {
         struct pl_pool *p = &c->pools[c->node_pool[i]];
         const struct pl_node *n = &c->nodes[i];
+        c->node_pos[i] = p->n_nodes;
         p->nodes[p->n_nodes++] = i;
         if (n->gpus > p->max_node_gpus) p->max_node_gpus = n->gpus;
         if (n->gpu_mem_mib > p->max_gpu_mem_mib) p->max_gpu_mem_mib = n->gpu_mem_mib;
@@ -273,9 +275,11 @@ void pl_cluster_free(struct pl_cluster *c) {
     if (!c) return;
     free(c->nodes);
     free(c->node_pool);
+    free(c->node_pos);
     free(c->frag);
     free(c->nominee);
     free(c->nominee_until);
+    free(c->noms);
     free(c->mark);
     free(c->hyp_stamp);
     free(c->hyp_free);
@@ -283,7 +287,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->hyp_mem);
     free(c->scratch);
     free(c->scratch2);
-    free(c->node_jobs_start);
+    for (int32_t i = 0; i < c->n_nodes; i++) free(c->node_jobs[i].jobs);
     free(c->node_jobs);
     free(c->pools);
     free(c->pool_nodes);
@@ -302,6 +306,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->tenant_end);
     free(c->decisions);
     free(c->victims);
+    free(c->run_mark);
     free(c);
 }
 
@@ -345,12 +350,28 @@ static void running_remove(struct pl_cluster *c, struct pl_job *job) {
     job->run_index = -1;
 }
 
-/* Holds job->alloc's resources; the caller checked they are free. */
+/* Adds (sign +1) or removes (-1) job from the list of jobs on node ni (preemption reads it). */
+static void node_jobs_update(struct pl_cluster *c, int32_t ni, struct pl_job *job, int sign) {
+    struct pl_node_jobs *l = &c->node_jobs[ni];
+    if (sign > 0) {
+        l->jobs = pl_grow(l->jobs, &l->cap, l->n + 1, sizeof *l->jobs);
+        l->jobs[l->n++] = job;
+        return;
+    }
+    for (int32_t i = 0; i < l->n; i++)
+        if (l->jobs[i] == job) {
+            l->jobs[i] = l->jobs[--l->n];
+            return;
+        }
+}
+
+/* Holds (sign +1) or gives back (-1) job->alloc's resources; the caller checked they are free. */
 void pl_alloc_take(struct pl_cluster *c, struct pl_job *job, int sign) {
     int32_t milli = pl_job_milli(job);
     for (int32_t s = 0; s < job->alloc.n_slots; s++) {
         const struct pl_slot *sl = &job->alloc.slots[s];
         pl_node_apply(c, sl->node, sl->gpu_mask, milli, pl_slot_cpu(job, s), pl_slot_mem(job, s), job->tenant, sign);
+        node_jobs_update(c, sl->node, job, sign);
     }
 }
 

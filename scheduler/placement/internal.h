@@ -6,7 +6,7 @@
 
 #define PL_SHARE_BUCKET 50                        /* GPU share histogram bucket width (milli) */
 #define PL_SHARE_BUCKETS (PL_MILLI / PL_SHARE_BUCKET + 1)
-#define PL_FAIL_CACHE 256                         /* failed job shapes remembered within a cycle */
+#define PL_FAIL_CACHE 4096                        /* failed job shapes remembered within a cycle */
 
 /* A (data center, GPU type) group of nodes, with summaries kept exact by node_apply. Only
  * schedulable nodes count in the summaries. */
@@ -51,10 +51,15 @@ struct pl_cluster {
     struct pl_node *nodes;
     int32_t n_nodes;
     int32_t *node_pool;
+    int32_t *node_pos;                            /* position of each node in its pool's list */
     double *frag;                                 /* cached pl_frag of each node (FGD only) */
     uint64_t *nominee;                            /* node held for this job's preemption (0: none) */
     double *nominee_until;
-    int32_t n_nominated;
+    struct pl_nomination {
+        uint64_t job;
+        double until;
+    } *noms;                                      /* jobs holding nominated nodes */
+    int32_t n_noms, cap_noms;
     uint32_t *mark;                               /* node reserved this cycle for the blocked head */
     uint32_t stamp;
     uint64_t mark_job;                            /* the head the marks belong to */
@@ -63,8 +68,12 @@ struct pl_cluster {
     int32_t (*hyp_free)[PL_MAX_GPUS_PER_NODE];
     int64_t *hyp_cpu, *hyp_mem;
     int32_t *scratch, *scratch2;                  /* n_nodes each */
-    int32_t *node_jobs_start, *node_jobs, cap_node_jobs; /* running jobs by node (preemption) */
-    uint32_t node_jobs_cycle;
+    struct pl_node_jobs {
+        struct pl_job **jobs;
+        int32_t n, cap;
+    } *node_jobs;                                 /* jobs holding resources on each node */
+    uint32_t *run_mark, run_gen;                  /* running jobs seen in one victim search */
+    int32_t cap_run_mark;
 
     struct pl_pool *pools;
     int32_t n_pools;

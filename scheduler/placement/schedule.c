@@ -406,8 +406,8 @@ static void explain(const struct pl_cluster *c, const struct pl_job *j, double n
             reason_note(why, p, pool_ok[pi]);
             continue;
         }
-        if (k > p->max_node_gpus) {
-            reason_note(why, p, milli == PL_MILLI ? PL_F_GPUS : PL_F_NODE_SIZE);
+        if (k > p->max_node_gpus || !pool_may_fit(p, k, milli, 1)) {
+            reason_note(why, p, k > p->max_node_gpus && milli < PL_MILLI ? PL_F_NODE_SIZE : PL_F_GPUS);
             continue;
         }
         enum pl_filter best = PL_F_GPUS;
@@ -447,74 +447,79 @@ static void commit_place(struct pl_cluster *c, struct pl_job *j, const struct pl
     j->start_time = now;
     pl_running_add(c, j);
     /* A nomination served its purpose: free the nodes it held. */
-    if (c->n_nominated)
-        for (int32_t ni = 0; ni < c->n_nodes; ni++)
-            if (c->nominee[ni] == j->id) {
-                c->nominee[ni] = 0;
-                c->n_nominated--;
-            }
+    for (int32_t k = 0; k < c->n_noms; k++)
+        if (c->noms[k].job == j->id) {
+            c->noms[k] = c->noms[--c->n_noms];
+            for (int32_t ni = 0; ni < c->n_nodes; ni++)
+                if (c->nominee[ni] == j->id) c->nominee[ni] = 0;
+            break;
+        }
 }
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Preemption                                                                                      */
 
 static int has_nomination(const struct pl_cluster *c, const struct pl_job *j, double now) {
-    if (!c->n_nominated) return 0;
-    for (int32_t ni = 0; ni < c->n_nodes; ni++)
-        if (c->nominee[ni] == j->id && c->nominee_until[ni] > now) return 1;
+    for (int32_t k = 0; k < c->n_noms; k++)
+        if (c->noms[k].job == j->id) return c->noms[k].until > now;
     return 0;
 }
 
-/* Running jobs by node, rebuilt once per cycle when preemption first needs it. */
-static void index_node_jobs(struct pl_cluster *c) {
-    int32_t *start = c->node_jobs_start;
-    memset(start, 0, (size_t)(c->n_nodes + 1) * sizeof *start);
-    int32_t total = 0;
-    for (int32_t r = 0; r < c->n_running; r++)
-        for (int32_t s = 0; s < c->running[r]->alloc.n_slots; s++) {
-            start[c->running[r]->alloc.slots[s].node + 1]++;
-            total++;
+/* Holds node ni for job j until `until` (its victims' grace plus the reservation's lifetime). */
+static void nominate(struct pl_cluster *c, int32_t ni, const struct pl_job *j, double until) {
+    c->nominee[ni] = j->id;
+    c->nominee_until[ni] = until;
+    for (int32_t k = 0; k < c->n_noms; k++)
+        if (c->noms[k].job == j->id) {
+            if (until > c->noms[k].until) c->noms[k].until = until;
+            return;
         }
-    for (int32_t ni = 0; ni < c->n_nodes; ni++) start[ni + 1] += start[ni];
-    c->node_jobs = pl_grow(c->node_jobs, &c->cap_node_jobs, total, sizeof *c->node_jobs);
-    int32_t *fill = c->scratch2;
-    memcpy(fill, start, (size_t)c->n_nodes * sizeof *fill);
-    for (int32_t r = 0; r < c->n_running; r++)
-        for (int32_t s = 0; s < c->running[r]->alloc.n_slots; s++) c->node_jobs[fill[c->running[r]->alloc.slots[s].node]++] = r;
+    c->noms = pl_grow(c->noms, &c->cap_noms, c->n_noms + 1, sizeof *c->noms);
+    c->noms[c->n_noms].job = j->id;
+    c->noms[c->n_noms].until = until;
+    c->n_noms++;
 }
 
-/* Whether v may be stopped (or shrunk) to make room for j on a pool of gpu_type. */
-static int victim_ok(const struct pl_cluster *c, const struct pl_job *v, const struct pl_job *j, int32_t gpu_type,
+/* What victim_ok asks of the preemptor, computed once per search. */
+struct preemptor {
+    const struct pl_job *job;
+    int32_t level;
+    double share_after;                           /* its tenant's weighted share once placed */
+    int known;                                    /* its tenant is in the snapshot */
+};
+
+/* Whether v may be stopped (or shrunk) to make room for p->job on a pool of gpu_type. Cheap tests
+ * first: this runs for every running job of every candidate pool. */
+static int victim_ok(const struct pl_cluster *c, const struct pl_job *v, const struct preemptor *p, int32_t gpu_type,
                      double now, int *shrink) {
+    const struct pl_job *j = p->job;
     *shrink = 0;
-    if (v == j || v->state != PL_JOB_RUNNING || v->priority > j->priority) return 0;
+    /* A job placed in this very cycle is not a victim: the cycle would contradict itself. */
+    if (v == j || v->state != PL_JOB_RUNNING || v->priority > j->priority || v->start_time >= now) return 0;
     if (c->cfg.elastic && v->max_gpus > 0 && v->gpus > v->min_gpus && pl_job_milli(v) == PL_MILLI) {
         *shrink = 1;
         return 1;
     }
     if (!v->preemptible || now - v->start_time < c->cfg.min_run_s) return 0;
     if (c->cfg.preempt && v->priority < j->priority) return 1;
-    int tenants_known = j->tenant >= 0 && j->tenant < c->n_tenants && v->tenant >= 0 && v->tenant < c->n_tenants;
-    /* After the swap: v's tenant's weighted share and j's. */
-    double v_after = tenants_known ? pl_tenant_share_with(c, v->tenant, -job_gpu_milli(v), -v->cpu_milli, -v->mem_mib) : 0;
-    double j_after = tenants_known ? pl_tenant_share_with(c, j->tenant, job_gpu_milli(j), j->cpu_milli, j->mem_mib) : 0;
-    if (c->cfg.preempt && tenants_known && v->tenant != j->tenant && v->borrowed) {
+    int las_ok = c->cfg.preempt_las && las_level(c, v) > p->level;
+    if (v->tenant == j->tenant || !p->known || v->tenant < 0 || v->tenant >= c->n_tenants)
+        return las_ok; /* no fairness question inside one tenant */
+    if (!c->cfg.preempt) return las_ok;
+    if (v->borrowed && gpu_type >= 0) {
         /* Reclaim: j is within its tenant's guarantee, v runs on borrowed capacity. */
         const struct pl_tenant *t = &c->tenants[j->tenant];
-        if (gpu_type >= 0 &&
-            c->usage[j->tenant].gpu_milli[gpu_type] + job_gpu_milli(j) <= (int64_t)t->quota_gpus[gpu_type] * PL_MILLI)
+        if (c->usage[j->tenant].gpu_milli[gpu_type] + job_gpu_milli(j) <= (int64_t)t->quota_gpus[gpu_type] * PL_MILLI)
             return 1;
-        /* Fair share: j's tenant stays within its entitlement and v's stays at or above it, so the
-         * reverse swap can never qualify (no ping-pong). */
-        if (j_after <= c->fair_share && v_after >= c->fair_share) return 1;
     }
-    /* Least attained service (Tiresias): a job of a lower level stops one of a higher level, within
-     * a tenant, or across tenants when v's tenant keeps its entitlement or stays above j's. */
-    if (c->cfg.preempt_las && las_level(c, v) > las_level(c, j) &&
-        (v->tenant == j->tenant || !tenants_known || !c->cfg.preempt || v_after >= j_after ||
-         v_after >= c->fair_share))
-        return 1;
-    return 0;
+    if (!v->borrowed && !las_ok) return 0;
+    double v_after = pl_tenant_share_with(c, v->tenant, -job_gpu_milli(v), -v->cpu_milli, -v->mem_mib);
+    /* Fair share: j's tenant stays within its entitlement and v's stays at or above it, so the
+     * reverse swap can never qualify (no ping-pong). */
+    if (v->borrowed && p->share_after <= c->fair_share && v_after >= c->fair_share) return 1;
+    /* Least attained service (Tiresias) across tenants: when v's tenant keeps its entitlement or
+     * stays above j's. */
+    return las_ok && (v_after >= p->share_after || v_after >= c->fair_share);
 }
 
 static double victim_cost(const struct pl_job *v, double now) {
@@ -591,14 +596,47 @@ static int32_t hyp_room(const struct pl_cluster *c, int32_t ni, const struct pl_
     return k;
 }
 
+/* Victims for a multi-node gang in pool pi: the running jobs on its nodes (from a rotating start,
+ * at most nodes_to_score nodes), each once. Fills c->victims; returns how many. */
+static int32_t collect_pool_victims(struct pl_cluster *c, int32_t pi, const struct preemptor *pre, double now) {
+    const struct pl_pool *p = &c->pools[pi];
+    int32_t budget = nodes_to_score(c), nv = 0;
+    int32_t start = budget < p->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
+    c->run_mark = pl_grow(c->run_mark, &c->cap_run_mark, c->n_running, sizeof *c->run_mark);
+    if (++c->run_gen == 0) {
+        memset(c->run_mark, 0, (size_t)c->cap_run_mark * sizeof *c->run_mark);
+        c->run_gen = 1;
+    }
+    for (int32_t q = 0; q < p->n_nodes && q < budget; q++) {
+        int32_t ni = p->nodes[(start + q) % p->n_nodes];
+        for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
+            struct pl_job *v = c->node_jobs[ni].jobs[e];
+            int32_t r = v->run_index, shrink;
+            if (c->run_mark[r] == c->run_gen) continue;
+            c->run_mark[r] = c->run_gen;
+            if (!victim_ok(c, v, pre, p->gpu_type, now, &shrink) || shrink) continue;
+            c->victims[nv].job = v;
+            c->victims[nv].shrink = 0;
+            c->victims[nv].cost = victim_cost(v, now);
+            nv++;
+        }
+    }
+    if (nv) qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
+    return nv;
+}
+
+static int32_t gang_hyp_room(const struct pl_cluster *c, int32_t ni, const struct pl_job *j, int32_t milli, double now) {
+    if (!c->nodes[ni].schedulable || node_held_for_other(c, ni, j, now)) return 0;
+    int32_t k = hyp_room(c, ni, j, milli);
+    return k > 0 ? k : 0;
+}
+
 /* Looks for the cheapest set of victims that makes room for j; emits PREEMPT/SHRINK decisions and
  * holds the nodes for j. Returns 1 when victims were chosen. */
 static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enum pl_filter *pool_ok) {
-    if (c->node_jobs_cycle != c->stamp) {
-        index_node_jobs(c);
-        c->node_jobs_cycle = c->stamp;
-    }
     int32_t milli = pl_job_milli(j), want = j->gpus > 0 ? j->gpus : 0;
+    struct preemptor pre = {j, las_level(c, j), 0, j->tenant >= 0 && j->tenant < c->n_tenants};
+    if (pre.known) pre.share_after = pl_tenant_share_with(c, j->tenant, job_gpu_milli(j), j->cpu_milli, j->mem_mib);
     double best_cost = INFINITY;
     int32_t best_nv = 0, best_scope = -1, best_is_pool = 0;
     c->victims = pl_grow(c->victims, &c->cap_victims, c->n_running + 1, sizeof *c->victims);
@@ -606,18 +644,20 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
         if (pool_ok[pi] != PL_OK) continue;
         const struct pl_pool *p = &c->pools[pi];
         if (want <= p->max_node_gpus) {
-            /* One node: for each node, its own victims cheapest first until the job fits. */
-            for (int32_t q = 0; q < p->n_nodes; q++) {
-                int32_t ni = p->nodes[q];
+            /* One node: for each node, its own victims cheapest first until the job fits. Like
+             * kube-scheduler, a large pool is sampled (from a rotating start), not searched whole. */
+            int32_t budget = nodes_to_score(c), start = budget < p->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
+            for (int32_t q = 0; q < p->n_nodes && q < budget; q++) {
+                int32_t ni = p->nodes[(start + q) % p->n_nodes];
                 const struct pl_node *n = &c->nodes[ni];
                 if (!n->schedulable || n->gpus < want || (want && n->gpu_mem_mib < j->min_gpu_mem_mib) ||
                     node_held_for_other(c, ni, j, now))
                     continue;
                 int32_t nv = 0;
-                for (int32_t e = c->node_jobs_start[ni]; e < c->node_jobs_start[ni + 1]; e++) {
-                    struct pl_job *v = c->running[c->node_jobs[e]];
+                for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
+                    struct pl_job *v = c->node_jobs[ni].jobs[e];
                     int shrink;
-                    if (!victim_ok(c, v, j, p->gpu_type, now, &shrink)) continue;
+                    if (!victim_ok(c, v, &pre, p->gpu_type, now, &shrink)) continue;
                     c->victims[nv].job = v;
                     c->victims[nv].shrink = shrink;
                     c->victims[nv].cost = shrink ? 0 : victim_cost(v, now);
@@ -645,37 +685,39 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
                 }
             }
         } else if (milli == PL_MILLI) {
-            /* A multi-node gang: victims anywhere in the pool, cheapest first, until it fits. */
-            int32_t nv = 0;
-            for (int32_t r = 0; r < c->n_running; r++) {
-                struct pl_job *v = c->running[r];
-                int in_pool = 0, shrink;
-                for (int32_t s = 0; s < v->alloc.n_slots; s++) in_pool |= c->node_pool[v->alloc.slots[s].node] == pi;
-                if (!in_pool || !victim_ok(c, v, j, p->gpu_type, now, &shrink) || shrink) continue;
-                c->victims[nv].job = v;
-                c->victims[nv].shrink = 0;
-                c->victims[nv].cost = victim_cost(v, now);
-                nv++;
-            }
+            /* A multi-node gang: victims in the pool (a sample of its nodes when it is large),
+             * cheapest first, until it fits. */
+            int32_t nv = collect_pool_victims(c, pi, &pre, now);
             if (!nv) continue;
-            qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
             c->hyp_gen++;
             for (int32_t q = 0; q < p->n_nodes; q++) hyp_touch(c, p->nodes[q]);
             double cost = 0;
             int32_t used = 0, pos[PL_MAX_NODES_PER_JOB + 1], take[PL_MAX_NODES_PER_JOB + 1];
             int32_t *room = c->scratch;
+            int64_t total = 0;
+            for (int32_t q = 0; q < p->n_nodes; q++) {
+                room[q] = gang_hyp_room(c, p->nodes[q], j, milli, now);
+                total += room[q];
+            }
+            /* Add victims until the rooms add up and a pick exists; only the victims' nodes change. */
+            int fits = 0;
             for (;;) {
-                for (int32_t q = 0; q < p->n_nodes; q++) {
-                    int32_t ni = p->nodes[q];
-                    room[q] = c->nodes[ni].schedulable && !node_held_for_other(c, ni, j, now) ? hyp_room(c, ni, j, milli) : 0;
-                    if (room[q] < 0) room[q] = 0;
+                fits = total >= want && gang_pick(p, room, want, pos, take);
+                if (fits || used == nv) break;
+                const struct pl_job *v = c->victims[used].job;
+                hyp_release(c, v, 0, -1);
+                for (int32_t s = 0; s < v->alloc.n_slots; s++) {
+                    int32_t ni = v->alloc.slots[s].node;
+                    if (c->node_pool[ni] != pi) continue;
+                    int32_t q = c->node_pos[ni];
+                    total -= room[q];
+                    room[q] = gang_hyp_room(c, ni, j, milli, now);
+                    total += room[q];
                 }
-                if (gang_pick(p, room, want, pos, take) || used == nv) break;
-                hyp_release(c, c->victims[used].job, 0, -1);
                 cost += c->victims[used].cost;
                 used++;
             }
-            if (!gang_pick(p, room, want, pos, take)) continue;
+            if (!fits) continue;
             if (cost < best_cost || (cost == best_cost && used < best_nv)) {
                 best_cost = cost;
                 best_nv = used;
@@ -690,29 +732,20 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
     int32_t nv = 0;
     const struct pl_pool *p = best_is_pool ? &c->pools[best_scope] : &c->pools[c->node_pool[best_scope]];
     if (best_is_pool) {
-        for (int32_t r = 0; r < c->n_running; r++) {
-            struct pl_job *v = c->running[r];
-            int in_pool = 0, shrink;
-            for (int32_t s = 0; s < v->alloc.n_slots; s++) in_pool |= c->node_pool[v->alloc.slots[s].node] == best_scope;
-            if (!in_pool || !victim_ok(c, v, j, p->gpu_type, now, &shrink) || shrink) continue;
-            c->victims[nv].job = v;
-            c->victims[nv].shrink = 0;
-            c->victims[nv].cost = victim_cost(v, now);
-            nv++;
-        }
+        nv = collect_pool_victims(c, best_scope, &pre, now);
     } else {
         int32_t ni = best_scope;
-        for (int32_t e = c->node_jobs_start[ni]; e < c->node_jobs_start[ni + 1]; e++) {
-            struct pl_job *v = c->running[c->node_jobs[e]];
+        for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
+            struct pl_job *v = c->node_jobs[ni].jobs[e];
             int shrink;
-            if (!victim_ok(c, v, j, p->gpu_type, now, &shrink)) continue;
+            if (!victim_ok(c, v, &pre, p->gpu_type, now, &shrink)) continue;
             c->victims[nv].job = v;
             c->victims[nv].shrink = shrink;
             c->victims[nv].cost = shrink ? 0 : victim_cost(v, now);
             nv++;
         }
+        qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
     }
-    qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
     double hold_until = now;
     c->hyp_gen++;
     for (int32_t i = 0; i < best_nv; i++) {
@@ -748,16 +781,10 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
             int32_t ni = v->alloc.slots[s].node;
             if (c->node_pool[ni] != (best_is_pool ? best_scope : c->node_pool[best_scope])) continue;
             if (!best_is_pool && ni != best_scope) continue;
-            if (c->nominee[ni] != j->id) c->n_nominated++;
-            c->nominee[ni] = j->id;
-            c->nominee_until[ni] = hold_until;
+            nominate(c, ni, j, hold_until);
         }
     }
-    if (!best_is_pool && c->nominee[best_scope] != j->id) {
-        c->nominee[best_scope] = j->id;
-        c->nominee_until[best_scope] = hold_until;
-        c->n_nominated++;
-    }
+    if (!best_is_pool) nominate(c, best_scope, j, hold_until);
     return 1;
 }
 
@@ -1050,12 +1077,18 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
     c->rotate++;
     c->n_decisions = 0;
     memset(&c->result, 0, sizeof c->result);
-    if (c->n_nominated)
+    /* Nominations whose preemptor never came back expire. */
+    int expired = 0;
+    for (int32_t k = 0; k < c->n_noms;)
+        if (c->noms[k].until <= now) {
+            c->noms[k] = c->noms[--c->n_noms];
+            expired = 1;
+        } else {
+            k++;
+        }
+    if (expired)
         for (int32_t ni = 0; ni < c->n_nodes; ni++)
-            if (c->nominee[ni] && c->nominee_until[ni] <= now) {
-                c->nominee[ni] = 0;
-                c->n_nominated--;
-            }
+            if (c->nominee[ni] && c->nominee_until[ni] <= now) c->nominee[ni] = 0;
 
     c->order = pl_grow(c->order, &c->cap_order, n_queue, sizeof *c->order);
     int32_t n = 0;
