@@ -196,11 +196,17 @@ void http_reply_raw(struct gw_req *r, int status, const char *content_type, cons
     double seconds = whet_now_mono() - r->started;
     metrics_observe(r->route ? r->route->index : -1, status, seconds);
     if (r->thread->gw->opts.log_requests) {
-        size_t path_len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-        if (path_len > 256) path_len = 256;
-        log_info("msg=request method=%.*s path=\"%.*s\" route=\"%s\" status=%d duration_ms=%.3f tenant=%s auth=%s "
+        /* The path as sent, cut and made safe for a quoted log field. */
+        char path[257];
+        size_t path_len = req->query_at != SIZE_MAX ? req->query_at : req->path.len, i;
+        for (i = 0; i < path_len && i < sizeof(path) - 1; i++) {
+            char c = req->path.base[i];
+            path[i] = c == '"' || c == '\\' || (unsigned char)c < 0x20 || c == 0x7f ? '?' : c;
+        }
+        path[i] = 0;
+        log_info("msg=request method=%.*s path=\"%s\" route=\"%s\" status=%d duration_ms=%.3f tenant=%s auth=%s "
                  "request_id=%s",
-                 (int)req->method.len, req->method.base, (int)path_len, req->path.base, r->route ? r->route->name : "-",
+                 (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base, path, r->route ? r->route->name : "-",
                  status, seconds * 1e3, r->admin ? "(operator)" : r->tenant_name[0] ? r->tenant_name : "-",
                  r->auth_kind ? r->auth_kind : "-", r->request_id);
     }
