@@ -206,17 +206,18 @@ struct child_fds {
     int in, out, err, result, lifeline, go;
 };
 
-static int fd_or_null(int fd) {
-    return fd >= 0 ? fd : open("/dev/null", O_RDWR);
-}
 
 static void worker_main(const struct sandbox_plan *plan, const struct child_fds *fds) {
     const char *what = "setsid";
     if (setsid() < 0) child_fail(fds->result, what, errno, 127);
-    int in = fd_or_null(fds->in), out = fd_or_null(fds->out), errfd = fd_or_null(fds->err);
-    if (in < 0 || out < 0 || errfd < 0) child_fail(fds->result, "open /dev/null", errno, 127);
-    /* All sources are above 2 (renumbered, or fresh /dev/null opens after 0-2 stayed open), so the
-     * dup2s cannot clobber one another; the result pipe goes to 3 and closes itself on exec. */
+    /* Init closed 0-2, so a fresh open would land on one of them: move /dev/null above 3. */
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd >= 0 && null_fd <= 3) null_fd = fcntl(null_fd, F_DUPFD_CLOEXEC, 4);
+    if (null_fd < 0) child_fail(fds->result, "open /dev/null", errno, 127);
+    int in = fds->in >= 0 ? fds->in : null_fd, out = fds->out >= 0 ? fds->out : null_fd;
+    int errfd = fds->err >= 0 ? fds->err : null_fd;
+    /* All sources are above 3, so the dup2s cannot clobber one another; the result pipe goes to 3
+     * and closes itself on exec. */
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(errfd, 2) < 0 || dup3(fds->result, 3, O_CLOEXEC) < 0)
         child_fail(fds->result, "dup2", errno, 127);
     syscall(SYS_close_range, 4, ~0U, 0);
@@ -671,14 +672,14 @@ static void judge(const struct sandbox_state *st, struct sandbox_result *res) {
                      rss_bytes / 1048576.0, mib(st->mem_bytes));
         else
             snprintf(res->message, sizeof res->message, "killed by signal %d (%s) at the memory limit (peak %.0f MiB of %.0f MiB)",
-                     res->term_signal, strsignal(res->term_signal), rss_bytes / 1048576.0, mib(st->mem_bytes));
+                     res->term_signal, sigdescr_np(res->term_signal), rss_bytes / 1048576.0, mib(st->mem_bytes));
     } else if (WIFEXITED(status)) {
         res->reason = SANDBOX_EXIT;
         snprintf(res->message, sizeof res->message, "exited with status %d", res->exit_code);
     } else {
         res->reason = SANDBOX_SIGNAL;
         snprintf(res->message, sizeof res->message, "killed by signal %d (%s)", res->term_signal,
-                 strsignal(res->term_signal));
+                 sigdescr_np(res->term_signal));
     }
 }
 

@@ -88,6 +88,33 @@ TEST(openmp_threads_run_under_the_filter) {
     sandbox_job_release(&job);
 }
 
+TEST(stdin_absent_stdout_given_does_not_cross_streams) {
+    /* stdin -1 (/dev/null) with stdout and stderr given: stdout must not end up on /dev/null or
+     * stdin, which a careless renumbering would do. */
+    struct sandbox_spec spec;
+    spec_defaults(&spec);
+    const char *argv[] = {helper, "hello", NULL};
+    spec.argv = argv;
+    int out[2], errp[2];
+    CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(errp, O_CLOEXEC) == 0);
+    spec.stdout_fd = out[1];
+    spec.stderr_fd = errp[1];
+    struct sandbox_child child;
+    struct sandbox_result res;
+    struct whet_err err;
+    CHECK(sandbox_spawn(&spec, &child, &err) == 0);
+    close(out[1]);
+    close(errp[1]);
+    char buf[512] = "";
+    ssize_t n = read(out[0], buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    CHECK(sandbox_wait(&child, &res, &err) == 0);
+    CHECK(res.reason == SANDBOX_OK);
+    CHECK_CONTAINS(buf, "uid=1000");
+    close(out[0]);
+    close(errp[0]);
+}
+
 TEST(metric_lines_stream_to_a_caller_pipe) {
     struct sandbox_spec spec;
     spec_defaults(&spec);
@@ -452,6 +479,7 @@ int main(int argc, char **argv) {
 
     RUN(well_behaved_program_runs_and_its_output_comes_back);
     RUN(openmp_threads_run_under_the_filter);
+    RUN(stdin_absent_stdout_given_does_not_cross_streams);
     RUN(metric_lines_stream_to_a_caller_pipe);
     RUN(socket_is_refused_not_killed);
     RUN(new_namespaces_are_refused);
