@@ -115,7 +115,12 @@ static void pool_account(struct pl_cluster *c, int32_t ni, int sign) {
     int32_t k = whole_free(n);
     p->whole_hist[k] += sign;
     p->free_whole += sign * k;
-    for (int g = 0; g < n->gpus; g++) p->share_hist[n->gpu_free_milli[g] / PL_SHARE_BUCKET] += sign;
+    int any_free = 0;
+    for (int g = 0; g < n->gpus; g++) {
+        p->share_hist[n->gpu_free_milli[g] / PL_SHARE_BUCKET] += sign;
+        any_free |= n->gpu_free_milli[g] > 0;
+    }
+    if (sign > 0 && any_free && c->node_pos[ni] < p->first_free) p->first_free = c->node_pos[ni];
 }
 
 static void node_refresh_frag(struct pl_cluster *c, int32_t ni) {
@@ -229,6 +234,7 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
         if (p == c->n_pools) {
             c->pools[p].dc = n->dc;
             c->pools[p].gpu_type = n->gpu_type;
+            c->pools[p].first_free = INT32_MAX;
             c->n_pools++;
         }
         c->node_pool[i] = p;
@@ -337,6 +343,7 @@ void pl_running_add(struct pl_cluster *c, struct pl_job *job) {
     c->running = pl_grow(c->running, &c->cap_running, c->n_running + 1, sizeof *c->running);
     job->run_index = c->n_running;
     c->running[c->n_running++] = job;
+    if (job->max_gpus > 0) c->n_elastic++;
 }
 
 static void running_remove(struct pl_cluster *c, struct pl_job *job) {
@@ -348,6 +355,7 @@ static void running_remove(struct pl_cluster *c, struct pl_job *job) {
     c->n_running--;
     for (int32_t k = i; k < c->n_running; k++) c->running[k]->run_index = k;
     job->run_index = -1;
+    if (job->max_gpus > 0) c->n_elastic--;
 }
 
 /* Adds (sign +1) or removes (-1) job from the list of jobs on node ni (preemption reads it). */

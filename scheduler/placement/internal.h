@@ -18,6 +18,8 @@ struct pl_pool {
     int32_t whole_hist[PL_MAX_GPUS_PER_NODE + 1]; /* nodes by number of wholly free GPUs */
     int64_t free_whole;                           /* wholly free GPUs */
     int32_t share_hist[PL_SHARE_BUCKETS];         /* GPUs by free share / PL_SHARE_BUCKET */
+    int32_t first_free;                           /* no node before this position has a free GPU
+                                                     share (a lower bound kept by first-fit scans) */
 };
 
 struct pl_usage {
@@ -94,6 +96,7 @@ struct pl_cluster {
 
     struct pl_job **running;
     int32_t n_running, cap_running;
+    int32_t n_elastic;                            /* running jobs with an elastic range */
 
     /* per-cycle scratch */
     struct pl_entry *order;

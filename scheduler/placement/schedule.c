@@ -274,7 +274,19 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
         if (pool_ok[pi] != PL_OK) continue;
         const struct pl_pool *p = &c->pools[pi];
         if (k > p->max_node_gpus || !pool_may_fit(p, k, milli, 1)) continue;
-        int32_t start = budget < c->n_nodes && c->cfg.scorer != PL_SCORE_FIRST_FIT ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
+        int32_t start = budget < c->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
+        if (c->cfg.scorer == PL_SCORE_FIRST_FIT) {
+            /* First fit scans from the lowest node; skip the prefix known to be full. */
+            struct pl_pool *wp = &c->pools[pi];
+            while (k > 0 && wp->first_free < wp->n_nodes) {
+                const struct pl_node *n = &c->nodes[wp->nodes[wp->first_free]];
+                int full = n->schedulable;
+                for (int g = 0; g < n->gpus && full; g++) full = n->gpu_free_milli[g] == 0;
+                if (!full) break;
+                wp->first_free++;
+            }
+            start = k > 0 ? (wp->first_free < wp->n_nodes ? wp->first_free : 0) : 0;
+        }
         for (int32_t q = 0; q < p->n_nodes && seen < budget; q++) {
             int32_t ni = p->nodes[(start + q) % p->n_nodes];
             if (node_filter(c, ni, j, k, milli, cpu, mem, now) != PL_OK) continue;
@@ -1127,7 +1139,7 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
             handle_job(c, c->order[i].job, now, &preempt_tries);
         }
     }
-    if (c->cfg.elastic && c->result.waiting == 0) grow_elastic(c, now);
+    if (c->cfg.elastic && c->n_elastic && c->result.waiting == 0) grow_elastic(c, now);
     c->result.n = c->n_decisions;
     c->result.decisions = c->decisions;
     return &c->result;
