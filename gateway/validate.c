@@ -434,8 +434,11 @@ static enum validate_format detect_format(const json_t *line) {
     return VALIDATE_FORMAT_SFT;
 }
 
-int validate_line(const char *line, size_t len, enum validate_format expect, enum validate_format *found,
-                  struct whet_err *err) {
+/* validate_line, also reporting the format the line looks like (*looks_like, AUTO when it is not an
+ * object), so that the stream can explain a line of another format than the file's. */
+static int validate_line_detect(const char *line, size_t len, enum validate_format expect, enum validate_format *found,
+                                enum validate_format *looks_like, struct whet_err *err) {
+    *looks_like = VALIDATE_FORMAT_AUTO;
     json_error_t jerr;
     json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!root) return whet_errf(err, "invalid JSON at column %d: %s", jerr.column, jerr.text);
@@ -444,7 +447,8 @@ int validate_line(const char *line, size_t len, enum validate_format expect, enu
         rc = whet_errf(err, "expected a JSON object, found %s", json_kind(root));
         goto out;
     }
-    enum validate_format format = expect == VALIDATE_FORMAT_AUTO ? detect_format(root) : expect;
+    *looks_like = detect_format(root);
+    enum validate_format format = expect == VALIDATE_FORMAT_AUTO ? *looks_like : expect;
     switch (format) {
     case VALIDATE_FORMAT_SFT: rc = check_sft(root, err); break;
     case VALIDATE_FORMAT_DPO: rc = check_dpo(root, err); break;
@@ -456,6 +460,12 @@ out:
     return rc;
 }
 
+int validate_line(const char *line, size_t len, enum validate_format expect, enum validate_format *found,
+                  struct whet_err *err) {
+    enum validate_format looks_like;
+    return validate_line_detect(line, len, expect, found, &looks_like, err);
+}
+
 /* ---------------------------------------------------------------- the line stream */
 
 struct validate_stream {
@@ -465,6 +475,7 @@ struct validate_stream {
     size_t pending_len, pending_cap;
     size_t line_no;       /* physical lines seen, for messages */
     size_t blank_line_no; /* the first blank line not yet followed by an example, or 0 */
+    int detected;         /* the format came from the first line, not from the caller */
     struct validate_summary summary;
     int failed;
     struct whet_err error;
@@ -518,14 +529,21 @@ static int stream_line(struct validate_stream *s, const char *p, size_t n, struc
         whet_errf(&s->error, "line %zu: too many examples (at most %zu)", s->line_no, s->limits.max_lines);
         return stream_fail(s, err);
     }
-    enum validate_format found = VALIDATE_FORMAT_AUTO;
-    if (validate_line(p, n, s->expect, &found, &s->error)) {
+    enum validate_format found = VALIDATE_FORMAT_AUTO, looks_like;
+    if (validate_line_detect(p, n, s->expect, &found, &looks_like, &s->error)) {
+        /* In a file whose first line fixed the format, a preference pair among chat examples (or the
+         * reverse) is better explained as such than by the first field the other format lacks. */
+        if (s->detected && looks_like != VALIDATE_FORMAT_AUTO && looks_like != s->expect &&
+            (looks_like == VALIDATE_FORMAT_DPO || s->expect == VALIDATE_FORMAT_DPO))
+            whet_errf(&s->error, "%s example in a file of %s examples (the first line decides the format)",
+                      validate_format_name(looks_like), validate_format_name(s->expect));
         whet_err_prefix(&s->error, "line %zu", s->line_no);
         utf8_trim(s->error.msg, strlen(s->error.msg));
         return stream_fail(s, err);
     }
     if (s->expect == VALIDATE_FORMAT_AUTO) {
         /* The first example fixes the format of the file. */
+        s->detected = 1;
         s->expect = found;
         s->summary.format = found;
     }

@@ -190,6 +190,19 @@ TEST(file_errors_name_the_line) {
     text = xasprintf("%s\n%s\n", SFT, RFT);
     CHECK_STR(file_error(text, VALIDATE_FORMAT_AUTO, &sum), "line 2: answer: unknown field");
     free(text);
+    /* A preference pair among chat examples is named as such. */
+    text = xasprintf("%s\n%s\n", SFT, DPO);
+    CHECK_STR(file_error(text, VALIDATE_FORMAT_AUTO, &sum),
+              "line 2: dpo example in a file of sft examples (the first line decides the format)");
+    free(text);
+    text = xasprintf("%s\n%s\n", DPO, RFT);
+    CHECK_STR(file_error(text, VALIDATE_FORMAT_AUTO, &sum),
+              "line 2: rft example in a file of dpo examples (the first line decides the format)");
+    free(text);
+    /* Told the format, the line is judged by it. */
+    text = xasprintf("%s\n%s\n", SFT, DPO);
+    CHECK_STR(file_error(text, VALIDATE_FORMAT_SFT, &sum), "line 2: input: unknown field");
+    free(text);
     text = xasprintf("%s\n\n%s\n", SFT, SFT);
     CHECK_STR(file_error(text, VALIDATE_FORMAT_AUTO, &sum),
               "line 2: empty line (examples must follow one another, one per line)");
