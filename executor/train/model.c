@@ -1143,6 +1143,9 @@ static int infer(struct model *m, struct kv_cache *c, const int *ids, const int 
             rc = whet_errf(err, "generation: slot %d is full (%d tokens)", s, c->max_len);
         else if (c->len[s] + added[s] >= m->cfg.max_position_embeddings)
             rc = whet_errf(err, "generation: position beyond max_position_embeddings");
+        else if (m->cfg.sliding_window && c->len[s] + added[s] >= m->cfg.sliding_window)
+            rc = whet_errf(err, "generation: sequence longer than the model's sliding window (%d), which this "
+                                "engine does not implement", m->cfg.sliding_window);
         if (rc) break;
         pos[i] = c->len[s] + added[s]++;
         first[i] = s * c->max_len;

@@ -5,9 +5,12 @@
  * allocation with named pointers into it; gradients and AdamW moments mirror the trainable buffer
  * (the base parameters for full fine-tuning, the LoRA parameters otherwise), so zeroing, the
  * gradient norm, clipping and the optimiser step are single loops. Activations are kept per layer
- * (or, with `recompute`, only each layer's input, the rest recomputed during the backward pass).
- * All math goes through backend.h; this file is the same for the CPU and a GPU.
- * What this is not: a mixed-precision or multi-device engine (not yet), or an inference server.
+ * (or, with `recompute`, only each layer's input, the rest recomputed during the backward pass);
+ * attention keeps no T×T matrix (only a log-sum-exp per row and head), so activation memory grows
+ * linearly with the tokens. All math goes through backend.h; this file is the same for the CPU and
+ * a GPU. LoRA follows PEFT: W + scale·B·A, A Kaiming-uniform (a=√5), B zero, no dropout.
+ * What this is not: a mixed-precision or multi-device engine (not yet), an implementation of
+ * sliding-window attention (a batch that would need it is refused), or an inference server.
  *
  * A training step:
  *
@@ -147,6 +150,8 @@ int model_save_optimizer(const struct model *m, const char *path, struct whet_er
 int model_load_optimizer(struct model *m, const char *path, struct whet_err *err);
 
 /* ---- generation with a KV cache ---- */
+/* Generation reuses the model's activation buffers: call it between training steps, never between
+ * a model_forward and its model_backward. */
 /* Keys and values of up to n_slots sequences of up to max_len tokens each. */
 struct kv_cache;
 struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len);
