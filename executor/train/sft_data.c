@@ -237,18 +237,29 @@ void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t
             ep->items[j] = t;
         }
     }
-    ep->row_start = xmalloc((size_t)(n + 1) * sizeof *ep->row_start);
-    ep->n_rows = 0;
-    int used = 0;
+    /* First-fit over the last SFT_PACK_WINDOW rows: row_of[i] is the row of the i-th example in
+     * shuffled order; rows are then laid out one after another, examples in shuffled order within. */
+    int *row_of = xmalloc((size_t)(n ? n : 1) * sizeof *row_of);
+    int *row_used = xmalloc((size_t)(n ? n : 1) * sizeof *row_used);
+    int n_rows = 0;
     for (int i = 0; i < n; i++) {
-        int len = ds->examples[ep->items[i]].n;
-        if (i == 0 || used + len > ds->max_seq_len) {
-            ep->row_start[ep->n_rows++] = i;
-            used = 0;
-        }
-        used += len;
+        int len = ds->examples[ep->items[i]].n, r = n_rows > SFT_PACK_WINDOW ? n_rows - SFT_PACK_WINDOW : 0;
+        while (r < n_rows && row_used[r] + len > ds->max_seq_len) r++;
+        if (r == n_rows) row_used[n_rows++] = 0;
+        row_used[r] += len;
+        row_of[i] = r;
     }
-    ep->row_start[ep->n_rows] = n;
+    ep->n_rows = n_rows;
+    ep->row_start = xcalloc((size_t)n_rows + 1, sizeof *ep->row_start);
+    for (int i = 0; i < n; i++) ep->row_start[row_of[i] + 1]++;
+    for (int r = 0; r < n_rows; r++) ep->row_start[r + 1] += ep->row_start[r];
+    int *shuffled = ep->items, *fill = row_used; /* reuse: next free slot of each row */
+    ep->items = xmalloc((size_t)(n ? n : 1) * sizeof *ep->items);
+    for (int r = 0; r < n_rows; r++) fill[r] = ep->row_start[r];
+    for (int i = 0; i < n; i++) ep->items[fill[row_of[i]]++] = shuffled[i];
+    free(shuffled);
+    free(row_of);
+    free(row_used);
 }
 
 void sft_epoch_free(struct sft_epoch *ep) {

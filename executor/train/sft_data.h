@@ -7,7 +7,9 @@
  *
  * Packing: per epoch the examples are shuffled (deterministically from the seed and the epoch
  * number) and laid end to end into rows of at most max_seq_len tokens, an example never split
- * between rows (next-fit). Each token of a row carries its position inside its own example (RoPE
+ * between rows: each goes into the first of the last SFT_PACK_WINDOW rows that still has room for
+ * it, else starts a new row (first-fit over a sliding window: rows fill up without losing the
+ * shuffled order). Each token of a row carries its position inside its own example (RoPE
  * restarts at 0) and the example's sequence id, so attention never crosses example boundaries.
  *
  * A training step takes up to batch_size × gradient_accumulation_steps rows of one epoch, in
@@ -62,6 +64,8 @@ int sft_parse_messages(struct chat_message **msgs, int *n_msgs, void **json_root
 void sft_messages_free(struct chat_message *msgs, void *json_root);
 
 /* ---------------------------------------------------------------- packing */
+
+#define SFT_PACK_WINDOW 16
 
 /* The rows of one epoch: row r holds examples items[row_start[r] .. row_start[r+1]). */
 struct sft_epoch {

@@ -46,7 +46,7 @@ TEST(packing_keeps_examples_whole_and_apart) {
     for (int i = 0; i < n_ex; i++) add_example(&ds, i, lens[i]);
     struct sft_epoch ep;
     sft_epoch_pack(&ep, &ds, 1234, 0, 1);
-    int seen[32] = {0};
+    int seen[32] = {0}, row_len[32] = {0};
     for (int r = 0; r < ep.n_rows; r++) {
         int used = 0;
         for (int k = ep.row_start[r]; k < ep.row_start[r + 1]; k++) {
@@ -54,8 +54,13 @@ TEST(packing_keeps_examples_whole_and_apart) {
             used += ds.examples[ep.items[k]].n;
         }
         CHECK(used <= 64);
-        if (r + 1 < ep.n_rows) /* next-fit: the next row's first example did not fit here */
-            CHECK(used + ds.examples[ep.items[ep.row_start[r + 1]]].n > 64);
+        row_len[r] = used;
+    }
+    /* First-fit: an example that opened row r fitted in none of the rows before it (all of them
+     * were open, the window being larger than this epoch). */
+    for (int r = 1; r < ep.n_rows; r++) {
+        int opener = ds.examples[ep.items[ep.row_start[r]]].n;
+        for (int q = 0; q < r; q++) CHECK(row_len[q] + opener > 64);
     }
     for (int i = 0; i < n_ex; i++) CHECK(seen[i] == 1);
 
@@ -96,6 +101,22 @@ TEST(packing_keeps_examples_whole_and_apart) {
     sft_dataset_free(&ds);
 }
 
+TEST(first_fit_fills_earlier_rows) {
+    struct sft_dataset ds;
+    sft_dataset_init(&ds, 64);
+    int lens[] = {40, 40, 20, 20}; /* next-fit: [40] [40 20] [20]; first-fit: [40 20] [40 20] */
+    for (int i = 0; i < 4; i++) add_example(&ds, i, lens[i]);
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &ds, 0, 0, 0);
+    CHECK(ep.n_rows == 2);
+    if (ep.n_rows == 2) {
+        CHECK(ep.items[0] == 0 && ep.items[1] == 2); /* rows keep the examples' order */
+        CHECK(ep.items[2] == 1 && ep.items[3] == 3);
+    }
+    sft_epoch_free(&ep);
+    sft_dataset_free(&ds);
+}
+
 static int same_order(const struct sft_epoch *a, const struct sft_epoch *b, int n) {
     for (int i = 0; i < n; i++)
         if (a->items[i] != b->items[i]) return 0;
@@ -115,7 +136,10 @@ TEST(shuffles_are_seeded_per_epoch) {
     CHECK(same_order(&a, &b, 50));
     CHECK(!same_order(&a, &c, 50));
     CHECK(!same_order(&a, &d, 50));
-    for (int i = 0; i < 50; i++) CHECK(v.items[i] == i); /* validation keeps file order */
+    /* validation is not shuffled: within each row the examples keep their file order */
+    for (int r = 0; r < v.n_rows; r++)
+        for (int k = v.row_start[r] + 1; k < v.row_start[r + 1]; k++) CHECK(v.items[k] > v.items[k - 1]);
+    CHECK(v.items[0] == 0);
     sft_epoch_free(&a);
     sft_epoch_free(&b);
     sft_epoch_free(&c);
@@ -237,6 +261,7 @@ TEST(lr_schedules_follow_hugging_face) {
 int main(void) {
     RUN(truncation_is_counted);
     RUN(packing_keeps_examples_whole_and_apart);
+    RUN(first_fit_fills_earlier_rows);
     RUN(shuffles_are_seeded_per_epoch);
     RUN(line_errors_say_what_is_wrong);
     RUN(file_errors_name_file_and_line);
