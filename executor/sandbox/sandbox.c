@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -208,6 +209,14 @@ struct child_fds {
 
 
 static void worker_main(const struct sandbox_plan *plan, const struct child_fds *fds) {
+    /* Signals the caller blocked or ignored would stay so across exec: the command starts clean. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; sig++) sigaction(sig, &dfl, NULL); /* EINVAL for KILL, STOP: fine */
     const char *what = "setsid";
     if (setsid() < 0) child_fail(fds->result, what, errno, 127);
     /* Init closed 0-2, so a fresh open would land on one of them: move /dev/null above 3. */
@@ -291,7 +300,8 @@ static int count_tasks(int stop) {
     return total;
 }
 
-/* Polls this many times a second for the worker's end, the caller's death and the task count. */
+/* Counts the tasks this often (when there is a process limit); the worker's end and the caller's
+ * death wake init at once. */
 #define INIT_POLL_MS 50
 /* The tree is killed after this many consecutive polls at the process limit (a fork bomb). */
 #define PROC_LIMIT_POLLS 6
@@ -313,6 +323,13 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     /* init holds a copy of the caller's memory: keep the command from reading it through /proc/1. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
+    /* SIGCHLD through a signalfd, so init wakes the moment a child ends instead of on a timer. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sig_fd < 0) child_fail(fds->result, "signalfd", errno, 1);
     pid_t worker = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
     if (worker < 0) child_fail(fds->result, "fork the worker", errno, 1);
     if (worker == 0) worker_main(plan, fds);
@@ -324,9 +341,15 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     memset(&r, 0, sizeof r);
     r.kind = RECORD_RESULT;
     int worker_done = 0, at_limit = 0;
-    struct pollfd pfd = {.fd = fds->lifeline, .events = POLLIN};
+    struct pollfd pfd[2] = {{.fd = fds->lifeline, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
     while (!worker_done) {
-        if (poll(&pfd, 1, INIT_POLL_MS) > 0) _exit(1); /* the caller is gone: take the tree down */
+        /* The task count needs a timer; otherwise only an event wakes init. */
+        poll(pfd, 2, plan->max_procs > 0 ? INIT_POLL_MS : -1);
+        if (pfd[0].revents) _exit(1); /* the caller is gone: take the tree down */
+        if (pfd[1].revents) {
+            struct signalfd_siginfo info;
+            while (read(sig_fd, &info, sizeof info) > 0) {}
+        }
         int status;
         struct rusage ru;
         pid_t pid;
