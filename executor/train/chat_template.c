@@ -61,11 +61,25 @@ int chat_template_load(struct chat_template *tpl, const char *model_dir, struct 
         }
         t = chosen;
     }
-    if (!json_is_string(t)) {
-        whet_errf(err, "%s: chat_template: missing (a string, or a list with a \"default\" entry)", path);
+    const char *jinja = json_is_string(t) ? json_string_value(t) : NULL;
+    if (!jinja && !t) {
+        /* Base models often ship no template: their special tokens still tell the family, whose
+         * plain format is then used. */
+        json_t *added = json_object_get(root, "added_tokens_decoder");
+        const char *id;
+        json_t *entry;
+        json_object_foreach(added, id, entry) {
+            const char *content = json_string_value(json_object_get(entry, "content"));
+            if (content && !strcmp(content, "<|im_start|>")) jinja = "<|im_start|> add_generation_prompt";
+            if (content && !strcmp(content, "<|start_header_id|>")) jinja = "<|start_header_id|> add_generation_prompt";
+        }
+    }
+    if (!jinja) {
+        whet_errf(err, "%s: chat_template: missing (a string, or a list with a \"default\" entry), and no "
+                       "ChatML or Llama 3 special token in added_tokens_decoder to fall back on", path);
         goto out;
     }
-    rc = chat_template_detect(tpl, json_string_value(t), err);
+    rc = chat_template_detect(tpl, jinja, err);
     if (rc) whet_err_prefix(err, "%s", path);
 out:
     json_decref(root);

@@ -55,7 +55,9 @@ struct chat_rendered {
 /* Recognises the family from the Jinja source of a chat template. */
 int chat_template_detect(struct chat_template *tpl, const char *jinja, struct whet_err *err);
 /* Reads MODEL_DIR/tokenizer_config.json and detects its chat_template (a string, or the list form
- * [{name, template}] from which "default" is taken). */
+ * [{name, template}] from which "default" is taken). Without a chat_template, the family's plain
+ * format is chosen from the special tokens in added_tokens_decoder (<|im_start|>: ChatML,
+ * <|start_header_id|>: Llama 3). */
 int chat_template_load(struct chat_template *tpl, const char *model_dir, struct whet_err *err);
 void chat_template_free(struct chat_template *tpl);
 const char *chat_family_name(enum chat_family f);

@@ -4,6 +4,7 @@
  * make_chat_reference.py). */
 #include <jansson.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "chat_template.h"
 #include "test.h"
@@ -193,10 +194,43 @@ TEST(roles_are_checked) {
     chat_template_free(&tpl);
 }
 
+static int load_config_text(struct chat_template *tpl, const char *json, struct whet_err *err) {
+    char dir[] = "/tmp/whet-tpl-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char *path = xasprintf("%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(json, f);
+    fclose(f);
+    int rc = chat_template_load(tpl, dir, err);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    return rc;
+}
+
+TEST(load_takes_list_form_and_falls_back_on_special_tokens) {
+    struct chat_template tpl;
+    struct whet_err err;
+    CHECK(load_config_text(&tpl, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}, "
+                                 "{\"name\": \"default\", \"template\": \"<|start_header_id|>\"}]}", &err) == 0);
+    CHECK(tpl.family == CHAT_LLAMA3 && tpl.always_generation_prompt);
+    chat_template_free(&tpl);
+    CHECK(load_config_text(&tpl, "{\"added_tokens_decoder\": {\"151644\": {\"content\": \"<|im_start|>\"}}}", &err) == 0);
+    CHECK(tpl.family == CHAT_CHATML && !tpl.always_generation_prompt && !tpl.default_system);
+    chat_template_free(&tpl);
+    CHECK(load_config_text(&tpl, "{\"added_tokens_decoder\": {}}", &err) == -1);
+    CHECK_CONTAINS(err.msg, "tokenizer_config.json: chat_template: missing");
+    CHECK(load_config_text(&tpl, "{\"chat_template\": \"{{ messages }}\"}", &err) == -1);
+    CHECK_CONTAINS(err.msg, "tokenizer_config.json: chat_template: not a template whet knows");
+    CHECK(load_config_text(&tpl, "{\"chat_template\": ", &err) == -1);
+    CHECK_CONTAINS(err.msg, "tokenizer_config.json: line 1");
+}
+
 int main(void) {
     RUN(matches_jinja_and_transformers_js);
     RUN(detects_family_and_refuses_unknown);
     RUN(qwen25_default_system_and_llama31_date_header);
     RUN(roles_are_checked);
+    RUN(load_takes_list_form_and_falls_back_on_special_tokens);
     return test_summary();
 }
