@@ -269,6 +269,14 @@ try {
   r = await b('GET', `/v1/fine_tuning/jobs?after=${j3.id}`);
   check(r.status === 200 && r.json.data.length === 0, 'isolation: another tenant\'s cursor yields nothing', r.json);
 
+  // ---- graders/validate: the create's grader check on its own
+  r = await a('POST', '/v1/fine_tuning/alpha/graders/validate', { json: { grader } });
+  check(r.status === 200 && r.json.grader?.name === 'exact', 'graders/validate: a good grader', r.text);
+  r = await a('POST', '/v1/fine_tuning/alpha/graders/validate', { json: { grader: { ...grader, operation: 'contains' } } });
+  check(r.status === 400 && r.json?.error?.param === 'grader.operation', 'graders/validate: the bad field named', r.text);
+  r = await a('POST', '/v1/fine_tuning/alpha/graders/validate', { json: {} });
+  check(r.status === 400 && r.json?.error?.param === 'grader', 'graders/validate: missing grader', r.text);
+
   // ---- a file used by a job cannot be deleted
   r = await a('DELETE', `/v1/files/${dpo}`);
   check(r.status === 409 && r.json?.error?.code === 'file_in_use', 'deleting a file a job uses: 409', r.text);

@@ -1,7 +1,7 @@
 // sdk.mjs - the official OpenAI Node SDK (openai@6, from tests/node_modules), unchanged, with baseURL
 // at the gateway: files.create/list/retrieve/content/delete, fineTuning.jobs.create/list/retrieve/
-// cancel/pause/resume/listEvents, jobs.checkpoints.list and models.list, including the SDK's own
-// auto-pagination (which follows has_more and the last id as `after`) and its typed errors.
+// cancel/pause/resume/listEvents, jobs.checkpoints.list, alpha.graders.validate and models.list, with
+// the SDK's own auto-pagination (which follows has_more and the last id as `after`) and typed errors.
 import OpenAI, { toFile } from 'openai';
 import { startStack, checker, SFT_LINE, DPO_LINE } from '../api/harness.mjs';
 
@@ -92,6 +92,11 @@ try {
   for await (const c of client.fineTuning.jobs.checkpoints.list(dpoJob.id, { limit: 1 })) ckpts.push(c);
   check(ckpts.length === 2 && ckpts[0].step_number === 10 && ckpts[0].object === 'fine_tuning.job.checkpoint' &&
         ckpts[0].metrics.train_loss === 0.5 && ckpts[1].step_number === 5, 'jobs.checkpoints.list', ckpts);
+
+  // ---- graders
+  const grader = { type: 'string_check', name: 'exact', input: '{{sample.output_text}}', reference: '{{item.answer}}', operation: 'eq' };
+  const validated = await client.fineTuning.alpha.graders.validate({ grader });
+  check(validated.grader?.name === 'exact', 'alpha.graders.validate', validated);
 
   // ---- models
   stack.psql(`UPDATE jobs SET status = 'succeeded', fine_tuned_model = 'ft:whet-tiny:alpha:sdk:x' WHERE id = '${dpoJob.id}'`);
