@@ -327,8 +327,9 @@ static int load_model(struct run *r, struct whet_err *err) {
         free(opt);
         if (rc) return whet_err_prefix(err, "resume_from");
     }
-    progress(r, "model %s: %zu parameters, %zu trainable (%s)", cfg->model, model_num_params(r->model),
-             model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning");
+    progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
+             model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
+             chat_family_name(r->tpl.family));
     return 0;
 }
 
