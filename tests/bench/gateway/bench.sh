@@ -7,7 +7,9 @@
 # pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. It prints
 # requests/s and p99 for each side and the ratios (goal: the gateway within 20% of the database).
 #
-#   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--threads T] [--db-conns C]
+#   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--threads T] [--db-conns C] [--client-threads W]
+#
+# --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -15,14 +17,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-clients=32 seconds=10 threads=2 db_conns=2
+clients=32 seconds=10 threads=2 db_conns=2 client_threads=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift ;;
     --seconds) seconds=$2; shift ;;
     --threads) threads=$2; shift ;;
     --db-conns) db_conns=$2; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --client-threads) client_threads=$2; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -80,7 +83,7 @@ wrk.headers["authorization"] = "Bearer $key"
 wrk.headers["content-type"] = "application/json"
 ${3:+wrk.body = '$3'}
 EOF
-  wrk -t1 -c"$clients" -d"${seconds}s" --latency -s "$work/wrk.lua" "$url$2" >"$work/wrk.out"
+  wrk -t"$client_threads" -c"$clients" -d"${seconds}s" --latency -s "$work/wrk.lua" "$url$2" >"$work/wrk.out"
   local rps p99 non2xx
   rps=$(awk '/^Requests\/sec/ {print $2}' "$work/wrk.out")
   p99=$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' "$work/wrk.out")
@@ -92,7 +95,7 @@ EOF
 # pgbench: TPS and p99 (in ms) from its per-transaction log.
 pgbench_run() { # SCRIPT
   rm -f "$work"/pgb_log*
-  (cd "$work" && PGOPTIONS="-c role=whet_app -c whet.tenant_id=$tenant" pgbench -n -M prepared -c "$clients" -j 1 \
+  (cd "$work" && PGOPTIONS="-c role=whet_app -c whet.tenant_id=$tenant" pgbench -n -M prepared -c "$clients" -j "$client_threads" \
      -T "$seconds" -l --log-prefix=pgb_log -D tenant="$tenant" -D job="$job" -f "$1" "$db_url" >"$work/pgbench.out" 2>&1) ||
     { cat "$work/pgbench.out" >&2; exit 1; }
   local tps p99
@@ -127,7 +130,7 @@ reset_jobs() {
   q "VACUUM ANALYZE jobs, job_events" >/dev/null
 }
 
-echo "gateway bench: $clients clients, ${seconds}s each, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all"
+echo "gateway bench: $clients clients ($client_threads client threads), ${seconds}s each, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
 read -r g_rps g_p99 < <(wrk_run GET "/v1/fine_tuning/jobs/$job")
 read -r p_rps p_p99 < <(pgbench_run "$work/select.sql")
 reset_jobs
