@@ -164,6 +164,8 @@ struct pl_config {
     int32_t nodes_to_score;    /* feasible nodes examined per job: 0 all, >0 that many, <0 the
                                   kube-scheduler rule (50% - n/125 %, at least 5% and 100 nodes) */
     int32_t max_decisions;     /* stop a cycle after this many PLACE decisions; 0: no limit */
+    double fgd_pack_milli;     /* FGD only: weight of best-fit packing next to the fragmentation
+                                  growth, in milli-GPU per unit of best-fit score (default 50) */
 };
 
 /* The defaults for a policy name: "fifo", "bestfit", "las" or "whet". Returns -1 if unknown. */
