@@ -372,8 +372,7 @@ struct tokenizer_encoder {
     const struct tokenizer *tok;
     struct tok_buf repaired, normalized, prefixed;
     pcre2_match_data **md; /* one per step */
-    pcre2_match_context *mc;
-    pcre2_jit_stack *jit_stack;
+    struct split_scratch scratch;
     struct bpe_state bpe;
     /* the output of the call in progress, for the split callbacks */
     int32_t **ids;
@@ -388,10 +387,7 @@ struct tokenizer_encoder *tokenizer_encoder_new(const struct tokenizer *tok) {
     enc->md = xcalloc((size_t)tok->n_steps + 1, sizeof *enc->md);
     for (int i = 0; i < tok->n_steps; i++)
         if (tok->steps[i].kind == TOK_STEP_SPLIT) enc->md[i] = pcre2_match_data_create_from_pattern(tok->steps[i].split.re, NULL);
-    enc->mc = pcre2_match_context_create(NULL);
-    /* Long runs of one class can need deep JIT backtracking stacks; the memory is only reserved. */
-    enc->jit_stack = pcre2_jit_stack_create(32 << 10, 64 << 20, NULL);
-    pcre2_jit_stack_assign(enc->mc, NULL, enc->jit_stack);
+    enc->scratch.mc = pcre2_match_context_create(NULL);
     return enc;
 }
 
@@ -399,8 +395,8 @@ void tokenizer_encoder_free(struct tokenizer_encoder *enc) {
     if (!enc) return;
     for (int i = 0; i < enc->tok->n_steps; i++) pcre2_match_data_free(enc->md[i]);
     free(enc->md);
-    pcre2_match_context_free(enc->mc);
-    pcre2_jit_stack_free(enc->jit_stack);
+    pcre2_match_context_free(enc->scratch.mc);
+    pcre2_jit_stack_free(enc->scratch.jit_stack);
     bpe_state_free(&enc->bpe);
     tok_buf_free(&enc->repaired);
     tok_buf_free(&enc->normalized);
@@ -430,7 +426,7 @@ static int encode_piece(void *ctx, const char *p, size_t n) {
             rc = encode_piece(enc, enc->prefixed.data, enc->prefixed.len);
         }
     } else {
-        rc = split_run(&step->split, enc->md[enc->depth - 1], enc->mc, p, n, encode_piece, enc, enc->err);
+        rc = split_run(&step->split, enc->md[enc->depth - 1], &enc->scratch, p, n, encode_piece, enc, enc->err);
     }
     enc->depth--;
     return rc;

@@ -65,10 +65,18 @@ struct tok_split {
  * the same meaning; `is_regex` 0 means a literal string. */
 int split_compile(struct tok_split *s, const char *pattern, int is_regex, struct whet_err *err);
 void split_free(struct tok_split *s);
+/* An encoder's matching state. The JIT stack is made only when PCRE2's default 32 KiB is too small
+ * (long runs of one class), which keeps one-shot encodes cheap. */
+struct split_scratch {
+    pcre2_match_context *mc;
+    pcre2_jit_stack *jit_stack;
+};
+
 /* Cuts text into pieces as transformers.js's regexSplit does: the text before each match, then the
  * match (empty ones dropped; after an empty match the search moves on one character). Calls
- * piece(ctx, p, n) for each; stops and returns -1 when it does or when the regex engine fails. */
-int split_run(const struct tok_split *s, pcre2_match_data *md, pcre2_match_context *mc, const char *text,
+ * piece(ctx, p, n) for each; stops and returns -1 when it does or when the regex engine fails.
+ * `sc` may be NULL (then a JIT stack overflow is an error). */
+int split_run(const struct tok_split *s, pcre2_match_data *md, struct split_scratch *sc, const char *text,
               size_t len, int (*piece)(void *ctx, const char *p, size_t n), void *ctx, struct whet_err *err);
 
 /* A pre-tokenizer step: a Split (ByteLevel with use_regex is GPT-2's Split), or ByteLevel's

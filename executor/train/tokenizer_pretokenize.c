@@ -185,13 +185,20 @@ void split_free(struct tok_split *s) {
     s->re = NULL;
 }
 
-int split_run(const struct tok_split *s, pcre2_match_data *md, pcre2_match_context *mc, const char *text,
+int split_run(const struct tok_split *s, pcre2_match_data *md, struct split_scratch *sc, const char *text,
               size_t len, int (*piece)(void *ctx, const char *p, size_t n), void *ctx, struct whet_err *err) {
     size_t pos = 0, prev = 0;
     PCRE2_SPTR subject = (PCRE2_SPTR)text;
     while (pos <= len) {
+        pcre2_match_context *mc = sc ? sc->mc : NULL;
         int rc = s->jit ? pcre2_jit_match(s->re, subject, len, pos, 0, md, mc)
                         : pcre2_match(s->re, subject, len, pos, PCRE2_NO_UTF_CHECK, md, mc);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT && sc && !sc->jit_stack) {
+            /* Only reserved, not touched, until a match needs it. */
+            sc->jit_stack = pcre2_jit_stack_create(32 << 10, 64 << 20, NULL);
+            pcre2_jit_stack_assign(sc->mc, NULL, sc->jit_stack);
+            continue;
+        }
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
