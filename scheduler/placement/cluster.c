@@ -417,13 +417,15 @@ int pl_cluster_add_running(struct pl_cluster *c, struct pl_job *job, char *err, 
         return -1;
     }
     pl_alloc_take(c, job, +1);
-    if (job->state != PL_JOB_STOPPING) job->state = PL_JOB_RUNNING;
+    if (job->state == PL_JOB_STOPPING) c->n_stopping++;
+    else job->state = PL_JOB_RUNNING;
     pl_running_add(c, job);
     return 0;
 }
 
 void pl_cluster_release(struct pl_cluster *c, struct pl_job *job) {
     if (job->state != PL_JOB_RUNNING && job->state != PL_JOB_STOPPING) return;
+    if (job->state == PL_JOB_STOPPING) c->n_stopping--;
     pl_alloc_take(c, job, -1);
     running_remove(c, job);
     job->state = PL_JOB_QUEUED;

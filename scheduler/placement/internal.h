@@ -97,6 +97,7 @@ struct pl_cluster {
     struct pl_job **running;
     int32_t n_running, cap_running;
     int32_t n_elastic;                            /* running jobs with an elastic range */
+    int32_t n_stopping;                           /* preempted jobs still holding resources */
 
     /* per-cycle scratch */
     struct pl_entry *order;

@@ -549,13 +549,27 @@ static int victim_cmp(const void *a, const void *b) {
     return x->job->id < y->job->id ? -1 : x->job->id > y->job->id;
 }
 
-/* Hypothetical free state of a node for the preemption search. */
+/* Hypothetical free state of a node for the preemption search: what is free now plus what jobs
+ * already stopping there will give back. */
 static void hyp_touch(struct pl_cluster *c, int32_t ni) {
     if (c->hyp_stamp[ni] == c->hyp_gen) return;
     c->hyp_stamp[ni] = c->hyp_gen;
     memcpy(c->hyp_free[ni], c->nodes[ni].gpu_free_milli, sizeof c->hyp_free[ni]);
     c->hyp_cpu[ni] = c->nodes[ni].cpu_free_milli;
     c->hyp_mem[ni] = c->nodes[ni].mem_free_mib;
+    if (!c->n_stopping) return;
+    for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
+        const struct pl_job *v = c->node_jobs[ni].jobs[e];
+        if (v->state != PL_JOB_STOPPING) continue;
+        for (int32_t s = 0; s < v->alloc.n_slots; s++) {
+            const struct pl_slot *sl = &v->alloc.slots[s];
+            if (sl->node != ni) continue;
+            for (int g = 0; g < PL_MAX_GPUS_PER_NODE; g++)
+                if (sl->gpu_mask & (1u << g)) c->hyp_free[ni][g] += pl_job_milli(v);
+            c->hyp_cpu[ni] += pl_slot_cpu(v, s);
+            c->hyp_mem[ni] += pl_slot_mem(v, s);
+        }
+    }
 }
 
 /* Releases victim v in the hypothetical state: all of it (shrink_gpus 0), or shrink_gpus of its
@@ -643,6 +657,29 @@ static int32_t gang_hyp_room(const struct pl_cluster *c, int32_t ni, const struc
     if (!c->nodes[ni].schedulable || node_held_for_other(c, ni, j, now)) return 0;
     int32_t k = hyp_room(c, ni, j, milli);
     return k > 0 ? k : 0;
+}
+
+/* Whether j would fit once the jobs already stopping have stopped: then it waits for them rather
+ * than stopping more (what keeps a caller that rebuilds the cluster every cycle, and so loses the
+ * nominations, from preempting again and again). */
+static int fits_after_stopping(struct pl_cluster *c, const struct pl_job *j, double now, const enum pl_filter *pool_ok) {
+    if (!c->n_stopping) return 0;
+    int32_t milli = pl_job_milli(j), want = j->gpus > 0 ? j->gpus : 0;
+    c->hyp_gen++;
+    int32_t pos[PL_MAX_NODES_PER_JOB + 1], take[PL_MAX_NODES_PER_JOB + 1];
+    for (int32_t pi = 0; pi < c->n_pools; pi++) {
+        if (pool_ok[pi] != PL_OK) continue;
+        const struct pl_pool *p = &c->pools[pi];
+        int32_t *room = c->scratch;
+        for (int32_t q = 0; q < p->n_nodes; q++) {
+            int32_t ni = p->nodes[q];
+            hyp_touch(c, ni);
+            room[q] = gang_hyp_room(c, ni, j, milli, now);
+            if (want <= p->max_node_gpus && room[q] >= want && hyp_room(c, ni, j, milli) >= 0) return 1;
+        }
+        if (want > p->max_node_gpus && milli == PL_MILLI && gang_pick(p, room, want, pos, take)) return 1;
+    }
+    return 0;
 }
 
 /* Looks for the cheapest set of victims that makes room for j; emits PREEMPT/SHRINK decisions and
@@ -783,6 +820,7 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
             d->not_before = now + v->grace_s;
             d->alloc = v->alloc;
             v->state = PL_JOB_STOPPING;
+            c->n_stopping++;
             if (d->not_before > hold_until) hold_until = d->not_before;
             c->result.preempted++;
         }
@@ -1074,7 +1112,7 @@ static void handle_job(struct pl_cluster *c, struct pl_job *j, double now, int32
                why.main >= PL_F_GPUS) {
         (*preempt_tries)++;
         if (cached) for (int32_t pi = 0; pi < c->n_pools; pi++) pool_ok[pi] = pool_filter(c, &c->pools[pi], j);
-        if (preempt(c, j, now, pool_ok)) why.preemption_pending = 1;
+        if (fits_after_stopping(c, j, now, pool_ok) || preempt(c, j, now, pool_ok)) why.preemption_pending = 1;
     }
     if (!why.preemption_pending && c->cfg.backfill && c->mark_job == 0) {
         if (cached) for (int32_t pi = 0; pi < c->n_pools; pi++) pool_ok[pi] = pool_filter(c, &c->pools[pi], j);

@@ -114,7 +114,7 @@ def main():
     ap.add_argument("--traces", default=os.path.join(REPO, "..", "shared", "traces"))
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--replay-jobs", type=int, default=20000)
-    ap.add_argument("--replay-nodes-per-dc", type=int, default=24)
+    ap.add_argument("--replay-nodes-per-dc", type=int, default=28)
     ap.add_argument("--quick", action="store_true", help="2 seeds, 3,000 jobs, 1,000 nodes: a smoke run")
     a = ap.parse_args()
     if a.quick:

@@ -460,6 +460,37 @@ TEST(no_preemption_of_equal_priority_or_unpreemptible) {
     pl_cluster_free(c);
 }
 
+TEST(stopping_victims_are_counted_on) {
+    /* A caller that rebuilds the cluster each cycle passes last cycle's victims as STOPPING: the
+     * preemptor waits for them instead of choosing more victims. */
+    struct pl_node nodes[1] = {node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_config cfg;
+    pl_config_for_policy(&cfg, "whet");
+    char err[256];
+    struct pl_cluster *c = pl_cluster_new(nodes, 1, &t, 1, &cfg, err, sizeof err);
+    struct pl_job stopping = job(1, 0, 2), running = job(2, 0, 2);
+    stopping.state = PL_JOB_STOPPING;
+    stopping.alloc.n_slots = running.alloc.n_slots = 1;
+    stopping.alloc.slots[0].gpu_mask = 0x3;
+    running.alloc.slots[0].gpu_mask = 0xc;
+    CHECK(pl_cluster_add_running(c, &stopping, err, sizeof err) == 0);
+    CHECK(pl_cluster_add_running(c, &running, err, sizeof err) == 0);
+    CHECK(stopping.state == PL_JOB_STOPPING);
+    struct pl_job high = job(3, 0, 2);
+    high.priority = 5;
+    struct pl_job *q = &high;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1000);
+    CHECK(r->preempted == 0);
+    const struct pl_decision *w = find(r, PL_WAIT, 3);
+    CHECK(w && w->reason.preemption_pending);
+    /* Wanting all four GPUs, it still needs the running job stopped. */
+    high.gpus = 4;
+    r = pl_schedule(c, &q, 1, 1000);
+    CHECK(find(r, PL_PREEMPT, 2) != NULL && find(r, PL_PREEMPT, 1) == NULL);
+    pl_cluster_free(c);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Elastic                                                                                         */
 
@@ -643,6 +674,7 @@ int main(void) {
     RUN(backfill_never_delays_the_head);
     RUN(preemption_picks_cheapest_victims_and_holds_for_grace);
     RUN(no_preemption_of_equal_priority_or_unpreemptible);
+    RUN(stopping_victims_are_counted_on);
     RUN(elastic_grow_then_shrink_first);
     RUN(gpu_share_packs_one_device);
     RUN(fgd_avoids_fragmenting);
