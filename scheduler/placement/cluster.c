@@ -211,14 +211,13 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     c->hyp_cpu = malloc(nn * sizeof *c->hyp_cpu);
     c->hyp_mem = malloc(nn * sizeof *c->hyp_mem);
     c->scratch = malloc(nn * sizeof *c->scratch);
-    c->scratch2 = malloc(nn * sizeof *c->scratch2);
     c->node_jobs = calloc(nn, sizeof *c->node_jobs);
     c->n_tenants = n_tenants;
     c->tenants = malloc((size_t)(n_tenants ? n_tenants : 1) * sizeof *c->tenants);
     c->usage = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->usage);
     c->tenants_active = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->tenants_active);
     if (!c->nodes || !c->node_pool || !c->node_pos || !c->frag || !c->nominee || !c->nominee_until || !c->mark || !c->hyp_stamp ||
-        !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->scratch2 || !c->node_jobs ||
+        !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->node_jobs ||
         !c->tenants || !c->usage || !c->tenants_active)
         abort();
     if (n_nodes) memcpy(c->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
@@ -292,7 +291,6 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->hyp_cpu);
     free(c->hyp_mem);
     free(c->scratch);
-    free(c->scratch2);
     for (int32_t i = 0; i < c->n_nodes; i++) free(c->node_jobs[i].jobs);
     free(c->node_jobs);
     free(c->pools);
@@ -502,7 +500,6 @@ const char *pl_filter_name(enum pl_filter f) {
         [PL_F_MEM] = "not enough free memory next to free GPUs",
         [PL_F_RESERVED] = "free room reserved for a job ahead in the queue",
         [PL_F_UNSCHEDULABLE] = "all nodes cordoned",
-        [PL_F_BEHIND_HEAD] = "waiting behind the head of the queue",
     };
     return f >= 0 && f < PL_F_COUNT ? names[f] : "unknown";
 }

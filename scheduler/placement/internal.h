@@ -69,7 +69,7 @@ struct pl_cluster {
     uint32_t hyp_gen;
     int32_t (*hyp_free)[PL_MAX_GPUS_PER_NODE];
     int64_t *hyp_cpu, *hyp_mem;
-    int32_t *scratch, *scratch2;                  /* n_nodes each */
+    int32_t *scratch;                             /* n_nodes: node rooms in a pool */
     struct pl_node_jobs {
         struct pl_job **jobs;
         int32_t n, cap;

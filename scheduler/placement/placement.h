@@ -198,7 +198,6 @@ enum pl_filter {
     PL_F_MEM,                  /* GPUs and CPU free but not enough host memory */
     PL_F_RESERVED,             /* the room is reserved for a job ahead in the queue */
     PL_F_UNSCHEDULABLE,        /* every node of the pool is cordoned */
-    PL_F_BEHIND_HEAD,          /* strict order: an earlier job is blocked */
     PL_F_COUNT,
 };
 
