@@ -15,6 +15,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,27 @@
 
 /* Loops over fewer elements than this run on one thread: waking the pool costs more. */
 #define PAR_MIN 32768
+
+/* exp(x) in plain arithmetic, so loops of it vectorise (libm's expf is a call per element):
+ * 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts), p the degree-6 Taylor
+ * polynomial, exact enough on |r| <= ln2/2 (relative error under 3e-7). x is clamped to the float
+ * range, so exp of a very negative number is 1.6e-38 instead of 0, which no sum notices. */
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float n = rintf(x * 1.44269504f);
+    float r = x - n * 0.693145752f - n * 1.42860677e-6f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
 
 /* ---------------------------------------------------------------- memory ---- */
 
@@ -207,7 +229,8 @@ static void cpu_swiglu_forward(float *out, const float *gate_up, int N, int F) {
     for (int n = 0; n < N; n++) {
         const float *g = gate_up + (size_t)n * 2 * F, *u = g + F;
         float *o = out + (size_t)n * F;
-        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#pragma omp simd
+        for (int i = 0; i < F; i++) o[i] = g[i] / (1.0f + exp_fast(-g[i])) * u[i];
     }
 }
 
@@ -216,8 +239,9 @@ static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float 
     for (int n = 0; n < N; n++) {
         const float *g = gate_up + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
         float *dg = dgate_up + (size_t)n * 2 * F, *du = dg + F;
+#pragma omp simd
         for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
+            float sig = 1.0f / (1.0f + exp_fast(-g[i]));
             dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
             du[i] = d[i] * g[i] * sig;
         }
@@ -265,7 +289,8 @@ static void attention_forward_one(float *O, int HD, float *lse, float *S, const 
             float *row = S + (size_t)i * r1, mx = -INFINITY, sum = 0;
             int last = r0 + i;
             for (int j = 0; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j = 0; j <= last; j++) sum += (row[j] = expf(row[j] - mx));
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j <= last; j++) sum += (row[j] = exp_fast(row[j] - mx));
             float inv = 1.0f / sum;
             for (int j = 0; j <= last; j++) row[j] *= inv;
             for (int j = last + 1; j < r1; j++) row[j] = 0;
@@ -309,7 +334,8 @@ static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, flo
         for (int i = 0; i < R; i++) {
             float *p = P + (size_t)i * r1, l = lse[r0 + i];
             int last = r0 + i;
-            for (int j = 0; j <= last; j++) p[j] = expf(p[j] - l);
+#pragma omp simd
+            for (int j = 0; j <= last; j++) p[j] = exp_fast(p[j] - l);
             for (int j = last + 1; j < r1; j++) p[j] = 0;
         }
         /* dV[0:r1] += P^T @ dO[r0:r1] */
@@ -378,7 +404,8 @@ static void cpu_attention_cached(float *out, const float *q, int ldq, const floa
                 sc[j] = s * scale;
                 mx = sc[j] > mx ? sc[j] : mx;
             }
-            for (int j = 0; j < L; j++) sum += (sc[j] = expf(sc[j] - mx));
+#pragma omp simd reduction(+ : sum)
+            for (int j = 0; j < L; j++) sum += (sc[j] = exp_fast(sc[j] - mx));
             float *o = out + (size_t)i * H * D + (size_t)h * D;
             for (int d = 0; d < D; d++) o[d] = 0;
             for (int j = 0; j < L; j++) {
@@ -404,9 +431,10 @@ static void cpu_crossentropy_forward(float *losses, float *lse, int *correct, co
                 mx = row[j];
                 arg = j;
             }
-        double sum = 0;
-        for (int j = 0; j < V; j++) sum += expf(row[j] - mx);
-        lse[m] = mx + (float)log(sum);
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j < V; j++) sum += exp_fast(row[j] - mx);
+        lse[m] = mx + logf(sum);
         losses[m] = lse[m] - row[targets[m]];
         correct[m] = arg == targets[m];
     }
@@ -417,7 +445,8 @@ static void cpu_crossentropy_backward(float *logits, const float *lse, const int
 #pragma omp parallel for schedule(static) if ((size_t)M * V >= PAR_MIN)
     for (int m = 0; m < M; m++) {
         float *row = logits + (size_t)m * V, w = scale * weights[m], l = lse[m];
-        for (int j = 0; j < V; j++) row[j] = w * expf(row[j] - l);
+#pragma omp simd
+        for (int j = 0; j < V; j++) row[j] = w * exp_fast(row[j] - l);
         row[targets[m]] -= w;
     }
 }
