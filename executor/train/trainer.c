@@ -144,9 +144,12 @@ static int write_state(const struct run *r, const char *dir, struct whet_err *er
     return rc;
 }
 
-static int write_model_files(const struct run *r, const char *dir, struct whet_err *err) {
+static int write_model_files(const struct run *r, const char *dir, int final, struct whet_err *err) {
     if (model_is_lora(r->model)) return model_save_adapter(r->model, dir, err);
-    return model_save_hf(r->model, dir, 0, err); /* F32: a resumed run must start from the same bits */
+    /* Checkpoints are F32, so a resumed run starts from the same bits; the final model keeps the
+     * base model's dtype when that was bfloat16 (half the bytes to store and serve). */
+    int bf16 = final && !strcmp(model_get_config(r->model)->torch_dtype, "bfloat16");
+    return model_save_hf(r->model, dir, bf16, err);
 }
 
 /* checkpoints/step-N (with optimizer moments) or final (without). */
@@ -156,7 +159,7 @@ static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
     char *tmp = xasprintf("%s.tmp-%d", dst, (int)getpid());
     remove_tree(tmp);
     int rc = whet_mkdir_p(tmp, err);
-    if (!rc) rc = write_model_files(r, tmp, err);
+    if (!rc) rc = write_model_files(r, tmp, final, err);
     if (!rc && !final) {
         char *opt = xasprintf("%s/optimizer.safetensors", tmp);
         rc = model_save_optimizer(r->model, opt, err);

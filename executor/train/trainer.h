@@ -11,7 +11,8 @@
  *   checkpoints/step-N/      every checkpoint_every_steps steps and on SIGTERM: the adapter (PEFT
  *                            layout) or the full model (HF layout, F32), optimizer.safetensors (AdamW
  *                            moments) and trainer_state.json (step, data cursor, seed, RNG)
- *   final/                   the same model files at the end, with trainer_state.json
+ *   final/                   the same model files at the end (a full model in the base model's dtype
+ *                            when that is bfloat16), with trainer_state.json
  * Every directory is written under a temporary name and renamed into place, so a reader (the
  * executor uploading checkpoints, a resumed run) never sees half of one.
  *
