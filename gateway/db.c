@@ -13,7 +13,8 @@
  *   QUERY  - a request's statements (db_query, db_transaction)
  * Results come back in the same order: for each statement one result and a NULL, then a
  * PGRES_PIPELINE_SYNC for the segment. A broken connection fails every segment in flight (their
- * callbacks see `unavailable`), is closed, and is reopened with exponential backoff; while no
+ * callbacks see `unavailable`), is closed, and is reopened (every 100 ms for about half a second,
+ * then every 2 s: a restart is caught quickly, a longer outage costs little); while no
  * connection of a pool is up, new queries fail at once (503) instead of piling up.
  *
  * Sections: statement registry, results for handlers, segments, connections (connect, read, write,
@@ -129,6 +130,7 @@ struct db_item {
     struct db_stmt stmts[DB_TX_MAX];
     PGresult *res[DB_TX_MAX];
     char **param_storage; /* one allocation per statement's parameter array */
+    int misuse;           /* a bad statement count: fails as an internal error, never runs */
 };
 
 struct db_segment {
@@ -672,7 +674,9 @@ static void item_finish(struct db_item *item, int unavailable) {
     struct db_pool *pool = item->pool;
     struct db_result result = {.ok = !unavailable, .unavailable = unavailable, .failed = -1, .sqlstate = "",
                                .message = "", .n = item->n, .res = item->res};
-    if (!unavailable) {
+    if (item->misuse) {
+        result = (struct db_result){.failed = 0, .sqlstate = "XX000", .message = "bad statement count", .res = item->res};
+    } else if (!unavailable) {
         for (int i = 0; i < item->n; i++) {
             ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
             if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) continue;
@@ -743,17 +747,19 @@ static struct db_item *item_new(struct gw_req *r, struct db_pool *pool, const st
 
 void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_callback cb, void *arg) {
     struct db_pool *pool = r->admin ? r->thread->db_admin : r->thread->db_tenant;
-    if (n < 1 || n > DB_TX_MAX) {
+    int misuse = n < 1 || n > DB_TX_MAX;
+    if (misuse) {
         log_error("msg=\"db_transaction with %d statements (1..%d allowed)\" request_id=%s", n, DB_TX_MAX, r->request_id);
-        n = n < 1 ? 0 : DB_TX_MAX;
+        n = 0;
     }
     for (int i = 0; i < n; i++)
         if (stmts[i].name && !statement_known(stmts[i].name))
             log_error("msg=\"unknown prepared statement (declare it with db_prepare)\" statement=%s", stmts[i].name);
     struct db_item *item = item_new(r, pool, stmts, n, cb, arg);
+    item->misuse = misuse;
     gw_req_retain(r);
     pool->busy++;
-    if (n == 0) {
+    if (misuse) {
         pool_fail_later(pool, item);
         return;
     }

@@ -30,7 +30,9 @@
  *
  * Outages: when PostgreSQL is unreachable (a restart), queries fail fast with `unavailable` set and
  * the handler answers 503 (http_reply_db_error does it); connections are re-established in the
- * background with backoff and every statement is prepared again. Nothing crashes. */
+ * background (every 100 ms at first, then every 2 s) and every statement is prepared again. Nothing
+ * crashes. A statement count outside 1..DB_TX_MAX is a programming error: nothing runs and the
+ * callback sees a failure (SQLSTATE XX000), which http_reply_db_error answers as a 500. */
 #ifndef WHET_GATEWAY_DB_H
 #define WHET_GATEWAY_DB_H
 
@@ -63,7 +65,8 @@ struct db_result {
     const char *sqlstate; /* SQLSTATE of the failure ("23505" unique violation, ...), "" otherwise */
     const char *message;  /* PostgreSQL's primary message of the failure, for logs, "" otherwise */
     int n;             /* number of statements */
-    PGresult *const *res; /* res[i] for statement i (NULL when unavailable or aborted) */
+    PGresult *const *res; /* res[i] for statement i: NULL when unavailable; after a failed statement the
+                             later ones hold PGRES_PIPELINE_ABORTED results */
 };
 
 /* Called on the request's event loop with the outcome. Not called when the client went away in the
