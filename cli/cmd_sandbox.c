@@ -6,6 +6,7 @@
  * (`whet sandbox probe`). The command's stdin, stdout and stderr are
  * the terminal's; the verdict goes to stderr as one line. The logic lives in executor/sandbox. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,7 @@ static void usage(FILE *out) {
             "  --no-userns       run without a user namespace (root only; the fallback path)\n"
             "  --nested          let the command build sandboxes of its own (whet train with python graders)\n"
             "  -h, --help        this help\n\n"
+            "SIGINT, SIGTERM and SIGHUP are passed on to the command.\n"
             "exit status: the command's; 128+N when killed by signal N; 124 on the wall-clock timeout;\n"
             "125 when the sandbox could not be set up.\n\n"
             "grade: runs an OpenAI python grader (FILE defines grade(sample, item)) on each stdin line\n"
@@ -51,6 +53,14 @@ static void usage(FILE *out) {
             "  --timeout S       per grade() call, seconds (default 5)\n"
             "  --mem MB          per sandbox (default 512)\n"
             "  --procs N         per sandbox (default 16)\n");
+}
+
+/* Ctrl-C or a SIGTERM to `whet sandbox run` is passed on to the command (which sits in its own
+ * session, away from the terminal), through the sandbox's init. */
+static volatile pid_t running_init = -1;
+
+static void forward_signal(int sig) {
+    if (running_init > 0) kill(running_init, sig);
 }
 
 static void push(const char ***list, size_t *n, const char *value) {
@@ -120,7 +130,18 @@ static int sandbox_run_cmd(int argc, char **argv) {
     struct sandbox_result res;
     struct whet_err err;
     int code;
-    if (sandbox_spawn(&spec, &child, &err) < 0 || sandbox_wait(&child, &res, &err) < 0) {
+    int spawned = sandbox_spawn(&spec, &child, &err) == 0;
+    if (spawned) {
+        running_init = child.pid;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = forward_signal;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    }
+    if (!spawned || sandbox_wait(&child, &res, &err) < 0) {
         fprintf(stderr, "whet sandbox: %s\n", err.msg);
         code = 125;
     } else {

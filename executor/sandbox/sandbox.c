@@ -306,6 +306,9 @@ static int count_tasks(int stop) {
 /* The tree is killed after this many consecutive polls at the process limit (a fork bomb). */
 #define PROC_LIMIT_POLLS 6
 
+/* What sandbox_signal may pass on to the command (SIGTERM: "checkpoint and stop" for whet train). */
+static const int forwarded_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
 static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     /* A caller that changed its uid is not dumpable, which would leave /proc/self/uid_map owned by
      * root and unwritable: be dumpable while writing the maps, and not afterwards. */
@@ -323,10 +326,13 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     /* init holds a copy of the caller's memory: keep the command from reading it through /proc/1. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
-    /* SIGCHLD through a signalfd, so init wakes the moment a child ends instead of on a timer. */
+    /* Signals through a signalfd: SIGCHLD wakes init the moment a child ends, and the ones the caller
+     * may send (sandbox_signal) are forwarded to the command. A PID namespace's init only receives
+     * signals it handles or blocks, so blocking them is what lets them in. */
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
+    for (size_t i = 0; i < WHET_ARRAY_LEN(forwarded_signals); i++) sigaddset(&chld, forwarded_signals[i]);
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sig_fd < 0) child_fail(fds->result, "signalfd", errno, 1);
@@ -348,7 +354,8 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
         if (pfd[0].revents) _exit(1); /* the caller is gone: take the tree down */
         if (pfd[1].revents) {
             struct signalfd_siginfo info;
-            while (read(sig_fd, &info, sizeof info) > 0) {}
+            while (read(sig_fd, &info, sizeof info) > 0)
+                if (info.ssi_signo != SIGCHLD) kill(worker, (int)info.ssi_signo);
         }
         int status;
         struct rusage ru;
@@ -580,6 +587,16 @@ void sandbox_kill(struct sandbox_child *child) {
     if (!child->state || child->state->ended) return;
     child->state->killed = 1;
     kill(child->pid, SIGKILL);
+}
+
+int sandbox_signal(struct sandbox_child *child, int sig) {
+    int ok = 0;
+    for (size_t i = 0; i < WHET_ARRAY_LEN(forwarded_signals); i++) ok |= forwarded_signals[i] == sig;
+    if (!ok || !child->state || child->state->ended) {
+        errno = ok ? ESRCH : EINVAL;
+        return -1;
+    }
+    return kill(child->pid, sig);
 }
 
 int sandbox_check_deadline(struct sandbox_child *child) {

@@ -123,6 +123,10 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
 int sandbox_wait(struct sandbox_child *child, struct sandbox_result *res, struct whet_err *err);
 /* Kills the sandbox now (cancel); sandbox_wait then reports SANDBOX_KILLED unless it ended first. */
 void sandbox_kill(struct sandbox_child *child);
+/* Sends `sig` (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2) to the command, through init:
+ * SIGTERM asks `whet train` to checkpoint and stop. Returns 0, or -1 with errno (EINVAL for another
+ * signal, ESRCH when the sandbox has ended). */
+int sandbox_signal(struct sandbox_child *child, int sig);
 /* Kills the tree if the wall deadline has passed; returns 1 when it did. For callers that poll
  * result_fd in their own loop. */
 int sandbox_check_deadline(struct sandbox_child *child);

@@ -4,7 +4,8 @@
  *
  * Modes: hello (identity and a stdin echo), metrics N (metric lines, one per flush), omp (OpenMP
  * threads), socket, newns (clone a user namespace), write PATH... (try to create each), read PATH,
- * forkbomb, alloc, spin, sleeptree MARKER (a daemon child, then sleep), ptrace, mount, fsize PATH.
+ * forkbomb, alloc, spin, sleeptree MARKER (a daemon child, then sleep), ptrace, mount, fsize PATH,
+ * term (wait for SIGTERM, then say so and exit 0, as whet train checkpoints and stops).
  * Each mode prints what happened, so the tests judge the sandbox rather than trust this program. */
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +91,9 @@ static int read_path(const char *path) {
     return 0;
 }
 
+static volatile sig_atomic_t terminated;
+static void on_term(int sig) { terminated = sig; }
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     const char *mode = argv[1];
@@ -117,6 +121,14 @@ int main(int argc, char **argv) {
         printf("started\n");
         fflush(stdout);
         for (;;) pause();
+    }
+    if (!strcmp(mode, "term")) {
+        signal(SIGTERM, on_term);
+        printf("ready\n");
+        fflush(stdout);
+        while (!terminated) pause();
+        printf("got SIGTERM, stopping cleanly\n");
+        return 0;
     }
     if (!strcmp(mode, "ptrace")) {
         long rc = ptrace(PTRACE_TRACEME, 0, 0, 0);

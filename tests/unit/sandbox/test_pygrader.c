@@ -182,7 +182,7 @@ TEST(batches_run_in_parallel) {
         CHECK(scores[i].error == NULL);
         CHECK_NEAR(scores[i].score, 1.0 * (i + 1), 1e-12);
     }
-    CHECK(wall < 4.0);
+    CHECK(wall < 5.0); /* python start-up on a loaded 2-core machine; sequential is >= 6 s */
     pygrader_scores_free(scores, 4);
     for (int i = 0; i < 4; i++) {
         json_decref(samples[i]);

@@ -6,6 +6,7 @@
  * without a user namespace runs the same confinement checks; as root the unprivileged path is run
  * too, by a child that drops to nobody first. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
@@ -360,6 +361,32 @@ TEST(missing_command_is_a_setup_error) {
     CHECK_CONTAINS(err.msg, "/nonexistent/dir");
 }
 
+TEST(sigterm_reaches_the_command_through_init) {
+    struct sandbox_spec spec;
+    spec_defaults(&spec);
+    const char *argv[] = {helper, "term", NULL};
+    spec.argv = argv;
+    int p[2];
+    CHECK(pipe2(p, O_CLOEXEC) == 0);
+    spec.stdout_fd = p[1];
+    struct sandbox_child child;
+    struct sandbox_result res;
+    struct whet_err err;
+    CHECK(sandbox_spawn(&spec, &child, &err) == 0);
+    close(p[1]);
+    char buf[256] = "";
+    size_t len = 0;
+    ssize_t n;
+    while (!strstr(buf, "ready") && (n = read(p[0], buf + len, sizeof buf - 1 - len)) > 0) buf[len += (size_t)n] = 0;
+    CHECK(sandbox_signal(&child, SIGKILL) < 0 && errno == EINVAL); /* only the forwarded ones */
+    CHECK(sandbox_signal(&child, SIGTERM) == 0);
+    while ((n = read(p[0], buf + len, sizeof buf - 1 - len)) > 0) buf[len += (size_t)n] = 0;
+    close(p[0]);
+    CHECK(sandbox_wait(&child, &res, &err) == 0);
+    CHECK(res.reason == SANDBOX_OK); /* it handled SIGTERM and exited 0 */
+    CHECK_CONTAINS(buf, "got SIGTERM, stopping cleanly");
+}
+
 TEST(kill_ends_a_running_sandbox) {
     struct sandbox_spec spec;
     spec_defaults(&spec);
@@ -493,6 +520,7 @@ int main(int argc, char **argv) {
     RUN(dangerous_calls_are_killed_as_seccomp_violations);
     RUN(file_size_limit);
     RUN(missing_command_is_a_setup_error);
+    RUN(sigterm_reaches_the_command_through_init);
     RUN(kill_ends_a_running_sandbox);
     RUN(fallback_without_user_namespace_still_confines);
     RUN(unprivileged_caller_gets_the_same_sandbox);
