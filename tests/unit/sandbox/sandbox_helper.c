@@ -5,7 +5,7 @@
  * Modes: hello (identity and a stdin echo), metrics N (metric lines, one per flush), omp (OpenMP
  * threads), socket, newns (clone a user namespace), write PATH... (try to create each), read PATH,
  * forkbomb, alloc, spin, sleeptree MARKER (a daemon child, then sleep), ptrace, mount, fsize PATH,
- * term (wait for SIGTERM, then say so and exit 0, as whet train checkpoints and stops).
+ * term (wait for SIGTERM, then say so and exit 0, as whet train checkpoints and stops), limits.
  * Each mode prints what happened, so the tests judge the sandbox rather than trust this program. */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -121,6 +122,15 @@ int main(int argc, char **argv) {
         printf("started\n");
         fflush(stdout);
         for (;;) pause();
+    }
+    if (!strcmp(mode, "limits")) {
+        struct rlimit as, nproc;
+        getrlimit(RLIMIT_AS, &as);
+        getrlimit(RLIMIT_NPROC, &nproc);
+        if (as.rlim_cur == RLIM_INFINITY) printf("as=unlimited");
+        else printf("as=%llu", (unsigned long long)as.rlim_cur);
+        printf(" nproc=%llu\n", (unsigned long long)nproc.rlim_cur);
+        return 0;
     }
     if (!strcmp(mode, "term")) {
         signal(SIGTERM, on_term);

@@ -403,6 +403,56 @@ TEST(kill_ends_a_running_sandbox) {
     CHECK(res.wall_s < 5);
 }
 
+static void write_small(const char *dir, const char *name, const char *text) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0 && write(fd, text, strlen(text)) < 0) perror(path);
+    if (fd >= 0) close(fd);
+}
+
+TEST(cgroup_plumbing_with_a_delegated_parent) {
+    /* This host offers no cgroup v2 controllers, so the kernel's enforcement cannot be shown here.
+     * What can: given a parent that offers memory and pids (a plain directory standing in for a
+     * delegated one), the sandbox makes its own group, writes the limits, moves init into it, leaves
+     * RLIMIT_AS off (the cgroup holds memory), and reports no fallback. */
+    char parent[160];
+    snprintf(parent, sizeof parent, "%s/delegated", base);
+    mkdir(parent, 0755);
+    write_small(parent, "cgroup.controllers", "cpu memory pids\n");
+    write_small(parent, "cgroup.subtree_control", "memory pids\n");
+    setenv("WHET_SANDBOX_CGROUP", parent, 1);
+    struct sandbox_spec spec;
+    spec_defaults(&spec);
+    spec.mem_bytes = 300ull << 20;
+    spec.max_procs = 20;
+    const char *args[] = {"limits", NULL};
+    struct sandbox_job job = run_spec(&spec, NULL, args);
+    unsetenv("WHET_SANDBOX_CGROUP");
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, "as=unlimited nproc=20");
+    CHECK(strstr(job.result.notes, "rlimits only") == NULL);
+    DIR *d = opendir(parent);
+    struct dirent *e;
+    int groups = 0;
+    while (d && (e = readdir(d))) {
+        if (strncmp(e->d_name, "whet-sandbox-", 13)) continue;
+        groups++;
+        char group[sizeof parent + sizeof e->d_name + 2], path[sizeof group + 32];
+        snprintf(group, sizeof group, "%s/%s", parent, e->d_name);
+        snprintf(path, sizeof path, "%s/memory.max", group);
+        CHECK(file_contains(path, "314572800"));
+        snprintf(path, sizeof path, "%s/pids.max", group);
+        CHECK(file_contains(path, "20"));
+        snprintf(path, sizeof path, "%s/cgroup.procs", group);
+        struct stat st;
+        CHECK(stat(path, &st) == 0 && st.st_size > 0); /* init's pid was written */
+    }
+    if (d) closedir(d);
+    CHECK(groups == 1);
+    sandbox_job_release(&job);
+}
+
 TEST(fallback_without_user_namespace_still_confines) {
     if (geteuid() != 0) {
         /* Without root there is no fallback: the sandbox must refuse rather than run unconfined. */
@@ -522,6 +572,7 @@ int main(int argc, char **argv) {
     RUN(missing_command_is_a_setup_error);
     RUN(sigterm_reaches_the_command_through_init);
     RUN(kill_ends_a_running_sandbox);
+    RUN(cgroup_plumbing_with_a_delegated_parent);
     RUN(fallback_without_user_namespace_still_confines);
     RUN(unprivileged_caller_gets_the_same_sandbox);
 
