@@ -29,6 +29,10 @@ json_t *files_row_to_json(const PGresult *res, int row) {
 
 /* ---------------------------------------------------------------- upload */
 
+/* A large fine-tune file is checked by several threads (the JSON parsing dominates an upload's cost). */
+#define VALIDATE_THREADS 4
+#define VALIDATE_SLICE_MIN ((size_t)4 << 20)
+
 struct upload_job {
     /* in */
     char *data; /* a copy of the file part: the request body may go away with its client */
@@ -47,7 +51,8 @@ struct upload_job {
 
 static void upload_work(void *arg) {
     struct upload_job *u = arg;
-    if (u->is_fine_tune && validate_jsonl(u->data, u->len, VALIDATE_FORMAT_AUTO, NULL, &u->summary, &u->err)) {
+    if (u->is_fine_tune && validate_jsonl_parallel(u->data, u->len, VALIDATE_FORMAT_AUTO, NULL, VALIDATE_THREADS,
+                                                   VALIDATE_SLICE_MIN, &u->summary, &u->err)) {
         u->invalid = 1;
         return;
     }

@@ -7,6 +7,7 @@
 #include "validate.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -590,12 +591,18 @@ int validate_stream_feed(struct validate_stream *s, const void *data, size_t len
     return 0;
 }
 
-int validate_stream_finish(struct validate_stream *s, struct validate_summary *out, struct whet_err *err) {
+/* The last line, when the data did not end with a newline. */
+static int stream_flush(struct validate_stream *s, struct whet_err *err) {
     if (s->failed) return stream_fail(s, err);
     if (s->pending_len > 0) {
         if (stream_line(s, s->pending, s->pending_len, err)) return -1;
         s->pending_len = 0;
     }
+    return 0;
+}
+
+int validate_stream_finish(struct validate_stream *s, struct validate_summary *out, struct whet_err *err) {
+    if (stream_flush(s, err)) return -1;
     if (s->summary.lines == 0) {
         whet_errf(&s->error, "file has no examples");
         return stream_fail(s, err);
@@ -615,4 +622,110 @@ int validate_jsonl(const void *data, size_t len, enum validate_format expect, co
     if (rc == 0) rc = validate_stream_finish(s, out, err);
     validate_stream_free(s);
     return rc;
+}
+
+/* ---------------------------------------------------------------- a buffer, in parallel */
+
+/* One slice of the buffer, whole lines only, checked by its own stream. Its messages would carry the
+ * slice's line numbers, so they are not used: any trouble sends the whole buffer through the serial
+ * path, which then says exactly what validate_jsonl says. */
+struct slice {
+    const char *p;
+    size_t n;
+    enum validate_format format;
+    int detected;
+    const struct validate_limits *limits;
+    pthread_t tid;
+    int started; /* on its own thread (slice 0 runs on the caller's) */
+    int ok;
+    size_t lines;
+    size_t per_format[VALIDATE_FORMAT_COUNT];
+    int trailing_blank; /* ends in blank lines: an example in a later slice makes the file invalid */
+};
+
+static void *slice_run(void *arg) {
+    struct slice *sl = arg;
+    struct validate_stream *s = validate_stream_new(sl->format, sl->limits);
+    s->detected = sl->detected;
+    sl->ok = validate_stream_feed(s, sl->p, sl->n, NULL) == 0 && stream_flush(s, NULL) == 0;
+    sl->lines = s->summary.lines;
+    memcpy(sl->per_format, s->summary.per_format, sizeof sl->per_format);
+    sl->trailing_blank = s->blank_line_no != 0;
+    validate_stream_free(s);
+    return NULL;
+}
+
+#define SLICES_MAX 64
+
+int validate_jsonl_parallel(const void *data, size_t len, enum validate_format expect,
+                            const struct validate_limits *limits, int threads, size_t min_slice_bytes,
+                            struct validate_summary *out, struct whet_err *err) {
+    struct validate_limits lim = {0};
+    if (limits) lim = *limits;
+    uint64_t max_total = lim.max_total_bytes ? lim.max_total_bytes : VALIDATE_DEFAULT_MAX_TOTAL_BYTES;
+    size_t max_lines = lim.max_lines ? lim.max_lines : VALIDATE_DEFAULT_MAX_LINES;
+    size_t min_lines = lim.min_lines ? lim.min_lines : 1;
+    if (threads > SLICES_MAX) threads = SLICES_MAX;
+    if (min_slice_bytes == 0) min_slice_bytes = 1;
+    if (threads < 2 || len / min_slice_bytes < 2 || len > max_total)
+        return validate_jsonl(data, len, expect, limits, out, err);
+
+    /* The first example fixes the format, as in the serial path; it is checked here, once. */
+    const char *p = data, *end = p + len;
+    enum validate_format format = expect;
+    int detected = 0;
+    for (const char *line = p; line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t n = (size_t)((nl ? nl : end) - line);
+        if (n > 0 && line[n - 1] == '\r') n--;
+        if (!is_blank(line, n)) {
+            if (expect == VALIDATE_FORMAT_AUTO) {
+                enum validate_format looks_like;
+                if (n > (lim.max_line_bytes ? lim.max_line_bytes : VALIDATE_DEFAULT_MAX_LINE_BYTES) ||
+                    validate_line_detect(line, n, VALIDATE_FORMAT_AUTO, &format, &looks_like, NULL))
+                    return validate_jsonl(data, len, expect, limits, out, err);
+                detected = 1;
+            }
+            break;
+        }
+        line = nl ? nl + 1 : end;
+    }
+    if (format == VALIDATE_FORMAT_AUTO) return validate_jsonl(data, len, expect, limits, out, err); /* no examples */
+
+    /* Slices end after a newline, so every line is whole in one slice. */
+    size_t nslices = (size_t)threads;
+    if (len / min_slice_bytes < nslices) nslices = len / min_slice_bytes;
+    struct slice slices[SLICES_MAX];
+    size_t count = 0, start = 0;
+    for (size_t i = 0; i < nslices && start < len; i++) {
+        size_t stop = len;
+        if (i + 1 < nslices) {
+            size_t target = len / nslices * (i + 1);
+            if (target < start) target = start;
+            const char *nl = memchr(p + target, '\n', len - target);
+            stop = nl ? (size_t)(nl - p) + 1 : len;
+        }
+        slices[count++] = (struct slice){.p = p + start, .n = stop - start, .format = format, .detected = detected,
+                                         .limits = limits};
+        start = stop;
+    }
+    for (size_t i = 1; i < count; i++) slices[i].started = pthread_create(&slices[i].tid, NULL, slice_run, &slices[i]) == 0;
+    for (size_t i = 0; i < count; i++)
+        if (!slices[i].started) slice_run(&slices[i]); /* slice 0, and any thread that could not start */
+    for (size_t i = 1; i < count; i++)
+        if (slices[i].started) pthread_join(slices[i].tid, NULL);
+
+    struct validate_summary sum = {.format = format, .bytes = len};
+    int ok = 1, blank_before = 0;
+    for (size_t i = 0; i < count; i++) {
+        ok &= slices[i].ok;
+        if (slices[i].lines > 0 && blank_before) ok = 0;
+        if (slices[i].trailing_blank) blank_before = 1;
+        sum.lines += slices[i].lines;
+        for (int f = 0; f < VALIDATE_FORMAT_COUNT; f++) sum.per_format[f] += slices[i].per_format[f];
+    }
+    if (!ok || sum.lines == 0 || sum.lines > max_lines || sum.lines < min_lines)
+        return validate_jsonl(data, len, expect, limits, out, err);
+    if (out) *out = sum;
+    return 0;
 }

@@ -83,4 +83,11 @@ void validate_stream_free(struct validate_stream *stream);
 int validate_jsonl(const void *data, size_t len, enum validate_format expect, const struct validate_limits *limits,
                    struct validate_summary *out, struct whet_err *err);
 
+/* validate_jsonl with the work split over up to `threads` threads (slices of whole lines, each at
+ * least `min_slice_bytes`), for large uploads. The answer is the same as validate_jsonl's, errors
+ * included: a file that fails anywhere is checked again serially for the exact message. */
+int validate_jsonl_parallel(const void *data, size_t len, enum validate_format expect,
+                            const struct validate_limits *limits, int threads, size_t min_slice_bytes,
+                            struct validate_summary *out, struct whet_err *err);
+
 #endif

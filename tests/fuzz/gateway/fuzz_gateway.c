@@ -1,7 +1,8 @@
 /* fuzz_gateway.c - libFuzzer entry for the gateway's parsers of untrusted bytes: the first byte picks
  * the parser, the rest is its input.
  *   0: the JSONL validator, fed in chunks whose size the second byte sets (so line splitting across
- *      chunk boundaries is exercised), in each expected format;
+ *      chunk boundaries is exercised), in each expected format, and checked against the parallel
+ *      path (slices of the same size), which must answer identically;
  *   1: multipart/form-data: the first line is the Content-Type header, the rest the body;
  *   2: a fine-tuning job request body, then "auto" resolution. */
 #include <jansson.h>
@@ -25,11 +26,17 @@ static void fuzz_validate(const uint8_t *data, size_t size) {
     for (size_t off = 0; off < size && rc == 0; off += chunk)
         rc = validate_stream_feed(s, data + off, off + chunk > size ? size - off : chunk, &err);
     struct validate_summary sum;
-    if (rc == 0 && validate_stream_finish(s, &sum, &err) == 0) {
-        /* A valid file has as many lines of its format as lines. */
-        if (sum.per_format[sum.format] != sum.lines) __builtin_trap();
-    }
+    if (rc == 0) rc = validate_stream_finish(s, &sum, &err);
+    /* A valid file has as many lines of its format as lines. */
+    if (rc == 0 && sum.per_format[sum.format] != sum.lines) __builtin_trap();
     validate_stream_free(s);
+    /* The parallel path answers exactly as the stream did, errors included. */
+    struct validate_summary psum;
+    struct whet_err perr;
+    int prc = validate_jsonl_parallel(data, size, expect, &limits, 3, chunk, &psum, &perr);
+    if (prc != rc) __builtin_trap();
+    if (rc == 0 && (psum.lines != sum.lines || psum.format != sum.format || psum.bytes != sum.bytes)) __builtin_trap();
+    if (rc != 0 && strcmp(perr.msg, err.msg) != 0) __builtin_trap();
 }
 
 static void fuzz_multipart(const uint8_t *data, size_t size) {

@@ -23,11 +23,31 @@ static const char *line_error(const char *line, enum validate_format expect) {
     return err.msg;
 }
 
+/* The parallel path must answer exactly as the serial one, errors included: every file checked here is
+ * also checked in slices of every size. */
+static void check_parallel_agrees(const char *text, enum validate_format expect, const struct validate_limits *lim,
+                                  int serial_rc, const struct validate_summary *serial_sum, const char *serial_msg) {
+    for (int threads = 2; threads <= 7; threads += 5) {
+        for (size_t min_slice = 1; min_slice < 400; min_slice = min_slice * 3 + 1) {
+            struct validate_summary sum;
+            struct whet_err err = {{0}};
+            int rc = validate_jsonl_parallel(text, strlen(text), expect, lim, threads, min_slice, &sum, &err);
+            CHECK_MSG(rc == serial_rc, "threads %d slice %zu: rc %d, serial %d", threads, min_slice, rc, serial_rc);
+            if (rc == 0 && serial_rc == 0)
+                CHECK(sum.lines == serial_sum->lines && sum.format == serial_sum->format && sum.bytes == serial_sum->bytes &&
+                      memcmp(sum.per_format, serial_sum->per_format, sizeof sum.per_format) == 0);
+            else
+                CHECK_STR(err.msg, serial_msg);
+        }
+    }
+}
+
 static const char *file_error(const char *text, enum validate_format expect, struct validate_summary *sum) {
     static struct whet_err err;
     err.msg[0] = 0;
-    if (validate_jsonl(text, strlen(text), expect, NULL, sum, &err) == 0) return "";
-    return err.msg;
+    int rc = validate_jsonl(text, strlen(text), expect, NULL, sum, &err);
+    check_parallel_agrees(text, expect, NULL, rc, sum, err.msg);
+    return rc == 0 ? "" : err.msg;
 }
 
 TEST(detects_each_format) {
@@ -225,6 +245,7 @@ TEST(limits) {
     char *text = xasprintf("%s\n%s\n%s\n", SFT, SFT, SFT);
     CHECK(validate_jsonl(text, strlen(text), VALIDATE_FORMAT_AUTO, &lim, &sum, &err) == -1);
     CHECK_STR(err.msg, "line 3: too many examples (at most 2)");
+    check_parallel_agrees(text, VALIDATE_FORMAT_AUTO, &lim, -1, &sum, err.msg);
     free(text);
 
     char long_line[1000];
@@ -233,6 +254,7 @@ TEST(limits) {
     text = xasprintf("%s\n%s\n", SFT, long_line);
     CHECK(validate_jsonl(text, strlen(text), VALIDATE_FORMAT_AUTO, &lim, &sum, &err) == -1);
     CHECK_STR(err.msg, "line 2: longer than 300 bytes");
+    check_parallel_agrees(text, VALIDATE_FORMAT_AUTO, &lim, -1, &sum, err.msg);
     free(text);
 
     lim.max_total_bytes = 100;
@@ -242,6 +264,7 @@ TEST(limits) {
     struct validate_limits need = {.min_lines = 10};
     CHECK(validate_jsonl(SFT, strlen(SFT), VALIDATE_FORMAT_AUTO, &need, &sum, &err) == -1);
     CHECK_STR(err.msg, "file has 1 examples; at least 10 are needed");
+    check_parallel_agrees(SFT, VALIDATE_FORMAT_AUTO, &need, -1, &sum, err.msg);
 }
 
 /* Any chunking of the same bytes gives the same result, including errors. */
@@ -295,6 +318,32 @@ TEST(messages_stay_utf8) {
     free(text);
 }
 
+/* Slices split a larger file: counts add up, and a blank line in one slice followed by examples in the
+ * next is still an error. */
+TEST(parallel_slices) {
+    char *text = xstrdup("");
+    for (int i = 0; i < 40; i++) {
+        char *next = xasprintf("%s%s\n", text, SFT);
+        free(text);
+        text = next;
+    }
+    struct validate_summary sum;
+    CHECK_STR(file_error(text, VALIDATE_FORMAT_AUTO, &sum), "");
+    CHECK(sum.lines == 40);
+    struct validate_summary psum;
+    CHECK(validate_jsonl_parallel(text, strlen(text), VALIDATE_FORMAT_AUTO, NULL, 4, 64, &psum, NULL) == 0);
+    CHECK(psum.lines == 40 && psum.per_format[VALIDATE_FORMAT_SFT] == 40 && psum.bytes == strlen(text));
+    size_t half = strlen(text) / 2;
+    char *nl = strchr(text + half, '\n');
+    char *gap = xasprintf("%.*s\n\n%s", (int)(nl - text), text, nl + 1);
+    CHECK_CONTAINS(file_error(gap, VALIDATE_FORMAT_AUTO, &sum), ": empty line (examples must follow one another");
+    free(gap);
+    char *tail = xasprintf("%s\n\n\n", text);
+    CHECK_STR(file_error(tail, VALIDATE_FORMAT_AUTO, &sum), "");
+    free(tail);
+    free(text);
+}
+
 int main(void) {
     RUN(detects_each_format);
     RUN(sft_rules);
@@ -308,5 +357,6 @@ int main(void) {
     RUN(stream_chunking_is_invisible);
     RUN(method_names);
     RUN(messages_stay_utf8);
+    RUN(parallel_slices);
     return test_summary();
 }
