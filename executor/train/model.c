@@ -625,9 +625,8 @@ static void attn_inputs(struct model *m, int l, struct layer_acts *a, const floa
     int C = m->C, hd = m->hd, q = m->NH * hd, kv = m->NKV * hd;
     be->rmsnorm_forward(a->ln1, C, a->rstd1, x, C, p->ln1, N, 1, C, m->cfg.rms_norm_eps);
     be->matmul_forward(a->qkv, m->QKV, a->ln1, C, p->wqkv, p->bqkv, N, C, m->QKV, 0.0f);
-    static const int col[3] = {0, 1, 2};
-    for (int i = 0; i < 3; i++) {
-        int mod = MOD_Q + col[i];
+    for (int i = 0; i < 3; i++) { /* q, k, v: column slices of qkv */
+        int mod = MOD_Q + i;
         if (!(m->targets & (1u << mod))) continue;
         int off = i == 0 ? 0 : i == 1 ? q : q + kv, outd = i == 0 ? q : kv;
         lora_forward(m, &m->lmods[l][mod], a->xa[mod], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);

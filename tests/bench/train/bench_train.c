@@ -7,8 +7,9 @@
  *
  * `step` writes a random Llama model (tied embeddings) to a temporary dir, loads it (LoRA r on all
  * linear layers, alpha 2r, or full fine-tuning when LORA_R is 0), runs one warm-up step and STEPS
- * timed ones on random tokens, and prints one JSON line: tokens/s, seconds per step, and the model
- * FLOP/s (matmul and attention FLOPs the step needs, whatever the implementation). */
+ * timed ones on random tokens, and prints one JSON line: tokens/s and seconds of the fastest step
+ * (the mean too), and the model FLOP/s (matmul and attention FLOPs the step needs, whatever the
+ * implementation). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -62,7 +63,8 @@ static void add_random(void *arg, const char *name, int ndim, const int64_t *sha
     struct writer_ctx *c = arg;
     int64_t n = ndim > 1 ? shape[0] * shape[1] : shape[0];
     float *d = xmalloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) d[i] = ndim == 1 ? 1.0f : 0.02f * rng_normal(&c->rng);
+    /* Uniform with the standard deviation of N(0, 0.02): as good for timing, and quick to draw. */
+    for (int64_t i = 0; i < n; i++) d[i] = ndim == 1 ? 1.0f : rng_uniform_range(&c->rng, -0.0346f, 0.0346f);
     c->bufs = xrealloc(c->bufs, sizeof *c->bufs * (size_t)(c->n + 1));
     c->bufs[c->n++] = d;
     st_writer_add(&c->w, name, ndim, shape, d);
@@ -113,7 +115,7 @@ static int step(int argc, char **argv) {
     for (int i = 0; i < N; i++) ids[i] = (int)rng_below(&rr, (uint64_t)V);
     for (int i = 0; i < N; i++) targets[i] = (i + 1) % T ? ids[i + 1] : -1;
     struct model_batch b = {.B = B, .T = T, .ids = ids, .targets = targets};
-    double total = 0;
+    double total = 0, best = 1e30;
     float loss = 0;
     for (int s = 0; s <= steps; s++) {
         double t = now();
@@ -123,17 +125,20 @@ static int step(int argc, char **argv) {
             return fprintf(stderr, "%s\n", err.msg), 1;
         model_clip_grad_norm(m, 1.0f);
         model_adamw_step(m, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f);
-        if (s > 0) total += now() - t; /* step 0 warms up (allocation, page faults) */
+        double dt = now() - t;
+        if (s > 0) total += dt, best = dt < best ? dt : best; /* step 0 warms up (allocation, page faults) */
     }
-    double per = total / steps;
+    /* The fastest step: on a shared machine the mean mostly measures the neighbours. */
+    double per = best;
     /* FLOPs: matmuls 2*N*params forward; attention QK^T and PV over the causal half. */
     double qkv = 3.0 * C * C, mm = L * (qkv + (double)C * C + 3.0 * C * F), head = (double)C * V;
     double fwd = 2.0 * N * (mm + head), att = L * 2.0 * 2.0 * N * (T / 2.0) * C;
     double flops = r ? fwd + att /* forward */ + 2.0 * N * (mm + head) + 2 * att /* input grads */
                      : 3 * fwd + 3 * att;
     printf("{\"impl\": \"whet\", \"params\": %zu, \"trainable\": %zu, \"B\": %d, \"T\": %d, \"lora_r\": %d, "
-           "\"s_per_step\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, \"loss\": %.4f}\n",
-           model_num_params(m), model_num_trainable(m), B, T, r, per, N / per, flops / per / 1e9, loss);
+           "\"s_per_step\": %.4f, \"mean_s_per_step\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
+           "\"loss\": %.4f}\n",
+           model_num_params(m), model_num_trainable(m), B, T, r, per, total / steps, N / per, flops / per / 1e9, loss);
     free(ids), free(targets);
     model_free(m);
     return 0;

@@ -23,10 +23,13 @@ CONFIGS="25M   7  512 8  1376 8192  2 512 3
 125M  12 768 12 2560 32000 1 512 2"
 echo "$CONFIGS" | while read -r name L C NH F V B T S; do
   for r in 16 0; do
-    w=$("$OUT/bench_train" step "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S")
-    p=$(/usr/bin/python3 "$SRC/tests/bench/train/bench_torch.py" "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S" "$THREADS")
-    echo "$w"; echo "$p"
-    echo "$name $r $w $p" >> "$OUT/results"
+    # Alternate the two twice; each reports its fastest step and the best of the two runs counts.
+    for rep in 1 2; do
+      w=$("$OUT/bench_train" step "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S")
+      p=$(/usr/bin/python3 "$SRC/tests/bench/train/bench_torch.py" "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S" "$THREADS")
+      echo "$w"; echo "$p"
+      echo "$name $r $w $p" >> "$OUT/results"
+    done
   done
 done
 echo
@@ -34,11 +37,16 @@ echo "model  method      whet tok/s  torch tok/s  ratio  whet GFLOP/s  sgemm pea
 /usr/bin/python3 - "$OUT/results" "$OUT/peak.json" <<'PY'
 import json, sys
 peak = json.load(open(sys.argv[2]))["sgemm_gflops"]
+best = {}
 for line in open(sys.argv[1]):
     name, r, rest = line.split(" ", 2)
     dec = json.JSONDecoder()
     w, i = dec.raw_decode(rest)
     p, _ = dec.raw_decode(rest[i:].lstrip())
+    b = best.setdefault((name, r), [w, p])
+    if w["tokens_per_s"] > b[0]["tokens_per_s"]: b[0] = w
+    if p["tokens_per_s"] > b[1]["tokens_per_s"]: b[1] = p
+for (name, r), (w, p) in best.items():
     method = "LoRA r=16" if r != "0" else "full FT"
     print(f"{name:6} {method:10} {w['tokens_per_s']:11.0f} {p['tokens_per_s']:12.0f} {w['tokens_per_s']/p['tokens_per_s']:6.2f}"
           f" {w['gflops']:13.1f} {peak:11.1f}")
