@@ -508,10 +508,10 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
     char why[256] = "";
     if (spec->mem_bytes || spec->max_procs > 0) {
         st->cgroup = sandbox_cgroup_create(spec, why, sizeof why);
-        if (!st->cgroup) add_note(st, why);
+        if (why[0]) add_note(st, why);
     }
-    sandbox_rlimits_plan(&plan, spec, st->cgroup && spec->mem_bytes);
-    if (spec->max_procs > 0 && !plan.nproc_binds && !st->cgroup)
+    sandbox_rlimits_plan(&plan, spec, sandbox_cgroup_has_memory(st->cgroup));
+    if (spec->max_procs > 0 && !plan.nproc_binds && !sandbox_cgroup_has_pids(st->cgroup))
         add_note(st, "RLIMIT_NPROC does not bind uid 0: init's task counter enforces the process limit");
 
     int result[2] = {-1, -1}, lifeline[2] = {-1, -1}, go[2] = {-1, -1};
@@ -687,7 +687,7 @@ static void judge(const struct sandbox_state *st, struct sandbox_result *res) {
     if (r->procs_killed) {
         res->reason = SANDBOX_PROCS;
         snprintf(res->message, sizeof res->message, "killed: process limit of %d reached and held", st->max_procs);
-    } else if (st->cgroup && sandbox_cgroup_oom_killed(st->cgroup)) {
+    } else if (sandbox_cgroup_has_memory(st->cgroup) && sandbox_cgroup_oom_killed(st->cgroup)) {
         res->reason = SANDBOX_MEMORY;
         snprintf(res->message, sizeof res->message, "killed: memory limit of %.0f MiB (cgroup OOM)", mib(st->mem_bytes));
     } else if (WIFEXITED(status) && res->exit_code == 0) {

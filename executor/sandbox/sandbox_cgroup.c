@@ -1,13 +1,16 @@
 /* sandbox_cgroup.c - cgroup v2 limits for a sandbox, where the host delegates the controllers.
  *
  * Each sandbox gets its own group, `<parent>/whet-sandbox-<pid>-<n>`, with memory.max,
- * memory.swap.max = 0 and pids.max; the caller moves the sandbox's init into it before init starts
- * the command. The parent is $WHET_SANDBOX_CGROUP when set (a subtree delegated to the executor, e.g.
- * by systemd's Delegate=yes), else the caller's own cgroup v2 group. The group is usable only when
- * its parent's cgroup.subtree_control enables memory and pids (or can be made to); otherwise the
- * sandbox falls back to rlimits and says why (this build machine mounts cgroup v2 with no controllers
- * but hugetlb, beside v1 hierarchies). */
+ * memory.swap.max = 0 and pids.max, each where the controller is delegated; the caller moves the
+ * sandbox's init into it before init starts the command. The parent is $WHET_SANDBOX_CGROUP when it
+ * names a directory (a subtree delegated to the executor, e.g. by systemd's Delegate=yes), else the
+ * caller's own cgroup v2 group; WHET_SANDBOX_CGROUP=self lets the sandbox move the caller into a
+ * leaf `whet-supervisor` of its own group so the controllers can be enabled for siblings (cgroup v2
+ * forbids enabling them in a group that holds processes). What no controller holds falls back to
+ * rlimits, and the note says so (this build machine mounts cgroup v2 with only hugetlb, beside v1
+ * hierarchies). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 
 struct sandbox_cgroup {
     char *path;
+    int memory, pids; /* which limits the group holds */
 };
 
 static int write_text(const char *dir, const char *file, const char *text) {
@@ -92,56 +96,95 @@ static char *own_cgroup_dir(void) {
     return dir;
 }
 
+/* With WHET_SANDBOX_CGROUP=self the process moves itself into a leaf on the first call, after which
+ * its own cgroup is no longer the parent: that parent is remembered. */
+static pthread_mutex_t parent_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *adopted_dir;
+
+/* Enables `name` for the parent's children unless it is on already; with adoption, a parent that
+ * refuses because it holds processes (cgroup v2's no-internal-process rule: this one) gets them
+ * moved into a leaf, `whet-supervisor`, first. Returns 1 when the controller is usable. */
+static int enable_controller(const char *parent_dir, int adopt, const char *name) {
+    char *subtree = read_text(parent_dir, "cgroup.subtree_control");
+    int on = subtree && has_word(subtree, name);
+    free(subtree);
+    if (on) return 1;
+    char *controllers = read_text(parent_dir, "cgroup.controllers");
+    int offered = controllers && has_word(controllers, name);
+    free(controllers);
+    if (!offered) return 0;
+    char plus[32];
+    snprintf(plus, sizeof plus, "+%s", name);
+    if (write_text(parent_dir, "cgroup.subtree_control", plus) == 0) return 1;
+    if (errno != EBUSY || !adopt) return 0;
+    char *leaf = xasprintf("%s/whet-supervisor", parent_dir), pid[32];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    int moved = (mkdir(leaf, 0755) == 0 || errno == EEXIST) && write_text(leaf, "cgroup.procs", pid) == 0;
+    free(leaf);
+    return moved && write_text(parent_dir, "cgroup.subtree_control", plus) == 0;
+}
+
 struct sandbox_cgroup *sandbox_cgroup_create(const struct sandbox_spec *spec, char *why, size_t why_len) {
     static atomic_uint counter;
     const char *env = getenv("WHET_SANDBOX_CGROUP");
-    char *parent = env && *env ? xstrdup(env) : own_cgroup_dir();
+    int adopt = env && !strcmp(env, "self");
+    /* The lock keeps two threads from adopting at once and from racing on subtree_control. */
+    pthread_mutex_lock(&parent_lock);
+    char *parent = NULL;
+    if (adopt && adopted_dir) parent = xstrdup(adopted_dir);
+    else if (env && *env && !adopt) parent = xstrdup(env);
+    else parent = own_cgroup_dir();
+    if (adopt && parent && !adopted_dir) adopted_dir = xstrdup(parent);
     if (!parent) {
+        pthread_mutex_unlock(&parent_lock);
         snprintf(why, why_len, "no cgroup v2 hierarchy: rlimits only");
         return NULL;
     }
-    char *controllers = read_text(parent, "cgroup.controllers");
-    char *subtree = read_text(parent, "cgroup.subtree_control");
-    int usable = subtree && has_word(subtree, "memory") && has_word(subtree, "pids");
-    if (!usable && controllers && has_word(controllers, "memory") && has_word(controllers, "pids"))
-        usable = write_text(parent, "cgroup.subtree_control", "+memory +pids") == 0;
-    if (!usable) {
+    int memory = spec->mem_bytes && enable_controller(parent, adopt, "memory");
+    int pids = spec->max_procs > 0 && enable_controller(parent, adopt, "pids");
+    pthread_mutex_unlock(&parent_lock);
+    if (!memory && !pids) {
         char offered[64] = "none";
+        char *controllers = read_text(parent, "cgroup.controllers");
         if (controllers) {
             sbx_strlcpy(offered, controllers, sizeof offered);
             offered[strcspn(offered, "\n")] = 0;
             if (!offered[0]) sbx_strlcpy(offered, "none", sizeof offered);
         }
+        free(controllers);
         snprintf(why, why_len, "cgroup v2 controllers not delegated at %s (offers: %s): rlimits only", parent,
                  offered);
         free(parent);
-        free(controllers);
-        free(subtree);
         return NULL;
     }
-    free(controllers);
-    free(subtree);
     struct sandbox_cgroup *cg = xcalloc(1, sizeof *cg);
     cg->path = xasprintf("%s/whet-sandbox-%d-%u", parent, (int)getpid(), atomic_fetch_add(&counter, 1));
     free(parent);
     char value[32];
     int ok = mkdir(cg->path, 0755) == 0;
-    if (ok && spec->mem_bytes) {
+    if (ok && memory) {
         snprintf(value, sizeof value, "%llu", (unsigned long long)spec->mem_bytes);
         ok = write_text(cg->path, "memory.max", value) == 0;
         write_text(cg->path, "memory.swap.max", "0"); /* absent without swap accounting: fine */
+        cg->memory = ok;
     }
-    if (ok && spec->max_procs > 0) {
+    if (ok && pids) {
         snprintf(value, sizeof value, "%d", spec->max_procs);
         ok = write_text(cg->path, "pids.max", value) == 0;
+        cg->pids = ok;
     }
     if (!ok) {
         snprintf(why, why_len, "cgroup %s: %s: rlimits only", cg->path, strerror(errno));
         sandbox_cgroup_destroy(cg);
         return NULL;
     }
+    if (spec->mem_bytes && !memory) snprintf(why, why_len, "cgroup v2 holds pids only: memory by RLIMIT_AS");
+    if (spec->max_procs > 0 && !pids) snprintf(why, why_len, "cgroup v2 holds memory only: processes by rlimits");
     return cg;
 }
+
+int sandbox_cgroup_has_memory(const struct sandbox_cgroup *cg) { return cg && cg->memory; }
+int sandbox_cgroup_has_pids(const struct sandbox_cgroup *cg) { return cg && cg->pids; }
 
 int sandbox_cgroup_add(struct sandbox_cgroup *cg, pid_t pid, struct whet_err *err) {
     char value[32];

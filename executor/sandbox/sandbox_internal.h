@@ -82,11 +82,14 @@ int sandbox_rlimits_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what);
 
 /* cgroup v2 (sandbox_cgroup.c): a per-sandbox child group under a delegated parent, when there is
- * one. create returns NULL (and explains why in `why`) when the host offers no usable controllers. */
+ * one. create returns NULL (and explains why in `why`) when the host offers no usable controllers,
+ * and may leave a note in `why` on success too (a limit only rlimits hold). */
 struct sandbox_cgroup;
 struct sandbox_cgroup *sandbox_cgroup_create(const struct sandbox_spec *spec, char *why, size_t why_len);
 int sandbox_cgroup_add(struct sandbox_cgroup *cg, pid_t pid, struct whet_err *err);
 int sandbox_cgroup_oom_killed(const struct sandbox_cgroup *cg);
+int sandbox_cgroup_has_memory(const struct sandbox_cgroup *cg);
+int sandbox_cgroup_has_pids(const struct sandbox_cgroup *cg);
 void sandbox_cgroup_destroy(struct sandbox_cgroup *cg);
 
 /* Small async-signal-safe string helpers. */

@@ -453,6 +453,31 @@ TEST(cgroup_plumbing_with_a_delegated_parent) {
     sandbox_job_release(&job);
 }
 
+TEST(memory_limit_by_cgroup_where_the_host_delegates_it) {
+    /* WHET_SANDBOX_CGROUP=self: the sandbox may move this process into a leaf of its own cgroup to
+     * enable controllers for sibling sandbox groups. Where the host offers a memory controller the
+     * allocation loop must die by the cgroup's OOM kill; where it does not (this build machine), the
+     * note must say so and RLIMIT_AS must have held it instead. */
+    setenv("WHET_SANDBOX_CGROUP", "self", 1);
+    struct sandbox_spec spec;
+    spec_defaults(&spec);
+    spec.mem_bytes = 96ull << 20;
+    const char *args[] = {"alloc", NULL};
+    struct sandbox_job job = run_spec(&spec, NULL, args);
+    unsetenv("WHET_SANDBOX_CGROUP");
+    CHECK(job.result.reason == SANDBOX_MEMORY);
+    if (strstr(job.result.notes, "rlimits only") || strstr(job.result.notes, "memory by RLIMIT_AS")) {
+        fprintf(stderr, "  no delegated memory controller here: RLIMIT_AS held the loop\n");
+        CHECK(strstr(job.result.message, "cgroup") == NULL);
+    } else {
+        fprintf(stderr, "  memory controller delegated: the cgroup held the loop\n");
+        CHECK_CONTAINS(job.result.message, "cgroup OOM");
+        CHECK(job.result.term_signal == SIGKILL);
+    }
+    CHECK(job.result.max_rss_kb <= 100 * 1024);
+    sandbox_job_release(&job);
+}
+
 TEST(fallback_without_user_namespace_still_confines) {
     if (geteuid() != 0) {
         /* Without root there is no fallback: the sandbox must refuse rather than run unconfined. */
@@ -573,6 +598,7 @@ int main(int argc, char **argv) {
     RUN(sigterm_reaches_the_command_through_init);
     RUN(kill_ends_a_running_sandbox);
     RUN(cgroup_plumbing_with_a_delegated_parent);
+    RUN(memory_limit_by_cgroup_where_the_host_delegates_it);
     RUN(fallback_without_user_namespace_still_confines);
     RUN(unprivileged_caller_gets_the_same_sandbox);
 
