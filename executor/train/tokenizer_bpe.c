@@ -243,7 +243,7 @@ void bpe_encode_word(const struct tokenizer *tok, struct bpe_state *st, const ch
             return;
         }
     }
-    state_reserve(st, 4 * len);
+    state_reserve(st, len); /* at most one symbol per byte, byte fallback included */
     size_t m = 0;
     for (size_t i = 0; i < len;) {
         size_t ulen = 1;
