@@ -24,6 +24,7 @@
 #include "local_pg.h"
 #include "log.h"
 #include "migrate.h"
+#include "model_register.h"
 #include "pg.h"
 
 /* Variables whet.env carries; the others are the operator's own environment. */
@@ -196,6 +197,35 @@ static int reap_and_restart(struct up *up) {
     return 0;
 }
 
+/* Runs `whet ARGS...` (this binary) to completion; returns its exit status. */
+static int run_self(const char *self, char *const argv[]) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        execv(self, argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* A fresh catalog gets the bundled tiny model, so the API has a base model to fine-tune at once. */
+static int register_tiny_model(PGconn *conn, const char *self, const char *data_dir, struct whet_err *err) {
+    PGresult *res = whet_pg_query(conn, "SELECT count(*) FROM base_models", 0, NULL, err);
+    if (!res) return -1;
+    int empty = atoi(PQgetvalue(res, 0, 0)) == 0;
+    PQclear(res);
+    if (!empty) return 0;
+    char *dir = xasprintf("%s/models/whet-tiny", data_dir);
+    char *argv[] = {"whet", "model", "init", "--preset", "tiny", "--out", dir, NULL};
+    int rc = run_self(self, argv) == 0 ? model_register(whet_env("WHET_DATABASE_URL", ""), "whet-tiny", dir, err)
+                                        : whet_errf(err, "whet model init --preset tiny failed");
+    free(dir);
+    return rc;
+}
+
 static int cmd_up(int argc, char **argv) {
     static const struct option opts[] = {
         {"data-dir", required_argument, 0, 'd'}, {"http", required_argument, 0, 'H'},
@@ -276,7 +306,7 @@ static int cmd_up(int argc, char **argv) {
 
     PGconn *conn = whet_pg_connect(whet_env("WHET_DATABASE_URL", ""), &err);
     int applied;
-    if (!conn || whet_migrate(conn, &applied, &err) < 0) {
+    if (!conn || whet_migrate(conn, &applied, &err) < 0 || register_tiny_model(conn, up.self, abs_dir, &err) < 0) {
         PQfinish(conn);
         goto fail;
     }

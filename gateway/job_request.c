@@ -480,6 +480,7 @@ static int check_lora(const json_t *lora, const char *path, char param[JOB_PARAM
 static int check_whet(const json_t *w, const char *method_type, int *priority, char param[JOB_PARAM_MAX],
                       struct whet_err *err) {
     static const char *const keys[] = {"priority", "lora", "full_finetune", "gpu_types", "regions", "max_gpus",
+                                       "max_steps", "checkpoint_every_steps", "max_seq_len",
                                        "group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
     static const char *const rl_only[] = {"group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
     char p[JOB_PARAM_MAX];
@@ -500,6 +501,12 @@ static int check_whet(const json_t *w, const char *method_type, int *priority, c
     if ((v = json_object_get(w, "gpu_types")) && check_name_list(v, "whet.gpu_types", param, err)) return -1;
     if ((v = json_object_get(w, "regions")) && check_name_list(v, "whet.regions", param, err)) return -1;
     if ((v = json_object_get(w, "max_gpus")) && check_int(v, 1, 1024, "whet.max_gpus", param, err)) return -1;
+    /* Training length and checkpoint cadence, for tenants who want a short run or frequent checkpoints. */
+    if ((v = json_object_get(w, "max_steps")) && check_int(v, 1, 10000000, "whet.max_steps", param, err)) return -1;
+    if ((v = json_object_get(w, "checkpoint_every_steps")) &&
+        check_int(v, 1, 10000000, "whet.checkpoint_every_steps", param, err))
+        return -1;
+    if ((v = json_object_get(w, "max_seq_len")) && check_int(v, 8, 131072, "whet.max_seq_len", param, err)) return -1;
     for (const char *const *k = rl_only; *k; k++) {
         join(p, "whet", *k);
         if (json_object_get(w, *k) && strcmp(method_type, "reinforcement") != 0)

@@ -1,9 +1,11 @@
 /* router_table.c - every route set of the gateway, in one list: each resource file exports
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
+#include "checkpoint_files.h"
 #include "files.h"
 #include "jobs.h"
 #include "models.h"
 #include "server.h"
+#include "usage.h"
 #include "uploads.h"
 
 void router_register_all(struct http_router *rt) {
@@ -13,5 +15,7 @@ void router_register_all(struct http_router *rt) {
     files_routes(rt);
     jobs_routes(rt);
     models_routes(rt);
+    checkpoint_files_routes(rt);
+    usage_routes(rt);
     uploads_routes(rt);
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "crypto.h"
 #include "log.h"
 #include "proto/whet.pb-c.h"
 #include "sandbox.h"
@@ -124,6 +125,7 @@ struct run {
     char *csv;          /* OpenAI-style step metrics, built as lines arrive */
     size_t csv_len, csv_cap;
     int last_checkpoint_step;
+    json_t *last_metrics; /* the latest metrics line */
 };
 
 static void csv_append(struct run *r, const char *line) {
@@ -147,34 +149,38 @@ static uint64_t dir_bytes(const char *dir) {
     return dir_bytes_total;
 }
 
-static void upload_checkpoint(struct run *r, int step, const char *path, json_t *metrics) {
-    struct agent_job *job = r->job;
+/* Tells the scheduler a complete checkpoint is at `prefix`; returns 0 once it has been recorded. */
+static int report_checkpoint(struct agent_job *job, int step, const char *prefix, uint64_t bytes, json_t *metrics) {
     struct agent *a = job->agent;
     struct whet_err err;
-    char *prefix = xasprintf("%s/checkpoints/step-%d", json_string_value(json_object_get(job->manifest, "output_prefix")), step);
-    double t0 = whet_now_mono();
-    if (objstore_put_dir(a->store, prefix, path, &err) < 0) {
-        log_warn("msg=\"checkpoint upload failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
-        agent_report_event(job, "warn", "message", "A checkpoint could not be uploaded; training goes on", NULL);
-        free(prefix);
-        return;
-    }
     char *metrics_json = metrics ? json_dumps(metrics, JSON_COMPACT) : NULL;
     Whet__V1__CheckpointReport rep = WHET__V1__CHECKPOINT_REPORT__INIT;
     rep.node_id = a->node_id;
     rep.job_id = job->id;
     rep.attempt = (uint32_t)job->attempt;
     rep.step = (uint32_t)step;
-    rep.object_prefix = prefix;
-    rep.bytes = dir_bytes(path);
+    rep.object_prefix = (char *)prefix;
+    rep.bytes = bytes;
     rep.metrics_json = metrics_json ? metrics_json : "";
-    if (agent_call(a, "/whet.v1.Scheduler/ReportCheckpoint", &rep.base, &whet__v1__report_checkpoint_response__descriptor,
-                   60000, &err) != 0)
-        log_warn("msg=\"checkpoint report failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
-    else
-        r->last_checkpoint_step = step;
-    log_info("msg=\"checkpoint uploaded\" job=%s step=%d seconds=%.2f", job->id, step, whet_now_mono() - t0);
+    int rc = agent_call(a, "/whet.v1.Scheduler/ReportCheckpoint", &rep.base,
+                        &whet__v1__report_checkpoint_response__descriptor, 60000, &err);
+    if (rc != 0) log_warn("msg=\"checkpoint report failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
     free(metrics_json);
+    return rc;
+}
+
+static void upload_checkpoint(struct run *r, int step, const char *path, json_t *metrics) {
+    struct agent_job *job = r->job;
+    struct whet_err err;
+    char *prefix = xasprintf("%s/checkpoints/step-%d", json_string_value(json_object_get(job->manifest, "output_prefix")), step);
+    double t0 = whet_now_mono();
+    if (objstore_put_dir(job->agent->store, prefix, path, &err) < 0) {
+        log_warn("msg=\"checkpoint upload failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
+        agent_report_event(job, "warn", "message", "A checkpoint could not be uploaded; training goes on", NULL);
+    } else if (report_checkpoint(job, step, prefix, dir_bytes(path), metrics) == 0) {
+        r->last_checkpoint_step = step;
+        log_info("msg=\"checkpoint uploaded\" job=%s step=%d seconds=%.2f", job->id, step, whet_now_mono() - t0);
+    }
     free(prefix);
 }
 
@@ -285,10 +291,14 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         free(log_path);
         return;
     }
+    /* One CPU thread per device the job holds: a simulated accelerator trains on one core, and a
+     * resumed run matches the original step for step only with the same thread count. Passive waiting
+     * keeps OpenMP from spinning on a node shared by several jobs. */
     char threads[32];
-    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", a->n_devices > 0 ? a->n_devices : 1);
+    json_int_t devices = json_integer_value(json_object_get(job->manifest, "devices"));
+    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", devices > 0 ? (int)devices : 1);
     const char *argv[] = {a->opts->whet_bin, "train", "--config", cfg_path, NULL};
-    const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, NULL};
+    const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE", NULL};
     const char *writable[] = {job->dir, NULL};
     const char *readonly[] = {model_dir, a->opts->whet_bin, NULL};
     struct sandbox_spec spec;
@@ -317,7 +327,6 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
 
     char buf[65536];
     size_t have = 0;
-    json_t *last_metrics = NULL;
     int signalled = 0, out_open = 1;
     for (;;) {
         int stop = atomic_load(&job->stop);
@@ -341,7 +350,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
                 char *start = buf, *nl;
                 while ((nl = strchr(start, '\n'))) {
                     *nl = 0;
-                    handle_line(r, start, &last_metrics);
+                    handle_line(r, start, &r->last_metrics);
                     start = nl + 1;
                 }
                 have -= (size_t)(start - buf);
@@ -351,7 +360,6 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         }
         if (!out_open && sandbox_pump(&child)) break;
     }
-    json_decref(last_metrics);
     close(out_pipe[0]);
     struct sandbox_result res;
     if (sandbox_wait(&child, &res, &err) < 0) res.reason = SANDBOX_SETUP;
@@ -385,7 +393,7 @@ static void *job_main(void *arg) {
     char msg[600] = "";
     struct run r = {.job = job};
     struct whet_err err;
-    char *model_dir = NULL, *final_prefix = NULL;
+    char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65];
 
     char *cfg_path = prepare(job, &model_dir, &err);
     if (!cfg_path) {
@@ -401,16 +409,26 @@ static void *job_main(void *arg) {
     const char *output_prefix = json_string_value(json_object_get(job->manifest, "output_prefix"));
     if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
         final_prefix = xasprintf("%s/final", output_prefix);
-        char *csv_key = xasprintf("%s/results.csv", output_prefix);
+        csv_key = xasprintf("%s/results.csv", output_prefix);
         if (objstore_put_dir(a->store, final_prefix, r.final_path, &err) < 0 ||
             objstore_put(a->store, csv_key, r.csv, r.csv_len, &err) < 0) {
             fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
             fin.error_code = "upload_failed";
             snprintf(msg, sizeof msg, "the fine-tuned model could not be uploaded: %s", err.msg);
         } else {
+            /* The finished model is the last checkpoint too, as OpenAI lists it. */
+            int step = atomic_load(&job->step);
+            if (step > r.last_checkpoint_step) {
+                json_t *metrics = checkpoint_metrics(r.last_metrics);
+                report_checkpoint(job, step, final_prefix, dir_bytes(r.final_path), metrics);
+                json_decref(metrics);
+            }
             fin.final_object_prefix = final_prefix;
+            fin.result_object_key = csv_key;
+            fin.result_bytes = r.csv_len;
+            whet_sha256_hex(r.csv, r.csv_len, csv_sha);
+            fin.result_sha256 = csv_sha;
         }
-        free(csv_key);
     }
     if (fin.outcome != WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED) fin.error_code = "";
     fin.error_message = msg;
@@ -429,8 +447,10 @@ static void *job_main(void *arg) {
     free(cfg_path);
     free(model_dir);
     free(final_prefix);
+    free(csv_key);
     free(r.final_path);
     free(r.csv);
+    json_decref(r.last_metrics);
     atomic_store(&job->done, 1);
     return NULL;
 }

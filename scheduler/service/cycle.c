@@ -272,7 +272,7 @@ static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s,
     char attempt_s[16];
     snprintf(attempt_s, sizeof attempt_s, "%d", attempt);
     PQclear(res);
-    char *manifest = scheduler_manifest(conn, sch->opts, job_id, attempt, err);
+    char *manifest = scheduler_manifest(conn, sch->opts, job_id, attempt, d->alloc.slots[0].gpu_count, err);
     if (!manifest) goto fail;
     json_t *m = json_loads(manifest, 0, NULL);
     json_t *resume = json_object_get(m, "resume");

@@ -360,6 +360,20 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
                      "   ELSE 'The job was preempted; it will resume from its last checkpoint' END FROM upd",
                      7, jparams, err) < 0)
         goto db_fail;
+    if (*req->result_object_key) {
+        /* The step-metrics CSV becomes the job's result file, as on OpenAI. */
+        char file_id[40], bytes[24];
+        whet_random_id("file-", 24, file_id);
+        snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)req->result_bytes);
+        const char *fparams[] = {file_id, req->job_id, bytes, req->result_sha256, req->result_object_key};
+        if (whet_pg_exec(conn,
+                         "WITH f AS (INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)"
+                         "   SELECT $1, tenant_id, 'fine-tune-results', 'step_metrics.csv', $3::bigint, $4, $5"
+                         "   FROM jobs WHERE id = $2 RETURNING id)"
+                         " UPDATE jobs SET result_files = result_files || to_jsonb(f.id) FROM f WHERE jobs.id = $2",
+                         5, fparams, err) < 0)
+            goto db_fail;
+    }
     if (whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto db_fail;
     PQclear(PQexec(conn, "NOTIFY whet_jobs"));
     log_info("msg=\"attempt finished\" job=%s attempt=%u outcome=%s node=%s", req->job_id, req->attempt, outcome,

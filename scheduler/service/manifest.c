@@ -60,7 +60,7 @@ static json_t *trainer_settings(json_t *method, json_t *whet, int seed) {
 }
 
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
-                         struct whet_err *err) {
+                         int devices, struct whet_err *err) {
     const char *params[] = {job_id};
     PGresult *res = whet_pg_query(
         conn,
@@ -83,6 +83,7 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
     json_t *m = json_object();
     json_object_set_new(m, "job_id", json_string(job_id));
     json_object_set_new(m, "attempt", json_integer(attempt));
+    json_object_set_new(m, "devices", json_integer(devices));
     json_object_set_new(m, "tenant_id", json_string(PQgetvalue(res, 0, 1)));
     json_object_set_new(m, "object_store", json_string(opts->object_store ? opts->object_store : ""));
     json_object_set_new(m, "base_model", json_pack("{s:s, s:s, s:s}", "id", PQgetvalue(res, 0, 5), "object_prefix",

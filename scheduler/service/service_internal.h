@@ -22,6 +22,6 @@ int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
  * finds the base model, the data and the checkpoint to resume from. Returns a malloc'd JSON string,
  * or NULL with err. */
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
-                         struct whet_err *err);
+                         int devices, struct whet_err *err);
 
 #endif

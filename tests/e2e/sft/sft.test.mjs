@@ -1,0 +1,173 @@
+// The product end to end, as a tenant meets it: `whet up` with a scheduler and two executors in two
+// data centers (simulated H100s whose training runs on the CPU), the official OpenAI SDK uploading a
+// dataset and running SFT jobs on whet-tiny, and the failures a fleet sees: an executor killed with
+// SIGKILL mid-training, pause and resume, cancel.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
+
+requireEnv();
+const FIXTURES = process.env.WHET_FIXTURES;
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-e2e-'));
+fs.chmodSync(work, 0o755);
+const db = createDatabase();
+const httpPort = await freePort(), grpcPort = await freePort();
+const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work };
+const children = [];
+const logs = {};
+
+function start(name, args) {
+  const child = spawn(WHET_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  logs[name] = '';
+  const keep = (d) => { logs[name] = (logs[name] + d).slice(-20000); };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  children.push(child);
+  return child;
+}
+
+async function until(what, fn, timeoutMs = 120000, everyMs = 250) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+function dumpLogs() {
+  for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-25).join('\n')}`);
+}
+
+const up = start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
+                        '--executors', '0']);
+await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000);
+const executors = {
+  'dc-a': start('executor-a', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:2:80',
+                               '--work-dir', path.join(work, 'ex-a')]),
+  'dc-b': start('executor-b', ['executor', '--data-dir', work, '--dc', 'dc-b', '--pool', 'dc-b', '--devices', 'sim:H100:2:80',
+                               '--work-dir', path.join(work, 'ex-b')]),
+};
+const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
+const key = whet('tenant', 'create', 'e2e').match(/api key: (\S+)/)[1];
+const adminToken = whet('token', '--admin').trim();
+const base = `http://127.0.0.1:${httpPort}`;
+const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
+
+test.after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  db.drop();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+async function finished(id, timeoutMs = 400000) {
+  let last = '';
+  return until(`job ${id} to finish`, async () => {
+    const job = await client.fineTuning.jobs.retrieve(id);
+    const line = `${job.status} step=${job.whet_progress?.step ?? '-'}`;
+    if (line !== last) { console.log(`  ${id}: ${line}`); last = line; }
+    return ['succeeded', 'failed', 'cancelled'].includes(job.status) ? job : null;
+  }, timeoutMs, 500);
+}
+
+async function allEvents(id) {
+  const events = [];
+  for await (const e of client.fineTuning.jobs.listEvents(id, { limit: 100 })) events.push(e);
+  return events;
+}
+
+const training = await client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')), purpose: 'fine-tune' });
+const sftMethod = { type: 'supervised', supervised: { hyperparameters: { n_epochs: 50, batch_size: 2, learning_rate_multiplier: 5 } } };
+
+let first;
+test('an SFT job created with the OpenAI SDK succeeds, with events, checkpoints and metrics', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const created = await client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: training.id, suffix: 'e2e', method: sftMethod,
+    whet: { max_steps: 30, checkpoint_every_steps: 10 },
+  });
+  assert.equal(created.object, 'fine_tuning.job');
+  first = await finished(created.id);
+  if (first.status !== 'succeeded') dumpLogs();
+  assert.equal(first.status, 'succeeded', JSON.stringify(first.error));
+  assert.equal(first.fine_tuned_model, `ft:whet-tiny:e2e:e2e:${first.id}`);
+  assert.ok(first.trained_tokens > 0);
+  const events = await allEvents(first.id);
+  assert.ok(events.some((e) => /^Job placed on node \S+ in dc-[ab]/.test(e.message)), 'placement event');
+  const metrics = events.filter((e) => e.type === 'metrics');
+  assert.ok(metrics.length >= 25, `metrics events: ${metrics.length}`);
+  const checkpoints = [];
+  for await (const c of client.fineTuning.jobs.checkpoints.list(first.id)) checkpoints.push(c);
+  assert.deepEqual(checkpoints.map((c) => c.step_number).sort((a, b) => a - b).slice(0, 3), [10, 20, 30]);
+  assert.ok(checkpoints.every((c) => typeof c.metrics.train_loss === 'number'));
+});
+
+test('the adapter downloads and scores lower loss than the base model on the training data', async () => {
+  assert.ok(first, 'first job');
+  const files = await (await fetch(`${base}/v1/fine_tuning/jobs/${first.id}/checkpoints/final/files`,
+                                   { headers: { authorization: `Bearer ${key}` } })).json();
+  const names = files.data.map((f) => f.name);
+  assert.ok(names.includes('adapter_model.safetensors') && names.includes('adapter_config.json'), names.join(','));
+  const adapter = path.join(work, 'adapter');
+  fs.mkdirSync(adapter, { recursive: true });
+  for (const name of ['adapter_model.safetensors', 'adapter_config.json']) {
+    const res = await fetch(`${base}/v1/fine_tuning/jobs/${first.id}/checkpoints/final/files/${name}`,
+                            { headers: { authorization: `Bearer ${key}` } });
+    assert.equal(res.status, 200);
+    fs.writeFileSync(path.join(adapter, name), Buffer.from(await res.arrayBuffer()));
+  }
+  // The assistant answers of the training set, tokenized with the model's own tokenizer.
+  const model = path.join(work, 'models', 'whet-tiny');
+  const texts = fs.readFileSync(path.join(FIXTURES, 'sft', 'train.jsonl'), 'utf8').trim().split('\n')
+    .map((l) => JSON.parse(l).messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join(''));
+  const ids = execFileSync(WHET_BIN, ['tokenize', '--tokenizer', path.join(model, 'tokenizer.json'), '--json'],
+                           { input: texts.map((t) => JSON.stringify(t)).join('\n') + '\n', encoding: 'utf8' });
+  const data = path.join(work, 'score.jsonl');
+  fs.writeFileSync(data, ids.trim().split('\n').map((l) => JSON.stringify({ input_ids: JSON.parse(l) })).join('\n') + '\n');
+  const mean = (out) => { const r = out.trim().split('\n').map((l) => JSON.parse(l)); return r.reduce((s, x) => s + x.loss * x.tokens, 0) / r.reduce((s, x) => s + x.tokens, 0); };
+  const baseLoss = mean(execFileSync(WHET_BIN, ['score', '--model', model, '--data', data], { encoding: 'utf8' }));
+  const tunedLoss = mean(execFileSync(WHET_BIN, ['score', '--model', model, '--adapter', adapter, '--data', data], { encoding: 'utf8' }));
+  console.log(`  mean loss on the training data: base ${baseLoss.toFixed(4)}, fine-tuned ${tunedLoss.toFixed(4)}`);
+  assert.ok(tunedLoss < baseLoss * 0.9, `fine-tuned ${tunedLoss} vs base ${baseLoss}`);
+});
+
+test('a second job continues from the first one\'s fine-tuned model; /v1/models lists it', async () => {
+  assert.ok(first, 'first job');
+  const models = [];
+  for await (const m of client.models.list()) models.push(m.id);
+  assert.ok(models.includes('whet-tiny') && models.includes(first.fine_tuned_model), models.join(','));
+  const second = await client.fineTuning.jobs.create({ model: first.fine_tuned_model, training_file: training.id,
+                                                       method: sftMethod, whet: { max_steps: 5, checkpoint_every_steps: 5 } });
+  const done = await finished(second.id);
+  assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+});
+
+test('SIGKILL of the executor running a job: it resumes elsewhere from its last checkpoint and succeeds', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id, method: sftMethod,
+                                                    whet: { max_steps: 60, checkpoint_every_steps: 5 } });
+  await until('a checkpoint', async () => (await client.fineTuning.jobs.checkpoints.list(job.id)).data.length > 0, 300000, 300);
+  const nodes = await (await fetch(`${base}/admin/v1/nodes`, { headers: { authorization: `Bearer ${adminToken}` } })).json();
+  const node = nodes.data.find((n) => n.running_jobs.includes(job.id));
+  assert.ok(node, 'the job runs somewhere');
+  executors[node.dc].kill('SIGKILL');
+  const done = await finished(job.id);
+  assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+  const events = await allEvents(job.id);
+  assert.ok(events.some((e) => /stopped answering/.test(e.message)), 'a node-lost event');
+  const resumed = events.find((e) => /resuming from step \d+/.test(e.message));
+  assert.ok(resumed, 'placed again, resuming from a checkpoint');
+  const from = Number(resumed.message.match(/resuming from step (\d+)/)[1]);
+  assert.ok(from >= 5);
+  // Steps continue after the resume rather than start over: the steps up to the checkpoint were trained
+  // once (only those after it are trained again), and the run still reaches its last step.
+  const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step);
+  for (let s = 1; s <= from; s++) assert.equal(steps.filter((x) => x === s).length, 1, `step ${s} trained once`);
+  assert.ok(steps.includes(60), 'reached step 60');
+});
