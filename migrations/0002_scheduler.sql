@@ -89,3 +89,9 @@ CREATE FUNCTION whet_requeue_node_attempts(p_node text, p_message text) RETURNS 
          jsonb_build_object('node', p_node, 'last_step', last_step)
   FROM requeued RETURNING job_id
 $$;
+
+-- Unix seconds truncate, as C's time() does (rounding disagreed with the gateway by a second).
+CREATE OR REPLACE FUNCTION whet_now() RETURNS bigint LANGUAGE sql STABLE AS
+  $$ SELECT floor(extract(epoch FROM now()))::bigint $$;
+-- Every job create counts the tenant's active jobs.
+CREATE INDEX jobs_tenant_active ON jobs(tenant_id) WHERE status IN ('validating_files', 'queued', 'running', 'paused');
