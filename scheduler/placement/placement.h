@@ -139,8 +139,9 @@ struct pl_shape {
 enum pl_order {
     PL_ORDER_FIFO,             /* arrival order */
     PL_ORDER_LAS,              /* Tiresias: discretised least attained service, FIFO within a level */
-    PL_ORDER_FAIR,             /* priority, then tenant's dominant share / weight, then attained
-                                  service level, then arrival (whet) */
+    PL_ORDER_FAIR,             /* priority, then attained-service level, then tenants within their
+                                  entitlement first and by dominant share / weight, then arrival
+                                  (whet) */
 };
 
 enum pl_scorer {
