@@ -2,13 +2,16 @@
  * backfill, elastic growth. The stages are small functions over the structs of internal.h, in the
  * order of the Kubernetes scheduling framework:
  *
- *   queue sort     sort_queue / next_fair          FIFO, LAS levels, or weighted dominant share
- *   filter         pool_filter, node_filter        static pool checks, then per node; each records
- *                                                  which filter rejected which pool (the reason)
+ *   queue sort     cmp_fifo, cmp_las / next_fair   FIFO, LAS levels, or weighted dominant share
+ *   filter         pool_filter, node_filter        static pool checks, then per node; explain()
+ *                                                  records which filter rejected which pool
+ *                                                  (a failed shape is remembered for the cycle)
  *   score          node_score                      first-fit, best-fit or FGD (pluggable)
  *   pick           place_one_node / place_gang     one node if the gang fits, else fewest nodes of
  *                                                  one pool (one data center, one GPU type)
- *   post-filter    preempt                         cheapest victims (least work since checkpoint)
+ *   post-filter    fits_after_stopping, preempt    wait for victims already stopping, else the
+ *                                                  cheapest victims (least work since checkpoint),
+ *                                                  elastic shrinks first; nodes held through grace
  *   reserve        reserve_for_head                nodes held for the first blocked job; later jobs
  *                                                  run only elsewhere (backfill)
  *   elastic        grow_elastic                    idle GPUs to elastic jobs when nobody waits */
