@@ -25,9 +25,10 @@
  * Determinism: the same snapshot, profile, queue (same order) and `now` give the same decisions. Ties
  * are broken by indices and job ids, never by addresses or time.
  *
- * Allocation: pl_cluster_new sizes everything for the fleet; pl_schedule grows scratch arrays only
- * when a queue longer than any before arrives (amortised), and pl_cluster_add_running grows the
- * running set the same way. No allocation happens per node or per decision. */
+ * Allocation: pl_cluster_new sizes everything that is per node. After that, arrays only grow (by
+ * doubling) when a longer queue, more running jobs, more decisions or more jobs on one node arrive
+ * than ever before; a cycle in a steady state allocates nothing. Out of memory aborts: it is not an
+ * error a scheduler can mend. */
 #ifndef WHET_PLACEMENT_H
 #define WHET_PLACEMENT_H
 
