@@ -132,7 +132,8 @@ static int js_to_pcre2(const char *js, size_t len, struct tok_buf *out, struct w
                 }
             }
         } else if (c == '.') {
-            tok_buf_append(out, "[^\\n\\r\\x{2028}\\x{2029}]", 22);
+            static const char js_dot[] = "[^\\n\\r\\x{2028}\\x{2029}]";
+            tok_buf_append(out, js_dot, sizeof js_dot - 1);
         } else {
             tok_buf_append(out, &c, 1);
         }

