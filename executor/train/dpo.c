@@ -1,0 +1,129 @@
+/* dpo.c - the DPO loss, the reference pass with the adapter off, and the weighted backward (see dpo.h). */
+#include "dpo.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct model_batch model_batch_of(const struct dpo_batch *b, const float *loss_mask) {
+    return (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, loss_mask};
+}
+
+/* logps[side] = −Σ nll over the scored tokens of each sequence, from the last forward pass. */
+static void sum_logps(double *logps, const struct model *m, const struct dpo_batch *b) {
+    size_t N = (size_t)b->B * b->T;
+    float *nll = xmalloc(N * sizeof *nll);
+    model_get_token_losses(m, nll);
+    memset(logps, 0, sizeof(double) * 2 * (size_t)b->n_pairs);
+    for (size_t t = 0; t < N; t++)
+        if (b->side[t] >= 0) logps[b->side[t]] -= nll[t];
+    free(nll);
+}
+
+int dpo_sequence_logps(double *logps, struct model *m, const struct dpo_batch *b, struct whet_err *err) {
+    struct model_batch mb = model_batch_of(b, NULL);
+    float loss;
+    if (model_forward(m, &mb, &loss, err)) return -1;
+    sum_logps(logps, m, b);
+    return 0;
+}
+
+static int is_lora_b(const char *name) {
+    size_t n = strlen(name), k = strlen(".lora_B.weight");
+    return n > k && !strcmp(name + n - k, ".lora_B.weight");
+}
+
+/* Copies every lora_B into one host buffer (or back from it), zeroing them on the way out. */
+static int swap_lora_b(struct model *m, float *saved, int restore, struct whet_err *err) {
+    size_t off = 0;
+    for (int i = 0; i < model_num_tensors(m); i++) {
+        const char *name = model_tensor_name(m, i);
+        if (!is_lora_b(name)) continue;
+        size_t n = (size_t)model_tensor_numel(m, name);
+        if (restore) {
+            if (model_set_param(m, name, saved + off, err)) return -1;
+        } else {
+            float *zeros = xcalloc(n, sizeof *zeros);
+            int rc = model_get_param(m, name, saved + off, err) || model_set_param(m, name, zeros, err);
+            free(zeros);
+            if (rc) return -1;
+        }
+        off += n;
+    }
+    return 0;
+}
+
+int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const struct dpo_batch *b,
+                        struct whet_err *err) {
+    if (ref) return dpo_sequence_logps(logps, ref, b, err);
+    if (!model_is_lora(m))
+        return whet_errf(err, "dpo: the reference of a full fine-tune needs its own frozen model");
+    size_t total = 0;
+    for (int i = 0; i < model_num_tensors(m); i++)
+        if (is_lora_b(model_tensor_name(m, i))) total += (size_t)model_tensor_numel(m, model_tensor_name(m, i));
+    float *saved = xmalloc((total ? total : 1) * sizeof *saved);
+    /* With B = 0 the adapter adds exact zeros: the outputs are the base model's, bit for bit. */
+    int rc = swap_lora_b(m, saved, 0, err);
+    if (!rc) rc = dpo_sequence_logps(logps, m, b, err);
+    struct whet_err restore_err;
+    if (swap_lora_b(m, saved, 1, rc ? &restore_err : err)) rc = -1;
+    free(saved);
+    return rc;
+}
+
+double dpo_pair_loss(double *dloss_dz, double policy_chosen, double policy_rejected, double ref_chosen,
+                     double ref_rejected, double beta) {
+    double z = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected));
+    /* −log σ(z) = log(1 + e^−z), written so neither branch overflows; d/dz = σ(z) − 1 = −σ(−z). */
+    double loss = z > 0 ? log1p(exp(-z)) : -z + log1p(exp(z));
+    if (dloss_dz) *dloss_dz = -1.0 / (1.0 + exp(z));
+    return loss;
+}
+
+static void add_stats(struct dpo_stats *st, const double *logps, const double *ref_logps, double beta, int n_pairs,
+                      double *dloss_dz) {
+    for (int p = 0; p < n_pairs; p++) {
+        double pc = logps[2 * p], pr = logps[2 * p + 1], rc = ref_logps[2 * p], rr = ref_logps[2 * p + 1];
+        double z = beta * ((pc - rc) - (pr - rr));
+        st->loss_sum += dpo_pair_loss(dloss_dz ? &dloss_dz[p] : NULL, pc, pr, rc, rr, beta);
+        st->margin_sum += z;
+        st->n_correct += z > 0;
+        st->chosen_logps += pc;
+        st->rejected_logps += pr;
+    }
+    st->n_pairs += n_pairs;
+}
+
+int dpo_evaluate(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
+                 struct dpo_stats *st, struct whet_err *err) {
+    double *logps = xmalloc(sizeof(double) * 2 * (size_t)(b->n_pairs ? b->n_pairs : 1));
+    int rc = dpo_sequence_logps(logps, m, b, err);
+    if (!rc) add_stats(st, logps, ref_logps, beta, b->n_pairs, NULL);
+    free(logps);
+    return rc;
+}
+
+int dpo_forward_backward(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
+                         double loss_scale, struct dpo_stats *st, struct whet_err *err) {
+    size_t N = (size_t)b->B * b->T, P = (size_t)(b->n_pairs ? b->n_pairs : 1);
+    double *logps = xmalloc(sizeof(double) * 2 * P), *dloss_dz = xmalloc(sizeof(double) * P);
+    float *weights = xmalloc(N * sizeof *weights);
+    int rc = dpo_sequence_logps(logps, m, b, err);
+    if (!rc) {
+        add_stats(st, logps, ref_logps, beta, b->n_pairs, dloss_dz);
+        /* The engine's backward gives d(Σ w·nll); with log π = −Σ nll, the weight of a token of the
+         * chosen response is −loss_scale·β·dloss/dz, of the rejected one +loss_scale·β·dloss/dz. */
+        for (size_t t = 0; t < N; t++) {
+            int s = b->side[t];
+            double g = s < 0 ? 0 : loss_scale * beta * dloss_dz[s / 2];
+            weights[t] = (float)(s < 0 ? 0 : s % 2 ? g : -g);
+        }
+        struct model_batch mb = model_batch_of(b, weights);
+        float unused;
+        rc = model_forward(m, &mb, &unused, err) || model_backward(m, 1.0f, err) ? -1 : 0;
+    }
+    free(weights);
+    free(dloss_dz);
+    free(logps);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* dpo.h - the DPO objective (Rafailov et al. 2023) on top of the model engine (model.h).
+ *
+ * For a pair with chosen sequence c and rejected sequence r, with log π(y|x) the SUM of the
+ * log-probabilities of the response's scored tokens under the policy and ref(·) the same under the
+ * reference model:
+ *
+ *     z    = β · ((log π(c) − ref(c)) − (log π(r) − ref(r)))
+ *     loss = −log σ(z)                                   (mean over the pairs of a step)
+ *
+ * as TRL's DPOTrainer computes it with loss_type "sigmoid" and no label smoothing. Reported per step:
+ * reward_margin, the mean of β·((log π(c) − ref(c)) − (log π(r) − ref(r))) (= z), preference_accuracy,
+ * the share of pairs with z > 0, and the mean chosen / rejected log-probabilities under the policy.
+ *
+ * The reference: with LoRA, the policy itself with the adapter switched off. The engine has no
+ * switch for that, but the LoRA term is s·B·(A·x), so setting every lora_B to zero (through
+ * model_set_param, after keeping a copy) gives the base model's outputs bit for bit; B is restored
+ * right after. No second copy of the model exists. For full fine-tuning the caller passes a separate
+ * frozen model (loaded for inference) as the reference.
+ *
+ * The gradient: d loss / d log π(c) = −β·(1 − σ(z)) and d loss / d log π(r) = +β·(1 − σ(z)), the same
+ * for every token of a response, and d log π / d nll_t = −1. The engine's backward takes per-token
+ * weights on the nll, fixed at the forward pass, so a micro-batch goes: a forward that measures
+ * log π, then a forward with those weights as the loss mask, then the backward. (The second forward
+ * repeats the first bit for bit; an engine entry point that replaces the weights of the last
+ * forward would save it.) */
+#ifndef WHET_DPO_H
+#define WHET_DPO_H
+
+#include "dpo_data.h"
+#include "model.h"
+#include "util.h"
+
+/* Sums over one or more micro-batches; divide by n_pairs for the step's means. */
+struct dpo_stats {
+    int n_pairs;
+    int n_correct;          /* pairs with z > 0 */
+    double loss_sum;        /* sum of −log σ(z) */
+    double margin_sum;      /* sum of z */
+    double chosen_logps;    /* sum of log π(c) */
+    double rejected_logps;  /* sum of log π(r) */
+};
+
+/* The 2*n_pairs sequence log-probabilities of a batch under the model's current weights:
+ * logps[2p] for pair p's chosen sequence, logps[2p+1] for its rejected one. */
+int dpo_sequence_logps(double *logps, struct model *m, const struct dpo_batch *b, struct whet_err *err);
+
+/* The same under the reference: `ref` when not NULL (full fine-tuning), else `m` with its LoRA
+ * adapter switched off (m must be a LoRA model). m's weights are as they were on return. */
+int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const struct dpo_batch *b,
+                        struct whet_err *err);
+
+/* −log σ(z) for one pair, and d loss / d z. */
+double dpo_pair_loss(double *dloss_dz, double policy_chosen, double policy_rejected, double ref_chosen,
+                     double ref_rejected, double beta);
+
+/* Forward and backward of one micro-batch: ACCUMULATES into m's gradients the gradient of
+ * loss_scale · Σ_pairs loss (loss_scale = 1 / pairs in the step for the mean), and adds the batch's
+ * figures to *st. ref_logps[2*n_pairs] from dpo_reference_logps. */
+int dpo_forward_backward(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
+                         double loss_scale, struct dpo_stats *st, struct whet_err *err);
+
+/* The figures of one micro-batch without any gradient (validation). */
+int dpo_evaluate(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
+                 struct dpo_stats *st, struct whet_err *err);
+
+#endif

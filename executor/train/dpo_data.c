@@ -1,0 +1,339 @@
+/* dpo_data.c - DPO preference pairs: parsing, tokenizing, truncation, micro-batches (see dpo_data.h). */
+#include "dpo_data.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+
+/* ---------------------------------------------------------------- pairs */
+
+void dpo_dataset_init(struct dpo_dataset *ds, int max_seq_len) {
+    memset(ds, 0, sizeof *ds);
+    sft_dataset_init(&ds->pairs, max_seq_len);
+    ds->max_seq_len = max_seq_len;
+}
+
+void dpo_dataset_free(struct dpo_dataset *ds) {
+    sft_dataset_free(&ds->pairs);
+    free(ds->split);
+    memset(ds, 0, sizeof *ds);
+}
+
+static int scored(const uint8_t *mask, int n) {
+    int k = 0;
+    for (int i = 1; i < n; i++) k += mask[i] != 0; /* token 0 has nothing to be predicted from */
+    return k;
+}
+
+void dpo_dataset_add(struct dpo_dataset *ds, const int32_t *chosen, const uint8_t *chosen_mask, int nc,
+                     const int32_t *rejected, const uint8_t *rejected_mask, int nr) {
+    int L = ds->max_seq_len, half = L / 2;
+    if (nc + nr > L) {
+        int keep_c = nc <= half ? nc : nr <= half ? L - nr : half;
+        int keep_r = L - keep_c < nr ? L - keep_c : nr;
+        ds->n_truncated++;
+        ds->n_truncated_tokens += (nc - keep_c) + (nr - keep_r);
+        nc = keep_c, nr = keep_r;
+    }
+    if (!scored(chosen_mask, nc) || !scored(rejected_mask, nr)) {
+        ds->n_unscored++;
+        return;
+    }
+    int n = nc + nr;
+    int32_t *ids = xmalloc((size_t)n * sizeof *ids);
+    uint8_t *mask = xmalloc((size_t)n);
+    memcpy(ids, chosen, (size_t)nc * sizeof *ids);
+    memcpy(ids + nc, rejected, (size_t)nr * sizeof *ids);
+    memcpy(mask, chosen_mask, (size_t)nc);
+    memcpy(mask + nc, rejected_mask, (size_t)nr);
+    mask[nc] = 0; /* the rejected sequence's first token starts a segment: nothing predicts it */
+    int before = ds->pairs.n_examples;
+    sft_dataset_add(&ds->pairs, ids, mask, n); /* n <= max_seq_len, so no second cut */
+    if (ds->pairs.n_examples > before) {
+        ds->split = xrealloc(ds->split, (size_t)ds->pairs.cap * sizeof *ds->split);
+        ds->split[before] = nc;
+    }
+    free(ids);
+    free(mask);
+}
+
+/* ---------------------------------------------------------------- parsing lines */
+
+/* The parsed line owns the JSON and the texts joined from array contents. */
+struct parsed_pair {
+    json_t *root;
+    int n_joined;
+    char **joined;
+};
+
+static const char *content_text(struct parsed_pair *pp, json_t *content, const char *field, struct whet_err *err) {
+    if (json_is_string(content)) return json_string_value(content);
+    if (!json_is_array(content))
+        return whet_errf(err, "%s.content: must be a string or an array of text parts", field), NULL;
+    size_t len = 0, k;
+    json_t *part;
+    json_array_foreach(content, k, part) {
+        json_t *text = json_object_get(part, "text");
+        if (!json_is_string(text))
+            return whet_errf(err, "%s.content[%zu]: only {\"type\": \"text\", \"text\": …} parts are supported", field, k),
+                   NULL;
+        len += json_string_length(text);
+    }
+    char *buf = xmalloc(len + 1), *p = buf;
+    json_array_foreach(content, k, part) {
+        json_t *text = json_object_get(part, "text");
+        memcpy(p, json_string_value(text), json_string_length(text));
+        p += json_string_length(text);
+    }
+    *p = 0;
+    pp->joined = xrealloc(pp->joined, (size_t)(pp->n_joined + 1) * sizeof *pp->joined);
+    pp->joined[pp->n_joined++] = buf;
+    return buf;
+}
+
+/* One message object into *out; `field` names it in errors ("input.messages[2]"). */
+static int parse_message(struct chat_message *out, struct parsed_pair *pp, json_t *m, const char *field,
+                         struct whet_err *err) {
+    if (!json_is_object(m)) return whet_errf(err, "%s: must be a message object", field);
+    json_t *role = json_object_get(m, "role");
+    if (!json_is_string(role)) return whet_errf(err, "%s.role: must be \"system\", \"user\" or \"assistant\"", field);
+    out->role = json_string_value(role);
+    if (!strcmp(out->role, "developer")) out->role = "system"; /* OpenAI's newer name */
+    json_t *tool_calls = json_object_get(m, "tool_calls");
+    if ((tool_calls && !json_is_null(tool_calls)) || !strcmp(out->role, "tool"))
+        return whet_errf(err, "%s: tool calls are not supported for fine-tuning yet", field);
+    json_t *content = json_object_get(m, "content");
+    if (!content) return whet_errf(err, "%s.content: missing", field);
+    out->content = content_text(pp, content, field, err);
+    if (!out->content) return -1;
+    out->weight = 0; /* the prompt is context; the caller marks the scored turn */
+    return 0;
+}
+
+/* The chosen or rejected turn: an array holding one assistant message (the current name), or, for
+ * the older *_completion names, also a single message object or a plain string. */
+static int parse_output(struct chat_message *out, struct parsed_pair *pp, json_t *v, const char *name, int legacy,
+                        struct whet_err *err) {
+    char field[64];
+    if (legacy && json_is_string(v)) {
+        *out = (struct chat_message){"assistant", json_string_value(v), 1};
+        return 0;
+    }
+    if (legacy && json_is_object(v)) {
+        snprintf(field, sizeof field, "%s", name);
+    } else {
+        if (!json_is_array(v) || json_array_size(v) != 1)
+            return whet_errf(err, "%s: must be an array holding one assistant message", name);
+        v = json_array_get(v, 0);
+        snprintf(field, sizeof field, "%s[0]", name);
+    }
+    if (parse_message(out, pp, v, field, err)) return -1;
+    if (strcmp(out->role, "assistant")) return whet_errf(err, "%s.role: must be \"assistant\"", field);
+    out->weight = 1;
+    return 0;
+}
+
+/* Finds the turn under its current name or its older one. */
+static json_t *output_field(json_t *root, const char *name, const char *legacy_name, const char **used, int *legacy) {
+    json_t *v = json_object_get(root, name);
+    *used = name, *legacy = 0;
+    if (!v) {
+        v = json_object_get(root, legacy_name);
+        *used = legacy_name, *legacy = 1;
+    }
+    return v;
+}
+
+void dpo_pair_free(struct chat_message *chosen, struct chat_message *rejected, void *json_root) {
+    struct parsed_pair *pp = json_root;
+    if (pp) {
+        for (int i = 0; i < pp->n_joined; i++) free(pp->joined[i]);
+        free(pp->joined);
+        json_decref(pp->root);
+        free(pp);
+    }
+    free(chosen);
+    free(rejected);
+}
+
+int dpo_parse_pair(struct chat_message **chosen_out, struct chat_message **rejected_out, int *n_out, void **json_root,
+                   const char *line, size_t len, struct whet_err *err) {
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, 0, &jerr);
+    if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+    struct parsed_pair *pp = xcalloc(1, sizeof *pp);
+    pp->root = root;
+    struct chat_message *chosen = NULL, *rejected = NULL;
+    if (!json_is_object(root)) {
+        whet_errf(err, "each line must be {\"input\": {\"messages\": […]}, \"preferred_output\": […], "
+                       "\"non_preferred_output\": […]}");
+        goto fail;
+    }
+    json_t *input = json_object_get(root, "input");
+    json_t *messages = json_object_get(input, "messages");
+    if (!json_is_object(input)) {
+        whet_errf(err, "input: missing or not an object (expected {\"messages\": […]})");
+        goto fail;
+    }
+    if (!json_is_array(messages) || json_array_size(messages) == 0) {
+        whet_errf(err, "input.messages: must be a non-empty array of messages");
+        goto fail;
+    }
+    json_t *tools = json_object_get(input, "tools");
+    if (json_is_array(tools) && json_array_size(tools) > 0) {
+        whet_errf(err, "input.tools: tool definitions are not supported for fine-tuning yet");
+        goto fail;
+    }
+    int n_prompt = (int)json_array_size(messages), n = n_prompt + 1;
+    chosen = xcalloc((size_t)n, sizeof *chosen);
+    rejected = xcalloc((size_t)n, sizeof *rejected);
+    for (int i = 0; i < n_prompt; i++) {
+        char field[48];
+        snprintf(field, sizeof field, "input.messages[%d]", i);
+        if (parse_message(&chosen[i], pp, json_array_get(messages, (size_t)i), field, err)) goto fail;
+        rejected[i] = chosen[i];
+    }
+    if (!strcmp(chosen[n_prompt - 1].role, "assistant")) {
+        whet_errf(err, "input.messages[%d]: the prompt must not end with an assistant turn (the outputs answer it)",
+                  n_prompt - 1);
+        goto fail;
+    }
+    const char *names[2][2] = {{"preferred_output", "preferred_completion"},
+                               {"non_preferred_output", "non_preferred_completion"}};
+    struct chat_message *sides[2] = {chosen, rejected};
+    for (int s = 0; s < 2; s++) {
+        const char *used;
+        int legacy;
+        json_t *v = output_field(root, names[s][0], names[s][1], &used, &legacy);
+        if (!v) {
+            whet_errf(err, "%s: missing (also looked for %s)", names[s][0], names[s][1]);
+            goto fail;
+        }
+        if (parse_output(&sides[s][n_prompt], pp, v, used, legacy, err)) goto fail;
+    }
+    *chosen_out = chosen;
+    *rejected_out = rejected;
+    *n_out = n;
+    *json_root = pp;
+    return 0;
+fail:
+    dpo_pair_free(chosen, rejected, pp);
+    return -1;
+}
+
+int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat_template *tpl,
+                     const struct tokenizer *tok, struct whet_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = 0;
+    while ((len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t k = 0;
+        while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
+        if (k == (size_t)len) continue; /* blank lines */
+        struct chat_message *chosen, *rejected;
+        int n_msgs;
+        void *root;
+        if (dpo_parse_pair(&chosen, &rejected, &n_msgs, &root, line, (size_t)len, err)) {
+            rc = whet_err_prefix(err, "%s: line %d", path, lineno);
+            break;
+        }
+        int32_t *ids[2] = {NULL, NULL};
+        uint8_t *mask[2] = {NULL, NULL};
+        int n[2] = {0, 0};
+        rc = chat_tokenize(&ids[0], &mask[0], &n[0], tpl, tok, chosen, n_msgs, 0, err);
+        if (rc) whet_err_prefix(err, "preferred_output");
+        if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], tpl, tok, rejected, n_msgs, 0, err)))
+            whet_err_prefix(err, "non_preferred_output");
+        dpo_pair_free(chosen, rejected, root);
+        if (!rc) dpo_dataset_add(ds, ids[0], mask[0], n[0], ids[1], mask[1], n[1]);
+        for (int s = 0; s < 2; s++) free(ids[s]), free(mask[s]);
+        if (rc) {
+            whet_err_prefix(err, "%s: line %d", path, lineno);
+            break;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (!rc && dpo_num_pairs(ds) == 0)
+        rc = whet_errf(err, "%s: no usable preference pairs (%d lines, %d without a scored token within max_seq_len)",
+                       path, lineno, ds->n_unscored);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- micro-batches */
+
+void dpo_batch_fill(struct dpo_batch *b, const struct dpo_dataset *ds, const struct sft_epoch *ep, int row,
+                    int n_rows) {
+    const struct sft_dataset *pairs = &ds->pairs;
+    if (row + n_rows > ep->n_rows) n_rows = ep->n_rows - row;
+    int T = 1;
+    for (int r = row; r < row + n_rows; r++) {
+        int len = 0;
+        for (int k = ep->row_start[r]; k < ep->row_start[r + 1]; k++) len += pairs->examples[ep->items[k]].n;
+        if (len > T) T = len;
+    }
+    int N = n_rows * T;
+    if (N > b->cap) {
+        b->cap = N;
+        b->ids = xrealloc(b->ids, (size_t)N * sizeof *b->ids);
+        b->positions = xrealloc(b->positions, (size_t)N * sizeof *b->positions);
+        b->seq_ids = xrealloc(b->seq_ids, (size_t)N * sizeof *b->seq_ids);
+        b->targets = xrealloc(b->targets, (size_t)N * sizeof *b->targets);
+        b->side = xrealloc(b->side, (size_t)N * sizeof *b->side);
+    }
+    b->B = n_rows;
+    b->T = T;
+    b->n_tokens = 0;
+    b->n_targets = 0;
+    b->n_pairs = 0;
+    for (int r = 0; r < n_rows; r++) {
+        int t = 0, seq = 0;
+        size_t off = (size_t)r * T;
+        for (int k = ep->row_start[row + r]; k < ep->row_start[row + r + 1]; k++) {
+            int item = ep->items[k];
+            const struct sft_example *ex = &pairs->examples[item];
+            int split = ds->split[item], p = b->n_pairs++;
+            for (int i = 0; i < ex->n; i++, t++) {
+                int rejected = i >= split, start = rejected ? split : 0, end = rejected ? ex->n : split;
+                b->ids[off + t] = ex->ids[i];
+                b->positions[off + t] = i - start;
+                b->seq_ids[off + t] = seq + rejected;
+                /* Token i predicts token i+1 of the same sequence, when that one is scored. */
+                int scored_next = i + 1 < end && ex->mask[i + 1];
+                b->targets[off + t] = scored_next ? ex->ids[i + 1] : -1;
+                b->side[off + t] = scored_next ? 2 * p + rejected : -1;
+                b->n_targets += scored_next;
+            }
+            seq += 2;
+        }
+        b->n_tokens += t;
+        for (int p = 0; t < T; t++, p++) { /* padding: its own sequence, nothing to predict */
+            b->ids[off + t] = 0;
+            b->positions[off + t] = p;
+            b->seq_ids[off + t] = seq;
+            b->targets[off + t] = -1;
+            b->side[off + t] = -1;
+        }
+    }
+}
+
+void dpo_batch_free(struct dpo_batch *b) {
+    free(b->ids);
+    free(b->positions);
+    free(b->seq_ids);
+    free(b->targets);
+    free(b->side);
+    memset(b, 0, sizeof *b);
+}
+
+int dpo_rows_pairs(const struct sft_epoch *ep, int row, int n_rows) {
+    if (row + n_rows > ep->n_rows) n_rows = ep->n_rows - row;
+    return ep->row_start[row + n_rows] - ep->row_start[row];
+}
