@@ -330,7 +330,7 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
                      "   SELECT node_id, id, $2::int, 'stop', 30000, 'preempted' FROM j)"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
                      " SELECT $4, tenant_id, id, 'warn', 'The job is being preempted for a job of higher priority;"
-                     " it checkpoints now and resumes later', jsonb_build_object('for_job', $3) FROM j",
+                     " it checkpoints now and resumes later', jsonb_build_object('for_job', $3::text) FROM j",
                      4, params, err) < 0)
         return -1;
     log_info("msg=\"preempting\" job=%s for=%s", s->running_ids[r], for_job);
@@ -370,6 +370,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     rc = 0;
     for (int i = 0; i < r->n && rc == 0; i++) {
         const struct pl_decision *d = &r->decisions[i];
+        log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
+                  d->for_job ? (unsigned long long)d->for_job->id : 0ull);
         int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
         if (d->action == PL_PLACE && q >= 0) rc = record_place(sch, conn, &s, q, d, err);
         else if (d->action == PL_WAIT && q >= 0) rc = record_wait(conn, &s, q, d, err);
