@@ -368,15 +368,20 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     for (int i = 0; i < s.n_queued; i++) queue[i] = &s.queued[i];
     const struct pl_result *r = pl_schedule(cluster, queue, s.n_queued, (double)whet_now_unix());
     rc = 0;
-    for (int i = 0; i < r->n && rc == 0; i++) {
+    for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
         const struct pl_decision *d = &r->decisions[i];
         log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                   d->for_job ? (unsigned long long)d->for_job->id : 0ull);
         int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
-        if (d->action == PL_PLACE && q >= 0) rc = record_place(sch, conn, &s, q, d, err);
-        else if (d->action == PL_WAIT && q >= 0) rc = record_wait(conn, &s, q, d, err);
-        else if (d->action == PL_PREEMPT) rc = record_preempt(conn, &s, d, err);
+        int failed = 0;
+        if (d->action == PL_PLACE && q >= 0) failed = record_place(sch, conn, &s, q, d, err) < 0;
+        else if (d->action == PL_WAIT && q >= 0) failed = record_wait(conn, &s, q, d, err) < 0;
+        else if (d->action == PL_PREEMPT) failed = record_preempt(conn, &s, d, err) < 0;
+        /* One decision that cannot be written must not hold up the others. */
+        if (failed) log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
+                             (unsigned long long)d->job->id, err->msg);
     }
+    if (PQstatus(conn) != CONNECTION_OK) rc = whet_errf(err, "the database connection broke during the cycle");
     free(queue);
 out:
     pl_cluster_free(cluster);
