@@ -250,9 +250,13 @@ static void conn_timer_stop(struct db_conn *c) {
     if (h2o_timeout_is_linked(&c->flush_timer)) h2o_timeout_unlink(&c->flush_timer);
 }
 
+static void conn_process_results(struct db_conn *c);
+
 static void conn_on_flush_timer(h2o_timeout_entry_t *entry) {
     struct db_conn *c = H2O_STRUCT_FROM_MEMBER(struct db_conn, flush_timer, entry);
-    if (c->state != CONN_DOWN && conn_flush(c) < 0) conn_fail(c, "write failed");
+    if (c->state == CONN_DOWN) return;
+    if (conn_flush(c) < 0) conn_fail(c, "write failed");
+    else if (c->state == CONN_READY) conn_process_results(c);
 }
 
 /* Queries submitted while the loop handles one batch of events leave in one write: the flush runs
@@ -461,16 +465,11 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
     return 0;
 }
 
-static void conn_on_readable(h2o_socket_t *sock, const char *err) {
-    struct db_conn *c = sock->data;
-    if (err) {
-        conn_fail(c, err);
-        return;
-    }
-    if (!PQconsumeInput(c->pg)) {
-        conn_fail(c, "read failed");
-        return;
-    }
+/* Hands every complete result in libpq's input buffer to its segment. Called after reading, and also
+ * after every flush: when the socket cannot take all it sends, libpq reads what has arrived (to avoid
+ * a deadlock), and data already in its buffer leaves the socket unreadable, so nothing else would
+ * wake us for it. */
+static void conn_process_results(struct db_conn *c) {
     while (c->head && !PQisBusy(c->pg)) {
         PGresult *res = PQgetResult(c->pg);
         if (conn_take_result(c, res) < 0) {
@@ -484,9 +483,23 @@ static void conn_on_readable(h2o_socket_t *sock, const char *err) {
     if (PQstatus(c->pg) == CONNECTION_BAD) conn_fail(c, "connection closed");
 }
 
+static void conn_on_readable(h2o_socket_t *sock, const char *err) {
+    struct db_conn *c = sock->data;
+    if (err) {
+        conn_fail(c, err);
+        return;
+    }
+    if (!PQconsumeInput(c->pg)) {
+        conn_fail(c, "read failed");
+        return;
+    }
+    conn_process_results(c);
+}
+
 static void conn_on_writable(h2o_socket_t *sock, const char *err) {
     struct db_conn *c = sock->data;
     if (err || conn_flush(c) < 0) conn_fail(c, err ? err : "write failed");
+    else if (c->state == CONN_READY) conn_process_results(c);
 }
 
 /* ---- Pools ------------------------------------------------------------------------------------- */

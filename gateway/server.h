@@ -35,6 +35,7 @@ struct gw_thread {
     struct db_pool *db_admin;            /* operator queries */
     struct auth_cache *auth_cache;
     size_t requests_in_flight;           /* gw_req objects alive on this loop */
+    uint64_t request_id_state;           /* splitmix64 state for request ids (seeded from getrandom) */
     int stopping;
     int receiver_closed;                 /* set (under the workers' lock) once the loop stops */
     double stop_deadline;                /* whet_now_mono() after which remaining work is dropped */

@@ -4,10 +4,12 @@
 #   GET  /v1/fine_tuning/jobs/{id}  (wrk, API key)  beside  pgbench running the same SELECT
 #   POST /v1/fine_tuning/jobs       (wrk, API key)  beside  pgbench running the same statements
 #        (the model/file lookup, then the job INSERT, its event INSERT and pg_notify in one transaction)
-# pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. It prints
-# requests/s and p99 for each side and the ratios (goal: the gateway within 20% of the database).
+# pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. The two
+# sides alternate for --rounds rounds (so a change in the machine's background load hits both), and
+# the medians of requests/s and p99 are compared (goal: the gateway within 20% of the database).
 #
-#   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--threads T] [--db-conns C] [--client-threads W]
+#   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
+#                                [--client-threads W]
 #
 # --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
 #
@@ -17,15 +19,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-clients=32 seconds=10 threads=2 db_conns=2 client_threads=1
+clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift ;;
     --seconds) seconds=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
     --threads) threads=$2; shift ;;
     --db-conns) db_conns=$2; shift ;;
     --client-threads) client_threads=$2; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -75,7 +78,36 @@ status=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/fine_tuning/jobs/$job" 
 [ "$status" = 200 ] || { echo "bench.sh: GET job answered $status" >&2; exit 1; }
 cols=$(grep -A3 'define JOB_COLUMNS' gateway/jobs.c | tr -d '\\\n' | sed 's/.*JOB_COLUMNS *//; s/" *"//g; s/"//g')
 
-# wrk: RPS and p99 (in ms) from its --latency report.
+# CPU time (clock ticks) of a process, and of the whole PostgreSQL cluster: its live processes plus what
+# the postmaster has reaped (pgbench's backends exit when it does).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+pg_ticks() {
+  local pm t c
+  pm=$(head -n1 "$work/pg/data/postmaster.pid")
+  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+  for c in $(pgrep -P "$pm"); do t=$((t + $(ticks "$c"))); done
+  echo "$t"
+}
+hz=$(getconf CLK_TCK)
+# Runs a client command, printing "SERVER_TICKS PG_TICKS CLIENT_TICKS" to fd 3 (client from /usr/bin/time).
+measure() {
+  local g0 p0 g1 p1 client=0
+  g0=$(ticks "$gw_pid"); p0=$(pg_ticks)
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f '%U %S' -o "$work/time.out" "$@"
+    client=$(awk '{printf "%d", ($1 + $2) * '"$hz"'}' "$work/time.out")
+  else
+    "$@"
+  fi
+  g1=$(ticks "$gw_pid"); p1=$(pg_ticks)
+  echo "$((g1 - g0)) $((p1 - p0)) $client" >"$work/ticks.out"
+}
+# "N RATE" + ticks -> microseconds of CPU per request for the gateway, PostgreSQL and the client.
+per_request() { # COUNT
+  awk -v n="$1" -v hz="$hz" '{printf "%.1f %.1f %.1f", $1 * 1e6 / hz / n, $2 * 1e6 / hz / n, $3 * 1e6 / hz / n}' "$work/ticks.out"
+}
+
+# wrk: RPS and p99 (in ms) from its --latency report, then CPU per request.
 wrk_run() { # METHOD PATH [BODY]
   cat >"$work/wrk.lua" <<EOF
 wrk.method = "$1"
@@ -83,35 +115,48 @@ wrk.headers["authorization"] = "Bearer $key"
 wrk.headers["content-type"] = "application/json"
 ${3:+wrk.body = '$3'}
 EOF
-  wrk -t"$client_threads" -c"$clients" -d"${seconds}s" --latency -s "$work/wrk.lua" "$url$2" >"$work/wrk.out"
-  local rps p99 non2xx
+  measure wrk -t"$client_threads" -c"$clients" -d"${seconds}s" --latency -s "$work/wrk.lua" "$url$2" >"$work/wrk.out"
+  local rps p99 non2xx total
   rps=$(awk '/^Requests\/sec/ {print $2}' "$work/wrk.out")
   p99=$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' "$work/wrk.out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.out")
   [ -z "$non2xx" ] || { echo "bench.sh: $non2xx non-2xx answers to $1 $2" >&2; cat "$work/wrk.out" >&2; exit 1; }
-  echo "$rps $p99"
+  total=$(awk '/requests in/ {print $1}' "$work/wrk.out")
+  echo "$rps $p99 $(per_request "$total")"
 }
 
 # pgbench: TPS and p99 (in ms) from its per-transaction log.
 pgbench_run() { # SCRIPT
   rm -f "$work"/pgb_log*
-  (cd "$work" && PGOPTIONS="-c role=whet_app -c whet.tenant_id=$tenant" pgbench -n -M prepared -c "$clients" -j "$client_threads" \
-     -T "$seconds" -l --log-prefix=pgb_log -D tenant="$tenant" -D job="$job" -f "$1" "$db_url" >"$work/pgbench.out" 2>&1) ||
-    { cat "$work/pgbench.out" >&2; exit 1; }
-  local tps p99
+  (cd "$work" && export PGOPTIONS="-c role=whet_app -c whet.tenant_id=$tenant" && measure pgbench -n -M prepared -c "$clients" \
+     -j "$client_threads" -T "$seconds" -l --log-prefix=pgb_log -D tenant="$tenant" -D job="$job" -f "$1" "$db_url" \
+     >"$work/pgbench.out" 2>&1) || { cat "$work/pgbench.out" >&2; exit 1; }
+  local tps p99 total
   tps=$(awk '/^tps = / {print $3}' "$work/pgbench.out")
   p99=$(cat "$work"/pgb_log* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print v[i]/1000}')
-  echo "$tps $p99"
+  total=$(awk '/number of transactions actually processed/ {print $NF}' "$work/pgbench.out")
+  echo "$tps $p99 $(per_request "$total")"
 }
 
 cat >"$work/select.sql" <<EOF
 SELECT $cols FROM jobs WHERE tenant_id = :tenant AND id = :job;
 EOF
-# The statements POST /v1/fine_tuning/jobs runs (gateway/jobs.c), with fresh ids per transaction.
+# The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, then jobs_insert, jobs_created_event and
+# jobs_notify in one transaction: gateway/jobs.c; keep in step), with fresh ids per transaction.
 cat >"$work/insert.sql" <<'EOF'
 \set n random(1, 1000000000)
-SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'), f.purpose, f.format, f.line_count
-  FROM (SELECT 1) one LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = 'file-bench';
+SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
+  (SELECT base_model FROM jobs WHERE tenant_id = :tenant AND fine_tuned_model = 'whet-tiny' AND status = 'succeeded'
+   ORDER BY seq DESC LIMIT 1),
+  (SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = :tenant
+   AND j.fine_tuned_model = 'whet-tiny' AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1),
+  (SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = :tenant
+   AND c.fine_tuned_model_checkpoint = 'whet-tiny' LIMIT 1),
+  (SELECT id FROM checkpoints WHERE tenant_id = :tenant AND fine_tuned_model_checkpoint = 'whet-tiny' LIMIT 1),
+  f.purpose, f.format, f.line_count, v.purpose, v.format
+  FROM (SELECT 1) one
+  LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = 'file-bench'
+  LEFT JOIN files v ON v.tenant_id = :tenant AND v.id = NULL::text;
 BEGIN;
 INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet, status, created_at, priority)
   SELECT 'ftjob-pgb' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench',
@@ -130,19 +175,36 @@ reset_jobs() {
   q "VACUUM ANALYZE jobs, job_events" >/dev/null
 }
 
-echo "gateway bench: $clients clients ($client_threads client threads), ${seconds}s each, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
-read -r g_rps g_p99 < <(wrk_run GET "/v1/fine_tuning/jobs/$job")
-read -r p_rps p_p99 < <(pgbench_run "$work/select.sql")
-reset_jobs
-read -r gp_rps gp_p99 < <(wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"file-bench"}')
-reset_jobs
-read -r pp_rps pp_p99 < <(pgbench_run "$work/insert.sql")
+echo "gateway bench: $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
+: >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"
+for round in $(seq "$rounds"); do
+  wrk_run GET "/v1/fine_tuning/jobs/$job" >>"$work/get.gw"
+  pgbench_run "$work/select.sql" >>"$work/get.pg"
+done
+for round in $(seq "$rounds"); do
+  reset_jobs
+  wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"file-bench"}' >>"$work/post.gw"
+  reset_jobs
+  pgbench_run "$work/insert.sql" >>"$work/post.pg"
+done
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+col() { awk -v c="$2" '{print $c}' "$1" | median; }
 
 report() { # NAME GW_RPS GW_P99 PG_RPS PG_P99
   awk -v n="$1" -v gr="$2" -v gp="$3" -v pr="$4" -v pp="$5" 'BEGIN {
     printf "%-28s gateway %9.0f req/s  p99 %7.2f ms | pgbench %9.0f tx/s  p99 %7.2f ms | throughput %.2fx  p99 %.2fx\n",
            n, gr, gp, pr, pp, gr / pr, gp / pp }'
 }
-report "GET /v1/fine_tuning/jobs/{id}" "$g_rps" "$g_p99" "$p_rps" "$p_p99"
-report "POST /v1/fine_tuning/jobs" "$gp_rps" "$gp_p99" "$pp_rps" "$pp_p99"
-echo "(throughput: gateway/pgbench, higher is better; p99: gateway/pgbench, lower is better; goal: >= 0.80x and <= 1.20x)"
+for f in get.gw get.pg post.gw post.pg; do
+  echo "  $f per round (req/s, p99 ms, CPU us/request: gateway, PostgreSQL, client): $(tr '\n' ';' <"$work/$f")"
+done
+report "GET /v1/fine_tuning/jobs/{id}" "$(col "$work/get.gw" 1)" "$(col "$work/get.gw" 2)" "$(col "$work/get.pg" 1)" "$(col "$work/get.pg" 2)"
+report "POST /v1/fine_tuning/jobs" "$(col "$work/post.gw" 1)" "$(col "$work/post.gw" 2)" "$(col "$work/post.pg" 1)" "$(col "$work/post.pg" 2)"
+cpu() { # NAME FILE-GW FILE-PG
+  printf "%-28s CPU per request: gateway %.0f us + PostgreSQL %.0f us + wrk %.0f us | PostgreSQL %.0f us + pgbench %.0f us\n" \
+    "$1" "$(col "$2" 3)" "$(col "$2" 4)" "$(col "$2" 5)" "$(col "$3" 4)" "$(col "$3" 5)"
+}
+cpu "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
+cpu "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
+echo "(medians over the rounds; throughput: gateway/pgbench, higher is better; p99: gateway/pgbench, lower is better;"
+echo " goal: >= 0.80x and <= 1.20x)"
