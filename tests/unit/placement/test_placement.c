@@ -145,6 +145,19 @@ TEST(gang_fewest_nodes) {
     pl_cluster_free(c);
 }
 
+TEST(gang_prefers_the_pool_needing_fewest_nodes) {
+    /* Pool of type 0: four 4-GPU nodes; pool of type 1: two 8-GPU nodes, same data center. A 16-GPU
+     * gang allowed on both goes to type 1 (2 nodes) rather than type 0 (4 nodes). */
+    struct pl_node nodes[6] = {node(0, 0, 4), node(0, 0, 4), node(0, 0, 4), node(0, 0, 4), node(0, 1, 8), node(0, 1, 8)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 6, &t, 1, "whet");
+    struct pl_job gang = job(1, 0, 16);
+    const struct pl_decision *d = place(c, &gang, 0);
+    CHECK(d && d->alloc.n_slots == 2);
+    if (d && d->alloc.n_slots == 2) CHECK(pl_cluster_node(c, d->alloc.slots[0].node)->gpu_type == 1);
+    pl_cluster_free(c);
+}
+
 TEST(gang_never_across_data_centers) {
     struct pl_node nodes[3] = {node(0, 0, 4), node(1, 0, 4), node(1, 0, 4)};
     struct pl_tenant t = tenant(1);
@@ -665,6 +678,7 @@ int main(void) {
     RUN(gang_all_or_nothing);
     RUN(gang_one_node_when_it_fits);
     RUN(gang_fewest_nodes);
+    RUN(gang_prefers_the_pool_needing_fewest_nodes);
     RUN(gang_never_across_data_centers);
     RUN(type_and_dc_constraints_spill_over);
     RUN(quota_without_borrowing);
