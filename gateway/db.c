@@ -116,7 +116,7 @@ void http_reply_db_error(struct gw_req *r, const struct db_result *res) {
 
 /* ---- Segments ---------------------------------------------------------------------------------- */
 
-enum seg_kind { SEG_SETUP, SEG_TENANT, SEG_QUERY };
+enum seg_kind { SEG_SETUP, SEG_PREPARE, SEG_TENANT, SEG_QUERY };
 
 /* One submission (db_query/db_transaction): owns copies of the statements' parameters. */
 struct db_item {
@@ -140,7 +140,8 @@ struct db_segment {
     int got;          /* statements whose result has arrived */
     int want_null;    /* the NULL after a statement's result is next */
     struct db_item *item; /* SEG_QUERY */
-    int failed;       /* SEG_SETUP/SEG_TENANT: a statement did not succeed */
+    int failed;       /* SEG_SETUP/SEG_PREPARE/SEG_TENANT: a statement did not succeed */
+    int statement;    /* SEG_PREPARE: index in the registry */
 };
 
 static void item_finish(struct db_item *item, int unavailable);
@@ -159,6 +160,7 @@ struct db_conn {
     int queries_in_flight;
     char tenant[HTTP_TENANT_ID_MAX + 1];
     int tenant_known;
+    int setup_left;  /* SETUP and PREPARE segments still to complete before the connection is ready */
     int backoff_ms;
     h2o_timeout_entry_t timer; /* connect timeout, or reconnect backoff */
     int timer_is_reconnect;
@@ -328,28 +330,32 @@ static void conn_fail(struct db_conn *c, const char *why) {
     conn_schedule_reconnect(c);
 }
 
-/* Sends the SETUP segment once libpq reports the connection open. */
+/* Sends the session settings (SETUP: a failure drops the connection), then each prepared statement in
+ * its own segment (PREPARE: a statement that does not prepare is logged and its queries fail, but it
+ * does not take the other routes down with it). */
 static int conn_send_setup(struct db_conn *c) {
     if (PQsetnonblocking(c->pg, 1) || !PQenterPipelineMode(c->pg)) return -1;
     struct db_segment *s = xcalloc(1, sizeof(*s));
     s->kind = SEG_SETUP;
+    seg_push(c, s); /* from here on conn_fail frees it */
+    c->setup_left = 1 + nstatements;
     if (!c->pool->admin) {
-        if (!PQsendQueryParams(c->pg, "SET ROLE whet_app", 0, NULL, NULL, NULL, NULL, 0)) goto fail;
+        if (!PQsendQueryParams(c->pg, "SET ROLE whet_app", 0, NULL, NULL, NULL, NULL, 0)) return -1;
         s->nstmts++;
     }
     if (!PQsendQueryParams(c->pg, "SET statement_timeout = '" DB_STATEMENT_TIMEOUT "'", 0, NULL, NULL, NULL, NULL, 0))
-        goto fail;
+        return -1;
     s->nstmts++;
+    if (!PQpipelineSync(c->pg)) return -1;
     for (int i = 0; i < nstatements; i++) {
-        if (!PQsendPrepare(c->pg, statements[i].name, statements[i].sql, 0, NULL)) goto fail;
-        s->nstmts++;
+        if (!PQsendPrepare(c->pg, statements[i].name, statements[i].sql, 0, NULL) || !PQpipelineSync(c->pg)) return -1;
+        struct db_segment *p = xcalloc(1, sizeof(*p));
+        p->kind = SEG_PREPARE;
+        p->nstmts = 1;
+        p->statement = i;
+        seg_push(c, p);
     }
-    if (!PQpipelineSync(c->pg)) goto fail;
-    seg_push(c, s);
     return conn_flush(c);
-fail:
-    free(s);
-    return -1;
 }
 
 static void conn_on_connect_event(h2o_socket_t *sock, const char *err) {
@@ -427,11 +433,11 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
         }
         PQclear(res);
         seg_pop(c);
-        if (s->kind == SEG_SETUP) {
-            int failed = s->failed;
+        if (s->kind == SEG_SETUP || s->kind == SEG_PREPARE) {
+            int fatal = s->kind == SEG_SETUP && s->failed;
             free(s);
-            if (failed) return -1;
-            conn_became_ready(c);
+            if (fatal) return -1;
+            if (--c->setup_left == 0) conn_became_ready(c);
         } else if (s->kind == SEG_TENANT) {
             int failed = s->failed;
             free(s);
@@ -456,8 +462,15 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
             char detail[200];
             first_line(PQresultErrorMessage(res), detail, sizeof(detail));
             s->failed = 1;
-            log_error("msg=\"database session setup failed\" pool=%s error=\"%s\"", c->pool->admin ? "admin" : "tenant",
-                      detail);
+            if (s->kind == SEG_PREPARE) {
+                /* once per process is enough: every connection prepares the same text */
+                if (c->pool->thread->index == 0 && c == &c->pool->conns[0] && !c->pool->admin)
+                    log_error("msg=\"statement does not prepare; its queries will fail\" statement=%s error=\"%s\"",
+                              statements[s->statement].name, detail);
+            } else {
+                log_error("msg=\"database session setup failed\" pool=%s error=\"%s\"",
+                          c->pool->admin ? "admin" : "tenant", detail);
+            }
         }
         PQclear(res);
     }
