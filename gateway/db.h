@@ -14,7 +14,9 @@
  *
  * Prepared statements are declared once, before the gateway starts, with db_prepare() (usually from a
  * resource's `<resource>_routes()` function, which runs before any connection opens); every
- * connection prepares all of them when it connects (and again after a reconnect).
+ * connection prepares all of them when it connects (and again after a reconnect). A statement that
+ * does not prepare (a typo in its SQL) is logged once at startup ("statement does not prepare") and
+ * only its own queries fail.
  *
  *     db_prepare("jobs_get", "SELECT id, status, ... FROM jobs WHERE tenant_id = $1 AND id = $2");
  *     ...
