@@ -171,7 +171,9 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
 
     res = whet_pg_query(conn,
                         "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.whet::text, j.priority,"
-                        " j.created_at, j.seq FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
+                        " j.created_at, j.seq, j.preempt_requested, a.started_at,"
+                        " coalesce((SELECT max(c.created_at) FROM checkpoints c WHERE c.job_id = j.id), a.started_at)"
+                        " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
                         " WHERE a.ended_at IS NULL ORDER BY j.seq",
                         0, NULL, err);
     if (!res) return -1;
@@ -190,6 +192,12 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         j->allowed_types = j->allowed_dcs = 0;
         j->alloc.n_slots = 1;
         j->alloc.slots[0] = (struct pl_slot){.node = node, .gpu_mask = mask, .gpu_count = (uint16_t)j->gpus};
+        /* A victim already told to stop keeps its resources until it has; the library then waits for it
+         * instead of choosing new victims. Victims are chosen by the work they lose since their last
+         * checkpoint. */
+        j->state = PQgetvalue(res, i, 9)[0] == 't' ? PL_JOB_STOPPING : PL_JOB_RUNNING;
+        j->start_time = atof(PQgetvalue(res, i, 10));
+        j->last_checkpoint_time = atof(PQgetvalue(res, i, 11));
         s->running_ids[s->n_running] = xstrdup(PQgetvalue(res, i, 0));
         s->running_attempts[s->n_running] = atoi(PQgetvalue(res, i, 1));
         s->n_running++;
