@@ -249,7 +249,7 @@ static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float 
 }
 
 static void cpu_axpy(float *y, const float *x, float alpha, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
@@ -468,13 +468,13 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
 
 static double cpu_sumsq(const float *x, size_t n) {
     double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
 }
 
 static void cpu_scale(float *x, float s, size_t n) {
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 

@@ -121,7 +121,7 @@ struct model {
     int rope_cap;
 
     /* The last forward. */
-    int N, B, T, M, has_targets, backward_ready;
+    int N, M, has_targets, backward_ready; /* tokens, weighted target rows */
     int longest; /* the longest segment */
     struct attn_segment *segs;
     int n_segs;
@@ -724,7 +724,7 @@ static int prepare_batch(struct model *m, const struct model_batch *b, struct wh
     m->be->upload(m->ids, b->ids, sizeof(int) * (size_t)N);
     m->be->upload(m->pos, pos, sizeof(int) * (size_t)N);
     free(pos);
-    m->N = N, m->B = b->B, m->T = b->T;
+    m->N = N;
     return 0;
 }
 

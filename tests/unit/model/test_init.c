@@ -53,6 +53,10 @@ TEST(init_deterministic_and_trainable) {
     if (!rc) {
         const struct model_config *cfg = model_get_config(m);
         CHECK(cfg->arch == ARCH_QWEN3 && cfg->vocab_size == 400 && cfg->eos_token_id == 399 && cfg->tie_word_embeddings);
+        CHECK((long long)model_num_params(m) == model_config_num_params(cfg));
+        /* LoRA r=4 on 7 modules of 2 layers: r*(in+out) each, q 64->64, k/v 64->32, o 64->64,
+         * gate/up 64->128, down 128->64. */
+        CHECK(model_num_trainable(m) == 2 * 4 * ((64 + 64) + 2 * (64 + 32) + (64 + 64) + 3 * (64 + 128)));
         int ids[16], targets[16];
         for (int i = 0; i < 16; i++) ids[i] = (i * 37) % 256, targets[i] = (i * 37 + 37) % 256;
         struct model_batch batch = {.B = 1, .T = 16, .ids = ids, .targets = targets};
