@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -508,7 +509,12 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
     char why[256] = "";
     if (spec->mem_bytes || spec->max_procs > 0) {
         st->cgroup = sandbox_cgroup_create(spec, why, sizeof why);
-        if (why[0]) add_note(st, why);
+        if (why[0]) {
+            add_note(st, why);
+            /* Every result carries the note; the log says it once per process. */
+            static atomic_int logged;
+            if (!atomic_exchange(&logged, 1)) log_warn("sandbox: %s", why);
+        }
     }
     sandbox_rlimits_plan(&plan, spec, sandbox_cgroup_has_memory(st->cgroup));
     if (spec->max_procs > 0 && !plan.nproc_binds && !sandbox_cgroup_has_pids(st->cgroup))
@@ -921,6 +927,8 @@ int sandbox_run_many(struct sandbox_job *jobs, size_t n, struct whet_err *err) {
     free(slots);
     return rc;
 }
+
+int sandbox_run(struct sandbox_job *job, struct whet_err *err) { return sandbox_run_many(job, 1, err); }
 
 void sandbox_job_release(struct sandbox_job *job) {
     free(job->out);

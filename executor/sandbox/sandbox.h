@@ -154,6 +154,8 @@ struct sandbox_job {
  * one poll loop. Returns 0 when every job was run (each has a result, which may be SETUP), -1 on a
  * failure of the runner itself. */
 int sandbox_run_many(struct sandbox_job *jobs, size_t n, struct whet_err *err);
+/* One job: sandbox_run_many of one. */
+int sandbox_run(struct sandbox_job *job, struct whet_err *err);
 void sandbox_job_release(struct sandbox_job *job);
 
 /* Describes the host: which namespaces work and whether cgroup v2 controllers are delegated (one

@@ -5,7 +5,8 @@
  * Modes: hello (identity and a stdin echo), metrics N (metric lines, one per flush), omp (OpenMP
  * threads), socket, newns (clone a user namespace), write PATH... (try to create each), read PATH,
  * forkbomb, alloc, spin, sleeptree MARKER (a daemon child, then sleep), ptrace, mount, fsize PATH,
- * term (wait for SIGTERM, then say so and exit 0, as whet train checkpoints and stops), limits.
+ * term (wait for SIGTERM, then say so and exit 0, as whet train checkpoints and stops), limits,
+ * files (open /dev/null until refused).
  * Each mode prints what happened, so the tests judge the sandbox rather than trust this program. */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +27,18 @@ static int hello(void) {
     char host[64] = "";
     gethostname(host, sizeof host);
     printf("uid=%d gid=%d pid=%d host=%s\n", (int)getuid(), (int)getgid(), (int)getpid(), host);
+    /* network interfaces: a fresh network namespace has only lo, and it is down */
+    FILE *net = fopen("/proc/net/dev", "r");
     char line[256];
+    printf("interfaces:");
+    for (int n = 0; net && fgets(line, sizeof line, net); n++) {
+        char *colon = strchr(line, ':');
+        if (n < 2 || !colon) continue; /* two header lines */
+        *colon = 0;
+        printf(" %s", line + strspn(line, " "));
+    }
+    if (net) fclose(net);
+    printf("\n");
     while (fgets(line, sizeof line, stdin)) printf("echo: %s", line);
     return 0;
 }
@@ -122,6 +134,12 @@ int main(int argc, char **argv) {
         printf("started\n");
         fflush(stdout);
         for (;;) pause();
+    }
+    if (!strcmp(mode, "files")) {
+        int n = 0;
+        while (open("/dev/null", O_RDONLY) >= 0) n++;
+        printf("opened %d more files, then %s\n", n, strerrorname_np(errno));
+        return 0;
     }
     if (!strcmp(mode, "limits")) {
         struct rlimit as, nproc;

@@ -78,6 +78,24 @@ TEST(well_behaved_program_runs_and_its_output_comes_back) {
     /* uid 1000 inside, PID 2 (init is 1), its own hostname; stdin reached it. */
     CHECK_CONTAINS(job.out, "uid=1000 gid=1000 pid=2 host=whet-sandbox");
     CHECK_CONTAINS(job.out, "echo: line two");
+    /* a new network namespace: lo only, left down, and the command has no capability to raise it */
+    CHECK_CONTAINS(job.out, "interfaces: lo\n");
+    sandbox_job_release(&job);
+}
+
+TEST(open_files_limit) {
+    struct sandbox_spec spec;
+    spec_defaults(&spec);
+    spec.open_files = 32;
+    struct sandbox_job job;
+    memset(&job, 0, sizeof job);
+    const char *argv[] = {helper, "files", NULL};
+    job.spec = spec;
+    job.spec.argv = argv;
+    struct whet_err err;
+    CHECK(sandbox_run(&job, &err) == 0);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, "opened 29 more files, then EMFILE"); /* 32 minus stdin, stdout, stderr */
     sandbox_job_release(&job);
 }
 
@@ -581,6 +599,7 @@ int main(int argc, char **argv) {
 
     RUN(well_behaved_program_runs_and_its_output_comes_back);
     RUN(openmp_threads_run_under_the_filter);
+    RUN(open_files_limit);
     RUN(stdin_absent_stdout_given_does_not_cross_streams);
     RUN(metric_lines_stream_to_a_caller_pipe);
     RUN(socket_is_refused_not_killed);
