@@ -3,6 +3,7 @@
  * The id-for-id comparison with transformers.js over a whole corpus is compare_transformers.js; here
  * are the pieces: the byte-level alphabet, UTF-8 repair, NFC, merge order, added tokens, decode round
  * trips, the tiny generator, and the error messages for bad tokenizer files. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -379,6 +380,56 @@ TEST(decode_round_trips_and_repairs) {
     tokenizer_free(qwen);
 }
 
+/* One tokenizer, an encoder per thread: every thread gets the single-threaded ids. */
+struct thread_job {
+    const struct tokenizer *tok;
+    const char *text;
+    size_t len;
+    int32_t *ids;
+    size_t n;
+};
+
+static void *encode_in_thread(void *arg) {
+    struct thread_job *job = arg;
+    struct tokenizer_encoder *enc = tokenizer_encoder_new(job->tok);
+    struct whet_err err;
+    size_t cap = 0;
+    for (int round = 0; round < 20; round++) {
+        job->n = 0;
+        if (tokenizer_encoder_encode(enc, job->text, job->len, &job->ids, &job->n, &cap, &err) < 0) job->n = 0;
+    }
+    tokenizer_encoder_free(enc);
+    return NULL;
+}
+
+TEST(encoders_in_threads_share_one_tokenizer) {
+    struct whet_err err;
+    char *json = NULL;
+    CHECK(tokenizer_tiny_json(TOKENIZER_TINY_VOCAB, &json, &err) == 0);
+    struct tokenizer *t = json ? load_string(json, &err) : NULL;
+    CHECK(t != NULL);
+    if (!t) return;
+    const char *text = "<|im_start|>user\nThe scheduler preempts a job, and the checkpoint saves the work.<|im_end|>\n"
+                       "def f(x):\n    return x * 2  # caf\xC3\xA9 \xE4\xB8\xAD\xE6\x96\x87\n";
+    int32_t *want;
+    size_t n_want;
+    CHECK(tokenizer_encode(t, text, strlen(text), &want, &n_want, &err) == 0);
+    struct thread_job jobs[4];
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct thread_job){t, text, strlen(text), NULL, 0};
+        pthread_create(&threads[i], NULL, encode_in_thread, &jobs[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(jobs[i].n == n_want && !memcmp(jobs[i].ids, want, n_want * sizeof *want));
+        free(jobs[i].ids);
+    }
+    free(want);
+    tokenizer_free(t);
+    free(json);
+}
+
 /* Each bad file: an error naming the file and the field, never a crash. */
 static void check_bad(const char *content, const char *want) {
     char *path = xasprintf("%s/bad.json", tmpdir);
@@ -455,6 +506,7 @@ int main(void) {
     RUN(tiny_vocab_out_of_range_is_refused);
     RUN(heap_and_linear_bpe_agree);
     RUN(decode_round_trips_and_repairs);
+    RUN(encoders_in_threads_share_one_tokenizer);
     RUN(bad_tokenizer_files_give_clear_errors);
     char *cmd = xasprintf("rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
