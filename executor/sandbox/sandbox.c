@@ -49,16 +49,6 @@ size_t sbx_strlcat(char *dst, const char *src, size_t size) {
     return used + sbx_strlcpy(dst + used, src, size - used);
 }
 
-void sbx_utoa(char *dst, size_t size, unsigned long v) {
-    char tmp[24];
-    size_t n = 0;
-    do tmp[n++] = (char)('0' + v % 10);
-    while ((v /= 10) && n < sizeof tmp);
-    size_t i = 0;
-    for (; i < n && i + 1 < size; i++) dst[i] = tmp[n - 1 - i];
-    if (size) dst[i] = 0;
-}
-
 /* ---------- records from init and worker ---------- */
 
 enum record_kind { RECORD_SETUP_ERROR = 1, RECORD_NOTE, RECORD_RESULT };

@@ -95,6 +95,5 @@ void sandbox_cgroup_destroy(struct sandbox_cgroup *cg);
 /* Small async-signal-safe string helpers. */
 size_t sbx_strlcpy(char *dst, const char *src, size_t size);
 size_t sbx_strlcat(char *dst, const char *src, size_t size);
-void sbx_utoa(char *dst, size_t size, unsigned long v);
 
 #endif

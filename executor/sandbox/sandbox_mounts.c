@@ -110,7 +110,9 @@ int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *sp
     plan_push(plan, MOUNT_DIR, NULL, "/proc", NULL);
     plan_push(plan, MOUNT_PROC, NULL, "/proc", NULL);
     char tmp_opts[64];
-    snprintf(tmp_opts, sizeof tmp_opts, "size=%llu,mode=1777", (unsigned long long)spec->tmp_bytes);
+    /* tmpfs reads size=0 as "no limit": a zeroed spec still gets the default */
+    unsigned long long tmp_bytes = spec->tmp_bytes ? spec->tmp_bytes : 64ull << 20;
+    snprintf(tmp_opts, sizeof tmp_opts, "size=%llu,mode=1777", tmp_bytes);
     plan_push(plan, MOUNT_DIR, NULL, "/tmp", NULL);
     plan_push(plan, MOUNT_TMPFS, NULL, "/tmp", tmp_opts);
     plan_push(plan, MOUNT_DIR, NULL, "/dev", NULL);
