@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "dpo.h"
+#include "dpo_data.h"
 #include "model.h"
 #include "sft_data.h"
 #include "tokenizer.h"
@@ -52,6 +54,11 @@ struct run {
     struct chat_template tpl;
     struct sft_dataset train, valid;
     int has_valid;
+    /* method dpo: preference pairs instead (packed as SFT packs examples), and the reference of a
+     * full fine-tune (a frozen copy of the base; with LoRA the policy with its adapter off is it). */
+    struct dpo_dataset dpo_train, dpo_valid;
+    struct dpo_batch dpo_batch;
+    struct model *ref_model;
     struct model *model;
     struct sft_epoch epoch; /* packing of cursor.epoch */
     struct sft_batch batch;
@@ -81,6 +88,12 @@ static void event_line(const struct run *r, const char *json_object_text) {
     if (!r->io->events) return;
     fprintf(r->io->events, "%s\n", json_object_text);
     fflush(r->io->events);
+}
+
+/* What the epochs pack: SFT examples, or DPO pairs (each one unit holding both sequences). */
+static const struct sft_dataset *packed_set(const struct run *r, int valid) {
+    if (r->cfg->method == TRAINER_DPO) return valid ? &r->dpo_valid.pairs : &r->dpo_train.pairs;
+    return valid ? &r->valid : &r->train;
 }
 
 /* ---------------------------------------------------------------- files and directories */
@@ -251,8 +264,38 @@ static int trim_metrics(const char *path, int keep_through_step, struct whet_err
 
 /* ---------------------------------------------------------------- set-up */
 
+/* DPO: pairs, with the same "data" event fields (examples are pairs; trained tokens are scored ones). */
+static int load_dpo_data(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    dpo_dataset_init(&r->dpo_train, cfg->hp.max_seq_len);
+    dpo_dataset_init(&r->dpo_valid, cfg->hp.max_seq_len);
+    if (dpo_dataset_load(&r->dpo_train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
+    r->has_valid = cfg->validation_file != NULL;
+    if (r->has_valid && dpo_dataset_load(&r->dpo_valid, cfg->validation_file, &r->tpl, r->tok, err)) return -1;
+    const struct dpo_dataset *sets[2] = {&r->dpo_train, &r->dpo_valid};
+    const char *names[2] = {cfg->training_file, cfg->validation_file};
+    for (int i = 0; i < 1 + r->has_valid; i++) {
+        const struct dpo_dataset *d = sets[i];
+        progress(r, "%s: %d preference pairs, %lld tokens (%lld scored); %d pairs cut to fit max_seq_len %d (%lld "
+                    "tokens cut); %d skipped with a side left unscored",
+                 names[i], dpo_num_pairs(d), d->pairs.n_tokens, d->pairs.n_trained_tokens, d->n_truncated,
+                 cfg->hp.max_seq_len, d->n_truncated_tokens, d->n_unscored);
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
+                               "examples", dpo_num_pairs(d), "tokens", (json_int_t)d->pairs.n_tokens,
+                               "trained_tokens", (json_int_t)d->pairs.n_trained_tokens, "truncated_examples",
+                               d->n_truncated, "truncated_tokens", (json_int_t)d->n_truncated_tokens,
+                               "untrained_examples", d->n_unscored);
+        char *text = json_dumps(ev, JSON_COMPACT);
+        event_line(r, text);
+        free(text);
+        json_decref(ev);
+    }
+    return 0;
+}
+
 static int load_data(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
+    if (cfg->method == TRAINER_DPO) return load_dpo_data(r, err);
     sft_dataset_init(&r->train, cfg->hp.max_seq_len);
     if (sft_dataset_load(&r->train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
     if (cfg->validation_file) {
@@ -290,7 +333,7 @@ static int plan_steps(struct run *r, struct whet_err *err) {
     long long total = 0;
     for (int e = 0; e < hp->n_epochs; e++) {
         struct sft_epoch ep;
-        sft_epoch_pack(&ep, &r->train, r->cfg->seed, e, 1);
+        sft_epoch_pack(&ep, packed_set(r, 0), r->cfg->seed, e, 1);
         total += sft_steps_in_epoch(ep.n_rows, hp->batch_size, hp->gradient_accumulation_steps);
         sft_epoch_free(&ep);
     }
@@ -324,6 +367,12 @@ static int load_model(struct run *r, struct whet_err *err) {
         if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
     }
     if (model_load(&r->model, dir, &o, err)) return -1;
+    if (cfg->method == TRAINER_DPO && !cfg->lora.enabled) {
+        /* Full fine-tuning moves the base weights, so DPO's reference is a frozen copy of them. */
+        struct model_opts ro = model_opts_default();
+        ro.lora_r = 0;
+        if (model_load(&r->ref_model, cfg->model, &ro, err)) return whet_err_prefix(err, "dpo reference model");
+    }
     if (cfg->resume_from) {
         char *opt = xasprintf("%s/optimizer.safetensors", cfg->resume_from);
         int rc = model_load_optimizer(r->model, opt, err);
@@ -368,30 +417,31 @@ static void ensure_epoch(struct run *r) {
         r->cursor.row = 0;
     }
     sft_epoch_free(&r->epoch);
-    sft_epoch_pack(&r->epoch, &r->train, r->cfg->seed, r->cursor.epoch, 1);
+    sft_epoch_pack(&r->epoch, packed_set(r, 0), r->cfg->seed, r->cursor.epoch, 1);
     if (r->cursor.row >= r->epoch.n_rows) { /* resumed exactly at an epoch's end */
         r->cursor.epoch++;
         r->cursor.row = 0;
         sft_epoch_free(&r->epoch);
-        sft_epoch_pack(&r->epoch, &r->train, r->cfg->seed, r->cursor.epoch, 1);
+        sft_epoch_pack(&r->epoch, packed_set(r, 0), r->cfg->seed, r->cursor.epoch, 1);
     }
 }
 
-static int train_step(struct run *r, struct whet_err *err) {
-    const struct trainer_hparams *hp = &r->cfg->hp;
-    double t0 = whet_now_mono();
-    ensure_epoch(r);
-    int first = r->cursor.row;
-    int rows = hp->batch_size * hp->gradient_accumulation_steps;
-    if (first + rows > r->epoch.n_rows) rows = r->epoch.n_rows - first;
+/* What a step's micro-batches measured, and the method's own fields for the metrics line. */
+struct step_figures {
+    double loss;
+    long long tokens;
+    char metrics[256];  /* ",\"name\":value…" appended to the metrics line */
+    char progress[160]; /* the same for the progress line */
+};
 
+static int sft_micro_batches(struct run *r, int first, int rows, struct step_figures *f, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
     /* The loss of the step is the mean over all its trained tokens, so every micro-batch's gradient
      * is scaled by one over the step's total, which the packing already knows. */
     int total_targets = sft_rows_targets(&r->train, &r->epoch, first, rows);
     float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
-    model_zero_grad(r->model);
     double loss_sum = 0, weight_sum = 0;
-    long long correct = 0, targets = 0, tokens = 0;
+    long long correct = 0, targets = 0;
     for (int row = first; row < first + rows; row += hp->batch_size) {
         sft_batch_fill(&r->batch, &r->train, &r->epoch, row, hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row);
         struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
@@ -403,36 +453,104 @@ static int train_step(struct run *r, struct whet_err *err) {
         weight_sum += st.weight_sum;
         correct += st.n_correct;
         targets += st.n_targets;
-        tokens += r->batch.n_tokens;
+        f->tokens += r->batch.n_tokens;
     }
+    f->loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+    double accuracy = targets ? (double)correct / (double)targets : 0;
+    snprintf(f->metrics, sizeof f->metrics, ",\"train_mean_token_accuracy\":%.6f", accuracy);
+    snprintf(f->progress, sizeof f->progress, " acc %.3f", accuracy);
+    return 0;
+}
+
+/* DPO: per micro-batch the reference log-probs (no gradient), then the policy's, loss and backward;
+ * the step's loss is the mean over its pairs. */
+static int dpo_micro_batches(struct run *r, int first, int rows, struct step_figures *f, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    int total_pairs = dpo_rows_pairs(&r->epoch, first, rows);
+    double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
+    struct dpo_stats st = {0};
+    for (int row = first; row < first + rows; row += hp->batch_size) {
+        int n = hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row;
+        dpo_batch_fill(&r->dpo_batch, &r->dpo_train, &r->epoch, row, n);
+        double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
+        int rc = dpo_reference_logps(ref, r->model, r->ref_model, &r->dpo_batch, err);
+        if (!rc) rc = dpo_forward_backward(r->model, &r->dpo_batch, ref, hp->beta, loss_scale, &st, err);
+        free(ref);
+        if (rc) return -1;
+        f->tokens += r->dpo_batch.n_tokens;
+    }
+    double P = st.n_pairs > 0 ? st.n_pairs : 1;
+    f->loss = st.loss_sum / P;
+    snprintf(f->metrics, sizeof f->metrics,
+             ",\"reward_margin\":%.9g,\"preference_accuracy\":%.6f,\"chosen_logps\":%.9g,\"rejected_logps\":%.9g",
+             st.margin_sum / P, st.n_correct / P, st.chosen_logps / P, st.rejected_logps / P);
+    snprintf(f->progress, sizeof f->progress, " margin %.4f pref_acc %.3f", st.margin_sum / P, st.n_correct / P);
+    return 0;
+}
+
+/* DPO validation: the loss, preference accuracy and margin over the validation pairs. */
+static int dpo_validation(struct run *r, double *loss, char *metrics, size_t metrics_len, struct whet_err *err) {
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &r->dpo_valid.pairs, 0, 0, 0);
+    struct dpo_stats st = {0};
+    int rc = 0;
+    for (int row = 0; row < ep.n_rows && !rc; row += r->cfg->hp.batch_size) {
+        dpo_batch_fill(&r->dpo_batch, &r->dpo_valid, &ep, row, r->cfg->hp.batch_size);
+        double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
+        rc = dpo_reference_logps(ref, r->model, r->ref_model, &r->dpo_batch, err);
+        if (!rc) rc = dpo_evaluate(r->model, &r->dpo_batch, ref, r->cfg->hp.beta, &st, err);
+        free(ref);
+    }
+    sft_epoch_free(&ep);
+    double P = st.n_pairs > 0 ? st.n_pairs : 1;
+    *loss = st.loss_sum / P;
+    snprintf(metrics, metrics_len, ",\"valid_preference_accuracy\":%.6f,\"valid_reward_margin\":%.9g",
+             st.n_correct / P, st.margin_sum / P);
+    return rc;
+}
+
+static int train_step(struct run *r, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    int dpo = r->cfg->method == TRAINER_DPO;
+    double t0 = whet_now_mono();
+    ensure_epoch(r);
+    int first = r->cursor.row;
+    int rows = hp->batch_size * hp->gradient_accumulation_steps;
+    if (first + rows > r->epoch.n_rows) rows = r->epoch.n_rows - first;
+
+    model_zero_grad(r->model);
+    struct step_figures fig = {0};
+    if ((dpo ? dpo_micro_batches : sft_micro_batches)(r, first, rows, &fig, err)) return -1;
     float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
     double lr = trainer_lr_at(hp, r->step, r->total_steps);
     model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
                      (float)hp->weight_decay);
     r->step++;
     r->cursor.row = first + rows;
-    r->tokens_seen += tokens;
-    double loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+    r->tokens_seen += fig.tokens;
+    double loss = fig.loss;
     if (!isfinite(loss) || !isfinite(norm))
         return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
                               "learning_rate or set max_grad_norm", r->step, loss, (double)norm);
 
     double seconds = whet_now_mono() - t0; /* the step alone: validation is not training throughput */
-    double tps = seconds > 0 ? (double)tokens / seconds : 0;
+    double tps = seconds > 0 ? (double)fig.tokens / seconds : 0;
     r->train_seconds += seconds;
     r->steps_timed++;
     double valid = NAN;
+    char valid_metrics[160] = "";
     int eval_now = r->has_valid && ((r->cfg->eval_every_steps && r->step % r->cfg->eval_every_steps == 0) ||
                                     r->step == r->total_steps);
-    if (eval_now && validation_loss(r, &valid, err)) return -1;
-    double accuracy = targets ? (double)correct / (double)targets : 0;
+    if (eval_now && (dpo ? dpo_validation(r, &valid, valid_metrics, sizeof valid_metrics, err)
+                         : validation_loss(r, &valid, err)))
+        return -1;
 
-    char line[512];
+    char line[1024];
     int n = snprintf(line, sizeof line,
                      "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                     "\"tokens_per_s\":%.1f,\"train_mean_token_accuracy\":%.6f",
-                     r->step, r->cursor.epoch, loss, lr, (double)norm, tokens, tps, accuracy);
-    if (eval_now) n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_loss\":%.9g", valid);
+                     "\"tokens_per_s\":%.1f%s",
+                     r->step, r->cursor.epoch, loss, lr, (double)norm, fig.tokens, tps, fig.metrics);
+    if (eval_now) n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_loss\":%.9g%s", valid, valid_metrics);
     snprintf(line + n, sizeof line - (size_t)n, "}");
     fprintf(r->metrics, "%s\n", line);
     fflush(r->metrics);
@@ -443,8 +561,9 @@ static int train_step(struct run *r, struct whet_err *err) {
     char valid_text[48] = "";
     if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_loss %.4f", valid);
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
-    progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f acc %.3f tokens %lld (%.0f tok/s) eta %.0fs",
-             r->step, r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, accuracy, tokens, tps, eta);
+    progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f%s tokens %lld (%.0f tok/s) eta %.0fs",
+             r->step, r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, fig.progress, fig.tokens,
+             tps, eta);
     return 0;
 }
 
@@ -494,10 +613,16 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
 out:
     if (r.metrics) fclose(r.metrics);
     if (r.model) model_free(r.model);
+    if (r.ref_model) model_free(r.ref_model);
+    dpo_batch_free(&r.dpo_batch);
+    if (cfg->method == TRAINER_DPO) {
+        dpo_dataset_free(&r.dpo_train);
+        dpo_dataset_free(&r.dpo_valid);
+    }
     sft_epoch_free(&r.epoch);
     sft_batch_free(&r.batch);
     sft_dataset_free(&r.train);
-    if (r.has_valid) sft_dataset_free(&r.valid);
+    if (r.has_valid && cfg->method != TRAINER_DPO) sft_dataset_free(&r.valid);
     chat_template_free(&r.tpl);
     if (r.tok) tokenizer_free(r.tok);
     free(r.checkpoints_dir);

@@ -1,13 +1,19 @@
-/* trainer.h - the SFT training loop behind `whet train` (what executors run in the sandbox).
+/* trainer.h - the SFT and DPO training loop behind `whet train` (what executors run in the sandbox).
  *
  * A run reads the trainer config (trainer_config.h), loads the base model (model.h) with LoRA or for
- * full fine-tuning, tokenizes the data with the model's chat template and packs it (sft_data.h), then
- * takes optimizer steps: gradient accumulation over micro-batches, clipping by global norm, AdamW
- * with a warmup + linear/cosine/constant schedule, until n_epochs or max_steps.
+ * full fine-tuning, tokenizes the data with the model's chat template and packs it (sft_data.h; DPO
+ * pairs as dpo_data.h packs them), then takes optimizer steps: gradient accumulation over
+ * micro-batches, clipping by global norm, AdamW with a warmup + linear/cosine/constant schedule,
+ * until n_epochs or max_steps. For `dpo` each micro-batch first scores its pairs under the reference
+ * (the base weights: the LoRA adapter switched off, or a frozen copy for full fine-tuning), then
+ * takes the DPO loss of dpo.h; the step's loss is the mean over its pairs.
  *
  * Output, under output_dir:
  *   metrics.jsonl            one object per step: step, epoch, loss, lr, grad_norm, tokens,
- *                            tokens_per_s, train_mean_token_accuracy, and valid_loss when measured
+ *                            tokens_per_s, and valid_loss when measured; SFT adds
+ *                            train_mean_token_accuracy, DPO reward_margin, preference_accuracy,
+ *                            chosen_logps, rejected_logps (means over the step's pairs) and with
+ *                            validation valid_preference_accuracy, valid_reward_margin
  *   checkpoints/step-N/      every checkpoint_every_steps steps and on SIGTERM: the adapter (PEFT
  *                            layout) or the full model (HF layout, F32), optimizer.safetensors (AdamW
  *                            moments) and trainer_state.json (step, data cursor, seed, RNG)

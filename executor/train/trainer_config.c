@@ -55,6 +55,7 @@ static const struct number_field hparam_fields[] = {
     {"adam_beta1", FIELD_DOUBLE, HP(adam_beta1), 0, 1, 0, 0},
     {"adam_beta2", FIELD_DOUBLE, HP(adam_beta2), 0, 1, 0, 0},
     {"adam_eps", FIELD_DOUBLE, HP(adam_eps), 0, 1, 1, 0},
+    {"beta", FIELD_DOUBLE, HP(beta), 0, 2, 1, 0}, /* the range the gateway accepts */
 };
 #undef HP
 
@@ -231,8 +232,8 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     else if (!strcmp(method, "dpo")) cfg->method = TRAINER_DPO;
     else if (!strcmp(method, "grpo")) cfg->method = TRAINER_GRPO;
     else return whet_errf(err, "method: must be one of \"sft\", \"dpo\", \"grpo\", got \"%s\"", method);
-    if (cfg->method != TRAINER_SFT)
-        return whet_errf(err, "method: \"%s\" is not implemented yet by this trainer (only \"sft\" trains)",
+    if (cfg->method == TRAINER_GRPO)
+        return whet_errf(err, "method: \"%s\" is not implemented yet by this trainer (\"sft\" and \"dpo\" train)",
                          method);
 
     if (string_field(root, "model", 1, &cfg->model, err) ||
@@ -249,6 +250,15 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     /* Full fine-tuning moves every weight, so it wants a smaller default step than LoRA. */
     cfg->hp.learning_rate = cfg->lora.enabled ? 1e-4 : 1e-5;
     if (parse_hparams(&cfg->hp, json_object_get(root, "hyperparameters"), err)) return -1;
+    /* beta may also sit at the top level (the older place); once, and only for dpo. */
+    json_t *hparams = json_object_get(root, "hyperparameters"), *beta = json_object_get(root, "beta");
+    int beta_in_hp = json_is_object(hparams) && json_object_get(hparams, "beta");
+    if (beta && beta_in_hp) return whet_errf(err, "beta: given twice (top level and hyperparameters.beta)");
+    const struct number_field *beta_field = hparam_fields;
+    while (strcmp(beta_field->name, "beta")) beta_field++;
+    if (beta && number_field_set(&cfg->hp, beta_field, beta, "", err)) return -1;
+    if ((beta || beta_in_hp) && cfg->method != TRAINER_DPO)
+        return whet_errf(err, "%sbeta: only method \"dpo\" takes a beta", beta ? "" : "hyperparameters.");
 
     int64_t v;
     v = (int64_t)cfg->seed;
@@ -279,6 +289,7 @@ static void set_defaults(struct trainer_config *cfg) {
         .adam_beta1 = 0.9,
         .adam_beta2 = 0.999,
         .adam_eps = 1e-8,
+        .beta = 0.1,
     };
     cfg->seed = 42;
 }

@@ -2,8 +2,9 @@
  *
  * One JSON object that the executor writes for each job (and a person may write by hand). Parsing is
  * strict: an unknown field, a value of the wrong type or one outside its range is an error that names
- * the field and the allowed range, so a typo never trains with a silent default. Only `sft` trains
- * today; `dpo` and `grpo` parse as methods and are refused with a clear message. */
+ * the field and the allowed range, so a typo never trains with a silent default. `sft` and `dpo`
+ * train today (`dpo` takes hyperparameters.beta, or `beta` at the top level); `grpo` parses as a
+ * method and is refused with a clear message. */
 #ifndef WHET_TRAINER_CONFIG_H
 #define WHET_TRAINER_CONFIG_H
 
@@ -37,6 +38,7 @@ struct trainer_hparams {
     int max_seq_len;                 /* tokens per packed row, 8..1048576 */
     int gradient_accumulation_steps; /* micro-batches per optimizer step, 1..4096 */
     double adam_beta1, adam_beta2, adam_eps;
+    double beta;                     /* dpo: strength of the pull towards the reference, (0, 2] */
 };
 
 struct trainer_config {
