@@ -115,6 +115,11 @@ int grader_run(const struct grader *g, const struct grader_run_opts *opts, const
 int grader_run_batch(const struct grader *g, const struct grader_run_opts *opts, json_t *const *samples,
                      json_t *const *items, size_t n, struct grader_result *results, struct whet_err *err);
 
+/* The result as OpenAI's graders/run answer: {"reward", "metadata": {"name", "type", "errors": {the
+ * flags, plus "messages": every error text}, "execution_time", "scores", "token_usage",
+ * "sampled_model_name"}, "sub_rewards", "model_grader_token_usage_per_model"}. The caller owns it. */
+json_t *grader_result_openai_json(const struct grader *g, const struct grader_result *res);
+
 /* OpenAI's sample for a plain model answer: {"output_text": text, "output_json": the text parsed
  * when it is a JSON value, else absent}. The caller owns the result. */
 json_t *grader_sample_from_text(const char *text);

@@ -392,6 +392,45 @@ TEST(multi_grader_combines_sub_rewards) {
     grader_free(g);
 }
 
+TEST(results_in_openai_graders_run_shape) {
+    struct grader *g = parse_ok("{\"type\":\"multi\",\"name\":\"combo\",\"calculate_output\":\"ok / 0 + ok\",\"graders\":{"
+                                "\"ok\":{\"type\":\"string_check\",\"name\":\"e\",\"input\":\"{{sample.output_text}}\","
+                                "\"reference\":\"{{item.x}}\",\"operation\":\"eq\"}}}");
+    CHECK(g != NULL);
+    if (!g) return;
+    struct grader_result res;
+    run_text(g, "yes", "{\"x\":\"yes\"}", &res);
+    json_t *j = grader_result_openai_json(g, &res);
+    json_t *meta = json_object_get(j, "metadata"), *errors = json_object_get(meta, "errors");
+    CHECK(json_real_value(json_object_get(j, "reward")) == 0);
+    CHECK_STR(json_string_value(json_object_get(meta, "name")), "combo");
+    CHECK_STR(json_string_value(json_object_get(meta, "type")), "multi");
+    CHECK(json_is_number(json_object_get(meta, "execution_time")));
+    CHECK(json_is_null(json_object_get(meta, "token_usage")) && json_is_null(json_object_get(meta, "sampled_model_name")));
+    CHECK(json_is_true(json_object_get(errors, "formula_parse_error")));
+    CHECK(json_is_false(json_object_get(errors, "python_grader_runtime_error")));
+    CHECK(json_is_null(json_object_get(errors, "python_grader_runtime_error_details")));
+    CHECK(json_object_size(errors) == 15); /* OpenAI's 14 fields and "messages" */
+    CHECK_CONTAINS(json_string_value(json_array_get(json_object_get(errors, "messages"), 0)), "division by zero");
+    CHECK(json_real_value(json_object_get(json_object_get(j, "sub_rewards"), "ok")) == 1.0);
+    CHECK(json_is_object(json_object_get(j, "model_grader_token_usage_per_model")));
+    json_decref(j);
+    grader_result_free(&res);
+    grader_free(g);
+    /* a python runtime error fills its details */
+    g = parse_ok("{\"type\":\"python\",\"name\":\"p\",\"source\":\"def grade(s, i):\\n    return 1 / 0\\n\"}");
+    CHECK(g != NULL);
+    if (!g) return;
+    run_text(g, "x", "{}", &res);
+    j = grader_result_openai_json(g, &res);
+    errors = json_object_get(json_object_get(j, "metadata"), "errors");
+    CHECK(json_is_true(json_object_get(errors, "python_grader_runtime_error")));
+    CHECK_CONTAINS(json_string_value(json_object_get(errors, "python_grader_runtime_error_details")), "ZeroDivisionError");
+    json_decref(j);
+    grader_result_free(&res);
+    grader_free(g);
+}
+
 /* ---------------------------------------------------------------- validation */
 
 TEST(validation_errors_name_the_field_path) {
@@ -574,6 +613,7 @@ int main(void) {
     RUN(a_template_error_scores_zero_with_the_error);
     RUN(formula_precedence_functions_and_errors);
     RUN(multi_grader_combines_sub_rewards);
+    RUN(results_in_openai_graders_run_shape);
     RUN(validation_errors_name_the_field_path);
     RUN(model_graders_answer_not_supported_unless_a_judge_is_plugged_in);
     RUN(python_graders_good_raising_non_number_and_socket);

@@ -1,0 +1,75 @@
+// graders_api.mjs - POST /v1/fine_tuning/alpha/graders/run against a real gateway and PostgreSQL:
+// OpenAI's response shape for each grader type, the sample's output_json, multi sub_rewards, a
+// python grader's exception in metadata.errors (reward 0, HTTP 200), the not-supported model grader,
+// and refusals (a bad field named by its path in `param`, a missing model_sample, an unknown key).
+// Also runs the request through the OpenAI SDK's client.fineTuning.alpha.graders.run.
+import OpenAI from 'openai';
+import { startStack, client, checker } from '../../integration/api/harness.mjs';
+
+const { check, summary, failed } = checker();
+const stack = await startStack({ tenants: ['alpha'] });
+try {
+  const a = client(stack, 'alpha');
+  const run = (body) => a('POST', '/v1/fine_tuning/alpha/graders/run', { json: body });
+  const exact = { type: 'string_check', name: 'exact', input: '{{sample.output_json.answer}}',
+                  reference: '{{item.answer}}', operation: 'eq' };
+
+  let r = await run({ grader: exact, model_sample: '{"answer": "42"}', item: { answer: '42' } });
+  check(r.status === 200 && r.json.reward === 1, 'string_check on output_json: reward 1', r.text);
+  const m = r.json?.metadata;
+  check(m?.name === 'exact' && m.type === 'string_check' && typeof m.execution_time === 'number' &&
+        m.token_usage === null && m.sampled_model_name === null, 'metadata fields', m);
+  const flags = ['formula_parse_error', 'sample_parse_error', 'truncated_observation_error', 'unresponsive_reward_error',
+                 'invalid_variable_error', 'other_error', 'python_grader_server_error', 'python_grader_runtime_error',
+                 'model_grader_server_error', 'model_grader_refusal_error', 'model_grader_parse_error'];
+  check(flags.every((f) => m?.errors?.[f] === false), 'every error flag false', m?.errors);
+  check(JSON.stringify(r.json?.sub_rewards) === '{}' && JSON.stringify(r.json?.model_grader_token_usage_per_model) === '{}',
+        'sub_rewards and token usage empty', r.json);
+
+  r = await run({ grader: exact, model_sample: 'not json', item: { answer: '42' } });
+  check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.sample_parse_error === true,
+        'a sample that is not JSON: sample_parse_error', r.text);
+
+  r = await run({ grader: { type: 'text_similarity', name: 'sim', input: '{{sample.output_text}}', reference: '{{item.ref}}',
+                            evaluation_metric: 'rouge_1', pass_threshold: 0.5 },
+                  model_sample: 'two plus two', item: { ref: 'two and two' } });
+  check(r.status === 200 && Math.abs(r.json.reward - 2 / 3) < 1e-9 && Math.abs(r.json.metadata.scores.rouge_1 - 2 / 3) < 1e-9,
+        'text_similarity rouge_1', r.text);
+
+  r = await run({ grader: { type: 'multi', name: 'combo', calculate_output: '0.5 * exact + 0.5 * py',
+                            graders: { exact, py: { type: 'python', name: 'py', source: 'def grade(s, i):\n    return len(s["output_text"]) / 100\n' } } },
+                  model_sample: '{"answer": "42"}', item: { answer: '42' } });
+  check(r.status === 200 && Math.abs(r.json.reward - 0.58) < 1e-9 && r.json.sub_rewards.exact === 1 &&
+        Math.abs(r.json.sub_rewards.py - 0.16) < 1e-9, 'multi with a python sub-grader', r.text);
+
+  r = await run({ grader: { type: 'python', name: 'boom', source: 'def grade(s, i):\n    raise ValueError("nope")\n' }, model_sample: 'x' });
+  check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.python_grader_runtime_error === true &&
+        /ValueError: nope/.test(r.json.metadata.errors.python_grader_runtime_error_details), 'python exception: reward 0 with details', r.text);
+
+  r = await run({ grader: { type: 'score_model', name: 'judge', model: 'whet-tiny', input: [{ role: 'user', content: 'rate {{sample.output_text}}' }] },
+                  model_sample: 'x' });
+  check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.model_grader_server_error === true &&
+        /not supported in this build/.test(r.json.metadata.errors.model_grader_server_error_details), 'score_model: not supported', r.text);
+
+  r = await run({ grader: { type: 'multi', name: 'm', calculate_output: 'a', graders: { accuracy: { ...exact, operation: 'equals' } } }, model_sample: 'x' });
+  check(r.status === 400 && r.json?.error?.param === 'grader.graders.accuracy.operation' &&
+        /expected one of eq, ne, like, ilike/.test(r.json.error.message), 'a bad field: 400 naming its path', r.text);
+  r = await run({ grader: { ...exact, evaluation_metric: 'cosine', type: 'text_similarity', operation: undefined }, model_sample: 'x' });
+  check(r.status === 400 && /cosine.*not supported/.test(r.json?.error?.message), 'cosine: not supported', r.text);
+  r = await run({ grader: exact });
+  check(r.status === 400 && r.json?.error?.param === 'model_sample', 'model_sample missing', r.text);
+  r = await run({ grader: exact, model_sample: 'x', extra: 1 });
+  check(r.status === 400 && r.json?.error?.param === 'extra', 'unknown argument', r.text);
+
+  // The OpenAI SDK's own call.
+  const sdk = new OpenAI({ apiKey: stack.keys.alpha, baseURL: `${stack.url}/v1` });
+  const out = await sdk.fineTuning.alpha.graders.run({ grader: exact, model_sample: '{"answer": "41"}', item: { answer: '42' } });
+  check(out.reward === 0 && out.metadata.type === 'string_check', 'the OpenAI SDK: graders.run', out);
+} catch (e) {
+  check(false, 'exception', String(e.stack || e));
+} finally {
+  const stopped = await stack.stop();
+  check(stopped === null, 'the gateway exits cleanly', stopped);
+  if (failed()) console.error(stack.logTail(60));
+}
+process.exit(summary());
