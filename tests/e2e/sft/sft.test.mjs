@@ -47,7 +47,8 @@ function dumpLogs() {
 
 const up = start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
                         '--executors', '0']);
-await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000);
+await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000)
+  .catch((e) => { dumpLogs(); throw e; });
 const executors = {
   'dc-a': start('executor-a', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:2:80',
                                '--work-dir', path.join(work, 'ex-a')]),

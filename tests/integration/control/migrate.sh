@@ -11,11 +11,12 @@ export WHET_DATABASE_URL="$base/$db"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 q() { psql -qtAX "$WHET_DATABASE_URL" -v ON_ERROR_STOP=1 -c "$1"; }
 
+migrations=$(ls "$WHET_SOURCE_DIR"/migrations/[0-9][0-9][0-9][0-9]_*.sql | wc -l)
 out=$("$WHET_BIN" migrate 2>/dev/null)
-[[ "$out" == *"1 migration applied"* ]] || fail "first run: $out"
+[[ "$out" == *"$migrations migration"*" applied"* ]] || fail "first run: $out (expected $migrations)"
 out=$("$WHET_BIN" migrate 2>/dev/null)
 [[ "$out" == *"0 migrations applied"* ]] || fail "second run not a no-op: $out"
-[ "$(q 'SELECT count(*) FROM whet_schema_migrations')" = 1 ] || fail "version recorded twice"
+[ "$(q 'SELECT count(*) FROM whet_schema_migrations')" = "$migrations" ] || fail "versions not recorded once each"
 
 q "INSERT INTO whet_schema_migrations VALUES (9999, 'from_the_future')"
 if err=$("$WHET_BIN" migrate 2>&1); then fail "newer database accepted"; fi
