@@ -279,9 +279,12 @@ static int cmd_up(int argc, char **argv) {
     setenv("WHET_DATA_DIR", abs_dir, 1);
     if (http) setenv("WHET_HTTP", http, 1);
     if (grpc) setenv("WHET_GRPC", grpc, 1);
+    /* The operator's environment decides whether the database is private: whet.env holds the URL of
+     * the private one from an earlier run, which this run starts again. */
+    int private_pg = !whet_env("WHET_DATABASE_URL", NULL);
     if (whet_env_load_data_dir(abs_dir, &err) < 0) goto fail;
 
-    if (!whet_env("WHET_DATABASE_URL", NULL)) {
+    if (private_pg) {
         if (local_pg_start(&pg, abs_dir, &err) < 0) goto fail;
         setenv("WHET_DATABASE_URL", pg.url, 1);
     }

@@ -48,15 +48,16 @@ static int run_as_pg_user(char *const argv[], const char *log_path) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        /* Drop to the postgres user first, so the log it creates is its own (pg_ctl appends to it). */
+        if (geteuid() == 0) {
+            struct passwd *pw = getpwnam("postgres");
+            if (!pw || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) _exit(126);
+        }
         int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
             close(fd);
-        }
-        if (geteuid() == 0) {
-            struct passwd *pw = getpwnam("postgres");
-            if (!pw || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0) _exit(126);
         }
         execv(argv[0], argv);
         _exit(127);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `whet up` as the quickstart runs it: no WHET_DATABASE_URL, so it creates and owns a private
+# PostgreSQL under the data dir (as the postgres user when root), applies migrations, registers
+# whet-tiny, writes whet.env (mode 0600), prints `whet: ready`, serves the API, and on SIGTERM stops
+# everything it started — then starts again on the same data dir with the same secrets.
+set -euo pipefail
+: "${WHET_BIN:?set by ctest}"
+unset WHET_DATABASE_URL WHET_OBJECT_STORE WHET_JWT_KEY WHET_DATA_DIR
+dir=$(mktemp -d /tmp/whet-up.XXXXXX)
+chmod 755 "$dir"
+up_pid=
+cleanup() {
+  [ -n "$up_pid" ] && kill -9 "$up_pid" 2>/dev/null || true
+  pkill -9 -f "postgres -D $dir/pg/data" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+http=127.0.0.1:$(port)
+grpc=127.0.0.1:$(port)
+fails=0 passes=0
+check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
+
+start() {
+  "$WHET_BIN" up --data-dir "$dir" --http "$http" --grpc "$grpc" --executors 0 >"$dir/up.out" 2>"$dir/up.err" &
+  up_pid=$!
+  for _ in $(seq 600); do grep -q "whet: ready" "$dir/up.out" 2>/dev/null && return 0; kill -0 $up_pid 2>/dev/null || break; sleep 0.1; done
+  tail -n 30 "$dir/up.err" "$dir/pg/log" >&2 2>/dev/null || true
+  return 1
+}
+
+check "whet up starts with a private PostgreSQL" start
+check "prints the address" 'grep -q "whet: ready http://$http" "$dir/up.out"'
+check "whet.env is private" '[ "$(stat -c %a "$dir/whet.env")" = 600 ]'
+check "whet.env names the database and a JWT secret" 'grep -q "^WHET_DATABASE_URL=postgresql://" "$dir/whet.env" && grep -q "^WHET_JWT_KEY=" "$dir/whet.env"'
+key=$(WHET_DATA_DIR=$dir "$WHET_BIN" tenant create quick 2>/dev/null | sed -n 's/^api key: //p')
+check "a tenant is created through whet.env" '[ -n "$key" ]'
+models=$(curl -s "http://$http/v1/models" -H "Authorization: Bearer $key")
+check "the API answers with the bundled whet-tiny" '[[ "$models" == *"\"whet-tiny\""* ]]'
+secret=$(grep '^WHET_JWT_KEY=' "$dir/whet.env")
+kill -TERM $up_pid
+check "SIGTERM stops whet up" 'for _ in $(seq 200); do kill -0 $up_pid 2>/dev/null || break; sleep 0.1; done; ! kill -0 $up_pid 2>/dev/null'
+check "and its PostgreSQL" 'for _ in $(seq 100); do pgrep -f "postgres -D $dir/pg/data" >/dev/null || break; sleep 0.1; done; ! pgrep -f "postgres -D $dir/pg/data" >/dev/null'
+up_pid=
+check "starts again on the same data dir" start
+check "with the same secret" '[ "$(grep "^WHET_JWT_KEY=" "$dir/whet.env")" = "$secret" ]'
+check "and the same tenants" '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://$http/v1/models" -H "Authorization: Bearer $key")" = 200 ]'
+kill -TERM $up_pid; wait $up_pid 2>/dev/null || true; up_pid=
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
