@@ -69,6 +69,21 @@ PAIRS = [
     ("completely different words", "nothing matches here"),
 ]
 
+LCG_WORDS = "the a cat dog sat on mat is was and of to in it that quick brown fox jumps over lazy".split()
+
+
+def lcg_text(seed, n):
+    """n words drawn by the LCG x = (1103515245 x + 12345) mod 2^31 (test_grader.c draws the same)."""
+    out = []
+    for _ in range(n):
+        seed = (1103515245 * seed + 12345) % 2**31
+        out.append(LCG_WORDS[(seed >> 16) % len(LCG_WORDS)])
+    return " ".join(out)
+
+
+# Long texts (200 words): the token LCS spans several 64-bit words.
+PAIRS.append((lcg_text(1, 200), lcg_text(2, 200)))
+
 if __name__ == "__main__":
     smooth = SmoothingFunction().method1
     for hyp, ref in PAIRS:
@@ -79,5 +94,8 @@ if __name__ == "__main__":
             sentence_gleu([r], h),
             meteor_score([r], h, stemmer=IdentityStemmer(), wordnet=NoWordNet()),
         ] + [rouge(hyp, ref, n) for n in (1, 2, 3, 4, 5, "l")]
+        if len(hyp) > 200:
+            print("    long pair (lcg_text(1, 200), lcg_text(2, 200)): {%s}" % ", ".join("%.12f" % v for v in values))
+            continue
         print("    {%s, %s, {%s}}," % (repr(hyp).replace("'", '"'), repr(ref).replace("'", '"'),
                                        ", ".join("%.12f" % v for v in values)))

@@ -39,6 +39,34 @@ TEST(metrics_match_nltk_levenshtein_and_rouge_score) {
     }
 }
 
+/* 200 words drawn by an LCG, as reference_values.py's lcg_text draws them. */
+static char *lcg_text(unsigned long long seed, int n) {
+    static const char *const words[] = {"the", "a", "cat", "dog", "sat", "on", "mat", "is", "was", "and",
+                                        "of", "to", "in", "it", "that", "quick", "brown", "fox", "jumps", "over",
+                                        "lazy"};
+    char *out = calloc((size_t)n * 8 + 1, 1);
+    for (int i = 0; i < n; i++) {
+        seed = (1103515245ull * seed + 12345ull) % (1ull << 31);
+        strcat(out, words[(seed >> 16) % WHET_ARRAY_LEN(words)]);
+        if (i + 1 < n) strcat(out, " ");
+    }
+    return out;
+}
+
+TEST(metrics_on_long_texts_match_the_references) {
+    const double v[10] = {0.529230769231, 0.037190797411, 0.287153652393, 0.427318916437, 0.825000000000,
+                          0.301507537688, 0.015151515152, 0.000000000000, 0.000000000000, 0.335000000000};
+    char *h = lcg_text(1, 200), *r = lcg_text(2, 200);
+    CHECK_NEAR(grader_fuzzy_match(h, r), v[0], 1e-9);
+    CHECK_NEAR(grader_bleu(h, r), v[1], 1e-9);
+    CHECK_NEAR(grader_gleu(h, r), v[2], 1e-9);
+    CHECK_NEAR(grader_meteor(h, r), v[3], 1e-9);
+    for (int n = 1; n <= 5; n++) CHECK_NEAR(grader_rouge_n(h, r, n), v[3 + n], 1e-9);
+    CHECK_NEAR(grader_rouge_l(h, r), v[9], 1e-9);
+    free(h);
+    free(r);
+}
+
 TEST(metrics_on_hand_worked_examples) {
     /* kitten/sitting: LCS "ittn" = 4 code points, ratio 2*4/(6+7) */
     CHECK_NEAR(grader_fuzzy_match("kitten", "sitting"), 8.0 / 13.0, 1e-12);
@@ -605,6 +633,7 @@ TEST(python_inside_multi_runs_once_per_batch) {
 
 int main(void) {
     RUN(metrics_match_nltk_levenshtein_and_rouge_score);
+    RUN(metrics_on_long_texts_match_the_references);
     RUN(metrics_on_hand_worked_examples);
     RUN(fuzzy_match_lcs_agrees_with_the_table_across_words);
     RUN(string_check_operations);
