@@ -123,6 +123,36 @@ TEST(fuzzy_match_lcs_agrees_with_the_table_across_words) {
     }
 }
 
+/* Appends code point cp (below U+10000) as UTF-8. */
+static char *put_utf8(char *p, unsigned cp) {
+    if (cp < 0x800) {
+        *p++ = (char)(0xc0 | cp >> 6);
+    } else {
+        *p++ = (char)(0xe0 | cp >> 12);
+        *p++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+    }
+    *p++ = (char)(0x80 | (cp & 0x3f));
+    return p;
+}
+
+TEST(fuzzy_match_on_many_distinct_characters_takes_the_table_path) {
+    /* 16,400 distinct CJK characters make the bit-parallel masks larger than their cap; b keeps every
+     * other one of a and swaps the rest for Hangul that a lacks: LCS 8,200, ratio 2*8200/32800. */
+    enum { N = 16400 };
+    char *a = malloc(N * 3 + 1), *b = malloc(N * 3 + 1), *pa = a, *pb = b;
+    for (unsigned i = 0; i < N; i++) {
+        pa = put_utf8(pa, 0x4e00 + i);
+        pb = put_utf8(pb, i % 2 ? 0xac00 + i : 0x4e00 + i);
+    }
+    *pa = *pb = 0;
+    CHECK_NEAR(grader_fuzzy_match(a, b), 0.5, 1e-12);
+    /* the same pairs, few enough for the bit-parallel path */
+    a[300] = b[300] = 0; /* 100 characters each, 50 shared */
+    CHECK_NEAR(grader_fuzzy_match(a, b), 0.5, 1e-12);
+    free(a);
+    free(b);
+}
+
 /* ---------------------------------------------------------------- helpers */
 
 static struct grader *parse_ok(const char *text) {
@@ -636,6 +666,7 @@ int main(void) {
     RUN(metrics_on_long_texts_match_the_references);
     RUN(metrics_on_hand_worked_examples);
     RUN(fuzzy_match_lcs_agrees_with_the_table_across_words);
+    RUN(fuzzy_match_on_many_distinct_characters_takes_the_table_path);
     RUN(string_check_operations);
     RUN(text_similarity_reward_and_pass_threshold);
     RUN(templates_render_item_and_sample_paths);
