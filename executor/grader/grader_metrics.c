@@ -94,13 +94,16 @@ static uint32_t interner_id(struct interner *in, const char *text, size_t len) {
 }
 
 static int is_split_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
+static int is_word_char(unsigned char c) { return c && !is_split_space(c); }
 static int is_rouge_char(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
-/* Both texts' tokens as ids into one array: hyp's first (*nh of them), then ref's (*nr). `text` is
- * split on whitespace (rouge = 0) or into [a-z0-9] runs (rouge = 1); it has already been
+/* Both texts' tokens as ids into one array: hyp's first (*nh of them), then ref's (*nr). A token is
+ * a run of non-whitespace (rouge = 0) or of [a-z0-9] (rouge = 1); the texts have already been
  * lower-cased where the metric wants that. */
 static uint32_t *tokenize_pair(const char *hyp, const char *ref, int rouge, size_t *nh, size_t *nr) {
+    int (*in_token)(unsigned char) = rouge ? is_rouge_char : is_word_char;
     size_t lh = strlen(hyp), lr = strlen(ref);
+    /* tokens are separated, so a text of L bytes has at most (L + 1) / 2 */
     uint32_t *ids = xmalloc((lh / 2 + lr / 2 + 2) * sizeof *ids);
     struct interner in;
     interner_init(&in, lh / 2 + lr / 2 + 2);
@@ -109,21 +112,12 @@ static uint32_t *tokenize_pair(const char *hyp, const char *ref, int rouge, size
     for (int side = 0; side < 2; side++) {
         const unsigned char *p = (const unsigned char *)texts[side];
         while (*p) {
-            if (rouge) {
-                if (!is_rouge_char(*p)) {
-                    p++;
-                    continue;
-                }
-            } else if (is_split_space(*p)) {
+            if (!in_token(*p)) {
                 p++;
                 continue;
             }
             const unsigned char *start = p;
-            if (rouge) {
-                while (*p && is_rouge_char(*p)) p++;
-            } else {
-                while (*p && !is_split_space(*p)) p++;
-            }
+            while (in_token(*p)) p++;
             ids[n++] = interner_id(&in, (const char *)start, (size_t)(p - start));
         }
         if (side == 0) *nh = n;
