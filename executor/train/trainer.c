@@ -218,6 +218,12 @@ static int read_state(struct run *r, const char *dir, struct whet_err *err) {
                        "its seed)", path, (long long)seed, (unsigned long long)r->cfg->seed);
         goto out;
     }
+    const char *method = json_string_value(json_object_get(s, "method"));
+    if (method && strcmp(method, trainer_method_name(r->cfg->method))) {
+        whet_errf(err, "resume_from: %s: written by a %s run, the config asks for %s (the data cursor would not "
+                       "mean the same)", path, method, trainer_method_name(r->cfg->method));
+        goto out;
+    }
     if (lora != r->cfg->lora.enabled) {
         whet_errf(err, "resume_from: %s: written by a %s run, the config asks for %s", path,
                   lora ? "LoRA" : "full fine-tuning", r->cfg->lora.enabled ? "LoRA" : "full fine-tuning");

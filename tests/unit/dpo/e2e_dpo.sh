@@ -81,6 +81,18 @@ assert a[:10] == b[:10]
 print("DPO resume from step 10: steps 11..30 identical")
 PY
 
+# ---- a DPO checkpoint does not resume an SFT run (its data cursor counts other rows)
+py "$work/resume.json" "$work/resume-sft.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["method"] = "sft"
+c["training_file"], c["validation_file"] = c["training_file"].replace("/dpo/", "/sft/"), None
+del c["hyperparameters"]["beta"]
+json.dump(c, open(sys.argv[2], "w"))
+PY
+if "$WHET_BIN" train --config "$work/resume-sft.json" --quiet > /dev/null 2> "$work/resume-sft.log"; then fail "an SFT run resumed a DPO checkpoint"; fi
+grep -q "written by a dpo run, the config asks for sft" "$work/resume-sft.log" || { cat "$work/resume-sft.log"; fail "method mismatch on resume"; }
+
 # ---- full fine-tuning DPO: the reference is a frozen copy of the base
 config full out-full '"lora": null, "max_steps": 6' '{"batch_size": 8, "learning_rate": 0.0003, "max_seq_len": 128, "beta": 0.1, "lr_scheduler": "constant"}'
 "$WHET_BIN" train --config "$work/full.json" --quiet > /dev/null || fail "full fine-tuning DPO run"
