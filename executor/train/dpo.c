@@ -71,6 +71,32 @@ int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const
     return rc;
 }
 
+int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
+                        int batch_rows, struct dpo_batch *scratch, struct whet_err *err) {
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &ds->pairs, 0, 0, 0);
+    double *logps = xmalloc(sizeof(double) * 2 * (size_t)(dpo_num_pairs(ds) ? dpo_num_pairs(ds) : 1));
+    int rc = 0;
+    for (int row = 0; row < ep.n_rows && !rc; row += batch_rows) {
+        dpo_batch_fill(scratch, ds, &ep, row, batch_rows);
+        rc = dpo_reference_logps(logps, m, ref, scratch, err);
+        for (int p = 0; p < scratch->n_pairs && !rc; p++) {
+            table[2 * scratch->pairs[p]] = logps[2 * p];
+            table[2 * scratch->pairs[p] + 1] = logps[2 * p + 1];
+        }
+    }
+    free(logps);
+    sft_epoch_free(&ep);
+    return rc;
+}
+
+void dpo_batch_reference(double *out, const double *table, const struct dpo_batch *b) {
+    for (int p = 0; p < b->n_pairs; p++) {
+        out[2 * p] = table[2 * b->pairs[p]];
+        out[2 * p + 1] = table[2 * b->pairs[p] + 1];
+    }
+}
+
 double dpo_pair_loss(double *dloss_dz, double policy_chosen, double policy_rejected, double ref_chosen,
                      double ref_rejected, double beta) {
     double z = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected));

@@ -15,7 +15,8 @@
  * switch for that, but the LoRA term is s·B·(A·x), so setting every lora_B to zero (through
  * model_set_param, after keeping a copy) gives the base model's outputs bit for bit; B is restored
  * right after. No second copy of the model exists. For full fine-tuning the caller passes a separate
- * frozen model (loaded for inference) as the reference.
+ * frozen model (loaded for inference) as the reference. Since the reference never changes, the
+ * trainer computes it once per pair (dpo_reference_table) rather than at every step.
  *
  * The gradient: d loss / d log π(c) = −β·(1 − σ(z)) and d loss / d log π(r) = +β·(1 − σ(z)), the same
  * for every token of a response, and d log π / d nll_t = −1. The engine's backward takes per-token
@@ -48,6 +49,15 @@ int dpo_sequence_logps(double *logps, struct model *m, const struct dpo_batch *b
  * adapter switched off (m must be a LoRA model). m's weights are as they were on return. */
 int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const struct dpo_batch *b,
                         struct whet_err *err);
+
+/* The reference log-probs of every pair of `ds`, computed once: the reference never changes, so a
+ * run pays for it once instead of at every step (TRL's precompute_ref_log_probs). table[2i] and
+ * table[2i+1] for pair i's chosen and rejected sequences. Batches of batch_rows rows of the
+ * unshuffled packing, so a run and its resumption get the same table. `scratch` is reused. */
+int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
+                        int batch_rows, struct dpo_batch *scratch, struct whet_err *err);
+/* A batch's reference log-probs from such a table: out[2*n_pairs], in the batch's pair order. */
+void dpo_batch_reference(double *out, const double *table, const struct dpo_batch *b);
 
 /* −log σ(z) for one pair, and d loss / d z. */
 double dpo_pair_loss(double *dloss_dz, double policy_chosen, double policy_rejected, double ref_chosen,

@@ -287,6 +287,7 @@ void dpo_batch_fill(struct dpo_batch *b, const struct dpo_dataset *ds, const str
         b->seq_ids = xrealloc(b->seq_ids, (size_t)N * sizeof *b->seq_ids);
         b->targets = xrealloc(b->targets, (size_t)N * sizeof *b->targets);
         b->side = xrealloc(b->side, (size_t)N * sizeof *b->side);
+        b->pairs = xrealloc(b->pairs, (size_t)N * sizeof *b->pairs); /* a pair has >= 2 tokens */
     }
     b->B = n_rows;
     b->T = T;
@@ -300,6 +301,7 @@ void dpo_batch_fill(struct dpo_batch *b, const struct dpo_dataset *ds, const str
             int item = ep->items[k];
             const struct sft_example *ex = &pairs->examples[item];
             int split = ds->split[item], p = b->n_pairs++;
+            b->pairs[p] = item;
             for (int i = 0; i < ex->n; i++, t++) {
                 int rejected = i >= split, start = rejected ? split : 0, end = rejected ? ex->n : split;
                 b->ids[off + t] = ex->ids[i];
@@ -330,6 +332,7 @@ void dpo_batch_free(struct dpo_batch *b) {
     free(b->seq_ids);
     free(b->targets);
     free(b->side);
+    free(b->pairs);
     memset(b, 0, sizeof *b);
 }
 

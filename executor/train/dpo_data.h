@@ -64,6 +64,7 @@ void dpo_pair_free(struct chat_message *chosen, struct chat_message *rejected, v
 struct dpo_batch {
     int B, T, cap;
     int *ids, *positions, *seq_ids, *targets, *side; /* [B*T] */
+    int *pairs;    /* [n_pairs]: the dataset index of the batch's p-th pair */
     int n_pairs;
     int n_tokens;  /* real (not pad) tokens */
     int n_targets; /* scored targets */

@@ -59,6 +59,7 @@ struct run {
     struct dpo_dataset dpo_train, dpo_valid;
     struct dpo_batch dpo_batch;
     struct model *ref_model;
+    double *ref_train, *ref_valid; /* reference log-probs of every pair, computed once (dpo.h) */
     struct model *model;
     struct sft_epoch epoch; /* packing of cursor.epoch */
     struct sft_batch batch;
@@ -391,6 +392,24 @@ static int load_model(struct run *r, struct whet_err *err) {
     return 0;
 }
 
+/* DPO's reference log-probs of every training and validation pair, before the first step. */
+static int reference_tables(struct run *r, struct whet_err *err) {
+    double t0 = whet_now_mono();
+    const struct dpo_dataset *sets[2] = {&r->dpo_train, &r->dpo_valid};
+    double **tables[2] = {&r->ref_train, &r->ref_valid};
+    int pairs = 0;
+    for (int i = 0; i < 1 + r->has_valid; i++) {
+        int n = dpo_num_pairs(sets[i]);
+        *tables[i] = xmalloc(sizeof(double) * 2 * (size_t)(n ? n : 1));
+        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], r->cfg->hp.batch_size, &r->dpo_batch, err))
+            return whet_err_prefix(err, "dpo reference pass");
+        pairs += n;
+    }
+    progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
+             r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- validation */
 
 static int validation_loss(struct run *r, double *loss, struct whet_err *err) {
@@ -468,8 +487,8 @@ static int sft_micro_batches(struct run *r, int first, int rows, struct step_fig
     return 0;
 }
 
-/* DPO: per micro-batch the reference log-probs (no gradient), then the policy's, loss and backward;
- * the step's loss is the mean over its pairs. */
+/* DPO: per micro-batch the policy's log-probs against the reference table, loss and backward; the
+ * step's loss is the mean over its pairs. */
 static int dpo_micro_batches(struct run *r, int first, int rows, struct step_figures *f, struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
     int total_pairs = dpo_rows_pairs(&r->epoch, first, rows);
@@ -479,8 +498,8 @@ static int dpo_micro_batches(struct run *r, int first, int rows, struct step_fig
         int n = hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row;
         dpo_batch_fill(&r->dpo_batch, &r->dpo_train, &r->epoch, row, n);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
-        int rc = dpo_reference_logps(ref, r->model, r->ref_model, &r->dpo_batch, err);
-        if (!rc) rc = dpo_forward_backward(r->model, &r->dpo_batch, ref, hp->beta, loss_scale, &st, err);
+        dpo_batch_reference(ref, r->ref_train, &r->dpo_batch);
+        int rc = dpo_forward_backward(r->model, &r->dpo_batch, ref, hp->beta, loss_scale, &st, err);
         free(ref);
         if (rc) return -1;
         f->tokens += r->dpo_batch.n_tokens;
@@ -503,8 +522,8 @@ static int dpo_validation(struct run *r, double *loss, char *metrics, size_t met
     for (int row = 0; row < ep.n_rows && !rc; row += r->cfg->hp.batch_size) {
         dpo_batch_fill(&r->dpo_batch, &r->dpo_valid, &ep, row, r->cfg->hp.batch_size);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
-        rc = dpo_reference_logps(ref, r->model, r->ref_model, &r->dpo_batch, err);
-        if (!rc) rc = dpo_evaluate(r->model, &r->dpo_batch, ref, r->cfg->hp.beta, &st, err);
+        dpo_batch_reference(ref, r->ref_valid, &r->dpo_batch);
+        rc = dpo_evaluate(r->model, &r->dpo_batch, ref, r->cfg->hp.beta, &st, err);
         free(ref);
     }
     sft_epoch_free(&ep);
@@ -606,6 +625,7 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
     if (cfg->resume_from && read_state(&r, cfg->resume_from, err)) goto out;
     if (cfg->resume_from && trim_metrics(metrics_path, r.step, err)) goto out;
     if (load_model(&r, err)) goto out;
+    if (cfg->method == TRAINER_DPO && reference_tables(&r, err)) goto out;
     r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
     if (!r.metrics) {
         whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
@@ -620,6 +640,8 @@ out:
     if (r.metrics) fclose(r.metrics);
     if (r.model) model_free(r.model);
     if (r.ref_model) model_free(r.ref_model);
+    free(r.ref_train);
+    free(r.ref_valid);
     dpo_batch_free(&r.dpo_batch);
     if (cfg->method == TRAINER_DPO) {
         dpo_dataset_free(&r.dpo_train);

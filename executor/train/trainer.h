@@ -4,9 +4,9 @@
  * full fine-tuning, tokenizes the data with the model's chat template and packs it (sft_data.h; DPO
  * pairs as dpo_data.h packs them), then takes optimizer steps: gradient accumulation over
  * micro-batches, clipping by global norm, AdamW with a warmup + linear/cosine/constant schedule,
- * until n_epochs or max_steps. For `dpo` each micro-batch first scores its pairs under the reference
- * (the base weights: the LoRA adapter switched off, or a frozen copy for full fine-tuning), then
- * takes the DPO loss of dpo.h; the step's loss is the mean over its pairs.
+ * until n_epochs or max_steps. For `dpo` the reference log-probs of every pair are computed once
+ * before the first step (the base weights: the LoRA adapter switched off, or a frozen copy for full
+ * fine-tuning), then each step takes the DPO loss of dpo.h, the mean over its pairs.
  *
  * Output, under output_dir:
  *   metrics.jsonl            one object per step: step, epoch, loss, lr, grad_norm, tokens,

@@ -7,9 +7,10 @@
  * a RESPONSE-token answer for the chosen and for the rejected sequence, side by side. After a warm-up,
  * STEPS repetitions time, each taking its fastest:
  *   sft        forward + backward of the same batch as SFT (every response token a target, weight 1)
- *   dpo        a DPO micro-batch: the reference pass (adapter off) + dpo_forward_backward
- *   reference  the reference pass alone
- *   forward    one forward pass with targets (what dpo_forward_backward runs twice)
+ *   dpo        a DPO micro-batch as the trainer runs it: dpo_forward_backward (two forwards, one
+ *              backward; the reference comes from the table computed once per run)
+ *   reference  the reference pass (adapter off) of the batch, what the table costs once per pair
+ *   forward    one forward pass with targets
  * and prints one JSON line with the seconds and the ratios dpo/sft and (dpo - forward)/sft, the
  * latter being what an engine entry point that reweights the last forward would leave. */
 #include <stdio.h>
@@ -75,7 +76,7 @@ int main(int argc, char **argv) {
         double t4 = whet_now_mono();
         if (rep == 0) continue;
         t_sft = best_of(t_sft, t1 - t0), t_ref = best_of(t_ref, t2 - t1);
-        t_dpo = best_of(t_dpo, t3 - t1), t_fwd = best_of(t_fwd, t4 - t3);
+        t_dpo = best_of(t_dpo, t3 - t2), t_fwd = best_of(t_fwd, t4 - t3);
     }
     printf("{\"tokens\": %d, \"sft_s\": %.4f, \"dpo_s\": %.4f, \"reference_s\": %.4f, \"forward_s\": %.4f, "
            "\"dpo_over_sft\": %.2f, \"dpo_without_second_forward_over_sft\": %.2f}\n",

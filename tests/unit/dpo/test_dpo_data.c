@@ -206,6 +206,7 @@ TEST(batches_keep_pairs_whole_and_sequences_apart) {
         for (int i = ep.row_start[k]; i < ep.row_start[k + 1]; i++) {
             int item = ep.items[i];
             int p = i, nc = lens[item][0], nr = lens[item][1];
+            CHECK(b.pairs[p] == item);
             CHECK(scored[2 * p] == nc - nc / 2 && scored[2 * p + 1] == nr - nr / 2);
             tokens += nc + nr;
         }
