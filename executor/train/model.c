@@ -113,7 +113,11 @@ struct model {
     int n_allocs;
     struct layer_acts *acts; /* L of them, or 1 with recompute / inference */
     float *resid;            /* [(L+1), N, C] */
-    float *lnf, *rstdf, *lnf_c, *logits, *lse, *losses, *weights_c;
+    float *lnf, *rstdf, *lnf_c, *lse, *losses, *weights_c;
+    /* Logits are computed logit_rows rows at a time into `logits`, so a large vocabulary never
+     * needs N×V floats; a forward without targets fills all_logits (N×V) for model_get_logits. */
+    float *logits, *all_logits;
+    int logit_rows, logits_kept;
     int *correct, *rows, *targets_c, *ids, *pos;
     float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *dlnf_c;
 
@@ -426,6 +430,9 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     m->QK = (m->NH + m->NKV) * m->hd;
     m->train = opts->train;
     m->recompute = opts->recompute || !opts->train;
+    /* 256 MB of logits at a time unless told otherwise. */
+    m->logit_rows = opts->logit_rows > 0 ? opts->logit_rows : (int)((64u << 20) / (unsigned)m->V);
+    if (m->logit_rows < 1) m->logit_rows = 1;
     if (opts->adapter_dir) {
         if (read_adapter_config(m, opts->adapter_dir, err)) goto fail;
     } else if (opts->train && opts->lora_r > 0) {
@@ -537,7 +544,9 @@ static void ensure_acts(struct model *m, int N) {
             if (m->targets & (1u << mod)) a->xa[mod] = AF((size_t)N * m->lora_r);
     }
     m->resid = AF((size_t)(m->L + 1) * N * C);
-    m->lnf = AF((size_t)N * C), m->rstdf = AF(N), m->lnf_c = AF((size_t)N * C), m->logits = AF((size_t)N * m->V);
+    m->lnf = AF((size_t)N * C), m->rstdf = AF(N), m->lnf_c = AF((size_t)N * C);
+    m->logits = AF((size_t)(N < m->logit_rows ? N : m->logit_rows) * m->V);
+    m->all_logits = NULL;
     m->lse = AF(N), m->losses = AF(N), m->weights_c = AF(N);
     m->correct = AI(N), m->rows = AI(N), m->targets_c = AI(N), m->ids = AI(N), m->pos = AI(N);
     if (m->train) {
@@ -741,7 +750,8 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
     memset(&m->stats, 0, sizeof m->stats);
     memset(m->token_loss, 0, sizeof(float) * (size_t)N);
     if (!b->targets) {
-        be->matmul_forward(m->logits, V, m->lnf, C, m->lm_head, NULL, N, C, V, 0.0f);
+        if (!m->all_logits) m->all_logits = AF((size_t)m->cap_N * V);
+        be->matmul_forward(m->all_logits, V, m->lnf, C, m->lm_head, NULL, N, C, V, 0.0f);
         m->M = 0;
         return 0;
     }
@@ -761,8 +771,12 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         be->upload(m->weights_c, w, sizeof(float) * (size_t)M);
         be->upload(m->targets_c, tg, sizeof(int) * (size_t)M);
         be->gather_rows(m->lnf_c, m->lnf, m->rows, M, C);
-        be->matmul_forward(m->logits, V, m->lnf_c, C, m->lm_head, NULL, M, C, V, 0.0f);
-        be->crossentropy_forward(m->losses, m->lse, m->correct, m->logits, m->targets_c, M, V);
+        for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
+            int R = M - c0 < m->logit_rows ? M - c0 : m->logit_rows;
+            be->matmul_forward(m->logits, V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, V, 0.0f);
+            be->crossentropy_forward(m->losses + c0, m->lse + c0, m->correct + c0, m->logits, m->targets_c + c0, R, V);
+        }
+        m->logits_kept = M <= m->logit_rows; /* else the backward pass recomputes them per chunk */
         be->download(m->h_losses, m->losses, sizeof(float) * (size_t)M);
         be->download(m->h_correct, m->correct, sizeof(int) * (size_t)M);
         for (int i = 0; i < M; i++) {
@@ -783,7 +797,7 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
 void model_get_token_losses(const struct model *m, float *out) { memcpy(out, m->token_loss, sizeof(float) * (size_t)m->N); }
 
 void model_get_logits(const struct model *m, float *out) {
-    m->be->download(out, m->logits, sizeof(float) * (size_t)(m->has_targets ? m->M : m->N) * m->V);
+    if (!m->has_targets && m->all_logits) m->be->download(out, m->all_logits, sizeof(float) * (size_t)m->N * m->V);
 }
 
 /* ---------------------------------------------------------------- backward ---- */
@@ -853,9 +867,15 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     int N = m->N, C = m->C, V = m->V, M = m->M;
     be->zero(m->dresid, sizeof(float) * (size_t)N * C);
     if (M) {
-        be->crossentropy_backward(m->logits, m->lse, m->targets_c, m->weights_c, loss_scale, M, V);
         be->zero(m->dlnf_c, sizeof(float) * (size_t)M * C);
-        be->matmul_backward(m->dlnf_c, C, pgrad(m, m->lm_head), NULL, m->logits, V, m->lnf_c, C, m->lm_head, M, C, V);
+        for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
+            int R = M - c0 < m->logit_rows ? M - c0 : m->logit_rows;
+            const float *x = m->lnf_c + (size_t)c0 * C;
+            if (!m->logits_kept) be->matmul_forward(m->logits, V, x, C, m->lm_head, NULL, R, C, V, 0.0f);
+            be->crossentropy_backward(m->logits, m->lse + c0, m->targets_c + c0, m->weights_c + c0, loss_scale, R, V);
+            be->matmul_backward(m->dlnf_c + (size_t)c0 * C, C, pgrad(m, m->lm_head), NULL, m->logits, V, x, C,
+                                m->lm_head, R, C, V);
+        }
         be->zero(m->dln, sizeof(float) * (size_t)N * C);
         be->scatter_add_rows(m->dln, m->dlnf_c, m->rows, M, C);
         be->rmsnorm_backward(m->dresid, C, pgrad(m, m->norm), m->dln, C, m->resid + (size_t)m->L * N * C, C, m->norm,
@@ -1179,8 +1199,11 @@ static int infer(struct model *m, struct kv_cache *c, const int *ids, const int 
     be->rmsnorm_forward(m->lnf, C, m->rstdf, x, C, m->norm, n, 1, C, m->cfg.rms_norm_eps);
     be->upload(m->rows, out_rows, sizeof(int) * (size_t)n_out);
     be->gather_rows(m->lnf_c, m->lnf, m->rows, n_out, C);
-    be->matmul_forward(m->logits, m->V, m->lnf_c, C, m->lm_head, NULL, n_out, C, m->V, 0.0f);
-    be->download(logits, m->logits, sizeof(float) * (size_t)n_out * m->V);
+    for (int c0 = 0; c0 < n_out; c0 += m->logit_rows) {
+        int R = n_out - c0 < m->logit_rows ? n_out - c0 : m->logit_rows;
+        be->matmul_forward(m->logits, m->V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, m->V, 0.0f);
+        be->download(logits + (size_t)c0 * m->V, m->logits, sizeof(float) * (size_t)R * m->V);
+    }
     for (int s = 0; s < c->n_slots; s++) c->len[s] += added[s];
 out:
     free(pos);

@@ -64,6 +64,8 @@ struct model_opts {
     const char *adapter_dir; /* load this PEFT adapter (its r, alpha, targets win over the above) */
     uint64_t seed;        /* LoRA A initialisation */
     int recompute;        /* keep only layer inputs; recompute activations in the backward pass */
+    int logit_rows;       /* rows of logits computed at once (0: as many as fit in 256 MB); when the
+                           * weighted targets of a batch exceed it, the backward pass recomputes them */
     int max_batch_rows;   /* optional: preallocate activations for B rows of max_seq_len tokens */
     int max_seq_len;      /* (buffers grow on demand anyway) */
 };
@@ -108,7 +110,7 @@ struct model_stats {
 struct model_stats model_last_stats(const struct model *m);
 /* Per-token nll of the last forward with targets: out[N], 0 where the weight is 0. */
 void model_get_token_losses(const struct model *m, float *out);
-/* Logits of the last forward without targets: out[N, V]. */
+/* Logits of the last forward without targets: out[N, V] (that forward keeps all N×V of them). */
 void model_get_logits(const struct model *m, float *out);
 
 /* Backward pass of the last forward (which must have had targets): ACCUMULATES into the gradients

@@ -2,7 +2,7 @@
  * tests/fixtures/make_reference.py): logits, loss, every gradient and one AdamW step for full
  * fine-tuning and for LoRA, on Llama (GQA, llama3 rope scaling), Qwen2 (biases, tied, rsLoRA) and
  * Qwen3 (q/k norm), and segments of 150 and 50 tokens (several attention blocks). Tensors compare by relative error ||c - ref|| / ||ref|| <= 1e-4 (fp32).
- * Also: activation recomputation gives the same gradients, KV-cache generation gives the logits of
+ * Also: activation recomputation and logits computed in chunks give the same gradients, KV-cache generation gives the logits of
  * the full forward pass, and saved models, adapters and optimiser states load back the same. */
 #include <math.h>
 #include <stdlib.h>
@@ -117,11 +117,11 @@ static void check_tensor(struct model *m, struct ref *r, const char *name, const
 
 static float meta_f(struct ref *r, const char *k) { return (float)atof(st_metadata(&r->set, k)); }
 
-static void full_finetune(const char *arch, int recompute) {
+static void full_finetune(const char *arch, int recompute, int logit_rows) {
     struct ref r;
     CHECK(ref_open(&r, arch) == 0);
     struct model_opts o = model_opts_default();
-    o.train = 1, o.lora_r = 0, o.recompute = recompute;
+    o.train = 1, o.lora_r = 0, o.recompute = recompute, o.logit_rows = logit_rows;
     struct model *m;
     struct whet_err err;
     char *dir = fixture(arch, NULL);
@@ -273,13 +273,15 @@ static void lora_finetune(const char *arch) {
     ref_close(&r);
 }
 
-TEST(llama_full) { full_finetune("llama", 0); }
-TEST(qwen2_full) { full_finetune("qwen2", 0); }
-TEST(qwen3_full) { full_finetune("qwen3", 0); }
-TEST(qwen3_full_recompute) { full_finetune("qwen3", 1); }
-TEST(long_segments_full) { full_finetune("long", 0); }
+TEST(llama_full) { full_finetune("llama", 0, 0); }
+TEST(qwen2_full) { full_finetune("qwen2", 0, 0); }
+TEST(qwen3_full) { full_finetune("qwen3", 0, 0); }
+TEST(qwen3_full_recompute) { full_finetune("qwen3", 1, 0); }
+/* Logits 3 rows at a time: the backward pass recomputes them chunk by chunk. */
+TEST(qwen2_full_logit_chunks) { full_finetune("qwen2", 0, 3); }
+TEST(long_segments_full) { full_finetune("long", 0, 64); }
 TEST(long_segments_lora) { lora_finetune("long"); }
-TEST(llama_full_recompute) { full_finetune("llama", 1); }
+TEST(llama_full_recompute) { full_finetune("llama", 1, 0); }
 TEST(llama_lora) { lora_finetune("llama"); }
 TEST(qwen2_rslora) { lora_finetune("qwen2"); }
 TEST(qwen3_lora) { lora_finetune("qwen3"); }
@@ -366,6 +368,7 @@ int main(void) {
     RUN(qwen2_full);
     RUN(qwen3_full);
     RUN(qwen3_full_recompute);
+    RUN(qwen2_full_logit_chunks);
     RUN(long_segments_full);
     RUN(long_segments_lora);
     RUN(llama_full_recompute);
