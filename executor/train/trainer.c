@@ -55,7 +55,8 @@ struct run {
     struct sft_dataset train, valid;
     int has_valid;
     /* method dpo: preference pairs instead (packed as SFT packs examples), and the reference of a
-     * full fine-tune (a frozen copy of the base; with LoRA the policy with its adapter off is it). */
+     * full fine-tune (a frozen copy of the base, kept only until the reference tables are made;
+     * with LoRA the policy with its adapter off is the reference). */
     struct dpo_dataset dpo_train, dpo_valid;
     struct dpo_batch dpo_batch;
     struct model *ref_model;
@@ -91,10 +92,9 @@ static void event_line(const struct run *r, const char *json_object_text) {
     fflush(r->io->events);
 }
 
-/* What the epochs pack: SFT examples, or DPO pairs (each one unit holding both sequences). */
-static const struct sft_dataset *packed_set(const struct run *r, int valid) {
-    if (r->cfg->method == TRAINER_DPO) return valid ? &r->dpo_valid.pairs : &r->dpo_train.pairs;
-    return valid ? &r->valid : &r->train;
+/* What the training epochs pack: SFT examples, or DPO pairs (each one unit holding both sequences). */
+static const struct sft_dataset *packed_set(const struct run *r) {
+    return r->cfg->method == TRAINER_DPO ? &r->dpo_train.pairs : &r->train;
 }
 
 /* ---------------------------------------------------------------- files and directories */
@@ -340,7 +340,7 @@ static int plan_steps(struct run *r, struct whet_err *err) {
     long long total = 0;
     for (int e = 0; e < hp->n_epochs; e++) {
         struct sft_epoch ep;
-        sft_epoch_pack(&ep, packed_set(r, 0), r->cfg->seed, e, 1);
+        sft_epoch_pack(&ep, packed_set(r), r->cfg->seed, e, 1);
         total += sft_steps_in_epoch(ep.n_rows, hp->batch_size, hp->gradient_accumulation_steps);
         sft_epoch_free(&ep);
     }
@@ -407,6 +407,8 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     }
     progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
              r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
+    if (r->ref_model) model_free(r->ref_model); /* the tables are all the run needs of it */
+    r->ref_model = NULL;
     return 0;
 }
 
@@ -442,12 +444,12 @@ static void ensure_epoch(struct run *r) {
         r->cursor.row = 0;
     }
     sft_epoch_free(&r->epoch);
-    sft_epoch_pack(&r->epoch, packed_set(r, 0), r->cfg->seed, r->cursor.epoch, 1);
+    sft_epoch_pack(&r->epoch, packed_set(r), r->cfg->seed, r->cursor.epoch, 1);
     if (r->cursor.row >= r->epoch.n_rows) { /* resumed exactly at an epoch's end */
         r->cursor.epoch++;
         r->cursor.row = 0;
         sft_epoch_free(&r->epoch);
-        sft_epoch_pack(&r->epoch, packed_set(r, 0), r->cfg->seed, r->cursor.epoch, 1);
+        sft_epoch_pack(&r->epoch, packed_set(r), r->cfg->seed, r->cursor.epoch, 1);
     }
 }
 
