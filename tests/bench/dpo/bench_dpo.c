@@ -2,8 +2,8 @@
  *
  *   bench_dpo LAYERS HIDDEN HEADS FFN VOCAB PAIRS PROMPT RESPONSE STEPS
  *
- * Writes a random Qwen3-shaped model (model_init_write) to a temporary dir and loads it with LoRA
- * r=16 on every linear layer. A micro-batch holds PAIRS rows, each one pair: a PROMPT-token prompt and
+ * Writes a random Llama model (model_init_write; multi-head attention, tied embeddings) to a
+ * temporary dir and loads it with LoRA r=16 on every linear layer. A micro-batch holds PAIRS rows, each one pair: a PROMPT-token prompt and
  * a RESPONSE-token answer for the chosen and for the rejected sequence, side by side. After a warm-up,
  * STEPS repetitions time, each taking its fastest:
  *   sft        forward + backward of the same batch as SFT (every response token a target, weight 1)
@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
     struct whet_err err;
     struct model_init_opts io;
     if (model_init_preset(&io, "tiny", &err)) return fprintf(stderr, "%s\n", err.msg), 1;
-    io.layers = L, io.hidden = C, io.heads = NH, io.kv_heads = NH / 2 ? NH / 2 : 1, io.head_dim = C / NH;
+    /* Llama with full multi-head attention, like the PyTorch peer (bench_dpo_torch.py). */
+    io.arch = ARCH_LLAMA, io.layers = L, io.hidden = C, io.heads = NH, io.kv_heads = NH, io.head_dim = C / NH;
     io.intermediate = F, io.vocab = V;
     char dir[] = "/tmp/whet-bench-dpo.XXXXXX";
     if (!mkdtemp(dir) || model_init_write(dir, &io, &err)) return fprintf(stderr, "%s\n", err.msg), 1;

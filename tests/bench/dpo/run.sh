@@ -1,9 +1,10 @@
 #!/bin/sh
-# run.sh - a DPO step against an SFT step on the same tokens, same model and run (bench_dpo.c), on the
-# tiny model's shape and on a ~25M one. Usage (from the repository root, after building):
+# run.sh - whet's DPO micro-batch (bench_dpo.c) against PyTorch 1.13 doing the same with a PEFT-style
+# LoRA model (bench_dpo_torch.py), same Llama shape, tokens, thread count and run; and against an
+# SFT step of whet's engine on the same tokens. Usage (from the repository root, after building):
 #   tests/bench/dpo/run.sh [BUILD_DIR] [THREADS]
-# Prints one JSON line per shape. The machine may be shared (2 cores, other work on it): read the
-# ratios, which are taken back to back in one process, not the seconds.
+# The machine may be shared (2 cores, other work on it): read the ratios, taken back to back in one
+# run, not the seconds.
 set -eu
 BUILD=${1:-build}
 THREADS=${2:-2}
@@ -14,6 +15,19 @@ cc -O2 -march=native -fopenmp -D_GNU_SOURCE -I"$SRC/executor/train" -I"$SRC/comm
    "$SRC/tests/bench/dpo/bench_dpo.c" "$BUILD/libwhet_train.a" "$BUILD/libwhet_common.a" \
    $(pkg-config --libs openblas jansson libcrypto libpcre2-8) -lm -o "$OUT/bench_dpo"
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-#        layers hidden heads ffn  vocab pairs prompt response steps
-echo "tiny: $("$OUT/bench_dpo" 4 256 4 768 2048 8 48 32 5)"
-echo "25M:  $("$OUT/bench_dpo" 7 512 8 1376 8192 4 96 64 3)"
+#            name  layers hidden heads ffn  vocab pairs prompt response steps
+CONFIGS="tiny  4 256 4 768 2048 8 48 32 5
+25M   7 512 8 1376 8192 4 96 64 3"
+echo "$CONFIGS" | while read -r name L C NH F V P PR R S; do
+  w=$("$OUT/bench_dpo" "$L" "$C" "$NH" "$F" "$V" "$P" "$PR" "$R" "$S")
+  p=$(/usr/bin/python3 "$SRC/tests/bench/dpo/bench_dpo_torch.py" "$L" "$C" "$NH" "$F" "$V" "$P" "$PR" "$R" "$S" "$THREADS")
+  echo "$name whet:  $w"
+  echo "$name torch: $p"
+  /usr/bin/python3 - "$name" "$w" "$p" <<'PY'
+import json, sys
+w, p = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+print(f"{sys.argv[1]}: DPO micro-batch torch/whet time {p['dpo_s'] / w['dpo_s']:.2f}x, reference pass torch/whet "
+      f"{p['reference_s'] / w['reference_s']:.2f}x; whet DPO / whet SFT {w['dpo_over_sft']:.2f}x "
+      f"({w['dpo_without_second_forward_over_sft']:.2f}x without the second forward)")
+PY
+done
