@@ -113,39 +113,34 @@ static int parse_message(struct chat_message *out, struct parsed_pair *pp, json_
     return 0;
 }
 
-/* The chosen or rejected turn: an array holding one assistant message (the current name), or, for
- * the older *_completion names, also a single message object or a plain string. */
-static int parse_output(struct chat_message *out, struct parsed_pair *pp, json_t *v, const char *name, int legacy,
-                        struct whet_err *err) {
-    char field[64];
+/* The chosen or rejected answer: an array of one or more assistant messages (the current name), or,
+ * for the older *_completion names, also a single message object or a plain string. The messages
+ * are appended to msgs[*n] on, each a scored assistant turn. */
+static int parse_output(struct chat_message *msgs, int *n, struct parsed_pair *pp, json_t *v, const char *name,
+                        int legacy, struct whet_err *err) {
     if (legacy && json_is_string(v)) {
-        *out = (struct chat_message){"assistant", json_string_value(v), 1};
+        msgs[(*n)++] = (struct chat_message){"assistant", json_string_value(v), 1};
         return 0;
     }
-    if (legacy && json_is_object(v)) {
-        snprintf(field, sizeof field, "%s", name);
-    } else {
-        if (!json_is_array(v) || json_array_size(v) != 1)
-            return whet_errf(err, "%s: must be an array holding one assistant message", name);
-        v = json_array_get(v, 0);
-        snprintf(field, sizeof field, "%s[0]", name);
+    int single = legacy && json_is_object(v);
+    if (!single && (!json_is_array(v) || json_array_size(v) == 0))
+        return whet_errf(err, "%s: must be a non-empty array of assistant messages", name);
+    size_t count = single ? 1 : json_array_size(v);
+    for (size_t i = 0; i < count; i++) {
+        char field[64];
+        if (single) snprintf(field, sizeof field, "%s", name);
+        else snprintf(field, sizeof field, "%s[%zu]", name, i);
+        struct chat_message *m = &msgs[*n];
+        if (parse_message(m, pp, single ? v : json_array_get(v, i), field, err)) return -1;
+        if (strcmp(m->role, "assistant")) return whet_errf(err, "%s.role: must be \"assistant\"", field);
+        m->weight = 1;
+        (*n)++;
     }
-    if (parse_message(out, pp, v, field, err)) return -1;
-    if (strcmp(out->role, "assistant")) return whet_errf(err, "%s.role: must be \"assistant\"", field);
-    out->weight = 1;
     return 0;
 }
 
-/* Finds the turn under its current name or its older one. */
-static json_t *output_field(json_t *root, const char *name, const char *legacy_name, const char **used, int *legacy) {
-    json_t *v = json_object_get(root, name);
-    *used = name, *legacy = 0;
-    if (!v) {
-        v = json_object_get(root, legacy_name);
-        *used = legacy_name, *legacy = 1;
-    }
-    return v;
-}
+/* Messages an answer adds (its array's length; 1 for a string or an object). */
+static int output_count(json_t *v) { return json_is_array(v) ? (int)json_array_size(v) : 1; }
 
 void dpo_pair_free(struct chat_message *chosen, struct chat_message *rejected, void *json_root) {
     struct parsed_pair *pp = json_root;
@@ -159,14 +154,15 @@ void dpo_pair_free(struct chat_message *chosen, struct chat_message *rejected, v
     free(rejected);
 }
 
-int dpo_parse_pair(struct chat_message **chosen_out, struct chat_message **rejected_out, int *n_out, void **json_root,
-                   const char *line, size_t len, struct whet_err *err) {
+int dpo_parse_pair(struct chat_message **chosen_out, int *n_chosen, struct chat_message **rejected_out,
+                   int *n_rejected, void **json_root, const char *line, size_t len, struct whet_err *err) {
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
     if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
     struct parsed_pair *pp = xcalloc(1, sizeof *pp);
     pp->root = root;
-    struct chat_message *chosen = NULL, *rejected = NULL;
+    struct chat_message *sides[2] = {NULL, NULL};
+    int counts[2] = {0, 0};
     if (!json_is_object(root)) {
         whet_errf(err, "each line must be {\"input\": {\"messages\": […]}, \"preferred_output\": […], "
                        "\"non_preferred_output\": […]}");
@@ -187,40 +183,45 @@ int dpo_parse_pair(struct chat_message **chosen_out, struct chat_message **rejec
         whet_errf(err, "input.tools: tool definitions are not supported for fine-tuning yet");
         goto fail;
     }
-    int n_prompt = (int)json_array_size(messages), n = n_prompt + 1;
-    chosen = xcalloc((size_t)n, sizeof *chosen);
-    rejected = xcalloc((size_t)n, sizeof *rejected);
+    const char *names[2][2] = {{"preferred_output", "preferred_completion"},
+                               {"non_preferred_output", "non_preferred_completion"}};
+    json_t *answers[2];
+    for (int s = 0; s < 2; s++) {
+        json_t *current = json_object_get(root, names[s][0]), *older = json_object_get(root, names[s][1]);
+        if (current && older) {
+            whet_errf(err, "%s: give either %s or %s, not both", names[s][1], names[s][0], names[s][1]);
+            goto fail;
+        }
+        if (!current && !older) {
+            whet_errf(err, "%s: missing (also looked for %s)", names[s][0], names[s][1]);
+            goto fail;
+        }
+        answers[s] = current ? current : older;
+    }
+    int n_prompt = (int)json_array_size(messages);
+    for (int s = 0; s < 2; s++) sides[s] = xcalloc((size_t)(n_prompt + output_count(answers[s])), sizeof *sides[s]);
     for (int i = 0; i < n_prompt; i++) {
         char field[48];
         snprintf(field, sizeof field, "input.messages[%d]", i);
-        if (parse_message(&chosen[i], pp, json_array_get(messages, (size_t)i), field, err)) goto fail;
-        rejected[i] = chosen[i];
+        if (parse_message(&sides[0][i], pp, json_array_get(messages, (size_t)i), field, err)) goto fail;
+        sides[1][i] = sides[0][i];
     }
-    if (!strcmp(chosen[n_prompt - 1].role, "assistant")) {
+    if (!strcmp(sides[0][n_prompt - 1].role, "assistant")) {
         whet_errf(err, "input.messages[%d]: the prompt must not end with an assistant turn (the outputs answer it)",
                   n_prompt - 1);
         goto fail;
     }
-    const char *names[2][2] = {{"preferred_output", "preferred_completion"},
-                               {"non_preferred_output", "non_preferred_completion"}};
-    struct chat_message *sides[2] = {chosen, rejected};
     for (int s = 0; s < 2; s++) {
-        const char *used;
-        int legacy;
-        json_t *v = output_field(root, names[s][0], names[s][1], &used, &legacy);
-        if (!v) {
-            whet_errf(err, "%s: missing (also looked for %s)", names[s][0], names[s][1]);
-            goto fail;
-        }
-        if (parse_output(&sides[s][n_prompt], pp, v, used, legacy, err)) goto fail;
+        counts[s] = n_prompt;
+        int legacy = !json_object_get(root, names[s][0]);
+        if (parse_output(sides[s], &counts[s], pp, answers[s], names[s][legacy], legacy, err)) goto fail;
     }
-    *chosen_out = chosen;
-    *rejected_out = rejected;
-    *n_out = n;
+    *chosen_out = sides[0], *n_chosen = counts[0];
+    *rejected_out = sides[1], *n_rejected = counts[1];
     *json_root = pp;
     return 0;
 fail:
-    dpo_pair_free(chosen, rejected, pp);
+    dpo_pair_free(sides[0], sides[1], pp);
     return -1;
 }
 
@@ -238,18 +239,18 @@ int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat
         while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
         if (k == (size_t)len) continue; /* blank lines */
         struct chat_message *chosen, *rejected;
-        int n_msgs;
+        int n_chosen, n_rejected;
         void *root;
-        if (dpo_parse_pair(&chosen, &rejected, &n_msgs, &root, line, (size_t)len, err)) {
+        if (dpo_parse_pair(&chosen, &n_chosen, &rejected, &n_rejected, &root, line, (size_t)len, err)) {
             rc = whet_err_prefix(err, "%s: line %d", path, lineno);
             break;
         }
         int32_t *ids[2] = {NULL, NULL};
         uint8_t *mask[2] = {NULL, NULL};
         int n[2] = {0, 0};
-        rc = chat_tokenize(&ids[0], &mask[0], &n[0], tpl, tok, chosen, n_msgs, 0, err);
+        rc = chat_tokenize(&ids[0], &mask[0], &n[0], tpl, tok, chosen, n_chosen, 0, err);
         if (rc) whet_err_prefix(err, "preferred_output");
-        if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], tpl, tok, rejected, n_msgs, 0, err)))
+        if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], tpl, tok, rejected, n_rejected, 0, err)))
             whet_err_prefix(err, "non_preferred_output");
         dpo_pair_free(chosen, rejected, root);
         if (!rc) dpo_dataset_add(ds, ids[0], mask[0], n[0], ids[1], mask[1], n[1]);

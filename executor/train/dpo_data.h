@@ -5,10 +5,12 @@
  *    "preferred_output": [{"role": "assistant", "content": "…"}],
  *    "non_preferred_output": [{"role": "assistant", "content": "…"}]}
  * (the older names `preferred_completion` / `non_preferred_completion` are read too, as such an
- * array, a single message object or a plain string). Each pair becomes two sequences, the prompt
- * rendered with the model's chat template followed by the chosen / the rejected assistant turn; only
- * the tokens of that turn (its content and the end-of-turn token) are scored. Assistant turns inside
- * the prompt are context, never scored.
+ * array, a single message object or a plain string; giving both names for one side is an error).
+ * An answer is normally one assistant message; several are rendered as consecutive assistant turns.
+ * Each pair becomes two sequences, the prompt rendered with the model's chat template followed by
+ * the chosen / the rejected answer; only the tokens of the answer's turns (their content and
+ * end-of-turn tokens) are scored. Assistant turns inside the prompt are context, never scored, and
+ * the prompt must not end with one.
  *
  * A pair is the packing unit: its chosen and rejected sequences sit side by side in one row (two
  * segments with their own sequence ids and positions, so attention stays inside each), so the two
@@ -50,12 +52,12 @@ int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat
 void dpo_dataset_free(struct dpo_dataset *ds);
 static inline int dpo_num_pairs(const struct dpo_dataset *ds) { return ds->pairs.n_examples; }
 
-/* Parses one line into the two message lists (prompt + the chosen / rejected turn, which carries
- * weight 1 while the prompt's assistant turns carry 0). Strings point into *json_root, released by
- * dpo_pair_free. Exposed for tests and upload validation. */
+/* Parses one line into the two message lists (the prompt, then the chosen / rejected answer's
+ * assistant turns, which carry weight 1 while the prompt's assistant turns carry 0). Strings point
+ * into *json_root, released by dpo_pair_free. Exposed for tests and upload validation. */
 struct chat_message;
-int dpo_parse_pair(struct chat_message **chosen, struct chat_message **rejected, int *n_msgs, void **json_root,
-                   const char *line, size_t len, struct whet_err *err);
+int dpo_parse_pair(struct chat_message **chosen, int *n_chosen, struct chat_message **rejected, int *n_rejected,
+                   void **json_root, const char *line, size_t len, struct whet_err *err);
 void dpo_pair_free(struct chat_message *chosen, struct chat_message *rejected, void *json_root);
 
 /* A micro-batch in model_forward's layout, plus which sequence each scored target belongs to:

@@ -1,4 +1,5 @@
-/* test_dpo_data.c - DPO preference data: both OpenAI field names, errors with file, line and field,
+/* test_dpo_data.c - DPO preference data: both OpenAI field names (not both at once), answers of one
+ * or more assistant turns, errors with file, line and field,
  * only the response scored (never the prompt, nor an assistant turn inside it), the truncation rule
  * counted, pairs kept whole in one row with their two sequences apart, and the trainer config's
  * `beta`. The tokenizer and chat template are those of `whet model init --preset tiny` (ChatML). */
@@ -110,6 +111,25 @@ TEST(only_the_responses_are_scored) {
     dpo_dataset_free(&ds);
 }
 
+/* An answer of two assistant messages: two consecutive scored turns. */
+TEST(an_answer_may_hold_several_assistant_turns) {
+    struct dpo_dataset ds;
+    char msg[512] = "";
+    CHECK_MSG(load(&ds, PROMPT "\"preferred_output\":[{\"role\":\"assistant\",\"content\":\"Sure!\"},"
+                             "{\"role\":\"assistant\",\"content\":\"2 + 3 = 5.\"}],\"non_preferred_output\":" BAD "}\n",
+                   256, msg, sizeof msg) == 0, "%s", msg);
+    if (dpo_num_pairs(&ds) != 1) return;
+    const struct sft_example *ex = &ds.pairs.examples[0];
+    int first = -1, end = 0;
+    for (int i = 0; i < ds.split[0]; i++)
+        if (ex->mask[i]) end = i + 1, first = first < 0 ? i : first;
+    char *text = decode(ex->ids + first, end - first);
+    CHECK_CONTAINS(text, "Sure!<|im_end|>");
+    CHECK_CONTAINS(text, "2 + 3 = 5.<|im_end|>");
+    free(text);
+    dpo_dataset_free(&ds);
+}
+
 static const struct {
     const char *line;
     const char *fragments[3];
@@ -119,7 +139,11 @@ static const struct {
     {"{\"input\":{\"messages\":[]}}", {"line 2", "input.messages: must be a non-empty array"}},
     {PROMPT "\"non_preferred_output\":" BAD "}", {"line 2", "preferred_output: missing", "preferred_completion"}},
     {PROMPT "\"preferred_output\":" GOOD "}", {"line 2", "non_preferred_output: missing"}},
-    {PROMPT "\"preferred_output\":[],\"non_preferred_output\":" BAD "}", {"preferred_output", "one assistant message"}},
+    {PROMPT "\"preferred_output\":[],\"non_preferred_output\":" BAD "}", {"preferred_output", "non-empty array of assistant messages"}},
+    {PROMPT "\"preferred_output\":" GOOD ",\"preferred_completion\":\"x\",\"non_preferred_output\":" BAD "}",
+     {"line 2", "preferred_completion: give either preferred_output or preferred_completion"}},
+    {PROMPT "\"preferred_output\":" GOOD ",\"non_preferred_completion\":[{\"role\":\"assistant\",\"content\":\"a\"},"
+            "{\"role\":\"system\",\"content\":\"b\"}]}", {"line 2", "non_preferred_completion[1].role", "\"assistant\""}},
     {PROMPT "\"preferred_output\":" GOOD ",\"non_preferred_output\":[{\"role\":\"user\",\"content\":\"x\"}]}",
      {"line 2", "non_preferred_output[0].role", "\"assistant\""}},
     {PROMPT "\"preferred_output\":[{\"role\":\"assistant\"}],\"non_preferred_output\":" BAD "}",
@@ -254,6 +278,7 @@ int main(void) {
     }
     RUN(both_field_names_give_the_same_tokens);
     RUN(only_the_responses_are_scored);
+    RUN(an_answer_may_hold_several_assistant_turns);
     RUN(bad_lines_name_file_line_and_field);
     RUN(truncation_fits_the_pair_into_a_row);
     RUN(batches_keep_pairs_whole_and_sequences_apart);
