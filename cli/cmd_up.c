@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -111,12 +112,17 @@ static void argv_free(char **argv) {
 }
 
 static int spawn_child(struct up *up, struct child *c) {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        /* If the supervisor dies (even by SIGKILL), its components stop with it instead of running on
+         * unsupervised. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(1);
         execv(up->self, c->argv);
         fprintf(stderr, "whet up: exec %s: %s\n", up->self, strerror(errno));
         _exit(127);

@@ -2,6 +2,8 @@
  * method), graders, the whet extension object, then the body itself and the "auto" resolution. */
 #include "job_request.h"
 
+#include "grader.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -406,7 +408,20 @@ static int check_grader_at(const json_t *g, const char *path, int allow_multi, c
 }
 
 int job_request_check_grader(const json_t *grader, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    return check_grader_at(grader, path, 1, param, err);
+    if (check_grader_at(grader, path, 1, param, err)) return -1;
+    /* The shape is OpenAI's; what training can run is the grader library's call (a metric it does not
+     * support, a formula that does not parse), so a job is refused now rather than failing later. */
+    struct grader *g;
+    if (grader_parse(grader, path, &g, err) < 0) {
+        const char *colon = strstr(err->msg, ": ");
+        size_t n = colon ? (size_t)(colon - err->msg) : strlen(path);
+        if (n >= JOB_PARAM_MAX) n = JOB_PARAM_MAX - 1;
+        memcpy(param, colon ? err->msg : path, n);
+        param[n] = 0;
+        return -1;
+    }
+    grader_free(g);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the whet extension object */

@@ -2,6 +2,7 @@
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
 #include "checkpoint_files.h"
 #include "files.h"
+#include "graders.h"
 #include "jobs.h"
 #include "models.h"
 #include "server.h"
@@ -14,6 +15,7 @@ void router_register_all(struct http_router *rt) {
     auth_routes(rt);
     files_routes(rt);
     jobs_routes(rt);
+    graders_routes(rt);
     models_routes(rt);
     checkpoint_files_routes(rt);
     usage_routes(rt);

@@ -260,23 +260,6 @@ static void log_tail(const char *path, char *out, size_t len) {
     free(text);
 }
 
-/* Sends `sig` to the trainer itself: the direct children of the sandbox's init (which, as PID 1 of its
- * namespace, ignores signals it has no handler for). */
-static void signal_trainer(const struct sandbox_child *child, int sig) {
-    char path[64], pids[256];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)child->pid, (int)child->pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(pids, 1, sizeof pids - 1, f);
-    fclose(f);
-    pids[n] = 0;
-    for (char *p = pids, *end; *p; p = end) {
-        long pid = strtol(p, &end, 10);
-        if (end == p) break;
-        if (pid > 1) kill((pid_t)pid, sig);
-    }
-}
-
 /* Runs the trainer; fills the outcome. */
 static void train(struct agent_job *job, const char *cfg_path, const char *model_dir, struct run *r,
                   Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
@@ -331,7 +314,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     for (;;) {
         int stop = atomic_load(&job->stop);
         if (stop == JOB_STOP && !signalled) {
-            signal_trainer(&child, SIGTERM); /* the trainer checkpoints and exits 0 */
+            sandbox_signal(&child, SIGTERM); /* the trainer checkpoints and exits 0 */
             signalled = 1;
         } else if ((stop == JOB_CANCEL || stop == JOB_ABANDON) && signalled < 2) {
             sandbox_kill(&child);
