@@ -181,7 +181,7 @@ static int object_open(struct objstore *store, const char *key, int *fd_out, str
 
 static int file_read(struct objstore *store, const char *key, uint64_t offset, uint64_t length,
                      objstore_sink_fn sink, void *ctx, struct objstore_info *info, struct whet_err *err) {
-    int fd;
+    int fd = -1;
     int rc = object_open(store, key, &fd, info, err);
     if (rc != 0) return rc;
     /* As on S3: a range must start inside the object (offset 0 of an empty one is the whole of it). */
@@ -213,7 +213,7 @@ static int file_read(struct objstore *store, const char *key, uint64_t offset, u
 }
 
 static int file_stat(struct objstore *store, const char *key, struct objstore_info *info, struct whet_err *err) {
-    int fd;
+    int fd = -1;
     int rc = object_open(store, key, &fd, info, err);
     if (rc == 0) close(fd);
     return rc;

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# whet on this machine in one command: installs the dependencies, builds, starts `whet up`, creates a
-# tenant and prints how to call the API. The stack runs in the foreground until Ctrl-C; with --detach
-# it keeps running in the background.
+# whet on this machine in one command: installs the dependencies, builds, starts `whet up` (a private
+# PostgreSQL, the gateway, the scheduler and one executor), creates a tenant, uploads a small bundled
+# dataset, fine-tunes the bundled whet-tiny model through the API with live progress, and shows what
+# the fine-tuned model answers next to the base model. Then it says how to call the API. The stack runs
+# in the foreground until Ctrl-C; with --detach it keeps running in the background.
 #
-#   deploy/quickstart.sh [--data-dir DIR] [--http HOST:PORT] [--detach]
+#   deploy/quickstart.sh [--data-dir DIR] [--http HOST:PORT] [--detach] [--no-demo]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
 data_dir="$root/whet-data"
+data_dir_given=0
 http="127.0.0.1:8080"
 detach=0
+demo=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --data-dir) data_dir=$2; shift ;;
+    --data-dir) data_dir=$2; data_dir_given=1; shift ;;
     --http) http=$2; shift ;;
     --detach) detach=1 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --no-demo) demo=0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "quickstart: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -27,10 +32,15 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 whet="$root/build/whet"
 
+# As root, the private PostgreSQL runs as the postgres user, which must be able to reach the data dir.
+if [ "$(id -u)" -eq 0 ] && [ $data_dir_given -eq 0 ] && ! runuser -u postgres -- test -x "$root" 2>/dev/null; then
+  data_dir=/var/lib/whet/quickstart
+  echo "quickstart: $root is not reachable by the postgres user; using $data_dir"
+fi
 mkdir -p "$data_dir"
 data_dir=$(cd "$data_dir" && pwd)
 log="$data_dir/up.log"
-"$whet" up --data-dir "$data_dir" --http "$http" >"$log" 2>&1 &
+"$whet" up --data-dir "$data_dir" --http "$http" --executors 1 --devices sim:demo:1 >"$log" 2>&1 &
 up_pid=$!
 trap '[ $detach -eq 1 ] || kill $up_pid 2>/dev/null' EXIT
 for _ in $(seq 600); do
@@ -47,6 +57,48 @@ if key_line=$("$whet" tenant create demo 2>/dev/null | grep '^api key:'); then
   chmod 600 "$data_dir/demo.key"
 else
   key=$(cat "$data_dir/demo.key" 2>/dev/null || "$whet" token --tenant demo)
+fi
+
+# The product's main job: a dataset in, a fine-tuned model out, through the API.
+api() { curl -sS -H "Authorization: Bearer $key" "$@"; }
+field() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d"+sys.argv[1]))' "$1"; }
+if [ $demo -eq 1 ]; then
+  echo
+  echo "== uploading deploy/examples/sft-train.jsonl (96 chat examples)"
+  file_id=$(api "http://$http/v1/files" -F purpose=fine-tune -F file=@deploy/examples/sft-train.jsonl | field "['id']")
+  echo "   $file_id"
+  echo "== creating a LoRA SFT job on whet-tiny"
+  job_id=$(api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
+    -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file_id\",\"suffix\":\"quickstart\",
+         \"method\":{\"type\":\"supervised\",\"supervised\":{\"hyperparameters\":{\"n_epochs\":40,\"batch_size\":2,\"learning_rate_multiplier\":5}}},
+         \"whet\":{\"max_steps\":120,\"checkpoint_every_steps\":40}}" | field "['id']")
+  echo "   $job_id"
+  status=
+  while :; do
+    job=$(api "http://$http/v1/fine_tuning/jobs/$job_id")
+    status=$(echo "$job" | field "['status']")
+    last=$(api "http://$http/v1/fine_tuning/jobs/$job_id/events?limit=1" | field "['data'][0]['message'] if d['data'] else ''")
+    printf '\r   %-10s %-60.60s' "$status" "$last"
+    case "$status" in succeeded|failed|cancelled) break ;; esac
+    sleep 1
+  done
+  echo
+  if [ "$status" = succeeded ]; then
+    model=$(echo "$job" | field "['fine_tuned_model']")
+    echo "== $model"
+    adapter="$data_dir/quickstart-adapter"
+    mkdir -p "$adapter"
+    for f in adapter_config.json adapter_model.safetensors; do
+      api -o "$adapter/$f" "http://$http/v1/fine_tuning/jobs/$job_id/checkpoints/final/files/$f"
+    done
+    prompt="What is the capital of Egypt?"
+    echo "== asking both models: $prompt"
+    echo "   base:       $("$whet" sample --model "$data_dir/models/whet-tiny" --prompt "$prompt" --temperature 0 --max-tokens 24)"
+    echo "   fine-tuned: $("$whet" sample --model "$data_dir/models/whet-tiny" --adapter "$adapter" --prompt "$prompt" --temperature 0 --max-tokens 24)"
+    echo "   (the adapter is in $adapter; checkpoints: GET /v1/fine_tuning/jobs/$job_id/checkpoints)"
+  else
+    echo "quickstart: the job ended $status: $(echo "$job" | field "['error']")" >&2
+  fi
 fi
 
 cat <<MSG

@@ -151,7 +151,7 @@ static int parse_text_similarity(const json_t *j, const char *path, struct grade
     if (metric && strcmp(metric, "cosine") == 0)
         return bad(err, p, "\"cosine\" is not supported in this build (it needs an embedding model); use fuzzy_match, "
                            "bleu, gleu, meteor, rouge_1 to rouge_5 or rouge_l");
-    int m;
+    int m = 0;
     if (want_enum(j, "evaluation_metric", metric_names, WHET_ARRAY_LEN(metric_names), path, &m, err)) return -1;
     g->metric = (enum similarity_metric)m;
     /* OpenAI lists pass_threshold as required; the gateway's shape check lets it be left out, and
@@ -294,7 +294,7 @@ static int parse_multi(const json_t *j, const char *path, struct grader *g, stru
 static int parse_at(const json_t *j, const char *path, int allow_multi, struct grader **out, struct whet_err *err) {
     *out = NULL;
     if (!json_is_object(j)) return bad(err, path, "expected an object, found %s", kind(j));
-    int type;
+    int type = 0;
     if (want_enum(j, "type", type_names, WHET_ARRAY_LEN(type_names), path, &type, err)) return -1;
     char p[PATH_MAX_LEN];
     join(p, path, "type");

@@ -327,7 +327,7 @@ int sim_trace_parse(struct sim_trace *out, const char *path, const char *text, s
         const char *ts = csv_get(&c, c_ts, err);
         if (!ts) goto fail;
         double submit = 0, duration = 0;
-        int64_t gpus;
+        int64_t gpus = 0;
         if (parse_timestamp(ts, &submit)) {
             whet_errf(err, "%s: line %d: timestamp: expected YYYY-MM-DD HH:MM:SS, got \"%s\"", path, c.line, ts);
             goto fail;
