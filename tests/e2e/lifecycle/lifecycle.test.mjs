@@ -10,6 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
+import { until } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -30,15 +31,6 @@ const up = spawn(WHET_BIN, ['up', '--data-dir', work, '--http', `127.0.0.1:${htt
 up.stdout.on('data', (d) => { log = (log + d).slice(-30000); });
 up.stderr.on('data', (d) => { log = (log + d).slice(-30000); });
 
-async function until(what, fn, timeoutMs = 300000, everyMs = 300) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
 await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
   .catch((e) => { console.error(log); throw e; });
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });

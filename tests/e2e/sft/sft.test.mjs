@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
+import { until } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -31,15 +32,6 @@ function start(name, args) {
   return child;
 }
 
-async function until(what, fn, timeoutMs = 120000, everyMs = 250) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
-}
 
 function dumpLogs() {
   for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-25).join('\n')}`);
