@@ -79,5 +79,7 @@ int model_init_write(const char *dir, const struct model_init_opts *o, struct wh
     for (int i = 0; i < c.n; i++) free(c.bufs[i]);
     free(c.bufs);
     if (rc) return -1;
-    return tokenizer_write_tiny(dir, o->vocab, err);
+    /* A larger embedding than the tokenizer uses is fine (Qwen's is): the tiny tokenizer stops at its
+     * own maximum. */
+    return tokenizer_write_tiny(dir, o->vocab < TOKENIZER_TINY_MAX_VOCAB ? o->vocab : TOKENIZER_TINY_MAX_VOCAB, err);
 }

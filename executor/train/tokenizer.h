@@ -63,6 +63,7 @@ size_t tokenizer_vocab_size(const struct tokenizer *tok);
  * <|endoftext|>, <|im_start|>, <|im_end|> as the last three ids, and a ChatML chat_template. The same
  * vocab_size always gives byte-identical files. */
 #define TOKENIZER_TINY_VOCAB 2048
+#define TOKENIZER_TINY_MAX_VOCAB 8192 /* the built-in corpus has no more merges to learn */
 int tokenizer_write_tiny(const char *dir, int vocab_size, struct whet_err *err);
 /* The tiny tokenizer.json itself, as a fresh NUL-terminated string (for tests and the fuzzer). */
 int tokenizer_tiny_json(int vocab_size, char **json, struct whet_err *err);

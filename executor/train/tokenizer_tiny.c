@@ -14,7 +14,6 @@
 #include "tokenizer_internal.h"
 
 #define TINY_MIN_VOCAB (256 + 3)
-#define TINY_MAX_VOCAB 8192
 
 static const char qwen_pattern[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
@@ -357,9 +356,9 @@ static json_t *byte_level_step(void) {
 
 int tokenizer_tiny_json(int vocab_size, char **json, struct whet_err *err) {
     *json = NULL;
-    if (vocab_size < TINY_MIN_VOCAB || vocab_size > TINY_MAX_VOCAB)
+    if (vocab_size < TINY_MIN_VOCAB || vocab_size > TOKENIZER_TINY_MAX_VOCAB)
         return whet_errf(err, "vocab_size %d: the tiny tokenizer has between %d and %d tokens (a model's embedding may be larger)",
-                         vocab_size, TINY_MIN_VOCAB, TINY_MAX_VOCAB);
+                         vocab_size, TINY_MIN_VOCAB, TOKENIZER_TINY_MAX_VOCAB);
     int target = vocab_size - 3, n_merges = 0;
     struct tok_buf tokens = {0};
     struct tok_span *spans = xcalloc((size_t)target, sizeof *spans);
