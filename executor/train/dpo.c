@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct model_batch model_batch_of(const struct dpo_batch *b, const float *loss_mask) {
-    return (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, loss_mask};
+static struct model_batch model_batch_of(const struct dpo_batch *b) {
+    return (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, NULL};
 }
 
 /* logps[side] = −Σ nll over the scored tokens of each sequence, from the last forward pass. */
@@ -21,7 +21,7 @@ static void sum_logps(double *logps, const struct model *m, const struct dpo_bat
 }
 
 int dpo_sequence_logps(double *logps, struct model *m, const struct dpo_batch *b, struct whet_err *err) {
-    struct model_batch mb = model_batch_of(b, NULL);
+    struct model_batch mb = model_batch_of(b);
     float loss;
     if (model_forward(m, &mb, &loss, err)) return -1;
     sum_logps(logps, m, b);
@@ -144,9 +144,7 @@ int dpo_forward_backward(struct model *m, const struct dpo_batch *b, const doubl
             double g = s < 0 ? 0 : loss_scale * beta * dloss_dz[s / 2];
             weights[t] = (float)(s < 0 ? 0 : s % 2 ? g : -g);
         }
-        struct model_batch mb = model_batch_of(b, weights);
-        float unused;
-        rc = model_forward(m, &mb, &unused, err) || model_backward(m, 1.0f, err) ? -1 : 0;
+        rc = model_set_loss_weights(m, weights, err) || model_backward(m, 1.0f, err) ? -1 : 0;
     }
     free(weights);
     free(dloss_dz);

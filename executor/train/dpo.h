@@ -19,11 +19,9 @@
  * trainer computes it once per pair (dpo_reference_table) rather than at every step.
  *
  * The gradient: d loss / d log π(c) = −β·(1 − σ(z)) and d loss / d log π(r) = +β·(1 − σ(z)), the same
- * for every token of a response, and d log π / d nll_t = −1. The engine's backward takes per-token
- * weights on the nll, fixed at the forward pass, so a micro-batch goes: a forward that measures
- * log π, then a forward with those weights as the loss mask, then the backward. (The second forward
- * repeats the first bit for bit; an engine entry point that replaces the weights of the last
- * forward would save it.) */
+ * for every token of a response, and d log π / d nll_t = −1. So a micro-batch takes one forward
+ * pass that measures log π, then sets those per-token weights on the nll (model_set_loss_weights)
+ * and goes back through that same pass. */
 #ifndef WHET_DPO_H
 #define WHET_DPO_H
 

@@ -890,6 +890,18 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     return 0;
 }
 
+/* Per-token weights known only after the forward pass (DPO's β·(1 − σ(z)) of each pair): they
+ * replace the ones the backward would apply, for the rows that forward kept. */
+int model_set_loss_weights(struct model *m, const float *weights, struct whet_err *err) {
+    if (!m->backward_ready) return whet_errf(err, "model_set_loss_weights: no forward pass with targets to go back through");
+    if (!m->M) return 0;
+    float *w = xmalloc(sizeof(float) * (size_t)m->M);
+    for (int i = 0; i < m->M; i++) w[i] = weights[m->h_rows[i]];
+    m->be->upload(m->weights_c, w, sizeof(float) * (size_t)m->M);
+    free(w);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- optimiser ---- */
 
 void model_zero_grad(struct model *m) {

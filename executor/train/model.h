@@ -117,6 +117,11 @@ void model_get_logits(const struct model *m, float *out);
  * the gradient of loss_scale * sum(w * nll). For the mean loss of a single batch pass
  * 1/stats.weight_sum; with gradient accumulation, 1/(sum of weight_sum over the micro-batches). */
 int model_backward(struct model *m, float loss_scale, struct whet_err *err);
+/* Replaces the per-token weights the next model_backward applies: weights[N] in the last forward's
+ * batch layout, read only where that forward had a weighted target (a token it left out stays out).
+ * For losses whose weights depend on the forward's own results (DPO weighs each response's tokens by
+ * its pair's β·(1 − σ(z))): one forward pass instead of two. stats keep the forward's weights. */
+int model_set_loss_weights(struct model *m, const float *weights, struct whet_err *err);
 void model_zero_grad(struct model *m);
 /* Global L2 norm of the trainable gradients. */
 float model_grad_norm(struct model *m);

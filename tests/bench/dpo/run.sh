@@ -27,7 +27,6 @@ echo "$CONFIGS" | while read -r name L C NH F V P PR R S; do
 import json, sys
 w, p = json.loads(sys.argv[2]), json.loads(sys.argv[3])
 print(f"{sys.argv[1]}: DPO micro-batch torch/whet time {p['dpo_s'] / w['dpo_s']:.2f}x, reference pass torch/whet "
-      f"{p['reference_s'] / w['reference_s']:.2f}x; whet DPO / whet SFT {w['dpo_over_sft']:.2f}x "
-      f"({w['dpo_without_second_forward_over_sft']:.2f}x without the second forward)")
+      f"{p['reference_s'] / w['reference_s']:.2f}x; whet DPO / whet SFT {w['dpo_over_sft']:.2f}x")
 PY
 done
