@@ -71,4 +71,4 @@ static int cmd_train(int argc, char **argv) {
     if (stopped) fprintf(stderr, "whet train: stopped on request after a checkpoint\n");
     return 0;
 }
-WHET_COMMAND("train", cmd_train, "fine-tune a model from a trainer config (SFT, LoRA or full)")
+WHET_COMMAND("train", cmd_train, "fine-tune a model from a trainer config (SFT or DPO, LoRA or full)")

@@ -400,6 +400,9 @@ static int check_dpo(const json_t *line, struct whet_err *err) {
     enum role last = ROLE_USER;
     if (check_messages(json_object_get(input, "messages"), ROLES_ALL, "input.messages", &assistants, &last, err))
         return -1;
+    if (last == ROLE_ASSISTANT)
+        return field_err(err, "input.messages",
+                         "the prompt must not end with an assistant message (the outputs answer it)");
     if (check_optional_tools(input, "input", err)) return -1;
     if (check_parallel_tool_calls(input, "input", err)) return -1;
     if (check_dpo_output(line, "preferred_output", "preferred_completion", err)) return -1;

@@ -160,6 +160,13 @@ TEST(dpo_rules) {
     CHECK_STR(line_error(SFT, VALIDATE_FORMAT_DPO), "messages: unknown field");
     CHECK_STR(line_error("{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":7}]}}", VALIDATE_FORMAT_DPO),
               "input.messages[0].content: expected a string or an array of content parts, found an integer");
+    /* The outputs answer the prompt, so the prompt cannot end with an answer of its own. */
+    CHECK_STR(line_error("{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                         "{\"role\":\"assistant\",\"content\":\"hello\"}]},"
+                         "\"preferred_output\":[{\"role\":\"assistant\",\"content\":\"a\"}],"
+                         "\"non_preferred_output\":[{\"role\":\"assistant\",\"content\":\"b\"}]}",
+                         VALIDATE_FORMAT_DPO),
+              "input.messages: the prompt must not end with an assistant message (the outputs answer it)");
 }
 
 TEST(rft_rules) {
