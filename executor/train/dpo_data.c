@@ -70,28 +70,13 @@ struct parsed_pair {
 };
 
 static const char *content_text(struct parsed_pair *pp, json_t *content, const char *field, struct whet_err *err) {
-    if (json_is_string(content)) return json_string_value(content);
-    if (!json_is_array(content))
-        return whet_errf(err, "%s.content: must be a string or an array of text parts", field), NULL;
-    size_t len = 0, k;
-    json_t *part;
-    json_array_foreach(content, k, part) {
-        json_t *text = json_object_get(part, "text");
-        if (!json_is_string(text))
-            return whet_errf(err, "%s.content[%zu]: only {\"type\": \"text\", \"text\": …} parts are supported", field, k),
-                   NULL;
-        len += json_string_length(text);
+    char *joined;
+    const char *text = sft_content_text(content, field, &joined, err);
+    if (joined) {
+        pp->joined = xrealloc(pp->joined, (size_t)(pp->n_joined + 1) * sizeof *pp->joined);
+        pp->joined[pp->n_joined++] = joined;
     }
-    char *buf = xmalloc(len + 1), *p = buf;
-    json_array_foreach(content, k, part) {
-        json_t *text = json_object_get(part, "text");
-        memcpy(p, json_string_value(text), json_string_length(text));
-        p += json_string_length(text);
-    }
-    *p = 0;
-    pp->joined = xrealloc(pp->joined, (size_t)(pp->n_joined + 1) * sizeof *pp->joined);
-    pp->joined[pp->n_joined++] = buf;
-    return buf;
+    return text;
 }
 
 /* One message object into *out; `field` names it in errors ("input.messages[2]"). */

@@ -54,17 +54,16 @@ void sft_dataset_free(struct sft_dataset *ds) {
 
 /* ---------------------------------------------------------------- parsing lines */
 
-/* OpenAI allows content as a string or as a list of parts; only text parts mean anything here. */
-static const char *message_text(json_t *content, int i, char **joined, struct whet_err *err) {
+const char *sft_content_text(json_t *content, const char *field, char **joined, struct whet_err *err) {
+    *joined = NULL;
     if (json_is_string(content)) return json_string_value(content);
-    if (!json_is_array(content))
-        return whet_errf(err, "messages[%d].content: must be a string or an array of text parts", i), NULL;
+    if (!json_is_array(content)) return whet_errf(err, "%s.content: must be a string or an array of text parts", field), NULL;
     size_t len = 0, k;
     json_t *part;
     json_array_foreach(content, k, part) {
         json_t *text = json_object_get(part, "text");
         if (!json_is_string(text))
-            return whet_errf(err, "messages[%d].content[%zu]: only {\"type\": \"text\", \"text\": …} parts are supported", i, k),
+            return whet_errf(err, "%s.content[%zu]: only {\"type\": \"text\", \"text\": …} parts are supported", field, k),
                    NULL;
         len += json_string_length(text);
     }
@@ -125,7 +124,9 @@ int sft_parse_messages(struct chat_message **msgs_out, int *n_out, void **json_r
             whet_errf(err, "messages[%d].content: missing", i);
             goto fail;
         }
-        msgs[i].content = message_text(content, i, &pl->joined[i], err);
+        char field[32];
+        snprintf(field, sizeof field, "messages[%d]", i);
+        msgs[i].content = sft_content_text(content, field, &pl->joined[i], err);
         if (!msgs[i].content) goto fail;
         msgs[i].weight = 1;
         json_t *weight = json_object_get(m, "weight");

@@ -18,6 +18,7 @@
 #ifndef WHET_SFT_DATA_H
 #define WHET_SFT_DATA_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "util.h"
@@ -59,6 +60,10 @@ void sft_dataset_free(struct sft_dataset *ds);
  * releases with json_decref through sft_messages_free). Exposed for tests and the gateway-side
  * validation. */
 struct chat_message;
+/* The text of an OpenAI message `content`: a string, or an array of text parts joined. When parts were
+ * joined the text is in *joined, which the caller frees (else *joined is NULL and the text points into
+ * the JSON). NULL with "FIELD.content…: what is wrong" in err otherwise. */
+const char *sft_content_text(json_t *content, const char *field, char **joined, struct whet_err *err);
 int sft_parse_messages(struct chat_message **msgs, int *n_msgs, void **json_root, const char *line, size_t len,
                        struct whet_err *err);
 void sft_messages_free(struct chat_message *msgs, void *json_root);
