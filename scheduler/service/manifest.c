@@ -61,13 +61,15 @@ static json_t *trainer_settings(json_t *method, json_t *whet, int seed) {
 
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
                          int devices, struct whet_err *err) {
+    /* Resume from the newest checkpoint that has trainer state: the final model is listed as a
+     * checkpoint too (as OpenAI lists it) but holds no optimizer moments. */
     const char *params[] = {job_id};
     PGresult *res = whet_pg_query(
         conn,
         "SELECT j.id, j.tenant_id, j.method::text, j.whet::text, j.seed, b.id, b.object_prefix, b.sha256,"
         " tf.id, tf.object_key, vf.id, vf.object_key,"
         " (SELECT json_build_object('step', c.step_number, 'object_prefix', c.object_prefix)::text FROM checkpoints c"
-        "   WHERE c.job_id = j.id ORDER BY c.step_number DESC LIMIT 1),"
+        "   WHERE c.job_id = j.id AND c.object_prefix NOT LIKE '%/final' ORDER BY c.step_number DESC LIMIT 1),"
         " (SELECT p.final_object_prefix FROM jobs p WHERE p.fine_tuned_model = j.model AND p.tenant_id = j.tenant_id)"
         " FROM jobs j JOIN base_models b ON b.id = j.base_model JOIN files tf ON tf.id = j.training_file"
         " LEFT JOIN files vf ON vf.id = j.validation_file WHERE j.id = $1",

@@ -38,7 +38,13 @@ static PGconn *become_leader(const struct scheduler_options *opts) {
         PGresult *res = whet_pg_query(conn, "SELECT pg_try_advisory_lock(" LEADER_LOCK_KEY ")", 0, NULL, &err);
         int got = res && PQgetvalue(res, 0, 0)[0] == 't';
         PQclear(res);
-        if (got && whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0) return conn;
+        /* A new leader renews every lease once: the nodes could not heartbeat while no scheduler led,
+         * and declaring them all lost for it would requeue every running job. */
+        if (got && whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0 &&
+            whet_pg_exec(conn,
+                         "UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp()) WHERE state = 'ready'",
+                         0, NULL, &err) == 0)
+            return conn;
         PQfinish(conn);
         if (!announced_standby) {
             log_info("msg=\"another scheduler leads; standing by\"");
