@@ -177,12 +177,14 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         }
     }
 
-    /* Hand out the commands waiting for this node, oldest first, and mark them delivered. */
+    /* Hand out the commands waiting for this node, oldest first (a STOP never overtakes its START), and
+     * mark them delivered. */
     res = whet_pg_query(conn,
-                        "UPDATE node_commands SET delivered_at = extract(epoch FROM clock_timestamp())"
-                        " WHERE seq IN (SELECT seq FROM node_commands WHERE node_id = $1 AND delivered_at IS NULL"
-                        " ORDER BY seq LIMIT 32)"
-                        " RETURNING seq, kind, job_id, attempt, coalesce(manifest::text, ''), grace_ms, reason",
+                        "WITH d AS (UPDATE node_commands SET delivered_at = extract(epoch FROM clock_timestamp())"
+                        "   WHERE seq IN (SELECT seq FROM node_commands WHERE node_id = $1 AND delivered_at IS NULL"
+                        "   ORDER BY seq LIMIT 32)"
+                        "   RETURNING seq, kind, job_id, attempt, coalesce(manifest::text, '') AS manifest, grace_ms, reason)"
+                        " SELECT * FROM d ORDER BY seq",
                         1, node_param, err);
     if (!res) {
         free(resp);
@@ -190,17 +192,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
     }
     int n = PQntuples(res);
     resp->commands = xcalloc((size_t)(n ? n : 1), sizeof *resp->commands);
-    /* RETURNING has no order: sort by seq so a STOP never overtakes its START. */
-    int *order = xcalloc((size_t)(n ? n : 1), sizeof *order);
-    for (int i = 0; i < n; i++) order[i] = i;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && atoll(PQgetvalue(res, order[j], 0)) < atoll(PQgetvalue(res, order[j - 1], 0)); j--) {
-            int t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    for (int k = 0; k < n; k++) {
-        int i = order[k];
+    for (int i = 0; i < n; i++) {
         Whet__V1__Command *c = new_message(sizeof *c, (void (*)(void *))whet__v1__command__init);
         c->kind = command_kind(PQgetvalue(res, i, 1));
         c->job_id = xstrdup(PQgetvalue(res, i, 2));
@@ -212,7 +204,6 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         log_info("msg=\"command delivered\" node=%s kind=%s job=%s attempt=%u", req->node_id, PQgetvalue(res, i, 1),
                  c->job_id, c->attempt);
     }
-    free(order);
     PQclear(res);
     *out = &resp->base;
     return RPC_OK;
