@@ -1,6 +1,7 @@
 /* job_request.c - see job_request.h. Sections: error and type helpers, hyperparameters (one table per
  * method), graders, the whet extension object, then the body itself and the "auto" resolution. */
 #include "job_request.h"
+#include "json.h"
 
 #include "grader.h"
 
@@ -41,18 +42,6 @@ static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path
     return -1;
 }
 
-static const char *kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 /* "parent.key" into out (JOB_PARAM_MAX bytes; long paths are cut, which only shortens messages). */
 static void join(char out[JOB_PARAM_MAX], const char *parent, const char *key) {
@@ -110,7 +99,7 @@ static int known_keys(const json_t *obj, const char *const *allowed, const char 
 
 /* A string of 1..max bytes (also bounds what reaches the database). */
 static int want_string(const json_t *v, size_t max, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    if (!json_is_string(v)) return bad(param, err, path, "expected a string, found %s", kind(v));
+    if (!json_is_string(v)) return bad(param, err, path, "expected a string, found %s", whet_json_kind(v));
     size_t n = json_string_length(v);
     if (n == 0) return bad(param, err, path, "must not be empty");
     if (n > max) return bad(param, err, path, "longer than %zu characters", max);
@@ -184,13 +173,13 @@ static int check_hp_value(const json_t *v, const struct hp_spec *spec, const cha
     if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) return 0;
     const char *lower = spec->min_exclusive ? "(" : "[";
     if (spec->kind == HP_INT) {
-        if (!json_is_integer(v)) return bad(param, err, path, "expected \"auto\" or an integer, found %s", kind(v));
+        if (!json_is_integer(v)) return bad(param, err, path, "expected \"auto\" or an integer, found %s", whet_json_kind(v));
         json_int_t x = json_integer_value(v);
         if (x < (json_int_t)spec->min || x > (json_int_t)spec->max)
             return bad(param, err, path, "%lld is out of range: expected %g..%g", (long long)x, spec->min, spec->max);
         return 0;
     }
-    if (!json_is_number(v)) return bad(param, err, path, "expected \"auto\" or a number, found %s", kind(v));
+    if (!json_is_number(v)) return bad(param, err, path, "expected \"auto\" or a number, found %s", whet_json_kind(v));
     double x = json_number_value(v);
     if (x < spec->min || (spec->min_exclusive && x == spec->min) || x > spec->max)
         return bad(param, err, path, "%g is out of range: expected %s%g, %g]", x, lower, spec->min, spec->max);
@@ -204,7 +193,7 @@ static json_t *check_hyperparameters(const json_t *given, const char *method_typ
     const struct hp_spec *specs = hp_specs(method_type);
     if (given && !json_is_null(given)) {
         if (!json_is_object(given)) {
-            bad(param, err, path, "expected an object, found %s", kind(given));
+            bad(param, err, path, "expected an object, found %s", whet_json_kind(given));
             return NULL;
         }
         const char *key;
@@ -243,13 +232,13 @@ static const char *const grader_types[] = {"string_check", "text_similarity", "p
 static int check_grader_input(const json_t *input, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
     static const char *const roles[] = {"system", "developer", "user", "assistant", NULL};
     static const char *const keys[] = {"role", "content", "type", NULL};
-    if (!json_is_array(input)) return bad(param, err, path, "expected an array of messages, found %s", kind(input));
+    if (!json_is_array(input)) return bad(param, err, path, "expected an array of messages, found %s", whet_json_kind(input));
     if (json_array_size(input) == 0) return bad(param, err, path, "expected at least one message");
     for (size_t i = 0; i < json_array_size(input); i++) {
         const json_t *m = json_array_get(input, i);
         char mp[JOB_PARAM_MAX], p[JOB_PARAM_MAX];
         join_index(mp, path, i);
-        if (!json_is_object(m)) return bad(param, err, mp, "expected an object, found %s", kind(m));
+        if (!json_is_object(m)) return bad(param, err, mp, "expected an object, found %s", whet_json_kind(m));
         if (known_keys(m, keys, mp, 0, param, err)) return -1;
         join(p, mp, "role");
         if (want_enum(json_object_get(m, "role"), roles, p, param, err)) return -1;
@@ -261,7 +250,7 @@ static int check_grader_input(const json_t *input, const char *path, char param[
         json_t *content = json_object_get(m, "content");
         if (!content) return bad(param, err, p, "missing");
         if (!json_is_string(content) && !json_is_object(content) && !json_is_array(content))
-            return bad(param, err, p, "expected a string, an object or an array, found %s", kind(content));
+            return bad(param, err, p, "expected a string, an object or an array, found %s", whet_json_kind(content));
     }
     return 0;
 }
@@ -269,7 +258,7 @@ static int check_grader_input(const json_t *input, const char *path, char param[
 static int check_grader_at(const json_t *g, const char *path, int allow_multi, char param[JOB_PARAM_MAX],
                            struct whet_err *err) {
     char p[JOB_PARAM_MAX];
-    if (!json_is_object(g)) return bad(param, err, path, "expected an object, found %s", kind(g));
+    if (!json_is_object(g)) return bad(param, err, path, "expected an object, found %s", whet_json_kind(g));
     join(p, path, "type");
     json_t *type = json_object_get(g, "type");
     if (!type) return bad(param, err, p, "missing");
@@ -309,7 +298,7 @@ static int check_grader_at(const json_t *g, const char *path, int allow_multi, c
         }
         join(p, path, "pass_threshold");
         json_t *threshold = json_object_get(g, "pass_threshold");
-        if (threshold && !json_is_number(threshold)) return bad(param, err, p, "expected a number, found %s", kind(threshold));
+        if (threshold && !json_is_number(threshold)) return bad(param, err, p, "expected a number, found %s", whet_json_kind(threshold));
         join(p, path, "evaluation_metric");
         return want_enum(json_object_get(g, "evaluation_metric"), metrics, p, param, err);
     }
@@ -352,11 +341,11 @@ static int check_grader_at(const json_t *g, const char *path, int allow_multi, c
             json_t *sampling = json_object_get(g, "sampling_params");
             join(p, path, "sampling_params");
             if (sampling && !json_is_object(sampling))
-                return bad(param, err, p, "expected an object, found %s", kind(sampling));
+                return bad(param, err, p, "expected an object, found %s", whet_json_kind(sampling));
             json_t *threshold = json_object_get(g, "pass_threshold");
             join(p, path, "pass_threshold");
             if (threshold && !json_is_number(threshold))
-                return bad(param, err, p, "expected a number, found %s", kind(threshold));
+                return bad(param, err, p, "expected a number, found %s", whet_json_kind(threshold));
             return 0;
         }
         json_t *labels = json_object_get(g, "labels"), *passing = json_object_get(g, "passing_labels");
@@ -428,7 +417,7 @@ int job_request_check_grader(const json_t *grader, const char *path, char param[
 
 static int check_int(const json_t *v, long long min, long long max, const char *path, char param[JOB_PARAM_MAX],
                      struct whet_err *err) {
-    if (!json_is_integer(v)) return bad(param, err, path, "expected an integer, found %s", kind(v));
+    if (!json_is_integer(v)) return bad(param, err, path, "expected an integer, found %s", whet_json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < min || x > max) return bad(param, err, path, "%lld is out of range: expected %lld..%lld", (long long)x, min, max);
     return 0;
@@ -437,7 +426,7 @@ static int check_int(const json_t *v, long long min, long long max, const char *
 /* A number in (min, max] when min_exclusive, else [min, max]. */
 static int check_number(const json_t *v, double min, int min_exclusive, double max, const char *path,
                         char param[JOB_PARAM_MAX], struct whet_err *err) {
-    if (!json_is_number(v)) return bad(param, err, path, "expected a number, found %s", kind(v));
+    if (!json_is_number(v)) return bad(param, err, path, "expected a number, found %s", whet_json_kind(v));
     double x = json_number_value(v);
     if (x < min || (min_exclusive && x == min) || x > max)
         return bad(param, err, path, "%g is out of range: expected %s%g, %g]", x, min_exclusive ? "(" : "[", min, max);
@@ -446,7 +435,7 @@ static int check_number(const json_t *v, double min, int min_exclusive, double m
 
 /* A list of distinct names (GPU types, regions): 1..16 items of 1..64 characters [A-Za-z0-9._:-]. */
 static int check_name_list(const json_t *v, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    if (!json_is_array(v)) return bad(param, err, path, "expected an array of strings, found %s", kind(v));
+    if (!json_is_array(v)) return bad(param, err, path, "expected an array of strings, found %s", whet_json_kind(v));
     if (json_array_size(v) == 0 || json_array_size(v) > 16) return bad(param, err, path, "expected 1 to 16 names");
     for (size_t i = 0; i < json_array_size(v); i++) {
         char ip[JOB_PARAM_MAX];
@@ -466,7 +455,7 @@ static int check_lora(const json_t *lora, const char *path, char param[JOB_PARAM
     static const char *const keys[] = {"r", "alpha", "target_modules", NULL};
     static const char *const modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", NULL};
     char p[JOB_PARAM_MAX];
-    if (!json_is_object(lora)) return bad(param, err, path, "expected an object, found %s", kind(lora));
+    if (!json_is_object(lora)) return bad(param, err, path, "expected an object, found %s", whet_json_kind(lora));
     if (known_keys(lora, keys, path, 0, param, err)) return -1;
     json_t *v;
     join(p, path, "r");
@@ -499,7 +488,7 @@ static int check_whet(const json_t *w, const char *method_type, int *priority, c
                                        "group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
     static const char *const rl_only[] = {"group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
     char p[JOB_PARAM_MAX];
-    if (!json_is_object(w)) return bad(param, err, "whet", "expected an object, found %s", kind(w));
+    if (!json_is_object(w)) return bad(param, err, "whet", "expected an object, found %s", whet_json_kind(w));
     if (known_keys(w, keys, "whet", 0, param, err)) return -1;
     json_t *v;
     if ((v = json_object_get(w, "priority"))) {
@@ -508,7 +497,7 @@ static int check_whet(const json_t *w, const char *method_type, int *priority, c
     }
     json_t *full = json_object_get(w, "full_finetune");
     if (full && !json_is_boolean(full))
-        return bad(param, err, "whet.full_finetune", "expected a boolean, found %s", kind(full));
+        return bad(param, err, "whet.full_finetune", "expected a boolean, found %s", whet_json_kind(full));
     if ((v = json_object_get(w, "lora"))) {
         if (json_is_true(full)) return bad(param, err, "whet.lora", "a full fine-tune has no LoRA settings");
         if (check_lora(v, "whet.lora", param, err)) return -1;
@@ -547,7 +536,7 @@ static int check_method(const json_t *method, const json_t *legacy_hp, struct jo
     const char *type = "supervised";
     if (method) {
         static const char *const keys[] = {"type", "supervised", "dpo", "reinforcement", NULL};
-        if (!json_is_object(method)) return bad(param, err, "method", "expected an object, found %s", kind(method));
+        if (!json_is_object(method)) return bad(param, err, "method", "expected an object, found %s", whet_json_kind(method));
         if (known_keys(method, keys, "method", 0, param, err)) return -1;
         json_t *t = json_object_get(method, "type");
         if (!t) return bad(param, err, "method.type", "missing");
@@ -568,7 +557,7 @@ static int check_method(const json_t *method, const json_t *legacy_hp, struct jo
     if (settings) {
         static const char *const plain_keys[] = {"hyperparameters", NULL};
         static const char *const rl_keys[] = {"hyperparameters", "grader", NULL};
-        if (!json_is_object(settings)) return bad(param, err, path, "expected an object, found %s", kind(settings));
+        if (!json_is_object(settings)) return bad(param, err, path, "expected an object, found %s", whet_json_kind(settings));
         if (known_keys(settings, strcmp(type, "reinforcement") == 0 ? rl_keys : plain_keys, path, 0, param, err))
             return -1;
     }
@@ -610,7 +599,7 @@ static int check_method(const json_t *method, const json_t *legacy_hp, struct jo
 static int parse_body(const json_t *body, struct job_request *req, char param[JOB_PARAM_MAX], struct whet_err *err) {
     static const char *const keys[] = {"model", "training_file", "validation_file", "suffix", "seed", "metadata",
                                        "hyperparameters", "method", "integrations", "whet", NULL};
-    if (!json_is_object(body)) return bad(param, err, "", "expected a JSON object, found %s", kind(body));
+    if (!json_is_object(body)) return bad(param, err, "", "expected a JSON object, found %s", whet_json_kind(body));
     if (known_keys(body, keys, "", 1, param, err)) return -1;
 
     json_t *v = json_object_get(body, "model");
@@ -646,7 +635,7 @@ static int parse_body(const json_t *body, struct job_request *req, char param[JO
 
     v = json_object_get(body, "metadata");
     if (v && !json_is_null(v)) {
-        if (!json_is_object(v)) return bad(param, err, "metadata", "expected an object, found %s", kind(v));
+        if (!json_is_object(v)) return bad(param, err, "metadata", "expected an object, found %s", whet_json_kind(v));
         if (json_object_size(v) > JOB_METADATA_PAIRS_MAX)
             return bad(param, err, "metadata", "at most %d key-value pairs", JOB_METADATA_PAIRS_MAX);
         const char *key;
@@ -657,7 +646,7 @@ static int parse_body(const json_t *body, struct job_request *req, char param[JO
             if (key[0] == 0) return bad(param, err, "metadata", "keys must not be empty");
             if (strlen(key) > JOB_METADATA_KEY_MAX)
                 return bad(param, err, p, "key longer than %d characters", JOB_METADATA_KEY_MAX);
-            if (!json_is_string(value)) return bad(param, err, p, "expected a string, found %s", kind(value));
+            if (!json_is_string(value)) return bad(param, err, p, "expected a string, found %s", whet_json_kind(value));
             if (json_string_length(value) > JOB_METADATA_VALUE_MAX)
                 return bad(param, err, p, "value longer than %d characters", JOB_METADATA_VALUE_MAX);
         }
@@ -666,7 +655,7 @@ static int parse_body(const json_t *body, struct job_request *req, char param[JO
 
     v = json_object_get(body, "integrations");
     if (v && !json_is_null(v)) {
-        if (!json_is_array(v)) return bad(param, err, "integrations", "expected an array, found %s", kind(v));
+        if (!json_is_array(v)) return bad(param, err, "integrations", "expected an array, found %s", whet_json_kind(v));
         if (json_array_size(v) > 0)
             return bad(param, err, "integrations", "integrations (Weights & Biases) are not supported by this server; "
                                                    "read metrics from the job's events instead");

@@ -5,6 +5,7 @@
  * format detection; then the line stream, which splits bytes into lines, enforces the limits and adds
  * "line N: " to whatever the line checkers said. */
 #include "validate.h"
+#include "json.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -46,18 +47,6 @@ enum validate_format validate_format_parse(const char *name) {
  * which only shortens a message. */
 #define PATH_MAX_LEN 160
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 static int field_err(struct whet_err *err, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -72,7 +61,7 @@ static int field_err(struct whet_err *err, const char *path, const char *fmt, ..
 
 static int expect_type(const json_t *v, json_type type, const char *what, const char *path, struct whet_err *err) {
     if (json_typeof(v) == type) return 0;
-    return field_err(err, path, "expected %s, found %s", what, json_kind(v));
+    return field_err(err, path, "expected %s, found %s", what, whet_json_kind(v));
 }
 
 /* Cuts a UTF-8 sequence that truncation left incomplete at the end of `s`: messages end up in JSON,
@@ -325,7 +314,7 @@ static int check_message(const json_t *msg, unsigned roles, const char *path, en
     }
     if (json_is_string(content)) return 0;
     if (json_is_array(content)) return check_content_parts(content, r == ROLE_USER, sub, err);
-    return field_err(err, sub, "expected a string or an array of content parts, found %s", json_kind(content));
+    return field_err(err, sub, "expected a string or an array of content parts, found %s", whet_json_kind(content));
 }
 
 /* A non-empty array of messages. Reports how many are the assistant's and the last one's role. */
@@ -351,7 +340,7 @@ static int check_parallel_tool_calls(const json_t *obj, const char *path, struct
     if (!v) return 0;
     char sub[PATH_MAX_LEN];
     path_key(sub, path, "parallel_tool_calls");
-    if (!json_is_boolean(v)) return field_err(err, sub, "expected a boolean, found %s", json_kind(v));
+    if (!json_is_boolean(v)) return field_err(err, sub, "expected a boolean, found %s", whet_json_kind(v));
     return 0;
 }
 
@@ -448,7 +437,7 @@ static int validate_line_detect(const char *line, size_t len, enum validate_form
     if (!root) return whet_errf(err, "invalid JSON at column %d: %s", jerr.column, jerr.text);
     int rc = 0;
     if (!json_is_object(root)) {
-        rc = whet_errf(err, "expected a JSON object, found %s", json_kind(root));
+        rc = whet_errf(err, "expected a JSON object, found %s", whet_json_kind(root));
         goto out;
     }
     *looks_like = detect_format(root);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "grader_internal.h"
+#include "json.h"
 
 #define GRADER_SOURCE_MAX (256 * 1024)
 #define GRADER_TEXT_MAX (64 * 1024)
@@ -53,18 +54,6 @@ static int bad(struct whet_err *err, const char *path, const char *fmt, ...) {
     return whet_errf(err, "%s: %s", path, what);
 }
 
-static const char *kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 /* Field paths are cut at PATH_MAX_LEN; the error message stays readable either way. */
 static void path_printf(char out[PATH_MAX_LEN], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -102,7 +91,7 @@ static int want_string(const json_t *obj, const char *key, size_t max, const cha
     join(p, path, key);
     const json_t *v = json_object_get(obj, key);
     if (!v) return bad(err, p, "missing");
-    if (!json_is_string(v)) return bad(err, p, "expected a string, found %s", kind(v));
+    if (!json_is_string(v)) return bad(err, p, "expected a string, found %s", whet_json_kind(v));
     if (json_string_length(v) > max) return bad(err, p, "longer than %zu bytes", max);
     if (strlen(json_string_value(v)) != json_string_length(v)) return bad(err, p, "contains a NUL character");
     if (out) *out = xstrdup(json_string_value(v));
@@ -124,7 +113,7 @@ static int want_enum(const json_t *obj, const char *key, const char *const *name
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
     }
     if (json_is_string(v)) return bad(err, p, "expected one of %s, found \"%.64s\"", list, json_string_value(v));
-    return bad(err, p, "expected one of %s, found %s", list, kind(v));
+    return bad(err, p, "expected one of %s, found %s", list, whet_json_kind(v));
 }
 
 /* ---------------------------------------------------------------- per type */
@@ -160,7 +149,7 @@ static int parse_text_similarity(const json_t *j, const char *path, struct grade
     const json_t *threshold = json_object_get(j, "pass_threshold");
     join(p, path, "pass_threshold");
     if (threshold) {
-        if (!json_is_number(threshold)) return bad(err, p, "expected a number, found %s", kind(threshold));
+        if (!json_is_number(threshold)) return bad(err, p, "expected a number, found %s", whet_json_kind(threshold));
         g->pass_threshold = json_number_value(threshold); /* outside 0..1 it always or never passes */
     }
     return 0;
@@ -183,12 +172,12 @@ static int check_model_input(const json_t *j, const char *path, struct whet_err 
     const json_t *input = json_object_get(j, "input");
     if (!input) return bad(err, p, "missing");
     if (!json_is_array(input) || json_array_size(input) == 0)
-        return bad(err, p, "expected a non-empty array of messages, found %s", kind(input));
+        return bad(err, p, "expected a non-empty array of messages, found %s", whet_json_kind(input));
     for (size_t i = 0; i < json_array_size(input); i++) {
         const json_t *m = json_array_get(input, i);
         char mp[PATH_MAX_LEN], cp[PATH_MAX_LEN];
         path_printf(mp, "%s[%zu]", p, i);
-        if (!json_is_object(m)) return bad(err, mp, "expected an object, found %s", kind(m));
+        if (!json_is_object(m)) return bad(err, mp, "expected an object, found %s", whet_json_kind(m));
         int role;
         if (known_keys(m, keys, mp, err) || want_enum(m, "role", roles, WHET_ARRAY_LEN(roles), mp, &role, err))
             return -1;
@@ -200,7 +189,7 @@ static int check_model_input(const json_t *j, const char *path, struct whet_err 
         join(cp, mp, "content");
         if (!content) return bad(err, cp, "missing");
         if (!json_is_string(content) && !json_is_object(content) && !json_is_array(content))
-            return bad(err, cp, "expected a string, an object or an array, found %s", kind(content));
+            return bad(err, cp, "expected a string, an object or an array, found %s", whet_json_kind(content));
     }
     return 0;
 }
@@ -224,9 +213,9 @@ static int parse_model(const json_t *j, const char *path, struct grader *g, stru
         if (range && json_number_value(json_array_get(range, 0)) >= json_number_value(json_array_get(range, 1)))
             return bad(err, p, "min must be below max");
         join(p, path, "sampling_params");
-        if (sampling && !json_is_object(sampling)) return bad(err, p, "expected an object, found %s", kind(sampling));
+        if (sampling && !json_is_object(sampling)) return bad(err, p, "expected an object, found %s", whet_json_kind(sampling));
         join(p, path, "pass_threshold");
-        if (threshold && !json_is_number(threshold)) return bad(err, p, "expected a number, found %s", kind(threshold));
+        if (threshold && !json_is_number(threshold)) return bad(err, p, "expected a number, found %s", whet_json_kind(threshold));
     } else {
         static const char *const lists[] = {"labels", "passing_labels"};
         for (size_t k = 0; k < 2; k++) {
@@ -239,7 +228,7 @@ static int parse_model(const json_t *j, const char *path, struct grader *g, stru
                 if (!json_is_string(json_array_get(list, i))) {
                     char ip[PATH_MAX_LEN];
                     path_printf(ip, "%s[%zu]", p, i);
-                    return bad(err, ip, "expected a string, found %s", kind(json_array_get(list, i)));
+                    return bad(err, ip, "expected a string, found %s", whet_json_kind(json_array_get(list, i)));
                 }
         }
         const json_t *labels = json_object_get(j, "labels"), *passing = json_object_get(j, "passing_labels");
@@ -266,7 +255,7 @@ static int parse_multi(const json_t *j, const char *path, struct grader *g, stru
     const json_t *graders = json_object_get(j, "graders");
     if (!graders) return bad(err, p, "missing");
     if (!json_is_object(graders) || json_object_size(graders) == 0)
-        return bad(err, p, "expected an object of named graders, found %s", kind(graders));
+        return bad(err, p, "expected an object of named graders, found %s", whet_json_kind(graders));
     if (json_object_size(graders) > GRADER_MULTI_MAX) return bad(err, p, "at most %d graders", GRADER_MULTI_MAX);
     size_t n = json_object_size(graders);
     g->sub_names = xcalloc(n, sizeof *g->sub_names);
@@ -293,7 +282,7 @@ static int parse_multi(const json_t *j, const char *path, struct grader *g, stru
 
 static int parse_at(const json_t *j, const char *path, int allow_multi, struct grader **out, struct whet_err *err) {
     *out = NULL;
-    if (!json_is_object(j)) return bad(err, path, "expected an object, found %s", kind(j));
+    if (!json_is_object(j)) return bad(err, path, "expected an object, found %s", whet_json_kind(j));
     int type = 0;
     if (want_enum(j, "type", type_names, WHET_ARRAY_LEN(type_names), path, &type, err)) return -1;
     char p[PATH_MAX_LEN];
