@@ -258,13 +258,7 @@ int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat
 void dpo_batch_fill(struct dpo_batch *b, const struct dpo_dataset *ds, const struct sft_epoch *ep, int row,
                     int n_rows) {
     const struct sft_dataset *pairs = &ds->pairs;
-    if (row + n_rows > ep->n_rows) n_rows = ep->n_rows - row;
-    int T = 1;
-    for (int r = row; r < row + n_rows; r++) {
-        int len = 0;
-        for (int k = ep->row_start[r]; k < ep->row_start[r + 1]; k++) len += pairs->examples[ep->items[k]].n;
-        if (len > T) T = len;
-    }
+    int T = sft_batch_width(pairs, ep, row, &n_rows);
     int N = n_rows * T;
     if (N > b->cap) {
         b->cap = N;

@@ -274,15 +274,20 @@ int sft_steps_in_epoch(int n_rows, int batch_size, int grad_accum) {
     return (n_rows + per_step - 1) / per_step;
 }
 
-void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const struct sft_epoch *ep, int row,
-                    int n_rows) {
-    if (row + n_rows > ep->n_rows) n_rows = ep->n_rows - row;
+int sft_batch_width(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int *n_rows) {
+    if (row + *n_rows > ep->n_rows) *n_rows = ep->n_rows - row;
     int T = 1;
-    for (int r = row; r < row + n_rows; r++) {
+    for (int r = row; r < row + *n_rows; r++) {
         int len = 0;
         for (int k = ep->row_start[r]; k < ep->row_start[r + 1]; k++) len += ds->examples[ep->items[k]].n;
         if (len > T) T = len;
     }
+    return T;
+}
+
+void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const struct sft_epoch *ep, int row,
+                    int n_rows) {
+    int T = sft_batch_width(ds, ep, row, &n_rows);
     int N = n_rows * T;
     if (N > b->cap) {
         b->cap = N;

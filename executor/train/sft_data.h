@@ -95,6 +95,9 @@ struct sft_batch {
     int n_targets;  /* trained targets */
 };
 
+/* The width T of a micro-batch of rows [row, row + *n_rows) of `ep`: its longest row (at least 1).
+ * Clamps *n_rows to the rows the epoch has left. */
+int sft_batch_width(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int *n_rows);
 /* Fills `b` with rows [row, row + n_rows) of `ep`. */
 void sft_batch_fill(struct sft_batch *b, const struct sft_dataset *ds, const struct sft_epoch *ep, int row,
                     int n_rows);
