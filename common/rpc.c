@@ -10,6 +10,9 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -72,12 +75,76 @@ static grpc_channel_args *channel_args_get(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * TLS material. gRPC only reports bad PEM files as failed handshakes (or a port it cannot add), so
+ * they are read and checked with OpenSSL first, for errors that name the variable and the file.
+ * ---------------------------------------------------------------------------------------------- */
+
+static int pem_read(const char *path, char **out, struct whet_err *err) {
+    return whet_read_file(path, 1 << 20, out, NULL, err) < 0 ? -1 : 0;
+}
+
+/* Checks that `pem` (read from `path`) holds a certificate and, when `key_pem` (from `key_path`) is
+ * given, that it holds that certificate's private key. */
+static int pem_check_certificate(const char *path, const char *pem, const char *key_path, const char *key_pem,
+                                 struct whet_err *err) {
+    BIO *bio = BIO_new_mem_buf(pem, -1);
+    X509 *cert = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
+    BIO_free(bio);
+    int rc = 0;
+    if (!cert) {
+        rc = whet_errf(err, "%s: no PEM certificate in the file", path);
+    } else if (key_pem) {
+        bio = BIO_new_mem_buf(key_pem, -1);
+        EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+        BIO_free(bio);
+        if (!key)
+            rc = whet_errf(err, "WHET_GRPC_TLS_KEY %s: no unencrypted PEM private key in the file", key_path);
+        else if (X509_check_private_key(cert, key) != 1)
+            rc = whet_errf(err, "WHET_GRPC_TLS_KEY %s is not the private key of WHET_GRPC_TLS_CERT %s", key_path,
+                           path);
+        EVP_PKEY_free(key);
+    }
+    X509_free(cert);
+    ERR_clear_error();
+    return rc;
+}
+
+/* Server credentials from WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY (both or neither). */
+static int server_credentials(grpc_server_credentials **out, struct whet_err *err) {
+    const char *cert_path = whet_env("WHET_GRPC_TLS_CERT", NULL), *key_path = whet_env("WHET_GRPC_TLS_KEY", NULL);
+    if (!cert_path && !key_path) {
+        *out = grpc_insecure_server_credentials_create();
+        return 0;
+    }
+    if (!cert_path || !key_path)
+        return whet_errf(err, "gRPC TLS: %s is set but %s is not (set both for TLS, neither for plaintext)",
+                         cert_path ? "WHET_GRPC_TLS_CERT" : "WHET_GRPC_TLS_KEY",
+                         cert_path ? "WHET_GRPC_TLS_KEY" : "WHET_GRPC_TLS_CERT");
+    char *cert = NULL, *key = NULL;
+    int rc = pem_read(cert_path, &cert, err);
+    if (rc != 0) whet_err_prefix(err, "WHET_GRPC_TLS_CERT");
+    if (rc == 0 && (rc = pem_read(key_path, &key, err)) != 0) whet_err_prefix(err, "WHET_GRPC_TLS_KEY");
+    if (rc == 0 && (rc = pem_check_certificate(cert_path, cert, key_path, key, err)) != 0)
+        whet_err_prefix(err, "gRPC TLS");
+    if (rc == 0) {
+        /* Executors authenticate with the shared token, not with client certificates. */
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        *out = grpc_ssl_server_credentials_create_ex(NULL, &pair, 1, GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE, NULL);
+    }
+    if (key) OPENSSL_cleanse(key, strlen(key));
+    free(cert);
+    free(key);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Client
  * ---------------------------------------------------------------------------------------------- */
 
 struct rpc_client {
     grpc_channel *channel;
     char *token;
+    char *tls_ca; /* the CA file the server is verified against; NULL for a plaintext channel */
 };
 
 int rpc_client_open(const char *target, const char *token, struct rpc_client **out, struct whet_err *err) {
@@ -85,8 +152,12 @@ int rpc_client_open(const char *target, const char *token, struct rpc_client **o
     grpc_channel_credentials *creds;
     const char *ca_path = whet_env("WHET_GRPC_TLS_CA", NULL);
     if (ca_path) {
-        char *ca;
-        if (whet_read_file(ca_path, 1 << 20, &ca, NULL, err) < 0) return whet_err_prefix(err, "WHET_GRPC_TLS_CA");
+        /* Checked here because gRPC would only say "handshake failed" on every call. */
+        char *ca = NULL;
+        if (pem_read(ca_path, &ca, err) != 0 || pem_check_certificate(ca_path, ca, NULL, NULL, err) != 0) {
+            free(ca);
+            return whet_err_prefix(err, "WHET_GRPC_TLS_CA");
+        }
         creds = grpc_ssl_credentials_create(ca, NULL, NULL, NULL);
         free(ca);
     } else {
@@ -98,6 +169,7 @@ int rpc_client_open(const char *target, const char *token, struct rpc_client **o
     struct rpc_client *c = xcalloc(1, sizeof *c);
     c->channel = channel;
     c->token = xstrdup(token ? token : "");
+    c->tls_ca = ca_path ? xstrdup(ca_path) : NULL;
     *out = c;
     return 0;
 }
@@ -106,6 +178,7 @@ void rpc_client_close(struct rpc_client *client) {
     if (!client) return;
     grpc_channel_destroy(client->channel);
     free(client->token);
+    free(client->tls_ca);
     free(client);
 }
 
@@ -173,6 +246,22 @@ static int call_once(struct rpc_client *client, const char *method, const Protob
     return rc;
 }
 
+/* gRPC reports a TLS mismatch as an unreachable server ("failed to connect to all addresses"), the
+ * same as a server that is down; the hint says which transport the client used and what to check. */
+static void add_transport_hint(const struct rpc_client *client, struct whet_err *err) {
+    char hint[WHET_ERR_MAX / 2], grpc_message[WHET_ERR_MAX];
+    if (client->tls_ca)
+        snprintf(hint, sizeof hint, "this client uses TLS with WHET_GRPC_TLS_CA %s: is the server down, plaintext, "
+                                    "or its certificate not from that CA or not for this host?", client->tls_ca);
+    else
+        snprintf(hint, sizeof hint, "this client uses plaintext: is the server down, or does it use TLS "
+                                    "(then set WHET_GRPC_TLS_CA)?");
+    memcpy(grpc_message, err->msg, sizeof grpc_message);
+    /* The hint is kept whole; gRPC's own message is what gets cut when both do not fit. */
+    int room = (int)(sizeof err->msg - strlen(hint) - 4);
+    whet_errf(err, "%.*s (%s)", room > 0 ? room : 0, grpc_message, hint);
+}
+
 int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms, int budget_ms,
              struct whet_err *err) {
@@ -185,7 +274,10 @@ int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessa
         uint32_t r;
         whet_random_bytes(&r, sizeof r);
         int sleep_ms = (int)(r % (uint32_t)backoff_ms) + 1;
-        if (whet_now_mono() + sleep_ms / 1000.0 >= give_up) return rc;
+        if (whet_now_mono() + sleep_ms / 1000.0 >= give_up) {
+            if (rc == RPC_UNAVAILABLE) add_transport_hint(client, err);
+            return rc;
+        }
         usleep((useconds_t)sleep_ms * 1000);
         if (backoff_ms < 5000) backoff_ms *= 2;
     }
@@ -398,25 +490,12 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
     }
 
     grpc_server_credentials *creds = NULL;
-    const char *cert_path = whet_env("WHET_GRPC_TLS_CERT", NULL), *key_path = whet_env("WHET_GRPC_TLS_KEY", NULL);
-    if (cert_path && key_path) {
-        char *cert = NULL, *key = NULL;
-        if (whet_read_file(cert_path, 1 << 20, &cert, NULL, err) < 0 || whet_read_file(key_path, 1 << 20, &key, NULL, err) < 0) {
-            free(cert);
-            whet_err_prefix(err, "gRPC TLS");
-            goto fail;
-        }
-        grpc_ssl_pem_key_cert_pair pair = {key, cert};
-        creds = grpc_ssl_server_credentials_create(NULL, &pair, 1, 0, NULL);
-        free(cert);
-        free(key);
-    } else {
-        creds = grpc_insecure_server_credentials_create();
-    }
+    if (server_credentials(&creds, err) != 0) goto fail;
     srv->port = grpc_server_add_http2_port(srv->server, addr, creds);
     grpc_server_credentials_release(creds);
     if (srv->port <= 0) {
-        whet_errf(err, "cannot listen for gRPC on %s (address in use or invalid)", addr);
+        whet_errf(err, "cannot listen for gRPC on %s (address in use or invalid)%s", addr,
+                  whet_env("WHET_GRPC_TLS_CERT", NULL) ? " with TLS" : "");
         goto fail;
     }
     grpc_server_start(srv->server);

@@ -9,8 +9,13 @@
  *   server:  a table of {path, request descriptor, handler}; handlers run on the server's own threads
  *            (one completion queue each), may block (they talk to PostgreSQL), and return a gRPC status.
  *
- * TLS: when WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY (server) or WHET_GRPC_TLS_CA (client) name PEM
- * files, the connection uses TLS; otherwise it is plaintext (loopback and private networks). */
+ * TLS: when WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY name a PEM certificate and its private key, the
+ * server accepts only TLS (one of the two without the other is an error); when WHET_GRPC_TLS_CA names
+ * a PEM CA certificate, the client uses TLS and verifies the server's certificate against that CA and
+ * the host name in its target. Unset, both sides are plaintext (loopback and private networks). Bad
+ * PEM files fail rpc_server_start/rpc_client_open with an error naming the variable; a transport
+ * mismatch (TLS against plaintext, a certificate from another CA) fails calls as UNAVAILABLE with a
+ * hint saying which transport the client used. */
 #ifndef WHET_RPC_H
 #define WHET_RPC_H
 
