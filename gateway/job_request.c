@@ -481,12 +481,44 @@ static int check_lora(const json_t *lora, const char *path, char param[JOB_PARAM
     return 0;
 }
 
+/* The rest of a reinforcement job's GRPO settings: the loss (veRL's names) and how rollouts are sampled
+ * (the names of OpenAI's chat completions: max_tokens, temperature, top_p, stop; plus top_k). */
+static int check_whet_grpo(const json_t *w, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    static const char *const loss_aggs[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", NULL};
+    static const char *const flags[] = {"norm_adv_by_std", "dynamic_sampling", NULL};
+    char p[JOB_PARAM_MAX];
+    json_t *v;
+    if ((v = json_object_get(w, "ppo_epochs")) && check_int(v, 1, 16, "whet.ppo_epochs", param, err)) return -1;
+    if ((v = json_object_get(w, "loss_agg")) && want_enum(v, loss_aggs, "whet.loss_agg", param, err)) return -1;
+    for (const char *const *k = flags; *k; k++) {
+        join(p, "whet", *k);
+        if ((v = json_object_get(w, *k)) && !json_is_boolean(v))
+            return bad(param, err, p, "expected a boolean, found %s", whet_json_kind(v));
+    }
+    if ((v = json_object_get(w, "max_tokens")) && check_int(v, 1, 32768, "whet.max_tokens", param, err)) return -1;
+    if ((v = json_object_get(w, "temperature")) && check_number(v, 0, 0, 2, "whet.temperature", param, err)) return -1;
+    if ((v = json_object_get(w, "top_p")) && check_number(v, 0, 1, 1, "whet.top_p", param, err)) return -1;
+    if ((v = json_object_get(w, "top_k")) && check_int(v, 0, 1000000, "whet.top_k", param, err)) return -1;
+    if (!(v = json_object_get(w, "stop"))) return 0;
+    if (!json_is_array(v) || json_array_size(v) > 4)
+        return bad(param, err, "whet.stop", "expected an array of at most 4 strings");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        join_index(p, "whet.stop", i);
+        if (want_string(json_array_get(v, i), 256, p, param, err)) return -1;
+    }
+    return 0;
+}
+
 static int check_whet(const json_t *w, const char *method_type, int *priority, char param[JOB_PARAM_MAX],
                       struct whet_err *err) {
     static const char *const keys[] = {"priority", "lora", "full_finetune", "gpu_types", "regions", "max_gpus",
                                        "max_steps", "checkpoint_every_steps", "max_seq_len",
-                                       "group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
-    static const char *const rl_only[] = {"group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", NULL};
+                                       "group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
+                                       "loss_agg", "norm_adv_by_std", "dynamic_sampling", "max_tokens", "temperature",
+                                       "top_p", "top_k", "stop", NULL};
+    static const char *const rl_only[] = {"group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
+                                          "loss_agg", "norm_adv_by_std", "dynamic_sampling", "max_tokens",
+                                          "temperature", "top_p", "top_k", "stop", NULL};
     char p[JOB_PARAM_MAX];
     if (!json_is_object(w)) return bad(param, err, "whet", "expected an object, found %s", whet_json_kind(w));
     if (known_keys(w, keys, "whet", 0, param, err)) return -1;
@@ -522,7 +554,7 @@ static int check_whet(const json_t *w, const char *method_type, int *priority, c
         return -1;
     if ((v = json_object_get(w, "clip_ratio_high")) && check_number(v, 0, 1, 1, "whet.clip_ratio_high", param, err))
         return -1;
-    return 0;
+    return check_whet_grpo(w, param, err);
 }
 
 /* ---------------------------------------------------------------- the body */
@@ -585,7 +617,7 @@ static int check_method(const json_t *method, const json_t *legacy_hp, struct jo
             json_decref(inner);
             return bad(param, err, gp, "missing: a reinforcement job needs a grader");
         }
-        if (check_grader_at(grader, gp, 1, param, err)) {
+        if (job_request_check_grader(grader, gp, param, err)) {
             json_decref(inner);
             return -1;
         }

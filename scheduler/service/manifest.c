@@ -2,62 +2,16 @@
  *
  * The manifest names objects, not local paths: the executor fetches the base model (cached per node),
  * the data files and, when resuming, the last complete checkpoint, then writes the trainer config with
- * its own paths. OpenAI's method object maps onto the trainer's settings here: "auto" hyperparameters
- * get whet's defaults, the learning-rate multiplier scales a base rate that depends on LoRA or full
- * fine-tuning, and the `whet` extension may pin LoRA settings, steps and sequence length. */
+ * its own paths. The trainer settings themselves (OpenAI's method object and the `whet` extension
+ * mapped onto a trainer config, sft, dpo or grpo) come from trainer_settings.c, which needs no
+ * database. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pg.h"
 #include "service_internal.h"
-
-#define BASE_LR_LORA 2e-4
-#define BASE_LR_FULL 2e-5
-
-/* A hyperparameter that may be missing or "auto". */
-static double hp_number(json_t *hp, const char *name, double fallback) {
-    json_t *v = json_object_get(hp, name);
-    return json_is_number(v) ? json_number_value(v) : fallback;
-}
-
-static json_t *trainer_settings(json_t *method, json_t *whet, int seed) {
-    const char *type = json_string_value(json_object_get(method, "type"));
-    if (!type) type = "supervised";
-    json_t *hp = json_object_get(json_object_get(method, type), "hyperparameters");
-    int full = json_is_true(json_object_get(whet, "full_finetune"));
-
-    json_t *t = json_object();
-    json_object_set_new(t, "method", json_string(!strcmp(type, "dpo") ? "dpo" : !strcmp(type, "reinforcement") ? "grpo" : "sft"));
-    if (full) {
-        json_object_set_new(t, "lora", json_null());
-    } else {
-        json_t *lora = json_object_get(whet, "lora");
-        json_t *l = json_object();
-        json_object_set_new(l, "r", json_integer((json_int_t)hp_number(lora, "r", 16)));
-        json_object_set_new(l, "alpha", json_real(hp_number(lora, "alpha", 32)));
-        json_t *modules = json_object_get(lora, "target_modules");
-        if (json_is_array(modules)) json_object_set(l, "target_modules", modules);
-        json_object_set_new(t, "lora", l);
-    }
-    json_t *h = json_object();
-    json_object_set_new(h, "n_epochs", json_integer((json_int_t)hp_number(hp, "n_epochs", 3)));
-    json_object_set_new(h, "batch_size", json_integer((json_int_t)hp_number(hp, "batch_size", 4)));
-    json_object_set_new(h, "learning_rate",
-                        json_real((full ? BASE_LR_FULL : BASE_LR_LORA) * hp_number(hp, "learning_rate_multiplier", 1)));
-    json_object_set_new(h, "lr_scheduler", json_string("linear"));
-    json_object_set_new(h, "warmup_steps", json_integer(0));
-    json_object_set_new(h, "max_grad_norm", json_real(1.0));
-    json_object_set_new(h, "weight_decay", json_real(0.0));
-    json_object_set_new(h, "max_seq_len", json_integer((json_int_t)hp_number(whet, "max_seq_len", 512)));
-    json_object_set_new(h, "gradient_accumulation_steps", json_integer(1));
-    if (!strcmp(type, "dpo")) json_object_set_new(h, "beta", json_real(hp_number(hp, "beta", 0.1)));
-    json_object_set_new(t, "hyperparameters", h);
-    json_object_set_new(t, "seed", json_integer(seed));
-    json_object_set_new(t, "checkpoint_every_steps", json_integer((json_int_t)hp_number(whet, "checkpoint_every_steps", 10)));
-    json_object_set_new(t, "max_steps", json_integer((json_int_t)hp_number(whet, "max_steps", 0)));
-    return t;
-}
+#include "trainer_settings.h"
 
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
                          int devices, struct whet_err *err) {
@@ -102,7 +56,7 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
     char *output_prefix = xasprintf("jobs/%s", job_id);
     json_object_set_new(m, "output_prefix", json_string(output_prefix));
     free(output_prefix);
-    json_object_set_new(m, "trainer", trainer_settings(method, whet, atoi(PQgetvalue(res, 0, 4))));
+    json_object_set_new(m, "trainer", trainer_settings_from_job(method, whet, atoi(PQgetvalue(res, 0, 4))));
     PQclear(res);
     json_decref(method);
     json_decref(whet);
