@@ -77,7 +77,8 @@ struct layer_acts {
 };
 
 struct kv_cache {
-    int n_layers, n_slots, max_len, *len;
+    const struct backend *be;
+    int n_layers, n_slots, max_len, kv_dim, *len;
     float **k, **v; /* per layer [n_slots * max_len, NKV*hd] */
 };
 
@@ -1124,7 +1125,8 @@ out:
 
 struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len) {
     struct kv_cache *c = xcalloc(1, sizeof *c);
-    c->n_slots = n_slots, c->max_len = max_len;
+    c->be = m->be;
+    c->n_slots = n_slots, c->max_len = max_len, c->kv_dim = m->NKV * m->hd;
     c->len = xcalloc((size_t)n_slots, sizeof(int));
     c->k = xcalloc((size_t)m->L, sizeof(float *));
     c->v = xcalloc((size_t)m->L, sizeof(float *));
@@ -1139,10 +1141,9 @@ struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len) {
 
 void kv_cache_free(struct kv_cache *c) {
     if (!c) return;
-    const struct backend *be = backend_cpu(); /* the backend every model uses for now */
     for (int l = 0; l < c->n_layers; l++) {
-        be->free(c->k[l]);
-        be->free(c->v[l]);
+        c->be->free(c->k[l]);
+        c->be->free(c->v[l]);
     }
     free(c->k);
     free(c->v);
@@ -1155,6 +1156,21 @@ void kv_cache_clear(struct kv_cache *c, int slot) {
 }
 
 int kv_cache_len(const struct kv_cache *c, int slot) { return slot >= 0 && slot < c->n_slots ? c->len[slot] : -1; }
+
+int kv_cache_copy_slot(struct kv_cache *c, int dst, int src, struct whet_err *err) {
+    if (dst < 0 || dst >= c->n_slots || src < 0 || src >= c->n_slots)
+        return whet_errf(err, "generation: slot %d or %d is outside [0, %d)", dst, src, c->n_slots);
+    if (dst == src) return 0;
+    /* a slot is max_len rows of kv_dim floats; only its first len rows hold anything */
+    size_t row0_dst = (size_t)dst * c->max_len * c->kv_dim, row0_src = (size_t)src * c->max_len * c->kv_dim;
+    size_t n = (size_t)c->len[src] * c->kv_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        c->be->copy(c->k[l] + row0_dst, c->k[l] + row0_src, n);
+        c->be->copy(c->v[l] + row0_dst, c->v[l] + row0_src, n);
+    }
+    c->len[dst] = c->len[src];
+    return 0;
+}
 
 /* n tokens, token i appended to slot slots[i]; logits of the tokens listed in out_rows (n_out of
  * them) go to logits[n_out, V] on the host. */

@@ -165,6 +165,9 @@ struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len);
 void kv_cache_free(struct kv_cache *c);
 void kv_cache_clear(struct kv_cache *c, int slot); /* forget a slot's tokens */
 int kv_cache_len(const struct kv_cache *c, int slot);
+/* Makes slot `dst` a copy of slot `src` (its keys, values and length), so a prompt prefilled once can
+ * start several sequences: n responses to one prompt cost one prefill. */
+int kv_cache_copy_slot(struct kv_cache *c, int dst, int src, struct whet_err *err);
 /* Appends tokens ids[0..n) to slot `slot` (positions continue from its length) and writes the
  * logits of the last one to logits[V] (host). */
 int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, float *logits,

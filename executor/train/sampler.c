@@ -21,11 +21,33 @@ static int by_logit_desc(const void *a, const void *b) {
     return *(const int *)a - *(const int *)b; /* ties: lower id first, so the order is total */
 }
 
-int sample_pick(float *logits, int *order, int V, float temperature, float top_p, struct rng *rng) {
+/* Sorts into order[0..) the tokens whose probability is at least some threshold t, most likely first,
+ * with t the largest of 1e-1, 1e-2, … for which that prefix of the full sorted order is long enough:
+ * `need_count` tokens, or (need_count 0) a mass of need_mass. Sorting only that prefix instead of all
+ * V tokens gives the same order for it (every token below t sorts after every token at or above t).
+ * Returns the prefix length. */
+static int sorted_prefix(int *order, const float *probs, int V, int need_count, double need_mass) {
+    for (double t = 1e-1;; t *= 0.1) {
+        int n = 0;
+        double mass = 0;
+        for (int i = 0; i < V; i++)
+            if (probs[i] >= t || t < 1e-30) {
+                order[n++] = i;
+                mass += probs[i];
+            }
+        if (n == V || (need_count ? n >= need_count : mass >= need_mass)) {
+            sort_logits = probs;
+            qsort(order, (size_t)n, sizeof *order, by_logit_desc);
+            return n;
+        }
+    }
+}
+
+int sample_pick_k(float *logits, int *order, int V, float temperature, float top_p, int top_k, struct rng *rng) {
     int best = 0;
     for (int i = 1; i < V; i++)
         if (logits[i] > logits[best]) best = i;
-    if (temperature <= 0) return best;
+    if (temperature <= 0 || top_k == 1) return best;
     /* softmax(logits / T), stable */
     double sum = 0;
     float max = logits[best];
@@ -34,14 +56,27 @@ int sample_pick(float *logits, int *order, int V, float temperature, float top_p
         sum += logits[i];
     }
     for (int i = 0; i < V; i++) logits[i] = (float)(logits[i] / sum);
-    int n = V;
-    if (top_p < 1) {
-        for (int i = 0; i < V; i++) order[i] = i;
-        sort_logits = logits;
-        qsort(order, (size_t)V, sizeof *order, by_logit_desc);
+    if (top_k > 0 && top_k < V) {
+        /* the k most likely tokens; top-p then applies to their renormalised distribution (the order
+         * of Hugging Face's TopK and TopP warpers), that is to a share top_p of their mass */
+        sorted_prefix(order, logits, V, top_k, 0);
+        double kept = 0;
+        for (int k = 0; k < top_k; k++) kept += logits[order[k]];
         double mass = 0;
-        n = 0;
-        while (n < V && mass < top_p) mass += logits[order[n++]];
+        int n = 0;
+        while (n < top_k && (n == 0 || mass < top_p * kept)) mass += logits[order[n++]];
+        double u = rng_uniform(rng) * mass, acc = 0;
+        for (int k = 0; k < n; k++) {
+            acc += logits[order[k]];
+            if (u < acc) return order[k];
+        }
+        return order[n - 1];
+    }
+    if (top_p < 1) {
+        int n_sorted = sorted_prefix(order, logits, V, 0, top_p);
+        double mass = 0;
+        int n = 0;
+        while (n < n_sorted && mass < top_p) mass += logits[order[n++]];
         double u = rng_uniform(rng) * mass, acc = 0;
         for (int k = 0; k < n; k++) {
             acc += logits[order[k]];
@@ -57,10 +92,13 @@ int sample_pick(float *logits, int *order, int V, float temperature, float top_p
     return best; /* rounding left u above the total: the likeliest token */
 }
 
+int sample_pick(float *logits, int *order, int V, float temperature, float top_p, struct rng *rng) {
+    return sample_pick_k(logits, order, V, temperature, top_p, 0, rng);
+}
+
 /* ---------------------------------------------------------------- sampling */
 
-/* Tokens that end an assistant turn in the families served, plus the model's own EOS. */
-static int is_stop_token(const struct tokenizer *tok, const struct model_config *mc, int id) {
+int sample_is_end_token(const struct tokenizer *tok, const struct model_config *mc, int id) {
     static const char *const names[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"};
     if (id == mc->eos_token_id) return 1;
     for (size_t i = 0; i < WHET_ARRAY_LEN(names); i++)
@@ -107,8 +145,8 @@ int sample_run(const struct sample_opts *opts, char **text, int *n_tokens, struc
     rc = -1;
     int slot = 0;
     while (n_out < opts->max_tokens) {
-        int next = sample_pick(logits, order, V, opts->temperature, opts->top_p, &rng);
-        if (is_stop_token(tok, mc, next)) break;
+        int next = sample_pick_k(logits, order, V, opts->temperature, opts->top_p, opts->top_k, &rng);
+        if (sample_is_end_token(tok, mc, next)) break;
         out[n_out++] = next;
         if (n_out == opts->max_tokens) break;
         if (model_decode_step(m, cache, &slot, &next, 1, logits, err)) goto out;

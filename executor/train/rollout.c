@@ -1,0 +1,251 @@
+/* rollout.c - batched sampling for GRPO (see rollout.h).
+ *
+ * The n_prompts * n responses each own a KV-cache slot, response j of prompt i slot i*n + j. A
+ * step picks one token for every slot still generating, from that slot's row of logits, in slot
+ * order (so the rng is drawn in the same order on every run), then decodes all those tokens in one
+ * model_decode_step, which gives the next rows of logits. Without the KV cache (the benchmark's
+ * baseline), each step instead runs the whole sequence of every active slot through model_forward,
+ * one batch per prompt (a group's active slots all have the same length), and reads the last row. */
+#include "rollout.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "rng.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+/* ---------------------------------------------------------------- responses */
+
+/* The growing decoded text of one response (text[len] is NUL). */
+struct text_buf {
+    size_t len, cap;
+};
+
+static void text_append(struct rollout_response *r, struct text_buf *tb, const char *bytes, size_t n) {
+    if (tb->len + n + 1 > tb->cap) {
+        tb->cap = 2 * (tb->len + n + 1);
+        r->text = xrealloc(r->text, tb->cap);
+    }
+    memcpy(r->text + tb->len, bytes, n);
+    tb->len += n;
+    r->text[tb->len] = '\0';
+}
+
+/* The earliest stop string that ends within the text's bytes from `old_len` on (none ended before),
+ * as its offset in the text, or -1. */
+static long find_stop(const char *text, size_t len, size_t old_len, const struct rollout_opts *o) {
+    long first = -1;
+    for (int i = 0; i < o->n_stop; i++) {
+        size_t sl = strlen(o->stop[i]);
+        if (sl == 0 || sl > len) continue;
+        size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
+        const char *hit = memmem(text + from, len - from, o->stop[i], sl);
+        if (hit && (first < 0 || hit - text < first)) first = hit - text;
+    }
+    return first;
+}
+
+static int is_extra_stop_id(const struct rollout_opts *o, int id) {
+    for (int i = 0; i < o->n_stop_ids; i++)
+        if (o->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+/* Entropy of softmax(logits[V]), in nats. */
+static double entropy_of(const float *logits, int V) {
+    float max = logits[0];
+    for (int i = 1; i < V; i++)
+        if (logits[i] > max) max = logits[i];
+    double z = 0, zx = 0;
+    for (int i = 0; i < V; i++) {
+        double d = (double)logits[i] - max, e = exp(d);
+        z += e;
+        zx += e * d;
+    }
+    return log(z) - zx / z;
+}
+
+/* ---------------------------------------------------------------- logits without a KV cache */
+
+/* Logits of the next token of every active slot: rows logits[r, V] for act[r], computed by running
+ * prompt + response through model_forward, one batch per prompt. */
+static int forward_full(float *logits, struct model *m, const struct rollout_batch *b, const int *act, int n_act,
+                        const int *const *prompt_ids, const int *prompt_lens, int **ids, size_t *ids_cap,
+                        float **all, size_t *all_cap, struct whet_err *err) {
+    int V = model_get_config(m)->vocab_size;
+    for (int r0 = 0; r0 < n_act;) {
+        int p = b->responses[act[r0]].prompt, r1 = r0;
+        while (r1 < n_act && b->responses[act[r1]].prompt == p) r1++;
+        int B = r1 - r0, T = prompt_lens[p] + b->responses[act[r0]].n_tokens;
+        size_t N = (size_t)B * T;
+        if (N > *ids_cap) {
+            *ids_cap = N;
+            *ids = xrealloc(*ids, N * sizeof **ids);
+        }
+        if (N * V > *all_cap) {
+            *all_cap = N * V;
+            *all = xrealloc(*all, *all_cap * sizeof **all);
+        }
+        for (int r = r0; r < r1; r++) { /* row r - r0: prompt, then the response so far */
+            const struct rollout_response *resp = &b->responses[act[r]];
+            int *row = *ids + (size_t)(r - r0) * T;
+            memcpy(row, prompt_ids[p], sizeof(int) * (size_t)prompt_lens[p]);
+            memcpy(row + prompt_lens[p], resp->tokens, sizeof(int) * (size_t)resp->n_tokens);
+        }
+        struct model_batch batch = {B, T, *ids, NULL, NULL, NULL, NULL};
+        float loss;
+        if (model_forward(m, &batch, &loss, err)) return -1;
+        model_get_logits(m, *all);
+        for (int r = r0; r < r1; r++)
+            memcpy(logits + (size_t)r * V, *all + ((size_t)(r - r0) * T + T - 1) * V, sizeof(float) * (size_t)V);
+        r0 = r1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- generation */
+
+static int check_opts(const struct model *m, const int *prompt_lens, int n_prompts, const struct rollout_opts *o,
+                      int *max_prompt, struct whet_err *err) {
+    if (n_prompts < 1) return whet_errf(err, "rollout: no prompts");
+    if (o->n < 1) return whet_errf(err, "rollout: n: must be at least 1");
+    if (o->max_tokens < 1) return whet_errf(err, "rollout: max_tokens: must be at least 1");
+    if (!(o->temperature >= 0)) return whet_errf(err, "rollout: temperature: must be >= 0");
+    if (!(o->top_p > 0 && o->top_p <= 1)) return whet_errf(err, "rollout: top_p: must be in (0, 1]");
+    if (o->top_k < 0) return whet_errf(err, "rollout: top_k: must be >= 0");
+    for (int i = 0; i < o->n_stop; i++)
+        if (!o->stop[i] || !o->stop[i][0]) return whet_errf(err, "rollout: stop[%d]: must be a non-empty string", i);
+    *max_prompt = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        if (prompt_lens[i] < 1) return whet_errf(err, "rollout: prompt %d: empty", i);
+        if (prompt_lens[i] > *max_prompt) *max_prompt = prompt_lens[i];
+    }
+    int max_pos = model_get_config(m)->max_position_embeddings;
+    if (*max_prompt + o->max_tokens > max_pos)
+        return whet_errf(err, "rollout: the longest prompt (%d tokens) and max_tokens %d exceed the model's %d positions",
+                         *max_prompt, o->max_tokens, max_pos);
+    return 0;
+}
+
+int rollout_generate(struct rollout_batch *out, struct model *m, const struct tokenizer *tok,
+                     const int *const *prompt_ids, const int *prompt_lens, int n_prompts,
+                     const struct rollout_opts *opts, struct rng *rng, struct whet_err *err) {
+    memset(out, 0, sizeof *out);
+    int max_prompt = 0;
+    if (check_opts(m, prompt_lens, n_prompts, opts, &max_prompt, err)) return -1;
+    double t0 = whet_now_mono();
+    const struct model_config *mc = model_get_config(m);
+    int V = mc->vocab_size, n = opts->n, n_slots = n_prompts * n;
+    /* a model's vocabulary may be padded past the tokenizer's: those ids are never drawn */
+    int V_tok = (int)tokenizer_vocab_size(tok) < V ? (int)tokenizer_vocab_size(tok) : V;
+
+    out->n_prompts = n_prompts, out->n = n;
+    out->responses = xcalloc((size_t)n_slots, sizeof *out->responses);
+    struct text_buf *texts = xcalloc((size_t)n_slots, sizeof *texts);
+    for (int s = 0; s < n_slots; s++) {
+        struct rollout_response *r = &out->responses[s];
+        r->prompt = s / n;
+        r->tokens = xmalloc(sizeof(int) * (size_t)opts->max_tokens);
+        r->finish = ROLLOUT_FINISH_LENGTH;
+        text_append(r, &texts[s], "", 0);
+    }
+    float *logits = xmalloc(sizeof(float) * (size_t)n_slots * V);
+    int *order = xmalloc(sizeof(int) * (size_t)V);
+    int *act = xmalloc(sizeof(int) * (size_t)n_slots), *next_act = xmalloc(sizeof(int) * (size_t)n_slots);
+    int *next_ids = xmalloc(sizeof(int) * (size_t)n_slots);
+    int *full_ids = NULL;
+    float *full_logits = NULL;
+    size_t full_ids_cap = 0, full_logits_cap = 0;
+    struct kv_cache *cache = NULL;
+    int rc = -1, n_act = n_slots;
+    for (int s = 0; s < n_slots; s++) act[s] = s; /* row r of logits belongs to slot act[r] */
+
+    if (opts->use_kv_cache) {
+        cache = kv_cache_new(m, n_slots, max_prompt + opts->max_tokens);
+        for (int p = 0; p < n_prompts; p++) {
+            int first = p * n;
+            float *row = logits + (size_t)first * V;
+            if (model_prefill(m, cache, first, prompt_ids[p], prompt_lens[p], row, err)) goto out;
+            for (int j = 1; j < n; j++) {
+                if (kv_cache_copy_slot(cache, first + j, first, err)) goto out;
+                memcpy(row + (size_t)j * V, row, sizeof(float) * (size_t)V);
+            }
+        }
+    } else if (forward_full(logits, m, out, act, n_act, prompt_ids, prompt_lens, &full_ids, &full_ids_cap,
+                            &full_logits, &full_logits_cap, err)) {
+        goto out;
+    }
+
+    while (n_act > 0) {
+        int n_next = 0;
+        for (int r = 0; r < n_act; r++) {
+            int s = act[r];
+            struct rollout_response *resp = &out->responses[s];
+            float *row = logits + (size_t)r * V;
+            out->entropy_sum += entropy_of(row, V);
+            for (int i = V_tok; i < V; i++) row[i] = -INFINITY;
+            int id = sample_pick_k(row, order, V, opts->temperature, opts->top_p, opts->top_k, rng);
+            resp->tokens[resp->n_tokens++] = id;
+            if (sample_is_end_token(tok, mc, id) || is_extra_stop_id(opts, id)) {
+                resp->finish = ROLLOUT_FINISH_STOP;
+                continue;
+            }
+            size_t old_len = texts[s].len, piece_len;
+            char *piece;
+            int32_t id32 = id;
+            if (tokenizer_decode(tok, &id32, 1, &piece, &piece_len, err)) goto out;
+            text_append(resp, &texts[s], piece, piece_len);
+            free(piece);
+            long stop_at = find_stop(resp->text, texts[s].len, old_len, opts);
+            if (stop_at >= 0) {
+                texts[s].len = (size_t)stop_at;
+                resp->text[stop_at] = '\0';
+                resp->finish = ROLLOUT_FINISH_STOP;
+                continue;
+            }
+            if (resp->n_tokens == opts->max_tokens) continue; /* finish stays LENGTH */
+            next_act[n_next] = s;
+            next_ids[n_next++] = id;
+        }
+        int *tmp = act;
+        act = next_act, next_act = tmp, n_act = n_next;
+        if (n_act == 0) break;
+        if (opts->use_kv_cache) {
+            if (model_decode_step(m, cache, act, next_ids, n_act, logits, err)) goto out;
+        } else if (forward_full(logits, m, out, act, n_act, prompt_ids, prompt_lens, &full_ids, &full_ids_cap,
+                                &full_logits, &full_logits_cap, err)) {
+            goto out;
+        }
+    }
+    for (int s = 0; s < n_slots; s++) out->tokens += out->responses[s].n_tokens;
+    out->seconds = whet_now_mono() - t0;
+    rc = 0;
+out:
+    if (rc) {
+        whet_err_prefix(err, "rollout");
+        rollout_batch_free(out);
+    }
+    kv_cache_free(cache);
+    free(texts);
+    free(logits);
+    free(order);
+    free(act);
+    free(next_act);
+    free(next_ids);
+    free(full_ids);
+    free(full_logits);
+    return rc;
+}
+
+void rollout_batch_free(struct rollout_batch *b) {
+    if (!b) return;
+    for (int s = 0; b->responses && s < b->n_prompts * b->n; s++) {
+        free(b->responses[s].tokens);
+        free(b->responses[s].text);
+    }
+    free(b->responses);
+    memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,74 @@
+/* rollout.h - batched sampling for GRPO: n responses to each of a batch of prompts.
+ *
+ * Each prompt (token ids, already chat-templated and ending with the assistant header) is prefilled
+ * into the KV cache ONCE, and its cache copied into the n slots of its group; then every slot still
+ * generating is decoded together, one token per slot per model_decode_step. A response ends on an
+ * end-of-turn token (the tokens `whet sample` stops on: <|im_end|>, <|endoftext|>, <|eot_id|>, … and
+ * the model's eos_token_id), on a stop string (found in the decoded text; the text is cut before it),
+ * or after max_tokens. Tokens are picked by sampler.h's sample_pick_k (temperature, top-k, then top-p
+ * over what top-k kept), drawing from one rng in slot order, so the same rng state gives the same
+ * responses.
+ *
+ * Memory: a KV cache of n_prompts * n slots of (longest prompt + max_tokens) positions, plus
+ * n_prompts * n rows of logits. Generation reuses the model's activation buffers: call it between
+ * training steps, never between a model_forward and its model_backward.
+ *
+ *     struct rollout_opts o = {.n = 8, .max_tokens = 64, .temperature = 1, .top_p = 1, .use_kv_cache = 1};
+ *     struct rollout_batch b;
+ *     if (rollout_generate(&b, m, tok, prompt_ids, prompt_lens, n_prompts, &o, &rng, &err)) …
+ *     b.responses[i * b.n + j] is response j of prompt i
+ *     rollout_batch_free(&b);
+ */
+#ifndef WHET_ROLLOUT_H
+#define WHET_ROLLOUT_H
+
+#include "util.h"
+
+struct model;
+struct tokenizer;
+struct rng;
+
+struct rollout_opts {
+    int n;             /* responses per prompt (group size), >= 1 */
+    int max_tokens;    /* per response, >= 1 */
+    float temperature; /* 0: greedy */
+    float top_p;       /* (0, 1] */
+    int top_k;         /* 0: off */
+    int n_stop;        /* stop strings: a response ends at the first occurrence; text is cut before it */
+    char **stop;
+    int use_kv_cache;  /* 1 normally; 0 recomputes the whole sequence for each token (benchmark baseline) */
+    /* Added to the contract (0/NULL: none): token ids that end a response like the end-of-turn token
+     * (counted in n_tokens, left out of the text). */
+    int n_stop_ids;
+    const int *stop_ids;
+};
+
+enum rollout_finish { ROLLOUT_FINISH_STOP, ROLLOUT_FINISH_LENGTH };
+
+struct rollout_response {
+    int prompt;   /* index of its prompt */
+    int n_tokens; /* generated tokens that count as the response (incl. the end-of-turn token when one
+                   * ended it; for a stop string, the tokens up to and including the one that
+                   * completed it) */
+    int *tokens;  /* [n_tokens] */
+    char *text;   /* decoded response, without end-of-turn token / stop string */
+    enum rollout_finish finish;
+};
+
+struct rollout_batch {
+    int n_prompts, n;
+    struct rollout_response *responses; /* [n_prompts * n], prompt-major: response j of prompt i at i*n+j */
+    long long tokens;   /* generated tokens in all */
+    double entropy_sum; /* sum over generated tokens of the entropy of softmax(logits) (temperature 1) */
+    double seconds;     /* wall time */
+};
+
+/* Generates opts->n responses to each of the n_prompts prompts (prompt_ids[i][0..prompt_lens[i]),
+ * each >= 1 token) into *out, which the caller frees with rollout_batch_free (also after a failure:
+ * *out is then empty). */
+int rollout_generate(struct rollout_batch *out, struct model *m, const struct tokenizer *tok,
+                     const int *const *prompt_ids, const int *prompt_lens, int n_prompts,
+                     const struct rollout_opts *opts, struct rng *rng, struct whet_err *err);
+void rollout_batch_free(struct rollout_batch *b);
+
+#endif
