@@ -1,0 +1,159 @@
+/* sizing.c - the memory estimate of a fine-tuning job and the gang it needs (see sizing.h for the
+ * formula and why each term is there). */
+#include "sizing.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MIB (1024 * 1024)
+#define EMPTY_FLEET_DEVICE_MIB (80 * 1024) /* an H100/A100-80GB, what a GPU fleet most often has */
+#define EMPTY_FLEET_NODE_DEVICES 8
+
+uint32_t sz_lora_target(const char *name) {
+    static const char *const names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    for (uint32_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i])) return 1u << i;
+    return 0;
+}
+
+/* The shape with every field known: the config's, or a Llama-like estimate from P. */
+static struct sz_model full_shape(const struct sz_model *m) {
+    struct sz_model s = *m;
+    if (s.n_params < 1) s.n_params = 1;
+    if (s.hidden <= 0 || s.layers <= 0) {
+        /* P = 12·L·C² and L = C/128  =>  C = cbrt(128·P/12) */
+        double c = cbrt(128.0 * (double)s.n_params / 12.0);
+        s.hidden = c < 1 ? 1 : (int32_t)c;
+        s.layers = s.hidden / 128 < 1 ? 1 : s.hidden / 128;
+    }
+    if (s.intermediate <= 0) s.intermediate = (int32_t)((8 * (int64_t)s.hidden + 2) / 3);
+    if (s.heads <= 0) s.heads = s.hidden >= 128 ? s.hidden / 128 : 1;
+    if (s.kv_heads <= 0) s.kv_heads = s.heads;
+    if (s.head_dim <= 0) s.head_dim = s.hidden / s.heads > 0 ? s.hidden / s.heads : 1;
+    if (s.vocab <= 0) s.vocab = 32000;
+    return s;
+}
+
+void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const struct sz_job *job) {
+    struct sz_model s = full_shape(model);
+    int64_t C = s.hidden, F = s.intermediate, L = s.layers, V = s.vocab;
+    int64_t Q = (int64_t)s.heads * s.head_dim, KV = (int64_t)s.kv_heads * s.head_dim, QKV = Q + 2 * KV;
+    int64_t batch = job->batch_size > 0 ? job->batch_size : SZ_DEFAULT_BATCH;
+    int64_t seq = job->max_seq_len > 0 ? job->max_seq_len : SZ_DEFAULT_SEQ_LEN;
+    int64_t group = job->group_size > 0 ? job->group_size : SZ_DEFAULT_GROUP_SIZE;
+    int64_t r = job->lora_r > 0 ? job->lora_r : SZ_DEFAULT_LORA_R;
+    uint32_t targets = job->lora_targets ? job->lora_targets & SZ_LORA_ALL : SZ_LORA_ALL;
+
+    memset(out, 0, sizeof *out);
+    out->batch = (int32_t)batch;
+    out->weights = SZ_BYTES_PER_VALUE * s.n_params;
+
+    int64_t lora_per_token = 0; /* x·Aᵀ values kept per token, all layers */
+    if (job->full_ft) {
+        /* The f32 weights are the trainable copy; gradients and the two moments mirror them. */
+        out->state = 3 * SZ_BYTES_PER_VALUE * s.n_params;
+        if (job->method != SZ_SFT) out->reference = SZ_BYTES_PER_VALUE * s.n_params;
+    } else {
+        /* in + out of each projection: q C->Q, k and v C->KV, o Q->C, gate and up C->F, down F->C */
+        const int64_t io[7] = {C + Q, C + KV, C + KV, Q + C, C + F, C + F, F + C};
+        int64_t per_layer = 0;
+        for (int i = 0; i < 7; i++)
+            if (targets & (1u << i)) {
+                per_layer += r * io[i];
+                lora_per_token += r;
+            }
+        /* the adapter itself, its gradient and two moments */
+        out->state = 4 * SZ_BYTES_PER_VALUE * per_layer * L;
+        lora_per_token *= L;
+    }
+
+    int64_t sequences = job->method == SZ_DPO ? 2 : job->method == SZ_GRPO ? group : 1;
+    int64_t layer_saved = 4 * C + QKV + Q + 3 * F;
+    int64_t grad_buffers = 2 * C + QKV + Q + 3 * F;
+    int64_t per_token = L * layer_saved + grad_buffers + 3 * C + lora_per_token;
+    out->activations_per_example = SZ_BYTES_PER_VALUE * per_token * seq * sequences;
+    int64_t logit_values = seq * sequences * V;
+    if (logit_values > SZ_LOGIT_CHUNK_VALUES) logit_values = SZ_LOGIT_CHUNK_VALUES;
+    out->logits_max = SZ_BYTES_PER_VALUE * logit_values;
+    if (job->method == SZ_GRPO) out->kv_per_example = SZ_BYTES_PER_VALUE * 2 * L * KV * seq * sequences;
+}
+
+int64_t sz_per_device_bytes(const struct sz_estimate *e, int32_t n) {
+    if (n < 1) n = 1;
+    int64_t sharded = (e->weights + e->state + e->reference + n - 1) / n;
+    int64_t examples = (e->batch + n - 1) / n;
+    if (examples < 1) examples = 1;
+    int64_t train = e->activations_per_example * examples + e->logits_max;
+    int64_t rollout = e->kv_per_example * examples;
+    return sharded + (train > rollout ? train : rollout) + (int64_t)SZ_DEVICE_OVERHEAD_MIB * MIB;
+}
+
+int32_t sz_min_device_mib(const struct sz_estimate *e, int32_t n) {
+    double mib = ceil((double)sz_per_device_bytes(e, n) / SZ_USABLE_FRACTION / MIB);
+    return mib > INT32_MAX ? INT32_MAX : (int32_t)mib;
+}
+
+int32_t sz_devices_needed(const struct sz_estimate *e, int64_t device_mib, int32_t max_devices) {
+    if (max_devices > SZ_MAX_GANG) max_devices = SZ_MAX_GANG;
+    /* per_device falls as n grows: binary search for the first n that fits. */
+    int32_t lo = 1, hi = max_devices;
+    if (hi < 1 || sz_min_device_mib(e, hi) > device_mib) return 0;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (sz_min_device_mib(e, mid) <= device_mib) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+void sz_choose(struct sz_choice *out, const struct sz_estimate *e, const struct sz_pool *pools, int32_t n_pools,
+               int32_t max_gpus) {
+    int32_t cap = max_gpus > 0 ? max_gpus : SZ_MAX_GANG;
+    memset(out, 0, sizeof *out);
+    out->pool = -1;
+    int any_unknown = 0, any_known = 0;
+    int64_t best_bytes = 0;
+    int32_t largest_mib = 0;
+    for (int32_t i = 0; i < n_pools; i++) {
+        const struct sz_pool *p = &pools[i];
+        if (p->device_mib <= 0) {
+            any_unknown = 1;
+            continue;
+        }
+        any_known = 1;
+        if (p->device_mib > largest_mib) largest_mib = p->device_mib;
+        int32_t limit = p->max_node_devices < cap ? p->max_node_devices : cap;
+        int32_t n = sz_devices_needed(e, p->device_mib, limit);
+        if (n == 0) continue;
+        int64_t bytes = (int64_t)n * p->device_mib;
+        if (out->pool < 0 || bytes < best_bytes || (bytes == best_bytes && n < out->gpus)) {
+            out->pool = i;
+            out->gpus = n;
+            best_bytes = bytes;
+        }
+    }
+    if (out->pool >= 0) {
+        out->fits = 1;
+        out->min_gpu_mem_mib = sz_min_device_mib(e, out->gpus);
+        return;
+    }
+    if (any_unknown) { /* devices whose memory nobody knows: one of them, placement checks nothing */
+        out->fits = 1;
+        out->gpus = 1;
+        out->min_gpu_mem_mib = 0;
+        return;
+    }
+    if (!any_known) { /* an empty fleet: a shape to wait with */
+        largest_mib = EMPTY_FLEET_DEVICE_MIB;
+        int32_t n = sz_devices_needed(e, largest_mib, cap < EMPTY_FLEET_NODE_DEVICES ? cap : EMPTY_FLEET_NODE_DEVICES);
+        if (n > 0) {
+            out->fits = 1;
+            out->gpus = n;
+            out->min_gpu_mem_mib = sz_min_device_mib(e, n);
+            return;
+        }
+    }
+    /* Too big for one node of any pool, or for the cap: what the largest device would take. */
+    out->gpus = sz_devices_needed(e, largest_mib, SZ_MAX_GANG);
+    out->min_gpu_mem_mib = sz_min_device_mib(e, out->gpus > 0 ? out->gpus : SZ_MAX_GANG);
+}
