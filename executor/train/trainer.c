@@ -616,6 +616,7 @@ static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err) {
     struct run r = {.cfg = cfg, .io = io, .last_checkpoint_step = -1};
     *stopped = 0;
+    if (cfg->method == TRAINER_GRPO) return whet_errf(err, "method: \"grpo\" does not train yet in this build");
     int rc = -1;
     char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
     char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grader.h"
+
 const char *trainer_method_name(enum trainer_method m) {
     switch (m) {
     case TRAINER_SFT: return "sft";
@@ -56,7 +58,24 @@ static const struct number_field hparam_fields[] = {
     {"adam_beta2", FIELD_DOUBLE, HP(adam_beta2), 0, 1, 0, 0},
     {"adam_eps", FIELD_DOUBLE, HP(adam_eps), 0, 1, 1, 0},
     {"beta", FIELD_DOUBLE, HP(beta), 0, 2, 1, 0}, /* the range the gateway accepts */
+    {"kl_coef", FIELD_DOUBLE, HP(kl_coef), 0, 10, 0, 0},
+    {"clip_ratio_low", FIELD_DOUBLE, HP(clip_ratio_low), 0, 1, 0, 0}, /* < 1 checked below */
+    {"clip_ratio_high", FIELD_DOUBLE, HP(clip_ratio_high), 0, 10, 0, 0},
+    {"ppo_epochs", FIELD_INT, HP(ppo_epochs), 1, 100, 0, 0},
 };
+
+/* The GRPO hyperparameters that are not numbers (parsed in parse_hparams). */
+static const char *const grpo_flag_fields[] = {"loss_agg", "norm_adv_by_std", "dynamic_sampling"};
+
+/* Hyperparameters only one method takes. */
+static const char *hparam_method(const char *name) {
+    static const char *const grpo_only[] = {"kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
+                                            "loss_agg", "norm_adv_by_std", "dynamic_sampling"};
+    if (!strcmp(name, "beta")) return "dpo";
+    for (size_t i = 0; i < WHET_ARRAY_LEN(grpo_only); i++)
+        if (!strcmp(name, grpo_only[i])) return "grpo";
+    return NULL;
+}
 #undef HP
 
 static void format_range(char *out, size_t n, const struct number_field *f) {
@@ -184,12 +203,34 @@ static int parse_lora(struct trainer_lora *lora, json_t *v, struct whet_err *err
     return 0;
 }
 
-static int parse_hparams(struct trainer_hparams *hp, json_t *v, struct whet_err *err) {
+static int parse_grpo_flag(struct trainer_hparams *hp, const char *key, json_t *val, struct whet_err *err) {
+    if (!strcmp(key, "loss_agg")) {
+        if (!json_is_string(val) || grpo_loss_agg_parse(json_string_value(val), &hp->loss_agg))
+            return whet_errf(err, "hyperparameters.loss_agg: must be one of \"token-mean\", \"seq-mean-token-mean\", "
+                                  "\"seq-mean-token-sum\"");
+        return 0;
+    }
+    if (!json_is_boolean(val)) return whet_errf(err, "hyperparameters.%s: must be true or false", key);
+    if (!strcmp(key, "norm_adv_by_std")) hp->norm_adv_by_std = json_is_true(val);
+    else hp->dynamic_sampling = json_is_true(val);
+    return 0;
+}
+
+static int parse_hparams(struct trainer_hparams *hp, json_t *v, enum trainer_method method, struct whet_err *err) {
     if (!v || json_is_null(v)) return 0;
     if (!json_is_object(v)) return whet_errf(err, "hyperparameters: must be an object");
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
+        const char *only = hparam_method(key);
+        if (only && strcmp(only, trainer_method_name(method)))
+            return whet_errf(err, "hyperparameters.%s: only method \"%s\" takes a %s", key, only, key);
+        size_t f = 0;
+        while (f < WHET_ARRAY_LEN(grpo_flag_fields) && strcmp(grpo_flag_fields[f], key)) f++;
+        if (f < WHET_ARRAY_LEN(grpo_flag_fields)) {
+            if (parse_grpo_flag(hp, key, val, err)) return -1;
+            continue;
+        }
         if (!strcmp(key, "lr_scheduler") || !strcmp(key, "lr_scheduler_type")) {
             const char *s = json_is_string(val) ? json_string_value(val) : "";
             if (!strcmp(s, "linear")) hp->lr_scheduler = LR_LINEAR;
@@ -201,10 +242,14 @@ static int parse_hparams(struct trainer_hparams *hp, json_t *v, struct whet_err 
         size_t i = 0;
         while (i < WHET_ARRAY_LEN(hparam_fields) && strcmp(hparam_fields[i].name, key)) i++;
         if (i == WHET_ARRAY_LEN(hparam_fields)) {
-            char list[400] = "lr_scheduler";
+            char list[600] = "lr_scheduler";
             for (size_t j = 0; j < WHET_ARRAY_LEN(hparam_fields); j++) {
                 strncat(list, ", ", sizeof list - strlen(list) - 1);
                 strncat(list, hparam_fields[j].name, sizeof list - strlen(list) - 1);
+            }
+            for (size_t j = 0; j < WHET_ARRAY_LEN(grpo_flag_fields); j++) {
+                strncat(list, ", ", sizeof list - strlen(list) - 1);
+                strncat(list, grpo_flag_fields[j], sizeof list - strlen(list) - 1);
             }
             return whet_errf(err, "hyperparameters.%s: unknown field (known: %s)", key, list);
         }
@@ -212,6 +257,85 @@ static int parse_hparams(struct trainer_hparams *hp, json_t *v, struct whet_err 
     }
     if (hp->adam_beta1 >= 1 || hp->adam_beta2 >= 1)
         return whet_errf(err, "hyperparameters.adam_beta%d: must be a number in [0, 1)", hp->adam_beta1 >= 1 ? 1 : 2);
+    if (hp->clip_ratio_low >= 1) return whet_errf(err, "hyperparameters.clip_ratio_low: must be a number in [0, 1)");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- grpo sections */
+
+static int parse_rollout(struct trainer_rollout *ro, json_t *v, struct whet_err *err) {
+    static const char *const known[] = {"n", "max_tokens", "temperature", "top_p", "top_k", "stop"};
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return whet_errf(err, "rollout: must be an object {n, max_tokens, temperature, top_p, top_k, stop}");
+    if (check_known_keys(v, "rollout.", known, WHET_ARRAY_LEN(known), err)) return -1;
+    static const struct {
+        const char *name;
+        int is_int;
+        double min, max;
+        int min_exclusive;
+    } fields[] = {{"n", 1, 1, 256, 0}, {"max_tokens", 1, 1, 65536, 0}, {"temperature", 0, 0, 10, 0},
+                  {"top_p", 0, 0, 1, 1}, {"top_k", 1, 0, 1000000, 0}};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(fields); i++) {
+        json_t *f = json_object_get(v, fields[i].name);
+        if (!f) continue;
+        double x = json_is_number(f) ? json_number_value(f) : NAN;
+        int below = fields[i].min_exclusive ? x <= fields[i].min : x < fields[i].min;
+        if (!json_is_number(f) || (fields[i].is_int && !json_is_integer(f)) || !isfinite(x) || below || x > fields[i].max)
+            return whet_errf(err, "rollout.%s: must be %s in %c%g, %g]", fields[i].name,
+                             fields[i].is_int ? "an integer" : "a number", fields[i].min_exclusive ? '(' : '[',
+                             fields[i].min, fields[i].max);
+        switch (i) {
+        case 0: ro->n = (int)x; break;
+        case 1: ro->max_tokens = (int)x; break;
+        case 2: ro->temperature = x; break;
+        case 3: ro->top_p = x; break;
+        case 4: ro->top_k = (int)x; break;
+        }
+    }
+    json_t *stop = json_object_get(v, "stop");
+    if (stop && json_is_string(stop)) { /* OpenAI's API takes one string as well as a list */
+        if (!json_string_length(stop)) return whet_errf(err, "rollout.stop: must not be empty");
+        ro->stop[ro->n_stop++] = xstrdup(json_string_value(stop));
+    } else if (stop && !json_is_null(stop)) {
+        if (!json_is_array(stop) || json_array_size(stop) > TRAINER_MAX_STOP)
+            return whet_errf(err, "rollout.stop: must be a string or an array of at most %d strings", TRAINER_MAX_STOP);
+        size_t i;
+        json_t *s;
+        json_array_foreach(stop, i, s) {
+            if (!json_is_string(s) || !json_string_length(s))
+                return whet_errf(err, "rollout.stop[%zu]: must be a non-empty string", i);
+            ro->stop[ro->n_stop++] = xstrdup(json_string_value(s));
+        }
+    }
+    return 0;
+}
+
+/* grader, rollout and eval_samples: required or allowed for grpo, refused for the other methods. */
+static int parse_grpo_fields(struct trainer_config *cfg, json_t *root, struct whet_err *err) {
+    json_t *grader = json_object_get(root, "grader"), *rollout = json_object_get(root, "rollout"),
+           *eval_samples = json_object_get(root, "eval_samples");
+    if (cfg->method != TRAINER_GRPO) {
+        const char *given = grader && !json_is_null(grader) ? "grader"
+                            : rollout && !json_is_null(rollout) ? "rollout"
+                            : eval_samples && !json_is_null(eval_samples) ? "eval_samples"
+                                                                          : NULL;
+        if (given) return whet_errf(err, "%s: only method \"grpo\" takes a %s", given, given);
+        return 0;
+    }
+    if (!grader || json_is_null(grader))
+        return whet_errf(err, "grader: required for method \"grpo\" (an OpenAI grader object, e.g. {\"type\": "
+                              "\"string_check\", \"name\": \"exact\", \"input\": \"{{sample.output_text}}\", "
+                              "\"reference\": \"{{item.answer}}\", \"operation\": \"eq\"})");
+    if (grader_parse(grader, "grader", &cfg->grader, err)) return -1;
+    if (parse_rollout(&cfg->rollout, rollout, err)) return -1;
+    if (eval_samples && !json_is_null(eval_samples) &&
+        !(json_is_string(eval_samples) && !strcmp(json_string_value(eval_samples), "auto"))) {
+        if (!json_is_integer(eval_samples) || json_integer_value(eval_samples) < 0 ||
+            json_integer_value(eval_samples) > 100000000)
+            return whet_errf(err, "eval_samples: must be an integer in [0, 100000000] (0 or \"auto\": every "
+                                  "validation prompt)");
+        cfg->eval_samples = (int)json_integer_value(eval_samples);
+    }
     return 0;
 }
 
@@ -221,7 +345,7 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     static const char *const known[] = {
         "method", "model", "init_adapter", "training_file", "validation_file", "output_dir", "lora",
         "hyperparameters", "seed", "checkpoint_every_steps", "eval_every_steps", "max_steps", "resume_from",
-        "grader", "rollout", "beta", "suffix", "job_id"};
+        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples"};
     if (!json_is_object(root)) return whet_errf(err, "the config must be a JSON object");
     if (check_known_keys(root, "", known, WHET_ARRAY_LEN(known), err)) return -1;
 
@@ -232,9 +356,6 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     else if (!strcmp(method, "dpo")) cfg->method = TRAINER_DPO;
     else if (!strcmp(method, "grpo")) cfg->method = TRAINER_GRPO;
     else return whet_errf(err, "method: must be one of \"sft\", \"dpo\", \"grpo\", got \"%s\"", method);
-    if (cfg->method == TRAINER_GRPO)
-        return whet_errf(err, "method: \"%s\" is not implemented yet by this trainer (\"sft\" and \"dpo\" train)",
-                         method);
 
     if (string_field(root, "model", 1, &cfg->model, err) ||
         string_field(root, "training_file", 1, &cfg->training_file, err) ||
@@ -249,7 +370,7 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
 
     /* Full fine-tuning moves every weight, so it wants a smaller default step than LoRA. */
     cfg->hp.learning_rate = cfg->lora.enabled ? 1e-4 : 1e-5;
-    if (parse_hparams(&cfg->hp, json_object_get(root, "hyperparameters"), err)) return -1;
+    if (parse_hparams(&cfg->hp, json_object_get(root, "hyperparameters"), cfg->method, err)) return -1;
     /* beta may also sit at the top level (the older place); once, and only for dpo. */
     json_t *hparams = json_object_get(root, "hyperparameters"), *beta = json_object_get(root, "beta");
     int beta_in_hp = json_is_object(hparams) && json_object_get(hparams, "beta");
@@ -257,8 +378,8 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     const struct number_field *beta_field = hparam_fields;
     while (strcmp(beta_field->name, "beta")) beta_field++;
     if (beta && number_field_set(&cfg->hp, beta_field, beta, "", err)) return -1;
-    if ((beta || beta_in_hp) && cfg->method != TRAINER_DPO)
-        return whet_errf(err, "%sbeta: only method \"dpo\" takes a beta", beta ? "" : "hyperparameters.");
+    if (beta && cfg->method != TRAINER_DPO) return whet_errf(err, "beta: only method \"dpo\" takes a beta");
+    if (parse_grpo_fields(cfg, root, err)) return -1;
 
     int64_t v;
     v = (int64_t)cfg->seed;
@@ -290,7 +411,14 @@ static void set_defaults(struct trainer_config *cfg) {
         .adam_beta2 = 0.999,
         .adam_eps = 1e-8,
         .beta = 0.1,
+        .kl_coef = 0.001,
+        .clip_ratio_low = 0.2,
+        .clip_ratio_high = 0.2,
+        .ppo_epochs = 1,
+        .loss_agg = GRPO_TOKEN_MEAN,
+        .norm_adv_by_std = 1,
     };
+    cfg->rollout = (struct trainer_rollout){.n = 8, .max_tokens = 64, .temperature = 1.0, .top_p = 1.0};
     cfg->seed = 42;
 }
 
@@ -327,5 +455,7 @@ void trainer_config_free(struct trainer_config *cfg) {
     free(cfg->output_dir);
     free(cfg->resume_from);
     for (int i = 0; i < cfg->lora.n_target_modules; i++) free(cfg->lora.target_modules[i]);
+    for (int i = 0; i < cfg->rollout.n_stop; i++) free(cfg->rollout.stop[i]);
+    if (cfg->grader) grader_free(cfg->grader);
     memset(cfg, 0, sizeof *cfg);
 }

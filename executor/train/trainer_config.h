@@ -2,20 +2,28 @@
  *
  * One JSON object that the executor writes for each job (and a person may write by hand). Parsing is
  * strict: an unknown field, a value of the wrong type or one outside its range is an error that names
- * the field and the allowed range, so a typo never trains with a silent default. `sft` and `dpo`
- * train today (`dpo` takes hyperparameters.beta, or `beta` at the top level); `grpo` parses as a
- * method and is refused with a clear message. */
+ * the field and the allowed range, so a typo never trains with a silent default. `dpo` takes
+ * hyperparameters.beta (or `beta` at the top level). `grpo` needs a `grader` (an OpenAI grader object,
+ * validated here with grader_parse), takes `rollout` {n, max_tokens, temperature, top_p, top_k, stop},
+ * the GRPO hyperparameters (kl_coef, clip_ratio_low, clip_ratio_high, ppo_epochs, loss_agg,
+ * norm_adv_by_std, dynamic_sampling) and `eval_samples`; those fields are refused for other methods.
+ * For grpo, batch_size counts prompts per optimizer step (each with rollout.n responses) and
+ * gradient_accumulation_steps the micro-batches those responses are split into. */
 #ifndef WHET_TRAINER_CONFIG_H
 #define WHET_TRAINER_CONFIG_H
 
 #include <stdint.h>
 
+#include "grpo.h"
 #include "util.h"
+
+struct grader;
 
 enum trainer_method { TRAINER_SFT, TRAINER_DPO, TRAINER_GRPO };
 enum lr_scheduler { LR_LINEAR, LR_COSINE, LR_CONSTANT };
 
 #define TRAINER_MAX_TARGET_MODULES 16
+#define TRAINER_MAX_STOP 16
 
 /* LoRA settings; `enabled` is 0 when the config says `"lora": null` (full fine-tuning). */
 struct trainer_lora {
@@ -29,7 +37,7 @@ struct trainer_lora {
 
 struct trainer_hparams {
     int n_epochs;                    /* 1..1000 */
-    int batch_size;                  /* packed rows per micro-batch, 1..4096 */
+    int batch_size;                  /* packed rows per micro-batch (grpo: prompts per step), 1..4096 */
     double learning_rate;            /* (0, 1] */
     enum lr_scheduler lr_scheduler;
     int warmup_steps;                /* 0..1e8 */
@@ -39,6 +47,25 @@ struct trainer_hparams {
     int gradient_accumulation_steps; /* micro-batches per optimizer step, 1..4096 */
     double adam_beta1, adam_beta2, adam_eps;
     double beta;                     /* dpo: strength of the pull towards the reference, (0, 2] */
+    /* grpo (grpo.h for the formulas; names as veRL's): */
+    double kl_coef;                  /* weight of the k3 KL to the reference in the loss, [0, 10] */
+    double clip_ratio_low;           /* ratio clipped below at 1 - clip_ratio_low, [0, 1) */
+    double clip_ratio_high;          /* and above at 1 + clip_ratio_high, [0, 10] (DAPO: 0.28) */
+    int ppo_epochs;                  /* optimizer updates per rollout batch, 1..100 */
+    enum grpo_loss_agg loss_agg;
+    int norm_adv_by_std;             /* 1: (r - mean)/(std + 1e-6); 0: r - mean (Dr. GRPO) */
+    int dynamic_sampling;            /* 1: groups whose rewards are all equal are dropped (DAPO) */
+};
+
+/* grpo: how the responses of each prompt are sampled (rollout.h). */
+struct trainer_rollout {
+    int n;             /* responses per prompt (group size), 1..256 */
+    int max_tokens;    /* per response, 1..65536 */
+    double temperature; /* [0, 10]; 0 is greedy */
+    double top_p;      /* (0, 1] */
+    int top_k;         /* 0..1000000; 0 is off */
+    int n_stop;
+    char *stop[TRAINER_MAX_STOP]; /* stop strings, owned */
 };
 
 struct trainer_config {
@@ -55,6 +82,10 @@ struct trainer_config {
     int checkpoint_every_steps; /* 0: only final/ (and on SIGTERM) */
     int eval_every_steps;       /* 0: validation loss only at the end */
     int max_steps;              /* 0: n_epochs decides */
+    /* grpo only: */
+    struct grader *grader;      /* parsed from "grader"; owned */
+    struct trainer_rollout rollout;
+    int eval_samples;           /* validation prompts per evaluation; 0 (or "auto"): all of them */
 };
 
 /* Parses `json` (`len` bytes; `source` names it in errors). On success fills `cfg` (free it with
