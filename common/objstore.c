@@ -92,6 +92,24 @@ void objstore_set_multipart(struct objstore *store, size_t part_size, int thread
     if (threads > 0) store->threads = threads;
 }
 
+void objstore_set_progress(struct objstore *store, objstore_progress_fn fn, void *ctx) {
+    store->progress = fn;
+    store->progress_ctx = ctx;
+}
+
+uint64_t objstore_bytes_sent(const struct objstore *store) { return store->bytes_sent; }
+
+char *objstore_upload_journal_path(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return xasprintf(".%s%s", path, OBJSTORE_UPLOAD_JOURNAL_SUFFIX);
+    return xasprintf("%.*s/.%s%s", (int)(slash - path), path, slash + 1, OBJSTORE_UPLOAD_JOURNAL_SUFFIX);
+}
+
+int objstore_is_upload_journal(const char *name) {
+    /* ".NAME.whet-upload" and the ".NAME.whet-upload.tmp.PID" a crash mid-write can leave. */
+    return name[0] == '.' && strstr(name, OBJSTORE_UPLOAD_JOURNAL_SUFFIX) != NULL;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Keys and checksums                                                                             */
 /* ---------------------------------------------------------------------------------------------- */
@@ -587,7 +605,7 @@ static int collect_files(const char *root, const char *rel, struct name_list *li
             rc = whet_errf(err, "%s: %s", full, strerror(errno));
         } else if (S_ISDIR(st.st_mode)) {
             rc = collect_files(root, name, list, err);
-        } else if (S_ISREG(st.st_mode)) {
+        } else if (S_ISREG(st.st_mode) && !objstore_is_upload_journal(ent->d_name)) {
             if (list->len == list->cap) {
                 list->cap = list->cap ? list->cap * 2 : 16;
                 list->names = xrealloc(list->names, list->cap * sizeof *list->names);
@@ -647,6 +665,12 @@ int objstore_put_dir_counted(struct objstore *store, const char *prefix, const c
         if (rc == 0 && !already_stored(store, key, size, sha)) {
             rc = store->ops->put_file(store, key, path, sha, err);
             if (rc == 0) (*uploaded)++;
+        } else if (rc == 0) {
+            /* A crash between completing a multipart upload and removing its journal leaves a
+             * journal for an upload that is done. */
+            char *journal = objstore_upload_journal_path(path);
+            unlink(journal);
+            free(journal);
         }
         if (rc == 0)
             json_array_append_new(entries, json_pack("{s:s, s:I, s:s}", "name", name, "size", (json_int_t)size,

@@ -58,13 +58,33 @@ const char *objstore_url(const struct objstore *store);
  * 16 MiB, 4 threads. Call before sharing the store between threads. */
 void objstore_set_multipart(struct objstore *store, size_t part_size, int threads);
 
+/* Called during an s3:// multipart upload once the parts taken over from an interrupted upload are
+ * known and after each part is stored: `done` of the file's `total` bytes are in the store, `reused`
+ * of them stored by the interrupted upload and not sent again. Calls come from the upload's threads
+ * one at a time. */
+typedef void (*objstore_progress_fn)(void *ctx, const char *key, uint64_t done, uint64_t reused, uint64_t total);
+/* Sets (fn NULL: clears) the progress callback. Call before sharing the store between threads. */
+void objstore_set_progress(struct objstore *store, objstore_progress_fn fn, void *ctx);
+/* Request body bytes an s3:// store has sent since it was opened, as libcurl counts them (retries
+ * included); 0 for file://. */
+uint64_t objstore_bytes_sent(const struct objstore *store);
+
 /* 1 when `key` is acceptable (see above); otherwise 0 with the reason in `err`. */
 int objstore_key_valid(const char *key, struct whet_err *err);
 
 /* Stores `len` bytes under `key` with their SHA-256, replacing any object there. */
 int objstore_put(struct objstore *store, const char *key, const void *data, size_t len, struct whet_err *err);
 /* Stores the contents of the local file `path` under `key`; on s3:// files larger than the part size
- * go up as a multipart upload with parallel parts (aborted on failure, so no parts are left behind). */
+ * go up as a multipart upload with parallel parts.
+ *
+ * Multipart uploads survive a crash: after each part, a journal beside the file
+ * (DIR/.NAME.whet-upload: upload id, part size, each stored part's number, ETag and SHA-256) is
+ * replaced atomically. A later upload of the same file to the same key (same size, SHA-256 and part
+ * size) continues that upload, sending only the parts that are not in the journal or whose bytes no
+ * longer match it. When the server says the upload is gone (NoSuchUpload, missing parts at
+ * completion), it starts over once with a new upload. The journal is removed when the upload
+ * completes, or when a failed one is aborted; a file whose directory is not writable is uploaded
+ * without one. One process at a time may upload a given file. */
 int objstore_put_file(struct objstore *store, const char *key, const char *path, struct whet_err *err);
 
 /* Reads a whole object into a NUL-terminated buffer the caller frees (the NUL is not counted in
@@ -120,13 +140,17 @@ int objstore_put_file_zstd(struct objstore *store, const char *key, const char *
                            struct whet_err *err);
 int objstore_get_file_zstd(struct objstore *store, const char *key, const char *path, struct whet_err *err);
 
+/* Name part of the upload journals (see objstore_put_file) that objstore_put_dir leaves out. */
+#define OBJSTORE_UPLOAD_JOURNAL_SUFFIX ".whet-upload"
+
 /* Uploads every regular file under the local directory `dir` (recursively; names relative to `dir`)
  * to PREFIX/NAME, then PREFIX/MANIFEST.json last:
  *   {"files":[{"name":"adapter.safetensors","size":123,"sha256":"…"}, …]}
  * so a crash mid-upload leaves a prefix without a manifest, which objstore_get_dir refuses. `prefix`
  * is a key (no trailing '/'). Files named MANIFEST.json at the top of `dir` are refused. Running it
  * again after a crash resumes: a file whose object is already there with the same size and SHA-256
- * is not sent again. */
+ * is not sent again, and a large file cut off half-way continues from its journal (objstore_put_file).
+ * Upload journals (names that start with '.' and contain ".whet-upload") are not part of the checkpoint. */
 int objstore_put_dir(struct objstore *store, const char *prefix, const char *dir, struct whet_err *err);
 /* objstore_put_dir that also says how many files it actually sent (the others were already stored). */
 int objstore_put_dir_counted(struct objstore *store, const char *prefix, const char *dir, int *uploaded,

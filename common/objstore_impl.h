@@ -36,10 +36,18 @@ struct objstore {
     char *url;
     size_t part_size; /* s3 multipart: bytes per part, and the size above which a file goes multipart */
     int threads;      /* s3 multipart: parts in flight */
+    objstore_progress_fn progress; /* s3 multipart: NULL or called as parts are stored */
+    void *progress_ctx;
+    _Atomic uint64_t bytes_sent;   /* s3: request body bytes sent */
 };
 
 int objstore_file_open(const char *root, struct objstore **out, struct whet_err *err);
 int objstore_s3_open(const char *bucket, const char *prefix, struct objstore **out, struct whet_err *err);
+
+/* The upload journal of the local file DIR/NAME: DIR/.NAME.whet-upload (caller frees). */
+char *objstore_upload_journal_path(const char *path);
+/* 1 when the file name `name` (no directory) is an upload journal or a journal's temp file. */
+int objstore_is_upload_journal(const char *name);
 
 /* Incremental SHA-256 (OpenSSL EVP). */
 EVP_MD_CTX *objstore_sha_begin(void);

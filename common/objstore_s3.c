@@ -12,10 +12,13 @@
  * exponential backoff and jitter. Each call takes an easy handle from a small pool, so threads never
  * share one and connections are reused across calls. Files larger than the part size are uploaded as
  * a multipart upload: create, parts sent by a few threads (each part read into memory, so a retry can
- * resend it), complete; on failure the upload is aborted so S3 keeps no orphan parts. */
+ * resend it), complete; on failure the upload is aborted so S3 keeps no orphan parts. A journal
+ * beside the file, rewritten after each part, lets the next upload of the same file continue after a
+ * crash (see "Multipart upload" below). */
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +29,7 @@
 #include <unistd.h>
 
 #include "crypto.h"
+#include "log.h"
 #include "objstore_impl.h"
 
 #define POOL_MAX 16
@@ -359,6 +363,9 @@ static CURLcode perform_once(struct s3_store *s3, CURL *curl, struct s3_request 
     errbuf[0] = 0;
     CURLcode rc = curl_easy_perform(curl);
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &resp->status);
+    curl_off_t sent = 0;
+    if (curl_easy_getinfo(curl, CURLINFO_SIZE_UPLOAD_T, &sent) == CURLE_OK && sent > 0)
+        s3->base.bytes_sent += (uint64_t)sent;
     curl_off_t length = -1;
     curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
     resp->content_length = length;
@@ -585,39 +592,181 @@ static int s3_list(struct objstore *store, const char *prefix, objstore_list_fn 
 /* Multipart upload                                                                               */
 /* ---------------------------------------------------------------------------------------------- */
 
+/* A multipart upload resumes after a crash from a journal beside the local file (objstore.h): JSON
+ *   {"bucket":…, "key":…, "size":…, "sha256":…, "part_size":…, "upload_id":…,
+ *    "parts":[{"part":1, "etag":"\"…\"", "sha256":…}, …]}
+ * replaced atomically after each part. S3's ListParts could say which parts the server holds, but
+ * s3rver does not implement it, so the journal is the record; the server only has to confirm it at
+ * completion. Each journaled part's bytes are read and hashed again before the part is reused, so a
+ * file rewritten in place is never completed from another version's parts. */
+
 struct multipart {
     struct s3_store *s3;
     const char *key;
     const char *path;
     int fd;
     uint64_t size;
+    const char *sha256;  /* of the whole file, stored as x-amz-meta-sha256 when the upload is created */
     size_t part_size;
     int parts;
+    char *upload_id;
     char *upload_id_enc; /* URL-encoded UploadId */
-    char **etags;        /* per part, owned */
+    char **etags;        /* per part, owned; set once the part is in the store */
+    char (*part_sha)[65];/* per part: SHA-256 of the bytes sent */
     pthread_mutex_t lock;
-    int next_part;       /* 1-based part number the next free thread takes */
+    int next_part;       /* 1-based part number the next free thread considers */
     int failed;
+    long fail_status;    /* HTTP status of the first failure; 0 for a local or transport failure */
     struct whet_err err; /* the first failure */
+    /* Journal and progress, under journal_lock. */
+    pthread_mutex_t journal_lock;
+    char *journal;       /* the journal's path; NULL once it cannot be written */
+    uint64_t done_bytes, reused_bytes;
 };
 
-static void multipart_fail(struct multipart *mp, const struct whet_err *err) {
-    pthread_mutex_lock(&mp->lock);
-    if (!mp->failed) mp->err = *err;
-    mp->failed = 1;
-    pthread_mutex_unlock(&mp->lock);
+static size_t part_length(const struct multipart *mp, int part) {
+    uint64_t offset = (uint64_t)(part - 1) * mp->part_size;
+    return (size_t)(mp->size - offset < mp->part_size ? mp->size - offset : mp->part_size);
 }
 
-static int upload_part(struct multipart *mp, int part, char *buf, struct whet_err *err) {
+/* Reads part `part` of the file into `buf` (part_size bytes). */
+static int read_part(struct multipart *mp, int part, char *buf, struct whet_err *err) {
     uint64_t offset = (uint64_t)(part - 1) * mp->part_size;
-    size_t len = (size_t)(mp->size - offset < mp->part_size ? mp->size - offset : mp->part_size);
-    size_t got = 0;
+    size_t len = part_length(mp, part), got = 0;
     while (got < len) {
         ssize_t n = pread(mp->fd, buf + got, len - got, (off_t)(offset + got));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return whet_errf(err, "%s: %s", mp->path, n < 0 ? strerror(errno) : "file shrank during upload");
         got += (size_t)n;
     }
+    return 0;
+}
+
+/* Writes the journal; called with journal_lock held. A journal that cannot be written only costs the
+ * ability to resume, so the upload goes on without one. */
+static void journal_save(struct multipart *mp) {
+    if (!mp->journal) return;
+    json_t *parts = json_array();
+    for (int i = 0; i < mp->parts; i++)
+        if (mp->etags[i])
+            json_array_append_new(parts, json_pack("{s:i, s:s, s:s}", "part", i + 1, "etag", mp->etags[i], "sha256",
+                                                   mp->part_sha[i]));
+    char *full = full_key(mp->s3, mp->key);
+    json_t *doc = json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:o}", "bucket", mp->s3->bucket, "key", full, "size",
+                            (json_int_t)mp->size, "sha256", mp->sha256, "part_size", (json_int_t)mp->part_size,
+                            "upload_id", mp->upload_id, "parts", parts);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    struct whet_err err;
+    if (whet_write_file_atomic(mp->journal, text, strlen(text), &err) != 0) {
+        log_warn("msg=\"s3 upload journal not written; this upload cannot resume after a crash\" error=\"%s\"",
+                 err.msg);
+        free(mp->journal);
+        mp->journal = NULL;
+    }
+    free(text);
+    json_decref(doc);
+    free(full);
+}
+
+static void journal_remove(struct multipart *mp) {
+    if (mp->journal) unlink(mp->journal);
+}
+
+/* An ETag from the journal goes into the completion's XML verbatim: S3's are quoted hex. */
+static int etag_plain(const char *etag) {
+    size_t n = strlen(etag);
+    if (n == 0 || n > 200) return 0;
+    for (const char *p = etag; *p; p++)
+        if (*p < 0x20 || *p > 0x7e || *p == '<' || *p == '>' || *p == '&') return 0;
+    return 1;
+}
+
+static void abort_upload(struct s3_store *s3, const char *key, const char *upload_id, long *status);
+
+/* Takes over the upload an interrupted run recorded in the journal when it was of this file to this
+ * key with this part size: its upload id and the parts whose bytes still hash as journaled (others
+ * are sent again). Returns 1 when taken over. A journal for another version of the file names an
+ * upload nobody will finish: it is aborted. */
+static int journal_resume(struct multipart *mp) {
+    json_error_t jerr;
+    json_t *doc = mp->journal ? json_load_file(mp->journal, 0, &jerr) : NULL;
+    if (!doc) return 0;
+    const char *bucket = json_string_value(json_object_get(doc, "bucket"));
+    const char *key = json_string_value(json_object_get(doc, "key"));
+    const char *sha = json_string_value(json_object_get(doc, "sha256"));
+    const char *upload_id = json_string_value(json_object_get(doc, "upload_id"));
+    json_t *size = json_object_get(doc, "size"), *part_size = json_object_get(doc, "part_size");
+    json_t *parts = json_object_get(doc, "parts");
+    char *full = full_key(mp->s3, mp->key);
+    int same_object = bucket && key && upload_id && upload_id[0] && strcmp(bucket, mp->s3->bucket) == 0 &&
+                      strcmp(key, full) == 0;
+    int same_file = same_object && sha && strcmp(sha, mp->sha256) == 0 && json_is_integer(size) &&
+                    (uint64_t)json_integer_value(size) == mp->size && json_is_integer(part_size) &&
+                    (uint64_t)json_integer_value(part_size) == mp->part_size && json_is_array(parts);
+    free(full);
+    if (!same_file) {
+        if (same_object) {
+            long status;
+            abort_upload(mp->s3, mp->key, upload_id, &status);
+        }
+        json_decref(doc);
+        return 0;
+    }
+    mp->upload_id = xstrdup(upload_id);
+    char *buf = xmalloc(mp->part_size);
+    size_t i;
+    json_t *entry;
+    json_array_foreach(parts, i, entry) {
+        json_t *number = json_object_get(entry, "part");
+        const char *etag = json_string_value(json_object_get(entry, "etag"));
+        const char *part_sha = json_string_value(json_object_get(entry, "sha256"));
+        if (!json_is_integer(number) || !etag || !part_sha || !etag_plain(etag)) continue;
+        json_int_t n = json_integer_value(number);
+        if (n < 1 || n > mp->parts || mp->etags[n - 1]) continue;
+        struct whet_err ignored;
+        char now[65];
+        if (read_part(mp, (int)n, buf, &ignored) != 0) continue;
+        whet_sha256_hex(buf, part_length(mp, (int)n), now);
+        if (strcmp(now, part_sha) != 0) continue;
+        mp->etags[n - 1] = xstrdup(etag);
+        memcpy(mp->part_sha[n - 1], now, sizeof now);
+        mp->reused_bytes += part_length(mp, (int)n);
+    }
+    free(buf);
+    json_decref(doc);
+    mp->done_bytes = mp->reused_bytes;
+    return 1;
+}
+
+/* 0 when the server says the upload no longer exists (ListParts answers 404 NoSuchUpload: aborted,
+ * or expired by a lifecycle rule), 1 otherwise: alive, or a server without ListParts (s3rver answers
+ * 405), where a lost upload shows at completion instead. */
+static int upload_exists(struct multipart *mp) {
+    char *query = xasprintf("uploadId=%s", mp->upload_id_enc);
+    struct s3_request req = {.method = "GET", .key = mp->key, .query = query};
+    struct s3_response resp;
+    struct whet_err ignored;
+    int gone = s3_perform(mp->s3, &req, &resp, &ignored) == 0 && resp.status == 404;
+    response_free(&resp);
+    free(query);
+    return !gone;
+}
+
+static void multipart_fail(struct multipart *mp, const struct whet_err *err, long status) {
+    pthread_mutex_lock(&mp->lock);
+    if (!mp->failed) {
+        mp->err = *err;
+        mp->fail_status = status;
+    }
+    mp->failed = 1;
+    pthread_mutex_unlock(&mp->lock);
+}
+
+/* Sends one part; on a response that is not a success, *status is its HTTP status. */
+static int upload_part(struct multipart *mp, int part, char *buf, long *status, struct whet_err *err) {
+    *status = 0;
+    if (read_part(mp, part, buf, err) != 0) return -1;
+    size_t len = part_length(mp, part);
     char sha[65];
     whet_sha256_hex(buf, len, sha);
     char *query = xasprintf("partNumber=%d&uploadId=%s", part, mp->upload_id_enc);
@@ -625,8 +774,20 @@ static int upload_part(struct multipart *mp, int part, char *buf, struct whet_er
                              .body_sha256 = sha};
     struct s3_response resp;
     int rc = s3_perform(mp->s3, &req, &resp, err);
-    if (rc == 0 && (resp.status != 200 || !resp.etag[0])) rc = response_error(mp->s3, &req, &resp, err);
-    if (rc == 0) mp->etags[part - 1] = xstrdup(resp.etag);
+    if (rc == 0 && (resp.status != 200 || !resp.etag[0])) {
+        *status = resp.status;
+        rc = response_error(mp->s3, &req, &resp, err);
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&mp->journal_lock);
+        mp->etags[part - 1] = xstrdup(resp.etag);
+        memcpy(mp->part_sha[part - 1], sha, sizeof sha);
+        mp->done_bytes += len;
+        journal_save(mp);
+        if (mp->s3->base.progress)
+            mp->s3->base.progress(mp->s3->base.progress_ctx, mp->key, mp->done_bytes, mp->reused_bytes, mp->size);
+        pthread_mutex_unlock(&mp->journal_lock);
+    }
     response_free(&resp);
     free(query);
     return rc;
@@ -636,12 +797,16 @@ static void *part_worker(void *arg) {
     struct multipart *mp = arg;
     char *buf = xmalloc(mp->part_size);
     for (;;) {
+        /* Parts taken over from the journal were set before the threads started; a part number is
+         * handed to one thread only, so no other thread writes the entries read here. */
         pthread_mutex_lock(&mp->lock);
+        while (!mp->failed && mp->next_part <= mp->parts && mp->etags[mp->next_part - 1]) mp->next_part++;
         int part = mp->failed || mp->next_part > mp->parts ? 0 : mp->next_part++;
         pthread_mutex_unlock(&mp->lock);
         if (!part) break;
         struct whet_err err;
-        if (upload_part(mp, part, buf, &err) != 0) multipart_fail(mp, &err);
+        long status;
+        if (upload_part(mp, part, buf, &status, &err) != 0) multipart_fail(mp, &err, status);
     }
     free(buf);
     return NULL;
@@ -653,7 +818,8 @@ static char *complete_body(struct multipart *mp) {
     char *xml = xmalloc(cap);
     len += (size_t)snprintf(xml + len, cap - len, "<CompleteMultipartUpload>");
     for (int i = 0; i < mp->parts; i++) {
-        /* ETags are quoted hex from S3, so they need no XML escaping beyond the quotes. */
+        /* ETags are quoted hex from S3 (checked by etag_plain when they come from the journal), so
+         * they need no XML escaping beyond the quotes. */
         len += (size_t)snprintf(xml + len, cap - len, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", i + 1,
                                 mp->etags[i]);
     }
@@ -661,68 +827,153 @@ static char *complete_body(struct multipart *mp) {
     return xml;
 }
 
+/* AbortMultipartUpload, best effort; *status is the answer's HTTP status (0: none arrived). */
+static void abort_upload(struct s3_store *s3, const char *key, const char *upload_id, long *status) {
+    char *id_enc = uri_encode(upload_id, 0);
+    char *query = xasprintf("uploadId=%s", id_enc);
+    struct s3_request req = {.method = "DELETE", .key = key, .query = query};
+    struct s3_response resp;
+    struct whet_err ignored;
+    *status = s3_perform(s3, &req, &resp, &ignored) == 0 ? resp.status : 0;
+    response_free(&resp);
+    free(query);
+    free(id_enc);
+}
+
+static int create_upload(struct multipart *mp, struct whet_err *err) {
+    struct s3_request create = {.method = "POST", .key = mp->key, .query = "uploads=", .meta_sha256 = mp->sha256};
+    struct s3_response resp;
+    int rc = s3_perform(mp->s3, &create, &resp, err);
+    if (rc == 0 && resp.status != 200) rc = response_error(mp->s3, &create, &resp, err);
+    if (rc == 0) {
+        mp->upload_id = resp.body ? xml_tag(resp.body, resp.body + resp.body_len, "UploadId", NULL) : NULL;
+        if (!mp->upload_id)
+            rc = whet_errf(err, "s3 POST %s/%s?uploads: no UploadId in the response", mp->s3->bucket, mp->key);
+    }
+    response_free(&resp);
+    return rc;
+}
+
+/* One try of a multipart upload, resuming from the journal when `may_resume`. Sets *start_over when a
+ * resumed upload failed because the server no longer has it or its parts. */
+static int multipart_try(struct multipart *mp, int may_resume, int *start_over, struct whet_err *err) {
+    *start_over = 0;
+    int resumed = may_resume && journal_resume(mp);
+    if (resumed) {
+        mp->upload_id_enc = uri_encode(mp->upload_id, 0);
+        if (!upload_exists(mp)) {
+            log_info("msg=\"s3 upload in the journal is gone; starting over\" key=%s upload_id=%s", mp->key,
+                     mp->upload_id);
+            *start_over = 1;
+            return -1;
+        }
+        log_info("msg=\"s3 upload resumed\" key=%s upload_id=%s reused_bytes=%llu of=%llu", mp->key, mp->upload_id,
+                 (unsigned long long)mp->reused_bytes, (unsigned long long)mp->size);
+    } else {
+        if (create_upload(mp, err) != 0) return -1;
+        mp->upload_id_enc = uri_encode(mp->upload_id, 0);
+    }
+    pthread_mutex_lock(&mp->journal_lock);
+    journal_save(mp);
+    if (mp->s3->base.progress)
+        mp->s3->base.progress(mp->s3->base.progress_ctx, mp->key, mp->done_bytes, mp->reused_bytes, mp->size);
+    pthread_mutex_unlock(&mp->journal_lock);
+
+    int threads = mp->s3->base.threads < mp->parts ? mp->s3->base.threads : mp->parts;
+    pthread_t *tids = xcalloc((size_t)threads, sizeof *tids);
+    int started = 0;
+    for (; started < threads; started++)
+        if (pthread_create(&tids[started], NULL, part_worker, mp) != 0) break;
+    if (started == 0) part_worker(mp); /* no thread could start: upload on this one */
+    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    free(tids);
+
+    int rc = 0;
+    long status = 0;
+    char *query = xasprintf("uploadId=%s", mp->upload_id_enc);
+    if (mp->failed) {
+        *err = mp->err;
+        status = mp->fail_status;
+        rc = -1;
+    } else {
+        char *xml = complete_body(mp);
+        char sha[65];
+        whet_sha256_hex(xml, strlen(xml), sha);
+        struct s3_request complete = {.method = "POST", .key = mp->key, .query = query, .body = xml,
+                                      .body_len = strlen(xml), .body_sha256 = sha};
+        struct s3_response resp;
+        rc = s3_perform(mp->s3, &complete, &resp, err);
+        /* S3 can answer 200 and still fail the completion in the body. */
+        if (rc == 0 && (resp.status != 200 || (resp.body && strstr(resp.body, "<Error>")))) {
+            status = resp.status;
+            rc = response_error(mp->s3, &complete, &resp, err);
+        }
+        response_free(&resp);
+        free(xml);
+    }
+    free(query);
+    /* The server answered with an error about an upload this process did not create: it no longer
+     * has the upload or some of its parts (S3: 404 NoSuchUpload, 400 InvalidPart; s3rver: 500). */
+    if (rc != 0 && resumed && status != 0) {
+        log_info("msg=\"s3 resumed upload failed; starting over\" key=%s error=\"%s\"", mp->key, err->msg);
+        *start_over = 1;
+    }
+    return rc;
+}
+
+/* Frees what one try set up, so the next starts clean. */
+static void multipart_reset(struct multipart *mp) {
+    for (int i = 0; i < mp->parts; i++) {
+        free(mp->etags[i]);
+        mp->etags[i] = NULL;
+    }
+    free(mp->upload_id);
+    free(mp->upload_id_enc);
+    mp->upload_id = mp->upload_id_enc = NULL;
+    mp->next_part = 1;
+    mp->failed = 0;
+    mp->fail_status = 0;
+    mp->done_bytes = mp->reused_bytes = 0;
+}
+
 static int multipart_upload(struct s3_store *s3, const char *key, const char *path, int fd, uint64_t size,
                             const char *sha256, struct whet_err *err) {
-    struct multipart mp = {.s3 = s3, .key = key, .path = path, .fd = fd, .size = size,
+    struct multipart mp = {.s3 = s3, .key = key, .path = path, .fd = fd, .size = size, .sha256 = sha256,
                            .part_size = s3->base.part_size, .next_part = 1};
     mp.parts = (int)((size + mp.part_size - 1) / mp.part_size);
     if (mp.parts > 10000)
         return whet_errf(err, "%s: %llu bytes need %d parts of %zu bytes; S3 allows 10000", path,
                          (unsigned long long)size, mp.parts, mp.part_size);
-
-    struct s3_request create = {.method = "POST", .key = key, .query = "uploads=", .meta_sha256 = sha256};
-    struct s3_response resp;
-    int rc = s3_perform(s3, &create, &resp, err);
-    if (rc == 0 && resp.status != 200) rc = response_error(s3, &create, &resp, err);
-    char *upload_id = NULL;
-    if (rc == 0) {
-        upload_id = resp.body ? xml_tag(resp.body, resp.body + resp.body_len, "UploadId", NULL) : NULL;
-        if (!upload_id) rc = whet_errf(err, "s3 POST %s/%s?uploads: no UploadId in the response", s3->bucket, key);
-    }
-    response_free(&resp);
-    if (rc != 0) return -1;
-
-    mp.upload_id_enc = uri_encode(upload_id, 0);
     mp.etags = xcalloc((size_t)mp.parts, sizeof *mp.etags);
+    mp.part_sha = xcalloc((size_t)mp.parts, sizeof *mp.part_sha);
+    mp.journal = objstore_upload_journal_path(path);
     pthread_mutex_init(&mp.lock, NULL);
-    int threads = s3->base.threads < mp.parts ? s3->base.threads : mp.parts;
-    pthread_t *tids = xcalloc((size_t)threads, sizeof *tids);
-    int started = 0;
-    for (; started < threads; started++)
-        if (pthread_create(&tids[started], NULL, part_worker, &mp) != 0) break;
-    if (started == 0) part_worker(&mp); /* no thread could start: upload on this one */
-    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
-    free(tids);
+    pthread_mutex_init(&mp.journal_lock, NULL);
 
-    char *query = xasprintf("uploadId=%s", mp.upload_id_enc);
-    if (mp.failed) {
-        *err = mp.err;
-        rc = -1;
-    } else {
-        char *xml = complete_body(&mp);
-        char sha[65];
-        whet_sha256_hex(xml, strlen(xml), sha);
-        struct s3_request complete = {.method = "POST", .key = key, .query = query, .body = xml,
-                                      .body_len = strlen(xml), .body_sha256 = sha};
-        rc = s3_perform(s3, &complete, &resp, err);
-        /* S3 can answer 200 and still fail the completion in the body. */
-        if (rc == 0 && (resp.status != 200 || (resp.body && strstr(resp.body, "<Error>"))))
-            rc = response_error(s3, &complete, &resp, err);
-        response_free(&resp);
-        free(xml);
+    int start_over;
+    int rc = multipart_try(&mp, 1, &start_over, err);
+    if (rc != 0 && start_over) {
+        long status;
+        abort_upload(s3, key, mp.upload_id, &status);
+        journal_remove(&mp);
+        multipart_reset(&mp);
+        rc = multipart_try(&mp, 0, &start_over, err);
     }
-    if (rc != 0) {
-        /* Abort so the parts stop costing storage; the error already says what went wrong. */
-        struct s3_request abort_req = {.method = "DELETE", .key = key, .query = query};
-        struct whet_err ignored;
-        if (s3_perform(s3, &abort_req, &resp, &ignored) == 0) response_free(&resp);
+    if (rc == 0) {
+        journal_remove(&mp);
+    } else if (mp.upload_id) {
+        /* Abort so the parts stop costing storage; the error already says what went wrong. Only an
+         * abort the server confirmed ends the upload; otherwise the journal stays for a retry. */
+        long status;
+        abort_upload(s3, key, mp.upload_id, &status);
+        if (status >= 200 && status < 300) journal_remove(&mp);
     }
-    free(query);
-    for (int i = 0; i < mp.parts; i++) free(mp.etags[i]);
+    multipart_reset(&mp);
     free(mp.etags);
-    free(mp.upload_id_enc);
-    free(upload_id);
+    free(mp.part_sha);
+    free(mp.journal);
     pthread_mutex_destroy(&mp.lock);
+    pthread_mutex_destroy(&mp.journal_lock);
     return rc;
 }
 
