@@ -12,7 +12,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet sample --model DIR [--adapter DIR] --prompt TEXT [--max-tokens N] [--temperature T]\n"
-            "                   [--top-p P] [--seed S]\n\n"
+            "                   [--top-k K] [--top-p P] [--seed S]\n\n"
             "Renders TEXT as a user turn with the model's chat template and prints the generated reply on\n"
             "stdout (KV-cache decoding; the same seed gives the same text).\n\n"
             "options:\n"
@@ -21,7 +21,8 @@ static void usage(FILE *out) {
             "  --prompt TEXT      the user message\n"
             "  --max-tokens N     at most N new tokens (default 128)\n"
             "  --temperature T    0 for greedy decoding (default 0.7)\n"
-            "  --top-p P          nucleus sampling mass in (0, 1] (default 1)\n"
+            "  --top-k K          draw only from the K most likely tokens; 0: no cut (default 0)\n"
+            "  --top-p P          nucleus sampling mass in (0, 1], applied after --top-k (default 1)\n"
             "  --seed S           random seed (default 0)\n"
             "  -h, --help         this text\n");
 }
@@ -40,6 +41,7 @@ static int cmd_sample(int argc, char **argv) {
                                             {"prompt", required_argument, 0, 'p'},
                                             {"max-tokens", required_argument, 0, 'n'},
                                             {"temperature", required_argument, 0, 't'},
+                                            {"top-k", required_argument, 0, 'k'},
                                             {"top-p", required_argument, 0, 'P'},
                                             {"seed", required_argument, 0, 's'},
                                             {"help", no_argument, 0, 'h'},
@@ -47,7 +49,7 @@ static int cmd_sample(int argc, char **argv) {
     struct sample_opts o = {.max_tokens = 128, .temperature = 0.7f, .top_p = 1.0f};
     double v;
     int c;
-    while ((c = getopt_long(argc, argv, "m:a:p:n:t:P:s:h", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:a:p:n:t:k:P:s:h", options, NULL)) != -1) {
         switch (c) {
         case 'm': o.model_dir = optarg; break;
         case 'a': o.adapter_dir = optarg; break;
@@ -65,6 +67,13 @@ static int cmd_sample(int argc, char **argv) {
                 return 2;
             }
             o.temperature = (float)v;
+            break;
+        case 'k':
+            if (parse_number(optarg, 0, 1 << 30, &v) || v != (int)v) {
+                fprintf(stderr, "whet sample: --top-k: must be an integer >= 0\n");
+                return 2;
+            }
+            o.top_k = (int)v;
             break;
         case 'P':
             if (parse_number(optarg, 1e-6, 1, &v)) {

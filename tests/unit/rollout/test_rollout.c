@@ -1,0 +1,449 @@
+/* The GRPO rollout engine on the tiny model (random weights from `whet model init --preset tiny`):
+ * seeding, greedy decoding agreeing across the n slots of a group, with the no-KV-cache path and with
+ * `whet sample`'s sample_run, top-k, stop strings and stop ids, max_tokens, the entropy sum, the KV
+ * slot copy against a separate prefill, and option errors. Also sample_pick_k's top-k and top-p
+ * against a brute-force reference. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "chat_template.h"
+#include "model.h"
+#include "model_init.h"
+#include "rng.h"
+#include "rollout.h"
+#include "sampler.h"
+#include "test.h"
+#include "tokenizer.h"
+
+static char root_dir[64], model_dir[256];
+static struct model *model;
+static struct tokenizer *tok;
+#define N_PROMPTS 3
+static const char *const prompt_text[N_PROMPTS] = {"What is 2 + 3?", "Name a colour.", "Write a haiku about the sea."};
+static int *prompt_ids[N_PROMPTS];
+static int prompt_lens[N_PROMPTS];
+
+static int setup(void) {
+    struct whet_err err;
+    snprintf(root_dir, sizeof root_dir, "/tmp/whet-rollout-XXXXXX");
+    if (!mkdtemp(root_dir)) return -1;
+    snprintf(model_dir, sizeof model_dir, "%s/model", root_dir);
+    struct model_init_opts o;
+    if (model_init_preset(&o, "tiny", &err) || model_init_write(model_dir, &o, &err)) goto fail;
+    struct model_opts mo = model_opts_default();
+    if (model_load(&model, model_dir, &mo, &err)) goto fail;
+    char path[300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    if (tokenizer_load(path, &tok, &err)) goto fail;
+    struct chat_template tpl = {0};
+    if (chat_template_load(&tpl, model_dir, &err)) goto fail;
+    for (int i = 0; i < N_PROMPTS; i++) {
+        struct chat_message user = {"user", prompt_text[i], 1};
+        int32_t *ids;
+        uint8_t *mask;
+        if (chat_tokenize(&ids, &mask, &prompt_lens[i], &tpl, tok, &user, 1, 1, &err)) goto fail;
+        prompt_ids[i] = malloc(sizeof(int) * (size_t)prompt_lens[i]);
+        for (int t = 0; t < prompt_lens[i]; t++) prompt_ids[i][t] = ids[t];
+        free(ids);
+        free(mask);
+    }
+    chat_template_free(&tpl);
+    return 0;
+fail:
+    fprintf(stderr, "setup: %s\n", err.msg);
+    return -1;
+}
+
+static struct rollout_opts opts_default(void) {
+    struct rollout_opts o = {.n = 4, .max_tokens = 12, .temperature = 1.0f, .top_p = 1.0f, .use_kv_cache = 1};
+    return o;
+}
+
+/* Generates for the first n_prompts prompts; checks it succeeded. */
+static void generate(struct rollout_batch *b, const struct rollout_opts *o, int n_prompts, uint64_t seed) {
+    struct rng rng;
+    rng_seed(&rng, seed);
+    struct whet_err err = {0};
+    int rc = rollout_generate(b, model, tok, (const int *const *)prompt_ids, prompt_lens, n_prompts, o, &rng, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+}
+
+static int same_response(const struct rollout_response *a, const struct rollout_response *b) {
+    return a->n_tokens == b->n_tokens && !memcmp(a->tokens, b->tokens, sizeof(int) * (size_t)a->n_tokens) &&
+           !strcmp(a->text, b->text) && a->finish == b->finish;
+}
+
+static int same_batch(const struct rollout_batch *a, const struct rollout_batch *b) {
+    if (a->n_prompts != b->n_prompts || a->n != b->n) return 0;
+    for (int i = 0; i < a->n_prompts * a->n; i++)
+        if (!same_response(&a->responses[i], &b->responses[i])) return 0;
+    return 1;
+}
+
+/* The text a response's tokens decode to, cut before the end token when it ended on one. */
+static char *decode_tokens(const int *ids, int n) {
+    int32_t *ids32 = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) ids32[i] = ids[i];
+    char *text;
+    size_t len;
+    struct whet_err err;
+    CHECK(tokenizer_decode(tok, ids32, (size_t)n, &text, &len, &err) == 0);
+    free(ids32);
+    return text;
+}
+
+TEST(layout_counts_and_seed) {
+    struct rollout_opts o = opts_default();
+    o.top_p = 0.9f;
+    struct rollout_batch a, b, c;
+    generate(&a, &o, N_PROMPTS, 7);
+    generate(&b, &o, N_PROMPTS, 7);
+    generate(&c, &o, N_PROMPTS, 8);
+    CHECK(a.n_prompts == N_PROMPTS && a.n == 4);
+    long long total = 0;
+    for (int i = 0; i < N_PROMPTS * 4; i++) {
+        const struct rollout_response *r = &a.responses[i];
+        CHECK(r->prompt == i / 4);
+        CHECK(r->n_tokens >= 1 && r->n_tokens <= o.max_tokens);
+        CHECK(r->finish == ROLLOUT_FINISH_STOP || r->n_tokens == o.max_tokens);
+        total += r->n_tokens;
+        /* the text is what the tokens decode to, the end-of-turn token left out */
+        int n_text = r->n_tokens - (r->finish == ROLLOUT_FINISH_STOP ? 1 : 0);
+        char *text = decode_tokens(r->tokens, n_text);
+        CHECK_STR(r->text, text);
+        free(text);
+    }
+    CHECK(a.tokens == total);
+    CHECK(a.seconds > 0);
+    CHECK(same_batch(&a, &b));
+    CHECK(a.entropy_sum == b.entropy_sum);
+    CHECK(!same_batch(&a, &c));
+    /* sampled at temperature 1 from a random model, the n responses of a prompt differ */
+    CHECK(!same_response(&a.responses[0], &a.responses[1]) || !same_response(&a.responses[1], &a.responses[2]));
+    rollout_batch_free(&a);
+    rollout_batch_free(&b);
+    rollout_batch_free(&c);
+}
+
+TEST(greedy_agrees_across_slots_without_cache_and_with_sample_run) {
+    struct rollout_opts o = opts_default();
+    o.temperature = 0;
+    o.n = 3;
+    o.max_tokens = 16;
+    struct rollout_batch kv, full, topk1;
+    generate(&kv, &o, N_PROMPTS, 1);
+    o.use_kv_cache = 0;
+    generate(&full, &o, N_PROMPTS, 2);
+    o.use_kv_cache = 1;
+    o.temperature = 1.0f;
+    o.top_k = 1;
+    generate(&topk1, &o, N_PROMPTS, 3);
+    for (int p = 0; p < N_PROMPTS; p++) {
+        for (int j = 1; j < 3; j++) CHECK(same_response(&kv.responses[p * 3], &kv.responses[p * 3 + j]));
+        struct sample_opts so = {.model_dir = model_dir, .prompt = prompt_text[p], .max_tokens = 16, .top_p = 1};
+        char *text = NULL;
+        int n = 0;
+        struct whet_err err;
+        CHECK_MSG(sample_run(&so, &text, &n, &err) == 0, "%s", err.msg);
+        const struct rollout_response *r = &kv.responses[p * 3];
+        CHECK_STR(r->text, text);
+        CHECK(r->n_tokens == n + (r->finish == ROLLOUT_FINISH_STOP ? 1 : 0));
+        free(text);
+    }
+    CHECK(same_batch(&kv, &full));
+    CHECK(same_batch(&kv, &topk1));
+    /* at least one response ran to max_tokens, so the comparison covers 16 decode steps */
+    int longest = 0;
+    for (int i = 0; i < N_PROMPTS * 3; i++)
+        if (kv.responses[i].n_tokens > longest) longest = kv.responses[i].n_tokens;
+    CHECK(longest == 16);
+    rollout_batch_free(&kv);
+    rollout_batch_free(&full);
+    rollout_batch_free(&topk1);
+}
+
+TEST(sampled_without_cache_matches_with_cache) {
+    /* the same draws from (nearly) the same logits: the recomputing baseline generates the same text */
+    struct rollout_opts o = opts_default();
+    o.n = 2;
+    o.max_tokens = 8;
+    struct rollout_batch kv, full;
+    generate(&kv, &o, 2, 11);
+    o.use_kv_cache = 0;
+    generate(&full, &o, 2, 11);
+    CHECK(same_batch(&kv, &full));
+    CHECK_NEAR(kv.entropy_sum, full.entropy_sum, 1e-3);
+    rollout_batch_free(&kv);
+    rollout_batch_free(&full);
+}
+
+TEST(stop_string_cuts_the_text) {
+    struct rollout_opts o = opts_default();
+    o.temperature = 0;
+    o.n = 2;
+    o.max_tokens = 24;
+    struct rollout_batch plain, cut;
+    generate(&plain, &o, 1, 1);
+    const struct rollout_response *r = &plain.responses[0];
+    size_t len = strlen(r->text);
+    CHECK(len >= 8);
+    if (len < 8) return;
+    /* a stop string taken from the middle of the greedy text: the greedy run with it stops at its first
+     * occurrence */
+    char stop[4];
+    memcpy(stop, r->text + len / 2, 3);
+    stop[3] = '\0';
+    char *stops[] = {"never appears \x01", stop};
+    o.stop = stops;
+    o.n_stop = 2;
+    generate(&cut, &o, 1, 1);
+    size_t at = (size_t)(strstr(r->text, stop) - r->text);
+    /* the tokens up to the one whose bytes complete the stop string */
+    int expect_tokens = 0;
+    for (size_t bytes = 0; bytes < at + 3; expect_tokens++) {
+        size_t l;
+        tokenizer_id_bytes(tok, r->tokens[expect_tokens], &l);
+        bytes += l;
+    }
+    for (int j = 0; j < 2; j++) {
+        const struct rollout_response *c = &cut.responses[j];
+        CHECK(c->finish == ROLLOUT_FINISH_STOP);
+        CHECK(strlen(c->text) == at && !strncmp(c->text, r->text, at));
+        CHECK(strstr(c->text, stop) == NULL);
+        CHECK(c->n_tokens == expect_tokens);
+        CHECK(!memcmp(c->tokens, r->tokens, sizeof(int) * (size_t)c->n_tokens));
+    }
+    rollout_batch_free(&plain);
+    rollout_batch_free(&cut);
+}
+
+TEST(stop_ids_and_max_tokens) {
+    struct rollout_opts o = opts_default();
+    o.temperature = 0;
+    o.n = 1;
+    o.max_tokens = 5;
+    struct rollout_batch b, s;
+    generate(&b, &o, N_PROMPTS, 1);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        CHECK(b.responses[i].n_tokens <= 5);
+        if (b.responses[i].n_tokens == 5 && b.responses[i].finish != ROLLOUT_FINISH_STOP)
+            CHECK(b.responses[i].finish == ROLLOUT_FINISH_LENGTH);
+    }
+    CHECK(b.responses[0].finish == ROLLOUT_FINISH_LENGTH && b.responses[0].n_tokens == 5);
+    /* the third greedy token of prompt 0 as an extra stop id: the response ends at its first use */
+    int stop_id = b.responses[0].tokens[2], first = 0;
+    while (b.responses[0].tokens[first] != stop_id) first++;
+    o.stop_ids = &stop_id;
+    o.n_stop_ids = 1;
+    generate(&s, &o, 1, 1);
+    CHECK(s.responses[0].finish == ROLLOUT_FINISH_STOP);
+    CHECK(s.responses[0].n_tokens == first + 1);
+    char *text = decode_tokens(b.responses[0].tokens, first);
+    CHECK_STR(s.responses[0].text, text);
+    free(text);
+    rollout_batch_free(&b);
+    rollout_batch_free(&s);
+}
+
+/* Entropy of softmax(logits[V]) computed here in the obvious way. */
+static double entropy_ref(const float *logits, int V) {
+    double max = logits[0], z = 0, h = 0;
+    for (int i = 1; i < V; i++) max = fmax(max, logits[i]);
+    for (int i = 0; i < V; i++) z += exp(logits[i] - max);
+    for (int i = 0; i < V; i++) {
+        double p = exp(logits[i] - max) / z;
+        if (p > 0) h -= p * log(p);
+    }
+    return h;
+}
+
+TEST(entropy_of_the_first_token) {
+    /* one token per response: the entropy sum is n times the entropy of the prompt's next-token
+     * distribution, which a plain forward pass gives */
+    struct rollout_opts o = opts_default();
+    o.max_tokens = 1;
+    o.n = 3;
+    struct rollout_batch b;
+    generate(&b, &o, 1, 5);
+    int V = model_get_config(model)->vocab_size, T = prompt_lens[0];
+    float *logits = malloc(sizeof(float) * (size_t)T * V), loss;
+    struct model_batch mb = {1, T, prompt_ids[0], NULL, NULL, NULL, NULL};
+    struct whet_err err;
+    CHECK(model_forward(model, &mb, &loss, &err) == 0);
+    model_get_logits(model, logits);
+    double h = entropy_ref(logits + (size_t)(T - 1) * V, V);
+    CHECK_NEAR(b.entropy_sum, 3 * h, 1e-3);
+    CHECK(h > 0 && h <= log(V));
+    CHECK(b.tokens == 3);
+    free(logits);
+    rollout_batch_free(&b);
+}
+
+TEST(kv_copy_equals_separate_prefill) {
+    int V = model_get_config(model)->vocab_size, T = prompt_lens[2];
+    struct kv_cache *c = kv_cache_new(model, 3, T + 4);
+    float *l0 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
+    float *step = malloc(sizeof(float) * 2 * (size_t)V);
+    struct whet_err err;
+    CHECK(model_prefill(model, c, 0, prompt_ids[2], T, l0, &err) == 0);
+    CHECK(kv_cache_copy_slot(c, 1, 0, &err) == 0);
+    CHECK(kv_cache_len(c, 1) == T);
+    CHECK(model_prefill(model, c, 2, prompt_ids[2], T, l2, &err) == 0);
+    CHECK(!memcmp(l0, l2, sizeof(float) * (size_t)V));
+    /* two decode steps: slot 1 (copied) and slot 2 (prefilled) see the same tokens */
+    int slots[2] = {1, 2}, ids[2] = {42, 42};
+    double max_diff = 0;
+    for (int k = 0; k < 2; k++) {
+        CHECK(model_decode_step(model, c, slots, ids, 2, step, &err) == 0);
+        for (int i = 0; i < V; i++) max_diff = fmax(max_diff, fabs(step[i] - step[V + i]));
+        ids[0] = ids[1] = 7 + k;
+    }
+    CHECK_NEAR(max_diff, 0, 1e-5);
+    CHECK(kv_cache_len(c, 1) == T + 2 && kv_cache_len(c, 2) == T + 2 && kv_cache_len(c, 0) == T);
+    CHECK(kv_cache_copy_slot(c, 3, 0, &err) == -1);
+    CHECK_CONTAINS(err.msg, "outside");
+    kv_cache_free(c);
+    free(l0);
+    free(l2);
+    free(step);
+}
+
+TEST(option_errors) {
+    struct rollout_opts o = opts_default();
+    struct rollout_batch b;
+    struct rng rng;
+    rng_seed(&rng, 1);
+    struct whet_err err;
+    const int *const *ids = (const int *const *)prompt_ids;
+    o.n = 0;
+    CHECK(rollout_generate(&b, model, tok, ids, prompt_lens, 1, &o, &rng, &err) == -1);
+    CHECK_CONTAINS(err.msg, "n: must be at least 1");
+    o = opts_default();
+    o.top_p = 0;
+    CHECK(rollout_generate(&b, model, tok, ids, prompt_lens, 1, &o, &rng, &err) == -1);
+    CHECK_CONTAINS(err.msg, "top_p");
+    o = opts_default();
+    o.max_tokens = model_get_config(model)->max_position_embeddings;
+    CHECK(rollout_generate(&b, model, tok, ids, prompt_lens, 1, &o, &rng, &err) == -1);
+    CHECK_CONTAINS(err.msg, "exceed the model's");
+    char *empty[] = {""};
+    o = opts_default();
+    o.stop = empty;
+    o.n_stop = 1;
+    CHECK(rollout_generate(&b, model, tok, ids, prompt_lens, 1, &o, &rng, &err) == -1);
+    CHECK_CONTAINS(err.msg, "stop[0]");
+    CHECK(b.responses == NULL);
+    rollout_batch_free(&b);
+}
+
+/* ---------------------------------------------------------------- sample_pick_k */
+
+/* Reference: full sort (probability desc, id asc), top-k, then the top-p share of what is left. */
+static int pick_ref(const float *logits_in, int V, float temperature, float top_p, int top_k, struct rng *rng) {
+    double *p = malloc(sizeof(double) * (size_t)V);
+    int *order = malloc(sizeof(int) * (size_t)V);
+    float max = logits_in[0];
+    for (int i = 1; i < V; i++) max = fmaxf(max, logits_in[i]);
+    double z = 0;
+    float *pf = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < V; i++) z += pf[i] = expf((logits_in[i] - max) / temperature);
+    for (int i = 0; i < V; i++) p[i] = (float)(pf[i] / z);
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 1; i < V; i++) /* insertion sort: obviously right */
+        for (int j = i; j > 0 && (p[order[j]] > p[order[j - 1]] ||
+                                  (p[order[j]] == p[order[j - 1]] && order[j] < order[j - 1])); j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
+        }
+    int k = top_k > 0 && top_k < V ? top_k : V;
+    double kept = 0;
+    for (int i = 0; i < k; i++) kept += p[order[i]];
+    double target = top_k > 0 && top_k < V ? top_p * kept : top_p, mass = 0;
+    int n = 0;
+    while (n < k && (n == 0 || mass < target)) mass += p[order[n++]];
+    int result = order[n - 1];
+    double u = rng_uniform(rng) * mass, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += p[order[i]];
+        if (u < acc) {
+            result = order[i];
+            break;
+        }
+    }
+    free(p);
+    free(pf);
+    free(order);
+    return result;
+}
+
+TEST(pick_k_matches_a_brute_force_reference) {
+    enum { V = 300 };
+    float logits[V], scratch[V];
+    int order[V];
+    struct rng gen, a, b;
+    rng_seed(&gen, 9);
+    rng_seed(&a, 10);
+    rng_seed(&b, 10);
+    int mismatches = 0;
+    const float top_ps[] = {1.0f, 0.9f, 0.5f, 0.05f};
+    const int top_ks[] = {0, 1, 2, 17, 299, 300};
+    for (int trial = 0; trial < 200; trial++) {
+        float spread = trial % 2 ? 0.3f : 4.0f; /* flat and peaked distributions */
+        for (int i = 0; i < V; i++) logits[i] = spread * rng_normal(&gen);
+        logits[trial % V] = logits[(trial * 7) % V]; /* a tie */
+        float top_p = top_ps[trial % 4];
+        int top_k = top_ks[trial % 6];
+        if (top_p == 1.0f && (top_k == 0 || top_k >= V)) continue; /* no cut: draws in id order */
+        memcpy(scratch, logits, sizeof logits);
+        int got = sample_pick_k(scratch, order, V, 0.8f, top_p, top_k, &a);
+        int want = top_k == 1 ? 0 : pick_ref(logits, V, 0.8f, top_p, top_k, &b);
+        if (top_k == 1) { /* greedy: the argmax, no draw */
+            want = 0;
+            for (int i = 1; i < V; i++)
+                if (logits[i] > logits[want]) want = i;
+        }
+        mismatches += got != want;
+    }
+    CHECK(mismatches == 0);
+}
+
+TEST(pick_k_keeps_only_k_tokens) {
+    const float logits[6] = {1.0f, 3.0f, 0.5f, 2.0f, -1.0f, 2.9f};
+    struct rng rng;
+    rng_seed(&rng, 4);
+    int counts[6] = {0}, n = 6000;
+    for (int i = 0; i < n; i++) {
+        float l[6];
+        int order[6];
+        memcpy(l, logits, sizeof l);
+        counts[sample_pick_k(l, order, 6, 1.0f, 1.0f, 3, &rng)]++;
+    }
+    /* the top 3 are ids 1, 5, 3, drawn in proportion to exp(logit) */
+    CHECK(counts[0] == 0 && counts[2] == 0 && counts[4] == 0);
+    double z = exp(3.0) + exp(2.9) + exp(2.0);
+    CHECK_NEAR(counts[1] / (double)n, exp(3.0) / z, 0.025);
+    CHECK_NEAR(counts[3] / (double)n, exp(2.0) / z, 0.025);
+}
+
+int main(void) {
+    if (setup()) return 1;
+    RUN(layout_counts_and_seed);
+    RUN(greedy_agrees_across_slots_without_cache_and_with_sample_run);
+    RUN(sampled_without_cache_matches_with_cache);
+    RUN(stop_string_cuts_the_text);
+    RUN(stop_ids_and_max_tokens);
+    RUN(entropy_of_the_first_token);
+    RUN(kv_copy_equals_separate_prefill);
+    RUN(option_errors);
+    RUN(pick_k_matches_a_brute_force_reference);
+    RUN(pick_k_keeps_only_k_tokens);
+    for (int i = 0; i < N_PROMPTS; i++) free(prompt_ids[i]);
+    tokenizer_free(tok);
+    model_free(model);
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", root_dir);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", root_dir);
+    return test_summary();
+}
