@@ -18,15 +18,16 @@
 #define JOB_COLUMNS                                                                                            \
     "id, model, training_file, validation_file, method, suffix, seed, metadata, whet, status, error, "       \
     "fine_tuned_model, trained_tokens, estimated_finish, result_files, created_at, finished_at, tenant_id, " \
-    "wait_reason, priority"
+    "wait_reason, priority, queue_position"
 enum {
     JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
     JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
-    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY,
+    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION,
 };
 
-/* OpenAI's fine_tuning.job, plus the `whet` extension object (as given, with priority and why the job
- * waits). The deprecated top-level `hyperparameters` mirrors the method's. */
+/* OpenAI's fine_tuning.job, plus the `whet` extension object (as given, with priority, why the job
+ * waits and its 1-based place in the queue, both null unless it waits; the scheduler keeps them and
+ * `estimated_finish` current). The deprecated top-level `hyperparameters` mirrors the method's. */
 static json_t *job_row_to_json(const PGresult *res, int row) {
     json_t *method = db_json_value(res, row, JC_METHOD);
     const char *type = json_string_value(json_object_get(method, "type"));
@@ -44,6 +45,7 @@ static json_t *job_row_to_json(const PGresult *res, int row) {
     }
     json_object_set_new(whet, "priority", db_json_integer(res, row, JC_PRIORITY));
     json_object_set_new(whet, "wait_reason", db_json_string(res, row, JC_WAIT_REASON));
+    json_object_set_new(whet, "queue_position", db_json_integer(res, row, JC_QUEUE_POSITION));
     json_t *job = json_object();
     json_object_set_new(job, "id", db_json_string(res, row, JC_ID));
     json_object_set_new(job, "object", json_string("fine_tuning.job"));

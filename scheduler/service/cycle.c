@@ -1,8 +1,13 @@
-/* cycle.c - one scheduling cycle of the leader: leases, tenant requests, placement.
+/* cycle.c - one scheduling cycle of the leader: leases, tenant requests, sizing, placement, and what
+ * the tenant sees of it.
  *
  * The snapshot is read fresh from PostgreSQL each cycle (the fleet and queue of one control plane fit
- * easily), handed to the placement library, and its decisions are written back, each in its own
- * transaction, so a crash between two decisions leaves a consistent state to start again from. */
+ * easily). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
+ * its base model, method, batch and sequence length, within whet.max_gpus and on the pools its
+ * whet.gpu_types and whet.regions allow), handed to the placement library, and its decisions are
+ * written back: PLACE and PREEMPT each in their own transaction, so a crash between two decisions
+ * leaves a consistent state to start again from; then, in one transaction, the public state of every
+ * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include "pg.h"
 #include "placement.h"
 #include "service_internal.h"
+#include "sizing.h"
 
 /* ------------------------------------------------------------------------------------------------
  * Leases and tenant requests
@@ -76,15 +82,24 @@ static void names_free(struct names *t) {
     for (int i = 0; i < t->n; i++) free(t->name[i]);
 }
 
+/* A (data center, device type, device memory) group of nodes and its largest node. */
+struct sizing_pool {
+    int dc, type;
+    struct sz_pool pool;
+};
+
 struct snapshot {
     struct names dcs, types, tenant_ids;
     int n_nodes;
     struct pl_node *nodes;
     char **node_ids;
+    int n_pools;
+    struct sizing_pool *pools; /* the fleet as sizing sees it */
     int n_running, n_queued;
     struct pl_job *running, *queued; /* stable addresses for the library */
     char **running_ids, **queued_ids;
     int *running_attempts;
+    struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
 };
 
 static void snapshot_free(struct snapshot *s) {
@@ -98,6 +113,8 @@ static void snapshot_free(struct snapshot *s) {
     free(s->running_ids);
     free(s->queued_ids);
     free(s->running_attempts);
+    free(s->pools);
+    free(s->sized);
     names_free(&s->dcs);
     names_free(&s->types);
     names_free(&s->tenant_ids);
@@ -124,23 +141,101 @@ static uint64_t mask_of(json_t *array, struct names *t) {
     return mask ? mask : 1ull << 63;
 }
 
-/* The request of a job: the `whet` extension pins GPUs, types and regions; otherwise one device. */
-static void job_request(struct pl_job *j, struct snapshot *s, const char *tenant_id, const char *whet_json,
-                        int priority, double created_at, uint64_t id) {
-    json_t *whet = json_loads(whet_json, 0, NULL);
+/* What every job carries into placement: tenant, priority, arrival, and the types and regions its
+ * `whet` extension allows. Its size is set apart: from its attempt when it runs, by sizing when it
+ * waits. */
+static void job_request(struct pl_job *j, struct snapshot *s, const char *tenant_id, json_t *whet, int priority,
+                        double created_at, uint64_t id) {
     j->id = id;
     j->tenant = name_id(&s->tenant_ids, tenant_id);
     j->priority = priority;
-    json_t *gpus = json_object_get(whet, "max_gpus");
-    j->gpus = json_is_integer(gpus) && json_integer_value(gpus) > 0 ? (int32_t)json_integer_value(gpus) : 1;
-    if (j->gpus > PL_MAX_GPUS_PER_NODE) j->gpus = PL_MAX_GPUS_PER_NODE; /* the trainer runs on one node */
+    j->gpus = 1;
     j->gpu_milli = PL_MILLI;
     j->allowed_types = mask_of(json_object_get(whet, "gpu_types"), &s->types);
     j->allowed_dcs = mask_of(json_object_get(whet, "regions"), &s->dcs);
     j->preemptible = 1;
     j->grace_s = 30;
     j->submit_time = created_at;
-    json_decref(whet);
+}
+
+static int32_t json_int_or(json_t *v, int32_t fallback) {
+    return json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= INT32_MAX
+               ? (int32_t)json_integer_value(v)
+               : fallback;
+}
+
+/* The base model's shape from its config.json (fields missing stay 0: sizing estimates them). */
+static void sizing_model(struct sz_model *m, const char *parameters, const char *config_json) {
+    memset(m, 0, sizeof *m);
+    m->n_params = atoll(parameters);
+    json_t *c = json_loads(config_json, 0, NULL);
+    m->hidden = json_int_or(json_object_get(c, "hidden_size"), 0);
+    m->intermediate = json_int_or(json_object_get(c, "intermediate_size"), 0);
+    m->layers = json_int_or(json_object_get(c, "num_hidden_layers"), 0);
+    m->heads = json_int_or(json_object_get(c, "num_attention_heads"), 0);
+    m->kv_heads = json_int_or(json_object_get(c, "num_key_value_heads"), 0);
+    m->head_dim = json_int_or(json_object_get(c, "head_dim"), 0);
+    m->vocab = json_int_or(json_object_get(c, "vocab_size"), 0);
+    json_decref(c);
+}
+
+/* The job's method, LoRA or full fine-tuning, batch and sequence length, as the manifest will give
+ * them to the trainer (unset or "auto": sizing's defaults, which are the trainer's). */
+static void sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
+    memset(j, 0, sizeof *j);
+    const char *type = json_string_value(json_object_get(method, "type"));
+    if (!type) type = "supervised";
+    j->method = !strcmp(type, "dpo") ? SZ_DPO : !strcmp(type, "reinforcement") ? SZ_GRPO : SZ_SFT;
+    json_t *hp = json_object_get(json_object_get(method, type), "hyperparameters");
+    j->batch_size = json_int_or(json_object_get(hp, "batch_size"), 0);
+    j->full_ft = json_is_true(json_object_get(whet, "full_finetune"));
+    json_t *lora = json_object_get(whet, "lora");
+    j->lora_r = json_int_or(json_object_get(lora, "r"), 0);
+    json_t *modules = json_object_get(lora, "target_modules");
+    size_t i;
+    json_t *name;
+    json_array_foreach(modules, i, name) j->lora_targets |= sz_lora_target(json_string_value(name) ? json_string_value(name) : "");
+    j->max_seq_len = json_int_or(json_object_get(whet, "max_seq_len"), 0);
+    j->group_size = json_int_or(json_object_get(whet, "group_size"), 0);
+}
+
+/* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. */
+static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
+                     const char *parameters, const char *config_json) {
+    struct sz_model model;
+    struct sz_job job;
+    struct sz_estimate e;
+    sizing_model(&model, parameters, config_json);
+    sizing_job(&job, method, whet);
+    sz_estimate(&e, &model, &job);
+    struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
+    int n = 0;
+    for (int p = 0; p < s->n_pools; p++) {
+        const struct sizing_pool *sp = &s->pools[p];
+        if ((j->allowed_types && (sp->type < 0 || !(j->allowed_types >> sp->type & 1))) ||
+            (j->allowed_dcs && !(j->allowed_dcs >> sp->dc & 1)))
+            continue;
+        allowed[n++] = sp->pool;
+    }
+    sz_choose(out, &e, allowed, n, json_int_or(json_object_get(whet, "max_gpus"), 0));
+    free(allowed);
+    j->gpus = out->gpus > 0 ? out->gpus : 1;
+    j->min_gpu_mem_mib = out->min_gpu_mem_mib;
+}
+
+/* The sizing pools of the fleet: one per (data center, device type, device memory), with its largest
+ * node. */
+static void load_pools(struct snapshot *s) {
+    s->pools = xcalloc((size_t)s->n_nodes + 1, sizeof *s->pools);
+    for (int i = 0; i < s->n_nodes; i++) {
+        const struct pl_node *n = &s->nodes[i];
+        int p = 0;
+        while (p < s->n_pools && !(s->pools[p].dc == n->dc && s->pools[p].type == n->gpu_type &&
+                                   s->pools[p].pool.device_mib == n->gpu_mem_mib))
+            p++;
+        if (p == s->n_pools) s->pools[s->n_pools++] = (struct sizing_pool){.dc = n->dc, .type = n->gpu_type, .pool.device_mib = n->gpu_mem_mib};
+        if (n->gpus > s->pools[p].pool.max_node_devices) s->pools[p].pool.max_node_devices = n->gpus;
+    }
 }
 
 static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
@@ -168,9 +263,10 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         pl_node_reset_free(n);
     }
     PQclear(res);
+    load_pools(s);
 
     res = whet_pg_query(conn,
-                        "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.whet::text, j.priority,"
+                        "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
                         " j.created_at, j.seq, j.preempt_requested, a.started_at,"
                         " coalesce((SELECT max(c.created_at) FROM checkpoints c WHERE c.job_id = j.id), a.started_at)"
                         " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
@@ -185,19 +281,19 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         int node = node_index(s, PQgetvalue(res, i, 2));
         if (node < 0) continue; /* its node is being declared lost */
         struct pl_job *j = &s->running[s->n_running];
-        job_request(j, s, PQgetvalue(res, i, 4), PQgetvalue(res, i, 5), atoi(PQgetvalue(res, i, 6)),
-                    atof(PQgetvalue(res, i, 7)), (uint64_t)atoll(PQgetvalue(res, i, 8)));
+        /* A running job holds what its attempt holds, wherever that is: no type or region filter. */
+        job_request(j, s, PQgetvalue(res, i, 4), NULL, atoi(PQgetvalue(res, i, 5)), atof(PQgetvalue(res, i, 6)),
+                    (uint64_t)atoll(PQgetvalue(res, i, 7)));
         uint16_t mask = (uint16_t)atoi(PQgetvalue(res, i, 3));
         j->gpus = __builtin_popcount(mask);
-        j->allowed_types = j->allowed_dcs = 0;
         j->alloc.n_slots = 1;
         j->alloc.slots[0] = (struct pl_slot){.node = node, .gpu_mask = mask, .gpu_count = (uint16_t)j->gpus};
         /* A victim already told to stop keeps its resources until it has; the library then waits for it
          * instead of choosing new victims. Victims are chosen by the work they lose since their last
          * checkpoint. */
-        j->state = PQgetvalue(res, i, 9)[0] == 't' ? PL_JOB_STOPPING : PL_JOB_RUNNING;
-        j->start_time = atof(PQgetvalue(res, i, 10));
-        j->last_checkpoint_time = atof(PQgetvalue(res, i, 11));
+        j->state = PQgetvalue(res, i, 8)[0] == 't' ? PL_JOB_STOPPING : PL_JOB_RUNNING;
+        j->start_time = atof(PQgetvalue(res, i, 9));
+        j->last_checkpoint_time = atof(PQgetvalue(res, i, 10));
         s->running_ids[s->n_running] = xstrdup(PQgetvalue(res, i, 0));
         s->running_attempts[s->n_running] = atoi(PQgetvalue(res, i, 1));
         s->n_running++;
@@ -205,16 +301,22 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     PQclear(res);
 
     res = whet_pg_query(conn,
-                        "SELECT id, tenant_id, whet::text, priority, created_at, seq FROM jobs"
-                        " WHERE status = 'queued' AND desired = 'run' ORDER BY seq LIMIT 10000",
+                        "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
+                        " b.parameters, b.config::text FROM jobs j JOIN base_models b ON b.id = j.base_model"
+                        " WHERE j.status = 'queued' AND j.desired = 'run' ORDER BY j.seq LIMIT 10000",
                         0, NULL, err);
     if (!res) return -1;
     s->n_queued = PQntuples(res);
     s->queued = xcalloc((size_t)s->n_queued + 1, sizeof *s->queued);
     s->queued_ids = xcalloc((size_t)s->n_queued + 1, sizeof *s->queued_ids);
+    s->sized = xcalloc((size_t)s->n_queued + 1, sizeof *s->sized);
     for (int i = 0; i < s->n_queued; i++) {
-        job_request(&s->queued[i], s, PQgetvalue(res, i, 1), PQgetvalue(res, i, 2), atoi(PQgetvalue(res, i, 3)),
+        json_t *whet = json_loads(PQgetvalue(res, i, 2), 0, NULL), *method = json_loads(PQgetvalue(res, i, 6), 0, NULL);
+        job_request(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
                     atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
+        size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8));
+        json_decref(whet);
+        json_decref(method);
         s->queued_ids[i] = xstrdup(PQgetvalue(res, i, 0));
     }
     PQclear(res);
@@ -309,16 +411,93 @@ fail:
     return -1;
 }
 
-static int record_wait(PGconn *conn, struct snapshot *s, int q, const struct pl_decision *d, struct whet_err *err) {
-    char reason[512];
-    pl_reason_format(reason, sizeof reason, &d->reason, (const char *const *)s->dcs.name,
-                     (const char *const *)s->types.name);
-    if (s->n_nodes == 0) snprintf(reason, sizeof reason, "no executor is registered");
-    const char *params[] = {s->queued_ids[q], reason};
-    return whet_pg_exec(conn,
-                        "UPDATE jobs SET wait_reason = $2, wait_since = coalesce(wait_since, extract(epoch FROM now()))"
-                        " WHERE id = $1 AND wait_reason IS DISTINCT FROM $2",
-                        2, params, err);
+/* ------------------------------------------------------------------------------------------------
+ * What the tenant sees: wait_reason, queue_position, estimated_finish
+ * ---------------------------------------------------------------------------------------------- */
+
+/* "needs 2 devices with at least 70.5 GiB each": the sized demand, the start of every wait reason. */
+static void demand_text(char *buf, size_t len, const struct pl_job *j) {
+    if (j->min_gpu_mem_mib > 0)
+        snprintf(buf, len, "needs %d device%s with at least %.1f GiB each", j->gpus, j->gpus == 1 ? "" : "s",
+                 j->min_gpu_mem_mib / 1024.0);
+    else
+        snprintf(buf, len, "needs %d device%s", j->gpus, j->gpus == 1 ? "" : "s");
+}
+
+/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue. */
+static void waiting_add(json_t *waiting, const struct snapshot *s, int q, const char *reason, int position) {
+    json_array_append_new(waiting, json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason, "position",
+                                             position > 0 ? json_integer(position) : json_null()));
+}
+
+/* The reason placement gave, after the demand. */
+static void placement_reason(char *buf, size_t len, const struct snapshot *s, const struct pl_decision *d) {
+    char demand[96], why[512];
+    demand_text(demand, sizeof demand, d->job);
+    pl_reason_format(why, sizeof why, &d->reason, (const char *const *)s->dcs.name, (const char *const *)s->types.name);
+    if (s->n_nodes == 0) snprintf(why, sizeof why, "no executor is registered");
+    snprintf(buf, len, "%s; %s", demand, why);
+}
+
+/* A job no node of the fleet can hold, even empty: how big it is and what would make it fit. */
+static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int q) {
+    const struct pl_job *j = &s->queued[q];
+    const struct sz_choice *c = &s->sized[q];
+    int largest = 0;
+    for (int p = 0; p < s->n_pools; p++) {
+        const struct sizing_pool *sp = &s->pools[p];
+        if ((j->allowed_types && (sp->type < 0 || !(j->allowed_types >> sp->type & 1))) ||
+            (j->allowed_dcs && !(j->allowed_dcs >> sp->dc & 1)))
+            continue;
+        if (sp->pool.max_node_devices > largest) largest = sp->pool.max_node_devices;
+    }
+    if (c->gpus == 0)
+        snprintf(buf, len, "one training example does not fit the memory of any allowed device;"
+                           " hint: a shorter whet.max_seq_len or a smaller batch_size");
+    else
+        snprintf(buf, len, "needs %d devices with at least %.1f GiB each on one node; the largest allowed node has %d%s;"
+                           " hint: LoRA instead of full fine-tuning, a shorter whet.max_seq_len or a smaller batch_size",
+                 c->gpus, c->min_gpu_mem_mib / 1024.0, largest,
+                 largest >= c->gpus ? " but whet.max_gpus is lower" : "");
+}
+
+/* One transaction: every waiting job's reason and place in the queue, every running job's estimated
+ * finish, and neither left on jobs that no longer wait or run. A tenant reading the job never sees a
+ * position from one cycle next to a reason from another. */
+static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *err) {
+    char *list = json_dumps(waiting, JSON_COMPACT);
+    const char *params[] = {list};
+    int rc = whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0 ||
+                     whet_pg_exec(conn,
+                                  "UPDATE jobs j SET wait_reason = w.reason, queue_position = w.position,"
+                                  " wait_since = coalesce(j.wait_since, extract(epoch FROM now())), estimated_finish = NULL"
+                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int)"
+                                  " WHERE j.id = w.id AND j.status = 'queued' AND (j.wait_reason IS DISTINCT FROM w.reason"
+                                  "   OR j.queue_position IS DISTINCT FROM w.position OR j.estimated_finish IS NOT NULL)",
+                                  1, params, err) < 0 ||
+                     whet_pg_exec(conn,
+                                  "UPDATE jobs SET queue_position = NULL,"
+                                  " wait_reason = CASE WHEN status = 'queued' THEN wait_reason END,"
+                                  " estimated_finish = CASE WHEN status = 'running' THEN estimated_finish END"
+                                  " WHERE (queue_position IS NOT NULL OR wait_reason IS NOT NULL OR estimated_finish IS NOT NULL)"
+                                  " AND ((status <> 'queued' AND (queue_position IS NOT NULL OR wait_reason IS NOT NULL))"
+                                  "   OR (status = 'queued' AND queue_position IS NOT NULL"
+                                  "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id))"
+                                  "   OR (status <> 'running' AND estimated_finish IS NOT NULL))",
+                                  1, params, err) < 0 ||
+                     whet_pg_exec(conn,
+                                  "UPDATE jobs j SET estimated_finish = whet_estimated_finish(j.last_step, j.total_steps,"
+                                  "   a.resume_step, a.started_at)"
+                                  " FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.ended_at IS NULL"
+                                  " AND j.status = 'running' AND j.estimated_finish IS DISTINCT FROM"
+                                  "   whet_estimated_finish(j.last_step, j.total_steps, a.resume_step, a.started_at)",
+                                  0, NULL, err) < 0 ||
+                     whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
+                 ? -1
+                 : 0;
+    if (rc < 0) PQclear(PQexec(conn, "ROLLBACK"));
+    free(list);
+    return rc;
 }
 
 static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
@@ -350,48 +529,74 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct snapshot s;
     struct pl_tenant *tenants = NULL;
     struct pl_cluster *cluster = NULL;
+    struct pl_job **queue = NULL;
+    json_t *waiting = json_array();
     int rc = -1;
     if (load_snapshot(conn, &s, err) < 0) goto out;
-    if (s.n_queued == 0) {
-        rc = 0;
+    if (s.n_queued > 0) {
+        if (!(tenants = load_tenants(conn, &s, err))) goto out;
+        struct pl_config cfg;
+        if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
+            whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
+            goto out;
+        }
+        cfg.min_run_s = 5;
+        char perr[256];
+        cluster = pl_cluster_new(s.nodes, s.n_nodes, tenants, s.tenant_ids.n ? s.tenant_ids.n : 1, &cfg, perr, sizeof perr);
+        if (!cluster) {
+            whet_errf(err, "placement snapshot: %s", perr);
+            goto out;
+        }
+        for (int i = 0; i < s.n_running; i++)
+            if (pl_cluster_add_running(cluster, &s.running[i], perr, sizeof perr) < 0)
+                log_warn("msg=\"running job does not fit its node\" job=%s error=\"%s\"", s.running_ids[i], perr);
+        /* A job no allowed node can hold even when empty stays out of placement (which would spread it
+         * over nodes: a trainer runs on one) and waits, outside the queue, with its size as the reason. */
+        queue = xcalloc((size_t)s.n_queued, sizeof *queue);
+        int n_queue = 0;
+        for (int i = 0; i < s.n_queued; i++)
+            if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
+        const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
+        int position = 0;
+        char reason[768];
+        for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
+            const struct pl_decision *d = &r->decisions[i];
+            log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
+                      d->for_job ? (unsigned long long)d->for_job->id : 0ull);
+            int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
+            int failed = 0;
+            if (d->action == PL_PLACE && q >= 0 && d->alloc.n_slots > 1) {
+                /* The room is there, but only across nodes: wait for one node to have it. */
+                char demand[96];
+                demand_text(demand, sizeof demand, d->job);
+                snprintf(reason, sizeof reason, "%s on one node; they are free only across several nodes", demand);
+                waiting_add(waiting, &s, q, reason, ++position);
+            } else if (d->action == PL_PLACE && q >= 0) {
+                failed = record_place(sch, conn, &s, q, d, err) < 0;
+            } else if (d->action == PL_WAIT && q >= 0) {
+                placement_reason(reason, sizeof reason, &s, d);
+                waiting_add(waiting, &s, q, reason, ++position);
+            } else if (d->action == PL_PREEMPT) {
+                failed = record_preempt(conn, &s, d, err) < 0;
+            }
+            /* One decision that cannot be written must not hold up the others. */
+            if (failed) log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
+                                 (unsigned long long)d->job->id, err->msg);
+        }
+        for (int i = 0; i < s.n_queued; i++)
+            if (!s.sized[i].fits && s.n_nodes > 0) {
+                too_big_reason(reason, sizeof reason, &s, i);
+                waiting_add(waiting, &s, i, reason, 0);
+            }
+    }
+    if (PQstatus(conn) != CONNECTION_OK) {
+        whet_errf(err, "the database connection broke during the cycle");
         goto out;
     }
-    if (!(tenants = load_tenants(conn, &s, err))) goto out;
-    struct pl_config cfg;
-    if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
-        whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
-        goto out;
-    }
-    cfg.min_run_s = 5;
-    char perr[256];
-    cluster = pl_cluster_new(s.nodes, s.n_nodes, tenants, s.tenant_ids.n ? s.tenant_ids.n : 1, &cfg, perr, sizeof perr);
-    if (!cluster) {
-        whet_errf(err, "placement snapshot: %s", perr);
-        goto out;
-    }
-    for (int i = 0; i < s.n_running; i++)
-        if (pl_cluster_add_running(cluster, &s.running[i], perr, sizeof perr) < 0)
-            log_warn("msg=\"running job does not fit its node\" job=%s error=\"%s\"", s.running_ids[i], perr);
-    struct pl_job **queue = xcalloc((size_t)s.n_queued, sizeof *queue);
-    for (int i = 0; i < s.n_queued; i++) queue[i] = &s.queued[i];
-    const struct pl_result *r = pl_schedule(cluster, queue, s.n_queued, (double)whet_now_unix());
-    rc = 0;
-    for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
-        const struct pl_decision *d = &r->decisions[i];
-        log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
-                  d->for_job ? (unsigned long long)d->for_job->id : 0ull);
-        int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
-        int failed = 0;
-        if (d->action == PL_PLACE && q >= 0) failed = record_place(sch, conn, &s, q, d, err) < 0;
-        else if (d->action == PL_WAIT && q >= 0) failed = record_wait(conn, &s, q, d, err) < 0;
-        else if (d->action == PL_PREEMPT) failed = record_preempt(conn, &s, d, err) < 0;
-        /* One decision that cannot be written must not hold up the others. */
-        if (failed) log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
-                             (unsigned long long)d->job->id, err->msg);
-    }
-    if (PQstatus(conn) != CONNECTION_OK) rc = whet_errf(err, "the database connection broke during the cycle");
-    free(queue);
+    rc = record_public_state(conn, waiting, err);
 out:
+    free(queue);
+    json_decref(waiting);
     pl_cluster_free(cluster);
     free(tenants);
     snapshot_free(&s);

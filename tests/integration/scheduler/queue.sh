@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# What a tenant sees of scheduling, against a real PostgreSQL, scheduler, executor and gateway: on a
+# full cluster (one node of 2 simulated 80 GiB H100s, both held by running jobs) k waiting jobs get
+# queue positions 1..k in the order placement considers them (priority before arrival), positions
+# move up when a job ahead leaves, a running job gets estimated_finish from its step rate, a job no
+# node can hold (Llama-70B-sized full fine-tuning) waits outside the queue with its size as the
+# reason, and once the node is free a Llama-8B-sized full fine-tune is sized to both devices. The
+# gateway shows it all in the job object (estimated_finish, whet.queue_position, whet.wait_reason).
+set -euo pipefail
+: "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
+db="whet_queue_$$_$RANDOM"
+work=$(mktemp -d /tmp/whet-queue.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
+export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
+export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+export WHET_GRPC="127.0.0.1:$(free_port)"
+fails=0 passes=0
+check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
+q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
+wait_for() { # wait_for SECONDS SQL EXPECTED
+  for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
+  echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
+}
+positions() { q "SELECT string_agg(id || '=' || coalesce(queue_position::text, '-'), ' ' ORDER BY id) FROM jobs WHERE id LIKE 'ftjob-q%'"; }
+
+"$WHET_BIN" migrate >/dev/null
+key=$("$WHET_BIN" tenant create acme 2>/dev/null | sed -n 's/^api key: //p')
+t1=$(q "SELECT id FROM tenants WHERE name = 'acme'")
+# Base models as registration stores them: parameter count and config.json (Llama 3.1 8B and 70B).
+q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config) VALUES
+     ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}'),
+     ('llama-8b', 'LlamaForCausalLM', 8030261248, 'models/llama-8b', 'abc',
+      '{\"hidden_size\":4096,\"intermediate_size\":14336,\"num_hidden_layers\":32,\"num_attention_heads\":32,\"num_key_value_heads\":8,\"head_dim\":128,\"vocab_size\":128256}'),
+     ('llama-70b', 'LlamaForCausalLM', 70553706496, 'models/llama-70b', 'abc',
+      '{\"hidden_size\":8192,\"intermediate_size\":28672,\"num_hidden_layers\":80,\"num_attention_heads\":64,\"num_key_value_heads\":8,\"head_dim\":128,\"vocab_size\":128256}');
+   INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
+     VALUES ('file-1', '$t1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');"
+newjob() { # newjob ID MODEL PRIORITY [WHET]
+  q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, priority, whet)
+     VALUES ('$1', '$t1', '$2', '$2', 'file-1', '{\"type\":\"supervised\"}', 1, $3, '${4:-{\}}'); NOTIFY whet_jobs"
+}
+
+"$WHET_BIN" scheduler --lease-ms 3000 >"$work/sched.log" 2>&1 & pids+=($!)
+"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" >"$work/e1.log" 2>&1 & pids+=($!)
+check "executor registers" 'wait_for 10 "SELECT state || gpus FROM nodes" ready2'
+node=$(q "SELECT id FROM nodes")
+
+# A full cluster: two running attempts hold both devices; priority 100 so nothing preempts them. r1
+# made 10 of 40 steps in the 100 s since it started (10 s a step): it should end 300 s from now.
+q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, priority, last_step, total_steps)
+     VALUES ('ftjob-r1', '$t1', 'tiny', 'tiny', 'file-1', '{}', 1, 'running', 1, 100, 10, 40),
+            ('ftjob-r2', '$t1', 'tiny', 'tiny', 'file-1', '{}', 1, 'running', 1, 100, 0, 40);
+   INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type, started_at) VALUES
+     ('ftjob-r1', 1, '$t1', '$node', 1, 'H100', extract(epoch FROM now()) - 100),
+     ('ftjob-r2', 1, '$t1', '$node', 2, 'H100', extract(epoch FROM now()) - 5)"
+now=$(date +%s)
+check "running job: estimated_finish from its step rate" \
+  'wait_for 10 "SELECT estimated_finish BETWEEN $now + 290 AND $now + 315 FROM jobs WHERE id = '"'"'ftjob-r1'"'"'" t'
+check "running job without a step yet: no estimate" '[ "$(q "SELECT estimated_finish IS NULL FROM jobs WHERE id = '"'"'ftjob-r2'"'"'")" = t ]'
+
+# k = 4 waiting jobs: three in arrival order, then a higher-priority one, which placement takes first.
+newjob ftjob-q1 tiny 0; newjob ftjob-q2 tiny 0; newjob ftjob-q3 tiny 0; newjob ftjob-q4 tiny 5
+newjob ftjob-big llama-70b 0 '{"full_finetune":true}'
+check "queue positions 1..4 in placement's order" \
+  'wait_for 10 "SELECT string_agg(id || '"'"'='"'"'|| coalesce(queue_position::text, '"'"'-'"'"'), '"'"' '"'"' ORDER BY id) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"'" "ftjob-q1=2 ftjob-q2=3 ftjob-q3=4 ftjob-q4=1"'
+reason=$(q "SELECT wait_reason FROM jobs WHERE id = 'ftjob-q1'")
+echo "  ftjob-q1 waits: $reason"
+check "wait reason: the sized demand, then placement's reason" '[[ "$reason" == "needs 1 device with at least "*"GiB each; "*"dc dc-a type H100: "* ]]'
+check "waiting jobs have no estimated_finish" '[ "$(q "SELECT count(*) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"' AND estimated_finish IS NOT NULL")" = 0 ]'
+big=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-big'")
+echo "  ftjob-big: $big"
+check "a job no node can hold: outside the queue, with its size" \
+  '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" on one node; the largest allowed node has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
+
+# The gateway shows the same in the job object.
+gw_port=$(free_port)
+"$WHET_BIN" gateway --http "127.0.0.1:$gw_port" >"$work/gw.log" 2>&1 & pids+=($!)
+for _ in $(seq 50); do curl -fs -o /dev/null "http://127.0.0.1:$gw_port/healthz" && break; sleep 0.1; done
+get() { curl -fs -H "Authorization: Bearer $key" "http://127.0.0.1:$gw_port/v1/fine_tuning/jobs/$1"; }
+check "API: whet.queue_position and whet.wait_reason of a waiting job" \
+  '[ "$(get ftjob-q4 | python3 -c "import json,sys; j=json.load(sys.stdin); print(j[\"whet\"][\"queue_position\"], j[\"whet\"][\"wait_reason\"].startswith(\"needs 1 device\"), j[\"estimated_finish\"])")" = "1 True None" ]'
+check "API: estimated_finish of a running job, no queue position" \
+  '[ "$(get ftjob-r1 | python3 -c "import json,sys; j=json.load(sys.stdin); print($now + 290 <= j[\"estimated_finish\"] <= $now + 320, j[\"whet\"][\"queue_position\"], j[\"whet\"][\"wait_reason\"])")" = "True None None" ]'
+
+# Positions are kept current: the head leaves, everyone moves up.
+q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q4'; NOTIFY whet_jobs"
+check "positions move up when the head leaves" 'wait_for 10 "SELECT string_agg(id || '"'"'='"'"'|| coalesce(queue_position::text, '"'"'-'"'"'), '"'"' '"'"' ORDER BY id) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"'" "ftjob-q1=1 ftjob-q2=2 ftjob-q3=3 ftjob-q4=-"'
+
+# The node frees up; the queue is emptied; a Llama-8B full fine-tune is sized to both devices.
+q "UPDATE jobs SET desired = 'cancel' WHERE id IN ('ftjob-q1', 'ftjob-q2', 'ftjob-q3', 'ftjob-big');
+   UPDATE job_attempts SET ended_at = extract(epoch FROM now()), outcome = 'succeeded' WHERE job_id IN ('ftjob-r1', 'ftjob-r2');
+   UPDATE jobs SET status = 'succeeded' WHERE id IN ('ftjob-r1', 'ftjob-r2'); NOTIFY whet_jobs"
+check "finished jobs lose their estimate" 'wait_for 10 "SELECT count(*) FROM jobs WHERE estimated_finish IS NOT NULL OR queue_position IS NOT NULL" 0'
+newjob ftjob-8b llama-8b 0 '{"full_finetune":true}'
+check "8B full fine-tuning placed on both 80 GiB devices" 'wait_for 10 "SELECT gpu_mask FROM job_attempts WHERE job_id = '"'"'ftjob-8b'"'"'" 3'
+check "its START manifest asks for 2 devices" '[ "$(q "SELECT manifest->>'"'"'devices'"'"' FROM node_commands WHERE job_id = '"'"'ftjob-8b'"'"' AND kind = '"'"'start'"'"'")" = 2 ]'
+
+[ $fails -eq 0 ] || { echo "positions: $(positions)" >&2; tail -n 15 "$work"/*.log >&2; }
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]
