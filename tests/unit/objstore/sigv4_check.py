@@ -21,10 +21,16 @@ request with 503 SlowDown (part uploads instead lose their connection), and ever
 succeed through retries; "broken-part" refuses part 3 with a 400, and the upload must fail without
 retrying it and abort the multipart upload (DELETE ?uploadId=…) instead of completing it.
 
+Last, resuming after a crash as real S3 answers it (s3rver has no ListParts): with a journal beside the
+file that records parts 1 and 2 of an upload, "resume-alive" answers ListParts with 200 and the client
+must send only parts 3 and 4 and complete with all four ETags; "resume-gone" answers 404 NoSuchUpload
+and the client must start a new upload, sending nothing to the old one.
+
 usage: sigv4_check.py SIGV4_CLIENT   (run by ctest; needs Debian's python3-botocore)
 """
 import datetime
 import hashlib
+import json
 import os
 import re
 import socket
@@ -56,7 +62,7 @@ parts_in_flight = 0
 max_parts_in_flight = 0
 stored = {}  # object path -> body, for HEAD and GET
 part_bodies = {}  # (object path, part number) -> body of the part's accepted upload
-mode = "clean"  # or "flaky", "broken-part"
+mode = "clean"  # or "flaky", "broken-part", "resume-alive", "resume-gone"
 tries = {}  # (method, target) -> times seen
 
 
@@ -94,6 +100,10 @@ class Recorder(BaseHTTPRequestHandler):
             return self.reply(503, b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>")
         if mode == "broken-part" and query.startswith("partNumber=3&"):
             return self.reply(400, b"<Error><Code>InvalidPart</Code><Message>part 3 refused</Message></Error>")
+        if self.command == "GET" and query.startswith("uploadId="):  # ListParts
+            if mode == "resume-gone":
+                return self.reply(404, b"<Error><Code>NoSuchUpload</Code><Message>upload aborted</Message></Error>")
+            return self.reply(200, b"<ListPartsResult><IsTruncated>false</IsTruncated></ListPartsResult>")
         if self.command == "POST" and query == "uploads=":
             xml = f"<InitiateMultipartUploadResult><UploadId>{UPLOAD_ID}</UploadId></InitiateMultipartUploadResult>"
             return self.reply(200, xml.encode())
@@ -228,14 +238,17 @@ BIG = "/sig-bucket/tenant%201/ckpts/dir/big.bin"
 UPLOAD = "uploadId=2~abc%2Fdef%2Bghi%3D"
 
 
-def run_client(client, run_mode, path):
-    """Runs the client against a fresh fake server in `run_mode`; returns its completed process."""
+def run_client(client, run_mode, path, prepare=None):
+    """Runs the client against a fresh fake server in `run_mode` (`prepare` sets up the server's
+    state); returns its completed process."""
     global mode, parts_in_flight, max_parts_in_flight
     mode = run_mode
     requests.clear()
     stored.clear()
     part_bodies.clear()
     tries.clear()
+    if prepare:
+        prepare()
     parts_in_flight = max_parts_in_flight = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -307,6 +320,66 @@ def check_broken_part_run(out):
     print("broken-part: failed without retrying the 400, upload aborted")
 
 
+PART = 64 * 1024
+GONE_UPLOAD = "gone-upload-id"
+
+
+def write_journal(path, data, upload_id):
+    """The journal a client killed after parts 1 and 2 of `path`'s upload would have left."""
+    parts = [{"part": n, "etag": f'"etag-{n}"', "sha256": hashlib.sha256(data[(n - 1) * PART:n * PART]).hexdigest()}
+             for n in (1, 2)]
+    journal = {"bucket": "sig-bucket", "key": f"{PREFIX}/dir/big.bin", "size": len(data),
+               "sha256": hashlib.sha256(data).hexdigest(), "part_size": PART, "upload_id": upload_id, "parts": parts}
+    journal_path = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".whet-upload")
+    with open(journal_path, "w") as f:
+        json.dump(journal, f)
+    return journal_path
+
+
+def check_resume_alive_run(client, path, data):
+    journal_path = write_journal(path, data, UPLOAD_ID)
+
+    def server_has_first_parts():
+        for n in (1, 2):
+            part_bodies[(BIG, n)] = data[(n - 1) * PART:n * PART]
+    out = run_client(client, "resume-alive", path, server_has_first_parts)
+    check(out.returncode == 0, f"resume-alive: exit status {out.returncode}")
+    for i, req in enumerate(requests):
+        check_signature(i, req)
+    targets = [(r["method"], r["target"]) for r in requests]
+    check(("GET", f"{BIG}?{UPLOAD}") in targets, "resume-alive: ListParts asked about the journaled upload")
+    check(("POST", BIG + "?uploads=") not in targets, "resume-alive: no new upload created")
+    parts = sorted(t for m, t in targets if t.startswith(BIG + "?partNumber="))
+    check(parts == [f"{BIG}?partNumber={n}&{UPLOAD}" for n in (3, 4)], f"resume-alive: only parts 3 and 4 sent: {parts}")
+    complete = [r for r in requests if r["target"] == f"{BIG}?{UPLOAD}" and r["method"] == "POST"]
+    expected_xml = "<CompleteMultipartUpload>" + "".join(
+        f'<Part><PartNumber>{n}</PartNumber><ETag>"etag-{n}"</ETag></Part>' for n in range(1, 5)) + \
+        "</CompleteMultipartUpload>"
+    check(len(complete) == 1 and complete[0]["body"].decode() == expected_xml,
+          "resume-alive: complete lists the journaled and the new parts in order")
+    check(stored.get(BIG) == data, "resume-alive: the object is the file")
+    check(not os.path.exists(journal_path), "resume-alive: the journal is removed once complete")
+    print("resume-alive: parts 1-2 taken from the journal, 3-4 sent")
+
+
+def check_resume_gone_run(client, path, data):
+    journal_path = write_journal(path, data, GONE_UPLOAD)
+    out = run_client(client, "resume-gone", path)
+    check(out.returncode == 0, f"resume-gone: exit status {out.returncode}")
+    for i, req in enumerate(requests):
+        check_signature(i, req)
+    targets = [(r["method"], r["target"]) for r in requests]
+    check(("GET", f"{BIG}?uploadId={GONE_UPLOAD}") in targets, "resume-gone: ListParts asked about the old upload")
+    check(not any(GONE_UPLOAD in t and "partNumber=" in t for _, t in targets),
+          "resume-gone: no part sent to the old upload")
+    check(("POST", BIG + "?uploads=") in targets, "resume-gone: a new upload created")
+    parts = sorted(t for m, t in targets if t.startswith(BIG + "?partNumber="))
+    check(parts == [f"{BIG}?partNumber={n}&{UPLOAD}" for n in range(1, 5)], f"resume-gone: all four parts sent: {parts}")
+    check(stored.get(BIG) == data, "resume-gone: the object is the file")
+    check(not os.path.exists(journal_path), "resume-gone: the journal is removed once complete")
+    print("resume-gone: NoSuchUpload from ListParts, started over")
+
+
 def main():
     client = sys.argv[1]
     with tempfile.NamedTemporaryFile(prefix="sigv4-") as f:
@@ -316,6 +389,8 @@ def main():
         check_clean_run(run_client(client, "clean", f.name), data)
         check_flaky_run(run_client(client, "flaky", f.name), data)
         check_broken_part_run(run_client(client, "broken-part", f.name))
+        check_resume_alive_run(client, f.name, data)
+        check_resume_gone_run(client, f.name, data)
     print(f"{len(failures)} failures")
     return 1 if failures else 0
 
