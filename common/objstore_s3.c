@@ -14,7 +14,7 @@
  * a multipart upload: create, parts sent by a few threads (each part read into memory, so a retry can
  * resend it), complete; on failure the upload is aborted so S3 keeps no orphan parts. A journal
  * beside the file, rewritten after each part, lets the next upload of the same file continue after a
- * crash (see "Multipart upload" below). */
+ * crash, or after a failure whose abort the server did not confirm (see "Multipart upload" below). */
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -595,10 +595,12 @@ static int s3_list(struct objstore *store, const char *prefix, objstore_list_fn 
 /* A multipart upload resumes after a crash from a journal beside the local file (objstore.h): JSON
  *   {"bucket":…, "key":…, "size":…, "sha256":…, "part_size":…, "upload_id":…,
  *    "parts":[{"part":1, "etag":"\"…\"", "sha256":…}, …]}
- * replaced atomically after each part. S3's ListParts could say which parts the server holds, but
- * s3rver does not implement it, so the journal is the record; the server only has to confirm it at
- * completion. Each journaled part's bytes are read and hashed again before the part is reused, so a
- * file rewritten in place is never completed from another version's parts. */
+ * replaced atomically after each part. The journal, not ListParts, is the record of what was sent:
+ * s3rver does not implement ListParts. ListParts is only asked whether the upload still exists (S3
+ * answers 404 NoSuchUpload once it was aborted or expired); the completion confirms the parts. Each
+ * journaled part's bytes are read and hashed again before the part is reused, and the whole file's
+ * SHA-256 must be the journal's (it is the object's x-amz-meta-sha256, fixed when the upload was
+ * created), so a file rewritten in place is never completed from another version's parts. */
 
 struct multipart {
     struct s3_store *s3;

@@ -72,7 +72,9 @@ int main(int argc, char **argv) {
     int rc = objstore_put_file(store, argv[2], argv[3], &err);
     double seconds = whet_now_mono() - start;
     if (rc != 0) fprintf(stderr, "resume: %s\n", err.msg);
-    else printf("%.3f %llu %llu\n", seconds, (unsigned long long)objstore_bytes_sent(store), (unsigned long long)p.reused);
+    else
+        printf("%.3f %llu %llu\n", seconds, (unsigned long long)objstore_bytes_sent(store),
+               (unsigned long long)p.reused);
     objstore_close(store);
     return rc != 0;
 }
