@@ -1,7 +1,10 @@
 /* cmd_executor.c - `whet executor`: run the jobs the scheduler places on this machine. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -12,7 +15,7 @@
 static void executor_usage(FILE *out) {
     fprintf(out,
             "usage: whet executor --dc NAME --pool NAME --devices SPEC --work-dir DIR [--data-dir DIR]\n"
-            "                     [--scheduler HOST:PORT]\n\n"
+            "                     [--scheduler HOST:PORT] [--trainer PATH]\n\n"
             "Registers this machine's devices with the scheduler and runs the jobs it places here, each\n"
             "`whet train` in the sandbox, streaming checkpoints to the object store. Finds the scheduler\n"
             "(WHET_GRPC), its token (WHET_EXECUTOR_TOKEN) and the object store (WHET_OBJECT_STORE) in the\n"
@@ -21,7 +24,12 @@ static void executor_usage(FILE *out) {
             "  --pool NAME          pool within the data center\n"
             "  --devices SPEC       cuda | cpu:N | sim:TYPE:N[:GIB]\n"
             "  --work-dir DIR       job dirs and the base-model cache\n"
-            "  --scheduler ADDR     override WHET_GRPC\n");
+            "  --scheduler ADDR     override WHET_GRPC\n"
+            "  --trainer PATH       the program each job runs as `PATH train --config FILE` in the sandbox\n"
+            "                       (default: this binary). How an operator deploys a custom trainer build:\n"
+            "                       a whet binary built with other kernels or flags, on this node only. It\n"
+            "                       must follow `whet train`'s contract (event lines on stdout) and is held\n"
+            "                       by the same sandbox: no network, only its job dir writable.\n");
 }
 
 static int cmd_executor(int argc, char **argv) {
@@ -29,10 +37,10 @@ static int cmd_executor(int argc, char **argv) {
         {"dc", required_argument, 0, 'c'},       {"pool", required_argument, 0, 'p'},
         {"devices", required_argument, 0, 'v'},  {"work-dir", required_argument, 0, 'w'},
         {"data-dir", required_argument, 0, 'd'}, {"scheduler", required_argument, 0, 's'},
-        {"help", no_argument, 0, 'h'},
+        {"trainer", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
         {0}};
     struct executor_options o = {0};
-    const char *data_dir = NULL, *scheduler = NULL;
+    const char *data_dir = NULL, *scheduler = NULL, *trainer = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -42,6 +50,7 @@ static int cmd_executor(int argc, char **argv) {
         case 'w': o.work_dir = optarg; break;
         case 'd': data_dir = optarg; break;
         case 's': scheduler = optarg; break;
+        case 't': trainer = optarg; break;
         case 'h': executor_usage(stdout); return 0;
         default: executor_usage(stderr); return 2;
         }
@@ -64,14 +73,22 @@ static int cmd_executor(int argc, char **argv) {
                         "of a `whet up` data dir, or set them\n");
         return 1;
     }
-    static char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "whet executor: cannot find its own binary\n");
-        return 1;
+    /* The sandbox shows the trainer at its own absolute path, so resolve it now. */
+    static char path[PATH_MAX];
+    if (trainer) {
+        if (!realpath(trainer, path) || access(path, X_OK) != 0) {
+            fprintf(stderr, "whet executor: --trainer %s: %s\n", trainer, strerror(errno));
+            return 1;
+        }
+    } else {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        if (n <= 0) {
+            fprintf(stderr, "whet executor: cannot find its own binary\n");
+            return 1;
+        }
+        path[n] = 0;
     }
-    self[n] = 0;
-    o.whet_bin = self;
+    o.trainer = path;
     if (executor_run(&o, &err) < 0) {
         fprintf(stderr, "whet executor: %s\n", err.msg);
         return 1;

@@ -33,7 +33,8 @@ struct executor_options {
     const char *devices;     /* SPEC */
     const char *work_dir;
     const char *object_store; /* URL; a manifest may name another */
-    const char *whet_bin;    /* the binary to run as `whet train` */
+    const char *trainer;     /* absolute path of the program run as `TRAINER train --config FILE` in the
+                              * sandbox: this whet binary, or an operator's build of it */
 };
 
 /* Runs until SIGINT/SIGTERM (stopping its jobs with a checkpoint first) or a fatal error. */

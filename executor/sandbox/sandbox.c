@@ -172,7 +172,7 @@ int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spe
         plan->workdir = xstrdup("/tmp");
     }
     if (sandbox_mounts_plan(plan, spec, err) < 0) return -1;
-    return sandbox_seccomp_compile(&plan->seccomp, spec->allow_nested, err);
+    return sandbox_seccomp_compile(&plan->seccomp, spec, err);
 }
 
 void sandbox_plan_free(struct sandbox_plan *plan) {

@@ -65,6 +65,11 @@ struct sandbox_spec {
      * mount inside them (`whet train` running python graders). A nested sandbox's command gets the
      * full filter on top, so tenant code is held the same. */
     int allow_nested;
+    /* 1: socket() and socketpair() kill the command (SIGSYS, reported as SANDBOX_SECCOMP) instead of
+     * failing with EACCES. For programs that never open one (`whet train`): an attempt means the
+     * program is not what it should be, and it stops there. Sandboxes nested inside inherit it
+     * (stacked filters: the stricter answer wins). */
+    int kill_on_network;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
     /* Root callers only: run the command as this host uid/gid (e.g. 65534) instead of root's; -1

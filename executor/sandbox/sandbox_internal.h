@@ -68,7 +68,7 @@ struct sandbox_plan {
 int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
 void sandbox_plan_free(struct sandbox_plan *plan);
 int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
-int sandbox_seccomp_compile(struct sock_fprog *prog, int allow_nested, struct whet_err *err);
+int sandbox_seccomp_compile(struct sock_fprog *prog, const struct sandbox_spec *spec, struct whet_err *err);
 void sandbox_rlimits_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, int cgroup_memory);
 
 /* Child side (async-signal-safe). Each returns 0 or -1 with `what` (a static string naming the step)

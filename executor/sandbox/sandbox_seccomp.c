@@ -2,7 +2,8 @@
  *
  * The list covers what `whet train` (C, OpenMP threads, OpenBLAS, mmap'd safetensors) and Debian's
  * python3 running a grader need. Three other answers:
- *   - socket()/socketpair() fail with EACCES, so a program can say "network not allowed" itself;
+ *   - socket()/socketpair() fail with EACCES, so a program can say "network not allowed" itself
+ *     (or, with kill_on_network, kill the process like the calls below);
  *   - calls that reach beyond the process (ptrace, mount, bpf, kexec, keyctl, modules, namespaces,
  *     io_uring, perf, …) kill the process with SIGSYS, reported as a seccomp violation;
  *   - anything else fails with EPERM (clone3 with ENOSYS so glibc falls back to clone, whose flags
@@ -95,7 +96,8 @@ static int add_list(scmp_filter_ctx ctx, const char *const *names, uint32_t acti
     return 0;
 }
 
-static int build_rules(scmp_filter_ctx ctx, int allow_nested, struct whet_err *err) {
+static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, struct whet_err *err) {
+    int allow_nested = spec->allow_nested;
     if (add_list(ctx, allowed, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
     if (add_list(ctx, killed, SCMP_ACT_KILL_PROCESS, allow_nested ? nested : NULL, err) < 0) return -1;
     if (allow_nested && add_list(ctx, nested, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
@@ -107,17 +109,18 @@ static int build_rules(scmp_filter_ctx ctx, int allow_nested, struct whet_err *e
                                              SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0));
     /* ioctl: all but TIOCSTI, which pushes input into a terminal the caller may have handed over. */
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_NE, TIOCSTI));
-    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 0);
-    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 0);
+    uint32_t network = spec->kill_on_network ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EACCES);
+    if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socket), 0);
+    if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socketpair), 0);
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     if (rc < 0) return whet_errf(err, "sandbox: seccomp rules: %s", strerror(-rc));
     return 0;
 }
 
-int sandbox_seccomp_compile(struct sock_fprog *prog, int allow_nested, struct whet_err *err) {
+int sandbox_seccomp_compile(struct sock_fprog *prog, const struct sandbox_spec *spec, struct whet_err *err) {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     if (!ctx) return whet_errf(err, "sandbox: seccomp_init failed");
-    int fd = -1, rc = build_rules(ctx, allow_nested, err);
+    int fd = -1, rc = build_rules(ctx, spec, err);
     if (rc == 0) {
         fd = memfd_create("whet-seccomp", MFD_CLOEXEC);
         if (fd < 0) rc = whet_errf(err, "sandbox: memfd_create: %s", strerror(errno));

@@ -1,0 +1,155 @@
+// The trainer's sandbox seen from the product: `whet up` with one executor whose trainer is
+// fake_trainer.py (`whet executor --trainer`, as an operator deploys a custom trainer build). A
+// trainer that opens a network socket is killed by the sandbox, one that writes outside its job dir
+// is refused, and each job fails with an error that says so, with nothing written outside. A
+// well-behaved trainer's rollout tokens (GRPO's metrics lines) reach the tenant's usage.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { until } from '../lib.mjs';
+import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
+
+requireEnv();
+const TRAINER = new URL('./fake_trainer.py', import.meta.url).pathname;
+// Not under /tmp: the sandbox gives the trainer a private tmpfs there, so a write to the executor's
+// work dir would land in that scratch space (harmless, but no refusal to see).
+const work = fs.mkdtempSync(path.join(process.env.WHET_BUILD_DIR || os.tmpdir(), 'e2e-sandbox-'));
+fs.chmodSync(work, 0o755);
+const db = createDatabase();
+const httpPort = await freePort(), grpcPort = await freePort();
+const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work };
+const children = [];
+const logs = {};
+
+function start(name, args) {
+  const child = spawn(WHET_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  logs[name] = '';
+  const keep = (d) => { logs[name] = (logs[name] + d).slice(-20000); };
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  children.push(child);
+  return child;
+}
+
+function dumpLogs() {
+  for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-25).join('\n')}`);
+}
+
+const sha = (file) => crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
+const trainerSha = sha(TRAINER);
+
+start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
+             '--executors', '0']);
+await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000)
+  .catch((e) => { dumpLogs(); throw e; });
+const exDir = path.join(work, 'ex');
+const executor = start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:2:80',
+                   '--work-dir', exDir, '--trainer', TRAINER]);
+const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
+const key = whet('tenant', 'create', 'sbx').match(/api key: (\S+)/)[1];
+const base = `http://127.0.0.1:${httpPort}`;
+const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
+
+test.after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  db.drop();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+// A training file whose first user message tells fake_trainer.py what to do.
+async function upload(mode) {
+  const file = path.join(work, `${mode}.jsonl`);
+  const line = JSON.stringify({ messages: [{ role: 'user', content: mode }, { role: 'assistant', content: 'ok' }] });
+  fs.writeFileSync(file, `${line}\n`.repeat(10));
+  return client.files.create({ file: fs.createReadStream(file), purpose: 'fine-tune' });
+}
+
+async function runJob(mode) {
+  const training = await upload(mode);
+  const created = await client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: training.id, suffix: mode,
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 1 } } },
+  });
+  return until(`job ${created.id} (${mode}) to finish`, async () => {
+    if (executor.exitCode !== null) throw new Error(`the executor exited with status ${executor.exitCode}`);
+    const job = await client.fineTuning.jobs.retrieve(created.id);
+    return ['succeeded', 'failed', 'cancelled'].includes(job.status) ? job : null;
+  }, 120000, 300);
+}
+
+async function events(id) {
+  const out = [];
+  for await (const e of client.fineTuning.jobs.listEvents(id, { limit: 100 })) out.push(e);
+  return out;
+}
+
+// Every file under the test's data dir outside the job dirs that holds what the hostile trainer writes.
+function escapedWrites() {
+  const found = [];
+  const walk = (dir) => {
+    for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, e.name);
+      if (e.isDirectory()) { if (p !== path.join(exDir, 'jobs')) walk(p); }
+      else if (e.isFile() && fs.readFileSync(p).includes('written by a hostile trainer')) found.push(p);
+    }
+  };
+  walk(work);
+  return found;
+}
+
+test('a trainer that opens a network socket is killed by the sandbox; the job fails saying so', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const job = await runJob('socket');
+  assert.equal(job.status, 'failed', JSON.stringify(job));
+  assert.equal(job.error.code, 'sandbox_violation');
+  assert.match(job.error.message, /^the trainer was killed by the sandbox: it made a forbidden system call \(a trainer may not open network sockets/);
+  // The trainer's own last words (its stderr) follow: what it was doing when it was stopped.
+  assert.match(job.error.message, /fake trainer: connecting to 1\.1\.1\.1:80$/);
+  assert.doesNotMatch(job.error.message, /connected/);
+  const evs = await events(job.id);
+  assert.ok(evs.some((e) => e.level === 'error' && e.message.startsWith('The job failed: the trainer was killed by the sandbox')),
+            evs.map((e) => e.message).join('\n'));
+});
+
+test('a trainer that writes outside its job dir is refused; the job fails saying so, nothing escaped', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const job = await runJob('write');
+  assert.equal(job.status, 'failed', JSON.stringify(job));
+  assert.equal(job.error.code, 'training_failed');
+  const msg = job.error.message;
+  assert.match(msg, /^the trainer exited with status 1: /, msg);
+  // Each target was refused by the read-only view: the base-model cache shared by the node's jobs,
+  // the executor's work dir, the trainer program.
+  assert.match(msg, /cannot write \S+\/models\/whet-tiny-[0-9a-f]+\/config\.json: Read-only file system/, msg);
+  assert.match(msg, new RegExp(`cannot write ${exDir}/escaped\\.txt: Read-only file system`), msg);
+  assert.match(msg, new RegExp(`cannot write ${TRAINER}: Read-only file system`), msg);
+  assert.deepEqual(escapedWrites(), []);
+  assert.ok(!fs.existsSync(path.join(exDir, 'escaped.txt')));
+  assert.equal(sha(TRAINER), trainerSha);
+  // The cached base model is intact: its files match what the object store's manifest lists.
+  const cache = fs.readdirSync(path.join(exDir, 'models')).filter((d) => d.startsWith('whet-tiny-'));
+  assert.equal(cache.length, 1, cache.join(','));
+  assert.ok(!fs.readFileSync(path.join(exDir, 'models', cache[0], 'config.json'), 'utf8').includes('hostile'));
+});
+
+test('rollout tokens from the trainer\'s metrics lines are summed per attempt into the tenant\'s usage', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const job = await runJob('grpo');
+  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+  // fake_trainer.py's ROLLOUT_TOKENS and TRAINED_TOKENS.
+  const usage = await (await fetch(`${base}/v1/usage`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const rows = usage.data.filter((r) => r.job_id === job.id);
+  assert.equal(rows.length, 1, JSON.stringify(usage));
+  assert.equal(rows[0].rollout_tokens, 123 + 456 + 789);
+  assert.equal(rows[0].trained_tokens, 10 + 20 + 30);
+  assert.ok(rows[0].device_seconds > 0);
+  // The failed jobs were metered too, with no rollout tokens.
+  const others = usage.data.filter((r) => r.job_id !== job.id);
+  assert.equal(others.length, 2, JSON.stringify(usage));
+  assert.ok(others.every((r) => r.rollout_tokens === 0));
+});
