@@ -194,9 +194,17 @@ static void sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
     json_t *modules = json_object_get(lora, "target_modules");
     size_t i;
     json_t *name;
-    json_array_foreach(modules, i, name) j->lora_targets |= sz_lora_target(json_string_value(name) ? json_string_value(name) : "");
+    json_array_foreach(modules, i, name) {
+        if (json_is_string(name)) j->lora_targets |= sz_lora_target(json_string_value(name));
+    }
     j->max_seq_len = json_int_or(json_object_get(whet, "max_seq_len"), 0);
     j->group_size = json_int_or(json_object_get(whet, "group_size"), 0);
+}
+
+/* Whether the job's whet.gpu_types and whet.regions admit the pool. */
+static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
+    if (j->allowed_types && (sp->type < 0 || !(j->allowed_types >> sp->type & 1))) return 0;
+    return !j->allowed_dcs || (sp->dc >= 0 && (j->allowed_dcs >> sp->dc & 1));
 }
 
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. */
@@ -210,13 +218,8 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
     sz_estimate(&e, &model, &job);
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
-    for (int p = 0; p < s->n_pools; p++) {
-        const struct sizing_pool *sp = &s->pools[p];
-        if ((j->allowed_types && (sp->type < 0 || !(j->allowed_types >> sp->type & 1))) ||
-            (j->allowed_dcs && !(j->allowed_dcs >> sp->dc & 1)))
-            continue;
-        allowed[n++] = sp->pool;
-    }
+    for (int p = 0; p < s->n_pools; p++)
+        if (pool_allowed(j, &s->pools[p])) allowed[n++] = s->pools[p].pool;
     sz_choose(out, &e, allowed, n, json_int_or(json_object_get(whet, "max_gpus"), 0));
     free(allowed);
     j->gpus = out->gpus > 0 ? out->gpus : 1;
@@ -233,7 +236,8 @@ static void load_pools(struct snapshot *s) {
         while (p < s->n_pools && !(s->pools[p].dc == n->dc && s->pools[p].type == n->gpu_type &&
                                    s->pools[p].pool.device_mib == n->gpu_mem_mib))
             p++;
-        if (p == s->n_pools) s->pools[s->n_pools++] = (struct sizing_pool){.dc = n->dc, .type = n->gpu_type, .pool.device_mib = n->gpu_mem_mib};
+        if (p == s->n_pools)
+            s->pools[s->n_pools++] = (struct sizing_pool){.dc = n->dc, .type = n->gpu_type, .pool.device_mib = n->gpu_mem_mib};
         if (n->gpus > s->pools[p].pool.max_node_devices) s->pools[p].pool.max_node_devices = n->gpus;
     }
 }
@@ -446,10 +450,7 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
     int largest = 0;
     for (int p = 0; p < s->n_pools; p++) {
         const struct sizing_pool *sp = &s->pools[p];
-        if ((j->allowed_types && (sp->type < 0 || !(j->allowed_types >> sp->type & 1))) ||
-            (j->allowed_dcs && !(j->allowed_dcs >> sp->dc & 1)))
-            continue;
-        if (sp->pool.max_node_devices > largest) largest = sp->pool.max_node_devices;
+        if (pool_allowed(j, sp) && sp->pool.max_node_devices > largest) largest = sp->pool.max_node_devices;
     }
     if (c->gpus == 0)
         snprintf(buf, len, "one training example does not fit the memory of any allowed device;"
