@@ -17,3 +17,8 @@ CREATE FUNCTION whet_estimated_finish(p_step integer, p_total_steps integer, p_r
     whet_now() + ((whet_now() - p_started_at) / greatest(p_step - p_resume_step, 1) * (p_total_steps - p_step))::bigint
   END
 $$;
+
+-- The cycle clears these on jobs that stopped waiting or running, every second: it finds them here
+-- rather than by scanning every finished job.
+CREATE INDEX jobs_public_state ON jobs(status)
+  WHERE queue_position IS NOT NULL OR wait_reason IS NOT NULL OR estimated_finish IS NOT NULL;
