@@ -22,6 +22,7 @@
 #include "log.h"
 #include "proto/whet.pb-c.h"
 #include "sandbox.h"
+#include "trainer_sandbox.h"
 
 /* Base models are fetched once per node: models/ID-SHA/ holds a verified copy; concurrent jobs of the
  * same model wait for the first fetch. */
@@ -311,9 +312,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.workdir = job->dir;
     spec.writable_dirs = writable;
     spec.readonly_dirs = readonly;
-    spec.kill_on_network = 1; /* whet train never opens a socket */
-    spec.max_procs = 512;
-    spec.open_files = 1024;
+    trainer_sandbox_policy(&spec, json_object_get(job->manifest, "trainer"));
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
     struct sandbox_child child;

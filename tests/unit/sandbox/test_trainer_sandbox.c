@@ -1,0 +1,136 @@
+/* test_trainer_sandbox.c - the sandbox the executor gives a job's trainer (trainer_sandbox.h).
+ *
+ * A job that grades with python gets a sandbox its trainer can build pygrader's sandboxes in: a
+ * sandboxed process (`whet sandbox grade`, pygrader_run behind a command line) grades inside it,
+ * with the tenant's socket() failing as in the graders API. Any other job's trainer can build no
+ * sandbox, and a socket() kills it.
+ *
+ * Usage: test_trainer_sandbox WHET_BINARY */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "trainer_sandbox.h"
+
+static char whet_bin[4096], bin_dir[4096], dir[64], grader_path[128];
+
+static json_t *config(const char *grader_json) {
+    json_t *cfg = json_pack("{s:s}", "method", grader_json ? "grpo" : "sft");
+    if (grader_json) json_object_set_new(cfg, "grader", json_loads(grader_json, 0, NULL));
+    return cfg;
+}
+
+TEST(python_graders_are_found_at_the_top_and_inside_multi) {
+    static const struct {
+        const char *grader;
+        int python;
+    } cases[] = {
+        {"{\"type\": \"python\", \"name\": \"p\", \"source\": \"def grade(s, i): return 1\"}", 1},
+        {"{\"type\": \"string_check\", \"name\": \"s\", \"input\": \"a\", \"reference\": \"b\", \"operation\": \"eq\"}", 0},
+        {"{\"type\": \"multi\", \"name\": \"m\", \"calculate_output\": \"a + b\", \"graders\": {"
+         "\"a\": {\"type\": \"string_check\", \"name\": \"a\", \"input\": \"x\", \"reference\": \"x\", \"operation\": \"eq\"},"
+         "\"b\": {\"type\": \"python\", \"name\": \"b\", \"source\": \"def grade(s, i): return 1\"}}}", 1},
+        {"{\"type\": \"multi\", \"name\": \"m\", \"calculate_output\": \"a\", \"graders\": {"
+         "\"a\": {\"type\": \"text_similarity\", \"name\": \"a\", \"input\": \"x\", \"reference\": \"x\","
+         " \"evaluation_metric\": \"bleu\"}}}", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *g = json_loads(cases[i].grader, 0, NULL);
+        CHECK_MSG(g && trainer_grader_runs_python(g) == cases[i].python, "case %zu", i);
+        json_decref(g);
+    }
+    CHECK(trainer_grader_runs_python(NULL) == 0);
+
+    struct sandbox_spec spec;
+    json_t *sft = config(NULL), *grpo = config(cases[2].grader);
+    sandbox_spec_init(&spec);
+    trainer_sandbox_policy(&spec, sft);
+    CHECK(!spec.allow_nested && spec.kill_on_network);
+    sandbox_spec_init(&spec);
+    trainer_sandbox_policy(&spec, grpo);
+    CHECK(spec.allow_nested && !spec.kill_on_network);
+    json_decref(sft);
+    json_decref(grpo);
+}
+
+/* Runs `argv` in the trainer's sandbox for a job whose config is `cfg`, with `input` on stdin. */
+static void run_as_trainer(struct sandbox_job *job, const json_t *cfg, const char *const *argv, const char *input) {
+    static const char *const env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8",
+                                      "ASAN_OPTIONS=detect_leaks=0", NULL};
+    static const char *readonly[3];
+    readonly[0] = bin_dir;
+    readonly[1] = dir;
+    memset(job, 0, sizeof *job);
+    sandbox_spec_init(&job->spec);
+    trainer_sandbox_policy(&job->spec, cfg);
+    job->spec.argv = argv;
+    job->spec.env = env;
+    job->spec.readonly_dirs = readonly;
+    job->spec.wall_timeout_s = 60;
+    job->input = input;
+    job->input_len = input ? strlen(input) : 0;
+    struct whet_err err;
+    CHECK_MSG(sandbox_run(job, &err) == 0, "%s", err.msg);
+}
+
+static const char pairs[] = "{\"sample\":{\"output_text\":\"4\"},\"item\":{\"answer\":\"4\"}}\n"
+                            "{\"sample\":{\"output_text\":\"5\"},\"item\":{\"answer\":\"4\"}}\n"
+                            "{\"sample\":{\"output_text\":\"4\"},\"item\":{\"answer\":\"4\",\"socket\":true}}\n";
+
+TEST(a_python_grading_job_grades_in_nested_sandboxes) {
+    json_t *cfg = config("{\"type\": \"python\", \"name\": \"p\", \"source\": \"\"}");
+    const char *argv[] = {whet_bin, "sandbox", "grade", "--source", grader_path, "--timeout", "5", NULL};
+    struct sandbox_job job;
+    run_as_trainer(&job, cfg, argv, pairs);
+    CHECK_MSG(job.result.reason == SANDBOX_OK, "%s: %s", job.result.message, job.errout);
+    char *second = job.out ? strchr(job.out, '\n') : NULL;
+    CHECK_MSG(job.out && !strncmp(job.out, "{\"score\":1.0}\n{\"score\":0.0}\n", 28), "%s", job.out);
+    /* The tenant's socket() fails inside (as in the graders API), rather than killing its python. */
+    CHECK_MSG(second && strstr(second, "\"score\":0.0,\"error\":\"PermissionError"), "%s", job.out);
+    sandbox_job_release(&job);
+    json_decref(cfg);
+}
+
+TEST(any_other_job_can_build_no_sandbox_and_dies_on_a_socket) {
+    json_t *cfg = config(NULL);
+    const char *grade[] = {whet_bin, "sandbox", "grade", "--source", grader_path, "--timeout", "5", NULL};
+    struct sandbox_job job;
+    run_as_trainer(&job, cfg, grade, pairs);
+    CHECK_MSG(job.out && strstr(job.out, "clone with new namespaces: Operation not permitted"), "%s", job.out);
+    sandbox_job_release(&job);
+
+    const char *py[] = {"/usr/bin/python3", "-c", "import socket; socket.socket()", NULL};
+    run_as_trainer(&job, cfg, py, NULL);
+    CHECK_MSG(job.result.reason == SANDBOX_SECCOMP, "%s: %s", job.result.message, job.errout);
+    sandbox_job_release(&job);
+    json_decref(cfg);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_trainer_sandbox WHET_BINARY\n");
+        return 2;
+    }
+    /* The sandbox shows host paths at their canonical place. */
+    if (!realpath(argv[1], whet_bin)) return 2;
+    snprintf(bin_dir, sizeof bin_dir, "%s", whet_bin);
+    *strrchr(bin_dir, '/') = 0;
+    snprintf(dir, sizeof dir, "/tmp/whet-trainer-sandbox-XXXXXX");
+    if (!mkdtemp(dir)) return 2;
+    snprintf(grader_path, sizeof grader_path, "%s/grader.py", dir);
+    static const char source[] = "def grade(sample, item):\n"
+                                 "    if item.get('socket'):\n"
+                                 "        import socket\n"
+                                 "        socket.socket()\n"
+                                 "    return 1.0 if sample['output_text'] == item['answer'] else 0.0\n";
+    struct whet_err err;
+    if (whet_write_file_atomic(grader_path, source, sizeof source - 1, &err) < 0) return 2;
+    RUN(python_graders_are_found_at_the_top_and_inside_multi);
+    RUN(a_python_grading_job_grades_in_nested_sandboxes);
+    RUN(any_other_job_can_build_no_sandbox_and_dies_on_a_socket);
+    unlink(grader_path);
+    rmdir(dir);
+    return test_summary();
+}
