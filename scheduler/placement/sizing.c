@@ -154,6 +154,16 @@ void sz_choose(struct sz_choice *out, const struct sz_estimate *e, const struct 
         }
     }
     /* Too big for one node of any pool, or for the cap: what the largest device would take. */
+    if (max_gpus > 0) { /* the cap is why: say what would fit without it */
+        struct sz_choice uncapped;
+        sz_choose(&uncapped, e, pools, n_pools, 0);
+        if (uncapped.fits) {
+            out->capped = 1;
+            out->gpus = uncapped.gpus;
+            out->min_gpu_mem_mib = uncapped.min_gpu_mem_mib;
+            return;
+        }
+    }
     out->gpus = sz_devices_needed(e, largest_mib, SZ_MAX_GANG);
     out->min_gpu_mem_mib = sz_min_device_mib(e, out->gpus > 0 ? out->gpus : SZ_MAX_GANG);
 }

@@ -128,10 +128,12 @@ struct sz_pool {
 /* What the scheduler asks placement for. */
 struct sz_choice {
     int32_t fits;              /* 1: some pool holds the job on one node within the cap */
-    int32_t gpus;              /* gang size; fits = 0: the gang the largest device would need, uncapped,
-                                  or 0 when no gang can (one example alone overflows a device) */
+    int32_t gpus;              /* gang size; fits = 0: the gang it would take without max_gpus (capped)
+                                  or on the largest device, or 0 when no gang can (one example alone
+                                  overflows a device) */
     int32_t min_gpu_mem_mib;   /* each device at least this (0: any, when only unknown-memory pools) */
     int32_t pool;              /* the pool the gang was sized on (index into pools), -1 if none fits */
+    int32_t capped;            /* fits = 0 only because of max_gpus: without it a pool would hold it */
 };
 
 /* Chooses the gang for a job over the pools it may use (already filtered by its GPU types and

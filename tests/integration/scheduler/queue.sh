@@ -3,8 +3,8 @@
 # full cluster (one node of 2 simulated 80 GiB H100s, both held by running jobs) k waiting jobs get
 # queue positions 1..k in the order placement considers them (priority before arrival), positions
 # move up when a job ahead leaves, a running job gets estimated_finish from its step rate, a job no
-# node can hold (Llama-70B-sized full fine-tuning) waits outside the queue with its size as the
-# reason, and once the node is free a Llama-8B-sized full fine-tune is sized to both devices. The
+# node can hold (Llama-70B-sized full fine-tuning, or 8B within whet.max_gpus = 1) waits outside the
+# queue with its size as the reason, and once the node is free a Llama-8B-sized full fine-tune is sized to both devices. The
 # gateway shows it all in the job object (estimated_finish, whet.queue_position, whet.wait_reason).
 set -euo pipefail
 : "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
@@ -70,6 +70,7 @@ check "running job without a step yet: no estimate" '[ "$(q "SELECT estimated_fi
 # k = 4 waiting jobs: three in arrival order, then a higher-priority one, which placement takes first.
 newjob ftjob-q1 tiny 0; newjob ftjob-q2 tiny 0; newjob ftjob-q3 tiny 0; newjob ftjob-q4 tiny 5
 newjob ftjob-big llama-70b 0 '{"full_finetune":true}'
+newjob ftjob-capped llama-8b 0 '{"full_finetune":true,"max_gpus":1}'
 check "queue positions 1..4 in placement's order" \
   'wait_for 10 "SELECT string_agg(id || '"'"'='"'"'|| coalesce(queue_position::text, '"'"'-'"'"'), '"'"' '"'"' ORDER BY id) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"'" "ftjob-q1=2 ftjob-q2=3 ftjob-q3=4 ftjob-q4=1"'
 reason=$(q "SELECT wait_reason FROM jobs WHERE id = 'ftjob-q1'")
@@ -80,6 +81,10 @@ big=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM j
 echo "  ftjob-big: $big"
 check "a job no node can hold: outside the queue, with its size" \
   '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" on one node; the largest allowed node has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
+
+capped=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-capped'")
+check "whet.max_gpus caps the gang: an 8B full fine-tune on one device waits, saying so" \
+  '[[ "$capped" == "- needs 2 devices with at least "*"more than whet.max_gpus allows; hint: raise whet.max_gpus to 2,"* ]]'
 
 # The gateway shows the same in the job object.
 gw_port=$(free_port)
@@ -96,7 +101,7 @@ q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q4'; NOTIFY whet_jobs"
 check "positions move up when the head leaves" 'wait_for 10 "SELECT string_agg(id || '"'"'='"'"'|| coalesce(queue_position::text, '"'"'-'"'"'), '"'"' '"'"' ORDER BY id) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"'" "ftjob-q1=1 ftjob-q2=2 ftjob-q3=3 ftjob-q4=-"'
 
 # The node frees up; the queue is emptied; a Llama-8B full fine-tune is sized to both devices.
-q "UPDATE jobs SET desired = 'cancel' WHERE id IN ('ftjob-q1', 'ftjob-q2', 'ftjob-q3', 'ftjob-big');
+q "UPDATE jobs SET desired = 'cancel' WHERE id IN ('ftjob-q1', 'ftjob-q2', 'ftjob-q3', 'ftjob-big', 'ftjob-capped');
    UPDATE job_attempts SET ended_at = extract(epoch FROM now()), outcome = 'succeeded' WHERE job_id IN ('ftjob-r1', 'ftjob-r2');
    UPDATE jobs SET status = 'succeeded' WHERE id IN ('ftjob-r1', 'ftjob-r2'); NOTIFY whet_jobs"
 check "finished jobs lose their estimate" 'wait_for 10 "SELECT count(*) FROM jobs WHERE estimated_finish IS NOT NULL OR queue_position IS NOT NULL" 0'

@@ -129,7 +129,9 @@ TEST(per_device_bytes_fall_with_the_gang) {
 
 TEST(max_gpus_caps_the_gang) {
     struct sz_choice c = choose(&llama_8b, sft(1), &h100_node, 1, 1);
-    CHECK(!c.fits && c.gpus >= 2); /* says what it would need */
+    CHECK(!c.fits && c.capped && c.gpus >= 2); /* says what it would need, and that the cap is why */
+    c = choose(&llama_70b, sft(1), &h100_node, 1, 4);
+    CHECK(!c.fits && !c.capped); /* no node holds it, cap or not */
     c = choose(&llama_8b, sft(1), &h100_node, 1, 8);
     CHECK(c.fits && c.gpus >= 2 && c.gpus <= 4);
     c = choose(&qwen3_0_6b, sft(0), &h100_node, 1, 4);
