@@ -1,7 +1,8 @@
 /* gRPC over TLS (WHET_GRPC_TLS_CERT/KEY on the server, WHET_GRPC_TLS_CA on the client): a CA and a
  * server certificate for localhost/127.0.0.1 are made with the openssl command in a temp dir, then a
- * TLS call succeeds, and a plaintext client, a client trusting another CA, a TLS client to a plaintext
- * server and a half-configured server all fail with errors that say why. */
+ * TLS call succeeds, and a plaintext client, a client trusting another CA, a server whose certificate
+ * names another host, a TLS client to a plaintext server and a half-configured server all fail with
+ * errors that say why. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +48,8 @@ static int sh(const char *cmd) {
     return rc;
 }
 
-/* Two CAs (the second trusted by nobody) and a server certificate signed by the first, valid for the
- * names a client may dial: localhost and 127.0.0.1. */
+/* Two CAs (the second trusted by nobody), a server certificate signed by the first, valid for the
+ * names a client may dial (localhost and 127.0.0.1), and one from the same CA for another host. */
 static int make_certificates(void) {
     const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     char *cmd = xasprintf(
@@ -57,8 +58,12 @@ static int make_certificates(void) {
         "openssl req %s -keyout server.key -out server.csr -subj /CN=localhost && "
         "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' >server.ext && "
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile server.ext "
-        "-out server.pem",
-        ec, ec, ec);
+        "-out server.pem && "
+        "openssl req %s -keyout elsewhere.key -out elsewhere.csr -subj /CN=elsewhere.example && "
+        "printf 'subjectAltName=DNS:elsewhere.example\\n' >elsewhere.ext && "
+        "openssl x509 -req -in elsewhere.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile elsewhere.ext "
+        "-out elsewhere.pem",
+        ec, ec, ec, ec);
     int rc = sh(cmd);
     free(cmd);
     return rc;
@@ -136,6 +141,20 @@ TEST(client_trusting_another_ca_fails) {
     fprintf(stderr, "     (the client's error: %s)\n", err.msg);
 }
 
+/* The CA is right but the certificate names another host: gRPC checks the name it dialled. */
+TEST(certificate_for_another_host_fails) {
+    struct whet_err err;
+    struct rpc_server *elsewhere = NULL;
+    int rc = start_server("elsewhere.pem", "elsewhere.key", &elsewhere, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+    if (rc != 0) return;
+    int before = calls;
+    CHECK(heartbeat("127.0.0.1", rpc_server_port(elsewhere), "ca.pem", &err) == RPC_UNAVAILABLE);
+    CHECK_CONTAINS(err.msg, "Peer name 127.0.0.1 is not in peer certificate"); /* gRPC's words */
+    CHECK(calls == before);
+    rpc_server_stop(elsewhere);
+}
+
 TEST(tls_client_to_plaintext_server_fails) {
     struct whet_err err;
     int before = calls;
@@ -187,6 +206,7 @@ int main(void) {
     RUN(tls_call_succeeds);
     RUN(plaintext_client_to_tls_server_fails);
     RUN(client_trusting_another_ca_fails);
+    RUN(certificate_for_another_host_fails);
     RUN(tls_client_to_plaintext_server_fails);
     RUN(half_configured_server_refuses_to_start);
     RUN(client_with_unreadable_ca_fails_to_open);
