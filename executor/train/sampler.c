@@ -13,34 +13,33 @@
 
 /* ---------------------------------------------------------------- picking a token */
 
-static const float *sort_logits; /* qsort has no context argument; sampling is single-threaded */
-
-static int by_logit_desc(const void *a, const void *b) {
-    float x = sort_logits[*(const int *)a], y = sort_logits[*(const int *)b];
+static int by_prob_desc(const void *a, const void *b, void *probs_arg) {
+    const float *probs = probs_arg;
+    float x = probs[*(const int *)a], y = probs[*(const int *)b];
     if (x != y) return x < y ? 1 : -1;
     return *(const int *)a - *(const int *)b; /* ties: lower id first, so the order is total */
 }
 
-/* Sorts into order[0..) the tokens whose probability is at least some threshold t, most likely first,
- * with t the largest of 1e-1, 1e-2, … for which that prefix of the full sorted order is long enough:
- * `need_count` tokens, or (need_count 0) a mass of need_mass. Sorting only that prefix instead of all
- * V tokens gives the same order for it (every token below t sorts after every token at or above t).
- * Returns the prefix length. */
+/* Sorts into order[0..) the tokens whose probability is at least a threshold t, most likely first,
+ * with t the largest of 1e-1, 1e-2, 1e-3, 1e-4, 1e-6, 1e-9, 0 for which that prefix of the full sorted
+ * order is long enough: `need_count` tokens, or (need_count 0) a mass of need_mass. Sorting only that
+ * prefix instead of all V tokens gives the same order for it (every token below t sorts after every
+ * token at or above t). Returns the prefix length. */
 static int sorted_prefix(int *order, const float *probs, int V, int need_count, double need_mass) {
-    for (double t = 1e-1;; t *= 0.1) {
-        int n = 0;
+    static const float thresholds[] = {1e-1f, 1e-2f, 1e-3f, 1e-4f, 1e-6f, 1e-9f, 0.0f};
+    int n = 0;
+    for (size_t k = 0; k < WHET_ARRAY_LEN(thresholds); k++) {
         double mass = 0;
+        n = 0;
         for (int i = 0; i < V; i++)
-            if (probs[i] >= t || t < 1e-30) {
+            if (probs[i] >= thresholds[k]) {
                 order[n++] = i;
                 mass += probs[i];
             }
-        if (n == V || (need_count ? n >= need_count : mass >= need_mass)) {
-            sort_logits = probs;
-            qsort(order, (size_t)n, sizeof *order, by_logit_desc);
-            return n;
-        }
+        if (need_count ? n >= need_count : mass >= need_mass) break;
     }
+    qsort_r(order, (size_t)n, sizeof *order, by_prob_desc, (void *)probs);
+    return n;
 }
 
 int sample_pick_k(float *logits, int *order, int V, float temperature, float top_p, int top_k, struct rng *rng) {
