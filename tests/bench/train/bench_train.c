@@ -4,17 +4,20 @@
  *
  *   bench_train peak
  *   bench_train step LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
+ *   bench_train profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
  *
  * `step` writes a random Llama model (tied embeddings) to a temporary dir, loads it (LoRA r on all
  * linear layers, alpha 2r, or full fine-tuning when LORA_R is 0), runs one warm-up step and STEPS
  * timed ones on random tokens, and prints one JSON line: tokens/s and seconds of the fastest step
  * (the mean too), and the model FLOP/s (matmul and attention FLOPs the step needs, whatever the
- * implementation). */
+ * implementation), and the process CPU seconds of a step (all threads: the work, whatever the load).
+ * `profile` does the same and then prints the time of every backend op per step (see below). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -24,18 +27,27 @@
 
 static double now(void) { return whet_now_mono(); }
 
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* GFLOP/s of a large square sgemm, the best of four, per wall second and per CPU second (all
+ * threads): on a shared machine the first depends on the neighbours, the second much less. */
 static int peak(void) {
     /* OpenBLAS threading itself (its own pool) on a large square product. */
     if (openblas_get_parallel() == 1) openblas_set_num_threads(omp_get_max_threads());
     int n = 2048;
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
     for (long i = 0; i < (long)n * n; i++) a[i] = b[i] = (float)(i % 7) * 0.1f;
-    double best = 0;
+    double flop = 2.0 * n * n * n, best = 0, best_cpu = 0;
     for (int rep = 0; rep < 4; rep++) {
-        double t = now();
+        double t = now(), tc = cpu_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double g = 2.0 * n * n * n / (now() - t) / 1e9;
+        double g = flop / (now() - t) / 1e9, gc = flop / (cpu_now() - tc) / 1e9;
         best = g > best ? g : best;
+        best_cpu = gc > best_cpu ? gc : best_cpu;
     }
     /* The backend's split (one sgemm per OpenMP thread) on the same product. */
     const struct backend *be = backend_cpu();
@@ -43,13 +55,179 @@ static int peak(void) {
     for (int rep = 0; rep < 4; rep++) {
         double t = now();
         be->gemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double g = 2.0 * n * n * n / (now() - t) / 1e9;
+        double g = flop / (now() - t) / 1e9;
         best_split = g > best_split ? g : best_split;
     }
-    printf("{\"sgemm_gflops\": %.1f, \"backend_gemm_gflops\": %.1f, \"threads\": %d}\n", best, best_split,
-           omp_get_max_threads());
+    printf("{\"sgemm_gflops\": %.1f, \"sgemm_gflops_per_cpu_s\": %.1f, \"backend_gemm_gflops\": %.1f, "
+           "\"threads\": %d}\n",
+           best, best_cpu, best_split, omp_get_max_threads());
     free(a), free(b), free(c);
     return 0;
+}
+
+/* ---------------------------------------------------------------- profile ---- */
+
+/* `bench_train profile ...` times every backend call of the steps: run.sh links this program with
+ * -Wl,--wrap=backend_cpu, so model.c's call to backend_cpu() lands in __wrap_backend_cpu below,
+ * which hands out a copy of the table whose entries time the real ones. Matrix products are kept
+ * apart by op and shape (the caller's M, N, K), the rest by op. Wall and process CPU seconds: on a
+ * shared machine the CPU seconds say how much work an op is, the wall seconds how long it waited. */
+const struct backend *__real_backend_cpu(void);
+static const struct backend *real;
+static struct backend timed;
+static int want_profile, profiling; /* the timed table is handed out; the calls now are booked */
+
+struct prof_row {
+    char key[96];
+    double wall, cpu, flops;
+    long calls;
+};
+static struct prof_row prof_rows[256];
+static int n_prof_rows;
+
+static void prof_add(const char *key, double wall, double cpu, double flops) {
+    if (!profiling) return;
+    int i = 0;
+    while (i < n_prof_rows && strcmp(prof_rows[i].key, key)) i++;
+    if (i == n_prof_rows) {
+        if (n_prof_rows == 256) return;
+        snprintf(prof_rows[n_prof_rows++].key, sizeof prof_rows[0].key, "%s", key);
+    }
+    prof_rows[i].wall += wall, prof_rows[i].cpu += cpu, prof_rows[i].flops += flops, prof_rows[i].calls++;
+}
+
+/* Runs CALL and books its time under the printf-style key. */
+#define TIMED(flops, call, ...)                                                \
+    do {                                                                      \
+        double w0 = now(), c0 = cpu_now();                                    \
+        call;                                                                 \
+        char k[96];                                                           \
+        snprintf(k, sizeof k, __VA_ARGS__);                                   \
+        prof_add(k, now() - w0, cpu_now() - c0, flops);                       \
+    } while (0)
+
+static void t_zero(void *p, size_t bytes) { TIMED(0, real->zero(p, bytes), "zero"); }
+static void t_copy(float *d, const float *s, size_t n) { TIMED(0, real->copy(d, s, n), "copy"); }
+static void t_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+                   float beta, float *c, int ldc) {
+    TIMED(2.0 * M * N * K, real->gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc), "gemm %c%c %dx%dx%d",
+          ta ? 't' : 'n', tb ? 't' : 'n', M, N, K);
+}
+static void t_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *w, const float *bias, int N,
+                             int C, int OC, float beta) {
+    TIMED(2.0 * N * C * OC, real->matmul_forward(out, ldo, inp, ldi, w, bias, N, C, OC, beta), "mm_fwd N%d C%d OC%d",
+          N, C, OC);
+}
+static void t_matmul_backward(float *dinp, int lddi, float *dw, float *db, const float *dout, int lddo, const float *inp,
+                              int ldi, const float *w, int N, int C, int OC) {
+    double f = 2.0 * N * C * OC * ((dinp != NULL) + (dw != NULL));
+    TIMED(f, real->matmul_backward(dinp, lddi, dw, db, dout, lddo, inp, ldi, w, N, C, OC),
+          "mm_bwd N%d C%d OC%d%s%s", N, C, OC, dinp ? " dx" : "", dw ? " dw" : "");
+}
+static void t_embedding_forward(float *out, const int *ids, const float *wte, int N, int C) {
+    TIMED(0, real->embedding_forward(out, ids, wte, N, C), "embedding_fwd");
+}
+static void t_embedding_backward(float *dwte, const float *dout, const int *ids, int N, int C) {
+    TIMED(0, real->embedding_backward(dwte, dout, ids, N, C), "embedding_bwd");
+}
+static void t_rmsnorm_forward(float *out, int ldo, float *rstd, const float *inp, int ldi, const float *w, int N, int H,
+                              int D, float eps) {
+    TIMED(0, real->rmsnorm_forward(out, ldo, rstd, inp, ldi, w, N, H, D, eps), "rmsnorm_fwd");
+}
+static void t_rmsnorm_backward(float *dinp, int lddi, float *dw, const float *dout, int lddo, const float *inp, int ldi,
+                               const float *w, const float *rstd, int N, int H, int D) {
+    TIMED(0, real->rmsnorm_backward(dinp, lddi, dw, dout, lddo, inp, ldi, w, rstd, N, H, D), "rmsnorm_bwd");
+}
+static void t_rope_forward(float *x, int ldx, const int *pos, const float *cs, int N, int H, int D) {
+    TIMED(0, real->rope_forward(x, ldx, pos, cs, N, H, D), "rope_fwd");
+}
+static void t_rope_backward(float *x, int ldx, const int *pos, const float *cs, int N, int H, int D) {
+    TIMED(0, real->rope_backward(x, ldx, pos, cs, N, H, D), "rope_bwd");
+}
+static void t_swiglu_forward(float *out, const float *gu, int N, int F) {
+    TIMED(0, real->swiglu_forward(out, gu, N, F), "swiglu_fwd");
+}
+static void t_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
+    TIMED(0, real->swiglu_backward(dgu, dout, gu, N, F), "swiglu_bwd");
+}
+static void t_axpy(float *y, const float *x, float alpha, size_t n) { TIMED(0, real->axpy(y, x, alpha, n), "axpy"); }
+static void t_gather_rows(float *d, const float *s, const int *rows, int n, int C) {
+    TIMED(0, real->gather_rows(d, s, rows, n, C), "gather_rows");
+}
+static void t_scatter_add_rows(float *d, const float *s, const int *rows, int n, int C) {
+    TIMED(0, real->scatter_add_rows(d, s, rows, n, C), "scatter_add_rows");
+}
+static void t_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
+                                const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
+                                int H, int HKV, int D) {
+    TIMED(0, real->attention_forward(out, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T, H, HKV, D), "attention_fwd");
+}
+static void t_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
+                                 const float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
+                                 int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H, int HKV,
+                                 int D) {
+    TIMED(0,
+          real->attention_backward(dq, lddq, dk, lddk, dv, lddv, dout, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T,
+                                   H, HKV, D),
+          "attention_bwd");
+}
+static void t_crossentropy_forward(float *losses, float *lse, int *correct, const float *logits, const int *targets,
+                                   int M, int V) {
+    TIMED(0, real->crossentropy_forward(losses, lse, correct, logits, targets, M, V), "crossentropy_fwd");
+}
+static void t_crossentropy_backward(float *logits, const float *lse, const int *targets, const float *w, float scale,
+                                    int M, int V) {
+    TIMED(0, real->crossentropy_backward(logits, lse, targets, w, scale, M, V), "crossentropy_bwd");
+}
+static void t_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                    float wd, float bc1, float bc2) {
+    TIMED(0, real->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2), "adamw");
+}
+static double t_sumsq(const float *x, size_t n) {
+    double r = 0;
+    TIMED(0, r = real->sumsq(x, n), "sumsq");
+    return r;
+}
+static void t_scale(float *x, float s, size_t n) { TIMED(0, real->scale(x, s, n), "scale"); }
+
+const struct backend *__wrap_backend_cpu(void) {
+    if (!want_profile) return __real_backend_cpu();
+    if (!real) {
+        real = __real_backend_cpu();
+        timed = *real;
+        timed.zero = t_zero, timed.copy = t_copy, timed.gemm = t_gemm;
+        timed.matmul_forward = t_matmul_forward, timed.matmul_backward = t_matmul_backward;
+        timed.embedding_forward = t_embedding_forward, timed.embedding_backward = t_embedding_backward;
+        timed.rmsnorm_forward = t_rmsnorm_forward, timed.rmsnorm_backward = t_rmsnorm_backward;
+        timed.rope_forward = t_rope_forward, timed.rope_backward = t_rope_backward;
+        timed.swiglu_forward = t_swiglu_forward, timed.swiglu_backward = t_swiglu_backward;
+        timed.axpy = t_axpy, timed.gather_rows = t_gather_rows, timed.scatter_add_rows = t_scatter_add_rows;
+        timed.attention_forward = t_attention_forward, timed.attention_backward = t_attention_backward;
+        timed.crossentropy_forward = t_crossentropy_forward, timed.crossentropy_backward = t_crossentropy_backward;
+        timed.adamw = t_adamw, timed.sumsq = t_sumsq, timed.scale = t_scale;
+    }
+    return &timed;
+}
+
+static int cmp_rows(const void *a, const void *b) {
+    double x = ((const struct prof_row *)a)->wall, y = ((const struct prof_row *)b)->wall;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The table of the timed steps, per step, the most expensive first. */
+static void prof_print(int steps, double step_wall, double step_cpu) {
+    qsort(prof_rows, (size_t)n_prof_rows, sizeof prof_rows[0], cmp_rows);
+    double wall = 0, cpu = 0;
+    printf("%-40s %6s %9s %9s %8s\n", "op (per step)", "calls", "wall ms", "cpu ms", "GFLOP/s");
+    for (int i = 0; i < n_prof_rows; i++) {
+        struct prof_row *r = &prof_rows[i];
+        wall += r->wall, cpu += r->cpu;
+        printf("%-40s %6ld %9.1f %9.1f", r->key, r->calls / steps, 1e3 * r->wall / steps, 1e3 * r->cpu / steps);
+        if (r->flops > 0) printf(" %8.1f", r->flops / r->wall / 1e9);
+        printf("\n");
+    }
+    printf("%-40s %6s %9.1f %9.1f\n", "backend total", "", 1e3 * wall / steps, 1e3 * cpu / steps);
+    printf("%-40s %6s %9.1f %9.1f\n", "step", "", 1e3 * step_wall / steps, 1e3 * step_cpu / steps);
 }
 
 struct writer_ctx {
@@ -72,9 +250,10 @@ static void add_random(void *arg, const char *name, int ndim, const int64_t *sha
 
 static int step(int argc, char **argv) {
     if (argc != 11) {
-        fprintf(stderr, "usage: bench_train step LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
+        fprintf(stderr, "usage: bench_train step|profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
         return 2;
     }
+    want_profile = !strcmp(argv[1], "profile");
     int L = atoi(argv[2]), C = atoi(argv[3]), NH = atoi(argv[4]), F = atoi(argv[5]), V = atoi(argv[6]);
     int B = atoi(argv[7]), T = atoi(argv[8]), r = atoi(argv[9]), steps = atoi(argv[10]);
     struct model_config cfg = {.arch = ARCH_LLAMA, .vocab_size = V, .hidden_size = C, .intermediate_size = F,
@@ -115,10 +294,11 @@ static int step(int argc, char **argv) {
     for (int i = 0; i < N; i++) ids[i] = (int)rng_below(&rr, (uint64_t)V);
     for (int i = 0; i < N; i++) targets[i] = (i + 1) % T ? ids[i + 1] : -1;
     struct model_batch b = {.B = B, .T = T, .ids = ids, .targets = targets};
-    double total = 0, best = 1e30;
+    double total = 0, best = 1e30, total_cpu = 0;
     float loss = 0;
     for (int s = 0; s <= steps; s++) {
-        double t = now();
+        profiling = want_profile && s > 0;
+        double t = now(), c = cpu_now();
         model_zero_grad(m);
         if (model_forward(m, &b, &loss, &err) ||
             model_backward(m, (float)(1.0 / model_last_stats(m).weight_sum), &err))
@@ -126,7 +306,7 @@ static int step(int argc, char **argv) {
         model_clip_grad_norm(m, 1.0f);
         model_adamw_step(m, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f);
         double dt = now() - t;
-        if (s > 0) total += dt, best = dt < best ? dt : best; /* step 0 warms up (allocation, page faults) */
+        if (s > 0) total += dt, total_cpu += cpu_now() - c, best = dt < best ? dt : best; /* step 0 warms up */
     }
     /* The fastest step: on a shared machine the mean mostly measures the neighbours. */
     double per = best;
@@ -136,9 +316,11 @@ static int step(int argc, char **argv) {
     double flops = r ? fwd + att /* forward */ + 2.0 * N * (mm + head) + 2 * att /* input grads */
                      : 3 * fwd + 3 * att;
     printf("{\"impl\": \"whet\", \"params\": %zu, \"trainable\": %zu, \"B\": %d, \"T\": %d, \"lora_r\": %d, "
-           "\"s_per_step\": %.4f, \"mean_s_per_step\": %.4f, \"tokens_per_s\": %.1f, \"gflops\": %.1f, "
-           "\"loss\": %.4f}\n",
-           model_num_params(m), model_num_trainable(m), B, T, r, per, total / steps, N / per, flops / per / 1e9, loss);
+           "\"s_per_step\": %.4f, \"mean_s_per_step\": %.4f, \"cpu_s_per_step\": %.4f, \"tokens_per_s\": %.1f, "
+           "\"gflops\": %.1f, \"gflops_per_cpu_s\": %.1f, \"loss\": %.4f}\n",
+           model_num_params(m), model_num_trainable(m), B, T, r, per, total / steps, total_cpu / steps, N / per,
+           flops / per / 1e9, flops / (total_cpu / steps) / 1e9, loss);
+    if (want_profile) prof_print(steps, total, total_cpu);
     free(ids), free(targets);
     model_free(m);
     return 0;
@@ -146,7 +328,7 @@ static int step(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "peak")) return peak();
-    if (argc >= 2 && !strcmp(argv[1], "step")) return step(argc, argv);
-    fprintf(stderr, "usage: bench_train peak | step LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
+    if (argc >= 2 && (!strcmp(argv[1], "step") || !strcmp(argv[1], "profile"))) return step(argc, argv);
+    fprintf(stderr, "usage: bench_train peak | step|profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
     return 2;
 }
