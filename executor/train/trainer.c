@@ -1,8 +1,9 @@
-/* trainer.c - the SFT loop, its checkpoints and its exact resume (see trainer.h).
+/* trainer.c - the SFT and DPO loop, its checkpoints and its exact resume (see trainer.h); GRPO's
+ * step, data and validation live in trainer_grpo.c and plug in here (trainer_internal.h).
  *
- * Layout of a run in memory: `struct run` holds what the loop needs (model, data, the packing of the
- * current epoch, the cursor) and the files it appends to. Sections: schedule, set-up, checkpoints,
- * resume, validation, the loop. */
+ * Layout of a run in memory: `struct run` (trainer_internal.h) holds what the loop needs (model,
+ * data, the packing of the current epoch, the cursor) and the files it appends to. Sections:
+ * schedule, set-up, checkpoints, resume, validation, the loop. */
 #include "trainer.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include "model.h"
 #include "sft_data.h"
 #include "tokenizer.h"
+#include "trainer_internal.h"
 
 /* ---------------------------------------------------------------- schedule */
 
@@ -45,37 +47,9 @@ double trainer_lr_at(const struct trainer_hparams *hp, int step, int total_steps
     return base;
 }
 
-/* ---------------------------------------------------------------- the run */
+/* ---------------------------------------------------------------- progress and events */
 
-struct run {
-    const struct trainer_config *cfg;
-    const struct trainer_io *io;
-    struct tokenizer *tok;
-    struct chat_template tpl;
-    struct sft_dataset train, valid;
-    int has_valid;
-    /* method dpo: preference pairs instead (packed as SFT packs examples), and the reference of a
-     * full fine-tune (a frozen copy of the base, kept only until the reference tables are made;
-     * with LoRA the policy with its adapter off is the reference). */
-    struct dpo_dataset dpo_train, dpo_valid;
-    struct dpo_batch dpo_batch;
-    struct model *ref_model;
-    double *ref_train, *ref_valid; /* reference log-probs of every pair, computed once (dpo.h) */
-    struct model *model;
-    struct sft_epoch epoch; /* packing of cursor.epoch */
-    struct sft_batch batch;
-    struct sft_cursor cursor;
-    int step, total_steps;
-    long long tokens_seen;
-    FILE *metrics;
-    char *checkpoints_dir;
-    int last_checkpoint_step; /* -1: none written by this process */
-    double train_seconds;     /* time in training steps so far (this process), for the ETA */
-    int steps_timed;
-};
-
-static void progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void progress(const struct run *r, const char *fmt, ...) {
+void trainer_progress(const struct run *r, const char *fmt, ...) {
     if (!r->io->progress) return;
     va_list ap;
     va_start(ap, fmt);
@@ -86,7 +60,7 @@ static void progress(const struct run *r, const char *fmt, ...) {
     fflush(r->io->progress);
 }
 
-static void event_line(const struct run *r, const char *json_object_text) {
+void trainer_event_line(const struct run *r, const char *json_object_text) {
     if (!r->io->events) return;
     fprintf(r->io->events, "%s\n", json_object_text);
     fflush(r->io->events);
@@ -187,8 +161,8 @@ static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
         char line[4200];
         snprintf(line, sizeof line, "{\"type\":\"%s\",\"step\":%d,\"path\":\"%s\"}", final ? "final" : "checkpoint",
                  r->step, dst);
-        event_line(r, line);
-        progress(r, "%s step %d written to %s", final ? "final model at" : "checkpoint at", r->step, dst);
+        trainer_event_line(r, line);
+        trainer_progress(r, "%s step %d written to %s", final ? "final model at" : "checkpoint at", r->step, dst);
         if (!final) r->last_checkpoint_step = r->step;
     }
     free(tmp);
@@ -231,8 +205,8 @@ static int read_state(struct run *r, const char *dir, struct whet_err *err) {
         goto out;
     }
     if (total != r->total_steps)
-        progress(r, "resume: the checkpoint planned %lld steps, this config plans %d (the schedule follows the config)",
-                 (long long)total, r->total_steps);
+        trainer_progress(r, "resume: the checkpoint planned %lld steps, this config plans %d (the schedule follows the config)",
+                         (long long)total, r->total_steps);
     r->step = (int)step;
     r->cursor.epoch = (int)epoch;
     r->cursor.row = (int)row;
@@ -283,17 +257,17 @@ static int load_dpo_data(struct run *r, struct whet_err *err) {
     const char *names[2] = {cfg->training_file, cfg->validation_file};
     for (int i = 0; i < 1 + r->has_valid; i++) {
         const struct dpo_dataset *d = sets[i];
-        progress(r, "%s: %d preference pairs, %lld tokens (%lld scored); %d pairs cut to fit max_seq_len %d (%lld "
-                    "tokens cut); %d skipped with a side left unscored",
-                 names[i], dpo_num_pairs(d), d->pairs.n_tokens, d->pairs.n_trained_tokens, d->n_truncated,
-                 cfg->hp.max_seq_len, d->n_truncated_tokens, d->n_unscored);
+        trainer_progress(r, "%s: %d preference pairs, %lld tokens (%lld scored); %d pairs cut to fit max_seq_len %d (%lld "
+                            "tokens cut); %d skipped with a side left unscored",
+                         names[i], dpo_num_pairs(d), d->pairs.n_tokens, d->pairs.n_trained_tokens, d->n_truncated,
+                         cfg->hp.max_seq_len, d->n_truncated_tokens, d->n_unscored);
         json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
                                "examples", dpo_num_pairs(d), "tokens", (json_int_t)d->pairs.n_tokens,
                                "trained_tokens", (json_int_t)d->pairs.n_trained_tokens, "truncated_examples",
                                d->n_truncated, "truncated_tokens", (json_int_t)d->n_truncated_tokens,
                                "untrained_examples", d->n_unscored);
         char *text = json_dumps(ev, JSON_COMPACT);
-        event_line(r, text);
+        trainer_event_line(r, text);
         free(text);
         json_decref(ev);
     }
@@ -303,6 +277,7 @@ static int load_dpo_data(struct run *r, struct whet_err *err) {
 static int load_data(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     if (cfg->method == TRAINER_DPO) return load_dpo_data(r, err);
+    if (cfg->method == TRAINER_GRPO) return trainer_grpo_load_data(r, err);
     sft_dataset_init(&r->train, cfg->hp.max_seq_len);
     if (sft_dataset_load(&r->train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
     if (cfg->validation_file) {
@@ -314,17 +289,17 @@ static int load_data(struct run *r, struct whet_err *err) {
     const char *names[2] = {cfg->training_file, cfg->validation_file};
     for (int i = 0; i < 1 + r->has_valid; i++) {
         const struct sft_dataset *d = sets[i];
-        progress(r, "%s: %d examples, %lld tokens (%lld trained); %d truncated to max_seq_len %d (%lld tokens cut); "
-                    "%d skipped with nothing left to train",
-                 names[i], d->n_examples, d->n_tokens, d->n_trained_tokens, d->n_truncated, cfg->hp.max_seq_len,
-                 d->n_truncated_tokens, d->n_untrained);
+        trainer_progress(r, "%s: %d examples, %lld tokens (%lld trained); %d truncated to max_seq_len %d (%lld tokens cut); "
+                            "%d skipped with nothing left to train",
+                         names[i], d->n_examples, d->n_tokens, d->n_trained_tokens, d->n_truncated, cfg->hp.max_seq_len,
+                         d->n_truncated_tokens, d->n_untrained);
         json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
                                "examples", d->n_examples, "tokens", (json_int_t)d->n_tokens, "trained_tokens",
                                (json_int_t)d->n_trained_tokens, "truncated_examples", d->n_truncated,
                                "truncated_tokens", (json_int_t)d->n_truncated_tokens, "untrained_examples",
                                d->n_untrained);
         char *text = json_dumps(ev, JSON_COMPACT);
-        event_line(r, text);
+        trainer_event_line(r, text);
         free(text);
         json_decref(ev);
     }
@@ -338,7 +313,8 @@ static int plan_steps(struct run *r, struct whet_err *err) {
         return 0;
     }
     long long total = 0;
-    for (int e = 0; e < hp->n_epochs; e++) {
+    if (r->cfg->method == TRAINER_GRPO) total = (long long)hp->n_epochs * trainer_grpo_steps_per_epoch(r);
+    for (int e = 0; e < hp->n_epochs && r->cfg->method != TRAINER_GRPO; e++) {
         struct sft_epoch ep;
         sft_epoch_pack(&ep, packed_set(r), r->cfg->seed, e, 1);
         total += sft_steps_in_epoch(ep.n_rows, hp->batch_size, hp->gradient_accumulation_steps);
@@ -374,11 +350,12 @@ static int load_model(struct run *r, struct whet_err *err) {
         if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
     }
     if (model_load(&r->model, dir, &o, err)) return -1;
-    if (cfg->method == TRAINER_DPO && !cfg->lora.enabled) {
-        /* Full fine-tuning moves the base weights, so DPO's reference is a frozen copy of them. */
+    if ((cfg->method == TRAINER_DPO || cfg->method == TRAINER_GRPO) && !cfg->lora.enabled) {
+        /* Full fine-tuning moves the base weights, so the reference is a frozen copy of them. */
         struct model_opts ro = model_opts_default();
         ro.lora_r = 0;
-        if (model_load(&r->ref_model, cfg->model, &ro, err)) return whet_err_prefix(err, "dpo reference model");
+        if (model_load(&r->ref_model, cfg->model, &ro, err))
+            return whet_err_prefix(err, "%s reference model", trainer_method_name(cfg->method));
     }
     if (cfg->resume_from) {
         char *opt = xasprintf("%s/optimizer.safetensors", cfg->resume_from);
@@ -386,9 +363,9 @@ static int load_model(struct run *r, struct whet_err *err) {
         free(opt);
         if (rc) return whet_err_prefix(err, "resume_from");
     }
-    progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
-             model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
-             chat_family_name(r->tpl.family));
+    trainer_progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
+                     model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
+                     chat_family_name(r->tpl.family));
     return 0;
 }
 
@@ -405,8 +382,8 @@ static int reference_tables(struct run *r, struct whet_err *err) {
             return whet_err_prefix(err, "dpo reference pass");
         pairs += n;
     }
-    progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
-             r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
+    trainer_progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
+                     r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
     if (r->ref_model) model_free(r->ref_model); /* the tables are all the run needs of it */
     r->ref_model = NULL;
     return 0;
@@ -537,6 +514,7 @@ static int dpo_validation(struct run *r, double *loss, char *metrics, size_t met
 }
 
 static int train_step(struct run *r, struct whet_err *err) {
+    if (r->cfg->method == TRAINER_GRPO) return trainer_grpo_step(r, err);
     const struct trainer_hparams *hp = &r->cfg->hp;
     int dpo = r->cfg->method == TRAINER_DPO;
     double t0 = whet_now_mono();
@@ -588,9 +566,9 @@ static int train_step(struct run *r, struct whet_err *err) {
     char valid_text[48] = "";
     if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_loss %.4f", valid);
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
-    progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f%s tokens %lld (%.0f tok/s) eta %.0fs",
-             r->step, r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, fig.progress, fig.tokens,
-             tps, eta);
+    trainer_progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f%s tokens %lld (%.0f tok/s) eta %.0fs",
+                     r->step, r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, fig.progress, fig.tokens,
+                     tps, eta);
     return 0;
 }
 
@@ -605,7 +583,7 @@ static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
             return -1;
     }
     if (r->io->stop && *r->io->stop && r->step < r->total_steps) {
-        progress(r, "stop requested: checkpointing step %d", r->step);
+        trainer_progress(r, "stop requested: checkpointing step %d", r->step);
         if (r->last_checkpoint_step != r->step && write_checkpoint(r, 0, err)) return -1;
         *stopped = 1;
         return 0;
@@ -616,7 +594,6 @@ static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err) {
     struct run r = {.cfg = cfg, .io = io, .last_checkpoint_step = -1};
     *stopped = 0;
-    if (cfg->method == TRAINER_GRPO) return whet_errf(err, "method: \"grpo\" does not train yet in this build");
     int rc = -1;
     char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
     char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);
@@ -634,10 +611,10 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
         whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
         goto out;
     }
-    progress(&r, "%d steps (%s from step %d), batch %d x %d rows, lr %g %s, warmup %d", r.total_steps,
-             cfg->resume_from ? "resuming" : "starting", r.step, cfg->hp.batch_size,
-             cfg->hp.gradient_accumulation_steps, cfg->hp.learning_rate, lr_scheduler_name(cfg->hp.lr_scheduler),
-             cfg->hp.warmup_steps);
+    trainer_progress(&r, "%d steps (%s from step %d), batch %d x %d rows, lr %g %s, warmup %d", r.total_steps,
+                     cfg->resume_from ? "resuming" : "starting", r.step, cfg->hp.batch_size,
+                     cfg->hp.gradient_accumulation_steps, cfg->hp.learning_rate, lr_scheduler_name(cfg->hp.lr_scheduler),
+                     cfg->hp.warmup_steps);
     rc = run_loop(&r, stopped, err);
 out:
     if (r.metrics) fclose(r.metrics);
@@ -646,6 +623,7 @@ out:
     free(r.ref_train);
     free(r.ref_valid);
     dpo_batch_free(&r.dpo_batch);
+    trainer_grpo_free(&r);
     if (cfg->method == TRAINER_DPO) {
         dpo_dataset_free(&r.dpo_train);
         dpo_dataset_free(&r.dpo_valid);

@@ -1,4 +1,4 @@
-/* trainer.h - the SFT and DPO training loop behind `whet train` (what executors run in the sandbox).
+/* trainer.h - the SFT, DPO and GRPO training loop behind `whet train` (what executors run in the sandbox).
  *
  * A run reads the trainer config (trainer_config.h), loads the base model (model.h) with LoRA or for
  * full fine-tuning, tokenizes the data with the model's chat template and packs it (sft_data.h; DPO
@@ -6,14 +6,25 @@
  * micro-batches, clipping by global norm, AdamW with a warmup + linear/cosine/constant schedule,
  * until n_epochs or max_steps. For `dpo` the reference log-probs of every pair are computed once
  * before the first step (the base weights: the LoRA adapter switched off, or a frozen copy for full
- * fine-tuning), then each step takes the DPO loss of dpo.h, the mean over its pairs.
+ * fine-tuning), then each step takes the DPO loss of dpo.h, the mean over its pairs. For `grpo`
+ * (trainer_grpo.c) the training file is OpenAI's RFT JSONL (rft_data.h) and a step takes batch_size
+ * prompts of the epoch's shuffled order: rollout.n responses to each (rollout.h), graded by the
+ * config's grader, group-normalised advantages, the reference log-probs (adapter off, or a frozen
+ * copy), then ppo_epochs optimizer updates of the clipped policy loss with the k3 KL (grpo.h), the
+ * responses split into gradient_accumulation_steps micro-batches.
  *
  * Output, under output_dir:
  *   metrics.jsonl            one object per step: step, epoch, loss, lr, grad_norm, tokens,
  *                            tokens_per_s, and valid_loss when measured; SFT adds
  *                            train_mean_token_accuracy, DPO reward_margin, preference_accuracy,
  *                            chosen_logps, rejected_logps (means over the step's pairs) and with
- *                            validation valid_preference_accuracy, valid_reward_margin
+ *                            validation valid_preference_accuracy, valid_reward_margin; GRPO
+ *                            reward_mean, reward_std, pass_rate, kl, entropy, clip_frac, ppo_kl,
+ *                            response_length_mean, rollout_tokens, rollout_tokens_per_s,
+ *                            groups_kept, grader_errors, time_rollout_s, time_grading_s,
+ *                            time_reference_s, time_update_s (tokens: prompt + response tokens
+ *                            through the update passes) and with validation valid_reward_mean,
+ *                            valid_pass_rate (greedy answers to eval_samples validation prompts)
  *   checkpoints/step-N/      every checkpoint_every_steps steps and on SIGTERM: the adapter (PEFT
  *                            layout) or the full model (HF layout, F32), optimizer.safetensors (AdamW
  *                            moments) and trainer_state.json (step, data cursor, seed, RNG)
@@ -28,8 +39,8 @@
  *
  * A run resumed from checkpoints/step-N (resume_from) continues exactly: the same losses, step for
  * step, as the run that never stopped (same backend and thread count), because every random choice
- * (LoRA init, per-epoch shuffles) is a function of the seed and the checkpoint holds the weights, the
- * optimizer moments and the data cursor bit for bit. */
+ * (LoRA init, per-epoch shuffles, GRPO's rollouts, seeded by (seed, step)) is a function of the seed
+ * and the checkpoint holds the weights, the optimizer moments and the data cursor bit for bit. */
 #ifndef WHET_TRAINER_H
 #define WHET_TRAINER_H
 

@@ -1,0 +1,539 @@
+/* trainer_grpo.c - GRPO in `whet train`: the step that trainer.c's loop calls for method "grpo".
+ *
+ * A step takes the next batch_size prompts of the epoch's shuffled order and
+ *   1. rollout:   rollout.n responses to each (rollout.h), drawn from an RNG seeded by (seed, step), so
+ *                 a resumed run draws the same responses;
+ *   2. grading:   every response against its prompt's line (the grader's item) in one
+ *                 grader_run_batch call (python graders run in parallel sandboxes);
+ *   3. advantages per group (grpo.h); with dynamic_sampling the groups whose rewards are all equal
+ *                 are dropped; when none is left the step trains nothing but still counts (its
+ *                 prompts are used, the schedule moves on, the metrics line says groups_kept 0);
+ *   4. reference: the log-probs of every response token under the reference: the base weights,
+ *                 i.e. the LoRA adapter switched off (every lora_B zeroed, then restored: the outputs
+ *                 are the base model's bit for bit), or a frozen copy for full fine-tuning;
+ *   5. update:    ppo_epochs times: forward over micro-batches of prompt + response rows (loss on the
+ *                 response tokens only), the GRPO gradient as per-token weights on the nll
+ *                 (model_set_loss_weights), clipping, AdamW. The old log-probs are those of the first
+ *                 pass: the weights do not move between the micro-batches of one update, so that pass
+ *                 IS the policy that sampled (its ratio is exactly 1), and later epochs see real ratios.
+ * then writes the metrics line and, when due, the validation rewards: the first eval_samples prompts
+ * of the validation file, one greedy response each (temperature 0: the policy's best answer, free of
+ * sampling noise), graded. The cursor (epoch, position in the epoch's order) and the step are all a
+ * checkpoint needs besides the weights and moments: orders and rollouts are functions of the seed. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grader.h"
+#include "grpo.h"
+#include "model.h"
+#include "rft_data.h"
+#include "rng.h"
+#include "rollout.h"
+#include "trainer_internal.h"
+
+struct grpo_run {
+    struct rft_dataset train, valid;
+    int has_valid;
+    int *order;      /* [train.n_prompts] prompt indices of epoch order_epoch, shuffled */
+    int order_epoch; /* -1: none made yet */
+};
+
+/* splitmix64 of (a, b): the seeds of per-epoch orders and per-step rollouts. */
+static uint64_t mix(uint64_t a, uint64_t b) {
+    uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+#define ROLLOUT_STREAM 0x526f6c6c6f757473ull /* "Rollouts": keeps the rollout seeds apart from the orders' */
+
+/* ---------------------------------------------------------------- data */
+
+static void data_event(struct run *r, const char *path, const struct rft_dataset *d) {
+    trainer_progress(r, "%s: %d prompts, %lld prompt tokens; %d left out (longer than max_seq_len - rollout.max_tokens)",
+                     path, d->n_prompts, d->n_tokens, d->n_too_long);
+    json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:i, s:i}", "type", "data", "file", path, "examples", d->n_prompts,
+                           "tokens", (json_int_t)d->n_tokens, "truncated_examples", 0, "untrained_examples",
+                           d->n_too_long);
+    char *text = json_dumps(ev, JSON_COMPACT);
+    trainer_event_line(r, text);
+    free(text);
+    json_decref(ev);
+}
+
+int trainer_grpo_load_data(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    int max_prompt = cfg->hp.max_seq_len - cfg->rollout.max_tokens;
+    if (max_prompt < 1)
+        return whet_errf(err, "hyperparameters.max_seq_len: %d leaves no room for a prompt before rollout.max_tokens "
+                              "%d; raise max_seq_len", cfg->hp.max_seq_len, cfg->rollout.max_tokens);
+    struct grpo_run *g = r->grpo = xcalloc(1, sizeof *g);
+    g->order_epoch = -1;
+    if (rft_dataset_load(&g->train, cfg->training_file, &r->tpl, r->tok, max_prompt, err)) return -1;
+    data_event(r, cfg->training_file, &g->train);
+    if (cfg->validation_file) {
+        if (rft_dataset_load(&g->valid, cfg->validation_file, &r->tpl, r->tok, max_prompt, err)) return -1;
+        g->has_valid = 1;
+        data_event(r, cfg->validation_file, &g->valid);
+    }
+    return 0;
+}
+
+int trainer_grpo_steps_per_epoch(const struct run *r) {
+    int n = r->grpo->train.n_prompts, b = r->cfg->hp.batch_size;
+    return (n + b - 1) / b;
+}
+
+void trainer_grpo_free(struct run *r) {
+    struct grpo_run *g = r->grpo;
+    if (!g) return;
+    rft_dataset_free(&g->train);
+    if (g->has_valid) rft_dataset_free(&g->valid);
+    free(g->order);
+    free(g);
+    r->grpo = NULL;
+}
+
+/* Makes g->order the order of the cursor's epoch, moving to the next epoch at the end of one. */
+static void ensure_order(struct run *r) {
+    struct grpo_run *g = r->grpo;
+    int n = g->train.n_prompts;
+    if (r->cursor.row >= n) {
+        r->cursor.epoch++;
+        r->cursor.row = 0;
+    }
+    if (g->order_epoch == r->cursor.epoch) return;
+    if (!g->order) g->order = xmalloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) g->order[i] = i;
+    struct rng rng;
+    rng_seed(&rng, mix(r->cfg->seed, (uint64_t)r->cursor.epoch));
+    for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
+        int j = (int)rng_below(&rng, (uint64_t)i + 1), t = g->order[i];
+        g->order[i] = g->order[j];
+        g->order[j] = t;
+    }
+    g->order_epoch = r->cursor.epoch;
+}
+
+/* ---------------------------------------------------------------- rollouts and grading */
+
+static struct rollout_opts rollout_opts_of(const struct trainer_config *cfg) {
+    const struct trainer_rollout *ro = &cfg->rollout;
+    return (struct rollout_opts){.n = ro->n, .max_tokens = ro->max_tokens, .temperature = (float)ro->temperature,
+                                 .top_p = (float)ro->top_p, .top_k = ro->top_k, .n_stop = ro->n_stop,
+                                 .stop = (char **)ro->stop, .use_kv_cache = 1};
+}
+
+/* Generates for prompts[0..n_prompts) and grades every response: rewards[] and passed[] in the
+ * batch's order (prompt-major); *grader_errors counts the errors graders reported. */
+static int rollout_and_grade(struct run *r, struct rollout_batch *rb, const struct rft_prompt *const *prompts,
+                             int n_prompts, const struct rollout_opts *opts, struct rng *rng, double *rewards,
+                             int *passed, int *grader_errors, double *grade_seconds, struct whet_err *err) {
+    const int **ids = xmalloc(sizeof(int *) * (size_t)n_prompts);
+    int *lens = xmalloc(sizeof(int) * (size_t)n_prompts);
+    for (int i = 0; i < n_prompts; i++) {
+        ids[i] = prompts[i]->ids;
+        lens[i] = prompts[i]->n;
+    }
+    int rc = rollout_generate(rb, r->model, r->tok, ids, lens, n_prompts, opts, rng, err);
+    free(ids);
+    free(lens);
+    if (rc) return whet_err_prefix(err, "rollout");
+
+    double t0 = whet_now_mono();
+    size_t N = (size_t)n_prompts * (size_t)opts->n;
+    json_t **samples = xmalloc(sizeof(json_t *) * N), **items = xmalloc(sizeof(json_t *) * N);
+    struct grader_result *results = xcalloc(N, sizeof *results);
+    for (size_t i = 0; i < N; i++) {
+        samples[i] = grader_sample_from_text(rb->responses[i].text);
+        items[i] = prompts[rb->responses[i].prompt]->item;
+    }
+    struct grader_run_opts gopts = {0};
+    rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
+    for (size_t i = 0; i < N; i++) {
+        if (!rc) {
+            rewards[i] = results[i].reward;
+            passed[i] = results[i].passed;
+            *grader_errors += (int)results[i].n_errors;
+            grader_result_free(&results[i]);
+        }
+        json_decref(samples[i]);
+    }
+    free(results);
+    free(items);
+    free(samples);
+    *grade_seconds = whet_now_mono() - t0;
+    return rc ? whet_err_prefix(err, "grader") : 0;
+}
+
+/* ---------------------------------------------------------------- sequences and micro-batches */
+
+/* One trained response: the row prompt + response, and where its tokens sit in the flat per-token
+ * arrays (logp, old, ref). */
+struct seq {
+    const int *prompt, *response;
+    int prompt_len, response_len;
+    double advantage, coef;
+    size_t offset; /* of its first response token in the flat arrays */
+};
+
+struct mbatch {
+    int B, T, cap;
+    int *ids, *targets; /* [B*T] */
+    float *nll, *weights;
+};
+
+/* Rows seqs[0..n): token p of a row predicts token p+1; only response tokens are targets, so the
+ * response's token k is predicted at position prompt_len − 1 + k. Pads: id 0, no target. */
+static void mbatch_fill(struct mbatch *b, const struct seq *seqs, int n) {
+    int T = 1;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].prompt_len + seqs[i].response_len > T) T = seqs[i].prompt_len + seqs[i].response_len;
+    if (n * T > b->cap) {
+        b->cap = n * T;
+        b->ids = xrealloc(b->ids, sizeof(int) * (size_t)b->cap);
+        b->targets = xrealloc(b->targets, sizeof(int) * (size_t)b->cap);
+        b->nll = xrealloc(b->nll, sizeof(float) * (size_t)b->cap);
+        b->weights = xrealloc(b->weights, sizeof(float) * (size_t)b->cap);
+    }
+    b->B = n, b->T = T;
+    for (int i = 0; i < n; i++) {
+        int *ids = b->ids + (size_t)i * T, *tg = b->targets + (size_t)i * T;
+        const struct seq *s = &seqs[i];
+        memset(ids, 0, sizeof(int) * (size_t)T);
+        for (int p = 0; p < T; p++) tg[p] = -1;
+        memcpy(ids, s->prompt, sizeof(int) * (size_t)s->prompt_len);
+        memcpy(ids + s->prompt_len, s->response, sizeof(int) * (size_t)s->response_len);
+        for (int k = 0; k < s->response_len; k++) tg[s->prompt_len - 1 + k] = s->response[k];
+    }
+}
+
+static void mbatch_free(struct mbatch *b) {
+    free(b->ids);
+    free(b->targets);
+    free(b->nll);
+    free(b->weights);
+}
+
+/* Forward pass of rows seqs[0..n) through `m`; logp[offset + k] = log-prob of response token k. */
+static int forward_logps(float *logp, struct model *m, struct mbatch *b, const struct seq *seqs, int n,
+                         struct whet_err *err) {
+    mbatch_fill(b, seqs, n);
+    struct model_batch mb = {b->B, b->T, b->ids, NULL, NULL, b->targets, NULL};
+    float loss;
+    if (model_forward(m, &mb, &loss, err)) return -1;
+    model_get_token_losses(m, b->nll);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < seqs[i].response_len; k++)
+            logp[seqs[i].offset + k] = -b->nll[(size_t)i * b->T + seqs[i].prompt_len - 1 + k];
+    return 0;
+}
+
+static int is_lora_b(const char *name) {
+    size_t n = strlen(name), k = strlen(".lora_B.weight");
+    return n > k && !strcmp(name + n - k, ".lora_B.weight");
+}
+
+/* Switches the LoRA adapter off (every lora_B saved into *saved, then zeroed: the adapter adds exact
+ * zeros) or back on (restored from *saved, which is freed). The same switch as dpo.c's. */
+static int adapter_switch(struct model *m, float **saved, int off, struct whet_err *err) {
+    size_t total = 0;
+    for (int i = 0; i < model_num_tensors(m); i++)
+        if (is_lora_b(model_tensor_name(m, i))) total += (size_t)model_tensor_numel(m, model_tensor_name(m, i));
+    if (off) *saved = xmalloc(sizeof(float) * (total ? total : 1));
+    float *zeros = off ? xcalloc(total ? total : 1, sizeof(float)) : NULL;
+    size_t at = 0;
+    int rc = 0;
+    for (int i = 0; i < model_num_tensors(m) && !rc; i++) {
+        const char *name = model_tensor_name(m, i);
+        if (!is_lora_b(name)) continue;
+        if (off)
+            rc = model_get_param(m, name, *saved + at, err) || model_set_param(m, name, zeros, err) ? -1 : 0;
+        else
+            rc = model_set_param(m, name, *saved + at, err);
+        at += (size_t)model_tensor_numel(m, name);
+    }
+    free(zeros);
+    if (!off) {
+        free(*saved);
+        *saved = NULL;
+    }
+    return rc;
+}
+
+/* Micro-batches: the step's rows split into gradient_accumulation_steps parts. */
+static int rows_per_micro_batch(const struct run *r, int n_seqs) {
+    int parts = r->cfg->hp.gradient_accumulation_steps;
+    return (n_seqs + parts - 1) / parts;
+}
+
+/* The reference log-probs of every response token (adapter off, or the frozen copy). */
+static int reference_pass(struct run *r, float *ref_logp, struct mbatch *b, const struct seq *seqs, int n_seqs,
+                          struct whet_err *err) {
+    int per = rows_per_micro_batch(r, n_seqs), rc = 0;
+    float *saved = NULL;
+    struct model *m = r->ref_model ? r->ref_model : r->model;
+    if (!r->ref_model && adapter_switch(m, &saved, 1, err)) return -1;
+    for (int first = 0; first < n_seqs && !rc; first += per)
+        rc = forward_logps(ref_logp, m, b, seqs + first, n_seqs - first < per ? n_seqs - first : per, err);
+    struct whet_err restore_err;
+    if (!r->ref_model && adapter_switch(m, &saved, 0, rc ? &restore_err : err)) rc = -1;
+    return rc;
+}
+
+/* What the update passes measured (means over the ppo epochs). */
+struct update_figures {
+    double loss, kl, clip_frac, grad_norm, ppo_kl;
+};
+
+/* ppo_epochs × (forward/backward over the micro-batches, clip, AdamW). old_logp is filled by the first
+ * pass (the policy that sampled). */
+static int update_passes(struct run *r, float *logp, float *old_logp, const float *ref_logp, struct mbatch *b,
+                         const struct seq *seqs, int n_seqs, double lr, struct update_figures *f,
+                         struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    struct grpo_loss_opts lo = {hp->clip_ratio_low, hp->clip_ratio_high, GRPO_CLIP_RATIO_C, hp->kl_coef};
+    int per = rows_per_micro_batch(r, n_seqs);
+    double *dl = NULL;
+    size_t dl_cap = 0;
+    for (int e = 0; e < hp->ppo_epochs; e++) {
+        struct grpo_loss_stats st = {0};
+        model_zero_grad(r->model);
+        for (int first = 0; first < n_seqs; first += per) {
+            int n = n_seqs - first < per ? n_seqs - first : per;
+            const struct seq *s = seqs + first;
+            if (forward_logps(logp, r->model, b, s, n, err)) {
+                free(dl);
+                return -1;
+            }
+            memset(b->weights, 0, sizeof(float) * (size_t)b->B * b->T);
+            for (int i = 0; i < n; i++) {
+                size_t o = s[i].offset;
+                if (e == 0) memcpy(old_logp + o, logp + o, sizeof(float) * (size_t)s[i].response_len);
+                if ((size_t)s[i].response_len > dl_cap) {
+                    dl_cap = (size_t)s[i].response_len;
+                    dl = xrealloc(dl, sizeof(double) * dl_cap);
+                }
+                grpo_response_loss(dl, &st, logp + o, old_logp + o, ref_logp + o, s[i].response_len, s[i].advantage,
+                                   s[i].coef, &lo);
+                /* The engine's backward is that of Σ w·nll, and nll = −logp: w = −d loss / d logp. */
+                for (int k = 0; k < s[i].response_len; k++)
+                    b->weights[(size_t)i * b->T + s[i].prompt_len - 1 + k] = (float)-dl[k];
+            }
+            if (model_set_loss_weights(r->model, b->weights, err) || model_backward(r->model, 1.0f, err)) {
+                free(dl);
+                return -1;
+            }
+        }
+        float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
+        model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
+                         (float)hp->weight_decay);
+        f->loss += st.loss / hp->ppo_epochs;
+        f->kl += st.kl / hp->ppo_epochs;
+        f->clip_frac += (double)st.n_clipped / (double)(st.n_tokens ? st.n_tokens : 1) / hp->ppo_epochs;
+        f->ppo_kl += st.ppo_kl / (double)(st.n_tokens ? st.n_tokens : 1) / hp->ppo_epochs;
+        f->grad_norm += (double)norm / hp->ppo_epochs;
+    }
+    free(dl);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- validation */
+
+/* The first eval_samples validation prompts, one greedy response each, graded. */
+static int validation_rewards(struct run *r, double *reward_mean, double *pass_rate, struct whet_err *err) {
+    struct grpo_run *g = r->grpo;
+    int M = g->valid.n_prompts;
+    if (r->cfg->eval_samples && r->cfg->eval_samples < M) M = r->cfg->eval_samples;
+    struct rollout_opts opts = rollout_opts_of(r->cfg);
+    opts.n = 1;
+    opts.temperature = 0;
+    struct rng rng;
+    rng_seed(&rng, r->cfg->seed); /* greedy draws nothing; the rollout wants one all the same */
+    const int chunk = 64;         /* prompts decoded together: bounds the KV cache */
+    double reward_sum = 0, passed_sum = 0;
+    int rc = 0;
+    for (int first = 0; first < M && !rc; first += chunk) {
+        int n = M - first < chunk ? M - first : chunk, errors = 0, *passed = xmalloc(sizeof(int) * (size_t)n);
+        const struct rft_prompt **prompts = xmalloc(sizeof(*prompts) * (size_t)n);
+        double *rewards = xmalloc(sizeof(double) * (size_t)n), seconds;
+        for (int i = 0; i < n; i++) prompts[i] = &g->valid.prompts[first + i];
+        struct rollout_batch rb;
+        rc = rollout_and_grade(r, &rb, prompts, n, &opts, &rng, rewards, passed, &errors, &seconds, err);
+        for (int i = 0; i < n && !rc; i++) {
+            reward_sum += rewards[i];
+            passed_sum += passed[i];
+        }
+        rollout_batch_free(&rb);
+        free(rewards);
+        free(prompts);
+        free(passed);
+    }
+    *reward_mean = M ? reward_sum / M : 0;
+    *pass_rate = M ? passed_sum / M : 0;
+    return rc ? whet_err_prefix(err, "validation") : 0;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+/* Everything a step measured, for the metrics line. */
+struct step_record {
+    double reward_mean, reward_std, pass_rate, entropy, response_length_mean;
+    long long rollout_tokens, tokens;
+    double rollout_s, grading_s, reference_s, update_s, seconds;
+    int groups_kept, grader_errors;
+    struct update_figures u;
+};
+
+static void write_metrics(struct run *r, const struct step_record *s, double lr, int eval_now, double valid_reward,
+                          double valid_pass) {
+    char line[2048];
+    int n = snprintf(line, sizeof line,
+                     "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+                     "\"tokens_per_s\":%.1f,\"reward_mean\":%.9g,\"reward_std\":%.9g,\"pass_rate\":%.6f,\"kl\":%.9g,"
+                     "\"entropy\":%.9g,\"clip_frac\":%.6f,\"ppo_kl\":%.9g,\"response_length_mean\":%.4f,"
+                     "\"rollout_tokens\":%lld,\"rollout_tokens_per_s\":%.1f,\"groups_kept\":%d,\"grader_errors\":%d,"
+                     "\"time_rollout_s\":%.4f,\"time_grading_s\":%.4f,\"time_reference_s\":%.4f,\"time_update_s\":%.4f",
+                     r->step, r->cursor.epoch, s->u.loss, lr, s->u.grad_norm, s->tokens,
+                     s->seconds > 0 ? (double)s->tokens / s->seconds : 0, s->reward_mean, s->reward_std, s->pass_rate,
+                     s->u.kl, s->entropy, s->u.clip_frac, s->u.ppo_kl, s->response_length_mean, s->rollout_tokens,
+                     s->rollout_s > 0 ? (double)s->rollout_tokens / s->rollout_s : 0, s->groups_kept,
+                     s->grader_errors, s->rollout_s, s->grading_s, s->reference_s, s->update_s);
+    if (eval_now)
+        n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_reward_mean\":%.9g,\"valid_pass_rate\":%.6f",
+                      valid_reward, valid_pass);
+    snprintf(line + n, sizeof line - (size_t)n, "}");
+    fprintf(r->metrics, "%s\n", line);
+    fflush(r->metrics);
+    if (r->io->events) {
+        fprintf(r->io->events, "{\"type\":\"metrics\",%s\n", line + 1);
+        fflush(r->io->events);
+    }
+    char valid_text[64] = "";
+    if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_reward %.3f", valid_reward);
+    double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
+    trainer_progress(r, "step %d/%d epoch %d reward %.3f pass %.3f%s loss %.4f kl %.4g clip %.3f len %.1f | rollout "
+                        "%.2fs grade %.2fs ref %.2fs update %.2fs | eta %.0fs",
+                     r->step, r->total_steps, r->cursor.epoch, s->reward_mean, s->pass_rate, valid_text, s->u.loss,
+                     s->u.kl, s->u.clip_frac, s->response_length_mean, s->rollout_s, s->grading_s, s->reference_s,
+                     s->update_s, eta);
+}
+
+/* The step's trained responses (all, or those of the groups kept), with advantages and coefficients. */
+static int select_sequences(struct seq *seqs, const struct run *r, const struct rollout_batch *rb,
+                            const struct rft_prompt *const *prompts, const double *adv, const int *keep,
+                            size_t *n_tokens) {
+    int n = 0;
+    size_t tokens = 0;
+    for (int i = 0; i < rb->n_prompts * rb->n; i++) {
+        const struct rollout_response *resp = &rb->responses[i];
+        if (!keep[resp->prompt] || resp->n_tokens < 1) continue;
+        seqs[n++] = (struct seq){prompts[resp->prompt]->ids, resp->tokens, prompts[resp->prompt]->n, resp->n_tokens,
+                                 adv[i], 0, tokens};
+        tokens += (size_t)resp->n_tokens;
+    }
+    for (int i = 0; i < n; i++)
+        seqs[i].coef = grpo_token_coef(r->cfg->hp.loss_agg, seqs[i].response_len, (long long)tokens, n);
+    *n_tokens = tokens;
+    return n;
+}
+
+int trainer_grpo_step(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    struct grpo_run *g = r->grpo;
+    double t0 = whet_now_mono();
+    ensure_order(r);
+    int first = r->cursor.row, P = cfg->hp.batch_size, G = cfg->rollout.n;
+    if (first + P > g->train.n_prompts) P = g->train.n_prompts - first;
+    const struct rft_prompt **prompts = xmalloc(sizeof(*prompts) * (size_t)P);
+    for (int i = 0; i < P; i++) prompts[i] = &g->train.prompts[g->order[first + i]];
+    size_t N = (size_t)P * (size_t)G;
+    double *rewards = xmalloc(sizeof(double) * N), *adv = xmalloc(sizeof(double) * N);
+    int *passed = xmalloc(sizeof(int) * N), *keep = xmalloc(sizeof(int) * (size_t)P);
+    struct seq *seqs = xmalloc(sizeof(struct seq) * N);
+    float *logp = NULL, *old_logp = NULL, *ref_logp = NULL;
+    struct mbatch b = {0};
+    struct step_record s = {0};
+    struct rollout_batch rb = {0};
+
+    /* 1, 2: rollouts and grading */
+    struct rollout_opts opts = rollout_opts_of(cfg);
+    struct rng rng;
+    rng_seed(&rng, mix(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
+    int rc = rollout_and_grade(r, &rb, prompts, P, &opts, &rng, rewards, passed, &s.grader_errors, &s.grading_s, err);
+    if (rc) goto out;
+    s.rollout_s = rb.seconds;
+    s.rollout_tokens = rb.tokens;
+    s.entropy = rb.tokens ? rb.entropy_sum / (double)rb.tokens : 0;
+    double sum = 0, sq = 0, pass = 0, len = 0;
+    for (size_t i = 0; i < N; i++) {
+        sum += rewards[i];
+        pass += passed[i];
+        len += rb.responses[i].n_tokens;
+    }
+    s.reward_mean = sum / (double)N;
+    for (size_t i = 0; i < N; i++) sq += (rewards[i] - s.reward_mean) * (rewards[i] - s.reward_mean);
+    s.reward_std = sqrt(sq / (double)N);
+    s.pass_rate = pass / (double)N;
+    s.response_length_mean = len / (double)N;
+
+    /* 3: advantages, and the groups trained */
+    grpo_advantages(adv, rewards, P, G, cfg->hp.norm_adv_by_std);
+    if (cfg->hp.dynamic_sampling) {
+        s.groups_kept = grpo_filter_groups(keep, rewards, P, G);
+    } else {
+        for (int i = 0; i < P; i++) keep[i] = 1;
+        s.groups_kept = P;
+    }
+    size_t n_tokens;
+    int n_seqs = select_sequences(seqs, r, &rb, prompts, adv, keep, &n_tokens);
+    double lr = trainer_lr_at(&cfg->hp, r->step, r->total_steps);
+
+    if (n_seqs > 0) {
+        logp = xmalloc(sizeof(float) * n_tokens);
+        old_logp = xmalloc(sizeof(float) * n_tokens);
+        ref_logp = xmalloc(sizeof(float) * n_tokens);
+        /* 4: reference */
+        double t_ref = whet_now_mono();
+        if ((rc = reference_pass(r, ref_logp, &b, seqs, n_seqs, err))) goto out;
+        s.reference_s = whet_now_mono() - t_ref;
+        /* 5: updates */
+        double t_upd = whet_now_mono();
+        if ((rc = update_passes(r, logp, old_logp, ref_logp, &b, seqs, n_seqs, lr, &s.u, err))) goto out;
+        s.update_s = whet_now_mono() - t_upd;
+        for (int i = 0; i < n_seqs; i++)
+            s.tokens += (long long)(seqs[i].prompt_len + seqs[i].response_len) * cfg->hp.ppo_epochs;
+    }
+    if (!isfinite(s.u.loss) || !isfinite(s.u.grad_norm)) {
+        rc = whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
+                            "learning_rate or set max_grad_norm", r->step + 1, s.u.loss, s.u.grad_norm);
+        goto out;
+    }
+    r->step++;
+    r->cursor.row = first + P;
+    r->tokens_seen += s.tokens;
+    s.seconds = whet_now_mono() - t0;
+    r->train_seconds += s.seconds;
+    r->steps_timed++;
+
+    double valid_reward = 0, valid_pass = 0;
+    int eval_now = g->has_valid && ((cfg->eval_every_steps && r->step % cfg->eval_every_steps == 0) ||
+                                    r->step == r->total_steps);
+    if (eval_now && (rc = validation_rewards(r, &valid_reward, &valid_pass, err))) goto out;
+    write_metrics(r, &s, lr, eval_now, valid_reward, valid_pass);
+out:
+    rollout_batch_free(&rb);
+    mbatch_free(&b);
+    free(logp);
+    free(old_logp);
+    free(ref_logp);
+    free(seqs);
+    free(keep);
+    free(passed);
+    free(adv);
+    free(rewards);
+    free(prompts);
+    return rc;
+}
