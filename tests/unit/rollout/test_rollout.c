@@ -1,7 +1,7 @@
 /* The GRPO rollout engine on the tiny model (random weights from `whet model init --preset tiny`):
  * seeding, greedy decoding agreeing across the n slots of a group, with the no-KV-cache path and with
  * `whet sample`'s sample_run, top-k, stop strings and stop ids, max_tokens, the entropy sum, the KV
- * slot copy against a separate prefill, and option errors. Also sample_pick_k's top-k and top-p
+ * slot copy against a separate prefill, a training (LoRA) model between steps, and option errors. Also sample_pick_k's top-k and top-p
  * against a brute-force reference. */
 #include <math.h>
 #include <stdlib.h>
@@ -310,6 +310,49 @@ TEST(kv_copy_equals_separate_prefill) {
     free(step);
 }
 
+/* The trainer's model (training mode, LoRA) generates between steps: the same greedy replies as the
+ * inference model (LoRA B starts at zero), and a training step after a rollout gives the gradient a
+ * fresh model gives (generation left nothing behind in the buffers the backward pass reads). */
+TEST(training_model_between_steps) {
+    struct model_opts mo = model_opts_default();
+    mo.train = 1;
+    mo.lora_r = 4;
+    mo.seed = 3;
+    struct model *train_m = NULL, *fresh = NULL;
+    struct whet_err err;
+    CHECK_MSG(model_load(&train_m, model_dir, &mo, &err) == 0, "%s", err.msg);
+    CHECK_MSG(model_load(&fresh, model_dir, &mo, &err) == 0, "%s", err.msg);
+    if (!train_m || !fresh) return;
+    struct rollout_opts o = opts_default();
+    o.temperature = 0;
+    o.n = 2;
+    o.max_tokens = 6;
+    struct rollout_batch a, b;
+    generate(&a, &o, 2, 1);
+    struct rng rng;
+    rng_seed(&rng, 1);
+    CHECK(rollout_generate(&b, train_m, tok, (const int *const *)prompt_ids, prompt_lens, 2, &o, &rng, &err) == 0);
+    CHECK(same_batch(&a, &b));
+    o.use_kv_cache = 0;
+    rollout_batch_free(&b);
+    CHECK(rollout_generate(&b, train_m, tok, (const int *const *)prompt_ids, prompt_lens, 2, &o, &rng, &err) == 0);
+    CHECK(same_batch(&a, &b));
+    int T = prompt_lens[1], *targets = malloc(sizeof(int) * (size_t)T);
+    for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? prompt_ids[1][t + 1] : -1;
+    struct model_batch mb = {1, T, prompt_ids[1], NULL, NULL, targets, NULL};
+    float loss_a, loss_b;
+    CHECK(model_forward(train_m, &mb, &loss_a, &err) == 0 && model_backward(train_m, 1.0f / (T - 1), &err) == 0);
+    CHECK(model_forward(fresh, &mb, &loss_b, &err) == 0 && model_backward(fresh, 1.0f / (T - 1), &err) == 0);
+    CHECK(loss_a == loss_b);
+    CHECK(model_grad_norm(train_m) > 0);
+    CHECK(model_grad_norm(train_m) == model_grad_norm(fresh));
+    free(targets);
+    rollout_batch_free(&a);
+    rollout_batch_free(&b);
+    model_free(train_m);
+    model_free(fresh);
+}
+
 TEST(option_errors) {
     struct rollout_opts o = opts_default();
     struct rollout_batch b;
@@ -436,6 +479,7 @@ int main(void) {
     RUN(stop_ids_and_max_tokens);
     RUN(entropy_of_the_first_token);
     RUN(kv_copy_equals_separate_prefill);
+    RUN(training_model_between_steps);
     RUN(option_errors);
     RUN(pick_k_matches_a_brute_force_reference);
     RUN(pick_k_keeps_only_k_tokens);
