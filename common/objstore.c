@@ -311,6 +311,100 @@ int objstore_get(struct objstore *store, const char *key, char **data, size_t *l
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* Sequential verified reader                                                                     */
+/* ---------------------------------------------------------------------------------------------- */
+
+struct objstore_reader {
+    struct objstore *store;
+    char *key;
+    uint64_t size, offset;
+    char sha256[65]; /* the checksum the bytes must have, "" when there is none to check */
+    EVP_MD_CTX *sha; /* NULL once the last bytes were checked */
+    int failed;      /* a checksum mismatch: no more bytes come out */
+};
+
+int objstore_reader_open(struct objstore *store, const char *key, const char *expect_sha256,
+                         struct objstore_reader **out, struct objstore_info *info, struct whet_err *err) {
+    CHECK_KEY(key);
+    struct objstore_info st;
+    memset(&st, 0, sizeof st);
+    int rc = store->ops->stat(store, key, &st, err);
+    if (rc != 0) return rc;
+    const char *want = st.sha256;
+    if (expect_sha256 && *expect_sha256) {
+        if (st.sha256[0] && strcmp(st.sha256, expect_sha256) != 0)
+            return whet_errf(err, "object \"%s\": stored sha256 %s, expected %s", key, st.sha256, expect_sha256);
+        want = expect_sha256;
+    }
+    struct objstore_reader *rd = xcalloc(1, sizeof *rd);
+    rd->store = store;
+    rd->key = xstrdup(key);
+    rd->size = st.size;
+    snprintf(rd->sha256, sizeof rd->sha256, "%s", want);
+    rd->sha = objstore_sha_begin();
+    if (info) *info = st;
+    *out = rd;
+    return 0;
+}
+
+struct buffer_sink {
+    char *buf;
+    size_t len, cap;
+};
+
+static int buffer_sink_write(void *ctx, const void *chunk, size_t len) {
+    struct buffer_sink *b = ctx;
+    if (len > b->cap - b->len) return 1; /* more than was asked for */
+    memcpy(b->buf + b->len, chunk, len);
+    b->len += len;
+    return 0;
+}
+
+/* Called once every byte went through the digest: the last chance to refuse them. */
+static int reader_verify(struct objstore_reader *rd, struct whet_err *err) {
+    char got[65];
+    objstore_sha_end(rd->sha, got);
+    rd->sha = NULL;
+    if (rd->sha256[0] && strcmp(rd->sha256, got) != 0) {
+        rd->failed = 1;
+        return whet_errf(err, "object \"%s\": checksum mismatch: stored sha256 %s, read %s", rd->key, rd->sha256, got);
+    }
+    return 0;
+}
+
+int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size_t *len, struct whet_err *err) {
+    *len = 0;
+    if (rd->failed) return whet_errf(err, "object \"%s\": checksum mismatch", rd->key);
+    uint64_t left = rd->size - rd->offset;
+    if (left == 0) return rd->sha ? reader_verify(rd, err) : 0; /* an empty object is checked too */
+    if (cap == 0) return whet_errf(err, "object \"%s\": read into an empty buffer", rd->key);
+    size_t want = left < cap ? (size_t)left : cap;
+    struct buffer_sink b = {buf, 0, want};
+    struct objstore_info info;
+    int rc = rd->store->ops->read(rd->store, rd->key, rd->offset, want, buffer_sink_write, &b, &info, err);
+    if (rc == OBJSTORE_NOT_FOUND) return whet_errf(err, "object \"%s\" was deleted while being read", rd->key);
+    if (rc != 0) return -1;
+    if (b.len != want)
+        return whet_errf(err, "object \"%s\": read %zu bytes at offset %llu instead of %zu (changed while being read?)",
+                         rd->key, b.len, (unsigned long long)rd->offset, want);
+    objstore_sha_update(rd->sha, buf, want);
+    if (rd->offset + want == rd->size && reader_verify(rd, err) != 0) return -1;
+    rd->offset += want;
+    *len = want;
+    return 0;
+}
+
+uint64_t objstore_reader_offset(const struct objstore_reader *rd) { return rd->offset; }
+uint64_t objstore_reader_size(const struct objstore_reader *rd) { return rd->size; }
+
+void objstore_reader_close(struct objstore_reader *rd) {
+    if (!rd) return;
+    if (rd->sha) EVP_MD_CTX_free(rd->sha);
+    free(rd->key);
+    free(rd);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Local files written through a temp file                                                        */
 /* ---------------------------------------------------------------------------------------------- */
 

@@ -111,6 +111,33 @@ typedef int (*objstore_sink_fn)(void *ctx, const void *chunk, size_t len);
 int objstore_read(struct objstore *store, const char *key, uint64_t offset, uint64_t length,
                   objstore_sink_fn sink, void *ctx, struct whet_err *err);
 
+/* A sequential, checksum-verified reader of a whole object, one bounded chunk per call, for serving a
+ * download a piece at a time (the gateway reads each chunk on a worker thread and sends it from its
+ * event loop, so no request holds more than a chunk or two). Each chunk is one ranged read (S3: a
+ * GET with a Range header), so nothing stays open between calls and the calls may come from
+ * different threads, one at a time.
+ *
+ * The bytes pass through a SHA-256; the call that would return the object's last bytes first compares
+ * the digest with the stored checksum (and with `expect_sha256` when given) and fails instead of
+ * returning them on a mismatch, so a reader that forwards chunks as they come never completes a
+ * corrupted or replaced object. */
+struct objstore_reader;
+
+/* Looks the object up (its size and checksum in `info`, may be NULL) and prepares to read it from the
+ * start. `expect_sha256` (NULL or "" for none) is a checksum the caller holds from elsewhere (a
+ * checkpoint's manifest); a stored checksum that differs from it fails here. OBJSTORE_NOT_FOUND when
+ * there is no such key. */
+int objstore_reader_open(struct objstore *store, const char *key, const char *expect_sha256,
+                         struct objstore_reader **out, struct objstore_info *info, struct whet_err *err);
+/* Reads the next min(cap, bytes left) bytes into `buf`; `*len` 0 once the whole object was read. A
+ * read that comes up short (the object shrank or grew) or a checksum mismatch is an error. */
+int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size_t *len, struct whet_err *err);
+/* Bytes read so far and the object's size. */
+uint64_t objstore_reader_offset(const struct objstore_reader *rd);
+uint64_t objstore_reader_size(const struct objstore_reader *rd);
+/* Frees the reader (NULL allowed); closing one before the end is how a read is abandoned. */
+void objstore_reader_close(struct objstore_reader *rd);
+
 /* Size and stored checksum of an object; OBJSTORE_NOT_FOUND when there is no such key. */
 int objstore_stat(struct objstore *store, const char *key, struct objstore_info *info, struct whet_err *err);
 
