@@ -336,7 +336,9 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         if (stop == JOB_STOP && !signalled) {
             sandbox_signal(&child, SIGTERM); /* the trainer checkpoints and exits 0 */
             signalled = 1;
-        } else if ((stop == JOB_CANCEL || stop == JOB_ABANDON) && signalled < 2) {
+        } else if ((stop == JOB_CANCEL || (stop == JOB_ABANDON && !r->final_path)) && signalled < 2) {
+            /* An abandoned trainer that has written its final model is let finish: the model may still
+             * count (the scheduler takes a late success when nothing else has finished the job). */
             sandbox_kill(&child);
             signalled = 2;
         }
@@ -439,7 +441,9 @@ static void *job_main(void *arg) {
     usage.rollout_tokens = (uint64_t)r.rollout_tokens;
     fin.usage = &usage;
     fin.trained_tokens = usage.trained_tokens;
-    if (atomic_load(&job->stop) != JOB_ABANDON) {
+    /* An abandoned attempt's job was requeued elsewhere: it reports nothing, except a success, whose
+     * model is uploaded and which the scheduler may still take. */
+    if (atomic_load(&job->stop) != JOB_ABANDON || fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
         if (agent_call(a, "/whet.v1.Scheduler/FinishJob", &fin.base, &whet__v1__finish_job_response__descriptor,
                        10 * 60 * 1000, &err) != 0)
             log_error("msg=\"could not report the end of a job\" job=%s error=\"%s\"", job->id, err.msg);

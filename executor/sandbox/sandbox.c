@@ -580,7 +580,8 @@ fail:
 }
 
 void sandbox_kill(struct sandbox_child *child) {
-    if (!child->state || child->state->ended) return;
+    /* A sandbox that has already ended keeps its own verdict. */
+    if (!child->state || sandbox_pump(child)) return;
     child->state->killed = 1;
     kill(child->pid, SIGKILL);
 }

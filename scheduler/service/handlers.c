@@ -170,7 +170,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
                          "   whet_now() + ((whet_now() - a.started_at) / greatest($3::int - a.resume_step, 1)"
                          "   * ($4::int - $3::int))::bigint END"
                          " FROM job_attempts a WHERE j.id = $1 AND a.job_id = j.id AND a.attempt = $2::int"
-                         " AND a.node_id = $6 AND a.ended_at IS NULL",
+                         " AND a.node_id = $6 AND a.ended_at IS NULL AND j.status <> 'succeeded'",
                          6, params, err) < 0) {
             free(resp);
             return db_unavailable(err);
@@ -282,6 +282,50 @@ static const char *outcome_name(Whet__V1__FinishJobRequest__Outcome o) {
     }
 }
 
+/* FinishJob(SUCCEEDED) from an attempt already declared lost: its node went silent past the lease,
+ * yet the attempt finished and uploaded the final model (the executor reports a success even after
+ * it learns it was declared lost). Retraining would only redo that work, so the success is taken while
+ * the job has not ended otherwise (queued again, running a newer attempt, or paused; not cancelled):
+ * newer attempts are cancelled, and the lost attempt's usage record, written when it was declared lost,
+ * keeps its `lost` flag and gains the seconds and tokens the executor measured. Called inside
+ * handle_finish's transaction; returns 1 when taken, 0 when not, -1 on a database error. */
+static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, const char *dev_s, const char *trained,
+                        const char *rollout, struct whet_err *err) {
+    char attempt[16], event_id[40];
+    snprintf(attempt, sizeof attempt, "%u", req->attempt);
+    whet_random_id("ftevent-", 24, event_id);
+    const char *params[] = {req->job_id, attempt, req->node_id};
+    /* The job's row lock orders this against the cycle and a concurrent FinishJob of the newer attempt. */
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT 1 FROM jobs j JOIN job_attempts a ON a.job_id = j.id"
+                                  " WHERE j.id = $1 AND a.attempt = $2::int AND a.node_id = $3 AND a.outcome = 'lost'"
+                                  " AND j.status IN ('queued', 'running', 'paused') FOR UPDATE OF j",
+                                  3, params, err);
+    if (!res) return -1;
+    int taken = PQntuples(res) == 1;
+    PQclear(res);
+    if (!taken) return 0;
+    const char *uparams[] = {req->job_id, attempt, dev_s, trained, rollout};
+    const char *cparams[] = {req->job_id, attempt, req->node_id, event_id};
+    if (whet_pg_exec(conn,
+                     "UPDATE usage_records SET device_seconds = greatest(device_seconds, $3::float8),"
+                     " trained_tokens = $4::bigint, rollout_tokens = $5::bigint"
+                     " WHERE job_id = $1 AND attempt = $2::int AND report_seq = 0 AND lost",
+                     5, uparams, err) < 0 ||
+        whet_pg_exec(conn,
+                     "WITH c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
+                     "   SELECT node_id, job_id, attempt, 'cancel', 0, 'the job succeeded on an earlier attempt'"
+                     "   FROM job_attempts WHERE job_id = $1 AND attempt > $2::int AND ended_at IS NULL)"
+                     " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
+                     " SELECT $4, tenant_id, id, 'info', 'Attempt ' || $2 || ' on node ' || $3 || ', declared lost,"
+                     " had finished training; its model is kept and the job does not train again',"
+                     " jsonb_build_object('attempt', $2::int, 'node', $3::text) FROM jobs WHERE id = $1",
+                     4, cparams, err) < 0)
+        return -1;
+    log_warn("msg=\"late success taken\" job=%s attempt=%u node=%s", req->job_id, req->attempt, req->node_id);
+    return 1;
+}
+
 static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
     struct scheduler *s = ctx;
     const Whet__V1__FinishJobRequest *req = (const Whet__V1__FinishJobRequest *)msg;
@@ -306,27 +350,37 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
                                   " RETURNING device_type, tenant_id",
                                   4, aparams, err);
     if (!res) goto db_fail;
+    int late = 0;
     if (PQntuples(res) == 0) {
         PQclear(res);
-        PQclear(PQexec(conn, "ROLLBACK"));
-        *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
-        return RPC_OK;
+        late = req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && *req->final_object_prefix
+                   ? late_success(conn, req, dev_s, trained, rollout, err)
+                   : 0;
+        if (late < 0) goto db_fail;
+        if (!late) {
+            PQclear(PQexec(conn, "ROLLBACK"));
+            *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
+            return RPC_OK;
+        }
+    } else {
+        char *device_type = xstrdup(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type, dev_s,
+                                 trained, rollout};
+        free(device_type);
+        if (whet_pg_exec(conn,
+                         "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
+                         " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
+                         " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
+                         6, uparams, err) < 0)
+            goto db_fail;
     }
-    char *device_type = xstrdup(PQgetvalue(res, 0, 0));
-    PQclear(res);
-    const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type, dev_s, trained, rollout};
-    free(device_type);
-    if (whet_pg_exec(conn,
-                     "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
-                     " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
-                     " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
-                     6, uparams, err) < 0)
-        goto db_fail;
 
     const char *jparams[] = {req->job_id, outcome, req->error_code, req->error_message, req->final_object_prefix,
                              tokens, event_id};
     /* succeeded: the model gets its name; stopped: paused if the tenant asked, else (preempted) back to
-     * the queue; failed/cancelled: final. */
+     * the queue; failed/cancelled: final. A job that has succeeded stays so: the attempt cancelled
+     * after a late success (above) ends without touching it. */
     if (whet_pg_exec(conn,
                      "WITH upd AS (UPDATE jobs j SET"
                      "  status = CASE $2::text WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed'"
@@ -341,7 +395,7 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
                      "    'param', NULL) END,"
                      "  trained_tokens = greatest(coalesce(j.trained_tokens, 0), $6::bigint),"
                      "  estimated_finish = NULL"
-                     " WHERE j.id = $1 RETURNING j.id, j.tenant_id, j.status)"
+                     " WHERE j.id = $1 AND j.status <> 'succeeded' RETURNING j.id, j.tenant_id, j.status)"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message)"
                      " SELECT $7::text, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
                      "  CASE status WHEN 'succeeded' THEN 'The job has successfully completed'"

@@ -6,11 +6,14 @@
 #   "write"   writes outside its job dir (the node's base-model cache, the executor's work dir, the
 #             trainer program itself): every write must fail, and it exits 1 saying so;
 #   "grpo"    behaves: metrics lines carrying rollout_tokens (as a GRPO trainer emits them), a final
-#             model, exit 0 — for metering.
+#             model, exit 0 — for metering;
+#   "late"    one metrics line (1000 rollout tokens), then waits for a file named "release" in its job
+#             dir before writing its final model: the test decides when an attempt finishes.
 import json
 import os
 import socket
 import sys
+import time
 
 # The rollout tokens of the "grpo" mode's steps; the test expects their sum in the usage records.
 ROLLOUT_TOKENS = [123, 456, 789]
@@ -67,6 +70,24 @@ def main():
         with open(os.path.join(final, "adapter_config.json"), "w") as f:
             json.dump({"fake": True}, f)
         event({"type": "final", "step": n, "path": final})
+        return 0
+
+    if mode == "late":
+        event({"type": "data", "total_steps": 1, "examples": 1})
+        event({"type": "metrics", "step": 1, "total_steps": 1, "epoch": 1, "loss": 0.5, "lr": 1e-5, "tokens": 5,
+               "rollout_tokens": 1000})
+        say("waiting for release")
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(job_dir, "release")):
+            if time.monotonic() > deadline:
+                return 4
+            time.sleep(0.1)
+        final = os.path.join(cfg["output_dir"], "final")
+        os.makedirs(final, exist_ok=True)
+        with open(os.path.join(final, "adapter_config.json"), "w") as f:
+            json.dump({"fake": True}, f)
+        event({"type": "final", "step": 1, "path": final})
+        say("final model written")
         return 0
 
     say(f"unknown mode {mode!r}")

@@ -2,7 +2,8 @@
 // fake_trainer.py (`whet executor --trainer`, as an operator deploys a custom trainer build). A
 // trainer that opens a network socket is killed by the sandbox, one that writes outside its job dir
 // is refused, and each job fails with an error that says so, with nothing written outside. A
-// well-behaved trainer's rollout tokens (GRPO's metrics lines) reach the tenant's usage.
+// well-behaved trainer's rollout tokens (GRPO's metrics lines) reach the tenant's usage. An attempt
+// declared lost that still finishes its model makes the job succeed, and the newer attempt is cancelled.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -12,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { until } from '../lib.mjs';
-import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
+import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
 const TRAINER = new URL('./fake_trainer.py', import.meta.url).pathname;
@@ -69,15 +70,23 @@ async function upload(mode) {
   return client.files.create({ file: fs.createReadStream(file), purpose: 'fine-tune' });
 }
 
-async function runJob(mode) {
+async function createJob(mode) {
   const training = await upload(mode);
-  const created = await client.fineTuning.jobs.create({
+  return client.fineTuning.jobs.create({
     model: 'whet-tiny', training_file: training.id, suffix: mode,
     method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 1 } } },
   });
-  return until(`job ${created.id} (${mode}) to finish`, async () => {
+}
+
+async function runJob(mode) {
+  const created = await createJob(mode);
+  return finished(created.id, mode);
+}
+
+function finished(id, mode) {
+  return until(`job ${id} (${mode}) to finish`, async () => {
     if (executor.exitCode !== null) throw new Error(`the executor exited with status ${executor.exitCode}`);
-    const job = await client.fineTuning.jobs.retrieve(created.id);
+    const job = await client.fineTuning.jobs.retrieve(id);
     return ['succeeded', 'failed', 'cancelled'].includes(job.status) ? job : null;
   }, 120000, 300);
 }
@@ -152,4 +161,51 @@ test('rollout tokens from the trainer\'s metrics lines are summed per attempt in
   const others = usage.data.filter((r) => r.job_id !== job.id);
   assert.equal(others.length, 2, JSON.stringify(usage));
   assert.ok(others.every((r) => r.rollout_tokens === 0));
+});
+
+test('an attempt declared lost that finishes its model makes the job succeed; the newer attempt is cancelled', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const created = await createJob('late');
+  const log = (dir, attempt) => path.join(dir, 'jobs', `${created.id}-${attempt}`, 'trainer.log');
+  const says = (file, text) => fs.existsSync(file) && fs.readFileSync(file, 'utf8').includes(text);
+  // Attempt 1 runs on the first executor and waits; a second executor joins; the first one freezes
+  // (SIGSTOP: no heartbeats) until its lease expires and the job moves to the second.
+  await until('attempt 1 to wait', () => says(log(exDir, 1), 'waiting for release'), 60000);
+  const exB = path.join(work, 'ex-b');
+  const second = start('executor-b', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices',
+                                      'sim:H100:2:80', '--work-dir', exB, '--trainer', TRAINER]);
+  await until('the second executor to register', () => logs['executor-b'].includes('registered'), 30000);
+  executor.kill('SIGSTOP');
+  try {
+    await until('attempt 2 to wait on the second executor', () => says(log(exB, 2), 'waiting for release'), 60000);
+    // Attempt 1 finishes while its executor is frozen; the executor reports it when it wakes up.
+    fs.writeFileSync(path.join(exDir, 'jobs', `${created.id}-1`, 'release'), '');
+    await until('attempt 1 to write its final model', () => says(log(exDir, 1), 'final model written'), 30000);
+  } finally {
+    executor.kill('SIGCONT');
+  }
+  const job = await finished(created.id, 'late');
+  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+  assert.equal(job.fine_tuned_model, `ft:whet-tiny:sbx:late:${job.id}`);
+  // The newer attempt is cancelled and ends as such; the lost one stays lost.
+  const outcomes = () => psql(db.url, `SELECT string_agg(attempt || ':' || coalesce(outcome, 'running'), ',' ORDER BY attempt)
+                                       FROM job_attempts WHERE job_id = '${job.id}'`);
+  await until('attempt 2 to end', () => outcomes() === '1:lost,2:cancelled', 30000)
+    .catch((e) => { throw new Error(`${e.message}: ${outcomes()}`); });
+  assert.ok(!fs.existsSync(log(exB, 2)) || !says(log(exB, 2), 'final model written'));
+  const after = await client.fineTuning.jobs.retrieve(job.id);
+  assert.equal(after.status, 'succeeded');
+  const messages = (await events(job.id)).map((e) => e.message);
+  assert.equal(messages.filter((m) => m === 'The job has successfully completed').length, 1, messages.join('\n'));
+  assert.ok(messages.some((m) => /^Attempt 1 on node \S+, declared lost, had finished training/.test(m)), messages.join('\n'));
+  assert.ok(!messages.some((m) => /cancelled|failed/.test(m)), messages.join('\n'));
+  // Both attempts are metered; the lost one flagged, with the tokens its executor reported.
+  const usage = await (await fetch(`${base}/v1/usage`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const row = usage.data.find((r) => r.job_id === job.id);
+  assert.equal(row.attempts, 2, JSON.stringify(row));
+  assert.equal(row.rollout_tokens, 2000, JSON.stringify(row));
+  assert.ok(row.lost_device_seconds > 0 && row.lost_device_seconds < row.device_seconds, JSON.stringify(row));
+  const lost = psql(db.url, `SELECT rollout_tokens || ',' || lost FROM usage_records WHERE job_id = '${job.id}' AND attempt = 1`);
+  assert.equal(lost, '1000,true');
+  second.kill('SIGKILL');
 });
