@@ -5,8 +5,11 @@
  *
  * {checkpoint} is a checkpoint id (ftckpt-…) or `final`, the finished model of a succeeded job. Only
  * complete checkpoints exist for the API: the object store's MANIFEST.json (written last) lists the
- * files, and only names it lists are served, each checked against its SHA-256 by the store. */
+ * files, and only names it lists are served. A file (a full model's weights can be gigabytes) is
+ * streamed a chunk at a time (object_stream.h) and checked against the manifest's size and SHA-256 on
+ * the way: a mismatch closes the connection before the last byte. */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +17,10 @@
 #include "db.h"
 #include "files_common.h"
 #include "log.h"
+#include "object_stream.h"
 #include "server.h"
 
 #define MANIFEST_MAX (4 << 20)
-#define DOWNLOAD_MAX ((size_t)4 << 30)
 
 struct download {
     char *prefix;
@@ -25,8 +28,8 @@ struct download {
     int rc;         /* 0, OBJSTORE_NOT_FOUND (no such file or no manifest) or -1 */
     struct whet_err err;
     json_t *files;  /* the manifest's entries */
-    char *data;
-    size_t len;
+    uint64_t size;  /* the named file's, from the manifest */
+    char sha256[65];
 };
 
 /* The manifest's file entries; a missing manifest is an incomplete checkpoint. */
@@ -61,9 +64,14 @@ static void download_work(void *arg) {
     json_array_foreach(d->files, i, f) {
         const char *fname = json_string_value(json_object_get(f, "name"));
         if (!fname || strcmp(fname, d->name)) continue;
-        char *key = xasprintf("%s/%s", d->prefix, d->name);
-        d->rc = objstore_get(store, key, &d->data, &d->len, DOWNLOAD_MAX, &d->err);
-        free(key);
+        json_t *size = json_object_get(f, "size");
+        const char *sha = json_string_value(json_object_get(f, "sha256"));
+        if (!json_is_integer(size) || json_integer_value(size) < 0) {
+            d->rc = whet_errf(&d->err, "%s: manifest entry \"%s\" without a size", d->prefix, d->name);
+            return;
+        }
+        d->size = (uint64_t)json_integer_value(size);
+        snprintf(d->sha256, sizeof d->sha256, "%s", sha ? sha : "");
         return;
     }
     d->rc = OBJSTORE_NOT_FOUND;
@@ -72,18 +80,18 @@ static void download_work(void *arg) {
 static void download_done(struct gw_req *r, void *arg) {
     struct download *d = arg;
     if (http_gone(r)) {
-        free(d->data);
+        /* nothing to answer */
     } else if (d->rc == OBJSTORE_NOT_FOUND) {
-        free(d->data);
         if (d->name) http_reply_error(r, 404, "name", "not_found", "no file named \"%s\" in this checkpoint", d->name);
         else http_reply_error(r, 404, "checkpoint", "not_found", "this checkpoint has not finished uploading");
     } else if (d->rc != 0) {
-        free(d->data);
         log_error("msg=\"checkpoint unreadable\" prefix=%s err=\"%s\"", d->prefix, d->err.msg);
         http_reply_error(r, 500, NULL, "storage_error", "could not read the checkpoint; try again");
     } else if (d->name) {
         http_add_header(r, "content-disposition", http_printf(r, "attachment; filename=\"%s\"", d->name));
-        http_reply_bytes(r, 200, "application/octet-stream", d->data, d->len); /* takes d->data */
+        object_stream_reply(r, http_printf(r, "%s/%s", d->prefix, d->name), d->size, d->sha256,
+                            "application/octet-stream",
+                            http_printf(r, "checkpoint file %s/%s", d->prefix, d->name));
     } else {
         json_t *data = json_array();
         size_t i;

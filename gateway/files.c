@@ -10,6 +10,7 @@
 #include "files_common.h"
 #include "log.h"
 #include "multipart.h"
+#include "object_stream.h"
 #include "validate.h"
 
 const char *const files_purposes[] = {"fine-tune", "user_data", "evals", "batch", "vision", "assistants", NULL};
@@ -275,37 +276,7 @@ static void files_delete(struct gw_req *r) {
 
 /* ---------------------------------------------------------------- content */
 
-struct content_job {
-    char *key;
-    uint64_t bytes;
-    int rc; /* objstore_get's answer */
-    struct whet_err err;
-    char *data;
-    size_t len;
-};
-
-static void content_work(void *arg) {
-    struct content_job *c = arg;
-    struct objstore *store = files_store(&c->err);
-    c->rc = store ? objstore_get(store, c->key, &c->data, &c->len, (size_t)c->bytes, &c->err) : -1;
-}
-
-static void content_read(struct gw_req *r, void *arg) {
-    struct content_job *c = arg;
-    if (http_gone(r)) {
-        free(c->data);
-    } else if (c->rc == 0) {
-        http_reply_bytes(r, 200, "application/octet-stream", c->data, c->len); /* takes c->data */
-    } else {
-        free(c->data);
-        log_error("msg=\"file content unreadable\" key=%s err=\"%s\"", c->key,
-                  c->rc == OBJSTORE_NOT_FOUND ? "no such object" : c->err.msg);
-        http_reply_error(r, 500, NULL, "storage_error", "could not read the file's content; try again");
-    }
-    free(c->key);
-    free(c);
-}
-
+/* Streamed from the store a chunk at a time (object_stream.h): a file may be hundreds of MiB. */
 static void files_content_done(struct gw_req *r, const struct db_result *res, void *arg) {
     if (!res->ok) {
         http_reply_db_error(r, res);
@@ -315,14 +286,10 @@ static void files_content_done(struct gw_req *r, const struct db_result *res, vo
         http_reply_not_found(r, "file", http_path_param(r, "id"));
         return;
     }
-    struct content_job *c = xcalloc(1, sizeof *c);
-    c->key = xstrdup(PQgetvalue(res->res[0], 0, FILES_NCOLUMNS));
-    c->bytes = strtoull(PQgetvalue(res->res[0], 0, 3), NULL, 10);
-    if (http_run_blocking(r, content_work, content_read, c)) {
-        free(c->key);
-        free(c);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    const char *key = PQgetvalue(res->res[0], 0, FILES_NCOLUMNS);
+    uint64_t bytes = strtoull(PQgetvalue(res->res[0], 0, 3), NULL, 10);
+    object_stream_reply(r, key, bytes, NULL, "application/octet-stream",
+                        http_printf(r, "the content of file %s", PQgetvalue(res->res[0], 0, 0)));
 }
 
 static void files_content(struct gw_req *r) {

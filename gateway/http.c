@@ -184,12 +184,14 @@ static const char *reason_of(int status) {
     }
 }
 
-void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len) {
-    if (http_gone(r)) return;
+/* The part of every answer before its body: refuses a second answer, counts the request for /metrics,
+ * writes its log line and sets the status and headers. Returns 0 when the body may follow. */
+static int reply_begin(struct gw_req *r, int status, const char *content_type, uint64_t len) {
+    if (http_gone(r)) return -1;
     if (r->status) {
         log_error("msg=\"second reply ignored (handler bug)\" request_id=%s route=\"%s\" first=%d second=%d", r->request_id,
                   r->route ? r->route->name : "-", r->status, status);
-        return;
+        return -1;
     }
     h2o_req_t *req = r->req;
     r->status = status;
@@ -216,7 +218,11 @@ void http_reply_raw(struct gw_req *r, int status, const char *content_type, cons
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type, strlen(content_type));
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL, r->request_id,
                           strlen(r->request_id));
-    h2o_send_inline(req, body, len);
+    return 0;
+}
+
+void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len) {
+    if (reply_begin(r, status, content_type, len) == 0) h2o_send_inline(r->req, body, len);
 }
 
 void http_reply_json(struct gw_req *r, int status, json_t *body) {
@@ -287,4 +293,179 @@ void http_reply_unavailable(struct gw_req *r, int retry_after_s, const char *wha
     snprintf(secs, sizeof(secs), "%d", retry_after_s < 1 ? 1 : retry_after_s);
     http_add_header(r, "retry-after", secs);
     http_reply_error(r, 503, NULL, "service_unavailable", "%s is unavailable; hint: retry in %s s", what, secs);
+}
+
+/* ---- Streaming replies ------------------------------------------------------------------------- */
+
+/* One streamed body. Two buffers take turns: while h2o sends one (from h2o_send until it calls
+ * proceed), a worker fills the other. The stream holds a reference on the request, so it can outlive
+ * the h2o request (a client that left while a chunk was being read); it is freed once h2o is done
+ * with the request (its pool is cleared), no read is in flight and none of its callbacks is running. */
+struct stream {
+    h2o_generator_t generator; /* handed to h2o; its callbacks find the stream through it */
+    struct gw_req *r;
+    struct http_stream src;
+    int status;
+    char *buf[2];
+    size_t cap;                /* bytes per buffer */
+    int reading, ready, sending; /* buffer index, -1 for none */
+    size_t ready_len;
+    uint64_t read_offset;      /* bytes read so far, the ready buffer included */
+    int started;               /* the headers went to h2o */
+    int finished;              /* the final (or error) send was made: h2o calls proceed no more */
+    int failed;                /* a read failed after the headers: close at the next chance */
+    int stopped;               /* h2o stopped the response (the client is gone) */
+    int h2o_done;              /* the request's pool was cleared */
+    int busy;                  /* callbacks of this stream on the stack */
+    /* The read in flight: written by the worker, read by the loop once the job is back. */
+    int job_rc;
+    size_t job_len;
+    struct whet_err job_err;
+};
+
+static void stream_maybe_free(struct stream *s) {
+    if (s->busy || !s->h2o_done || s->reading >= 0) return;
+    free(s->buf[0]);
+    free(s->buf[1]);
+    if (s->src.release) s->src.release(s->src.source);
+    free((char *)s->src.what);
+    gw_req_release(s->r);
+    free(s);
+}
+
+static void stream_pool_cleared(void *p) {
+    struct stream *s = *(struct stream **)p;
+    s->h2o_done = 1;
+    stream_maybe_free(s);
+}
+
+static void stream_work(void *arg) {
+    struct stream *s = arg;
+    uint64_t left = s->src.size - s->read_offset;
+    size_t want = left < s->cap ? (size_t)left : s->cap;
+    s->job_len = 0;
+    s->job_rc = s->src.read(s->src.source, s->buf[s->reading], want, &s->job_len, &s->job_err);
+    if (s->job_rc == 0 && (s->job_len == 0 || s->job_len > want))
+        s->job_rc = whet_errf(&s->job_err, "read %zu bytes at offset %llu where %zu were due", s->job_len,
+                              (unsigned long long)s->read_offset, want);
+}
+
+/* Ends a response whose headers are out: an error send closes the connection before the last byte. */
+static void stream_abort(struct stream *s) {
+    s->finished = 1;
+    h2o_send(s->r->req, NULL, 0, H2O_SEND_STATE_ERROR);
+}
+
+static void stream_fail(struct stream *s, const char *why) {
+    log_error("msg=\"streamed reply failed\" request_id=%s what=\"%s\" offset=%llu size=%llu headers_sent=%d err=\"%s\"",
+              s->r->request_id, s->src.what, (unsigned long long)s->read_offset, (unsigned long long)s->src.size,
+              s->started, why);
+    if (!s->started) {
+        s->finished = 1;
+        http_reply_error(s->r, 500, NULL, "storage_error", "could not read %s; try again", s->src.what);
+    } else if (s->sending >= 0) {
+        s->failed = 1; /* h2o still holds a buffer: close once it is done with it */
+    } else {
+        stream_abort(s);
+    }
+}
+
+static void stream_send_ready(struct stream *s) {
+    int last = s->read_offset == s->src.size;
+    h2o_iovec_t buf = h2o_iovec_init(s->buf[s->ready], s->ready_len);
+    s->sending = s->ready;
+    s->ready = -1;
+    if (last) s->finished = 1;
+    h2o_send(s->r->req, &buf, 1, last ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void stream_read_done(struct gw_req *r, void *arg);
+
+/* Starts reading the next chunk into the buffer that is neither sent nor waiting. */
+static void stream_schedule_read(struct stream *s) {
+    if (s->reading >= 0 || s->finished || s->failed || s->read_offset >= s->src.size) return;
+    int i = s->sending != 0 && s->ready != 0 ? 0 : s->sending != 1 && s->ready != 1 ? 1 : -1;
+    if (i < 0) return; /* both buffers are taken: the next proceed frees one */
+    if (!s->buf[i]) s->buf[i] = xmalloc(s->cap);
+    s->reading = i;
+    if (http_run_blocking(s->r, stream_work, stream_read_done, s) != 0) {
+        s->reading = -1;
+        if (!s->started) {
+            s->finished = 1;
+            http_reply_unavailable(s->r, 1, "the gateway's workers are busy");
+        } else {
+            stream_fail(s, "the worker queue is full");
+        }
+    }
+}
+
+static void stream_proceed(h2o_generator_t *generator, h2o_req_t *req) {
+    struct stream *s = (struct stream *)generator;
+    s->busy++;
+    s->sending = -1;
+    if (s->failed) stream_abort(s);
+    else if (s->ready >= 0) stream_send_ready(s);
+    stream_schedule_read(s);
+    s->busy--;
+    stream_maybe_free(s);
+}
+
+static void stream_stop(h2o_generator_t *generator, h2o_req_t *req) {
+    struct stream *s = (struct stream *)generator;
+    s->stopped = 1; /* the pool is cleared next, which frees the stream when no read is in flight */
+}
+
+static void stream_read_done(struct gw_req *r, void *arg) {
+    struct stream *s = arg;
+    s->busy++;
+    int i = s->reading;
+    s->reading = -1;
+    if (http_gone(r) || s->stopped || s->finished) {
+        /* The client left (or the response already ended): the chunk is not wanted. */
+    } else if (s->job_rc != 0) {
+        stream_fail(s, s->job_err.msg);
+    } else {
+        s->ready = i;
+        s->ready_len = s->job_len;
+        s->read_offset += s->job_len;
+        if (!s->started) {
+            s->started = 1;
+            if (reply_begin(r, s->status, s->src.content_type, s->src.size) == 0) {
+                h2o_start_response(r->req, &s->generator);
+                stream_send_ready(s);
+            } else {
+                s->finished = 1;
+            }
+        } else if (s->sending < 0) {
+            stream_send_ready(s);
+        }
+        stream_schedule_read(s);
+    }
+    s->busy--;
+    stream_maybe_free(s);
+}
+
+void http_reply_stream(struct gw_req *r, int status, const struct http_stream *src) {
+    if (http_gone(r) || src->size == 0) {
+        /* Nothing to read: an empty body goes out at once. */
+        http_reply_raw(r, status, src->content_type, "", 0);
+        if (src->release) src->release(src->source);
+        return;
+    }
+    struct stream *s = xcalloc(1, sizeof *s);
+    s->generator.proceed = stream_proceed;
+    s->generator.stop = stream_stop;
+    s->r = r;
+    s->src = *src;
+    s->src.what = xstrdup(src->what ? src->what : "the content");
+    s->status = status;
+    s->cap = src->size < HTTP_STREAM_CHUNK ? (size_t)src->size : HTTP_STREAM_CHUNK;
+    s->reading = s->ready = s->sending = -1;
+    gw_req_retain(r);
+    struct stream **slot = h2o_mem_alloc_shared(&r->req->pool, sizeof *slot, stream_pool_cleared);
+    *slot = s;
+    s->busy++;
+    stream_schedule_read(s);
+    s->busy--;
+    stream_maybe_free(s);
 }

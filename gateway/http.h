@@ -37,6 +37,8 @@
 #include <h2o.h>
 #include <jansson.h>
 
+#include "util.h"
+
 struct gw_thread; /* one event loop and everything it owns (server.c) */
 struct http_route;
 
@@ -139,6 +141,36 @@ void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char 
     __attribute__((format(printf, 3, 4)));
 /* 503 with `retry-after` for a dependency that is down (the database during a restart). */
 void http_reply_unavailable(struct gw_req *r, int retry_after_s, const char *what);
+
+/* ---- Streaming replies -------------------------------------------------------------------------- */
+
+/* Fills `buf` with the next min(cap, bytes left) bytes of a streamed body and sets *len; runs on a
+ * worker thread (it may block), never two calls at once for one stream, in order. Returns 0, or -1
+ * with `err` filled. */
+typedef int (*http_stream_read_fn)(void *source, void *buf, size_t cap, size_t *len, struct whet_err *err);
+
+/* A body too large to hold in memory (a file's content, a model's weights), read a chunk at a time. */
+struct http_stream {
+    const char *content_type;
+    uint64_t size;               /* the body's exact length, sent as Content-Length */
+    http_stream_read_fn read;
+    void (*release)(void *source); /* frees `source`; called once, on the event loop, when the stream ends */
+    void *source;
+    const char *what;            /* names the body in log lines ("file file-abc"); copied */
+};
+
+/* Answers `status` with a body that `s->read` produces in chunks of at most HTTP_STREAM_CHUNK bytes:
+ * one chunk is read on a worker thread while h2o sends the one before, so a request never holds more
+ * than two chunks, however large the body or slow the client. Takes `s->source` in every case.
+ * - Nothing is sent before the first chunk is read: when that read fails, the answer is a clean 500
+ *   (code "storage_error"), as from any handler.
+ * - A read that fails later, or a body that comes out longer or shorter than `size`, cannot change
+ *   the status any more: the connection is closed before the last byte (the client sees a truncated
+ *   body) and the failure is logged.
+ * - A client that goes away stops the reading at the next chunk.
+ * This counts as the handler's one answer; `r` must not be touched after the call. */
+#define HTTP_STREAM_CHUNK ((size_t)1 << 20)
+void http_reply_stream(struct gw_req *r, int status, const struct http_stream *s);
 
 /* ---- Blocking work ----------------------------------------------------------------------------- */
 
