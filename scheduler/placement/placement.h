@@ -110,6 +110,8 @@ struct pl_job {
     int64_t cpu_milli;         /* CPU for the whole job at its current size */
     int64_t mem_mib;           /* host memory for the whole job at its current size */
     int32_t min_gpu_mem_mib;   /* each GPU must have at least this much memory; 0: any */
+    int32_t max_nodes;         /* 1: the whole gang on one node (a trainer that cannot span nodes);
+                                  0: any number of nodes */
     uint64_t allowed_types;    /* bit t: GPU type t allowed; 0: any type */
     uint64_t allowed_dcs;      /* bit d: data center d allowed; 0: any */
     int32_t preemptible;       /* 0: never chosen as a victim */

@@ -445,7 +445,8 @@ static int try_place(struct pl_cluster *c, const struct pl_job *j, double now, s
         if (pool_ok[pi] == PL_OK) any = 1;
     }
     if (any && place_one_node(c, j, now, out, pool_ok)) return 1;
-    if (any && j->gpus > 1 && pl_job_milli(j) == PL_MILLI && place_gang(c, j, now, out, pool_ok)) return 1;
+    if (any && j->gpus > 1 && j->max_nodes != 1 && pl_job_milli(j) == PL_MILLI && place_gang(c, j, now, out, pool_ok))
+        return 1;
     explain(c, j, now, why, pool_ok);
     return 0;
 }

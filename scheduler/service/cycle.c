@@ -224,6 +224,7 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
     free(allowed);
     j->gpus = out->gpus > 0 ? out->gpus : 1;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
+    j->max_nodes = 1; /* the trainer runs in one process on one node */
 }
 
 /* The sizing pools of the fleet: one per (data center, device type, device memory), with its largest
@@ -567,13 +568,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
             int failed = 0;
-            if (d->action == PL_PLACE && q >= 0 && d->alloc.n_slots > 1) {
-                /* The room is there, but only across nodes: wait for one node to have it. */
-                char demand[96];
-                demand_text(demand, sizeof demand, d->job);
-                snprintf(reason, sizeof reason, "%s on one node; they are free only across several nodes", demand);
-                waiting_add(waiting, &s, q, reason, ++position);
-            } else if (d->action == PL_PLACE && q >= 0) {
+            if (d->action == PL_PLACE && q >= 0) {
                 failed = record_place(sch, conn, &s, q, d, err) < 0;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);

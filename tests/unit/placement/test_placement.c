@@ -145,6 +145,26 @@ TEST(gang_fewest_nodes) {
     pl_cluster_free(c);
 }
 
+TEST(gang_confined_to_one_node) {
+    /* Two 4-GPU nodes with 1 free GPU each: a 2-GPU gang spans both, unless the job may use one node
+     * only (max_nodes = 1: a trainer that runs as one process); then it waits and takes nothing. */
+    struct pl_node nodes[2] = {node(0, 0, 4), node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 2, &t, 1, "whet");
+    struct pl_job fill0 = job(1, 0, 3), fill1 = job(2, 0, 3);
+    place(c, &fill0, 0);
+    place(c, &fill1, 0);
+    struct pl_job single = job(3, 0, 2);
+    single.max_nodes = 1;
+    struct pl_job *q = &single;
+    CHECK(find(pl_schedule(c, &q, 1, 1), PL_WAIT, 3) != NULL);
+    CHECK(free_gpus(c, 0) + free_gpus(c, 1) == 2);
+    struct pl_job spread = job(4, 0, 2);
+    const struct pl_decision *d = place(c, &spread, 2);
+    CHECK(d && d->alloc.n_slots == 2);
+    pl_cluster_free(c);
+}
+
 TEST(gang_prefers_the_pool_needing_fewest_nodes) {
     /* Pool of type 0: four 4-GPU nodes; pool of type 1: two 8-GPU nodes, same data center. A 16-GPU
      * gang allowed on both goes to type 1 (2 nodes) rather than type 0 (4 nodes). */
@@ -678,6 +698,7 @@ int main(void) {
     RUN(gang_all_or_nothing);
     RUN(gang_one_node_when_it_fits);
     RUN(gang_fewest_nodes);
+    RUN(gang_confined_to_one_node);
     RUN(gang_prefers_the_pool_needing_fewest_nodes);
     RUN(gang_never_across_data_centers);
     RUN(type_and_dc_constraints_spill_over);
