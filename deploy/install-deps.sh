@@ -38,8 +38,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # OpenBLAS must share OpenMP's thread pool with the training engine (see DESIGN.md, pitfalls).
+# libopenblas.so.0 is what whet links (-lopenblas); libblas/liblapack.so.3 what PyTorch links.
 if command -v update-alternatives >/dev/null; then
-  for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
+  for alt in libopenblas.so.0-x86_64-linux-gnu libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
     path=$(update-alternatives --list "$alt" 2>/dev/null | grep openmp | head -n1 || true)
     [ -n "$path" ] && $SUDO update-alternatives --set "$alt" "$path" >/dev/null || true
   done

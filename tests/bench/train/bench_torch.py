@@ -4,8 +4,10 @@
 rotate-half RoPE, matmul + masked softmax attention, SwiGLU, PEFT-style LoRA layers with dropout 0),
 float32 on the CPU with the given thread count.
 
-  bench_torch.py LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS THREADS
-prints one JSON line like bench_train's (cpu_s_per_step: process CPU seconds of a step, all threads)."""
+  bench_torch.py LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS THREADS [paired]
+prints one JSON line like bench_train's (cpu_s_per_step: process CPU seconds of a step, all threads).
+With `paired`, like bench_train's paired mode: a line on stdin starts each step, one JSON line per step
+follows it."""
 import json
 import math
 import sys
@@ -95,6 +97,7 @@ class Llama(nn.Module):
 
 def main():
     L, C, NH, Ffn, V, B, T, r, steps, threads = map(int, sys.argv[1:11])
+    paired = sys.argv[11:12] == ["paired"]
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = Llama(L, C, NH, Ffn, V)
@@ -110,6 +113,8 @@ def main():
     targets = torch.cat([ids[:, 1:], torch.full((B, 1), -1)], dim=1)
     total, best, total_cpu = 0.0, 1e30, 0.0
     for s in range(steps + 1):
+        if paired and not sys.stdin.readline():
+            break
         t, c = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         logits = model(ids)
@@ -117,9 +122,11 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        dt = time.perf_counter() - t
+        dt, dc = time.perf_counter() - t, time.process_time() - c
+        if paired:
+            print(json.dumps({"step": s, "s": round(dt, 4), "cpu_s": round(dc, 4)}), flush=True)
         if s > 0:  # step 0 warms up
-            total, best, total_cpu = total + dt, min(best, dt), total_cpu + time.process_time() - c
+            total, best, total_cpu = total + dt, min(best, dt), total_cpu + dc
     per = best  # the fastest step, as bench_train reports
     print(json.dumps({"impl": "torch", "params": sum(p.numel() for p in model.parameters()),
                       "trainable": sum(p.numel() for p in params), "B": B, "T": T, "lora_r": r,

@@ -5,13 +5,16 @@
  *   bench_train peak
  *   bench_train step LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
  *   bench_train profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
+ *   bench_train paired LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
  *
  * `step` writes a random Llama model (tied embeddings) to a temporary dir, loads it (LoRA r on all
  * linear layers, alpha 2r, or full fine-tuning when LORA_R is 0), runs one warm-up step and STEPS
  * timed ones on random tokens, and prints one JSON line: tokens/s and seconds of the fastest step
  * (the mean too), and the model FLOP/s (matmul and attention FLOPs the step needs, whatever the
  * implementation), and the process CPU seconds of a step (all threads: the work, whatever the load).
- * `profile` does the same and then prints the time of every backend op per step (see below). */
+ * `profile` does the same and then prints the time of every backend op per step (see below).
+ * `paired` waits for a line on stdin before each step and prints {"step", "s", "cpu_s"} after it, so
+ * a driver (pairs.py) can alternate the steps of whet and PyTorch one by one. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -250,10 +253,11 @@ static void add_random(void *arg, const char *name, int ndim, const int64_t *sha
 
 static int step(int argc, char **argv) {
     if (argc != 11) {
-        fprintf(stderr, "usage: bench_train step|profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
+        fprintf(stderr, "usage: bench_train step|profile|paired LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
         return 2;
     }
     want_profile = !strcmp(argv[1], "profile");
+    int paired = !strcmp(argv[1], "paired");
     int L = atoi(argv[2]), C = atoi(argv[3]), NH = atoi(argv[4]), F = atoi(argv[5]), V = atoi(argv[6]);
     int B = atoi(argv[7]), T = atoi(argv[8]), r = atoi(argv[9]), steps = atoi(argv[10]);
     struct model_config cfg = {.arch = ARCH_LLAMA, .vocab_size = V, .hidden_size = C, .intermediate_size = F,
@@ -298,6 +302,8 @@ static int step(int argc, char **argv) {
     float loss = 0;
     for (int s = 0; s <= steps; s++) {
         profiling = want_profile && s > 0;
+        char go[16];
+        if (paired && !fgets(go, sizeof go, stdin)) break; /* the driver hangs up: stop */
         double t = now(), c = cpu_now();
         model_zero_grad(m);
         if (model_forward(m, &b, &loss, &err) ||
@@ -306,7 +312,9 @@ static int step(int argc, char **argv) {
         model_clip_grad_norm(m, 1.0f);
         model_adamw_step(m, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f);
         double dt = now() - t;
-        if (s > 0) total += dt, total_cpu += cpu_now() - c, best = dt < best ? dt : best; /* step 0 warms up */
+        double dc = cpu_now() - c;
+        if (s > 0) total += dt, total_cpu += dc, best = dt < best ? dt : best; /* step 0 warms up */
+        if (paired) printf("{\"step\": %d, \"s\": %.4f, \"cpu_s\": %.4f}\n", s, dt, dc), fflush(stdout);
     }
     /* The fastest step: on a shared machine the mean mostly measures the neighbours. */
     double per = best;
@@ -328,7 +336,8 @@ static int step(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "peak")) return peak();
-    if (argc >= 2 && (!strcmp(argv[1], "step") || !strcmp(argv[1], "profile"))) return step(argc, argv);
-    fprintf(stderr, "usage: bench_train peak | step|profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
+    if (argc >= 2 && (!strcmp(argv[1], "step") || !strcmp(argv[1], "profile") || !strcmp(argv[1], "paired")))
+        return step(argc, argv);
+    fprintf(stderr, "usage: bench_train peak | step|profile|paired LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
     return 2;
 }

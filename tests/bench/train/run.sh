@@ -2,11 +2,13 @@
 # run.sh - training-step throughput of whet's engine against PyTorch 1.13, same model, batch, thread
 # count and run; plus OpenBLAS's sgemm peak. Usage (from the repository root, after building):
 #   tests/bench/train/run.sh [BUILD_DIR] [THREADS] [REPS]
-# Prints one JSON line per measurement and a table: per model and method, the median over REPS
-# back-to-back pairs (whet, then PyTorch) of the ratio whet tokens/s / PyTorch tokens/s, with the
-# lowest and highest pair; and the ratio of the CPU seconds of a step (PyTorch's / whet's, all
-# threads), which says how much work each does whatever the load. The machine may be shared: only
-# numbers taken back to back are comparable, and the spread says how much the neighbours moved them.
+# Each model and method runs REPS times; a run loads both models and takes their steps alternately,
+# one at a time (pairs.py), so each whet step has a PyTorch step next to it in time. Prints one JSON
+# line per run and a table: the median over all pairs of whet tokens/s / PyTorch tokens/s, with the
+# lowest and highest of the runs' own medians; the median ratio of the CPU seconds of a step
+# (PyTorch's / whet's, all threads: how much work each does, whatever the load). The machine may be
+# shared: only numbers taken back to back are comparable, and the spread says how much the
+# neighbours moved them.
 #   tests/bench/train/run.sh BUILD_DIR THREADS profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
 # instead prints the time of every backend op of a step (bench_train profile). GFLOP/s: the model's
 # FLOPs over the fastest step; GFLOP per CPU s: over the CPU seconds of a step, against sgemm's own.
@@ -32,16 +34,15 @@ if [ "$REPS" = profile ]; then
 fi
 "$OUT/bench_train" peak | tee "$OUT/peak.json"
 #            name  layers hidden heads ffn  vocab B T   steps
-CONFIGS="25M   7  512 8  1376 8192  2 512 3
-125M  12 768 12 2560 32000 1 512 2"
+CONFIGS="25M   7  512 8  1376 8192  2 512 4
+125M  12 768 12 2560 32000 1 512 3"
 echo "$CONFIGS" | while read -r name L C NH F V B T S; do
   for r in 16 0; do
     rep=0
     while [ $rep -lt "$REPS" ]; do
-      w=$("$OUT/bench_train" step "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S")
-      p=$(/usr/bin/python3 "$SRC/tests/bench/train/bench_torch.py" "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S" "$THREADS")
-      echo "$w"; echo "$p"
-      echo "$name $r $w $p" >> "$OUT/results"
+      res=$(/usr/bin/python3 "$SRC/tests/bench/train/pairs.py" "$OUT/bench_train" "$SRC/tests/bench/train/bench_torch.py" \
+            "$THREADS" "$L" "$C" "$NH" "$F" "$V" "$B" "$T" "$r" "$S")
+      echo "$name $r $res" | tee -a "$OUT/results"
       rep=$((rep + 1))
     done
   done
@@ -49,27 +50,30 @@ done
 # The peak again: the best of the two is the machine's, the load around it permitting.
 "$OUT/bench_train" peak | tee -a "$OUT/peak.json"
 echo
-echo "                                                                  GFLOP/s         GFLOP per CPU s"
-echo "model  method     whet tok/s torch tok/s  ratio (min-max)  cpu ratio   whet   sgemm       whet   sgemm"
+echo "                                              tokens/s ratio whet/torch   CPU s    GFLOP/s      GFLOP per CPU s"
+echo "model  method     whet tok/s torch tok/s   median (runs: min-max)   torch/whet  whet  sgemm    whet  sgemm"
 /usr/bin/python3 - "$OUT/results" "$OUT/peak.json" <<'PY'
 import json, statistics, sys
 peaks = [json.loads(line) for line in open(sys.argv[2])]
 peak = max(p["sgemm_gflops"] for p in peaks)
 peak_cpu = max(p["sgemm_gflops_per_cpu_s"] for p in peaks)
-pairs = {}
+runs = {}
 for line in open(sys.argv[1]):
     name, r, rest = line.split(" ", 2)
-    dec = json.JSONDecoder()
-    w, i = dec.raw_decode(rest)
-    p, _ = dec.raw_decode(rest[i:].lstrip())
-    pairs.setdefault((name, r), []).append((w, p))
+    runs.setdefault((name, r), []).append(json.loads(rest))
 med = statistics.median
-for (name, r), ps in pairs.items():
+for (name, r), rs in runs.items():
     method = "LoRA r=16" if r != "0" else "full FT"
-    ratios = [w["tokens_per_s"] / p["tokens_per_s"] for w, p in ps]
-    cpu = [p["cpu_s_per_step"] / w["cpu_s_per_step"] for w, p in ps]
-    print(f"{name:6} {method:10} {med(w['tokens_per_s'] for w, _ in ps):10.0f} {med(p['tokens_per_s'] for _, p in ps):11.0f}"
-          f"  {med(ratios):5.2f} ({min(ratios):.2f}-{max(ratios):.2f})  {med(cpu):8.2f}"
-          f"  {max(w['gflops'] for w, _ in ps):6.1f}  {peak:6.1f}"
-          f"     {med(w['gflops_per_cpu_s'] for w, _ in ps):6.1f}  {peak_cpu:6.1f}")
+    tokens = rs[0]["whet"]["B"] * rs[0]["whet"]["T"]
+    pairs = [p for run in rs for p in run["pairs"]]
+    ratio = med(p["torch_s"] / p["whet_s"] for p in pairs)
+    per_run = [med(p["torch_s"] / p["whet_s"] for p in run["pairs"]) for run in rs]
+    cpu = med(p["torch_cpu_s"] / p["whet_cpu_s"] for p in pairs)
+    # The model FLOPs of a step, from bench_train's own figure.
+    w0 = rs[0]["whet"]
+    flop = w0["gflops"] * w0["s_per_step"]
+    print(f"{name:6} {method:10} {tokens / med(p['whet_s'] for p in pairs):10.0f} {tokens / med(p['torch_s'] for p in pairs):11.0f}"
+          f"   {ratio:5.2f} ({min(per_run):.2f}-{max(per_run):.2f}, {len(pairs)} pairs)   {cpu:6.2f}"
+          f"   {flop / min(p['whet_s'] for p in pairs):6.1f} {peak:6.1f}"
+          f"   {flop / med(p['whet_cpu_s'] for p in pairs):6.1f} {peak_cpu:6.1f}")
 PY
