@@ -27,8 +27,8 @@ echo "only the ratios within this run mean anything. $THREADS threads each side.
 "$BUILD/whet" model init --out "$OUT/model" --arch llama --layers 7 --hidden 512 --heads 8 --kv-heads 4 \
     --intermediate 1376 --vocab 8192 >/dev/null
 "$OUT/bench_rollout" prompts "$OUT/model" "$PROMPTS" 16 > "$OUT/prompts.json"
-# KV-cache runs alternate twice (best of each counts); the no-cache baseline, much slower, runs once.
-for rep in 1 2; do
+# KV-cache runs alternate three times (best of each counts); the no-cache baseline, much slower, runs once.
+for rep in 1 2 3; do
   "$OUT/bench_rollout" run "$OUT/model" "$PROMPTS" "$N" "$MAX_TOKENS" 1 1 | tee -a "$OUT/results"
   /usr/bin/python3 "$SRC/tests/bench/rollout/bench_torch.py" "$OUT/model" "$OUT/prompts.json" "$N" "$MAX_TOKENS" \
       "$THREADS" 1 | tee -a "$OUT/results"
