@@ -500,8 +500,9 @@ static int check_whet_grpo(const json_t *w, char param[JOB_PARAM_MAX], struct wh
     if ((v = json_object_get(w, "top_p")) && check_number(v, 0, 1, 1, "whet.top_p", param, err)) return -1;
     if ((v = json_object_get(w, "top_k")) && check_int(v, 0, 1000000, "whet.top_k", param, err)) return -1;
     if (!(v = json_object_get(w, "stop"))) return 0;
+    if (json_is_string(v)) return want_string(v, 256, "whet.stop", param, err); /* one, as OpenAI takes it */
     if (!json_is_array(v) || json_array_size(v) > 4)
-        return bad(param, err, "whet.stop", "expected an array of at most 4 strings");
+        return bad(param, err, "whet.stop", "expected a string or an array of at most 4 strings");
     for (size_t i = 0; i < json_array_size(v); i++) {
         join_index(p, "whet.stop", i);
         if (want_string(json_array_get(v, i), 256, p, param, err)) return -1;
@@ -552,6 +553,8 @@ static int check_whet(const json_t *w, const char *method_type, int *priority, c
     if ((v = json_object_get(w, "kl_coef")) && check_number(v, 0, 0, 10, "whet.kl_coef", param, err)) return -1;
     if ((v = json_object_get(w, "clip_ratio_low")) && check_number(v, 0, 1, 1, "whet.clip_ratio_low", param, err))
         return -1;
+    if (v && json_number_value(v) == 1) /* the ratio would be clipped below at 0: no clipping at all */
+        return bad(param, err, "whet.clip_ratio_low", "1 is out of range: expected (0, 1)");
     if ((v = json_object_get(w, "clip_ratio_high")) && check_number(v, 0, 1, 1, "whet.clip_ratio_high", param, err))
         return -1;
     return check_whet_grpo(w, param, err);

@@ -24,11 +24,11 @@
  *   whet                        the extension object: priority -100..100, lora {r 1..256, alpha (0, 4096],
  *                               target_modules}, full_finetune, gpu_types, regions, max_gpus 1..1024, and
  *                               for reinforcement group_size 2..256, kl_coef [0, 10], clip_ratio_low and
- *                               clip_ratio_high (0, 1], ppo_epochs 1..16, loss_agg token-mean|
+ *                               clip_ratio_high (0, 1] (clip_ratio_low below 1), ppo_epochs 1..16, loss_agg token-mean|
  *                               seq-mean-token-mean|seq-mean-token-sum, norm_adv_by_std and
  *                               dynamic_sampling (booleans), and the rollout sampling: max_tokens
- *                               1..32768, temperature [0, 2], top_p (0, 1], top_k 0..1000000, stop (at
- *                               most 4 strings)
+ *                               1..32768, temperature [0, 2], top_p (0, 1], top_k 0..1000000, stop (a string or
+ *                               at most 4)
  *
  * Unknown fields are refused ("unrecognized request argument supplied: x", as OpenAI says). Every
  * error carries the path of the field in `param` ("method.dpo.hyperparameters.beta"). */

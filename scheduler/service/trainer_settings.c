@@ -59,8 +59,10 @@ static json_t *rollout_settings(const json_t *hp, const json_t *whet) {
     json_object_set_new(r, "temperature", json_real(number_or(whet, "temperature", 1.0)));
     json_object_set_new(r, "top_p", json_real(number_or(whet, "top_p", 1.0)));
     json_object_set_new(r, "top_k", json_integer((json_int_t)number_or(whet, "top_k", 0)));
-    json_t *stop = json_object_get(whet, "stop");
-    json_object_set_new(r, "stop", json_is_array(stop) ? json_deep_copy(stop) : json_array());
+    json_t *stop = json_object_get(whet, "stop"), *stops = json_array();
+    if (json_is_string(stop)) json_array_append(stops, stop);
+    for (size_t i = 0; i < json_array_size(stop); i++) json_array_append(stops, json_array_get(stop, i));
+    json_object_set_new(r, "stop", stops);
     return r;
 }
 
