@@ -316,7 +316,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
     struct sandbox_child child;
-    if (sandbox_spawn(&spec, &child, &err) < 0) {
+    if (trainer_sandbox_hand_over(&spec, job->dir, model_dir, &err) < 0 || sandbox_spawn(&spec, &child, &err) < 0) {
         snprintf(msg, msg_len, "the sandbox could not start the trainer: %s", err.msg);
         close(out_pipe[0]);
         close(out_pipe[1]);

@@ -1,7 +1,11 @@
 /* trainer_sandbox.c - the trainer's sandbox policy (see trainer_sandbox.h). */
 #include "trainer_sandbox.h"
 
+#include <errno.h>
+#include <ftw.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int trainer_grader_runs_python(const json_t *grader) {
     const char *type = json_string_value(json_object_get(grader, "type"));
@@ -22,4 +26,51 @@ void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg
      * once of at most 16 tasks each). */
     spec->max_procs = 512;
     spec->open_files = 1024;
+    if (geteuid() == 0) spec->host_uid = spec->host_gid = TRAINER_HOST_UID;
+}
+
+/* nftw passes no context: the walk's target and its first failure, per thread (jobs run on several). */
+static _Thread_local uid_t walk_uid;
+static _Thread_local gid_t walk_gid;
+static _Thread_local int walk_errno;
+static _Thread_local const char *walk_failed;
+
+static int give_path(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st;
+    (void)type;
+    (void)ftw;
+    if (lchown(path, walk_uid, walk_gid) != 0) {
+        walk_errno = errno;
+        walk_failed = "chown";
+        return 1;
+    }
+    return 0;
+}
+
+static int open_path(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)ftw;
+    if (type == FTW_SL) return 0;
+    mode_t want = st->st_mode | S_IRUSR | S_IRGRP | S_IROTH;
+    if (S_ISDIR(st->st_mode)) want |= S_IXUSR | S_IXGRP | S_IXOTH;
+    if (want != st->st_mode && chmod(path, want & 07777) != 0) {
+        walk_errno = errno;
+        walk_failed = "chmod";
+        return 1;
+    }
+    return 0;
+}
+
+int trainer_sandbox_hand_over(const struct sandbox_spec *spec, const char *job_dir, const char *model_dir,
+                              struct whet_err *err) {
+    if (spec->host_uid < 0) return 0;
+    walk_uid = (uid_t)spec->host_uid;
+    walk_gid = (gid_t)spec->host_gid;
+    walk_failed = NULL;
+    if (nftw(job_dir, give_path, 16, FTW_PHYS) != 0)
+        return whet_errf(err, "%s: %s to uid %d: %s", job_dir, walk_failed ? walk_failed : "walk", spec->host_uid,
+                         strerror(walk_failed ? walk_errno : errno));
+    if (model_dir && nftw(model_dir, open_path, 16, FTW_PHYS) != 0)
+        return whet_errf(err, "%s: %s a+rX: %s", model_dir, walk_failed ? walk_failed : "walk",
+                         strerror(walk_failed ? walk_errno : errno));
+    return 0;
 }

@@ -4,7 +4,11 @@
  * `whet train` never opens a socket, so a try kills it (kill_on_network) — unless the job grades with
  * python: the trainer then builds a nested sandbox per grader batch (pygrader.h), which needs
  * allow_nested, and a grader's socket() keeps failing with EACCES (as in the graders API) rather than
- * killing the grader's python, since the outer filter's answer would win over the inner one's. */
+ * killing the grader's python, since the outer filter's answer would win over the inner one's.
+ *
+ * An executor running as root runs the trainer as host uid/gid 65534 (nobody) rather than as root
+ * inside a user namespace: tenant code then owns nothing of the host even if it left every namespace,
+ * and RLIMIT_NPROC binds. The job dir is handed to that uid, and the base-model cache made readable. */
 #ifndef WHET_TRAINER_SANDBOX_H
 #define WHET_TRAINER_SANDBOX_H
 
@@ -19,5 +23,13 @@ int trainer_grader_runs_python(const json_t *grader);
  * trainer whose config is `trainer_cfg` (the manifest's "trainer" object); the caller sets the
  * command, directories and descriptors. */
 void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg);
+
+#define TRAINER_HOST_UID 65534
+
+/* Prepares the host side for a spec with a host uid (a no-op without one): `job_dir` and everything
+ * in it become the trainer's, `model_dir` (shared by the node's jobs, bound read-only) readable by all.
+ * Returns 0, or -1 with err. */
+int trainer_sandbox_hand_over(const struct sandbox_spec *spec, const char *job_dir, const char *model_dir,
+                              struct whet_err *err);
 
 #endif

@@ -3,12 +3,14 @@
  * A job that grades with python gets a sandbox its trainer can build pygrader's sandboxes in: a
  * sandboxed process (`whet sandbox grade`, pygrader_run behind a command line) grades inside it,
  * with the tenant's socket() failing as in the graders API. Any other job's trainer can build no
- * sandbox, and a socket() kills it.
+ * sandbox, and a socket() kills it. Under a root executor the trainer is host uid 65534, owning its
+ * job dir and nothing else.
  *
  * Usage: test_trainer_sandbox WHET_BINARY */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -108,6 +110,51 @@ TEST(any_other_job_can_build_no_sandbox_and_dies_on_a_socket) {
     json_decref(cfg);
 }
 
+TEST(a_root_executor_runs_the_trainer_as_nobody_in_its_own_job_dir) {
+    if (geteuid() != 0) {
+        printf("(not root: the trainer keeps the executor's uid; nothing to check)\n");
+        return;
+    }
+    char job_dir[128], model_dir[128], model_file[160], written[160];
+    snprintf(job_dir, sizeof job_dir, "%s/job", dir);
+    snprintf(model_dir, sizeof model_dir, "%s/model", dir);
+    snprintf(model_file, sizeof model_file, "%s/weights", model_dir);
+    snprintf(written, sizeof written, "%s/out", job_dir);
+    struct whet_err err;
+    CHECK(whet_mkdir_p(job_dir, &err) == 0 && whet_mkdir_p(model_dir, &err) == 0);
+    CHECK(chmod(model_dir, 0700) == 0);
+    CHECK(whet_write_file_atomic_mode(model_file, "w", 1, 0600, &err) == 0); /* as the object store leaves it */
+    json_t *cfg = config(NULL);
+    struct sandbox_job job;
+    memset(&job, 0, sizeof job);
+    sandbox_spec_init(&job.spec);
+    trainer_sandbox_policy(&job.spec, cfg);
+    CHECK(job.spec.host_uid == TRAINER_HOST_UID && job.spec.host_gid == TRAINER_HOST_UID);
+    CHECK_MSG(trainer_sandbox_hand_over(&job.spec, job_dir, model_dir, &err) == 0, "%s", err.msg);
+    char script[1024];
+    snprintf(script, sizeof script, "cat %s && echo trained > %s && ! echo x 2>/dev/null > %s", model_file, written,
+             model_file);
+    const char *argv[] = {"/bin/sh", "-c", script, NULL};
+    const char *writable[] = {job_dir, NULL}, *readonly[] = {model_dir, NULL};
+    job.spec.argv = argv;
+    job.spec.writable_dirs = writable;
+    job.spec.readonly_dirs = readonly;
+    job.spec.wall_timeout_s = 30;
+    CHECK_MSG(sandbox_run(&job, &err) == 0, "%s", err.msg);
+    CHECK_MSG(job.result.reason == SANDBOX_OK, "%s: %s", job.result.message, job.errout);
+    CHECK_STR(job.out, "w");
+    struct stat st;
+    CHECK(stat(written, &st) == 0 && st.st_uid == TRAINER_HOST_UID && st.st_gid == TRAINER_HOST_UID);
+    CHECK(stat(job_dir, &st) == 0 && st.st_uid == TRAINER_HOST_UID);
+    CHECK(stat(model_file, &st) == 0 && st.st_uid == 0 && (st.st_mode & 0777) == 0644);
+    sandbox_job_release(&job);
+    json_decref(cfg);
+    unlink(written);
+    unlink(model_file);
+    rmdir(job_dir);
+    rmdir(model_dir);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_trainer_sandbox WHET_BINARY\n");
@@ -118,7 +165,7 @@ int main(int argc, char **argv) {
     snprintf(bin_dir, sizeof bin_dir, "%s", whet_bin);
     *strrchr(bin_dir, '/') = 0;
     snprintf(dir, sizeof dir, "/tmp/whet-trainer-sandbox-XXXXXX");
-    if (!mkdtemp(dir)) return 2;
+    if (!mkdtemp(dir) || chmod(dir, 0755) != 0) return 2;
     snprintf(grader_path, sizeof grader_path, "%s/grader.py", dir);
     static const char source[] = "def grade(sample, item):\n"
                                  "    if item.get('socket'):\n"
@@ -130,6 +177,7 @@ int main(int argc, char **argv) {
     RUN(python_graders_are_found_at_the_top_and_inside_multi);
     RUN(a_python_grading_job_grades_in_nested_sandboxes);
     RUN(any_other_job_can_build_no_sandbox_and_dies_on_a_socket);
+    RUN(a_root_executor_runs_the_trainer_as_nobody_in_its_own_job_dir);
     unlink(grader_path);
     rmdir(dir);
     return test_summary();
