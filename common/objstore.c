@@ -317,9 +317,9 @@ int objstore_get(struct objstore *store, const char *key, char **data, size_t *l
 struct objstore_reader {
     struct objstore *store;
     char *key;
-    uint64_t size, offset;
+    uint64_t size, offset, end; /* end: where reading stops (size unless a range was set) */
     char sha256[65]; /* the checksum the bytes must have, "" when there is none to check */
-    EVP_MD_CTX *sha; /* NULL once the last bytes were checked */
+    EVP_MD_CTX *sha; /* NULL once the last bytes were checked, or when a range leaves nothing to check */
     int failed;      /* a checksum mismatch: no more bytes come out */
 };
 
@@ -339,7 +339,7 @@ int objstore_reader_open(struct objstore *store, const char *key, const char *ex
     struct objstore_reader *rd = xcalloc(1, sizeof *rd);
     rd->store = store;
     rd->key = xstrdup(key);
-    rd->size = st.size;
+    rd->size = rd->end = st.size;
     snprintf(rd->sha256, sizeof rd->sha256, "%s", want);
     rd->sha = objstore_sha_begin();
     if (info) *info = st;
@@ -375,7 +375,7 @@ static int reader_verify(struct objstore_reader *rd, struct whet_err *err) {
 int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size_t *len, struct whet_err *err) {
     *len = 0;
     if (rd->failed) return whet_errf(err, "object \"%s\": checksum mismatch", rd->key);
-    uint64_t left = rd->size - rd->offset;
+    uint64_t left = rd->end - rd->offset;
     if (left == 0) return rd->sha ? reader_verify(rd, err) : 0; /* an empty object is checked too */
     if (cap == 0) return whet_errf(err, "object \"%s\": read into an empty buffer", rd->key);
     size_t want = left < cap ? (size_t)left : cap;
@@ -387,10 +387,26 @@ int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size
     if (b.len != want)
         return whet_errf(err, "object \"%s\": read %zu bytes at offset %llu instead of %zu (changed while being read?)",
                          rd->key, b.len, (unsigned long long)rd->offset, want);
-    objstore_sha_update(rd->sha, buf, want);
-    if (rd->offset + want == rd->size && reader_verify(rd, err) != 0) return -1;
+    if (rd->sha) {
+        objstore_sha_update(rd->sha, buf, want);
+        if (rd->offset + want == rd->size && reader_verify(rd, err) != 0) return -1;
+    }
     rd->offset += want;
     *len = want;
+    return 0;
+}
+
+int objstore_reader_range(struct objstore_reader *rd, uint64_t offset, uint64_t length, struct whet_err *err) {
+    if (rd->offset != 0 || rd->end != rd->size || !rd->sha)
+        return whet_errf(err, "object \"%s\": a range must be set before the first read", rd->key);
+    if (offset > rd->size || length > rd->size - offset)
+        return whet_errf(err, "object \"%s\": range %llu+%llu is past its end (%llu bytes)", rd->key,
+                         (unsigned long long)offset, (unsigned long long)length, (unsigned long long)rd->size);
+    if (offset == 0 && length == rd->size) return 0; /* the whole object: still checked */
+    rd->offset = offset;
+    rd->end = offset + length;
+    EVP_MD_CTX_free(rd->sha);
+    rd->sha = NULL;
     return 0;
 }
 

@@ -132,7 +132,10 @@ int objstore_reader_open(struct objstore *store, const char *key, const char *ex
 /* Reads the next min(cap, bytes left) bytes into `buf`; `*len` 0 once the whole object was read. A
  * read that comes up short (the object shrank or grew) or a checksum mismatch is an error. */
 int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size_t *len, struct whet_err *err);
-/* Bytes read so far and the object's size. */
+/* Restricts the reader to `length` bytes from `offset` (a download's Range), before the first read.
+ * Only the whole object can be checked against its checksum: a smaller range is read unchecked. */
+int objstore_reader_range(struct objstore_reader *rd, uint64_t offset, uint64_t length, struct whet_err *err);
+/* Where the next read starts (bytes read so far, plus a range's offset) and the object's size. */
 uint64_t objstore_reader_offset(const struct objstore_reader *rd);
 uint64_t objstore_reader_size(const struct objstore_reader *rd);
 /* Frees the reader (NULL allowed); closing one before the end is how a read is abandoned. */

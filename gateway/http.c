@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 #include "server.h"
@@ -169,6 +170,7 @@ static const char *reason_of(int status) {
     case 200: return "OK";
     case 201: return "Created";
     case 204: return "No Content";
+    case 206: return "Partial Content";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
@@ -176,6 +178,7 @@ static const char *reason_of(int status) {
     case 405: return "Method Not Allowed";
     case 409: return "Conflict";
     case 413: return "Payload Too Large";
+    case 416: return "Range Not Satisfiable";
     case 422: return "Unprocessable Entity";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
@@ -468,4 +471,50 @@ void http_reply_stream(struct gw_req *r, int status, const struct http_stream *s
     stream_schedule_read(s);
     s->busy--;
     stream_maybe_free(s);
+}
+
+/* Reads a decimal number at *p (advancing it); -1 when there is none or it overflows. */
+static int range_number(const char **p, uint64_t *out) {
+    const char *s = *p;
+    uint64_t v = 0;
+    if (*s < '0' || *s > '9') return -1;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+int http_range(struct gw_req *r, uint64_t size, uint64_t *offset, uint64_t *length) {
+    const char *h = http_header(r, "range");
+    /* Objects are never rewritten under a key, but an If-Range names a validator we do not send. */
+    if (!h || http_header(r, "if-range")) return 0;
+    while (*h == ' ') h++;
+    if (strncasecmp(h, "bytes=", 6) != 0 || strchr(h, ',')) return 0;
+    const char *p = h + 6;
+    while (*p == ' ') p++;
+    uint64_t first, last = 0;
+    if (*p == '-') { /* the last n bytes */
+        p++;
+        if (range_number(&p, &last) != 0) return 0;
+        while (*p == ' ') p++;
+        if (*p) return 0;
+        if (last == 0 || size == 0) return -1;
+        if (last > size) last = size;
+        *offset = size - last;
+        *length = last;
+        return 1;
+    }
+    if (range_number(&p, &first) != 0 || *p++ != '-') return 0;
+    int open_ended = *p == 0 || *p == ' ';
+    if (!open_ended && range_number(&p, &last) != 0) return 0;
+    while (*p == ' ') p++;
+    if (*p || (!open_ended && last < first)) return 0;
+    if (first >= size) return -1;
+    if (open_ended || last >= size) last = size - 1;
+    *offset = first;
+    *length = last - first + 1;
+    return 1;
 }

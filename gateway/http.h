@@ -172,6 +172,12 @@ struct http_stream {
 #define HTTP_STREAM_CHUNK ((size_t)1 << 20)
 void http_reply_stream(struct gw_req *r, int status, const struct http_stream *s);
 
+/* The request's `Range: bytes=…` for a body of `size` bytes (RFC 9110, one range: "a-b", "a-" or the
+ * last n bytes "-n"). Returns 1 with the range in *offset and *length; 0 when there is none to honour
+ * (no header, another unit, several ranges, a malformed one, or an If-Range that cannot be checked:
+ * the whole body is sent); -1 when it cannot be satisfied (answer 416). */
+int http_range(struct gw_req *r, uint64_t size, uint64_t *offset, uint64_t *length);
+
 /* ---- Blocking work ----------------------------------------------------------------------------- */
 
 /* Runs `work(arg)` on the gateway's worker threads (object store I/O, which blocks), then `done(r,

@@ -11,7 +11,8 @@
  * freed on the loop when the stream ends. */
 struct object_source {
     char *key;
-    uint64_t size;
+    uint64_t size;     /* the whole object's, as recorded */
+    uint64_t offset, length; /* what is sent: a Range, or all of it */
     char sha256[65];
     struct objstore_reader *reader; /* opened by the first read */
 };
@@ -28,6 +29,7 @@ static int object_read(void *source, void *buf, size_t cap, size_t *len, struct 
         if (info.size != o->size)
             return whet_errf(err, "object \"%s\" holds %llu bytes where %llu were recorded", o->key,
                              (unsigned long long)info.size, (unsigned long long)o->size);
+        if (objstore_reader_range(o->reader, o->offset, o->length, err) != 0) return -1;
     }
     return objstore_reader_next(o->reader, buf, cap, len, err);
 }
@@ -41,11 +43,26 @@ static void object_release(void *source) {
 
 void object_stream_reply(struct gw_req *r, const char *key, uint64_t size, const char *sha256,
                          const char *content_type, const char *what) {
+    uint64_t offset = 0, length = size;
+    int ranged = http_range(r, size, &offset, &length);
+    if (ranged < 0) {
+        http_add_header(r, "content-range", http_printf(r, "bytes */%llu", (unsigned long long)size));
+        http_reply_error(r, 416, NULL, "range_not_satisfiable", "the requested range is not satisfiable: %s has %llu bytes",
+                         what, (unsigned long long)size);
+        return;
+    }
+    http_add_header(r, "accept-ranges", "bytes");
+    if (ranged)
+        http_add_header(r, "content-range",
+                        http_printf(r, "bytes %llu-%llu/%llu", (unsigned long long)offset,
+                                    (unsigned long long)(offset + length - 1), (unsigned long long)size));
     struct object_source *o = xcalloc(1, sizeof *o);
     o->key = xstrdup(key);
     o->size = size;
+    o->offset = offset;
+    o->length = length;
     snprintf(o->sha256, sizeof o->sha256, "%s", sha256 ? sha256 : "");
-    struct http_stream s = {.content_type = content_type, .size = size, .read = object_read,
+    struct http_stream s = {.content_type = content_type, .size = length, .read = object_read,
                             .release = object_release, .source = o, .what = what};
-    http_reply_stream(r, 200, &s);
+    http_reply_stream(r, ranged ? 206 : 200, &s);
 }

@@ -4,7 +4,7 @@
 // objstore_put_dir. Checked: GET /v1/files/{id}/content and GET .../checkpoints/{ckpt}/files/{name}
 // (also `final`) are byte-identical to what was stored (SHA-256) with the right Content-Length, for
 // multi-MiB objects that are not a multiple of the chunk, also several at once and through a client
-// that pauses; clients that hang up mid-download leave a gateway that keeps answering (and exits
+// that pauses; single ranges (206, 416, a cut-off download resumed); clients that hang up mid-download leave a gateway that keeps answering (and exits
 // cleanly: a sanitizer build reports leaks there); another tenant gets 404s; and, on file://, an
 // object missing before the first byte is a clean 500 while one corrupted on disk is cut off before
 // its last byte (the connection closes: the client never sees a complete body).
@@ -64,6 +64,12 @@ function download(url, key, { pauseMs = 0, abortAfter = 0 } = {}) {
   });
 }
 
+// GET with fetch, the whole body as a Buffer.
+async function getBytes(url, key, headers = {}) {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${key}`, ...headers } });
+  return { status: res.status, headers: res.headers, buf: Buffer.from(await res.arrayBuffer()) };
+}
+
 const { check, summary } = checker();
 const stack = await startStack({ env: storeEnv });
 const work = fs.mkdtempSync(path.join(stack.dir, 'ckpt-'));
@@ -95,6 +101,23 @@ try {
   let r = await a('GET', `/v1/files/${smallId}/content`);
   check(r.status === 200 && r.text === 'just a few bytes', 'small file content', r.text);
 
+  // ---- ranges: one range is a 206 with those bytes; a download cut off resumes where it stopped
+  check(d.headers?.['accept-ranges'] === 'bytes', 'file content: accept-ranges', d.headers);
+  let g = await getBytes(contentUrl, alphaKey, { range: 'bytes=1000-2099999' });
+  check(g.status === 206 && g.headers.get('content-range') === `bytes 1000-2099999/${big.length}` &&
+        g.buf.equals(big.subarray(1000, 2100000)), 'range: a middle slice', [g.status, g.headers.get('content-range'), g.buf.length]);
+  g = await getBytes(contentUrl, alphaKey, { range: 'bytes=-100' });
+  check(g.status === 206 && g.buf.equals(big.subarray(big.length - 100)), 'range: the last 100 bytes', g.status);
+  g = await getBytes(contentUrl, alphaKey, { range: `bytes=${big.length}-` });
+  check(g.status === 416 && g.headers.get('content-range') === `bytes */${big.length}`, 'range: past the end is a 416',
+        [g.status, g.buf.toString()]);
+  g = await getBytes(contentUrl, alphaKey, { range: 'bytes=0-1,5-6' });
+  check(g.status === 200 && g.buf.length === big.length, 'range: several ranges are ignored (200, all of it)', g.status);
+  const cut = await download(contentUrl, alphaKey, { abortAfter: 3 * MiB });
+  g = await getBytes(contentUrl, alphaKey, { range: `bytes=${cut.bytes}-` });
+  check(cut.aborted && g.status === 206 && Buffer.concat([big.subarray(0, cut.bytes), g.buf]).equals(big),
+        'range: a cut-off download resumes from where it stopped', [cut.bytes, g.status, g.buf.length]);
+
   // ---- another tenant: 404, no bytes
   r = await b('GET', `/v1/files/${bigId}/content`);
   check(r.status === 404 && r.json?.error?.code === 'not_found', 'another tenant: file content is a 404', r.text);
@@ -122,6 +145,8 @@ try {
         d.headers?.['content-disposition'] === 'attachment; filename="model.safetensors"', 'checkpoint file: headers', d.headers);
   d = await download(ckptUrl('final', 'model.safetensors'), alphaKey);
   check(d.status === 200 && d.complete && d.sha === sha256(weights), 'final model file: byte-identical', d);
+  g = await getBytes(ckptUrl('ftckpt-10', 'model.safetensors'), alphaKey, { range: `bytes=${5 * MiB}-` });
+  check(g.status === 206 && g.buf.equals(weights.subarray(5 * MiB)), 'checkpoint file: a range', g.status);
   r = await a('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/ftckpt-10/files/config.json`);
   check(r.status === 200 && r.text === config.toString(), 'checkpoint: a small file', r.text);
   r = await a('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/ftckpt-10/files`);

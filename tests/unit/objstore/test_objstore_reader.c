@@ -1,10 +1,10 @@
 /* Unit tests for the object store's sequential verified reader (objstore_reader_*), the piece the
  * gateway streams downloads with: bounded chunks that reassemble to the object byte for byte, the
  * checksum checked before the last bytes come out (corruption on disk, an object replaced between
- * chunks, a wrong expected checksum), and the edges (empty object, a size that is a multiple of the
- * chunk, a missing key). Run against a file:// store in a temp directory and against the s3rver that
- * tests/run.sh starts ($WHET_TEST_S3_ENDPOINT, bucket whet-test); without that variable the test
- * fails rather than skip the S3 backend. */
+ * chunks, a wrong expected checksum), the edges (empty object, a size that is a multiple of the
+ * chunk, a missing key) and ranges. Run against a file:// store in a temp directory and against the
+ * s3rver that tests/run.sh starts ($WHET_TEST_S3_ENDPOINT, bucket whet-test); without that variable
+ * the test fails rather than skip the S3 backend. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,11 +174,63 @@ TEST(file_corruption_caught_at_the_end) {
     free(obj);
 }
 
+/* A download's Range: only the bytes asked for, in bounded chunks; refused past the end or once reading
+ * started; the whole object as a "range" is still checked. */
+TEST(ranges) {
+    struct whet_err err;
+    size_t n = 3 * CHUNK + 99;
+    char *obj = random_bytes(n);
+    CHECK(objstore_put(store, "r/range.bin", obj, n, &err) == 0);
+    struct objstore_reader *rd = NULL;
+    char *buf = xmalloc(CHUNK), *got = xmalloc(n);
+    size_t len, total = 0;
+    int chunks = 0;
+    CHECK_MSG(objstore_reader_open(store, "r/range.bin", NULL, &rd, NULL, &err) == 0, "%s", err.msg);
+    CHECK_MSG(objstore_reader_range(rd, 1000, 2 * CHUNK + 5, &err) == 0, "%s", err.msg);
+    CHECK(objstore_reader_offset(rd) == 1000);
+    while (objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len) {
+        memcpy(got + total, buf, len);
+        total += len;
+        chunks++;
+    }
+    CHECK(total == 2 * CHUNK + 5 && chunks == 3 && memcmp(got, obj + 1000, total) == 0);
+    CHECK(objstore_reader_range(rd, 0, 10, &err) == -1); /* too late */
+    objstore_reader_close(rd);
+    /* The last bytes only. */
+    CHECK(objstore_reader_open(store, "r/range.bin", NULL, &rd, NULL, &err) == 0);
+    CHECK(objstore_reader_range(rd, n - 7, 7, &err) == 0);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == 7 && memcmp(buf, obj + n - 7, 7) == 0);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == 0);
+    objstore_reader_close(rd);
+    /* Past the end. */
+    CHECK(objstore_reader_open(store, "r/range.bin", NULL, &rd, NULL, &err) == 0);
+    CHECK(objstore_reader_range(rd, n - 7, 8, &err) == -1);
+    CHECK_CONTAINS(err.msg, "past its end");
+    CHECK(objstore_reader_range(rd, n + 1, 0, &err) == -1);
+    objstore_reader_close(rd);
+    /* The whole object as a range is read and checked as a whole: a swap mid-way is caught. */
+    CHECK(objstore_reader_open(store, "r/range.bin", NULL, &rd, NULL, &err) == 0);
+    CHECK(objstore_reader_range(rd, 0, n, &err) == 0);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == CHUNK);
+    char *other = random_bytes(n);
+    CHECK(objstore_put(store, "r/range.bin", other, n, &err) == 0);
+    int rc = 0;
+    while ((rc = objstore_reader_next(rd, buf, CHUNK, &len, &err)) == 0 && len) {}
+    CHECK(rc == -1);
+    CHECK_CONTAINS(err.msg, "checksum mismatch");
+    objstore_reader_close(rd);
+    free(other);
+    free(got);
+    free(buf);
+    free(obj);
+}
+
 static void run_all(void) {
     RUN(chunks_reassemble_the_object);
     RUN(empty_and_missing);
     RUN(wrong_expected_checksum_refused_at_open);
     RUN(replaced_between_chunks_fails_before_the_end);
+    RUN(ranges);
 }
 
 int main(void) {
