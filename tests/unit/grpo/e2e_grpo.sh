@@ -7,7 +7,7 @@
 # on the training phrasings gets some answers right (about 15-20% of sampled answers) but not most:
 # the regime where GRPO has groups with both outcomes to learn from. Then 30 GRPO steps (8 prompts x 8
 # responses, LoRA) with a fixed seed must lift the mean reward of the last five steps well above the
-# first five (+0.2 and 1.5x) and the validation reward above the warm start's. A run resumed from
+# first five (+0.15 and 1.5x) and the greedy validation reward two answers (of 8) above the warm start's. A run resumed from
 # step 20 must give steps 21..30 identical to the run that did not stop. Then dynamic sampling with
 # two PPO epochs on a full fine-tune, and errors (a bad line, a config without a grader).
 # One OpenMP thread: fast on a busy 2-core machine, and resume is compared on the same thread count.
@@ -98,18 +98,20 @@ assert rows[0]["kl"] == 0 and rows[5]["kl"] > 0, "KL to the reference: 0 before 
 reward = [r["reward_mean"] for r in rows]
 first, last = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
 curve = [round(sum(reward[i:i + 5]) / 5, 3) for i in range(0, 30, 5)]
-print(f"reward by five steps: {curve}")
-assert 0.08 <= first <= 0.6, f"the warm start should get some answers right, not most: first five steps {first:.3f}"
-assert last >= first + 0.2 and last >= 1.5 * first, f"GRPO did not learn: reward {first:.3f} -> {last:.3f}"
 valid = [(r["step"], r["valid_reward_mean"]) for r in rows if "valid_reward_mean" in r]
+print(f"reward by five steps: {curve}; validation {base_valid:.3f} (warm start) -> {valid}")
+assert 0.08 <= first <= 0.6, f"the warm start should get some answers right, not most: first five steps {first:.3f}"
+# Seeds 3..7 on the build machine: +0.18 .. +0.30 and 2.0x .. 3.0x (this one: +0.29, 2.9x). The bar sits
+# below the worst of them, so another CPU's rounding (another trajectory) does not make it flaky.
+assert last >= first + 0.15 and last >= 1.5 * first, f"GRPO did not learn: reward {first:.3f} -> {last:.3f}"
 assert [s for s, _ in valid] == [10, 20, 30], valid
-assert valid[-1][1] >= base_valid + 0.2, f"validation reward: warm start {base_valid:.3f}, after GRPO {valid}"
+assert valid[-1][1] >= base_valid + 0.25, f"validation reward: warm start {base_valid:.3f}, after GRPO {valid}"
 events = [json.loads(l) for l in open(sys.argv[2])]
 kinds = [e["type"] for e in events]
 assert kinds.count("metrics") == 30 and kinds.count("checkpoint") == 2 and kinds[-1] == "final", kinds
 data = [e for e in events if e["type"] == "data"]
 assert data[0]["examples"] == 24 and data[1]["examples"] == 8, data
-print(f"reward {first:.3f} -> {last:.3f}; validation {base_valid:.3f} (warm start) -> {[v for _, v in valid]}")
+print(f"reward {first:.3f} -> {last:.3f}")
 EOF2
 for f in adapter_config.json adapter_model.safetensors optimizer.safetensors trainer_state.json; do
   [ -s "$work/out/checkpoints/step-20/$f" ] || fail "checkpoints/step-20/$f missing"
