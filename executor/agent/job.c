@@ -270,11 +270,13 @@ static void failure_message(char *msg, size_t len, const struct sandbox_result *
     switch (res->reason) {
     case SANDBOX_OK: snprintf(what, sizeof what, "exited without a final model"); break;
     case SANDBOX_EXIT: snprintf(what, sizeof what, "exited with status %d", res->exit_code); break;
-    case SANDBOX_SECCOMP:
-        snprintf(what, sizeof what, "was killed by the sandbox: it made a forbidden system call (a trainer may "
-                                    "not open network sockets, mount file systems, trace processes or load "
-                                    "kernel code)");
+    case SANDBOX_SECCOMP: {
+        char call[64] = "it made a forbidden system call";
+        if (res->syscall[0]) snprintf(call, sizeof call, "system call %s is not allowed", res->syscall);
+        snprintf(what, sizeof what, "was killed by the sandbox: %s (a trainer may not open network sockets, mount "
+                 "file systems, trace processes or load kernel code)", call);
         break;
+    }
     default: snprintf(what, sizeof what, "ended: %s", res->message); break;
     }
     log_tail(log_path, tail, sizeof tail);

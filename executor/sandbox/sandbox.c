@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -58,6 +60,7 @@ struct record {
     int32_t wait_status;   /* the worker's, for RECORD_RESULT */
     int32_t procs_killed;  /* init killed the tree at the process limit */
     int32_t peak_tasks;
+    int32_t denied_syscall; /* 1 + the number of the forbidden call init was notified of (0: none) */
     int64_t max_rss_kb;
     int64_t cpu_us;
     char msg[200];
@@ -163,6 +166,7 @@ int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spe
     plan->env = copy_strv(spec->env ? spec->env : default_env);
     plan_exec_paths(plan);
     plan->max_procs = spec->max_procs;
+    plan->seccomp_notify = spec->kill_on_network;
     if (spec->workdir) {
         plan->workdir = xstrdup(spec->workdir);
     } else if (spec->writable_dirs && spec->writable_dirs[0]) {
@@ -193,10 +197,16 @@ void sandbox_plan_free(struct sandbox_plan *plan) {
 
 /* ---------- the worker: becomes the command ---------- */
 
-/* The file descriptors the children keep, renumbered above every inherited one. */
+/* The file descriptors the children keep, renumbered above every inherited one; with a seccomp
+ * listener (plan->seccomp_notify), init adds the two pipes through which the worker hands it over. */
 struct child_fds {
     int in, out, err, result, lifeline, go;
+    int listener_w, listener_ack; /* worker's ends: the listener's fd number out, init's ack in */
 };
+
+/* Fds 4 and 5 of the worker while it hands its seccomp listener to init. */
+#define WORKER_LISTENER_W 4
+#define WORKER_LISTENER_ACK 5
 
 
 static void worker_main(const struct sandbox_plan *plan, const struct child_fds *fds) {
@@ -220,12 +230,32 @@ static void worker_main(const struct sandbox_plan *plan, const struct child_fds 
      * and closes itself on exec. */
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(errfd, 2) < 0 || dup3(fds->result, 3, O_CLOEXEC) < 0)
         child_fail(fds->result, "dup2", errno, 127);
-    syscall(SYS_close_range, 4, ~0U, 0);
+    /* The listener pipes sit above 5 (init put them there), so these cannot clobber them either. */
+    if (plan->seccomp_notify && (dup3(fds->listener_w, WORKER_LISTENER_W, O_CLOEXEC) < 0 ||
+                                 dup3(fds->listener_ack, WORKER_LISTENER_ACK, O_CLOEXEC) < 0))
+        child_fail(fds->result, "dup2", errno, 127);
+    syscall(SYS_close_range, plan->seccomp_notify ? WORKER_LISTENER_ACK + 1 : 4, ~0U, 0);
     const int result = 3;
     if (sandbox_rlimits_child(plan, &what) < 0) child_fail(result, what, errno, 127);
     if (chdir(plan->workdir) < 0) child_fail(result, "chdir to the working directory", errno, 127);
     if (sandbox_identity_child(plan, &what) < 0) child_fail(result, what, errno, 127);
-    if (sandbox_seccomp_child(plan, &what) < 0) child_fail(result, what, errno, 127);
+    if (plan->seccomp_notify) {
+        /* Init takes the listener with pidfd_getfd, which needs the worker dumpable (a uid switch
+         * clears it; exec would set it anyway). The command never holds it: init acks before exec,
+         * and the fd is close-on-exec. */
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+        int listener = sandbox_seccomp_child_listener(plan, &what);
+        if (listener < 0) child_fail(result, what, errno, 127);
+        int32_t n = listener;
+        char ack;
+        if (write(WORKER_LISTENER_W, &n, sizeof n) != sizeof n || read(WORKER_LISTENER_ACK, &ack, 1) != 1)
+            child_fail(result, "hand the seccomp listener to init", errno, 127);
+        close(listener);
+        close(WORKER_LISTENER_W);
+        close(WORKER_LISTENER_ACK);
+    } else if (sandbox_seccomp_child(plan, &what) < 0) {
+        child_fail(result, what, errno, 127);
+    }
     int e = ENOENT;
     for (size_t i = 0; i < plan->n_exec_paths; i++) {
         execve(plan->exec_paths[i], plan->argv, plan->env);
@@ -327,26 +357,77 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sig_fd < 0) child_fail(fds->result, "signalfd", errno, 1);
+    int listener_r = -1, ack_w = -1;
+    fds->listener_w = fds->listener_ack = -1;
+    if (plan->seccomp_notify) {
+        int out_pipe[2], ack_pipe[2];
+        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(ack_pipe, O_CLOEXEC) < 0)
+            child_fail(fds->result, "pipe for the seccomp listener", errno, 1);
+        /* Above every fd the worker moves into 0-5 (see worker_main). */
+        int top = WORKER_LISTENER_ACK;
+        int all[] = {fds->in, fds->out, fds->err, fds->result, fds->lifeline, sig_fd};
+        for (size_t i = 0; i < WHET_ARRAY_LEN(all); i++)
+            if (all[i] > top) top = all[i];
+        fds->listener_w = fcntl(out_pipe[1], F_DUPFD_CLOEXEC, top + 1);
+        fds->listener_ack = fcntl(ack_pipe[0], F_DUPFD_CLOEXEC, top + 1);
+        if (fds->listener_w < 0 || fds->listener_ack < 0) child_fail(fds->result, "move the listener pipes", errno, 1);
+        close(out_pipe[1]);
+        close(ack_pipe[0]);
+        listener_r = out_pipe[0];
+        ack_w = ack_pipe[1];
+    }
     pid_t worker = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
     if (worker < 0) child_fail(fds->result, "fork the worker", errno, 1);
     if (worker == 0) worker_main(plan, fds);
     if (fds->in >= 0) close(fds->in);
     if (fds->out >= 0) close(fds->out);
     if (fds->err >= 0) close(fds->err);
+    int listener = -1;
+    if (plan->seccomp_notify) {
+        close(fds->listener_w);
+        close(fds->listener_ack);
+        int32_t n;
+        /* EOF: the worker failed before (its setup error is on the result pipe). */
+        if (read(listener_r, &n, sizeof n) == sizeof n) {
+            int pidfd = (int)syscall(SYS_pidfd_open, worker, 0);
+            listener = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, n, 0);
+            if (listener < 0) {
+                /* The command still runs under the filter; with no listener its forbidden calls fail
+                 * with ENOSYS instead of ending it. */
+                record_send(fds->result, RECORD_NOTE, "no seccomp listener: forbidden calls fail instead of killing");
+            }
+            if (pidfd >= 0) close(pidfd);
+            ssize_t ignored = write(ack_w, "k", 1);
+            (void)ignored;
+        }
+        close(listener_r);
+        close(ack_w);
+    }
 
     struct record r;
     memset(&r, 0, sizeof r);
     r.kind = RECORD_RESULT;
     int worker_done = 0, at_limit = 0;
-    struct pollfd pfd[2] = {{.fd = fds->lifeline, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+    struct pollfd pfd[3] = {{.fd = fds->lifeline, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN},
+                            {.fd = listener, .events = POLLIN}};
     while (!worker_done) {
         /* The task count needs a timer; otherwise only an event wakes init. */
-        poll(pfd, 2, plan->max_procs > 0 ? INIT_POLL_MS : -1);
+        poll(pfd, 3, plan->max_procs > 0 ? INIT_POLL_MS : -1);
         if (pfd[0].revents) _exit(1); /* the caller is gone: take the tree down */
         if (pfd[1].revents) {
             struct signalfd_siginfo info;
             while (read(sig_fd, &info, sizeof info) > 0)
                 if (info.ssi_signo != SIGCHLD) kill(worker, (int)info.ssi_signo);
+        }
+        if (pfd[2].revents & POLLIN) {
+            /* A forbidden call, held by the kernel until answered: remember which, end the tree. */
+            struct seccomp_notif req;
+            memset(&req, 0, sizeof req);
+            if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0 && !r.denied_syscall)
+                r.denied_syscall = req.data.nr + 1;
+            kill(-1, SIGKILL);
+        } else if (pfd[2].revents) {
+            pfd[2].fd = -1; /* hung up: nothing runs under the filter any more */
         }
         int status;
         struct rusage ru;
@@ -470,7 +551,7 @@ static void close_pair(int p[2]) {
 /* One clone attempt with the plan's namespaces. Returns the pid, or -1 with errno. */
 static pid_t spawn_clone(const struct sandbox_plan *plan, const struct sandbox_spec *spec, int result_w,
                          int lifeline_r, int go_r) {
-    struct child_fds fds = {spec->stdin_fd, spec->stdout_fd, spec->stderr_fd, result_w, lifeline_r, go_r};
+    struct child_fds fds = {spec->stdin_fd, spec->stdout_fd, spec->stderr_fd, result_w, lifeline_r, go_r, -1, -1};
     int max_fd = 2;
     int all[] = {fds.in, fds.out, fds.err, fds.result, fds.lifeline, fds.go};
     for (size_t i = 0; i < WHET_ARRAY_LEN(all); i++)
@@ -684,6 +765,10 @@ static void judge(const struct sandbox_state *st, struct sandbox_result *res) {
     if (r->procs_killed) {
         res->reason = SANDBOX_PROCS;
         snprintf(res->message, sizeof res->message, "killed: process limit of %d reached and held", st->max_procs);
+    } else if (r->denied_syscall) {
+        res->reason = SANDBOX_SECCOMP;
+        sandbox_syscall_name(r->denied_syscall - 1, res->syscall, sizeof res->syscall);
+        snprintf(res->message, sizeof res->message, "killed: forbidden system call %s (seccomp)", res->syscall);
     } else if (sandbox_cgroup_has_memory(st->cgroup) && sandbox_cgroup_oom_killed(st->cgroup)) {
         res->reason = SANDBOX_MEMORY;
         snprintf(res->message, sizeof res->message, "killed: memory limit of %.0f MiB (cgroup OOM)", mib(st->mem_bytes));

@@ -65,10 +65,11 @@ struct sandbox_spec {
      * mount inside them (`whet train` running python graders). A nested sandbox's command gets the
      * full filter on top, so tenant code is held the same. */
     int allow_nested;
-    /* 1: socket() and socketpair() kill the command (SIGSYS, reported as SANDBOX_SECCOMP) instead of
-     * failing with EACCES. For programs that never open one (`whet train`): an attempt means the
-     * program is not what it should be, and it stops there. Sandboxes nested inside inherit it
-     * (stacked filters: the stricter answer wins). */
+    /* 1: socket() and socketpair() end the sandbox (SANDBOX_SECCOMP) instead of failing with EACCES,
+     * and the result names the forbidden call, this one or any other (`syscall`): the filter sends
+     * them to init (a seccomp listener), which records the call and kills the tree. For programs that
+     * never open a socket (`whet train`): an attempt means the program is not what it should be, and
+     * it stops there. Not with allow_nested: a nested sandbox could not have a listener of its own. */
     int kill_on_network;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
@@ -109,6 +110,7 @@ struct sandbox_result {
     int64_t max_rss_kb; /* largest resident set of any process of the tree */
     int peak_tasks;    /* most tasks (threads included) seen at once by init's sampling */
     char message[256]; /* one line for people: "killed: wall-clock timeout of 2 s", … */
+    char syscall[32];  /* SANDBOX_SECCOMP with kill_on_network: the forbidden call ("socket"); else "" */
     char notes[256];   /* fallbacks taken ("cgroup v2 controllers not delegated: rlimits only") */
 };
 

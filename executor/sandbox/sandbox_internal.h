@@ -61,6 +61,7 @@ struct sandbox_plan {
     struct rlimit_op rlimits[8];
     size_t n_rlimits;
     struct sock_fprog seccomp; /* compiled allow-list; filter owned by the plan */
+    int seccomp_notify;       /* forbidden calls go to init through a listener (kill_on_network) */
     int max_procs;
 };
 
@@ -80,6 +81,10 @@ int sandbox_identity_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_userns_write_maps(const struct sandbox_plan *plan, pid_t pid, struct whet_err *err);
 int sandbox_rlimits_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what);
+/* For a plan with seccomp_notify: loads the filter with a new listener; returns its fd (close-on-exec). */
+int sandbox_seccomp_child_listener(const struct sandbox_plan *plan, const char **what);
+/* Caller side: the name of system call `nr` on this architecture ("#NR" when unknown). */
+void sandbox_syscall_name(int nr, char *out, size_t len);
 
 /* cgroup v2 (sandbox_cgroup.c): a per-sandbox child group under a delegated parent, when there is
  * one. create returns NULL (and explains why in `why`) when the host offers no usable controllers,

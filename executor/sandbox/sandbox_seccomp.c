@@ -3,7 +3,8 @@
  * The list covers what `whet train` (C, OpenMP threads, OpenBLAS, mmap'd safetensors) and Debian's
  * python3 running a grader need. Three other answers:
  *   - socket()/socketpair() fail with EACCES, so a program can say "network not allowed" itself
- *     (or, with kill_on_network, kill the process like the calls below);
+ *     (with kill_on_network they and the calls below go to init's listener instead: SCMP_ACT_NOTIFY
+ *     holds the call while init records its number and kills the tree);
  *   - calls that reach beyond the process (ptrace, mount, bpf, kexec, keyctl, modules, namespaces,
  *     io_uring, perf, …) kill the process with SIGSYS, reported as a seccomp violation;
  *   - anything else fails with EPERM (clone3 with ENOSYS so glibc falls back to clone, whose flags
@@ -15,13 +16,16 @@
  * bad-arch default). libseccomp builds the program; the worker loads it with a bare prctl, because
  * after the clone it may not allocate. */
 #include <errno.h>
+#include <linux/seccomp.h>
 #include <sched.h>
+#include <stdio.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sandbox_internal.h"
@@ -99,7 +103,8 @@ static int add_list(scmp_filter_ctx ctx, const char *const *names, uint32_t acti
 static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, struct whet_err *err) {
     int allow_nested = spec->allow_nested;
     if (add_list(ctx, allowed, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
-    if (add_list(ctx, killed, SCMP_ACT_KILL_PROCESS, allow_nested ? nested : NULL, err) < 0) return -1;
+    uint32_t kill = spec->kill_on_network ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS;
+    if (add_list(ctx, killed, kill, allow_nested ? nested : NULL, err) < 0) return -1;
     if (allow_nested && add_list(ctx, nested, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
     /* clone: threads and processes yes, new namespaces no (EPERM by the default) unless nested. */
     const uint64_t ns_flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
@@ -109,7 +114,7 @@ static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, str
                                              SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0));
     /* ioctl: all but TIOCSTI, which pushes input into a terminal the caller may have handed over. */
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_NE, TIOCSTI));
-    uint32_t network = spec->kill_on_network ? SCMP_ACT_KILL_PROCESS : SCMP_ACT_ERRNO(EACCES);
+    uint32_t network = spec->kill_on_network ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EACCES);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socket), 0);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socketpair), 0);
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
@@ -152,4 +157,16 @@ int sandbox_seccomp_compile(struct sock_fprog *prog, const struct sandbox_spec *
 int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what) {
     *what = "load seccomp filter";
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &plan->seccomp, 0, 0);
+}
+
+int sandbox_seccomp_child_listener(const struct sandbox_plan *plan, const char **what) {
+    *what = "load seccomp filter with a listener";
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &plan->seccomp);
+}
+
+void sandbox_syscall_name(int nr, char *out, size_t len) {
+    char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+    if (name) snprintf(out, len, "%s", name);
+    else snprintf(out, len, "#%d", nr);
+    free(name);
 }

@@ -116,7 +116,7 @@ test('a trainer that opens a network socket is killed by the sandbox; the job fa
   const job = await runJob('socket');
   assert.equal(job.status, 'failed', JSON.stringify(job));
   assert.equal(job.error.code, 'sandbox_violation');
-  assert.match(job.error.message, /^the trainer was killed by the sandbox: it made a forbidden system call \(a trainer may not open network sockets/);
+  assert.match(job.error.message, /^the trainer was killed by the sandbox: system call socket is not allowed \(a trainer may not open network sockets/);
   // The trainer's own last words (its stderr) follow: what it was doing when it was stopped.
   assert.match(job.error.message, /fake trainer: connecting to 1\.1\.1\.1:80$/);
   assert.doesNotMatch(job.error.message, /connected/);

@@ -3,7 +3,7 @@
  * A job that grades with python gets a sandbox its trainer can build pygrader's sandboxes in: a
  * sandboxed process (`whet sandbox grade`, pygrader_run behind a command line) grades inside it,
  * with the tenant's socket() failing as in the graders API. Any other job's trainer can build no
- * sandbox, and a socket() kills it. Under a root executor the trainer is host uid 65534, owning its
+ * sandbox, and a socket() or any call reaching past the process ends it, the sandbox naming the call. Under a root executor the trainer is host uid 65534, owning its
  * job dir and nothing else.
  *
  * Usage: test_trainer_sandbox WHET_BINARY */
@@ -103,10 +103,23 @@ TEST(any_other_job_can_build_no_sandbox_and_dies_on_a_socket) {
     CHECK_MSG(job.out && strstr(job.out, "clone with new namespaces: Operation not permitted"), "%s", job.out);
     sandbox_job_release(&job);
 
-    const char *py[] = {"/usr/bin/python3", "-c", "import socket; socket.socket()", NULL};
-    run_as_trainer(&job, cfg, py, NULL);
-    CHECK_MSG(job.result.reason == SANDBOX_SECCOMP, "%s: %s", job.result.message, job.errout);
-    sandbox_job_release(&job);
+    /* The sandbox names the call: a socket, or one of those that reach past the process (mount). */
+    static const struct {
+        const char *code, *call;
+    } calls[] = {
+        {"import socket; print('trying', flush=True); socket.socket(); print('connected')", "socket"},
+        {"import ctypes; print('trying', flush=True); ctypes.CDLL(None).mount(b'none', b'/tmp', b'tmpfs', 0, None)",
+         "mount"},
+    };
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        const char *py[] = {"/usr/bin/python3", "-c", calls[i].code, NULL};
+        run_as_trainer(&job, cfg, py, NULL);
+        CHECK_MSG(job.result.reason == SANDBOX_SECCOMP, "%s: %s", job.result.message, job.errout);
+        CHECK_STR(job.result.syscall, calls[i].call);
+        CHECK_CONTAINS(job.result.message, calls[i].call);
+        CHECK_STR(job.out, "trying\n"); /* it got that far, and no further */
+        sandbox_job_release(&job);
+    }
     json_decref(cfg);
 }
 
