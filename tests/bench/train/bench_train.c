@@ -260,6 +260,10 @@ static int step(int argc, char **argv) {
     int paired = !strcmp(argv[1], "paired");
     int L = atoi(argv[2]), C = atoi(argv[3]), NH = atoi(argv[4]), F = atoi(argv[5]), V = atoi(argv[6]);
     int B = atoi(argv[7]), T = atoi(argv[8]), r = atoi(argv[9]), steps = atoi(argv[10]);
+    if (steps < 1) {
+        fprintf(stderr, "bench_train: STEPS must be at least 1\n");
+        return 2;
+    }
     struct model_config cfg = {.arch = ARCH_LLAMA, .vocab_size = V, .hidden_size = C, .intermediate_size = F,
                                .n_layers = L, .n_heads = NH, .n_kv_heads = NH, .head_dim = C / NH,
                                .max_position_embeddings = 4096, .rope_theta = 10000, .rms_norm_eps = 1e-5f,
