@@ -19,7 +19,11 @@
  * then writes the metrics line and, when due, the validation rewards: the first eval_samples prompts
  * of the validation file, one greedy response each (temperature 0: the policy's best answer, free of
  * sampling noise), graded. The cursor (epoch, position in the epoch's order) and the step are all a
- * checkpoint needs besides the weights and moments: orders and rollouts are functions of the seed. */
+ * checkpoint needs besides the weights and moments: orders and rollouts are functions of the seed.
+ *
+ * Departure from veRL: veRL takes the log-probs of the update from the logits divided by the rollout
+ * temperature; the engine's nll is that of the plain logits, so with a temperature other than 1 the
+ * update treats samples of softmax(z/T) as if drawn from softmax(z) (exact at temperature 1). */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>

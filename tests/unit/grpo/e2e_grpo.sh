@@ -9,7 +9,8 @@
 # responses, LoRA) with a fixed seed must lift the mean reward of the last five steps well above the
 # first five (+0.15 and 1.5x) and the greedy validation reward two answers (of 8) above the warm start's. A run resumed from
 # step 20 must give steps 21..30 identical to the run that did not stop. Then dynamic sampling with
-# two PPO epochs on a full fine-tune, and errors (a bad line, a config without a grader).
+# two PPO epochs on a full fine-tune, SIGTERM (a checkpoint, exit 0), and errors (a bad line, a
+# config without a grader).
 # One OpenMP thread: fast on a busy 2-core machine, and resume is compared on the same thread count.
 set -euo pipefail
 : "${WHET_BIN:?}"
@@ -152,6 +153,22 @@ assert any(r["clip_frac"] > 0 for r in rows if r["groups_kept"]), "the second PP
 print("dynamic sampling: groups kept", [r["groups_kept"] for r in rows], "clip_frac", [r["clip_frac"] for r in rows])
 EOF2
 [ -s "$work/out-dyn/final/model.safetensors" ] || fail "full fine-tune: final model missing"
+
+# ---- SIGTERM: the step under way finishes, a checkpoint is written, exit 0
+grpo_config term out-term '"lora": {"r": 8, "alpha": 16}, "max_steps": 100000'
+"$WHET_BIN" train --config "$work/term.json" --quiet > "$work/term.events" &
+pid=$!
+for _ in $(seq 600); do
+  [ "$({ wc -l < "$work/out-term/metrics.jsonl"; } 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.1
+done
+kill -TERM "$pid"
+rc=0; wait "$pid" || rc=$?
+[ "$rc" = 0 ] || fail "SIGTERM: exit status $rc"
+last=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["step"])' "$work/out-term/metrics.jsonl")
+[ -s "$work/out-term/checkpoints/step-$last/optimizer.safetensors" ] || fail "SIGTERM: no checkpoint at step $last"
+grep -q '"row":' "$work/out-term/checkpoints/step-$last/trainer_state.json" || fail "SIGTERM: no data cursor in the state"
+echo "SIGTERM: checkpoint at step $last, exit 0"
 
 # ---- errors: a bad training line (exit 1, file and line), no grader (exit 2, the field)
 { head -2 "$work/train.jsonl"; echo '{"messages": [{"role": "assistant", "content": "x"}]}'; } > "$work/bad.jsonl"
