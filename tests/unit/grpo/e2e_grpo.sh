@@ -153,6 +153,23 @@ assert any(r["clip_frac"] > 0 for r in rows if r["groups_kept"]), "the second PP
 print("dynamic sampling: groups kept", [r["groups_kept"] for r in rows], "clip_frac", [r["clip_frac"] for r in rows])
 EOF2
 [ -s "$work/out-dyn/final/model.safetensors" ] || fail "full fine-tune: final model missing"
+# A grader nothing passes: every group is all zeros, dynamic sampling drops them all, and each step
+# trains nothing but still counts (its prompts are used, the metrics line says so).
+grpo_config skip out-skip '"lora": {"r": 8, "alpha": 16}, "max_steps": 2' \
+  '{"batch_size": 4, "learning_rate": 0.005, "max_seq_len": 64, "dynamic_sampling": true}'
+sed -i 's/{{item.answer}}/no such answer/' "$work/skip.json"
+"$WHET_BIN" train --config "$work/skip.json" --quiet > /dev/null || fail "all-skipped run"
+py "$work/out-skip/metrics.jsonl" "$work/out-skip/final/trainer_state.json" <<'EOF2'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == [1, 2], rows
+for r in rows:
+    assert r["groups_kept"] == 0 and r["reward_mean"] == 0 and r["tokens"] == 0 and r["grad_norm"] == 0, r
+    assert r["rollout_tokens"] > 0 and r["time_update_s"] == 0, r
+state = json.load(open(sys.argv[2]))
+assert state["step"] == 2 and state["row"] == 8, state
+print("dynamic sampling with nothing left: 2 steps counted, nothing trained, cursor at prompt 8")
+EOF2
 
 # ---- SIGTERM: the step under way finishes, a checkpoint is written, exit 0
 grpo_config term out-term '"lora": {"r": 8, "alpha": 16}, "max_steps": 100000'
