@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <zstd.h>
 
 #include "crypto.h"
+#include "log.h"
 #include "objstore_impl.h"
 
 #define DEFAULT_PART_SIZE (16u << 20)
@@ -314,6 +316,24 @@ int objstore_get(struct objstore *store, const char *key, char **data, size_t *l
 /* Sequential verified reader                                                                     */
 /* ---------------------------------------------------------------------------------------------- */
 
+/* Read-ahead (objstore_reader_read_ahead): one streaming read on a thread of its own fills a ring
+ * that the reader's calls drain; the thread blocks while the ring is full, which stalls the transfer
+ * (the server waits on TCP flow control). Shared by the reader and the thread; the last to let go
+ * frees it, so closing the reader never waits for a transfer to notice. */
+struct read_ahead {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct objstore *store;
+    char *key;
+    uint64_t offset, length;   /* what the thread reads */
+    char *ring;
+    size_t cap, head, len;     /* bytes [head, head+len) mod cap are waiting */
+    int done, rc;              /* the thread's read returned rc */
+    struct whet_err err;
+    int closing;               /* the reader let go: the thread stops at its next chunk */
+    int refs;
+};
+
 struct objstore_reader {
     struct objstore *store;
     char *key;
@@ -321,6 +341,9 @@ struct objstore_reader {
     char sha256[65]; /* the checksum the bytes must have, "" when there is none to check */
     EVP_MD_CTX *sha; /* NULL once the last bytes were checked, or when a range leaves nothing to check */
     int failed;      /* a checksum mismatch: no more bytes come out */
+    size_t window;   /* read-ahead bytes, 0: one ranged read per call */
+    struct read_ahead *ahead;
+    int restarts;    /* read-aheads started again without progress in between */
 };
 
 int objstore_reader_open(struct objstore *store, const char *key, const char *expect_sha256,
@@ -372,6 +395,135 @@ static int reader_verify(struct objstore_reader *rd, struct whet_err *err) {
     return 0;
 }
 
+static void read_ahead_unref(struct read_ahead *ra) {
+    pthread_mutex_lock(&ra->mu);
+    int last = --ra->refs == 0;
+    pthread_mutex_unlock(&ra->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&ra->mu);
+    pthread_cond_destroy(&ra->cv);
+    free(ra->ring);
+    free(ra->key);
+    free(ra);
+}
+
+/* The thread's sink: copies into the ring, waiting for room. */
+static int read_ahead_sink(void *ctx, const void *chunk, size_t len) {
+    struct read_ahead *ra = ctx;
+    const char *p = chunk;
+    pthread_mutex_lock(&ra->mu);
+    while (len && !ra->closing) {
+        if (ra->len == ra->cap) {
+            pthread_cond_wait(&ra->cv, &ra->mu);
+            continue;
+        }
+        size_t tail = (ra->head + ra->len) % ra->cap;
+        size_t n = ra->cap - ra->len;
+        if (n > ra->cap - tail) n = ra->cap - tail;
+        if (n > len) n = len;
+        memcpy(ra->ring + tail, p, n);
+        ra->len += n;
+        p += n;
+        len -= n;
+        pthread_cond_broadcast(&ra->cv);
+    }
+    int stop = ra->closing;
+    pthread_mutex_unlock(&ra->mu);
+    return stop;
+}
+
+static void *read_ahead_main(void *arg) {
+    struct read_ahead *ra = arg;
+    struct objstore_info info;
+    struct whet_err err = {0};
+    int rc = ra->store->ops->read(ra->store, ra->key, ra->offset, ra->length, read_ahead_sink, ra, &info, &err);
+    pthread_mutex_lock(&ra->mu);
+    ra->done = 1;
+    ra->rc = rc;
+    ra->err = err;
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(&ra->mu);
+    read_ahead_unref(ra);
+    return NULL;
+}
+
+static int read_ahead_start(struct objstore_reader *rd, uint64_t from, struct whet_err *err) {
+    struct read_ahead *ra = xcalloc(1, sizeof *ra);
+    pthread_mutex_init(&ra->mu, NULL);
+    pthread_cond_init(&ra->cv, NULL);
+    ra->store = rd->store;
+    ra->key = xstrdup(rd->key);
+    ra->offset = from;
+    ra->length = rd->end - from;
+    ra->cap = rd->window;
+    ra->ring = xmalloc(ra->cap);
+    ra->refs = 2;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t tid;
+    int e = pthread_create(&tid, &attr, read_ahead_main, ra);
+    pthread_attr_destroy(&attr);
+    if (e != 0) {
+        ra->refs = 1;
+        read_ahead_unref(ra);
+        return whet_errf(err, "object \"%s\": cannot start a read-ahead thread: %s", rd->key, strerror(e));
+    }
+    rd->ahead = ra;
+    return 0;
+}
+
+static void read_ahead_stop(struct objstore_reader *rd) {
+    struct read_ahead *ra = rd->ahead;
+    if (!ra) return;
+    pthread_mutex_lock(&ra->mu);
+    ra->closing = 1;
+    pthread_cond_broadcast(&ra->cv);
+    pthread_mutex_unlock(&ra->mu);
+    read_ahead_unref(ra);
+    rd->ahead = NULL;
+}
+
+/* Fills buf[0..want) from the read-ahead, starting it (again) as needed: a transfer that ended early
+ * (the server dropped it, or the caller was so slow that the transfer timed out) continues from the
+ * first byte not yet taken, up to three times in a row without a byte of progress in between. */
+static int read_ahead_take(struct objstore_reader *rd, char *buf, size_t want, struct whet_err *err) {
+    size_t got = 0;
+    while (got < want) {
+        if (!rd->ahead && read_ahead_start(rd, rd->offset + got, err) != 0) return -1;
+        struct read_ahead *ra = rd->ahead;
+        pthread_mutex_lock(&ra->mu);
+        while (ra->len == 0 && !ra->done) pthread_cond_wait(&ra->cv, &ra->mu);
+        while (ra->len && got < want) {
+            size_t n = ra->cap - ra->head;
+            if (n > ra->len) n = ra->len;
+            if (n > want - got) n = want - got;
+            memcpy(buf + got, ra->ring + ra->head, n);
+            ra->head = (ra->head + n) % ra->cap;
+            ra->len -= n;
+            got += n;
+            rd->restarts = 0;
+        }
+        pthread_cond_broadcast(&ra->cv);
+        int ended = ra->done && ra->len == 0, rc = ra->rc;
+        struct whet_err thread_err = ra->err;
+        pthread_mutex_unlock(&ra->mu);
+        if (got == want || !ended) continue;
+        read_ahead_stop(rd);
+        if (rc == OBJSTORE_NOT_FOUND) return whet_errf(err, "object \"%s\" was deleted while being read", rd->key);
+        if (rc == 0) /* every byte asked for came, yet fewer than the reader expects */
+            return whet_errf(err, "object \"%s\": the read ended early at offset %llu", rd->key,
+                             (unsigned long long)(rd->offset + got));
+        if (++rd->restarts > 3) {
+            *err = thread_err;
+            return -1;
+        }
+        log_warn("msg=\"object read continues after a broken transfer\" key=%s offset=%llu err=\"%s\"", rd->key,
+                 (unsigned long long)(rd->offset + got), thread_err.msg);
+    }
+    return 0;
+}
+
 int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size_t *len, struct whet_err *err) {
     *len = 0;
     if (rd->failed) return whet_errf(err, "object \"%s\": checksum mismatch", rd->key);
@@ -380,10 +532,15 @@ int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size
     if (cap == 0) return whet_errf(err, "object \"%s\": read into an empty buffer", rd->key);
     size_t want = left < cap ? (size_t)left : cap;
     struct buffer_sink b = {buf, 0, want};
-    struct objstore_info info;
-    int rc = rd->store->ops->read(rd->store, rd->key, rd->offset, want, buffer_sink_write, &b, &info, err);
-    if (rc == OBJSTORE_NOT_FOUND) return whet_errf(err, "object \"%s\" was deleted while being read", rd->key);
-    if (rc != 0) return -1;
+    if (rd->window) {
+        if (read_ahead_take(rd, buf, want, err) != 0) return -1;
+        b.len = want;
+    } else {
+        struct objstore_info info;
+        int rc = rd->store->ops->read(rd->store, rd->key, rd->offset, want, buffer_sink_write, &b, &info, err);
+        if (rc == OBJSTORE_NOT_FOUND) return whet_errf(err, "object \"%s\" was deleted while being read", rd->key);
+        if (rc != 0) return -1;
+    }
     if (b.len != want)
         return whet_errf(err, "object \"%s\": read %zu bytes at offset %llu instead of %zu (changed while being read?)",
                          rd->key, b.len, (unsigned long long)rd->offset, want);
@@ -410,11 +567,16 @@ int objstore_reader_range(struct objstore_reader *rd, uint64_t offset, uint64_t 
     return 0;
 }
 
+void objstore_reader_read_ahead(struct objstore_reader *rd, size_t window) {
+    if (!rd->ahead) rd->window = window;
+}
+
 uint64_t objstore_reader_offset(const struct objstore_reader *rd) { return rd->offset; }
 uint64_t objstore_reader_size(const struct objstore_reader *rd) { return rd->size; }
 
 void objstore_reader_close(struct objstore_reader *rd) {
     if (!rd) return;
+    read_ahead_stop(rd);
     if (rd->sha) EVP_MD_CTX_free(rd->sha);
     free(rd->key);
     free(rd);

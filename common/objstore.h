@@ -135,6 +135,13 @@ int objstore_reader_next(struct objstore_reader *rd, void *buf, size_t cap, size
 /* Restricts the reader to `length` bytes from `offset` (a download's Range), before the first read.
  * Only the whole object can be checked against its checksum: a smaller range is read unchecked. */
 int objstore_reader_range(struct objstore_reader *rd, uint64_t offset, uint64_t length, struct whet_err *err);
+/* Reads the rest of the object (or range) through one streaming request on a thread of its own, at
+ * most `window` bytes ahead of the calls to objstore_reader_next, instead of one ranged request per
+ * call: worth it where every request costs a round trip and the server's per-request work (s3://),
+ * not on file://. A transfer that breaks off (a dropped connection, or a caller so slow that the
+ * store's stall timeout fires) continues from the first byte not yet returned, three times at most
+ * without progress. Call before the first read. */
+void objstore_reader_read_ahead(struct objstore_reader *rd, size_t window);
 /* Where the next read starts (bytes read so far, plus a range's offset) and the object's size. */
 uint64_t objstore_reader_offset(const struct objstore_reader *rd);
 uint64_t objstore_reader_size(const struct objstore_reader *rd);

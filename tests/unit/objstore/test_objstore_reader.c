@@ -2,9 +2,9 @@
  * gateway streams downloads with: bounded chunks that reassemble to the object byte for byte, the
  * checksum checked before the last bytes come out (corruption on disk, an object replaced between
  * chunks, a wrong expected checksum), the edges (empty object, a size that is a multiple of the
- * chunk, a missing key) and ranges. Run against a file:// store in a temp directory and against the
- * s3rver that tests/run.sh starts ($WHET_TEST_S3_ENDPOINT, bucket whet-test); without that variable
- * the test fails rather than skip the S3 backend. */
+ * chunk, a missing key), ranges and read-ahead. Run against a file:// store in a temp directory and
+ * against the s3rver that tests/run.sh starts ($WHET_TEST_S3_ENDPOINT, bucket whet-test); without
+ * that variable the test fails rather than skip the S3 backend. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +26,10 @@ static char *random_bytes(size_t n) {
     return buf;
 }
 
-/* Reads the whole object through a reader in chunks of `cap`; returns the rc of the first failing
+/* Reads the whole object through a reader in chunks of `cap` (read ahead when read_ahead_window is set); returns the rc of the first failing
  * call (0 when all went well) with the bytes got so far in *out (caller frees) and the chunk count. */
+static size_t read_ahead_window; /* 0, or objstore_reader_read_ahead's window for every read_all */
+
 static int read_all(const char *key, const char *expect, size_t cap, char **out, size_t *out_len, int *chunks,
                     struct whet_err *err) {
     struct objstore_reader *rd = NULL;
@@ -36,6 +38,7 @@ static int read_all(const char *key, const char *expect, size_t cap, char **out,
     *chunks = 0;
     int rc = objstore_reader_open(store, key, expect, &rd, NULL, err);
     if (rc != 0) return rc;
+    if (read_ahead_window) objstore_reader_read_ahead(rd, read_ahead_window);
     char *data = xmalloc(objstore_reader_size(rd) + 1);
     char *buf = xmalloc(cap);
     for (;;) {
@@ -225,12 +228,97 @@ TEST(ranges) {
     free(obj);
 }
 
+/* Read-ahead: the same bytes through one streaming read with a window smaller than, equal to and
+ * larger than the chunks, also for a range; a reader closed mid-way (its thread blocked on a full
+ * window) leaves nothing behind (the sanitizer build checks); an object replaced mid-way. */
+TEST(read_ahead) {
+    struct whet_err err;
+    size_t n = 3 * CHUNK + 4321;
+    char *obj = random_bytes(n);
+    CHECK(objstore_put(store, "r/ahead.bin", obj, n, &err) == 0);
+    size_t windows[] = {100000, CHUNK, 3 * CHUNK};
+    for (size_t w = 0; w < WHET_ARRAY_LEN(windows); w++) {
+        read_ahead_window = windows[w];
+        char *got;
+        size_t got_len;
+        int chunks;
+        CHECK_MSG(read_all("r/ahead.bin", NULL, CHUNK, &got, &got_len, &chunks, &err) == 0, "window %zu: %s", windows[w],
+                  err.msg);
+        CHECK(got_len == n && chunks == 4 && memcmp(got, obj, n) == 0);
+        free(got);
+    }
+    read_ahead_window = 0;
+    struct objstore_reader *rd = NULL;
+    char *buf = xmalloc(CHUNK);
+    size_t len;
+    /* A range, read ahead. */
+    CHECK(objstore_reader_open(store, "r/ahead.bin", NULL, &rd, NULL, &err) == 0);
+    CHECK(objstore_reader_range(rd, 777, CHUNK + 5, &err) == 0);
+    objstore_reader_read_ahead(rd, 65536);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == CHUNK && memcmp(buf, obj + 777, CHUNK) == 0);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == 5 && memcmp(buf, obj + 777 + CHUNK, 5) == 0);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == 0);
+    objstore_reader_close(rd);
+    /* Closed after one chunk, while the thread waits for room. */
+    CHECK(objstore_reader_open(store, "r/ahead.bin", NULL, &rd, NULL, &err) == 0);
+    objstore_reader_read_ahead(rd, 65536);
+    CHECK(objstore_reader_next(rd, buf, 1000, &len, &err) == 0 && len == 1000 && memcmp(buf, obj, 1000) == 0);
+    objstore_reader_close(rd);
+    /* Swapped for another object after the first chunk: the one streaming read may go on with the
+     * object it started on (both stores keep serving the open file), but never hands out a mix:
+     * either every byte is the old object's, or the read fails. */
+    CHECK(objstore_reader_open(store, "r/ahead.bin", NULL, &rd, NULL, &err) == 0);
+    objstore_reader_read_ahead(rd, 65536);
+    char *all = xmalloc(n);
+    size_t total = 0;
+    CHECK(objstore_reader_next(rd, all, CHUNK, &len, &err) == 0 && len == CHUNK);
+    total += len;
+    char *other = random_bytes(n);
+    CHECK(objstore_put(store, "r/ahead.bin", other, n, &err) == 0);
+    int rc;
+    while ((rc = objstore_reader_next(rd, all + total, n - total < CHUNK ? n - total : CHUNK, &len, &err)) == 0 && len)
+        total += len;
+    CHECK(rc == -1 || (total == n && memcmp(all, obj, n) == 0));
+    objstore_reader_close(rd);
+    free(all);
+    free(other);
+    free(buf);
+    free(obj);
+}
+
+/* file:// only: the object cut short in place (same file) under a read-ahead: the transfer breaks,
+ * the read-ahead starts again from the first byte not returned, runs into the new end, and the
+ * reader gives up with an error instead of hanging or returning short. */
+TEST(read_ahead_restarts_then_gives_up) {
+    struct whet_err err;
+    size_t n = 3 * CHUNK;
+    char *obj = random_bytes(n);
+    CHECK(objstore_put(store, "r/cut.bin", obj, n, &err) == 0);
+    struct objstore_reader *rd = NULL;
+    char *buf = xmalloc(CHUNK);
+    size_t len;
+    CHECK(objstore_reader_open(store, "r/cut.bin", NULL, &rd, NULL, &err) == 0);
+    objstore_reader_read_ahead(rd, 65536);
+    CHECK(objstore_reader_next(rd, buf, CHUNK, &len, &err) == 0 && len == CHUNK && memcmp(buf, obj, CHUNK) == 0);
+    char path[400];
+    snprintf(path, sizeof path, "%s/r/cut.bin", file_root);
+    CHECK(truncate(path, CHUNK + 10) == 0);
+    int rc;
+    while ((rc = objstore_reader_next(rd, buf, CHUNK, &len, &err)) == 0 && len) {}
+    CHECK(rc == -1);
+    CHECK_CONTAINS(err.msg, "past its end");
+    objstore_reader_close(rd);
+    free(buf);
+    free(obj);
+}
+
 static void run_all(void) {
     RUN(chunks_reassemble_the_object);
     RUN(empty_and_missing);
     RUN(wrong_expected_checksum_refused_at_open);
     RUN(replaced_between_chunks_fails_before_the_end);
     RUN(ranges);
+    RUN(read_ahead);
 }
 
 int main(void) {
@@ -247,6 +335,7 @@ int main(void) {
     }
     run_all();
     RUN(file_corruption_caught_at_the_end);
+    RUN(read_ahead_restarts_then_gives_up);
     objstore_close(store);
 
     const char *endpoint = getenv("WHET_TEST_S3_ENDPOINT");
