@@ -113,6 +113,15 @@ try {
         [g.status, g.buf.toString()]);
   g = await getBytes(contentUrl, alphaKey, { range: 'bytes=0-1,5-6' });
   check(g.status === 200 && g.buf.length === big.length, 'range: several ranges are ignored (200, all of it)', g.status);
+  for (const [range, status, from, to] of [['bytes=0-0', 206, 0, 1], [`bytes=-${10 * big.length}`, 206, 0, big.length],
+                                           [`bytes=${big.length - 1}-${10 * big.length}`, 206, big.length - 1, big.length],
+                                           ['bytes=abc', 200, 0, big.length], ['bytes=5-2', 200, 0, big.length],
+                                           ['items=0-1', 200, 0, big.length], ['bytes=-0', 416]]) {
+    g = await getBytes(contentUrl, alphaKey, { range });
+    check(g.status === status && (status === 416 || g.buf.equals(big.subarray(from, to))), `range: ${range}`, [g.status, g.buf.length]);
+  }
+  g = await getBytes(contentUrl, alphaKey, { range: 'bytes=0-9', 'if-range': '"etag"' });
+  check(g.status === 200 && g.buf.length === big.length, 'range: with an If-Range we cannot check, all of it', g.status);
   const cut = await download(contentUrl, alphaKey, { abortAfter: 3 * MiB });
   g = await getBytes(contentUrl, alphaKey, { range: `bytes=${cut.bytes}-` });
   check(cut.aborted && g.status === 206 && Buffer.concat([big.subarray(0, cut.bytes), g.buf]).equals(big),
