@@ -496,6 +496,10 @@ static int check_whet_grpo(const json_t *w, char param[JOB_PARAM_MAX], struct wh
             return bad(param, err, p, "expected a boolean, found %s", whet_json_kind(v));
     }
     if ((v = json_object_get(w, "max_tokens")) && check_int(v, 1, 32768, "whet.max_tokens", param, err)) return -1;
+    json_t *seq = json_object_get(w, "max_seq_len"); /* checked by the caller */
+    if (v && seq && json_integer_value(v) >= json_integer_value(seq))
+        return bad(param, err, "whet.max_tokens", "%lld leaves no room for the prompt in whet.max_seq_len %lld",
+                   (long long)json_integer_value(v), (long long)json_integer_value(seq));
     if ((v = json_object_get(w, "temperature")) && check_number(v, 0, 0, 2, "whet.temperature", param, err)) return -1;
     if ((v = json_object_get(w, "top_p")) && check_number(v, 0, 1, 1, "whet.top_p", param, err)) return -1;
     if ((v = json_object_get(w, "top_k")) && check_int(v, 0, 1000000, "whet.top_k", param, err)) return -1;

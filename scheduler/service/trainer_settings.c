@@ -11,7 +11,7 @@
  *   beta (dpo)                                       hyperparameters.beta
  *   reinforcement.grader                             grader (copied as given)
  *   whet.group_size, or 8 * compute_multiplier       rollout.n
- *   whet.max_tokens/temperature/top_p/top_k/stop     rollout.*
+ *   whet.max_tokens/temperature/top_p/top_k/stop     rollout.* (max_seq_len defaults to 512 + max_tokens)
  *   whet.kl_coef, clip_ratio_low/high, ppo_epochs,   hyperparameters.* of the same names
  *   loss_agg, norm_adv_by_std, dynamic_sampling
  *   eval_interval, eval_samples                      eval_every_steps, eval_samples
@@ -108,7 +108,10 @@ json_t *trainer_settings_from_job(const json_t *method, const json_t *whet, int 
     json_object_set_new(h, "warmup_steps", json_integer(0));
     json_object_set_new(h, "max_grad_norm", json_real(1.0));
     json_object_set_new(h, "weight_decay", json_real(0.0));
-    json_object_set_new(h, "max_seq_len", json_integer((json_int_t)number_or(whet, "max_seq_len", 512)));
+    /* A grpo sequence is the prompt and its response: the default leaves 512 tokens of prompt before
+     * however many tokens the responses may take. */
+    double max_tokens = number_or(whet, "max_tokens", TRAINER_GRPO_MAX_TOKENS);
+    json_object_set_new(h, "max_seq_len", json_integer((json_int_t)number_or(whet, "max_seq_len", grpo ? 512 + max_tokens : 512)));
     json_object_set_new(h, "gradient_accumulation_steps", json_integer(1));
     if (dpo) json_object_set_new(h, "beta", json_real(number_or(hp, "beta", 0.1)));
     if (grpo) grpo_hyperparameters(h, whet);

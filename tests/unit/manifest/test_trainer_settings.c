@@ -100,6 +100,7 @@ TEST(reinforcement_maps_every_field) {
     CHECK(num(t, "eval_every_steps", NULL) == 5);
     CHECK(num(t, "eval_samples", NULL) == 7);
     CHECK(num(t, "max_steps", NULL) == 6);
+    CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + 16);
     CHECK(num(t, "checkpoint_every_steps", NULL) == 3);
     CHECK(num(t, "seed", NULL) == 42);
     CHECK(at(t, "reasoning_effort", NULL) == NULL);
@@ -146,6 +147,7 @@ TEST(reinforcement_defaults) {
     CHECK(json_is_false(at(t, "hyperparameters", "dynamic_sampling")));
     CHECK(num(t, "eval_every_steps", NULL) == 1 && num(t, "eval_samples", NULL) == 1);
     CHECK(num(t, "lora", "r") == 16);
+    CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + TRAINER_GRPO_MAX_TOKENS);
     struct trainer_config cfg;
     int parsed = trainer_parses(t, &cfg) == 0;
     CHECK(parsed);
@@ -193,6 +195,7 @@ TEST(grpo_extension_fields_are_checked) {
         {"\"clip_ratio_low\":1", "whet.clip_ratio_low", "expected (0, 1)"},
         {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]", "whet.stop", "at most 4 strings"},
         {"\"stop\":[\"a\",\"\"]", "whet.stop[1]", "must not be empty"},
+        {"\"max_tokens\":64,\"max_seq_len\":64", "whet.max_tokens", "leaves no room for the prompt"},
         {"\"ppo_epochs\":0", "whet.ppo_epochs", "out of range"},
         {"\"loss_agg\":\"mean\"", "whet.loss_agg", "expected one of \"token-mean\""},
         {"\"norm_adv_by_std\":1", "whet.norm_adv_by_std", "expected a boolean"},
@@ -254,6 +257,7 @@ TEST(supervised_and_dpo_are_unchanged) {
     if (!t) return;
     CHECK_STR(json_string_value(at(t, "method", NULL)), "sft");
     CHECK(at(t, "hyperparameters", "beta") == NULL && at(t, "eval_samples", NULL) == NULL);
+    CHECK(num(t, "hyperparameters", "max_seq_len") == 512);
     if (trainer_parses(t, &cfg) == 0) {
         CHECK(cfg.method == TRAINER_SFT && cfg.hp.n_epochs == 10 && cfg.hp.batch_size == 1);
         trainer_config_free(&cfg);
