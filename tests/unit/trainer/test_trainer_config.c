@@ -67,7 +67,7 @@ static const struct {
     {"{\"training_file\":\"t\",\"output_dir\":\"o\"}", {"job.json: model", "required"}},
     {"{" BASE ",\"method\":\"dpo\",\"hyperparameters\":{\"beta\":0}}", {"hyperparameters.beta", "(0, 2]"}},
     {"{" BASE ",\"hyperparameters\":{\"beta\":0.1}}", {"hyperparameters.beta", "only method \"dpo\""}},
-    {"{" BASE ",\"method\":\"grpo\"}", {"method", "grpo", "not implemented"}},
+    {"{" BASE ",\"method\":\"grpo\"}", {"grader", "required for method \"grpo\"", "string_check"}},
     {"{" BASE ",\"method\":\"ppo\"}", {"method", "\"sft\", \"dpo\", \"grpo\""}},
     {"{" BASE ",\"learning_rate\":1}", {"learning_rate: unknown field", "hyperparameters"}},
     {"{" BASE ",\"hyperparameters\":{\"learning_rate\":3}}", {"hyperparameters.learning_rate", "(0, 1]", "got 3"}},
