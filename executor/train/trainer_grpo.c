@@ -10,7 +10,9 @@
  *                 prompts are used, the schedule moves on, the metrics line says groups_kept 0);
  *   4. reference: the log-probs of every response token under the reference: the base weights,
  *                 i.e. the LoRA adapter switched off (every lora_B zeroed, then restored: the outputs
- *                 are the base model's bit for bit), or a frozen copy for full fine-tuning;
+ *                 are the base model's bit for bit), or a frozen copy for full fine-tuning. A run
+ *                 started from init_adapter has the base without that adapter as its reference, as
+ *                 TRL (disable_adapter) and veRL (ref_in_actor) do with LoRA;
  *   5. update:    ppo_epochs times: forward over micro-batches of prompt + response rows (loss on the
  *                 response tokens only), the GRPO gradient as per-token weights on the nll
  *                 (model_set_loss_weights), clipping, AdamW. The old log-probs are those of the first
