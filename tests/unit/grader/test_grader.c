@@ -229,6 +229,38 @@ TEST(string_check_operations) {
     }
 }
 
+TEST(samples_that_are_not_utf8_are_graded_with_replacement_characters) {
+    /* A sampled response can end inside a character or hold stray bytes: each bad byte reads as
+     * U+FFFD (overlong forms, surrogates and a cut-off sequence included); the rest is kept. */
+    static const struct {
+        const char *output, *want;
+    } cases[] = {
+        {"Paris \xe2\x82", "Paris \xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc0\xafParis", "\xef\xbf\xbd\xef\xbf\xbdParis"},
+        {"a\xed\xa0\x80" "b", "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "b"},
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"caf\xc3\xa9 \xf0\x9f\x98\x80", "caf\xc3\xa9 \xf0\x9f\x98\x80"},
+        {"", ""},
+    };
+    for (size_t i = 0; i < WHET_ARRAY_LEN(cases); i++) {
+        json_t *sample = grader_sample_from_text(cases[i].output);
+        CHECK_MSG(sample != NULL, "case %zu: no sample", i);
+        if (!sample) continue;
+        CHECK_STR(json_string_value(json_object_get(sample, "output_text")), cases[i].want);
+        json_decref(sample);
+    }
+    struct grader *g = parse_ok("{\"type\":\"string_check\",\"name\":\"s\",\"input\":\"{{sample.output_text}}\","
+                                "\"reference\":\"Paris\",\"operation\":\"like\"}");
+    CHECK(g != NULL);
+    if (g) {
+        struct grader_result res;
+        run_text(g, "It is Paris\xff", "{}", &res);
+        CHECK(res.reward == 1 && res.n_errors == 0);
+        grader_result_free(&res);
+        grader_free(g);
+    }
+}
+
 TEST(text_similarity_reward_and_pass_threshold) {
     struct grader *g = parse_ok("{\"type\":\"text_similarity\",\"name\":\"t\",\"input\":\"{{sample.output_text}}\","
                                 "\"reference\":\"{{item.ref}}\",\"evaluation_metric\":\"bleu\",\"pass_threshold\":0.25}");
@@ -668,6 +700,7 @@ int main(void) {
     RUN(fuzzy_match_lcs_agrees_with_the_table_across_words);
     RUN(fuzzy_match_on_many_distinct_characters_takes_the_table_path);
     RUN(string_check_operations);
+    RUN(samples_that_are_not_utf8_are_graded_with_replacement_characters);
     RUN(text_similarity_reward_and_pass_threshold);
     RUN(templates_render_item_and_sample_paths);
     RUN(a_template_error_scores_zero_with_the_error);
