@@ -27,6 +27,11 @@
 
 /* Loops over fewer elements than this run on one thread: waking the pool costs more. */
 #define PAR_MIN 32768
+/* The same for loops of a few operations per element (norms, RoPE, copies, row gathers): below
+ * this they are a fraction of a millisecond of work, and on a loaded machine waking the sleeping
+ * partner for them costs more than the whole loop (the profile of bench_train showed RMSNorm at 20x
+ * its CPU time in wall time, split in two). */
+#define PAR_MIN_LIGHT (1 << 20)
 
 /* exp(x) in plain arithmetic, so loops of it vectorise (libm's expf is a call per element):
  * 2^n * p(r) with n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts), p the degree-6 Taylor
@@ -106,7 +111,7 @@ static void cpu_matmul_forward(float *out, int ldo, const float *inp, int ldi, c
                                const float *bias, int N, int C, int OC, float beta) {
     cpu_gemm(0, 1, N, OC, C, 1.0f, inp, ldi, weight, C, beta, out, ldo);
     if (bias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN_LIGHT)
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) out[(size_t)n * ldo + o] += bias[o];
     }
@@ -119,7 +124,7 @@ static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *db
     if (dweight) /* dweight[OC,C] += dout^T @ inp */
         cpu_gemm(1, 0, OC, C, N, 1.0f, dout, lddo, inp, ldi, 1.0f, dweight, C);
     if (dbias) {
-#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN_LIGHT)
         for (int o = 0; o < OC; o++) {
             float s = 0;
             for (int n = 0; n < N; n++) s += dout[(size_t)n * lddo + o];
@@ -131,13 +136,13 @@ static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *db
 /* ---------------------------------------------------------------- embedding ---- */
 
 static void cpu_embedding_forward(float *out, const int *ids, const float *wte, int N, int C) {
-#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN_LIGHT)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, sizeof(float) * (size_t)C);
 }
 
 static void cpu_embedding_backward(float *dwte, const float *dout, const int *ids, int N, int C) {
     /* Threads own column ranges, so repeated ids never race and the sum order is fixed. */
-#pragma omp parallel if ((size_t)N * C >= PAR_MIN)
+#pragma omp parallel if ((size_t)N * C >= PAR_MIN_LIGHT)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int c0 = (int)((long long)C * t / nt), c1 = (int)((long long)C * (t + 1) / nt);
@@ -153,7 +158,7 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int *id
 
 static void cpu_rmsnorm_forward(float *out, int ldo, float *rstd, const float *inp, int ldi, const float *weight,
                                 int N, int H, int D, float eps) {
-#pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN_LIGHT)
     for (int r = 0; r < N * H; r++) {
         int n = r / H, h = r % H;
         const float *x = inp + (size_t)n * ldi + (size_t)h * D;
@@ -174,7 +179,7 @@ static void cpu_rmsnorm_backward(float *dinp, int lddi, float *dweight, const fl
     int nt = omp_get_max_threads();
     float *partial = dweight ? calloc((size_t)nt * D, sizeof(float)) : NULL;
     if (dweight && !partial) abort();
-#pragma omp parallel if ((size_t)N * H * D >= PAR_MIN)
+#pragma omp parallel if ((size_t)N * H * D >= PAR_MIN_LIGHT)
     {
         float *pw = partial ? partial + (size_t)omp_get_thread_num() * D : NULL;
 #pragma omp for schedule(static)
@@ -206,7 +211,7 @@ static void cpu_rmsnorm_backward(float *dinp, int lddi, float *dweight, const fl
 
 static void rope_apply(float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D, float sign) {
     int half = D / 2;
-#pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN_LIGHT)
     for (int n = 0; n < N; n++) {
         const float *cs = cos_sin + (size_t)pos[n] * D;
         for (int h = 0; h < H; h++) {
@@ -257,17 +262,17 @@ static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float 
 }
 
 static void cpu_axpy(float *y, const float *x, float alpha, size_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_LIGHT)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
 static void cpu_gather_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
-#pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN_LIGHT)
     for (int i = 0; i < n_rows; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, sizeof(float) * (size_t)C);
 }
 
 static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
-#pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN_LIGHT)
     for (int i = 0; i < n_rows; i++) {
         float *d = dst + (size_t)rows[i] * C;
         const float *s = src + (size_t)i * C;
