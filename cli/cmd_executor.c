@@ -24,6 +24,7 @@ static void executor_usage(FILE *out) {
             "  --pool NAME          pool within the data center\n"
             "  --devices SPEC       cuda | cpu:N | sim:TYPE:N[:GIB]\n"
             "  --work-dir DIR       job dirs and the base-model cache\n"
+            "  --data-dir DIR       a `whet up` data dir, whose whet.env names the scheduler, token and store\n"
             "  --scheduler ADDR     override WHET_GRPC\n"
             "  --trainer PATH       the program each job runs as `PATH train --config FILE` in the sandbox\n"
             "                       (default: this binary). How an operator deploys a custom trainer build:\n"
