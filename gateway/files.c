@@ -1,5 +1,6 @@
 /* files.c - the Files resource (see files.h). Sections: statements and the JSON shape, upload (parse ->
- * worker: validate, hash, store -> row), list, retrieve, delete, content. */
+ * Idempotency-Key, see idempotency.h -> worker: validate, hash, store -> row), list, retrieve, delete,
+ * content. */
 #include "files.h"
 
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include "crypto.h"
 #include "db.h"
 #include "files_common.h"
+#include "idempotency.h"
 #include "log.h"
 #include "multipart.h"
 #include "object_stream.h"
@@ -72,9 +74,9 @@ static void upload_row_done(struct gw_req *r, const struct db_result *res, void 
     struct upload_job *u = arg;
     if (!res->ok) {
         files_delete_object_later(r, u->key);
-        http_reply_db_error(r, res);
+        if (!idem_lost_race(r, res)) http_reply_db_error(r, res);
     } else {
-        http_reply_json(r, 200, files_row_to_json(res->res[0], 0));
+        idem_reply_json(r, 200, files_row_to_json(res->res[0], 0));
     }
     upload_free(u);
 }
@@ -104,7 +106,8 @@ static void upload_stored(struct gw_req *r, void *arg) {
     const char *params[] = {u->id, http_tenant_id(r), u->purpose, u->filename, bytes, u->sha256, u->key,
                             u->is_fine_tune ? validate_format_name(u->summary.format) : NULL,
                             u->is_fine_tune ? lines : NULL, now};
-    db_query(r, "files_insert", 10, params, upload_row_done, u);
+    struct db_stmt stmts[2] = {{"files_insert", NULL, 10, params}};
+    db_transaction(r, stmts, idem_reserve(r, stmts, 1), upload_row_done, u);
 }
 
 /* The last path component of a client's file name ("C:\data\train.jsonl" -> "train.jsonl"). */
@@ -112,6 +115,29 @@ static const char *base_name(const char *name) {
     const char *slash = strrchr(name, '/'), *backslash = strrchr(name, '\\');
     const char *last = slash > backslash ? slash : backslash;
     return last ? last + 1 : name;
+}
+
+/* A checked upload request, waiting for its Idempotency-Key to be looked up (in the request's pool). */
+struct upload_form {
+    const struct multipart_part *file; /* points into the request body */
+    const char *purpose, *filename;
+};
+
+static void upload_start(struct gw_req *r, void *arg) {
+    const struct upload_form *f = arg;
+    struct upload_job *u = xcalloc(1, sizeof *u);
+    u->data = xmalloc(f->file->len ? f->file->len : 1);
+    memcpy(u->data, f->file->data, f->file->len);
+    u->len = f->file->len;
+    u->is_fine_tune = strcmp(f->purpose, "fine-tune") == 0;
+    u->id = files_new_id(r, "file-");
+    u->key = xasprintf("files/%s/%s", http_tenant_id(r), u->id);
+    u->purpose = f->purpose;
+    u->filename = f->filename;
+    if (http_run_blocking(r, upload_work, upload_stored, u)) {
+        upload_free(u);
+        http_reply_unavailable(r, 1, "the gateway's workers are busy");
+    }
 }
 
 static void files_create(struct gw_req *r) {
@@ -162,19 +188,11 @@ static void files_create(struct gw_req *r) {
                          "file: the filename must be non-empty UTF-8 without control characters");
         return;
     }
-    struct upload_job *u = xcalloc(1, sizeof *u);
-    u->data = xmalloc(file->len ? file->len : 1);
-    memcpy(u->data, file->data, file->len);
-    u->len = file->len;
-    u->is_fine_tune = strcmp(purpose_s, "fine-tune") == 0;
-    u->id = files_new_id(r, "file-");
-    u->key = xasprintf("files/%s/%s", http_tenant_id(r), u->id);
-    u->purpose = purpose_s;
-    u->filename = http_strdup(r, filename);
-    if (http_run_blocking(r, upload_work, upload_stored, u)) {
-        upload_free(u);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    struct upload_form *f = http_alloc(r, sizeof *f);
+    f->file = file;
+    f->purpose = purpose_s;
+    f->filename = http_strdup(r, filename);
+    idem_begin_form(r, form, upload_start, f);
 }
 
 /* ---------------------------------------------------------------- list */
@@ -300,6 +318,7 @@ static void files_content(struct gw_req *r) {
 /* ---------------------------------------------------------------- routes */
 
 void files_routes(struct http_router *rt) {
+    idem_prepare();
     db_prepare("files_insert",
                "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count, "
                "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING " FILES_COLUMNS);

@@ -1,6 +1,7 @@
-/* jobs.c - the Fine-tuning jobs resource (see jobs.h). Sections: the JSON shapes, create (idempotency
- * check -> body -> model and files lookup -> one transaction -> stored answer), list, retrieve, the
- * state changes (cancel, pause, resume), events, checkpoints, routes. */
+/* jobs.c - the Fine-tuning jobs resource (see jobs.h). Sections: the JSON shapes, create (body ->
+ * Idempotency-Key, see idempotency.h -> model and files lookup -> one transaction -> stored answer),
+ * list, retrieve, the state changes (cancel, pause, resume: Idempotency-Key too), events, checkpoints,
+ * routes. */
 #include "jobs.h"
 
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "crypto.h"
 #include "db.h"
 #include "files_common.h"
+#include "idempotency.h"
 #include "job_request.h"
 #include "log.h"
 #include "validate.h"
@@ -90,9 +92,6 @@ static json_t *checkpoint_row_to_json(const PGresult *res, int row) {
 
 /* ---------------------------------------------------------------- create */
 
-#define IDEMPOTENCY_KEY_MAX 255
-#define CREATE_ROUTE "POST /v1/fine_tuning/jobs"
-
 /* Everything a create carries between its asynchronous steps; strings live in the request's pool. */
 struct create_ctx {
     const char *model, *training_file, *validation_file, *suffix;
@@ -100,94 +99,28 @@ struct create_ctx {
     const char *method_json; /* hyperparameters still "auto" until the training file's size is known */
     const char *metadata_json, *whet_json;
     char seed[16], priority[16];
-    const char *idem_key; /* NULL without an Idempotency-Key header */
-    char request_sha256[65];
-    int idem_attempts;
     const char *job_id, *event_id;
     char now[24];
-    int insert_index; /* which statement of the transaction inserts the job */
 };
 
-static void create_lookup(struct gw_req *r, struct create_ctx *c);
-
-/* A stored answer for the key, or none yet. */
-static void idem_checked(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct create_ctx *c = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    const PGresult *rows = res->res[0];
-    if (PQntuples(rows) == 0) {
-        create_lookup(r, c);
-        return;
-    }
-    if (strcmp(PQgetvalue(rows, 0, 0), CREATE_ROUTE) || strcmp(PQgetvalue(rows, 0, 1), c->request_sha256)) {
-        http_reply_error(r, 422, NULL, "idempotency_key_reused",
-                         "Idempotency-Key %s was already used for a different request; hint: use a new key for a "
-                         "new request", c->idem_key);
-        return;
-    }
-    int status = atoi(PQgetvalue(rows, 0, 2));
-    if (status == 0) {
-        http_reply_error(r, 409, NULL, "idempotency_key_in_use",
-                         "a request with Idempotency-Key %s is still being processed; retry shortly", c->idem_key);
-        return;
-    }
-    http_add_header(r, "idempotent-replayed", "true");
-    const char *response = PQgetvalue(rows, 0, 3);
-    http_reply_bytes(r, status, "application/json", xstrdup(response), strlen(response));
-}
-
-static void idem_check(struct gw_req *r, struct create_ctx *c) {
-    const char *params[] = {http_tenant_id(r), c->idem_key};
-    db_query(r, "jobs_idem_get", 2, params, idem_checked, c);
-}
-
-static void create_reply_stored(struct gw_req *r, const struct db_result *res, void *arg) {
-    const char *body = arg;
-    if (!res->ok) log_warn("msg=\"idempotent answer not stored\" err=\"%s\"", res->message);
-    http_reply_bytes(r, 200, "application/json", xstrdup(body), strlen(body));
-}
-
-static void create_reply_too_many(struct gw_req *r, const struct db_result *res, void *arg) {
+static void create_reply_too_many(struct gw_req *r, void *arg) {
     http_reply_rate_limited(r, 30, "too many active fine-tuning jobs for this tenant; wait for one to finish or "
                                    "cancel one");
 }
 
 static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct create_ctx *c = arg;
+    if (idem_lost_race(r, res)) return;
     if (!res->ok) {
-        /* A concurrent request with the same key won the race: answer as it did. */
-        if (c->idem_key && res->failed == 0 && strcmp(res->sqlstate, "23505") == 0 && c->idem_attempts++ < 3) {
-            idem_check(r, c);
-            return;
-        }
         http_reply_db_error(r, res);
         return;
     }
-    const PGresult *job = res->res[c->insert_index];
+    const PGresult *job = res->res[0];
     if (PQntuples(job) == 0) {
         /* The tenant's active-job limit stopped the insert; the reserved key must not answer later. */
-        if (c->idem_key) {
-            const char *params[] = {http_tenant_id(r), c->idem_key};
-            db_query(r, "jobs_idem_release", 2, params, create_reply_too_many, NULL);
-        } else {
-            create_reply_too_many(r, res, NULL);
-        }
+        idem_release_then(r, create_reply_too_many, NULL);
         return;
     }
-    json_t *body = job_row_to_json(job, 0);
-    if (!c->idem_key) {
-        http_reply_json(r, 200, body);
-        return;
-    }
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    char *stored = http_strdup(r, text);
-    free(text);
-    const char *params[] = {http_tenant_id(r), c->idem_key, "200", stored};
-    db_query(r, "jobs_idem_store", 4, params, create_reply_stored, stored);
+    idem_reply_json(r, 200, job_row_to_json(job, 0));
 }
 
 /* Checks a file row's purpose and format for the job's method; answers and returns -1 when unsuitable. */
@@ -257,29 +190,18 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
                             c->metadata_json, c->whet_json,       c->now,          c->priority};
     const char *event[] = {c->event_id, http_tenant_id(r), c->job_id, c->now};
     const char *notify[] = {http_tenant_id(r), c->job_id};
-    const char *reserve[] = {http_tenant_id(r), c->idem_key, CREATE_ROUTE, c->request_sha256};
-    struct db_stmt stmts[4];
-    int n = 0;
-    if (c->idem_key) stmts[n++] = (struct db_stmt){"jobs_idem_reserve", NULL, 4, reserve};
-    c->insert_index = n;
-    stmts[n++] = (struct db_stmt){"jobs_insert", NULL, 14, insert};
-    stmts[n++] = (struct db_stmt){"jobs_created_event", NULL, 4, event};
-    stmts[n++] = (struct db_stmt){"jobs_notify", NULL, 2, notify};
-    db_transaction(r, stmts, n, create_done, c);
+    struct db_stmt stmts[4] = {
+        {"jobs_insert", NULL, 14, insert},
+        {"jobs_created_event", NULL, 4, event},
+        {"jobs_notify", NULL, 2, notify},
+    };
+    db_transaction(r, stmts, idem_reserve(r, stmts, 3), create_done, c);
 }
 
-static void create_lookup(struct gw_req *r, struct create_ctx *c) {
+static void create_lookup(struct gw_req *r, void *arg) {
+    struct create_ctx *c = arg;
     const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file};
     db_query(r, "jobs_lookup", 4, params, create_lookup_done, c);
-}
-
-/* Keys are opaque to us but end up in SQL parameters and messages: printable ASCII only. */
-static int idempotency_key_ok(const char *key) {
-    size_t n = strlen(key);
-    if (n == 0 || n > IDEMPOTENCY_KEY_MAX) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (key[i] < 0x21 || key[i] > 0x7e) return 0;
-    return 1;
 }
 
 static const char *dump_to_pool(struct gw_req *r, const json_t *v) {
@@ -322,21 +244,7 @@ static void jobs_create(struct gw_req *r) {
     snprintf(c->seed, sizeof c->seed, "%u", seed);
     snprintf(c->priority, sizeof c->priority, "%d", req.priority);
     job_request_free(&req);
-
-    const char *key = http_header(r, "idempotency-key");
-    if (!key) {
-        create_lookup(r, c);
-        return;
-    }
-    if (!idempotency_key_ok(key)) {
-        http_reply_error(r, 400, NULL, "invalid_request",
-                         "Idempotency-Key must be 1 to %d printable ASCII characters without spaces", IDEMPOTENCY_KEY_MAX);
-        return;
-    }
-    c->idem_key = key;
-    h2o_iovec_t raw = http_body(r);
-    whet_sha256_hex(raw.base, raw.len, c->request_sha256);
-    idem_check(r, c);
+    idem_begin(r, create_lookup, c);
 }
 
 /* ---------------------------------------------------------------- list and retrieve */
@@ -417,13 +325,14 @@ static const struct state_change change_resume = {"jobs_resume", "resumed", {"pa
 
 static void state_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct state_change *change = arg;
+    if (idem_lost_race(r, res)) return;
     if (!res->ok) {
         http_reply_db_error(r, res);
         return;
     }
     const PGresult *old = res->res[0];
     if (PQntuples(old) == 0) {
-        http_reply_not_found(r, "fine-tuning job", http_path_param(r, "id"));
+        idem_reply_error(r, 404, "id", "not_found", "no such fine-tuning job: %s", http_path_param(r, "id"));
         return;
     }
     const char *status = PQgetvalue(old, 0, 0);
@@ -431,29 +340,30 @@ static void state_done(struct gw_req *r, const struct db_result *res, void *arg)
     for (const char *const *s = change->ok_from; *s; s++)
         if (strcmp(*s, status) == 0) ok = 1;
     if (!ok) {
-        http_reply_error(r, 409, "id", "invalid_job_state", "fine-tuning job %s is %s and cannot be %s",
+        idem_reply_error(r, 409, "id", "invalid_job_state", "fine-tuning job %s is %s and cannot be %s",
                          http_path_param(r, "id"), status, change->verb);
         return;
     }
-    http_reply_json(r, 200, job_row_to_json(res->res[1], 0));
+    idem_reply_json(r, 200, job_row_to_json(res->res[1], 0));
 }
 
-static void state_change(struct gw_req *r, const struct state_change *change) {
+static void state_change_start(struct gw_req *r, void *arg) {
+    const struct state_change *change = arg;
     const char *event_id = files_new_id(r, "ftevent-");
     const char *update[] = {http_tenant_id(r), http_path_param(r, "id"), event_id};
     const char *get[] = {http_tenant_id(r), http_path_param(r, "id")};
     const char *notify[] = {http_tenant_id(r), http_path_param(r, "id")};
-    struct db_stmt stmts[] = {
+    struct db_stmt stmts[4] = {
         {change->stmt, NULL, 3, update},
         {"jobs_get", NULL, 2, get},
         {"jobs_notify", NULL, 2, notify},
     };
-    db_transaction(r, stmts, 3, state_done, (void *)change);
+    db_transaction(r, stmts, idem_reserve(r, stmts, 3), state_done, (void *)change);
 }
 
-static void jobs_cancel(struct gw_req *r) { state_change(r, &change_cancel); }
-static void jobs_pause(struct gw_req *r) { state_change(r, &change_pause); }
-static void jobs_resume(struct gw_req *r) { state_change(r, &change_resume); }
+static void jobs_cancel(struct gw_req *r) { idem_begin(r, state_change_start, (void *)&change_cancel); }
+static void jobs_pause(struct gw_req *r) { idem_begin(r, state_change_start, (void *)&change_pause); }
+static void jobs_resume(struct gw_req *r) { idem_begin(r, state_change_start, (void *)&change_resume); }
 
 /* ---------------------------------------------------------------- events and checkpoints */
 
@@ -526,14 +436,7 @@ static void graders_validate(struct gw_req *r) {
 /* ---------------------------------------------------------------- routes */
 
 static void jobs_prepare(void) {
-    db_prepare("jobs_idem_get", "SELECT route, request_sha256, status, response FROM idempotency_keys "
-                                "WHERE tenant_id = $1 AND key = $2");
-    /* Reserved (status 0) inside the create's transaction, so two racing requests cannot both create. */
-    db_prepare("jobs_idem_reserve", "INSERT INTO idempotency_keys (tenant_id, key, route, request_sha256, status, "
-                                    "response) VALUES ($1, $2, $3, $4, 0, '')");
-    db_prepare("jobs_idem_store", "UPDATE idempotency_keys SET status = $3::integer, response = $4 "
-                                  "WHERE tenant_id = $1 AND key = $2");
-    db_prepare("jobs_idem_release", "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND key = $2 AND status = 0");
+    idem_prepare();
     /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
      * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them. */
     db_prepare("jobs_lookup",

@@ -1,5 +1,7 @@
 /* uploads.c - the Uploads resource (see uploads.h). Sections: the JSON shape, create, add a part,
- * complete (checks -> worker: assemble, validate, hash, store -> rows), cancel, routes. */
+ * complete (checks -> worker: assemble, validate, hash, store -> rows), cancel, routes. Every POST
+ * honours Idempotency-Key (idempotency.h): the key is looked up once the request is known to be
+ * well-formed, and reserved in the transaction that writes the rows. */
 #include "uploads.h"
 
 #include <openssl/evp.h>
@@ -12,6 +14,7 @@
 #include "db.h"
 #include "files.h"
 #include "files_common.h"
+#include "idempotency.h"
 #include "log.h"
 #include "multipart.h"
 #include "validate.h"
@@ -66,11 +69,24 @@ static const char *const jsonl_mime_types[] = {"text/jsonl", "application/jsonl"
                                                "application/json", "text/plain", NULL};
 
 static void uploads_created(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (idem_lost_race(r, res)) return;
     if (!res->ok) {
         http_reply_db_error(r, res);
         return;
     }
-    http_reply_json(r, 200, upload_row_to_json(res->res[1], 0));
+    idem_reply_json(r, 200, upload_row_to_json(res->res[1], 0));
+}
+
+/* A checked create: the uploads_insert parameters, in the request's pool. */
+struct create_ctx {
+    const char *insert[8];
+};
+
+static void uploads_create_start(struct gw_req *r, void *arg) {
+    struct create_ctx *c = arg;
+    const char *get[] = {http_tenant_id(r), c->insert[0]};
+    struct db_stmt stmts[3] = {{"uploads_insert", NULL, 8, c->insert}, {"uploads_get", NULL, 2, get}};
+    db_transaction(r, stmts, idem_reserve(r, stmts, 2), uploads_created, NULL);
 }
 
 static void uploads_create(struct gw_req *r) {
@@ -136,12 +152,12 @@ static void uploads_create(struct gw_req *r) {
     const char *id = files_new_id(r, "upload_");
     char *size = http_printf(r, "%lld", (long long)json_integer_value(bytes));
     char *created = http_printf(r, "%lld", now), *expires_at = http_printf(r, "%lld", now + ttl);
+    struct create_ctx *c = http_alloc(r, sizeof *c);
     const char *insert[] = {id,   http_tenant_id(r), http_strdup(r, json_string_value(filename)),
                             http_strdup(r, json_string_value(purpose)), http_strdup(r, json_string_value(mime)),
                             size, created, expires_at};
-    const char *get[] = {http_tenant_id(r), id};
-    struct db_stmt stmts[] = {{"uploads_insert", NULL, 8, insert}, {"uploads_get", NULL, 2, get}};
-    db_transaction(r, stmts, 2, uploads_created, NULL);
+    memcpy(c->insert, insert, sizeof c->insert);
+    idem_begin(r, uploads_create_start, c);
 out:
     json_decref(body);
 }
@@ -174,14 +190,14 @@ static void part_inserted(struct gw_req *r, const struct db_result *res, void *a
     if (!res->ok || PQntuples(res->res[0]) == 0) {
         /* The upload was completed or cancelled meanwhile: no part row, so no object either. */
         files_delete_object_later(r, p->key);
-        if (!res->ok)
-            http_reply_db_error(r, res);
-        else
-            http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s no longer takes parts",
+        if (res->ok)
+            idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s no longer takes parts",
                              http_path_param(r, "id"));
+        else if (!idem_lost_race(r, res))
+            http_reply_db_error(r, res);
     } else {
         const PGresult *row = res->res[0];
-        http_reply_json(r, 200, json_pack("{s:o, s:s, s:o, s:o}", "id", db_json_string(row, 0, 0), "object",
+        idem_reply_json(r, 200, json_pack("{s:o, s:s, s:o, s:o}", "id", db_json_string(row, 0, 0), "object",
                                           "upload.part", "created_at", db_json_integer(row, 0, 1), "upload_id",
                                           db_json_string(row, 0, 2)));
     }
@@ -201,10 +217,19 @@ static void part_stored(struct gw_req *r, void *arg) {
     }
     char *size = http_printf(r, "%zu", p->len), *now = http_printf(r, "%lld", (long long)whet_now_unix());
     const char *params[] = {p->part_id, http_path_param(r, "id"), http_tenant_id(r), size, p->key, now};
-    db_query(r, "uploads_part_insert", 6, params, part_inserted, p);
+    struct db_stmt stmts[2] = {{"uploads_part_insert", NULL, 6, params}};
+    db_transaction(r, stmts, idem_reserve(r, stmts, 1), part_inserted, p);
 }
 
 /* The upload is checked before the bytes are stored, so a part for a closed upload costs nothing. */
+static void part_checked(struct gw_req *r, const struct db_result *res, void *arg);
+
+static void part_check(struct gw_req *r, void *arg) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {{"uploads_get", NULL, 2, params}, {"uploads_parts_bytes", NULL, 2, params}};
+    db_transaction(r, stmts, 2, part_checked, arg);
+}
+
 static void part_checked(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct multipart_part *data = arg;
     if (!res->ok) {
@@ -262,9 +287,7 @@ static void uploads_add_part(struct gw_req *r) {
                          UPLOAD_PART_MAX_BYTES);
         return;
     }
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    struct db_stmt stmts[] = {{"uploads_get", NULL, 2, params}, {"uploads_parts_bytes", NULL, 2, params}};
-    db_transaction(r, stmts, 2, part_checked, (void *)data);
+    idem_begin_form(r, form, part_check, (void *)data);
 }
 
 /* ---------------------------------------------------------------- complete */
@@ -378,17 +401,17 @@ static void complete_rows_done(struct gw_req *r, const struct db_result *res, vo
     struct assemble_job *a = arg;
     if (!res->ok || PQntuples(res->res[2]) == 0) {
         files_delete_object_later(r, a->file_key);
-        if (!res->ok)
-            http_reply_db_error(r, res);
-        else
-            http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s was completed or cancelled meanwhile",
+        if (res->ok)
+            idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s was completed or cancelled meanwhile",
                              http_path_param(r, "id"));
+        else if (!idem_lost_race(r, res))
+            http_reply_db_error(r, res);
         assemble_free(a);
         return;
     }
     /* The parts served their purpose; their rows stay with the upload, their bytes go. */
     for (size_t i = 0; i < a->nparts; i++) files_delete_object_later(r, a->parts[i].key);
-    http_reply_json(r, 200, upload_row_to_json(res->res[3], 0));
+    idem_reply_json(r, 200, upload_row_to_json(res->res[3], 0));
     assemble_free(a);
 }
 
@@ -421,45 +444,45 @@ static void complete_assembled(struct gw_req *r, void *arg) {
                           a->is_fine_tune ? lines : NULL, now, http_path_param(r, "id")};
     const char *done[] = {http_tenant_id(r), http_path_param(r, "id"), a->file_id};
     const char *get[] = {http_tenant_id(r), http_path_param(r, "id")};
-    struct db_stmt stmts[] = {
+    struct db_stmt stmts[5] = {
         {"uploads_lock", NULL, 2, lock},
         {"uploads_file_insert", NULL, 11, file},
         {"uploads_complete", NULL, 3, done},
         {"uploads_get", NULL, 2, get},
     };
-    db_transaction(r, stmts, 4, complete_rows_done, a);
+    db_transaction(r, stmts, idem_reserve(r, stmts, 4), complete_rows_done, a);
 }
 
+/* A checked complete, in the request's pool (it may run twice: see idem_lost_race). */
 struct complete_ctx {
-    json_t *part_ids; /* owned until the checks are done */
+    const char **part_ids;
+    size_t nparts;
     char md5[33];
 };
 
 static void complete_checked(struct gw_req *r, const struct db_result *res, void *arg) {
     struct complete_ctx *c = arg;
-    json_t *ids = c->part_ids;
-    c->part_ids = NULL;
     if (!res->ok) {
         http_reply_db_error(r, res);
-        goto out;
+        return;
     }
     const PGresult *up = res->res[0], *parts = res->res[1];
     if (PQntuples(up) == 0) {
         http_reply_not_found(r, "upload", http_path_param(r, "id"));
-        goto out;
+        return;
     }
     /* A retried complete answers like the first. */
     if (strcmp(PQgetvalue(up, 0, 4), "completed") == 0) {
         http_reply_json(r, 200, upload_row_to_json(up, 0));
-        goto out;
+        return;
     }
-    if (!upload_open(r, up, 0)) goto out;
+    if (!upload_open(r, up, 0)) return;
     struct assemble_job *a = xcalloc(1, sizeof *a);
-    a->nparts = json_array_size(ids);
+    a->nparts = c->nparts;
     a->parts = xcalloc(a->nparts, sizeof *a->parts);
     uint64_t total = 0;
     for (size_t i = 0; i < a->nparts; i++) {
-        const char *want = json_string_value(json_array_get(ids, i));
+        const char *want = c->part_ids[i];
         int row = -1;
         for (int k = 0; k < PQntuples(parts); k++)
             if (strcmp(PQgetvalue(parts, k, 0), want) == 0) row = k;
@@ -467,7 +490,7 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
             http_reply_error(r, 400, http_printf(r, "part_ids[%zu]", i), "invalid_value",
                              "part_ids[%zu]: upload %s has no part %s", i, http_path_param(r, "id"), want);
             assemble_free(a);
-            goto out;
+            return;
         }
         a->parts[i].key = xstrdup(PQgetvalue(parts, row, 2));
         total += strtoull(PQgetvalue(parts, row, 1), NULL, 10);
@@ -477,7 +500,7 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
         http_reply_error(r, 400, "part_ids", "invalid_value", "part_ids: the parts hold %llu bytes; the upload declared %llu",
                          (unsigned long long)total, (unsigned long long)a->declared);
         assemble_free(a);
-        goto out;
+        return;
     }
     a->purpose = http_strdup(r, PQgetvalue(up, 0, 2));
     a->filename = http_strdup(r, PQgetvalue(up, 0, 1));
@@ -489,8 +512,12 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
         assemble_free(a);
         http_reply_unavailable(r, 1, "the gateway's workers are busy");
     }
-out:
-    json_decref(ids);
+}
+
+static void complete_start(struct gw_req *r, void *arg) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    struct db_stmt stmts[] = {{"uploads_get", NULL, 2, params}, {"uploads_parts", NULL, 2, params}};
+    db_transaction(r, stmts, 2, complete_checked, arg);
 }
 
 static void uploads_complete(struct gw_req *r) {
@@ -523,6 +550,9 @@ static void uploads_complete(struct gw_req *r) {
             }
     }
     struct complete_ctx *c = http_alloc(r, sizeof *c);
+    c->nparts = json_array_size(ids);
+    c->part_ids = http_alloc(r, c->nparts * sizeof *c->part_ids);
+    for (size_t i = 0; i < c->nparts; i++) c->part_ids[i] = http_strdup(r, json_string_value(json_array_get(ids, i)));
     c->md5[0] = 0;
     json_t *md5 = json_object_get(body, "md5");
     if (md5 && !json_is_null(md5)) {
@@ -535,11 +565,8 @@ static void uploads_complete(struct gw_req *r) {
         }
         memcpy(c->md5, s, 33);
     }
-    c->part_ids = json_incref(ids);
     json_decref(body);
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    struct db_stmt stmts[] = {{"uploads_get", NULL, 2, params}, {"uploads_parts", NULL, 2, params}};
-    db_transaction(r, stmts, 2, complete_checked, c);
+    idem_begin(r, complete_start, c);
     return;
 fail:
     json_decref(body);
@@ -548,39 +575,43 @@ fail:
 /* ---------------------------------------------------------------- cancel */
 
 static void cancel_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (idem_lost_race(r, res)) return;
     if (!res->ok) {
         http_reply_db_error(r, res);
         return;
     }
     const PGresult *up = res->res[1];
     if (PQntuples(up) == 0) {
-        http_reply_not_found(r, "upload", http_path_param(r, "id"));
+        idem_reply_error(r, 404, "id", "not_found", "no such upload: %s", http_path_param(r, "id"));
         return;
     }
     const char *status = PQgetvalue(up, 0, 4);
     if (strcmp(status, "cancelled") != 0) {
-        http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s and cannot be cancelled",
+        idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s and cannot be cancelled",
                          http_path_param(r, "id"), status);
         return;
     }
     const PGresult *parts = res->res[2];
     for (int i = 0; i < PQntuples(parts); i++) files_delete_object_later(r, PQgetvalue(parts, i, 2));
-    http_reply_json(r, 200, upload_row_to_json(up, 0));
+    idem_reply_json(r, 200, upload_row_to_json(up, 0));
 }
 
-static void uploads_cancel(struct gw_req *r) {
+static void cancel_start(struct gw_req *r, void *arg) {
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    struct db_stmt stmts[] = {
+    struct db_stmt stmts[4] = {
         {"uploads_cancel", NULL, 2, params},
         {"uploads_get", NULL, 2, params},
         {"uploads_parts", NULL, 2, params},
     };
-    db_transaction(r, stmts, 3, cancel_done, NULL);
+    db_transaction(r, stmts, idem_reserve(r, stmts, 3), cancel_done, arg);
 }
+
+static void uploads_cancel(struct gw_req *r) { idem_begin(r, cancel_start, NULL); }
 
 /* ---------------------------------------------------------------- routes */
 
 void uploads_routes(struct http_router *rt) {
+    idem_prepare();
     db_prepare("uploads_insert", "INSERT INTO uploads (id, tenant_id, filename, purpose, mime_type, bytes, created_at, "
                                  "expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)");
     db_prepare("uploads_get", "SELECT " UPLOAD_COLUMNS " FROM " UPLOAD_FROM " WHERE u.tenant_id = $1 AND u.id = $2");
