@@ -28,46 +28,14 @@ int dpo_sequence_logps(double *logps, struct model *m, const struct dpo_batch *b
     return 0;
 }
 
-static int is_lora_b(const char *name) {
-    size_t n = strlen(name), k = strlen(".lora_B.weight");
-    return n > k && !strcmp(name + n - k, ".lora_B.weight");
-}
-
-/* Copies every lora_B into one host buffer (or back from it), zeroing them on the way out. */
-static int swap_lora_b(struct model *m, float *saved, int restore, struct whet_err *err) {
-    size_t off = 0;
-    for (int i = 0; i < model_num_tensors(m); i++) {
-        const char *name = model_tensor_name(m, i);
-        if (!is_lora_b(name)) continue;
-        size_t n = (size_t)model_tensor_numel(m, name);
-        if (restore) {
-            if (model_set_param(m, name, saved + off, err)) return -1;
-        } else {
-            float *zeros = xcalloc(n, sizeof *zeros);
-            int rc = model_get_param(m, name, saved + off, err) || model_set_param(m, name, zeros, err);
-            free(zeros);
-            if (rc) return -1;
-        }
-        off += n;
-    }
-    return 0;
-}
-
 int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const struct dpo_batch *b,
                         struct whet_err *err) {
     if (ref) return dpo_sequence_logps(logps, ref, b, err);
     if (!model_is_lora(m))
         return whet_errf(err, "dpo: the reference of a full fine-tune needs its own frozen model");
-    size_t total = 0;
-    for (int i = 0; i < model_num_tensors(m); i++)
-        if (is_lora_b(model_tensor_name(m, i))) total += (size_t)model_tensor_numel(m, model_tensor_name(m, i));
-    float *saved = xmalloc((total ? total : 1) * sizeof *saved);
-    /* With B = 0 the adapter adds exact zeros: the outputs are the base model's, bit for bit. */
-    int rc = swap_lora_b(m, saved, 0, err);
-    if (!rc) rc = dpo_sequence_logps(logps, m, b, err);
-    struct whet_err restore_err;
-    if (swap_lora_b(m, saved, 1, rc ? &restore_err : err)) rc = -1;
-    free(saved);
+    model_set_adapter_enabled(m, 0);
+    int rc = dpo_sequence_logps(logps, m, b, err);
+    model_set_adapter_enabled(m, 1);
     return rc;
 }
 

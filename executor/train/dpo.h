@@ -11,10 +11,9 @@
  * reward_margin, the mean of β·((log π(c) − ref(c)) − (log π(r) − ref(r))) (= z), preference_accuracy,
  * the share of pairs with z > 0, and the mean chosen / rejected log-probabilities under the policy.
  *
- * The reference: with LoRA, the policy itself with the adapter switched off. The engine has no
- * switch for that, but the LoRA term is s·B·(A·x), so setting every lora_B to zero (through
- * model_set_param, after keeping a copy) gives the base model's outputs bit for bit; B is restored
- * right after. No second copy of the model exists. For full fine-tuning the caller passes a separate
+ * The reference: with LoRA, the policy itself with the adapter switched off
+ * (model_set_adapter_enabled), which gives the base model's outputs bit for bit without a second
+ * copy of the model. For full fine-tuning the caller passes a separate
  * frozen model (loaded for inference) as the reference. Since the reference never changes, the
  * trainer computes it once per pair (dpo_reference_table) rather than at every step.
  *

@@ -96,6 +96,7 @@ struct model {
 
     int lora_r, rslora;
     float lora_alpha, lora_scale;
+    int adapter_off; /* model_set_adapter_enabled(m, 0): the LoRA terms are skipped (the reference) */
     unsigned targets;
     float *lora;
     size_t n_lora;
@@ -607,6 +608,7 @@ static void lora_forward(struct model *m, const struct lora_mod *lm, float *xa, 
                          int ldx, int N, int in, int outd) {
     const struct backend *be = m->be;
     int r = m->lora_r;
+    if (m->adapter_off) return;
     be->matmul_forward(xa, r, x, ldx, lm->A, NULL, N, in, r, 0.0f);
     be->gemm(0, 1, N, outd, r, m->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
 }
@@ -791,7 +793,7 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
     free(w);
     free(tg);
     *loss = m->stats.weight_sum > 0 ? (float)(m->stats.loss_sum / m->stats.weight_sum) : 0.0f;
-    m->backward_ready = m->train;
+    m->backward_ready = m->train && !m->adapter_off;
     return 0;
 }
 
@@ -858,6 +860,10 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
                       N, C, outd);
     }
     if (need_dx) be->rmsnorm_backward(dres, C, pgrad(m, p->ln1), m->dln, C, x, C, p->ln1, a->rstd1, N, 1, C);
+}
+
+void model_set_adapter_enabled(struct model *m, int enabled) {
+    m->adapter_off = m->lora_r && !enabled;
 }
 
 int model_backward(struct model *m, float loss_scale, struct whet_err *err) {

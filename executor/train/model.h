@@ -122,6 +122,11 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err);
  * For losses whose weights depend on the forward's own results (DPO weighs each response's tokens by
  * its pair's β·(1 − σ(z))): one forward pass instead of two. stats keep the forward's weights. */
 int model_set_loss_weights(struct model *m, const float *weights, struct whet_err *err);
+/* Switches the LoRA adapter off (0) or on (1) for the passes that follow: off, every LoRA term is
+ * skipped, so the outputs are the base model's bit for bit (DPO's and GRPO's reference without a
+ * second copy of the weights). A forward pass with the adapter off has no backward pass. No effect
+ * on a model without LoRA. */
+void model_set_adapter_enabled(struct model *m, int enabled);
 void model_zero_grad(struct model *m);
 /* Global L2 norm of the trainable gradients. */
 float model_grad_norm(struct model *m);

@@ -9,8 +9,8 @@
  *                 are dropped; when none is left the step trains nothing but still counts (its
  *                 prompts are used, the schedule moves on, the metrics line says groups_kept 0);
  *   4. reference: the log-probs of every response token under the reference: the base weights,
- *                 i.e. the LoRA adapter switched off (every lora_B zeroed, then restored: the outputs
- *                 are the base model's bit for bit), or a frozen copy for full fine-tuning. A run
+ *                 i.e. the LoRA adapter switched off (model_set_adapter_enabled: the outputs are
+ *                 the base model's bit for bit), or a frozen copy for full fine-tuning. A run
  *                 started from init_adapter has the base without that adapter as its reference, as
  *                 TRL (disable_adapter) and veRL (ref_in_actor) do with LoRA;
  *   5. update:    ppo_epochs times: forward over micro-batches of prompt + response rows (loss on the
@@ -237,38 +237,6 @@ static int forward_logps(float *logp, struct model *m, struct mbatch *b, const s
     return 0;
 }
 
-static int is_lora_b(const char *name) {
-    size_t n = strlen(name), k = strlen(".lora_B.weight");
-    return n > k && !strcmp(name + n - k, ".lora_B.weight");
-}
-
-/* Switches the LoRA adapter off (every lora_B saved into *saved, then zeroed: the adapter adds exact
- * zeros) or back on (restored from *saved, which is freed). The same switch as dpo.c's. */
-static int adapter_switch(struct model *m, float **saved, int off, struct whet_err *err) {
-    size_t total = 0;
-    for (int i = 0; i < model_num_tensors(m); i++)
-        if (is_lora_b(model_tensor_name(m, i))) total += (size_t)model_tensor_numel(m, model_tensor_name(m, i));
-    if (off) *saved = xmalloc(sizeof(float) * (total ? total : 1));
-    float *zeros = off ? xcalloc(total ? total : 1, sizeof(float)) : NULL;
-    size_t at = 0;
-    int rc = 0;
-    for (int i = 0; i < model_num_tensors(m) && !rc; i++) {
-        const char *name = model_tensor_name(m, i);
-        if (!is_lora_b(name)) continue;
-        if (off)
-            rc = model_get_param(m, name, *saved + at, err) || model_set_param(m, name, zeros, err) ? -1 : 0;
-        else
-            rc = model_set_param(m, name, *saved + at, err);
-        at += (size_t)model_tensor_numel(m, name);
-    }
-    free(zeros);
-    if (!off) {
-        free(*saved);
-        *saved = NULL;
-    }
-    return rc;
-}
-
 /* Micro-batches: the step's rows split into gradient_accumulation_steps parts. */
 static int rows_per_micro_batch(const struct run *r, int n_seqs) {
     int parts = r->cfg->hp.gradient_accumulation_steps;
@@ -279,13 +247,11 @@ static int rows_per_micro_batch(const struct run *r, int n_seqs) {
 static int reference_pass(struct run *r, float *ref_logp, struct mbatch *b, const struct seq *seqs, int n_seqs,
                           struct whet_err *err) {
     int per = rows_per_micro_batch(r, n_seqs), rc = 0;
-    float *saved = NULL;
     struct model *m = r->ref_model ? r->ref_model : r->model;
-    if (!r->ref_model && adapter_switch(m, &saved, 1, err)) return -1;
+    model_set_adapter_enabled(m, 0);
     for (int first = 0; first < n_seqs && !rc; first += per)
         rc = forward_logps(ref_logp, m, b, seqs + first, n_seqs - first < per ? n_seqs - first : per, err);
-    struct whet_err restore_err;
-    if (!r->ref_model && adapter_switch(m, &saved, 0, rc ? &restore_err : err)) rc = -1;
+    model_set_adapter_enabled(m, 1);
     return rc;
 }
 
