@@ -21,7 +21,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: whet train --config FILE.json [--quiet]\n\n"
             "Fine-tunes a model as the trainer config says (method, model, training_file, output_dir, lora,\n"
-            "hyperparameters, seed, checkpoint_every_steps, eval_every_steps, max_steps, resume_from).\n"
+            "hyperparameters, seed, checkpoint_every_steps, eval_every_steps, max_steps, resume_from; for\n"
+            "grpo also grader, rollout and eval_samples).\n"
             "Writes OUTPUT_DIR/metrics.jsonl, OUTPUT_DIR/checkpoints/step-N/ and OUTPUT_DIR/final/; prints one\n"
             "JSON event per line on stdout (data, metrics, checkpoint, final) and progress on stderr.\n"
             "SIGTERM or SIGINT: the step under way finishes, a checkpoint is written, exit status 0.\n\n"
@@ -71,4 +72,4 @@ static int cmd_train(int argc, char **argv) {
     if (stopped) fprintf(stderr, "whet train: stopped on request after a checkpoint\n");
     return 0;
 }
-WHET_COMMAND("train", cmd_train, "fine-tune a model from a trainer config (SFT or DPO, LoRA or full)")
+WHET_COMMAND("train", cmd_train, "fine-tune a model from a trainer config (SFT, DPO or GRPO, LoRA or full)")

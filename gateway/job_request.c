@@ -769,7 +769,7 @@ void job_request_resolve_auto(struct job_request *req, size_t examples) {
     for (size_t i = 0; i < WHET_ARRAY_LEN(defaults); i++)
         if (is_auto(json_object_get(hp, defaults[i].name)))
             json_object_set_new(hp, defaults[i].name, json_real(defaults[i].value));
-    static const char *const ints[] = {"eval_interval", "eval_samples"};
-    for (size_t i = 0; i < WHET_ARRAY_LEN(ints); i++)
-        if (is_auto(json_object_get(hp, ints[i]))) json_object_set_new(hp, ints[i], json_integer(1));
+    /* eval_samples stays "auto": every prompt of the validation file, a number only known when the
+     * trainer reads it. */
+    if (is_auto(json_object_get(hp, "eval_interval"))) json_object_set_new(hp, "eval_interval", json_integer(1));
 }

@@ -123,7 +123,8 @@ json_t *trainer_settings_from_job(const json_t *method, const json_t *whet, int 
         json_object_set_new(t, "grader", grader ? json_deep_copy(grader) : json_null());
         json_object_set_new(t, "rollout", rollout_settings(hp, whet));
         json_object_set_new(t, "eval_every_steps", json_integer((json_int_t)number_or(hp, "eval_interval", 1)));
-        json_object_set_new(t, "eval_samples", json_integer((json_int_t)number_or(hp, "eval_samples", 1)));
+        /* "auto" scores every validation prompt (0 to the trainer): one prompt says little. */
+        json_object_set_new(t, "eval_samples", json_integer((json_int_t)number_or(hp, "eval_samples", 0)));
     }
     json_object_set_new(t, "seed", json_integer(seed));
     json_object_set_new(t, "checkpoint_every_steps", json_integer((json_int_t)number_or(whet, "checkpoint_every_steps", 10)));

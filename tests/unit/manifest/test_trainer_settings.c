@@ -145,7 +145,7 @@ TEST(reinforcement_defaults) {
     CHECK_STR(json_string_value(at(t, "hyperparameters", "loss_agg")), "token-mean");
     CHECK(json_is_true(at(t, "hyperparameters", "norm_adv_by_std")));
     CHECK(json_is_false(at(t, "hyperparameters", "dynamic_sampling")));
-    CHECK(num(t, "eval_every_steps", NULL) == 1 && num(t, "eval_samples", NULL) == 1);
+    CHECK(num(t, "eval_every_steps", NULL) == 1 && num(t, "eval_samples", NULL) == 0);
     CHECK(num(t, "lora", "r") == 16);
     CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + TRAINER_GRPO_MAX_TOKENS);
     struct trainer_config cfg;
