@@ -169,6 +169,66 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     return 0;
 }
 
+/* ---- Errors h2o answers itself ------------------------------------------------------------------ */
+
+/* h2o refuses some requests before on_req() sees them: a body past max_request_entity_size (413, from
+ * the Content-Length or while reading a chunked body), a malformed request line or chunked encoding
+ * (400). It answers those through the host's fallback path, whose only filter is this one: it turns
+ * h2o's plain-text body into the OpenAI error body every other answer has, with a request id, and
+ * counts and logs the request like http_reply_raw() does. */
+struct h2o_error_ostream {
+    h2o_ostream_t super;
+    h2o_iovec_t body;
+};
+
+static void h2o_error_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                              h2o_send_state_t state) {
+    struct h2o_error_ostream *o = (struct h2o_error_ostream *)self;
+    /* h2o sends its text in one final call (none for HEAD): our body replaces it. */
+    h2o_ostream_send_next(&o->super, req, bufcnt ? &o->body : NULL, bufcnt ? 1 : 0, state);
+}
+
+static void h2o_error_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    struct gw_thread *t = H2O_STRUCT_FROM_MEMBER(struct gw_thread, ctx, req->conn->ctx);
+    int status = req->res.status;
+    if (status < 400) {
+        h2o_setup_next_ostream(req, slot);
+        return;
+    }
+    char message[512], request_id[HTTP_REQUEST_ID_MAX + 1];
+    const char *code;
+    if (status == 413) {
+        code = "request_too_large";
+        snprintf(message, sizeof(message),
+                 "request body exceeds the gateway's hard limit of %zu bytes; hint: upload large files in parts "
+                 "with the Uploads API (POST /v1/uploads, then POST /v1/uploads/{id}/parts)",
+                 t->gw->opts.body_limit);
+    } else {
+        code = status == 400 ? "invalid_request" : NULL;
+        snprintf(message, sizeof(message), "the HTTP request was refused: %s", req->res.reason ? req->res.reason : "error");
+    }
+    request_id_new(t, request_id);
+    json_t *err = json_pack("{s:{s:s, s:s, s:n, s:o}}", "error", "message", message, "type",
+                            status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error",
+                            "param", "code", code ? json_string(code) : json_null());
+    char *text = json_dumps(err, JSON_COMPACT);
+    json_decref(err);
+    struct h2o_error_ostream *o = (struct h2o_error_ostream *)h2o_add_ostream(req, sizeof(*o), slot);
+    o->super.do_send = h2o_error_do_send;
+    o->body = h2o_strdup(&req->pool, text, strlen(text));
+    free(text);
+    req->res.content_length = o->body.len;
+    ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+    else h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL,
+                          h2o_strdup(&req->pool, request_id, strlen(request_id)).base, strlen(request_id));
+    metrics_observe(-1, status, 0);
+    log_info("msg=request method=%.*s route=\"-\" status=%d refused_by=h2o request_id=%s",
+             (int)(req->input.method.len > 16 ? 16 : req->input.method.len), req->input.method.base, status, request_id);
+    h2o_setup_next_ostream(req, &o->super.next);
+}
+
 /* ---- Listeners --------------------------------------------------------------------------------- */
 
 static int split_host_port(const char *hostport, char *host, size_t host_size, char *port, size_t port_size) {
@@ -342,6 +402,8 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     h2o_handler_t *handler = h2o_create_handler(path, sizeof(*handler));
     handler->on_req = on_req;
+    h2o_filter_t *errors = h2o_create_filter(&host->fallback_path, sizeof(*errors));
+    errors->on_setup_ostream = h2o_error_setup_ostream;
 
     auth_prepare_statements();
     gw->router = router_new();
