@@ -213,9 +213,18 @@ static void stored(struct gw_req *r, const struct db_result *res, void *arg) {
     answer_stored(r, arg);
 }
 
+/* An answer decided before any reservation, from the state a concurrent request with the same key
+ * may just have changed (a part that no longer fits because the first attempt's part was added):
+ * the key is looked up once more, and a stored answer wins over `answer`. */
+static void answer_unless_replayed(struct gw_req *r, struct idem *s, idem_proceed_fn answer, void *arg) {
+    s->proceed = answer;
+    s->arg = arg;
+    lookup(r, s);
+}
+
 void idem_reply_json(struct gw_req *r, int status, json_t *body) {
     struct idem *s = idem_of(r);
-    if (!s || s->reserve_index < 0) {
+    if (!s) {
         http_reply_json(r, status, body);
         return;
     }
@@ -225,6 +234,10 @@ void idem_reply_json(struct gw_req *r, int status, json_t *body) {
     a->status = status;
     a->body = http_strdup(r, text);
     free(text);
+    if (s->reserve_index < 0) {
+        answer_unless_replayed(r, s, answer_stored, a);
+        return;
+    }
     if (status < 200 || status > 299) {
         idem_release_then(r, answer_stored, a);
         return;
@@ -281,7 +294,11 @@ void idem_reply_error(struct gw_req *r, int status, const char *param, const cha
     e->param = param ? http_strdup(r, param) : NULL;
     e->code = code ? http_strdup(r, code) : NULL;
     e->message = http_strdup(r, message);
-    idem_release_then(r, answer_error, e);
+    struct idem *s = idem_of(r);
+    if (s && s->reserve_index < 0)
+        answer_unless_replayed(r, s, answer_error, e);
+    else
+        idem_release_then(r, answer_error, e);
 }
 
 /* ---------------------------------------------------------------- statements */

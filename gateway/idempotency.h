@@ -77,9 +77,11 @@ int idem_reserve(struct gw_req *r, struct db_stmt *stmts, int n);
 int idem_lost_race(struct gw_req *r, const struct db_result *res);
 
 /* Answers like http_reply_json. After a reservation, a 2xx answer is stored under the key first;
- * any other status releases the key. */
+ * any other status releases the key. With a key but no reservation (an answer decided from state
+ * read before the transaction, which a concurrent request with the same key may have changed) the
+ * key is looked up once more and an answer stored meanwhile is replayed instead. */
 void idem_reply_json(struct gw_req *r, int status, json_t *body);
-/* Answers like http_reply_error, releasing the key first after a reservation. */
+/* Answers like http_reply_error, and handles the key as idem_reply_json does for a non-2xx status. */
 void idem_reply_error(struct gw_req *r, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* Releases the key (after a reservation), then calls answer(r, arg), which answers the request. */

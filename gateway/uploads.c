@@ -52,7 +52,7 @@ static json_t *upload_row_to_json(const PGresult *res, int row) {
 static int upload_open(struct gw_req *r, const PGresult *res, int row) {
     const char *status = PQgetvalue(res, row, 4);
     if (strcmp(status, "pending") != 0) {
-        http_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s", PQgetvalue(res, row, 0), status);
+        idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s", PQgetvalue(res, row, 0), status);
         return 0;
     }
     if (strtoll(PQgetvalue(res, row, 6), NULL, 10) < whet_now_unix()) {
@@ -245,7 +245,7 @@ static void part_checked(struct gw_req *r, const struct db_result *res, void *ar
     uint64_t declared = strtoull(PQgetvalue(up, 0, 3), NULL, 10);
     uint64_t so_far = strtoull(PQgetvalue(res->res[1], 0, 0), NULL, 10);
     if (so_far + data->len > declared) {
-        http_reply_error(r, 400, "data", "invalid_value",
+        idem_reply_error(r, 400, "data", "invalid_value",
                          "data: the parts would hold %llu bytes; the upload declared %llu",
                          (unsigned long long)(so_far + data->len), (unsigned long long)declared);
         return;
@@ -473,7 +473,7 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
     }
     /* A retried complete answers like the first. */
     if (strcmp(PQgetvalue(up, 0, 4), "completed") == 0) {
-        http_reply_json(r, 200, upload_row_to_json(up, 0));
+        idem_reply_json(r, 200, upload_row_to_json(up, 0));
         return;
     }
     if (!upload_open(r, up, 0)) return;
