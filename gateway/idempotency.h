@@ -84,7 +84,9 @@ void idem_reply_json(struct gw_req *r, int status, json_t *body);
 /* Answers like http_reply_error, and handles the key as idem_reply_json does for a non-2xx status. */
 void idem_reply_error(struct gw_req *r, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* Releases the key (after a reservation), then calls answer(r, arg), which answers the request. */
+/* Releases the key (after a reservation), then calls answer(r, arg), which answers the request;
+ * without a reservation calls it at once. For answers idem_reply_error cannot give (a 429 with
+ * retry-after). */
 void idem_release_then(struct gw_req *r, idem_proceed_fn answer, void *arg);
 
 #endif
