@@ -192,9 +192,51 @@ static json_t *checkpoint_metrics(json_t *last) {
     if (!last) return m;
     json_object_set(m, "step", json_object_get(last, "step"));
     json_object_set(m, "train_loss", json_object_get(last, "loss"));
-    json_object_set(m, "train_mean_token_accuracy", json_object_get(last, "train_mean_token_accuracy"));
-    if (json_object_get(last, "valid_loss")) json_object_set(m, "valid_loss", json_object_get(last, "valid_loss"));
+    /* Each figure the step measured, under OpenAI's checkpoint metric names (a GRPO step's reward too). */
+    static const char *const names[][2] = {
+        {"train_mean_token_accuracy", "train_mean_token_accuracy"}, {"valid_loss", "valid_loss"},
+        {"reward_mean", "train_reward_mean"}, {"pass_rate", "train_pass_rate"},
+        {"valid_reward_mean", "valid_reward_mean"}, {"valid_pass_rate", "valid_pass_rate"},
+    };
+    for (size_t i = 0; i < WHET_ARRAY_LEN(names); i++) {
+        json_t *v = json_object_get(last, names[i][0]);
+        if (json_is_number(v)) json_object_set(m, names[i][1], v);
+    }
     return m;
+}
+
+/* A number of a metrics line for the CSV: empty when the step did not measure it. */
+static void csv_number(char *out, size_t len, const json_t *ev, const char *name) {
+    const json_t *v = json_object_get(ev, name);
+    if (json_is_number(v)) snprintf(out, len, ",%.6f", json_number_value(v));
+    else snprintf(out, len, ",");
+}
+
+/* The result file's header, once: its columns follow the first metrics line (a run without any gets
+ * the supervised columns). */
+static void csv_header(struct run *r, int reinforcement) {
+    if (!r->csv_len)
+        csv_append(r, reinforcement ? "step,train_loss,train_reward_mean,train_pass_rate,valid_reward_mean,valid_pass_rate\n"
+                                    : "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy\n");
+}
+
+/* One row of the result file, like OpenAI's step_metrics.csv: SFT and DPO steps carry loss and token
+ * accuracy, GRPO steps (the lines with a reward) the reward and pass rate. */
+static void csv_add_step(struct run *r, const json_t *ev) {
+    static const char *const sft[] = {"loss", "train_mean_token_accuracy", "valid_loss", "valid_mean_token_accuracy"};
+    static const char *const grpo[] = {"loss", "reward_mean", "pass_rate", "valid_reward_mean", "valid_pass_rate"};
+    int rl = json_object_get(ev, "reward_mean") != NULL;
+    csv_header(r, rl);
+    const char *const *cols = rl ? grpo : sft;
+    size_t n_cols = rl ? WHET_ARRAY_LEN(grpo) : WHET_ARRAY_LEN(sft);
+    char row[256], cell[48];
+    snprintf(row, sizeof row, "%lld", (long long)json_integer_value(json_object_get(ev, "step")));
+    for (size_t i = 0; i < n_cols; i++) {
+        csv_number(cell, sizeof cell, ev, cols[i]);
+        strncat(row, cell, sizeof row - strlen(row) - 1);
+    }
+    strncat(row, "\n", sizeof row - strlen(row) - 1);
+    csv_append(r, row);
 }
 
 static void handle_line(struct run *r, const char *line, json_t **last_metrics) {
@@ -219,13 +261,7 @@ static void handle_line(struct run *r, const char *line, json_t **last_metrics) 
         snprintf(msg, sizeof msg, "Step %d: training loss=%.4f", step, json_number_value(json_object_get(ev, "loss")));
         agent_report_event(job, "info", "metrics", msg, data);
         free(data);
-        char row[256];
-        json_t *vl = json_object_get(ev, "valid_loss");
-        snprintf(row, sizeof row, "%d,%.6f,%.6f,%s,\n", step, json_number_value(json_object_get(ev, "loss")),
-                 json_number_value(json_object_get(ev, "train_mean_token_accuracy")), "");
-        if (vl) snprintf(row, sizeof row, "%d,%.6f,%.6f,%.6f,\n", step, json_number_value(json_object_get(ev, "loss")),
-                         json_number_value(json_object_get(ev, "train_mean_token_accuracy")), json_number_value(vl));
-        csv_append(r, row);
+        csv_add_step(r, ev);
         json_decref(*last_metrics);
         *last_metrics = json_incref(ev);
     } else if (!strcmp(type, "data")) {
@@ -410,7 +446,6 @@ static void *job_main(void *arg) {
         snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
         fin.error_code = "preparation_failed";
     } else if (atomic_load(&job->stop) == JOB_RUN) {
-        csv_append(&r, "step,train_loss,train_accuracy,valid_loss,valid_mean_token_accuracy\n");
         train(job, cfg_path, model_dir, &r, &fin, msg, sizeof msg);
     } else {
         fin.outcome = atomic_load(&job->stop) == JOB_STOP ? WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED
@@ -420,6 +455,7 @@ static void *job_main(void *arg) {
     if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
         final_prefix = xasprintf("%s/final", output_prefix);
         csv_key = xasprintf("%s/results.csv", output_prefix);
+        csv_header(&r, 0);
         if (objstore_put_dir(a->store, final_prefix, r.final_path, &err) < 0 ||
             objstore_put(a->store, csv_key, r.csv, r.csv_len, &err) < 0) {
             fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;

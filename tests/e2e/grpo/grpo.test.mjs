@@ -151,7 +151,24 @@ test('a reinforcement job created with the OpenAI SDK trains with GRPO and succe
   const checkpoints = [];
   for await (const c of client.fineTuning.jobs.checkpoints.list(job.id)) checkpoints.push(c);
   assert.deepEqual(checkpoints.map((c) => c.step_number).sort((a, b) => a - b).slice(0, 2), [2, 4]);
-  for (const c of checkpoints) assert.equal(c.metrics.step, c.step_number);
+  for (const c of checkpoints) {
+    assert.equal(c.metrics.step, c.step_number);
+    const m = steps[c.step_number - 1];
+    assert.equal(c.metrics.train_reward_mean, m.reward_mean, `checkpoint ${c.step_number} reward`);
+    assert.equal(c.metrics.train_pass_rate, m.pass_rate, `checkpoint ${c.step_number} pass rate`);
+    assert.equal(c.metrics.valid_reward_mean, m.valid_reward_mean, `checkpoint ${c.step_number} validation reward`);
+  }
+  // The result file is the step metrics as CSV, with the reward columns of a reinforcement job.
+  const done = await client.fineTuning.jobs.retrieve(job.id);
+  assert.equal(done.result_files.length, 1);
+  const csv = (await (await client.files.content(done.result_files[0])).text()).trim().split('\n');
+  assert.equal(csv[0], 'step,train_loss,train_reward_mean,train_pass_rate,valid_reward_mean,valid_pass_rate');
+  assert.equal(csv.length, steps.length + 1);
+  const row2 = csv[2].split(',');
+  assert.equal(Number(row2[0]), 2);
+  assert.ok(Math.abs(Number(row2[2]) - steps[1].reward_mean) < 1e-5, csv[2]);
+  assert.ok(Math.abs(Number(row2[4]) - steps[1].valid_reward_mean) < 1e-5, csv[2]);
+  assert.equal(csv[1].split(',')[4], '', 'no validation at step 1');
 
   // Metering: the tenant's usage has the generated tokens, exactly those the steps reported.
   const usage = await (await fetch(`${base}/v1/usage`, { headers: { authorization: `Bearer ${key}` } })).json();
