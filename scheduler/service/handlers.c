@@ -166,9 +166,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         if (whet_pg_exec(conn,
                          "UPDATE jobs j SET last_step = greatest(j.last_step, $3::int),"
                          " total_steps = nullif($4::int, 0), trained_tokens = greatest(coalesce(j.trained_tokens, 0), $5::bigint),"
-                         " estimated_finish = CASE WHEN $3::int > 0 AND $4::int > $3::int THEN"
-                         "   whet_now() + ((whet_now() - a.started_at) / greatest($3::int - a.resume_step, 1)"
-                         "   * ($4::int - $3::int))::bigint END"
+                         " estimated_finish = whet_estimated_finish($3::int, $4::int, a.resume_step, a.started_at)"
                          " FROM job_attempts a WHERE j.id = $1 AND a.job_id = j.id AND a.attempt = $2::int"
                          " AND a.node_id = $6 AND a.ended_at IS NULL AND j.status <> 'succeeded'",
                          6, params, err) < 0) {
