@@ -97,6 +97,9 @@ struct model {
     int lora_r, rslora;
     float lora_alpha, lora_scale;
     int adapter_off; /* model_set_adapter_enabled(m, 0): the LoRA terms are skipped (the reference) */
+    /* model_set_logit_temperature: the loss is the nll of softmax(logits / t). loss_inv_t is the 1/t
+     * the last forward with targets used, so its backward goes through the same scale. */
+    float logit_temperature, loss_inv_t;
     unsigned targets;
     float *lora;
     size_t n_lora;
@@ -431,6 +434,7 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     m->QKV = (m->NH + 2 * m->NKV) * m->hd;
     m->QK = (m->NH + m->NKV) * m->hd;
     m->train = opts->train;
+    m->logit_temperature = m->loss_inv_t = 1.0f;
     m->recompute = opts->recompute || !opts->train;
     /* 256 MB of logits at a time unless told otherwise. */
     m->logit_rows = opts->logit_rows > 0 ? opts->logit_rows : (int)((64u << 20) / (unsigned)m->V);
@@ -759,6 +763,7 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         return 0;
     }
     /* Only rows that carry a weighted target reach the vocabulary projection. */
+    m->loss_inv_t = 1.0f / m->logit_temperature;
     int M = 0;
     float *w = xmalloc(sizeof(float) * (size_t)N);
     int *tg = xmalloc(sizeof(int) * (size_t)N);
@@ -777,6 +782,7 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
             int R = M - c0 < m->logit_rows ? M - c0 : m->logit_rows;
             be->matmul_forward(m->logits, V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, V, 0.0f);
+            if (m->loss_inv_t != 1.0f) be->scale(m->logits, m->loss_inv_t, (size_t)R * V);
             be->crossentropy_forward(m->losses + c0, m->lse + c0, m->correct + c0, m->logits, m->targets_c + c0, R, V);
         }
         m->logits_kept = M <= m->logit_rows; /* else the backward pass recomputes them per chunk */
@@ -866,6 +872,10 @@ void model_set_adapter_enabled(struct model *m, int enabled) {
     m->adapter_off = m->lora_r && !enabled;
 }
 
+void model_set_logit_temperature(struct model *m, float temperature) {
+    m->logit_temperature = temperature > 0 ? temperature : 1.0f;
+}
+
 int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_backward: the model was loaded for inference");
     if (!m->backward_ready) return whet_errf(err, "model_backward: no forward pass with targets to go back through");
@@ -878,8 +888,13 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
         for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
             int R = M - c0 < m->logit_rows ? M - c0 : m->logit_rows;
             const float *x = m->lnf_c + (size_t)c0 * C;
-            if (!m->logits_kept) be->matmul_forward(m->logits, V, x, C, m->lm_head, NULL, R, C, V, 0.0f);
-            be->crossentropy_backward(m->logits, m->lse + c0, m->targets_c + c0, m->weights_c + c0, loss_scale, R, V);
+            if (!m->logits_kept) {
+                be->matmul_forward(m->logits, V, x, C, m->lm_head, NULL, R, C, V, 0.0f);
+                if (m->loss_inv_t != 1.0f) be->scale(m->logits, m->loss_inv_t, (size_t)R * V);
+            }
+            /* d/dz of nll(z·inv_t) = inv_t · (softmax(z·inv_t) − onehot): the scale folds into loss_scale. */
+            be->crossentropy_backward(m->logits, m->lse + c0, m->targets_c + c0, m->weights_c + c0,
+                                      loss_scale * m->loss_inv_t, R, V);
             be->matmul_backward(m->dlnf_c + (size_t)c0 * C, C, pgrad(m, m->lm_head), NULL, m->logits, V, x, C,
                                 m->lm_head, R, C, V);
         }

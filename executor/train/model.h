@@ -127,6 +127,13 @@ int model_set_loss_weights(struct model *m, const float *weights, struct whet_er
  * second copy of the weights). A forward pass with the adapter off has no backward pass. No effect
  * on a model without LoRA. */
 void model_set_adapter_enabled(struct model *m, int enabled);
+/* The temperature t of the loss (1 until set): the forward passes with targets that follow take the
+ * nll of softmax(logits / t), and their backward passes go through the 1/t scale, so the token losses
+ * are −log-probs under the distribution a sampler at temperature t draws from (GRPO's log-probs, as
+ * veRL's). At t = 1 the results are bit for bit those of a model that never set it; t <= 0 (greedy
+ * sampling, no distribution to match) means 1. Forwards without targets (model_get_logits) and
+ * generation (model_prefill, model_decode_step) keep the plain logits. */
+void model_set_logit_temperature(struct model *m, float temperature);
 void model_zero_grad(struct model *m);
 /* Global L2 norm of the trainable gradients. */
 float model_grad_norm(struct model *m);

@@ -23,9 +23,9 @@
  * sampling noise), graded. The cursor (epoch, position in the epoch's order) and the step are all a
  * checkpoint needs besides the weights and moments: orders and rollouts are functions of the seed.
  *
- * Departure from veRL: veRL takes the log-probs of the update from the logits divided by the rollout
- * temperature; the engine's nll is that of the plain logits, so with a temperature other than 1 the
- * update treats samples of softmax(z/T) as if drawn from softmax(z) (exact at temperature 1). */
+ * Every log-prob pass (old, reference, current) is that of softmax(logits / rollout.temperature), as
+ * veRL's (model_set_logit_temperature), so the update is on-policy for the distribution the rollouts
+ * were sampled from; a greedy rollout (temperature 0) trains on the plain logits. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -416,6 +416,10 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     struct grpo_run *g = r->grpo;
     double t0 = whet_now_mono();
+    /* Every pass of the step takes the log-probs of the sampling distribution softmax(z / T). */
+    float logit_temperature = cfg->rollout.temperature > 0 ? (float)cfg->rollout.temperature : 1.0f;
+    model_set_logit_temperature(r->model, logit_temperature);
+    if (r->ref_model) model_set_logit_temperature(r->ref_model, logit_temperature);
     ensure_order(r);
     int first = r->cursor.row, P = cfg->hp.batch_size, G = cfg->rollout.n;
     if (first + P > g->train.n_prompts) P = g->train.n_prompts - first;
