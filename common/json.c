@@ -1,6 +1,10 @@
 /* json.c - see json.h. */
 #include "json.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 const char *whet_json_kind(const json_t *v) {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -12,4 +16,23 @@ const char *whet_json_kind(const json_t *v) {
     case JSON_FALSE: return "a boolean";
     default: return "null";
     }
+}
+
+int whet_jsonl_each(const char *path, whet_jsonl_fn fn, void *ctx, int *n_lines, struct whet_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0, rc = 0;
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == (size_t)len) continue; /* a trailing newline at the end, say */
+        if (fn(ctx, line, (size_t)len, lineno, err)) rc = whet_err_prefix(err, "%s: line %d", path, lineno);
+    }
+    if (!rc && ferror(f)) rc = whet_errf(err, "%s: line %d: cannot read: %m", path, lineno + 1);
+    free(line);
+    fclose(f);
+    if (n_lines) *n_lines = lineno;
+    return rc;
 }

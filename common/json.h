@@ -3,9 +3,19 @@
 #define WHET_JSON_H
 
 #include <jansson.h>
+#include <stddef.h>
+
+#include "util.h"
 
 /* What a value is, for error messages in OpenAI's wording: "an object", "an array", "a string",
  * "an integer", "a number", "a boolean" or "null". */
 const char *whet_json_kind(const json_t *v);
+
+/* Reads a JSON Lines file: calls fn(ctx, line, len, lineno, err) for each line that is not blank,
+ * numbered from 1 as an editor counts them. Stops at the first line fn fails on and prefixes its
+ * error with "PATH: line N". *n_lines (when not NULL) gets the number of lines read, blank ones too.
+ * Returns 0, or -1 with err. */
+typedef int (*whet_jsonl_fn)(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err);
+int whet_jsonl_each(const char *path, whet_jsonl_fn fn, void *ctx, int *n_lines, struct whet_err *err);
 
 #endif

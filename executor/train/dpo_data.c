@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "json.h"
 
 /* ---------------------------------------------------------------- pairs */
 
@@ -210,47 +211,40 @@ fail:
     return -1;
 }
 
+struct dpo_load {
+    struct dpo_dataset *ds;
+    const struct chat_template *tpl;
+    const struct tokenizer *tok;
+};
+
+static int dpo_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
+    struct dpo_load *l = ctx;
+    struct chat_message *chosen, *rejected;
+    int n_chosen, n_rejected;
+    void *root;
+    if (dpo_parse_pair(&chosen, &n_chosen, &rejected, &n_rejected, &root, line, len, err)) return -1;
+    int32_t *ids[2] = {NULL, NULL};
+    uint8_t *mask[2] = {NULL, NULL};
+    int n[2] = {0, 0};
+    int rc = chat_tokenize(&ids[0], &mask[0], &n[0], l->tpl, l->tok, chosen, n_chosen, 0, err);
+    if (rc) whet_err_prefix(err, "preferred_output");
+    if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], l->tpl, l->tok, rejected, n_rejected, 0, err)))
+        whet_err_prefix(err, "non_preferred_output");
+    dpo_pair_free(chosen, rejected, root);
+    if (!rc) dpo_dataset_add(l->ds, ids[0], mask[0], n[0], ids[1], mask[1], n[1]);
+    for (int s = 0; s < 2; s++) free(ids[s]), free(mask[s]);
+    return rc;
+}
+
 int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat_template *tpl,
                      const struct tokenizer *tok, struct whet_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0, rc = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
-        if (k == (size_t)len) continue; /* blank lines */
-        struct chat_message *chosen, *rejected;
-        int n_chosen, n_rejected;
-        void *root;
-        if (dpo_parse_pair(&chosen, &n_chosen, &rejected, &n_rejected, &root, line, (size_t)len, err)) {
-            rc = whet_err_prefix(err, "%s: line %d", path, lineno);
-            break;
-        }
-        int32_t *ids[2] = {NULL, NULL};
-        uint8_t *mask[2] = {NULL, NULL};
-        int n[2] = {0, 0};
-        rc = chat_tokenize(&ids[0], &mask[0], &n[0], tpl, tok, chosen, n_chosen, 0, err);
-        if (rc) whet_err_prefix(err, "preferred_output");
-        if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], tpl, tok, rejected, n_rejected, 0, err)))
-            whet_err_prefix(err, "non_preferred_output");
-        dpo_pair_free(chosen, rejected, root);
-        if (!rc) dpo_dataset_add(ds, ids[0], mask[0], n[0], ids[1], mask[1], n[1]);
-        for (int s = 0; s < 2; s++) free(ids[s]), free(mask[s]);
-        if (rc) {
-            whet_err_prefix(err, "%s: line %d", path, lineno);
-            break;
-        }
-    }
-    free(line);
-    fclose(f);
-    if (!rc && dpo_num_pairs(ds) == 0)
-        rc = whet_errf(err, "%s: no usable preference pairs (%d lines, %d without a scored token within max_seq_len)",
-                       path, lineno, ds->n_unscored);
-    return rc;
+    struct dpo_load l = {ds, tpl, tok};
+    int n_lines;
+    if (whet_jsonl_each(path, dpo_load_line, &l, &n_lines, err)) return -1;
+    if (dpo_num_pairs(ds) == 0)
+        return whet_errf(err, "%s: no usable preference pairs (%d lines, %d without a scored token within "
+                              "max_seq_len)", path, n_lines, ds->n_unscored);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- micro-batches */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "json.h"
 #include "sft_data.h"
 
 /* The messages of one line object; texts of array contents joined into *joined[i] (the caller frees
@@ -84,30 +85,28 @@ static int add_line(struct rft_dataset *ds, const char *line, size_t len, int li
     return 0;
 }
 
+struct rft_load {
+    struct rft_dataset *ds;
+    const struct chat_template *tpl;
+    const struct tokenizer *tok;
+    int max_prompt_len;
+};
+
+static int rft_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
+    struct rft_load *l = ctx;
+    l->ds->n_lines++;
+    return add_line(l->ds, line, len, lineno, l->tpl, l->tok, l->max_prompt_len, err);
+}
+
 int rft_dataset_load(struct rft_dataset *ds, const char *path, const struct chat_template *tpl,
                      const struct tokenizer *tok, int max_prompt_len, struct whet_err *err) {
     memset(ds, 0, sizeof *ds);
-    FILE *f = fopen(path, "rb");
-    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0, rc = 0;
-    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
-        if (k == (size_t)len) continue;
-        ds->n_lines++;
-        if (add_line(ds, line, (size_t)len, lineno, tpl, tok, max_prompt_len, err))
-            rc = whet_err_prefix(err, "%s: line %d", path, lineno);
-    }
-    free(line);
-    fclose(f);
-    if (!rc && ds->n_prompts == 0)
-        rc = whet_errf(err, "%s: no usable prompts (%d lines, %d longer than %d tokens, which leaves no room for a "
-                            "response within max_seq_len)", path, ds->n_lines, ds->n_too_long, max_prompt_len);
-    return rc;
+    struct rft_load l = {ds, tpl, tok, max_prompt_len};
+    if (whet_jsonl_each(path, rft_load_line, &l, NULL, err)) return -1;
+    if (ds->n_prompts == 0)
+        return whet_errf(err, "%s: no usable prompts (%d lines, %d longer than %d tokens, which leaves no room for a "
+                              "response within max_seq_len)", path, ds->n_lines, ds->n_too_long, max_prompt_len);
+    return 0;
 }
 
 void rft_dataset_free(struct rft_dataset *ds) {

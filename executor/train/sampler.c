@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "json.h"
 #include "model.h"
 #include "rng.h"
 #include "tokenizer.h"
@@ -177,50 +178,50 @@ struct score_line {
     int n;
 };
 
+/* The lines of a score file, read by whet_jsonl_each. */
+struct score_file {
+    int vocab;
+    struct score_line *lines;
+    int n, cap, max_len;
+};
+
+static int score_file_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
+    struct score_file *f = ctx;
+    json_error_t jerr;
+    json_t *root = json_loadb(line, len, 0, &jerr);
+    if (!root) return whet_errf(err, "not valid JSON: %s", jerr.text);
+    json_t *arr = json_object_get(root, "input_ids");
+    int rc = 0;
+    if (!json_is_array(arr)) {
+        rc = whet_errf(err, "\"input_ids\" must be an array of token ids");
+    } else {
+        if (f->n == f->cap) {
+            f->cap = f->cap ? 2 * f->cap : 64;
+            f->lines = xrealloc(f->lines, (size_t)f->cap * sizeof *f->lines);
+        }
+        struct score_line *l = &f->lines[f->n++];
+        l->n = (int)json_array_size(arr);
+        l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof *l->ids);
+        for (int i = 0; i < l->n && !rc; i++) {
+            json_t *v = json_array_get(arr, (size_t)i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= f->vocab)
+                rc = whet_errf(err, "input_ids[%d]: must be a token id in [0, %d)", i, f->vocab);
+            else
+                l->ids[i] = (int)json_integer_value(v);
+        }
+        if (l->n > f->max_len) f->max_len = l->n;
+    }
+    json_decref(root);
+    return rc;
+}
+
 static int read_score_file(const char *path, int vocab, struct score_line **lines_out, int *n_out, int *max_len,
                            struct whet_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
-    char *buf = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0, n = 0, cap_lines = 0, rc = 0;
-    struct score_line *lines = NULL;
-    *max_len = 1;
-    while (!rc && (len = getline(&buf, &cap, f)) >= 0) {
-        lineno++;
-        if (strspn(buf, " \t\r\n") == (size_t)len) continue;
-        json_error_t jerr;
-        json_t *root = json_loadb(buf, (size_t)len, 0, &jerr);
-        json_t *arr = root ? json_object_get(root, "input_ids") : NULL;
-        if (!root) {
-            rc = whet_errf(err, "%s: line %d: not valid JSON: %s", path, lineno, jerr.text);
-        } else if (!json_is_array(arr)) {
-            rc = whet_errf(err, "%s: line %d: \"input_ids\" must be an array of token ids", path, lineno);
-        } else {
-            if (n == cap_lines) {
-                cap_lines = cap_lines ? 2 * cap_lines : 64;
-                lines = xrealloc(lines, (size_t)cap_lines * sizeof *lines);
-            }
-            struct score_line *l = &lines[n++];
-            l->n = (int)json_array_size(arr);
-            l->ids = xmalloc((size_t)(l->n ? l->n : 1) * sizeof *l->ids);
-            for (int i = 0; i < l->n && !rc; i++) {
-                json_t *v = json_array_get(arr, (size_t)i);
-                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)
-                    rc = whet_errf(err, "%s: line %d: input_ids[%d]: must be a token id in [0, %d)", path, lineno, i,
-                                   vocab);
-                else
-                    l->ids[i] = (int)json_integer_value(v);
-            }
-            if (l->n > *max_len) *max_len = l->n;
-        }
-        json_decref(root);
-    }
-    free(buf);
-    fclose(f);
-    *lines_out = lines;
-    *n_out = n;
+    struct score_file f = {.vocab = vocab, .max_len = 1};
+    int rc = whet_jsonl_each(path, score_file_line, &f, NULL, err);
+    *lines_out = f.lines;
+    *n_out = f.n;
+    *max_len = f.max_len;
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "json.h"
 
 /* ---------------------------------------------------------------- examples */
 
@@ -172,45 +173,39 @@ void sft_messages_free(struct chat_message *msgs, void *json_root) {
     free(msgs);
 }
 
+struct sft_load {
+    struct sft_dataset *ds;
+    const struct chat_template *tpl;
+    const struct tokenizer *tok;
+};
+
+static int sft_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
+    struct sft_load *l = ctx;
+    struct chat_message *msgs;
+    int n_msgs;
+    void *root;
+    if (sft_parse_messages(&msgs, &n_msgs, &root, line, len, err)) return -1;
+    int32_t *ids;
+    uint8_t *mask;
+    int n;
+    int rc = chat_tokenize(&ids, &mask, &n, l->tpl, l->tok, msgs, n_msgs, 0, err);
+    sft_messages_free(msgs, root);
+    if (rc) return -1;
+    sft_dataset_add(l->ds, ids, mask, n);
+    free(ids);
+    free(mask);
+    return 0;
+}
+
 int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat_template *tpl,
                      const struct tokenizer *tok, struct whet_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return whet_errf(err, "%s: cannot open: %m", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0, rc = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        size_t k = 0;
-        while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
-        if (k == (size_t)len) continue; /* blank lines (a trailing newline at the end, say) */
-        struct chat_message *msgs;
-        int n_msgs;
-        void *root;
-        if (sft_parse_messages(&msgs, &n_msgs, &root, line, (size_t)len, err)) {
-            rc = whet_err_prefix(err, "%s: line %d", path, lineno);
-            break;
-        }
-        int32_t *ids;
-        uint8_t *mask;
-        int n;
-        rc = chat_tokenize(&ids, &mask, &n, tpl, tok, msgs, n_msgs, 0, err);
-        sft_messages_free(msgs, root);
-        if (rc) {
-            whet_err_prefix(err, "%s: line %d", path, lineno);
-            break;
-        }
-        sft_dataset_add(ds, ids, mask, n);
-        free(ids);
-        free(mask);
-    }
-    free(line);
-    fclose(f);
-    if (!rc && ds->n_examples == 0)
-        rc = whet_errf(err, "%s: no usable examples (%d lines, %d without a trained token within max_seq_len)", path,
-                       lineno, ds->n_untrained);
-    return rc;
+    struct sft_load l = {ds, tpl, tok};
+    int n_lines;
+    if (whet_jsonl_each(path, sft_load_line, &l, &n_lines, err)) return -1;
+    if (ds->n_examples == 0)
+        return whet_errf(err, "%s: no usable examples (%d lines, %d without a trained token within max_seq_len)",
+                         path, n_lines, ds->n_untrained);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- packing */
