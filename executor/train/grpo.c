@@ -91,11 +91,14 @@ void grpo_response_loss(double *dloss_dlogp, struct grpo_loss_stats *st, const f
                 dpg *= 0.5; /* torch.min splits the gradient of a tie */
             }
         }
-        /* The KL term (k3). */
-        int kl_passes, k3_passes;
-        double kl = clamp_grad((double)ref_logp[t] - x, -20, 20, &kl_passes);
-        double k3 = clamp_grad(exp(kl) - kl - 1, -10, 10, &k3_passes);
-        double dk3 = kl_passes && k3_passes ? 1 - exp(kl) : 0;
+        /* The KL term (k3); none without a reference. */
+        double k3 = 0, dk3 = 0;
+        if (ref_logp) {
+            int kl_passes, k3_passes;
+            double kl = clamp_grad((double)ref_logp[t] - x, -20, 20, &kl_passes);
+            k3 = clamp_grad(exp(kl) - kl - 1, -10, 10, &k3_passes);
+            dk3 = kl_passes && k3_passes ? 1 - exp(kl) : 0;
+        }
 
         dloss_dlogp[t] = coef * (dpg + opts->kl_coef * dk3);
         st->loss += coef * (pg + opts->kl_coef * k3);

@@ -71,7 +71,8 @@ struct grpo_loss_stats {
 
 /* One response's n tokens: log-probs under the policy being trained (logp), at rollout (old_logp) and
  * under the reference (ref_logp), its advantage and aggregation coefficient. Writes
- * dloss_dlogp[n] and adds to *st. */
+ * dloss_dlogp[n] and adds to *st. ref_logp NULL leaves the KL term out (k3 and its gradient 0, st->kl
+ * unchanged): with kl_coef 0 the same loss and gradient, bit for bit, without a reference pass. */
 void grpo_response_loss(double *dloss_dlogp, struct grpo_loss_stats *st, const float *logp, const float *old_logp,
                         const float *ref_logp, int n, double advantage, double coef,
                         const struct grpo_loss_opts *opts);

@@ -350,7 +350,7 @@ static int load_model(struct run *r, struct whet_err *err) {
         if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
     }
     if (model_load(&r->model, dir, &o, err)) return -1;
-    if ((cfg->method == TRAINER_DPO || cfg->method == TRAINER_GRPO) && !cfg->lora.enabled) {
+    if ((cfg->method == TRAINER_DPO || (cfg->method == TRAINER_GRPO && cfg->hp.kl_coef > 0)) && !cfg->lora.enabled) {
         /* Full fine-tuning moves the base weights, so the reference is a frozen copy of them. */
         struct model_opts ro = model_opts_default();
         ro.lora_r = 0;

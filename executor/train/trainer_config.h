@@ -48,7 +48,8 @@ struct trainer_hparams {
     double adam_beta1, adam_beta2, adam_eps;
     double beta;                     /* dpo: strength of the pull towards the reference, (0, 2] */
     /* grpo (grpo.h for the formulas; names as veRL's): */
-    double kl_coef;                  /* weight of the k3 KL to the reference in the loss, [0, 10] */
+    double kl_coef;                  /* weight of the k3 KL to the reference in the loss, [0, 10]; 0: no
+                                      * reference pass (nor a frozen copy), the KL is not measured */
     double clip_ratio_low;           /* ratio clipped below at 1 - clip_ratio_low, [0, 1) */
     double clip_ratio_high;          /* and above at 1 + clip_ratio_high, [0, 10] (DAPO: 0.28) */
     int ppo_epochs;                  /* optimizer updates per rollout batch, 1..100 */

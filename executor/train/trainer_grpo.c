@@ -8,7 +8,9 @@
  *   3. advantages per group (grpo.h); with dynamic_sampling the groups whose rewards are all equal
  *                 are dropped; when none is left the step trains nothing but still counts (its
  *                 prompts are used, the schedule moves on, the metrics line says groups_kept 0);
- *   4. reference: the log-probs of every response token under the reference: the base weights,
+ *   4. reference: (skipped when kl_coef is 0: the KL is then neither in the loss nor measured, and
+ *                 the metrics line says "kl": null) the log-probs of every response token under the
+ *                 reference: the base weights,
  *                 i.e. the LoRA adapter switched off (model_set_adapter_enabled: the outputs are
  *                 the base model's bit for bit), or a frozen copy for full fine-tuning. A run
  *                 started from init_adapter has the base without that adapter as its reference, as
@@ -261,7 +263,7 @@ struct update_figures {
 };
 
 /* ppo_epochs × (forward/backward over the micro-batches, clip, AdamW). old_logp is filled by the first
- * pass (the policy that sampled). */
+ * pass (the policy that sampled); ref_logp NULL: no KL term (kl_coef 0). */
 static int update_passes(struct run *r, float *logp, float *old_logp, const float *ref_logp, struct mbatch *b,
                          const struct seq *seqs, int n_seqs, double lr, struct update_figures *f,
                          struct whet_err *err) {
@@ -288,8 +290,8 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                     dl_cap = (size_t)s[i].response_len;
                     dl = xrealloc(dl, sizeof(double) * dl_cap);
                 }
-                grpo_response_loss(dl, &st, logp + o, old_logp + o, ref_logp + o, s[i].response_len, s[i].advantage,
-                                   s[i].coef, &lo);
+                grpo_response_loss(dl, &st, logp + o, old_logp + o, ref_logp ? ref_logp + o : NULL, s[i].response_len,
+                                   s[i].advantage, s[i].coef, &lo);
                 /* The engine's backward is that of Σ w·nll, and nll = −logp: w = −d loss / d logp. */
                 for (int k = 0; k < s[i].response_len; k++)
                     b->weights[(size_t)i * b->T + s[i].prompt_len - 1 + k] = (float)-dl[k];
@@ -356,21 +358,23 @@ struct step_record {
     long long rollout_tokens, tokens;
     double rollout_s, grading_s, reference_s, update_s, seconds;
     int groups_kept, grader_errors;
+    int kl_measured; /* 0 with kl_coef 0: no reference pass, "kl": null */
     struct update_figures u;
 };
 
 static void write_metrics(struct run *r, const struct step_record *s, double lr, int eval_now, double valid_reward,
                           double valid_pass) {
-    char line[2048];
+    char line[2048], kl[32] = "null";
+    if (s->kl_measured) snprintf(kl, sizeof kl, "%.9g", s->u.kl);
     int n = snprintf(line, sizeof line,
                      "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                     "\"tokens_per_s\":%.1f,\"reward_mean\":%.9g,\"reward_std\":%.9g,\"pass_rate\":%.6f,\"kl\":%.9g,"
+                     "\"tokens_per_s\":%.1f,\"reward_mean\":%.9g,\"reward_std\":%.9g,\"pass_rate\":%.6f,\"kl\":%s,"
                      "\"entropy\":%.9g,\"clip_frac\":%.6f,\"ppo_kl\":%.9g,\"response_length_mean\":%.4f,"
                      "\"rollout_tokens\":%lld,\"rollout_tokens_per_s\":%.1f,\"groups_kept\":%d,\"grader_errors\":%d,"
                      "\"time_rollout_s\":%.4f,\"time_grading_s\":%.4f,\"time_reference_s\":%.4f,\"time_update_s\":%.4f",
                      r->step, r->cursor.epoch, s->u.loss, lr, s->u.grad_norm, s->tokens,
                      s->seconds > 0 ? (double)s->tokens / s->seconds : 0, s->reward_mean, s->reward_std, s->pass_rate,
-                     s->u.kl, s->entropy, s->u.clip_frac, s->u.ppo_kl, s->response_length_mean, s->rollout_tokens,
+                     kl, s->entropy, s->u.clip_frac, s->u.ppo_kl, s->response_length_mean, s->rollout_tokens,
                      s->rollout_s > 0 ? (double)s->rollout_tokens / s->rollout_s : 0, s->groups_kept,
                      s->grader_errors, s->rollout_s, s->grading_s, s->reference_s, s->update_s);
     if (eval_now)
@@ -386,10 +390,10 @@ static void write_metrics(struct run *r, const struct step_record *s, double lr,
     char valid_text[64] = "";
     if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_reward %.3f", valid_reward);
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
-    trainer_progress(r, "step %d/%d epoch %d reward %.3f pass %.3f%s loss %.4f kl %.4g clip %.3f len %.1f | rollout "
+    trainer_progress(r, "step %d/%d epoch %d reward %.3f pass %.3f%s loss %.4f kl %s clip %.3f len %.1f | rollout "
                         "%.2fs grade %.2fs ref %.2fs update %.2fs | eta %.0fs",
                      r->step, r->total_steps, r->cursor.epoch, s->reward_mean, s->pass_rate, valid_text, s->u.loss,
-                     s->u.kl, s->u.clip_frac, s->response_length_mean, s->rollout_s, s->grading_s, s->reference_s,
+                     kl, s->u.clip_frac, s->response_length_mean, s->rollout_s, s->grading_s, s->reference_s,
                      s->update_s, eta);
 }
 
@@ -467,14 +471,17 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
     int n_seqs = select_sequences(seqs, r, &rb, prompts, adv, keep, &n_tokens);
     double lr = trainer_lr_at(&cfg->hp, r->step, r->total_steps);
 
+    s.kl_measured = cfg->hp.kl_coef > 0;
     if (n_seqs > 0) {
         logp = xmalloc(sizeof(float) * n_tokens);
         old_logp = xmalloc(sizeof(float) * n_tokens);
-        ref_logp = xmalloc(sizeof(float) * n_tokens);
         /* 4: reference */
-        double t_ref = whet_now_mono();
-        if ((rc = reference_pass(r, ref_logp, &b, seqs, n_seqs, err))) goto out;
-        s.reference_s = whet_now_mono() - t_ref;
+        if (s.kl_measured) {
+            ref_logp = xmalloc(sizeof(float) * n_tokens);
+            double t_ref = whet_now_mono();
+            if ((rc = reference_pass(r, ref_logp, &b, seqs, n_seqs, err))) goto out;
+            s.reference_s = whet_now_mono() - t_ref;
+        }
         /* 5: updates */
         double t_upd = whet_now_mono();
         if ((rc = update_passes(r, logp, old_logp, ref_logp, &b, seqs, n_seqs, lr, &s.u, err))) goto out;

@@ -9,7 +9,7 @@
 # responses, LoRA) with a fixed seed must lift the mean reward of the last five steps well above the
 # first five (+0.15 and 1.5x) and the greedy validation reward two answers (of 8) above the warm start's. A run resumed from
 # step 20 must give steps 21..30 identical to the run that did not stop. Then dynamic sampling with
-# two PPO epochs on a full fine-tune, SIGTERM (a checkpoint, exit 0), and errors (a bad line, a
+# two PPO epochs on a full fine-tune, kl_coef 0 (no reference pass), SIGTERM (a checkpoint, exit 0), and errors (a bad line, a
 # config without a grader).
 # One OpenMP thread: fast on a busy 2-core machine, and resume is compared on the same thread count.
 set -euo pipefail
@@ -153,6 +153,20 @@ assert any(r["clip_frac"] > 0 for r in rows if r["groups_kept"]), "the second PP
 print("dynamic sampling: groups kept", [r["groups_kept"] for r in rows], "clip_frac", [r["clip_frac"] for r in rows])
 EOF2
 [ -s "$work/out-dyn/final/model.safetensors" ] || fail "full fine-tune: final model missing"
+# kl_coef 0: no reference pass (and no frozen copy of this full fine-tune); the KL is not measured.
+grpo_config nokl out-nokl '"lora": null, "max_steps": 2' \
+  '{"batch_size": 4, "learning_rate": 0.0003, "max_seq_len": 64, "kl_coef": 0}'
+"$WHET_BIN" train --config "$work/nokl.json" --quiet > /dev/null || fail "kl_coef 0 run"
+py "$work/out-nokl/metrics.jsonl" <<'EOF2'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == [1, 2], rows
+for r in rows:
+    assert "kl" in r and r["kl"] is None, f"kl_coef 0: kl is null (not measured): {r}"
+    assert r["time_reference_s"] == 0 and r["tokens"] > 0 and r["time_update_s"] > 0, r
+assert any(r["grad_norm"] > 0 for r in rows), rows
+print("kl_coef 0: no reference pass, kl null, update", [r["time_update_s"] for r in rows])
+EOF2
 # A grader nothing passes: every group is all zeros, dynamic sampling drops them all, and each step
 # trains nothing but still counts (its prompts are used, the metrics line says so).
 grpo_config skip out-skip '"lora": {"r": 8, "alpha": 16}, "max_steps": 2' \

@@ -1,8 +1,10 @@
 /* GRPO math (grpo.h) against PyTorch: advantages, the clipped policy loss with the k3 KL, its gradient
  * with respect to the policy log-probs for each aggregation mode, clip fraction and KL, from
- * tests/fixtures/grpo/reference.json (make_grpo_reference.py); plus cases worked by hand. */
+ * tests/fixtures/grpo/reference.json (make_grpo_reference.py); plus cases worked by hand, and the
+ * loss without a reference (kl_coef 0) equal bit for bit to the one with a reference and kl_coef 0. */
 #include <jansson.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "grpo.h"
 #include "test.h"
@@ -120,6 +122,34 @@ TEST(on_policy_gradient_is_the_policy_gradient) {
     CHECK_NEAR(st.loss, 3 * 0.5 * -0.75, 1e-15);
 }
 
+TEST(no_reference_is_kl_coef_zero) {
+    /* kl_coef 0 with a reference, and no reference at all: the same loss and gradient bit for bit, and
+     * without a reference no KL is added; with a reference and kl_coef > 0 the gradient differs. */
+    struct grpo_loss_opts o = {num(fixture, "clip_ratio_low"), num(fixture, "clip_ratio_high"), num(fixture, "clip_ratio_c"), 0};
+    json_t *lens = json_object_get(fixture, "lens"), *advs = json_object_get(fixture, "seq_advantages");
+    int differing_with_kl = 0;
+    for (int i = 0; i < (int)json_array_size(lens); i++) {
+        int n = (int)json_integer_value(json_array_get(lens, i));
+        float logp[16], old[16], ref[16];
+        double with_ref[16], without[16], with_kl[16];
+        row(logp, json_object_get(fixture, "logp"), i, n);
+        row(old, json_object_get(fixture, "old_logp"), i, n);
+        row(ref, json_object_get(fixture, "ref_logp"), i, n);
+        double A = json_number_value(json_array_get(advs, i));
+        struct grpo_loss_stats a = {0}, b = {0}, c = {0};
+        o.kl_coef = 0;
+        grpo_response_loss(with_ref, &a, logp, old, ref, n, A, 0.1, &o);
+        grpo_response_loss(without, &b, logp, old, NULL, n, A, 0.1, &o);
+        CHECK(memcmp(with_ref, without, sizeof(double) * (size_t)n) == 0);
+        CHECK(a.loss == b.loss && a.pg_loss == b.pg_loss && a.n_clipped == b.n_clipped && a.ppo_kl == b.ppo_kl);
+        CHECK(a.kl > 0 && b.kl == 0);
+        o.kl_coef = 0.1;
+        grpo_response_loss(with_kl, &c, logp, old, ref, n, A, 0.1, &o);
+        differing_with_kl += memcmp(with_kl, without, sizeof(double) * (size_t)n) != 0;
+    }
+    CHECK(differing_with_kl == (int)json_array_size(lens));
+}
+
 int main(void) {
     load_fixture();
     RUN(advantages_match_torch);
@@ -127,6 +157,7 @@ int main(void) {
     RUN(token_coefficients);
     RUN(loss_and_gradient_match_torch);
     RUN(on_policy_gradient_is_the_policy_gradient);
+    RUN(no_reference_is_kl_coef_zero);
     json_decref(fixture);
     return test_summary();
 }
