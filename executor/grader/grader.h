@@ -10,8 +10,9 @@
  *                    -> the expression's value over the sub-graders' rewards
  *   python           {name, source, image_tag (ignored)} -> grade(sample, item), run sandboxed
  *                    through executor/sandbox/pygrader.h
- *   score_model, label_model  validated; running them needs a judge model (the sampler), which this
- *                    build does not wire in: they answer reward 0 with a "not supported" error
+ *   score_model, label_model  run through a judge hook (grader_run_opts.judge: the trainer's judge
+ *                    models, executor/train/judge.h); without one they answer reward 0 with a
+ *                    "not supported" error
  *
  * `input` and `reference` are templates: `{{item.answer}}`, `{{item.a.b}}`, `{{item.list.0}}`,
  * `{{sample.output_text}}`, `{{sample.output_json.field}}` are replaced by the value at that path
@@ -55,6 +56,8 @@ const char *grader_name(const struct grader *g);
 const char *grader_metric_name(const struct grader *g);
 /* score_model and label_model: the validated object as given (for a judge hook); NULL otherwise. */
 const json_t *grader_json(const struct grader *g);
+/* Calls fn on g and, for multi, on every sub-grader (depth first, in the order of `graders`). */
+void grader_each(const struct grader *g, void (*fn)(void *ctx, const struct grader *g), void *ctx);
 
 /* Why a sample got no real score. The kinds are OpenAI's metadata.errors flags. */
 enum grader_error_kind {
@@ -63,7 +66,8 @@ enum grader_error_kind {
     GRADER_ERR_INVALID_VARIABLE, /* invalid_variable_error: a template path that is not there */
     GRADER_ERR_PYTHON_RUNTIME,   /* python_grader_runtime_error: the tenant's code failed */
     GRADER_ERR_PYTHON_SERVER,    /* python_grader_server_error: the sandbox could not run at all */
-    GRADER_ERR_MODEL_SERVER,     /* model_grader_server_error: model graders are not in this build */
+    GRADER_ERR_MODEL_SERVER,     /* model_grader_server_error: no judge, or it could not answer */
+    GRADER_ERR_MODEL_PARSE,      /* model_grader_parse_error: the judge's reply holds no score or label */
     GRADER_ERR_OTHER,            /* other_error */
 };
 const char *grader_error_kind_name(enum grader_error_kind kind); /* "formula_parse_error", … */
@@ -87,8 +91,9 @@ void grader_result_free(struct grader_result *res);
 
 /* The hook a judge model plugs into: grades one sample with a score_model or label_model grader
  * (`grader_json` gives its object; grader_template_render fills its messages). Returns 0 with
- * *reward, or -1 with err (reported as model_grader_server_error). Without a hook these graders
- * answer reward 0 and "not supported in this build". */
+ * *reward; 1 with err when the judge answered something that is no score or label (reward 0,
+ * model_grader_parse_error); -1 with err when it could not answer (model_grader_server_error).
+ * Without a hook these graders answer reward 0 and "not supported in this build". */
 typedef int (*grader_judge_fn)(void *ctx, const struct grader *g, const json_t *sample, const json_t *item,
                                double *reward, struct whet_err *err);
 

@@ -23,6 +23,7 @@ static const char *const error_kind_names[] = {
     [GRADER_ERR_PYTHON_RUNTIME] = "python_grader_runtime_error",
     [GRADER_ERR_PYTHON_SERVER] = "python_grader_server_error",
     [GRADER_ERR_MODEL_SERVER] = "model_grader_server_error",
+    [GRADER_ERR_MODEL_PARSE] = "model_grader_parse_error",
     [GRADER_ERR_OTHER] = "other_error",
 };
 
@@ -35,6 +36,11 @@ static void add_error(struct grader_result *res, enum grader_error_kind kind, co
     res->errors[res->n_errors].kind = kind;
     res->errors[res->n_errors].message = prefix ? xasprintf("%s: %s", prefix, message) : xstrdup(message);
     res->n_errors++;
+}
+
+void grader_each(const struct grader *g, void (*fn)(void *ctx, const struct grader *g), void *ctx) {
+    fn(ctx, g);
+    for (size_t k = 0; k < g->n_sub; k++) grader_each(g->subs[k], fn, ctx);
 }
 
 void grader_result_free(struct grader_result *res) {
@@ -142,16 +148,18 @@ static void run_model(const struct grader *g, const struct grader_run_opts *opts
         passed[i] = 0;
         struct whet_err err = {""};
         double t0 = whet_now_mono();
+        int rc;
         if (!opts->judge) {
             char *message = xasprintf("%s graders are not supported in this build: a judge model needs the sampler",
                                       grader_type_name(g->type));
             add_error(&results[i], GRADER_ERR_MODEL_SERVER, prefix, message);
             free(message);
-        } else if (opts->judge(opts->judge_ctx, g, samples[i], items[i], &rewards[i], &err) < 0) {
+        } else if ((rc = opts->judge(opts->judge_ctx, g, samples[i], items[i], &rewards[i], &err)) != 0) {
             rewards[i] = 0;
-            add_error(&results[i], GRADER_ERR_MODEL_SERVER, prefix, err.msg);
+            add_error(&results[i], rc > 0 ? GRADER_ERR_MODEL_PARSE : GRADER_ERR_MODEL_SERVER, prefix, err.msg);
         } else {
-            passed[i] = rewards[i] > 0;
+            const json_t *threshold = json_object_get(g->json, "pass_threshold");
+            passed[i] = threshold ? rewards[i] >= json_number_value(threshold) : rewards[i] > 0;
         }
         results[i].seconds += whet_now_mono() - t0;
     }

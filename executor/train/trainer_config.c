@@ -328,6 +328,15 @@ static int parse_grpo_fields(struct trainer_config *cfg, json_t *root, struct wh
                               "\"reference\": \"{{item.answer}}\", \"operation\": \"eq\"})");
     if (grader_parse(grader, "grader", &cfg->grader, err)) return -1;
     if (parse_rollout(&cfg->rollout, rollout, err)) return -1;
+    json_t *judges = json_object_get(root, "judge_models"), *dir;
+    const char *name;
+    if (judges && !json_is_null(judges) && !json_is_object(judges))
+        return whet_errf(err, "judge_models: must be an object {\"model name\": \"/model/dir\"}");
+    json_object_foreach(judges, name, dir) {
+        if (!json_is_string(dir) || !json_string_length(dir))
+            return whet_errf(err, "judge_models.%s: must be a model dir", name);
+    }
+    if (json_is_object(judges)) cfg->judge_models = json_incref(judges);
     if (eval_samples && !json_is_null(eval_samples) &&
         !(json_is_string(eval_samples) && !strcmp(json_string_value(eval_samples), "auto"))) {
         if (!json_is_integer(eval_samples) || json_integer_value(eval_samples) < 0 ||
@@ -345,7 +354,7 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     static const char *const known[] = {
         "method", "model", "init_adapter", "training_file", "validation_file", "output_dir", "lora",
         "hyperparameters", "seed", "checkpoint_every_steps", "eval_every_steps", "max_steps", "resume_from",
-        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples"};
+        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples", "judge_models"};
     if (!json_is_object(root)) return whet_errf(err, "the config must be a JSON object");
     if (check_known_keys(root, "", known, WHET_ARRAY_LEN(known), err)) return -1;
 
@@ -457,5 +466,6 @@ void trainer_config_free(struct trainer_config *cfg) {
     for (int i = 0; i < cfg->lora.n_target_modules; i++) free(cfg->lora.target_modules[i]);
     for (int i = 0; i < cfg->rollout.n_stop; i++) free(cfg->rollout.stop[i]);
     if (cfg->grader) grader_free(cfg->grader);
+    json_decref(cfg->judge_models);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -18,6 +18,7 @@
 #include "util.h"
 
 struct grader;
+struct json_t;
 
 enum trainer_method { TRAINER_SFT, TRAINER_DPO, TRAINER_GRPO };
 enum lr_scheduler { LR_LINEAR, LR_COSINE, LR_CONSTANT };
@@ -87,6 +88,7 @@ struct trainer_config {
     struct grader *grader;      /* parsed from "grader"; owned */
     struct trainer_rollout rollout;
     int eval_samples;           /* validation prompts per evaluation; 0 (or "auto"): all of them */
+    struct json_t *judge_models; /* {"model name": "/dir"}: score_model/label_model judges (judge.h); owned */
 };
 
 /* Parses `json` (`len` bytes; `source` names it in errors). On success fills `cfg` (free it with
