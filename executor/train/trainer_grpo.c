@@ -35,6 +35,7 @@
 
 #include "grader.h"
 #include "grpo.h"
+#include "judge.h"
 #include "model.h"
 #include "rft_data.h"
 #include "rng.h"
@@ -159,7 +160,8 @@ static int rollout_and_grade(struct run *r, struct rollout_batch *rb, const stru
         items[i] = prompts[rb->responses[i].prompt]->item;
     }
     struct grader_run_opts gopts = {0};
-    rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
+    rc = judge_attach(&gopts, r->cfg, err); /* score_model / label_model: the judge models, loaded once */
+    if (!rc) rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
     for (size_t i = 0; i < N; i++) {
         if (!rc) {
             rewards[i] = results[i].reward;
