@@ -62,8 +62,23 @@ static int fetch_file(struct agent *a, json_t *file, const char *path, struct wh
     return rc == OBJSTORE_NOT_FOUND ? whet_errf(err, "data file %s is missing from the object store", key) : rc;
 }
 
+/* The judge models of the manifest (score_model / label_model graders), fetched like the base model:
+ * their dirs into judge_dirs (NULL-terminated, owned) and {"id": dir} into the trainer config. */
+static int fetch_judges(struct agent *a, const json_t *list, json_t *cfg, char ***judge_dirs, struct whet_err *err) {
+    size_t n = json_array_size(list);
+    *judge_dirs = xcalloc(n + 1, sizeof **judge_dirs);
+    json_t *dirs = json_object();
+    json_object_set_new(cfg, "judge_models", dirs);
+    for (size_t i = 0; i < n; i++) {
+        json_t *judge = json_array_get(list, i);
+        if (!((*judge_dirs)[i] = fetch_model(a, judge, err))) return whet_err_prefix(err, "judge model");
+        json_object_set_new(dirs, json_string_value(json_object_get(judge, "id")), json_string((*judge_dirs)[i]));
+    }
+    return 0;
+}
+
 /* Everything the trainer needs, in the job dir; returns the config path. */
-static char *prepare(struct agent_job *job, char **model_dir, struct whet_err *err) {
+static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs, struct whet_err *err) {
     struct agent *a = job->agent;
     json_t *m = job->manifest;
     char *out_dir = xasprintf("%s/out", job->dir);
@@ -101,6 +116,9 @@ static char *prepare(struct agent_job *job, char **model_dir, struct whet_err *e
     json_object_set_new(cfg, "output_dir", json_string(out_dir));
     json_object_set_new(cfg, "resume_from", resume ? json_string(resume) : json_null());
     json_object_set_new(cfg, "init_adapter", init ? json_string(init) : json_null());
+    if (json_array_size(json_object_get(m, "judge_models")) &&
+        fetch_judges(a, json_object_get(m, "judge_models"), cfg, judge_dirs, err) < 0)
+        goto out;
     cfg_path = xasprintf("%s/trainer.json", job->dir);
     char *text = json_dumps(cfg, JSON_INDENT(2));
     if (whet_write_file_atomic(cfg_path, text, strlen(text), err) < 0) {
@@ -320,8 +338,8 @@ static void failure_message(char *msg, size_t len, const struct sandbox_result *
 }
 
 /* Runs the trainer; fills the outcome. */
-static void train(struct agent_job *job, const char *cfg_path, const char *model_dir, struct run *r,
-                  Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
+static void train(struct agent_job *job, const char *cfg_path, const char *model_dir, char *const *judge_dirs,
+                  struct run *r, Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
     struct agent *a = job->agent;
     struct whet_err err;
     int out_pipe[2];
@@ -348,7 +366,13 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
 #endif
                          NULL};
     const char *writable[] = {job->dir, NULL};
-    const char *readonly[] = {model_dir, a->opts->trainer, NULL};
+    /* the base model, the trainer binary, the judge models (read by the trainer too) */
+    size_t n_judges = 0;
+    while (judge_dirs && judge_dirs[n_judges]) n_judges++;
+    const char **readonly = xcalloc(n_judges + 3, sizeof *readonly);
+    readonly[0] = model_dir;
+    readonly[1] = a->opts->trainer;
+    for (size_t i = 0; i < n_judges; i++) readonly[2 + i] = judge_dirs[i];
     struct sandbox_spec spec;
     sandbox_spec_init(&spec);
     spec.argv = argv;
@@ -360,12 +384,16 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
     struct sandbox_child child;
-    if (trainer_sandbox_hand_over(&spec, job->dir, model_dir, &err) < 0 || sandbox_spawn(&spec, &child, &err) < 0) {
+    int handed = trainer_sandbox_hand_over(&spec, job->dir, model_dir, &err);
+    for (size_t i = 0; i < n_judges && handed == 0; i++)
+        handed = trainer_sandbox_hand_over(&spec, job->dir, judge_dirs[i], &err);
+    if (handed < 0 || sandbox_spawn(&spec, &child, &err) < 0) {
         snprintf(msg, msg_len, "the sandbox could not start the trainer: %s", err.msg);
         close(out_pipe[0]);
         close(out_pipe[1]);
         close(log_fd);
         free(log_path);
+        free(readonly);
         return;
     }
     close(out_pipe[1]);
@@ -424,6 +452,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         if (res.reason == SANDBOX_SECCOMP) fin->error_code = "sandbox_violation";
     }
     free(log_path);
+    free(readonly);
 }
 
 static void *job_main(void *arg) {
@@ -439,14 +468,14 @@ static void *job_main(void *arg) {
     char msg[600] = "";
     struct run r = {.job = job};
     struct whet_err err;
-    char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65];
+    char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65], **judge_dirs = NULL;
 
-    char *cfg_path = prepare(job, &model_dir, &err);
+    char *cfg_path = prepare(job, &model_dir, &judge_dirs, &err);
     if (!cfg_path) {
         snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
         fin.error_code = "preparation_failed";
     } else if (atomic_load(&job->stop) == JOB_RUN) {
-        train(job, cfg_path, model_dir, &r, &fin, msg, sizeof msg);
+        train(job, cfg_path, model_dir, judge_dirs, &r, &fin, msg, sizeof msg);
     } else {
         fin.outcome = atomic_load(&job->stop) == JOB_STOP ? WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED
                                                           : WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
@@ -495,6 +524,8 @@ static void *job_main(void *arg) {
     log_info("msg=\"job attempt ended\" job=%s attempt=%d outcome=%d error=\"%s\"", job->id, job->attempt, (int)fin.outcome, msg);
     free(cfg_path);
     free(model_dir);
+    for (size_t i = 0; judge_dirs && judge_dirs[i]; i++) free(judge_dirs[i]);
+    free(judge_dirs);
     free(final_prefix);
     free(csv_key);
     free(r.final_path);

@@ -2,7 +2,8 @@
  *
  * The manifest names objects, not local paths: the executor fetches the base model (cached per node),
  * the data files and, when resuming, the last complete checkpoint, then writes the trainer config with
- * its own paths. The trainer settings themselves (OpenAI's method object and the `whet` extension
+ * its own paths. `judge_models` lists the catalog models that score_model / label_model graders name
+ * as judges: the executor fetches them like the base model and the trainer loads them (judge.h). The trainer settings themselves (OpenAI's method object and the `whet` extension
  * mapped onto a trainer config, sft, dpo or grpo) come from trainer_settings.c, which needs no
  * database. */
 #include <jansson.h>
@@ -12,6 +13,46 @@
 #include "pg.h"
 #include "service_internal.h"
 #include "trainer_settings.h"
+
+/* Adds to `names` (an object used as a set) the judge model of every score_model / label_model
+ * grader in `grader`, inside multi too. */
+static void judge_names(json_t *names, const json_t *grader) {
+    const char *type = json_string_value(json_object_get(grader, "type"));
+    if (!type) return;
+    if (!strcmp(type, "score_model") || !strcmp(type, "label_model")) {
+        const char *model = json_string_value(json_object_get(grader, "model"));
+        if (model) json_object_set_new(names, model, json_true());
+    } else if (!strcmp(type, "multi")) {
+        const char *key;
+        json_t *sub;
+        json_object_foreach(json_object_get(grader, "graders"), key, sub) judge_names(names, sub);
+    }
+}
+
+/* The judge models the grader names, each a base model of the catalog the executor fetches like the
+ * base model: [{"id", "object_prefix", "sha256"}]. NULL with err when one is not in the catalog. */
+static json_t *judge_models(PGconn *conn, const json_t *grader, struct whet_err *err) {
+    json_t *names = json_object(), *list = json_array(), *v;
+    judge_names(names, grader);
+    const char *name;
+    json_object_foreach(names, name, v) {
+        const char *params[] = {name};
+        PGresult *res = whet_pg_query(conn, "SELECT id, object_prefix, sha256 FROM base_models WHERE id = $1", 1, params,
+                                      err);
+        if (res && PQntuples(res) != 1) whet_errf(err, "grader: judge model \"%s\" is not in the model catalog", name);
+        if (!res || PQntuples(res) != 1) {
+            if (res) PQclear(res);
+            json_decref(names);
+            json_decref(list);
+            return NULL;
+        }
+        json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "id", PQgetvalue(res, 0, 0), "object_prefix",
+                                              PQgetvalue(res, 0, 1), "sha256", PQgetvalue(res, 0, 2)));
+        PQclear(res);
+    }
+    json_decref(names);
+    return list;
+}
 
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
                          int devices, struct whet_err *err) {
@@ -56,10 +97,17 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
     char *output_prefix = xasprintf("jobs/%s", job_id);
     json_object_set_new(m, "output_prefix", json_string(output_prefix));
     free(output_prefix);
-    json_object_set_new(m, "trainer", trainer_settings_from_job(method, whet, atoi(PQgetvalue(res, 0, 4))));
+    json_t *trainer = trainer_settings_from_job(method, whet, atoi(PQgetvalue(res, 0, 4)));
+    json_object_set_new(m, "trainer", trainer);
     PQclear(res);
     json_decref(method);
     json_decref(whet);
+    json_t *judges = judge_models(conn, json_object_get(trainer, "grader"), err);
+    if (!judges) {
+        json_decref(m);
+        return NULL;
+    }
+    json_object_set_new(m, "judge_models", judges);
     char *out = json_dumps(m, JSON_COMPACT);
     json_decref(m);
     return out;
