@@ -77,12 +77,16 @@ reason=$(q "SELECT wait_reason FROM jobs WHERE id = 'ftjob-q1'")
 echo "  ftjob-q1 waits: $reason"
 check "wait reason: the sized demand, then placement's reason" '[[ "$reason" == "needs 1 device with at least "*"GiB each; "*"dc dc-a type H100: "* ]]'
 check "waiting jobs have no estimated_finish" '[ "$(q "SELECT count(*) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"' AND estimated_finish IS NOT NULL")" = 0 ]'
+# ftjob-big and ftjob-capped arrived after the ftjob-q* positions settled, each with its own NOTIFY:
+# a scheduling cycle may have seen one and not yet the other, so wait until both have a reason.
+wait_for 10 "SELECT count(*) FROM jobs WHERE id IN ('ftjob-big', 'ftjob-capped') AND wait_reason IS NOT NULL" 2 || true
 big=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-big'")
 echo "  ftjob-big: $big"
 check "a job no node can hold: outside the queue, with its size" \
   '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" on one node; the largest allowed node has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
 
 capped=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-capped'")
+echo "  ftjob-capped: $capped"
 check "whet.max_gpus caps the gang: an 8B full fine-tune on one device waits, saying so" \
   '[[ "$capped" == "- needs 2 devices with at least "*"more than whet.max_gpus allows; hint: raise whet.max_gpus to 2,"* ]]'
 
