@@ -30,7 +30,7 @@
  * micro-batches), as veRL's global-token normalisation does, rather than one micro-batch scaled by
  * the accumulation count; token-mean divides by the token count without veRL's + 1e-8 (a response has
  * at least one token). Dynamic sampling (DAPO's filter_groups) drops the groups whose rewards are all
- * equal but does not sample more prompts to refill the batch. */
+ * equal; trainer_grpo.c refills the batch with further prompts (max_gen_batches). */
 #ifndef WHET_GRPO_H
 #define WHET_GRPO_H
 

@@ -62,6 +62,7 @@ static const struct number_field hparam_fields[] = {
     {"clip_ratio_low", FIELD_DOUBLE, HP(clip_ratio_low), 0, 1, 0, 0}, /* < 1 checked below */
     {"clip_ratio_high", FIELD_DOUBLE, HP(clip_ratio_high), 0, 10, 0, 0},
     {"ppo_epochs", FIELD_INT, HP(ppo_epochs), 1, 100, 0, 0},
+    {"max_gen_batches", FIELD_INT, HP(max_gen_batches), 1, 100, 0, 0},
 };
 
 /* The GRPO hyperparameters that are not numbers (parsed in parse_hparams). */
@@ -70,7 +71,7 @@ static const char *const grpo_flag_fields[] = {"loss_agg", "norm_adv_by_std", "d
 /* Hyperparameters only one method takes. */
 static const char *hparam_method(const char *name) {
     static const char *const grpo_only[] = {"kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
-                                            "loss_agg", "norm_adv_by_std", "dynamic_sampling"};
+                                            "loss_agg", "norm_adv_by_std", "dynamic_sampling", "max_gen_batches"};
     if (!strcmp(name, "beta")) return "dpo";
     for (size_t i = 0; i < WHET_ARRAY_LEN(grpo_only); i++)
         if (!strcmp(name, grpo_only[i])) return "grpo";
@@ -426,6 +427,7 @@ static void set_defaults(struct trainer_config *cfg) {
         .ppo_epochs = 1,
         .loss_agg = GRPO_TOKEN_MEAN,
         .norm_adv_by_std = 1,
+        .max_gen_batches = 3, /* up to 3 × batch_size prompts a step: DAPO's recipe oversampling */
     };
     cfg->rollout = (struct trainer_rollout){.n = 8, .max_tokens = 64, .temperature = 1.0, .top_p = 1.0};
     cfg->seed = 42;

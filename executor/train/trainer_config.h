@@ -6,7 +6,8 @@
  * hyperparameters.beta (or `beta` at the top level). `grpo` needs a `grader` (an OpenAI grader object,
  * validated here with grader_parse), takes `rollout` {n, max_tokens, temperature, top_p, top_k, stop},
  * the GRPO hyperparameters (kl_coef, clip_ratio_low, clip_ratio_high, ppo_epochs, loss_agg,
- * norm_adv_by_std, dynamic_sampling) and `eval_samples`; those fields are refused for other methods.
+ * norm_adv_by_std, dynamic_sampling, max_gen_batches) and `eval_samples`; those fields are refused
+ * for other methods.
  * For grpo, batch_size counts prompts per optimizer step (each with rollout.n responses) and
  * gradient_accumulation_steps the micro-batches those responses are split into. */
 #ifndef WHET_TRAINER_CONFIG_H
@@ -57,6 +58,10 @@ struct trainer_hparams {
     enum grpo_loss_agg loss_agg;
     int norm_adv_by_std;             /* 1: (r - mean)/(std + 1e-6); 0: r - mean (Dr. GRPO) */
     int dynamic_sampling;            /* 1: groups whose rewards are all equal are dropped (DAPO) */
+    int max_gen_batches;             /* with dynamic_sampling: rollout batches (batch_size prompts each)
+                                      * a step may sample to keep batch_size groups, 1..100; default 3,
+                                      * the 3 × batch_size prompts DAPO's recipe samples a step
+                                      * (veRL's max_num_gen_batches: 0, unbounded, by default) */
 };
 
 /* grpo: how the responses of each prompt are sampled (rollout.h). */

@@ -6,15 +6,21 @@
  *   2. grading:   every response against its prompt's line (the grader's item) in one
  *                 grader_run_batch call (python graders run in parallel sandboxes);
  *   3. advantages per group (grpo.h); with dynamic_sampling the groups whose rewards are all equal
- *                 are dropped; when none is left the step trains nothing but still counts (its
- *                 prompts are used, the schedule moves on, the metrics line says groups_kept 0);
+ *                 are dropped and, as DAPO's refill, the next batch_size prompts of the epoch's order
+ *                 are sampled (steps 1-3 again, the same RNG continuing) until batch_size groups are
+ *                 kept, max_gen_batches batches were drawn or the epoch's prompts run out; kept
+ *                 groups beyond batch_size are dropped (DAPO trims to train_batch_size). The step
+ *                 trains what was kept; when nothing is, it trains nothing but still counts (its
+ *                 prompts are used, the schedule moves on, the metrics line says groups_kept 0). The
+ *                 reward figures of the metrics line cover every response sampled (the policy's
+ *                 performance, not that of the groups kept), gen_batches says how many batches;
  *   4. reference: (skipped when kl_coef is 0: the KL is then neither in the loss nor measured, and
  *                 the metrics line says "kl": null) the log-probs of every response token under the
- *                 reference: the base weights,
- *                 i.e. the LoRA adapter switched off (model_set_adapter_enabled: the outputs are
- *                 the base model's bit for bit), or a frozen copy for full fine-tuning. A run
- *                 started from init_adapter has the base without that adapter as its reference, as
- *                 TRL (disable_adapter) and veRL (ref_in_actor) do with LoRA;
+ *                 reference: the base weights, i.e. the LoRA adapter switched off
+ *                 (model_set_adapter_enabled: the outputs are the base model's bit for bit), or a
+ *                 frozen copy for full fine-tuning. A run started from init_adapter has the base
+ *                 without that adapter as its reference, as TRL (disable_adapter) and veRL
+ *                 (ref_in_actor) do with LoRA;
  *   5. update:    ppo_epochs times: forward over micro-batches of prompt + response rows (loss on the
  *                 response tokens only), the GRPO gradient as per-token weights on the nll
  *                 (model_set_loss_weights), clipping, AdamW. The old log-probs are those of the first
@@ -24,6 +30,11 @@
  * of the validation file, one greedy response each (temperature 0: the policy's best answer, free of
  * sampling noise), graded. The cursor (epoch, position in the epoch's order) and the step are all a
  * checkpoint needs besides the weights and moments: orders and rollouts are functions of the seed.
+ * A step that uses up its epoch's prompts moves the cursor to the next epoch at once; so a run with
+ * refills stops when n_epochs of prompts are used, possibly before the planned total_steps (the
+ * schedule, planned for ceil(prompts / batch_size) steps an epoch, then does not reach its end), as
+ * DAPO's does. Departures from DAPO: a refill never crosses into the next epoch, and reaching
+ * max_gen_batches trains on the groups kept instead of stopping the run with an error.
  *
  * Every log-prob pass (old, reference, current) is that of softmax(logits / rollout.temperature), as
  * veRL's (model_set_logit_temperature), so the update is on-policy for the distribution the rollouts
@@ -359,7 +370,7 @@ struct step_record {
     double reward_mean, reward_std, pass_rate, entropy, response_length_mean;
     long long rollout_tokens, tokens;
     double rollout_s, grading_s, reference_s, update_s, seconds;
-    int groups_kept, grader_errors;
+    int epoch, gen_batches, groups_kept, grader_errors;
     int kl_measured; /* 0 with kl_coef 0: no reference pass, "kl": null */
     struct update_figures u;
 };
@@ -372,13 +383,14 @@ static void write_metrics(struct run *r, const struct step_record *s, double lr,
                      "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
                      "\"tokens_per_s\":%.1f,\"reward_mean\":%.9g,\"reward_std\":%.9g,\"pass_rate\":%.6f,\"kl\":%s,"
                      "\"entropy\":%.9g,\"clip_frac\":%.6f,\"ppo_kl\":%.9g,\"response_length_mean\":%.4f,"
-                     "\"rollout_tokens\":%lld,\"rollout_tokens_per_s\":%.1f,\"groups_kept\":%d,\"grader_errors\":%d,"
+                     "\"rollout_tokens\":%lld,\"rollout_tokens_per_s\":%.1f,\"groups_kept\":%d,\"gen_batches\":%d,"
+                     "\"grader_errors\":%d,"
                      "\"time_rollout_s\":%.4f,\"time_grading_s\":%.4f,\"time_reference_s\":%.4f,\"time_update_s\":%.4f",
-                     r->step, r->cursor.epoch, s->u.loss, lr, s->u.grad_norm, s->tokens,
+                     r->step, s->epoch, s->u.loss, lr, s->u.grad_norm, s->tokens,
                      s->seconds > 0 ? (double)s->tokens / s->seconds : 0, s->reward_mean, s->reward_std, s->pass_rate,
                      kl, s->entropy, s->u.clip_frac, s->u.ppo_kl, s->response_length_mean, s->rollout_tokens,
                      s->rollout_s > 0 ? (double)s->rollout_tokens / s->rollout_s : 0, s->groups_kept,
-                     s->grader_errors, s->rollout_s, s->grading_s, s->reference_s, s->update_s);
+                     s->gen_batches, s->grader_errors, s->rollout_s, s->grading_s, s->reference_s, s->update_s);
     if (eval_now)
         n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_reward_mean\":%.9g,\"valid_pass_rate\":%.6f",
                       valid_reward, valid_pass);
@@ -394,23 +406,106 @@ static void write_metrics(struct run *r, const struct step_record *s, double lr,
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
     trainer_progress(r, "step %d/%d epoch %d reward %.3f pass %.3f%s loss %.4f kl %s clip %.3f len %.1f | rollout "
                         "%.2fs grade %.2fs ref %.2fs update %.2fs | eta %.0fs",
-                     r->step, r->total_steps, r->cursor.epoch, s->reward_mean, s->pass_rate, valid_text, s->u.loss,
+                     r->step, r->total_steps, s->epoch, s->reward_mean, s->pass_rate, valid_text, s->u.loss,
                      kl, s->u.clip_frac, s->response_length_mean, s->rollout_s, s->grading_s, s->reference_s,
                      s->update_s, eta);
 }
 
-/* The step's trained responses (all, or those of the groups kept), with advantages and coefficients. */
-static int select_sequences(struct seq *seqs, const struct run *r, const struct rollout_batch *rb,
-                            const struct rft_prompt *const *prompts, const double *adv, const int *keep,
-                            size_t *n_tokens) {
+/* The rollouts of one step: gen batches of up to batch_size prompts each, in the order sampled;
+ * the arrays span all of the step's prompts (n_prompts, at most cap) and their responses (×G). */
+struct step_samples {
+    int G, cap, n_batches, n_prompts, kept;
+    struct rollout_batch *batches;     /* [max batches] */
+    int *batch_first;                  /* [max batches] index of the batch's first prompt */
+    const struct rft_prompt **prompts; /* [cap] */
+    double *rewards, *adv;             /* [cap * G], prompt-major */
+    int *passed;                       /* [cap * G] */
+    int *keep;                         /* [cap] the group is trained */
+};
+
+static void step_samples_init(struct step_samples *ss, int max_batches, int batch_size, int G) {
+    memset(ss, 0, sizeof *ss);
+    ss->G = G;
+    ss->cap = max_batches * batch_size;
+    size_t N = (size_t)ss->cap * (size_t)G;
+    ss->batches = xcalloc((size_t)max_batches, sizeof *ss->batches);
+    ss->batch_first = xcalloc((size_t)max_batches, sizeof(int));
+    ss->prompts = xcalloc((size_t)ss->cap, sizeof *ss->prompts);
+    ss->rewards = xcalloc(N, sizeof(double));
+    ss->adv = xcalloc(N, sizeof(double));
+    ss->passed = xcalloc(N, sizeof(int));
+    ss->keep = xcalloc((size_t)ss->cap, sizeof(int));
+}
+
+static void step_samples_free(struct step_samples *ss) {
+    for (int b = 0; b < ss->n_batches; b++) rollout_batch_free(&ss->batches[b]);
+    free(ss->batches);
+    free(ss->batch_first);
+    free(ss->prompts);
+    free(ss->rewards);
+    free(ss->adv);
+    free(ss->passed);
+    free(ss->keep);
+}
+
+/* Samples and grades the prompts of the epoch's order from *row on, batch_size at a time, until
+ * batch_size groups are kept (every group without dynamic sampling: one batch), max_gen_batches
+ * batches were drawn, or the epoch's prompts run out; *row moves past the prompts sampled. With
+ * dynamic sampling, kept groups beyond batch_size (from the last batch) are dropped, as DAPO trims
+ * its batch to train_batch_size. */
+static int sample_groups(struct step_samples *ss, struct step_record *s, struct run *r, int *row, struct rng *rng,
+                         struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    struct grpo_run *g = r->grpo;
+    int B = cfg->hp.batch_size, G = ss->G, n_train = g->train.n_prompts;
+    int max_batches = cfg->hp.dynamic_sampling ? cfg->hp.max_gen_batches : 1;
+    struct rollout_opts opts = rollout_opts_of(cfg);
+    double entropy_sum = 0;
+    while (ss->n_batches < max_batches && *row < n_train && (ss->n_batches == 0 || ss->kept < B)) {
+        int P = n_train - *row < B ? n_train - *row : B, first = ss->n_prompts;
+        for (int i = 0; i < P; i++) ss->prompts[first + i] = &g->train.prompts[g->order[*row + i]];
+        struct rollout_batch *rb = &ss->batches[ss->n_batches];
+        ss->batch_first[ss->n_batches++] = first;
+        double *rewards = ss->rewards + (size_t)first * G, grade_s = 0;
+        if (rollout_and_grade(r, rb, ss->prompts + first, P, &opts, rng, rewards, ss->passed + (size_t)first * G,
+                              &s->grader_errors, &grade_s, err))
+            return -1;
+        s->rollout_s += rb->seconds;
+        s->grading_s += grade_s;
+        s->rollout_tokens += rb->tokens;
+        entropy_sum += rb->entropy_sum;
+        grpo_advantages(ss->adv + (size_t)first * G, rewards, P, G, cfg->hp.norm_adv_by_std);
+        int *keep = ss->keep + first;
+        if (cfg->hp.dynamic_sampling) grpo_filter_groups(keep, rewards, P, G);
+        else
+            for (int i = 0; i < P; i++) keep[i] = 1;
+        for (int i = 0; i < P; i++) {
+            if (!keep[i]) continue;
+            if (ss->kept < B) ss->kept++;
+            else keep[i] = 0;
+        }
+        ss->n_prompts += P;
+        *row += P;
+    }
+    s->entropy = s->rollout_tokens ? entropy_sum / (double)s->rollout_tokens : 0;
+    return 0;
+}
+
+/* The step's trained responses (those of the groups kept), with advantages and coefficients. */
+static int select_sequences(struct seq *seqs, const struct run *r, const struct step_samples *ss, size_t *n_tokens) {
     int n = 0;
     size_t tokens = 0;
-    for (int i = 0; i < rb->n_prompts * rb->n; i++) {
-        const struct rollout_response *resp = &rb->responses[i];
-        if (!keep[resp->prompt] || resp->n_tokens < 1) continue;
-        seqs[n++] = (struct seq){prompts[resp->prompt]->ids, resp->tokens, prompts[resp->prompt]->n, resp->n_tokens,
-                                 adv[i], 0, tokens};
-        tokens += (size_t)resp->n_tokens;
+    for (int b = 0; b < ss->n_batches; b++) {
+        const struct rollout_batch *rb = &ss->batches[b];
+        int first = ss->batch_first[b];
+        for (int i = 0; i < rb->n_prompts * rb->n; i++) {
+            const struct rollout_response *resp = &rb->responses[i];
+            const struct rft_prompt *prompt = ss->prompts[first + resp->prompt];
+            if (!ss->keep[first + resp->prompt] || resp->n_tokens < 1) continue;
+            seqs[n++] = (struct seq){prompt->ids, resp->tokens, prompt->n, resp->n_tokens,
+                                     ss->adv[(size_t)first * ss->G + (size_t)i], 0, tokens};
+            tokens += (size_t)resp->n_tokens;
+        }
     }
     for (int i = 0; i < n; i++)
         seqs[i].coef = grpo_token_coef(r->cfg->hp.loss_agg, seqs[i].response_len, (long long)tokens, n);
@@ -427,50 +522,38 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
     model_set_logit_temperature(r->model, logit_temperature);
     if (r->ref_model) model_set_logit_temperature(r->ref_model, logit_temperature);
     ensure_order(r);
-    int first = r->cursor.row, P = cfg->hp.batch_size, G = cfg->rollout.n;
-    if (first + P > g->train.n_prompts) P = g->train.n_prompts - first;
-    const struct rft_prompt **prompts = xmalloc(sizeof(*prompts) * (size_t)P);
-    for (int i = 0; i < P; i++) prompts[i] = &g->train.prompts[g->order[first + i]];
-    size_t N = (size_t)P * (size_t)G;
-    double *rewards = xmalloc(sizeof(double) * N), *adv = xmalloc(sizeof(double) * N);
-    int *passed = xmalloc(sizeof(int) * N), *keep = xmalloc(sizeof(int) * (size_t)P);
-    struct seq *seqs = xmalloc(sizeof(struct seq) * N);
+    int G = cfg->rollout.n, row = r->cursor.row;
+    struct step_samples ss;
+    step_samples_init(&ss, cfg->hp.dynamic_sampling ? cfg->hp.max_gen_batches : 1, cfg->hp.batch_size, G);
+    struct seq *seqs = xmalloc(sizeof(struct seq) * (size_t)ss.cap * (size_t)G);
     float *logp = NULL, *old_logp = NULL, *ref_logp = NULL;
     struct mbatch b = {0};
-    struct step_record s = {0};
-    struct rollout_batch rb = {0};
+    struct step_record s = {.epoch = r->cursor.epoch};
 
-    /* 1, 2: rollouts and grading */
-    struct rollout_opts opts = rollout_opts_of(cfg);
+    /* 1, 2, 3: rollouts, grading, advantages and the groups trained; one RNG for all of the step's
+     * batches, seeded by (seed, step) */
     struct rng rng;
     rng_seed(&rng, mix(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
-    int rc = rollout_and_grade(r, &rb, prompts, P, &opts, &rng, rewards, passed, &s.grader_errors, &s.grading_s, err);
+    int rc = sample_groups(&ss, &s, r, &row, &rng, err);
     if (rc) goto out;
-    s.rollout_s = rb.seconds;
-    s.rollout_tokens = rb.tokens;
-    s.entropy = rb.tokens ? rb.entropy_sum / (double)rb.tokens : 0;
+    s.gen_batches = ss.n_batches;
+    s.groups_kept = ss.kept;
+    size_t N = (size_t)ss.n_prompts * (size_t)G;
     double sum = 0, sq = 0, pass = 0, len = 0;
     for (size_t i = 0; i < N; i++) {
-        sum += rewards[i];
-        pass += passed[i];
-        len += rb.responses[i].n_tokens;
+        sum += ss.rewards[i];
+        pass += ss.passed[i];
     }
+    for (int bi = 0; bi < ss.n_batches; bi++)
+        for (int i = 0; i < ss.batches[bi].n_prompts * ss.batches[bi].n; i++) len += ss.batches[bi].responses[i].n_tokens;
     s.reward_mean = sum / (double)N;
-    for (size_t i = 0; i < N; i++) sq += (rewards[i] - s.reward_mean) * (rewards[i] - s.reward_mean);
+    for (size_t i = 0; i < N; i++) sq += (ss.rewards[i] - s.reward_mean) * (ss.rewards[i] - s.reward_mean);
     s.reward_std = sqrt(sq / (double)N);
     s.pass_rate = pass / (double)N;
     s.response_length_mean = len / (double)N;
 
-    /* 3: advantages, and the groups trained */
-    grpo_advantages(adv, rewards, P, G, cfg->hp.norm_adv_by_std);
-    if (cfg->hp.dynamic_sampling) {
-        s.groups_kept = grpo_filter_groups(keep, rewards, P, G);
-    } else {
-        for (int i = 0; i < P; i++) keep[i] = 1;
-        s.groups_kept = P;
-    }
     size_t n_tokens;
-    int n_seqs = select_sequences(seqs, r, &rb, prompts, adv, keep, &n_tokens);
+    int n_seqs = select_sequences(seqs, r, &ss, &n_tokens);
     double lr = trainer_lr_at(&cfg->hp, r->step, r->total_steps);
 
     s.kl_measured = cfg->hp.kl_coef > 0;
@@ -497,28 +580,29 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
         goto out;
     }
     r->step++;
-    r->cursor.row = first + P;
+    r->cursor.row = row;
+    /* An epoch used up moves the cursor on now, so that trainer.c's loop, which stops at n_epochs,
+     * sees the end of the data even when refills used the prompts up in fewer steps than planned. */
+    if (row >= g->train.n_prompts) {
+        r->cursor.epoch++;
+        r->cursor.row = 0;
+    }
     r->tokens_seen += s.tokens;
     s.seconds = whet_now_mono() - t0;
     r->train_seconds += s.seconds;
     r->steps_timed++;
 
     double valid_reward = 0, valid_pass = 0;
-    int eval_now = g->has_valid && ((cfg->eval_every_steps && r->step % cfg->eval_every_steps == 0) ||
-                                    r->step == r->total_steps);
+    int last = r->step == r->total_steps || (!cfg->max_steps && r->cursor.epoch >= cfg->hp.n_epochs);
+    int eval_now = g->has_valid && ((cfg->eval_every_steps && r->step % cfg->eval_every_steps == 0) || last);
     if (eval_now && (rc = validation_rewards(r, &valid_reward, &valid_pass, err))) goto out;
     write_metrics(r, &s, lr, eval_now, valid_reward, valid_pass);
 out:
-    rollout_batch_free(&rb);
+    step_samples_free(&ss);
     mbatch_free(&b);
     free(logp);
     free(old_logp);
     free(ref_logp);
     free(seqs);
-    free(keep);
-    free(passed);
-    free(adv);
-    free(rewards);
-    free(prompts);
     return rc;
 }

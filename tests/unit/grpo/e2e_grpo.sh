@@ -9,8 +9,8 @@
 # responses, LoRA) with a fixed seed must lift the mean reward of the last five steps well above the
 # first five (+0.15 and 1.5x) and the greedy validation reward two answers (of 8) above the warm start's. A run resumed from
 # step 20 must give steps 21..30 identical to the run that did not stop. Then dynamic sampling with
-# two PPO epochs on a full fine-tune, kl_coef 0 (no reference pass), SIGTERM (a checkpoint, exit 0), and errors (a bad line, a
-# config without a grader).
+# refills and two PPO epochs on a full fine-tune (resumed exactly), kl_coef 0 (no reference pass),
+# SIGTERM (a checkpoint, exit 0), and errors (a bad line, a config without a grader).
 # One OpenMP thread: fast on a busy 2-core machine, and resume is compared on the same thread count.
 set -euo pipefail
 : "${WHET_BIN:?}"
@@ -137,20 +137,47 @@ for x, y in zip(a[20:], b[20:]):
 print("resume from step 20: steps 21..30 identical")
 EOF2
 
-# ---- dynamic sampling, two PPO epochs (the clip at work), full fine-tuning (a frozen reference copy)
-grpo_config dyn out-dyn '"lora": null, "max_steps": 3' \
+# ---- dynamic sampling with refills (max_gen_batches 3, the default), two PPO epochs (the clip at
+# work), full fine-tuning (a frozen reference copy); resumed from step 2, step 3 is the same
+grpo_config dyn out-dyn '"lora": null, "max_steps": 3, "checkpoint_every_steps": 2' \
   '{"batch_size": 4, "learning_rate": 0.0003, "max_seq_len": 64, "ppo_epochs": 2, "dynamic_sampling": true, "loss_agg": "seq-mean-token-mean", "gradient_accumulation_steps": 2}'
 "$WHET_BIN" train --config "$work/dyn.json" --quiet > /dev/null || fail "dynamic sampling run"
-py "$work/out-dyn/metrics.jsonl" <<'EOF2'
+py "$work/out-dyn/metrics.jsonl" "$work/out-dyn/final/trainer_state.json" <<'EOF2'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 3
+used = 0  # prompts of the current epoch sampled so far (24 an epoch, 4 a batch)
 for r in rows:
-    assert 0 <= r["groups_kept"] <= 4, r
+    assert 0 <= r["groups_kept"] <= 4 and 1 <= r["gen_batches"] <= 3, r
+    used += 4 * r["gen_batches"]
+    epoch_done = used >= 24
+    used = 0 if epoch_done else used
+    # Refills go on until 4 groups are kept, 3 batches were drawn, or the epoch ends.
+    assert r["groups_kept"] == 4 or r["gen_batches"] == 3 or epoch_done, r
+    # Every batch drawn is metered: 4 prompts x 8 responses of 1..6 tokens each.
+    assert 32 * r["gen_batches"] <= r["rollout_tokens"] <= 6 * 32 * r["gen_batches"], r
     if r["groups_kept"] == 0:
         assert r["tokens"] == 0 and r["loss"] == 0, "a step with no group left trains nothing"
+assert any(r["gen_batches"] > 1 for r in rows), "some step kept fewer than 4 groups of its first batch and refilled"
 assert any(r["clip_frac"] > 0 for r in rows if r["groups_kept"]), "the second PPO epoch sees ratios != 1"
-print("dynamic sampling: groups kept", [r["groups_kept"] for r in rows], "clip_frac", [r["clip_frac"] for r in rows])
+state = json.load(open(sys.argv[2]))
+assert state["epoch"] * 24 + state["row"] == 4 * sum(r["gen_batches"] for r in rows), (state, rows)
+print("dynamic sampling: groups kept", [r["groups_kept"] for r in rows], "gen batches", [r["gen_batches"] for r in rows],
+      "clip_frac", [r["clip_frac"] for r in rows], "cursor", state["epoch"], state["row"])
+EOF2
+cp "$work/out-dyn/metrics.jsonl" "$work/dyn-uninterrupted.jsonl"
+grpo_config dynresume out-dyn '"lora": null, "max_steps": 3, "checkpoint_every_steps": 2, "resume_from": "'"$work"'/out-dyn/checkpoints/step-2"' \
+  '{"batch_size": 4, "learning_rate": 0.0003, "max_seq_len": 64, "ppo_epochs": 2, "dynamic_sampling": true, "loss_agg": "seq-mean-token-mean", "gradient_accumulation_steps": 2}'
+"$WHET_BIN" train --config "$work/dynresume.json" --quiet > /dev/null || fail "dynamic sampling: resumed run"
+py "$work/dyn-uninterrupted.jsonl" "$work/out-dyn/metrics.jsonl" <<'EOF2'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["step"] for r in b] == [1, 2, 3], [r["step"] for r in b]
+for k in a[2]:
+    if not (k.startswith("time_") or k.endswith("_per_s")):
+        assert a[2][k] == b[2].get(k), f"dynamic sampling, step 3: {k} {a[2][k]} != {b[2].get(k)} after resume"
+print("dynamic sampling: resumed from step 2, step 3 identical")
 EOF2
 [ -s "$work/out-dyn/final/model.safetensors" ] || fail "full fine-tune: final model missing"
 # kl_coef 0: no reference pass (and no frozen copy of this full fine-tune); the KL is not measured.
@@ -167,10 +194,11 @@ for r in rows:
 assert any(r["grad_norm"] > 0 for r in rows), rows
 print("kl_coef 0: no reference pass, kl null, update", [r["time_update_s"] for r in rows])
 EOF2
-# A grader nothing passes: every group is all zeros, dynamic sampling drops them all, and each step
-# trains nothing but still counts (its prompts are used, the metrics line says so).
+# A grader nothing passes: every group is all zeros, dynamic sampling drops them all, refills up to
+# max_gen_batches 2 find nothing either, and each step trains nothing but still counts (its prompts
+# are used, the metrics line says so).
 grpo_config skip out-skip '"lora": {"r": 8, "alpha": 16}, "max_steps": 2' \
-  '{"batch_size": 4, "learning_rate": 0.005, "max_seq_len": 64, "dynamic_sampling": true}'
+  '{"batch_size": 4, "learning_rate": 0.005, "max_seq_len": 64, "dynamic_sampling": true, "max_gen_batches": 2}'
 sed -i 's/{{item.answer}}/no such answer/' "$work/skip.json"
 "$WHET_BIN" train --config "$work/skip.json" --quiet > /dev/null || fail "all-skipped run"
 py "$work/out-skip/metrics.jsonl" "$work/out-skip/final/trainer_state.json" <<'EOF2'
@@ -179,10 +207,10 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["step"] for r in rows] == [1, 2], rows
 for r in rows:
     assert r["groups_kept"] == 0 and r["reward_mean"] == 0 and r["tokens"] == 0 and r["grad_norm"] == 0, r
-    assert r["rollout_tokens"] > 0 and r["time_update_s"] == 0, r
+    assert r["gen_batches"] == 2 and r["rollout_tokens"] >= 2 * 32 and r["time_update_s"] == 0, r
 state = json.load(open(sys.argv[2]))
-assert state["step"] == 2 and state["row"] == 8, state
-print("dynamic sampling with nothing left: 2 steps counted, nothing trained, cursor at prompt 8")
+assert state["step"] == 2 and state["row"] == 16, state
+print("dynamic sampling with nothing left: 2 steps of 2 batches counted, nothing trained, cursor at prompt 16")
 EOF2
 
 # ---- SIGTERM: the step under way finishes, a checkpoint is written, exit 0

@@ -28,7 +28,7 @@ TEST(grpo_defaults) {
     CHECK_NEAR(cfg.hp.clip_ratio_low, 0.2, 1e-15);
     CHECK_NEAR(cfg.hp.clip_ratio_high, 0.2, 1e-15);
     CHECK(cfg.hp.ppo_epochs == 1 && cfg.hp.loss_agg == GRPO_TOKEN_MEAN && cfg.hp.norm_adv_by_std == 1 &&
-          cfg.hp.dynamic_sampling == 0 && cfg.eval_samples == 0);
+          cfg.hp.dynamic_sampling == 0 && cfg.hp.max_gen_batches == 3 && cfg.eval_samples == 0);
     trainer_config_free(&cfg);
 }
 
@@ -40,7 +40,7 @@ TEST(grpo_fields_are_read) {
                        "\"stop\":[\"\\n\",\"END\"]},"
                        "\"hyperparameters\":{\"batch_size\":2,\"kl_coef\":0.05,\"clip_ratio_low\":0.1,"
                        "\"clip_ratio_high\":0.28,\"ppo_epochs\":3,\"loss_agg\":\"seq-mean-token-sum\","
-                       "\"norm_adv_by_std\":false,\"dynamic_sampling\":true},"
+                       "\"norm_adv_by_std\":false,\"dynamic_sampling\":true,\"max_gen_batches\":5},"
                        "\"eval_every_steps\":5,\"eval_samples\":12}";
     CHECK_MSG(parse(&cfg, json, &err) == 0, "%s", err.msg);
     CHECK(cfg.rollout.n == 4 && cfg.rollout.max_tokens == 16 && cfg.rollout.top_k == 50);
@@ -53,7 +53,8 @@ TEST(grpo_fields_are_read) {
     CHECK_NEAR(cfg.hp.kl_coef, 0.05, 1e-12);
     CHECK_NEAR(cfg.hp.clip_ratio_low, 0.1, 1e-12);
     CHECK_NEAR(cfg.hp.clip_ratio_high, 0.28, 1e-12);
-    CHECK(cfg.hp.loss_agg == GRPO_SEQ_MEAN_TOKEN_SUM && !cfg.hp.norm_adv_by_std && cfg.hp.dynamic_sampling);
+    CHECK(cfg.hp.loss_agg == GRPO_SEQ_MEAN_TOKEN_SUM && !cfg.hp.norm_adv_by_std && cfg.hp.dynamic_sampling &&
+          cfg.hp.max_gen_batches == 5);
     CHECK(cfg.eval_every_steps == 5 && cfg.eval_samples == 12);
     trainer_config_free(&cfg);
 
@@ -89,6 +90,8 @@ static const struct {
     {"{" GRPO "," GRADER ",\"hyperparameters\":{\"clip_ratio_low\":1}}", {"hyperparameters.clip_ratio_low", "[0, 1)"}},
     {"{" GRPO "," GRADER ",\"hyperparameters\":{\"clip_ratio_high\":11}}", {"hyperparameters.clip_ratio_high", "[0, 10]"}},
     {"{" GRPO "," GRADER ",\"hyperparameters\":{\"ppo_epochs\":0}}", {"hyperparameters.ppo_epochs", "[1, 100]"}},
+    {"{" GRPO "," GRADER ",\"hyperparameters\":{\"max_gen_batches\":0}}", {"hyperparameters.max_gen_batches", "[1, 100]"}},
+    {"{" BASE ",\"hyperparameters\":{\"max_gen_batches\":2}}", {"hyperparameters.max_gen_batches", "only method \"grpo\""}},
     {"{" GRPO "," GRADER ",\"hyperparameters\":{\"loss_agg\":\"sum\"}}", {"hyperparameters.loss_agg", "token-mean"}},
     {"{" GRPO "," GRADER ",\"hyperparameters\":{\"norm_adv_by_std\":1}}", {"hyperparameters.norm_adv_by_std", "true or false"}},
     {"{" GRPO "," GRADER ",\"hyperparameters\":{\"dynamic_sampling\":\"yes\"}}", {"hyperparameters.dynamic_sampling"}},
