@@ -10,9 +10,19 @@
  *   SETUP  - at connect: SET ROLE whet_app (tenant pool), statement_timeout, every prepared statement
  *   TENANT - set_config('whet.tenant_id', $1, false), sent only when the connection last served
  *            another tenant (its own segment, so a failing query never rolls the setting back)
- *   QUERY  - a request's statements (db_query, db_transaction)
+ *   QUERY  - the statements of one or more requests (db_query, db_transaction)
  * Results come back in the same order: for each statement one result and a NULL, then a
- * PGRES_PIPELINE_SYNC for the segment. A broken connection fails every segment in flight (their
+ * PGRES_PIPELINE_SYNC for the segment.
+ *
+ * Batching: libpq 15's PQpipelineSync always flushes, so a segment per request cost a send(2) per
+ * request, and a wakeup of the backend for each. Instead the requests a loop iteration submits to a
+ * connection share one QUERY segment (the connection's `open` one), closed with a single sync from
+ * the loop's zero timeout after the iteration's events. A request's callback runs at its segment's
+ * sync, once the shared implicit transaction committed. When a statement of a shared segment fails,
+ * PostgreSQL rolls the whole segment back, and the requests are sent again, each in a segment of
+ * its own ("solo"; see seg_query_done), so no request ever sees another's failure or another's
+ * rolled-back writes, and nothing of a request is committed unless all of its statements are.
+ * Plain-SQL statements (db_query_sql) always go solo. A broken connection fails every segment in flight (their
  * callbacks see `unavailable`), is closed, and is reopened (every 100 ms for about half a second,
  * then every 2 s: a restart is caught quickly, a longer outage costs little); while no
  * connection of a pool is up, new queries fail at once (503) instead of piling up.
@@ -131,6 +141,8 @@ struct db_item {
     PGresult *res[DB_TX_MAX];
     char **param_storage; /* one allocation per statement's parameter array */
     int misuse;           /* a bad statement count: fails as an internal error, never runs */
+    int solo;             /* runs in a segment of its own (plain SQL, or sent again after a shared
+                             segment failed) */
 };
 
 struct db_segment {
@@ -139,8 +151,13 @@ struct db_segment {
     int nstmts;
     int got;          /* statements whose result has arrived */
     int want_null;    /* the NULL after a statement's result is next */
-    struct db_item *item; /* SEG_QUERY */
-    int failed;       /* SEG_SETUP/SEG_PREPARE/SEG_TENANT: a statement did not succeed */
+    /* SEG_QUERY: the requests sharing the segment, in the order their statements were sent (linked
+     * through item->next), and the one the next result belongs to. */
+    struct db_item *items, *items_tail;
+    int nitems;
+    struct db_item *cur;
+    int cur_stmt;
+    int failed;       /* a statement did not succeed */
     int statement;    /* SEG_PREPARE: index in the registry */
 };
 
@@ -157,7 +174,8 @@ struct db_conn {
     int fd; /* PQsocket() the h2o socket duplicates */
     enum conn_state state;
     struct db_segment *head, *tail;
-    int queries_in_flight;
+    int queries_in_flight;          /* requests sent, results not yet delivered */
+    struct db_segment *open;        /* the QUERY segment still taking requests (no sync sent yet) */
     char tenant[HTTP_TENANT_ID_MAX + 1];
     int tenant_known;
     int setup_left;  /* SETUP and PREPARE segments still to complete before the connection is ready */
@@ -212,6 +230,18 @@ static struct db_segment *seg_pop(struct db_conn *c) {
     return s;
 }
 
+/* Delivers (or, with `unavailable`, fails) every request of a QUERY segment, in order. */
+static void seg_finish_items(struct db_pool *pool, struct db_segment *s, int unavailable) {
+    struct db_item *item = s->items;
+    s->items = s->items_tail = NULL;
+    while (item) {
+        struct db_item *next = item->next;
+        metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
+        item_finish(item, unavailable);
+        item = next;
+    }
+}
+
 static void conn_close_socket(struct db_conn *c) {
     if (c->sock) {
         h2o_socket_read_stop(c->sock);
@@ -254,10 +284,17 @@ static void conn_timer_stop(struct db_conn *c) {
 
 static void conn_process_results(struct db_conn *c);
 
+/* Ends the open segment with its sync (which libpq sends at once, with everything before it). */
+static int conn_close_open(struct db_conn *c) {
+    if (!c->open) return 0;
+    c->open = NULL;
+    return PQpipelineSync(c->pg) ? 0 : -1;
+}
+
 static void conn_on_flush_timer(h2o_timeout_entry_t *entry) {
     struct db_conn *c = H2O_STRUCT_FROM_MEMBER(struct db_conn, flush_timer, entry);
     if (c->state == CONN_DOWN) return;
-    if (conn_flush(c) < 0) conn_fail(c, "write failed");
+    if (conn_close_open(c) < 0 || conn_flush(c) < 0) conn_fail(c, "write failed");
     else if (c->state == CONN_READY) conn_process_results(c);
 }
 
@@ -312,14 +349,11 @@ static void conn_fail(struct db_conn *c, const char *why) {
     c->tenant_known = 0;
     /* Detach the FIFO first: callbacks may submit new queries (which cannot pick this connection). */
     struct db_segment *s = c->head;
-    c->head = c->tail = NULL;
+    c->head = c->tail = c->open = NULL;
     c->queries_in_flight = 0;
     while (s) {
         struct db_segment *next = s->next;
-        if (s->kind == SEG_QUERY) {
-            metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
-            item_finish(s->item, 1);
-        }
+        seg_finish_items(pool, s, 1);
         free(s);
         s = next;
     }
@@ -414,6 +448,49 @@ static void conn_became_ready(struct db_conn *c) {
     pool_drain_queue(pool);
 }
 
+static void pool_submit(struct db_pool *pool, struct db_item *item);
+
+/* A QUERY segment's sync arrived. When every statement succeeded, each request gets its results.
+ * Otherwise PostgreSQL rolled the shared transaction back. A failure of the segment's first request
+ * is its own (nothing ran before it): it gets it, and the others are sent again. A failure further
+ * on may come from what an earlier request wrote and has now lost (two creates with one
+ * idempotency key collide inside the segment): then every request is sent again, each on its own,
+ * where a failure is a request's own. */
+static void seg_query_done(struct db_pool *pool, struct db_segment *s) {
+    if (!s->failed || s->nitems == 1) {
+        seg_finish_items(pool, s, 0);
+        return;
+    }
+    struct db_item *item = s->items;
+    s->items = s->items_tail = NULL;
+    int first_failed = 0;
+    for (int i = 0; i < item->n; i++) {
+        ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) continue;
+        /* A deadlock can come from the locks the whole shared transaction held: not its own. */
+        const char *state = item->res[i] ? PQresultErrorField(item->res[i], PG_DIAG_SQLSTATE) : NULL;
+        first_failed = !state || strcmp(state, "40P01") != 0;
+        break;
+    }
+    if (first_failed) {
+        struct db_item *next = item->next;
+        metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
+        item_finish(item, 0);
+        item = next;
+    }
+    while (item) {
+        struct db_item *next = item->next;
+        metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
+        for (int i = 0; i < item->n; i++) {
+            PQclear(item->res[i]);
+            item->res[i] = NULL;
+        }
+        item->solo = 1;
+        pool_submit(pool, item);
+        item = next;
+    }
+}
+
 /* One result for the head segment. Returns -1 when the connection must be dropped. */
 static int conn_take_result(struct db_conn *c, PGresult *res) {
     struct db_segment *s = c->head;
@@ -444,11 +521,9 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
             /* The segments behind this one assumed the tenant was set: never let them answer. */
             if (failed) return -1;
         } else {
-            struct db_item *item = s->item;
+            c->queries_in_flight -= s->nitems;
+            seg_query_done(c->pool, s);
             free(s);
-            c->queries_in_flight--;
-            metrics_db_add(c->pool->admin, METRICS_DB_IN_FLIGHT, -1);
-            item_finish(item, 0);
         }
         return 0;
     }
@@ -456,7 +531,12 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
     ExecStatusType st = PQresultStatus(res);
     int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
     if (s->kind == SEG_QUERY) {
-        s->item->res[s->got] = res;
+        while (s->cur_stmt == s->cur->n) { /* the next request's statements */
+            s->cur = s->cur->next;
+            s->cur_stmt = 0;
+        }
+        s->cur->res[s->cur_stmt++] = res;
+        if (!ok) s->failed = 1;
     } else {
         if (!ok) {
             char detail[200];
@@ -484,6 +564,8 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
  * wake us for it. */
 static void conn_process_results(struct db_conn *c) {
     while (c->head && !PQisBusy(c->pg)) {
+        /* Every statement sent so far has its result, the sync is not sent yet: nothing to read. */
+        if (c->head == c->open && c->open->got == c->open->nstmts && !c->open->want_null) break;
         PGresult *res = PQgetResult(c->pg);
         if (conn_take_result(c, res) < 0) {
             conn_fail(c, "unexpected result");
@@ -552,12 +634,10 @@ void db_pool_free(struct db_pool *pool) {
         conn_close_socket(c);
         if (c->pg) PQfinish(c->pg);
         c->pg = NULL;
+        c->open = NULL;
         while (c->head) {
             struct db_segment *s = seg_pop(c);
-            if (s->kind == SEG_QUERY) {
-                metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
-                item_finish(s->item, 1);
-            }
+            seg_finish_items(pool, s, 1);
             free(s);
         }
     }
@@ -624,11 +704,15 @@ static struct db_conn *pool_pick(struct db_pool *pool) {
     return best;
 }
 
-/* Puts `item` on the wire of `c`: a TENANT segment first when the connection served another tenant. */
+/* Puts `item` on the wire of `c`: a TENANT segment first when the connection served another tenant,
+ * then the item's statements in the open segment (a new one when there is none, or when the item
+ * must run alone). The sync follows from conn_on_flush_timer. */
+#define DB_BATCH_MAX 32 /* requests per shared segment */
 static int conn_send_item(struct db_conn *c, struct db_item *item) {
     if (!c->pool->admin && (!c->tenant_known || strcmp(c->tenant, item->tenant))) {
         static const char *set_tenant = "SELECT set_config('whet.tenant_id', $1, false)";
         const char *p[] = {item->tenant};
+        if (conn_close_open(c) < 0) return -1;
         if (!PQsendQueryParams(c->pg, set_tenant, 1, NULL, p, NULL, NULL, 0) || !PQpipelineSync(c->pg)) return -1;
         struct db_segment *ts = xcalloc(1, sizeof(*ts));
         ts->kind = SEG_TENANT;
@@ -637,20 +721,31 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
         memcpy(c->tenant, item->tenant, sizeof(c->tenant));
         c->tenant_known = 1;
     }
+    if (item->solo || (c->open && c->open->nitems >= DB_BATCH_MAX)) {
+        if (conn_close_open(c) < 0) return -1;
+    }
     for (int i = 0; i < item->n; i++) {
         const struct db_stmt *st = &item->stmts[i];
         int ok = st->name ? PQsendQueryPrepared(c->pg, st->name, st->nparams, st->params, NULL, NULL, 0)
                           : PQsendQueryParams(c->pg, st->sql, st->nparams, NULL, st->params, NULL, NULL, 0);
         if (!ok) return -1;
     }
-    if (!PQpipelineSync(c->pg)) return -1;
-    struct db_segment *s = xcalloc(1, sizeof(*s));
-    s->kind = SEG_QUERY;
-    s->nstmts = item->n;
-    s->item = item;
-    seg_push(c, s);
+    struct db_segment *s = c->open;
+    if (!s) {
+        s = xcalloc(1, sizeof(*s));
+        s->kind = SEG_QUERY;
+        seg_push(c, s);
+        c->open = s;
+    }
+    item->next = NULL;
+    if (s->items_tail) s->items_tail->next = item;
+    else s->items = s->cur = item;
+    s->items_tail = item;
+    s->nitems++;
+    s->nstmts += item->n;
     c->queries_in_flight++;
     metrics_db_add(c->pool->admin, METRICS_DB_IN_FLIGHT, 1);
+    if (item->solo && conn_close_open(c) < 0) return -1;
     conn_flush_soon(c);
     return 0;
 }
@@ -661,7 +756,7 @@ static void pool_submit(struct db_pool *pool, struct db_item *item) {
     if (c) {
         if (conn_send_item(c, item) < 0) {
             /* The item may or may not be in c's FIFO: conn_fail finishes it in the first case. */
-            int queued = c->tail && c->tail->kind == SEG_QUERY && c->tail->item == item;
+            int queued = c->tail && c->tail->kind == SEG_QUERY && c->tail->items_tail == item;
             conn_fail(c, "send failed");
             if (!queued) pool_fail_later(pool, item);
         }
@@ -783,6 +878,8 @@ void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_cal
             log_error("msg=\"unknown prepared statement (declare it with db_prepare)\" statement=%s", stmts[i].name);
     struct db_item *item = item_new(r, pool, stmts, n, cb, arg);
     item->misuse = misuse;
+    for (int i = 0; i < n; i++)
+        if (!stmts[i].name) item->solo = 1; /* its text is not checked for BEGIN/COMMIT: keep it alone */
     gw_req_retain(r);
     pool->busy++;
     if (misuse) {

@@ -72,6 +72,9 @@ static void options_fill_defaults(struct gateway_options *o) {
     if (o->json_body_limit > o->body_limit) o->json_body_limit = o->body_limit;
     if (o->workers <= 0) o->workers = 4;
     if (o->auth_cache_ttl_ms <= 0) o->auth_cache_ttl_ms = 5000;
+    /* Request lines are info lines (http.c writes them itself, in batches): honour WHET_LOG_LEVEL. */
+    const char *level = whet_env("WHET_LOG_LEVEL", NULL);
+    if (level && (!strcmp(level, "warn") || !strcmp(level, "error"))) o->log_requests = 0;
 }
 
 /* ---- Requests ---------------------------------------------------------------------------------- */
@@ -353,6 +356,7 @@ static void *loop_main(void *arg) {
     gw_workers_close_loop(gw->workers, t);
     h2o_evloop_run(t->ctx.loop, 0); /* delivers posted jobs, lets the closed sockets go */
     h2o_multithread_unregister_receiver(t->ctx.queue, &t->receiver);
+    http_log_flush(t, 1);
     /* h2o 2.2 cannot close idle keep-alive connections from outside: when some are still open the
      * context stays allocated (the process is about to exit); otherwise free everything. */
     if (t->connections == 0 && t->requests_in_flight == 0) {

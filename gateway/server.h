@@ -39,6 +39,12 @@ struct gw_thread {
     int stopping;
     int receiver_closed;                 /* set (under the workers' lock) once the loop stops */
     double stop_deadline;                /* whet_now_mono() after which remaining work is dropped */
+    /* Request log lines of one loop iteration, written together (http.c). */
+    char *log_buf;
+    size_t log_len;
+    h2o_timeout_entry_t log_flush;
+    long log_second;                     /* the Unix second log_stamp holds */
+    char log_stamp[24];                  /* "YYYY-MM-DDTHH:MM:SS." for log_second */
 };
 
 struct gateway {
@@ -154,5 +160,8 @@ void gw_workers_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t
 /* Percent-decodes a path segment into the request's pool. */
 char *http_path_decode(struct gw_req *r, const char *s, size_t len);
 void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len);
+/* Writes the request log lines the loop has gathered (the loop's zero timeout calls it after each
+ * iteration; the loop calls it once more before it exits) and frees the buffer when `final`. */
+void http_log_flush(struct gw_thread *t, int final);
 
 #endif

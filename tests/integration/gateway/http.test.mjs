@@ -22,8 +22,11 @@ test('x-request-id is echoed, generated when absent or unacceptable', async () =
   res = await stack.request('GET', '/v1/whoami', { headers: { 'x-request-id': 'trace-401' } });
   assert.equal(res.status, 401);
   assert.equal(res.headers.get('x-request-id'), 'trace-401', 'errors carry it too');
-  assert.ok(stack.gateway.lines.some((l) => l.includes('request_id=trace-401') && l.includes('status=401') &&
-                                          l.includes('route="/v1/whoami"')), 'one log line with the request id');
+  // Request lines are written at the end of the loop iteration that answered, just after the answer.
+  const logged = () => stack.gateway.lines.some((l) => l.includes('request_id=trace-401') && l.includes('status=401') &&
+                                                     l.includes('route="/v1/whoami"'));
+  for (let i = 0; i < 100 && !logged(); i++) await new Promise((r) => setTimeout(r, 10));
+  assert.ok(logged(), 'one log line with the request id');
 });
 
 test('unknown paths 404, wrong methods 405, with OpenAI error bodies', async () => {
