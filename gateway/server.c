@@ -57,6 +57,9 @@ void gateway_options_default(struct gateway_options *opts) {
     opts->body_limit = (size_t)env_long("WHET_GATEWAY_BODY_LIMIT", 0);
     opts->json_body_limit = (size_t)env_long("WHET_GATEWAY_JSON_BODY_LIMIT", 0);
     opts->log_requests = (int)env_long("WHET_GATEWAY_LOG_REQUESTS", 1);
+    /* How long a verified API key or tenant stays cached per loop: the bound on how long a key
+     * revoked (or a tenant disabled) other than through this gateway's operator API keeps working. */
+    opts->auth_cache_ttl_ms = (int)env_long("WHET_GATEWAY_AUTH_CACHE_MS", 0);
 }
 
 static void options_fill_defaults(struct gateway_options *o) {

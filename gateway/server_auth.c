@@ -6,7 +6,10 @@
  * disabled tenants are refused. JWTs are verified by auth.c without I/O; a tenant token's tenant name
  * is then resolved to its row. Successful lookups are cached per event loop for a short time
  * (gateway_options.auth_cache_ttl_ms); an operator revoking a key or disabling a tenant bumps
- * gw_auth_epoch, which empties every loop's cache at once. Failures are never cached.
+ * gw_auth_epoch, which empties every loop's cache at once. Failures are never cached. A key revoked
+ * or a tenant disabled anywhere else (SQL, another gateway replica) keeps working at most the cache
+ * TTL (WHET_GATEWAY_AUTH_CACHE_MS, default 5000 ms; test gateway_auth_cache). Cache entries are keyed
+ * by the SHA-256 of the key, so the cache holds no secret.
  *
  * Every failure is a 401 whose message says what is wrong with the caller's own credentials and
  * nothing about other tenants. */
