@@ -22,6 +22,7 @@
 #include "crypto.h"
 #include "log.h"
 #include "objstore_impl.h"
+#include "zstd_file.h"
 
 #define DEFAULT_PART_SIZE (16u << 20)
 #define DEFAULT_THREADS 4
@@ -620,18 +621,6 @@ static int local_temp_commit(int fd, char *tmp_path, const char *path, struct wh
     return rc;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-    const char *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 struct fd_sink {
     int fd;
     int write_errno; /* set when a write failed */
@@ -639,7 +628,7 @@ struct fd_sink {
 
 static int fd_sink_write(void *ctx, const void *chunk, size_t len) {
     struct fd_sink *f = ctx;
-    if (write_all(f->fd, chunk, len) != 0) {
+    if (whet_write_all(f->fd, chunk, len) != 0) {
         f->write_errno = errno;
         return 1;
     }
@@ -769,58 +758,13 @@ int objstore_get_zstd(struct objstore *store, const char *key, char **data, size
     return 0;
 }
 
-/* Compresses the file at `src` into the open file `dst_fd` with the streaming API. */
-static int zstd_compress_file(const char *src, int dst_fd, int level, struct whet_err *err) {
-    int in_fd = open(src, O_RDONLY | O_CLOEXEC);
-    if (in_fd < 0) return whet_errf(err, "%s: %s", src, strerror(errno));
-    ZSTD_CCtx *cctx = ZSTD_createCCtx();
-    if (!cctx) {
-        close(in_fd);
-        return whet_errf(err, "zstd: cannot create a compression context");
-    }
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-    size_t in_cap = ZSTD_CStreamInSize(), out_cap = ZSTD_CStreamOutSize();
-    char *in_buf = xmalloc(in_cap), *out_buf = xmalloc(out_cap);
-    int rc = 0;
-    for (;;) {
-        ssize_t n = read(in_fd, in_buf, in_cap);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            rc = whet_errf(err, "%s: %s", src, strerror(errno));
-            break;
-        }
-        ZSTD_EndDirective mode = n == 0 ? ZSTD_e_end : ZSTD_e_continue;
-        ZSTD_inBuffer in = {in_buf, (size_t)n, 0};
-        size_t left;
-        do {
-            ZSTD_outBuffer out = {out_buf, out_cap, 0};
-            left = ZSTD_compressStream2(cctx, &out, &in, mode);
-            if (ZSTD_isError(left)) {
-                rc = whet_errf(err, "%s: zstd: %s", src, ZSTD_getErrorName(left));
-                break;
-            }
-            if (write_all(dst_fd, out_buf, out.pos) != 0) {
-                rc = whet_errf(err, "compressing %s: %s", src, strerror(errno));
-                break;
-            }
-        } while (rc == 0 && (mode == ZSTD_e_end ? left != 0 : in.pos < in.size));
-        if (rc != 0 || n == 0) break;
-    }
-    free(in_buf);
-    free(out_buf);
-    ZSTD_freeCCtx(cctx);
-    close(in_fd);
-    return rc;
-}
-
 int objstore_put_file_zstd(struct objstore *store, const char *key, const char *path, int level,
                            struct whet_err *err) {
     CHECK_KEY(key);
     char *tmp = NULL;
     int fd = local_temp_open(path, &tmp, err);
     if (fd < 0) return -1;
-    int rc = zstd_compress_file(path, fd, level, err);
+    int rc = whet_zstd_compress_fd(path, fd, level, err);
     close(fd);
     if (rc == 0) rc = objstore_put_file(store, key, tmp, err);
     unlink(tmp);

@@ -83,25 +83,13 @@ static int temp_commit(int fd, const char *tmp, const char *dir, const char *pat
     return 0;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-    const char *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int file_put(struct objstore *store, const char *key, const void *data, size_t len, const char *sha256,
                     struct whet_err *err) {
     char *path = object_path(store, key), *tmp = NULL, *dir = NULL;
     int fd = temp_open(path, &tmp, &dir, err);
     int rc = -1;
     if (fd >= 0) {
-        if (write_all(fd, data, len) != 0) {
+        if (whet_write_all(fd, data, len) != 0) {
             whet_errf(err, "%s: %s", tmp, strerror(errno));
             close(fd);
             unlink(tmp);
@@ -131,7 +119,7 @@ static int file_put_file(struct objstore *store, const char *key, const char *sr
         if (n < 0) rc = whet_errf(err, "%s: %s", src, strerror(errno));
         if (n <= 0) break;
         if (sha) objstore_sha_update(sha, buf, (size_t)n);
-        if (write_all(fd, buf, (size_t)n) != 0) rc = whet_errf(err, "%s: %s", tmp, strerror(errno));
+        if (whet_write_all(fd, buf, (size_t)n) != 0) rc = whet_errf(err, "%s: %s", tmp, strerror(errno));
     }
     char computed[65];
     if (sha) objstore_sha_end(sha, computed);

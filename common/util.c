@@ -116,6 +116,18 @@ int whet_write_file_atomic(const char *path, const void *data, size_t len, struc
     return whet_write_file_atomic_mode(path, data, len, 0644, err);
 }
 
+int whet_write_all(int fd, const void *data, size_t len) {
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, int mode, struct whet_err *err) {
     char *tmp = xasprintf("%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -124,17 +136,9 @@ int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, 
         free(tmp);
         return -1;
     }
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            whet_errf(err, "%s: %s", tmp, strerror(errno));
-            goto fail;
-        }
-        p += w;
-        left -= (size_t)w;
+    if (whet_write_all(fd, data, len) != 0) {
+        whet_errf(err, "%s: %s", tmp, strerror(errno));
+        goto fail;
     }
     if (fchmod(fd, (mode_t)mode) != 0 || fsync(fd) != 0) {
         whet_errf(err, "%s: chmod/fsync: %s", tmp, strerror(errno));

@@ -40,6 +40,8 @@ int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct
  * the _mode variant sets the mode (0600 for files holding secrets). */
 int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err);
 int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, int mode, struct whet_err *err);
+/* Writes all `len` bytes to fd (retrying short writes and EINTR); -1 with errno set on failure. */
+int whet_write_all(int fd, const void *data, size_t len);
 /* mkdir -p */
 int whet_mkdir_p(const char *path, struct whet_err *err);
 
