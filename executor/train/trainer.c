@@ -23,6 +23,7 @@
 #include "sft_data.h"
 #include "tokenizer.h"
 #include "trainer_internal.h"
+#include "zstd_file.h"
 
 /* ---------------------------------------------------------------- schedule */
 
@@ -140,6 +141,44 @@ static int write_model_files(const struct run *r, const char *dir, int final, st
     return model_save_hf(r->model, dir, bf16, err);
 }
 
+/* The optimizer moments, zstd-compressed (optimizer.safetensors.zst): for a full fine-tune they are
+ * twice the model's size, the largest part of a checkpoint, and every checkpoint is uploaded. */
+static int save_optimizer(struct run *r, const char *dir, struct whet_err *err) {
+    char *raw = xasprintf("%s/optimizer.safetensors.raw", dir), *zst = xasprintf("%s/%s", dir, TRAINER_OPTIMIZER_FILE);
+    int rc = model_save_optimizer(r->model, raw, err);
+    if (!rc) {
+        int fd = open(zst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) rc = whet_errf(err, "%s: %s", zst, strerror(errno));
+        else {
+            rc = whet_zstd_compress_fd(raw, fd, 3, err);
+            if (close(fd) != 0 && !rc) rc = whet_errf(err, "%s: %s", zst, strerror(errno));
+        }
+    }
+    unlink(raw);
+    free(raw);
+    free(zst);
+    return rc;
+}
+
+/* Loads a checkpoint's optimizer moments, decompressed through a temporary file in the output dir
+ * (the checkpoint's own dir may be read-only). */
+static int load_optimizer(struct run *r, const char *checkpoint, struct whet_err *err) {
+    char *zst = xasprintf("%s/%s", checkpoint, TRAINER_OPTIMIZER_FILE);
+    char *raw = xasprintf("%s/.optimizer-resume.%d", r->cfg->output_dir, (int)getpid());
+    int rc = whet_mkdir_p(r->cfg->output_dir, err);
+    int fd = rc ? -1 : open(raw, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (!rc && fd < 0) rc = whet_errf(err, "%s: %s", raw, strerror(errno));
+    if (!rc) {
+        rc = whet_zstd_decompress_fd(zst, fd, err);
+        if (close(fd) != 0 && !rc) rc = whet_errf(err, "%s: %s", raw, strerror(errno));
+        if (!rc) rc = model_load_optimizer(r->model, raw, err);
+    }
+    if (fd >= 0) unlink(raw);
+    free(raw);
+    free(zst);
+    return rc;
+}
+
 /* checkpoints/step-N (with optimizer moments) or final (without). */
 static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
     const char *parent = final ? r->cfg->output_dir : r->checkpoints_dir;
@@ -148,11 +187,7 @@ static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
     remove_tree(tmp);
     int rc = whet_mkdir_p(tmp, err);
     if (!rc) rc = write_model_files(r, tmp, final, err);
-    if (!rc && !final) {
-        char *opt = xasprintf("%s/optimizer.safetensors", tmp);
-        rc = model_save_optimizer(r->model, opt, err);
-        free(opt);
-    }
+    if (!rc && !final) rc = save_optimizer(r, tmp, err);
     if (!rc) rc = write_state(r, tmp, err);
     if (!rc) rc = publish_dir(tmp, dst, parent, err);
     if (rc) {
@@ -357,12 +392,7 @@ static int load_model(struct run *r, struct whet_err *err) {
         if (model_load(&r->ref_model, cfg->model, &ro, err))
             return whet_err_prefix(err, "%s reference model", trainer_method_name(cfg->method));
     }
-    if (cfg->resume_from) {
-        char *opt = xasprintf("%s/optimizer.safetensors", cfg->resume_from);
-        int rc = model_load_optimizer(r->model, opt, err);
-        free(opt);
-        if (rc) return whet_err_prefix(err, "resume_from");
-    }
+    if (cfg->resume_from && load_optimizer(r, cfg->resume_from, err)) return whet_err_prefix(err, "resume_from");
     trainer_progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
                      model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
                      chat_family_name(r->tpl.family));

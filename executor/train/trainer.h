@@ -26,8 +26,9 @@
  *                            through the update passes) and with validation valid_reward_mean,
  *                            valid_pass_rate (greedy answers to eval_samples validation prompts)
  *   checkpoints/step-N/      every checkpoint_every_steps steps and on SIGTERM: the adapter (PEFT
- *                            layout) or the full model (HF layout, F32), optimizer.safetensors (AdamW
- *                            moments) and trainer_state.json (step, data cursor, seed, RNG)
+ *                            layout) or the full model (HF layout, F32), optimizer.safetensors.zst
+ *                            (the AdamW moments as safetensors, zstd-compressed) and
+ *                            trainer_state.json (step, data cursor, seed, RNG)
  *   final/                   the same model files at the end (a full model in the base model's dtype
  *                            when that is bfloat16), with trainer_state.json
  * Every directory is written under a temporary name and renamed into place, so a reader (the
@@ -49,6 +50,9 @@
 
 #include "trainer_config.h"
 #include "util.h"
+
+/* The optimizer state in a checkpoint dir. */
+#define TRAINER_OPTIMIZER_FILE "optimizer.safetensors.zst"
 
 struct trainer_io {
     FILE *events;   /* JSON lines ("type": …); NULL for none */

@@ -58,7 +58,7 @@ print(f"LoRA DPO: loss {mean('loss', early):.3f} -> {mean('loss', late):.3f}, ma
       f"-> {mean('reward_margin', late):.3f}, accuracy {mean('preference_accuracy', early):.2f} -> "
       f"{mean('preference_accuracy', late):.2f}, valid loss {valid[0]['valid_loss']:.3f} -> {valid[-1]['valid_loss']:.3f}")
 PY
-for f in adapter_config.json adapter_model.safetensors optimizer.safetensors trainer_state.json; do
+for f in adapter_config.json adapter_model.safetensors optimizer.safetensors.zst trainer_state.json; do
   [ -s "$work/out-lora/checkpoints/step-10/$f" ] || fail "checkpoints/step-10/$f missing"
 done
 grep -q '"method": "dpo"' "$work/out-lora/checkpoints/step-10/trainer_state.json" || fail "trainer_state.json names the method"

@@ -114,7 +114,7 @@ data = [e for e in events if e["type"] == "data"]
 assert data[0]["examples"] == 24 and data[1]["examples"] == 8, data
 print(f"reward {first:.3f} -> {last:.3f}")
 EOF2
-for f in adapter_config.json adapter_model.safetensors optimizer.safetensors trainer_state.json; do
+for f in adapter_config.json adapter_model.safetensors optimizer.safetensors.zst trainer_state.json; do
   [ -s "$work/out/checkpoints/step-20/$f" ] || fail "checkpoints/step-20/$f missing"
 done
 [ -s "$work/out/final/adapter_model.safetensors" ] || fail "final adapter missing"
@@ -225,7 +225,7 @@ kill -TERM "$pid"
 rc=0; wait "$pid" || rc=$?
 [ "$rc" = 0 ] || fail "SIGTERM: exit status $rc"
 last=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["step"])' "$work/out-term/metrics.jsonl")
-[ -s "$work/out-term/checkpoints/step-$last/optimizer.safetensors" ] || fail "SIGTERM: no checkpoint at step $last"
+[ -s "$work/out-term/checkpoints/step-$last/optimizer.safetensors.zst" ] || fail "SIGTERM: no checkpoint at step $last"
 grep -q '"row":' "$work/out-term/checkpoints/step-$last/trainer_state.json" || fail "SIGTERM: no data cursor in the state"
 echo "SIGTERM: checkpoint at step $last, exit 0"
 

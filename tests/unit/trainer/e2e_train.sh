@@ -47,7 +47,7 @@ assert data[0]["examples"] == 96 and data[0]["truncated_examples"] == 0
 print(f"LoRA loss {first:.3f} -> {last:.3f}, valid {valid[0]:.3f} -> {valid[-1]:.3f}")
 EOF
 for d in checkpoints/step-10 checkpoints/step-20; do
-  for f in adapter_config.json adapter_model.safetensors optimizer.safetensors trainer_state.json; do
+  for f in adapter_config.json adapter_model.safetensors optimizer.safetensors.zst trainer_state.json; do
     [ -s "$work/out-lora/$d/$f" ] || fail "$d/$f missing"
   done
 done
@@ -57,6 +57,14 @@ done
 grep -aq 'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' "$work/out-lora/final/adapter_model.safetensors" \
   || fail "adapter tensors are not named as PEFT names them"
 ! ls -d "$work"/out-lora/*.tmp-* "$work"/out-lora/checkpoints/*.tmp-* 2>/dev/null || fail "temporary dirs left behind"
+
+# ---- a checkpoint whose compressed optimizer state was cut short is refused, naming the file
+cp -r "$work/out-lora/checkpoints/step-10" "$work/cut-step-10"
+zst="$work/cut-step-10/optimizer.safetensors.zst"
+head -c $(( $(stat -c %s "$zst") / 2 )) "$zst" > "$zst.half" && mv "$zst.half" "$zst"
+config cut out-cut '"lora": {"r": 8, "alpha": 16}, "max_steps": 30, "resume_from": "'"$work"'/cut-step-10"'
+if "$WHET_BIN" train --config "$work/cut.json" --quiet > /dev/null 2> "$work/cut.err"; then fail "a cut optimizer state resumed"; fi
+grep -q "resume_from: .*optimizer.safetensors.zst: zstd: truncated frame" "$work/cut.err" || fail "cut state: $(cat "$work/cut.err")"
 
 # ---- resume from step 10 into the same output dir: metrics.jsonl is cut back to step 10, then steps
 # 11..30 come out identical to the uninterrupted run
@@ -119,7 +127,7 @@ elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$rc" = 0 ] || fail "SIGTERM: exit status $rc"
 [ "$elapsed_ms" -lt 20000 ] || fail "SIGTERM: took ${elapsed_ms} ms to stop"
 last=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["step"])' "$work/out-term/metrics.jsonl")
-[ -s "$work/out-term/checkpoints/step-$last/optimizer.safetensors" ] || fail "SIGTERM: no checkpoint at step $last"
+[ -s "$work/out-term/checkpoints/step-$last/optimizer.safetensors.zst" ] || fail "SIGTERM: no checkpoint at step $last"
 grep -q '"type":"checkpoint"' "$work/term.events" || fail "SIGTERM: no checkpoint event"
 echo "SIGTERM: checkpoint at step $last, exit 0 after ${elapsed_ms} ms"
 
