@@ -265,7 +265,7 @@ static int generate(struct judge_model *jm, const struct chat_message *msgs, int
     struct kv_cache *cache = kv_cache_new(jm->m, 1, n_prompt + s->max_tokens);
     float *logits = xmalloc((size_t)V * sizeof *logits);
     int *order = xmalloc((size_t)V * sizeof *order);
-    int *ids = xmalloc((size_t)(n_prompt > s->max_tokens ? n_prompt : s->max_tokens) * sizeof *ids);
+    int *ids = xmalloc((size_t)n_prompt * sizeof *ids);
     int32_t *out = xmalloc((size_t)s->max_tokens * sizeof *out);
     for (int i = 0; i < n_prompt; i++) ids[i] = prompt[i];
     if (model_prefill(jm->m, cache, 0, ids, n_prompt, logits, err)) goto out;
