@@ -19,9 +19,11 @@
  *                            train_mean_token_accuracy, DPO reward_margin, preference_accuracy,
  *                            chosen_logps, rejected_logps (means over the step's pairs) and with
  *                            validation valid_preference_accuracy, valid_reward_margin; GRPO
- *                            reward_mean, reward_std, pass_rate, kl, entropy, clip_frac, ppo_kl,
- *                            response_length_mean, rollout_tokens, rollout_tokens_per_s,
- *                            groups_kept, grader_errors, time_rollout_s, time_grading_s,
+ *                            reward_mean, reward_std, pass_rate, kl (null when kl_coef is 0: no
+ *                            reference pass), entropy, clip_frac, ppo_kl, response_length_mean,
+ *                            rollout_tokens, rollout_tokens_per_s, groups_kept, gen_batches
+ *                            (rollout batches drawn: more than 1 when dynamic sampling refilled),
+ *                            grader_errors, time_rollout_s, time_grading_s,
  *                            time_reference_s, time_update_s (tokens: prompt + response tokens
  *                            through the update passes) and with validation valid_reward_mean,
  *                            valid_pass_rate (greedy answers to eval_samples validation prompts)
