@@ -151,7 +151,7 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
         return;
     }
     /* columns: base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training purpose, format, lines,
-     * validation purpose, format */
+     * validation purpose, format, missing judge model */
     const PGresult *row = res->res[0];
     const char *base_model = NULL, *init_checkpoint = NULL;
     if (db_value(row, 0, 0)) {
@@ -171,6 +171,13 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     if (c->validation_file &&
         check_file(r, c, "validation_file", c->validation_file, db_value(row, 0, 8), db_value(row, 0, 9)))
         return;
+    if (db_value(row, 0, 10)) {
+        /* Placing the job would fail on every try: the executor fetches judges from the catalog. */
+        http_reply_error(r, 404, "method.reinforcement.grader", "model_not_found",
+                         "grader: judge model %s is not in the model catalog (GET /v1/models lists the base models)",
+                         db_value(row, 0, 10));
+        return;
+    }
 
     /* "auto" hyperparameters become numbers now that the dataset's size is known. */
     struct job_request resolved = {0};
@@ -200,8 +207,8 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
 
 static void create_lookup(struct gw_req *r, void *arg) {
     struct create_ctx *c = arg;
-    const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file};
-    db_query(r, "jobs_lookup", 4, params, create_lookup_done, c);
+    const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file, c->method_json};
+    db_query(r, "jobs_lookup", 5, params, create_lookup_done, c);
 }
 
 static const char *dump_to_pool(struct gw_req *r, const json_t *v) {
@@ -438,7 +445,9 @@ static void graders_validate(struct gw_req *r) {
 static void jobs_prepare(void) {
     idem_prepare();
     /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
-     * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them. */
+     * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
+     * the first judge model a score_model or label_model grader names (at any depth of a multi
+     * grader) that the catalog lacks. */
     db_prepare("jobs_lookup",
                "SELECT (SELECT id FROM base_models WHERE id = $2), "
                "(SELECT base_model FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2 AND status = 'succeeded' "
@@ -448,7 +457,10 @@ static void jobs_prepare(void) {
                "(SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = $1 "
                " AND c.fine_tuned_model_checkpoint = $2 LIMIT 1), "
                "(SELECT id FROM checkpoints WHERE tenant_id = $1 AND fine_tuned_model_checkpoint = $2 LIMIT 1), "
-               "f.purpose, f.format, f.line_count, v.purpose, v.format "
+               "f.purpose, f.format, f.line_count, v.purpose, v.format, "
+               "(SELECT m #>> '{}' FROM jsonb_path_query($5::jsonb, "
+               "  'lax $.** ? (@.type == \"score_model\" || @.type == \"label_model\").model') m "
+               " WHERE NOT EXISTS (SELECT 1 FROM base_models b WHERE b.id = m #>> '{}') LIMIT 1) "
                "FROM (SELECT 1) one "
                "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
                "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");

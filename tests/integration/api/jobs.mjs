@@ -104,6 +104,10 @@ try {
     [{ model: 'whet-tiny', training_file: dpo }, 400, 'training_file'],
     [{ model: 'whet-tiny', training_file: sft, method: { type: 'dpo' } }, 400, 'training_file'],
     [{ model: 'whet-tiny', training_file: rft, validation_file: sft, method: { type: 'reinforcement', reinforcement: { grader } } }, 400, 'validation_file'],
+    [{ model: 'whet-tiny', training_file: rft, method: { type: 'reinforcement', reinforcement: { grader: {
+      type: 'multi', name: 'm', calculate_output: 'j',
+      graders: { j: { type: 'score_model', name: 'j', model: 'no-such-judge', input: [{ role: 'user', content: 'Rate {{sample.output_text}}' }] } },
+    } } } }, 404, 'method.reinforcement.grader'],
   ];
   for (const [body, status, param] of refusals) {
     r = await a('POST', '/v1/fine_tuning/jobs', { json: body });
