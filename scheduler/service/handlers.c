@@ -4,6 +4,7 @@
  * (reconnected when it breaks: the executor sees UNAVAILABLE and retries). Every write is idempotent,
  * because an executor retries any call whose answer it did not see. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +17,25 @@
 
 static __thread PGconn *thread_conn;
 
+/* thread_conn is also kept under this key, whose destructor closes it when a server thread exits
+ * (rpc_server_stop joins them); a __thread variable alone would leak the connection then. */
+static pthread_key_t thread_conn_key;
+static pthread_once_t thread_conn_key_once = PTHREAD_ONCE_INIT;
+
+static void thread_conn_finish(void *conn) { PQfinish(conn); }
+static void thread_conn_key_create(void) { pthread_key_create(&thread_conn_key, thread_conn_finish); }
+
+static void thread_conn_set(PGconn *conn) {
+    pthread_once(&thread_conn_key_once, thread_conn_key_create);
+    thread_conn = conn;
+    pthread_setspecific(thread_conn_key, conn);
+}
+
 /* The calling thread's connection, connected on first use and after a failure. */
 static PGconn *handler_conn(const struct scheduler *s, struct whet_err *err) {
     if (thread_conn && PQstatus(thread_conn) == CONNECTION_OK) return thread_conn;
     PQfinish(thread_conn);
-    thread_conn = whet_pg_connect(s->opts->database_url, err);
+    thread_conn_set(whet_pg_connect(s->opts->database_url, err));
     return thread_conn;
 }
 
@@ -33,7 +48,7 @@ static int db_unavailable(struct whet_err *err) {
         return RPC_INTERNAL;
     }
     PQfinish(thread_conn);
-    thread_conn = NULL;
+    thread_conn_set(NULL);
     return RPC_UNAVAILABLE;
 }
 
