@@ -6,7 +6,8 @@
 #        (the model/file lookup, then the job INSERT, its event INSERT and pg_notify in one transaction)
 # pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. The two
 # sides alternate for --rounds rounds (so a change in the machine's background load hits both), and
-# the medians of requests/s and p99 are compared (goal: the gateway within 20% of the database).
+# the medians of requests/s and p99 are compared (goal: the gateway within 20% of the database), and
+# the CPU each side spends per request (gateway + PostgreSQL + wrk against PostgreSQL + pgbench).
 #
 #   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
 #                                [--client-threads W]
@@ -206,5 +207,18 @@ cpu() { # NAME FILE-GW FILE-PG
 }
 cpu "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
 cpu "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
+# Throughput on a busy machine follows the share of the cores each side gets (pgbench runs one
+# backend per client, the gateway side a few threads), so the CPU a request costs on each side is the
+# steadier comparison: what the gateway's throughput would be, relative to pgbench's, on cores the
+# benchmark had to itself.
+capacity() { # NAME FILE-GW FILE-PG
+  printf "%-28s CPU per request, whole path: gateway side %.0f us, pgbench side %.0f us | saturated-throughput ratio %.2fx\n" \
+    "$1" "$(col "$2" 3 | awk -v p="$(col "$2" 4)" -v w="$(col "$2" 5)" '{print $1 + p + w}')" \
+    "$(col "$3" 4 | awk -v c="$(col "$3" 5)" '{print $1 + c}')" \
+    "$(awk -v g="$(col "$2" 3)" -v p="$(col "$2" 4)" -v w="$(col "$2" 5)" -v q="$(col "$3" 4)" -v c="$(col "$3" 5)" \
+       'BEGIN {print (q + c) / (g + p + w)}')"
+}
+capacity "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
+capacity "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
 echo "(medians over the rounds; throughput: gateway/pgbench, higher is better; p99: gateway/pgbench, lower is better;"
 echo " goal: >= 0.80x and <= 1.20x)"
