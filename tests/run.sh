@@ -16,7 +16,9 @@ cmake_extra=()
 ctest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --sanitize) build_dir=build-asan; cmake_extra+=(-DWHET_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;;
+    --sanitize) build_dir=build-asan; cmake_extra+=(-DWHET_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
+                # libh2o's own allocations live as long as the process; every gateway gets the suppressions
+                export LSAN_OPTIONS="suppressions=$root/tests/integration/lib/lsan.supp" ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) ctest_args+=("$1") ;;
   esac
