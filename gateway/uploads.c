@@ -365,7 +365,7 @@ static void assemble_work(void *arg) {
     EVP_DigestInit_ex(a->md5, EVP_md5(), NULL);
     for (size_t i = 0; i < a->nparts && !a->failed && !a->invalid; i++) {
         /* When the validator stops the read, its message (already in a->err) is the one to keep. */
-        struct whet_err read_err;
+        struct whet_err read_err = {{0}};
         if (objstore_read(store, a->parts[i].key, 0, 0, assemble_sink, a, &read_err) != 0 && !a->invalid) {
             if (!a->err.msg[0]) a->err = read_err;
             a->failed = 1;
@@ -415,6 +415,23 @@ static void complete_rows_done(struct gw_req *r, const struct db_result *res, vo
     assemble_free(a);
 }
 
+/* After a failed assembly: a concurrent complete of the same upload may have finished first and
+ * removed the parts this one was reading. Then the answer is what a complete sent after it gets (the
+ * completed upload, or 409); only a failure with the upload still pending is the storage's. */
+static void complete_failed_recheck(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct assemble_job *a = arg;
+    const PGresult *up = res->ok ? res->res[0] : NULL;
+    if (up && PQntuples(up) == 1 && strcmp(PQgetvalue(up, 0, 4), "completed") == 0) {
+        idem_reply_json(r, 200, upload_row_to_json(up, 0));
+    } else if (up && PQntuples(up) == 1 && !upload_open(r, up, 0)) {
+        /* upload_open answered 409 */
+    } else {
+        log_error("msg=\"assembling an upload failed\" upload=%s err=\"%s\"", http_path_param(r, "id"), a->err.msg);
+        http_reply_error(r, 500, NULL, "storage_error", "could not assemble the upload; try again");
+    }
+    assemble_free(a);
+}
+
 static void complete_assembled(struct gw_req *r, void *arg) {
     struct assemble_job *a = arg;
     if (http_gone(r)) {
@@ -430,9 +447,8 @@ static void complete_assembled(struct gw_req *r, void *arg) {
         return;
     }
     if (a->failed) {
-        log_error("msg=\"assembling an upload failed\" upload=%s err=\"%s\"", http_path_param(r, "id"), a->err.msg);
-        http_reply_error(r, 500, NULL, "storage_error", "could not assemble the upload; try again");
-        assemble_free(a);
+        const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+        db_query(r, "uploads_get", 2, params, complete_failed_recheck, a);
         return;
     }
     char *bytes = http_printf(r, "%llu", (unsigned long long)a->bytes);
