@@ -124,7 +124,7 @@ static int compare(struct model *m, const struct fixture *f, const char *prefix,
     }
     char key[256];
     snprintf(key, sizeof key, "%slogp", prefix);
-    int64_t n_targets;
+    int64_t n_targets = 0;
     float *want_logp = ref_tensor(&f->set, key, &n_targets), *logp = xmalloc(sizeof(float) * (size_t)n_targets);
     int k = 0;
     for (int i = 0; i < f->N && k < n_targets; i++)
@@ -140,7 +140,7 @@ static int compare(struct model *m, const struct fixture *f, const char *prefix,
         const char *name = model_tensor_name(m, i);
         if (filter && !strstr(name, filter)) continue;
         snprintf(key, sizeof key, "%sgrad.%s", prefix, name);
-        int64_t n;
+        int64_t n = 0;
         float *want = ref_tensor(&f->set, key, &n), *got = xmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
         CHECK_MSG(want != NULL, "%s", key);
         struct whet_err err;
