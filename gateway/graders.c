@@ -6,36 +6,245 @@
  * and output_json when the text is JSON) and `item` the `item` namespace. The grader runs on the
  * gateway's worker threads, never on the event loop: a python grader starts a sandboxed python and
  * may take seconds. The answer has OpenAI's shape (grader_result_openai_json); failures of the
- * sample or of the tenant's code are reward 0 with metadata.errors set, never an HTTP error. */
+ * sample or of the tenant's code are reward 0 with metadata.errors set, never an HTTP error.
+ *
+ * score_model and label_model graders (also inside multi) need judge models, and the gateway has no
+ * model runtime (it must not link the trainer). So every model they name must be in the catalog
+ * (base_models; else 400 naming the grader's `model` field), is downloaded once from the object
+ * store into a local cache (a temp name renamed into place: concurrent requests never see half a
+ * model), and the whole request runs in a child `whet grade --judge NAME=DIR … REQUEST` (cli/
+ * cmd_grade.c), whose stdout is the answer. A child that fails or runs past GRADERS_JUDGE_TIMEOUT_S
+ * answers reward 0 with model_grader_server_error, as OpenAI does when its judge cannot answer. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <spawn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "crypto.h"
+#include "db.h"
+#include "env.h"
+#include "files_common.h"
 #include "grader.h"
 #include "graders.h"
 #include "http.h"
 
+#define GRADERS_JUDGE_TIMEOUT_S 60.0
+#define GRADERS_ANSWER_MAX (4u << 20)
+
+extern char **environ;
+
+/* A judge model a grader names, with where the catalog keeps it. */
+struct judge_ref {
+    char *name, *param; /* "whet-tiny", "grader.graders.quality.model" */
+    char *object_prefix, *sha256;
+};
+
 struct grader_job {
     struct grader *grader;
+    json_t *request; /* {grader, model_sample, item}: what a `whet grade` child reads */
     json_t *sample, *item;
+    size_t n_judges;
+    struct judge_ref *judges;
     json_t *answer; /* filled by the worker */
     struct whet_err err;
 };
 
+static void result_with_server_error(struct grader_job *job, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Reward 0 with model_grader_server_error and `fmt` as its details: the judge could not answer. */
+static void result_with_server_error(struct grader_job *job, const char *fmt, ...) {
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    struct grader_result res = {0};
+    res.n_errors = 1;
+    res.errors = xcalloc(1, sizeof *res.errors);
+    res.errors[0].kind = GRADER_ERR_MODEL_SERVER;
+    res.errors[0].message = xstrdup(message);
+    job->answer = grader_result_openai_json(job->grader, &res);
+    grader_result_free(&res);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+/* The local dir of judge `j`, downloaded when it is not there yet: $WHET_DATA_DIR/judge-cache/
+ * <id>-<sha256 prefix> (a per-user dir under $TMPDIR without a data dir). A new sha256 (the model was
+ * registered again) is a new dir. Returns the path (caller frees) or NULL with err. */
+static char *judge_local_dir(const struct judge_ref *j, struct whet_err *err) {
+    const char *data_dir = whet_env("WHET_DATA_DIR", "");
+    char *root = *data_dir ? xasprintf("%s/judge-cache", data_dir)
+                           : xasprintf("%s/whet-judge-cache-%d", whet_env("TMPDIR", "/tmp"), (int)getuid());
+    char safe_name[128];
+    size_t k = 0;
+    for (const char *c = j->name; *c && k + 1 < sizeof safe_name; c++)
+        safe_name[k++] = (strchr("._-", *c) || (*c >= '0' && *c <= '9') || ((*c | 32) >= 'a' && (*c | 32) <= 'z'))
+                             ? *c : '_';
+    safe_name[k] = 0;
+    char *dir = xasprintf("%s/%s-%.16s", root, safe_name, j->sha256);
+    char *manifest = xasprintf("%s/MANIFEST.json", dir);
+    struct stat st;
+    int present = stat(manifest, &st) == 0; /* objstore_get_dir writes the manifest last */
+    free(manifest);
+    char *tmp = NULL;
+    if (!present) {
+        uint8_t rnd[8];
+        char rnd_hex[17];
+        whet_random_bytes(rnd, sizeof rnd);
+        whet_hex_encode(rnd, sizeof rnd, rnd_hex);
+        tmp = xasprintf("%s/.download-%s", root, rnd_hex);
+        struct objstore *store = whet_mkdir_p(root, err) ? NULL : files_store(err);
+        if (!store || objstore_get_dir(store, j->object_prefix, tmp, err)) {
+            whet_err_prefix(err, "judge model \"%s\": ", j->name);
+            goto fail;
+        }
+        /* Another request may have put the same model in place meanwhile: keep that one. */
+        if (rename(tmp, dir) && errno != ENOTEMPTY && errno != EEXIST) {
+            whet_errf(err, "judge model \"%s\": cannot rename %s to %s: %s", j->name, tmp, dir, strerror(errno));
+            goto fail;
+        }
+        remove_tree(tmp);
+        free(tmp);
+    }
+    free(root);
+    return dir;
+fail:
+    remove_tree(tmp);
+    free(tmp);
+    free(root);
+    free(dir);
+    return NULL;
+}
+
+/* Runs `whet grade` on the job's request with its judges in dirs[] and reads its answer. */
+static void run_child(struct grader_job *job, char **dirs) {
+    char *work_dir = xasprintf("%s/whet-grade-XXXXXX", whet_env("TMPDIR", "/tmp"));
+    if (!mkdtemp(work_dir)) {
+        free(work_dir);
+        result_with_server_error(job, "cannot create a temp dir: %s", strerror(errno));
+        return;
+    }
+    char *req_path = xasprintf("%s/request.json", work_dir), *out_path = xasprintf("%s/answer.json", work_dir),
+         *err_path = xasprintf("%s/stderr.txt", work_dir);
+    char **argv = xcalloc(2 * job->n_judges + 4, sizeof *argv);
+    size_t argc = 0;
+    argv[argc++] = "whet";
+    argv[argc++] = "grade";
+    for (size_t k = 0; k < job->n_judges; k++) {
+        argv[argc++] = "--judge";
+        argv[argc++] = xasprintf("%s=%s", job->judges[k].name, dirs[k]);
+    }
+    argv[argc++] = req_path;
+    char *text = json_dumps(job->request, JSON_COMPACT);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3); /* not the gateway's sockets */
+    pid_t pid;
+    int status = 0, spawned = -1;
+    if (whet_write_file_atomic(req_path, text, strlen(text), &job->err) == 0)
+        spawned = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+    free(text);
+    posix_spawn_file_actions_destroy(&fa);
+    if (spawned != 0) {
+        result_with_server_error(job, "cannot start the judge: %s", spawned > 0 ? strerror(spawned) : job->err.msg);
+        goto out;
+    }
+    double deadline = whet_now_mono() + GRADERS_JUDGE_TIMEOUT_S;
+    pid_t got;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && whet_now_mono() < deadline)
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        result_with_server_error(job, "the judge did not answer within %.0f s", GRADERS_JUDGE_TIMEOUT_S);
+        goto out;
+    }
+    char *answer = NULL;
+    size_t len = 0;
+    json_t *parsed = NULL;
+    if (got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+        whet_read_file(out_path, GRADERS_ANSWER_MAX, &answer, &len, &job->err) == 0)
+        parsed = json_loadb(answer, len, 0, NULL);
+    free(answer);
+    if (json_is_object(parsed)) {
+        job->answer = parsed;
+    } else {
+        json_decref(parsed);
+        char *why = NULL;
+        size_t why_len = 0;
+        struct whet_err ignored;
+        whet_read_file(err_path, 4096, &why, &why_len, &ignored);
+        while (why && why_len && (why[why_len - 1] == '\n')) why[--why_len] = 0;
+        result_with_server_error(job, "the judge failed (%s %d): %s",
+                                 WIFSIGNALED(status) ? "signal" : "exit status",
+                                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                                 why && *why ? why : "no message");
+        free(why);
+    }
+out:
+    for (size_t k = 0; k < job->n_judges; k++) free(argv[3 + 2 * k]);
+    free(argv);
+    free(req_path);
+    free(out_path);
+    free(err_path);
+    remove_tree(work_dir);
+    free(work_dir);
+}
+
 static void run_work(void *arg) {
     struct grader_job *job = arg;
-    struct grader_result res;
-    if (grader_run(job->grader, NULL, job->sample, job->item, &res, &job->err) == 0) {
-        job->answer = grader_result_openai_json(job->grader, &res);
-        grader_result_free(&res);
+    if (job->n_judges == 0) {
+        struct grader_result res;
+        if (grader_run(job->grader, NULL, job->sample, job->item, &res, &job->err) == 0) {
+            job->answer = grader_result_openai_json(job->grader, &res);
+            grader_result_free(&res);
+        }
+        return;
     }
+    char **dirs = xcalloc(job->n_judges, sizeof *dirs);
+    size_t k;
+    struct whet_err err;
+    for (k = 0; k < job->n_judges; k++)
+        if (!(dirs[k] = judge_local_dir(&job->judges[k], &err))) break;
+    if (k < job->n_judges) result_with_server_error(job, "%s", err.msg);
+    else run_child(job, dirs);
+    for (k = 0; k < job->n_judges; k++) free(dirs[k]);
+    free(dirs);
 }
 
 static void job_free(struct grader_job *job) {
     grader_free(job->grader);
+    json_decref(job->request);
     json_decref(job->sample);
     json_decref(job->item);
     json_decref(job->answer);
+    for (size_t k = 0; k < job->n_judges; k++) {
+        free(job->judges[k].name);
+        free(job->judges[k].param);
+        free(job->judges[k].object_prefix);
+        free(job->judges[k].sha256);
+    }
+    free(job->judges);
     free(job);
 }
 
@@ -48,22 +257,86 @@ static void run_done(struct gw_req *r, void *arg) {
     job_free(job);
 }
 
+static void start_job(struct gw_req *r, struct grader_job *job) {
+    if (http_run_blocking(r, run_work, run_done, job)) {
+        job_free(job);
+        http_reply_unavailable(r, 1, "the gateway's workers are busy");
+    }
+}
+
+/* The judge models of `grader` (a validated grader object) and the path of each `model` field,
+ * depth first in the order of multi's `graders`; a model named twice is one judge. */
+static void collect_judges(struct grader_job *job, const json_t *grader, const char *path) {
+    const char *type = json_string_value(json_object_get(grader, "type"));
+    if (!type) return;
+    if (!strcmp(type, "score_model") || !strcmp(type, "label_model")) {
+        const char *model = json_string_value(json_object_get(grader, "model"));
+        if (!model) return;
+        for (size_t k = 0; k < job->n_judges; k++)
+            if (!strcmp(job->judges[k].name, model)) return;
+        job->judges = xrealloc(job->judges, (job->n_judges + 1) * sizeof *job->judges);
+        job->judges[job->n_judges++] = (struct judge_ref){xstrdup(model), xasprintf("%s.model", path), NULL, NULL};
+    } else if (!strcmp(type, "multi")) {
+        const char *key;
+        json_t *sub;
+        json_object_foreach(json_object_get(grader, "graders"), key, sub) {
+            char *sub_path = xasprintf("%s.graders.%s", path, key);
+            collect_judges(job, sub, sub_path);
+            free(sub_path);
+        }
+    }
+}
+
+/* What the catalog look-up carries: the request's pool owns it (the callback does not run when the
+ * client went away), so the job is built again from the body's text afterwards. */
+struct judge_lookup {
+    const char *body_text;
+};
+
+static struct grader_job *job_from_body(struct gw_req *r, json_t *body);
+
+/* The catalog's row for every judge, in order (NULLs for a model it lacks). */
+static void judges_looked_up(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct judge_lookup *lookup = arg;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    json_t *body = json_loads(lookup->body_text, 0, NULL);
+    struct grader_job *job = body ? job_from_body(r, body) : NULL;
+    json_decref(body);
+    if (!job) {
+        if (!body) http_reply_error(r, 500, NULL, NULL, "the request could not be read again");
+        return;
+    }
+    const PGresult *rows = res->res[0];
+    for (size_t k = 0; k < job->n_judges; k++) {
+        if ((int)k >= PQntuples(rows) || PQgetisnull(rows, (int)k, 1)) {
+            http_reply_error(r, 400, job->judges[k].param, "model_not_found",
+                             "%s: the judge model \"%s\" does not exist", job->judges[k].param, job->judges[k].name);
+            job_free(job);
+            return;
+        }
+        job->judges[k].object_prefix = xstrdup(PQgetvalue(rows, (int)k, 1));
+        job->judges[k].sha256 = xstrdup(PQgetvalue(rows, (int)k, 2));
+    }
+    start_job(r, job);
+}
+
 /* The field path a validation message starts with ("grader.graders.a.operation: …"), for `param`. */
 static const char *error_param(struct gw_req *r, const char *message) {
     const char *colon = strstr(message, ": ");
     return colon ? http_strndup(r, message, (size_t)(colon - message)) : "grader";
 }
 
-static void graders_run(struct gw_req *r) {
-    json_t *body = http_body_json(r);
-    if (!body) return;
+/* Validates the request into a job, or answers 400 and returns NULL. */
+static struct grader_job *job_from_body(struct gw_req *r, json_t *body) {
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v) {
         if (strcmp(key, "grader") != 0 && strcmp(key, "model_sample") != 0 && strcmp(key, "item") != 0) {
             http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            json_decref(body);
-            return;
+            return NULL;
         }
     }
     json_t *grader = json_object_get(body, "grader"), *sample = json_object_get(body, "model_sample"),
@@ -84,10 +357,35 @@ static void graders_run(struct gw_req *r) {
         job->grader = g;
         job->sample = grader_sample_from_text(json_string_value(sample));
         job->item = json_is_object(item) ? json_incref(item) : json_object();
-        if (http_run_blocking(r, run_work, run_done, job)) {
-            job_free(job);
-            http_reply_unavailable(r, 1, "the gateway's workers are busy");
-        }
+        job->request = json_pack("{sOsOsO}", "grader", grader, "model_sample", sample, "item", job->item);
+        collect_judges(job, grader, "grader");
+        return job;
+    }
+    return NULL;
+}
+
+static void graders_run(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    struct grader_job *job = job_from_body(r, body);
+    if (job && job->n_judges) {
+        /* Every judge model must be in the catalog: look them up, in order, then build the job again. */
+        json_t *names = json_array();
+        for (size_t k = 0; k < job->n_judges; k++) json_array_append_new(names, json_string(job->judges[k].name));
+        char *names_text = json_dumps(names, JSON_COMPACT), *body_text = json_dumps(body, JSON_COMPACT);
+        struct judge_lookup *lookup = http_alloc(r, sizeof *lookup);
+        lookup->body_text = http_strndup(r, body_text, strlen(body_text));
+        const char *params[] = {http_strndup(r, names_text, strlen(names_text))};
+        db_query_sql(r,
+                     "SELECT t.name, b.object_prefix, b.sha256 FROM jsonb_array_elements_text($1::jsonb) "
+                     "WITH ORDINALITY AS t(name, i) LEFT JOIN base_models b ON b.id = t.name ORDER BY t.i",
+                     1, params, judges_looked_up, lookup);
+        free(names_text);
+        free(body_text);
+        json_decref(names);
+        job_free(job);
+    } else if (job) {
+        start_job(r, job);
     }
     json_decref(body);
 }

@@ -1,13 +1,21 @@
 // graders_api.mjs - POST /v1/fine_tuning/alpha/graders/run against a real gateway and PostgreSQL:
 // OpenAI's response shape for each grader type, the sample's output_json, multi sub_rewards, a
-// python grader's exception in metadata.errors (reward 0, HTTP 200), the not-supported model grader,
-// and refusals (a bad field named by its path in `param`, a missing model_sample, an unknown key).
+// python grader's exception in metadata.errors (reward 0, HTTP 200), score_model and label_model
+// graders judged by the catalog's whet-tiny (downloaded once into the gateway's judge cache, run by a
+// `whet grade` child), a judge that cannot be fetched (reward 0, model_grader_server_error), and
+// refusals (a judge model not in the catalog named by its field's path, (a bad field named by its path in `param`, a missing model_sample, an unknown key).
 // Also runs the request through the OpenAI SDK's client.fineTuning.alpha.graders.run.
 import OpenAI from 'openai';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, existsSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { startStack, client, checker } from '../../integration/api/harness.mjs';
 
 const { check, summary, failed } = checker();
-const stack = await startStack({ tenants: ['alpha'] });
+// The gateway's own TMPDIR: its judge cache (no data dir) starts empty and is looked at below.
+const gatewayTmp = mkdtempSync(join(tmpdir(), 'whet-graders-api-'));
+const stack = await startStack({ tenants: ['alpha'], env: { TMPDIR: gatewayTmp } });
 try {
   const a = client(stack, 'alpha');
   const run = (body) => a('POST', '/v1/fine_tuning/alpha/graders/run', { json: body });
@@ -46,10 +54,49 @@ try {
   check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.python_grader_runtime_error === true &&
         /ValueError: nope/.test(r.json.metadata.errors.python_grader_runtime_error_details), 'python exception: reward 0 with details', r.text);
 
-  r = await run({ grader: { type: 'score_model', name: 'judge', model: 'whet-tiny', input: [{ role: 'user', content: 'rate {{sample.output_text}}' }] },
+  // Model graders: whet-tiny goes into the catalog and the object store as `whet model register` puts it.
+  const modelDir = join(gatewayTmp, 'whet-tiny-src');
+  execFileSync(process.env.WHET_BIN, ['model', 'init', '--preset', 'tiny', '--out', modelDir], { stdio: 'pipe' });
+  execFileSync(process.env.WHET_BIN, ['model', 'register', 'whet-tiny', modelDir], { stdio: 'pipe',
+    env: { ...process.env, WHET_DATABASE_URL: stack.dbUrl, WHET_OBJECT_STORE: `file://${stack.objects}` } });
+  const judgeInput = [{ role: 'user', content: 'Rate this answer: {{sample.output_text}}' }];
+  r = await run({ grader: { type: 'score_model', name: 'judge', model: 'whet-tiny', input: judgeInput, range: [0, 10] },
+                  model_sample: 'four' });
+  const je = r.json?.metadata?.errors;
+  // The tiny model's reply is noise: a number in it is the reward, none is a parse error; either way
+  // the judge answered (no server error) and the reward is in range.
+  check(r.status === 200 && r.json.metadata.type === 'score_model' && r.json.reward >= 0 && r.json.reward <= 10 &&
+        je?.model_grader_server_error === false && !/not supported/.test(r.text) &&
+        (je.model_grader_parse_error === false || /judge's reply/.test(JSON.stringify(je.messages))),
+        'score_model judged by whet-tiny', r.text);
+  const cacheRoot = readdirSync(gatewayTmp).filter((d) => d.startsWith('whet-judge-cache-'));
+  const cached = cacheRoot.length === 1 ? readdirSync(join(gatewayTmp, cacheRoot[0])) : [];
+  check(cached.length === 1 && cached[0].startsWith('whet-tiny-') &&
+        existsSync(join(gatewayTmp, cacheRoot[0], cached[0], 'MANIFEST.json')) &&
+        readdirSync(gatewayTmp).every((d) => !d.startsWith('whet-grade-')),
+        'the judge is cached once, no download or child temp dir left behind', { cacheRoot, cached });
+  r = await run({ grader: { type: 'label_model', name: 'lab', model: 'whet-tiny', input: judgeInput,
+                            labels: ['good', 'bad'], passing_labels: ['good'] }, model_sample: 'four' });
+  check(r.status === 200 && r.json.metadata.type === 'label_model' && (r.json.reward === 0 || r.json.reward === 1) &&
+        r.json.metadata.errors.model_grader_server_error === false, 'label_model judged by whet-tiny (cache reused)', r.text);
+  r = await run({ grader: { type: 'multi', name: 'both', calculate_output: 'exact + 0 * q',
+                            graders: { exact, q: { type: 'score_model', name: 'q', model: 'whet-tiny', input: judgeInput } } },
+                  model_sample: '{"answer": "42"}', item: { answer: '42' } });
+  check(r.status === 200 && r.json.reward === 1 && r.json.sub_rewards.exact === 1 && typeof r.json.sub_rewards.q === 'number' &&
+        r.json.metadata.errors.model_grader_server_error === false, 'multi with a judged sub-grader', r.text);
+  r = await run({ grader: { type: 'score_model', name: 'judge', model: 'no-such-model', input: judgeInput }, model_sample: 'x' });
+  check(r.status === 400 && r.json?.error?.param === 'grader.model' && /no-such-model/.test(r.json.error.message),
+        'a judge model not in the catalog: 400 naming grader.model', r.text);
+  r = await run({ grader: { type: 'multi', name: 'm', calculate_output: 'q',
+                            graders: { q: { type: 'label_model', name: 'q', model: 'nope', input: judgeInput, labels: ['a'], passing_labels: ['a'] } } },
                   model_sample: 'x' });
+  check(r.status === 400 && r.json?.error?.param === 'grader.graders.q.model', 'a nested unknown judge: its path', r.text);
+  // In the catalog but not in the object store: the judge cannot answer, which is a result, not a 5xx.
+  stack.psql(`INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+              VALUES ('ghost', 'llama', 1000000, 'models/ghost', 'ff', '{}')`);
+  r = await run({ grader: { type: 'score_model', name: 'g', model: 'ghost', input: judgeInput }, model_sample: 'x' });
   check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.model_grader_server_error === true &&
-        /not supported in this build/.test(r.json.metadata.errors.model_grader_server_error_details), 'score_model: not supported', r.text);
+        /ghost/.test(r.json.metadata.errors.model_grader_server_error_details), 'a judge that cannot be fetched: server error result', r.text);
 
   r = await run({ grader: { type: 'multi', name: 'm', calculate_output: 'a', graders: { accuracy: { ...exact, operation: 'equals' } } }, model_sample: 'x' });
   check(r.status === 400 && r.json?.error?.param === 'grader.graders.accuracy.operation' &&
@@ -71,5 +118,6 @@ try {
   const stopped = await stack.stop();
   check(stopped === null, 'the gateway exits cleanly', stopped);
   if (failed()) console.error(stack.logTail(60));
+  rmSync(gatewayTmp, { recursive: true, force: true });
 }
 process.exit(summary());
