@@ -133,6 +133,22 @@ fail:
     return NULL;
 }
 
+/* The end of the child's stderr (its last message; a long report is cut at the front), without the
+ * final newlines, into why[size]. */
+static void stderr_tail(const char *path, char *why, size_t size) {
+    why[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long end = ftell(f);
+        fseek(f, end > (long)size - 1 ? end - ((long)size - 1) : 0, SEEK_SET);
+        size_t n = fread(why, 1, size - 1, f);
+        why[n] = 0;
+        while (n && why[n - 1] == '\n') why[--n] = 0;
+    }
+    fclose(f);
+}
+
 /* Runs `whet grade` on the job's request with its judges in dirs[] and reads its answer. */
 static void run_child(struct grader_job *job, char **dirs) {
     char *work_dir = xasprintf("%s/whet-grade-XXXXXX", whet_env("TMPDIR", "/tmp"));
@@ -190,16 +206,12 @@ static void run_child(struct grader_job *job, char **dirs) {
         job->answer = parsed;
     } else {
         json_decref(parsed);
-        char *why = NULL;
-        size_t why_len = 0;
-        struct whet_err ignored;
-        whet_read_file(err_path, 4096, &why, &why_len, &ignored);
-        while (why && why_len && (why[why_len - 1] == '\n')) why[--why_len] = 0;
+        char why[512];
+        stderr_tail(err_path, why, sizeof why);
         result_with_server_error(job, "the judge failed (%s %d): %s",
                                  WIFSIGNALED(status) ? "signal" : "exit status",
                                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                                 why && *why ? why : "no message");
-        free(why);
+                                 *why ? why : "no message");
     }
 out:
     for (size_t k = 0; k < job->n_judges; k++) free(argv[3 + 2 * k]);

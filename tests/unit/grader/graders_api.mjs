@@ -2,12 +2,13 @@
 // OpenAI's response shape for each grader type, the sample's output_json, multi sub_rewards, a
 // python grader's exception in metadata.errors (reward 0, HTTP 200), score_model and label_model
 // graders judged by the catalog's whet-tiny (downloaded once into the gateway's judge cache, run by a
-// `whet grade` child), a judge that cannot be fetched (reward 0, model_grader_server_error), and
+// `whet grade` child), a judge that cannot be fetched or loaded (reward 0, model_grader_server_error), and
 // refusals (a judge model not in the catalog named by its field's path, (a bad field named by its path in `param`, a missing model_sample, an unknown key).
 // Also runs the request through the OpenAI SDK's client.fineTuning.alpha.graders.run.
 import OpenAI from 'openai';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, existsSync, rmSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdtempSync, mkdirSync, readdirSync, existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { startStack, client, checker } from '../../integration/api/harness.mjs';
@@ -97,6 +98,18 @@ try {
   r = await run({ grader: { type: 'score_model', name: 'g', model: 'ghost', input: judgeInput }, model_sample: 'x' });
   check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.model_grader_server_error === true &&
         /ghost/.test(r.json.metadata.errors.model_grader_server_error_details), 'a judge that cannot be fetched: server error result', r.text);
+  // Fetched, but no model the judge can load: the `whet grade` child fails, and its message is the details.
+  const brokenConfig = '{"architectures": ["NoSuchModel"]}';
+  mkdirSync(join(stack.objects, 'models', 'broken'), { recursive: true });
+  writeFileSync(join(stack.objects, 'models', 'broken', 'config.json'), brokenConfig);
+  writeFileSync(join(stack.objects, 'models', 'broken', 'MANIFEST.json'), JSON.stringify({ files: [{ name: 'config.json',
+    size: brokenConfig.length, sha256: createHash('sha256').update(brokenConfig).digest('hex') }] }));
+  stack.psql(`INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+              VALUES ('broken', 'llama', 1000000, 'models/broken', 'ee', '{}')`);
+  r = await run({ grader: { type: 'score_model', name: 'b', model: 'broken', input: judgeInput }, model_sample: 'x' });
+  check(r.status === 200 && r.json.reward === 0 && r.json.metadata.errors.model_grader_server_error === true &&
+        /the judge failed \(exit status 1\): whet grade: .*broken/.test(r.json.metadata.errors.model_grader_server_error_details),
+        'a judge that does not load: the child\'s message as a server error result', r.text);
 
   r = await run({ grader: { type: 'multi', name: 'm', calculate_output: 'a', graders: { accuracy: { ...exact, operation: 'equals' } } }, model_sample: 'x' });
   check(r.status === 400 && r.json?.error?.param === 'grader.graders.accuracy.operation' &&
