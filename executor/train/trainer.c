@@ -67,6 +67,15 @@ void trainer_event_line(const struct run *r, const char *json_object_text) {
     fflush(r->io->events);
 }
 
+void trainer_metrics_line(const struct run *r, const char *json_object_text) {
+    fprintf(r->metrics, "%s\n", json_object_text);
+    fflush(r->metrics);
+    if (r->io->events) {
+        fprintf(r->io->events, "{\"type\":\"metrics\",%s\n", json_object_text + 1);
+        fflush(r->io->events);
+    }
+}
+
 /* What the training epochs pack: SFT examples, or DPO pairs (each one unit holding both sequences). */
 static const struct sft_dataset *packed_set(const struct run *r) {
     return r->cfg->method == TRAINER_DPO ? &r->dpo_train.pairs : &r->train;
@@ -587,12 +596,7 @@ static int train_step(struct run *r, struct whet_err *err) {
                      r->step, r->cursor.epoch, loss, lr, (double)norm, fig.tokens, tps, fig.metrics);
     if (eval_now) n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_loss\":%.9g%s", valid, valid_metrics);
     snprintf(line + n, sizeof line - (size_t)n, "}");
-    fprintf(r->metrics, "%s\n", line);
-    fflush(r->metrics);
-    if (r->io->events) {
-        fprintf(r->io->events, "{\"type\":\"metrics\",%s\n", line + 1);
-        fflush(r->io->events);
-    }
+    trainer_metrics_line(r, line);
     char valid_text[48] = "";
     if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_loss %.4f", valid);
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);

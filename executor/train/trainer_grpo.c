@@ -395,12 +395,7 @@ static void write_metrics(struct run *r, const struct step_record *s, double lr,
         n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_reward_mean\":%.9g,\"valid_pass_rate\":%.6f",
                       valid_reward, valid_pass);
     snprintf(line + n, sizeof line - (size_t)n, "}");
-    fprintf(r->metrics, "%s\n", line);
-    fflush(r->metrics);
-    if (r->io->events) {
-        fprintf(r->io->events, "{\"type\":\"metrics\",%s\n", line + 1);
-        fflush(r->io->events);
-    }
+    trainer_metrics_line(r, line);
     char valid_text[64] = "";
     if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_reward %.3f", valid_reward);
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);

@@ -46,6 +46,9 @@ struct run {
 /* A progress line for people ("whet train: …" on io->progress) and a JSON event line (io->events). */
 void trainer_progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void trainer_event_line(const struct run *r, const char *json_object_text);
+/* One step's metrics object (JSON text "{…}") to metrics.jsonl and, as a "metrics" event, to the
+ * executor's pipe. */
+void trainer_metrics_line(const struct run *r, const char *json_object_text);
 
 /* ---- method grpo (trainer_grpo.c) ---- */
 /* Reads the RFT training (and validation) prompts and reports them ("data" events). */
