@@ -113,7 +113,7 @@ static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, str
                           : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
                                              SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0));
     /* ioctl: all but TIOCSTI, which pushes input into a terminal the caller may have handed over. */
-    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_NE, TIOCSTI));
+    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, SCMP_A1(SCMP_CMP_NE, TIOCSTI, 0));
     uint32_t network = spec->kill_on_network ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EACCES);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socket), 0);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socketpair), 0);
