@@ -17,7 +17,8 @@ struct bucket {
     struct bucket *next;
     char tenant[HTTP_TENANT_ID_MAX + 1];
     double tokens;
-    double last; /* whet_now_mono() of the last refill */
+    double last;  /* whet_now_mono() of the last refill */
+    double burst; /* the capacity last applied */
 };
 
 static struct bucket *slots[BUCKET_SLOTS];
@@ -38,13 +39,18 @@ int ratelimit_take(const char *tenant_id, double rate_per_s, double burst, doubl
         b = xcalloc(1, sizeof(*b));
         snprintf(b->tenant, sizeof(b->tenant), "%s", tenant_id);
         b->tokens = burst;
+        b->burst = burst;
         b->last = now;
         b->next = slots[slot];
         slots[slot] = b;
     }
     double elapsed = now - b->last;
     if (elapsed > 0) b->tokens += elapsed * rate_per_s;
-    if (b->tokens > burst) b->tokens = burst; /* also applies a lowered burst at once */
+    /* A raised burst adds its increase at once (an operator raising a limit means now); a lowered one
+     * caps the tokens at once. */
+    if (burst > b->burst) b->tokens += burst - b->burst;
+    b->burst = burst;
+    if (b->tokens > burst) b->tokens = burst;
     b->last = now;
     int allowed = b->tokens >= 1.0;
     if (allowed) b->tokens -= 1.0;

@@ -56,8 +56,10 @@ static const struct auth_entry *cache_get(struct gw_req *r, const uint8_t key[32
     return e;
 }
 
-static void cache_put(struct gw_req *r, const uint8_t key[32], const char *tenant_id, const char *tenant_name,
-                      double rate_per_s, double burst) {
+/* `epoch` is gw_auth_epoch as it was when the lookup started: a row read before an operator's change
+ * may reach here after it, and must not be cached as current. */
+static void cache_put(struct gw_req *r, const uint8_t key[32], unsigned epoch, const char *tenant_id,
+                      const char *tenant_name, double rate_per_s, double burst) {
     struct auth_entry *e = cache_slot(r->thread->auth_cache, key);
     e->used = 1;
     memcpy(e->key, key, 32);
@@ -66,7 +68,7 @@ static void cache_put(struct gw_req *r, const uint8_t key[32], const char *tenan
     e->rate_per_s = rate_per_s;
     e->burst = burst;
     e->expires = whet_now_mono() + r->thread->gw->opts.auth_cache_ttl_ms / 1000.0;
-    e->epoch = atomic_load(&gw_auth_epoch);
+    e->epoch = epoch;
 }
 
 void auth_prepare_statements(void) {
@@ -122,6 +124,7 @@ static int bytea_hash(const char *text, uint8_t out[32]) {
 struct key_lookup {
     char key[AUTH_API_KEY_LEN + 1];
     uint8_t hash[32];
+    unsigned epoch; /* gw_auth_epoch when the lookup started */
 };
 
 static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -145,7 +148,7 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
         }
         const char *tenant_id = db_value(rows, i, 2), *name = db_value(rows, i, 3);
         double rate = strtod(db_value(rows, i, 4), NULL), burst = strtod(db_value(rows, i, 5), NULL);
-        cache_put(r, kl->hash, tenant_id, name, rate, burst);
+        cache_put(r, kl->hash, kl->epoch, tenant_id, name, rate, burst);
         tenant_admitted(r, tenant_id, name, rate, burst);
         return;
     }
@@ -153,7 +156,7 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
 }
 
 static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *arg) {
-    const uint8_t *cache_key = arg;
+    const struct key_lookup *kl = arg; /* only hash and epoch: a token has no key */
     if (!res->ok) {
         http_reply_db_error(r, res);
         return;
@@ -169,7 +172,7 @@ static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *a
     }
     const char *tenant_id = db_value(rows, 0, 0), *name = db_value(rows, 0, 1);
     double rate = strtod(db_value(rows, 0, 2), NULL), burst = strtod(db_value(rows, 0, 3), NULL);
-    cache_put(r, cache_key, tenant_id, name, rate, burst);
+    cache_put(r, kl->hash, kl->epoch, tenant_id, name, rate, burst);
     tenant_admitted(r, tenant_id, name, rate, burst);
 }
 
@@ -183,6 +186,7 @@ static void authenticate_api_key(struct gw_req *r, const char *key) {
     struct key_lookup *kl = http_alloc(r, sizeof(*kl));
     memcpy(kl->key, key, AUTH_API_KEY_LEN + 1);
     auth_api_key_hash(key, kl->hash);
+    kl->epoch = atomic_load(&gw_auth_epoch);
     const struct auth_entry *e = cache_get(r, kl->hash);
     if (e) {
         tenant_admitted(r, e->tenant_id, e->tenant_name, e->rate_per_s, e->burst);
@@ -218,16 +222,18 @@ static void authenticate_jwt(struct gw_req *r, const char *token) {
                            "operator tokens are for /admin/v1; hint: use a tenant's API key or token");
         return;
     }
-    uint8_t *cache_key = http_alloc(r, 32);
+    struct key_lookup *kl = http_alloc(r, sizeof(*kl));
+    kl->key[0] = 0;
     char *material = http_printf(r, "tenant:%s", id.tenant);
-    whet_sha256(material, strlen(material), cache_key);
-    const struct auth_entry *e = cache_get(r, cache_key);
+    whet_sha256(material, strlen(material), kl->hash);
+    kl->epoch = atomic_load(&gw_auth_epoch);
+    const struct auth_entry *e = cache_get(r, kl->hash);
     if (e) {
         tenant_admitted(r, e->tenant_id, e->tenant_name, e->rate_per_s, e->burst);
         return;
     }
     const char *params[] = {id.tenant};
-    db_query(r, "auth_tenant", 1, params, on_tenant_row, cache_key);
+    db_query(r, "auth_tenant", 1, params, on_tenant_row, kl);
 }
 
 void gw_authenticate(struct gw_req *r) {

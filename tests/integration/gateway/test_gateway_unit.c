@@ -244,7 +244,25 @@ TEST(json_encode_as_jansson) {
     json_matches(json_integer(0));
 }
 
+TEST(rate_limit_changes_apply_at_once) {
+    double retry = 0;
+    int ok = 0;
+    for (int i = 0; i < 8; i++) ok += ratelimit_take("t-raise", 2, 5, 100.0, &retry);
+    CHECK(ok == 5 && retry > 0.4 && retry <= 0.5);
+    /* The operator raises the limit: the burst's increase is there at once, not over time. */
+    ok = 0;
+    for (int i = 0; i < 20; i++) ok += ratelimit_take("t-raise", 1000, 1000, 100.0, &retry);
+    CHECK(ok == 20);
+    /* ... and lowers it: the tokens are capped at once. */
+    ok = 0;
+    for (int i = 0; i < 5; i++) ok += ratelimit_take("t-raise", 1, 2, 100.0, &retry);
+    CHECK(ok == 2);
+    CHECK(ratelimit_take("t-raise", 1, 2, 101.0, &retry) == 1); /* refills at the new rate */
+    CHECK(ratelimit_take("t-other", 1, 1, 101.0, &retry) == 1);  /* tenants are separate */
+}
+
 int main(void) {
+    RUN(rate_limit_changes_apply_at_once);
     RUN(json_encode_as_jansson);
     RUN(jwt_claims);
     RUN(jwt_issuer_audience);
