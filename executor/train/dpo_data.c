@@ -63,14 +63,8 @@ void dpo_dataset_add(struct dpo_dataset *ds, const int32_t *chosen, const uint8_
 
 /* ---------------------------------------------------------------- parsing lines */
 
-/* The parsed line owns the JSON and the texts joined from array contents. */
-struct parsed_pair {
-    json_t *root;
-    int n_joined;
-    char **joined;
-};
-
-static const char *content_text(struct parsed_pair *pp, json_t *content, const char *field, struct whet_err *err) {
+static const char *content_text(struct sft_parsed_line *pp, json_t *content, const char *field,
+                                struct whet_err *err) {
     char *joined;
     const char *text = sft_content_text(content, field, &joined, err);
     if (joined) {
@@ -81,7 +75,7 @@ static const char *content_text(struct parsed_pair *pp, json_t *content, const c
 }
 
 /* One message object into *out; `field` names it in errors ("input.messages[2]"). */
-static int parse_message(struct chat_message *out, struct parsed_pair *pp, json_t *m, const char *field,
+static int parse_message(struct chat_message *out, struct sft_parsed_line *pp, json_t *m, const char *field,
                          struct whet_err *err) {
     if (!json_is_object(m)) return whet_errf(err, "%s: must be a message object", field);
     json_t *role = json_object_get(m, "role");
@@ -102,7 +96,7 @@ static int parse_message(struct chat_message *out, struct parsed_pair *pp, json_
 /* The chosen or rejected answer: an array of one or more assistant messages (the current name), or,
  * for the older *_completion names, also a single message object or a plain string. The messages
  * are appended to msgs[*n] on, each a scored assistant turn. */
-static int parse_output(struct chat_message *msgs, int *n, struct parsed_pair *pp, json_t *v, const char *name,
+static int parse_output(struct chat_message *msgs, int *n, struct sft_parsed_line *pp, json_t *v, const char *name,
                         int legacy, struct whet_err *err) {
     if (legacy && json_is_string(v)) {
         msgs[(*n)++] = (struct chat_message){"assistant", json_string_value(v), 1};
@@ -129,14 +123,7 @@ static int parse_output(struct chat_message *msgs, int *n, struct parsed_pair *p
 static int output_count(json_t *v) { return json_is_array(v) ? (int)json_array_size(v) : 1; }
 
 void dpo_pair_free(struct chat_message *chosen, struct chat_message *rejected, void *json_root) {
-    struct parsed_pair *pp = json_root;
-    if (pp) {
-        for (int i = 0; i < pp->n_joined; i++) free(pp->joined[i]);
-        free(pp->joined);
-        json_decref(pp->root);
-        free(pp);
-    }
-    free(chosen);
+    sft_messages_free(chosen, json_root);
     free(rejected);
 }
 
@@ -145,7 +132,7 @@ int dpo_parse_pair(struct chat_message **chosen_out, int *n_chosen, struct chat_
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
     if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
-    struct parsed_pair *pp = xcalloc(1, sizeof *pp);
+    struct sft_parsed_line *pp = xcalloc(1, sizeof *pp);
     pp->root = root;
     struct chat_message *sides[2] = {NULL, NULL};
     int counts[2] = {0, 0};

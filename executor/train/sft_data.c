@@ -79,13 +79,6 @@ const char *sft_content_text(json_t *content, const char *field, char **joined, 
     return buf;
 }
 
-/* The joined texts of array contents are kept after the messages so one free releases them. */
-struct parsed_line {
-    json_t *root;
-    int n_joined;
-    char **joined;
-};
-
 int sft_parse_messages(struct chat_message **msgs_out, int *n_out, void **json_root, const char *line, size_t len,
                        struct whet_err *err) {
     json_error_t jerr;
@@ -101,7 +94,7 @@ int sft_parse_messages(struct chat_message **msgs_out, int *n_out, void **json_r
         return whet_errf(err, "\"messages\" must be a non-empty array");
     }
     int n = (int)json_array_size(messages);
-    struct parsed_line *pl = xcalloc(1, sizeof *pl);
+    struct sft_parsed_line *pl = xcalloc(1, sizeof *pl);
     pl->root = root;
     pl->joined = xcalloc((size_t)n, sizeof *pl->joined);
     struct chat_message *msgs = xcalloc((size_t)n, sizeof *msgs);
@@ -163,7 +156,7 @@ fail:
 }
 
 void sft_messages_free(struct chat_message *msgs, void *json_root) {
-    struct parsed_line *pl = json_root;
+    struct sft_parsed_line *pl = json_root;
     if (pl) {
         for (int i = 0; i < pl->n_joined; i++) free(pl->joined[i]);
         free(pl->joined);

@@ -66,6 +66,13 @@ struct chat_message;
 const char *sft_content_text(json_t *content, const char *field, char **joined, struct whet_err *err);
 int sft_parse_messages(struct chat_message **msgs, int *n_msgs, void **json_root, const char *line, size_t len,
                        struct whet_err *err);
+/* What a parsed line owns (the `json_root` of sft_parse_messages and dpo_parse_pair): the JSON and
+ * the texts joined from array contents. sft_messages_free releases it with the messages. */
+struct sft_parsed_line {
+    json_t *root;
+    int n_joined;
+    char **joined;
+};
 void sft_messages_free(struct chat_message *msgs, void *json_root);
 
 /* ---------------------------------------------------------------- packing */
