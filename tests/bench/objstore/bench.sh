@@ -13,7 +13,7 @@
 # an MD5), so on s3rver multipart pays a second full copy that real S3 does not: the single-PUT ratio
 # is the one that measures this client; the multipart ratios show what s3rver makes of it.
 #
-#   tests/bench/objstore/bench.sh [BUILD_DIR]     (default build; needs libwhet_common.a built there)
+#   tests/bench/objstore/bench.sh [BUILD_DIR]     (needs libwhet_objstore.a, libwhet_common.a built there)
 #   SIZE_MB=200 ROUNDS=3 tests/bench/objstore/bench.sh build-objstore
 #
 # s3rver is a single-threaded Node server writing to local disk, so it, not the network, bounds both
@@ -25,14 +25,15 @@ build=${1:-build}
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 size_mb=${SIZE_MB:-200}
 rounds=${ROUNDS:-5}
-[ -f "$build/libwhet_common.a" ] || { echo "bench: $build/libwhet_common.a not built" >&2; exit 1; }
+[ -f "$build/libwhet_objstore.a" ] || { echo "bench: $build/libwhet_objstore.a not built" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/whet-objstore-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" "$root/tests/bench/objstore/upload.c" "$build/libwhet_common.a" \
+cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" -I"$root/common/objstore" "$root/tests/bench/objstore/upload.c" \
+  "$build/libwhet_objstore.a" "$build/libwhet_common.a" \
   $(pkg-config --libs libcurl libzstd jansson libcrypto) -lpthread -lm -o "$work/upload"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -10,7 +10,7 @@
 # ratio is the client's saving. s3rver is single-threaded Node on local disk and this machine has 2
 # cores shared with other work: the times are noisy, rounds alternate the two and medians are shown.
 #
-#   tests/bench/objstore/resume.sh [BUILD_DIR]       (needs libwhet_common.a built there)
+#   tests/bench/objstore/resume.sh [BUILD_DIR]       (needs libwhet_objstore.a and libwhet_common.a built there)
 #   SIZE_MB=200 FRACTION=0.5 ROUNDS=3 tests/bench/objstore/resume.sh build-objstore
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -19,14 +19,15 @@ case "$build" in /*) ;; *) build="$root/$build" ;; esac
 size_mb=${SIZE_MB:-200}
 fraction=${FRACTION:-0.5}
 rounds=${ROUNDS:-3}
-[ -f "$build/libwhet_common.a" ] || { echo "bench: $build/libwhet_common.a not built" >&2; exit 1; }
+[ -f "$build/libwhet_objstore.a" ] || { echo "bench: $build/libwhet_objstore.a not built" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/whet-objstore-resume.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 
-cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" "$root/tests/bench/objstore/resume.c" "$build/libwhet_common.a" \
+cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" -I"$root/common/objstore" "$root/tests/bench/objstore/resume.c" \
+  "$build/libwhet_objstore.a" "$build/libwhet_common.a" \
   $(pkg-config --libs libcurl libzstd jansson libcrypto) -lpthread -lm -o "$work/resume"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
