@@ -31,6 +31,7 @@
 #include "db.h"
 #include "env.h"
 #include "log.h"
+#include "rng.h"
 
 #define GRACE_S 10.0      /* how long a stopping loop waits for requests in flight */
 #define IDLE_GRACE_S 1.0  /* and then for idle keep-alive connections to close */
@@ -119,12 +120,8 @@ static void request_id_new(struct gw_thread *t, char *out) {
     memcpy(out, "req_", 4);
     uint64_t bits = 0;
     for (int i = 0; i < 24; i++) {
-        if (i % 8 == 0) { /* 8 characters per 64-bit draw (6 bits each, modulo bias negligible) */
-            uint64_t z = (t->request_id_state += 0x9e3779b97f4a7c15ull);
-            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-            bits = z ^ (z >> 31);
-        }
+        /* 8 characters per 64-bit draw (6 bits each, modulo bias negligible) */
+        if (i % 8 == 0) bits = rng_splitmix64(&t->request_id_state);
         out[4 + i] = alphabet[(bits & 63) % 62];
         bits >>= 8;
     }

@@ -8,6 +8,7 @@
 
 #include "chat_template.h"
 #include "json.h"
+#include "rng.h"
 
 /* ---------------------------------------------------------------- examples */
 
@@ -203,24 +204,17 @@ int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat
 
 /* ---------------------------------------------------------------- packing */
 
-/* splitmix64 over (seed, epoch): each epoch's order is a pure function of the two, which is what
- * lets a checkpoint store only the cursor. */
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle) {
     int n = ds->n_examples;
     ep->epoch = epoch;
     ep->items = xmalloc((size_t)(n ? n : 1) * sizeof *ep->items);
     for (int i = 0; i < n; i++) ep->items[i] = i;
     if (shuffle) {
+        /* splitmix64 over (seed, epoch): each epoch's order is a pure function of the two, which is
+         * what lets a checkpoint store only the cursor. */
         uint64_t state = seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(epoch + 1));
         for (int i = n - 1; i > 0; i--) { /* Fisher-Yates; the modulo bias of 2^64 % (i+1) is negligible */
-            int j = (int)(splitmix64(&state) % (uint64_t)(i + 1));
+            int j = (int)(rng_splitmix64(&state) % (uint64_t)(i + 1));
             int t = ep->items[i];
             ep->items[i] = ep->items[j];
             ep->items[j] = t;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rng.h"
 #include "tokenizer_internal.h"
 
 #define TINY_MIN_VOCAB (256 + 3)
@@ -192,11 +193,9 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
     n_base = n_distinct;
     struct tok_buf extra = {0};
     char buf[256];
-    uint64_t x = 0x9E3779B97F4A7C15ull; /* xorshift64: pairs of words drawn the same way every time */
+    uint64_t x = RNG_GOLDEN; /* xorshift64: pairs of words drawn the same way every time */
     for (int i = 0; i < 2 * target; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        rng_xorshift64(&x);
         const char *a = base[(x >> 11) % n_base], *b = base[(x >> 37) % n_base];
         uint32_t la, lb;
         memcpy(&la, a, 4);

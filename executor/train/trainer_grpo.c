@@ -61,12 +61,7 @@ struct grpo_run {
 };
 
 /* splitmix64 of (a, b): the seeds of per-epoch orders and per-step rollouts. */
-static uint64_t mix(uint64_t a, uint64_t b) {
-    uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t mix(uint64_t a, uint64_t b) { return rng_mix64(a + RNG_GOLDEN * (b + 1)); }
 #define ROLLOUT_STREAM 0x526f6c6c6f757473ull /* "Rollouts": keeps the rollout seeds apart from the orders' */
 
 /* ---------------------------------------------------------------- data */

@@ -45,8 +45,8 @@ int sim_inflate(FILE *out, const struct sim_fleet *fleet, const struct sim_pods 
     /* Draw the tasks first so the job array never moves (the cluster points at placed jobs). */
     int64_t capacity = pl_cluster_gpu_milli_capacity(c);
     double target = o->load * (double)capacity;
-    struct sim_rng rng;
-    sim_rng_seed(&rng, o->seed);
+    struct rng rng;
+    rng_seed(&rng, o->seed);
     int32_t n = 0, cap = 1024;
     int32_t *draw = xmalloc((size_t)cap * sizeof *draw);
     double requested = 0;
@@ -54,7 +54,7 @@ int sim_inflate(FILE *out, const struct sim_fleet *fleet, const struct sim_pods 
     for (int32_t i = 0; i < pods->n; i++) has_gpu_task |= pods->pods[i].gpus > 0;
     while (has_gpu_task && requested < target) {
         if (n == cap) draw = xrealloc(draw, (size_t)(cap *= 2) * sizeof *draw);
-        int32_t k = (int32_t)sim_rng_below(&rng, (uint64_t)pods->n);
+        int32_t k = (int32_t)rng_below(&rng, (uint64_t)pods->n);
         draw[n++] = k;
         requested += (double)pods->pods[k].gpus * pods->pods[k].gpu_milli;
     }

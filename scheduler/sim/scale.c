@@ -28,12 +28,12 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void make_job(struct pl_job *j, uint64_t id, struct sim_rng *rng, const struct sim_scale_opts *o) {
+static void make_job(struct pl_job *j, uint64_t id, struct rng *rng, const struct sim_scale_opts *o) {
     memset(j, 0, sizeof *j);
     j->id = id;
-    j->tenant = (int32_t)sim_rng_below(rng, 16);
-    j->priority = (int32_t)sim_rng_below(rng, 3);
-    uint64_t r = sim_rng_below(rng, 1000);
+    j->tenant = (int32_t)rng_below(rng, 16);
+    j->priority = (int32_t)rng_below(rng, 3);
+    uint64_t r = rng_below(rng, 1000);
     j->gpu_milli = PL_MILLI;
     if (r < 100) {
         j->gpus = 1;
@@ -54,8 +54,8 @@ static void make_job(struct pl_job *j, uint64_t id, struct sim_rng *rng, const s
     if (j->gpus > o->gpus_per_node * PL_MAX_NODES_PER_JOB) j->gpus = o->gpus_per_node;
     j->cpu_milli = (int64_t)j->gpus * 8000;
     j->mem_mib = (int64_t)j->gpus * 65536;
-    if (sim_rng_below(rng, 10) == 0 && o->types > 1) j->allowed_types = 1ull << sim_rng_below(rng, (uint64_t)o->types);
-    if (sim_rng_below(rng, 10) == 0 && o->dcs > 1) j->allowed_dcs = 1ull << sim_rng_below(rng, (uint64_t)o->dcs);
+    if (rng_below(rng, 10) == 0 && o->types > 1) j->allowed_types = 1ull << rng_below(rng, (uint64_t)o->types);
+    if (rng_below(rng, 10) == 0 && o->dcs > 1) j->allowed_dcs = 1ull << rng_below(rng, (uint64_t)o->dcs);
     j->preemptible = 1;
     j->submit_time = (double)id;
 }
@@ -89,8 +89,8 @@ int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, str
         tenants[t].may_borrow = 1;
     }
 
-    struct sim_rng rng;
-    sim_rng_seed(&rng, o->seed);
+    struct rng rng;
+    rng_seed(&rng, o->seed);
     struct pl_job *jobs = xcalloc((size_t)o->queued, sizeof *jobs);
     struct pl_job **queue = xmalloc((size_t)o->queued * sizeof *queue);
     for (int32_t i = 0; i < o->queued; i++) {

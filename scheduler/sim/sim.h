@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "placement.h"
+#include "rng.h"
 #include "util.h"
 
 /* A name table: GPU types, data centers, tenants. Ids are positions. */
@@ -92,14 +93,5 @@ struct sim_scale_opts {
     uint64_t seed;
 };
 int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, struct whet_err *err);
-
-/* xoshiro256** seeded through splitmix64: the same seed draws the same tasks on every machine. */
-struct sim_rng {
-    uint64_t s[4];
-};
-void sim_rng_seed(struct sim_rng *r, uint64_t seed);
-uint64_t sim_rng_next(struct sim_rng *r);
-/* Uniform in [0, n). */
-uint64_t sim_rng_below(struct sim_rng *r, uint64_t n);
 
 #endif

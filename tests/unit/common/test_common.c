@@ -1,9 +1,10 @@
-/* Unit tests for common/: errors, files, environment files, crypto encodings. */
+/* Unit tests for common/: errors, files, environment files, crypto encodings, the RNG. */
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "crypto.h"
 #include "env.h"
+#include "rng.h"
 #include "test.h"
 #include "util.h"
 
@@ -67,6 +68,41 @@ TEST(read_file_limit) {
     CHECK_CONTAINS(err.msg, "/nonexistent/x");
 }
 
+/* The sequences below were printed by the code each caller had before common/rng.h replaced it (the
+ * trainer's and the simulator's xoshiro256**, SFT's splitmix64 shuffle, GRPO's seed mixer, the tiny
+ * tokenizer's xorshift64). They must never change: training results and simulator runs follow them. */
+TEST(rng_xoshiro_sequence_pinned) {
+    static const uint64_t seed42[] = {0x15780b2e0c2ec716ull, 0x6104d9866d113a7eull, 0xae17533239e499a1ull,
+                                      0xecb8ad4703b360a1ull};
+    struct rng r;
+    rng_seed(&r, 42);
+    for (size_t i = 0; i < WHET_ARRAY_LEN(seed42); i++) CHECK(rng_u64(&r) == seed42[i]);
+    rng_seed(&r, 0);
+    CHECK(rng_u64(&r) == 0x99ec5f36cb75f2b4ull);
+    CHECK(rng_u64(&r) == 0xbf6e1f784956452aull);
+    rng_seed(&r, 7);
+    CHECK(rng_uniform(&r) == 0.7005764245986938f); /* 24 bits scaled by 2^-24: exact */
+    CHECK_NEAR(rng_normal(&r), 0.8533023, 1e-6);   /* through libm's log and cos */
+    CHECK(rng_below(&r, 1000) == 664);
+    static const uint64_t below9[] = {0, 5, 7, 6, 7, 8}; /* the simulator's draws */
+    rng_seed(&r, 9);
+    for (size_t i = 0; i < WHET_ARRAY_LEN(below9); i++) CHECK(rng_below(&r, 10) == below9[i]);
+}
+
+TEST(rng_mixers_pinned) {
+    uint64_t state = 123 ^ (0xd1b54a32d192ed03ull * 3); /* SFT's shuffle state for seed 123, epoch 2 */
+    CHECK(rng_splitmix64(&state) == 0xf2e84f72f363b267ull);
+    CHECK(rng_splitmix64(&state) == 0x46d20603f0170a95ull);
+    CHECK(rng_splitmix64(&state) == 0x926cd7f3d7f68d55ull);
+    CHECK(rng_mix64(5 + RNG_GOLDEN * 1) == 0x63033b0ca389c35aull); /* GRPO's mix(5, 0) */
+    CHECK(rng_mix64(5 + RNG_GOLDEN * 8) == 0x82d78c130699ef2bull); /* and mix(5, 7) */
+    uint64_t x = RNG_GOLDEN;
+    CHECK(rng_xorshift64(&x) == 0xdc1b77ae0bf34dadull);
+    CHECK(rng_xorshift64(&x) == 0x64f0eeb9026e6076ull);
+    CHECK(rng_xorshift64(&x) == 0x7b07ce91e5906136ull);
+    CHECK(x == 0x7b07ce91e5906136ull);
+}
+
 int main(void) {
     RUN(err_prefix_keeps_message);
     RUN(sha256_known_vector);
@@ -74,5 +110,7 @@ int main(void) {
     RUN(random_id_shape);
     RUN(env_file_does_not_override);
     RUN(read_file_limit);
+    RUN(rng_xoshiro_sequence_pinned);
+    RUN(rng_mixers_pinned);
     return test_summary();
 }

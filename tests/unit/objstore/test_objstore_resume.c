@@ -15,6 +15,7 @@
 
 #include "crypto.h"
 #include "objstore.h"
+#include "rng.h"
 #include "test.h"
 #include "util.h"
 
@@ -31,11 +32,9 @@ static struct objstore *store;
 /* `size` pseudo-random bytes (xorshift64 from `seed`) written to `path`. */
 static void write_pattern(const char *path, size_t size, uint64_t seed) {
     char *buf = xmalloc(size);
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    uint64_t x = seed * RNG_GOLDEN + 1;
     for (size_t i = 0; i < size; i += 8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        rng_xorshift64(&x);
         memcpy(buf + i, &x, size - i < 8 ? size - i : 8);
     }
     struct whet_err err;

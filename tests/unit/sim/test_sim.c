@@ -117,18 +117,18 @@ TEST(policies_list) {
 }
 
 TEST(rng_reproducible) {
-    struct sim_rng a, b;
-    sim_rng_seed(&a, 7);
-    sim_rng_seed(&b, 7);
+    struct rng a, b;
+    rng_seed(&a, 7);
+    rng_seed(&b, 7);
     int same = 1, in_range = 1;
     for (int i = 0; i < 1000; i++) {
-        uint64_t x = sim_rng_below(&a, 10), y = sim_rng_below(&b, 10);
+        uint64_t x = rng_below(&a, 10), y = rng_below(&b, 10);
         same &= x == y;
         in_range &= x < 10;
     }
     CHECK(same && in_range);
-    sim_rng_seed(&b, 8);
-    CHECK(sim_rng_next(&a) != sim_rng_next(&b));
+    rng_seed(&b, 8);
+    CHECK(rng_u64(&a) != rng_u64(&b));
 }
 
 /* Runs inflate into a buffer and pulls a number field out of the JSON line. */

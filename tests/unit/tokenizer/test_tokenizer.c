@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rng.h"
 #include "test.h"
 #include "tokenizer.h"
 #include "tokenizer_internal.h"
@@ -305,10 +306,7 @@ TEST(heap_and_linear_bpe_agree) {
         char word[200];
         size_t len = 1 + (size_t)(w % 150);
         for (size_t i = 0; i < len; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            word[i] = alphabet[x % (sizeof alphabet - 1)];
+            word[i] = alphabet[rng_xorshift64(&x) % (sizeof alphabet - 1)];
         }
         int32_t *a = NULL, *b = NULL;
         size_t na = 0, nb = 0, ca = 0, cb = 0;
