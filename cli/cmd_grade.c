@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "grader.h"
+#include "json.h"
 #include "judge.h"
 
 #define GRADE_REQUEST_MAX (16u << 20)
@@ -37,7 +38,7 @@ static int grade(const char *path, const json_t *judges, unsigned long long seed
     json_error_t jerr;
     json_t *req = json_loadb(text, len, 0, &jerr);
     free(text);
-    if (!req) return whet_errf(err, "%s: line %d: %s", path, jerr.line, jerr.text);
+    if (!req) return whet_json_errf(err, path, &jerr);
     const json_t *sample_text = json_object_get(req, "model_sample"), *item = json_object_get(req, "item");
     struct grader *g = NULL;
     struct judge_pool *pool = NULL;

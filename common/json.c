@@ -18,6 +18,19 @@ const char *whet_json_kind(const json_t *v) {
     }
 }
 
+int whet_json_errf(struct whet_err *err, const char *source, const json_error_t *jerr) {
+    if (!source) return whet_errf(err, "not valid JSON at column %d: %s", jerr->column, jerr->text);
+    if (jerr->line < 1) return whet_errf(err, "%s: %s", source, jerr->text);
+    return whet_errf(err, "%s: line %d: not valid JSON at column %d: %s", source, jerr->line, jerr->column, jerr->text);
+}
+
+json_t *whet_json_load_file(const char *path, size_t flags, struct whet_err *err) {
+    json_error_t jerr;
+    json_t *root = json_load_file(path, flags, &jerr);
+    if (!root) whet_json_errf(err, path, &jerr);
+    return root;
+}
+
 int whet_jsonl_each(const char *path, whet_jsonl_fn fn, void *ctx, int *n_lines, struct whet_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return whet_errf(err, "%s: cannot open: %m", path);

@@ -11,6 +11,15 @@
  * "an integer", "a number", "a boolean" or "null". */
 const char *whet_json_kind(const json_t *v);
 
+/* The one wording of a jansson parse error, in the "FILE: line N: what" shape every whet parser uses:
+ * "SOURCE: line N: not valid JSON at column C: TEXT" (SOURCE names the file or the thing parsed), or,
+ * with SOURCE NULL, "not valid JSON at column C: TEXT" for one line of JSON Lines, whose reader
+ * prefixes "PATH: line N". An error that is no parse error (jansson could not open the file) reads
+ * "SOURCE: TEXT". Returns -1. */
+int whet_json_errf(struct whet_err *err, const char *source, const json_error_t *jerr);
+/* json_load_file(path, flags) that reports failure through whet_json_errf; NULL with err set. */
+json_t *whet_json_load_file(const char *path, size_t flags, struct whet_err *err);
+
 /* Reads a JSON Lines file: calls fn(ctx, line, len, lineno, err) for each line that is not blank,
  * numbered from 1 as an editor counts them. Stops at the first line fn fails on and prefixes its
  * error with "PATH: line N". *n_lines (when not NULL) gets the number of lines read, blank ones too.

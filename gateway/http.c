@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "log.h"
 #include "server.h"
 #include "util.h"
@@ -144,8 +145,9 @@ json_t *http_body_json(struct gw_req *r) {
     json_error_t jerr;
     json_t *obj = json_loadb(body.base, body.len, JSON_REJECT_DUPLICATES, &jerr);
     if (!obj) {
-        http_reply_error(r, 400, NULL, "invalid_json", "invalid JSON in the request body: line %d, column %d: %s",
-                         jerr.line, jerr.column, jerr.text);
+        struct whet_err e;
+        whet_json_errf(&e, "the request body", &jerr);
+        http_reply_error(r, 400, NULL, "invalid_json", "%s", e.msg);
         return NULL;
     }
     if (!json_is_object(obj)) {

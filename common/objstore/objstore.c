@@ -20,6 +20,7 @@
 #include <zstd.h>
 
 #include "crypto.h"
+#include "json.h"
 #include "log.h"
 #include "objstore_impl.h"
 #include "zstd_file.h"
@@ -926,7 +927,7 @@ int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir
     json_t *files = manifest ? json_object_get(manifest, "files") : NULL;
     if (!json_is_array(files)) {
         rc = manifest ? whet_errf(err, "%s: \"files\" must be an array", manifest_key)
-                      : whet_errf(err, "%s: line %d: %s", manifest_key, jerr.line, jerr.text);
+                      : whet_json_errf(err, manifest_key, &jerr);
     }
     if (rc == 0) rc = whet_mkdir_p(dir, err);
     size_t i;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "tokenizer.h"
 
 const char *chat_family_name(enum chat_family f) {
@@ -43,13 +44,9 @@ int chat_template_detect(struct chat_template *tpl, const char *jinja, struct wh
 
 int chat_template_load(struct chat_template *tpl, const char *model_dir, struct whet_err *err) {
     char *path = xasprintf("%s/tokenizer_config.json", model_dir);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = whet_json_load_file(path, 0, err);
     int rc = -1;
-    if (!root) {
-        whet_errf(err, "%s: line %d: %s", path, jerr.line, jerr.text);
-        goto out;
-    }
+    if (!root) goto out;
     json_t *t = json_object_get(root, "chat_template");
     if (json_is_array(t)) { /* [{name, template}, …]: the "default" one renders conversations */
         size_t i;

@@ -131,7 +131,7 @@ int dpo_parse_pair(struct chat_message **chosen_out, int *n_chosen, struct chat_
                    int *n_rejected, void **json_root, const char *line, size_t len, struct whet_err *err) {
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
-    if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+    if (!root) return whet_json_errf(err, NULL, &jerr);
     struct sft_parsed_line *pp = xcalloc(1, sizeof *pp);
     pp->root = root;
     struct chat_message *sides[2] = {NULL, NULL};

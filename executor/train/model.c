@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "json.h"
 #include "rng.h"
 #include "safetensors.h"
 
@@ -336,13 +337,9 @@ static void init_lora(struct model *m, uint64_t seed) {
 /* Reads adapter_config.json into the LoRA settings of `m`. */
 static int read_adapter_config(struct model *m, const char *dir, struct whet_err *err) {
     char *path = xasprintf("%s/adapter_config.json", dir);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    json_t *root = whet_json_load_file(path, 0, err);
     int rc = -1;
-    if (!root) {
-        whet_errf(err, "%s: line %d: %s", path, jerr.line, jerr.text);
-        goto out;
-    }
+    if (!root) goto out;
     const char *pt = json_string_value(json_object_get(root, "peft_type"));
     if (pt && strcmp(pt, "LORA")) {
         whet_errf(err, "%s: peft_type: \"%s\" is not supported (only LORA)", path, pt);

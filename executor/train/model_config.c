@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
+
 static const struct {
     const char *hf_name, *model_type;
     enum model_arch arch;
@@ -108,7 +110,7 @@ int model_config_parse(struct model_config *c, const char *json, const char *fil
     memset(c, 0, sizeof *c);
     json_error_t jerr;
     json_t *root = json_loads(json, 0, &jerr);
-    if (!root) return whet_errf(err, "%s: line %d: %s", file, jerr.line, jerr.text);
+    if (!root) return whet_json_errf(err, file, &jerr);
     int rc = -1;
     if (!json_is_object(root)) {
         whet_errf(err, "%s: expected a JSON object", file);

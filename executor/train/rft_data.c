@@ -53,7 +53,7 @@ static int add_line(struct rft_dataset *ds, const char *line, size_t len, int li
                     const struct tokenizer *tok, int max_prompt_len, struct whet_err *err) {
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
-    if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+    if (!root) return whet_json_errf(err, NULL, &jerr);
     if (!json_is_object(root)) {
         json_decref(root);
         return whet_errf(err, "must be a JSON object {\"messages\": […], …}");

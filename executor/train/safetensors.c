@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json.h"
+
 /* ---------------------------------------------------------------- dtypes ---- */
 
 static const struct {
@@ -285,12 +287,8 @@ int st_open_dir(struct st_set *set, const char *dir, struct whet_err *err) {
         rc = st_open_file(set, single, err);
         goto out;
     }
-    json_error_t jerr;
-    root = json_load_file(index, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        whet_errf(err, "%s: line %d: %s", index, jerr.line, jerr.text);
-        goto out;
-    }
+    root = whet_json_load_file(index, JSON_REJECT_DUPLICATES, err);
+    if (!root) goto out;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) == 0) {
         whet_errf(err, "%s: weight_map: expected a non-empty object of tensor name to file", index);

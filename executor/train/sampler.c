@@ -189,7 +189,7 @@ static int score_file_line(void *ctx, const char *line, size_t len, int lineno, 
     struct score_file *f = ctx;
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
-    if (!root) return whet_errf(err, "not valid JSON: %s", jerr.text);
+    if (!root) return whet_json_errf(err, NULL, &jerr);
     json_t *arr = json_object_get(root, "input_ids");
     int rc = 0;
     if (!json_is_array(arr)) {

@@ -84,7 +84,7 @@ int sft_parse_messages(struct chat_message **msgs_out, int *n_out, void **json_r
                        struct whet_err *err) {
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
-    if (!root) return whet_errf(err, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+    if (!root) return whet_json_errf(err, NULL, &jerr);
     json_t *messages = json_object_get(root, "messages");
     if (!json_is_object(root) || !messages) {
         json_decref(root);

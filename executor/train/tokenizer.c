@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "tokenizer_internal.h"
 
 #define TOKENIZER_MAX_FILE (512u << 20)
@@ -325,8 +326,7 @@ int tokenizer_load_json(const char *json, size_t len, const char *name, struct t
     *out = NULL;
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_ALLOW_NUL, &jerr);
-    if (!root)
-        return whet_errf(err, "%s: line %d column %d: not valid JSON: %s", name, jerr.line, jerr.column, jerr.text);
+    if (!root) return whet_json_errf(err, name, &jerr);
     struct tokenizer *tok = xcalloc(1, sizeof *tok);
     tok->name = xstrdup(name);
     int rc = load_root(tok, root, err);

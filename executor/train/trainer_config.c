@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "grader.h"
+#include "json.h"
 
 const char *trainer_method_name(enum trainer_method m) {
     switch (m) {
@@ -438,8 +439,7 @@ int trainer_config_parse(struct trainer_config *cfg, const char *json, size_t le
     set_defaults(cfg);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return whet_errf(err, "%s: line %d: not valid JSON: %s", source, jerr.line, jerr.text);
+    if (!root) return whet_json_errf(err, source, &jerr);
     int rc = parse_object(cfg, root, err);
     json_decref(root);
     if (rc) {

@@ -4,6 +4,7 @@
 
 #include "crypto.h"
 #include "env.h"
+#include "json.h"
 #include "rng.h"
 #include "test.h"
 #include "util.h"
@@ -103,6 +104,19 @@ TEST(rng_mixers_pinned) {
     CHECK(x == 0x7b07ce91e5906136ull);
 }
 
+TEST(json_error_names_file_line_and_column) {
+    json_error_t jerr;
+    CHECK(json_loads("{\"a\": 1,\n  \"b\": }", 0, &jerr) == NULL);
+    struct whet_err err;
+    CHECK(whet_json_errf(&err, "job.json", &jerr) == -1);
+    CHECK_CONTAINS(err.msg, "job.json: line 2: not valid JSON at column ");
+    CHECK(whet_json_errf(&err, NULL, &jerr) == -1); /* one JSON Lines line: its reader adds "PATH: line N" */
+    CHECK(strncmp(err.msg, "not valid JSON at column ", 25) == 0);
+    CHECK(whet_json_load_file("/nonexistent/whet.json", 0, &err) == NULL);
+    CHECK_CONTAINS(err.msg, "/nonexistent/whet.json: unable to open");
+    CHECK(strstr(err.msg, "line -1") == NULL);
+}
+
 int main(void) {
     RUN(err_prefix_keeps_message);
     RUN(sha256_known_vector);
@@ -112,5 +126,6 @@ int main(void) {
     RUN(read_file_limit);
     RUN(rng_xoshiro_sequence_pinned);
     RUN(rng_mixers_pinned);
+    RUN(json_error_names_file_line_and_column);
     return test_summary();
 }
