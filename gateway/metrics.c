@@ -1,12 +1,12 @@
 /* metrics.c - the gateway's Prometheus counters: requests by route and status code, a request
  * duration histogram by route, and database pool gauges. Every event loop updates the same atomics
  * (relaxed: these are statistics), so /metrics sees the whole process whichever thread serves it. */
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "server.h"
 #include "util.h"
 
@@ -56,28 +56,6 @@ void metrics_db_add(int admin_pool, enum metrics_db_gauge g, long delta) {
 
 void metrics_db_error(void) { atomic_fetch_add_explicit(&db_errors, 1, memory_order_relaxed); }
 
-/* A growing text buffer. */
-struct text {
-    char *buf;
-    size_t len, cap;
-};
-
-static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(struct text *t, const char *fmt, ...) {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n >= 0 && (size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        }
-        t->cap = t->cap * 2 + (size_t)(n > 0 ? n : 0) + 256;
-        t->buf = xrealloc(t->buf, t->cap);
-    }
-}
-
 /* Route names are our own patterns, but escape the label syntax anyway. */
 static void label_value(char *out, size_t size, const char *s) {
     size_t o = 0;
@@ -89,19 +67,19 @@ static void label_value(char *out, size_t size, const char *s) {
 }
 
 char *metrics_render(const struct http_router *rt, size_t *len) {
-    struct text t = {xmalloc(4096), 0, 4096};
-    t.buf[0] = 0;
+    struct whet_buf t = {0};
     char name[256];
-    text_printf(&t, "# HELP whet_http_requests_total HTTP requests answered, by route and status code.\n"
+    whet_buf_printf(&t, "# HELP whet_http_requests_total HTTP requests answered, by route and status code.\n"
                     "# TYPE whet_http_requests_total counter\n");
     for (int i = 0; i <= nroutes; i++) {
         label_value(name, sizeof(name), i < nroutes ? router_at(rt, i)->name : "unmatched");
         for (int s = 0; s < STATUS_COUNT; s++) {
             unsigned long v = atomic_load_explicit(&routes[i].by_status[s], memory_order_relaxed);
-            if (v) text_printf(&t, "whet_http_requests_total{route=\"%s\",code=\"%d\"} %lu\n", name, s + STATUS_MIN, v);
+            if (v)
+                whet_buf_printf(&t, "whet_http_requests_total{route=\"%s\",code=\"%d\"} %lu\n", name, s + STATUS_MIN, v);
         }
     }
-    text_printf(&t, "# HELP whet_http_request_duration_seconds Time from request arrival to the response, by route.\n"
+    whet_buf_printf(&t, "# HELP whet_http_request_duration_seconds Time from request arrival to the response, by route.\n"
                     "# TYPE whet_http_request_duration_seconds histogram\n");
     for (int i = 0; i <= nroutes; i++) {
         unsigned long count = atomic_load_explicit(&routes[i].count, memory_order_relaxed);
@@ -110,13 +88,13 @@ char *metrics_render(const struct http_router *rt, size_t *len) {
         unsigned long cumulative = 0;
         for (int b = 0; b < NBUCKETS; b++) {
             cumulative += atomic_load_explicit(&routes[i].buckets[b], memory_order_relaxed);
-            text_printf(&t, "whet_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lu\n", name,
+            whet_buf_printf(&t, "whet_http_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %lu\n", name,
                         bucket_bounds[b], cumulative);
         }
-        text_printf(&t, "whet_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %lu\n", name, count);
-        text_printf(&t, "whet_http_request_duration_seconds_sum{route=\"%s\"} %.9f\n", name,
+        whet_buf_printf(&t, "whet_http_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %lu\n", name, count);
+        whet_buf_printf(&t, "whet_http_request_duration_seconds_sum{route=\"%s\"} %.9f\n", name,
                     (double)atomic_load_explicit(&routes[i].sum_ns, memory_order_relaxed) / 1e9);
-        text_printf(&t, "whet_http_request_duration_seconds_count{route=\"%s\"} %lu\n", name, count);
+        whet_buf_printf(&t, "whet_http_request_duration_seconds_count{route=\"%s\"} %lu\n", name, count);
     }
     static const char *gauges[][2] = {
         {"whet_db_connections_up", "Database connections open and ready."},
@@ -125,14 +103,14 @@ char *metrics_render(const struct http_router *rt, size_t *len) {
         {"whet_db_queries_in_flight", "Queries sent and not yet answered."},
     };
     for (int g = 0; g < 4; g++) {
-        text_printf(&t, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1], gauges[g][0]);
+        whet_buf_printf(&t, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1], gauges[g][0]);
         for (int p = 0; p < 2; p++)
-            text_printf(&t, "%s{pool=\"%s\"} %ld\n", gauges[g][0], p ? "admin" : "tenant",
+            whet_buf_printf(&t, "%s{pool=\"%s\"} %ld\n", gauges[g][0], p ? "admin" : "tenant",
                         atomic_load_explicit(&db_gauges[p][g], memory_order_relaxed));
     }
-    text_printf(&t, "# HELP whet_db_query_failures_total Queries that found the database unavailable.\n"
+    whet_buf_printf(&t, "# HELP whet_db_query_failures_total Queries that found the database unavailable.\n"
                     "# TYPE whet_db_query_failures_total counter\nwhet_db_query_failures_total %lu\n",
                 atomic_load_explicit(&db_errors, memory_order_relaxed));
     *len = t.len;
-    return t.buf;
+    return t.data;
 }

@@ -9,22 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "grader.h"
-
-struct buf {
-    char *data;
-    size_t len, cap;
-};
-
-static void buf_put(struct buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->data = xrealloc(b->data, b->cap);
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-}
 
 /* The next segment of `path` (up to '.' or the end) into seg; returns where the rest starts. */
 static const char *next_segment(const char *path, const char *end, const char **seg, size_t *len) {
@@ -56,8 +42,8 @@ static void report(grader_error_fn on_error, void *ctx, enum grader_error_kind k
 }
 
 /* Looks up one placeholder's path (without braces or spaces) and appends its value. */
-static void render_path(struct buf *out, const char *path, const char *end, const json_t *sample, const json_t *item,
-                        json_t **parsed_output, grader_error_fn on_error, void *ctx) {
+static void render_path(struct whet_buf *out, const char *path, const char *end, const json_t *sample,
+                        const json_t *item, json_t **parsed_output, grader_error_fn on_error, void *ctx) {
     int len = (int)(end - path);
     const char *seg;
     size_t seg_len;
@@ -96,18 +82,18 @@ static void render_path(struct buf *out, const char *path, const char *end, cons
         return;
     }
     if (json_is_string(v)) {
-        buf_put(out, json_string_value(v), json_string_length(v));
+        whet_buf_append(out, json_string_value(v), json_string_length(v));
         return;
     }
     char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (text) buf_put(out, text, strlen(text));
+    if (text) whet_buf_puts(out, text);
     free(text);
 }
 
 char *grader_template_render(const char *tmpl, const json_t *sample, const json_t *item, grader_error_fn on_error,
                              void *ctx) {
-    struct buf out = {xmalloc(1), 0, 1};
-    out.data[0] = 0;
+    struct whet_buf out = {0};
+    whet_buf_append(&out, "", 0);
     json_t *empty = json_object();
     if (!item) item = empty;
     if (!sample) sample = empty;
@@ -117,10 +103,10 @@ char *grader_template_render(const char *tmpl, const json_t *sample, const json_
         const char *open = strstr(p, "{{");
         const char *close = open ? strstr(open + 2, "}}") : NULL;
         if (!close) {
-            buf_put(&out, p, strlen(p));
+            whet_buf_puts(&out, p);
             break;
         }
-        buf_put(&out, p, (size_t)(open - p));
+        whet_buf_append(&out, p, (size_t)(open - p));
         const char *start = open + 2, *end = close;
         while (start < end && (*start == ' ' || *start == '\t')) start++;
         while (end > start && (end[-1] == ' ' || end[-1] == '\t')) end--;
@@ -156,11 +142,11 @@ json_t *grader_sample_from_text(const char *text) {
     /* A sampled response may stop in the middle of a character or hold bytes that are no UTF-8 at
      * all; JSON strings cannot, so each such byte becomes U+FFFD, as a decoder shows it. The
      * sequence checks stop at the NUL: a cut-off sequence is never read past the string's end. */
-    struct buf clean = {0};
+    struct whet_buf clean = {0};
     for (const unsigned char *p = (const unsigned char *)text; *p;) {
         size_t n = utf8_sequence_len(p);
-        if (n) buf_put(&clean, (const char *)p, n);
-        else buf_put(&clean, "\xef\xbf\xbd", 3);
+        if (n) whet_buf_append(&clean, (const char *)p, n);
+        else whet_buf_append(&clean, "\xef\xbf\xbd", 3);
         p += n ? n : 1;
     }
     json_t *sample = json_pack("{s:s%}", "output_text", clean.data ? clean.data : "", clean.len);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "json.h"
 #include "tokenizer.h"
 
@@ -92,25 +93,10 @@ void chat_template_free(struct chat_template *tpl) {
 /* ---------------------------------------------------------------- rendering */
 
 struct text_builder {
-    char *buf;
-    size_t len, cap;
+    struct whet_buf text;
     size_t n_spans, cap_spans;
     size_t (*spans)[2];
 };
-
-static void builder_append(struct text_builder *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->buf = xrealloc(b->buf, b->cap);
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = 0;
-}
-
-static void builder_puts(struct text_builder *b, const char *s) {
-    builder_append(b, s, strlen(s));
-}
 
 static void builder_span(struct text_builder *b, size_t begin, size_t end) {
     if (b->n_spans == b->cap_spans) {
@@ -127,7 +113,7 @@ static void builder_trimmed(struct text_builder *b, const char *s) {
     size_t n = strlen(s);
     while (n && strchr(" \t\n\r\f\v", s[n - 1])) n--;
     while (n && strchr(" \t\n\r\f\v", *s)) s++, n--;
-    builder_append(b, s, n);
+    whet_buf_append(&b->text, s, n);
 }
 
 static int check_roles(const struct chat_message *msgs, int n, struct whet_err *err) {
@@ -161,65 +147,66 @@ static void render_qwen3_assistant(struct text_builder *b, const char *content, 
     while (reasoning_len && *reasoning == '\n') reasoning++, reasoning_len--;
     while (reasoning_len && reasoning[reasoning_len - 1] == '\n') reasoning_len--;
     if (after_last_query && (is_last || reasoning_len)) {
-        builder_puts(b, "<think>\n");
-        builder_append(b, reasoning, reasoning_len);
-        builder_puts(b, "\n</think>\n\n");
+        whet_buf_puts(&b->text, "<think>\n");
+        whet_buf_append(&b->text, reasoning, reasoning_len);
+        whet_buf_puts(&b->text, "\n</think>\n\n");
         while (*answer == '\n') answer++;
     }
-    builder_puts(b, answer);
+    whet_buf_puts(&b->text, answer);
 }
 
 static void render_chatml(struct text_builder *b, const struct chat_template *tpl, const struct chat_message *msgs,
                           int n, int add_generation_prompt) {
     if (tpl->default_system && (n == 0 || strcmp(msgs[0].role, "system"))) {
-        builder_puts(b, "<|im_start|>system\n");
-        builder_puts(b, tpl->default_system);
-        builder_puts(b, "<|im_end|>\n");
+        whet_buf_puts(&b->text, "<|im_start|>system\n");
+        whet_buf_puts(&b->text, tpl->default_system);
+        whet_buf_puts(&b->text, "<|im_end|>\n");
     }
     int last_query = -1;
     for (int i = 0; i < n; i++)
         if (!strcmp(msgs[i].role, "user")) last_query = i;
     for (int i = 0; i < n; i++) {
-        builder_puts(b, "<|im_start|>");
-        builder_puts(b, msgs[i].role);
-        builder_puts(b, "\n");
-        size_t begin = b->len;
+        whet_buf_puts(&b->text, "<|im_start|>");
+        whet_buf_puts(&b->text, msgs[i].role);
+        whet_buf_puts(&b->text, "\n");
+        size_t begin = b->text.len;
         if (tpl->chatml_think && !strcmp(msgs[i].role, "assistant"))
             render_qwen3_assistant(b, msgs[i].content, i > last_query, i == n - 1);
         else
-            builder_puts(b, msgs[i].content);
-        builder_puts(b, "<|im_end|>");
-        if (!strcmp(msgs[i].role, "assistant") && msgs[i].weight) builder_span(b, begin, b->len);
-        builder_puts(b, "\n");
+            whet_buf_puts(&b->text, msgs[i].content);
+        whet_buf_puts(&b->text, "<|im_end|>");
+        if (!strcmp(msgs[i].role, "assistant") && msgs[i].weight) builder_span(b, begin, b->text.len);
+        whet_buf_puts(&b->text, "\n");
     }
-    if (add_generation_prompt) builder_puts(b, "<|im_start|>assistant\n");
+    if (add_generation_prompt) whet_buf_puts(&b->text, "<|im_start|>assistant\n");
 }
 
 static void render_llama3(struct text_builder *b, const struct chat_template *tpl, const struct chat_message *msgs,
                           int n, int add_generation_prompt) {
-    builder_puts(b, "<|begin_of_text|>");
+    whet_buf_puts(&b->text, "<|begin_of_text|>");
     int first = 0;
     if (tpl->llama3_date_header) {
         /* 3.1+: the system turn is always there and opens with the date lines. */
-        builder_puts(b, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
-        builder_puts(b, llama3_default_date);
-        builder_puts(b, "\n\n");
+        whet_buf_puts(&b->text,
+                      "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: ");
+        whet_buf_puts(&b->text, llama3_default_date);
+        whet_buf_puts(&b->text, "\n\n");
         if (n && !strcmp(msgs[0].role, "system")) {
             builder_trimmed(b, msgs[0].content);
             first = 1;
         }
-        builder_puts(b, "<|eot_id|>");
+        whet_buf_puts(&b->text, "<|eot_id|>");
     }
     for (int i = first; i < n; i++) {
-        builder_puts(b, "<|start_header_id|>");
-        builder_puts(b, msgs[i].role);
-        builder_puts(b, "<|end_header_id|>\n\n");
-        size_t begin = b->len;
+        whet_buf_puts(&b->text, "<|start_header_id|>");
+        whet_buf_puts(&b->text, msgs[i].role);
+        whet_buf_puts(&b->text, "<|end_header_id|>\n\n");
+        size_t begin = b->text.len;
         builder_trimmed(b, msgs[i].content);
-        builder_puts(b, "<|eot_id|>");
-        if (!strcmp(msgs[i].role, "assistant") && msgs[i].weight) builder_span(b, begin, b->len);
+        whet_buf_puts(&b->text, "<|eot_id|>");
+        if (!strcmp(msgs[i].role, "assistant") && msgs[i].weight) builder_span(b, begin, b->text.len);
     }
-    if (add_generation_prompt) builder_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (add_generation_prompt) whet_buf_puts(&b->text, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 int chat_render(struct chat_rendered *out, const struct chat_template *tpl, const struct chat_message *msgs,
@@ -227,14 +214,14 @@ int chat_render(struct chat_rendered *out, const struct chat_template *tpl, cons
     memset(out, 0, sizeof *out);
     if (check_roles(msgs, n_msgs, err)) return -1;
     struct text_builder b = {0};
-    builder_append(&b, "", 0);
+    whet_buf_append(&b.text, "", 0);
     add_generation_prompt |= tpl->always_generation_prompt;
     if (tpl->family == CHAT_CHATML)
         render_chatml(&b, tpl, msgs, n_msgs, add_generation_prompt);
     else
         render_llama3(&b, tpl, msgs, n_msgs, add_generation_prompt);
-    out->text = b.buf;
-    out->len = b.len;
+    out->text = b.text.data;
+    out->len = b.text.len;
     out->spans = b.spans;
     out->n_spans = b.n_spans;
     return 0;

@@ -12,27 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "model.h"
 #include "rng.h"
 #include "sampler.h"
 #include "tokenizer.h"
 
 /* ---------------------------------------------------------------- responses */
-
-/* The growing decoded text of one response (text[len] is NUL). */
-struct text_buf {
-    size_t len, cap;
-};
-
-static void text_append(struct rollout_response *r, struct text_buf *tb, const char *bytes, size_t n) {
-    if (tb->len + n + 1 > tb->cap) {
-        tb->cap = 2 * (tb->len + n + 1);
-        r->text = xrealloc(r->text, tb->cap);
-    }
-    memcpy(r->text + tb->len, bytes, n);
-    tb->len += n;
-    r->text[tb->len] = '\0';
-}
 
 /* The earliest stop string that ends within the text's bytes from `old_len` on (none ended before),
  * as its offset in the text, or -1. */
@@ -144,13 +130,14 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
 
     out->n_prompts = n_prompts, out->n = n;
     out->responses = xcalloc((size_t)n_slots, sizeof *out->responses);
-    struct text_buf *texts = xcalloc((size_t)n_slots, sizeof *texts);
+    struct whet_buf *texts = xcalloc((size_t)n_slots, sizeof *texts); /* the responses' texts, growing */
     for (int s = 0; s < n_slots; s++) {
         struct rollout_response *r = &out->responses[s];
         r->prompt = s / n;
         r->tokens = xmalloc(sizeof(int) * (size_t)opts->max_tokens);
         r->finish = ROLLOUT_FINISH_LENGTH;
-        text_append(r, &texts[s], "", 0);
+        whet_buf_append(&texts[s], "", 0);
+        r->text = texts[s].data; /* the response owns the text; texts[s] only grows it */
     }
     float *logits = xmalloc(sizeof(float) * (size_t)n_slots * V);
     int *order = xmalloc(sizeof(int) * (size_t)V);
@@ -197,7 +184,8 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
             char *piece;
             int32_t id32 = id;
             if (tokenizer_decode(tok, &id32, 1, &piece, &piece_len, err)) goto out;
-            text_append(resp, &texts[s], piece, piece_len);
+            whet_buf_append(&texts[s], piece, piece_len);
+            resp->text = texts[s].data;
             free(piece);
             long stop_at = find_stop(resp->text, texts[s].len, old_len, opts);
             if (stop_at >= 0) {

@@ -122,9 +122,9 @@ static int load_normalizer(struct tokenizer *tok, json_t *n, const char *where, 
 }
 
 /* Appends the raw bytes a vocabulary string stands for; returns -1 if it stands for none. */
-static int token_bytes(const struct tokenizer *tok, const char *s, size_t len, struct tok_buf *out) {
+static int token_bytes(const struct tokenizer *tok, const char *s, size_t len, struct whet_buf *out) {
     if (tok->byte_level) return byte_level_decode(s, len, out);
-    tok_buf_append(out, s, len);
+    whet_buf_append(out, s, len);
     return 0;
 }
 
@@ -141,11 +141,11 @@ static int load_vocab(struct tokenizer *tok, json_t *vocab, struct whet_err *err
     tok->n_vocab_ids = max_id;
     tok->vocab_span = xcalloc(max_id ? max_id : 1, sizeof *tok->vocab_span);
     tok->vocab_has = xcalloc(max_id ? max_id : 1, 1);
-    struct tok_buf arena = {0};
+    struct whet_buf arena = {0};
     json_object_foreach(vocab, key, v) {
         size_t id = (size_t)json_integer_value(v);
         if (tok->vocab_has[id]) {
-            tok_buf_free(&arena);
+            whet_buf_free(&arena);
             return whet_errf(err, "model.vocab[\"%.64s\"]: id %zu is used twice", key, id);
         }
         size_t off = arena.len, klen = strlen(key);
@@ -153,7 +153,7 @@ static int load_vocab(struct tokenizer *tok, json_t *vocab, struct whet_err *err
         tok->vocab_has[id] = 1;
         if (token_bytes(tok, key, klen, &arena) < 0) {
             arena.len = off;
-            tok_buf_append(&arena, key, klen);
+            whet_buf_append(&arena, key, klen);
             tok->vocab_has[id] = 2;
         }
         tok->vocab_span[id] = (struct tok_span){(uint32_t)off, (uint32_t)(arena.len - off)};
@@ -192,7 +192,7 @@ static int load_merges(struct tokenizer *tok, json_t *merges, struct whet_err *e
     if (!json_is_array(merges)) return whet_errf(err, "model.merges: expected an array");
     size_t n = json_array_size(merges);
     merge_table_init(tok, n);
-    struct tok_buf left = {0}, right = {0};
+    struct whet_buf left = {0}, right = {0};
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         const char *a = NULL, *b = NULL;
@@ -210,7 +210,7 @@ static int load_merges(struct tokenizer *tok, json_t *merges, struct whet_err *e
                            (int)(l < 0 ? (alen > 64 ? 64 : alen) : (blen > 64 ? 64 : blen)), l < 0 ? a : b);
             break;
         }
-        tok_buf_append(&left, right.data, right.len);
+        whet_buf_append(&left, right.data, right.len);
         int32_t merged = vocab_lookup(tok, left.data, left.len);
         if (merged < 0) {
             rc = whet_errf(err, "model.merges[%zu]: the merged token \"%.*s%.*s\" is not in model.vocab", i,
@@ -219,8 +219,8 @@ static int load_merges(struct tokenizer *tok, json_t *merges, struct whet_err *e
         }
         merge_add(tok, l, r, merged, (int32_t)i);
     }
-    tok_buf_free(&left);
-    tok_buf_free(&right);
+    whet_buf_free(&left);
+    whet_buf_free(&right);
     return rc;
 }
 
@@ -249,10 +249,10 @@ static int load_model(struct tokenizer *tok, json_t *model, struct whet_err *err
     tok->unk_id = -1;
     json_t *unk = json_object_get(model, "unk_token");
     if (json_is_string(unk)) {
-        struct tok_buf ub = {0};
+        struct whet_buf ub = {0};
         if (token_bytes(tok, json_string_value(unk), json_string_length(unk), &ub) == 0)
             tok->unk_id = vocab_lookup(tok, ub.data ? ub.data : "", ub.len);
-        tok_buf_free(&ub);
+        whet_buf_free(&ub);
         if (tok->unk_id < 0) return whet_errf(err, "model.unk_token: \"%.64s\" is not in model.vocab", json_string_value(unk));
     } else if (unk && !json_is_null(unk)) {
         return whet_errf(err, "model.unk_token: expected a string or null");
@@ -370,7 +370,7 @@ void tokenizer_free(struct tokenizer *tok) {
 
 struct tokenizer_encoder {
     const struct tokenizer *tok;
-    struct tok_buf repaired, normalized, prefixed;
+    struct whet_buf repaired, normalized, prefixed;
     pcre2_match_data **md; /* one per step */
     struct split_scratch scratch;
     struct bpe_state bpe;
@@ -398,9 +398,9 @@ void tokenizer_encoder_free(struct tokenizer_encoder *enc) {
     pcre2_match_context_free(enc->scratch.mc);
     pcre2_jit_stack_free(enc->scratch.jit_stack);
     bpe_state_free(&enc->bpe);
-    tok_buf_free(&enc->repaired);
-    tok_buf_free(&enc->normalized);
-    tok_buf_free(&enc->prefixed);
+    whet_buf_free(&enc->repaired);
+    whet_buf_free(&enc->normalized);
+    whet_buf_free(&enc->prefixed);
     free(enc);
 }
 
@@ -421,8 +421,8 @@ static int encode_piece(void *ctx, const char *p, size_t n) {
         } else {
             /* Only one ByteLevel step exists, so this buffer is never in use twice. */
             enc->prefixed.len = 0;
-            tok_buf_append(&enc->prefixed, " ", 1);
-            tok_buf_append(&enc->prefixed, p, n);
+            whet_buf_append(&enc->prefixed, " ", 1);
+            whet_buf_append(&enc->prefixed, p, n);
             rc = encode_piece(enc, enc->prefixed.data, enc->prefixed.len);
         }
     } else {
@@ -564,13 +564,13 @@ static int hex_digit(char c) {
 
 int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n, char **out, size_t *len,
                      struct whet_err *err) {
-    struct tok_buf b = {0};
-    tok_buf_reserve(&b, 1);
+    struct whet_buf b = {0};
+    whet_buf_reserve(&b, 1);
     for (size_t i = 0; i < n; i++) {
         size_t l;
         const char *s = tokenizer_id_bytes(tok, ids[i], &l);
         if (!s) {
-            tok_buf_free(&b);
+            whet_buf_free(&b);
             *out = NULL;
             *len = 0;
             return whet_errf(err, "%s: id %d at position %zu is not in the vocabulary", tok->name, (int)ids[i], i);
@@ -579,12 +579,12 @@ int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n, 
         if (tok->byte_fallback && l == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hex_digit(s[3]) >= 0 &&
             hex_digit(s[4]) >= 0 && tok->added_of_id[ids[i]] < 0) {
             char byte = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
-            tok_buf_append(&b, &byte, 1);
+            whet_buf_append(&b, &byte, 1);
         } else {
-            tok_buf_append(&b, s, l);
+            whet_buf_append(&b, s, l);
         }
     }
-    tok_buf_append(&b, "", 1);
+    whet_buf_append(&b, "", 1);
     *out = b.data;
     *len = b.len - 1;
     return 0;
@@ -594,10 +594,10 @@ int32_t tokenizer_token_id(const struct tokenizer *tok, const char *token) {
     size_t len = strlen(token);
     for (int i = tok->n_added - 1; i >= 0; i--)
         if (tok->added[i].len == len && !memcmp(tok->added[i].content, token, len)) return tok->added[i].id;
-    struct tok_buf b = {0};
+    struct whet_buf b = {0};
     int32_t id = -1;
     if (token_bytes(tok, token, len, &b) == 0) id = vocab_lookup(tok, b.data ? b.data : "", b.len);
-    tok_buf_free(&b);
+    whet_buf_free(&b);
     return id;
 }
 

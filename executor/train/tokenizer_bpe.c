@@ -314,7 +314,7 @@ void bpe_encode_cached(const struct tokenizer *tok, struct bpe_state *st, const 
     if (count) memcpy(st->cache_ids + st->cache_ids_len, *ids + first, count * sizeof **ids);
     st->cache[h] = (struct bpe_cache_slot){hv, (uint32_t)st->cache_keys.len, (uint32_t)len,
                                            (uint32_t)st->cache_ids_len, (uint32_t)count};
-    tok_buf_append(&st->cache_keys, w, len);
+    whet_buf_append(&st->cache_keys, w, len);
     st->cache_ids_len += count;
     st->cache_used++;
 }
@@ -327,7 +327,7 @@ void bpe_state_free(struct bpe_state *st) {
     free(st->prev);
     free(st->heap);
     free(st->cache);
-    tok_buf_free(&st->cache_keys);
+    whet_buf_free(&st->cache_keys);
     free(st->cache_ids);
     memset(st, 0, sizeof *st);
 }

@@ -16,18 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "tokenizer.h"
-
-/* ---- growable byte buffer ---------------------------------------------------------------------- */
-
-struct tok_buf {
-    char *data;
-    size_t len, cap;
-};
-
-void tok_buf_reserve(struct tok_buf *b, size_t extra);
-void tok_buf_append(struct tok_buf *b, const void *p, size_t n);
-void tok_buf_free(struct tok_buf *b);
 
 /* ---- unicode ----------------------------------------------------------------------------------- */
 
@@ -37,9 +27,9 @@ int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
 int utf8_encode(uint32_t cp, char *out);
 /* If text is valid UTF-8 returns 1 and touches nothing; otherwise writes to `out` the text with each
  * maximal ill-formed subsequence replaced by U+FFFD (the WHATWG decoder's rule) and returns 0. */
-int utf8_repair(const char *text, size_t len, struct tok_buf *out);
+int utf8_repair(const char *text, size_t len, struct whet_buf *out);
 /* If valid UTF-8 `text` is already in NFC returns 1; otherwise writes its NFC form to `out`, returns 0. */
-int nfc_normalize(const char *text, size_t len, struct tok_buf *out);
+int nfc_normalize(const char *text, size_t len, struct whet_buf *out);
 /* ECMAScript's WhiteSpace or LineTerminator (what JS \s and String.prototype.trim use). */
 int js_is_space(uint32_t cp);
 /* The ECMAScript \s set written as the inside of a PCRE2 character class. */
@@ -53,7 +43,7 @@ uint32_t byte_to_unicode(unsigned char b);
 int unicode_to_byte(uint32_t cp);
 /* Decodes a byte-level string ("Ġthe") to raw bytes appended to out; returns -1 if a character is not
  * in the map. */
-int byte_level_decode(const char *s, size_t len, struct tok_buf *out);
+int byte_level_decode(const char *s, size_t len, struct whet_buf *out);
 
 /* One Split step: a compiled regex whose matches and the text between them both become pieces. */
 struct tok_split {
@@ -172,7 +162,7 @@ struct bpe_state {
     int no_cache; /* a one-shot encode: filling the cache would cost more than it saves */
     struct bpe_cache_slot *cache;
     size_t cache_mask, cache_used;
-    struct tok_buf cache_keys;
+    struct whet_buf cache_keys;
     int32_t *cache_ids;
     size_t cache_ids_len, cache_ids_cap;
 };

@@ -35,9 +35,9 @@ int unicode_to_byte(uint32_t cp) {
     return -1;
 }
 
-int byte_level_decode(const char *s, size_t len, struct tok_buf *out) {
+int byte_level_decode(const char *s, size_t len, struct whet_buf *out) {
     const unsigned char *u = (const unsigned char *)s;
-    tok_buf_reserve(out, len);
+    whet_buf_reserve(out, len);
     for (size_t i = 0; i < len;) {
         uint32_t cp;
         i += utf8_decode(u + i, len - i, &cp);
@@ -58,19 +58,19 @@ static const char *const js_rewrites[][2] = {
      " ?[^\\s.,!?\xE2\x80\xA6\xE3\x80\x82\xEF\xBC\x8C\xE3\x80\x81\xE0\xA5\xA4\xDB\x94\xD8\x8C]+"},
 };
 
-static void replace_all(struct tok_buf *b, const char *from, const char *to) {
+static void replace_all(struct whet_buf *b, const char *from, const char *to) {
     size_t nf = strlen(from), nt = strlen(to);
-    struct tok_buf r = {0};
+    struct whet_buf r = {0};
     for (size_t i = 0; i < b->len;) {
         if (b->len - i >= nf && memcmp(b->data + i, from, nf) == 0) {
-            tok_buf_append(&r, to, nt);
+            whet_buf_append(&r, to, nt);
             i += nf;
         } else {
-            tok_buf_append(&r, b->data + i, 1);
+            whet_buf_append(&r, b->data + i, 1);
             i++;
         }
     }
-    tok_buf_free(b);
+    whet_buf_free(b);
     *b = r;
 }
 
@@ -79,7 +79,7 @@ static int is_hex(char c) {
 }
 
 /* Rewrites the JS pattern `js` into PCRE2 syntax with the same meaning. */
-static int js_to_pcre2(const char *js, size_t len, struct tok_buf *out, struct whet_err *err) {
+static int js_to_pcre2(const char *js, size_t len, struct whet_buf *out, struct whet_err *err) {
     int in_class = 0;
     char tmp[32];
     for (size_t i = 0; i < len; i++) {
@@ -88,72 +88,72 @@ static int js_to_pcre2(const char *js, size_t len, struct tok_buf *out, struct w
             char e = js[i + 1];
             if (e == 's' || e == 'S') {
                 if (in_class && e == 'S') return whet_errf(err, "\\S inside a character class is not supported");
-                if (in_class) tok_buf_append(out, js_space_class, strlen(js_space_class));
+                if (in_class) whet_buf_append(out, js_space_class, strlen(js_space_class));
                 else {
-                    tok_buf_append(out, e == 's' ? "[" : "[^", e == 's' ? 1 : 2);
-                    tok_buf_append(out, js_space_class, strlen(js_space_class));
-                    tok_buf_append(out, "]", 1);
+                    whet_buf_append(out, e == 's' ? "[" : "[^", e == 's' ? 1 : 2);
+                    whet_buf_append(out, js_space_class, strlen(js_space_class));
+                    whet_buf_append(out, "]", 1);
                 }
                 i++;
             } else if (e == 'u' && i + 2 < len && js[i + 2] == '{') {
                 size_t j = i + 3;
                 while (j < len && is_hex(js[j])) j++;
                 if (j >= len || js[j] != '}' || j == i + 3) return whet_errf(err, "bad \\u{…} escape");
-                tok_buf_append(out, "\\x{", 3);
-                tok_buf_append(out, js + i + 3, j - (i + 3));
-                tok_buf_append(out, "}", 1);
+                whet_buf_append(out, "\\x{", 3);
+                whet_buf_append(out, js + i + 3, j - (i + 3));
+                whet_buf_append(out, "}", 1);
                 i = j;
             } else if (e == 'u' && i + 5 < len && is_hex(js[i + 2]) && is_hex(js[i + 3]) && is_hex(js[i + 4]) &&
                        is_hex(js[i + 5])) {
                 snprintf(tmp, sizeof tmp, "\\x{%.4s}", js + i + 2);
-                tok_buf_append(out, tmp, strlen(tmp));
+                whet_buf_append(out, tmp, strlen(tmp));
                 i += 5;
             } else {
-                tok_buf_append(out, js + i, 2);
+                whet_buf_append(out, js + i, 2);
                 i++;
             }
         } else if (in_class) {
             if (c == ']') in_class = 0;
-            tok_buf_append(out, &c, 1);
+            whet_buf_append(out, &c, 1);
         } else if (c == '[') {
             /* In JS `[]` matches nothing and `[^]` anything; PCRE2 would read the ']' as a literal. */
             if (i + 1 < len && js[i + 1] == ']') {
-                tok_buf_append(out, "(?!)", 4);
+                whet_buf_append(out, "(?!)", 4);
                 i++;
             } else if (i + 2 < len && js[i + 1] == '^' && js[i + 2] == ']') {
-                tok_buf_append(out, "(?s:.)", 6);
+                whet_buf_append(out, "(?s:.)", 6);
                 i += 2;
             } else {
                 in_class = 1;
-                tok_buf_append(out, "[", 1);
+                whet_buf_append(out, "[", 1);
                 if (i + 1 < len && js[i + 1] == '^') {
-                    tok_buf_append(out, "^", 1);
+                    whet_buf_append(out, "^", 1);
                     i++;
                 }
             }
         } else if (c == '.') {
             static const char js_dot[] = "[^\\n\\r\\x{2028}\\x{2029}]";
-            tok_buf_append(out, js_dot, sizeof js_dot - 1);
+            whet_buf_append(out, js_dot, sizeof js_dot - 1);
         } else {
-            tok_buf_append(out, &c, 1);
+            whet_buf_append(out, &c, 1);
         }
     }
     return 0;
 }
 
 int split_compile(struct tok_split *s, const char *pattern, int is_regex, struct whet_err *err) {
-    struct tok_buf js = {0}, pc = {0};
+    struct whet_buf js = {0}, pc = {0};
     size_t plen = strlen(pattern);
     if (is_regex) {
         /* createPattern: regex.replace(/\\([#&~])/g, "$1") */
         for (size_t i = 0; i < plen; i++) {
             if (pattern[i] == '\\' && i + 1 < plen && strchr("#&~", pattern[i + 1]) && pattern[i + 1]) continue;
-            tok_buf_append(&js, pattern + i, 1);
+            whet_buf_append(&js, pattern + i, 1);
         }
         for (size_t k = 0; k < WHET_ARRAY_LEN(js_rewrites); k++) replace_all(&js, js_rewrites[k][0], js_rewrites[k][1]);
         if (js_to_pcre2(js.data ? js.data : "", js.len, &pc, err) < 0) {
-            tok_buf_free(&js);
-            tok_buf_free(&pc);
+            whet_buf_free(&js);
+            whet_buf_free(&pc);
             return -1;
         }
     } else {
@@ -161,16 +161,16 @@ int split_compile(struct tok_split *s, const char *pattern, int is_regex, struct
         for (size_t i = 0; i < plen; i++) {
             unsigned char c = (unsigned char)pattern[i];
             if (c < 0x80 && !(c >= '0' && c <= '9') && !(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') && c > ' ')
-                tok_buf_append(&pc, "\\", 1);
-            tok_buf_append(&pc, pattern + i, 1);
+                whet_buf_append(&pc, "\\", 1);
+            whet_buf_append(&pc, pattern + i, 1);
         }
     }
     int code;
     PCRE2_SIZE at;
     s->re = pcre2_compile((PCRE2_SPTR)(pc.data ? pc.data : ""), pc.len, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &code, &at,
                           NULL);
-    tok_buf_free(&js);
-    tok_buf_free(&pc);
+    whet_buf_free(&js);
+    whet_buf_free(&pc);
     if (!s->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);

@@ -134,14 +134,14 @@ static void word_pairs(struct tiny_pairs *p, const struct tiny_word *w, int64_t 
 }
 
 struct word_collect {
-    struct tok_buf *words; /* each word: 4-byte length, then bytes */
+    struct whet_buf *words; /* each word: 4-byte length, then bytes */
 };
 
 static int collect_word(void *ctx, const char *p, size_t n) {
     struct word_collect *c = ctx;
     uint32_t len = (uint32_t)n;
-    tok_buf_append(c->words, &len, sizeof len);
-    tok_buf_append(c->words, p, n);
+    whet_buf_append(c->words, &len, sizeof len);
+    whet_buf_append(c->words, p, n);
     return 0;
 }
 
@@ -156,13 +156,13 @@ static int cmp_bytes(const void *a, const void *b) {
 
 /* Learns merges: fills `tokens` (the bytes of each id, ids 0..255 the bytes in GPT-2's order) and
  * `merges` (pairs of ids) until there are `target` tokens. */
-static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans, int32_t **merges,
+static int tiny_train(int target, struct whet_buf *tokens, struct tok_span *spans, int32_t **merges,
                       int *n_merges, struct whet_err *err) {
     /* The corpus: the built-in text, then compounds of its words. */
     struct tok_split split = {0};
     if (split_compile(&split, qwen_pattern, 1, err) < 0) return -1;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(split.re, NULL);
-    struct tok_buf raw = {0};
+    struct whet_buf raw = {0};
     struct word_collect wc = {&raw};
     split_run(&split, md, NULL, tiny_corpus, sizeof tiny_corpus - 1, collect_word, &wc, err);
     size_t n_base = 0;
@@ -191,7 +191,7 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
         if (letters >= 2 && (n_distinct == 0 || cmp_bytes(&base[i], &base[n_distinct - 1]) != 0)) base[n_distinct++] = base[i];
     }
     n_base = n_distinct;
-    struct tok_buf extra = {0};
+    struct whet_buf extra = {0};
     char buf[256];
     uint64_t x = RNG_GOLDEN; /* xorshift64: pairs of words drawn the same way every time */
     for (int i = 0; i < 2 * target; i++) {
@@ -209,14 +209,14 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
             if (b[4 + k] >= 'a' && b[4 + k] <= 'z') buf[n++] = b[4 + k];
         if (n > 2) {
             buf[n++] = '\n';
-            tok_buf_append(&extra, buf, n);
+            whet_buf_append(&extra, buf, n);
         }
     }
     wc.words = &raw;
     split_run(&split, md, NULL, extra.data, extra.len, collect_word, &wc, err);
     pcre2_match_data_free(md);
     split_free(&split);
-    tok_buf_free(&extra);
+    whet_buf_free(&extra);
     free(base);
 
     /* Distinct words in byte order, with counts. */
@@ -248,7 +248,7 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
             if (byte_id[b] == id) {
                 char c = (char)b;
                 spans[id] = (struct tok_span){(uint32_t)tokens->len, 1};
-                tok_buf_append(tokens, &c, 1);
+                whet_buf_append(tokens, &c, 1);
             }
 
     struct tiny_word *words = xcalloc(n_all, sizeof *words);
@@ -267,7 +267,7 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
         for (uint32_t k = 0; k < len; k++) w->sym[k] = byte_id[(unsigned char)all[i][4 + k]];
     }
     free(all);
-    tok_buf_free(&raw);
+    whet_buf_free(&raw);
 
     struct tiny_pairs pairs;
     size_t slots = 1 << 16;
@@ -280,7 +280,7 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
     /* The bytes of each token, to spot a merge whose result already exists. */
     int n_tokens = 256, rc = 0;
     *n_merges = 0;
-    struct tok_buf cat = {0};
+    struct whet_buf cat = {0};
     while (n_tokens < target) {
         size_t best = SIZE_MAX;
         for (size_t h = 0; h <= pairs.mask; h++)
@@ -295,15 +295,15 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
         }
         int32_t a = (int32_t)((pairs.key[best] - 1) >> 32), b = (int32_t)((pairs.key[best] - 1) & 0xffffffffu);
         cat.len = 0;
-        tok_buf_append(&cat, tokens->data + spans[a].off, spans[a].len);
-        tok_buf_append(&cat, tokens->data + spans[b].off, spans[b].len);
+        whet_buf_append(&cat, tokens->data + spans[a].off, spans[a].len);
+        whet_buf_append(&cat, tokens->data + spans[b].off, spans[b].len);
         int32_t m = -1;
         for (int t = 0; t < n_tokens && m < 0; t++)
             if (spans[t].len == cat.len && !memcmp(tokens->data + spans[t].off, cat.data, cat.len)) m = t;
         if (m < 0) {
             m = n_tokens++;
             spans[m] = (struct tok_span){(uint32_t)tokens->len, (uint32_t)cat.len};
-            tok_buf_append(tokens, cat.data, cat.len);
+            whet_buf_append(tokens, cat.data, cat.len);
         }
         /* More merges than tokens when a result already exists (("ab", "c") after ("a", "bc")). */
         *merges = xrealloc(*merges, 2 * (size_t)(*n_merges + 1) * sizeof **merges);
@@ -329,7 +329,7 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
             word_pairs(&pairs, w, 1);
         }
     }
-    tok_buf_free(&cat);
+    whet_buf_free(&cat);
     for (size_t i = 0; i < n_words; i++) free(words[i].sym);
     free(words);
     free(pairs.key);
@@ -341,11 +341,11 @@ static int tiny_train(int target, struct tok_buf *tokens, struct tok_span *spans
 
 /* The byte-level spelling of raw bytes ("Ġthe" for " the"). */
 static json_t *byte_level_string(const char *s, size_t len) {
-    struct tok_buf b = {0};
+    struct whet_buf b = {0};
     char u[4];
-    for (size_t i = 0; i < len; i++) tok_buf_append(&b, u, (size_t)utf8_encode(byte_to_unicode((unsigned char)s[i]), u));
+    for (size_t i = 0; i < len; i++) whet_buf_append(&b, u, (size_t)utf8_encode(byte_to_unicode((unsigned char)s[i]), u));
     json_t *j = json_stringn(b.data ? b.data : "", b.len);
-    tok_buf_free(&b);
+    whet_buf_free(&b);
     return j;
 }
 
@@ -359,11 +359,11 @@ int tokenizer_tiny_json(int vocab_size, char **json, struct whet_err *err) {
         return whet_errf(err, "vocab_size %d: the tiny tokenizer has between %d and %d tokens (a model's embedding may be larger)",
                          vocab_size, TINY_MIN_VOCAB, TOKENIZER_TINY_MAX_VOCAB);
     int target = vocab_size - 3, n_merges = 0;
-    struct tok_buf tokens = {0};
+    struct whet_buf tokens = {0};
     struct tok_span *spans = xcalloc((size_t)target, sizeof *spans);
     int32_t *merges = NULL; /* pairs of ids */
     if (tiny_train(target, &tokens, spans, &merges, &n_merges, err) < 0) {
-        tok_buf_free(&tokens);
+        whet_buf_free(&tokens);
         free(spans);
         free(merges);
         return -1;
@@ -395,7 +395,7 @@ int tokenizer_tiny_json(int vocab_size, char **json, struct whet_err *err) {
         merge_list);
     *json = json_dumps(root, JSON_INDENT(1));
     json_decref(root);
-    tok_buf_free(&tokens);
+    whet_buf_free(&tokens);
     free(spans);
     free(merges);
     if (!*json) return whet_errf(err, "tiny tokenizer: cannot serialize the JSON");

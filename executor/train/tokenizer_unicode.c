@@ -24,28 +24,6 @@ struct nfc_comp {
 
 #include "tokenizer_unicode_tables.h"
 
-/* ---- byte buffers ------------------------------------------------------------------------------ */
-
-void tok_buf_reserve(struct tok_buf *b, size_t extra) {
-    if (b->len + extra <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra) cap *= 2;
-    b->data = xrealloc(b->data, cap);
-    b->cap = cap;
-}
-
-void tok_buf_append(struct tok_buf *b, const void *p, size_t n) {
-    tok_buf_reserve(b, n);
-    if (n) memcpy(b->data + b->len, p, n);
-    b->len += n;
-}
-
-void tok_buf_free(struct tok_buf *b) {
-    free(b->data);
-    b->data = NULL;
-    b->len = b->cap = 0;
-}
-
 /* ---- UTF-8 ------------------------------------------------------------------------------------- */
 
 int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp) {
@@ -93,7 +71,7 @@ int utf8_encode(uint32_t cp, char *out) {
 
 /* The WHATWG UTF-8 decoder (encoding.spec.whatwg.org, "UTF-8 decoder"), emitting the bytes of each
  * valid sequence as they were and EF BF BD for each error. With `out` NULL it only validates. */
-static int utf8_scan(const unsigned char *s, size_t len, struct tok_buf *out) {
+static int utf8_scan(const unsigned char *s, size_t len, struct whet_buf *out) {
     static const char replacement[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
     int needed = 0, seen = 0;
     unsigned char lower = 0x80, upper = 0xBF;
@@ -106,7 +84,7 @@ static int utf8_scan(const unsigned char *s, size_t len, struct tok_buf *out) {
                 /* Copy the whole ASCII run at once. */
                 size_t j = i;
                 while (j < len && s[j] < 0x80) j++;
-                if (out) tok_buf_append(out, s + i, j - i);
+                if (out) whet_buf_append(out, s + i, j - i);
                 i = j - 1;
                 continue;
             }
@@ -124,7 +102,7 @@ static int utf8_scan(const unsigned char *s, size_t len, struct tok_buf *out) {
             } else {
                 valid = 0;
                 if (!out) return 0;
-                tok_buf_append(out, replacement, 3);
+                whet_buf_append(out, replacement, 3);
             }
             continue;
         }
@@ -135,25 +113,25 @@ static int utf8_scan(const unsigned char *s, size_t len, struct tok_buf *out) {
             upper = 0xBF;
             valid = 0;
             if (!out) return 0;
-            tok_buf_append(out, replacement, 3);
+            whet_buf_append(out, replacement, 3);
             i--;
             continue;
         }
         lower = 0x80;
         upper = 0xBF;
         if (++seen == needed) {
-            if (out) tok_buf_append(out, s + seq_start, i + 1 - seq_start);
+            if (out) whet_buf_append(out, s + seq_start, i + 1 - seq_start);
             needed = seen = 0;
         }
     }
     if (needed) {
         valid = 0;
-        if (out) tok_buf_append(out, replacement, 3);
+        if (out) whet_buf_append(out, replacement, 3);
     }
     return valid;
 }
 
-int utf8_repair(const char *text, size_t len, struct tok_buf *out) {
+int utf8_repair(const char *text, size_t len, struct whet_buf *out) {
     if (utf8_scan((const unsigned char *)text, len, NULL)) return 1;
     out->len = 0;
     utf8_scan((const unsigned char *)text, len, out);
@@ -265,7 +243,7 @@ static void decompose(struct cp_list *l, uint32_t cp) {
 }
 
 /* NFC of one segment (decompose, canonical order, compose), appended to out as UTF-8. */
-static void nfc_segment(const unsigned char *s, size_t len, struct cp_list *l, struct tok_buf *out) {
+static void nfc_segment(const unsigned char *s, size_t len, struct cp_list *l, struct whet_buf *out) {
     l->n = 0;
     for (size_t i = 0; i < len;) {
         uint32_t cp;
@@ -305,11 +283,11 @@ static void nfc_segment(const unsigned char *s, size_t len, struct cp_list *l, s
             l->cp[n_out++] = cp;
         }
     }
-    tok_buf_reserve(out, 4 * n_out);
+    whet_buf_reserve(out, 4 * n_out);
     for (size_t i = 0; i < n_out; i++) out->len += utf8_encode(l->cp[i], out->data + out->len);
 }
 
-int nfc_normalize(const char *text, size_t len, struct tok_buf *out) {
+int nfc_normalize(const char *text, size_t len, struct whet_buf *out) {
     const unsigned char *s = (const unsigned char *)text;
     /* Quick check: code points below U+0300 are all stable starters. */
     size_t i = 0;
@@ -333,14 +311,14 @@ int nfc_normalize(const char *text, size_t len, struct tok_buf *out) {
         } else if (ccc_of(cp) == 0 && i > seg_start) {
             /* A stable starter: nothing before it can interact with it or anything after it. */
             if (dirty) nfc_segment(s + seg_start, i - seg_start, &l, out);
-            else tok_buf_append(out, s + seg_start, i - seg_start);
+            else whet_buf_append(out, s + seg_start, i - seg_start);
             seg_start = i;
             dirty = 0;
         }
         i += n;
     }
     if (dirty) nfc_segment(s + seg_start, len - seg_start, &l, out);
-    else tok_buf_append(out, s + seg_start, len - seg_start);
+    else whet_buf_append(out, s + seg_start, len - seg_start);
     free(l.cp);
     return 0;
 }

@@ -59,7 +59,7 @@ static void encode_decode(const struct tokenizer *tok, struct tokenizer_encoder 
         if (ids[i] < 0 || (size_t)ids[i] >= tokenizer_vocab_size(tok)) abort();
     if (tokenizer_decode(tok, ids, n, &out, &out_len, &err) < 0) abort();
     if (check_round_trip) {
-        struct tok_buf repaired = {0}, normalized = {0};
+        struct whet_buf repaired = {0}, normalized = {0};
         const char *want = text;
         size_t want_len = len;
         if (!utf8_repair(text, len, &repaired)) {
@@ -71,8 +71,8 @@ static void encode_decode(const struct tokenizer *tok, struct tokenizer_encoder 
             want_len = normalized.len;
         }
         if (out_len != want_len || memcmp(out, want, want_len) != 0) abort();
-        tok_buf_free(&repaired);
-        tok_buf_free(&normalized);
+        whet_buf_free(&repaired);
+        whet_buf_free(&normalized);
     }
     free(out);
     free(ids);

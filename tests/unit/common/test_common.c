@@ -1,7 +1,8 @@
-/* Unit tests for common/: errors, files, environment files, crypto encodings, the RNG. */
+/* Unit tests for common/: errors, files, environment files, crypto encodings, the RNG, buffers. */
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "crypto.h"
 #include "env.h"
 #include "json.h"
@@ -117,6 +118,32 @@ TEST(json_error_names_file_line_and_column) {
     CHECK(strstr(err.msg, "line -1") == NULL);
 }
 
+TEST(buf_grows_and_stays_terminated) {
+    struct whet_buf b = {0};
+    CHECK(b.data == NULL && b.len == 0);
+    whet_buf_append(&b, "", 0); /* an empty text is still a C string */
+    CHECK(b.data && b.data[0] == 0 && b.len == 0);
+    char chunk[100];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < 50; i++) whet_buf_append(&b, chunk, sizeof chunk); /* 5000 bytes: many doublings */
+    CHECK(b.len == 5000 && b.cap > b.len && b.data[b.len] == 0);
+    CHECK(b.data[0] == 'x' && b.data[4999] == 'x');
+    size_t cap = b.cap;
+    whet_buf_reserve(&b, cap - b.len - 1); /* fits exactly, NUL included: no growth */
+    CHECK(b.cap == cap);
+    whet_buf_free(&b);
+    CHECK(b.data == NULL && b.len == 0 && b.cap == 0);
+    whet_buf_puts(&b, "step");
+    for (int i = 0; i < 300; i++) whet_buf_printf(&b, ",%d", i); /* grows from inside printf */
+    CHECK(b.len == strlen(b.data));
+    CHECK(strncmp(b.data, "step,0,1,2,", 11) == 0);
+    CHECK(strcmp(b.data + b.len - 4, ",299") == 0);
+    whet_buf_free(&b);
+    whet_buf_printf(&b, "%s", ""); /* a first printf on an empty buffer */
+    CHECK(b.data && b.len == 0 && b.data[0] == 0);
+    whet_buf_free(&b);
+}
+
 int main(void) {
     RUN(err_prefix_keeps_message);
     RUN(sha256_known_vector);
@@ -127,5 +154,6 @@ int main(void) {
     RUN(rng_xoshiro_sequence_pinned);
     RUN(rng_mixers_pinned);
     RUN(json_error_names_file_line_and_column);
+    RUN(buf_grows_and_stays_terminated);
     return test_summary();
 }

@@ -68,7 +68,7 @@ TEST(byte_level_alphabet_is_gpt2s) {
 }
 
 static void check_repair(const char *in, size_t len, const char *want) {
-    struct tok_buf out = {0};
+    struct whet_buf out = {0};
     int valid = utf8_repair(in, len, &out);
     if (!strcmp(in, want) && strlen(in) == len) {
         CHECK(valid == 1);
@@ -77,7 +77,7 @@ static void check_repair(const char *in, size_t len, const char *want) {
         CHECK_MSG(out.len == strlen(want) && !memcmp(out.data, want, out.len), "repair of %zu bytes gave %zu bytes", len,
                   out.len);
     }
-    tok_buf_free(&out);
+    whet_buf_free(&out);
 }
 
 #define R "\xEF\xBF\xBD"
@@ -99,7 +99,7 @@ TEST(invalid_utf8_becomes_one_replacement_per_maximal_subpart) {
 }
 
 static void check_nfc(const char *in, const char *want) {
-    struct tok_buf out = {0};
+    struct whet_buf out = {0};
     int already = nfc_normalize(in, strlen(in), &out);
     if (!strcmp(in, want)) {
         /* Text already in NFC either passes the quick check or normalizes to itself. */
@@ -109,7 +109,7 @@ static void check_nfc(const char *in, const char *want) {
         CHECK_MSG(out.len == strlen(want) && !memcmp(out.data, want, out.len), "NFC(\"%s\") = \"%.*s\"", in,
                   (int)out.len, out.data);
     }
-    tok_buf_free(&out);
+    whet_buf_free(&out);
 }
 
 TEST(nfc_composes_reorders_and_respects_exclusions) {
