@@ -7,6 +7,7 @@
 
 #include "crypto.h"
 #include "log.h"
+#include "utf8.h"
 
 static pthread_once_t store_once = PTHREAD_ONCE_INIT;
 static struct objstore *store;
@@ -73,32 +74,10 @@ char *files_new_id(struct gw_req *r, const char *prefix) {
 int files_text_ok(const char *s, size_t len) {
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
     while (p < end) {
-        unsigned c = *p;
-        size_t n;
-        unsigned cp;
-        if (c < 0x80) {
-            if (c < 0x20 || c == 0x7f) return 0;
-            p++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            n = 1, cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            n = 2, cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            n = 3, cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if ((size_t)(end - p) <= n) return 0;
-        for (size_t i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (p[i] & 0x3f);
-        }
-        /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        p += n + 1;
+        if (*p < 0x20 || *p == 0x7f) return 0;
+        size_t n = utf8_seq_len(p, (size_t)(end - p));
+        if (!n) return 0;
+        p += n;
     }
     return 1;
 }

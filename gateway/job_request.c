@@ -4,6 +4,7 @@
 #include "json.h"
 
 #include "grader.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -12,17 +13,6 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------- helpers */
-
-/* Cuts a UTF-8 sequence that truncation left incomplete at the end of `s` (messages and params become
- * JSON strings, which must be valid UTF-8; field names come from the client and may be multibyte). */
-static void utf8_trim(char *s) {
-    size_t n = strlen(s), i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xc0) == 0x80) i--; /* continuation bytes */
-    if (i == 0 || (unsigned char)s[i - 1] < 0x80) return;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
-    if (n - (i - 1) < want) s[i - 1] = 0;
-}
 
 static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -33,12 +23,12 @@ static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     snprintf(param, JOB_PARAM_MAX, "%s", path);
-    utf8_trim(param);
+    utf8_trim_incomplete(param, strlen(param));
     if (path[0])
         whet_errf(err, "%s: %s", path, what);
     else
         whet_errf(err, "%s", what);
-    if (err) utf8_trim(err->msg);
+    if (err) utf8_trim_incomplete(err->msg, strlen(err->msg));
     return -1;
 }
 
@@ -52,7 +42,7 @@ static void join(char out[JOB_PARAM_MAX], const char *parent, const char *key) {
     if (k > JOB_PARAM_MAX - 1 - n) k = JOB_PARAM_MAX - 1 - n;
     memcpy(out + n, key, k);
     out[n + k] = 0;
-    utf8_trim(out);
+    utf8_trim_incomplete(out, strlen(out));
 }
 
 static void join_index(char out[JOB_PARAM_MAX], const char *parent, size_t i) {
@@ -63,7 +53,7 @@ static void join_index(char out[JOB_PARAM_MAX], const char *parent, size_t i) {
     if (k > JOB_PARAM_MAX - 1 - p) k = JOB_PARAM_MAX - 1 - p;
     memcpy(out + p, index, k);
     out[p + k] = 0;
-    utf8_trim(out);
+    utf8_trim_incomplete(out, strlen(out));
 }
 
 static int one_of(const char *s, const char *const *set) {

@@ -6,6 +6,7 @@
  * "line N: " to whatever the line checkers said. */
 #include "validate.h"
 #include "json.h"
+#include "utf8.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -64,28 +65,13 @@ static int expect_type(const json_t *v, json_type type, const char *what, const 
     return field_err(err, path, "expected %s, found %s", what, whet_json_kind(v));
 }
 
-/* Cuts a UTF-8 sequence that truncation left incomplete at the end of `s`: messages end up in JSON,
- * which must be valid UTF-8, and field names come from the file. Returns the new length. */
-static size_t utf8_trim(char *s, size_t n) {
-    size_t i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xc0) == 0x80) i--; /* continuation bytes */
-    if (i == 0 || (unsigned char)s[i - 1] < 0x80) return n;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
-    if (n - (i - 1) < want) {
-        s[i - 1] = 0;
-        return i - 1;
-    }
-    return n;
-}
-
 /* Appends `s` to the path in `out` (which holds `len` bytes), truncating at PATH_MAX_LEN - 1. */
 static size_t path_append(char out[PATH_MAX_LEN], size_t len, const char *s) {
     size_t n = strlen(s);
     if (n > PATH_MAX_LEN - 1 - len) n = PATH_MAX_LEN - 1 - len;
     memcpy(out + len, s, n);
     out[len + n] = 0;
-    return utf8_trim(out, len + n);
+    return utf8_trim_incomplete(out, len + n);
 }
 
 static void path_key(char out[PATH_MAX_LEN], const char *parent, const char *key) {
@@ -531,7 +517,7 @@ static int stream_line(struct validate_stream *s, const char *p, size_t n, struc
             whet_errf(&s->error, "%s example in a file of %s examples (the first line decides the format)",
                       validate_format_name(looks_like), validate_format_name(s->expect));
         whet_err_prefix(&s->error, "line %zu", s->line_no);
-        utf8_trim(s->error.msg, strlen(s->error.msg));
+        utf8_trim_incomplete(s->error.msg, strlen(s->error.msg));
         return stream_fail(s, err);
     }
     if (s->expect == VALIDATE_FORMAT_AUTO) {

@@ -31,30 +31,21 @@
 #include <string.h>
 
 #include "grader.h"
+#include "utf8.h"
 
 /* ---------------------------------------------------------------- symbols */
 
-/* Decodes UTF-8 into code points (invalid bytes become U+FFFD, one each). Returns the count. */
-static size_t utf8_decode(const char *s, uint32_t **out) {
+/* Decodes UTF-8 into code points (bytes that start no well-formed sequence become U+FFFD, one
+ * each). Returns the count. */
+static size_t decode_code_points(const char *s, uint32_t **out) {
     size_t len = strlen(s), n = 0;
     uint32_t *cp = xmalloc((len + 1) * sizeof *cp);
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
     while (p < end) {
-        unsigned c = *p;
-        int extra = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
-        uint32_t v = extra == 1 ? (c & 0x1f) : extra == 2 ? (c & 0x0f) : extra == 3 ? (c & 0x07) : c;
-        int ok = extra >= 0 && (size_t)(end - p) > (size_t)extra;
-        for (int k = 1; ok && k <= extra; k++) {
-            if ((p[k] & 0xc0) != 0x80) ok = 0;
-            else v = (v << 6) | (p[k] & 0x3f);
-        }
-        if (!ok) {
-            cp[n++] = 0xfffd;
-            p++;
-            continue;
-        }
-        cp[n++] = v;
-        p += extra + 1;
+        size_t k = utf8_seq_len(p, (size_t)(end - p));
+        if (k) utf8_decode(p, k, &cp[n++]);
+        else cp[n++] = 0xfffd;
+        p += k ? k : 1;
     }
     *out = cp;
     return n;
@@ -263,7 +254,7 @@ static size_t lcs_length(const uint32_t *a, size_t na, const uint32_t *b, size_t
 
 double grader_fuzzy_match(const char *hyp, const char *ref) {
     uint32_t *a, *b;
-    size_t na = utf8_decode(hyp, &a), nb = utf8_decode(ref, &b);
+    size_t na = decode_code_points(hyp, &a), nb = decode_code_points(ref, &b);
     double out = na + nb == 0 ? 1.0 : 2.0 * (double)lcs_length(a, na, b, nb) / (double)(na + nb);
     free(a);
     free(b);

@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "grader.h"
+#include "utf8.h"
 
 /* The next segment of `path` (up to '.' or the end) into seg; returns where the rest starts. */
 static const char *next_segment(const char *path, const char *end, const char **seg, size_t *len) {
@@ -118,35 +119,15 @@ char *grader_template_render(const char *tmpl, const json_t *sample, const json_
     return out.data;
 }
 
-/* Length of the well-formed UTF-8 sequence at s (Unicode's table 3-7: no overlong forms, no
- * surrogates, nothing past U+10FFFF), or 0 when the byte at s starts none. */
-static size_t utf8_sequence_len(const unsigned char *s) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) return (s[1] & 0xc0) == 0x80 ? 2 : 0;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xe0 && c <= 0xef) {
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 ? 3 : 0;
-    }
-    if (c >= 0xf0 && c <= 0xf4) {
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-        return s[1] >= lo && s[1] <= hi && (s[2] & 0xc0) == 0x80 && (s[3] & 0xc0) == 0x80 ? 4 : 0;
-    }
-    return 0;
-}
-
 json_t *grader_sample_from_text(const char *text) {
     /* A sampled response may stop in the middle of a character or hold bytes that are no UTF-8 at
-     * all; JSON strings cannot, so each such byte becomes U+FFFD, as a decoder shows it. The
-     * sequence checks stop at the NUL: a cut-off sequence is never read past the string's end. */
+     * all; JSON strings cannot, so each such byte becomes U+FFFD, as a decoder shows it. */
     struct whet_buf clean = {0};
-    for (const unsigned char *p = (const unsigned char *)text; *p;) {
-        size_t n = utf8_sequence_len(p);
+    const unsigned char *end = (const unsigned char *)text + strlen(text);
+    for (const unsigned char *p = (const unsigned char *)text; p < end;) {
+        size_t n = utf8_seq_len(p, (size_t)(end - p));
         if (n) whet_buf_append(&clean, (const char *)p, n);
-        else whet_buf_append(&clean, "\xef\xbf\xbd", 3);
+        else whet_buf_append(&clean, UTF8_REPLACEMENT, 3);
         p += n ? n : 1;
     }
     json_t *sample = json_pack("{s:s%}", "output_text", clean.data ? clean.data : "", clean.len);

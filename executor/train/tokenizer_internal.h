@@ -1,7 +1,7 @@
 /* tokenizer_internal.h - what the tokenizer's files share; not part of the public API (tokenizer.h).
  *
  *   tokenizer.c              loading tokenizer.json, added tokens, the encode pipeline, decode
- *   tokenizer_unicode.c      UTF-8 repair (U+FFFD), NFC, ECMAScript whitespace
+ *   tokenizer_unicode.c      NFC, ECMAScript whitespace (UTF-8 repair: common/utf8.h)
  *   tokenizer_pretokenize.c  the GPT-2 byte <-> unicode map, JS regex -> PCRE2, regex splitting
  *   tokenizer_bpe.c          vocabulary and merge hash maps, BPE over one pre-token, the id cache
  *   tokenizer_tiny.c         the tiny tokenizer generator for `whet model init --preset tiny`
@@ -18,16 +18,10 @@
 
 #include "buf.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 /* ---- unicode ----------------------------------------------------------------------------------- */
 
-/* Decodes the code point at s[0..len) (which must be valid UTF-8, len > 0); returns its length. */
-int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
-/* Encodes cp into out (4 bytes room); returns the length. */
-int utf8_encode(uint32_t cp, char *out);
-/* If text is valid UTF-8 returns 1 and touches nothing; otherwise writes to `out` the text with each
- * maximal ill-formed subsequence replaced by U+FFFD (the WHATWG decoder's rule) and returns 0. */
-int utf8_repair(const char *text, size_t len, struct whet_buf *out);
 /* If valid UTF-8 `text` is already in NFC returns 1; otherwise writes its NFC form to `out`, returns 0. */
 int nfc_normalize(const char *text, size_t len, struct whet_buf *out);
 /* ECMAScript's WhiteSpace or LineTerminator (what JS \s and String.prototype.trim use). */

@@ -1,5 +1,5 @@
-/* tokenizer_unicode.c - the Unicode the tokenizer needs and nothing more: UTF-8 repair, NFC, and
- * ECMAScript's idea of whitespace.
+/* tokenizer_unicode.c - the Unicode the tokenizer needs and nothing more: NFC and ECMAScript's idea
+ * of whitespace (UTF-8 repair is common/utf8.h's utf8_repair).
  *
  * transformers.js sees text as a JS string, so invalid UTF-8 has already become U+FFFD (TextDecoder's
  * rule: one replacement per maximal ill-formed subsequence) and NFC is String.prototype.normalize. We
@@ -23,120 +23,6 @@ struct nfc_comp {
 };
 
 #include "tokenizer_unicode_tables.h"
-
-/* ---- UTF-8 ------------------------------------------------------------------------------------- */
-
-int utf8_decode(const unsigned char *s, size_t len, uint32_t *cp) {
-    unsigned char c = s[0];
-    if (c < 0x80 || len < 2) {
-        *cp = c;
-        return 1;
-    }
-    if (c < 0xE0) {
-        *cp = ((uint32_t)(c & 0x1F) << 6) | (s[1] & 0x3F);
-        return 2;
-    }
-    if (c < 0xF0 || len < 4) {
-        *cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-        return 3;
-    }
-    *cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) | ((uint32_t)(s[2] & 0x3F) << 6) |
-          (s[3] & 0x3F);
-    return 4;
-}
-
-int utf8_encode(uint32_t cp, char *out) {
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) {
-        o[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (unsigned char)(0xC0 | (cp >> 6));
-        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | (cp >> 12));
-        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | (cp >> 18));
-    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* The WHATWG UTF-8 decoder (encoding.spec.whatwg.org, "UTF-8 decoder"), emitting the bytes of each
- * valid sequence as they were and EF BF BD for each error. With `out` NULL it only validates. */
-static int utf8_scan(const unsigned char *s, size_t len, struct whet_buf *out) {
-    static const char replacement[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
-    int needed = 0, seen = 0;
-    unsigned char lower = 0x80, upper = 0xBF;
-    size_t seq_start = 0;
-    int valid = 1;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char b = s[i];
-        if (needed == 0) {
-            if (b < 0x80) {
-                /* Copy the whole ASCII run at once. */
-                size_t j = i;
-                while (j < len && s[j] < 0x80) j++;
-                if (out) whet_buf_append(out, s + i, j - i);
-                i = j - 1;
-                continue;
-            }
-            seq_start = i;
-            if (b >= 0xC2 && b <= 0xDF) {
-                needed = 1;
-            } else if (b >= 0xE0 && b <= 0xEF) {
-                if (b == 0xE0) lower = 0xA0;
-                if (b == 0xED) upper = 0x9F;
-                needed = 2;
-            } else if (b >= 0xF0 && b <= 0xF4) {
-                if (b == 0xF0) lower = 0x90;
-                if (b == 0xF4) upper = 0x8F;
-                needed = 3;
-            } else {
-                valid = 0;
-                if (!out) return 0;
-                whet_buf_append(out, replacement, 3);
-            }
-            continue;
-        }
-        if (b < lower || b > upper) {
-            /* The bytes so far are one ill-formed subsequence; `b` starts afresh. */
-            needed = seen = 0;
-            lower = 0x80;
-            upper = 0xBF;
-            valid = 0;
-            if (!out) return 0;
-            whet_buf_append(out, replacement, 3);
-            i--;
-            continue;
-        }
-        lower = 0x80;
-        upper = 0xBF;
-        if (++seen == needed) {
-            if (out) whet_buf_append(out, s + seq_start, i + 1 - seq_start);
-            needed = seen = 0;
-        }
-    }
-    if (needed) {
-        valid = 0;
-        if (out) whet_buf_append(out, replacement, 3);
-    }
-    return valid;
-}
-
-int utf8_repair(const char *text, size_t len, struct whet_buf *out) {
-    if (utf8_scan((const unsigned char *)text, len, NULL)) return 1;
-    out->len = 0;
-    utf8_scan((const unsigned char *)text, len, out);
-    return 0;
-}
 
 /* ---- ECMAScript whitespace --------------------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* Unit tests for common/: errors, files, environment files, crypto encodings, the RNG, buffers. */
+/* Unit tests for common/: errors, files, environment files, crypto encodings, the RNG, buffers, UTF-8. */
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -8,6 +8,7 @@
 #include "json.h"
 #include "rng.h"
 #include "test.h"
+#include "utf8.h"
 #include "util.h"
 
 TEST(err_prefix_keeps_message) {
@@ -144,6 +145,86 @@ TEST(buf_grows_and_stays_terminated) {
     whet_buf_free(&b);
 }
 
+TEST(utf8_seq_len_follows_table_3_7) {
+    CHECK(utf8_seq_len((const unsigned char *)"A", 1) == 1);
+    CHECK(utf8_seq_len((const unsigned char *)"\xc3\xa9", 2) == 2);
+    CHECK(utf8_seq_len((const unsigned char *)"\xe2\x82\xac", 3) == 3);
+    CHECK(utf8_seq_len((const unsigned char *)"\xf4\x8f\xbf\xbf", 4) == 4);  /* U+10FFFF, the last */
+    CHECK(utf8_seq_len((const unsigned char *)"\xe2\x82\xac", 2) == 0);      /* cut off by len */
+    CHECK(utf8_seq_len((const unsigned char *)"\xc0\xaf", 2) == 0);          /* overlong '/' */
+    CHECK(utf8_seq_len((const unsigned char *)"\xe0\x80\xaf", 3) == 0);      /* overlong, 3 bytes */
+    CHECK(utf8_seq_len((const unsigned char *)"\xed\xa0\x80", 3) == 0);      /* a surrogate */
+    CHECK(utf8_seq_len((const unsigned char *)"\xf4\x90\x80\x80", 4) == 0); /* past U+10FFFF */
+    CHECK(utf8_seq_len((const unsigned char *)"\x80", 1) == 0);              /* a stray continuation */
+    CHECK(utf8_valid("caf\xc3\xa9 \xf0\x9f\x98\x80", 10));
+    CHECK(!utf8_valid("caf\xc3", 4));
+    CHECK(utf8_valid("", 0));
+    uint32_t cp;
+    CHECK(utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp) == 4 && cp == 0x1f600);
+    char enc[4];
+    CHECK(utf8_encode(0x20ac, enc) == 3 && memcmp(enc, "\xe2\x82\xac", 3) == 0);
+    CHECK(utf8_encode(0x1f600, enc) == 4 && memcmp(enc, "\xf0\x9f\x98\x80", 4) == 0);
+}
+
+/* Expected outputs printed by the tokenizer's own repair before it moved here: transformers.js
+ * decodes the same way, and token ids follow the repaired text. */
+TEST(utf8_repair_matches_the_whatwg_decoder) {
+    static const struct {
+        const char *in;
+        size_t len;
+        int valid;
+        const char *out;
+    } cases[] = {
+    {"\x61\xc3\xa9\x7a", 4, 1, ""},
+    {"\xe2\x82\xac", 3, 1, ""},
+    {"\xf0\x9f\x98\x80", 4, 1, ""},
+    {"\xe2\x82\x41", 3, 0, "\xef\xbf\xbd\x41"},
+    {"\xc0\xaf", 2, 0, "\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\xed\xa0\x80", 3, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\xf4\x90\x80\x80", 4, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\xf0\x9f\x98", 3, 0, "\xef\xbf\xbd"},
+    {"\xe0\x80\xaf", 3, 0, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\xff\x62", 2, 0, "\xef\xbf\xbd\x62"},
+    {"\x80\x80", 2, 0, "\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\xf0\x90\x80\xe2", 4, 0, "\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\x6f\x6b\xe2\x82", 4, 0, "\x6f\x6b\xef\xbf\xbd"},
+    };
+    struct whet_buf out = {0};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(cases); i++) {
+        int valid = utf8_repair(cases[i].in, cases[i].len, &out);
+        CHECK_MSG(valid == cases[i].valid, "case %zu", i);
+        if (!valid) CHECK_MSG(out.len == strlen(cases[i].out) && !memcmp(out.data, cases[i].out, out.len), "case %zu", i);
+    }
+    /* 200000 random short strings, biased to continuation and lead bytes, hashed (FNV-1a) together
+     * with their validity and repair: the same digest the old code gave. */
+    uint64_t x = 12345, h = 1469598103934665603ull;
+    unsigned char buf[16];
+    for (int it = 0; it < 200000; it++) {
+        size_t n = 1 + (x % 15);
+        for (size_t i = 0; i < n; i++) {
+            unsigned v = (unsigned)(rng_xorshift64(&x) >> 24) & 0xff;
+            buf[i] = (unsigned char)(v < 0x40 ? 0x80 + (v & 0x3f) : v < 0x60 ? 'a' : v);
+        }
+        out.len = 0;
+        int valid = utf8_repair((const char *)buf, n, &out);
+        h = (h ^ (uint64_t)valid) * 1099511628211ull;
+        for (size_t i = 0; !valid && i < out.len; i++) h = (h ^ (unsigned char)out.data[i]) * 1099511628211ull;
+        h = (h ^ 0xff) * 1099511628211ull;
+    }
+    CHECK(h == 0x2997a639439f8136ull);
+    whet_buf_free(&out);
+}
+
+TEST(utf8_trim_incomplete_cuts_only_a_cut_sequence) {
+    char s[16];
+    strcpy(s, "ab\xe2\x82");
+    CHECK(utf8_trim_incomplete(s, strlen(s)) == 2 && strcmp(s, "ab") == 0);
+    strcpy(s, "ab\xe2\x82\xac");
+    CHECK(utf8_trim_incomplete(s, strlen(s)) == 5 && strcmp(s, "ab\xe2\x82\xac") == 0);
+    strcpy(s, "abc");
+    CHECK(utf8_trim_incomplete(s, 3) == 3);
+}
+
 int main(void) {
     RUN(err_prefix_keeps_message);
     RUN(sha256_known_vector);
@@ -155,5 +236,8 @@ int main(void) {
     RUN(rng_mixers_pinned);
     RUN(json_error_names_file_line_and_column);
     RUN(buf_grows_and_stays_terminated);
+    RUN(utf8_seq_len_follows_table_3_7);
+    RUN(utf8_repair_matches_the_whatwg_decoder);
+    RUN(utf8_trim_incomplete_cuts_only_a_cut_sequence);
     return test_summary();
 }
