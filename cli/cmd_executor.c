@@ -63,14 +63,14 @@ static int cmd_executor(int argc, char **argv) {
     whet_log_component("executor");
     struct whet_err err;
     if (whet_env_load_data_dir(data_dir, &err) < 0) {
-        fprintf(stderr, "whet executor: %s\n", err.msg);
+        whet_err_report("whet executor", &err);
         return 1;
     }
     o.scheduler = scheduler ? scheduler : whet_env("WHET_GRPC", "127.0.0.1:7070");
     o.token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
     if (!o.token || !o.object_store) {
-        fprintf(stderr, "whet executor: WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE must be set; hint: pass --data-dir "
+        fprintf(stderr, "whet executor: WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE must be set\nhint: pass --data-dir "
                         "of a `whet up` data dir, or set them\n");
         return 1;
     }
@@ -91,7 +91,7 @@ static int cmd_executor(int argc, char **argv) {
     }
     o.trainer = path;
     if (executor_run(&o, &err) < 0) {
-        fprintf(stderr, "whet executor: %s\n", err.msg);
+        whet_err_report("whet executor", &err);
         return 1;
     }
     return 0;

@@ -55,7 +55,7 @@ static int cmd_gateway(int argc, char **argv) {
     }
     struct whet_err err;
     if (whet_env_load_data_dir(data_dir, &err) < 0) {
-        fprintf(stderr, "whet gateway: %s\n", err.msg);
+        whet_err_report("whet gateway", &err);
         return 1;
     }
     whet_log_component("gateway");
@@ -65,7 +65,7 @@ static int cmd_gateway(int argc, char **argv) {
     if (threads > 0) o.threads = threads;
     if (db_conns > 0) o.db_conns_per_thread = db_conns;
     if (gateway_run(&o, &err) < 0) {
-        fprintf(stderr, "whet gateway: %s\n", err.msg);
+        whet_err_report("whet gateway", &err);
         return 1;
     }
     return 0;

@@ -98,7 +98,7 @@ static int cmd_grade(int argc, char **argv) {
     struct whet_err err;
     json_t *answer = NULL;
     if (grade(path, judges, seed, &answer, &err)) {
-        fprintf(stderr, "whet grade: %s\n", err.msg);
+        whet_err_report("whet grade", &err);
         status = 1;
         goto out;
     }

@@ -33,12 +33,12 @@ static int cmd_migrate(int argc, char **argv) {
     struct whet_err err;
     const char *url;
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(url = whet_database_url(&err))) {
-        fprintf(stderr, "whet migrate: %s\n", err.msg);
+        whet_err_report("whet migrate", &err);
         return 1;
     }
     PGconn *conn = whet_pg_connect(url, &err);
     if (!conn) {
-        fprintf(stderr, "whet migrate: %s\n", err.msg);
+        whet_err_report("whet migrate", &err);
         return 1;
     }
     int rc = 0, applied = 0;
@@ -52,7 +52,7 @@ static int cmd_migrate(int argc, char **argv) {
         printf("whet migrate: %d migration%s applied; schema at version %d\n", applied, applied == 1 ? "" : "s",
                whet_schema_latest());
     }
-    if (rc) fprintf(stderr, "whet migrate: %s\n", err.msg);
+    if (rc) whet_err_report("whet migrate", &err);
     PQfinish(conn);
     return rc;
 }

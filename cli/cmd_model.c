@@ -66,7 +66,7 @@ static int model_init_main(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'p':
             if (model_init_preset(&o, optarg, &err)) {
-                fprintf(stderr, "whet model init: %s\n", err.msg);
+                whet_err_report("whet model init", &err);
                 return 2;
             }
             break;
@@ -99,7 +99,7 @@ static int model_init_main(int argc, char **argv) {
     if (shape_changed && !explicit_head_dim) o.head_dim = 0; /* hidden / heads */
     if (!explicit_kv && o.kv_heads > o.heads) o.kv_heads = o.heads; /* the preset's 2 kv heads */
     if (model_init_write(out, &o, &err)) {
-        fprintf(stderr, "whet model init: %s\n", err.msg);
+        whet_err_report("whet model init", &err);
         return 1;
     }
     return 0;

@@ -101,7 +101,7 @@ static int cmd_sample(int argc, char **argv) {
     char *text = NULL;
     int n = 0;
     if (sample_run(&o, &text, &n, &err)) {
-        fprintf(stderr, "whet sample: %s\n", err.msg);
+        whet_err_report("whet sample", &err);
         return 1;
     }
     fwrite(text, 1, strlen(text), stdout);

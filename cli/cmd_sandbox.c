@@ -142,7 +142,7 @@ static int sandbox_run_cmd(int argc, char **argv) {
         sigaction(SIGHUP, &sa, NULL);
     }
     if (!spawned || sandbox_wait(&child, &res, &err) < 0) {
-        fprintf(stderr, "whet sandbox: %s\n", err.msg);
+        whet_err_report("whet sandbox", &err);
         code = 125;
     } else {
         fprintf(stderr, "whet sandbox: %s: %s (wall %.2f s, cpu %.2f s, peak rss %.1f MiB%s%s)\n",
@@ -190,7 +190,7 @@ static int sandbox_grade_cmd(int argc, char **argv) {
     struct whet_err err;
     char *source = NULL;
     if (whet_read_file(source_path, 1 << 20, &source, NULL, &err) < 0) {
-        fprintf(stderr, "whet sandbox grade: %s\n", err.msg);
+        whet_err_report("whet sandbox grade", &err);
         return 1;
     }
     json_t **samples = NULL, **items = NULL;
@@ -221,7 +221,7 @@ static int sandbox_grade_cmd(int argc, char **argv) {
     struct pygrader_score *scores = calloc(n ? n : 1, sizeof *scores);
     if (!scores) abort();
     if (rc == 0 && pygrader_run(&opts, source, samples, items, n, scores, &err) < 0) {
-        fprintf(stderr, "whet sandbox grade: %s\n", err.msg);
+        whet_err_report("whet sandbox grade", &err);
         rc = 1;
     } else if (rc == 0) {
         for (size_t i = 0; i < n; i++) {

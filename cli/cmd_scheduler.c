@@ -51,19 +51,19 @@ static int cmd_scheduler(int argc, char **argv) {
     struct whet_err err;
     struct scheduler_options o = {.policy = policy, .lease_ms = lease_ms, .heartbeat_ms = lease_ms / 10, .rpc_threads = 2};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
-        fprintf(stderr, "whet scheduler: %s\n", err.msg);
+        whet_err_report("whet scheduler", &err);
         return 1;
     }
     o.grpc_addr = grpc ? grpc : whet_env("WHET_GRPC", "127.0.0.1:7070");
     o.executor_token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
     if (!o.executor_token) {
-        fprintf(stderr, "whet scheduler: WHET_EXECUTOR_TOKEN is not set; hint: executors authenticate with it; "
+        fprintf(stderr, "whet scheduler: WHET_EXECUTOR_TOKEN is not set\nhint: executors authenticate with it; "
                         "`whet up` generates one into whet.env\n");
         return 1;
     }
     if (scheduler_run(&o, &err) < 0) {
-        fprintf(stderr, "whet scheduler: %s\n", err.msg);
+        whet_err_report("whet scheduler", &err);
         return 1;
     }
     return 0;

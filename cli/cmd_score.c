@@ -43,7 +43,7 @@ static int cmd_score(int argc, char **argv) {
     }
     struct whet_err err;
     if (score_run(model, adapter, data, stdout, &err)) {
-        fprintf(stderr, "whet score: %s\n", err.msg);
+        whet_err_report("whet score", &err);
         return 1;
     }
     return 0;

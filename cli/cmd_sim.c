@@ -71,7 +71,7 @@ static int load_text(const char *opt, const char *path, char **text) {
         return -1;
     }
     if (whet_read_file(path, MAX_TRACE_BYTES, text, &len, &err) < 0) {
-        fprintf(stderr, "whet sim: %s\n", err.msg);
+        whet_err_report("whet sim", &err);
         return -1;
     }
     return 0;
@@ -134,11 +134,11 @@ static int cmd_sim(int argc, char **argv) {
         fprintf(stderr, "whet sim: unexpected argument \"%s\"\n", argv[optind + 1]);
         return 2;
     }
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     char names[MAX_POLICIES][16];
     int n_policies = sim_policies(policy, names, MAX_POLICIES, &err);
     if (n_policies < 0) {
-        fprintf(stderr, "whet sim: %s\n", err.msg);
+        whet_err_report("whet sim", &err);
         return 2;
     }
 
@@ -154,7 +154,7 @@ static int cmd_sim(int argc, char **argv) {
                                    (uint64_t)seed};
         for (int i = 0; i < n_policies && !rc; i++)
             if (sim_scale(stdout, &o, names[i], &err) < 0) rc = 1;
-        if (rc) fprintf(stderr, "whet sim: %s\n", err.msg);
+        if (rc) whet_err_report("whet sim", &err);
         return rc;
     }
 
@@ -162,7 +162,7 @@ static int cmd_sim(int argc, char **argv) {
     struct sim_fleet fleet;
     if (load_text("--nodes", nodes, &node_text)) return 1;
     if (sim_fleet_parse(&fleet, nodes, node_text, &err) < 0) {
-        fprintf(stderr, "whet sim: %s\n", err.msg);
+        whet_err_report("whet sim", &err);
         free(node_text);
         return 1;
     }
@@ -190,7 +190,7 @@ static int cmd_sim(int argc, char **argv) {
             sim_trace_free(&trace);
         }
     }
-    if (rc && err.msg[0]) fprintf(stderr, "whet sim: %s\n", err.msg);
+    if (rc && err.msg[0]) whet_err_report("whet sim", &err);
     free(text);
     sim_fleet_free(&fleet);
     return rc;

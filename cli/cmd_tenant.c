@@ -38,13 +38,16 @@ static int tenant_create(PGconn *conn, const char *name, const char *weight, str
     PGresult *res = PQexecParams(conn, "INSERT INTO tenants (id, name, weight) VALUES ($1, $2, $3)", 3, NULL, tparams,
                                  NULL, NULL, 0);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        if (!strcmp(whet_pg_sqlstate(res), "23505"))
-            whet_errf(err, "tenant \"%s\" already exists; hint: create an API key for it with the admin API", name);
-        else if (!strcmp(whet_pg_sqlstate(res), "23514"))
-            whet_errf(err, "invalid tenant name \"%s\" or weight; hint: names are 1-64 of [A-Za-z0-9_.-] starting with "
-                           "a letter or digit, weights are positive", name);
-        else
+        if (!strcmp(whet_pg_sqlstate(res), "23505")) {
+            whet_errf(err, "tenant \"%s\" already exists", name);
+            whet_err_hint(err, "create an API key for it with the admin API");
+        } else if (!strcmp(whet_pg_sqlstate(res), "23514")) {
+            whet_errf(err, "invalid tenant name \"%s\" or weight", name);
+            whet_err_hint(err, "names are 1-64 of [A-Za-z0-9_.-] starting with a letter or digit, weights are "
+                               "positive");
+        } else {
             whet_pg_error(res, conn, err);
+        }
         PQclear(res);
         PQclear(PQexec(conn, "ROLLBACK"));
         return -1;
@@ -108,7 +111,7 @@ static int cmd_tenant(int argc, char **argv) {
         goto out;
     rc = (!strcmp(sub, "create") ? tenant_create(conn, argv[optind + 1], weight, &err) : tenant_list(conn, &err)) < 0;
 out:
-    if (rc) fprintf(stderr, "whet tenant: %s\n", err.msg);
+    if (rc) whet_err_report("whet tenant", &err);
     PQfinish(conn);
     return rc;
 }

@@ -50,13 +50,13 @@ static int cmd_token(int argc, char **argv) {
     struct whet_err err;
     struct auth_config cfg;
     if (whet_env_load_data_dir(data_dir, &err) < 0 || auth_config_from_env(&cfg, &err) < 0) {
-        fprintf(stderr, "whet token: %s\n", err.msg);
+        whet_err_report("whet token", &err);
         return 1;
     }
     char *token = auth_mint_jwt(&cfg, tenant, whet_now_unix(), ttl, &err);
     auth_config_free(&cfg);
     if (!token) {
-        fprintf(stderr, "whet token: %s\n", err.msg);
+        whet_err_report("whet token", &err);
         return 1;
     }
     puts(token);

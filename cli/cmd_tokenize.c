@@ -66,7 +66,7 @@ static int cmd_tokenize(int argc, char **argv) {
     struct tokenizer *tok;
     double t_start = whet_now_mono();
     if (tokenizer_load(path, &tok, &err) < 0) {
-        fprintf(stderr, "whet tokenize: %s\n", err.msg);
+        whet_err_report("whet tokenize", &err);
         return 1;
     }
     struct tokenizer_encoder *enc = tokenizer_encoder_new(tok);

@@ -52,7 +52,7 @@ static int cmd_train(int argc, char **argv) {
     struct trainer_config cfg;
     struct whet_err err;
     if (trainer_config_load(&cfg, config, &err)) {
-        fprintf(stderr, "whet train: %s\n", err.msg);
+        whet_err_report("whet train", &err);
         return 2;
     }
     struct sigaction sa;
@@ -66,7 +66,7 @@ static int cmd_train(int argc, char **argv) {
     int rc = trainer_run(&cfg, &io, &stopped, &err);
     trainer_config_free(&cfg);
     if (rc) {
-        fprintf(stderr, "whet train: %s\n", err.msg);
+        whet_err_report("whet train", &err);
         return 1;
     }
     if (stopped) fprintf(stderr, "whet train: stopped on request after a checkpoint\n");

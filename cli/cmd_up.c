@@ -373,7 +373,7 @@ static int cmd_up(int argc, char **argv) {
     local_pg_stop(&pg);
     return rc;
 fail:
-    fprintf(stderr, "whet up: %s\n", err.msg);
+    whet_err_report("whet up", &err);
     local_pg_stop(&pg);
     return 1;
 }

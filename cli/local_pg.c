@@ -23,8 +23,8 @@
 static char *find_pg_bin(struct whet_err *err) {
     glob_t g;
     if (glob("/usr/lib/postgresql/*/bin/pg_ctl", 0, NULL, &g) != 0) {
-        whet_errf(err, "no PostgreSQL server found under /usr/lib/postgresql; hint: run deploy/install-deps.sh, or "
-                       "set WHET_DATABASE_URL to an existing database");
+        whet_errf(err, "no PostgreSQL server found under /usr/lib/postgresql");
+        whet_err_hint(err, "run deploy/install-deps.sh, or set WHET_DATABASE_URL to an existing database");
         return NULL;
     }
     char *best = NULL;

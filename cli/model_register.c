@@ -48,8 +48,10 @@ static int validate_model_dir(const char *dir, struct model_config *cfg, struct 
 }
 
 int model_register(const char *database_url, const char *name, const char *dir, struct whet_err *err) {
-    if (!valid_model_name(name))
-        return whet_errf(err, "invalid model name \"%s\"; hint: 1-64 of [A-Za-z0-9._-], not starting with \"ft:\"", name);
+    if (!valid_model_name(name)) {
+        whet_errf(err, "invalid model name \"%s\"", name);
+        return whet_err_hint(err, "1-64 of [A-Za-z0-9._-], not starting with \"ft:\"");
+    }
     struct model_config cfg;
     if (validate_model_dir(dir, &cfg, err) < 0) return -1;
 
@@ -114,7 +116,7 @@ int cmd_model_register(int argc, char **argv) {
     const char *url;
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(url = whet_database_url(&err)) ||
         model_register(url, argv[optind], argv[optind + 1], &err) < 0) {
-        fprintf(stderr, "whet model register: %s\n", err.msg);
+        whet_err_report("whet model register", &err);
         return 1;
     }
     return 0;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +11,62 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "utf8.h"
+
+/* One part of an error; text cut to fit loses no more than the character it cut into, so the part
+ * stays valid UTF-8 (it ends up in JSON). */
+static void err_part(char part[WHET_ERR_MAX], const char *fmt, va_list ap) {
+    int n = vsnprintf(part, WHET_ERR_MAX, fmt, ap);
+    if (n >= WHET_ERR_MAX) utf8_trim_incomplete(part, WHET_ERR_MAX - 1);
+}
+
+int whet_verrf(struct whet_err *err, const char *fmt, va_list ap) {
+    if (err) {
+        err_part(err->msg, fmt, ap);
+        err->detail[0] = err->hint[0] = 0;
+    }
+    return -1;
+}
+
 int whet_errf(struct whet_err *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    whet_verrf(err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int whet_err_detail(struct whet_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        err_part(err->detail, fmt, ap);
         va_end(ap);
     }
     return -1;
+}
+
+int whet_err_hint(struct whet_err *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err_part(err->hint, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+const char *whet_err_text(const struct whet_err *err, char *out, size_t size) {
+    int n = snprintf(out, size, "%s%s%s%s%s", err->msg, err->detail[0] ? "; " : "", err->detail,
+                     err->hint[0] ? "; hint: " : "", err->hint);
+    if (n >= 0 && (size_t)n >= size && size > 0) utf8_trim_incomplete(out, size - 1);
+    return out;
+}
+
+void whet_err_report(const char *who, const struct whet_err *err) {
+    fprintf(stderr, "%s: %s\n", who, err->msg);
+    if (err->detail[0]) fprintf(stderr, "detail: %s\n", err->detail);
+    if (err->hint[0]) fprintf(stderr, "hint: %s\n", err->hint);
 }
 
 int whet_err_prefix(struct whet_err *err, const char *fmt, ...) {
@@ -175,6 +224,25 @@ int whet_mkdir_p(const char *path, struct whet_err *err) {
         }
     }
     free(buf);
+    return 0;
+}
+
+/* nftw passes no context: the first failure of this thread's walk. */
+static _Thread_local int rm_rf_errno;
+
+static int rm_rf_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    if (remove(path) != 0 && !rm_rf_errno) rm_rf_errno = errno;
+    return 0;
+}
+
+int whet_rm_rf(const char *path) {
+    rm_rf_errno = 0;
+    if (nftw(path, rm_rf_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) return errno == ENOENT ? 0 : -1;
+    if (rm_rf_errno) {
+        errno = rm_rf_errno;
+        return -1;
+    }
     return 0;
 }
 

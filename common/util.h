@@ -1,9 +1,16 @@
 /* util.h - allocation that never returns NULL, error values, small string helpers.
  *
  * Libraries in whet never exit() on bad input: they return -1 and describe the problem in a
- * `struct whet_err` the caller owns, in PostgreSQL's style (a short lower-case message that says where
- * and what: "tokenizer.json: model.merges: expected an array"). Only the allocation wrappers abort,
- * because running out of memory is not an error a caller can mend. */
+ * `struct whet_err` the caller owns, in PostgreSQL's style: a short lower-case primary message that
+ * says where and what ("tokenizer.json: model.merges: expected an array"), and when useful a detail
+ * (what was found, in full sentences) and a hint (what to do), each its own part:
+ *
+ *     whet_errf(err, "cannot listen on %s", addr);
+ *     return whet_err_hint(err, "pick another address with --http");
+ *
+ * Whoever shows the error composes the parts: the CLI prints the hint on a line of its own
+ * (whet_err_report), the gateway puts the one-line form (whet_err_text) in OpenAI's error body. Only
+ * the allocation wrappers abort, because running out of memory is not an error a caller can mend. */
 #ifndef WHET_UTIL_H
 #define WHET_UTIL_H
 
@@ -11,17 +18,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WHET_ERR_MAX 512
+#define WHET_ERR_MAX 512 /* per part: a longer part is cut (at a character boundary) */
 
 struct whet_err {
-    char msg[WHET_ERR_MAX];
+    char msg[WHET_ERR_MAX];    /* the primary message */
+    char detail[WHET_ERR_MAX]; /* "" or what was found, in full sentences */
+    char hint[WHET_ERR_MAX];   /* "" or what to do about it */
 };
 
-/* Formats the error into `err` (which may be NULL) and returns -1, so `return whet_errf(err, …);`
- * reads as one step. */
+/* Formats the primary message into `err` (which may be NULL), clears its detail and hint, and returns
+ * -1, so `return whet_errf(err, …);` reads as one step. */
 int whet_errf(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prepends "prefix: " to the message already in `err`; returns -1. */
+int whet_verrf(struct whet_err *err, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* Set the detail / the hint of the error already in `err` (NULL is fine); return -1. */
+int whet_err_detail(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int whet_err_hint(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepends "prefix: " to the primary message already in `err`; returns -1. */
 int whet_err_prefix(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The error as one line, "MESSAGE; DETAIL; hint: HINT" without the parts that are empty, into out
+ * (cut to `size`, at a character boundary); returns out. For one-line sinks: API error bodies, logs. */
+const char *whet_err_text(const struct whet_err *err, char *out, size_t size);
+/* Prints the error to stderr for a person at a terminal: "WHO: MESSAGE", then "detail: …" and
+ * "hint: …" lines for the parts that are set. */
+void whet_err_report(const char *who, const struct whet_err *err);
 
 /* Allocation wrappers: on failure they print where and abort. */
 #define xmalloc(n) whet_xmalloc((n), __FILE__, __LINE__)
@@ -44,6 +63,10 @@ int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, 
 int whet_write_all(int fd, const void *data, size_t len);
 /* mkdir -p */
 int whet_mkdir_p(const char *path, struct whet_err *err);
+/* rm -rf: removes path and, when it is a directory, everything under it, without following symbolic
+ * links (a link is removed, never what it points to). A path that does not exist is no error. Returns
+ * 0, or -1 with errno set by the first removal that failed (the walk goes on past it). */
+int whet_rm_rf(const char *path);
 
 /* Wall-clock and monotonic time. */
 int64_t whet_now_unix(void);

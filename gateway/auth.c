@@ -46,7 +46,8 @@ static int read_pem(const char *var, const char *path, unsigned char **out, size
     if (whet_read_file(path, AUTH_PEM_MAX, &data, len, err) < 0) return whet_err_prefix(err, "%s", var);
     if (!strstr(data, "-----BEGIN ")) {
         free(data);
-        return whet_errf(err, "%s: %s: not a PEM file; hint: give the path of a PEM-encoded key", var, path);
+        whet_errf(err, "%s: %s: not a PEM file", var, path);
+        return whet_err_hint(err, "give the path of a PEM-encoded key");
     }
     *out = (unsigned char *)data;
     return 0;
@@ -58,7 +59,10 @@ int auth_config_from_env(struct auth_config *cfg, struct whet_err *err) {
     if (!strcasecmp(alg, "HS256")) cfg->alg = AUTH_HS256;
     else if (!strcasecmp(alg, "RS256")) cfg->alg = AUTH_RS256;
     else if (!strcasecmp(alg, "ES256")) cfg->alg = AUTH_ES256;
-    else return whet_errf(err, "WHET_JWT_ALG: unsupported algorithm \"%s\"; hint: use HS256, RS256 or ES256", alg);
+    else {
+        whet_errf(err, "WHET_JWT_ALG: unsupported algorithm \"%s\"", alg);
+        return whet_err_hint(err, "use HS256, RS256 or ES256");
+    }
 
     const char *key = whet_env("WHET_JWT_KEY", NULL);
     if (key) {
@@ -227,8 +231,8 @@ char *auth_mint_jwt(const struct auth_config *cfg, const char *tenant, int64_t n
     const unsigned char *key = cfg->alg == AUTH_HS256 ? cfg->key : cfg->private_key;
     size_t key_len = cfg->alg == AUTH_HS256 ? cfg->key_len : cfg->private_key_len;
     if (!key || !key_len) {
-        whet_errf(err, cfg->alg == AUTH_HS256 ? "no HS256 secret to sign with; hint: set WHET_JWT_KEY"
-                                              : "no private key to sign with; hint: set WHET_JWT_PRIVATE_KEY");
+        whet_errf(err, cfg->alg == AUTH_HS256 ? "no HS256 secret to sign with" : "no private key to sign with");
+        whet_err_hint(err, "set %s", cfg->alg == AUTH_HS256 ? "WHET_JWT_KEY" : "WHET_JWT_PRIVATE_KEY");
         return NULL;
     }
     jwt_t *jwt = NULL;

@@ -282,7 +282,7 @@ static void files_delete_done(struct gw_req *r, const struct db_result *res, voi
     d->key = xstrdup(PQgetvalue(res->res[0], 0, 0));
     if (http_run_blocking(r, delete_work, delete_stored, d)) {
         d->failed = 1;
-        snprintf(d->err.msg, sizeof d->err.msg, "worker queue full");
+        whet_errf(&d->err, "worker queue full");
         delete_stored(r, d);
     }
 }

@@ -17,7 +17,6 @@
  * answers reward 0 with model_grader_server_error, as OpenAI does when its judge cannot answer. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -78,13 +77,6 @@ static void result_with_server_error(struct grader_job *job, const char *fmt, ..
     grader_result_free(&res);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
 /* The local dir of judge `j`, downloaded when it is not there yet: $WHET_DATA_DIR/judge-cache/
  * <id>-<sha256 prefix> (a per-user dir under $TMPDIR without a data dir). A new sha256 (the model was
  * registered again) is a new dir. Returns the path (caller frees) or NULL with err. */
@@ -120,13 +112,13 @@ static char *judge_local_dir(const struct judge_ref *j, struct whet_err *err) {
             whet_errf(err, "judge model \"%s\": cannot rename %s to %s: %s", j->name, tmp, dir, strerror(errno));
             goto fail;
         }
-        remove_tree(tmp);
+        whet_rm_rf(tmp);
         free(tmp);
     }
     free(root);
     return dir;
 fail:
-    remove_tree(tmp);
+    whet_rm_rf(tmp);
     free(tmp);
     free(root);
     free(dir);
@@ -219,7 +211,7 @@ out:
     free(req_path);
     free(out_path);
     free(err_path);
-    remove_tree(work_dir);
+    whet_rm_rf(work_dir);
     free(work_dir);
 }
 

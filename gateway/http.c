@@ -139,7 +139,7 @@ h2o_iovec_t http_body(struct gw_req *r) { return r->req->entity; }
 json_t *http_body_json(struct gw_req *r) {
     h2o_iovec_t body = r->req->entity;
     if (!body.base || body.len == 0) {
-        http_reply_error(r, 400, NULL, "invalid_json", "the request body is empty; hint: send a JSON object");
+        http_reply_error_hint(r, 400, NULL, "invalid_json", "send a JSON object", "the request body is empty");
         return NULL;
     }
     json_error_t jerr;
@@ -147,7 +147,7 @@ json_t *http_body_json(struct gw_req *r) {
     if (!obj) {
         struct whet_err e;
         whet_json_errf(&e, "the request body", &jerr);
-        http_reply_error(r, 400, NULL, "invalid_json", "%s", e.msg);
+        http_reply_err(r, 400, NULL, "invalid_json", &e);
         return NULL;
     }
     if (!json_is_object(obj)) {
@@ -479,19 +479,41 @@ static const char *error_type(int status) {
     }
 }
 
-static void reply_error_v(struct gw_req *r, int status, const char *param, const char *code, const char *fmt,
-                          va_list ap) {
-    char message[1024];
-    vsnprintf(message, sizeof(message), fmt, ap);
+static void reply_error_message(struct gw_req *r, int status, const char *param, const char *code,
+                                const char *message) {
     json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", error_type(status), "param",
                             param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
     http_reply_json(r, status, json_pack("{s:o}", "error", err));
 }
 
 void http_reply_error(struct gw_req *r, int status, const char *param, const char *code, const char *fmt, ...) {
+    char message[1024];
     va_list ap;
     va_start(ap, fmt);
-    reply_error_v(r, status, param, code, fmt, ap);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    reply_error_message(r, status, param, code, message);
+}
+
+void http_reply_err(struct gw_req *r, int status, const char *param, const char *code, const struct whet_err *err) {
+    char message[3 * WHET_ERR_MAX];
+    reply_error_message(r, status, param, code, whet_err_text(err, message, sizeof message));
+}
+
+/* An error of a primary message and a hint (NULL: none). */
+static void reply_error_hint_v(struct gw_req *r, int status, const char *param, const char *code, const char *hint,
+                               const char *fmt, va_list ap) {
+    struct whet_err err;
+    whet_verrf(&err, fmt, ap);
+    if (hint) whet_err_hint(&err, "%s", hint);
+    http_reply_err(r, status, param, code, &err);
+}
+
+void http_reply_error_hint(struct gw_req *r, int status, const char *param, const char *code, const char *hint,
+                           const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    reply_error_hint_v(r, status, param, code, hint, fmt, ap);
     va_end(ap);
 }
 
@@ -499,13 +521,13 @@ void http_reply_not_found(struct gw_req *r, const char *what, const char *id) {
     http_reply_error(r, 404, "id", "not_found", "no such %s: %s", what, id);
 }
 
-void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char *fmt, ...) {
+void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char *hint, const char *fmt, ...) {
     char secs[32];
     snprintf(secs, sizeof(secs), "%d", retry_after_s < 1 ? 1 : (int)ceil(retry_after_s));
     http_add_header(r, "retry-after", secs);
     va_list ap;
     va_start(ap, fmt);
-    reply_error_v(r, 429, NULL, "rate_limit_exceeded", fmt, ap);
+    reply_error_hint_v(r, 429, NULL, "rate_limit_exceeded", hint, fmt, ap);
     va_end(ap);
 }
 
@@ -513,7 +535,8 @@ void http_reply_unavailable(struct gw_req *r, int retry_after_s, const char *wha
     char secs[32];
     snprintf(secs, sizeof(secs), "%d", retry_after_s < 1 ? 1 : retry_after_s);
     http_add_header(r, "retry-after", secs);
-    http_reply_error(r, 503, NULL, "service_unavailable", "%s is unavailable; hint: retry in %s s", what, secs);
+    const char *hint = http_printf(r, "retry in %s s", secs);
+    http_reply_error_hint(r, 503, NULL, "service_unavailable", hint, "%s is unavailable", what);
 }
 
 /* ---- Streaming replies ------------------------------------------------------------------------- */

@@ -134,11 +134,18 @@ void http_reply_bytes(struct gw_req *r, int status, const char *content_type, vo
  * "rate_limit_error", 5xx -> "server_error". `param` and `code` may be NULL (JSON null). */
 void http_reply_error(struct gw_req *r, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* The same for an error in parts (util.h): the body's message is its one-line form, "MESSAGE; DETAIL;
+ * hint: HINT". */
+void http_reply_err(struct gw_req *r, int status, const char *param, const char *code, const struct whet_err *err);
+/* http_reply_error with a hint (what the client can do about it; NULL for none) kept apart from the
+ * message until the body is written. */
+void http_reply_error_hint(struct gw_req *r, int status, const char *param, const char *code, const char *hint,
+                           const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* 404 for an object the tenant cannot see (whether it exists for someone else or not at all). */
 void http_reply_not_found(struct gw_req *r, const char *what, const char *id);
-/* 429 with `retry-after: seconds` (rounded up, at least 1). */
-void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* 429 with `retry-after: seconds` (rounded up, at least 1); `hint` may be NULL. */
+void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* 503 with `retry-after` for a dependency that is down (the database during a restart). */
 void http_reply_unavailable(struct gw_req *r, int retry_after_s, const char *what);
 

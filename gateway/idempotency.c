@@ -81,9 +81,9 @@ static void looked_up(struct gw_req *r, const struct db_result *res, void *arg) 
     }
     /* columns: request_sha256, status, response */
     if (strcmp(PQgetvalue(rows, 0, 0), s->fingerprint) != 0) {
-        http_reply_error(r, 422, NULL, "idempotency_key_reused",
-                         IDEMPOTENCY_HEADER " %s was already used for a different request to %s; hint: use a new "
-                         "key for a new request", s->key, s->route);
+        http_reply_error_hint(r, 422, NULL, "idempotency_key_reused", "use a new key for a new request",
+                              IDEMPOTENCY_HEADER " %s was already used for a different request to %s", s->key,
+                              s->route);
         return;
     }
     int status = atoi(PQgetvalue(rows, 0, 1));

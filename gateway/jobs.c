@@ -104,7 +104,7 @@ struct create_ctx {
 };
 
 static void create_reply_too_many(struct gw_req *r, void *arg) {
-    http_reply_rate_limited(r, 30, "too many active fine-tuning jobs for this tenant; wait for one to finish or "
+    http_reply_rate_limited(r, 30, NULL, "too many active fine-tuning jobs for this tenant; wait for one to finish or "
                                    "cancel one");
 }
 

@@ -158,7 +158,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     r->route = router_match(gw->router, r, req->method.base, req->method.len, req->path.base, path_len, &status);
     if (!r->route) {
         if (status == 405) http_reply_error(r, 405, NULL, "method_not_allowed", "method not allowed on this path");
-        else http_reply_error(r, 404, NULL, "unknown_url", "unknown path; hint: the API lives under /v1");
+        else http_reply_error_hint(r, 404, NULL, "unknown_url", "the API lives under /v1", "unknown path");
         return 0;
     }
     size_t limit = r->route->flags & HTTP_ROUTE_LARGE_BODY ? gw->opts.body_limit : gw->opts.json_body_limit;
@@ -198,18 +198,19 @@ static void h2o_error_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostr
         h2o_setup_next_ostream(req, slot);
         return;
     }
-    char message[512], request_id[HTTP_REQUEST_ID_MAX + 1];
+    char message[3 * WHET_ERR_MAX], request_id[HTTP_REQUEST_ID_MAX + 1];
     const char *code;
+    struct whet_err e;
     if (status == 413) {
         code = "request_too_large";
-        snprintf(message, sizeof(message),
-                 "request body exceeds the gateway's hard limit of %zu bytes; hint: upload large files in parts "
-                 "with the Uploads API (POST /v1/uploads, then POST /v1/uploads/{id}/parts)",
-                 t->gw->opts.body_limit);
+        whet_errf(&e, "request body exceeds the gateway's hard limit of %zu bytes", t->gw->opts.body_limit);
+        whet_err_hint(&e, "upload large files in parts with the Uploads API (POST /v1/uploads, then POST "
+                          "/v1/uploads/{id}/parts)");
     } else {
         code = status == 400 ? "invalid_request" : NULL;
-        snprintf(message, sizeof(message), "the HTTP request was refused: %s", req->res.reason ? req->res.reason : "error");
+        whet_errf(&e, "the HTTP request was refused: %s", req->res.reason ? req->res.reason : "error");
     }
+    whet_err_text(&e, message, sizeof message);
     request_id_new(t, request_id);
     json_t *err = json_pack("{s:{s:s, s:s, s:n, s:o}}", "error", "message", message, "type",
                             status == 401 ? "authentication_error" : status >= 500 ? "server_error" : "invalid_request_error",
@@ -269,9 +270,10 @@ static int listen_on(const char *host, const char *port, struct whet_err *err) {
         fd = -1;
     }
     freeaddrinfo(res);
-    if (fd < 0)
-        return whet_errf(err, "cannot listen on %s:%s: %s; hint: pick another address with --http or WHET_HTTP", host,
-                         port, strerror(saved ? saved : EADDRNOTAVAIL));
+    if (fd < 0) {
+        whet_errf(err, "cannot listen on %s:%s: %s", host, port, strerror(saved ? saved : EADDRNOTAVAIL));
+        return whet_err_hint(err, "pick another address with --http or WHET_HTTP");
+    }
     return fd;
 }
 
@@ -387,7 +389,8 @@ static void gateway_free(struct gateway *gw) {
 
 struct gateway *gateway_start(const struct gateway_options *opts, struct whet_err *err) {
     if (!opts->database_url || !*opts->database_url) {
-        whet_errf(err, "WHET_DATABASE_URL is not set; hint: point it at the PostgreSQL database `whet migrate` prepared");
+        whet_errf(err, "WHET_DATABASE_URL is not set");
+        whet_err_hint(err, "point it at the PostgreSQL database `whet migrate` prepared");
         return NULL;
     }
     struct gateway *gw = xcalloc(1, sizeof(*gw));

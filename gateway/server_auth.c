@@ -77,9 +77,10 @@ void auth_prepare_statements(void) {
     db_prepare("auth_tenant", "SELECT id, name, rate_per_s, rate_burst, disabled FROM tenants WHERE name = $1");
 }
 
-static void reply_unauthorized(struct gw_req *r, const char *code, const char *fmt, const char *detail) {
+/* 401 with the message fmt (one %s: arg) and a hint (NULL: none). */
+static void reply_unauthorized(struct gw_req *r, const char *code, const char *hint, const char *fmt, const char *arg) {
     http_add_header(r, "www-authenticate", "Bearer");
-    http_reply_error(r, 401, NULL, code, fmt, detail);
+    http_reply_error_hint(r, 401, NULL, code, hint, fmt, arg);
 }
 
 static void copy_bounded(char *dst, size_t size, const char *src) {
@@ -97,8 +98,8 @@ static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char 
     copy_bounded(r->tenant_name, sizeof(r->tenant_name), tenant_name);
     double retry = 0;
     if (!ratelimit_take(tenant_id, rate_per_s, burst, whet_now_mono(), &retry)) {
-        http_reply_rate_limited(r, retry, "rate limit exceeded: %g requests per second, bursts of %g; hint: retry "
-                                          "after the time in the retry-after header", rate_per_s, burst);
+        http_reply_rate_limited(r, retry, "retry after the time in the retry-after header",
+                                "rate limit exceeded: %g requests per second, bursts of %g", rate_per_s, burst);
         return;
     }
     gw_req_dispatch(r);
@@ -138,12 +139,12 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
         uint8_t stored[32];
         if (bytea_hash(db_value(rows, i, 0), stored) < 0 || !auth_api_key_matches(kl->key, stored)) continue;
         if (!strcmp(db_value(rows, i, 1), "t")) {
-            reply_unauthorized(r, "invalid_api_key", "API key %s has been revoked; hint: ask your operator for a new one",
+            reply_unauthorized(r, "invalid_api_key", "ask your operator for a new one", "API key %s has been revoked",
                                http_printf(r, "%.*s...", AUTH_KEY_PREFIX_LEN, kl->key));
             return;
         }
         if (!strcmp(db_value(rows, i, 6), "t")) {
-            reply_unauthorized(r, "tenant_disabled", "%s", "this tenant is disabled; hint: contact your operator");
+            reply_unauthorized(r, "tenant_disabled", "contact your operator", "%s", "this tenant is disabled");
             return;
         }
         const char *tenant_id = db_value(rows, i, 2), *name = db_value(rows, i, 3);
@@ -152,7 +153,7 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
         tenant_admitted(r, tenant_id, name, rate, burst);
         return;
     }
-    reply_unauthorized(r, "invalid_api_key", "%s", "invalid API key; hint: check the key, it is shown once at creation");
+    reply_unauthorized(r, "invalid_api_key", "check the key, it is shown once at creation", "%s", "invalid API key");
 }
 
 static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -163,11 +164,11 @@ static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *a
     }
     const PGresult *rows = res->res[0];
     if (PQntuples(rows) != 1) {
-        reply_unauthorized(r, "invalid_token", "%s", "invalid token: the tenant it names does not exist");
+        reply_unauthorized(r, "invalid_token", NULL, "%s", "invalid token: the tenant it names does not exist");
         return;
     }
     if (!strcmp(db_value(rows, 0, 4), "t")) {
-        reply_unauthorized(r, "tenant_disabled", "%s", "this tenant is disabled; hint: contact your operator");
+        reply_unauthorized(r, "tenant_disabled", "contact your operator", "%s", "this tenant is disabled");
         return;
     }
     const char *tenant_id = db_value(rows, 0, 0), *name = db_value(rows, 0, 1);
@@ -178,8 +179,8 @@ static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *a
 
 static void authenticate_api_key(struct gw_req *r, const char *key) {
     if (r->route->flags & HTTP_ROUTE_ADMIN) {
-        reply_unauthorized(r, "operator_token_required", "%s",
-                           "the operator API needs an operator token; hint: mint one with `whet token --admin`");
+        reply_unauthorized(r, "operator_token_required", "mint one with `whet token --admin`", "%s",
+                           "the operator API needs an operator token");
         return;
     }
     r->auth_kind = "key";
@@ -204,12 +205,12 @@ static void authenticate_jwt(struct gw_req *r, const char *token) {
     struct whet_err err;
     r->auth_kind = "jwt";
     if (auth_verify_jwt(&r->thread->gw->auth, token, whet_now_unix(), &id, &err) < 0) {
-        reply_unauthorized(r, "invalid_token", "invalid token: %s", err.msg);
+        reply_unauthorized(r, "invalid_token", NULL, "invalid token: %s", err.msg);
         return;
     }
     if (r->route->flags & HTTP_ROUTE_ADMIN) {
         if (!id.admin) {
-            reply_unauthorized(r, "operator_token_required", "%s",
+            reply_unauthorized(r, "operator_token_required", NULL, "%s",
                                "the operator API needs an operator token, not a tenant's");
             return;
         }
@@ -218,8 +219,8 @@ static void authenticate_jwt(struct gw_req *r, const char *token) {
         return;
     }
     if (id.admin) {
-        reply_unauthorized(r, "tenant_credentials_required", "%s",
-                           "operator tokens are for /admin/v1; hint: use a tenant's API key or token");
+        reply_unauthorized(r, "tenant_credentials_required", "use a tenant's API key or token", "%s",
+                           "operator tokens are for /admin/v1");
         return;
     }
     struct key_lookup *kl = http_alloc(r, sizeof(*kl));
@@ -239,13 +240,13 @@ static void authenticate_jwt(struct gw_req *r, const char *token) {
 void gw_authenticate(struct gw_req *r) {
     ssize_t i = h2o_find_header(&r->req->headers, H2O_TOKEN_AUTHORIZATION, -1);
     if (i < 0) {
-        reply_unauthorized(r, "missing_authorization", "%s",
-                           "missing Authorization header; hint: send `Authorization: Bearer <API key or token>`");
+        reply_unauthorized(r, "missing_authorization", "send `Authorization: Bearer <API key or token>`", "%s",
+                           "missing Authorization header");
         return;
     }
     h2o_iovec_t v = r->req->headers.entries[i].value;
     if (v.len < 7 || strncasecmp(v.base, "Bearer ", 7)) {
-        reply_unauthorized(r, "invalid_authorization", "%s",
+        reply_unauthorized(r, "invalid_authorization", NULL, "%s",
                            "the Authorization header must be `Bearer <API key or token>`");
         return;
     }
@@ -253,13 +254,14 @@ void gw_authenticate(struct gw_req *r) {
     while (start < end && v.base[start] == ' ') start++;
     while (end > start && v.base[end - 1] == ' ') end--;
     if (start == end || end - start > 8192) {
-        reply_unauthorized(r, "invalid_authorization", "%s", "the bearer credential is empty or too long");
+        reply_unauthorized(r, "invalid_authorization", NULL, "%s", "the bearer credential is empty or too long");
         return;
     }
     char *credential = http_strndup(r, v.base + start, end - start);
     if (auth_is_api_key(credential)) authenticate_api_key(r, credential);
     else if (!strncmp(credential, "sk-", 3))
-        reply_unauthorized(r, "invalid_api_key", "%s", "invalid API key; hint: check the key, it is shown once at creation");
+        reply_unauthorized(r, "invalid_api_key", "check the key, it is shown once at creation", "%s",
+                           "invalid API key");
     else authenticate_jwt(r, credential);
 }
 

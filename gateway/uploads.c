@@ -56,8 +56,8 @@ static int upload_open(struct gw_req *r, const PGresult *res, int row) {
         return 0;
     }
     if (strtoll(PQgetvalue(res, row, 6), NULL, 10) < whet_now_unix()) {
-        http_reply_error(r, 409, "id", "upload_expired", "upload %s has expired; hint: create a new upload",
-                         PQgetvalue(res, row, 0));
+        http_reply_error_hint(r, 409, "id", "upload_expired", "create a new upload", "upload %s has expired",
+                              PQgetvalue(res, row, 0));
         return 0;
     }
     return 1;
@@ -365,7 +365,7 @@ static void assemble_work(void *arg) {
     EVP_DigestInit_ex(a->md5, EVP_md5(), NULL);
     for (size_t i = 0; i < a->nparts && !a->failed && !a->invalid; i++) {
         /* When the validator stops the read, its message (already in a->err) is the one to keep. */
-        struct whet_err read_err = {{0}};
+        struct whet_err read_err = {0};
         if (objstore_read(store, a->parts[i].key, 0, 0, assemble_sink, a, &read_err) != 0 && !a->invalid) {
             if (!a->err.msg[0]) a->err = read_err;
             a->failed = 1;

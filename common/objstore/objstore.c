@@ -121,12 +121,10 @@ int objstore_is_upload_journal(const char *name) {
 /* Fills `err` and returns 0, the "invalid" answer of objstore_key_valid. */
 static int key_bad(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int key_bad(struct whet_err *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    whet_verrf(err, fmt, ap);
+    va_end(ap);
     return 0;
 }
 

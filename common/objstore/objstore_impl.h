@@ -1,5 +1,5 @@
 /* objstore_impl.h - what the object store's backends (objstore_file.c, objstore_s3.c) share with the
- * front end (objstore.c); not for use outside common/objstore*.c.
+ * front end (objstore.c); not for use outside common/objstore/.
  *
  * The front end checks keys, verifies checksums on whole-object reads and builds the composite
  * operations (zstd objects, directories with manifests) out of the few primitives below, which each

@@ -54,10 +54,8 @@ int whet_migrate(PGconn *conn, int *applied, struct whet_err *err) {
     if (current < 0) goto out;
     int latest = whet_schema_latest();
     if (current > latest) {
-        whet_errf(err,
-                  "database schema is at version %d, newer than this binary knows (%d); "
-                  "hint: run a whet binary at least as new as the one that migrated this database",
-                  current, latest);
+        whet_errf(err, "database schema is at version %d, newer than this binary knows (%d)", current, latest);
+        whet_err_hint(err, "run a whet binary at least as new as the one that migrated this database");
         goto out;
     }
     for (int i = 0; i < whet_migrations_count; i++) {

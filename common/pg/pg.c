@@ -8,9 +8,11 @@
 
 const char *whet_database_url(struct whet_err *err) {
     const char *url = whet_env("WHET_DATABASE_URL", NULL);
-    if (!url)
-        whet_errf(err, "WHET_DATABASE_URL is not set; hint: set it to a libpq conninfo or URI, or pass "
-                       "--data-dir of a running `whet up` (its whet.env names the database)");
+    if (!url) {
+        whet_errf(err, "WHET_DATABASE_URL is not set");
+        whet_err_hint(err, "set it to a libpq conninfo or URI, or pass --data-dir of a running `whet up` (its whet.env "
+                           "names the database)");
+    }
     return url;
 }
 

@@ -373,7 +373,7 @@ static int token_ok(const struct rpc_server *srv, const grpc_metadata_array *md)
 /* Runs the handler and sends the reply with the status. */
 static void respond(struct server_call *c) {
     struct rpc_server *srv = c->server;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     int status = RPC_OK;
     ProtobufCMessage *resp = NULL;
     const struct rpc_method *m = NULL;

@@ -1,7 +1,7 @@
 /* agent.c - the executor's main loop: register, heartbeat, act on commands, stop cleanly.
  *
  * The node id is created once and kept in WORK_DIR/node_id, so a restarted executor is the same node
- * to the scheduler. Calls carry deadlines and are retried with backoff (common/rpc.h); a scheduler
+ * to the scheduler. Calls carry deadlines and are retried with backoff (common/rpc/rpc.h); a scheduler
  * that restarts or fails over is simply reached again. */
 #include <errno.h>
 #include <signal.h>

@@ -23,7 +23,10 @@ static int detect_cuda(struct agent_device *out, int max, struct whet_err *err) 
         n++;
     }
     pclose(p);
-    if (n == 0) return whet_errf(err, "--devices cuda: no CUDA device; hint: use cpu:N or sim:TYPE:N on machines without GPUs");
+    if (n == 0) {
+        whet_errf(err, "--devices cuda: no CUDA device");
+        return whet_err_hint(err, "use cpu:N or sim:TYPE:N on machines without GPUs");
+    }
     return n;
 }
 

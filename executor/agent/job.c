@@ -382,7 +382,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     for (size_t i = 0; i < n_judges && handed == 0; i++)
         handed = trainer_sandbox_hand_over(&spec, job->dir, judge_dirs[i], &err);
     if (handed < 0 || sandbox_spawn(&spec, &child, &err) < 0) {
-        snprintf(msg, msg_len, "the sandbox could not start the trainer: %s", err.msg);
+        char text[3 * WHET_ERR_MAX];
+        snprintf(msg, msg_len, "the sandbox could not start the trainer: %s", whet_err_text(&err, text, sizeof text));
         close(out_pipe[0]);
         close(out_pipe[1]);
         close(log_fd);

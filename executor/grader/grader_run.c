@@ -121,7 +121,7 @@ static void run_python(const struct grader *g, const struct grader_run_opts *opt
     if (opts->python_mem_bytes > 0) py.mem_bytes = opts->python_mem_bytes;
     if (opts->python) py.python = opts->python;
     struct pygrader_score *scores = xcalloc(n, sizeof *scores);
-    struct whet_err err = {""};
+    struct whet_err err = {0};
     if (pygrader_run(&py, g->source, samples, items, n, scores, &err) < 0) {
         for (size_t i = 0; i < n; i++) {
             rewards[i] = 0;
@@ -146,7 +146,7 @@ static void run_model(const struct grader *g, const struct grader_run_opts *opts
     for (size_t i = 0; i < n; i++) {
         rewards[i] = 0;
         passed[i] = 0;
-        struct whet_err err = {""};
+        struct whet_err err = {0};
         double t0 = whet_now_mono();
         int rc;
         if (!opts->judge) {
@@ -193,7 +193,7 @@ static void run_node(const struct grader *g, const struct grader_run_opts *opts,
     for (size_t i = 0; i < n; i++) {
         double t0 = whet_now_mono();
         for (size_t k = 0; k < g->n_sub; k++) values[k] = sub[k * n + i];
-        struct whet_err err = {""};
+        struct whet_err err = {0};
         if (grader_expr_eval(g->formula, values, &rewards[i], &err) < 0) {
             rewards[i] = 0;
             add_error(&results[i], GRADER_ERR_FORMULA, "calculate_output", err.msg);

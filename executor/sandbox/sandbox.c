@@ -612,11 +612,10 @@ int sandbox_spawn(const struct sandbox_spec *spec, struct sandbox_child *child, 
     }
     if (pid < 0) {
         int e = errno;
-        whet_errf(err, "sandbox: clone with new namespaces: %s%s", strerror(e),
-                  e == EPERM || e == ENOSPC ? " (hint: user namespaces may be off: see "
-                                              "/proc/sys/user/max_user_namespaces; inside a sandbox, "
-                                              "the outer one needs allow_nested)"
-                                            : "");
+        whet_errf(err, "sandbox: clone with new namespaces: %s", strerror(e));
+        if (e == EPERM || e == ENOSPC)
+            whet_err_hint(err, "user namespaces may be off: see /proc/sys/user/max_user_namespaces; inside a "
+                               "sandbox, the outer one needs allow_nested");
         goto fail;
     }
     close(result[1]);

@@ -8,7 +8,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -83,15 +82,6 @@ static const struct sft_dataset *packed_set(const struct run *r) {
 
 /* ---------------------------------------------------------------- files and directories */
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *path) {
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static void fsync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
@@ -106,7 +96,7 @@ static int publish_dir(const char *tmp, const char *dst, const char *parent, str
     struct stat st;
     if (stat(dst, &st) == 0) {
         old = xasprintf("%s.old-%d", dst, (int)getpid());
-        remove_tree(old);
+        whet_rm_rf(old);
         if (rename(dst, old)) {
             free(old);
             return whet_errf(err, "%s: cannot move aside: %s", dst, strerror(errno));
@@ -118,7 +108,7 @@ static int publish_dir(const char *tmp, const char *dst, const char *parent, str
         return whet_errf(err, "%s: cannot rename into place: %s", dst, strerror(e));
     }
     fsync_dir(parent);
-    if (old) remove_tree(old);
+    if (old) whet_rm_rf(old);
     free(old);
     return 0;
 }
@@ -193,14 +183,14 @@ static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
     const char *parent = final ? r->cfg->output_dir : r->checkpoints_dir;
     char *dst = final ? xasprintf("%s/final", parent) : xasprintf("%s/step-%d", parent, r->step);
     char *tmp = xasprintf("%s.tmp-%d", dst, (int)getpid());
-    remove_tree(tmp);
+    whet_rm_rf(tmp);
     int rc = whet_mkdir_p(tmp, err);
     if (!rc) rc = write_model_files(r, tmp, final, err);
     if (!rc && !final) rc = save_optimizer(r, tmp, err);
     if (!rc) rc = write_state(r, tmp, err);
     if (!rc) rc = publish_dir(tmp, dst, parent, err);
     if (rc) {
-        remove_tree(tmp);
+        whet_rm_rf(tmp);
     } else {
         char line[4200];
         snprintf(line, sizeof line, "{\"type\":\"%s\",\"step\":%d,\"path\":\"%s\"}", final ? "final" : "checkpoint",

@@ -18,6 +18,34 @@ TEST(err_prefix_keeps_message) {
     CHECK_STR(err.msg, "train.jsonl: line 3: bad");
 }
 
+TEST(err_parts_compose_into_one_line) {
+    struct whet_err err;
+    char text[3 * WHET_ERR_MAX];
+    whet_errf(&err, "cannot listen on %s", "127.0.0.1:80");
+    CHECK(whet_err_hint(&err, "pick another address with --%s", "http") == -1);
+    CHECK_STR(err.msg, "cannot listen on 127.0.0.1:80"); /* the primary message stays apart */
+    CHECK_STR(err.hint, "pick another address with --http");
+    CHECK_STR(whet_err_text(&err, text, sizeof text),
+              "cannot listen on 127.0.0.1:80; hint: pick another address with --http");
+    whet_err_detail(&err, "Port 80 is taken by pid %d.", 42);
+    whet_err_prefix(&err, "gateway"); /* a prefix goes on the primary message only */
+    CHECK_STR(whet_err_text(&err, text, sizeof text),
+              "gateway: cannot listen on 127.0.0.1:80; Port 80 is taken by pid 42.; "
+              "hint: pick another address with --http");
+    whet_errf(&err, "fresh"); /* a new error clears the parts of the old one */
+    CHECK_STR(whet_err_text(&err, text, sizeof text), "fresh");
+    CHECK(whet_err_hint(NULL, "x") == -1); /* no error wanted: no crash */
+    /* Parts cut to fit their bound, and the composed text cut to its buffer, end on a whole character. */
+    char big[2 * WHET_ERR_MAX];
+    for (size_t i = 0; i + 2 < sizeof big; i += 2) memcpy(big + i, "\xc3\xa9", 2); /* é, 2 bytes each */
+    big[sizeof big - 2] = 0;
+    whet_errf(&err, "%s", big); /* 511 bytes fit: the cut falls inside an é */
+    CHECK(strlen(err.msg) == WHET_ERR_MAX - 2 && utf8_valid(err.msg, strlen(err.msg)));
+    char small[8];
+    whet_err_text(&err, small, sizeof small);
+    CHECK(strlen(small) == 6 && utf8_valid(small, 6));
+}
+
 TEST(sha256_known_vector) {
     char hex[65];
     whet_sha256_hex("abc", 3, hex);
@@ -193,7 +221,8 @@ TEST(utf8_repair_matches_the_whatwg_decoder) {
     for (size_t i = 0; i < WHET_ARRAY_LEN(cases); i++) {
         int valid = utf8_repair(cases[i].in, cases[i].len, &out);
         CHECK_MSG(valid == cases[i].valid, "case %zu", i);
-        if (!valid) CHECK_MSG(out.len == strlen(cases[i].out) && !memcmp(out.data, cases[i].out, out.len), "case %zu", i);
+        if (!valid)
+            CHECK_MSG(out.len == strlen(cases[i].out) && !memcmp(out.data, cases[i].out, out.len), "case %zu", i);
     }
     /* 200000 random short strings, biased to continuation and lead bytes, hashed (FNV-1a) together
      * with their validity and repair: the same digest the old code gave. */
@@ -225,8 +254,29 @@ TEST(utf8_trim_incomplete_cuts_only_a_cut_sequence) {
     CHECK(utf8_trim_incomplete(s, 3) == 3);
 }
 
+TEST(rm_rf_removes_a_tree_but_not_what_links_point_to) {
+    char base[] = "/tmp/whet-rmrf-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char *tree = xasprintf("%s/tree", base), *deep = xasprintf("%s/tree/a/b", base);
+    char *file = xasprintf("%s/tree/a/b/f.txt", base), *kept = xasprintf("%s/kept.txt", base);
+    char *link = xasprintf("%s/tree/link", base);
+    struct whet_err err;
+    CHECK(whet_mkdir_p(deep, &err) == 0);
+    CHECK(whet_write_file_atomic(file, "x", 1, &err) == 0);
+    CHECK(whet_write_file_atomic(kept, "y", 1, &err) == 0);
+    CHECK(symlink(base, link) == 0); /* a link back up: following it would delete kept.txt */
+    CHECK(whet_rm_rf(tree) == 0);
+    CHECK(access(tree, F_OK) != 0);
+    CHECK(access(kept, F_OK) == 0);
+    CHECK(whet_rm_rf(tree) == 0); /* gone already: no error */
+    CHECK(whet_rm_rf(base) == 0);
+    CHECK(access(base, F_OK) != 0);
+    free(tree), free(deep), free(file), free(kept), free(link);
+}
+
 int main(void) {
     RUN(err_prefix_keeps_message);
+    RUN(err_parts_compose_into_one_line);
     RUN(sha256_known_vector);
     RUN(base64url_no_padding);
     RUN(random_id_shape);
@@ -239,5 +289,6 @@ int main(void) {
     RUN(utf8_seq_len_follows_table_3_7);
     RUN(utf8_repair_matches_the_whatwg_decoder);
     RUN(utf8_trim_incomplete_cuts_only_a_cut_sequence);
+    RUN(rm_rf_removes_a_tree_but_not_what_links_point_to);
     return test_summary();
 }

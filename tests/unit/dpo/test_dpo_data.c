@@ -247,7 +247,7 @@ TEST(batches_keep_pairs_whole_and_sequences_apart) {
 
 TEST(config_takes_beta_for_dpo) {
     struct trainer_config cfg;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
 #define CFG "\"model\":\"m\",\"training_file\":\"t.jsonl\",\"output_dir\":\"out\""
     const char *ok = "{" CFG ",\"method\":\"dpo\",\"hyperparameters\":{\"beta\":0.5}}";
     CHECK_MSG(trainer_config_parse(&cfg, ok, strlen(ok), "job.json", &err) == 0, "%s", err.msg);

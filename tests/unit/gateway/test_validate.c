@@ -30,7 +30,7 @@ static void check_parallel_agrees(const char *text, enum validate_format expect,
     for (int threads = 2; threads <= 7; threads += 5) {
         for (size_t min_slice = 1; min_slice < 400; min_slice = min_slice * 3 + 1) {
             struct validate_summary sum;
-            struct whet_err err = {{0}};
+            struct whet_err err = {0};
             int rc = validate_jsonl_parallel(text, strlen(text), expect, lim, threads, min_slice, &sum, &err);
             CHECK_MSG(rc == serial_rc, "threads %d slice %zu: rc %d, serial %d", threads, min_slice, rc, serial_rc);
             if (rc == 0 && serial_rc == 0)
@@ -280,7 +280,7 @@ TEST(stream_chunking_is_invisible) {
     size_t len = strlen(text);
     for (size_t chunk = 1; chunk <= len; chunk += 7) {
         struct validate_stream *s = validate_stream_new(VALIDATE_FORMAT_AUTO, NULL);
-        struct whet_err err = {{0}};
+        struct whet_err err = {0};
         int rc = 0;
         for (size_t off = 0; off < len && rc == 0; off += chunk)
             rc = validate_stream_feed(s, text + off, off + chunk > len ? len - off : chunk, &err);

@@ -17,7 +17,7 @@ static int parse(struct trainer_config *cfg, const char *json, struct whet_err *
 
 TEST(grpo_defaults) {
     struct trainer_config cfg;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     CHECK_MSG(parse(&cfg, "{\"method\":\"grpo\"," BASE "," GRADER "}", &err) == 0, "%s", err.msg);
     CHECK(cfg.method == TRAINER_GRPO);
     CHECK(cfg.grader && grader_type_of(cfg.grader) == GRADER_STRING_CHECK);
@@ -34,7 +34,7 @@ TEST(grpo_defaults) {
 
 TEST(grpo_fields_are_read) {
     struct trainer_config cfg;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     const char *json = "{\"method\":\"grpo\"," BASE "," GRADER ","
                        "\"rollout\":{\"n\":4,\"max_tokens\":16,\"temperature\":0.7,\"top_p\":0.9,\"top_k\":50,"
                        "\"stop\":[\"\\n\",\"END\"]},"
@@ -108,7 +108,7 @@ static const struct {
 TEST(bad_grpo_configs_name_the_field) {
     for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
         struct trainer_config cfg;
-        struct whet_err err = {{0}};
+        struct whet_err err = {0};
         int rc = parse(&cfg, bad_configs[i].json, &err);
         CHECK_MSG(rc == -1, "accepted: %s", bad_configs[i].json);
         if (rc == 0) {

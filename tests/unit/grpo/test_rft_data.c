@@ -42,7 +42,7 @@ static char *decode(const int *ids, int n) {
 
 TEST(prompts_end_with_the_assistant_header_and_keep_their_item) {
     struct rft_dataset ds;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     const char *text = "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
                        "\"Colour of the sky?\"}],\"answer\":\"blue\",\"meta\":{\"k\":[1,2]}}\n"
                        "\n"
@@ -65,7 +65,7 @@ TEST(prompts_end_with_the_assistant_header_and_keep_their_item) {
 
 TEST(long_prompts_are_left_out_and_counted) {
     struct rft_dataset ds;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     const char *text = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}\n"
                        "{\"messages\":[{\"role\":\"user\",\"content\":\"a much longer prompt than the first one, with "
                        "many words in it\"}]}\n";
@@ -99,7 +99,7 @@ TEST(bad_lines_name_the_line_and_the_field) {
         char *text = xasprintf("{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}\n"
                                "{\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}\n%s\n", bad_lines[i].line3);
         struct rft_dataset ds;
-        struct whet_err err = {{0}};
+        struct whet_err err = {0};
         int rc = load(&ds, text, 1000, &err);
         CHECK_MSG(rc == -1, "accepted: %s", bad_lines[i].line3);
         CHECK_CONTAINS(err.msg, "data.jsonl: ");

@@ -22,7 +22,7 @@ static struct grader *parse(const char *text) {
     json_error_t jerr;
     json_t *j = json_loads(text, 0, &jerr);
     struct grader *g = NULL;
-    struct whet_err err = {""};
+    struct whet_err err = {0};
     if (!j || grader_parse(j, "grader", &g, &err)) fprintf(stderr, "grader: %s %s\n", jerr.text, err.msg);
     json_decref(j);
     return g;
@@ -81,7 +81,7 @@ TEST(hook_results) {
     struct grader_result res[4] = {0};
     for (int i = 0; i < 4; i++) samples[i] = grader_sample_from_text(texts[i]), items[i] = json_object();
     struct grader_run_opts opts = {.judge = fake_judge};
-    struct whet_err err = {""};
+    struct whet_err err = {0};
     CHECK(grader_run_batch(g, &opts, samples, items, 4, res, &err) == 0);
     CHECK(res[0].reward == 7 && res[0].passed && res[0].n_errors == 0);
     CHECK(res[1].reward == 3 && !res[1].passed); /* below pass_threshold */
@@ -111,7 +111,7 @@ TEST(real_judge_is_the_sampler) {
     if (!g) return;
     json_t *dirs = json_pack("{s:s}", "tiny-judge", model_dir);
     struct judge_pool *pool = NULL;
-    struct whet_err err = {""};
+    struct whet_err err = {0};
     CHECK_MSG(judge_pool_new(&pool, g, dirs, 1, &err) == 0 && pool, "%s", err.msg);
     json_t *sample = grader_sample_from_text("blue"), *item = json_pack("{s:s}", "answer", "red");
     char *a = NULL, *b = NULL, *ref = NULL;
@@ -135,7 +135,7 @@ TEST(real_judge_is_the_sampler) {
 
     /* the reward is what the parser reads from that reply */
     double reward = -1, parsed = -1;
-    struct whet_err gerr = {""};
+    struct whet_err gerr = {0};
     int rc = judge_grade(pool, g, sample, item, &reward, &gerr);
     if (judge_parse_score(a, 0, 10, &parsed) == 0) {
         CHECK_MSG(rc == 0 && reward == parsed, "rc %d reward %g parsed %g", rc, reward, parsed);
@@ -173,7 +173,7 @@ TEST(real_label_judge_in_a_batch) {
                              "  \"input\": [{\"role\": \"user\", \"content\": \"Is {{sample.output_text}} {{item.answer}}?\"}]}}}");
     CHECK(g != NULL);
     if (!g) return;
-    struct whet_err err = {""};
+    struct whet_err err = {0};
     struct judge_pool *pool = NULL;
     json_t *none = json_pack("{s:s}", "other", model_dir);
     CHECK(judge_pool_new(&pool, g, none, 1, &err) == -1 && pool == NULL);
@@ -192,7 +192,7 @@ TEST(real_label_judge_in_a_batch) {
         for (size_t k = 0; k < res[i].n_errors; k++) CHECK(res[i].errors[k].kind == GRADER_ERR_MODEL_PARSE);
         /* the reward follows from the reply's label */
         char *reply = NULL;
-        struct whet_err rerr = {""};
+        struct whet_err rerr = {0};
         json_t *labels = json_pack("[s, s]", "good", "bad");
         struct grader *sub = parse("{\"type\": \"label_model\", \"name\": \"lab\", \"model\": \"tiny-judge\","
                                    " \"labels\": [\"good\", \"bad\"], \"passing_labels\": [\"good\"],"
@@ -215,7 +215,7 @@ TEST(real_label_judge_in_a_batch) {
 
 int main(void) {
     struct model_init_opts o;
-    struct whet_err err = {""};
+    struct whet_err err = {0};
     if (!mkdtemp(model_dir) || model_init_preset(&o, "tiny", &err) || model_init_write(model_dir, &o, &err)) {
         fprintf(stderr, "tiny model: %s\n", err.msg);
         return 1;

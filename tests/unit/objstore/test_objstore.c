@@ -1,4 +1,4 @@
-/* Unit tests for the object store (common/objstore*.c): the same behaviours checked against a file://
+/* Unit tests for the object store (common/objstore/): the same behaviours checked against a file://
  * store in a temp directory and against the s3rver that tests/run.sh starts ($WHET_TEST_S3_ENDPOINT,
  * bucket whet-test). Without that variable the test fails: the S3 backend is never skipped. */
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 
 TEST(fleet_parses) {
     struct sim_fleet f;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     const char *csv = "sn,cpu_milli,memory_mib,gpu,model,dc\n"
                       "a,64000,262144,2,P100,eu\n"
                       "b,96000,393216,8,G2,us\r\n"
@@ -31,7 +31,7 @@ TEST(fleet_parses) {
 
 static void fleet_rejects(const char *csv, const char *want) {
     struct sim_fleet f;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     CHECK_MSG(sim_fleet_parse(&f, "nodes.csv", csv, &err) == -1, "accepted: %s", csv);
     CHECK_CONTAINS(err.msg, want);
 }
@@ -51,7 +51,7 @@ TEST(fleet_rejects_malformed_lines) {
 TEST(pods_parse_and_constrain_types) {
     struct sim_fleet f;
     struct sim_pods p;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     CHECK(sim_fleet_parse(&f, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,1,1,2,T4\nb,1,1,8,G2\n", &err) == 0);
     const char *csv = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
                       "p0,12000,16384,1,460,\n"
@@ -79,7 +79,7 @@ TEST(pods_parse_and_constrain_types) {
 
 TEST(trace_parses_sorted_and_rejects) {
     struct sim_trace t;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     const char *csv = "timestamp,duration,num_gpus,gpu_time,cluster\n"
                       "2017-10-09 07:01:55,66.0,1,66.0,11cb48\n"
                       "2017-10-09 06:13:03,2951.0,8,23608.0,6214e9\n"
@@ -108,7 +108,7 @@ TEST(trace_parses_sorted_and_rejects) {
 
 TEST(policies_list) {
     char names[8][16];
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     CHECK(sim_policies("fifo,bestfit,las,whet", names, 8, &err) == 4);
     CHECK_STR(names[3], "whet");
     CHECK(sim_policies("fifo,random", names, 8, &err) == -1);
@@ -142,7 +142,7 @@ static double field(const char *json, const char *name) {
 TEST(inflate_adds_up_and_is_reproducible) {
     struct sim_fleet f;
     struct sim_pods p;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     /* 4 nodes x 2 GPUs (8 GPUs); tasks: whole GPUs, halves, a 2-GPU gang, CPU-only. */
     CHECK(sim_fleet_parse(&f, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,8000,8000,2,T4\nb,8000,8000,2,T4\n"
                                        "c,8000,8000,2,T4\nd,8000,8000,2,T4\n", &err) == 0);
@@ -178,7 +178,7 @@ TEST(inflate_adds_up_and_is_reproducible) {
 TEST(replay_small_trace) {
     struct sim_fleet f;
     struct sim_trace t;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     CHECK(sim_fleet_parse(&f, "n.csv", "sn,cpu_milli,memory_mib,gpu,model,dc\na,8000,8000,4,V100,x\n"
                                        "b,8000,8000,4,V100,x\nc,8000,8000,4,V100,y\n", &err) == 0);
     /* Six 4-GPU jobs of an hour at once on 12 GPUs: three run, three queue; a 16-GPU job is wider

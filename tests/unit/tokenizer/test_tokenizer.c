@@ -431,7 +431,7 @@ TEST(encoders_in_threads_share_one_tokenizer) {
 /* Each bad file: an error naming the file and the field, never a crash. */
 static void check_bad(const char *content, const char *want) {
     char *path = xasprintf("%s/bad.json", tmpdir);
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     CHECK(whet_write_file_atomic(path, content, strlen(content), &err) == 0);
     struct tokenizer *t = NULL;
     CHECK(tokenizer_load(path, &t, &err) < 0);

@@ -171,7 +171,7 @@ TEST(line_errors_say_what_is_wrong) {
         struct chat_message *msgs = NULL;
         void *root = NULL;
         int n;
-        struct whet_err err = {{0}};
+        struct whet_err err = {0};
         CHECK_MSG(sft_parse_messages(&msgs, &n, &root, bad[i].line, strlen(bad[i].line), &err) == -1, "accepted %s",
                   bad[i].line);
         CHECK_CONTAINS(err.msg, bad[i].want);

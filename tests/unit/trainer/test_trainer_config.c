@@ -26,7 +26,7 @@ TEST(minimal_config_gets_defaults) {
 
 TEST(full_config_is_read) {
     struct trainer_config cfg;
-    struct whet_err err = {{0}};
+    struct whet_err err = {0};
     const char *json = "{\"method\":\"sft\"," BASE ",\"validation_file\":\"v.jsonl\",\"resume_from\":\"out/checkpoints/step-4\","
                        "\"lora\":{\"r\":8,\"alpha\":16,\"target_modules\":[\"q_proj\",\"v_proj\"],\"use_rslora\":true},"
                        "\"hyperparameters\":{\"n_epochs\":3,\"batch_size\":4,\"learning_rate\":0.0003,"
@@ -95,7 +95,7 @@ static const struct {
 TEST(bad_fields_name_the_field_and_range) {
     for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
         struct trainer_config cfg;
-        struct whet_err err = {{0}};
+        struct whet_err err = {0};
         int rc = parse(&cfg, bad_configs[i].json, &err);
         CHECK_MSG(rc == -1, "config %zu was accepted: %s", i, bad_configs[i].json);
         for (int k = 0; k < 3 && bad_configs[i].fragments[k]; k++) CHECK_CONTAINS(err.msg, bad_configs[i].fragments[k]);
