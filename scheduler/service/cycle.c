@@ -453,15 +453,21 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
         const struct sizing_pool *sp = &s->pools[p];
         if (pool_allowed(j, sp) && sp->pool.max_node_devices > largest) largest = sp->pool.max_node_devices;
     }
-    const char *hint = "LoRA instead of full fine-tuning, a shorter whet.max_seq_len or a smaller batch_size";
-    if (c->gpus == 0)
-        snprintf(buf, len, "one training example does not fit the memory of any allowed device; hint: %s", hint);
-    else if (c->capped)
-        snprintf(buf, len, "needs %d devices with at least %.1f GiB each, more than whet.max_gpus allows; hint: raise"
-                           " whet.max_gpus to %d, or %s", c->gpus, c->min_gpu_mem_mib / 1024.0, c->gpus, hint);
-    else
-        snprintf(buf, len, "needs %d devices with at least %.1f GiB each on one node; the largest allowed node has %d;"
-                           " hint: %s", c->gpus, c->min_gpu_mem_mib / 1024.0, largest, hint);
+    const char *smaller = "LoRA instead of full fine-tuning, a shorter whet.max_seq_len or a smaller batch_size";
+    struct whet_err e;
+    if (c->gpus == 0) {
+        whet_errf(&e, "one training example does not fit the memory of any allowed device");
+        whet_err_hint(&e, "%s", smaller);
+    } else if (c->capped) {
+        whet_errf(&e, "needs %d devices with at least %.1f GiB each, more than whet.max_gpus allows", c->gpus,
+                  c->min_gpu_mem_mib / 1024.0);
+        whet_err_hint(&e, "raise whet.max_gpus to %d, or %s", c->gpus, smaller);
+    } else {
+        whet_errf(&e, "needs %d devices with at least %.1f GiB each on one node", c->gpus, c->min_gpu_mem_mib / 1024.0);
+        whet_err_detail(&e, "the largest allowed node has %d", largest);
+        whet_err_hint(&e, "%s", smaller);
+    }
+    whet_err_text(&e, buf, len);
 }
 
 /* One transaction: every waiting job's reason and place in the queue, every running job's estimated
