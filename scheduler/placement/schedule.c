@@ -628,28 +628,41 @@ static int32_t hyp_room(const struct pl_cluster *c, int32_t ni, const struct pl_
     return k;
 }
 
-/* Victims for a multi-node gang in pool pi: the running jobs on its nodes (from a rotating start,
- * at most nodes_to_score nodes), each once. Fills c->victims; returns how many. */
-static int32_t collect_pool_victims(struct pl_cluster *c, int32_t pi, const struct preemptor *pre, double now) {
+/* The first node of a pool's sample: a large pool is searched from a rotating start, at most
+ * nodes_to_score of its nodes (like kube-scheduler), so every cycle looks at another part of it. */
+static int32_t sample_start(const struct pl_cluster *c, const struct pl_pool *p, int32_t budget) {
+    return budget < p->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
+}
+
+/* The one victim collector: the running jobs that may make room for pre->job, cheapest first, into
+ * c->victims; returns how many. On one node (ni >= 0) elastic jobs may offer a shrink; over a pool
+ * (ni < 0, a multi-node gang) the jobs on a sample of its nodes, each once, are stopped whole. */
+static int32_t collect_victims(struct pl_cluster *c, const struct preemptor *pre, int32_t pi, int32_t ni, double now) {
     const struct pl_pool *p = &c->pools[pi];
-    int32_t budget = nodes_to_score(c), nv = 0;
-    int32_t start = budget < p->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
-    c->run_mark = pl_grow(c->run_mark, &c->cap_run_mark, c->n_running, sizeof *c->run_mark);
-    if (++c->run_gen == 0) {
-        memset(c->run_mark, 0, (size_t)c->cap_run_mark * sizeof *c->run_mark);
-        c->run_gen = 1;
+    int32_t n_scan = 1, start = 0, nv = 0;
+    if (ni < 0) {
+        int32_t budget = nodes_to_score(c);
+        start = sample_start(c, p, budget);
+        n_scan = p->n_nodes < budget ? p->n_nodes : budget;
+        c->run_mark = pl_grow(c->run_mark, &c->cap_run_mark, c->n_running, sizeof *c->run_mark);
+        if (++c->run_gen == 0) {
+            memset(c->run_mark, 0, (size_t)c->cap_run_mark * sizeof *c->run_mark);
+            c->run_gen = 1;
+        }
     }
-    for (int32_t q = 0; q < p->n_nodes && q < budget; q++) {
-        int32_t ni = p->nodes[(start + q) % p->n_nodes];
-        for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
-            struct pl_job *v = c->node_jobs[ni].jobs[e];
-            int32_t r = v->run_index, shrink;
-            if (c->run_mark[r] == c->run_gen) continue;
-            c->run_mark[r] = c->run_gen;
-            if (!victim_ok(c, v, pre, p->gpu_type, now, &shrink) || shrink) continue;
+    for (int32_t q = 0; q < n_scan; q++) {
+        int32_t node = ni >= 0 ? ni : p->nodes[(start + q) % p->n_nodes];
+        for (int32_t e = 0; e < c->node_jobs[node].n; e++) {
+            struct pl_job *v = c->node_jobs[node].jobs[e];
+            int shrink;
+            if (ni < 0) {
+                if (c->run_mark[v->run_index] == c->run_gen) continue;
+                c->run_mark[v->run_index] = c->run_gen;
+            }
+            if (!victim_ok(c, v, pre, p->gpu_type, now, &shrink) || (shrink && ni < 0)) continue;
             c->victims[nv].job = v;
-            c->victims[nv].shrink = 0;
-            c->victims[nv].cost = victim_cost(v, now);
+            c->victims[nv].shrink = shrink;
+            c->victims[nv].cost = shrink ? 0 : victim_cost(v, now);
             nv++;
         }
     }
@@ -686,139 +699,111 @@ static int fits_after_stopping(struct pl_cluster *c, const struct pl_job *j, dou
     return 0;
 }
 
-/* Looks for the cheapest set of victims that makes room for j; emits PREEMPT/SHRINK decisions and
- * holds the nodes for j. Returns 1 when victims were chosen. */
-static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enum pl_filter *pool_ok) {
-    int32_t milli = pl_job_milli(j), want = j->gpus > 0 ? j->gpus : 0;
-    struct preemptor pre = {j, las_level(c, j), 0, j->tenant >= 0 && j->tenant < c->n_tenants};
-    if (pre.known) pre.share_after = pl_tenant_share_with(c, j->tenant, job_gpu_milli(j), j->cpu_milli, j->mem_mib);
-    double best_cost = INFINITY;
-    int32_t best_nv = 0, best_scope = -1, best_is_pool = 0;
-    c->victims = pl_grow(c->victims, &c->cap_victims, c->n_running + 1, sizeof *c->victims);
-    for (int32_t pi = 0; pi < c->n_pools; pi++) {
-        if (pool_ok[pi] != PL_OK) continue;
-        const struct pl_pool *p = &c->pools[pi];
-        if (want <= p->max_node_gpus) {
-            /* One node: for each node, its own victims cheapest first until the job fits. Like
-             * kube-scheduler, a large pool is sampled (from a rotating start), not searched whole. */
-            int32_t budget = nodes_to_score(c), start = budget < p->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes) : 0;
-            for (int32_t q = 0; q < p->n_nodes && q < budget; q++) {
-                int32_t ni = p->nodes[(start + q) % p->n_nodes];
-                const struct pl_node *n = &c->nodes[ni];
-                if (!n->schedulable || n->gpus < want || (want && n->gpu_mem_mib < j->min_gpu_mem_mib) ||
-                    node_held_for_other(c, ni, j, now))
-                    continue;
-                int32_t nv = 0;
-                for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
-                    struct pl_job *v = c->node_jobs[ni].jobs[e];
-                    int shrink;
-                    if (!victim_ok(c, v, &pre, p->gpu_type, now, &shrink)) continue;
-                    c->victims[nv].job = v;
-                    c->victims[nv].shrink = shrink;
-                    c->victims[nv].cost = shrink ? 0 : victim_cost(v, now);
-                    nv++;
-                }
-                if (!nv) continue;
-                qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
-                c->hyp_gen++;
-                hyp_touch(c, ni);
-                double cost = 0;
-                int32_t used = 0;
-                while (used < nv && hyp_room(c, ni, j, milli) < want) {
-                    const struct pl_job *v = c->victims[used].job;
-                    hyp_release(c, v, c->victims[used].shrink ? shrink_amount(c, v, j, ni, milli) : 0, ni);
-                    cost += c->victims[used].cost;
-                    used++;
-                }
-                int32_t room = hyp_room(c, ni, j, milli);
-                if (room < want || room < 0) continue;
-                if (cost < best_cost || (cost == best_cost && used < best_nv)) {
-                    best_cost = cost;
-                    best_nv = used;
-                    best_scope = ni;
-                    best_is_pool = 0;
-                }
-            }
-        } else if (milli == PL_MILLI) {
-            /* A multi-node gang: victims in the pool (a sample of its nodes when it is large),
-             * cheapest first, until it fits. */
-            int32_t nv = collect_pool_victims(c, pi, &pre, now);
-            if (!nv) continue;
-            c->hyp_gen++;
-            for (int32_t q = 0; q < p->n_nodes; q++) hyp_touch(c, p->nodes[q]);
-            double cost = 0;
-            int32_t used = 0, pos[PL_MAX_NODES_PER_JOB + 1], take[PL_MAX_NODES_PER_JOB + 1];
-            int32_t *room = c->scratch;
-            int64_t total = 0;
-            for (int32_t q = 0; q < p->n_nodes; q++) {
-                room[q] = gang_hyp_room(c, p->nodes[q], j, milli, now);
-                total += room[q];
-            }
-            /* Add victims until the rooms add up and a pick exists; only the victims' nodes change. */
-            int fits = 0;
-            for (;;) {
-                fits = total >= want && gang_pick(p, room, want, pos, take);
-                if (fits || used == nv) break;
-                const struct pl_job *v = c->victims[used].job;
-                hyp_release(c, v, 0, -1);
-                for (int32_t s = 0; s < v->alloc.n_slots; s++) {
-                    int32_t ni = v->alloc.slots[s].node;
-                    if (c->node_pool[ni] != pi) continue;
-                    int32_t q = c->node_pos[ni];
-                    total -= room[q];
-                    room[q] = gang_hyp_room(c, ni, j, milli, now);
-                    total += room[q];
-                }
-                cost += c->victims[used].cost;
-                used++;
-            }
-            if (!fits) continue;
-            if (cost < best_cost || (cost == best_cost && used < best_nv)) {
-                best_cost = cost;
-                best_nv = used;
-                best_scope = pi;
-                best_is_pool = 1;
-            }
-        }
-    }
-    if (best_scope < 0 || best_nv == 0) return 0;
+/* The cheapest way found so far to make room: the first `nv` victims of a scope's list. */
+struct preempt_pick {
+    double cost;                                  /* GPU-seconds of work lost */
+    int32_t nv;
+    int32_t pool;                                 /* -1: none yet */
+    int32_t node;                                 /* one node, or -1: a gang over the pool */
+};
 
-    /* Rebuild the winner's victim list (the loop above reused the array) and act on it. */
-    int32_t nv = 0;
-    const struct pl_pool *p = best_is_pool ? &c->pools[best_scope] : &c->pools[c->node_pool[best_scope]];
-    if (best_is_pool) {
-        nv = collect_pool_victims(c, best_scope, &pre, now);
-    } else {
-        int32_t ni = best_scope;
-        for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
-            struct pl_job *v = c->node_jobs[ni].jobs[e];
-            int shrink;
-            if (!victim_ok(c, v, &pre, p->gpu_type, now, &shrink)) continue;
-            c->victims[nv].job = v;
-            c->victims[nv].shrink = shrink;
-            c->victims[nv].cost = shrink ? 0 : victim_cost(v, now);
-            nv++;
+static void offer(struct preempt_pick *best, double cost, int32_t nv, int32_t pool, int32_t node) {
+    if (cost < best->cost || (cost == best->cost && nv < best->nv))
+        *best = (struct preempt_pick){cost, nv, pool, node};
+}
+
+/* One node of pool pi: for each node of a sample, its own victims cheapest first until j fits. */
+static void search_one_node(struct pl_cluster *c, const struct preemptor *pre, int32_t pi, double now,
+                            struct preempt_pick *best) {
+    const struct pl_job *j = pre->job;
+    const struct pl_pool *p = &c->pools[pi];
+    int32_t milli = pl_job_milli(j), want = j->gpus > 0 ? j->gpus : 0;
+    int32_t budget = nodes_to_score(c), start = sample_start(c, p, budget);
+    for (int32_t q = 0; q < p->n_nodes && q < budget; q++) {
+        int32_t ni = p->nodes[(start + q) % p->n_nodes];
+        const struct pl_node *n = &c->nodes[ni];
+        if (!n->schedulable || n->gpus < want || (want && n->gpu_mem_mib < j->min_gpu_mem_mib) ||
+            node_held_for_other(c, ni, j, now))
+            continue;
+        int32_t nv = collect_victims(c, pre, pi, ni, now);
+        if (!nv) continue;
+        c->hyp_gen++;
+        hyp_touch(c, ni);
+        double cost = 0;
+        int32_t used = 0;
+        while (used < nv && hyp_room(c, ni, j, milli) < want) {
+            const struct pl_job *v = c->victims[used].job;
+            hyp_release(c, v, c->victims[used].shrink ? shrink_amount(c, v, j, ni, milli) : 0, ni);
+            cost += c->victims[used].cost;
+            used++;
         }
-        qsort(c->victims, (size_t)nv, sizeof *c->victims, victim_cmp);
+        int32_t room = hyp_room(c, ni, j, milli);
+        if (room < want || room < 0) continue;
+        offer(best, cost, used, pi, ni);
     }
+}
+
+/* A multi-node gang in pool pi: victims over the pool's sample, cheapest first, until a pick of its
+ * nodes holds the gang. */
+static void search_gang(struct pl_cluster *c, const struct preemptor *pre, int32_t pi, double now,
+                        struct preempt_pick *best) {
+    const struct pl_job *j = pre->job;
+    const struct pl_pool *p = &c->pools[pi];
+    int32_t milli = pl_job_milli(j), want = j->gpus;
+    int32_t nv = collect_victims(c, pre, pi, -1, now);
+    if (!nv) return;
+    c->hyp_gen++;
+    for (int32_t q = 0; q < p->n_nodes; q++) hyp_touch(c, p->nodes[q]);
+    double cost = 0;
+    int32_t used = 0, pos[PL_MAX_NODES_PER_JOB + 1], take[PL_MAX_NODES_PER_JOB + 1];
+    int32_t *room = c->scratch;
+    int64_t total = 0;
+    for (int32_t q = 0; q < p->n_nodes; q++) {
+        room[q] = gang_hyp_room(c, p->nodes[q], j, milli, now);
+        total += room[q];
+    }
+    /* Add victims until the rooms add up and a pick exists; only the victims' nodes change. */
+    for (;;) {
+        if (total >= want && gang_pick(p, room, want, pos, take)) break;
+        if (used == nv) return;
+        const struct pl_job *v = c->victims[used].job;
+        hyp_release(c, v, 0, -1);
+        for (int32_t s = 0; s < v->alloc.n_slots; s++) {
+            int32_t ni = v->alloc.slots[s].node;
+            if (c->node_pool[ni] != pi) continue;
+            int32_t q = c->node_pos[ni];
+            total -= room[q];
+            room[q] = gang_hyp_room(c, ni, j, milli, now);
+            total += room[q];
+        }
+        cost += c->victims[used].cost;
+        used++;
+    }
+    offer(best, cost, used, pi, -1);
+}
+
+/* Acts on the chosen victims (c->victims, rebuilt for the winning scope): PREEMPT or SHRINK
+ * decisions, and the freed nodes held for j through the victims' grace period. */
+static void preempt_act(struct pl_cluster *c, struct pl_job *j, const struct preempt_pick *best, double now) {
+    int32_t milli = pl_job_milli(j), ni = best->node;
     double hold_until = now;
     c->hyp_gen++;
-    for (int32_t i = 0; i < best_nv; i++) {
+    for (int32_t i = 0; i < best->nv; i++) {
         struct pl_job *v = c->victims[i].job;
         if (c->victims[i].shrink) {
             /* Replay the search's releases to give back exactly what it counted on. */
-            hyp_touch(c, best_scope);
-            int32_t k = shrink_amount(c, v, j, best_scope, milli);
-            uint32_t mask = hyp_release(c, v, k, best_scope);
+            hyp_touch(c, ni);
+            int32_t k = shrink_amount(c, v, j, ni, milli);
+            uint32_t mask = hyp_release(c, v, k, ni);
             struct pl_decision *d = decision_add(c, PL_SHRINK, v);
             d->for_job = j;
             d->alloc.n_slots = 1;
-            d->alloc.slots[0].node = best_scope;
+            d->alloc.slots[0].node = ni;
             d->alloc.slots[0].gpu_mask = (uint16_t)mask;
             d->alloc.slots[0].gpu_count = (uint16_t)pl_popcount16(mask);
             d->gpus = v->gpus - d->alloc.slots[0].gpu_count;
         } else {
-            if (!best_is_pool) hyp_release(c, v, 0, best_scope);
+            if (ni >= 0) hyp_release(c, v, 0, ni);
             struct pl_decision *d = decision_add(c, PL_PREEMPT, v);
             d->for_job = j;
             d->not_before = now + v->grace_s;
@@ -829,18 +814,34 @@ static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enu
             c->result.preempted++;
         }
     }
-    /* Hold the freed nodes for j through the victims' grace period. */
     hold_until += c->cfg.reservation_ttl_s;
-    for (int32_t i = 0; i < best_nv; i++) {
+    for (int32_t i = 0; i < best->nv; i++) {
         const struct pl_job *v = c->victims[i].job;
         for (int32_t s = 0; s < v->alloc.n_slots; s++) {
-            int32_t ni = v->alloc.slots[s].node;
-            if (c->node_pool[ni] != (best_is_pool ? best_scope : c->node_pool[best_scope])) continue;
-            if (!best_is_pool && ni != best_scope) continue;
-            nominate(c, ni, j, hold_until);
+            int32_t vn = v->alloc.slots[s].node;
+            if (c->node_pool[vn] == best->pool && (ni < 0 || vn == ni)) nominate(c, vn, j, hold_until);
         }
     }
-    if (!best_is_pool) nominate(c, best_scope, j, hold_until);
+    if (ni >= 0) nominate(c, ni, j, hold_until);
+}
+
+/* Looks for the cheapest set of victims that makes room for j (on one node when it fits one,
+ * else as a gang over one pool); emits PREEMPT/SHRINK decisions and holds the nodes for j.
+ * Returns 1 when victims were chosen. */
+static int preempt(struct pl_cluster *c, struct pl_job *j, double now, const enum pl_filter *pool_ok) {
+    int32_t want = j->gpus > 0 ? j->gpus : 0;
+    struct preemptor pre = {j, las_level(c, j), 0, j->tenant >= 0 && j->tenant < c->n_tenants};
+    if (pre.known) pre.share_after = pl_tenant_share_with(c, j->tenant, job_gpu_milli(j), j->cpu_milli, j->mem_mib);
+    struct preempt_pick best = {INFINITY, 0, -1, -1};
+    c->victims = pl_grow(c->victims, &c->cap_victims, c->n_running + 1, sizeof *c->victims);
+    for (int32_t pi = 0; pi < c->n_pools; pi++) {
+        if (pool_ok[pi] != PL_OK) continue;
+        if (want <= c->pools[pi].max_node_gpus) search_one_node(c, &pre, pi, now, &best);
+        else if (pl_job_milli(j) == PL_MILLI) search_gang(c, &pre, pi, now, &best);
+    }
+    if (best.pool < 0 || best.nv == 0) return 0;
+    collect_victims(c, &pre, best.pool, best.node, now); /* the searches reused the array */
+    preempt_act(c, j, &best, now);
     return 1;
 }
 
