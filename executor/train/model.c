@@ -545,6 +545,8 @@ static void *abuf(struct model *m, size_t bytes) {
 #define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n)))
 #define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n)))
 
+/* The buffers of N tokens. executor/train/plan/model_plan.c counts the same list (the scheduler
+ * sizes jobs by it): change both together; unit_model_plan compares them byte for byte. */
 static void ensure_acts(struct model *m, int N) {
     if (N <= m->cap_N) return;
     free_acts(m);

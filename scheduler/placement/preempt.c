@@ -10,6 +10,7 @@
 
 #include "internal.h"
 
+/* Whether j holds nodes that an earlier preemption nominated for it and that have not expired. */
 int pl_has_nomination(const struct pl_cluster *c, const struct pl_job *j, double now) {
     for (int32_t k = 0; k < c->n_noms; k++)
         if (c->noms[k].job == j->id) return c->noms[k].until > now;
