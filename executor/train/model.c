@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "model_plan.h"
 #include "rng.h"
 #include "safetensors.h"
 
@@ -452,19 +453,31 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     m->full_ft = m->train && !m->lora_r;
     if (m->lora_r) m->lora_scale = m->rslora ? m->lora_alpha / sqrtf((float)m->lora_r) : m->lora_alpha / (float)m->lora_r;
 
+    /* The buffers are sized by the memory plan the scheduler sizes jobs with; the tensor layout
+     * must agree with it, or the estimates would drift from what is allocated. */
+    struct mp_plan plan;
+    struct mp_shape shape = {c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads,
+                             c->head_dim, c->vocab_size, c->tie_word_embeddings, c->qkv_bias, c->qk_norm};
+    struct mp_job job = {.train = m->train, .lora_r = m->lora_r, .lora_targets = m->targets,
+                         .recompute = m->recompute, .logit_rows = m->logit_rows, .dtype = MP_F32};
+    mp_plan(&plan, &shape, &job);
     m->n_params = layout_base(m);
     m->n_base_tensors = m->n_tensors;
-    m->params = m->be->alloc(sizeof(float) * m->n_params);
-    if (m->lora_r) {
-        m->n_lora = layout_lora(m);
-        m->lora = m->be->alloc(sizeof(float) * m->n_lora);
+    if (m->lora_r) m->n_lora = layout_lora(m);
+    if (m->n_params != (size_t)plan.n_params || m->n_lora != (size_t)plan.n_lora) {
+        whet_errf(err, "internal error: the tensor layout has %zu base and %zu LoRA values, the memory plan %lld and "
+                       "%lld; update executor/train/plan/model_plan.c with the layout",
+                  m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
+        goto fail;
     }
+    m->params = m->be->alloc((size_t)plan.weights);
+    if (m->lora_r) m->lora = m->be->alloc((size_t)plan.lora);
     if (m->train) {
         m->tp = m->full_ft ? m->params : m->lora;
-        m->n_train = m->full_ft ? m->n_params : m->n_lora;
-        m->grads = m->be->alloc(sizeof(float) * m->n_train);
-        m->adam_m = m->be->alloc(sizeof(float) * m->n_train);
-        m->adam_v = m->be->alloc(sizeof(float) * m->n_train);
+        m->n_train = (size_t)plan.n_trainable;
+        m->grads = m->be->alloc((size_t)plan.gradients);
+        m->adam_m = m->be->alloc((size_t)plan.moments / 2);
+        m->adam_v = m->be->alloc((size_t)plan.moments / 2);
     }
     fix_pointers(m->tensors, m->n_base_tensors, m->params, m->full_ft ? m->grads : NULL);
     fix_pointers(m->tensors + m->n_base_tensors, m->n_tensors - m->n_base_tensors, m->lora,
@@ -532,6 +545,8 @@ static void *abuf(struct model *m, size_t bytes) {
 #define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n)))
 #define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n)))
 
+/* The buffers of N tokens. executor/train/plan/model_plan.c counts the same list (the scheduler
+ * sizes jobs by it): change both together; unit_model_plan compares them byte for byte. */
 static void ensure_acts(struct model *m, int N) {
     if (N <= m->cap_N) return;
     free_acts(m);
