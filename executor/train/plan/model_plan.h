@@ -77,7 +77,7 @@ struct mp_plan {
 /* Fills the plan. Fields of shape or job that are out of range (negative) count as 0. */
 void mp_plan(struct mp_plan *out, const struct mp_shape *s, const struct mp_job *j);
 
-/* Bytes of a KV cache of `slots` sequences of max_len tokens (model.c kv_cache_new). */
+/* Bytes of a KV cache of `slots` sequences of max_len tokens (kv_cache_new in model_generate.c). */
 int64_t mp_kv_cache_bytes(const struct mp_shape *s, int64_t slots, int64_t max_len, enum mp_dtype dtype);
 
 #endif
