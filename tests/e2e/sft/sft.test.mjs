@@ -48,7 +48,7 @@ const executors = {
                                '--work-dir', path.join(work, 'ex-b')]),
 };
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'e2e').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'e2e').trim();
 const adminToken = whet('token', '--admin').trim();
 const base = `http://127.0.0.1:${httpPort}`;
 const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
