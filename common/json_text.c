@@ -1,6 +1,6 @@
 /* json_text.c - see json_text.h. The compact writer was the gateway's (its answers are most of what it
  * writes): one growing buffer, integers written by hand (jansson formats each with snprintf, which the
- * gateway runs on glibc's slow path; see its request_log), reals through whet_json_real. */
+ * gateway runs on glibc's slow path; see request_log in gateway/http.c), reals through whet_json_real. */
 #include "json_text.h"
 
 #include <float.h>
