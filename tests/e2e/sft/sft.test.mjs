@@ -8,7 +8,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import OpenAI, { toFile } from 'openai';
+import OpenAI from 'openai';
 import { until } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
@@ -78,7 +78,7 @@ async function allEvents(id) {
 // Uploaded as a Windows editor saves it (a UTF-8 byte-order mark, CRLF line ends): the gateway and the
 // trainer read the same examples.
 const windowsText = `\ufeff${fs.readFileSync(path.join(FIXTURES, 'sft', 'train.jsonl'), 'utf8').replace(/\n/g, '\r\n')}`;
-const training = await client.files.create({ file: await toFile(Buffer.from(windowsText), 'train.jsonl'), purpose: 'fine-tune' });
+const training = await client.files.create({ file: new File([windowsText], 'train.jsonl'), purpose: 'fine-tune' });
 const sftMethod = { type: 'supervised', supervised: { hyperparameters: { n_epochs: 50, batch_size: 2, learning_rate_multiplier: 5 } } };
 
 let first;
