@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "grader.h"
+#include "json_text.h"
 #include "judge.h"
 
 #define GRADE_REQUEST_MAX (16u << 20)
@@ -101,7 +102,7 @@ static int cmd_grade(int argc, char **argv) {
         status = 1;
         goto out;
     }
-    char *line = json_dumps(answer, JSON_COMPACT);
+    char *line = whet_json_compact(answer, NULL);
     puts(line);
     free(line);
     json_decref(answer);

@@ -12,7 +12,7 @@
 const char *whet_json_kind(const json_t *v);
 
 /* Reads a JSON Lines file: calls fn(ctx, line, len, lineno, err) for each line that is not blank,
- * numbered from 1 as an editor counts them. Stops at the first line fn fails on and prefixes its
+ * numbered from 1 as an editor counts them (a UTF-8 byte-order mark before line 1 is skipped). Stops at the first line fn fails on and prefixes its
  * error with "PATH: line N". *n_lines (when not NULL) gets the number of lines read, blank ones too.
  * Returns 0, or -1 with err. */
 typedef int (*whet_jsonl_fn)(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err);

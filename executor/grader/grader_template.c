@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "grader.h"
+#include "json_text.h"
 
 struct buf {
     char *data;
@@ -99,7 +100,7 @@ static void render_path(struct buf *out, const char *path, const char *end, cons
         buf_put(out, json_string_value(v), json_string_length(v));
         return;
     }
-    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *text = whet_json_compact(v, NULL); /* 0.1 as "0.1", not jansson's 0.10000000000000001 */
     if (text) buf_put(out, text, strlen(text));
     free(text);
 }

@@ -727,7 +727,7 @@ int sandbox_pump(struct sandbox_child *child) {
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 /* The verdict: why the command ended, in the terms of sandbox_reason. */
-static void judge(const struct sandbox_state *st, struct sandbox_result *res) {
+static void reach_verdict(const struct sandbox_state *st, struct sandbox_result *res) {
     const struct record *r = &st->result;
     res->exit_code = -1;
     res->term_signal = 0;
@@ -816,7 +816,7 @@ int sandbox_wait(struct sandbox_child *child, struct sandbox_result *res, struct
     }
     /* Init has ended (or is ending): reap it. ECHILD when the caller ignores SIGCHLD. */
     while (waitpid(child->pid, NULL, 0) < 0 && errno == EINTR) {}
-    judge(st, res);
+    reach_verdict(st, res);
     res->wall_s = st->ended_at - st->started;
     sbx_strlcpy(res->notes, st->notes, sizeof res->notes);
     close(child->result_fd);

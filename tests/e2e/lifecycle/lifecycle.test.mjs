@@ -34,7 +34,7 @@ up.stderr.on('data', (d) => { log = (log + d).slice(-30000); });
 await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
   .catch((e) => { console.error(log); throw e; });
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'life').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'life').trim();
 const client = new OpenAI({ apiKey: key, baseURL: `http://127.0.0.1:${httpPort}/v1`, maxRetries: 2 });
 test.after(() => {
   up.kill('SIGTERM');

@@ -1,7 +1,7 @@
 // The product end to end, as a tenant meets it: `whet up` with a scheduler and two executors in two
 // data centers (simulated H100s whose training runs on the CPU), the official OpenAI SDK uploading a
-// dataset and running SFT jobs on whet-tiny, and the failures a fleet sees: an executor killed with
-// SIGKILL mid-training, pause and resume, cancel.
+// dataset (with a byte-order mark and CRLF line ends) and running SFT jobs on whet-tiny, and the
+// failures a fleet sees: an executor killed with SIGKILL mid-training, pause and resume, cancel.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -48,7 +48,7 @@ const executors = {
                                '--work-dir', path.join(work, 'ex-b')]),
 };
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'e2e').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'e2e').trim();
 const adminToken = whet('token', '--admin').trim();
 const base = `http://127.0.0.1:${httpPort}`;
 const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
@@ -75,7 +75,10 @@ async function allEvents(id) {
   return events;
 }
 
-const training = await client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')), purpose: 'fine-tune' });
+// Uploaded as a Windows editor saves it (a UTF-8 byte-order mark, CRLF line ends): the gateway and the
+// trainer read the same examples.
+const windowsText = `\ufeff${fs.readFileSync(path.join(FIXTURES, 'sft', 'train.jsonl'), 'utf8').replace(/\n/g, '\r\n')}`;
+const training = await client.files.create({ file: new File([windowsText], 'train.jsonl'), purpose: 'fine-tune' });
 const sftMethod = { type: 'supervised', supervised: { hyperparameters: { n_epochs: 50, batch_size: 2, learning_rate_multiplier: 5 } } };
 
 let first;

@@ -312,13 +312,14 @@ static void collect(void *ctx, enum grader_error_kind kind, const char *message)
 }
 
 TEST(templates_render_item_and_sample_paths) {
-    json_t *item = json_loads("{\"a\":{\"b\":\"deep\"},\"list\":[\"x\",\"y\"],\"n\":3,\"obj\":{\"k\":[1,true]}}", 0, NULL);
+    json_t *item = json_loads("{\"a\":{\"b\":\"deep\"},\"list\":[\"x\",\"y\"],\"n\":3,\"obj\":{\"k\":[1,true]},\"r\":0.1}",
+                              0, NULL);
     json_t *sample = grader_sample_from_text("{\"answer\": 42, \"why\": \"because\"}");
     struct collected c = {0};
-    char *out = grader_template_render("[{{item.a.b}}|{{ item.list.1 }}|{{item.n}}|{{item.obj}}|"
+    char *out = grader_template_render("[{{item.a.b}}|{{ item.list.1 }}|{{item.n}}|{{item.obj}}|{{item.r}}|"
                                        "{{sample.output_json.answer}}|{{sample.output_json.why}}]",
                                        sample, item, collect, &c);
-    CHECK_STR(out, "[deep|y|3|{\"k\":[1,true]}|42|because]");
+    CHECK_STR(out, "[deep|y|3|{\"k\":[1,true]}|0.1|42|because]"); /* a real in its shortest form */
     CHECK(c.n == 0);
     free(out);
     /* no closing braces: literal text */
