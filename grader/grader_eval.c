@@ -3,9 +3,9 @@
  * The evaluator walks the grader tree once per batch, not once per sample, so that every python
  * grader (at the top or inside a multi) is one python hook call over the whole batch (the runner
  * spreads it across parallel sandboxes and pays python's start-up once per sandbox), and a model
- * grader one judge hook call per sample. The pure graders
- * (string_check, text_similarity) take microseconds a sample and run in the calling thread. A multi
- * grader first runs each named sub-grader over the batch, then evaluates its formula per sample.
+ * grader one judge hook call per sample. The pure graders (string_check, text_similarity) take
+ * microseconds a sample and run in the calling thread. A multi grader first runs each named
+ * sub-grader over the batch, then evaluates its formula per sample.
  *
  * Failures of the sample or of tenant code never fail the call: the sample's reward for that grader
  * is 0 and an error with OpenAI's kind goes to its result, prefixed with the sub-grader's key inside
@@ -124,10 +124,10 @@ static void run_python(const struct grader *g, const struct grader_hooks *hooks,
         passed[i] = rewards[i] > 0;
         if (rc < 0) {
             grader_result_add_error(&results[i], GRADER_ERR_PYTHON_SERVER, prefix, err.msg);
-            continue;
+        } else {
+            results[i].seconds += scores[i].seconds;
+            if (scores[i].error) grader_result_add_error(&results[i], GRADER_ERR_PYTHON_RUNTIME, prefix, scores[i].error);
         }
-        results[i].seconds += scores[i].seconds;
-        if (scores[i].error) grader_result_add_error(&results[i], GRADER_ERR_PYTHON_RUNTIME, prefix, scores[i].error);
         free(scores[i].error);
     }
     free(scores);
