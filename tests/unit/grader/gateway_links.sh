@@ -24,9 +24,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail=0
 # The check could not fail if nm read nothing: the gateway references the grader library's validation,
 # and the runner defines pygrader_run and the sandbox's entry point.
-for want in grader_validate; do
-    grep -qx "$want" "$tmp/referenced" || { echo "nm found no reference to $want in:$gateway"; fail=1; }
-done
+grep -qx grader_validate "$tmp/referenced" || { echo "nm found no reference to grader_validate in:$gateway"; fail=1; }
 for want in pygrader_run grader_run_batch; do
     grep -qx "$want" "$tmp/runner" || { echo "nm found no definition of $want in:$runner"; fail=1; }
 done
