@@ -3,9 +3,10 @@
 # starts a throwaway PostgreSQL and an S3 server (s3rver) on free loopback ports, runs ctest, stops
 # them, and exits non-zero on any failure.
 #
-#   tests/run.sh                 everything
+#   tests/run.sh                 everything: a short run of each fuzz target, then the unit, integration and e2e tests
+#   tests/run.sh --quick         the inner loop: unit and integration tests only (no training runs, no fuzzing)
 #   tests/run.sh --sanitize      the same, built with ASan+UBSan (in build-asan/)
-#   tests/run.sh -R REGEX        only the tests whose names match (passed to ctest)
+#   tests/run.sh -R REGEX        only the tests whose names match (passed to ctest; -L LABEL likewise)
 #   WHET_FUZZ_SECONDS=N          how long each libFuzzer target runs after the suite (default 10; 0 skips)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,8 @@ while [ $# -gt 0 ]; do
     --sanitize) build_dir=build-asan; cmake_extra+=(-DWHET_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
                 # libh2o's own allocations live as long as the process; every gateway gets the suppressions
                 export LSAN_OPTIONS="suppressions=$root/tests/integration/lib/lsan.supp" ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --quick) ctest_args+=(-L 'unit|integration') ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) ctest_args+=("$1") ;;
   esac
   shift

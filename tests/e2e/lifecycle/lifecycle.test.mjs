@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, holdTrainer, releaseWhenSignalled } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -55,13 +55,16 @@ const messages = async (id) => {
   for await (const e of client.fineTuning.jobs.listEvents(id, { limit: 100 })) out.push(e.message);
   return out;
 };
-const checkpoints = async (id) => (await client.fineTuning.jobs.checkpoints.list(id)).data.length;
+
+// The trainer of a job's first attempt on the one executor (tests/e2e/lib.mjs holds it while the test acts).
+const jobDir = (id) => path.join(work, 'executors', 'executor-1', 'jobs', `${id}-1`);
 
 test('pause checkpoints and stops a running job; resume continues it to the end', async (t) => {
   dump(t);
   const job = await create({ max_steps: 30, checkpoint_every_steps: 5 });
-  await until('a first checkpoint', async () => (await checkpoints(job.id)) > 0);
+  const pids = await holdTrainer(t, jobDir(job.id));
   const paused = await client.fineTuning.jobs.pause(job.id);
+  await releaseWhenSignalled(pids);
   assert.ok(['running', 'paused'].includes(paused.status));
   await until('paused', async () => (await status(job.id)) === 'paused');
   const resumed = await client.fineTuning.jobs.resume(job.id);
@@ -75,8 +78,9 @@ test('pause checkpoints and stops a running job; resume continues it to the end'
 test('cancel stops a running job for good', async (t) => {
   dump(t);
   const job = await create({ max_steps: 500, checkpoint_every_steps: 50 });
-  await until('running', async () => (await status(job.id)) === 'running');
+  const pids = await holdTrainer(t, jobDir(job.id));
   await client.fineTuning.jobs.cancel(job.id);
+  await releaseWhenSignalled(pids);
   await until('cancelled', async () => (await status(job.id)) === 'cancelled');
   const nodes = JSON.parse(psql(db.url, "SELECT coalesce(json_agg(job_id), '[]') FROM job_attempts WHERE ended_at IS NULL"));
   assert.deepEqual(nodes, [], 'no attempt left running');
@@ -85,14 +89,18 @@ test('cancel stops a running job for good', async (t) => {
 test('a high-priority job preempts a low-priority one, which resumes and finishes', async (t) => {
   dump(t);
   const low = await create({ max_steps: 80, checkpoint_every_steps: 5, priority: 0 });
-  await until('low running with a checkpoint', async () => (await checkpoints(low.id)) > 0);
+  const pids = await holdTrainer(t, jobDir(low.id));
   const high = await create({ max_steps: 5, checkpoint_every_steps: 5, priority: 10 });
+  await releaseWhenSignalled(pids);
   await until('high succeeded', async () => (await status(high.id)) === 'succeeded');
-  assert.notEqual(await status(low.id), 'succeeded', 'the high-priority job finished first');
   await until('low succeeded', async () => (await status(low.id)) === 'succeeded');
   const m = await messages(low.id);
   assert.ok(m.some((x) => /preempted/.test(x)), 'a preemption event');
   assert.ok(m.some((x) => /resuming from step \d+/.test(x)), 'resumed from its checkpoint');
+  assert.equal(psql(db.url, `SELECT count(*) FROM job_attempts WHERE job_id = '${low.id}'`), '2',
+               'the low-priority job ran twice: before and after the preemption');
+  const [h, l] = [await client.fineTuning.jobs.retrieve(high.id), await client.fineTuning.jobs.retrieve(low.id)];
+  assert.ok(h.finished_at <= l.finished_at, `the high-priority job finished first (${h.finished_at} vs ${l.finished_at})`);
 });
 
 test('the scheduler killed mid-run: the job still succeeds, nothing duplicated', async (t) => {

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, holdTrainer, trainerCheckpointed } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -145,6 +145,10 @@ test('SIGKILL of the executor running a job: it resumes elsewhere from its last 
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id, method: sftMethod,
                                                     whet: { max_steps: 60, checkpoint_every_steps: 5 } });
+  // Held once it has published a checkpoint, so the job cannot finish before its executor dies.
+  const jobDir = await until('the job to start', () => ['ex-a', 'ex-b'].map((ex) => path.join(work, ex, 'jobs', `${job.id}-1`))
+                                                                     .find((d) => fs.existsSync(d)), 300000, 20);
+  await holdTrainer(t, jobDir, trainerCheckpointed);
   await until('a checkpoint', async () => (await client.fineTuning.jobs.checkpoints.list(job.id)).data.length > 0, 300000, 300);
   const nodes = await (await fetch(`${base}/admin/v1/nodes`, { headers: { authorization: `Bearer ${adminToken}` } })).json();
   const node = nodes.data.find((n) => n.running_jobs.includes(job.id));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end DPO on the tiny model (`whet model init --preset tiny`) with tests/fixtures/dpo (polite
 # answers preferred over rude ones): 30 LoRA steps in which preference accuracy rises and the reward
-# margin grows; step 1 has a margin of exactly 0 (B starts at zero, so the policy IS the reference);
+# margin grows; step 1 has a margin of 0 up to rounding (B starts at zero, so the policy is the reference,
+# but the reference and policy passes may round differently on another CPU's kernels);
 # the metrics and events carry the DPO fields; resume from step 10 gives identical steps 11..30; full
 # fine-tuning DPO (with a frozen reference copy) trains too; a bad line is refused with its file,
 # line and field. One OpenMP thread, as the SFT end-to-end test does (resume is exact per thread count).
@@ -36,8 +37,9 @@ for r in rows:
               "chosen_logps", "rejected_logps"):
         assert k in r, f"metrics line lacks {k}: {r}"
     assert r["chosen_logps"] < 0 and r["rejected_logps"] < 0
-# Step 1: the adapter's B is zero, so policy == reference: z = 0 for every pair, loss = ln 2.
-assert rows[0]["reward_margin"] == 0 and abs(rows[0]["loss"] - math.log(2)) < 1e-6, rows[0]
+# Step 1: the adapter's B is zero, so policy == reference: z = 0 for every pair, loss = ln 2 (up to the
+# rounding of two passes that another CPU's BLAS kernels may order differently).
+assert abs(rows[0]["reward_margin"]) < 1e-5 and abs(rows[0]["loss"] - math.log(2)) < 1e-6, rows[0]
 def mean(k, part): return sum(r[k] for r in part) / len(part)
 early, late = rows[1:6], rows[-5:]
 assert mean("preference_accuracy", late) >= 0.9 and mean("preference_accuracy", late) > mean("preference_accuracy", early), \
@@ -99,7 +101,7 @@ config full out-full '"lora": null, "max_steps": 6' '{"batch_size": 8, "learning
 py "$work/out-full/metrics.jsonl" <<'PY'
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-assert len(rows) == 6 and abs(rows[0]["loss"] - math.log(2)) < 1e-6 and rows[0]["reward_margin"] == 0, rows[0]
+assert len(rows) == 6 and abs(rows[0]["loss"] - math.log(2)) < 1e-6 and abs(rows[0]["reward_margin"]) < 1e-5, rows[0]
 assert rows[-1]["reward_margin"] > 0.1 and rows[-1]["loss"] < rows[0]["loss"], rows[-1]
 print(f"full fine-tuning DPO: loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}, margin -> {rows[-1]['reward_margin']:.3f}")
 PY

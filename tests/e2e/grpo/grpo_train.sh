@@ -95,7 +95,9 @@ for r in rows:
     assert 1 <= r["response_length_mean"] <= 6 and r["entropy"] > 0, r
     assert r["clip_frac"] == 0, "one PPO epoch: the ratio is 1, nothing is clipped"
     assert r["reward_mean"] == r["pass_rate"], "string_check: reward 1 exactly when it passes"
-assert rows[0]["kl"] == 0 and rows[5]["kl"] > 0, "KL to the reference: 0 before the first update, then positive"
+# Before the first update the policy is the reference; the two passes batch differently, so another CPU's
+# kernels may round them apart by a few ulps.
+assert abs(rows[0]["kl"]) < 1e-6 and rows[5]["kl"] > 1e-4, "KL to the reference: 0 before the first update, then positive"
 reward = [r["reward_mean"] for r in rows]
 first, last = sum(reward[:5]) / 5, sum(reward[-5:]) / 5
 curve = [round(sum(reward[i:i + 5]) / 5, 3) for i in range(0, 30, 5)]

@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, mkdirSync, readdirSync, existsSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { startStack, client, checker } from '../../integration/api/harness.mjs';
+import { startStack, client, checker } from '../api/harness.mjs';
 
 const { check, summary, failed } = checker();
 // The gateway's own TMPDIR: its judge cache (no data dir) starts empty and is looked at below.
