@@ -1,17 +1,19 @@
 /* cmd_grade.c - `whet grade [--judge NAME=DIR]... [REQUEST.json]`: one grader on one sample, judge
  * models included, printing OpenAI's graders/run answer.
  *
- * The gateway's POST /v1/fine_tuning/alpha/graders/run runs this as a child process for score_model
- * and label_model graders: the gateway has no model runtime, and a judge that crashes or runs long
- * takes only this process down. Thin: the grader is executor/grader, the judges executor/train/judge. */
+ * The gateway's POST /v1/fine_tuning/alpha/graders/run runs this as a child process for python,
+ * score_model and label_model graders: the gateway links neither the sandbox nor a model runtime, and
+ * a grader that crashes or runs long takes only this process down. Thin: the grader language is
+ * grader/, running it executor/grader_runner (python in the sandbox), the judges executor/train/judge. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
-#include "grader.h"
+#include "grader_runner.h"
 #include "json.h"
+#include "json_text.h"
 #include "judge.h"
 
 #define GRADE_REQUEST_MAX (16u << 20)
@@ -21,8 +23,9 @@ static void usage(FILE *out) {
             "usage: whet grade [--judge NAME=DIR]... [REQUEST.json]\n\n"
             "Reads a graders/run request {\"grader\": {...}, \"model_sample\": \"text\", \"item\": {...}} from\n"
             "REQUEST.json (standard input when absent or \"-\"), runs the grader on the sample and prints\n"
-            "OpenAI's answer {\"reward\", \"metadata\", \"sub_rewards\", ...} as one JSON line. score_model and\n"
-            "label_model graders ask the judge model they name, loaded from its --judge dir.\n\n"
+            "OpenAI's answer {\"reward\", \"metadata\", \"sub_rewards\", ...} as one JSON line. python graders\n"
+            "run in the sandbox; score_model and label_model graders ask the judge model they name, loaded\n"
+            "from its --judge dir.\n\n"
             "options:\n"
             "  --judge NAME=DIR  the Hugging Face model dir of the judge model NAME (repeatable)\n"
             "  --seed N          the judges' sampling seed (default 0)\n"
@@ -102,7 +105,7 @@ static int cmd_grade(int argc, char **argv) {
         status = 1;
         goto out;
     }
-    char *line = json_dumps(answer, JSON_COMPACT);
+    char *line = whet_json_compact(answer, NULL);
     puts(line);
     free(line);
     json_decref(answer);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "json_text.h"
 #include "pygrader.h"
 #include "sandbox.h"
 
@@ -227,7 +228,7 @@ static int sandbox_grade_cmd(int argc, char **argv) {
         for (size_t i = 0; i < n; i++) {
             json_t *out = json_pack("{s:f}", "score", scores[i].score);
             if (scores[i].error) json_object_set_new(out, "error", json_string(scores[i].error));
-            char *text = json_dumps(out, JSON_COMPACT);
+            char *text = whet_json_compact(out, NULL);
             printf("%s\n", text);
             free(text);
             json_decref(out);

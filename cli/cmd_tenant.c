@@ -1,4 +1,5 @@
-/* cmd_tenant.c - `whet tenant`: operator commands for tenants (create prints the API key once). */
+/* cmd_tenant.c - `whet tenant`: operator commands for tenants (create prints the API key once, alone on
+ * stdout). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +15,8 @@ static void tenant_usage(FILE *out) {
     fprintf(out,
             "usage: whet tenant create NAME [--weight W] [--data-dir DIR]\n"
             "       whet tenant list [--data-dir DIR]\n\n"
-            "create  adds a tenant and prints its first API key (shown once; only its SHA-256 is stored)\n"
+            "create  adds a tenant and prints its first API key alone on stdout, for KEY=$(whet tenant create NAME)\n"
+            "        (shown once; only its SHA-256 is stored); what it did goes to stderr\n"
             "list    prints the tenants as JSON lines\n\n"
             "  --weight W      the tenant's share of idle capacity relative to others (default 1)\n"
             "  --data-dir DIR  read DIR/whet.env (written by `whet up`) for the database URL\n");
@@ -59,8 +61,11 @@ static int tenant_create(PGconn *conn, const char *name, const char *weight, str
         PQclear(PQexec(conn, "ROLLBACK"));
         return -1;
     }
-    printf("tenant %s (%s) created\napi key: %s\n", name, tenant_id, key);
-    fprintf(stderr, "hint: the key is shown once; call the API with `Authorization: Bearer %s`\n", key);
+    /* The key alone on stdout, for KEY=$(whet tenant create NAME); what happened on stderr. */
+    fprintf(stderr, "whet tenant: tenant %s (%s) created; its API key follows (shown once, only its SHA-256 is "
+                    "stored)\n", name, tenant_id);
+    printf("%s\n", key);
+    fprintf(stderr, "hint: call the API with the header `Authorization: Bearer <the key>`\n");
     return 0;
 }
 

@@ -232,32 +232,37 @@ static int register_tiny_model(PGconn *conn, const char *self, const char *data_
     return rc;
 }
 
-static int cmd_up(int argc, char **argv) {
+struct up_options {
+    const char *data_dir, *http, *grpc, *dcs, *devices;
+    long executors;
+};
+
+/* 0: options read; 1: --help printed; 2: a usage error (printed). */
+static int parse_up_options(int argc, char **argv, struct up_options *o) {
     static const struct option opts[] = {
         {"data-dir", required_argument, 0, 'd'}, {"http", required_argument, 0, 'H'},
         {"grpc", required_argument, 0, 'g'},     {"executors", required_argument, 0, 'e'},
         {"dcs", required_argument, 0, 'c'},      {"devices", required_argument, 0, 'v'},
         {"help", no_argument, 0, 'h'},           {0}};
-    const char *data_dir = whet_env("WHET_DATA_DIR", "whet-data"), *http = NULL, *grpc = NULL;
-    const char *dcs = "dc-1", *devices = "cpu:1";
-    long executors = 1;
+    *o = (struct up_options){.data_dir = whet_env("WHET_DATA_DIR", "whet-data"), .dcs = "dc-1", .devices = "cpu:1",
+                             .executors = 1};
     int c;
     char *end;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': data_dir = optarg; break;
-        case 'H': http = optarg; break;
-        case 'g': grpc = optarg; break;
-        case 'c': dcs = optarg; break;
-        case 'v': devices = optarg; break;
+        case 'd': o->data_dir = optarg; break;
+        case 'H': o->http = optarg; break;
+        case 'g': o->grpc = optarg; break;
+        case 'c': o->dcs = optarg; break;
+        case 'v': o->devices = optarg; break;
         case 'e':
-            executors = strtol(optarg, &end, 10);
-            if (*end || executors < 0 || executors > 32) {
+            o->executors = strtol(optarg, &end, 10);
+            if (*end || o->executors < 0 || o->executors > 32) {
                 fprintf(stderr, "whet up: --executors must be between 0 and 32\n");
                 return 2;
             }
             break;
-        case 'h': up_usage(stdout); return 0;
+        case 'h': up_usage(stdout); return 1;
         default: up_usage(stderr); return 2;
         }
     }
@@ -265,34 +270,20 @@ static int cmd_up(int argc, char **argv) {
         up_usage(stderr);
         return 2;
     }
-    whet_log_component("up");
-    static struct up up;
-    struct whet_err err;
-    struct local_pg pg = {0};
-    int rc = 1;
+    return 0;
+}
 
-    char abs_dir[4096];
-    if (whet_mkdir_p(data_dir, &err) < 0 || !realpath(data_dir, abs_dir)) {
-        fprintf(stderr, "whet up: data dir %s: %s\n", data_dir, err.msg);
-        return 1;
-    }
-    ssize_t n = readlink("/proc/self/exe", up.self, sizeof up.self - 1);
-    if (n <= 0) {
-        fprintf(stderr, "whet up: cannot find its own binary\n");
-        return 1;
-    }
-    up.self[n] = 0;
-    setenv("WHET_DATA_DIR", abs_dir, 1);
-    if (http) setenv("WHET_HTTP", http, 1);
-    if (grpc) setenv("WHET_GRPC", grpc, 1);
+/* The settings every component reads, in this process's environment: what the operator set wins, then
+ * whet.env of an earlier run, then defaults and fresh secrets. A private PostgreSQL is started unless
+ * the operator names a database. */
+static int prepare_environment(const char *abs_dir, struct local_pg *pg, struct whet_err *err) {
     /* The operator's environment decides whether the database is private: whet.env holds the URL of
      * the private one from an earlier run, which this run starts again. */
     int private_pg = !whet_env("WHET_DATABASE_URL", NULL);
-    if (whet_env_load_data_dir(abs_dir, &err) < 0) goto fail;
-
+    if (whet_env_load_data_dir(abs_dir, err) < 0) return -1;
     if (private_pg) {
-        if (local_pg_start(&pg, abs_dir, &err) < 0) goto fail;
-        setenv("WHET_DATABASE_URL", pg.url, 1);
+        if (local_pg_start(pg, abs_dir, err) < 0) return -1;
+        setenv("WHET_DATABASE_URL", pg->url, 1);
     }
     char *objects = xasprintf("file://%s/objects", abs_dir);
     set_default("WHET_OBJECT_STORE", objects);
@@ -312,41 +303,52 @@ static int cmd_up(int argc, char **argv) {
         whet_random_id("exec-", 40, token);
         setenv("WHET_EXECUTOR_TOKEN", token, 1);
     }
+    return 0;
+}
 
-    PGconn *conn = whet_pg_connect(whet_env("WHET_DATABASE_URL", ""), &err);
+/* Migrations, the bundled tiny model in an empty catalog, then whet.env for the other subcommands. */
+static int prepare_database(const struct up *up, const char *abs_dir, struct whet_err *err) {
+    PGconn *conn = whet_pg_connect(whet_env("WHET_DATABASE_URL", ""), err);
     int applied;
-    if (!conn || whet_migrate(conn, &applied, &err) < 0 || register_tiny_model(conn, up.self, abs_dir, &err) < 0) {
-        PQfinish(conn);
-        goto fail;
-    }
+    int rc = conn && whet_migrate(conn, &applied, err) == 0 && register_tiny_model(conn, up->self, abs_dir, err) == 0
+                 ? 0
+                 : -1;
     PQfinish(conn);
-    if (write_env_file(abs_dir, &err) < 0) goto fail;
+    if (rc == 0) rc = write_env_file(abs_dir, err);
+    return rc;
+}
 
-    add_child(&up, "gateway", argv_dup("whet", "gateway", "--data-dir", abs_dir, NULL));
-    if (whet_command_find("scheduler")) add_child(&up, "scheduler", argv_dup("whet", "scheduler", "--data-dir", abs_dir, NULL));
-    if (whet_command_find("executor")) {
-        char *dc_list = xstrdup(dcs), *save = NULL;
-        char *dc_names[16];
-        int ndc = 0;
-        for (char *t = strtok_r(dc_list, ",", &save); t && ndc < 16; t = strtok_r(NULL, ",", &save)) dc_names[ndc++] = t;
-        for (long i = 0; i < executors && ndc; i++) {
-            char name[64], work[4200];
-            snprintf(name, sizeof name, "executor-%ld", i + 1);
-            snprintf(work, sizeof work, "%s/executors/%s", abs_dir, name);
-            add_child(&up, name,
-                      argv_dup("whet", "executor", "--data-dir", abs_dir, "--dc", dc_names[i % ndc], "--pool",
-                               dc_names[i % ndc], "--devices", devices, "--work-dir", work, NULL));
-        }
-        free(dc_list);
+/* The gateway, and the scheduler and executors (spread round-robin over the data centers) in builds
+ * that have them. */
+static void add_components(struct up *up, const struct up_options *o, const char *abs_dir) {
+    add_child(up, "gateway", argv_dup("whet", "gateway", "--data-dir", abs_dir, NULL));
+    if (whet_command_find("scheduler")) add_child(up, "scheduler", argv_dup("whet", "scheduler", "--data-dir", abs_dir, NULL));
+    if (!whet_command_find("executor")) return;
+    char *dc_list = xstrdup(o->dcs), *save = NULL;
+    char *dc_names[16];
+    int ndc = 0;
+    for (char *t = strtok_r(dc_list, ",", &save); t && ndc < 16; t = strtok_r(NULL, ",", &save)) dc_names[ndc++] = t;
+    for (long i = 0; i < o->executors && ndc; i++) {
+        char name[64], work[4200];
+        snprintf(name, sizeof name, "executor-%ld", i + 1);
+        snprintf(work, sizeof work, "%s/executors/%s", abs_dir, name);
+        add_child(up, name,
+                  argv_dup("whet", "executor", "--data-dir", abs_dir, "--dc", dc_names[i % ndc], "--pool",
+                           dc_names[i % ndc], "--devices", o->devices, "--work-dir", work, NULL));
     }
+    free(dc_list);
+}
 
+/* Starts the children and keeps them running (a dead one is restarted) until SIGINT or SIGTERM; says
+ * "whet: ready" once the gateway answers. 0 on a requested stop. */
+static int supervise(struct up *up) {
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, NULL);
-    for (int i = 0; i < up.nchildren; i++) spawn_child(&up, &up.children[i]);
+    for (int i = 0; i < up->nchildren; i++) spawn_child(up, &up->children[i]);
 
     const char *addr = whet_env("WHET_HTTP", "");
     int ready = 0;
@@ -355,16 +357,47 @@ static int cmd_up(int argc, char **argv) {
         int sig = sigtimedwait(&mask, NULL, &tick);
         if (sig == SIGINT || sig == SIGTERM) {
             log_info("msg=\"stopping\" signal=%d", sig);
-            rc = 0;
-            break;
+            return 0;
         }
-        if (reap_and_restart(&up) < 0) break;
+        if (reap_and_restart(up) < 0) return 1;
         if (!ready && gateway_ready(addr)) {
             ready = 1;
             printf("whet: ready http://%s\n", addr);
             fflush(stdout);
         }
     }
+}
+
+static int cmd_up(int argc, char **argv) {
+    struct up_options o;
+    int usage = parse_up_options(argc, argv, &o);
+    if (usage) return usage == 1 ? 0 : 2;
+    whet_log_component("up");
+    static struct up up;
+    struct whet_err err;
+    struct local_pg pg = {0};
+
+    char abs_dir[4096];
+    if (whet_mkdir_p(o.data_dir, &err) < 0 || !realpath(o.data_dir, abs_dir)) {
+        fprintf(stderr, "whet up: data dir %s: %s\n", o.data_dir, err.msg);
+        return 1;
+    }
+    ssize_t n = readlink("/proc/self/exe", up.self, sizeof up.self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "whet up: cannot find its own binary\n");
+        return 1;
+    }
+    up.self[n] = 0;
+    setenv("WHET_DATA_DIR", abs_dir, 1);
+    if (o.http) setenv("WHET_HTTP", o.http, 1);
+    if (o.grpc) setenv("WHET_GRPC", o.grpc, 1);
+    if (prepare_environment(abs_dir, &pg, &err) < 0 || prepare_database(&up, abs_dir, &err) < 0) {
+        whet_err_report("whet up", &err);
+        local_pg_stop(&pg);
+        return 1;
+    }
+    add_components(&up, &o, abs_dir);
+    int rc = supervise(&up);
     stop_children(&up);
     for (int i = 0; i < up.nchildren; i++) {
         free(up.children[i].name);
@@ -372,9 +405,6 @@ static int cmd_up(int argc, char **argv) {
     }
     local_pg_stop(&pg);
     return rc;
-fail:
-    whet_err_report("whet up", &err);
-    local_pg_stop(&pg);
-    return 1;
 }
+
 WHET_COMMAND("up", cmd_up, "run every component on this machine")

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_text.h"
+
 const char *whet_json_kind(const json_t *v) {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -40,8 +42,10 @@ int whet_jsonl_each(const char *path, whet_jsonl_fn fn, void *ctx, int *n_lines,
     int lineno = 0, rc = 0;
     while (!rc && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
-        if (strspn(line, " \t\r\n") == (size_t)len) continue; /* a trailing newline at the end, say */
-        if (fn(ctx, line, (size_t)len, lineno, err)) rc = whet_err_prefix(err, "%s: line %d", path, lineno);
+        size_t n = (size_t)len;
+        const char *text = lineno == 1 ? whet_json_skip_bom(line, &n) : line;
+        if (strspn(text, " \t\r\n") == n) continue; /* a trailing newline at the end, say */
+        if (fn(ctx, text, n, lineno, err)) rc = whet_err_prefix(err, "%s: line %d", path, lineno);
     }
     if (!rc && ferror(f)) rc = whet_errf(err, "%s: line %d: cannot read: %m", path, lineno + 1);
     free(line);

@@ -21,7 +21,7 @@ int whet_json_errf(struct whet_err *err, const char *source, const json_error_t 
 json_t *whet_json_load_file(const char *path, size_t flags, struct whet_err *err);
 
 /* Reads a JSON Lines file: calls fn(ctx, line, len, lineno, err) for each line that is not blank,
- * numbered from 1 as an editor counts them. Stops at the first line fn fails on and prefixes its
+ * numbered from 1 as an editor counts them (a UTF-8 byte-order mark before line 1 is skipped). Stops at the first line fn fails on and prefixes its
  * error with "PATH: line N". *n_lines (when not NULL) gets the number of lines read, blank ones too.
  * Returns 0, or -1 with err. */
 typedef int (*whet_jsonl_fn)(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err);

@@ -51,8 +51,7 @@ done
 grep -q "whet: ready" "$log" || { echo "quickstart: whet up did not become ready; see $log" >&2; exit 1; }
 
 export WHET_DATA_DIR="$data_dir"
-if key_line=$("$whet" tenant create demo 2>/dev/null | grep '^api key:'); then
-  key=${key_line#api key: }
+if key=$("$whet" tenant create demo 2>/dev/null); then
   echo "$key" >"$data_dir/demo.key"
   chmod 600 "$data_dir/demo.key"
 else

@@ -1,9 +1,11 @@
 /* gateway.h - the HTTP gateway: tenants' OpenAI-compatible API, the operator API, health and metrics.
  *
  * `whet gateway` calls gateway_run(), which serves until SIGINT or SIGTERM and then stops gracefully
- * (listeners closed first, requests in flight finished). `whet up` runs it in-process instead:
- * gateway_start() returns once every listener is bound, gateway_stop() (safe from any thread, and
- * from a signal handler) asks it to stop, gateway_wait() waits for that and frees it. */
+ * (listeners closed first, requests in flight finished). `whet up` runs `whet gateway` as a child
+ * process, like every other component, and starts it again if it dies (cli/cmd_up.c). gateway_run()
+ * is made of the three calls below: gateway_start() returns once every listener is bound,
+ * gateway_stop() (safe from any thread, and from a signal handler) asks it to stop, gateway_wait()
+ * waits for that and frees it. */
 #ifndef WHET_GATEWAY_H
 #define WHET_GATEWAY_H
 

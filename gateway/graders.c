@@ -1,20 +1,26 @@
-/* graders.c - POST /v1/fine_tuning/alpha/graders/run: one grader on one model sample.
+/* graders.c - OpenAI's alpha graders resource: validate a grader, run one on one model sample.
  *
- * The body is OpenAI's {"grader": {…}, "model_sample": "text", "item": {…}}: the grader is parsed and
- * validated in full (executor/grader: a bad field is a 400 whose `param` is its path, as
- * "grader.graders.accuracy.operation"), `model_sample` becomes the `sample` namespace (output_text,
- * and output_json when the text is JSON) and `item` the `item` namespace. The grader runs on the
- * gateway's worker threads, never on the event loop: a python grader starts a sandboxed python and
- * may take seconds. The answer has OpenAI's shape (grader_result_openai_json); failures of the
- * sample or of the tenant's code are reward 0 with metadata.errors set, never an HTTP error.
+ *   POST /v1/fine_tuning/alpha/graders/validate  {grader}  -> {grader} when it is valid
+ *   POST /v1/fine_tuning/alpha/graders/run       {grader, model_sample, item?} -> reward, metadata, …
  *
- * score_model and label_model graders (also inside multi) need judge models, and the gateway has no
- * model runtime (it must not link the trainer). So every model they name must be in the catalog
- * (base_models; else 400 naming the grader's `model` field), is downloaded once from the object
+ * Both validate with the grader library (grader/grader.h), the same check a reinforcement job's grader
+ * gets at create: a bad field is a 400 whose `param` is its path, as "grader.graders.accuracy.operation".
+ * For run, `model_sample` becomes the `sample` namespace (output_text, and output_json when the text is
+ * JSON) and `item` the `item` namespace. The answer has OpenAI's shape (grader_result_openai_json);
+ * failures of the sample or of the tenant's code are reward 0 with metadata.errors set, never an HTTP
+ * error.
+ *
+ * The pure graders (string_check, text_similarity, multi over them) run on the gateway's worker
+ * threads, never on the event loop. Graders that need a runner (python: tenant code in the sandbox;
+ * score_model and label_model: judge models) never run in the gateway, which links neither the
+ * sandbox nor a model runtime: the whole request runs in a child `whet grade [--judge NAME=DIR …]
+ * REQUEST` (cli/cmd_grade.c), whose stdout is the answer, with the runner's default limits (python:
+ * pygrader's per-sample timeout, memory and parallelism). Every judge model must be in the catalog
+ * (base_models; else 400 naming the grader's `model` field) and is downloaded once from the object
  * store into a local cache (a temp name renamed into place: concurrent requests never see half a
- * model), and the whole request runs in a child `whet grade --judge NAME=DIR … REQUEST` (cli/
- * cmd_grade.c), whose stdout is the answer. A child that fails or runs past GRADERS_JUDGE_TIMEOUT_S
- * answers reward 0 with model_grader_server_error, as OpenAI does when its judge cannot answer. */
+ * model). A child that fails or runs past GRADERS_CHILD_TIMEOUT_S answers reward 0 with a server
+ * error (model_grader_server_error with judges, else python_grader_server_error), as OpenAI does when
+ * its grader cannot answer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -37,8 +43,9 @@
 #include "graders.h"
 #include "http.h"
 
-#define GRADERS_JUDGE_TIMEOUT_S 60.0
+#define GRADERS_CHILD_TIMEOUT_S 60.0
 #define GRADERS_ANSWER_MAX (4u << 20)
+#define GRADERS_PARAM_MAX 256
 
 extern char **environ;
 
@@ -61,7 +68,8 @@ struct grader_job {
 static void result_with_server_error(struct grader_job *job, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Reward 0 with model_grader_server_error and `fmt` as its details: the judge could not answer. */
+/* Reward 0 with a server error and `fmt` as its details: the child (a judge, or the python grader)
+ * could not answer. */
 static void result_with_server_error(struct grader_job *job, const char *fmt, ...) {
     char message[1024];
     va_list ap;
@@ -69,10 +77,7 @@ static void result_with_server_error(struct grader_job *job, const char *fmt, ..
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     struct grader_result res = {0};
-    res.n_errors = 1;
-    res.errors = xcalloc(1, sizeof *res.errors);
-    res.errors[0].kind = GRADER_ERR_MODEL_SERVER;
-    res.errors[0].message = xstrdup(message);
+    grader_result_add_error(&res, job->n_judges ? GRADER_ERR_MODEL_SERVER : GRADER_ERR_PYTHON_SERVER, NULL, message);
     job->answer = grader_result_openai_json(job->grader, &res);
     grader_result_free(&res);
 }
@@ -125,6 +130,9 @@ fail:
     return NULL;
 }
 
+/* What the child is called in server errors. */
+static const char *child_name(const struct grader_job *job) { return job->n_judges ? "the judge" : "the grader"; }
+
 /* The end of the child's stderr (its last message; a long report is cut at the front), without the
  * final newlines, into why[size]. */
 static void stderr_tail(const char *path, char *why, size_t size) {
@@ -141,7 +149,7 @@ static void stderr_tail(const char *path, char *why, size_t size) {
     fclose(f);
 }
 
-/* Runs `whet grade` on the job's request with its judges in dirs[] and reads its answer. */
+/* Runs `whet grade` on the job's request with its judges (if any) in dirs[] and reads its answer. */
 static void run_child(struct grader_job *job, char **dirs) {
     char *work_dir = xasprintf("%s/whet-grade-XXXXXX", whet_env("TMPDIR", "/tmp"));
     if (!mkdtemp(work_dir)) {
@@ -174,17 +182,18 @@ static void run_child(struct grader_job *job, char **dirs) {
     free(text);
     posix_spawn_file_actions_destroy(&fa);
     if (spawned != 0) {
-        result_with_server_error(job, "cannot start the judge: %s", spawned > 0 ? strerror(spawned) : job->err.msg);
+        result_with_server_error(job, "cannot start %s: %s", child_name(job),
+                                 spawned > 0 ? strerror(spawned) : job->err.msg);
         goto out;
     }
-    double deadline = whet_now_mono() + GRADERS_JUDGE_TIMEOUT_S;
+    double deadline = whet_now_mono() + GRADERS_CHILD_TIMEOUT_S;
     pid_t got;
     while ((got = waitpid(pid, &status, WNOHANG)) == 0 && whet_now_mono() < deadline)
         nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
     if (got == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
-        result_with_server_error(job, "the judge did not answer within %.0f s", GRADERS_JUDGE_TIMEOUT_S);
+        result_with_server_error(job, "%s did not answer within %.0f s", child_name(job), GRADERS_CHILD_TIMEOUT_S);
         goto out;
     }
     char *answer = NULL;
@@ -200,7 +209,7 @@ static void run_child(struct grader_job *job, char **dirs) {
         json_decref(parsed);
         char why[512];
         stderr_tail(err_path, why, sizeof why);
-        result_with_server_error(job, "the judge failed (%s %d): %s",
+        result_with_server_error(job, "%s failed (%s %d): %s", child_name(job),
                                  WIFSIGNALED(status) ? "signal" : "exit status",
                                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                                  *why ? why : "no message");
@@ -217,9 +226,9 @@ out:
 
 static void run_work(void *arg) {
     struct grader_job *job = arg;
-    if (job->n_judges == 0) {
+    if (!grader_needs_runner(job->grader)) {
         struct grader_result res;
-        if (grader_run(job->grader, NULL, job->sample, job->item, &res, &job->err) == 0) {
+        if (grader_eval_batch(job->grader, NULL, &job->sample, &job->item, 1, &res, &job->err) == 0) {
             job->answer = grader_result_openai_json(job->grader, &res);
             grader_result_free(&res);
         }
@@ -327,26 +336,30 @@ static void judges_looked_up(struct gw_req *r, const struct db_result *res, void
     start_job(r, job);
 }
 
-/* The field path a validation message starts with ("grader.graders.a.operation: …"), for `param`. */
-static const char *error_param(struct gw_req *r, const char *message) {
-    const char *colon = strstr(message, ": ");
-    return colon ? http_strndup(r, message, (size_t)(colon - message)) : "grader";
+/* The first key of `body` not in `keys` (NULL-terminated), or NULL. */
+static const char *unknown_key(const json_t *body, const char *const *keys) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        const char *const *k = keys;
+        while (*k && strcmp(*k, key) != 0) k++;
+        if (!*k) return key;
+    }
+    return NULL;
 }
 
 /* Validates the request into a job, or answers 400 and returns NULL. */
 static struct grader_job *job_from_body(struct gw_req *r, json_t *body) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "grader") != 0 && strcmp(key, "model_sample") != 0 && strcmp(key, "item") != 0) {
-            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            return NULL;
-        }
+    const char *unknown = unknown_key(body, (const char *const[]){"grader", "model_sample", "item", NULL});
+    if (unknown) {
+        http_reply_error(r, 400, unknown, "invalid_request", "%s: unrecognized request argument supplied", unknown);
+        return NULL;
     }
     json_t *grader = json_object_get(body, "grader"), *sample = json_object_get(body, "model_sample"),
            *item = json_object_get(body, "item");
     struct grader *g = NULL;
     struct whet_err err;
+    char param[GRADERS_PARAM_MAX];
     if (!grader) {
         http_reply_error(r, 400, "grader", "invalid_request", "grader: missing");
     } else if (!json_is_string(sample)) {
@@ -354,8 +367,8 @@ static struct grader_job *job_from_body(struct gw_req *r, json_t *body) {
                          sample ? "expected a string" : "missing");
     } else if (item && !json_is_object(item) && !json_is_null(item)) {
         http_reply_error(r, 400, "item", "invalid_request", "item: expected an object");
-    } else if (grader_parse(grader, "grader", &g, &err) < 0) {
-        http_reply_error(r, 400, error_param(r, err.msg), "invalid_grader", "%s", err.msg);
+    } else if (grader_validate(grader, "grader", &g, param, sizeof param, &err) < 0) {
+        http_reply_error(r, 400, param, "invalid_grader", "%s", err.msg);
     } else {
         struct grader_job *job = xcalloc(1, sizeof *job);
         job->grader = g;
@@ -394,6 +407,27 @@ static void graders_run(struct gw_req *r) {
     json_decref(body);
 }
 
+/* POST /v1/fine_tuning/alpha/graders/validate {"grader": …}: answers {"grader": …} when it is valid. */
+static void graders_validate(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    json_t *grader = json_object_get(body, "grader");
+    char param[GRADERS_PARAM_MAX];
+    struct whet_err err;
+    const char *unknown = unknown_key(body, (const char *const[]){"grader", NULL});
+    if (unknown) {
+        http_reply_error(r, 400, unknown, "invalid_request", "%s: unrecognized request argument supplied", unknown);
+    } else if (!grader) {
+        http_reply_error(r, 400, "grader", "invalid_request", "grader: missing");
+    } else if (grader_validate(grader, "grader", NULL, param, sizeof param, &err)) {
+        http_reply_error(r, 400, param, "invalid_grader", "%s", err.msg);
+    } else {
+        http_reply_json(r, 200, json_pack("{s:O}", "grader", grader));
+    }
+    json_decref(body);
+}
+
 void graders_routes(struct http_router *rt) {
+    http_route(rt, "POST", "/v1/fine_tuning/alpha/graders/validate", graders_validate, 0, "graders.validate");
     http_route(rt, "POST", "/v1/fine_tuning/alpha/graders/run", graders_run, 0, "graders.run");
 }

@@ -1,8 +1,7 @@
-/* graders.h - running a grader on one sample, OpenAI's alpha graders resource:
- *   POST /v1/fine_tuning/alpha/graders/run   {grader, model_sample, item?} -> reward, metadata, sub_rewards
- * (score_model / label_model: the catalog's judge models, cached locally, run in a `whet grade` child;
- * see graders.c.)
- * (`/validate` lives with the jobs resource, jobs.h, as the create's grader check on its own.) */
+/* graders.h - OpenAI's alpha graders resource:
+ *   POST /v1/fine_tuning/alpha/graders/validate   {grader} -> {grader} when it is valid
+ *   POST /v1/fine_tuning/alpha/graders/run        {grader, model_sample, item?} -> reward, metadata, sub_rewards
+ * (python, score_model and label_model graders run in a `whet grade` child; see graders.c.) */
 #ifndef WHET_GATEWAY_GRADERS_H
 #define WHET_GATEWAY_GRADERS_H
 

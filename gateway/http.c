@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "json_text.h"
 #include "log.h"
 #include "server.h"
 #include "util.h"
@@ -65,8 +66,9 @@ static int hexval(int c) {
     return -1;
 }
 
-/* Percent-decodes (and '+' to space when `plus`) into the request's pool. */
-static char *url_decode(struct gw_req *r, const char *s, size_t len, int plus) {
+/* Percent-decodes (and '+' to space when `plus`) into the request's pool; *out_len (when not NULL)
+ * gets the length, which a "%00" makes longer than strlen's. */
+static char *url_decode(struct gw_req *r, const char *s, size_t len, int plus, size_t *out_len) {
     char *out = http_alloc(r, len + 1), *o = out;
     for (size_t i = 0; i < len; i++) {
         if (s[i] == '%' && i + 2 < len && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
@@ -79,10 +81,17 @@ static char *url_decode(struct gw_req *r, const char *s, size_t len, int plus) {
         }
     }
     *o = 0;
+    if (out_len) *out_len = (size_t)(o - out);
     return out;
 }
 
-char *http_path_decode(struct gw_req *r, const char *s, size_t len) { return url_decode(r, s, len, 0); }
+char *http_path_decode(struct gw_req *r, const char *s, size_t len) {
+    size_t n;
+    char *out = url_decode(r, s, len, 0, &n);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)out[i] < 0x20 || out[i] == 0x7f) return NULL;
+    return out;
+}
 
 struct query_cache {
     size_t n;
@@ -107,8 +116,8 @@ size_t http_query_params(struct gw_req *r, const struct http_kv **out) {
                 if (amp > q) {
                     const char *eq = memchr(q, '=', (size_t)(amp - q));
                     const char *kend = eq ? eq : amp;
-                    qc->kv[qc->n].key = url_decode(r, q, (size_t)(kend - q), 1);
-                    qc->kv[qc->n].value = eq ? url_decode(r, eq + 1, (size_t)(amp - eq - 1), 1) : "";
+                    qc->kv[qc->n].key = url_decode(r, q, (size_t)(kend - q), 1, NULL);
+                    qc->kv[qc->n].value = eq ? url_decode(r, eq + 1, (size_t)(amp - eq - 1), 1, NULL) : "";
                     qc->n++;
                 }
                 q = amp + 1;
@@ -326,132 +335,13 @@ void http_reply_raw(struct gw_req *r, int status, const char *content_type, cons
     if (reply_begin(r, status, content_type, len) == 0) h2o_send_inline(r->req, body, len);
 }
 
-/* ---- JSON encoding ----------------------------------------------------------------------------- */
-
-/* json_dumps(v, JSON_COMPACT), byte for byte, in about a third of the time: one growing buffer, and
- * integers written by hand (jansson formats each with snprintf, which this process runs on glibc's
- * slow path; see request_log). Reals, rare in answers, still go through jansson. */
-struct jbuf {
-    char *p;
-    size_t len, cap;
-};
-
-static void jbuf_reserve(struct jbuf *b, size_t n) {
-    if (b->len + n <= b->cap) return;
-    while (b->len + n > b->cap) b->cap = b->cap ? b->cap * 2 : 1024;
-    b->p = xrealloc(b->p, b->cap);
-}
-
-static void jbuf_put(struct jbuf *b, const char *s, size_t n) {
-    jbuf_reserve(b, n);
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
-
-static void jbuf_string(struct jbuf *b, const char *s, size_t n) {
-    static const char hex[] = "0123456789ABCDEF";
-    jbuf_reserve(b, n + 2);
-    b->p[b->len++] = '"';
-    size_t run = 0; /* bytes copied as they are, pending */
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        jbuf_put(b, s + run, i - run);
-        run = i + 1;
-        char esc[6] = {'\\', 0};
-        size_t elen = 2;
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\b': esc[1] = 'b'; break;
-        case '\f': esc[1] = 'f'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        default:
-            memcpy(esc + 1, "u00", 3);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            elen = 6;
-        }
-        jbuf_put(b, esc, elen);
-    }
-    jbuf_put(b, s + run, n - run);
-    jbuf_put(b, "\"", 1);
-}
-
-static void jbuf_integer(struct jbuf *b, json_int_t v) {
-    char d[24];
-    int n = 0;
-    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        d[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) d[n++] = '-';
-    jbuf_reserve(b, (size_t)n);
-    while (n) b->p[b->len++] = d[--n];
-}
-
-static int jbuf_value(struct jbuf *b, const json_t *v, int depth) {
-    if (depth > 2048) return -1; /* jansson's own limit on nesting */
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        jbuf_put(b, "{", 1);
-        int first = 1;
-        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
-            if (!first) jbuf_put(b, ",", 1);
-            first = 0;
-            jbuf_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
-            jbuf_put(b, ":", 1);
-            if (jbuf_value(b, json_object_iter_value(it), depth + 1) < 0) return -1;
-        }
-        jbuf_put(b, "}", 1);
-        return 0;
-    }
-    case JSON_ARRAY: {
-        jbuf_put(b, "[", 1);
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) jbuf_put(b, ",", 1);
-            if (jbuf_value(b, json_array_get(v, i), depth + 1) < 0) return -1;
-        }
-        jbuf_put(b, "]", 1);
-        return 0;
-    }
-    case JSON_STRING: jbuf_string(b, json_string_value(v), json_string_length(v)); return 0;
-    case JSON_INTEGER: jbuf_integer(b, json_integer_value(v)); return 0;
-    case JSON_REAL: {
-        char text[64];
-        size_t n = json_dumpb(v, text, sizeof(text), JSON_ENCODE_ANY | JSON_COMPACT);
-        if (n == 0 || n > sizeof(text)) return -1;
-        jbuf_put(b, text, n);
-        return 0;
-    }
-    case JSON_TRUE: jbuf_put(b, "true", 4); return 0;
-    case JSON_FALSE: jbuf_put(b, "false", 5); return 0;
-    case JSON_NULL: jbuf_put(b, "null", 4); return 0;
-    }
-    return -1;
-}
-
-char *http_json_encode(const json_t *v, size_t *len) {
-    struct jbuf b = {0};
-    if (!v || jbuf_value(&b, v, 0) < 0) {
-        free(b.p);
-        return NULL;
-    }
-    jbuf_put(&b, "", 1);
-    *len = b.len - 1;
-    return b.p;
-}
-
 void http_reply_json(struct gw_req *r, int status, json_t *body) {
     if (http_gone(r)) {
         json_decref(body);
         return;
     }
     size_t len = 0;
-    char *text = http_json_encode(body, &len);
+    char *text = whet_json_compact(body, &len);
     json_decref(body);
     if (!text) {
         http_reply_error(r, 500, NULL, "internal_error", "cannot encode the response");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "crypto.h"
+#include "json_text.h"
 #include "log.h"
 
 /* ---------------------------------------------------------------- the request's state */
@@ -228,7 +229,7 @@ void idem_reply_json(struct gw_req *r, int status, json_t *body) {
         http_reply_json(r, status, body);
         return;
     }
-    char *text = json_dumps(body, JSON_COMPACT);
+    char *text = whet_json_compact(body, NULL);
     json_decref(body);
     struct stored_answer *a = http_alloc(r, sizeof *a);
     a->status = status;

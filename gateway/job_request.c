@@ -1,5 +1,6 @@
 /* job_request.c - see job_request.h. Sections: error and type helpers, hyperparameters (one table per
- * method), graders, the whet extension object, then the body itself and the "auto" resolution. */
+ * method), the whet extension object, then the body itself and the "auto" resolution. Graders are the
+ * grader library's (grader_validate). */
 #include "job_request.h"
 #include "json.h"
 
@@ -207,200 +208,6 @@ static json_t *check_hyperparameters(const json_t *given, const char *method_typ
                             v ? json_deep_copy(v) : json_string(spec->kind == HP_EFFORT ? "default" : "auto"));
     }
     return out;
-}
-
-/* ---------------------------------------------------------------- graders */
-
-#define GRADER_SOURCE_MAX (256 * 1024)
-#define GRADER_TEXT_MAX (64 * 1024)
-#define GRADER_NAME_MAX 256
-
-static const char *const grader_types[] = {"string_check", "text_similarity", "python", "score_model", "label_model",
-                                           "multi", NULL};
-
-/* The messages a model grader sends: [{role, content[, type: "message"]}, …]. */
-static int check_grader_input(const json_t *input, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    static const char *const roles[] = {"system", "developer", "user", "assistant", NULL};
-    static const char *const keys[] = {"role", "content", "type", NULL};
-    if (!json_is_array(input)) return bad(param, err, path, "expected an array of messages, found %s", whet_json_kind(input));
-    if (json_array_size(input) == 0) return bad(param, err, path, "expected at least one message");
-    for (size_t i = 0; i < json_array_size(input); i++) {
-        const json_t *m = json_array_get(input, i);
-        char mp[JOB_PARAM_MAX], p[JOB_PARAM_MAX];
-        join_index(mp, path, i);
-        if (!json_is_object(m)) return bad(param, err, mp, "expected an object, found %s", whet_json_kind(m));
-        if (known_keys(m, keys, mp, 0, param, err)) return -1;
-        join(p, mp, "role");
-        if (want_enum(json_object_get(m, "role"), roles, p, param, err)) return -1;
-        join(p, mp, "type");
-        json_t *type = json_object_get(m, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "message") == 0))
-            return bad(param, err, p, "expected \"message\"");
-        join(p, mp, "content");
-        json_t *content = json_object_get(m, "content");
-        if (!content) return bad(param, err, p, "missing");
-        if (!json_is_string(content) && !json_is_object(content) && !json_is_array(content))
-            return bad(param, err, p, "expected a string, an object or an array, found %s", whet_json_kind(content));
-    }
-    return 0;
-}
-
-static int check_grader_at(const json_t *g, const char *path, int allow_multi, char param[JOB_PARAM_MAX],
-                           struct whet_err *err) {
-    char p[JOB_PARAM_MAX];
-    if (!json_is_object(g)) return bad(param, err, path, "expected an object, found %s", whet_json_kind(g));
-    join(p, path, "type");
-    json_t *type = json_object_get(g, "type");
-    if (!type) return bad(param, err, p, "missing");
-    if (want_enum(type, grader_types, p, param, err)) return -1;
-    const char *t = json_string_value(type);
-    if (strcmp(t, "multi") == 0 && !allow_multi) return bad(param, err, p, "a multi grader cannot contain another");
-    join(p, path, "name");
-    json_t *name = json_object_get(g, "name");
-    if (!name) return bad(param, err, p, "missing");
-    if (want_string(name, GRADER_NAME_MAX, p, param, err)) return -1;
-
-    if (strcmp(t, "string_check") == 0) {
-        static const char *const keys[] = {"type", "name", "input", "reference", "operation", NULL};
-        static const char *const ops[] = {"eq", "ne", "like", "ilike", NULL};
-        if (known_keys(g, keys, path, 0, param, err)) return -1;
-        static const char *const strings[] = {"input", "reference", NULL};
-        for (const char *const *k = strings; *k; k++) {
-            join(p, path, *k);
-            json_t *v = json_object_get(g, *k);
-            if (!v) return bad(param, err, p, "missing");
-            if (want_string(v, GRADER_TEXT_MAX, p, param, err)) return -1;
-        }
-        join(p, path, "operation");
-        return want_enum(json_object_get(g, "operation"), ops, p, param, err);
-    }
-    if (strcmp(t, "text_similarity") == 0) {
-        static const char *const keys[] = {"type", "name", "input", "reference", "evaluation_metric", "pass_threshold", NULL};
-        static const char *const metrics[] = {"cosine", "fuzzy_match", "bleu", "gleu", "meteor", "rouge_1", "rouge_2",
-                                              "rouge_3", "rouge_4", "rouge_5", "rouge_l", NULL};
-        if (known_keys(g, keys, path, 0, param, err)) return -1;
-        static const char *const strings[] = {"input", "reference", NULL};
-        for (const char *const *k = strings; *k; k++) {
-            join(p, path, *k);
-            json_t *v = json_object_get(g, *k);
-            if (!v) return bad(param, err, p, "missing");
-            if (want_string(v, GRADER_TEXT_MAX, p, param, err)) return -1;
-        }
-        join(p, path, "pass_threshold");
-        json_t *threshold = json_object_get(g, "pass_threshold");
-        if (threshold && !json_is_number(threshold)) return bad(param, err, p, "expected a number, found %s", whet_json_kind(threshold));
-        join(p, path, "evaluation_metric");
-        return want_enum(json_object_get(g, "evaluation_metric"), metrics, p, param, err);
-    }
-    if (strcmp(t, "python") == 0) {
-        static const char *const keys[] = {"type", "name", "source", "image_tag", NULL};
-        if (known_keys(g, keys, path, 0, param, err)) return -1;
-        join(p, path, "source");
-        json_t *source = json_object_get(g, "source");
-        if (!source) return bad(param, err, p, "missing");
-        if (want_string(source, GRADER_SOURCE_MAX, p, param, err)) return -1;
-        json_t *tag = json_object_get(g, "image_tag");
-        join(p, path, "image_tag");
-        if (tag && want_string(tag, GRADER_NAME_MAX, p, param, err)) return -1;
-        return 0;
-    }
-    if (strcmp(t, "score_model") == 0 || strcmp(t, "label_model") == 0) {
-        int score = t[0] == 's';
-        static const char *const score_keys[] = {"type", "name", "input", "model", "range", "sampling_params",
-                                                 "pass_threshold", NULL};
-        static const char *const label_keys[] = {"type", "name", "input", "model", "labels", "passing_labels", NULL};
-        if (known_keys(g, score ? score_keys : label_keys, path, 0, param, err)) return -1;
-        join(p, path, "model");
-        json_t *model = json_object_get(g, "model");
-        if (!model) return bad(param, err, p, "missing");
-        if (want_string(model, GRADER_NAME_MAX, p, param, err)) return -1;
-        join(p, path, "input");
-        json_t *input = json_object_get(g, "input");
-        if (!input) return bad(param, err, p, "missing");
-        if (check_grader_input(input, p, param, err)) return -1;
-        if (score) {
-            json_t *range = json_object_get(g, "range");
-            join(p, path, "range");
-            if (range) {
-                if (!json_is_array(range) || json_array_size(range) != 2 || !json_is_number(json_array_get(range, 0)) ||
-                    !json_is_number(json_array_get(range, 1)))
-                    return bad(param, err, p, "expected [min, max]");
-                if (json_number_value(json_array_get(range, 0)) >= json_number_value(json_array_get(range, 1)))
-                    return bad(param, err, p, "min must be below max");
-            }
-            json_t *sampling = json_object_get(g, "sampling_params");
-            join(p, path, "sampling_params");
-            if (sampling && !json_is_object(sampling))
-                return bad(param, err, p, "expected an object, found %s", whet_json_kind(sampling));
-            json_t *threshold = json_object_get(g, "pass_threshold");
-            join(p, path, "pass_threshold");
-            if (threshold && !json_is_number(threshold))
-                return bad(param, err, p, "expected a number, found %s", whet_json_kind(threshold));
-            return 0;
-        }
-        json_t *labels = json_object_get(g, "labels"), *passing = json_object_get(g, "passing_labels");
-        static const char *const lists[] = {"labels", "passing_labels", NULL};
-        for (const char *const *k = lists; *k; k++) {
-            json_t *list = json_object_get(g, *k);
-            join(p, path, *k);
-            if (!list) return bad(param, err, p, "missing");
-            if (!json_is_array(list) || json_array_size(list) == 0)
-                return bad(param, err, p, "expected a non-empty array of strings");
-            for (size_t i = 0; i < json_array_size(list); i++) {
-                char ip[JOB_PARAM_MAX];
-                join_index(ip, p, i);
-                if (want_string(json_array_get(list, i), GRADER_NAME_MAX, ip, param, err)) return -1;
-            }
-        }
-        for (size_t i = 0; i < json_array_size(passing); i++) {
-            const char *label = json_string_value(json_array_get(passing, i));
-            int found = 0;
-            for (size_t j = 0; j < json_array_size(labels); j++)
-                if (strcmp(label, json_string_value(json_array_get(labels, j))) == 0) found = 1;
-            char ip[JOB_PARAM_MAX];
-            join(p, path, "passing_labels");
-            join_index(ip, p, i);
-            if (!found) return bad(param, err, ip, "\"%s\" is not one of the labels", label);
-        }
-        return 0;
-    }
-    /* multi: named graders combined by a formula over their names. */
-    static const char *const keys[] = {"type", "name", "graders", "calculate_output", NULL};
-    if (known_keys(g, keys, path, 0, param, err)) return -1;
-    join(p, path, "graders");
-    json_t *graders = json_object_get(g, "graders");
-    if (!graders) return bad(param, err, p, "missing");
-    if (!json_is_object(graders) || json_object_size(graders) == 0)
-        return bad(param, err, p, "expected an object of named graders");
-    if (json_object_size(graders) > 16) return bad(param, err, p, "at most 16 graders");
-    const char *key;
-    json_t *sub;
-    json_object_foreach(graders, key, sub) {
-        char sp[JOB_PARAM_MAX];
-        join(sp, p, key);
-        if (check_grader_at(sub, sp, 0, param, err)) return -1;
-    }
-    join(p, path, "calculate_output");
-    json_t *formula = json_object_get(g, "calculate_output");
-    if (!formula) return bad(param, err, p, "missing");
-    return want_string(formula, 4096, p, param, err);
-}
-
-int job_request_check_grader(const json_t *grader, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    if (check_grader_at(grader, path, 1, param, err)) return -1;
-    /* The shape is OpenAI's; what training can run is the grader library's call (a metric it does not
-     * support, a formula that does not parse), so a job is refused now rather than failing later. */
-    struct grader *g;
-    if (grader_parse(grader, path, &g, err) < 0) {
-        const char *colon = strstr(err->msg, ": ");
-        size_t n = colon ? (size_t)(colon - err->msg) : strlen(path);
-        if (n >= JOB_PARAM_MAX) n = JOB_PARAM_MAX - 1;
-        memcpy(param, colon ? err->msg : path, n);
-        param[n] = 0;
-        return -1;
-    }
-    grader_free(g);
-    return 0;
 }
 
 /* ---------------------------------------------------------------- the whet extension object */
@@ -614,7 +421,7 @@ static int check_method(const json_t *method, const json_t *legacy_hp, struct jo
             json_decref(inner);
             return bad(param, err, gp, "missing: a reinforcement job needs a grader");
         }
-        if (job_request_check_grader(grader, gp, param, err)) {
+        if (grader_validate(grader, gp, NULL, param, JOB_PARAM_MAX, err)) {
             json_decref(inner);
             return -1;
         }

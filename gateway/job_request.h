@@ -17,9 +17,8 @@
  *                                 beta (dpo) (0, 2], eval_interval and eval_samples (reinforcement)
  *                                 1..1000, compute_multiplier (0, 10], reasoning_effort
  *                                 default|low|medium|high
- *                               the grader (reinforcement, required) is shape-checked: string_check,
- *                               text_similarity, python, score_model, label_model, multi; then the
- *                               grader library parses it, so what training could not run is refused
+ *                               the grader (reinforcement, required) is validated by the grader
+ *                               library (grader_validate), so what training could not run is refused
  *   integrations                null or []: integrations (Weights & Biases) are refused clearly
  *   whet                        the extension object: priority -100..100, lora {r 1..256, alpha (0, 4096],
  *                               target_modules}, full_finetune, gpu_types, regions, max_gpus 1..1024, and
@@ -75,8 +74,5 @@ void job_request_resolve_auto(struct job_request *req, size_t examples);
 
 /* The hyperparameters object inside req->method (borrowed). */
 json_t *job_request_hyperparameters(const struct job_request *req);
-
-/* Checks one grader object (also for /v1/fine_tuning/alpha/graders/validate); `path` prefixes param. */
-int job_request_check_grader(const json_t *grader, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err);
 
 #endif

@@ -411,35 +411,6 @@ static void job_page(struct gw_req *r, const char *stmt, int def_limit, json_t *
 static void jobs_events(struct gw_req *r) { job_page(r, "jobs_events", 20, event_row_to_json); }
 static void jobs_checkpoints(struct gw_req *r) { job_page(r, "jobs_checkpoints", 10, checkpoint_row_to_json); }
 
-/* ---------------------------------------------------------------- graders */
-
-/* POST /v1/fine_tuning/alpha/graders/validate {"grader": …}: the same shape check a reinforcement job's
- * grader gets at create; answers {"grader": …} when it passes. */
-static void graders_validate(struct gw_req *r) {
-    json_t *body = http_body_json(r);
-    if (!body) return;
-    char param[JOB_PARAM_MAX];
-    struct whet_err err;
-    json_t *grader = json_object_get(body, "grader");
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "grader") != 0) {
-            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            json_decref(body);
-            return;
-        }
-    }
-    if (!grader) {
-        http_reply_error(r, 400, "grader", "invalid_request", "grader: missing");
-    } else if (job_request_check_grader(grader, "grader", param, &err)) {
-        http_reply_error(r, 400, param[0] ? param : NULL, "invalid_grader", "%s", err.msg);
-    } else {
-        http_reply_json(r, 200, json_pack("{s:O}", "grader", grader));
-    }
-    json_decref(body);
-}
-
 /* ---------------------------------------------------------------- routes */
 
 static void jobs_prepare(void) {
@@ -537,5 +508,4 @@ void jobs_routes(struct http_router *rt) {
     http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/resume", jobs_resume, 0, "jobs.resume");
     http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}/events", jobs_events, 0, "jobs.events");
     http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}/checkpoints", jobs_checkpoints, 0, "jobs.checkpoints");
-    http_route(rt, "POST", "/v1/fine_tuning/alpha/graders/validate", graders_validate, 0, "graders.validate");
 }

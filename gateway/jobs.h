@@ -5,7 +5,6 @@
  *   POST /v1/fine_tuning/jobs/{id}/cancel|pause|resume
  *   GET  /v1/fine_tuning/jobs/{id}/events         newest first (after, limit)
  *   GET  /v1/fine_tuning/jobs/{id}/checkpoints    newest first (after, limit)
- *   POST /v1/fine_tuning/alpha/graders/validate   a grader's shape, as create checks it
  *
  * Create checks the body (job_request.h), then in one query the model (a base model, or one of the
  * tenant's own fine-tuned models or checkpoints) and the files (the tenant's, purpose fine-tune, the

@@ -126,7 +126,10 @@ const struct http_route *router_match(const struct http_router *rt, struct gw_re
         if (best->segments[j]) continue;
         r->path_names[r->npath] = best->param_names[j];
         r->path_values[r->npath] = http_path_decode(r, seg[j], seglen[j]);
-        r->npath++;
+        if (!r->path_values[r->npath++]) {
+            *status = 400;
+            return NULL;
+        }
     }
     return best;
 }

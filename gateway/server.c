@@ -158,6 +158,10 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     r->route = router_match(gw->router, r, req->method.base, req->method.len, req->path.base, path_len, &status);
     if (!r->route) {
         if (status == 405) http_reply_error(r, 405, NULL, "method_not_allowed", "method not allowed on this path");
+        else if (status == 400)
+            http_reply_error(r, 400, r->path_names[r->npath - 1], "invalid_value",
+                             "path parameter \"%s\" holds a control character (a byte below 0x20 or 0x7f, such as %%00)",
+                             r->path_names[r->npath - 1]);
         else http_reply_error_hint(r, 404, NULL, "unknown_url", "the API lives under /v1", "unknown path");
         return 0;
     }

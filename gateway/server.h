@@ -108,8 +108,9 @@ struct http_route {
 struct http_router *router_new(void);
 void router_free(struct http_router *rt);
 /* Finds the route for method and path (no query string). Fills r->path_* (decoded, in the request's
- * pool). Returns the route, or NULL with *status 404 (no such path) or 405 (path exists, other
- * method). */
+ * pool). Returns the route, or NULL with *status 404 (no such path), 405 (path exists, other method)
+ * or 400 (a parameter holds a control character: r->path_names[r->npath - 1] names it, its value is
+ * NULL). */
 const struct http_route *router_match(const struct http_router *rt, struct gw_req *r, const char *method,
                                       size_t method_len, const char *path, size_t path_len, int *status);
 int router_count(const struct http_router *rt);
@@ -157,12 +158,11 @@ void gw_workers_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t
 /* ---- Replies (http.c) -------------------------------------------------------------------------- */
 
 /* Answers and logs; all http_reply_* end here. `body` is owned by the caller's pool or static. */
-/* Percent-decodes a path segment into the request's pool. */
+/* Percent-decodes a path segment into the request's pool; NULL when the result holds a control
+ * character (below 0x20, or 0x7f): handlers compare names as C strings, so "model.safetensors%00.json"
+ * must not reach them as "model.safetensors". */
 char *http_path_decode(struct gw_req *r, const char *s, size_t len);
 void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len);
-/* The same text as json_dumps(v, JSON_COMPACT), faster; malloc'd (the caller frees it), NULL when v
- * cannot be encoded. */
-char *http_json_encode(const json_t *v, size_t *len);
 /* Writes the request log lines the loop has gathered (the loop's zero timeout calls it after each
  * iteration; the loop calls it once more before it exits) and frees the buffer when `final`. */
 void http_log_flush(struct gw_thread *t, int final);

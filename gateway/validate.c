@@ -6,6 +6,7 @@
  * "line N: " to whatever the line checkers said. */
 #include "validate.h"
 #include "json.h"
+#include "json_text.h"
 #include "utf8.h"
 
 #include <jansson.h>
@@ -455,6 +456,7 @@ struct validate_stream {
     size_t line_no;       /* physical lines seen, for messages */
     size_t blank_line_no; /* the first blank line not yet followed by an example, or 0 */
     int detected;         /* the format came from the first line, not from the caller */
+    int mid_file;         /* a slice that starts after the file's first line: no byte-order mark to skip */
     struct validate_summary summary;
     int failed;
     struct whet_err error;
@@ -493,6 +495,7 @@ static int is_blank(const char *p, size_t n) {
 /* One complete line (without '\n'). */
 static int stream_line(struct validate_stream *s, const char *p, size_t n, struct whet_err *err) {
     s->line_no++;
+    if (s->line_no == 1 && !s->mid_file) p = whet_json_skip_bom(p, &n);
     if (n > 0 && p[n - 1] == '\r') n--;
     if (is_blank(p, n)) {
         /* Blank lines are allowed only at the end of the file. */
@@ -612,6 +615,7 @@ struct slice {
     size_t n;
     enum validate_format format;
     int detected;
+    int mid_file; /* every slice but the first */
     const struct validate_limits *limits;
     pthread_t tid;
     int started; /* on its own thread (slice 0 runs on the caller's) */
@@ -625,6 +629,7 @@ static void *slice_run(void *arg) {
     struct slice *sl = arg;
     struct validate_stream *s = validate_stream_new(sl->format, sl->limits);
     s->detected = sl->detected;
+    s->mid_file = sl->mid_file;
     sl->ok = validate_stream_feed(s, sl->p, sl->n, NULL) == 0 && stream_flush(s, NULL) == 0;
     sl->lines = s->summary.lines;
     memcpy(sl->per_format, s->summary.per_format, sizeof sl->per_format);
@@ -655,12 +660,13 @@ int validate_jsonl_parallel(const void *data, size_t len, enum validate_format e
     for (const char *line = p; line < end;) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         size_t n = (size_t)((nl ? nl : end) - line);
-        if (n > 0 && line[n - 1] == '\r') n--;
-        if (!is_blank(line, n)) {
+        const char *text = line == p ? whet_json_skip_bom(line, &n) : line;
+        if (n > 0 && text[n - 1] == '\r') n--;
+        if (!is_blank(text, n)) {
             if (expect == VALIDATE_FORMAT_AUTO) {
                 enum validate_format looks_like;
                 if (n > (lim.max_line_bytes ? lim.max_line_bytes : VALIDATE_DEFAULT_MAX_LINE_BYTES) ||
-                    validate_line_detect(line, n, VALIDATE_FORMAT_AUTO, &format, &looks_like, NULL))
+                    validate_line_detect(text, n, VALIDATE_FORMAT_AUTO, &format, &looks_like, NULL))
                     return validate_jsonl(data, len, expect, limits, out, err);
                 detected = 1;
             }
@@ -684,7 +690,7 @@ int validate_jsonl_parallel(const void *data, size_t len, enum validate_format e
             stop = nl ? (size_t)(nl - p) + 1 : len;
         }
         slices[count++] = (struct slice){.p = p + start, .n = stop - start, .format = format, .detected = detected,
-                                         .limits = limits};
+                                         .mid_file = start > 0, .limits = limits};
         start = stop;
     }
     for (size_t i = 1; i < count; i++) slices[i].started = pthread_create(&slices[i].tid, NULL, slice_run, &slices[i]) == 0;

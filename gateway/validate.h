@@ -22,7 +22,8 @@
  * Errors name the 1-based line and the field path, PostgreSQL style:
  *   line 12: messages[2].role: expected one of "system", "developer", "user", "assistant", "tool"
  * A file is read as a stream (validate_stream_*), so an upload assembled from parts in the object store
- * is checked without holding it whole; `validate_jsonl` does the same for a buffer. */
+ * is checked without holding it whole; `validate_jsonl` does the same for a buffer. A UTF-8 byte-order
+ * mark before the first line (Windows editors write one) is skipped; lines may end in CRLF. */
 #ifndef WHET_GATEWAY_VALIDATE_H
 #define WHET_GATEWAY_VALIDATE_H
 

@@ -20,6 +20,7 @@
 #include "agent_internal.h"
 #include "buf.h"
 #include "crypto.h"
+#include "json_text.h"
 #include "log.h"
 #include "proto/whet.pb-c.h"
 #include "sandbox.h"
@@ -139,7 +140,9 @@ out:
 
 /* ---- the trainer's event lines ---- */
 
-struct run {
+/* What the agent gathers from one trainer process's event lines (the trainer's own `struct run` is
+ * another thing: its whole training state). */
+struct trainer_watch {
     struct agent_job *job;
     char *final_path;
     struct whet_buf csv; /* OpenAI-style step metrics, built as lines arrive */
@@ -166,7 +169,7 @@ static uint64_t dir_bytes(const char *dir) {
 static int report_checkpoint(struct agent_job *job, int step, const char *prefix, uint64_t bytes, json_t *metrics) {
     struct agent *a = job->agent;
     struct whet_err err;
-    char *metrics_json = metrics ? json_dumps(metrics, JSON_COMPACT) : NULL;
+    char *metrics_json = metrics ? whet_json_compact(metrics, NULL) : NULL;
     Whet__V1__CheckpointReport rep = WHET__V1__CHECKPOINT_REPORT__INIT;
     rep.node_id = a->node_id;
     rep.job_id = job->id;
@@ -182,7 +185,7 @@ static int report_checkpoint(struct agent_job *job, int step, const char *prefix
     return rc;
 }
 
-static void upload_checkpoint(struct run *r, int step, const char *path, json_t *metrics) {
+static void upload_checkpoint(struct trainer_watch *r, int step, const char *path, json_t *metrics) {
     struct agent_job *job = r->job;
     struct whet_err err;
     char *prefix = xasprintf("%s/checkpoints/step-%d", json_string_value(json_object_get(job->manifest, "output_prefix")), step);
@@ -225,7 +228,7 @@ static void csv_number(char *out, size_t len, const json_t *ev, const char *name
 
 /* The result file's header, once: its columns follow the first metrics line (a run without any gets
  * the supervised columns). */
-static void csv_header(struct run *r, int reinforcement) {
+static void csv_header(struct trainer_watch *r, int reinforcement) {
     if (!r->csv.len)
         whet_buf_puts(&r->csv, reinforcement
                                    ? "step,train_loss,train_reward_mean,train_pass_rate,valid_reward_mean,valid_pass_rate\n"
@@ -234,7 +237,7 @@ static void csv_header(struct run *r, int reinforcement) {
 
 /* One row of the result file, like OpenAI's step_metrics.csv: SFT and DPO steps carry loss and token
  * accuracy, GRPO steps (the lines with a reward) the reward and pass rate. */
-static void csv_add_step(struct run *r, const json_t *ev) {
+static void csv_add_step(struct trainer_watch *r, const json_t *ev) {
     static const char *const sft[] = {"loss", "train_mean_token_accuracy", "valid_loss", "valid_mean_token_accuracy"};
     static const char *const grpo[] = {"loss", "reward_mean", "pass_rate", "valid_reward_mean", "valid_pass_rate"};
     int rl = json_object_get(ev, "reward_mean") != NULL;
@@ -251,7 +254,7 @@ static void csv_add_step(struct run *r, const json_t *ev) {
     whet_buf_puts(&r->csv, row);
 }
 
-static void handle_line(struct run *r, const char *line, json_t **last_metrics) {
+static void handle_line(struct trainer_watch *r, const char *line, json_t **last_metrics) {
     struct agent_job *job = r->job;
     json_t *ev = json_loads(line, 0, NULL);
     const char *type = json_string_value(json_object_get(ev, "type"));
@@ -268,7 +271,7 @@ static void handle_line(struct run *r, const char *line, json_t **last_metrics) 
         json_t *total = json_object_get(ev, "total_steps");
         if (json_is_integer(total)) atomic_store(&job->total_steps, (int)json_integer_value(total));
         json_object_del(ev, "type");
-        char *data = json_dumps(ev, JSON_COMPACT);
+        char *data = whet_json_compact(ev, NULL);
         char msg[64];
         snprintf(msg, sizeof msg, "Step %d: training loss=%.4f", step, json_number_value(json_object_get(ev, "loss")));
         agent_report_event(job, "info", "metrics", msg, data);
@@ -280,7 +283,7 @@ static void handle_line(struct run *r, const char *line, json_t **last_metrics) 
         json_t *total = json_object_get(ev, "total_steps");
         if (json_is_integer(total)) atomic_store(&job->total_steps, (int)json_integer_value(total));
         json_object_del(ev, "type");
-        char *data = json_dumps(ev, JSON_COMPACT);
+        char *data = whet_json_compact(ev, NULL);
         agent_report_event(job, "info", "message", "Training data loaded", data);
         free(data);
     } else if (!strcmp(type, "checkpoint")) {
@@ -333,7 +336,7 @@ static void failure_message(char *msg, size_t len, const struct sandbox_result *
 
 /* Runs the trainer; fills the outcome. */
 static void train(struct agent_job *job, const char *cfg_path, const char *model_dir, char *const *judge_dirs,
-                  struct run *r, Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
+                  struct trainer_watch *r, Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
     struct agent *a = job->agent;
     struct whet_err err;
     int out_pipe[2];
@@ -461,7 +464,7 @@ static void *job_main(void *arg) {
     fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
     fin.error_code = "training_failed";
     char msg[600] = "";
-    struct run r = {.job = job};
+    struct trainer_watch r = {.job = job};
     struct whet_err err;
     char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65], **judge_dirs = NULL;
 

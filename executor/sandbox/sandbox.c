@@ -330,7 +330,8 @@ static int count_tasks(int stop) {
 /* What sandbox_signal may pass on to the command (SIGTERM: "checkpoint and stop" for whet train). */
 static const int forwarded_signals[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
-static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
+/* init's first steps inside the new namespaces: the user namespace's maps, the host name, the mounts. */
+static void init_enter(const struct sandbox_plan *plan, struct child_fds *fds) {
     /* A caller that changed its uid is not dumpable, which would leave /proc/self/uid_map owned by
      * root and unwritable: be dumpable while writing the maps, and not afterwards. */
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
@@ -346,10 +347,12 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     if (proc_missing) record_send(fds->result, RECORD_NOTE, "no /proc inside: the host refused a new proc mount");
     /* init holds a copy of the caller's memory: keep the command from reading it through /proc/1. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
 
-    /* Signals through a signalfd: SIGCHLD wakes init the moment a child ends, and the ones the caller
-     * may send (sandbox_signal) are forwarded to the command. A PID namespace's init only receives
-     * signals it handles or blocks, so blocking them is what lets them in. */
+/* Signals through a signalfd: SIGCHLD wakes init the moment a child ends, and the ones the caller may
+ * send (sandbox_signal) are forwarded to the command. A PID namespace's init only receives signals it
+ * handles or blocks, so blocking them is what lets them in. */
+static int init_signal_fd(struct child_fds *fds) {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -357,56 +360,57 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
     sigprocmask(SIG_BLOCK, &chld, NULL);
     int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sig_fd < 0) child_fail(fds->result, "signalfd", errno, 1);
-    int listener_r = -1, ack_w = -1;
-    fds->listener_w = fds->listener_ack = -1;
-    if (plan->seccomp_notify) {
-        int out_pipe[2], ack_pipe[2];
-        if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(ack_pipe, O_CLOEXEC) < 0)
-            child_fail(fds->result, "pipe for the seccomp listener", errno, 1);
-        /* Above every fd the worker moves into 0-5 (see worker_main). */
-        int top = WORKER_LISTENER_ACK;
-        int all[] = {fds->in, fds->out, fds->err, fds->result, fds->lifeline, sig_fd};
-        for (size_t i = 0; i < WHET_ARRAY_LEN(all); i++)
-            if (all[i] > top) top = all[i];
-        fds->listener_w = fcntl(out_pipe[1], F_DUPFD_CLOEXEC, top + 1);
-        fds->listener_ack = fcntl(ack_pipe[0], F_DUPFD_CLOEXEC, top + 1);
-        if (fds->listener_w < 0 || fds->listener_ack < 0) child_fail(fds->result, "move the listener pipes", errno, 1);
-        close(out_pipe[1]);
-        close(ack_pipe[0]);
-        listener_r = out_pipe[0];
-        ack_w = ack_pipe[1];
-    }
-    pid_t worker = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
-    if (worker < 0) child_fail(fds->result, "fork the worker", errno, 1);
-    if (worker == 0) worker_main(plan, fds);
-    if (fds->in >= 0) close(fds->in);
-    if (fds->out >= 0) close(fds->out);
-    if (fds->err >= 0) close(fds->err);
-    int listener = -1;
-    if (plan->seccomp_notify) {
-        close(fds->listener_w);
-        close(fds->listener_ack);
-        int32_t n;
-        /* EOF: the worker failed before (its setup error is on the result pipe). */
-        if (read(listener_r, &n, sizeof n) == sizeof n) {
-            int pidfd = (int)syscall(SYS_pidfd_open, worker, 0);
-            listener = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, n, 0);
-            if (listener < 0) {
-                /* The command still runs under the filter; with no listener its forbidden calls fail
-                 * with ENOSYS instead of ending it. */
-                record_send(fds->result, RECORD_NOTE, "no seccomp listener: forbidden calls fail instead of killing");
-            }
-            if (pidfd >= 0) close(pidfd);
-            ssize_t ignored = write(ack_w, "k", 1);
-            (void)ignored;
-        }
-        close(listener_r);
-        close(ack_w);
-    }
+    return sig_fd;
+}
 
-    struct record r;
-    memset(&r, 0, sizeof r);
-    r.kind = RECORD_RESULT;
+/* The pipes through which the worker hands init its seccomp listener's fd number (listener_w, read at
+ * *listener_r) and init says it has taken it (*ack_w, read at listener_ack). */
+static void init_listener_pipes(struct child_fds *fds, int sig_fd, int *listener_r, int *ack_w) {
+    int out_pipe[2], ack_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) < 0 || pipe2(ack_pipe, O_CLOEXEC) < 0)
+        child_fail(fds->result, "pipe for the seccomp listener", errno, 1);
+    /* Above every fd the worker moves into 0-5 (see worker_main). */
+    int top = WORKER_LISTENER_ACK;
+    int all[] = {fds->in, fds->out, fds->err, fds->result, fds->lifeline, sig_fd};
+    for (size_t i = 0; i < WHET_ARRAY_LEN(all); i++)
+        if (all[i] > top) top = all[i];
+    fds->listener_w = fcntl(out_pipe[1], F_DUPFD_CLOEXEC, top + 1);
+    fds->listener_ack = fcntl(ack_pipe[0], F_DUPFD_CLOEXEC, top + 1);
+    if (fds->listener_w < 0 || fds->listener_ack < 0) child_fail(fds->result, "move the listener pipes", errno, 1);
+    close(out_pipe[1]);
+    close(ack_pipe[0]);
+    *listener_r = out_pipe[0];
+    *ack_w = ack_pipe[1];
+}
+
+/* Takes the worker's seccomp listener (pidfd_getfd of the number it sends); -1 when there is none. */
+static int init_take_listener(struct child_fds *fds, pid_t worker, int listener_r, int ack_w) {
+    close(fds->listener_w);
+    close(fds->listener_ack);
+    int listener = -1;
+    int32_t n;
+    /* EOF: the worker failed before (its setup error is on the result pipe). */
+    if (read(listener_r, &n, sizeof n) == sizeof n) {
+        int pidfd = (int)syscall(SYS_pidfd_open, worker, 0);
+        listener = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, n, 0);
+        if (listener < 0) {
+            /* The command still runs under the filter; with no listener its forbidden calls fail
+             * with ENOSYS instead of ending it. */
+            record_send(fds->result, RECORD_NOTE, "no seccomp listener: forbidden calls fail instead of killing");
+        }
+        if (pidfd >= 0) close(pidfd);
+        ssize_t ignored = write(ack_w, "k", 1);
+        (void)ignored;
+    }
+    close(listener_r);
+    close(ack_w);
+    return listener;
+}
+
+/* Watches the worker until it ends: forwards signals, ends the tree on a forbidden call, the caller's
+ * death or a fork bomb, and records what it saw in r. */
+static void init_watch(const struct sandbox_plan *plan, struct child_fds *fds, pid_t worker, int sig_fd, int listener,
+                       struct record *r) {
     int worker_done = 0, at_limit = 0;
     struct pollfd pfd[3] = {{.fd = fds->lifeline, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN},
                             {.fd = listener, .events = POLLIN}};
@@ -423,8 +427,8 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
             /* A forbidden call, held by the kernel until answered: remember which, end the tree. */
             struct seccomp_notif req;
             memset(&req, 0, sizeof req);
-            if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0 && !r.denied_syscall)
-                r.denied_syscall = req.data.nr + 1;
+            if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0 && !r->denied_syscall)
+                r->denied_syscall = req.data.nr + 1;
             kill(-1, SIGKILL);
         } else if (pfd[2].revents) {
             pfd[2].fd = -1; /* hung up: nothing runs under the filter any more */
@@ -433,24 +437,46 @@ static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
         struct rusage ru;
         pid_t pid;
         while ((pid = wait4(-1, &status, WNOHANG, &ru)) > 0) {
-            if (ru.ru_maxrss > r.max_rss_kb) r.max_rss_kb = ru.ru_maxrss;
+            if (ru.ru_maxrss > r->max_rss_kb) r->max_rss_kb = ru.ru_maxrss;
             if (pid == worker) {
-                r.wait_status = status;
+                r->wait_status = status;
                 worker_done = 1;
             }
         }
         if (worker_done || plan->max_procs <= 0) continue;
         int tasks = count_tasks(plan->max_procs);
-        if (tasks > r.peak_tasks) r.peak_tasks = tasks;
+        if (tasks > r->peak_tasks) r->peak_tasks = tasks;
         /* init counts toward RLIMIT_NPROC too, so the others top out at max_procs - 1: a tree held
          * there for a while is a fork bomb. Above it, RLIMIT_NPROC is not holding (uid 0 without a
          * user namespace): no grace then. */
         at_limit = tasks >= plan->max_procs - 1 ? at_limit + 1 : 0;
         if (at_limit >= PROC_LIMIT_POLLS || tasks > plan->max_procs) {
-            r.procs_killed = 1;
+            r->procs_killed = 1;
             kill(-1, SIGKILL);
         }
     }
+}
+
+/* The sandbox's init (PID 1 of its namespace): sets the namespaces up, starts the worker that becomes
+ * the command, watches it, and sends the result record when the whole tree is gone. */
+static void init_main(const struct sandbox_plan *plan, struct child_fds *fds) {
+    init_enter(plan, fds);
+    int sig_fd = init_signal_fd(fds);
+    int listener_r = -1, ack_w = -1;
+    fds->listener_w = fds->listener_ack = -1;
+    if (plan->seccomp_notify) init_listener_pipes(fds, sig_fd, &listener_r, &ack_w);
+    pid_t worker = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, NULL);
+    if (worker < 0) child_fail(fds->result, "fork the worker", errno, 1);
+    if (worker == 0) worker_main(plan, fds);
+    if (fds->in >= 0) close(fds->in);
+    if (fds->out >= 0) close(fds->out);
+    if (fds->err >= 0) close(fds->err);
+    int listener = plan->seccomp_notify ? init_take_listener(fds, worker, listener_r, ack_w) : -1;
+
+    struct record r;
+    memset(&r, 0, sizeof r);
+    r.kind = RECORD_RESULT;
+    init_watch(plan, fds, worker, sig_fd, listener, &r);
     /* The command is over: whatever it left behind goes too, then the totals are complete. */
     kill(-1, SIGKILL);
     int status;
@@ -726,7 +752,7 @@ int sandbox_pump(struct sandbox_child *child) {
 static double mib(uint64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 /* The verdict: why the command ended, in the terms of sandbox_reason. */
-static void judge(const struct sandbox_state *st, struct sandbox_result *res) {
+static void reach_verdict(const struct sandbox_state *st, struct sandbox_result *res) {
     const struct record *r = &st->result;
     res->exit_code = -1;
     res->term_signal = 0;
@@ -815,7 +841,7 @@ int sandbox_wait(struct sandbox_child *child, struct sandbox_result *res, struct
     }
     /* Init has ended (or is ending): reap it. ECHILD when the caller ignores SIGCHLD. */
     while (waitpid(child->pid, NULL, 0) < 0 && errno == EINTR) {}
-    judge(st, res);
+    reach_verdict(st, res);
     res->wall_s = st->ended_at - st->started;
     sbx_strlcpy(res->notes, st->notes, sizeof res->notes);
     close(child->result_fd);

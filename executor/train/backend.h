@@ -1,7 +1,8 @@
 /* backend.h - the operations the model code runs on a device, as a table of function pointers.
  *
- * model.c calls nothing but these: the CPU backend (backend_cpu.c: OpenBLAS sgemm and OpenMP loops)
- * implements them now, a CUDA backend (cuBLAS and kernels) next. Every pointer argument that is not
+ * The model (model.c, model_io.c, model_generate.c) calls nothing but these: the CPU backend
+ * (backend_cpu.c: OpenBLAS sgemm and OpenMP loops) implements them now, a CUDA backend (cuBLAS and
+ * kernels) next. Every pointer argument that is not
  * marked "host" is device memory obtained from `alloc`. Each op comes as a forward/backward pair in
  * llm.c's style: outputs first, then inputs, then sizes; shapes are given in comments with
  *   N  tokens in the batch (B rows × T positions, packed),   C  hidden size,

@@ -23,7 +23,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "grader.h"
+#include "grader_runner.h"
 #include "util.h"
 
 #define JUDGE_DEFAULT_MAX_TOKENS 32

@@ -1,4 +1,10 @@
-/* model.c - the Llama-family decoder: parameters, LoRA, forward, backward, AdamW, generation.
+/* model.c - the Llama-family decoder: parameters, LoRA, activations, forward, backward, AdamW.
+ *
+ * The model of model.h is three files around one private layout (model_internal.h): this one owns
+ * the model and its math; model_io.c reads and writes its files (model_load calls it for the
+ * weights and adapters), model_generate.c runs generation with a KV cache through the layer halves
+ * defined here (model_attn_inputs, model_attn_outputs_and_mlp). All three do their math through
+ * backend.h only.
  *
  * Layout (llm.c style). `params` is one allocation holding every base tensor in file order: the
  * embedding, then per layer input_layernorm, q|k|v projections (adjacent, so one matmul computes all
@@ -18,127 +24,36 @@
  * With `recompute`, one set of layer activations is shared too and refilled per layer from resid[l]. */
 #include "model.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "backend.h"
-#include "json.h"
+#include "model_internal.h"
+#include "model_plan.h"
 #include "rng.h"
-#include "safetensors.h"
 
-enum { MOD_Q, MOD_K, MOD_V, MOD_O, MOD_GATE, MOD_UP, MOD_DOWN, N_MODS };
-static const char *const mod_names[N_MODS] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-static const char *const mod_parent[N_MODS] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
+const char *const model_mod_names[N_MODS] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"};
+const char *const model_mod_parents[N_MODS] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
 
 unsigned lora_target_from_name(const char *name) {
     if (!strcmp(name, "all-linear")) return LORA_ALL;
     for (int i = 0; i < N_MODS; i++)
-        if (!strcmp(name, mod_names[i])) return 1u << i;
+        if (!strcmp(name, model_mod_names[i])) return 1u << i;
     return 0;
 }
 
 const char *lora_target_name(unsigned t) {
     for (int i = 0; i < N_MODS; i++)
-        if (t == 1u << i) return mod_names[i];
+        if (t == 1u << i) return model_mod_names[i];
     return NULL;
 }
 
 struct model_opts model_opts_default(void) {
     return (struct model_opts){.train = 0, .lora_r = 16, .lora_alpha = 32, .lora_targets = LORA_ALL, .seed = 0};
 }
-
-/* A named tensor: a base parameter or a LoRA matrix. */
-struct tensor {
-    char name[128];
-    int ndim;
-    int64_t shape[2];
-    size_t numel;
-    float *ptr;  /* device */
-    float *grad; /* device; NULL when frozen */
-    int decay;   /* weight decay applies (matrices) */
-};
-
-struct layer_params {
-    float *ln1, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *ln2, *wgu, *wdown;
-};
-
-struct lora_mod {
-    float *A, *B;   /* [r, in], [out, r]; NULL when not targeted */
-    float *dA, *dB;
-};
-
-struct layer_acts {
-    float *ln1, *rstd1, *qkv, *q_rstd, *k_rstd, *qkr, *lse, *att, *mid, *ln2, *rstd2, *gu, *h;
-    float *xa[N_MODS]; /* LoRA x @ A^T, [N, r] */
-};
-
-struct kv_cache {
-    const struct backend *be;
-    int n_layers, n_slots, max_len, kv_dim, *len;
-    float **k, **v; /* per layer [n_slots * max_len, NKV*hd] */
-};
-
-struct model {
-    const struct backend *be;
-    struct model_config cfg;
-    char *dir;
-    int C, F, NH, NKV, hd, QKV, QK, L, V;
-    int train, full_ft, recompute;
-
-    float *params;
-    size_t n_params;
-    float *embed, *norm, *lm_head;
-    struct layer_params *layers;
-
-    int lora_r, rslora;
-    float lora_alpha, lora_scale;
-    int adapter_off; /* model_set_adapter_enabled(m, 0): the LoRA terms are skipped (the reference) */
-    /* model_set_logit_temperature: the loss is the nll of softmax(logits / t). loss_inv_t is the 1/t
-     * the last forward with targets used, so its backward goes through the same scale. */
-    float logit_temperature, loss_inv_t;
-    unsigned targets;
-    float *lora;
-    size_t n_lora;
-    struct lora_mod (*lmods)[N_MODS];
-
-    struct tensor *tensors;
-    int n_tensors, n_base_tensors;
-
-    float *tp, *grads, *adam_m, *adam_v; /* trainable buffer and its mirrors */
-    size_t n_train;
-    int adam_t;
-
-    /* Activations, sized for cap_N tokens. */
-    int cap_N;
-    void **allocs;
-    int n_allocs;
-    struct layer_acts *acts; /* L of them, or 1 with recompute / inference */
-    float *resid;            /* [(L+1), N, C] */
-    float *lnf, *rstdf, *lnf_c, *lse, *losses, *weights_c;
-    /* Logits are computed logit_rows rows at a time into `logits`, so a large vocabulary never
-     * needs N×V floats; a forward without targets fills all_logits (N×V) for model_get_logits. */
-    float *logits, *all_logits;
-    int logit_rows, logits_kept;
-    int *correct, *rows, *targets_c, *ids, *pos;
-    float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *dlnf_c;
-
-    float *cos_sin; /* [rope_cap, hd] */
-    int rope_cap;
-
-    /* The last forward. */
-    int N, M, has_targets, backward_ready; /* tokens, weighted target rows */
-    int longest; /* the longest segment */
-    struct attn_segment *segs;
-    int n_segs;
-    int *h_rows, *h_correct;
-    float *h_losses, *token_loss;
-    struct model_stats stats;
-};
 
 const struct model_config *model_get_config(const struct model *m) { return &m->cfg; }
 size_t model_num_params(const struct model *m) { return m->n_params; }
@@ -208,7 +123,7 @@ void model_config_tensors(const struct model_config *cfg,
     free(m.tensors);
 }
 
-static void mod_dims(const struct model *m, int mod, int *in, int *out) {
+void model_mod_dims(const struct model *m, int mod, int *in, int *out) {
     int q = m->NH * m->hd, kv = m->NKV * m->hd;
     switch (mod) {
     case MOD_Q: *in = m->C, *out = q; break;
@@ -226,18 +141,18 @@ static size_t layout_lora(struct model *m) {
         for (int mod = 0; mod < N_MODS; mod++) {
             if (!(m->targets & (1u << mod))) continue;
             int in, out;
-            mod_dims(m, mod, &in, &out);
-            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_A.weight", l, mod_parent[mod],
-                     mod_names[mod]);
+            model_mod_dims(m, mod, &in, &out);
+            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_A.weight", l,
+                     model_mod_parents[mod], model_mod_names[mod]);
             add_tensor(m, name, 2, m->lora_r, in, &cur);
-            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_B.weight", l, mod_parent[mod],
-                     mod_names[mod]);
+            snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.%s.lora_B.weight", l,
+                     model_mod_parents[mod], model_mod_names[mod]);
             add_tensor(m, name, 2, out, m->lora_r, &cur);
         }
     return (size_t)(cur - (float *)NULL);
 }
 
-static struct tensor *find_tensor(const struct model *m, const char *name) {
+struct tensor *model_find_tensor(const struct model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
         if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
     return NULL;
@@ -296,29 +211,6 @@ static void fix_pointers(struct tensor *t, int n, float *base, float *gbase) {
 
 /* ---------------------------------------------------------------- loading ---- */
 
-static int load_base_weights(struct model *m, const struct st_set *set, struct whet_err *err) {
-    float *host = NULL;
-    size_t host_cap = 0;
-    int rc = 0;
-    for (int i = 0; i < m->n_base_tensors && !rc; i++) {
-        struct tensor *t = &m->tensors[i];
-        const struct st_tensor *st;
-        if (st_expect(set, t->name, t->ndim, t->shape, &st, err)) {
-            rc = -1;
-            break;
-        }
-        if (t->numel > host_cap) {
-            free(host);
-            host_cap = t->numel;
-            host = xmalloc(sizeof(float) * host_cap);
-        }
-        rc = st_read_f32(st, host, (int64_t)t->numel, err);
-        if (!rc) m->be->upload(t->ptr, host, sizeof(float) * t->numel);
-    }
-    free(host);
-    return rc;
-}
-
 static void init_lora(struct model *m, uint64_t seed) {
     struct rng r;
     rng_seed(&r, seed);
@@ -333,88 +225,6 @@ static void init_lora(struct model *m, uint64_t seed) {
         free(host);
     }
 }
-
-/* Reads adapter_config.json into the LoRA settings of `m`. */
-static int read_adapter_config(struct model *m, const char *dir, struct whet_err *err) {
-    char *path = xasprintf("%s/adapter_config.json", dir);
-    json_t *root = whet_json_load_file(path, 0, err);
-    int rc = -1;
-    if (!root) goto out;
-    const char *pt = json_string_value(json_object_get(root, "peft_type"));
-    if (pt && strcmp(pt, "LORA")) {
-        whet_errf(err, "%s: peft_type: \"%s\" is not supported (only LORA)", path, pt);
-        goto out;
-    }
-    json_t *r = json_object_get(root, "r"), *alpha = json_object_get(root, "lora_alpha");
-    if (!json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > 4096) {
-        whet_errf(err, "%s: r: expected an integer in [1, 4096]", path);
-        goto out;
-    }
-    if (!json_is_number(alpha) || json_number_value(alpha) <= 0) {
-        whet_errf(err, "%s: lora_alpha: expected a positive number", path);
-        goto out;
-    }
-    json_t *ltt = json_object_get(root, "layers_to_transform");
-    if (ltt && !json_is_null(ltt)) {
-        whet_errf(err, "%s: layers_to_transform: adapters on a subset of layers are not supported", path);
-        goto out;
-    }
-    json_t *tm = json_object_get(root, "target_modules");
-    unsigned targets = 0;
-    if (json_is_string(tm)) {
-        targets = lora_target_from_name(json_string_value(tm));
-    } else if (json_is_array(tm)) {
-        size_t i;
-        json_t *v;
-        json_array_foreach(tm, i, v) {
-            unsigned t = json_is_string(v) ? lora_target_from_name(json_string_value(v)) : 0;
-            if (!t) {
-                whet_errf(err, "%s: target_modules[%zu]: expected one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                               "up_proj, down_proj", path, i);
-                goto out;
-            }
-            targets |= t;
-        }
-    }
-    if (!targets) {
-        whet_errf(err, "%s: target_modules: expected a non-empty list of module names", path);
-        goto out;
-    }
-    m->lora_r = (int)json_integer_value(r);
-    m->lora_alpha = (float)json_number_value(alpha);
-    m->rslora = json_is_true(json_object_get(root, "use_rslora"));
-    m->targets = targets;
-    rc = 0;
-out:
-    json_decref(root);
-    free(path);
-    return rc;
-}
-
-static int load_lora_weights(struct model *m, const char *dir, struct whet_err *err) {
-    char *path = xasprintf("%s/adapter_model.safetensors", dir);
-    struct st_set set;
-    int rc = st_open_file(&set, path, err);
-    free(path);
-    if (rc) return -1;
-    for (int i = m->n_base_tensors; i < m->n_tensors && !rc; i++) {
-        struct tensor *t = &m->tensors[i];
-        const struct st_tensor *st;
-        float *host = xmalloc(sizeof(float) * t->numel);
-        rc = st_expect(&set, t->name, 2, t->shape, &st, err) || st_read_f32(st, host, (int64_t)t->numel, err);
-        if (!rc) m->be->upload(t->ptr, host, sizeof(float) * t->numel);
-        free(host);
-    }
-    /* Every tensor of the file must have been used: a mismatch means another adapter layout. */
-    for (int i = 0; i < set.n_tensors && !rc; i++)
-        if (!find_tensor(m, set.tensors[i].name))
-            rc = whet_errf(err, "%s: tensor \"%s\" does not belong to this model's adapter layout",
-                           set.tensors[i].file, set.tensors[i].name);
-    st_close(&set);
-    return rc ? -1 : 0;
-}
-
-static void ensure_acts(struct model *m, int N);
 
 int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err) {
     *out = NULL;
@@ -437,7 +247,7 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     m->logit_rows = opts->logit_rows > 0 ? opts->logit_rows : (int)((64u << 20) / (unsigned)m->V);
     if (m->logit_rows < 1) m->logit_rows = 1;
     if (opts->adapter_dir) {
-        if (read_adapter_config(m, opts->adapter_dir, err)) goto fail;
+        if (model_io_read_adapter_config(m, opts->adapter_dir, err)) goto fail;
     } else if (opts->train && opts->lora_r > 0) {
         if (!opts->lora_targets || opts->lora_targets & ~(unsigned)LORA_ALL || opts->lora_alpha <= 0) {
             whet_errf(err, "lora: expected target modules and a positive alpha");
@@ -449,19 +259,31 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     m->full_ft = m->train && !m->lora_r;
     if (m->lora_r) m->lora_scale = m->rslora ? m->lora_alpha / sqrtf((float)m->lora_r) : m->lora_alpha / (float)m->lora_r;
 
+    /* The buffers are sized by the memory plan the scheduler sizes jobs with; the tensor layout
+     * must agree with it, or the estimates would drift from what is allocated. */
+    struct mp_plan plan;
+    struct mp_shape shape = {c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads,
+                             c->head_dim, c->vocab_size, c->tie_word_embeddings, c->qkv_bias, c->qk_norm};
+    struct mp_job job = {.train = m->train, .lora_r = m->lora_r, .lora_targets = m->targets,
+                         .recompute = m->recompute, .logit_rows = m->logit_rows, .dtype = MP_F32};
+    mp_plan(&plan, &shape, &job);
     m->n_params = layout_base(m);
     m->n_base_tensors = m->n_tensors;
-    m->params = m->be->alloc(sizeof(float) * m->n_params);
-    if (m->lora_r) {
-        m->n_lora = layout_lora(m);
-        m->lora = m->be->alloc(sizeof(float) * m->n_lora);
+    if (m->lora_r) m->n_lora = layout_lora(m);
+    if (m->n_params != (size_t)plan.n_params || m->n_lora != (size_t)plan.n_lora) {
+        whet_errf(err, "internal error: the tensor layout has %zu base and %zu LoRA values, the memory plan %lld and "
+                       "%lld; update executor/train/plan/model_plan.c with the layout",
+                  m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
+        goto fail;
     }
+    m->params = m->be->alloc((size_t)plan.weights);
+    if (m->lora_r) m->lora = m->be->alloc((size_t)plan.lora);
     if (m->train) {
         m->tp = m->full_ft ? m->params : m->lora;
-        m->n_train = m->full_ft ? m->n_params : m->n_lora;
-        m->grads = m->be->alloc(sizeof(float) * m->n_train);
-        m->adam_m = m->be->alloc(sizeof(float) * m->n_train);
-        m->adam_v = m->be->alloc(sizeof(float) * m->n_train);
+        m->n_train = (size_t)plan.n_trainable;
+        m->grads = m->be->alloc((size_t)plan.gradients);
+        m->adam_m = m->be->alloc((size_t)plan.moments / 2);
+        m->adam_v = m->be->alloc((size_t)plan.moments / 2);
     }
     fix_pointers(m->tensors, m->n_base_tensors, m->params, m->full_ft ? m->grads : NULL);
     fix_pointers(m->tensors + m->n_base_tensors, m->n_tensors - m->n_base_tensors, m->lora,
@@ -469,20 +291,16 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     point_base(m);
     if (m->lora_r) point_lora(m);
 
-    struct st_set set;
-    if (st_open_dir(&set, dir, err)) goto fail;
-    rc = load_base_weights(m, &set, err);
-    st_close(&set);
-    if (rc) goto fail;
+    if (model_io_read_base(m, dir, err)) goto fail;
     if (m->lora_r) {
         if (opts->adapter_dir) {
-            if (load_lora_weights(m, opts->adapter_dir, err)) goto fail;
+            if (model_io_read_lora(m, opts->adapter_dir, err)) goto fail;
         } else {
             init_lora(m, opts->seed);
         }
     }
     if (opts->max_batch_rows > 0 && opts->max_seq_len > 0)
-        ensure_acts(m, opts->max_batch_rows * opts->max_seq_len);
+        model_ensure_acts(m, opts->max_batch_rows * opts->max_seq_len);
     *out = m;
     return 0;
 fail:
@@ -529,7 +347,9 @@ static void *abuf(struct model *m, size_t bytes) {
 #define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n)))
 #define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n)))
 
-static void ensure_acts(struct model *m, int N) {
+/* The buffers of N tokens. executor/train/plan/model_plan.c counts the same list (the scheduler
+ * sizes jobs by it): change both together; unit_model_plan compares them byte for byte. */
+void model_ensure_acts(struct model *m, int N) {
     if (N <= m->cap_N) return;
     free_acts(m);
     m->cap_N = N;
@@ -564,7 +384,7 @@ static void ensure_acts(struct model *m, int N) {
 }
 
 /* cos/sin of every position up to `need` (exclusive), Hugging Face's inv_freq computed in float. */
-static void ensure_rope(struct model *m, int need) {
+void model_ensure_rope(struct model *m, int need) {
     if (need <= m->rope_cap) return;
     int cap = m->rope_cap ? m->rope_cap : 256;
     while (cap < need) cap *= 2;
@@ -632,7 +452,7 @@ static float *pgrad(const struct model *m, const float *p) {
 /* ---------------------------------------------------------------- forward ---- */
 
 /* Everything of layer l up to the attention inputs: ln1, qkv (+LoRA), q/k norm, rope. */
-static void attn_inputs(struct model *m, int l, struct layer_acts *a, const float *x, int N, const int *pos) {
+void model_attn_inputs(struct model *m, int l, struct layer_acts *a, const float *x, int N, const int *pos) {
     const struct backend *be = m->be;
     const struct layer_params *p = &m->layers[l];
     int C = m->C, hd = m->hd, q = m->NH * hd, kv = m->NKV * hd;
@@ -655,7 +475,7 @@ static void attn_inputs(struct model *m, int l, struct layer_acts *a, const floa
 }
 
 /* Where q, k (post-rope) and v live for layer activations a. */
-static void qkv_views(const struct model *m, const struct layer_acts *a, const float **q, int *ldq, const float **k,
+void model_qkv_views(const struct model *m, const struct layer_acts *a, const float **q, int *ldq, const float **k,
                       int *ldk, const float **v) {
     int qd = m->NH * m->hd;
     if (m->cfg.qk_norm) {
@@ -667,7 +487,7 @@ static void qkv_views(const struct model *m, const struct layer_acts *a, const f
 }
 
 /* From the attention output to the layer output: mid = x + o(att); out = mid + mlp(mid). */
-static void attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, const float *x, float *out, int N) {
+void model_attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, const float *x, float *out, int N) {
     const struct backend *be = m->be;
     const struct layer_params *p = &m->layers[l];
     int C = m->C, F = m->F, qd = m->NH * m->hd;
@@ -689,13 +509,13 @@ static void attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, c
 
 static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
     const float *x = m->resid + (size_t)l * N * m->C;
-    attn_inputs(m, l, a, x, N, m->pos);
+    model_attn_inputs(m, l, a, x, N, m->pos);
     const float *q, *k, *v;
     int ldq, ldk;
-    qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
+    model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
     m->be->attention_forward(a->att, a->lse, q, ldq, k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->longest, m->NH,
                              m->NKV, m->hd);
-    attn_outputs_and_mlp(m, l, a, x, m->resid + (size_t)(l + 1) * N * m->C, N);
+    model_attn_outputs_and_mlp(m, l, a, x, m->resid + (size_t)(l + 1) * N * m->C, N);
 }
 
 static struct layer_acts *acts_of(struct model *m, int l) { return &m->acts[m->recompute ? 0 : l]; }
@@ -731,9 +551,9 @@ static int prepare_batch(struct model *m, const struct model_batch *b, struct wh
         free(pos);
         return -1;
     }
-    ensure_acts(m, N);
+    model_ensure_acts(m, N);
     m->longest = longest;
-    ensure_rope(m, max_pos + 1);
+    model_ensure_rope(m, max_pos + 1);
     m->be->upload(m->ids, b->ids, sizeof(int) * (size_t)N);
     m->be->upload(m->pos, pos, sizeof(int) * (size_t)N);
     free(pos);
@@ -833,7 +653,7 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
     if (m->targets & (1u << MOD_O)) lora_backward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], m->datt, qd, dres, C, a->att, qd, N, qd, C);
     const float *q, *k, *v;
     int ldq, ldk;
-    qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
+    model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
     be->zero(m->dqkv, sizeof(float) * (size_t)N * m->QKV);
     float *dq = m->dqkv, *dk = m->dqkv + qd;
     int lddq = m->QKV;
@@ -955,331 +775,29 @@ int model_num_tensors(const struct model *m) { return m->n_tensors; }
 const char *model_tensor_name(const struct model *m, int i) { return i >= 0 && i < m->n_tensors ? m->tensors[i].name : NULL; }
 
 long long model_tensor_numel(const struct model *m, const char *name) {
-    const struct tensor *t = find_tensor(m, name);
+    const struct tensor *t = model_find_tensor(m, name);
     return t ? (long long)t->numel : -1;
 }
 
 int model_get_param(const struct model *m, const char *name, float *out, struct whet_err *err) {
-    const struct tensor *t = find_tensor(m, name);
+    const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
     m->be->download(out, t->ptr, sizeof(float) * t->numel);
     return 0;
 }
 
 int model_set_param(struct model *m, const char *name, const float *in, struct whet_err *err) {
-    const struct tensor *t = find_tensor(m, name);
+    const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
     m->be->upload(t->ptr, in, sizeof(float) * t->numel);
     return 0;
 }
 
 int model_get_grad(const struct model *m, const char *name, float *out, struct whet_err *err) {
-    const struct tensor *t = find_tensor(m, name);
+    const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
     if (!m->train) return whet_errf(err, "model_get_grad: the model was loaded for inference");
     if (t->grad) m->be->download(out, t->grad, sizeof(float) * t->numel);
     else memset(out, 0, sizeof(float) * t->numel);
     return 0;
-}
-
-/* ---------------------------------------------------------------- files ---- */
-
-static int copy_file(const char *from, const char *to, struct whet_err *err) {
-    char *data;
-    size_t len;
-    if (whet_read_file(from, (size_t)1 << 30, &data, &len, err)) return -1;
-    int rc = whet_write_file_atomic(to, data, len, err);
-    free(data);
-    return rc;
-}
-
-int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_err *err) {
-    if (whet_mkdir_p(dir, err)) return -1;
-    const struct backend *be = m->be;
-    char *cfg = model_config_to_json(&m->cfg, bf16 ? "bfloat16" : "float32");
-    char *path = xasprintf("%s/config.json", dir);
-    int rc = whet_write_file_atomic(path, cfg, strlen(cfg), err);
-    free(cfg);
-    free(path);
-    if (rc) return -1;
-    /* Host copy of the base weights, with LoRA merged: W += s * B @ A. */
-    float *host = xmalloc(sizeof(float) * m->n_params);
-    float *merged = NULL;
-    if (m->lora_r) {
-        merged = be->alloc(sizeof(float) * m->n_params);
-        be->copy(merged, m->params, m->n_params);
-        for (int l = 0; l < m->L; l++)
-            for (int mod = 0; mod < N_MODS; mod++) {
-                if (!(m->targets & (1u << mod))) continue;
-                char name[128];
-                snprintf(name, sizeof name, "model.layers.%d.%s.%s.weight", l, mod_parent[mod], mod_names[mod]);
-                const struct tensor *t = find_tensor(m, name);
-                int in, out;
-                mod_dims(m, mod, &in, &out);
-                be->gemm(0, 0, out, in, m->lora_r, m->lora_scale, m->lmods[l][mod].B, m->lora_r, m->lmods[l][mod].A, in,
-                         1.0f, merged + (t->ptr - m->params), in);
-            }
-    }
-    be->download(host, merged ? merged : m->params, sizeof(float) * m->n_params);
-    be->free(merged);
-    struct st_writer w;
-    st_writer_init(&w);
-    st_writer_metadata(&w, "format", "pt");
-    for (int i = 0; i < m->n_base_tensors; i++) {
-        const struct tensor *t = &m->tensors[i];
-        st_writer_add(&w, t->name, t->ndim, t->shape, host + (t->ptr - m->params));
-    }
-    path = xasprintf("%s/model.safetensors", dir);
-    rc = st_writer_write(&w, path, bf16 ? ST_BF16 : ST_F32, err);
-    free(path);
-    st_writer_free(&w);
-    free(host);
-    if (rc) return -1;
-    static const char *const side_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                             "generation_config.json", "chat_template.jinja"};
-    for (size_t i = 0; i < WHET_ARRAY_LEN(side_files) && !rc; i++) {
-        char *from = xasprintf("%s/%s", m->dir, side_files[i]), *to = xasprintf("%s/%s", dir, side_files[i]);
-        if (access(from, R_OK) == 0 && strcmp(m->dir, dir)) rc = copy_file(from, to, err);
-        free(from);
-        free(to);
-    }
-    return rc;
-}
-
-int model_save_adapter(const struct model *m, const char *dir, struct whet_err *err) {
-    if (!m->lora_r) return whet_errf(err, "model_save_adapter: the model has no LoRA adapter");
-    if (whet_mkdir_p(dir, err)) return -1;
-    json_t *targets = json_array();
-    for (int mod = 0; mod < N_MODS; mod++)
-        if (m->targets & (1u << mod)) json_array_append_new(targets, json_string(mod_names[mod]));
-    json_t *alpha = m->lora_alpha == floorf(m->lora_alpha) ? json_integer((json_int_t)m->lora_alpha) : json_real(m->lora_alpha);
-    json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:o, s:f, s:o, s:b, s:s, s:b, s:b, s:b, s:n}", "peft_type", "LORA",
-                             "task_type", "CAUSAL_LM", "base_model_name_or_path", m->dir, "r", m->lora_r, "lora_alpha",
-                             alpha, "lora_dropout", 0.0, "target_modules", targets, "use_rslora", m->rslora, "bias",
-                             "none", "fan_in_fan_out", 0, "inference_mode", 1, "init_lora_weights", 1,
-                             "modules_to_save");
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(root);
-    char *path = xasprintf("%s/adapter_config.json", dir);
-    char *body = xasprintf("%s\n", text);
-    int rc = whet_write_file_atomic(path, body, strlen(body), err);
-    free(text);
-    free(body);
-    free(path);
-    if (rc) return -1;
-    float *host = xmalloc(sizeof(float) * m->n_lora);
-    m->be->download(host, m->lora, sizeof(float) * m->n_lora);
-    struct st_writer w;
-    st_writer_init(&w);
-    st_writer_metadata(&w, "format", "pt");
-    for (int i = m->n_base_tensors; i < m->n_tensors; i++) {
-        const struct tensor *t = &m->tensors[i];
-        st_writer_add(&w, t->name, 2, t->shape, host + (t->ptr - m->lora));
-    }
-    path = xasprintf("%s/adapter_model.safetensors", dir);
-    rc = st_writer_write(&w, path, ST_F32, err);
-    free(path);
-    st_writer_free(&w);
-    free(host);
-    return rc;
-}
-
-int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err *err) {
-    if (!m->lora_r) return whet_errf(err, "%s: the model was loaded without LoRA", dir);
-    struct model probe = {0};
-    probe.L = m->L;
-    if (read_adapter_config(&probe, dir, err)) return -1;
-    if (probe.lora_r != m->lora_r || probe.targets != m->targets)
-        return whet_errf(err, "%s/adapter_config.json: r %d and targets differ from the model's (r %d)", dir, probe.lora_r,
-                         m->lora_r);
-    return load_lora_weights(m, dir, err);
-}
-
-int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err) {
-    if (!m->train) return whet_errf(err, "model_save_optimizer: the model was loaded for inference");
-    float *host = xmalloc(sizeof(float) * m->n_train * 2);
-    m->be->download(host, m->adam_m, sizeof(float) * m->n_train);
-    m->be->download(host + m->n_train, m->adam_v, sizeof(float) * m->n_train);
-    struct st_writer w;
-    st_writer_init(&w);
-    char step[32];
-    snprintf(step, sizeof step, "%d", m->adam_t);
-    st_writer_metadata(&w, "step", step);
-    int64_t shape[1] = {(int64_t)m->n_train};
-    st_writer_add(&w, "exp_avg", 1, shape, host);
-    st_writer_add(&w, "exp_avg_sq", 1, shape, host + m->n_train);
-    int rc = st_writer_write(&w, path, ST_F32, err);
-    st_writer_free(&w);
-    free(host);
-    return rc;
-}
-
-int model_load_optimizer(struct model *m, const char *path, struct whet_err *err) {
-    if (!m->train) return whet_errf(err, "model_load_optimizer: the model was loaded for inference");
-    struct st_set set;
-    if (st_open_file(&set, path, err)) return -1;
-    int64_t shape[1] = {(int64_t)m->n_train};
-    const struct st_tensor *a, *b;
-    const char *step = st_metadata(&set, "step");
-    int rc = -1;
-    if (st_expect(&set, "exp_avg", 1, shape, &a, err) || st_expect(&set, "exp_avg_sq", 1, shape, &b, err)) goto out;
-    if (!step || atoi(step) < 0) {
-        whet_errf(err, "%s: __metadata__.step: missing", path);
-        goto out;
-    }
-    float *host = xmalloc(sizeof(float) * m->n_train);
-    rc = st_read_f32(a, host, shape[0], err);
-    if (!rc) m->be->upload(m->adam_m, host, sizeof(float) * m->n_train);
-    if (!rc) rc = st_read_f32(b, host, shape[0], err);
-    if (!rc) m->be->upload(m->adam_v, host, sizeof(float) * m->n_train);
-    free(host);
-    if (!rc) m->adam_t = atoi(step);
-out:
-    st_close(&set);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- generation ---- */
-
-struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len) {
-    struct kv_cache *c = xcalloc(1, sizeof *c);
-    c->be = m->be;
-    c->n_slots = n_slots, c->max_len = max_len, c->kv_dim = m->NKV * m->hd;
-    c->len = xcalloc((size_t)n_slots, sizeof(int));
-    c->k = xcalloc((size_t)m->L, sizeof(float *));
-    c->v = xcalloc((size_t)m->L, sizeof(float *));
-    size_t per = (size_t)n_slots * max_len * m->NKV * m->hd;
-    for (int l = 0; l < m->L; l++) {
-        c->k[l] = m->be->alloc(sizeof(float) * per);
-        c->v[l] = m->be->alloc(sizeof(float) * per);
-    }
-    c->n_layers = m->L;
-    return c;
-}
-
-void kv_cache_free(struct kv_cache *c) {
-    if (!c) return;
-    for (int l = 0; l < c->n_layers; l++) {
-        c->be->free(c->k[l]);
-        c->be->free(c->v[l]);
-    }
-    free(c->k);
-    free(c->v);
-    free(c->len);
-    free(c);
-}
-
-void kv_cache_clear(struct kv_cache *c, int slot) {
-    if (slot >= 0 && slot < c->n_slots) c->len[slot] = 0;
-}
-
-int kv_cache_len(const struct kv_cache *c, int slot) { return slot >= 0 && slot < c->n_slots ? c->len[slot] : -1; }
-
-int kv_cache_copy_slot(struct kv_cache *c, int dst, int src, struct whet_err *err) {
-    if (dst < 0 || dst >= c->n_slots || src < 0 || src >= c->n_slots)
-        return whet_errf(err, "generation: slot %d or %d is outside [0, %d)", dst, src, c->n_slots);
-    if (dst == src) return 0;
-    /* a slot is max_len rows of kv_dim floats; only its first len rows hold anything */
-    size_t row0_dst = (size_t)dst * c->max_len * c->kv_dim, row0_src = (size_t)src * c->max_len * c->kv_dim;
-    size_t n = (size_t)c->len[src] * c->kv_dim;
-    for (int l = 0; l < c->n_layers; l++) {
-        c->be->copy(c->k[l] + row0_dst, c->k[l] + row0_src, n);
-        c->be->copy(c->v[l] + row0_dst, c->v[l] + row0_src, n);
-    }
-    c->len[dst] = c->len[src];
-    return 0;
-}
-
-/* n tokens, token i appended to slot slots[i]; logits of the tokens listed in out_rows (n_out of
- * them) go to logits[n_out, V] on the host. */
-static int infer(struct model *m, struct kv_cache *c, const int *ids, const int *slots, int n, const int *out_rows,
-                 int n_out, float *logits, struct whet_err *err) {
-    const struct backend *be = m->be;
-    int C = m->C, kvd = m->NKV * m->hd;
-    int *pos = xmalloc(sizeof(int) * (size_t)n), *first = xmalloc(sizeof(int) * (size_t)n),
-        *nctx = xmalloc(sizeof(int) * (size_t)n), *rows = xmalloc(sizeof(int) * (size_t)n);
-    int *added = xcalloc((size_t)c->n_slots, sizeof(int));
-    int rc = 0, max_pos = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        int s = slots[i];
-        if (s < 0 || s >= c->n_slots) rc = whet_errf(err, "generation: slot %d is outside [0, %d)", s, c->n_slots);
-        else if (ids[i] < 0 || ids[i] >= m->V) rc = whet_errf(err, "generation: token id %d is outside the vocabulary", ids[i]);
-        else if (c->len[s] + added[s] >= c->max_len)
-            rc = whet_errf(err, "generation: slot %d is full (%d tokens)", s, c->max_len);
-        else if (c->len[s] + added[s] >= m->cfg.max_position_embeddings)
-            rc = whet_errf(err, "generation: position beyond max_position_embeddings");
-        else if (m->cfg.sliding_window && c->len[s] + added[s] >= m->cfg.sliding_window)
-            rc = whet_errf(err, "generation: sequence longer than the model's sliding window (%d), which this "
-                                "engine does not implement", m->cfg.sliding_window);
-        if (rc) break;
-        pos[i] = c->len[s] + added[s]++;
-        first[i] = s * c->max_len;
-        nctx[i] = pos[i] + 1;
-        rows[i] = first[i] + pos[i];
-        max_pos = pos[i] > max_pos ? pos[i] : max_pos;
-    }
-    if (rc) goto out;
-    ensure_acts(m, n);
-    ensure_rope(m, max_pos + 1);
-    int *d_first = m->rows, *d_nctx = m->targets_c, *d_rows = m->correct;
-    be->upload(m->ids, ids, sizeof(int) * (size_t)n);
-    be->upload(m->pos, pos, sizeof(int) * (size_t)n);
-    be->upload(d_first, first, sizeof(int) * (size_t)n);
-    be->upload(d_nctx, nctx, sizeof(int) * (size_t)n);
-    be->upload(d_rows, rows, sizeof(int) * (size_t)n);
-    float *x = m->resid, *y = m->resid + (size_t)n * C;
-    be->embedding_forward(x, m->ids, m->embed, n, C);
-    struct layer_acts *a = &m->acts[0];
-    for (int l = 0; l < m->L; l++) {
-        attn_inputs(m, l, a, x, n, m->pos);
-        const float *q, *k, *v;
-        int ldq, ldk;
-        qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
-        be->set_rows(c->k[l], d_rows, k, ldk, n, kvd);
-        be->set_rows(c->v[l], d_rows, v, m->QKV, n, kvd);
-        be->attention_cached(a->att, q, ldq, c->k[l], c->v[l], d_first, d_nctx, n, m->NH, m->NKV, m->hd);
-        attn_outputs_and_mlp(m, l, a, x, y, n);
-        float *tmp = x;
-        x = y, y = tmp;
-    }
-    be->rmsnorm_forward(m->lnf, C, m->rstdf, x, C, m->norm, n, 1, C, m->cfg.rms_norm_eps);
-    be->upload(m->rows, out_rows, sizeof(int) * (size_t)n_out);
-    be->gather_rows(m->lnf_c, m->lnf, m->rows, n_out, C);
-    for (int c0 = 0; c0 < n_out; c0 += m->logit_rows) {
-        int R = n_out - c0 < m->logit_rows ? n_out - c0 : m->logit_rows;
-        be->matmul_forward(m->logits, m->V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, m->V, 0.0f);
-        be->download(logits + (size_t)c0 * m->V, m->logits, sizeof(float) * (size_t)R * m->V);
-    }
-    for (int s = 0; s < c->n_slots; s++) c->len[s] += added[s];
-out:
-    free(pos);
-    free(first);
-    free(nctx);
-    free(rows);
-    free(added);
-    return rc;
-}
-
-int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, float *logits,
-                  struct whet_err *err) {
-    if (n < 1) return whet_errf(err, "generation: empty prompt");
-    int *slots = xmalloc(sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) slots[i] = slot;
-    int last = n - 1;
-    int rc = infer(m, c, ids, slots, n, &last, 1, logits, err);
-    free(slots);
-    return rc;
-}
-
-int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n, float *logits,
-                      struct whet_err *err) {
-    if (n < 1) return 0;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < i; j++)
-            if (slots[i] == slots[j]) return whet_errf(err, "generation: slot %d given twice in one step", slots[i]);
-    int *rows = xmalloc(sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) rows[i] = i;
-    int rc = infer(m, c, ids, slots, n, rows, n, logits, err);
-    free(rows);
-    return rc;
 }

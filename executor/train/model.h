@@ -7,8 +7,10 @@
  * gradient norm, clipping and the optimiser step are single loops. Activations are kept per layer
  * (or, with `recompute`, only each layer's input, the rest recomputed during the backward pass);
  * attention keeps no T×T matrix (only a log-sum-exp per row and head), so activation memory grows
- * linearly with the tokens. All math goes through backend.h; this file is the same for the CPU and
- * a GPU. LoRA follows PEFT: W + scale·B·A, A Kaiming-uniform (a=√5), B zero, no dropout.
+ * linearly with the tokens. Three files implement this header around one private layout
+ * (model_internal.h): model.c the model and its math, model_io.c its files, model_generate.c
+ * generation. All their math goes through backend.h; they are the same for the CPU and a GPU.
+ * LoRA follows PEFT: W + scale·B·A, A Kaiming-uniform (a=√5), B zero, no dropout.
  * What this is not: a mixed-precision or multi-device engine (not yet), an implementation of
  * sliding-window attention (a batch that would need it is refused), or an inference server.
  *
@@ -154,7 +156,7 @@ int model_set_param(struct model *m, const char *name, const float *in, struct w
 /* The gradient (zeros for a frozen tensor); fails when the model is not training. */
 int model_get_grad(const struct model *m, const char *name, float *out, struct whet_err *err);
 
-/* ---- files ---- */
+/* ---- files (model_io.c) ---- */
 /* A Hugging Face model dir: config.json, model.safetensors (F32, or BF16 when bf16 != 0), and the
  * tokenizer files copied from the dir the model was loaded from. With LoRA, the adapter is merged
  * into the saved weights. */
@@ -168,7 +170,7 @@ int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err
 int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err);
 int model_load_optimizer(struct model *m, const char *path, struct whet_err *err);
 
-/* ---- generation with a KV cache ---- */
+/* ---- generation with a KV cache (model_generate.c) ---- */
 /* Generation reuses the model's activation buffers: call it between training steps, never between
  * a model_forward and its model_backward. */
 /* Keys and values of up to n_slots sequences of up to max_len tokens each. */

@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grader.h"
+#include "grader_runner.h"
 #include "grpo.h"
 #include "judge.h"
 #include "model.h"

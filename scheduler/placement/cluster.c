@@ -1,5 +1,5 @@
 /* cluster.c - the placement library's model of the fleet: nodes grouped into pools, free resources,
- * tenant usage, the running set, and the fragmentation cache the FGD score reads.
+ * tenant usage, the running set, and the fragmentation cache the FGD score reads (score_fgd.c).
  *
  * Every change to a node goes through node_take / node_give so the pool summaries (how many nodes
  * have k whole GPUs free, how many GPUs have a given share free) and the node's cached
@@ -54,6 +54,8 @@ int64_t pl_slot_mem(const struct pl_job *job, int32_t slot) {
     return pl_share_mem(job, job->alloc.slots[slot].gpu_count);
 }
 
+int64_t pl_job_gpu_milli(const struct pl_job *j) { return (int64_t)(j->gpus > 0 ? j->gpus : 0) * pl_job_milli(j); }
+
 int32_t pl_job_milli(const struct pl_job *job) {
     if (job->gpus <= 0) return 0;
     if (job->gpu_milli <= 0 || job->gpu_milli > PL_MILLI || job->gpus > 1) return PL_MILLI;
@@ -64,38 +66,6 @@ void pl_node_reset_free(struct pl_node *node) {
     for (int i = 0; i < PL_MAX_GPUS_PER_NODE; i++) node->gpu_free_milli[i] = i < node->gpus ? PL_MILLI : 0;
     node->cpu_free_milli = node->cpu_milli;
     node->mem_free_mib = node->mem_mib;
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* Fragmentation (ATC'23 FGD): the GPU share of a node that the expected next job could not use.  */
-
-/* For each typical shape s with frequency p: if s fits the node, the free share of the GPUs too
- * full for s is fragmented; if s does not fit at all (type, CPU, memory, too few GPUs), all of the
- * node's free GPU share is. The sum weighs both by p. Shapes without GPUs are not in the profile. */
-double pl_frag(const struct pl_cluster *c, const struct pl_node *node, const int32_t *free_milli, int64_t cpu_free,
-               int64_t mem_free) {
-    if (node->gpus == 0 || c->n_profile == 0) return 0;
-    int64_t total = 0;
-    for (int g = 0; g < node->gpus; g++) total += free_milli[g];
-    if (total == 0) return 0;
-    double frag = 0;
-    uint64_t type_bit = 1ull << node->gpu_type;
-    for (int32_t s = 0; s < c->n_profile; s++) {
-        const struct pl_shape *sh = &c->profile[s];
-        int fits = (!sh->allowed_types || (sh->allowed_types & type_bit)) && cpu_free >= sh->cpu_milli &&
-                   mem_free >= sh->mem_mib;
-        int64_t stranded = 0;
-        if (fits) {
-            int ok = 0;
-            for (int g = 0; g < node->gpus; g++) {
-                if (free_milli[g] >= sh->gpu_milli) ok++;
-                else stranded += free_milli[g];
-            }
-            fits = ok >= sh->gpus;
-        }
-        frag += sh->weight * (double)(fits ? stranded : total);
-    }
-    return frag;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -143,7 +113,7 @@ void pl_node_apply(struct pl_cluster *c, int32_t ni, uint32_t mask, int32_t mill
     n->cpu_free_milli -= sign * cpu;
     n->mem_free_mib -= sign * mem;
     pool_account(c, ni, +1);
-    if (c->cfg.scorer == PL_SCORE_FGD) node_refresh_frag(c, ni);
+    if (c->scores.frag_cache) node_refresh_frag(c, ni);
     int64_t gpu = (int64_t)count * milli * sign;
     c->used_gpu_milli += gpu;
     if (tenant >= 0 && tenant < c->n_tenants) {
@@ -197,6 +167,7 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     struct pl_cluster *c = calloc(1, sizeof *c);
     if (!c) abort();
     c->cfg = *cfg;
+    pl_scores_init(&c->scores, cfg);
     c->n_nodes = n_nodes;
     size_t nn = (size_t)(n_nodes ? n_nodes : 1);
     c->nodes = malloc(nn * sizeof *c->nodes);

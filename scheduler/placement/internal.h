@@ -1,4 +1,5 @@
-/* internal.h - what cluster.c and schedule.c share inside the placement library (not public). */
+/* internal.h - what the files of the placement library share (not public): the cluster's state, the
+ * score plugin interface, and each stage's entry points (schedule.c lists the stages and files). */
 #ifndef WHET_PLACEMENT_INTERNAL_H
 #define WHET_PLACEMENT_INTERNAL_H
 
@@ -48,8 +49,54 @@ struct pl_entry {
     int32_t level;                                /* LAS level */
 };
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Score plugins (score.c)                                                                         */
+
+/* What a score sees: node ni would give the job k GPUs of share milli (the GPUs in mask), cpu and
+ * memory. */
+struct pl_score_args {
+    int32_t ni, k, milli;
+    int64_t cpu, mem;
+    uint32_t mask;
+    int64_t gpu_free;                             /* the node's free GPU share before (milli) */
+};
+
+struct pl_cluster;
+struct pl_score_plugin {
+    const char *name;
+    double (*node)(const struct pl_cluster *c, const struct pl_score_args *a); /* higher is better */
+    /* The score of giving a share of one GPU on GPU g of node n (higher is better): used when the
+     * plugin leads its list. */
+    double (*gpu)(const struct pl_cluster *c, const struct pl_node *n, int g, const struct pl_score_args *a);
+    int lowest_index;                             /* the score only falls with the node index */
+    int frag_cache;                               /* reads c->frag: the cluster keeps it current */
+};
+
+extern const struct pl_score_plugin pl_score_first_fit, pl_score_best_fit, pl_score_fgd;
+
+#define PL_MAX_SCORES 4
+struct pl_scores {
+    int32_t n;
+    struct {
+        const struct pl_score_plugin *plugin;
+        double weight;
+    } e[PL_MAX_SCORES];
+    int lowest_index;                             /* one plugin whose score falls with the index:
+                                                     the first feasible node wins */
+    int frag_cache;                               /* some plugin reads c->frag */
+};
+
+/* What the node filters ask of a node for one job. */
+struct pl_node_ask {
+    const struct pl_job *job;
+    int32_t k, milli;                             /* GPUs and the share of each */
+    int64_t cpu, mem;
+    double now;
+};
+
 struct pl_cluster {
     struct pl_config cfg;
+    struct pl_scores scores;                      /* the score list cfg.scorer names */
     struct pl_node *nodes;
     int32_t n_nodes;
     int32_t *node_pool;
@@ -132,5 +179,51 @@ void pl_node_apply(struct pl_cluster *c, int32_t ni, uint32_t mask, int32_t mill
 void pl_alloc_take(struct pl_cluster *c, struct pl_job *job, int sign);
 void pl_running_add(struct pl_cluster *c, struct pl_job *job);
 double pl_tenant_share_with(const struct pl_cluster *c, int32_t t, int64_t gpu, int64_t cpu, int64_t mem);
+int64_t pl_job_gpu_milli(const struct pl_job *j);
+
+static inline struct pl_node_ask pl_node_ask_of(const struct pl_job *j, double now) {
+    return (struct pl_node_ask){j, j->gpus > 0 ? j->gpus : 0, pl_job_milli(j), j->cpu_milli, j->mem_mib, now};
+}
+
+/* schedule.c */
+int32_t pl_las_level(const struct pl_cluster *c, const struct pl_job *j);
+struct pl_decision *pl_decision_add(struct pl_cluster *c, enum pl_action action, struct pl_job *job);
+
+/* queue.c: queue sort */
+void pl_update_fair_share(struct pl_cluster *c, int32_t n);
+int32_t pl_queue_sort(struct pl_cluster *c, int32_t n);
+int32_t pl_next_fair(struct pl_cluster *c, int32_t n_groups);
+
+/* filter.c: filter */
+enum pl_filter pl_pool_filter(const struct pl_cluster *c, const struct pl_pool *p, const struct pl_job *j);
+int pl_filter_pools(const struct pl_cluster *c, const struct pl_job *j, enum pl_filter *pool_ok); /* 1: any OK */
+int pl_pool_may_fit(const struct pl_pool *p, int32_t gpus, int32_t milli, int one_node);
+int pl_node_held_for_other(const struct pl_cluster *c, int32_t ni, const struct pl_job *j, double now);
+enum pl_filter pl_node_filter(const struct pl_cluster *c, int32_t ni, const struct pl_node_ask *a);
+void pl_explain(const struct pl_cluster *c, const struct pl_job *j, double now, struct pl_reason *why,
+                const enum pl_filter *pool_ok);
+
+/* score.c: score (and score_*.c) */
+void pl_scores_init(struct pl_scores *s, const struct pl_config *cfg);
+double pl_node_score(const struct pl_cluster *c, int32_t ni, int32_t k, int32_t milli, int64_t cpu, int64_t mem,
+                     uint32_t *mask);
+double pl_node_score_memo(struct pl_cluster *c, int32_t ni, int32_t k, int32_t milli, int64_t cpu, int64_t mem,
+                          uint32_t *mask);
+
+/* pick.c: pick */
+int32_t pl_nodes_to_score(const struct pl_cluster *c);
+int32_t pl_gang_pick(const struct pl_pool *p, const int32_t *room, int32_t gpus, int32_t *pos, int32_t *take);
+int pl_try_place(struct pl_cluster *c, const struct pl_job *j, double now, struct pl_alloc *out, struct pl_reason *why,
+                 enum pl_filter *pool_ok);
+void pl_commit_place(struct pl_cluster *c, struct pl_job *j, const struct pl_alloc *a, double now);
+
+/* preempt.c: post-filter */
+int pl_has_nomination(const struct pl_cluster *c, const struct pl_job *j, double now);
+int pl_fits_after_stopping(struct pl_cluster *c, const struct pl_job *j, double now, const enum pl_filter *pool_ok);
+int pl_preempt(struct pl_cluster *c, struct pl_job *j, double now, const enum pl_filter *pool_ok);
+
+/* reserve.c, elastic.c */
+void pl_reserve_for_head(struct pl_cluster *c, const struct pl_job *j, double now, const enum pl_filter *pool_ok);
+void pl_grow_elastic(struct pl_cluster *c, double now);
 
 #endif

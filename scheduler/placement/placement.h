@@ -1,7 +1,8 @@
 /* placement.h - the scheduler's brain: where each job runs, which jobs wait and why, who is preempted.
  *
- * A pure library (libc and libm only: no I/O, no clock, no threads). The scheduler service and
- * `whet sim` run exactly this code. The shape of a cycle follows the Kubernetes scheduling framework:
+ * A pure library (libc, libm and, for sizing, the engine's pure memory plan: no I/O, no clock, no
+ * threads). The scheduler service and `whet sim` run exactly this code. The shape of a cycle follows
+ * the Kubernetes scheduling framework (schedule.c names the file of each stage):
  *
  *     queue sort -> per job: filter pools and nodes -> score -> pick -> (blocked) preempt / reserve
  *                -> backfill behind the reservation -> grow elastic jobs into what is left idle

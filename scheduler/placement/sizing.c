@@ -1,9 +1,13 @@
 /* sizing.c - the memory estimate of a fine-tuning job and the gang it needs (see sizing.h for the
- * formula and why each term is there). */
+ * formula and why each term is there). The bytes come from the engine's own memory plan
+ * (executor/train/plan/model_plan.h): placement depends on that one pure file, the model's math,
+ * which the engine allocates by, so an estimate cannot drift from what a trainer holds. */
 #include "sizing.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "model_plan.h"
 
 #define MIB (1024 * 1024)
 #define EMPTY_FLEET_DEVICE_MIB (80 * 1024) /* an H100/A100-80GB, what a GPU fleet most often has */
@@ -36,46 +40,39 @@ static struct sz_model full_shape(const struct sz_model *m) {
 
 void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const struct sz_job *job) {
     struct sz_model s = full_shape(model);
-    int64_t C = s.hidden, F = s.intermediate, L = s.layers, V = s.vocab;
-    int64_t Q = (int64_t)s.heads * s.head_dim, KV = (int64_t)s.kv_heads * s.head_dim, QKV = Q + 2 * KV;
     int64_t batch = job->batch_size > 0 ? job->batch_size : SZ_DEFAULT_BATCH;
     int64_t seq = job->max_seq_len > 0 ? job->max_seq_len : SZ_DEFAULT_SEQ_LEN;
     int64_t group = job->group_size > 0 ? job->group_size : SZ_DEFAULT_GROUP_SIZE;
-    int64_t r = job->lora_r > 0 ? job->lora_r : SZ_DEFAULT_LORA_R;
-    uint32_t targets = job->lora_targets ? job->lora_targets & SZ_LORA_ALL : SZ_LORA_ALL;
+    int64_t sequences = job->method == SZ_DPO ? 2 : job->method == SZ_GRPO ? group : 1;
+    /* sizing.h's bits are model_plan.h's: q k v o gate up down. */
+    struct mp_shape shape = {s.hidden, s.intermediate, s.layers, s.heads, s.kv_heads, s.head_dim, s.vocab, 0, 0, 0};
+    struct mp_job mj = {
+        .train = 1,
+        .method = job->method == SZ_DPO ? MP_DPO : job->method == SZ_GRPO ? MP_GRPO : MP_SFT,
+        .lora_r = job->full_ft ? 0 : job->lora_r > 0 ? job->lora_r : SZ_DEFAULT_LORA_R,
+        .lora_targets = job->lora_targets ? job->lora_targets & SZ_LORA_ALL : SZ_LORA_ALL,
+        .rows = sequences, /* one example */
+        .seq_len = seq,
+        .dtype = MP_F32,
+    };
+    struct mp_plan plan;
+    mp_plan(&plan, &shape, &mj);
 
     memset(out, 0, sizeof *out);
     out->batch = (int32_t)batch;
-    out->weights = SZ_BYTES_PER_VALUE * s.n_params;
-
-    int64_t lora_per_token = 0; /* x·Aᵀ values kept per token, all layers */
-    if (job->full_ft) {
-        /* The f32 weights are the trainable copy; gradients and the two moments mirror them. */
-        out->state = 3 * SZ_BYTES_PER_VALUE * s.n_params;
-        if (job->method != SZ_SFT) out->reference = SZ_BYTES_PER_VALUE * s.n_params;
-    } else {
-        /* in + out of each projection: q C->Q, k and v C->KV, o Q->C, gate and up C->F, down F->C */
-        const int64_t io[7] = {C + Q, C + KV, C + KV, Q + C, C + F, C + F, F + C};
-        int64_t per_layer = 0;
-        for (int i = 0; i < 7; i++)
-            if (targets & (1u << i)) {
-                per_layer += r * io[i];
-                lora_per_token += r;
-            }
-        /* the adapter itself, its gradient and two moments */
-        out->state = 4 * SZ_BYTES_PER_VALUE * per_layer * L;
-        lora_per_token *= L;
-    }
-
-    int64_t sequences = job->method == SZ_DPO ? 2 : job->method == SZ_GRPO ? group : 1;
-    int64_t layer_saved = 4 * C + QKV + Q + 3 * F;
-    int64_t grad_buffers = 2 * C + QKV + Q + 3 * F;
-    int64_t per_token = L * layer_saved + grad_buffers + 3 * C + lora_per_token;
-    out->activations_per_example = SZ_BYTES_PER_VALUE * per_token * seq * sequences;
-    int64_t logit_values = seq * sequences * V;
-    if (logit_values > SZ_LOGIT_CHUNK_VALUES) logit_values = SZ_LOGIT_CHUNK_VALUES;
-    out->logits_max = SZ_BYTES_PER_VALUE * logit_values;
-    if (job->method == SZ_GRPO) out->kv_per_example = SZ_BYTES_PER_VALUE * 2 * L * KV * seq * sequences;
+    /* The base's parameter count is the model's own (config.json may leave out biases, norms or a
+     * tied head); the plan gives the bytes each parameter takes. */
+    out->weights = plan.weights / plan.n_params * s.n_params; /* full_shape gives a layer and a width */
+    int64_t train_state = plan.gradients + plan.moments + plan.master;
+    if (job->full_ft) /* the weights are the trainable values: the state mirrors them */
+        out->state = plan.n_trainable > 0 ? train_state / plan.n_trainable * s.n_params : 0;
+    else
+        out->state = plan.lora + train_state;
+    if (plan.reference) out->reference = out->weights;
+    out->activations_per_example = plan.activations;
+    out->logits_max = plan.logits;
+    out->rope = plan.rope;
+    if (job->method == SZ_GRPO) out->kv_per_example = mp_kv_cache_bytes(&shape, sequences, seq, MP_F32);
 }
 
 int64_t sz_per_device_bytes(const struct sz_estimate *e, int32_t n) {
@@ -83,7 +80,7 @@ int64_t sz_per_device_bytes(const struct sz_estimate *e, int32_t n) {
     int64_t sharded = (e->weights + e->state + e->reference + n - 1) / n;
     int64_t examples = (e->batch + n - 1) / n;
     if (examples < 1) examples = 1;
-    int64_t train = e->activations_per_example * examples + e->logits_max;
+    int64_t train = e->activations_per_example * examples + e->logits_max + e->rope;
     int64_t rollout = e->kv_per_example * examples;
     return sharded + (train > rollout ? train : rollout) + (int64_t)SZ_DEVICE_OVERHEAD_MIB * MIB;
 }

@@ -2,33 +2,28 @@
  * needs, from the base model's shape, the method and the batch. Tenants never pick machines; the
  * scheduler asks this library for a gang size and a minimum device memory and hands those to placement.
  *
- * Pure logic (libc only: no I/O, no clock), like the rest of scheduler/placement.
+ * Pure logic (libc and the engine's pure memory plan only: no I/O, no clock), like the rest of
+ * scheduler/placement.
  *
  * The estimate (bytes, before splitting over a gang of n devices)
  * -------------------------------------------------------------------------------------------------
- * whet's training engine keeps everything in f32 (executor/train/model.h: weights "kept as f32";
- * gradients, AdamW moments and activations are f32 too), so every value is SZ_BYTES_PER_VALUE = 4.
+ * The engine's memory plan (executor/train/plan/model_plan.h, the numbers model.c allocates by, f32
+ * everywhere) gives every term for the model's shape:
  *
- *   weights      4·P                                   P = parameters of the base model
- *   state        16·T for the trainable values T:      its f32 copy (4, already in `weights` when
- *                  full fine-tuning: T = P               T = P), gradient (4), AdamW m and v (4 + 4)
- *                  LoRA: T = r·Σ(in + out) of each targeted projection, per layer
- *   reference    4·P for full-fine-tuning DPO and GRPO: a frozen copy of the base (DPO loads it beside
- *                the policy to compute its reference table; GRPO's KL term reads it every step). With
- *                LoRA the reference is the base with the adapter switched off: no copy.
- *   activations  per token: L·A + G + 3·C values, where (executor/train/model.c, ensure_acts)
- *                  A = 4·C + QKV + Q + 3·F   one layer's saved tensors: ln1, mid, ln2 and the residual
- *                                            (C each), qkv (QKV = Q + 2·KV), attention output (Q),
- *                                            gate|up (2·F) and silu(gate)·up (F); attention itself
- *                                            keeps only a log-sum-exp per head (flash style), no T×T
- *                  G = 2·C + QKV + Q + 3·F   the gradient buffers, one set shared by every layer
- *                  3·C                       final residual, final norm and its copy
- *                plus r values per targeted projection and layer for LoRA (x·Aᵀ), and the logits,
- *                which the engine computes in chunks of at most 64 Mi values (256 MiB).
- *                Tokens: max_seq_len per sequence; an example is 1 sequence (SFT), 2 (DPO: chosen and
- *                rejected) or group_size (GRPO: the completions of one prompt).
- *   KV cache     GRPO rollouts: 2·L·KV values per token of every sequence being generated. Rollouts
- *                and the training pass do not overlap, so a device needs the larger of the two.
+ *   weights      the base parameters (P of them, as the model reports: 4·P)
+ *   state        what training adds for the trainable values T: gradients and AdamW m and v (12·T),
+ *                  full fine-tuning: T = P; LoRA: T = r·Σ(in + out) of each targeted projection per
+ *                  layer, plus the adapter itself (16·T in all)
+ *   reference    the weights again for full-fine-tuning DPO and GRPO: a frozen copy of the base (DPO
+ *                loads it beside the policy to compute its reference table; GRPO's KL term reads it
+ *                every step). With LoRA the reference is the base with the adapter switched off: no copy.
+ *   activations  the plan's buffers per token (each layer's saved tensors, one set of gradient
+ *                buffers, the residual stream) times the tokens of one example: max_seq_len per
+ *                sequence, 1 sequence (SFT), 2 (DPO: chosen and rejected) or group_size (GRPO: the
+ *                completions of one prompt); plus the logits chunk (at most 64 Mi values) and the
+ *                RoPE table
+ *   KV cache     GRPO rollouts: the plan's KV cache for the sequences being generated. Rollouts and
+ *                the training pass do not overlap, so a device needs the larger of the two.
  *   overhead     SZ_DEVICE_OVERHEAD_MIB per device: CUDA context, cuBLAS workspace, NCCL buffers.
  *
  * A gang of n devices shards the weights, state and reference (ZeRO-3 / FSDP: each device holds 1/n)
@@ -49,10 +44,8 @@
 
 #include <stdint.h>
 
-#define SZ_BYTES_PER_VALUE 4            /* f32 everywhere, as the engine keeps them */
 #define SZ_DEVICE_OVERHEAD_MIB 2048     /* CUDA context (~0.5 GiB), cuBLAS workspace, NCCL buffers */
 #define SZ_USABLE_FRACTION 0.9          /* of a device's memory a job may plan to use */
-#define SZ_LOGIT_CHUNK_VALUES (64 << 20) /* the engine's largest logits chunk (model.c logit_rows) */
 #define SZ_MAX_GANG 1024                /* the largest gang the estimate searches */
 
 /* Defaults where a job leaves a setting to whet: the trainer's own (scheduler/service manifest). */
@@ -103,6 +96,7 @@ struct sz_estimate {
     int64_t activations_per_example; /* training pass of one example (all its sequences) */
     int64_t kv_per_example;    /* GRPO rollout KV cache of one example (0 otherwise) */
     int64_t logits_max;        /* the largest logits chunk */
+    int64_t rope;              /* the RoPE table for max_seq_len positions */
     int32_t batch;             /* examples per step, defaults applied */
 };
 

@@ -144,8 +144,8 @@ static uint64_t mask_of(json_t *array, struct names *t) {
 /* What every job carries into placement: tenant, priority, arrival, and the types and regions its
  * `whet` extension allows. Its size is set apart: from its attempt when it runs, by sizing when it
  * waits. */
-static void job_request(struct pl_job *j, struct snapshot *s, const char *tenant_id, json_t *whet, int priority,
-                        double created_at, uint64_t id) {
+static void placement_job_init(struct pl_job *j, struct snapshot *s, const char *tenant_id, json_t *whet,
+                               int priority, double created_at, uint64_t id) {
     j->id = id;
     j->tenant = name_id(&s->tenant_ids, tenant_id);
     j->priority = priority;
@@ -287,8 +287,8 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         if (node < 0) continue; /* its node is being declared lost */
         struct pl_job *j = &s->running[s->n_running];
         /* A running job holds what its attempt holds, wherever that is: no type or region filter. */
-        job_request(j, s, PQgetvalue(res, i, 4), NULL, atoi(PQgetvalue(res, i, 5)), atof(PQgetvalue(res, i, 6)),
-                    (uint64_t)atoll(PQgetvalue(res, i, 7)));
+        placement_job_init(j, s, PQgetvalue(res, i, 4), NULL, atoi(PQgetvalue(res, i, 5)),
+                           atof(PQgetvalue(res, i, 6)), (uint64_t)atoll(PQgetvalue(res, i, 7)));
         uint16_t mask = (uint16_t)atoi(PQgetvalue(res, i, 3));
         j->gpus = __builtin_popcount(mask);
         j->alloc.n_slots = 1;
@@ -317,8 +317,8 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     s->sized = xcalloc((size_t)s->n_queued + 1, sizeof *s->sized);
     for (int i = 0; i < s->n_queued; i++) {
         json_t *whet = json_loads(PQgetvalue(res, i, 2), 0, NULL), *method = json_loads(PQgetvalue(res, i, 6), 0, NULL);
-        job_request(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
-                    atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
+        placement_job_init(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
+                           atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
         size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8));
         json_decref(whet);
         json_decref(method);

@@ -19,7 +19,7 @@ env -u WHET_DATABASE_URL -u WHET_OBJECT_STORE "$whet" up --data-dir "$dir" --htt
 up_pid=$!
 for _ in $(seq 600); do grep -qs "whet: ready" "$dir/up.out" && break; sleep 0.1; done
 export WHET_DATA_DIR=$dir
-key=$("$whet" tenant create bench 2>/dev/null | sed -n 's/^api key: //p')
+key=$("$whet" tenant create bench 2>/dev/null)
 file=$(curl -s -H "Authorization: Bearer $key" "http://$http/v1/files" -F purpose=fine-tune \
   -F file=@tests/fixtures/sft/train.jsonl | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 

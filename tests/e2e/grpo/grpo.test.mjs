@@ -38,7 +38,7 @@ const dump = (t) => t.after(() => { if (t.passed === false) console.error(log.sp
 await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
   .catch((e) => { console.error(log); throw e; });
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'rft').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'rft').trim();
 const base = `http://127.0.0.1:${httpPort}`;
 const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
 

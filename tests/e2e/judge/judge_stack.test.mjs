@@ -36,7 +36,7 @@ test.after(() => {
 await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
   .catch((e) => { console.error(log); throw e; });
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'judged').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'judged').trim();
 const client = new OpenAI({ apiKey: key, baseURL: `http://127.0.0.1:${httpPort}/v1`, maxRetries: 2 });
 
 const lines = ['red', 'blue', 'green', 'white'].map((w) => JSON.stringify({

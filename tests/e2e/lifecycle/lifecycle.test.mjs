@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, holdTrainer, releaseWhenSignalled } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -34,7 +34,7 @@ up.stderr.on('data', (d) => { log = (log + d).slice(-30000); });
 await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
   .catch((e) => { console.error(log); throw e; });
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'life').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'life').trim();
 const client = new OpenAI({ apiKey: key, baseURL: `http://127.0.0.1:${httpPort}/v1`, maxRetries: 2 });
 test.after(() => {
   up.kill('SIGTERM');
@@ -56,45 +56,13 @@ const messages = async (id) => {
   return out;
 };
 
-// Each case is driven by state, not by speed: once a trainer has done a step it is held (SIGSTOP), so it
-// cannot finish however fast the CPU, and it is continued only when the executor's SIGTERM (pause,
-// cancel, preemption) is pending on it; then it checkpoints and stops.
-const trainerDir = (id) => path.join(work, 'executors', 'executor-1', 'jobs', `${id}-1`);
-const trainerPids = (id) => {
-  try {
-    return execFileSync('pgrep', ['-f', `train --config ${trainerDir(id)}/trainer.json`], { encoding: 'utf8' })
-      .trim().split('\n').map(Number);
-  } catch { return []; } // pgrep: no such process
-};
-const stepsWritten = (id) => {
-  try { return fs.readFileSync(path.join(trainerDir(id), 'out', 'metrics.jsonl'), 'utf8').split('\n').length - 1; }
-  catch { return 0; }
-};
-// SIGTERM (15) among the signals pending on a process (ShdPnd: process-directed, a hex mask of bit n-1);
-// a process that is gone counts as signalled.
-const sigtermPending = (pid) => {
-  let st;
-  try { st = fs.readFileSync(`/proc/${pid}/status`, 'utf8'); } catch { return true; }
-  const m = st.match(/^ShdPnd:\s*([0-9a-f]+)/m);
-  return m && (BigInt(`0x${m[1]}`) & (1n << 14n)) !== 0n;
-};
-const holdAfterFirstStep = async (t, id) => {
-  const pids = await until(`job ${id}'s trainer after its first step`,
-                           () => { const p = stepsWritten(id) > 0 ? trainerPids(id) : []; return p.length && p; },
-                           300000, 5);
-  for (const pid of pids) process.kill(pid, 'SIGSTOP');
-  t.after(() => { for (const pid of pids) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ } });
-  return pids;
-};
-const releaseWhenSignalled = async (pids) => {
-  await until('the stop to reach the held trainer', () => pids.every(sigtermPending));
-  for (const pid of pids) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
-};
+// The trainer of a job's first attempt on the one executor (tests/e2e/lib.mjs holds it while the test acts).
+const jobDir = (id) => path.join(work, 'executors', 'executor-1', 'jobs', `${id}-1`);
 
 test('pause checkpoints and stops a running job; resume continues it to the end', async (t) => {
   dump(t);
   const job = await create({ max_steps: 30, checkpoint_every_steps: 5 });
-  const pids = await holdAfterFirstStep(t, job.id);
+  const pids = await holdTrainer(t, jobDir(job.id));
   const paused = await client.fineTuning.jobs.pause(job.id);
   await releaseWhenSignalled(pids);
   assert.ok(['running', 'paused'].includes(paused.status));
@@ -110,7 +78,7 @@ test('pause checkpoints and stops a running job; resume continues it to the end'
 test('cancel stops a running job for good', async (t) => {
   dump(t);
   const job = await create({ max_steps: 500, checkpoint_every_steps: 50 });
-  const pids = await holdAfterFirstStep(t, job.id);
+  const pids = await holdTrainer(t, jobDir(job.id));
   await client.fineTuning.jobs.cancel(job.id);
   await releaseWhenSignalled(pids);
   await until('cancelled', async () => (await status(job.id)) === 'cancelled');
@@ -121,7 +89,7 @@ test('cancel stops a running job for good', async (t) => {
 test('a high-priority job preempts a low-priority one, which resumes and finishes', async (t) => {
   dump(t);
   const low = await create({ max_steps: 80, checkpoint_every_steps: 5, priority: 0 });
-  const pids = await holdAfterFirstStep(t, low.id);
+  const pids = await holdTrainer(t, jobDir(low.id));
   const high = await create({ max_steps: 5, checkpoint_every_steps: 5, priority: 10 });
   await releaseWhenSignalled(pids);
   await until('high succeeded', async () => (await status(high.id)) === 'succeeded');

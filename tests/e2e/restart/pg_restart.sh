@@ -27,7 +27,7 @@ up_pid=$!
 for _ in $(seq 600); do grep -qs "whet: ready" "$dir/up.out" && break; sleep 0.1; done
 grep -q "whet: ready" "$dir/up.out" || { tail -n 30 "$dir/up.err" >&2; exit 1; }
 export WHET_DATA_DIR=$dir
-key=$("$WHET_BIN" tenant create pgr 2>/dev/null | sed -n 's/^api key: //p')
+key=$("$WHET_BIN" tenant create pgr 2>/dev/null)
 api() { curl -sS -H "Authorization: Bearer $key" "$@"; }
 file=$(api "http://$http/v1/files" -F purpose=fine-tune -F file=@"$WHET_SOURCE_DIR/tests/fixtures/sft/train.jsonl" | json "['id']")
 job=$(api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \

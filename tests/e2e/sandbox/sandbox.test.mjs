@@ -52,7 +52,7 @@ const exDir = path.join(work, 'ex');
 const executor = start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:2:80',
                    '--work-dir', exDir, '--trainer', TRAINER]);
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'sbx').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'sbx').trim();
 const base = `http://127.0.0.1:${httpPort}`;
 const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
 

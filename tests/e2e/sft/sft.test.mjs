@@ -1,7 +1,7 @@
 // The product end to end, as a tenant meets it: `whet up` with a scheduler and two executors in two
 // data centers (simulated H100s whose training runs on the CPU), the official OpenAI SDK uploading a
-// dataset and running SFT jobs on whet-tiny, and the failures a fleet sees: an executor killed with
-// SIGKILL mid-training, pause and resume, cancel.
+// dataset (with a byte-order mark and CRLF line ends) and running SFT jobs on whet-tiny, and the
+// failures a fleet sees: an executor killed with SIGKILL mid-training, pause and resume, cancel.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, holdTrainer, trainerCheckpointed } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -48,7 +48,7 @@ const executors = {
                                '--work-dir', path.join(work, 'ex-b')]),
 };
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const key = whet('tenant', 'create', 'e2e').match(/api key: (\S+)/)[1];
+const key = whet('tenant', 'create', 'e2e').trim();
 const adminToken = whet('token', '--admin').trim();
 const base = `http://127.0.0.1:${httpPort}`;
 const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 });
@@ -75,7 +75,10 @@ async function allEvents(id) {
   return events;
 }
 
-const training = await client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')), purpose: 'fine-tune' });
+// Uploaded as a Windows editor saves it (a UTF-8 byte-order mark, CRLF line ends): the gateway and the
+// trainer read the same examples.
+const windowsText = `\ufeff${fs.readFileSync(path.join(FIXTURES, 'sft', 'train.jsonl'), 'utf8').replace(/\n/g, '\r\n')}`;
+const training = await client.files.create({ file: new File([windowsText], 'train.jsonl'), purpose: 'fine-tune' });
 const sftMethod = { type: 'supervised', supervised: { hyperparameters: { n_epochs: 50, batch_size: 2, learning_rate_multiplier: 5 } } };
 
 let first;
@@ -145,6 +148,10 @@ test('SIGKILL of the executor running a job: it resumes elsewhere from its last 
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id, method: sftMethod,
                                                     whet: { max_steps: 60, checkpoint_every_steps: 5 } });
+  // Held once it has published a checkpoint, so the job cannot finish before its executor dies.
+  const jobDir = await until('the job to start', () => ['ex-a', 'ex-b'].map((ex) => path.join(work, ex, 'jobs', `${job.id}-1`))
+                                                                     .find((d) => fs.existsSync(d)), 300000, 20);
+  await holdTrainer(t, jobDir, trainerCheckpointed);
   await until('a checkpoint', async () => (await client.fineTuning.jobs.checkpoints.list(job.id)).data.length > 0, 300000, 300);
   const nodes = await (await fetch(`${base}/admin/v1/nodes`, { headers: { authorization: `Bearer ${adminToken}` } })).json();
   const node = nodes.data.find((n) => n.running_jobs.includes(job.id));

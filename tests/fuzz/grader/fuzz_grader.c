@@ -1,9 +1,9 @@
-/* fuzz_grader.c - libFuzzer target for the grader language: grader_parse (and running what parses),
+/* fuzz_grader.c - libFuzzer target for the grader library: grader_validate (and grading what parses),
  * the calculate_output parser and evaluator, templates and the text_similarity metrics.
  *
  * The first byte picks what the rest is:
- *   0  a grader JSON object: parsed; one that parses is run on a fixed sample and item, unless it
- *      mentions "python" (a sandboxed python per input would make the fuzzer crawl)
+ *   0  a grader JSON object: validated; one that is valid is graded on a fixed sample and item (the
+ *      pure library: python and model graders answer "not supported" without a runner's hooks)
  *   1  a calculate_output formula over the names a, b, c: parsed and evaluated
  *   2  "hyp\nref": every metric, each of which must land in [0, 1], and hyp rendered as a template
  * Anything else is answered with an error, never a crash, a leak or undefined behaviour. */
@@ -19,21 +19,20 @@ static void fuzz_grader_json(const char *text) {
     if (!j) return;
     struct grader *g;
     struct whet_err err;
-    if (grader_parse(j, NULL, &g, &err) == 0) {
-        if (!strstr(text, "python")) {
-            json_t *sample = grader_sample_from_text("{\"answer\": \"42\", \"list\": [1, 2]}");
-            json_t *item = json_pack("{s:s, s:{s:s}}", "answer", "42", "nested", "field", "the cat sat");
-            struct grader_result res;
-            if (grader_run(g, NULL, sample, item, &res, &err) == 0) {
-                json_decref(grader_result_openai_json(g, &res));
-                grader_result_free(&res);
-            }
-            json_decref(sample);
-            json_decref(item);
+    char param[256];
+    if (grader_validate(j, NULL, &g, param, sizeof param, &err) == 0) {
+        json_t *sample = grader_sample_from_text("{\"answer\": \"42\", \"list\": [1, 2]}");
+        json_t *item = json_pack("{s:s, s:{s:s}}", "answer", "42", "nested", "field", "the cat sat");
+        struct grader_result res;
+        if (grader_eval_batch(g, NULL, &sample, &item, 1, &res, &err) == 0) {
+            json_decref(grader_result_openai_json(g, &res));
+            grader_result_free(&res);
         }
+        json_decref(sample);
+        json_decref(item);
         grader_free(g);
-    } else if (!strchr(err.msg, ':')) {
-        abort(); /* every validation error names the field it is about */
+    } else if (!param[0] || strncmp(err.msg, param, strlen(param)) != 0) {
+        abort(); /* every validation error names the field it is about, in its message and as its param */
     }
     json_decref(j);
 }

@@ -7,7 +7,8 @@
 // that pauses; single ranges (206, 416, a cut-off download resumed); clients that hang up mid-download leave a gateway that keeps answering (and exits
 // cleanly: a sanitizer build reports leaks there); another tenant gets 404s; and, on file://, an
 // object missing before the first byte is a clean 500 while one corrupted on disk is cut off before
-// its last byte (the connection closes: the client never sees a complete body).
+// its last byte (the connection closes: the client never sees a complete body). A control character
+// in a path parameter (%00 and the like) is a 400.
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -164,6 +165,14 @@ try {
         listed['model.safetensors']?.sha256 === sha256(weights), 'checkpoint files: listed with size and sha256', r.json);
   r = await a('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/ftckpt-10/files/nope.bin`);
   check(r.status === 404 && r.json?.error?.param === 'name', 'checkpoint: a name not in the manifest is a 404', r.text);
+  // A control character in a path parameter is a 400 naming it: "%00.json" must not read as the name before it.
+  for (const name of ['model.safetensors%00.json', 'model.safetensors%0A', 'model%7F.safetensors', '%1Fconfig.json']) {
+    r = await a('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/final/files/${name}`);
+    check(r.status === 400 && r.json?.error?.param === 'name' && r.json.error.type === 'invalid_request_error' &&
+          /control character/.test(r.json.error.message), `checkpoint: ${name} is a 400`, r.text);
+  }
+  r = await a('GET', `/v1/fine_tuning/jobs/${job}%00x/checkpoints/final/files/model.safetensors`);
+  check(r.status === 400 && r.json?.error?.param === 'job', 'checkpoint: a control character in the job id is a 400', r.text);
   r = await b('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/ftckpt-10/files/model.safetensors`);
   check(r.status === 404 && !r.text.includes('safetensors'), 'another tenant: checkpoint file is a 404', r.text);
   r = await b('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/final/files/model.safetensors`);

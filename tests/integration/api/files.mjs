@@ -84,6 +84,19 @@ try {
   r = await a('GET', '/v1/files?order=sideways');
   check(r.status === 400 && r.json?.error?.param === 'order', 'list: bad order refused', r.text);
 
+  // A file as a Windows editor saves it: a UTF-8 byte-order mark first and CRLF line ends. Accepted at
+  // upload, and again when a job is created on it (validated once more, from the store).
+  const windows = `\ufeff${SFT_LINE}\r\n${SFT_LINE}\r\n`;
+  r = await upload(a, 'fine-tune', 'windows.jsonl', windows);
+  check(r.status === 200, 'BOM and CRLF: upload accepted', r.text);
+  const fw = r.json;
+  check(fw?.bytes === Buffer.byteLength(windows) &&
+        stack.psql(`SELECT format || ':' || line_count FROM files WHERE id = '${fw?.id}'`) === 'sft:2', 'BOM and CRLF: sft, 2 lines', fw);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-tiny', training_file: fw?.id } });
+  check(r.status === 200 && r.json?.status === 'queued', 'BOM and CRLF: a job is created on it', r.text);
+  r = await upload(a, 'fine-tune', 'late-bom.jsonl', `${SFT_LINE}\n\ufeff${SFT_LINE}\n`);
+  check(r.status === 400 && /line 2: invalid JSON at column 1/.test(r.json?.error?.message), 'a BOM on line 2 is refused', r.text);
+
   // Tenant isolation: beta sees nothing of alpha's and gets 404s, never 403s.
   r = await b('GET', '/v1/files');
   check(r.status === 200 && r.json.data.length === 0, 'isolation: beta lists nothing', r.json);

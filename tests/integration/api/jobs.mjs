@@ -2,8 +2,8 @@
 // method, the model and file checks, hyperparameters resolved, the created event, NOTIFY whet_jobs),
 // refusals with the field in `param` that leave no row behind, Idempotency-Key replays (also under a
 // race), list with cursors and metadata filters, cancel/pause/resume from every state, events and
-// checkpoints pages, the active-job limit, and tenant isolation everywhere (including a job naming
-// another tenant's file).
+// checkpoints pages, the job's usage (reals in their shortest form), the active-job limit, and tenant
+// isolation everywhere (including a job naming another tenant's file).
 import { spawn } from 'node:child_process';
 import { startStack, client, multipart, checker, SFT_LINE, DPO_LINE, RFT_LINE } from './harness.mjs';
 
@@ -238,6 +238,13 @@ try {
         c0.metrics.train_loss === 1.5 && c0.fine_tuned_model_checkpoint.endsWith('ckpt-step-30'), 'checkpoints: shape', c0);
   r = await a('GET', `/v1/fine_tuning/jobs/${j2.id}/checkpoints?limit=1&after=ftckpt-30`);
   check(ids(r.json.data) === ids([{ id: 'ftckpt-20' }]) && r.json.has_more === true, 'checkpoints: after and limit', r.json);
+
+  // ---- usage: reals in their shortest form (8.601, not jansson's %.17g 8.6010000000000009)
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
+              SELECT tenant_id, id, 1, 1, 'H100', 8.601, 42 FROM jobs WHERE id = '${j1.id}'`);
+  r = await a('GET', `/v1/usage?job_id=${j1.id}`);
+  check(r.status === 200 && r.json?.data?.length === 1 && r.json.data[0].device_seconds === 8.601, 'usage: the metered row', r.text);
+  check(r.text.includes('"device_seconds":8.601,') && !/\d\.\d{15,}/.test(r.text), 'usage: no 17-digit artifacts', r.text);
 
   // ---- models: the catalog plus the tenant's own fine-tuned models
   r = await a('GET', '/v1/models');

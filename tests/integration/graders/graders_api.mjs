@@ -1,6 +1,7 @@
-// graders_api.mjs - POST /v1/fine_tuning/alpha/graders/run against a real gateway and PostgreSQL:
-// OpenAI's response shape for each grader type, the sample's output_json, multi sub_rewards, a
-// python grader's exception in metadata.errors (reward 0, HTTP 200), score_model and label_model
+// graders_api.mjs - POST /v1/fine_tuning/alpha/graders/run (and /validate) against a real gateway and
+// PostgreSQL: OpenAI's response shape for each grader type, the sample's output_json, multi sub_rewards, a
+// python grader's exception in metadata.errors (reward 0, HTTP 200; python graders run in a `whet grade`
+// child, in the sandbox, as the gateway links no sandbox), score_model and label_model
 // graders judged by the catalog's whet-tiny (downloaded once into the gateway's judge cache, run by a
 // `whet grade` child), a judge that cannot be fetched or loaded (reward 0, model_grader_server_error), and
 // refusals (a judge model not in the catalog named by its field's path, (a bad field named by its path in `param`, a missing model_sample, an unknown key).
@@ -118,6 +119,13 @@ try {
   check(r.status === 400 && /cosine.*not supported/.test(r.json?.error?.message), 'cosine: not supported', r.text);
   r = await run({ grader: exact });
   check(r.status === 400 && r.json?.error?.param === 'model_sample', 'model_sample missing', r.text);
+  const validate = (body) => a('POST', '/v1/fine_tuning/alpha/graders/validate', { json: body });
+  r = await validate({ grader: { type: 'multi', name: 'm', calculate_output: 'accuracy', graders: { accuracy: { ...exact, operation: 'equals' } } } });
+  check(r.status === 400 && r.json?.error?.param === 'grader.graders.accuracy.operation', 'validate: a nested bad field named by its path', r.text);
+  r = await validate({ grader: { type: 'python', name: 'p', source: 'def grade(s, i):\n    return 1\n' } });
+  check(r.status === 200 && r.json?.grader?.name === 'p', 'validate: a python grader (not run)', r.text);
+  r = await validate({ grader: exact, model_sample: 'x' });
+  check(r.status === 400 && r.json?.error?.param === 'model_sample', 'validate: run\'s arguments are unknown here', r.text);
   r = await run({ grader: exact, model_sample: 'x', extra: 1 });
   check(r.status === 400 && r.json?.error?.param === 'extra', 'unknown argument', r.text);
 

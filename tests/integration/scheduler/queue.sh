@@ -33,7 +33,7 @@ wait_for() { # wait_for SECONDS SQL EXPECTED
 positions() { q "SELECT string_agg(id || '=' || coalesce(queue_position::text, '-'), ' ' ORDER BY id) FROM jobs WHERE id LIKE 'ftjob-q%'"; }
 
 "$WHET_BIN" migrate >/dev/null
-key=$("$WHET_BIN" tenant create acme 2>/dev/null | sed -n 's/^api key: //p')
+key=$("$WHET_BIN" tenant create acme 2>/dev/null)
 t1=$(q "SELECT id FROM tenants WHERE name = 'acme'")
 # Base models as registration stores them: parameter count and config.json (Llama 3.1 8B and 70B).
 q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config) VALUES

@@ -68,6 +68,25 @@ TEST(both_field_names_give_the_same_tokens) {
     dpo_dataset_free(&b);
 }
 
+/* A file as a Windows editor saves it, a byte-order mark first and CRLF line ends, gives the same
+ * tokens. */
+TEST(a_byte_order_mark_and_crlf_change_nothing) {
+    struct dpo_dataset a, b;
+    char msg[512] = "";
+    CHECK_MSG(load(&a, PROMPT "\"preferred_output\":" GOOD ",\"non_preferred_output\":" BAD "}\n", 256, msg,
+                   sizeof msg) == 0, "%s", msg);
+    CHECK_MSG(load(&b, "\xEF\xBB\xBF" PROMPT "\"preferred_output\":" GOOD ",\"non_preferred_output\":" BAD "}\r\n", 256,
+                   msg, sizeof msg) == 0, "%s", msg);
+    CHECK(dpo_num_pairs(&a) == 1 && dpo_num_pairs(&b) == 1);
+    if (dpo_num_pairs(&a) == 1 && dpo_num_pairs(&b) == 1) {
+        const struct sft_example *x = &a.pairs.examples[0], *y = &b.pairs.examples[0];
+        CHECK(x->n == y->n && a.split[0] == b.split[0]);
+        CHECK(memcmp(x->ids, y->ids, sizeof(int32_t) * (size_t)x->n) == 0);
+    }
+    dpo_dataset_free(&a);
+    dpo_dataset_free(&b);
+}
+
 static char *decode(const int32_t *ids, int n) {
     char *out = NULL;
     size_t len;
@@ -277,6 +296,7 @@ int main(void) {
         return 1;
     }
     RUN(both_field_names_give_the_same_tokens);
+    RUN(a_byte_order_mark_and_crlf_change_nothing);
     RUN(only_the_responses_are_scored);
     RUN(an_answer_may_hold_several_assistant_turns);
     RUN(bad_lines_name_file_line_and_field);

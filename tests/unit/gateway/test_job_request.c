@@ -206,11 +206,11 @@ TEST(reinforcement_and_graders) {
             "expected one of \"default\", \"low\", \"medium\", \"high\"");
     REFUSED(RL(STRING_CHECK, "\"eval_samples\":0"), "method.reinforcement.hyperparameters.eval_samples", "out of range");
     REFUSED(RL("{\"type\":\"string_check\",\"name\":\"x\",\"input\":\"a\",\"reference\":\"b\",\"operation\":\"contains\"}", ""),
-            "method.reinforcement.grader.operation", "expected one of \"eq\", \"ne\", \"like\", \"ilike\"");
+            "method.reinforcement.grader.operation", "expected one of eq, ne, like, ilike, found \"contains\"");
     REFUSED(RL("{\"type\":\"string_check\",\"name\":\"x\",\"input\":\"a\",\"operation\":\"eq\"}", ""),
             "method.reinforcement.grader.reference", "missing");
     REFUSED(RL("{\"type\":\"regex\",\"name\":\"x\"}", ""), "method.reinforcement.grader.type",
-            "expected one of \"string_check\", \"text_similarity\", \"python\", \"score_model\", \"label_model\", \"multi\"");
+            "expected one of string_check, text_similarity, multi, python, score_model, label_model");
     REFUSED(RL("{\"type\":\"python\",\"source\":\"def grade(s, i): return 1\"}", ""), "method.reinforcement.grader.name",
             "missing");
     CHECK_STR(parse(RL("{\"type\":\"python\",\"name\":\"p\",\"source\":\"def grade(s, i): return 1\"}", ""), &req), "");
@@ -219,7 +219,7 @@ TEST(reinforcement_and_graders) {
     CHECK_STR(parse(RL("{\"type\":\"text_similarity\",\"name\":\"t\",\"input\":\"a\",\"reference\":\"b\",\"evaluation_metric\":\"bleu\"}", ""), &req), "");
     job_request_free(&req);
     REFUSED(RL("{\"type\":\"text_similarity\",\"name\":\"t\",\"input\":\"a\",\"reference\":\"b\",\"evaluation_metric\":\"wer\"}", ""),
-            "method.reinforcement.grader.evaluation_metric", "expected one of \"cosine\"");
+            "method.reinforcement.grader.evaluation_metric", "expected one of fuzzy_match, bleu");
     CHECK_STR(parse(RL("{\"type\":\"score_model\",\"name\":\"s\",\"model\":\"whet-tiny\",\"range\":[0,1],"
                        "\"input\":[{\"role\":\"user\",\"content\":\"grade {{sample.output_text}}\"}]}", ""), &req), "");
     job_request_free(&req);

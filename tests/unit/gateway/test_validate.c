@@ -294,6 +294,31 @@ TEST(stream_chunking_is_invisible) {
     free(text);
 }
 
+/* A byte-order mark before the first line (Windows editors write one) is skipped, in the stream however
+ * it is chunked and in the parallel path; anywhere else it is the line's first character. */
+TEST(a_leading_byte_order_mark_is_skipped) {
+    struct validate_summary sum;
+    char *text = xasprintf("\xEF\xBB\xBF%s\r\n%s\r\n", SFT, SFT);
+    CHECK_STR(file_error(text, VALIDATE_FORMAT_AUTO, &sum), "");
+    CHECK(sum.format == VALIDATE_FORMAT_SFT && sum.lines == 2 && sum.bytes == strlen(text));
+    CHECK_STR(file_error(text, VALIDATE_FORMAT_SFT, &sum), "");
+    size_t len = strlen(text);
+    for (size_t chunk = 1; chunk <= 4; chunk++) {
+        struct validate_stream *s = validate_stream_new(VALIDATE_FORMAT_AUTO, NULL);
+        struct whet_err err = {0};
+        int rc = 0;
+        for (size_t off = 0; off < len && rc == 0; off += chunk)
+            rc = validate_stream_feed(s, text + off, off + chunk > len ? len - off : chunk, &err);
+        if (rc == 0) rc = validate_stream_finish(s, &sum, &err);
+        CHECK_MSG(rc == 0 && sum.lines == 2, "chunks of %zu: %s", chunk, err.msg);
+        validate_stream_free(s);
+    }
+    free(text);
+    text = xasprintf("%s\n\xEF\xBB\xBF%s\n%s\n", SFT, SFT, SFT);
+    CHECK_CONTAINS(file_error(text, VALIDATE_FORMAT_AUTO, &sum), "line 2: invalid JSON at column 1");
+    free(text);
+}
+
 TEST(method_names) {
     CHECK(validate_format_for_method("supervised") == VALIDATE_FORMAT_SFT);
     CHECK(validate_format_for_method("dpo") == VALIDATE_FORMAT_DPO);
@@ -362,6 +387,7 @@ int main(void) {
     RUN(file_errors_name_the_line);
     RUN(limits);
     RUN(stream_chunking_is_invisible);
+    RUN(a_leading_byte_order_mark_is_skipped);
     RUN(method_names);
     RUN(messages_stay_utf8);
     RUN(parallel_slices);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grader.h"
+#include "grader_runner.h"
 #include "test.h"
 
 /* ---------------------------------------------------------------- metrics */
@@ -171,16 +171,19 @@ static struct grader *parse_ok(const char *text) {
     return g;
 }
 
-/* Parses text expecting a validation error; returns it (static buffer). */
+/* Validates text expecting an error; returns it (static buffer). The error's param must be the path
+ * its message starts with. */
 static const char *parse_error(const char *text) {
     static struct whet_err err;
+    char param[256] = "";
     json_t *j = json_loads(text, 0, NULL);
-    struct grader *g = NULL;
     err.msg[0] = 0;
     if (!j) return "bad test JSON";
-    if (grader_parse(j, NULL, &g, &err) == 0) {
-        grader_free(g);
+    if (grader_validate(j, NULL, NULL, param, sizeof param, &err) == 0) {
         snprintf(err.msg, sizeof err.msg, "(parsed without error)");
+    } else {
+        size_t n = strlen(param);
+        CHECK(n > 0 && strncmp(err.msg, param, n) == 0 && err.msg[n] == ':');
     }
     json_decref(j);
     return err.msg;
@@ -314,13 +317,14 @@ static void collect(void *ctx, enum grader_error_kind kind, const char *message)
 }
 
 TEST(templates_render_item_and_sample_paths) {
-    json_t *item = json_loads("{\"a\":{\"b\":\"deep\"},\"list\":[\"x\",\"y\"],\"n\":3,\"obj\":{\"k\":[1,true]}}", 0, NULL);
+    json_t *item = json_loads("{\"a\":{\"b\":\"deep\"},\"list\":[\"x\",\"y\"],\"n\":3,\"obj\":{\"k\":[1,true]},\"r\":0.1}",
+                              0, NULL);
     json_t *sample = grader_sample_from_text("{\"answer\": 42, \"why\": \"because\"}");
     struct collected c = {0};
-    char *out = grader_template_render("[{{item.a.b}}|{{ item.list.1 }}|{{item.n}}|{{item.obj}}|"
+    char *out = grader_template_render("[{{item.a.b}}|{{ item.list.1 }}|{{item.n}}|{{item.obj}}|{{item.r}}|"
                                        "{{sample.output_json.answer}}|{{sample.output_json.why}}]",
                                        sample, item, collect, &c);
-    CHECK_STR(out, "[deep|y|3|{\"k\":[1,true]}|42|because]");
+    CHECK_STR(out, "[deep|y|3|{\"k\":[1,true]}|0.1|42|because]"); /* a real in its shortest form */
     CHECK(c.n == 0);
     free(out);
     /* no closing braces: literal text */
@@ -547,7 +551,10 @@ TEST(validation_errors_name_the_field_path) {
         {"{\"type\":\"text_similarity\",\"name\":\"x\",\"input\":\"a\",\"reference\":\"b\",\"evaluation_metric\":\"bleu\","
          "\"pass_threshold\":\"high\"}", "grader.pass_threshold: expected a number, found a string"},
         {"{\"type\":\"python\",\"name\":\"x\"}", "grader.source: missing"},
-        {"{\"type\":\"python\",\"name\":\"x\",\"source\":\"\",\"image_tag\":7}", "grader.image_tag: expected a string"},
+        {"{\"type\":\"python\",\"name\":\"x\",\"source\":\"x = 1\",\"image_tag\":7}", "grader.image_tag: expected a string"},
+        {"{\"type\":\"python\",\"name\":\"x\",\"source\":\"\"}", "grader.source: must not be empty"},
+        {"{\"type\":\"string_check\",\"name\":\"\",\"input\":\"a\",\"reference\":\"b\",\"operation\":\"eq\"}",
+         "grader.name: must not be empty"},
         {"{\"type\":\"multi\",\"name\":\"m\",\"calculate_output\":\"a\",\"graders\":{\"accuracy\":{\"type\":\"string_check\","
          "\"name\":\"x\",\"input\":\"a\",\"reference\":\"b\",\"operation\":\"equals\"}}}",
          "grader.graders.accuracy.operation: expected one of eq, ne, like, ilike, found \"equals\""},
@@ -562,6 +569,9 @@ TEST(validation_errors_name_the_field_path) {
          "grader.input[0].role: expected one of system, developer, user, assistant"},
         {"{\"type\":\"score_model\",\"name\":\"j\",\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"x\"}],"
          "\"range\":[1,0]}", "grader.range: min must be below max"},
+        {"{\"type\":\"score_model\",\"name\":\"j\",\"model\":\"m\",\"input\":[]}", "grader.input: expected at least one message"},
+        {"{\"type\":\"label_model\",\"name\":\"j\",\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"labels\":[\"good\",\"\"],\"passing_labels\":[\"good\"]}", "grader.labels[1]: must not be empty"},
         {"{\"type\":\"label_model\",\"name\":\"j\",\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":\"x\"}],"
          "\"labels\":[\"good\",\"bad\"],\"passing_labels\":[\"great\"]}",
          "grader.passing_labels[0]: \"great\" is not one of the labels"},
@@ -573,6 +583,36 @@ TEST(validation_errors_name_the_field_path) {
     struct whet_err err;
     CHECK(grader_parse(j, "method.reinforcement.grader", &g, &err) < 0);
     CHECK_CONTAINS(err.msg, "method.reinforcement.grader.source: missing");
+    json_decref(j);
+}
+
+TEST(validate_names_the_field_in_param) {
+    /* A sub-grader's key may hold ": " and multibyte characters: param is the exact path, not a guess
+     * from the message, and a short param buffer is cut between characters. */
+    json_t *j = json_loads("{\"type\":\"multi\",\"name\":\"m\",\"calculate_output\":\"1\",\"graders\":{\"a: \u00e9\u00e9\":"
+                           "{\"type\":\"string_check\",\"name\":\"x\",\"input\":\"a\",\"reference\":\"b\",\"operation\":\"is\"}}}",
+                           0, NULL);
+    char param[128];
+    struct whet_err err;
+    struct grader *g = NULL;
+    CHECK(grader_validate(j, "method.reinforcement.grader", &g, param, sizeof param, &err) < 0 && g == NULL);
+    CHECK_STR(param, "method.reinforcement.grader.graders.a: \u00e9\u00e9.operation");
+    /* "method.reinforcement.grader.graders.a: " is 39 bytes; 41 bytes leave room for 40 and an é is 2 */
+    char short_param[41];
+    CHECK(grader_validate(j, "method.reinforcement.grader", NULL, short_param, sizeof short_param, &err) < 0);
+    CHECK_STR(short_param, "method.reinforcement.grader.graders.a: ");
+    json_decref(j);
+    /* a formula error is the calculate_output field's */
+    j = json_loads("{\"type\":\"multi\",\"name\":\"m\",\"calculate_output\":\"a +\",\"graders\":{\"a\":{\"type\":"
+                   "\"string_check\",\"name\":\"x\",\"input\":\"a\",\"reference\":\"b\",\"operation\":\"eq\"}}}",
+                   0, NULL);
+    CHECK(grader_validate(j, NULL, NULL, param, sizeof param, &err) < 0);
+    CHECK_STR(param, "grader.calculate_output");
+    json_decref(j);
+    /* valid: out gets the grader */
+    j = json_loads("{\"type\":\"python\",\"name\":\"p\",\"source\":\"x = 1\"}", 0, NULL);
+    CHECK(grader_validate(j, NULL, &g, param, sizeof param, &err) == 0 && g && grader_needs_runner(g));
+    grader_free(g);
     json_decref(j);
 }
 
@@ -595,7 +635,7 @@ TEST(model_graders_answer_not_supported_unless_a_judge_is_plugged_in) {
     struct grader_result res;
     run_text(g, "hello", "{}", &res);
     CHECK(res.reward == 0);
-    CHECK(has_error(&res, GRADER_ERR_MODEL_SERVER, "score_model graders are not supported in this build"));
+    CHECK(has_error(&res, GRADER_ERR_MODEL_SERVER, "score_model graders are not supported here"));
     grader_result_free(&res);
     int calls = 0;
     struct grader_run_opts opts = {.judge = stub_judge, .judge_ctx = &calls};
@@ -611,6 +651,24 @@ TEST(model_graders_answer_not_supported_unless_a_judge_is_plugged_in) {
 }
 
 /* ---------------------------------------------------------------- python graders */
+
+TEST(the_pure_library_grades_python_only_through_a_hook) {
+    struct grader *g = parse_ok("{\"type\":\"multi\",\"name\":\"m\",\"calculate_output\":\"py + exact\",\"graders\":{"
+                                "\"py\":{\"type\":\"python\",\"name\":\"p\",\"source\":\"def grade(s, i):\\n    return 1\\n\"},"
+                                "\"exact\":{\"type\":\"string_check\",\"name\":\"e\",\"input\":\"{{sample.output_text}}\","
+                                "\"reference\":\"ab\",\"operation\":\"eq\"}}}");
+    CHECK(g != NULL && grader_needs_runner(g));
+    if (!g) return;
+    json_t *sample = grader_sample_from_text("ab");
+    struct grader_result res;
+    struct whet_err err;
+    CHECK(grader_eval_batch(g, NULL, &sample, NULL, 1, &res, &err) == 0);
+    CHECK_NEAR(res.reward, 1.0, 0); /* exact's 1, py's 0 */
+    CHECK(has_error(&res, GRADER_ERR_PYTHON_SERVER, "py: python graders are not supported here"));
+    grader_result_free(&res);
+    json_decref(sample);
+    grader_free(g);
+}
 
 static const char python_source[] =
     "import socket\n"
@@ -710,7 +768,9 @@ int main(void) {
     RUN(multi_grader_combines_sub_rewards);
     RUN(results_in_openai_graders_run_shape);
     RUN(validation_errors_name_the_field_path);
+    RUN(validate_names_the_field_in_param);
     RUN(model_graders_answer_not_supported_unless_a_judge_is_plugged_in);
+    RUN(the_pure_library_grades_python_only_through_a_hook);
     RUN(python_graders_good_raising_non_number_and_socket);
     RUN(python_inside_multi_runs_once_per_batch);
     return test_summary();

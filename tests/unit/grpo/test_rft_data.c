@@ -63,6 +63,22 @@ TEST(prompts_end_with_the_assistant_header_and_keep_their_item) {
     rft_dataset_free(&ds);
 }
 
+/* A file as a Windows editor saves it, a byte-order mark first and CRLF line ends, reads the same. */
+TEST(a_byte_order_mark_and_crlf_change_nothing) {
+    struct rft_dataset ds;
+    struct whet_err err = {0};
+    const char *text = "\xEF\xBB\xBF{\"messages\":[{\"role\":\"user\",\"content\":\"Colour of the sky?\"}],"
+                       "\"answer\":\"blue\"}\r\n"
+                       "{\"messages\":[{\"role\":\"user\",\"content\":\"Say hi\"}],\"answer\":\"hi\"}\r\n";
+    CHECK_MSG(load(&ds, text, 1000, &err) == 0, "%s", err.msg);
+    CHECK(ds.n_prompts == 2);
+    char *p0 = ds.n_prompts == 2 ? decode(ds.prompts[0].ids, ds.prompts[0].n) : NULL;
+    CHECK_STR(p0, "<|im_start|>user\nColour of the sky?<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(ds.n_prompts == 2 && !strcmp(json_string_value(json_object_get(ds.prompts[0].item, "answer")), "blue"));
+    free(p0);
+    rft_dataset_free(&ds);
+}
+
 TEST(long_prompts_are_left_out_and_counted) {
     struct rft_dataset ds;
     struct whet_err err = {0};
@@ -115,6 +131,7 @@ int main(void) {
         return 1;
     }
     RUN(prompts_end_with_the_assistant_header_and_keep_their_item);
+    RUN(a_byte_order_mark_and_crlf_change_nothing);
     RUN(long_prompts_are_left_out_and_counted);
     RUN(bad_lines_name_the_line_and_the_field);
     tokenizer_free(tok);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "grader.h"
+#include "grader_runner.h"
 #include "judge.h"
 #include "model_init.h"
 #include "sampler.h"

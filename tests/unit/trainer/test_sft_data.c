@@ -231,6 +231,21 @@ TEST(file_errors_name_file_and_line) {
         CHECK(ex->mask[ex->n - 2] && ex->ids[ex->n - 2] == tokenizer_token_id(tok, "<|im_end|>"));
         CHECK(!ex->mask[ex->n - 1]); /* the "\n" after <|im_end|> is not trained */
     }
+    /* The same examples as a Windows editor saves them, a byte-order mark first and CRLF line ends:
+     * the same tokens. */
+    const char *windows = "\xEF\xBB\xBF{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},"
+                          "{\"role\":\"assistant\",\"content\":\"yo\"}]}\r\n"
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"yo\"}]}\r\n";
+    struct sft_dataset win;
+    CHECK(whet_write_file_atomic(path, windows, strlen(windows), &err) == 0);
+    sft_dataset_init(&win, 64);
+    CHECK_MSG(sft_dataset_load(&win, path, &tpl, tok, &err) == 0, "%s", err.msg);
+    CHECK(win.n_examples == ds.n_examples);
+    for (int i = 0; i < win.n_examples && i < ds.n_examples; i++)
+        CHECK(win.examples[i].n == ds.examples[i].n &&
+              !memcmp(win.examples[i].ids, ds.examples[i].ids, sizeof(int32_t) * (size_t)ds.examples[i].n) &&
+              !memcmp(win.examples[i].mask, ds.examples[i].mask, (size_t)ds.examples[i].n));
+    sft_dataset_free(&win);
     sft_dataset_free(&ds);
     unlink(path);
     chat_template_free(&tpl);

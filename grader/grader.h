@@ -1,4 +1,4 @@
-/* grader.h - OpenAI's reinforcement fine-tuning graders: parse, validate and run them.
+/* grader.h - OpenAI's reinforcement fine-tuning graders as a pure library: parse, validate, grade.
  *
  * A grader is the JSON object a `reinforcement` job or `/v1/fine_tuning/alpha/graders/run` carries:
  *
@@ -8,11 +8,8 @@
  *                    embedding model and is refused at validation)
  *   multi            {name, graders: {key: grader, …}, calculate_output: "0.5 * a + min(b, 1)"}
  *                    -> the expression's value over the sub-graders' rewards
- *   python           {name, source, image_tag (ignored)} -> grade(sample, item), run sandboxed
- *                    through executor/sandbox/pygrader.h
- *   score_model, label_model  run through a judge hook (grader_run_opts.judge: the trainer's judge
- *                    models, executor/train/judge.h); without one they answer reward 0 with a
- *                    "not supported" error
+ *   python           {name, source, image_tag (ignored)} -> grade(sample, item), tenant code
+ *   score_model, label_model  a judge model's answer
  *
  * `input` and `reference` are templates: `{{item.answer}}`, `{{item.a.b}}`, `{{item.list.0}}`,
  * `{{sample.output_text}}`, `{{sample.output_json.field}}` are replaced by the value at that path
@@ -20,10 +17,13 @@
  * JSON). A path that is not there is an `invalid_variable` error; `sample.output_json` when the
  * sample's text is not JSON is a `sample_parse` error.
  *
- * Everything here is pure computation on JSON values except the python grader, which goes through
- * the sandbox. A run never fails as a call because of the sample or the tenant's code: such
- * failures are reward 0 with an entry in `errors` (OpenAI's metadata.errors). Validation errors name
- * the field path the way OpenAI does: `grader.graders.accuracy.operation: expected one of …`. */
+ * Everything here is computation on JSON values: no I/O, no processes. python graders and model
+ * graders need what only a runner has (a sandbox, judge models): they run through hooks
+ * (struct grader_hooks), which executor/grader_runner fills for executors, the trainer and `whet
+ * grade`; the gateway validates with this library and runs only the pure graders itself. A run never
+ * fails as a call because of the sample or the tenant's code: such failures are reward 0 with an
+ * entry in `errors` (OpenAI's metadata.errors). Validation errors name the field path the way OpenAI
+ * does, in the message and as the `param` of an API error: `grader.graders.accuracy.operation`. */
 #ifndef WHET_GRADER_H
 #define WHET_GRADER_H
 
@@ -48,6 +48,11 @@ struct grader; /* parsed and validated; immutable, so one grader may run on many
  * "grader.graders.accuracy.operation: expected one of eq, ne, like, ilike, found \"equals\"". */
 int grader_parse(const json_t *json, const char *path, struct grader **out, struct whet_err *err);
 void grader_free(struct grader *g);
+/* grader_parse that also names the field at fault: on -1, `param` (param_size bytes, cut on a UTF-8
+ * boundary) gets its path, OpenAI's error `param` ("method.reinforcement.grader.graders.x.type" for
+ * path "method.reinforcement.grader"). `out` may be NULL: validate only. */
+int grader_validate(const json_t *json, const char *path, struct grader **out, char *param, size_t param_size,
+                    struct whet_err *err);
 
 enum grader_type grader_type_of(const struct grader *g);
 const char *grader_type_name(enum grader_type type); /* "string_check", … */
@@ -89,36 +94,49 @@ struct grader_result {
 };
 void grader_result_free(struct grader_result *res);
 
-/* The hook a judge model plugs into: grades one sample with a score_model or label_model grader
- * (`grader_json` gives its object; grader_template_render fills its messages). Returns 0 with
- * *reward; 1 with err when the judge answered something that is no score or label (reward 0,
- * model_grader_parse_error); -1 with err when it could not answer (model_grader_server_error).
- * Without a hook these graders answer reward 0 and "not supported in this build". */
+/* Adds an error of `kind` to res; inside a multi, `prefix` is the sub-grader's key ("accuracy: …"). */
+void grader_result_add_error(struct grader_result *res, enum grader_error_kind kind, const char *prefix,
+                             const char *message);
+
+/* One python grade() call's outcome, as a python hook reports it. */
+struct grader_python_score {
+    double score;   /* 0 when error is set */
+    char *error;    /* NULL when graded; else why not (malloc'd; grader_eval_batch frees it) */
+    double seconds; /* time spent on this sample */
+};
+
+/* Runs the tenant's `source` on (samples[i], items[i]), i < n, into scores[i]. Returns -1 with err
+ * only when nothing could run at all (python_grader_server_error on every sample). */
+typedef int (*grader_python_fn)(void *ctx, const char *source, json_t *const *samples, json_t *const *items,
+                                size_t n, struct grader_python_score *scores, struct whet_err *err);
+
+/* Grades one sample with a score_model or label_model grader (`grader_json` gives its object;
+ * grader_template_render fills its messages). Returns 0 with *reward; 1 with err when the judge
+ * answered something that is no score or label (reward 0, model_grader_parse_error); -1 with err when
+ * it could not answer (model_grader_server_error). */
 typedef int (*grader_judge_fn)(void *ctx, const struct grader *g, const json_t *sample, const json_t *item,
                                double *reward, struct whet_err *err);
 
-/* Options for running; zero means the default. */
-struct grader_run_opts {
-    grader_judge_fn judge;        /* score_model / label_model; NULL: not supported */
+/* What the library cannot grade by itself. A NULL hook (or NULL hooks): those graders answer reward 0
+ * with a "not supported here" server error. */
+struct grader_hooks {
+    grader_python_fn python;
+    void *python_ctx;
+    grader_judge_fn judge;
     void *judge_ctx;
-    int python_parallel;          /* python sandboxes at once (pygrader's default 4) */
-    double python_timeout_s;      /* per grade() call (pygrader's default 5) */
-    unsigned long long python_mem_bytes; /* per sandbox (pygrader's default) */
-    const char *python;           /* interpreter (default /usr/bin/python3) */
 };
 
-/* Grades one sample of one item. `sample` is OpenAI's sample object ({"output_text": …, optional
- * "output_json": …}; see grader_sample_from_text), `item` the dataset row (may be NULL: an empty
- * object). Returns 0 with `res` filled (the caller frees it with grader_result_free), or -1 only when
- * nothing could run at all (err). */
-int grader_run(const struct grader *g, const struct grader_run_opts *opts, const json_t *sample, const json_t *item,
-               struct grader_result *res, struct whet_err *err);
+/* Whether g or one of its sub-graders is python, score_model or label_model: needs a runner's hooks. */
+int grader_needs_runner(const struct grader *g);
 
-/* Grades samples[i] against items[i] for i < n into results[i]. Python graders (also inside multi)
- * run once over the whole batch, spread over parallel sandboxes; the other graders are pure and run
- * in the calling thread. Returns -1 only when nothing could run (err); results are then untouched. */
-int grader_run_batch(const struct grader *g, const struct grader_run_opts *opts, json_t *const *samples,
-                     json_t *const *items, size_t n, struct grader_result *results, struct whet_err *err);
+/* Grades samples[i] against items[i] for i < n into results[i] (the caller frees each with
+ * grader_result_free). `sample` is OpenAI's sample object ({"output_text": …, optional "output_json":
+ * …}; see grader_sample_from_text), `item` the dataset row (NULL items or entries read as empty
+ * objects). A python grader (also inside multi) is one hooks->python call over the whole batch; the
+ * pure graders run in the calling thread. Returns -1 only when nothing could run (err); results are
+ * then untouched. */
+int grader_eval_batch(const struct grader *g, const struct grader_hooks *hooks, json_t *const *samples,
+                      json_t *const *items, size_t n, struct grader_result *results, struct whet_err *err);
 
 /* The result as OpenAI's graders/run answer: {"reward", "metadata": {"name", "type", "errors": {the
  * flags, plus "messages": every error text}, "execution_time", "scores", "token_usage",

@@ -1,10 +1,11 @@
-/* grader_run.c - grading samples: one grader over a batch of (sample, item) pairs.
+/* grader_eval.c - grading samples: one grader over a batch of (sample, item) pairs.
  *
- * The runner walks the grader tree once per batch, not once per sample, so that every python grader
- * (at the top or inside a multi) is one pygrader_run over the whole batch, spread across parallel
- * sandboxes, and pays python's start-up once per sandbox instead of once per sample. The pure graders
- * (string_check, text_similarity) take microseconds a sample and run in the calling thread. A multi
- * grader first runs each named sub-grader over the batch, then evaluates its formula per sample.
+ * The evaluator walks the grader tree once per batch, not once per sample, so that every python
+ * grader (at the top or inside a multi) is one python hook call over the whole batch (the runner
+ * spreads it across parallel sandboxes and pays python's start-up once per sandbox), and a model
+ * grader one judge hook call per sample. The pure graders (string_check, text_similarity) take
+ * microseconds a sample and run in the calling thread. A multi grader first runs each named
+ * sub-grader over the batch, then evaluates its formula per sample.
  *
  * Failures of the sample or of tenant code never fail the call: the sample's reward for that grader
  * is 0 and an error with OpenAI's kind goes to its result, prefixed with the sub-grader's key inside
@@ -14,7 +15,6 @@
 #include <strings.h>
 
 #include "grader_internal.h"
-#include "pygrader.h"
 
 static const char *const error_kind_names[] = {
     [GRADER_ERR_FORMULA] = "formula_parse_error",
@@ -31,7 +31,8 @@ const char *grader_error_kind_name(enum grader_error_kind kind) {
     return (size_t)kind < WHET_ARRAY_LEN(error_kind_names) ? error_kind_names[kind] : "other_error";
 }
 
-static void add_error(struct grader_result *res, enum grader_error_kind kind, const char *prefix, const char *message) {
+void grader_result_add_error(struct grader_result *res, enum grader_error_kind kind, const char *prefix,
+                             const char *message) {
     res->errors = xrealloc(res->errors, (res->n_errors + 1) * sizeof *res->errors);
     res->errors[res->n_errors].kind = kind;
     res->errors[res->n_errors].message = prefix ? xasprintf("%s: %s", prefix, message) : xstrdup(message);
@@ -62,7 +63,7 @@ struct template_ctx {
 
 static void on_template_error(void *ctx, enum grader_error_kind kind, const char *message) {
     struct template_ctx *t = ctx;
-    add_error(t->res, kind, t->prefix, message);
+    grader_result_add_error(t->res, kind, t->prefix, message);
     t->failed = 1;
 }
 
@@ -111,36 +112,28 @@ static double run_pure(const struct grader *g, const json_t *sample, const json_
 
 /* ---------------------------------------------------------------- the tree */
 
-static void run_python(const struct grader *g, const struct grader_run_opts *opts, json_t *const *samples,
+static void run_python(const struct grader *g, const struct grader_hooks *hooks, json_t *const *samples,
                        json_t *const *items, size_t n, double *rewards, int *passed, struct grader_result *results,
                        const char *prefix) {
-    struct pygrader_opts py;
-    pygrader_opts_init(&py);
-    if (opts->python_parallel > 0) py.parallel = opts->python_parallel;
-    if (opts->python_timeout_s > 0) py.sample_timeout_s = opts->python_timeout_s;
-    if (opts->python_mem_bytes > 0) py.mem_bytes = opts->python_mem_bytes;
-    if (opts->python) py.python = opts->python;
-    struct pygrader_score *scores = xcalloc(n, sizeof *scores);
+    struct grader_python_score *scores = xcalloc(n ? n : 1, sizeof *scores);
     struct whet_err err = {0};
-    if (pygrader_run(&py, g->source, samples, items, n, scores, &err) < 0) {
-        for (size_t i = 0; i < n; i++) {
-            rewards[i] = 0;
-            passed[i] = 0;
-            add_error(&results[i], GRADER_ERR_PYTHON_SERVER, prefix, err.msg);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            rewards[i] = scores[i].score;
-            passed[i] = !scores[i].error && scores[i].score > 0;
+    int rc = hooks->python ? hooks->python(hooks->python_ctx, g->source, samples, items, n, scores, &err)
+                           : whet_errf(&err, "python graders are not supported here: they need the sandbox");
+    for (size_t i = 0; i < n; i++) {
+        rewards[i] = rc < 0 || scores[i].error ? 0 : scores[i].score;
+        passed[i] = rewards[i] > 0;
+        if (rc < 0) {
+            grader_result_add_error(&results[i], GRADER_ERR_PYTHON_SERVER, prefix, err.msg);
+        } else {
             results[i].seconds += scores[i].seconds;
-            if (scores[i].error) add_error(&results[i], GRADER_ERR_PYTHON_RUNTIME, prefix, scores[i].error);
+            if (scores[i].error) grader_result_add_error(&results[i], GRADER_ERR_PYTHON_RUNTIME, prefix, scores[i].error);
         }
-        pygrader_scores_free(scores, n);
+        free(scores[i].error);
     }
     free(scores);
 }
 
-static void run_model(const struct grader *g, const struct grader_run_opts *opts, json_t *const *samples,
+static void run_model(const struct grader *g, const struct grader_hooks *hooks, json_t *const *samples,
                       json_t *const *items, size_t n, double *rewards, int *passed, struct grader_result *results,
                       const char *prefix) {
     for (size_t i = 0; i < n; i++) {
@@ -149,14 +142,14 @@ static void run_model(const struct grader *g, const struct grader_run_opts *opts
         struct whet_err err = {0};
         double t0 = whet_now_mono();
         int rc;
-        if (!opts->judge) {
-            char *message = xasprintf("%s graders are not supported in this build: a judge model needs the sampler",
+        if (!hooks->judge) {
+            char *message = xasprintf("%s graders are not supported here: a judge model needs the sampler",
                                       grader_type_name(g->type));
-            add_error(&results[i], GRADER_ERR_MODEL_SERVER, prefix, message);
+            grader_result_add_error(&results[i], GRADER_ERR_MODEL_SERVER, prefix, message);
             free(message);
-        } else if ((rc = opts->judge(opts->judge_ctx, g, samples[i], items[i], &rewards[i], &err)) != 0) {
+        } else if ((rc = hooks->judge(hooks->judge_ctx, g, samples[i], items[i], &rewards[i], &err)) != 0) {
             rewards[i] = 0;
-            add_error(&results[i], rc > 0 ? GRADER_ERR_MODEL_PARSE : GRADER_ERR_MODEL_SERVER, prefix, err.msg);
+            grader_result_add_error(&results[i], rc > 0 ? GRADER_ERR_MODEL_PARSE : GRADER_ERR_MODEL_SERVER, prefix, err.msg);
         } else {
             const json_t *threshold = json_object_get(g->json, "pass_threshold");
             passed[i] = threshold ? rewards[i] >= json_number_value(threshold) : rewards[i] > 0;
@@ -167,7 +160,7 @@ static void run_model(const struct grader *g, const struct grader_run_opts *opts
 
 /* Runs g over the batch into rewards[i] and passed[i]; errors and time go to results[i]. `top` is
  * set for the grader the caller asked for, whose multi sub-rewards are reported. */
-static void run_node(const struct grader *g, const struct grader_run_opts *opts, json_t *const *samples,
+static void run_node(const struct grader *g, const struct grader_hooks *hooks, json_t *const *samples,
                      json_t *const *items, size_t n, double *rewards, int *passed, struct grader_result *results,
                      const char *prefix, int top) {
     switch (g->type) {
@@ -179,16 +172,16 @@ static void run_node(const struct grader *g, const struct grader_run_opts *opts,
             results[i].seconds += whet_now_mono() - t0;
         }
         return;
-    case GRADER_PYTHON: run_python(g, opts, samples, items, n, rewards, passed, results, prefix); return;
+    case GRADER_PYTHON: run_python(g, hooks, samples, items, n, rewards, passed, results, prefix); return;
     case GRADER_SCORE_MODEL:
-    case GRADER_LABEL_MODEL: run_model(g, opts, samples, items, n, rewards, passed, results, prefix); return;
+    case GRADER_LABEL_MODEL: run_model(g, hooks, samples, items, n, rewards, passed, results, prefix); return;
     case GRADER_MULTI: break;
     }
     /* multi: sub[k * n + i] is sub-grader k's reward for sample i */
     double *sub = xcalloc(g->n_sub * n, sizeof *sub);
     int *sub_passed = xcalloc(n, sizeof *sub_passed);
     for (size_t k = 0; k < g->n_sub; k++)
-        run_node(g->subs[k], opts, samples, items, n, sub + k * n, sub_passed, results, g->sub_names[k], 0);
+        run_node(g->subs[k], hooks, samples, items, n, sub + k * n, sub_passed, results, g->sub_names[k], 0);
     double *values = xcalloc(g->n_sub, sizeof *values);
     for (size_t i = 0; i < n; i++) {
         double t0 = whet_now_mono();
@@ -196,7 +189,7 @@ static void run_node(const struct grader *g, const struct grader_run_opts *opts,
         struct whet_err err = {0};
         if (grader_expr_eval(g->formula, values, &rewards[i], &err) < 0) {
             rewards[i] = 0;
-            add_error(&results[i], GRADER_ERR_FORMULA, "calculate_output", err.msg);
+            grader_result_add_error(&results[i], GRADER_ERR_FORMULA, "calculate_output", err.msg);
         }
         passed[i] = rewards[i] > 0;
         if (top) {
@@ -215,11 +208,21 @@ static void run_node(const struct grader *g, const struct grader_run_opts *opts,
     free(sub);
 }
 
-int grader_run_batch(const struct grader *g, const struct grader_run_opts *opts, json_t *const *samples,
-                     json_t *const *items, size_t n, struct grader_result *results, struct whet_err *err) {
+static void is_runner_type(void *ctx, const struct grader *g) {
+    if (g->type == GRADER_PYTHON || g->type == GRADER_SCORE_MODEL || g->type == GRADER_LABEL_MODEL) *(int *)ctx = 1;
+}
+
+int grader_needs_runner(const struct grader *g) {
+    int needs = 0;
+    grader_each(g, is_runner_type, &needs);
+    return needs;
+}
+
+int grader_eval_batch(const struct grader *g, const struct grader_hooks *hooks, json_t *const *samples,
+                      json_t *const *items, size_t n, struct grader_result *results, struct whet_err *err) {
     if (!g) return whet_errf(err, "no grader");
-    struct grader_run_opts defaults = {0};
-    if (!opts) opts = &defaults;
+    struct grader_hooks none = {0};
+    if (!hooks) hooks = &none;
     /* A missing sample or item reads as an empty object, for the templates and for grade(). */
     json_t *empty = json_object();
     json_t **s = xcalloc(n ? n : 1, sizeof *s), **it = xcalloc(n ? n : 1, sizeof *it);
@@ -230,7 +233,7 @@ int grader_run_batch(const struct grader *g, const struct grader_run_opts *opts,
     }
     double *rewards = xcalloc(n ? n : 1, sizeof *rewards);
     int *passed = xcalloc(n ? n : 1, sizeof *passed);
-    run_node(g, opts, s, it, n, rewards, passed, results, NULL, 1);
+    run_node(g, hooks, s, it, n, rewards, passed, results, NULL, 1);
     for (size_t i = 0; i < n; i++) {
         results[i].reward = rewards[i];
         results[i].passed = passed[i];
@@ -241,10 +244,4 @@ int grader_run_batch(const struct grader *g, const struct grader_run_opts *opts,
     free(it);
     json_decref(empty);
     return 0;
-}
-
-int grader_run(const struct grader *g, const struct grader_run_opts *opts, const json_t *sample, const json_t *item,
-               struct grader_result *res, struct whet_err *err) {
-    json_t *s = (json_t *)sample, *it = (json_t *)item;
-    return grader_run_batch(g, opts, &s, &it, 1, res, err);
 }

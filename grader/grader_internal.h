@@ -1,5 +1,5 @@
-/* grader_internal.h - the parsed grader, shared by the parser (grader_parse.c) and the runner
- * (grader_run.c). Nothing outside executor/grader includes it. */
+/* grader_internal.h - the parsed grader, shared by the parser (grader_parse.c) and the evaluator
+ * (grader_eval.c). Nothing outside grader/ includes it. */
 #ifndef WHET_GRADER_INTERNAL_H
 #define WHET_GRADER_INTERNAL_H
 

@@ -11,6 +11,7 @@
 
 #include "buf.h"
 #include "grader.h"
+#include "json_text.h"
 #include "utf8.h"
 
 /* The next segment of `path` (up to '.' or the end) into seg; returns where the rest starts. */
@@ -86,7 +87,7 @@ static void render_path(struct whet_buf *out, const char *path, const char *end,
         whet_buf_append(out, json_string_value(v), json_string_length(v));
         return;
     }
-    char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *text = whet_json_compact(v, NULL); /* 0.1 as "0.1", not jansson's 0.10000000000000001 */
     if (text) whet_buf_puts(out, text);
     free(text);
 }
