@@ -378,8 +378,12 @@ static int cmd_up(int argc, char **argv) {
     struct local_pg pg = {0};
 
     char abs_dir[4096];
-    if (whet_mkdir_p(o.data_dir, &err) < 0 || !realpath(o.data_dir, abs_dir)) {
-        fprintf(stderr, "whet up: data dir %s: %s\n", o.data_dir, err.msg);
+    if (whet_mkdir_p(o.data_dir, &err) < 0) {
+        whet_err_report("whet up", &err);
+        return 1;
+    }
+    if (!realpath(o.data_dir, abs_dir)) {
+        fprintf(stderr, "whet up: data dir %s: %s\n", o.data_dir, strerror(errno));
         return 1;
     }
     ssize_t n = readlink("/proc/self/exe", up.self, sizeof up.self - 1);

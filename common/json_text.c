@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "util.h"
 
 const char *whet_json_skip_bom(const char *text, size_t *len) {
@@ -51,32 +52,15 @@ int whet_json_real(double v, char buf[WHET_JSON_REAL_MAX]) {
 
 /* ---- The compact writer ------------------------------------------------------------------------ */
 
-struct jbuf {
-    char *p;
-    size_t len, cap;
-};
-
-static void jbuf_reserve(struct jbuf *b, size_t n) {
-    if (b->len + n <= b->cap) return;
-    while (b->len + n > b->cap) b->cap = b->cap ? b->cap * 2 : 1024;
-    b->p = xrealloc(b->p, b->cap);
-}
-
-static void jbuf_put(struct jbuf *b, const char *s, size_t n) {
-    jbuf_reserve(b, n);
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
-
-static void jbuf_string(struct jbuf *b, const char *s, size_t n) {
+static void json_put_string(struct whet_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789ABCDEF";
-    jbuf_reserve(b, n + 2);
-    b->p[b->len++] = '"';
+    whet_buf_reserve(b, n + 2);
+    b->data[b->len++] = '"';
     size_t run = 0; /* bytes copied as they are, pending */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        jbuf_put(b, s + run, i - run);
+        whet_buf_append(b, s + run, i - run);
         run = i + 1;
         char esc[6] = {'\\', 0};
         size_t elen = 2;
@@ -94,13 +78,13 @@ static void jbuf_string(struct jbuf *b, const char *s, size_t n) {
             esc[5] = hex[c & 15];
             elen = 6;
         }
-        jbuf_put(b, esc, elen);
+        whet_buf_append(b, esc, elen);
     }
-    jbuf_put(b, s + run, n - run);
-    jbuf_put(b, "\"", 1);
+    whet_buf_append(b, s + run, n - run);
+    whet_buf_append(b, "\"", 1);
 }
 
-static void jbuf_integer(struct jbuf *b, json_int_t v) {
+static void json_put_integer(struct whet_buf *b, json_int_t v) {
     char d[24];
     int n = 0;
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
@@ -109,58 +93,59 @@ static void jbuf_integer(struct jbuf *b, json_int_t v) {
         u /= 10;
     } while (u);
     if (v < 0) d[n++] = '-';
-    jbuf_reserve(b, (size_t)n);
-    while (n) b->p[b->len++] = d[--n];
+    whet_buf_reserve(b, (size_t)n);
+    while (n) b->data[b->len++] = d[--n];
 }
 
-static int jbuf_value(struct jbuf *b, const json_t *v, int depth) {
+static int json_put_value(struct whet_buf *b, const json_t *v, int depth) {
     if (depth > 2048) return -1; /* jansson's own limit on nesting */
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
-        jbuf_put(b, "{", 1);
+        whet_buf_append(b, "{", 1);
         int first = 1;
         for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
-            if (!first) jbuf_put(b, ",", 1);
+            if (!first) whet_buf_append(b, ",", 1);
             first = 0;
-            jbuf_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
-            jbuf_put(b, ":", 1);
-            if (jbuf_value(b, json_object_iter_value(it), depth + 1) < 0) return -1;
+            json_put_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            whet_buf_append(b, ":", 1);
+            if (json_put_value(b, json_object_iter_value(it), depth + 1) < 0) return -1;
         }
-        jbuf_put(b, "}", 1);
+        whet_buf_append(b, "}", 1);
         return 0;
     }
     case JSON_ARRAY: {
-        jbuf_put(b, "[", 1);
+        whet_buf_append(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) jbuf_put(b, ",", 1);
-            if (jbuf_value(b, json_array_get(v, i), depth + 1) < 0) return -1;
+            if (i) whet_buf_append(b, ",", 1);
+            if (json_put_value(b, json_array_get(v, i), depth + 1) < 0) return -1;
         }
-        jbuf_put(b, "]", 1);
+        whet_buf_append(b, "]", 1);
         return 0;
     }
-    case JSON_STRING: jbuf_string(b, json_string_value(v), json_string_length(v)); return 0;
-    case JSON_INTEGER: jbuf_integer(b, json_integer_value(v)); return 0;
+    case JSON_STRING: json_put_string(b, json_string_value(v), json_string_length(v)); return 0;
+    case JSON_INTEGER: json_put_integer(b, json_integer_value(v)); return 0;
     case JSON_REAL: {
         char text[WHET_JSON_REAL_MAX];
         int n = whet_json_real(json_real_value(v), text);
         if (n < 0) return -1;
-        jbuf_put(b, text, (size_t)n);
+        whet_buf_append(b, text, (size_t)n);
         return 0;
     }
-    case JSON_TRUE: jbuf_put(b, "true", 4); return 0;
-    case JSON_FALSE: jbuf_put(b, "false", 5); return 0;
-    case JSON_NULL: jbuf_put(b, "null", 4); return 0;
+    case JSON_TRUE: whet_buf_append(b, "true", 4); return 0;
+    case JSON_FALSE: whet_buf_append(b, "false", 5); return 0;
+    case JSON_NULL: whet_buf_append(b, "null", 4); return 0;
     }
     return -1;
 }
 
 char *whet_json_compact(const json_t *v, size_t *len) {
-    struct jbuf b = {0};
-    if (!v || jbuf_value(&b, v, 0) < 0) {
-        free(b.p);
+    struct whet_buf b = {0};
+    if (!v || json_put_value(&b, v, 0) < 0) {
+        whet_buf_free(&b);
         return NULL;
     }
-    jbuf_put(&b, "", 1);
-    if (len) *len = b.len - 1;
-    return b.p;
+    whet_buf_reserve(&b, 0);
+    b.data[b.len] = 0; /* the last value may have been written in place, after a reserve */
+    if (len) *len = b.len;
+    return b.data;
 }
