@@ -545,15 +545,17 @@ void job_request_resolve_auto(struct job_request *req, size_t examples) {
     if (!hp) return;
     if (examples == 0) examples = 1;
     if (is_auto(json_object_get(hp, "n_epochs"))) {
-        /* Three passes, but at least 100 and at most 25,000 examples seen in total. */
+        /* OpenAI's rule (its fine-tuning cookbook's estimate): three passes, unless that shows fewer
+         * than 100 examples (then 100 / examples passes, at most 25) or more than 25,000 (then
+         * 25,000 / examples, at least 1), divisions rounded down. */
         size_t epochs = 3;
-        if (examples * epochs < 100) epochs = (100 + examples - 1) / examples;
-        if (examples * epochs > 25000) epochs = 25000 / examples;
-        if (epochs < 1) epochs = 1;
-        if (epochs > 50) epochs = 50;
+        if (examples * epochs < 100) epochs = 100 / examples < 25 ? 100 / examples : 25;
+        else if (examples * epochs > 25000) epochs = 25000 / examples > 1 ? 25000 / examples : 1;
         json_object_set_new(hp, "n_epochs", json_integer((json_int_t)epochs));
     }
     if (is_auto(json_object_get(hp, "batch_size"))) {
+        /* OpenAI: about 0.2% of the training examples (DPO: pairs, reinforcement: prompts), at least 1,
+         * at most 256. The job keeps and reports the number. */
         size_t batch = (size_t)lround((double)examples * 0.002);
         if (batch < 1) batch = 1;
         if (batch > 256) batch = 256;

@@ -42,7 +42,7 @@ int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const
 int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
                         int batch_rows, struct dpo_batch *scratch, struct whet_err *err) {
     struct sft_epoch ep;
-    sft_epoch_pack(&ep, &ds->pairs, 0, 0, 0);
+    sft_epoch_pack(&ep, &ds->pairs, 0, 0, 0, batch_rows);
     double *logps = xmalloc(sizeof(double) * 2 * (size_t)(dpo_num_pairs(ds) ? dpo_num_pairs(ds) : 1));
     int rc = 0;
     for (int row = 0; row < ep.n_rows && !rc; row += batch_rows) {

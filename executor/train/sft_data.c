@@ -204,56 +204,82 @@ int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat
 
 /* ---------------------------------------------------------------- packing */
 
-void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle) {
+/* Packs the examples order[0..n) (one step's) first-fit into rows appended to ep, from row ep->n_rows
+ * and item slot `slot` on; row_used and row_of are scratch of n entries. */
+static void pack_step(struct sft_epoch *ep, const struct sft_dataset *ds, const int *order, int n, int slot,
+                      int *row_used, int *row_of) {
+    int n_rows = 0;
+    for (int i = 0; i < n; i++) {
+        int len = ds->examples[order[i]].n, r = 0;
+        while (r < n_rows && row_used[r] + len > ds->max_seq_len) r++;
+        if (r == n_rows) row_used[n_rows++] = 0;
+        row_used[r] += len;
+        row_of[i] = r;
+    }
+    /* Rows in the order they were opened, examples in the step's order within each. */
+    int first_row = ep->n_rows;
+    for (int r = 0; r < n_rows; r++) ep->row_start[first_row + r + 1] = 0;
+    for (int i = 0; i < n; i++) ep->row_start[first_row + row_of[i] + 1]++;
+    ep->row_start[first_row] = slot;
+    for (int r = 0; r < n_rows; r++) {
+        ep->row_start[first_row + r + 1] += ep->row_start[first_row + r];
+        row_used[r] = ep->row_start[first_row + r]; /* reuse: the row's next free slot */
+    }
+    for (int i = 0; i < n; i++) ep->items[row_used[row_of[i]]++] = order[i];
+    ep->n_rows += n_rows;
+}
+
+void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle,
+                    int batch_size) {
     int n = ds->n_examples;
+    size_t cap = (size_t)(n ? n : 1);
     ep->epoch = epoch;
-    ep->items = xmalloc((size_t)(n ? n : 1) * sizeof *ep->items);
-    for (int i = 0; i < n; i++) ep->items[i] = i;
+    ep->batch_size = batch_size;
+    int *order = xmalloc(cap * sizeof *order);
+    for (int i = 0; i < n; i++) order[i] = i;
     if (shuffle) {
         /* splitmix64 over (seed, epoch): each epoch's order is a pure function of the two, which is
          * what lets a checkpoint store only the cursor. */
         uint64_t state = seed ^ (0xd1b54a32d192ed03ull * (uint64_t)(epoch + 1));
         for (int i = n - 1; i > 0; i--) { /* Fisher-Yates; the modulo bias of 2^64 % (i+1) is negligible */
             int j = (int)(rng_splitmix64(&state) % (uint64_t)(i + 1));
-            int t = ep->items[i];
-            ep->items[i] = ep->items[j];
-            ep->items[j] = t;
+            int t = order[i];
+            order[i] = order[j];
+            order[j] = t;
         }
     }
-    /* First-fit over the last SFT_PACK_WINDOW rows: row_of[i] is the row of the i-th example in
-     * shuffled order; rows are then laid out one after another, examples in shuffled order within. */
-    int *row_of = xmalloc((size_t)(n ? n : 1) * sizeof *row_of);
-    int *row_used = xmalloc((size_t)(n ? n : 1) * sizeof *row_used);
-    int n_rows = 0;
-    for (int i = 0; i < n; i++) {
-        int len = ds->examples[ep->items[i]].n, r = n_rows > SFT_PACK_WINDOW ? n_rows - SFT_PACK_WINDOW : 0;
-        while (r < n_rows && row_used[r] + len > ds->max_seq_len) r++;
-        if (r == n_rows) row_used[n_rows++] = 0;
-        row_used[r] += len;
-        row_of[i] = r;
+    ep->n_steps = sft_steps_in_epoch(n, batch_size);
+    ep->n_rows = 0;
+    ep->step_row = xmalloc(((size_t)ep->n_steps + 1) * sizeof *ep->step_row);
+    ep->row_start = xmalloc((cap + 1) * sizeof *ep->row_start); /* a row holds at least one example */
+    ep->row_start[0] = 0;
+    ep->items = xmalloc(cap * sizeof *ep->items);
+    int *row_used = xmalloc(cap * sizeof *row_used), *row_of = xmalloc(cap * sizeof *row_of);
+    for (int s = 0; s < ep->n_steps; s++) {
+        int first = s * batch_size, count = n - first < batch_size ? n - first : batch_size;
+        ep->step_row[s] = ep->n_rows;
+        pack_step(ep, ds, order + first, count, first, row_used, row_of);
     }
-    ep->n_rows = n_rows;
-    ep->row_start = xcalloc((size_t)n_rows + 1, sizeof *ep->row_start);
-    for (int i = 0; i < n; i++) ep->row_start[row_of[i] + 1]++;
-    for (int r = 0; r < n_rows; r++) ep->row_start[r + 1] += ep->row_start[r];
-    int *shuffled = ep->items, *fill = row_used; /* reuse: next free slot of each row */
-    ep->items = xmalloc((size_t)(n ? n : 1) * sizeof *ep->items);
-    for (int r = 0; r < n_rows; r++) fill[r] = ep->row_start[r];
-    for (int i = 0; i < n; i++) ep->items[fill[row_of[i]]++] = shuffled[i];
-    free(shuffled);
+    ep->step_row[ep->n_steps] = ep->n_rows;
     free(row_of);
     free(row_used);
+    free(order);
 }
 
 void sft_epoch_free(struct sft_epoch *ep) {
     free(ep->items);
     free(ep->row_start);
+    free(ep->step_row);
     memset(ep, 0, sizeof *ep);
 }
 
-int sft_steps_in_epoch(int n_rows, int batch_size, int grad_accum) {
-    int per_step = batch_size * grad_accum;
-    return (n_rows + per_step - 1) / per_step;
+int sft_steps_in_epoch(int n_examples, int batch_size) {
+    return (n_examples + batch_size - 1) / batch_size;
+}
+
+int sft_rows_per_micro_batch(int n_rows, int grad_accum) {
+    int per = (n_rows + grad_accum - 1) / grad_accum;
+    return per > 0 ? per : 1;
 }
 
 int sft_batch_width(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int *n_rows) {

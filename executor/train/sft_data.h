@@ -5,16 +5,21 @@
  * rendered with the model's chat template and tokenized once (sft_dataset_load). An example longer
  * than max_seq_len is cut to max_seq_len tokens and counted (truncation is reported, never silent).
  *
- * Packing: per epoch the examples are shuffled (deterministically from the seed and the epoch
- * number) and laid end to end into rows of at most max_seq_len tokens, an example never split
- * between rows: each goes into the first of the last SFT_PACK_WINDOW rows that still has room for
- * it, else starts a new row (first-fit over a sliding window: rows fill up without losing the
- * shuffled order). Each token of a row carries its position inside its own example (RoPE
- * restarts at 0) and the example's sequence id, so attention never crosses example boundaries.
+ * Steps and packing: `batch_size` is OpenAI's, the number of training examples in one optimizer step.
+ * Per epoch the examples are shuffled (deterministically from the seed and the epoch number) and cut
+ * into consecutive groups of batch_size (the last group of an epoch may be smaller): one group per
+ * step, so an epoch takes ceil(examples / batch_size) steps however long the examples are. A step's
+ * examples are packed into rows of at most max_seq_len tokens, an example never split between rows:
+ * each goes into the first of the step's rows that still has room for it, else starts a new row
+ * (first-fit). Each token of a row carries its position inside its own example (RoPE restarts at 0)
+ * and the example's sequence id, so attention never crosses example boundaries.
  *
- * A training step takes up to batch_size × gradient_accumulation_steps rows of one epoch, in
- * micro-batches of batch_size rows; the position in this stream is the cursor (epoch, row), which is
- * all a checkpoint needs to continue exactly, since every epoch's packing is a function of the seed. */
+ * gradient_accumulation_steps (a whet extension) only bounds memory: a step's rows go through the
+ * model in that many micro-batches of ceil(rows / gradient_accumulation_steps) rows, and the gradient
+ * is that of the step's loss over all its trained tokens whichever the split. The position in the
+ * stream is the cursor (epoch, examples of the epoch's order already trained), which is all a
+ * checkpoint needs to continue exactly, since every epoch's order and packing is a function of the
+ * seed. */
 #ifndef WHET_SFT_DATA_H
 #define WHET_SFT_DATA_H
 
@@ -77,21 +82,26 @@ void sft_messages_free(struct chat_message *msgs, void *json_root);
 
 /* ---------------------------------------------------------------- packing */
 
-#define SFT_PACK_WINDOW 16
-
-/* The rows of one epoch: row r holds examples items[row_start[r] .. row_start[r+1]). */
+/* The packing of one epoch: step s holds the examples order[s*batch_size ..] in rows
+ * [step_row[s], step_row[s+1]); row r holds the examples items[row_start[r] .. row_start[r+1]). */
 struct sft_epoch {
     int epoch;
-    int n_rows;
+    int batch_size;
+    int n_steps, n_rows;
+    int *step_row;  /* [n_steps + 1] */
     int *row_start; /* [n_rows + 1] */
     int *items;     /* example indices in packing order */
 };
 
-/* Packs epoch `epoch`; shuffled by (seed, epoch) unless `shuffle` is 0 (validation). */
-void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle);
+/* Packs epoch `epoch` into steps of batch_size examples; shuffled by (seed, epoch) unless `shuffle` is
+ * 0 (validation: the file's order). */
+void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t seed, int epoch, int shuffle,
+                    int batch_size);
 void sft_epoch_free(struct sft_epoch *ep);
-/* Optimizer steps in an epoch of n_rows rows. */
-int sft_steps_in_epoch(int n_rows, int batch_size, int grad_accum);
+/* Optimizer steps in an epoch of n_examples examples (DPO: pairs, GRPO: prompts): ceil(n / batch_size). */
+int sft_steps_in_epoch(int n_examples, int batch_size);
+/* Rows per micro-batch when a step's n_rows rows go through the model in grad_accum micro-batches. */
+int sft_rows_per_micro_batch(int n_rows, int grad_accum);
 
 /* A micro-batch in the layout model_forward takes: B rows of T tokens, T the longest row used
  * (pad tokens have id 0, target -1 and a sequence id of their own). */
@@ -112,10 +122,11 @@ void sft_batch_free(struct sft_batch *b);
 /* Trained targets in rows [row, row + n_rows) of `ep` (what sft_batch_fill would count). */
 int sft_rows_targets(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int n_rows);
 
-/* Where the next training step starts. */
+/* Where the next training step starts: `position` examples (DPO: pairs, GRPO: prompts) of epoch
+ * `epoch`'s shuffled order are trained, so the step is position / batch_size of that epoch. */
 struct sft_cursor {
     int epoch;
-    int row;
+    int position;
 };
 
 #endif

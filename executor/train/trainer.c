@@ -66,6 +66,11 @@ void trainer_event_line(const struct run *r, const char *json_object_text) {
     fflush(r->io->events);
 }
 
+void trainer_data_event(struct run *r, json_t *event) {
+    if (!r->data_events) r->data_events = json_array();
+    json_array_append_new(r->data_events, event);
+}
+
 void trainer_metrics_line(const struct run *r, const char *json_object_text) {
     fprintf(r->metrics, "%s\n", json_object_text);
     fflush(r->metrics);
@@ -117,7 +122,7 @@ static int publish_dir(const char *tmp, const char *dst, const char *parent, str
 
 static int write_state(const struct run *r, const char *dir, struct whet_err *err) {
     json_t *s = json_pack("{s:i, s:i, s:i, s:i, s:I, s:s, s:b, s:I, s:s}", "step", r->step, "total_steps",
-                          r->total_steps, "epoch", r->cursor.epoch, "row", r->cursor.row, "seed",
+                          r->total_steps, "epoch", r->cursor.epoch, "position", r->cursor.position, "seed",
                           (json_int_t)r->cfg->seed, "method", trainer_method_name(r->cfg->method), "lora",
                           r->cfg->lora.enabled, "tokens_seen", (json_int_t)r->tokens_seen,
                           /* The only randomness after initialisation is the shuffle of each epoch,
@@ -215,10 +220,15 @@ static int read_state(struct run *r, const char *dir, struct whet_err *err) {
         whet_errf(err, "resume_from: %s: %s", path, jerr.text);
         goto out;
     }
-    json_int_t step, total, epoch, row, seed, tokens;
+    json_int_t step, total, epoch, position, seed, tokens;
     int lora;
+    if (!json_object_get(s, "position") && json_object_get(s, "row")) {
+        whet_errf(err, "resume_from: %s: written by an older whet whose data cursor counted packed rows, not "
+                       "examples; start the run again without resume_from", path);
+        goto out;
+    }
     if (json_unpack_ex(s, &jerr, 0, "{s:I, s:I, s:I, s:I, s:I, s:b, s:I}", "step", &step, "total_steps", &total,
-                       "epoch", &epoch, "row", &row, "seed", &seed, "lora", &lora, "tokens_seen", &tokens)) {
+                       "epoch", &epoch, "position", &position, "seed", &seed, "lora", &lora, "tokens_seen", &tokens)) {
         whet_errf(err, "resume_from: %s: %s", path, jerr.text);
         goto out;
     }
@@ -243,7 +253,7 @@ static int read_state(struct run *r, const char *dir, struct whet_err *err) {
                          (long long)total, r->total_steps);
     r->step = (int)step;
     r->cursor.epoch = (int)epoch;
-    r->cursor.row = (int)row;
+    r->cursor.position = (int)position;
     r->tokens_seen = tokens;
     rc = 0;
 out:
@@ -300,10 +310,7 @@ static int load_dpo_data(struct run *r, struct whet_err *err) {
                                "trained_tokens", (json_int_t)d->pairs.n_trained_tokens, "truncated_examples",
                                d->n_truncated, "truncated_tokens", (json_int_t)d->n_truncated_tokens,
                                "untrained_examples", d->n_unscored);
-        char *text = json_dumps(ev, JSON_COMPACT);
-        trainer_event_line(r, text);
-        free(text);
-        json_decref(ev);
+        trainer_data_event(r, ev);
     }
     return 0;
 }
@@ -332,30 +339,36 @@ static int load_data(struct run *r, struct whet_err *err) {
                                (json_int_t)d->n_trained_tokens, "truncated_examples", d->n_truncated,
                                "truncated_tokens", (json_int_t)d->n_truncated_tokens, "untrained_examples",
                                d->n_untrained);
-        char *text = json_dumps(ev, JSON_COMPACT);
-        trainer_event_line(r, text);
-        free(text);
-        json_decref(ev);
+        trainer_data_event(r, ev);
     }
     return 0;
 }
 
+/* Optimizer steps in one epoch: the epoch's examples (DPO: pairs, GRPO: prompts) in groups of batch_size. */
+static int steps_per_epoch(const struct run *r) {
+    if (r->cfg->method == TRAINER_GRPO) return trainer_grpo_steps_per_epoch(r);
+    return sft_steps_in_epoch(packed_set(r)->n_examples, r->cfg->hp.batch_size);
+}
+
+/* Plans the run's steps and sends the "data" events, the training file's with the plan in it. */
 static int plan_steps(struct run *r, struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
-    if (r->cfg->max_steps) {
-        r->total_steps = r->cfg->max_steps;
-        return 0;
-    }
-    long long total = 0;
-    if (r->cfg->method == TRAINER_GRPO) total = (long long)hp->n_epochs * trainer_grpo_steps_per_epoch(r);
-    for (int e = 0; e < hp->n_epochs && r->cfg->method != TRAINER_GRPO; e++) {
-        struct sft_epoch ep;
-        sft_epoch_pack(&ep, packed_set(r), r->cfg->seed, e, 1);
-        total += sft_steps_in_epoch(ep.n_rows, hp->batch_size, hp->gradient_accumulation_steps);
-        sft_epoch_free(&ep);
-    }
+    int per_epoch = steps_per_epoch(r);
+    long long total = r->cfg->max_steps ? r->cfg->max_steps : (long long)hp->n_epochs * per_epoch;
     if (total > 100000000) return whet_errf(err, "the run would take %lld steps; set max_steps", total);
     r->total_steps = (int)total;
+    trainer_progress(r, "%d steps an epoch (batch_size %d: the examples of a step), %d steps in all%s", per_epoch,
+                     hp->batch_size, r->total_steps, r->cfg->max_steps ? " (max_steps)" : "");
+    for (size_t i = 0; i < json_array_size(r->data_events); i++) {
+        json_t *ev = json_array_get(r->data_events, i);
+        if (i == 0) {
+            json_object_set_new(ev, "steps_per_epoch", json_integer(per_epoch));
+            json_object_set_new(ev, "total_steps", json_integer(r->total_steps));
+        }
+        char *text = json_dumps(ev, JSON_COMPACT);
+        trainer_event_line(r, text);
+        free(text);
+    }
     return 0;
 }
 
@@ -403,11 +416,11 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     double t0 = whet_now_mono();
     const struct dpo_dataset *sets[2] = {&r->dpo_train, &r->dpo_valid};
     double **tables[2] = {&r->ref_train, &r->ref_valid};
-    int pairs = 0;
+    int pairs = 0, rows = sft_rows_per_micro_batch(r->cfg->hp.batch_size, r->cfg->hp.gradient_accumulation_steps);
     for (int i = 0; i < 1 + r->has_valid; i++) {
         int n = dpo_num_pairs(sets[i]);
         *tables[i] = xmalloc(sizeof(double) * 2 * (size_t)(n ? n : 1));
-        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], r->cfg->hp.batch_size, &r->dpo_batch, err))
+        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, &r->dpo_batch, err))
             return whet_err_prefix(err, "dpo reference pass");
         pairs += n;
     }
@@ -421,12 +434,14 @@ static int reference_tables(struct run *r, struct whet_err *err) {
 /* ---------------------------------------------------------------- validation */
 
 static int validation_loss(struct run *r, double *loss, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
     struct sft_epoch ep;
-    sft_epoch_pack(&ep, &r->valid, 0, 0, 0);
+    sft_epoch_pack(&ep, &r->valid, 0, 0, 0, hp->batch_size);
+    int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
     double sum = 0, weight = 0;
     int rc = 0;
-    for (int row = 0; row < ep.n_rows && !rc; row += r->cfg->hp.batch_size) {
-        sft_batch_fill(&r->batch, &r->valid, &ep, row, r->cfg->hp.batch_size);
+    for (int row = 0; row < ep.n_rows && !rc; row += per) {
+        sft_batch_fill(&r->batch, &r->valid, &ep, row, per);
         struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
                                  r->batch.targets, NULL};
         float l;
@@ -444,19 +459,13 @@ static int validation_loss(struct run *r, double *loss, struct whet_err *err) {
 
 /* Makes r->epoch the packing of the cursor's epoch, moving to the next epoch at the end of one. */
 static void ensure_epoch(struct run *r) {
-    if (r->epoch.row_start && r->epoch.epoch == r->cursor.epoch && r->cursor.row < r->epoch.n_rows) return;
-    if (r->epoch.row_start && r->epoch.epoch == r->cursor.epoch) { /* this epoch is used up */
+    if (r->cursor.position >= packed_set(r)->n_examples) { /* this epoch is used up */
         r->cursor.epoch++;
-        r->cursor.row = 0;
+        r->cursor.position = 0;
     }
+    if (r->epoch.step_row && r->epoch.epoch == r->cursor.epoch) return;
     sft_epoch_free(&r->epoch);
-    sft_epoch_pack(&r->epoch, packed_set(r), r->cfg->seed, r->cursor.epoch, 1);
-    if (r->cursor.row >= r->epoch.n_rows) { /* resumed exactly at an epoch's end */
-        r->cursor.epoch++;
-        r->cursor.row = 0;
-        sft_epoch_free(&r->epoch);
-        sft_epoch_pack(&r->epoch, packed_set(r), r->cfg->seed, r->cursor.epoch, 1);
-    }
+    sft_epoch_pack(&r->epoch, packed_set(r), r->cfg->seed, r->cursor.epoch, 1, r->cfg->hp.batch_size);
 }
 
 /* What a step's micro-batches measured, and the method's own fields for the metrics line. */
@@ -468,15 +477,15 @@ struct step_figures {
 };
 
 static int sft_micro_batches(struct run *r, int first, int rows, struct step_figures *f, struct whet_err *err) {
-    const struct trainer_hparams *hp = &r->cfg->hp;
     /* The loss of the step is the mean over all its trained tokens, so every micro-batch's gradient
      * is scaled by one over the step's total, which the packing already knows. */
     int total_targets = sft_rows_targets(&r->train, &r->epoch, first, rows);
     float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
+    int per = sft_rows_per_micro_batch(rows, r->cfg->hp.gradient_accumulation_steps);
     double loss_sum = 0, weight_sum = 0;
     long long correct = 0, targets = 0;
-    for (int row = first; row < first + rows; row += hp->batch_size) {
-        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row);
+    for (int row = first; row < first + rows; row += per) {
+        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, per < first + rows - row ? per : first + rows - row);
         struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
                                  r->batch.targets, NULL};
         float l;
@@ -501,9 +510,10 @@ static int dpo_micro_batches(struct run *r, int first, int rows, struct step_fig
     const struct trainer_hparams *hp = &r->cfg->hp;
     int total_pairs = dpo_rows_pairs(&r->epoch, first, rows);
     double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
+    int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
     struct dpo_stats st = {0};
-    for (int row = first; row < first + rows; row += hp->batch_size) {
-        int n = hp->batch_size < first + rows - row ? hp->batch_size : first + rows - row;
+    for (int row = first; row < first + rows; row += per) {
+        int n = per < first + rows - row ? per : first + rows - row;
         dpo_batch_fill(&r->dpo_batch, &r->dpo_train, &r->epoch, row, n);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
         dpo_batch_reference(ref, r->ref_train, &r->dpo_batch);
@@ -523,15 +533,17 @@ static int dpo_micro_batches(struct run *r, int first, int rows, struct step_fig
 
 /* DPO validation: the loss, preference accuracy and margin over the validation pairs. */
 static int dpo_validation(struct run *r, double *loss, char *metrics, size_t metrics_len, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
     struct sft_epoch ep;
-    sft_epoch_pack(&ep, &r->dpo_valid.pairs, 0, 0, 0);
+    sft_epoch_pack(&ep, &r->dpo_valid.pairs, 0, 0, 0, hp->batch_size);
+    int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
     struct dpo_stats st = {0};
     int rc = 0;
-    for (int row = 0; row < ep.n_rows && !rc; row += r->cfg->hp.batch_size) {
-        dpo_batch_fill(&r->dpo_batch, &r->dpo_valid, &ep, row, r->cfg->hp.batch_size);
+    for (int row = 0; row < ep.n_rows && !rc; row += per) {
+        dpo_batch_fill(&r->dpo_batch, &r->dpo_valid, &ep, row, per);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
         dpo_batch_reference(ref, r->ref_valid, &r->dpo_batch);
-        rc = dpo_evaluate(r->model, &r->dpo_batch, ref, r->cfg->hp.beta, &st, err);
+        rc = dpo_evaluate(r->model, &r->dpo_batch, ref, hp->beta, &st, err);
         free(ref);
     }
     sft_epoch_free(&ep);
@@ -548,9 +560,8 @@ static int train_step(struct run *r, struct whet_err *err) {
     int dpo = r->cfg->method == TRAINER_DPO;
     double t0 = whet_now_mono();
     ensure_epoch(r);
-    int first = r->cursor.row;
-    int rows = hp->batch_size * hp->gradient_accumulation_steps;
-    if (first + rows > r->epoch.n_rows) rows = r->epoch.n_rows - first;
+    int step_in_epoch = r->cursor.position / hp->batch_size;
+    int first = r->epoch.step_row[step_in_epoch], rows = r->epoch.step_row[step_in_epoch + 1] - first;
 
     model_zero_grad(r->model);
     struct step_figures fig = {0};
@@ -560,7 +571,8 @@ static int train_step(struct run *r, struct whet_err *err) {
     model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
                      (float)hp->weight_decay);
     r->step++;
-    r->cursor.row = first + rows;
+    r->cursor.position = (step_in_epoch + 1) * hp->batch_size;
+    if (r->cursor.position > packed_set(r)->n_examples) r->cursor.position = packed_set(r)->n_examples;
     r->tokens_seen += fig.tokens;
     double loss = fig.loss;
     if (!isfinite(loss) || !isfinite(norm))
@@ -635,13 +647,14 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
         whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
         goto out;
     }
-    trainer_progress(&r, "%d steps (%s from step %d), batch %d x %d rows, lr %g %s, warmup %d", r.total_steps,
-                     cfg->resume_from ? "resuming" : "starting", r.step, cfg->hp.batch_size,
+    trainer_progress(&r, "%d steps (%s from step %d), batch %d examples in %d micro-batches, lr %g %s, warmup %d",
+                     r.total_steps, cfg->resume_from ? "resuming" : "starting", r.step, cfg->hp.batch_size,
                      cfg->hp.gradient_accumulation_steps, cfg->hp.learning_rate, lr_scheduler_name(cfg->hp.lr_scheduler),
                      cfg->hp.warmup_steps);
     rc = run_loop(&r, stopped, err);
 out:
     if (r.metrics) fclose(r.metrics);
+    json_decref(r.data_events);
     if (r.model) model_free(r.model);
     if (r.ref_model) model_free(r.ref_model);
     free(r.ref_train);

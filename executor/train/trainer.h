@@ -2,8 +2,9 @@
  *
  * A run reads the trainer config (trainer_config.h), loads the base model (model.h) with LoRA or for
  * full fine-tuning, tokenizes the data with the model's chat template and packs it (sft_data.h; DPO
- * pairs as dpo_data.h packs them), then takes optimizer steps: gradient accumulation over
- * micro-batches, clipping by global norm, AdamW with a warmup + linear/cosine/constant schedule,
+ * pairs as dpo_data.h packs them), then takes optimizer steps of batch_size examples (DPO: pairs, GRPO:
+ * prompts; OpenAI's meaning, so an epoch is ceil(examples / batch_size) steps): the step's packed rows
+ * in gradient_accumulation_steps micro-batches, clipping by global norm, AdamW with a warmup + linear/cosine/constant schedule,
  * until n_epochs or max_steps. For `dpo` the reference log-probs of every pair are computed once
  * before the first step (the base weights: the LoRA adapter switched off, or a frozen copy for full
  * fine-tuning), then each step takes the DPO loss of dpo.h, the mean over its pairs. For `grpo`
@@ -37,7 +38,8 @@
  * executor uploading checkpoints, a resumed run) never sees half of one.
  *
  * stdout carries the same events for the executor's pipe, one JSON object per line with a "type":
- * "data" (dataset figures, truncation included), "metrics" (as in metrics.jsonl), "checkpoint"
+ * "data" (dataset figures, truncation included; the training file's also steps_per_epoch and
+ * total_steps), "metrics" (as in metrics.jsonl), "checkpoint"
  * ({step, path}) and "final" ({step, path}). Progress for people goes to stderr.
  *
  * A run resumed from checkpoints/step-N (resume_from) continues exactly: the same losses, step for

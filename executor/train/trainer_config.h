@@ -8,8 +8,9 @@
  * the GRPO hyperparameters (kl_coef, clip_ratio_low, clip_ratio_high, ppo_epochs, loss_agg,
  * norm_adv_by_std, dynamic_sampling, max_gen_batches) and `eval_samples`; those fields are refused
  * for other methods.
- * For grpo, batch_size counts prompts per optimizer step (each with rollout.n responses) and
- * gradient_accumulation_steps the micro-batches those responses are split into. */
+ * batch_size is OpenAI's: the examples of one optimizer step (dpo: preference pairs, grpo: prompts, each
+ * with rollout.n responses); gradient_accumulation_steps the micro-batches a step's packed rows (grpo:
+ * responses) are split into, which bounds memory and leaves the step's gradient as it is. */
 #ifndef WHET_TRAINER_CONFIG_H
 #define WHET_TRAINER_CONFIG_H
 
@@ -39,14 +40,14 @@ struct trainer_lora {
 
 struct trainer_hparams {
     int n_epochs;                    /* 1..1000 */
-    int batch_size;                  /* packed rows per micro-batch (grpo: prompts per step), 1..4096 */
+    int batch_size;                  /* examples per optimizer step (dpo: pairs, grpo: prompts), 1..4096 */
     double learning_rate;            /* (0, 1] */
     enum lr_scheduler lr_scheduler;
     int warmup_steps;                /* 0..1e8 */
     double max_grad_norm;            /* 0 turns clipping off */
     double weight_decay;             /* 0..1 (AdamW, decoupled) */
     int max_seq_len;                 /* tokens per packed row, 8..1048576 */
-    int gradient_accumulation_steps; /* micro-batches per optimizer step, 1..4096 */
+    int gradient_accumulation_steps; /* micro-batches a step's rows are split into, 1..4096 */
     double adam_beta1, adam_beta2, adam_eps;
     double beta;                     /* dpo: strength of the pull towards the reference, (0, 2] */
     /* grpo (grpo.h for the formulas; names as veRL's): */

@@ -72,10 +72,7 @@ static void data_event(struct run *r, const char *path, const struct rft_dataset
     json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:i, s:i}", "type", "data", "file", path, "examples", d->n_prompts,
                            "tokens", (json_int_t)d->n_tokens, "truncated_examples", 0, "untrained_examples",
                            d->n_too_long);
-    char *text = json_dumps(ev, JSON_COMPACT);
-    trainer_event_line(r, text);
-    free(text);
-    json_decref(ev);
+    trainer_data_event(r, ev);
 }
 
 int trainer_grpo_load_data(struct run *r, struct whet_err *err) {
@@ -97,8 +94,7 @@ int trainer_grpo_load_data(struct run *r, struct whet_err *err) {
 }
 
 int trainer_grpo_steps_per_epoch(const struct run *r) {
-    int n = r->grpo->train.n_prompts, b = r->cfg->hp.batch_size;
-    return (n + b - 1) / b;
+    return sft_steps_in_epoch(r->grpo->train.n_prompts, r->cfg->hp.batch_size);
 }
 
 void trainer_grpo_free(struct run *r) {
@@ -115,9 +111,9 @@ void trainer_grpo_free(struct run *r) {
 static void ensure_order(struct run *r) {
     struct grpo_run *g = r->grpo;
     int n = g->train.n_prompts;
-    if (r->cursor.row >= n) {
+    if (r->cursor.position >= n) {
         r->cursor.epoch++;
-        r->cursor.row = 0;
+        r->cursor.position = 0;
     }
     if (g->order_epoch == r->cursor.epoch) return;
     if (!g->order) g->order = xmalloc(sizeof(int) * (size_t)n);
@@ -512,7 +508,7 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
     model_set_logit_temperature(r->model, logit_temperature);
     if (r->ref_model) model_set_logit_temperature(r->ref_model, logit_temperature);
     ensure_order(r);
-    int G = cfg->rollout.n, row = r->cursor.row;
+    int G = cfg->rollout.n, row = r->cursor.position;
     struct step_samples ss;
     step_samples_init(&ss, cfg->hp.dynamic_sampling ? cfg->hp.max_gen_batches : 1, cfg->hp.batch_size, G);
     struct seq *seqs = xmalloc(sizeof(struct seq) * (size_t)ss.cap * (size_t)G);
@@ -570,12 +566,12 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
         goto out;
     }
     r->step++;
-    r->cursor.row = row;
+    r->cursor.position = row;
     /* An epoch used up moves the cursor on now, so that trainer.c's loop, which stops at n_epochs,
      * sees the end of the data even when refills used the prompts up in fewer steps than planned. */
     if (row >= g->train.n_prompts) {
         r->cursor.epoch++;
-        r->cursor.row = 0;
+        r->cursor.position = 0;
     }
     r->tokens_seen += s.tokens;
     s.seconds = whet_now_mono() - t0;

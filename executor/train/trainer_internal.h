@@ -4,6 +4,7 @@
 #ifndef WHET_TRAINER_INTERNAL_H
 #define WHET_TRAINER_INTERNAL_H
 
+#include <jansson.h>
 #include <stdio.h>
 
 #include "chat_template.h"
@@ -31,9 +32,10 @@ struct run {
     struct model *model;
     struct sft_epoch epoch; /* packing of cursor.epoch */
     struct sft_batch batch;
-    /* Where the next step starts: SFT/DPO (epoch, packed row); GRPO (epoch, prompt in the epoch's
-     * shuffled order). */
+    /* Where the next step starts: the epoch, and the examples (DPO: pairs, GRPO: prompts) of its
+     * shuffled order already trained. */
     struct sft_cursor cursor;
+    json_t *data_events; /* the "data" events of the files read, sent once the steps are planned */
     int step, total_steps;
     long long tokens_seen;
     FILE *metrics;
@@ -46,6 +48,9 @@ struct run {
 /* A progress line for people ("whet train: …" on io->progress) and a JSON event line (io->events). */
 void trainer_progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void trainer_event_line(const struct run *r, const char *json_object_text);
+/* Keeps a file's "data" event (taking the reference) until the run's steps are planned: the training
+ * file's (the first) then also carries steps_per_epoch and total_steps. */
+void trainer_data_event(struct run *r, json_t *event);
 /* One step's metrics object (JSON text "{…}") to metrics.jsonl and, as a "metrics" event, to the
  * executor's pipe. */
 void trainer_metrics_line(const struct run *r, const char *json_object_text);

@@ -5,8 +5,8 @@
  *
  *   API (method.<type>.hyperparameters, whet)        trainer config
  *   type supervised | dpo | reinforcement            method sft | dpo | grpo
- *   n_epochs, batch_size                             hyperparameters.n_epochs, .batch_size (grpo: prompts
- *                                                    per optimizer step)
+ *   n_epochs, batch_size                             hyperparameters.n_epochs, .batch_size (examples per
+ *                                                    optimizer step; dpo: pairs, grpo: prompts)
  *   learning_rate_multiplier                         hyperparameters.learning_rate = base * multiplier
  *   beta (dpo)                                       hyperparameters.beta
  *   reinforcement.grader                             grader (copied as given)

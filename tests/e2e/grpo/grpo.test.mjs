@@ -105,11 +105,11 @@ test('a reinforcement job created with the OpenAI SDK trains with GRPO and succe
       type: 'reinforcement',
       reinforcement: {
         grader,
-        hyperparameters: { batch_size: 2, learning_rate_multiplier: 10, eval_interval: 2, eval_samples: 2,
+        hyperparameters: { n_epochs: 1, batch_size: 2, learning_rate_multiplier: 10, eval_interval: 2, eval_samples: 2,
                            reasoning_effort: 'low' },
       },
     },
-    whet: { group_size: 4, max_tokens: 8, kl_coef: 0.01, max_steps: 4, checkpoint_every_steps: 2 },
+    whet: { group_size: 4, max_tokens: 8, kl_coef: 0.01, checkpoint_every_steps: 2 },
   });
   assert.equal(created.object, 'fine_tuning.job');
   assert.equal(created.seed, 7);
@@ -127,7 +127,10 @@ test('a reinforcement job created with the OpenAI SDK trains with GRPO and succe
     console.log(`  step ${m.step}: reward_mean ${m.reward_mean} reward_std ${m.reward_std} pass_rate ${m.pass_rate} kl ${m.kl} ` +
                 `loss ${m.loss} rollout_tokens ${m.rollout_tokens} response_length_mean ${m.response_length_mean} ` +
                 `valid_reward_mean ${m.valid_reward_mean}`);
+  // batch_size counts prompts: 1 epoch of 8 prompts in batches of 2 is ceil(8/2) = 4 steps.
   assert.deepEqual(steps.map((m) => m.step), [1, 2, 3, 4]);
+  const data = events.find((e) => e.message === 'Training data loaded' && e.data?.file?.endsWith('train.jsonl'))?.data;
+  assert.deepEqual([data?.examples, data?.steps_per_epoch, data?.total_steps], [8, 4, 4], JSON.stringify(data));
   for (const m of steps) {
     for (const f of ['reward_mean', 'reward_std', 'pass_rate', 'kl', 'entropy', 'clip_frac', 'response_length_mean',
                      'rollout_tokens', 'time_rollout_s', 'time_grading_s'])

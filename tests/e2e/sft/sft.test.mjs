@@ -144,6 +144,72 @@ test('a second job continues from the first one\'s fine-tuned model; /v1/models 
   assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
 });
 
+// batch_size is OpenAI's: the examples (DPO: preference pairs) of one optimizer step, so an epoch of N
+// examples takes ceil(N / batch_size) steps however short they are, and "auto" becomes a number on the
+// job. The training file's "data" event says the plan; the metrics events and the result CSV follow it.
+async function stepsOf(id) {
+  const events = await allEvents(id);
+  const data = events.find((e) => e.message === 'Training data loaded' && e.data?.file?.endsWith('train.jsonl'))?.data;
+  const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
+  return { data, steps };
+}
+async function resultRows(job) {
+  assert.equal(job.result_files.length, 1);
+  return (await (await client.files.content(job.result_files[0])).text()).trim().split('\n').length - 1;
+}
+
+test('batch_size counts examples: 96 examples, 2 epochs of batch 40 train 2 x ceil(96/40) = 6 steps', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const created = await client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: training.id,
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 40 } } },
+  });
+  const job = await finished(created.id);
+  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+  const { data, steps } = await stepsOf(job.id);
+  assert.equal(data?.examples, 96, JSON.stringify(data));
+  assert.equal(data.steps_per_epoch, 3);
+  assert.equal(data.total_steps, 6);
+  assert.deepEqual(steps, [1, 2, 3, 4, 5, 6]);
+  assert.equal(await resultRows(job), 6, 'one CSV row a step');
+});
+
+test('DPO counts preference pairs: 50 pairs, 1 epoch of batch 20 trains ceil(50/20) = 3 steps', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const pairs = await client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'dpo', 'train.jsonl')), purpose: 'fine-tune' });
+  const created = await client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: pairs.id,
+    method: { type: 'dpo', dpo: { hyperparameters: { n_epochs: 1, batch_size: 20 } } },
+  });
+  const job = await finished(created.id);
+  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+  const { data, steps } = await stepsOf(job.id);
+  assert.equal(data?.examples, 50, JSON.stringify(data));
+  assert.equal(data.steps_per_epoch, 3);
+  assert.deepEqual(steps, [1, 2, 3]);
+});
+
+test('"auto" n_epochs and batch_size become numbers on the job (OpenAI\'s rule) and set the steps', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const created = await client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: training.id,
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 'auto', batch_size: 'auto' } } },
+    whet: { max_steps: 2 },
+  });
+  // 96 examples: 3 epochs (288 examples seen is within 100..25,000); batch 0.2% of 96, at least 1.
+  const hp = created.method.supervised.hyperparameters;
+  assert.equal(hp.n_epochs, 3, JSON.stringify(hp));
+  assert.equal(hp.batch_size, 1, JSON.stringify(hp));
+  const got = await client.fineTuning.jobs.retrieve(created.id);
+  assert.deepEqual([got.hyperparameters.n_epochs, got.hyperparameters.batch_size], [3, 1]);
+  const job = await finished(created.id);
+  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+  const { data, steps } = await stepsOf(job.id);
+  assert.equal(data?.steps_per_epoch, 96, JSON.stringify(data));
+  assert.equal(data.total_steps, 2, 'max_steps caps the run');
+  assert.deepEqual(steps, [1, 2]);
+});
+
 test('SIGKILL of the executor running a job: it resumes elsewhere from its last checkpoint and succeeds', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id, method: sftMethod,

@@ -44,6 +44,7 @@ kinds = [e["type"] for e in events]
 assert kinds.count("metrics") == 30 and kinds.count("checkpoint") == 2 and kinds[-1] == "final", kinds
 data = [e for e in events if e["type"] == "data"]
 assert data[0]["examples"] == 96 and data[0]["truncated_examples"] == 0
+assert data[0]["steps_per_epoch"] == 24 and data[0]["total_steps"] == 30, data[0]  # 96 examples / batch 4; max_steps
 print(f"LoRA loss {first:.3f} -> {last:.3f}, valid {valid[0]:.3f} -> {valid[-1]:.3f}")
 EOF
 for d in checkpoints/step-10 checkpoints/step-20; do
@@ -94,22 +95,38 @@ assert warm < fresh - 1.0, f"init_adapter: first loss {warm:.3f}, a fresh adapte
 print(f"init_adapter: first loss {warm:.3f} (fresh adapter {fresh:.3f})")
 EOF
 
-# ---- gradient accumulation: 4 rows at once, 2 x 2 and 4 x 1 take the same steps
-for shape in "4 1" "2 2" "1 4"; do
-  set -- $shape
-  config "acc$1" "out-acc$1" '"lora": {"r": 8, "alpha": 16}, "max_steps": 3' \
-    '{"batch_size": '"$1"', "gradient_accumulation_steps": '"$2"', "learning_rate": 0.003, "max_seq_len": 128}'
-  "$WHET_BIN" train --config "$work/acc$1.json" --quiet > /dev/null || fail "accumulation run $shape"
+# ---- gradient accumulation only splits a step's rows: batches of 8 examples in 1, 2 or 4 micro-batches
+# take the same steps (max_seq_len 64: a step's 8 examples pack into several rows)
+for acc in 1 2 4; do
+  config "acc$acc" "out-acc$acc" '"lora": {"r": 8, "alpha": 16}, "max_steps": 3' \
+    '{"batch_size": 8, "gradient_accumulation_steps": '"$acc"', "learning_rate": 0.003, "max_seq_len": 64}'
+  "$WHET_BIN" train --config "$work/acc$acc.json" --quiet > /dev/null || fail "accumulation run $acc"
 done
-py "$work"/out-acc{4,2,1}/metrics.jsonl <<'EOF'
+py "$work"/out-acc{1,2,4}/metrics.jsonl <<'EOF'
 import json, sys
 runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+assert all(len(r) == 3 for r in runs), [len(r) for r in runs]
 for other in runs[1:]:
     for x, y in zip(runs[0], other):
         assert x["tokens"] == y["tokens"], (x, y)
         assert abs(x["loss"] - y["loss"]) < 1e-4 * abs(x["loss"]), (x["loss"], y["loss"])
         assert abs(x["grad_norm"] - y["grad_norm"]) < 1e-3 * x["grad_norm"], (x["grad_norm"], y["grad_norm"])
-print("accumulation: 4x1, 2x2, 1x4 give the same losses and gradient norms")
+print("accumulation: 1, 2 and 4 micro-batches give the same losses and gradient norms")
+EOF
+
+# ---- batch_size counts examples: 96 examples, n_epochs 2, batch_size 40 -> 2 x ceil(96/40) = 6 steps,
+# the last step of each epoch taking the 16 examples left
+config epochs out-epochs '"lora": {"r": 8, "alpha": 16}' '{"n_epochs": 2, "batch_size": 40, "learning_rate": 0.003, "max_seq_len": 128}'
+"$WHET_BIN" train --config "$work/epochs.json" > "$work/epochs.events" 2> "$work/epochs.log" || { cat "$work/epochs.log"; fail "epochs run"; }
+grep -q "3 steps an epoch" "$work/epochs.log" || fail "progress: no steps per epoch: $(head -5 "$work/epochs.log")"
+py "$work/out-epochs/metrics.jsonl" "$work/epochs.events" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["step"], r["epoch"]) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 1)], rows
+data = [json.loads(l) for l in open(sys.argv[2]) if '"type":"data"' in l]
+assert (data[0]["steps_per_epoch"], data[0]["total_steps"]) == (3, 6), data[0]
+assert "steps_per_epoch" not in data[1], "only the training file's event carries the plan"
+print("2 epochs of 96 examples in batches of 40: 6 steps")
 EOF
 
 # ---- SIGTERM: the step under way finishes, a checkpoint is written, exit 0

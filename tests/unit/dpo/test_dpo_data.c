@@ -225,7 +225,11 @@ TEST(batches_keep_pairs_whole_and_sequences_apart) {
     int n_pairs = (int)(sizeof lens / sizeof lens[0]);
     for (int p = 0; p < n_pairs; p++) add_pair(&ds, p, lens[p][0], lens[p][1]);
     struct sft_epoch ep;
-    sft_epoch_pack(&ep, &ds.pairs, 99, 0, 1);
+    sft_epoch_pack(&ep, &ds.pairs, 99, 0, 1, 3);
+    /* A step takes batch_size pairs (3, 3, then the 1 left), each pair one packing unit. */
+    CHECK(ep.n_steps == 3);
+    for (int st = 0; st < ep.n_steps; st++)
+        CHECK(dpo_rows_pairs(&ep, ep.step_row[st], ep.step_row[st + 1] - ep.step_row[st]) == (st < 2 ? 3 : 1));
     struct dpo_batch b = {0};
     dpo_batch_fill(&b, &ds, &ep, 0, ep.n_rows);
     CHECK(b.n_pairs == n_pairs && dpo_rows_pairs(&ep, 0, ep.n_rows) == n_pairs);

@@ -302,6 +302,19 @@ TEST(resolve_auto) {
     CHECK(json_integer_value(json_object_get(job_request_hyperparameters(&req), "n_epochs")) == 1);
     job_request_free(&req);
 
+    /* OpenAI's rule rounds down and caps at 25: 7 examples -> 100 / 7 = 14; 1 example -> 25; 10,000 ->
+     * 25,000 / 10,000 = 2; 1,000 -> 3 (3,000 is within 100..25,000); batch 0.2%: 1,000 -> 2. */
+    static const size_t examples[] = {7, 1, 10000, 1000};
+    static const int epochs[] = {14, 25, 2, 3}, batches[] = {1, 1, 20, 2};
+    for (size_t i = 0; i < 4; i++) {
+        CHECK_STR(parse("{" BASE "}", &req), "");
+        job_request_resolve_auto(&req, examples[i]);
+        hp = job_request_hyperparameters(&req);
+        CHECK(json_integer_value(json_object_get(hp, "n_epochs")) == epochs[i]);
+        CHECK(json_integer_value(json_object_get(hp, "batch_size")) == batches[i]);
+        job_request_free(&req);
+    }
+
     CHECK_STR(parse(RL(STRING_CHECK, ""), &req), "");
     job_request_resolve_auto(&req, 500000);
     hp = job_request_hyperparameters(&req);

@@ -45,7 +45,8 @@ TEST(packing_keeps_examples_whole_and_apart) {
     int n_ex = (int)(sizeof lens / sizeof lens[0]);
     for (int i = 0; i < n_ex; i++) add_example(&ds, i, lens[i]);
     struct sft_epoch ep;
-    sft_epoch_pack(&ep, &ds, 1234, 0, 1);
+    sft_epoch_pack(&ep, &ds, 1234, 0, 1, n_ex); /* one step: every example */
+    CHECK(ep.n_steps == 1 && ep.step_row[0] == 0 && ep.step_row[1] == ep.n_rows);
     int seen[32] = {0}, row_len[32] = {0};
     for (int r = 0; r < ep.n_rows; r++) {
         int used = 0;
@@ -56,8 +57,7 @@ TEST(packing_keeps_examples_whole_and_apart) {
         CHECK(used <= 64);
         row_len[r] = used;
     }
-    /* First-fit: an example that opened row r fitted in none of the rows before it (all of them
-     * were open, the window being larger than this epoch). */
+    /* First-fit: an example that opened row r fitted in none of the step's rows before it. */
     for (int r = 1; r < ep.n_rows; r++) {
         int opener = ds.examples[ep.items[ep.row_start[r]]].n;
         for (int q = 0; q < r; q++) CHECK(row_len[q] + opener > 64);
@@ -107,7 +107,7 @@ TEST(first_fit_fills_earlier_rows) {
     int lens[] = {40, 40, 20, 20}; /* next-fit: [40] [40 20] [20]; first-fit: [40 20] [40 20] */
     for (int i = 0; i < 4; i++) add_example(&ds, i, lens[i]);
     struct sft_epoch ep;
-    sft_epoch_pack(&ep, &ds, 0, 0, 0);
+    sft_epoch_pack(&ep, &ds, 0, 0, 0, 4);
     CHECK(ep.n_rows == 2);
     if (ep.n_rows == 2) {
         CHECK(ep.items[0] == 0 && ep.items[1] == 2); /* rows keep the examples' order */
@@ -128,11 +128,11 @@ TEST(shuffles_are_seeded_per_epoch) {
     sft_dataset_init(&ds, 32);
     for (int i = 0; i < 50; i++) add_example(&ds, i, 3 + i % 7);
     struct sft_epoch a, b, c, d, v;
-    sft_epoch_pack(&a, &ds, 7, 0, 1);
-    sft_epoch_pack(&b, &ds, 7, 0, 1);
-    sft_epoch_pack(&c, &ds, 7, 1, 1);
-    sft_epoch_pack(&d, &ds, 8, 0, 1);
-    sft_epoch_pack(&v, &ds, 7, 0, 0);
+    sft_epoch_pack(&a, &ds, 7, 0, 1, 8);
+    sft_epoch_pack(&b, &ds, 7, 0, 1, 8);
+    sft_epoch_pack(&c, &ds, 7, 1, 1, 8);
+    sft_epoch_pack(&d, &ds, 8, 0, 1, 8);
+    sft_epoch_pack(&v, &ds, 7, 0, 0, 8);
     CHECK(same_order(&a, &b, 50));
     CHECK(!same_order(&a, &c, 50));
     CHECK(!same_order(&a, &d, 50));
@@ -146,9 +146,40 @@ TEST(shuffles_are_seeded_per_epoch) {
     sft_epoch_free(&d);
     sft_epoch_free(&v);
     sft_dataset_free(&ds);
-    CHECK(sft_steps_in_epoch(10, 2, 2) == 3);
-    CHECK(sft_steps_in_epoch(8, 2, 2) == 2);
-    CHECK(sft_steps_in_epoch(1, 4, 1) == 1);
+}
+
+/* batch_size counts examples: an epoch of n examples takes ceil(n / batch_size) steps whatever their
+ * lengths, step s packs exactly the examples s*batch_size .. of the epoch's order, and
+ * gradient_accumulation_steps only splits a step's rows. */
+TEST(a_step_takes_batch_size_examples) {
+    CHECK(sft_steps_in_epoch(10, 4) == 3);
+    CHECK(sft_steps_in_epoch(8, 4) == 2);
+    CHECK(sft_steps_in_epoch(1, 4) == 1);
+    CHECK(sft_steps_in_epoch(256, 8) == 32); /* issue 10: 256 short examples, batch 8 */
+    CHECK(sft_rows_per_micro_batch(5, 2) == 3);
+    CHECK(sft_rows_per_micro_batch(1, 4) == 1);
+    CHECK(sft_rows_per_micro_batch(8, 1) == 8);
+    struct sft_dataset ds;
+    sft_dataset_init(&ds, 64);
+    for (int i = 0; i < 23; i++) add_example(&ds, i, 2 + (i * 7) % 30); /* short: several fit in a row */
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        struct sft_epoch ep;
+        sft_epoch_pack(&ep, &ds, 3, 0, shuffle, 5);
+        CHECK(ep.n_steps == 5 && ep.step_row[0] == 0 && ep.step_row[5] == ep.n_rows);
+        int seen[23] = {0};
+        for (int st = 0; st < ep.n_steps; st++) {
+            int from = ep.row_start[ep.step_row[st]], to = ep.row_start[ep.step_row[st + 1]];
+            CHECK(from == st * 5 && to - from == (st < 4 ? 5 : 3)); /* the last step takes what is left */
+            CHECK(ep.step_row[st + 1] - ep.step_row[st] <= to - from);
+            for (int k = from; k < to; k++) {
+                seen[ep.items[k]]++;
+                if (!shuffle) CHECK(ep.items[k] / 5 == st); /* the file's order: consecutive groups */
+            }
+        }
+        for (int i = 0; i < 23; i++) CHECK(seen[i] == 1);
+        sft_epoch_free(&ep);
+    }
+    sft_dataset_free(&ds);
 }
 
 TEST(line_errors_say_what_is_wrong) {
@@ -278,6 +309,7 @@ int main(void) {
     RUN(packing_keeps_examples_whole_and_apart);
     RUN(first_fit_fills_earlier_rows);
     RUN(shuffles_are_seeded_per_epoch);
+    RUN(a_step_takes_batch_size_examples);
     RUN(line_errors_say_what_is_wrong);
     RUN(file_errors_name_file_and_line);
     RUN(lr_schedules_follow_hugging_face);
