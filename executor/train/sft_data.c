@@ -282,6 +282,23 @@ int sft_rows_per_micro_batch(int n_rows, int grad_accum) {
     return per > 0 ? per : 1;
 }
 
+int sft_take_step(struct sft_epoch *ep, struct sft_cursor *c, const struct sft_dataset *ds, uint64_t seed,
+                  int batch_size, int *first_row, int *n_rows) {
+    if (c->position >= ds->n_examples) { /* this epoch is used up (or was, at the checkpoint) */
+        c->epoch++;
+        c->position = 0;
+    }
+    if (!ep->step_row || ep->epoch != c->epoch) {
+        sft_epoch_free(ep);
+        sft_epoch_pack(ep, ds, seed, c->epoch, 1, batch_size);
+    }
+    int step = c->position / batch_size;
+    *first_row = ep->step_row[step];
+    *n_rows = ep->step_row[step + 1] - *first_row;
+    c->position = (step + 1) * batch_size < ds->n_examples ? (step + 1) * batch_size : ds->n_examples;
+    return c->epoch;
+}
+
 int sft_batch_width(const struct sft_dataset *ds, const struct sft_epoch *ep, int row, int *n_rows) {
     if (row + *n_rows > ep->n_rows) *n_rows = ep->n_rows - row;
     int T = 1;

@@ -129,4 +129,10 @@ struct sft_cursor {
     int position;
 };
 
+/* The next training step of a packed set: makes `ep` the packing of the cursor's epoch (moving the
+ * cursor to the next epoch when its epoch is used up), sets [*first_row, *first_row + *n_rows) to the
+ * step's rows, and moves the cursor past the step's examples. Returns the step's epoch. */
+int sft_take_step(struct sft_epoch *ep, struct sft_cursor *c, const struct sft_dataset *ds, uint64_t seed,
+                  int batch_size, int *first_row, int *n_rows);
+
 #endif

@@ -1,9 +1,10 @@
-/* trainer.c - the SFT and DPO loop, its checkpoints and its exact resume (see trainer.h); GRPO's
- * step, data and validation live in trainer_grpo.c and plug in here (trainer_internal.h).
+/* trainer.c - the training loop of every method, its learning-rate schedule, checkpoints, exact resume
+ * and stop requests (see trainer.h). The methods (trainer_sft.c, trainer_dpo.c, trainer_grpo.c) plug in
+ * through their tables (trainer_internal.h): their data, steps, validation and metrics fields.
  *
- * Layout of a run in memory: `struct run` (trainer_internal.h) holds what the loop needs (model,
- * data, the packing of the current epoch, the cursor) and the files it appends to. Sections:
- * schedule, set-up, checkpoints, resume, validation, the loop. */
+ * Layout of a run in memory: `struct run` (trainer_internal.h) holds what the loop needs (model, the
+ * method's state, the cursor) and the files it appends to. Sections: schedule, progress and events,
+ * files, checkpoints, resume, set-up, the loop. */
 #include "trainer.h"
 
 #include <errno.h>
@@ -16,10 +17,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
-#include "dpo.h"
-#include "dpo_data.h"
 #include "model.h"
-#include "sft_data.h"
 #include "tokenizer.h"
 #include "trainer_internal.h"
 #include "zstd_file.h"
@@ -80,9 +78,12 @@ void trainer_metrics_line(const struct run *r, const char *json_object_text) {
     }
 }
 
-/* What the training epochs pack: SFT examples, or DPO pairs (each one unit holding both sequences). */
-static const struct sft_dataset *packed_set(const struct run *r) {
-    return r->cfg->method == TRAINER_DPO ? &r->dpo_train.pairs : &r->train;
+float trainer_optimizer_step(struct run *r, double lr) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
+    model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
+                     (float)hp->weight_decay);
+    return norm;
 }
 
 /* ---------------------------------------------------------------- files and directories */
@@ -289,71 +290,10 @@ static int trim_metrics(const char *path, int keep_through_step, struct whet_err
 
 /* ---------------------------------------------------------------- set-up */
 
-/* DPO: pairs, with the same "data" event fields (examples are pairs; trained tokens are scored ones). */
-static int load_dpo_data(struct run *r, struct whet_err *err) {
-    const struct trainer_config *cfg = r->cfg;
-    dpo_dataset_init(&r->dpo_train, cfg->hp.max_seq_len);
-    dpo_dataset_init(&r->dpo_valid, cfg->hp.max_seq_len);
-    if (dpo_dataset_load(&r->dpo_train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
-    r->has_valid = cfg->validation_file != NULL;
-    if (r->has_valid && dpo_dataset_load(&r->dpo_valid, cfg->validation_file, &r->tpl, r->tok, err)) return -1;
-    const struct dpo_dataset *sets[2] = {&r->dpo_train, &r->dpo_valid};
-    const char *names[2] = {cfg->training_file, cfg->validation_file};
-    for (int i = 0; i < 1 + r->has_valid; i++) {
-        const struct dpo_dataset *d = sets[i];
-        trainer_progress(r, "%s: %d preference pairs, %lld tokens (%lld scored); %d pairs cut to fit max_seq_len %d (%lld "
-                            "tokens cut); %d skipped with a side left unscored",
-                         names[i], dpo_num_pairs(d), d->pairs.n_tokens, d->pairs.n_trained_tokens, d->n_truncated,
-                         cfg->hp.max_seq_len, d->n_truncated_tokens, d->n_unscored);
-        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
-                               "examples", dpo_num_pairs(d), "tokens", (json_int_t)d->pairs.n_tokens,
-                               "trained_tokens", (json_int_t)d->pairs.n_trained_tokens, "truncated_examples",
-                               d->n_truncated, "truncated_tokens", (json_int_t)d->n_truncated_tokens,
-                               "untrained_examples", d->n_unscored);
-        trainer_data_event(r, ev);
-    }
-    return 0;
-}
-
-static int load_data(struct run *r, struct whet_err *err) {
-    const struct trainer_config *cfg = r->cfg;
-    if (cfg->method == TRAINER_DPO) return load_dpo_data(r, err);
-    if (cfg->method == TRAINER_GRPO) return trainer_grpo_load_data(r, err);
-    sft_dataset_init(&r->train, cfg->hp.max_seq_len);
-    if (sft_dataset_load(&r->train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
-    if (cfg->validation_file) {
-        sft_dataset_init(&r->valid, cfg->hp.max_seq_len);
-        r->has_valid = 1;
-        if (sft_dataset_load(&r->valid, cfg->validation_file, &r->tpl, r->tok, err)) return -1;
-    }
-    const struct sft_dataset *sets[2] = {&r->train, &r->valid};
-    const char *names[2] = {cfg->training_file, cfg->validation_file};
-    for (int i = 0; i < 1 + r->has_valid; i++) {
-        const struct sft_dataset *d = sets[i];
-        trainer_progress(r, "%s: %d examples, %lld tokens (%lld trained); %d truncated to max_seq_len %d (%lld tokens cut); "
-                            "%d skipped with nothing left to train",
-                         names[i], d->n_examples, d->n_tokens, d->n_trained_tokens, d->n_truncated, cfg->hp.max_seq_len,
-                         d->n_truncated_tokens, d->n_untrained);
-        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
-                               "examples", d->n_examples, "tokens", (json_int_t)d->n_tokens, "trained_tokens",
-                               (json_int_t)d->n_trained_tokens, "truncated_examples", d->n_truncated,
-                               "truncated_tokens", (json_int_t)d->n_truncated_tokens, "untrained_examples",
-                               d->n_untrained);
-        trainer_data_event(r, ev);
-    }
-    return 0;
-}
-
-/* Optimizer steps in one epoch: the epoch's examples (DPO: pairs, GRPO: prompts) in groups of batch_size. */
-static int steps_per_epoch(const struct run *r) {
-    if (r->cfg->method == TRAINER_GRPO) return trainer_grpo_steps_per_epoch(r);
-    return sft_steps_in_epoch(packed_set(r)->n_examples, r->cfg->hp.batch_size);
-}
-
 /* Plans the run's steps and sends the "data" events, the training file's with the plan in it. */
 static int plan_steps(struct run *r, struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
-    int per_epoch = steps_per_epoch(r);
+    int per_epoch = r->method->steps_per_epoch(r);
     long long total = r->cfg->max_steps ? r->cfg->max_steps : (long long)hp->n_epochs * per_epoch;
     if (total > 100000000) return whet_errf(err, "the run would take %lld steps; set max_steps", total);
     r->total_steps = (int)total;
@@ -397,13 +337,6 @@ static int load_model(struct run *r, struct whet_err *err) {
         if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
     }
     if (model_load(&r->model, dir, &o, err)) return -1;
-    if ((cfg->method == TRAINER_DPO || (cfg->method == TRAINER_GRPO && cfg->hp.kl_coef > 0)) && !cfg->lora.enabled) {
-        /* Full fine-tuning moves the base weights, so the reference is a frozen copy of them. */
-        struct model_opts ro = model_opts_default();
-        ro.lora_r = 0;
-        if (model_load(&r->ref_model, cfg->model, &ro, err))
-            return whet_err_prefix(err, "%s reference model", trainer_method_name(cfg->method));
-    }
     if (cfg->resume_from && load_optimizer(r, cfg->resume_from, err)) return whet_err_prefix(err, "resume_from");
     trainer_progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
                      model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
@@ -411,200 +344,54 @@ static int load_model(struct run *r, struct whet_err *err) {
     return 0;
 }
 
-/* DPO's reference log-probs of every training and validation pair, before the first step. */
-static int reference_tables(struct run *r, struct whet_err *err) {
-    double t0 = whet_now_mono();
-    const struct dpo_dataset *sets[2] = {&r->dpo_train, &r->dpo_valid};
-    double **tables[2] = {&r->ref_train, &r->ref_valid};
-    int pairs = 0, rows = sft_rows_per_micro_batch(r->cfg->hp.batch_size, r->cfg->hp.gradient_accumulation_steps);
-    for (int i = 0; i < 1 + r->has_valid; i++) {
-        int n = dpo_num_pairs(sets[i]);
-        *tables[i] = xmalloc(sizeof(double) * 2 * (size_t)(n ? n : 1));
-        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, &r->dpo_batch, err))
-            return whet_err_prefix(err, "dpo reference pass");
-        pairs += n;
-    }
-    trainer_progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
-                     r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
-    if (r->ref_model) model_free(r->ref_model); /* the tables are all the run needs of it */
-    r->ref_model = NULL;
+int trainer_load_reference(struct run *r, struct whet_err *err) {
+    /* Full fine-tuning moves the base weights, so the reference is a frozen copy of them. */
+    struct model_opts ro = model_opts_default();
+    ro.lora_r = 0;
+    if (model_load(&r->ref_model, r->cfg->model, &ro, err))
+        return whet_err_prefix(err, "%s reference model", trainer_method_name(r->cfg->method));
     return 0;
-}
-
-/* ---------------------------------------------------------------- validation */
-
-static int validation_loss(struct run *r, double *loss, struct whet_err *err) {
-    const struct trainer_hparams *hp = &r->cfg->hp;
-    struct sft_epoch ep;
-    sft_epoch_pack(&ep, &r->valid, 0, 0, 0, hp->batch_size);
-    int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
-    double sum = 0, weight = 0;
-    int rc = 0;
-    for (int row = 0; row < ep.n_rows && !rc; row += per) {
-        sft_batch_fill(&r->batch, &r->valid, &ep, row, per);
-        struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
-                                 r->batch.targets, NULL};
-        float l;
-        rc = model_forward(r->model, &mb, &l, err);
-        struct model_stats st = model_last_stats(r->model);
-        sum += st.loss_sum;
-        weight += st.weight_sum;
-    }
-    sft_epoch_free(&ep);
-    *loss = weight > 0 ? sum / weight : 0;
-    return rc;
 }
 
 /* ---------------------------------------------------------------- the loop */
 
-/* Makes r->epoch the packing of the cursor's epoch, moving to the next epoch at the end of one. */
-static void ensure_epoch(struct run *r) {
-    if (r->cursor.position >= packed_set(r)->n_examples) { /* this epoch is used up */
-        r->cursor.epoch++;
-        r->cursor.position = 0;
-    }
-    if (r->epoch.step_row && r->epoch.epoch == r->cursor.epoch) return;
-    sft_epoch_free(&r->epoch);
-    sft_epoch_pack(&r->epoch, packed_set(r), r->cfg->seed, r->cursor.epoch, 1, r->cfg->hp.batch_size);
-}
-
-/* What a step's micro-batches measured, and the method's own fields for the metrics line. */
-struct step_figures {
-    double loss;
-    long long tokens;
-    char metrics[256];  /* ",\"name\":value…" appended to the metrics line */
-    char progress[160]; /* the same for the progress line */
-};
-
-static int sft_micro_batches(struct run *r, int first, int rows, struct step_figures *f, struct whet_err *err) {
-    /* The loss of the step is the mean over all its trained tokens, so every micro-batch's gradient
-     * is scaled by one over the step's total, which the packing already knows. */
-    int total_targets = sft_rows_targets(&r->train, &r->epoch, first, rows);
-    float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
-    int per = sft_rows_per_micro_batch(rows, r->cfg->hp.gradient_accumulation_steps);
-    double loss_sum = 0, weight_sum = 0;
-    long long correct = 0, targets = 0;
-    for (int row = first; row < first + rows; row += per) {
-        sft_batch_fill(&r->batch, &r->train, &r->epoch, row, per < first + rows - row ? per : first + rows - row);
-        struct model_batch mb = {r->batch.B, r->batch.T, r->batch.ids, r->batch.positions, r->batch.seq_ids,
-                                 r->batch.targets, NULL};
-        float l;
-        if (model_forward(r->model, &mb, &l, err) || model_backward(r->model, loss_scale, err)) return -1;
-        struct model_stats st = model_last_stats(r->model);
-        loss_sum += st.loss_sum;
-        weight_sum += st.weight_sum;
-        correct += st.n_correct;
-        targets += st.n_targets;
-        f->tokens += r->batch.n_tokens;
-    }
-    f->loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
-    double accuracy = targets ? (double)correct / (double)targets : 0;
-    snprintf(f->metrics, sizeof f->metrics, ",\"train_mean_token_accuracy\":%.6f", accuracy);
-    snprintf(f->progress, sizeof f->progress, " acc %.3f", accuracy);
-    return 0;
-}
-
-/* DPO: per micro-batch the policy's log-probs against the reference table, loss and backward; the
- * step's loss is the mean over its pairs. */
-static int dpo_micro_batches(struct run *r, int first, int rows, struct step_figures *f, struct whet_err *err) {
-    const struct trainer_hparams *hp = &r->cfg->hp;
-    int total_pairs = dpo_rows_pairs(&r->epoch, first, rows);
-    double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
-    int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
-    struct dpo_stats st = {0};
-    for (int row = first; row < first + rows; row += per) {
-        int n = per < first + rows - row ? per : first + rows - row;
-        dpo_batch_fill(&r->dpo_batch, &r->dpo_train, &r->epoch, row, n);
-        double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
-        dpo_batch_reference(ref, r->ref_train, &r->dpo_batch);
-        int rc = dpo_forward_backward(r->model, &r->dpo_batch, ref, hp->beta, loss_scale, &st, err);
-        free(ref);
-        if (rc) return -1;
-        f->tokens += r->dpo_batch.n_tokens;
-    }
-    double P = st.n_pairs > 0 ? st.n_pairs : 1;
-    f->loss = st.loss_sum / P;
-    snprintf(f->metrics, sizeof f->metrics,
-             ",\"reward_margin\":%.9g,\"preference_accuracy\":%.6f,\"chosen_logps\":%.9g,\"rejected_logps\":%.9g",
-             st.margin_sum / P, st.n_correct / P, st.chosen_logps / P, st.rejected_logps / P);
-    snprintf(f->progress, sizeof f->progress, " margin %.4f pref_acc %.3f", st.margin_sum / P, st.n_correct / P);
-    return 0;
-}
-
-/* DPO validation: the loss, preference accuracy and margin over the validation pairs. */
-static int dpo_validation(struct run *r, double *loss, char *metrics, size_t metrics_len, struct whet_err *err) {
-    const struct trainer_hparams *hp = &r->cfg->hp;
-    struct sft_epoch ep;
-    sft_epoch_pack(&ep, &r->dpo_valid.pairs, 0, 0, 0, hp->batch_size);
-    int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
-    struct dpo_stats st = {0};
-    int rc = 0;
-    for (int row = 0; row < ep.n_rows && !rc; row += per) {
-        dpo_batch_fill(&r->dpo_batch, &r->dpo_valid, &ep, row, per);
-        double *ref = xmalloc(sizeof(double) * 2 * (size_t)r->dpo_batch.n_pairs);
-        dpo_batch_reference(ref, r->ref_valid, &r->dpo_batch);
-        rc = dpo_evaluate(r->model, &r->dpo_batch, ref, hp->beta, &st, err);
-        free(ref);
-    }
-    sft_epoch_free(&ep);
-    double P = st.n_pairs > 0 ? st.n_pairs : 1;
-    *loss = st.loss_sum / P;
-    snprintf(metrics, metrics_len, ",\"valid_preference_accuracy\":%.6f,\"valid_reward_margin\":%.9g",
-             st.n_correct / P, st.margin_sum / P);
-    return rc;
+/* The metrics line and the progress line of the step just taken; `valid` is NULL when not measured. */
+static void report_step(struct run *r, const struct step_figures *f, double seconds, const struct method_text *valid) {
+    struct method_text own = {{0}, {0}};
+    r->method->metrics(r, &own);
+    double tps = seconds > 0 ? (double)f->tokens / seconds : 0;
+    char line[4096];
+    snprintf(line, sizeof line,
+             "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+             "\"tokens_per_s\":%.1f%s%s}",
+             r->step, f->epoch, f->loss, f->lr, f->grad_norm, f->tokens, tps, own.json, valid ? valid->json : "");
+    trainer_metrics_line(r, line);
+    double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
+    trainer_progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f%s tokens %lld (%.0f tok/s) eta %.0fs",
+                     r->step, r->total_steps, f->epoch, f->loss, valid ? valid->progress : "", f->lr, f->grad_norm,
+                     own.progress, f->tokens, tps, eta);
 }
 
 static int train_step(struct run *r, struct whet_err *err) {
-    if (r->cfg->method == TRAINER_GRPO) return trainer_grpo_step(r, err);
-    const struct trainer_hparams *hp = &r->cfg->hp;
-    int dpo = r->cfg->method == TRAINER_DPO;
+    const struct trainer_config *cfg = r->cfg;
     double t0 = whet_now_mono();
-    ensure_epoch(r);
-    int step_in_epoch = r->cursor.position / hp->batch_size;
-    int first = r->epoch.step_row[step_in_epoch], rows = r->epoch.step_row[step_in_epoch + 1] - first;
-
-    model_zero_grad(r->model);
-    struct step_figures fig = {0};
-    if ((dpo ? dpo_micro_batches : sft_micro_batches)(r, first, rows, &fig, err)) return -1;
-    float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
-    double lr = trainer_lr_at(hp, r->step, r->total_steps);
-    model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
-                     (float)hp->weight_decay);
-    r->step++;
-    r->cursor.position = (step_in_epoch + 1) * hp->batch_size;
-    if (r->cursor.position > packed_set(r)->n_examples) r->cursor.position = packed_set(r)->n_examples;
-    r->tokens_seen += fig.tokens;
-    double loss = fig.loss;
-    if (!isfinite(loss) || !isfinite(norm))
+    struct step_figures f = {0};
+    if (r->method->step(r, &f, err)) return -1;
+    if (!isfinite(f.loss) || !isfinite(f.grad_norm))
         return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
-                              "learning_rate or set max_grad_norm", r->step, loss, (double)norm);
-
+                              "learning_rate or set max_grad_norm", r->step + 1, f.loss, f.grad_norm);
+    r->step++;
+    r->tokens_seen += f.tokens;
     double seconds = whet_now_mono() - t0; /* the step alone: validation is not training throughput */
-    double tps = seconds > 0 ? (double)fig.tokens / seconds : 0;
     r->train_seconds += seconds;
     r->steps_timed++;
-    double valid = NAN;
-    char valid_metrics[160] = "";
-    int eval_now = r->has_valid && ((r->cfg->eval_every_steps && r->step % r->cfg->eval_every_steps == 0) ||
-                                    r->step == r->total_steps);
-    if (eval_now && (dpo ? dpo_validation(r, &valid, valid_metrics, sizeof valid_metrics, err)
-                         : validation_loss(r, &valid, err)))
-        return -1;
-
-    char line[1024];
-    int n = snprintf(line, sizeof line,
-                     "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                     "\"tokens_per_s\":%.1f%s",
-                     r->step, r->cursor.epoch, loss, lr, (double)norm, fig.tokens, tps, fig.metrics);
-    if (eval_now) n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_loss\":%.9g%s", valid, valid_metrics);
-    snprintf(line + n, sizeof line - (size_t)n, "}");
-    trainer_metrics_line(r, line);
-    char valid_text[48] = "";
-    if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_loss %.4f", valid);
-    double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
-    trainer_progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f%s tokens %lld (%.0f tok/s) eta %.0fs",
-                     r->step, r->total_steps, r->cursor.epoch, loss, valid_text, lr, (double)norm, fig.progress, fig.tokens,
-                     tps, eta);
+    /* Validation every eval_every_steps and after the last step (GRPO's refills may use the epochs'
+     * prompts up before the planned step count). */
+    int last = r->step == r->total_steps || (!cfg->max_steps && r->cursor.epoch >= cfg->hp.n_epochs);
+    int eval_now = r->has_valid && ((cfg->eval_every_steps && r->step % cfg->eval_every_steps == 0) || last);
+    struct method_text valid = {{0}, {0}};
+    if (eval_now && r->method->validate(r, &valid, err)) return -1;
+    report_step(r, &f, seconds, eval_now ? &valid : NULL);
     return 0;
 }
 
@@ -627,8 +414,15 @@ static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
     return write_checkpoint(r, 1, err);
 }
 
+/* The method table of each trainer_config method. */
+static const struct trainer_method_ops *const methods[] = {
+    [TRAINER_SFT] = &trainer_sft_method,
+    [TRAINER_DPO] = &trainer_dpo_method,
+    [TRAINER_GRPO] = &trainer_grpo_method,
+};
+
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err) {
-    struct run r = {.cfg = cfg, .io = io, .last_checkpoint_step = -1};
+    struct run r = {.cfg = cfg, .io = io, .method = methods[cfg->method], .last_checkpoint_step = -1};
     *stopped = 0;
     int rc = -1;
     char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
@@ -637,11 +431,10 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
     if (whet_mkdir_p(r.checkpoints_dir, err)) goto out;
     if (tokenizer_load(tok_path, &r.tok, err)) goto out;
     if (chat_template_load(&r.tpl, cfg->model, err)) goto out;
-    if (load_data(&r, err) || plan_steps(&r, err)) goto out;
+    if (r.method->load_data(&r, err) || plan_steps(&r, err)) goto out;
     if (cfg->resume_from && read_state(&r, cfg->resume_from, err)) goto out;
     if (cfg->resume_from && trim_metrics(metrics_path, r.step, err)) goto out;
     if (load_model(&r, err)) goto out;
-    if (cfg->method == TRAINER_DPO && reference_tables(&r, err)) goto out;
     r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
     if (!r.metrics) {
         whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
@@ -657,18 +450,7 @@ out:
     json_decref(r.data_events);
     if (r.model) model_free(r.model);
     if (r.ref_model) model_free(r.ref_model);
-    free(r.ref_train);
-    free(r.ref_valid);
-    dpo_batch_free(&r.dpo_batch);
-    trainer_grpo_free(&r);
-    if (cfg->method == TRAINER_DPO) {
-        dpo_dataset_free(&r.dpo_train);
-        dpo_dataset_free(&r.dpo_valid);
-    }
-    sft_epoch_free(&r.epoch);
-    sft_batch_free(&r.batch);
-    sft_dataset_free(&r.train);
-    if (r.has_valid && cfg->method != TRAINER_DPO) sft_dataset_free(&r.valid);
+    r.method->free(&r);
     chat_template_free(&r.tpl);
     if (r.tok) tokenizer_free(r.tok);
     free(r.checkpoints_dir);

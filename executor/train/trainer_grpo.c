@@ -1,4 +1,4 @@
-/* trainer_grpo.c - GRPO in `whet train`: the step that trainer.c's loop calls for method "grpo".
+/* trainer_grpo.c - GRPO in `whet train` (the method table's "grpo", trainer_internal.h).
  *
  * A step takes the next batch_size prompts of the epoch's shuffled order and
  *   1. rollout:   rollout.n responses to each (rollout.h), drawn from an RNG seeded by (seed, step), so
@@ -26,7 +26,7 @@
  *                 (model_set_loss_weights), clipping, AdamW. The old log-probs are those of the first
  *                 pass: the weights do not move between the micro-batches of one update, so that pass
  *                 IS the policy that sampled (its ratio is exactly 1), and later epochs see real ratios.
- * then writes the metrics line and, when due, the validation rewards: the first eval_samples prompts
+ * The validation figures (when trainer.c's loop asks) are the rewards of the first eval_samples prompts
  * of the validation file, one greedy response each (temperature 0: the policy's best answer, free of
  * sampling noise), graded. The cursor (epoch, position in the epoch's order) and the step are all a
  * checkpoint needs besides the weights and moments: orders and rollouts are functions of the seed.
@@ -53,11 +53,23 @@
 #include "rollout.h"
 #include "trainer_internal.h"
 
+/* Everything a step measured, for the metrics line. */
+struct step_record {
+    double reward_mean, reward_std, pass_rate, entropy, response_length_mean;
+    long long rollout_tokens;
+    double rollout_s, grading_s, reference_s, update_s;
+    int epoch, gen_batches, groups_kept, grader_errors;
+    int kl_measured; /* 0 with kl_coef 0: no reference pass, "kl": null */
+    struct update_figures {
+        double loss, kl, clip_frac, grad_norm, ppo_kl; /* means over the ppo epochs */
+    } u;
+};
+
 struct grpo_run {
     struct rft_dataset train, valid;
-    int has_valid;
     int *order;      /* [train.n_prompts] prompt indices of epoch order_epoch, shuffled */
     int order_epoch; /* -1: none made yet */
+    struct step_record last;
 };
 
 /* splitmix64 of (a, b): the seeds of per-epoch orders and per-step rollouts. */
@@ -66,7 +78,7 @@ static uint64_t mix(uint64_t a, uint64_t b) { return rng_mix64(a + RNG_GOLDEN * 
 
 /* ---------------------------------------------------------------- data */
 
-static void data_event(struct run *r, const char *path, const struct rft_dataset *d) {
+static void report_file(struct run *r, const char *path, const struct rft_dataset *d) {
     trainer_progress(r, "%s: %d prompts, %lld prompt tokens; %d left out (longer than max_seq_len - rollout.max_tokens)",
                      path, d->n_prompts, d->n_tokens, d->n_too_long);
     json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:i, s:i}", "type", "data", "file", path, "examples", d->n_prompts,
@@ -75,41 +87,42 @@ static void data_event(struct run *r, const char *path, const struct rft_dataset
     trainer_data_event(r, ev);
 }
 
-int trainer_grpo_load_data(struct run *r, struct whet_err *err) {
+static int grpo_load_data(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     int max_prompt = cfg->hp.max_seq_len - cfg->rollout.max_tokens;
     if (max_prompt < 1)
         return whet_errf(err, "hyperparameters.max_seq_len: %d leaves no room for a prompt before rollout.max_tokens "
                               "%d; raise max_seq_len", cfg->hp.max_seq_len, cfg->rollout.max_tokens);
-    struct grpo_run *g = r->grpo = xcalloc(1, sizeof *g);
+    struct grpo_run *g = r->state = xcalloc(1, sizeof *g);
     g->order_epoch = -1;
     if (rft_dataset_load(&g->train, cfg->training_file, &r->tpl, r->tok, max_prompt, err)) return -1;
-    data_event(r, cfg->training_file, &g->train);
+    report_file(r, cfg->training_file, &g->train);
     if (cfg->validation_file) {
         if (rft_dataset_load(&g->valid, cfg->validation_file, &r->tpl, r->tok, max_prompt, err)) return -1;
-        g->has_valid = 1;
-        data_event(r, cfg->validation_file, &g->valid);
+        r->has_valid = 1;
+        report_file(r, cfg->validation_file, &g->valid);
     }
     return 0;
 }
 
-int trainer_grpo_steps_per_epoch(const struct run *r) {
-    return sft_steps_in_epoch(r->grpo->train.n_prompts, r->cfg->hp.batch_size);
+static int grpo_steps_per_epoch(const struct run *r) {
+    const struct grpo_run *g = r->state;
+    return sft_steps_in_epoch(g->train.n_prompts, r->cfg->hp.batch_size);
 }
 
-void trainer_grpo_free(struct run *r) {
-    struct grpo_run *g = r->grpo;
+static void grpo_free(struct run *r) {
+    struct grpo_run *g = r->state;
     if (!g) return;
     rft_dataset_free(&g->train);
-    if (g->has_valid) rft_dataset_free(&g->valid);
+    if (r->has_valid) rft_dataset_free(&g->valid);
     free(g->order);
     free(g);
-    r->grpo = NULL;
+    r->state = NULL;
 }
 
 /* Makes g->order the order of the cursor's epoch, moving to the next epoch at the end of one. */
 static void ensure_order(struct run *r) {
-    struct grpo_run *g = r->grpo;
+    struct grpo_run *g = r->state;
     int n = g->train.n_prompts;
     if (r->cursor.position >= n) {
         r->cursor.epoch++;
@@ -261,11 +274,6 @@ static int reference_pass(struct run *r, float *ref_logp, struct mbatch *b, cons
     return rc;
 }
 
-/* What the update passes measured (means over the ppo epochs). */
-struct update_figures {
-    double loss, kl, clip_frac, grad_norm, ppo_kl;
-};
-
 /* ppo_epochs × (forward/backward over the micro-batches, clip, AdamW). old_logp is filled by the first
  * pass (the policy that sampled); ref_logp NULL: no KL term (kl_coef 0). */
 static int update_passes(struct run *r, float *logp, float *old_logp, const float *ref_logp, struct mbatch *b,
@@ -305,9 +313,7 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                 return -1;
             }
         }
-        float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
-        model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
-                         (float)hp->weight_decay);
+        float norm = trainer_optimizer_step(r, lr);
         f->loss += st.loss / hp->ppo_epochs;
         f->kl += st.kl / hp->ppo_epochs;
         f->clip_frac += (double)st.n_clipped / (double)(st.n_tokens ? st.n_tokens : 1) / hp->ppo_epochs;
@@ -321,8 +327,8 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
 /* ---------------------------------------------------------------- validation */
 
 /* The first eval_samples validation prompts, one greedy response each, graded. */
-static int validation_rewards(struct run *r, double *reward_mean, double *pass_rate, struct whet_err *err) {
-    struct grpo_run *g = r->grpo;
+static int grpo_validate(struct run *r, struct method_text *t, struct whet_err *err) {
+    struct grpo_run *g = r->state;
     int M = g->valid.n_prompts;
     if (r->cfg->eval_samples && r->cfg->eval_samples < M) M = r->cfg->eval_samples;
     struct rollout_opts opts = rollout_opts_of(r->cfg);
@@ -349,52 +355,30 @@ static int validation_rewards(struct run *r, double *reward_mean, double *pass_r
         free(prompts);
         free(passed);
     }
-    *reward_mean = M ? reward_sum / M : 0;
-    *pass_rate = M ? passed_sum / M : 0;
+    double reward_mean = M ? reward_sum / M : 0, pass_rate = M ? passed_sum / M : 0;
+    snprintf(t->json, sizeof t->json, ",\"valid_reward_mean\":%.9g,\"valid_pass_rate\":%.6f", reward_mean, pass_rate);
+    snprintf(t->progress, sizeof t->progress, " valid_reward %.3f", reward_mean);
     return rc ? whet_err_prefix(err, "validation") : 0;
 }
 
 /* ---------------------------------------------------------------- the step */
 
-/* Everything a step measured, for the metrics line. */
-struct step_record {
-    double reward_mean, reward_std, pass_rate, entropy, response_length_mean;
-    long long rollout_tokens, tokens;
-    double rollout_s, grading_s, reference_s, update_s, seconds;
-    int epoch, gen_batches, groups_kept, grader_errors;
-    int kl_measured; /* 0 with kl_coef 0: no reference pass, "kl": null */
-    struct update_figures u;
-};
-
-static void write_metrics(struct run *r, const struct step_record *s, double lr, int eval_now, double valid_reward,
-                          double valid_pass) {
-    char line[2048], kl[32] = "null";
+static void grpo_metrics(const struct run *r, struct method_text *t) {
+    const struct step_record *s = &((const struct grpo_run *)r->state)->last;
+    char kl[32] = "null";
     if (s->kl_measured) snprintf(kl, sizeof kl, "%.9g", s->u.kl);
-    int n = snprintf(line, sizeof line,
-                     "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                     "\"tokens_per_s\":%.1f,\"reward_mean\":%.9g,\"reward_std\":%.9g,\"pass_rate\":%.6f,\"kl\":%s,"
-                     "\"entropy\":%.9g,\"clip_frac\":%.6f,\"ppo_kl\":%.9g,\"response_length_mean\":%.4f,"
-                     "\"rollout_tokens\":%lld,\"rollout_tokens_per_s\":%.1f,\"groups_kept\":%d,\"gen_batches\":%d,"
-                     "\"grader_errors\":%d,"
-                     "\"time_rollout_s\":%.4f,\"time_grading_s\":%.4f,\"time_reference_s\":%.4f,\"time_update_s\":%.4f",
-                     r->step, s->epoch, s->u.loss, lr, s->u.grad_norm, s->tokens,
-                     s->seconds > 0 ? (double)s->tokens / s->seconds : 0, s->reward_mean, s->reward_std, s->pass_rate,
-                     kl, s->entropy, s->u.clip_frac, s->u.ppo_kl, s->response_length_mean, s->rollout_tokens,
-                     s->rollout_s > 0 ? (double)s->rollout_tokens / s->rollout_s : 0, s->groups_kept,
-                     s->gen_batches, s->grader_errors, s->rollout_s, s->grading_s, s->reference_s, s->update_s);
-    if (eval_now)
-        n += snprintf(line + n, sizeof line - (size_t)n, ",\"valid_reward_mean\":%.9g,\"valid_pass_rate\":%.6f",
-                      valid_reward, valid_pass);
-    snprintf(line + n, sizeof line - (size_t)n, "}");
-    trainer_metrics_line(r, line);
-    char valid_text[64] = "";
-    if (eval_now) snprintf(valid_text, sizeof valid_text, " valid_reward %.3f", valid_reward);
-    double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
-    trainer_progress(r, "step %d/%d epoch %d reward %.3f pass %.3f%s loss %.4f kl %s clip %.3f len %.1f | rollout "
-                        "%.2fs grade %.2fs ref %.2fs update %.2fs | eta %.0fs",
-                     r->step, r->total_steps, s->epoch, s->reward_mean, s->pass_rate, valid_text, s->u.loss,
-                     kl, s->u.clip_frac, s->response_length_mean, s->rollout_s, s->grading_s, s->reference_s,
-                     s->update_s, eta);
+    snprintf(t->json, sizeof t->json,
+             ",\"reward_mean\":%.9g,\"reward_std\":%.9g,\"pass_rate\":%.6f,\"kl\":%s,\"entropy\":%.9g,\"clip_frac\":%.6f,"
+             "\"ppo_kl\":%.9g,\"response_length_mean\":%.4f,\"rollout_tokens\":%lld,\"rollout_tokens_per_s\":%.1f,"
+             "\"groups_kept\":%d,\"gen_batches\":%d,\"grader_errors\":%d,\"time_rollout_s\":%.4f,\"time_grading_s\":%.4f,"
+             "\"time_reference_s\":%.4f,\"time_update_s\":%.4f",
+             s->reward_mean, s->reward_std, s->pass_rate, kl, s->entropy, s->u.clip_frac, s->u.ppo_kl,
+             s->response_length_mean, s->rollout_tokens, s->rollout_s > 0 ? (double)s->rollout_tokens / s->rollout_s : 0,
+             s->groups_kept, s->gen_batches, s->grader_errors, s->rollout_s, s->grading_s, s->reference_s, s->update_s);
+    snprintf(t->progress, sizeof t->progress,
+             " reward %.3f pass %.3f kl %s clip %.3f len %.1f | rollout %.2fs grade %.2fs ref %.2fs update %.2fs |",
+             s->reward_mean, s->pass_rate, kl, s->u.clip_frac, s->response_length_mean, s->rollout_s, s->grading_s,
+             s->reference_s, s->update_s);
 }
 
 /* The rollouts of one step: gen batches of up to batch_size prompts each, in the order sampled;
@@ -442,7 +426,7 @@ static void step_samples_free(struct step_samples *ss) {
 static int sample_groups(struct step_samples *ss, struct step_record *s, struct run *r, int *row, struct rng *rng,
                          struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
-    struct grpo_run *g = r->grpo;
+    struct grpo_run *g = r->state;
     int B = cfg->hp.batch_size, G = ss->G, n_train = g->train.n_prompts;
     int max_batches = cfg->hp.dynamic_sampling ? cfg->hp.max_gen_batches : 1;
     struct rollout_opts opts = rollout_opts_of(cfg);
@@ -499,10 +483,27 @@ static int select_sequences(struct seq *seqs, const struct run *r, const struct 
     return n;
 }
 
-int trainer_grpo_step(struct run *r, struct whet_err *err) {
+/* The reward figures of every response the step sampled. */
+static void reward_figures(struct step_record *s, const struct step_samples *ss) {
+    size_t N = (size_t)ss->n_prompts * (size_t)ss->G;
+    double sum = 0, sq = 0, pass = 0, len = 0;
+    for (size_t i = 0; i < N; i++) {
+        sum += ss->rewards[i];
+        pass += ss->passed[i];
+    }
+    for (int bi = 0; bi < ss->n_batches; bi++)
+        for (int i = 0; i < ss->batches[bi].n_prompts * ss->batches[bi].n; i++) len += ss->batches[bi].responses[i].n_tokens;
+    s->reward_mean = sum / (double)N;
+    for (size_t i = 0; i < N; i++) sq += (ss->rewards[i] - s->reward_mean) * (ss->rewards[i] - s->reward_mean);
+    s->reward_std = sqrt(sq / (double)N);
+    s->pass_rate = pass / (double)N;
+    s->response_length_mean = len / (double)N;
+}
+
+static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
-    struct grpo_run *g = r->grpo;
-    double t0 = whet_now_mono();
+    struct grpo_run *g = r->state;
+    if (cfg->hp.kl_coef > 0 && !cfg->lora.enabled && !r->ref_model && trainer_load_reference(r, err)) return -1;
     /* Every pass of the step takes the log-probs of the sampling distribution softmax(z / T). */
     float logit_temperature = cfg->rollout.temperature > 0 ? (float)cfg->rollout.temperature : 1.0f;
     model_set_logit_temperature(r->model, logit_temperature);
@@ -514,58 +515,41 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
     struct seq *seqs = xmalloc(sizeof(struct seq) * (size_t)ss.cap * (size_t)G);
     float *logp = NULL, *old_logp = NULL, *ref_logp = NULL;
     struct mbatch b = {0};
-    struct step_record s = {.epoch = r->cursor.epoch};
+    struct step_record *s = &g->last;
+    *s = (struct step_record){.epoch = r->cursor.epoch};
 
     /* 1, 2, 3: rollouts, grading, advantages and the groups trained; one RNG for all of the step's
      * batches, seeded by (seed, step) */
     struct rng rng;
     rng_seed(&rng, mix(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
-    int rc = sample_groups(&ss, &s, r, &row, &rng, err);
+    int rc = sample_groups(&ss, s, r, &row, &rng, err);
     if (rc) goto out;
-    s.gen_batches = ss.n_batches;
-    s.groups_kept = ss.kept;
-    size_t N = (size_t)ss.n_prompts * (size_t)G;
-    double sum = 0, sq = 0, pass = 0, len = 0;
-    for (size_t i = 0; i < N; i++) {
-        sum += ss.rewards[i];
-        pass += ss.passed[i];
-    }
-    for (int bi = 0; bi < ss.n_batches; bi++)
-        for (int i = 0; i < ss.batches[bi].n_prompts * ss.batches[bi].n; i++) len += ss.batches[bi].responses[i].n_tokens;
-    s.reward_mean = sum / (double)N;
-    for (size_t i = 0; i < N; i++) sq += (ss.rewards[i] - s.reward_mean) * (ss.rewards[i] - s.reward_mean);
-    s.reward_std = sqrt(sq / (double)N);
-    s.pass_rate = pass / (double)N;
-    s.response_length_mean = len / (double)N;
+    s->gen_batches = ss.n_batches;
+    s->groups_kept = ss.kept;
+    reward_figures(s, &ss);
 
     size_t n_tokens;
     int n_seqs = select_sequences(seqs, r, &ss, &n_tokens);
     double lr = trainer_lr_at(&cfg->hp, r->step, r->total_steps);
 
-    s.kl_measured = cfg->hp.kl_coef > 0;
+    s->kl_measured = cfg->hp.kl_coef > 0;
     if (n_seqs > 0) {
         logp = xmalloc(sizeof(float) * n_tokens);
         old_logp = xmalloc(sizeof(float) * n_tokens);
         /* 4: reference */
-        if (s.kl_measured) {
+        if (s->kl_measured) {
             ref_logp = xmalloc(sizeof(float) * n_tokens);
             double t_ref = whet_now_mono();
             if ((rc = reference_pass(r, ref_logp, &b, seqs, n_seqs, err))) goto out;
-            s.reference_s = whet_now_mono() - t_ref;
+            s->reference_s = whet_now_mono() - t_ref;
         }
         /* 5: updates */
         double t_upd = whet_now_mono();
-        if ((rc = update_passes(r, logp, old_logp, ref_logp, &b, seqs, n_seqs, lr, &s.u, err))) goto out;
-        s.update_s = whet_now_mono() - t_upd;
+        if ((rc = update_passes(r, logp, old_logp, ref_logp, &b, seqs, n_seqs, lr, &s->u, err))) goto out;
+        s->update_s = whet_now_mono() - t_upd;
         for (int i = 0; i < n_seqs; i++)
-            s.tokens += (long long)(seqs[i].prompt_len + seqs[i].response_len) * cfg->hp.ppo_epochs;
+            f->tokens += (long long)(seqs[i].prompt_len + seqs[i].response_len) * cfg->hp.ppo_epochs;
     }
-    if (!isfinite(s.u.loss) || !isfinite(s.u.grad_norm)) {
-        rc = whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
-                            "learning_rate or set max_grad_norm", r->step + 1, s.u.loss, s.u.grad_norm);
-        goto out;
-    }
-    r->step++;
     r->cursor.position = row;
     /* An epoch used up moves the cursor on now, so that trainer.c's loop, which stops at n_epochs,
      * sees the end of the data even when refills used the prompts up in fewer steps than planned. */
@@ -573,16 +557,10 @@ int trainer_grpo_step(struct run *r, struct whet_err *err) {
         r->cursor.epoch++;
         r->cursor.position = 0;
     }
-    r->tokens_seen += s.tokens;
-    s.seconds = whet_now_mono() - t0;
-    r->train_seconds += s.seconds;
-    r->steps_timed++;
-
-    double valid_reward = 0, valid_pass = 0;
-    int last = r->step == r->total_steps || (!cfg->max_steps && r->cursor.epoch >= cfg->hp.n_epochs);
-    int eval_now = g->has_valid && ((cfg->eval_every_steps && r->step % cfg->eval_every_steps == 0) || last);
-    if (eval_now && (rc = validation_rewards(r, &valid_reward, &valid_pass, err))) goto out;
-    write_metrics(r, &s, lr, eval_now, valid_reward, valid_pass);
+    f->epoch = s->epoch;
+    f->loss = s->u.loss;
+    f->lr = lr;
+    f->grad_norm = s->u.grad_norm;
 out:
     step_samples_free(&ss);
     mbatch_free(&b);
@@ -592,3 +570,12 @@ out:
     free(seqs);
     return rc;
 }
+
+const struct trainer_method_ops trainer_grpo_method = {
+    .load_data = grpo_load_data,
+    .steps_per_epoch = grpo_steps_per_epoch,
+    .step = grpo_step,
+    .validate = grpo_validate,
+    .metrics = grpo_metrics,
+    .free = grpo_free,
+};

@@ -1,6 +1,8 @@
-/* trainer_internal.h - what trainer.c (the loop, checkpoints, resume) shares with the method that
- * lives in its own file, trainer_grpo.c: the state of a run and the hooks GRPO plugs in. Not a
- * public header: only the trainer's own files include it. */
+/* trainer_internal.h - what trainer.c (the loop, the schedule, checkpoints, resume, signals) shares
+ * with the training methods, one file each (trainer_sft.c, trainer_dpo.c, trainer_grpo.c): the state
+ * of a run, the method table the loop calls, and the services the methods call back. trainer.c calls a
+ * method only through its table, and the methods include only this header, so no file of the trainer
+ * depends on another in a cycle. Not a public header: only the trainer's own files include it. */
 #ifndef WHET_TRAINER_INTERNAL_H
 #define WHET_TRAINER_INTERNAL_H
 
@@ -8,30 +10,24 @@
 #include <stdio.h>
 
 #include "chat_template.h"
-#include "dpo_data.h"
 #include "sft_data.h"
 #include "trainer.h"
 
-struct grpo_run;
+struct model;
+struct trainer_method_ops;
 
 struct run {
     const struct trainer_config *cfg;
     const struct trainer_io *io;
+    const struct trainer_method_ops *method;
+    void *state; /* the method's own: its data, packing, scratch and last figures */
     struct tokenizer *tok;
     struct chat_template tpl;
-    struct sft_dataset train, valid;
-    int has_valid;
-    /* method dpo: preference pairs instead (packed as SFT packs examples), and the reference of a
-     * full fine-tune (a frozen copy of the base; DPO keeps it only until the reference tables are
-     * made, GRPO for the whole run; with LoRA the policy with its adapter off is the reference). */
-    struct dpo_dataset dpo_train, dpo_valid;
-    struct dpo_batch dpo_batch;
-    struct model *ref_model;
-    double *ref_train, *ref_valid; /* reference log-probs of every pair, computed once (dpo.h) */
-    struct grpo_run *grpo;         /* method grpo: prompts, epoch order, scratch (trainer_grpo.c) */
+    int has_valid; /* a validation file was read */
     struct model *model;
-    struct sft_epoch epoch; /* packing of cursor.epoch */
-    struct sft_batch batch;
+    /* The reference of a full fine-tune for DPO and GRPO (a frozen copy of the base, loaded by the
+     * method with trainer_load_reference; with LoRA the policy with its adapter off is the reference). */
+    struct model *ref_model;
     /* Where the next step starts: the epoch, and the examples (DPO: pairs, GRPO: prompts) of its
      * shuffled order already trained. */
     struct sft_cursor cursor;
@@ -45,6 +41,39 @@ struct run {
     int steps_timed;
 };
 
+/* What every method's step measured, for the common fields of the metrics line. */
+struct step_figures {
+    int epoch; /* the epoch the step trained in */
+    double loss, lr, grad_norm;
+    long long tokens; /* through the model in the step */
+};
+
+/* A method's fields for a metrics line: JSON members (",\"name\":value…") and the progress text. */
+struct method_text {
+    char json[1024];
+    char progress[256];
+};
+
+/* One training method. Every hook gets the run; the method keeps its own state in r->state. */
+struct trainer_method_ops {
+    /* Reads the training (and validation) file into r->state, sets r->has_valid and reports each file
+     * (a progress line and trainer_data_event). */
+    int (*load_data)(struct run *r, struct whet_err *err);
+    /* Optimizer steps in one epoch: its examples (DPO: pairs, GRPO: prompts) in groups of batch_size. */
+    int (*steps_per_epoch)(const struct run *r);
+    /* One optimizer step (step r->step, 0-based) from r->cursor, which it moves past the data used;
+     * fills `f`. The loop counts the step, checks the figures are finite and writes the metrics line. */
+    int (*step)(struct run *r, struct step_figures *f, struct whet_err *err);
+    /* The validation figures, measured now (only called when there is a validation file). */
+    int (*validate)(struct run *r, struct method_text *t, struct whet_err *err);
+    /* The method's own fields of the step just taken. */
+    void (*metrics)(const struct run *r, struct method_text *t);
+    /* Releases r->state (also after a failed or partial set-up). */
+    void (*free)(struct run *r);
+};
+
+extern const struct trainer_method_ops trainer_sft_method, trainer_dpo_method, trainer_grpo_method;
+
 /* A progress line for people ("whet train: …" on io->progress) and a JSON event line (io->events). */
 void trainer_progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void trainer_event_line(const struct run *r, const char *json_object_text);
@@ -54,15 +83,10 @@ void trainer_data_event(struct run *r, json_t *event);
 /* One step's metrics object (JSON text "{…}") to metrics.jsonl and, as a "metrics" event, to the
  * executor's pipe. */
 void trainer_metrics_line(const struct run *r, const char *json_object_text);
-
-/* ---- method grpo (trainer_grpo.c) ---- */
-/* Reads the RFT training (and validation) prompts and reports them ("data" events). */
-int trainer_grpo_load_data(struct run *r, struct whet_err *err);
-/* Optimizer steps in one epoch: the prompts in batches of batch_size (the last one may be smaller). */
-int trainer_grpo_steps_per_epoch(const struct run *r);
-/* One step: rollouts, grading, advantages, reference and update passes, the metrics line, and the
- * validation rewards when due. Advances r->step and r->cursor. */
-int trainer_grpo_step(struct run *r, struct whet_err *err);
-void trainer_grpo_free(struct run *r);
+/* Clips the accumulated gradient to max_grad_norm and takes an AdamW step at `lr`; returns the
+ * gradient's norm before clipping. */
+float trainer_optimizer_step(struct run *r, double lr);
+/* Loads r->ref_model, a frozen copy of the base model (the reference of a full fine-tune). */
+int trainer_load_reference(struct run *r, struct whet_err *err);
 
 #endif

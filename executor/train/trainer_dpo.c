@@ -1,0 +1,162 @@
+/* trainer_dpo.c - DPO in `whet train` (the method table's "dpo", trainer_internal.h).
+ *
+ * The data is OpenAI's preference JSONL (dpo_data.h), a pair being one packing unit, so a step takes
+ * the next batch_size pairs of the epoch's shuffled order. Before this process's first step the
+ * reference log-probs of every training and validation pair are computed once (dpo.h): the base
+ * weights, i.e. the policy with its LoRA adapter switched off, or for full fine-tuning a frozen copy of
+ * the base, freed once the tables are made. A step's loss is the DPO loss, the mean over its pairs;
+ * validation reports that loss, the preference accuracy and the reward margin over the validation
+ * pairs. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dpo.h"
+#include "dpo_data.h"
+#include "model.h"
+#include "trainer_internal.h"
+
+struct dpo_state {
+    struct dpo_dataset train, valid;
+    struct sft_epoch epoch; /* packing of the cursor's epoch */
+    struct dpo_batch batch;
+    double *ref_train, *ref_valid; /* reference log-probs of every pair; NULL until the first step */
+    struct dpo_stats last;         /* the last step's figures */
+};
+
+/* Pairs, with the same "data" event fields as SFT's (examples are pairs; trained tokens are scored ones). */
+static int dpo_load_data(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    struct dpo_state *s = r->state = xcalloc(1, sizeof *s);
+    dpo_dataset_init(&s->train, cfg->hp.max_seq_len);
+    dpo_dataset_init(&s->valid, cfg->hp.max_seq_len);
+    if (dpo_dataset_load(&s->train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
+    r->has_valid = cfg->validation_file != NULL;
+    if (r->has_valid && dpo_dataset_load(&s->valid, cfg->validation_file, &r->tpl, r->tok, err)) return -1;
+    const struct dpo_dataset *sets[2] = {&s->train, &s->valid};
+    const char *names[2] = {cfg->training_file, cfg->validation_file};
+    for (int i = 0; i < 1 + r->has_valid; i++) {
+        const struct dpo_dataset *d = sets[i];
+        trainer_progress(r, "%s: %d preference pairs, %lld tokens (%lld scored); %d pairs cut to fit max_seq_len %d (%lld "
+                            "tokens cut); %d skipped with a side left unscored",
+                         names[i], dpo_num_pairs(d), d->pairs.n_tokens, d->pairs.n_trained_tokens, d->n_truncated,
+                         cfg->hp.max_seq_len, d->n_truncated_tokens, d->n_unscored);
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
+                               "examples", dpo_num_pairs(d), "tokens", (json_int_t)d->pairs.n_tokens,
+                               "trained_tokens", (json_int_t)d->pairs.n_trained_tokens, "truncated_examples",
+                               d->n_truncated, "truncated_tokens", (json_int_t)d->n_truncated_tokens,
+                               "untrained_examples", d->n_unscored);
+        trainer_data_event(r, ev);
+    }
+    return 0;
+}
+
+static int dpo_steps_per_epoch(const struct run *r) {
+    const struct dpo_state *s = r->state;
+    return sft_steps_in_epoch(dpo_num_pairs(&s->train), r->cfg->hp.batch_size);
+}
+
+/* The reference log-probs of every training and validation pair, in micro-batches of a step's size. */
+static int reference_tables(struct run *r, struct dpo_state *s, struct whet_err *err) {
+    double t0 = whet_now_mono();
+    if (!r->cfg->lora.enabled && trainer_load_reference(r, err)) return -1;
+    const struct dpo_dataset *sets[2] = {&s->train, &s->valid};
+    double **tables[2] = {&s->ref_train, &s->ref_valid};
+    int pairs = 0, rows = sft_rows_per_micro_batch(r->cfg->hp.batch_size, r->cfg->hp.gradient_accumulation_steps);
+    for (int i = 0; i < 1 + r->has_valid; i++) {
+        int n = dpo_num_pairs(sets[i]);
+        *tables[i] = xmalloc(sizeof(double) * 2 * (size_t)(n ? n : 1));
+        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, &s->batch, err))
+            return whet_err_prefix(err, "dpo reference pass");
+        pairs += n;
+    }
+    trainer_progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
+                     r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
+    if (r->ref_model) model_free(r->ref_model); /* the tables are all the run needs of it */
+    r->ref_model = NULL;
+    return 0;
+}
+
+/* Per micro-batch the policy's log-probs against the reference table, loss and backward; the step's
+ * loss is the mean over its pairs. */
+static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    struct dpo_state *s = r->state;
+    if (!s->ref_train && reference_tables(r, s, err)) return -1;
+    int first, rows;
+    f->epoch = sft_take_step(&s->epoch, &r->cursor, &s->train.pairs, r->cfg->seed, hp->batch_size, &first, &rows);
+    model_zero_grad(r->model);
+    int total_pairs = dpo_rows_pairs(&s->epoch, first, rows);
+    double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
+    int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
+    struct dpo_stats st = {0};
+    for (int row = first; row < first + rows; row += per) {
+        dpo_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
+        double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
+        dpo_batch_reference(ref, s->ref_train, &s->batch);
+        int rc = dpo_forward_backward(r->model, &s->batch, ref, hp->beta, loss_scale, &st, err);
+        free(ref);
+        if (rc) return -1;
+        f->tokens += s->batch.n_tokens;
+    }
+    s->last = st;
+    f->loss = st.loss_sum / (st.n_pairs > 0 ? st.n_pairs : 1);
+    f->lr = trainer_lr_at(hp, r->step, r->total_steps);
+    f->grad_norm = trainer_optimizer_step(r, f->lr);
+    return 0;
+}
+
+/* The loss, preference accuracy and margin over the validation pairs. */
+static int dpo_validate(struct run *r, struct method_text *t, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    struct dpo_state *s = r->state;
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &s->valid.pairs, 0, 0, 0, hp->batch_size);
+    int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
+    struct dpo_stats st = {0};
+    int rc = 0;
+    for (int row = 0; row < ep.n_rows && !rc; row += per) {
+        dpo_batch_fill(&s->batch, &s->valid, &ep, row, per);
+        double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
+        dpo_batch_reference(ref, s->ref_valid, &s->batch);
+        rc = dpo_evaluate(r->model, &s->batch, ref, hp->beta, &st, err);
+        free(ref);
+    }
+    sft_epoch_free(&ep);
+    double P = st.n_pairs > 0 ? st.n_pairs : 1;
+    snprintf(t->json, sizeof t->json,
+             ",\"valid_loss\":%.9g,\"valid_preference_accuracy\":%.6f,\"valid_reward_margin\":%.9g", st.loss_sum / P,
+             st.n_correct / P, st.margin_sum / P);
+    snprintf(t->progress, sizeof t->progress, " valid_loss %.4f", st.loss_sum / P);
+    return rc;
+}
+
+static void dpo_metrics(const struct run *r, struct method_text *t) {
+    const struct dpo_stats *st = &((const struct dpo_state *)r->state)->last;
+    double P = st->n_pairs > 0 ? st->n_pairs : 1;
+    snprintf(t->json, sizeof t->json,
+             ",\"reward_margin\":%.9g,\"preference_accuracy\":%.6f,\"chosen_logps\":%.9g,\"rejected_logps\":%.9g",
+             st->margin_sum / P, st->n_correct / P, st->chosen_logps / P, st->rejected_logps / P);
+    snprintf(t->progress, sizeof t->progress, " margin %.4f pref_acc %.3f", st->margin_sum / P, st->n_correct / P);
+}
+
+static void dpo_free(struct run *r) {
+    struct dpo_state *s = r->state;
+    if (!s) return;
+    dpo_dataset_free(&s->train);
+    dpo_dataset_free(&s->valid);
+    sft_epoch_free(&s->epoch);
+    dpo_batch_free(&s->batch);
+    free(s->ref_train);
+    free(s->ref_valid);
+    free(s);
+    r->state = NULL;
+}
+
+const struct trainer_method_ops trainer_dpo_method = {
+    .load_data = dpo_load_data,
+    .steps_per_epoch = dpo_steps_per_epoch,
+    .step = dpo_step,
+    .validate = dpo_validate,
+    .metrics = dpo_metrics,
+    .free = dpo_free,
+};

@@ -1,0 +1,138 @@
+/* trainer_sft.c - supervised fine-tuning in `whet train` (the method table's "sft", trainer_internal.h).
+ *
+ * The data is OpenAI's chat JSONL, tokenized and packed as sft_data.h says: a step takes the next
+ * batch_size examples of the epoch's shuffled order, packed into rows, and runs them through the model
+ * in gradient_accumulation_steps micro-batches; the step's loss is the mean over all its trained
+ * tokens, whichever the split. Validation is the same loss over the validation file, unshuffled. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model.h"
+#include "sft_data.h"
+#include "trainer_internal.h"
+
+struct sft_state {
+    struct sft_dataset train, valid;
+    struct sft_epoch epoch; /* packing of the cursor's epoch */
+    struct sft_batch batch;
+    double accuracy; /* of the last step: trained targets the model predicted right */
+};
+
+static int sft_load_data(struct run *r, struct whet_err *err) {
+    const struct trainer_config *cfg = r->cfg;
+    struct sft_state *s = r->state = xcalloc(1, sizeof *s);
+    sft_dataset_init(&s->train, cfg->hp.max_seq_len);
+    sft_dataset_init(&s->valid, cfg->hp.max_seq_len);
+    if (sft_dataset_load(&s->train, cfg->training_file, &r->tpl, r->tok, err)) return -1;
+    r->has_valid = cfg->validation_file != NULL;
+    if (r->has_valid && sft_dataset_load(&s->valid, cfg->validation_file, &r->tpl, r->tok, err)) return -1;
+    const struct sft_dataset *sets[2] = {&s->train, &s->valid};
+    const char *names[2] = {cfg->training_file, cfg->validation_file};
+    for (int i = 0; i < 1 + r->has_valid; i++) {
+        const struct sft_dataset *d = sets[i];
+        trainer_progress(r, "%s: %d examples, %lld tokens (%lld trained); %d truncated to max_seq_len %d (%lld tokens cut); "
+                            "%d skipped with nothing left to train",
+                         names[i], d->n_examples, d->n_tokens, d->n_trained_tokens, d->n_truncated, cfg->hp.max_seq_len,
+                         d->n_truncated_tokens, d->n_untrained);
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
+                               "examples", d->n_examples, "tokens", (json_int_t)d->n_tokens, "trained_tokens",
+                               (json_int_t)d->n_trained_tokens, "truncated_examples", d->n_truncated,
+                               "truncated_tokens", (json_int_t)d->n_truncated_tokens, "untrained_examples",
+                               d->n_untrained);
+        trainer_data_event(r, ev);
+    }
+    return 0;
+}
+
+static int sft_steps_per_epoch(const struct run *r) {
+    const struct sft_state *s = r->state;
+    return sft_steps_in_epoch(s->train.n_examples, r->cfg->hp.batch_size);
+}
+
+/* Forward pass of the micro-batch in s->batch; its statistics. */
+static int sft_forward(struct run *r, struct sft_state *s, struct model_stats *st, struct whet_err *err) {
+    struct model_batch mb = {s->batch.B, s->batch.T, s->batch.ids, s->batch.positions, s->batch.seq_ids,
+                             s->batch.targets, NULL};
+    float l;
+    if (model_forward(r->model, &mb, &l, err)) return -1;
+    *st = model_last_stats(r->model);
+    return 0;
+}
+
+static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    struct sft_state *s = r->state;
+    int first, rows;
+    f->epoch = sft_take_step(&s->epoch, &r->cursor, &s->train, r->cfg->seed, hp->batch_size, &first, &rows);
+    model_zero_grad(r->model);
+    /* The loss of the step is the mean over all its trained tokens, so every micro-batch's gradient
+     * is scaled by one over the step's total, which the packing already knows. */
+    int total_targets = sft_rows_targets(&s->train, &s->epoch, first, rows);
+    float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
+    int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
+    double loss_sum = 0, weight_sum = 0;
+    long long correct = 0, targets = 0;
+    for (int row = first; row < first + rows; row += per) {
+        sft_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
+        struct model_stats st;
+        if (sft_forward(r, s, &st, err) || model_backward(r->model, loss_scale, err)) return -1;
+        loss_sum += st.loss_sum;
+        weight_sum += st.weight_sum;
+        correct += st.n_correct;
+        targets += st.n_targets;
+        f->tokens += s->batch.n_tokens;
+    }
+    f->loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
+    s->accuracy = targets ? (double)correct / (double)targets : 0;
+    f->lr = trainer_lr_at(hp, r->step, r->total_steps);
+    f->grad_norm = trainer_optimizer_step(r, f->lr);
+    return 0;
+}
+
+static int sft_validate(struct run *r, struct method_text *t, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    struct sft_state *s = r->state;
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &s->valid, 0, 0, 0, hp->batch_size);
+    int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
+    double sum = 0, weight = 0;
+    int rc = 0;
+    for (int row = 0; row < ep.n_rows && !rc; row += per) {
+        sft_batch_fill(&s->batch, &s->valid, &ep, row, per);
+        struct model_stats st = {0};
+        rc = sft_forward(r, s, &st, err);
+        sum += st.loss_sum;
+        weight += st.weight_sum;
+    }
+    sft_epoch_free(&ep);
+    double loss = weight > 0 ? sum / weight : 0;
+    snprintf(t->json, sizeof t->json, ",\"valid_loss\":%.9g", loss);
+    snprintf(t->progress, sizeof t->progress, " valid_loss %.4f", loss);
+    return rc;
+}
+
+static void sft_metrics(const struct run *r, struct method_text *t) {
+    const struct sft_state *s = r->state;
+    snprintf(t->json, sizeof t->json, ",\"train_mean_token_accuracy\":%.6f", s->accuracy);
+    snprintf(t->progress, sizeof t->progress, " acc %.3f", s->accuracy);
+}
+
+static void sft_free(struct run *r) {
+    struct sft_state *s = r->state;
+    if (!s) return;
+    sft_dataset_free(&s->train);
+    sft_dataset_free(&s->valid);
+    sft_epoch_free(&s->epoch);
+    sft_batch_free(&s->batch);
+    free(s);
+    r->state = NULL;
+}
+
+const struct trainer_method_ops trainer_sft_method = {
+    .load_data = sft_load_data,
+    .steps_per_epoch = sft_steps_per_epoch,
+    .step = sft_step,
+    .validate = sft_validate,
+    .metrics = sft_metrics,
+    .free = sft_free,
+};
