@@ -47,7 +47,7 @@ EOF2
 cat > "$work/sft.json" <<EOF2
 {"method": "sft", "model": "$work/model", "training_file": "$work/sft.jsonl", "output_dir": "$work/sft", "seed": 1,
  "lora": null, "max_steps": 20,
- "hyperparameters": {"batch_size": 4, "learning_rate": 0.002, "max_seq_len": 64, "lr_scheduler": "constant"}}
+ "hyperparameters": {"batch_size": 8, "learning_rate": 0.002, "max_seq_len": 64, "lr_scheduler": "constant"}}
 EOF2
 "$WHET_BIN" train --config "$work/sft.json" --quiet > /dev/null || fail "SFT warm start"
 
@@ -163,9 +163,9 @@ for r in rows:
 assert any(r["gen_batches"] > 1 for r in rows), "some step kept fewer than 4 groups of its first batch and refilled"
 assert any(r["clip_frac"] > 0 for r in rows if r["groups_kept"]), "the second PPO epoch sees ratios != 1"
 state = json.load(open(sys.argv[2]))
-assert state["epoch"] * 24 + state["row"] == 4 * sum(r["gen_batches"] for r in rows), (state, rows)
+assert state["epoch"] * 24 + state["position"] == 4 * sum(r["gen_batches"] for r in rows), (state, rows)
 print("dynamic sampling: groups kept", [r["groups_kept"] for r in rows], "gen batches", [r["gen_batches"] for r in rows],
-      "clip_frac", [r["clip_frac"] for r in rows], "cursor", state["epoch"], state["row"])
+      "clip_frac", [r["clip_frac"] for r in rows], "cursor", state["epoch"], state["position"])
 EOF2
 cp "$work/out-dyn/metrics.jsonl" "$work/dyn-uninterrupted.jsonl"
 grpo_config dynresume out-dyn '"lora": null, "max_steps": 3, "checkpoint_every_steps": 2, "resume_from": "'"$work"'/out-dyn/checkpoints/step-2"' \
@@ -211,7 +211,7 @@ for r in rows:
     assert r["groups_kept"] == 0 and r["reward_mean"] == 0 and r["tokens"] == 0 and r["grad_norm"] == 0, r
     assert r["gen_batches"] == 2 and r["rollout_tokens"] >= 2 * 32 and r["time_update_s"] == 0, r
 state = json.load(open(sys.argv[2]))
-assert state["step"] == 2 and state["row"] == 16, state
+assert state["step"] == 2 and state["position"] == 16, state
 print("dynamic sampling with nothing left: 2 steps of 2 batches counted, nothing trained, cursor at prompt 16")
 EOF2
 
@@ -228,7 +228,7 @@ rc=0; wait "$pid" || rc=$?
 [ "$rc" = 0 ] || fail "SIGTERM: exit status $rc"
 last=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])["step"])' "$work/out-term/metrics.jsonl")
 [ -s "$work/out-term/checkpoints/step-$last/optimizer.safetensors.zst" ] || fail "SIGTERM: no checkpoint at step $last"
-grep -q '"row":' "$work/out-term/checkpoints/step-$last/trainer_state.json" || fail "SIGTERM: no data cursor in the state"
+grep -q '"position":' "$work/out-term/checkpoints/step-$last/trainer_state.json" || fail "SIGTERM: no data cursor in the state"
 echo "SIGTERM: checkpoint at step $last, exit 0"
 
 # ---- errors: a bad training line (exit 1, file and line), no grader (exit 2, the field)

@@ -149,7 +149,7 @@ test('a second job continues from the first one\'s fine-tuned model; /v1/models 
 // job. The training file's "data" event says the plan; the metrics events and the result CSV follow it.
 async function stepsOf(id) {
   const events = await allEvents(id);
-  const data = events.find((e) => e.message === 'Training data loaded' && e.data?.file?.endsWith('train.jsonl'))?.data;
+  const data = events.find((e) => e.message === 'Training data loaded')?.data; // no validation file: one event
   const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
   return { data, steps };
 }
@@ -189,25 +189,33 @@ test('DPO counts preference pairs: 50 pairs, 1 epoch of batch 20 trains ceil(50/
   assert.deepEqual(steps, [1, 2, 3]);
 });
 
-test('"auto" n_epochs and batch_size become numbers on the job (OpenAI\'s rule) and set the steps', async (t) => {
+test('"auto" n_epochs and batch_size become numbers on the job (OpenAI\'s rule); the run plans by them', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
+  // 960 examples (the fixture ten times): 3 epochs (2,880 examples seen is within 100..25,000) and
+  // batches of 0.2% of 960 = 1.92 -> 2 examples: 1,440 steps, far more than this test waits for.
+  const lines = fs.readFileSync(path.join(FIXTURES, 'sft', 'train.jsonl'), 'utf8');
+  const big = path.join(work, 'train960.jsonl');
+  fs.writeFileSync(big, lines.repeat(10));
+  const file = await client.files.create({ file: fs.createReadStream(big), purpose: 'fine-tune' });
   const created = await client.fineTuning.jobs.create({
-    model: 'whet-tiny', training_file: training.id,
+    model: 'whet-tiny', training_file: file.id,
     method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 'auto', batch_size: 'auto' } } },
-    whet: { max_steps: 2 },
   });
-  // 96 examples: 3 epochs (288 examples seen is within 100..25,000); batch 0.2% of 96, at least 1.
   const hp = created.method.supervised.hyperparameters;
-  assert.equal(hp.n_epochs, 3, JSON.stringify(hp));
-  assert.equal(hp.batch_size, 1, JSON.stringify(hp));
+  assert.deepEqual([hp.n_epochs, hp.batch_size], [3, 2], JSON.stringify(hp));
   const got = await client.fineTuning.jobs.retrieve(created.id);
-  assert.deepEqual([got.hyperparameters.n_epochs, got.hyperparameters.batch_size], [3, 1]);
-  const job = await finished(created.id);
-  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
-  const { data, steps } = await stepsOf(job.id);
-  assert.equal(data?.steps_per_epoch, 96, JSON.stringify(data));
-  assert.equal(data.total_steps, 2, 'max_steps caps the run');
-  assert.deepEqual(steps, [1, 2]);
+  assert.deepEqual([got.hyperparameters.n_epochs, got.hyperparameters.batch_size], [3, 2]);
+  // The trainer plans 3 x 480 steps, and once steps come, the job says when it should finish.
+  const running = await until('an estimated_finish', async () => {
+    const job = await client.fineTuning.jobs.retrieve(created.id);
+    assert.ok(!['succeeded', 'failed', 'cancelled'].includes(job.status), `the job ended: ${job.status}`);
+    return job.estimated_finish ? job : null;
+  }, 300000, 300);
+  assert.ok(running.estimated_finish > Date.now() / 1000, `estimated_finish ${running.estimated_finish}`);
+  const { data } = await stepsOf(created.id);
+  assert.deepEqual([data?.examples, data?.steps_per_epoch, data?.total_steps], [960, 480, 1440], JSON.stringify(data));
+  await client.fineTuning.jobs.cancel(created.id);
+  assert.equal((await finished(created.id)).status, 'cancelled');
 });
 
 test('SIGKILL of the executor running a job: it resumes elsewhere from its last checkpoint and succeeds', async (t) => {
