@@ -69,6 +69,14 @@ void trainer_data_event(struct run *r, json_t *event) {
     json_array_append_new(r->data_events, event);
 }
 
+void trainer_file_event(struct run *r, const char *path, const struct sft_dataset *d, int truncated,
+                        long long truncated_tokens, int untrained) {
+    trainer_data_event(r, json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", path, "examples",
+                                    d->n_examples, "tokens", (json_int_t)d->n_tokens, "trained_tokens",
+                                    (json_int_t)d->n_trained_tokens, "truncated_examples", truncated,
+                                    "truncated_tokens", (json_int_t)truncated_tokens, "untrained_examples", untrained));
+}
+
 void trainer_metrics_line(const struct run *r, const char *json_object_text) {
     fprintf(r->metrics, "%s\n", json_object_text);
     fflush(r->metrics);

@@ -40,12 +40,7 @@ static int dpo_load_data(struct run *r, struct whet_err *err) {
                             "tokens cut); %d skipped with a side left unscored",
                          names[i], dpo_num_pairs(d), d->pairs.n_tokens, d->pairs.n_trained_tokens, d->n_truncated,
                          cfg->hp.max_seq_len, d->n_truncated_tokens, d->n_unscored);
-        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
-                               "examples", dpo_num_pairs(d), "tokens", (json_int_t)d->pairs.n_tokens,
-                               "trained_tokens", (json_int_t)d->pairs.n_trained_tokens, "truncated_examples",
-                               d->n_truncated, "truncated_tokens", (json_int_t)d->n_truncated_tokens,
-                               "untrained_examples", d->n_unscored);
-        trainer_data_event(r, ev);
+        trainer_file_event(r, names[i], &d->pairs, d->n_truncated, d->n_truncated_tokens, d->n_unscored);
     }
     return 0;
 }

@@ -80,6 +80,10 @@ void trainer_event_line(const struct run *r, const char *json_object_text);
 /* Keeps a file's "data" event (taking the reference) until the run's steps are planned: the training
  * file's (the first) then also carries steps_per_epoch and total_steps. */
 void trainer_data_event(struct run *r, json_t *event);
+/* The "data" event of a file of chat examples (DPO: pairs, each one example holding both sides):
+ * examples, tokens and trained tokens from `d`, and what truncation cut or left untrained. */
+void trainer_file_event(struct run *r, const char *path, const struct sft_dataset *d, int truncated,
+                        long long truncated_tokens, int untrained);
 /* One step's metrics object (JSON text "{…}") to metrics.jsonl and, as a "metrics" event, to the
  * executor's pipe. */
 void trainer_metrics_line(const struct run *r, const char *json_object_text);

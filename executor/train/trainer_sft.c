@@ -34,12 +34,7 @@ static int sft_load_data(struct run *r, struct whet_err *err) {
                             "%d skipped with nothing left to train",
                          names[i], d->n_examples, d->n_tokens, d->n_trained_tokens, d->n_truncated, cfg->hp.max_seq_len,
                          d->n_truncated_tokens, d->n_untrained);
-        json_t *ev = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:I, s:i}", "type", "data", "file", names[i],
-                               "examples", d->n_examples, "tokens", (json_int_t)d->n_tokens, "trained_tokens",
-                               (json_int_t)d->n_trained_tokens, "truncated_examples", d->n_truncated,
-                               "truncated_tokens", (json_int_t)d->n_truncated_tokens, "untrained_examples",
-                               d->n_untrained);
-        trainer_data_event(r, ev);
+        trainer_file_event(r, names[i], d, d->n_truncated, d->n_truncated_tokens, d->n_untrained);
     }
     return 0;
 }

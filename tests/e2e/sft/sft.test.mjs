@@ -153,40 +153,29 @@ async function stepsOf(id) {
   const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
   return { data, steps };
 }
-async function resultRows(job) {
+// Runs a job to success: the plan in its "data" event, one metrics event and one result CSV row a step.
+async function checkSteps(trainingFile, method, examples, perEpoch, total) {
+  const created = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: trainingFile, method });
+  const job = await finished(created.id);
+  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
+  const { data, steps } = await stepsOf(job.id);
+  assert.deepEqual([data?.examples, data?.steps_per_epoch, data?.total_steps], [examples, perEpoch, total], JSON.stringify(data));
+  assert.deepEqual(steps, Array.from({ length: total }, (_, i) => i + 1));
   assert.equal(job.result_files.length, 1);
-  return (await (await client.files.content(job.result_files[0])).text()).trim().split('\n').length - 1;
+  const csv = (await (await client.files.content(job.result_files[0])).text()).trim().split('\n');
+  assert.equal(csv.length, total + 1, 'a header and one CSV row a step');
 }
 
 test('batch_size counts examples: 96 examples, 2 epochs of batch 40 train 2 x ceil(96/40) = 6 steps', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
-  const created = await client.fineTuning.jobs.create({
-    model: 'whet-tiny', training_file: training.id,
-    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 40 } } },
-  });
-  const job = await finished(created.id);
-  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
-  const { data, steps } = await stepsOf(job.id);
-  assert.equal(data?.examples, 96, JSON.stringify(data));
-  assert.equal(data.steps_per_epoch, 3);
-  assert.equal(data.total_steps, 6);
-  assert.deepEqual(steps, [1, 2, 3, 4, 5, 6]);
-  assert.equal(await resultRows(job), 6, 'one CSV row a step');
+  await checkSteps(training.id, { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 40 } } },
+                   96, 3, 6);
 });
 
 test('DPO counts preference pairs: 50 pairs, 1 epoch of batch 20 trains ceil(50/20) = 3 steps', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const pairs = await client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'dpo', 'train.jsonl')), purpose: 'fine-tune' });
-  const created = await client.fineTuning.jobs.create({
-    model: 'whet-tiny', training_file: pairs.id,
-    method: { type: 'dpo', dpo: { hyperparameters: { n_epochs: 1, batch_size: 20 } } },
-  });
-  const job = await finished(created.id);
-  assert.equal(job.status, 'succeeded', JSON.stringify(job.error));
-  const { data, steps } = await stepsOf(job.id);
-  assert.equal(data?.examples, 50, JSON.stringify(data));
-  assert.equal(data.steps_per_epoch, 3);
-  assert.deepEqual(steps, [1, 2, 3]);
+  await checkSteps(pairs.id, { type: 'dpo', dpo: { hyperparameters: { n_epochs: 1, batch_size: 20 } } }, 50, 3, 3);
 });
 
 test('"auto" n_epochs and batch_size become numbers on the job (OpenAI\'s rule); the run plans by them', async (t) => {
