@@ -19,8 +19,9 @@
  * the other gets the rest, otherwise both get half. Cuts are counted; a pair left with no scored
  * token on either side is skipped and counted.
  *
- * Packing itself (the per-epoch shuffle, first-fit rows, the cursor) is SFT's (sft_data.h): the
- * dataset keeps each pair as one sft_example holding chosen ++ rejected, plus where the split is. */
+ * Packing itself (the per-epoch shuffle, steps of batch_size units, first-fit rows, the cursor) is
+ * SFT's (sft_data.h), so a DPO step takes batch_size pairs: the dataset keeps each pair as one
+ * sft_example holding chosen ++ rejected, plus where the split is. */
 #ifndef WHET_DPO_DATA_H
 #define WHET_DPO_DATA_H
 
