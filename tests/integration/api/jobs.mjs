@@ -39,10 +39,12 @@ try {
   const j1 = r.json;
   check(j1.object === 'fine_tuning.job' && /^ftjob-/.test(j1.id) && j1.status === 'queued', 'create: a queued job', j1);
   check(j1.model === 'whet-tiny' && j1.training_file === sft && j1.validation_file === null, 'create: fields', j1);
-  check(j1.method?.type === 'supervised' && j1.method.supervised.hyperparameters.n_epochs === 34 &&
+  // "auto" as OpenAI resolves it: 3 lines would be 9 examples seen, fewer than 100, so 100 / 3 epochs,
+  // rounded down and capped at 25; batches of 0.2% of 3 examples, at least 1.
+  check(j1.method?.type === 'supervised' && j1.method.supervised.hyperparameters.n_epochs === 25 &&
         j1.method.supervised.hyperparameters.batch_size === 1 &&
         j1.method.supervised.hyperparameters.learning_rate_multiplier === 1, 'create: auto hyperparameters resolved for 3 lines', j1.method);
-  check(j1.hyperparameters?.n_epochs === 34, 'create: deprecated hyperparameters mirror the method', j1.hyperparameters);
+  check(j1.hyperparameters?.n_epochs === 25 && j1.hyperparameters.batch_size === 1, 'create: deprecated hyperparameters mirror the method', j1.hyperparameters);
   check(Number.isInteger(j1.seed) && j1.seed >= 0, 'create: a seed is chosen', j1.seed);
   check(j1.fine_tuned_model === null && j1.finished_at === null && j1.error === null && Array.isArray(j1.result_files),
         'create: OpenAI null fields', j1);
