@@ -1,5 +1,5 @@
 /* cmd_model.c - `whet model init`: write a small random model in Hugging Face layout
- * (executor/train/model_init.c does the work). `whet model register` belongs to the control plane:
+ * (executor/train/model/model_init.c does the work). `whet model register` belongs to the control plane:
  * it plugs in by defining cmd_model_register() in its own cli file. */
 #include <getopt.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* cmd_sample.c - `whet sample --model DIR [--adapter DIR] --prompt TEXT …`: generate a reply.
  *
- * Thin: options here, the work in executor/train/sampler.c. */
+ * Thin: options here, the work in executor/train/sampling/sampler.c. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* cmd_score.c - `whet score --model DIR [--adapter DIR] --data FILE.jsonl`: the loss of token sequences.
  *
- * Thin: options here, the work in executor/train/sampler.c. */
+ * Thin: options here, the work in executor/train/sampling/sampler.c. */
 #include <getopt.h>
 #include <stdio.h>
 

@@ -1,7 +1,7 @@
 /* cmd_tokenize.c - `whet tokenize`: text on stdin, token ids on stdout, one JSON array per line.
  *
  * The tests compare its output with transformers.js line for line; the benchmark times it. All the
- * tokenizer logic is in executor/train/tokenizer.c; this file reads lines and writes arrays. */
+ * tokenizer logic is in executor/train/tokenizer/tokenizer.c; this file reads lines and writes arrays. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>

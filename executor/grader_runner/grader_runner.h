@@ -1,6 +1,6 @@
 /* grader_runner.h - running graders with what the pure grader library (grader/grader.h) leaves to a
  * runner: python graders in the sandbox (executor/sandbox/pygrader.h), and score_model / label_model
- * graders through the caller's judge (the trainer's judge models, executor/train/judge.h).
+ * graders through the caller's judge (the trainer's judge models, executor/train/methods/judge.h).
  *
  * Only executors, the trainer and `whet grade` link this; the gateway does not (it runs a `whet grade`
  * child for graders that need a runner, gateway/graders.c), so tenant code never runs on API hosts'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO with a score_model grader whose judge is a model loaded in the trainer (executor/train/judge.h).
+# GRPO with a score_model grader whose judge is a model loaded in the trainer (executor/train/methods/judge.h).
 #
 # The judge is the tiny model after a short SFT that teaches it to answer the grading prompt with a
 # digit (9 when the answer is the expected word, 2 otherwise), so its replies are numbers and every

@@ -1,4 +1,4 @@
-/* test_judge.c - score_model and label_model graders over a judge model (executor/train/judge.h).
+/* test_judge.c - score_model and label_model graders over a judge model (executor/train/methods/judge.h).
  *
  * The parsers are checked on written replies. The tiny model's replies are random text, so the real
  * judge is checked for what does not depend on them: its greedy reply is exactly `whet sample`'s for
