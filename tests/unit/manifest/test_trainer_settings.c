@@ -132,8 +132,8 @@ TEST(reinforcement_defaults) {
     json_t *t = settings_of(RL("", ""), 10);
     CHECK(t != NULL);
     if (!t) return;
-    CHECK(num(t, "rollout", "n") == TRAINER_GRPO_GROUP_SIZE);
-    CHECK(num(t, "rollout", "max_tokens") == TRAINER_GRPO_MAX_TOKENS);
+    CHECK(num(t, "rollout", "n") == 8);
+    CHECK(num(t, "rollout", "max_tokens") == 64);
     CHECK(num(t, "rollout", "temperature") == 1.0 && num(t, "rollout", "top_p") == 1.0 && num(t, "rollout", "top_k") == 0);
     CHECK(json_is_array(at(t, "rollout", "stop")) && json_array_size(at(t, "rollout", "stop")) == 0);
     CHECK(num(t, "hyperparameters", "n_epochs") == 10 && num(t, "hyperparameters", "batch_size") == 1);
@@ -147,7 +147,7 @@ TEST(reinforcement_defaults) {
     CHECK(json_is_false(at(t, "hyperparameters", "dynamic_sampling")));
     CHECK(num(t, "eval_every_steps", NULL) == 1 && num(t, "eval_samples", NULL) == 0);
     CHECK(num(t, "lora", "r") == 16);
-    CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + TRAINER_GRPO_MAX_TOKENS);
+    CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + 64);
     struct trainer_config cfg;
     int parsed = trainer_parses(t, &cfg) == 0;
     CHECK(parsed);
