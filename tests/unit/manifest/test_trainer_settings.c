@@ -6,10 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "job_request.h"
+#include "pipeline.h"
 #include "test.h"
-#include "trainer_config.h"
-#include "trainer_settings.h"
 
 #define BASE "\"model\":\"whet-tiny\",\"training_file\":\"file-abc\""
 #define STRING_CHECK                                                                                           \
@@ -31,33 +29,13 @@ static json_t *settings_of(const char *text, size_t examples) {
         fprintf(stderr, "bad test JSON: %s: %s\n", text, jerr.text);
         return NULL;
     }
-    struct job_request req;
-    last_err.msg[0] = 0;
-    int rc = job_request_parse(body, &req, last_param, &last_err);
+    json_t *t = pipeline_settings(body, examples, last_param, &last_err);
     json_decref(body);
-    if (rc) return NULL;
-    job_request_resolve_auto(&req, examples);
-    json_t *t = trainer_settings_from_job(req.method, req.whet, 42);
-    job_request_free(&req);
     return t;
 }
 
-/* What the executor adds, then the trainer's parser; 0 when it takes the config. */
 static int trainer_parses(const json_t *settings, struct trainer_config *cfg) {
-    json_t *c = json_deep_copy(settings);
-    json_object_set_new(c, "model", json_string("/models/whet-tiny"));
-    json_object_set_new(c, "training_file", json_string("/job/train.jsonl"));
-    json_object_set_new(c, "validation_file", json_null());
-    json_object_set_new(c, "output_dir", json_string("/job/out"));
-    json_object_set_new(c, "resume_from", json_null());
-    json_object_set_new(c, "init_adapter", json_null());
-    char *text = json_dumps(c, JSON_COMPACT);
-    json_decref(c);
-    struct whet_err err = {0};
-    int rc = trainer_config_parse(cfg, text, strlen(text), "trainer.json", &err);
-    if (rc) fprintf(stderr, "trainer_config_parse: %s\n  config: %s\n", err.msg, text);
-    free(text);
-    return rc;
+    return pipeline_trainer_parses(settings, cfg, NULL);
 }
 
 static const json_t *at(const json_t *obj, const char *a, const char *b) {
