@@ -228,14 +228,16 @@ static int check_target_modules(const json_t *v, const char *p, char param[JOB_P
     return 0;
 }
 
+/* The API's method types, in the order of the job specification's method bits (JOB_SPEC_SFT = 1 << 0, ...). */
+static const char *const method_types[] = {"supervised", "dpo", "reinforcement", NULL};
+
 /* "supervised or dpo" for messages. */
 static void method_names(char *out, size_t size, unsigned methods) {
-    static const char *const names[] = {"supervised", "dpo", "reinforcement"};
     size_t n = 0;
     out[0] = 0;
-    for (unsigned i = 0; i < 3; i++) {
+    for (unsigned i = 0; method_types[i]; i++) {
         if (!(methods & (1u << i))) continue;
-        int w = snprintf(out + n, size - n, "%s%s", n ? " or " : "", names[i]);
+        int w = snprintf(out + n, size - n, "%s%s", n ? " or " : "", method_types[i]);
         if (w < 0 || (size_t)w >= size - n) break;
         n += (size_t)w;
     }
@@ -303,8 +305,6 @@ static int check_whet(const json_t *w, const char *method_type, int *priority, c
 }
 
 /* ---------------------------------------------------------------- the body */
-
-static const char *const method_types[] = {"supervised", "dpo", "reinforcement", NULL};
 
 /* Builds req->method from `method` (the body's, or NULL) and the deprecated top-level `legacy_hp`. */
 static int check_method(const json_t *method, const json_t *legacy_hp, struct job_request *req,
