@@ -5,6 +5,7 @@
 #include "json.h"
 
 #include "grader.h"
+#include "job_spec.h"
 #include "utf8.h"
 
 #include <math.h>
@@ -116,101 +117,7 @@ static int name_chars_ok(const char *s, const char *extra) {
     return 1;
 }
 
-/* ---------------------------------------------------------------- hyperparameters */
-
-enum hp_kind { HP_INT, HP_NUMBER, HP_EFFORT };
-
-struct hp_spec {
-    const char *name;
-    enum hp_kind kind;
-    double min, max;   /* inclusive bounds ... */
-    int min_exclusive; /* ... except the lower one when set: (0, 10] */
-};
-
-static const struct hp_spec hp_supervised[] = {
-    {"n_epochs", HP_INT, 1, 50, 0},
-    {"batch_size", HP_INT, 1, 256, 0},
-    {"learning_rate_multiplier", HP_NUMBER, 0, 10, 1},
-    {NULL, 0, 0, 0, 0},
-};
-static const struct hp_spec hp_dpo[] = {
-    {"n_epochs", HP_INT, 1, 50, 0},
-    {"batch_size", HP_INT, 1, 256, 0},
-    {"learning_rate_multiplier", HP_NUMBER, 0, 10, 1},
-    {"beta", HP_NUMBER, 0, 2, 1},
-    {NULL, 0, 0, 0, 0},
-};
-static const struct hp_spec hp_reinforcement[] = {
-    {"n_epochs", HP_INT, 1, 50, 0},
-    {"batch_size", HP_INT, 1, 256, 0},
-    {"learning_rate_multiplier", HP_NUMBER, 0, 10, 1},
-    {"eval_interval", HP_INT, 1, 1000, 0},
-    {"eval_samples", HP_INT, 1, 1000, 0},
-    {"compute_multiplier", HP_NUMBER, 0, 10, 1},
-    {"reasoning_effort", HP_EFFORT, 0, 0, 0},
-    {NULL, 0, 0, 0, 0},
-};
-static const char *const reasoning_efforts[] = {"default", "low", "medium", "high", NULL};
-
-static const struct hp_spec *hp_specs(const char *method_type) {
-    if (strcmp(method_type, "dpo") == 0) return hp_dpo;
-    if (strcmp(method_type, "reinforcement") == 0) return hp_reinforcement;
-    return hp_supervised;
-}
-
-static int check_hp_value(const json_t *v, const struct hp_spec *spec, const char *path, char param[JOB_PARAM_MAX],
-                          struct whet_err *err) {
-    if (spec->kind == HP_EFFORT) return want_enum(v, reasoning_efforts, path, param, err);
-    if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) return 0;
-    const char *lower = spec->min_exclusive ? "(" : "[";
-    if (spec->kind == HP_INT) {
-        if (!json_is_integer(v)) return bad(param, err, path, "expected \"auto\" or an integer, found %s", whet_json_kind(v));
-        json_int_t x = json_integer_value(v);
-        if (x < (json_int_t)spec->min || x > (json_int_t)spec->max)
-            return bad(param, err, path, "%lld is out of range: expected %g..%g", (long long)x, spec->min, spec->max);
-        return 0;
-    }
-    if (!json_is_number(v)) return bad(param, err, path, "expected \"auto\" or a number, found %s", whet_json_kind(v));
-    double x = json_number_value(v);
-    if (x < spec->min || (spec->min_exclusive && x == spec->min) || x > spec->max)
-        return bad(param, err, path, "%g is out of range: expected %s%g, %g]", x, lower, spec->min, spec->max);
-    return 0;
-}
-
-/* Checks `given` (an object, or NULL) for `method_type` and returns a new object with every
- * hyperparameter of the method ("auto", or "default" for reasoning_effort, where not given). */
-static json_t *check_hyperparameters(const json_t *given, const char *method_type, const char *path,
-                                     char param[JOB_PARAM_MAX], struct whet_err *err) {
-    const struct hp_spec *specs = hp_specs(method_type);
-    if (given && !json_is_null(given)) {
-        if (!json_is_object(given)) {
-            bad(param, err, path, "expected an object, found %s", whet_json_kind(given));
-            return NULL;
-        }
-        const char *key;
-        json_t *value;
-        json_object_foreach((json_t *)given, key, value) {
-            const struct hp_spec *spec = specs;
-            while (spec->name && strcmp(spec->name, key) != 0) spec++;
-            char p[JOB_PARAM_MAX];
-            join(p, path, key);
-            if (!spec->name) {
-                bad(param, err, p, "not a hyperparameter of %s fine-tuning", method_type);
-                return NULL;
-            }
-            if (check_hp_value(value, spec, p, param, err)) return NULL;
-        }
-    }
-    json_t *out = json_object();
-    for (const struct hp_spec *spec = specs; spec->name; spec++) {
-        json_t *v = given ? json_object_get(given, spec->name) : NULL;
-        json_object_set_new(out, spec->name,
-                            v ? json_deep_copy(v) : json_string(spec->kind == HP_EFFORT ? "default" : "auto"));
-    }
-    return out;
-}
-
-/* ---------------------------------------------------------------- the whet extension object */
+/* ---------------------------------------------------------------- fields of the job specification */
 
 static int check_int(const json_t *v, long long min, long long max, const char *path, char param[JOB_PARAM_MAX],
                      struct whet_err *err) {
@@ -220,15 +127,69 @@ static int check_int(const json_t *v, long long min, long long max, const char *
     return 0;
 }
 
-/* A number in (min, max] when min_exclusive, else [min, max]. */
-static int check_number(const json_t *v, double min, int min_exclusive, double max, const char *path,
-                        char param[JOB_PARAM_MAX], struct whet_err *err) {
-    if (!json_is_number(v)) return bad(param, err, path, "expected a number, found %s", whet_json_kind(v));
+/* A value of a job_spec field with an int, number, bool or enum type, against its API bounds. */
+static int check_field(const json_t *v, const struct job_spec_field *f, const char *path, char param[JOB_PARAM_MAX],
+                       struct whet_err *err) {
+    const struct job_spec_range *r = &f->api;
+    if (f->type == JOB_SPEC_ENUM) return want_enum(v, f->values, path, param, err);
+    if (f->type == JOB_SPEC_BOOL) {
+        if (!json_is_boolean(v)) return bad(param, err, path, "expected a boolean, found %s", whet_json_kind(v));
+        return 0;
+    }
+    if (f->api_auto && json_is_string(v) && strcmp(json_string_value(v), "auto") == 0) return 0;
+    const char *or_auto = f->api_auto ? "\"auto\" or " : "";
+    if (f->type == JOB_SPEC_INT) {
+        if (!json_is_integer(v)) return bad(param, err, path, "expected %san integer, found %s", or_auto, whet_json_kind(v));
+        json_int_t x = json_integer_value(v);
+        if (!job_spec_in_range(r, (double)x))
+            return bad(param, err, path, "%lld is out of range: expected %lld..%lld", (long long)x, (long long)r->min,
+                       (long long)r->max);
+        return 0;
+    }
+    if (!json_is_number(v)) return bad(param, err, path, "expected %sa number, found %s", or_auto, whet_json_kind(v));
     double x = json_number_value(v);
-    if (x < min || (min_exclusive && x == min) || x > max)
-        return bad(param, err, path, "%g is out of range: expected %s%g, %g]", x, min_exclusive ? "(" : "[", min, max);
+    if (!job_spec_in_range(r, x))
+        return bad(param, err, path, "%g is out of range: expected %s%g, %g%s", x, r->min_open ? "(" : "[", r->min, r->max,
+                   r->max_open ? ")" : "]");
     return 0;
 }
+
+/* Checks `given` (an object, or NULL) for `method_type` and returns a new object with every
+ * hyperparameter of the method ("auto", or an enum's default, where not given). */
+static json_t *check_hyperparameters(const json_t *given, const char *method_type, const char *path,
+                                     char param[JOB_PARAM_MAX], struct whet_err *err) {
+    unsigned method = job_spec_method_bit(method_type);
+    if (given && !json_is_null(given)) {
+        if (!json_is_object(given)) {
+            bad(param, err, path, "expected an object, found %s", whet_json_kind(given));
+            return NULL;
+        }
+        const char *key;
+        json_t *value;
+        json_object_foreach((json_t *)given, key, value) {
+            const struct job_spec_field *f = job_spec_find(JOB_SPEC_HYPERPARAMETERS, key);
+            char p[JOB_PARAM_MAX];
+            join(p, path, key);
+            if (!f || !(f->methods & method)) {
+                bad(param, err, p, "not a hyperparameter of %s fine-tuning", method_type);
+                return NULL;
+            }
+            if (check_field(value, f, p, param, err)) return NULL;
+        }
+    }
+    json_t *out = json_object();
+    for (size_t i = 0; i < job_spec_count; i++) {
+        const struct job_spec_field *f = &job_spec_fields[i];
+        if (f->place != JOB_SPEC_HYPERPARAMETERS || !(f->methods & method)) continue;
+        json_t *v = given ? json_object_get(given, f->name) : NULL;
+        json_object_set_new(out, f->name,
+                            v ? json_deep_copy(v)
+                              : json_string(f->type == JOB_SPEC_ENUM ? f->values[(int)f->service_default] : "auto"));
+    }
+    return out;
+}
+
+/* ---------------------------------------------------------------- the whet extension object */
 
 /* A list of distinct names (GPU types, regions): 1..16 items of 1..64 characters [A-Za-z0-9._:-]. */
 static int check_name_list(const json_t *v, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
@@ -248,19 +209,8 @@ static int check_name_list(const json_t *v, const char *path, char param[JOB_PAR
     return 0;
 }
 
-static int check_lora(const json_t *lora, const char *path, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    static const char *const keys[] = {"r", "alpha", "target_modules", NULL};
+static int check_target_modules(const json_t *v, const char *p, char param[JOB_PARAM_MAX], struct whet_err *err) {
     static const char *const modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", NULL};
-    char p[JOB_PARAM_MAX];
-    if (!json_is_object(lora)) return bad(param, err, path, "expected an object, found %s", whet_json_kind(lora));
-    if (known_keys(lora, keys, path, 0, param, err)) return -1;
-    json_t *v;
-    join(p, path, "r");
-    if ((v = json_object_get(lora, "r")) && check_int(v, 1, 256, p, param, err)) return -1;
-    join(p, path, "alpha");
-    if ((v = json_object_get(lora, "alpha")) && check_number(v, 0, 1, 4096, p, param, err)) return -1;
-    join(p, path, "target_modules");
-    if (!(v = json_object_get(lora, "target_modules"))) return 0;
     if (json_is_string(v) && strcmp(json_string_value(v), "all-linear") == 0) return 0;
     if (!json_is_array(v) || json_array_size(v) == 0)
         return bad(param, err, p, "expected \"all-linear\" or a non-empty array of module names");
@@ -278,30 +228,49 @@ static int check_lora(const json_t *lora, const char *path, char param[JOB_PARAM
     return 0;
 }
 
-/* The rest of a reinforcement job's GRPO settings: the loss (veRL's names) and how rollouts are sampled
- * (the names of OpenAI's chat completions: max_tokens, temperature, top_p, stop; plus top_k). */
-static int check_whet_grpo(const json_t *w, char param[JOB_PARAM_MAX], struct whet_err *err) {
-    static const char *const loss_aggs[] = {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", NULL};
-    static const char *const flags[] = {"norm_adv_by_std", "dynamic_sampling", NULL};
-    char p[JOB_PARAM_MAX];
-    json_t *v;
-    if ((v = json_object_get(w, "ppo_epochs")) && check_int(v, 1, 16, "whet.ppo_epochs", param, err)) return -1;
-    if ((v = json_object_get(w, "loss_agg")) && want_enum(v, loss_aggs, "whet.loss_agg", param, err)) return -1;
-    for (const char *const *k = flags; *k; k++) {
-        join(p, "whet", *k);
-        if ((v = json_object_get(w, *k)) && !json_is_boolean(v))
-            return bad(param, err, p, "expected a boolean, found %s", whet_json_kind(v));
+/* The API's method types, in the order of the job specification's method bits (JOB_SPEC_SFT = 1 << 0, ...). */
+static const char *const method_types[] = {"supervised", "dpo", "reinforcement", NULL};
+
+/* "supervised or dpo" for messages. */
+static void method_names(char *out, size_t size, unsigned methods) {
+    size_t n = 0;
+    out[0] = 0;
+    for (unsigned i = 0; method_types[i]; i++) {
+        if (!(methods & (1u << i))) continue;
+        int w = snprintf(out + n, size - n, "%s%s", n ? " or " : "", method_types[i]);
+        if (w < 0 || (size_t)w >= size - n) break;
+        n += (size_t)w;
     }
-    if ((v = json_object_get(w, "max_tokens")) && check_int(v, 1, 32768, "whet.max_tokens", param, err)) return -1;
-    json_t *seq = json_object_get(w, "max_seq_len"); /* checked by the caller */
-    if (v && seq && json_integer_value(v) >= json_integer_value(seq))
-        return bad(param, err, "whet.max_tokens", "%lld leaves no room for the prompt in whet.max_seq_len %lld",
-                   (long long)json_integer_value(v), (long long)json_integer_value(seq));
-    if ((v = json_object_get(w, "temperature")) && check_number(v, 0, 0, 2, "whet.temperature", param, err)) return -1;
-    if ((v = json_object_get(w, "top_p")) && check_number(v, 0, 1, 1, "whet.top_p", param, err)) return -1;
-    if ((v = json_object_get(w, "top_k")) && check_int(v, 0, 1000000, "whet.top_k", param, err)) return -1;
-    if (!(v = json_object_get(w, "stop"))) return 0;
-    if (json_is_string(v)) return want_string(v, 256, "whet.stop", param, err); /* one, as OpenAI takes it */
+}
+
+/* Every key of `obj` is a job_spec field at `place` for `method`, and the typed ones are in their API
+ * range. */
+static int check_spec_object(const json_t *obj, enum job_spec_place place, unsigned method, const char *path,
+                             char param[JOB_PARAM_MAX], struct whet_err *err) {
+    const char *key;
+    json_t *v;
+    char p[JOB_PARAM_MAX], names[64];
+    if (!json_is_object(obj)) return bad(param, err, path, "expected an object, found %s", whet_json_kind(obj));
+    json_object_foreach((json_t *)obj, key, v) {
+        join(p, path, key);
+        const struct job_spec_field *f = job_spec_find(place, key);
+        if (!f) return bad(param, err, p, "unknown field");
+        method_names(names, sizeof names, f->methods);
+        if (!(f->methods & method)) return bad(param, err, p, "only for %s jobs", names);
+    }
+    for (size_t i = 0; i < job_spec_count; i++) {
+        const struct job_spec_field *f = &job_spec_fields[i];
+        if (f->place != place || f->type == JOB_SPEC_OTHER || !(v = json_object_get(obj, f->name))) continue;
+        join(p, path, f->name);
+        if (check_field(v, f, p, param, err)) return -1;
+    }
+    return 0;
+}
+
+/* whet.stop: one string, as OpenAI takes it, or at most 4. */
+static int check_stop(const json_t *v, char param[JOB_PARAM_MAX], struct whet_err *err) {
+    char p[JOB_PARAM_MAX];
+    if (json_is_string(v)) return want_string(v, 256, "whet.stop", param, err);
     if (!json_is_array(v) || json_array_size(v) > 4)
         return bad(param, err, "whet.stop", "expected a string or an array of at most 4 strings");
     for (size_t i = 0; i < json_array_size(v); i++) {
@@ -311,59 +280,31 @@ static int check_whet_grpo(const json_t *w, char param[JOB_PARAM_MAX], struct wh
     return 0;
 }
 
+/* The extension object: the fields of the job specification at JOB_SPEC_WHET, each only for its methods. */
 static int check_whet(const json_t *w, const char *method_type, int *priority, char param[JOB_PARAM_MAX],
                       struct whet_err *err) {
-    static const char *const keys[] = {"priority", "lora", "full_finetune", "gpu_types", "regions", "max_gpus",
-                                       "max_steps", "checkpoint_every_steps", "max_seq_len",
-                                       "group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
-                                       "loss_agg", "norm_adv_by_std", "dynamic_sampling", "max_tokens", "temperature",
-                                       "top_p", "top_k", "stop", NULL};
-    static const char *const rl_only[] = {"group_size", "kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
-                                          "loss_agg", "norm_adv_by_std", "dynamic_sampling", "max_tokens",
-                                          "temperature", "top_p", "top_k", "stop", NULL};
-    char p[JOB_PARAM_MAX];
-    if (!json_is_object(w)) return bad(param, err, "whet", "expected an object, found %s", whet_json_kind(w));
-    if (known_keys(w, keys, "whet", 0, param, err)) return -1;
+    unsigned method = job_spec_method_bit(method_type);
+    if (check_spec_object(w, JOB_SPEC_WHET, method, "whet", param, err)) return -1;
     json_t *v;
-    if ((v = json_object_get(w, "priority"))) {
-        if (check_int(v, -100, 100, "whet.priority", param, err)) return -1;
-        *priority = (int)json_integer_value(v);
-    }
-    json_t *full = json_object_get(w, "full_finetune");
-    if (full && !json_is_boolean(full))
-        return bad(param, err, "whet.full_finetune", "expected a boolean, found %s", whet_json_kind(full));
+    if ((v = json_object_get(w, "priority"))) *priority = (int)json_integer_value(v);
     if ((v = json_object_get(w, "lora"))) {
-        if (json_is_true(full)) return bad(param, err, "whet.lora", "a full fine-tune has no LoRA settings");
-        if (check_lora(v, "whet.lora", param, err)) return -1;
+        if (json_is_true(json_object_get(w, "full_finetune")))
+            return bad(param, err, "whet.lora", "a full fine-tune has no LoRA settings");
+        if (check_spec_object(v, JOB_SPEC_WHET_LORA, method, "whet.lora", param, err)) return -1;
+        json_t *modules = json_object_get(v, "target_modules");
+        if (modules && check_target_modules(modules, "whet.lora.target_modules", param, err)) return -1;
     }
     if ((v = json_object_get(w, "gpu_types")) && check_name_list(v, "whet.gpu_types", param, err)) return -1;
     if ((v = json_object_get(w, "regions")) && check_name_list(v, "whet.regions", param, err)) return -1;
-    if ((v = json_object_get(w, "max_gpus")) && check_int(v, 1, 1024, "whet.max_gpus", param, err)) return -1;
-    /* Training length and checkpoint cadence, for tenants who want a short run or frequent checkpoints. */
-    if ((v = json_object_get(w, "max_steps")) && check_int(v, 1, 10000000, "whet.max_steps", param, err)) return -1;
-    if ((v = json_object_get(w, "checkpoint_every_steps")) &&
-        check_int(v, 1, 10000000, "whet.checkpoint_every_steps", param, err))
-        return -1;
-    if ((v = json_object_get(w, "max_seq_len")) && check_int(v, 8, 131072, "whet.max_seq_len", param, err)) return -1;
-    for (const char *const *k = rl_only; *k; k++) {
-        join(p, "whet", *k);
-        if (json_object_get(w, *k) && strcmp(method_type, "reinforcement") != 0)
-            return bad(param, err, p, "only for reinforcement jobs");
-    }
-    if ((v = json_object_get(w, "group_size")) && check_int(v, 2, 256, "whet.group_size", param, err)) return -1;
-    if ((v = json_object_get(w, "kl_coef")) && check_number(v, 0, 0, 10, "whet.kl_coef", param, err)) return -1;
-    if ((v = json_object_get(w, "clip_ratio_low")) && check_number(v, 0, 1, 1, "whet.clip_ratio_low", param, err))
-        return -1;
-    if (v && json_number_value(v) == 1) /* the ratio would be clipped below at 0: no clipping at all */
-        return bad(param, err, "whet.clip_ratio_low", "1 is out of range: expected (0, 1)");
-    if ((v = json_object_get(w, "clip_ratio_high")) && check_number(v, 0, 1, 1, "whet.clip_ratio_high", param, err))
-        return -1;
-    return check_whet_grpo(w, param, err);
+    json_t *seq = json_object_get(w, "max_seq_len");
+    if ((v = json_object_get(w, "max_tokens")) && seq && json_integer_value(v) >= json_integer_value(seq))
+        return bad(param, err, "whet.max_tokens", "%lld leaves no room for the prompt in whet.max_seq_len %lld",
+                   (long long)json_integer_value(v), (long long)json_integer_value(seq));
+    if ((v = json_object_get(w, "stop"))) return check_stop(v, param, err);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the body */
-
-static const char *const method_types[] = {"supervised", "dpo", "reinforcement", NULL};
 
 /* Builds req->method from `method` (the body's, or NULL) and the deprecated top-level `legacy_hp`. */
 static int check_method(const json_t *method, const json_t *legacy_hp, struct job_request *req,
@@ -556,19 +497,19 @@ void job_request_resolve_auto(struct job_request *req, size_t examples) {
     if (is_auto(json_object_get(hp, "batch_size"))) {
         /* OpenAI: about 0.2% of the training examples (DPO: pairs, reinforcement: prompts), at least 1,
          * at most 256. The job keeps and reports the number. */
+        const struct job_spec_range *r = &job_spec_find(JOB_SPEC_HYPERPARAMETERS, "batch_size")->api;
         size_t batch = (size_t)lround((double)examples * 0.002);
-        if (batch < 1) batch = 1;
-        if (batch > 256) batch = 256;
+        if (batch < (size_t)r->min) batch = (size_t)r->min;
+        if (batch > (size_t)r->max) batch = (size_t)r->max;
         json_object_set_new(hp, "batch_size", json_integer((json_int_t)batch));
     }
-    static const struct {
-        const char *name;
-        double value;
-    } defaults[] = {{"learning_rate_multiplier", 1.0}, {"beta", 0.1}, {"compute_multiplier", 1.0}};
-    for (size_t i = 0; i < WHET_ARRAY_LEN(defaults); i++)
-        if (is_auto(json_object_get(hp, defaults[i].name)))
-            json_object_set_new(hp, defaults[i].name, json_real(defaults[i].value));
-    /* eval_samples stays "auto": every prompt of the validation file, a number only known when the
-     * trainer reads it. */
-    if (is_auto(json_object_get(hp, "eval_interval"))) json_object_set_new(hp, "eval_interval", json_integer(1));
+    /* The other "auto"s take the service default of the job specification, except eval_samples, which
+     * stays "auto": every prompt of the validation file, a number only known when the trainer reads it. */
+    for (size_t i = 0; i < job_spec_count; i++) {
+        const struct job_spec_field *f = &job_spec_fields[i];
+        if (f->place != JOB_SPEC_HYPERPARAMETERS || !is_auto(json_object_get(hp, f->name))) continue;
+        if (!strcmp(f->name, "eval_samples")) continue;
+        json_object_set_new(hp, f->name, f->type == JOB_SPEC_INT ? json_integer((json_int_t)f->service_default)
+                                                                 : json_real(f->service_default));
+    }
 }

@@ -9,25 +9,21 @@
  *   seed                        null or an integer in 0..2147483647
  *   metadata                    null or an object of at most 16 string values (key <= 64, value <= 512
  *                               characters)
- *   hyperparameters             (deprecated) n_epochs, batch_size, learning_rate_multiplier for a
- *                               supervised job; not together with method.*.hyperparameters
+ *   hyperparameters             (deprecated) the supervised hyperparameters; not together with
+ *                               method.*.hyperparameters
  *   method                      {type: supervised|dpo|reinforcement, <type>: {hyperparameters, grader}}
- *                               hyperparameters each "auto" or a number in range:
- *                                 n_epochs 1..50, batch_size 1..256, learning_rate_multiplier (0, 10],
- *                                 beta (dpo) (0, 2], eval_interval and eval_samples (reinforcement)
- *                                 1..1000, compute_multiplier (0, 10], reasoning_effort
- *                                 default|low|medium|high
+ *                               hyperparameters each "auto" or a value in the range the job
+ *                               specification gives (common/job_spec.c: n_epochs, batch_size,
+ *                               learning_rate_multiplier; beta for dpo; eval_interval, eval_samples,
+ *                               compute_multiplier, reasoning_effort for reinforcement)
  *                               the grader (reinforcement, required) is validated by the grader
  *                               library (grader_validate), so what training could not run is refused
  *   integrations                null or []: integrations (Weights & Biases) are refused clearly
- *   whet                        the extension object: priority -100..100, lora {r 1..256, alpha (0, 4096],
- *                               target_modules}, full_finetune, gpu_types, regions, max_gpus 1..1024, and
- *                               for reinforcement group_size 2..256, kl_coef [0, 10], clip_ratio_low and
- *                               clip_ratio_high (0, 1] (clip_ratio_low below 1), ppo_epochs 1..16, loss_agg token-mean|
- *                               seq-mean-token-mean|seq-mean-token-sum, norm_adv_by_std and
- *                               dynamic_sampling (booleans), and the rollout sampling: max_tokens
- *                               1..32768, temperature [0, 2], top_p (0, 1], top_k 0..1000000, stop (a string or
- *                               at most 4)
+ *   whet                        the extension object, its fields, ranges and methods those of the job
+ *                               specification (priority, lora {r, alpha, target_modules}, full_finetune,
+ *                               gpu_types, regions, max_gpus, max_steps, checkpoint_every_steps,
+ *                               max_seq_len, and the GRPO settings of reinforcement jobs); stop is a
+ *                               string or at most 4, max_tokens must leave room in max_seq_len
  *
  * Unknown fields are refused ("unrecognized request argument supplied: x", as OpenAI says). Every
  * error carries the path of the field in `param` ("method.dpo.hyperparameters.beta"). */
@@ -68,8 +64,8 @@ void job_request_free(struct job_request *req);
 
 /* Replaces every "auto" hyperparameter by the value chosen for a training file of `examples` lines
  * (OpenAI's heuristics: about 3 epochs but at least 100 and at most 25,000 examples seen in total,
- * batch size about 0.2% of the examples within 1..256; learning-rate multiplier 1, DPO beta 0.1,
- * eval_interval 1, eval_samples 1, compute_multiplier 1). */
+ * batch size about 0.2% of the examples within 1..256); the others take the job specification's
+ * service default (eval_samples stays "auto": every validation prompt). */
 void job_request_resolve_auto(struct job_request *req, size_t examples);
 
 /* The hyperparameters object inside req->method (borrowed). */

@@ -1,7 +1,8 @@
 /* trainer_config.c - parse and validate the trainer config (see trainer_config.h).
  *
- * The numeric hyperparameters are one table (name, kind, bounds, where it lives) in the manner of
- * Redis' config table, so every bound is written once and every error reads the same way:
+ * The settings of the job specification (common/job_spec.c: type, range, default, methods) are read
+ * through one table of where each lives in the struct, in the manner of Redis' config table, so every
+ * bound is written once and every error reads the same way:
  * "job.json: hyperparameters.learning_rate: must be a number in (0, 1], got 3". */
 #include "trainer_config.h"
 
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "grader.h"
+#include "job_spec.h"
 #include "json.h"
 
 const char *trainer_method_name(enum trainer_method m) {
@@ -32,82 +34,124 @@ const char *lr_scheduler_name(enum lr_scheduler s) {
     return "?";
 }
 
-/* ---------------------------------------------------------------- the hyperparameter table */
+/* ---------------------------------------------------------------- the job specification's fields */
 
-enum field_kind { FIELD_INT, FIELD_DOUBLE };
-
-struct number_field {
-    const char *name;
-    enum field_kind kind;
-    size_t offset;      /* into struct trainer_hparams */
-    double min, max;
-    int min_exclusive;  /* (min, max] rather than [min, max] */
-    int auto_allowed;   /* OpenAI's "auto" keeps the default */
+/* Where each setting of the job specification (common/job_spec.c: type, range, default, methods)
+ * lives in the config struct. The table gives the rest, so a bound is written once. */
+struct spec_slot {
+    const char *key; /* the trainer key in the job specification */
+    size_t offset;   /* into the struct being filled; an enum is stored as an int */
 };
 
-#define HP(f) offsetof(struct trainer_hparams, f)
-static const struct number_field hparam_fields[] = {
-    {"n_epochs", FIELD_INT, HP(n_epochs), 1, 1000, 0, 1},
-    {"batch_size", FIELD_INT, HP(batch_size), 1, 4096, 0, 1},
-    {"learning_rate", FIELD_DOUBLE, HP(learning_rate), 0, 1, 1, 1},
-    {"warmup_steps", FIELD_INT, HP(warmup_steps), 0, 100000000, 0, 0},
-    {"max_grad_norm", FIELD_DOUBLE, HP(max_grad_norm), 0, 1e6, 0, 0},
-    {"weight_decay", FIELD_DOUBLE, HP(weight_decay), 0, 1, 0, 0},
-    {"max_seq_len", FIELD_INT, HP(max_seq_len), 8, 1048576, 0, 0},
-    {"gradient_accumulation_steps", FIELD_INT, HP(gradient_accumulation_steps), 1, 4096, 0, 0},
-    {"adam_beta1", FIELD_DOUBLE, HP(adam_beta1), 0, 1, 0, 0},
-    {"adam_beta2", FIELD_DOUBLE, HP(adam_beta2), 0, 1, 0, 0},
-    {"adam_eps", FIELD_DOUBLE, HP(adam_eps), 0, 1, 1, 0},
-    {"beta", FIELD_DOUBLE, HP(beta), 0, 2, 1, 0}, /* the range the gateway accepts */
-    {"kl_coef", FIELD_DOUBLE, HP(kl_coef), 0, 10, 0, 0},
-    {"clip_ratio_low", FIELD_DOUBLE, HP(clip_ratio_low), 0, 1, 0, 0}, /* < 1 checked below */
-    {"clip_ratio_high", FIELD_DOUBLE, HP(clip_ratio_high), 0, 10, 0, 0},
-    {"ppo_epochs", FIELD_INT, HP(ppo_epochs), 1, 100, 0, 0},
-    {"max_gen_batches", FIELD_INT, HP(max_gen_batches), 1, 100, 0, 0},
+_Static_assert(sizeof(enum lr_scheduler) == sizeof(int) && sizeof(enum grpo_loss_agg) == sizeof(int),
+               "enums are stored through int slots");
+
+#define HP(f) {"hyperparameters." #f, offsetof(struct trainer_hparams, f)}
+/* In the order an "unknown field" message lists them. */
+static const struct spec_slot hparam_slots[] = {
+    HP(lr_scheduler), HP(n_epochs), HP(batch_size), HP(learning_rate), HP(warmup_steps), HP(max_grad_norm),
+    HP(weight_decay), HP(max_seq_len), HP(gradient_accumulation_steps), HP(adam_beta1), HP(adam_beta2),
+    HP(adam_eps), HP(beta), HP(kl_coef), HP(clip_ratio_low), HP(clip_ratio_high), HP(ppo_epochs),
+    HP(max_gen_batches), HP(loss_agg), HP(norm_adv_by_std), HP(dynamic_sampling),
 };
-
-/* The GRPO hyperparameters that are not numbers (parsed in parse_hparams). */
-static const char *const grpo_flag_fields[] = {"loss_agg", "norm_adv_by_std", "dynamic_sampling"};
-
-/* Hyperparameters only one method takes. */
-static const char *hparam_method(const char *name) {
-    static const char *const grpo_only[] = {"kl_coef", "clip_ratio_low", "clip_ratio_high", "ppo_epochs",
-                                            "loss_agg", "norm_adv_by_std", "dynamic_sampling", "max_gen_batches"};
-    if (!strcmp(name, "beta")) return "dpo";
-    for (size_t i = 0; i < WHET_ARRAY_LEN(grpo_only); i++)
-        if (!strcmp(name, grpo_only[i])) return "grpo";
-    return NULL;
-}
 #undef HP
+#define RO(f) {"rollout." #f, offsetof(struct trainer_rollout, f)}
+static const struct spec_slot rollout_slots[] = {RO(n), RO(max_tokens), RO(temperature), RO(top_p), RO(top_k)};
+#undef RO
 
-static void format_range(char *out, size_t n, const struct number_field *f) {
-    if (f->kind == FIELD_INT)
-        snprintf(out, n, "an integer in [%.0f, %.0f]", f->min, f->max);
-    else
-        snprintf(out, n, "a number in %c%g, %g]", f->min_exclusive ? '(' : '[', f->min, f->max);
+static const struct job_spec_field *spec_of(const char *key) {
+    const struct job_spec_field *f = job_spec_by_trainer_key(key);
+    if (!f) { /* a slot table out of step with the job specification: a bug, caught by the unit tests */
+        fprintf(stderr, "trainer_config: %s is not in the job specification\n", key);
+        abort();
+    }
+    return f;
 }
 
-/* Reads one number into `base + f->offset`; `prefix` is the path of the enclosing object. */
-static int number_field_set(void *base, const struct number_field *f, json_t *v, const char *prefix,
-                            struct whet_err *err) {
+/* A whole number as such (1000000, not 1e+06), any other as %g. */
+static void format_bound(char *out, size_t n, double x) {
+    if (x == floor(x) && fabs(x) < 1e15) snprintf(out, n, "%.0f", x);
+    else snprintf(out, n, "%g", x);
+}
+
+static void format_range(char *out, size_t n, const struct job_spec_field *f) {
+    char lo[32], hi[32];
+    format_bound(lo, sizeof lo, f->trainer.min);
+    format_bound(hi, sizeof hi, f->trainer.max);
+    snprintf(out, n, "%s in %c%s, %s%c", f->type == JOB_SPEC_INT ? "an integer" : "a number",
+             f->trainer.min_open ? '(' : '[', lo, hi, f->trainer.max_open ? ')' : ']');
+}
+
+/* Reads `v`, the value of trainer key `key` (shown as `shown` in errors), into *out: 0 when read, 1
+ * when it is "auto" and the field takes it (the default stays), -1 on error. */
+static int spec_value(const char *key, const char *shown, const json_t *v, double *out, struct whet_err *err) {
+    const struct job_spec_field *f = spec_of(key);
+    if (json_is_string(v) && f->trainer_auto && !strcmp(json_string_value(v), "auto")) return 1;
+    if (f->type == JOB_SPEC_BOOL) {
+        if (!json_is_boolean(v)) return whet_errf(err, "%s: must be true or false", shown);
+        *out = json_is_true(v);
+        return 0;
+    }
+    if (f->type == JOB_SPEC_ENUM) {
+        int i = json_is_string(v) ? job_spec_enum_index(f, json_string_value(v)) : -1;
+        if (i < 0) {
+            char names[200] = "";
+            for (const char *const *s = f->values; *s; s++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s\"%s\"", names[0] ? ", " : "", *s);
+            return whet_errf(err, "%s: must be one of %s", shown, names);
+        }
+        *out = i;
+        return 0;
+    }
     char range[96];
     format_range(range, sizeof range, f);
-    if (json_is_string(v) && f->auto_allowed && !strcmp(json_string_value(v), "auto")) return 0;
-    if (!json_is_number(v) || (f->kind == FIELD_INT && !json_is_integer(v)))
-        return whet_errf(err, "%s%s: must be %s%s", prefix, f->name, range,
-                         f->auto_allowed ? " or \"auto\"" : "");
+    if (!json_is_number(v) || (f->type == JOB_SPEC_INT && !json_is_integer(v)))
+        return whet_errf(err, "%s: must be %s%s", shown, range, f->trainer_auto ? " or \"auto\"" : "");
     double x = json_number_value(v);
-    int below = f->min_exclusive ? x <= f->min : x < f->min;
-    if (!isfinite(x) || below || x > f->max)
-        return whet_errf(err, "%s%s: must be %s, got %g", prefix, f->name, range, x);
-    char *slot = (char *)base + f->offset;
-    if (f->kind == FIELD_INT) {
-        int i = (int)json_integer_value(v);
-        memcpy(slot, &i, sizeof i);
-    } else {
-        memcpy(slot, &x, sizeof x);
-    }
+    if (!isfinite(x) || !job_spec_in_range(&f->trainer, x))
+        return whet_errf(err, "%s: must be %s, got %g", shown, range, x);
+    *out = x;
     return 0;
+}
+
+/* Stores x into the slot at `base + s->offset` as the field's type wants. */
+static void slot_store(void *base, const struct spec_slot *s, double x) {
+    char *slot = (char *)base + s->offset;
+    if (spec_of(s->key)->type == JOB_SPEC_NUMBER) {
+        memcpy(slot, &x, sizeof x);
+    } else {
+        int i = (int)x;
+        memcpy(slot, &i, sizeof i);
+    }
+}
+
+/* The trainer defaults of `slots` into `base`. */
+static void slots_default(void *base, const struct spec_slot *slots, size_t n) {
+    for (size_t i = 0; i < n; i++) slot_store(base, &slots[i], spec_of(slots[i].key)->trainer_default);
+}
+
+/* Reads `v` (may be NULL: nothing to do) into the slot; `shown` names it in errors. */
+static int slot_set(void *base, const struct spec_slot *s, const json_t *v, const char *shown, struct whet_err *err) {
+    double x;
+    int rc = v ? spec_value(s->key, shown, v, &x, err) : 1;
+    if (rc == 0) slot_store(base, s, x);
+    return rc < 0 ? -1 : 0;
+}
+
+/* The method the job specification restricts trainer key `key` to, or NULL when every method takes it. */
+static const char *key_method(const char *key) {
+    unsigned m = spec_of(key)->methods;
+    return m == JOB_SPEC_DPO ? "dpo" : m == JOB_SPEC_GRPO ? "grpo" : m == JOB_SPEC_SFT ? "sft" : NULL;
+}
+
+/* A top-level integer of the job specification (checkpoint_every_steps, eval_every_steps, ...). */
+static int top_int(json_t *root, const char *key, int *out, struct whet_err *err) {
+    json_t *v = json_object_get(root, key);
+    double x;
+    if (!v || json_is_null(v)) return 0;
+    int rc = spec_value(key, key, v, &x, err);
+    if (rc == 0) *out = (int)x;
+    return rc < 0 ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -158,8 +202,8 @@ static int check_known_keys(json_t *obj, const char *prefix, const char *const *
 static int parse_lora(struct trainer_lora *lora, json_t *v, struct whet_err *err) {
     static const char *const known[] = {"r", "alpha", "target_modules", "use_rslora", "dropout"};
     lora->enabled = 1;
-    lora->r = 16;
-    lora->alpha = 32;
+    lora->r = (int)spec_of("lora.r")->trainer_default;
+    lora->alpha = (float)spec_of("lora.alpha")->trainer_default;
     if (!v) return 0; /* absent: LoRA with the defaults (null asks for full fine-tuning) */
     if (json_is_null(v)) {
         lora->enabled = 0;
@@ -167,17 +211,16 @@ static int parse_lora(struct trainer_lora *lora, json_t *v, struct whet_err *err
     }
     if (!json_is_object(v)) return whet_errf(err, "lora: must be an object {r, alpha, target_modules} or null");
     if (check_known_keys(v, "lora.", known, WHET_ARRAY_LEN(known), err)) return -1;
+    double x;
     json_t *r = json_object_get(v, "r");
     if (r) {
-        if (!json_is_integer(r) || json_integer_value(r) < 1 || json_integer_value(r) > 1024)
-            return whet_errf(err, "lora.r: must be an integer in [1, 1024]");
-        lora->r = (int)json_integer_value(r);
+        if (spec_value("lora.r", "lora.r", r, &x, err)) return -1;
+        lora->r = (int)x;
     }
     json_t *alpha = json_object_get(v, "alpha");
     if (alpha) {
-        if (!json_is_number(alpha) || json_number_value(alpha) <= 0 || json_number_value(alpha) > 1e6)
-            return whet_errf(err, "lora.alpha: must be a number in (0, 1e6]");
-        lora->alpha = (float)json_number_value(alpha);
+        if (spec_value("lora.alpha", "lora.alpha", alpha, &x, err)) return -1;
+        lora->alpha = (float)x;
     }
     json_t *rs = json_object_get(v, "use_rslora");
     if (rs) {
@@ -205,17 +248,14 @@ static int parse_lora(struct trainer_lora *lora, json_t *v, struct whet_err *err
     return 0;
 }
 
-static int parse_grpo_flag(struct trainer_hparams *hp, const char *key, json_t *val, struct whet_err *err) {
-    if (!strcmp(key, "loss_agg")) {
-        if (!json_is_string(val) || grpo_loss_agg_parse(json_string_value(val), &hp->loss_agg))
-            return whet_errf(err, "hyperparameters.loss_agg: must be one of \"token-mean\", \"seq-mean-token-mean\", "
-                                  "\"seq-mean-token-sum\"");
-        return 0;
+/* "hyperparameters.KEY: unknown field (known: …)". */
+static int unknown_hparam(const char *key, struct whet_err *err) {
+    char list[600] = "";
+    for (size_t j = 0; j < WHET_ARRAY_LEN(hparam_slots); j++) {
+        if (j) strncat(list, ", ", sizeof list - strlen(list) - 1);
+        strncat(list, hparam_slots[j].key + strlen("hyperparameters."), sizeof list - strlen(list) - 1);
     }
-    if (!json_is_boolean(val)) return whet_errf(err, "hyperparameters.%s: must be true or false", key);
-    if (!strcmp(key, "norm_adv_by_std")) hp->norm_adv_by_std = json_is_true(val);
-    else hp->dynamic_sampling = json_is_true(val);
-    return 0;
+    return whet_errf(err, "hyperparameters.%s: unknown field (known: %s)", key, list);
 }
 
 static int parse_hparams(struct trainer_hparams *hp, json_t *v, enum trainer_method method, struct whet_err *err) {
@@ -224,42 +264,19 @@ static int parse_hparams(struct trainer_hparams *hp, json_t *v, enum trainer_met
     const char *key;
     json_t *val;
     json_object_foreach(v, key, val) {
-        const char *only = hparam_method(key);
-        if (only && strcmp(only, trainer_method_name(method)))
-            return whet_errf(err, "hyperparameters.%s: only method \"%s\" takes a %s", key, only, key);
-        size_t f = 0;
-        while (f < WHET_ARRAY_LEN(grpo_flag_fields) && strcmp(grpo_flag_fields[f], key)) f++;
-        if (f < WHET_ARRAY_LEN(grpo_flag_fields)) {
-            if (parse_grpo_flag(hp, key, val, err)) return -1;
-            continue;
-        }
-        if (!strcmp(key, "lr_scheduler") || !strcmp(key, "lr_scheduler_type")) {
-            const char *s = json_is_string(val) ? json_string_value(val) : "";
-            if (!strcmp(s, "linear")) hp->lr_scheduler = LR_LINEAR;
-            else if (!strcmp(s, "cosine")) hp->lr_scheduler = LR_COSINE;
-            else if (!strcmp(s, "constant")) hp->lr_scheduler = LR_CONSTANT;
-            else return whet_errf(err, "hyperparameters.%s: must be one of \"linear\", \"cosine\", \"constant\"", key);
-            continue;
-        }
+        /* lr_scheduler_type is the name HF's TrainingArguments give it */
+        const char *name = strcmp(key, "lr_scheduler_type") ? key : "lr_scheduler";
+        char full[128], shown[128];
+        snprintf(full, sizeof full, "hyperparameters.%s", name);
+        snprintf(shown, sizeof shown, "hyperparameters.%s", key);
         size_t i = 0;
-        while (i < WHET_ARRAY_LEN(hparam_fields) && strcmp(hparam_fields[i].name, key)) i++;
-        if (i == WHET_ARRAY_LEN(hparam_fields)) {
-            char list[600] = "lr_scheduler";
-            for (size_t j = 0; j < WHET_ARRAY_LEN(hparam_fields); j++) {
-                strncat(list, ", ", sizeof list - strlen(list) - 1);
-                strncat(list, hparam_fields[j].name, sizeof list - strlen(list) - 1);
-            }
-            for (size_t j = 0; j < WHET_ARRAY_LEN(grpo_flag_fields); j++) {
-                strncat(list, ", ", sizeof list - strlen(list) - 1);
-                strncat(list, grpo_flag_fields[j], sizeof list - strlen(list) - 1);
-            }
-            return whet_errf(err, "hyperparameters.%s: unknown field (known: %s)", key, list);
-        }
-        if (number_field_set(hp, &hparam_fields[i], val, "hyperparameters.", err)) return -1;
+        while (i < WHET_ARRAY_LEN(hparam_slots) && strcmp(hparam_slots[i].key, full)) i++;
+        if (i == WHET_ARRAY_LEN(hparam_slots)) return unknown_hparam(key, err);
+        const char *only = key_method(full);
+        if (only && strcmp(only, trainer_method_name(method)))
+            return whet_errf(err, "%s: only method \"%s\" takes a %s", shown, only, key);
+        if (slot_set(hp, &hparam_slots[i], val, shown, err)) return -1;
     }
-    if (hp->adam_beta1 >= 1 || hp->adam_beta2 >= 1)
-        return whet_errf(err, "hyperparameters.adam_beta%d: must be a number in [0, 1)", hp->adam_beta1 >= 1 ? 1 : 2);
-    if (hp->clip_ratio_low >= 1) return whet_errf(err, "hyperparameters.clip_ratio_low: must be a number in [0, 1)");
     return 0;
 }
 
@@ -270,30 +287,10 @@ static int parse_rollout(struct trainer_rollout *ro, json_t *v, struct whet_err 
     if (!v || json_is_null(v)) return 0;
     if (!json_is_object(v)) return whet_errf(err, "rollout: must be an object {n, max_tokens, temperature, top_p, top_k, stop}");
     if (check_known_keys(v, "rollout.", known, WHET_ARRAY_LEN(known), err)) return -1;
-    static const struct {
-        const char *name;
-        int is_int;
-        double min, max;
-        int min_exclusive;
-    } fields[] = {{"n", 1, 1, 256, 0}, {"max_tokens", 1, 1, 65536, 0}, {"temperature", 0, 0, 10, 0},
-                  {"top_p", 0, 0, 1, 1}, {"top_k", 1, 0, 1000000, 0}};
-    for (size_t i = 0; i < WHET_ARRAY_LEN(fields); i++) {
-        json_t *f = json_object_get(v, fields[i].name);
-        if (!f) continue;
-        double x = json_is_number(f) ? json_number_value(f) : NAN;
-        int below = fields[i].min_exclusive ? x <= fields[i].min : x < fields[i].min;
-        if (!json_is_number(f) || (fields[i].is_int && !json_is_integer(f)) || !isfinite(x) || below || x > fields[i].max)
-            return whet_errf(err, "rollout.%s: must be %s in %c%g, %g]", fields[i].name,
-                             fields[i].is_int ? "an integer" : "a number", fields[i].min_exclusive ? '(' : '[',
-                             fields[i].min, fields[i].max);
-        switch (i) {
-        case 0: ro->n = (int)x; break;
-        case 1: ro->max_tokens = (int)x; break;
-        case 2: ro->temperature = x; break;
-        case 3: ro->top_p = x; break;
-        case 4: ro->top_k = (int)x; break;
-        }
-    }
+    for (size_t i = 0; i < WHET_ARRAY_LEN(rollout_slots); i++)
+        if (slot_set(ro, &rollout_slots[i], json_object_get(v, rollout_slots[i].key + strlen("rollout.")),
+                     rollout_slots[i].key, err))
+            return -1;
     json_t *stop = json_object_get(v, "stop");
     if (stop && json_is_string(stop)) { /* OpenAI's API takes one string as well as a list */
         if (!json_string_length(stop)) return whet_errf(err, "rollout.stop: must not be empty");
@@ -339,15 +336,8 @@ static int parse_grpo_fields(struct trainer_config *cfg, json_t *root, struct wh
             return whet_errf(err, "judge_models.%s: must be a model dir", name);
     }
     if (json_is_object(judges)) cfg->judge_models = json_incref(judges);
-    if (eval_samples && !json_is_null(eval_samples) &&
-        !(json_is_string(eval_samples) && !strcmp(json_string_value(eval_samples), "auto"))) {
-        if (!json_is_integer(eval_samples) || json_integer_value(eval_samples) < 0 ||
-            json_integer_value(eval_samples) > 100000000)
-            return whet_errf(err, "eval_samples: must be an integer in [0, 100000000] (0 or \"auto\": every "
-                                  "validation prompt)");
-        cfg->eval_samples = (int)json_integer_value(eval_samples);
-    }
-    return 0;
+    /* 0 or "auto": every validation prompt */
+    return top_int(root, "eval_samples", &cfg->eval_samples, err);
 }
 
 /* ---------------------------------------------------------------- entry points */
@@ -379,16 +369,16 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     if (cfg->init_adapter && !cfg->lora.enabled)
         return whet_errf(err, "init_adapter: needs LoRA (lora is null, which asks for full fine-tuning)");
 
-    /* Full fine-tuning moves every weight, so it wants a smaller default step than LoRA. */
-    cfg->hp.learning_rate = cfg->lora.enabled ? 1e-4 : 1e-5;
+    /* Full fine-tuning moves every weight, so it wants a smaller default step than LoRA's. */
+    if (!cfg->lora.enabled) cfg->hp.learning_rate /= 10;
     if (parse_hparams(&cfg->hp, json_object_get(root, "hyperparameters"), cfg->method, err)) return -1;
     /* beta may also sit at the top level (the older place); once, and only for dpo. */
     json_t *hparams = json_object_get(root, "hyperparameters"), *beta = json_object_get(root, "beta");
     int beta_in_hp = json_is_object(hparams) && json_object_get(hparams, "beta");
     if (beta && beta_in_hp) return whet_errf(err, "beta: given twice (top level and hyperparameters.beta)");
-    const struct number_field *beta_field = hparam_fields;
-    while (strcmp(beta_field->name, "beta")) beta_field++;
-    if (beta && number_field_set(&cfg->hp, beta_field, beta, "", err)) return -1;
+    const struct spec_slot *beta_slot = hparam_slots;
+    while (strcmp(beta_slot->key, "hyperparameters.beta")) beta_slot++;
+    if (slot_set(&cfg->hp, beta_slot, beta, "beta", err)) return -1;
     if (beta && cfg->method != TRAINER_DPO) return whet_errf(err, "beta: only method \"dpo\" takes a beta");
     if (parse_grpo_fields(cfg, root, err)) return -1;
 
@@ -396,41 +386,22 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     v = (int64_t)cfg->seed;
     if (nonneg_int_field(root, "seed", INT64_MAX, &v, err)) return -1;
     cfg->seed = (uint64_t)v;
-    v = cfg->checkpoint_every_steps;
-    if (nonneg_int_field(root, "checkpoint_every_steps", 100000000, &v, err)) return -1;
-    cfg->checkpoint_every_steps = (int)v;
-    v = cfg->eval_every_steps;
-    if (nonneg_int_field(root, "eval_every_steps", 100000000, &v, err)) return -1;
-    cfg->eval_every_steps = (int)v;
-    v = cfg->max_steps;
-    if (nonneg_int_field(root, "max_steps", 100000000, &v, err)) return -1;
-    cfg->max_steps = (int)v;
-    return 0;
+    return top_int(root, "checkpoint_every_steps", &cfg->checkpoint_every_steps, err) ||
+                   top_int(root, "eval_every_steps", &cfg->eval_every_steps, err) ||
+                   top_int(root, "max_steps", &cfg->max_steps, err)
+               ? -1
+               : 0;
 }
 
+/* The job specification's trainer defaults; the seed is the config's own. */
 static void set_defaults(struct trainer_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cfg->hp = (struct trainer_hparams){
-        .n_epochs = 1,
-        .batch_size = 1,
-        .learning_rate = 1e-4,
-        .lr_scheduler = LR_LINEAR,
-        .max_grad_norm = 1.0,
-        .max_seq_len = 1024,
-        .gradient_accumulation_steps = 1,
-        .adam_beta1 = 0.9,
-        .adam_beta2 = 0.999,
-        .adam_eps = 1e-8,
-        .beta = 0.1,
-        .kl_coef = 0.001,
-        .clip_ratio_low = 0.2,
-        .clip_ratio_high = 0.2,
-        .ppo_epochs = 1,
-        .loss_agg = GRPO_TOKEN_MEAN,
-        .norm_adv_by_std = 1,
-        .max_gen_batches = 3, /* up to 3 × batch_size prompts a step: DAPO's recipe oversampling */
-    };
-    cfg->rollout = (struct trainer_rollout){.n = 8, .max_tokens = 64, .temperature = 1.0, .top_p = 1.0};
+    slots_default(&cfg->hp, hparam_slots, WHET_ARRAY_LEN(hparam_slots));
+    slots_default(&cfg->rollout, rollout_slots, WHET_ARRAY_LEN(rollout_slots));
+    cfg->checkpoint_every_steps = (int)spec_of("checkpoint_every_steps")->trainer_default;
+    cfg->eval_every_steps = (int)spec_of("eval_every_steps")->trainer_default;
+    cfg->max_steps = (int)spec_of("max_steps")->trainer_default;
+    cfg->eval_samples = (int)spec_of("eval_samples")->trainer_default;
     cfg->seed = 42;
 }
 

@@ -10,7 +10,9 @@
  * for other methods.
  * batch_size is OpenAI's: the examples of one optimizer step (dpo: preference pairs, grpo: prompts, each
  * with rollout.n responses); gradient_accumulation_steps the micro-batches a step's packed rows (grpo:
- * responses) are split into, which bounds memory and leaves the step's gradient as it is. */
+ * responses) are split into, which bounds memory and leaves the step's gradient as it is.
+ * The range, default and methods of each setting are the job specification's (common/job_spec.c), which
+ * the service's validation and mapping read too. */
 #ifndef WHET_TRAINER_CONFIG_H
 #define WHET_TRAINER_CONFIG_H
 
@@ -31,7 +33,7 @@ enum lr_scheduler { LR_LINEAR, LR_COSINE, LR_CONSTANT };
 /* LoRA settings; `enabled` is 0 when the config says `"lora": null` (full fine-tuning). */
 struct trainer_lora {
     int enabled;
-    int r;                 /* rank, 1..1024 */
+    int r;                 /* rank */
     float alpha;           /* scale numerator: W + (alpha/r)·B·A, or alpha/sqrt(r) with rsLoRA */
     int use_rslora;
     int n_target_modules;  /* 0 means every linear layer of the decoder */
@@ -39,39 +41,39 @@ struct trainer_lora {
 };
 
 struct trainer_hparams {
-    int n_epochs;                    /* 1..1000 */
-    int batch_size;                  /* examples per optimizer step (dpo: pairs, grpo: prompts), 1..4096 */
-    double learning_rate;            /* (0, 1] */
+    int n_epochs;
+    int batch_size;                  /* examples per optimizer step (dpo: pairs, grpo: prompts) */
+    double learning_rate;
     enum lr_scheduler lr_scheduler;
-    int warmup_steps;                /* 0..1e8 */
+    int warmup_steps;
     double max_grad_norm;            /* 0 turns clipping off */
-    double weight_decay;             /* 0..1 (AdamW, decoupled) */
-    int max_seq_len;                 /* tokens per packed row, 8..1048576 */
-    int gradient_accumulation_steps; /* micro-batches a step's rows are split into, 1..4096 */
+    double weight_decay;             /* AdamW, decoupled */
+    int max_seq_len;                 /* tokens per packed row */
+    int gradient_accumulation_steps; /* micro-batches a step's rows are split into */
     double adam_beta1, adam_beta2, adam_eps;
-    double beta;                     /* dpo: strength of the pull towards the reference, (0, 2] */
+    double beta;                     /* dpo: strength of the pull towards the reference */
     /* grpo (grpo.h for the formulas; names as veRL's): */
-    double kl_coef;                  /* weight of the k3 KL to the reference in the loss, [0, 10]; 0: no
+    double kl_coef;                  /* weight of the k3 KL to the reference in the loss; 0: no
                                       * reference pass (nor a frozen copy), the KL is not measured */
-    double clip_ratio_low;           /* ratio clipped below at 1 - clip_ratio_low, [0, 1) */
-    double clip_ratio_high;          /* and above at 1 + clip_ratio_high, [0, 10] (DAPO: 0.28) */
-    int ppo_epochs;                  /* optimizer updates per rollout batch, 1..100 */
+    double clip_ratio_low;           /* ratio clipped below at 1 - clip_ratio_low */
+    double clip_ratio_high;          /* and above at 1 + clip_ratio_high (DAPO: 0.28) */
+    int ppo_epochs;                  /* optimizer updates per rollout batch */
     enum grpo_loss_agg loss_agg;
     int norm_adv_by_std;             /* 1: (r - mean)/(std + 1e-6); 0: r - mean (Dr. GRPO) */
     int dynamic_sampling;            /* 1: groups whose rewards are all equal are dropped (DAPO) */
     int max_gen_batches;             /* with dynamic_sampling: rollout batches (batch_size prompts each)
-                                      * a step may sample to keep batch_size groups, 1..100; default 3,
-                                      * the 3 × batch_size prompts DAPO's recipe samples a step
-                                      * (veRL's max_num_gen_batches: 0, unbounded, by default) */
+                                      * a step may sample to keep batch_size groups (by default the
+                                      * 3 × batch_size prompts DAPO's recipe samples a step; veRL's
+                                      * max_num_gen_batches is 0, unbounded, by default) */
 };
 
 /* grpo: how the responses of each prompt are sampled (rollout.h). */
 struct trainer_rollout {
-    int n;             /* responses per prompt (group size), 1..256 */
-    int max_tokens;    /* per response, 1..65536 */
-    double temperature; /* [0, 10]; 0 is greedy */
-    double top_p;      /* (0, 1] */
-    int top_k;         /* 0..1000000; 0 is off */
+    int n;             /* responses per prompt (group size) */
+    int max_tokens;    /* per response */
+    double temperature; /* 0 is greedy */
+    double top_p;
+    int top_k;         /* 0 is off */
     int n_stop;
     char *stop[TRAINER_MAX_STOP]; /* stop strings, owned */
 };

@@ -4,17 +4,11 @@
  * Pure logic, no database: manifest.c puts the result under "trainer" in a START manifest, and the
  * executor adds the paths (model, data, output, resume) before it writes trainer.json. The method
  * object is the one the gateway stored, with every "auto" already resolved to a number; a value that
- * is still missing or "auto" gets whet's default here. */
+ * is still missing or "auto" gets the job specification's service default (common/job_spec.h). */
 #ifndef WHET_SCHEDULER_TRAINER_SETTINGS_H
 #define WHET_SCHEDULER_TRAINER_SETTINGS_H
 
 #include <jansson.h>
-
-/* Defaults of what a reinforcement job does not say (whet extension fields of the same names). */
-#define TRAINER_GRPO_GROUP_SIZE 8   /* responses per prompt, before compute_multiplier */
-#define TRAINER_GRPO_MAX_TOKENS 64  /* per response */
-#define TRAINER_GRPO_KL_COEF 0.001
-#define TRAINER_GRPO_CLIP_RATIO 0.2 /* both sides, as PPO; DAPO raises the high one to 0.28 */
 
 /* Returns a new object: method, lora, hyperparameters, seed, checkpoint_every_steps, max_steps,
  * eval_every_steps, and for grpo grader, rollout and eval_samples. `method` is

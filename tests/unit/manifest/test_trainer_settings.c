@@ -6,10 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "job_request.h"
+#include "pipeline.h"
 #include "test.h"
-#include "trainer_config.h"
-#include "trainer_settings.h"
 
 #define BASE "\"model\":\"whet-tiny\",\"training_file\":\"file-abc\""
 #define STRING_CHECK                                                                                           \
@@ -31,33 +29,13 @@ static json_t *settings_of(const char *text, size_t examples) {
         fprintf(stderr, "bad test JSON: %s: %s\n", text, jerr.text);
         return NULL;
     }
-    struct job_request req;
-    last_err.msg[0] = 0;
-    int rc = job_request_parse(body, &req, last_param, &last_err);
+    json_t *t = pipeline_settings(body, examples, last_param, &last_err);
     json_decref(body);
-    if (rc) return NULL;
-    job_request_resolve_auto(&req, examples);
-    json_t *t = trainer_settings_from_job(req.method, req.whet, 42);
-    job_request_free(&req);
     return t;
 }
 
-/* What the executor adds, then the trainer's parser; 0 when it takes the config. */
 static int trainer_parses(const json_t *settings, struct trainer_config *cfg) {
-    json_t *c = json_deep_copy(settings);
-    json_object_set_new(c, "model", json_string("/models/whet-tiny"));
-    json_object_set_new(c, "training_file", json_string("/job/train.jsonl"));
-    json_object_set_new(c, "validation_file", json_null());
-    json_object_set_new(c, "output_dir", json_string("/job/out"));
-    json_object_set_new(c, "resume_from", json_null());
-    json_object_set_new(c, "init_adapter", json_null());
-    char *text = json_dumps(c, JSON_COMPACT);
-    json_decref(c);
-    struct whet_err err = {0};
-    int rc = trainer_config_parse(cfg, text, strlen(text), "trainer.json", &err);
-    if (rc) fprintf(stderr, "trainer_config_parse: %s\n  config: %s\n", err.msg, text);
-    free(text);
-    return rc;
+    return pipeline_trainer_parses(settings, cfg, NULL);
 }
 
 static const json_t *at(const json_t *obj, const char *a, const char *b) {
@@ -132,8 +110,8 @@ TEST(reinforcement_defaults) {
     json_t *t = settings_of(RL("", ""), 10);
     CHECK(t != NULL);
     if (!t) return;
-    CHECK(num(t, "rollout", "n") == TRAINER_GRPO_GROUP_SIZE);
-    CHECK(num(t, "rollout", "max_tokens") == TRAINER_GRPO_MAX_TOKENS);
+    CHECK(num(t, "rollout", "n") == 8);
+    CHECK(num(t, "rollout", "max_tokens") == 64);
     CHECK(num(t, "rollout", "temperature") == 1.0 && num(t, "rollout", "top_p") == 1.0 && num(t, "rollout", "top_k") == 0);
     CHECK(json_is_array(at(t, "rollout", "stop")) && json_array_size(at(t, "rollout", "stop")) == 0);
     CHECK(num(t, "hyperparameters", "n_epochs") == 10 && num(t, "hyperparameters", "batch_size") == 1);
@@ -147,7 +125,7 @@ TEST(reinforcement_defaults) {
     CHECK(json_is_false(at(t, "hyperparameters", "dynamic_sampling")));
     CHECK(num(t, "eval_every_steps", NULL) == 1 && num(t, "eval_samples", NULL) == 0);
     CHECK(num(t, "lora", "r") == 16);
-    CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + TRAINER_GRPO_MAX_TOKENS);
+    CHECK(num(t, "hyperparameters", "max_seq_len") == 512 + 64);
     struct trainer_config cfg;
     int parsed = trainer_parses(t, &cfg) == 0;
     CHECK(parsed);

@@ -80,7 +80,7 @@ static const struct {
     {"{" BASE ",\"hyperparameters\":{\"warmup\":3}}", {"hyperparameters.warmup: unknown field", "warmup_steps"}},
     {"{" BASE ",\"hyperparameters\":{\"gradient_accumulation_steps\":0}}", {"gradient_accumulation_steps", "[1, 4096]"}},
     {"{" BASE ",\"lora\":{\"r\":0}}", {"lora.r", "[1, 1024]"}},
-    {"{" BASE ",\"lora\":{\"alpha\":\"big\"}}", {"lora.alpha", "(0, 1e6]"}},
+    {"{" BASE ",\"lora\":{\"alpha\":\"big\"}}", {"lora.alpha", "(0, 1000000]"}},
     {"{" BASE ",\"lora\":{\"target_modules\":[1]}}", {"lora.target_modules[0]", "string"}},
     {"{" BASE ",\"lora\":{\"rank\":8}}", {"lora.rank: unknown field", "r, alpha"}},
     {"{" BASE ",\"lora\":{\"dropout\":0.1}}", {"lora.dropout", "only 0"}},
