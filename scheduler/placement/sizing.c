@@ -40,16 +40,16 @@ static struct sz_model full_shape(const struct sz_model *m) {
 
 void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const struct sz_job *job) {
     struct sz_model s = full_shape(model);
-    int64_t batch = job->batch_size > 0 ? job->batch_size : SZ_DEFAULT_BATCH;
-    int64_t seq = job->max_seq_len > 0 ? job->max_seq_len : SZ_DEFAULT_SEQ_LEN;
-    int64_t group = job->group_size > 0 ? job->group_size : SZ_DEFAULT_GROUP_SIZE;
+    int64_t batch = job->batch_size > 1 ? job->batch_size : 1;
+    int64_t seq = job->max_seq_len > 1 ? job->max_seq_len : 1;
+    int64_t group = job->group_size > 1 ? job->group_size : 1;
     int64_t sequences = job->method == SZ_DPO ? 2 : job->method == SZ_GRPO ? group : 1;
     /* sizing.h's bits are model_plan.h's: q k v o gate up down. */
     struct mp_shape shape = {s.hidden, s.intermediate, s.layers, s.heads, s.kv_heads, s.head_dim, s.vocab, 0, 0, 0};
     struct mp_job mj = {
         .train = 1,
         .method = job->method == SZ_DPO ? MP_DPO : job->method == SZ_GRPO ? MP_GRPO : MP_SFT,
-        .lora_r = job->full_ft ? 0 : job->lora_r > 0 ? job->lora_r : SZ_DEFAULT_LORA_R,
+        .lora_r = job->full_ft ? 0 : job->lora_r > 1 ? job->lora_r : 1,
         .lora_targets = job->lora_targets ? job->lora_targets & SZ_LORA_ALL : SZ_LORA_ALL,
         .rows = sequences, /* one example */
         .seq_len = seq,

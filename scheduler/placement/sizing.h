@@ -48,12 +48,6 @@
 #define SZ_USABLE_FRACTION 0.9          /* of a device's memory a job may plan to use */
 #define SZ_MAX_GANG 1024                /* the largest gang the estimate searches */
 
-/* Defaults where a job leaves a setting to whet: the trainer's own (scheduler/service manifest). */
-#define SZ_DEFAULT_BATCH 4
-#define SZ_DEFAULT_SEQ_LEN 512
-#define SZ_DEFAULT_LORA_R 16
-#define SZ_DEFAULT_GROUP_SIZE 8
-
 /* LoRA target projections, one bit each; 0 means every linear projection ("all-linear"). */
 enum {
     SZ_LORA_Q = 1u << 0, SZ_LORA_K = 1u << 1, SZ_LORA_V = 1u << 2, SZ_LORA_O = 1u << 3,
@@ -81,11 +75,13 @@ enum sz_method { SZ_SFT, SZ_DPO, SZ_GRPO };
 struct sz_job {
     enum sz_method method;
     int32_t full_ft;           /* 1: every weight trains; 0: LoRA */
-    int32_t lora_r;            /* LoRA rank (0: SZ_DEFAULT_LORA_R) */
+    /* The settings the trainer will run with (the service fills them from the trainer settings it
+     * hands the job, common/job_spec.h's defaults included); values below 1 count as 1. */
+    int32_t lora_r;            /* LoRA rank */
     uint32_t lora_targets;     /* SZ_LORA_* bits; 0: all linear projections */
-    int32_t batch_size;        /* examples per optimizer step (0: SZ_DEFAULT_BATCH) */
-    int32_t max_seq_len;       /* tokens per sequence (0: SZ_DEFAULT_SEQ_LEN) */
-    int32_t group_size;        /* GRPO completions per prompt (0: SZ_DEFAULT_GROUP_SIZE) */
+    int32_t batch_size;        /* examples per optimizer step */
+    int32_t max_seq_len;       /* tokens per sequence */
+    int32_t group_size;        /* GRPO completions per prompt */
 };
 
 /* The parts of the estimate, in bytes. */

@@ -19,6 +19,7 @@
 #include "pg.h"
 #include "placement.h"
 #include "service_internal.h"
+#include "trainer_settings.h"
 #include "sizing.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -179,26 +180,26 @@ static void sizing_model(struct sz_model *m, const char *parameters, const char 
     json_decref(c);
 }
 
-/* The job's method, LoRA or full fine-tuning, batch and sequence length, as the manifest will give
- * them to the trainer (unset or "auto": sizing's defaults, which are the trainer's). */
+/* The job's method, LoRA or full fine-tuning, batch, sequence length and group size exactly as the
+ * manifest will give them to the trainer: trainer_settings maps the job, the job spec's defaults filling
+ * what it leaves unset. */
 static void sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
     memset(j, 0, sizeof *j);
-    const char *type = json_string_value(json_object_get(method, "type"));
-    if (!type) type = "supervised";
-    j->method = !strcmp(type, "dpo") ? SZ_DPO : !strcmp(type, "reinforcement") ? SZ_GRPO : SZ_SFT;
-    json_t *hp = json_object_get(json_object_get(method, type), "hyperparameters");
+    json_t *t = trainer_settings_from_job(method, whet, 0);
+    const char *m = json_string_value(json_object_get(t, "method"));
+    j->method = !strcmp(m, "dpo") ? SZ_DPO : !strcmp(m, "grpo") ? SZ_GRPO : SZ_SFT;
+    json_t *hp = json_object_get(t, "hyperparameters"), *lora = json_object_get(t, "lora");
     j->batch_size = json_int_or(json_object_get(hp, "batch_size"), 0);
-    j->full_ft = json_is_true(json_object_get(whet, "full_finetune"));
-    json_t *lora = json_object_get(whet, "lora");
+    j->max_seq_len = json_int_or(json_object_get(hp, "max_seq_len"), 0);
+    j->full_ft = json_is_null(lora);
     j->lora_r = json_int_or(json_object_get(lora, "r"), 0);
-    json_t *modules = json_object_get(lora, "target_modules");
     size_t i;
     json_t *name;
-    json_array_foreach(modules, i, name) {
+    json_array_foreach(json_object_get(lora, "target_modules"), i, name) {
         if (json_is_string(name)) j->lora_targets |= sz_lora_target(json_string_value(name));
     }
-    j->max_seq_len = json_int_or(json_object_get(whet, "max_seq_len"), 0);
-    j->group_size = json_int_or(json_object_get(whet, "group_size"), 0);
+    j->group_size = json_int_or(json_object_get(json_object_get(t, "rollout"), "n"), 0);
+    json_decref(t);
 }
 
 /* Whether the job's whet.gpu_types and whet.regions admit the pool. */

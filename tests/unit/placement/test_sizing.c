@@ -20,7 +20,10 @@ static const struct sz_model llama_70b = {.n_params = 70553706496, .hidden = 819
 
 static const struct sz_pool h100_node = {.device_mib = 80 * 1024, .max_node_devices = 8};
 
-static struct sz_job sft(int full_ft) { return (struct sz_job){.method = SZ_SFT, .full_ft = full_ft}; }
+/* An SFT job with the service's defaults (common/job_spec.h). */
+static struct sz_job sft(int full_ft) {
+    return (struct sz_job){.method = SZ_SFT, .full_ft = full_ft, .lora_r = 16, .batch_size = 4, .max_seq_len = 512};
+}
 
 static struct sz_choice choose(const struct sz_model *m, struct sz_job j, const struct sz_pool *pools, int n, int max_gpus) {
     struct sz_estimate e;
@@ -107,7 +110,7 @@ TEST(dpo_and_grpo_cost_more_than_sft) {
     sz_estimate(&d, &llama_8b, &j);
     CHECK(d.reference == 0);
     /* GRPO: the KV cache of group_size rollouts of max_seq_len tokens: 2·L·NKV·hd f32 per token */
-    struct sz_job r = {.method = SZ_GRPO, .group_size = 8, .max_seq_len = 1024};
+    struct sz_job r = {.method = SZ_GRPO, .lora_r = 16, .batch_size = 4, .group_size = 8, .max_seq_len = 1024};
     sz_estimate(&g, &llama_8b, &r);
     CHECK(g.kv_per_example == 4LL * 2 * 32 * 8 * 128 * 1024 * 8);
     CHECK(g.activations_per_example > 8 * s.activations_per_example); /* 8 sequences of twice the length */
