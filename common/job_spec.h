@@ -7,7 +7,7 @@
  *                                              service defaults for what the tenant left out;
  *   the trainer (executor/train/trainer_config.c) checks a config against the trainer bounds and
  *                                              starts from the trainer defaults.
- * tests/unit/manifest walks the table through all three. Pure data and lookups: no I/O. */
+ * tests/unit/job_spec walks the table through all three. Pure data and lookups: no I/O. */
 #ifndef WHET_JOB_SPEC_H
 #define WHET_JOB_SPEC_H
 
