@@ -50,6 +50,28 @@ int files_query_limit(struct gw_req *r, int def, int max, int *out) {
     return 0;
 }
 
+struct files_page *files_page_new(struct gw_req *r, int def, int max, const char *parent,
+                                  json_t *(*to_json)(const PGresult *res, int row)) {
+    struct files_page *p = http_alloc(r, sizeof *p);
+    if (files_query_limit(r, def, max, &p->limit)) return NULL;
+    p->fetch = http_printf(r, "%d", p->limit + 1);
+    p->parent = parent;
+    p->to_json = to_json;
+    return p;
+}
+
+void files_page_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct files_page *p = arg;
+    if (p->parent && db_reply_unless_found(r, res, p->parent, "id")) return;
+    if (!res->ok) {
+        http_reply_db_error(r, res);
+        return;
+    }
+    const PGresult *rows = res->res[res->n - 1];
+    json_t *data = db_rows_json(rows, p->limit, p->to_json);
+    http_reply_json(r, 200, files_list_object(data, PQntuples(rows) > p->limit));
+}
+
 int files_query_order(struct gw_req *r, int def_asc, int *asc) {
     const char *s = http_query_param(r, "order");
     if (!s) {
@@ -80,6 +102,19 @@ int files_text_ok(const char *s, size_t len) {
         p += n;
     }
     return 1;
+}
+
+int files_stored_answered(struct gw_req *r, const char *key, int invalid, int failed, const struct whet_err *err,
+                          const char *param) {
+    if (http_gone(r)) {
+        if (!invalid && !failed) files_delete_object_later(r, key);
+        return 1;
+    }
+    if (invalid) {
+        http_reply_error(r, 400, param, "invalid_file", "invalid fine-tune file: %s", err->msg);
+        return 1;
+    }
+    return 0;
 }
 
 struct delete_later {

@@ -1,5 +1,6 @@
 /* files_common.h - what the tenant-facing resource handlers (files.c, uploads.c, jobs.c, models.c)
- * share: the process-wide object store, OpenAI's list envelope and cursor-pagination parameters.
+ * share: the process-wide object store, OpenAI's list envelope, cursor pagination and the answer to a
+ * new file's stored object.
  *
  * The object store is opened on first use from $WHET_OBJECT_STORE (`whet up` sets it) and shared by
  * the worker threads (objstore.h is thread-safe); only blocking work (http_run_blocking) calls it. */
@@ -8,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "db.h"
 #include "http.h"
 #include "objstore.h"
 
@@ -22,6 +24,24 @@ json_t *files_list_object(json_t *data, int has_more);
  * 400 (param "limit") and returns -1. */
 int files_query_limit(struct gw_req *r, int def, int max, int *out);
 
+/* One page of a cursor-paginated list (OpenAI's `limit` and `after`), in the request's pool. */
+struct files_page {
+    int limit;
+    const char *fetch;  /* limit + 1 as text, the statement's LIMIT: the extra row tells whether there are more */
+    const char *parent; /* NULL, or what the listed rows belong to ("fine-tuning job"): then the transaction's
+                           first statement looks that up by the path parameter "id", and no row answers 404 */
+    json_t *(*to_json)(const PGresult *res, int row);
+};
+
+/* A page whose limit is the `limit` query parameter (files_query_limit: `def` when absent, at most
+ * `max`); NULL, having answered 400, on a bad one. */
+struct files_page *files_page_new(struct gw_req *r, int def, int max, const char *parent,
+                                  json_t *(*to_json)(const PGresult *res, int row));
+
+/* The db_callback that answers a page (arg: its struct files_page) with the rows of the transaction's
+ * last statement, as files_list_object. */
+void files_page_done(struct gw_req *r, const struct db_result *res, void *arg);
+
 /* The `order` query parameter: 1 for "asc", 0 for "desc" (`def` when absent). Answers 400 on anything
  * else and returns -1. */
 int files_query_order(struct gw_req *r, int def_asc, int *asc);
@@ -31,6 +51,13 @@ char *files_new_id(struct gw_req *r, const char *prefix);
 
 /* 1 when s[0..len) is valid UTF-8 without control characters (names stored as text and put in JSON). */
 int files_text_ok(const char *s, size_t len);
+
+/* After a worker checked (`invalid`, the reason in err) and stored (`failed` when not) a new file's
+ * object under `key`: answers when the request ends here, because its client went away (the stored
+ * object is deleted) or the file is invalid (400 "invalid fine-tune file: …", naming `param`, the
+ * field that carried the file, or none), and returns 1; returns 0 to go on. */
+int files_stored_answered(struct gw_req *r, const char *key, int invalid, int failed, const struct whet_err *err,
+                          const char *param);
 
 /* Deletes `key` from the object store on a worker thread, logging a failure; for clean-up after a
  * request was refused or its client went away (nothing is answered). */

@@ -16,8 +16,7 @@ static void models_list_done(struct gw_req *r, const struct db_result *res, void
         http_reply_db_error(r, res);
         return;
     }
-    json_t *data = json_array();
-    for (int i = 0; i < PQntuples(res->res[0]); i++) json_array_append_new(data, model_row_to_json(res->res[0], i));
+    json_t *data = db_rows_json(res->res[0], -1, model_row_to_json);
     http_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 

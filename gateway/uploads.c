@@ -33,15 +33,8 @@
 #define UPLOAD_FROM "uploads u LEFT JOIN files f ON f.id = u.file_id"
 
 static json_t *upload_row_to_json(const PGresult *res, int row) {
-    json_t *file = json_null();
-    if (db_value(res, row, 7)) {
-        /* The file's columns follow FILES_COLUMNS' order from column 7 on. */
-        file = json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:n}", "id", db_json_string(res, row, 7), "object",
-                         "file", "bytes", db_json_integer(res, row, 10), "created_at", db_json_integer(res, row, 11),
-                         "expires_at", db_json_integer(res, row, 12), "filename", db_json_string(res, row, 9),
-                         "purpose", db_json_string(res, row, 8), "status", db_json_string(res, row, 13),
-                         "status_details");
-    }
+    /* The file's columns follow FILES_COLUMNS' order from column 7 on. */
+    json_t *file = db_value(res, row, 7) ? files_row_to_json_at(res, row, 7) : json_null();
     return json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "id", db_json_string(res, row, 0), "object",
                      "upload", "bytes", db_json_integer(res, row, 3), "created_at", db_json_integer(res, row, 5),
                      "filename", db_json_string(res, row, 1), "purpose", db_json_string(res, row, 2), "status",
@@ -69,11 +62,7 @@ static const char *const jsonl_mime_types[] = {"text/jsonl", "application/jsonl"
                                                "application/json", "text/plain", NULL};
 
 static void uploads_created(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (idem_lost_race(r, res)) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (idem_reply_failed(r, res)) return;
     idem_reply_json(r, 200, upload_row_to_json(res->res[1], 0));
 }
 
@@ -185,17 +174,22 @@ static void part_work(void *arg) {
     if (!store || objstore_put(store, p->key, p->data, p->len, &p->err)) p->failed = 1;
 }
 
+/* For a transaction that records an object already stored under `key`: when it failed, or wrote no row
+ * in statement `stmt` because the upload stopped being pending meanwhile (409 "upload ID `why`"), the
+ * object goes (no row, no object) and the request is answered; returns 1 then. */
+static int rows_refused(struct gw_req *r, const struct db_result *res, int stmt, const char *key, const char *why) {
+    if (res->ok && PQntuples(res->res[stmt]) > 0) return 0;
+    files_delete_object_later(r, key);
+    if (res->ok)
+        idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s %s", http_path_param(r, "id"), why);
+    else if (!idem_lost_race(r, res))
+        http_reply_db_error(r, res);
+    return 1;
+}
+
 static void part_inserted(struct gw_req *r, const struct db_result *res, void *arg) {
     struct part_job *p = arg;
-    if (!res->ok || PQntuples(res->res[0]) == 0) {
-        /* The upload was completed or cancelled meanwhile: no part row, so no object either. */
-        files_delete_object_later(r, p->key);
-        if (res->ok)
-            idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s no longer takes parts",
-                             http_path_param(r, "id"));
-        else if (!idem_lost_race(r, res))
-            http_reply_db_error(r, res);
-    } else {
+    if (!rows_refused(r, res, 0, p->key, "no longer takes parts")) {
         const PGresult *row = res->res[0];
         idem_reply_json(r, 200, json_pack("{s:o, s:s, s:o, s:o}", "id", db_json_string(row, 0, 0), "object",
                                           "upload.part", "created_at", db_json_integer(row, 0, 1), "upload_id",
@@ -399,13 +393,7 @@ out:
 
 static void complete_rows_done(struct gw_req *r, const struct db_result *res, void *arg) {
     struct assemble_job *a = arg;
-    if (!res->ok || PQntuples(res->res[2]) == 0) {
-        files_delete_object_later(r, a->file_key);
-        if (res->ok)
-            idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s was completed or cancelled meanwhile",
-                             http_path_param(r, "id"));
-        else if (!idem_lost_race(r, res))
-            http_reply_db_error(r, res);
+    if (rows_refused(r, res, 2, a->file_key, "was completed or cancelled meanwhile")) {
         assemble_free(a);
         return;
     }
@@ -434,15 +422,12 @@ static void complete_failed_recheck(struct gw_req *r, const struct db_result *re
 
 static void complete_assembled(struct gw_req *r, void *arg) {
     struct assemble_job *a = arg;
-    if (http_gone(r)) {
-        if (!a->failed && !a->invalid) files_delete_object_later(r, a->file_key);
+    if (!http_gone(r) && a->invalid && strncmp(a->err.msg, "md5:", 4) == 0) {
+        http_reply_error(r, 400, "md5", "md5_mismatch", "%s", a->err.msg);
         assemble_free(a);
         return;
     }
-    if (a->invalid) {
-        int is_md5 = strncmp(a->err.msg, "md5:", 4) == 0;
-        http_reply_error(r, 400, is_md5 ? "md5" : NULL, is_md5 ? "md5_mismatch" : "invalid_file", "%s%s",
-                         is_md5 ? "" : "invalid fine-tune file: ", a->err.msg);
+    if (files_stored_answered(r, a->file_key, a->invalid, a->failed, &a->err, NULL)) {
         assemble_free(a);
         return;
     }
@@ -591,16 +576,8 @@ fail:
 /* ---------------------------------------------------------------- cancel */
 
 static void cancel_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (idem_lost_race(r, res)) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (idem_reply_unless_found(r, res, 1, "upload")) return;
     const PGresult *up = res->res[1];
-    if (PQntuples(up) == 0) {
-        idem_reply_error(r, 404, "id", "not_found", "no such upload: %s", http_path_param(r, "id"));
-        return;
-    }
     const char *status = PQgetvalue(up, 0, 4);
     if (strcmp(status, "cancelled") != 0) {
         idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s and cannot be cancelled",
