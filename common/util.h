@@ -53,6 +53,9 @@ void *whet_xrealloc(void *p, size_t n, const char *file, int line);
 char *whet_xstrdup(const char *s, const char *file, int line);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Opens `path` for reading (close-on-exec) and returns the descriptor, with the file's size in *size;
+ * -1, with the reason in err, when it cannot be opened or is not a regular file. */
+int whet_open_regular(const char *path, uint64_t *size, struct whet_err *err);
 /* Reads a whole file into a NUL-terminated buffer the caller frees; `max` bounds its size. */
 int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct whet_err *err);
 /* Writes `len` bytes to `path` atomically (temp file in the same directory, fsync, rename), mode 0644;
