@@ -36,6 +36,19 @@ int whet_errf(struct whet_err *err, const char *fmt, ...) {
     return -1;
 }
 
+int whet_verrf_at(struct whet_err *err, const char *where, const char *fmt, va_list ap) {
+    whet_verrf(err, fmt, ap);
+    return whet_err_prefix(err, "%s", where);
+}
+
+int whet_errf_at(struct whet_err *err, const char *where, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    whet_verrf_at(err, where, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int whet_err_detail(struct whet_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;

@@ -30,6 +30,10 @@ struct whet_err {
  * -1, so `return whet_errf(err, …);` reads as one step. */
 int whet_errf(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int whet_verrf(struct whet_err *err, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* whet_errf with the message prefixed by where it applies: "WHERE: MESSAGE" ("input.messages[3]: …"). */
+int whet_errf_at(struct whet_err *err, const char *where, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int whet_verrf_at(struct whet_err *err, const char *where, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* Set the detail / the hint of the error already in `err` (NULL is fine); return -1. */
 int whet_err_detail(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int whet_err_hint(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
