@@ -138,23 +138,8 @@ static void upload_start(struct gw_req *r, void *arg) {
 }
 
 static void files_create(struct gw_req *r) {
-    const char *ct = http_header(r, "content-type");
-    char boundary[MULTIPART_BOUNDARY_MAX + 1];
-    struct whet_err err;
-    if (!ct) {
-        http_reply_error(r, 400, NULL, "invalid_request", "expected Content-Type multipart/form-data with fields purpose and file");
-        return;
-    }
-    if (multipart_boundary(ct, strlen(ct), boundary, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "%s", err.msg);
-        return;
-    }
-    h2o_iovec_t body = http_body(r);
-    struct multipart_form *form = http_alloc(r, sizeof *form);
-    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
-        return;
-    }
+    struct multipart_form *form = files_form(r, "fields purpose and file");
+    if (!form) return;
     for (size_t i = 0; i < form->count; i++) {
         if (strcmp(form->parts[i].name, "purpose") && strcmp(form->parts[i].name, "file")) {
             http_reply_error(r, 400, form->parts[i].name, "invalid_request", "%s: unrecognized form field",

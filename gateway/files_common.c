@@ -117,6 +117,24 @@ int files_stored_answered(struct gw_req *r, const char *key, int invalid, int fa
     return 0;
 }
 
+struct multipart_form *files_form(struct gw_req *r, const char *expected) {
+    const char *ct = http_header(r, "content-type");
+    char boundary[MULTIPART_BOUNDARY_MAX + 1];
+    struct whet_err err;
+    if (!ct || multipart_boundary(ct, strlen(ct), boundary, &err)) {
+        http_reply_error(r, 400, NULL, "invalid_request", "%s",
+                         ct ? err.msg : http_printf(r, "expected Content-Type multipart/form-data with %s", expected));
+        return NULL;
+    }
+    h2o_iovec_t body = http_body(r);
+    struct multipart_form *form = http_alloc(r, sizeof *form);
+    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
+        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
+        return NULL;
+    }
+    return form;
+}
+
 struct delete_later {
     char *key;
 };

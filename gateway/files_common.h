@@ -11,6 +11,7 @@
 
 #include "db.h"
 #include "http.h"
+#include "multipart.h"
 #include "objstore.h"
 
 /* The store, or NULL with the reason in err (unset or invalid $WHET_OBJECT_STORE). Thread-safe. */
@@ -58,6 +59,11 @@ int files_text_ok(const char *s, size_t len);
  * field that carried the file, or none), and returns 1; returns 0 to go on. */
 int files_stored_answered(struct gw_req *r, const char *key, int invalid, int failed, const struct whet_err *err,
                           const char *param);
+
+/* The request's multipart/form-data body, parsed into a form in the request's pool; NULL, having
+ * answered 400, without a Content-Type ("expected Content-Type multipart/form-data with EXPECTED"),
+ * with a bad boundary or with a malformed body. */
+struct multipart_form *files_form(struct gw_req *r, const char *expected);
 
 /* Deletes `key` from the object store on a worker thread, logging a failure; for clean-up after a
  * request was refused or its client went away (nothing is answered). */

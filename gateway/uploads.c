@@ -226,15 +226,8 @@ static void part_check(struct gw_req *r, void *arg) {
 
 static void part_checked(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct multipart_part *data = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_unless_found(r, res, "upload", "id")) return;
     const PGresult *up = res->res[0];
-    if (PQntuples(up) == 0) {
-        http_reply_not_found(r, "upload", http_path_param(r, "id"));
-        return;
-    }
     if (!upload_open(r, up, 0)) return;
     uint64_t declared = strtoull(PQgetvalue(up, 0, 3), NULL, 10);
     uint64_t so_far = strtoull(PQgetvalue(res->res[1], 0, 0), NULL, 10);
@@ -257,20 +250,8 @@ static void part_checked(struct gw_req *r, const struct db_result *res, void *ar
 }
 
 static void uploads_add_part(struct gw_req *r) {
-    const char *ct = http_header(r, "content-type");
-    char boundary[MULTIPART_BOUNDARY_MAX + 1];
-    struct whet_err err;
-    if (!ct || multipart_boundary(ct, strlen(ct), boundary, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "%s",
-                         ct ? err.msg : "expected Content-Type multipart/form-data with the field data");
-        return;
-    }
-    h2o_iovec_t body = http_body(r);
-    struct multipart_form *form = http_alloc(r, sizeof *form);
-    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
-        return;
-    }
+    struct multipart_form *form = files_form(r, "the field data");
+    if (!form) return;
     const struct multipart_part *data = multipart_get(form, "data");
     if (!data || form->count != 1) {
         http_reply_error(r, 400, "data", "invalid_request", "data: expected exactly one form field, named data");
@@ -463,15 +444,8 @@ struct complete_ctx {
 
 static void complete_checked(struct gw_req *r, const struct db_result *res, void *arg) {
     struct complete_ctx *c = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_unless_found(r, res, "upload", "id")) return;
     const PGresult *up = res->res[0], *parts = res->res[1];
-    if (PQntuples(up) == 0) {
-        http_reply_not_found(r, "upload", http_path_param(r, "id"));
-        return;
-    }
     /* A retried complete answers like the first. */
     if (strcmp(PQgetvalue(up, 0, 4), "completed") == 0) {
         idem_reply_json(r, 200, upload_row_to_json(up, 0));
