@@ -189,15 +189,7 @@ static void files_list(struct gw_req *r) {
 
 /* ---------------------------------------------------------------- retrieve */
 
-static void files_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (db_reply_unless_found(r, res, "file", "id")) return;
-    http_reply_json(r, 200, files_row_to_json(res->res[0], 0));
-}
-
-static void files_get(struct gw_req *r) {
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "files_get", 2, params, files_get_done, NULL);
-}
+static void files_get(struct gw_req *r) { files_retrieve(r, "files_get", "file", files_row_to_json); }
 
 /* ---------------------------------------------------------------- delete */
 

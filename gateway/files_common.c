@@ -72,6 +72,26 @@ void files_page_done(struct gw_req *r, const struct db_result *res, void *arg) {
     http_reply_json(r, 200, files_list_object(data, PQntuples(rows) > p->limit));
 }
 
+struct retrieve {
+    const char *what;
+    json_t *(*to_json)(const PGresult *res, int row);
+};
+
+static void retrieve_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct retrieve *q = arg;
+    if (db_reply_unless_found(r, res, q->what, "id")) return;
+    http_reply_json(r, 200, q->to_json(res->res[0], 0));
+}
+
+void files_retrieve(struct gw_req *r, const char *stmt, const char *what,
+                    json_t *(*to_json)(const PGresult *res, int row)) {
+    struct retrieve *q = http_alloc(r, sizeof *q);
+    q->what = what;
+    q->to_json = to_json;
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    db_query(r, stmt, 2, params, retrieve_done, q);
+}
+
 int files_query_order(struct gw_req *r, int def_asc, int *asc) {
     const char *s = http_query_param(r, "order");
     if (!s) {

@@ -43,6 +43,11 @@ struct files_page *files_page_new(struct gw_req *r, int def, int max, const char
  * last statement, as files_list_object. */
 void files_page_done(struct gw_req *r, const struct db_result *res, void *arg);
 
+/* A retrieve: runs the prepared statement `stmt` with (tenant, path parameter "id") and answers its
+ * row as to_json makes it, or 404 "no such WHAT: ID" when there is none. */
+void files_retrieve(struct gw_req *r, const char *stmt, const char *what,
+                    json_t *(*to_json)(const PGresult *res, int row));
+
 /* The `order` query parameter: 1 for "asc", 0 for "desc" (`def` when absent). Answers 400 on anything
  * else and returns -1. */
 int files_query_order(struct gw_req *r, int def_asc, int *asc);

@@ -278,15 +278,7 @@ static void jobs_list(struct gw_req *r) {
     db_query(r, "jobs_list", 4, params, files_page_done, page);
 }
 
-static void jobs_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (db_reply_unless_found(r, res, "fine-tuning job", "id")) return;
-    http_reply_json(r, 200, job_row_to_json(res->res[0], 0));
-}
-
-static void jobs_get(struct gw_req *r) {
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "jobs_get", 2, params, jobs_get_done, NULL);
-}
+static void jobs_get(struct gw_req *r) { files_retrieve(r, "jobs_get", "fine-tuning job", job_row_to_json); }
 
 /* ---------------------------------------------------------------- cancel, pause, resume */
 
