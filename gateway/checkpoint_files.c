@@ -114,11 +114,10 @@ static void located(struct gw_req *r, const struct db_result *res, void *arg) {
     struct download *d = xcalloc(1, sizeof *d);
     d->prefix = xstrdup(PQgetvalue(res->res[0], 0, 0));
     d->name = name ? xstrdup(name) : NULL;
-    if (http_run_blocking(r, download_work, download_done, d)) {
+    if (http_run_blocking_or_busy(r, download_work, download_done, d)) {
         free(d->prefix);
         free(d->name);
         free(d);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
     }
 }
 

@@ -41,7 +41,7 @@ json_t *files_row_to_json(const PGresult *res, int row) { return files_row_to_js
 
 struct upload_job {
     /* in */
-    char *data; /* a copy of the file part: the request body may go away with its client */
+    char *data; /* files_part_copy of the file part */
     size_t len;
     int is_fine_tune;
     char *key;
@@ -123,18 +123,14 @@ struct upload_form {
 static void upload_start(struct gw_req *r, void *arg) {
     const struct upload_form *f = arg;
     struct upload_job *u = xcalloc(1, sizeof *u);
-    u->data = xmalloc(f->file->len ? f->file->len : 1);
-    memcpy(u->data, f->file->data, f->file->len);
+    u->data = files_part_copy(f->file);
     u->len = f->file->len;
     u->is_fine_tune = strcmp(f->purpose, "fine-tune") == 0;
     u->id = files_new_id(r, "file-");
     u->key = xasprintf("files/%s/%s", http_tenant_id(r), u->id);
     u->purpose = f->purpose;
     u->filename = f->filename;
-    if (http_run_blocking(r, upload_work, upload_stored, u)) {
-        upload_free(u);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, upload_work, upload_stored, u)) upload_free(u);
 }
 
 static void files_create(struct gw_req *r) {

@@ -155,6 +155,12 @@ struct multipart_form *files_form(struct gw_req *r, const char *expected) {
     return form;
 }
 
+char *files_part_copy(const struct multipart_part *part) {
+    char *copy = xmalloc(part->len ? part->len : 1);
+    memcpy(copy, part->data, part->len);
+    return copy;
+}
+
 struct delete_later {
     char *key;
 };

@@ -70,6 +70,10 @@ int files_stored_answered(struct gw_req *r, const char *key, int invalid, int fa
  * with a bad boundary or with a malformed body. */
 struct multipart_form *files_form(struct gw_req *r, const char *expected);
 
+/* A copy of a form part's bytes (never NULL, even for none) that the caller frees: a worker may still
+ * read them after the request body went away with its client. */
+char *files_part_copy(const struct multipart_part *part);
+
 /* Deletes `key` from the object store on a worker thread, logging a failure; for clean-up after a
  * request was refused or its client went away (nothing is answered). */
 void files_delete_object_later(struct gw_req *r, const char *key);

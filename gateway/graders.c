@@ -271,10 +271,7 @@ static void run_done(struct gw_req *r, void *arg) {
 }
 
 static void start_job(struct gw_req *r, struct grader_job *job) {
-    if (http_run_blocking(r, run_work, run_done, job)) {
-        job_free(job);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, run_work, run_done, job)) job_free(job);
 }
 
 /* The judge models of `grader` (a validated grader object) and the path of each `model` field,

@@ -193,6 +193,10 @@ int http_range(struct gw_req *r, uint64_t size, uint64_t *offset, uint64_t *leng
  * http_gone(r) is true there and `done` must not answer. Returns -1 only when the worker queue is
  * full; the caller then answers 503 itself. */
 int http_run_blocking(struct gw_req *r, void (*work)(void *arg), void (*done)(struct gw_req *r, void *arg), void *arg);
+/* http_run_blocking, answering 503 "the gateway's workers are busy" when the worker queue is full;
+ * then returns -1, `done` is not called and the caller frees `arg` (without touching `r`). */
+int http_run_blocking_or_busy(struct gw_req *r, void (*work)(void *arg), void (*done)(struct gw_req *r, void *arg),
+                              void *arg);
 static inline int http_gone(const struct gw_req *r) { return r->req == NULL; }
 
 #endif

@@ -153,10 +153,9 @@ void idem_begin_form(struct gw_req *r, const struct multipart_form *form, idem_p
         memcpy(h->canonical + h->len, p->data, p->len);
         h->len += p->len;
     }
-    if (http_run_blocking(r, form_hash_work, form_hash_done, h)) {
+    if (http_run_blocking_or_busy(r, form_hash_work, form_hash_done, h)) {
         free(h->canonical);
         free(h);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
     }
 }
 

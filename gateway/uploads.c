@@ -238,15 +238,11 @@ static void part_checked(struct gw_req *r, const struct db_result *res, void *ar
         return;
     }
     struct part_job *p = xcalloc(1, sizeof *p);
-    p->data = xmalloc(data->len ? data->len : 1);
-    memcpy(p->data, data->data, data->len);
+    p->data = files_part_copy(data);
     p->len = data->len;
     p->part_id = files_new_id(r, "part_");
     p->key = xasprintf("uploads/%s/%s/%s", http_tenant_id(r), http_path_param(r, "id"), p->part_id);
-    if (http_run_blocking(r, part_work, part_stored, p)) {
-        part_free(p);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, part_work, part_stored, p)) part_free(p);
 }
 
 static void uploads_add_part(struct gw_req *r) {
@@ -483,10 +479,7 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
     memcpy(a->md5_want, c->md5, sizeof a->md5_want);
     a->file_id = files_new_id(r, "file-");
     a->file_key = xasprintf("files/%s/%s", http_tenant_id(r), a->file_id);
-    if (http_run_blocking(r, assemble_work, complete_assembled, a)) {
-        assemble_free(a);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, assemble_work, complete_assembled, a)) assemble_free(a);
 }
 
 static void complete_start(struct gw_req *r, void *arg) {
