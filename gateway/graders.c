@@ -333,25 +333,9 @@ static void judges_looked_up(struct gw_req *r, const struct db_result *res, void
     start_job(r, job);
 }
 
-/* The first key of `body` not in `keys` (NULL-terminated), or NULL. */
-static const char *unknown_key(const json_t *body, const char *const *keys) {
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)body, key, v) {
-        const char *const *k = keys;
-        while (*k && strcmp(*k, key) != 0) k++;
-        if (!*k) return key;
-    }
-    return NULL;
-}
-
 /* Validates the request into a job, or answers 400 and returns NULL. */
 static struct grader_job *job_from_body(struct gw_req *r, json_t *body) {
-    const char *unknown = unknown_key(body, (const char *const[]){"grader", "model_sample", "item", NULL});
-    if (unknown) {
-        http_reply_error(r, 400, unknown, "invalid_request", "%s: unrecognized request argument supplied", unknown);
-        return NULL;
-    }
+    if (http_body_keys_known(r, body, (const char *const[]){"grader", "model_sample", "item", NULL})) return NULL;
     json_t *grader = json_object_get(body, "grader"), *sample = json_object_get(body, "model_sample"),
            *item = json_object_get(body, "item");
     struct grader *g = NULL;
@@ -411,9 +395,8 @@ static void graders_validate(struct gw_req *r) {
     json_t *grader = json_object_get(body, "grader");
     char param[GRADERS_PARAM_MAX];
     struct whet_err err;
-    const char *unknown = unknown_key(body, (const char *const[]){"grader", NULL});
-    if (unknown) {
-        http_reply_error(r, 400, unknown, "invalid_request", "%s: unrecognized request argument supplied", unknown);
+    if (http_body_keys_known(r, body, (const char *const[]){"grader", NULL})) {
+        /* answered */
     } else if (!grader) {
         http_reply_error(r, 400, "grader", "invalid_request", "grader: missing");
     } else if (grader_validate(grader, "grader", NULL, param, sizeof param, &err)) {

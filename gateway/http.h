@@ -109,6 +109,9 @@ h2o_iovec_t http_body(struct gw_req *r);
 /* Parses the body as a JSON object. On failure it answers 400 (invalid JSON, or not an object) and
  * returns NULL: the handler just returns. The caller owns the result (json_decref). */
 json_t *http_body_json(struct gw_req *r);
+/* Answers 400 "KEY: unrecognized request argument supplied" (param KEY) for the first key of `body`
+ * that `keys` (NULL-terminated) does not list, and returns -1; returns 0 when it lists them all. */
+int http_body_keys_known(struct gw_req *r, const json_t *body, const char *const *keys);
 /* The tenant's id for queries (tenants.id), "" on public or operator routes. */
 static inline const char *http_tenant_id(const struct gw_req *r) { return r->tenant_id; }
 

@@ -81,15 +81,8 @@ static void uploads_create_start(struct gw_req *r, void *arg) {
 static void uploads_create(struct gw_req *r) {
     json_t *body = http_body_json(r);
     if (!body) return;
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "filename") && strcmp(key, "purpose") && strcmp(key, "bytes") && strcmp(key, "mime_type") &&
-            strcmp(key, "expires_after")) {
-            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            goto out;
-        }
-    }
+    static const char *const fields[] = {"filename", "purpose", "bytes", "mime_type", "expires_after", NULL};
+    if (http_body_keys_known(r, body, fields)) goto out;
     json_t *filename = json_object_get(body, "filename"), *purpose = json_object_get(body, "purpose");
     json_t *bytes = json_object_get(body, "bytes"), *mime = json_object_get(body, "mime_type");
     if (!json_is_string(filename) || json_string_length(filename) == 0 || json_string_length(filename) > MULTIPART_NAME_MAX ||
@@ -491,14 +484,7 @@ static void complete_start(struct gw_req *r, void *arg) {
 static void uploads_complete(struct gw_req *r) {
     json_t *body = http_body_json(r);
     if (!body) return;
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "part_ids") && strcmp(key, "md5")) {
-            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            goto fail;
-        }
-    }
+    if (http_body_keys_known(r, body, (const char *const[]){"part_ids", "md5", NULL})) goto fail;
     json_t *ids = json_object_get(body, "part_ids");
     if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > 10000) {
         http_reply_error(r, 400, "part_ids", "invalid_value", "part_ids: expected an array of 1 to 10000 part ids");
