@@ -145,10 +145,7 @@ done:
 }
 
 static void tenant_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     http_reply_json(r, 200, list_json(db_rows_json(res->res[0], -1, tenant_json)));
 }
 

@@ -124,11 +124,14 @@ void http_reply_db_error(struct gw_req *r, const struct db_result *res) {
     }
 }
 
+int db_reply_failed(struct gw_req *r, const struct db_result *res) {
+    if (res->ok) return 0;
+    http_reply_db_error(r, res);
+    return 1;
+}
+
 int db_reply_unless_found(struct gw_req *r, const struct db_result *res, const char *what, const char *param) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return 1;
-    }
+    if (db_reply_failed(r, res)) return 1;
     if (PQntuples(res->res[0]) == 0) {
         http_reply_not_found(r, what, http_path_param(r, param));
         return 1;

@@ -91,6 +91,10 @@ void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_cal
  * 500 "internal error" (logged with PostgreSQL's message and the request id). */
 void http_reply_db_error(struct gw_req *r, const struct db_result *res);
 
+/* The usual start of a callback: answers a failed result (http_reply_db_error) and returns 1; returns
+ * 0 when res->ok. */
+int db_reply_failed(struct gw_req *r, const struct db_result *res);
+
 /* For the callback of a lookup: answers a failed result (http_reply_db_error) or one whose first
  * statement returned no row (http_reply_not_found: "no such WHAT: ID", ID the path parameter named
  * `param`). Returns 1 when it answered, 0 when res->res[0] holds a row to answer with. */

@@ -63,10 +63,7 @@ struct files_page *files_page_new(struct gw_req *r, int def, int max, const char
 void files_page_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct files_page *p = arg;
     if (p->parent && db_reply_unless_found(r, res, p->parent, "id")) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *rows = res->res[res->n - 1];
     json_t *data = db_rows_json(rows, p->limit, p->to_json);
     http_reply_json(r, 200, files_list_object(data, PQntuples(rows) > p->limit));

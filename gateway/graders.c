@@ -308,10 +308,7 @@ static struct grader_job *job_from_body(struct gw_req *r, json_t *body);
 /* The catalog's row for every judge, in order (NULLs for a model it lacks). */
 static void judges_looked_up(struct gw_req *r, const struct db_result *res, void *arg) {
     struct judge_lookup *lookup = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     json_t *body = json_loads(lookup->body_text, 0, NULL);
     struct grader_job *job = body ? job_from_body(r, body) : NULL;
     json_decref(body);

@@ -9,8 +9,7 @@
  *         db_query(r, "files_get", 1, params, files_get_done, NULL);   // see db.h
  *     }
  *     static void files_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
- *         if (!res->ok) { http_reply_db_error(r, res); return; }
- *         if (PQntuples(res->res[0]) == 0) { http_reply_error(r, 404, "id", NULL, "no such file: %s", ...); return; }
+ *         if (db_reply_unless_found(r, res, "file", "id")) return;   // a failure, or 404 "no such file: ID"
  *         http_reply_json(r, 200, file_to_json(res->res[0], 0));
  *     }
  *

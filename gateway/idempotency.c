@@ -72,10 +72,7 @@ static void lookup(struct gw_req *r, struct idem *s);
 /* A stored answer for the key, or none yet. */
 static void looked_up(struct gw_req *r, const struct db_result *res, void *arg) {
     struct idem *s = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *rows = res->res[0];
     if (PQntuples(rows) == 0) {
         s->proceed(r, s->arg);
@@ -187,12 +184,7 @@ int idem_lost_race(struct gw_req *r, const struct db_result *res) {
 }
 
 int idem_reply_failed(struct gw_req *r, const struct db_result *res) {
-    if (idem_lost_race(r, res)) return 1;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return 1;
-    }
-    return 0;
+    return idem_lost_race(r, res) || db_reply_failed(r, res);
 }
 
 int idem_reply_unless_found(struct gw_req *r, const struct db_result *res, int stmt, const char *what) {

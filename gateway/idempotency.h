@@ -75,7 +75,7 @@ int idem_reserve(struct gw_req *r, struct db_stmt *stmts, int n);
  * caller frees its own things and returns without answering. Returns 0 otherwise. */
 int idem_lost_race(struct gw_req *r, const struct db_result *res);
 /* The usual start of such a callback: idem_lost_race, then a failed result is answered
- * (http_reply_db_error). Returns 1 when the request was answered (or runs again), 0 when res->ok. */
+ * (db_reply_failed). Returns 1 when the request was answered (or runs again), 0 when res->ok. */
 int idem_reply_failed(struct gw_req *r, const struct db_result *res);
 /* idem_reply_failed, then 404 "no such WHAT: ID" (idem_reply_error, ID the path parameter "id") when
  * statement `stmt` returned no row. Returns 1 when it answered. */

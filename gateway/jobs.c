@@ -142,10 +142,7 @@ static int check_file(struct gw_req *r, const struct create_ctx *c, const char *
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
     struct create_ctx *c = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     /* columns: base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training purpose, format, lines,
      * validation purpose, format, missing judge model */
     const PGresult *row = res->res[0];
