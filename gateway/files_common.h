@@ -1,6 +1,6 @@
-/* files_common.h - what the tenant-facing resource handlers (files.c, uploads.c, jobs.c, models.c)
- * share: the process-wide object store, OpenAI's list envelope, cursor pagination and the answer to a
- * new file's stored object.
+/* files_common.h - what the tenant-facing resource handlers (files.c, uploads.c, jobs.c, models.c,
+ * checkpoint_files.c) share: the process-wide object store, retrieving one row, OpenAI's list envelope
+ * and cursor pagination, multipart forms, and the answer to a new file's stored object.
  *
  * The object store is opened on first use from $WHET_OBJECT_STORE (`whet up` sets it) and shared by
  * the worker threads (objstore.h is thread-safe); only blocking work (http_run_blocking) calls it. */
