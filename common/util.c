@@ -192,6 +192,13 @@ int whet_write_file_atomic(const char *path, const void *data, size_t len, struc
     return whet_write_file_atomic_mode(path, data, len, 0644, err);
 }
 
+int whet_write_file_in(const char *dir, const char *name, const void *data, size_t len, struct whet_err *err) {
+    char *path = xasprintf("%s/%s", dir, name);
+    int rc = whet_write_file_atomic(path, data, len, err);
+    free(path);
+    return rc;
+}
+
 int whet_write_all(int fd, const void *data, size_t len) {
     const char *p = data;
     while (len) {

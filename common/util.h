@@ -66,6 +66,8 @@ int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct
  * the _mode variant sets the mode (0600 for files holding secrets). */
 int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err);
 int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, int mode, struct whet_err *err);
+/* whet_write_file_atomic of the file `name` in the directory `dir`. */
+int whet_write_file_in(const char *dir, const char *name, const void *data, size_t len, struct whet_err *err);
 /* Writes all `len` bytes to fd (retrying short writes and EINTR); -1 with errno set on failure. */
 int whet_write_all(int fd, const void *data, size_t len);
 /* mkdir -p */

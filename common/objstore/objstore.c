@@ -958,11 +958,7 @@ int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir
         free(key);
         free(path);
     }
-    if (rc == 0) {
-        char *path = xasprintf("%s/%s", dir, OBJSTORE_MANIFEST);
-        rc = whet_write_file_atomic(path, text, text_len, err);
-        free(path);
-    }
+    if (rc == 0) rc = whet_write_file_in(dir, OBJSTORE_MANIFEST, text, text_len, err);
     json_decref(manifest);
     free(text);
     free(manifest_key);

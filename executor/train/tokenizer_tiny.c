@@ -425,15 +425,11 @@ int tokenizer_write_tiny(const char *dir, int vocab_size, struct whet_err *err) 
         free(json);
         return -1;
     }
-    char *path = xasprintf("%s/tokenizer.json", dir);
-    int rc = whet_write_file_atomic(path, json, strlen(json), err);
-    free(path);
+    int rc = whet_write_file_in(dir, "tokenizer.json", json, strlen(json), err);
     free(json);
     if (rc == 0) {
         config = tiny_config_json(vocab_size);
-        path = xasprintf("%s/tokenizer_config.json", dir);
-        rc = whet_write_file_atomic(path, config, strlen(config), err);
-        free(path);
+        rc = whet_write_file_in(dir, "tokenizer_config.json", config, strlen(config), err);
         free(config);
     }
     return rc;
