@@ -77,6 +77,12 @@ static void path_index(char out[PATH_MAX_LEN], const char *parent, size_t i) {
     path_append(out, path_append(out, 0, parent), index);
 }
 
+/* The member `key` of `obj` (NULL when absent); its path goes to `sub`. */
+static const json_t *member(const json_t *obj, const char *key, const char *path, char sub[PATH_MAX_LEN]) {
+    path_key(sub, path, key);
+    return json_object_get(obj, key);
+}
+
 /* Every key of `obj` must be one of the NULL-terminated `allowed`. */
 static int check_known_keys(const json_t *obj, const char *const *allowed, const char *path, struct whet_err *err) {
     const char *key;
@@ -96,17 +102,14 @@ static int check_known_keys(const json_t *obj, const char *const *allowed, const
 
 /* An optional string field: absent is fine, present must be a string. */
 static int check_optional_string(const json_t *obj, const char *key, const char *path, struct whet_err *err) {
-    json_t *v = json_object_get(obj, key);
-    if (!v) return 0;
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, key);
-    return expect_type(v, JSON_STRING, "a string", sub, err);
+    const json_t *v = member(obj, key, path, sub);
+    return v ? expect_type(v, JSON_STRING, "a string", sub, err) : 0;
 }
 
 static int check_required_string(const json_t *obj, const char *key, const char *path, struct whet_err *err) {
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, key);
-    json_t *v = json_object_get(obj, key);
+    const json_t *v = member(obj, key, path, sub);
     if (!v) return whet_errf_at(err, sub, "missing");
     return expect_type(v, JSON_STRING, "a string", sub, err);
 }
@@ -138,8 +141,7 @@ static int check_content_parts(const json_t *parts, int allow_images, const char
         char pp[PATH_MAX_LEN], sub[PATH_MAX_LEN];
         path_index(pp, path, i);
         if (expect_type(part, JSON_OBJECT, "an object", pp, err)) return -1;
-        json_t *type = json_object_get(part, "type");
-        path_key(sub, pp, "type");
+        const json_t *type = member(part, "type", pp, sub);
         if (!type) return whet_errf_at(err, sub, "missing");
         if (expect_type(type, JSON_STRING, "a string", sub, err)) return -1;
         const char *t = json_string_value(type);
@@ -150,8 +152,7 @@ static int check_content_parts(const json_t *parts, int allow_images, const char
         } else if (strcmp(t, "image_url") == 0 && allow_images) {
             static const char *const keys[] = {"type", "image_url", NULL};
             if (check_known_keys(part, keys, pp, err)) return -1;
-            json_t *img = json_object_get(part, "image_url");
-            path_key(sub, pp, "image_url");
+            const json_t *img = member(part, "image_url", pp, sub);
             if (!img) return whet_errf_at(err, sub, "missing");
             if (expect_type(img, JSON_OBJECT, "an object", sub, err)) return -1;
             static const char *const img_keys[] = {"url", "detail", NULL};
@@ -179,6 +180,26 @@ static int check_function_object(const json_t *fn, const char *path, int need_ar
     return 0;
 }
 
+/* The "type": "function" and the "function" object of a tool call (`is_call`: its type may be left
+ * out and its function carries arguments) or of a tool; the function's path goes to `fn_path`. NULL,
+ * with err set, when either is wrong. */
+static const json_t *check_function_entry(const json_t *entry, const char *path, int is_call,
+                                          char fn_path[PATH_MAX_LEN], struct whet_err *err) {
+    char sub[PATH_MAX_LEN];
+    const json_t *type = member(entry, "type", path, sub);
+    int is_function = type && json_is_string(type) && strcmp(json_string_value(type), "function") == 0;
+    if (!is_function && (type || !is_call)) {
+        whet_errf_at(err, sub, "expected \"function\"");
+        return NULL;
+    }
+    const json_t *fn = member(entry, "function", path, fn_path);
+    if (!fn) {
+        whet_errf_at(err, fn_path, "missing");
+        return NULL;
+    }
+    return check_function_object(fn, fn_path, is_call, err) ? NULL : fn;
+}
+
 static int check_tool_calls(const json_t *calls, const char *path, struct whet_err *err) {
     if (expect_type(calls, JSON_ARRAY, "an array", path, err)) return -1;
     if (json_array_size(calls) == 0) return whet_errf_at(err, path, "expected at least one tool call");
@@ -190,14 +211,7 @@ static int check_tool_calls(const json_t *calls, const char *path, struct whet_e
         static const char *const keys[] = {"id", "type", "function", NULL};
         if (check_known_keys(call, keys, cp, err)) return -1;
         if (check_optional_string(call, "id", cp, err)) return -1;
-        json_t *type = json_object_get(call, "type");
-        path_key(sub, cp, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
-            return whet_errf_at(err, sub, "expected \"function\"");
-        json_t *fn = json_object_get(call, "function");
-        path_key(sub, cp, "function");
-        if (!fn) return whet_errf_at(err, sub, "missing");
-        if (check_function_object(fn, sub, 1, err)) return -1;
+        if (!check_function_entry(call, cp, 1, sub, err)) return -1;
     }
     return 0;
 }
@@ -210,14 +224,8 @@ static int check_tools(const json_t *tools, const char *path, struct whet_err *e
         char tp[PATH_MAX_LEN], sub[PATH_MAX_LEN];
         path_index(tp, path, i);
         if (expect_type(tool, JSON_OBJECT, "an object", tp, err)) return -1;
-        json_t *type = json_object_get(tool, "type");
-        path_key(sub, tp, "type");
-        if (!(type && json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
-            return whet_errf_at(err, sub, "expected \"function\"");
-        json_t *fn = json_object_get(tool, "function");
-        path_key(sub, tp, "function");
-        if (!fn) return whet_errf_at(err, sub, "missing");
-        if (check_function_object(fn, sub, 0, err)) return -1;
+        const json_t *fn = check_function_entry(tool, tp, 0, sub, err);
+        if (!fn) return -1;
         json_t *params = json_object_get(fn, "parameters");
         if (params) {
             char pp[PATH_MAX_LEN];
@@ -232,8 +240,7 @@ static int check_tools(const json_t *tools, const char *path, struct whet_err *e
 static int check_message(const json_t *msg, unsigned roles, const char *path, enum role *role_out, struct whet_err *err) {
     char sub[PATH_MAX_LEN];
     if (expect_type(msg, JSON_OBJECT, "an object", path, err)) return -1;
-    json_t *role = json_object_get(msg, "role");
-    path_key(sub, path, "role");
+    const json_t *role = member(msg, "role", path, sub);
     if (!role) return whet_errf_at(err, sub, "missing");
     if (expect_type(role, JSON_STRING, "a string", sub, err)) return -1;
     int r = -1;
@@ -280,8 +287,7 @@ static int check_message(const json_t *msg, unsigned roles, const char *path, en
         if (expect_type(tool_call_id, JSON_STRING, "a string", sub, err)) return -1;
     }
 
-    json_t *content = json_object_get(msg, "content");
-    path_key(sub, path, "content");
+    const json_t *content = member(msg, "content", path, sub);
     if (!content || json_is_null(content)) {
         /* An assistant turn that only calls a tool has no content. */
         if (r == ROLE_ASSISTANT && (tool_calls || function_call)) return 0;
@@ -311,20 +317,16 @@ static int check_messages(const json_t *list, unsigned roles, const char *path, 
 }
 
 static int check_parallel_tool_calls(const json_t *obj, const char *path, struct whet_err *err) {
-    json_t *v = json_object_get(obj, "parallel_tool_calls");
-    if (!v) return 0;
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, "parallel_tool_calls");
-    if (!json_is_boolean(v)) return whet_errf_at(err, sub, "expected a boolean, found %s", whet_json_kind(v));
+    const json_t *v = member(obj, "parallel_tool_calls", path, sub);
+    if (v && !json_is_boolean(v)) return whet_errf_at(err, sub, "expected a boolean, found %s", whet_json_kind(v));
     return 0;
 }
 
 static int check_optional_tools(const json_t *obj, const char *path, struct whet_err *err) {
-    json_t *tools = json_object_get(obj, "tools");
-    if (!tools) return 0;
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, "tools");
-    return check_tools(tools, sub, err);
+    const json_t *tools = member(obj, "tools", path, sub);
+    return tools ? check_tools(tools, sub, err) : 0;
 }
 
 /* ---------------------------------------------------------------- formats */
