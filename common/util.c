@@ -36,6 +36,19 @@ int whet_errf(struct whet_err *err, const char *fmt, ...) {
     return -1;
 }
 
+int whet_verrf_at(struct whet_err *err, const char *where, const char *fmt, va_list ap) {
+    whet_verrf(err, fmt, ap);
+    return whet_err_prefix(err, "%s", where);
+}
+
+int whet_errf_at(struct whet_err *err, const char *where, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    whet_verrf_at(err, where, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 int whet_err_detail(struct whet_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
@@ -134,19 +147,33 @@ char *xasprintf(const char *fmt, ...) {
     return out;
 }
 
-int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct whet_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return whet_errf(err, "%s: %s", path, strerror(errno));
+int whet_open_regular(const char *path, uint64_t *size, struct whet_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return whet_errf(err, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return whet_errf(err, "%s: not a regular file", path);
     }
-    if ((uint64_t)st.st_size > max) {
-        fclose(f);
-        return whet_errf(err, "%s: file is %lld bytes, over the limit of %zu", path, (long long)st.st_size, max);
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct whet_err *err) {
+    uint64_t size;
+    int fd = whet_open_regular(path, &size, err);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return whet_errf(err, "%s: %s", path, strerror(e));
     }
-    size_t n = (size_t)st.st_size;
+    if (size > max) {
+        fclose(f);
+        return whet_errf(err, "%s: file is %llu bytes, over the limit of %zu", path, (unsigned long long)size, max);
+    }
+    size_t n = (size_t)size;
     char *buf = xmalloc(n + 1);
     if (n && fread(buf, 1, n, f) != n) {
         int e = errno;
@@ -163,6 +190,13 @@ int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct
 
 int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err) {
     return whet_write_file_atomic_mode(path, data, len, 0644, err);
+}
+
+int whet_write_file_in(const char *dir, const char *name, const void *data, size_t len, struct whet_err *err) {
+    char *path = xasprintf("%s/%s", dir, name);
+    int rc = whet_write_file_atomic(path, data, len, err);
+    free(path);
+    return rc;
 }
 
 int whet_write_all(int fd, const void *data, size_t len) {

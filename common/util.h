@@ -30,6 +30,10 @@ struct whet_err {
  * -1, so `return whet_errf(err, …);` reads as one step. */
 int whet_errf(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int whet_verrf(struct whet_err *err, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+/* whet_errf with the message prefixed by where it applies: "WHERE: MESSAGE" ("input.messages[3]: …"). */
+int whet_errf_at(struct whet_err *err, const char *where, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int whet_verrf_at(struct whet_err *err, const char *where, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 /* Set the detail / the hint of the error already in `err` (NULL is fine); return -1. */
 int whet_err_detail(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int whet_err_hint(struct whet_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -53,12 +57,17 @@ void *whet_xrealloc(void *p, size_t n, const char *file, int line);
 char *whet_xstrdup(const char *s, const char *file, int line);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Opens `path` for reading (close-on-exec) and returns the descriptor, with the file's size in *size;
+ * -1, with the reason in err, when it cannot be opened or is not a regular file. */
+int whet_open_regular(const char *path, uint64_t *size, struct whet_err *err);
 /* Reads a whole file into a NUL-terminated buffer the caller frees; `max` bounds its size. */
 int whet_read_file(const char *path, size_t max, char **out, size_t *len, struct whet_err *err);
 /* Writes `len` bytes to `path` atomically (temp file in the same directory, fsync, rename), mode 0644;
  * the _mode variant sets the mode (0600 for files holding secrets). */
 int whet_write_file_atomic(const char *path, const void *data, size_t len, struct whet_err *err);
 int whet_write_file_atomic_mode(const char *path, const void *data, size_t len, int mode, struct whet_err *err);
+/* whet_write_file_atomic of the file `name` in the directory `dir`. */
+int whet_write_file_in(const char *dir, const char *name, const void *data, size_t len, struct whet_err *err);
 /* Writes all `len` bytes to fd (retrying short writes and EINTR); -1 with errno set on failure. */
 int whet_write_all(int fd, const void *data, size_t len);
 /* mkdir -p */

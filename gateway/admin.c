@@ -145,26 +145,14 @@ done:
 }
 
 static void tenant_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    json_t *data = json_array();
-    for (int i = 0; i < PQntuples(res->res[0]); i++) json_array_append_new(data, tenant_json(res->res[0], i));
-    http_reply_json(r, 200, list_json(data));
+    if (db_reply_failed(r, res)) return;
+    http_reply_json(r, 200, list_json(db_rows_json(res->res[0], -1, tenant_json)));
 }
 
 static void tenant_list(struct gw_req *r) { db_query(r, "admin_tenant_list", 0, NULL, tenant_list_done, NULL); }
 
 static void tenant_one_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "tenant", http_path_param(r, "id"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "tenant", "id")) return;
     if (arg) atomic_fetch_add(&gw_auth_epoch, 1); /* a disable or update: forget cached credentials */
     http_reply_json(r, 200, tenant_json(res->res[0], 0));
 }
@@ -207,14 +195,7 @@ static void tenant_enable(struct gw_req *r) {
 
 static void key_create_done(struct gw_req *r, const struct db_result *res, void *arg) {
     struct new_key *k = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "tenant", http_path_param(r, "id"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "tenant", "id")) return;
     json_t *j = key_json(res->res[0], 0);
     json_object_set_new(j, "key", json_string(k->key));
     http_reply_json(r, 200, j);
@@ -228,17 +209,8 @@ static void key_create(struct gw_req *r) {
 }
 
 static void key_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "tenant", http_path_param(r, "id"));
-        return;
-    }
-    json_t *data = json_array();
-    for (int i = 0; i < PQntuples(res->res[1]); i++) json_array_append_new(data, key_json(res->res[1], i));
-    http_reply_json(r, 200, list_json(data));
+    if (db_reply_unless_found(r, res, "tenant", "id")) return;
+    http_reply_json(r, 200, list_json(db_rows_json(res->res[1], -1, key_json)));
 }
 
 static void key_list(struct gw_req *r) {
@@ -249,14 +221,7 @@ static void key_list(struct gw_req *r) {
 }
 
 static void key_revoke_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "API key", http_path_param(r, "key_id"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "API key", "key_id")) return;
     atomic_fetch_add(&gw_auth_epoch, 1);
     http_reply_json(r, 200, key_json(res->res[0], 0));
 }
@@ -269,14 +234,7 @@ static void key_revoke(struct gw_req *r) {
 /* ---- Quotas ------------------------------------------------------------------------------------ */
 
 static void quotas_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "tenant", http_path_param(r, "id"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "tenant", "id")) return;
     const PGresult *rows = res->res[res->n - 1];
     json_t *quotas = json_object();
     for (int i = 0; i < PQntuples(rows); i++)

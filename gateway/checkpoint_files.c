@@ -110,22 +110,14 @@ static void download_done(struct gw_req *r, void *arg) {
 
 static void located(struct gw_req *r, const struct db_result *res, void *arg) {
     const char *name = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "checkpoint", http_path_param(r, "checkpoint"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "checkpoint", "checkpoint")) return;
     struct download *d = xcalloc(1, sizeof *d);
     d->prefix = xstrdup(PQgetvalue(res->res[0], 0, 0));
     d->name = name ? xstrdup(name) : NULL;
-    if (http_run_blocking(r, download_work, download_done, d)) {
+    if (http_run_blocking_or_busy(r, download_work, download_done, d)) {
         free(d->prefix);
         free(d->name);
         free(d);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
     }
 }
 

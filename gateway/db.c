@@ -124,6 +124,29 @@ void http_reply_db_error(struct gw_req *r, const struct db_result *res) {
     }
 }
 
+int db_reply_failed(struct gw_req *r, const struct db_result *res) {
+    if (res->ok) return 0;
+    http_reply_db_error(r, res);
+    return 1;
+}
+
+int db_reply_unless_found(struct gw_req *r, const struct db_result *res, const char *what, const char *param) {
+    if (db_reply_failed(r, res)) return 1;
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_not_found(r, what, http_path_param(r, param));
+        return 1;
+    }
+    return 0;
+}
+
+json_t *db_rows_json(const PGresult *rows, int max, json_t *(*to_json)(const PGresult *res, int row)) {
+    int n = PQntuples(rows);
+    if (max >= 0 && max < n) n = max;
+    json_t *data = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(data, to_json(rows, i));
+    return data;
+}
+
 /* ---- Segments ---------------------------------------------------------------------------------- */
 
 enum seg_kind { SEG_SETUP, SEG_PREPARE, SEG_TENANT, SEG_QUERY };

@@ -91,6 +91,18 @@ void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_cal
  * 500 "internal error" (logged with PostgreSQL's message and the request id). */
 void http_reply_db_error(struct gw_req *r, const struct db_result *res);
 
+/* The usual start of a callback: answers a failed result (http_reply_db_error) and returns 1; returns
+ * 0 when res->ok. */
+int db_reply_failed(struct gw_req *r, const struct db_result *res);
+
+/* For the callback of a lookup: answers a failed result (http_reply_db_error) or one whose first
+ * statement returned no row (http_reply_not_found: "no such WHAT: ID", ID the path parameter named
+ * `param`). Returns 1 when it answered, 0 when res->res[0] holds a row to answer with. */
+int db_reply_unless_found(struct gw_req *r, const struct db_result *res, const char *what, const char *param);
+
+/* The JSON of a result's rows, in order, made by to_json; `max` of them at most (-1: all). */
+json_t *db_rows_json(const PGresult *rows, int max, json_t *(*to_json)(const PGresult *res, int row));
+
 /* Small accessors for result rows (row-major, text format). */
 static inline const char *db_value(const PGresult *res, int row, int col) {
     return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);

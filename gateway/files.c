@@ -23,12 +23,15 @@ int files_purpose_ok(const char *purpose) {
     return 0;
 }
 
-json_t *files_row_to_json(const PGresult *res, int row) {
-    return json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:n}", "id", db_json_string(res, row, 0), "object", "file",
-                     "bytes", db_json_integer(res, row, 3), "created_at", db_json_integer(res, row, 4), "expires_at",
-                     db_json_integer(res, row, 5), "filename", db_json_string(res, row, 2), "purpose",
-                     db_json_string(res, row, 1), "status", db_json_string(res, row, 6), "status_details");
+json_t *files_row_to_json_at(const PGresult *res, int row, int col) {
+    return json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:n}", "id", db_json_string(res, row, col), "object",
+                     "file", "bytes", db_json_integer(res, row, col + 3), "created_at",
+                     db_json_integer(res, row, col + 4), "expires_at", db_json_integer(res, row, col + 5), "filename",
+                     db_json_string(res, row, col + 2), "purpose", db_json_string(res, row, col + 1), "status",
+                     db_json_string(res, row, col + 6), "status_details");
 }
+
+json_t *files_row_to_json(const PGresult *res, int row) { return files_row_to_json_at(res, row, 0); }
 
 /* ---------------------------------------------------------------- upload */
 
@@ -38,7 +41,7 @@ json_t *files_row_to_json(const PGresult *res, int row) {
 
 struct upload_job {
     /* in */
-    char *data; /* a copy of the file part: the request body may go away with its client */
+    char *data; /* files_part_copy of the file part */
     size_t len;
     int is_fine_tune;
     char *key;
@@ -83,13 +86,7 @@ static void upload_row_done(struct gw_req *r, const struct db_result *res, void 
 
 static void upload_stored(struct gw_req *r, void *arg) {
     struct upload_job *u = arg;
-    if (http_gone(r)) {
-        if (!u->invalid && !u->store_failed) files_delete_object_later(r, u->key);
-        upload_free(u);
-        return;
-    }
-    if (u->invalid) {
-        http_reply_error(r, 400, "file", "invalid_file", "invalid fine-tune file: %s", u->err.msg);
+    if (files_stored_answered(r, u->key, u->invalid, u->store_failed, &u->err, "file")) {
         upload_free(u);
         return;
     }
@@ -126,38 +123,19 @@ struct upload_form {
 static void upload_start(struct gw_req *r, void *arg) {
     const struct upload_form *f = arg;
     struct upload_job *u = xcalloc(1, sizeof *u);
-    u->data = xmalloc(f->file->len ? f->file->len : 1);
-    memcpy(u->data, f->file->data, f->file->len);
+    u->data = files_part_copy(f->file);
     u->len = f->file->len;
     u->is_fine_tune = strcmp(f->purpose, "fine-tune") == 0;
     u->id = files_new_id(r, "file-");
     u->key = xasprintf("files/%s/%s", http_tenant_id(r), u->id);
     u->purpose = f->purpose;
     u->filename = f->filename;
-    if (http_run_blocking(r, upload_work, upload_stored, u)) {
-        upload_free(u);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, upload_work, upload_stored, u)) upload_free(u);
 }
 
 static void files_create(struct gw_req *r) {
-    const char *ct = http_header(r, "content-type");
-    char boundary[MULTIPART_BOUNDARY_MAX + 1];
-    struct whet_err err;
-    if (!ct) {
-        http_reply_error(r, 400, NULL, "invalid_request", "expected Content-Type multipart/form-data with fields purpose and file");
-        return;
-    }
-    if (multipart_boundary(ct, strlen(ct), boundary, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "%s", err.msg);
-        return;
-    }
-    h2o_iovec_t body = http_body(r);
-    struct multipart_form *form = http_alloc(r, sizeof *form);
-    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
-        return;
-    }
+    struct multipart_form *form = files_form(r, "fields purpose and file");
+    if (!form) return;
     for (size_t i = 0; i < form->count; i++) {
         if (strcmp(form->parts[i].name, "purpose") && strcmp(form->parts[i].name, "file")) {
             http_reply_error(r, 400, form->parts[i].name, "invalid_request", "%s: unrecognized form field",
@@ -197,48 +175,17 @@ static void files_create(struct gw_req *r) {
 
 /* ---------------------------------------------------------------- list */
 
-static void files_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    int limit = *(int *)arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    const PGresult *rows = res->res[0];
-    int n = PQntuples(rows);
-    json_t *data = json_array();
-    for (int i = 0; i < n && i < limit; i++) json_array_append_new(data, files_row_to_json(rows, i));
-    http_reply_json(r, 200, files_list_object(data, n > limit));
-}
-
 static void files_list(struct gw_req *r) {
-    int *limit = http_alloc(r, sizeof *limit), asc;
-    if (files_query_limit(r, 10000, 10000, limit) || files_query_order(r, 0, &asc)) return;
-    const char *purpose = http_query_param(r, "purpose");
-    const char *after = http_query_param(r, "after");
-    char fetch[16];
-    snprintf(fetch, sizeof fetch, "%d", *limit + 1); /* one more tells whether there are more */
-    const char *params[] = {http_tenant_id(r), purpose, after, fetch};
-    db_query(r, asc ? "files_list_asc" : "files_list_desc", 4, params, files_list_done, limit);
+    int asc;
+    struct files_page *p = files_page_new(r, 10000, 10000, NULL, files_row_to_json);
+    if (!p || files_query_order(r, 0, &asc)) return;
+    const char *params[] = {http_tenant_id(r), http_query_param(r, "purpose"), http_query_param(r, "after"), p->fetch};
+    db_query(r, asc ? "files_list_asc" : "files_list_desc", 4, params, files_page_done, p);
 }
 
 /* ---------------------------------------------------------------- retrieve */
 
-static void files_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "file", http_path_param(r, "id"));
-        return;
-    }
-    http_reply_json(r, 200, files_row_to_json(res->res[0], 0));
-}
-
-static void files_get(struct gw_req *r) {
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "files_get", 2, params, files_get_done, NULL);
-}
+static void files_get(struct gw_req *r) { files_retrieve(r, "files_get", "file", files_row_to_json); }
 
 /* ---------------------------------------------------------------- delete */
 
@@ -265,19 +212,12 @@ static void delete_stored(struct gw_req *r, void *arg) {
 }
 
 static void files_delete_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        if (strcmp(res->sqlstate, "23503") == 0) {
-            http_reply_error(r, 409, "id", "file_in_use", "file %s is used by a fine-tuning job and cannot be deleted",
-                             http_path_param(r, "id"));
-            return;
-        }
-        http_reply_db_error(r, res);
+    if (!res->ok && strcmp(res->sqlstate, "23503") == 0) {
+        http_reply_error(r, 409, "id", "file_in_use", "file %s is used by a fine-tuning job and cannot be deleted",
+                         http_path_param(r, "id"));
         return;
     }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "file", http_path_param(r, "id"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "file", "id")) return;
     struct delete_job *d = xcalloc(1, sizeof *d);
     d->key = xstrdup(PQgetvalue(res->res[0], 0, 0));
     if (http_run_blocking(r, delete_work, delete_stored, d)) {
@@ -296,14 +236,7 @@ static void files_delete(struct gw_req *r) {
 
 /* Streamed from the store a chunk at a time (object_stream.h): a file may be hundreds of MiB. */
 static void files_content_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "file", http_path_param(r, "id"));
-        return;
-    }
+    if (db_reply_unless_found(r, res, "file", "id")) return;
     const char *key = PQgetvalue(res->res[0], 0, FILES_NCOLUMNS);
     uint64_t bytes = strtoull(PQgetvalue(res->res[0], 0, 3), NULL, 10);
     object_stream_reply(r, key, bytes, NULL, "application/octet-stream",

@@ -19,6 +19,8 @@ void files_routes(struct http_router *rt);
 #define FILES_NCOLUMNS 7
 /* OpenAI's file object from a row whose first columns are FILES_COLUMNS. */
 json_t *files_row_to_json(const PGresult *res, int row);
+/* The same from FILES_COLUMNS starting at column `col` (a query that joins a file to another row). */
+json_t *files_row_to_json_at(const PGresult *res, int row, int col);
 
 /* Purposes a tenant may upload for, NULL-terminated. */
 extern const char *const files_purposes[];

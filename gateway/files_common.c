@@ -50,6 +50,45 @@ int files_query_limit(struct gw_req *r, int def, int max, int *out) {
     return 0;
 }
 
+struct files_page *files_page_new(struct gw_req *r, int def, int max, const char *parent,
+                                  json_t *(*to_json)(const PGresult *res, int row)) {
+    struct files_page *p = http_alloc(r, sizeof *p);
+    if (files_query_limit(r, def, max, &p->limit)) return NULL;
+    p->fetch = http_printf(r, "%d", p->limit + 1);
+    p->parent = parent;
+    p->to_json = to_json;
+    return p;
+}
+
+void files_page_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct files_page *p = arg;
+    if (p->parent && db_reply_unless_found(r, res, p->parent, "id")) return;
+    if (db_reply_failed(r, res)) return;
+    const PGresult *rows = res->res[res->n - 1];
+    json_t *data = db_rows_json(rows, p->limit, p->to_json);
+    http_reply_json(r, 200, files_list_object(data, PQntuples(rows) > p->limit));
+}
+
+struct retrieve {
+    const char *what;
+    json_t *(*to_json)(const PGresult *res, int row);
+};
+
+static void retrieve_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct retrieve *q = arg;
+    if (db_reply_unless_found(r, res, q->what, "id")) return;
+    http_reply_json(r, 200, q->to_json(res->res[0], 0));
+}
+
+void files_retrieve(struct gw_req *r, const char *stmt, const char *what,
+                    json_t *(*to_json)(const PGresult *res, int row)) {
+    struct retrieve *q = http_alloc(r, sizeof *q);
+    q->what = what;
+    q->to_json = to_json;
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    db_query(r, stmt, 2, params, retrieve_done, q);
+}
+
 int files_query_order(struct gw_req *r, int def_asc, int *asc) {
     const char *s = http_query_param(r, "order");
     if (!s) {
@@ -80,6 +119,43 @@ int files_text_ok(const char *s, size_t len) {
         p += n;
     }
     return 1;
+}
+
+int files_stored_answered(struct gw_req *r, const char *key, int invalid, int failed, const struct whet_err *err,
+                          const char *param) {
+    if (http_gone(r)) {
+        if (!invalid && !failed) files_delete_object_later(r, key);
+        return 1;
+    }
+    if (invalid) {
+        http_reply_error(r, 400, param, "invalid_file", "invalid fine-tune file: %s", err->msg);
+        return 1;
+    }
+    return 0;
+}
+
+struct multipart_form *files_form(struct gw_req *r, const char *expected) {
+    const char *ct = http_header(r, "content-type");
+    char boundary[MULTIPART_BOUNDARY_MAX + 1];
+    struct whet_err err;
+    if (!ct || multipart_boundary(ct, strlen(ct), boundary, &err)) {
+        http_reply_error(r, 400, NULL, "invalid_request", "%s",
+                         ct ? err.msg : http_printf(r, "expected Content-Type multipart/form-data with %s", expected));
+        return NULL;
+    }
+    h2o_iovec_t body = http_body(r);
+    struct multipart_form *form = http_alloc(r, sizeof *form);
+    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
+        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
+        return NULL;
+    }
+    return form;
+}
+
+char *files_part_copy(const struct multipart_part *part) {
+    char *copy = xmalloc(part->len ? part->len : 1);
+    memcpy(copy, part->data, part->len);
+    return copy;
 }
 
 struct delete_later {

@@ -271,10 +271,7 @@ static void run_done(struct gw_req *r, void *arg) {
 }
 
 static void start_job(struct gw_req *r, struct grader_job *job) {
-    if (http_run_blocking(r, run_work, run_done, job)) {
-        job_free(job);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, run_work, run_done, job)) job_free(job);
 }
 
 /* The judge models of `grader` (a validated grader object) and the path of each `model` field,
@@ -311,10 +308,7 @@ static struct grader_job *job_from_body(struct gw_req *r, json_t *body);
 /* The catalog's row for every judge, in order (NULLs for a model it lacks). */
 static void judges_looked_up(struct gw_req *r, const struct db_result *res, void *arg) {
     struct judge_lookup *lookup = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     json_t *body = json_loads(lookup->body_text, 0, NULL);
     struct grader_job *job = body ? job_from_body(r, body) : NULL;
     json_decref(body);
@@ -336,25 +330,9 @@ static void judges_looked_up(struct gw_req *r, const struct db_result *res, void
     start_job(r, job);
 }
 
-/* The first key of `body` not in `keys` (NULL-terminated), or NULL. */
-static const char *unknown_key(const json_t *body, const char *const *keys) {
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)body, key, v) {
-        const char *const *k = keys;
-        while (*k && strcmp(*k, key) != 0) k++;
-        if (!*k) return key;
-    }
-    return NULL;
-}
-
 /* Validates the request into a job, or answers 400 and returns NULL. */
 static struct grader_job *job_from_body(struct gw_req *r, json_t *body) {
-    const char *unknown = unknown_key(body, (const char *const[]){"grader", "model_sample", "item", NULL});
-    if (unknown) {
-        http_reply_error(r, 400, unknown, "invalid_request", "%s: unrecognized request argument supplied", unknown);
-        return NULL;
-    }
+    if (http_body_keys_known(r, body, (const char *const[]){"grader", "model_sample", "item", NULL})) return NULL;
     json_t *grader = json_object_get(body, "grader"), *sample = json_object_get(body, "model_sample"),
            *item = json_object_get(body, "item");
     struct grader *g = NULL;
@@ -414,9 +392,8 @@ static void graders_validate(struct gw_req *r) {
     json_t *grader = json_object_get(body, "grader");
     char param[GRADERS_PARAM_MAX];
     struct whet_err err;
-    const char *unknown = unknown_key(body, (const char *const[]){"grader", NULL});
-    if (unknown) {
-        http_reply_error(r, 400, unknown, "invalid_request", "%s: unrecognized request argument supplied", unknown);
+    if (http_body_keys_known(r, body, (const char *const[]){"grader", NULL})) {
+        /* answered */
     } else if (!grader) {
         http_reply_error(r, 400, "grader", "invalid_request", "grader: missing");
     } else if (grader_validate(grader, "grader", NULL, param, sizeof param, &err)) {

@@ -167,6 +167,20 @@ json_t *http_body_json(struct gw_req *r) {
     return obj;
 }
 
+int http_body_keys_known(struct gw_req *r, const json_t *body, const char *const *keys) {
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)body, key, v) {
+        const char *const *k = keys;
+        while (*k && strcmp(*k, key) != 0) k++;
+        if (!*k) {
+            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- Answering --------------------------------------------------------------------------------- */
 
 void http_add_header(struct gw_req *r, const char *name, const char *value) {

@@ -9,8 +9,7 @@
  *         db_query(r, "files_get", 1, params, files_get_done, NULL);   // see db.h
  *     }
  *     static void files_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
- *         if (!res->ok) { http_reply_db_error(r, res); return; }
- *         if (PQntuples(res->res[0]) == 0) { http_reply_error(r, 404, "id", NULL, "no such file: %s", ...); return; }
+ *         if (db_reply_unless_found(r, res, "file", "id")) return;   // a failure, or 404 "no such file: ID"
  *         http_reply_json(r, 200, file_to_json(res->res[0], 0));
  *     }
  *
@@ -109,6 +108,9 @@ h2o_iovec_t http_body(struct gw_req *r);
 /* Parses the body as a JSON object. On failure it answers 400 (invalid JSON, or not an object) and
  * returns NULL: the handler just returns. The caller owns the result (json_decref). */
 json_t *http_body_json(struct gw_req *r);
+/* Answers 400 "KEY: unrecognized request argument supplied" (param KEY) for the first key of `body`
+ * that `keys` (NULL-terminated) does not list, and returns -1; returns 0 when it lists them all. */
+int http_body_keys_known(struct gw_req *r, const json_t *body, const char *const *keys);
 /* The tenant's id for queries (tenants.id), "" on public or operator routes. */
 static inline const char *http_tenant_id(const struct gw_req *r) { return r->tenant_id; }
 
@@ -193,6 +195,10 @@ int http_range(struct gw_req *r, uint64_t size, uint64_t *offset, uint64_t *leng
  * http_gone(r) is true there and `done` must not answer. Returns -1 only when the worker queue is
  * full; the caller then answers 503 itself. */
 int http_run_blocking(struct gw_req *r, void (*work)(void *arg), void (*done)(struct gw_req *r, void *arg), void *arg);
+/* http_run_blocking, answering 503 "the gateway's workers are busy" when the worker queue is full;
+ * then returns -1, `done` is not called and the caller frees `arg` (without touching `r`). */
+int http_run_blocking_or_busy(struct gw_req *r, void (*work)(void *arg), void (*done)(struct gw_req *r, void *arg),
+                              void *arg);
 static inline int http_gone(const struct gw_req *r) { return r->req == NULL; }
 
 #endif

@@ -38,18 +38,19 @@ static int key_ok(const char *key) {
     return 1;
 }
 
-/* The state for a request with a well-formed key; NULL without a key (nothing to do) or, having
- * answered 400, with a malformed one (*refused set). */
-static struct idem *idem_new(struct gw_req *r, idem_proceed_fn proceed, void *arg, int *refused) {
-    *refused = 0;
+/* The state for a request with a well-formed key; NULL when there is nothing left to do here: without
+ * a key (proceed has run) or with a malformed one (answered 400). */
+static struct idem *idem_new(struct gw_req *r, idem_proceed_fn proceed, void *arg) {
     r->handler_data = NULL;
     const char *key = http_header(r, "idempotency-key");
-    if (!key) return NULL;
+    if (!key) {
+        proceed(r, arg);
+        return NULL;
+    }
     if (!key_ok(key)) {
         http_reply_error(r, 400, NULL, "invalid_request",
                          IDEMPOTENCY_HEADER " must be 1 to %d printable ASCII characters without spaces",
                          IDEMPOTENCY_KEY_MAX);
-        *refused = 1;
         return NULL;
     }
     struct idem *s = http_alloc(r, sizeof *s);
@@ -71,10 +72,7 @@ static void lookup(struct gw_req *r, struct idem *s);
 /* A stored answer for the key, or none yet. */
 static void looked_up(struct gw_req *r, const struct db_result *res, void *arg) {
     struct idem *s = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *rows = res->res[0];
     if (PQntuples(rows) == 0) {
         s->proceed(r, s->arg);
@@ -104,13 +102,8 @@ static void lookup(struct gw_req *r, struct idem *s) {
 }
 
 void idem_begin(struct gw_req *r, idem_proceed_fn proceed, void *arg) {
-    int refused;
-    struct idem *s = idem_new(r, proceed, arg, &refused);
-    if (refused) return;
-    if (!s) {
-        proceed(r, arg);
-        return;
-    }
+    struct idem *s = idem_new(r, proceed, arg);
+    if (!s) return;
     h2o_iovec_t body = http_body(r);
     whet_sha256_hex(body.base, body.len, s->fingerprint);
     lookup(r, s);
@@ -142,13 +135,8 @@ static void form_hash_done(struct gw_req *r, void *arg) {
 }
 
 void idem_begin_form(struct gw_req *r, const struct multipart_form *form, idem_proceed_fn proceed, void *arg) {
-    int refused;
-    struct idem *s = idem_new(r, proceed, arg, &refused);
-    if (refused) return;
-    if (!s) {
-        proceed(r, arg);
-        return;
-    }
+    struct idem *s = idem_new(r, proceed, arg);
+    if (!s) return;
     size_t cap = 0;
     for (size_t i = 0; i < form->count; i++) cap += sizeof form->parts[i].name + sizeof form->parts[i].filename +
                                                     sizeof form->parts[i].content_type + 32 + form->parts[i].len;
@@ -162,10 +150,9 @@ void idem_begin_form(struct gw_req *r, const struct multipart_form *form, idem_p
         memcpy(h->canonical + h->len, p->data, p->len);
         h->len += p->len;
     }
-    if (http_run_blocking(r, form_hash_work, form_hash_done, h)) {
+    if (http_run_blocking_or_busy(r, form_hash_work, form_hash_done, h)) {
         free(h->canonical);
         free(h);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
     }
 }
 
@@ -194,6 +181,19 @@ int idem_lost_race(struct gw_req *r, const struct db_result *res) {
     if (!lost || s->races++ >= IDEM_MAX_RACES) return 0;
     lookup(r, s);
     return 1;
+}
+
+int idem_reply_failed(struct gw_req *r, const struct db_result *res) {
+    return idem_lost_race(r, res) || db_reply_failed(r, res);
+}
+
+int idem_reply_unless_found(struct gw_req *r, const struct db_result *res, int stmt, const char *what) {
+    if (idem_reply_failed(r, res)) return 1;
+    if (PQntuples(res->res[stmt]) == 0) {
+        idem_reply_error(r, 404, "id", "not_found", "no such %s: %s", what, http_path_param(r, "id"));
+        return 1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- answering */

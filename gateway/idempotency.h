@@ -30,8 +30,7 @@
  *         db_transaction(r, stmts, n, thing_created, ctx);
  *     }
  *     static void thing_created(struct gw_req *r, const struct db_result *res, void *arg) {
- *         if (idem_lost_race(r, res)) return;               // answered (or run again) as the winner did
- *         if (!res->ok) { http_reply_db_error(r, res); return; }
+ *         if (idem_reply_failed(r, res)) return;            // a lost race or a failed transaction
  *         idem_reply_json(r, 200, thing_to_json(res->res[1], 0));   // stored under the key, then sent
  *     }
  *
@@ -75,6 +74,12 @@ int idem_reserve(struct gw_req *r, struct db_stmt *stmts, int n);
  * that one (or run again, through proceed, when that one was refused and released the key); the
  * caller frees its own things and returns without answering. Returns 0 otherwise. */
 int idem_lost_race(struct gw_req *r, const struct db_result *res);
+/* The usual start of such a callback: idem_lost_race, then a failed result is answered
+ * (db_reply_failed). Returns 1 when the request was answered (or runs again), 0 when res->ok. */
+int idem_reply_failed(struct gw_req *r, const struct db_result *res);
+/* idem_reply_failed, then 404 "no such WHAT: ID" (idem_reply_error, ID the path parameter "id") when
+ * statement `stmt` returned no row. Returns 1 when it answered. */
+int idem_reply_unless_found(struct gw_req *r, const struct db_result *res, int stmt, const char *what);
 
 /* Answers like http_reply_json. After a reservation, a 2xx answer is stored under the key first;
  * any other status releases the key. With a key but no reservation (an answer decided from state

@@ -109,11 +109,7 @@ static void create_reply_too_many(struct gw_req *r, void *arg) {
 }
 
 static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (idem_lost_race(r, res)) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (idem_reply_failed(r, res)) return;
     const PGresult *job = res->res[0];
     if (PQntuples(job) == 0) {
         /* The tenant's active-job limit stopped the insert; the reserved key must not answer later. */
@@ -146,10 +142,7 @@ static int check_file(struct gw_req *r, const struct create_ctx *c, const char *
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
     struct create_ctx *c = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     /* columns: base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training purpose, format, lines,
      * validation purpose, format, missing judge model */
     const PGresult *row = res->res[0];
@@ -256,22 +249,9 @@ static void jobs_create(struct gw_req *r) {
 
 /* ---------------------------------------------------------------- list and retrieve */
 
-static void jobs_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    int limit = *(int *)arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    const PGresult *rows = res->res[0];
-    int n = PQntuples(rows);
-    json_t *data = json_array();
-    for (int i = 0; i < n && i < limit; i++) json_array_append_new(data, job_row_to_json(rows, i));
-    http_reply_json(r, 200, files_list_object(data, n > limit));
-}
-
 static void jobs_list(struct gw_req *r) {
-    int *limit = http_alloc(r, sizeof *limit);
-    if (files_query_limit(r, 20, 100, limit)) return;
+    struct files_page *page = files_page_new(r, 20, 100, NULL, job_row_to_json);
+    if (!page) return;
     /* metadata[key]=value filters, all of which must match (jsonb containment). */
     const struct http_kv *kv;
     size_t nkv = http_query_params(r, &kv);
@@ -291,28 +271,11 @@ static void jobs_list(struct gw_req *r) {
     }
     const char *filter_json = dump_to_pool(r, filter);
     json_decref(filter);
-    char fetch[16];
-    snprintf(fetch, sizeof fetch, "%d", *limit + 1);
-    const char *params[] = {http_tenant_id(r), http_query_param(r, "after"), filter_json, fetch};
-    db_query(r, "jobs_list", 4, params, jobs_list_done, limit);
+    const char *params[] = {http_tenant_id(r), http_query_param(r, "after"), filter_json, page->fetch};
+    db_query(r, "jobs_list", 4, params, files_page_done, page);
 }
 
-static void jobs_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "fine-tuning job", http_path_param(r, "id"));
-        return;
-    }
-    http_reply_json(r, 200, job_row_to_json(res->res[0], 0));
-}
-
-static void jobs_get(struct gw_req *r) {
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "jobs_get", 2, params, jobs_get_done, NULL);
-}
+static void jobs_get(struct gw_req *r) { files_retrieve(r, "jobs_get", "fine-tuning job", job_row_to_json); }
 
 /* ---------------------------------------------------------------- cancel, pause, resume */
 
@@ -332,17 +295,8 @@ static const struct state_change change_resume = {"jobs_resume", "resumed", {"pa
 
 static void state_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct state_change *change = arg;
-    if (idem_lost_race(r, res)) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    const PGresult *old = res->res[0];
-    if (PQntuples(old) == 0) {
-        idem_reply_error(r, 404, "id", "not_found", "no such fine-tuning job: %s", http_path_param(r, "id"));
-        return;
-    }
-    const char *status = PQgetvalue(old, 0, 0);
+    if (idem_reply_unless_found(r, res, 0, "fine-tuning job")) return;
+    const char *status = PQgetvalue(res->res[0], 0, 0);
     int ok = 0;
     for (const char *const *s = change->ok_from; *s; s++)
         if (strcmp(*s, status) == 0) ok = 1;
@@ -374,38 +328,14 @@ static void jobs_resume(struct gw_req *r) { idem_begin(r, state_change_start, (v
 
 /* ---------------------------------------------------------------- events and checkpoints */
 
-struct page_ctx {
-    int limit;
-    json_t *(*to_json)(const PGresult *res, int row);
-};
-
-static void page_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct page_ctx *p = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_not_found(r, "fine-tuning job", http_path_param(r, "id"));
-        return;
-    }
-    const PGresult *rows = res->res[1];
-    int n = PQntuples(rows);
-    json_t *data = json_array();
-    for (int i = 0; i < n && i < p->limit; i++) json_array_append_new(data, p->to_json(rows, i));
-    http_reply_json(r, 200, files_list_object(data, n > p->limit));
-}
-
 /* The job must be the tenant's (else 404), then a page of its `stmt` rows, newest first. */
 static void job_page(struct gw_req *r, const char *stmt, int def_limit, json_t *(*to_json)(const PGresult *, int)) {
-    struct page_ctx *p = http_alloc(r, sizeof *p);
-    p->to_json = to_json;
-    if (files_query_limit(r, def_limit, 100, &p->limit)) return;
-    char *fetch = http_printf(r, "%d", p->limit + 1);
+    struct files_page *p = files_page_new(r, def_limit, 100, "fine-tuning job", to_json);
+    if (!p) return;
     const char *job[] = {http_tenant_id(r), http_path_param(r, "id")};
-    const char *page[] = {http_tenant_id(r), http_path_param(r, "id"), http_query_param(r, "after"), fetch};
+    const char *page[] = {http_tenant_id(r), http_path_param(r, "id"), http_query_param(r, "after"), p->fetch};
     struct db_stmt stmts[] = {{"jobs_exists", NULL, 2, job}, {stmt, NULL, 4, page}};
-    db_transaction(r, stmts, 2, page_done, p);
+    db_transaction(r, stmts, 2, files_page_done, p);
 }
 
 static void jobs_events(struct gw_req *r) { job_page(r, "jobs_events", 20, event_row_to_json); }

@@ -12,12 +12,8 @@ static json_t *model_row_to_json(const PGresult *res, int row) {
 }
 
 static void models_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
-    json_t *data = json_array();
-    for (int i = 0; i < PQntuples(res->res[0]); i++) json_array_append_new(data, model_row_to_json(res->res[0], i));
+    if (db_reply_failed(r, res)) return;
+    json_t *data = db_rows_json(res->res[0], -1, model_row_to_json);
     http_reply_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -27,10 +23,7 @@ static void models_list(struct gw_req *r) {
 }
 
 static void models_get_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     if (PQntuples(res->res[0]) == 0) {
         http_reply_error(r, 404, "model", "model_not_found", "model %s does not exist or you do not have access to it",
                          http_path_param(r, "id"));

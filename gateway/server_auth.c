@@ -130,10 +130,7 @@ struct key_lookup {
 
 static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void *arg) {
     struct key_lookup *kl = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *rows = res->res[0];
     for (int i = 0; i < PQntuples(rows); i++) {
         uint8_t stored[32];
@@ -158,10 +155,7 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
 
 static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct key_lookup *kl = arg; /* only hash and epoch: a token has no key */
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *rows = res->res[0];
     if (PQntuples(rows) != 1) {
         reply_unauthorized(r, "invalid_token", NULL, "%s", "invalid token: the tenant it names does not exist");
@@ -271,10 +265,7 @@ void gw_authenticate(struct gw_req *r) {
  * for this request (row-level security's whet.tenant_id), so a client can check its key and an
  * operator can check the scoping end to end. */
 static void whoami_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     http_reply_json(r, 200, json_pack("{s:s, s:s, s:s, s:s, s:o}", "object", "identity", "tenant_id", r->tenant_id,
                                       "tenant", r->tenant_name, "auth", r->auth_kind ? r->auth_kind : "",
                                       "database_tenant", db_json_string(res->res[0], 0, 0)));

@@ -109,6 +109,13 @@ int http_run_blocking(struct gw_req *r, void (*work)(void *arg), void (*done)(st
     return 0;
 }
 
+int http_run_blocking_or_busy(struct gw_req *r, void (*work)(void *arg), void (*done)(struct gw_req *r, void *arg),
+                              void *arg) {
+    if (http_run_blocking(r, work, done, arg) == 0) return 0;
+    http_reply_unavailable(r, 1, "the gateway's workers are busy");
+    return -1;
+}
+
 void gw_workers_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages) {
     while (!h2o_linklist_is_empty(messages)) {
         struct gw_job *job = H2O_STRUCT_FROM_MEMBER(struct gw_job, super.link, messages->next);

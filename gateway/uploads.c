@@ -33,15 +33,8 @@
 #define UPLOAD_FROM "uploads u LEFT JOIN files f ON f.id = u.file_id"
 
 static json_t *upload_row_to_json(const PGresult *res, int row) {
-    json_t *file = json_null();
-    if (db_value(res, row, 7)) {
-        /* The file's columns follow FILES_COLUMNS' order from column 7 on. */
-        file = json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:n}", "id", db_json_string(res, row, 7), "object",
-                         "file", "bytes", db_json_integer(res, row, 10), "created_at", db_json_integer(res, row, 11),
-                         "expires_at", db_json_integer(res, row, 12), "filename", db_json_string(res, row, 9),
-                         "purpose", db_json_string(res, row, 8), "status", db_json_string(res, row, 13),
-                         "status_details");
-    }
+    /* The file's columns follow FILES_COLUMNS' order from column 7 on. */
+    json_t *file = db_value(res, row, 7) ? files_row_to_json_at(res, row, 7) : json_null();
     return json_pack("{s:o, s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "id", db_json_string(res, row, 0), "object",
                      "upload", "bytes", db_json_integer(res, row, 3), "created_at", db_json_integer(res, row, 5),
                      "filename", db_json_string(res, row, 1), "purpose", db_json_string(res, row, 2), "status",
@@ -69,11 +62,7 @@ static const char *const jsonl_mime_types[] = {"text/jsonl", "application/jsonl"
                                                "application/json", "text/plain", NULL};
 
 static void uploads_created(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (idem_lost_race(r, res)) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (idem_reply_failed(r, res)) return;
     idem_reply_json(r, 200, upload_row_to_json(res->res[1], 0));
 }
 
@@ -92,15 +81,8 @@ static void uploads_create_start(struct gw_req *r, void *arg) {
 static void uploads_create(struct gw_req *r) {
     json_t *body = http_body_json(r);
     if (!body) return;
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "filename") && strcmp(key, "purpose") && strcmp(key, "bytes") && strcmp(key, "mime_type") &&
-            strcmp(key, "expires_after")) {
-            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            goto out;
-        }
-    }
+    static const char *const fields[] = {"filename", "purpose", "bytes", "mime_type", "expires_after", NULL};
+    if (http_body_keys_known(r, body, fields)) goto out;
     json_t *filename = json_object_get(body, "filename"), *purpose = json_object_get(body, "purpose");
     json_t *bytes = json_object_get(body, "bytes"), *mime = json_object_get(body, "mime_type");
     if (!json_is_string(filename) || json_string_length(filename) == 0 || json_string_length(filename) > MULTIPART_NAME_MAX ||
@@ -185,17 +167,22 @@ static void part_work(void *arg) {
     if (!store || objstore_put(store, p->key, p->data, p->len, &p->err)) p->failed = 1;
 }
 
+/* For a transaction that records an object already stored under `key`: when it failed, or wrote no row
+ * in statement `stmt` because the upload stopped being pending meanwhile (409 "upload ID `why`"), the
+ * object goes (no row, no object) and the request is answered; returns 1 then. */
+static int rows_refused(struct gw_req *r, const struct db_result *res, int stmt, const char *key, const char *why) {
+    if (res->ok && PQntuples(res->res[stmt]) > 0) return 0;
+    files_delete_object_later(r, key);
+    if (res->ok)
+        idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s %s", http_path_param(r, "id"), why);
+    else if (!idem_lost_race(r, res))
+        http_reply_db_error(r, res);
+    return 1;
+}
+
 static void part_inserted(struct gw_req *r, const struct db_result *res, void *arg) {
     struct part_job *p = arg;
-    if (!res->ok || PQntuples(res->res[0]) == 0) {
-        /* The upload was completed or cancelled meanwhile: no part row, so no object either. */
-        files_delete_object_later(r, p->key);
-        if (res->ok)
-            idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s no longer takes parts",
-                             http_path_param(r, "id"));
-        else if (!idem_lost_race(r, res))
-            http_reply_db_error(r, res);
-    } else {
+    if (!rows_refused(r, res, 0, p->key, "no longer takes parts")) {
         const PGresult *row = res->res[0];
         idem_reply_json(r, 200, json_pack("{s:o, s:s, s:o, s:o}", "id", db_json_string(row, 0, 0), "object",
                                           "upload.part", "created_at", db_json_integer(row, 0, 1), "upload_id",
@@ -232,15 +219,8 @@ static void part_check(struct gw_req *r, void *arg) {
 
 static void part_checked(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct multipart_part *data = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_unless_found(r, res, "upload", "id")) return;
     const PGresult *up = res->res[0];
-    if (PQntuples(up) == 0) {
-        http_reply_not_found(r, "upload", http_path_param(r, "id"));
-        return;
-    }
     if (!upload_open(r, up, 0)) return;
     uint64_t declared = strtoull(PQgetvalue(up, 0, 3), NULL, 10);
     uint64_t so_far = strtoull(PQgetvalue(res->res[1], 0, 0), NULL, 10);
@@ -251,32 +231,16 @@ static void part_checked(struct gw_req *r, const struct db_result *res, void *ar
         return;
     }
     struct part_job *p = xcalloc(1, sizeof *p);
-    p->data = xmalloc(data->len ? data->len : 1);
-    memcpy(p->data, data->data, data->len);
+    p->data = files_part_copy(data);
     p->len = data->len;
     p->part_id = files_new_id(r, "part_");
     p->key = xasprintf("uploads/%s/%s/%s", http_tenant_id(r), http_path_param(r, "id"), p->part_id);
-    if (http_run_blocking(r, part_work, part_stored, p)) {
-        part_free(p);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, part_work, part_stored, p)) part_free(p);
 }
 
 static void uploads_add_part(struct gw_req *r) {
-    const char *ct = http_header(r, "content-type");
-    char boundary[MULTIPART_BOUNDARY_MAX + 1];
-    struct whet_err err;
-    if (!ct || multipart_boundary(ct, strlen(ct), boundary, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "%s",
-                         ct ? err.msg : "expected Content-Type multipart/form-data with the field data");
-        return;
-    }
-    h2o_iovec_t body = http_body(r);
-    struct multipart_form *form = http_alloc(r, sizeof *form);
-    if (multipart_parse(body.base, body.len, boundary, form, &err)) {
-        http_reply_error(r, 400, NULL, "invalid_request", "malformed multipart body: %s", err.msg);
-        return;
-    }
+    struct multipart_form *form = files_form(r, "the field data");
+    if (!form) return;
     const struct multipart_part *data = multipart_get(form, "data");
     if (!data || form->count != 1) {
         http_reply_error(r, 400, "data", "invalid_request", "data: expected exactly one form field, named data");
@@ -399,13 +363,7 @@ out:
 
 static void complete_rows_done(struct gw_req *r, const struct db_result *res, void *arg) {
     struct assemble_job *a = arg;
-    if (!res->ok || PQntuples(res->res[2]) == 0) {
-        files_delete_object_later(r, a->file_key);
-        if (res->ok)
-            idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s was completed or cancelled meanwhile",
-                             http_path_param(r, "id"));
-        else if (!idem_lost_race(r, res))
-            http_reply_db_error(r, res);
+    if (rows_refused(r, res, 2, a->file_key, "was completed or cancelled meanwhile")) {
         assemble_free(a);
         return;
     }
@@ -434,15 +392,12 @@ static void complete_failed_recheck(struct gw_req *r, const struct db_result *re
 
 static void complete_assembled(struct gw_req *r, void *arg) {
     struct assemble_job *a = arg;
-    if (http_gone(r)) {
-        if (!a->failed && !a->invalid) files_delete_object_later(r, a->file_key);
+    if (!http_gone(r) && a->invalid && strncmp(a->err.msg, "md5:", 4) == 0) {
+        http_reply_error(r, 400, "md5", "md5_mismatch", "%s", a->err.msg);
         assemble_free(a);
         return;
     }
-    if (a->invalid) {
-        int is_md5 = strncmp(a->err.msg, "md5:", 4) == 0;
-        http_reply_error(r, 400, is_md5 ? "md5" : NULL, is_md5 ? "md5_mismatch" : "invalid_file", "%s%s",
-                         is_md5 ? "" : "invalid fine-tune file: ", a->err.msg);
+    if (files_stored_answered(r, a->file_key, a->invalid, a->failed, &a->err, NULL)) {
         assemble_free(a);
         return;
     }
@@ -478,15 +433,8 @@ struct complete_ctx {
 
 static void complete_checked(struct gw_req *r, const struct db_result *res, void *arg) {
     struct complete_ctx *c = arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_unless_found(r, res, "upload", "id")) return;
     const PGresult *up = res->res[0], *parts = res->res[1];
-    if (PQntuples(up) == 0) {
-        http_reply_not_found(r, "upload", http_path_param(r, "id"));
-        return;
-    }
     /* A retried complete answers like the first. */
     if (strcmp(PQgetvalue(up, 0, 4), "completed") == 0) {
         idem_reply_json(r, 200, upload_row_to_json(up, 0));
@@ -524,10 +472,7 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
     memcpy(a->md5_want, c->md5, sizeof a->md5_want);
     a->file_id = files_new_id(r, "file-");
     a->file_key = xasprintf("files/%s/%s", http_tenant_id(r), a->file_id);
-    if (http_run_blocking(r, assemble_work, complete_assembled, a)) {
-        assemble_free(a);
-        http_reply_unavailable(r, 1, "the gateway's workers are busy");
-    }
+    if (http_run_blocking_or_busy(r, assemble_work, complete_assembled, a)) assemble_free(a);
 }
 
 static void complete_start(struct gw_req *r, void *arg) {
@@ -539,14 +484,7 @@ static void complete_start(struct gw_req *r, void *arg) {
 static void uploads_complete(struct gw_req *r) {
     json_t *body = http_body_json(r);
     if (!body) return;
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "part_ids") && strcmp(key, "md5")) {
-            http_reply_error(r, 400, key, "invalid_request", "%s: unrecognized request argument supplied", key);
-            goto fail;
-        }
-    }
+    if (http_body_keys_known(r, body, (const char *const[]){"part_ids", "md5", NULL})) goto fail;
     json_t *ids = json_object_get(body, "part_ids");
     if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > 10000) {
         http_reply_error(r, 400, "part_ids", "invalid_value", "part_ids: expected an array of 1 to 10000 part ids");
@@ -591,16 +529,8 @@ fail:
 /* ---------------------------------------------------------------- cancel */
 
 static void cancel_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (idem_lost_race(r, res)) return;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (idem_reply_unless_found(r, res, 1, "upload")) return;
     const PGresult *up = res->res[1];
-    if (PQntuples(up) == 0) {
-        idem_reply_error(r, 404, "id", "not_found", "no such upload: %s", http_path_param(r, "id"));
-        return;
-    }
     const char *status = PQgetvalue(up, 0, 4);
     if (strcmp(status, "cancelled") != 0) {
         idem_reply_error(r, 409, "id", "invalid_upload_state", "upload %s is %s and cannot be cancelled",

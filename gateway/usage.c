@@ -60,10 +60,7 @@ static int time_param(struct gw_req *r, const char *name, const char **out) {
 
 static void usage_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
     int admin = arg != NULL;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *pr = res->res[0];
     const char *format = http_query_param(r, "format");
     if (admin && format && !strcmp(format, "csv")) {
@@ -103,10 +100,7 @@ static void usage_admin(struct gw_req *r) { usage_list(r, 1); }
 
 static void nodes_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
     (void)arg;
-    if (!res->ok) {
-        http_reply_db_error(r, res);
-        return;
-    }
+    if (db_reply_failed(r, res)) return;
     const PGresult *pr = res->res[0];
     json_t *data = json_array();
     for (int i = 0; i < PQntuples(pr); i++)

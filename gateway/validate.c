@@ -11,7 +11,6 @@
 
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,20 +49,9 @@ enum validate_format validate_format_parse(const char *name) {
 #define PATH_MAX_LEN 160
 
 
-static int field_err(struct whet_err *err, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int field_err(struct whet_err *err, const char *path, const char *fmt, ...) {
-    char what[WHET_ERR_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    return whet_errf(err, "%s: %s", path, what);
-}
-
 static int expect_type(const json_t *v, json_type type, const char *what, const char *path, struct whet_err *err) {
     if (json_typeof(v) == type) return 0;
-    return field_err(err, path, "expected %s, found %s", what, whet_json_kind(v));
+    return whet_errf_at(err, path, "expected %s, found %s", what, whet_json_kind(v));
 }
 
 /* Appends `s` to the path in `out` (which holds `len` bytes), truncating at PATH_MAX_LEN - 1. */
@@ -89,6 +77,12 @@ static void path_index(char out[PATH_MAX_LEN], const char *parent, size_t i) {
     path_append(out, path_append(out, 0, parent), index);
 }
 
+/* The member `key` of `obj` (NULL when absent); its path goes to `sub`. */
+static const json_t *member(const json_t *obj, const char *key, const char *path, char sub[PATH_MAX_LEN]) {
+    path_key(sub, path, key);
+    return json_object_get(obj, key);
+}
+
 /* Every key of `obj` must be one of the NULL-terminated `allowed`. */
 static int check_known_keys(const json_t *obj, const char *const *allowed, const char *path, struct whet_err *err) {
     const char *key;
@@ -100,7 +94,7 @@ static int check_known_keys(const json_t *obj, const char *const *allowed, const
         if (!known) {
             char sub[PATH_MAX_LEN];
             path_key(sub, path, key);
-            return field_err(err, sub, "unknown field");
+            return whet_errf_at(err, sub, "unknown field");
         }
     }
     return 0;
@@ -108,18 +102,15 @@ static int check_known_keys(const json_t *obj, const char *const *allowed, const
 
 /* An optional string field: absent is fine, present must be a string. */
 static int check_optional_string(const json_t *obj, const char *key, const char *path, struct whet_err *err) {
-    json_t *v = json_object_get(obj, key);
-    if (!v) return 0;
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, key);
-    return expect_type(v, JSON_STRING, "a string", sub, err);
+    const json_t *v = member(obj, key, path, sub);
+    return v ? expect_type(v, JSON_STRING, "a string", sub, err) : 0;
 }
 
 static int check_required_string(const json_t *obj, const char *key, const char *path, struct whet_err *err) {
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, key);
-    json_t *v = json_object_get(obj, key);
-    if (!v) return field_err(err, sub, "missing");
+    const json_t *v = member(obj, key, path, sub);
+    if (!v) return whet_errf_at(err, sub, "missing");
     return expect_type(v, JSON_STRING, "a string", sub, err);
 }
 
@@ -144,15 +135,14 @@ static void roles_list(char *out, size_t size, unsigned mask) {
 
 /* content: a string or a non-empty array of parts; image parts only where `allow_images`. */
 static int check_content_parts(const json_t *parts, int allow_images, const char *path, struct whet_err *err) {
-    if (json_array_size(parts) == 0) return field_err(err, path, "expected at least one content part");
+    if (json_array_size(parts) == 0) return whet_errf_at(err, path, "expected at least one content part");
     for (size_t i = 0; i < json_array_size(parts); i++) {
         const json_t *part = json_array_get(parts, i);
         char pp[PATH_MAX_LEN], sub[PATH_MAX_LEN];
         path_index(pp, path, i);
         if (expect_type(part, JSON_OBJECT, "an object", pp, err)) return -1;
-        json_t *type = json_object_get(part, "type");
-        path_key(sub, pp, "type");
-        if (!type) return field_err(err, sub, "missing");
+        const json_t *type = member(part, "type", pp, sub);
+        if (!type) return whet_errf_at(err, sub, "missing");
         if (expect_type(type, JSON_STRING, "a string", sub, err)) return -1;
         const char *t = json_string_value(type);
         if (strcmp(t, "text") == 0) {
@@ -162,9 +152,8 @@ static int check_content_parts(const json_t *parts, int allow_images, const char
         } else if (strcmp(t, "image_url") == 0 && allow_images) {
             static const char *const keys[] = {"type", "image_url", NULL};
             if (check_known_keys(part, keys, pp, err)) return -1;
-            json_t *img = json_object_get(part, "image_url");
-            path_key(sub, pp, "image_url");
-            if (!img) return field_err(err, sub, "missing");
+            const json_t *img = member(part, "image_url", pp, sub);
+            if (!img) return whet_errf_at(err, sub, "missing");
             if (expect_type(img, JSON_OBJECT, "an object", sub, err)) return -1;
             static const char *const img_keys[] = {"url", "detail", NULL};
             if (check_known_keys(img, img_keys, sub, err)) return -1;
@@ -175,10 +164,10 @@ static int check_content_parts(const json_t *parts, int allow_images, const char
                 path_key(dp, sub, "detail");
                 const char *d = json_string_value(detail);
                 if (!d || (strcmp(d, "auto") && strcmp(d, "low") && strcmp(d, "high")))
-                    return field_err(err, dp, "expected one of \"auto\", \"low\", \"high\"");
+                    return whet_errf_at(err, dp, "expected one of \"auto\", \"low\", \"high\"");
             }
         } else {
-            return field_err(err, sub, "expected %s", allow_images ? "\"text\" or \"image_url\"" : "\"text\"");
+            return whet_errf_at(err, sub, "expected %s", allow_images ? "\"text\" or \"image_url\"" : "\"text\"");
         }
     }
     return 0;
@@ -191,9 +180,29 @@ static int check_function_object(const json_t *fn, const char *path, int need_ar
     return 0;
 }
 
+/* The "type": "function" and the "function" object of a tool call (`is_call`: its type may be left
+ * out and its function carries arguments) or of a tool; the function's path goes to `fn_path`. NULL,
+ * with err set, when either is wrong. */
+static const json_t *check_function_entry(const json_t *entry, const char *path, int is_call,
+                                          char fn_path[PATH_MAX_LEN], struct whet_err *err) {
+    char sub[PATH_MAX_LEN];
+    const json_t *type = member(entry, "type", path, sub);
+    int is_function = type && json_is_string(type) && strcmp(json_string_value(type), "function") == 0;
+    if (!is_function && (type || !is_call)) {
+        whet_errf_at(err, sub, "expected \"function\"");
+        return NULL;
+    }
+    const json_t *fn = member(entry, "function", path, fn_path);
+    if (!fn) {
+        whet_errf_at(err, fn_path, "missing");
+        return NULL;
+    }
+    return check_function_object(fn, fn_path, is_call, err) ? NULL : fn;
+}
+
 static int check_tool_calls(const json_t *calls, const char *path, struct whet_err *err) {
     if (expect_type(calls, JSON_ARRAY, "an array", path, err)) return -1;
-    if (json_array_size(calls) == 0) return field_err(err, path, "expected at least one tool call");
+    if (json_array_size(calls) == 0) return whet_errf_at(err, path, "expected at least one tool call");
     for (size_t i = 0; i < json_array_size(calls); i++) {
         const json_t *call = json_array_get(calls, i);
         char cp[PATH_MAX_LEN], sub[PATH_MAX_LEN];
@@ -202,14 +211,7 @@ static int check_tool_calls(const json_t *calls, const char *path, struct whet_e
         static const char *const keys[] = {"id", "type", "function", NULL};
         if (check_known_keys(call, keys, cp, err)) return -1;
         if (check_optional_string(call, "id", cp, err)) return -1;
-        json_t *type = json_object_get(call, "type");
-        path_key(sub, cp, "type");
-        if (type && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
-            return field_err(err, sub, "expected \"function\"");
-        json_t *fn = json_object_get(call, "function");
-        path_key(sub, cp, "function");
-        if (!fn) return field_err(err, sub, "missing");
-        if (check_function_object(fn, sub, 1, err)) return -1;
+        if (!check_function_entry(call, cp, 1, sub, err)) return -1;
     }
     return 0;
 }
@@ -222,14 +224,8 @@ static int check_tools(const json_t *tools, const char *path, struct whet_err *e
         char tp[PATH_MAX_LEN], sub[PATH_MAX_LEN];
         path_index(tp, path, i);
         if (expect_type(tool, JSON_OBJECT, "an object", tp, err)) return -1;
-        json_t *type = json_object_get(tool, "type");
-        path_key(sub, tp, "type");
-        if (!(type && json_is_string(type) && strcmp(json_string_value(type), "function") == 0))
-            return field_err(err, sub, "expected \"function\"");
-        json_t *fn = json_object_get(tool, "function");
-        path_key(sub, tp, "function");
-        if (!fn) return field_err(err, sub, "missing");
-        if (check_function_object(fn, sub, 0, err)) return -1;
+        const json_t *fn = check_function_entry(tool, tp, 0, sub, err);
+        if (!fn) return -1;
         json_t *params = json_object_get(fn, "parameters");
         if (params) {
             char pp[PATH_MAX_LEN];
@@ -244,9 +240,8 @@ static int check_tools(const json_t *tools, const char *path, struct whet_err *e
 static int check_message(const json_t *msg, unsigned roles, const char *path, enum role *role_out, struct whet_err *err) {
     char sub[PATH_MAX_LEN];
     if (expect_type(msg, JSON_OBJECT, "an object", path, err)) return -1;
-    json_t *role = json_object_get(msg, "role");
-    path_key(sub, path, "role");
-    if (!role) return field_err(err, sub, "missing");
+    const json_t *role = member(msg, "role", path, sub);
+    if (!role) return whet_errf_at(err, sub, "missing");
     if (expect_type(role, JSON_STRING, "a string", sub, err)) return -1;
     int r = -1;
     for (int i = 0; i < ROLE_COUNT; i++)
@@ -254,8 +249,8 @@ static int check_message(const json_t *msg, unsigned roles, const char *path, en
     if (r < 0) {
         char list[128];
         roles_list(list, sizeof list, roles);
-        if (roles == ROLES_ASSISTANT) return field_err(err, sub, "expected \"assistant\"");
-        return field_err(err, sub, "expected one of %s", list);
+        if (roles == ROLES_ASSISTANT) return whet_errf_at(err, sub, "expected \"assistant\"");
+        return whet_errf_at(err, sub, "expected one of %s", list);
     }
     *role_out = (enum role)r;
 
@@ -267,15 +262,15 @@ static int check_message(const json_t *msg, unsigned roles, const char *path, en
     json_t *weight = json_object_get(msg, "weight");
     if (weight) {
         path_key(sub, path, "weight");
-        if (r != ROLE_ASSISTANT) return field_err(err, sub, "only assistant messages may carry a weight");
+        if (r != ROLE_ASSISTANT) return whet_errf_at(err, sub, "only assistant messages may carry a weight");
         if (!json_is_integer(weight) || (json_integer_value(weight) != 0 && json_integer_value(weight) != 1))
-            return field_err(err, sub, "expected 0 or 1");
+            return whet_errf_at(err, sub, "expected 0 or 1");
     }
     json_t *tool_calls = json_object_get(msg, "tool_calls");
     json_t *function_call = json_object_get(msg, "function_call");
     if ((tool_calls || function_call) && r != ROLE_ASSISTANT) {
         path_key(sub, path, tool_calls ? "tool_calls" : "function_call");
-        return field_err(err, sub, "only assistant messages may call tools");
+        return whet_errf_at(err, sub, "only assistant messages may call tools");
     }
     if (tool_calls) {
         path_key(sub, path, "tool_calls");
@@ -288,28 +283,27 @@ static int check_message(const json_t *msg, unsigned roles, const char *path, en
     json_t *tool_call_id = json_object_get(msg, "tool_call_id");
     if (tool_call_id) {
         path_key(sub, path, "tool_call_id");
-        if (r != ROLE_TOOL) return field_err(err, sub, "only tool messages answer a tool call");
+        if (r != ROLE_TOOL) return whet_errf_at(err, sub, "only tool messages answer a tool call");
         if (expect_type(tool_call_id, JSON_STRING, "a string", sub, err)) return -1;
     }
 
-    json_t *content = json_object_get(msg, "content");
-    path_key(sub, path, "content");
+    const json_t *content = member(msg, "content", path, sub);
     if (!content || json_is_null(content)) {
         /* An assistant turn that only calls a tool has no content. */
         if (r == ROLE_ASSISTANT && (tool_calls || function_call)) return 0;
-        return field_err(err, sub, "missing");
+        return whet_errf_at(err, sub, "missing");
     }
     if (json_is_string(content)) return 0;
     if (json_is_array(content)) return check_content_parts(content, r == ROLE_USER, sub, err);
-    return field_err(err, sub, "expected a string or an array of content parts, found %s", whet_json_kind(content));
+    return whet_errf_at(err, sub, "expected a string or an array of content parts, found %s", whet_json_kind(content));
 }
 
 /* A non-empty array of messages. Reports how many are the assistant's and the last one's role. */
 static int check_messages(const json_t *list, unsigned roles, const char *path, size_t *assistant_count,
                           enum role *last_role, struct whet_err *err) {
-    if (!list) return field_err(err, path, "missing");
+    if (!list) return whet_errf_at(err, path, "missing");
     if (expect_type(list, JSON_ARRAY, "an array", path, err)) return -1;
-    if (json_array_size(list) == 0) return field_err(err, path, "expected at least one message");
+    if (json_array_size(list) == 0) return whet_errf_at(err, path, "expected at least one message");
     *assistant_count = 0;
     for (size_t i = 0; i < json_array_size(list); i++) {
         char mp[PATH_MAX_LEN];
@@ -323,20 +317,16 @@ static int check_messages(const json_t *list, unsigned roles, const char *path, 
 }
 
 static int check_parallel_tool_calls(const json_t *obj, const char *path, struct whet_err *err) {
-    json_t *v = json_object_get(obj, "parallel_tool_calls");
-    if (!v) return 0;
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, "parallel_tool_calls");
-    if (!json_is_boolean(v)) return field_err(err, sub, "expected a boolean, found %s", whet_json_kind(v));
+    const json_t *v = member(obj, "parallel_tool_calls", path, sub);
+    if (v && !json_is_boolean(v)) return whet_errf_at(err, sub, "expected a boolean, found %s", whet_json_kind(v));
     return 0;
 }
 
 static int check_optional_tools(const json_t *obj, const char *path, struct whet_err *err) {
-    json_t *tools = json_object_get(obj, "tools");
-    if (!tools) return 0;
     char sub[PATH_MAX_LEN];
-    path_key(sub, path, "tools");
-    return check_tools(tools, sub, err);
+    const json_t *tools = member(obj, "tools", path, sub);
+    return tools ? check_tools(tools, sub, err) : 0;
 }
 
 /* ---------------------------------------------------------------- formats */
@@ -347,7 +337,7 @@ static int check_sft(const json_t *line, struct whet_err *err) {
     size_t assistants;
     enum role last = ROLE_USER;
     if (check_messages(json_object_get(line, "messages"), ROLES_ALL, "messages", &assistants, &last, err)) return -1;
-    if (assistants == 0) return field_err(err, "messages", "expected at least one assistant message to train on");
+    if (assistants == 0) return whet_errf_at(err, "messages", "expected at least one assistant message to train on");
     if (check_optional_tools(line, "", err)) return -1;
     return check_parallel_tool_calls(line, "", err);
 }
@@ -356,8 +346,8 @@ static int check_sft(const json_t *line, struct whet_err *err) {
 static int check_dpo_output(const json_t *line, const char *name, const char *old_name, struct whet_err *err) {
     json_t *v = json_object_get(line, name);
     json_t *old = json_object_get(line, old_name);
-    if (v && old) return field_err(err, old_name, "give either %s or %s, not both", name, old_name);
-    if (!v && !old) return field_err(err, name, "missing");
+    if (v && old) return whet_errf_at(err, old_name, "give either %s or %s, not both", name, old_name);
+    if (!v && !old) return whet_errf_at(err, name, "missing");
     size_t assistants;
     enum role last = ROLE_USER;
     return check_messages(v ? v : old, ROLES_ASSISTANT, v ? name : old_name, &assistants, &last, err);
@@ -368,7 +358,7 @@ static int check_dpo(const json_t *line, struct whet_err *err) {
                                        "non_preferred_completion", NULL};
     if (check_known_keys(line, keys, "", err)) return -1;
     json_t *input = json_object_get(line, "input");
-    if (!input) return field_err(err, "input", "missing");
+    if (!input) return whet_errf_at(err, "input", "missing");
     if (expect_type(input, JSON_OBJECT, "an object", "input", err)) return -1;
     static const char *const input_keys[] = {"messages", "tools", "parallel_tool_calls", NULL};
     if (check_known_keys(input, input_keys, "input", err)) return -1;
@@ -377,8 +367,8 @@ static int check_dpo(const json_t *line, struct whet_err *err) {
     if (check_messages(json_object_get(input, "messages"), ROLES_ALL, "input.messages", &assistants, &last, err))
         return -1;
     if (last == ROLE_ASSISTANT)
-        return field_err(err, "input.messages",
-                         "the prompt must not end with an assistant message (the outputs answer it)");
+        return whet_errf_at(err, "input.messages",
+                            "the prompt must not end with an assistant message (the outputs answer it)");
     if (check_optional_tools(input, "input", err)) return -1;
     if (check_parallel_tool_calls(input, "input", err)) return -1;
     if (check_dpo_output(line, "preferred_output", "preferred_completion", err)) return -1;
@@ -392,8 +382,8 @@ static int check_rft(const json_t *line, struct whet_err *err) {
     if (last != ROLE_USER && last != ROLE_DEVELOPER) {
         char at[PATH_MAX_LEN];
         path_index(at, "messages", json_array_size(json_object_get(line, "messages")) - 1);
-        return field_err(err, at, "the last message must be the user's turn (the model answers it), found \"%s\"",
-                         role_names[last]);
+        return whet_errf_at(err, at, "the last message must be the user's turn (the model answers it), found \"%s\"",
+                            role_names[last]);
     }
     /* Every other field is the item the grader reads ({{item.name}}): any JSON. */
     return 0;

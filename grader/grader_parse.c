@@ -61,13 +61,12 @@ static int utf8_cut(const char *s, size_t max) {
 
 static int bad(struct parse_ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int bad(struct parse_ctx *c, const char *path, const char *fmt, ...) {
-    char what[WHET_ERR_MAX];
+    snprintf(c->param, sizeof c->param, "%s", path);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    int rc = whet_verrf_at(c->err, path, fmt, ap);
     va_end(ap);
-    snprintf(c->param, sizeof c->param, "%s", path);
-    return whet_errf(c->err, "%s: %s", path, what);
+    return rc;
 }
 
 

@@ -294,6 +294,20 @@ static int memory_sink_write(void *ctx, const void *chunk, size_t len) {
     return 0;
 }
 
+/* Hands the sink's bytes, NUL-terminated, to the caller after a read that returned rc; frees them
+ * when the read failed. Returns rc. */
+static int memory_sink_finish(struct memory_sink *m, int rc, char **data, size_t *len) {
+    if (rc != 0) {
+        free(m->data);
+        return rc;
+    }
+    if (!m->data) m->data = xmalloc(1);
+    m->data[m->len] = 0;
+    *data = m->data;
+    if (len) *len = m->len;
+    return 0;
+}
+
 int objstore_get(struct objstore *store, const char *key, char **data, size_t *len, size_t max,
                  struct whet_err *err) {
     CHECK_KEY(key);
@@ -301,15 +315,7 @@ int objstore_get(struct objstore *store, const char *key, char **data, size_t *l
     struct objstore_info info;
     int rc = read_verified(store, key, memory_sink_write, &m, &info, err);
     if (rc == -1 && m.too_big) whet_errf(err, "object \"%s\" is larger than the limit of %zu bytes", key, max);
-    if (rc != 0) {
-        free(m.data);
-        return rc;
-    }
-    if (!m.data) m.data = xmalloc(1);
-    m.data[m.len] = 0;
-    *data = m.data;
-    if (len) *len = m.len;
-    return 0;
+    return memory_sink_finish(&m, rc, data, len);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -746,15 +752,7 @@ int objstore_get_zstd(struct objstore *store, const char *key, char **data, size
     int rc = read_zstd(store, key, memory_sink_write, &m, err);
     if (rc == -1 && m.too_big)
         whet_errf(err, "object \"%s\" decompresses to more than the limit of %zu bytes", key, max);
-    if (rc != 0) {
-        free(m.data);
-        return rc;
-    }
-    if (!m.data) m.data = xmalloc(1);
-    m.data[m.len] = 0;
-    *data = m.data;
-    if (len) *len = m.len;
-    return 0;
+    return memory_sink_finish(&m, rc, data, len);
 }
 
 int objstore_put_file_zstd(struct objstore *store, const char *key, const char *path, int level,
@@ -960,11 +958,7 @@ int objstore_get_dir(struct objstore *store, const char *prefix, const char *dir
         free(key);
         free(path);
     }
-    if (rc == 0) {
-        char *path = xasprintf("%s/%s", dir, OBJSTORE_MANIFEST);
-        rc = whet_write_file_atomic(path, text, text_len, err);
-        free(path);
-    }
+    if (rc == 0) rc = whet_write_file_in(dir, OBJSTORE_MANIFEST, text, text_len, err);
     json_decref(manifest);
     free(text);
     free(manifest_key);

@@ -17,14 +17,12 @@
  * crash, or after a failure whose abort the server did not confirm (see "Multipart upload" below). */
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -982,14 +980,9 @@ static int multipart_upload(struct s3_store *s3, const char *key, const char *pa
 static int s3_put_file(struct objstore *store, const char *key, const char *path, const char *sha256,
                        struct whet_err *err) {
     struct s3_store *s3 = (struct s3_store *)store;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return whet_errf(err, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return whet_errf(err, "%s: not a regular file", path);
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    int fd = whet_open_regular(path, &size, err);
+    if (fd < 0) return -1;
     char computed[65];
     int rc = 0;
     if (size > store->part_size) {

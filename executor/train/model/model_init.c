@@ -62,9 +62,7 @@ int model_init_write(const char *dir, const struct model_init_opts *o, struct wh
         free(json);
         return -1;
     }
-    char *path = xasprintf("%s/config.json", dir);
-    int rc = whet_write_file_atomic(path, json, strlen(json), err);
-    free(path);
+    int rc = whet_write_file_in(dir, "config.json", json, strlen(json), err);
     free(json);
     if (rc) return -1;
     struct init_ctx c = {0};
@@ -72,7 +70,7 @@ int model_init_write(const char *dir, const struct model_init_opts *o, struct wh
     st_writer_metadata(&c.w, "format", "pt");
     rng_seed(&c.rng, o->seed);
     model_config_tensors(&check, init_tensor, &c);
-    path = xasprintf("%s/model.safetensors", dir);
+    char *path = xasprintf("%s/model.safetensors", dir);
     rc = st_writer_write(&c.w, path, ST_F32, err);
     free(path);
     st_writer_free(&c.w);

@@ -140,10 +140,8 @@ int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_
     if (whet_mkdir_p(dir, err)) return -1;
     const struct backend *be = m->be;
     char *cfg = model_config_to_json(&m->cfg, bf16 ? "bfloat16" : "float32");
-    char *path = xasprintf("%s/config.json", dir);
-    int rc = whet_write_file_atomic(path, cfg, strlen(cfg), err);
+    int rc = whet_write_file_in(dir, "config.json", cfg, strlen(cfg), err);
     free(cfg);
-    free(path);
     if (rc) return -1;
     /* Host copy of the base weights, with LoRA merged: W += s * B @ A. */
     float *host = xmalloc(sizeof(float) * m->n_params);
@@ -173,7 +171,7 @@ int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_
         const struct tensor *t = &m->tensors[i];
         st_writer_add(&w, t->name, t->ndim, t->shape, host + (t->ptr - m->params));
     }
-    path = xasprintf("%s/model.safetensors", dir);
+    char *path = xasprintf("%s/model.safetensors", dir);
     rc = st_writer_write(&w, path, bf16 ? ST_BF16 : ST_F32, err);
     free(path);
     st_writer_free(&w);
@@ -205,12 +203,10 @@ int model_save_adapter(const struct model *m, const char *dir, struct whet_err *
                              "modules_to_save");
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(root);
-    char *path = xasprintf("%s/adapter_config.json", dir);
     char *body = xasprintf("%s\n", text);
-    int rc = whet_write_file_atomic(path, body, strlen(body), err);
+    int rc = whet_write_file_in(dir, "adapter_config.json", body, strlen(body), err);
     free(text);
     free(body);
-    free(path);
     if (rc) return -1;
     float *host = xmalloc(sizeof(float) * m->n_lora);
     m->be->download(host, m->lora, sizeof(float) * m->n_lora);
@@ -221,7 +217,7 @@ int model_save_adapter(const struct model *m, const char *dir, struct whet_err *
         const struct tensor *t = &m->tensors[i];
         st_writer_add(&w, t->name, 2, t->shape, host + (t->ptr - m->lora));
     }
-    path = xasprintf("%s/adapter_model.safetensors", dir);
+    char *path = xasprintf("%s/adapter_model.safetensors", dir);
     rc = st_writer_write(&w, path, ST_F32, err);
     free(path);
     st_writer_free(&w);

@@ -6,14 +6,12 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -221,14 +219,10 @@ int st_parse(struct st_set *set, const uint8_t *buf, size_t len, const char *fil
 /* ---------------------------------------------------------------- files ---- */
 
 static int map_file(const char *path, void **addr, size_t *len, struct whet_err *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return whet_errf(err, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return whet_errf(err, "%s: not a regular file", path);
-    }
-    *len = (size_t)st.st_size;
+    uint64_t size;
+    int fd = whet_open_regular(path, &size, err);
+    if (fd < 0) return -1;
+    *len = (size_t)size;
     *addr = NULL;
     if (*len) {
         *addr = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);

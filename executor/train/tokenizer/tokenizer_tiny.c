@@ -145,6 +145,27 @@ static int collect_word(void *ctx, const char *p, size_t n) {
     return 0;
 }
 
+/* The words collected in `words`, in order, as pointers to their length fields (an array the caller
+ * frees); their count in *n. */
+static char **word_list(const struct whet_buf *words, size_t *n) {
+    size_t count = 0;
+    for (size_t off = 0; off < words->len; count++) {
+        uint32_t len;
+        memcpy(&len, words->data + off, 4);
+        off += 4 + len;
+    }
+    char **list = xmalloc(count * sizeof *list);
+    count = 0;
+    for (size_t off = 0; off < words->len;) {
+        uint32_t len;
+        memcpy(&len, words->data + off, 4);
+        list[count++] = words->data + off;
+        off += 4 + len;
+    }
+    *n = count;
+    return list;
+}
+
 static int cmp_bytes(const void *a, const void *b) {
     const char *x = *(const char *const *)a, *y = *(const char *const *)b;
     uint32_t lx, ly;
@@ -165,22 +186,8 @@ static int tiny_train(int target, struct whet_buf *tokens, struct tok_span *span
     struct whet_buf raw = {0};
     struct word_collect wc = {&raw};
     split_run(&split, md, NULL, tiny_corpus, sizeof tiny_corpus - 1, collect_word, &wc, err);
-    size_t n_base = 0;
-    char **base = NULL;
-    for (size_t off = 0; off < raw.len;) {
-        uint32_t len;
-        memcpy(&len, raw.data + off, 4);
-        n_base++;
-        off += 4 + len;
-    }
-    base = xmalloc(n_base * sizeof *base);
-    n_base = 0;
-    for (size_t off = 0; off < raw.len;) {
-        uint32_t len;
-        memcpy(&len, raw.data + off, 4);
-        base[n_base++] = raw.data + off;
-        off += 4 + len;
-    }
+    size_t n_base;
+    char **base = word_list(&raw, &n_base);
     /* Compounds are made of the distinct words of at least two letters. */
     qsort(base, n_base, sizeof *base, cmp_bytes);
     size_t n_distinct = 0;
@@ -220,20 +227,8 @@ static int tiny_train(int target, struct whet_buf *tokens, struct tok_span *span
     free(base);
 
     /* Distinct words in byte order, with counts. */
-    size_t n_all = 0;
-    for (size_t off = 0; off < raw.len; n_all++) {
-        uint32_t len;
-        memcpy(&len, raw.data + off, 4);
-        off += 4 + len;
-    }
-    char **all = xmalloc(n_all * sizeof *all);
-    n_all = 0;
-    for (size_t off = 0; off < raw.len;) {
-        uint32_t len;
-        memcpy(&len, raw.data + off, 4);
-        all[n_all++] = raw.data + off;
-        off += 4 + len;
-    }
+    size_t n_all;
+    char **all = word_list(&raw, &n_all);
     qsort(all, n_all, sizeof *all, cmp_bytes);
 
     int32_t byte_id[256];
@@ -430,15 +425,11 @@ int tokenizer_write_tiny(const char *dir, int vocab_size, struct whet_err *err) 
         free(json);
         return -1;
     }
-    char *path = xasprintf("%s/tokenizer.json", dir);
-    int rc = whet_write_file_atomic(path, json, strlen(json), err);
-    free(path);
+    int rc = whet_write_file_in(dir, "tokenizer.json", json, strlen(json), err);
     free(json);
     if (rc == 0) {
         config = tiny_config_json(vocab_size);
-        path = xasprintf("%s/tokenizer_config.json", dir);
-        rc = whet_write_file_atomic(path, config, strlen(config), err);
-        free(path);
+        rc = whet_write_file_in(dir, "tokenizer_config.json", config, strlen(config), err);
         free(config);
     }
     return rc;

@@ -122,6 +122,22 @@ TEST(sft_content_parts_and_tools) {
               "messages[0].tool_calls: only assistant messages may call tools");
     CHECK_STR(line_error("{\"tools\":[{\"type\":\"retrieval\"}],\"messages\":[{\"role\":\"assistant\",\"content\":\"x\"}]}", VALIDATE_FORMAT_SFT),
               "tools[0].type: expected \"function\"");
+    /* A tool call may leave its type out but not name another; a tool must name it and have a function. */
+    CHECK_STR(line_error("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"x\",\"function\":{}}]}]}",
+                         VALIDATE_FORMAT_SFT),
+              "messages[0].tool_calls[0].type: expected \"function\"");
+    CHECK_STR(line_error("{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"c\"}]}]}", VALIDATE_FORMAT_SFT),
+              "messages[0].tool_calls[0].function: missing");
+    CHECK_STR(line_error("{\"tools\":[{\"function\":{\"name\":\"f\"}}],\"messages\":[{\"role\":\"assistant\",\"content\":\"x\"}]}",
+                         VALIDATE_FORMAT_SFT),
+              "tools[0].type: expected \"function\"");
+    CHECK_STR(line_error("{\"tools\":[{\"type\":\"function\"}],\"messages\":[{\"role\":\"assistant\",\"content\":\"x\"}]}",
+                         VALIDATE_FORMAT_SFT),
+              "tools[0].function: missing");
+    CHECK_STR(line_error("{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":1}}],"
+                         "\"messages\":[{\"role\":\"assistant\",\"content\":\"x\"}]}",
+                         VALIDATE_FORMAT_SFT),
+              "tools[0].function.parameters: expected an object, found an integer");
     CHECK_STR(line_error("{\"parallel_tool_calls\":1,\"messages\":[{\"role\":\"assistant\",\"content\":\"x\"}]}", VALIDATE_FORMAT_SFT),
               "parallel_tool_calls: expected a boolean, found an integer");
 }
