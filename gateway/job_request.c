@@ -19,17 +19,15 @@
 static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path, const char *fmt, ...) {
-    char what[WHET_ERR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    if (path[0])
+        whet_verrf_at(err, path, fmt, ap);
+    else
+        whet_verrf(err, fmt, ap);
     va_end(ap);
     snprintf(param, JOB_PARAM_MAX, "%s", path);
     utf8_trim_incomplete(param, strlen(param));
-    if (path[0])
-        whet_errf(err, "%s: %s", path, what);
-    else
-        whet_errf(err, "%s", what);
     if (err) utf8_trim_incomplete(err->msg, strlen(err->msg));
     return -1;
 }
