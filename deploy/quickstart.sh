@@ -69,7 +69,7 @@ if [ $demo -eq 1 ]; then
   echo "== creating a LoRA SFT job on whet-tiny"
   job_id=$(api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
     -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file_id\",\"suffix\":\"quickstart\",
-         \"method\":{\"type\":\"supervised\",\"supervised\":{\"hyperparameters\":{\"n_epochs\":40,\"batch_size\":2,\"learning_rate_multiplier\":5}}},
+         \"method\":{\"type\":\"supervised\",\"supervised\":{\"hyperparameters\":{\"n_epochs\":40,\"batch_size\":24,\"learning_rate_multiplier\":5}}},
          \"whet\":{\"max_steps\":120,\"checkpoint_every_steps\":40}}" | field "['id']")
   echo "   $job_id"
   status=
