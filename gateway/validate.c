@@ -342,7 +342,9 @@ static int check_sft(const json_t *line, struct whet_err *err) {
     return check_parallel_tool_calls(line, "", err);
 }
 
-/* preferred_output (or its older name preferred_completion): a non-empty list of assistant messages. */
+/* preferred_output (or its older name preferred_completion): a non-empty list of assistant messages.
+ * The older names also take one assistant message or its plain text, as the trainer reads them
+ * (executor/train/data/dpo_data.c). */
 static int check_dpo_output(const json_t *line, const char *name, const char *old_name, struct whet_err *err) {
     json_t *v = json_object_get(line, name);
     json_t *old = json_object_get(line, old_name);
@@ -350,7 +352,13 @@ static int check_dpo_output(const json_t *line, const char *name, const char *ol
     if (!v && !old) return whet_errf_at(err, name, "missing");
     size_t assistants;
     enum role last = ROLE_USER;
-    return check_messages(v ? v : old, ROLES_ASSISTANT, v ? name : old_name, &assistants, &last, err);
+    if (v) return check_messages(v, ROLES_ASSISTANT, name, &assistants, &last, err);
+    if (json_is_string(old)) return 0;
+    if (!json_is_object(old)) return check_messages(old, ROLES_ASSISTANT, old_name, &assistants, &last, err);
+    json_t *one = json_pack("[O]", old);
+    int rc = check_messages(one, ROLES_ASSISTANT, old_name, &assistants, &last, err);
+    json_decref(one);
+    return rc;
 }
 
 static int check_dpo(const json_t *line, struct whet_err *err) {

@@ -150,6 +150,19 @@ TEST(dpo_rules) {
                          "\"non_preferred_completion\":[{\"role\":\"assistant\",\"content\":\"b\"}]}",
                          VALIDATE_FORMAT_DPO),
               "");
+    /* ... and, as the trainer reads them, one assistant message or its plain text. */
+    CHECK_STR(line_error("{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]},"
+                         "\"preferred_completion\":\"a\",\"non_preferred_completion\":{\"role\":\"assistant\",\"content\":\"b\"}}",
+                         VALIDATE_FORMAT_DPO),
+              "");
+    CHECK_STR(line_error("{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]},"
+                         "\"preferred_completion\":\"a\",\"non_preferred_completion\":{\"role\":\"user\",\"content\":\"b\"}}",
+                         VALIDATE_FORMAT_DPO),
+              "non_preferred_completion[0].role: expected \"assistant\"");
+    CHECK_STR(line_error("{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]},"
+                         "\"preferred_output\":\"a\",\"non_preferred_output\":[{\"role\":\"assistant\",\"content\":\"b\"}]}",
+                         VALIDATE_FORMAT_DPO),
+              "preferred_output: expected an array, found a string");
     CHECK_STR(line_error("{\"input\":{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]},"
                          "\"preferred_output\":[{\"role\":\"user\",\"content\":\"a\"}],"
                          "\"non_preferred_output\":[{\"role\":\"assistant\",\"content\":\"b\"}]}",
