@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "chat_template.h"
+#include "json.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "trainer_internal.h"
@@ -222,11 +223,11 @@ static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
 
 static int read_state(struct run *r, const char *dir, struct whet_err *err) {
     char *path = xasprintf("%s/trainer_state.json", dir);
+    json_t *s = whet_json_load_file(path, 0, err);
     json_error_t jerr;
-    json_t *s = json_load_file(path, 0, &jerr);
     int rc = -1;
     if (!s) {
-        whet_errf(err, "resume_from: %s: %s", path, jerr.text);
+        whet_err_prefix(err, "resume_from");
         goto out;
     }
     json_int_t step, total, epoch, position, seed, tokens;
@@ -443,6 +444,7 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
     if (cfg->resume_from && read_state(&r, cfg->resume_from, err)) goto out;
     if (cfg->resume_from && trim_metrics(metrics_path, r.step, err)) goto out;
     if (load_model(&r, err)) goto out;
+    if (r.method->prepare && r.method->prepare(&r, err)) goto out;
     r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
     if (!r.metrics) {
         whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));

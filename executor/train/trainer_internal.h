@@ -61,6 +61,9 @@ struct trainer_method_ops {
     int (*load_data)(struct run *r, struct whet_err *err);
     /* Optimizer steps in one epoch: its examples (DPO: pairs, GRPO: prompts) in groups of batch_size. */
     int (*steps_per_epoch)(const struct run *r);
+    /* Optional: what the method needs once the model is loaded, before the first step (a reference
+     * model or reference tables), so that it is not timed as training. */
+    int (*prepare)(struct run *r, struct whet_err *err);
     /* One optimizer step (step r->step, 0-based) from r->cursor, which it moves past the data used;
      * fills `f`. The loop counts the step, checks the figures are finite and writes the metrics line. */
     int (*step)(struct run *r, struct step_figures *f, struct whet_err *err);

@@ -234,7 +234,6 @@ void sft_epoch_pack(struct sft_epoch *ep, const struct sft_dataset *ds, uint64_t
     int n = ds->n_examples;
     size_t cap = (size_t)(n ? n : 1);
     ep->epoch = epoch;
-    ep->batch_size = batch_size;
     int *order = xmalloc(cap * sizeof *order);
     for (int i = 0; i < n; i++) order[i] = i;
     if (shuffle) {

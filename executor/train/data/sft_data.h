@@ -86,7 +86,6 @@ void sft_messages_free(struct chat_message *msgs, void *json_root);
  * [step_row[s], step_row[s+1]); row r holds the examples items[row_start[r] .. row_start[r+1]). */
 struct sft_epoch {
     int epoch;
-    int batch_size;
     int n_steps, n_rows;
     int *step_row;  /* [n_steps + 1] */
     int *row_start; /* [n_rows + 1] */

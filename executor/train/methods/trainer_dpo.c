@@ -19,7 +19,7 @@ struct dpo_state {
     struct dpo_dataset train, valid;
     struct sft_epoch epoch; /* packing of the cursor's epoch */
     struct dpo_batch batch;
-    double *ref_train, *ref_valid; /* reference log-probs of every pair; NULL until the first step */
+    double *ref_train, *ref_valid; /* reference log-probs of every pair, made by prepare (reference_tables) */
     struct dpo_stats last;         /* the last step's figures */
 };
 
@@ -51,7 +51,8 @@ static int dpo_steps_per_epoch(const struct run *r) {
 }
 
 /* The reference log-probs of every training and validation pair, in micro-batches of a step's size. */
-static int reference_tables(struct run *r, struct dpo_state *s, struct whet_err *err) {
+static int reference_tables(struct run *r, struct whet_err *err) {
+    struct dpo_state *s = r->state;
     double t0 = whet_now_mono();
     if (!r->cfg->lora.enabled && trainer_load_reference(r, err)) return -1;
     const struct dpo_dataset *sets[2] = {&s->train, &s->valid};
@@ -76,7 +77,6 @@ static int reference_tables(struct run *r, struct dpo_state *s, struct whet_err 
 static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
     struct dpo_state *s = r->state;
-    if (!s->ref_train && reference_tables(r, s, err)) return -1;
     int first, rows;
     f->epoch = sft_take_step(&s->epoch, &r->cursor, &s->train.pairs, r->cfg->seed, hp->batch_size, &first, &rows);
     model_zero_grad(r->model);
@@ -150,6 +150,7 @@ static void dpo_free(struct run *r) {
 const struct trainer_method_ops trainer_dpo_method = {
     .load_data = dpo_load_data,
     .steps_per_epoch = dpo_steps_per_epoch,
+    .prepare = reference_tables,
     .step = dpo_step,
     .validate = dpo_validate,
     .metrics = dpo_metrics,

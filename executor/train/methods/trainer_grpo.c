@@ -114,7 +114,7 @@ static void grpo_free(struct run *r) {
     struct grpo_run *g = r->state;
     if (!g) return;
     rft_dataset_free(&g->train);
-    if (r->has_valid) rft_dataset_free(&g->valid);
+    rft_dataset_free(&g->valid); /* zeroed when there is none; partly read when its load failed */
     free(g->order);
     free(g);
     r->state = NULL;
@@ -500,10 +500,14 @@ static void reward_figures(struct step_record *s, const struct step_samples *ss)
     s->response_length_mean = len / (double)N;
 }
 
+/* The frozen reference of a full fine-tune, when the loss has a KL term. */
+static int grpo_prepare(struct run *r, struct whet_err *err) {
+    return r->cfg->hp.kl_coef > 0 && !r->cfg->lora.enabled ? trainer_load_reference(r, err) : 0;
+}
+
 static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     struct grpo_run *g = r->state;
-    if (cfg->hp.kl_coef > 0 && !cfg->lora.enabled && !r->ref_model && trainer_load_reference(r, err)) return -1;
     /* Every pass of the step takes the log-probs of the sampling distribution softmax(z / T). */
     float logit_temperature = cfg->rollout.temperature > 0 ? (float)cfg->rollout.temperature : 1.0f;
     model_set_logit_temperature(r->model, logit_temperature);
@@ -574,6 +578,7 @@ out:
 const struct trainer_method_ops trainer_grpo_method = {
     .load_data = grpo_load_data,
     .steps_per_epoch = grpo_steps_per_epoch,
+    .prepare = grpo_prepare,
     .step = grpo_step,
     .validate = grpo_validate,
     .metrics = grpo_metrics,

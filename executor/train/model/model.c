@@ -243,8 +243,8 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     m->train = opts->train;
     m->logit_temperature = m->loss_inv_t = 1.0f;
     m->recompute = opts->recompute || !opts->train;
-    /* 256 MB of logits at a time unless told otherwise. */
-    m->logit_rows = opts->logit_rows > 0 ? opts->logit_rows : (int)((64u << 20) / (unsigned)m->V);
+    /* The plan's chunk of logits (256 MB in f32) at a time unless told otherwise. */
+    m->logit_rows = opts->logit_rows > 0 ? opts->logit_rows : (int)(MP_LOGIT_CHUNK_VALUES / m->V);
     if (m->logit_rows < 1) m->logit_rows = 1;
     if (opts->adapter_dir) {
         if (model_io_read_adapter_config(m, opts->adapter_dir, err)) goto fail;
@@ -386,7 +386,7 @@ void model_ensure_acts(struct model *m, int N) {
 /* cos/sin of every position up to `need` (exclusive), Hugging Face's inv_freq computed in float. */
 void model_ensure_rope(struct model *m, int need) {
     if (need <= m->rope_cap) return;
-    int cap = m->rope_cap ? m->rope_cap : 256;
+    int cap = m->rope_cap ? m->rope_cap : MP_ROPE_MIN_POSITIONS;
     while (cap < need) cap *= 2;
     int hd = m->hd, half = hd / 2;
     const struct model_config *c = &m->cfg;

@@ -565,7 +565,8 @@ static int hex_digit(char c) {
 int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n, char **out, size_t *len,
                      struct whet_err *err) {
     struct whet_buf b = {0};
-    whet_buf_reserve(&b, 1);
+    whet_buf_reserve(&b, 0); /* an empty decode is "", not NULL */
+    b.data[0] = 0;
     for (size_t i = 0; i < n; i++) {
         size_t l;
         const char *s = tokenizer_id_bytes(tok, ids[i], &l);
@@ -584,9 +585,8 @@ int tokenizer_decode(const struct tokenizer *tok, const int32_t *ids, size_t n, 
             whet_buf_append(&b, s, l);
         }
     }
-    whet_buf_append(&b, "", 1);
     *out = b.data;
-    *len = b.len - 1;
+    *len = b.len;
     return 0;
 }
 
