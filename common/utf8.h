@@ -4,7 +4,7 @@
  * surrogates, nothing past U+10FFFF; it is also what jansson accepts in a JSON string. Callers choose
  * how to treat what is not: the tokenizer repairs text the WHATWG way (one U+FFFD per maximal
  * ill-formed subsequence, as transformers.js and browsers do: utf8_repair), the graders replace each
- * bad byte (utf8_seq_len, then their own U+FFFD), the gateway refuses it (utf8_valid). */
+ * bad byte (utf8_seq_len, then their own U+FFFD), the gateway refuses it (utf8_seq_len in its text checks). */
 #ifndef WHET_UTF8_H
 #define WHET_UTF8_H
 

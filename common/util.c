@@ -103,6 +103,8 @@ int whet_err_prefix(struct whet_err *err, const char *fmt, ...) {
         } else {
             err->msg[sizeof err->msg - 1] = 0;
         }
+        /* A cut may fall inside a character: messages become JSON strings, which must be valid UTF-8. */
+        utf8_trim_incomplete(err->msg, strlen(err->msg));
     }
     return -1;
 }

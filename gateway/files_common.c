@@ -34,7 +34,9 @@ json_t *files_list_object(json_t *data, int has_more) {
                      "has_more", has_more);
 }
 
-int files_query_limit(struct gw_req *r, int def, int max, int *out) {
+/* The `limit` query parameter: `def` when absent, else an integer in 1..max. On a bad value answers
+ * 400 (param "limit") and returns -1. */
+static int query_limit(struct gw_req *r, int def, int max, int *out) {
     const char *s = http_query_param(r, "limit");
     if (!s) {
         *out = def;
@@ -53,7 +55,7 @@ int files_query_limit(struct gw_req *r, int def, int max, int *out) {
 struct files_page *files_page_new(struct gw_req *r, int def, int max, const char *parent,
                                   json_t *(*to_json)(const PGresult *res, int row)) {
     struct files_page *p = http_alloc(r, sizeof *p);
-    if (files_query_limit(r, def, max, &p->limit)) return NULL;
+    if (query_limit(r, def, max, &p->limit)) return NULL;
     p->fetch = http_printf(r, "%d", p->limit + 1);
     p->parent = parent;
     p->to_json = to_json;
@@ -62,8 +64,7 @@ struct files_page *files_page_new(struct gw_req *r, int def, int max, const char
 
 void files_page_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct files_page *p = arg;
-    if (p->parent && db_reply_unless_found(r, res, p->parent, "id")) return;
-    if (db_reply_failed(r, res)) return;
+    if (p->parent ? db_reply_unless_found(r, res, p->parent, "id") : db_reply_failed(r, res)) return;
     const PGresult *rows = res->res[res->n - 1];
     json_t *data = db_rows_json(rows, p->limit, p->to_json);
     http_reply_json(r, 200, files_list_object(data, PQntuples(rows) > p->limit));

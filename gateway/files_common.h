@@ -21,10 +21,6 @@ struct objstore *files_store(struct whet_err *err);
  * whose items carry "id". */
 json_t *files_list_object(json_t *data, int has_more);
 
-/* The `limit` query parameter: `def` when absent, else an integer in 1..max. On a bad value answers
- * 400 (param "limit") and returns -1. */
-int files_query_limit(struct gw_req *r, int def, int max, int *out);
-
 /* One page of a cursor-paginated list (OpenAI's `limit` and `after`), in the request's pool. */
 struct files_page {
     int limit;
@@ -34,8 +30,7 @@ struct files_page {
     json_t *(*to_json)(const PGresult *res, int row);
 };
 
-/* A page whose limit is the `limit` query parameter (files_query_limit: `def` when absent, at most
- * `max`); NULL, having answered 400, on a bad one. */
+/* A page whose limit is the `limit` query parameter (`def` when absent, at most `max`); NULL, having answered 400, on a bad one. */
 struct files_page *files_page_new(struct gw_req *r, int def, int max, const char *parent,
                                   json_t *(*to_json)(const PGresult *res, int row));
 

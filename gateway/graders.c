@@ -42,6 +42,7 @@
 #include "grader.h"
 #include "graders.h"
 #include "http.h"
+#include "utf8.h"
 
 #define GRADERS_CHILD_TIMEOUT_S 60.0
 #define GRADERS_ANSWER_MAX (4u << 20)
@@ -74,8 +75,9 @@ static void result_with_server_error(struct grader_job *job, const char *fmt, ..
     char message[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
+    int n = vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof message) utf8_trim_incomplete(message, sizeof message - 1);
     struct grader_result res = {0};
     grader_result_add_error(&res, job->n_judges ? GRADER_ERR_MODEL_SERVER : GRADER_ERR_PYTHON_SERVER, NULL, message);
     job->answer = grader_result_openai_json(job->grader, &res);
@@ -109,7 +111,7 @@ static char *judge_local_dir(const struct judge_ref *j, struct whet_err *err) {
         tmp = xasprintf("%s/.download-%s", root, rnd_hex);
         struct objstore *store = whet_mkdir_p(root, err) ? NULL : files_store(err);
         if (!store || objstore_get_dir(store, j->object_prefix, tmp, err)) {
-            whet_err_prefix(err, "judge model \"%s\": ", j->name);
+            whet_err_prefix(err, "judge model \"%s\"", j->name);
             goto fail;
         }
         /* Another request may have put the same model in place meanwhile: keep that one. */
@@ -141,8 +143,13 @@ static void stderr_tail(const char *path, char *why, size_t size) {
     if (!f) return;
     if (fseek(f, 0, SEEK_END) == 0) {
         long end = ftell(f);
-        fseek(f, end > (long)size - 1 ? end - ((long)size - 1) : 0, SEEK_SET);
-        size_t n = fread(why, 1, size - 1, f);
+        long from = end > (long)size - 1 ? end - ((long)size - 1) : 0;
+        fseek(f, from, SEEK_SET);
+        size_t n = fread(why, 1, size - 1, f), cut = 0;
+        /* A cut at the front may fall inside a character: start at the next one. */
+        while (from && cut < n && ((unsigned char)why[cut] & 0xc0) == 0x80) cut++;
+        memmove(why, why + cut, n - cut);
+        n -= cut;
         why[n] = 0;
         while (n && why[n - 1] == '\n') why[--n] = 0;
     }

@@ -17,6 +17,7 @@
 #include "json_text.h"
 #include "log.h"
 #include "server.h"
+#include "utf8.h"
 #include "util.h"
 
 /* ---- Memory ------------------------------------------------------------------------------------ */
@@ -394,8 +395,10 @@ void http_reply_error(struct gw_req *r, int status, const char *param, const cha
     char message[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(message, sizeof(message), fmt, ap);
+    int n = vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
+    /* A cut inside a character would make the message invalid JSON text (and the answer a 500). */
+    if (n >= (int)sizeof(message)) utf8_trim_incomplete(message, sizeof(message) - 1);
     reply_error_message(r, status, param, code, message);
 }
 

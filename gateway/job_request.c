@@ -28,7 +28,6 @@ static int bad(char param[JOB_PARAM_MAX], struct whet_err *err, const char *path
     va_end(ap);
     snprintf(param, JOB_PARAM_MAX, "%s", path);
     utf8_trim_incomplete(param, strlen(param));
-    if (err) utf8_trim_incomplete(err->msg, strlen(err->msg));
     return -1;
 }
 

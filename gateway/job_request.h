@@ -63,8 +63,8 @@ int job_request_parse(const json_t *body, struct job_request *out, char param[JO
 void job_request_free(struct job_request *req);
 
 /* Replaces every "auto" hyperparameter by the value chosen for a training file of `examples` lines
- * (OpenAI's heuristics: about 3 epochs but at least 100 and at most 25,000 examples seen in total,
- * batch size about 0.2% of the examples within 1..256); the others take the job specification's
+ * (OpenAI's heuristics: 3 epochs, raised toward 100 examples seen (rounded down, at most 25 epochs) and
+ * lowered to at most 25,000 seen; batch size about 0.2% of the examples within 1..256); the others take the job specification's
  * service default (eval_samples stays "auto": every validation prompt). */
 void job_request_resolve_auto(struct job_request *req, size_t examples);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "db.h"
 #include "server.h"
 #include "usage.h"
@@ -64,18 +65,16 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
     const PGresult *pr = res->res[0];
     const char *format = http_query_param(r, "format");
     if (admin && format && !strcmp(format, "csv")) {
-        size_t cap = 256 + (size_t)PQntuples(pr) * 256, len = 0;
-        char *csv = malloc(cap);
-        len += (size_t)snprintf(csv, cap,
-                                "tenant,tenant_id,job_id,device_type,device_seconds,lost_device_seconds,trained_tokens,"
-                                "rollout_tokens,storage_byte_hours,attempts\n");
+        struct whet_buf csv = {0};
+        whet_buf_puts(&csv, "tenant,tenant_id,job_id,device_type,device_seconds,lost_device_seconds,trained_tokens,"
+                            "rollout_tokens,storage_byte_hours,attempts\n");
         for (int i = 0; i < PQntuples(pr); i++)
-            len += (size_t)snprintf(csv + len, cap - len, "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%.3f,%s\n", PQgetvalue(pr, i, 1),
-                                    PQgetvalue(pr, i, 0), PQgetvalue(pr, i, 2), PQgetvalue(pr, i, 3),
-                                    atof(PQgetvalue(pr, i, 4)), atof(PQgetvalue(pr, i, 9)), PQgetvalue(pr, i, 5),
-                                    PQgetvalue(pr, i, 6), atof(PQgetvalue(pr, i, 7)), PQgetvalue(pr, i, 8));
+            whet_buf_printf(&csv, "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%.3f,%s\n", PQgetvalue(pr, i, 1), PQgetvalue(pr, i, 0),
+                            PQgetvalue(pr, i, 2), PQgetvalue(pr, i, 3), atof(PQgetvalue(pr, i, 4)),
+                            atof(PQgetvalue(pr, i, 9)), PQgetvalue(pr, i, 5), PQgetvalue(pr, i, 6),
+                            atof(PQgetvalue(pr, i, 7)), PQgetvalue(pr, i, 8));
         http_add_header(r, "content-disposition", "attachment; filename=\"whet-usage.csv\"");
-        http_reply_bytes(r, 200, "text/csv; charset=utf-8", csv, len);
+        http_reply_bytes(r, 200, "text/csv; charset=utf-8", csv.data, csv.len);
         return;
     }
     if (format && strcmp(format, "json") && !(admin && !strcmp(format, "csv"))) {

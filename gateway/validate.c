@@ -518,7 +518,6 @@ static int stream_line(struct validate_stream *s, const char *p, size_t n, struc
             whet_errf(&s->error, "%s example in a file of %s examples (the first line decides the format)",
                       validate_format_name(looks_like), validate_format_name(s->expect));
         whet_err_prefix(&s->error, "line %zu", s->line_no);
-        utf8_trim_incomplete(s->error.msg, strlen(s->error.msg));
         return stream_fail(s, err);
     }
     if (s->expect == VALIDATE_FORMAT_AUTO) {
