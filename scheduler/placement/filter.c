@@ -68,7 +68,7 @@ static const struct {
     {PL_F_UNSCHEDULABLE, pool_schedulable},
 };
 
-enum pl_filter pl_pool_filter(const struct pl_cluster *c, const struct pl_pool *p, const struct pl_job *j) {
+static enum pl_filter pool_filter(const struct pl_cluster *c, const struct pl_pool *p, const struct pl_job *j) {
     for (size_t i = 0; i < sizeof pool_checks / sizeof pool_checks[0]; i++)
         if (!pool_checks[i].pass(c, p, j)) return pool_checks[i].code;
     return PL_OK;
@@ -77,7 +77,7 @@ enum pl_filter pl_pool_filter(const struct pl_cluster *c, const struct pl_pool *
 int pl_filter_pools(const struct pl_cluster *c, const struct pl_job *j, enum pl_filter *pool_ok) {
     int any = 0;
     for (int32_t pi = 0; pi < c->n_pools; pi++) {
-        pool_ok[pi] = pl_pool_filter(c, &c->pools[pi], j);
+        pool_ok[pi] = pool_filter(c, &c->pools[pi], j);
         if (pool_ok[pi] == PL_OK) any = 1;
     }
     return any;

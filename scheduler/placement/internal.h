@@ -195,7 +195,6 @@ int32_t pl_queue_sort(struct pl_cluster *c, int32_t n);
 int32_t pl_next_fair(struct pl_cluster *c, int32_t n_groups);
 
 /* filter.c: filter */
-enum pl_filter pl_pool_filter(const struct pl_cluster *c, const struct pl_pool *p, const struct pl_job *j);
 int pl_filter_pools(const struct pl_cluster *c, const struct pl_job *j, enum pl_filter *pool_ok); /* 1: any OK */
 int pl_pool_may_fit(const struct pl_pool *p, int32_t gpus, int32_t milli, int one_node);
 int pl_node_held_for_other(const struct pl_cluster *c, int32_t ni, const struct pl_job *j, double now);

@@ -1,4 +1,4 @@
-/* pick.c - the pick stage: the whole job on the best-scoring feasible node (pick_one_node), else a
+/* pick.c - the pick stage: the whole job on the best-scoring feasible node (place_one_node), else a
  * gang on the fewest nodes of one pool (place_gang: one data center, one GPU type); then commit,
  * which takes the resources. pl_try_place runs filter, score and pick for one job. */
 #include <math.h>

@@ -93,7 +93,7 @@ struct sz_estimate {
     int64_t kv_per_example;    /* GRPO rollout KV cache of one example (0 otherwise) */
     int64_t logits_max;        /* the largest logits chunk */
     int64_t rope;              /* the RoPE table for max_seq_len positions */
-    int32_t batch;             /* examples per step, defaults applied */
+    int32_t batch;             /* examples per step (at least 1) */
 };
 
 /* Fills the estimate for a job on a model. */
