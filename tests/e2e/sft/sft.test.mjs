@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until, holdTrainer, trainerCheckpointed } from '../lib.mjs';
+import { until, holdTrainer, releaseWhenSignalled, trainerCheckpointed } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -68,6 +68,12 @@ async function finished(id, timeoutMs = 400000) {
     return ['succeeded', 'failed', 'cancelled'].includes(job.status) ? job : null;
   }, timeoutMs, 500);
 }
+
+// The directory of a job's first attempt on whichever executor took it, once it has started there.
+const startedJobDir = (id) => {
+  const dirs = ['ex-a', 'ex-b'].map((ex) => path.join(work, ex, 'jobs', `${id}-1`));
+  return until(`job ${id} to start`, () => dirs.find((d) => fs.existsSync(d)), 300000, 20);
+};
 
 async function allEvents(id) {
   const events = [];
@@ -198,8 +204,10 @@ test('"auto" n_epochs and batch_size become numbers on the job (OpenAI\'s rule);
   assert.deepEqual([hp.n_epochs, hp.batch_size], [3, 2], JSON.stringify(hp));
   const got = await client.fineTuning.jobs.retrieve(created.id);
   assert.deepEqual([got.hyperparameters.n_epochs, got.hyperparameters.batch_size], [3, 2]);
-  // The trainer plans 3 x 480 steps, and once steps come, the job says when it should finish (in the
-  // future: the very first estimate may see no second passed yet, and say "now").
+  // The trainer plans 3 x 480 steps, and once steps come, the job says when it should finish. It is held
+  // after its first step, so however fast the CPU the job cannot end before the test has read the plan,
+  // and the estimate (elapsed time / steps done x steps left) only grows while it waits.
+  const pids = await holdTrainer(t, await startedJobDir(created.id));
   await until('an estimated_finish in the future', async () => {
     const job = await client.fineTuning.jobs.retrieve(created.id);
     assert.ok(!['succeeded', 'failed', 'cancelled'].includes(job.status), `the job ended: ${job.status}`);
@@ -208,6 +216,7 @@ test('"auto" n_epochs and batch_size become numbers on the job (OpenAI\'s rule);
   const { data } = await stepsOf(created.id);
   assert.deepEqual([data?.examples, data?.steps_per_epoch, data?.total_steps], [960, 480, 1440], JSON.stringify(data));
   await client.fineTuning.jobs.cancel(created.id);
+  await releaseWhenSignalled(pids);
   assert.equal((await finished(created.id)).status, 'cancelled');
 });
 
@@ -216,9 +225,7 @@ test('SIGKILL of the executor running a job: it resumes elsewhere from its last 
   const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id, method: sftMethod,
                                                     whet: { max_steps: 60, checkpoint_every_steps: 5 } });
   // Held once it has published a checkpoint, so the job cannot finish before its executor dies.
-  const jobDir = await until('the job to start', () => ['ex-a', 'ex-b'].map((ex) => path.join(work, ex, 'jobs', `${job.id}-1`))
-                                                                     .find((d) => fs.existsSync(d)), 300000, 20);
-  await holdTrainer(t, jobDir, trainerCheckpointed);
+  await holdTrainer(t, await startedJobDir(job.id), trainerCheckpointed);
   await until('a checkpoint', async () => (await client.fineTuning.jobs.checkpoints.list(job.id)).data.length > 0, 300000, 300);
   const nodes = await (await fetch(`${base}/admin/v1/nodes`, { headers: { authorization: `Bearer ${adminToken}` } })).json();
   const node = nodes.data.find((n) => n.running_jobs.includes(job.id));

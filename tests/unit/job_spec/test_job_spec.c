@@ -247,7 +247,10 @@ TEST(every_trainer_key_agrees_with_the_table) {
             int applies = (f->methods & job_spec_method_bit(trainer_methods[m])) != 0 ||
                           !strcmp(f->trainer_key, "eval_every_steps");
             json_t *c = config_with(m, f->trainer_key, NULL);
-            if (pipeline_trainer_parses(c, &cfg, NULL) == 0) {
+            int bare_ok = pipeline_trainer_parses(c, &cfg, &err) == 0;
+            CHECK_MSG(bare_ok, "%s (%s): the trainer refuses a config without it: %s", f->trainer_key,
+                      trainer_methods[m], err.msg);
+            if (bare_ok) {
                 CHECK_MSG(near(trainer_value(&cfg, f->trainer_key), f->trainer_default), "%s (%s): trainer default %g, "
                           "table %g", f->trainer_key, trainer_methods[m], trainer_value(&cfg, f->trainer_key),
                           f->trainer_default);

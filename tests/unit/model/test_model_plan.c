@@ -95,6 +95,7 @@ TEST(plan_matches_cpu_allocations) {
     char tmpl[] = "/tmp/whet-plan-test-XXXXXX";
     char *root = mkdtemp(tmpl);
     CHECK(root != NULL);
+    if (!root) return;
     char *qwen3 = xasprintf("%s/qwen3", root), *qwen2 = xasprintf("%s/qwen2", root);
     struct model_init_opts io;
     struct whet_err err;
