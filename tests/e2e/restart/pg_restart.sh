@@ -33,6 +33,18 @@ file=$(api "http://$http/v1/files" -F purpose=fine-tune -F file=@"$WHET_SOURCE_D
 job=$(api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
   -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file\",\"whet\":{\"max_steps\":60,\"checkpoint_every_steps\":10}}" | json "['id']")
 check "job created" '[[ "$job" == ftjob-* ]]'
+# The trainer is held (SIGSTOP) from its first checkpoint until the database is back and the scheduler
+# leads again, so the job runs through the outage however fast the CPU (tests/e2e/lib.mjs does the same).
+jobdir="$dir/executors/executor-1/jobs/$job-1"
+trainer=
+for _ in $(seq 30000); do
+  if ls "$jobdir/out/checkpoints" 2>/dev/null | grep -qx 'step-[0-9]*'; then
+    trainer=$(pgrep -f "train --config $jobdir/trainer.json" || true)
+    break
+  fi
+  sleep 0.01
+done
+check "the trainer is held at its first checkpoint" '[ -n "$trainer" ] && kill -STOP $trainer'
 for _ in $(seq 600); do
   [ "$(api "http://$http/v1/fine_tuning/jobs/$job/checkpoints" | json "['data'].__len__()")" -ge 1 ] && break
   sleep 0.2
@@ -44,6 +56,8 @@ check "the gateway answers 503 while PostgreSQL is down" '[ "$code" = 503 ]'
 sleep 3
 runuser -u postgres -- "$pg_bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w \
   -o "-c listen_addresses=127.0.0.1 -c port=$(cat "$dir/pg/whet.port") -c unix_socket_directories=$dir/pg" start >/dev/null
+for _ in $(seq 600); do [ "$(grep -c 'comp=scheduler msg="leading"' "$dir/up.err")" -ge 2 ] && break; sleep 0.1; done
+[ -n "$trainer" ] && kill -CONT $trainer
 status=
 for _ in $(seq 1500); do
   status=$(api "http://$http/v1/fine_tuning/jobs/$job" 2>/dev/null | json "['status']" 2>/dev/null || true)
