@@ -12,7 +12,7 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet sample --model DIR [--adapter DIR] --prompt TEXT [--max-tokens N] [--temperature T]\n"
-            "                   [--top-k K] [--top-p P] [--seed S]\n\n"
+            "                   [--top-k K] [--top-p P] [--seed S] [--device DEV]\n\n"
             "Renders TEXT as a user turn with the model's chat template and prints the generated reply on\n"
             "stdout (KV-cache decoding; the same seed gives the same text).\n\n"
             "options:\n"
@@ -24,6 +24,7 @@ static void usage(FILE *out) {
             "  --top-k K          draw only from the K most likely tokens; 0: no cut (default 0)\n"
             "  --top-p P          nucleus sampling mass in (0, 1], applied after --top-k (default 1)\n"
             "  --seed S           random seed (default 0)\n"
+            "  --device DEV       cpu (the default), cuda or cuda:N\n"
             "  -h, --help         this text\n");
 }
 
@@ -44,6 +45,7 @@ static int cmd_sample(int argc, char **argv) {
                                             {"top-k", required_argument, 0, 'k'},
                                             {"top-p", required_argument, 0, 'P'},
                                             {"seed", required_argument, 0, 's'},
+                                            {"device", required_argument, 0, 'D'},
                                             {"help", no_argument, 0, 'h'},
                                             {0}};
     struct sample_opts o = {.max_tokens = 128, .temperature = 0.7f, .top_p = 1.0f};
@@ -53,6 +55,7 @@ static int cmd_sample(int argc, char **argv) {
         switch (c) {
         case 'm': o.model_dir = optarg; break;
         case 'a': o.adapter_dir = optarg; break;
+        case 'D': o.device = optarg; break;
         case 'p': o.prompt = optarg; break;
         case 'n':
             if (parse_number(optarg, 1, 1 << 20, &v) || v != (int)v) {

@@ -13,7 +13,10 @@
  *   what shuffles SFT epochs and draws gateway request ids.
  * - rng_mix64(z): splitmix64's finaliser alone, a well-mixed hash of one word (GRPO's per-epoch and
  *   per-step seeds are rng_mix64(seed + RNG_GOLDEN * (k + 1))).
- * - rng_xorshift64(&x): Marsaglia's xorshift64 (13, 7, 17), cheaper and weaker; state must not be 0. */
+ * - rng_xorshift64(&x): Marsaglia's xorshift64 (13, 7, 17), cheaper and weaker; state must not be 0.
+ * - rng_counter_uniform(seed, counter): a uniform draw that is a pure function of its two arguments
+ *   (a counter-based generator), so a device kernel draws the same number as the CPU for a row of a
+ *   batch without sharing a stream; what sampling draws from. */
 #ifndef WHET_RNG_H
 #define WHET_RNG_H
 
@@ -34,6 +37,12 @@ static inline uint64_t rng_xorshift64(uint64_t *x) {
     *x ^= *x >> 7;
     *x ^= *x << 17;
     return *x;
+}
+
+/* Uniform in [0, 1) with 53 random bits, from rng_mix64 of the seed advanced `counter + 1` steps of
+ * splitmix64 (so it is the (counter+1)-th output of that seed's splitmix64 stream). */
+static inline double rng_counter_uniform(uint64_t seed, uint64_t counter) {
+    return (double)(rng_mix64(seed + RNG_GOLDEN * (counter + 1)) >> 11) * 0x1.0p-53;
 }
 
 struct rng {

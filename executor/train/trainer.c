@@ -326,6 +326,7 @@ static int load_model(struct run *r, struct whet_err *err) {
     struct model_opts o = model_opts_default();
     o.train = 1;
     o.seed = cfg->seed;
+    o.device = cfg->device;
     const char *dir = cfg->model;
     if (cfg->lora.enabled) {
         o.lora_r = cfg->lora.r;
@@ -357,6 +358,7 @@ int trainer_load_reference(struct run *r, struct whet_err *err) {
     /* Full fine-tuning moves the base weights, so the reference is a frozen copy of them. */
     struct model_opts ro = model_opts_default();
     ro.lora_r = 0;
+    ro.device = r->cfg->device;
     if (model_load(&r->ref_model, r->cfg->model, &ro, err))
         return whet_err_prefix(err, "%s reference model", trainer_method_name(r->cfg->method));
     return 0;

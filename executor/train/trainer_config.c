@@ -346,7 +346,7 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
     static const char *const known[] = {
         "method", "model", "init_adapter", "training_file", "validation_file", "output_dir", "lora",
         "hyperparameters", "seed", "checkpoint_every_steps", "eval_every_steps", "max_steps", "resume_from",
-        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples", "judge_models"};
+        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples", "judge_models", "device"};
     if (!json_is_object(root)) return whet_errf(err, "the config must be a JSON object");
     if (check_known_keys(root, "", known, WHET_ARRAY_LEN(known), err)) return -1;
 
@@ -363,8 +363,12 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
         string_field(root, "output_dir", 1, &cfg->output_dir, err) ||
         string_field(root, "init_adapter", 0, &cfg->init_adapter, err) ||
         string_field(root, "validation_file", 0, &cfg->validation_file, err) ||
-        string_field(root, "resume_from", 0, &cfg->resume_from, err))
+        string_field(root, "resume_from", 0, &cfg->resume_from, err) ||
+        string_field(root, "device", 0, &cfg->device, err))
         return -1;
+    if (cfg->device && strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda") &&
+        (strncmp(cfg->device, "cuda:", 5) || !cfg->device[5] || strspn(cfg->device + 5, "0123456789") != strlen(cfg->device + 5)))
+        return whet_errf(err, "device: must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", cfg->device);
     if (parse_lora(&cfg->lora, json_object_get(root, "lora"), err)) return -1;
     if (cfg->init_adapter && !cfg->lora.enabled)
         return whet_errf(err, "init_adapter: needs LoRA (lora is null, which asks for full fine-tuning)");
@@ -436,6 +440,7 @@ void trainer_config_free(struct trainer_config *cfg) {
     free(cfg->validation_file);
     free(cfg->output_dir);
     free(cfg->resume_from);
+    free(cfg->device);
     for (int i = 0; i < cfg->lora.n_target_modules; i++) free(cfg->lora.target_modules[i]);
     for (int i = 0; i < cfg->rollout.n_stop; i++) free(cfg->rollout.stop[i]);
     if (cfg->grader) grader_free(cfg->grader);

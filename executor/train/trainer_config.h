@@ -86,6 +86,7 @@ struct trainer_config {
     char *validation_file; /* JSONL or NULL */
     char *output_dir;      /* required */
     char *resume_from;     /* a checkpoint dir written by an earlier run, or NULL */
+    char *device;          /* "cpu" (NULL means it), "cuda", "cuda:N" (backend.h) */
     struct trainer_lora lora;
     struct trainer_hparams hp;
     uint64_t seed;

@@ -20,9 +20,12 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
+#include "backend_cpu.h"
 #include "util.h"
 
 /* Loops over fewer elements than this run on one thread: waking the pool costs more. */
@@ -56,17 +59,34 @@ static inline float exp_fast(float x) {
 
 /* ---------------------------------------------------------------- memory ---- */
 
-static void *cpu_alloc(size_t bytes) {
+/* Available memory as the kernel counts it (MemAvailable), and the machine's total. */
+static void cpu_mem_info(struct backend *be, size_t *free_bytes, size_t *total_bytes) {
+    long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES), total = sysconf(_SC_PHYS_PAGES);
+    *free_bytes = avail > 0 ? (size_t)avail * (size_t)page : 0;
+    *total_bytes = total > 0 ? (size_t)total * (size_t)page : 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    unsigned long long kib;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) *free_bytes = (size_t)kib * 1024;
+    if (f) fclose(f);
+}
+
+static void *cpu_alloc(struct backend *be, size_t bytes, struct whet_err *err) {
     void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64)) abort();
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) {
+        size_t free_bytes, total;
+        cpu_mem_info(be, &free_bytes, &total);
+        return backend_out_of_memory(err, "host", bytes, free_bytes);
+    }
     memset(p, 0, bytes);
     return p;
 }
-static void cpu_free(void *p) { free(p); }
-static void cpu_upload(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
-static void cpu_download(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
-static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
-static void cpu_copy(float *dst, const float *src, size_t n) { memcpy(dst, src, n * sizeof(float)); }
+static void cpu_free(struct backend *be, void *p) { free(p); }
+static void cpu_upload(struct backend *be, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_download(struct backend *be, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_zero(struct backend *be, void *p, size_t bytes) { memset(p, 0, bytes); }
+static void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 
 /* ---------------------------------------------------------------- matmul ---- */
 
@@ -82,7 +102,7 @@ static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float
 
 /* c[M,N] = alpha op(a) op(b) + beta c, split across the OpenMP threads along the larger of M and N
  * in blocks that are multiples of 16 (whole sgemm kernel tiles). */
-static void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b,
+static void cpu_gemm(struct backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b,
                      int ldb, float beta, float *c, int ldc) {
     if (M <= 0 || N <= 0) return;
     if ((double)M * N * K < GEMM_PARALLEL_MIN || omp_get_max_threads() == 1) {
@@ -107,9 +127,9 @@ static void cpu_gemm(int ta, int tb, int M, int N, int K, float alpha, const flo
 }
 
 /* out[N,OC] = beta*out + inp[N,C] @ weight[OC,C]^T + bias */
-static void cpu_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *weight,
+static void cpu_matmul_forward(struct backend *be, float *out, int ldo, const float *inp, int ldi, const float *weight,
                                const float *bias, int N, int C, int OC, float beta) {
-    cpu_gemm(0, 1, N, OC, C, 1.0f, inp, ldi, weight, C, beta, out, ldo);
+    cpu_gemm(be, 0, 1, N, OC, C, 1.0f, inp, ldi, weight, C, beta, out, ldo);
     if (bias) {
 #pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN_LIGHT)
         for (int n = 0; n < N; n++)
@@ -117,12 +137,12 @@ static void cpu_matmul_forward(float *out, int ldo, const float *inp, int ldi, c
     }
 }
 
-static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *dbias, const float *dout, int lddo,
+static void cpu_matmul_backward(struct backend *be, float *dinp, int lddi, float *dweight, float *dbias, const float *dout, int lddo,
                                 const float *inp, int ldi, const float *weight, int N, int C, int OC) {
     if (dinp) /* dinp[N,C] += dout[N,OC] @ weight[OC,C] */
-        cpu_gemm(0, 0, N, C, OC, 1.0f, dout, lddo, weight, C, 1.0f, dinp, lddi);
+        cpu_gemm(be, 0, 0, N, C, OC, 1.0f, dout, lddo, weight, C, 1.0f, dinp, lddi);
     if (dweight) /* dweight[OC,C] += dout^T @ inp */
-        cpu_gemm(1, 0, OC, C, N, 1.0f, dout, lddo, inp, ldi, 1.0f, dweight, C);
+        cpu_gemm(be, 1, 0, OC, C, N, 1.0f, dout, lddo, inp, ldi, 1.0f, dweight, C);
     if (dbias) {
 #pragma omp parallel for schedule(static) if ((size_t)N * OC >= PAR_MIN_LIGHT)
         for (int o = 0; o < OC; o++) {
@@ -135,12 +155,12 @@ static void cpu_matmul_backward(float *dinp, int lddi, float *dweight, float *db
 
 /* ---------------------------------------------------------------- embedding ---- */
 
-static void cpu_embedding_forward(float *out, const int *ids, const float *wte, int N, int C) {
+static void cpu_embedding_forward(struct backend *be, float *out, const int *ids, const float *wte, int N, int C) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= PAR_MIN_LIGHT)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, sizeof(float) * (size_t)C);
 }
 
-static void cpu_embedding_backward(float *dwte, const float *dout, const int *ids, int N, int C) {
+static void cpu_embedding_backward(struct backend *be, float *dwte, const float *dout, const int *ids, int N, int C) {
     /* Threads own column ranges, so repeated ids never race and the sum order is fixed. */
 #pragma omp parallel if ((size_t)N * C >= PAR_MIN_LIGHT)
     {
@@ -156,7 +176,7 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int *id
 
 /* ---------------------------------------------------------------- RMSNorm ---- */
 
-static void cpu_rmsnorm_forward(float *out, int ldo, float *rstd, const float *inp, int ldi, const float *weight,
+static void cpu_rmsnorm_forward(struct backend *be, float *out, int ldo, float *rstd, const float *inp, int ldi, const float *weight,
                                 int N, int H, int D, float eps) {
 #pragma omp parallel for schedule(static) if ((size_t)N * H * D >= PAR_MIN_LIGHT)
     for (int r = 0; r < N * H; r++) {
@@ -173,7 +193,7 @@ static void cpu_rmsnorm_forward(float *out, int ldo, float *rstd, const float *i
     }
 }
 
-static void cpu_rmsnorm_backward(float *dinp, int lddi, float *dweight, const float *dout, int lddo,
+static void cpu_rmsnorm_backward(struct backend *be, float *dinp, int lddi, float *dweight, const float *dout, int lddo,
                                  const float *inp, int ldi, const float *weight, const float *rstd, int N, int H,
                                  int D) {
     int nt = omp_get_max_threads();
@@ -226,18 +246,18 @@ static void rope_apply(float *x, int ldx, const int *pos, const float *cos_sin, 
     }
 }
 
-static void cpu_rope_forward(float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D) {
+static void cpu_rope_forward(struct backend *be, float *x, int ldx, const int *pos, const float *cos_sin, int N, int H, int D) {
     rope_apply(x, ldx, pos, cos_sin, N, H, D, 1.0f);
 }
 
 /* The rotation is orthogonal: its backward is the rotation by the opposite angle. */
-static void cpu_rope_backward(float *dx, int lddx, const int *pos, const float *cos_sin, int N, int H, int D) {
+static void cpu_rope_backward(struct backend *be, float *dx, int lddx, const int *pos, const float *cos_sin, int N, int H, int D) {
     rope_apply(dx, lddx, pos, cos_sin, N, H, D, -1.0f);
 }
 
 /* ---------------------------------------------------------------- SwiGLU ---- */
 
-static void cpu_swiglu_forward(float *out, const float *gate_up, int N, int F) {
+static void cpu_swiglu_forward(struct backend *be, float *out, const float *gate_up, int N, int F) {
 #pragma omp parallel for schedule(static) if ((size_t)N * F >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *g = gate_up + (size_t)n * 2 * F, *u = g + F;
@@ -247,7 +267,7 @@ static void cpu_swiglu_forward(float *out, const float *gate_up, int N, int F) {
     }
 }
 
-static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int N, int F) {
+static void cpu_swiglu_backward(struct backend *be, float *dgate_up, const float *dout, const float *gate_up, int N, int F) {
 #pragma omp parallel for schedule(static) if ((size_t)N * F >= PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *g = gate_up + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
@@ -261,17 +281,17 @@ static void cpu_swiglu_backward(float *dgate_up, const float *dout, const float 
     }
 }
 
-static void cpu_axpy(float *y, const float *x, float alpha, size_t n) {
+static void cpu_axpy(struct backend *be, float *y, const float *x, float alpha, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN_LIGHT)
     for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-static void cpu_gather_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
+static void cpu_gather_rows(struct backend *be, float *dst, const float *src, const int *rows, int n_rows, int C) {
 #pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN_LIGHT)
     for (int i = 0; i < n_rows; i++) memcpy(dst + (size_t)i * C, src + (size_t)rows[i] * C, sizeof(float) * (size_t)C);
 }
 
-static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, int n_rows, int C) {
+static void cpu_scatter_add_rows(struct backend *be, float *dst, const float *src, const int *rows, int n_rows, int C) {
 #pragma omp parallel for schedule(static) if ((size_t)n_rows * C >= PAR_MIN_LIGHT)
     for (int i = 0; i < n_rows; i++) {
         float *d = dst + (size_t)rows[i] * C;
@@ -280,7 +300,7 @@ static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, 
     }
 }
 
-static void cpu_set_rows(float *dst, const int *rows, const float *src, int lds, int n_rows, int C) {
+static void cpu_set_rows(struct backend *be, float *dst, const int *rows, const float *src, int lds, int n_rows, int C) {
     for (int i = 0; i < n_rows; i++) memcpy(dst + (size_t)rows[i] * C, src + (size_t)i * lds, sizeof(float) * (size_t)C);
 }
 
@@ -316,7 +336,7 @@ static void attention_forward_one(float *O, int HD, float *lse, float *S, const 
     }
 }
 
-static void cpu_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
+static void cpu_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                                   const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
                                   int H, int HKV, int D) {
     float scale = 1.0f / sqrtf((float)D);
@@ -372,7 +392,7 @@ static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, flo
     }
 }
 
-static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
+static void cpu_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
                                    const float *lse, const float *q, int ldq, const float *k, int ldk,
                                    const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
                                    int H, int HKV, int D) {
@@ -399,7 +419,7 @@ static void cpu_attention_backward(float *dq, int lddq, float *dk, int lddk, flo
     }
 }
 
-static void cpu_attention_cached(float *out, const float *q, int ldq, const float *kc, const float *vc,
+static void cpu_attention_cached(struct backend *be, float *out, const float *q, int ldq, const float *kc, const float *vc,
                                  const int *first, const int *n_ctx, int n, int H, int HKV, int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / HKV, KVD = HKV * D;
@@ -437,7 +457,7 @@ static void cpu_attention_cached(float *out, const float *q, int ldq, const floa
 
 /* ---------------------------------------------------------------- loss ---- */
 
-static void cpu_crossentropy_forward(float *losses, float *lse, int *correct, const float *logits, const int *targets,
+static void cpu_crossentropy_forward(struct backend *be, float *losses, float *lse, int *correct, const float *logits, const int *targets,
                                      int M, int V) {
 #pragma omp parallel for schedule(static) if ((size_t)M * V >= PAR_MIN)
     for (int m = 0; m < M; m++) {
@@ -457,7 +477,7 @@ static void cpu_crossentropy_forward(float *losses, float *lse, int *correct, co
     }
 }
 
-static void cpu_crossentropy_backward(float *logits, const float *lse, const int *targets, const float *weights,
+static void cpu_crossentropy_backward(struct backend *be, float *logits, const float *lse, const int *targets, const float *weights,
                                       float scale, int M, int V) {
 #pragma omp parallel for schedule(static) if ((size_t)M * V >= PAR_MIN)
     for (int m = 0; m < M; m++) {
@@ -486,7 +506,7 @@ static inline float sqrt_fast(float x) {
     return x * y;
 }
 
-static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+static void cpu_adamw(struct backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                       float eps, float wd, float bc1, float bc2) {
     float step = lr / bc1, sbc2 = sqrtf(bc2);
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
@@ -499,20 +519,43 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
     }
 }
 
-static double cpu_sumsq(const float *x, size_t n) {
+static void cpu_sumsq(struct backend *be, double *out, const float *x, size_t n) {
     double s = 0;
 #pragma omp parallel for simd reduction(+ : s) schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
+    *out += s;
 }
 
-static void cpu_scale(float *x, float s, size_t n) {
+static void cpu_scale(struct backend *be, float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+static void cpu_clip_by_norm(struct backend *be, float *x, size_t n, const double *sumsq, float max_norm) {
+    float norm = (float)sqrt(*sumsq);
+    if (max_norm > 0 && norm > max_norm) cpu_scale(be, x, max_norm / (norm + 1e-6f), n);
+}
+
+static void cpu_loss_stats(struct backend *be, double *last, double *acc, const float *losses, const float *weights,
+                           const int *correct, int M) {
+    double s[4] = {0, 0, 0, M};
+    for (int m = 0; m < M; m++) {
+        s[0] += (double)weights[m] * losses[m];
+        s[1] += weights[m];
+        s[2] += correct[m];
+    }
+    for (int i = 0; i < 4; i++) {
+        last[i] = s[i];
+        if (acc) acc[i] += s[i];
+    }
+}
+
+static void cpu_close(struct backend *be) { free(be); }
+
 static const struct backend cpu = {
     .name = "cpu",
+    .close = cpu_close,
+    .mem_info = cpu_mem_info,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_upload,
@@ -541,13 +584,19 @@ static const struct backend cpu = {
     .crossentropy_backward = cpu_crossentropy_backward,
     .adamw = cpu_adamw,
     .sumsq = cpu_sumsq,
+    .clip_by_norm = cpu_clip_by_norm,
     .scale = cpu_scale,
+    .loss_stats = cpu_loss_stats,
+    .sample = cpu_sample,
 };
 
-const struct backend *backend_cpu(void) {
+int backend_cpu_open(struct backend **out, struct whet_err *err) {
     /* Products are split across OpenMP threads here, so OpenBLAS must stay on the calling thread.
      * The pthreads build needs telling; the OpenMP build does so by itself inside a parallel region
      * (and there openblas_set_num_threads would shrink OpenMP's own pool to one thread). */
     if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
-    return &cpu;
+    struct backend *be = xmalloc(sizeof *be);
+    *be = cpu;
+    *out = be;
+    return 0;
 }

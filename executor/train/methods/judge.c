@@ -247,43 +247,16 @@ static int sampling_of(struct judge_sampling *s, const json_t *params, struct wh
     return 0;
 }
 
-/* sample_run's loop over a loaded model: prefill the prompt, decode until an end-of-turn token. */
+/* The reply of a loaded judge to its messages (sample_reply on the chat-templated prompt). */
 static int generate(struct judge_model *jm, const struct chat_message *msgs, int n_msgs, const struct judge_sampling *s,
-                    struct rng *rng, char **text, struct whet_err *err) {
+                    uint64_t seed, char **text, struct whet_err *err) {
     int32_t *prompt = NULL;
     uint8_t *mask = NULL;
-    int n_prompt = 0;
+    int n_prompt = 0, n_tokens;
     if (chat_tokenize(&prompt, &mask, &n_prompt, &jm->tpl, jm->tok, msgs, n_msgs, 1, err)) return -1;
     free(mask);
-    const struct model_config *mc = model_get_config(jm->m);
-    if (n_prompt + s->max_tokens > mc->max_position_embeddings) {
-        free(prompt);
-        return whet_errf(err, "the judge prompt (%d tokens) and max tokens %d exceed the model's %d positions", n_prompt,
-                         s->max_tokens, mc->max_position_embeddings);
-    }
-    int V = mc->vocab_size, n_out = 0, rc = -1, slot = 0;
-    struct kv_cache *cache = kv_cache_new(jm->m, 1, n_prompt + s->max_tokens);
-    float *logits = xmalloc((size_t)V * sizeof *logits);
-    int *order = xmalloc((size_t)V * sizeof *order);
-    int *ids = xmalloc((size_t)n_prompt * sizeof *ids);
-    int32_t *out = xmalloc((size_t)s->max_tokens * sizeof *out);
-    for (int i = 0; i < n_prompt; i++) ids[i] = prompt[i];
-    if (model_prefill(jm->m, cache, 0, ids, n_prompt, logits, err)) goto out;
-    while (n_out < s->max_tokens) {
-        int next = sample_pick_k(logits, order, V, s->temperature, s->top_p, s->top_k, rng);
-        if (sample_is_end_token(jm->tok, mc, next)) break;
-        out[n_out++] = next;
-        if (n_out == s->max_tokens) break;
-        if (model_decode_step(jm->m, cache, &slot, &next, 1, logits, err)) goto out;
-    }
-    size_t len;
-    rc = tokenizer_decode(jm->tok, out, (size_t)n_out, text, &len, err);
-out:
-    kv_cache_free(cache);
-    free(logits);
-    free(order);
-    free(ids);
-    free(out);
+    struct sample_row row = {.seed = seed, .temperature = s->temperature, .top_p = s->top_p, .top_k = s->top_k};
+    int rc = sample_reply(jm->m, jm->tok, prompt, n_prompt, s->max_tokens, row, text, &n_tokens, err);
     free(prompt);
     return rc;
 }
@@ -303,12 +276,8 @@ int judge_reply(struct judge_pool *p, const struct grader *g, const json_t *samp
     int n = build_messages(msgs, texts, gj, score, sample, item, err), rc = -1;
     if (n >= 0) {
         pthread_mutex_lock(&p->lock);
-        struct rng seeded, *rng = &p->rng;
-        if (s.seeded) {
-            rng_seed(&seeded, s.seed);
-            rng = &seeded;
-        }
-        rc = generate(jm, msgs, n, &s, rng, reply, err);
+        /* a seeded judge call draws the same reply every time; the others draw from the pool's stream */
+        rc = generate(jm, msgs, n, &s, s.seeded ? s.seed : rng_u64(&p->rng), reply, err);
         pthread_mutex_unlock(&p->lock);
         for (int i = 0; i < n; i++) free(texts[i]);
     }

@@ -44,14 +44,12 @@ static int sft_steps_per_epoch(const struct run *r) {
     return sft_steps_in_epoch(s->train.n_examples, r->cfg->hp.batch_size);
 }
 
-/* Forward pass of the micro-batch in s->batch; its statistics. */
-static int sft_forward(struct run *r, struct sft_state *s, struct model_stats *st, struct whet_err *err) {
+/* Forward pass of the micro-batch in s->batch; its statistics stay on the device, summed until the
+ * step (or the validation) takes them. */
+static int sft_forward(struct run *r, struct sft_state *s, struct whet_err *err) {
     struct model_batch mb = {s->batch.B, s->batch.T, s->batch.ids, s->batch.positions, s->batch.seq_ids,
                              s->batch.targets, NULL};
-    float l;
-    if (model_forward(r->model, &mb, &l, err)) return -1;
-    *st = model_last_stats(r->model);
-    return 0;
+    return model_forward(r->model, &mb, NULL, err);
 }
 
 static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err) {
@@ -65,22 +63,17 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
     int total_targets = sft_rows_targets(&s->train, &s->epoch, first, rows);
     float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
     int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
-    double loss_sum = 0, weight_sum = 0;
-    long long correct = 0, targets = 0;
+    model_reset_stats(r->model);
     for (int row = first; row < first + rows; row += per) {
         sft_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
-        struct model_stats st;
-        if (sft_forward(r, s, &st, err) || model_backward(r->model, loss_scale, err)) return -1;
-        loss_sum += st.loss_sum;
-        weight_sum += st.weight_sum;
-        correct += st.n_correct;
-        targets += st.n_targets;
+        if (sft_forward(r, s, err) || model_backward(r->model, loss_scale, err)) return -1;
         f->tokens += s->batch.n_tokens;
     }
-    f->loss = weight_sum > 0 ? loss_sum / weight_sum : 0;
-    s->accuracy = targets ? (double)correct / (double)targets : 0;
     f->lr = trainer_lr_at(hp, r->step, r->total_steps);
     f->grad_norm = trainer_optimizer_step(r, f->lr);
+    struct model_stats st = model_take_stats(r->model); /* the step's one wait for the device */
+    f->loss = st.weight_sum > 0 ? st.loss_sum / st.weight_sum : 0;
+    s->accuracy = st.n_targets ? (double)st.n_correct / (double)st.n_targets : 0;
     return 0;
 }
 
@@ -90,17 +83,15 @@ static int sft_validate(struct run *r, struct method_text *t, struct whet_err *e
     struct sft_epoch ep;
     sft_epoch_pack(&ep, &s->valid, 0, 0, 0, hp->batch_size);
     int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
-    double sum = 0, weight = 0;
     int rc = 0;
+    model_reset_stats(r->model);
     for (int row = 0; row < ep.n_rows && !rc; row += per) {
         sft_batch_fill(&s->batch, &s->valid, &ep, row, per);
-        struct model_stats st = {0};
-        rc = sft_forward(r, s, &st, err);
-        sum += st.loss_sum;
-        weight += st.weight_sum;
+        rc = sft_forward(r, s, err);
     }
     sft_epoch_free(&ep);
-    double loss = weight > 0 ? sum / weight : 0;
+    struct model_stats st = model_take_stats(r->model);
+    double loss = st.weight_sum > 0 ? st.loss_sum / st.weight_sum : 0;
     snprintf(t->json, sizeof t->json, ",\"valid_loss\":%.9g", loss);
     snprintf(t->progress, sizeof t->progress, " valid_loss %.4f", loss);
     return rc;

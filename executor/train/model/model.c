@@ -60,7 +60,6 @@ size_t model_num_params(const struct model *m) { return m->n_params; }
 size_t model_num_trainable(const struct model *m) { return m->train ? m->n_train : 0; }
 int model_is_lora(const struct model *m) { return m->lora_r > 0; }
 int model_adam_step_count(const struct model *m) { return m->adam_t; }
-struct model_stats model_last_stats(const struct model *m) { return m->stats; }
 
 /* ---------------------------------------------------------------- layout ---- */
 
@@ -221,7 +220,7 @@ static void init_lora(struct model *m, uint64_t seed) {
         float bound = 1.0f / sqrtf((float)t->shape[1]);
         float *host = xmalloc(sizeof(float) * t->numel);
         for (size_t j = 0; j < t->numel; j++) host[j] = rng_uniform_range(&r, -bound, bound);
-        m->be->upload(t->ptr, host, sizeof(float) * t->numel);
+        m->be->upload(m->be, t->ptr, host, sizeof(float) * t->numel);
         free(host);
     }
 }
@@ -229,8 +228,8 @@ static void init_lora(struct model *m, uint64_t seed) {
 int model_load(struct model **out, const char *dir, const struct model_opts *opts, struct whet_err *err) {
     *out = NULL;
     struct model *m = xcalloc(1, sizeof *m);
-    m->be = backend_cpu();
     m->dir = xstrdup(dir);
+    if (backend_open(&m->be, opts->device, err)) goto fail;
     char *cfg_path = xasprintf("%s/config.json", dir);
     int rc = model_config_load(&m->cfg, cfg_path, err);
     free(cfg_path);
@@ -276,14 +275,23 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                   m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
         goto fail;
     }
-    m->params = m->be->alloc((size_t)plan.weights);
-    if (m->lora_r) m->lora = m->be->alloc((size_t)plan.lora);
-    if (m->train) {
+    struct backend *be = m->be;
+    int fits = (m->params = be->alloc(be, (size_t)plan.weights, err)) &&
+               (m->scalars = be->alloc(be, (size_t)plan.scalars, err)) &&
+               (!m->lora_r || (m->lora = be->alloc(be, (size_t)plan.lora, err)));
+    if (fits && m->train) {
         m->tp = m->full_ft ? m->params : m->lora;
         m->n_train = (size_t)plan.n_trainable;
-        m->grads = m->be->alloc((size_t)plan.gradients);
-        m->adam_m = m->be->alloc((size_t)plan.moments / 2);
-        m->adam_v = m->be->alloc((size_t)plan.moments / 2);
+        fits = (m->grads = be->alloc(be, (size_t)plan.gradients, err)) &&
+               (m->adam_m = be->alloc(be, (size_t)plan.moments / 2, err)) &&
+               (m->adam_v = be->alloc(be, (size_t)plan.moments / 2, err));
+    }
+    if (!fits) {
+        whet_err_hint(err, "the %s %s needs %.2f GiB on %s before any activation: fine-tune it with LoRA, pick a smaller "
+                           "model, or a device with more memory",
+                      m->full_ft ? "full fine-tune of" : "model", dir,
+                      (double)(plan.weights + plan.lora + plan.gradients + plan.moments) / (1 << 30), be->name);
+        goto fail;
     }
     fix_pointers(m->tensors, m->n_base_tensors, m->params, m->full_ft ? m->grads : NULL);
     fix_pointers(m->tensors + m->n_base_tensors, m->n_tensors - m->n_base_tensors, m->lora,
@@ -299,8 +307,9 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
             init_lora(m, opts->seed);
         }
     }
-    if (opts->max_batch_rows > 0 && opts->max_seq_len > 0)
-        model_ensure_acts(m, opts->max_batch_rows * opts->max_seq_len);
+    if (opts->max_batch_rows > 0 && opts->max_seq_len > 0 &&
+        model_ensure_acts(m, opts->max_batch_rows * opts->max_seq_len, err))
+        goto fail;
     *out = m;
     return 0;
 fail:
@@ -309,27 +318,24 @@ fail:
 }
 
 static void free_acts(struct model *m) {
-    for (int i = 0; i < m->n_allocs; i++) m->be->free(m->allocs[i]);
+    for (int i = 0; i < m->n_allocs; i++) m->be->free(m->be, m->allocs[i]);
     free(m->allocs);
     free(m->acts);
     free(m->h_rows);
-    free(m->h_correct);
     free(m->h_losses);
-    free(m->token_loss);
-    m->allocs = NULL, m->acts = NULL, m->h_rows = NULL, m->h_correct = NULL, m->h_losses = NULL, m->token_loss = NULL;
+    m->allocs = NULL, m->acts = NULL, m->h_rows = NULL, m->h_losses = NULL;
     m->n_allocs = 0;
     m->cap_N = 0;
 }
 
 void model_free(struct model *m) {
     if (!m) return;
-    free_acts(m);
-    m->be->free(m->params);
-    m->be->free(m->lora);
-    m->be->free(m->grads);
-    m->be->free(m->adam_m);
-    m->be->free(m->adam_v);
-    m->be->free(m->cos_sin);
+    if (m->be) {
+        free_acts(m);
+        void *bufs[] = {m->params, m->lora, m->grads, m->adam_m, m->adam_v, m->cos_sin, m->scalars, m->gen};
+        for (size_t i = 0; i < WHET_ARRAY_LEN(bufs); i++) m->be->free(m->be, bufs[i]);
+        m->be->close(m->be);
+    }
     free(m->layers);
     free(m->lmods);
     free(m->tensors);
@@ -340,18 +346,32 @@ void model_free(struct model *m) {
 
 /* ---------------------------------------------------------------- activations ---- */
 
-static void *abuf(struct model *m, size_t bytes) {
+/* An activation buffer, or NULL once one has failed (*failed is set and err says why): the list below
+ * is allocated in one go and checked at its end. */
+static void *abuf(struct model *m, size_t bytes, int *failed, struct whet_err *err) {
+    if (*failed) return NULL;
+    void *p = m->be->alloc(m->be, bytes, err);
+    if (!p) {
+        *failed = 1;
+        return NULL;
+    }
     m->allocs = xrealloc(m->allocs, sizeof *m->allocs * (size_t)(m->n_allocs + 1));
-    return m->allocs[m->n_allocs++] = m->be->alloc(bytes);
+    return m->allocs[m->n_allocs++] = p;
 }
-#define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n)))
-#define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n)))
+/* All N×V logits of a forward without targets (model_get_logits, sampling without a KV cache). */
+static float *abuf_logits(struct model *m, struct whet_err *err) {
+    int failed = 0;
+    return abuf(m, sizeof(float) * (size_t)m->cap_N * m->V, &failed, err);
+}
+#define AF(n) ((float *)abuf(m, sizeof(float) * (size_t)(n), &failed, err))
+#define AI(n) ((int *)abuf(m, sizeof(int) * (size_t)(n), &failed, err))
 
 /* The buffers of N tokens. executor/train/plan/model_plan.c counts the same list (the scheduler
  * sizes jobs by it): change both together; unit_model_plan compares them byte for byte. */
-void model_ensure_acts(struct model *m, int N) {
-    if (N <= m->cap_N) return;
+int model_ensure_acts(struct model *m, int N, struct whet_err *err) {
+    if (N <= m->cap_N) return 0;
     free_acts(m);
+    int failed = 0;
     m->cap_N = N;
     int C = m->C, nsets = m->recompute ? 1 : m->L;
     m->acts = xcalloc((size_t)nsets, sizeof *m->acts);
@@ -372,6 +392,7 @@ void model_ensure_acts(struct model *m, int N) {
     m->all_logits = NULL;
     m->lse = AF(N), m->losses = AF(N), m->weights_c = AF(N);
     m->correct = AI(N), m->rows = AI(N), m->targets_c = AI(N), m->ids = AI(N), m->pos = AI(N);
+    m->d_segs = (struct attn_segment *)AI(2 * (size_t)N);
     if (m->train) {
         m->dresid = AF((size_t)N * C), m->dln = AF((size_t)N * C), m->dqkv = AF((size_t)N * m->QKV);
         m->dqkr = m->cfg.qk_norm ? AF((size_t)N * m->QK) : NULL;
@@ -379,13 +400,18 @@ void model_ensure_acts(struct model *m, int N) {
         m->dxa = m->lora_r ? AF((size_t)N * m->lora_r) : NULL;
         m->dlnf_c = AF((size_t)N * C);
     }
-    m->h_rows = xmalloc(sizeof(int) * (size_t)N), m->h_correct = xmalloc(sizeof(int) * (size_t)N);
-    m->h_losses = xmalloc(sizeof(float) * (size_t)N), m->token_loss = xcalloc((size_t)N, sizeof(float));
+    if (failed) {
+        free_acts(m);
+        return whet_err_hint(err, "%d tokens a micro-batch do not fit beside the model: lower batch_size or max_seq_len "
+                                  "(or raise gradient_accumulation_steps)", N);
+    }
+    m->h_rows = xmalloc(sizeof(int) * (size_t)N), m->h_losses = xmalloc(sizeof(float) * (size_t)N);
+    return 0;
 }
 
 /* cos/sin of every position up to `need` (exclusive), Hugging Face's inv_freq computed in float. */
-void model_ensure_rope(struct model *m, int need) {
-    if (need <= m->rope_cap) return;
+int model_ensure_rope(struct model *m, int need, struct whet_err *err) {
+    if (need <= m->rope_cap) return 0;
     int cap = m->rope_cap ? m->rope_cap : MP_ROPE_MIN_POSITIONS;
     while (cap < need) cap *= 2;
     int hd = m->hd, half = hd / 2;
@@ -414,12 +440,16 @@ void model_ensure_rope(struct model *m, int need) {
             host[(size_t)p * hd + i] = (float)cos((double)angle);
             host[(size_t)p * hd + half + i] = (float)sin((double)angle);
         }
-    m->be->free(m->cos_sin);
-    m->cos_sin = m->be->alloc(sizeof(float) * (size_t)cap * hd);
-    m->be->upload(m->cos_sin, host, sizeof(float) * (size_t)cap * hd);
-    m->rope_cap = cap;
+    m->be->free(m->be, m->cos_sin);
+    m->rope_cap = 0;
+    m->cos_sin = m->be->alloc(m->be, sizeof(float) * (size_t)cap * hd, err);
+    if (m->cos_sin) {
+        m->be->upload(m->be, m->cos_sin, host, sizeof(float) * (size_t)cap * hd);
+        m->rope_cap = cap;
+    }
     free(inv);
     free(host);
+    return m->cos_sin ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- linear + LoRA ---- */
@@ -427,22 +457,22 @@ void model_ensure_rope(struct model *m, int need) {
 /* out[:, col0 : col0+out_dim] of a module: the LoRA term s * (x @ A^T) @ B^T, keeping xa. */
 static void lora_forward(struct model *m, const struct lora_mod *lm, float *xa, float *out, int ldo, const float *x,
                          int ldx, int N, int in, int outd) {
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     int r = m->lora_r;
     if (m->adapter_off) return;
-    be->matmul_forward(xa, r, x, ldx, lm->A, NULL, N, in, r, 0.0f);
-    be->gemm(0, 1, N, outd, r, m->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
+    be->matmul_forward(be, xa, r, x, ldx, lm->A, NULL, N, in, r, 0.0f);
+    be->gemm(be, 0, 1, N, outd, r, m->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
 }
 
 /* Gradients of the LoRA term: dB, dA, and dx += (s * dout @ B) @ A. */
 static void lora_backward(struct model *m, const struct lora_mod *lm, const float *xa, float *dx, int lddx,
                           const float *dout, int lddo, const float *x, int ldx, int N, int in, int outd) {
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     int r = m->lora_r;
-    be->gemm(1, 0, outd, r, N, m->lora_scale, dout, lddo, xa, r, 1.0f, lm->dB, r);
-    be->gemm(0, 0, N, r, outd, m->lora_scale, dout, lddo, lm->B, r, 0.0f, m->dxa, r);
-    be->gemm(1, 0, r, in, N, 1.0f, m->dxa, r, x, ldx, 1.0f, lm->dA, in);
-    if (dx) be->gemm(0, 0, N, in, r, 1.0f, m->dxa, r, lm->A, in, 1.0f, dx, lddx);
+    be->gemm(be, 1, 0, outd, r, N, m->lora_scale, dout, lddo, xa, r, 1.0f, lm->dB, r);
+    be->gemm(be, 0, 0, N, r, outd, m->lora_scale, dout, lddo, lm->B, r, 0.0f, m->dxa, r);
+    be->gemm(be, 1, 0, r, in, N, 1.0f, m->dxa, r, x, ldx, 1.0f, lm->dA, in);
+    if (dx) be->gemm(be, 0, 0, N, in, r, 1.0f, m->dxa, r, lm->A, in, 1.0f, dx, lddx);
 }
 
 static float *pgrad(const struct model *m, const float *p) {
@@ -453,11 +483,11 @@ static float *pgrad(const struct model *m, const float *p) {
 
 /* Everything of layer l up to the attention inputs: ln1, qkv (+LoRA), q/k norm, rope. */
 void model_attn_inputs(struct model *m, int l, struct layer_acts *a, const float *x, int N, const int *pos) {
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     const struct layer_params *p = &m->layers[l];
     int C = m->C, hd = m->hd, q = m->NH * hd, kv = m->NKV * hd;
-    be->rmsnorm_forward(a->ln1, C, a->rstd1, x, C, p->ln1, N, 1, C, m->cfg.rms_norm_eps);
-    be->matmul_forward(a->qkv, m->QKV, a->ln1, C, p->wqkv, p->bqkv, N, C, m->QKV, 0.0f);
+    be->rmsnorm_forward(be, a->ln1, C, a->rstd1, x, C, p->ln1, N, 1, C, m->cfg.rms_norm_eps);
+    be->matmul_forward(be, a->qkv, m->QKV, a->ln1, C, p->wqkv, p->bqkv, N, C, m->QKV, 0.0f);
     for (int i = 0; i < 3; i++) { /* q, k, v: column slices of qkv */
         int mod = MOD_Q + i;
         if (!(m->targets & (1u << mod))) continue;
@@ -465,12 +495,12 @@ void model_attn_inputs(struct model *m, int l, struct layer_acts *a, const float
         lora_forward(m, &m->lmods[l][mod], a->xa[mod], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);
     }
     if (m->cfg.qk_norm) {
-        be->rmsnorm_forward(a->qkr, m->QK, a->q_rstd, a->qkv, m->QKV, p->q_norm, N, m->NH, hd, m->cfg.rms_norm_eps);
-        be->rmsnorm_forward(a->qkr + q, m->QK, a->k_rstd, a->qkv + q, m->QKV, p->k_norm, N, m->NKV, hd,
+        be->rmsnorm_forward(be, a->qkr, m->QK, a->q_rstd, a->qkv, m->QKV, p->q_norm, N, m->NH, hd, m->cfg.rms_norm_eps);
+        be->rmsnorm_forward(be, a->qkr + q, m->QK, a->k_rstd, a->qkv + q, m->QKV, p->k_norm, N, m->NKV, hd,
                             m->cfg.rms_norm_eps);
-        be->rope_forward(a->qkr, m->QK, pos, m->cos_sin, N, m->NH + m->NKV, hd);
+        be->rope_forward(be, a->qkr, m->QK, pos, m->cos_sin, N, m->NH + m->NKV, hd);
     } else {
-        be->rope_forward(a->qkv, m->QKV, pos, m->cos_sin, N, m->NH + m->NKV, hd);
+        be->rope_forward(be, a->qkv, m->QKV, pos, m->cos_sin, N, m->NH + m->NKV, hd);
     }
 }
 
@@ -488,21 +518,21 @@ void model_qkv_views(const struct model *m, const struct layer_acts *a, const fl
 
 /* From the attention output to the layer output: mid = x + o(att); out = mid + mlp(mid). */
 void model_attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, const float *x, float *out, int N) {
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     const struct layer_params *p = &m->layers[l];
     int C = m->C, F = m->F, qd = m->NH * m->hd;
-    be->copy(a->mid, x, (size_t)N * C);
-    be->matmul_forward(a->mid, C, a->att, qd, p->wo, NULL, N, qd, C, 1.0f);
+    be->copy(be, a->mid, x, sizeof(float) * (size_t)N * C);
+    be->matmul_forward(be, a->mid, C, a->att, qd, p->wo, NULL, N, qd, C, 1.0f);
     if (m->targets & (1u << MOD_O)) lora_forward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], a->mid, C, a->att, qd, N, qd, C);
-    be->rmsnorm_forward(a->ln2, C, a->rstd2, a->mid, C, p->ln2, N, 1, C, m->cfg.rms_norm_eps);
-    be->matmul_forward(a->gu, 2 * F, a->ln2, C, p->wgu, NULL, N, C, 2 * F, 0.0f);
+    be->rmsnorm_forward(be, a->ln2, C, a->rstd2, a->mid, C, p->ln2, N, 1, C, m->cfg.rms_norm_eps);
+    be->matmul_forward(be, a->gu, 2 * F, a->ln2, C, p->wgu, NULL, N, C, 2 * F, 0.0f);
     if (m->targets & (1u << MOD_GATE))
         lora_forward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], a->gu, 2 * F, a->ln2, C, N, C, F);
     if (m->targets & (1u << MOD_UP))
         lora_forward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], a->gu + F, 2 * F, a->ln2, C, N, C, F);
-    be->swiglu_forward(a->h, a->gu, N, F);
-    be->copy(out, a->mid, (size_t)N * C);
-    be->matmul_forward(out, C, a->h, F, p->wdown, NULL, N, F, C, 1.0f);
+    be->swiglu_forward(be, a->h, a->gu, N, F);
+    be->copy(be, out, a->mid, sizeof(float) * (size_t)N * C);
+    be->matmul_forward(be, out, C, a->h, F, p->wdown, NULL, N, F, C, 1.0f);
     if (m->targets & (1u << MOD_DOWN))
         lora_forward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], out, C, a->h, F, N, F, C);
 }
@@ -513,7 +543,7 @@ static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
     const float *q, *k, *v;
     int ldq, ldk;
     model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
-    m->be->attention_forward(a->att, a->lse, q, ldq, k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->longest, m->NH,
+    m->be->attention_forward(m->be, a->att, a->lse, q, ldq, k, ldk, v, m->QKV, m->d_segs, m->n_segs, N, m->longest, m->NH,
                              m->NKV, m->hd);
     model_attn_outputs_and_mlp(m, l, a, x, m->resid + (size_t)(l + 1) * N * m->C, N);
 }
@@ -547,35 +577,38 @@ static int prepare_batch(struct model *m, const struct model_batch *b, struct wh
     if (!rc && m->cfg.sliding_window && longest > m->cfg.sliding_window)
         rc = whet_errf(err, "batch: a sequence of %d tokens is longer than the model's sliding window (%d), which "
                             "this engine does not implement", longest, m->cfg.sliding_window);
-    if (rc) {
-        free(pos);
-        return -1;
+    if (!rc && !(rc = model_ensure_acts(m, N, err))) rc = model_ensure_rope(m, max_pos + 1, err);
+    if (!rc) {
+        m->longest = longest;
+        m->be->upload(m->be, m->ids, b->ids, sizeof(int) * (size_t)N);
+        m->be->upload(m->be, m->pos, pos, sizeof(int) * (size_t)N);
+        m->be->upload(m->be, m->d_segs, m->segs, sizeof *m->segs * (size_t)m->n_segs);
+        m->N = N;
     }
-    model_ensure_acts(m, N);
-    m->longest = longest;
-    model_ensure_rope(m, max_pos + 1);
-    m->be->upload(m->ids, b->ids, sizeof(int) * (size_t)N);
-    m->be->upload(m->pos, pos, sizeof(int) * (size_t)N);
     free(pos);
-    m->N = N;
-    return 0;
+    return rc;
+}
+
+/* Downloads 4 statistics doubles from the device scalars at `at` (the one wait of a step). */
+static struct model_stats stats_at(const struct model *m, int at) {
+    double s[4];
+    m->be->download(m->be, s, m->scalars + at, sizeof s);
+    return (struct model_stats){.loss_sum = s[0], .weight_sum = s[1], .n_correct = (int)s[2], .n_targets = (int)s[3]};
 }
 
 int model_forward(struct model *m, const struct model_batch *b, float *loss, struct whet_err *err) {
-    const struct backend *be = m->be;
-    *loss = 0;
+    struct backend *be = m->be;
+    if (loss) *loss = 0;
     m->backward_ready = 0;
     if (prepare_batch(m, b, err)) return -1;
     int N = m->N, C = m->C, V = m->V;
-    be->embedding_forward(m->resid, m->ids, m->embed, N, C);
+    be->embedding_forward(be, m->resid, m->ids, m->embed, N, C);
     for (int l = 0; l < m->L; l++) layer_forward(m, l, acts_of(m, l), N);
-    be->rmsnorm_forward(m->lnf, C, m->rstdf, m->resid + (size_t)m->L * N * C, C, m->norm, N, 1, C, m->cfg.rms_norm_eps);
+    be->rmsnorm_forward(be, m->lnf, C, m->rstdf, m->resid + (size_t)m->L * N * C, C, m->norm, N, 1, C, m->cfg.rms_norm_eps);
     m->has_targets = b->targets != NULL;
-    memset(&m->stats, 0, sizeof m->stats);
-    memset(m->token_loss, 0, sizeof(float) * (size_t)N);
     if (!b->targets) {
-        if (!m->all_logits) m->all_logits = AF((size_t)m->cap_N * V);
-        be->matmul_forward(m->all_logits, V, m->lnf, C, m->lm_head, NULL, N, C, V, 0.0f);
+        if (!m->all_logits && !(m->all_logits = abuf_logits(m, err))) return -1;
+        be->matmul_forward(be, m->all_logits, V, m->lnf, C, m->lm_head, NULL, N, C, V, 0.0f);
         m->M = 0;
         return 0;
     }
@@ -591,89 +624,100 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         M++;
     }
     m->M = M;
+    be->zero(be, m->scalars, 4 * sizeof(double));
     if (M) {
-        be->upload(m->rows, m->h_rows, sizeof(int) * (size_t)M);
-        be->upload(m->weights_c, w, sizeof(float) * (size_t)M);
-        be->upload(m->targets_c, tg, sizeof(int) * (size_t)M);
-        be->gather_rows(m->lnf_c, m->lnf, m->rows, M, C);
+        be->upload(be, m->rows, m->h_rows, sizeof(int) * (size_t)M);
+        be->upload(be, m->weights_c, w, sizeof(float) * (size_t)M);
+        be->upload(be, m->targets_c, tg, sizeof(int) * (size_t)M);
+        be->gather_rows(be, m->lnf_c, m->lnf, m->rows, M, C);
         for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
             int R = M - c0 < m->logit_rows ? M - c0 : m->logit_rows;
-            be->matmul_forward(m->logits, V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, V, 0.0f);
-            if (m->loss_inv_t != 1.0f) be->scale(m->logits, m->loss_inv_t, (size_t)R * V);
-            be->crossentropy_forward(m->losses + c0, m->lse + c0, m->correct + c0, m->logits, m->targets_c + c0, R, V);
+            be->matmul_forward(be, m->logits, V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, V, 0.0f);
+            if (m->loss_inv_t != 1.0f) be->scale(be, m->logits, m->loss_inv_t, (size_t)R * V);
+            be->crossentropy_forward(be, m->losses + c0, m->lse + c0, m->correct + c0, m->logits, m->targets_c + c0, R, V);
         }
         m->logits_kept = M <= m->logit_rows; /* else the backward pass recomputes them per chunk */
-        be->download(m->h_losses, m->losses, sizeof(float) * (size_t)M);
-        be->download(m->h_correct, m->correct, sizeof(int) * (size_t)M);
-        for (int i = 0; i < M; i++) {
-            m->token_loss[m->h_rows[i]] = m->h_losses[i];
-            m->stats.loss_sum += (double)w[i] * m->h_losses[i];
-            m->stats.weight_sum += w[i];
-            m->stats.n_correct += m->h_correct[i];
-        }
-        m->stats.n_targets = M;
+        be->loss_stats(be, m->scalars, m->scalars + 4, m->losses, m->weights_c, m->correct, M);
     }
     free(w);
     free(tg);
-    *loss = m->stats.weight_sum > 0 ? (float)(m->stats.loss_sum / m->stats.weight_sum) : 0.0f;
+    if (loss) {
+        struct model_stats st = stats_at(m, 0);
+        *loss = st.weight_sum > 0 ? (float)(st.loss_sum / st.weight_sum) : 0.0f;
+    }
     m->backward_ready = m->train && !m->adapter_off;
     return 0;
 }
 
-void model_get_token_losses(const struct model *m, float *out) { memcpy(out, m->token_loss, sizeof(float) * (size_t)m->N); }
+struct model_stats model_last_stats(const struct model *m) { return stats_at(m, 0); }
+
+void model_reset_stats(struct model *m) { m->be->zero(m->be, m->scalars + 4, 4 * sizeof(double)); }
+
+struct model_stats model_take_stats(struct model *m) {
+    struct model_stats st = stats_at(m, 4);
+    model_reset_stats(m);
+    return st;
+}
+
+void model_get_token_losses(const struct model *m, float *out) {
+    memset(out, 0, sizeof(float) * (size_t)m->N);
+    if (!m->has_targets || !m->M) return;
+    m->be->download(m->be, m->h_losses, m->losses, sizeof(float) * (size_t)m->M);
+    for (int i = 0; i < m->M; i++) out[m->h_rows[i]] = m->h_losses[i];
+}
 
 void model_get_logits(const struct model *m, float *out) {
-    if (!m->has_targets && m->all_logits) m->be->download(out, m->all_logits, sizeof(float) * (size_t)m->N * m->V);
+    if (!m->has_targets && m->all_logits) m->be->download(m->be, out, m->all_logits, sizeof(float) * (size_t)m->N * m->V);
 }
 
 /* ---------------------------------------------------------------- backward ---- */
 
 /* dresid holds d(loss)/d(resid[l+1]) on entry and d/d(resid[l]) on return. */
 static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) {
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     const struct layer_params *p = &m->layers[l];
     int C = m->C, F = m->F, hd = m->hd, qd = m->NH * hd, kvd = m->NKV * hd;
     const float *x = m->resid + (size_t)l * N * C;
     float *dres = m->dresid;
     /* MLP: out = mid + h @ wdown^T */
-    be->zero(m->dh, sizeof(float) * (size_t)N * F);
-    be->matmul_backward(m->dh, F, pgrad(m, p->wdown), NULL, dres, C, a->h, F, p->wdown, N, F, C);
+    be->zero(be, m->dh, sizeof(float) * (size_t)N * F);
+    be->matmul_backward(be, m->dh, F, pgrad(m, p->wdown), NULL, dres, C, a->h, F, p->wdown, N, F, C);
     if (m->targets & (1u << MOD_DOWN)) lora_backward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], m->dh, F, dres, C, a->h, F, N, F, C);
-    be->swiglu_backward(m->dgu, m->dh, a->gu, N, F);
-    be->zero(m->dln, sizeof(float) * (size_t)N * C);
-    be->matmul_backward(m->dln, C, pgrad(m, p->wgu), NULL, m->dgu, 2 * F, a->ln2, C, p->wgu, N, C, 2 * F);
+    be->swiglu_backward(be, m->dgu, m->dh, a->gu, N, F);
+    be->zero(be, m->dln, sizeof(float) * (size_t)N * C);
+    be->matmul_backward(be, m->dln, C, pgrad(m, p->wgu), NULL, m->dgu, 2 * F, a->ln2, C, p->wgu, N, C, 2 * F);
     if (m->targets & (1u << MOD_GATE))
         lora_backward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], m->dln, C, m->dgu, 2 * F, a->ln2, C, N, C, F);
     if (m->targets & (1u << MOD_UP))
         lora_backward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], m->dln, C, m->dgu + F, 2 * F, a->ln2, C, N, C, F);
-    be->rmsnorm_backward(dres, C, pgrad(m, p->ln2), m->dln, C, a->mid, C, p->ln2, a->rstd2, N, 1, C);
+    be->rmsnorm_backward(be, dres, C, pgrad(m, p->ln2), m->dln, C, a->mid, C, p->ln2, a->rstd2, N, 1, C);
     /* Attention: mid = x + att @ wo^T */
-    be->zero(m->datt, sizeof(float) * (size_t)N * qd);
-    be->matmul_backward(m->datt, qd, pgrad(m, p->wo), NULL, dres, C, a->att, qd, p->wo, N, qd, C);
+    be->zero(be, m->datt, sizeof(float) * (size_t)N * qd);
+    be->matmul_backward(be, m->datt, qd, pgrad(m, p->wo), NULL, dres, C, a->att, qd, p->wo, N, qd, C);
     if (m->targets & (1u << MOD_O)) lora_backward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], m->datt, qd, dres, C, a->att, qd, N, qd, C);
     const float *q, *k, *v;
     int ldq, ldk;
     model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
-    be->zero(m->dqkv, sizeof(float) * (size_t)N * m->QKV);
+    be->zero(be, m->dqkv, sizeof(float) * (size_t)N * m->QKV);
     float *dq = m->dqkv, *dk = m->dqkv + qd;
     int lddq = m->QKV;
     if (m->cfg.qk_norm) {
-        be->zero(m->dqkr, sizeof(float) * (size_t)N * m->QK);
+        be->zero(be, m->dqkr, sizeof(float) * (size_t)N * m->QK);
         dq = m->dqkr, dk = m->dqkr + qd, lddq = m->QK;
     }
-    be->attention_backward(dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->lse, q, ldq,
-                           k, ldk, v, m->QKV, m->segs, m->n_segs, N, m->longest, m->NH, m->NKV, hd);
-    be->rope_backward(dq, lddq, m->pos, m->cos_sin, N, m->NH + m->NKV, hd);
+    be->attention_backward(be, dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->lse, q, ldq,
+                           k, ldk, v, m->QKV, m->d_segs, m->n_segs, N, m->longest, m->NH, m->NKV, hd);
+    be->rope_backward(be, dq, lddq, m->pos, m->cos_sin, N, m->NH + m->NKV, hd);
     if (m->cfg.qk_norm) {
-        be->rmsnorm_backward(m->dqkv, m->QKV, pgrad(m, p->q_norm), m->dqkr, m->QK, a->qkv, m->QKV, p->q_norm, a->q_rstd,
+        be->rmsnorm_backward(be, m->dqkv, m->QKV, pgrad(m, p->q_norm), m->dqkr, m->QK, a->qkv, m->QKV, p->q_norm, a->q_rstd,
                              N, m->NH, hd);
-        be->rmsnorm_backward(m->dqkv + qd, m->QKV, pgrad(m, p->k_norm), m->dqkr + qd, m->QK, a->qkv + qd, m->QKV,
+        be->rmsnorm_backward(be, m->dqkv + qd, m->QKV, pgrad(m, p->k_norm), m->dqkr + qd, m->QK, a->qkv + qd, m->QKV,
                              p->k_norm, a->k_rstd, N, m->NKV, hd);
     }
     /* qkv = ln1 @ wqkv^T + b. The input gradient of layer 0 is only needed to train the embedding. */
     int need_dx = l > 0 || m->full_ft;
-    be->zero(m->dln, sizeof(float) * (size_t)N * C);
-    be->matmul_backward(need_dx ? m->dln : NULL, C, pgrad(m, p->wqkv), pgrad(m, p->bqkv), m->dqkv, m->QKV, a->ln1, C,
+    be->zero(be, m->dln, sizeof(float) * (size_t)N * C);
+    be->matmul_backward(be, need_dx ? m->dln : NULL, C, pgrad(m, p->wqkv), pgrad(m, p->bqkv), m->dqkv, m->QKV, a->ln1, C,
                         p->wqkv, N, C, m->QKV);
     for (int i = 0; i < 3; i++) {
         int mod = MOD_Q + i;
@@ -682,7 +726,7 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
         lora_backward(m, &m->lmods[l][mod], a->xa[mod], need_dx ? m->dln : NULL, C, m->dqkv + off, m->QKV, a->ln1, C,
                       N, C, outd);
     }
-    if (need_dx) be->rmsnorm_backward(dres, C, pgrad(m, p->ln1), m->dln, C, x, C, p->ln1, a->rstd1, N, 1, C);
+    if (need_dx) be->rmsnorm_backward(be, dres, C, pgrad(m, p->ln1), m->dln, C, x, C, p->ln1, a->rstd1, N, 1, C);
 }
 
 void model_set_adapter_enabled(struct model *m, int enabled) {
@@ -697,27 +741,27 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_backward: the model was loaded for inference");
     if (!m->backward_ready) return whet_errf(err, "model_backward: no forward pass with targets to go back through");
     m->backward_ready = 0;
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     int N = m->N, C = m->C, V = m->V, M = m->M;
-    be->zero(m->dresid, sizeof(float) * (size_t)N * C);
+    be->zero(be, m->dresid, sizeof(float) * (size_t)N * C);
     if (M) {
-        be->zero(m->dlnf_c, sizeof(float) * (size_t)M * C);
+        be->zero(be, m->dlnf_c, sizeof(float) * (size_t)M * C);
         for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
             int R = M - c0 < m->logit_rows ? M - c0 : m->logit_rows;
             const float *x = m->lnf_c + (size_t)c0 * C;
             if (!m->logits_kept) {
-                be->matmul_forward(m->logits, V, x, C, m->lm_head, NULL, R, C, V, 0.0f);
-                if (m->loss_inv_t != 1.0f) be->scale(m->logits, m->loss_inv_t, (size_t)R * V);
+                be->matmul_forward(be, m->logits, V, x, C, m->lm_head, NULL, R, C, V, 0.0f);
+                if (m->loss_inv_t != 1.0f) be->scale(be, m->logits, m->loss_inv_t, (size_t)R * V);
             }
             /* d/dz of nll(z·inv_t) = inv_t · (softmax(z·inv_t) − onehot): the scale folds into loss_scale. */
-            be->crossentropy_backward(m->logits, m->lse + c0, m->targets_c + c0, m->weights_c + c0,
+            be->crossentropy_backward(be, m->logits, m->lse + c0, m->targets_c + c0, m->weights_c + c0,
                                       loss_scale * m->loss_inv_t, R, V);
-            be->matmul_backward(m->dlnf_c + (size_t)c0 * C, C, pgrad(m, m->lm_head), NULL, m->logits, V, x, C,
+            be->matmul_backward(be, m->dlnf_c + (size_t)c0 * C, C, pgrad(m, m->lm_head), NULL, m->logits, V, x, C,
                                 m->lm_head, R, C, V);
         }
-        be->zero(m->dln, sizeof(float) * (size_t)N * C);
-        be->scatter_add_rows(m->dln, m->dlnf_c, m->rows, M, C);
-        be->rmsnorm_backward(m->dresid, C, pgrad(m, m->norm), m->dln, C, m->resid + (size_t)m->L * N * C, C, m->norm,
+        be->zero(be, m->dln, sizeof(float) * (size_t)N * C);
+        be->scatter_add_rows(be, m->dln, m->dlnf_c, m->rows, M, C);
+        be->rmsnorm_backward(be, m->dresid, C, pgrad(m, m->norm), m->dln, C, m->resid + (size_t)m->L * N * C, C, m->norm,
                              m->rstdf, N, 1, C);
     }
     for (int l = m->L - 1; l >= 0; l--) {
@@ -725,7 +769,7 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
         if (m->recompute) layer_forward(m, l, a, N);
         layer_backward(m, l, a, N);
     }
-    if (m->full_ft) be->embedding_backward(pgrad(m, m->embed), m->dresid, m->ids, N, C);
+    if (m->full_ft) be->embedding_backward(be, pgrad(m, m->embed), m->dresid, m->ids, N, C);
     return 0;
 }
 
@@ -734,26 +778,31 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
 int model_set_loss_weights(struct model *m, const float *weights, struct whet_err *err) {
     if (!m->backward_ready) return whet_errf(err, "model_set_loss_weights: no forward pass with targets to go back through");
     if (!m->M) return 0;
-    float *w = xmalloc(sizeof(float) * (size_t)m->M);
-    for (int i = 0; i < m->M; i++) w[i] = weights[m->h_rows[i]];
-    m->be->upload(m->weights_c, w, sizeof(float) * (size_t)m->M);
-    free(w);
+    /* the batch's weights go up whole and the kept rows are picked on the device (dln is free
+     * scratch of N*C floats until the backward pass) */
+    m->be->upload(m->be, m->dln, weights, sizeof(float) * (size_t)m->N);
+    m->be->gather_rows(m->be, m->weights_c, m->dln, m->rows, m->M, 1);
     return 0;
 }
 
 /* ---------------------------------------------------------------- optimiser ---- */
 
 void model_zero_grad(struct model *m) {
-    if (m->train) m->be->zero(m->grads, sizeof(float) * m->n_train);
+    if (m->train) m->be->zero(m->be, m->grads, sizeof(float) * m->n_train);
 }
 
-float model_grad_norm(struct model *m) { return m->train ? (float)sqrt(m->be->sumsq(m->grads, m->n_train)) : 0.0f; }
+float model_grad_norm(struct model *m) { return model_clip_grad_norm(m, 0); }
 
 float model_clip_grad_norm(struct model *m, float max_norm) {
-    float norm = model_grad_norm(m);
-    /* PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1. */
-    if (max_norm > 0 && norm > max_norm) m->be->scale(m->grads, max_norm / (norm + 1e-6f), m->n_train);
-    return norm;
+    if (!m->train) return 0.0f;
+    struct backend *be = m->be;
+    double *sumsq = m->scalars + 8;
+    be->zero(be, sumsq, sizeof *sumsq);
+    be->sumsq(be, sumsq, m->grads, m->n_train);
+    if (max_norm > 0) be->clip_by_norm(be, m->grads, m->n_train, sumsq, max_norm);
+    double host;
+    be->download(be, &host, sumsq, sizeof host);
+    return (float)sqrt(host);
 }
 
 void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float eps, float weight_decay) {
@@ -764,7 +813,7 @@ void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float
         struct tensor *t = &m->tensors[i];
         if (!t->grad) continue;
         size_t off = (size_t)(t->ptr - m->tp);
-        m->be->adamw(t->ptr, t->grad, m->adam_m + off, m->adam_v + off, t->numel, lr, beta1, beta2, eps,
+        m->be->adamw(m->be, t->ptr, t->grad, m->adam_m + off, m->adam_v + off, t->numel, lr, beta1, beta2, eps,
                      t->decay ? weight_decay : 0.0f, bc1, bc2);
     }
 }
@@ -782,14 +831,14 @@ long long model_tensor_numel(const struct model *m, const char *name) {
 int model_get_param(const struct model *m, const char *name, float *out, struct whet_err *err) {
     const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
-    m->be->download(out, t->ptr, sizeof(float) * t->numel);
+    m->be->download(m->be, out, t->ptr, sizeof(float) * t->numel);
     return 0;
 }
 
 int model_set_param(struct model *m, const char *name, const float *in, struct whet_err *err) {
     const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
-    m->be->upload(t->ptr, in, sizeof(float) * t->numel);
+    m->be->upload(m->be, t->ptr, in, sizeof(float) * t->numel);
     return 0;
 }
 
@@ -797,7 +846,7 @@ int model_get_grad(const struct model *m, const char *name, float *out, struct w
     const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
     if (!m->train) return whet_errf(err, "model_get_grad: the model was loaded for inference");
-    if (t->grad) m->be->download(out, t->grad, sizeof(float) * t->numel);
+    if (t->grad) m->be->download(m->be, out, t->grad, sizeof(float) * t->numel);
     else memset(out, 0, sizeof(float) * t->numel);
     return 0;
 }

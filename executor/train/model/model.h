@@ -1,7 +1,7 @@
 /* model.h - the decoder-only transformer whet fine-tunes (Llama, Mistral, Qwen2, Qwen3), its LoRA
  * adapters, its optimiser, and its files.
  *
- * What this is: an fp32 implementation in llm.c's style. All base parameters live in one
+ * What this is: an fp32 implementation in llm.c's style, on the device model_opts names (backend.h). All base parameters live in one
  * allocation with named pointers into it; gradients and AdamW moments mirror the trainable buffer
  * (the base parameters for full fine-tuning, the LoRA parameters otherwise), so zeroing, the
  * gradient norm, clipping and the optimiser step are single loops. Activations are kept per layer
@@ -21,10 +21,14 @@
  *     if (model_load(&m, "models/qwen3-0.6b", &o, &err)) …
  *     model_zero_grad(m);
  *     for each micro-batch:
- *         model_forward(m, &batch, &loss, &err);        // loss: mean over weighted tokens
+ *         model_forward(m, &batch, NULL, &err);         // NULL: no wait for the device's loss
  *         model_backward(m, 1.0f / total_weight_of_all_micro_batches, &err);
  *     float norm = model_clip_grad_norm(m, 1.0f);       // <= 0 max_norm: just measures
  *     model_adamw_step(m, lr, 0.9f, 0.999f, 1e-8f, 0.0f);
+ *     struct model_stats st = model_take_stats(m);     // the step's loss sums, one download
+ *
+ * The statistics and the gradient norm are reduced on the device: a step waits for the device only
+ * where it asks for a number (a non-NULL loss, model_last_stats, model_take_stats, the norm).
  *
  * Batches are B rows of T tokens (packed examples); attention never crosses a change of seq_id
  * within a row, nor a row boundary (so the tokens of one example must be contiguous). Positions (for
@@ -40,6 +44,7 @@
 #include <stdint.h>
 
 #include "model_config.h"
+#include "sample_row.h"
 #include "util.h"
 
 /* LoRA target modules, by their Hugging Face names. */
@@ -70,6 +75,7 @@ struct model_opts {
                            * weighted targets of a batch exceed it, the backward pass recomputes them */
     int max_batch_rows;   /* optional: preallocate activations for B rows of max_seq_len tokens */
     int max_seq_len;      /* (buffers grow on demand anyway) */
+    const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
 };
 struct model_opts model_opts_default(void); /* inference, LoRA r=16 alpha=32 all-linear when train */
 
@@ -98,9 +104,10 @@ size_t model_num_params(const struct model *m);    /* base parameters */
 size_t model_num_trainable(const struct model *m); /* LoRA parameters, or base for full FT */
 int model_is_lora(const struct model *m);
 
-/* Forward pass. With targets: *loss = sum(w*nll)/sum(w) over weighted targets (0 when none), and
- * the statistics below are set; logits are kept only for weighted rows. Without targets (inference,
- * tests): all N×V logits are kept for model_get_logits, *loss = 0. */
+/* Forward pass. With targets: *loss = sum(w*nll)/sum(w) over weighted targets (0 when none; loss
+ * may be NULL, sparing a wait for the device), and the statistics below are set; logits are kept only
+ * for weighted rows. Without targets (inference, tests): all N×V logits are kept for
+ * model_get_logits and model_sample_logits, *loss = 0. */
 int model_forward(struct model *m, const struct model_batch *batch, float *loss, struct whet_err *err);
 /* Statistics of the last forward with targets. */
 struct model_stats {
@@ -110,7 +117,12 @@ struct model_stats {
     int n_correct;     /* of those, how many the argmax predicted */
 };
 struct model_stats model_last_stats(const struct model *m);
-/* Per-token nll of the last forward with targets: out[N], 0 where the weight is 0. */
+/* The sums of the statistics of every forward with targets since the last model_take_stats or
+ * model_reset_stats (which zeroes them): a step's figures with one download however many
+ * micro-batches it ran. */
+struct model_stats model_take_stats(struct model *m);
+void model_reset_stats(struct model *m);
+/* Per-token nll of the last forward with targets: out[N], 0 where the weight is 0 (a download). */
 void model_get_token_losses(const struct model *m, float *out);
 /* Logits of the last forward without targets: out[N, V] (that forward keeps all N×V of them). */
 void model_get_logits(const struct model *m, float *out);
@@ -173,9 +185,10 @@ int model_load_optimizer(struct model *m, const char *path, struct whet_err *err
 /* ---- generation with a KV cache (model_generate.c) ---- */
 /* Generation reuses the model's activation buffers: call it between training steps, never between
  * a model_forward and its model_backward. */
-/* Keys and values of up to n_slots sequences of up to max_len tokens each. */
+/* Keys and values of up to n_slots sequences of up to max_len tokens each; NULL (err set) when they
+ * do not fit on the device. */
 struct kv_cache;
-struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len);
+struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len, struct whet_err *err);
 void kv_cache_free(struct kv_cache *c);
 void kv_cache_clear(struct kv_cache *c, int slot); /* forget a slot's tokens */
 int kv_cache_len(const struct kv_cache *c, int slot);
@@ -189,5 +202,17 @@ int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids,
 /* One token for each of n slots (slots[i] distinct): logits[n, V] (host). */
 int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
                       float *logits, struct whet_err *err);
+/* The same two passes with the next token drawn on the device instead of logits downloaded: draw i
+ * as rows[i] says (sample_row.h) into next[i], with the entropy of its logits (temperature 1, nats)
+ * in entropy[i] when entropy is not NULL. A prefill draws n_draws tokens from its last position
+ * (the first tokens of n_draws responses to one prompt); a decode step one per slot. */
+int model_prefill_sample(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, int n_draws,
+                         const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+int model_decode_sample(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
+                        const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+/* Draws from rows[0..n) (token indices) of the logits of the last forward without targets, as
+ * params[i] says: generation without a KV cache (the benchmark's baseline). */
+int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params, int *next,
+                        float *entropy, struct whet_err *err);
 
 #endif

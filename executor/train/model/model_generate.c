@@ -6,19 +6,23 @@
  * (model_attn_inputs, then backend attention_cached against the slot's rows instead of causal
  * attention within the batch, then model_attn_outputs_and_mlp) and projects only the rows whose
  * logits are wanted: the last prompt token for model_prefill, every token for model_decode_step.
- * It reuses the model's activation buffers (the first layer set for every layer), so it runs between
- * training steps, never between a model_forward and its model_backward. */
+ * Those rows end either downloaded to the host (the logits variants, for scoring and tests) or
+ * sampled on the device (the _sample variants), which download only the token ids and entropies:
+ * a decode step uploads its index tables in one go, its sampling rows in a second, and downloads
+ * 2n numbers. It reuses the model's activation buffers (the first layer set for every layer), so it
+ * runs between training steps, never between a model_forward and its model_backward. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "model_internal.h"
 
 struct kv_cache {
-    const struct backend *be;
+    struct backend *be;
     int n_layers, n_slots, max_len, kv_dim, *len;
     float **k, **v; /* per layer [n_slots * max_len, NKV*hd] */
 };
 
-struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len) {
+struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len, struct whet_err *err) {
     struct kv_cache *c = xcalloc(1, sizeof *c);
     c->be = m->be;
     c->n_slots = n_slots, c->max_len = max_len, c->kv_dim = m->NKV * m->hd;
@@ -26,19 +30,23 @@ struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len) {
     c->k = xcalloc((size_t)m->L, sizeof(float *));
     c->v = xcalloc((size_t)m->L, sizeof(float *));
     size_t per = (size_t)n_slots * max_len * m->NKV * m->hd;
-    for (int l = 0; l < m->L; l++) {
-        c->k[l] = m->be->alloc(sizeof(float) * per);
-        c->v[l] = m->be->alloc(sizeof(float) * per);
-    }
-    c->n_layers = m->L;
+    for (int l = 0; l < m->L; l++, c->n_layers++)
+        if (!(c->k[l] = m->be->alloc(m->be, sizeof(float) * per, err)) ||
+            !(c->v[l] = m->be->alloc(m->be, sizeof(float) * per, err))) {
+            c->n_layers++;
+            kv_cache_free(c);
+            whet_err_hint(err, "a KV cache of %d sequences of %d tokens does not fit: generate fewer at once or shorter",
+                          n_slots, max_len);
+            return NULL;
+        }
     return c;
 }
 
 void kv_cache_free(struct kv_cache *c) {
     if (!c) return;
     for (int l = 0; l < c->n_layers; l++) {
-        c->be->free(c->k[l]);
-        c->be->free(c->v[l]);
+        c->be->free(c->be, c->k[l]);
+        c->be->free(c->be, c->v[l]);
     }
     free(c->k);
     free(c->v);
@@ -58,23 +66,76 @@ int kv_cache_copy_slot(struct kv_cache *c, int dst, int src, struct whet_err *er
     if (dst == src) return 0;
     /* a slot is max_len rows of kv_dim floats; only its first len rows hold anything */
     size_t row0_dst = (size_t)dst * c->max_len * c->kv_dim, row0_src = (size_t)src * c->max_len * c->kv_dim;
-    size_t n = (size_t)c->len[src] * c->kv_dim;
+    size_t bytes = sizeof(float) * (size_t)c->len[src] * c->kv_dim;
     for (int l = 0; l < c->n_layers; l++) {
-        c->be->copy(c->k[l] + row0_dst, c->k[l] + row0_src, n);
-        c->be->copy(c->v[l] + row0_dst, c->v[l] + row0_src, n);
+        c->be->copy(c->be, c->k[l] + row0_dst, c->k[l] + row0_src, bytes);
+        c->be->copy(c->be, c->v[l] + row0_dst, c->v[l] + row0_src, bytes);
     }
     c->len[dst] = c->len[src];
     return 0;
 }
 
-/* n tokens, token i appended to slot slots[i]; logits of the tokens listed in out_rows (n_out of
- * them) go to logits[n_out, V] on the host. */
+/* The device scratch of generation for n rows: gen_ints [5n] (ids, positions, first cache row,
+ * context length, cache row of each token), then sample rows [n], then the picked ids and their
+ * entropies [2n]. Grown on demand, freed with the model; generation's own, outside the training
+ * plan, as the all-logits buffer of a forward without targets. */
+static int ensure_gen(struct model *m, int n, struct whet_err *err) {
+    if (n <= m->gen_cap) return 0;
+    m->be->free(m->be, m->gen);
+    m->gen_cap = 0;
+    size_t bytes = (sizeof(int) * 7 + sizeof(struct sample_row)) * (size_t)n;
+    if (!(m->gen = m->be->alloc(m->be, bytes, err))) return -1;
+    m->gen_cap = n;
+    return 0;
+}
+static int *gen_ints(const struct model *m) { return m->gen; }
+static struct sample_row *gen_rows(const struct model *m) {
+    return (struct sample_row *)((char *)m->gen + sizeof(int) * 5 * (size_t)m->gen_cap);
+}
+static int *gen_picked(const struct model *m) { return (int *)(gen_rows(m) + m->gen_cap); }
+
+/* What a pass does with the rows it projects: download their logits[n_out, V] (logits != NULL), or
+ * sample them on the device as rows[n_out] say into picked[n_out] and entropy[n_out] (host). */
+struct gen_out {
+    float *logits;
+    const struct sample_row *rows;
+    int *picked;
+    float *entropy;
+};
+
+/* Downloads the ids and entropies that `sample` left in gen_picked for n rows into out. */
+static void take_picked(struct model *m, int n, const struct gen_out *out) {
+    int *host = xmalloc(sizeof(int) * 2 * (size_t)n);
+    m->be->download(m->be, host, gen_picked(m), sizeof(int) * 2 * (size_t)n);
+    memcpy(out->picked, host, sizeof(int) * (size_t)n);
+    if (out->entropy) memcpy(out->entropy, host + n, sizeof(float) * (size_t)n);
+    free(host);
+}
+
+/* Projects the n_out rows of m->lnf_c a chunk of logits at a time and hands them out as `out` says. */
+static void project_rows(struct model *m, int n_out, const struct gen_out *out) {
+    struct backend *be = m->be;
+    int C = m->C, V = m->V, *picked = gen_picked(m);
+    if (!out->logits) be->upload(be, gen_rows(m), out->rows, sizeof *out->rows * (size_t)n_out);
+    for (int c0 = 0; c0 < n_out; c0 += m->logit_rows) {
+        int R = n_out - c0 < m->logit_rows ? n_out - c0 : m->logit_rows;
+        be->matmul_forward(be, m->logits, V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, V, 0.0f);
+        if (out->logits) be->download(be, out->logits + (size_t)c0 * V, m->logits, sizeof(float) * (size_t)R * V);
+        else be->sample(be, picked + c0, (float *)(picked + n_out) + c0, m->logits, gen_rows(m) + c0, R, V);
+    }
+    if (!out->logits) take_picked(m, n_out, out);
+}
+
+/* n tokens, token i appended to slot slots[i]; the final-norm rows of the tokens listed in out_rows
+ * (n_out of them, a token listed several times to draw from it several times) are projected and
+ * handed out as `out` says. */
 static int infer(struct model *m, struct kv_cache *c, const int *ids, const int *slots, int n, const int *out_rows,
-                 int n_out, float *logits, struct whet_err *err) {
-    const struct backend *be = m->be;
+                 int n_out, const struct gen_out *out, struct whet_err *err) {
+    struct backend *be = m->be;
     int C = m->C, kvd = m->NKV * m->hd;
-    int *pos = xmalloc(sizeof(int) * (size_t)n), *first = xmalloc(sizeof(int) * (size_t)n),
-        *nctx = xmalloc(sizeof(int) * (size_t)n), *rows = xmalloc(sizeof(int) * (size_t)n);
+    /* the host side of gen_ints: ids, positions, first cache row, context length, cache row */
+    int *tab = xmalloc(sizeof(int) * 5 * (size_t)n), *pos = tab + n, *first = tab + 2 * n, *nctx = tab + 3 * n,
+        *rows = tab + 4 * n;
     int *added = xcalloc((size_t)c->n_slots, sizeof(int));
     int rc = 0, max_pos = 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -90,74 +151,109 @@ static int infer(struct model *m, struct kv_cache *c, const int *ids, const int 
             rc = whet_errf(err, "generation: sequence longer than the model's sliding window (%d), which this "
                                 "engine does not implement", m->cfg.sliding_window);
         if (rc) break;
+        tab[i] = ids[i];
         pos[i] = c->len[s] + added[s]++;
         first[i] = s * c->max_len;
         nctx[i] = pos[i] + 1;
         rows[i] = first[i] + pos[i];
         max_pos = pos[i] > max_pos ? pos[i] : max_pos;
     }
-    if (rc) goto out;
-    model_ensure_acts(m, n);
-    model_ensure_rope(m, max_pos + 1);
-    int *d_first = m->rows, *d_nctx = m->targets_c, *d_rows = m->correct;
-    be->upload(m->ids, ids, sizeof(int) * (size_t)n);
-    be->upload(m->pos, pos, sizeof(int) * (size_t)n);
-    be->upload(d_first, first, sizeof(int) * (size_t)n);
-    be->upload(d_nctx, nctx, sizeof(int) * (size_t)n);
-    be->upload(d_rows, rows, sizeof(int) * (size_t)n);
+    if (rc || (rc = model_ensure_acts(m, n > n_out ? n : n_out, err)) || (rc = model_ensure_rope(m, max_pos + 1, err)) ||
+        (rc = ensure_gen(m, n > n_out ? n : n_out, err)))
+        goto out;
+    int *d = gen_ints(m);
+    be->upload(be, d, tab, sizeof(int) * 5 * (size_t)n);
+    const int *d_ids = d, *d_pos = d + n, *d_first = d + 2 * n, *d_nctx = d + 3 * n, *d_rows = d + 4 * n;
     float *x = m->resid, *y = m->resid + (size_t)n * C;
-    be->embedding_forward(x, m->ids, m->embed, n, C);
+    be->embedding_forward(be, x, d_ids, m->embed, n, C);
     struct layer_acts *a = &m->acts[0];
     for (int l = 0; l < m->L; l++) {
-        model_attn_inputs(m, l, a, x, n, m->pos);
+        model_attn_inputs(m, l, a, x, n, d_pos);
         const float *q, *k, *v;
         int ldq, ldk;
         model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
-        be->set_rows(c->k[l], d_rows, k, ldk, n, kvd);
-        be->set_rows(c->v[l], d_rows, v, m->QKV, n, kvd);
-        be->attention_cached(a->att, q, ldq, c->k[l], c->v[l], d_first, d_nctx, n, m->NH, m->NKV, m->hd);
+        be->set_rows(be, c->k[l], d_rows, k, ldk, n, kvd);
+        be->set_rows(be, c->v[l], d_rows, v, m->QKV, n, kvd);
+        be->attention_cached(be, a->att, q, ldq, c->k[l], c->v[l], d_first, d_nctx, n, m->NH, m->NKV, m->hd);
         model_attn_outputs_and_mlp(m, l, a, x, y, n);
         float *tmp = x;
         x = y, y = tmp;
     }
-    be->rmsnorm_forward(m->lnf, C, m->rstdf, x, C, m->norm, n, 1, C, m->cfg.rms_norm_eps);
-    be->upload(m->rows, out_rows, sizeof(int) * (size_t)n_out);
-    be->gather_rows(m->lnf_c, m->lnf, m->rows, n_out, C);
-    for (int c0 = 0; c0 < n_out; c0 += m->logit_rows) {
-        int R = n_out - c0 < m->logit_rows ? n_out - c0 : m->logit_rows;
-        be->matmul_forward(m->logits, m->V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, m->V, 0.0f);
-        be->download(logits + (size_t)c0 * m->V, m->logits, sizeof(float) * (size_t)R * m->V);
-    }
+    be->rmsnorm_forward(be, m->lnf, C, m->rstdf, x, C, m->norm, n, 1, C, m->cfg.rms_norm_eps);
+    be->upload(be, m->rows, out_rows, sizeof(int) * (size_t)n_out);
+    be->gather_rows(be, m->lnf_c, m->lnf, m->rows, n_out, C);
+    project_rows(m, n_out, out);
     for (int s = 0; s < c->n_slots; s++) c->len[s] += added[s];
 out:
-    free(pos);
-    free(first);
-    free(nctx);
-    free(rows);
+    free(tab);
     free(added);
     return rc;
 }
 
-int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, float *logits,
-                  struct whet_err *err) {
+/* The prompt's last token is projected n_draws times. */
+static int prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, int n_draws,
+                   const struct gen_out *out, struct whet_err *err) {
     if (n < 1) return whet_errf(err, "generation: empty prompt");
-    int *slots = xmalloc(sizeof(int) * (size_t)n);
+    if (n_draws < 1) return whet_errf(err, "generation: %d draws from a prompt", n_draws);
+    int *slots = xmalloc(sizeof(int) * (size_t)n), *last = xmalloc(sizeof(int) * (size_t)n_draws);
     for (int i = 0; i < n; i++) slots[i] = slot;
-    int last = n - 1;
-    int rc = infer(m, c, ids, slots, n, &last, 1, logits, err);
+    for (int i = 0; i < n_draws; i++) last[i] = n - 1;
+    int rc = infer(m, c, ids, slots, n, last, n_draws, out, err);
     free(slots);
+    free(last);
     return rc;
 }
 
-int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n, float *logits,
-                      struct whet_err *err) {
+static int decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
+                       const struct gen_out *out, struct whet_err *err) {
     if (n < 1) return 0;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++)
             if (slots[i] == slots[j]) return whet_errf(err, "generation: slot %d given twice in one step", slots[i]);
     int *rows = xmalloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++) rows[i] = i;
-    int rc = infer(m, c, ids, slots, n, rows, n, logits, err);
+    int rc = infer(m, c, ids, slots, n, rows, n, out, err);
     free(rows);
     return rc;
+}
+
+int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, float *logits,
+                  struct whet_err *err) {
+    return prefill(m, c, slot, ids, n, 1, &(struct gen_out){.logits = logits}, err);
+}
+
+int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n, float *logits,
+                      struct whet_err *err) {
+    return decode_step(m, c, slots, ids, n, &(struct gen_out){.logits = logits}, err);
+}
+
+int model_prefill_sample(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, int n_draws,
+                         const struct sample_row *rows, int *next, float *entropy, struct whet_err *err) {
+    return prefill(m, c, slot, ids, n, n_draws, &(struct gen_out){.rows = rows, .picked = next, .entropy = entropy},
+                   err);
+}
+
+int model_decode_sample(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
+                        const struct sample_row *rows, int *next, float *entropy, struct whet_err *err) {
+    return decode_step(m, c, slots, ids, n, &(struct gen_out){.rows = rows, .picked = next, .entropy = entropy}, err);
+}
+
+int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params, int *next,
+                        float *entropy, struct whet_err *err) {
+    if (m->has_targets || !m->all_logits) return whet_errf(err, "model_sample_logits: no forward pass without targets");
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= m->N) return whet_errf(err, "model_sample_logits: row %d is outside [0, %d)", rows[i], m->N);
+    if (ensure_gen(m, n, err)) return -1;
+    /* the rows' logits are gathered a chunk at a time into m->logits and sampled there */
+    struct backend *be = m->be;
+    int *picked = gen_picked(m);
+    be->upload(be, gen_rows(m), params, sizeof *params * (size_t)n);
+    be->upload(be, gen_ints(m), rows, sizeof(int) * (size_t)n);
+    for (int c0 = 0; c0 < n; c0 += m->logit_rows) {
+        int R = n - c0 < m->logit_rows ? n - c0 : m->logit_rows;
+        be->gather_rows(be, m->logits, m->all_logits, gen_ints(m) + c0, R, m->V);
+        be->sample(be, picked + c0, (float *)(picked + n) + c0, m->logits, gen_rows(m) + c0, R, m->V);
+    }
+    take_picked(m, n, &(struct gen_out){.picked = next, .entropy = entropy});
+    return 0;
 }

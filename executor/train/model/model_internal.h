@@ -48,7 +48,7 @@ struct layer_acts {
 
 
 struct model {
-    const struct backend *be;
+    struct backend *be; /* owned: opened on the device model_opts names */
     struct model_config cfg;
     char *dir;
     int C, F, NH, NKV, hd, QKV, QK, L, V;
@@ -74,6 +74,9 @@ struct model {
     int n_tensors, n_base_tensors;
 
     float *tp, *grads, *adam_m, *adam_v; /* trainable buffer and its mirrors */
+    /* Device scalars (doubles): [0, 4) the last forward's statistics (backend loss_stats), [4, 8) their
+     * sum since model_take_stats, [8] the squared gradient norm. */
+    double *scalars;
     size_t n_train;
     int adam_t;
 
@@ -89,6 +92,9 @@ struct model {
     float *logits, *all_logits;
     int logit_rows, logits_kept;
     int *correct, *rows, *targets_c, *ids, *pos;
+    struct attn_segment *d_segs; /* the last forward's segments, on the device */
+    void *gen;   /* generation's device scratch for gen_cap rows (model_generate.c) */
+    int gen_cap;
     float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *dlnf_c;
 
     float *cos_sin; /* [rope_cap, hd] */
@@ -97,11 +103,10 @@ struct model {
     /* The last forward. */
     int N, M, has_targets, backward_ready; /* tokens, weighted target rows */
     int longest; /* the longest segment */
-    struct attn_segment *segs;
+    struct attn_segment *segs; /* host copy of d_segs */
     int n_segs;
-    int *h_rows, *h_correct;
-    float *h_losses, *token_loss;
-    struct model_stats stats;
+    int *h_rows; /* the token of each weighted target row */
+    float *h_losses;
 };
 
 /* ---- model.c ---- */
@@ -109,9 +114,10 @@ struct model {
 struct tensor *model_find_tensor(const struct model *m, const char *name);
 /* Input and output features of LoRA-targetable module `mod` (MOD_*). */
 void model_mod_dims(const struct model *m, int mod, int *in, int *out);
-/* Activation buffers for N tokens (grown, never shrunk), and RoPE tables for positions < need. */
-void model_ensure_acts(struct model *m, int N);
-void model_ensure_rope(struct model *m, int need);
+/* Activation buffers for N tokens (grown, never shrunk), and RoPE tables for positions < need; -1
+ * when the device is out of memory (err says how much was needed and what to lower). */
+int model_ensure_acts(struct model *m, int N, struct whet_err *err);
+int model_ensure_rope(struct model *m, int need, struct whet_err *err);
 /* The two halves of a layer around its attention, shared by the forward pass and generation:
  * model_attn_inputs computes ln1, qkv (+LoRA), q/k norm and RoPE of layer l into a from x[N, C];
  * model_qkv_views says where q, k (after RoPE) and v live in a; model_attn_outputs_and_mlp takes a->att

@@ -38,7 +38,7 @@ int model_io_read_base(struct model *m, const char *dir, struct whet_err *err) {
             host = xmalloc(sizeof(float) * host_cap);
         }
         rc = st_read_f32(st, host, (int64_t)t->numel, err);
-        if (!rc) m->be->upload(t->ptr, host, sizeof(float) * t->numel);
+        if (!rc) m->be->upload(m->be, t->ptr, host, sizeof(float) * t->numel);
     }
     free(host);
     st_close(&set);
@@ -113,7 +113,7 @@ int model_io_read_lora(struct model *m, const char *dir, struct whet_err *err) {
         const struct st_tensor *st;
         float *host = xmalloc(sizeof(float) * t->numel);
         rc = st_expect(&set, t->name, 2, t->shape, &st, err) || st_read_f32(st, host, (int64_t)t->numel, err);
-        if (!rc) m->be->upload(t->ptr, host, sizeof(float) * t->numel);
+        if (!rc) m->be->upload(m->be, t->ptr, host, sizeof(float) * t->numel);
         free(host);
     }
     /* Every tensor of the file must have been used: a mismatch means another adapter layout. */
@@ -138,7 +138,7 @@ static int copy_file(const char *from, const char *to, struct whet_err *err) {
 
 int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_err *err) {
     if (whet_mkdir_p(dir, err)) return -1;
-    const struct backend *be = m->be;
+    struct backend *be = m->be;
     char *cfg = model_config_to_json(&m->cfg, bf16 ? "bfloat16" : "float32");
     int rc = whet_write_file_in(dir, "config.json", cfg, strlen(cfg), err);
     free(cfg);
@@ -147,8 +147,11 @@ int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_
     float *host = xmalloc(sizeof(float) * m->n_params);
     float *merged = NULL;
     if (m->lora_r) {
-        merged = be->alloc(sizeof(float) * m->n_params);
-        be->copy(merged, m->params, m->n_params);
+        if (!(merged = be->alloc(be, sizeof(float) * m->n_params, err))) {
+            free(host);
+            return whet_err_hint(err, "merging the adapter needs a second copy of the base weights on %s", be->name);
+        }
+        be->copy(be, merged, m->params, sizeof(float) * m->n_params);
         for (int l = 0; l < m->L; l++)
             for (int mod = 0; mod < N_MODS; mod++) {
                 if (!(m->targets & (1u << mod))) continue;
@@ -158,12 +161,12 @@ int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_
                 const struct tensor *t = model_find_tensor(m, name);
                 int in, out;
                 model_mod_dims(m, mod, &in, &out);
-                be->gemm(0, 0, out, in, m->lora_r, m->lora_scale, m->lmods[l][mod].B, m->lora_r, m->lmods[l][mod].A, in,
+                be->gemm(be, 0, 0, out, in, m->lora_r, m->lora_scale, m->lmods[l][mod].B, m->lora_r, m->lmods[l][mod].A, in,
                          1.0f, merged + (t->ptr - m->params), in);
             }
     }
-    be->download(host, merged ? merged : m->params, sizeof(float) * m->n_params);
-    be->free(merged);
+    be->download(be, host, merged ? merged : m->params, sizeof(float) * m->n_params);
+    be->free(be, merged);
     struct st_writer w;
     st_writer_init(&w);
     st_writer_metadata(&w, "format", "pt");
@@ -209,7 +212,7 @@ int model_save_adapter(const struct model *m, const char *dir, struct whet_err *
     free(body);
     if (rc) return -1;
     float *host = xmalloc(sizeof(float) * m->n_lora);
-    m->be->download(host, m->lora, sizeof(float) * m->n_lora);
+    m->be->download(m->be, host, m->lora, sizeof(float) * m->n_lora);
     struct st_writer w;
     st_writer_init(&w);
     st_writer_metadata(&w, "format", "pt");
@@ -239,8 +242,8 @@ int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err
 int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_save_optimizer: the model was loaded for inference");
     float *host = xmalloc(sizeof(float) * m->n_train * 2);
-    m->be->download(host, m->adam_m, sizeof(float) * m->n_train);
-    m->be->download(host + m->n_train, m->adam_v, sizeof(float) * m->n_train);
+    m->be->download(m->be, host, m->adam_m, sizeof(float) * m->n_train);
+    m->be->download(m->be, host + m->n_train, m->adam_v, sizeof(float) * m->n_train);
     struct st_writer w;
     st_writer_init(&w);
     char step[32];
@@ -270,9 +273,9 @@ int model_load_optimizer(struct model *m, const char *path, struct whet_err *err
     }
     float *host = xmalloc(sizeof(float) * m->n_train);
     rc = st_read_f32(a, host, shape[0], err);
-    if (!rc) m->be->upload(m->adam_m, host, sizeof(float) * m->n_train);
+    if (!rc) m->be->upload(m->be, m->adam_m, host, sizeof(float) * m->n_train);
     if (!rc) rc = st_read_f32(b, host, shape[0], err);
-    if (!rc) m->be->upload(m->adam_v, host, sizeof(float) * m->n_train);
+    if (!rc) m->be->upload(m->be, m->adam_v, host, sizeof(float) * m->n_train);
     free(host);
     if (!rc) m->adam_t = atoi(step);
 out:

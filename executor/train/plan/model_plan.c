@@ -33,7 +33,7 @@ static void per_token(const struct mp_shape *s, const struct mp_job *j, int64_t 
     *floats = sets * set + (L + 1) * C + C + 1 + C + 3;
     if (j->train)
         *floats += C + C + QKV + (s->qk_norm ? QK : 0) + Q + 2 * F + F + (j->lora_r > 0 ? j->lora_r : 0) + C;
-    *ints = 5;
+    *ints = 7; /* ids, positions, target rows, targets, correct, and a segment (start, length) */
 }
 
 void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_job *job) {
@@ -58,7 +58,7 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     out->gradients = narrow * out->n_trainable;
     out->moments = 2 * wide * out->n_trainable;
     out->master = narrow < wide ? wide * out->n_trainable : 0;
-    if (j.train && j.lora_r == 0 && j.method != MP_SFT) out->reference = out->weights;
+    if (j.train && j.lora_r == 0 && j.method != MP_SFT) out->reference = out->weights + MP_SCALAR_BYTES; /* a model */
 
     int64_t floats, ints;
     per_token(&s, &j, &floats, &ints);
@@ -71,8 +71,9 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     int64_t positions = MP_ROPE_MIN_POSITIONS;
     while (positions < j.seq_len) positions *= 2;
     out->rope = wide * positions * s.head_dim;
+    out->scalars = MP_SCALAR_BYTES;
     out->total = out->weights + out->lora + out->gradients + out->moments + out->master + out->reference +
-                 out->activations + out->logits + out->rope;
+                 out->activations + out->logits + out->rope + out->scalars;
 }
 
 int64_t mp_kv_cache_bytes(const struct mp_shape *s, int64_t slots, int64_t max_len, enum mp_dtype dtype) {

@@ -15,7 +15,8 @@
  * normalisations' reciprocal RMS (1 + 1), a log-sum-exp per head (NH; attention keeps no T×T
  * matrix), Qwen3's q/k norms (NH + NKV rstd values and the normed QK), and r values per LoRA target
  * (x·Aᵀ); besides those the residual stream (L + 1)·C, the final norm (C + 1 + C), five per-token
- * scalars (loss log-sum-exp, loss, weight) and five int arrays; when training one set of gradient
+ * scalars (loss log-sum-exp, loss, weight) and seven int arrays (ids, positions, target rows,
+ * targets, correct, and the attention segments at two ints each); when training one set of gradient
  * buffers shared by all layers: 3C + QKV + Q + 3F (+ QK with q/k norms, + r with LoRA). Logits are
  * computed min(tokens, logit_rows) rows at a time. Host-side buffers (per-token copies for the
  * statistics) are not device memory and are not in the plan. */
@@ -26,6 +27,7 @@
 
 #define MP_LOGIT_CHUNK_VALUES (64 << 20) /* logits computed at once: 64 Mi values (256 MB in f32) */
 #define MP_ROPE_MIN_POSITIONS 256       /* the RoPE table starts this long and doubles */
+#define MP_SCALAR_BYTES 128           /* the step's statistics and squared norm, kept on the device */
 #define MP_LORA_MODULES 7               /* q k v o gate up down, the bits of model.h's LORA_* */
 
 /* How values are stored. F32: what this engine does (everything f32). BF16: the plan of a
@@ -71,6 +73,7 @@ struct mp_plan {
     int64_t activations;       /* act_per_token · rows · seq_len */
     int64_t logits;            /* the logits chunk */
     int64_t rope;              /* cos/sin table for seq_len positions */
+    int64_t scalars;           /* MP_SCALAR_BYTES */
     int64_t total;             /* the sum of the above */
 };
 

@@ -1,11 +1,13 @@
 /* rollout.c - batched sampling for GRPO (see rollout.h).
  *
  * The n_prompts * n responses each own a KV-cache slot, response j of prompt i slot i*n + j. A
- * step picks one token for every slot still generating, from that slot's row of logits, in slot
- * order (so the rng is drawn in the same order on every run), then decodes all those tokens in one
- * model_decode_step, which gives the next rows of logits. Without the KV cache (the benchmark's
+ * prompt's prefill draws the first token of each of its n slots; then every step decodes the last
+ * token of every slot still generating in one model_decode_sample, which draws each slot's next token
+ * on the device. Slot s's k-th token is drawn from (its seed, k), so the same rng state gives the
+ * same responses whatever order or batch the slots run in. Without the KV cache (the benchmark's
  * baseline), each step instead runs the whole sequence of every active slot through model_forward,
- * one batch per prompt (a group's active slots all have the same length), and reads the last row. */
+ * one batch per prompt (a group's active slots all have the same length), and samples the last
+ * positions (model_sample_logits). */
 #include "rollout.h"
 
 #include <math.h>
@@ -40,53 +42,34 @@ static int is_extra_stop_id(const struct rollout_opts *o, int id) {
     return 0;
 }
 
-/* Entropy of softmax(logits[V]), in nats. */
-static double entropy_of(const float *logits, int V) {
-    float max = logits[0];
-    for (int i = 1; i < V; i++)
-        if (logits[i] > max) max = logits[i];
-    double z = 0, zx = 0;
-    for (int i = 0; i < V; i++) {
-        double d = (double)logits[i] - max, e = exp(d);
-        z += e;
-        zx += e * d;
-    }
-    return log(z) - zx / z;
-}
+/* ---------------------------------------------------------------- tokens without a KV cache */
 
-/* ---------------------------------------------------------------- logits without a KV cache */
-
-/* Logits of the next token of every active slot: rows logits[r, V] for act[r], computed by running
- * prompt + response through model_forward, one batch per prompt. */
-static int forward_full(float *logits, struct model *m, const struct rollout_batch *b, const int *act, int n_act,
-                        const int *const *prompt_ids, const int *prompt_lens, int **ids, size_t *ids_cap,
-                        float **all, size_t *all_cap, struct whet_err *err) {
-    int V = model_get_config(m)->vocab_size;
+/* The next token of every active slot, next[r] for act[r] drawn as rows[r] says, by running prompt +
+ * response through model_forward, one batch per prompt, and sampling the batch's last positions. */
+static int forward_full(int *next, float *entropy, struct model *m, const struct rollout_batch *b, const int *act,
+                        int n_act, const struct sample_row *rows, const int *const *prompt_ids, const int *prompt_lens,
+                        int **ids, size_t *ids_cap, struct whet_err *err) {
     for (int r0 = 0; r0 < n_act;) {
         int p = b->responses[act[r0]].prompt, r1 = r0;
         while (r1 < n_act && b->responses[act[r1]].prompt == p) r1++;
         int B = r1 - r0, T = prompt_lens[p] + b->responses[act[r0]].n_tokens;
         size_t N = (size_t)B * T;
-        if (N > *ids_cap) {
-            *ids_cap = N;
-            *ids = xrealloc(*ids, N * sizeof **ids);
+        if (N + (size_t)B > *ids_cap) {
+            *ids_cap = N + (size_t)B;
+            *ids = xrealloc(*ids, *ids_cap * sizeof **ids);
         }
-        if (N * V > *all_cap) {
-            *all_cap = N * V;
-            *all = xrealloc(*all, *all_cap * sizeof **all);
-        }
+        int *last = *ids + N; /* the position whose logits give each row's next token */
         for (int r = r0; r < r1; r++) { /* row r - r0: prompt, then the response so far */
             const struct rollout_response *resp = &b->responses[act[r]];
             int *row = *ids + (size_t)(r - r0) * T;
             memcpy(row, prompt_ids[p], sizeof(int) * (size_t)prompt_lens[p]);
             memcpy(row + prompt_lens[p], resp->tokens, sizeof(int) * (size_t)resp->n_tokens);
+            last[r - r0] = (r - r0) * T + T - 1;
         }
         struct model_batch batch = {B, T, *ids, NULL, NULL, NULL, NULL};
-        float loss;
-        if (model_forward(m, &batch, &loss, err)) return -1;
-        model_get_logits(m, *all);
-        for (int r = r0; r < r1; r++)
-            memcpy(logits + (size_t)r * V, *all + ((size_t)(r - r0) * T + T - 1) * V, sizeof(float) * (size_t)V);
+        if (model_forward(m, &batch, NULL, err) ||
+            model_sample_logits(m, last, B, rows + r0, next + r0, entropy + r0, err))
+            return -1;
         r0 = r1;
     }
     return 0;
@@ -139,42 +122,45 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
         whet_buf_append(&texts[s], "", 0);
         r->text = texts[s].data; /* the response owns the text; texts[s] only grows it */
     }
-    float *logits = xmalloc(sizeof(float) * (size_t)n_slots * V);
-    int *order = xmalloc(sizeof(int) * (size_t)V);
+    /* each slot's sampling row; and, in act order, the step's rows, drawn tokens and entropies */
+    struct sample_row *rows = xmalloc(sizeof *rows * (size_t)n_slots), *step_rows = xmalloc(sizeof *rows * (size_t)n_slots);
+    int *picked = xmalloc(sizeof(int) * (size_t)n_slots);
+    float *entropy = xmalloc(sizeof(float) * (size_t)n_slots);
     int *act = xmalloc(sizeof(int) * (size_t)n_slots), *next_act = xmalloc(sizeof(int) * (size_t)n_slots);
     int *next_ids = xmalloc(sizeof(int) * (size_t)n_slots);
     int *full_ids = NULL;
-    float *full_logits = NULL;
-    size_t full_ids_cap = 0, full_logits_cap = 0;
+    size_t full_ids_cap = 0;
     struct kv_cache *cache = NULL;
     int rc = -1, n_act = n_slots;
-    for (int s = 0; s < n_slots; s++) act[s] = s; /* row r of logits belongs to slot act[r] */
+    /* slot s draws its k-th token from (seed of s, k): the same rng state gives the same responses */
+    uint64_t base = rng_u64(rng);
+    for (int s = 0; s < n_slots; s++) {
+        act[s] = s;
+        rows[s] = (struct sample_row){.seed = rng_mix64(base + RNG_GOLDEN * (uint64_t)(s + 1)), .top_k = opts->top_k,
+                                      .temperature = opts->temperature, .top_p = opts->top_p, .vocab = V_tok};
+    }
 
     if (opts->use_kv_cache) {
-        cache = kv_cache_new(m, n_slots, max_prompt + opts->max_tokens);
+        if (!(cache = kv_cache_new(m, n_slots, max_prompt + opts->max_tokens, err))) goto out;
         for (int p = 0; p < n_prompts; p++) {
             int first = p * n;
-            float *row = logits + (size_t)first * V;
-            if (model_prefill(m, cache, first, prompt_ids[p], prompt_lens[p], row, err)) goto out;
-            for (int j = 1; j < n; j++) {
+            if (model_prefill_sample(m, cache, first, prompt_ids[p], prompt_lens[p], n, rows + first, picked + first,
+                                     entropy + first, err))
+                goto out;
+            for (int j = 1; j < n; j++)
                 if (kv_cache_copy_slot(cache, first + j, first, err)) goto out;
-                memcpy(row + (size_t)j * V, row, sizeof(float) * (size_t)V);
-            }
         }
-    } else if (forward_full(logits, m, out, act, n_act, prompt_ids, prompt_lens, &full_ids, &full_ids_cap,
-                            &full_logits, &full_logits_cap, err)) {
+    } else if (forward_full(picked, entropy, m, out, act, n_act, rows, prompt_ids, prompt_lens, &full_ids,
+                            &full_ids_cap, err)) {
         goto out;
     }
 
     while (n_act > 0) {
         int n_next = 0;
         for (int r = 0; r < n_act; r++) {
-            int s = act[r];
+            int s = act[r], id = picked[r];
             struct rollout_response *resp = &out->responses[s];
-            float *row = logits + (size_t)r * V;
-            out->entropy_sum += entropy_of(row, V);
-            for (int i = V_tok; i < V; i++) row[i] = -INFINITY;
-            int id = sample_pick_k(row, order, V, opts->temperature, opts->top_p, opts->top_k, rng);
+            out->entropy_sum += entropy[r];
             resp->tokens[resp->n_tokens++] = id;
             if (sample_is_end_token(tok, mc, id) || is_extra_stop_id(opts, id)) {
                 resp->finish = ROLLOUT_FINISH_STOP;
@@ -201,10 +187,14 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
         int *tmp = act;
         act = next_act, next_act = tmp, n_act = n_next;
         if (n_act == 0) break;
+        for (int r = 0; r < n_act; r++) { /* the slot's next token is its n_tokens-th draw */
+            step_rows[r] = rows[act[r]];
+            step_rows[r].counter = (uint32_t)out->responses[act[r]].n_tokens;
+        }
         if (opts->use_kv_cache) {
-            if (model_decode_step(m, cache, act, next_ids, n_act, logits, err)) goto out;
-        } else if (forward_full(logits, m, out, act, n_act, prompt_ids, prompt_lens, &full_ids, &full_ids_cap,
-                                &full_logits, &full_logits_cap, err)) {
+            if (model_decode_sample(m, cache, act, next_ids, n_act, step_rows, picked, entropy, err)) goto out;
+        } else if (forward_full(picked, entropy, m, out, act, n_act, step_rows, prompt_ids, prompt_lens, &full_ids,
+                                &full_ids_cap, err)) {
             goto out;
         }
     }
@@ -218,13 +208,14 @@ out:
     }
     kv_cache_free(cache);
     free(texts);
-    free(logits);
-    free(order);
+    free(rows);
+    free(step_rows);
+    free(picked);
+    free(entropy);
     free(act);
     free(next_act);
     free(next_ids);
     free(full_ids);
-    free(full_logits);
     return rc;
 }
 

@@ -5,12 +5,12 @@
  * generating is decoded together, one token per slot per model_decode_step. A response ends on an
  * end-of-turn token (the tokens `whet sample` stops on: <|im_end|>, <|endoftext|>, <|eot_id|>, … and
  * the model's eos_token_id), on a stop string (found in the decoded text; the text is cut before it),
- * or after max_tokens. Tokens are picked by sampler.h's sample_pick_k (temperature, top-k, then top-p
- * over what top-k kept), drawing from one rng in slot order, so the same rng state gives the same
- * responses.
+ * or after max_tokens. Tokens are drawn on the model's device (temperature, top-k, then top-p over
+ * what top-k kept; sample_row.h), each slot from its own seed taken from the rng, so the same rng
+ * state gives the same responses.
  *
- * Memory: a KV cache of n_prompts * n slots of (longest prompt + max_tokens) positions, plus
- * n_prompts * n rows of logits. Generation reuses the model's activation buffers: call it between
+ * Memory: a KV cache of n_prompts * n slots of (longest prompt + max_tokens) positions; logits never
+ * leave the device. Generation reuses the model's activation buffers: call it between
  * training steps, never between a model_forward and its model_backward.
  *
  *     struct rollout_opts o = {.n = 8, .max_tokens = 64, .temperature = 1, .top_p = 1, .use_kv_cache = 1};

@@ -53,11 +53,13 @@ static int peak(void) {
         best_cpu = gc > best_cpu ? gc : best_cpu;
     }
     /* The backend's split (one sgemm per OpenMP thread) on the same product. */
-    const struct backend *be = backend_cpu();
+    struct backend *be;
+    struct whet_err err;
+    if (backend_cpu_open(&be, &err)) return 1;
     double best_split = 0;
     for (int rep = 0; rep < 4; rep++) {
         double t = now();
-        be->gemm(0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        be->gemm(be, 0, 1, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         double g = flop / (now() - t) / 1e9;
         best_split = g > best_split ? g : best_split;
     }
@@ -65,19 +67,22 @@ static int peak(void) {
            "\"threads\": %d}\n",
            best, best_cpu, best_split, omp_get_max_threads());
     free(a), free(b), free(c);
+    be->close(be);
     return 0;
 }
 
 /* ---------------------------------------------------------------- profile ---- */
 
 /* `bench_train profile ...` times every backend call of the steps: run.sh links this program with
- * -Wl,--wrap=backend_cpu, so model.c's call to backend_cpu() lands in __wrap_backend_cpu below,
- * which hands out a copy of the table whose entries time the real ones. Matrix products are kept
- * apart by op and shape (the caller's M, N, K), the rest by op. Wall and process CPU seconds: on a
- * shared machine the CPU seconds say how much work an op is, the wall seconds how long it waited. */
-const struct backend *__real_backend_cpu(void);
-static const struct backend *real;
-static struct backend timed;
+ * -Wl,--wrap=backend_cpu_open, so the model's backend_open lands in __wrap_backend_cpu_open below,
+ * which keeps the real op table and points the instance's ops at timed ones that call it. Matrix
+ * products are kept apart by op and shape (the caller's M, N, K), the rest by op. Wall and process
+ * CPU seconds: on a shared machine the CPU seconds say how much work an op is, the wall seconds how
+ * long it waited. Every op queues its work (the CPU's finishes inside the call), so the times are the
+ * ops' own on the CPU; a device backend would need a sync per op for that. */
+int __real_backend_cpu_open(struct backend **out, struct whet_err *err);
+int __wrap_backend_cpu_open(struct backend **out, struct whet_err *err);
+static struct backend real;
 static int want_profile, profiling; /* the timed table is handed out; the calls now are booked */
 
 struct prof_row {
@@ -109,107 +114,112 @@ static void prof_add(const char *key, double wall, double cpu, double flops) {
         prof_add(k, now() - w0, cpu_now() - c0, flops);                       \
     } while (0)
 
-static void t_zero(void *p, size_t bytes) { TIMED(0, real->zero(p, bytes), "zero"); }
-static void t_copy(float *d, const float *s, size_t n) { TIMED(0, real->copy(d, s, n), "copy"); }
-static void t_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+static void t_zero(struct backend *be, void *p, size_t bytes) { TIMED(0, real.zero(be, p, bytes), "zero"); }
+static void t_copy(struct backend *be, void *d, const void *s, size_t bytes) { TIMED(0, real.copy(be, d, s, bytes), "copy"); }
+static void t_gemm(struct backend *be, int ta, int tb, int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
                    float beta, float *c, int ldc) {
-    TIMED(2.0 * M * N * K, real->gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc), "gemm %c%c %dx%dx%d",
+    TIMED(2.0 * M * N * K, real.gemm(be, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc), "gemm %c%c %dx%dx%d",
           ta ? 't' : 'n', tb ? 't' : 'n', M, N, K);
 }
-static void t_matmul_forward(float *out, int ldo, const float *inp, int ldi, const float *w, const float *bias, int N,
+static void t_matmul_forward(struct backend *be, float *out, int ldo, const float *inp, int ldi, const float *w, const float *bias, int N,
                              int C, int OC, float beta) {
-    TIMED(2.0 * N * C * OC, real->matmul_forward(out, ldo, inp, ldi, w, bias, N, C, OC, beta), "mm_fwd N%d C%d OC%d",
+    TIMED(2.0 * N * C * OC, real.matmul_forward(be, out, ldo, inp, ldi, w, bias, N, C, OC, beta), "mm_fwd N%d C%d OC%d",
           N, C, OC);
 }
-static void t_matmul_backward(float *dinp, int lddi, float *dw, float *db, const float *dout, int lddo, const float *inp,
+static void t_matmul_backward(struct backend *be, float *dinp, int lddi, float *dw, float *db, const float *dout, int lddo, const float *inp,
                               int ldi, const float *w, int N, int C, int OC) {
     double f = 2.0 * N * C * OC * ((dinp != NULL) + (dw != NULL));
-    TIMED(f, real->matmul_backward(dinp, lddi, dw, db, dout, lddo, inp, ldi, w, N, C, OC),
+    TIMED(f, real.matmul_backward(be, dinp, lddi, dw, db, dout, lddo, inp, ldi, w, N, C, OC),
           "mm_bwd N%d C%d OC%d%s%s", N, C, OC, dinp ? " dx" : "", dw ? " dw" : "");
 }
-static void t_embedding_forward(float *out, const int *ids, const float *wte, int N, int C) {
-    TIMED(0, real->embedding_forward(out, ids, wte, N, C), "embedding_fwd");
+static void t_embedding_forward(struct backend *be, float *out, const int *ids, const float *wte, int N, int C) {
+    TIMED(0, real.embedding_forward(be, out, ids, wte, N, C), "embedding_fwd");
 }
-static void t_embedding_backward(float *dwte, const float *dout, const int *ids, int N, int C) {
-    TIMED(0, real->embedding_backward(dwte, dout, ids, N, C), "embedding_bwd");
+static void t_embedding_backward(struct backend *be, float *dwte, const float *dout, const int *ids, int N, int C) {
+    TIMED(0, real.embedding_backward(be, dwte, dout, ids, N, C), "embedding_bwd");
 }
-static void t_rmsnorm_forward(float *out, int ldo, float *rstd, const float *inp, int ldi, const float *w, int N, int H,
+static void t_rmsnorm_forward(struct backend *be, float *out, int ldo, float *rstd, const float *inp, int ldi, const float *w, int N, int H,
                               int D, float eps) {
-    TIMED(0, real->rmsnorm_forward(out, ldo, rstd, inp, ldi, w, N, H, D, eps), "rmsnorm_fwd");
+    TIMED(0, real.rmsnorm_forward(be, out, ldo, rstd, inp, ldi, w, N, H, D, eps), "rmsnorm_fwd");
 }
-static void t_rmsnorm_backward(float *dinp, int lddi, float *dw, const float *dout, int lddo, const float *inp, int ldi,
+static void t_rmsnorm_backward(struct backend *be, float *dinp, int lddi, float *dw, const float *dout, int lddo, const float *inp, int ldi,
                                const float *w, const float *rstd, int N, int H, int D) {
-    TIMED(0, real->rmsnorm_backward(dinp, lddi, dw, dout, lddo, inp, ldi, w, rstd, N, H, D), "rmsnorm_bwd");
+    TIMED(0, real.rmsnorm_backward(be, dinp, lddi, dw, dout, lddo, inp, ldi, w, rstd, N, H, D), "rmsnorm_bwd");
 }
-static void t_rope_forward(float *x, int ldx, const int *pos, const float *cs, int N, int H, int D) {
-    TIMED(0, real->rope_forward(x, ldx, pos, cs, N, H, D), "rope_fwd");
+static void t_rope_forward(struct backend *be, float *x, int ldx, const int *pos, const float *cs, int N, int H, int D) {
+    TIMED(0, real.rope_forward(be, x, ldx, pos, cs, N, H, D), "rope_fwd");
 }
-static void t_rope_backward(float *x, int ldx, const int *pos, const float *cs, int N, int H, int D) {
-    TIMED(0, real->rope_backward(x, ldx, pos, cs, N, H, D), "rope_bwd");
+static void t_rope_backward(struct backend *be, float *x, int ldx, const int *pos, const float *cs, int N, int H, int D) {
+    TIMED(0, real.rope_backward(be, x, ldx, pos, cs, N, H, D), "rope_bwd");
 }
-static void t_swiglu_forward(float *out, const float *gu, int N, int F) {
-    TIMED(0, real->swiglu_forward(out, gu, N, F), "swiglu_fwd");
+static void t_swiglu_forward(struct backend *be, float *out, const float *gu, int N, int F) {
+    TIMED(0, real.swiglu_forward(be, out, gu, N, F), "swiglu_fwd");
 }
-static void t_swiglu_backward(float *dgu, const float *dout, const float *gu, int N, int F) {
-    TIMED(0, real->swiglu_backward(dgu, dout, gu, N, F), "swiglu_bwd");
+static void t_swiglu_backward(struct backend *be, float *dgu, const float *dout, const float *gu, int N, int F) {
+    TIMED(0, real.swiglu_backward(be, dgu, dout, gu, N, F), "swiglu_bwd");
 }
-static void t_axpy(float *y, const float *x, float alpha, size_t n) { TIMED(0, real->axpy(y, x, alpha, n), "axpy"); }
-static void t_gather_rows(float *d, const float *s, const int *rows, int n, int C) {
-    TIMED(0, real->gather_rows(d, s, rows, n, C), "gather_rows");
+static void t_axpy(struct backend *be, float *y, const float *x, float alpha, size_t n) { TIMED(0, real.axpy(be, y, x, alpha, n), "axpy"); }
+static void t_gather_rows(struct backend *be, float *d, const float *s, const int *rows, int n, int C) {
+    TIMED(0, real.gather_rows(be, d, s, rows, n, C), "gather_rows");
 }
-static void t_scatter_add_rows(float *d, const float *s, const int *rows, int n, int C) {
-    TIMED(0, real->scatter_add_rows(d, s, rows, n, C), "scatter_add_rows");
+static void t_scatter_add_rows(struct backend *be, float *d, const float *s, const int *rows, int n, int C) {
+    TIMED(0, real.scatter_add_rows(be, d, s, rows, n, C), "scatter_add_rows");
 }
-static void t_attention_forward(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
+static void t_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                                 const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
                                 int H, int HKV, int D) {
-    TIMED(0, real->attention_forward(out, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T, H, HKV, D), "attention_fwd");
+    TIMED(0, real.attention_forward(be, out, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T, H, HKV, D), "attention_fwd");
 }
-static void t_attention_backward(float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
+static void t_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
                                  const float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
                                  int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H, int HKV,
                                  int D) {
     TIMED(0,
-          real->attention_backward(dq, lddq, dk, lddk, dv, lddv, dout, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T,
+          real.attention_backward(be, dq, lddq, dk, lddk, dv, lddv, dout, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T,
                                    H, HKV, D),
           "attention_bwd");
 }
-static void t_crossentropy_forward(float *losses, float *lse, int *correct, const float *logits, const int *targets,
+static void t_crossentropy_forward(struct backend *be, float *losses, float *lse, int *correct, const float *logits, const int *targets,
                                    int M, int V) {
-    TIMED(0, real->crossentropy_forward(losses, lse, correct, logits, targets, M, V), "crossentropy_fwd");
+    TIMED(0, real.crossentropy_forward(be, losses, lse, correct, logits, targets, M, V), "crossentropy_fwd");
 }
-static void t_crossentropy_backward(float *logits, const float *lse, const int *targets, const float *w, float scale,
+static void t_crossentropy_backward(struct backend *be, float *logits, const float *lse, const int *targets, const float *w, float scale,
                                     int M, int V) {
-    TIMED(0, real->crossentropy_backward(logits, lse, targets, w, scale, M, V), "crossentropy_bwd");
+    TIMED(0, real.crossentropy_backward(be, logits, lse, targets, w, scale, M, V), "crossentropy_bwd");
 }
-static void t_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+static void t_adamw(struct backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
                     float wd, float bc1, float bc2) {
-    TIMED(0, real->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2), "adamw");
+    TIMED(0, real.adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2), "adamw");
 }
-static double t_sumsq(const float *x, size_t n) {
-    double r = 0;
-    TIMED(0, r = real->sumsq(x, n), "sumsq");
-    return r;
+static void t_sumsq(struct backend *be, double *out, const float *x, size_t n) {
+    TIMED(0, real.sumsq(be, out, x, n), "sumsq");
 }
-static void t_scale(float *x, float s, size_t n) { TIMED(0, real->scale(x, s, n), "scale"); }
+static void t_scale(struct backend *be, float *x, float s, size_t n) { TIMED(0, real.scale(be, x, s, n), "scale"); }
+static void t_loss_stats(struct backend *be, double *last, double *acc, const float *losses, const float *w,
+                         const int *correct, int M) {
+    TIMED(0, real.loss_stats(be, last, acc, losses, w, correct, M), "loss_stats");
+}
+static void t_clip_by_norm(struct backend *be, float *x, size_t n, const double *sumsq, float max_norm) {
+    TIMED(0, real.clip_by_norm(be, x, n, sumsq, max_norm), "clip_by_norm");
+}
 
-const struct backend *__wrap_backend_cpu(void) {
-    if (!want_profile) return __real_backend_cpu();
-    if (!real) {
-        real = __real_backend_cpu();
-        timed = *real;
-        timed.zero = t_zero, timed.copy = t_copy, timed.gemm = t_gemm;
-        timed.matmul_forward = t_matmul_forward, timed.matmul_backward = t_matmul_backward;
-        timed.embedding_forward = t_embedding_forward, timed.embedding_backward = t_embedding_backward;
-        timed.rmsnorm_forward = t_rmsnorm_forward, timed.rmsnorm_backward = t_rmsnorm_backward;
-        timed.rope_forward = t_rope_forward, timed.rope_backward = t_rope_backward;
-        timed.swiglu_forward = t_swiglu_forward, timed.swiglu_backward = t_swiglu_backward;
-        timed.axpy = t_axpy, timed.gather_rows = t_gather_rows, timed.scatter_add_rows = t_scatter_add_rows;
-        timed.attention_forward = t_attention_forward, timed.attention_backward = t_attention_backward;
-        timed.crossentropy_forward = t_crossentropy_forward, timed.crossentropy_backward = t_crossentropy_backward;
-        timed.adamw = t_adamw, timed.sumsq = t_sumsq, timed.scale = t_scale;
-    }
-    return &timed;
+int __wrap_backend_cpu_open(struct backend **out, struct whet_err *err) {
+    int rc = __real_backend_cpu_open(out, err);
+    if (rc || !want_profile) return rc;
+    struct backend *t = *out;
+    real = *t;
+    t->zero = t_zero, t->copy = t_copy, t->gemm = t_gemm;
+    t->matmul_forward = t_matmul_forward, t->matmul_backward = t_matmul_backward;
+    t->embedding_forward = t_embedding_forward, t->embedding_backward = t_embedding_backward;
+    t->rmsnorm_forward = t_rmsnorm_forward, t->rmsnorm_backward = t_rmsnorm_backward;
+    t->rope_forward = t_rope_forward, t->rope_backward = t_rope_backward;
+    t->swiglu_forward = t_swiglu_forward, t->swiglu_backward = t_swiglu_backward;
+    t->axpy = t_axpy, t->gather_rows = t_gather_rows, t->scatter_add_rows = t_scatter_add_rows;
+    t->attention_forward = t_attention_forward, t->attention_backward = t_attention_backward;
+    t->crossentropy_forward = t_crossentropy_forward, t->crossentropy_backward = t_crossentropy_backward;
+    t->adamw = t_adamw, t->sumsq = t_sumsq, t->scale = t_scale, t->loss_stats = t_loss_stats;
+    t->clip_by_norm = t_clip_by_norm;
+    return 0;
 }
 
 static int cmp_rows(const void *a, const void *b) {

@@ -255,7 +255,7 @@ TEST(logits_and_generation_ignore_the_temperature) {
         model_get_logits(plain, la);
         model_get_logits(hot, lb);
         CHECK(memcmp(la, lb, sizeof(float) * n) == 0);
-        struct kv_cache *ca = kv_cache_new(plain, 1, f.T), *cb = kv_cache_new(hot, 1, f.T);
+        struct kv_cache *ca = kv_cache_new(plain, 1, f.T, &err), *cb = kv_cache_new(hot, 1, f.T, &err);
         CHECK(model_prefill(plain, ca, 0, f.ids, 3, la, &err) == 0 && model_prefill(hot, cb, 0, f.ids, 3, lb, &err) == 0);
         CHECK(memcmp(la, lb, sizeof(float) * (size_t)V) == 0);
         int slot = 0;

@@ -306,7 +306,7 @@ static void kv_cache_matches(const char *arch) {
     CHECK(model_forward(m, &b, &loss, &err) == 0);
     float *full = xmalloc(sizeof(float) * (size_t)T * V), *step = xmalloc(sizeof(float) * (size_t)2 * V);
     model_get_logits(m, full);
-    struct kv_cache *c = kv_cache_new(m, 2, 16);
+    struct kv_cache *c = kv_cache_new(m, 2, 16, &err);
     CHECK(model_prefill(m, c, 0, ids, 5, step, &err) == 0);
     CHECK(rel_err(step, full + 4 * V, V) <= TOL);
     CHECK(model_prefill(m, c, 1, ids, 3, step, &err) == 0);

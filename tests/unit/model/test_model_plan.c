@@ -61,13 +61,13 @@ static void check_case(const char *dir, const struct model_opts *o, const char *
               model_num_params(m), (long long)p.n_params);
     CHECK_MSG((long long)model_num_trainable(m) == p.n_trainable, "%s: %zu trainable, plan %lld", what,
               model_num_trainable(m), (long long)p.n_trainable);
-    long long params = p.weights + p.lora + p.gradients + p.moments + p.master;
+    long long params = p.weights + p.lora + p.gradients + p.moments + p.master + p.scalars;
     CHECK_MSG(at_load == params + p.activations + p.logits, "%s: load allocated %lld, plan %lld + %lld + %lld", what,
               at_load, params, (long long)p.activations, (long long)p.logits);
     CHECK_MSG(counted == p.total, "%s: a step allocated %lld in all, plan %lld", what, counted, (long long)p.total);
 
     counted = 0, counting = 1;
-    struct kv_cache *kv = kv_cache_new(m, 3, 40);
+    struct kv_cache *kv = kv_cache_new(m, 3, 40, &err);
     counting = 0;
     CHECK_MSG(counted == mp_kv_cache_bytes(&s, 3, 40, MP_F32), "%s: kv cache %lld, plan %lld", what, counted,
               (long long)mp_kv_cache_bytes(&s, 3, 40, MP_F32));

@@ -1,8 +1,8 @@
 /* The GRPO rollout engine on the tiny model (random weights from `whet model init --preset tiny`):
  * seeding, greedy decoding agreeing across the n slots of a group, with the no-KV-cache path and with
  * `whet sample`'s sample_run, top-k, stop strings and stop ids, max_tokens, the entropy sum, the KV
- * slot copy against a separate prefill, a training (LoRA) model between steps, and option errors. Also sample_pick_k's top-k and top-p
- * against a brute-force reference. */
+ * slot copy against a separate prefill, a training (LoRA) model between steps, and option errors.
+ * (The sampling op itself, against a brute-force reference: tests/unit/backend.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,10 +283,10 @@ TEST(entropy_of_the_first_token) {
 
 TEST(kv_copy_equals_separate_prefill) {
     int V = model_get_config(model)->vocab_size, T = prompt_lens[2];
-    struct kv_cache *c = kv_cache_new(model, 3, T + 4);
+    struct whet_err err;
+    struct kv_cache *c = kv_cache_new(model, 3, T + 4, &err);
     float *l0 = malloc(sizeof(float) * (size_t)V), *l2 = malloc(sizeof(float) * (size_t)V);
     float *step = malloc(sizeof(float) * 2 * (size_t)V);
-    struct whet_err err;
     CHECK(model_prefill(model, c, 0, prompt_ids[2], T, l0, &err) == 0);
     CHECK(kv_cache_copy_slot(c, 1, 0, &err) == 0);
     CHECK(kv_cache_len(c, 1) == T);
@@ -381,95 +381,6 @@ TEST(option_errors) {
     rollout_batch_free(&b);
 }
 
-/* ---------------------------------------------------------------- sample_pick_k */
-
-/* Reference: full sort (probability desc, id asc), top-k, then the top-p share of what is left. */
-static int pick_ref(const float *logits_in, int V, float temperature, float top_p, int top_k, struct rng *rng) {
-    double *p = malloc(sizeof(double) * (size_t)V);
-    int *order = malloc(sizeof(int) * (size_t)V);
-    float max = logits_in[0];
-    for (int i = 1; i < V; i++) max = fmaxf(max, logits_in[i]);
-    double z = 0;
-    float *pf = malloc(sizeof(float) * (size_t)V);
-    for (int i = 0; i < V; i++) z += pf[i] = expf((logits_in[i] - max) / temperature);
-    for (int i = 0; i < V; i++) p[i] = (float)(pf[i] / z);
-    for (int i = 0; i < V; i++) order[i] = i;
-    for (int i = 1; i < V; i++) /* insertion sort: obviously right */
-        for (int j = i; j > 0 && (p[order[j]] > p[order[j - 1]] ||
-                                  (p[order[j]] == p[order[j - 1]] && order[j] < order[j - 1])); j--) {
-            int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
-        }
-    int k = top_k > 0 && top_k < V ? top_k : V;
-    double kept = 0;
-    for (int i = 0; i < k; i++) kept += p[order[i]];
-    double target = top_k > 0 && top_k < V ? top_p * kept : top_p, mass = 0;
-    int n = 0;
-    while (n < k && (n == 0 || mass < target)) mass += p[order[n++]];
-    int result = order[n - 1];
-    double u = rng_uniform(rng) * mass, acc = 0;
-    for (int i = 0; i < n; i++) {
-        acc += p[order[i]];
-        if (u < acc) {
-            result = order[i];
-            break;
-        }
-    }
-    free(p);
-    free(pf);
-    free(order);
-    return result;
-}
-
-TEST(pick_k_matches_a_brute_force_reference) {
-    enum { V = 300 };
-    float logits[V], scratch[V];
-    int order[V];
-    struct rng gen, a, b;
-    rng_seed(&gen, 9);
-    rng_seed(&a, 10);
-    rng_seed(&b, 10);
-    int mismatches = 0;
-    const float top_ps[] = {1.0f, 0.9f, 0.5f, 0.05f};
-    const int top_ks[] = {0, 1, 2, 17, 299, 300};
-    for (int trial = 0; trial < 200; trial++) {
-        float spread = trial % 2 ? 0.3f : 4.0f; /* flat and peaked distributions */
-        for (int i = 0; i < V; i++) logits[i] = spread * rng_normal(&gen);
-        logits[trial % V] = logits[(trial * 7) % V]; /* a tie */
-        float top_p = top_ps[trial % 4];
-        int top_k = top_ks[trial % 6];
-        if (top_p == 1.0f && (top_k == 0 || top_k >= V)) continue; /* no cut: draws in id order */
-        memcpy(scratch, logits, sizeof logits);
-        int got = sample_pick_k(scratch, order, V, 0.8f, top_p, top_k, &a);
-        int want = top_k == 1 ? 0 : pick_ref(logits, V, 0.8f, top_p, top_k, &b);
-        if (top_k == 1) { /* greedy: the argmax, no draw */
-            want = 0;
-            for (int i = 1; i < V; i++)
-                if (logits[i] > logits[want]) want = i;
-        }
-        mismatches += got != want;
-    }
-    CHECK(mismatches == 0);
-}
-
-TEST(pick_k_keeps_only_k_tokens) {
-    const float logits[6] = {1.0f, 3.0f, 0.5f, 2.0f, -1.0f, 2.9f};
-    struct rng rng;
-    rng_seed(&rng, 4);
-    int counts[6] = {0}, n = 6000;
-    for (int i = 0; i < n; i++) {
-        float l[6];
-        int order[6];
-        memcpy(l, logits, sizeof l);
-        counts[sample_pick_k(l, order, 6, 1.0f, 1.0f, 3, &rng)]++;
-    }
-    /* the top 3 are ids 1, 5, 3, drawn in proportion to exp(logit) */
-    CHECK(counts[0] == 0 && counts[2] == 0 && counts[4] == 0);
-    double z = exp(3.0) + exp(2.9) + exp(2.0);
-    CHECK_NEAR(counts[1] / (double)n, exp(3.0) / z, 0.025);
-    CHECK_NEAR(counts[3] / (double)n, exp(2.0) / z, 0.025);
-}
-
 int main(void) {
     if (setup()) return 1;
     RUN(layout_counts_and_seed);
@@ -481,8 +392,6 @@ int main(void) {
     RUN(kv_copy_equals_separate_prefill);
     RUN(training_model_between_steps);
     RUN(option_errors);
-    RUN(pick_k_matches_a_brute_force_reference);
-    RUN(pick_k_keeps_only_k_tokens);
     for (int i = 0; i < N_PROMPTS; i++) free(prompt_ids[i]);
     tokenizer_free(tok);
     model_free(model);
