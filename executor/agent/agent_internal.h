@@ -26,6 +26,7 @@ struct agent_job {
     atomic_llong trained_tokens;
     _Atomic double loss;
     int event_seq;                 /* events reported for this attempt (job thread only) */
+    uint32_t device_mask;          /* the node's devices it holds (agent_take_devices), set before it starts */
     struct agent *agent;
     struct agent_job *next;
 };
@@ -35,6 +36,8 @@ struct agent {
     char node_id[64];
     char device_type[32];
     int n_devices;
+    int cuda;                      /* the devices are CUDA GPUs (--devices cuda) */
+    uint32_t busy_devices;         /* held by jobs (main thread only) */
     struct rpc_client *rpc;
     struct objstore *store;
     pthread_mutex_t lock;          /* guards jobs */

@@ -118,6 +118,8 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_object_set_new(cfg, "output_dir", json_string(out_dir));
     json_object_set_new(cfg, "resume_from", resume ? json_string(resume) : json_null());
     json_object_set_new(cfg, "init_adapter", init ? json_string(init) : json_null());
+    /* a GPU node's trainer sees only its devices (CUDA_VISIBLE_DEVICES), the first of them as cuda */
+    if (a->cuda) json_object_set_new(cfg, "device", json_string("cuda"));
     if (json_array_size(json_object_get(m, "judge_models")) &&
         fetch_judges(a, json_object_get(m, "judge_models"), cfg, judge_dirs, err) < 0)
         goto out;
@@ -355,13 +357,16 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     json_int_t devices = json_integer_value(json_object_get(job->manifest, "devices"));
     snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", devices > 0 ? (int)devices : 1);
     const char *argv[] = {a->opts->trainer, "train", "--config", cfg_path, NULL};
+    struct agent_cuda_grant gpus;
+    agent_cuda_grant(&gpus, job->device_mask);
     const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
 #ifdef __SANITIZE_ADDRESS__
                          /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
                           * the sandbox forbids: the trainer of such a build checks no leaks. */
                          "ASAN_OPTIONS=detect_leaks=0",
 #endif
-                         NULL};
+                         /* a GPU node's jobs see their own devices; on other nodes the list ends here */
+                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
     const char *writable[] = {job->dir, NULL};
     /* the base model, the trainer binary, the judge models (read by the trainer too) */
     size_t n_judges = 0;
@@ -377,6 +382,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.workdir = job->dir;
     spec.writable_dirs = writable;
     spec.readonly_dirs = readonly;
+    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
     trainer_sandbox_policy(&spec, json_object_get(job->manifest, "trainer"));
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
