@@ -24,6 +24,7 @@
  * With `recompute`, one set of layer activations is shared too and refilled per layer from resid[l]. */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,9 +308,13 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
             init_lora(m, opts->seed);
         }
     }
-    if (opts->max_batch_rows > 0 && opts->max_seq_len > 0 &&
-        model_ensure_acts(m, opts->max_batch_rows * opts->max_seq_len, err))
+    long long tokens = (long long)opts->max_batch_rows * opts->max_seq_len;
+    if (tokens > INT_MAX) {
+        whet_errf(err, "%lld tokens a batch (max_batch_rows %d × max_seq_len %d) are more than the engine counts "
+                       "(%d)", tokens, opts->max_batch_rows, opts->max_seq_len, INT_MAX);
         goto fail;
+    }
+    if (tokens > 0 && model_ensure_acts(m, (int)tokens, err)) goto fail;
     *out = m;
     return 0;
 fail:
