@@ -322,6 +322,78 @@ fail:
     return -1;
 }
 
+/* Copies the base's shape into a model that borrows its weights. */
+static void take_shape(struct model *m, const struct model *base) {
+    m->cfg = base->cfg;
+    m->C = base->C, m->F = base->F, m->NH = base->NH, m->NKV = base->NKV, m->hd = base->hd, m->L = base->L;
+    m->V = base->V, m->QKV = base->QKV, m->QK = base->QK;
+    m->logit_rows = base->logit_rows;
+    m->logit_temperature = m->loss_inv_t = 1.0f;
+    m->recompute = 1;
+}
+
+int model_load_adapter_view(struct model **out, struct model *base, const char *adapter_dir, struct whet_err *err) {
+    *out = NULL;
+    if (base->view_of || base->lora_r || base->train)
+        return whet_errf(err, "adapter views need a base model loaded for inference without an adapter");
+    struct model *m = xcalloc(1, sizeof *m);
+    m->be = base->be;
+    m->view_of = base;
+    m->dir = xstrdup(base->dir);
+    take_shape(m, base);
+    if (model_io_read_adapter_config(m, adapter_dir, err)) goto fail;
+    m->lora_scale = m->rslora ? m->lora_alpha / sqrtf((float)m->lora_r) : m->lora_alpha / (float)m->lora_r;
+    m->n_params = layout_base(m);
+    m->n_base_tensors = m->n_tensors;
+    m->n_lora = layout_lora(m);
+    if (!(m->lora = m->be->alloc(m->be, sizeof(float) * m->n_lora, err)) ||
+        !(m->scalars = m->be->alloc(m->be, MP_SCALAR_BYTES, err)))
+        goto fail;
+    m->params = base->params;
+    fix_pointers(m->tensors, m->n_base_tensors, m->params, NULL);
+    fix_pointers(m->tensors + m->n_base_tensors, m->n_tensors - m->n_base_tensors, m->lora, NULL);
+    point_base(m);
+    point_lora(m);
+    if (model_io_read_lora(m, adapter_dir, err)) goto fail;
+    *out = m;
+    return 0;
+fail:
+    whet_err_prefix(err, "adapter %s", adapter_dir);
+    model_free(m);
+    return -1;
+}
+
+int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs, struct whet_err *err) {
+    if (n_runs > 0 && (m->lora_r || m->view_of))
+        return whet_errf(err, "lora runs: the model has an adapter of its own; runs need a plain base");
+    int max_r = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (runs[i].n_tokens < 0) return whet_errf(err, "lora runs: run %d has %d tokens", i, runs[i].n_tokens);
+        if (runs[i].adapter && runs[i].adapter->view_of != m)
+            return whet_errf(err, "lora runs: run %d's adapter is not a view of this model", i);
+        if (runs[i].adapter && runs[i].adapter->lora_r > max_r) max_r = runs[i].adapter->lora_r;
+    }
+    m->runs = xrealloc(m->runs, sizeof *runs * (size_t)(n_runs > 0 ? n_runs : 1));
+    memcpy(m->runs, runs, sizeof *runs * (size_t)(n_runs > 0 ? n_runs : 0));
+    m->n_runs = n_runs > 0 ? n_runs : 0;
+    m->runs_max_r = max_r;
+    return 0;
+}
+
+int model_prepare_runs(struct model *m, int N, struct whet_err *err) {
+    if (!m->n_runs) return 0;
+    long long covered = 0;
+    for (int i = 0; i < m->n_runs; i++) covered += m->runs[i].n_tokens;
+    if (covered != N) return whet_errf(err, "lora runs cover %lld tokens, the pass has %d", covered, N);
+    size_t need = (size_t)N * (size_t)(m->runs_max_r > 0 ? m->runs_max_r : 1);
+    if (need <= m->run_xa_cap) return 0;
+    m->be->free(m->be, m->run_xa);
+    m->run_xa_cap = 0;
+    if (!(m->run_xa = m->be->alloc(m->be, sizeof(float) * need, err))) return -1;
+    m->run_xa_cap = need;
+    return 0;
+}
+
 static void free_acts(struct model *m) {
     for (int i = 0; i < m->n_allocs; i++) m->be->free(m->be, m->allocs[i]);
     free(m->allocs);
@@ -337,10 +409,12 @@ void model_free(struct model *m) {
     if (!m) return;
     if (m->be) {
         free_acts(m);
-        void *bufs[] = {m->params, m->lora, m->grads, m->adam_m, m->adam_v, m->cos_sin, m->scalars, m->gen};
+        void *bufs[] = {m->view_of ? NULL : m->params, m->lora, m->grads, m->adam_m, m->adam_v, m->cos_sin, m->scalars,
+                        m->gen, m->run_xa};
         for (size_t i = 0; i < WHET_ARRAY_LEN(bufs); i++) m->be->free(m->be, bufs[i]);
-        m->be->close(m->be);
+        if (!m->view_of) m->be->close(m->be);
     }
+    free(m->runs);
     free(m->layers);
     free(m->lmods);
     free(m->tensors);
@@ -459,14 +533,31 @@ int model_ensure_rope(struct model *m, int need, struct whet_err *err) {
 
 /* ---------------------------------------------------------------- linear + LoRA ---- */
 
-/* out[:, col0 : col0+out_dim] of a module: the LoRA term s * (x @ A^T) @ B^T, keeping xa. */
-static void lora_forward(struct model *m, const struct lora_mod *lm, float *xa, float *out, int ldo, const float *x,
-                         int ldx, int N, int in, int outd) {
-    struct backend *be = m->be;
-    int r = m->lora_r;
-    if (m->adapter_off) return;
+/* out[N, outd] += s * (x @ A^T) @ B^T for adapter `a` (r, s, A, B of its module), keeping xa = x @ A^T. */
+static void lora_term(struct backend *be, const struct model *a, const struct lora_mod *lm, float *xa, float *out,
+                      int ldo, const float *x, int ldx, int N, int in, int outd) {
+    int r = a->lora_r;
     be->matmul_forward(be, xa, r, x, ldx, lm->A, NULL, N, in, r, 0.0f);
-    be->gemm(be, 0, 1, N, outd, r, m->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
+    be->gemm(be, 0, 1, N, outd, r, a->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
+}
+
+/* The LoRA terms of module `mod` of layer l (input x[N, in], output columns out[N, outd]): the
+ * model's own adapter (xa kept for the backward pass), or, while serving runs are set
+ * (model_set_lora_runs), each run's adapter on the run's rows. */
+static void add_lora(struct model *m, int l, int mod, float *xa, float *out, int ldo, const float *x, int ldx, int N,
+                     int in, int outd) {
+    if (!m->n_runs) {
+        if (m->targets & (1u << mod) && !m->adapter_off)
+            lora_term(m->be, m, &m->lmods[l][mod], xa, out, ldo, x, ldx, N, in, outd);
+        return;
+    }
+    for (int i = 0, row = 0; i < m->n_runs && row < N; row += m->runs[i++].n_tokens) {
+        const struct model *a = m->runs[i].adapter;
+        int len = m->runs[i].n_tokens < N - row ? m->runs[i].n_tokens : N - row;
+        if (a && a->targets & (1u << mod))
+            lora_term(m->be, a, &a->lmods[l][mod], m->run_xa, out + (size_t)row * ldo, ldo, x + (size_t)row * ldx, ldx,
+                      len, in, outd);
+    }
 }
 
 /* Gradients of the LoRA term: dB, dA, and dx += (s * dout @ B) @ A. */
@@ -494,10 +585,8 @@ void model_attn_inputs(struct model *m, int l, struct layer_acts *a, const float
     be->rmsnorm_forward(be, a->ln1, C, a->rstd1, x, C, p->ln1, N, 1, C, m->cfg.rms_norm_eps);
     be->matmul_forward(be, a->qkv, m->QKV, a->ln1, C, p->wqkv, p->bqkv, N, C, m->QKV, 0.0f);
     for (int i = 0; i < 3; i++) { /* q, k, v: column slices of qkv */
-        int mod = MOD_Q + i;
-        if (!(m->targets & (1u << mod))) continue;
         int off = i == 0 ? 0 : i == 1 ? q : q + kv, outd = i == 0 ? q : kv;
-        lora_forward(m, &m->lmods[l][mod], a->xa[mod], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);
+        add_lora(m, l, MOD_Q + i, a->xa[MOD_Q + i], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);
     }
     if (m->cfg.qk_norm) {
         be->rmsnorm_forward(be, a->qkr, m->QK, a->q_rstd, a->qkv, m->QKV, p->q_norm, N, m->NH, hd, m->cfg.rms_norm_eps);
@@ -528,18 +617,15 @@ void model_attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, co
     int C = m->C, F = m->F, qd = m->NH * m->hd;
     be->copy(be, a->mid, x, sizeof(float) * (size_t)N * C);
     be->matmul_forward(be, a->mid, C, a->att, qd, p->wo, NULL, N, qd, C, 1.0f);
-    if (m->targets & (1u << MOD_O)) lora_forward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], a->mid, C, a->att, qd, N, qd, C);
+    add_lora(m, l, MOD_O, a->xa[MOD_O], a->mid, C, a->att, qd, N, qd, C);
     be->rmsnorm_forward(be, a->ln2, C, a->rstd2, a->mid, C, p->ln2, N, 1, C, m->cfg.rms_norm_eps);
     be->matmul_forward(be, a->gu, 2 * F, a->ln2, C, p->wgu, NULL, N, C, 2 * F, 0.0f);
-    if (m->targets & (1u << MOD_GATE))
-        lora_forward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], a->gu, 2 * F, a->ln2, C, N, C, F);
-    if (m->targets & (1u << MOD_UP))
-        lora_forward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], a->gu + F, 2 * F, a->ln2, C, N, C, F);
+    add_lora(m, l, MOD_GATE, a->xa[MOD_GATE], a->gu, 2 * F, a->ln2, C, N, C, F);
+    add_lora(m, l, MOD_UP, a->xa[MOD_UP], a->gu + F, 2 * F, a->ln2, C, N, C, F);
     be->swiglu_forward(be, a->h, a->gu, N, F);
     be->copy(be, out, a->mid, sizeof(float) * (size_t)N * C);
     be->matmul_forward(be, out, C, a->h, F, p->wdown, NULL, N, F, C, 1.0f);
-    if (m->targets & (1u << MOD_DOWN))
-        lora_forward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], out, C, a->h, F, N, F, C);
+    add_lora(m, l, MOD_DOWN, a->xa[MOD_DOWN], out, C, a->h, F, N, F, C);
 }
 
 static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
@@ -582,7 +668,8 @@ static int prepare_batch(struct model *m, const struct model_batch *b, struct wh
     if (!rc && m->cfg.sliding_window && longest > m->cfg.sliding_window)
         rc = whet_errf(err, "batch: a sequence of %d tokens is longer than the model's sliding window (%d), which "
                             "this engine does not implement", longest, m->cfg.sliding_window);
-    if (!rc && !(rc = model_ensure_acts(m, N, err))) rc = model_ensure_rope(m, max_pos + 1, err);
+    if (!rc && !(rc = model_ensure_acts(m, N, err)) && !(rc = model_ensure_rope(m, max_pos + 1, err)))
+        rc = model_prepare_runs(m, N, err);
     if (!rc) {
         m->longest = longest;
         m->be->upload(m->be, m->ids, b->ids, sizeof(int) * (size_t)N);
@@ -650,7 +737,7 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         struct model_stats st = stats_at(m, 0);
         *loss = st.weight_sum > 0 ? (float)(st.loss_sum / st.weight_sum) : 0.0f;
     }
-    m->backward_ready = m->train && !m->adapter_off;
+    m->backward_ready = m->train && !m->adapter_off && !m->n_runs;
     return 0;
 }
 

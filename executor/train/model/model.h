@@ -210,6 +210,23 @@ int model_prefill_sample(struct model *m, struct kv_cache *c, int slot, const in
                          const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
 int model_decode_sample(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
                         const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+/* ---- many adapters on one base (serving, co-training) ---- */
+/* A model that borrows base's weights and device and adds the PEFT adapter in adapter_dir (its own r,
+ * alpha and target modules): one entry of a serving cache, a few MB where a copy of the base would be
+ * GBs. It generates on its own like any model with that adapter, and it is what model_set_lora_runs
+ * names. base must be loaded for inference without an adapter, and outlive its views. */
+int model_load_adapter_view(struct model **out, struct model *base, const char *adapter_dir, struct whet_err *err);
+/* Rows of a batch that share an adapter: n_tokens consecutive tokens of a pass, adapter a view of
+ * the model (or NULL: the base alone). */
+struct lora_run {
+    const struct model *adapter;
+    int n_tokens;
+};
+/* The passes that follow (forward, prefill, decode) apply adapters by rows, each run its adapter's LoRA
+ * on its tokens (Punica's segmented LoRA: one pair of products per run, not per adapter loaded);
+ * the runs must cover each pass exactly. n_runs 0 goes back to the plain base. A forward with runs
+ * has no backward pass (yet). */
+int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs, struct whet_err *err);
 /* Draws from rows[0..n) (token indices) of the logits of the last forward without targets, as
  * params[i] says: generation without a KV cache (the benchmark's baseline). */
 int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params, int *next,

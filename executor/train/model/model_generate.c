@@ -159,7 +159,7 @@ static int infer(struct model *m, struct kv_cache *c, const int *ids, const int 
         max_pos = pos[i] > max_pos ? pos[i] : max_pos;
     }
     if (rc || (rc = model_ensure_acts(m, n > n_out ? n : n_out, err)) || (rc = model_ensure_rope(m, max_pos + 1, err)) ||
-        (rc = ensure_gen(m, n > n_out ? n : n_out, err)))
+        (rc = ensure_gen(m, n > n_out ? n : n_out, err)) || (rc = model_prepare_runs(m, n, err)))
         goto out;
     int *d = gen_ints(m);
     be->upload(be, d, tab, sizeof(int) * 5 * (size_t)n);
