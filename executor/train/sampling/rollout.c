@@ -22,20 +22,6 @@
 
 /* ---------------------------------------------------------------- responses */
 
-/* The earliest stop string that ends within the text's bytes from `old_len` on (none ended before),
- * as its offset in the text, or -1. */
-static long find_stop(const char *text, size_t len, size_t old_len, const struct rollout_opts *o) {
-    long first = -1;
-    for (int i = 0; i < o->n_stop; i++) {
-        size_t sl = strlen(o->stop[i]);
-        if (sl == 0 || sl > len) continue;
-        size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
-        const char *hit = memmem(text + from, len - from, o->stop[i], sl);
-        if (hit && (first < 0 || hit - text < first)) first = hit - text;
-    }
-    return first;
-}
-
 static int is_extra_stop_id(const struct rollout_opts *o, int id) {
     for (int i = 0; i < o->n_stop_ids; i++)
         if (o->stop_ids[i] == id) return 1;
@@ -166,17 +152,10 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
                 resp->finish = ROLLOUT_FINISH_STOP;
                 continue;
             }
-            size_t old_len = texts[s].len, piece_len;
-            char *piece;
-            int32_t id32 = id;
-            if (tokenizer_decode(tok, &id32, 1, &piece, &piece_len, err)) goto out;
-            whet_buf_append(&texts[s], piece, piece_len);
+            int stopped = sample_append_text(&texts[s], tok, id, opts->stop, opts->n_stop, err);
+            if (stopped < 0) goto out;
             resp->text = texts[s].data;
-            free(piece);
-            long stop_at = find_stop(resp->text, texts[s].len, old_len, opts);
-            if (stop_at >= 0) {
-                texts[s].len = (size_t)stop_at;
-                resp->text[stop_at] = '\0';
+            if (stopped) {
                 resp->finish = ROLLOUT_FINISH_STOP;
                 continue;
             }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "buf.h"
 #include "json.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -19,6 +20,29 @@ int sample_is_end_token(const struct tokenizer *tok, const struct model_config *
     for (size_t i = 0; i < WHET_ARRAY_LEN(names); i++)
         if (tokenizer_token_id(tok, names[i]) == id) return 1;
     return 0;
+}
+
+int sample_append_text(struct whet_buf *text, const struct tokenizer *tok, int id, char *const *stops, int n_stops,
+                       struct whet_err *err) {
+    size_t old_len = text->len, piece_len;
+    char *piece;
+    int32_t id32 = id;
+    if (tokenizer_decode(tok, &id32, 1, &piece, &piece_len, err)) return -1;
+    whet_buf_append(text, piece, piece_len);
+    free(piece);
+    /* the earliest stop string that ends in the new bytes (none had ended before them) */
+    long first = -1;
+    for (int i = 0; i < n_stops; i++) {
+        size_t sl = strlen(stops[i]);
+        if (sl == 0 || sl > text->len) continue;
+        size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
+        const char *hit = memmem(text->data + from, text->len - from, stops[i], sl);
+        if (hit && (first < 0 || hit - text->data < first)) first = hit - text->data;
+    }
+    if (first < 0) return 0;
+    text->len = (size_t)first;
+    text->data[first] = '\0';
+    return 1;
 }
 
 int sample_reply(struct model *m, const struct tokenizer *tok, const int32_t *prompt, int n_prompt, int max_tokens,

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "model.h"
-#include "model_init.h"
 #include "rng.h"
+#include "tiny_models.h"
 #include "test.h"
 
 #define N_ADAPTERS 4
@@ -22,44 +22,15 @@ static const int seq_adapter[N_SEQS] = {0, 0, 1, 2, 3, -1};
 static const int seq_prompt_len[N_SEQS] = {5, 9, 7, 3, 11, 6};
 static int prompts[N_SEQS][16];
 
-/* Writes adapter k: rank 4 or 8, all linear layers or only q and v, B random (PEFT starts it at zero,
- * which would make every adapter the base). */
-static int write_adapter(int k, struct whet_err *err) {
-    struct model_opts o = model_opts_default();
-    o.train = 1;
-    o.lora_r = k % 2 ? 4 : 8;
-    o.lora_alpha = 16;
-    o.lora_targets = k == 3 ? LORA_Q | LORA_V : LORA_ALL;
-    o.seed = 100 + (uint64_t)k;
-    struct model *m;
-    if (model_load(&m, model_dir, &o, err)) return -1;
-    struct rng r;
-    rng_seed(&r, 7 + (uint64_t)k);
-    int rc = 0;
-    for (int t = 0; t < model_num_tensors(m) && !rc; t++) {
-        const char *name = model_tensor_name(m, t);
-        if (!strstr(name, "lora_B")) continue;
-        long long n = model_tensor_numel(m, name);
-        float *v = malloc(sizeof(float) * (size_t)n);
-        for (long long i = 0; i < n; i++) v[i] = 0.05f * rng_normal(&r);
-        rc = model_set_param(m, name, v, err);
-        free(v);
-    }
-    if (!rc) rc = model_save_adapter(m, adapter_dirs[k], err);
-    model_free(m);
-    return rc;
-}
-
 static int setup(void) {
     struct whet_err err;
     snprintf(root_dir, sizeof root_dir, "/tmp/whet-adapters-XXXXXX");
-    if (!mkdtemp(root_dir)) return -1;
-    snprintf(model_dir, sizeof model_dir, "%s/model", root_dir);
-    struct model_init_opts o;
-    if (model_init_preset(&o, "tiny", &err) || model_init_write(model_dir, &o, &err)) goto fail;
+    if (tiny_model_write(root_dir, model_dir, &err)) goto fail;
     for (int k = 0; k < N_ADAPTERS; k++) {
         snprintf(adapter_dirs[k], sizeof adapter_dirs[k], "%s/adapter-%d", root_dir, k);
-        if (write_adapter(k, &err)) goto fail;
+        unsigned targets = k == 3 ? LORA_Q | LORA_V : LORA_ALL;
+        if (random_adapter_write(model_dir, adapter_dirs[k], k % 2 ? 4 : 8, targets, 100 + (uint64_t)k, 0.05f, &err))
+            goto fail;
     }
     for (int i = 0; i < N_SEQS; i++)
         for (int t = 0; t < seq_prompt_len[i]; t++) prompts[i][t] = (i * 131 + t * 17 + 3) % 2000;
@@ -153,8 +124,6 @@ TEST(one_batch_of_many_adapters_equals_each_alone) {
 int main(void) {
     if (setup()) return 1;
     RUN(one_batch_of_many_adapters_equals_each_alone);
-    char rm[128];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", root_dir);
-    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", root_dir);
+    whet_rm_rf(root_dir);
     return test_summary();
 }
