@@ -95,6 +95,25 @@ static int stops_of(struct serve_api_request *r, const json_t *root, char *param
     return 0;
 }
 
+/* Chat: logprobs true|false and top_logprobs [0, 20] (only with logprobs); completions: logprobs an
+ * integer [0, 5], the top tokens to report (so 0 reports the drawn token's alone). */
+static int logprobs_of(struct serve_api_request *r, const json_t *root, double *top, char *param, size_t param_len,
+                       struct whet_err *err) {
+    const json_t *lp = json_object_get(root, "logprobs"), *tl = json_object_get(root, "top_logprobs");
+    if (r->kind == SERVE_API_COMPLETION) {
+        if (tl && !json_is_null(tl)) return bad(param, param_len, "top_logprobs", err, "not a completions parameter");
+        if (!lp || json_is_null(lp)) return 0;
+        r->logprobs = 1;
+        return number_in(root, "logprobs", 0, 5, 1, top, param, param_len, err);
+    }
+    if (lp && !json_is_null(lp) && !json_is_boolean(lp))
+        return bad(param, param_len, "logprobs", err, "expected true or false");
+    r->logprobs = json_is_true(lp);
+    if (tl && !json_is_null(tl) && !r->logprobs)
+        return bad(param, param_len, "top_logprobs", err, "needs logprobs: true");
+    return number_in(root, "top_logprobs", 0, SAMPLE_TOP_MAX, 1, top, param, param_len, err);
+}
+
 int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, const char *body, size_t len,
                     const struct tokenizer *tok, const struct chat_template *tpl, const struct serve_api_limits *lim,
                     char *param, size_t param_len, struct whet_err *err) {
@@ -107,8 +126,8 @@ int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, con
         json_decref(root);
         return whet_errf(err, "the body must be a JSON object (%s)", root ? "got another JSON value" : jerr.text);
     }
-    static const char *const unsupported[] = {"logprobs", "top_logprobs", "tools", "functions", "response_format",
-                                              "logit_bias", "audio", "modalities", "echo", "best_of", "suffix"};
+    static const char *const unsupported[] = {"tools",      "functions", "response_format", "logit_bias", "audio",
+                                              "modalities", "echo",      "best_of",         "suffix"};
     int rc = -1;
     for (size_t i = 0; i < WHET_ARRAY_LEN(unsupported); i++) {
         const json_t *v = json_object_get(root, unsupported[i]);
@@ -155,11 +174,16 @@ int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, con
         goto out;
     }
     out->n = (int)n, out->max_tokens = (int)max_tokens;
+    double top = 0;
+    if (logprobs_of(out, root, &top, param, param_len, err)) goto out;
     uint64_t s;
     if (seed == -1 && !json_object_get(root, "seed")) whet_random_bytes(&s, sizeof s);
     else s = (uint64_t)(int64_t)seed;
-    out->sampling = (struct sample_row){.seed = s, .temperature = (float)temperature, .top_p = (float)top_p,
-                                        .top_k = (int)top_k};
+    out->sampling = (struct sample_row){.seed = s,
+                                        .temperature = (float)temperature,
+                                        .top_p = (float)top_p,
+                                        .top_k = (int)top_k,
+                                        .top_logprobs = (int)top};
     rc = 0;
 out:
     json_decref(root);
@@ -222,23 +246,88 @@ static char *dump(json_t *v) {
     return s;
 }
 
-char *serve_api_response(const struct serve_api_request *r, const char *id, long long created, char *const *texts,
-                         const size_t *text_lens, const enum serve_finish *finish, int prompt_tokens,
+/* A token's text as OpenAI reports it: the string (invalid bytes as U+FFFD) and its bytes. */
+static void token_text(const struct tokenizer *tok, int id, json_t **text, json_t **bytes) {
+    char *piece = NULL;
+    size_t len = 0;
+    int32_t id32 = id;
+    struct whet_err err;
+    if (tokenizer_decode(tok, &id32, 1, &piece, &len, &err)) len = 0;
+    *text = text_json(piece, len);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < len; i++) json_array_append_new(*bytes, json_integer((unsigned char)piece[i]));
+    }
+    free(piece);
+}
+
+/* Chat's logprobs: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}. */
+static json_t *chat_logprobs(const struct tokenizer *tok, const struct serve_api_choice *c) {
+    json_t *content = json_array();
+    for (int t = 0; t < c->n_tokens; t++) {
+        const struct serve_api_token *k = &c->tokens[t];
+        json_t *text, *bytes, *tops = json_array();
+        for (int j = 0; j < k->n_top; j++) {
+            json_t *tt, *tb;
+            token_text(tok, k->top_ids[j], &tt, &tb);
+            json_array_append_new(
+                tops, json_pack("{s:o, s:f, s:o}", "token", tt, "logprob", (double)k->top_logprobs[j], "bytes", tb));
+        }
+        token_text(tok, k->id, &text, &bytes);
+        json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", text, "logprob", (double)k->logprob,
+                                                 "bytes", bytes, "top_logprobs", tops));
+    }
+    return json_pack("{s:o, s:n}", "content", content, "refusal");
+}
+
+/* Completions' logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}. */
+static json_t *completion_logprobs(const struct tokenizer *tok, const struct serve_api_choice *c) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offsets = json_array();
+    size_t offset = 0;
+    for (int t = 0; t < c->n_tokens; t++) {
+        const struct serve_api_token *k = &c->tokens[t];
+        json_t *text;
+        token_text(tok, k->id, &text, NULL);
+        json_array_append_new(offsets, json_integer((json_int_t)offset));
+        offset += json_string_length(text);
+        json_array_append_new(tokens, text);
+        json_array_append_new(lps, json_real(k->logprob));
+        json_t *top = json_object();
+        for (int j = 0; j < k->n_top; j++) {
+            json_t *tt;
+            token_text(tok, k->top_ids[j], &tt, NULL);
+            json_object_set_new(top, json_string_value(tt), json_real(k->top_logprobs[j]));
+            json_decref(tt);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offsets);
+}
+
+static json_t *logprobs_json(const struct serve_api_request *r, const struct tokenizer *tok,
+                             const struct serve_api_choice *c) {
+    if (!r->logprobs) return json_null();
+    return r->kind == SERVE_API_CHAT ? chat_logprobs(tok, c) : completion_logprobs(tok, c);
+}
+
+char *serve_api_response(const struct serve_api_request *r, const struct tokenizer *tok, const char *id,
+                         long long created, const struct serve_api_choice *choices, int prompt_tokens,
                          int completion_tokens) {
-    json_t *choices = json_array();
+    json_t *array = json_array();
     for (int i = 0; i < r->n; i++) {
-        json_t *text = text_json(texts[i], text_lens[i]);
-        json_t *c = json_pack("{s:i, s:s, s:n}", "index", i, "finish_reason", serve_api_finish_reason(finish[i]),
-                              "logprobs");
+        json_t *text = text_json(choices[i].text, choices[i].text_len);
+        json_t *c =
+            json_pack("{s:i, s:s, s:o}", "index", i, "finish_reason", serve_api_finish_reason(choices[i].finish),
+                      "logprobs", logprobs_json(r, tok, &choices[i]));
         if (r->kind == SERVE_API_CHAT)
-            json_object_set_new(c, "message", json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", text,
-                                                        "refusal"));
-        else
-            json_object_set_new(c, "text", text);
-        json_array_append_new(choices, c);
+            json_object_set_new(c, "message",
+                                json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", text, "refusal"));
+        else json_object_set_new(c, "text", text);
+        json_array_append_new(array, c);
     }
     return dump(json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", id, "object", object_name(r, 0), "created",
-                          (json_int_t)created, "model", r->model, "choices", choices, "usage",
+                          (json_int_t)created, "model", r->model, "choices", array, "usage",
                           usage_of(prompt_tokens, completion_tokens)));
 }
 
@@ -250,22 +339,22 @@ static char *sse(json_t *v) {
     return out;
 }
 
-char *serve_api_chunk(const struct serve_api_request *r, const char *id, long long created, int choice, int first,
-                      const char *text, size_t text_len, const char *finish) {
-    json_t *c = json_pack("{s:i, s:n}", "index", choice, "logprobs");
-    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
-    json_t *piece = text_json(text, text_len);
+char *serve_api_chunk(const struct serve_api_request *r, const struct tokenizer *tok, const char *id, long long created,
+                      int index, int first, const struct serve_api_choice *c, const char *finish) {
+    json_t *ch = json_pack("{s:i, s:o}", "index", index, "logprobs", finish ? json_null() : logprobs_json(r, tok, c));
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *piece = text_json(c ? c->text : NULL, c ? c->text_len : 0);
     if (r->kind == SERVE_API_CHAT) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
         if (!finish) json_object_set_new(delta, "content", piece);
         else json_decref(piece);
-        json_object_set_new(c, "delta", delta);
+        json_object_set_new(ch, "delta", delta);
     } else {
-        json_object_set_new(c, "text", piece);
+        json_object_set_new(ch, "text", piece);
     }
     json_t *chunk = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", id, "object", object_name(r, 1), "created",
-                              (json_int_t)created, "model", r->model, "choices", c);
+                              (json_int_t)created, "model", r->model, "choices", ch);
     if (r->include_usage) json_object_set_new(chunk, "usage", json_null());
     return sse(chunk);
 }

@@ -5,8 +5,10 @@
  * Parameters follow OpenAI's: model, messages (chat) or prompt (completions, a string), max_tokens or
  * max_completion_tokens (default: the rest of the sequence for chat, 16 for completions), temperature
  * [0, 2] (default 1), top_p (0, 1], n [1, the worker's batch], stop (a string or up to 4), seed, stream,
- * stream_options.include_usage, user (accepted, unused). whet adds top_k. logprobs is refused as not
- * yet supported, with its name; so is anything else this worker would silently ignore. */
+ * stream_options.include_usage, logprobs (chat: true with top_logprobs [0, 20]; completions: an integer
+ * [0, 5]), user (accepted, unused). whet adds top_k. Log-probs are log softmax of the logits at
+ * temperature 1, the trainer's measure (`whet score`), whatever temperature drew the token. Anything
+ * this worker would silently ignore (tools, response_format, …) is refused with its name. */
 #ifndef WHET_SERVE_API_H
 #define WHET_SERVE_API_H
 
@@ -30,6 +32,25 @@ struct serve_api_request {
     char **stop;
     int n_stop;
     int stream, include_usage;
+    int logprobs; /* report the drawn tokens' log-probs (and sampling.top_logprobs of the likeliest) */
+};
+
+/* One drawn token with its log-probs. */
+struct serve_api_token {
+    int id;
+    float logprob;
+    int n_top;
+    int top_ids[SAMPLE_TOP_MAX];
+    float top_logprobs[SAMPLE_TOP_MAX];
+};
+
+/* A choice's answer (so far). */
+struct serve_api_choice {
+    const char *text;
+    size_t text_len;
+    enum serve_finish finish;
+    const struct serve_api_token *tokens; /* with logprobs: every token of the choice (or of the chunk) */
+    int n_tokens;
 };
 
 /* The limits the worker puts on a request. */
@@ -49,16 +70,16 @@ void serve_api_request_free(struct serve_api_request *r);
  * reach a client). */
 const char *serve_api_finish_reason(enum serve_finish f);
 
-/* The whole response of a request that did not stream: texts[i] and finish[i] of choice i. Returns a
- * fresh JSON text the caller frees. */
-char *serve_api_response(const struct serve_api_request *r, const char *id, long long created, char *const *texts,
-                         const size_t *text_lens, const enum serve_finish *finish, int prompt_tokens,
+/* The whole response of a request that did not stream, choices[0..r->n). Returns a fresh JSON text the
+ * caller frees. tok decodes the tokens of log-probs. */
+char *serve_api_response(const struct serve_api_request *r, const struct tokenizer *tok, const char *id,
+                         long long created, const struct serve_api_choice *choices, int prompt_tokens,
                          int completion_tokens);
-/* One stream chunk ("data: {...}\n\n") for choice `choice`: the text piece (role "assistant" on a chat
- * choice's first chunk), or the finish reason (finish non-NULL); usage_only: the final usage chunk
- * (choices empty). The caller frees it. */
-char *serve_api_chunk(const struct serve_api_request *r, const char *id, long long created, int choice, int first,
-                      const char *text, size_t text_len, const char *finish);
+/* One stream chunk ("data: {...}\n\n") for choice `index`: its text piece and the log-probs of its
+ * tokens in c (role "assistant" on a chat choice's first chunk), or its finish reason (finish non-NULL).
+ * The caller frees it. */
+char *serve_api_chunk(const struct serve_api_request *r, const struct tokenizer *tok, const char *id,
+                      long long created, int index, int first, const struct serve_api_choice *c, const char *finish);
 char *serve_api_usage_chunk(const struct serve_api_request *r, const char *id, long long created, int prompt_tokens,
                             int completion_tokens);
 /* How much of s[0..len) can be sent now: all but a trailing multi-byte character whose last bytes

@@ -18,10 +18,10 @@
 #include "tokenizer.h"
 
 struct serve_adapter {
-    char *key;           /* the adapter dir */
+    char *key; /* the adapter dir */
     struct model *view;
-    int in_use;          /* running sequences on it */
-    uint64_t last_used;  /* the step it last ran in */
+    int in_use;         /* running sequences on it */
+    uint64_t last_used; /* the step it last ran in */
 };
 
 struct serve_req;
@@ -50,8 +50,8 @@ struct serve_engine {
     struct chat_template tpl;
     struct kv_cache *cache;
     int n_slots, max_len, max_adapters, vocab;
-    struct serve_seq **slot_seq;        /* [n_slots]: NULL when free */
-    struct serve_adapter *adapters;     /* [max_adapters], key NULL when empty */
+    struct serve_seq **slot_seq;         /* [n_slots]: NULL when free */
+    struct serve_adapter *adapters;      /* [max_adapters], key NULL when empty */
     struct serve_req *waiting, *running; /* FIFO and list */
     uint64_t next_id;
     struct serve_stats stats;
@@ -203,8 +203,13 @@ static struct serve_adapter *adapter_get(struct serve_engine *e, const char *key
 
 static void emit_final(struct serve_seq *s, enum serve_finish finish, const char *text) {
     struct serve_req *q = s->req;
-    struct serve_event ev = {.request = q->id, .choice = s->choice, .token = -1, .text = text ? text : "",
-                             .text_len = text ? strlen(text) : 0, .finish = finish, .prompt_tokens = q->r.n_prompt,
+    struct serve_event ev = {.request = q->id,
+                             .choice = s->choice,
+                             .token = -1,
+                             .text = text ? text : "",
+                             .text_len = text ? strlen(text) : 0,
+                             .finish = finish,
+                             .prompt_tokens = q->r.n_prompt,
                              .completion_tokens = s->n_tokens};
     q->r.emit(q->r.ctx, &ev);
 }
@@ -226,18 +231,48 @@ static void seq_end(struct serve_engine *e, struct serve_seq *s, enum serve_fini
     req_free(q);
 }
 
-/* Token `id` of sequence s: emitted, and the end of s when it ends the turn, completes a stop
- * string or reaches max_tokens. */
-static int seq_take(struct serve_engine *e, struct serve_seq *s, int id, struct whet_err *err) {
+/* The draws of n rows: each token with its log-prob and the top log-probs (host). */
+struct draws {
+    int *ids, *top_ids;
+    float *logprob, *top_logprobs;
+};
+
+static void draws_alloc(struct draws *d, int n) {
+    d->ids = xmalloc(sizeof(int) * (size_t)n);
+    d->logprob = xmalloc(sizeof(float) * (size_t)n);
+    d->top_ids = xmalloc(sizeof(int) * (size_t)n * SAMPLE_TOP_MAX);
+    d->top_logprobs = xmalloc(sizeof(float) * (size_t)n * SAMPLE_TOP_MAX);
+}
+
+static void draws_free(struct draws *d) { free(d->ids), free(d->logprob), free(d->top_ids), free(d->top_logprobs); }
+
+static struct sample_out draws_out(const struct draws *d, int want_tops) {
+    return (struct sample_out){.ids = d->ids,
+                               .logprob = d->logprob,
+                               .top_ids = want_tops ? d->top_ids : NULL,
+                               .top_logprobs = want_tops ? d->top_logprobs : NULL};
+}
+
+/* Draw i of d, the token of sequence s: emitted, and the end of s when it ends the turn, completes a
+ * stop string or reaches max_tokens. */
+static int seq_take(struct serve_engine *e, struct serve_seq *s, const struct draws *d, int i, struct whet_err *err) {
     struct serve_req *q = s->req;
+    int id = d->ids[i];
     s->n_tokens++;
     s->last_token = id;
     size_t old = s->text.len;
     int end = sample_is_end_token(e->tok, model_get_config(e->base), id), stopped = 0;
     if (!end && (stopped = sample_append_text(&s->text, e->tok, id, q->r.stop, q->r.n_stop, err)) < 0) return -1;
-    struct serve_event ev = {.request = q->id, .choice = s->choice, .token = id, .finish = SERVE_RUNNING,
+    struct serve_event ev = {.request = q->id,
+                             .choice = s->choice,
+                             .token = id,
+                             .finish = SERVE_RUNNING,
                              .text = s->text.data ? s->text.data + (old < s->text.len ? old : s->text.len) : "",
-                             .text_len = s->text.len > old ? s->text.len - old : 0};
+                             .text_len = s->text.len > old ? s->text.len - old : 0,
+                             .logprob = d->logprob[i],
+                             .n_top = s->row.top_logprobs,
+                             .top_ids = d->top_ids + (size_t)i * SAMPLE_TOP_MAX,
+                             .top_logprobs = d->top_logprobs + (size_t)i * SAMPLE_TOP_MAX};
     q->r.emit(q->r.ctx, &ev);
     if (end || stopped) seq_end(e, s, SERVE_STOP);
     else if (s->n_tokens >= q->r.max_tokens) seq_end(e, s, SERVE_LENGTH); /* submit kept it inside max_len */
@@ -263,7 +298,9 @@ static void req_abort(struct serve_req *q, enum serve_finish finish, const char 
 
 /* Prefills request q into n free slots and draws the first token of each choice. */
 static int admit(struct serve_engine *e, struct serve_req *q, struct whet_err *err) {
-    int n = q->r.n, *slots = xmalloc(sizeof(int) * (size_t)n), *first = xmalloc(sizeof(int) * (size_t)n);
+    int n = q->r.n, *slots = xmalloc(sizeof(int) * (size_t)n);
+    struct draws first;
+    draws_alloc(&first, n);
     struct sample_row *rows = xmalloc(sizeof *rows * (size_t)n);
     q->seqs = xcalloc((size_t)n, sizeof *q->seqs);
     for (int i = 0, c = 0; i < e->n_slots && c < n; i++)
@@ -279,13 +316,14 @@ static int admit(struct serve_engine *e, struct serve_req *q, struct whet_err *e
         e->slot_seq[slots[c]] = s;
     }
     struct lora_run run = {q->adapter ? q->adapter->view : NULL, q->r.n_prompt};
+    struct sample_out out = draws_out(&first, q->r.sampling.top_logprobs > 0);
     int rc = model_set_lora_runs(e->base, &run, 1, err) ||
-             model_prefill_sample(e->base, e->cache, slots[0], q->r.prompt, q->r.n_prompt, n, rows, first, NULL, err);
+             model_prefill_sample(e->base, e->cache, slots[0], q->r.prompt, q->r.n_prompt, n, rows, &out, err);
     for (int c = 1; c < n && !rc; c++) rc = kv_cache_copy_slot(e->cache, slots[c], slots[0], err);
     free(slots);
     free(rows);
     if (rc) {
-        free(first);
+        draws_free(&first);
         return -1;
     }
     e->stats.prefill_tokens += q->r.n_prompt;
@@ -296,9 +334,9 @@ static int admit(struct serve_engine *e, struct serve_req *q, struct whet_err *e
     /* seq_take may end sequences (and free q with the last): hold the pointers first */
     struct serve_seq **seqs = xmalloc(sizeof *seqs * (size_t)n);
     for (int c = 0; c < n; c++) seqs[c] = &q->seqs[c];
-    for (int c = 0; c < n && !rc; c++) rc = seq_take(e, seqs[c], first[c], err);
+    for (int c = 0; c < n && !rc; c++) rc = seq_take(e, seqs[c], &first, c, err);
     free(seqs);
-    free(first);
+    draws_free(&first);
     return rc;
 }
 
@@ -356,20 +394,24 @@ int serve_engine_step(struct serve_engine *e, struct whet_err *err) {
     struct lora_run *runs = xmalloc(sizeof *runs * (size_t)(e->max_adapters + 1));
     int n_runs, n = batch_order(e, batch, runs, &n_runs), rc = 0;
     if (n > 0) {
-        int *slots = xmalloc(sizeof(int) * (size_t)n), *ids = xmalloc(sizeof(int) * (size_t)n),
-            *next = xmalloc(sizeof(int) * (size_t)n);
+        int *slots = xmalloc(sizeof(int) * (size_t)n), *ids = xmalloc(sizeof(int) * (size_t)n), tops = 0;
         struct sample_row *rows = xmalloc(sizeof *rows * (size_t)n);
+        struct draws next;
+        draws_alloc(&next, n);
         for (int i = 0; i < n; i++) {
             slots[i] = batch[i]->slot, ids[i] = batch[i]->last_token;
             rows[i] = batch[i]->row;
             rows[i].counter = (uint32_t)batch[i]->n_tokens;
+            tops |= rows[i].top_logprobs > 0;
             if (batch[i]->req->adapter) batch[i]->req->adapter->last_used = (uint64_t)e->stats.steps + 1;
         }
+        struct sample_out out = draws_out(&next, tops);
         rc = model_set_lora_runs(e->base, runs, n_runs, err) ||
-             model_decode_sample(e->base, e->cache, slots, ids, n, rows, next, NULL, err);
-        for (int i = 0; i < n && !rc; i++) rc = seq_take(e, batch[i], next[i], err);
+             model_decode_sample(e->base, e->cache, slots, ids, n, rows, &out, err);
+        for (int i = 0; i < n && !rc; i++) rc = seq_take(e, batch[i], &next, i, err);
         e->stats.decoded_tokens += n;
-        free(slots), free(ids), free(next), free(rows);
+        free(slots), free(ids), free(rows);
+        draws_free(&next);
     }
     free(batch);
     free(runs);

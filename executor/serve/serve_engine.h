@@ -45,6 +45,10 @@ struct serve_event {
     uint64_t request;
     int choice;
     int token;             /* the token drawn (-1 on the final event) */
+    float logprob;         /* its log-prob (log softmax of the logits, temperature 1) */
+    int n_top;             /* the request's top_logprobs: the most likely tokens at this position */
+    const int *top_ids;    /* [n_top], most likely first (valid during the callback) */
+    const float *top_logprobs;
     const char *text;      /* its text, text_len bytes (valid during the callback) */
     size_t text_len;
     enum serve_finish finish; /* SERVE_RUNNING on token events */
@@ -58,7 +62,8 @@ struct serve_request {
     int n_prompt;
     int n;                 /* choices, 1 <= n <= n_slots */
     int max_tokens;        /* >= 1; prompt + max_tokens <= max_len */
-    struct sample_row sampling; /* seed, temperature, top_p, top_k (counter and vocab are the engine's) */
+    struct sample_row sampling; /* seed, temperature, top_p, top_k, top_logprobs (counter and vocab are the
+                                 * engine's) */
     char *const *stop;     /* stop strings (copied) */
     int n_stop;
     serve_emit_fn emit;

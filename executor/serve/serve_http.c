@@ -40,6 +40,7 @@ struct msg {
     enum serve_finish finish;
     char *text;
     size_t text_len;
+    struct serve_api_token logprobs; /* of the token, when the request asked for them */
 };
 
 struct choice {
@@ -47,6 +48,8 @@ struct choice {
     size_t sent; /* streamed so far */
     enum serve_finish finish;
     int started, finished, completion_tokens;
+    struct serve_api_token *tokens; /* with logprobs: every token (n_tokens), streamed from `streamed` on */
+    int n_tokens, cap_tokens, streamed;
 };
 
 struct call {
@@ -100,14 +103,19 @@ static void reply_error(h2o_req_t *req, int status, const char *message, const c
                         const char *code) {
     char *body = serve_api_error(message, type, param, code);
     reply(req, status,
-          status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed" : status == 503 ? "Service Unavailable"
-                                                                                           : "Bad Request",
+          status == 404   ? "Not Found"
+          : status == 405 ? "Method Not Allowed"
+          : status == 503 ? "Service Unavailable"
+                          : "Bad Request",
           "application/json", body);
     free(body);
 }
 
 static void call_free(struct call *c) {
-    for (int i = 0; c->choices && i < c->api.n; i++) whet_buf_free(&c->choices[i].text);
+    for (int i = 0; c->choices && i < c->api.n; i++) {
+        whet_buf_free(&c->choices[i].text);
+        free(c->choices[i].tokens);
+    }
     free(c->choices);
     whet_buf_free(&c->pending);
     serve_api_request_free(&c->api);
@@ -167,32 +175,36 @@ static void append_chunk(struct call *c, char *chunk) {
     free(chunk);
 }
 
-/* The sendable part of choice i's text that has not been sent. */
+/* The sendable part of choice i's text that has not been sent, with the log-probs of its new tokens. */
 static void stream_text(struct call *c, int i, int first) {
     struct choice *ch = &c->choices[i];
-    size_t upto = ch->finished ? ch->text.len
-                               : ch->sent + serve_api_complete_prefix(ch->text.data + ch->sent, ch->text.len - ch->sent);
-    if (upto > ch->sent || first)
-        append_chunk(c, serve_api_chunk(&c->api, c->id, c->created, i, first, ch->text.data + ch->sent, upto - ch->sent,
-                                        NULL));
+    size_t upto = ch->finished
+                      ? ch->text.len
+                      : ch->sent + serve_api_complete_prefix(ch->text.data + ch->sent, ch->text.len - ch->sent);
+    struct serve_api_choice piece = {.text = ch->text.data + ch->sent,
+                                     .text_len = upto - ch->sent,
+                                     .tokens = ch->tokens + ch->streamed,
+                                     .n_tokens = ch->n_tokens - ch->streamed};
+    if (upto > ch->sent || first || piece.n_tokens > 0)
+        append_chunk(c, serve_api_chunk(&c->api, serve_engine_tokenizer(c->srv->engine), c->id, c->created, i, first,
+                                        &piece, NULL));
     ch->sent = upto;
+    ch->streamed = ch->n_tokens;
 }
 
 static void answer_whole(struct call *c) {
-    char **texts = xcalloc((size_t)c->api.n, sizeof *texts);
-    size_t *lens = xcalloc((size_t)c->api.n, sizeof *lens);
-    enum serve_finish *finish = xcalloc((size_t)c->api.n, sizeof *finish);
+    struct serve_api_choice *choices = xcalloc((size_t)c->api.n, sizeof *choices);
     int completion = 0;
     for (int i = 0; i < c->api.n; i++) {
-        texts[i] = c->choices[i].text.data, lens[i] = c->choices[i].text.len, finish[i] = c->choices[i].finish;
-        completion += c->choices[i].completion_tokens;
+        const struct choice *ch = &c->choices[i];
+        choices[i] = (struct serve_api_choice){ch->text.data, ch->text.len, ch->finish, ch->tokens, ch->n_tokens};
+        completion += ch->completion_tokens;
     }
-    char *body = serve_api_response(&c->api, c->id, c->created, texts, lens, finish, c->prompt_tokens, completion);
+    char *body = serve_api_response(&c->api, serve_engine_tokenizer(c->srv->engine), c->id, c->created, choices,
+                                    c->prompt_tokens, completion);
     reply(c->req, 200, "OK", "application/json", body);
     free(body);
-    free(texts);
-    free(lens);
-    free(finish);
+    free(choices);
 }
 
 /* A choice ended. The call's answer ends with its last choice. */
@@ -221,8 +233,8 @@ static void on_final(struct call *c, const struct msg *m) {
     }
     if (c->streaming) {
         stream_text(c, m->choice, 0);
-        append_chunk(c, serve_api_chunk(&c->api, c->id, c->created, m->choice, 0, NULL, 0,
-                                        serve_api_finish_reason(m->finish)));
+        append_chunk(c, serve_api_chunk(&c->api, serve_engine_tokenizer(c->srv->engine), c->id, c->created, m->choice,
+                                        0, NULL, serve_api_finish_reason(m->finish)));
         if (c->engine_done) {
             int completion = 0;
             for (int i = 0; i < c->api.n; i++) completion += c->choices[i].completion_tokens;
@@ -246,7 +258,8 @@ static void on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             if (!m->engine_id) { /* refused by the engine: a 400 while nothing was sent */
                 c->engine_done = 1;
                 if (!c->req) call_free(c);
-                else if (!c->gone && !c->streaming) reply_error(c->req, 400, m->text, "invalid_request_error", NULL, NULL);
+                else if (!c->gone && !c->streaming)
+                    reply_error(c->req, 400, m->text, "invalid_request_error", NULL, NULL);
                 else if (!c->gone) { /* a stream has begun: the error is its last event */
                     char *e = serve_api_error(m->text, "invalid_request_error", NULL, NULL);
                     append_chunk(c, xasprintf("data: %s\n\n", e));
@@ -265,6 +278,13 @@ static void on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
             int first = !ch->started;
             ch->started = 1;
             whet_buf_append(&ch->text, m->text, m->text_len);
+            if (c->api.logprobs) {
+                if (ch->n_tokens == ch->cap_tokens) {
+                    ch->cap_tokens = ch->cap_tokens ? 2 * ch->cap_tokens : 16;
+                    ch->tokens = xrealloc(ch->tokens, sizeof *ch->tokens * (size_t)ch->cap_tokens);
+                }
+                ch->tokens[ch->n_tokens++] = m->logprobs;
+            }
             if (c->streaming && c->req && !c->gone) {
                 stream_text(c, m->choice, first);
                 stream_flush(c);
@@ -283,6 +303,11 @@ static void on_engine_event(void *ctx, const struct serve_event *ev) {
     struct call *c = ctx;
     struct msg *m = xcalloc(1, sizeof *m);
     m->kind = MSG_EVENT, m->call = c, m->choice = ev->choice, m->token = ev->token, m->finish = ev->finish;
+    m->logprobs.id = ev->token, m->logprobs.logprob = ev->logprob, m->logprobs.n_top = ev->n_top;
+    if (ev->n_top > 0) {
+        memcpy(m->logprobs.top_ids, ev->top_ids, sizeof(int) * (size_t)ev->n_top);
+        memcpy(m->logprobs.top_logprobs, ev->top_logprobs, sizeof(float) * (size_t)ev->n_top);
+    }
     m->prompt_tokens = ev->prompt_tokens, m->completion_tokens = ev->completion_tokens;
     m->text = xmalloc(ev->text_len + 1);
     memcpy(m->text, ev->text, ev->text_len);
@@ -292,9 +317,16 @@ static void on_engine_event(void *ctx, const struct serve_event *ev) {
 }
 
 static void submit(struct server *s, struct call *c) {
-    struct serve_request r = {.adapter = c->adapter_dir, .prompt = c->api.prompt, .n_prompt = c->api.n_prompt,
-                              .n = c->api.n, .max_tokens = c->api.max_tokens, .sampling = c->api.sampling,
-                              .stop = c->api.stop, .n_stop = c->api.n_stop, .emit = on_engine_event, .ctx = c};
+    struct serve_request r = {.adapter = c->adapter_dir,
+                              .prompt = c->api.prompt,
+                              .n_prompt = c->api.n_prompt,
+                              .n = c->api.n,
+                              .max_tokens = c->api.max_tokens,
+                              .sampling = c->api.sampling,
+                              .stop = c->api.stop,
+                              .n_stop = c->api.n_stop,
+                              .emit = on_engine_event,
+                              .ctx = c};
     struct msg *m = xcalloc(1, sizeof *m);
     m->kind = MSG_SUBMITTED, m->call = c;
     struct whet_err err;
@@ -318,7 +350,7 @@ static void *engine_main(void *arg) {
         s->submit_head = NULL, s->submit_tail = &s->submit_head;
         size_t n_cancels = s->n_cancels;
         uint64_t *cancels = xmalloc(sizeof *cancels * (n_cancels ? n_cancels : 1));
-        memcpy(cancels, s->cancels, sizeof *cancels * n_cancels);
+        if (n_cancels) memcpy(cancels, s->cancels, sizeof *cancels * n_cancels);
         s->n_cancels = 0;
         pthread_mutex_unlock(&s->mu);
         for (struct call *c = todo, *next; c; c = next) {
@@ -439,7 +471,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
 static int listen_on(const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
     char host[256];
     const char *colon = strrchr(hostport, ':');
-    if (!colon || (size_t)(colon - hostport) >= sizeof host) return whet_errf(err, "--http \"%s\": expected HOST:PORT", hostport);
+    if (!colon || (size_t)(colon - hostport) >= sizeof host)
+        return whet_errf(err, "--http \"%s\": expected HOST:PORT", hostport);
     snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
     if (getaddrinfo(host, colon + 1, &hints, &res)) return whet_errf(err, "--http \"%s\": cannot resolve", hostport);

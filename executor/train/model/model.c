@@ -373,9 +373,9 @@ int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs
             return whet_errf(err, "lora runs: run %d's adapter is not a view of this model", i);
         if (runs[i].adapter && runs[i].adapter->lora_r > max_r) max_r = runs[i].adapter->lora_r;
     }
-    m->runs = xrealloc(m->runs, sizeof *runs * (size_t)(n_runs > 0 ? n_runs : 1));
-    memcpy(m->runs, runs, sizeof *runs * (size_t)(n_runs > 0 ? n_runs : 0));
     m->n_runs = n_runs > 0 ? n_runs : 0;
+    m->runs = xrealloc(m->runs, sizeof *runs * (size_t)(m->n_runs ? m->n_runs : 1));
+    if (m->n_runs) memcpy(m->runs, runs, sizeof *runs * (size_t)m->n_runs);
     m->runs_max_r = max_r;
     return 0;
 }

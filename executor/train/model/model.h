@@ -203,13 +203,18 @@ int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids,
 int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
                       float *logits, struct whet_err *err);
 /* The same two passes with the next token drawn on the device instead of logits downloaded: draw i
- * as rows[i] says (sample_row.h) into next[i], with the entropy of its logits (temperature 1, nats)
- * in entropy[i] when entropy is not NULL. A prefill draws n_draws tokens from its last position
- * (the first tokens of n_draws responses to one prompt); a decode step one per slot. */
+ * as rows[i] says into out's arrays (sample_row.h: the token, and what else out asks for: entropy,
+ * its log-prob, the top log-probs). A prefill draws n_draws tokens from its last position (the first
+ * tokens of n_draws responses to one prompt); a decode step one per slot. */
 int model_prefill_sample(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, int n_draws,
-                         const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+                         const struct sample_row *rows, const struct sample_out *out, struct whet_err *err);
 int model_decode_sample(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
-                        const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+                        const struct sample_row *rows, const struct sample_out *out, struct whet_err *err);
+/* Draws from rows[0..n) (token indices) of the logits of the last forward without targets, as
+ * params[i] says: generation without a KV cache (the benchmark's baseline). */
+int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params,
+                        const struct sample_out *out, struct whet_err *err);
+
 /* ---- many adapters on one base (serving, co-training) ---- */
 /* A model that borrows base's weights and device and adds the PEFT adapter in adapter_dir (its own r,
  * alpha and target modules): one entry of a serving cache, a few MB where a copy of the base would be
@@ -227,9 +232,5 @@ struct lora_run {
  * the runs must cover each pass exactly. n_runs 0 goes back to the plain base. A forward with runs
  * has no backward pass (yet). */
 int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs, struct whet_err *err);
-/* Draws from rows[0..n) (token indices) of the logits of the last forward without targets, as
- * params[i] says: generation without a KV cache (the benchmark's baseline). */
-int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params, int *next,
-                        float *entropy, struct whet_err *err);
 
 #endif

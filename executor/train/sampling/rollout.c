@@ -53,8 +53,8 @@ static int forward_full(int *next, float *entropy, struct model *m, const struct
             last[r - r0] = (r - r0) * T + T - 1;
         }
         struct model_batch batch = {B, T, *ids, NULL, NULL, NULL, NULL};
-        if (model_forward(m, &batch, NULL, err) ||
-            model_sample_logits(m, last, B, rows + r0, next + r0, entropy + r0, err))
+        struct sample_out drawn = {.ids = next + r0, .entropy = entropy + r0};
+        if (model_forward(m, &batch, NULL, err) || model_sample_logits(m, last, B, rows + r0, &drawn, err))
             return -1;
         r0 = r1;
     }
@@ -130,8 +130,8 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
         if (!(cache = kv_cache_new(m, n_slots, max_prompt + opts->max_tokens, err))) goto out;
         for (int p = 0; p < n_prompts; p++) {
             int first = p * n;
-            if (model_prefill_sample(m, cache, first, prompt_ids[p], prompt_lens[p], n, rows + first, picked + first,
-                                     entropy + first, err))
+            struct sample_out drawn = {.ids = picked + first, .entropy = entropy + first};
+            if (model_prefill_sample(m, cache, first, prompt_ids[p], prompt_lens[p], n, rows + first, &drawn, err))
                 goto out;
             for (int j = 1; j < n; j++)
                 if (kv_cache_copy_slot(cache, first + j, first, err)) goto out;
@@ -171,7 +171,8 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
             step_rows[r].counter = (uint32_t)out->responses[act[r]].n_tokens;
         }
         if (opts->use_kv_cache) {
-            if (model_decode_sample(m, cache, act, next_ids, n_act, step_rows, picked, entropy, err)) goto out;
+            struct sample_out drawn = {.ids = picked, .entropy = entropy};
+            if (model_decode_sample(m, cache, act, next_ids, n_act, step_rows, &drawn, err)) goto out;
         } else if (forward_full(picked, entropy, m, out, act, n_act, step_rows, prompt_ids, prompt_lens, &full_ids,
                                 &full_ids_cap, err)) {
             goto out;

@@ -59,12 +59,14 @@ int sample_reply(struct model *m, const struct tokenizer *tok, const int32_t *pr
     int32_t *out = xmalloc((size_t)max_tokens * sizeof *out);
     for (int i = 0; i < n_prompt; i++) ids[i] = prompt[i];
     if (row.vocab <= 0) row.vocab = (int)tokenizer_vocab_size(tok);
-    int n_out = 0, slot = 0, next, rc = model_prefill_sample(m, cache, 0, ids, n_prompt, 1, &row, &next, NULL, err);
+    int n_out = 0, slot = 0, next;
+    struct sample_out drawn = {.ids = &next};
+    int rc = model_prefill_sample(m, cache, 0, ids, n_prompt, 1, &row, &drawn, err);
     while (!rc && !sample_is_end_token(tok, mc, next)) {
         out[n_out++] = next;
         if (n_out == max_tokens) break;
         row.counter = (uint32_t)n_out;
-        rc = model_decode_sample(m, cache, &slot, &next, 1, &row, &next, NULL, err);
+        rc = model_decode_sample(m, cache, &slot, &next, 1, &row, &drawn, err);
     }
     size_t len;
     if (!rc) rc = tokenizer_decode(tok, out, (size_t)n_out, text, &len, err);

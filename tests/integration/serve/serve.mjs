@@ -1,8 +1,8 @@
 // serve.mjs - `whet serve` (the model worker) driven by the official OpenAI Node SDK, unchanged, on the
 // tiny model with four random LoRA adapters: greedy chat on the base and on adapters equals
 // `whet sample` (with and without --adapter); a stream's deltas add up to the whole answer, with usage
-// last; seeds repeat; n choices; stop strings on completions; eight concurrent requests on four adapters
-// equal the same requests one by one; a client that leaves mid-stream does not stop the worker; bad
+// last; seeds repeat; n choices; stop strings on completions; log-probs (chat, stream, completions);
+// eight concurrent requests on four adapters equal the same requests one by one; a client that leaves mid-stream does not stop the worker; bad
 // parameters are 400s naming the parameter and an unknown model a 404.
 import OpenAI from 'openai';
 import { spawn, execFileSync } from 'node:child_process';
@@ -94,6 +94,25 @@ try {
   check(together.every((r, i) => r.choices[0].message.content === alone[i]), 'concurrent requests equal each alone',
     { together: together.map((r) => r.choices[0].message.content), alone });
 
+  // log-probs: of every token, the top ones first (the greedy token is the likeliest), in streams too
+  const lp = await chat('ft:whet-tiny:a1', 'Tell me a story.', { logprobs: true, top_logprobs: 2 });
+  const entries = lp.choices[0].logprobs?.content ?? [];
+  check(entries.length === lp.usage.completion_tokens &&
+    entries.every((e) => e.top_logprobs.length === 2 && Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6 &&
+      e.top_logprobs[0].token === e.token && e.logprob <= 0 && Array.isArray(e.bytes)),
+    'chat logprobs: every token with its top 2, greedy first', entries.slice(0, 2));
+  check(Buffer.concat(entries.map((e) => Buffer.from(e.bytes))).toString() === lp.choices[0].message.content,
+    'the tokens\' bytes spell the answer');
+  const lpStream = await chat('ft:whet-tiny:a1', 'Tell me a story.', { logprobs: true, stream: true });
+  const streamed = [];
+  for await (const c of lpStream) for (const ch of c.choices) streamed.push(...(ch.logprobs?.content ?? []));
+  check(streamed.length === entries.length && streamed.every((e, i) => Math.abs(e.logprob - entries[i].logprob) < 1e-6),
+    'streamed logprobs equal the whole answer\'s', { streamed: streamed.length, whole: entries.length });
+  const clp = await client.completions.create({ model: 'whet-tiny', prompt: 'Once upon a time', max_tokens: 6, temperature: 0, logprobs: 3 });
+  const l = clp.choices[0].logprobs;
+  check(l && l.tokens.length === 6 && l.token_logprobs.length === 6 && l.top_logprobs.length === 6 &&
+    l.top_logprobs.every((t) => Object.keys(t).length >= 1) && l.text_offset[0] === 0, 'completions logprobs', l);
+
   // a client that leaves mid-stream: the worker goes on
   const ac = new AbortController();
   const leaving = await client.chat.completions.create({ model: 'whet-tiny', messages: [{ role: 'user', content: 'go' }],
@@ -119,7 +138,9 @@ try {
   await expectError('n above the batch', 400, 'n', { n: 9 });
   await expectError('negative max_tokens', 400, 'max_tokens', { max_tokens: -1 });
   await expectError('temperature 3', 400, 'temperature', { temperature: 3 });
-  await expectError('logprobs', 400, 'logprobs', { logprobs: true });
+  await expectError('top_logprobs without logprobs', 400, 'top_logprobs', { top_logprobs: 2 });
+  await expectError('top_logprobs above 20', 400, 'top_logprobs', { logprobs: true, top_logprobs: 21 });
+  await expectError('tools', 400, 'tools', { tools: [{ type: 'function', function: { name: 'f' } }] });
   await expectError('a prompt longer than the context', 400, 'messages', { messages: [{ role: 'user', content: 'x '.repeat(400) }] });
   await expectError('a bad role', 400, 'messages', { messages: [{ role: 'robot', content: 'hi' }] });
 } catch (e) {

@@ -54,9 +54,12 @@ static void reference(int i, int *tokens, float *logits) {
     CHECK(model_prefill(m, c, 0, prompts[i], seq_prompt_len[i], logits, &err) == 0);
     kv_cache_clear(c, 0);
     int slot = 0;
-    CHECK(model_prefill_sample(m, c, 0, prompts[i], seq_prompt_len[i], 1, &greedy, &tokens[0], NULL, &err) == 0);
-    for (int t = 1; t < N_NEW; t++)
-        CHECK(model_decode_sample(m, c, &slot, &tokens[t - 1], 1, &greedy, &tokens[t], NULL, &err) == 0);
+    struct sample_out drawn = {.ids = &tokens[0]};
+    CHECK(model_prefill_sample(m, c, 0, prompts[i], seq_prompt_len[i], 1, &greedy, &drawn, &err) == 0);
+    for (int t = 1; t < N_NEW; t++) {
+        drawn.ids = &tokens[t];
+        CHECK(model_decode_sample(m, c, &slot, &tokens[t - 1], 1, &greedy, &drawn, &err) == 0);
+    }
     kv_cache_free(c);
     model_free(m);
 }
@@ -83,24 +86,26 @@ TEST(one_batch_of_many_adapters_equals_each_alone) {
         CHECK(model_prefill(base, c, i, prompts[i], seq_prompt_len[i], logits, &err) == 0);
         for (int v = 0; v < V; v++) worst = fmax(worst, fabs(logits[v] - want_logits[(size_t)i * V + v]));
         kv_cache_clear(c, i);
-        CHECK(model_prefill_sample(base, c, i, prompts[i], seq_prompt_len[i], 1, &greedy, &got[i][0], NULL, &err) == 0);
+        struct sample_out first = {.ids = &got[i][0]};
+        CHECK(model_prefill_sample(base, c, i, prompts[i], seq_prompt_len[i], 1, &greedy, &first, &err) == 0);
     }
     CHECK_MSG(worst < 1e-4, "prefill logits differ by %g", worst);
     /* then every step decodes all six at once: runs of 2, 1, 1, 1 and 1 rows */
     struct lora_run runs[5] = {{views[0], 2}, {views[1], 1}, {views[2], 1}, {views[3], 1}, {NULL, 1}};
     CHECK(model_set_lora_runs(base, runs, 5, &err) == 0);
     int slots[N_SEQS] = {0, 1, 2, 3, 4, 5}, ids[N_SEQS], next[N_SEQS];
+    struct sample_out drawn = {.ids = next};
     struct sample_row rows[N_SEQS];
     for (int i = 0; i < N_SEQS; i++) rows[i] = greedy;
     for (int t = 1; t < N_NEW; t++) {
         for (int i = 0; i < N_SEQS; i++) ids[i] = got[i][t - 1];
-        CHECK(model_decode_sample(base, c, slots, ids, N_SEQS, rows, next, NULL, &err) == 0);
+        CHECK(model_decode_sample(base, c, slots, ids, N_SEQS, rows, &drawn, &err) == 0);
         for (int i = 0; i < N_SEQS; i++) got[i][t] = next[i];
     }
     for (int i = 0; i < N_SEQS; i++) CHECK_MSG(!memcmp(got[i], want[i], sizeof got[i]), "sequence %d differs", i);
 
     /* runs must cover the pass and name views of this base; a base with its own adapter takes none */
-    CHECK(model_decode_sample(base, c, slots, ids, 3, rows, next, NULL, &err) == -1);
+    CHECK(model_decode_sample(base, c, slots, ids, 3, rows, &drawn, &err) == -1);
     CHECK_CONTAINS(err.msg, "cover 6 tokens, the pass has 3");
     struct model *other, *stranger;
     CHECK(model_load(&other, model_dir, &o, &err) == 0);

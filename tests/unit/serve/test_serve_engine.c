@@ -4,6 +4,7 @@
  * tokens equal those of its adapter loaded alone and sampled alone with the same seed; stop strings cut
  * the text; cancel ends a request; bad requests are refused with the field, and an adapter that cannot
  * load ends its request with an error event. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,8 @@
 #include "rng.h"
 #include "sampler.h"
 #include "serve_engine.h"
-#include "tiny_models.h"
 #include "test.h"
+#include "tiny_models.h"
 #include "tokenizer.h"
 
 #define N_ADAPTERS 16
@@ -41,6 +42,8 @@ fail:
 
 struct choice_out {
     int tokens[MAX_NEW], n_tokens, token_events, completion_tokens;
+    float logprobs[MAX_NEW], top1[MAX_NEW];
+    int top_ids[MAX_NEW][3];
     enum serve_finish finish;
     int finished;
     char text[512];
@@ -63,7 +66,12 @@ static void on_event(void *ctx, const struct serve_event *ev) {
         if (ev->finish == SERVE_ERROR) snprintf(c->text, sizeof c->text, "%.*s", (int)ev->text_len, ev->text);
         return;
     }
-    if (c->n_tokens < MAX_NEW) c->tokens[c->n_tokens++] = ev->token;
+    if (c->n_tokens < MAX_NEW) {
+        c->logprobs[c->n_tokens] = ev->logprob;
+        c->top1[c->n_tokens] = ev->n_top > 0 ? ev->top_logprobs[0] : 0;
+        for (int j = 0; j < ev->n_top && j < 3; j++) c->top_ids[c->n_tokens][j] = ev->top_ids[j];
+        c->tokens[c->n_tokens++] = ev->token;
+    }
     c->token_events++;
     if (c->text_len + ev->text_len < sizeof c->text) {
         memcpy(c->text + c->text_len, ev->text, ev->text_len);
@@ -94,7 +102,8 @@ static struct ref run_alone(int adapter, const int *prompt, int n_prompt, struct
     row.vocab = (int)tokenizer_vocab_size(tok);
     int slot = 0, next;
     row.counter = 0;
-    CHECK(model_prefill_sample(m, cache, 0, prompt, n_prompt, 1, &row, &next, NULL, &err) == 0);
+    struct sample_out drawn = {.ids = &next};
+    CHECK(model_prefill_sample(m, cache, 0, prompt, n_prompt, 1, &row, &drawn, &err) == 0);
     for (;;) {
         out.tokens[out.n_tokens++] = next;
         if (sample_is_end_token(tok, model_get_config(m), next)) {
@@ -103,7 +112,7 @@ static struct ref run_alone(int adapter, const int *prompt, int n_prompt, struct
         }
         if (out.n_tokens == max_tokens) break;
         row.counter = (uint32_t)out.n_tokens;
-        CHECK(model_decode_sample(m, cache, &slot, &next, 1, &row, &next, NULL, &err) == 0);
+        CHECK(model_decode_sample(m, cache, &slot, &next, 1, &row, &drawn, &err) == 0);
     }
     kv_cache_free(cache);
     model_free(m);
@@ -135,11 +144,17 @@ TEST(continuous_batching_equals_each_request_alone) {
     for (int i = 0; i < N_REQ; i++) {
         prompt_of(i, prompts[i], &lens[i]);
         int adapter = i == N_REQ - 1 ? -1 : i % N_ADAPTERS; /* the last on the base alone */
-        reqs[i] = (struct serve_request){.adapter = adapter >= 0 ? adapter_dirs[adapter] : NULL, .prompt = prompts[i],
-                                         .n_prompt = lens[i], .n = i % 5 == 1 ? 2 : 1, .max_tokens = 4 + i % 9,
-                                         .sampling = {.seed = 77 + (uint64_t)i, .temperature = i % 3 ? 1.0f : 0,
-                                                      .top_p = i % 4 == 2 ? 0.9f : 1, .top_k = i % 6 == 5 ? 20 : 0},
-                                         .emit = on_event, .ctx = &outs[i]};
+        reqs[i] = (struct serve_request){.adapter = adapter >= 0 ? adapter_dirs[adapter] : NULL,
+                                         .prompt = prompts[i],
+                                         .n_prompt = lens[i],
+                                         .n = i % 5 == 1 ? 2 : 1,
+                                         .max_tokens = 4 + i % 9,
+                                         .sampling = {.seed = 77 + (uint64_t)i,
+                                                      .temperature = i % 3 ? 1.0f : 0,
+                                                      .top_p = i % 4 == 2 ? 0.9f : 1,
+                                                      .top_k = i % 6 == 5 ? 20 : 0},
+                                         .emit = on_event,
+                                         .ctx = &outs[i]};
     }
     /* half now, the rest while those run */
     int submitted = 0, busy = 1, steps = 0;
@@ -157,8 +172,8 @@ TEST(continuous_batching_equals_each_request_alone) {
     }
     struct serve_stats st = serve_engine_stats(e);
     CHECK(st.running == 0 && st.waiting == 0);
-    CHECK_MSG(st.adapter_evictions > 0 && st.adapter_loads >= N_ADAPTERS, "loads %lld evictions %lld",
-              st.adapter_loads, st.adapter_evictions);
+    CHECK_MSG(st.adapter_evictions > 0 && st.adapter_loads >= N_ADAPTERS, "loads %lld evictions %lld", st.adapter_loads,
+              st.adapter_evictions);
     int mismatches = 0;
     for (int i = 0; i < N_REQ; i++)
         for (int c = 0; c < reqs[i].n; c++) {
@@ -169,7 +184,8 @@ TEST(continuous_batching_equals_each_request_alone) {
                        got->completion_tokens == want.n_tokens &&
                        !memcmp(got->tokens, want.tokens, sizeof(int) * (size_t)want.n_tokens);
             if (!same) {
-                fprintf(stderr, "request %d choice %d differs from alone (finish %d/%d):", i, c, got->finish, want.finish);
+                fprintf(stderr, "request %d choice %d differs from alone (finish %d/%d):", i, c, got->finish,
+                        want.finish);
                 for (int t = 0; t < got->n_tokens; t++) fprintf(stderr, " %d", got->tokens[t]);
                 fprintf(stderr, " | want");
                 for (int t = 0; t < want.n_tokens; t++) fprintf(stderr, " %d", want.tokens[t]);
@@ -197,8 +213,14 @@ TEST(stop_strings_cut_the_text) {
     struct whet_err err;
     int prompt[16], n;
     prompt_of(3, prompt, &n);
-    struct serve_request r = {.adapter = adapter_dirs[3], .prompt = prompt, .n_prompt = n, .n = 1, .max_tokens = 12,
-                              .sampling = {.temperature = 0, .top_p = 1}, .emit = on_event, .ctx = &outs[0]};
+    struct serve_request r = {.adapter = adapter_dirs[3],
+                              .prompt = prompt,
+                              .n_prompt = n,
+                              .n = 1,
+                              .max_tokens = 12,
+                              .sampling = {.temperature = 0, .top_p = 1},
+                              .emit = on_event,
+                              .ctx = &outs[0]};
     memset(&outs[0], 0, sizeof outs[0]);
     CHECK(serve_engine_submit(e, &r, &outs[0].id, &err) == 0 && done_with(e, &outs[0], 1));
     struct choice_out full = outs[0].c[0];
@@ -218,13 +240,60 @@ TEST(stop_strings_cut_the_text) {
     serve_engine_close(e);
 }
 
+/* The log-probs a request reports are the trainer's: the nll of the same tokens under a forward pass
+ * with targets (what `whet score` reports), to 1e-4; the top log-probs put the greedy token first. */
+TEST(logprobs_are_the_trainers) {
+    struct serve_engine *e = open_engine();
+    struct whet_err err;
+    int prompt[16], n;
+    prompt_of(6, prompt, &n);
+    struct serve_request r = {.adapter = adapter_dirs[5],
+                              .prompt = prompt,
+                              .n_prompt = n,
+                              .n = 2,
+                              .max_tokens = 10,
+                              .sampling = {.temperature = 0.8f, .top_p = 1, .seed = 11, .top_logprobs = 3},
+                              .emit = on_event,
+                              .ctx = &outs[0]};
+    memset(&outs[0], 0, sizeof outs[0]);
+    CHECK(serve_engine_submit(e, &r, &outs[0].id, &err) == 0 && done_with(e, &outs[0], 2));
+    struct model_opts o = model_opts_default();
+    o.adapter_dir = adapter_dirs[5];
+    struct model *m;
+    CHECK(model_load(&m, model_dir, &o, &err) == 0);
+    for (int c = 0; c < 2; c++) {
+        const struct choice_out *got = &outs[0].c[c];
+        int ids[32], targets[32], T = n + got->n_tokens;
+        float nll[32];
+        for (int t = 0; t < T; t++) ids[t] = t < n ? prompt[t] : got->tokens[t - n];
+        for (int t = 0; t < T; t++) targets[t] = t + 1 < T && t + 1 >= n ? ids[t + 1] : -1;
+        struct model_batch b = {.B = 1, .T = T, .ids = ids, .targets = targets};
+        CHECK(model_forward(m, &b, NULL, &err) == 0);
+        model_get_token_losses(m, nll);
+        double worst = 0;
+        for (int k = 0; k < got->n_tokens; k++) {
+            double want = -nll[n - 1 + k];
+            worst = fmax(worst, fabs(got->logprobs[k] - want));
+            CHECK(got->top1[k] >= got->logprobs[k] - 1e-6f); /* the likeliest is at least as likely */
+        }
+        CHECK_MSG(worst < 1e-4, "choice %d: log-probs differ from the forward pass by %g", c, worst);
+    }
+    model_free(m);
+    serve_engine_close(e);
+}
+
 TEST(cancel_and_bad_requests) {
     struct serve_engine *e = open_engine();
     struct whet_err err;
     int prompt[16], n;
     prompt_of(5, prompt, &n);
-    struct serve_request r = {.prompt = prompt, .n_prompt = n, .n = 2, .max_tokens = 40,
-                              .sampling = {.temperature = 1, .top_p = 1, .seed = 3}, .emit = on_event, .ctx = &outs[0]};
+    struct serve_request r = {.prompt = prompt,
+                              .n_prompt = n,
+                              .n = 2,
+                              .max_tokens = 40,
+                              .sampling = {.temperature = 1, .top_p = 1, .seed = 3},
+                              .emit = on_event,
+                              .ctx = &outs[0]};
     memset(outs, 0, sizeof outs);
     CHECK(serve_engine_submit(e, &r, &outs[0].id, &err) == 0);
     CHECK(serve_engine_step(e, &err) == 1);
@@ -260,6 +329,7 @@ int main(void) {
     if (setup()) return 1;
     RUN(continuous_batching_equals_each_request_alone);
     RUN(stop_strings_cut_the_text);
+    RUN(logprobs_are_the_trainers);
     RUN(cancel_and_bad_requests);
     whet_rm_rf(root_dir);
     return test_summary();
