@@ -192,7 +192,9 @@ static struct serve_adapter *adapter_get(struct serve_engine *e, const char *key
         memset(victim, 0, sizeof *victim);
     }
     struct model *view;
-    if (model_load_adapter_view(&view, e->base, key, err)) return NULL;
+    struct model_opts vo = model_opts_default();
+    vo.adapter_dir = key;
+    if (model_load_adapter_view(&view, e->base, &vo, err)) return NULL;
     victim->key = xstrdup(key);
     victim->view = view;
     e->stats.adapter_loads++;

@@ -76,6 +76,9 @@ struct model_opts {
     int max_batch_rows;   /* optional: preallocate activations for B rows of max_seq_len tokens */
     int max_seq_len;      /* (buffers grow on demand anyway) */
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
+    int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
+                           * activations a backward pass needs: the base of co-trained adapter views
+                           * (model_set_lora_runs) */
 };
 struct model_opts model_opts_default(void); /* inference, LoRA r=16 alpha=32 all-linear when train */
 
@@ -216,11 +219,14 @@ int model_sample_logits(struct model *m, const int *rows, int n, const struct sa
                         const struct sample_out *out, struct whet_err *err);
 
 /* ---- many adapters on one base (serving, co-training) ---- */
-/* A model that borrows base's weights and device and adds the PEFT adapter in adapter_dir (its own r,
- * alpha and target modules): one entry of a serving cache, a few MB where a copy of the base would be
- * GBs. It generates on its own like any model with that adapter, and it is what model_set_lora_runs
- * names. base must be loaded for inference without an adapter, and outlive its views. */
-int model_load_adapter_view(struct model **out, struct model *base, const char *adapter_dir, struct whet_err *err);
+/* A model that borrows base's weights and device and adds a LoRA adapter: the PEFT adapter in
+ * o->adapter_dir (its own r, alpha and target modules), or a new one as o->lora_r, lora_alpha,
+ * lora_targets, use_rslora and seed say. One entry of a serving cache, a few MB where a copy of the
+ * base would be GBs; it generates on its own like any model with that adapter, and it is what
+ * model_set_lora_runs names. With o->train it has its own gradients and AdamW moments: co-trained on a
+ * frozen base (model_opts.frozen_base), it takes model_zero_grad, model_clip_grad_norm and
+ * model_adamw_step like a model of its own. base must have no adapter and outlive its views. */
+int model_load_adapter_view(struct model **out, struct model *base, const struct model_opts *o, struct whet_err *err);
 /* Rows of a batch that share an adapter: n_tokens consecutive tokens of a pass, adapter a view of
  * the model (or NULL: the base alone). */
 struct lora_run {
@@ -229,8 +235,9 @@ struct lora_run {
 };
 /* The passes that follow (forward, prefill, decode) apply adapters by rows, each run its adapter's LoRA
  * on its tokens (Punica's segmented LoRA: one pair of products per run, not per adapter loaded);
- * the runs must cover each pass exactly. n_runs 0 goes back to the plain base. A forward with runs
- * has no backward pass (yet). */
+ * the runs must cover each pass exactly. n_runs 0 goes back to the plain base. On a frozen base
+ * (model_opts.frozen_base) a forward with runs has a backward pass: each run's gradients go to its
+ * view (loaded with train), so one pass trains many adapters (co-training). */
 int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs, struct whet_err *err);
 
 #endif

@@ -53,6 +53,7 @@ struct model {
     char *dir;
     int C, F, NH, NKV, hd, QKV, QK, L, V;
     int train, full_ft, recompute;
+    int frozen_base; /* trains nothing of its own: the base of co-trained views (model_opts.frozen_base) */
 
     float *params;
     size_t n_params;

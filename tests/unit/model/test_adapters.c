@@ -77,7 +77,8 @@ TEST(one_batch_of_many_adapters_equals_each_alone) {
     struct model *base, *views[N_ADAPTERS];
     CHECK_MSG(model_load(&base, model_dir, &o, &err) == 0, "%s", err.msg);
     for (int k = 0; k < N_ADAPTERS; k++)
-        CHECK_MSG(model_load_adapter_view(&views[k], base, adapter_dirs[k], &err) == 0, "%s", err.msg);
+        CHECK_MSG(model_load_adapter_view(&views[k], base, &(struct model_opts){.adapter_dir = adapter_dirs[k]}, &err) == 0,
+                  "%s", err.msg);
     struct kv_cache *c = kv_cache_new(base, N_SEQS, 32, &err);
     double worst = 0;
     for (int i = 0; i < N_SEQS; i++) { /* one prefill per sequence, its adapter on all its tokens */
@@ -109,13 +110,14 @@ TEST(one_batch_of_many_adapters_equals_each_alone) {
     CHECK_CONTAINS(err.msg, "cover 6 tokens, the pass has 3");
     struct model *other, *stranger;
     CHECK(model_load(&other, model_dir, &o, &err) == 0);
-    CHECK(model_load_adapter_view(&stranger, other, adapter_dirs[1], &err) == 0);
+    struct model_opts one = {.adapter_dir = adapter_dirs[1]};
+    CHECK(model_load_adapter_view(&stranger, other, &one, &err) == 0);
     struct lora_run bad = {stranger, 1};
     CHECK(model_set_lora_runs(base, &bad, 1, &err) == -1);
     CHECK_CONTAINS(err.msg, "not a view of this model");
     CHECK(model_set_lora_runs(views[0], runs, 1, &err) == -1);
     struct model *view_of_view;
-    CHECK(model_load_adapter_view(&view_of_view, views[0], adapter_dirs[1], &err) == -1 && !view_of_view);
+    CHECK(model_load_adapter_view(&view_of_view, views[0], &one, &err) == -1 && !view_of_view);
     CHECK(model_set_lora_runs(base, NULL, 0, &err) == 0);
     kv_cache_free(c);
     model_free(stranger);
@@ -126,9 +128,86 @@ TEST(one_batch_of_many_adapters_equals_each_alone) {
     free(logits);
 }
 
+/* Largest |a - b| over the LoRA tensors of two models, relative to the largest |b|: their gradients
+ * (grads) or their weights. */
+static double lora_diff(const struct model *a, const struct model *b, int grads) {
+    double worst = 0, scale = 1e-30;
+    struct whet_err err;
+    for (int t = 0; t < model_num_tensors(b); t++) {
+        const char *name = model_tensor_name(b, t);
+        if (!strstr(name, "lora_")) continue;
+        long long n = model_tensor_numel(b, name);
+        CHECK_MSG(model_tensor_numel(a, name) == n, "%s: %lld values, want %lld", name, model_tensor_numel(a, name), n);
+        float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+        CHECK((grads ? model_get_grad(a, name, x, &err) : model_get_param(a, name, x, &err)) == 0);
+        CHECK((grads ? model_get_grad(b, name, y, &err) : model_get_param(b, name, y, &err)) == 0);
+        for (long long i = 0; i < n; i++) worst = fmax(worst, fabs(x[i] - y[i])), scale = fmax(scale, fabs(y[i]));
+        free(x), free(y);
+    }
+    return worst / scale;
+}
+
+/* Co-training: one forward and backward pass of a frozen base over the rows of two adapters (an
+ * existing one, rank 8 on every linear layer, and a new one, rank 4 on q and v) gives each adapter the
+ * gradient it gets trained alone on its own rows, and a step of each view's own AdamW the same weights. */
+TEST(co_training_equals_each_adapter_alone) {
+    enum { T = 10, NA = 2, NB = 1, N = (NA + NB) * T };
+    struct whet_err err;
+    struct model *base, *va, *vb, *alone_a, *alone_b;
+    struct model_opts fo = model_opts_default();
+    fo.train = 1, fo.frozen_base = 1;
+    CHECK_MSG(model_load(&base, model_dir, &fo, &err) == 0, "%s", err.msg);
+    struct model_opts oa = model_opts_default(), ob = model_opts_default();
+    oa.train = ob.train = 1;
+    oa.adapter_dir = adapter_dirs[0];
+    ob.lora_r = 4, ob.lora_alpha = 8, ob.lora_targets = LORA_Q | LORA_V, ob.seed = 5;
+    CHECK_MSG(model_load_adapter_view(&va, base, &oa, &err) == 0, "%s", err.msg);
+    CHECK_MSG(model_load_adapter_view(&vb, base, &ob, &err) == 0, "%s", err.msg);
+    CHECK(model_load(&alone_a, model_dir, &oa, &err) == 0 && model_load(&alone_b, model_dir, &ob, &err) == 0);
+    int ids[N], targets[N];
+    float w[N];
+    for (int t = 0; t < N; t++) {
+        ids[t] = (t * 37 + 11) % 2000;
+        targets[t] = t % T == T - 1 ? -1 : (t * 37 + 48) % 2000;
+        w[t] = t < NA * T ? 1.0f / (NA * (T - 1)) : 1.0f / (NB * (T - 1)); /* each adapter's own mean */
+    }
+    /* together: the runs of A's rows and B's row, each loss a mean over its own tokens */
+    struct lora_run runs[2] = {{va, NA * T}, {vb, NB * T}};
+    model_zero_grad(va), model_zero_grad(vb);
+    CHECK(model_set_lora_runs(base, runs, 2, &err) == 0);
+    struct model_batch together = {.B = NA + NB, .T = T, .ids = ids, .targets = targets};
+    CHECK_MSG(model_forward(base, &together, NULL, &err) == 0, "%s", err.msg);
+    CHECK(model_set_loss_weights(base, w, &err) == 0);
+    CHECK_MSG(model_backward(base, 1.0f, &err) == 0, "%s", err.msg);
+    /* alone: each adapter on its own rows */
+    struct model_batch rows_a = {.B = NA, .T = T, .ids = ids, .targets = targets};
+    struct model_batch rows_b = {.B = NB, .T = T, .ids = ids + NA * T, .targets = targets + NA * T};
+    model_zero_grad(alone_a), model_zero_grad(alone_b);
+    CHECK(model_forward(alone_a, &rows_a, NULL, &err) == 0 && model_backward(alone_a, 1.0f / (NA * (T - 1)), &err) == 0);
+    CHECK(model_forward(alone_b, &rows_b, NULL, &err) == 0 && model_backward(alone_b, 1.0f / (NB * (T - 1)), &err) == 0);
+    double ga = lora_diff(va, alone_a, 1), gb = lora_diff(vb, alone_b, 1);
+    printf("co-training: gradients within %.2g (A) and %.2g (B) of training alone\n", ga, gb);
+    CHECK_MSG(ga < 1e-4 && gb < 1e-4, "gradients differ from training alone: %g (A), %g (B)", ga, gb);
+    struct model *all[4] = {va, vb, alone_a, alone_b};
+    for (int i = 0; i < 4; i++) model_adamw_step(all[i], 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    double pa = lora_diff(va, alone_a, 0), pb = lora_diff(vb, alone_b, 0);
+    CHECK_MSG(pa < 1e-5 && pb < 1e-5, "weights after a step differ: %g (A), %g (B)", pa, pb);
+    /* the base itself has nothing to train, and a base that trains cannot carry views */
+    CHECK(model_num_trainable(base) == 0);
+    struct model *full;
+    struct model_opts ft = model_opts_default();
+    ft.train = 1, ft.lora_r = 0;
+    CHECK(model_load(&full, model_dir, &ft, &err) == 0);
+    struct model *bad;
+    CHECK(model_load_adapter_view(&bad, full, &oa, &err) == -1);
+    model_free(full);
+    model_free(va), model_free(vb), model_free(alone_a), model_free(alone_b), model_free(base);
+}
+
 int main(void) {
     if (setup()) return 1;
     RUN(one_batch_of_many_adapters_equals_each_alone);
+    RUN(co_training_equals_each_adapter_alone);
     whet_rm_rf(root_dir);
     return test_summary();
 }
