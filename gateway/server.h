@@ -122,6 +122,7 @@ void router_register_all(struct http_router *rt);
 void health_routes(struct http_router *rt);
 void admin_routes(struct http_router *rt);
 void auth_routes(struct http_router *rt);
+void openapi_routes(struct http_router *rt);
 
 /* ---- Metrics (metrics.c) ----------------------------------------------------------------------- */
 
