@@ -21,6 +21,8 @@ packages=(
   postgresql postgresql-contrib python3
   # tests, fixtures and benchmarks
   python3-torch python3-numpy python3-botocore wrk hyperfine curl procps
+  # checkers of deploy/: systemd-analyze (units)
+  systemd
 )
 
 missing=()
