@@ -134,6 +134,8 @@ void metrics_observe(int route_index, int status, double seconds);
 enum metrics_db_gauge { METRICS_DB_CONNS_UP, METRICS_DB_CONNS_TOTAL, METRICS_DB_QUEUED, METRICS_DB_IN_FLIGHT };
 void metrics_db_add(int admin_pool, enum metrics_db_gauge g, long delta);
 void metrics_db_error(void);
+/* Counts one error answer by its error code (NULL: "other"). */
+void metrics_error_code(const char *code);
 /* The Prometheus text exposition; the caller frees it. */
 char *metrics_render(const struct http_router *rt, size_t *len);
 
