@@ -20,7 +20,7 @@ packages=(
   # run
   postgresql postgresql-contrib python3
   # tests, fixtures and benchmarks
-  python3-torch python3-numpy python3-botocore wrk hyperfine curl procps
+  python3-torch python3-numpy python3-botocore wrk hyperfine curl procps openssl
   # checkers of deploy/: systemd-analyze (units), promtool (alert rules)
   systemd prometheus
 )

@@ -54,6 +54,7 @@ struct gateway {
     struct http_router *router;
     struct gw_workers *workers;
     h2o_globalconf_t h2o_config;
+    SSL_CTX *ssl_ctx;                    /* HTTPS (options tls_cert, tls_key), or NULL */
     int nthreads;
     struct gw_thread *threads;
     int stop_fd;                         /* eventfd written by gateway_stop() */

@@ -122,7 +122,7 @@ export function startGateway({ databaseUrl: dbUrl, env = {}, threads = 2, args =
         buffered = buffered.slice(nl + 1);
         lines.push(line);
         if (lines.length > 2000) lines.shift();
-        const m = line.match(/gateway listening on (http:\/\/\S+)/);
+        const m = line.match(/gateway listening on (https?:\/\/\S+)/);
         if (m && !url) { url = m[1]; resolve(gw); }
       }
     });
