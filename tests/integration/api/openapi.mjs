@@ -1,11 +1,13 @@
 // openapi.mjs - gateway/openapi.json is the API's contract: it parses and validates as OpenAPI 3.1
 // (@apidevtools/swagger-parser), documents exactly the routes the gateway registers (every
 // http_route() call in gateway/*.c, and nothing else), the gateway serves it byte for byte at
-// /v1/openapi.json without credentials, and the validator every other test goes through
-// (../lib/openapi.mjs) refuses answers that drift from it.
+// /v1/openapi.json without credentials, the validator every other test goes through
+// (../lib/openapi.mjs) refuses answers that drift from it, and the operator's read-only routes that no
+// other integration test calls (nodes, usage as JSON and CSV) answer as documented.
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
-import { startStack, client, checker } from './harness.mjs';
+import { checker } from './harness.mjs';
+import { startStack } from '../lib/gateway.mjs';
 import { OPENAPI_PATH, document, operations, check as conforms } from '../lib/openapi.mjs';
 
 const require = createRequire(new URL('../../package.json', import.meta.url));
@@ -46,20 +48,30 @@ check(conforms('GET', '/v1/files/file-1', 404, 'application/json', JSON.stringif
 check(conforms('GET', '/v1/nowhere', 200, 'application/json', '{}').length > 0, 'validator: an answer on an undocumented path must be a 404');
 check(conforms('GET', '/v1/files/file-1/content', 200, 'text/html', '').length > 0, 'validator: an undocumented content type is refused');
 
-// 4. Served, public, identical to the file.
-const stack = await startStack({ tenants: ['alpha'] });
+// 4. Served, public, identical to the file; the operator's read-only routes (each answer is validated
+// by ../lib/openapi.mjs on the way).
+const stack = await startStack();
 try {
-  const anon = client(stack, 'nobody');
-  const r = await anon('GET', '/v1/openapi.json');
+  const r = await stack.request('GET', '/v1/openapi.json');
   check(r.status === 200, 'GET /v1/openapi.json without credentials: 200', r.status);
   check((r.headers.get('content-type') || '').startsWith('application/json'), 'served as application/json', r.headers.get('content-type'));
   check(r.text === fs.readFileSync(OPENAPI_PATH, 'utf8'), 'the served document is gateway/openapi.json byte for byte');
-  const wrong = await anon('POST', '/v1/openapi.json', { json: {} });
+  const wrong = await stack.request('POST', '/v1/openapi.json', { body: {} });
   check(wrong.status === 405, 'POST /v1/openapi.json: 405', wrong.status);
+  const token = stack.adminToken();
+  const nodes = await stack.request('GET', '/admin/v1/nodes', { token });
+  check(nodes.status === 200 && nodes.json.object === 'list' && Array.isArray(nodes.json.data), 'GET /admin/v1/nodes: a list', nodes.text);
+  const usage = await stack.request('GET', '/admin/v1/usage?start_time=0', { token });
+  check(usage.status === 200 && usage.json.object === 'list', 'GET /admin/v1/usage: a list', usage.text);
+  const csv = await stack.request('GET', '/admin/v1/usage?format=csv', { token });
+  check(csv.status === 200 && csv.text.startsWith('tenant,tenant_id,job_id,'), 'GET /admin/v1/usage?format=csv: the CSV header', csv.text);
+  const bad = await stack.request('GET', '/admin/v1/usage?format=xml', { token });
+  check(bad.status === 400 && bad.json.error.param === 'format', 'an unknown format is a 400 naming the parameter', bad.text);
   console.log(`openapi: ${documented.size} operations on ${Object.keys(document.paths).length} paths, ` +
               `${Object.keys(document.components.schemas).length} schemas, ${fs.statSync(OPENAPI_PATH).size} bytes`);
 } finally {
-  const why = await stack.stop();
+  let why = null;
+  try { await stack.stop(); } catch (e) { why = String(e.message || e); }
   check(why === null, 'gateway stopped cleanly', why);
 }
 process.exit(summary());
