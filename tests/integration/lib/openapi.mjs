@@ -4,7 +4,7 @@
 // 404/405/400 error), its status is documented, the content type is one the document lists, and a
 // JSON body validates against the schema (ajv, JSON Schema 2020-12 as OpenAPI 3.1 uses). A mismatch
 // throws from fetch (the request fails the test) and, should a caller swallow it, sets the exit
-// status at the end. Tests that use node:http directly are not covered.
+// status at the end. Tests that use node:http call conform() with what they received.
 //
 // Every checked answer is appended as `METHOD PATH STATUS` to WHET_OPENAPI_COVERAGE_DIR/<pid>.txt
 // when that variable is set; tests/integration/api/openapi_coverage.mjs turns those files into the
@@ -118,26 +118,34 @@ function record(line) {
   fs.appendFileSync(path.join(coverageDir, `${process.pid}.txt`), line + '\n');
 }
 
+// Checks one answer of a gateway (url: the full URL) unless the URL is not a gateway's; records it
+// for coverage; throws (and sets the exit status) when it does not conform. For tests that make
+// requests with node:http; fetch goes through it by itself.
+export function conform(method, url, status, contentType, body) {
+  const u = new URL(url);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') return;
+  if (!LOOPBACK.has(u.hostname) || !GATEWAY_PATH.test(u.pathname)) return;
+  const problems = check(method, u.pathname, status, contentType, body);
+  const found = findOperation(method, u.pathname);
+  record(`${method} ${found.op ? found.op.template : '-'} ${status}`);
+  if (problems.length) {
+    const isJson = (contentType || '').startsWith('application/json');
+    const msg = `OpenAPI: ${method} ${u.pathname} -> ${status} does not match gateway/openapi.json:\n  ` +
+      problems.join('\n  ') + (isJson ? `\n  body: ${String(body).slice(0, 500)}` : '');
+    violations.push(msg);
+    throw new Error(msg);
+  }
+}
+
 if (!globalThis.fetch.whetOpenapi) {
   const inner = globalThis.fetch;
   const wrapped = async (input, init = {}) => {
     const res = await inner(input, init);
-    const url = new URL(typeof input === 'string' || input instanceof URL ? input : input.url);
+    const url = typeof input === 'string' || input instanceof URL ? String(input) : input.url;
     const method = String(init.method || (input instanceof Request ? input.method : 'GET')).toUpperCase();
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') return res;
-    if (!LOOPBACK.has(url.hostname) || !GATEWAY_PATH.test(url.pathname)) return res;
     const contentType = res.headers.get('content-type') || '';
-    const isJson = contentType.startsWith('application/json');
-    const body = isJson ? await res.clone().text() : '';
-    const problems = check(method, url.pathname, res.status, contentType, body);
-    const found = findOperation(method, url.pathname);
-    record(`${method} ${found.op ? found.op.template : '-'} ${res.status}`);
-    if (problems.length) {
-      const msg = `OpenAPI: ${method} ${url.pathname} -> ${res.status} does not match gateway/openapi.json:\n  ` +
-        problems.join('\n  ') + (isJson ? `\n  body: ${body.slice(0, 500)}` : '');
-      violations.push(msg);
-      throw new Error(msg);
-    }
+    const body = contentType.startsWith('application/json') ? await res.clone().text() : '';
+    conform(method, url, res.status, contentType, body);
     return res;
   };
   wrapped.whetOpenapi = true;
