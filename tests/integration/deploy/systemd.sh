@@ -2,7 +2,8 @@
 # systemd.sh - deploy/systemd: install.sh lays a node out (binary, units, environment files) under a
 # scratch root; `systemd-analyze verify` accepts the three units with nothing to say (unknown keys are
 # only warnings there, so any output fails); `systemd-analyze security --offline` scores each unit's
-# exposure, printed here and held under a ceiling so that a loosened unit fails. A missing
+# exposure, printed here and held under a ceiling so that a loosened unit fails; as root, whet's
+# sandbox is probed as an unprivileged user with no_new_privs, as the units run it. A missing
 # systemd-analyze fails the test: deploy/install-deps.sh installs it.
 set -euo pipefail
 src=${WHET_SOURCE_DIR:?}
@@ -55,6 +56,18 @@ for spec in whet-gateway.service:3.5 whet-scheduler.service:1.5 whet-executor@gp
 done
 nnp=$(grep -l '^NoNewPrivileges=yes' whet-gateway.service whet-scheduler.service whet-executor@gpu0.service | wc -l)
 [ "$nnp" -eq 3 ] || fail "NoNewPrivileges=yes in $nnp of 3 units"
+
+# What NoNewPrivileges=yes and User=whet leave the executor and the gateway: the sandbox must still
+# work for an unprivileged user with no_new_privs set (user namespaces need no privilege).
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+  install -m 0755 "$bin" "$work/whet"
+  chmod 0755 "$work"
+  if out=$(setpriv --no-new-privs --reuid 65534 --regid 65534 --clear-groups "$work/whet" sandbox probe 2>&1); then
+    echo "ok: the sandbox works as uid 65534 with no_new_privs: $(grep -m1 '^sandbox:' <<<"$out")"
+  else
+    fail "the sandbox does not work unprivileged with no_new_privs, which the units set: $out"
+  fi
+fi
 
 [ $fails -eq 0 ] && echo "systemd: all checks passed" || echo "systemd: $fails failed"
 exit $((fails > 0))
