@@ -4,7 +4,8 @@
 # node, /etc/whet/executor-NAME.env; then enables the chosen services.
 #
 #   deploy/systemd/install.sh --bin build/whet --gateway --scheduler            a control-plane node
-#   deploy/systemd/install.sh --bin build/whet --executor gpu --dc dc1 --pool a100 --devices cuda
+#   deploy/systemd/install.sh --bin build/whet --executor gpu --dc dc1 --pool a100 --devices cuda \
+#                             [--metrics 0.0.0.0:9465]    (the executor's Prometheus metrics)
 #   deploy/systemd/install.sh ... --migrate      also apply the database migrations (once per cluster)
 #   deploy/systemd/install.sh ... --root DIR     lay the files out under DIR only (packaging, tests):
 #                                                no user, no systemctl, no migrations
@@ -14,8 +15,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
-root=/ bin="" migrate=0 services=() executor="" dc="" pool="" devices=""
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+root=/ bin="" migrate=0 services=() executor="" dc="" pool="" devices="" metrics=""
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --root) root=$2; shift ;;
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --dc) dc=$2; shift ;;
     --pool) pool=$2; shift ;;
     --devices) devices=$2; shift ;;
+    --metrics) metrics=$2; shift ;;
     --migrate) migrate=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -54,6 +56,7 @@ install -d -m 0750 "$root/etc/whet"
 if [ -n "$executor" ]; then
   printf 'WHET_EXECUTOR_DC=%s\nWHET_EXECUTOR_POOL=%s\nWHET_EXECUTOR_DEVICES=%s\n' "$dc" "$pool" "$devices" \
     > "$root/etc/whet/executor-$executor.env"
+  [ -z "$metrics" ] || echo "WHET_EXECUTOR_METRICS=$metrics" >> "$root/etc/whet/executor-$executor.env"
   chmod 0640 "$root/etc/whet/executor-$executor.env"
 fi
 if [ $live -eq 0 ]; then

@@ -33,9 +33,9 @@ static int expire_leases(PGconn *conn, struct whet_err *err) {
                                   "WITH lost AS (UPDATE nodes SET state = 'lost' WHERE state = 'ready'"
                                   "   AND last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0"
                                   "   RETURNING id)"
-                                  " SELECT lost.id, job FROM lost LEFT JOIN LATERAL whet_requeue_node_attempts(lost.id, 'Node '"
-                                  "   || lost.id || ' stopped answering; the job will resume from its last checkpoint elsewhere')"
-                                  "   job ON true ORDER BY lost.id",
+                                  " SELECT lost.id, job FROM lost LEFT JOIN LATERAL whet_requeue_node_attempts(lost.id,"
+                                  "   'Node ' || lost.id || ' stopped answering; the job will resume from its last"
+                                  " checkpoint elsewhere') job ON true ORDER BY lost.id",
                                   0, NULL, err);
     if (!res) return -1;
     int nodes = 0, jobs = 0;

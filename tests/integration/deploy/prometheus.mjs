@@ -1,7 +1,8 @@
 // prometheus.mjs - deploy/prometheus: `promtool check rules` accepts the alert rules, `promtool test
 // rules` passes their unit tests, `promtool check config` the example configuration; the Grafana dashboard's queries parse as PromQL (promtool checks them
 // as recording rules, Grafana's variables filled in); every whet_ metric the rules and the dashboard
-// name is one the gateway or the scheduler exports (gateway/metrics.c, scheduler/service/metrics.c),
+// name is one the gateway, the scheduler or the executors export (gateway/metrics.c,
+// scheduler/service/metrics.c, executor/agent/metrics.c),
 // and every exported metric is on the dashboard and listed in the README. A missing promtool fails the
 // test (deploy/install-deps.sh installs Debian's prometheus).
 import { execFileSync } from 'node:child_process';
@@ -57,7 +58,7 @@ fs.rmSync(tmp, { recursive: true, force: true });
 const names = (text) => new Set(text.match(/\bwhet_[a-z0-9_]+/g) || []);
 // Metric names are in the C files' string literals (the C identifiers whet_* are not).
 const literals = (file) => (fs.readFileSync(path.join(src, file), 'utf8').match(/"(?:[^"\\\n]|\\.)*"/g) || []).join('\n');
-const exported = new Set([...names(literals('gateway/metrics.c')), ...names(literals('scheduler/service/metrics.c'))]);
+const exported = new Set(['gateway/metrics.c', 'scheduler/service/metrics.c', 'executor/agent/metrics.c'].flatMap((f) => [...names(literals(f))]));
 const base = [...exported].filter((n) => !/_(bucket|sum|count)$/.test(n) || !exported.has(n.replace(/_(bucket|sum|count)$/, '')));
 check(base.length >= 15, `the code exports the whet_ metrics (${base.length} found)`);
 const rules = YAML.parse(fs.readFileSync(path.join(dir, 'whet-rules.yml'), 'utf8'));

@@ -15,12 +15,13 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 "$src/deploy/systemd/install.sh" --root "$work/root" --bin "$bin" --gateway --scheduler \
-  --executor gpu0 --dc dc1 --pool a100 --devices cuda
+  --executor gpu0 --dc dc1 --pool a100 --devices cuda --metrics 0.0.0.0:9465
 for f in usr/local/bin/whet etc/systemd/system/whet-gateway.service etc/systemd/system/whet-scheduler.service \
          etc/systemd/system/whet-executor@.service etc/whet/whet.env etc/whet/executor-gpu0.env; do
   [ -e "$work/root/$f" ] || fail "install.sh did not write $f"
 done
 grep -qx 'WHET_EXECUTOR_DEVICES=cuda' "$work/root/etc/whet/executor-gpu0.env" || fail "executor-gpu0.env lacks the devices"
+grep -qx 'WHET_EXECUTOR_METRICS=0.0.0.0:9465' "$work/root/etc/whet/executor-gpu0.env" || fail "executor-gpu0.env lacks the metrics address"
 if "$src/deploy/systemd/install.sh" --root "$work/other" --bin "$bin" --executor gpu0 >/dev/null 2>&1; then
   fail "install.sh accepted an executor without --dc, --pool and --devices"
 fi

@@ -3,7 +3,7 @@
 # takeover, registration, placement into an attempt and a START command, an attempt that fails with a
 # clear reason (its base model is not in the object store) and is metered, pause and cancel of queued
 # jobs, a node declared lost when its lease runs out, and a restarted node whose attempt is requeued;
-# both schedulers serve Prometheus metrics (--metrics) that follow all of it.
+# both schedulers and the executor serve Prometheus metrics (--metrics) that follow all of it.
 set -euo pipefail
 : "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
 db="whet_sched_$$_$RANDOM"
@@ -22,7 +22,8 @@ export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export WHET_GRPC="127.0.0.1:$port"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-m1=$(free_port) m2=$(free_port)
+m1=$(free_port) m2=$(free_port) m3=$(free_port)
+fetch_failures='whet_executor_object_store_failures_total{op="fetch"}'
 metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
 fails=0 passes=0
 check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
@@ -54,8 +55,11 @@ check "metrics: cycles counted and timed" '[ "$(metric $m1 whet_scheduler_cycle_
   curl -fsS "http://127.0.0.1:$m1/metrics" | grep -q "^# TYPE whet_scheduler_cycle_duration_seconds histogram$"'
 check "metrics: another path is a 404" '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$m1/")" = 404 ]'
 
-"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" >"$work/e1.log" 2>&1 & pids+=($!); e1=$!
+"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" --metrics "127.0.0.1:$m3" \
+  >"$work/e1.log" 2>&1 & pids+=($!); e1=$!
 check "executor registers its devices" 'wait_for 10 "SELECT state || gpus || device_type FROM nodes" "ready2H100"'
+check "metrics: the executor is registered and runs nothing" 'sleep 1.2; [ "$(metric $m3 whet_executor_registered)" = 1 ] &&
+  [ "$(metric $m3 whet_executor_jobs_running)" = 0 ] && [ "$(metric $m3 "$fetch_failures")" = 0 ]'
 
 # A job whose base model is missing from the object store: placed, started, failed with the reason.
 newjob ftjob-a
@@ -65,6 +69,7 @@ check "attempt fails with a clear reason" 'wait_for 15 "SELECT status FROM jobs 
 err=$(q "SELECT error->>'message' FROM jobs WHERE id = 'ftjob-a'")
 check "error names the missing model" '[[ "$err" == *"base model tiny"* ]]'
 check "placement event" '[ "$(q "SELECT count(*) FROM job_events WHERE job_id = '"'"'ftjob-a'"'"' AND message LIKE '"'"'Job placed on node % in dc-a%'"'"'")" = 1 ]'
+check "metrics: the executor counted the failed fetch" '[ "$(metric $m3 "$fetch_failures")" = 1 ]'
 check "attempt metered once" '[ "$(q "SELECT count(*) FROM usage_records WHERE job_id = '"'"'ftjob-a'"'"' AND device_type = '"'"'H100'"'"'")" = 1 ]'
 
 # A job pinned to a GPU type nobody has waits, with a reason; pause and cancel act on queued jobs.
