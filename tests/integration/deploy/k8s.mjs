@@ -4,9 +4,9 @@
 // the schemas cannot see: selectors match their pod templates, Services, HPAs, PDBs and network
 // policies select pods that exist, every container drops all capabilities, cannot escalate, has a
 // read-only root and memory limits, mounts only volumes its pod defines, reads only the documented
-// Secrets; the gateway is ready on /readyz, the scheduler runs twice, each executor's --dc/--pool are
-// its node selector's, PostgreSQL has three instances, executors may reach only the scheduler, the
-// object store and DNS. A missing kubectl fails the test (deploy/install-deps.sh installs Debian's
+// Secrets, and names nothing twice; the gateway is ready on /readyz, the scheduler runs twice, each
+// executor's --dc/--pool are its node selector's, PostgreSQL has three instances, executors may reach
+// only the scheduler, the object store and DNS. A missing kubectl fails the test (deploy/install-deps.sh installs Debian's
 // kubernetes-client).
 import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -19,7 +19,7 @@ const k8s = path.join(process.env.WHET_SOURCE_DIR || new URL('../../..', import.
 let passed = 0, failed = 0;
 const check = (cond, what) => { if (cond) passed++; else { failed++; console.error(`FAIL: ${what}`); } return cond; };
 
-const SECRETS = new Set(['whet-db-app', 'whet-secrets', 'whet-object-store', 'whet-grpc-tls']);
+const SECRETS = new Set(['whet-db-app', 'whet-secrets', 'whet-object-store', 'whet-grpc-tls', 'whet-gateway-tls']);
 const WORKLOADS = new Set(['Deployment', 'DaemonSet', 'Job']);
 const podTemplate = (o) => o.spec.template;
 const matches = (selector, labels) => Object.entries(selector || {}).every(([k, v]) => (labels || {})[k] === v);
@@ -99,6 +99,19 @@ async function checkOverlay(name, objs, expect) {
     checkContainers(o, where);
   }
   for (const s of by('Service')) check(podLabels.some((l) => matches(s.spec.selector, l)), `${name} Service/${s.metadata.name} selects pods`);
+  // Names the schemas cannot hold unique: a Service's ports, a container's ports, env and mounts.
+  const unique = (list, key) => new Set((list || []).map((x) => x[key])).size === (list || []).length;
+  for (const s of by('Service')) {
+    check(unique(s.spec.ports, 'name') && unique(s.spec.ports, 'port'),
+          `${name} Service/${s.metadata.name}: port names and numbers unique`);
+  }
+  for (const o of workloads) {
+    for (const c of podTemplate(o).spec.containers) {
+      check(unique(c.ports, 'name') && unique(c.env, 'name') && unique(c.volumeMounts, 'mountPath') &&
+            unique(podTemplate(o).spec.volumes, 'name'),
+            `${name} ${o.kind}/${o.metadata.name} container ${c.name}: ports, env, mounts and volumes named once`);
+    }
+  }
   for (const p of by('PodDisruptionBudget')) check(podLabels.some((l) => matches(p.spec.selector.matchLabels, l)), `${name} PDB/${p.metadata.name} selects pods`);
   for (const h of by('HorizontalPodAutoscaler'))
     check(names.has(`${h.spec.scaleTargetRef.kind}/${h.spec.scaleTargetRef.name}`), `${name} HPA/${h.metadata.name} scales an object that exists`);
@@ -164,6 +177,11 @@ const multi = YAML.parseAllDocuments(render(path.join(k8s, 'overlays/multi-dc'))
 const envOf = (o) => Object.fromEntries(podTemplate(o).spec.containers[0].env.map((e) => [e.name, e.value]));
 check(multi.filter((o) => o.kind === 'DaemonSet').every((d) => envOf(d).WHET_GRPC_TLS_CA), 'multi-dc: executors verify the scheduler over TLS');
 check(envOf(multi.find((o) => o.kind === 'Deployment' && o.metadata.name === 'whet-scheduler')).WHET_GRPC_TLS_CERT, 'multi-dc: the scheduler serves TLS');
+const gwMulti = multi.find((o) => o.kind === 'Deployment' && o.metadata.name === 'whet-gateway');
+const gwc = podTemplate(gwMulti).spec.containers[0];
+check(envOf(gwMulti).WHET_GATEWAY_TLS_CERT && envOf(gwMulti).WHET_GATEWAY_TLS_KEY, 'multi-dc: the gateway serves HTTPS');
+check(gwc.readinessProbe.httpGet.scheme === 'HTTPS' && gwc.livenessProbe.httpGet.scheme === 'HTTPS' &&
+      gwc.readinessProbe.httpGet.path === '/readyz', 'multi-dc: the gateway is probed over HTTPS');
 
 // The checks above can fail: a broken object is refused by the schema validator.
 const { Deployment } = await import('kubernetes-models/apps/v1');
