@@ -411,16 +411,21 @@ static SSL_CTX *tls_context(const char *cert, const char *key, struct whet_err *
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
-    const char *what = NULL;
-    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) what = "certificate chain";
-    else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) what = "private key";
-    else if (SSL_CTX_check_private_key(ctx) != 1) what = "private key (it does not match the certificate)";
+    const char *what = NULL, *path = key;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+        what = "certificate chain";
+        path = cert;
+    } else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        what = "private key";
+    } else if (SSL_CTX_check_private_key(ctx) != 1) {
+        what = "private key (it does not match the certificate)";
+    }
     if (what) {
         char reason[256];
         ERR_error_string_n(ERR_get_error(), reason, sizeof reason);
         ERR_clear_error();
         SSL_CTX_free(ctx);
-        whet_errf(err, "TLS: cannot use %s as the gateway's %s: %s", what[0] == 'c' ? cert : key, what, reason);
+        whet_errf(err, "TLS: cannot use %s as the gateway's %s: %s", path, what, reason);
         whet_err_hint(err, "WHET_GATEWAY_TLS_CERT and WHET_GATEWAY_TLS_KEY name PEM files the gateway can read");
         return NULL;
     }
