@@ -191,6 +191,13 @@ static int heartbeat(struct agent *a, struct whet_err *err) {
     return reregister;
 }
 
+/* The main loop alone adds and reaps jobs, so it walks the list as stop_all() does. */
+static int count_jobs(const struct agent *a) {
+    int n = 0;
+    for (const struct agent_job *j = a->jobs; j; j = j->next) n++;
+    return n;
+}
+
 static void stop_all(struct agent *a, enum job_stop how) {
     for (struct agent_job *j = a->jobs; j; j = j->next) atomic_store(&j->stop, how);
 }
@@ -205,6 +212,11 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
     if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
     if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {
+        objstore_close(a.store);
+        return -1;
+    }
+    if (opts->metrics_addr && agent_metrics_start(opts->metrics_addr, err) < 0) {
+        rpc_client_close(a.rpc);
         objstore_close(a.store);
         return -1;
     }
@@ -233,6 +245,7 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
         int hb = heartbeat(&a, err);
         if (hb < 0) {
             log_warn("msg=\"heartbeat failed\" error=\"%s\"", err->msg);
+            agent_metrics_heartbeat_failed();
         } else if (hb == 1) {
             /* Declared lost: our jobs were requeued elsewhere; running them on would train them twice. */
             log_warn("msg=\"the scheduler declared this node lost; abandoning its jobs and registering again\"");
@@ -240,9 +253,12 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
             registered = 0;
         }
         reap_jobs(&a);
+        agent_metrics_registered(registered);
+        agent_metrics_jobs(count_jobs(&a));
         usleep((useconds_t)heartbeat_ms * 1000);
     }
     reap_jobs(&a);
+    agent_metrics_stop();
     rpc_client_close(a.rpc);
     objstore_close(a.store);
     log_info("msg=\"stopped\"");

@@ -52,6 +52,7 @@ struct executor_options {
     const char *object_store; /* URL; a manifest may name another */
     const char *trainer;     /* absolute path of the program run as `TRAINER train --config FILE` in the
                               * sandbox: this whet binary, or an operator's build of it */
+    const char *metrics_addr; /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */
 };
 
 /* Runs until SIGINT/SIGTERM (stopping its jobs with a checkpoint first) or a fatal error. */

@@ -56,4 +56,15 @@ void agent_report_event(struct agent_job *job, const char *level, const char *ty
 int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
                const ProtobufCMessageDescriptor *resp_desc, int budget_ms, struct whet_err *err);
 
+/* The executor's Prometheus metrics (metrics.c): a server on `addr` (start returns -1 with err when it
+ * cannot listen; stop ends it), and what the loop and the job threads report. */
+enum agent_store_op { AGENT_STORE_FETCH, AGENT_STORE_CHECKPOINT_UPLOAD, AGENT_STORE_FINAL_UPLOAD };
+int agent_metrics_start(const char *addr, struct whet_err *err);
+void agent_metrics_stop(void);
+void agent_metrics_registered(int registered);
+void agent_metrics_jobs(int running);
+void agent_metrics_heartbeat_failed(void);
+void agent_metrics_checkpoint_uploaded(void);
+void agent_metrics_store_failed(enum agent_store_op op);
+
 #endif

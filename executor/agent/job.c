@@ -45,6 +45,7 @@ static char *fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
     if (stat(dir, &st) != 0) {
         char *tmp = xasprintf("%s.partial", dir);
         rc = objstore_get_dir(a->store, prefix, tmp, err);
+        if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
         if (rc == OBJSTORE_NOT_FOUND) rc = whet_errf(err, "base model %s: no complete copy at %s", id, prefix);
         if (rc == 0 && rename(tmp, dir) != 0) rc = whet_errf(err, "rename %s: %s", tmp, strerror(errno));
         free(tmp);
@@ -61,6 +62,7 @@ static int fetch_file(struct agent *a, json_t *file, const char *path, struct wh
     const char *key = json_string_value(json_object_get(file, "object_key"));
     if (!key) return whet_errf(err, "manifest: a data file has no object_key");
     int rc = objstore_get_file(a->store, key, path, NULL, err);
+    if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
     return rc == OBJSTORE_NOT_FOUND ? whet_errf(err, "data file %s is missing from the object store", key) : rc;
 }
 
@@ -98,6 +100,7 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
         resume = xasprintf("%s/resume", job->dir);
         int rc = objstore_get_dir(a->store, json_string_value(json_object_get(r, "object_prefix")), resume, err);
         if (rc != 0) {
+            agent_metrics_store_failed(AGENT_STORE_FETCH);
             if (rc == OBJSTORE_NOT_FOUND) whet_errf(err, "the checkpoint to resume from is incomplete");
             goto out;
         }
@@ -105,7 +108,10 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_t *ia = json_object_get(m, "init_adapter");
     if (json_is_object(ia)) {
         init = xasprintf("%s/init_adapter", job->dir);
-        if (objstore_get_dir(a->store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) goto out;
+        if (objstore_get_dir(a->store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) {
+            agent_metrics_store_failed(AGENT_STORE_FETCH);
+            goto out;
+        }
     }
     cfg = json_deep_copy(json_object_get(m, "trainer"));
     if (!json_is_object(cfg)) {
@@ -194,9 +200,11 @@ static void upload_checkpoint(struct trainer_watch *r, int step, const char *pat
     double t0 = whet_now_mono();
     if (objstore_put_dir(job->agent->store, prefix, path, &err) < 0) {
         log_warn("msg=\"checkpoint upload failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
+        agent_metrics_store_failed(AGENT_STORE_CHECKPOINT_UPLOAD);
         agent_report_event(job, "warn", "message", "A checkpoint could not be uploaded; training goes on", NULL);
     } else if (report_checkpoint(job, step, prefix, dir_bytes(path), metrics) == 0) {
         r->last_checkpoint_step = step;
+        agent_metrics_checkpoint_uploaded();
         log_info("msg=\"checkpoint uploaded\" job=%s step=%d seconds=%.2f", job->id, step, whet_now_mono() - t0);
     }
     free(prefix);
@@ -491,6 +499,7 @@ static void *job_main(void *arg) {
         csv_header(&r, 0);
         if (objstore_put_dir(a->store, final_prefix, r.final_path, &err) < 0 ||
             objstore_put(a->store, csv_key, r.csv.data, r.csv.len, &err) < 0) {
+            agent_metrics_store_failed(AGENT_STORE_FINAL_UPLOAD);
             fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
             fin.error_code = "upload_failed";
             snprintf(msg, sizeof msg, "the fine-tuned model could not be uploaded: %s", err.msg);
