@@ -85,6 +85,7 @@ struct server {
     uint64_t *cancels;
     size_t n_cancels, cap_cancels;
     int stop;
+    long long started; /* when the worker started: its models' `created` */
 };
 
 static volatile sig_atomic_t stop_signal;
@@ -387,10 +388,10 @@ static int resolve_model(const struct serve_http_opts *o, const char *model, con
 
 static void list_models(struct server *s, h2o_req_t *req) {
     struct whet_buf b = {0};
-    whet_buf_printf(&b, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"owned_by\":\"whet\"}",
-                    s->o->name);
-    for (int i = 0; i < s->o->n_adapters; i++)
-        whet_buf_printf(&b, ",{\"id\":\"%s\",\"object\":\"model\",\"owned_by\":\"whet\"}", s->o->adapter_names[i]);
+    const char *fmt = "%s{\"id\":\"%s\",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"whet\"}";
+    whet_buf_puts(&b, "{\"object\":\"list\",\"data\":[");
+    whet_buf_printf(&b, fmt, "", s->o->name, s->started);
+    for (int i = 0; i < s->o->n_adapters; i++) whet_buf_printf(&b, fmt, ",", s->o->adapter_names[i], s->started);
     whet_buf_puts(&b, "]}");
     reply(req, 200, "OK", "application/json", b.data);
     whet_buf_free(&b);
@@ -504,6 +505,7 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     static struct server s;
     memset(&s, 0, sizeof s);
     s.o = o;
+    s.started = (long long)time(NULL);
     char bound[300];
     int fd = listen_on(o->http, bound, sizeof bound, err);
     if (fd < 0) return -1;

@@ -58,23 +58,7 @@ export async function startStack({ tenants = ['alpha', 'beta'], env = {} } = {})
   }
 }
 
-// A tiny assertion counter that prints the summary line the other suites print.
-export function checker() {
-  let passed = 0, failed = 0;
-  const check = (cond, what, detail) => {
-    if (cond) passed++;
-    else {
-      failed++;
-      console.error(`FAIL: ${what}${detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`);
-    }
-    return cond;
-  };
-  const summary = () => {
-    console.log(`${passed} passed, ${failed} failed`);
-    return failed ? 1 : 0;
-  };
-  return { check, summary, failed: () => failed };
-}
+export { checker } from '../lib/check.mjs';
 
 // fetch with the tenant's key; returns {status, headers, text, json}.
 export function client(stack, tenant) {

@@ -9,7 +9,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { checker } from '../api/harness.mjs';
+import { checker } from '../lib/check.mjs';
 
 const { check, summary } = checker();
 const whet = process.env.WHET_BIN;
