@@ -4,6 +4,7 @@
 #include "files.h"
 #include "graders.h"
 #include "jobs.h"
+#include "metrics_series.h"
 #include "models.h"
 #include "server.h"
 #include "usage.h"
@@ -20,4 +21,5 @@ void router_register_all(struct http_router *rt) {
     checkpoint_files_routes(rt);
     usage_routes(rt);
     uploads_routes(rt);
+    metrics_series_routes(rt);
 }
