@@ -20,11 +20,11 @@
 #define JOB_COLUMNS                                                                                            \
     "id, model, training_file, validation_file, method, suffix, seed, metadata, whet, status, error, "       \
     "fine_tuned_model, trained_tokens, estimated_finish, result_files, created_at, finished_at, tenant_id, " \
-    "wait_reason, priority, queue_position"
+    "wait_reason, priority, queue_position, whet_job_cost(id)"
 enum {
     JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
     JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
-    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION,
+    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION, JC_COST,
 };
 
 /* OpenAI's fine_tuning.job, plus the `whet` extension object (as given, with priority, why the job
@@ -48,6 +48,7 @@ static json_t *job_row_to_json(const PGresult *res, int row) {
     json_object_set_new(whet, "priority", db_json_integer(res, row, JC_PRIORITY));
     json_object_set_new(whet, "wait_reason", db_json_string(res, row, JC_WAIT_REASON));
     json_object_set_new(whet, "queue_position", db_json_integer(res, row, JC_QUEUE_POSITION));
+    json_object_set_new(whet, "cost", db_json_value(res, row, JC_COST)); /* live while it runs (prices.h) */
     json_t *job = json_object();
     json_object_set_new(job, "id", db_json_string(res, row, JC_ID));
     json_object_set_new(job, "object", json_string("fine_tuning.job"));

@@ -1,11 +1,13 @@
 /* router_table.c - every route set of the gateway, in one list: each resource file exports
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
 #include "checkpoint_files.h"
+#include "costs.h"
 #include "files.h"
 #include "graders.h"
 #include "jobs.h"
 #include "metrics_series.h"
 #include "models.h"
+#include "prices.h"
 #include "server.h"
 #include "usage.h"
 #include "uploads.h"
@@ -22,4 +24,6 @@ void router_register_all(struct http_router *rt) {
     usage_routes(rt);
     uploads_routes(rt);
     metrics_series_routes(rt);
+    prices_routes(rt);
+    costs_routes(rt);
 }
