@@ -3,6 +3,7 @@
 #include "checkpoint_files.h"
 #include "costs.h"
 #include "files.h"
+#include "focus.h"
 #include "graders.h"
 #include "jobs.h"
 #include "metrics_series.h"
@@ -26,4 +27,5 @@ void router_register_all(struct http_router *rt) {
     metrics_series_routes(rt);
     prices_routes(rt);
     costs_routes(rt);
+    focus_routes(rt);
 }

@@ -2,7 +2,8 @@
 // /admin/v1/prices (versions, effective times, refusals naming the field), /v1/prices, /v1/costs
 // (OpenAI's organization costs shape: daily buckets, group_by, pagination) over March 2025 with a price
 // change on the 11th, a lost attempt credited back, storage per day, usage rows' and the job's costs,
-// and tenant isolation. Usage is written the way the scheduler writes it (usage_records at an attempt's
+// the FOCUS 1.2 export (columns, types, one row per tenant, SKU, resource and day, the credit row,
+// totals equal to /v1/costs and the usage rows), and tenant isolation. Usage is written the way the scheduler writes it (usage_records at an attempt's
 // end), at chosen times.
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
@@ -153,6 +154,68 @@ try {
   check(near(r.json.whet?.cost?.running_amount, 6, 0.02) && near(r.json.whet.cost.amount, 8, 0.02), 'a running job\'s cost is live', r.json.whet?.cost);
   r = await a('GET', '/v1/fine_tuning/jobs');
   check(r.status === 200 && r.json.data.every((j) => j.whet.cost && typeof j.whet.cost.amount === 'number'), 'listed jobs carry their cost', r.json.data.map((j) => j.whet.cost));
+
+  // ---- the FOCUS 1.2 export of March
+  r = await op('GET', '/admin/v1/billing/focus?period=2025-03');
+  check(r.status === 200 && /^text\/csv/.test(r.headers.get('content-type')) &&
+        /whet-focus-2025-03\.csv/.test(r.headers.get('content-disposition') || ''), 'FOCUS: a CSV file', r.status);
+  const parseCsv = (text) => text.trim().split('\n').map((line) => {
+    const out = [];
+    let cur = '', quoted = false;
+    for (let i = 0; i < line.length; i++) {
+      const ch = line[i];
+      if (quoted) {
+        if (ch === '"' && line[i + 1] === '"') { cur += '"'; i++; } else if (ch === '"') quoted = false; else cur += ch;
+      } else if (ch === '"') quoted = true;
+      else if (ch === ',') { out.push(cur); cur = ''; } else cur += ch;
+    }
+    out.push(cur);
+    return out;
+  });
+  const [header, ...lines] = parseCsv(r.text);
+  const rows = lines.map((l) => Object.fromEntries(header.map((h, i) => [h, l[i]])));
+  const mandatory = ['BilledCost', 'BillingAccountId', 'BillingAccountName', 'BillingCurrency', 'BillingPeriodStart',
+    'BillingPeriodEnd', 'ChargeCategory', 'ChargeClass', 'ChargeDescription', 'ChargePeriodStart', 'ChargePeriodEnd',
+    'ContractedCost', 'EffectiveCost', 'InvoiceIssuerName', 'ListCost', 'PricingQuantity', 'PricingUnit', 'ProviderName',
+    'PublisherName', 'ServiceCategory', 'ServiceName'];
+  const extra = ['ConsumedQuantity', 'ConsumedUnit', 'SkuId', 'ResourceId', 'SubAccountId'];
+  check(mandatory.length === 21 && [...mandatory, ...extra].every((c) => header.includes(c)), 'FOCUS: the 21 mandatory columns and the extra ones', header);
+  check(lines.every((l) => l.length === header.length) && rows.length > 0, 'FOCUS: every row has every column', lines.length);
+  const decimal = /^-?[0-9]+(\.[0-9]+)?$/, datetime = /^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$/;
+  const typed = rows.every((x) => ['BilledCost', 'ContractedCost', 'EffectiveCost', 'ListCost', 'PricingQuantity'].every((c) => decimal.test(x[c])) &&
+    ['BillingPeriodStart', 'BillingPeriodEnd', 'ChargePeriodStart', 'ChargePeriodEnd'].every((c) => datetime.test(x[c])) &&
+    x.BillingPeriodStart === '2025-03-01T00:00:00Z' && x.BillingPeriodEnd === '2025-04-01T00:00:00Z' &&
+    ['Usage', 'Credit'].includes(x.ChargeCategory) && x.ChargeClass === '' && x.BillingCurrency === 'USD' &&
+    x.ServiceCategory === 'AI and Machine Learning' && x.ProviderName && x.PublisherName && x.InvoiceIssuerName &&
+    x.BillingAccountId && x.SubAccountId === x.BillingAccountId && x.ResourceId.startsWith('ftjob-') && x.SkuId && x.PricingUnit &&
+    (x.ChargeCategory === 'Credit' ? x.ConsumedQuantity === '' : decimal.test(x.ConsumedQuantity) && x.ConsumedUnit) &&
+    x.BilledCost === x.EffectiveCost && x.BilledCost === x.ListCost && x.BilledCost === x.ContractedCost &&
+    Date.parse(x.ChargePeriodEnd) - Date.parse(x.ChargePeriodStart) === DAY * 1000);
+  check(typed, 'FOCUS: every value typed as the spec says', rows.slice(0, 3));
+  const keys = rows.map((x) => [x.SubAccountId, x.SkuId, x.ResourceId, x.ChargePeriodStart, x.ChargeCategory].join('|'));
+  check(new Set(keys).size === keys.length, 'FOCUS: one row per tenant, SKU, resource, day and charge category', keys);
+  const credit = rows.filter((x) => x.ChargeCategory === 'Credit');
+  check(credit.length === 1 && near(Number(credit[0].BilledCost), -1) && credit[0].ResourceId === jobA && credit[0].SkuId === 'device_hour:H100' &&
+        credit[0].ChargePeriodStart === '2025-03-06T00:00:00Z', 'FOCUS: the lost attempt\'s credit is a row of its own', credit);
+  const tokens = rows.find((x) => x.SkuId === 'trained_tokens_1m' && x.ChargePeriodStart === '2025-03-06T00:00:00Z');
+  check(tokens && near(Number(tokens.PricingQuantity), 2) && tokens.PricingUnit === '1000000 Tokens' &&
+        near(Number(tokens.ConsumedQuantity), 2000000) && tokens.ConsumedUnit === 'Tokens', 'FOCUS: pricing and consumed quantities', tokens);
+  const storageRows = rows.filter((x) => x.SkuId === 'storage_gb_month');
+  check(storageRows.length === 22 && near(storageRows.reduce((s2, x) => s2 + Number(x.BilledCost), 0), storageMarch), 'FOCUS: storage per day', storageRows.length);
+  const tenantTotal = (id) => rows.filter((x) => x.SubAccountId === id).reduce((s2, x) => s2 + Number(x.BilledCost), 0);
+  const alphaId = stack.psql("SELECT id FROM tenants WHERE name = 'alpha'"), betaId = stack.psql("SELECT id FROM tenants WHERE name = 'beta'");
+  check(near(tenantTotal(alphaId), total) && near(tenantTotal(betaId), 2), 'FOCUS: each tenant\'s BilledCost equals its /v1/costs', [tenantTotal(alphaId), total]);
+  check(near(tenantTotal(alphaId), rowsTotal), 'FOCUS: and its usage rows', [tenantTotal(alphaId), rowsTotal]);
+  r = await op('GET', `/admin/v1/billing/focus?period=2025-03&tenant_id=${betaId}`);
+  check(parseCsv(r.text).length === 2, 'FOCUS: one tenant', r.text);
+  r = await op('GET', '/admin/v1/billing/focus?period=2025-02');
+  check(r.status === 200 && parseCsv(r.text).length === 1, 'FOCUS: a month without usage: the header only', r.text);
+  for (const q of ['', 'period=2025-3', 'period=2025-13', 'period=25-03-01', 'period=2025-+3', 'period=2025-03&format=parquet']) {
+    r = await op('GET', `/admin/v1/billing/focus?${q}`);
+    check(r.status === 400 && ['period', 'format'].includes(r.json?.error?.param), `FOCUS ?${q}: 400`, r.json);
+  }
+  r = await a('GET', '/admin/v1/billing/focus?period=2025-03');
+  check(r.status === 401 || r.status === 403, 'FOCUS: not for tenants', r.status);
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
