@@ -9,6 +9,7 @@
 
 #include "crypto.h"
 #include "db.h"
+#include "estimate.h"
 #include "files_common.h"
 #include "idempotency.h"
 #include "job_request.h"
@@ -102,6 +103,7 @@ struct create_ctx {
     char seed[16], priority[16];
     const char *job_id, *event_id;
     char now[24];
+    int dry_run; /* whet.dry_run: answer the estimate, create nothing (estimate.h) */
 };
 
 static void create_reply_too_many(struct gw_req *r, void *arg) {
@@ -182,6 +184,10 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     json_decref(resolved.method);
     const char *method_json = http_strdup(r, method);
     free(method);
+    if (c->dry_run) {
+        estimate_reply(r, c->model, base_model, method_json, c->training_file, c->whet_json);
+        return;
+    }
 
     c->job_id = files_new_id(r, "ftjob-");
     c->event_id = files_new_id(r, "ftevent-");
@@ -216,6 +222,11 @@ static const char *dump_to_pool(struct gw_req *r, const json_t *v) {
 static void jobs_create(struct gw_req *r) {
     json_t *body = http_body_json(r);
     if (!body) return;
+    int dry_run = estimate_take_dry_run(r, body);
+    if (dry_run < 0) {
+        json_decref(body);
+        return;
+    }
     struct job_request req;
     char param[JOB_PARAM_MAX];
     struct whet_err err;
@@ -245,7 +256,9 @@ static void jobs_create(struct gw_req *r) {
     snprintf(c->seed, sizeof c->seed, "%u", seed);
     snprintf(c->priority, sizeof c->priority, "%d", req.priority);
     job_request_free(&req);
-    idem_begin(r, create_lookup, c);
+    c->dry_run = dry_run;
+    if (dry_run) create_lookup(r, c); /* creates nothing: no Idempotency-Key to keep */
+    else idem_begin(r, create_lookup, c);
 }
 
 /* ---------------------------------------------------------------- list and retrieve */
@@ -346,6 +359,7 @@ static void jobs_checkpoints(struct gw_req *r) { job_page(r, "jobs_checkpoints",
 
 static void jobs_prepare(void) {
     idem_prepare();
+    estimate_prepare();
     /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
      * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
      * the first judge model a score_model or label_model grader names (at any depth of a multi
