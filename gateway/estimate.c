@@ -1,5 +1,7 @@
-/* estimate.c - job estimates before a run (see estimate.h). */
+/* estimate.c - job estimates and the budget's hard cap on create (see estimate.h). */
 #include "estimate.h"
+
+#include <string.h>
 
 #include "db.h"
 
@@ -18,28 +20,58 @@ int estimate_take_dry_run(struct gw_req *r, json_t *body) {
 }
 
 struct estimate_ctx {
-    const char *model, *training_file;
+    struct estimate_req q;
+    estimate_next_fn next;
+    void *arg;
 };
 
+/* Columns: the estimate, the budget status, over the hard cap, over the soft limit. */
 static void estimate_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct estimate_ctx *c = arg;
     if (db_reply_failed(r, res)) return;
-    json_t *e = db_json_value(res->res[0], 0, 0);
-    json_object_set_new(e, "model", json_string(c->model));
-    json_object_set_new(e, "training_file", json_string(c->training_file));
-    json_object_set_new(e, "dry_run", json_true());
-    http_reply_json(r, 200, e);
+    const PGresult *row = res->res[0];
+    int over_hard = !strcmp(PQgetvalue(row, 0, 2), "t"), over_soft = !strcmp(PQgetvalue(row, 0, 3), "t");
+    if (c->q.dry_run) {
+        json_t *e = db_json_value(row, 0, 0);
+        json_object_set_new(e, "model", json_string(c->q.model));
+        json_object_set_new(e, "training_file", json_string(c->q.training_file));
+        json_object_set_new(e, "dry_run", json_true());
+        json_object_set_new(e, "budget", db_json_value(row, 0, 1));
+        json_object_set_new(e, "within_budget", json_boolean(!over_hard));
+        http_reply_json(r, 200, e);
+        return;
+    }
+    if (over_hard) {
+        json_t *b = db_json_value(row, 0, 1), *e = db_json_value(row, 0, 0);
+        http_reply_error_hint(r, 429, NULL, "insufficient_quota", "ask your operator to raise the monthly limit",
+                              "this job's estimated cost (%g %s) would take the month's spend (%g) past the monthly "
+                              "limit of %g",
+                              json_number_value(json_object_get(json_object_get(e, "cost"), "amount")),
+                              json_string_value(json_object_get(b, "currency")),
+                              json_number_value(json_object_get(b, "spent")),
+                              json_number_value(json_object_get(b, "monthly_limit")));
+        json_decref(b);
+        json_decref(e);
+        return;
+    }
+    c->next(r, http_strdup(r, PQgetvalue(row, 0, 0)), over_soft, c->arg);
 }
 
-void estimate_reply(struct gw_req *r, const char *model, const char *base_model, const char *method_json,
-                    const char *training_file, const char *whet_json) {
+void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg) {
     struct estimate_ctx *c = http_alloc(r, sizeof *c);
-    c->model = model;
-    c->training_file = training_file;
-    const char *p[] = {base_model, method_json, training_file, whet_json ? whet_json : "{}"};
-    db_query(r, "jobs_estimate", 4, p, estimate_done, c);
+    c->q = *q;
+    c->next = next;
+    c->arg = arg;
+    const char *p[] = {q->base_model, q->method_json, q->training_file, q->whet_json ? q->whet_json : "{}",
+                       http_tenant_id(r)};
+    db_query(r, "jobs_estimate", 5, p, estimate_done, c);
 }
 
 void estimate_prepare(void) {
-    db_prepare("jobs_estimate", "SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb)");
+    db_prepare("jobs_estimate",
+               "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
+               "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
+               "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
+               "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric "
+               "FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb) AS e, whet_budget_status($5) AS b) s");
 }

@@ -1,6 +1,7 @@
 /* router_table.c - every route set of the gateway, in one list: each resource file exports
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
 #include "api_keys.h"
+#include "budgets.h"
 #include "checkpoint_files.h"
 #include "costs.h"
 #include "files.h"
@@ -30,4 +31,5 @@ void router_register_all(struct http_router *rt) {
     costs_routes(rt);
     focus_routes(rt);
     api_keys_routes(rt);
+    budgets_routes(rt);
 }

@@ -27,7 +27,7 @@
     " count(DISTINCT u.attempt), coalesce(sum(u.device_seconds) FILTER (WHERE u.lost), 0)::float8,"       \
     " min(u.created_at), max(u.created_at),"                                                              \
     " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', coalesce(min(l.currency),"  \
-    "   (SELECT b.currency FROM price_books b ORDER BY b.effective_from DESC LIMIT 1), 'USD'),"              \
+    "   whet_currency()),"                                                                                    \
     "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                              \
     "  FROM (SELECT line_item, sum(amount) AS amount, min(currency) AS currency FROM whet_cost_lines(u.tenant_id," \
     "   u.job_id, coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE device_type = u.device_type" \
@@ -91,7 +91,10 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
     }
     json_t *data = json_array();
     for (int i = 0; i < PQntuples(pr); i++) json_array_append_new(data, usage_row(pr, i, admin));
-    http_reply_json(r, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0));
+    json_t *list = json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0);
+    /* A tenant sees its budget and this month's spend beside (budgets.h): soft_alert is the alert flag. */
+    if (res->n == 2) json_object_set_new(list, "budget", db_json_value(res->res[1], 0, 1));
+    http_reply_json(r, 200, list);
 }
 
 static void usage_list(struct gw_req *r, int admin) {
@@ -99,7 +102,9 @@ static void usage_list(struct gw_req *r, int admin) {
     if (time_param(r, "start_time", &start) < 0 || time_param(r, "end_time", &end) < 0) return;
     const char *tenant = admin ? http_query_param(r, "tenant_id") : http_tenant_id(r);
     const char *params[] = {tenant, http_query_param(r, "job_id"), start, end};
-    db_query(r, "usage_list", 4, params, usage_list_done, admin ? (void *)1 : NULL);
+    const char *budget[] = {tenant};
+    struct db_stmt stmts[] = {{"usage_list", NULL, 4, params}, {"budget_status", NULL, 1, budget}};
+    db_transaction(r, stmts, admin ? 1 : 2, usage_list_done, admin ? (void *)1 : NULL);
 }
 
 static void usage_tenant(struct gw_req *r) { usage_list(r, 0); }

@@ -67,7 +67,7 @@ CREATE FUNCTION whet_job_estimate(p_base text, p_method jsonb, p_file text, p_wh
     'expected_duration_s', ceil(est.seconds)::bigint,
     'cost', jsonb_build_object(
       'amount', round((est.seconds / 3600 * coalesce(price.device_hour, 0) + est.tokens / 1e6 * coalesce(price.tokens_1m, 0))::numeric, 6),
-      'currency', coalesce(price.currency, 'USD'),
+      'currency', coalesce(price.currency, whet_currency()),
       'line_items', jsonb_build_object(
         'device_hours:' || est.device_type, round((est.seconds / 3600 * coalesce(price.device_hour, 0))::numeric, 6),
         'trained_tokens', round((est.tokens / 1e6 * coalesce(price.tokens_1m, 0))::numeric, 6))))

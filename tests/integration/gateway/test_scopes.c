@@ -11,7 +11,8 @@
 #include "test.h"
 
 /* Tenant routes with no area of their own: only `all` (or `read`, for a GET) may call them. */
-static const char *const need_all[] = {"/v1/usage", "/v1/costs", "/v1/prices", "/v1/api_keys", "/v1/api_keys/{id}"};
+static const char *const need_all[] = {"/v1/usage", "/v1/costs", "/v1/prices", "/v1/api_keys", "/v1/api_keys/{id}",
+                                       "/v1/budget"};
 
 static int in_need_all(const char *pattern) {
     for (size_t i = 0; i < sizeof need_all / sizeof *need_all; i++)

@@ -1,0 +1,30 @@
+-- 0009_budgets: a tenant's monthly spending limits. The month is the calendar month in UTC; its spend
+-- is the cost lines since the month began plus the running attempts' device time so far (the costs
+-- everything else reports, migration 0006). Past soft_limit the tenant is warned (a flag on /v1/usage
+-- and an event on the job whose create crossed it); a create whose estimate would take the spend past
+-- monthly_limit is refused (429 insufficient_quota). NULL: no limit.
+CREATE TABLE budgets (
+  tenant_id     text PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+  monthly_limit numeric CHECK (monthly_limit >= 0),
+  soft_limit    numeric CHECK (soft_limit >= 0),
+  updated_at    bigint NOT NULL DEFAULT whet_now()
+);
+ALTER TABLE budgets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON budgets TO whet_app USING (tenant_id = whet_current_tenant());
+GRANT SELECT ON budgets TO whet_app;
+
+-- The estimate a job was created with (whet.estimate on the job object), to compare with what it took.
+ALTER TABLE jobs ADD COLUMN estimate jsonb;
+
+CREATE FUNCTION whet_budget_status(p_tenant text) RETURNS jsonb LANGUAGE sql STABLE AS $$
+  WITH m AS (SELECT extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint AS start),
+  s AS (SELECT coalesce((SELECT sum(l.amount) FROM m, whet_cost_lines(p_tenant, NULL, m.start, 9223372036854775807) l), 0)
+               + whet_running_cost(p_tenant, NULL) AS spent),
+  b AS (SELECT monthly_limit, soft_limit FROM budgets WHERE tenant_id = p_tenant)
+  SELECT jsonb_build_object(
+    'object', 'budget', 'month_start', m.start, 'spent', s.spent, 'currency', whet_currency(),
+    'monthly_limit', (SELECT monthly_limit FROM b), 'soft_limit', (SELECT soft_limit FROM b),
+    'soft_alert', coalesce(s.spent >= (SELECT soft_limit FROM b), false),
+    'hard_cap_reached', coalesce(s.spent >= (SELECT monthly_limit FROM b), false))
+  FROM m, s
+$$;

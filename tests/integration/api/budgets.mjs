@@ -1,0 +1,80 @@
+// budgets.mjs - monthly budgets against a real gateway and PostgreSQL: an operator sets a tenant's
+// limits (refusals name the field); the tenant sees this month's spend and the soft alert on /v1/budget
+// and /v1/usage; a create whose estimate would pass the hard cap is a 429 insufficient_quota that leaves
+// nothing behind (a dry run says so too), and goes through once the cap is raised, with its estimate on
+// the job and a warning event past the soft limit; other tenants are not affected.
+import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
+
+const { check, summary, failed } = checker();
+const stack = await startStack();
+const near = (x, y, eps = 1e-3) => typeof x === 'number' && Math.abs(x - y) <= eps;
+try {
+  const a = client(stack, 'alpha'), b = client(stack, 'beta');
+  const op = (method, path, opts = {}) => a(method, path, { ...opts, key: stack.adminToken() });
+  let r = await op('POST', '/admin/v1/prices', { json: { effective_from: 0, currency: 'EUR',
+    prices: { device_hour: { cpu: 3.6 }, trained_tokens_1m: 1000 } } });
+  check(r.status === 200, 'prices', r.text);
+  const upload = async (api) => {
+    const m = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'd.jsonl', value: `${SFT_LINE}\n`.repeat(10) }]);
+    return (await api('POST', '/v1/files', { body: m.body, headers: { 'content-type': m.type } })).json.id;
+  };
+  const fa = await upload(a), fb = await upload(b);
+  const job = (file, whet = {}, headers = {}) => ({ json: { model: 'whet-tiny', training_file: file, whet }, headers });
+  r = await a('POST', '/v1/fine_tuning/jobs', job(fa));
+  check(r.status === 200 && r.json.whet.estimate?.object === 'fine_tuning.job.estimate', 'a job carries its estimate', r.json?.whet);
+  const first = r.json.id;
+  // An hour of cpu this month: 3.6 EUR spent.
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds)
+              SELECT tenant_id, id, 1, 0, 'cpu', 3600 FROM jobs WHERE id = '${first}'`);
+  r = await a('POST', '/v1/fine_tuning/jobs', job(fa, { dry_run: true }));
+  const est = r.json.cost.amount;
+  check(r.status === 200 && est > 0 && r.json.within_budget === true && r.json.budget?.monthly_limit === null,
+        'dry run without a budget: within it', r.json);
+
+  r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 3.6 + est / 2, soft_limit: 1 } });
+  check(r.status === 200 && r.json.object === 'budget' && near(r.json.spent, 3.6) && r.json.currency === 'EUR' &&
+        r.json.soft_alert === true && r.json.hard_cap_reached === false, 'operator sets a budget: the status', r.json);
+  for (const [body, param] of [[{ monthly_limit: -1 }, 'monthly_limit'], [{ soft_limit: 'ten' }, 'soft_limit'], [{ limit: 5 }, 'limit']]) {
+    r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: body });
+    check(r.status === 400 && r.json?.error?.param === param, `budget ${JSON.stringify(body)}: 400 naming ${param}`, r.json);
+  }
+  r = await op('PUT', '/admin/v1/tenants/nobody/budget', { json: { monthly_limit: 1 } });
+  check(r.status === 404, 'budget of an unknown tenant: 404', r.status);
+  r = await a('GET', '/v1/budget');
+  check(r.status === 200 && near(r.json.monthly_limit, 3.6 + est / 2) && r.json.soft_alert === true, 'the tenant reads its budget', r.json);
+  r = await a('GET', '/v1/usage');
+  check(r.status === 200 && r.json.budget?.soft_alert === true && near(r.json.budget.spent, 3.6), 'the soft alert flag on /v1/usage', r.json?.budget);
+  r = await b('GET', '/v1/usage');
+  check(r.json.budget?.soft_alert === false && r.json.budget.spent === 0, 'another tenant: no alert', r.json?.budget);
+
+  // Over the hard cap: refused, nothing left behind.
+  const rows = () => stack.psql('SELECT (SELECT count(*) FROM jobs) || \' \' || (SELECT count(*) FROM idempotency_keys)');
+  const before = rows();
+  r = await a('POST', '/v1/fine_tuning/jobs', job(fa, {}, { 'idempotency-key': 'over-budget' }));
+  check(r.status === 429 && r.json?.error?.code === 'insufficient_quota' && /monthly limit/.test(r.json.error.message),
+        'a create past the hard cap: 429 insufficient_quota', r.json);
+  check(rows() === before, 'the refused create leaves no job and no key', [before, rows()]);
+  r = await a('POST', '/v1/fine_tuning/jobs', job(fa, { dry_run: true }));
+  check(r.status === 200 && r.json.within_budget === false, 'a dry run says it would not fit', r.json?.within_budget);
+  r = await b('POST', '/v1/fine_tuning/jobs', job(fb));
+  check(r.status === 200, 'another tenant still creates', r.status);
+
+  // The operator raises the cap: the same create goes through, warned past the soft limit.
+  r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 3.6 + est * 3, soft_limit: 1 } });
+  check(r.status === 200, 'cap raised', r.text);
+  r = await a('POST', '/v1/fine_tuning/jobs', job(fa, {}, { 'idempotency-key': 'over-budget' }));
+  check(r.status === 200 && near(r.json.whet.estimate?.cost?.amount, est, 1e-6), 'the create goes through, with its estimate', r.json);
+  const warned = stack.psql(`SELECT level || ' ' || (data ->> 'soft_alert') FROM job_events WHERE job_id = '${r.json.id}' AND level = 'warn'`);
+  check(warned === 'warn true', 'a warning event on the job past the soft budget', warned);
+  r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: null, soft_limit: null } });
+  check(r.status === 200 && r.json.monthly_limit === null && r.json.soft_alert === false, 'limits removed', r.json);
+  r = await op('GET', '/admin/v1/tenants/alpha/budget');
+  check(r.status === 200 && r.json.tenant_id && r.json.hard_cap_reached === false, 'operator reads a budget', r.json);
+} catch (err) {
+  check(false, 'exception', String(err.stack || err));
+} finally {
+  const stopped = await stack.stop();
+  check(stopped === null, 'the gateway exits cleanly', stopped);
+  if (failed()) console.error(stack.logTail(60));
+}
+process.exit(summary());
