@@ -2,7 +2,8 @@
 -- is the cost lines since the month began plus the running attempts' device time so far (the costs
 -- everything else reports, migration 0006). Past soft_limit the tenant is warned (a flag on /v1/usage
 -- and an event on the job whose create crossed it); a create whose estimate would take the spend past
--- monthly_limit is refused (429 insufficient_quota). NULL: no limit.
+-- monthly_limit is refused (429 insufficient_quota), and a running job is paused once the spend reaches
+-- it (below). NULL: no limit.
 CREATE TABLE budgets (
   tenant_id     text PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
   monthly_limit numeric CHECK (monthly_limit >= 0),
@@ -28,3 +29,27 @@ CREATE FUNCTION whet_budget_status(p_tenant text) RETURNS jsonb LANGUAGE sql STA
     'hard_cap_reached', coalesce(s.spent >= (SELECT monthly_limit FROM b), false))
   FROM m, s
 $$;
+
+-- The hard cap on running jobs: each heartbeat's progress update of a running job (the scheduler sets
+-- last_step) checks its tenant's spend, when the tenant has a monthly limit, and at the limit asks for
+-- a pause (desired = 'pause': the scheduler stops the attempt at a checkpoint, as for a tenant's pause)
+-- with an event. The tenant resumes it once the limit is raised; a job resumed while the spend is
+-- still past the limit is paused again at its next heartbeat.
+CREATE FUNCTION whet_budget_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  b jsonb;
+BEGIN
+  IF NEW.status = 'running' AND NEW.desired = 'run'
+     AND EXISTS (SELECT 1 FROM budgets WHERE tenant_id = NEW.tenant_id AND monthly_limit IS NOT NULL) THEN
+    b := whet_budget_status(NEW.tenant_id);
+    IF (b ->> 'hard_cap_reached')::boolean THEN
+      NEW.desired := 'pause';
+      INSERT INTO job_events (id, tenant_id, job_id, level, message, data)
+      VALUES ('ftevent-' || md5(random()::text || NEW.id), NEW.tenant_id, NEW.id, 'warn',
+              'Pausing: this month''s spend reached the monthly limit; resume the job once the limit is raised', b);
+    END IF;
+  END IF;
+  RETURN NEW;
+END
+$$;
+CREATE TRIGGER jobs_budget_guard BEFORE UPDATE OF last_step ON jobs FOR EACH ROW EXECUTE FUNCTION whet_budget_guard();

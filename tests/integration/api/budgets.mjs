@@ -2,7 +2,8 @@
 // limits (refusals name the field); the tenant sees this month's spend and the soft alert on /v1/budget
 // and /v1/usage; a create whose estimate would pass the hard cap is a 429 insufficient_quota that leaves
 // nothing behind (a dry run says so too), and goes through once the cap is raised, with its estimate on
-// the job and a warning event past the soft limit; other tenants are not affected.
+// the job and a warning event past the soft limit; a running job at the cap is paused at its next
+// heartbeat and runs on once resumed under a raised cap; other tenants are not affected.
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
 const { check, summary, failed } = checker();
@@ -66,6 +67,28 @@ try {
   check(r.status === 200 && near(r.json.whet.estimate?.cost?.amount, est, 1e-6), 'the create goes through, with its estimate', r.json);
   const warned = stack.psql(`SELECT level || ' ' || (data ->> 'soft_alert') FROM job_events WHERE job_id = '${r.json.id}' AND level = 'warn'`);
   check(warned === 'warn true', 'a warning event on the job past the soft budget', warned);
+
+  // A running job reaching the cap is paused at its next heartbeat (the scheduler's progress update),
+  // with an event; resumed once the cap is raised, it keeps running.
+  const running = r.json.id;
+  stack.psql(`INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
+              VALUES ('n1', 'dc', 'p', '[]', 'cpu', 0, 1000, 1024, 10000);
+              INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type, started_at)
+              SELECT id, 1, tenant_id, 'n1', 0, 1000, 'cpu', extract(epoch FROM now()) - 7200 FROM jobs WHERE id = '${running}';
+              UPDATE jobs SET status = 'running' WHERE id = '${running}'`);
+  const heartbeat = (step) => stack.psql(`UPDATE jobs SET last_step = ${step} WHERE id = '${running}'; SELECT desired FROM jobs WHERE id = '${running}'`);
+  r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 1000, soft_limit: 1 } });
+  check(heartbeat(1) === 'run', 'under the cap: the job runs on');
+  r = await a('GET', '/v1/budget');
+  check(near(r.json.spent, 3.6 + 7.2, 0.05), 'the running attempt\'s 2 hours count in the spend', r.json);
+  r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 10, soft_limit: 1 } });
+  check(r.json.hard_cap_reached === true, 'the spend is past the lowered cap', r.json);
+  check(heartbeat(2) === 'pause', 'at the next heartbeat the job is asked to pause');
+  const paused = stack.psql(`SELECT count(*) FROM job_events WHERE job_id = '${running}' AND level = 'warn' AND message LIKE 'Pausing:%'`);
+  check(paused === '1', 'with an event', paused);
+  r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 1000, soft_limit: 1 } });
+  r = await a('POST', `/v1/fine_tuning/jobs/${running}/resume`);
+  check(r.status === 200 && heartbeat(3) === 'run', 'cap raised and resumed: it runs on', r.json);
   r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: null, soft_limit: null } });
   check(r.status === 200 && r.json.monthly_limit === null && r.json.soft_alert === false, 'limits removed', r.json);
   r = await op('GET', '/admin/v1/tenants/alpha/budget');
