@@ -49,8 +49,14 @@ static json_t *job_row_to_json(const PGresult *res, int row) {
     json_object_set_new(whet, "priority", db_json_integer(res, row, JC_PRIORITY));
     json_object_set_new(whet, "wait_reason", db_json_string(res, row, JC_WAIT_REASON));
     json_object_set_new(whet, "queue_position", db_json_integer(res, row, JC_QUEUE_POSITION));
-    json_object_set_new(whet, "cost", db_json_value(res, row, JC_COST)); /* live while it runs (prices.h) */
-    json_object_set_new(whet, "estimate", db_json_value(res, row, JC_ESTIMATE)); /* made at create (estimate.h) */
+    json_t *cost = db_json_value(res, row, JC_COST), *estimate = db_json_value(res, row, JC_ESTIMATE);
+    if (json_is_object(estimate) && db_value(res, row, JC_FINISHED_AT))
+        json_object_set_new(estimate, "actual",
+                            json_pack("{s:o, s:O?, s:O?}", "trained_tokens", db_json_integer(res, row, JC_TRAINED_TOKENS),
+                                      "duration_s", json_object_get(cost, "run_seconds"), "cost",
+                                      json_object_get(cost, "amount")));
+    json_object_set_new(whet, "cost", cost);         /* live while it runs (prices.h) */
+    json_object_set_new(whet, "estimate", estimate); /* made at create, with the actual once it ends (estimate.h) */
     json_t *job = json_object();
     json_object_set_new(job, "id", db_json_string(res, row, JC_ID));
     json_object_set_new(job, "object", json_string("fine_tuning.job"));

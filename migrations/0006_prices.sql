@@ -114,7 +114,7 @@ CREATE FUNCTION whet_running_cost(p_tenant text, p_job text) RETURNS numeric LAN
 $$;
 
 -- What a job has cost so far, for whet.cost on the job object: the recorded lines plus its running
--- attempts' device time.
+-- attempts' device time; run_seconds is the time its attempts have run (to compare with its estimate).
 CREATE FUNCTION whet_job_cost(p_job text) RETURNS jsonb LANGUAGE sql STABLE AS $$
   WITH l AS (SELECT * FROM whet_cost_lines(NULL, p_job, 0, 9223372036854775807)),
   running AS (SELECT whet_running_cost(NULL, p_job) AS amount)
@@ -122,6 +122,8 @@ CREATE FUNCTION whet_job_cost(p_job text) RETURNS jsonb LANGUAGE sql STABLE AS $
     'amount', coalesce((SELECT sum(amount) FROM l), 0) + (SELECT amount FROM running),
     'currency', coalesce((SELECT min(currency) FROM l), whet_currency()),
     'running_amount', (SELECT amount FROM running),
+    'run_seconds', (SELECT coalesce(round(sum(coalesce(a.ended_at, extract(epoch FROM now())) - a.started_at)::numeric, 3), 0)
+                    FROM job_attempts a WHERE a.job_id = p_job),
     'line_items', coalesce((SELECT jsonb_object_agg(line_item, amount) FROM
                               (SELECT line_item, sum(amount) AS amount FROM l GROUP BY line_item) g), '{}'))
 $$;

@@ -56,7 +56,15 @@ try {
               INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
               SELECT tenant_id, id, 1, 0, 'H100', 0.4, 800 FROM jobs WHERE id = '${real}';
               INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
-              VALUES ('n1', 'dc', 'p', '[]', 'H100', 8, 1000, 1024, 10000)`);
+              VALUES ('n1', 'dc', 'p', '[]', 'H100', 8, 1000, 1024, 10000);
+              INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, device_type, started_at, ended_at, outcome)
+              SELECT id, 1, tenant_id, 'n1', 'H100', 1000, 1012.5, 'succeeded' FROM jobs WHERE id = '${real}';
+              UPDATE jobs SET finished_at = whet_now() WHERE id = '${real}'`);
+  r = await a('GET', `/v1/fine_tuning/jobs/${real}`);
+  const actual = r.json.whet?.estimate?.actual;
+  check(r.json.whet.estimate.object === 'fine_tuning.job.estimate' && r.json.whet.estimate.steps === 8, 'the job keeps its estimate', r.json.whet);
+  check(actual && actual.trained_tokens === 800 && actual.duration_s === 12.5 && near(actual.cost, 0.4 / 3600 * 3.6 + 800 / 1e6 * 10, 1e-6),
+        'a finished job compares its estimate with the actual', actual);
   r = await a('POST', '/v1/fine_tuning/jobs', { json: body() });
   check(r.json.device_type === 'H100' && r.json.device_type_source === 'fleet', 'the fleet\'s device type', r.json);
   check(r.json.trained_tokens === 800 && r.json.trained_tokens_source === 'previous_job', 'tokens from the last job on this file', r.json);
