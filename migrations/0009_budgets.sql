@@ -30,8 +30,9 @@ CREATE FUNCTION whet_budget_status(p_tenant text) RETURNS jsonb LANGUAGE sql STA
   FROM m, s
 $$;
 
--- The hard cap on running jobs: each heartbeat's progress update of a running job (the scheduler sets
--- last_step) checks its tenant's spend, when the tenant has a monthly limit, and at the limit asks for
+-- The limits on running jobs: each heartbeat's progress update of a running job (the scheduler sets
+-- last_step) checks its tenant's spend, when the tenant has a monthly limit: past the soft limit the
+-- job gets a warning event (once a month: the create's warning counts), at the monthly limit it asks for
 -- a pause (desired = 'pause': the scheduler stops the attempt at a checkpoint, as for a tenant's pause)
 -- with an event. The tenant resumes it once the limit is raised; a job resumed while the spend is
 -- still past the limit is paused again at its next heartbeat.
@@ -42,6 +43,12 @@ BEGIN
   IF NEW.status = 'running' AND NEW.desired = 'run'
      AND EXISTS (SELECT 1 FROM budgets WHERE tenant_id = NEW.tenant_id AND monthly_limit IS NOT NULL) THEN
     b := whet_budget_status(NEW.tenant_id);
+    IF (b ->> 'soft_alert')::boolean AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = NEW.id
+        AND e.level = 'warn' AND e.data ->> 'object' = 'budget' AND (e.data ->> 'month_start')::bigint = (b ->> 'month_start')::bigint) THEN
+      INSERT INTO job_events (id, tenant_id, job_id, level, message, data)
+      VALUES ('ftevent-' || md5(random()::text || NEW.id), NEW.tenant_id, NEW.id, 'warn',
+              'This month''s spend passed the soft budget', b);
+    END IF;
     IF (b ->> 'hard_cap_reached')::boolean THEN
       NEW.desired := 'pause';
       INSERT INTO job_events (id, tenant_id, job_id, level, message, data)
