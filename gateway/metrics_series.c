@@ -20,7 +20,7 @@
 #define SERIES_NAMES_MAX 32               /* figures named in `metrics` */
 #define SERIES_NAME_LEN 64
 
-/* The steps after $3 (with $4, the figures named, NULL for all): step, created_at, the data. */
+/* The steps after $3, the latest report of each: step, created_at, the data. */
 #define SERIES_STEPS                                                                                      \
     "SELECT DISTINCT ON (metric_step) metric_step AS step, created_at, data AS m FROM job_events "        \
     "WHERE tenant_id = $1 AND job_id = $2 AND metric_step > $3::int ORDER BY metric_step, seq DESC "
