@@ -182,8 +182,9 @@ static void key_create(struct gw_req *r) {
     struct key_fields f;
     struct new_key *k = api_key_begin(r, &f);
     if (!k) return;
-    const char *p[] = {k->id, http_path_param(r, "id"), k->hash_text, k->prefix, f.scopes, f.expires_at, f.name};
-    db_query(r, "admin_key_create", 7, p, key_create_done, k);
+    const char *p[] = {k->id,   http_path_param(r, "id"), k->hash_text, k->prefix, f.scopes, f.expires_at,
+                       f.name, f.monthly_limit};
+    db_query(r, "admin_key_create", 8, p, key_create_done, k);
 }
 
 static void key_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -275,8 +276,9 @@ void admin_routes(struct http_router *rt) {
                "rate_burst = coalesce($4::int, rate_burst), max_active_jobs = coalesce($5::int, max_active_jobs), "
                "disabled = coalesce($6::bool, disabled) WHERE " TENANT_BY_ID " RETURNING " TENANT_COLS);
     db_prepare("admin_key_create",
-               "INSERT INTO api_keys AS k (id, tenant_id, key_hash, key_prefix, scopes, expires_at, name) "
-               "SELECT $1, id, $3::bytea, $4, coalesce($5::text[], '{all}'), $6::bigint, $7 FROM tenants "
+               "INSERT INTO api_keys AS k (id, tenant_id, key_hash, key_prefix, scopes, expires_at, name, "
+               "monthly_limit) "
+               "SELECT $1, id, $3::bytea, $4, coalesce($5::text[], '{all}'), $6::bigint, $7, $8::numeric FROM tenants "
                "WHERE (id = $2 OR name = $2) RETURNING " API_KEY_COLUMNS);
     db_prepare("admin_key_list", "SELECT " API_KEY_COLUMNS " FROM api_keys k "
                                  "JOIN tenants t ON t.id = k.tenant_id WHERE (t.id = $1 OR t.name = $1) "

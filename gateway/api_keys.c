@@ -3,6 +3,7 @@
  * nothing but the rows of the tenant the database session is scoped to. */
 #include "api_keys.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "crypto.h"
@@ -23,11 +24,13 @@ void new_key_make(struct new_key *k) {
 }
 
 json_t *api_key_json(const PGresult *res, int row) {
-    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "api_key", "id",
+    json_t *limit = db_value(res, row, 8) ? json_real(strtod(db_value(res, row, 8), NULL)) : json_null();
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f}", "object", "api_key", "id",
                      db_json_string(res, row, 0), "tenant_id", db_json_string(res, row, 1), "prefix",
                      db_json_string(res, row, 2), "created_at", db_json_integer(res, row, 3), "revoked_at",
                      db_json_integer(res, row, 4), "scopes", scopes_json(scopes_parse(db_value(res, row, 5))),
-                     "expires_at", db_json_integer(res, row, 6), "name", db_json_string(res, row, 7));
+                     "expires_at", db_json_integer(res, row, 6), "name", db_json_string(res, row, 7), "monthly_limit",
+                     limit, "spent_this_month", strtod(db_value(res, row, 9), NULL));
 }
 
 static void key_create_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -53,15 +56,17 @@ static void key_create(struct gw_req *r) {
     struct key_fields f;
     struct new_key *k = api_key_begin(r, &f);
     if (!k) return;
-    const char *p[] = {k->id, k->hash_text, k->prefix, f.scopes ? f.scopes : "{all}", f.expires_at, f.name};
-    db_query(r, "tenant_key_create", 6, p, key_create_done, k);
+    const char *p[] = {k->id,        k->hash_text, k->prefix,      f.scopes ? f.scopes : "{all}",
+                       f.expires_at, f.name,       f.monthly_limit};
+    db_query(r, "tenant_key_create", 7, p, key_create_done, k);
 }
 
 static void key_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
     (void)arg;
     if (db_reply_failed(r, res)) return;
-    http_reply_json(r, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data",
-                                      db_rows_json(res->res[0], -1, api_key_json), "has_more", 0));
+    http_reply_json(r, 200,
+                    json_pack("{s:s, s:o, s:b}", "object", "list", "data", db_rows_json(res->res[0], -1, api_key_json),
+                              "has_more", 0));
 }
 
 static void key_list(struct gw_req *r) {
@@ -82,9 +87,11 @@ static void key_revoke(struct gw_req *r) {
 }
 
 void api_keys_routes(struct http_router *rt) {
-    db_prepare("tenant_key_create", "SELECT * FROM whet_tenant_key_create($1, $2::bytea, $3, $4::text[], $5::bigint, $6)");
-    db_prepare("tenant_key_list", "SELECT " API_KEY_COLUMNS " FROM api_keys k WHERE k.tenant_id = $1 ORDER BY k.created_at, k.id");
-    db_prepare("tenant_key_revoke", "SELECT * FROM whet_tenant_key_revoke($1)");
+    db_prepare("tenant_key_create", "SELECT " API_KEY_COLUMNS " FROM whet_tenant_key_create($1, $2::bytea, $3, "
+                                    "$4::text[], $5::bigint, $6, $7::numeric) k");
+    db_prepare("tenant_key_list",
+               "SELECT " API_KEY_COLUMNS " FROM api_keys k WHERE k.tenant_id = $1 ORDER BY k.created_at, k.id");
+    db_prepare("tenant_key_revoke", "SELECT " API_KEY_COLUMNS " FROM whet_tenant_key_revoke($1) k");
     http_route(rt, "POST", "/v1/api_keys", key_create, HTTP_ROUTE_TENANT, "api_keys.create");
     http_route(rt, "GET", "/v1/api_keys", key_list, HTTP_ROUTE_TENANT, "api_keys.list");
     http_route(rt, "DELETE", "/v1/api_keys/{id}", key_revoke, HTTP_ROUTE_TENANT, "api_keys.revoke");

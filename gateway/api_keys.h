@@ -25,8 +25,11 @@ void new_key_make(struct new_key *k);
 struct key_fields;
 struct new_key *api_key_begin(struct gw_req *r, struct key_fields *f);
 
-/* The columns every key query returns, in this order (API_KEY_COLUMNS with table alias k). */
-#define API_KEY_COLUMNS "k.id, k.tenant_id, k.key_prefix, k.created_at, k.revoked_at, k.scopes, k.expires_at, k.name"
+/* The columns every key query returns, in this order (table alias k); the last is the month's spend of
+ * the jobs the key created (migration 0009). */
+#define API_KEY_COLUMNS                                                                                                \
+    "k.id, k.tenant_id, k.key_prefix, k.created_at, k.revoked_at, k.scopes, k.expires_at, k.name, k.monthly_limit, "   \
+    "whet_key_spend(k.id)"
 json_t *api_key_json(const PGresult *res, int row);
 
 void api_keys_routes(struct http_router *rt);

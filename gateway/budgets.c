@@ -2,7 +2,6 @@
  * database, whet_budget_status. */
 #include "budgets.h"
 
-
 #include "db.h"
 #include "json_text.h"
 
@@ -20,16 +19,17 @@ static void budget_get(struct gw_req *r) {
     db_query(r, "budget_status", 1, p, budget_done, NULL);
 }
 
-/* A limit: a number of 0 to 1e15, or null (none). Sets *text (NULL for null); answers 400 and returns -1. */
-static int limit_field(struct gw_req *r, const json_t *body, const char *name, const char **text) {
+int budget_limit_field(struct gw_req *r, const json_t *body, const char *name, const char **text) {
     json_t *v = json_object_get(body, name);
     char buf[WHET_JSON_REAL_MAX];
     *text = NULL;
     if (!v || json_is_null(v)) return 0;
     double x = json_number_value(v);
     if (!json_is_number(v) || !(x >= 0 && x <= 1e15) || whet_json_real(x, buf) < 0) {
-        http_reply_error(r, 400, name, "invalid_value", "%s: expected an amount of 0 to 1e15 in the price book's "
-                         "currency, or null for none", name);
+        http_reply_error(r, 400, name, "invalid_value",
+                         "%s: expected an amount of 0 to 1e15 in the price book's "
+                         "currency, or null for none",
+                         name);
         return -1;
     }
     *text = http_strdup(r, buf);
@@ -41,8 +41,8 @@ static void budget_put(struct gw_req *r) {
     if (!body) return;
     static const char *const keys[] = {"monthly_limit", "soft_limit", NULL};
     const char *hard, *soft;
-    if (http_body_keys_known(r, body, keys) == 0 && limit_field(r, body, "monthly_limit", &hard) == 0 &&
-        limit_field(r, body, "soft_limit", &soft) == 0) {
+    if (http_body_keys_known(r, body, keys) == 0 && budget_limit_field(r, body, "monthly_limit", &hard) == 0 &&
+        budget_limit_field(r, body, "soft_limit", &soft) == 0) {
         const char *put[] = {http_path_param(r, "id"), hard, soft};
         const char *get[] = {http_path_param(r, "id")};
         struct db_stmt stmts[] = {{"budget_put", NULL, 3, put}, {"budget_status", NULL, 1, get}};

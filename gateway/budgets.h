@@ -7,8 +7,13 @@
 #ifndef WHET_GATEWAY_BUDGETS_H
 #define WHET_GATEWAY_BUDGETS_H
 
-struct http_router;
+#include <jansson.h>
+
+#include "http.h"
 
 void budgets_routes(struct http_router *rt);
+/* A limit field of `body`: an amount of 0 to 1e15 in the price book's currency, or null or absent (no
+ * limit; *text NULL). Sets *text to its decimal text; answers 400 naming it and returns -1 on a bad one. */
+int budget_limit_field(struct gw_req *r, const json_t *body, const char *name, const char **text);
 
 #endif

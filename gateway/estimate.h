@@ -4,7 +4,8 @@
  * the throughput finished jobs measured, the cost at the prices in effect) and reads the tenant's
  * budget (migration 0009). With `"whet": {"dry_run": true}` the answer is that estimate, with the
  * budget, and nothing is created; otherwise a job whose estimate would take the month's spend past the
- * monthly limit is a 429 insufficient_quota, and any other goes on to be created with its estimate. */
+ * tenant's monthly limit, or the calling API key's, is a 429 insufficient_quota, and any other goes on
+ * to be created with its estimate. */
 #ifndef WHET_GATEWAY_ESTIMATE_H
 #define WHET_GATEWAY_ESTIMATE_H
 

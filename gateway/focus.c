@@ -14,16 +14,30 @@
 #include "buf.h"
 #include "db.h"
 
-#define FOCUS_COLUMNS                                                                                         \
-    "BilledCost,BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,"   \
-    "ChargeCategory,ChargeClass,ChargeDescription,ChargePeriodStart,ChargePeriodEnd,ContractedCost,"        \
-    "EffectiveCost,InvoiceIssuerName,ListCost,PricingQuantity,PricingUnit,ProviderName,PublisherName,"     \
-    "ServiceCategory,ServiceName,ConsumedQuantity,ConsumedUnit,SkuId,ResourceId,ResourceType,SubAccountId," \
+#define FOCUS_COLUMNS                                                                                                  \
+    "BilledCost,BillingAccountId,BillingAccountName,BillingCurrency,BillingPeriodStart,BillingPeriodEnd,"              \
+    "ChargeCategory,ChargeClass,ChargeDescription,ChargePeriodStart,ChargePeriodEnd,ContractedCost,"                   \
+    "EffectiveCost,InvoiceIssuerName,ListCost,PricingQuantity,PricingUnit,ProviderName,PublisherName,"                 \
+    "ServiceCategory,ServiceName,ConsumedQuantity,ConsumedUnit,SkuId,ResourceId,ResourceType,SubAccountId,"            \
     "SubAccountName,ChargeFrequency\n"
 
 /* Columns of focus_rows. */
-enum { F_TENANT, F_TENANT_NAME, F_SKU_ID, F_JOB, F_DAY_START, F_DAY_END, F_CHARGE, F_CURRENCY, F_AMOUNT,
-       F_PRICING_QTY, F_PRICING_UNIT, F_CONSUMED_QTY, F_CONSUMED_UNIT, F_DESCRIPTION };
+enum {
+    F_TENANT,
+    F_TENANT_NAME,
+    F_SKU_ID,
+    F_JOB,
+    F_DAY_START,
+    F_DAY_END,
+    F_CHARGE,
+    F_CURRENCY,
+    F_AMOUNT,
+    F_PRICING_QTY,
+    F_PRICING_UNIT,
+    F_CONSUMED_QTY,
+    F_CONSUMED_UNIT,
+    F_DESCRIPTION
+};
 
 /* A CSV field: quoted (quotes doubled) when it holds a comma, a quote or a line break. */
 static void csv_field(struct whet_buf *b, const char *s, int last) {
@@ -55,12 +69,35 @@ static void focus_done(struct gw_req *r, const struct db_result *res, void *arg)
     for (int i = 0; i < PQntuples(rows); i++) {
 #define V(col) PQgetvalue(rows, i, col)
         int credit = !strcmp(V(F_CHARGE), "credit");
-        const char *fields[] = {V(F_AMOUNT), V(F_TENANT), V(F_TENANT_NAME), V(F_CURRENCY), c->period_start,
-                                c->period_end, credit ? "Credit" : "Usage", "", V(F_DESCRIPTION), V(F_DAY_START),
-                                V(F_DAY_END), V(F_AMOUNT), V(F_AMOUNT), provider, V(F_AMOUNT), V(F_PRICING_QTY),
-                                V(F_PRICING_UNIT), provider, provider, "AI and Machine Learning", "whet fine-tuning",
-                                credit ? "" : V(F_CONSUMED_QTY), credit ? "" : V(F_CONSUMED_UNIT), V(F_SKU_ID),
-                                V(F_JOB), "Fine-tuning job", V(F_TENANT), V(F_TENANT_NAME), "Usage-Based"};
+        const char *fields[] = {V(F_AMOUNT),
+                                V(F_TENANT),
+                                V(F_TENANT_NAME),
+                                V(F_CURRENCY),
+                                c->period_start,
+                                c->period_end,
+                                credit ? "Credit" : "Usage",
+                                "",
+                                V(F_DESCRIPTION),
+                                V(F_DAY_START),
+                                V(F_DAY_END),
+                                V(F_AMOUNT),
+                                V(F_AMOUNT),
+                                provider,
+                                V(F_AMOUNT),
+                                V(F_PRICING_QTY),
+                                V(F_PRICING_UNIT),
+                                provider,
+                                provider,
+                                "AI and Machine Learning",
+                                "whet fine-tuning",
+                                credit ? "" : V(F_CONSUMED_QTY),
+                                credit ? "" : V(F_CONSUMED_UNIT),
+                                V(F_SKU_ID),
+                                V(F_JOB),
+                                "Fine-tuning job",
+                                V(F_TENANT),
+                                V(F_TENANT_NAME),
+                                "Usage-Based"};
 #undef V
         size_t n = sizeof fields / sizeof fields[0];
         for (size_t f = 0; f < n; f++) csv_field(&csv, fields[f], f == n - 1);
@@ -119,20 +156,21 @@ static void focus_get(struct gw_req *r) {
 }
 
 void focus_routes(struct http_router *rt) {
-    db_prepare("focus_rows",
-               "SELECT l.tenant_id, t.name, l.sku || CASE WHEN l.sku = 'device_hour' THEN ':' || l.device_type ELSE '' END, "
-               "l.job_id, to_char(to_timestamp(l.day) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
-               "to_char(to_timestamp(l.day + 86400) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), l.charge, "
-               "min(l.currency), sum(l.amount), sum(l.quantity), "
-               "CASE min(l.unit) WHEN 'device-hour' THEN 'Hours' WHEN '1M tokens' THEN '1000000 Tokens' ELSE 'GB-Months' END, "
-               "sum(l.quantity) * CASE min(l.unit) WHEN '1M tokens' THEN 1000000 WHEN 'GB-month' THEN 730 ELSE 1 END, "
-               "CASE min(l.unit) WHEN 'device-hour' THEN 'Hours' WHEN '1M tokens' THEN 'Tokens' ELSE 'GB-Hours' END, "
-               "CASE WHEN l.charge = 'credit' THEN 'Credit for device time of attempts lost with their node (' "
-               "  || l.device_type || ')' WHEN l.sku = 'device_hour' THEN l.device_type || ' device hours' "
-               "  WHEN l.sku = 'storage_gb_month' THEN 'Checkpoint storage' "
-               "  ELSE replace(replace(l.sku, '_1m', ''), '_', ' ') END "
-               "FROM whet_cost_lines($3, NULL, $1::bigint, $2::bigint) l JOIN tenants t ON t.id = l.tenant_id "
-               "GROUP BY l.tenant_id, t.name, l.sku, l.device_type, l.job_id, l.day, l.charge "
-               "ORDER BY t.name, l.day, l.job_id, 3, l.charge DESC");
+    db_prepare(
+        "focus_rows",
+        "SELECT l.tenant_id, t.name, l.sku || CASE WHEN l.sku = 'device_hour' THEN ':' || l.device_type ELSE '' END, "
+        "l.job_id, to_char(to_timestamp(l.day) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+        "to_char(to_timestamp(l.day + 86400) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), l.charge, "
+        "min(l.currency), sum(l.amount), sum(l.quantity), "
+        "CASE min(l.unit) WHEN 'device-hour' THEN 'Hours' WHEN '1M tokens' THEN '1000000 Tokens' ELSE 'GB-Months' END, "
+        "sum(l.quantity) * CASE min(l.unit) WHEN '1M tokens' THEN 1000000 WHEN 'GB-month' THEN 730 ELSE 1 END, "
+        "CASE min(l.unit) WHEN 'device-hour' THEN 'Hours' WHEN '1M tokens' THEN 'Tokens' ELSE 'GB-Hours' END, "
+        "CASE WHEN l.charge = 'credit' THEN 'Credit for device time of attempts lost with their node (' "
+        "  || l.device_type || ')' WHEN l.sku = 'device_hour' THEN l.device_type || ' device hours' "
+        "  WHEN l.sku = 'storage_gb_month' THEN 'Checkpoint storage' "
+        "  ELSE replace(replace(l.sku, '_1m', ''), '_', ' ') END "
+        "FROM whet_cost_lines($3, NULL, $1::bigint, $2::bigint) l JOIN tenants t ON t.id = l.tenant_id "
+        "GROUP BY l.tenant_id, t.name, l.sku, l.device_type, l.job_id, l.day, l.charge "
+        "ORDER BY t.name, l.day, l.job_id, 3, l.charge DESC");
     http_route(rt, "GET", "/admin/v1/billing/focus", focus_get, HTTP_ROUTE_ADMIN, "admin_billing_focus");
 }

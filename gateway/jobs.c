@@ -52,9 +52,9 @@ static json_t *job_row_to_json(const PGresult *res, int row) {
     json_t *cost = db_json_value(res, row, JC_COST), *estimate = db_json_value(res, row, JC_ESTIMATE);
     if (json_is_object(estimate) && db_value(res, row, JC_FINISHED_AT))
         json_object_set_new(estimate, "actual",
-                            json_pack("{s:o, s:O?, s:O?}", "trained_tokens", db_json_integer(res, row, JC_TRAINED_TOKENS),
-                                      "duration_s", json_object_get(cost, "run_seconds"), "cost",
-                                      json_object_get(cost, "amount")));
+                            json_pack("{s:o, s:O?, s:O?}", "trained_tokens",
+                                      db_json_integer(res, row, JC_TRAINED_TOKENS), "duration_s",
+                                      json_object_get(cost, "run_seconds"), "cost", json_object_get(cost, "amount")));
     json_object_set_new(whet, "cost", cost);         /* live while it runs (prices.h) */
     json_object_set_new(whet, "estimate", estimate); /* made at create, with the actual once it ends (estimate.h) */
     json_t *job = json_object();
@@ -161,12 +161,13 @@ static void create_insert(struct gw_req *r, const char *estimate_json, int soft_
     const char *insert[] = {c->job_id,         http_tenant_id(r),  c->model,           c->base_model,
                             c->init_checkpoint, c->training_file,   c->validation_file, c->resolved_method,
                             c->suffix,          c->seed,            c->metadata_json,   c->whet_json,
-                            c->now,             c->priority,        estimate_json};
+                            c->now,             c->priority,        estimate_json,
+                            r->api_key_id[0] ? r->api_key_id : NULL};
     const char *event[] = {c->event_id, http_tenant_id(r), c->job_id, c->now};
     const char *notify[] = {http_tenant_id(r), c->job_id};
     const char *alert[] = {files_new_id(r, "ftevent-"), http_tenant_id(r), c->job_id, c->now};
     struct db_stmt stmts[5] = {
-        {"jobs_insert", NULL, 15, insert},
+        {"jobs_insert", NULL, 16, insert},
         {"jobs_created_event", NULL, 4, event},
         {"jobs_notify", NULL, 2, notify},
         {"jobs_budget_event", NULL, 4, alert},
@@ -400,9 +401,9 @@ static void jobs_prepare(void) {
     /* Written only while the tenant is under its active-job limit (0 rows otherwise). */
     db_prepare("jobs_insert",
                "INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, "
-               "method, suffix, seed, metadata, whet, status, created_at, priority, estimate) "
+               "method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
                "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-               "$13::bigint, $14::integer, $15::jsonb "
+               "$13::bigint, $14::integer, $15::jsonb, $16 "
                "WHERE (SELECT count(*) FROM jobs WHERE tenant_id = $2 AND status IN "
                "('validating_files', 'queued', 'running', 'paused')) < "
                "(SELECT max_active_jobs FROM tenants WHERE id = $2) "

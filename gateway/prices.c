@@ -25,11 +25,11 @@ static const char *const skus[] = {"device_hour",
                                    NULL};
 
 /* Columns: version, effective_from, effective_until, currency, note, created_at, prices (jsonb). */
-#define BOOK_SELECT                                                                                            \
-    "SELECT b.version, b.effective_from, lead(b.effective_from) OVER (ORDER BY b.effective_from), b.currency, " \
-    "b.note, b.created_at, coalesce((SELECT jsonb_object_agg(sku, v) FROM (SELECT sku, CASE WHEN sku = "        \
-    "'device_hour' THEN jsonb_object_agg(CASE WHEN device_type = '' THEN '*' ELSE device_type END, unit_price) " \
-    "ELSE to_jsonb(min(unit_price)) END AS v FROM prices p WHERE p.version = b.version GROUP BY sku) x), '{}') " \
+#define BOOK_SELECT                                                                                                    \
+    "SELECT b.version, b.effective_from, lead(b.effective_from) OVER (ORDER BY b.effective_from), b.currency, "        \
+    "b.note, b.created_at, coalesce((SELECT jsonb_object_agg(sku, v) FROM (SELECT sku, CASE WHEN sku = "               \
+    "'device_hour' THEN jsonb_object_agg(CASE WHEN device_type = '' THEN '*' ELSE device_type END, unit_price) "       \
+    "ELSE to_jsonb(min(unit_price)) END AS v FROM prices p WHERE p.version = b.version GROUP BY sku) x), '{}') "       \
     "FROM price_books b"
 
 static json_t *book_json(const PGresult *res, int row) {
@@ -50,7 +50,8 @@ static int price_add(struct gw_req *r, json_t *rows, const char *sku, const char
         http_reply_error(r, 400, param, "invalid_value", "%s: expected a price of 0 to %g", param, PRICE_MAX);
         return -1;
     }
-    json_array_append_new(rows, json_pack("{s:s, s:s, s:s}", "sku", sku, "device_type", device_type, "unit_price", text));
+    json_array_append_new(rows,
+                          json_pack("{s:s, s:s, s:s}", "sku", sku, "device_type", device_type, "unit_price", text));
     return 0;
 }
 
@@ -69,9 +70,10 @@ static int device_type_valid(const char *s) {
 /* The body's "prices" as rows for jsonb_to_recordset; NULL having answered 400 on a bad one. */
 static json_t *prices_rows(struct gw_req *r, const json_t *prices) {
     if (!json_is_object(prices) || json_object_size(prices) == 0) {
-        http_reply_error(r, 400, "prices", "invalid_value",
-                         "prices: expected an object of SKU to price, such as {\"device_hour\": {\"H100\": 2.5, \"*\": 1}, "
-                         "\"trained_tokens_1m\": 0.5}");
+        http_reply_error(
+            r, 400, "prices", "invalid_value",
+            "prices: expected an object of SKU to price, such as {\"device_hour\": {\"H100\": 2.5, \"*\": 1}, "
+            "\"trained_tokens_1m\": 0.5}");
         return NULL;
     }
     json_t *rows = json_array();
@@ -82,11 +84,12 @@ static json_t *prices_rows(struct gw_req *r, const json_t *prices) {
         for (const char *const *s = skus; *s; s++) known |= !strcmp(*s, sku);
         const char *param = http_printf(r, "prices.%s", sku);
         if (!known) {
-            http_reply_error(r, 400, param, "invalid_value",
-                             "%s: unknown SKU (known: device_hour, trained_tokens_1m, rollout_prompt_tokens_1m, "
-                             "rollout_completion_tokens_1m, inference_prompt_tokens_1m, inference_completion_tokens_1m, "
-                             "storage_gb_month)",
-                             param);
+            http_reply_error(
+                r, 400, param, "invalid_value",
+                "%s: unknown SKU (known: device_hour, trained_tokens_1m, rollout_prompt_tokens_1m, "
+                "rollout_completion_tokens_1m, inference_prompt_tokens_1m, inference_completion_tokens_1m, "
+                "storage_gb_month)",
+                param);
             goto bad;
         }
         if (!strcmp(sku, "device_hour") && json_is_object(v)) {
@@ -120,7 +123,8 @@ static void book_create_done(struct gw_req *r, const struct db_result *res, void
             http_reply_error(r, 409, "effective_from", "price_book_exists",
                              "a price book version already takes effect at this time; choose another effective_from");
         else if (res->failed == 0 && !strcmp(res->sqlstate, "23505"))
-            http_reply_error(r, 409, NULL, "conflict", "another price book version was created at the same time; retry");
+            http_reply_error(r, 409, NULL, "conflict",
+                             "another price book version was created at the same time; retry");
         else http_reply_db_error(r, res);
         return;
     }
@@ -215,8 +219,9 @@ void prices_routes(struct http_router *rt) {
                "  jsonb_to_recordset($4::jsonb) x(sku text, device_type text, unit_price numeric)) "
                "SELECT version FROM b");
     db_prepare("prices_list", "SELECT * FROM (" BOOK_SELECT ") s ORDER BY effective_from DESC");
-    db_prepare("prices_at", "SELECT * FROM (" BOOK_SELECT ") s WHERE effective_from <= coalesce($1::bigint, whet_now()) "
-                            "ORDER BY effective_from DESC LIMIT 1");
+    db_prepare("prices_at",
+               "SELECT * FROM (" BOOK_SELECT ") s WHERE effective_from <= coalesce($1::bigint, whet_now()) "
+               "ORDER BY effective_from DESC LIMIT 1");
     http_route(rt, "POST", "/admin/v1/prices", book_create, HTTP_ROUTE_ADMIN, "admin_prices.create");
     http_route(rt, "GET", "/admin/v1/prices", book_list, HTTP_ROUTE_ADMIN, "admin_prices.list");
     http_route(rt, "GET", "/v1/prices", book_current, HTTP_ROUTE_TENANT, "prices.current");

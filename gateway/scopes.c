@@ -5,18 +5,22 @@
 
 #include <string.h>
 
+#include "budgets.h"
 #include "buf.h"
 #include "files_common.h"
 
 static const struct {
     const char *name;
     unsigned bit;
-} names[] = {{"all", SCOPE_ALL}, {"read", SCOPE_READ}, {"files", SCOPE_FILES}, {"jobs", SCOPE_JOBS},
+} names[] = {{"all", SCOPE_ALL},
+             {"read", SCOPE_READ},
+             {"files", SCOPE_FILES},
+             {"jobs", SCOPE_JOBS},
              {"inference", SCOPE_INFERENCE}};
 
 static const struct {
-    const char *prefix;      /* a pattern equal to it or under it ("/v1/files" and "/v1/files/{id}") */
-    unsigned write, read;    /* the scopes that allow other methods, and GET */
+    const char *prefix;   /* a pattern equal to it or under it ("/v1/files" and "/v1/files/{id}") */
+    unsigned write, read; /* the scopes that allow other methods, and GET */
     const char *need_write, *need_read;
 } areas[] = {
     {"/v1/files", SCOPE_FILES, SCOPE_FILES, "files", "read or files"},
@@ -70,7 +74,7 @@ json_t *scopes_json(unsigned scopes) {
 
 int scopes_key_fields(struct gw_req *r, const json_t *body, struct key_fields *f) {
     memset(f, 0, sizeof *f);
-    static const char *const keys[] = {"scopes", "expires_at", "name", NULL};
+    static const char *const keys[] = {"scopes", "expires_at", "name", "monthly_limit", NULL};
     if (!body) return 0;
     if (http_body_keys_known(r, body, keys)) return -1;
     json_t *scopes = json_object_get(body, "scopes"), *expires = json_object_get(body, "expires_at"),
@@ -112,5 +116,5 @@ int scopes_key_fields(struct gw_req *r, const json_t *body, struct key_fields *f
         }
         f->name = http_strdup(r, json_string_value(name));
     }
-    return 0;
+    return budget_limit_field(r, body, "monthly_limit", &f->monthly_limit);
 }

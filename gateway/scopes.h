@@ -14,7 +14,13 @@
 
 #include "http.h"
 
-enum scope { SCOPE_ALL = 1 << 0, SCOPE_READ = 1 << 1, SCOPE_FILES = 1 << 2, SCOPE_JOBS = 1 << 3, SCOPE_INFERENCE = 1 << 4 };
+enum scope {
+    SCOPE_ALL = 1 << 0,
+    SCOPE_READ = 1 << 1,
+    SCOPE_FILES = 1 << 2,
+    SCOPE_JOBS = 1 << 3,
+    SCOPE_INFERENCE = 1 << 4
+};
 
 /* PostgreSQL's text[] output ("{files,jobs}") -> a mask of enum scope; unknown names count for nothing. */
 unsigned scopes_parse(const char *array_text);
@@ -25,10 +31,11 @@ const char *scopes_needed(unsigned scopes, const char *method, const char *patte
 json_t *scopes_json(unsigned scopes);
 
 /* A key create's optional fields: "scopes" (array of names, default ["all"]), "expires_at" (Unix
- * seconds, in the future), "name" (text). Fills the statement parameters (text[] literal, bigint or
- * NULL, text or NULL) in the request's pool; answers 400 naming the field and returns -1 on a bad one. */
+ * seconds, in the future), "name" (text), "monthly_limit" (the key's own budget: its jobs' spend a
+ * month, budgets.h). Fills the statement parameters (text[] literal, bigint, text, numeric; NULL when
+ * absent) in the request's pool; answers 400 naming the field and returns -1 on a bad one. */
 struct key_fields {
-    const char *scopes, *expires_at, *name;
+    const char *scopes, *expires_at, *name, *monthly_limit;
 };
 int scopes_key_fields(struct gw_req *r, const json_t *body, struct key_fields *f);
 

@@ -31,6 +31,7 @@ struct auth_entry {
     char tenant_id[HTTP_TENANT_ID_MAX + 1];
     char tenant_name[HTTP_TENANT_ID_MAX + 1];
     double rate_per_s, burst;
+    char key_id[HTTP_TENANT_ID_MAX + 1]; /* the API key's id, "" for tenant tokens */
     unsigned scopes;        /* enum scope (scopes.h) */
     long long key_expires;  /* the API key's expires_at (Unix seconds), 0: never */
     double expires; /* whet_now_mono() */
@@ -62,7 +63,8 @@ static const struct auth_entry *cache_get(struct gw_req *r, const uint8_t key[32
 /* `epoch` is gw_auth_epoch as it was when the lookup started: a row read before an operator's change
  * may reach here after it, and must not be cached as current. */
 static void cache_put(struct gw_req *r, const uint8_t key[32], unsigned epoch, const char *tenant_id,
-                      const char *tenant_name, double rate_per_s, double burst, unsigned scopes, long long key_expires) {
+                      const char *tenant_name, const char *key_id, double rate_per_s, double burst, unsigned scopes,
+                      long long key_expires) {
     struct auth_entry *e = cache_slot(r->thread->auth_cache, key);
     e->used = 1;
     memcpy(e->key, key, 32);
@@ -70,6 +72,7 @@ static void cache_put(struct gw_req *r, const uint8_t key[32], unsigned epoch, c
     snprintf(e->tenant_name, sizeof(e->tenant_name), "%s", tenant_name);
     e->rate_per_s = rate_per_s;
     e->burst = burst;
+    snprintf(e->key_id, sizeof(e->key_id), "%s", key_id);
     e->scopes = scopes;
     e->key_expires = key_expires;
     e->expires = whet_now_mono() + r->thread->gw->opts.auth_cache_ttl_ms / 1000.0;
@@ -78,7 +81,8 @@ static void cache_put(struct gw_req *r, const uint8_t key[32], unsigned epoch, c
 
 void auth_prepare_statements(void) {
     db_prepare("auth_api_key", "SELECT k.key_hash, k.revoked_at IS NOT NULL, t.id, t.name, t.rate_per_s, t.rate_burst, "
-                               "t.disabled, k.scopes, k.expires_at FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
+                               "t.disabled, k.scopes, k.expires_at, k.id "
+                               "FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
                                "WHERE k.key_prefix = $1");
     db_prepare("auth_tenant", "SELECT id, name, rate_per_s, rate_burst, disabled FROM tenants WHERE name = $1");
 }
@@ -97,8 +101,8 @@ static void copy_bounded(char *dst, size_t size, const char *src) {
 
 /* Identity known: check the key's expiry and scopes (scopes.h), apply the tenant's rate limit and run
  * the handler. */
-static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char *tenant_name, double rate_per_s,
-                            double burst, unsigned scopes, long long key_expires) {
+static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char *tenant_name, const char *key_id,
+                            double rate_per_s, double burst, unsigned scopes, long long key_expires) {
     if (key_expires && whet_now_unix() >= key_expires) {
         reply_unauthorized(r, "api_key_expired", "ask for a new key", "%s", "this API key has expired");
         return;
@@ -113,6 +117,7 @@ static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char 
      * (see request_log in http.c). */
     copy_bounded(r->tenant_id, sizeof(r->tenant_id), tenant_id);
     copy_bounded(r->tenant_name, sizeof(r->tenant_name), tenant_name);
+    copy_bounded(r->api_key_id, sizeof(r->api_key_id), key_id);
     double retry = 0;
     if (!ratelimit_take(tenant_id, rate_per_s, burst, whet_now_mono(), &retry)) {
         http_reply_rate_limited(r, retry, "retry after the time in the retry-after header",
@@ -165,8 +170,9 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
         double rate = strtod(db_value(rows, i, 4), NULL), burst = strtod(db_value(rows, i, 5), NULL);
         unsigned scopes = scopes_parse(db_value(rows, i, 7));
         long long expires = db_value(rows, i, 8) ? strtoll(db_value(rows, i, 8), NULL, 10) : 0;
-        cache_put(r, kl->hash, kl->epoch, tenant_id, name, rate, burst, scopes, expires);
-        tenant_admitted(r, tenant_id, name, rate, burst, scopes, expires);
+        const char *key_id = db_value(rows, i, 9);
+        cache_put(r, kl->hash, kl->epoch, tenant_id, name, key_id, rate, burst, scopes, expires);
+        tenant_admitted(r, tenant_id, name, key_id, rate, burst, scopes, expires);
         return;
     }
     reply_unauthorized(r, "invalid_api_key", "check the key, it is shown once at creation", "%s", "invalid API key");
@@ -186,8 +192,8 @@ static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *a
     }
     const char *tenant_id = db_value(rows, 0, 0), *name = db_value(rows, 0, 1);
     double rate = strtod(db_value(rows, 0, 2), NULL), burst = strtod(db_value(rows, 0, 3), NULL);
-    cache_put(r, kl->hash, kl->epoch, tenant_id, name, rate, burst, SCOPE_ALL, 0);
-    tenant_admitted(r, tenant_id, name, rate, burst, SCOPE_ALL, 0);
+    cache_put(r, kl->hash, kl->epoch, tenant_id, name, "", rate, burst, SCOPE_ALL, 0);
+    tenant_admitted(r, tenant_id, name, "", rate, burst, SCOPE_ALL, 0);
 }
 
 static void authenticate_api_key(struct gw_req *r, const char *key) {
@@ -203,7 +209,8 @@ static void authenticate_api_key(struct gw_req *r, const char *key) {
     kl->epoch = atomic_load(&gw_auth_epoch);
     const struct auth_entry *e = cache_get(r, kl->hash);
     if (e) {
-        tenant_admitted(r, e->tenant_id, e->tenant_name, e->rate_per_s, e->burst, e->scopes, e->key_expires);
+        tenant_admitted(r, e->tenant_id, e->tenant_name, e->key_id, e->rate_per_s, e->burst, e->scopes,
+                        e->key_expires);
         return;
     }
     char prefix[AUTH_KEY_PREFIX_LEN + 1];
@@ -243,7 +250,8 @@ static void authenticate_jwt(struct gw_req *r, const char *token) {
     kl->epoch = atomic_load(&gw_auth_epoch);
     const struct auth_entry *e = cache_get(r, kl->hash);
     if (e) {
-        tenant_admitted(r, e->tenant_id, e->tenant_name, e->rate_per_s, e->burst, e->scopes, e->key_expires);
+        tenant_admitted(r, e->tenant_id, e->tenant_name, e->key_id, e->rate_per_s, e->burst, e->scopes,
+                        e->key_expires);
         return;
     }
     const char *params[] = {id.tenant};

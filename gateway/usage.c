@@ -26,11 +26,10 @@
     "   WHERE c.job_id = u.job_id), 0)::float8,"                                                          \
     " count(DISTINCT u.attempt), coalesce(sum(u.device_seconds) FILTER (WHERE u.lost), 0)::float8,"       \
     " min(u.created_at), max(u.created_at),"                                                              \
-    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', coalesce(min(l.currency),"  \
-    "   whet_currency()),"                                                                                    \
+    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"       \
     "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                              \
-    "  FROM (SELECT line_item, sum(amount) AS amount, min(currency) AS currency FROM whet_cost_lines(u.tenant_id," \
-    "   u.job_id, coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE device_type = u.device_type" \
+    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(u.tenant_id, u.job_id,"            \
+    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE device_type = u.device_type"  \
     "   GROUP BY line_item) l)"                                                                               \
     " FROM usage_records u JOIN tenants t ON t.id = u.tenant_id"                                          \
     " WHERE ($1::text IS NULL OR u.tenant_id = $1) AND ($2::text IS NULL OR u.job_id = $2)"               \

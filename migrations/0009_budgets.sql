@@ -14,8 +14,20 @@ ALTER TABLE budgets ENABLE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON budgets TO whet_app USING (tenant_id = whet_current_tenant());
 GRANT SELECT ON budgets TO whet_app;
 
--- The estimate a job was created with (whet.estimate on the job object), to compare with what it took.
-ALTER TABLE jobs ADD COLUMN estimate jsonb;
+-- The estimate a job was created with (whet.estimate on the job object), to compare with what it took,
+-- and the API key that created it (NULL: a tenant token), whose own monthly limit it counts against.
+ALTER TABLE jobs ADD COLUMN estimate jsonb, ADD COLUMN api_key_id text REFERENCES api_keys(id) ON DELETE SET NULL;
+CREATE INDEX jobs_api_key ON jobs(api_key_id) WHERE api_key_id IS NOT NULL;
+
+-- This month's spend of the jobs an API key created (their cost lines since the month began, and their
+-- running attempts so far).
+CREATE FUNCTION whet_key_spend(p_key text) RETURNS numeric LANGUAGE sql STABLE AS $$
+  SELECT coalesce(sum(s.amount), 0) FROM jobs j,
+    LATERAL (SELECT coalesce((SELECT sum(l.amount) FROM whet_cost_lines(j.tenant_id, j.id,
+               extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint, 9223372036854775807) l), 0)
+             + whet_running_cost(j.tenant_id, j.id) AS amount) s
+  WHERE j.api_key_id = p_key
+$$;
 
 CREATE FUNCTION whet_budget_status(p_tenant text) RETURNS jsonb LANGUAGE sql STABLE AS $$
   WITH m AS (SELECT extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint AS start),
@@ -34,12 +46,21 @@ $$;
 -- last_step) checks its tenant's spend, when the tenant has a monthly limit: past the soft limit the
 -- job gets a warning event (once a month: the create's warning counts), at the monthly limit it asks for
 -- a pause (desired = 'pause': the scheduler stops the attempt at a checkpoint, as for a tenant's pause)
--- with an event. The tenant resumes it once the limit is raised; a job resumed while the spend is
+-- with an event; so does a job whose API key has reached its own monthly limit. The tenant resumes it once the limit is raised; a job resumed while the spend is
 -- still past the limit is paused again at its next heartbeat.
 CREATE FUNCTION whet_budget_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   b jsonb;
 BEGIN
+  IF NEW.status = 'running' AND NEW.desired = 'run' AND NEW.api_key_id IS NOT NULL
+     AND EXISTS (SELECT 1 FROM api_keys k WHERE k.id = NEW.api_key_id AND k.monthly_limit IS NOT NULL
+                 AND whet_key_spend(k.id) >= k.monthly_limit) THEN
+    NEW.desired := 'pause';
+    INSERT INTO job_events (id, tenant_id, job_id, level, message, data)
+    VALUES ('ftevent-' || md5(random()::text || NEW.id), NEW.tenant_id, NEW.id, 'warn',
+            'Pausing: this month''s spend of the API key that created the job reached its monthly limit; resume the '
+            'job once the limit is raised', jsonb_build_object('api_key_id', NEW.api_key_id));
+  END IF;
   IF NEW.status = 'running' AND NEW.desired = 'run'
      AND EXISTS (SELECT 1 FROM budgets WHERE tenant_id = NEW.tenant_id AND monthly_limit IS NOT NULL) THEN
     b := whet_budget_status(NEW.tenant_id);

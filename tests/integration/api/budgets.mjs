@@ -3,7 +3,8 @@
 // and /v1/usage; a create whose estimate would pass the hard cap is a 429 insufficient_quota that leaves
 // nothing behind (a dry run says so too), and goes through once the cap is raised, with its estimate on
 // the job and a warning event past the soft limit; a running job at the cap is paused at its next
-// heartbeat and runs on once resumed under a raised cap; other tenants are not affected.
+// heartbeat and runs on once resumed under a raised cap; other tenants are not affected; an API key's own
+// monthly limit refuses its creates and pauses its running jobs, and its spend is listed with it.
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
 const { check, summary, failed } = checker();
@@ -94,6 +95,41 @@ try {
   check(r.status === 200 && heartbeat(3) === 'run', 'cap raised and resumed: it runs on', r.json);
   r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: null, soft_limit: null } });
   check(r.status === 200 && r.json.monthly_limit === null && r.json.soft_alert === false, 'limits removed', r.json);
+
+  // An API key's own monthly limit: the jobs it creates count against it.
+  r = await op('POST', '/admin/v1/tenants/alpha/api_keys', { json: { scopes: ['jobs'], monthly_limit: est / 2 } });
+  check(r.status === 200 && near(r.json.monthly_limit, est / 2, 1e-9) && r.json.spent_this_month === 0, 'a key with a monthly limit', r.json);
+  const small = r.json;
+  const withKey = (k) => (method, path, opts = {}) => a(method, path, { ...opts, key: k });
+  r = await withKey(small.key)('POST', '/v1/fine_tuning/jobs', job(fa));
+  check(r.status === 429 && r.json?.error?.code === 'insufficient_quota' && /API key/.test(r.json.error.message),
+        'a create past the key\'s limit: 429 naming the key\'s limit', r.json);
+  r = await a('POST', '/v1/api_keys', { json: { scopes: ['jobs'], monthly_limit: est * 1.5 } });
+  check(r.status === 200 && near(r.json.monthly_limit, est * 1.5, 1e-9), 'the tenant makes a key with a limit', r.json);
+  const roomy = r.json;
+  r = await withKey(roomy.key)('POST', '/v1/fine_tuning/jobs', job(fa));
+  check(r.status === 200, 'within the key\'s limit: created', r.json);
+  const keyJob = r.json.id;
+  check(stack.psql(`SELECT api_key_id FROM jobs WHERE id = '${keyJob}'`) === roomy.id, 'the job records the key that created it');
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds)
+              SELECT tenant_id, id, 1, 0, 'cpu', 3600 FROM jobs WHERE id = '${keyJob}'`);
+  r = await a('GET', '/v1/api_keys');
+  const listed = r.json.data.find((k) => k.id === roomy.id);
+  check(near(listed?.spent_this_month, 3.6), 'the key\'s spend this month is listed', listed);
+  r = await withKey(roomy.key)('POST', '/v1/fine_tuning/jobs', job(fa));
+  check(r.status === 429 && /API key/.test(r.json?.error?.message), 'its spend now passes its limit: 429', r.json);
+  r = await a('POST', '/v1/fine_tuning/jobs', job(fa));
+  check(r.status === 200, 'the tenant\'s other credentials are not limited by it', r.status);
+  // Running, a job of the key is paused at the key's limit.
+  stack.psql(`INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type)
+              SELECT id, 2, tenant_id, 'n1', 0, 1000, 'cpu' FROM jobs WHERE id = '${keyJob}';
+              UPDATE jobs SET status = 'running' WHERE id = '${keyJob}'`);
+  const hb = stack.psql(`UPDATE jobs SET last_step = 1 WHERE id = '${keyJob}'; SELECT desired FROM jobs WHERE id = '${keyJob}'`);
+  check(hb === 'pause', 'a running job of a key past its limit is asked to pause', hb);
+  r = await op('PUT', '/admin/v1/tenants/alpha/api_keys', { json: {} });
+  check(r.status === 405, 'keys are not replaced with PUT', r.status);
+  r = await op('POST', '/admin/v1/tenants/alpha/api_keys', { json: { monthly_limit: -3 } });
+  check(r.status === 400 && r.json?.error?.param === 'monthly_limit', 'a bad key limit: 400 naming monthly_limit', r.json);
   r = await op('GET', '/admin/v1/tenants/alpha/budget');
   check(r.status === 200 && r.json.tenant_id && r.json.hard_cap_reached === false, 'operator reads a budget', r.json);
 } catch (err) {

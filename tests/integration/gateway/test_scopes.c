@@ -11,8 +11,8 @@
 #include "test.h"
 
 /* Tenant routes with no area of their own: only `all` (or `read`, for a GET) may call them. */
-static const char *const need_all[] = {"/v1/usage", "/v1/costs", "/v1/prices", "/v1/api_keys", "/v1/api_keys/{id}",
-                                       "/v1/budget"};
+static const char *const need_all[] = {"/v1/usage",    "/v1/costs",         "/v1/prices",
+                                       "/v1/api_keys", "/v1/api_keys/{id}", "/v1/budget"};
 
 static int in_need_all(const char *pattern) {
     for (size_t i = 0; i < sizeof need_all / sizeof *need_all; i++)
@@ -34,7 +34,7 @@ TEST(every_route_is_scoped) {
         CHECK_MSG((scopes_needed(SCOPE_READ, m, p) == NULL) == (get || !strcmp(p, "/v1/whoami")), "read: %s %s", m, p);
         if (!strcmp(p, "/v1/whoami")) continue;
         unsigned area = !strncmp(p, "/v1/files", 9) || !strncmp(p, "/v1/uploads", 11) ? SCOPE_FILES
-                        : !strncmp(p, "/v1/fine_tuning", 15)                            ? SCOPE_JOBS
+                        : !strncmp(p, "/v1/fine_tuning", 15)                          ? SCOPE_JOBS
                         : !strncmp(p, "/v1/models", 10) ? (get ? SCOPE_JOBS | SCOPE_INFERENCE : SCOPE_JOBS)
                                                         : 0;
         CHECK_MSG(area || in_need_all(p), "route %s %s has no scope area: add it to scopes.c (and here)", m, p);
