@@ -40,7 +40,7 @@ static void estimate_done(struct gw_req *r, const struct db_result *res, void *a
         json_object_set_new(e, "training_file", json_string(c->q.training_file));
         json_object_set_new(e, "dry_run", json_true());
         json_object_set_new(e, "budget", db_json_value(row, 0, 1));
-        json_object_set_new(e, "within_budget", json_boolean(!over_hard));
+        json_object_set_new(e, "within_budget", json_boolean(!over_hard && PQgetisnull(row, 0, 4)));
         http_reply_json(r, 200, e);
         return;
     }

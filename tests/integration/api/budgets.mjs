@@ -118,6 +118,8 @@ try {
   check(near(listed?.spent_this_month, 3.6), 'the key\'s spend this month is listed', listed);
   r = await withKey(roomy.key)('POST', '/v1/fine_tuning/jobs', job(fa));
   check(r.status === 429 && /API key/.test(r.json?.error?.message), 'its spend now passes its limit: 429', r.json);
+  r = await withKey(roomy.key)('POST', '/v1/fine_tuning/jobs', job(fa, { dry_run: true }));
+  check(r.status === 200 && r.json.within_budget === false, 'a dry run with that key: not within budget', r.json?.within_budget);
   r = await a('POST', '/v1/fine_tuning/jobs', job(fa));
   check(r.status === 200, 'the tenant\'s other credentials are not limited by it', r.status);
   // Running, a job of the key is paused at the key's limit.
