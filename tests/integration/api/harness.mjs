@@ -51,7 +51,8 @@ export async function startStack({ tenants = ['alpha', 'beta'], env = {} } = {})
     for (const t of tenants) keys[t] = (await s.createTenant(t, { rate_per_s: 100000, rate_burst: 100000 })).key;
     s.psql(`INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
             VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}')`);
-    return { url: s.url, keys, dbUrl: s.databaseUrl, dir, objects: join(dir, 'objects'), psql: s.psql, stop, logTail: s.logTail };
+    return { url: s.url, keys, dbUrl: s.databaseUrl, dir, objects: join(dir, 'objects'), psql: s.psql, stop, logTail: s.logTail,
+             adminToken: () => s.adminToken() };
   } catch (e) {
     await stop();
     throw e;
