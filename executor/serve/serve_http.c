@@ -518,6 +518,7 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.submit_tail = &s.submit_head;
     h2o_config_init(&s.config);
     s.config.server_name = h2o_iovec_init(H2O_STRLIT("whet-serve"));
+    s.config.max_request_entity_size = 4 << 20; /* a prompt of 4 MiB is far past any context; h2o answers 413 */
     h2o_hostconf_t *host = h2o_config_register_host(&s.config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     h2o_handler_t *handler = h2o_create_handler(path, sizeof(*handler) + sizeof(struct server *));
