@@ -3,7 +3,7 @@
 # 16 LoRA adapters, 16 adapters x 4 concurrent streams of 64 tokens (continuous batching, the rows of a
 # step grouped by adapter), against the same 64 replies from `whet sample` processes (one process per
 # adapter at a time: 16 in parallel, 4 rounds) and against a PyTorch 1.13 sampling loop with a KV cache
-# (tests/bench/rollout/bench_torch.py: the same model without adapters, 16 prompts x 4 responses);
+# (tests/bench/rollout/bench_torch.py: the same model without adapters, 8 prompts x 8 responses);
 # memory of the worker against the sum of the 16 processes; time to first token warm, cold (adapters
 # not loaded yet) and from zero (the worker started by the request's sender).
 # Usage (from the repository root, after building): tests/bench/serve/run.sh [BUILD_DIR] [THREADS]
@@ -49,10 +49,10 @@ for round in 1 2 3 4; do
 done
 t1=$(date +%s.%N)
 
-# PyTorch with a KV cache on the same model (no adapters): 16 prompts x 4 responses x 64 tokens
+# PyTorch with a KV cache on the same model (no adapters): 8 prompts x 8 responses x 64 tokens
 BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/rollout/bench_rollout.c" "$OUT/bench_rollout"
-"$OUT/bench_rollout" prompts "$OUT/model" 16 16 > "$OUT/prompts.json"
-/usr/bin/python3 "$SRC/tests/bench/rollout/bench_torch.py" "$OUT/model" "$OUT/prompts.json" 4 64 "$THREADS" 1 \
+"$OUT/bench_rollout" prompts "$OUT/model" 8 16 > "$OUT/prompts.json"
+/usr/bin/python3 "$SRC/tests/bench/rollout/bench_torch.py" "$OUT/model" "$OUT/prompts.json" 8 64 "$THREADS" 1 \
   | tee "$OUT/torch.json"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
