@@ -31,6 +31,17 @@ void metrics_http_sample(struct whet_buf *out, const char *name, const char *typ
     whet_buf_printf(out, "%s %.16g\n", name, value);
 }
 
+void metrics_http_histogram(struct whet_buf *out, const char *name, const char *help, const double *bounds, int n,
+                            const unsigned long *buckets, unsigned long count, double sum) {
+    metrics_http_family(out, name, "histogram", help);
+    unsigned long cumulative = 0;
+    for (int b = 0; b < n; b++) {
+        cumulative += buckets[b];
+        whet_buf_printf(out, "%s_bucket{le=\"%g\"} %lu\n", name, bounds[b], cumulative);
+    }
+    whet_buf_printf(out, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name, count, name, sum, name, count);
+}
+
 static void answer(struct metrics_http *m, int fd) {
     struct timeval tv = {.tv_sec = 2};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);

@@ -26,5 +26,9 @@ void metrics_http_family(struct whet_buf *out, const char *name, const char *typ
 /* Appends a family of one unlabelled sample: its # HELP and # TYPE lines and `name value` (integers
  * up to 2^53 and Unix times in milliseconds print exactly). */
 void metrics_http_sample(struct whet_buf *out, const char *name, const char *type, const char *help, double value);
+/* Appends a histogram: buckets[b] counts the observations in (bounds[b-1], bounds[b]] (not cumulative),
+ * count all of them (those past the last bound too), sum their total. */
+void metrics_http_histogram(struct whet_buf *out, const char *name, const char *help, const double *bounds, int n,
+                            const unsigned long *buckets, unsigned long count, double sum);
 
 #endif

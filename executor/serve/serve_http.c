@@ -25,6 +25,7 @@
 #include "crypto.h"
 #include "log.h"
 #include "serve_api.h"
+#include "serve_metrics.h"
 
 enum msg_kind { MSG_SUBMITTED, MSG_EVENT };
 
@@ -61,6 +62,8 @@ struct call {
     const char *adapter_dir;
     char id[48];
     long long created;
+    double arrived; /* whet_now_mono() when the request came: the first token's latency */
+    int first_token_seen;
     uint64_t engine_id;
     int cancel_wanted, engine_done, n_finished, prompt_tokens;
     struct choice *choices;
@@ -94,6 +97,7 @@ static void on_signal(int sig) { stop_signal = sig; }
 /* ---------------------------------------------------------------- answers */
 
 static void reply(h2o_req_t *req, int status, const char *reason, const char *type, const char *body) {
+    serve_metrics_answer(status);
     req->res.status = status;
     req->res.reason = reason;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, type, strlen(type));
@@ -277,6 +281,10 @@ static void on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         } else {
             struct choice *ch = &c->choices[m->choice];
             int first = !ch->started;
+            if (!c->first_token_seen) {
+                c->first_token_seen = 1;
+                serve_metrics_first_token(whet_now_mono() - c->arrived);
+            }
             ch->started = 1;
             whet_buf_append(&ch->text, m->text, m->text_len);
             if (c->api.logprobs) {
@@ -362,6 +370,8 @@ static void *engine_main(void *arg) {
         free(cancels);
         struct whet_err err;
         busy = serve_engine_step(s->engine, &err);
+        struct serve_stats stats = serve_engine_stats(s->engine);
+        serve_metrics_engine(&stats);
         if (busy < 0) {
             log_error("msg=\"engine step failed\" error=\"%s\"", err.msg);
             busy = 0;
@@ -405,6 +415,13 @@ static int path_is(const h2o_req_t *req, const char *path) {
 static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     struct server *s = *(struct server **)(self + 1);
     int post_req = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST"));
+    if (path_is(req, "/metrics")) {
+        struct whet_buf b = {0};
+        serve_metrics_render(&b);
+        reply(req, 200, "OK", "text/plain; version=0.0.4", b.data);
+        whet_buf_free(&b);
+        return 0;
+    }
     if (path_is(req, "/healthz")) {
         reply(req, 200, "OK", "text/plain", "ok\n");
         return 0;
@@ -446,6 +463,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     whet_random_bytes(&rid, sizeof rid);
     snprintf(c->id, sizeof c->id, "%s-%016llx", kind == SERVE_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)rid);
     c->created = (long long)time(NULL);
+    c->arrived = whet_now_mono();
     c->choices = xcalloc((size_t)c->api.n, sizeof *c->choices);
     c->req = req;
     *(struct call **)h2o_mem_alloc_shared(&req->pool, sizeof(struct call *), on_request_disposed) = c;
@@ -457,6 +475,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         req->res.reason = "OK";
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/event-stream"));
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+        serve_metrics_answer(200);
         h2o_start_response(req, &c->gen);
     }
     pthread_mutex_lock(&s->mu);

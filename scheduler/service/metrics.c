@@ -60,16 +60,10 @@ static void render(struct whet_buf *t) {
                         "1 while this scheduler leads (holds the advisory lock), else 0.", (double)LOAD(m.leader));
     metrics_http_sample(t, "whet_scheduler_cycle_failures_total", "counter",
                         "Cycles that failed (the database, mostly).", (double)LOAD(m.cycle_failures));
-    metrics_http_family(t, "whet_scheduler_cycle_duration_seconds", "histogram", "Time one successful cycle took.");
-    unsigned long cumulative = 0;
-    for (int b = 0; b < NBUCKETS; b++) {
-        cumulative += LOAD(m.cycle_buckets[b]);
-        whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_bucket{le=\"%g\"} %lu\n", cycle_bounds[b],
-                        cumulative);
-    }
-    whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_bucket{le=\"+Inf\"} %lu\n", LOAD(m.cycles));
-    whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_sum %.6f\n", (double)LOAD(m.cycle_sum_us) / 1e6);
-    whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_count %lu\n", LOAD(m.cycles));
+    unsigned long buckets[NBUCKETS];
+    for (int b = 0; b < NBUCKETS; b++) buckets[b] = LOAD(m.cycle_buckets[b]);
+    metrics_http_histogram(t, "whet_scheduler_cycle_duration_seconds", "Time one successful cycle took.", cycle_bounds,
+                           NBUCKETS, buckets, LOAD(m.cycles), (double)LOAD(m.cycle_sum_us) / 1e6);
     metrics_http_sample(t, "whet_scheduler_last_cycle_timestamp_seconds", "gauge",
                         "Unix time the last successful cycle ended.", (double)LOAD(m.last_cycle_ms) / 1e3);
     metrics_http_sample(t, "whet_scheduler_nodes_ready", "gauge", "Nodes ready to take jobs, in the last cycle.",

@@ -128,6 +128,13 @@ try {
   const after = await chat('whet-tiny', 'What is 2 + 3?');
   check(after.choices[0].message.content === sampled.base, 'the worker answers after a client left');
 
+  // Prometheus metrics on the worker's own port
+  const metricsText = await (await fetch(base.replace(/\/v1$/, '/metrics'))).text();
+  const metric = (name) => Number((metricsText.match(new RegExp(`^${name} (\\S+)$`, 'm')) || [])[1]);
+  check(metric('whet_serve_generated_tokens_total') > 100 && metric('whet_serve_time_to_first_token_seconds_count') >= 20 &&
+    metric('whet_serve_adapter_evictions_total') >= 1 && metric('whet_serve_requests_running') === 0,
+    'the worker\'s metrics count tokens, first tokens and evictions', metricsText.slice(0, 400));
+
   // errors: OpenAI-shaped, with the parameter
   const expectError = async (what, status, param, body) => {
     try {
