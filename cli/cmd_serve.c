@@ -13,7 +13,8 @@
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet serve --model DIR [--name NAME] [--adapter NAME=DIR]... [--http HOST:PORT]\n"
-            "                  [--slots N] [--max-len N] [--cache N] [--device DEV] [--address-file FILE]\n\n"
+            "                  [--slots N] [--max-len N] [--cache N] [--device DEV] [--address-file FILE]\n"
+            "                  [--object-store URL [--cache-dir DIR]]\n\n"
             "Serves OpenAI's POST /v1/chat/completions and /v1/completions (streamed or whole) for one base\n"
             "model and the LoRA adapters named, all on one copy of the base: requests of different adapters\n"
             "share each decode step (continuous batching). GET /v1/models lists them, GET /healthz answers ok.\n\n"
@@ -27,6 +28,9 @@ static void usage(FILE *out) {
             "  --cache N            adapters kept loaded (default 16)\n"
             "  --device DEV         cpu (the default), cuda or cuda:N\n"
             "  --address-file FILE  write the address listened on to FILE once listening\n"
+            "  --object-store URL   where adapters named by a request's x-whet-adapter: PREFIX header are\n"
+            "                       (file:// or s3://; default $WHET_OBJECT_STORE); the gateway names them so\n"
+            "  --cache-dir DIR      where fetched adapters are kept (default /tmp/whet-serve-cache)\n"
             "  -h, --help           this text\n");
 }
 
@@ -47,12 +51,14 @@ static int cmd_serve(int argc, char **argv) {
         {"adapter", required_argument, 0, 'a'}, {"http", required_argument, 0, 'H'},
         {"slots", required_argument, 0, 's'}, {"max-len", required_argument, 0, 'l'},
         {"cache", required_argument, 0, 'c'}, {"device", required_argument, 0, 'D'},
-        {"address-file", required_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0}};
+        {"address-file", required_argument, 0, 'f'}, {"object-store", required_argument, 0, 'o'},
+        {"cache-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0}};
     static struct serve_http_opts o;
-    o = (struct serve_http_opts){.http = "127.0.0.1:8090",
+    o = (struct serve_http_opts){.http = "127.0.0.1:8090", .object_store = getenv("WHET_OBJECT_STORE"),
+                                 .cache_dir = "/tmp/whet-serve-cache",
                                  .engine = {.n_slots = 16, .max_len = 2048, .max_adapters = 16}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:n:a:H:s:l:c:D:f:h", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:a:H:s:l:c:D:f:o:C:h", options, NULL)) != -1) {
         switch (c) {
         case 'm': o.engine.model_dir = optarg; break;
         case 'n': o.name = optarg; break;
@@ -73,6 +79,8 @@ static int cmd_serve(int argc, char **argv) {
         case 'c': if (positive("--cache", optarg, &o.engine.max_adapters)) return 2; break;
         case 'D': o.engine.device = optarg; break;
         case 'f': o.address_file = optarg; break;
+        case 'o': o.object_store = optarg; break;
+        case 'C': o.cache_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "serve_api.h"
 #include "serve_metrics.h"
+#include "serve_store.h"
 
 enum msg_kind { MSG_SUBMITTED, MSG_EVENT };
 
@@ -36,7 +37,8 @@ struct msg {
     h2o_multithread_message_t super;
     enum msg_kind kind;
     struct call *call;
-    uint64_t engine_id; /* SUBMITTED: 0 when refused (text says why) */
+    uint64_t engine_id; /* SUBMITTED: 0 when refused (text says why, status the answer's: 400 or 503) */
+    int status;
     int choice, token, prompt_tokens, completion_tokens;
     enum serve_finish finish;
     char *text;
@@ -59,7 +61,8 @@ struct call {
     int gone;       /* the client left: nothing more is sent */
     h2o_generator_t gen;
     struct serve_api_request api;
-    const char *adapter_dir;
+    char *adapter_dir;    /* the adapter's local dir, NULL for the base */
+    char *adapter_prefix; /* x-whet-adapter: the object-store prefix to fetch it from */
     char id[48];
     long long created;
     double arrived; /* whet_now_mono() when the request came: the first token's latency */
@@ -85,6 +88,10 @@ struct server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct call *submit_head, **submit_tail;
+    struct serve_store *store;           /* NULL without --object-store */
+    pthread_t fetch_thread;
+    pthread_cond_t fetch_cv;
+    struct call *fetch_head, **fetch_tail; /* calls whose adapter is to be fetched first */
     uint64_t *cancels;
     size_t n_cancels, cap_cancels;
     int stop;
@@ -124,6 +131,8 @@ static void call_free(struct call *c) {
     free(c->choices);
     whet_buf_free(&c->pending);
     serve_api_request_free(&c->api);
+    free(c->adapter_dir);
+    free(c->adapter_prefix);
     free(c);
 }
 
@@ -260,13 +269,15 @@ static void on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
         h2o_linklist_unlink(&m->super.link);
         struct call *c = m->call;
         if (m->kind == MSG_SUBMITTED) {
-            if (!m->engine_id) { /* refused by the engine: a 400 while nothing was sent */
+            if (!m->engine_id) { /* refused: a 400 from the engine, a 503 when the adapter could not be fetched */
+                const char *type = m->status == 503 ? "server_error" : "invalid_request_error";
+                const char *code = m->status == 503 ? "adapter_unavailable" : NULL;
                 c->engine_done = 1;
                 if (!c->req) call_free(c);
                 else if (!c->gone && !c->streaming)
-                    reply_error(c->req, 400, m->text, "invalid_request_error", NULL, NULL);
+                    reply_error(c->req, m->status, m->text, type, NULL, code);
                 else if (!c->gone) { /* a stream has begun: the error is its last event */
-                    char *e = serve_api_error(m->text, "invalid_request_error", NULL, NULL);
+                    char *e = serve_api_error(m->text, type, NULL, code);
                     append_chunk(c, xasprintf("data: %s\n\n", e));
                     free(e);
                     c->final_queued = 1;
@@ -340,7 +351,7 @@ static void submit(struct server *s, struct call *c) {
     m->kind = MSG_SUBMITTED, m->call = c;
     struct whet_err err;
     if (serve_engine_submit(s->engine, &r, &m->engine_id, &err)) {
-        m->engine_id = 0;
+        m->engine_id = 0, m->status = 400;
         m->text = xstrdup(err.msg);
     }
     post(s, m);
@@ -382,15 +393,54 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* ---------------------------------------------------------------- fetching adapters */
+
+static void queue_submit(struct server *s, struct call *c) {
+    *s->submit_tail = c;
+    s->submit_tail = &c->next_submit;
+    pthread_cond_signal(&s->cv);
+}
+
+/* The fetch thread: adapters named by object-store prefix are fetched (once) before their calls go to
+ * the engine, so a download never stalls the decoding of everyone else. */
+static void *fetch_main(void *arg) {
+    struct server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && !s->fetch_head) pthread_cond_wait(&s->fetch_cv, &s->mu);
+        if (s->stop) break;
+        struct call *c = s->fetch_head;
+        s->fetch_head = c->next_submit;
+        if (!s->fetch_head) s->fetch_tail = &s->fetch_head;
+        c->next_submit = NULL;
+        pthread_mutex_unlock(&s->mu);
+        struct whet_err err;
+        char *dir = serve_store_fetch(s->store, c->adapter_prefix, &err);
+        pthread_mutex_lock(&s->mu);
+        if (dir) {
+            c->adapter_dir = dir;
+            queue_submit(s, c);
+        } else {
+            log_warn("msg=\"adapter fetch failed\" prefix=\"%s\" error=\"%s\"", c->adapter_prefix, err.msg);
+            struct msg *m = xcalloc(1, sizeof *m);
+            m->kind = MSG_SUBMITTED, m->call = c, m->status = 503;
+            m->text = xstrdup(err.msg);
+            post(s, m);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- requests */
 
 /* The adapter dir of model name `model` (NULL: the base); -1 when no such model is served here. */
-static int resolve_model(const struct serve_http_opts *o, const char *model, const char **dir) {
+static int resolve_model(const struct serve_http_opts *o, const char *model, char **dir) {
     *dir = NULL;
     if (!strcmp(model, o->name)) return 0;
     for (int i = 0; i < o->n_adapters; i++)
         if (!strcmp(model, o->adapter_names[i])) {
-            *dir = o->adapter_dirs[i];
+            *dir = xstrdup(o->adapter_dirs[i]);
             return 0;
         }
     return -1;
@@ -452,7 +502,21 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         call_free(c);
         return 0;
     }
-    if (resolve_model(s->o, c->api.model, &c->adapter_dir)) {
+    /* The gateway names a tenant's adapter by where it is stored (it resolved the model and checked the
+     * tenant); a worker is reachable by the gateway alone. */
+    ssize_t h = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-whet-adapter"), -1);
+    if (h >= 0) {
+        if (!s->store) {
+            reply_error(req, 503, "this model worker has no object store to fetch adapters from (--object-store)",
+                        "server_error", NULL, "adapter_unavailable");
+            call_free(c);
+            return 0;
+        }
+        h2o_iovec_t v = req->headers.entries[h].value;
+        c->adapter_prefix = xmalloc(v.len + 1);
+        memcpy(c->adapter_prefix, v.base, v.len);
+        c->adapter_prefix[v.len] = 0;
+    } else if (resolve_model(s->o, c->api.model, &c->adapter_dir)) {
         char msg[300];
         snprintf(msg, sizeof msg, "The model `%.200s` does not exist or you do not have access to it.", c->api.model);
         reply_error(req, 404, msg, "invalid_request_error", "model", "model_not_found");
@@ -479,9 +543,13 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         h2o_start_response(req, &c->gen);
     }
     pthread_mutex_lock(&s->mu);
-    *s->submit_tail = c;
-    s->submit_tail = &c->next_submit;
-    pthread_cond_signal(&s->cv);
+    if (c->adapter_prefix) {
+        *s->fetch_tail = c;
+        s->fetch_tail = &c->next_submit;
+        pthread_cond_signal(&s->fetch_cv);
+    } else {
+        queue_submit(s, c);
+    }
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -532,9 +600,16 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
         close(fd);
         return -1;
     }
+    if (o->object_store && serve_store_open(&s.store, o->object_store, o->cache_dir, err)) {
+        serve_engine_close(s.engine);
+        close(fd);
+        return -1;
+    }
     pthread_mutex_init(&s.mu, NULL);
     pthread_cond_init(&s.cv, NULL);
+    pthread_cond_init(&s.fetch_cv, NULL);
     s.submit_tail = &s.submit_head;
+    s.fetch_tail = &s.fetch_head;
     h2o_config_init(&s.config);
     s.config.server_name = h2o_iovec_init(H2O_STRLIT("whet-serve"));
     s.config.max_request_entity_size = 4 << 20; /* a prompt of 4 MiB is far past any context; h2o answers 413 */
@@ -551,6 +626,7 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.listener->data = &s;
     h2o_socket_read_start(s.listener, on_accept);
     pthread_create(&s.engine_thread, NULL, engine_main, &s);
+    if (s.store) pthread_create(&s.fetch_thread, NULL, fetch_main, &s);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -571,8 +647,11 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     pthread_mutex_lock(&s.mu);
     s.stop = 1;
     pthread_cond_signal(&s.cv);
+    pthread_cond_signal(&s.fetch_cv);
     pthread_mutex_unlock(&s.mu);
     pthread_join(s.engine_thread, NULL);
+    if (s.store) pthread_join(s.fetch_thread, NULL);
+    serve_store_close(s.store);
     h2o_evloop_run(s.ctx.loop, 0); /* the engine's last messages: calls whose client left are freed */
     serve_engine_close(s.engine);
     free(s.cancels);

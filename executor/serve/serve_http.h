@@ -4,7 +4,12 @@
  * Two threads: an h2o event loop that parses requests (serve_api.h) and writes answers, and the
  * engine's thread (serve_engine.h) that batches every request's sequences. They talk through a
  * locked queue (loop -> engine: submissions, cancellations) and h2o's multithread queue (engine ->
- * loop: tokens, finishes). A client that goes away cancels its request at the engine's next step. */
+ * loop: tokens, finishes). A client that goes away cancels its request at the engine's next step.
+ *
+ * Models are named in the body: the base by its name, a local adapter by the name given to it. The
+ * gateway, which resolves a tenant's fine-tuned model, names its adapter instead by the object-store
+ * prefix of its checkpoint in the header x-whet-adapter; a third thread fetches it (once, into the
+ * cache dir) before the request reaches the engine. Workers are reachable by the gateway alone. */
 #ifndef WHET_SERVE_HTTP_H
 #define WHET_SERVE_HTTP_H
 
@@ -21,6 +26,8 @@ struct serve_http_opts {
     const char *adapter_dirs[SERVE_MAX_ADAPTERS];
     struct serve_engine_opts engine;
     const char *address_file; /* optional: the bound HOST:PORT is written there once listening */
+    const char *object_store; /* optional: adapters named by x-whet-adapter: PREFIX are fetched from it */
+    const char *cache_dir;    /* where fetched adapters are kept */
 };
 
 /* Serves until SIGINT or SIGTERM; returns 0, or -1 with err when it could not start. */

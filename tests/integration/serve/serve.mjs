@@ -13,7 +13,7 @@ import { checker } from '../lib/check.mjs';
 
 const { check, summary } = checker();
 const whet = process.env.WHET_BIN;
-const makeAdapters = process.argv[2];
+const [makeAdapters, putDir] = process.argv.slice(2);
 const dir = mkdtempSync(join(tmpdir(), 'whet-serve-'));
 const model = join(dir, 'tiny');
 execFileSync(whet, ['model', 'init', '--out', model, '--preset', 'tiny']);
@@ -24,11 +24,15 @@ execFileSync(makeAdapters, [model, join(dir, 'adapter-'), '4']);
 // unnoticed and the next request would meet a closed connection.
 const sample = (prompt, adapter) => execFileSync(whet, ['sample', '--model', model, '--prompt', prompt, '--max-tokens', '12',
   '--temperature', '0', ...(adapter !== undefined ? ['--adapter', join(dir, 'adapter-' + adapter)] : [])]).toString().replace(/\n$/, '');
-const sampled = { base: sample('What is 2 + 3?'), 0: sample('What is 2 + 3?', 0), 3: sample('What is 2 + 3?', 3) };
+const sampled = { base: sample('What is 2 + 3?'), 0: sample('What is 2 + 3?', 0), 2: sample('What is 2 + 3?', 2),
+  3: sample('What is 2 + 3?', 3) };
+// adapter 2 also as a checkpoint in a file:// object store, where the gateway would name it
+const store = `file://${join(dir, 'objects')}`;
+execFileSync(putDir, ['checkpoints/job-2/final', join(dir, 'adapter-2')], { env: { ...process.env, WHET_OBJECT_STORE: store } });
 
 const addressFile = join(dir, 'address');
 const args = ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0.0.1:0', '--address-file', addressFile,
-  '--slots', '8', '--max-len', '160', '--cache', '3'];
+  '--slots', '8', '--max-len', '160', '--cache', '3', '--object-store', store, '--cache-dir', join(dir, 'cache')];
 for (let k = 0; k < 4; k++) args.push('--adapter', `ft:whet-tiny:a${k}=${join(dir, 'adapter-' + k)}`);
 const worker = spawn(whet, args, { stdio: ['ignore', 'inherit', 'inherit'] });
 const gone = new Promise((resolve) => worker.on('exit', resolve));
@@ -53,6 +57,21 @@ try {
     check(r.usage.completion_tokens <= 12 && r.usage.prompt_tokens > 0 &&
       r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens, `usage of ${name}`, r.usage);
   }
+  // an adapter named by its object-store prefix (as the gateway names a tenant's model): fetched once
+  for (let i = 0; i < 2; i++) {
+    const r = await client.chat.completions.create({ model: 'ft:whet-tiny:tenant-model', messages: [{ role: 'user',
+      content: 'What is 2 + 3?' }], max_tokens: 12, temperature: 0 }, { headers: { 'x-whet-adapter': 'checkpoints/job-2/final' } });
+    check(r.choices[0].message.content === sampled[2] && r.model === 'ft:whet-tiny:tenant-model',
+      `an adapter from the object store (${i ? 'cached' : 'fetched'}) equals whet sample with it`, r.choices[0].message.content);
+  }
+  try {
+    await client.chat.completions.create({ model: 'x', messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { 'x-whet-adapter': 'checkpoints/none/final' } });
+    check(false, 'an adapter that is not in the store is refused');
+  } catch (e) {
+    check(e.status === 503 && e.code === 'adapter_unavailable', 'an adapter not in the store: 503', { status: e.status, code: e.code });
+  }
+
   const a0 = (await chat('ft:whet-tiny:a0', 'Name a colour.')).choices[0].message.content;
   const a1 = (await chat('ft:whet-tiny:a1', 'Name a colour.')).choices[0].message.content;
   const plain = (await chat('whet-tiny', 'Name a colour.')).choices[0].message.content;
