@@ -49,7 +49,7 @@ static int grade(const char *path, const json_t *judges, unsigned long long seed
     if (!json_is_string(sample_text)) {
         whet_errf(err, "%s: model_sample: expected a string", path);
     } else if (grader_parse(json_object_get(req, "grader"), "grader", &g, err) == 0 &&
-               judge_pool_new(&pool, g, judges, seed, err) == 0) {
+               judge_pool_new(&pool, g, judges, NULL, seed, err) == 0) {
         struct grader_run_opts opts = {0};
         if (pool) {
             opts.judge = judge_grade;

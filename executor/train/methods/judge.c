@@ -32,10 +32,12 @@ struct judge_pool {
 
 /* ---------------------------------------------------------------- loading */
 
-static int load_model(struct judge_model *jm, const char *name, const char *dir, struct whet_err *err) {
+static int load_model(struct judge_model *jm, const char *name, const char *dir, const char *device,
+                      struct whet_err *err) {
     jm->name = xstrdup(name);
     char *tok_path = xasprintf("%s/tokenizer.json", dir);
     struct model_opts mo = model_opts_default();
+    mo.device = device;
     int rc = tokenizer_load(tok_path, &jm->tok, err) || chat_template_load(&jm->tpl, dir, err) ||
                      model_load(&jm->m, dir, &mo, err)
                  ? -1
@@ -61,6 +63,7 @@ static struct judge_model *find_model(struct judge_pool *p, const char *name) {
 struct load_walk {
     struct judge_pool *pool;
     const json_t *dirs;
+    const char *device;
     struct whet_err *err;
     int failed;
 };
@@ -81,17 +84,17 @@ static void load_one(void *ctx, const struct grader *g) {
     struct judge_pool *p = w->pool;
     p->models = xrealloc(p->models, (size_t)(p->n + 1) * sizeof *p->models);
     memset(&p->models[p->n], 0, sizeof *p->models);
-    if (load_model(&p->models[p->n], name, dir, w->err)) w->failed = 1;
+    if (load_model(&p->models[p->n], name, dir, w->device, w->err)) w->failed = 1;
     p->n++; /* counted even when it failed, so judge_pool_free frees what it got */
 }
 
-int judge_pool_new(struct judge_pool **out, const struct grader *g, const json_t *judge_models, uint64_t seed,
-                   struct whet_err *err) {
+int judge_pool_new(struct judge_pool **out, const struct grader *g, const json_t *judge_models, const char *device,
+                   uint64_t seed, struct whet_err *err) {
     *out = NULL;
     struct judge_pool *p = xcalloc(1, sizeof *p);
     pthread_mutex_init(&p->lock, NULL);
     rng_seed(&p->rng, seed);
-    struct load_walk w = {p, judge_models, err, 0};
+    struct load_walk w = {p, judge_models, device, err, 0};
     grader_each(g, load_one, &w);
     if (w.failed || p->n == 0) {
         judge_pool_free(p);
@@ -390,7 +393,8 @@ static void free_process_pool(void) { judge_pool_free(process_pool); }
 
 int judge_attach(struct grader_run_opts *opts, const struct trainer_config *cfg, struct whet_err *err) {
     if (!process_pool_loaded) {
-        if (judge_pool_new(&process_pool, cfg->grader, cfg->judge_models, cfg->seed ^ 0x6a75646765ULL, err))
+        if (judge_pool_new(&process_pool, cfg->grader, cfg->judge_models, cfg->device, cfg->seed ^ 0x6a75646765ULL,
+                           err))
             return whet_err_prefix(err, "grader");
         process_pool_loaded = 1;
         atexit(free_process_pool);

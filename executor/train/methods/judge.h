@@ -32,11 +32,12 @@ struct judge_pool;
 struct trainer_config;
 
 /* Loads the judge of every score_model / label_model grader in `g` (inside multi too) from
- * `judge_models` ({"name": "/dir"}). *out is NULL when g names no judge. Returns -1 with err when a
+ * `judge_models` ({"name": "/dir"}) onto `device` (NULL: the CPU; the trainer passes its own, so the
+ * judges answer on the policy's GPU). *out is NULL when g names no judge. Returns -1 with err when a
  * named model has no dir ("score_model grader \"x\": judge model \"m\" is not in judge_models") or
  * does not load. */
-int judge_pool_new(struct judge_pool **out, const struct grader *g, const json_t *judge_models, uint64_t seed,
-                   struct whet_err *err);
+int judge_pool_new(struct judge_pool **out, const struct grader *g, const json_t *judge_models, const char *device,
+                   uint64_t seed, struct whet_err *err);
 void judge_pool_free(struct judge_pool *p);
 
 /* The grader_judge_fn over a judge_pool (ctx): 0 with *reward; 1 with err when the reply holds no

@@ -112,7 +112,7 @@ TEST(real_judge_is_the_sampler) {
     json_t *dirs = json_pack("{s:s}", "tiny-judge", model_dir);
     struct judge_pool *pool = NULL;
     struct whet_err err = {0};
-    CHECK_MSG(judge_pool_new(&pool, g, dirs, 1, &err) == 0 && pool, "%s", err.msg);
+    CHECK_MSG(judge_pool_new(&pool, g, dirs, NULL, 1, &err) == 0 && pool, "%s", err.msg);
     json_t *sample = grader_sample_from_text("blue"), *item = json_pack("{s:s}", "answer", "red");
     char *a = NULL, *b = NULL, *ref = NULL;
     CHECK_MSG(judge_reply(pool, g, sample, item, &a, &err) == 0, "%s", err.msg);
@@ -176,10 +176,10 @@ TEST(real_label_judge_in_a_batch) {
     struct whet_err err = {0};
     struct judge_pool *pool = NULL;
     json_t *none = json_pack("{s:s}", "other", model_dir);
-    CHECK(judge_pool_new(&pool, g, none, 1, &err) == -1 && pool == NULL);
+    CHECK(judge_pool_new(&pool, g, none, NULL, 1, &err) == -1 && pool == NULL);
     CHECK_CONTAINS(err.msg, "judge model \"tiny-judge\" is not in judge_models");
     json_t *dirs = json_pack("{s:s}", "tiny-judge", model_dir);
-    CHECK_MSG(judge_pool_new(&pool, g, dirs, 1, &err) == 0 && pool, "%s", err.msg);
+    CHECK_MSG(judge_pool_new(&pool, g, dirs, NULL, 1, &err) == 0 && pool, "%s", err.msg);
     enum { N = 4 };
     const char *texts[N] = {"red", "blue", "green", "red"};
     json_t *samples[N], *items[N];
