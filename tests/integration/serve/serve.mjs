@@ -36,7 +36,8 @@ const args = ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0
 for (let k = 0; k < 4; k++) args.push('--adapter', `ft:whet-tiny:a${k}=${join(dir, 'adapter-' + k)}`);
 const worker = spawn(whet, args, { stdio: ['ignore', 'inherit', 'inherit'] });
 const gone = new Promise((resolve) => worker.on('exit', resolve));
-for (let i = 0; i < 200 && !existsSync(addressFile); i++) await new Promise((r) => setTimeout(r, 50));
+// the worker loads the model before it listens: slow under a sanitizer on a loaded machine
+for (let i = 0; i < 1200 && !existsSync(addressFile); i++) await new Promise((r) => setTimeout(r, 50));
 const base = `http://${readFileSync(addressFile, 'utf8').trim()}/v1`;
 const client = new OpenAI({ apiKey: 'unused', baseURL: base, maxRetries: 0 });
 
