@@ -18,7 +18,9 @@
 
 #include "backend_cuda.h"
 
+#ifndef SAMPLE_THREADS /* the emulated op test (tests/unit/backend/cuda_emu) runs fewer: its threads are fibers */
 #define SAMPLE_THREADS 512
+#endif
 #define SAMPLE_ROWS_MAX 64
 
 /* rng_counter_uniform of common/rng.h: splitmix64's finaliser of seed + golden * (counter + 1). */
