@@ -7,7 +7,8 @@
 #      $WHET_GPU_BUILD_TYPE, default Release)
 #   2. find the GPU (nvidia-smi); without one, stop here: exit 2, "no GPU" in the summary
 #   3. `unit_backend cuda`: every op against plain references and finite differences (fp32 tolerances
-#      in tests/unit/backend/test_backend.c, the same as the CPU's)
+#      in tests/unit/backend/test_backend.c, the same as the CPU's); `unit_model cuda`: the model engine
+#      on the GPU against PyTorch's logits, losses, gradients and AdamW step (relative 1e-4, fp32)
 #   4. the tiny model (`whet model init --preset tiny`), SFT with LoRA and full fine-tuning, STEPS steps
 #      each with "device": "cpu" and "cuda" from the same seed; both compute in fp32 and differ only in
 #      the order of their sums, so: step 1's loss within 1e-4 (relative), step 1's gradient norm within
@@ -76,7 +77,7 @@ if ! cmake -S . -B "$build" -DWHET_CUDA=ON -DWHET_WERROR=ON -DCMAKE_BUILD_TYPE="
   put_str stopped_at configure
   summary 1
 fi
-if ! cmake --build "$build" -j"$(nproc)" --target whet unit_backend > "$work/build.log" 2>&1; then
+if ! cmake --build "$build" -j"$(nproc)" --target whet unit_backend unit_model > "$work/build.log" 2>&1; then
   grep -E "error|Error" "$work/build.log" | head -n 30 >&2
   put_str stopped_at build
   summary 1
@@ -98,6 +99,7 @@ echo "GPU: $gpu" >&2
 
 # ---- 3. the op tests on the device
 check unit_backend_cuda timeout 300 "$build/tests/unit/backend/unit_backend" "${dev%%:*}"
+check unit_model_cuda env WHET_FIXTURES="$root/tests/fixtures" timeout 300 "$build/tests/unit/model/unit_model" "$dev"
 
 # ---- 4. SFT on cpu and cuda
 "$WHET" model init --preset tiny --out "$work/model" > /dev/null
