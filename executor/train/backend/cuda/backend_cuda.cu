@@ -6,8 +6,9 @@
  * to cuBLAS. Everything is queued on the instance's stream; only `download` (and `close`) wait.
  * Correctness comes first here: every kernel is the plain formula of backend_cpu.c with one thread (or
  * one warp, or one block) per output, and reductions are fixed trees (backend_cuda.h), so a step gives
- * the same bits run to run. The bf16 path of the precision policy will be a second set of kernels behind
- * these same ops; every kernel here names its element type once (float) so a templated dtype can follow. */
+ * the same bits run to run. The bf16 path of the precision policy is a later step: the elementwise
+ * kernels become templates over the stored type (fp32 arithmetic inside), the products move to cuBLASLt
+ * with bf16 inputs, and these fp32 kernels stay as the mode the tests compare with the CPU. */
 #include <math.h>
 #include <string.h>
 

@@ -46,6 +46,38 @@ __device__ inline float dot_head(const float r[MAX_DIMS_PER_LANE], const float *
     return warp_sum(s);
 }
 
+/* The online softmax of one query row (in registers) over key and value rows r0 .. r1-1 (key r at
+ * k + r*ldk, value r at v + r*ldv): acc = sum_r exp(s_r - mx) v_r and *sum = sum_r exp(s_r - mx), with
+ * s_r = scale * q . k_r and *mx their maximum. */
+__device__ inline void attend(float acc[MAX_DIMS_PER_LANE], float *mx_out, float *sum_out,
+                              const float qr[MAX_DIMS_PER_LANE], const float *k, int ldk, const float *v, int ldv,
+                              int r0, int r1, int D, int lane, float scale) {
+    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) acc[x] = 0;
+    float mx = -INFINITY, sum = 0;
+    for (int r = r0; r < r1; r++) {
+        float s = dot_head(qr, k + (size_t)r * ldk, D, lane) * scale;
+        float m_new = fmaxf(mx, s), correction = expf(mx - m_new), p = expf(s - m_new);
+        sum = sum * correction + p;
+        const float *vr = v + (size_t)r * ldv;
+#pragma unroll
+        for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
+            int d = lane + 32 * x;
+            acc[x] = acc[x] * correction + (d < D ? p * vr[d] : 0.0f);
+        }
+        mx = m_new;
+    }
+    *mx_out = mx, *sum_out = sum;
+}
+
+/* o[d] = acc / sum for this lane's dimensions (0 for a row that saw nothing). */
+__device__ inline void store_head(float *o, const float acc[MAX_DIMS_PER_LANE], float sum, int D, int lane) {
+#pragma unroll
+    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
+        int d = lane + 32 * x;
+        if (d < D) o[d] = sum > 0 ? acc[x] / sum : 0.0f;
+    }
+}
+
 /* Grid (segment, head, block of ATT_WARPS query rows): warp w of block z has row i = z*ATT_WARPS + w
  * of its segment, token t = start + i, which sees tokens start..t. */
 __global__ void attention_forward(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
@@ -55,51 +87,25 @@ __global__ void attention_forward(float *out, float *lse, const float *q, int ld
     int h = blockIdx.y, i = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= seg.len) return;
     int t = seg.start + i, kh = h / (H / HKV);
-    float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE];
+    float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE], mx, sum;
     load_head(qr, q + (size_t)t * ldq + (size_t)h * D, D, lane);
-    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) acc[x] = 0;
-    float mx = -INFINITY, sum = 0;
-    for (int u = seg.start; u <= t; u++) {
-        float s = dot_head(qr, k + (size_t)u * ldk + (size_t)kh * D, D, lane) * scale;
-        float m_new = fmaxf(mx, s), correction = expf(mx - m_new), p = expf(s - m_new);
-        sum = sum * correction + p;
-        const float *vu = v + (size_t)u * ldv + (size_t)kh * D;
-#pragma unroll
-        for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
-            int d = lane + 32 * x;
-            acc[x] = acc[x] * correction + (d < D ? p * vu[d] : 0.0f);
-        }
-        mx = m_new;
-    }
-    float *o = out + (size_t)t * H * D + (size_t)h * D;
-#pragma unroll
-    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
-        int d = lane + 32 * x;
-        if (d < D) o[d] = acc[x] / sum;
-    }
+    attend(acc, &mx, &sum, qr, k + (size_t)kh * D, ldk, v + (size_t)kh * D, ldv, seg.start, t + 1, D, lane, scale);
+    store_head(out + (size_t)t * H * D + (size_t)h * D, acc, sum, D, lane);
     if (lane == 0) lse[(size_t)h * N + t] = mx + logf(sum);
 }
 
-/* delta[h, t] = dO[t,h] . O[t,h], with O recomputed from the kept log-sum-exp. */
-__global__ void attention_backward_delta(float *delta, const float *dout, const float *lse, const float *q, int ldq,
+/* delta[h, t] = dO[t,h] . O[t,h], with O recomputed (as the forward computed it). */
+__global__ void attention_backward_delta(float *delta, const float *dout, const float *q, int ldq,
                                          const float *k, int ldk, const float *v, int ldv,
                                          const struct attn_segment *segs, int N, int H, int HKV, int D, float scale) {
     struct attn_segment seg = segs[blockIdx.x];
     int h = blockIdx.y, i = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (i >= seg.len) return;
     int t = seg.start + i, kh = h / (H / HKV);
-    float qr[MAX_DIMS_PER_LANE], o[MAX_DIMS_PER_LANE], l = lse[(size_t)h * N + t];
+    float qr[MAX_DIMS_PER_LANE], o[MAX_DIMS_PER_LANE], mx, sum;
     load_head(qr, q + (size_t)t * ldq + (size_t)h * D, D, lane);
-    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) o[x] = 0;
-    for (int u = seg.start; u <= t; u++) {
-        float p = expf(dot_head(qr, k + (size_t)u * ldk + (size_t)kh * D, D, lane) * scale - l);
-        const float *vu = v + (size_t)u * ldv + (size_t)kh * D;
-#pragma unroll
-        for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
-            int d = lane + 32 * x;
-            if (d < D) o[x] += p * vu[d];
-        }
-    }
+    attend(o, &mx, &sum, qr, k + (size_t)kh * D, ldk, v + (size_t)kh * D, ldv, seg.start, t + 1, D, lane, scale);
+    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) o[x] /= sum;
     float dd = dot_head(o, dout + (size_t)t * H * D + (size_t)h * D, D, lane);
     if (lane == 0) delta[(size_t)h * N + t] = dd;
 }
@@ -181,28 +187,11 @@ __global__ void attention_cached(float *out, const float *q, int ldq, const floa
     int w = blockIdx.x * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (w >= n * H) return;
     int i = w / H, h = w % H, kh = h / (H / HKV), KVD = HKV * D;
-    float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE];
+    float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE], mx, sum;
     load_head(qr, q + (size_t)i * ldq + (size_t)h * D, D, lane);
-    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) acc[x] = 0;
-    float mx = -INFINITY, sum = 0;
-    for (int r = first[i]; r < first[i] + n_ctx[i]; r++) {
-        float s = dot_head(qr, kc + (size_t)r * KVD + (size_t)kh * D, D, lane) * scale;
-        float m_new = fmaxf(mx, s), correction = expf(mx - m_new), p = expf(s - m_new);
-        sum = sum * correction + p;
-        const float *vr = vc + (size_t)r * KVD + (size_t)kh * D;
-#pragma unroll
-        for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
-            int d = lane + 32 * x;
-            acc[x] = acc[x] * correction + (d < D ? p * vr[d] : 0.0f);
-        }
-        mx = m_new;
-    }
-    float *o = out + (size_t)i * H * D + (size_t)h * D;
-#pragma unroll
-    for (int x = 0; x < MAX_DIMS_PER_LANE; x++) {
-        int d = lane + 32 * x;
-        if (d < D) o[d] = sum > 0 ? acc[x] / sum : 0.0f;
-    }
+    attend(acc, &mx, &sum, qr, kc + (size_t)kh * D, KVD, vc + (size_t)kh * D, KVD, first[i], first[i] + n_ctx[i], D,
+           lane, scale);
+    store_head(out + (size_t)i * H * D + (size_t)h * D, acc, sum, D, lane);
 }
 
 void cuda_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
@@ -227,7 +216,7 @@ void cuda_attention_backward(struct backend *be, float *dq, int lddq, float *dk,
     float scale = 1.0f / sqrtf((float)D);
     float *delta = (float *)cuda_scratch(be, sizeof(float) * (size_t)H * N);
     dim3 grid(n_segs, H, cuda_blocks(T, ATT_WARPS)), kv_grid(n_segs, HKV, cuda_blocks(T, ATT_WARPS));
-    attention_backward_delta<<<grid, 32 * ATT_WARPS, 0, c->stream>>>(delta, dout, lse, q, ldq, k, ldk, v, ldv, segs, N,
+    attention_backward_delta<<<grid, 32 * ATT_WARPS, 0, c->stream>>>(delta, dout, q, ldq, k, ldk, v, ldv, segs, N,
                                                                      H, HKV, D, scale);
     LAUNCH_CHECK();
     attention_backward_dq<<<grid, 32 * ATT_WARPS, 0, c->stream>>>(dq, lddq, delta, dout, lse, q, ldq, k, ldk, v, ldv,
