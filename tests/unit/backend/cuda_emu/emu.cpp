@@ -30,8 +30,14 @@ struct fiber {
 
 #define STACK_BYTES (128 * 1024)
 
+/* The fibers' stacks, kept from launch to launch, freed at exit. */
+static struct fiber_stacks {
+    std::vector<char *> all;
+    ~fiber_stacks() {
+        for (char *s : all) free(s);
+    }
+} stacks;
 static std::vector<fiber> fibers;
-static std::vector<char *> stacks;
 static fiber *current;
 static jmp_buf scheduler;
 static const std::function<void()> *kernel_body;
@@ -62,14 +68,14 @@ void *emu_warp_slot(int lane) { return &warp_slots[(threadIdx.x & ~31u) + (unsig
  * open, until every fiber has exited. */
 static void run_block(unsigned n) {
     if (fibers.size() < n) fibers.resize(n);
-    while (stacks.size() < n) stacks.push_back((char *)malloc(STACK_BYTES));
+    while (stacks.all.size() < n) stacks.all.push_back((char *)malloc(STACK_BYTES));
     for (unsigned t = 0; t < n; t++) {
         fiber *f = &fibers[t];
         f->tid = t;
         f->state = RUNNING;
         f->started = 0;
         getcontext(&f->start);
-        f->start.uc_stack.ss_sp = stacks[t];
+        f->start.uc_stack.ss_sp = stacks.all[t];
         f->start.uc_stack.ss_size = STACK_BYTES;
         f->start.uc_link = NULL;
         makecontext(&f->start, fiber_main, 0);
