@@ -3,11 +3,16 @@
 # config with "device": "cuda" must fail at once, with "no CUDA device" and an ordinary exit status (not
 # a crash). The message also tells which build this is, so a CUDA build that silently left the backend
 # out fails here: $1 is ON when CMake built the CUDA backend (then the reason comes from the CUDA
-# runtime), OFF when it did not (then whet says it was built without it). On a machine with a GPU the
-# backend is tested by tests/gpu/run.sh instead.
+# runtime), OFF when it did not (then whet says it was built without it). $2 is the WHET_CUDA setting:
+# unless it is OFF, a machine with nvcc must have built the backend (CI compiles and links it on every
+# run). On a machine with a GPU the backend is tested by tests/gpu/run.sh instead.
 set -euo pipefail
 : "${WHET_BIN:?}" "${WHET_FIXTURES:?}"
-built=${1:?ON or OFF}
+built=${1:?ON or OFF} setting=${2:?AUTO, ON or OFF}
+if [ "$built" != ON ] && [ "$setting" != OFF ] && { command -v nvcc || [ -x /usr/local/cuda/bin/nvcc ]; } >/dev/null; then
+  echo "FAIL: nvcc is on this machine but the CUDA backend was not built (WHET_CUDA=$setting)" >&2
+  exit 1
+fi
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   echo "a GPU is here: not the case this test is about (tests/gpu/run.sh tests the backend)"
   exit 0
