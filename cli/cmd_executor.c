@@ -15,7 +15,7 @@
 static void executor_usage(FILE *out) {
     fprintf(out,
             "usage: whet executor --dc NAME --pool NAME --devices SPEC --work-dir DIR [--data-dir DIR]\n"
-            "                     [--scheduler HOST:PORT] [--trainer PATH]\n\n"
+            "                     [--scheduler HOST:PORT] [--trainer PATH] [--metrics HOST:PORT]\n\n"
             "Registers this machine's devices with the scheduler and runs the jobs it places here, each\n"
             "`whet train` in the sandbox, streaming checkpoints to the object store. Finds the scheduler\n"
             "(WHET_GRPC), its token (WHET_EXECUTOR_TOKEN) and the object store (WHET_OBJECT_STORE) in the\n"
@@ -30,7 +30,9 @@ static void executor_usage(FILE *out) {
             "                       (default: this binary). How an operator deploys a custom trainer build:\n"
             "                       a whet binary built with other kernels or flags, on this node only. It\n"
             "                       must follow `whet train`'s contract (event lines on stdout) and is held\n"
-            "                       by the same sandbox: no network, only its job dir writable.\n");
+            "                       by the same sandbox: no network, only its job dir writable.\n"
+            "  --metrics HOST:PORT  serve Prometheus metrics at GET /metrics there (default\n"
+            "                       $WHET_EXECUTOR_METRICS, else none)\n");
 }
 
 static int cmd_executor(int argc, char **argv) {
@@ -38,10 +40,11 @@ static int cmd_executor(int argc, char **argv) {
         {"dc", required_argument, 0, 'c'},       {"pool", required_argument, 0, 'p'},
         {"devices", required_argument, 0, 'v'},  {"work-dir", required_argument, 0, 'w'},
         {"data-dir", required_argument, 0, 'd'}, {"scheduler", required_argument, 0, 's'},
-        {"trainer", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+        {"trainer", required_argument, 0, 't'}, {"metrics", required_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'},
         {0}};
     struct executor_options o = {0};
-    const char *data_dir = NULL, *scheduler = NULL, *trainer = NULL;
+    const char *data_dir = NULL, *scheduler = NULL, *trainer = NULL, *metrics = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -52,6 +55,7 @@ static int cmd_executor(int argc, char **argv) {
         case 'd': data_dir = optarg; break;
         case 's': scheduler = optarg; break;
         case 't': trainer = optarg; break;
+        case 'm': metrics = optarg; break;
         case 'h': executor_usage(stdout); return 0;
         default: executor_usage(stderr); return 2;
         }
@@ -69,6 +73,7 @@ static int cmd_executor(int argc, char **argv) {
     o.scheduler = scheduler ? scheduler : whet_env("WHET_GRPC", "127.0.0.1:7070");
     o.token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
+    o.metrics_addr = metrics ? metrics : whet_env("WHET_EXECUTOR_METRICS", NULL);
     if (!o.token || !o.object_store) {
         fprintf(stderr, "whet executor: WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE must be set\nhint: pass --data-dir "
                         "of a `whet up` data dir, or set them\n");

@@ -11,27 +11,32 @@
 
 static void scheduler_usage(FILE *out) {
     fprintf(out,
-            "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n\n"
+            "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n"
+            "                      [--metrics HOST:PORT]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env).\n\n"
             "  --data-dir DIR    read DIR/whet.env\n"
             "  --grpc HOST:PORT  where executors call (default $WHET_GRPC, else 127.0.0.1:7070)\n"
             "  --policy P        placement policy: whet (default), fifo, bestfit, las\n"
-            "  --lease-ms MS     a node silent this long is declared lost (default $WHET_LEASE_MS, else 10000)\n");
+            "  --lease-ms MS     a node silent this long is declared lost (default $WHET_LEASE_MS, else 10000)\n"
+            "  --metrics H:P     serve Prometheus metrics at GET /metrics there (default $WHET_SCHEDULER_METRICS,\n"
+            "                    else none)\n");
 }
 
 static int cmd_scheduler(int argc, char **argv) {
     static const struct option opts[] = {{"data-dir", required_argument, 0, 'd'}, {"grpc", required_argument, 0, 'g'},
                                          {"policy", required_argument, 0, 'p'},   {"lease-ms", required_argument, 0, 'l'},
-                                         {"help", no_argument, 0, 'h'},           {0}};
-    const char *data_dir = NULL, *grpc = NULL, *policy = "whet";
+                                         {"metrics", required_argument, 0, 'm'},  {"help", no_argument, 0, 'h'},
+                                         {0}};
+    const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
     int lease_ms = atoi(whet_env("WHET_LEASE_MS", "10000")), c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
         case 'g': grpc = optarg; break;
         case 'p': policy = optarg; break;
+        case 'm': metrics = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -55,6 +60,7 @@ static int cmd_scheduler(int argc, char **argv) {
         return 1;
     }
     o.grpc_addr = grpc ? grpc : whet_env("WHET_GRPC", "127.0.0.1:7070");
+    o.metrics_addr = metrics ? metrics : whet_env("WHET_SCHEDULER_METRICS", NULL);
     o.executor_token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
     if (!o.executor_token) {

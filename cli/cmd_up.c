@@ -290,6 +290,13 @@ static int prepare_environment(const char *abs_dir, struct local_pg *pg, struct 
     free(objects);
     set_default("WHET_HTTP", "127.0.0.1:8080");
     set_default("WHET_GRPC", "127.0.0.1:7070");
+    /* One machine, plain HTTP (the readiness check and the printed URL are http://): HTTPS is for a
+     * production `whet gateway`. */
+    if (whet_env("WHET_GATEWAY_TLS_CERT", NULL) || whet_env("WHET_GATEWAY_TLS_KEY", NULL)) {
+        log_warn("msg=\"whet up serves plain HTTP: WHET_GATEWAY_TLS_CERT and WHET_GATEWAY_TLS_KEY are ignored\"");
+        unsetenv("WHET_GATEWAY_TLS_CERT");
+        unsetenv("WHET_GATEWAY_TLS_KEY");
+    }
     set_default("WHET_JWT_ALG", "HS256");
     if (!whet_env("WHET_JWT_KEY", NULL)) {
         uint8_t secret[32];

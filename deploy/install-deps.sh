@@ -20,7 +20,9 @@ packages=(
   # run
   postgresql postgresql-contrib python3
   # tests, fixtures and benchmarks
-  python3-torch python3-numpy python3-botocore wrk hyperfine curl procps
+  python3-torch python3-numpy python3-botocore wrk hyperfine curl procps openssl
+  # checkers of deploy/: systemd-analyze (units), promtool (alert rules)
+  systemd prometheus
 )
 
 missing=()
@@ -30,6 +32,8 @@ done
 # Node.js: Debian's nodejs+npm, unless a nodejs that bundles npm (NodeSource) is already there.
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
+# kubectl (its built-in kustomize renders deploy/k8s): Debian's kubernetes-client, unless one is there.
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

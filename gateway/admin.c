@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_keys.h"
 #include "auth.h"
 #include "crypto.h"
 #include "db.h"
+#include "scopes.h"
 #include "server.h"
 
 #define TENANT_COLS "id, name, weight, rate_per_s, rate_burst, max_active_jobs, disabled, created_at"
@@ -23,33 +25,7 @@ static json_t *tenant_json(const PGresult *res, int row) {
                      "created_at", db_json_integer(res, row, 7));
 }
 
-static json_t *key_json(const PGresult *res, int row) {
-    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o}", "object", "api_key", "id", db_json_string(res, row, 0),
-                     "tenant_id", db_json_string(res, row, 1), "prefix", db_json_string(res, row, 2), "created_at",
-                     db_json_integer(res, row, 3), "revoked_at", db_json_integer(res, row, 4));
-}
-
 static json_t *list_json(json_t *data) { return json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0); }
-
-/* A new key: its id, the key itself (shown once), its stored hash as bytea text and its prefix. */
-struct new_key {
-    char id[32];
-    char key[AUTH_API_KEY_LEN + 1];
-    char hash_text[2 + 64 + 1];
-    char prefix[AUTH_KEY_PREFIX_LEN + 1];
-};
-
-static void new_key_make(struct new_key *k) {
-    uint8_t hash[32];
-    whet_random_id("key-", 16, k->id);
-    auth_api_key_new(k->key);
-    auth_api_key_hash(k->key, hash);
-    k->hash_text[0] = '\\';
-    k->hash_text[1] = 'x';
-    whet_hex_encode(hash, 32, k->hash_text + 2);
-    memcpy(k->prefix, k->key, AUTH_KEY_PREFIX_LEN);
-    k->prefix[AUTH_KEY_PREFIX_LEN] = 0;
-}
 
 /* ---- Numeric fields of tenant bodies ----------------------------------------------------------- */
 
@@ -196,21 +172,24 @@ static void tenant_enable(struct gw_req *r) {
 static void key_create_done(struct gw_req *r, const struct db_result *res, void *arg) {
     struct new_key *k = arg;
     if (db_reply_unless_found(r, res, "tenant", "id")) return;
-    json_t *j = key_json(res->res[0], 0);
+    json_t *j = api_key_json(res->res[0], 0);
     json_object_set_new(j, "key", json_string(k->key));
     http_reply_json(r, 200, j);
 }
 
+/* The body is optional: {"scopes", "expires_at", "name"} (scopes.h). */
 static void key_create(struct gw_req *r) {
-    struct new_key *k = http_alloc(r, sizeof(*k));
-    new_key_make(k);
-    const char *p[] = {k->id, http_path_param(r, "id"), k->hash_text, k->prefix};
-    db_query(r, "admin_key_create", 4, p, key_create_done, k);
+    struct key_fields f;
+    struct new_key *k = api_key_begin(r, &f);
+    if (!k) return;
+    const char *p[] = {k->id,   http_path_param(r, "id"), k->hash_text, k->prefix, f.scopes, f.expires_at,
+                       f.name, f.monthly_limit};
+    db_query(r, "admin_key_create", 8, p, key_create_done, k);
 }
 
 static void key_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
     if (db_reply_unless_found(r, res, "tenant", "id")) return;
-    http_reply_json(r, 200, list_json(db_rows_json(res->res[1], -1, key_json)));
+    http_reply_json(r, 200, list_json(db_rows_json(res->res[1], -1, api_key_json)));
 }
 
 static void key_list(struct gw_req *r) {
@@ -223,7 +202,7 @@ static void key_list(struct gw_req *r) {
 static void key_revoke_done(struct gw_req *r, const struct db_result *res, void *arg) {
     if (db_reply_unless_found(r, res, "API key", "key_id")) return;
     atomic_fetch_add(&gw_auth_epoch, 1);
-    http_reply_json(r, 200, key_json(res->res[0], 0));
+    http_reply_json(r, 200, api_key_json(res->res[0], 0));
 }
 
 static void key_revoke(struct gw_req *r) {
@@ -297,15 +276,16 @@ void admin_routes(struct http_router *rt) {
                "rate_burst = coalesce($4::int, rate_burst), max_active_jobs = coalesce($5::int, max_active_jobs), "
                "disabled = coalesce($6::bool, disabled) WHERE " TENANT_BY_ID " RETURNING " TENANT_COLS);
     db_prepare("admin_key_create",
-               "INSERT INTO api_keys (id, tenant_id, key_hash, key_prefix) SELECT $1, id, $3::bytea, $4 FROM tenants "
-               "WHERE (id = $2 OR name = $2) RETURNING id, tenant_id, key_prefix, created_at, revoked_at");
-    db_prepare("admin_key_list", "SELECT k.id, k.tenant_id, k.key_prefix, k.created_at, k.revoked_at FROM api_keys k "
+               "INSERT INTO api_keys AS k (id, tenant_id, key_hash, key_prefix, scopes, expires_at, name, "
+               "monthly_limit) "
+               "SELECT $1, id, $3::bytea, $4, coalesce($5::text[], '{all}'), $6::bigint, $7, $8::numeric FROM tenants "
+               "WHERE (id = $2 OR name = $2) RETURNING " API_KEY_COLUMNS);
+    db_prepare("admin_key_list", "SELECT " API_KEY_COLUMNS " FROM api_keys k "
                                  "JOIN tenants t ON t.id = k.tenant_id WHERE (t.id = $1 OR t.name = $1) "
                                  "ORDER BY k.created_at, k.id");
     db_prepare("admin_key_revoke",
                "UPDATE api_keys k SET revoked_at = coalesce(k.revoked_at, whet_now()) FROM tenants t WHERE k.id = $2 "
-               "AND t.id = k.tenant_id AND (t.id = $1 OR t.name = $1) "
-               "RETURNING k.id, k.tenant_id, k.key_prefix, k.created_at, k.revoked_at");
+               "AND t.id = k.tenant_id AND (t.id = $1 OR t.name = $1) RETURNING " API_KEY_COLUMNS);
     db_prepare("admin_quota_list", "SELECT q.gpu_type, q.gpus FROM quotas q JOIN tenants t ON t.id = q.tenant_id "
                                    "WHERE (t.id = $1 OR t.name = $1) ORDER BY q.gpu_type");
     db_prepare("admin_quota_delete",

@@ -24,10 +24,13 @@ struct gateway_options {
     int workers;               /* threads for blocking work (object store I/O); 0: 4 */
     int auth_cache_ttl_ms;     /* how long a verified API key or tenant row is trusted; 0: 5000 */
     int log_requests;          /* 1: one log line per request (default via gateway_options_default) */
+    const char *tls_cert;      /* PEM certificate chain (WHET_GATEWAY_TLS_CERT): with tls_key, HTTPS only, */
+    const char *tls_key;       /* HTTP/2 or HTTP/1.1 chosen by ALPN; NULL both: plain HTTP */
 };
 
 /* Fills `opts` from the environment (WHET_HTTP, WHET_DATABASE_URL, WHET_GATEWAY_THREADS,
- * WHET_GATEWAY_DB_CONNS, WHET_GATEWAY_BODY_LIMIT); the strings point into the environment. */
+ * WHET_GATEWAY_DB_CONNS, WHET_GATEWAY_BODY_LIMIT, WHET_GATEWAY_TLS_CERT, WHET_GATEWAY_TLS_KEY); the
+ * strings point into the environment. */
 void gateway_options_default(struct gateway_options *opts);
 
 struct gateway;
@@ -44,7 +47,7 @@ int gateway_wait(struct gateway *gw);
 const char *gateway_address(const struct gateway *gw);
 
 /* gateway_start + wait for SIGINT/SIGTERM + gateway_stop + gateway_wait. Prints
- * "whet: gateway listening on http://HOST:PORT" on stderr once serving. */
+ * "whet: gateway listening on http://HOST:PORT" (https:// with TLS) on stderr once serving. */
 int gateway_run(const struct gateway_options *opts, struct whet_err *err);
 
 #endif

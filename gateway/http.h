@@ -56,6 +56,7 @@ struct gw_req {
     int admin;                               /* an operator token on /admin/v1 */
     char tenant_id[HTTP_TENANT_ID_MAX + 1];  /* tenants.id, "" for operator and public routes */
     char tenant_name[HTTP_TENANT_ID_MAX + 1];/* tenants.name */
+    char api_key_id[HTTP_TENANT_ID_MAX + 1]; /* api_keys.id when an API key authenticated, else "" */
     /* Path parameters from the route pattern ("/v1/files/{id}"), decoded, NUL-terminated. */
     int npath;
     const char *path_names[HTTP_PATH_PARAMS_MAX];

@@ -9,6 +9,7 @@
 
 #include "crypto.h"
 #include "db.h"
+#include "estimate.h"
 #include "files_common.h"
 #include "idempotency.h"
 #include "job_request.h"
@@ -20,11 +21,11 @@
 #define JOB_COLUMNS                                                                                            \
     "id, model, training_file, validation_file, method, suffix, seed, metadata, whet, status, error, "       \
     "fine_tuned_model, trained_tokens, estimated_finish, result_files, created_at, finished_at, tenant_id, " \
-    "wait_reason, priority, queue_position"
+    "wait_reason, priority, queue_position, whet_job_cost(id), estimate"
 enum {
     JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
     JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
-    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION,
+    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION, JC_COST, JC_ESTIMATE,
 };
 
 /* OpenAI's fine_tuning.job, plus the `whet` extension object (as given, with priority, why the job
@@ -48,6 +49,14 @@ static json_t *job_row_to_json(const PGresult *res, int row) {
     json_object_set_new(whet, "priority", db_json_integer(res, row, JC_PRIORITY));
     json_object_set_new(whet, "wait_reason", db_json_string(res, row, JC_WAIT_REASON));
     json_object_set_new(whet, "queue_position", db_json_integer(res, row, JC_QUEUE_POSITION));
+    json_t *cost = db_json_value(res, row, JC_COST), *estimate = db_json_value(res, row, JC_ESTIMATE);
+    if (json_is_object(estimate) && db_value(res, row, JC_FINISHED_AT))
+        json_object_set_new(estimate, "actual",
+                            json_pack("{s:o, s:O?, s:O?}", "trained_tokens",
+                                      db_json_integer(res, row, JC_TRAINED_TOKENS), "duration_s",
+                                      json_object_get(cost, "run_seconds"), "cost", json_object_get(cost, "amount")));
+    json_object_set_new(whet, "cost", cost);         /* live while it runs (prices.h) */
+    json_object_set_new(whet, "estimate", estimate); /* made at create, with the actual once it ends (estimate.h) */
     json_t *job = json_object();
     json_object_set_new(job, "id", db_json_string(res, row, JC_ID));
     json_object_set_new(job, "object", json_string("fine_tuning.job"));
@@ -101,6 +110,8 @@ struct create_ctx {
     char seed[16], priority[16];
     const char *job_id, *event_id;
     char now[24];
+    int dry_run; /* whet.dry_run: answer the estimate, create nothing (estimate.h) */
+    const char *base_model, *init_checkpoint, *resolved_method; /* once the lookup has checked the model */
 };
 
 static void create_reply_too_many(struct gw_req *r, void *arg) {
@@ -138,6 +149,30 @@ static int check_file(struct gw_req *r, const struct create_ctx *c, const char *
         return -1;
     }
     return 0;
+}
+
+/* The job may be created (estimate.h): the row with its estimate, its "created" event (and a warning
+ * when its estimate takes the month past the tenant's soft budget), the NOTIFY, one transaction. */
+static void create_insert(struct gw_req *r, const char *estimate_json, int soft_alert, void *arg) {
+    struct create_ctx *c = arg;
+    c->job_id = files_new_id(r, "ftjob-");
+    c->event_id = files_new_id(r, "ftevent-");
+    snprintf(c->now, sizeof c->now, "%lld", (long long)whet_now_unix());
+    const char *insert[] = {c->job_id,         http_tenant_id(r),  c->model,           c->base_model,
+                            c->init_checkpoint, c->training_file,   c->validation_file, c->resolved_method,
+                            c->suffix,          c->seed,            c->metadata_json,   c->whet_json,
+                            c->now,             c->priority,        estimate_json,
+                            r->api_key_id[0] ? r->api_key_id : NULL};
+    const char *event[] = {c->event_id, http_tenant_id(r), c->job_id, c->now};
+    const char *notify[] = {http_tenant_id(r), c->job_id};
+    const char *alert[] = {files_new_id(r, "ftevent-"), http_tenant_id(r), c->job_id, c->now};
+    struct db_stmt stmts[5] = {
+        {"jobs_insert", NULL, 16, insert},
+        {"jobs_created_event", NULL, 4, event},
+        {"jobs_notify", NULL, 2, notify},
+        {"jobs_budget_event", NULL, 4, alert},
+    };
+    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 4 : 3), create_done, c);
 }
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -181,21 +216,11 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     json_decref(resolved.method);
     const char *method_json = http_strdup(r, method);
     free(method);
-
-    c->job_id = files_new_id(r, "ftjob-");
-    c->event_id = files_new_id(r, "ftevent-");
-    snprintf(c->now, sizeof c->now, "%lld", (long long)whet_now_unix());
-    const char *insert[] = {c->job_id,       http_tenant_id(r), c->model,         base_model, init_checkpoint,
-                            c->training_file, c->validation_file, method_json,     c->suffix,  c->seed,
-                            c->metadata_json, c->whet_json,       c->now,          c->priority};
-    const char *event[] = {c->event_id, http_tenant_id(r), c->job_id, c->now};
-    const char *notify[] = {http_tenant_id(r), c->job_id};
-    struct db_stmt stmts[4] = {
-        {"jobs_insert", NULL, 14, insert},
-        {"jobs_created_event", NULL, 4, event},
-        {"jobs_notify", NULL, 2, notify},
-    };
-    db_transaction(r, stmts, idem_reserve(r, stmts, 3), create_done, c);
+    c->base_model = http_strdup(r, base_model);
+    c->init_checkpoint = init_checkpoint ? http_strdup(r, init_checkpoint) : NULL;
+    c->resolved_method = method_json;
+    struct estimate_req q = {c->model, c->base_model, method_json, c->training_file, c->whet_json, c->dry_run};
+    estimate_job(r, &q, create_insert, c);
 }
 
 static void create_lookup(struct gw_req *r, void *arg) {
@@ -215,6 +240,11 @@ static const char *dump_to_pool(struct gw_req *r, const json_t *v) {
 static void jobs_create(struct gw_req *r) {
     json_t *body = http_body_json(r);
     if (!body) return;
+    int dry_run = estimate_take_dry_run(r, body);
+    if (dry_run < 0) {
+        json_decref(body);
+        return;
+    }
     struct job_request req;
     char param[JOB_PARAM_MAX];
     struct whet_err err;
@@ -244,7 +274,9 @@ static void jobs_create(struct gw_req *r) {
     snprintf(c->seed, sizeof c->seed, "%u", seed);
     snprintf(c->priority, sizeof c->priority, "%d", req.priority);
     job_request_free(&req);
-    idem_begin(r, create_lookup, c);
+    c->dry_run = dry_run;
+    if (dry_run) create_lookup(r, c); /* creates nothing: no Idempotency-Key to keep */
+    else idem_begin(r, create_lookup, c);
 }
 
 /* ---------------------------------------------------------------- list and retrieve */
@@ -345,6 +377,7 @@ static void jobs_checkpoints(struct gw_req *r) { job_page(r, "jobs_checkpoints",
 
 static void jobs_prepare(void) {
     idem_prepare();
+    estimate_prepare();
     /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
      * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
      * the first judge model a score_model or label_model grader names (at any depth of a multi
@@ -368,13 +401,17 @@ static void jobs_prepare(void) {
     /* Written only while the tenant is under its active-job limit (0 rows otherwise). */
     db_prepare("jobs_insert",
                "INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, "
-               "method, suffix, seed, metadata, whet, status, created_at, priority) "
+               "method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
                "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-               "$13::bigint, $14::integer "
+               "$13::bigint, $14::integer, $15::jsonb, $16 "
                "WHERE (SELECT count(*) FROM jobs WHERE tenant_id = $2 AND status IN "
                "('validating_files', 'queued', 'running', 'paused')) < "
                "(SELECT max_active_jobs FROM tenants WHERE id = $2) "
                "RETURNING " JOB_COLUMNS);
+    db_prepare("jobs_budget_event",
+               "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
+               "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "
+               "whet_budget_status($2), $4::bigint WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
     db_prepare("jobs_created_event",
                "INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
                "SELECT $1, $2, $3, 'Created fine-tuning job: ' || $3::text, $4::bigint "

@@ -1,6 +1,8 @@
 /* metrics.c - the gateway's Prometheus counters: requests by route and status code, a request
- * duration histogram by route, and database pool gauges. Every event loop updates the same atomics
+ * duration histogram by route, error answers by their `code` (storage_error, rate_limit_exceeded, ...:
+ * what alerts tell apart within one status), and database pool gauges. Every event loop updates the same atomics
  * (relaxed: these are statistics), so /metrics sees the whole process whichever thread serves it. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,17 @@ static struct route_metrics *routes; /* nroutes + 1: the last one counts unmatch
 static int nroutes;
 static atomic_long db_gauges[2][4];
 static atomic_ulong db_errors;
+
+/* Error codes are the gateway's own literals, a few dozen; once the table is one slot short of full,
+ * new ones count as "other". */
+#define ERROR_CODES_MAX 64
+struct error_code_count {
+    char code[48];
+    atomic_ulong n;
+};
+static struct error_code_count error_codes[ERROR_CODES_MAX];
+static int nerror_codes;
+static pthread_mutex_t error_codes_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void metrics_init(int n) {
     nroutes = n;
@@ -55,6 +68,23 @@ void metrics_db_add(int admin_pool, enum metrics_db_gauge g, long delta) {
 }
 
 void metrics_db_error(void) { atomic_fetch_add_explicit(&db_errors, 1, memory_order_relaxed); }
+
+/* The slot of `code`, added when new (under error_codes_lock). */
+static int error_code_slot(const char *code) {
+    for (int i = 0; i < nerror_codes; i++)
+        if (!strcmp(error_codes[i].code, code)) return i;
+    if (nerror_codes >= ERROR_CODES_MAX - 1 && strcmp(code, "other")) return error_code_slot("other");
+    snprintf(error_codes[nerror_codes].code, sizeof(error_codes[nerror_codes].code), "%s", code);
+    return nerror_codes++;
+}
+
+void metrics_error_code(const char *code) {
+    if (!code || strlen(code) >= sizeof(error_codes[0].code)) code = "other";
+    pthread_mutex_lock(&error_codes_lock);
+    int i = error_code_slot(code);
+    pthread_mutex_unlock(&error_codes_lock);
+    atomic_fetch_add_explicit(&error_codes[i].n, 1, memory_order_relaxed);
+}
 
 /* Route names are our own patterns, but escape the label syntax anyway. */
 static void label_value(char *out, size_t size, const char *s) {
@@ -96,6 +126,15 @@ char *metrics_render(const struct http_router *rt, size_t *len) {
                     (double)atomic_load_explicit(&routes[i].sum_ns, memory_order_relaxed) / 1e9);
         whet_buf_printf(&t, "whet_http_request_duration_seconds_count{route=\"%s\"} %lu\n", name, count);
     }
+    whet_buf_printf(&t, "# HELP whet_http_errors_total Error answers by their error code (the body's error.code).\n"
+                    "# TYPE whet_http_errors_total counter\n");
+    pthread_mutex_lock(&error_codes_lock);
+    for (int i = 0; i < nerror_codes; i++) {
+        label_value(name, sizeof(name), error_codes[i].code);
+        whet_buf_printf(&t, "whet_http_errors_total{code=\"%s\"} %lu\n", name,
+                        atomic_load_explicit(&error_codes[i].n, memory_order_relaxed));
+    }
+    pthread_mutex_unlock(&error_codes_lock);
     static const char *gauges[][2] = {
         {"whet_db_connections_up", "Database connections open and ready."},
         {"whet_db_connections", "Database connections configured."},

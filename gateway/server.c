@@ -7,6 +7,9 @@
  * still pending: the h2o pool holds one reference (released by a guard object when the pool is
  * cleared, which also marks the request gone), each pending operation another.
  *
+ * With WHET_GATEWAY_TLS_CERT and WHET_GATEWAY_TLS_KEY the listeners speak TLS only, and ALPN picks
+ * HTTP/2 or HTTP/1.1 per connection (h2o serves both on the same handler).
+ *
  * Shutdown: gateway_stop() writes an eventfd that every loop watches; each loop then closes its
  * listener (so a new instance can take the port at once), answers 503 to requests that still
  * arrive on open connections, and keeps running until its requests in flight are done (bounded by
@@ -26,6 +29,8 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "crypto.h"
 #include "db.h"
@@ -61,6 +66,8 @@ void gateway_options_default(struct gateway_options *opts) {
     /* How long a verified API key or tenant stays cached per loop: the bound on how long a key
      * revoked (or a tenant disabled) other than through this gateway's operator API keeps working. */
     opts->auth_cache_ttl_ms = (int)env_long("WHET_GATEWAY_AUTH_CACHE_MS", 0);
+    opts->tls_cert = whet_env("WHET_GATEWAY_TLS_CERT", NULL);
+    opts->tls_key = whet_env("WHET_GATEWAY_TLS_KEY", NULL);
 }
 
 static void options_fill_defaults(struct gateway_options *o) {
@@ -332,6 +339,7 @@ static void *loop_main(void *arg) {
     h2o_context_init(&t->ctx, h2o_evloop_create(), &gw->h2o_config);
     t->accept_ctx.ctx = &t->ctx;
     t->accept_ctx.hosts = gw->h2o_config.hosts;
+    t->accept_ctx.ssl_ctx = gw->ssl_ctx;
     t->listener = h2o_evloop_socket_create(t->ctx.loop, t->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     t->listener->data = t;
     h2o_socket_read_start(t->listener, on_accept);
@@ -386,9 +394,43 @@ static void gateway_free(struct gateway *gw) {
         free(gw->threads);
     }
     if (gw->stop_fd >= 0) close(gw->stop_fd);
+    SSL_CTX_free(gw->ssl_ctx);
     h2o_config_dispose(&gw->h2o_config);
     sem_destroy(&gw->started);
     free(gw);
+}
+
+/* The TLS context of an HTTPS gateway: the certificate chain and its key from PEM files, TLS 1.2 at
+ * least, and ALPN offering h2 then http/1.1 (h2o serves whichever the client picks). NULL with err
+ * when a file cannot be used. */
+static SSL_CTX *tls_context(const char *cert, const char *key, struct whet_err *err) {
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) {
+        whet_errf(err, "TLS: cannot create a context");
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+    const char *what = NULL, *path = key;
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+        what = "certificate chain";
+        path = cert;
+    } else if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        what = "private key";
+    } else if (SSL_CTX_check_private_key(ctx) != 1) {
+        what = "private key (it does not match the certificate)";
+    }
+    if (what) {
+        char reason[256];
+        ERR_error_string_n(ERR_get_error(), reason, sizeof reason);
+        ERR_clear_error();
+        SSL_CTX_free(ctx);
+        whet_errf(err, "TLS: cannot use %s as the gateway's %s: %s", path, what, reason);
+        whet_err_hint(err, "WHET_GATEWAY_TLS_CERT and WHET_GATEWAY_TLS_KEY name PEM files the gateway can read");
+        return NULL;
+    }
+    h2o_ssl_register_alpn_protocols(ctx, h2o_http2_alpn_protocols);
+    return ctx;
 }
 
 struct gateway *gateway_start(const struct gateway_options *opts, struct whet_err *err) {
@@ -404,6 +446,18 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
     sem_init(&gw->started, 0, 0);
     h2o_config_init(&gw->h2o_config);
     if (auth_config_from_env(&gw->auth, err) < 0) {
+        gateway_free(gw);
+        return NULL;
+    }
+    int has_cert = gw->opts.tls_cert && *gw->opts.tls_cert, has_key = gw->opts.tls_key && *gw->opts.tls_key;
+    if (has_cert != has_key) {
+        whet_errf(err, "WHET_GATEWAY_TLS_%s is set without WHET_GATEWAY_TLS_%s", has_cert ? "CERT" : "KEY",
+                  has_cert ? "KEY" : "CERT");
+        whet_err_hint(err, "set both for HTTPS, or neither for plain HTTP");
+        gateway_free(gw);
+        return NULL;
+    }
+    if (has_cert && !(gw->ssl_ctx = tls_context(gw->opts.tls_cert, gw->opts.tls_key, err))) {
         gateway_free(gw);
         return NULL;
     }
@@ -454,8 +508,8 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
     gw->workers = gw_workers_new(gw->opts.workers);
     for (int i = 0; i < gw->nthreads; i++) h2o_multithread_create_thread(&gw->threads[i].tid, NULL, loop_main, &gw->threads[i]);
     for (int i = 0; i < gw->nthreads; i++) sem_wait(&gw->started);
-    log_info("msg=\"gateway listening\" address=%s threads=%d db_conns_per_thread=%d", gw->address, gw->nthreads,
-             gw->opts.db_conns_per_thread);
+    log_info("msg=\"gateway listening\" address=%s tls=%s threads=%d db_conns_per_thread=%d", gw->address,
+             gw->ssl_ctx ? "yes" : "no", gw->nthreads, gw->opts.db_conns_per_thread);
     return gw;
 }
 
@@ -488,7 +542,7 @@ int gateway_run(const struct gateway_options *opts, struct whet_err *err) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         return -1;
     }
-    fprintf(stderr, "whet: gateway listening on http://%s\n", gw->address);
+    fprintf(stderr, "whet: gateway listening on %s://%s\n", gw->ssl_ctx ? "https" : "http", gw->address);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     log_info("msg=\"stopping\" signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");

@@ -54,6 +54,7 @@ struct gateway {
     struct http_router *router;
     struct gw_workers *workers;
     h2o_globalconf_t h2o_config;
+    SSL_CTX *ssl_ctx;                    /* HTTPS (options tls_cert, tls_key), or NULL */
     int nthreads;
     struct gw_thread *threads;
     int stop_fd;                         /* eventfd written by gateway_stop() */
@@ -122,6 +123,7 @@ void router_register_all(struct http_router *rt);
 void health_routes(struct http_router *rt);
 void admin_routes(struct http_router *rt);
 void auth_routes(struct http_router *rt);
+void openapi_routes(struct http_router *rt);
 
 /* ---- Metrics (metrics.c) ----------------------------------------------------------------------- */
 
@@ -133,6 +135,8 @@ void metrics_observe(int route_index, int status, double seconds);
 enum metrics_db_gauge { METRICS_DB_CONNS_UP, METRICS_DB_CONNS_TOTAL, METRICS_DB_QUEUED, METRICS_DB_IN_FLIGHT };
 void metrics_db_add(int admin_pool, enum metrics_db_gauge g, long delta);
 void metrics_db_error(void);
+/* Counts one error answer by its error code (NULL: "other"). */
+void metrics_error_code(const char *code);
 /* The Prometheus text exposition; the caller frees it. */
 char *metrics_render(const struct http_router *rt, size_t *len);
 

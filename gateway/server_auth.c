@@ -20,6 +20,7 @@
 #include "crypto.h"
 #include "db.h"
 #include "log.h"
+#include "scopes.h"
 #include "server.h"
 
 #define AUTH_CACHE_SLOTS 256
@@ -30,6 +31,9 @@ struct auth_entry {
     char tenant_id[HTTP_TENANT_ID_MAX + 1];
     char tenant_name[HTTP_TENANT_ID_MAX + 1];
     double rate_per_s, burst;
+    char key_id[HTTP_TENANT_ID_MAX + 1]; /* the API key's id, "" for tenant tokens */
+    unsigned scopes;        /* enum scope (scopes.h) */
+    long long key_expires;  /* the API key's expires_at (Unix seconds), 0: never */
     double expires; /* whet_now_mono() */
     unsigned epoch;
 };
@@ -59,7 +63,8 @@ static const struct auth_entry *cache_get(struct gw_req *r, const uint8_t key[32
 /* `epoch` is gw_auth_epoch as it was when the lookup started: a row read before an operator's change
  * may reach here after it, and must not be cached as current. */
 static void cache_put(struct gw_req *r, const uint8_t key[32], unsigned epoch, const char *tenant_id,
-                      const char *tenant_name, double rate_per_s, double burst) {
+                      const char *tenant_name, const char *key_id, double rate_per_s, double burst, unsigned scopes,
+                      long long key_expires) {
     struct auth_entry *e = cache_slot(r->thread->auth_cache, key);
     e->used = 1;
     memcpy(e->key, key, 32);
@@ -67,13 +72,18 @@ static void cache_put(struct gw_req *r, const uint8_t key[32], unsigned epoch, c
     snprintf(e->tenant_name, sizeof(e->tenant_name), "%s", tenant_name);
     e->rate_per_s = rate_per_s;
     e->burst = burst;
+    snprintf(e->key_id, sizeof(e->key_id), "%s", key_id);
+    e->scopes = scopes;
+    e->key_expires = key_expires;
     e->expires = whet_now_mono() + r->thread->gw->opts.auth_cache_ttl_ms / 1000.0;
     e->epoch = epoch;
 }
 
 void auth_prepare_statements(void) {
     db_prepare("auth_api_key", "SELECT k.key_hash, k.revoked_at IS NOT NULL, t.id, t.name, t.rate_per_s, t.rate_burst, "
-                               "t.disabled FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE k.key_prefix = $1");
+                               "t.disabled, k.scopes, k.expires_at, k.id "
+                               "FROM api_keys k JOIN tenants t ON t.id = k.tenant_id "
+                               "WHERE k.key_prefix = $1");
     db_prepare("auth_tenant", "SELECT id, name, rate_per_s, rate_burst, disabled FROM tenants WHERE name = $1");
 }
 
@@ -89,13 +99,25 @@ static void copy_bounded(char *dst, size_t size, const char *src) {
     dst[n] = 0;
 }
 
-/* Identity known: apply the tenant's rate limit and run the handler. */
-static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char *tenant_name, double rate_per_s,
-                            double burst) {
+/* Identity known: check the key's expiry and scopes (scopes.h), apply the tenant's rate limit and run
+ * the handler. */
+static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char *tenant_name, const char *key_id,
+                            double rate_per_s, double burst, unsigned scopes, long long key_expires) {
+    if (key_expires && whet_now_unix() >= key_expires) {
+        reply_unauthorized(r, "api_key_expired", "ask for a new key", "%s", "this API key has expired");
+        return;
+    }
+    const char *needed = scopes_needed(scopes, r->route->method, r->route->pattern);
+    if (needed) {
+        http_reply_error(r, 403, NULL, "insufficient_scope", "this API key may not call %s %s: it needs the scope %s",
+                         r->route->method, r->route->pattern, needed);
+        return;
+    }
     /* Bounded copies, not snprintf: this runs on every request, and printf is slow in this process
      * (see request_log in http.c). */
     copy_bounded(r->tenant_id, sizeof(r->tenant_id), tenant_id);
     copy_bounded(r->tenant_name, sizeof(r->tenant_name), tenant_name);
+    copy_bounded(r->api_key_id, sizeof(r->api_key_id), key_id);
     double retry = 0;
     if (!ratelimit_take(tenant_id, rate_per_s, burst, whet_now_mono(), &retry)) {
         http_reply_rate_limited(r, retry, "retry after the time in the retry-after header",
@@ -146,8 +168,11 @@ static void on_api_key_rows(struct gw_req *r, const struct db_result *res, void 
         }
         const char *tenant_id = db_value(rows, i, 2), *name = db_value(rows, i, 3);
         double rate = strtod(db_value(rows, i, 4), NULL), burst = strtod(db_value(rows, i, 5), NULL);
-        cache_put(r, kl->hash, kl->epoch, tenant_id, name, rate, burst);
-        tenant_admitted(r, tenant_id, name, rate, burst);
+        unsigned scopes = scopes_parse(db_value(rows, i, 7));
+        long long expires = db_value(rows, i, 8) ? strtoll(db_value(rows, i, 8), NULL, 10) : 0;
+        const char *key_id = db_value(rows, i, 9);
+        cache_put(r, kl->hash, kl->epoch, tenant_id, name, key_id, rate, burst, scopes, expires);
+        tenant_admitted(r, tenant_id, name, key_id, rate, burst, scopes, expires);
         return;
     }
     reply_unauthorized(r, "invalid_api_key", "check the key, it is shown once at creation", "%s", "invalid API key");
@@ -167,8 +192,8 @@ static void on_tenant_row(struct gw_req *r, const struct db_result *res, void *a
     }
     const char *tenant_id = db_value(rows, 0, 0), *name = db_value(rows, 0, 1);
     double rate = strtod(db_value(rows, 0, 2), NULL), burst = strtod(db_value(rows, 0, 3), NULL);
-    cache_put(r, kl->hash, kl->epoch, tenant_id, name, rate, burst);
-    tenant_admitted(r, tenant_id, name, rate, burst);
+    cache_put(r, kl->hash, kl->epoch, tenant_id, name, "", rate, burst, SCOPE_ALL, 0);
+    tenant_admitted(r, tenant_id, name, "", rate, burst, SCOPE_ALL, 0);
 }
 
 static void authenticate_api_key(struct gw_req *r, const char *key) {
@@ -184,7 +209,8 @@ static void authenticate_api_key(struct gw_req *r, const char *key) {
     kl->epoch = atomic_load(&gw_auth_epoch);
     const struct auth_entry *e = cache_get(r, kl->hash);
     if (e) {
-        tenant_admitted(r, e->tenant_id, e->tenant_name, e->rate_per_s, e->burst);
+        tenant_admitted(r, e->tenant_id, e->tenant_name, e->key_id, e->rate_per_s, e->burst, e->scopes,
+                        e->key_expires);
         return;
     }
     char prefix[AUTH_KEY_PREFIX_LEN + 1];
@@ -224,7 +250,8 @@ static void authenticate_jwt(struct gw_req *r, const char *token) {
     kl->epoch = atomic_load(&gw_auth_epoch);
     const struct auth_entry *e = cache_get(r, kl->hash);
     if (e) {
-        tenant_admitted(r, e->tenant_id, e->tenant_name, e->rate_per_s, e->burst);
+        tenant_admitted(r, e->tenant_id, e->tenant_name, e->key_id, e->rate_per_s, e->burst, e->scopes,
+                        e->key_expires);
         return;
     }
     const char *params[] = {id.tenant};

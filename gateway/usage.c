@@ -6,7 +6,9 @@
  *
  * Device-seconds and tokens come from usage_records, which the scheduler writes once per attempt
  * (idempotently, so retries and failovers never count twice; an attempt lost with its node is counted
- * and flagged). Storage is the checkpoints' bytes times the hours they have been kept. */
+ * and flagged). Storage is the checkpoints' bytes times the hours they have been kept. Each row's `cost`
+ * sums the database's cost lines (prices.h) of its job and device type over the same window; a job's
+ * storage is costed on its first device type's row. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,20 +25,25 @@
     " coalesce((SELECT sum(c.bytes * greatest(whet_now() - c.created_at, 0) / 3600.0) FROM checkpoints c" \
     "   WHERE c.job_id = u.job_id), 0)::float8,"                                                          \
     " count(DISTINCT u.attempt), coalesce(sum(u.device_seconds) FILTER (WHERE u.lost), 0)::float8,"       \
-    " min(u.created_at), max(u.created_at)"                                                               \
+    " min(u.created_at), max(u.created_at),"                                                              \
+    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"       \
+    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                              \
+    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(u.tenant_id, u.job_id,"            \
+    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE device_type = u.device_type"  \
+    "   GROUP BY line_item) l)"                                                                               \
     " FROM usage_records u JOIN tenants t ON t.id = u.tenant_id"                                          \
     " WHERE ($1::text IS NULL OR u.tenant_id = $1) AND ($2::text IS NULL OR u.job_id = $2)"               \
     "   AND u.created_at >= coalesce($3::bigint, 0) AND u.created_at < coalesce($4::bigint, 9223372036854775807)" \
     " GROUP BY u.tenant_id, t.name, u.job_id, u.device_type ORDER BY min(u.created_at), u.job_id, u.device_type"
 
 static json_t *usage_row(const PGresult *res, int i, int with_tenant) {
-    json_t *o = json_pack("{s:s, s:o, s:o, s:f, s:o, s:o, s:f, s:o, s:f, s:o, s:o}", "object", "usage", "job_id",
+    json_t *o = json_pack("{s:s, s:o, s:o, s:f, s:o, s:o, s:f, s:o, s:f, s:o, s:o, s:o}", "object", "usage", "job_id",
                           db_json_string(res, i, 2), "device_type", db_json_string(res, i, 3), "device_seconds",
                           atof(PQgetvalue(res, i, 4)), "trained_tokens", db_json_integer(res, i, 5), "rollout_tokens",
                           db_json_integer(res, i, 6), "storage_byte_hours", atof(PQgetvalue(res, i, 7)), "attempts",
                           db_json_integer(res, i, 8), "lost_device_seconds", atof(PQgetvalue(res, i, 9)),
                           "first_recorded_at", db_json_integer(res, i, 10), "last_recorded_at",
-                          db_json_integer(res, i, 11));
+                          db_json_integer(res, i, 11), "cost", db_json_value(res, i, 12));
     if (with_tenant) {
         json_object_set_new(o, "tenant_id", db_json_string(res, i, 0));
         json_object_set_new(o, "tenant", db_json_string(res, i, 1));
@@ -83,7 +90,10 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
     }
     json_t *data = json_array();
     for (int i = 0; i < PQntuples(pr); i++) json_array_append_new(data, usage_row(pr, i, admin));
-    http_reply_json(r, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0));
+    json_t *list = json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0);
+    /* A tenant sees its budget and this month's spend beside (budgets.h): soft_alert is the alert flag. */
+    if (res->n == 2) json_object_set_new(list, "budget", db_json_value(res->res[1], 0, 1));
+    http_reply_json(r, 200, list);
 }
 
 static void usage_list(struct gw_req *r, int admin) {
@@ -91,7 +101,9 @@ static void usage_list(struct gw_req *r, int admin) {
     if (time_param(r, "start_time", &start) < 0 || time_param(r, "end_time", &end) < 0) return;
     const char *tenant = admin ? http_query_param(r, "tenant_id") : http_tenant_id(r);
     const char *params[] = {tenant, http_query_param(r, "job_id"), start, end};
-    db_query(r, "usage_list", 4, params, usage_list_done, admin ? (void *)1 : NULL);
+    const char *budget[] = {tenant};
+    struct db_stmt stmts[] = {{"usage_list", NULL, 4, params}, {"budget_status", NULL, 1, budget}};
+    db_transaction(r, stmts, admin ? 1 : 2, usage_list_done, admin ? (void *)1 : NULL);
 }
 
 static void usage_tenant(struct gw_req *r) { usage_list(r, 0); }

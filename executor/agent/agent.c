@@ -118,9 +118,15 @@ static void start_job(struct agent *a, const Whet__V1__Command *c) {
     job->manifest = manifest;
     job->dir = xasprintf("%s/jobs/%s-%u", a->opts->work_dir, c->job_id, c->attempt);
     job->agent = a;
+    json_int_t want = json_integer_value(json_object_get(manifest, "devices"));
+    int shared;
+    job->device_mask = agent_take_devices(&a->busy_devices, a->n_devices, want > 0 ? (int)want : 1, &shared);
+    if (shared)
+        log_warn("msg=\"devices still held by another job\" job=%s attempt=%d devices=0x%x", job->id, job->attempt,
+                 job->device_mask);
     job->next = a->jobs;
     a->jobs = job;
-    log_info("msg=\"starting job\" job=%s attempt=%d", job->id, job->attempt);
+    log_info("msg=\"starting job\" job=%s attempt=%d devices=0x%x", job->id, job->attempt, job->device_mask);
     agent_job_start(job);
 }
 
@@ -147,6 +153,9 @@ static void reap_jobs(struct agent *a) {
             p = &j->next;
         }
     }
+    /* what the jobs still running hold (a device two of them shared stays held) */
+    a->busy_devices = 0;
+    for (struct agent_job *j = a->jobs; j; j = j->next) a->busy_devices |= j->device_mask;
 }
 
 /* Returns 1 when the scheduler asked us to register again. */
@@ -182,6 +191,13 @@ static int heartbeat(struct agent *a, struct whet_err *err) {
     return reregister;
 }
 
+/* The main loop alone adds and reaps jobs, so it walks the list as stop_all() does. */
+static int count_jobs(const struct agent *a) {
+    int n = 0;
+    for (const struct agent_job *j = a->jobs; j; j = j->next) n++;
+    return n;
+}
+
 static void stop_all(struct agent *a, enum job_stop how) {
     for (struct agent_job *j = a->jobs; j; j = j->next) atomic_store(&j->stop, how);
 }
@@ -192,9 +208,15 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     a.opts = opts;
     if ((a.n_devices = agent_parse_devices(opts->devices, devs, AGENT_MAX_DEVICES, err)) < 0) return -1;
     snprintf(a.device_type, sizeof a.device_type, "%s", devs[0].type);
+    a.cuda = !strcmp(opts->devices, "cuda");
     if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
     if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
     if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {
+        objstore_close(a.store);
+        return -1;
+    }
+    if (opts->metrics_addr && agent_metrics_start(opts->metrics_addr, err) < 0) {
+        rpc_client_close(a.rpc);
         objstore_close(a.store);
         return -1;
     }
@@ -223,6 +245,7 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
         int hb = heartbeat(&a, err);
         if (hb < 0) {
             log_warn("msg=\"heartbeat failed\" error=\"%s\"", err->msg);
+            agent_metrics_heartbeat_failed();
         } else if (hb == 1) {
             /* Declared lost: our jobs were requeued elsewhere; running them on would train them twice. */
             log_warn("msg=\"the scheduler declared this node lost; abandoning its jobs and registering again\"");
@@ -230,9 +253,12 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
             registered = 0;
         }
         reap_jobs(&a);
+        agent_metrics_registered(registered);
+        agent_metrics_jobs(count_jobs(&a));
         usleep((useconds_t)heartbeat_ms * 1000);
     }
     reap_jobs(&a);
+    agent_metrics_stop();
     rpc_client_close(a.rpc);
     objstore_close(a.store);
     log_info("msg=\"stopped\"");

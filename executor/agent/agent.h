@@ -26,6 +26,23 @@ struct agent_device {
  * the CPU). Returns the number of devices, or -1 with err. */
 int agent_parse_devices(const char *spec, struct agent_device *out, int max, struct whet_err *err);
 
+/* The devices a job holds on its node, as bits of a mask (device i is bit i): the `want` lowest
+ * devices not in *busy among the first n_devices, marked busy. When fewer are free (the scheduler
+ * counts the devices of a stopping attempt free before this node has reaped it) the lowest busy ones
+ * fill the rest, and *shared says so. A device is free again once no job that holds it is left. */
+uint32_t agent_take_devices(uint32_t *busy, int n_devices, int want, int *shared);
+
+/* What a job on CUDA devices gets: CUDA_VISIBLE_DEVICES with the devices of `mask` (numbered as
+ * nvidia-smi numbers them, in PCI bus order; CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA agree) and the
+ * /dev nodes its sandbox binds: the control and UVM nodes and nvidia<N> of each device (the minor
+ * number of a GPU's node is its nvidia-smi index on the drivers we know). */
+struct agent_cuda_grant {
+    char visible[32 + 4 * AGENT_MAX_DEVICES];  /* "CUDA_VISIBLE_DEVICES=0,2" */
+    char names[AGENT_MAX_DEVICES][16];
+    const char *nodes[AGENT_MAX_DEVICES + 4];  /* NULL-terminated: names under /dev */
+};
+void agent_cuda_grant(struct agent_cuda_grant *g, uint32_t mask);
+
 struct executor_options {
     const char *scheduler;   /* HOST:PORT */
     const char *token;       /* the shared executor token */
@@ -35,6 +52,7 @@ struct executor_options {
     const char *object_store; /* URL; a manifest may name another */
     const char *trainer;     /* absolute path of the program run as `TRAINER train --config FILE` in the
                               * sandbox: this whet binary, or an operator's build of it */
+    const char *metrics_addr; /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */
 };
 
 /* Runs until SIGINT/SIGTERM (stopping its jobs with a checkpoint first) or a fatal error. */

@@ -26,6 +26,7 @@ struct agent_job {
     atomic_llong trained_tokens;
     _Atomic double loss;
     int event_seq;                 /* events reported for this attempt (job thread only) */
+    uint32_t device_mask;          /* the node's devices it holds (agent_take_devices), set before it starts */
     struct agent *agent;
     struct agent_job *next;
 };
@@ -35,6 +36,8 @@ struct agent {
     char node_id[64];
     char device_type[32];
     int n_devices;
+    int cuda;                      /* the devices are CUDA GPUs (--devices cuda) */
+    uint32_t busy_devices;         /* held by jobs (main thread only) */
     struct rpc_client *rpc;
     struct objstore *store;
     pthread_mutex_t lock;          /* guards jobs */
@@ -52,5 +55,16 @@ void agent_report_event(struct agent_job *job, const char *level, const char *ty
                         const char *data_json);
 int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
                const ProtobufCMessageDescriptor *resp_desc, int budget_ms, struct whet_err *err);
+
+/* The executor's Prometheus metrics (metrics.c): a server on `addr` (start returns -1 with err when it
+ * cannot listen; stop ends it), and what the loop and the job threads report. */
+enum agent_store_op { AGENT_STORE_FETCH, AGENT_STORE_CHECKPOINT_UPLOAD, AGENT_STORE_FINAL_UPLOAD };
+int agent_metrics_start(const char *addr, struct whet_err *err);
+void agent_metrics_stop(void);
+void agent_metrics_registered(int registered);
+void agent_metrics_jobs(int running);
+void agent_metrics_heartbeat_failed(void);
+void agent_metrics_checkpoint_uploaded(void);
+void agent_metrics_store_failed(enum agent_store_op op);
 
 #endif

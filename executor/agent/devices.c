@@ -58,3 +58,32 @@ int agent_parse_devices(const char *spec, struct agent_device *out, int max, str
     }
     return (int)n;
 }
+
+uint32_t agent_take_devices(uint32_t *busy, int n_devices, int want, int *shared) {
+    uint32_t mask = 0;
+    int got = 0;
+    *shared = 0;
+    for (int pass = 0; pass < 2 && got < want; pass++) /* free devices first, then busy ones */
+        for (int i = 0; i < n_devices && got < want; i++) {
+            uint32_t bit = 1u << i;
+            if (mask & bit || (pass == 0 && *busy & bit)) continue;
+            mask |= bit;
+            got++;
+            *shared |= pass == 1;
+        }
+    *busy |= mask;
+    return mask;
+}
+
+void agent_cuda_grant(struct agent_cuda_grant *g, uint32_t mask) {
+    static const char *const shared_nodes[] = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"};
+    int n = 0, len = snprintf(g->visible, sizeof g->visible, "CUDA_VISIBLE_DEVICES=");
+    for (size_t i = 0; i < WHET_ARRAY_LEN(shared_nodes); i++) g->nodes[n++] = shared_nodes[i];
+    for (int i = 0; i < AGENT_MAX_DEVICES; i++) {
+        if (!(mask & (1u << i))) continue;
+        len += snprintf(g->visible + len, sizeof g->visible - (size_t)len, "%s%d", n > 3 ? "," : "", i);
+        snprintf(g->names[i], sizeof g->names[i], "nvidia%d", i);
+        g->nodes[n++] = g->names[i];
+    }
+    g->nodes[n] = NULL;
+}

@@ -45,6 +45,7 @@ static char *fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
     if (stat(dir, &st) != 0) {
         char *tmp = xasprintf("%s.partial", dir);
         rc = objstore_get_dir(a->store, prefix, tmp, err);
+        if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
         if (rc == OBJSTORE_NOT_FOUND) rc = whet_errf(err, "base model %s: no complete copy at %s", id, prefix);
         if (rc == 0 && rename(tmp, dir) != 0) rc = whet_errf(err, "rename %s: %s", tmp, strerror(errno));
         free(tmp);
@@ -61,6 +62,7 @@ static int fetch_file(struct agent *a, json_t *file, const char *path, struct wh
     const char *key = json_string_value(json_object_get(file, "object_key"));
     if (!key) return whet_errf(err, "manifest: a data file has no object_key");
     int rc = objstore_get_file(a->store, key, path, NULL, err);
+    if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
     return rc == OBJSTORE_NOT_FOUND ? whet_errf(err, "data file %s is missing from the object store", key) : rc;
 }
 
@@ -98,6 +100,7 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
         resume = xasprintf("%s/resume", job->dir);
         int rc = objstore_get_dir(a->store, json_string_value(json_object_get(r, "object_prefix")), resume, err);
         if (rc != 0) {
+            agent_metrics_store_failed(AGENT_STORE_FETCH);
             if (rc == OBJSTORE_NOT_FOUND) whet_errf(err, "the checkpoint to resume from is incomplete");
             goto out;
         }
@@ -105,7 +108,10 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_t *ia = json_object_get(m, "init_adapter");
     if (json_is_object(ia)) {
         init = xasprintf("%s/init_adapter", job->dir);
-        if (objstore_get_dir(a->store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) goto out;
+        if (objstore_get_dir(a->store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) {
+            agent_metrics_store_failed(AGENT_STORE_FETCH);
+            goto out;
+        }
     }
     cfg = json_deep_copy(json_object_get(m, "trainer"));
     if (!json_is_object(cfg)) {
@@ -118,6 +124,8 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_object_set_new(cfg, "output_dir", json_string(out_dir));
     json_object_set_new(cfg, "resume_from", resume ? json_string(resume) : json_null());
     json_object_set_new(cfg, "init_adapter", init ? json_string(init) : json_null());
+    /* a GPU node's trainer sees only its devices (CUDA_VISIBLE_DEVICES), the first of them as cuda */
+    if (a->cuda) json_object_set_new(cfg, "device", json_string("cuda"));
     if (json_array_size(json_object_get(m, "judge_models")) &&
         fetch_judges(a, json_object_get(m, "judge_models"), cfg, judge_dirs, err) < 0)
         goto out;
@@ -192,9 +200,11 @@ static void upload_checkpoint(struct trainer_watch *r, int step, const char *pat
     double t0 = whet_now_mono();
     if (objstore_put_dir(job->agent->store, prefix, path, &err) < 0) {
         log_warn("msg=\"checkpoint upload failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
+        agent_metrics_store_failed(AGENT_STORE_CHECKPOINT_UPLOAD);
         agent_report_event(job, "warn", "message", "A checkpoint could not be uploaded; training goes on", NULL);
     } else if (report_checkpoint(job, step, prefix, dir_bytes(path), metrics) == 0) {
         r->last_checkpoint_step = step;
+        agent_metrics_checkpoint_uploaded();
         log_info("msg=\"checkpoint uploaded\" job=%s step=%d seconds=%.2f", job->id, step, whet_now_mono() - t0);
     }
     free(prefix);
@@ -355,13 +365,16 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     json_int_t devices = json_integer_value(json_object_get(job->manifest, "devices"));
     snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", devices > 0 ? (int)devices : 1);
     const char *argv[] = {a->opts->trainer, "train", "--config", cfg_path, NULL};
+    struct agent_cuda_grant gpus;
+    agent_cuda_grant(&gpus, job->device_mask);
     const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
 #ifdef __SANITIZE_ADDRESS__
                          /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
                           * the sandbox forbids: the trainer of such a build checks no leaks. */
                          "ASAN_OPTIONS=detect_leaks=0",
 #endif
-                         NULL};
+                         /* a GPU node's jobs see their own devices; on other nodes the list ends here */
+                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
     const char *writable[] = {job->dir, NULL};
     /* the base model, the trainer binary, the judge models (read by the trainer too) */
     size_t n_judges = 0;
@@ -377,6 +390,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.workdir = job->dir;
     spec.writable_dirs = writable;
     spec.readonly_dirs = readonly;
+    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
     trainer_sandbox_policy(&spec, json_object_get(job->manifest, "trainer"));
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
@@ -485,6 +499,7 @@ static void *job_main(void *arg) {
         csv_header(&r, 0);
         if (objstore_put_dir(a->store, final_prefix, r.final_path, &err) < 0 ||
             objstore_put(a->store, csv_key, r.csv.data, r.csv.len, &err) < 0) {
+            agent_metrics_store_failed(AGENT_STORE_FINAL_UPLOAD);
             fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
             fin.error_code = "upload_failed";
             snprintf(msg, sizeof msg, "the fine-tuned model could not be uploaded: %s", err.msg);

@@ -49,6 +49,9 @@ struct sandbox_spec {
      * ones bind-mounted read-write (nosuid, nodev), read-only ones read-only. Either may be NULL. */
     const char *const *writable_dirs;
     const char *const *readonly_dirs;
+    /* NULL-terminated names of host device nodes under /dev bound read-write into the sandbox's /dev
+     * besides null, zero, full, random and urandom (a GPU job's "nvidiactl", "nvidia0", …). May be NULL. */
+    const char *const *device_nodes;
     /* Limits; 0 means "no limit of this kind" except where noted. mem_bytes: cgroup memory.max where
      * delegated, else RLIMIT_AS (address space, per process). cpu_seconds: RLIMIT_CPU (per process;
      * SIGXCPU, then SIGKILL a second later) and cgroup cpu.max is not used for it. file_bytes:

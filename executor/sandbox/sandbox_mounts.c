@@ -103,6 +103,15 @@ static int user_path_cmp(const void *a, const void *b) {
     return la < lb ? -1 : la > lb;
 }
 
+/* The host's /dev/NAME bound onto an empty file in the sandbox's /dev. */
+static void plan_device_node(struct sandbox_plan *plan, const char *name) {
+    char host[64], src[80];
+    snprintf(host, sizeof host, "/dev/%s", name);
+    snprintf(src, sizeof src, "%s%s", SANDBOX_OLDROOT, host);
+    plan_push(plan, MOUNT_FILE, NULL, host, NULL);
+    plan_push(plan, MOUNT_BIND_RW, src, host, NULL);
+}
+
 int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err) {
     for (size_t i = 0; system_paths[i]; i++)
         if (plan_host_path(plan, system_paths[i], 0, 1, err) < 0) return -1;
@@ -118,12 +127,11 @@ int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *sp
     plan_push(plan, MOUNT_DIR, NULL, "/dev", NULL);
     plan_push(plan, MOUNT_TMPFS, NULL, "/dev", "size=64k,mode=0755");
     static const char *const devices[] = {"null", "zero", "full", "random", "urandom"};
-    for (size_t i = 0; i < WHET_ARRAY_LEN(devices); i++) {
-        char host[64], src[80];
-        snprintf(host, sizeof host, "/dev/%s", devices[i]);
-        snprintf(src, sizeof src, "%s%s", SANDBOX_OLDROOT, host);
-        plan_push(plan, MOUNT_FILE, NULL, host, NULL);
-        plan_push(plan, MOUNT_BIND_RW, src, host, NULL);
+    for (size_t i = 0; i < WHET_ARRAY_LEN(devices); i++) plan_device_node(plan, devices[i]);
+    for (size_t i = 0; spec->device_nodes && spec->device_nodes[i]; i++) {
+        if (strchr(spec->device_nodes[i], '/') || !spec->device_nodes[i][0] || strlen(spec->device_nodes[i]) > 40)
+            return whet_errf(err, "device node \"%s\": expected a name under /dev", spec->device_nodes[i]);
+        plan_device_node(plan, spec->device_nodes[i]);
     }
     plan_push(plan, MOUNT_SYMLINK, "/proc/self/fd", "/dev/fd", NULL);
     plan_push(plan, MOUNT_SYMLINK, "/proc/self/fd/0", "/dev/stdin", NULL);

@@ -33,11 +33,23 @@ static int expire_leases(PGconn *conn, struct whet_err *err) {
                                   "WITH lost AS (UPDATE nodes SET state = 'lost' WHERE state = 'ready'"
                                   "   AND last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0"
                                   "   RETURNING id)"
-                                  " SELECT job FROM lost, LATERAL whet_requeue_node_attempts(lost.id, 'Node ' || lost.id"
-                                  "   || ' stopped answering; the job will resume from its last checkpoint elsewhere') job",
+                                  " SELECT lost.id, job FROM lost LEFT JOIN LATERAL whet_requeue_node_attempts(lost.id,"
+                                  "   'Node ' || lost.id || ' stopped answering; the job will resume from its last"
+                                  " checkpoint elsewhere') job ON true ORDER BY lost.id",
                                   0, NULL, err);
     if (!res) return -1;
-    for (int i = 0; i < PQntuples(res); i++) log_warn("msg=\"job requeued: node lost\" job=%s", PQgetvalue(res, i, 0));
+    int nodes = 0, jobs = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        /* One row per requeued job, or one with a NULL job for a node that ran none. */
+        if (i == 0 || strcmp(PQgetvalue(res, i, 0), PQgetvalue(res, i - 1, 0))) {
+            log_warn("msg=\"node lost\" node=%s", PQgetvalue(res, i, 0));
+            nodes++;
+        }
+        if (PQgetisnull(res, i, 1)) continue;
+        log_warn("msg=\"job requeued: node lost\" job=%s", PQgetvalue(res, i, 1));
+        jobs++;
+    }
+    scheduler_metrics_lost(nodes, jobs);
     PQclear(res);
     return 0;
 }
@@ -543,6 +555,10 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     json_t *waiting = json_array();
     int rc = -1;
     if (load_snapshot(conn, &s, err) < 0) goto out;
+    double oldest = 0, now = (double)whet_now_unix();
+    for (int i = 0; i < s.n_queued; i++)
+        if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
+    scheduler_metrics_snapshot(s.n_nodes, s.n_running, s.n_queued, oldest);
     if (s.n_queued > 0) {
         if (!(tenants = load_tenants(conn, &s, err))) goto out;
         struct pl_config cfg;

@@ -74,6 +74,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
+    if (opts->metrics_addr && scheduler_metrics_start(opts->metrics_addr, err) < 0) return -1;
     while (!stopping) {
         PGconn *conn = become_leader(opts);
         if (!conn) break;
@@ -88,11 +89,15 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             break;
         }
         log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
+        scheduler_metrics_leader(1);
         double last_cycle = 0;
         while (!stopping) {
             /* A cycle at least every second: leases expire on the clock, not on notifications. */
             struct whet_err cerr;
-            if (scheduler_cycle(&sch, conn, &cerr) < 0) {
+            double started = whet_now_mono();
+            int ok = scheduler_cycle(&sch, conn, &cerr) == 0;
+            scheduler_metrics_cycle(whet_now_mono() - started, ok);
+            if (!ok) {
                 log_warn("msg=\"cycle failed\" error=\"%s\"", cerr.msg);
                 if (PQstatus(conn) != CONNECTION_OK) break;
             }
@@ -101,10 +106,12 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             double since = whet_now_mono() - last_cycle;
             if (since < 0.05) usleep(50 * 1000); /* bursts of NOTIFY: one cycle per 50 ms is plenty */
         }
+        scheduler_metrics_leader(0);
         if (!stopping) log_warn("msg=\"lost the database; stepping down to compete again\"");
         rpc_server_stop(server);
         PQfinish(conn);
     }
+    scheduler_metrics_stop();
     log_info("msg=\"stopped\"");
     return 0;
 }

@@ -28,6 +28,7 @@ struct scheduler_options {
     int heartbeat_ms;           /* what executors are told to use (default 1000) */
     int rpc_threads;            /* default 2 */
     const char *policy;         /* placement policy name (default "whet") */
+    const char *metrics_addr;   /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

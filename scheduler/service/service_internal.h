@@ -27,4 +27,13 @@ int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
                          int devices, struct whet_err *err);
 
+/* The scheduler's Prometheus metrics (metrics.c): a thread serving GET /metrics on `addr` (start
+ * returns -1 with err when it cannot listen; stop joins it), and what the loop and the cycle report. */
+int scheduler_metrics_start(const char *addr, struct whet_err *err);
+void scheduler_metrics_stop(void);
+void scheduler_metrics_leader(int leading);
+void scheduler_metrics_cycle(double seconds, int ok);
+void scheduler_metrics_snapshot(int nodes_ready, int jobs_running, int jobs_queued, double oldest_queued_s);
+void scheduler_metrics_lost(int nodes, int jobs);
+
 #endif

@@ -1,7 +1,9 @@
-// lib.mjs - what the end-to-end tests share.
+// lib.mjs - what the end-to-end tests share. Importing it holds every answer the tests fetch from the
+// gateway to gateway/openapi.json (../integration/lib/openapi.mjs).
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import '../integration/lib/openapi.mjs';
 
 // Polls fn() until it returns something truthy (returned), or throws after timeoutMs.
 export async function until(what, fn, timeoutMs = 300000, everyMs = 300) {

@@ -160,10 +160,10 @@ struct backend {
 
     /* ---- sampling ---- */
     /* One token per row of logits[n, V] (overwritten: scratch) as struct sample_row rows[i] says
-     * (rows is device memory): ids[n] the tokens, entropy[n] (may be NULL) the entropy in nats of
-     * softmax(row) at temperature 1 over all V, taken before anything is cut. */
-    void (*sample)(struct backend *be, int *ids, float *entropy, float *logits, const struct sample_row *rows, int n,
-                   int V);
+     * (rows is device memory), with what `out` asks for (sample_row.h; its arrays device memory):
+     * the entropy and log-probs are taken over all V at temperature 1 before anything is cut. */
+    void (*sample)(struct backend *be, const struct sample_out *out, float *logits, const struct sample_row *rows,
+                   int n, int V);
 };
 
 /* Opens the backend of `device`: "cpu", "cuda" (device 0) or "cuda:N". A CUDA device on a machine or

@@ -5,7 +5,7 @@
 #include "backend.h"
 
 /* backend_cpu_sample.c: the `sample` op. */
-void cpu_sample(struct backend *be, int *ids, float *entropy, float *logits, const struct sample_row *rows, int n,
+void cpu_sample(struct backend *be, const struct sample_out *out, float *logits, const struct sample_row *rows, int n,
                 int V);
 
 #endif

@@ -1,10 +1,11 @@
 /* backend_cpu_sample.c - the CPU backend's `sample` op: one token per row of logits, drawn as
- * struct sample_row says, with the row's entropy.
+ * struct sample_row says, with the row's entropy and log-probs.
  *
  * The candidates of a top-k or top-p cut are found without sorting all V tokens: the tokens above a
  * probability threshold are sorted, with the threshold lowered until that prefix is long enough (see
- * sorted_prefix). Rows are independent and run in parallel; each draws its uniform from its own
- * (seed, counter), so the result does not depend on the order or the thread count. */
+ * sorted_prefix). The logits are left as they were (the op may overwrite them; this one does not).
+ * Rows are independent and run in parallel; each draws its uniform from its own (seed, counter), so
+ * the result does not depend on the order or the thread count. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -51,8 +52,8 @@ static int draw_from(const float *probs, const int *order, int n, double u) {
     return order[n - 1];
 }
 
-/* Entropy of softmax(logits[V]) in nats. */
-static float entropy_of(const float *logits, int V) {
+/* log-sum-exp of logits[V] and the entropy of their softmax in nats. */
+static double lse_and_entropy(const float *logits, int V, float *entropy) {
     float max = logits[0];
     for (int i = 1; i < V; i++) max = logits[i] > max ? logits[i] : max;
     double z = 0, zx = 0;
@@ -61,20 +62,36 @@ static float entropy_of(const float *logits, int V) {
         z += e;
         zx += e * d;
     }
-    return (float)(log(z) - zx / z);
+    *entropy = (float)(log(z) - zx / z);
+    return max + log(z);
 }
 
-/* One row: probs[V] holds the logits on entry (scratch after), order is scratch for V ints. */
-static int sample_one(float *probs, int *order, int V, const struct sample_row *r) {
+/* The k most likely tokens of logits[V] (ties: lower id first) and their log-probs. */
+static void top_tokens(const float *logits, int V, double lse, int k, int *ids, float *lps) {
+    int n = 0;
+    for (int i = 0; i < V; i++) {
+        if (n == k && logits[i] <= logits[ids[n - 1]]) continue;
+        int j = n < k ? n++ : n - 1; /* insert i, dropping the last when full */
+        while (j > 0 && logits[ids[j - 1]] < logits[i]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = i;
+    }
+    for (int j = 0; j < n; j++) lps[j] = (float)(logits[ids[j]] - lse);
+}
+
+/* The token row `logits[V]` draws; probs (V floats) and order (V ints) are scratch. */
+static int sample_one(const float *logits, float *probs, int *order, int V, const struct sample_row *r) {
     if (r->vocab > 0 && r->vocab < V) V = r->vocab; /* ids past the tokenizer's are never drawn */
     int best = 0;
     for (int i = 1; i < V; i++)
-        if (probs[i] > probs[best]) best = i;
+        if (logits[i] > logits[best]) best = i;
     if (r->temperature <= 0 || r->top_k == 1) return best;
     double sum = 0;
-    float max = probs[best];
+    float max = logits[best];
     for (int i = 0; i < V; i++) {
-        probs[i] = expf((probs[i] - max) / r->temperature);
+        probs[i] = expf((logits[i] - max) / r->temperature);
         sum += probs[i];
     }
     for (int i = 0; i < V; i++) probs[i] = (float)(probs[i] / sum);
@@ -103,18 +120,29 @@ static int sample_one(float *probs, int *order, int V, const struct sample_row *
     return best; /* rounding left u above the total: the likeliest token */
 }
 
-void cpu_sample(struct backend *be, int *ids, float *entropy, float *logits, const struct sample_row *rows, int n,
+void cpu_sample(struct backend *be, const struct sample_out *out, float *logits, const struct sample_row *rows, int n,
                 int V) {
 #pragma omp parallel if (n > 1 && (size_t)n * V >= (1 << 16))
     {
         int *order = malloc(sizeof(int) * (size_t)V);
-        if (!order) abort();
+        float *probs = malloc(sizeof(float) * (size_t)V);
+        if (!order || !probs) abort();
 #pragma omp for schedule(static)
         for (int i = 0; i < n; i++) {
-            float *row = logits + (size_t)i * V;
-            if (entropy) entropy[i] = entropy_of(row, V);
-            ids[i] = sample_one(row, order, V, &rows[i]);
+            const float *row = logits + (size_t)i * V;
+            const struct sample_row *r = &rows[i];
+            float entropy;
+            double lse = lse_and_entropy(row, V, &entropy);
+            int k = r->top_logprobs < 0 ? 0 : r->top_logprobs > SAMPLE_TOP_MAX ? SAMPLE_TOP_MAX : r->top_logprobs;
+            if (out->top_ids && k)
+                top_tokens(row, V, lse, k, out->top_ids + (size_t)i * SAMPLE_TOP_MAX,
+                           out->top_logprobs + (size_t)i * SAMPLE_TOP_MAX);
+            int id = sample_one(row, probs, order, V, r);
+            out->ids[i] = id;
+            if (out->entropy) out->entropy[i] = entropy;
+            if (out->logprob) out->logprob[i] = (float)(row[id] - lse);
         }
         free(order);
+        free(probs);
     }
 }

@@ -1,5 +1,5 @@
-/* sample_row.h - how a token is drawn from one row of logits: the parameters the backend's `sample`
- * op takes per row, and the model's sampling calls pass through. */
+/* sample_row.h - how a token is drawn from one row of logits (the parameters the backend's `sample`
+ * op takes per row, and the model's sampling calls pass through) and what the draw yields. */
 #ifndef WHET_SAMPLE_ROW_H
 #define WHET_SAMPLE_ROW_H
 
@@ -16,6 +16,20 @@ struct sample_row {
     float top_p;       /* (0, 1]: the smallest most-likely set with this share of the mass left */
     int vocab;         /* only ids below this are drawn (a model's vocabulary may be padded past its
                         * tokenizer's); <= 0 or > V: all V */
+    int top_logprobs;  /* 0..SAMPLE_TOP_MAX: the most likely tokens to report with their log-probs */
+};
+
+#define SAMPLE_TOP_MAX 20 /* top_logprobs at most (OpenAI's limit) */
+
+/* What drawing yields, per row: all but ids may be NULL. Log-probs are log softmax(logits) at
+ * temperature 1 (what the trainer's loss measures), whatever temperature drew the token. */
+struct sample_out {
+    int *ids;            /* [n] the tokens drawn */
+    float *entropy;      /* [n] of softmax(logits), nats */
+    float *logprob;      /* [n] of the token drawn */
+    int *top_ids;        /* [n * SAMPLE_TOP_MAX] the row's top_logprobs most likely tokens, most likely first
+                          * (ties: lower id first) */
+    float *top_logprobs; /* [n * SAMPLE_TOP_MAX] their log-probs */
 };
 
 #endif

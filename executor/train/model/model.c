@@ -24,6 +24,7 @@
  * With `recompute`, one set of layer activations is shared too and refilled per layer from resid[l]. */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,7 +248,7 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     if (m->logit_rows < 1) m->logit_rows = 1;
     if (opts->adapter_dir) {
         if (model_io_read_adapter_config(m, opts->adapter_dir, err)) goto fail;
-    } else if (opts->train && opts->lora_r > 0) {
+    } else if (opts->train && opts->lora_r > 0 && !opts->frozen_base) {
         if (!opts->lora_targets || opts->lora_targets & ~(unsigned)LORA_ALL || opts->lora_alpha <= 0) {
             whet_errf(err, "lora: expected target modules and a positive alpha");
             goto fail;
@@ -255,7 +256,8 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
         m->lora_r = opts->lora_r, m->lora_alpha = opts->lora_alpha, m->rslora = opts->use_rslora;
         m->targets = opts->lora_targets;
     }
-    m->full_ft = m->train && !m->lora_r;
+    m->frozen_base = m->train && opts->frozen_base && !m->lora_r;
+    m->full_ft = m->train && !m->lora_r && !m->frozen_base;
     if (m->lora_r) m->lora_scale = m->rslora ? m->lora_alpha / sqrtf((float)m->lora_r) : m->lora_alpha / (float)m->lora_r;
 
     /* The buffers are sized by the memory plan the scheduler sizes jobs with; the tensor layout
@@ -279,7 +281,7 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     int fits = (m->params = be->alloc(be, (size_t)plan.weights, err)) &&
                (m->scalars = be->alloc(be, (size_t)plan.scalars, err)) &&
                (!m->lora_r || (m->lora = be->alloc(be, (size_t)plan.lora, err)));
-    if (fits && m->train) {
+    if (fits && m->train && !m->frozen_base) {
         m->tp = m->full_ft ? m->params : m->lora;
         m->n_train = (size_t)plan.n_trainable;
         fits = (m->grads = be->alloc(be, (size_t)plan.gradients, err)) &&
@@ -307,14 +309,107 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
             init_lora(m, opts->seed);
         }
     }
-    if (opts->max_batch_rows > 0 && opts->max_seq_len > 0 &&
-        model_ensure_acts(m, opts->max_batch_rows * opts->max_seq_len, err))
+    long long tokens = (long long)opts->max_batch_rows * opts->max_seq_len;
+    if (tokens > INT_MAX) {
+        whet_errf(err, "%lld tokens a batch (max_batch_rows %d × max_seq_len %d) are more than the engine counts "
+                       "(%d)", tokens, opts->max_batch_rows, opts->max_seq_len, INT_MAX);
         goto fail;
+    }
+    if (tokens > 0 && model_ensure_acts(m, (int)tokens, err)) goto fail;
     *out = m;
     return 0;
 fail:
     model_free(m);
     return -1;
+}
+
+/* Copies the base's shape into a model that borrows its weights. */
+static void take_shape(struct model *m, const struct model *base) {
+    m->cfg = base->cfg;
+    m->C = base->C, m->F = base->F, m->NH = base->NH, m->NKV = base->NKV, m->hd = base->hd, m->L = base->L;
+    m->V = base->V, m->QKV = base->QKV, m->QK = base->QK;
+    m->logit_rows = base->logit_rows;
+    m->logit_temperature = m->loss_inv_t = 1.0f;
+    m->recompute = 1;
+}
+
+/* The LoRA settings of a new view: the adapter dir's, or opts' for a fresh adapter. */
+static int view_settings(struct model *m, const struct model_opts *o, struct whet_err *err) {
+    if (o->adapter_dir) return model_io_read_adapter_config(m, o->adapter_dir, err);
+    if (o->lora_r < 1 || !o->lora_targets || o->lora_targets & ~(unsigned)LORA_ALL || o->lora_alpha <= 0)
+        return whet_errf(err, "lora: expected a rank, target modules and a positive alpha");
+    m->lora_r = o->lora_r, m->lora_alpha = o->lora_alpha, m->rslora = o->use_rslora, m->targets = o->lora_targets;
+    return 0;
+}
+
+int model_load_adapter_view(struct model **out, struct model *base, const struct model_opts *o, struct whet_err *err) {
+    *out = NULL;
+    if (base->view_of || base->lora_r || (base->train && !base->frozen_base))
+        return whet_errf(err, "adapter views need a base without an adapter, loaded for inference or as a frozen base");
+    struct model *m = xcalloc(1, sizeof *m);
+    m->be = base->be;
+    m->view_of = base;
+    m->dir = xstrdup(base->dir);
+    m->train = o->train;
+    take_shape(m, base);
+    if (view_settings(m, o, err)) goto fail;
+    m->lora_scale = m->rslora ? m->lora_alpha / sqrtf((float)m->lora_r) : m->lora_alpha / (float)m->lora_r;
+    m->n_params = layout_base(m);
+    m->n_base_tensors = m->n_tensors;
+    m->n_lora = layout_lora(m);
+    size_t bytes = sizeof(float) * m->n_lora;
+    if (!(m->lora = m->be->alloc(m->be, bytes, err)) || !(m->scalars = m->be->alloc(m->be, MP_SCALAR_BYTES, err)))
+        goto fail;
+    if (m->train) { /* its own gradients and AdamW moments: a co-trained adapter steps on its own */
+        m->tp = m->lora, m->n_train = m->n_lora;
+        if (!(m->grads = m->be->alloc(m->be, bytes, err)) || !(m->adam_m = m->be->alloc(m->be, bytes, err)) ||
+            !(m->adam_v = m->be->alloc(m->be, bytes, err)))
+            goto fail;
+    }
+    m->params = base->params;
+    fix_pointers(m->tensors, m->n_base_tensors, m->params, NULL);
+    fix_pointers(m->tensors + m->n_base_tensors, m->n_tensors - m->n_base_tensors, m->lora, m->grads);
+    point_base(m);
+    point_lora(m);
+    if (o->adapter_dir ? model_io_read_lora(m, o->adapter_dir, err) : (init_lora(m, o->seed), 0)) goto fail;
+    *out = m;
+    return 0;
+fail:
+    whet_err_prefix(err, "adapter %s", o->adapter_dir ? o->adapter_dir : "(new)");
+    model_free(m);
+    return -1;
+}
+
+int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs, struct whet_err *err) {
+    if (n_runs > 0 && (m->lora_r || m->view_of))
+        return whet_errf(err, "lora runs: the model has an adapter of its own; runs need a plain base");
+    int max_r = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (runs[i].n_tokens < 0) return whet_errf(err, "lora runs: run %d has %d tokens", i, runs[i].n_tokens);
+        if (runs[i].adapter && runs[i].adapter->view_of != m)
+            return whet_errf(err, "lora runs: run %d's adapter is not a view of this model", i);
+        if (runs[i].adapter && runs[i].adapter->lora_r > max_r) max_r = runs[i].adapter->lora_r;
+    }
+    m->n_runs = n_runs > 0 ? n_runs : 0;
+    m->runs = xrealloc(m->runs, sizeof *runs * (size_t)(m->n_runs ? m->n_runs : 1));
+    if (m->n_runs) memcpy(m->runs, runs, sizeof *runs * (size_t)m->n_runs);
+    m->runs_max_r = max_r;
+    return 0;
+}
+
+int model_prepare_runs(struct model *m, int N, struct whet_err *err) {
+    if (!m->n_runs) return 0;
+    long long covered = 0;
+    for (int i = 0; i < m->n_runs; i++) covered += m->runs[i].n_tokens;
+    if (covered != N) return whet_errf(err, "lora runs cover %lld tokens, the pass has %d", covered, N);
+    /* x·Aᵀ of a run, and in a backward pass its gradient beside it */
+    size_t need = 2 * (size_t)N * (size_t)(m->runs_max_r > 0 ? m->runs_max_r : 1);
+    if (need <= m->run_xa_cap) return 0;
+    m->be->free(m->be, m->run_xa);
+    m->run_xa_cap = 0;
+    if (!(m->run_xa = m->be->alloc(m->be, sizeof(float) * need, err))) return -1;
+    m->run_xa_cap = need;
+    return 0;
 }
 
 static void free_acts(struct model *m) {
@@ -332,10 +427,12 @@ void model_free(struct model *m) {
     if (!m) return;
     if (m->be) {
         free_acts(m);
-        void *bufs[] = {m->params, m->lora, m->grads, m->adam_m, m->adam_v, m->cos_sin, m->scalars, m->gen};
+        void *bufs[] = {m->view_of ? NULL : m->params, m->lora, m->grads, m->adam_m, m->adam_v, m->cos_sin, m->scalars,
+                        m->gen, m->run_xa};
         for (size_t i = 0; i < WHET_ARRAY_LEN(bufs); i++) m->be->free(m->be, bufs[i]);
-        m->be->close(m->be);
+        if (!m->view_of) m->be->close(m->be);
     }
+    free(m->runs);
     free(m->layers);
     free(m->lmods);
     free(m->tensors);
@@ -454,25 +551,66 @@ int model_ensure_rope(struct model *m, int need, struct whet_err *err) {
 
 /* ---------------------------------------------------------------- linear + LoRA ---- */
 
-/* out[:, col0 : col0+out_dim] of a module: the LoRA term s * (x @ A^T) @ B^T, keeping xa. */
-static void lora_forward(struct model *m, const struct lora_mod *lm, float *xa, float *out, int ldo, const float *x,
-                         int ldx, int N, int in, int outd) {
-    struct backend *be = m->be;
-    int r = m->lora_r;
-    if (m->adapter_off) return;
+/* out[N, outd] += s * (x @ A^T) @ B^T for adapter `a` (r, s, A, B of its module), keeping xa = x @ A^T. */
+static void lora_term(struct backend *be, const struct model *a, const struct lora_mod *lm, float *xa, float *out,
+                      int ldo, const float *x, int ldx, int N, int in, int outd) {
+    int r = a->lora_r;
     be->matmul_forward(be, xa, r, x, ldx, lm->A, NULL, N, in, r, 0.0f);
-    be->gemm(be, 0, 1, N, outd, r, m->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
+    be->gemm(be, 0, 1, N, outd, r, a->lora_scale, xa, r, lm->B, r, 1.0f, out, ldo);
 }
 
-/* Gradients of the LoRA term: dB, dA, and dx += (s * dout @ B) @ A. */
-static void lora_backward(struct model *m, const struct lora_mod *lm, const float *xa, float *dx, int lddx,
-                          const float *dout, int lddo, const float *x, int ldx, int N, int in, int outd) {
-    struct backend *be = m->be;
-    int r = m->lora_r;
-    be->gemm(be, 1, 0, outd, r, N, m->lora_scale, dout, lddo, xa, r, 1.0f, lm->dB, r);
-    be->gemm(be, 0, 0, N, r, outd, m->lora_scale, dout, lddo, lm->B, r, 0.0f, m->dxa, r);
-    be->gemm(be, 1, 0, r, in, N, 1.0f, m->dxa, r, x, ldx, 1.0f, lm->dA, in);
-    if (dx) be->gemm(be, 0, 0, N, in, r, 1.0f, m->dxa, r, lm->A, in, 1.0f, dx, lddx);
+/* The LoRA terms of module `mod` of layer l (input x[N, in], output columns out[N, outd]): the
+ * model's own adapter (xa kept for the backward pass), or, while serving runs are set
+ * (model_set_lora_runs), each run's adapter on the run's rows. */
+static void add_lora(struct model *m, int l, int mod, float *xa, float *out, int ldo, const float *x, int ldx, int N,
+                     int in, int outd) {
+    if (!m->n_runs) {
+        if (m->targets & (1u << mod) && !m->adapter_off)
+            lora_term(m->be, m, &m->lmods[l][mod], xa, out, ldo, x, ldx, N, in, outd);
+        return;
+    }
+    for (int i = 0, row = 0; i < m->n_runs && row < N; row += m->runs[i++].n_tokens) {
+        const struct model *a = m->runs[i].adapter;
+        int len = m->runs[i].n_tokens < N - row ? m->runs[i].n_tokens : N - row;
+        if (a && a->targets & (1u << mod))
+            lora_term(m->be, a, &a->lmods[l][mod], m->run_xa, out + (size_t)row * ldo, ldo, x + (size_t)row * ldx, ldx,
+                      len, in, outd);
+    }
+}
+
+/* Gradients of adapter a's LoRA term on N rows: dB += s dout^T @ xa, dA += dxa^T @ x and
+ * dx += dxa @ A with dxa = s dout @ B (scratch; dx may be NULL). Without gradients of its own (a view
+ * loaded for inference) only dx. */
+static void lora_term_backward(struct backend *be, const struct model *a, const struct lora_mod *lm, const float *xa,
+                               float *dxa, float *dx, int lddx, const float *dout, int lddo, const float *x, int ldx,
+                               int N, int in, int outd) {
+    int r = a->lora_r;
+    if (lm->dB) be->gemm(be, 1, 0, outd, r, N, a->lora_scale, dout, lddo, xa, r, 1.0f, lm->dB, r);
+    be->gemm(be, 0, 0, N, r, outd, a->lora_scale, dout, lddo, lm->B, r, 0.0f, dxa, r);
+    if (lm->dA) be->gemm(be, 1, 0, r, in, N, 1.0f, dxa, r, x, ldx, 1.0f, lm->dA, in);
+    if (dx) be->gemm(be, 0, 0, N, in, r, 1.0f, dxa, r, lm->A, in, 1.0f, dx, lddx);
+}
+
+/* The backward of add_lora for module `mod` of layer l: the model's own adapter (its xa kept from the
+ * forward), or each run's adapter on its rows (xa recomputed from x: r is small). */
+static void add_lora_backward(struct model *m, int l, int mod, const float *xa, float *dx, int lddx,
+                              const float *dout, int lddo, const float *x, int ldx, int N, int in, int outd) {
+    if (!m->n_runs) {
+        if (m->targets & (1u << mod))
+            lora_term_backward(m->be, m, &m->lmods[l][mod], xa, m->dxa, dx, lddx, dout, lddo, x, ldx, N, in, outd);
+        return;
+    }
+    for (int i = 0, row = 0; i < m->n_runs && row < N; row += m->runs[i++].n_tokens) {
+        const struct model *a = m->runs[i].adapter;
+        int len = m->runs[i].n_tokens < N - row ? m->runs[i].n_tokens : N - row;
+        if (!a || !(a->targets & (1u << mod))) continue;
+        const struct lora_mod *lm = &a->lmods[l][mod];
+        const float *xr = x + (size_t)row * ldx;
+        float *run_xa = m->run_xa, *run_dxa = m->run_xa + m->run_xa_cap / 2;
+        m->be->matmul_forward(m->be, run_xa, a->lora_r, xr, ldx, lm->A, NULL, len, in, a->lora_r, 0.0f);
+        lora_term_backward(m->be, a, lm, run_xa, run_dxa, dx ? dx + (size_t)row * lddx : NULL, lddx,
+                           dout + (size_t)row * lddo, lddo, xr, ldx, len, in, outd);
+    }
 }
 
 static float *pgrad(const struct model *m, const float *p) {
@@ -489,10 +627,8 @@ void model_attn_inputs(struct model *m, int l, struct layer_acts *a, const float
     be->rmsnorm_forward(be, a->ln1, C, a->rstd1, x, C, p->ln1, N, 1, C, m->cfg.rms_norm_eps);
     be->matmul_forward(be, a->qkv, m->QKV, a->ln1, C, p->wqkv, p->bqkv, N, C, m->QKV, 0.0f);
     for (int i = 0; i < 3; i++) { /* q, k, v: column slices of qkv */
-        int mod = MOD_Q + i;
-        if (!(m->targets & (1u << mod))) continue;
         int off = i == 0 ? 0 : i == 1 ? q : q + kv, outd = i == 0 ? q : kv;
-        lora_forward(m, &m->lmods[l][mod], a->xa[mod], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);
+        add_lora(m, l, MOD_Q + i, a->xa[MOD_Q + i], a->qkv + off, m->QKV, a->ln1, C, N, C, outd);
     }
     if (m->cfg.qk_norm) {
         be->rmsnorm_forward(be, a->qkr, m->QK, a->q_rstd, a->qkv, m->QKV, p->q_norm, N, m->NH, hd, m->cfg.rms_norm_eps);
@@ -523,18 +659,15 @@ void model_attn_outputs_and_mlp(struct model *m, int l, struct layer_acts *a, co
     int C = m->C, F = m->F, qd = m->NH * m->hd;
     be->copy(be, a->mid, x, sizeof(float) * (size_t)N * C);
     be->matmul_forward(be, a->mid, C, a->att, qd, p->wo, NULL, N, qd, C, 1.0f);
-    if (m->targets & (1u << MOD_O)) lora_forward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], a->mid, C, a->att, qd, N, qd, C);
+    add_lora(m, l, MOD_O, a->xa[MOD_O], a->mid, C, a->att, qd, N, qd, C);
     be->rmsnorm_forward(be, a->ln2, C, a->rstd2, a->mid, C, p->ln2, N, 1, C, m->cfg.rms_norm_eps);
     be->matmul_forward(be, a->gu, 2 * F, a->ln2, C, p->wgu, NULL, N, C, 2 * F, 0.0f);
-    if (m->targets & (1u << MOD_GATE))
-        lora_forward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], a->gu, 2 * F, a->ln2, C, N, C, F);
-    if (m->targets & (1u << MOD_UP))
-        lora_forward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], a->gu + F, 2 * F, a->ln2, C, N, C, F);
+    add_lora(m, l, MOD_GATE, a->xa[MOD_GATE], a->gu, 2 * F, a->ln2, C, N, C, F);
+    add_lora(m, l, MOD_UP, a->xa[MOD_UP], a->gu + F, 2 * F, a->ln2, C, N, C, F);
     be->swiglu_forward(be, a->h, a->gu, N, F);
     be->copy(be, out, a->mid, sizeof(float) * (size_t)N * C);
     be->matmul_forward(be, out, C, a->h, F, p->wdown, NULL, N, F, C, 1.0f);
-    if (m->targets & (1u << MOD_DOWN))
-        lora_forward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], out, C, a->h, F, N, F, C);
+    add_lora(m, l, MOD_DOWN, a->xa[MOD_DOWN], out, C, a->h, F, N, F, C);
 }
 
 static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
@@ -577,7 +710,8 @@ static int prepare_batch(struct model *m, const struct model_batch *b, struct wh
     if (!rc && m->cfg.sliding_window && longest > m->cfg.sliding_window)
         rc = whet_errf(err, "batch: a sequence of %d tokens is longer than the model's sliding window (%d), which "
                             "this engine does not implement", longest, m->cfg.sliding_window);
-    if (!rc && !(rc = model_ensure_acts(m, N, err))) rc = model_ensure_rope(m, max_pos + 1, err);
+    if (!rc && !(rc = model_ensure_acts(m, N, err)) && !(rc = model_ensure_rope(m, max_pos + 1, err)))
+        rc = model_prepare_runs(m, N, err);
     if (!rc) {
         m->longest = longest;
         m->be->upload(m->be, m->ids, b->ids, sizeof(int) * (size_t)N);
@@ -645,7 +779,7 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         struct model_stats st = stats_at(m, 0);
         *loss = st.weight_sum > 0 ? (float)(st.loss_sum / st.weight_sum) : 0.0f;
     }
-    m->backward_ready = m->train && !m->adapter_off;
+    m->backward_ready = m->train && !m->adapter_off && (!m->n_runs || m->frozen_base);
     return 0;
 }
 
@@ -682,19 +816,17 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
     /* MLP: out = mid + h @ wdown^T */
     be->zero(be, m->dh, sizeof(float) * (size_t)N * F);
     be->matmul_backward(be, m->dh, F, pgrad(m, p->wdown), NULL, dres, C, a->h, F, p->wdown, N, F, C);
-    if (m->targets & (1u << MOD_DOWN)) lora_backward(m, &m->lmods[l][MOD_DOWN], a->xa[MOD_DOWN], m->dh, F, dres, C, a->h, F, N, F, C);
+    add_lora_backward(m, l, MOD_DOWN, a->xa[MOD_DOWN], m->dh, F, dres, C, a->h, F, N, F, C);
     be->swiglu_backward(be, m->dgu, m->dh, a->gu, N, F);
     be->zero(be, m->dln, sizeof(float) * (size_t)N * C);
     be->matmul_backward(be, m->dln, C, pgrad(m, p->wgu), NULL, m->dgu, 2 * F, a->ln2, C, p->wgu, N, C, 2 * F);
-    if (m->targets & (1u << MOD_GATE))
-        lora_backward(m, &m->lmods[l][MOD_GATE], a->xa[MOD_GATE], m->dln, C, m->dgu, 2 * F, a->ln2, C, N, C, F);
-    if (m->targets & (1u << MOD_UP))
-        lora_backward(m, &m->lmods[l][MOD_UP], a->xa[MOD_UP], m->dln, C, m->dgu + F, 2 * F, a->ln2, C, N, C, F);
+    add_lora_backward(m, l, MOD_GATE, a->xa[MOD_GATE], m->dln, C, m->dgu, 2 * F, a->ln2, C, N, C, F);
+    add_lora_backward(m, l, MOD_UP, a->xa[MOD_UP], m->dln, C, m->dgu + F, 2 * F, a->ln2, C, N, C, F);
     be->rmsnorm_backward(be, dres, C, pgrad(m, p->ln2), m->dln, C, a->mid, C, p->ln2, a->rstd2, N, 1, C);
     /* Attention: mid = x + att @ wo^T */
     be->zero(be, m->datt, sizeof(float) * (size_t)N * qd);
     be->matmul_backward(be, m->datt, qd, pgrad(m, p->wo), NULL, dres, C, a->att, qd, p->wo, N, qd, C);
-    if (m->targets & (1u << MOD_O)) lora_backward(m, &m->lmods[l][MOD_O], a->xa[MOD_O], m->datt, qd, dres, C, a->att, qd, N, qd, C);
+    add_lora_backward(m, l, MOD_O, a->xa[MOD_O], m->datt, qd, dres, C, a->att, qd, N, qd, C);
     const float *q, *k, *v;
     int ldq, ldk;
     model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
@@ -720,11 +852,9 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
     be->matmul_backward(be, need_dx ? m->dln : NULL, C, pgrad(m, p->wqkv), pgrad(m, p->bqkv), m->dqkv, m->QKV, a->ln1, C,
                         p->wqkv, N, C, m->QKV);
     for (int i = 0; i < 3; i++) {
-        int mod = MOD_Q + i;
-        if (!(m->targets & (1u << mod))) continue;
         int off = i == 0 ? 0 : i == 1 ? qd : qd + kvd, outd = i == 0 ? qd : kvd;
-        lora_backward(m, &m->lmods[l][mod], a->xa[mod], need_dx ? m->dln : NULL, C, m->dqkv + off, m->QKV, a->ln1, C,
-                      N, C, outd);
+        add_lora_backward(m, l, MOD_Q + i, a->xa[MOD_Q + i], need_dx ? m->dln : NULL, C, m->dqkv + off, m->QKV, a->ln1,
+                          C, N, C, outd);
     }
     if (need_dx) be->rmsnorm_backward(be, dres, C, pgrad(m, p->ln1), m->dln, C, x, C, p->ln1, a->rstd1, N, 1, C);
 }
@@ -788,7 +918,7 @@ int model_set_loss_weights(struct model *m, const float *weights, struct whet_er
 /* ---------------------------------------------------------------- optimiser ---- */
 
 void model_zero_grad(struct model *m) {
-    if (m->train) m->be->zero(m->be, m->grads, sizeof(float) * m->n_train);
+    if (m->train && m->n_train) m->be->zero(m->be, m->grads, sizeof(float) * m->n_train);
 }
 
 float model_grad_norm(struct model *m) { return model_clip_grad_norm(m, 0); }

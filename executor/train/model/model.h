@@ -76,6 +76,9 @@ struct model_opts {
     int max_batch_rows;   /* optional: preallocate activations for B rows of max_seq_len tokens */
     int max_seq_len;      /* (buffers grow on demand anyway) */
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
+    int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
+                           * activations a backward pass needs: the base of co-trained adapter views
+                           * (model_set_lora_runs) */
 };
 struct model_opts model_opts_default(void); /* inference, LoRA r=16 alpha=32 all-linear when train */
 
@@ -203,16 +206,38 @@ int model_prefill(struct model *m, struct kv_cache *c, int slot, const int *ids,
 int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
                       float *logits, struct whet_err *err);
 /* The same two passes with the next token drawn on the device instead of logits downloaded: draw i
- * as rows[i] says (sample_row.h) into next[i], with the entropy of its logits (temperature 1, nats)
- * in entropy[i] when entropy is not NULL. A prefill draws n_draws tokens from its last position
- * (the first tokens of n_draws responses to one prompt); a decode step one per slot. */
+ * as rows[i] says into out's arrays (sample_row.h: the token, and what else out asks for: entropy,
+ * its log-prob, the top log-probs). A prefill draws n_draws tokens from its last position (the first
+ * tokens of n_draws responses to one prompt); a decode step one per slot. */
 int model_prefill_sample(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, int n_draws,
-                         const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+                         const struct sample_row *rows, const struct sample_out *out, struct whet_err *err);
 int model_decode_sample(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
-                        const struct sample_row *rows, int *next, float *entropy, struct whet_err *err);
+                        const struct sample_row *rows, const struct sample_out *out, struct whet_err *err);
 /* Draws from rows[0..n) (token indices) of the logits of the last forward without targets, as
  * params[i] says: generation without a KV cache (the benchmark's baseline). */
-int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params, int *next,
-                        float *entropy, struct whet_err *err);
+int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params,
+                        const struct sample_out *out, struct whet_err *err);
+
+/* ---- many adapters on one base (serving, co-training) ---- */
+/* A model that borrows base's weights and device and adds a LoRA adapter: the PEFT adapter in
+ * o->adapter_dir (its own r, alpha and target modules), or a new one as o->lora_r, lora_alpha,
+ * lora_targets, use_rslora and seed say. One entry of a serving cache, a few MB where a copy of the
+ * base would be GBs; it generates on its own like any model with that adapter, and it is what
+ * model_set_lora_runs names. With o->train it has its own gradients and AdamW moments: co-trained on a
+ * frozen base (model_opts.frozen_base), it takes model_zero_grad, model_clip_grad_norm and
+ * model_adamw_step like a model of its own. base must have no adapter and outlive its views. */
+int model_load_adapter_view(struct model **out, struct model *base, const struct model_opts *o, struct whet_err *err);
+/* Rows of a batch that share an adapter: n_tokens consecutive tokens of a pass, adapter a view of
+ * the model (or NULL: the base alone). */
+struct lora_run {
+    const struct model *adapter;
+    int n_tokens;
+};
+/* The passes that follow (forward, prefill, decode) apply adapters by rows, each run its adapter's LoRA
+ * on its tokens (Punica's segmented LoRA: one pair of products per run, not per adapter loaded);
+ * the runs must cover each pass exactly. n_runs 0 goes back to the plain base. On a frozen base
+ * (model_opts.frozen_base) a forward with runs has a backward pass: each run's gradients go to its
+ * view (loaded with train), so one pass trains many adapters (co-training). */
+int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs, struct whet_err *err);
 
 #endif

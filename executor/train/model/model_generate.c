@@ -7,10 +7,11 @@
  * attention within the batch, then model_attn_outputs_and_mlp) and projects only the rows whose
  * logits are wanted: the last prompt token for model_prefill, every token for model_decode_step.
  * Those rows end either downloaded to the host (the logits variants, for scoring and tests) or
- * sampled on the device (the _sample variants), which download only the token ids and entropies:
+ * sampled on the device (the _sample variants), which download only the tokens and their figures:
  * a decode step uploads its index tables in one go, its sampling rows in a second, and downloads
- * 2n numbers. It reuses the model's activation buffers (the first layer set for every layer), so it
- * runs between training steps, never between a model_forward and its model_backward. */
+ * 3n numbers (43n with top log-probs). It reuses the model's activation buffers (the first layer set
+ * for every layer), so it runs between training steps, never between a model_forward and its
+ * model_backward. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +36,7 @@ struct kv_cache *kv_cache_new(const struct model *m, int n_slots, int max_len, s
             !(c->v[l] = m->be->alloc(m->be, sizeof(float) * per, err))) {
             c->n_layers++;
             kv_cache_free(c);
-            whet_err_hint(err, "a KV cache of %d sequences of %d tokens does not fit: generate fewer at once or shorter",
+            whet_err_hint(err, "a KV cache of %d sequences of %d tokens does not fit: generate fewer or shorter",
                           n_slots, max_len);
             return NULL;
         }
@@ -75,55 +76,76 @@ int kv_cache_copy_slot(struct kv_cache *c, int dst, int src, struct whet_err *er
     return 0;
 }
 
-/* The device scratch of generation for n rows: gen_ints [5n] (ids, positions, first cache row,
- * context length, cache row of each token), then sample rows [n], then the picked ids and their
- * entropies [2n]. Grown on demand, freed with the model; generation's own, outside the training
+/* Words (4 bytes) of what `sample` yields per row: the id, entropy and log-prob, and the top tokens
+ * with their log-probs. */
+#define RESULT_WORDS (3 + 2 * SAMPLE_TOP_MAX)
+
+/* The device scratch of generation for n rows: sample rows [n] (first: they hold 8-byte seeds), then
+ * gen_ints [5n] (ids, positions, first cache row, context length, cache row of each token), then the
+ * draws' results [RESULT_WORDS n]. Grown on demand, freed with the model; generation's own, outside the training
  * plan, as the all-logits buffer of a forward without targets. */
 static int ensure_gen(struct model *m, int n, struct whet_err *err) {
     if (n <= m->gen_cap) return 0;
     m->be->free(m->be, m->gen);
     m->gen_cap = 0;
-    size_t bytes = (sizeof(int) * 7 + sizeof(struct sample_row)) * (size_t)n;
+    size_t bytes = (sizeof(int) * (5 + RESULT_WORDS) + sizeof(struct sample_row)) * (size_t)n;
     if (!(m->gen = m->be->alloc(m->be, bytes, err))) return -1;
     m->gen_cap = n;
     return 0;
 }
-static int *gen_ints(const struct model *m) { return m->gen; }
-static struct sample_row *gen_rows(const struct model *m) {
-    return (struct sample_row *)((char *)m->gen + sizeof(int) * 5 * (size_t)m->gen_cap);
+static struct sample_row *gen_rows(const struct model *m) { return m->gen; }
+static int *gen_ints(const struct model *m) { return (int *)(gen_rows(m) + m->gen_cap); }
+
+/* Where the results of n draws go on the device, laid out with stride n so they download in one go;
+ * the rows from `first` on. */
+static struct sample_out gen_results(const struct model *m, int n, int first) {
+    int *base = gen_ints(m) + 5 * (size_t)m->gen_cap;
+    return (struct sample_out){.ids = base + first, .entropy = (float *)(base + n) + first,
+                               .logprob = (float *)(base + 2 * n) + first,
+                               .top_ids = base + 3 * n + (size_t)first * SAMPLE_TOP_MAX,
+                               .top_logprobs = (float *)(base + 3 * n + (size_t)n * SAMPLE_TOP_MAX) +
+                                               (size_t)first * SAMPLE_TOP_MAX};
 }
-static int *gen_picked(const struct model *m) { return (int *)(gen_rows(m) + m->gen_cap); }
 
 /* What a pass does with the rows it projects: download their logits[n_out, V] (logits != NULL), or
- * sample them on the device as rows[n_out] say into picked[n_out] and entropy[n_out] (host). */
+ * draw from them on the device as rows[n_out] say, into `out` (host arrays, sample_row.h). */
 struct gen_out {
     float *logits;
     const struct sample_row *rows;
-    int *picked;
-    float *entropy;
+    const struct sample_out *out;
 };
 
-/* Downloads the ids and entropies that `sample` left in gen_picked for n rows into out. */
-static void take_picked(struct model *m, int n, const struct gen_out *out) {
-    int *host = xmalloc(sizeof(int) * 2 * (size_t)n);
-    m->be->download(m->be, host, gen_picked(m), sizeof(int) * 2 * (size_t)n);
-    memcpy(out->picked, host, sizeof(int) * (size_t)n);
+/* Downloads the results of n draws into the host arrays of `out` that are not NULL. */
+static void take_results(struct model *m, int n, const struct sample_out *out) {
+    int tops = out->top_ids || out->top_logprobs;
+    size_t words = (size_t)n * (tops ? RESULT_WORDS : 3);
+    int *host = xmalloc(sizeof(int) * words);
+    m->be->download(m->be, host, gen_results(m, n, 0).ids, sizeof(int) * words);
+    memcpy(out->ids, host, sizeof(int) * (size_t)n);
     if (out->entropy) memcpy(out->entropy, host + n, sizeof(float) * (size_t)n);
+    if (out->logprob) memcpy(out->logprob, host + 2 * n, sizeof(float) * (size_t)n);
+    if (out->top_ids) memcpy(out->top_ids, host + 3 * n, sizeof(int) * (size_t)n * SAMPLE_TOP_MAX);
+    if (out->top_logprobs)
+        memcpy(out->top_logprobs, host + 3 * n + n * SAMPLE_TOP_MAX, sizeof(float) * (size_t)n * SAMPLE_TOP_MAX);
     free(host);
 }
 
 /* Projects the n_out rows of m->lnf_c a chunk of logits at a time and hands them out as `out` says. */
 static void project_rows(struct model *m, int n_out, const struct gen_out *out) {
     struct backend *be = m->be;
-    int C = m->C, V = m->V, *picked = gen_picked(m);
+    int C = m->C, V = m->V;
     if (!out->logits) be->upload(be, gen_rows(m), out->rows, sizeof *out->rows * (size_t)n_out);
     for (int c0 = 0; c0 < n_out; c0 += m->logit_rows) {
         int R = n_out - c0 < m->logit_rows ? n_out - c0 : m->logit_rows;
         be->matmul_forward(be, m->logits, V, m->lnf_c + (size_t)c0 * C, C, m->lm_head, NULL, R, C, V, 0.0f);
-        if (out->logits) be->download(be, out->logits + (size_t)c0 * V, m->logits, sizeof(float) * (size_t)R * V);
-        else be->sample(be, picked + c0, (float *)(picked + n_out) + c0, m->logits, gen_rows(m) + c0, R, V);
+        if (out->logits) {
+            be->download(be, out->logits + (size_t)c0 * V, m->logits, sizeof(float) * (size_t)R * V);
+        } else {
+            struct sample_out dev = gen_results(m, n_out, c0);
+            be->sample(be, &dev, m->logits, gen_rows(m) + c0, R, V);
+        }
     }
-    if (!out->logits) take_picked(m, n_out, out);
+    if (!out->logits) take_results(m, n_out, out->out);
 }
 
 /* n tokens, token i appended to slot slots[i]; the final-norm rows of the tokens listed in out_rows
@@ -158,8 +180,9 @@ static int infer(struct model *m, struct kv_cache *c, const int *ids, const int 
         rows[i] = first[i] + pos[i];
         max_pos = pos[i] > max_pos ? pos[i] : max_pos;
     }
-    if (rc || (rc = model_ensure_acts(m, n > n_out ? n : n_out, err)) || (rc = model_ensure_rope(m, max_pos + 1, err)) ||
-        (rc = ensure_gen(m, n > n_out ? n : n_out, err)))
+    int rows_needed = n > n_out ? n : n_out;
+    if (rc || (rc = model_ensure_acts(m, rows_needed, err)) || (rc = model_ensure_rope(m, max_pos + 1, err)) ||
+        (rc = ensure_gen(m, rows_needed, err)) || (rc = model_prepare_runs(m, n, err)))
         goto out;
     int *d = gen_ints(m);
     be->upload(be, d, tab, sizeof(int) * 5 * (size_t)n);
@@ -228,32 +251,32 @@ int model_decode_step(struct model *m, struct kv_cache *c, const int *slots, con
 }
 
 int model_prefill_sample(struct model *m, struct kv_cache *c, int slot, const int *ids, int n, int n_draws,
-                         const struct sample_row *rows, int *next, float *entropy, struct whet_err *err) {
-    return prefill(m, c, slot, ids, n, n_draws, &(struct gen_out){.rows = rows, .picked = next, .entropy = entropy},
-                   err);
+                         const struct sample_row *rows, const struct sample_out *out, struct whet_err *err) {
+    return prefill(m, c, slot, ids, n, n_draws, &(struct gen_out){.rows = rows, .out = out}, err);
 }
 
 int model_decode_sample(struct model *m, struct kv_cache *c, const int *slots, const int *ids, int n,
-                        const struct sample_row *rows, int *next, float *entropy, struct whet_err *err) {
-    return decode_step(m, c, slots, ids, n, &(struct gen_out){.rows = rows, .picked = next, .entropy = entropy}, err);
+                        const struct sample_row *rows, const struct sample_out *out, struct whet_err *err) {
+    return decode_step(m, c, slots, ids, n, &(struct gen_out){.rows = rows, .out = out}, err);
 }
 
-int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params, int *next,
-                        float *entropy, struct whet_err *err) {
+int model_sample_logits(struct model *m, const int *rows, int n, const struct sample_row *params,
+                        const struct sample_out *out, struct whet_err *err) {
     if (m->has_targets || !m->all_logits) return whet_errf(err, "model_sample_logits: no forward pass without targets");
     for (int i = 0; i < n; i++)
-        if (rows[i] < 0 || rows[i] >= m->N) return whet_errf(err, "model_sample_logits: row %d is outside [0, %d)", rows[i], m->N);
+        if (rows[i] < 0 || rows[i] >= m->N)
+            return whet_errf(err, "model_sample_logits: row %d is outside [0, %d)", rows[i], m->N);
     if (ensure_gen(m, n, err)) return -1;
-    /* the rows' logits are gathered a chunk at a time into m->logits and sampled there */
+    /* the rows' logits are gathered a chunk at a time into m->logits and drawn from there */
     struct backend *be = m->be;
-    int *picked = gen_picked(m);
     be->upload(be, gen_rows(m), params, sizeof *params * (size_t)n);
     be->upload(be, gen_ints(m), rows, sizeof(int) * (size_t)n);
     for (int c0 = 0; c0 < n; c0 += m->logit_rows) {
         int R = n - c0 < m->logit_rows ? n - c0 : m->logit_rows;
         be->gather_rows(be, m->logits, m->all_logits, gen_ints(m) + c0, R, m->V);
-        be->sample(be, picked + c0, (float *)(picked + n) + c0, m->logits, gen_rows(m) + c0, R, m->V);
+        struct sample_out dev = gen_results(m, n, c0);
+        be->sample(be, &dev, m->logits, gen_rows(m) + c0, R, m->V);
     }
-    take_picked(m, n, &(struct gen_out){.picked = next, .entropy = entropy});
+    take_results(m, n, out);
     return 0;
 }

@@ -53,6 +53,7 @@ struct model {
     char *dir;
     int C, F, NH, NKV, hd, QKV, QK, L, V;
     int train, full_ft, recompute;
+    int frozen_base; /* trains nothing of its own: the base of co-trained views (model_opts.frozen_base) */
 
     float *params;
     size_t n_params;
@@ -95,6 +96,13 @@ struct model {
     struct attn_segment *d_segs; /* the last forward's segments, on the device */
     void *gen;   /* generation's device scratch for gen_cap rows (model_generate.c) */
     int gen_cap;
+    /* Serving: a view (model_load_adapter_view) borrows its base's weights and device; a base runs
+     * the adapters of model_set_lora_runs on its rows, with run_xa as their x·Aᵀ scratch. */
+    struct model *view_of;
+    struct lora_run *runs;
+    int n_runs, runs_max_r;
+    float *run_xa;
+    size_t run_xa_cap; /* floats */
     float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *dlnf_c;
 
     float *cos_sin; /* [rope_cap, hd] */
@@ -117,6 +125,8 @@ void model_mod_dims(const struct model *m, int mod, int *in, int *out);
 /* Activation buffers for N tokens (grown, never shrunk), and RoPE tables for positions < need; -1
  * when the device is out of memory (err says how much was needed and what to lower). */
 int model_ensure_acts(struct model *m, int N, struct whet_err *err);
+/* With serving runs set: checks they cover the N tokens of the coming pass and sizes run_xa. */
+int model_prepare_runs(struct model *m, int N, struct whet_err *err);
 int model_ensure_rope(struct model *m, int need, struct whet_err *err);
 /* The two halves of a layer around its attention, shared by the forward pass and generation:
  * model_attn_inputs computes ln1, qkv (+LoRA), q/k norm and RoPE of layer l into a from x[N, C];

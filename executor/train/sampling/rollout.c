@@ -22,20 +22,6 @@
 
 /* ---------------------------------------------------------------- responses */
 
-/* The earliest stop string that ends within the text's bytes from `old_len` on (none ended before),
- * as its offset in the text, or -1. */
-static long find_stop(const char *text, size_t len, size_t old_len, const struct rollout_opts *o) {
-    long first = -1;
-    for (int i = 0; i < o->n_stop; i++) {
-        size_t sl = strlen(o->stop[i]);
-        if (sl == 0 || sl > len) continue;
-        size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
-        const char *hit = memmem(text + from, len - from, o->stop[i], sl);
-        if (hit && (first < 0 || hit - text < first)) first = hit - text;
-    }
-    return first;
-}
-
 static int is_extra_stop_id(const struct rollout_opts *o, int id) {
     for (int i = 0; i < o->n_stop_ids; i++)
         if (o->stop_ids[i] == id) return 1;
@@ -67,8 +53,8 @@ static int forward_full(int *next, float *entropy, struct model *m, const struct
             last[r - r0] = (r - r0) * T + T - 1;
         }
         struct model_batch batch = {B, T, *ids, NULL, NULL, NULL, NULL};
-        if (model_forward(m, &batch, NULL, err) ||
-            model_sample_logits(m, last, B, rows + r0, next + r0, entropy + r0, err))
+        struct sample_out drawn = {.ids = next + r0, .entropy = entropy + r0};
+        if (model_forward(m, &batch, NULL, err) || model_sample_logits(m, last, B, rows + r0, &drawn, err))
             return -1;
         r0 = r1;
     }
@@ -144,8 +130,8 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
         if (!(cache = kv_cache_new(m, n_slots, max_prompt + opts->max_tokens, err))) goto out;
         for (int p = 0; p < n_prompts; p++) {
             int first = p * n;
-            if (model_prefill_sample(m, cache, first, prompt_ids[p], prompt_lens[p], n, rows + first, picked + first,
-                                     entropy + first, err))
+            struct sample_out drawn = {.ids = picked + first, .entropy = entropy + first};
+            if (model_prefill_sample(m, cache, first, prompt_ids[p], prompt_lens[p], n, rows + first, &drawn, err))
                 goto out;
             for (int j = 1; j < n; j++)
                 if (kv_cache_copy_slot(cache, first + j, first, err)) goto out;
@@ -166,17 +152,10 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
                 resp->finish = ROLLOUT_FINISH_STOP;
                 continue;
             }
-            size_t old_len = texts[s].len, piece_len;
-            char *piece;
-            int32_t id32 = id;
-            if (tokenizer_decode(tok, &id32, 1, &piece, &piece_len, err)) goto out;
-            whet_buf_append(&texts[s], piece, piece_len);
+            int stopped = sample_append_text(&texts[s], tok, id, opts->stop, opts->n_stop, err);
+            if (stopped < 0) goto out;
             resp->text = texts[s].data;
-            free(piece);
-            long stop_at = find_stop(resp->text, texts[s].len, old_len, opts);
-            if (stop_at >= 0) {
-                texts[s].len = (size_t)stop_at;
-                resp->text[stop_at] = '\0';
+            if (stopped) {
                 resp->finish = ROLLOUT_FINISH_STOP;
                 continue;
             }
@@ -192,7 +171,8 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
             step_rows[r].counter = (uint32_t)out->responses[act[r]].n_tokens;
         }
         if (opts->use_kv_cache) {
-            if (model_decode_sample(m, cache, act, next_ids, n_act, step_rows, picked, entropy, err)) goto out;
+            struct sample_out drawn = {.ids = picked, .entropy = entropy};
+            if (model_decode_sample(m, cache, act, next_ids, n_act, step_rows, &drawn, err)) goto out;
         } else if (forward_full(picked, entropy, m, out, act, n_act, step_rows, prompt_ids, prompt_lens, &full_ids,
                                 &full_ids_cap, err)) {
             goto out;

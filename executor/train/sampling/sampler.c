@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "buf.h"
 #include "json.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -19,6 +20,29 @@ int sample_is_end_token(const struct tokenizer *tok, const struct model_config *
     for (size_t i = 0; i < WHET_ARRAY_LEN(names); i++)
         if (tokenizer_token_id(tok, names[i]) == id) return 1;
     return 0;
+}
+
+int sample_append_text(struct whet_buf *text, const struct tokenizer *tok, int id, char *const *stops, int n_stops,
+                       struct whet_err *err) {
+    size_t old_len = text->len, piece_len;
+    char *piece;
+    int32_t id32 = id;
+    if (tokenizer_decode(tok, &id32, 1, &piece, &piece_len, err)) return -1;
+    whet_buf_append(text, piece, piece_len);
+    free(piece);
+    /* the earliest stop string that ends in the new bytes (none had ended before them) */
+    long first = -1;
+    for (int i = 0; i < n_stops; i++) {
+        size_t sl = strlen(stops[i]);
+        if (sl == 0 || sl > text->len) continue;
+        size_t from = old_len >= sl - 1 ? old_len - (sl - 1) : 0;
+        const char *hit = memmem(text->data + from, text->len - from, stops[i], sl);
+        if (hit && (first < 0 || hit - text->data < first)) first = hit - text->data;
+    }
+    if (first < 0) return 0;
+    text->len = (size_t)first;
+    text->data[first] = '\0';
+    return 1;
 }
 
 int sample_reply(struct model *m, const struct tokenizer *tok, const int32_t *prompt, int n_prompt, int max_tokens,
@@ -35,12 +59,14 @@ int sample_reply(struct model *m, const struct tokenizer *tok, const int32_t *pr
     int32_t *out = xmalloc((size_t)max_tokens * sizeof *out);
     for (int i = 0; i < n_prompt; i++) ids[i] = prompt[i];
     if (row.vocab <= 0) row.vocab = (int)tokenizer_vocab_size(tok);
-    int n_out = 0, slot = 0, next, rc = model_prefill_sample(m, cache, 0, ids, n_prompt, 1, &row, &next, NULL, err);
+    int n_out = 0, slot = 0, next;
+    struct sample_out drawn = {.ids = &next};
+    int rc = model_prefill_sample(m, cache, 0, ids, n_prompt, 1, &row, &drawn, err);
     while (!rc && !sample_is_end_token(tok, mc, next)) {
         out[n_out++] = next;
         if (n_out == max_tokens) break;
         row.counter = (uint32_t)n_out;
-        rc = model_decode_sample(m, cache, &slot, &next, 1, &row, &next, NULL, err);
+        rc = model_decode_sample(m, cache, &slot, &next, 1, &row, &drawn, err);
     }
     size_t len;
     if (!rc) rc = tokenizer_decode(tok, out, (size_t)n_out, text, &len, err);

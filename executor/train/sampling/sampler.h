@@ -19,6 +19,7 @@
 
 struct model;
 struct tokenizer;
+struct whet_buf;
 
 struct sample_opts {
     const char *model_dir;
@@ -41,6 +42,12 @@ int sample_run(const struct sample_opts *opts, char **text, int *n_tokens, struc
  * until an end-of-turn token (left out); the decoded reply into a fresh *text the caller frees. */
 int sample_reply(struct model *m, const struct tokenizer *tok, const int32_t *prompt, int n_prompt, int max_tokens,
                  struct sample_row row, char **text, int *n_tokens, struct whet_err *err);
+
+/* Appends the text of token `id` to *text, then cuts it before the earliest of stops[0..n_stops) that
+ * the new text completes (none had ended before): 1 when one did, 0 when not, -1 (err) when the
+ * token does not decode. What a sequence does with each token it draws (rollouts, serving). */
+int sample_append_text(struct whet_buf *text, const struct tokenizer *tok, int id, char *const *stops, int n_stops,
+                       struct whet_err *err);
 
 /* Whether token `id` ends an assistant turn: the model's eos_token_id, or one of the end-of-turn
  * tokens of the families served (<|im_end|>, <|endoftext|>, <|eot_id|>, <|end_of_text|>, <|eom_id|>). */

@@ -11,9 +11,7 @@ THREADS=${2:-2}
 SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 OUT=$(mktemp -d /tmp/whet-bench-dpo.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
-cc -O2 -march=native -fopenmp -D_GNU_SOURCE -I"$SRC/executor/train" -I"$SRC/common" \
-   "$SRC/tests/bench/dpo/bench_dpo.c" "$BUILD/libwhet_train.a" "$BUILD/libwhet_common.a" \
-   $(pkg-config --libs openblas jansson libcrypto libpcre2-8) -lm -o "$OUT/bench_dpo"
+BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/dpo/bench_dpo.c" "$OUT/bench_dpo"
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 #            name  layers hidden heads ffn  vocab pairs prompt response steps
 CONFIGS="tiny  4 256 4 768 2048 8 48 32 5

@@ -16,9 +16,7 @@ MAX_TOKENS=${5:-64}
 SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 OUT=$(mktemp -d /tmp/whet-bench-rollout.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
-cc -O2 -march=native -fopenmp -D_GNU_SOURCE -I"$SRC/executor/train" -I"$SRC/common" $(pkg-config --cflags openblas) \
-   "$SRC/tests/bench/rollout/bench_rollout.c" "$BUILD/libwhet_train.a" "$BUILD/libwhet_common.a" \
-   $(pkg-config --libs openblas jansson libcrypto libpcre2-8) -lm -o "$OUT/bench_rollout"
+BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/rollout/bench_rollout.c" "$OUT/bench_rollout"
 export OMP_NUM_THREADS=$THREADS
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} # idle OpenMP workers sleep (a shared machine)
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); other work may share them, so"

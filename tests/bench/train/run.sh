@@ -20,10 +20,7 @@ SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 OUT=$(mktemp -d /tmp/whet-bench-train.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 # --wrap lets `bench_train profile` time the ops of the model's backend instance.
-T="$SRC/executor/train"
-cc -O2 -march=native -fopenmp -D_GNU_SOURCE -I"$T/backend" -I"$T/model" -I"$T/plan" -I"$SRC/common" $(pkg-config --cflags openblas) \
-   "$SRC/tests/bench/train/bench_train.c" "$BUILD/libwhet_train.a" "$BUILD/libwhet_model_plan.a" "$BUILD/libwhet_common.a" \
-   $(pkg-config --libs openblas jansson libcrypto) -lm -Wl,--wrap=backend_cpu_open -o "$OUT/bench_train"
+BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/train/bench_train.c" "$OUT/bench_train" -Wl,--wrap=backend_cpu_open
 export OMP_NUM_THREADS=$THREADS
 # Both sides use libgomp; idle workers sleep instead of spinning, which on a shared machine keeps a
 # waiting thread from taking the core its partner needs (it changes nothing on an idle machine).

@@ -149,6 +149,16 @@ test('a second job continues from the first one\'s fine-tuned model; /v1/models 
                                                        method: sftMethod, whet: { max_steps: 5, checkpoint_every_steps: 5 } });
   const done = await finished(second.id);
   assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+  // Each job keeps the estimate it was created with and, once finished, what it took: the second one's
+  // tokens come from the first (same file), its throughput from what the first measured.
+  for (const [job, steps] of [[first, 30], [done, 5]]) {
+    const e = job.whet.estimate;
+    assert.equal(e.steps, steps);
+    assert.equal(e.actual.trained_tokens, job.trained_tokens);
+    console.log(`  estimate vs actual, ${job.id}: steps ${e.steps}; trained tokens ${e.trained_tokens} ` +
+                `(${e.trained_tokens_source}) vs ${e.actual.trained_tokens}; duration ${e.expected_duration_s} s ` +
+                `(${e.throughput_source}, ${e.tokens_per_device_s} tokens/s on ${e.device_type}) vs ${e.actual.duration_s} s`);
+  }
 });
 
 // batch_size is OpenAI's: the examples (DPO: preference pairs) of one optimizer step, so an epoch of N

@@ -14,6 +14,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
+import { conform } from '../lib/openapi.mjs';
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
 const [storeKind, putDir] = process.argv.slice(2);
@@ -39,12 +40,16 @@ function download(url, key, { pauseMs = 0, abortAfter = 0 } = {}) {
     const req = http.get(url, { headers: { authorization: `Bearer ${key}` } }, (res) => {
       const hash = crypto.createHash('sha256');
       let bytes = 0, paused = false, done = false;
+      const json = (res.headers['content-type'] || '').startsWith('application/json') ? [] : null;
       const finish = (extra) => {
         if (done) return;
         done = true;
+        // held to gateway/openapi.json like every fetch (an error body in full, a stream by its head)
+        if (extra.complete || !json) conform('GET', url, res.statusCode, res.headers['content-type'], json ? Buffer.concat(json).toString() : '');
         resolve({ status: res.statusCode, headers: res.headers, bytes, sha: hash.digest('hex'), ...extra });
       };
       res.on('data', (chunk) => {
+        if (json) json.push(chunk);
         hash.update(chunk);
         bytes += chunk.length;
         if (abortAfter && bytes >= abortAfter) {

@@ -51,30 +51,15 @@ export async function startStack({ tenants = ['alpha', 'beta'], env = {} } = {})
     for (const t of tenants) keys[t] = (await s.createTenant(t, { rate_per_s: 100000, rate_burst: 100000 })).key;
     s.psql(`INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
             VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}')`);
-    return { url: s.url, keys, dbUrl: s.databaseUrl, dir, objects: join(dir, 'objects'), psql: s.psql, stop, logTail: s.logTail };
+    return { url: s.url, keys, dbUrl: s.databaseUrl, dir, objects: join(dir, 'objects'), psql: s.psql, stop, logTail: s.logTail,
+             adminToken: () => s.adminToken() };
   } catch (e) {
     await stop();
     throw e;
   }
 }
 
-// A tiny assertion counter that prints the summary line the other suites print.
-export function checker() {
-  let passed = 0, failed = 0;
-  const check = (cond, what, detail) => {
-    if (cond) passed++;
-    else {
-      failed++;
-      console.error(`FAIL: ${what}${detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`);
-    }
-    return cond;
-  };
-  const summary = () => {
-    console.log(`${passed} passed, ${failed} failed`);
-    return failed ? 1 : 0;
-  };
-  return { check, summary, failed: () => failed };
-}
+export { checker } from '../lib/check.mjs';
 
 // fetch with the tenant's key; returns {status, headers, text, json}.
 export function client(stack, tenant) {

@@ -7,6 +7,7 @@
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import { conform } from '../lib/openapi.mjs';
 import { startStack, dumpLogOnFailure, sleep } from '../lib/gateway.mjs';
 
 const TTL_MS = 1500;
@@ -20,7 +21,10 @@ function whoami(key) {
     const req = http.request(`${stack.url}/v1/whoami`, { agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
       let body = '';
       res.on('data', (c) => { body += c; });
-      res.on('end', () => resolve({ status: res.statusCode, body }));
+      res.on('end', () => {
+        conform('GET', `${stack.url}/v1/whoami`, res.statusCode, res.headers['content-type'], body); // held to openapi.json
+        resolve({ status: res.statusCode, body });
+      });
     });
     req.on('error', reject);
     req.end();

@@ -81,4 +81,6 @@ test('metrics count requests by route and code, with histograms and pool gauges'
   assert.match(res.text, /^whet_db_connections_up\{pool="tenant"\} 4$/m, '2 threads x 2 tenant connections');
   assert.match(res.text, /^whet_db_connections\{pool="admin"\} 2$/m);
   assert.match(res.text, /^whet_http_requests_total\{route="unmatched",code="404"\} \d+$/m);
+  const byCode = res.text.match(/^whet_http_errors_total\{code="missing_authorization"\} (\d+)$/m);
+  assert.ok(byCode && Number(byCode[1]) >= 7, 'error answers counted by their code');
 });

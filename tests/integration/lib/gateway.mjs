@@ -18,6 +18,9 @@
 // migrated). Set WHET_TEST_VERBOSE=1 to see the gateway's log on stderr; on a failed test the harness
 // prints its last lines anyway (stack.logTail()).
 //
+// Importing this module holds every answer the tests fetch from a gateway to gateway/openapi.json
+// (./openapi.mjs): an answer the document does not describe fails the request.
+//
 // startPostgres() starts a private PostgreSQL (for tests that stop and restart it); run as the
 // `postgres` user when root, like tests/run.sh.
 import { spawn, execFileSync } from 'node:child_process';
@@ -26,6 +29,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import './openapi.mjs';
 
 export const WHET_BIN = process.env.WHET_BIN;
 // For sanitizer builds: leaks inside libh2o-evloop that it cannot release (see the file).
@@ -118,7 +122,7 @@ export function startGateway({ databaseUrl: dbUrl, env = {}, threads = 2, args =
         buffered = buffered.slice(nl + 1);
         lines.push(line);
         if (lines.length > 2000) lines.shift();
-        const m = line.match(/gateway listening on (http:\/\/\S+)/);
+        const m = line.match(/gateway listening on (https?:\/\/\S+)/);
         if (m && !url) { url = m[1]; resolve(gw); }
       }
     });

@@ -2,7 +2,8 @@
 # The scheduler service against a real PostgreSQL and real executors over gRPC: leader election and
 # takeover, registration, placement into an attempt and a START command, an attempt that fails with a
 # clear reason (its base model is not in the object store) and is metered, pause and cancel of queued
-# jobs, a node declared lost when its lease runs out, and a restarted node whose attempt is requeued.
+# jobs, a node declared lost when its lease runs out, and a restarted node whose attempt is requeued;
+# both schedulers and the executor serve Prometheus metrics (--metrics) that follow all of it.
 set -euo pipefail
 : "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
 db="whet_sched_$$_$RANDOM"
@@ -20,6 +21,10 @@ export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
 export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export WHET_GRPC="127.0.0.1:$port"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+m1=$(free_port) m2=$(free_port) m3=$(free_port)
+fetch_failures='whet_executor_object_store_failures_total{op="fetch"}'
+metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
 fails=0 passes=0
 check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
 q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
@@ -39,14 +44,22 @@ newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file,
               NOTIFY whet_jobs"; }
 
 # Leader election: the second scheduler stands by, and takes over when the first dies.
-"$WHET_BIN" scheduler --lease-ms 1500 >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
+"$WHET_BIN" scheduler --lease-ms 1500 --metrics "127.0.0.1:$m1" >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
 sleep 0.5
-"$WHET_BIN" scheduler --lease-ms 1500 >"$work/s2.log" 2>&1 & pids+=($!)
+WHET_SCHEDULER_METRICS="127.0.0.1:$m2" "$WHET_BIN" scheduler --lease-ms 1500 >"$work/s2.log" 2>&1 & pids+=($!)
 sleep 1
 check "one leader, one standby" 'grep -q "\"leading\"" "$work/s1.log" && grep -q "standing by" "$work/s2.log"'
+check "metrics: the leader says it leads, the standby that it does not" \
+  '[ "$(metric $m1 whet_scheduler_leader)" = 1 ] && [ "$(metric $m2 whet_scheduler_leader)" = 0 ]'
+check "metrics: cycles counted and timed" '[ "$(metric $m1 whet_scheduler_cycle_duration_seconds_count)" -gt 0 ] &&
+  curl -fsS "http://127.0.0.1:$m1/metrics" | grep -q "^# TYPE whet_scheduler_cycle_duration_seconds histogram$"'
+check "metrics: another path is a 404" '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$m1/")" = 404 ]'
 
-"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" >"$work/e1.log" 2>&1 & pids+=($!); e1=$!
+"$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" --metrics "127.0.0.1:$m3" \
+  >"$work/e1.log" 2>&1 & pids+=($!); e1=$!
 check "executor registers its devices" 'wait_for 10 "SELECT state || gpus || device_type FROM nodes" "ready2H100"'
+check "metrics: the executor is registered and runs nothing" 'sleep 1.2; [ "$(metric $m3 whet_executor_registered)" = 1 ] &&
+  [ "$(metric $m3 whet_executor_jobs_running)" = 0 ] && [ "$(metric $m3 "$fetch_failures")" = 0 ]'
 
 # A job whose base model is missing from the object store: placed, started, failed with the reason.
 newjob ftjob-a
@@ -56,11 +69,14 @@ check "attempt fails with a clear reason" 'wait_for 15 "SELECT status FROM jobs 
 err=$(q "SELECT error->>'message' FROM jobs WHERE id = 'ftjob-a'")
 check "error names the missing model" '[[ "$err" == *"base model tiny"* ]]'
 check "placement event" '[ "$(q "SELECT count(*) FROM job_events WHERE job_id = '"'"'ftjob-a'"'"' AND message LIKE '"'"'Job placed on node % in dc-a%'"'"'")" = 1 ]'
+check "metrics: the executor counted the failed fetch" '[ "$(metric $m3 "$fetch_failures")" = 1 ]'
 check "attempt metered once" '[ "$(q "SELECT count(*) FROM usage_records WHERE job_id = '"'"'ftjob-a'"'"' AND device_type = '"'"'H100'"'"'")" = 1 ]'
 
 # A job pinned to a GPU type nobody has waits, with a reason; pause and cancel act on queued jobs.
 newjob ftjob-b '{"gpu_types":["B200"]}'
 check "unplaceable job waits with a reason" 'wait_for 10 "SELECT wait_reason IS NOT NULL FROM jobs WHERE id = '"'"'ftjob-b'"'"'" t'
+check "metrics: one node ready, one job queued" 'sleep 1.2; [ "$(metric $m1 whet_scheduler_nodes_ready)" = 1 ] &&
+  [ "$(metric $m1 whet_scheduler_jobs_queued)" = 1 ]'
 q "UPDATE jobs SET desired = 'pause' WHERE id = 'ftjob-b'; NOTIFY whet_jobs"
 check "queued job pauses" 'wait_for 10 "SELECT status FROM jobs WHERE id = '"'"'ftjob-b'"'"'" paused'
 q "UPDATE jobs SET desired = 'cancel', status = 'queued' WHERE id = 'ftjob-b'; NOTIFY whet_jobs"
@@ -85,6 +101,9 @@ check "lost seconds metered" '[ "$(q "SELECT count(*) FROM usage_records WHERE j
 # A silent node loses its lease.
 kill -9 $e1
 check "silent node declared lost" 'wait_for 10 "SELECT state FROM nodes" lost'
+check "metrics: the new leader counted the lost node" \
+  '[ "$(metric $m2 whet_scheduler_leader)" = 1 ] && [ "$(metric $m2 whet_scheduler_nodes_lost_total)" = 1 ] &&
+   [ "$(metric $m2 whet_scheduler_nodes_ready)" = 0 ]'
 
 [ $fails -eq 0 ] || tail -n 15 "$work"/*.log >&2
 echo "$passes passed, $fails failed"

@@ -106,7 +106,8 @@ TEST(gemm_all_transposes) {
                         for (int k = 0; k < K; k++)
                             s += (double)(ta ? a[(size_t)k * lda + i] : a[(size_t)i * lda + k]) *
                                  (tb ? b[(size_t)j * ldb + k] : b[(size_t)k * ldb + j]);
-                    want[(size_t)i * ldc + j] = j < N ? 0.5 * s + 0.25 * c[(size_t)i * ldc + j] : c[(size_t)i * ldc + j];
+                    double c0 = c[(size_t)i * ldc + j];
+                    want[(size_t)i * ldc + j] = j < N ? 0.5 * s + 0.25 * c0 : c0;
                 }
             float *da = devf(a, (size_t)(ta ? K : M) * lda), *db = devf(b, (size_t)(tb ? N : K) * ldb);
             float *dc = devf(c, (size_t)M * ldc);
@@ -143,7 +144,8 @@ TEST(matmul_forward_and_backward) {
     float *dbg = dev_zeros(OC);
     be->matmul_backward(be, dinp, C, dwg, dbg, dg, LDO, di, LDI, dw, N, C, OC);
     be->matmul_backward(be, dinp, C, dwg, dbg, dg, LDO, di, LDI, dw, N, C, OC); /* twice: 2x */
-    double *wi = calloc((size_t)N * C, sizeof *wi), *ww = calloc((size_t)OC * C, sizeof *ww), *wb = calloc(OC, sizeof *wb);
+    double *wi = calloc((size_t)N * C, sizeof *wi), *ww = calloc((size_t)OC * C, sizeof *ww);
+    double *wb = calloc(OC, sizeof *wb);
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double go = 2.0 * g[n * LDO + o];
@@ -577,16 +579,26 @@ TEST(adamw_norm_and_clipping) {
 
 /* ---------------------------------------------------------------- sampling */
 
-/* One draw through the backend. */
-static int draw(const float *logits, int V, struct sample_row row, float *entropy) {
-    float *dl = devf(logits, V), *dent = dev_zeros(1);
+/* One draw through the backend; entropy, logprob and the top arrays (SAMPLE_TOP_MAX each) may be NULL. */
+static int draw_all(const float *logits, int V, struct sample_row row, float *entropy, float *logprob, int *top_ids,
+                    float *top_lps) {
+    float *dl = devf(logits, V), *dent = dev_zeros(1), *dlp = dev_zeros(1), *dtl = dev_zeros(SAMPLE_TOP_MAX);
     struct sample_row *dr = dev_from(&row, sizeof row);
-    int *dids = (int *)dev_zeros(1), id;
-    be->sample(be, dids, dent, dl, dr, 1, V);
+    int *dids = (int *)dev_zeros(1), *dtop = (int *)dev_zeros(SAMPLE_TOP_MAX), id;
+    struct sample_out out = {dids, dent, dlp, dtop, dtl};
+    be->sample(be, &out, dl, dr, 1, V);
     be->download(be, &id, dids, sizeof id);
     if (entropy) be->download(be, entropy, dent, sizeof *entropy);
-    be->free(be, dl), be->free(be, dent), be->free(be, dr), be->free(be, dids);
+    if (logprob) be->download(be, logprob, dlp, sizeof *logprob);
+    if (top_ids) be->download(be, top_ids, dtop, sizeof(int) * SAMPLE_TOP_MAX);
+    if (top_lps) be->download(be, top_lps, dtl, sizeof(float) * SAMPLE_TOP_MAX);
+    be->free(be, dl), be->free(be, dent), be->free(be, dr), be->free(be, dids), be->free(be, dlp);
+    be->free(be, dtop), be->free(be, dtl);
     return id;
+}
+
+static int draw(const float *logits, int V, struct sample_row row, float *entropy) {
+    return draw_all(logits, V, row, entropy, NULL, NULL, NULL);
 }
 
 /* Reference: full sort (probability desc, id asc), top-k, then the top-p share of what is left, the
@@ -658,6 +670,19 @@ TEST(sample_greedy_entropy_and_vocab_cut) {
     double z = 0, zx = 0;
     for (int i = 0; i < 6; i++) z += exp(six[i] - 3.0), zx += exp(six[i] - 3.0) * (six[i] - 3.0);
     CHECK_NEAR(ent, log(z) - zx / z, 1e-5);
+    /* log-probs at temperature 1, whatever temperature draws: the token's and the top three */
+    float lp, top_lp[SAMPLE_TOP_MAX];
+    int top[SAMPLE_TOP_MAX];
+    double lse = 3.0 + log(z);
+    int id = draw_all(six, 6, (struct sample_row){.seed = 9, .temperature = 0.5f, .top_p = 1, .top_logprobs = 3}, NULL,
+                      &lp, top, top_lp);
+    CHECK_NEAR(lp, six[id] - lse, 1e-5);
+    CHECK(top[0] == 1 && top[1] == 5 && top[2] == 3);
+    CHECK_NEAR(top_lp[0], 3.0 - lse, 1e-5);
+    CHECK_NEAR(top_lp[2], 2.0 - lse, 1e-5);
+    const float tie[4] = {1, 2, 2, 0};
+    draw_all(tie, 4, (struct sample_row){.temperature = 0, .top_p = 1, .top_logprobs = 4}, NULL, NULL, top, NULL);
+    CHECK(top[0] == 1 && top[1] == 2 && top[2] == 0 && top[3] == 3); /* ties: lower id first */
     /* the vocabulary cut: ids 1 and above never drawn, greedy or not */
     CHECK(draw(six, 6, (struct sample_row){.temperature = 0, .top_p = 1, .vocab = 1}, NULL) == 0);
     int only_low = 1;
@@ -672,10 +697,11 @@ TEST(sample_distributions_and_seeds) {
      * follows the tempered softmax; draws are a function of (seed, counter) alone */
     int n = 6000, ck[6] = {0}, cp[6] = {0}, ct[6] = {0};
     for (int i = 0; i < n; i++) {
-        ck[draw(six, 6, (struct sample_row){.seed = 4, .counter = (uint32_t)i, .temperature = 1, .top_p = 1, .top_k = 3},
-                NULL)]++;
-        cp[draw(six, 6, (struct sample_row){.seed = 2, .counter = (uint32_t)i, .temperature = 1, .top_p = 0.5f}, NULL)]++;
-        ct[draw(six, 6, (struct sample_row){.seed = 3, .counter = (uint32_t)i, .temperature = 2, .top_p = 1}, NULL)]++;
+        uint32_t k = (uint32_t)i;
+        struct sample_row top3 = {.seed = 4, .counter = k, .temperature = 1, .top_p = 1, .top_k = 3};
+        ck[draw(six, 6, top3, NULL)]++;
+        cp[draw(six, 6, (struct sample_row){.seed = 2, .counter = k, .temperature = 1, .top_p = 0.5f}, NULL)]++;
+        ct[draw(six, 6, (struct sample_row){.seed = 3, .counter = k, .temperature = 2, .top_p = 1}, NULL)]++;
     }
     double zk = exp(3.0) + exp(2.9) + exp(2.0);
     CHECK(ck[0] == 0 && ck[2] == 0 && ck[4] == 0);
@@ -712,7 +738,7 @@ TEST(sample_many_rows_at_once) {
     float *dl = devf(logits, R * V);
     struct sample_row *dr = dev_from(rows, sizeof rows);
     int *dids = (int *)dev_zeros(R);
-    be->sample(be, dids, NULL, dl, dr, R, V);
+    be->sample(be, &(struct sample_out){.ids = dids}, dl, dr, R, V);
     be->download(be, got, dids, sizeof got);
     CHECK(memcmp(got, want, sizeof got) == 0);
     be->free(be, dl), be->free(be, dr), be->free(be, dids);

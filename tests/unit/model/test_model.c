@@ -373,6 +373,31 @@ TEST(bad_batches) {
     free(dir);
 }
 
+/* More than the device holds is an error that says how much was needed and what to lower, not an
+ * abort. The device is named too: one that is not there fails at once. */
+TEST(out_of_memory_and_devices) {
+    struct model_opts o = model_opts_default();
+    o.train = 1;
+    o.max_batch_rows = 1 << 15, o.max_seq_len = 1 << 15; /* 2^30 tokens of activations: terabytes */
+    struct model *m = NULL;
+    struct whet_err err;
+    char *dir = fixture("qwen2", NULL);
+    CHECK(model_load(&m, dir, &o, &err) == -1 && m == NULL);
+    CHECK_CONTAINS(err.msg, "out of host memory: needed");
+    CHECK_CONTAINS(err.hint, "lower batch_size or max_seq_len");
+    o.max_batch_rows = 1 << 16; /* 2^31 tokens: more than a batch can count */
+    CHECK(model_load(&m, dir, &o, &err) == -1);
+    CHECK_CONTAINS(err.msg, "tokens");
+    o.max_batch_rows = o.max_seq_len = 0;
+    o.device = "cuda:7";
+    CHECK(model_load(&m, dir, &o, &err) == -1);
+    CHECK_CONTAINS(err.msg, "no CUDA device");
+    o.device = "gpu";
+    CHECK(model_load(&m, dir, &o, &err) == -1);
+    CHECK_CONTAINS(err.msg, "expected cpu, cuda or cuda:N");
+    free(dir);
+}
+
 int main(int argc, char **argv) {
     device = argc > 1 ? argv[1] : NULL;
     RUN(llama_full);
@@ -389,5 +414,6 @@ int main(int argc, char **argv) {
     RUN(kv_cache_llama);
     RUN(kv_cache_qwen3);
     RUN(bad_batches);
+    RUN(out_of_memory_and_devices);
     return test_summary();
 }

@@ -214,6 +214,29 @@ TEST(another_tenants_dir_is_invisible) {
     sandbox_job_release(&job);
 }
 
+/* A GPU job's /dev/nvidia* nodes are bound by name; here /dev/tty stands in for one (opening it
+ * without a controlling terminal fails with ENXIO, where an absent node is ENOENT). */
+TEST(device_nodes_are_bound_by_name_and_only_those) {
+    const char *args[] = {"read", "/dev/tty", NULL};
+    struct sandbox_job job = run(args);
+    CHECK_CONTAINS(job.out, "/dev/tty: ENOENT");
+    sandbox_job_release(&job);
+    struct sandbox_spec spec;
+    spec_defaults(&spec);
+    const char *nodes[] = {"tty", NULL};
+    spec.device_nodes = nodes;
+    job = run_spec(&spec, NULL, args);
+    CHECK(access("/dev/tty", F_OK) == 0);
+    CHECK(strstr(job.out, "/dev/tty: ENOENT") == NULL && strstr(job.out, "/dev/tty: ") != NULL);
+    sandbox_job_release(&job);
+    const char *bad[] = {"../etc/passwd", NULL};
+    spec.device_nodes = bad;
+    job = run_spec(&spec, NULL, args);
+    CHECK(job.result.reason != SANDBOX_OK && job.result.reason != SANDBOX_EXIT);
+    CHECK_CONTAINS(job.result.message, "expected a name under /dev");
+    sandbox_job_release(&job);
+}
+
 TEST(fork_bomb_is_stopped_by_the_process_limit) {
     struct sandbox_spec spec;
     spec_defaults(&spec);
@@ -606,6 +629,7 @@ int main(int argc, char **argv) {
     RUN(new_namespaces_are_refused);
     RUN(only_the_writable_dir_is_writable);
     RUN(another_tenants_dir_is_invisible);
+    RUN(device_nodes_are_bound_by_name_and_only_those);
     RUN(fork_bomb_is_stopped_by_the_process_limit);
     RUN(root_caller_can_run_the_command_as_an_unprivileged_host_uid);
     RUN(allocation_loop_is_stopped_by_the_memory_limit);

@@ -46,7 +46,7 @@ struct cuda_ctx *cuda_begin(struct backend *be);
 void *cuda_scratch(struct backend *be, size_t bytes);
 
 /* The sampling op (backend_cuda_sample.cu) and the attention ops (backend_cuda_attention.cu). */
-void cuda_sample(struct backend *be, int *ids, float *entropy, float *logits, const struct sample_row *rows, int n,
+void cuda_sample(struct backend *be, const struct sample_out *out, float *logits, const struct sample_row *rows, int n,
                  int V);
 void cuda_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                             const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H,

@@ -1,0 +1,97 @@
+/* metrics.c - the scheduler's Prometheus metrics, served at GET /metrics on WHET_SCHEDULER_METRICS
+ * (`whet scheduler --metrics HOST:PORT`; off when unset) by common/metrics_http: whether this process
+ * leads, the cycles (count, failures, a duration histogram, when the last one ended), what the last
+ * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
+ * waited) and the nodes declared lost with the jobs they sent back to the queue. A standby serves them
+ * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
+ *
+ * The cycle updates atomics (relaxed: statistics); the server's thread reads them. */
+#include <stdatomic.h>
+#include <time.h>
+
+#include "metrics_http.h"
+#include "service_internal.h"
+
+static const double cycle_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+#define NBUCKETS ((int)WHET_ARRAY_LEN(cycle_bounds))
+
+static struct {
+    atomic_int leader;
+    atomic_ulong cycles, cycle_failures, cycle_buckets[NBUCKETS], cycle_sum_us;
+    atomic_ulong last_cycle_ms; /* Unix time */
+    atomic_long nodes_ready, jobs_running, jobs_queued, oldest_queued_ms;
+    atomic_ulong nodes_lost, jobs_requeued;
+} m;
+
+static struct metrics_http *server;
+
+void scheduler_metrics_leader(int leading) { atomic_store_explicit(&m.leader, leading, memory_order_relaxed); }
+
+void scheduler_metrics_cycle(double seconds, int ok) {
+    atomic_fetch_add_explicit(ok ? &m.cycles : &m.cycle_failures, 1, memory_order_relaxed);
+    if (!ok) return;
+    int b = 0;
+    while (b < NBUCKETS && seconds > cycle_bounds[b]) b++;
+    if (b < NBUCKETS) atomic_fetch_add_explicit(&m.cycle_buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m.cycle_sum_us, (unsigned long)(seconds * 1e6), memory_order_relaxed);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    atomic_store_explicit(&m.last_cycle_ms, (unsigned long)now.tv_sec * 1000 + (unsigned long)now.tv_nsec / 1000000,
+                          memory_order_relaxed);
+}
+
+void scheduler_metrics_snapshot(int nodes_ready, int jobs_running, int jobs_queued, double oldest_queued_s) {
+    atomic_store_explicit(&m.nodes_ready, nodes_ready, memory_order_relaxed);
+    atomic_store_explicit(&m.jobs_running, jobs_running, memory_order_relaxed);
+    atomic_store_explicit(&m.jobs_queued, jobs_queued, memory_order_relaxed);
+    atomic_store_explicit(&m.oldest_queued_ms, (long)(oldest_queued_s * 1000), memory_order_relaxed);
+}
+
+void scheduler_metrics_lost(int nodes, int jobs) {
+    atomic_fetch_add_explicit(&m.nodes_lost, (unsigned long)nodes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m.jobs_requeued, (unsigned long)jobs, memory_order_relaxed);
+}
+
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+/* The Prometheus text exposition (on the server's thread). */
+static void render(struct whet_buf *t) {
+    metrics_http_sample(t, "whet_scheduler_leader", "gauge",
+                        "1 while this scheduler leads (holds the advisory lock), else 0.", (double)LOAD(m.leader));
+    metrics_http_sample(t, "whet_scheduler_cycle_failures_total", "counter",
+                        "Cycles that failed (the database, mostly).", (double)LOAD(m.cycle_failures));
+    metrics_http_family(t, "whet_scheduler_cycle_duration_seconds", "histogram", "Time one successful cycle took.");
+    unsigned long cumulative = 0;
+    for (int b = 0; b < NBUCKETS; b++) {
+        cumulative += LOAD(m.cycle_buckets[b]);
+        whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_bucket{le=\"%g\"} %lu\n", cycle_bounds[b],
+                        cumulative);
+    }
+    whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_bucket{le=\"+Inf\"} %lu\n", LOAD(m.cycles));
+    whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_sum %.6f\n", (double)LOAD(m.cycle_sum_us) / 1e6);
+    whet_buf_printf(t, "whet_scheduler_cycle_duration_seconds_count %lu\n", LOAD(m.cycles));
+    metrics_http_sample(t, "whet_scheduler_last_cycle_timestamp_seconds", "gauge",
+                        "Unix time the last successful cycle ended.", (double)LOAD(m.last_cycle_ms) / 1e3);
+    metrics_http_sample(t, "whet_scheduler_nodes_ready", "gauge", "Nodes ready to take jobs, in the last cycle.",
+                        (double)LOAD(m.nodes_ready));
+    metrics_http_sample(t, "whet_scheduler_jobs_running", "gauge", "Jobs running on a node, in the last cycle.",
+                        (double)LOAD(m.jobs_running));
+    metrics_http_sample(t, "whet_scheduler_jobs_queued", "gauge", "Jobs waiting to be placed, in the last cycle.",
+                        (double)LOAD(m.jobs_queued));
+    metrics_http_sample(t, "whet_scheduler_oldest_queued_job_seconds", "gauge",
+                        "How long the oldest queued job has waited since it was created, in the last cycle (0: none).",
+                        (double)LOAD(m.oldest_queued_ms) / 1e3);
+    metrics_http_sample(t, "whet_scheduler_nodes_lost_total", "counter",
+                        "Nodes declared lost (silent past their lease).", (double)LOAD(m.nodes_lost));
+    metrics_http_sample(t, "whet_scheduler_jobs_requeued_total", "counter",
+                        "Running jobs sent back to the queue by a lost node.", (double)LOAD(m.jobs_requeued));
+}
+
+int scheduler_metrics_start(const char *addr, struct whet_err *err) {
+    return (server = metrics_http_start(addr, render, err)) ? 0 : -1;
+}
+
+void scheduler_metrics_stop(void) {
+    metrics_http_stop(server);
+    server = NULL;
+}
