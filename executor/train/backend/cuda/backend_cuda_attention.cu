@@ -78,52 +78,71 @@ __device__ inline void store_head(float *o, const float acc[MAX_DIMS_PER_LANE], 
     }
 }
 
+/* The row a warp owns in a grid of (segment, head, block of ATT_WARPS rows): row i = z*ATT_WARPS + w of
+ * segment x, token t = start + i, head y. */
+struct att_row {
+    struct attn_segment seg;
+    int t, head, lane;
+};
+
+/* This warp's row, or false when the row is past its segment's end (the whole warp returns). */
+__device__ inline bool att_row_of(struct att_row *w, const struct attn_segment *segs) {
+    w->seg = segs[blockIdx.x];
+    int i = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5);
+    w->t = w->seg.start + i, w->head = blockIdx.y, w->lane = threadIdx.x & 31;
+    return i < w->seg.len;
+}
+
+/* attend() for the warp's query row over the tokens it sees (its segment's start .. t). */
+__device__ inline void attend_query(float acc[MAX_DIMS_PER_LANE], float *mx, float *sum, const struct att_row *w,
+                                    const float *q, int ldq, const float *k, int ldk, const float *v, int ldv, int H,
+                                    int HKV, int D, float scale) {
+    int kh = w->head / (H / HKV);
+    float qr[MAX_DIMS_PER_LANE];
+    load_head(qr, q + (size_t)w->t * ldq + (size_t)w->head * D, D, w->lane);
+    attend(acc, mx, sum, qr, k + (size_t)kh * D, ldk, v + (size_t)kh * D, ldv, w->seg.start, w->t + 1, D, w->lane,
+           scale);
+}
+
 /* Grid (segment, head, block of ATT_WARPS query rows): warp w of block z has row i = z*ATT_WARPS + w
  * of its segment, token t = start + i, which sees tokens start..t. */
 __global__ void attention_forward(float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
                                   const float *v, int ldv, const struct attn_segment *segs, int N, int H, int HKV,
                                   int D, float scale) {
-    struct attn_segment seg = segs[blockIdx.x];
-    int h = blockIdx.y, i = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (i >= seg.len) return;
-    int t = seg.start + i, kh = h / (H / HKV);
-    float qr[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE], mx, sum;
-    load_head(qr, q + (size_t)t * ldq + (size_t)h * D, D, lane);
-    attend(acc, &mx, &sum, qr, k + (size_t)kh * D, ldk, v + (size_t)kh * D, ldv, seg.start, t + 1, D, lane, scale);
-    store_head(out + (size_t)t * H * D + (size_t)h * D, acc, sum, D, lane);
-    if (lane == 0) lse[(size_t)h * N + t] = mx + logf(sum);
+    struct att_row w;
+    if (!att_row_of(&w, segs)) return;
+    float acc[MAX_DIMS_PER_LANE], mx, sum;
+    attend_query(acc, &mx, &sum, &w, q, ldq, k, ldk, v, ldv, H, HKV, D, scale);
+    store_head(out + (size_t)w.t * H * D + (size_t)w.head * D, acc, sum, D, w.lane);
+    if (w.lane == 0) lse[(size_t)w.head * N + w.t] = mx + logf(sum);
 }
 
 /* delta[h, t] = dO[t,h] . O[t,h], with O recomputed (as the forward computed it). */
 __global__ void attention_backward_delta(float *delta, const float *dout, const float *q, int ldq,
                                          const float *k, int ldk, const float *v, int ldv,
                                          const struct attn_segment *segs, int N, int H, int HKV, int D, float scale) {
-    struct attn_segment seg = segs[blockIdx.x];
-    int h = blockIdx.y, i = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (i >= seg.len) return;
-    int t = seg.start + i, kh = h / (H / HKV);
-    float qr[MAX_DIMS_PER_LANE], o[MAX_DIMS_PER_LANE], mx, sum;
-    load_head(qr, q + (size_t)t * ldq + (size_t)h * D, D, lane);
-    attend(o, &mx, &sum, qr, k + (size_t)kh * D, ldk, v + (size_t)kh * D, ldv, seg.start, t + 1, D, lane, scale);
+    struct att_row w;
+    if (!att_row_of(&w, segs)) return;
+    float o[MAX_DIMS_PER_LANE], mx, sum;
+    attend_query(o, &mx, &sum, &w, q, ldq, k, ldk, v, ldv, H, HKV, D, scale);
     for (int x = 0; x < MAX_DIMS_PER_LANE; x++) o[x] /= sum;
-    float dd = dot_head(o, dout + (size_t)t * H * D + (size_t)h * D, D, lane);
-    if (lane == 0) delta[(size_t)h * N + t] = dd;
+    float dd = dot_head(o, dout + (size_t)w.t * H * D + (size_t)w.head * D, D, w.lane);
+    if (w.lane == 0) delta[(size_t)w.head * N + w.t] = dd;
 }
 
 /* dq[t,h] += scale * sum_u P[t,u] (dO[t] . V[u] - delta[t]) K[u], a warp per query row. */
 __global__ void attention_backward_dq(float *dq, int lddq, const float *delta, const float *dout, const float *lse,
                                       const float *q, int ldq, const float *k, int ldk, const float *v, int ldv,
                                       const struct attn_segment *segs, int N, int H, int HKV, int D, float scale) {
-    struct attn_segment seg = segs[blockIdx.x];
-    int h = blockIdx.y, i = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (i >= seg.len) return;
-    int t = seg.start + i, kh = h / (H / HKV);
+    struct att_row w;
+    if (!att_row_of(&w, segs)) return;
+    int t = w.t, h = w.head, kh = h / (H / HKV), lane = w.lane;
     float qr[MAX_DIMS_PER_LANE], dor[MAX_DIMS_PER_LANE], acc[MAX_DIMS_PER_LANE];
     float l = lse[(size_t)h * N + t], dl = delta[(size_t)h * N + t];
     load_head(qr, q + (size_t)t * ldq + (size_t)h * D, D, lane);
     load_head(dor, dout + (size_t)t * H * D + (size_t)h * D, D, lane);
     for (int x = 0; x < MAX_DIMS_PER_LANE; x++) acc[x] = 0;
-    for (int u = seg.start; u <= t; u++) {
+    for (int u = w.seg.start; u <= t; u++) {
         const float *ku = k + (size_t)u * ldk + (size_t)kh * D;
         float p = expf(dot_head(qr, ku, D, lane) * scale - l);
         float ds = p * (dot_head(dor, v + (size_t)u * ldv + (size_t)kh * D, D, lane) - dl);
@@ -148,16 +167,15 @@ __global__ void attention_backward_dkdv(float *dk, int lddk, float *dv, int lddv
                                         const float *dout, const float *lse, const float *q, int ldq, const float *k,
                                         int ldk, const float *v, int ldv, const struct attn_segment *segs, int N, int H,
                                         int HKV, int D, float scale) {
-    struct attn_segment seg = segs[blockIdx.x];
-    int kh = blockIdx.y, j = blockIdx.z * ATT_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (j >= seg.len) return;
-    int u = seg.start + j, group = H / HKV;
+    struct att_row w;
+    if (!att_row_of(&w, segs)) return;
+    int u = w.t, kh = w.head, lane = w.lane, group = H / HKV;
     float kr[MAX_DIMS_PER_LANE], vr[MAX_DIMS_PER_LANE], dka[MAX_DIMS_PER_LANE], dva[MAX_DIMS_PER_LANE];
     load_head(kr, k + (size_t)u * ldk + (size_t)kh * D, D, lane);
     load_head(vr, v + (size_t)u * ldv + (size_t)kh * D, D, lane);
     for (int x = 0; x < MAX_DIMS_PER_LANE; x++) dka[x] = dva[x] = 0;
     for (int h = kh * group; h < (kh + 1) * group; h++)
-        for (int t = u; t < seg.start + seg.len; t++) {
+        for (int t = u; t < w.seg.start + w.seg.len; t++) {
             const float *qt = q + (size_t)t * ldq + (size_t)h * D, *dot = dout + (size_t)t * H * D + (size_t)h * D;
             float p = expf(dot_head(kr, qt, D, lane) * scale - lse[(size_t)h * N + t]);
             float ds = p * (dot_head(vr, dot, D, lane) - delta[(size_t)h * N + t]);
