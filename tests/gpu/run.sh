@@ -2,7 +2,7 @@
 # tests/gpu/run.sh - the CUDA backend on a machine with an NVIDIA GPU: one run, written for one H200 in
 # well under 8 minutes, that prints one JSON summary line last and exits 0 only if every check passed.
 #
-#   1. configure and build whet and unit_backend with -DWHET_CUDA=ON in a fresh build dir
+#   1. configure and build whet, unit_backend and unit_model with -DWHET_CUDA=ON in a fresh build dir
 #      ($WHET_GPU_BUILD_DIR, default build-gpu; WHET_GPU_KEEP_BUILD=1 reuses it; the build type is
 #      $WHET_GPU_BUILD_TYPE, default Release)
 #   2. find the GPU (nvidia-smi); without one, stop here: exit 2, "no GPU" in the summary
