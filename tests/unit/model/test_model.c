@@ -3,7 +3,9 @@
  * fine-tuning and for LoRA, on Llama (GQA, llama3 rope scaling), Qwen2 (biases, tied, rsLoRA) and
  * Qwen3 (q/k norm), and segments of 150 and 50 tokens (several attention blocks). Tensors compare by relative error ||c - ref|| / ||ref|| <= 1e-4 (fp32).
  * Also: activation recomputation and logits computed in chunks give the same gradients, KV-cache generation gives the logits of
- * the full forward pass, and saved models, adapters and optimiser states load back the same. */
+ * the full forward pass, and saved models, adapters and optimiser states load back the same.
+ * argv[1], when given, is the device to run on ("cuda": tests/gpu/run.sh and the emulated CUDA backend's
+ * run, tests/unit/backend/CMakeLists.txt); the CPU otherwise. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,14 @@
 #include "test.h"
 
 #define TOL 1e-4
+
+static const char *device; /* NULL: the CPU */
+
+static struct model_opts device_opts(void) {
+    struct model_opts o = model_opts_default();
+    o.device = device;
+    return o;
+}
 
 static char *fixture(const char *arch, const char *rest) {
     const char *base = getenv("WHET_FIXTURES");
@@ -120,7 +130,7 @@ static float meta_f(struct ref *r, const char *k) { return (float)atof(st_metada
 static void full_finetune(const char *arch, int recompute, int logit_rows) {
     struct ref r;
     CHECK(ref_open(&r, arch) == 0);
-    struct model_opts o = model_opts_default();
+    struct model_opts o = device_opts();
     o.train = 1, o.lora_r = 0, o.recompute = recompute, o.logit_rows = logit_rows;
     struct model *m;
     struct whet_err err;
@@ -175,7 +185,7 @@ static void full_finetune(const char *arch, int recompute, int logit_rows) {
 static void lora_finetune(const char *arch) {
     struct ref r;
     CHECK(ref_open(&r, arch) == 0);
-    struct model_opts o = model_opts_default();
+    struct model_opts o = device_opts();
     char *adapter = fixture(arch, "adapter"), *dir = fixture(arch, NULL);
     o.train = 1, o.adapter_dir = adapter;
     struct model *m;
@@ -240,7 +250,7 @@ static void lora_finetune(const char *arch) {
         /* The merged full model gives the LoRA model's logits. */
         char *hf = xasprintf("%s/merged", tmp);
         CHECK_MSG(model_save_hf(m, hf, 0, &err) == 0, "%s", err.msg);
-        struct model_opts io = model_opts_default();
+        struct model_opts io = device_opts();
         struct model *m3;
         rc = model_load(&m3, hf, &io, &err);
         CHECK_MSG(rc == 0, "%s", err.msg);
@@ -290,7 +300,7 @@ TEST(qwen3_lora) { lora_finetune("qwen3"); }
 static void kv_cache_matches(const char *arch) {
     struct ref r;
     CHECK(ref_open(&r, arch) == 0);
-    struct model_opts o = model_opts_default();
+    struct model_opts o = device_opts();
     struct model *m;
     struct whet_err err;
     char *dir = fixture(arch, NULL);
@@ -333,7 +343,7 @@ TEST(kv_cache_llama) { kv_cache_matches("llama"); }
 TEST(kv_cache_qwen3) { kv_cache_matches("qwen3"); }
 
 TEST(bad_batches) {
-    struct model_opts o = model_opts_default();
+    struct model_opts o = device_opts();
     struct model *m;
     struct whet_err err;
     char *dir = fixture("qwen2", NULL);
@@ -388,7 +398,8 @@ TEST(out_of_memory_and_devices) {
     free(dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    device = argc > 1 ? argv[1] : NULL;
     RUN(llama_full);
     RUN(qwen2_full);
     RUN(qwen3_full);
