@@ -18,6 +18,7 @@
 void router_register_all(struct http_router *rt) {
     health_routes(rt);
     openapi_routes(rt);
+    console_routes(rt);
     admin_routes(rt);
     auth_routes(rt);
     files_routes(rt);
