@@ -234,7 +234,8 @@ function makeChart(el, names) {
   const opts = {
     width: width(), height: window.innerWidth < 600 ? 220 : 300,
     scales: { x: { time: false } },
-    axes: [{ label: 'step' }, { scale: 'y' }, { scale: 'lr', side: 1, grid: { show: false } }],
+    axes: [{ label: 'step' }, { scale: 'y' },
+           { scale: 'lr', side: 1, size: 70, grid: { show: false }, values: (u, ticks) => ticks.map((v) => v.toExponential(1)) }],
     series: [{ label: 'step' }, ...names.map((n, i) => {
       const c = CURVES.find((x) => x[0] === n);
       return { label: c[1], scale: c[2], stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true };
@@ -271,7 +272,7 @@ async function jobPage(main, id) {
       ['Step', h('span', { id: 'step' }, series.last === null ? '—' : `${series.last}${series.total ? ` / ${series.total}` : ''}`)],
       ['Trained tokens', num(job.trained_tokens)], ['Cost', h('span', { id: 'cost' }, jobCost(job))],
       est && ['Estimate', `${money(est.cost?.amount, est.cost?.currency)}, ${duration(est.expected_duration_s)}, ${num(est.steps)} steps`],
-      est?.actual && ['Actual', `${money(est.actual.cost?.amount, est.actual.cost?.currency)}, ${est.actual.duration_s ? duration(est.actual.duration_s) : '—'}, ${num(est.actual.trained_tokens)} tokens`],
+      est?.actual && ['Actual', `${money(est.actual.cost, est.cost?.currency)}, ${est.actual.duration_s ? duration(est.actual.duration_s) : '—'}, ${num(est.actual.trained_tokens)} tokens`],
       ['Finished', when(job.finished_at)],
       ['Fine-tuned model', job.fine_tuned_model ? h('span', { class: 'mono', id: 'fine-tuned-model' }, job.fine_tuned_model) : '—'],
       job.error && ['Error', h('span', { class: 'error' }, job.error.message)],

@@ -107,6 +107,7 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
 
   // The tenant signs in; a broken file shows the validator's line error, a good one uploads.
   const page = await newPage();
+  await page.bringToFront();
   await signIn(page, 'tenant', key);
   assert.match(await text(page, '#who'), /console/);
   await page.goto(`${base}/console#/files`);
@@ -187,7 +188,8 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   assert.equal(await overflowAtPhone(page), false, 'the usage page fits a phone');
   await page.setViewport({ width: 1280, height: 800 });
 
-  // The operator raises the tenant's quota on its page.
+  // The operator raises the tenant's quota on its page (a tab in the background gets no input).
+  await op.bringToFront();
   await op.goto(`${base}/console#/admin/tenants`);
   await op.waitForFunction(() => [...document.querySelectorAll('a')].some((a) => a.textContent === 'console'));
   await Promise.all([op.waitForSelector('#quota-form'),
