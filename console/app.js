@@ -531,12 +531,12 @@ async function usagePage(main) {
 function keysTable(keys, revoke) {
   return table(['Key', 'Name', 'Scopes', 'Created', 'Expires', 'Spent / limit', ''], keys.map((k) => [
     h('span', { class: 'mono' }, `${k.prefix}…`), k.name, (k.scopes || ['all']).join(', '), when(k.created_at), when(k.expires_at),
-    `${num(k.spent_this_month ?? 0)} / ${k.monthly_limit ?? '—'}`,
+    `${money(k.spent_this_month ?? 0)} / ${k.monthly_limit === null || k.monthly_limit === undefined ? '—' : money(k.monthly_limit)}`,
     k.revoked_at ? `revoked ${when(k.revoked_at)}` : h('button', { class: 'plain', onclick: () => revoke(k) }, 'revoke')]));
 }
 function keyForm(onCreate) {
   const name = h('input', { name: 'name', placeholder: 'optional' });
-  const scopes = ['all', 'read', 'files', 'jobs', 'inference'].map((s) => h('label', {}, h('input', { type: 'checkbox', value: s, checked: s === 'all' }), s));
+  const scopes = ['all', 'read', 'files', 'jobs', 'inference'].map((s) => h('label', { class: 'check' }, h('input', { type: 'checkbox', value: s, checked: s === 'all' }), s));
   const limit = h('input', { name: 'monthly_limit', placeholder: 'none', inputmode: 'decimal' });
   const days = h('input', { name: 'expires_days', placeholder: 'never', inputmode: 'numeric' });
   return h('form', { class: 'row', onsubmit: (ev) => {
