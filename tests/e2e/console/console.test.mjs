@@ -3,12 +3,13 @@
 // signs in with its API key, uploads a dataset (and sees the validator's line error for a broken one),
 // estimates a job and creates it from the form, watches its loss curve gain points (the trainer is held
 // after its first steps, so the test is driven by state, not by the CPU's speed), downloads the final
-// adapter and sees the cost; the operator raises the tenant's quota. Every page is screenshotted at
-// 1280x800 and at a phone's width into OUT (WHET_CONSOLE_OUT, default build/tests/e2e/console/out), and the
-// browser's log must hold no error but the broken upload's 400.
+// adapter and sees the cost; the operator raises the tenant's quota. At a terminal, `whet jobs follow`
+// watches the same job to its model's name and `whet files upload` uploads (or shows the line error).
+// Every page is screenshotted at 1280x800 and at a phone's width into OUT (WHET_CONSOLE_OUT, default
+// build/tests/e2e/console/out), and the browser's log must hold no error but the broken upload's 400.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, spawnSync, execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -142,6 +143,13 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   await page.click('#create');
   await page.waitForFunction(() => /^#\/jobs\/.+/.test(location.hash));
   const jobId = decodeURIComponent((await page.evaluate(() => location.hash)).slice('#/jobs/'.length));
+  // A tenant at a terminal follows the same job: `whet jobs follow` ends with the model's name on stdout.
+  const cliEnv = { ...env, WHET_API_KEY: key, WHET_API_BASE: base };
+  const follow = spawn(WHET_BIN, ['jobs', 'follow', jobId, '--interval', '0.5'], { env: cliEnv });
+  const followed = { out: '', err: '' };
+  follow.stdout.on('data', (d) => { followed.out += d; });
+  follow.stderr.on('data', (d) => { followed.err += d; });
+  const followExit = new Promise((resolve) => follow.on('exit', resolve));
 
   // The curve gains points: held after its first steps, then let go to the end.
   const jobDir = path.join(work, 'executors', 'executor-1', 'jobs', `${jobId}-1`);
@@ -159,6 +167,17 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   assert.match(await text(page, '#fine-tuned-model'), /^ft:whet-tiny:console/);
   await page.waitForFunction(() => /\$\d/.test(document.getElementById('cost').textContent), { timeout: 30000 });
   const cost = await text(page, '#cost');
+  assert.equal(await followExit, 0, followed.err);
+  assert.equal(followed.out.trim(), await text(page, '#fine-tuned-model'), 'whet jobs follow prints the model');
+  assert.match(followed.err, /100% step 40\/40 +loss \d+\.\d+ +cost \d+\.\d+ USD +succeeded/, followed.err);
+  // `whet files upload`: the new file's id on stdout, or the validator's line error.
+  const uploaded = spawnSync(WHET_BIN, ['files', 'upload', path.join(process.env.WHET_FIXTURES, 'sft', 'train.jsonl')],
+                             { env: cliEnv, encoding: 'utf8' });
+  assert.equal(uploaded.status, 0, uploaded.stderr);
+  assert.match(uploaded.stdout.trim(), /^file-\w+$/);
+  const refusedCli = spawnSync(WHET_BIN, ['files', 'upload', bad], { env: cliEnv, encoding: 'utf8' });
+  assert.equal(refusedCli.status, 1);
+  assert.match(refusedCli.stderr, /400 .*line 2/, refusedCli.stderr);
 
   // The final adapter, downloaded through the page (a blob fetched with the key).
   const cdp = await browser.target().createCDPSession();
