@@ -37,10 +37,14 @@ function money(amount, currency) {
 }
 const duration = (s) => (s >= 3600 ? `${(s / 3600).toFixed(1)} h` : s >= 60 ? `${Math.round(s / 60)} min` : `${Math.round(s)} s`);
 const badge = (status) => h('span', { class: `status ${status}` }, status);
-const table = (head, rows, numeric = []) => h('div', { class: 'scroll' }, h('table', {},
-  h('thead', {}, h('tr', {}, head.map((c, i) => h('th', { class: numeric.includes(i) ? 'num' : null }, c)))),
-  h('tbody', {}, rows.length ? rows.map((r) => h('tr', {}, r.map((c, i) => h('td', { class: numeric.includes(i) ? 'num' : null }, c ?? '—'))))
-    : h('tr', {}, h('td', { colspan: head.length, class: 'muted' }, 'None yet.')))));
+// A table; columns listed in `numeric` align right, those in `narrow` hide on a phone's width.
+function table(head, rows, numeric = [], narrow = []) {
+  const cls = (i) => [numeric.includes(i) ? 'num' : '', narrow.includes(i) ? 'hide-narrow' : ''].join(' ').trim() || null;
+  return h('div', { class: 'scroll' }, h('table', {},
+    h('thead', {}, h('tr', {}, head.map((c, i) => h('th', { class: cls(i) }, c)))),
+    h('tbody', {}, rows.length ? rows.map((r) => h('tr', {}, r.map((c, i) => h('td', { class: cls(i) }, c ?? '—'))))
+      : h('tr', {}, h('td', { colspan: head.length, class: 'muted' }, 'None yet.')))));
+}
 const kv = (pairs) => h('dl', { class: 'kv' }, pairs.filter(Boolean).map(([k, v]) => [h('dt', {}, k), h('dd', {}, v ?? '—')]));
 const card = (title, ...body) => h('section', { class: 'card' }, title ? h('h2', {}, title) : null, ...body);
 function toast(text) {
@@ -217,7 +221,7 @@ async function jobsPage(main) {
   const draw = () => fill(list, table(['Job', 'Model', 'Status', 'Queue / progress', 'Created', 'Cost', 'Fine-tuned model'],
     jobs.filter((j) => filter.value === 'all' || j.status === filter.value).map((j) => [
       h('a', { href: `#/jobs/${encodeURIComponent(j.id)}`, class: 'mono' }, j.id), j.model, badge(j.status), waitText(j),
-      when(j.created_at), jobCost(j), j.fine_tuned_model ? h('span', { class: 'mono' }, j.fine_tuned_model) : '—']), [5]));
+      when(j.created_at), jobCost(j), j.fine_tuned_model ? h('span', { class: 'mono' }, j.fine_tuned_model) : '—']), [5], [1, 4, 6]));
   filter.addEventListener('change', draw);
   fill(main, h('h1', {}, 'Fine-tuning jobs'), card(null, h('form', { class: 'row' }, h('label', {}, 'Status', filter),
     h('a', { href: '#/new' }, h('button', { type: 'button' }, 'New job'))), list));
@@ -251,7 +255,7 @@ function makeChart(el, names) {
 async function jobPage(main, id) {
   const mine = page;
   const head = h('div'), summary = h('div'), chartBox = h('div', { class: 'chart', id: 'chart' }), chartNote = h('p', { class: 'muted' });
-  const events = h('div', { class: 'events', id: 'events' }), checkpoints = h('div', { id: 'checkpoints' }), compare = h('div');
+  const events = h('div', { class: 'events', id: 'events' }), checkpoints = h('div', { id: 'checkpoints' }), compare = h('div', { id: 'compare' });
   fill(main, head, h('div', { class: 'grid' }, card('Summary', summary), card('Events', events)),
        card('Curves', chartBox, chartNote), card('Checkpoints', checkpoints, compare));
 
@@ -463,7 +467,7 @@ async function filesPage(main) {
       h('button', { class: 'plain', onclick: async () => {
         if (!confirm(`Delete ${f.filename}?`)) return;
         try { await api('DELETE', `/v1/files/${encodeURIComponent(f.id)}`); refresh(); } catch (e) { toast(e.message); }
-      } }, 'delete')]), [2]));
+      } }, 'delete')]), [2], [0, 3, 5]));
   };
   const form = h('form', { class: 'row', onsubmit: async (ev) => {
     ev.preventDefault();
@@ -524,7 +528,7 @@ async function usagePage(main) {
   card('Usage by job', table(['Job', 'Device', 'Device time', 'Trained tokens', 'Rollout tokens', 'Attempts', 'Cost'],
     usage.data.map((u) => [h('a', { href: `#/jobs/${encodeURIComponent(u.job_id)}`, class: 'mono' }, u.job_id), u.device_type,
       duration(u.device_seconds), num(u.trained_tokens), num(u.rollout_tokens), u.attempts,
-      u.cost ? money(u.cost.amount, u.cost.currency) : '—']), [2, 3, 4, 5, 6])));
+      u.cost ? money(u.cost.amount, u.cost.currency) : '—']), [2, 3, 4, 5, 6], [1, 4, 5])));
 }
 
 // API keys: scoped, with an expiry and a limit of their own; the key itself is shown once.

@@ -193,6 +193,13 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
                                      { headers: { authorization: `Bearer ${key}` } })).json();
   const want = listing.data.find((f) => f.name === 'adapter_model.safetensors');
   assert.equal(crypto.createHash('sha256').update(fs.readFileSync(saved)).digest('hex'), want.sha256, 'the download is the adapter');
+  // Two checkpoints side by side.
+  const boxes = await page.$$('#checkpoints input[type=checkbox]');
+  assert.ok(boxes.length >= 2, `checkpoints listed: ${boxes.length}`);
+  await boxes[0].click();
+  await boxes[1].click();
+  await page.waitForFunction(() => /^Step \d+ vs step \d+$/.test(document.querySelector('#compare h2')?.textContent || ''));
+  assert.ok(await page.$$eval('#compare tbody tr', (rows) => rows.length) >= 1, 'the comparison lists metrics');
   await shoot(page, 'job-done');
 
   // Jobs list and the bill.
