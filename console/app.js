@@ -343,7 +343,7 @@ async function jobPage(main, id) {
     fill(checkpoints, table(['', 'Step', 'Checkpoint', 'Train loss', 'Valid loss', 'Files'], rows, [1, 3, 4]));
   }
   function drawCompare(list) {
-    const two = list.filter((c) => picked.has(c.id)).slice(0, 2);
+    const two = list.filter((c) => picked.has(c.id)).slice(0, 2).sort((a, b) => a.step_number - b.step_number);
     if (two.length < 2) { fill(compare, picked.size ? h('p', { class: 'muted' }, 'Pick a second checkpoint to compare.') : null); return; }
     const names = [...new Set([...Object.keys(two[0].metrics || {}), ...Object.keys(two[1].metrics || {})])].sort();
     fill(compare, h('h2', {}, `Step ${two[0].step_number} vs step ${two[1].step_number}`),
