@@ -127,6 +127,19 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   const fileId = await text(page, '#uploaded-id');
   await page.waitForFunction((id) => document.getElementById('files').textContent.includes(id), {}, fileId);
   await shoot(page, 'files');
+  // A file over the console's 8 MiB goes up through the Uploads API, in parts.
+  const lines = fs.readFileSync(path.join(process.env.WHET_FIXTURES, 'sft', 'train.jsonl'), 'utf8');
+  const big = path.join(work, 'big.jsonl');
+  fs.writeFileSync(big, lines.repeat(Math.ceil(9e6 / lines.length)));
+  await input.uploadFile(big);
+  await page.click('form.row button[type=submit]');
+  await page.waitForFunction((before) => {
+    const id = document.getElementById('uploaded-id');
+    return id && id.textContent !== before;
+  }, { timeout: 60000 }, fileId);
+  assert.equal(await page.$eval('#upload-result', (e) => e.previousElementSibling.value), fs.statSync(big).size,
+               'the progress bar ends at the file size');
+  assert.match(log, /route="uploads\.parts"[^\n]*status=200/, 'the parts went through the Uploads API');
 
   // Estimate, then create from the same form.
   await page.goto(`${base}/console#/new`);
