@@ -511,16 +511,20 @@ function budgetView(b) {
 
 async function usagePage(main) {
   const now = Math.floor(Date.now() / 1000);
-  const [budget, costs, usage, prices] = await Promise.all([api('GET', '/v1/budget'),
+  const [budget, costs, usage] = await Promise.all([api('GET', '/v1/budget'),
     api('GET', `/v1/costs?start_time=${now - 29 * 86400}&bucket_width=1d&group_by=line_item&limit=31`),
-    api('GET', '/v1/usage'), api('GET', '/v1/prices').catch(() => null)]);
+    api('GET', '/v1/usage')]);
+  // GET /v1/prices is a 404 until an operator adds a price book, and the browser logs every 404 as an
+  // error: ask only once something was priced (a book, once in effect, stays until the next one).
+  const priced = costs.data.some((b) => b.results.some((r) => r.amount.value !== 0));
+  const prices = priced ? await api('GET', '/v1/prices').catch(() => null) : null;
   const days = costs.data.map((b) => ({ start: b.start_time, total: b.results.reduce((s, r) => s + r.amount.value, 0),
     currency: b.results[0]?.amount.currency, items: b.results.filter((r) => r.amount.value !== 0) }));
   const top = Math.max(1e-12, ...days.map((d) => Math.abs(d.total)));
   const currency = budget.currency;
   fill(main, h('h1', {}, 'Usage and cost'), h('div', { class: 'grid' }, card('Budget', budgetView(budget)),
     card('Prices in effect', prices ? kv(Object.entries(prices.prices).map(([k, v]) => [k, typeof v === 'number' ? money(v, prices.currency)
-      : Object.entries(v).map(([t, p]) => `${t}: ${money(p, prices.currency)}`).join(', ')])) : h('p', { class: 'muted' }, 'No price book yet.'))),
+      : Object.entries(v).map(([t, p]) => `${t}: ${money(p, prices.currency)}`).join(', ')])) : h('p', { class: 'muted' }, 'Nothing priced yet: the estimate on New job prices a job before it runs.'))),
   card('Cost by day (last 30 days)', h('div', { id: 'costs' }, table(['Day', 'Cost', '', 'Line items'],
     days.filter((d) => d.items.length).reverse().map((d) => [when(d.start).slice(0, 10), money(d.total, d.currency || currency),
       h('div', { class: 'bar', style: `width:${Math.round((100 * Math.abs(d.total)) / top)}px` }),
