@@ -217,15 +217,32 @@ async function jobsPage(main) {
   const filter = h('select', { 'aria-label': 'status filter' }, ['all', 'queued', 'running', 'paused', 'succeeded', 'failed', 'cancelled']
     .map((s) => h('option', { value: s }, s)));
   const list = h('div');
-  let jobs = [];
-  const draw = () => fill(list, table(['Job', 'Model', 'Status', 'Queue / progress', 'Created', 'Cost', 'Fine-tuned model'],
-    jobs.filter((j) => filter.value === 'all' || j.status === filter.value).map((j) => [
+  let jobs = [], older = [], hasMore = false; // the newest page (polled) and older pages (loaded on demand)
+  const more = h('button', { class: 'plain', type: 'button', hidden: true, onclick: async () => {
+    try {
+      const page = await api('GET', `/v1/fine_tuning/jobs?limit=100&after=${encodeURIComponent((older.at(-1) || jobs.at(-1)).id)}`);
+      older = older.concat(page.data);
+      hasMore = page.has_more;
+      draw();
+    } catch (e) { toast(e.message); }
+  } }, 'Older jobs');
+  const draw = () => {
+    const seen = new Set(jobs.map((j) => j.id));
+    more.hidden = !hasMore;
+    fill(list, table(['Job', 'Model', 'Status', 'Queue / progress', 'Created', 'Cost', 'Fine-tuned model'],
+    jobs.concat(older.filter((j) => !seen.has(j.id))).filter((j) => filter.value === 'all' || j.status === filter.value).map((j) => [
       h('a', { href: `#/jobs/${encodeURIComponent(j.id)}`, class: 'mono' }, j.id), j.model, badge(j.status), waitText(j),
       when(j.created_at), jobCost(j), j.fine_tuned_model ? h('span', { class: 'mono' }, j.fine_tuned_model) : '—']), [5], [1, 4, 6]));
+  };
   filter.addEventListener('change', draw);
   fill(main, h('h1', {}, 'Fine-tuning jobs'), card(null, h('form', { class: 'row' }, h('label', {}, 'Status', filter),
-    h('a', { href: '#/new' }, h('button', { type: 'button' }, 'New job'))), list));
-  poll(async () => { jobs = (await api('GET', '/v1/fine_tuning/jobs?limit=100')).data; draw(); }, 5000, list);
+    h('a', { href: '#/new' }, h('button', { type: 'button' }, 'New job'))), list, more));
+  poll(async () => {
+    const page = await api('GET', '/v1/fine_tuning/jobs?limit=100');
+    jobs = page.data;
+    if (!older.length) hasMore = page.has_more;
+    draw();
+  }, 5000, list);
 }
 
 // The figures drawn, when the job reports them: [metric, label, scale].
