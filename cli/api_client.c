@@ -100,7 +100,9 @@ json_t *api_call(struct api_client *c, const char *method, const char *path, con
         if (status < 200 || status > 299) {
             json_t *e = json_object_get(json_object_get(json, "error"), "message");
             whet_errf(err, "%s %s: %ld %s", method, path, status,
-                      json_is_string(e) ? json_string_value(e) : answer.data ? answer.data : "(no body)");
+                      json_is_string(e) ? json_string_value(e)
+                      : answer.data     ? answer.data
+                                        : "(no body)");
             json_decref(json);
             json = NULL;
         } else if (!json) {

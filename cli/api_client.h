@@ -11,8 +11,8 @@
 #include "util.h"
 
 struct api_client {
-    char *base;  /* "http://127.0.0.1:8080", no trailing slash */
-    char *auth;  /* "Authorization: Bearer KEY" */
+    char *base; /* "http://127.0.0.1:8080", no trailing slash */
+    char *auth; /* "Authorization: Bearer KEY" */
     CURL *curl;
 };
 

@@ -15,14 +15,13 @@
 #define PART_BYTES ((size_t)64 << 20) /* OpenAI's limit for one part of an upload */
 
 static void files_usage(FILE *out) {
-    fprintf(out,
-            "usage: whet files upload FILE [--purpose PURPOSE] [--url URL] [--data-dir DIR]\n\n"
-            "Uploads FILE (JSONL) with a progress bar on stderr and prints the new file's id on stdout. Files\n"
-            "over 64 MiB go through the Uploads API in 64 MiB parts.\n\n"
-            "  --purpose PURPOSE  the file's purpose (default fine-tune)\n"
-            "  --url URL          the gateway (default $WHET_API_BASE, else http://$WHET_HTTP)\n"
-            "  --data-dir DIR     read DIR/whet.env (written by `whet up`) for WHET_HTTP\n\n"
-            "The key comes from WHET_API_KEY (or OPENAI_API_KEY).\n");
+    fprintf(out, "usage: whet files upload FILE [--purpose PURPOSE] [--url URL] [--data-dir DIR]\n\n"
+                 "Uploads FILE (JSONL) with a progress bar on stderr and prints the new file's id on stdout. Files\n"
+                 "over 64 MiB go through the Uploads API in 64 MiB parts.\n\n"
+                 "  --purpose PURPOSE  the file's purpose (default fine-tune)\n"
+                 "  --url URL          the gateway (default $WHET_API_BASE, else http://$WHET_HTTP)\n"
+                 "  --data-dir DIR     read DIR/whet.env (written by `whet up`) for WHET_HTTP\n\n"
+                 "The key comes from WHET_API_KEY (or OPENAI_API_KEY).\n");
 }
 
 struct upload_progress {
@@ -130,8 +129,10 @@ static int files_upload(struct api_client *c, const char *path, const char *purp
 }
 
 static int cmd_files(int argc, char **argv) {
-    static const struct option opts[] = {{"purpose", required_argument, 0, 'p'}, {"url", required_argument, 0, 'u'},
-                                         {"data-dir", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"purpose", required_argument, 0, 'p'},
+                                         {"url", required_argument, 0, 'u'},
+                                         {"data-dir", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *url = NULL, *data_dir = NULL, *purpose = "fine-tune";
     int c;

@@ -14,22 +14,21 @@
 #include "commands.h"
 
 static void jobs_usage(FILE *out) {
-    fprintf(out,
-            "usage: whet jobs follow JOB_ID [--interval SECONDS] [--url URL] [--data-dir DIR]\n\n"
-            "Follows a fine-tuning job until it ends: a progress bar on stderr with the step, the loss, the ETA\n"
-            "and the cost so far; when it succeeds, the fine-tuned model's name on stdout. Exits 0 when the\n"
-            "job succeeded, 1 when it failed or was cancelled.\n\n"
-            "  --interval SECONDS  how often to ask the gateway (default 2)\n"
-            "  --url URL           the gateway (default $WHET_API_BASE, else http://$WHET_HTTP)\n"
-            "  --data-dir DIR      read DIR/whet.env (written by `whet up`) for WHET_HTTP\n\n"
-            "The key comes from WHET_API_KEY (or OPENAI_API_KEY).\n");
+    fprintf(out, "usage: whet jobs follow JOB_ID [--interval SECONDS] [--url URL] [--data-dir DIR]\n\n"
+                 "Follows a fine-tuning job until it ends: a progress bar on stderr with the step, the loss, the ETA\n"
+                 "and the cost so far; when it succeeds, the fine-tuned model's name on stdout. Exits 0 when the\n"
+                 "job succeeded, 1 when it failed or was cancelled.\n\n"
+                 "  --interval SECONDS  how often to ask the gateway (default 2)\n"
+                 "  --url URL           the gateway (default $WHET_API_BASE, else http://$WHET_HTTP)\n"
+                 "  --data-dir DIR      read DIR/whet.env (written by `whet up`) for WHET_HTTP\n\n"
+                 "The key comes from WHET_API_KEY (or OPENAI_API_KEY).\n");
 }
 
 /* What the bar shows, kept between polls. */
 struct follow {
-    long step;           /* the last step reported, -1 before the first */
-    double loss;         /* its loss, NAN when none */
-    double first_seen;   /* whet_now_mono() when a step was first seen, and which */
+    long step;         /* the last step reported, -1 before the first */
+    double loss;       /* its loss, NAN when none */
+    double first_seen; /* whet_now_mono() when a step was first seen, and which */
     long first_step;
 };
 
@@ -130,7 +129,8 @@ static int jobs_follow(struct api_client *c, const char *id, double interval) {
             json_t *model = json_object_get(job, "fine_tuned_model");
             json_t *why = json_object_get(json_object_get(job, "error"), "message");
             if (ok && json_is_string(model)) puts(json_string_value(model));
-            else if (json_is_string(why)) fprintf(stderr, "whet jobs follow: %s %s: %s\n", id, status, json_string_value(why));
+            else if (json_is_string(why))
+                fprintf(stderr, "whet jobs follow: %s %s: %s\n", id, status, json_string_value(why));
             else if (!ok) fprintf(stderr, "whet jobs follow: %s %s\n", id, status);
             json_decref(job);
             return ok ? 0 : 1;
@@ -141,8 +141,10 @@ static int jobs_follow(struct api_client *c, const char *id, double interval) {
 }
 
 static int cmd_jobs(int argc, char **argv) {
-    static const struct option opts[] = {{"interval", required_argument, 0, 'i'}, {"url", required_argument, 0, 'u'},
-                                         {"data-dir", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+    static const struct option opts[] = {{"interval", required_argument, 0, 'i'},
+                                         {"url", required_argument, 0, 'u'},
+                                         {"data-dir", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *url = NULL, *data_dir = NULL;
     double interval = 2;

@@ -7,8 +7,8 @@
 
 #include "server.h"
 
-extern const char whet_console_index_html[], whet_console_app_js[], whet_console_app_css[],
-    whet_console_uplot_js[], whet_console_uplot_css[];
+extern const char whet_console_index_html[], whet_console_app_js[], whet_console_app_css[], whet_console_uplot_js[],
+    whet_console_uplot_css[];
 extern const size_t whet_console_index_html_len, whet_console_app_js_len, whet_console_app_css_len,
     whet_console_uplot_js_len, whet_console_uplot_css_len;
 
@@ -29,15 +29,14 @@ static const struct console_asset assets[] = {
 
 static void console_serve(struct gw_req *r, const char *name) {
     for (size_t i = 0; i < sizeof assets / sizeof assets[0]; i++) {
-        if (strcmp(assets[i].name, name) != 0)
-            continue;
+        if (strcmp(assets[i].name, name) != 0) continue;
         /* The page talks to this origin only and is never framed: a key typed into it stays in it. */
         http_add_header(r, "content-security-policy",
                         "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'; "
                         "frame-ancestors 'none'");
         http_add_header(r, "x-content-type-options", "nosniff");
         http_add_header(r, "cache-control", "no-cache"); /* a new binary's console shows at the next load */
-        char *copy = xmalloc(*assets[i].len); /* http_reply_bytes frees what it sends */
+        char *copy = xmalloc(*assets[i].len);            /* http_reply_bytes frees what it sends */
         memcpy(copy, assets[i].bytes, *assets[i].len);
         http_reply_bytes(r, 200, assets[i].type, copy, *assets[i].len);
         return;
