@@ -129,7 +129,7 @@ function poll(fn, ms, where) {
 
 const TENANT_NAV = [['#/jobs', 'Jobs'], ['#/new', 'New job'], ['#/files', 'Files'], ['#/models', 'Models'],
                     ['#/usage', 'Usage & cost'], ['#/keys', 'API keys']];
-const OPERATOR_NAV = [['#/admin/tenants', 'Tenants'], ['#/admin/prices', 'Prices'], ['#/admin/nodes', 'Nodes'],
+const OPERATOR_NAV = [['#/admin/tenants', 'Tenants'], ['#/admin/queue', 'Queue'], ['#/admin/prices', 'Prices'], ['#/admin/nodes', 'Nodes'],
                       ['#/admin/usage', 'Usage']];
 
 function signOut(why) {
@@ -168,7 +168,7 @@ const ROUTES = [
   [/^#\/jobs$/, jobsPage], [/^#\/jobs\/([^/]+)$/, jobPage], [/^#\/new$/, newJobPage], [/^#\/files$/, filesPage],
   [/^#\/models$/, modelsPage], [/^#\/usage$/, usagePage], [/^#\/keys$/, keysPage],
   [/^#\/admin\/tenants$/, tenantsPage], [/^#\/admin\/tenants\/([^/]+)$/, tenantPage], [/^#\/admin\/prices$/, pricesPage],
-  [/^#\/admin\/nodes$/, nodesPage], [/^#\/admin\/usage$/, adminUsagePage],
+  [/^#\/admin\/nodes$/, nodesPage], [/^#\/admin\/queue$/, queuePage], [/^#\/admin\/usage$/, adminUsagePage],
 ];
 
 function route() {
@@ -708,6 +708,17 @@ async function nodesPage(main) {
     h('h2', {}, 'Nodes'), table(['Node', 'Pool', 'State', 'Devices', 'Running jobs', 'Last heartbeat', 'Version'], nodes.map((n) => [
       h('span', { class: 'mono' }, n.id), `${n.dc}/${n.pool}`, n.state, h('span', { class: 'mono' }, JSON.stringify(n.devices)),
       n.running_jobs.join(', ') || '—', when(Math.floor(n.last_heartbeat)), n.version])));
+  }, 5000, list);
+}
+
+async function queuePage(main) {
+  const list = h('div', { id: 'queue' });
+  fill(main, h('h1', {}, 'Queue'), card(null, h('p', { class: 'muted' }, 'Every job that has not ended: waiting ones in placement order, then running and paused ones.'), list));
+  poll(async () => {
+    const jobs = (await api('GET', '/admin/v1/queue')).data;
+    fill(list, table(['#', 'Job', 'Tenant', 'Status', 'Model', 'Priority', 'Waiting for / node', 'Created'], jobs.map((j) => [
+      j.queue_position ?? '', h('span', { class: 'mono' }, j.id), h('a', { href: `#/admin/tenants/${encodeURIComponent(j.tenant_id)}` }, j.tenant),
+      badge(j.status), j.model, j.priority, j.wait_reason || j.node_id || '—', when(j.created_at)]), [0, 5], [4, 5, 7]));
   }, 5000, list);
 }
 

@@ -173,6 +173,13 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   await page.waitForFunction(() => Number(document.getElementById('chart').dataset.points || 0) >= 1, { timeout: 60000 });
   const early = await points();
   await shoot(page, 'job-running');
+  // The operator's queue shows the running job on its node.
+  await op.bringToFront();
+  await op.goto(`${base}/console#/admin/queue`);
+  await op.waitForFunction((id) => document.getElementById('queue')?.textContent.includes(id), {}, jobId);
+  assert.match(await text(op, '#queue'), /running/);
+  await shoot(op, 'operator-queue');
+  await page.bringToFront();
   for (const pid of held) process.kill(pid, 'SIGCONT');
   await page.waitForFunction(() => document.querySelector('.status')?.textContent === 'succeeded', { timeout: 120000 });
   await page.waitForFunction((n) => Number(document.getElementById('chart').dataset.points || 0) > n, { timeout: 30000 }, early);

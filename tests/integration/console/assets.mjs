@@ -42,6 +42,11 @@ try {
   check(missing.status === 404 && missing.json?.error?.code !== undefined, 'an unknown asset: a JSON 404', missing.text);
   const post = await stack.request('POST', '/console', { body: {} });
   check(post.status === 405, 'POST /console: 405', post.status);
+  // The operator's queue page reads GET /admin/v1/queue (an empty stack: an empty list).
+  const queue = await stack.request('GET', '/admin/v1/queue', { token: stack.adminToken() });
+  check(queue.status === 200 && queue.json.object === 'list' && queue.json.data.length === 0, 'GET /admin/v1/queue: a list', queue.text);
+  const anonymous = await stack.request('GET', '/admin/v1/queue');
+  check(anonymous.status === 401, 'GET /admin/v1/queue without a token: 401', anonymous.status);
   console.log(`console: ${total} bytes in ${Object.keys(sources).length} files`);
 } finally {
   let why = null;
