@@ -9,37 +9,44 @@
 #include "buf.h"
 #include "env.h"
 
-int api_client_init(struct api_client *c, const char *url, const char *data_dir, struct whet_err *err) {
-    memset(c, 0, sizeof *c);
-    if (whet_env_load_data_dir(data_dir, err) < 0) return -1;
+struct api_client *api_client_open(const char *who, const char *url, const char *data_dir) {
+    struct whet_err err;
+    if (whet_env_load_data_dir(data_dir, &err) < 0) {
+        whet_err_report(who, &err);
+        return NULL;
+    }
     const char *key = whet_env("WHET_API_KEY", whet_env("OPENAI_API_KEY", NULL));
     if (!key) {
-        whet_errf(err, "no API key: WHET_API_KEY (or OPENAI_API_KEY) is not set");
-        return whet_err_hint(err, "export WHET_API_KEY=$(whet tenant create NAME), or a key from your operator");
+        whet_errf(&err, "no API key: WHET_API_KEY (or OPENAI_API_KEY) is not set");
+        whet_err_hint(&err, "export WHET_API_KEY=$(whet tenant create NAME), or a key from your operator");
+        whet_err_report(who, &err);
+        return NULL;
     }
-    struct whet_buf base = {0};
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    CURL *curl = curl_easy_init();
+    if (!curl) {
+        fprintf(stderr, "%s: libcurl could not start a handle\n", who);
+        return NULL;
+    }
+    struct api_client *c = xcalloc(1, sizeof *c);
+    c->curl = curl;
+    struct whet_buf base = {0}, auth = {0};
     if (!url) url = whet_env("WHET_API_BASE", NULL);
     if (url) whet_buf_puts(&base, url);
     else whet_buf_printf(&base, "http://%s", whet_env("WHET_HTTP", "127.0.0.1:8080"));
     while (base.len && base.data[base.len - 1] == '/') base.data[--base.len] = '\0';
     c->base = base.data;
-    struct whet_buf auth = {0};
     whet_buf_printf(&auth, "Authorization: Bearer %s", key);
     c->auth = auth.data;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    c->curl = curl_easy_init();
-    if (!c->curl) {
-        api_client_free(c);
-        return whet_errf(err, "libcurl could not start a handle");
-    }
-    return 0;
+    return c;
 }
 
-void api_client_free(struct api_client *c) {
-    if (c->curl) curl_easy_cleanup(c->curl);
+void api_client_close(struct api_client *c) {
+    if (!c) return;
+    curl_easy_cleanup(c->curl);
     free(c->base);
     free(c->auth);
-    memset(c, 0, sizeof *c);
+    free(c);
 }
 
 static size_t collect(char *p, size_t size, size_t n, void *arg) {

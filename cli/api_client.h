@@ -16,10 +16,11 @@ struct api_client {
     CURL *curl;
 };
 
-/* The gateway from `url` (may be NULL), else $WHET_API_BASE, else http://$WHET_HTTP (after loading
- * `data_dir`'s whet.env, or $WHET_DATA_DIR's); the key from $WHET_API_KEY, else $OPENAI_API_KEY. */
-int api_client_init(struct api_client *c, const char *url, const char *data_dir, struct whet_err *err);
-void api_client_free(struct api_client *c);
+/* A client for the gateway at `url` (may be NULL), else $WHET_API_BASE, else http://$WHET_HTTP (after
+ * loading `data_dir`'s whet.env, or $WHET_DATA_DIR's), with the key from $WHET_API_KEY, else
+ * $OPENAI_API_KEY. NULL after reporting why on stderr, as `who`. */
+struct api_client *api_client_open(const char *who, const char *url, const char *data_dir);
+void api_client_close(struct api_client *c);
 
 /* Called while a body goes up: bytes sent so far of `total`. */
 typedef void (*api_progress_fn)(void *arg, double sent, double total);

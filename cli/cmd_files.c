@@ -149,14 +149,9 @@ static int cmd_files(int argc, char **argv) {
         files_usage(stderr);
         return 2;
     }
-    struct whet_err err;
-    struct api_client client;
-    if (api_client_init(&client, url, data_dir, &err) < 0) {
-        whet_err_report("whet files", &err);
-        return 1;
-    }
-    int rc = files_upload(&client, argv[optind + 1], purpose);
-    api_client_free(&client);
+    struct api_client *client = api_client_open("whet files", url, data_dir);
+    int rc = client ? files_upload(client, argv[optind + 1], purpose) : 1;
+    api_client_close(client);
     return rc;
 }
 WHET_COMMAND("files", cmd_files, "upload a dataset with a progress bar (tenants, through the API)")

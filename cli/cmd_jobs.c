@@ -169,14 +169,9 @@ static int cmd_jobs(int argc, char **argv) {
         jobs_usage(stderr);
         return 2;
     }
-    struct whet_err err;
-    struct api_client client;
-    if (api_client_init(&client, url, data_dir, &err) < 0) {
-        whet_err_report("whet jobs", &err);
-        return 1;
-    }
-    int rc = jobs_follow(&client, argv[optind + 1], interval);
-    api_client_free(&client);
+    struct api_client *client = api_client_open("whet jobs", url, data_dir);
+    int rc = client ? jobs_follow(client, argv[optind + 1], interval) : 1;
+    api_client_close(client);
     return rc;
 }
 WHET_COMMAND("jobs", cmd_jobs, "follow a fine-tuning job at a terminal (tenants, through the API)")
