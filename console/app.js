@@ -251,6 +251,11 @@ const CURVES = [['loss', 'loss', 'y'], ['valid_loss', 'valid loss', 'y'], ['rewa
 const COLORS = ['#1f6feb', '#e36209', '#2e7d32', '#8250df'];
 
 function makeChart(el, names) {
+  if (!window.uPlot) {
+    fill(el, h('p', { class: 'error' }, 'This gateway was built without uPlot (console/node_modules): no curves. ',
+                'Rebuild it after deploy/install-deps.sh.'));
+    return null;
+  }
   const width = () => Math.max(260, el.clientWidth || 600);
   const opts = {
     width: width(), height: window.innerWidth < 600 ? 220 : 300,
@@ -301,11 +306,11 @@ async function jobPage(main, id) {
   };
 
   // The curves: the whole history once, downsampled, then every new step.
-  const series = { last: null, total: null, points: 0, x: [], y: {}, chart: null, names: [] };
+  const series = { last: null, total: null, x: [], y: {}, chart: null, names: [] };
   const addPoints = (data) => {
     for (const p of data) {
       if (series.last !== null && p.step <= series.last) continue;
-      if (!series.chart) {
+      if (!series.names.length) { // the first point says which figures this job reports
         series.names = CURVES.map((c) => c[0]).filter((n) => n in p.metrics || (n === 'valid_loss' && job.validation_file));
         if (!series.names.length) continue;
         for (const n of series.names) series.y[n] = [];

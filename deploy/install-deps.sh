@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything whet's build, its services and its test suite need, from Debian's packages and
-# (for the test peers) the npm registry. Safe to run any number of times: it installs only what is missing.
+# (for the console's charts and the test peers) the npm registry. Safe to run any number of times: it
+# installs only what is missing.
 #
 #   deploy/install-deps.sh            build + run + test dependencies
 #   WHET_SKIP_NPM=1 deploy/install-deps.sh   skip the npm test peers
