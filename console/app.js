@@ -510,7 +510,7 @@ async function filesPage(main) {
     }
   } }, h('label', {}, 'JSONL file', input), h('label', {}, 'Purpose', purpose), h('button', { type: 'submit' }, 'Upload'));
   fill(main, h('h1', {}, 'Files'), card('Upload', form, bar, out,
-    h('p', { class: 'muted' }, `Every line is validated; errors name the line and field. Files over ${bytes(PART_BYTES)} go up in parts.`)),
+    h('p', { class: 'muted' }, `Every line is validated; errors name the line and field. Files over ${PART_BYTES >> 20} MiB go up in parts (the Uploads API).`)),
   card('Your files', list));
   await refresh();
 }
