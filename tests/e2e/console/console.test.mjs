@@ -257,6 +257,10 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   assert.deepEqual(unexpected, [], 'no error in the browser log');
   const sizes = [...transfer].map(([u, n]) => `${u.slice(base.length)} ${n}`).join(', ');
   const total = [...transfer.values()].reduce((s, n) => s + n, 0);
+  const job = await (await fetch(`${base}/v1/fine_tuning/jobs/${jobId}`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const est = job.whet.estimate;
   console.log(`console: job ${jobId} cost ${cost}, curve ${early} -> ${late} points; transfer ${total} bytes (${sizes}); ` +
-              `${shots.length} screenshots in ${OUT}`);
+              `${shots.length} screenshots in ${OUT}; estimate ${est.trained_tokens} tokens ${est.expected_duration_s} s ` +
+              `${est.cost.amount} ${est.cost.currency} (${est.throughput_source}) vs actual ${est.actual?.trained_tokens} tokens ` +
+              `${est.actual?.duration_s} s ${est.actual?.cost}`);
 });
