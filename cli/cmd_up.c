@@ -369,7 +369,7 @@ static int supervise(struct up *up) {
         if (reap_and_restart(up) < 0) return 1;
         if (!ready && gateway_ready(addr)) {
             ready = 1;
-            printf("whet: ready http://%s\n", addr);
+            printf("whet: ready http://%s\nwhet: console http://%s/console\n", addr, addr);
             fflush(stdout);
         }
     }

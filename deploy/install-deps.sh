@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything whet's build, its services and its test suite need, from Debian's packages and
-# (for the test peers) the npm registry. Safe to run any number of times: it installs only what is missing.
+# (for the console's charts and the test peers) the npm registry. Safe to run any number of times: it
+# installs only what is missing.
 #
 #   deploy/install-deps.sh            build + run + test dependencies
 #   WHET_SKIP_NPM=1 deploy/install-deps.sh   skip the npm test peers
@@ -23,6 +24,8 @@ packages=(
   python3-torch python3-numpy python3-botocore wrk hyperfine curl procps openssl
   # checkers of deploy/: systemd-analyze (units), promtool (alert rules)
   systemd prometheus
+  # the console's browser test (tests/e2e/console drives it with puppeteer-core)
+  chromium
 )
 
 missing=()
@@ -48,6 +51,13 @@ if command -v update-alternatives >/dev/null; then
     path=$(update-alternatives --list "$alt" 2>/dev/null | grep openmp | head -n1 || true)
     [ -n "$path" ] && $SUDO update-alternatives --set "$alt" "$path" >/dev/null || true
   done
+fi
+
+# The console's build-time packages (uPlot), pinned in console/package.json: the build compiles them in.
+if [ -f console/package.json ]; then
+  if [ ! -d console/node_modules ] || [ console/package.json -nt console/node_modules ]; then
+    (cd console && npm install --no-audit --no-fund --loglevel=error && touch node_modules)
+  fi
 fi
 
 # npm test peers (s3rver, the OpenAI SDK, transformers.js tokenizers), pinned in tests/package.json.

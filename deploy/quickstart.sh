@@ -64,26 +64,15 @@ field() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d"+sy
 if [ $demo -eq 1 ]; then
   echo
   echo "== uploading deploy/examples/sft-train.jsonl (96 chat examples)"
-  file_id=$(api "http://$http/v1/files" -F purpose=fine-tune -F file=@deploy/examples/sft-train.jsonl | field "['id']")
-  echo "   $file_id"
+  file_id=$(WHET_API_KEY=$key "$whet" files upload deploy/examples/sft-train.jsonl --url "http://$http")
   echo "== creating a LoRA SFT job on whet-tiny"
   job_id=$(api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
     -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file_id\",\"suffix\":\"quickstart\",
          \"method\":{\"type\":\"supervised\",\"supervised\":{\"hyperparameters\":{\"n_epochs\":40,\"batch_size\":24,\"learning_rate_multiplier\":5}}},
          \"whet\":{\"max_steps\":120,\"checkpoint_every_steps\":40}}" | field "['id']")
-  echo "   $job_id"
-  status=
-  while :; do
-    job=$(api "http://$http/v1/fine_tuning/jobs/$job_id")
-    status=$(echo "$job" | field "['status']")
-    last=$(api "http://$http/v1/fine_tuning/jobs/$job_id/events?limit=1" | field "['data'][0]['message'] if d['data'] else ''")
-    printf '\r   %-10s %-60.60s' "$status" "$last"
-    case "$status" in succeeded|failed|cancelled) break ;; esac
-    sleep 1
-  done
-  echo
-  if [ "$status" = succeeded ]; then
-    model=$(echo "$job" | field "['fine_tuned_model']")
+  echo "   $job_id (watch it at http://$http/console, or: whet jobs follow $job_id)"
+  # A progress bar with the step, the loss, the ETA and the cost; the model's name on stdout.
+  if model=$(WHET_API_KEY=$key "$whet" jobs follow "$job_id" --url "http://$http"); then
     echo "== $model"
     adapter="$data_dir/quickstart-adapter"
     mkdir -p "$adapter"
@@ -110,13 +99,14 @@ if [ $demo -eq 1 ]; then
     kill "$serve_pid" 2>/dev/null; wait "$serve_pid" 2>/dev/null || true
     rm -f "$data_dir/serve.address"
   else
-    echo "quickstart: the job ended $status: $(echo "$job" | field "['error']")" >&2
+    echo "quickstart: the job did not succeed (above); its events: GET /v1/fine_tuning/jobs/$job_id/events" >&2
   fi
 fi
 
 cat <<MSG
 
 whet is running at http://$http (data in $data_dir, log in $log).
+The web console is at http://$http/console: sign in with the key below (or an operator's \`whet token --admin\`).
 Tenant "demo" has the API key $key (saved in $data_dir/demo.key).
 
   curl -s http://$http/v1/models -H "Authorization: Bearer $key"
@@ -125,6 +115,7 @@ Tenant "demo" has the API key $key (saved in $data_dir/demo.key).
        -d '{"model":"whet-tiny","training_file":"file-…"}'
 
 The official OpenAI SDKs work unchanged: base URL http://$http/v1, API key as above.
+At a terminal: export WHET_API_KEY=$key; $whet files upload FILE; $whet jobs follow JOB_ID
 Operator commands read $data_dir/whet.env:  WHET_DATA_DIR=$data_dir $whet tenant create NAME
 MSG
 

@@ -1,5 +1,6 @@
 /* router_table.c - every route set of the gateway, in one list: each resource file exports
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
+#include "admin_queue.h"
 #include "api_keys.h"
 #include "budgets.h"
 #include "checkpoint_files.h"
@@ -18,7 +19,9 @@
 void router_register_all(struct http_router *rt) {
     health_routes(rt);
     openapi_routes(rt);
+    console_routes(rt);
     admin_routes(rt);
+    admin_queue_routes(rt);
     auth_routes(rt);
     files_routes(rt);
     jobs_routes(rt);

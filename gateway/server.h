@@ -124,6 +124,7 @@ void health_routes(struct http_router *rt);
 void admin_routes(struct http_router *rt);
 void auth_routes(struct http_router *rt);
 void openapi_routes(struct http_router *rt);
+void console_routes(struct http_router *rt);
 
 /* ---- Metrics (metrics.c) ----------------------------------------------------------------------- */
 
