@@ -398,15 +398,13 @@ static void jobs_prepare(void) {
                "FROM (SELECT 1) one "
                "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
                "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
-    /* Written only while the tenant is under its active-job limit (0 rows otherwise). */
+    /* Written only while the tenant is under its active-job limit (0 rows otherwise): whet_job_slot reads
+     * and locks the tenant's counter row, which the insert's trigger bumps (migration 0010), in O(1). */
     db_prepare("jobs_insert",
                "INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, "
                "method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
                "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-               "$13::bigint, $14::integer, $15::jsonb, $16 "
-               "WHERE (SELECT count(*) FROM jobs WHERE tenant_id = $2 AND status IN "
-               "('validating_files', 'queued', 'running', 'paused')) < "
-               "(SELECT max_active_jobs FROM tenants WHERE id = $2) "
+               "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) "
                "RETURNING " JOB_COLUMNS);
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "

@@ -163,8 +163,7 @@ INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed,
   SELECT 'ftjob-pgb' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench',
          '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
          1, '{}', 'queued', 0, 0
-  WHERE (SELECT count(*) FROM jobs WHERE tenant_id = :tenant AND status IN ('validating_files', 'queued', 'running', 'paused'))
-        < (SELECT max_active_jobs FROM tenants WHERE id = :tenant);
+  WHERE whet_job_slot(:tenant);
 INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
   SELECT 'ftevent-pgb' || :n || '-' || :client_id, :tenant, 'ftjob-pgb' || :n || '-' || :client_id, 'Created', 0
   WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = :tenant AND id = 'ftjob-pgb' || :n || '-' || :client_id);
