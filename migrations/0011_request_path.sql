@@ -1,0 +1,97 @@
+-- 0011_request_path: the statements a job create, a GET and the list pages run read a bounded number of
+-- rows whatever the tables hold (tests/integration/scale/plans.mjs checks the executed plans).
+
+-- The create's model lookup: a tenant's fine-tuned model, or one of its checkpoints, by name.
+CREATE INDEX jobs_fine_tuned_model ON jobs(tenant_id, fine_tuned_model) WHERE fine_tuned_model IS NOT NULL;
+CREATE INDEX checkpoints_name ON checkpoints(tenant_id, fine_tuned_model_checkpoint);
+-- The estimate's "tenant's last succeeded job on this file".
+CREATE INDEX jobs_succeeded_file ON jobs(tenant_id, training_file, seq) WHERE status = 'succeeded';
+-- The checkpoints page of a job, newest first (as job_events_job serves the events page).
+CREATE INDEX checkpoints_job ON checkpoints(job_id, seq);
+
+-- whet_throughput (migration 0008) aggregated every succeeded job's usage on each estimate, so each job
+-- create read the whole usage history. The aggregate is now kept: throughput_jobs holds each succeeded
+-- job's contribution per device type, throughput_groups their sums; whet_throughput_refresh swaps a
+-- job's old contribution for its current one whenever its status or its usage rows change. The sums are
+-- numeric so that taking a contribution out leaves exactly what was there before it.
+CREATE TABLE throughput_groups (
+  base_model    text NOT NULL,
+  device_type   text NOT NULL,
+  method        text NOT NULL,
+  tokens        numeric NOT NULL,
+  seconds       numeric NOT NULL,
+  jobs          bigint NOT NULL,
+  PRIMARY KEY (base_model, device_type, method)
+);
+CREATE TABLE throughput_jobs (
+  job_id        text NOT NULL,
+  device_type   text NOT NULL,
+  base_model    text NOT NULL,
+  method        text NOT NULL,
+  tokens        numeric NOT NULL,
+  seconds       numeric NOT NULL,
+  PRIMARY KEY (job_id, device_type)
+);
+
+CREATE FUNCTION whet_throughput_refresh(p_job text) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+  SET search_path = public AS $$
+BEGIN
+  -- One refresh of a job at a time (the job's row lock): the second then sees the first's rows.
+  PERFORM 1 FROM jobs WHERE id = p_job FOR NO KEY UPDATE;
+  WITH old AS (DELETE FROM throughput_jobs WHERE job_id = p_job RETURNING *)
+  UPDATE throughput_groups g SET tokens = g.tokens - o.tokens, seconds = g.seconds - o.seconds, jobs = g.jobs - 1
+    FROM old o WHERE g.base_model = o.base_model AND g.device_type = o.device_type AND g.method = o.method;
+  WITH new AS (
+    INSERT INTO throughput_jobs (job_id, device_type, base_model, method, tokens, seconds)
+    SELECT j.id, u.device_type, j.base_model, j.method ->> 'type', sum(u.trained_tokens), sum(u.device_seconds::numeric)
+    FROM jobs j JOIN usage_records u ON u.job_id = j.id
+    WHERE j.id = p_job AND j.status = 'succeeded' AND NOT u.lost AND u.device_seconds > 0 AND u.trained_tokens > 0
+    GROUP BY j.id, u.device_type, j.base_model, j.method ->> 'type'
+    RETURNING *)
+  INSERT INTO throughput_groups AS g (base_model, device_type, method, tokens, seconds, jobs)
+    SELECT base_model, device_type, method, tokens, seconds, 1 FROM new
+    ON CONFLICT (base_model, device_type, method) DO UPDATE
+    SET tokens = g.tokens + excluded.tokens, seconds = g.seconds + excluded.seconds, jobs = g.jobs + 1;
+END
+$$;
+
+-- Usage rows matter only for a job that is succeeded or was counted: a running job's reports cost one
+-- index probe each.
+CREATE FUNCTION whet_throughput_usage() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+  SET search_path = public AS $$
+DECLARE
+  job text := CASE WHEN TG_OP = 'DELETE' THEN OLD.job_id ELSE NEW.job_id END;
+BEGIN
+  IF EXISTS (SELECT 1 FROM jobs WHERE id = job AND status = 'succeeded')
+     OR EXISTS (SELECT 1 FROM throughput_jobs WHERE job_id = job) THEN
+    PERFORM whet_throughput_refresh(job);
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER usage_records_throughput AFTER INSERT OR UPDATE OR DELETE ON usage_records FOR EACH ROW
+  EXECUTE FUNCTION whet_throughput_usage();
+
+CREATE FUNCTION whet_throughput_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+  SET search_path = public AS $$
+BEGIN
+  PERFORM whet_throughput_refresh(CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_throughput_status AFTER UPDATE OF status ON jobs FOR EACH ROW
+  WHEN ((OLD.status = 'succeeded') <> (NEW.status = 'succeeded')) EXECUTE FUNCTION whet_throughput_job();
+CREATE TRIGGER jobs_throughput_delete AFTER DELETE ON jobs FOR EACH ROW
+  WHEN (OLD.status = 'succeeded') EXECUTE FUNCTION whet_throughput_job();
+
+INSERT INTO throughput_jobs (job_id, device_type, base_model, method, tokens, seconds)
+  SELECT j.id, u.device_type, j.base_model, j.method ->> 'type', sum(u.trained_tokens), sum(u.device_seconds::numeric)
+  FROM jobs j JOIN usage_records u ON u.job_id = j.id
+  WHERE j.status = 'succeeded' AND NOT u.lost AND u.device_seconds > 0 AND u.trained_tokens > 0
+  GROUP BY j.id, u.device_type, j.base_model, j.method ->> 'type';
+INSERT INTO throughput_groups (base_model, device_type, method, tokens, seconds, jobs)
+  SELECT base_model, device_type, method, sum(tokens), sum(seconds), count(*) FROM throughput_jobs GROUP BY 1, 2, 3;
+
+CREATE OR REPLACE VIEW whet_throughput AS
+  SELECT base_model, device_type, method, (tokens / seconds)::float8 AS tokens_per_device_s, jobs
+  FROM throughput_groups WHERE jobs > 0 AND seconds > 0;
