@@ -11,9 +11,9 @@ CREATE INDEX checkpoints_job ON checkpoints(job_id, seq);
 
 -- whet_throughput (migration 0008) aggregated every succeeded job's usage on each estimate, so each job
 -- create read the whole usage history. The aggregate is now kept: throughput_jobs holds each succeeded
--- job's contribution per device type, throughput_groups their sums; whet_throughput_refresh swaps a
--- job's old contribution for its current one whenever its status or its usage rows change. The sums are
--- numeric so that taking a contribution out leaves exactly what was there before it.
+-- job's contribution per device type, throughput_groups their sums; whet_throughput_refresh swaps jobs'
+-- old contributions for their current ones whenever their status or their usage rows change. The sums
+-- are numeric so that taking a contribution out leaves exactly what was there before it.
 CREATE TABLE throughput_groups (
   base_model    text NOT NULL,
   device_type   text NOT NULL,
@@ -33,56 +33,83 @@ CREATE TABLE throughput_jobs (
   PRIMARY KEY (job_id, device_type)
 );
 
-CREATE FUNCTION whet_throughput_refresh(p_job text) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+CREATE FUNCTION whet_throughput_refresh(p_jobs text[]) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 BEGIN
-  -- One refresh of a job at a time (the job's row lock): the second then sees the first's rows.
-  PERFORM 1 FROM jobs WHERE id = p_job FOR NO KEY UPDATE;
-  WITH old AS (DELETE FROM throughput_jobs WHERE job_id = p_job RETURNING *)
-  UPDATE throughput_groups g SET tokens = g.tokens - o.tokens, seconds = g.seconds - o.seconds, jobs = g.jobs - 1
-    FROM old o WHERE g.base_model = o.base_model AND g.device_type = o.device_type AND g.method = o.method;
+  -- One refresh of a job at a time (the jobs' row locks, in one order): the second then sees the
+  -- first's rows.
+  PERFORM 1 FROM jobs WHERE id = ANY (p_jobs) ORDER BY id FOR NO KEY UPDATE;
+  WITH old AS (DELETE FROM throughput_jobs WHERE job_id = ANY (p_jobs) RETURNING *),
+  d AS (SELECT base_model, device_type, method, sum(tokens) AS tokens, sum(seconds) AS seconds, count(*) AS jobs
+        FROM old GROUP BY 1, 2, 3)
+  UPDATE throughput_groups g SET tokens = g.tokens - d.tokens, seconds = g.seconds - d.seconds, jobs = g.jobs - d.jobs
+    FROM d WHERE g.base_model = d.base_model AND g.device_type = d.device_type AND g.method = d.method;
   WITH new AS (
     INSERT INTO throughput_jobs (job_id, device_type, base_model, method, tokens, seconds)
     SELECT j.id, u.device_type, j.base_model, j.method ->> 'type', sum(u.trained_tokens), sum(u.device_seconds::numeric)
     FROM jobs j JOIN usage_records u ON u.job_id = j.id
-    WHERE j.id = p_job AND j.status = 'succeeded' AND NOT u.lost AND u.device_seconds > 0 AND u.trained_tokens > 0
+    WHERE j.id = ANY (p_jobs) AND j.status = 'succeeded' AND NOT u.lost AND u.device_seconds > 0 AND u.trained_tokens > 0
     GROUP BY j.id, u.device_type, j.base_model, j.method ->> 'type'
     RETURNING *)
   INSERT INTO throughput_groups AS g (base_model, device_type, method, tokens, seconds, jobs)
-    SELECT base_model, device_type, method, tokens, seconds, 1 FROM new
+    SELECT base_model, device_type, method, sum(tokens), sum(seconds), count(*) FROM new GROUP BY 1, 2, 3
     ON CONFLICT (base_model, device_type, method) DO UPDATE
-    SET tokens = g.tokens + excluded.tokens, seconds = g.seconds + excluded.seconds, jobs = g.jobs + 1;
+    SET tokens = g.tokens + excluded.tokens, seconds = g.seconds + excluded.seconds, jobs = g.jobs + excluded.jobs;
 END
 $$;
 
--- Usage rows matter only for a job that is succeeded or was counted: a running job's reports cost one
--- index probe each.
+-- Per statement (a row trigger would update a group row once per job: O(n^2) in a bulk statement),
+-- and only the jobs that are succeeded or were counted: a running job's reports cost an index probe.
 CREATE FUNCTION whet_throughput_usage() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 DECLARE
-  job text := CASE WHEN TG_OP = 'DELETE' THEN OLD.job_id ELSE NEW.job_id END;
+  ids text[];
 BEGIN
-  IF EXISTS (SELECT 1 FROM jobs WHERE id = job AND status = 'succeeded')
-     OR EXISTS (SELECT 1 FROM throughput_jobs WHERE job_id = job) THEN
-    PERFORM whet_throughput_refresh(job);
+  IF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT job_id) INTO ids FROM new_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT job_id) INTO ids FROM old_rows;
+  ELSE
+    SELECT array_agg(DISTINCT job_id) INTO ids FROM (SELECT job_id FROM old_rows UNION SELECT job_id FROM new_rows) c;
+  END IF;
+  SELECT array_agg(u.job) INTO ids FROM unnest(ids) u(job)
+    WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = u.job AND j.status = 'succeeded')
+       OR EXISTS (SELECT 1 FROM throughput_jobs t WHERE t.job_id = u.job);
+  IF ids IS NOT NULL THEN
+    PERFORM whet_throughput_refresh(ids);
   END IF;
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER usage_records_throughput AFTER INSERT OR UPDATE OR DELETE ON usage_records FOR EACH ROW
-  EXECUTE FUNCTION whet_throughput_usage();
+CREATE TRIGGER usage_records_throughput_insert AFTER INSERT ON usage_records REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION whet_throughput_usage();
+CREATE TRIGGER usage_records_throughput_update AFTER UPDATE ON usage_records
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION whet_throughput_usage();
+CREATE TRIGGER usage_records_throughput_delete AFTER DELETE ON usage_records REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION whet_throughput_usage();
 
 CREATE FUNCTION whet_throughput_job() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 BEGIN
-  PERFORM whet_throughput_refresh(CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);
+  PERFORM whet_throughput_refresh(ARRAY[NEW.id]);
+  RETURN NULL;
+END
+$$;
+CREATE FUNCTION whet_throughput_jobs_deleted() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+  SET search_path = public AS $$
+DECLARE
+  ids text[] := (SELECT array_agg(id) FROM old_jobs WHERE status = 'succeeded');
+BEGIN
+  IF ids IS NOT NULL THEN
+    PERFORM whet_throughput_refresh(ids);
+  END IF;
   RETURN NULL;
 END
 $$;
 CREATE TRIGGER jobs_throughput_status AFTER UPDATE OF status ON jobs FOR EACH ROW
   WHEN ((OLD.status = 'succeeded') <> (NEW.status = 'succeeded')) EXECUTE FUNCTION whet_throughput_job();
-CREATE TRIGGER jobs_throughput_delete AFTER DELETE ON jobs FOR EACH ROW
-  WHEN (OLD.status = 'succeeded') EXECUTE FUNCTION whet_throughput_job();
+CREATE TRIGGER jobs_throughput_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS old_jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION whet_throughput_jobs_deleted();
 
 INSERT INTO throughput_jobs (job_id, device_type, base_model, method, tokens, seconds)
   SELECT j.id, u.device_type, j.base_model, j.method ->> 'type', sum(u.trained_tokens), sum(u.device_seconds::numeric)
