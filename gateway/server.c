@@ -32,6 +32,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "auth_listen.h"
 #include "crypto.h"
 #include "db.h"
 #include "env.h"
@@ -66,6 +67,9 @@ void gateway_options_default(struct gateway_options *opts) {
     /* How long a verified API key or tenant stays cached per loop: the bound on how long a key
      * revoked (or a tenant disabled) other than through this gateway's operator API keeps working. */
     opts->auth_cache_ttl_ms = (int)env_long("WHET_GATEWAY_AUTH_CACHE_MS", 0);
+    /* Replicas empty their caches when a key is revoked anywhere (LISTEN whet_auth); 0 where the
+     * database is reached through a pooler that cannot LISTEN. */
+    opts->auth_listen = (int)env_long("WHET_GATEWAY_AUTH_LISTEN", 1);
     opts->tls_cert = whet_env("WHET_GATEWAY_TLS_CERT", NULL);
     opts->tls_key = whet_env("WHET_GATEWAY_TLS_KEY", NULL);
 }
@@ -384,6 +388,7 @@ static void *loop_main(void *arg) {
 /* ---- Gateway ----------------------------------------------------------------------------------- */
 
 static void gateway_free(struct gateway *gw) {
+    auth_listener_stop(gw->auth_listener);
     if (gw->workers) gw_workers_free(gw->workers);
     if (gw->router) router_free(gw->router);
     metrics_free();
@@ -505,6 +510,7 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
         }
     }
     gw->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (gw->opts.auth_listen) gw->auth_listener = auth_listener_start(gw->opts.database_url);
     gw->workers = gw_workers_new(gw->opts.workers);
     for (int i = 0; i < gw->nthreads; i++) h2o_multithread_create_thread(&gw->threads[i].tid, NULL, loop_main, &gw->threads[i]);
     for (int i = 0; i < gw->nthreads; i++) sem_wait(&gw->started);

@@ -58,6 +58,7 @@ struct gateway {
     int nthreads;
     struct gw_thread *threads;
     int stop_fd;                         /* eventfd written by gateway_stop() */
+    struct auth_listener *auth_listener; /* NULL unless opts.auth_listen (auth_listen.h) */
     sem_t started;                       /* each loop posts once it is serving */
     int start_failed;
 };

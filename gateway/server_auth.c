@@ -7,9 +7,10 @@
  * is then resolved to its row. Successful lookups are cached per event loop for a short time
  * (gateway_options.auth_cache_ttl_ms); an operator revoking a key or disabling a tenant bumps
  * gw_auth_epoch, which empties every loop's cache at once. Failures are never cached. A key revoked
- * or a tenant disabled anywhere else (SQL, another gateway replica) keeps working at most the cache
- * TTL (WHET_GATEWAY_AUTH_CACHE_MS, default 5000 ms; test gateway_auth_cache). Cache entries are keyed
- * by the SHA-256 of the key, so the cache holds no secret.
+ * or a tenant disabled anywhere else (SQL, another gateway replica) is refused once the notification
+ * on whet_auth arrives (auth_listen.h; test scale_gateways), and at the latest after the cache TTL
+ * (WHET_GATEWAY_AUTH_CACHE_MS, default 5000 ms; test gateway_auth_cache). Cache entries are keyed by
+ * the SHA-256 of the key, so the cache holds no secret.
  *
  * Every failure is a 401 whose message says what is wrong with the caller's own credentials and
  * nothing about other tenants. */
