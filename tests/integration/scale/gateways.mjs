@@ -1,8 +1,9 @@
 // gateways.mjs - two gateway replicas on one database, as behind a load balancer (issue 15): the
 // active-job limit holds for the tenant as a whole (creates racing through both replicas take exactly
-// the free slots: the counter row is in PostgreSQL), and a key revoked or a tenant disabled through
-// one replica, or in SQL, is refused by the other within seconds although its auth cache would trust
-// the credentials for ten minutes (the whet_auth notification empties it: gateway/auth_listen.h).
+// the free slots: the counter row is in PostgreSQL), the rate limit too (each live replica enforces
+// half of it, the whole once it is alone), and a key revoked or a tenant disabled through one
+// replica, or in SQL, is refused by the other within seconds although its auth cache would trust the
+// credentials for ten minutes (the whet_auth notification empties it: gateway/replica.h).
 import { startStack, startGateway, request, sleep } from '../lib/gateway.mjs';
 import { checker } from '../lib/check.mjs';
 
@@ -66,6 +67,27 @@ try {
   check(made === 7 && refused === 17, '24 creates racing through two replicas at a limit of 7: 7 made, 17 refused',
         { made, refused, other: answers.filter((x) => x.status !== 200 && x.status !== 429).map((x) => x.text) });
   check(stack.psql(`SELECT active FROM tenant_active_jobs WHERE tenant_id = '${d.id}'`) === '7', 'the shared counter says 7');
+
+  // ---- the rate limit is split between the live replicas: bursts of 10 for the tenant, 5 per replica
+  const live = () => Number(stack.psql("SELECT count(*) FROM gateway_replicas WHERE seen_at > now() - interval '3 seconds'"));
+  for (let i = 0; i < 50 && live() < 2; i++) await sleep(100);
+  check(live() === 2, 'both replicas mark themselves alive', live());
+  await sleep(2200); /* a heartbeat of each has counted the other */
+  const e = await stack.createTenant('multi-e', { rate_per_s: 0.1, rate_burst: 10 });
+  const statuses = [];
+  for (let i = 0; i < 20; i++) statuses.push((await request(gateways[i % 2], 'GET', '/v1/whoami', { key: e.key })).status);
+  const admitted = statuses.filter((x) => x === 200).length;
+  check(admitted >= 10 && admitted <= 11 && statuses.filter((x) => x === 429).length === 20 - admitted,
+        '20 requests spread over two replicas with bursts of 10: 10 admitted (5 each), the rest 429', statuses);
+  const stopped = await gw2.stop();
+  gw2 = null;
+  check(stopped.code === 0, 'replica 2 exits cleanly');
+  for (let i = 0; i < 50 && live() > 1; i++) await sleep(100);
+  check(live() === 1, 'a stopped replica forgets itself', live());
+  await sleep(2200); /* replica 1 has counted itself alone: its share is the whole burst again */
+  let more = 0;
+  for (let i = 0; i < 8; i++) more += (await request(stack.url, 'GET', '/v1/whoami', { key: e.key })).status === 200;
+  check(more >= 5 && more <= 6, 'alone, replica 1 admits the other half of the burst', more);
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
