@@ -33,20 +33,12 @@ CREATE TRIGGER tenants_active_jobs_row AFTER INSERT ON tenants FOR EACH ROW
 -- jobs took 50 s instead of 3). Status changes are counted per row, and only those that start or end a
 -- job's activity (the WHEN clause keeps the trigger from running at all for the others); they come one
 -- job at a time from the gateway and the scheduler.
-CREATE FUNCTION whet_count_active_inserted() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+-- The statement's inserted or deleted jobs are the transition table changed_jobs.
+CREATE FUNCTION whet_count_active_written() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 BEGIN
-  UPDATE tenant_active_jobs c SET active = c.active + d.n
-    FROM (SELECT tenant_id, count(*) AS n FROM new_jobs WHERE whet_job_is_active(status) GROUP BY tenant_id) d
-    WHERE c.tenant_id = d.tenant_id;
-  RETURN NULL;
-END
-$$;
-CREATE FUNCTION whet_count_active_deleted() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
-  SET search_path = public AS $$
-BEGIN
-  UPDATE tenant_active_jobs c SET active = c.active - d.n
-    FROM (SELECT tenant_id, count(*) AS n FROM old_jobs WHERE whet_job_is_active(status) GROUP BY tenant_id) d
+  UPDATE tenant_active_jobs c SET active = c.active + CASE TG_OP WHEN 'INSERT' THEN d.n ELSE -d.n END
+    FROM (SELECT tenant_id, count(*) AS n FROM changed_jobs WHERE whet_job_is_active(status) GROUP BY tenant_id) d
     WHERE c.tenant_id = d.tenant_id;
   RETURN NULL;
 END
@@ -63,10 +55,10 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER jobs_count_active_insert AFTER INSERT ON jobs REFERENCING NEW TABLE AS new_jobs
-  FOR EACH STATEMENT EXECUTE FUNCTION whet_count_active_inserted();
-CREATE TRIGGER jobs_count_active_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS old_jobs
-  FOR EACH STATEMENT EXECUTE FUNCTION whet_count_active_deleted();
+CREATE TRIGGER jobs_count_active_insert AFTER INSERT ON jobs REFERENCING NEW TABLE AS changed_jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION whet_count_active_written();
+CREATE TRIGGER jobs_count_active_delete AFTER DELETE ON jobs REFERENCING OLD TABLE AS changed_jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION whet_count_active_written();
 CREATE TRIGGER jobs_count_active_update AFTER UPDATE OF status, tenant_id ON jobs FOR EACH ROW
   WHEN (whet_job_is_active(OLD.status) <> whet_job_is_active(NEW.status) OR OLD.tenant_id <> NEW.tenant_id)
   EXECUTE FUNCTION whet_count_active_changed();

@@ -33,9 +33,13 @@ CREATE TABLE throughput_jobs (
   PRIMARY KEY (job_id, device_type)
 );
 
+-- p_jobs NULL: nothing to refresh.
 CREATE FUNCTION whet_throughput_refresh(p_jobs text[]) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 BEGIN
+  IF p_jobs IS NULL THEN
+    RETURN;
+  END IF;
   -- One refresh of a job at a time (the jobs' row locks, in one order): the second then sees the
   -- first's rows.
   PERFORM 1 FROM jobs WHERE id = ANY (p_jobs) ORDER BY id FOR NO KEY UPDATE;
@@ -48,7 +52,8 @@ BEGIN
     INSERT INTO throughput_jobs (job_id, device_type, base_model, method, tokens, seconds)
     SELECT j.id, u.device_type, j.base_model, j.method ->> 'type', sum(u.trained_tokens), sum(u.device_seconds::numeric)
     FROM jobs j JOIN usage_records u ON u.job_id = j.id
-    WHERE j.id = ANY (p_jobs) AND j.status = 'succeeded' AND NOT u.lost AND u.device_seconds > 0 AND u.trained_tokens > 0
+    WHERE j.id = ANY (p_jobs) AND j.status = 'succeeded'
+      AND NOT u.lost AND u.device_seconds > 0 AND u.trained_tokens > 0
     GROUP BY j.id, u.device_type, j.base_model, j.method ->> 'type'
     RETURNING *)
   INSERT INTO throughput_groups AS g (base_model, device_type, method, tokens, seconds, jobs)
@@ -75,9 +80,7 @@ BEGIN
   SELECT array_agg(u.job) INTO ids FROM unnest(ids) u(job)
     WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = u.job AND j.status = 'succeeded')
        OR EXISTS (SELECT 1 FROM throughput_jobs t WHERE t.job_id = u.job);
-  IF ids IS NOT NULL THEN
-    PERFORM whet_throughput_refresh(ids);
-  END IF;
+  PERFORM whet_throughput_refresh(ids);
   RETURN NULL;
 END
 $$;
@@ -97,12 +100,8 @@ END
 $$;
 CREATE FUNCTION whet_throughput_jobs_deleted() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
-DECLARE
-  ids text[] := (SELECT array_agg(id) FROM old_jobs WHERE status = 'succeeded');
 BEGIN
-  IF ids IS NOT NULL THEN
-    PERFORM whet_throughput_refresh(ids);
-  END IF;
+  PERFORM whet_throughput_refresh((SELECT array_agg(id) FROM old_jobs WHERE status = 'succeeded'));
   RETURN NULL;
 END
 $$;

@@ -185,7 +185,8 @@ EOF
 cat >"$work/bare.sql" <<'EOF'
 \set n random(1, 1000000000)
 INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
-  VALUES ('ftjob-bare' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench', '{}', 1, 'queued', 0);
+  VALUES ('ftjob-bare' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench', '{}', 1,
+          'queued', 0);
 EOF
 # Leaves the job to read plus DEPTH queued jobs of the tenant (the queue the creates land on: issue 15
 # measures creates at queue depths up to 100k), vacuumed and analyzed.
