@@ -14,8 +14,14 @@ CREATE TABLE tenant_active_jobs (
 CREATE FUNCTION whet_job_is_active(p_status text) RETURNS boolean LANGUAGE sql IMMUTABLE AS
   $$ SELECT p_status IN ('validating_files', 'queued', 'running', 'paused') $$;
 
-INSERT INTO tenant_active_jobs (tenant_id, active)
-  SELECT t.id, (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id AND whet_job_is_active(j.status)) FROM tenants t;
+-- Recounts every tenant's active jobs: the migration's starting point, and the repair after jobs were
+-- written with triggers off (session_replication_role = replica, a restore with --disable-triggers).
+CREATE FUNCTION whet_active_jobs_recount() RETURNS void LANGUAGE sql AS $$
+  UPDATE tenant_active_jobs c
+  SET active = (SELECT count(*) FROM jobs j WHERE j.tenant_id = c.tenant_id AND whet_job_is_active(j.status))
+$$;
+INSERT INTO tenant_active_jobs (tenant_id) SELECT id FROM tenants;
+SELECT whet_active_jobs_recount();
 
 CREATE FUNCTION whet_tenant_active_jobs_row() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
