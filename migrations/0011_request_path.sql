@@ -122,80 +122,25 @@ CREATE OR REPLACE VIEW whet_throughput AS
   SELECT base_model, device_type, method, (tokens / seconds)::float8 AS tokens_per_device_s, jobs
   FROM throughput_groups WHERE jobs > 0 AND seconds > 0;
 
--- whet.cost on every job object (GET, lists, the create's answer): as a sql function its body was
--- planned afresh on every call (about 2 ms, most of a GET's database time); plpgsql keeps the plan of
--- the statement for the session. The body is migration 0006's.
-CREATE OR REPLACE FUNCTION whet_job_cost(p_job text) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+-- whet.cost on every job object (GET, lists, the create's answer, migration 0006) and the create's
+-- estimate (migration 0008): as sql functions their bodies were planned afresh on every call (about
+-- 2 ms each, most of a GET's and a create's database time). Each becomes a plpgsql function returning
+-- the same body's result as one statement, whose plan the session keeps; everything else about them
+-- (arguments, volatility, SECURITY DEFINER, search_path, grants) stays as it was.
+DO $$
+DECLARE
+  f regprocedure;
+  def text;
 BEGIN
-  RETURN (
-  WITH l AS (SELECT * FROM whet_cost_lines(NULL, p_job, 0, 9223372036854775807)),
-  running AS (SELECT whet_running_cost(NULL, p_job) AS amount)
-  SELECT jsonb_build_object(
-    'amount', coalesce((SELECT sum(amount) FROM l), 0) + (SELECT amount FROM running),
-    'currency', coalesce((SELECT min(currency) FROM l), whet_currency()),
-    'running_amount', (SELECT amount FROM running),
-    'run_seconds', (SELECT coalesce(round(sum(coalesce(a.ended_at, extract(epoch FROM now())) - a.started_at)::numeric, 3), 0)
-                    FROM job_attempts a WHERE a.job_id = p_job),
-    'line_items', coalesce((SELECT jsonb_object_agg(line_item, amount) FROM
-                              (SELECT line_item, sum(amount) AS amount FROM l GROUP BY line_item) g), '{}')));
-END
-$$;
-
--- The create's estimate (migration 0008), for the same reason: planned afresh on every create as a sql
--- function; the body is 0008's, run as one plpgsql statement whose plan the session keeps.
-CREATE OR REPLACE FUNCTION whet_job_estimate(p_base text, p_method jsonb, p_file text, p_whet jsonb) RETURNS jsonb
-  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public AS $$
-BEGIN
-  RETURN (
-  WITH hp AS (
-    SELECT p_method ->> 'type' AS method,
-           greatest(coalesce((p_method -> (p_method ->> 'type') -> 'hyperparameters' ->> 'n_epochs')::int, 1), 1) AS epochs,
-           greatest(coalesce((p_method -> (p_method ->> 'type') -> 'hyperparameters' ->> 'batch_size')::int, 1), 1) AS batch,
-           (p_whet ->> 'max_steps')::int AS max_steps),
-  f AS (SELECT f.bytes, greatest(coalesce(f.line_count, 0), 0) AS examples FROM files f
-        WHERE f.id = p_file AND f.tenant_id = whet_current_tenant()),
-  plan AS (SELECT hp.*, f.bytes, f.examples, ceil(f.examples::numeric / hp.batch)::bigint AS per_epoch,
-                  coalesce(hp.max_steps, hp.epochs * ceil(f.examples::numeric / hp.batch)::bigint) AS steps
-           FROM hp, f),
-  prev AS (SELECT j.trained_tokens::float8 / nullif(j.total_steps, 0) AS per_step FROM jobs j, hp
-           WHERE j.tenant_id = whet_current_tenant() AND j.training_file = p_file AND j.status = 'succeeded'
-             AND j.method ->> 'type' = hp.method AND j.trained_tokens > 0 AND j.total_steps > 0
-           ORDER BY j.seq DESC LIMIT 1),
-  tok AS (SELECT CASE WHEN (SELECT per_step FROM prev) IS NOT NULL THEN (SELECT per_step FROM prev) * plan.steps
-                      ELSE plan.bytes / 4.0 * plan.steps / greatest(plan.per_epoch, 1) END AS tokens,
-                 CASE WHEN (SELECT per_step FROM prev) IS NOT NULL THEN 'previous_job' ELSE 'file_bytes' END AS source
-          FROM plan),
-  dev AS (SELECT coalesce(p_whet -> 'gpu_types' ->> 0,
-                          (SELECT n.device_type FROM nodes n WHERE n.state = 'ready' GROUP BY n.device_type
-                           ORDER BY count(*) DESC, n.device_type LIMIT 1), 'cpu') AS device_type,
-                 CASE WHEN p_whet -> 'gpu_types' ->> 0 IS NOT NULL THEN 'whet.gpu_types'
-                      WHEN EXISTS (SELECT 1 FROM nodes WHERE state = 'ready') THEN 'fleet' ELSE 'default' END AS source),
-  tp AS (SELECT t.tokens_per_device_s AS rate, t.source FROM (
-           SELECT w.tokens_per_device_s, 'model_device_method' AS source, 1 AS rank FROM whet_throughput w, dev, hp
-           WHERE w.base_model = p_base AND w.device_type = dev.device_type AND w.method = hp.method
-           UNION ALL SELECT sum(w.tokens_per_device_s * w.jobs) / sum(w.jobs), 'model_device', 2 FROM whet_throughput w, dev
-           WHERE w.base_model = p_base AND w.device_type = dev.device_type HAVING count(*) > 0
-           UNION ALL SELECT sum(w.tokens_per_device_s * w.jobs) / sum(w.jobs), 'device', 3 FROM whet_throughput w, dev
-           WHERE w.device_type = dev.device_type HAVING count(*) > 0
-           UNION ALL SELECT 1000, 'fallback_1000_tokens_per_s', 4) t ORDER BY t.rank LIMIT 1),
-  est AS (SELECT plan.*, tok.tokens, tok.source AS tokens_source, dev.device_type, dev.source AS device_source,
-                 tp.rate, tp.source AS rate_source, tok.tokens / tp.rate AS seconds FROM plan, tok, dev, tp),
-  price AS (SELECT (SELECT unit_price FROM whet_price('device_hour', est.device_type, whet_now())) AS device_hour,
-                   (SELECT unit_price FROM whet_price('trained_tokens_1m', NULL, whet_now())) AS tokens_1m,
-                   (SELECT currency FROM whet_price('trained_tokens_1m', NULL, whet_now())) AS currency FROM est)
-  SELECT jsonb_build_object(
-    'object', 'fine_tuning.job.estimate', 'method', est.method, 'training_examples', est.examples,
-    'n_epochs', est.epochs, 'batch_size', est.batch, 'steps', est.steps,
-    'trained_tokens', round(est.tokens)::bigint, 'trained_tokens_source', est.tokens_source,
-    'device_type', est.device_type, 'device_type_source', est.device_source, 'device_count', 1,
-    'tokens_per_device_s', round(est.rate::numeric, 3), 'throughput_source', est.rate_source,
-    'expected_duration_s', ceil(est.seconds)::bigint,
-    'cost', jsonb_build_object(
-      'amount', round((est.seconds / 3600 * coalesce(price.device_hour, 0) + est.tokens / 1e6 * coalesce(price.tokens_1m, 0))::numeric, 6),
-      'currency', coalesce(price.currency, whet_currency()),
-      'line_items', jsonb_build_object(
-        'device_hours:' || est.device_type, round((est.seconds / 3600 * coalesce(price.device_hour, 0))::numeric, 6),
-        'trained_tokens', round((est.tokens / 1e6 * coalesce(price.tokens_1m, 0))::numeric, 6))))
-  FROM est, price);
+  FOREACH f IN ARRAY ARRAY['whet_job_cost(text)', 'whet_job_estimate(text, jsonb, text, jsonb)']::regprocedure[] LOOP
+    def := pg_get_functiondef(f);
+    IF position(' LANGUAGE sql' IN def) = 0 OR position('AS $function$' IN def) = 0 THEN
+      RAISE EXCEPTION 'migration 0011: unexpected definition of %: %', f, def;
+    END IF;
+    def := replace(def, ' LANGUAGE sql', ' LANGUAGE plpgsql');
+    def := replace(def, 'AS $function$', 'AS $function$ BEGIN RETURN (');
+    def := regexp_replace(def, '\$function\$\s*$', '); END $function$');
+    EXECUTE def;
+  END LOOP;
 END
 $$;
