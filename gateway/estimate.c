@@ -73,20 +73,25 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_
     c->q = *q;
     c->next = next;
     c->arg = arg;
-    const char *p[] = {q->base_model,     q->method_json,
-                       q->training_file,  q->whet_json ? q->whet_json : "{}",
-                       http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL};
-    db_query(r, "jobs_estimate", 6, p, estimate_done, c);
+    const char *p[] = {q->base_model,         q->method_json,
+                       q->training_file,      q->whet_json ? q->whet_json : "{}",
+                       http_tenant_id(r),     r->api_key_id[0] ? r->api_key_id : NULL,
+                       q->dry_run ? "t" : "f"};
+    db_query(r, "jobs_estimate", 7, p, estimate_done, c);
 }
 
 void estimate_prepare(void) {
+    /* The month's spend sums the tenant's usage, so a create weighs it only when the tenant has a budget
+     * (a dry run shows it anyway); without one the create reads a bounded number of rows. */
     db_prepare("jobs_estimate",
                "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
                "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
                "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
                "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
                "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb) AS e, "
-               "whet_budget_status($5) AS b) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
+               "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
+               "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b) s LEFT "
+               "JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
                "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
                "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
 }

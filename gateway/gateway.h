@@ -23,6 +23,7 @@ struct gateway_options {
     size_t json_body_limit;    /* limit for every other route; 0: 1 MiB */
     int workers;               /* threads for blocking work (object store I/O); 0: 4 */
     int auth_cache_ttl_ms;     /* how long a verified API key or tenant row is trusted; 0: 5000 */
+    int replica;               /* 1: share the auth cache and rate limits with other replicas (replica.h) */
     int log_requests;          /* 1: one log line per request (default via gateway_options_default) */
     const char *tls_cert;      /* PEM certificate chain (WHET_GATEWAY_TLS_CERT): with tls_key, HTTPS only, */
     const char *tls_key;       /* HTTP/2 or HTTP/1.1 chosen by ALPN; NULL both: plain HTTP */

@@ -398,15 +398,13 @@ static void jobs_prepare(void) {
                "FROM (SELECT 1) one "
                "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
                "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
-    /* Written only while the tenant is under its active-job limit (0 rows otherwise). */
+    /* Written only while the tenant is under its active-job limit (0 rows otherwise): whet_job_slot reads
+     * and locks the tenant's counter row, which the insert's trigger bumps (migration 0010), in O(1). */
     db_prepare("jobs_insert",
                "INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, "
                "method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
                "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-               "$13::bigint, $14::integer, $15::jsonb, $16 "
-               "WHERE (SELECT count(*) FROM jobs WHERE tenant_id = $2 AND status IN "
-               "('validating_files', 'queued', 'running', 'paused')) < "
-               "(SELECT max_active_jobs FROM tenants WHERE id = $2) "
+               "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) "
                "RETURNING " JOB_COLUMNS);
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
@@ -419,8 +417,12 @@ static void jobs_prepare(void) {
     db_prepare("jobs_notify", "SELECT pg_notify('whet_jobs', id) FROM jobs WHERE tenant_id = $1 AND id = $2");
     db_prepare("jobs_get", "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant_id = $1 AND id = $2");
     db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
+    /* Pages: the cursor's bound is one expression (no OR), so that even a generic plan starts the
+     * index scan at the cursor; an unknown cursor yields an empty page. A job's events and checkpoints
+     * find the cursor by its id alone (a generic plan would otherwise walk the job's rows for it). */
     db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant_id = $1 "
-                            "AND ($2::text IS NULL OR seq < (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = $2)) "
+                            "AND seq < CASE WHEN $2::text IS NULL THEN 9223372036854775807 "
+                            "ELSE (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = $2) END "
                             "AND ($3::jsonb IS NULL OR metadata @> $3::jsonb) ORDER BY seq DESC LIMIT $4");
     /* State changes: lock the row, change it where the rules allow, record an event when it changed,
      * and return the status it had (the handler tells "not found" from "not allowed" with it). */
@@ -457,12 +459,13 @@ static void jobs_prepare(void) {
                "SELECT status, desired FROM o");
     db_prepare("jobs_events",
                "SELECT id, created_at, level, message, data, type FROM job_events WHERE tenant_id = $1 AND job_id = $2 "
-               "AND ($3::text IS NULL OR seq < (SELECT seq FROM job_events WHERE tenant_id = $1 AND job_id = $2 "
-               "AND id = $3)) ORDER BY seq DESC LIMIT $4");
+               "AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 ELSE (SELECT CASE WHEN tenant_id = $1 "
+               "AND job_id = $2 THEN seq END FROM job_events WHERE id = $3) END ORDER BY seq DESC LIMIT $4");
     db_prepare("jobs_checkpoints",
                "SELECT id, created_at, fine_tuned_model_checkpoint, step_number, metrics, job_id FROM checkpoints "
-               "WHERE tenant_id = $1 AND job_id = $2 AND ($3::text IS NULL OR seq < (SELECT seq FROM checkpoints "
-               "WHERE tenant_id = $1 AND job_id = $2 AND id = $3)) ORDER BY seq DESC LIMIT $4");
+               "WHERE tenant_id = $1 AND job_id = $2 AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 "
+               "ELSE (SELECT CASE WHEN tenant_id = $1 AND job_id = $2 THEN seq END FROM checkpoints WHERE id = $3) END "
+               "ORDER BY seq DESC LIMIT $4");
 }
 
 void jobs_routes(struct http_router *rt) {

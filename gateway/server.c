@@ -36,6 +36,7 @@
 #include "db.h"
 #include "env.h"
 #include "log.h"
+#include "replica.h"
 #include "rng.h"
 
 #define GRACE_S 10.0      /* how long a stopping loop waits for requests in flight */
@@ -43,6 +44,7 @@
 #define ACCEPT_BATCH 16
 
 atomic_uint gw_auth_epoch;
+atomic_uint gw_replicas = 1;
 
 /* ---- Options ----------------------------------------------------------------------------------- */
 
@@ -66,6 +68,9 @@ void gateway_options_default(struct gateway_options *opts) {
     /* How long a verified API key or tenant stays cached per loop: the bound on how long a key
      * revoked (or a tenant disabled) other than through this gateway's operator API keeps working. */
     opts->auth_cache_ttl_ms = (int)env_long("WHET_GATEWAY_AUTH_CACHE_MS", 0);
+    /* The session replicas share the auth cache and the rate limits through (replica.h); 0 where the
+     * database is reached through a pooler that cannot LISTEN. */
+    opts->replica = (int)env_long("WHET_GATEWAY_REPLICA", 1);
     opts->tls_cert = whet_env("WHET_GATEWAY_TLS_CERT", NULL);
     opts->tls_key = whet_env("WHET_GATEWAY_TLS_KEY", NULL);
 }
@@ -384,6 +389,7 @@ static void *loop_main(void *arg) {
 /* ---- Gateway ----------------------------------------------------------------------------------- */
 
 static void gateway_free(struct gateway *gw) {
+    replica_stop(gw->replica);
     if (gw->workers) gw_workers_free(gw->workers);
     if (gw->router) router_free(gw->router);
     metrics_free();
@@ -505,6 +511,7 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
         }
     }
     gw->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (gw->opts.replica) gw->replica = replica_start(gw->opts.database_url);
     gw->workers = gw_workers_new(gw->opts.workers);
     for (int i = 0; i < gw->nthreads; i++) h2o_multithread_create_thread(&gw->threads[i].tid, NULL, loop_main, &gw->threads[i]);
     for (int i = 0; i < gw->nthreads; i++) sem_wait(&gw->started);

@@ -58,6 +58,7 @@ struct gateway {
     int nthreads;
     struct gw_thread *threads;
     int stop_fd;                         /* eventfd written by gateway_stop() */
+    struct replica *replica;             /* NULL unless opts.replica (replica.h) */
     sem_t started;                       /* each loop posts once it is serving */
     int start_failed;
 };
@@ -73,6 +74,9 @@ void gw_req_dispatch(struct gw_req *r);
 /* Process-wide auth-cache generation: bumped when an operator revokes a key or disables a tenant, so
  * every thread's cache forgets at once. */
 extern atomic_uint gw_auth_epoch;
+/* The live gateway replicas (replica.h; 1 until counted): each enforces its share of a tenant's rate
+ * limits. */
+extern atomic_uint gw_replicas;
 
 /* ---- Authentication (server_auth.c) ------------------------------------------------------------ */
 

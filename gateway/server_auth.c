@@ -7,9 +7,10 @@
  * is then resolved to its row. Successful lookups are cached per event loop for a short time
  * (gateway_options.auth_cache_ttl_ms); an operator revoking a key or disabling a tenant bumps
  * gw_auth_epoch, which empties every loop's cache at once. Failures are never cached. A key revoked
- * or a tenant disabled anywhere else (SQL, another gateway replica) keeps working at most the cache
- * TTL (WHET_GATEWAY_AUTH_CACHE_MS, default 5000 ms; test gateway_auth_cache). Cache entries are keyed
- * by the SHA-256 of the key, so the cache holds no secret.
+ * or a tenant disabled anywhere else (SQL, another gateway replica) is refused once the notification
+ * on whet_auth arrives (replica.h; test scale_gateways), and at the latest after the cache TTL
+ * (WHET_GATEWAY_AUTH_CACHE_MS, default 5000 ms; test gateway_auth_cache). Cache entries are keyed by
+ * the SHA-256 of the key, so the cache holds no secret.
  *
  * Every failure is a 401 whose message says what is wrong with the caller's own credentials and
  * nothing about other tenants. */
@@ -118,8 +119,9 @@ static void tenant_admitted(struct gw_req *r, const char *tenant_id, const char 
     copy_bounded(r->tenant_id, sizeof(r->tenant_id), tenant_id);
     copy_bounded(r->tenant_name, sizeof(r->tenant_name), tenant_name);
     copy_bounded(r->api_key_id, sizeof(r->api_key_id), key_id);
-    double retry = 0;
-    if (!ratelimit_take(tenant_id, rate_per_s, burst, whet_now_mono(), &retry)) {
+    /* This replica's share of the tenant's limits (replica.h): the replicas together enforce them. */
+    double retry = 0, replicas = atomic_load(&gw_replicas), share_burst = burst / replicas;
+    if (!ratelimit_take(tenant_id, rate_per_s / replicas, share_burst < 1 ? 1 : share_burst, whet_now_mono(), &retry)) {
         http_reply_rate_limited(r, retry, "retry after the time in the retry-after header",
                                 "rate limit exceeded: %g requests per second, bursts of %g", rate_per_s, burst);
         return;

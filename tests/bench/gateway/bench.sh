@@ -3,16 +3,19 @@
 # PostgreSQL, with the same client count:
 #   GET  /v1/fine_tuning/jobs/{id}  (wrk, API key)  beside  pgbench running the same SELECT
 #   POST /v1/fine_tuning/jobs       (wrk, API key)  beside  pgbench running the same statements
-#        (the model/file lookup, then the job INSERT, its event INSERT and pg_notify in one transaction)
+#        (the model/file lookup, the estimate, then the job INSERT, its event INSERT and pg_notify in one
+#        transaction)
 # pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. The two
 # sides alternate for --rounds rounds (so a change in the machine's background load hits both), and
 # the medians of requests/s and p99 are compared (goal: the gateway within 20% of the database), and
 # the CPU each side spends per request (gateway + PostgreSQL + wrk against PostgreSQL + pgbench).
 #
 #   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
-#                                [--client-threads W]
+#                                [--client-threads W] [--depths N,N,...]
 #
 # --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
+# --depths repeats both comparisons with the tenant holding N queued jobs (default 0; issue 15 asks
+# for 1000,10000,100000: a create's cost must not grow with the queue).
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -20,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1
+clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1 depths=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift ;;
@@ -29,7 +32,8 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift ;;
     --db-conns) db_conns=$2; shift ;;
     --client-threads) client_threads=$2; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --depths) depths=$2; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -142,8 +146,9 @@ pgbench_run() { # SCRIPT
 cat >"$work/select.sql" <<EOF
 SELECT $cols FROM jobs WHERE tenant_id = :tenant AND id = :job;
 EOF
-# The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, then jobs_insert, jobs_created_event and
-# jobs_notify in one transaction: gateway/jobs.c; keep in step), with fresh ids per transaction.
+# The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, jobs_estimate (gateway/estimate.c), then
+# jobs_insert, jobs_created_event and jobs_notify in one transaction: gateway/jobs.c; keep in step), with
+# fresh ids per transaction.
 cat >"$work/insert.sql" <<'EOF'
 \set n random(1, 1000000000)
 SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
@@ -158,36 +163,42 @@ SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
   FROM (SELECT 1) one
   LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = 'file-bench'
   LEFT JOIN files v ON v.tenant_id = :tenant AND v.id = NULL::text;
+SELECT e, b FROM (SELECT whet_job_estimate('whet-tiny',
+    '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
+    'file-bench', '{}') AS e,
+  CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND (monthly_limit IS NOT NULL
+    OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b) s;
 BEGIN;
 INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet, status, created_at, priority)
   SELECT 'ftjob-pgb' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench',
          '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
          1, '{}', 'queued', 0, 0
-  WHERE (SELECT count(*) FROM jobs WHERE tenant_id = :tenant AND status IN ('validating_files', 'queued', 'running', 'paused'))
-        < (SELECT max_active_jobs FROM tenants WHERE id = :tenant);
+  WHERE whet_job_slot(:tenant);
 INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
   SELECT 'ftevent-pgb' || :n || '-' || :client_id, :tenant, 'ftjob-pgb' || :n || '-' || :client_id, 'Created', 0
   WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = :tenant AND id = 'ftjob-pgb' || :n || '-' || :client_id);
 SELECT pg_notify('whet_jobs', 'ftjob-pgb' || :n || '-' || :client_id);
 COMMIT;
 EOF
-reset_jobs() {
+# The bare INSERT issue 15 quotes pgbench at (one row, no lookup, estimate, event or limit): how far the
+# whole create is from the cheapest write of a job.
+cat >"$work/bare.sql" <<'EOF'
+\set n random(1, 1000000000)
+INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
+  VALUES ('ftjob-bare' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench', '{}', 1,
+          'queued', 0);
+EOF
+# Leaves the job to read plus DEPTH queued jobs of the tenant (the queue the creates land on: issue 15
+# measures creates at queue depths up to 100k), vacuumed and analyzed.
+reset_jobs() { # DEPTH
   q "DELETE FROM job_events WHERE job_id <> '$job'; DELETE FROM jobs WHERE id <> '$job'" >/dev/null
+  if [ "$1" -gt 0 ]; then
+    q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
+       SELECT 'ftjob-depth' || i, '$tenant', 'whet-tiny', 'whet-tiny', 'file-bench', '{\"type\":\"supervised\"}', 1,
+              'queued', 0 FROM generate_series(1, $1) i" >/dev/null
+  fi
   q "VACUUM ANALYZE jobs, job_events" >/dev/null
 }
-
-echo "gateway bench: $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
-: >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"
-for round in $(seq "$rounds"); do
-  wrk_run GET "/v1/fine_tuning/jobs/$job" >>"$work/get.gw"
-  pgbench_run "$work/select.sql" >>"$work/get.pg"
-done
-for round in $(seq "$rounds"); do
-  reset_jobs
-  wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"file-bench"}' >>"$work/post.gw"
-  reset_jobs
-  pgbench_run "$work/insert.sql" >>"$work/post.pg"
-done
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 col() { awk -v c="$2" '{print $c}' "$1" | median; }
 
@@ -196,17 +207,10 @@ report() { # NAME GW_RPS GW_P99 PG_RPS PG_P99
     printf "%-28s gateway %9.0f req/s  p99 %7.2f ms | pgbench %9.0f tx/s  p99 %7.2f ms | throughput %.2fx  p99 %.2fx\n",
            n, gr, gp, pr, pp, gr / pr, gp / pp }'
 }
-for f in get.gw get.pg post.gw post.pg; do
-  echo "  $f per round (req/s, p99 ms, CPU us/request: gateway, PostgreSQL, client): $(tr '\n' ';' <"$work/$f")"
-done
-report "GET /v1/fine_tuning/jobs/{id}" "$(col "$work/get.gw" 1)" "$(col "$work/get.gw" 2)" "$(col "$work/get.pg" 1)" "$(col "$work/get.pg" 2)"
-report "POST /v1/fine_tuning/jobs" "$(col "$work/post.gw" 1)" "$(col "$work/post.gw" 2)" "$(col "$work/post.pg" 1)" "$(col "$work/post.pg" 2)"
 cpu() { # NAME FILE-GW FILE-PG
   printf "%-28s CPU per request: gateway %.0f us + PostgreSQL %.0f us + wrk %.0f us | PostgreSQL %.0f us + pgbench %.0f us\n" \
     "$1" "$(col "$2" 3)" "$(col "$2" 4)" "$(col "$2" 5)" "$(col "$3" 4)" "$(col "$3" 5)"
 }
-cpu "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
-cpu "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
 # Throughput on a busy machine follows the share of the cores each side gets (pgbench runs one
 # backend per client, the gateway side a few threads), so the CPU a request costs on each side is the
 # steadier comparison: what the gateway's throughput would be, relative to pgbench's, on cores the
@@ -218,7 +222,34 @@ capacity() { # NAME FILE-GW FILE-PG
     "$(awk -v g="$(col "$2" 3)" -v p="$(col "$2" 4)" -v w="$(col "$2" 5)" -v q="$(col "$3" 4)" -v c="$(col "$3" 5)" \
        'BEGIN {print (q + c) / (g + p + w)}')"
 }
-capacity "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
-capacity "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
+
+echo "gateway bench: $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
+for depth in ${depths//,/ }; do
+  echo "queue depth $depth (the tenant's queued jobs when each round starts):"
+  : >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"; : >"$work/bare.pg"
+  reset_jobs "$depth"
+  for round in $(seq "$rounds"); do
+    wrk_run GET "/v1/fine_tuning/jobs/$job" >>"$work/get.gw"
+    pgbench_run "$work/select.sql" >>"$work/get.pg"
+  done
+  for round in $(seq "$rounds"); do
+    reset_jobs "$depth"
+    wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"file-bench"}' >>"$work/post.gw"
+    reset_jobs "$depth"
+    pgbench_run "$work/insert.sql" >>"$work/post.pg"
+    reset_jobs "$depth"
+    pgbench_run "$work/bare.sql" >>"$work/bare.pg"
+  done
+  for f in get.gw get.pg post.gw post.pg bare.pg; do
+    echo "  $f per round (req/s, p99 ms, CPU us/request: gateway, PostgreSQL, client): $(tr '\n' ';' <"$work/$f")"
+  done
+  report "GET /v1/fine_tuning/jobs/{id}" "$(col "$work/get.gw" 1)" "$(col "$work/get.gw" 2)" "$(col "$work/get.pg" 1)" "$(col "$work/get.pg" 2)"
+  report "POST /v1/fine_tuning/jobs" "$(col "$work/post.gw" 1)" "$(col "$work/post.gw" 2)" "$(col "$work/post.pg" 1)" "$(col "$work/post.pg" 2)"
+  report "POST vs a bare INSERT" "$(col "$work/post.gw" 1)" "$(col "$work/post.gw" 2)" "$(col "$work/bare.pg" 1)" "$(col "$work/bare.pg" 2)"
+  cpu "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
+  cpu "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
+  capacity "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
+  capacity "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
+done
 echo "(medians over the rounds; throughput: gateway/pgbench, higher is better; p99: gateway/pgbench, lower is better;"
 echo " goal: >= 0.80x and <= 1.20x)"

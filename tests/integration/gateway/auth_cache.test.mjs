@@ -1,6 +1,7 @@
-// auth_cache.test.mjs - the per-loop cache of verified credentials (server_auth.c) and its bound: a
-// key revoked, or a tenant disabled, behind the gateway's back (in SQL, by another gateway replica)
-// keeps working at most WHET_GATEWAY_AUTH_CACHE_MS; after that every loop refuses it. (Through this
+// auth_cache.test.mjs - the per-loop cache of verified credentials (server_auth.c) and its bound when
+// the gateway does not listen for changes (WHET_GATEWAY_REPLICA=0): a key revoked, or a tenant
+// disabled, behind the gateway's back (in SQL, by another gateway replica) keeps working at most
+// WHET_GATEWAY_AUTH_CACHE_MS; after that every loop refuses it. (Through this
 // gateway's operator API the change is immediate: auth.test.mjs.) The test also shows the cache is
 // used at all: right after the revocation in SQL a warm key is still admitted on the loop that
 // cached it, which a gateway reading the database on every request would refuse.
@@ -11,7 +12,8 @@ import { conform } from '../lib/openapi.mjs';
 import { startStack, dumpLogOnFailure, sleep } from '../lib/gateway.mjs';
 
 const TTL_MS = 1500;
-const stack = await startStack({ env: { WHET_GATEWAY_AUTH_CACHE_MS: String(TTL_MS) }, threads: 2 });
+// Without the whet_auth listener (which empties the cache at once: scale_gateways), the TTL is the bound.
+const stack = await startStack({ env: { WHET_GATEWAY_AUTH_CACHE_MS: String(TTL_MS), WHET_GATEWAY_REPLICA: '0' }, threads: 2 });
 test.after(async () => { dumpLogOnFailure(stack); await stack.stop(); });
 
 // One keep-alive connection stays on one event loop, so its requests hit that loop's cache.

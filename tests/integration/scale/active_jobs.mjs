@@ -1,0 +1,128 @@
+// active_jobs.mjs - the tenant's active-job limit (max_active_jobs) through its counter row
+// (migrations/0010_active_jobs.sql): concurrent creates through the gateway at the limit take exactly
+// the free slots (the others answer 429), the counter follows cancels, finishes, deletes and jobs
+// written by other paths (the scheduler's SQL), and pgbench hammering the create's statement from many
+// connections at once (as whet_app, under row-level security) never passes the limit. Every check
+// compares the counter with a recount of the jobs.
+import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
+
+const { check, summary, failed } = checker();
+const stack = await startStack({ tenants: ['alpha', 'beta'] });
+try {
+  const a = client(stack, 'alpha'), b = client(stack, 'beta');
+  const upload = async (api) => {
+    const m = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'd.jsonl', value: `${SFT_LINE}\n` }]);
+    const r = await api('POST', '/v1/files', { body: m.body, headers: { 'content-type': m.type } });
+    if (r.status !== 200) throw new Error(`upload failed: ${r.text}`);
+    return r.json.id;
+  };
+  const fileA = await upload(a), fileB = await upload(b);
+  const tenantA = stack.psql("SELECT id FROM tenants WHERE name = 'alpha'");
+  const tenantB = stack.psql("SELECT id FROM tenants WHERE name = 'beta'");
+  // "counter recount" per tenant, for every tenant.
+  const mismatches = () => stack.psql(
+    `SELECT string_agg(t.id || ': counter ' || c.active || ', jobs ' || (SELECT count(*) FROM jobs j
+       WHERE j.tenant_id = t.id AND j.status IN ('validating_files', 'queued', 'running', 'paused')), '; ')
+     FROM tenants t JOIN tenant_active_jobs c ON c.tenant_id = t.id
+     WHERE c.active <> (SELECT count(*) FROM jobs j WHERE j.tenant_id = t.id
+                        AND j.status IN ('validating_files', 'queued', 'running', 'paused'))`);
+  const active = (tenant) => Number(stack.psql(`SELECT active FROM tenant_active_jobs WHERE tenant_id = '${tenant}'`));
+
+  check(stack.psql('SELECT count(*) FROM tenant_active_jobs') === '2', 'every tenant has its counter row');
+
+  // ---- concurrent creates through the gateway at the limit
+  const limit = 12, tries = 40;
+  stack.psql(`UPDATE tenants SET max_active_jobs = ${limit} WHERE id = '${tenantA}'`);
+  const create = (api, file) => api('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-tiny', training_file: file } });
+  let answers = await Promise.all(Array.from({ length: tries }, () => create(a, fileA)));
+  const ok = answers.filter((r) => r.status === 200).length, refused = answers.filter((r) => r.status === 429).length;
+  check(ok === limit && refused === tries - limit, `${tries} concurrent creates at a limit of ${limit}: ${limit} made, the rest 429`,
+        { ok, refused, other: answers.filter((r) => r.status !== 200 && r.status !== 429).map((r) => r.text) });
+  check(active(tenantA) === limit && mismatches() === '', 'the counter holds the limit and matches a recount', mismatches());
+  check((await create(b, fileB)).status === 200, "another tenant's creates are unaffected");
+
+  // ---- cancels free slots; the scheduler's transitions (SQL) keep the counter
+  const made = answers.filter((r) => r.status === 200).map((r) => r.json.id);
+  for (const id of made.slice(0, 3)) {
+    const r = await a('POST', `/v1/fine_tuning/jobs/${id}/cancel`);
+    check(r.status === 200 && r.json.status === 'cancelled', 'cancel a queued job', r.text);
+  }
+  check(active(tenantA) === limit - 3 && mismatches() === '', 'cancels decrement the counter', mismatches());
+  check((await a('POST', `/v1/fine_tuning/jobs/${made[0]}/cancel`)).status === 200 && active(tenantA) === limit - 3,
+        'a repeated cancel changes nothing');
+  stack.psql(`UPDATE jobs SET status = 'running' WHERE id = '${made[3]}'`);
+  stack.psql(`UPDATE jobs SET status = 'paused' WHERE id = '${made[4]}'`);
+  check(active(tenantA) === limit - 3, 'placing and pausing leave the counter alone');
+  stack.psql(`UPDATE jobs SET status = 'succeeded', finished_at = whet_now() WHERE id = '${made[3]}'`);
+  stack.psql(`UPDATE jobs SET status = 'failed', finished_at = whet_now() WHERE id = '${made[4]}'`);
+  stack.psql(`DELETE FROM job_events WHERE job_id = '${made[5]}'; DELETE FROM jobs WHERE id = '${made[5]}'`);
+  check(active(tenantA) === limit - 6 && mismatches() === '', 'finishes, failures and deletes decrement it', mismatches());
+  stack.psql(`UPDATE jobs SET status = 'queued', finished_at = NULL WHERE id = '${made[4]}'`);
+  check(active(tenantA) === limit - 5 && mismatches() === '', 'a finished job requeued counts again', mismatches());
+
+  // ---- refill concurrently: exactly the free slots are taken
+  answers = await Promise.all(Array.from({ length: 20 }, () => create(a, fileA)));
+  check(answers.filter((r) => r.status === 200).length === 5 && answers.filter((r) => r.status === 429).length === 15,
+        'concurrent creates take exactly the 5 freed slots', answers.map((r) => r.status));
+  check(active(tenantA) === limit && mismatches() === '', 'full again, counter exact', mismatches());
+  stack.psql(`UPDATE tenants SET max_active_jobs = ${limit + 1} WHERE id = '${tenantA}'`);
+  check((await create(a, fileA)).status === 200, 'a raised limit admits one more at once');
+
+  // ---- pgbench: 16 connections race the create's statement as whet_app, cancelling as they go
+  stack.psql(`UPDATE tenants SET max_active_jobs = 50 WHERE id = '${tenantB}'`);
+  const script = join(stack.dir, 'race.sql');
+  writeFileSync(script, `\\set n random(1, 1000000000)
+BEGIN;
+INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
+  SELECT 'ftjob-race' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', :file, '{}', 1
+  WHERE whet_job_slot(:tenant);
+COMMIT;
+\\set r random(1, 4)
+UPDATE jobs SET status = 'cancelled'
+  WHERE :r = 1 AND id = (SELECT id FROM jobs WHERE tenant_id = :tenant AND status = 'queued' LIMIT 1 FOR UPDATE SKIP LOCKED);
+`);
+  const race = () => spawnSync('pgbench', ['-n', '-M', 'prepared', '-c', '16', '-j', '4', '-t', '60', '-D', `tenant=${tenantB}`,
+                                                 '-D', `file=${fileB}`, '-f', script, stack.dbUrl],
+                                    { encoding: 'utf8', env: { ...process.env, PGOPTIONS: `-c role=whet_app -c whet.tenant_id=${tenantB}` } });
+  let run = race();
+  check(run.status === 0, 'pgbench race ran', run.stderr.slice(-2000));
+  const activeB = () => Number(stack.psql(`SELECT count(*) FROM jobs WHERE tenant_id = '${tenantB}'
+                                          AND status IN ('validating_files', 'queued', 'running', 'paused')`));
+  check(activeB() <= 50 && active(tenantB) === activeB() && mismatches() === '',
+        'after 960 racing creates with cancels: never over the limit, counter exact', { jobs: activeB(), mismatches: mismatches() });
+  stack.psql(`UPDATE jobs SET status = 'cancelled' WHERE tenant_id = '${tenantB}' AND status = 'queued'`);
+  writeFileSync(script, `\\set n random(1, 1000000000)
+INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
+  SELECT 'ftjob-fill' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', :file, '{}', 1
+  WHERE whet_job_slot(:tenant);
+`);
+  run = race();
+  check(run.status === 0, 'pgbench fill ran', run.stderr.slice(-2000));
+  check(activeB() === 50 && active(tenantB) === 50 && mismatches() === '',
+        '960 racing creates into 50 free slots: exactly 50 made', { jobs: activeB(), mismatches: mismatches() });
+  // whet_app scoped to one tenant cannot take (or lock) another tenant's slot.
+  check(stack.psql(`SET ROLE whet_app; SET whet.tenant_id = '${tenantB}'; SELECT whet_job_slot('${tenantA}')`) === 'f',
+        "whet_job_slot refuses another tenant's counter");
+
+  // ---- jobs written with triggers off (a restore) drift the counter; whet_active_jobs_recount repairs it
+  stack.psql(`SET session_replication_role = replica; UPDATE jobs SET status = 'cancelled' WHERE id IN
+                (SELECT id FROM jobs WHERE tenant_id = '${tenantB}' AND status = 'queued' LIMIT 3)`);
+  check(active(tenantB) === 50 && activeB() === 47, 'a change with triggers off leaves the counter behind');
+  stack.psql('SELECT whet_active_jobs_recount()');
+  check(active(tenantB) === 47 && mismatches() === '', 'whet_active_jobs_recount repairs it', mismatches());
+
+  // ---- a tenant deleted with its jobs takes its counter along
+  stack.psql(`DELETE FROM tenants WHERE id = '${tenantB}'`);
+  check(stack.psql(`SELECT count(*) FROM tenant_active_jobs WHERE tenant_id = '${tenantB}'`) === '0' && mismatches() === '',
+        'deleting a tenant removes its counter');
+} catch (e) {
+  check(false, 'exception', String(e.stack || e));
+} finally {
+  const stopped = await stack.stop();
+  check(stopped === null, 'the gateway exits cleanly', stopped);
+  if (failed()) console.error(stack.logTail(60));
+}
+process.exit(summary());
