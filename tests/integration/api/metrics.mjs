@@ -95,6 +95,9 @@ try {
                      jsonb_build_object('step', s, 'epoch', s / 1000, 'loss', 1.0 / s, 'lr', 0.001, 'grad_norm', 0.5,
                                         'tokens', 512, 'tokens_per_s', 1000.5), 1, s
               FROM jobs j, generate_series(1, 100000) s WHERE j.id = '${big}'; ANALYZE job_events`);
+  // psql blocked node's loop (seconds on a loaded machine): let the client notice a keep-alive socket
+  // the gateway closed meanwhile, or the next request would be sent on it
+  await new Promise((resolve) => setTimeout(resolve, 200));
   const time = async (path, n) => {
     const ms = [];
     for (let i = 0; i < n; i++) {
