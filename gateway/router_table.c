@@ -2,6 +2,7 @@
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
 #include "admin_queue.h"
 #include "api_keys.h"
+#include "audit.h"
 #include "budgets.h"
 #include "checkpoint_files.h"
 #include "costs.h"
@@ -36,4 +37,5 @@ void router_register_all(struct http_router *rt) {
     focus_routes(rt);
     api_keys_routes(rt);
     budgets_routes(rt);
+    audit_routes(rt);
 }
