@@ -34,13 +34,22 @@ static const struct audited audited_routes[] = {
     {"GET", "/v1/fine_tuning/jobs/{job}/checkpoints/{checkpoint}/files/{name}", "checkpoint_file.download", NULL, NULL},
 };
 
+/* An answer held until its row is written (audit_reply). */
+struct held {
+    int status;
+    const char *content_type, *body;
+    size_t len;
+};
+
 static void insert_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    (void)arg;
+    struct held *h = arg;
     if (!res->ok)
         log_error("msg=\"audit entry not written\" request_id=%s error=\"%s\"", r->request_id, res->message);
+    if (h) http_reply_now(r, h->status, h->content_type, h->body, h->len);
 }
 
-static void record(struct gw_req *r, const char *action, const char *tenant, const char *target, json_t *detail) {
+static void record(struct gw_req *r, const char *action, const char *tenant, const char *target, json_t *detail,
+                   struct held *h) {
     const char *actor = r->admin             ? "operator"
                         : r->api_key_id[0]  ? r->api_key_id
                         : r->tenant_name[0] ? http_printf(r, "tenant-token:%s", r->tenant_name)
@@ -49,7 +58,7 @@ static void record(struct gw_req *r, const char *action, const char *tenant, con
     json_decref(detail);
     http_free_later(r, text);
     const char *p[] = {actor, action, tenant, target, r->request_id, text};
-    db_query(r, "audit_insert", 6, p, insert_done, NULL);
+    db_query(r, "audit_insert", 6, p, insert_done, h);
 }
 
 /* The request's body as JSON when it is a small object (operator bodies: fields and limits, never a
@@ -65,7 +74,8 @@ static json_t *small_body(struct gw_req *r) {
     return j;
 }
 
-static void observe_success(struct gw_req *r, const struct audited *a, int status, const char *body, size_t len) {
+static void observe_success(struct gw_req *r, const struct audited *a, int status, const char *body, size_t len,
+                            struct held *h) {
     json_t *detail = json_pack("{s:i}", "status", status);
     json_t *req_body = small_body(r);
     if (req_body) json_object_set_new(detail, "request", req_body);
@@ -82,7 +92,7 @@ static void observe_success(struct gw_req *r, const struct audited *a, int statu
     }
     const char *tenant = r->admin ? http_path_param(r, "id") : r->tenant_id;
     if (r->admin && !strcmp(a->action, "tenant.create")) tenant = target;
-    record(r, a->action, tenant && *tenant ? tenant : NULL, target, detail);
+    record(r, a->action, tenant && *tenant ? tenant : NULL, target, detail, h);
 }
 
 /* ---- Failed authentications per client address ------------------------------------------------- */
@@ -124,23 +134,32 @@ static void observe_auth_failure(struct gw_req *r) {
     if (!auth_failure_counts(address)) return;
     record(r, "auth.failures", NULL, http_strdup(r, address),
            json_pack("{s:i, s:i, s:s}", "failures", AUDIT_AUTH_FAILURES, "window_s", AUDIT_AUTH_WINDOW_S, "route",
-                     r->route->name));
+                     r->route->name),
+           NULL);
 }
 
-void audit_observe(struct gw_req *r, int status, const char *body, size_t len) {
-    if (!r->route) return;
-    if (status == 401) {
-        observe_auth_failure(r);
-        return;
-    }
-    if (status < 200 || status > 299) return;
+static const struct audited *audited_route(struct gw_req *r, int status) {
+    if (!r->route || status < 200 || status > 299) return NULL;
     for (size_t i = 0; i < sizeof(audited_routes) / sizeof(audited_routes[0]); i++) {
         const struct audited *a = &audited_routes[i];
-        if (!strcmp(a->pattern, r->route->pattern) && !strcmp(a->method, r->route->method)) {
-            observe_success(r, a, status, body, len);
-            return;
-        }
+        if (!strcmp(a->pattern, r->route->pattern) && !strcmp(a->method, r->route->method)) return a;
     }
+    return NULL;
+}
+
+int audit_reply(struct gw_req *r, int status, const char *content_type, const char *body, size_t len) {
+    if (status == 401 && r->route) observe_auth_failure(r);
+    const struct audited *a = audited_route(r, status);
+    if (!a) return 0;
+    struct held *h = http_alloc(r, sizeof(*h));
+    *h = (struct held){.status = status, .content_type = content_type, .body = body, .len = len};
+    observe_success(r, a, status, body, len, h);
+    return 1;
+}
+
+void audit_stream_started(struct gw_req *r, int status) {
+    const struct audited *a = audited_route(r, status);
+    if (a) observe_success(r, a, status, NULL, 0, NULL);
 }
 
 /* ---- GET /admin/v1/audit ----------------------------------------------------------------------- */

@@ -348,10 +348,12 @@ static int reply_begin(struct gw_req *r, int status, const char *content_type, u
 }
 
 void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len) {
-    if (reply_begin(r, status, content_type, len) == 0) {
-        audit_observe(r, status, body, len);
-        h2o_send_inline(r->req, body, len);
-    }
+    if (!http_gone(r) && !r->status && audit_reply(r, status, content_type, body, len)) return; /* sent once recorded */
+    http_reply_now(r, status, content_type, body, len);
+}
+
+void http_reply_now(struct gw_req *r, int status, const char *content_type, const char *body, size_t len) {
+    if (reply_begin(r, status, content_type, len) == 0) h2o_send_inline(r->req, body, len);
 }
 
 void http_reply_json(struct gw_req *r, int status, json_t *body) {
@@ -587,7 +589,7 @@ static void stream_read_done(struct gw_req *r, void *arg) {
         if (!s->started) {
             s->started = 1;
             if (reply_begin(r, s->status, s->src.content_type, s->src.size) == 0) {
-                audit_observe(r, s->status, NULL, 0);
+                audit_stream_started(r, s->status);
                 h2o_start_response(r->req, &s->generator);
                 stream_send_ready(s);
             } else {

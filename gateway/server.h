@@ -172,6 +172,8 @@ void gw_workers_on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t
  * must not reach them as "model.safetensors". */
 char *http_path_decode(struct gw_req *r, const char *s, size_t len);
 void http_reply_raw(struct gw_req *r, int status, const char *content_type, const char *body, size_t len);
+/* http_reply_raw() past the audit log's hold (audit.h): answers at once. */
+void http_reply_now(struct gw_req *r, int status, const char *content_type, const char *body, size_t len);
 /* Writes the request log lines the loop has gathered (the loop's zero timeout calls it after each
  * iteration; the loop calls it once more before it exits) and frees the buffer when `final`. */
 void http_log_flush(struct gw_thread *t, int final);

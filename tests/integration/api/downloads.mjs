@@ -168,7 +168,7 @@ try {
   const listed = Object.fromEntries((r.json?.data || []).map((f) => [f.name, f]));
   check(r.status === 200 && listed['model.safetensors']?.bytes === weights.length &&
         listed['model.safetensors']?.sha256 === sha256(weights), 'checkpoint files: listed with size and sha256', r.json);
-  // Each checkpoint file download is in the audit log (gateway/audit.c), written just after its answer.
+  // Each checkpoint file download is in the audit log (gateway/audit.c), written as its stream starts.
   const audited = () => stack.psql(`SELECT string_agg(target || ' ' || (detail->>'status'), ',' ORDER BY id) FROM audit_log
                                     WHERE action = 'checkpoint_file.download' AND actor LIKE 'key-%'`);
   for (let i = 0; i < 100 && audited().split(',').length < 4; i++) await new Promise((res) => setTimeout(res, 50));
