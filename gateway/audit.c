@@ -86,7 +86,7 @@ static void observe_success(struct gw_req *r, const struct audited *a, int statu
         if (json_is_string(v)) target = http_strdup(r, json_string_value(v));
         else if (json_is_integer(v)) target = http_printf(r, "%lld", (long long)json_integer_value(v));
         json_decref(answer);
-    } else if (!a->target) { /* a checkpoint file */
+    } else if (!a->target && !a->answer_key) { /* a checkpoint file */
         target = http_printf(r, "%s/%s/%s", http_path_param(r, "job"), http_path_param(r, "checkpoint"),
                              http_path_param(r, "name"));
     }
@@ -99,13 +99,15 @@ static void observe_success(struct gw_req *r, const struct audited *a, int statu
 
 #define AUTH_SLOTS 256
 
+struct auth_slot {
+    char address[64]; /* the last address hashed here: another one takes the slot over */
+    long window_start;
+    int failures;
+};
+
 static struct {
     pthread_mutex_t lock;
-    struct {
-        char address[64];
-        long window_start;
-        int failures;
-    } slot[AUTH_SLOTS];
+    struct auth_slot slot[AUTH_SLOTS];
 } auth_failures = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* 1 when this failure is the one that takes `address` to AUDIT_AUTH_FAILURES in its window. */
@@ -114,7 +116,7 @@ static int auth_failure_counts(const char *address) {
     for (const char *c = address; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
     long now = (long)whet_now_unix();
     pthread_mutex_lock(&auth_failures.lock);
-    __typeof__(auth_failures.slot[0]) *s = &auth_failures.slot[h % AUTH_SLOTS];
+    struct auth_slot *s = &auth_failures.slot[h % AUTH_SLOTS];
     if (strcmp(s->address, address) || now - s->window_start >= AUDIT_AUTH_WINDOW_S) {
         snprintf(s->address, sizeof(s->address), "%s", address);
         s->window_start = now;
