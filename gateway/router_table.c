@@ -8,6 +8,7 @@
 #include "files.h"
 #include "focus.h"
 #include "graders.h"
+#include "inference.h"
 #include "jobs.h"
 #include "metrics_series.h"
 #include "models.h"
@@ -36,4 +37,5 @@ void router_register_all(struct http_router *rt) {
     focus_routes(rt);
     api_keys_routes(rt);
     budgets_routes(rt);
+    inference_routes(rt);
 }
