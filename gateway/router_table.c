@@ -9,6 +9,7 @@
 #include "files.h"
 #include "focus.h"
 #include "graders.h"
+#include "inference.h"
 #include "jobs.h"
 #include "metrics_series.h"
 #include "models.h"
@@ -38,4 +39,5 @@ void router_register_all(struct http_router *rt) {
     api_keys_routes(rt);
     budgets_routes(rt);
     audit_routes(rt);
+    inference_routes(rt);
 }

@@ -469,6 +469,9 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
     }
     gw->h2o_config.server_name = h2o_iovec_init(H2O_STRLIT("whet"));
     gw->h2o_config.max_request_entity_size = gw->opts.body_limit;
+    /* inference answers come from model workers through h2o's proxy: a whole (not streamed) answer may
+     * take minutes of generation before its first byte */
+    gw->h2o_config.proxy.io_timeout = 600000;
     h2o_hostconf_t *host = h2o_config_register_host(&gw->h2o_config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     h2o_handler_t *handler = h2o_create_handler(path, sizeof(*handler));

@@ -631,12 +631,12 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    if (o->address_file) {
-        FILE *f = fopen(o->address_file, "w");
-        if (f) {
-            fprintf(f, "%s\n", bound);
-            fclose(f);
-        }
+    if (o->address_file) { /* whole or not at all: a reader that sees the file sees the address */
+        char line[320];
+        int len = snprintf(line, sizeof line, "%s\n", bound);
+        struct whet_err ferr;
+        if (whet_write_file_atomic(o->address_file, line, (size_t)len, &ferr))
+            log_warn("msg=\"cannot write the address file\" error=\"%s\"", ferr.msg);
     }
     log_info("msg=\"serving\" address=%s model=%s adapters=%d slots=%d max_len=%d", bound, o->name, o->n_adapters,
              o->engine.n_slots, o->engine.max_len);

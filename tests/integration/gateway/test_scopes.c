@@ -36,7 +36,8 @@ TEST(every_route_is_scoped) {
         unsigned area = !strncmp(p, "/v1/files", 9) || !strncmp(p, "/v1/uploads", 11) ? SCOPE_FILES
                         : !strncmp(p, "/v1/fine_tuning", 15)                          ? SCOPE_JOBS
                         : !strncmp(p, "/v1/models", 10) ? (get ? SCOPE_JOBS | SCOPE_INFERENCE : SCOPE_JOBS)
-                                                        : 0;
+                        : !strncmp(p, "/v1/chat", 8) || !strncmp(p, "/v1/completions", 15) ? SCOPE_INFERENCE
+                                                                                             : 0;
         CHECK_MSG(area || in_need_all(p), "route %s %s has no scope area: add it to scopes.c (and here)", m, p);
         for (unsigned bit = SCOPE_FILES; bit <= SCOPE_INFERENCE; bit <<= 1) {
             const char *needed = scopes_needed(bit, m, p);
