@@ -47,6 +47,7 @@ struct child {
 
 struct up {
     const char *data_dir;
+    char serve_http[64]; /* the bundled model's worker (whet serve), "" when the operator names workers */
     char self[4096];
     struct child children[MAX_CHILDREN];
     int nchildren;
@@ -57,7 +58,8 @@ static void up_usage(FILE *out) {
             "usage: whet up [--data-dir DIR] [--http HOST:PORT] [--grpc HOST:PORT] [--executors N]\n"
             "               [--dcs A,B,...] [--devices SPEC]\n\n"
             "Runs every component on this machine: a private PostgreSQL under DIR (unless WHET_DATABASE_URL\n"
-            "is set), migrations, the gateway, and the scheduler and executors when this build has them.\n"
+            "is set), migrations, the gateway, a model worker for the bundled whet-tiny (unless\n"
+            "WHET_SERVE_WORKERS names workers), and the scheduler and executors when this build has them.\n"
             "Writes DIR/whet.env and prints `whet: ready http://HOST:PORT` when the API answers.\n"
             "SIGINT or SIGTERM stops everything.\n\n"
             "  --data-dir DIR   state directory (default $WHET_DATA_DIR, else ./whet-data)\n"
@@ -276,7 +278,7 @@ static int parse_up_options(int argc, char **argv, struct up_options *o) {
 /* The settings every component reads, in this process's environment: what the operator set wins, then
  * whet.env of an earlier run, then defaults and fresh secrets. A private PostgreSQL is started unless
  * the operator names a database. */
-static int prepare_environment(const char *abs_dir, struct local_pg *pg, struct whet_err *err) {
+static int prepare_environment(struct up *up, const char *abs_dir, struct local_pg *pg, struct whet_err *err) {
     /* The operator's environment decides whether the database is private: whet.env holds the URL of
      * the private one from an earlier run, which this run starts again. */
     int private_pg = !whet_env("WHET_DATABASE_URL", NULL);
@@ -289,6 +291,17 @@ static int prepare_environment(const char *abs_dir, struct local_pg *pg, struct 
     set_default("WHET_OBJECT_STORE", objects);
     free(objects);
     set_default("WHET_HTTP", "127.0.0.1:8080");
+    /* A model worker for the bundled base, so the tenant's models answer chat completions at once; an
+     * operator's WHET_SERVE_WORKERS names their own instead. */
+    if (!whet_env("WHET_SERVE_WORKERS", NULL)) {
+        int port = local_free_port();
+        if (port > 0) {
+            snprintf(up->serve_http, sizeof up->serve_http, "127.0.0.1:%d", port);
+            char *workers = xasprintf("whet-tiny=%s", up->serve_http);
+            setenv("WHET_SERVE_WORKERS", workers, 1);
+            free(workers);
+        }
+    }
     set_default("WHET_GRPC", "127.0.0.1:7070");
     /* One machine, plain HTTP (the readiness check and the printed URL are http://): HTTPS is for a
      * production `whet gateway`. */
@@ -330,6 +343,14 @@ static int prepare_database(const struct up *up, const char *abs_dir, struct whe
 static void add_components(struct up *up, const struct up_options *o, const char *abs_dir) {
     add_child(up, "gateway", argv_dup("whet", "gateway", "--data-dir", abs_dir, NULL));
     if (whet_command_find("scheduler")) add_child(up, "scheduler", argv_dup("whet", "scheduler", "--data-dir", abs_dir, NULL));
+    if (up->serve_http[0] && whet_command_find("serve")) {
+        char model[4200], cache[4200];
+        snprintf(model, sizeof model, "%s/models/whet-tiny", abs_dir);
+        snprintf(cache, sizeof cache, "%s/serve-cache", abs_dir);
+        add_child(up, "serve",
+                  argv_dup("whet", "serve", "--model", model, "--name", "whet-tiny", "--http", up->serve_http,
+                           "--object-store", whet_env("WHET_OBJECT_STORE", ""), "--cache-dir", cache, NULL));
+    }
     if (!whet_command_find("executor")) return;
     char *dc_list = xstrdup(o->dcs), *save = NULL;
     char *dc_names[16];
@@ -402,7 +423,7 @@ static int cmd_up(int argc, char **argv) {
     setenv("WHET_DATA_DIR", abs_dir, 1);
     if (o.http) setenv("WHET_HTTP", o.http, 1);
     if (o.grpc) setenv("WHET_GRPC", o.grpc, 1);
-    if (prepare_environment(abs_dir, &pg, &err) < 0 || prepare_database(&up, abs_dir, &err) < 0) {
+    if (prepare_environment(&up, abs_dir, &pg, &err) < 0 || prepare_database(&up, abs_dir, &err) < 0) {
         whet_err_report("whet up", &err);
         local_pg_stop(&pg);
         return 1;

@@ -68,7 +68,7 @@ static int run_as_pg_user(char *const argv[], const char *log_path) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-static int free_loopback_port(void) {
+int local_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof a;
@@ -117,7 +117,7 @@ int local_pg_start(struct local_pg *pg, const char *data_dir, struct whet_err *e
         free(port_text);
     }
     if (pg->port <= 0) {
-        pg->port = free_loopback_port();
+        pg->port = local_free_port();
         char buf[16];
         int n = snprintf(buf, sizeof buf, "%d\n", pg->port);
         if (pg->port <= 0 || whet_write_file_atomic(port_path, buf, (size_t)n, err) < 0) goto out;

@@ -18,6 +18,8 @@ struct local_pg {
 
 /* initdb when needed, start the server (or find it already running), create the database. */
 int local_pg_start(struct local_pg *pg, const char *data_dir, struct whet_err *err);
+/* A TCP port free on 127.0.0.1 just now (-1 when none): for children `whet up` starts. */
+int local_free_port(void);
 /* Fast shutdown of a server this process started; frees the struct's strings. */
 void local_pg_stop(struct local_pg *pg);
 

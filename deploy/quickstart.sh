@@ -84,20 +84,11 @@ if [ $demo -eq 1 ]; then
     echo "   base:       $("$whet" sample --model "$data_dir/models/whet-tiny" --prompt "$prompt" --temperature 0 --max-tokens 24)"
     echo "   fine-tuned: $("$whet" sample --model "$data_dir/models/whet-tiny" --adapter "$adapter" --prompt "$prompt" --temperature 0 --max-tokens 24)"
     echo "   (the adapter is in $adapter; checkpoints: GET /v1/fine_tuning/jobs/$job_id/checkpoints)"
-    # a model worker serves the base and the adapter through OpenAI's chat completions
-    "$whet" serve --model "$data_dir/models/whet-tiny" --adapter "$model=$adapter" --http 127.0.0.1:0 \
-        --address-file "$data_dir/serve.address" --slots 4 --max-len 512 >>"$log" 2>&1 &
-    serve_pid=$!
-    for _ in $(seq 100); do [ -s "$data_dir/serve.address" ] && break; sleep 0.1; done
-    if [ -s "$data_dir/serve.address" ]; then
-      serve_at=$(cat "$data_dir/serve.address")
-      echo "== chat.completions on $model at http://$serve_at/v1 (whet serve):"
-      curl -s "http://$serve_at/v1/chat/completions" -H 'Content-Type: application/json' -d "{\"model\": \"$model\",
-        \"messages\": [{\"role\": \"user\", \"content\": \"$prompt\"}], \"max_tokens\": 24, \"temperature\": 0}" |
-        python3 -c 'import json, sys; print("   " + json.load(sys.stdin)["choices"][0]["message"]["content"])'
-    fi
-    kill "$serve_pid" 2>/dev/null; wait "$serve_pid" 2>/dev/null || true
-    rm -f "$data_dir/serve.address"
+    # the fine-tuned model answers through the gateway's chat completions (whet up runs a model worker)
+    echo "== chat.completions.create(model=\"$model\") at http://$http/v1:"
+    api "http://$http/v1/chat/completions" -H 'Content-Type: application/json' -d "{\"model\": \"$model\",
+      \"messages\": [{\"role\": \"user\", \"content\": \"$prompt\"}], \"max_tokens\": 24, \"temperature\": 0}" |
+      field "['choices'][0]['message']['content']" | sed 's/^/   /'
   else
     echo "quickstart: the job did not succeed (above); its events: GET /v1/fine_tuning/jobs/$job_id/events" >&2
   fi
