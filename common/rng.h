@@ -11,8 +11,9 @@
  * The mixers are header-only so pure code (and hot loops) can use them without a call:
  * - rng_splitmix64(&state): Vigna's splitmix64 stream (state advances by the golden-ratio constant);
  *   what shuffles SFT epochs and draws gateway request ids.
- * - rng_mix64(z): splitmix64's finaliser alone, a well-mixed hash of one word (GRPO's per-epoch and
- *   per-step seeds are rng_mix64(seed + RNG_GOLDEN * (k + 1))).
+ * - rng_mix64(z): splitmix64's finaliser alone, a well-mixed hash of one word.
+ * - rng_stream(seed, k): the k-th seed derived from one (the (k+1)-th output of its splitmix64 stream):
+ *   GRPO's per-epoch and per-step seeds, a rollout's per-slot and a served request's per-choice seeds.
  * - rng_xorshift64(&x): Marsaglia's xorshift64 (13, 7, 17), cheaper and weaker; state must not be 0.
  * - rng_counter_uniform(seed, counter): a uniform draw that is a pure function of its two arguments
  *   (a counter-based generator), so a device kernel draws the same number as the CPU for a row of a
@@ -39,10 +40,11 @@ static inline uint64_t rng_xorshift64(uint64_t *x) {
     return *x;
 }
 
-/* Uniform in [0, 1) with 53 random bits, from rng_mix64 of the seed advanced `counter + 1` steps of
- * splitmix64 (so it is the (counter+1)-th output of that seed's splitmix64 stream). */
+static inline uint64_t rng_stream(uint64_t seed, uint64_t k) { return rng_mix64(seed + RNG_GOLDEN * (k + 1)); }
+
+/* Uniform in [0, 1) with 53 random bits: rng_stream(seed, counter)'s top bits. */
 static inline double rng_counter_uniform(uint64_t seed, uint64_t counter) {
-    return (double)(rng_mix64(seed + RNG_GOLDEN * (counter + 1)) >> 11) * 0x1.0p-53;
+    return (double)(rng_stream(seed, counter) >> 11) * 0x1.0p-53;
 }
 
 struct rng {

@@ -311,7 +311,7 @@ static int admit(struct serve_engine *e, struct serve_req *q, struct whet_err *e
         struct serve_seq *s = &q->seqs[c];
         s->req = q, s->choice = c, s->slot = slots[c];
         s->row = q->r.sampling;
-        s->row.seed = rng_mix64(q->r.sampling.seed + RNG_GOLDEN * (uint64_t)(c + 1));
+        s->row.seed = rng_stream(q->r.sampling.seed, (uint64_t)c);
         s->row.vocab = e->vocab;
         s->row.counter = 0;
         rows[c] = s->row;

@@ -72,8 +72,6 @@ struct grpo_run {
     struct step_record last;
 };
 
-/* splitmix64 of (a, b): the seeds of per-epoch orders and per-step rollouts. */
-static uint64_t mix(uint64_t a, uint64_t b) { return rng_mix64(a + RNG_GOLDEN * (b + 1)); }
 #define ROLLOUT_STREAM 0x526f6c6c6f757473ull /* "Rollouts": keeps the rollout seeds apart from the orders' */
 
 /* ---------------------------------------------------------------- data */
@@ -132,7 +130,7 @@ static void ensure_order(struct run *r) {
     if (!g->order) g->order = xmalloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++) g->order[i] = i;
     struct rng rng;
-    rng_seed(&rng, mix(r->cfg->seed, (uint64_t)r->cursor.epoch));
+    rng_seed(&rng, rng_stream(r->cfg->seed, (uint64_t)r->cursor.epoch));
     for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
         int j = (int)rng_below(&rng, (uint64_t)i + 1), t = g->order[i];
         g->order[i] = g->order[j];
@@ -525,7 +523,7 @@ static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err
     /* 1, 2, 3: rollouts, grading, advantages and the groups trained; one RNG for all of the step's
      * batches, seeded by (seed, step) */
     struct rng rng;
-    rng_seed(&rng, mix(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
+    rng_seed(&rng, rng_stream(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
     int rc = sample_groups(&ss, s, r, &row, &rng, err);
     if (rc) goto out;
     s->gen_batches = ss.n_batches;

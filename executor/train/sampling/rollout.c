@@ -122,7 +122,7 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
     uint64_t base = rng_u64(rng);
     for (int s = 0; s < n_slots; s++) {
         act[s] = s;
-        rows[s] = (struct sample_row){.seed = rng_mix64(base + RNG_GOLDEN * (uint64_t)(s + 1)), .top_k = opts->top_k,
+        rows[s] = (struct sample_row){.seed = rng_stream(base, (uint64_t)s), .top_k = opts->top_k,
                                       .temperature = opts->temperature, .top_p = opts->top_p, .vocab = V_tok};
     }
 

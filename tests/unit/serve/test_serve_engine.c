@@ -98,7 +98,7 @@ static struct ref run_alone(int adapter, const int *prompt, int n_prompt, struct
     struct whet_err err;
     CHECK_MSG(model_load(&m, model_dir, &o, &err) == 0, "%s", err.msg);
     struct kv_cache *cache = kv_cache_new(m, 1, 64, &err);
-    row.seed = rng_mix64(row.seed + RNG_GOLDEN * (uint64_t)(c + 1));
+    row.seed = rng_stream(row.seed, (uint64_t)c);
     row.vocab = (int)tokenizer_vocab_size(tok);
     int slot = 0, next;
     row.counter = 0;
