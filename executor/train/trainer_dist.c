@@ -41,8 +41,6 @@ int trainer_dist_open(struct run *r, struct whet_err *err) {
     if (r->cfg->device && strcmp(r->cfg->device, "cpu"))
         return whet_errf(err, "distributed: world_size %d on device %s: this build's collectives are Gloo's, between CPU "
                               "ranks; train on \"cpu\" or with world_size 1", d->world_size, r->cfg->device);
-    if (r->cfg->method == TRAINER_GRPO)
-        return whet_errf(err, "distributed: grpo does not train in a gang yet; run it with world_size 1");
     double t0 = whet_now_mono();
     struct comm_opts o = {.world_size = d->world_size, .rank = d->rank, .rendezvous = d->rendezvous, .host = d->host,
                           .generation = d->generation, .timeout_s = d->timeout_s, .on_listen = on_listen, .ctx = r};
