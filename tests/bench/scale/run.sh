@@ -25,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-nodes=1000 gpus=8 jobs=10000 tenants=1000 api_jobs=1000 seconds=60 run_s=10:40 lease_ms=20000 fleet_threads=16
+nodes=1000 gpus=8 jobs=10000 tenants=1000 api_jobs=1000 seconds=60 run_s=10:40 lease_ms=20000 fleet_threads=64
 smoke=0 fleet=$root/build/tests/bench/scale/scale_fleet
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -201,6 +201,10 @@ sleep 5 # the fleet fills up
 cycle_hist >"$work/h2"
 a0=$(q "SELECT count(*) FROM job_attempts")
 f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
+# Where the server preloads pg_stat_statements (and the base database has the extension), the window's
+# top statements by total time are printed too.
+pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
+[ "$pgss" = 1 ] && psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT pg_stat_statements_reset()" >/dev/null
 p0=$(pg_ticks) s0=$(ticks "$sched_pid") w0=$(date +%s.%N)
 sleep "$seconds"
 a1=$(q "SELECT count(*) FROM job_attempts")
@@ -217,6 +221,12 @@ awk -v p="$placements" -v f="$((f1 - f0))" -v el="$el" -v pt="$((p1 - p0))" -v s
   printf "scale:   PostgreSQL CPU: %.2f cores, %.2f ms per placement; scheduler CPU: %.2f cores, %.2f ms per placement\n",
          pt / hz / el, p ? pt * 1000 / hz / p : 0, st / hz / el, p ? st * 1000 / hz / p : 0 }'
 say "  scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status) (peak $(awk '/VmHWM/ {print $2 " " $3}' /proc/$sched_pid/status))"
+if [ "$pgss" = 1 ]; then
+  say "  top statements (pg_stat_statements): calls, total ms, ms per call, statement"
+  psql -qtAX -F ' ' "$WHET_TEST_DATABASE_URL" -c "SELECT calls, round(total_exec_time), round((total_exec_time / calls)::numeric, 3),
+      left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+      WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT 10" | sed 's/^/scale:     /'
+fi
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"
