@@ -77,7 +77,7 @@ static int apply_tenant_requests(PGconn *conn, struct whet_err *err) {
  * The snapshot
  * ---------------------------------------------------------------------------------------------- */
 
-/* Small name -> id tables for data centers, device types and tenants. */
+/* Small name -> id tables for data centers and device types. */
 struct names {
     int n;
     char *name[PL_MAX_TYPES];
@@ -102,10 +102,14 @@ struct sizing_pool {
 };
 
 struct snapshot {
-    struct names dcs, types, tenant_ids;
+    struct names dcs, types;
+    int n_tenants;
+    char **tenant_ids;          /* the tenants with active jobs, sorted (strcmp): a job's tenant index */
+    struct pl_tenant *tenants;  /* their weights and quotas, same order */
     int n_nodes;
     struct pl_node *nodes;
     char **node_ids;
+    int *node_by_id;            /* node indexes sorted by id, to find a running attempt's node */
     int n_pools;
     struct sizing_pool *pools; /* the fleet as sizing sees it */
     int n_running, n_queued;
@@ -119,8 +123,12 @@ static void snapshot_free(struct snapshot *s) {
     for (int i = 0; i < s->n_nodes; i++) free(s->node_ids[i]);
     for (int i = 0; i < s->n_running; i++) free(s->running_ids[i]);
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
+    for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
+    free(s->tenant_ids);
+    free(s->tenants);
     free(s->nodes);
     free(s->node_ids);
+    free(s->node_by_id);
     free(s->running);
     free(s->queued);
     free(s->running_ids);
@@ -130,13 +138,32 @@ static void snapshot_free(struct snapshot *s) {
     free(s->sized);
     names_free(&s->dcs);
     names_free(&s->types);
-    names_free(&s->tenant_ids);
 }
 
-static int node_index(const struct snapshot *s, const char *id) {
-    for (int i = 0; i < s->n_nodes; i++)
-        if (!strcmp(s->node_ids[i], id)) return i;
+/* Binary search of `id` in the strings names[order[k]] (order NULL: names itself), sorted by strcmp.
+ * Returns the index into names, or -1. */
+static int sorted_find(char *const *names, const int *order, int n, const char *id) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, k = order ? order[mid] : mid, c = strcmp(names[k], id);
+        if (c == 0) return k;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
     return -1;
+}
+
+/* qsort_r is not C17: the node ids being sorted are passed through a file-scope pointer instead. */
+static char *const *sort_node_ids;
+static int cmp_node_id(const void *a, const void *b) {
+    return strcmp(sort_node_ids[*(const int *)a], sort_node_ids[*(const int *)b]);
+}
+
+/* A running attempt's node by id: a linear search for each attempt would cost nodes x attempts. */
+static int node_index(const struct snapshot *s, const char *id) {
+    return sorted_find(s->node_ids, s->node_by_id, s->n_nodes, id);
 }
 
 /* Bit mask of the names in a JSON array that the table knows (0 when the array is absent: any). An
@@ -160,7 +187,8 @@ static uint64_t mask_of(json_t *array, struct names *t) {
 static void placement_job_init(struct pl_job *j, struct snapshot *s, const char *tenant_id, json_t *whet,
                                int priority, double created_at, uint64_t id) {
     j->id = id;
-    j->tenant = name_id(&s->tenant_ids, tenant_id);
+    j->tenant = sorted_find(s->tenant_ids, NULL, s->n_tenants, tenant_id); /* -1: its tenant came after the
+                                                                               snapshot's; no quota, this cycle */
     j->priority = priority;
     j->gpus = 1;
     j->gpu_milli = PL_MILLI;
@@ -256,6 +284,35 @@ static void load_pools(struct snapshot *s) {
     }
 }
 
+/* The weights and quotas of the tenants with active jobs, in one query, sorted by id as strcmp sorts
+ * (COLLATE "C") for sorted_find. */
+static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) {
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT t.id, t.weight, q.gpu_type, q.gpus FROM tenants t"
+                                  " JOIN tenant_active_jobs c ON c.tenant_id = t.id AND c.active > 0"
+                                  " LEFT JOIN quotas q ON q.tenant_id = t.id ORDER BY t.id COLLATE \"C\"",
+                                  0, NULL, err);
+    if (!res) return -1;
+    int rows = PQntuples(res);
+    s->tenant_ids = xcalloc((size_t)rows + 1, sizeof *s->tenant_ids);
+    s->tenants = xcalloc((size_t)rows + 1, sizeof *s->tenants);
+    for (int r = 0; r < rows; r++) {
+        const char *id = PQgetvalue(res, r, 0);
+        if (!s->n_tenants || strcmp(s->tenant_ids[s->n_tenants - 1], id)) { /* one row per quota */
+            s->tenant_ids[s->n_tenants] = xstrdup(id);
+            s->tenants[s->n_tenants].weight = atof(PQgetvalue(res, r, 1));
+            s->tenants[s->n_tenants].may_borrow = 1;
+            s->n_tenants++;
+        }
+        if (PQgetisnull(res, r, 2)) continue;
+        for (int k = 0; k < s->types.n; k++)
+            if (!strcmp(s->types.name[k], PQgetvalue(res, r, 2)))
+                s->tenants[s->n_tenants - 1].quota_gpus[k] = atoi(PQgetvalue(res, r, 3));
+    }
+    PQclear(res);
+    return 0;
+}
+
 static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     PGresult *res = whet_pg_query(conn,
@@ -282,6 +339,11 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     }
     PQclear(res);
     load_pools(s);
+    s->node_by_id = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_by_id);
+    for (int i = 0; i < s->n_nodes; i++) s->node_by_id[i] = i;
+    sort_node_ids = s->node_ids;
+    qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
+    if (load_tenants(conn, s, err) < 0) return -1;
 
     res = whet_pg_query(conn,
                         "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
@@ -339,32 +401,6 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     }
     PQclear(res);
     return 0;
-}
-
-/* Tenants' weights and quotas, indexed as in the snapshot. */
-static struct pl_tenant *load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) {
-    struct pl_tenant *t = xcalloc((size_t)s->tenant_ids.n + 1, sizeof *t);
-    for (int i = 0; i < s->tenant_ids.n; i++) {
-        t[i].weight = 1;
-        t[i].may_borrow = 1;
-        const char *params[] = {s->tenant_ids.name[i]};
-        PGresult *res = whet_pg_query(conn,
-                                      "SELECT t.weight, q.gpu_type, q.gpus FROM tenants t"
-                                      " LEFT JOIN quotas q ON q.tenant_id = t.id WHERE t.id = $1",
-                                      1, params, err);
-        if (!res) {
-            free(t);
-            return NULL;
-        }
-        for (int r = 0; r < PQntuples(res); r++) {
-            t[i].weight = atof(PQgetvalue(res, r, 0));
-            if (PQgetisnull(res, r, 1)) continue;
-            for (int k = 0; k < s->types.n; k++)
-                if (!strcmp(s->types.name[k], PQgetvalue(res, r, 1))) t[i].quota_gpus[k] = atoi(PQgetvalue(res, r, 2));
-        }
-        PQclear(res);
-    }
-    return t;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -549,7 +585,6 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
 int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     if (expire_leases(conn, err) < 0 || apply_tenant_requests(conn, err) < 0) return -1;
     struct snapshot s;
-    struct pl_tenant *tenants = NULL;
     struct pl_cluster *cluster = NULL;
     struct pl_job **queue = NULL;
     json_t *waiting = json_array();
@@ -560,7 +595,6 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
     scheduler_metrics_snapshot(s.n_nodes, s.n_running, s.n_queued, oldest);
     if (s.n_queued > 0) {
-        if (!(tenants = load_tenants(conn, &s, err))) goto out;
         struct pl_config cfg;
         if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
             whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
@@ -568,7 +602,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         }
         cfg.min_run_s = 5;
         char perr[256];
-        cluster = pl_cluster_new(s.nodes, s.n_nodes, tenants, s.tenant_ids.n ? s.tenant_ids.n : 1, &cfg, perr, sizeof perr);
+        cluster = pl_cluster_new(s.nodes, s.n_nodes, s.tenants, s.n_tenants, &cfg, perr, sizeof perr);
         if (!cluster) {
             whet_errf(err, "placement snapshot: %s", perr);
             goto out;
@@ -618,7 +652,6 @@ out:
     free(queue);
     json_decref(waiting);
     pl_cluster_free(cluster);
-    free(tenants);
     snapshot_free(&s);
     return rc;
 }
