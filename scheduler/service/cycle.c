@@ -7,7 +7,8 @@
  * whet.gpu_types and whet.regions allow), handed to the placement library, and its decisions are
  * written back: PLACE and PREEMPT each in their own transaction, so a crash between two decisions
  * leaves a consistent state to start again from; then, in one transaction, the public state of every
- * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones. */
+ * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones that have
+ * none yet (the executors' heartbeats keep it current with each progress report). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -519,8 +520,8 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
     whet_err_text(&e, buf, len);
 }
 
-/* One transaction: every waiting job's reason and place in the queue, every running job's estimated
- * finish, and neither left on jobs that no longer wait or run. A tenant reading the job never sees a
+/* One transaction: every waiting job's reason and place in the queue, the estimated finish of running
+ * jobs that lack one, and neither left on jobs that no longer wait or run. A tenant reading the job never sees a
  * position from one cycle next to a reason from another. */
 static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *err) {
     char *list = json_dumps(waiting, JSON_COMPACT);
@@ -543,12 +544,16 @@ static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *e
                                   "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id))"
                                   "   OR (status <> 'running' AND estimated_finish IS NOT NULL))",
                                   1, params, err) < 0 ||
+                     /* Only the estimates missing where one can be made: every heartbeat's progress report
+                      * keeps its jobs' estimates current, and rewriting every running job here each cycle
+                      * held their row locks against those heartbeats (and cost a row version per running
+                      * job per cycle). */
                      whet_pg_exec(conn,
                                   "UPDATE jobs j SET estimated_finish = whet_estimated_finish(j.last_step, j.total_steps,"
                                   "   a.resume_step, a.started_at)"
                                   " FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.ended_at IS NULL"
-                                  " AND j.status = 'running' AND j.estimated_finish IS DISTINCT FROM"
-                                  "   whet_estimated_finish(j.last_step, j.total_steps, a.resume_step, a.started_at)",
+                                  " AND j.status = 'running' AND j.estimated_finish IS NULL AND j.last_step > 0"
+                                  " AND j.total_steps > j.last_step",
                                   0, NULL, err) < 0 ||
                      whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
                  ? -1
