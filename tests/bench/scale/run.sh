@@ -189,15 +189,23 @@ if [ "$smoke" = 1 ]; then
 fi
 
 # --- phase 2: a deep queue, by SQL ---
-say "phase 2: $jobs queued jobs inserted by SQL over $tenants tenants (the gateway path is phase 1's)"
+# As many more as the fleet has free devices, so that --jobs still wait once it is full.
+bulk=$(( jobs + nodes * gpus - $(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NULL") ))
+say "phase 2: $bulk queued jobs inserted by SQL over $tenants tenants (the gateway path is phase 1's): $jobs wait once the fleet is full"
 q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
    SELECT 'ftjob-bulk' || i, t.id, 'whet-tiny', 'whet-tiny', 'file-' || t.id, '{\"type\":\"supervised\"}', 1, 'queued',
           extract(epoch FROM now())::bigint
-   FROM generate_series(1, $jobs) i
+   FROM generate_series(1, $bulk) i
    JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants) t ON t.k = i % $tenants;
    NOTIFY whet_jobs" >/dev/null
 q "ANALYZE" >/dev/null
-sleep 5 # the fleet fills up
+# The first cycles fill the free devices; the window starts once two cycles have ended after that.
+cycles_done() { metric whet_scheduler_cycle_duration_seconds_count; }
+fill0=$(date +%s.%N) c0=$(cycles_done)
+for _ in $(seq 1200); do [ "$(cycles_done)" -ge $((c0 + 3)) ] && break; sleep 0.5; done
+fill_s=$(echo "$(date +%s.%N) - $fill0" | bc)
+filled=$(q "SELECT count(*) FROM job_attempts WHERE job_id LIKE 'ftjob-bulk%'")
+say "  the fill: $filled placed in ${fill_s%.*} s ($(echo "$filled / $fill_s" | bc) placements/s)"
 cycle_hist >"$work/h2"
 a0=$(q "SELECT count(*) FROM job_attempts")
 f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
