@@ -588,13 +588,18 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
 }
 
 int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
+    /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
+    double t[6] = {whet_now_mono()};
+    int placed = 0;
     if (expire_leases(conn, err) < 0 || apply_tenant_requests(conn, err) < 0) return -1;
+    t[1] = whet_now_mono();
     struct snapshot s;
     struct pl_cluster *cluster = NULL;
     struct pl_job **queue = NULL;
     json_t *waiting = json_array();
     int rc = -1;
     if (load_snapshot(conn, &s, err) < 0) goto out;
+    t[2] = t[3] = t[4] = whet_now_mono();
     double oldest = 0, now = (double)whet_now_unix();
     for (int i = 0; i < s.n_queued; i++)
         if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
@@ -622,6 +627,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_queued; i++)
             if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
         const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
+        t[3] = whet_now_mono();
         int position = 0;
         char reason[768];
         for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
@@ -632,6 +638,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             int failed = 0;
             if (d->action == PL_PLACE && q >= 0) {
                 failed = record_place(sch, conn, &s, q, d, err) < 0;
+                placed += !failed;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(waiting, &s, q, reason, ++position);
@@ -652,7 +659,14 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         whet_errf(err, "the database connection broke during the cycle");
         goto out;
     }
+    t[4] = whet_now_mono();
     rc = record_public_state(conn, waiting, err);
+    t[5] = whet_now_mono();
+    if (rc == 0 && t[5] - t[0] > 1)
+        log_info("msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"
+                 " public_state=%.3f nodes=%d running=%d queued=%d tenants=%d",
+                 t[5] - t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], placed, t[5] - t[4], s.n_nodes,
+                 s.n_running, s.n_queued, s.n_tenants);
 out:
     free(queue);
     json_decref(waiting);

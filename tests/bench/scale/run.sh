@@ -235,6 +235,11 @@ if [ "$pgss" = 1 ]; then
       left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT 10" | sed 's/^/scale:     /'
 fi
+slow=$(grep -c 'slow cycle' "$work/scheduler.log" || true)
+if [ "$slow" -gt 0 ]; then
+  say "  cycles over 1 s, whole run: $slow; the slowest (seconds per part):"
+  grep 'slow cycle' "$work/scheduler.log" | sed 's/.*seconds=/seconds=/' | sort -t= -k2 -rn | head -n 3 | sed 's/^/scale:     /'
+fi
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"
