@@ -40,7 +40,11 @@ static PGconn *become_leader(const struct scheduler_options *opts) {
         PQclear(res);
         /* A new leader renews every lease once: the nodes could not heartbeat while no scheduler led,
          * and declaring them all lost for it would requeue every running job. */
-        if (got && whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0 &&
+        /* No JIT for the cycle's statements: their row counts put them past jit_above_cost, and compiling
+         * them every cycle cost more than running them (60 of 420 ms of the running-attempts query
+         * with 8000 attempts, in tests/bench/scale). */
+        if (got && whet_pg_exec(conn, "SET jit = off", 0, NULL, &err) == 0 &&
+            whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0 &&
             whet_pg_exec(conn,
                          "UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp()) WHERE state = 'ready'",
                          0, NULL, &err) == 0)
