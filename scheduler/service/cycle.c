@@ -346,10 +346,13 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
     if (load_tenants(conn, s, err) < 0) return -1;
 
+    /* A running attempt's last checkpoint is the job's newest by seq: one probe of checkpoints_job at its
+     * end, where max(created_at) read every checkpoint the job ever wrote, every cycle. */
     res = whet_pg_query(conn,
                         "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
                         " j.created_at, j.seq, j.preempt_requested, a.started_at,"
-                        " coalesce((SELECT max(c.created_at) FROM checkpoints c WHERE c.job_id = j.id), a.started_at)"
+                        " coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC LIMIT 1),"
+                        "   a.started_at)"
                         " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
                         " WHERE a.ended_at IS NULL ORDER BY j.seq",
                         0, NULL, err);
