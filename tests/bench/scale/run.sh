@@ -244,3 +244,9 @@ kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"
 say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total)"
+# The peer of the fill's placements/s: the placement library alone on a fleet and queue of the same
+# size (`whet sim scale`, one cycle, CPU time).
+bare=$("$WHET_BIN" sim scale --nodes "$nodes" --gpus-per-node "$gpus" --queued "$((jobs + nodes * gpus))" --policy whet |
+       sed -n 's/.*"decisions_per_s":\([0-9.]*\).*/\1/p')
+say "the placement library alone: $bare decisions/s (whet sim scale, same sizes); the service's fill placed" \
+    "$(echo "scale=4; $filled / $fill_s / $bare" | bc) of that rate"
