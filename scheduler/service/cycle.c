@@ -414,7 +414,8 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
 /* How long one cycle spends writing PLACE and PREEMPT decisions (each its own transaction, a few
  * milliseconds) before leaving the rest to the next cycle: filling an empty fleet of 1000 nodes took
  * one cycle of 117 s in tests/bench/scale, during which no lease expired, no pause or cancel was
- * applied and no newly created job was considered. */
+ * applied and no newly created job was considered. At least this long, and at least twice what the
+ * rest of the cycle took, so that a fill spends most of its time placing. */
 #define DECISIONS_BUDGET_S 0.5
 
 static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s, int q, const struct pl_decision *d,
@@ -639,13 +640,14 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         t[3] = whet_now_mono();
         int position = 0;
         char reason[768];
+        double place_until = t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
         for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
             log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
             int failed = 0;
-            if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > t[3] + DECISIONS_BUDGET_S) {
+            if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > place_until) {
                 /* Left to the next cycle, which starts at once; first in the queue meanwhile. */
                 waiting_add(waiting, &s, q, "being placed: it is next in the queue", ++position);
                 deferred++;
@@ -655,7 +657,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(waiting, &s, q, reason, ++position);
-            } else if (d->action == PL_PREEMPT && whet_now_mono() > t[3] + DECISIONS_BUDGET_S) {
+            } else if (d->action == PL_PREEMPT && whet_now_mono() > place_until) {
                 deferred++;
             } else if (d->action == PL_PREEMPT) {
                 failed = record_preempt(conn, &s, d, err) < 0;
