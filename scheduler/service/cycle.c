@@ -489,10 +489,12 @@ static void demand_text(char *buf, size_t len, const struct pl_job *j) {
         snprintf(buf, len, "needs %d device%s", j->gpus, j->gpus == 1 ? "" : "s");
 }
 
-/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue. */
+/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue; reason NULL:
+ * leave its reason and position as they are (a placement left to the next cycle). */
 static void waiting_add(json_t *waiting, const struct snapshot *s, int q, const char *reason, int position) {
-    json_array_append_new(waiting, json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason, "position",
-                                             position > 0 ? json_integer(position) : json_null()));
+    json_array_append_new(waiting, reason ? json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason,
+                                                      "position", position > 0 ? json_integer(position) : json_null())
+                                          : json_pack("{s:s, s:b}", "id", s->queued_ids[q], "keep", 1));
 }
 
 /* The reason placement gave, after the demand. */
@@ -544,8 +546,9 @@ static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *e
                      whet_pg_exec(conn,
                                   "UPDATE jobs j SET wait_reason = w.reason, queue_position = w.position,"
                                   " wait_since = coalesce(j.wait_since, extract(epoch FROM now())), estimated_finish = NULL"
-                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int)"
-                                  " WHERE j.id = w.id AND j.status = 'queued' AND (j.wait_reason IS DISTINCT FROM w.reason"
+                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int, keep bool)"
+                                  " WHERE j.id = w.id AND j.status = 'queued' AND w.keep IS NOT TRUE"
+                                  " AND (j.wait_reason IS DISTINCT FROM w.reason"
                                   "   OR (j.queue_position IS NULL) <> (w.position IS NULL)"
                                   "   OR abs(j.queue_position - w.position) > j.queue_position / 10"
                                   "   OR j.estimated_finish IS NOT NULL)",
@@ -654,8 +657,10 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
             int failed = 0;
             if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > place_until) {
-                /* Left to the next cycle, which starts at once; first in the queue meanwhile. */
-                waiting_add(waiting, &s, q, "being placed: it is next in the queue", ++position);
+                /* Left to the next cycle, which starts at once; its row is left as it is meanwhile (a
+                 * reason that came and went with each deferral would rewrite thousands of rows), but it
+                 * counts in the places of the jobs behind it. */
+                waiting_add(waiting, &s, q, NULL, ++position);
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
                 failed = record_place(sch, conn, &s, q, d, err) < 0;
