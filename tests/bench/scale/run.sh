@@ -14,7 +14,9 @@
 # executor's 3 s deadline or the interval, over both phases.
 #
 #   tests/bench/scale/run.sh [--nodes N] [--gpus G] [--jobs Q] [--tenants T] [--api-jobs A]
-#                            [--seconds S] [--run-s MIN:MAX] [--lease-ms MS] [--fleet-threads K]
+#                            [--seconds S] [--run-s MIN:MAX] [--lease-ms MS] [--fleet-threads K] [--held]
+#   --held: phase 2's fleet is filled by running attempts inserted by SQL (that never finish) instead
+#           of by the scheduler: the cycle at a full fleet and a deep queue without a fill of minutes
 #   tests/bench/scale/run.sh --smoke     20 nodes, 200 jobs through the gateway, runs of 1-2 s; fails unless
 #                                        every job is placed once and succeeds and no heartbeat is missed
 # Defaults: 1000 nodes x 8 GPUs, 10000 queued, 1000 tenants, 1000 API jobs, 60 s, runs of 10-40 s, a 20 s
@@ -26,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
 nodes=1000 gpus=8 jobs=10000 tenants=1000 api_jobs=1000 seconds=60 run_s=10:40 lease_ms=20000 fleet_threads=64
-smoke=0 fleet=$root/build/tests/bench/scale/scale_fleet
+smoke=0 held=0 fleet=$root/build/tests/bench/scale/scale_fleet
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift ;;
@@ -39,8 +41,9 @@ while [ $# -gt 0 ]; do
     --lease-ms) lease_ms=$2; shift ;;
     --fleet-threads) fleet_threads=$2; shift ;;
     --fleet) fleet=$2; shift ;;
+    --held) held=1 ;;
     --smoke) smoke=1 nodes=20 gpus=8 jobs=0 tenants=10 api_jobs=200 run_s=1:2 lease_ms=5000 fleet_threads=4 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -189,6 +192,23 @@ if [ "$smoke" = 1 ]; then
 fi
 
 # --- phase 2: a deep queue, by SQL ---
+if [ "$held" = 1 ]; then
+  # Every free device taken at once by a running attempt inserted by SQL, instead of a fill through
+  # the scheduler (minutes at this machine's placement rate). The simulated nodes do not know these
+  # attempts and never finish them: cycles then see a full fleet and a deep queue.
+  q "WITH free AS (SELECT n.id AS node, n.dc, g, row_number() OVER () AS k FROM nodes n, generate_series(0, n.gpus - 1) g
+                   WHERE n.state = 'ready' AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.node_id = n.id
+                     AND a.ended_at IS NULL AND (a.gpu_mask >> g) & 1 = 1)),
+        t AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants),
+        j AS (INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, node_id,
+                                placed_dc, created_at)
+              SELECT 'ftjob-held' || f.k, t.id, 'whet-tiny', 'whet-tiny', 'file-' || t.id, '{\"type\":\"supervised\"}', 1,
+                     'running', 1, f.node, f.dc, extract(epoch FROM now())::bigint FROM free f JOIN t ON t.k = f.k % $tenants
+              RETURNING id, tenant_id, node_id)
+     INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type)
+     SELECT j.id, 1, j.tenant_id, j.node_id, 1 << f.g, 'sim-H100' FROM j JOIN free f ON j.id = 'ftjob-held' || f.k" >/dev/null
+  say "phase 2: every free device held by a running attempt inserted by SQL ($(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NULL") running)"
+fi
 # As many more as the fleet has free devices, so that --jobs still wait once it is full.
 bulk=$(( jobs + nodes * gpus - $(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NULL") ))
 say "phase 2: $bulk queued jobs inserted by SQL over $tenants tenants (the gateway path is phase 1's): $jobs wait once the fleet is full"
