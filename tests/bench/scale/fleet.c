@@ -283,12 +283,12 @@ static void node_step(struct worker *w, struct sim_node *n, double now) {
         node_register(w, n, now);
         return;
     }
+    /* The checkpoint comes first even when this node's turn came late, past the job's end. */
     for (int k = n->n_jobs - 1; k >= 0; k--) {
         struct sim_job *j = &n->jobs[k];
-        if (now >= j->started + j->duration)
+        if (!j->checkpointed && now >= j->started + j->duration / 2) checkpoint(w, n, j, now);
+        if (j->checkpointed && now >= j->started + j->duration)
             finish(w, n, k, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED, now);
-        else if (!j->checkpointed && now >= j->started + j->duration / 2)
-            checkpoint(w, n, j, now);
     }
     if (now >= n->next_hb) heartbeat(w, n, now);
 }

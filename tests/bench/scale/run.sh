@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --fleet-threads) fleet_threads=$2; shift ;;
     --fleet) fleet=$2; shift ;;
     --held) held=1 ;;
-    --smoke) smoke=1 nodes=20 gpus=8 jobs=0 tenants=10 api_jobs=200 run_s=1:2 lease_ms=5000 fleet_threads=4 ;;
+    --smoke) smoke=1 nodes=20 gpus=8 jobs=0 tenants=10 api_jobs=200 run_s=1:2 lease_ms=10000 fleet_threads=4 ;;
     -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
