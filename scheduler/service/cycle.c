@@ -533,12 +533,12 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
 }
 
 /* One transaction: every waiting job's reason and place in the queue, the estimated finish of running
- * jobs that lack one, and neither left on jobs that no longer wait or run. A place in the queue is
+ * jobs that lack one, and neither left on jobs that no longer wait or run. A tenant reading the job
+ * never sees a position from one cycle next to a reason from another. A place in the queue is
  * rewritten when it moved by more than a tenth (exact in the first ten): a queue that drains moves
  * every job behind each placement, and rewriting all of them each cycle cost 1.1 s per cycle at 10000
  * waiting jobs in tests/bench/scale; this way a job's row is rewritten about 90 times on its way from
- * place 10000 to place 1. A tenant reading the job never sees a
- * position from one cycle next to a reason from another. */
+ * place 10000 to place 1. */
 static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *err) {
     char *list = json_dumps(waiting, JSON_COMPACT);
     const char *params[] = {list};
