@@ -35,8 +35,7 @@ static int number_in(const json_t *root, const char *name, double lo, double hi,
     return 0;
 }
 
-/* The prompt tokens: messages rendered with the chat template, or the prompt string encoded. */
-static int prompt_of(struct serve_api_request *r, const json_t *root, const struct tokenizer *tok,
+int serve_api_prompt(struct serve_api_request *r, const json_t *root, const struct tokenizer *tok,
                      const struct chat_template *tpl, char *param, size_t param_len, struct whet_err *err) {
     int32_t *ids = NULL;
     if (r->kind == SERVE_API_COMPLETION) {
@@ -150,7 +149,7 @@ int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, con
         number_in(root, "top_k", 0, 1 << 20, 1, &top_k, param, param_len, err) ||
         number_in(root, max_name, 1, lim->max_len, 1, &max_tokens, param, param_len, err) ||
         number_in(root, "seed", -9.2e18, 9.2e18, 1, &seed, param, param_len, err) ||
-        stops_of(out, root, param, param_len, err) || prompt_of(out, root, tok, tpl, param, param_len, err))
+        stops_of(out, root, param, param_len, err) || serve_api_prompt(out, root, tok, tpl, param, param_len, err))
         goto out;
     const json_t *stream = json_object_get(root, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
