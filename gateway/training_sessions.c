@@ -166,12 +166,14 @@ static void tokenize(struct gw_req *r) {
 void training_sessions_routes(struct http_router *rt) {
     model_workers_read();
     db_prepare("training_sessions_base", "SELECT id FROM base_models WHERE id = $1");
-    db_prepare("training_sessions_insert", "INSERT INTO training_sessions (id, tenant_id, base_model, lora, init_checkpoint)"
-                                           " VALUES ($1, $2, $3, $4::jsonb, $5)");
+    db_prepare("training_sessions_insert",
+               "INSERT INTO training_sessions (id, tenant_id, base_model, lora, init_checkpoint)"
+               " VALUES ($1, $2, $3, $4::jsonb, $5)");
     db_prepare("training_sessions_get", "SELECT base_model FROM training_sessions"
                                         " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL");
-    db_prepare("training_sessions_delete", "UPDATE training_sessions SET deleted_at = whet_now()"
-                                           " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");
+    db_prepare("training_sessions_delete",
+               "UPDATE training_sessions SET deleted_at = whet_now()"
+               " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");
     http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
     http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_call, HTTP_ROUTE_TENANT,
                "training_sessions.forward_backward");
@@ -179,7 +181,9 @@ void training_sessions_routes(struct http_router *rt) {
                "training_sessions.optim_step");
     http_route(rt, "POST", "/v1/training_sessions/{id}/sample", session_call, HTTP_ROUTE_TENANT,
                "training_sessions.sample");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/save", session_call, HTTP_ROUTE_TENANT, "training_sessions.save");
-    http_route(rt, "DELETE", "/v1/training_sessions/{id}", session_delete, HTTP_ROUTE_TENANT, "training_sessions.delete");
+    http_route(rt, "POST", "/v1/training_sessions/{id}/save", session_call, HTTP_ROUTE_TENANT,
+               "training_sessions.save");
+    http_route(rt, "DELETE", "/v1/training_sessions/{id}", session_delete, HTTP_ROUTE_TENANT,
+               "training_sessions.delete");
     http_route(rt, "POST", "/v1/tokenize", tokenize, HTTP_ROUTE_TENANT, "tokenize");
 }

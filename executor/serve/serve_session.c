@@ -19,8 +19,8 @@ int serve_loss_from_name(const char *name) {
     return -1;
 }
 
-int serve_session_new(struct serve_session **out, struct model *base, const char *id, const struct serve_session_lora *lora,
-                      const char *init_dir, struct whet_err *err) {
+int serve_session_new(struct serve_session **out, struct model *base, const char *id,
+                      const struct serve_session_lora *lora, const char *init_dir, struct whet_err *err) {
     *out = NULL;
     struct model_opts o = model_opts_default();
     o.train = 1;

@@ -51,8 +51,8 @@ struct serve_session {
 
 /* A new session on `base` (loaded with frozen_base): a fresh adapter as `lora` says, or the PEFT adapter
  * in init_dir (its own r, alpha and targets) when init_dir is not NULL. */
-int serve_session_new(struct serve_session **out, struct model *base, const char *id, const struct serve_session_lora *lora,
-                      const char *init_dir, struct whet_err *err);
+int serve_session_new(struct serve_session **out, struct model *base, const char *id,
+                      const struct serve_session_lora *lora, const char *init_dir, struct whet_err *err);
 void serve_session_free(struct serve_session *s);
 
 /* One datum: n input tokens and, per position, the target token and the loss's inputs (weights for

@@ -87,15 +87,21 @@ struct serve_sessions {
 static void reply_json(h2o_req_t *req, int status, const char *body) {
     serve_metrics_answer(status);
     req->res.status = status;
-    req->res.reason = status == 200 ? "OK" : status == 404 ? "Not Found" : status == 409 ? "Conflict"
-                    : status == 503 ? "Service Unavailable" : status >= 500 ? "Internal Server Error" : "Bad Request";
+    req->res.reason = status == 200   ? "OK"
+                      : status == 404 ? "Not Found"
+                      : status == 409 ? "Conflict"
+                      : status == 503 ? "Service Unavailable"
+                      : status >= 500 ? "Internal Server Error"
+                                      : "Bad Request";
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
     h2o_send_inline(req, body, strlen(body));
 }
 
 static void reply_err(h2o_req_t *req, int status, const char *message, const char *param) {
-    const char *code = status == 404 ? "not_found" : status == 409 ? "conflict" : status >= 500 ? "server_error"
-                                                                                               : "invalid_value";
+    const char *code = status == 404   ? "not_found"
+                       : status == 409 ? "conflict"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_value";
     char *body = serve_api_error(message, status >= 500 ? "server_error" : "invalid_request_error",
                                  param && *param ? param : NULL, code);
     reply_json(req, status, body);
@@ -149,9 +155,11 @@ static void answer(struct op *op, int status, char *body) {
 }
 
 static void answer_err(struct op *op, int status, const char *message) {
-    const char *code = status == 404 ? "not_found" : status == 409 ? "conflict" : status == 503 ? "unavailable"
-                       : status >= 500                             ? "server_error"
-                                                                   : "invalid_value";
+    const char *code = status == 404   ? "not_found"
+                       : status == 409 ? "conflict"
+                       : status == 503 ? "unavailable"
+                       : status >= 500 ? "server_error"
+                                       : "invalid_value";
     answer(op, status, serve_api_error(message, status >= 500 ? "server_error" : "invalid_request_error", NULL, code));
 }
 
@@ -179,7 +187,8 @@ static void run_create(struct serve_sessions *ss, struct op *op) {
     }
     if (ss->n_sessions >= ss->o.max_sessions) {
         char msg[120];
-        snprintf(msg, sizeof msg, "this worker holds its maximum of %d training sessions; delete one", ss->o.max_sessions);
+        snprintf(msg, sizeof msg, "this worker holds its maximum of %d training sessions; delete one",
+                 ss->o.max_sessions);
         answer_err(op, 503, msg);
         return;
     }
@@ -199,8 +208,9 @@ static void run_create(struct serve_sessions *ss, struct op *op) {
     ss->sessions = xrealloc(ss->sessions, sizeof *ss->sessions * (size_t)(ss->n_sessions + 1));
     ss->sessions[ss->n_sessions++] = s;
     log_info("msg=\"training session created\" session=%s params=%zu", s->id, model_num_trainable(s->view));
-    answer(op, 200, xasprintf("{\"id\":\"%s\",\"object\":\"training_session\",\"trainable_parameters\":%zu}", s->id,
-                              model_num_trainable(s->view)));
+    answer(op, 200,
+           xasprintf("{\"id\":\"%s\",\"object\":\"training_session\",\"trainable_parameters\":%zu}", s->id,
+                     model_num_trainable(s->view)));
 }
 
 static void answer_forward_backward(struct op *op) {
@@ -259,8 +269,7 @@ static void run_save(struct serve_sessions *ss, struct serve_session *s, struct 
     if (!rc) rc = model_save_adapter(s->view, tmpl, &err) || objstore_put_dir(ss->objects, prefix, tmpl, &err);
     whet_rm_rf(tmpl);
     if (rc) answer_err(op, 500, err.msg);
-    else
-        answer(op, 200, xasprintf("{\"checkpoint\":\"%s\",\"step\":%d}", prefix, model_adam_step_count(s->view)));
+    else answer(op, 200, xasprintf("{\"checkpoint\":\"%s\",\"step\":%d}", prefix, model_adam_step_count(s->view)));
     free(prefix);
 }
 
@@ -364,8 +373,8 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     case OP_DELETE:
         log_info("msg=\"training session deleted\" session=%s", s->id);
         remove_session(ss, i);
-        answer(op, 200, xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}",
-                                  op->session));
+        answer(op, 200,
+               xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
         break;
     case OP_CREATE: break;
     }
@@ -413,7 +422,8 @@ void serve_sessions_run(struct serve_sessions *ss) {
     /* in order: an op whose session samples, or has an earlier op waiting or in the pass, waits */
     int n_todo = 0, n_waiting = 0, n_pass = 0;
     for (struct op *op = ss->todo; op; op = op->next) n_todo++;
-    struct op **waiting = xmalloc(sizeof *waiting * (size_t)(n_todo + 1)), **pass = xmalloc(sizeof *pass * (size_t)(n_todo + 1));
+    struct op **waiting = xmalloc(sizeof *waiting * (size_t)(n_todo + 1)),
+              **pass = xmalloc(sizeof *pass * (size_t)(n_todo + 1));
     struct op *keep = NULL, **keep_tail = &keep;
     for (struct op *op = ss->todo, *next; op; op = next) {
         next = op->next;
@@ -509,7 +519,8 @@ static int parse_create(struct op *op, const json_t *root, char *param, size_t p
     whet_random_bytes(&op->lora.seed, sizeof op->lora.seed);
     const json_t *lora = json_object_get(root, "lora");
     if (!lora || json_is_null(lora)) return 0;
-    if (!json_is_object(lora)) return bad(param, param_len, "lora", err, "expected an object {r, alpha, target_modules}");
+    if (!json_is_object(lora))
+        return bad(param, param_len, "lora", err, "expected an object {r, alpha, target_modules}");
     double r = op->lora.r, alpha = -1, seed = -1;
     if (number_at(lora, "r", 1, MAX_LORA_R, 1, &r, "lora.", param, param_len, err) ||
         number_at(lora, "alpha", 1e-6, 1e6, 0, &alpha, "lora.", param, param_len, err) ||
@@ -703,7 +714,9 @@ static int route(h2o_req_t *req, enum op_kind *kind, char *id, size_t id_len) {
     static const struct {
         const char *name;
         enum op_kind kind;
-    } ops[] = {{"forward_backward", OP_FORWARD_BACKWARD}, {"optim_step", OP_OPTIM_STEP}, {"sample", OP_SAMPLE},
+    } ops[] = {{"forward_backward", OP_FORWARD_BACKWARD},
+               {"optim_step", OP_OPTIM_STEP},
+               {"sample", OP_SAMPLE},
                {"save", OP_SAVE}};
     for (size_t i = 0; i < WHET_ARRAY_LEN(ops); i++)
         if ((size_t)(end - slash - 1) == strlen(ops[i].name) && !memcmp(slash + 1, ops[i].name, strlen(ops[i].name))) {
@@ -808,12 +821,11 @@ int serve_tokenize_on_req(struct serve_engine *engine, h2o_req_t *req) {
     if (!json_is_object(root))
         whet_errf(&err, "the body must be a JSON object (%s)", root ? "got another JSON value" : jerr.text);
     else if (json_is_string(text))
-        rc = tokenizer_encode(serve_engine_tokenizer(engine), json_string_value(text), json_string_length(text), &ids, &n,
-                              &err);
-    else if (text && !json_is_null(text))
-        bad(param, sizeof param, "text", &err, "expected a string");
-    else if (!(rc = serve_api_prompt(&r, root, serve_engine_tokenizer(engine), serve_engine_chat_template(engine), param,
-                                     sizeof param, &err)))
+        rc = tokenizer_encode(serve_engine_tokenizer(engine), json_string_value(text), json_string_length(text), &ids,
+                              &n, &err);
+    else if (text && !json_is_null(text)) bad(param, sizeof param, "text", &err, "expected a string");
+    else if (!(rc = serve_api_prompt(&r, root, serve_engine_tokenizer(engine), serve_engine_chat_template(engine),
+                                     param, sizeof param, &err)))
         n = (size_t)r.n_prompt;
     json_decref(root);
     if (rc) {

@@ -50,12 +50,16 @@ static struct serve_session *session(struct model *base, const char *init) {
 
 /* One datum of sequence `seq` with every position's loss inputs set to these values. */
 static struct serve_datum datum(int seq, float weight, float advantage, const float *sampling_logprobs) {
-    struct serve_datum d = {.n = LEN, .input = malloc(sizeof(int) * LEN), .targets = malloc(sizeof(int) * LEN),
-                            .weights = malloc(sizeof(float) * LEN), .advantages = malloc(sizeof(float) * LEN),
+    struct serve_datum d = {.n = LEN,
+                            .input = malloc(sizeof(int) * LEN),
+                            .targets = malloc(sizeof(int) * LEN),
+                            .weights = malloc(sizeof(float) * LEN),
+                            .advantages = malloc(sizeof(float) * LEN),
                             .logprobs = malloc(sizeof(float) * LEN)};
     for (int i = 0; i < LEN; i++) {
         d.input[i] = ids[seq][i], d.targets[i] = ids[seq][i + 1];
-        d.weights[i] = weight, d.advantages[i] = advantage, d.logprobs[i] = sampling_logprobs ? sampling_logprobs[i] : 0;
+        d.weights[i] = weight, d.advantages[i] = advantage,
+        d.logprobs[i] = sampling_logprobs ? sampling_logprobs[i] : 0;
     }
     return d;
 }
@@ -146,7 +150,8 @@ TEST(two_sessions_in_one_pass_equal_each_alone) {
     struct serve_session *a2 = session(base2, adapter_dir), *b2 = session(base2, NULL);
     struct serve_fb fa = {.session = a2, .loss = SERVE_LOSS_CROSS_ENTROPY, .data = &da, .n_data = 1};
     struct serve_fb fb = {.session = b2, .loss = SERVE_LOSS_CROSS_ENTROPY, .data = db, .n_data = 2};
-    CHECK(serve_session_forward_backward(base2, &fa, 1, &err) == 0 && serve_session_forward_backward(base2, &fb, 1, &err) == 0);
+    CHECK(serve_session_forward_backward(base2, &fa, 1, &err) == 0 &&
+          serve_session_forward_backward(base2, &fb, 1, &err) == 0);
     double lp_diff = 0;
     for (int i = 0; i < LEN; i++) lp_diff = fmax(lp_diff, fabs(fbs[0].logprobs[i] - fa.logprobs[i]));
     for (int i = 0; i < 2 * LEN - 3; i++) lp_diff = fmax(lp_diff, fabs(fbs[1].logprobs[i] - fb.logprobs[i]));
