@@ -198,6 +198,18 @@ void serve_api_request_free(struct serve_api_request *r) {
     memset(r, 0, sizeof *r);
 }
 
+struct serve_request serve_api_engine_request(const struct serve_api_request *r, serve_emit_fn emit, void *ctx) {
+    return (struct serve_request){.prompt = r->prompt,
+                                  .n_prompt = r->n_prompt,
+                                  .n = r->n,
+                                  .max_tokens = r->max_tokens,
+                                  .sampling = r->sampling,
+                                  .stop = r->stop,
+                                  .n_stop = r->n_stop,
+                                  .emit = emit,
+                                  .ctx = ctx};
+}
+
 const char *serve_api_finish_reason(enum serve_finish f) { return f == SERVE_LENGTH ? "length" : "stop"; }
 
 static const char *object_name(const struct serve_api_request *r, int chunk) {

@@ -71,6 +71,10 @@ struct json_t;
 int serve_api_prompt(struct serve_api_request *r, const struct json_t *root, const struct tokenizer *tok,
                      const struct chat_template *tpl, char *param, size_t param_len, struct whet_err *err);
 
+/* The engine's request of a parsed one (borrowing its prompt and stop strings), for the adapter the
+ * caller sets and events to emit(ctx). */
+struct serve_request serve_api_engine_request(const struct serve_api_request *r, serve_emit_fn emit, void *ctx);
+
 /* OpenAI's finish_reason of an engine finish: "stop", "length" (cancelled and failed choices never
  * reach a client). */
 const char *serve_api_finish_reason(enum serve_finish f);

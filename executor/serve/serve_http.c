@@ -339,16 +339,8 @@ static void on_engine_event(void *ctx, const struct serve_event *ev) {
 }
 
 static void submit(struct server *s, struct call *c) {
-    struct serve_request r = {.adapter = c->adapter_dir,
-                              .prompt = c->api.prompt,
-                              .n_prompt = c->api.n_prompt,
-                              .n = c->api.n,
-                              .max_tokens = c->api.max_tokens,
-                              .sampling = c->api.sampling,
-                              .stop = c->api.stop,
-                              .n_stop = c->api.n_stop,
-                              .emit = on_engine_event,
-                              .ctx = c};
+    struct serve_request r = serve_api_engine_request(&c->api, on_engine_event, c);
+    r.adapter = c->adapter_dir;
     struct msg *m = xcalloc(1, sizeof *m);
     m->kind = MSG_SUBMITTED, m->call = c;
     struct whet_err err;

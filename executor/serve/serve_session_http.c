@@ -238,6 +238,7 @@ static void run_forward_backward(struct serve_sessions *ss, struct op **ops, int
     for (int i = 0; i < n; i++) fbs[i] = ops[i]->fb;
     struct whet_err err;
     int rc = serve_session_forward_backward(serve_engine_base(ss->engine), fbs, n, &err);
+    log_debug("msg=\"forward_backward pass\" sessions=%d", n);
     if (rc) log_error("msg=\"forward_backward failed\" sessions=%d error=\"%s\"", n, err.msg);
     for (int i = 0; i < n; i++) {
         ops[i]->fb = fbs[i];
@@ -319,7 +320,7 @@ static void on_sample_event(void *ctx, const struct serve_event *ev) {
         text = json_stringn(s->text.data ? s->text.data : "", s->text.len);
         char *quoted = text ? json_dumps(text, JSON_ENCODE_ANY) : NULL;
         whet_buf_printf(&b, "],\"text\":%s,\"stop_reason\":\"%s\"}", quoted ? quoted : "\"\"",
-                        s->finish == SERVE_LENGTH ? "length" : "stop");
+                        serve_api_finish_reason(s->finish));
         free(quoted);
         json_decref(text);
     }
@@ -331,16 +332,8 @@ static void on_sample_event(void *ctx, const struct serve_event *ev) {
 }
 
 static void run_sample(struct serve_sessions *ss, struct serve_session *s, struct op *op) {
-    struct serve_request r = {.view = s->view,
-                              .prompt = op->sample.prompt,
-                              .n_prompt = op->sample.n_prompt,
-                              .n = op->sample.n,
-                              .max_tokens = op->sample.max_tokens,
-                              .sampling = op->sample.sampling,
-                              .stop = op->sample.stop,
-                              .n_stop = op->sample.n_stop,
-                              .emit = on_sample_event,
-                              .ctx = op};
+    struct serve_request r = serve_api_engine_request(&op->sample, on_sample_event, op);
+    r.view = s->view;
     op->seqs = xcalloc((size_t)op->sample.n, sizeof *op->seqs);
     uint64_t id;
     struct whet_err err;

@@ -4,6 +4,8 @@
 // in Tinker's shapes (the save lands in the object store); POST /v1/tokenize through the gateway equals
 // the worker's; another tenant's session and a deleted one are 404s, and so is another tenant's
 // init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers.
+// Training beside completions changes no answer; calls of sessions at once equal each alone; idle
+// sessions expire.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,21 +22,27 @@ execFileSync(makeAdapters, [model, join(dir, 'adapter-'), '1']);
 const store = `file://${join(dir, 'objects')}`;
 execFileSync(putDir, ['checkpoints/ftjob-s/final', join(dir, 'adapter-0')], { env: { ...process.env, WHET_OBJECT_STORE: store } });
 
-const addressFile = join(dir, 'address');
-const worker = spawn(whet, ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0.0.1:0', '--address-file',
-  addressFile, '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache'), '--training'],
-  { stdio: ['ignore', 'inherit', 'inherit'] });
-const workerGone = new Promise((resolve) => worker.on('exit', resolve));
-for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
-const workerAt = readFileSync(addressFile, 'utf8').trim();
-const direct = async (method, path, json, headers = {}) => {
-  const res = await fetch(`http://${workerAt}${path}`, { method, headers: { 'content-type': 'application/json', ...headers },
+// A worker with --training (and these options); its address and the promise of its exit status.
+const startWorker = async (name, extra = []) => {
+  const addressFile = join(dir, `${name}.address`);
+  const proc = spawn(whet, ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0.0.1:0', '--address-file',
+    addressFile, '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache'), '--training',
+    ...extra], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const gone = new Promise((resolve) => proc.on('exit', resolve));
+  for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
+  return { proc, gone, at: readFileSync(addressFile, 'utf8').trim() };
+};
+const worker = await startWorker('main');
+const workerAt = worker.at;
+const to = (at) => async (method, path, json, headers = {}) => {
+  const res = await fetch(`http://${at}${path}`, { method, headers: { 'content-type': 'application/json', ...headers },
     body: json === undefined ? undefined : JSON.stringify(json) });
   const text = await res.text();
   let parsed;
   try { parsed = JSON.parse(text); } catch { parsed = undefined; }
   return { status: res.status, json: parsed, text };
 };
+const direct = to(workerAt);
 // Tinker's datum of a token sequence: each position predicts the next token.
 const datum = (ids, extra = {}) => ({ model_input: ids.slice(0, -1), loss_fn_inputs: { target_tokens: ids.slice(1), ...extra } });
 const sum = (a) => a.reduce((x, y) => x + y, 0);
@@ -58,6 +66,29 @@ try {
   check(Math.abs(fb0.json.loss + sum(lp0)) < 1e-3, 'cross_entropy with weights 1 is -sum(logprobs)', fb0.json.loss);
   const noSessions = await direct('POST', '/v1/training_sessions/nope/optim_step', {});
   check(noSessions.status === 404 && noSessions.json?.error?.code === 'not_found', 'an unknown session on the worker: 404', noSessions.text);
+
+  // sessions share the worker with completions: a greedy answer is the same while sessions train, and
+  // two sessions' forward_backward calls at once (one pass) give what each gives alone
+  const ask = () => direct('POST', '/v1/completions', { model: 'whet-tiny', prompt: text, max_tokens: 24, temperature: 0 });
+  const alone = (await ask()).json?.choices?.[0]?.text;
+  const s1 = (await direct('POST', '/v1/training_sessions', { lora: { r: 2, seed: 9 } })).json.id;
+  const call = (sid) => direct('POST', `/v1/training_sessions/${sid}/forward_backward`, { loss_fn: 'cross_entropy', data: [datum(ids)] });
+  const lp1 = (await call(s1)).json.logprobs[0];
+  const [busy, fa, fb1, fb2] = await Promise.all([ask(), call(s0.json.id), call(s1), call(s1)]);
+  check(typeof alone === 'string' && busy.json?.choices?.[0]?.text === alone, 'a completion is unchanged by training beside it',
+    { alone, busy: busy.json?.choices?.[0]?.text });
+  const near = (x, y) => x.length === y.length && x.every((v, i) => Math.abs(v - y[i]) < 1e-4);
+  check(near(fa.json.logprobs[0], lp0) && near(fb1.json.logprobs[0], lp1) && near(fb2.json.logprobs[0], lp1),
+    'sessions\' calls at once equal each alone (no optim_step: the weights stay)');
+
+  // an idle session expires
+  const brief = await startWorker('brief', ['--session-idle', '1']);
+  const shortLived = await to(brief.at)('POST', '/v1/training_sessions', {});
+  await new Promise((r) => setTimeout(r, 3000));
+  const expired = await to(brief.at)('POST', `/v1/training_sessions/${shortLived.json?.id}/optim_step`, {});
+  check(shortLived.status === 200 && expired.status === 404, 'an idle session expires', expired.text);
+  brief.proc.kill('SIGTERM');
+  check((await brief.gone) === 0, 'that worker exits 0');
 
   // ---- behind the gateway
   stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${workerAt}` } });
@@ -161,8 +192,8 @@ try {
     check(stopped === null, 'the gateway exits cleanly', stopped);
     if (failed()) console.error(stack.logTail(60));
   }
-  worker.kill('SIGTERM');
-  check((await workerGone) === 0, 'the worker exits 0');
+  worker.proc.kill('SIGTERM');
+  check((await worker.gone) === 0, 'the worker exits 0');
   rmSync(dir, { recursive: true, force: true });
 }
 process.exit(summary());
