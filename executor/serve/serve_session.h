@@ -46,7 +46,7 @@ struct serve_session {
     struct model *view; /* the trainable adapter */
     double last_used;   /* whet_now_mono() of its last call: idle sessions expire */
     int sampling;       /* its sample requests in the engine (it cannot change or go meanwhile) */
-    long long trained_tokens, sampled_tokens, prefill_tokens; /* metering */
+    long long trained_tokens, sampled_tokens, prefill_tokens; /* metering: tokens it trained on, prompted, drew */
 };
 
 /* A new session on `base` (loaded with frozen_base): a fresh adapter as `lora` says, or the PEFT adapter

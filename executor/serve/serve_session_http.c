@@ -274,7 +274,11 @@ static void run_save(struct serve_sessions *ss, struct serve_session *s, struct 
     free(prefix);
 }
 
-static void remove_session(struct serve_sessions *ss, int i) {
+/* Frees session i; the log line is its metering (the gateway's usage tables do not have sessions yet). */
+static void remove_session(struct serve_sessions *ss, int i, const char *why) {
+    const struct serve_session *s = ss->sessions[i];
+    log_info("msg=\"training session %s\" session=%s trained_tokens=%lld prefill_tokens=%lld sampled_tokens=%lld", why,
+             s->id, s->trained_tokens, s->prefill_tokens, s->sampled_tokens);
     serve_session_free(ss->sessions[i]);
     ss->sessions[i] = ss->sessions[--ss->n_sessions];
 }
@@ -364,8 +368,7 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     case OP_SAMPLE: run_sample(ss, s, op); break;
     case OP_SAVE: run_save(ss, s, op); break;
     case OP_DELETE:
-        log_info("msg=\"training session deleted\" session=%s", s->id);
-        remove_session(ss, i);
+        remove_session(ss, i, "deleted");
         answer(op, 200,
                xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
         break;
@@ -388,8 +391,7 @@ static void expire(struct serve_sessions *ss) {
         int waiting = 0;
         for (struct op *op = ss->todo; op && !waiting; op = op->next) waiting = !strcmp(op->session, s->id);
         if (s->sampling || waiting || now - s->last_used < ss->o.idle_timeout_s) continue;
-        log_info("msg=\"training session expired\" session=%s idle_s=%.0f", s->id, now - s->last_used);
-        remove_session(ss, i);
+        remove_session(ss, i, "expired");
     }
 }
 

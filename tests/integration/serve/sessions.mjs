@@ -5,7 +5,7 @@
 // the worker's; another tenant's session and a deleted one are 404s, and so is another tenant's
 // init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers.
 // Training beside completions changes no answer; calls of sessions at once equal each alone; idle
-// sessions expire.
+// sessions expire; the example client loop (deploy/examples/training_session.mjs) runs.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -179,6 +179,18 @@ try {
   await bad('tokenize without a model', '/v1/tokenize', { text }, 'model');
   const unknownBase = await a('POST', '/v1/training_sessions', { json: { base_model: 'no-such-base' } });
   check(unknownBase.status === 404 && unknownBase.json?.error?.param === 'base_model', 'an unknown base: 404', unknownBase.text);
+
+  // the example client loop (GRPO, then a DPO loss written client-side) runs through the gateway
+  const example = new URL('../../../deploy/examples/training_session.mjs', import.meta.url).pathname;
+  const out = await new Promise((resolve) => {
+    const p = spawn(process.execPath, [example, '1'], { env: { ...process.env, WHET_URL: stack.url, WHET_API_KEY: stack.keys.alpha } });
+    let text = '';
+    p.stdout.on('data', (d) => { text += d; });
+    p.stderr.on('data', (d) => { text += d; });
+    p.on('exit', (code) => resolve({ code, text }));
+  });
+  check(out.code === 0 && /grpo step 1: mean reward/.test(out.text) && /dpo step 3: loss/.test(out.text) &&
+    /saved the adapter at sessions\//.test(out.text), 'the example client loop runs', out.text);
 
   // delete: the session is gone for its tenant too
   const del = await a('DELETE', `/v1/training_sessions/${id}`);
