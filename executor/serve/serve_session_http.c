@@ -650,8 +650,8 @@ static int parse_sample(struct serve_sessions *ss, struct op *op, json_t *root, 
         number_at(root, "temperature", 0, 2, 0, &temperature, "", param, param_len, err) ||
         number_at(root, "top_p", 1e-9, 1, 0, &top_p, "", param, param_len, err) ||
         number_at(root, "top_k", 0, 1 << 20, 1, &top_k, "", param, param_len, err) ||
-        number_at(root, "n", 1, 1 << 10, 1, &n, "", param, param_len, err) ||
-        number_at(root, "num_samples", 1, 1 << 10, 1, &n, "", param, param_len, err) ||
+        number_at(root, "n", 1, ss->o.max_n, 1, &n, "", param, param_len, err) ||
+        number_at(root, "num_samples", 1, ss->o.max_n, 1, &n, "", param, param_len, err) ||
         number_at(root, "seed", 0, 9007199254740991.0, 1, &seed, "", param, param_len, err))
         return -1;
     if (r->n_prompt + (int)max_tokens > ss->o.max_len) {

@@ -23,7 +23,9 @@
  * of different sessions waiting at the same time as one pass (serve_session_forward_backward), a sample
  * as a request of the engine's continuous batching with the session's adapter (the session's other
  * calls wait for it, so its weights do not change under it). Answers come back to the loop through
- * h2o's multithread queue. Sessions idle for the idle timeout are freed (a later call is a 404). */
+ * h2o's multithread queue. Fetching an initial adapter and uploading a save run on the engine thread
+ * too: decoding pauses meanwhile (adapters are a few MB). Sessions idle for the idle timeout are freed
+ * (a later call is a 404), and sessions live in the worker's memory alone: a restart ends them. */
 #ifndef WHET_SERVE_SESSION_HTTP_H
 #define WHET_SERVE_SESSION_HTTP_H
 
@@ -40,6 +42,7 @@ struct serve_sessions_opts {
     const char *object_store; /* where saves go and initial adapters come from (NULL: neither) */
     const char *cache_dir;    /* fetched initial adapters (a sessions/ dir in it) */
     int max_len;              /* the longest datum and sample (the engine's max_len) */
+    int max_n;                /* a sample's sequences at most (the engine's n_slots) */
 };
 
 /* On the loop thread, before the engine thread starts; wake(wake_ctx) makes the engine thread call

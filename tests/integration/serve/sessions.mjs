@@ -176,6 +176,8 @@ try {
     'data[0].loss_fn_inputs.advantages');
   await bad('a negative learning rate', on('optim_step'), { adam_params: { learning_rate: -1 } }, 'adam_params.learning_rate');
   await bad('max_tokens 0', on('sample'), { prompt: ids, max_tokens: 0 }, 'max_tokens');
+  await bad('more sequences than the worker\'s batch', on('sample'), { prompt: ids, n: 5 }, 'n');
+  await bad('a prompt of no tokens', on('sample'), { prompt: [] }, 'prompt');
   await bad('tokenize without a model', '/v1/tokenize', { text }, 'model');
   const unknownBase = await a('POST', '/v1/training_sessions', { json: { base_model: 'no-such-base' } });
   check(unknownBase.status === 404 && unknownBase.json?.error?.param === 'base_model', 'an unknown base: 404', unknownBase.text);
