@@ -78,7 +78,7 @@ int serve_api_prompt(struct serve_api_request *r, const json_t *root, const stru
     return 0;
 }
 
-static int stops_of(struct serve_api_request *r, const json_t *root, char *param, size_t param_len,
+int serve_api_stops(struct serve_api_request *r, const json_t *root, char *param, size_t param_len,
                     struct whet_err *err) {
     const json_t *s = json_object_get(root, "stop");
     if (!s || json_is_null(s)) return 0;
@@ -149,7 +149,7 @@ int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, con
         number_in(root, "top_k", 0, 1 << 20, 1, &top_k, param, param_len, err) ||
         number_in(root, max_name, 1, lim->max_len, 1, &max_tokens, param, param_len, err) ||
         number_in(root, "seed", -9.2e18, 9.2e18, 1, &seed, param, param_len, err) ||
-        stops_of(out, root, param, param_len, err) || serve_api_prompt(out, root, tok, tpl, param, param_len, err))
+        serve_api_stops(out, root, param, param_len, err) || serve_api_prompt(out, root, tok, tpl, param, param_len, err))
         goto out;
     const json_t *stream = json_object_get(root, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {

@@ -70,6 +70,9 @@ void serve_api_request_free(struct serve_api_request *r);
 struct json_t;
 int serve_api_prompt(struct serve_api_request *r, const struct json_t *root, const struct tokenizer *tok,
                      const struct chat_template *tpl, char *param, size_t param_len, struct whet_err *err);
+/* The stop strings of body `root` (`stop`: a string or up to 4) into r->stop and r->n_stop. */
+int serve_api_stops(struct serve_api_request *r, const struct json_t *root, char *param, size_t param_len,
+                    struct whet_err *err);
 
 /* The engine's request of a parsed one (borrowing its prompt and stop strings), for the adapter the
  * caller sets and events to emit(ctx). */

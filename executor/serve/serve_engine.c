@@ -32,6 +32,7 @@ struct serve_seq {
     int choice, slot, n_tokens, last_token;
     struct sample_row row;
     struct whet_buf text;
+    size_t sent; /* text emitted so far */
 };
 
 struct serve_req {
@@ -115,7 +116,9 @@ void serve_engine_close(struct serve_engine *e) {
     free(e);
 }
 
-struct model *serve_engine_base(const struct serve_engine *e) { return e->base; }
+struct model *serve_engine_base(const struct serve_engine *e) {
+    return e->base;
+}
 const struct tokenizer *serve_engine_tokenizer(const struct serve_engine *e) { return e->tok; }
 const struct chat_template *serve_engine_chat_template(const struct serve_engine *e) { return &e->tpl; }
 
@@ -266,15 +269,20 @@ static int seq_take(struct serve_engine *e, struct serve_seq *s, const struct dr
     int id = d->ids[i];
     s->n_tokens++;
     s->last_token = id;
-    size_t old = s->text.len;
+    size_t old = s->sent, hold = 0;
     int end = sample_is_end_token(e->tok, model_get_config(e->base), id), stopped = 0;
     if (!end && (stopped = sample_append_text(&s->text, e->tok, id, q->r.stop, q->r.n_stop, err)) < 0) return -1;
+    /* a stop string may begin in the text's last bytes and end in a later token's, which cuts them: they
+     * are held back (a stop string less a byte) until the sequence ends or a token moves past them */
+    for (int k = 0; k < q->r.n_stop && !end && !stopped && s->n_tokens < q->r.max_tokens; k++)
+        if (strlen(q->r.stop[k]) - 1 > hold) hold = strlen(q->r.stop[k]) - 1;
+    s->sent = s->text.len > old + hold ? s->text.len - hold : old; /* a cut never reaches sent text */
     struct serve_event ev = {.request = q->id,
                              .choice = s->choice,
                              .token = id,
                              .finish = SERVE_RUNNING,
-                             .text = s->text.data ? s->text.data + (old < s->text.len ? old : s->text.len) : "",
-                             .text_len = s->text.len > old ? s->text.len - old : 0,
+                             .text = s->text.data ? s->text.data + old : "",
+                             .text_len = s->sent - old,
                              .logprob = d->logprob[i],
                              .n_top = s->row.top_logprobs,
                              .top_ids = d->top_ids + (size_t)i * SAMPLE_TOP_MAX,

@@ -646,7 +646,8 @@ static int parse_sample(struct serve_sessions *ss, struct op *op, json_t *root, 
             return -1;
     }
     double max_tokens = 16, temperature = 1, top_p = 1, top_k = 0, n = 1, seed = -1;
-    if (number_at(root, "max_tokens", 1, ss->o.max_len, 1, &max_tokens, "", param, param_len, err) ||
+    if (serve_api_stops(r, root, param, param_len, err) ||
+        number_at(root, "max_tokens", 1, ss->o.max_len, 1, &max_tokens, "", param, param_len, err) ||
         number_at(root, "temperature", 0, 2, 0, &temperature, "", param, param_len, err) ||
         number_at(root, "top_p", 1e-9, 1, 0, &top_p, "", param, param_len, err) ||
         number_at(root, "top_k", 0, 1 << 20, 1, &top_k, "", param, param_len, err) ||

@@ -7,7 +7,7 @@
  *   POST   /v1/training_sessions/{id}/optim_step       {adam_params: {learning_rate, beta1, beta2, eps,
  *                                                       weight_decay, grad_clip_norm}} -> {step, grad_norm}
  *   POST   /v1/training_sessions/{id}/sample           {prompt: [ids] | messages, max_tokens, temperature,
- *                                                       top_p, top_k, n, seed} -> {sequences: [{tokens, text,
+ *                                                       top_p, top_k, n, seed, stop} -> {sequences: [{tokens, text,
  *                                                       logprobs, stop_reason}]}
  *   POST   /v1/training_sessions/{id}/save             {} -> {checkpoint: PREFIX, step}
  *   DELETE /v1/training_sessions/{id}

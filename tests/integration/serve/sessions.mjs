@@ -141,6 +141,11 @@ try {
     typeof s.text === 'string'), 'sample: n sequences with tokens, text and log-probs', sample.text);
   const again = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 5, n: 2, temperature: 1, seed: 3 } });
   check(JSON.stringify(again.json?.sequences) === JSON.stringify(seqs), 'a seeded sample repeats');
+  const long = (await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 24, seed: 5 } })).json;
+  const full = long.sequences[0].text, stop = full.slice(3, 5);
+  const cut = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 24, seed: 5, stop } });
+  check(full.length >= 5 && cut.json?.sequences?.[0]?.text === full.slice(0, full.indexOf(stop)) &&
+    cut.json.sequences[0].stop_reason === 'stop', 'sample stops at a stop string', { full, stop, cut: cut.text });
   const msgSample = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 } });
   check(msgSample.status === 200 && msgSample.json.usage.prompt_tokens === chat.json.count, 'sample from messages', msgSample.text);
   const saved = await a('POST', `/v1/training_sessions/${id}/save`, { json: {} });
