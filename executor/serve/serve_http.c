@@ -628,7 +628,8 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     h2o_multithread_register_receiver(s.ctx.queue, &s.receiver, on_messages);
     struct serve_sessions_opts so = {.max_sessions = o->max_sessions, .idle_timeout_s = o->session_idle_s,
                                      .object_store = o->object_store, .cache_dir = o->cache_dir,
-                                     .max_len = o->engine.max_len, .max_n = o->engine.n_slots};
+                                     .max_len = o->engine.max_len, .max_n = o->engine.n_slots,
+                                     .max_pass_tokens = o->max_train_tokens};
     if (o->training && serve_sessions_open(&s.sessions, &so, s.engine, &s.ctx, wake_engine, &s, err)) {
         serve_store_close(s.store);
         serve_engine_close(s.engine);

@@ -31,6 +31,7 @@ struct serve_http_opts {
     int training;             /* training sessions (serve_session_http.h); engine.training must be set too */
     int max_sessions;
     double session_idle_s;    /* an idle session expires after this */
+    int max_train_tokens;     /* a training pass's padded tokens at most */
 };
 
 /* Serves until SIGINT or SIGTERM; returns 0, or -1 with err when it could not start. */

@@ -27,7 +27,6 @@
 
 #define PREFIX "/v1/training_sessions"
 #define MAX_DATA 1024
-#define MAX_TRAIN_TOKENS (1 << 16) /* one call's tokens: its pass's activations stay bounded */
 #define MAX_LORA_R 256
 
 enum op_kind { OP_CREATE, OP_FORWARD_BACKWARD, OP_OPTIM_STEP, OP_SAMPLE, OP_SAVE, OP_DELETE };
@@ -377,6 +376,13 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     return 0;
 }
 
+/* The rows of a forward_backward call in a pass and the tokens of its longest. */
+static void fb_shape(const struct op *op, int *rows, int *T) {
+    *rows = op->fb.n_data, *T = 1;
+    for (int d = 0; d < op->fb.n_data; d++)
+        if (op->fb.data[d].n > *T) *T = op->fb.data[d].n;
+}
+
 /* Whether an op of session `id` waits (is blocked) in ops[0..n). */
 static int blocked(struct op **ops, int n, const char *id) {
     for (int i = 0; i < n; i++)
@@ -420,17 +426,22 @@ void serve_sessions_run(struct serve_sessions *ss) {
     struct op **waiting = xmalloc(sizeof *waiting * (size_t)(n_todo + 1)),
               **pass = xmalloc(sizeof *pass * (size_t)(n_todo + 1));
     struct op *keep = NULL, **keep_tail = &keep;
+    int pass_rows = 0, pass_T = 0; /* the pass's padded batch: at most max_pass_tokens */
     for (struct op *op = ss->todo, *next; op; op = next) {
         next = op->next;
         op->next = NULL;
-        int i = op->kind == OP_CREATE ? -1 : find_session(ss, op->session);
+        int i = op->kind == OP_CREATE ? -1 : find_session(ss, op->session), rows = 0, T = 0;
+        if (op->kind == OP_FORWARD_BACKWARD) fb_shape(op, &rows, &T);
+        if (T < pass_T) T = pass_T;
         int busy = blocked(waiting, n_waiting, op->session) || blocked(pass, n_pass, op->session) ||
-                   (i >= 0 && ss->sessions[i]->sampling);
+                   (i >= 0 && ss->sessions[i]->sampling) ||
+                   (n_pass && rows && (long long)(pass_rows + rows) * T > ss->o.max_pass_tokens);
         if (busy) {
             waiting[n_waiting++] = op;
             *keep_tail = op, keep_tail = &op->next;
         } else if (run_op(ss, op)) {
             pass[n_pass++] = op;
+            pass_rows += rows, pass_T = T;
         }
     }
     ss->todo = keep;
@@ -542,8 +553,8 @@ static int parse_create(struct op *op, const json_t *root, char *param, size_t p
     return 0;
 }
 
-static int parse_datum(struct serve_sessions *ss, struct op *op, const json_t *v, int d, int *total, char *param,
-                       size_t param_len, struct whet_err *err) {
+static int parse_datum(struct serve_sessions *ss, struct op *op, const json_t *v, int d, char *param, size_t param_len,
+                       struct whet_err *err) {
     struct serve_datum *x = &op->fb.data[d];
     char name[96];
     snprintf(name, sizeof name, "data[%d].model_input", d);
@@ -555,7 +566,6 @@ static int parse_datum(struct serve_sessions *ss, struct op *op, const json_t *v
         snprintf(param, param_len, "%s", name);
         return whet_errf(err, "%s: expected 1 to %d tokens, got %d", name, ss->o.max_len, x->n);
     }
-    *total += x->n;
     snprintf(name, sizeof name, "data[%d].loss_fn_inputs", d);
     if (!json_is_object(inputs)) return bad(param, param_len, name, err, "expected an object");
     struct {
@@ -603,11 +613,17 @@ static int parse_forward_backward(struct serve_sessions *ss, struct op *op, cons
         return bad(param, param_len, "data", err, "expected an array of 1 to 1024 data");
     op->fb.n_data = (int)json_array_size(data);
     op->fb.data = xcalloc((size_t)op->fb.n_data, sizeof *op->fb.data);
-    int total = 0;
     for (int d = 0; d < op->fb.n_data; d++)
-        if (parse_datum(ss, op, json_array_get(data, (size_t)d), d, &total, param, param_len, err)) return -1;
-    if (total > MAX_TRAIN_TOKENS)
-        return bad(param, param_len, "data", err, "more than 65536 tokens in one call; split it");
+        if (parse_datum(ss, op, json_array_get(data, (size_t)d), d, param, param_len, err)) return -1;
+    int rows, T;
+    fb_shape(op, &rows, &T);
+    if ((long long)rows * T > ss->o.max_pass_tokens) {
+        snprintf(param, param_len, "data");
+        return whet_errf(err,
+                         "data: %d data padded to the longest (%d tokens) exceed the %d tokens of a pass here; split "
+                         "the call",
+                         rows, T, ss->o.max_pass_tokens);
+    }
     return 0;
 }
 

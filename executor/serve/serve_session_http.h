@@ -20,7 +20,8 @@
  *
  * Threads: requests are checked on the HTTP loop (400 at once) and queued for the engine thread, which
  * runs them between engine steps: a session's calls in the order they came, the forward_backward calls
- * of different sessions waiting at the same time as one pass (serve_session_forward_backward), a sample
+ * of different sessions waiting at the same time as one pass (serve_session_forward_backward) while they
+ * fit in max_pass_tokens (a call that alone does not is refused), a sample
  * as a request of the engine's continuous batching with the session's adapter (the session's other
  * calls wait for it, so its weights do not change under it). Answers come back to the loop through
  * h2o's multithread queue. Fetching an initial adapter and uploading a save run on the engine thread
@@ -43,6 +44,8 @@ struct serve_sessions_opts {
     const char *cache_dir;    /* fetched initial adapters (a sessions/ dir in it) */
     int max_len;              /* the longest datum and sample (the engine's max_len) */
     int max_n;                /* a sample's sequences at most (the engine's n_slots) */
+    int max_pass_tokens;      /* a forward_backward pass's padded batch (data × the longest) at most: its
+                               * activations, which the base keeps at their largest */
 };
 
 /* On the loop thread, before the engine thread starts; wake(wake_ctx) makes the engine thread call

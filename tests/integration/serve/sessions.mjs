@@ -81,6 +81,21 @@ try {
   check(near(fa.json.logprobs[0], lp0) && near(fb1.json.logprobs[0], lp1) && near(fb2.json.logprobs[0], lp1),
     'sessions\' calls at once equal each alone (no optim_step: the weights stay)');
 
+  // a pass holds --max-train-tokens (data padded to the longest): a larger call is a 400, calls of two
+  // sessions that do not fit together run one after the other
+  const small = await startWorker('small', ['--max-train-tokens', '64']);
+  const onSmall = to(small.at);
+  const [t1, t2] = await Promise.all([onSmall('POST', '/v1/training_sessions', {}), onSmall('POST', '/v1/training_sessions', {})]);
+  const forty = Array.from({ length: 41 }, (_, i) => (i * 37 + 5) % 500);
+  const fbOn = (sid, data) => onSmall('POST', `/v1/training_sessions/${sid}/forward_backward`, { loss_fn: 'cross_entropy', data });
+  const both = await Promise.all([fbOn(t1.json.id, [datum(forty)]), fbOn(t2.json.id, [datum(forty)])]);
+  check(both.every((r) => r.status === 200 && r.json.logprobs[0].length === 40), 'two calls too large to share a pass both run',
+    both.map((r) => r.text.slice(0, 100)));
+  const tooLarge = await fbOn(t1.json.id, [datum(forty), datum(forty.slice(0, 3))]);
+  check(tooLarge.status === 400 && tooLarge.json?.error?.param === 'data', 'a call larger than a pass: 400 naming data', tooLarge.text);
+  small.proc.kill('SIGTERM');
+  check((await small.gone) === 0, 'that worker exits 0');
+
   // an idle session expires
   const brief = await startWorker('brief', ['--session-idle', '1']);
   const shortLived = await to(brief.at)('POST', '/v1/training_sessions', {});
