@@ -21,9 +21,9 @@
  * Threads: requests are checked on the HTTP loop (400 at once) and queued for the engine thread, which
  * runs them between engine steps: a session's calls in the order they came, the forward_backward calls
  * of different sessions waiting at the same time as one pass (serve_session_forward_backward) while they
- * fit in max_pass_tokens (a call that alone does not is refused), a sample
- * as a request of the engine's continuous batching with the session's adapter (the session's other
- * calls wait for it, so its weights do not change under it). Answers come back to the loop through
+ * fit in max_pass_tokens (a call that alone does not is refused), a sample as a request of the engine's
+ * continuous batching with the session's adapter (the session's other calls wait for it, so its weights
+ * do not change under it). Answers come back to the loop through
  * h2o's multithread queue. Fetching an initial adapter and uploading a save run on the engine thread
  * too: decoding pauses meanwhile (adapters are a few MB). Sessions idle for the idle timeout are freed
  * (a later call is a 404), and sessions live in the worker's memory alone: a restart ends them. */
