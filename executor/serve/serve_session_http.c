@@ -693,12 +693,14 @@ static char *header(h2o_req_t *req, const char *name) {
     return s;
 }
 
-static int id_valid(const char *id) {
-    size_t n = strlen(id);
-    if (n == 0 || n >= 64) return 0;
+/* Whether s is 1 to max-1 letters, digits, '-', '_' (and with slashes '/' and '.'): a session id, or a
+ * prefix in the store, written into answers as it is. */
+static int name_valid(const char *s, size_t max, int slashes) {
+    size_t n = strlen(s);
+    if (n == 0 || n >= max) return 0;
     for (size_t i = 0; i < n; i++)
-        if (!(id[i] == '-' || id[i] == '_' || (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'z') ||
-              (id[i] >= 'A' && id[i] <= 'Z')))
+        if (!(s[i] == '-' || s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+              (s[i] >= 'A' && s[i] <= 'Z') || (slashes && (s[i] == '/' || s[i] == '.'))))
             return 0;
     return 1;
 }
@@ -766,7 +768,7 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
     } else if (kind == OP_CREATE) {
         char *given = header(req, "x-whet-session");
         op->adapter_prefix = header(req, "x-whet-adapter");
-        if (given && !id_valid(given)) {
+        if (given && !name_valid(given, sizeof op->session, 0)) {
             whet_errf(&err, "x-whet-session: expected 1 to 63 letters, digits, '-' or '_'");
         } else if (op->adapter_prefix && !ss->store) {
             whet_errf(&err, "this model worker has no object store to fetch adapters from (--object-store)");
@@ -786,7 +788,10 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
         rc = parse_sample(ss, op, root, param, sizeof param, &err);
     } else {
         rc = 0;
-        if (kind == OP_SAVE) op->save_prefix = header(req, "x-whet-save-prefix");
+        if (kind == OP_SAVE && (op->save_prefix = header(req, "x-whet-save-prefix")) &&
+            !name_valid(op->save_prefix, 512, 1))
+            rc = whet_errf(&err, "x-whet-save-prefix: expected an object-store prefix of letters, digits, '-', '_', "
+                                 "'.' and '/'");
     }
     json_decref(root);
     if (rc) {
