@@ -26,6 +26,7 @@
 #include "log.h"
 #include "serve_api.h"
 #include "serve_metrics.h"
+#include "serve_session_http.h"
 #include "serve_store.h"
 
 enum msg_kind { MSG_SUBMITTED, MSG_EVENT };
@@ -89,6 +90,7 @@ struct server {
     pthread_cond_t cv;
     struct call *submit_head, **submit_tail;
     struct serve_store *store;           /* NULL without --object-store */
+    struct serve_sessions *sessions;     /* NULL without --training */
     pthread_t fetch_thread;
     pthread_cond_t fetch_cv;
     struct call *fetch_head, **fetch_tail; /* calls whose adapter is to be fetched first */
@@ -337,16 +339,8 @@ static void on_engine_event(void *ctx, const struct serve_event *ev) {
 }
 
 static void submit(struct server *s, struct call *c) {
-    struct serve_request r = {.adapter = c->adapter_dir,
-                              .prompt = c->api.prompt,
-                              .n_prompt = c->api.n_prompt,
-                              .n = c->api.n,
-                              .max_tokens = c->api.max_tokens,
-                              .sampling = c->api.sampling,
-                              .stop = c->api.stop,
-                              .n_stop = c->api.n_stop,
-                              .emit = on_engine_event,
-                              .ctx = c};
+    struct serve_request r = serve_api_engine_request(&c->api, on_engine_event, c);
+    r.adapter = c->adapter_dir;
     struct msg *m = xcalloc(1, sizeof *m);
     m->kind = MSG_SUBMITTED, m->call = c;
     struct whet_err err;
@@ -357,12 +351,20 @@ static void submit(struct server *s, struct call *c) {
     post(s, m);
 }
 
+/* Training sessions have work for the engine thread. */
+static void wake_engine(void *arg) {
+    struct server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *engine_main(void *arg) {
     struct server *s = arg;
     int busy = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        if (!busy && !s->submit_head && !s->n_cancels) {
+        if (!busy && !s->submit_head && !s->n_cancels && !serve_sessions_pending(s->sessions)) {
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
@@ -379,6 +381,7 @@ static void *engine_main(void *arg) {
         }
         for (size_t i = 0; i < n_cancels; i++) serve_engine_cancel(s->engine, cancels[i]);
         free(cancels);
+        serve_sessions_run(s->sessions);
         struct whet_err err;
         busy = serve_engine_step(s->engine, &err);
         struct serve_stats stats = serve_engine_stats(s->engine);
@@ -480,6 +483,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         list_models(s, req);
         return 0;
     }
+    if (serve_sessions_on_req(s->sessions, req) || serve_tokenize_on_req(s->engine, req)) return 0;
     enum serve_api_kind kind;
     if (path_is(req, "/v1/chat/completions")) kind = SERVE_API_CHAT;
     else if (path_is(req, "/v1/completions")) kind = SERVE_API_COMPLETION;
@@ -622,6 +626,16 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.accept.ctx = &s.ctx;
     s.accept.hosts = s.config.hosts;
     h2o_multithread_register_receiver(s.ctx.queue, &s.receiver, on_messages);
+    struct serve_sessions_opts so = {.max_sessions = o->max_sessions, .idle_timeout_s = o->session_idle_s,
+                                     .object_store = o->object_store, .cache_dir = o->cache_dir,
+                                     .max_len = o->engine.max_len, .max_n = o->engine.n_slots,
+                                     .max_pass_tokens = o->max_train_tokens};
+    if (o->training && serve_sessions_open(&s.sessions, &so, s.engine, &s.ctx, wake_engine, &s, err)) {
+        serve_store_close(s.store);
+        serve_engine_close(s.engine);
+        close(fd);
+        return -1;
+    }
     s.listener = h2o_evloop_socket_create(s.ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     s.listener->data = &s;
     h2o_socket_read_start(s.listener, on_accept);
@@ -640,7 +654,10 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     }
     log_info("msg=\"serving\" address=%s model=%s adapters=%d slots=%d max_len=%d", bound, o->name, o->n_adapters,
              o->engine.n_slots, o->engine.max_len);
-    while (!stop_signal) h2o_evloop_run(s.ctx.loop, 100);
+    while (!stop_signal) {
+        h2o_evloop_run(s.ctx.loop, 100);
+        serve_sessions_tick(s.sessions);
+    }
     log_info("msg=\"stopping\" signal=%d", (int)stop_signal);
     h2o_socket_read_stop(s.listener);
     h2o_socket_close(s.listener);
@@ -653,6 +670,7 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     if (s.store) pthread_join(s.fetch_thread, NULL);
     serve_store_close(s.store);
     h2o_evloop_run(s.ctx.loop, 0); /* the engine's last messages: calls whose client left are freed */
+    serve_sessions_close(s.sessions);
     serve_engine_close(s.engine);
     free(s.cancels);
     /* the process exits next: h2o 2.2 cannot close idle keep-alive connections from outside, so the
