@@ -3,7 +3,8 @@
  *
  * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's
  * fine-tuned models (`ft:…`, the final adapter of a succeeded job) or one of its checkpoints
- * (`ft:…:ckpt-step-N`). Another tenant's model is a 404 like one that never was. The request then goes
+ * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one
+ * that never was. The request then goes
  * to the worker that holds the base model, unchanged but for two headers: the adapter's object-store
  * prefix in x-whet-adapter (the worker fetches it once) and no Authorization (a worker is reachable by
  * the gateway alone). h2o's own reverse proxy streams the answer back as it comes (server-sent events
@@ -114,9 +115,9 @@ void inference_routes(struct http_router *rt) {
     db_prepare("inference_model",
                "SELECT id, NULL::text FROM base_models WHERE id = $2"
                " UNION ALL SELECT model, final_object_prefix FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2"
-               " AND status = 'succeeded' AND final_object_prefix IS NOT NULL"
+               " AND status = 'succeeded' AND final_object_prefix IS NOT NULL AND model_deleted_at IS NULL"
                " UNION ALL SELECT j.model, c.object_prefix FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
-               " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 LIMIT 1");
+               " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 AND j.model_deleted_at IS NULL LIMIT 1");
     http_route(rt, "POST", "/v1/chat/completions", completions, HTTP_ROUTE_TENANT, "chat.completions.create");
     http_route(rt, "POST", "/v1/completions", completions, HTTP_ROUTE_TENANT, "completions.create");
 }

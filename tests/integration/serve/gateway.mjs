@@ -87,6 +87,31 @@ try {
   await refused('a base whose worker does not answer', alpha, 'dead-base', 502);
   const noModel = await a('POST', '/v1/chat/completions', { json: { messages: [] } });
   check(noModel.status === 400 && noModel.json?.error?.param === 'model', 'no model: 400 naming it', noModel.json);
+
+  // DELETE /v1/models/{model}: only the tenant's own fine-tuned model; then neither listed nor served
+  const del = async (c, name) => {
+    try {
+      return await c.models.delete(name);
+    } catch (e) {
+      return { status: e.status, code: e.code };
+    }
+  };
+  const byBeta = await del(beta, ft);
+  check(byBeta.status === 404 && byBeta.code === 'model_not_found', 'another tenant cannot delete the model', byBeta);
+  const base = await del(alpha, 'whet-tiny');
+  check(base.status === 404, 'a base model cannot be deleted', base);
+  const deleted = await del(alpha, ft);
+  check(deleted.id === ft && deleted.object === 'model' && deleted.deleted === true, 'the model is deleted', deleted);
+  const listed = (await alpha.models.list()).data.map((m) => m.id);
+  check(!listed.includes(ft) && listed.includes('whet-tiny'), 'a deleted model is no longer listed', listed);
+  const got = await a('GET', `/v1/models/${encodeURIComponent(ft)}`);
+  check(got.status === 404, 'a deleted model is not found', got.json);
+  await refused('a deleted model', alpha, ft, 404, 'model_not_found');
+  await refused('a checkpoint of a deleted model', alpha, ckpt, 404, 'model_not_found');
+  const again = await del(alpha, ft);
+  check(again.status === 404, 'a second delete is a 404', again);
+  const jobAfter = await a('GET', `/v1/fine_tuning/jobs/${job}`);
+  check(jobAfter.status === 200 && jobAfter.json.fine_tuned_model === ft, 'the job stays', jobAfter.json);
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
