@@ -3,9 +3,14 @@
 // the tenant's fine-tuned model, one of its checkpoints) and hands the request to the `whet serve` worker
 // of the base (WHET_SERVE_WORKERS) with the adapter's object-store prefix. Greedy answers equal
 // `whet sample` with the same adapter; a stream comes through as it is made; another tenant's model and
-// an unknown one are 404s; a base without a worker is a 503, one whose worker is down a 502.
+// an unknown one are 404s; a base without a worker is a 503. Every answer is metered: the usage rows
+// equal the answers' usage, /v1/usage and /v1/costs show them priced, and the worker's report never
+// reaches the client. Cold start: a request for a worker not up yet waits for it (started during the
+// wait) and is answered; one that never comes up is a 503 with retry-after after the wait. DELETE
+// /v1/models/{model}: then neither listed nor served.
 import OpenAI from 'openai';
 import { spawn, execFileSync } from 'node:child_process';
+import { createServer } from 'node:net';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,11 +40,19 @@ const workerGone = new Promise((resolve) => worker.on('exit', resolve));
 for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
 const workerAt = readFileSync(addressFile, 'utf8').trim();
 
+// a free port for a worker started later (cold start)
+const latePort = await new Promise((resolve) => {
+  const srv = createServer().listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+});
+const COLD_START_MS = 6000;
+let lateWorker, lateGone;
+
 let stack;
 try {
-  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${workerAt},dead-base=127.0.0.1:1` } });
+  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${workerAt},dead-base=127.0.0.1:1,late-base=127.0.0.1:${latePort}`,
+                                    WHET_SERVE_COLD_START_MS: String(COLD_START_MS) } });
   // alpha's succeeded job: its fine-tuned model and a checkpoint of it
-  const a = client(stack, 'alpha');
+  const a = client(stack, 'alpha'), b = client(stack, 'beta');
   const m = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'd.jsonl', value: `${SFT_LINE}\n` }]);
   const file = (await a('POST', '/v1/files', { body: m.body, headers: { 'content-type': m.type } })).json.id;
   const job = (await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-tiny', training_file: file } })).json.id;
@@ -50,17 +63,24 @@ try {
               SELECT 'ftckpt-x10', tenant_id, id, 10, '${ckpt}', 'checkpoints/ftjob-x/step-10' FROM jobs WHERE id = '${job}';
               INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
               VALUES ('other-base', 'llama', 1000000, 'models/other', '00', '{}'),
-                     ('dead-base', 'llama', 1000000, 'models/dead', '00', '{}')`);
+                     ('dead-base', 'llama', 1000000, 'models/dead', '00', '{}'),
+                     ('late-base', 'llama', 1000000, 'models/late', '00', '{}')`);
+  // inference prices: a prompt token costs 1, a completion token 2
+  const op = await a('POST', '/admin/v1/prices', { key: stack.adminToken(), json: { effective_from: 0, currency: 'USD',
+    prices: { inference_prompt_tokens_1m: 1000000, inference_completion_tokens_1m: 2000000 } } });
+  check(op.status === 200 || op.status === 201, 'a price book with inference prices', op.json);
   await new Promise((r) => setTimeout(r, 100)); // psql blocked the loop: let pooled sockets settle
 
   const alpha = new OpenAI({ apiKey: stack.keys.alpha, baseURL: `${stack.url}/v1`, maxRetries: 0 });
   const beta = new OpenAI({ apiKey: stack.keys.beta, baseURL: `${stack.url}/v1`, maxRetries: 0 });
   const ask = (c, name, extra = {}) => c.chat.completions.create({ model: name, messages: [{ role: 'user', content: 'Name a colour.' }],
     max_tokens: 10, temperature: 0, ...extra });
+  const metered = []; // [tenant, model, prompt_tokens, completion_tokens] of every answer
   for (const [name, key] of [['whet-tiny', 'base'], [ft, 0], [ckpt, 1]]) {
     const r = await ask(alpha, name);
     check(r.choices[0].message.content === want[key] && r.model === name, `${name} through the gateway equals whet sample`,
       { got: r.choices[0].message.content, want: want[key] });
+    metered.push(['alpha', name, r.usage.prompt_tokens, r.usage.completion_tokens]);
   }
   const stream = await ask(alpha, ft, { stream: true, stream_options: { include_usage: true } });
   let text = '', usage = null;
@@ -69,8 +89,79 @@ try {
     if (c.usage) usage = c.usage;
   }
   check(text === want[0] && usage?.completion_tokens > 0, 'a stream comes through the gateway', { text, usage });
-  const done = await alpha.completions.create({ model: ft, prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
-  check(done.object === 'text_completion' && done.choices[0].text.length > 0, 'completions through the gateway', done.choices[0]);
+  metered.push(['alpha', ft, usage.prompt_tokens, usage.completion_tokens]);
+  const done = await alpha.completions.create({ model: ft, prompt: 'Once upon a time', max_tokens: 5, n: 2,
+    seed: 7, temperature: 1 });
+  check(done.object === 'text_completion' && done.choices.length === 2, 'completions through the gateway', done.choices);
+  metered.push(['alpha', ft, done.usage.prompt_tokens, done.usage.completion_tokens]);
+
+  // the worker's usage report stays between it and the gateway: neither a header of a whole answer, nor
+  // an event of a stream (which, without include_usage, has no usage chunk either)
+  const body = { model: ckpt, messages: [{ role: 'user', content: 'Name a colour.' }], max_tokens: 10, temperature: 0 };
+  const whole = await a('POST', '/v1/chat/completions', { json: body });
+  check(whole.status === 200 && !whole.headers.has('x-whet-usage'), 'a whole answer carries no usage report', [...whole.headers]);
+  metered.push(['alpha', ckpt, whole.json.usage.prompt_tokens, whole.json.usage.completion_tokens]);
+  const raw = await a('POST', '/v1/chat/completions', { json: { ...body, stream: true } });
+  const events = raw.text.split('\n\n').filter((e) => e);
+  check(raw.status === 200 && !raw.text.includes('x-whet-usage') && events.at(-1) === 'data: [DONE]' &&
+    events.slice(0, -1).every((e) => e.startsWith('data: ') && !('usage' in JSON.parse(e.slice(6)))),
+    'a stream without include_usage: no report, no usage chunk', raw.text);
+  metered.push(['alpha', ckpt, whole.json.usage.prompt_tokens, whole.json.usage.completion_tokens]); // greedy: the same answer
+  const rebuilt = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)).choices[0]?.delta?.content ?? '').join('');
+  check(rebuilt === whole.json.choices[0].message.content, 'the stream is whole', { rebuilt, whole: whole.json.choices[0] });
+  // a client cannot name an adapter itself: the gateway drops x-whet-* headers
+  const sneaky = await b('POST', '/v1/chat/completions', { json: { ...body, model: 'whet-tiny' },
+    headers: { 'x-whet-adapter': 'checkpoints/ftjob-x/final', 'x-whet-usage': '1' } });
+  check(sneaky.status === 200 && sneaky.json.choices[0].message.content === want.base,
+    'a client\'s x-whet-adapter is ignored', sneaky.json);
+  metered.push(['beta', 'whet-tiny', sneaky.json.usage.prompt_tokens, sneaky.json.usage.completion_tokens]);
+
+  // the usage rows equal the answers' usage (written as each answer ends: wait for the last)
+  const rowsWant = metered.map((m) => m.join('|')).sort();
+  let rows = [];
+  for (let i = 0; i < 100; i++) {
+    rows = stack.psql(`SELECT t.name, i.model, i.prompt_tokens, i.completion_tokens FROM inference_usage i
+                       JOIN tenants t ON t.id = i.tenant_id`).split('\n').filter((l) => l).sort();
+    if (rows.length >= rowsWant.length) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  check(JSON.stringify(rows) === JSON.stringify(rowsWant), 'one usage row per answer, with its usage', { rows, rowsWant });
+  const sum = (tenant, model, k) => metered.filter((m) => m[0] === tenant && (!model || m[1] === model)).reduce((s, m) => s + m[k], 0);
+  const u = (await a('GET', '/v1/usage')).json;
+  for (const model of ['whet-tiny', ft, ckpt]) {
+    const row = u.inference.find((x) => x.model === model);
+    const p = sum('alpha', model, 2), c = sum('alpha', model, 3);
+    check(row && row.requests === metered.filter((m) => m[0] === 'alpha' && m[1] === model).length && row.prompt_tokens === p &&
+      row.completion_tokens === c && row.cost.amount === p + 2 * c && row.cost.line_items.inference_prompt_tokens === p &&
+      row.cost.line_items.inference_completion_tokens === 2 * c, `/v1/usage: ${model}'s tokens and cost`, { row, p, c });
+  }
+  check(u.inference.length === 3, 'alpha sees its own models only', u.inference);
+  const bu = (await b('GET', '/v1/usage')).json.inference;
+  check(bu.length === 1 && bu[0].model === 'whet-tiny' && bu[0].prompt_tokens === sum('beta', null, 2), 'beta sees its own', bu);
+  const now = Math.floor(Date.now() / 1000);
+  const costs = (await a('GET', `/v1/costs?start_time=${now - 86400}&end_time=${now + 86400}&group_by=line_item&limit=3`)).json;
+  const line = (li) => costs.data.flatMap((d) => d.results).filter((x) => x.line_item === li).reduce((s, x) => s + x.amount.value, 0);
+  check(line('inference_prompt_tokens') === sum('alpha', null, 2) && line('inference_completion_tokens') === 2 * sum('alpha', null, 3),
+    '/v1/costs: inference line items', costs);
+  const csv = (await a('GET', '/admin/v1/usage?format=csv', { key: stack.adminToken() })).text.split('\n');
+  check(csv[0].endsWith(',model,requests,prompt_tokens,completion_tokens') &&
+    csv.includes(`beta,${(await b('GET', '/v1/whoami')).json?.tenant_id ?? ''},,,,,,,,,whet-tiny,1,${sum('beta', null, 2)},${sum('beta', null, 3)}`),
+    'the billing export has inference rows', csv);
+
+  // cold start: a worker that comes up while the request waits answers it
+  const lateStart = Date.now();
+  const lateAnswer = ask(alpha, 'late-base');
+  await new Promise((r) => setTimeout(r, 500));
+  lateWorker = spawn(whet, ['serve', '--model', model, '--name', 'late-base', '--http', `127.0.0.1:${latePort}`, '--slots', '2',
+    '--max-len', '128'], { stdio: ['ignore', 'inherit', 'inherit'] });
+  lateGone = new Promise((resolve) => lateWorker.on('exit', resolve));
+  try {
+    const late = await lateAnswer;
+    check(late.choices[0].message.content === want.base && Date.now() - lateStart >= 500,
+      'a request waits for its worker\'s cold start', late.choices[0]);
+  } catch (e) {
+    check(false, 'a request waits for its worker\'s cold start', { status: e.status, message: e.message });
+  }
 
   const refused = async (what, c, name, status, code) => {
     try {
@@ -84,7 +175,12 @@ try {
   await refused('another tenant\'s checkpoint', beta, ckpt, 404, 'model_not_found');
   await refused('an unknown model', alpha, 'ft:nope', 404, 'model_not_found');
   await refused('a base no worker serves', alpha, 'other-base', 503);
-  await refused('a base whose worker does not answer', alpha, 'dead-base', 502);
+  // (the gateway's clock is its loop's, read once per iteration: a little slack)
+  const deadStart = Date.now();
+  const dead = await a('POST', '/v1/chat/completions', { json: { ...body, model: 'dead-base' } });
+  check(dead.status === 503 && Number(dead.headers.get('retry-after')) >= 1 && dead.json?.error?.message?.includes('dead-base') &&
+    Date.now() - deadStart >= COLD_START_MS - 100, 'a worker that does not come up: 503 with retry-after after the wait',
+    { status: dead.status, retry: dead.headers.get('retry-after'), body: dead.json, ms: Date.now() - deadStart });
   const noModel = await a('POST', '/v1/chat/completions', { json: { messages: [] } });
   check(noModel.status === 400 && noModel.json?.error?.param === 'model', 'no model: 400 naming it', noModel.json);
 
@@ -122,6 +218,10 @@ try {
   }
   worker.kill('SIGTERM');
   check((await workerGone) === 0, 'the worker exits 0');
+  if (lateWorker) {
+    lateWorker.kill('SIGTERM');
+    check((await lateGone) === 0, 'the late worker exits 0');
+  }
   rmSync(dir, { recursive: true, force: true });
 }
 process.exit(summary());
