@@ -147,6 +147,10 @@ try {
   check(csv[0].endsWith(',model,requests,prompt_tokens,completion_tokens') &&
     csv.includes(`beta,${(await b('GET', '/v1/whoami')).json?.tenant_id ?? ''},,,,,,,,,whet-tiny,1,${sum('beta', null, 2)},${sum('beta', null, 3)}`),
     'the billing export has inference rows', csv);
+  const month = new Date().toISOString().slice(0, 7);
+  const focus = (await a('GET', `/admin/v1/billing/focus?period=${month}`, { key: stack.adminToken() })).text.split('\n');
+  const focusRow = focus.find((l) => l.includes(`,inference_completion_tokens_1m,${ckpt},Model,`));
+  check(focusRow && Number(focusRow.split(',')[0]) === 2 * sum('alpha', ckpt, 3), 'the FOCUS export: a model\'s inference tokens', focus);
 
   // cold start: a worker that comes up while the request waits answers it
   const lateStart = Date.now();
