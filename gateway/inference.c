@@ -188,6 +188,7 @@ static void answer_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_
         h2o_memis(req->res.headers.entries[ct].value.base, req->res.headers.entries[ct].value.len,
                   H2O_STRLIT("text/event-stream"))) {
         struct answer_ostream *o = (struct answer_ostream *)h2o_add_ostream(req, sizeof *o, slot);
+        req->res.content_length = SIZE_MAX; /* the report is taken out */
         o->super.do_send = stream_do_send;
         o->a = a;
         slot = &o->super.next;

@@ -90,10 +90,21 @@ try {
   }
   check(text === want[0] && usage?.completion_tokens > 0, 'a stream comes through the gateway', { text, usage });
   metered.push(['alpha', ft, usage.prompt_tokens, usage.completion_tokens]);
-  const done = await alpha.completions.create({ model: ft, prompt: 'Once upon a time', max_tokens: 5, n: 2,
-    seed: 7, temperature: 1 });
-  check(done.object === 'text_completion' && done.choices.length === 2, 'completions through the gateway', done.choices);
-  metered.push(['alpha', ft, done.usage.prompt_tokens, done.usage.completion_tokens]);
+  // n > 1 with a seed: the same choices again, and not all the same
+  const seeded = () => alpha.completions.create({ model: ft, prompt: 'Once upon a time', max_tokens: 8, n: 3, seed: 7,
+    temperature: 1 });
+  const done = await seeded(), repeated = await seeded();
+  const texts = (r) => r.choices.map((c) => c.text);
+  check(done.object === 'text_completion' && done.choices.length === 3 && JSON.stringify(texts(done)) === JSON.stringify(texts(repeated)) &&
+    new Set(texts(done)).size > 1, 'completions with n and a seed through the gateway: reproducible, choices differ',
+    [texts(done), texts(repeated)]);
+  for (const r of [done, repeated]) metered.push(['alpha', ft, r.usage.prompt_tokens, r.usage.completion_tokens]);
+  // log-probs: the chosen token's and the top ones, as the worker computed them
+  const lp = await ask(alpha, ft, { logprobs: true, top_logprobs: 2 });
+  const content = lp.choices[0].logprobs?.content ?? [];
+  check(content.length === lp.usage.completion_tokens && content.every((t) => t.logprob <= 0 && t.top_logprobs.length === 2 &&
+    t.top_logprobs[0].logprob >= t.logprob - 1e-6), 'log-probs through the gateway', lp.choices[0].logprobs);
+  metered.push(['alpha', ft, lp.usage.prompt_tokens, lp.usage.completion_tokens]);
 
   // the worker's usage report stays between it and the gateway: neither a header of a whole answer, nor
   // an event of a stream (which, without include_usage, has no usage chunk either)
@@ -163,6 +174,7 @@ try {
     const late = await lateAnswer;
     check(late.choices[0].message.content === want.base && Date.now() - lateStart >= 500,
       'a request waits for its worker\'s cold start', late.choices[0]);
+    metered.push(['alpha', 'late-base', late.usage.prompt_tokens, late.usage.completion_tokens]);
   } catch (e) {
     check(false, 'a request waits for its worker\'s cold start', { status: e.status, message: e.message });
   }
@@ -187,6 +199,13 @@ try {
     { status: dead.status, retry: dead.headers.get('retry-after'), body: dead.json, ms: Date.now() - deadStart });
   const noModel = await a('POST', '/v1/chat/completions', { json: { messages: [] } });
   check(noModel.status === 400 && noModel.json?.error?.param === 'model', 'no model: 400 naming it', noModel.json);
+  // bad parameters: the worker's 400s, naming them, come through (and are not metered)
+  for (const [what, extra, param] of [['a negative max_tokens', { max_tokens: -1 }, 'max_tokens'], ['a huge n', { n: 1000 }, 'n'],
+    ['a prompt longer than the context', { messages: [{ role: 'user', content: 'colour '.repeat(400) }] }, 'messages']]) {
+    const bad = await a('POST', '/v1/chat/completions', { json: { ...body, ...extra } });
+    check(bad.status === 400 && bad.json?.error?.param === param && bad.json?.error?.type === 'invalid_request_error',
+      `${what}: 400 naming ${param}`, { status: bad.status, body: bad.json });
+  }
 
   // DELETE /v1/models/{model}: only the tenant's own fine-tuned model; then neither listed nor served
   const del = async (c, name) => {
@@ -212,6 +231,8 @@ try {
   check(again.status === 404, 'a second delete is a 404', again);
   const jobAfter = await a('GET', `/v1/fine_tuning/jobs/${job}`);
   check(jobAfter.status === 200 && jobAfter.json.fine_tuned_model === ft, 'the job stays', jobAfter.json);
+  const count = Number(stack.psql('SELECT count(*) FROM inference_usage'));
+  check(count === metered.length, 'refused requests are not metered', { count, answers: metered.length });
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
