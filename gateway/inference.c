@@ -14,7 +14,7 @@
  * scheduler and scaling from zero are to come). A base model without a worker is a 503 with
  * retry-after.
  *
- * Cold start: a worker this loop has not reached yet (or whose last answer was the proxy's 502) is
+ * Cold start: a worker not reached yet (or whose last answer was the proxy's 502, or cut short) is
  * first connected to, again every 100 ms (the loop's hundred_ms_timeout) while it refuses (a worker
  * listens once its model is loaded), for WHET_SERVE_COLD_START_MS (default 5000); then the request is a
  * 503 with retry-after.
@@ -27,6 +27,7 @@
 #include "inference.h"
 
 #include <netdb.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -50,9 +51,10 @@ static struct worker {
 static int n_workers;
 static long cold_start_ms = COLD_START_MS_DEFAULT;
 
-/* Whether this loop has reached worker i since its last failure: one connect proves a worker up, a
- * 502 from the proxy (it could not reach it) makes the next request wait for it again. */
-static _Thread_local unsigned char worker_up[MAX_WORKERS];
+/* Whether worker i was reached since its last failure (every loop's view): one connect proves a worker
+ * up; a 502 from the proxy (it could not reach it) or an answer cut short makes the next request wait
+ * for it again. */
+static atomic_uchar worker_up[MAX_WORKERS];
 
 static void resolve_worker(struct worker *w) {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
@@ -115,6 +117,7 @@ struct answer {
     const char *model, *base;
     int worker;
     struct whet_buf held, out; /* a stream's bytes not passed on yet (a partial event); what was passed last */
+    int ended;                 /* the stream's last event came: [DONE], or the worker's error */
 };
 
 struct answer_prefilter {
@@ -148,8 +151,11 @@ static void meter(struct answer *a, const char *report, size_t len) {
     db_query(a->r, "inference_usage_insert", 6, p, usage_written, NULL);
 }
 
-/* A stream's events pass on whole; the report (a comment event, ": x-whet-usage P C") is taken out. */
+/* A stream's events pass on whole; the report (a comment event, ": x-whet-usage P C") is taken out. A
+ * stream that stops before its last event lost its worker (h2o's proxy takes a connection closed
+ * between two chunks for the end of the body): it gets an error event, which the SDKs raise. */
 #define USAGE_EVENT ": x-whet-usage "
+#define STARTS(p, len, s) ((len) >= strlen(s) && !memcmp((p), (s), strlen(s)))
 
 static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n, h2o_send_state_t state) {
     struct answer *a = ((struct answer_ostream *)self)->a;
@@ -163,13 +169,27 @@ static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
     for (size_t at = 0; at < whole;) {
         const char *ev = a->held.data + at, *sep = memmem(ev, whole - at, "\n\n", 2);
         size_t len = sep ? (size_t)(sep - ev) + 2 : whole - at;
-        if (len > strlen(USAGE_EVENT) && !memcmp(ev, USAGE_EVENT, strlen(USAGE_EVENT)))
-            meter(a, ev + strlen(USAGE_EVENT), len - strlen(USAGE_EVENT) - (sep ? 2 : 0));
-        else whet_buf_append(&a->out, ev, len);
         at += len;
+        if (STARTS(ev, len, USAGE_EVENT)) {
+            meter(a, ev + strlen(USAGE_EVENT), len - strlen(USAGE_EVENT) - (sep ? 2 : 0));
+            continue;
+        }
+        if (STARTS(ev, len, "data: [DONE]") || STARTS(ev, len, "data: {\"error\"")) a->ended = 1;
+        whet_buf_append(&a->out, ev, len);
     }
     memmove(a->held.data, a->held.data + whole, a->held.len - whole);
     a->held.len -= whole;
+    if (!h2o_send_state_is_in_progress(state) && !a->ended) {
+        worker_up[a->worker] = 0;
+        json_t *error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
+                                  http_printf(a->r, "the model worker of %s stopped before the answer was complete "
+                                                    "(request %s); retry the request", a->base, a->r->request_id),
+                                  "type", "server_error", "param", "code", "worker_lost");
+        char *text = json_dumps(error, JSON_COMPACT);
+        json_decref(error);
+        whet_buf_printf(&a->out, "data: %s\n\n", text);
+        free(text);
+    }
     h2o_iovec_t out = h2o_iovec_init(a->out.data, a->out.len);
     h2o_ostream_send_next(self, req, &out, out.len ? 1 : 0, state);
 }

@@ -46,6 +46,12 @@ const latePort = await new Promise((resolve) => {
 });
 const COLD_START_MS = 6000;
 let lateWorker, lateGone;
+const startLate = () => {
+  lateWorker = spawn(whet, ['serve', '--model', model, '--name', 'late-base', '--http', `127.0.0.1:${latePort}`, '--slots', '2',
+    '--max-len', '2048'], { stdio: ['ignore', 'inherit', 'inherit'] });
+  lateGone = new Promise((resolve) => lateWorker.on('exit', (code, signal) => resolve(code ?? signal)));
+};
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 let stack;
 try {
@@ -165,19 +171,34 @@ try {
 
   // cold start: a worker that comes up while the request waits answers it
   const lateStart = Date.now();
-  const lateAnswer = ask(alpha, 'late-base');
-  await new Promise((r) => setTimeout(r, 500));
-  lateWorker = spawn(whet, ['serve', '--model', model, '--name', 'late-base', '--http', `127.0.0.1:${latePort}`, '--slots', '2',
-    '--max-len', '128'], { stdio: ['ignore', 'inherit', 'inherit'] });
-  lateGone = new Promise((resolve) => lateWorker.on('exit', resolve));
+  const settled = (p) => p.then((r) => ({ r }), (e) => ({ e })); // awaited later: no unhandled rejection meanwhile
+  const lateAnswer = settled(ask(alpha, 'late-base'));
+  await sleep(500);
+  startLate();
+  const { r: late, e: lateError } = await lateAnswer;
+  check(late?.choices[0].message.content === want.base && Date.now() - lateStart >= 500,
+    'a request waits for its worker\'s cold start', late?.choices[0] ?? lateError?.message);
+  if (late) metered.push(['alpha', 'late-base', late.usage.prompt_tokens, late.usage.completion_tokens]);
+  // a worker killed mid-stream: the stream ends with an error event (the SDK raises it), and the next
+  // request waits for the worker to come back
+  let chunks = 0, cut = null;
   try {
-    const late = await lateAnswer;
-    check(late.choices[0].message.content === want.base && Date.now() - lateStart >= 500,
-      'a request waits for its worker\'s cold start', late.choices[0]);
-    metered.push(['alpha', 'late-base', late.usage.prompt_tokens, late.usage.completion_tokens]);
+    const long = await ask(alpha, 'late-base', { max_tokens: 1900, stream: true });
+    for await (const c of long) if (++chunks === 2) lateWorker.kill('SIGKILL');
   } catch (e) {
-    check(false, 'a request waits for its worker\'s cold start', { status: e.status, message: e.message });
+    cut = e;
   }
+  check(cut && /stopped before the answer was complete/.test(cut.message) && chunks >= 2,
+    'a worker killed mid-stream: the stream ends with an error', { chunks, message: cut?.message });
+  check((await lateGone) === 'SIGKILL', 'the killed worker is gone');
+  const backStart = Date.now();
+  const back = settled(ask(alpha, 'late-base'));
+  await sleep(500);
+  startLate();
+  const { r: backAnswer, e: backError } = await back;
+  check(backAnswer?.choices[0].message.content === want.base && Date.now() - backStart >= 500,
+    'the next request waits for the worker', backAnswer?.choices[0] ?? backError?.message);
+  if (backAnswer) metered.push(['alpha', 'late-base', backAnswer.usage.prompt_tokens, backAnswer.usage.completion_tokens]);
 
   const refused = async (what, c, name, status, code) => {
     try {
