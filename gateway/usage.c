@@ -54,20 +54,25 @@
     "   AND i.created_at >= coalesce($3::bigint, 0) AND i.created_at < coalesce($4::bigint, 9223372036854775807)" \
     " GROUP BY i.tenant_id, t.name, i.model ORDER BY min(i.created_at), i.model"
 
-static json_t *inference_row(const PGresult *res, int i, int with_tenant) {
-    json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "usage.inference", "model",
-                          db_json_string(res, i, 2), "requests", db_json_integer(res, i, 3), "prompt_tokens",
-                          db_json_integer(res, i, 4), "completion_tokens", db_json_integer(res, i, 5),
-                          "first_recorded_at", db_json_integer(res, i, 6), "last_recorded_at",
-                          db_json_integer(res, i, 7), "cost", db_json_value(res, i, 8));
-    if (with_tenant) {
+/* An operator's row names its tenant (columns 0 and 1). */
+static json_t *with_tenant(json_t *o, const PGresult *res, int i, int admin) {
+    if (admin) {
         json_object_set_new(o, "tenant_id", db_json_string(res, i, 0));
         json_object_set_new(o, "tenant", db_json_string(res, i, 1));
     }
     return o;
 }
 
-static json_t *usage_row(const PGresult *res, int i, int with_tenant) {
+static json_t *inference_row(const PGresult *res, int i, int admin) {
+    json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "usage.inference", "model",
+                          db_json_string(res, i, 2), "requests", db_json_integer(res, i, 3), "prompt_tokens",
+                          db_json_integer(res, i, 4), "completion_tokens", db_json_integer(res, i, 5),
+                          "first_recorded_at", db_json_integer(res, i, 6), "last_recorded_at",
+                          db_json_integer(res, i, 7), "cost", db_json_value(res, i, 8));
+    return with_tenant(o, res, i, admin);
+}
+
+static json_t *usage_row(const PGresult *res, int i, int admin) {
     json_t *o = json_pack("{s:s, s:o, s:o, s:f, s:o, s:o, s:f, s:o, s:f, s:o, s:o, s:o}", "object", "usage", "job_id",
                           db_json_string(res, i, 2), "device_type", db_json_string(res, i, 3), "device_seconds",
                           atof(PQgetvalue(res, i, 4)), "trained_tokens", db_json_integer(res, i, 5), "rollout_tokens",
@@ -75,11 +80,7 @@ static json_t *usage_row(const PGresult *res, int i, int with_tenant) {
                           db_json_integer(res, i, 8), "lost_device_seconds", atof(PQgetvalue(res, i, 9)),
                           "first_recorded_at", db_json_integer(res, i, 10), "last_recorded_at",
                           db_json_integer(res, i, 11), "cost", db_json_value(res, i, 12));
-    if (with_tenant) {
-        json_object_set_new(o, "tenant_id", db_json_string(res, i, 0));
-        json_object_set_new(o, "tenant", db_json_string(res, i, 1));
-    }
-    return o;
+    return with_tenant(o, res, i, admin);
 }
 
 /* `start_time`/`end_time` are Unix seconds; anything else is a 400. Returns 0 or -1 (answered). */

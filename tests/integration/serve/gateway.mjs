@@ -170,15 +170,17 @@ try {
   check(focusRow && Number(focusRow.split(',')[0]) === 2 * sum('alpha', ckpt, 3), 'the FOCUS export: a model\'s inference tokens', focus);
 
   // cold start: a worker that comes up while the request waits answers it
-  const lateStart = Date.now();
   const settled = (p) => p.then((r) => ({ r }), (e) => ({ e })); // awaited later: no unhandled rejection meanwhile
-  const lateAnswer = settled(ask(alpha, 'late-base'));
-  await sleep(500);
-  startLate();
-  const { r: late, e: lateError } = await lateAnswer;
-  check(late?.choices[0].message.content === want.base && Date.now() - lateStart >= 500,
-    'a request waits for its worker\'s cold start', late?.choices[0] ?? lateError?.message);
-  if (late) metered.push(['alpha', 'late-base', late.usage.prompt_tokens, late.usage.completion_tokens]);
+  const waitsForLate = async (what) => {
+    const start = Date.now();
+    const answer = settled(ask(alpha, 'late-base'));
+    await sleep(500);
+    startLate();
+    const { r, e } = await answer;
+    check(r?.choices[0].message.content === want.base && Date.now() - start >= 500, what, r?.choices[0] ?? e?.message);
+    if (r) metered.push(['alpha', 'late-base', r.usage.prompt_tokens, r.usage.completion_tokens]);
+  };
+  await waitsForLate('a request waits for its worker\'s cold start');
   // a worker killed mid-stream: the stream ends with an error event (the SDK raises it), and the next
   // request waits for the worker to come back
   let chunks = 0, cut = null;
@@ -191,14 +193,7 @@ try {
   check(cut && /stopped before the answer was complete/.test(cut.message) && chunks >= 2,
     'a worker killed mid-stream: the stream ends with an error', { chunks, message: cut?.message });
   check((await lateGone) === 'SIGKILL', 'the killed worker is gone');
-  const backStart = Date.now();
-  const back = settled(ask(alpha, 'late-base'));
-  await sleep(500);
-  startLate();
-  const { r: backAnswer, e: backError } = await back;
-  check(backAnswer?.choices[0].message.content === want.base && Date.now() - backStart >= 500,
-    'the next request waits for the worker', backAnswer?.choices[0] ?? backError?.message);
-  if (backAnswer) metered.push(['alpha', 'late-base', backAnswer.usage.prompt_tokens, backAnswer.usage.completion_tokens]);
+  await waitsForLate('the next request waits for the worker');
 
   const refused = async (what, c, name, status, code) => {
     try {
