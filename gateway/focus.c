@@ -159,7 +159,8 @@ void focus_routes(struct http_router *rt) {
     db_prepare(
         "focus_rows",
         "SELECT l.tenant_id, t.name, l.sku || CASE WHEN l.sku = 'device_hour' THEN ':' || l.device_type ELSE '' END, "
-        "coalesce(l.job_id, l.model), to_char(to_timestamp(l.day) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+        "coalesce(l.job_id, l.model), "
+        "to_char(to_timestamp(l.day) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
         "to_char(to_timestamp(l.day + 86400) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), l.charge, "
         "min(l.currency), sum(l.amount), sum(l.quantity), "
         "CASE min(l.unit) WHEN 'device-hour' THEN 'Hours' WHEN '1M tokens' THEN '1000000 Tokens' ELSE 'GB-Months' END, "

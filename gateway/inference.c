@@ -62,7 +62,8 @@ static void resolve_worker(struct worker *w) {
     snprintf(port, sizeof port, "%u", (unsigned)w->port);
     if (getaddrinfo(w->host, port, &hints, &res)) {
         log_warn("msg=\"WHET_SERVE_WORKERS: cannot resolve a worker: its requests go to it without waiting for a "
-                 "cold start\" model=%s host=%s", w->model, w->host);
+                 "cold start\" model=%s host=%s",
+                 w->model, w->host);
         return;
     }
     memcpy(&w->addr, res->ai_addr, res->ai_addrlen);
@@ -96,8 +97,10 @@ static void read_workers(void) {
     char *cold_end;
     long ms = cold ? strtol(cold, &cold_end, 10) : COLD_START_MS_DEFAULT;
     if (cold && (*cold_end || ms < 0 || ms > 3600000)) {
-        log_warn("msg=\"WHET_SERVE_COLD_START_MS: expected milliseconds (0 to 3600000), using the default\" value=\"%s\" "
-                 "default=%d", cold, COLD_START_MS_DEFAULT);
+        log_warn(
+            "msg=\"WHET_SERVE_COLD_START_MS: expected milliseconds (0 to 3600000), using the default\" value=\"%s\" "
+            "default=%d",
+            cold, COLD_START_MS_DEFAULT);
         ms = COLD_START_MS_DEFAULT;
     }
     cold_start_ms = ms;
@@ -143,11 +146,16 @@ static void meter(struct answer *a, const char *report, size_t len) {
     long long prompt = strtoll(text, &end, 10), completion = strtoll(end, &end, 10);
     if (*end || prompt < 0 || completion < 0) {
         log_error("msg=\"a model worker's usage report is malformed: the answer is not metered\" request_id=%s "
-                  "report=\"%s\"", a->r->request_id, text);
+                  "report=\"%s\"",
+                  a->r->request_id, text);
         return;
     }
-    const char *p[] = {http_tenant_id(a->r), a->model, a->base, a->r->request_id,
-                       http_printf(a->r, "%lld", prompt), http_printf(a->r, "%lld", completion)};
+    const char *p[] = {http_tenant_id(a->r),
+                       a->model,
+                       a->base,
+                       a->r->request_id,
+                       http_printf(a->r, "%lld", prompt),
+                       http_printf(a->r, "%lld", completion)};
     db_query(a->r, "inference_usage_insert", 6, p, usage_written, NULL);
 }
 
@@ -182,8 +190,10 @@ static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
     if (!h2o_send_state_is_in_progress(state) && !a->ended) {
         worker_up[a->worker] = 0;
         json_t *error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
-                                  http_printf(a->r, "the model worker of %s stopped before the answer was complete "
-                                                    "(request %s); retry the request", a->base, a->r->request_id),
+                                  http_printf(a->r,
+                                              "the model worker of %s stopped before the answer was complete "
+                                              "(request %s); retry the request",
+                                              a->base, a->r->request_id),
                                   "type", "server_error", "param", "code", "worker_lost");
         char *text = json_dumps(error, JSON_COMPACT);
         json_decref(error);
@@ -277,18 +287,16 @@ static void route_end(struct route *rt, int up) {
             worker_up[rt->worker] = 1;
             proxy(rt);
         } else {
-            http_reply_unavailable(r, (int)((cold_start_ms + 999) / 1000),
-                                   http_printf(r, "the model worker of %s (still starting after %ld ms)", rt->base,
-                                               cold_start_ms));
+            http_reply_unavailable(
+                r, (int)((cold_start_ms + 999) / 1000),
+                http_printf(r, "the model worker of %s (still starting after %ld ms)", rt->base, cold_start_ms));
         }
     }
     free(rt);
     gw_req_release(r);
 }
 
-static void retry_due(h2o_timeout_entry_t *entry) {
-    probe(H2O_STRUCT_FROM_MEMBER(struct route, retry, entry));
-}
+static void retry_due(h2o_timeout_entry_t *entry) { probe(H2O_STRUCT_FROM_MEMBER(struct route, retry, entry)); }
 
 /* The worker refused: again in a while, unless the wait is over (or the client or the gateway leaves). */
 static void probe_failed(struct route *rt) {
@@ -313,8 +321,8 @@ static void probe(struct route *rt) {
         route_end(rt, 0);
         return;
     }
-    h2o_socket_t *sock = h2o_socket_connect(rt->r->thread->ctx.loop, (struct sockaddr *)&w->addr, w->addr_len,
-                                            probe_connected);
+    h2o_socket_t *sock =
+        h2o_socket_connect(rt->r->thread->ctx.loop, (struct sockaddr *)&w->addr, w->addr_len, probe_connected);
     if (!sock) {
         probe_failed(rt);
         return;
@@ -329,8 +337,12 @@ static void route_to_worker(struct gw_req *r, const char *model, const char *bas
         return;
     }
     struct route *rt = xcalloc(1, sizeof *rt);
-    *rt = (struct route){.r = r, .model = model, .base = http_strdup(r, base), .prefix = prefix ? http_strdup(r, prefix) : NULL,
-                         .worker = i, .retry = {.cb = retry_due}};
+    *rt = (struct route){.r = r,
+                         .model = model,
+                         .base = http_strdup(r, base),
+                         .prefix = prefix ? http_strdup(r, prefix) : NULL,
+                         .worker = i,
+                         .retry = {.cb = retry_due}};
     gw_req_retain(r);
     if (worker_up[i] || !workers[i].addr_len) {
         route_end(rt, 1);
@@ -376,9 +388,10 @@ void inference_routes(struct http_router *rt) {
                " AND status = 'succeeded' AND final_object_prefix IS NOT NULL AND model_deleted_at IS NULL"
                " UNION ALL SELECT j.model, c.object_prefix FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
                " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 AND j.model_deleted_at IS NULL LIMIT 1");
-    db_prepare("inference_usage_insert",
-               "INSERT INTO inference_usage (tenant_id, model, base_model, request_id, prompt_tokens, completion_tokens) "
-               "VALUES ($1, $2, $3, $4, $5, $6)");
+    db_prepare(
+        "inference_usage_insert",
+        "INSERT INTO inference_usage (tenant_id, model, base_model, request_id, prompt_tokens, completion_tokens) "
+        "VALUES ($1, $2, $3, $4, $5, $6)");
     http_route(rt, "POST", "/v1/chat/completions", completions, HTTP_ROUTE_TENANT, "chat.completions.create");
     http_route(rt, "POST", "/v1/completions", completions, HTTP_ROUTE_TENANT, "completions.create");
 }

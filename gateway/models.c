@@ -47,8 +47,8 @@ static void models_delete_done(struct gw_req *r, const struct db_result *res, vo
                          http_path_param(r, "id"));
         return;
     }
-    http_reply_json(r, 200, json_pack("{s:o, s:s, s:b}", "id", db_json_string(res->res[0], 0, 0), "object", "model",
-                                      "deleted", 1));
+    http_reply_json(
+        r, 200, json_pack("{s:o, s:s, s:b}", "id", db_json_string(res->res[0], 0, 0), "object", "model", "deleted", 1));
 }
 
 static void models_delete(struct gw_req *r) {
@@ -56,9 +56,9 @@ static void models_delete(struct gw_req *r) {
     db_query(r, "models_delete", 2, params, models_delete_done, NULL);
 }
 
-#define MODELS_UNION                                                                                       \
-    "SELECT id, created_at AS created, 'whet' AS owned_by FROM base_models "                              \
-    "UNION ALL SELECT fine_tuned_model, coalesce(finished_at, created_at), $2::text FROM jobs "          \
+#define MODELS_UNION                                                                                                   \
+    "SELECT id, created_at AS created, 'whet' AS owned_by FROM base_models "                                           \
+    "UNION ALL SELECT fine_tuned_model, coalesce(finished_at, created_at), $2::text FROM jobs "                        \
     "WHERE tenant_id = $1 AND status = 'succeeded' AND fine_tuned_model IS NOT NULL AND model_deleted_at IS NULL"
 
 void models_routes(struct http_router *rt) {

@@ -41,17 +41,17 @@
 
 /* Inference per tenant and model, with the cost lines of the same model over the same window. $1: tenant
  * id or NULL for all tenants; $2: a job id (no inference row belongs to a job). */
-#define INFERENCE_USAGE_SQL                                                                               \
-    "SELECT i.tenant_id, t.name, i.model, count(*), sum(i.prompt_tokens)::bigint,"                        \
-    " sum(i.completion_tokens)::bigint, min(i.created_at), max(i.created_at),"                            \
-    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"       \
-    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                              \
-    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(i.tenant_id, NULL,"               \
-    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE model = i.model"         \
-    "   GROUP BY line_item) l)"                                                                               \
-    " FROM inference_usage i JOIN tenants t ON t.id = i.tenant_id"                                        \
-    " WHERE ($1::text IS NULL OR i.tenant_id = $1) AND $2::text IS NULL"                                 \
-    "   AND i.created_at >= coalesce($3::bigint, 0) AND i.created_at < coalesce($4::bigint, 9223372036854775807)" \
+#define INFERENCE_USAGE_SQL                                                                                            \
+    "SELECT i.tenant_id, t.name, i.model, count(*), sum(i.prompt_tokens)::bigint,"                                     \
+    " sum(i.completion_tokens)::bigint, min(i.created_at), max(i.created_at),"                                         \
+    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"                   \
+    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                                        \
+    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(i.tenant_id, NULL,"                          \
+    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE model = i.model"                     \
+    "   GROUP BY line_item) l)"                                                                                        \
+    " FROM inference_usage i JOIN tenants t ON t.id = i.tenant_id"                                                     \
+    " WHERE ($1::text IS NULL OR i.tenant_id = $1) AND $2::text IS NULL"                                               \
+    "   AND i.created_at >= coalesce($3::bigint, 0) AND i.created_at < coalesce($4::bigint, 9223372036854775807)"      \
     " GROUP BY i.tenant_id, t.name, i.model ORDER BY min(i.created_at), i.model"
 
 /* An operator's row names its tenant (columns 0 and 1). */
@@ -106,13 +106,14 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
     if (admin && format && !strcmp(format, "csv")) {
         /* a job's row leaves the inference columns empty, a model's the job's */
         struct whet_buf csv = {0};
-        whet_buf_puts(&csv, "tenant,tenant_id,job_id,device_type,device_seconds,lost_device_seconds,trained_tokens,"
-                            "rollout_tokens,storage_byte_hours,attempts,model,requests,prompt_tokens,completion_tokens\n");
+        whet_buf_puts(&csv,
+                      "tenant,tenant_id,job_id,device_type,device_seconds,lost_device_seconds,trained_tokens,"
+                      "rollout_tokens,storage_byte_hours,attempts,model,requests,prompt_tokens,completion_tokens\n");
         for (int i = 0; i < PQntuples(pr); i++)
-            whet_buf_printf(&csv, "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%.3f,%s,,,,\n", PQgetvalue(pr, i, 1), PQgetvalue(pr, i, 0),
-                            PQgetvalue(pr, i, 2), PQgetvalue(pr, i, 3), atof(PQgetvalue(pr, i, 4)),
-                            atof(PQgetvalue(pr, i, 9)), PQgetvalue(pr, i, 5), PQgetvalue(pr, i, 6),
-                            atof(PQgetvalue(pr, i, 7)), PQgetvalue(pr, i, 8));
+            whet_buf_printf(&csv, "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%.3f,%s,,,,\n", PQgetvalue(pr, i, 1),
+                            PQgetvalue(pr, i, 0), PQgetvalue(pr, i, 2), PQgetvalue(pr, i, 3),
+                            atof(PQgetvalue(pr, i, 4)), atof(PQgetvalue(pr, i, 9)), PQgetvalue(pr, i, 5),
+                            PQgetvalue(pr, i, 6), atof(PQgetvalue(pr, i, 7)), PQgetvalue(pr, i, 8));
         for (int i = 0; i < PQntuples(inf); i++)
             whet_buf_printf(&csv, "%s,%s,,,,,,,,,%s,%s,%s,%s\n", PQgetvalue(inf, i, 1), PQgetvalue(inf, i, 0),
                             PQgetvalue(inf, i, 2), PQgetvalue(inf, i, 3), PQgetvalue(inf, i, 4), PQgetvalue(inf, i, 5));
@@ -127,7 +128,8 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
     json_t *data = json_array(), *inference = json_array();
     for (int i = 0; i < PQntuples(pr); i++) json_array_append_new(data, usage_row(pr, i, admin));
     for (int i = 0; i < PQntuples(inf); i++) json_array_append_new(inference, inference_row(inf, i, admin));
-    json_t *list = json_pack("{s:s, s:o, s:o, s:b}", "object", "list", "data", data, "inference", inference, "has_more", 0);
+    json_t *list =
+        json_pack("{s:s, s:o, s:o, s:b}", "object", "list", "data", data, "inference", inference, "has_more", 0);
     /* A tenant sees its budget and this month's spend beside (budgets.h): soft_alert is the alert flag. */
     if (res->n == 3) json_object_set_new(list, "budget", db_json_value(res->res[2], 0, 1));
     http_reply_json(r, 200, list);

@@ -265,8 +265,7 @@ static void on_final(struct call *c, const struct msg *m) {
             for (int i = 0; i < c->api.n; i++) completion += c->choices[i].completion_tokens;
             if (c->api.include_usage)
                 append_chunk(c, serve_api_usage_chunk(&c->api, c->id, c->created, c->prompt_tokens, completion));
-            if (c->report_usage)
-                whet_buf_printf(&c->pending, ": x-whet-usage %d %d\n\n", c->prompt_tokens, completion);
+            if (c->report_usage) whet_buf_printf(&c->pending, ": x-whet-usage %d %d\n\n", c->prompt_tokens, completion);
             whet_buf_puts(&c->pending, "data: [DONE]\n\n");
             c->final_queued = 1;
         }
