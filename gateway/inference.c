@@ -121,6 +121,7 @@ struct answer {
     int worker;
     struct whet_buf held, out; /* a stream's bytes not passed on yet (a partial event); what was passed last */
     int ended;                 /* the stream's last event came: [DONE], or the worker's error */
+    int metered;               /* the worker's report came */
 };
 
 struct answer_prefilter {
@@ -157,6 +158,14 @@ static void meter(struct answer *a, const char *report, size_t len) {
                        http_printf(a->r, "%lld", prompt),
                        http_printf(a->r, "%lld", completion)};
     db_query(a->r, "inference_usage_insert", 6, p, usage_written, NULL);
+    a->metered = 1;
+}
+
+/* An answer the worker did not report (a worker older than the gateway?) is not metered: say so. */
+static void unreported(const struct answer *a) {
+    log_warn("msg=\"a model worker answered without a usage report: the answer is not metered\" request_id=%s "
+             "model=%s worker=%s:%u",
+             a->r->request_id, a->model, workers[a->worker].host, (unsigned)workers[a->worker].port);
 }
 
 /* A stream's events pass on whole; the report (a comment event, ": x-whet-usage P C") is taken out. A
@@ -182,6 +191,7 @@ static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
             meter(a, ev + strlen(USAGE_EVENT), len - strlen(USAGE_EVENT) - (sep ? 2 : 0));
             continue;
         }
+        if (STARTS(ev, len, "data: [DONE]") && !a->metered) unreported(a);
         if (STARTS(ev, len, "data: [DONE]") || STARTS(ev, len, "data: {\"error\"")) a->ended = 1;
         whet_buf_append(&a->out, ev, len);
     }
@@ -222,6 +232,8 @@ static void answer_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_
         o->super.do_send = stream_do_send;
         o->a = a;
         slot = &o->super.next;
+    } else if (req->res.status == 200 && !a->metered) {
+        unreported(a);
     }
     h2o_setup_next_prefilter(self, req, slot);
 }
