@@ -5,12 +5,14 @@
 // `whet sample` with the same adapter; a stream comes through as it is made; another tenant's model and
 // an unknown one are 404s; a base without a worker is a 503. Every answer is metered: the usage rows
 // equal the answers' usage, /v1/usage and /v1/costs show them priced, and the worker's report never
-// reaches the client. Cold start: a request for a worker not up yet waits for it (started during the
-// wait) and is answered; one that never comes up is a 503 with retry-after after the wait. DELETE
-// /v1/models/{model}: then neither listed nor served.
+// reaches the client. Cold start: a request for a worker not up yet waits for it (it comes up during
+// the wait) and is answered; one that never comes up is a 503 with retry-after after the wait. A worker
+// killed mid-stream ends the stream with an error, and the next request waits for it again. n with a
+// seed, log-probs, bad parameters (400s naming them). DELETE /v1/models/{model}: then neither listed
+// nor served.
 import OpenAI from 'openai';
 import { spawn, execFileSync } from 'node:child_process';
-import { createServer } from 'node:net';
+import { createServer, connect } from 'node:net';
 import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,30 +34,43 @@ const put = (prefix, k) => execFileSync(putDir, [prefix, join(dir, 'adapter-' + 
 put('checkpoints/ftjob-x/final', 0);
 put('checkpoints/ftjob-x/step-10', 1);
 
-const addressFile = join(dir, 'address');
-const worker = spawn(whet, ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0.0.1:0', '--address-file',
-  addressFile, '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache')],
-  { stdio: ['ignore', 'inherit', 'inherit'] });
-const workerGone = new Promise((resolve) => worker.on('exit', resolve));
-for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
-const workerAt = readFileSync(addressFile, 'utf8').trim();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// A worker on a free port, once it listens (its model loaded): { proc, at, gone (its exit code or signal) }.
+let workers = 0;
+const startWorker = async (name, ...args) => {
+  const addressFile = join(dir, `address-${workers++}`);
+  const proc = spawn(whet, ['serve', '--model', model, '--name', name, '--http', '127.0.0.1:0', '--address-file', addressFile, ...args],
+    { stdio: ['ignore', 'inherit', 'inherit'] });
+  const gone = new Promise((resolve) => proc.on('exit', (code, signal) => resolve(code ?? signal)));
+  for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await sleep(50);
+  return { proc, gone, at: readFileSync(addressFile, 'utf8').trim() };
+};
+const worker = await startWorker('whet-tiny', '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache'));
 
-// a free port for a worker started later (cold start)
+// Cold start: the gateway knows late-base at a port where nothing listens until a test opens it, as a
+// relay to a worker started (and loaded) beforehand, so when the worker "comes up" does not depend on
+// how long a worker takes to load here.
 const latePort = await new Promise((resolve) => {
   const srv = createServer().listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
 });
 const COLD_START_MS = 6000;
-let lateWorker, lateGone;
-const startLate = () => {
-  lateWorker = spawn(whet, ['serve', '--model', model, '--name', 'late-base', '--http', `127.0.0.1:${latePort}`, '--slots', '2',
-    '--max-len', '2048'], { stdio: ['ignore', 'inherit', 'inherit'] });
-  lateGone = new Promise((resolve) => lateWorker.on('exit', (code, signal) => resolve(code ?? signal)));
-};
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let late = null, relay = null;
+const openRelay = (target) => new Promise((resolve) => {
+  const [host, port] = [target.slice(0, target.lastIndexOf(':')), Number(target.slice(target.lastIndexOf(':') + 1))];
+  relay = createServer((client) => {
+    const up = connect(port, host);
+    client.pipe(up).pipe(client);
+    up.on('close', () => client.destroy());
+    client.on('close', () => up.destroy());
+    up.on('error', () => {});
+    client.on('error', () => {});
+  }).listen(latePort, '127.0.0.1', resolve);
+});
+const closeRelay = () => new Promise((resolve) => (relay ? relay.close(resolve) : resolve()));
 
 let stack;
 try {
-  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${workerAt},dead-base=127.0.0.1:1,late-base=127.0.0.1:${latePort}`,
+  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${worker.at},dead-base=127.0.0.1:1,late-base=127.0.0.1:${latePort}`,
                                     WHET_SERVE_COLD_START_MS: String(COLD_START_MS) } });
   // alpha's succeeded job: its fine-tuned model and a checkpoint of it
   const a = client(stack, 'alpha'), b = client(stack, 'beta');
@@ -172,10 +187,11 @@ try {
   // cold start: a worker that comes up while the request waits answers it
   const settled = (p) => p.then((r) => ({ r }), (e) => ({ e })); // awaited later: no unhandled rejection meanwhile
   const waitsForLate = async (what) => {
+    late = await startWorker('late-base', '--slots', '2', '--max-len', '2048');
     const start = Date.now();
     const answer = settled(ask(alpha, 'late-base'));
     await sleep(500);
-    startLate();
+    await openRelay(late.at);
     const { r, e } = await answer;
     check(r?.choices[0].message.content === want.base && Date.now() - start >= 500, what, r?.choices[0] ?? e?.message);
     if (r) metered.push(['alpha', 'late-base', r.usage.prompt_tokens, r.usage.completion_tokens]);
@@ -186,13 +202,14 @@ try {
   let chunks = 0, cut = null;
   try {
     const long = await ask(alpha, 'late-base', { max_tokens: 1900, stream: true });
-    for await (const c of long) if (++chunks === 2) lateWorker.kill('SIGKILL');
+    for await (const c of long) if (++chunks === 2) late.proc.kill('SIGKILL');
   } catch (e) {
     cut = e;
   }
   check(cut && /stopped before the answer was complete/.test(cut.message) && chunks >= 2,
     'a worker killed mid-stream: the stream ends with an error', { chunks, message: cut?.message });
-  check((await lateGone) === 'SIGKILL', 'the killed worker is gone');
+  check((await late.gone) === 'SIGKILL', 'the killed worker is gone');
+  await closeRelay();
   await waitsForLate('the next request waits for the worker');
 
   const refused = async (what, c, name, status, code) => {
@@ -257,11 +274,12 @@ try {
     check(stopped === null, 'the gateway exits cleanly', stopped);
     if (failed()) console.error(stack.logTail(60));
   }
-  worker.kill('SIGTERM');
-  check((await workerGone) === 0, 'the worker exits 0');
-  if (lateWorker) {
-    lateWorker.kill('SIGTERM');
-    check((await lateGone) === 0, 'the late worker exits 0');
+  await closeRelay();
+  worker.proc.kill('SIGTERM');
+  check((await worker.gone) === 0, 'the worker exits 0');
+  if (late) {
+    late.proc.kill('SIGTERM');
+    check((await late.gone) === 0, 'the late worker exits 0');
   }
   rmSync(dir, { recursive: true, force: true });
 }
