@@ -11,12 +11,13 @@
 // seed, log-probs, bad parameters (400s naming them). DELETE /v1/models/{model}: then neither listed
 // nor served.
 import OpenAI from 'openai';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createServer, connect } from 'node:net';
-import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
+import { startWorker, usageRows, sleep } from './worker.mjs';
 
 const { check, summary, failed } = checker();
 const whet = process.env.WHET_BIN;
@@ -34,18 +35,7 @@ const put = (prefix, k) => execFileSync(putDir, [prefix, join(dir, 'adapter-' + 
 put('checkpoints/ftjob-x/final', 0);
 put('checkpoints/ftjob-x/step-10', 1);
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-// A worker on a free port, once it listens (its model loaded): { proc, at, gone (its exit code or signal) }.
-let workers = 0;
-const startWorker = async (name, ...args) => {
-  const addressFile = join(dir, `address-${workers++}`);
-  const proc = spawn(whet, ['serve', '--model', model, '--name', name, '--http', '127.0.0.1:0', '--address-file', addressFile, ...args],
-    { stdio: ['ignore', 'inherit', 'inherit'] });
-  const gone = new Promise((resolve) => proc.on('exit', (code, signal) => resolve(code ?? signal)));
-  for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await sleep(50);
-  return { proc, gone, at: readFileSync(addressFile, 'utf8').trim() };
-};
-const worker = await startWorker('whet-tiny', '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache'));
+const worker = await startWorker(dir, model, 'whet-tiny', '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache'));
 
 // Cold start: the gateway knows late-base at a port where nothing listens until a test opens it, as a
 // relay to a worker started (and loaded) beforehand, so when the worker "comes up" does not depend on
@@ -150,13 +140,7 @@ try {
 
   // the usage rows equal the answers' usage (written as each answer ends: wait for the last)
   const rowsWant = metered.map((m) => m.join('|')).sort();
-  let rows = [];
-  for (let i = 0; i < 100; i++) {
-    rows = stack.psql(`SELECT t.name, i.model, i.prompt_tokens, i.completion_tokens FROM inference_usage i
-                       JOIN tenants t ON t.id = i.tenant_id`).split('\n').filter((l) => l).sort();
-    if (rows.length >= rowsWant.length) break;
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  const rows = await usageRows(stack, rowsWant.length);
   check(JSON.stringify(rows) === JSON.stringify(rowsWant), 'one usage row per answer, with its usage', { rows, rowsWant });
   const sum = (tenant, model, k) => metered.filter((m) => m[0] === tenant && (!model || m[1] === model)).reduce((s, m) => s + m[k], 0);
   const u = (await a('GET', '/v1/usage')).json;
@@ -187,7 +171,7 @@ try {
   // cold start: a worker that comes up while the request waits answers it
   const settled = (p) => p.then((r) => ({ r }), (e) => ({ e })); // awaited later: no unhandled rejection meanwhile
   const waitsForLate = async (what) => {
-    late = await startWorker('late-base', '--slots', '2', '--max-len', '2048');
+    late = await startWorker(dir, model, 'late-base', '--slots', '2', '--max-len', '2048');
     const start = Date.now();
     const answer = settled(ask(alpha, 'late-base'));
     await sleep(500);

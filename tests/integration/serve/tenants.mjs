@@ -5,12 +5,13 @@
 // tenant's prompt, adapter or output reaches another's answer. A tenant asking for another's model is
 // a 404, and each tenant's usage rows hold exactly its own answers.
 import OpenAI from 'openai';
-import { spawn, execFile, execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
+import { startWorker, usageRows } from './worker.mjs';
 
 const { check, summary, failed } = checker();
 const whet = process.env.WHET_BIN;
@@ -35,16 +36,12 @@ await Promise.all(adapters.map(async (a) => {
 check(new Set(adapters.map((a) => a.want)).size > adapters.length / 2, 'the adapters answer differently (the test can tell them apart)',
   adapters.map((a) => a.want));
 
-const addressFile = join(dir, 'address');
-const worker = spawn(whet, ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0.0.1:0', '--address-file',
-  addressFile, '--slots', '6', '--cache', '5', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache')],
-  { stdio: ['ignore', 'inherit', 'inherit'] });
-const workerGone = new Promise((resolve) => worker.on('exit', resolve));
-for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
+const worker = await startWorker(dir, model, 'whet-tiny', '--slots', '6', '--cache', '5', '--max-len', '128', '--object-store', store,
+  '--cache-dir', join(dir, 'cache'));
 
 let stack;
 try {
-  stack = await startStack({ tenants: TENANTS, env: { WHET_SERVE_WORKERS: `whet-tiny=${readFileSync(addressFile, 'utf8').trim()}` } });
+  stack = await startStack({ tenants: TENANTS, env: { WHET_SERVE_WORKERS: `whet-tiny=${worker.at}` } });
   // each tenant's succeeded jobs, one per adapter
   for (const t of TENANTS) {
     const c = client(stack, t);
@@ -92,12 +89,7 @@ try {
   // each tenant's usage rows are its own answers' usage
   const want = TENANTS.map((t) => jobs.map((j, i) => ({ ...j, u: answers[i].usage })).filter((j) => j.a.tenant === t && j.u)
     .map((j) => `${t}|${j.a.ft}|${j.u.prompt_tokens}|${j.u.completion_tokens}`)).flat().sort();
-  let rows = [];
-  for (let i = 0; i < 100 && rows.length < want.length; i++) {
-    rows = stack.psql(`SELECT t.name, i.model, i.prompt_tokens, i.completion_tokens FROM inference_usage i
-                       JOIN tenants t ON t.id = i.tenant_id`).split('\n').filter((l) => l).sort();
-    if (rows.length < want.length) await new Promise((r) => setTimeout(r, 50));
-  }
+  const rows = await usageRows(stack, want.length);
   check(want.length === jobs.length && JSON.stringify(rows) === JSON.stringify(want), 'each tenant is metered its own answers',
     { rows, want });
 } catch (e) {
@@ -108,8 +100,8 @@ try {
     check(stopped === null, 'the gateway exits cleanly', stopped);
     if (failed()) console.error(stack.logTail(60));
   }
-  worker.kill('SIGTERM');
-  check((await workerGone) === 0, 'the worker exits 0');
+  worker.proc.kill('SIGTERM');
+  check((await worker.gone) === 0, 'the worker exits 0');
   rmSync(dir, { recursive: true, force: true });
 }
 process.exit(summary());
