@@ -142,10 +142,10 @@ static void usage_written(struct gw_req *r, const struct db_result *res, void *a
 
 /* The worker's report, "PROMPT_TOKENS COMPLETION_TOKENS", becomes a usage row. */
 static void meter(struct answer *a, const char *report, size_t len) {
-    char text[64], *end;
+    char text[64], *mid, *end;
     snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text - 1 ? len : sizeof text - 1), report);
-    long long prompt = strtoll(text, &end, 10), completion = strtoll(end, &end, 10);
-    if (*end || prompt < 0 || completion < 0) {
+    long long prompt = strtoll(text, &mid, 10), completion = strtoll(mid, &end, 10);
+    if (mid == text || end == mid || *end || prompt < 0 || completion < 0) {
         log_error("msg=\"a model worker's usage report is malformed: the answer is not metered\" request_id=%s "
                   "report=\"%s\"",
                   a->r->request_id, text);

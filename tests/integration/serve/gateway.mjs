@@ -13,6 +13,7 @@
 import OpenAI from 'openai';
 import { execFileSync } from 'node:child_process';
 import { createServer, connect } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -56,11 +57,34 @@ const openRelay = (target) => new Promise((resolve) => {
     client.on('error', () => {});
   }).listen(latePort, '127.0.0.1', resolve);
 });
+// A stand-in worker for fake-base: its stream comes in pieces cut anywhere (the usage report split in
+// two), its whole answer carries a malformed report.
+const FAKE_EVENTS = ['data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n',
+  'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"lo"}}]}\n\n', ': x-whet-usage 7 3\n\n',
+  'data: [DONE]\n\n'];
+const fake = createHttpServer(async (req, res) => {
+  for await (const chunk of req); // the body
+  if (req.headers['x-whet-usage'] !== '1') res.setHeader('x-fake-saw', 'no usage request');
+  if (req.url === '/v1/completions') {
+    res.writeHead(200, { 'content-type': 'application/json', 'x-whet-usage': '5 x' });
+    res.end('{"id":"cmpl-fake","object":"text_completion","created":1,"model":"fake-base",' +
+            '"choices":[{"index":0,"text":"ok","finish_reason":"stop"}]}');
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  const all = FAKE_EVENTS.join(''), cuts = [5, 40, all.indexOf('usage') + 2, all.indexOf('[DONE]') - 3, all.length];
+  for (let i = 0, at = 0; i < cuts.length; at = cuts[i++]) {
+    res.write(all.slice(at, cuts[i]));
+    await sleep(30);
+  }
+  res.end();
+});
+const fakeAt = await new Promise((resolve) => fake.listen(0, '127.0.0.1', () => resolve(`127.0.0.1:${fake.address().port}`)));
 const closeRelay = () => new Promise((resolve) => (relay ? relay.close(resolve) : resolve()));
 
 let stack;
 try {
-  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${worker.at},dead-base=127.0.0.1:1,late-base=127.0.0.1:${latePort}`,
+  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${worker.at},dead-base=127.0.0.1:1,late-base=127.0.0.1:${latePort},fake-base=${fakeAt}`,
                                     WHET_SERVE_COLD_START_MS: String(COLD_START_MS) } });
   // alpha's succeeded job: its fine-tuned model and a checkpoint of it
   const a = client(stack, 'alpha'), b = client(stack, 'beta');
@@ -75,7 +99,8 @@ try {
               INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
               VALUES ('other-base', 'llama', 1000000, 'models/other', '00', '{}'),
                      ('dead-base', 'llama', 1000000, 'models/dead', '00', '{}'),
-                     ('late-base', 'llama', 1000000, 'models/late', '00', '{}')`);
+                     ('late-base', 'llama', 1000000, 'models/late', '00', '{}'),
+                     ('fake-base', 'llama', 1000000, 'models/fake', '00', '{}')`);
   // inference prices: a prompt token costs 1, a completion token 2
   const op = await a('POST', '/admin/v1/prices', { key: stack.adminToken(), json: { effective_from: 0, currency: 'USD',
     prices: { inference_prompt_tokens_1m: 1000000, inference_completion_tokens_1m: 2000000 } } });
@@ -138,20 +163,30 @@ try {
     'a client\'s x-whet-adapter is ignored', sneaky.json);
   metered.push(['beta', 'whet-tiny', sneaky.json.usage.prompt_tokens, sneaky.json.usage.completion_tokens]);
 
+  // a stream in pieces cut anywhere: the events come through whole and in order, the report split in two
+  // is taken out and metered; a malformed report is not metered and not shown either
+  const pieces = await a('POST', '/v1/chat/completions', { json: { ...body, model: 'fake-base', stream: true } });
+  check(pieces.status === 200 && pieces.text === FAKE_EVENTS.filter((e) => !e.startsWith(':')).join('') &&
+    !pieces.headers.has('x-fake-saw'), 'a stream in pieces: the events whole, the report out', pieces.text);
+  metered.push(['alpha', 'fake-base', 7, 3]);
+  const malformed = await a('POST', '/v1/completions', { json: { model: 'fake-base', prompt: 'x' } });
+  check(malformed.status === 200 && malformed.json?.choices?.[0]?.text === 'ok' && !malformed.headers.has('x-whet-usage'),
+    'a malformed report: the answer unchanged, the report out', { status: malformed.status, text: malformed.text });
+
   // the usage rows equal the answers' usage (written as each answer ends: wait for the last)
   const rowsWant = metered.map((m) => m.join('|')).sort();
   const rows = await usageRows(stack, rowsWant.length);
   check(JSON.stringify(rows) === JSON.stringify(rowsWant), 'one usage row per answer, with its usage', { rows, rowsWant });
   const sum = (tenant, model, k) => metered.filter((m) => m[0] === tenant && (!model || m[1] === model)).reduce((s, m) => s + m[k], 0);
   const u = (await a('GET', '/v1/usage')).json;
-  for (const model of ['whet-tiny', ft, ckpt]) {
+  for (const model of ['whet-tiny', ft, ckpt, 'fake-base']) {
     const row = u.inference.find((x) => x.model === model);
     const p = sum('alpha', model, 2), c = sum('alpha', model, 3);
     check(row && row.requests === metered.filter((m) => m[0] === 'alpha' && m[1] === model).length && row.prompt_tokens === p &&
       row.completion_tokens === c && row.cost.amount === p + 2 * c && row.cost.line_items.inference_prompt_tokens === p &&
       row.cost.line_items.inference_completion_tokens === 2 * c, `/v1/usage: ${model}'s tokens and cost`, { row, p, c });
   }
-  check(u.inference.length === 3, 'alpha sees its own models only', u.inference);
+  check(u.inference.length === 4, 'alpha sees its own models only', u.inference);
   const bu = (await b('GET', '/v1/usage')).json.inference;
   check(bu.length === 1 && bu[0].model === 'whet-tiny' && bu[0].prompt_tokens === sum('beta', null, 2), 'beta sees its own', bu);
   const now = Math.floor(Date.now() / 1000);
@@ -259,6 +294,7 @@ try {
     if (failed()) console.error(stack.logTail(60));
   }
   await closeRelay();
+  fake.close();
   worker.proc.kill('SIGTERM');
   check((await worker.gone) === 0, 'the worker exits 0');
   if (late) {
