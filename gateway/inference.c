@@ -4,10 +4,10 @@
  * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's
  * fine-tuned models (`ft:…`, the final adapter of a succeeded job) or one of its checkpoints
  * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one
- * that never was. The request then goes to the worker that holds the base model, unchanged but for
- * three headers: the adapter's object-store prefix in x-whet-adapter (the worker fetches it once),
- * x-whet-usage (the worker reports the tokens it counted) and no Authorization (a worker is reachable by
- * the gateway alone). h2o's own reverse proxy streams the answer back as it comes (server-sent events
+ * that never was. The request then goes to the worker that holds the base model, unchanged but for its
+ * headers: the adapter's object-store prefix in x-whet-adapter (the worker fetches it once),
+ * x-whet-usage (the worker reports the tokens it counted), no Authorization (a worker is reachable by
+ * the gateway alone) and no x-whet-* header the client sent. h2o's own reverse proxy streams the answer back as it comes (server-sent events
  * included) and the client going away closes the worker's connection, which cancels the generation.
  *
  * Workers: WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]", read at start (placement by the
@@ -17,7 +17,8 @@
  * Cold start: a worker not reached yet (or whose last answer was the proxy's 502, or cut short) is
  * first connected to, again every 100 ms (the loop's hundred_ms_timeout) while it refuses (a worker
  * listens once its model is loaded), for WHET_SERVE_COLD_START_MS (default 5000); then the request is a
- * 503 with retry-after.
+ * 503 with retry-after. A worker found up is not waited for: if it died since, the request is the
+ * proxy's 502, or a stream it cuts short ends with an error event (below).
  *
  * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's
  * own `usage` (x-whet-usage, below); the gateway removes the report from what the client sees and
