@@ -64,6 +64,11 @@ struct call {
     struct serve_api_request api;
     char *adapter_dir;    /* the adapter's local dir, NULL for the base */
     char *adapter_prefix; /* x-whet-adapter: the object-store prefix to fetch it from */
+    /* x-whet-usage in the request: the gateway meters the answer's tokens. They are reported as "PROMPT
+     * COMPLETION" (the numbers of the answer's usage) in the header x-whet-usage of a whole answer, in a
+     * comment event ": x-whet-usage PROMPT COMPLETION" before a stream's [DONE]; the gateway takes both
+     * out. */
+    int report_usage;
     char id[48];
     long long created;
     double arrived; /* whet_now_mono() when the request came: the first token's latency */
@@ -218,6 +223,12 @@ static void answer_whole(struct call *c) {
     }
     char *body = serve_api_response(&c->api, serve_engine_tokenizer(c->srv->engine), c->id, c->created, choices,
                                     c->prompt_tokens, completion);
+    if (c->report_usage) {
+        char report[48];
+        int len = snprintf(report, sizeof report, "%d %d", c->prompt_tokens, completion);
+        h2o_add_header_by_str(&c->req->pool, &c->req->res.headers, H2O_STRLIT("x-whet-usage"), 0, NULL,
+                              h2o_strdup(&c->req->pool, report, (size_t)len).base, (size_t)len);
+    }
     reply(c->req, 200, "OK", "application/json", body);
     free(body);
     free(choices);
@@ -256,6 +267,7 @@ static void on_final(struct call *c, const struct msg *m) {
             for (int i = 0; i < c->api.n; i++) completion += c->choices[i].completion_tokens;
             if (c->api.include_usage)
                 append_chunk(c, serve_api_usage_chunk(&c->api, c->id, c->created, c->prompt_tokens, completion));
+            if (c->report_usage) whet_buf_printf(&c->pending, ": x-whet-usage %d %d\n\n", c->prompt_tokens, completion);
             whet_buf_puts(&c->pending, "data: [DONE]\n\n");
             c->final_queued = 1;
         }
@@ -527,6 +539,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         call_free(c);
         return 0;
     }
+    c->report_usage = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-whet-usage"), -1) >= 0;
     uint64_t rid;
     whet_random_bytes(&rid, sizeof rid);
     snprintf(c->id, sizeof c->id, "%s-%016llx", kind == SERVE_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)rid);
@@ -560,7 +573,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
 
 /* ---------------------------------------------------------------- the server */
 
-static int listen_on(const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
+static int bind_to(const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
     char host[256];
     const char *colon = strrchr(hostport, ':');
     if (!colon || (size_t)(colon - hostport) >= sizeof host)
@@ -570,7 +583,7 @@ static int listen_on(const char *hostport, char *bound, size_t bound_len, struct
     if (getaddrinfo(host, colon + 1, &hints, &res)) return whet_errf(err, "--http \"%s\": cannot resolve", hostport);
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN)) {
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen)) {
         int e = errno;
         freeaddrinfo(res);
         if (fd >= 0) close(fd);
@@ -598,13 +611,22 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.o = o;
     s.started = (long long)time(NULL);
     char bound[300];
-    int fd = listen_on(o->http, bound, sizeof bound, err);
+    int fd = bind_to(o->http, bound, sizeof bound, err);
     if (fd < 0) return -1;
     if (serve_engine_open(&s.engine, &o->engine, err)) {
         close(fd);
         return -1;
     }
     if (o->object_store && serve_store_open(&s.store, o->object_store, o->cache_dir, err)) {
+        serve_engine_close(s.engine);
+        close(fd);
+        return -1;
+    }
+    /* Bound before the model loads (a port in use fails at once), connections refused until it has: the
+     * gateway waits for a cold start by connecting (gateway/inference.c). */
+    if (listen(fd, SOMAXCONN)) {
+        whet_errf(err, "--http %s: %s", o->http, strerror(errno));
+        serve_store_close(s.store);
         serve_engine_close(s.engine);
         close(fd);
         return -1;
