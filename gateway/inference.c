@@ -27,73 +27,30 @@
  * cancels it) or that failed is not metered. */
 #include "inference.h"
 
-#include <netdb.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 
 #include "buf.h"
 #include "db.h"
 #include "env.h"
 #include "log.h"
+#include "model_workers.h"
 #include "server.h"
 
-#define MAX_WORKERS 64
 #define COLD_START_MS_DEFAULT 5000
 
-static struct worker {
-    char model[128], host[256];
-    uint16_t port;
-    struct sockaddr_storage addr; /* resolved at start; addr_len 0: not resolved, never probed */
-    socklen_t addr_len;
-} workers[MAX_WORKERS];
-static int n_workers;
 static long cold_start_ms = COLD_START_MS_DEFAULT;
 
 /* Whether worker i was reached since its last failure (every loop's view): one connect proves a worker
  * up; a 502 from the proxy (it could not reach it) or an answer cut short makes the next request wait
  * for it again. */
-static atomic_uchar worker_up[MAX_WORKERS];
+static atomic_uchar worker_up[MODEL_WORKERS_MAX];
 
-static void resolve_worker(struct worker *w) {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-    char port[8];
-    snprintf(port, sizeof port, "%u", (unsigned)w->port);
-    if (getaddrinfo(w->host, port, &hints, &res)) {
-        log_warn("msg=\"WHET_SERVE_WORKERS: cannot resolve a worker: its requests go to it without waiting for a "
-                 "cold start\" model=%s host=%s",
-                 w->model, w->host);
-        return;
-    }
-    memcpy(&w->addr, res->ai_addr, res->ai_addrlen);
-    w->addr_len = res->ai_addrlen;
-    freeaddrinfo(res);
-}
-
-/* Parses WHET_SERVE_WORKERS; a malformed entry is logged and left out. */
+/* The workers' table, and how long a request waits for a worker's cold start. */
 static void read_workers(void) {
-    const char *spec = getenv("WHET_SERVE_WORKERS");
-    n_workers = 0;
-    for (const char *p = spec; p && *p && n_workers < MAX_WORKERS;) {
-        const char *end = strchr(p, ','), *eq = memchr(p, '=', end ? (size_t)(end - p) : strlen(p));
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *colon = eq ? memrchr(eq, ':', len - (size_t)(eq - p)) : NULL;
-        struct worker *w = &workers[n_workers];
-        long port = colon ? strtol(colon + 1, NULL, 10) : 0;
-        if (eq && colon && eq > p && colon > eq + 1 && port > 0 && port < 65536 && (size_t)(eq - p) < sizeof w->model &&
-            (size_t)(colon - eq - 1) < sizeof w->host) {
-            snprintf(w->model, sizeof w->model, "%.*s", (int)(eq - p), p);
-            snprintf(w->host, sizeof w->host, "%.*s", (int)(colon - eq - 1), eq + 1);
-            w->port = (uint16_t)port;
-            resolve_worker(w);
-            n_workers++;
-        } else {
-            log_warn("msg=\"WHET_SERVE_WORKERS: entry left out\" entry=\"%.*s\" expected=BASE=HOST:PORT", (int)len, p);
-        }
-        p = end ? end + 1 : p + len;
-    }
+    model_workers_read();
     const char *cold = whet_env("WHET_SERVE_COLD_START_MS", NULL);
     char *cold_end;
     long ms = cold ? strtol(cold, &cold_end, 10) : COLD_START_MS_DEFAULT;
@@ -105,12 +62,6 @@ static void read_workers(void) {
         ms = COLD_START_MS_DEFAULT;
     }
     cold_start_ms = ms;
-}
-
-static int worker_for(const char *base) {
-    for (int i = 0; i < n_workers; i++)
-        if (!strcmp(workers[i].model, base)) return i;
-    return -1;
 }
 
 /* ---- Metering ---------------------------------------------------------------------------------- */
@@ -166,7 +117,7 @@ static void meter(struct answer *a, const char *report, size_t len) {
 static void unreported(const struct answer *a) {
     log_warn("msg=\"a model worker answered without a usage report: the answer is not metered\" request_id=%s "
              "model=%s worker=%s:%u",
-             a->r->request_id, a->model, workers[a->worker].host, (unsigned)workers[a->worker].port);
+             a->r->request_id, a->model, model_workers_at(a->worker)->host, (unsigned)model_workers_at(a->worker)->port);
 }
 
 /* A stream's events pass on whole; the report (a comment event, ": x-whet-usage P C") is taken out. A
@@ -259,35 +210,15 @@ struct route {
 
 static void proxy(struct route *rt) {
     struct gw_req *r = rt->r;
-    const struct worker *w = &workers[rt->worker];
     h2o_req_t *req = r->req;
-    /* the tenant's credentials stay here; x-whet-* headers are the gateway's word to the worker (which
-     * adapter, whether to report usage): a client's own are dropped */
-    for (size_t i = 0; i < req->headers.size;) {
-        const h2o_iovec_t *name = req->headers.entries[i].name;
-        if ((name->len >= 7 && !strncasecmp(name->base, "x-whet-", 7)) ||
-            h2o_lcstris(name->base, name->len, H2O_STRLIT("authorization")))
-            h2o_delete_header(&req->headers, (ssize_t)i);
-        else i++;
-    }
-    if (rt->prefix)
-        h2o_add_header_by_str(&req->pool, &req->headers, H2O_STRLIT("x-whet-adapter"), 0, NULL,
-                              h2o_strdup(&req->pool, rt->prefix, SIZE_MAX).base, strlen(rt->prefix));
-    h2o_add_header_by_str(&req->pool, &req->headers, H2O_STRLIT("x-whet-usage"), 0, NULL, H2O_STRLIT("1"));
     struct answer *a = h2o_mem_alloc_shared(&req->pool, sizeof *a, answer_dispose);
     *a = (struct answer){.r = r, .model = rt->model, .base = rt->base, .worker = rt->worker};
     struct answer_prefilter *pf = (struct answer_prefilter *)h2o_add_prefilter(req, sizeof *pf);
     pf->super.on_setup_ostream = answer_setup;
     pf->a = a;
-    h2o_req_overrides_t *ov = h2o_mem_alloc_pool(&req->pool, sizeof *ov);
-    memset(ov, 0, sizeof *ov);
-    ov->client_ctx = &req->conn->ctx->proxy.client_ctx;
-    ov->hostport.host = h2o_strdup(&req->pool, w->host, SIZE_MAX);
-    ov->hostport.port = w->port;
-    char *authority = http_printf(r, "%s:%u", w->host, (unsigned)w->port);
-    r->status = 200; /* the worker answers from here on (the log line says so) */
-    h2o_reprocess_request(req, req->method, &H2O_URL_SCHEME_HTTP, h2o_iovec_init(authority, strlen(authority)),
-                          req->path, ov, 0);
+    /* the adapter (none: the base), and the usage report the metering above takes out of the answer */
+    const char *const headers[2][2] = {{"x-whet-usage", "1"}, {"x-whet-adapter", rt->prefix}};
+    model_workers_hand_over(r, rt->worker, headers, rt->prefix ? 2 : 1);
 }
 
 static void probe(struct route *rt);
@@ -329,7 +260,7 @@ static void probe_connected(h2o_socket_t *sock, const char *err) {
 }
 
 static void probe(struct route *rt) {
-    struct worker *w = &workers[rt->worker];
+    const struct model_worker *w = model_workers_at(rt->worker);
     if (!rt->r->req) {
         route_end(rt, 0);
         return;
@@ -344,7 +275,7 @@ static void probe(struct route *rt) {
 }
 
 static void route_to_worker(struct gw_req *r, const char *model, const char *base, const char *prefix) {
-    int i = worker_for(base);
+    int i = model_workers_find(base);
     if (i < 0) {
         http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", base));
         return;
@@ -357,7 +288,7 @@ static void route_to_worker(struct gw_req *r, const char *model, const char *bas
                          .worker = i,
                          .retry = {.cb = retry_due}};
     gw_req_retain(r);
-    if (worker_up[i] || !workers[i].addr_len) {
+    if (worker_up[i] || !model_workers_at(i)->addr_len) {
         route_end(rt, 1);
         return;
     }

@@ -69,7 +69,7 @@ static void base_found(struct gw_req *r, const struct db_result *res, void *arg)
         http_reply_error(r, 404, "base_model", "model_not_found", "base_model: no base model `%s`", c->base);
         return;
     }
-    if (!model_workers_has(c->base)) {
+    if (model_workers_find(c->base) < 0) {
         http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", c->base));
         return;
     }
