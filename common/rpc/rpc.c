@@ -27,7 +27,15 @@
 #define RPC_MAX_MESSAGE (64 * 1024 * 1024)
 
 static pthread_once_t grpc_once = PTHREAD_ONCE_INIT;
-static void rpc_init_library(void) { grpc_init(); }
+/* gRPC 1.51 drives a client channel's reconnection only while some thread polls for it: between our
+ * calls (which fail at once while the channel is in TRANSIENT_FAILURE) that is the backup poller, every
+ * 5 s by default. An executor then found a scheduler that came back (a restart, a database failover)
+ * up to 5-10 s late, past a 5 s lease, and its jobs were requeued while they ran. Polled every 100 ms,
+ * it reconnects within its backoff (at most 2 s, channel_args_get). An operator's setting wins. */
+static void rpc_init_library(void) {
+    setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100", 0);
+    grpc_init();
+}
 
 static gpr_timespec deadline_in(int ms) {
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
