@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -194,7 +195,9 @@ struct db_conn {
     struct db_pool *pool;
     PGconn *pg;
     h2o_socket_t *sock;
-    int fd; /* PQsocket() the h2o socket duplicates */
+    int fd;      /* PQsocket() the h2o socket duplicates */
+    ino_t inode; /* and its socket's inode: libpq moving to the next host of a multi-host conninfo closes
+                    the socket and opens another, which usually gets the same descriptor number */
     enum conn_state state;
     struct db_segment *head, *tail;
     int queries_in_flight;          /* requests sent, results not yet delivered */
@@ -277,8 +280,9 @@ static void conn_close_socket(struct db_conn *c) {
 /* Makes c->sock watch PQsocket(c->pg) (which may change while connecting). */
 static int conn_watch_socket(struct db_conn *c) {
     int fd = PQsocket(c->pg);
-    if (fd < 0) return -1;
-    if (c->sock && fd == c->fd) return 0;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) return -1;
+    if (c->sock && fd == c->fd && st.st_ino == c->inode) return 0;
     conn_close_socket(c);
     int dupfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (dupfd < 0) return -1;
@@ -289,6 +293,7 @@ static int conn_watch_socket(struct db_conn *c) {
     }
     c->sock->data = c;
     c->fd = fd;
+    c->inode = st.st_ino;
     return 0;
 }
 
