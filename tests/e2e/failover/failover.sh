@@ -73,8 +73,8 @@ for i in 1 2 3; do
 done
 check "jobs created through both gateways" '[[ "${jobs[0]}" == ftjob-* && "${jobs[1]}" == ftjob-* && "${jobs[2]}" == ftjob-* ]]'
 
-# The trainers are held (SIGSTOP) at their first checkpoint until the scheduler leads on the new
-# primary, so the jobs run through the failover however fast the CPU.
+# The trainers are held (SIGSTOP) at their first checkpoint until the failover is over, so the jobs run
+# through it however fast the CPU.
 held=()
 for _ in $(seq 3000); do
   held=()
@@ -113,8 +113,9 @@ load_pid=
 for t in "${held[@]}"; do kill -CONT "$t"; done
 check "no component died" 'kill -0 $up_pid && kill -0 $gw2_pid && ! grep -q "component exited" "$dir/up.err"'
 
-# The client's view: per gateway, the outage window (from the kill to the first create answered 2xx
-# after it), and every answer a 2xx or a 503 with retry-after.
+# The client's view: per gateway, the outage window (its first failed answer, and the first create
+# answered 2xx after its last one, both from the kill; the kill-to-promotion second stands for a
+# failover manager's detection), and every answer a 2xx or a 503 with retry-after.
 report=$(python3 - "$dir/load.json" "$killed_at" "$promoted_at" <<'PY'
 import json, sys
 recs, killed, promoted = json.load(open(sys.argv[1])), float(sys.argv[2]), float(sys.argv[3])
