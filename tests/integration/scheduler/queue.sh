@@ -83,7 +83,7 @@ wait_for 10 "SELECT count(*) FROM jobs WHERE id IN ('ftjob-big', 'ftjob-capped')
 big=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-big'")
 echo "  ftjob-big: $big"
 check "a job no node can hold: outside the queue, with its size" \
-  '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" on one node; the largest allowed node has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
+  '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" in one data center; the largest allowed pool has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
 
 capped=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-capped'")
 echo "  ftjob-capped: $capped"
