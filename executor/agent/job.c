@@ -81,7 +81,16 @@ static int fetch_judges(struct agent *a, const json_t *list, json_t *cfg, char *
     return 0;
 }
 
-/* Everything the trainer needs, in the job dir; returns the config path. */
+/* The trainer config's `distributed` object (notes in DESIGN.md, "Gangs") from the manifest's, which
+ * also lists the peers' addresses for the sandbox. */
+static json_t *trainer_distributed(const json_t *dist) {
+    json_t *d = json_deep_copy(dist);
+    json_object_del(d, "peers");
+    return d;
+}
+
+/* Everything the trainer needs, in the job dir (every rank of a gang fetches the model, the data and
+ * the checkpoint to resume from); returns the config path. */
 static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs, struct whet_err *err) {
     struct agent *a = job->agent;
     json_t *m = job->manifest;
@@ -126,6 +135,8 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_object_set_new(cfg, "init_adapter", init ? json_string(init) : json_null());
     /* a GPU node's trainer sees only its devices (CUDA_VISIBLE_DEVICES), the first of them as cuda */
     if (a->cuda) json_object_set_new(cfg, "device", json_string("cuda"));
+    json_t *dist = json_object_get(m, "distributed");
+    if (json_is_object(dist)) json_object_set_new(cfg, "distributed", trainer_distributed(dist));
     if (json_array_size(json_object_get(m, "judge_models")) &&
         fetch_judges(a, json_object_get(m, "judge_models"), cfg, judge_dirs, err) < 0)
         goto out;
@@ -264,6 +275,24 @@ static void csv_add_step(struct trainer_watch *r, const json_t *ev) {
     whet_buf_puts(&r->csv, row);
 }
 
+/* Rank 0 listens: the scheduler learns where, and starts the other ranks pointed there. A failure is
+ * logged; the scheduler then fails the gang at its rendezvous deadline. */
+static void publish_rendezvous(struct agent_job *job, const json_t *ev) {
+    const char *address = json_string_value(json_object_get(ev, "address"));
+    Whet__V1__RendezvousRequest req = WHET__V1__RENDEZVOUS_REQUEST__INIT;
+    req.node_id = job->agent->node_id;
+    req.job_id = job->id;
+    req.attempt = (uint32_t)job->attempt;
+    req.generation = (uint32_t)json_integer_value(json_object_get(ev, "generation"));
+    req.address = (char *)(address ? address : "");
+    struct whet_err err;
+    if (agent_call(job->agent, "/whet.v1.Scheduler/PublishRendezvous", &req.base, &whet__v1__rendezvous_response__descriptor,
+                   60000, &err) < 0)
+        log_warn("msg=\"rendezvous not published\" job=%s attempt=%d error=\"%s\"", job->id, job->attempt, err.msg);
+    else
+        log_info("msg=\"rendezvous published\" job=%s attempt=%d address=%s", job->id, job->attempt, req.address);
+}
+
 static void handle_line(struct trainer_watch *r, const char *line, json_t **last_metrics) {
     struct agent_job *job = r->job;
     json_t *ev = json_loads(line, 0, NULL);
@@ -296,13 +325,15 @@ static void handle_line(struct trainer_watch *r, const char *line, json_t **last
         char *data = whet_json_compact(ev, NULL);
         agent_report_event(job, "info", "message", "Training data loaded", data);
         free(data);
-    } else if (!strcmp(type, "checkpoint")) {
+    } else if (!strcmp(type, "rendezvous")) {
+        if (job->rank == 0 && job->world_size > 1) publish_rendezvous(job, ev);
+    } else if (!strcmp(type, "checkpoint") && job->rank == 0) { /* only rank 0 writes checkpoints */
         const char *path = json_string_value(json_object_get(ev, "path"));
         int step = (int)json_integer_value(json_object_get(ev, "step"));
         json_t *metrics = checkpoint_metrics(*last_metrics);
         if (path && step > r->last_checkpoint_step) upload_checkpoint(r, step, path, metrics);
         json_decref(metrics);
-    } else if (!strcmp(type, "final")) {
+    } else if (!strcmp(type, "final") && job->rank == 0) {
         const char *path = json_string_value(json_object_get(ev, "path"));
         free(r->final_path);
         r->final_path = path ? xstrdup(path) : NULL;
@@ -457,10 +488,11 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     } else if (res.reason == SANDBOX_OK && stop == JOB_STOP) {
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
-    } else if (res.reason == SANDBOX_OK && r->final_path) {
+    } else if (res.reason == SANDBOX_OK && (r->final_path || job->rank > 0)) {
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
     } else {
-        failure_message(msg, msg_len, &res, log_path);
+        int n = job->world_size > 1 ? snprintf(msg, msg_len, "rank %d: ", job->rank) : 0;
+        failure_message(msg + n, msg_len - (size_t)n, &res, log_path);
         if (res.reason == SANDBOX_SECCOMP) fin->error_code = "sandbox_violation";
     }
     free(log_path);
@@ -475,6 +507,7 @@ static void *job_main(void *arg) {
     fin.node_id = a->node_id;
     fin.job_id = job->id;
     fin.attempt = (uint32_t)job->attempt;
+    fin.rank = (uint32_t)job->rank;
     fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
     fin.error_code = "training_failed";
     char msg[600] = "";
@@ -493,7 +526,7 @@ static void *job_main(void *arg) {
                                                           : WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     }
     const char *output_prefix = json_string_value(json_object_get(job->manifest, "output_prefix"));
-    if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
+    if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && job->rank == 0) {
         final_prefix = xasprintf("%s/final", output_prefix);
         csv_key = xasprintf("%s/results.csv", output_prefix);
         csv_header(&r, 0);
