@@ -230,6 +230,13 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     snprintf(a.device_type, sizeof a.device_type, "%s", devs[0].type);
     a.cuda = !strcmp(opts->devices, "cuda");
     a.address = whet_env("WHET_EXECUTOR_ADDRESS", "127.0.0.1");
+    /* Below the kernel's ephemeral ports, so no outgoing connection of the host's takes one of them. */
+    const char *ports = whet_env("WHET_GANG_PORTS", "29000-29999");
+    if (sscanf(ports, "%d-%d", &a.gang_port_lo, &a.gang_port_hi) != 2 || a.gang_port_lo < 1024 ||
+        a.gang_port_hi < a.gang_port_lo || a.gang_port_hi > 65535) {
+        whet_errf(err, "WHET_GANG_PORTS=\"%s\": expected LO-HI with 1024 <= LO <= HI <= 65535", ports);
+        return whet_err_hint(err, "a range no service of the fleet listens on: a gang's trainers reach each other there");
+    }
     if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
     if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
     if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {

@@ -39,6 +39,7 @@ struct agent {
     char node_id[64];
     char device_type[32];
     const char *address;           /* where gang peers reach this node's trainers (WHET_EXECUTOR_ADDRESS) */
+    int gang_port_lo, gang_port_hi; /* the ports gang trainers listen and connect on (WHET_GANG_PORTS) */
     int n_devices;
     int cuda;                      /* the devices are CUDA GPUs (--devices cuda) */
     uint32_t busy_devices;         /* held by jobs (main thread only) */

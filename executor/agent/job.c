@@ -20,6 +20,7 @@
 #include "agent_internal.h"
 #include "buf.h"
 #include "crypto.h"
+#include "env.h"
 #include "json_text.h"
 #include "log.h"
 #include "proto/whet.pb-c.h"
@@ -363,10 +364,11 @@ static void failure_message(char *msg, size_t len, const struct sandbox_result *
     case SANDBOX_OK: snprintf(what, sizeof what, "exited without a final model"); break;
     case SANDBOX_EXIT: snprintf(what, sizeof what, "exited with status %d", res->exit_code); break;
     case SANDBOX_SECCOMP: {
-        char call[64] = "it made a forbidden system call";
-        if (res->syscall[0]) snprintf(call, sizeof call, "system call %s is not allowed", res->syscall);
-        snprintf(what, sizeof what, "was killed by the sandbox: %s (a trainer may not open network sockets, mount "
-                 "file systems, trace processes or load kernel code)", call);
+        char call[160] = "it made a forbidden system call";
+        if (res->denied[0]) snprintf(call, sizeof call, "%s", res->denied);
+        else if (res->syscall[0]) snprintf(call, sizeof call, "system call %s is not allowed", res->syscall);
+        snprintf(what, sizeof what, "was killed by the sandbox: %s (a trainer may not open network sockets but to its "
+                 "gang's peers, mount file systems, trace processes or load kernel code)", call);
         break;
     }
     default: snprintf(what, sizeof what, "ended: %s", res->message); break;
@@ -398,6 +400,9 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     const char *argv[] = {a->opts->trainer, "train", "--config", cfg_path, NULL};
     struct agent_cuda_grant gpus;
     agent_cuda_grant(&gpus, job->device_mask);
+    /* NCCL between a gang's GPU nodes: the interface the operator named for it (executor's environment). */
+    const char *ifname = whet_env("NCCL_SOCKET_IFNAME", NULL);
+    char *nccl_ifname = ifname && job->world_size > 1 ? xasprintf("NCCL_SOCKET_IFNAME=%s", ifname) : NULL;
     const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
 #ifdef __SANITIZE_ADDRESS__
                          /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
@@ -405,7 +410,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
                          "ASAN_OPTIONS=detect_leaks=0",
 #endif
                          /* a GPU node's jobs see their own devices; on other nodes the list ends here */
-                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
+                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
     const char *writable[] = {job->dir, NULL};
     /* the base model, the trainer binary, the judge models (read by the trainer too) */
     size_t n_judges = 0;
@@ -423,6 +428,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.readonly_dirs = readonly;
     spec.device_nodes = a->cuda ? gpus.nodes : NULL;
     trainer_sandbox_policy(&spec, json_object_get(job->manifest, "trainer"));
+    const char **peers = trainer_sandbox_gang(&spec, json_object_get(job->manifest, "distributed"), a->gang_port_lo,
+                                              a->gang_port_hi);
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
     struct sandbox_child child;
@@ -437,6 +444,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         close(log_fd);
         free(log_path);
         free(readonly);
+        free(peers);
+        free(nccl_ifname);
         return;
     }
     close(out_pipe[1]);
@@ -497,6 +506,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     }
     free(log_path);
     free(readonly);
+    free(peers);
+    free(nccl_ifname);
 }
 
 static void *job_main(void *arg) {
