@@ -8,37 +8,11 @@
 # restarts when capacity is back and succeeds; a rank that connects to PostgreSQL is stopped by the
 # sandbox (the gang's trainers reach each other on WHET_GANG_PORTS and nothing else); a rank 0 that
 # never announces its rendezvous fails the attempt at the deadline.
-set -euo pipefail
-: "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
+. "$(dirname "$0")/lib.sh" gang
 here=$(cd "$(dirname "$0")" && pwd)
-db="whet_gang_$$_$RANDOM"
-work=$(mktemp -d /tmp/whet-gang.XXXXXX)
-chmod 755 "$work"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
-export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
-export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-export WHET_GRPC="127.0.0.1:$(free_port)"
 # The gang's ports: below the kernel's ephemeral range, where run.sh's PostgreSQL listens.
 export WHET_GANG_PORTS=21000-21999
 pg_port=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.urlparse(sys.argv[1]).port)' "$WHET_TEST_DATABASE_URL")
-fails=0 passes=0
-check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
-q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
-wait_for() { # wait_for SECONDS SQL EXPECTED
-  for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
-  echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
-}
-
-"$WHET_BIN" migrate >/dev/null
 "$WHET_BIN" model init --out "$work/tiny" >/dev/null
 "$WHET_BIN" model register tiny "$work/tiny" >/dev/null
 mkdir -p "$work/objects/files"
