@@ -17,7 +17,7 @@ packages=(
   libh2o-evloop-dev libssl-dev zlib1g-dev libpq-dev
   protobuf-c-compiler libprotobuf-c-dev libgrpc-dev
   libjwt-dev libzstd-dev libcurl4-openssl-dev libjansson-dev
-  libopenblas-dev libopenblas0-openmp libpcre2-dev libseccomp-dev
+  libopenblas-dev libopenblas0-openmp libpcre2-dev libseccomp-dev libgloo-dev
   # run
   postgresql postgresql-contrib python3
   # tests, fixtures and benchmarks
