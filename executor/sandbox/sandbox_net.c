@@ -9,8 +9,10 @@
  * result. So the address checked is the address used: another thread rewriting it after the check
  * (the race that makes SECCOMP_USER_NOTIF_FLAG_CONTINUE unfit for pointer arguments) changes
  * nothing. sendto/sendmsg are let through without MSG_FASTOPEN only (a fast-open send connects), so a
- * TCP socket reaches nothing but what connect() allowed; other socket calls (UDP, raw, AF_UNIX
- * sockets, whose abstract names the host's network namespace shares) end the sandbox.
+ * TCP socket reaches nothing but what connect() allowed. A UDP socket (Gloo opens one only to ask its
+ * interface's speed with an ioctl) is answered with a netlink route socket instead (SECCOMP_IOCTL_
+ * NOTIF_ADDFD): interface ioctls work on it and no datagram can leave. Other socket calls (raw,
+ * AF_UNIX sockets, whose abstract names the host's network namespace shares) end the sandbox.
  *
  * Limits, stated for operators:
  *   - The policy is on addresses and ports: any service that listens on a peer's address within the
@@ -103,13 +105,6 @@ static void describe(char *why, size_t len, const char *what, int family, const 
     sbx_strlcat(why, reason, len);
 }
 
-static int socket_allowed(const struct seccomp_notif *req) {
-    long domain = (long)req->data.args[0], type = (long)req->data.args[1] & 0xf, proto = (long)req->data.args[2];
-    if (req->data.nr == SYS_socketpair) return domain == AF_UNIX;
-    if (domain == AF_INET || domain == AF_INET6) return type == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP);
-    return domain == AF_NETLINK && proto == NETLINK_ROUTE;
-}
-
 /* The thread group of a task (pidfd_open takes only a process's leader on older kernels): from
  * /proc/TID/status, else the task itself. */
 static pid_t thread_group(pid_t tid) {
@@ -139,6 +134,36 @@ static int send_answer(int listener, const struct seccomp_notif *req, int error,
     resp.val = error ? -1 : 0;
     resp.flags = flags;
     ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp); /* ENOENT: the caller died meanwhile */
+    return 1;
+}
+
+enum socket_answer { SOCKET_DENY, SOCKET_CONTINUE, SOCKET_STAND_IN };
+
+static enum socket_answer socket_answer(const struct seccomp_notif *req) {
+    long domain = (long)req->data.args[0], type = (long)req->data.args[1] & 0xf, proto = (long)req->data.args[2];
+    if (req->data.nr == SYS_socketpair) return domain == AF_UNIX ? SOCKET_CONTINUE : SOCKET_DENY;
+    if (domain == AF_INET || domain == AF_INET6) {
+        if (type == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP)) return SOCKET_CONTINUE;
+        return type == SOCK_DGRAM && (proto == 0 || proto == IPPROTO_UDP) ? SOCKET_STAND_IN : SOCKET_DENY;
+    }
+    return domain == AF_NETLINK && proto == NETLINK_ROUTE ? SOCKET_CONTINUE : SOCKET_DENY;
+}
+
+/* A UDP socket's stand-in: a netlink route socket with the flags asked for, placed in the command's
+ * fd table as the call's result. */
+static int answer_stand_in(int listener, const struct seccomp_notif *req) {
+    long flags = (long)req->data.args[1];
+    int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | (int)(flags & SOCK_NONBLOCK), NETLINK_ROUTE);
+    if (nl < 0) return send_answer(listener, req, errno, 0);
+    struct seccomp_notif_addfd add;
+    memset(&add, 0, sizeof add);
+    add.id = req->id;
+    add.flags = SECCOMP_ADDFD_FLAG_SEND;
+    add.srcfd = (uint32_t)nl;
+    add.newfd_flags = flags & SOCK_CLOEXEC ? O_CLOEXEC : 0;
+    int e = ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) < 0 ? errno : 0;
+    close(nl);
+    if (e && e != ENOENT) send_answer(listener, req, e, 0); /* ENOENT: the caller died meanwhile */
     return 1;
 }
 
@@ -183,10 +208,14 @@ int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, cons
     why[0] = 0;
     int nr = req->data.nr;
     if (nr == SYS_socket || nr == SYS_socketpair) {
-        if (!socket_allowed(req)) {
+        enum socket_answer answer = socket_answer(req);
+        if (answer == SOCKET_STAND_IN) return answer_stand_in(listener, req);
+        if (answer == SOCKET_DENY) {
             sbx_strlcpy(why, nr == SYS_socket ? "a socket other than TCP: domain " : "a socket pair of domain ",
                         why_len);
             put_uint(why, why_len, (unsigned long)req->data.args[0], 10);
+            sbx_strlcat(why, ", type ", why_len);
+            put_uint(why, why_len, (unsigned long)req->data.args[1] & 0xf, 10);
             return 0;
         }
         /* Integer arguments only: the kernel runs the call with the registers that were checked. */

@@ -2,7 +2,9 @@
  * the sandbox listens and connects to its peer on the gang's port range (a bind to port 0 gets a port
  * of the range, a non-blocking connect stays non-blocking), and every way past it ends the sandbox
  * naming what was tried: a service on the peer outside the range (as PostgreSQL or the gateway would
- * be), a host that is no peer, a bind outside the range, a UDP or AF_UNIX socket. */
+ * be), a host that is no peer, a bind outside the range, a UDP or AF_UNIX socket. Given the path of
+ * unit_dist_comm, it also runs the training communicator's own tests (Gloo's TCP full mesh and rank
+ * 0's rendezvous store, threads of one process) under the policy. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -14,16 +16,18 @@
 #include "test.h"
 
 static int port_lo, port_hi, as_nobody;
+static const char *comm_test;
 
-/* Runs `python3 -c script` as a gang trainer whose only peer is 127.0.0.1 (as_nobody: as host uid
- * 65534, as a root executor runs its trainers). */
-static struct sandbox_job run_python(const char *script) {
+/* Runs argv as a gang trainer whose only peer is 127.0.0.1 (as_nobody: as host uid 65534, as a root
+ * executor runs its trainers). */
+static struct sandbox_job run_gang(const char *const *argv, const char *const *readonly) {
     static const char *peers[] = {"127.0.0.1", NULL};
-    const char *argv[] = {"python3", "-c", script, NULL};
     struct sandbox_job job;
     memset(&job, 0, sizeof job);
     sandbox_spec_init(&job.spec);
     job.spec.argv = argv;
+    job.spec.readonly_dirs = readonly;
+    job.spec.max_procs = 256;
     job.spec.wall_timeout_s = 60;
     job.spec.kill_on_network = 1;
     job.spec.peer_hosts = peers;
@@ -36,6 +40,11 @@ static struct sandbox_job run_python(const char *script) {
     fprintf(stderr, "  [%s] %s | out: %.200s | err: %.300s\n", sandbox_reason_name(job.result.reason),
             job.result.message, job.out, job.errout);
     return job;
+}
+
+static struct sandbox_job run_python(const char *script) {
+    const char *argv[] = {"python3", "-c", script, NULL};
+    return run_gang(argv, NULL);
 }
 
 static const char listen_and_connect[] =
@@ -109,14 +118,39 @@ TEST(a_bind_outside_the_range_is_refused) {
     sandbox_job_release(&job);
 }
 
+TEST(a_udp_socket_sends_nothing) {
+    /* It gets a stand-in that answers interface ioctls and can reach no address. */
+    char script[512];
+    snprintf(script, sizeof script,
+             "import socket, fcntl, struct\n"
+             "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+             "fcntl.ioctl(u.fileno(), 0x8933, struct.pack('16s16x', b'lo'))\n" /* SIOCGIFINDEX */
+             "try:\n    u.sendto(b'x', ('127.0.0.1', %d)); print('sent')\n"
+             "except OSError as e: print('refused', e.errno)\n",
+             port_lo);
+    struct sandbox_job job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, "refused");
+    sandbox_job_release(&job);
+}
+
 TEST(other_sockets_end_the_sandbox) {
-    struct sandbox_job job = run_python("import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n");
+    struct sandbox_job job = run_python("import socket\nsocket.socket(socket.AF_INET, socket.SOCK_RAW, 1)\n");
     CHECK(job.result.reason == SANDBOX_SECCOMP);
-    CHECK_STR(job.result.denied, "a socket other than TCP: domain 2");
+    CHECK_STR(job.result.denied, "a socket other than TCP: domain 2, type 3");
     sandbox_job_release(&job);
     job = run_python("import socket\nsocket.socket(socket.AF_UNIX).connect('\\0x')\n");
     CHECK(job.result.reason == SANDBOX_SECCOMP);
-    CHECK_STR(job.result.denied, "a socket other than TCP: domain 1");
+    CHECK_STR(job.result.denied, "a socket other than TCP: domain 1, type 1");
+    sandbox_job_release(&job);
+}
+
+TEST(the_communicators_collectives_run_under_the_policy) {
+    if (!comm_test) return;
+    const char *argv[] = {comm_test, NULL}, *readonly[] = {comm_test, NULL};
+    struct sandbox_job job = run_gang(argv, readonly);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, " passed, 0 failed");
     sandbox_job_release(&job);
 }
 
@@ -138,7 +172,8 @@ TEST(a_bad_peer_list_is_a_setup_error) {
     sandbox_job_release(&job);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    comm_test = argc > 1 ? argv[1] : NULL;
     /* A range of its own below the kernel's ephemeral ports, so concurrent runs rarely share one. */
     unsigned r = 0;
     if (getrandom(&r, sizeof r, 0) != sizeof r) r = (unsigned)getpid();
@@ -149,7 +184,9 @@ int main(void) {
     RUN(a_service_outside_the_range_is_out_of_reach);
     RUN(a_host_that_is_no_peer_is_out_of_reach);
     RUN(a_bind_outside_the_range_is_refused);
+    RUN(a_udp_socket_sends_nothing);
     RUN(other_sockets_end_the_sandbox);
+    RUN(the_communicators_collectives_run_under_the_policy);
     RUN(a_bad_peer_list_is_a_setup_error);
     return test_summary();
 }
