@@ -566,7 +566,8 @@ static void *job_main(void *arg) {
     fin.error_message = msg;
     Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
     usage.device_type = a->device_type;
-    usage.device_seconds = (whet_now_mono() - t0) * (a->n_devices > 0 ? 1 : 0);
+    /* device-seconds: the devices this process held (one per rank of a gang), times its seconds */
+    usage.device_seconds = (whet_now_mono() - t0) * __builtin_popcount(job->device_mask);
     usage.trained_tokens = (uint64_t)atomic_load(&job->trained_tokens);
     usage.rollout_tokens = (uint64_t)r.rollout_tokens;
     fin.usage = &usage;
