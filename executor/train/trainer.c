@@ -52,7 +52,8 @@ void trainer_progress(const struct run *r, const char *fmt, ...) {
     if (!r->io->progress) return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("whet train: ", r->io->progress);
+    if (r->rank) fprintf(r->io->progress, "whet train[rank %d]: ", r->rank);
+    else fputs("whet train: ", r->io->progress);
     vfprintf(r->io->progress, fmt, ap);
     fputc('\n', r->io->progress);
     va_end(ap);
@@ -79,20 +80,13 @@ void trainer_file_event(struct run *r, const char *path, const struct sft_datase
 }
 
 void trainer_metrics_line(const struct run *r, const char *json_object_text) {
+    if (!r->metrics) return; /* a rank other than 0 */
     fprintf(r->metrics, "%s\n", json_object_text);
     fflush(r->metrics);
     if (r->io->events) {
         fprintf(r->io->events, "{\"type\":\"metrics\",%s\n", json_object_text + 1);
         fflush(r->io->events);
     }
-}
-
-float trainer_optimizer_step(struct run *r, double lr) {
-    const struct trainer_hparams *hp = &r->cfg->hp;
-    float norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
-    model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
-                     (float)hp->weight_decay);
-    return norm;
 }
 
 /* ---------------------------------------------------------------- files and directories */
@@ -159,7 +153,7 @@ static int write_model_files(const struct run *r, const char *dir, int final, st
  * twice the model's size, the largest part of a checkpoint, and every checkpoint is uploaded. */
 static int save_optimizer(struct run *r, const char *dir, struct whet_err *err) {
     char *raw = xasprintf("%s/optimizer.safetensors.raw", dir), *zst = xasprintf("%s/%s", dir, TRAINER_OPTIMIZER_FILE);
-    int rc = model_save_optimizer(r->model, raw, err);
+    int rc = trainer_gather_optimizer(r, raw, err);
     if (!rc) {
         int fd = open(zst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0) rc = whet_errf(err, "%s: %s", zst, strerror(errno));
@@ -193,8 +187,13 @@ static int load_optimizer(struct run *r, const char *checkpoint, struct whet_err
     return rc;
 }
 
-/* checkpoints/step-N (with optimizer moments) or final (without). */
+/* checkpoints/step-N (with optimizer moments) or final (without). Rank 0 of a distributed run writes
+ * it; the others only take part in gathering the moments. */
 static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
+    if (r->rank != 0) {
+        if (!final) r->last_checkpoint_step = r->step;
+        return final ? 0 : trainer_gather_optimizer(r, NULL, err);
+    }
     const char *parent = final ? r->cfg->output_dir : r->checkpoints_dir;
     char *dst = final ? xasprintf("%s/final", parent) : xasprintf("%s/step-%d", parent, r->step);
     char *tmp = xasprintf("%s.tmp-%d", dst, (int)getpid());
@@ -327,6 +326,7 @@ static int load_model(struct run *r, struct whet_err *err) {
     o.train = 1;
     o.seed = cfg->seed;
     o.device = cfg->device;
+    trainer_dist_model_opts(r, &o);
     const char *dir = cfg->model;
     if (cfg->lora.enabled) {
         o.lora_r = cfg->lora.r;
@@ -347,6 +347,7 @@ static int load_model(struct run *r, struct whet_err *err) {
         if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
     }
     if (model_load(&r->model, dir, &o, err)) return -1;
+    trainer_dist_attach(r);
     if (cfg->resume_from && load_optimizer(r, cfg->resume_from, err)) return whet_err_prefix(err, "resume_from");
     trainer_progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
                      model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
@@ -387,7 +388,7 @@ static int train_step(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     double t0 = whet_now_mono();
     struct step_figures f = {0};
-    if (r->method->step(r, &f, err)) return -1;
+    if (r->method->step(r, &f, err) || trainer_agree_stop(r, &f, err)) return -1;
     if (!isfinite(f.loss) || !isfinite(f.grad_norm))
         return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
                               "learning_rate or set max_grad_norm", r->step + 1, f.loss, f.grad_norm);
@@ -406,17 +407,21 @@ static int train_step(struct run *r, struct whet_err *err) {
     return 0;
 }
 
+/* A stop request: alone, the signal's flag; in a gang, what the ranks agreed after the last step (a
+ * rank that left on its own would leave the others waiting in a collective). */
+static int stop_requested(const struct run *r) { return r->comm ? r->stop_agreed : r->io->stop && *r->io->stop; }
+
 static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     while (r->step < r->total_steps) {
-        if (r->io->stop && *r->io->stop) break;
+        if (stop_requested(r)) break;
         if (!cfg->max_steps && r->cursor.epoch >= cfg->hp.n_epochs) break;
         if (train_step(r, err)) return -1;
         if (cfg->checkpoint_every_steps && r->step % cfg->checkpoint_every_steps == 0 && r->step < r->total_steps &&
             write_checkpoint(r, 0, err))
             return -1;
     }
-    if (r->io->stop && *r->io->stop && r->step < r->total_steps) {
+    if (stop_requested(r) && r->step < r->total_steps) {
         trainer_progress(r, "stop requested: checkpointing step %d", r->step);
         if (r->last_checkpoint_step != r->step && write_checkpoint(r, 0, err)) return -1;
         *stopped = 1;
@@ -433,13 +438,17 @@ static const struct trainer_method_ops *const methods[] = {
 };
 
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err) {
-    struct run r = {.cfg = cfg, .io = io, .method = methods[cfg->method], .last_checkpoint_step = -1};
+    /* Only rank 0 speaks for a gang: the other ranks' events (metrics, checkpoints) would repeat its. */
+    struct trainer_io rank_io = *io;
+    if (cfg->dist.rank != 0) rank_io.events = NULL;
+    struct run r = {.cfg = cfg, .io = &rank_io, .method = methods[cfg->method], .last_checkpoint_step = -1,
+                    .rank = cfg->dist.rank, .world = cfg->dist.world_size};
     *stopped = 0;
     int rc = -1;
     char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
     char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);
     r.checkpoints_dir = xasprintf("%s/checkpoints", cfg->output_dir);
-    if (whet_mkdir_p(r.checkpoints_dir, err)) goto out;
+    if (whet_mkdir_p(r.checkpoints_dir, err) || trainer_dist_open(&r, err)) goto out;
     if (tokenizer_load(tok_path, &r.tok, err)) goto out;
     if (chat_template_load(&r.tpl, cfg->model, err)) goto out;
     if (r.method->load_data(&r, err) || plan_steps(&r, err)) goto out;
@@ -447,8 +456,8 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
     if (cfg->resume_from && trim_metrics(metrics_path, r.step, err)) goto out;
     if (load_model(&r, err)) goto out;
     if (r.method->prepare && r.method->prepare(&r, err)) goto out;
-    r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
-    if (!r.metrics) {
+    if (r.rank == 0) r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
+    if (r.rank == 0 && !r.metrics) {
         whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
         goto out;
     }
@@ -459,6 +468,7 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
     rc = run_loop(&r, stopped, err);
 out:
     if (r.metrics) fclose(r.metrics);
+    trainer_dist_close(&r);
     json_decref(r.data_events);
     if (r.model) model_free(r.model);
     if (r.ref_model) model_free(r.ref_model);

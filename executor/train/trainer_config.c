@@ -340,13 +340,42 @@ static int parse_grpo_fields(struct trainer_config *cfg, json_t *root, struct wh
     return top_int(root, "eval_samples", &cfg->eval_samples, err);
 }
 
+static int parse_distributed(struct trainer_distributed *d, json_t *v, struct whet_err *err) {
+    static const char *const known[] = {"world_size", "rank", "rendezvous", "host", "generation", "timeout_s", "zero"};
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v))
+        return whet_errf(err, "distributed: must be an object {world_size, rank, rendezvous, host, generation, "
+                              "timeout_s, zero}");
+    if (check_known_keys(v, "distributed.", known, WHET_ARRAY_LEN(known), err)) return -1;
+    int64_t world = 0, rank = -1, generation = 0, timeout = d->timeout_s;
+    json_t *zero = json_object_get(v, "zero");
+    if (nonneg_int_field(v, "world_size", 1024, &world, err) || nonneg_int_field(v, "rank", 1023, &rank, err) ||
+        nonneg_int_field(v, "generation", UINT32_MAX, &generation, err) ||
+        nonneg_int_field(v, "timeout_s", 86400, &timeout, err) || string_field(v, "rendezvous", 1, &d->rendezvous, err) ||
+        string_field(v, "host", 0, &d->host, err))
+        return whet_err_prefix(err, "distributed");
+    if (world < 1) return whet_errf(err, "distributed.world_size: required, an integer in [1, 1024]");
+    if (rank < 0 || rank >= world)
+        return whet_errf(err, "distributed.rank: required, an integer in [0, world_size - 1] = [0, %lld]",
+                         (long long)world - 1);
+    if (timeout < 1) return whet_errf(err, "distributed.timeout_s: must be an integer in [1, 86400]");
+    if (zero && !json_is_boolean(zero) && !(json_is_integer(zero) && json_integer_value(zero) >= 0 && json_integer_value(zero) <= 1))
+        return whet_errf(err, "distributed.zero: must be 0 (data parallel) or 1 (ZeRO-1: optimizer state sharded)");
+    d->world_size = (int)world;
+    d->rank = (int)rank;
+    d->generation = (unsigned)generation;
+    d->timeout_s = (int)timeout;
+    d->zero = zero && (json_is_true(zero) || json_integer_value(zero) == 1);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- entry points */
 
 static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_err *err) {
     static const char *const known[] = {
         "method", "model", "init_adapter", "training_file", "validation_file", "output_dir", "lora",
         "hyperparameters", "seed", "checkpoint_every_steps", "eval_every_steps", "max_steps", "resume_from",
-        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples", "judge_models", "device"};
+        "grader", "rollout", "beta", "suffix", "job_id", "eval_samples", "judge_models", "device", "distributed"};
     if (!json_is_object(root)) return whet_errf(err, "the config must be a JSON object");
     if (check_known_keys(root, "", known, WHET_ARRAY_LEN(known), err)) return -1;
 
@@ -370,6 +399,7 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
         (strncmp(cfg->device, "cuda:", 5) || !cfg->device[5] || strspn(cfg->device + 5, "0123456789") != strlen(cfg->device + 5)))
         return whet_errf(err, "device: must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", cfg->device);
     if (parse_lora(&cfg->lora, json_object_get(root, "lora"), err)) return -1;
+    if (parse_distributed(&cfg->dist, json_object_get(root, "distributed"), err)) return -1;
     if (cfg->init_adapter && !cfg->lora.enabled)
         return whet_errf(err, "init_adapter: needs LoRA (lora is null, which asks for full fine-tuning)");
 
@@ -407,6 +437,8 @@ static void set_defaults(struct trainer_config *cfg) {
     cfg->max_steps = (int)spec_of("max_steps")->trainer_default;
     cfg->eval_samples = (int)spec_of("eval_samples")->trainer_default;
     cfg->seed = 42;
+    cfg->dist.world_size = 1;
+    cfg->dist.timeout_s = 300;
 }
 
 int trainer_config_parse(struct trainer_config *cfg, const char *json, size_t len, const char *source,
@@ -445,5 +477,7 @@ void trainer_config_free(struct trainer_config *cfg) {
     for (int i = 0; i < cfg->rollout.n_stop; i++) free(cfg->rollout.stop[i]);
     if (cfg->grader) grader_free(cfg->grader);
     json_decref(cfg->judge_models);
+    free(cfg->dist.rendezvous);
+    free(cfg->dist.host);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -78,6 +78,19 @@ struct trainer_rollout {
     char *stop[TRAINER_MAX_STOP]; /* stop strings, owned */
 };
 
+/* This process's place in a distributed run (the config's "distributed"; world_size 1 when absent):
+ * one process per device, the gang found through rank 0's rendezvous (comm.h). The global batch is
+ * batch_size as always, its rows split over the ranks; every rank reads the same data, model and
+ * resume_from, and only rank 0 writes checkpoints, the final model and metrics. */
+struct trainer_distributed {
+    int world_size, rank;
+    char *rendezvous;    /* HOST:PORT: rank 0 listens (port 0: any, reported in a "rendezvous" event) */
+    char *host;          /* the address peers reach this rank at; NULL: 127.0.0.1 */
+    unsigned generation; /* the gang's start count: a rank of another generation is refused */
+    int timeout_s;       /* rendezvous and collectives */
+    int zero;            /* 1: ZeRO-1, the optimizer state sharded over the ranks */
+};
+
 struct trainer_config {
     enum trainer_method method;
     char *model;           /* base model dir (HF layout); required */
@@ -98,6 +111,7 @@ struct trainer_config {
     struct trainer_rollout rollout;
     int eval_samples;           /* validation prompts per evaluation; 0 (or "auto"): all of them */
     struct json_t *judge_models; /* {"model name": "/dir"}: score_model/label_model judges (judge.h); owned */
+    struct trainer_distributed dist;
 };
 
 /* Parses `json` (`len` bytes; `source` names it in errors). On success fills `cfg` (free it with

@@ -13,7 +13,10 @@
 #include "sft_data.h"
 #include "trainer.h"
 
+struct comm;
 struct model;
+struct model_opts;
+struct model_stats;
 struct trainer_method_ops;
 
 struct run {
@@ -39,6 +42,12 @@ struct run {
     int last_checkpoint_step; /* -1: none written by this process */
     double train_seconds;     /* time in training steps so far (this process), for the ETA */
     int steps_timed;
+    /* A distributed run (trainer_dist.c): NULL and 0 of 1 alone. Only rank 0 writes checkpoints,
+     * metrics and events (besides its rendezvous). */
+    struct comm *comm;
+    int rank, world;
+    int stop_agreed;           /* some rank was asked to stop: all stop after this step */
+    struct whet_err dist_err;  /* a collective's error inside a model call (the ZeRO norm) */
 };
 
 /* What every method's step measured, for the common fields of the metrics line. */
@@ -90,9 +99,26 @@ void trainer_file_event(struct run *r, const char *path, const struct sft_datase
 /* One step's metrics object (JSON text "{…}") to metrics.jsonl and, as a "metrics" event, to the
  * executor's pipe. */
 void trainer_metrics_line(const struct run *r, const char *json_object_text);
-/* Clips the accumulated gradient to max_grad_norm and takes an AdamW step at `lr`; returns the
- * gradient's norm before clipping. */
-float trainer_optimizer_step(struct run *r, double lr);
+/* ---- distributed runs (trainer_dist.c); alone, each is the single-process step ---- */
+/* Joins the gang of cfg->dist (rank 0 sends the "rendezvous" event) and leaves it. */
+int trainer_dist_open(struct run *r, struct whet_err *err);
+void trainer_dist_close(struct run *r);
+/* This rank's share of a step's `rows` packed rows from `first` (contiguous, in rank order). */
+void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, int *my_rows);
+/* values[0..n) summed over the ranks, in place. */
+int trainer_sum(struct run *r, double *values, int n, struct whet_err *err);
+/* model_take_stats summed over the ranks: the step's figures of the whole batch. */
+int trainer_take_stats(struct run *r, struct model_stats *st, struct whet_err *err);
+/* The model's options (ZeRO's optimizer shard) and hooks (the sum of the shards' norms) of this rank. */
+void trainer_dist_model_opts(const struct run *r, struct model_opts *o);
+void trainer_dist_attach(struct run *r);
+/* Sums the accumulated gradient over the ranks, clips it to max_grad_norm and takes an AdamW step at
+ * `lr` (ZeRO: on this rank's shard, then gathers the parameters); *norm is the norm before clipping. */
+int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_err *err);
+/* The optimizer's moments to `path` (rank 0; NULL on the others, which take part in the gather). */
+int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *err);
+/* After a step: sums the step's tokens over the ranks and agrees whether to stop (any rank asked). */
+int trainer_agree_stop(struct run *r, struct step_figures *f, struct whet_err *err);
 /* Loads r->ref_model, a frozen copy of the base model (the reference of a full fine-tune). */
 int trainer_load_reference(struct run *r, struct whet_err *err);
 

@@ -11,6 +11,11 @@
 /* whet's C headers, with C linkage (comm.h says so itself). */
 extern "C" {
 #include "comm_store.h"
+/* C's struct mp_plan and function mp_plan share a name, which C++ warns of. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#include "model_plan.h"
+#pragma GCC diagnostic pop
 #include "util.h"
 }
 #include "comm.h"
@@ -122,9 +127,9 @@ static comm_op *start(struct comm *c, std::function<void()> run) {
 /* ---------------------------------------------------------------- rings */
 
 static void shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
-    size_t base = n / (size_t)world, extra = n % (size_t)world, r = (size_t)rank;
-    *lo = r * base + (r < extra ? r : extra);
-    *hi = *lo + base + (r < extra ? 1 : 0);
+    int64_t l, h;
+    mp_shard((int64_t)n, world, rank, &l, &h);
+    *lo = (size_t)l, *hi = (size_t)h;
 }
 
 /* Step s of N-1: rank r sends its partial sum of chunk (r-1-s) to r+1 and adds what r-1 sends, chunk

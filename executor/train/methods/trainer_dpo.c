@@ -72,6 +72,14 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     return 0;
 }
 
+/* A gang's figures: every rank's pairs. */
+static int sum_stats(struct run *r, struct dpo_stats *st, struct whet_err *err) {
+    double v[6] = {st->n_pairs, st->n_correct, st->loss_sum, st->margin_sum, st->chosen_logps, st->rejected_logps};
+    if (trainer_sum(r, v, 6, err)) return -1;
+    *st = (struct dpo_stats){(int)v[0], (int)v[1], v[2], v[3], v[4], v[5]};
+    return 0;
+}
+
 /* Per micro-batch the policy's log-probs against the reference table, loss and backward; the step's
  * loss is the mean over its pairs. */
 static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err) {
@@ -82,6 +90,7 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
     model_zero_grad(r->model);
     int total_pairs = dpo_rows_pairs(&s->epoch, first, rows);
     double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
+    trainer_rank_rows(r, first, rows, &first, &rows); /* in a gang: this rank's share, the whole step's scale */
     int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
     struct dpo_stats st = {0};
     for (int row = first; row < first + rows; row += per) {
@@ -93,11 +102,11 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
         if (rc) return -1;
         f->tokens += s->batch.n_tokens;
     }
+    if (sum_stats(r, &st, err)) return -1;
     s->last = st;
     f->loss = st.loss_sum / (st.n_pairs > 0 ? st.n_pairs : 1);
     f->lr = trainer_lr_at(hp, r->step, r->total_steps);
-    f->grad_norm = trainer_optimizer_step(r, f->lr);
-    return 0;
+    return trainer_optimizer_step(r, f->lr, &f->grad_norm, err);
 }
 
 /* The loss, preference accuracy and margin over the validation pairs. */
@@ -108,15 +117,17 @@ static int dpo_validate(struct run *r, struct method_text *t, struct whet_err *e
     sft_epoch_pack(&ep, &s->valid.pairs, 0, 0, 0, hp->batch_size);
     int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
     struct dpo_stats st = {0};
-    int rc = 0;
-    for (int row = 0; row < ep.n_rows && !rc; row += per) {
-        dpo_batch_fill(&s->batch, &s->valid, &ep, row, per);
+    int rc = 0, first, rows;
+    trainer_rank_rows(r, 0, ep.n_rows, &first, &rows);
+    for (int row = first; row < first + rows && !rc; row += per) {
+        dpo_batch_fill(&s->batch, &s->valid, &ep, row, per < first + rows - row ? per : first + rows - row);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
         dpo_batch_reference(ref, s->ref_valid, &s->batch);
         rc = dpo_evaluate(r->model, &s->batch, ref, hp->beta, &st, err);
         free(ref);
     }
     sft_epoch_free(&ep);
+    if (rc || sum_stats(r, &st, err)) return -1;
     double P = st.n_pairs > 0 ? st.n_pairs : 1;
     snprintf(t->json, sizeof t->json,
              ",\"valid_loss\":%.9g,\"valid_preference_accuracy\":%.6f,\"valid_reward_margin\":%.9g", st.loss_sum / P,

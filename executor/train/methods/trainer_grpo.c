@@ -311,12 +311,16 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                 return -1;
             }
         }
-        float norm = trainer_optimizer_step(r, lr);
+        double norm;
+        if (trainer_optimizer_step(r, lr, &norm, err)) {
+            free(dl);
+            return -1;
+        }
         f->loss += st.loss / hp->ppo_epochs;
         f->kl += st.kl / hp->ppo_epochs;
         f->clip_frac += (double)st.n_clipped / (double)(st.n_tokens ? st.n_tokens : 1) / hp->ppo_epochs;
         f->ppo_kl += st.ppo_kl / (double)(st.n_tokens ? st.n_tokens : 1) / hp->ppo_epochs;
-        f->grad_norm += (double)norm / hp->ppo_epochs;
+        f->grad_norm += norm / hp->ppo_epochs;
     }
     free(dl);
     return 0;

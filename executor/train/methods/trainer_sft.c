@@ -62,6 +62,8 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
      * is scaled by one over the step's total, which the packing already knows. */
     int total_targets = sft_rows_targets(&s->train, &s->epoch, first, rows);
     float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
+    /* In a gang this rank trains its share of the rows, with the whole step's scale. */
+    trainer_rank_rows(r, first, rows, &first, &rows);
     int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
     model_reset_stats(r->model);
     for (int row = first; row < first + rows; row += per) {
@@ -70,8 +72,8 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
         f->tokens += s->batch.n_tokens;
     }
     f->lr = trainer_lr_at(hp, r->step, r->total_steps);
-    f->grad_norm = trainer_optimizer_step(r, f->lr);
-    struct model_stats st = model_take_stats(r->model); /* the step's one wait for the device */
+    struct model_stats st;
+    if (trainer_optimizer_step(r, f->lr, &f->grad_norm, err) || trainer_take_stats(r, &st, err)) return -1;
     f->loss = st.weight_sum > 0 ? st.loss_sum / st.weight_sum : 0;
     s->accuracy = st.n_targets ? (double)st.n_correct / (double)st.n_targets : 0;
     return 0;
@@ -83,14 +85,16 @@ static int sft_validate(struct run *r, struct method_text *t, struct whet_err *e
     struct sft_epoch ep;
     sft_epoch_pack(&ep, &s->valid, 0, 0, 0, hp->batch_size);
     int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
-    int rc = 0;
+    int rc = 0, first, rows;
+    trainer_rank_rows(r, 0, ep.n_rows, &first, &rows);
     model_reset_stats(r->model);
-    for (int row = 0; row < ep.n_rows && !rc; row += per) {
-        sft_batch_fill(&s->batch, &s->valid, &ep, row, per);
+    for (int row = first; row < first + rows && !rc; row += per) {
+        sft_batch_fill(&s->batch, &s->valid, &ep, row, per < first + rows - row ? per : first + rows - row);
         rc = sft_forward(r, s, err);
     }
     sft_epoch_free(&ep);
-    struct model_stats st = model_take_stats(r->model);
+    struct model_stats st;
+    if (rc || trainer_take_stats(r, &st, err)) return -1;
     double loss = st.weight_sum > 0 ? st.loss_sum / st.weight_sum : 0;
     snprintf(t->json, sizeof t->json, ",\"valid_loss\":%.9g", loss);
     snprintf(t->progress, sizeof t->progress, " valid_loss %.4f", loss);

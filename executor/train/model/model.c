@@ -266,7 +266,8 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     struct mp_shape shape = {c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads,
                              c->head_dim, c->vocab_size, c->tie_word_embeddings, c->qkv_bias, c->qk_norm};
     struct mp_job job = {.train = m->train, .lora_r = m->lora_r, .lora_targets = m->targets,
-                         .recompute = m->recompute, .logit_rows = m->logit_rows, .dtype = MP_F32};
+                         .recompute = m->recompute, .logit_rows = m->logit_rows, .dtype = MP_F32,
+                         .optimizer_shards = opts->optimizer_shards, .optimizer_shard = opts->optimizer_shard};
     mp_plan(&plan, &shape, &job);
     m->n_params = layout_base(m);
     m->n_base_tensors = m->n_tensors;
@@ -284,6 +285,9 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     if (fits && m->train && !m->frozen_base) {
         m->tp = m->full_ft ? m->params : m->lora;
         m->n_train = (size_t)plan.n_trainable;
+        int64_t lo = 0, hi = plan.n_trainable;
+        if (job.optimizer_shards > 1) mp_shard(plan.n_trainable, job.optimizer_shards, job.optimizer_shard, &lo, &hi);
+        m->opt_lo = (size_t)lo, m->opt_hi = (size_t)hi;
         fits = (m->grads = be->alloc(be, (size_t)plan.gradients, err)) &&
                (m->adam_m = be->alloc(be, (size_t)plan.moments / 2, err)) &&
                (m->adam_v = be->alloc(be, (size_t)plan.moments / 2, err));
@@ -362,6 +366,7 @@ int model_load_adapter_view(struct model **out, struct model *base, const struct
         goto fail;
     if (m->train) { /* its own gradients and AdamW moments: a co-trained adapter steps on its own */
         m->tp = m->lora, m->n_train = m->n_lora;
+        m->opt_lo = 0, m->opt_hi = m->n_lora;
         if (!(m->grads = m->be->alloc(m->be, bytes, err)) || !(m->adam_m = m->be->alloc(m->be, bytes, err)) ||
             !(m->adam_v = m->be->alloc(m->be, bytes, err)))
             goto fail;
@@ -927,9 +932,12 @@ float model_clip_grad_norm(struct model *m, float max_norm) {
     if (!m->train) return 0.0f;
     struct backend *be = m->be;
     double *sumsq = m->scalars + 8;
+    float *grads = m->grads + m->opt_lo;
+    size_t n = m->opt_hi - m->opt_lo;
     be->zero(be, sumsq, sizeof *sumsq);
-    be->sumsq(be, sumsq, m->grads, m->n_train);
-    if (max_norm > 0) be->clip_by_norm(be, m->grads, m->n_train, sumsq, max_norm);
+    be->sumsq(be, sumsq, grads, n);
+    if (m->reduce_sumsq && m->reduce_sumsq(m->reduce_sumsq_ctx, sumsq)) return NAN;
+    if (max_norm > 0) be->clip_by_norm(be, grads, n, sumsq, max_norm);
     double host;
     be->download(be, &host, sumsq, sizeof host);
     return (float)sqrt(host);
@@ -942,10 +950,35 @@ void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float
     for (int i = 0; i < m->n_tensors; i++) {
         struct tensor *t = &m->tensors[i];
         if (!t->grad) continue;
-        size_t off = (size_t)(t->ptr - m->tp);
-        m->be->adamw(m->be, t->ptr, t->grad, m->adam_m + off, m->adam_v + off, t->numel, lr, beta1, beta2, eps,
-                     t->decay ? weight_decay : 0.0f, bc1, bc2);
+        /* The part of the tensor in the optimizer's range (all of it unless ZeRO shards the state). */
+        size_t off = (size_t)(t->ptr - m->tp), lo = off > m->opt_lo ? off : m->opt_lo,
+               hi = off + t->numel < m->opt_hi ? off + t->numel : m->opt_hi;
+        if (lo >= hi) continue;
+        m->be->adamw(m->be, m->tp + lo, m->grads + lo, m->adam_m + (lo - m->opt_lo), m->adam_v + (lo - m->opt_lo),
+                     hi - lo, lr, beta1, beta2, eps, t->decay ? weight_decay : 0.0f, bc1, bc2);
     }
+}
+
+/* ---------------------------------------------------------------- distributed training ---- */
+
+float *model_trainable_params(struct model *m, size_t *n) {
+    *n = m->n_train;
+    return m->tp;
+}
+
+float *model_trainable_grads(struct model *m, size_t *n) {
+    *n = m->train ? m->n_train : 0;
+    return m->grads;
+}
+
+void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *device_sumsq), void *ctx) {
+    m->reduce_sumsq = reduce;
+    m->reduce_sumsq_ctx = ctx;
+}
+
+void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq, size_t *lo, size_t *hi) {
+    *exp_avg = m->adam_m, *exp_avg_sq = m->adam_v;
+    *lo = m->opt_lo, *hi = m->opt_hi;
 }
 
 /* ---------------------------------------------------------------- named access ---- */

@@ -76,6 +76,8 @@ struct model_opts {
     int max_batch_rows;   /* optional: preallocate activations for B rows of max_seq_len tokens */
     int max_seq_len;      /* (buffers grow on demand anyway) */
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
+    int optimizer_shards; /* ZeRO-1 with train: the optimizer state split over this many ranks (0, 1: not) */
+    int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_optimizer_moments */
     int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
                            * activations a backward pass needs: the base of co-trained adapter views
                            * (model_set_lora_runs) */
@@ -171,6 +173,23 @@ int model_set_param(struct model *m, const char *name, const float *in, struct w
 /* The gradient (zeros for a frozen tensor); fails when the model is not training. */
 int model_get_grad(const struct model *m, const char *name, float *out, struct whet_err *err);
 
+/* ---- distributed training: the buffers a trainer's collectives (comm.h) move; the model does no I/O ---- */
+/* The trainable parameters and their gradients, n floats each in the device's memory: a data-parallel
+ * step sums the gradients over the ranks, a ZeRO step gathers the parameters each rank updated. */
+float *model_trainable_params(struct model *m, size_t *n);
+float *model_trainable_grads(struct model *m, size_t *n);
+/* ZeRO-1 (model_opts.optimizer_shards > 1): the optimizer holds and steps only its shard [lo, hi) of
+ * the trainable buffer (mp_shard's): its AdamW moments are that long, and the gradient norm, clipping
+ * and the AdamW step read only that range of the gradients (after a reduce-scatter the rest is not
+ * summed). The norm is then of the shard's gradients: set a reducer that sums the shards' squares over
+ * the ranks. */
+/* Called by model_clip_grad_norm (and model_grad_norm) with the squared sum of the gradients it
+ * measured, a device double, before the norm is taken and the gradients clipped; non-zero fails the
+ * norm (NaN). */
+void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *device_sumsq), void *ctx);
+/* The optimizer's moments and their range [*lo, *hi) of the trainable buffer (device memory). */
+void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq, size_t *lo, size_t *hi);
+
 /* ---- files (model_io.c) ---- */
 /* A Hugging Face model dir: config.json, model.safetensors (F32, or BF16 when bf16 != 0), and the
  * tokenizer files copied from the dir the model was loaded from. With LoRA, the adapter is merged
@@ -181,8 +200,12 @@ int model_save_adapter(const struct model *m, const char *dir, struct whet_err *
 /* Overwrites the LoRA weights from a PEFT adapter dir with the same r and targets. */
 int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err *err);
 /* Optimiser state (AdamW moments of the trainable buffer and the step count) as one safetensors
- * file, for exact resume. Loading checks the sizes match. */
+ * file, for exact resume. Loading checks the sizes match; a model whose optimizer is sharded keeps its
+ * shard of what it loads. Saving needs the whole moments: model_save_optimizer_moments writes those
+ * given in host memory (the gathered shards of a ZeRO run). */
 int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err);
+int model_save_optimizer_moments(const struct model *m, const char *path, const float *exp_avg,
+                                 const float *exp_avg_sq, struct whet_err *err);
 int model_load_optimizer(struct model *m, const char *path, struct whet_err *err);
 
 /* ---- generation with a KV cache (model_generate.c) ---- */

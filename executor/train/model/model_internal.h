@@ -80,6 +80,11 @@ struct model {
     double *scalars;
     size_t n_train;
     int adam_t;
+    /* ZeRO-1 (model_set_optimizer_shard): the optimizer steps elements [opt_lo, opt_hi) of the
+     * trainable buffer, its moments hold only those (adam_m[0] is element opt_lo); [0, n_train) alone. */
+    size_t opt_lo, opt_hi;
+    int (*reduce_sumsq)(void *ctx, double *device_sumsq);
+    void *reduce_sumsq_ctx;
 
     /* Activations, sized for cap_N tokens. */
     int cap_N;

@@ -241,20 +241,29 @@ int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err
 
 int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_save_optimizer: the model was loaded for inference");
+    if (m->opt_hi - m->opt_lo != m->n_train)
+        return whet_errf(err, "model_save_optimizer: the optimizer is sharded; gather the moments and use "
+                              "model_save_optimizer_moments");
     float *host = xmalloc(sizeof(float) * m->n_train * 2);
     m->be->download(m->be, host, m->adam_m, sizeof(float) * m->n_train);
     m->be->download(m->be, host + m->n_train, m->adam_v, sizeof(float) * m->n_train);
+    int rc = model_save_optimizer_moments(m, path, host, host + m->n_train, err);
+    free(host);
+    return rc;
+}
+
+int model_save_optimizer_moments(const struct model *m, const char *path, const float *exp_avg,
+                                 const float *exp_avg_sq, struct whet_err *err) {
     struct st_writer w;
     st_writer_init(&w);
     char step[32];
     snprintf(step, sizeof step, "%d", m->adam_t);
     st_writer_metadata(&w, "step", step);
     int64_t shape[1] = {(int64_t)m->n_train};
-    st_writer_add(&w, "exp_avg", 1, shape, host);
-    st_writer_add(&w, "exp_avg_sq", 1, shape, host + m->n_train);
+    st_writer_add(&w, "exp_avg", 1, shape, exp_avg);
+    st_writer_add(&w, "exp_avg_sq", 1, shape, exp_avg_sq);
     int rc = st_writer_write(&w, path, ST_F32, err);
     st_writer_free(&w);
-    free(host);
     return rc;
 }
 
@@ -272,10 +281,11 @@ int model_load_optimizer(struct model *m, const char *path, struct whet_err *err
         goto out;
     }
     float *host = xmalloc(sizeof(float) * m->n_train);
+    size_t shard = sizeof(float) * (m->opt_hi - m->opt_lo);
     rc = st_read_f32(a, host, shape[0], err);
-    if (!rc) m->be->upload(m->be, m->adam_m, host, sizeof(float) * m->n_train);
+    if (!rc) m->be->upload(m->be, m->adam_m, host + m->opt_lo, shard);
     if (!rc) rc = st_read_f32(b, host, shape[0], err);
-    if (!rc) m->be->upload(m->be, m->adam_v, host, sizeof(float) * m->n_train);
+    if (!rc) m->be->upload(m->be, m->adam_v, host + m->opt_lo, shard);
     free(host);
     if (!rc) m->adam_t = atoi(step);
 out:

@@ -56,7 +56,9 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     out->weights = narrow * out->n_params;
     out->lora = narrow * out->n_lora;
     out->gradients = narrow * out->n_trainable;
-    out->moments = 2 * wide * out->n_trainable;
+    int64_t lo = 0, hi = out->n_trainable;
+    if (j.optimizer_shards > 1) mp_shard(out->n_trainable, j.optimizer_shards, j.optimizer_shard, &lo, &hi);
+    out->moments = 2 * wide * (hi - lo);
     out->master = narrow < wide ? wide * out->n_trainable : 0;
     if (j.train && j.lora_r == 0 && j.method != MP_SFT) out->reference = out->weights + MP_SCALAR_BYTES; /* a model */
 
@@ -74,6 +76,12 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     out->scalars = MP_SCALAR_BYTES;
     out->total = out->weights + out->lora + out->gradients + out->moments + out->master + out->reference +
                  out->activations + out->logits + out->rope + out->scalars;
+}
+
+void mp_shard(int64_t n, int64_t shards, int64_t index, int64_t *lo, int64_t *hi) {
+    int64_t base = n / shards, extra = n % shards;
+    *lo = index * base + (index < extra ? index : extra);
+    *hi = *lo + base + (index < extra ? 1 : 0);
 }
 
 int64_t mp_kv_cache_bytes(const struct mp_shape *s, int64_t slots, int64_t max_len, enum mp_dtype dtype) {

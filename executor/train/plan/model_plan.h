@@ -58,6 +58,8 @@ struct mp_job {
     int64_t rows, seq_len;     /* activations for rows × seq_len tokens */
     int64_t logit_rows;        /* rows of logits at once; 0: MP_LOGIT_CHUNK_VALUES / vocab */
     enum mp_dtype dtype;
+    int64_t optimizer_shards;  /* ZeRO-1: the moments split over this many ranks (0 or 1: not split) */
+    int64_t optimizer_shard;   /* and this rank's shard of them, mp_shard's */
 };
 
 struct mp_plan {
@@ -66,7 +68,7 @@ struct mp_plan {
     int64_t weights;           /* every base parameter, one buffer */
     int64_t lora;              /* LoRA A and B, one buffer */
     int64_t gradients;         /* of the trainable values */
-    int64_t moments;           /* AdamW m and v of the trainable values (f32) */
+    int64_t moments;           /* AdamW m and v of the trainable values (f32), of its shard under ZeRO-1 */
     int64_t master;            /* f32 copy of the trainable values when they are stored narrower */
     int64_t reference;         /* the frozen base of full-fine-tuning DPO and GRPO (a second model) */
     int64_t act_per_token;     /* activation and gradient buffers per token */
@@ -76,6 +78,10 @@ struct mp_plan {
     int64_t scalars;           /* MP_SCALAR_BYTES */
     int64_t total;             /* the sum of the above */
 };
+
+/* Shard `index` of `shards` of n values: [lo, hi), contiguous, in index order, sizes at most one apart
+ * (ZeRO's split of the optimizer state, and the shards a reduce-scatter leaves, comm.h). */
+void mp_shard(int64_t n, int64_t shards, int64_t index, int64_t *lo, int64_t *hi);
 
 /* Fills the plan. Fields of shape or job that are out of range (negative) count as 0. */
 void mp_plan(struct mp_plan *out, const struct mp_shape *s, const struct mp_job *j);

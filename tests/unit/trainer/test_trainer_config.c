@@ -90,7 +90,26 @@ static const struct {
     {"{\"model\":\"\",\"training_file\":\"t\",\"output_dir\":\"o\"}", {"model", "non-empty string"}},
     {"{" BASE ",\"lora\":null,\"init_adapter\":\"a\"}", {"init_adapter", "full fine-tuning"}},
     {"{" BASE ",\"model\":\"a\"}", {"job.json", "duplicate"}},
+    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":2,\"rendezvous\":\"h:1\"}}", {"distributed.rank", "[0, 1]"}},
+    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0}}", {"distributed", "rendezvous", "required"}},
+    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "ZeRO-1"}},
+    {"{" BASE ",\"distributed\":{\"world\":2}}", {"distributed.world: unknown field", "world_size"}},
 };
+
+TEST(distributed_is_read_and_absent_means_alone) {
+    struct trainer_config cfg;
+    struct whet_err err = {0};
+    CHECK(parse(&cfg, "{" BASE "}", &err) == 0);
+    CHECK(cfg.dist.world_size == 1 && cfg.dist.rank == 0 && cfg.dist.rendezvous == NULL);
+    trainer_config_free(&cfg);
+    CHECK(parse(&cfg, "{" BASE ",\"distributed\":{\"world_size\":4,\"rank\":3,\"rendezvous\":\"10.0.0.5:29500\","
+                      "\"host\":\"10.0.0.7\",\"generation\":2,\"timeout_s\":60,\"zero\":1}}", &err) == 0);
+    CHECK(cfg.dist.world_size == 4 && cfg.dist.rank == 3 && cfg.dist.generation == 2 && cfg.dist.timeout_s == 60 &&
+          cfg.dist.zero == 1);
+    CHECK_STR(cfg.dist.rendezvous, "10.0.0.5:29500");
+    CHECK_STR(cfg.dist.host, "10.0.0.7");
+    trainer_config_free(&cfg);
+}
 
 TEST(bad_fields_name_the_field_and_range) {
     for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
@@ -114,6 +133,7 @@ int main(void) {
     RUN(minimal_config_gets_defaults);
     RUN(full_config_is_read);
     RUN(null_lora_is_full_finetuning_with_smaller_default_lr);
+    RUN(distributed_is_read_and_absent_means_alone);
     RUN(bad_fields_name_the_field_and_range);
     RUN(load_reports_a_missing_file);
     return test_summary();

@@ -1,0 +1,141 @@
+/* trainer_dist.c - what a rank of a distributed run does differently (trainer_internal.h): joining the
+ * gang, its share of a step's rows, the sums over the ranks, and the optimizer step of data
+ * parallelism and ZeRO-1. Alone (world_size 1) every function here is the single-process path.
+ *
+ * Data parallel: every rank holds the whole model and optimizer; a step's rows are split over the
+ * ranks, each runs forward and backward on its share with the step's global loss scale, the gradients
+ * are summed over the ranks (all-reduce), and every rank takes the same clipped AdamW step, so the
+ * weights stay identical without ever being sent.
+ * ZeRO-1 (distributed.zero): each rank's optimizer holds the moments of its shard of the trainable
+ * buffer only (model_opts.optimizer_shards); the gradients are reduce-scattered (each rank gets the
+ * sum of its shard), the norm is the sum of the shards' squares, each rank steps its shard and the
+ * parameters are all-gathered. The same bytes move as with all-reduce (a reduce-scatter and an
+ * all-gather) and the moments take 1/N of the memory.
+ * Checkpoints are consolidated (one writer, rank 0, whatever the world size): under ZeRO the moments
+ * are gathered to every rank for it, so a checkpoint resumes at any world size. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "model.h"
+#include "model_plan.h"
+#include "trainer_internal.h"
+
+static void on_listen(void *ctx, const char *address) {
+    const struct run *r = ctx;
+    char line[512];
+    snprintf(line, sizeof line, "{\"type\":\"rendezvous\",\"address\":\"%s\",\"generation\":%u,\"world_size\":%d}", address,
+             r->cfg->dist.generation, r->cfg->dist.world_size);
+    trainer_event_line(r, line);
+    trainer_progress(r, "rank 0 of %d: rendezvous at %s (generation %u); waiting for the other ranks", r->cfg->dist.world_size,
+                     address, r->cfg->dist.generation);
+}
+
+int trainer_dist_open(struct run *r, struct whet_err *err) {
+    const struct trainer_distributed *d = &r->cfg->dist;
+    r->rank = d->rank;
+    r->world = d->world_size;
+    if (d->world_size == 1) return 0;
+    if (r->cfg->device && strcmp(r->cfg->device, "cpu"))
+        return whet_errf(err, "distributed: world_size %d on device %s: this build's collectives are Gloo's, between CPU "
+                              "ranks; train on \"cpu\" or with world_size 1", d->world_size, r->cfg->device);
+    if (r->cfg->method == TRAINER_GRPO)
+        return whet_errf(err, "distributed: grpo does not train in a gang yet; run it with world_size 1");
+    double t0 = whet_now_mono();
+    struct comm_opts o = {.world_size = d->world_size, .rank = d->rank, .rendezvous = d->rendezvous, .host = d->host,
+                          .generation = d->generation, .timeout_s = d->timeout_s, .on_listen = on_listen, .ctx = r};
+    if (comm_open(&r->comm, &o, err)) return -1;
+    trainer_progress(r, "rank %d of %d joined the gang in %.2fs%s", d->rank, d->world_size, whet_now_mono() - t0,
+                     d->zero ? " (ZeRO-1: optimizer state sharded)" : " (data parallel)");
+    return 0;
+}
+
+void trainer_dist_close(struct run *r) {
+    comm_close(r->comm);
+    r->comm = NULL;
+}
+
+void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, int *my_rows) {
+    int64_t lo, hi;
+    mp_shard(rows, r->world, r->rank, &lo, &hi);
+    *my_first = first + (int)lo;
+    *my_rows = (int)(hi - lo);
+}
+
+int trainer_sum(struct run *r, double *values, int n, struct whet_err *err) {
+    return r->comm ? comm_allreduce_f64(r->comm, values, (size_t)n, err) : 0;
+}
+
+int trainer_take_stats(struct run *r, struct model_stats *st, struct whet_err *err) {
+    *st = model_take_stats(r->model);
+    double v[4] = {st->loss_sum, st->weight_sum, st->n_targets, st->n_correct};
+    if (trainer_sum(r, v, 4, err)) return -1;
+    *st = (struct model_stats){v[0], v[1], (int)v[2], (int)v[3]};
+    return 0;
+}
+
+/* model_clip_grad_norm's reducer under ZeRO: the shards' squared sums, summed over the ranks. */
+static int sum_sumsq(void *ctx, double *device_sumsq) {
+    struct run *r = ctx;
+    return comm_allreduce_f64(r->comm, device_sumsq, 1, &r->dist_err);
+}
+
+void trainer_dist_model_opts(const struct run *r, struct model_opts *o) {
+    if (r->world > 1 && r->cfg->dist.zero) o->optimizer_shards = r->world, o->optimizer_shard = r->rank;
+}
+
+void trainer_dist_attach(struct run *r) {
+    if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(r->model, sum_sumsq, r);
+}
+
+int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_err *err) {
+    const struct trainer_hparams *hp = &r->cfg->hp;
+    size_t n;
+    float *grads = model_trainable_grads(r->model, &n);
+    if (r->comm && (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : comm_allreduce(r->comm, grads, n, err)))
+        return -1;
+    *norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
+    if (isnan(*norm) && r->dist_err.msg[0]) {
+        *err = r->dist_err;
+        return -1;
+    }
+    model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
+                     (float)hp->weight_decay);
+    if (r->comm && r->cfg->dist.zero) {
+        float *params = model_trainable_params(r->model, &n);
+        if (comm_allgather(r->comm, params, n, err)) return -1;
+    }
+    return 0;
+}
+
+int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *err) {
+    if (!(r->comm && r->cfg->dist.zero)) return path ? model_save_optimizer(r->model, path, err) : 0;
+    /* Every rank's moments into whole-buffer arrays on every rank (the ring all-gather), rank 0 writes. */
+    size_t n, lo, hi;
+    float *exp_avg, *exp_avg_sq;
+    model_trainable_params(r->model, &n);
+    model_optimizer_moments(r->model, &exp_avg, &exp_avg_sq, &lo, &hi);
+    float *whole = xcalloc(2 * n + 1, sizeof(float));
+    memcpy(whole + lo, exp_avg, sizeof(float) * (hi - lo)); /* CPU ranks: device memory is host memory */
+    memcpy(whole + n + lo, exp_avg_sq, sizeof(float) * (hi - lo));
+    int rc = comm_allgather(r->comm, whole, n, err) || comm_allgather(r->comm, whole + n, n, err) ? -1 : 0;
+    if (!rc && path) rc = model_save_optimizer_moments(r->model, path, whole, whole + n, err);
+    free(whole);
+    return rc;
+}
+
+int trainer_agree_stop(struct run *r, struct step_figures *f, struct whet_err *err) {
+    int local = r->io->stop && *r->io->stop;
+    if (!r->comm) {
+        r->stop_agreed = local;
+        return 0;
+    }
+    /* One sum per step carries both: the tokens of every rank, and whether any rank was asked to stop. */
+    double v[2] = {(double)f->tokens, local};
+    if (comm_allreduce_f64(r->comm, v, 2, err)) return -1;
+    f->tokens = (long long)v[0];
+    r->stop_agreed = v[1] > 0;
+    return 0;
+}

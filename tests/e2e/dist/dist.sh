@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Distributed training with CPU ranks on this machine, as the runtime starts a gang: rank 0 listens on
+# port 0 and says where in its "rendezvous" event, the other ranks are then started with that address.
+#   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
+#     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks), SFT full and DPO LoRA
+#     (ZeRO-1, 3 ranks); only rank 0 writes metrics, events and checkpoints;
+#   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, repeating the uninterrupted run;
+#   - a rank of another generation is refused; SIGKILL of a rank fails the others quickly, naming it;
+#   - SIGTERM to one rank stops the whole gang at the same step, rank 0 writing the checkpoint.
+set -euo pipefail
+: "${WHET_BIN:?}" "${WHET_FIXTURES:?}"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d /tmp/whet-dist-e2e.XXXXXX)
+pids=()
+trap 'kill -9 "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$WHET_BIN" model init --preset tiny --out "$work/model" >/dev/null
+
+SHORT='"max_steps": 6, "eval_every_steps": 3, "checkpoint_every_steps": 3'
+LONG='"max_steps": 100000, "checkpoint_every_steps": 0, "eval_every_steps": 0'
+steps=$SHORT
+config() { # config FILE METHOD OUTPUT_DIR EXTRA_FIELDS (the run's length: $steps)
+  cat > "$1" <<JSON
+{"method": "$2", "model": "$work/model", "training_file": "$WHET_FIXTURES/$2/train.jsonl",
+ "validation_file": "$WHET_FIXTURES/$2/valid.jsonl", "output_dir": "$3", "seed": 1, $steps,
+ "hyperparameters": {"batch_size": 8, "learning_rate": 0.002, "max_seq_len": 128, "warmup_steps": 2} $4}
+JSON
+}
+
+# The address in rank 0's rendezvous event, once it is there.
+rendezvous_of() {
+  for _ in $(seq 300); do
+    addr=$(python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e["type"] == "rendezvous": print(e["address"]); break' "$1" 2>/dev/null || true)
+    [ -n "$addr" ] && { echo "$addr"; return; }
+    sleep 0.1
+  done
+  echo "FAIL: rank 0 sent no rendezvous event: $(cat "${1%.events}.log")" >&2
+  exit 1
+}
+
+# gang NAME METHOD WORLD EXTRA_FIELDS [DIST_EXTRA]: a gang of WORLD ranks, rank r in $work/NAME-r;
+# waits for all of them; fails unless every rank exits 0.
+gang() {
+  local name=$1 method=$2 world=$3 extra=$4 dist=${5:-} r addr
+  config "$work/$name-0.json" "$method" "$work/$name-0" "$extra, \"distributed\": {\"world_size\": $world, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\" $dist}"
+  "$WHET_BIN" train --config "$work/$name-0.json" > "$work/$name-0.events" 2> "$work/$name-0.log" &
+  pids=($!)
+  addr=$(rendezvous_of "$work/$name-0.events")
+  for r in $(seq 1 $((world - 1))); do
+    config "$work/$name-$r.json" "$method" "$work/$name-$r" "$extra, \"distributed\": {\"world_size\": $world, \"rank\": $r, \"rendezvous\": \"$addr\" $dist}"
+    "$WHET_BIN" train --config "$work/$name-$r.json" > "$work/$name-$r.events" 2> "$work/$name-$r.log" &
+    pids+=($!)
+  done
+  for r in $(seq 0 $((world - 1))); do
+    wait "${pids[$r]}" || { cat "$work/$name-$r.log" >&2; fail "$name: rank $r failed"; }
+  done
+}
+
+# same_losses SINGLE_METRICS GANG_METRICS: step for step within 1e-5 relative.
+same_losses() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert [x["step"] for x in a] == [x["step"] for x in b], (len(a), len(b))
+worst = 0.0
+for x, y in zip(a, b):
+    assert x["tokens"] == y["tokens"], ("every rank's tokens summed", x["tokens"], y["tokens"])
+    for k in ("loss", "grad_norm", "valid_loss"):
+        if k in x:
+            rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
+            assert rel <= 1e-5, f"step {x['step']} {k}: {x[k]} alone, {y[k]} in the gang"
+            worst = max(worst, rel)
+print(f"{sys.argv[2].split('/')[-2]}: {len(a)} steps, worst relative difference {worst:.2e}")
+PY
+}
+
+LORA=', "lora": {"r": 8, "alpha": 16}'
+FULL=', "lora": null'
+
+# ---- the references: one process each
+for run in "sft lora" "sft full" "dpo lora"; do
+  set -- $run
+  extra=$([ "$2" = full ] && echo "$FULL" || echo "$LORA")
+  config "$work/single-$1-$2.json" "$1" "$work/single-$1-$2" "$extra"
+  "$WHET_BIN" train --config "$work/single-$1-$2.json" --quiet > /dev/null || fail "single $1 $2"
+done
+
+# ---- data parallel and ZeRO-1 against them
+gang dp2 sft 2 "$LORA"
+same_losses "$work/single-sft-lora/metrics.jsonl" "$work/dp2-0/metrics.jsonl"
+gang dp3 sft 3 "$LORA"
+same_losses "$work/single-sft-lora/metrics.jsonl" "$work/dp3-0/metrics.jsonl"
+gang zero3 sft 3 "$FULL" ', "zero": 1'
+same_losses "$work/single-sft-full/metrics.jsonl" "$work/zero3-0/metrics.jsonl"
+gang dpo3 dpo 3 "$LORA" ', "zero": 1'
+same_losses "$work/single-dpo-lora/metrics.jsonl" "$work/dpo3-0/metrics.jsonl"
+
+# Rank 0 alone speaks: metrics, checkpoints and events; the others write none of them.
+for r in 1 2; do
+  [ ! -e "$work/zero3-$r/metrics.jsonl" ] && [ -z "$(ls "$work/zero3-$r/checkpoints")" ] && [ ! -e "$work/zero3-$r/final" ] \
+    || fail "rank $r wrote files of its own"
+  [ ! -s "$work/zero3-$r.events" ] || fail "rank $r sent events: $(head -2 "$work/zero3-$r.events")"
+done
+[ -s "$work/zero3-0/checkpoints/step-3/optimizer.safetensors.zst" ] && [ -s "$work/zero3-0/final/model.safetensors" ] \
+  || fail "rank 0 wrote no checkpoint or final model"
+grep -q '"type":"final"' "$work/zero3-0.events" || fail "rank 0 sent no final event"
+
+# ---- the ZeRO-1 checkpoint of 3 ranks resumes alone and on 2 ranks: steps 4..6 as uninterrupted
+ck="$work/zero3-0/checkpoints/step-3"
+config "$work/resume1.json" sft "$work/resume1" "$FULL, \"resume_from\": \"$ck\""
+"$WHET_BIN" train --config "$work/resume1.json" --quiet > /dev/null || fail "resume of a 3-rank checkpoint alone"
+gang resume2 sft 2 "$FULL, \"resume_from\": \"$ck\"" ', "zero": 1'
+for d in resume1 resume2-0; do
+  python3 - "$work/single-sft-full/metrics.jsonl" "$work/$d/metrics.jsonl" <<'PY'
+import json, sys
+a = {x["step"]: x for x in map(json.loads, open(sys.argv[1]))}
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert [x["step"] for x in b] == [4, 5, 6], [x["step"] for x in b]
+for y in b:
+    x = a[y["step"]]
+    assert abs(x["loss"] - y["loss"]) <= 1e-5 * abs(x["loss"]), (y["step"], x["loss"], y["loss"])
+print(f"{sys.argv[2].split('/')[-2]}: resumed steps 4..6 as the uninterrupted run")
+PY
+done
+
+# ---- a rank of another generation is refused by the rendezvous
+config "$work/gen-0.json" sft "$work/gen-0" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\", \"generation\": 7, \"timeout_s\": 5}"
+"$WHET_BIN" train --config "$work/gen-0.json" > "$work/gen-0.events" 2> "$work/gen-0.log" &
+pids=($!)
+addr=$(rendezvous_of "$work/gen-0.events")
+config "$work/gen-1.json" sft "$work/gen-1" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 1, \"rendezvous\": \"$addr\", \"generation\": 6, \"timeout_s\": 5}"
+if "$WHET_BIN" train --config "$work/gen-1.json" > /dev/null 2> "$work/gen-1.log"; then fail "a rank of generation 6 joined generation 7"; fi
+grep -q "rank 1 is of generation 6; this gang is generation 7" "$work/gen-1.log" || fail "stale rank: $(cat "$work/gen-1.log")"
+if wait "${pids[0]}"; then fail "rank 0 trained without its peer"; fi
+grep -q "did not all arrive in time\|cannot join the gang" "$work/gen-0.log" || fail "rank 0 alone: $(cat "$work/gen-0.log")"
+echo "a stale generation is refused; rank 0 gives up at its deadline"
+
+# ---- SIGKILL of rank 1 mid-run: rank 0 fails at once, saying which rendezvous and rank
+steps=$LONG
+config "$work/kill-0.json" sft "$work/kill-0" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\", \"timeout_s\": 60}"
+"$WHET_BIN" train --config "$work/kill-0.json" > "$work/kill-0.events" 2> "$work/kill-0.log" &
+pids=($!)
+addr=$(rendezvous_of "$work/kill-0.events")
+config "$work/kill-1.json" sft "$work/kill-1" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 1, \"rendezvous\": \"$addr\", \"timeout_s\": 60}"
+"$WHET_BIN" train --config "$work/kill-1.json" > /dev/null 2> "$work/kill-1.log" &
+pids+=($!)
+for _ in $(seq 600); do [ "$(grep -c '"type":"metrics"' "$work/kill-0.events")" -ge 3 ] && break; sleep 0.1; done
+kill -9 "${pids[1]}"
+start=$(date +%s)
+if wait "${pids[0]}"; then fail "rank 0 went on without rank 1"; fi
+elapsed=$(( $(date +%s) - start ))
+[ "$elapsed" -lt 30 ] || fail "rank 0 took ${elapsed}s to notice (timeout_s is 60: it must see the closed connection)"
+grep -q "distributed: rank 0 of 2 (rendezvous $addr)" "$work/kill-0.log" || fail "lost rank: $(tail -3 "$work/kill-0.log")"
+echo "a killed rank fails its peer in ${elapsed}s: $(grep -o 'distributed: rank 0 of 2.*' "$work/kill-0.log" | head -c 160)"
+
+# ---- SIGTERM to rank 1 only: both stop after the same step, rank 0 checkpoints it, both exit 0
+config "$work/term-0.json" sft "$work/term-0" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\"}"
+"$WHET_BIN" train --config "$work/term-0.json" > "$work/term-0.events" 2> "$work/term-0.log" &
+pids=($!)
+addr=$(rendezvous_of "$work/term-0.events")
+config "$work/term-1.json" sft "$work/term-1" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 1, \"rendezvous\": \"$addr\"}"
+"$WHET_BIN" train --config "$work/term-1.json" > /dev/null 2> "$work/term-1.log" &
+pids+=($!)
+for _ in $(seq 600); do [ "$(grep -c '"type":"metrics"' "$work/term-0.events")" -ge 3 ] && break; sleep 0.1; done
+kill -TERM "${pids[1]}"
+wait "${pids[1]}" || fail "SIGTERM: rank 1 exit status $?"
+wait "${pids[0]}" || fail "SIGTERM: rank 0 exit status $?"
+last=$(grep '"type":"metrics"' "$work/term-0.events" | tail -1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["step"])')
+[ -s "$work/term-0/checkpoints/step-$last/optimizer.safetensors.zst" ] || fail "SIGTERM: no checkpoint at step $last"
+grep -q "stopped on request" "$work/term-1.log" && grep -q "stopped on request" "$work/term-0.log" || fail "SIGTERM: not both stopped"
+echo "SIGTERM to rank 1: the gang stopped at step $last, rank 0 checkpointed it"
+echo "dist: all passed"
