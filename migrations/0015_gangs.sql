@@ -66,8 +66,9 @@ BEGIN
     SELECT 'ftevent-' || md5(random()::text || p_job || p_rank), j.tenant_id, j.id,
       CASE WHEN v_status = 'failed' THEN 'error' ELSE 'warn' END,
       'Rank ' || p_rank || ' of ' || v_world || ' on node ' || p_node || ' failed: ' || p_message ||
-      CASE v_status WHEN 'queued' THEN '; the gang stopped and the job resumes from its last checkpoint'
-        WHEN 'failed' THEN '; the gang failed ' || v_failures || ' times, so the job fails' ELSE '' END,
+      CASE WHEN p_outcome = 'lost' THEN '' /* the node's message says what follows */
+        WHEN v_status = 'queued' THEN '; the gang stopped and the job resumes from its last checkpoint'
+        WHEN v_status = 'failed' THEN '; the gang failed ' || v_failures || ' times, so the job fails' ELSE '' END,
       jsonb_build_object('rank', p_rank, 'node', p_node, 'attempt', p_attempt, 'world_size', v_world,
                          'last_step', j.last_step)
     FROM jobs j WHERE j.id = p_job;

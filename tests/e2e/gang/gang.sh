@@ -77,7 +77,7 @@ check "the losses of 4 ranks match one process (relative 1e-4)" \
 # A gang loses a node mid-run and restarts on the remaining ones.
 executor 3
 for _ in $(seq 100); do [ "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'")" = 3 ] && break; sleep 0.1; done
-long=$(create '{"min_gpus":4,"max_gpus":4,"max_steps":400,"checkpoint_every_steps":5}')
+long=$(create '{"min_gpus":4,"max_gpus":4,"max_steps":40,"checkpoint_every_steps":5}')
 for _ in $(seq 3000); do [ "$(q "SELECT count(*) FROM checkpoints WHERE job_id = '$long'")" -ge 1 ] && break; sleep 0.1; done
 victim=$(for n in 1 2 3; do ls -d "$dir/e$n/jobs/$long-1-rank"* >/dev/null 2>&1 && echo "$n"; done | tail -n1)
 victim_node=$(cat "$dir/e$victim/node_id")
