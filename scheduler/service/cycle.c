@@ -438,7 +438,7 @@ static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, co
     for (int k = 0; k < a->n_slots; k++) {
         const char *node = s->node_ids[a->slots[k].node];
         int first = rank;
-        for (int g = 0; g < 16; g++) {
+        for (int g = 0; g < PL_MAX_GPUS_PER_NODE; g++) {
             if (!(a->slots[k].gpu_mask >> g & 1)) continue;
             struct gang_rank r = {.world_size = world, .rank = rank, .generation = attempt,
                                   .host = s->node_addrs[a->slots[k].node], .rendezvous = rank == 0 ? rendezvous : NULL,
