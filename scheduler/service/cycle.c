@@ -300,10 +300,13 @@ static void gang_alloc(const struct snapshot *s, struct pl_alloc *a, const char 
 
 static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
+    /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
+     * gang that failed with it would be placed back on it until its lease runs out. */
     PGresult *res = whet_pg_query(conn,
                                   "SELECT id, dc, device_type, gpus, cpu_milli, memory_mib,"
-                                  " coalesce((devices->0->>'memory_mib')::int, 0), address FROM nodes WHERE state = 'ready'"
-                                  " ORDER BY dc, id",
+                                  " coalesce((devices->0->>'memory_mib')::int, 0), address,"
+                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0"
+                                  " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
                                   0, NULL, err);
     if (!res) return -1;
     s->n_nodes = PQntuples(res);
@@ -321,7 +324,7 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         n->cpu_milli = atoll(PQgetvalue(res, i, 4));
         n->mem_mib = atoll(PQgetvalue(res, i, 5));
         n->gpu_mem_mib = atoi(PQgetvalue(res, i, 6));
-        n->schedulable = 1;
+        n->schedulable = PQgetvalue(res, i, 8)[0] != 't';
         pl_node_reset_free(n);
     }
     PQclear(res);

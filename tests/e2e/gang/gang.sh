@@ -79,8 +79,9 @@ executor 3
 for _ in $(seq 100); do [ "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'")" = 3 ] && break; sleep 0.1; done
 long=$(create '{"min_gpus":4,"max_gpus":4,"max_steps":40,"checkpoint_every_steps":5}')
 for _ in $(seq 3000); do [ "$(q "SELECT count(*) FROM checkpoints WHERE job_id = '$long'")" -ge 1 ] && break; sleep 0.1; done
-victim=$(for n in 1 2 3; do ls -d "$dir/e$n/jobs/$long-1-rank"* >/dev/null 2>&1 && echo "$n"; done | tail -n1)
-victim_node=$(cat "$dir/e$victim/node_id")
+victim=
+for n in 1 2 3; do ls -d "$dir/e$n/jobs/$long-1-rank"* >/dev/null 2>&1 && victim=$n; done
+victim_node=$(cat "$dir/e${victim:-1}/node_id")
 check "the gang checkpointed before a node is killed" '[ -n "$victim" ] && [ "$(q "SELECT status FROM jobs WHERE id = '"'"'$long'"'"'")" = running ]'
 eval "kill -9 \$e$victim"
 check "the job still succeeds" '[ "$(finish "$long")" = succeeded ]'
