@@ -1,4 +1,4 @@
--- 0015_gangs: a job whose gang spans nodes runs as ONE attempt of N ranks, one trainer process per
+-- 0018_gangs: a job whose gang spans nodes runs as ONE attempt of N ranks, one trainer process per
 -- device (the trainer config's `distributed` object). The attempt's row keeps rank 0's node and
 -- devices (node_id, gpu_mask); gang_ranks says which node runs which rank. The attempt number is the
 -- gang's generation: every restart of the gang is a new attempt, and a trainer of another generation
