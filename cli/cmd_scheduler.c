@@ -54,7 +54,7 @@ static int cmd_scheduler(int argc, char **argv) {
     }
     whet_log_component("scheduler");
     struct whet_err err;
-    struct scheduler_options o = {.policy = policy, .lease_ms = lease_ms, .heartbeat_ms = lease_ms / 10, .rpc_threads = 2};
+    struct scheduler_options o = {.policy = policy, .lease_ms = lease_ms, .heartbeat_ms = lease_ms / 10, .rpc_threads = 8};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

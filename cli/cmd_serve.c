@@ -14,7 +14,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: whet serve --model DIR [--name NAME] [--adapter NAME=DIR]... [--http HOST:PORT]\n"
             "                  [--slots N] [--max-len N] [--cache N] [--device DEV] [--address-file FILE]\n"
-            "                  [--object-store URL [--cache-dir DIR]]\n\n"
+            "                  [--object-store URL [--cache-dir DIR]] [--training [--max-sessions N]\n"
+            "                  [--session-idle SECONDS] [--max-train-tokens N]]\n\n"
             "Serves OpenAI's POST /v1/chat/completions and /v1/completions (streamed or whole) for one base\n"
             "model and the LoRA adapters named, all on one copy of the base: requests of different adapters\n"
             "share each decode step (continuous batching). GET /v1/models lists them, GET /healthz answers ok.\n\n"
@@ -31,6 +32,13 @@ static void usage(FILE *out) {
             "  --object-store URL   where adapters named by a request's x-whet-adapter: PREFIX header are\n"
             "                       (file:// or s3://; default $WHET_OBJECT_STORE); the gateway names them so\n"
             "  --cache-dir DIR      where fetched adapters are kept (default /tmp/whet-serve-cache)\n"
+            "  --training           also run training sessions (POST /v1/training_sessions…): clients' own\n"
+            "                       LoRA adapters trained on this worker's base (loaded frozen for it)\n"
+            "  --max-sessions N     training sessions held at once (default 64)\n"
+            "  --session-idle S     a training session idle for S seconds is freed (default 1800)\n"
+            "  --max-train-tokens N a forward_backward pass's tokens at most, its data padded to the\n"
+            "                       longest (default 16384): a larger call is refused, calls of several\n"
+            "                       sessions share a pass up to it\n"
             "  -h, --help           this text\n");
 }
 
@@ -52,13 +60,17 @@ static int cmd_serve(int argc, char **argv) {
         {"slots", required_argument, 0, 's'}, {"max-len", required_argument, 0, 'l'},
         {"cache", required_argument, 0, 'c'}, {"device", required_argument, 0, 'D'},
         {"address-file", required_argument, 0, 'f'}, {"object-store", required_argument, 0, 'o'},
-        {"cache-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'}, {0}};
+        {"cache-dir", required_argument, 0, 'C'}, {"training", no_argument, 0, 'T'},
+        {"max-sessions", required_argument, 0, 'S'}, {"session-idle", required_argument, 0, 'I'},
+        {"max-train-tokens", required_argument, 0, 'M'},
+        {"help", no_argument, 0, 'h'}, {0}};
     static struct serve_http_opts o;
     o = (struct serve_http_opts){.http = "127.0.0.1:8090", .object_store = getenv("WHET_OBJECT_STORE"),
-                                 .cache_dir = "/tmp/whet-serve-cache",
+                                 .cache_dir = "/tmp/whet-serve-cache", .max_sessions = 64, .session_idle_s = 1800,
+                                 .max_train_tokens = 16384,
                                  .engine = {.n_slots = 16, .max_len = 2048, .max_adapters = 16}};
     int c;
-    while ((c = getopt_long(argc, argv, "m:n:a:H:s:l:c:D:f:o:C:h", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:a:H:s:l:c:D:f:o:C:TS:I:M:h", options, NULL)) != -1) {
         switch (c) {
         case 'm': o.engine.model_dir = optarg; break;
         case 'n': o.name = optarg; break;
@@ -81,6 +93,15 @@ static int cmd_serve(int argc, char **argv) {
         case 'f': o.address_file = optarg; break;
         case 'o': o.object_store = optarg; break;
         case 'C': o.cache_dir = optarg; break;
+        case 'T': o.training = o.engine.training = 1; break;
+        case 'S': if (positive("--max-sessions", optarg, &o.max_sessions)) return 2; break;
+        case 'M': if (positive("--max-train-tokens", optarg, &o.max_train_tokens)) return 2; break;
+        case 'I': {
+            int idle;
+            if (positive("--session-idle", optarg, &idle)) return 2;
+            o.session_idle_s = idle;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -94,7 +94,7 @@ static void focus_done(struct gw_req *r, const struct db_result *res, void *arg)
                                 credit ? "" : V(F_CONSUMED_UNIT),
                                 V(F_SKU_ID),
                                 V(F_JOB),
-                                "Fine-tuning job",
+                                strncmp(V(F_SKU_ID), "inference_", 10) ? "Fine-tuning job" : "Model",
                                 V(F_TENANT),
                                 V(F_TENANT_NAME),
                                 "Usage-Based"};
@@ -159,7 +159,8 @@ void focus_routes(struct http_router *rt) {
     db_prepare(
         "focus_rows",
         "SELECT l.tenant_id, t.name, l.sku || CASE WHEN l.sku = 'device_hour' THEN ':' || l.device_type ELSE '' END, "
-        "l.job_id, to_char(to_timestamp(l.day) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+        "coalesce(l.job_id, l.model), "
+        "to_char(to_timestamp(l.day) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
         "to_char(to_timestamp(l.day + 86400) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), l.charge, "
         "min(l.currency), sum(l.amount), sum(l.quantity), "
         "CASE min(l.unit) WHEN 'device-hour' THEN 'Hours' WHEN '1M tokens' THEN '1000000 Tokens' ELSE 'GB-Months' END, "
@@ -170,7 +171,7 @@ void focus_routes(struct http_router *rt) {
         "  WHEN l.sku = 'storage_gb_month' THEN 'Checkpoint storage' "
         "  ELSE replace(replace(l.sku, '_1m', ''), '_', ' ') END "
         "FROM whet_cost_lines($3, NULL, $1::bigint, $2::bigint) l JOIN tenants t ON t.id = l.tenant_id "
-        "GROUP BY l.tenant_id, t.name, l.sku, l.device_type, l.job_id, l.day, l.charge "
-        "ORDER BY t.name, l.day, l.job_id, 3, l.charge DESC");
+        "GROUP BY l.tenant_id, t.name, l.sku, l.device_type, l.job_id, l.model, l.day, l.charge "
+        "ORDER BY t.name, l.day, 4, 3, l.charge DESC");
     http_route(rt, "GET", "/admin/v1/billing/focus", focus_get, HTTP_ROUTE_ADMIN, "admin_billing_focus");
 }

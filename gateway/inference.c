@@ -3,82 +3,297 @@
  *
  * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's
  * fine-tuned models (`ft:…`, the final adapter of a succeeded job) or one of its checkpoints
- * (`ft:…:ckpt-step-N`). Another tenant's model is a 404 like one that never was. The request then goes
- * to the worker that holds the base model, unchanged but for two headers: the adapter's object-store
- * prefix in x-whet-adapter (the worker fetches it once) and no Authorization (a worker is reachable by
- * the gateway alone). h2o's own reverse proxy streams the answer back as it comes (server-sent events
+ * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one
+ * that never was. The request then goes to the worker that holds the base model, unchanged but for its
+ * headers: the adapter's object-store prefix in x-whet-adapter (the worker fetches it once),
+ * x-whet-usage (the worker reports the tokens it counted), no Authorization (a worker is reachable by
+ * the gateway alone) and no x-whet-* header the client sent. h2o's own reverse proxy streams the answer back as it comes (server-sent events
  * included) and the client going away closes the worker's connection, which cancels the generation.
  *
  * Workers: WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]", read at start (placement by the
  * scheduler and scaling from zero are to come). A base model without a worker is a 503 with
- * retry-after. */
+ * retry-after.
+ *
+ * Cold start: a worker not reached yet (or whose last answer was the proxy's 502, or cut short) is
+ * first connected to, again every 100 ms (the loop's hundred_ms_timeout) while it refuses (a worker
+ * listens once its model is loaded), for WHET_SERVE_COLD_START_MS (default 5000); then the request is a
+ * 503 with retry-after. A worker found up is not waited for: if it died since, the request is the
+ * proxy's 502, or a stream it cuts short ends with an error event (below).
+ *
+ * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's
+ * own `usage` (x-whet-usage, below); the gateway removes the report from what the client sees and
+ * writes one inference_usage row per answer (migration 0015), which /v1/usage and the cost lines
+ * (/v1/costs, budgets, the FOCUS export) read. An answer the client left before its end (the worker
+ * cancels it) or that failed is not metered. */
 #include "inference.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
+#include "buf.h"
 #include "db.h"
+#include "env.h"
 #include "log.h"
+#include "model_workers.h"
+#include "server.h"
 
-#define MAX_WORKERS 64
+#define COLD_START_MS_DEFAULT 5000
 
-static struct worker {
-    char model[128], host[256];
-    uint16_t port;
-} workers[MAX_WORKERS];
-static int n_workers;
+static long cold_start_ms = COLD_START_MS_DEFAULT;
 
-/* Parses WHET_SERVE_WORKERS; a malformed entry is logged and left out. */
+/* Whether worker i was reached since its last failure (every loop's view): one connect proves a worker
+ * up; a 502 from the proxy (it could not reach it) or an answer cut short makes the next request wait
+ * for it again. */
+static atomic_uchar worker_up[MODEL_WORKERS_MAX];
+
+/* The workers' table, and how long a request waits for a worker's cold start. */
 static void read_workers(void) {
-    const char *spec = getenv("WHET_SERVE_WORKERS");
-    n_workers = 0;
-    for (const char *p = spec; p && *p && n_workers < MAX_WORKERS;) {
-        const char *end = strchr(p, ','), *eq = memchr(p, '=', end ? (size_t)(end - p) : strlen(p));
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *colon = eq ? memrchr(eq, ':', len - (size_t)(eq - p)) : NULL;
-        struct worker *w = &workers[n_workers];
-        long port = colon ? strtol(colon + 1, NULL, 10) : 0;
-        if (eq && colon && eq > p && colon > eq + 1 && port > 0 && port < 65536 && (size_t)(eq - p) < sizeof w->model &&
-            (size_t)(colon - eq - 1) < sizeof w->host) {
-            snprintf(w->model, sizeof w->model, "%.*s", (int)(eq - p), p);
-            snprintf(w->host, sizeof w->host, "%.*s", (int)(colon - eq - 1), eq + 1);
-            w->port = (uint16_t)port;
-            n_workers++;
-        } else {
-            log_warn("msg=\"WHET_SERVE_WORKERS: entry left out\" entry=\"%.*s\" expected=BASE=HOST:PORT", (int)len, p);
-        }
-        p = end ? end + 1 : p + len;
+    model_workers_read();
+    const char *cold = whet_env("WHET_SERVE_COLD_START_MS", NULL);
+    char *cold_end;
+    long ms = cold ? strtol(cold, &cold_end, 10) : COLD_START_MS_DEFAULT;
+    if (cold && (*cold_end || ms < 0 || ms > 3600000)) {
+        log_warn(
+            "msg=\"WHET_SERVE_COLD_START_MS: expected milliseconds (0 to 3600000), using the default\" value=\"%s\" "
+            "default=%d",
+            cold, COLD_START_MS_DEFAULT);
+        ms = COLD_START_MS_DEFAULT;
     }
+    cold_start_ms = ms;
 }
 
-static const struct worker *worker_for(const char *base) {
-    for (int i = 0; i < n_workers; i++)
-        if (!strcmp(workers[i].model, base)) return &workers[i];
-    return NULL;
+/* ---- Metering ---------------------------------------------------------------------------------- */
+
+/* One answer on its way from a worker (in the request's pool). */
+struct answer {
+    struct gw_req *r;
+    const char *model, *base;
+    int worker;
+    struct whet_buf held, out; /* a stream's bytes not passed on yet (a partial event); what was passed last */
+    int ended;                 /* the stream's last event came: [DONE], or the worker's error */
+    int metered;               /* the worker's report came */
+};
+
+struct answer_prefilter {
+    h2o_req_prefilter_t super;
+    struct answer *a;
+};
+
+struct answer_ostream {
+    h2o_ostream_t super;
+    struct answer *a;
+};
+
+static void usage_written(struct gw_req *r, const struct db_result *res, void *arg) {
+    (void)arg;
+    if (!res->ok)
+        log_error("msg=\"inference usage not recorded\" request_id=%s error=\"%s\"", r->request_id, res->message);
 }
 
-/* The model is the base `base`, with the adapter stored at `prefix` (NULL: the base alone). */
-static void proxy_to_worker(struct gw_req *r, const char *base, const char *prefix) {
-    const struct worker *w = worker_for(base);
-    if (!w) {
+/* The worker's report, "PROMPT_TOKENS COMPLETION_TOKENS", becomes a usage row. */
+static void meter(struct answer *a, const char *report, size_t len) {
+    char text[64], *mid, *end;
+    snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text - 1 ? len : sizeof text - 1), report);
+    long long prompt = strtoll(text, &mid, 10), completion = strtoll(mid, &end, 10);
+    if (mid == text || end == mid || *end || prompt < 0 || completion < 0) {
+        log_error("msg=\"a model worker's usage report is malformed: the answer is not metered\" request_id=%s "
+                  "report=\"%s\"",
+                  a->r->request_id, text);
+        return;
+    }
+    const char *p[] = {http_tenant_id(a->r),
+                       a->model,
+                       a->base,
+                       a->r->request_id,
+                       http_printf(a->r, "%lld", prompt),
+                       http_printf(a->r, "%lld", completion)};
+    db_query(a->r, "inference_usage_insert", 6, p, usage_written, NULL);
+    a->metered = 1;
+}
+
+/* An answer the worker did not report (a worker older than the gateway?) is not metered: say so. */
+static void unreported(const struct answer *a) {
+    log_warn("msg=\"a model worker answered without a usage report: the answer is not metered\" request_id=%s "
+             "model=%s worker=%s:%u",
+             a->r->request_id, a->model, model_workers_at(a->worker)->host, (unsigned)model_workers_at(a->worker)->port);
+}
+
+/* A stream's events pass on whole; the report (a comment event, ": x-whet-usage P C") is taken out. A
+ * stream that stops before its last event lost its worker (h2o's proxy takes a connection closed
+ * between two chunks for the end of the body): it gets an error event, which the SDKs raise. */
+#define USAGE_EVENT ": x-whet-usage "
+#define STARTS(p, len, s) ((len) >= strlen(s) && !memcmp((p), (s), strlen(s)))
+
+static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n, h2o_send_state_t state) {
+    struct answer *a = ((struct answer_ostream *)self)->a;
+    for (size_t i = 0; i < n; i++) whet_buf_append(&a->held, bufs[i].base, bufs[i].len);
+    size_t whole = a->held.len; /* the end of the last whole event; all of it once the stream ends */
+    if (h2o_send_state_is_in_progress(state)) {
+        while (whole >= 2 && memcmp(a->held.data + whole - 2, "\n\n", 2)) whole--;
+        if (whole < 2) whole = 0;
+    }
+    a->out.len = 0;
+    for (size_t at = 0; at < whole;) {
+        const char *ev = a->held.data + at, *sep = memmem(ev, whole - at, "\n\n", 2);
+        size_t len = sep ? (size_t)(sep - ev) + 2 : whole - at;
+        at += len;
+        if (STARTS(ev, len, USAGE_EVENT)) {
+            meter(a, ev + strlen(USAGE_EVENT), len - strlen(USAGE_EVENT) - (sep ? 2 : 0));
+            continue;
+        }
+        if (STARTS(ev, len, "data: [DONE]") && !a->metered) unreported(a);
+        if (STARTS(ev, len, "data: [DONE]") || STARTS(ev, len, "data: {\"error\"")) a->ended = 1;
+        whet_buf_append(&a->out, ev, len);
+    }
+    memmove(a->held.data, a->held.data + whole, a->held.len - whole);
+    a->held.len -= whole;
+    if (!h2o_send_state_is_in_progress(state) && !a->ended) {
+        worker_up[a->worker] = 0;
+        json_t *error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
+                                  http_printf(a->r,
+                                              "the model worker of %s stopped before the answer was complete "
+                                              "(request %s); retry the request",
+                                              a->base, a->r->request_id),
+                                  "type", "server_error", "param", "code", "worker_lost");
+        char *text = json_dumps(error, JSON_COMPACT);
+        json_decref(error);
+        whet_buf_printf(&a->out, "data: %s\n\n", text);
+        free(text);
+    }
+    h2o_iovec_t out = h2o_iovec_init(a->out.data, a->out.len);
+    h2o_ostream_send_next(self, req, &out, out.len ? 1 : 0, state);
+}
+
+/* The worker's answer starts: a whole one carries its report in a header, a stream at its end. */
+static void answer_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    struct answer *a = ((struct answer_prefilter *)self)->a;
+    if (req->res.status == 502) worker_up[a->worker] = 0; /* the proxy could not reach it */
+    ssize_t h = h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-whet-usage"), -1);
+    if (h >= 0) {
+        meter(a, req->res.headers.entries[h].value.base, req->res.headers.entries[h].value.len);
+        h2o_delete_header(&req->res.headers, h);
+    }
+    ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (req->res.status == 200 && ct >= 0 &&
+        h2o_memis(req->res.headers.entries[ct].value.base, req->res.headers.entries[ct].value.len,
+                  H2O_STRLIT("text/event-stream"))) {
+        struct answer_ostream *o = (struct answer_ostream *)h2o_add_ostream(req, sizeof *o, slot);
+        req->res.content_length = SIZE_MAX; /* the report is taken out */
+        o->super.do_send = stream_do_send;
+        o->a = a;
+        slot = &o->super.next;
+    } else if (req->res.status == 200 && !a->metered) {
+        unreported(a);
+    }
+    h2o_setup_next_prefilter(self, req, slot);
+}
+
+static void answer_dispose(void *p) {
+    struct answer *a = p;
+    whet_buf_free(&a->held);
+    whet_buf_free(&a->out);
+}
+
+/* ---- Proxying ---------------------------------------------------------------------------------- */
+
+/* A request on its way to worker `worker` (the base `base`, with the adapter stored at `prefix`, NULL
+ * for the base alone), for the tenant's `model`. */
+struct route {
+    struct gw_req *r;
+    const char *model, *base, *prefix;
+    int worker;
+    uint64_t deadline; /* the loop's clock (ms) when a cold start is given up */
+    h2o_timeout_entry_t retry;
+};
+
+static void proxy(struct route *rt) {
+    struct gw_req *r = rt->r;
+    h2o_req_t *req = r->req;
+    struct answer *a = h2o_mem_alloc_shared(&req->pool, sizeof *a, answer_dispose);
+    *a = (struct answer){.r = r, .model = rt->model, .base = rt->base, .worker = rt->worker};
+    struct answer_prefilter *pf = (struct answer_prefilter *)h2o_add_prefilter(req, sizeof *pf);
+    pf->super.on_setup_ostream = answer_setup;
+    pf->a = a;
+    /* the adapter (none: the base), and the usage report the metering above takes out of the answer */
+    const char *const headers[2][2] = {{"x-whet-usage", "1"}, {"x-whet-adapter", rt->prefix}};
+    model_workers_hand_over(r, rt->worker, headers, rt->prefix ? 2 : 1);
+}
+
+static void probe(struct route *rt);
+
+/* The end of a wait: proxied, answered 503, or the client left. */
+static void route_end(struct route *rt, int up) {
+    struct gw_req *r = rt->r;
+    if (r->req) {
+        if (up) {
+            worker_up[rt->worker] = 1;
+            proxy(rt);
+        } else {
+            http_reply_unavailable(
+                r, (int)((cold_start_ms + 999) / 1000),
+                http_printf(r, "the model worker of %s (still starting after %ld ms)", rt->base, cold_start_ms));
+        }
+    }
+    free(rt);
+    gw_req_release(r);
+}
+
+static void retry_due(h2o_timeout_entry_t *entry) { probe(H2O_STRUCT_FROM_MEMBER(struct route, retry, entry)); }
+
+/* The worker refused: again in a while, unless the wait is over (or the client or the gateway leaves). */
+static void probe_failed(struct route *rt) {
+    h2o_context_t *ctx = &rt->r->thread->ctx;
+    if (!rt->r->req || rt->r->thread->stopping || h2o_now(ctx->loop) >= rt->deadline) {
+        route_end(rt, 0);
+        return;
+    }
+    h2o_timeout_link(ctx->loop, &ctx->hundred_ms_timeout, &rt->retry);
+}
+
+static void probe_connected(h2o_socket_t *sock, const char *err) {
+    struct route *rt = sock->data;
+    h2o_socket_close(sock);
+    if (err) probe_failed(rt);
+    else route_end(rt, 1);
+}
+
+static void probe(struct route *rt) {
+    const struct model_worker *w = model_workers_at(rt->worker);
+    if (!rt->r->req) {
+        route_end(rt, 0);
+        return;
+    }
+    h2o_socket_t *sock =
+        h2o_socket_connect(rt->r->thread->ctx.loop, (struct sockaddr *)&w->addr, w->addr_len, probe_connected);
+    if (!sock) {
+        probe_failed(rt);
+        return;
+    }
+    sock->data = rt;
+}
+
+static void route_to_worker(struct gw_req *r, const char *model, const char *base, const char *prefix) {
+    int i = model_workers_find(base);
+    if (i < 0) {
         http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", base));
         return;
     }
-    h2o_req_t *req = r->req;
-    ssize_t auth = h2o_find_header(&req->headers, H2O_TOKEN_AUTHORIZATION, -1);
-    if (auth >= 0) h2o_delete_header(&req->headers, auth);
-    if (prefix)
-        h2o_add_header_by_str(&req->pool, &req->headers, H2O_STRLIT("x-whet-adapter"), 0, NULL,
-                              h2o_strdup(&req->pool, prefix, SIZE_MAX).base, strlen(prefix));
-    h2o_req_overrides_t *ov = h2o_mem_alloc_pool(&req->pool, sizeof *ov);
-    memset(ov, 0, sizeof *ov);
-    ov->client_ctx = &req->conn->ctx->proxy.client_ctx;
-    ov->hostport.host = h2o_strdup(&req->pool, w->host, SIZE_MAX);
-    ov->hostport.port = w->port;
-    char *authority = http_printf(r, "%s:%u", w->host, (unsigned)w->port);
-    r->status = 200; /* the worker answers from here on (the log line says so) */
-    h2o_reprocess_request(req, req->method, &H2O_URL_SCHEME_HTTP, h2o_iovec_init(authority, strlen(authority)),
-                          req->path, ov, 0);
+    struct route *rt = xcalloc(1, sizeof *rt);
+    *rt = (struct route){.r = r,
+                         .model = model,
+                         .base = http_strdup(r, base),
+                         .prefix = prefix ? http_strdup(r, prefix) : NULL,
+                         .worker = i,
+                         .retry = {.cb = retry_due}};
+    gw_req_retain(r);
+    if (worker_up[i] || !model_workers_at(i)->addr_len) {
+        route_end(rt, 1);
+        return;
+    }
+    rt->deadline = h2o_now(r->thread->ctx.loop) + (uint64_t)cold_start_ms;
+    probe(rt);
 }
 
 static void resolved(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -90,7 +305,7 @@ static void resolved(struct gw_req *r, const struct db_result *res, void *arg) {
         return;
     }
     const PGresult *row = res->res[0];
-    proxy_to_worker(r, PQgetvalue(row, 0, 0), PQgetisnull(row, 0, 1) ? NULL : PQgetvalue(row, 0, 1));
+    route_to_worker(r, model, PQgetvalue(row, 0, 0), PQgetisnull(row, 0, 1) ? NULL : PQgetvalue(row, 0, 1));
 }
 
 static void completions(struct gw_req *r) {
@@ -114,9 +329,13 @@ void inference_routes(struct http_router *rt) {
     db_prepare("inference_model",
                "SELECT id, NULL::text FROM base_models WHERE id = $2"
                " UNION ALL SELECT model, final_object_prefix FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2"
-               " AND status = 'succeeded' AND final_object_prefix IS NOT NULL"
+               " AND status = 'succeeded' AND final_object_prefix IS NOT NULL AND model_deleted_at IS NULL"
                " UNION ALL SELECT j.model, c.object_prefix FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
-               " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 LIMIT 1");
+               " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 AND j.model_deleted_at IS NULL LIMIT 1");
+    db_prepare(
+        "inference_usage_insert",
+        "INSERT INTO inference_usage (tenant_id, model, base_model, request_id, prompt_tokens, completion_tokens) "
+        "VALUES ($1, $2, $3, $4, $5, $6)");
     http_route(rt, "POST", "/v1/chat/completions", completions, HTTP_ROUTE_TENANT, "chat.completions.create");
     http_route(rt, "POST", "/v1/completions", completions, HTTP_ROUTE_TENANT, "completions.create");
 }

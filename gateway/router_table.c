@@ -15,6 +15,7 @@
 #include "models.h"
 #include "prices.h"
 #include "server.h"
+#include "training_sessions.h"
 #include "usage.h"
 #include "uploads.h"
 
@@ -40,4 +41,5 @@ void router_register_all(struct http_router *rt) {
     budgets_routes(rt);
     audit_routes(rt);
     inference_routes(rt);
+    training_sessions_routes(rt);
 }

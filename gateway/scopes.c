@@ -31,6 +31,9 @@ static const struct {
     {"/v1/completions", SCOPE_INFERENCE, SCOPE_INFERENCE, "inference", "read or inference"},
     {"/v1/embeddings", SCOPE_INFERENCE, SCOPE_INFERENCE, "inference", "read or inference"},
     {"/v1/responses", SCOPE_INFERENCE, SCOPE_INFERENCE, "inference", "read or inference"},
+    {"/v1/training_sessions", SCOPE_JOBS, SCOPE_JOBS, "jobs", "read or jobs"},
+    {"/v1/tokenize", SCOPE_JOBS | SCOPE_INFERENCE, SCOPE_JOBS | SCOPE_INFERENCE, "jobs or inference",
+     "read, jobs or inference"},
     {"/v1/whoami", ~0u, ~0u, NULL, NULL},
 };
 

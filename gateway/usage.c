@@ -1,6 +1,7 @@
 /* usage.c - metering, as tenants and finance see it.
  *
- *   GET /v1/usage                        the tenant's own usage, one row per job and device type
+ *   GET /v1/usage                        the tenant's own usage, one row per job and device type, and
+ *                                        (`inference`) one per model it asked for completions
  *   GET /admin/v1/usage                  every tenant's, for billing (?format=csv for a spreadsheet)
  *   GET /admin/v1/nodes                  the executors, their devices, leases and running jobs
  *
@@ -8,7 +9,9 @@
  * (idempotently, so retries and failovers never count twice; an attempt lost with its node is counted
  * and flagged). Storage is the checkpoints' bytes times the hours they have been kept. Each row's `cost`
  * sums the database's cost lines (prices.h) of its job and device type over the same window; a job's
- * storage is costed on its first device type's row. */
+ * storage is costed on its first device type's row. Inference tokens come from inference_usage, one row
+ * per answer (gateway/inference.c), summed per model: they belong to no job, so a job_id filter leaves
+ * them out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,7 +39,40 @@
     "   AND u.created_at >= coalesce($3::bigint, 0) AND u.created_at < coalesce($4::bigint, 9223372036854775807)" \
     " GROUP BY u.tenant_id, t.name, u.job_id, u.device_type ORDER BY min(u.created_at), u.job_id, u.device_type"
 
-static json_t *usage_row(const PGresult *res, int i, int with_tenant) {
+/* Inference per tenant and model, with the cost lines of the same model over the same window. $1: tenant
+ * id or NULL for all tenants; $2: a job id (no inference row belongs to a job). */
+#define INFERENCE_USAGE_SQL                                                                                            \
+    "SELECT i.tenant_id, t.name, i.model, count(*), sum(i.prompt_tokens)::bigint,"                                     \
+    " sum(i.completion_tokens)::bigint, min(i.created_at), max(i.created_at),"                                         \
+    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"                   \
+    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                                        \
+    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(i.tenant_id, NULL,"                          \
+    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE model = i.model"                     \
+    "   GROUP BY line_item) l)"                                                                                        \
+    " FROM inference_usage i JOIN tenants t ON t.id = i.tenant_id"                                                     \
+    " WHERE ($1::text IS NULL OR i.tenant_id = $1) AND $2::text IS NULL"                                               \
+    "   AND i.created_at >= coalesce($3::bigint, 0) AND i.created_at < coalesce($4::bigint, 9223372036854775807)"      \
+    " GROUP BY i.tenant_id, t.name, i.model ORDER BY min(i.created_at), i.model"
+
+/* An operator's row names its tenant (columns 0 and 1). */
+static json_t *with_tenant(json_t *o, const PGresult *res, int i, int admin) {
+    if (admin) {
+        json_object_set_new(o, "tenant_id", db_json_string(res, i, 0));
+        json_object_set_new(o, "tenant", db_json_string(res, i, 1));
+    }
+    return o;
+}
+
+static json_t *inference_row(const PGresult *res, int i, int admin) {
+    json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "usage.inference", "model",
+                          db_json_string(res, i, 2), "requests", db_json_integer(res, i, 3), "prompt_tokens",
+                          db_json_integer(res, i, 4), "completion_tokens", db_json_integer(res, i, 5),
+                          "first_recorded_at", db_json_integer(res, i, 6), "last_recorded_at",
+                          db_json_integer(res, i, 7), "cost", db_json_value(res, i, 8));
+    return with_tenant(o, res, i, admin);
+}
+
+static json_t *usage_row(const PGresult *res, int i, int admin) {
     json_t *o = json_pack("{s:s, s:o, s:o, s:f, s:o, s:o, s:f, s:o, s:f, s:o, s:o, s:o}", "object", "usage", "job_id",
                           db_json_string(res, i, 2), "device_type", db_json_string(res, i, 3), "device_seconds",
                           atof(PQgetvalue(res, i, 4)), "trained_tokens", db_json_integer(res, i, 5), "rollout_tokens",
@@ -44,11 +80,7 @@ static json_t *usage_row(const PGresult *res, int i, int with_tenant) {
                           db_json_integer(res, i, 8), "lost_device_seconds", atof(PQgetvalue(res, i, 9)),
                           "first_recorded_at", db_json_integer(res, i, 10), "last_recorded_at",
                           db_json_integer(res, i, 11), "cost", db_json_value(res, i, 12));
-    if (with_tenant) {
-        json_object_set_new(o, "tenant_id", db_json_string(res, i, 0));
-        json_object_set_new(o, "tenant", db_json_string(res, i, 1));
-    }
-    return o;
+    return with_tenant(o, res, i, admin);
 }
 
 /* `start_time`/`end_time` are Unix seconds; anything else is a 400. Returns 0 or -1 (answered). */
@@ -69,17 +101,22 @@ static int time_param(struct gw_req *r, const char *name, const char **out) {
 static void usage_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
     int admin = arg != NULL;
     if (db_reply_failed(r, res)) return;
-    const PGresult *pr = res->res[0];
+    const PGresult *pr = res->res[0], *inf = res->res[1];
     const char *format = http_query_param(r, "format");
     if (admin && format && !strcmp(format, "csv")) {
+        /* a job's row leaves the inference columns empty, a model's the job's */
         struct whet_buf csv = {0};
-        whet_buf_puts(&csv, "tenant,tenant_id,job_id,device_type,device_seconds,lost_device_seconds,trained_tokens,"
-                            "rollout_tokens,storage_byte_hours,attempts\n");
+        whet_buf_puts(&csv,
+                      "tenant,tenant_id,job_id,device_type,device_seconds,lost_device_seconds,trained_tokens,"
+                      "rollout_tokens,storage_byte_hours,attempts,model,requests,prompt_tokens,completion_tokens\n");
         for (int i = 0; i < PQntuples(pr); i++)
-            whet_buf_printf(&csv, "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%.3f,%s\n", PQgetvalue(pr, i, 1), PQgetvalue(pr, i, 0),
-                            PQgetvalue(pr, i, 2), PQgetvalue(pr, i, 3), atof(PQgetvalue(pr, i, 4)),
-                            atof(PQgetvalue(pr, i, 9)), PQgetvalue(pr, i, 5), PQgetvalue(pr, i, 6),
-                            atof(PQgetvalue(pr, i, 7)), PQgetvalue(pr, i, 8));
+            whet_buf_printf(&csv, "%s,%s,%s,%s,%.3f,%.3f,%s,%s,%.3f,%s,,,,\n", PQgetvalue(pr, i, 1),
+                            PQgetvalue(pr, i, 0), PQgetvalue(pr, i, 2), PQgetvalue(pr, i, 3),
+                            atof(PQgetvalue(pr, i, 4)), atof(PQgetvalue(pr, i, 9)), PQgetvalue(pr, i, 5),
+                            PQgetvalue(pr, i, 6), atof(PQgetvalue(pr, i, 7)), PQgetvalue(pr, i, 8));
+        for (int i = 0; i < PQntuples(inf); i++)
+            whet_buf_printf(&csv, "%s,%s,,,,,,,,,%s,%s,%s,%s\n", PQgetvalue(inf, i, 1), PQgetvalue(inf, i, 0),
+                            PQgetvalue(inf, i, 2), PQgetvalue(inf, i, 3), PQgetvalue(inf, i, 4), PQgetvalue(inf, i, 5));
         http_add_header(r, "content-disposition", "attachment; filename=\"whet-usage.csv\"");
         http_reply_bytes(r, 200, "text/csv; charset=utf-8", csv.data, csv.len);
         return;
@@ -88,11 +125,13 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
         http_reply_error(r, 400, "format", "invalid_value", "format must be json%s", admin ? " or csv" : "");
         return;
     }
-    json_t *data = json_array();
+    json_t *data = json_array(), *inference = json_array();
     for (int i = 0; i < PQntuples(pr); i++) json_array_append_new(data, usage_row(pr, i, admin));
-    json_t *list = json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0);
+    for (int i = 0; i < PQntuples(inf); i++) json_array_append_new(inference, inference_row(inf, i, admin));
+    json_t *list =
+        json_pack("{s:s, s:o, s:o, s:b}", "object", "list", "data", data, "inference", inference, "has_more", 0);
     /* A tenant sees its budget and this month's spend beside (budgets.h): soft_alert is the alert flag. */
-    if (res->n == 2) json_object_set_new(list, "budget", db_json_value(res->res[1], 0, 1));
+    if (res->n == 3) json_object_set_new(list, "budget", db_json_value(res->res[2], 0, 1));
     http_reply_json(r, 200, list);
 }
 
@@ -102,8 +141,9 @@ static void usage_list(struct gw_req *r, int admin) {
     const char *tenant = admin ? http_query_param(r, "tenant_id") : http_tenant_id(r);
     const char *params[] = {tenant, http_query_param(r, "job_id"), start, end};
     const char *budget[] = {tenant};
-    struct db_stmt stmts[] = {{"usage_list", NULL, 4, params}, {"budget_status", NULL, 1, budget}};
-    db_transaction(r, stmts, admin ? 1 : 2, usage_list_done, admin ? (void *)1 : NULL);
+    struct db_stmt stmts[] = {
+        {"usage_list", NULL, 4, params}, {"usage_inference", NULL, 4, params}, {"budget_status", NULL, 1, budget}};
+    db_transaction(r, stmts, admin ? 2 : 3, usage_list_done, admin ? (void *)1 : NULL);
 }
 
 static void usage_tenant(struct gw_req *r) { usage_list(r, 0); }
@@ -128,6 +168,7 @@ static void nodes_list(struct gw_req *r) { db_query(r, "nodes_list", 0, NULL, no
 
 void usage_routes(struct http_router *rt) {
     db_prepare("usage_list", USAGE_SQL);
+    db_prepare("usage_inference", INFERENCE_USAGE_SQL);
     db_prepare("nodes_list",
                "SELECT n.id, n.dc, n.pool, n.devices, n.state,"
                " coalesce((SELECT json_agg(a.job_id ORDER BY a.job_id) FROM job_attempts a"

@@ -35,8 +35,7 @@ static int number_in(const json_t *root, const char *name, double lo, double hi,
     return 0;
 }
 
-/* The prompt tokens: messages rendered with the chat template, or the prompt string encoded. */
-static int prompt_of(struct serve_api_request *r, const json_t *root, const struct tokenizer *tok,
+int serve_api_prompt(struct serve_api_request *r, const json_t *root, const struct tokenizer *tok,
                      const struct chat_template *tpl, char *param, size_t param_len, struct whet_err *err) {
     int32_t *ids = NULL;
     if (r->kind == SERVE_API_COMPLETION) {
@@ -79,7 +78,7 @@ static int prompt_of(struct serve_api_request *r, const json_t *root, const stru
     return 0;
 }
 
-static int stops_of(struct serve_api_request *r, const json_t *root, char *param, size_t param_len,
+int serve_api_stops(struct serve_api_request *r, const json_t *root, char *param, size_t param_len,
                     struct whet_err *err) {
     const json_t *s = json_object_get(root, "stop");
     if (!s || json_is_null(s)) return 0;
@@ -150,7 +149,7 @@ int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, con
         number_in(root, "top_k", 0, 1 << 20, 1, &top_k, param, param_len, err) ||
         number_in(root, max_name, 1, lim->max_len, 1, &max_tokens, param, param_len, err) ||
         number_in(root, "seed", -9.2e18, 9.2e18, 1, &seed, param, param_len, err) ||
-        stops_of(out, root, param, param_len, err) || prompt_of(out, root, tok, tpl, param, param_len, err))
+        serve_api_stops(out, root, param, param_len, err) || serve_api_prompt(out, root, tok, tpl, param, param_len, err))
         goto out;
     const json_t *stream = json_object_get(root, "stream");
     if (stream && !json_is_null(stream) && !json_is_boolean(stream)) {
@@ -197,6 +196,18 @@ void serve_api_request_free(struct serve_api_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     memset(r, 0, sizeof *r);
+}
+
+struct serve_request serve_api_engine_request(const struct serve_api_request *r, serve_emit_fn emit, void *ctx) {
+    return (struct serve_request){.prompt = r->prompt,
+                                  .n_prompt = r->n_prompt,
+                                  .n = r->n,
+                                  .max_tokens = r->max_tokens,
+                                  .sampling = r->sampling,
+                                  .stop = r->stop,
+                                  .n_stop = r->n_stop,
+                                  .emit = emit,
+                                  .ctx = ctx};
 }
 
 const char *serve_api_finish_reason(enum serve_finish f) { return f == SERVE_LENGTH ? "length" : "stop"; }

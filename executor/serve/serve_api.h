@@ -65,6 +65,18 @@ int serve_api_parse(struct serve_api_request *out, enum serve_api_kind kind, con
                     const struct tokenizer *tok, const struct chat_template *tpl, const struct serve_api_limits *lim,
                     char *param, size_t param_len, struct whet_err *err);
 void serve_api_request_free(struct serve_api_request *r);
+/* The prompt tokens of body `root` into r->prompt and r->n_prompt, as r->kind says: messages rendered
+ * with the chat template (and the assistant's turn opened), or the prompt string encoded. */
+struct json_t;
+int serve_api_prompt(struct serve_api_request *r, const struct json_t *root, const struct tokenizer *tok,
+                     const struct chat_template *tpl, char *param, size_t param_len, struct whet_err *err);
+/* The stop strings of body `root` (`stop`: a string or up to 4) into r->stop and r->n_stop. */
+int serve_api_stops(struct serve_api_request *r, const struct json_t *root, char *param, size_t param_len,
+                    struct whet_err *err);
+
+/* The engine's request of a parsed one (borrowing its prompt and stop strings), for the adapter the
+ * caller sets and events to emit(ctx). */
+struct serve_request serve_api_engine_request(const struct serve_api_request *r, serve_emit_fn emit, void *ctx);
 
 /* OpenAI's finish_reason of an engine finish: "stop", "length" (cancelled and failed choices never
  * reach a client). */

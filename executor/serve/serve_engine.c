@@ -32,13 +32,15 @@ struct serve_seq {
     int choice, slot, n_tokens, last_token;
     struct sample_row row;
     struct whet_buf text;
+    size_t sent; /* text emitted so far */
 };
 
 struct serve_req {
     uint64_t id;
     struct serve_request r; /* prompt and stop strings owned; r.adapter NULL (adapter_dir is the copy) */
     char *adapter_dir;
-    struct serve_adapter *adapter; /* loaded at admission */
+    struct serve_adapter *adapter; /* loaded at admission (&own with a caller's view) */
+    struct serve_adapter own;      /* the caller's view (r.view), in no table */
     int n_running, cancelled;
     struct serve_seq *seqs;
     struct serve_req *next;
@@ -66,6 +68,7 @@ int serve_engine_open(struct serve_engine **out, const struct serve_engine_opts 
     char *tok_path = xasprintf("%s/tokenizer.json", o->model_dir);
     struct model_opts mo = model_opts_default();
     mo.device = o->device;
+    mo.train = mo.frozen_base = o->training;
     int rc = tokenizer_load(tok_path, &e->tok, err) || chat_template_load(&e->tpl, o->model_dir, err) ||
              model_load(&e->base, o->model_dir, &mo, err);
     free(tok_path);
@@ -113,6 +116,9 @@ void serve_engine_close(struct serve_engine *e) {
     free(e);
 }
 
+struct model *serve_engine_base(const struct serve_engine *e) {
+    return e->base;
+}
 const struct tokenizer *serve_engine_tokenizer(const struct serve_engine *e) { return e->tok; }
 const struct chat_template *serve_engine_chat_template(const struct serve_engine *e) { return &e->tpl; }
 
@@ -149,7 +155,8 @@ int serve_engine_submit(struct serve_engine *e, const struct serve_request *r, u
     for (int i = 0; i < r->n_stop; i++) stop[i] = xstrdup(r->stop[i]);
     q->r.stop = stop;
     q->r.adapter = NULL;
-    q->adapter_dir = r->adapter ? xstrdup(r->adapter) : NULL;
+    q->adapter_dir = r->adapter && !r->view ? xstrdup(r->adapter) : NULL;
+    if (r->view) q->own.view = r->view, q->adapter = &q->own;
     struct serve_req **tail = &e->waiting;
     while (*tail) tail = &(*tail)->next;
     *tail = q;
@@ -262,15 +269,20 @@ static int seq_take(struct serve_engine *e, struct serve_seq *s, const struct dr
     int id = d->ids[i];
     s->n_tokens++;
     s->last_token = id;
-    size_t old = s->text.len;
+    size_t old = s->sent, hold = 0;
     int end = sample_is_end_token(e->tok, model_get_config(e->base), id), stopped = 0;
     if (!end && (stopped = sample_append_text(&s->text, e->tok, id, q->r.stop, q->r.n_stop, err)) < 0) return -1;
+    /* a stop string may begin in the text's last bytes and end in a later token's, which cuts them: they
+     * are held back (a stop string less a byte) until the sequence ends or a token moves past them */
+    for (int k = 0; k < q->r.n_stop && !end && !stopped && s->n_tokens < q->r.max_tokens; k++)
+        if (strlen(q->r.stop[k]) - 1 > hold) hold = strlen(q->r.stop[k]) - 1;
+    s->sent = s->text.len > old + hold ? s->text.len - hold : old; /* a cut never reaches sent text */
     struct serve_event ev = {.request = q->id,
                              .choice = s->choice,
                              .token = id,
                              .finish = SERVE_RUNNING,
-                             .text = s->text.data ? s->text.data + (old < s->text.len ? old : s->text.len) : "",
-                             .text_len = s->text.len > old ? s->text.len - old : 0,
+                             .text = s->text.data ? s->text.data + old : "",
+                             .text_len = s->sent - old,
                              .logprob = d->logprob[i],
                              .n_top = s->row.top_logprobs,
                              .top_ids = d->top_ids + (size_t)i * SAMPLE_TOP_MAX,
@@ -384,6 +396,13 @@ static int batch_order(const struct serve_engine *e, struct serve_seq **out, str
         }
         if (n > before) runs[(*n_runs)++] = (struct lora_run){ad ? ad->view : NULL, n - before};
     }
+    for (struct serve_req *q = e->running; q; q = q->next) { /* callers' views: a run per request */
+        if (q->adapter != &q->own || q->cancelled) continue;
+        int before = n;
+        for (int c = 0; c < q->r.n; c++)
+            if (q->seqs[c].slot >= 0 && e->slot_seq[q->seqs[c].slot] == &q->seqs[c]) out[n++] = &q->seqs[c];
+        if (n > before) runs[(*n_runs)++] = (struct lora_run){q->own.view, n - before};
+    }
     return n;
 }
 
@@ -393,7 +412,7 @@ int serve_engine_step(struct serve_engine *e, struct whet_err *err) {
         if (e->slot_seq[i] && e->slot_seq[i]->req->cancelled) seq_end(e, e->slot_seq[i], SERVE_CANCELLED);
     if (admit_waiting(e, err)) return -1;
     struct serve_seq **batch = xmalloc(sizeof *batch * (size_t)e->n_slots);
-    struct lora_run *runs = xmalloc(sizeof *runs * (size_t)(e->max_adapters + 1));
+    struct lora_run *runs = xmalloc(sizeof *runs * (size_t)(e->max_adapters + 1 + e->n_slots));
     int n_runs, n = batch_order(e, batch, runs, &n_runs), rc = 0;
     if (n > 0) {
         int *slots = xmalloc(sizeof(int) * (size_t)n), *ids = xmalloc(sizeof(int) * (size_t)n), tops = 0;

@@ -28,6 +28,7 @@
 #include "util.h"
 
 struct serve_engine;
+struct model;
 struct tokenizer;
 struct chat_template;
 
@@ -37,6 +38,8 @@ struct serve_engine_opts {
     int n_slots;            /* sequences decoded at once (the batch) */
     int max_len;            /* tokens per sequence, prompt included */
     int max_adapters;       /* adapters kept loaded (LRU); one in use is never evicted */
+    int training;           /* the base is loaded frozen for training (model_opts.frozen_base): training
+                             * sessions' adapter views train on it (serve_session.h) */
 };
 
 enum serve_finish { SERVE_RUNNING, SERVE_STOP, SERVE_LENGTH, SERVE_CANCELLED, SERVE_ERROR };
@@ -58,6 +61,8 @@ typedef void (*serve_emit_fn)(void *ctx, const struct serve_event *ev);
 
 struct serve_request {
     const char *adapter;   /* a PEFT adapter dir, or NULL for the base model */
+    struct model *view;    /* instead of adapter: a view of the base the caller owns and keeps until the
+                            * request's last final event (a training session's current weights) */
     const int *prompt;     /* token ids, already chat-templated */
     int n_prompt;
     int n;                 /* choices, 1 <= n <= n_slots */
@@ -72,6 +77,8 @@ struct serve_request {
 
 int serve_engine_open(struct serve_engine **out, const struct serve_engine_opts *o, struct whet_err *err);
 void serve_engine_close(struct serve_engine *e);
+/* The base model, for callers that run their own passes on it between steps (training sessions). */
+struct model *serve_engine_base(const struct serve_engine *e);
 /* The engine's tokenizer and chat template, for callers that render and tokenize prompts. */
 const struct tokenizer *serve_engine_tokenizer(const struct serve_engine *e);
 const struct chat_template *serve_engine_chat_template(const struct serve_engine *e);

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "serve_api.h"
 #include "serve_metrics.h"
+#include "serve_session_http.h"
 #include "serve_store.h"
 
 enum msg_kind { MSG_SUBMITTED, MSG_EVENT };
@@ -63,6 +64,11 @@ struct call {
     struct serve_api_request api;
     char *adapter_dir;    /* the adapter's local dir, NULL for the base */
     char *adapter_prefix; /* x-whet-adapter: the object-store prefix to fetch it from */
+    /* x-whet-usage in the request: the gateway meters the answer's tokens. They are reported as "PROMPT
+     * COMPLETION" (the numbers of the answer's usage) in the header x-whet-usage of a whole answer, in a
+     * comment event ": x-whet-usage PROMPT COMPLETION" before a stream's [DONE]; the gateway takes both
+     * out. */
+    int report_usage;
     char id[48];
     long long created;
     double arrived; /* whet_now_mono() when the request came: the first token's latency */
@@ -89,6 +95,7 @@ struct server {
     pthread_cond_t cv;
     struct call *submit_head, **submit_tail;
     struct serve_store *store;           /* NULL without --object-store */
+    struct serve_sessions *sessions;     /* NULL without --training */
     pthread_t fetch_thread;
     pthread_cond_t fetch_cv;
     struct call *fetch_head, **fetch_tail; /* calls whose adapter is to be fetched first */
@@ -216,6 +223,12 @@ static void answer_whole(struct call *c) {
     }
     char *body = serve_api_response(&c->api, serve_engine_tokenizer(c->srv->engine), c->id, c->created, choices,
                                     c->prompt_tokens, completion);
+    if (c->report_usage) {
+        char report[48];
+        int len = snprintf(report, sizeof report, "%d %d", c->prompt_tokens, completion);
+        h2o_add_header_by_str(&c->req->pool, &c->req->res.headers, H2O_STRLIT("x-whet-usage"), 0, NULL,
+                              h2o_strdup(&c->req->pool, report, (size_t)len).base, (size_t)len);
+    }
     reply(c->req, 200, "OK", "application/json", body);
     free(body);
     free(choices);
@@ -254,6 +267,7 @@ static void on_final(struct call *c, const struct msg *m) {
             for (int i = 0; i < c->api.n; i++) completion += c->choices[i].completion_tokens;
             if (c->api.include_usage)
                 append_chunk(c, serve_api_usage_chunk(&c->api, c->id, c->created, c->prompt_tokens, completion));
+            if (c->report_usage) whet_buf_printf(&c->pending, ": x-whet-usage %d %d\n\n", c->prompt_tokens, completion);
             whet_buf_puts(&c->pending, "data: [DONE]\n\n");
             c->final_queued = 1;
         }
@@ -337,16 +351,8 @@ static void on_engine_event(void *ctx, const struct serve_event *ev) {
 }
 
 static void submit(struct server *s, struct call *c) {
-    struct serve_request r = {.adapter = c->adapter_dir,
-                              .prompt = c->api.prompt,
-                              .n_prompt = c->api.n_prompt,
-                              .n = c->api.n,
-                              .max_tokens = c->api.max_tokens,
-                              .sampling = c->api.sampling,
-                              .stop = c->api.stop,
-                              .n_stop = c->api.n_stop,
-                              .emit = on_engine_event,
-                              .ctx = c};
+    struct serve_request r = serve_api_engine_request(&c->api, on_engine_event, c);
+    r.adapter = c->adapter_dir;
     struct msg *m = xcalloc(1, sizeof *m);
     m->kind = MSG_SUBMITTED, m->call = c;
     struct whet_err err;
@@ -357,12 +363,20 @@ static void submit(struct server *s, struct call *c) {
     post(s, m);
 }
 
+/* Training sessions have work for the engine thread. */
+static void wake_engine(void *arg) {
+    struct server *s = arg;
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void *engine_main(void *arg) {
     struct server *s = arg;
     int busy = 0;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
-        if (!busy && !s->submit_head && !s->n_cancels) {
+        if (!busy && !s->submit_head && !s->n_cancels && !serve_sessions_pending(s->sessions)) {
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }
@@ -379,6 +393,7 @@ static void *engine_main(void *arg) {
         }
         for (size_t i = 0; i < n_cancels; i++) serve_engine_cancel(s->engine, cancels[i]);
         free(cancels);
+        serve_sessions_run(s->sessions);
         struct whet_err err;
         busy = serve_engine_step(s->engine, &err);
         struct serve_stats stats = serve_engine_stats(s->engine);
@@ -480,6 +495,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         list_models(s, req);
         return 0;
     }
+    if (serve_sessions_on_req(s->sessions, req) || serve_tokenize_on_req(s->engine, req)) return 0;
     enum serve_api_kind kind;
     if (path_is(req, "/v1/chat/completions")) kind = SERVE_API_CHAT;
     else if (path_is(req, "/v1/completions")) kind = SERVE_API_COMPLETION;
@@ -523,6 +539,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
         call_free(c);
         return 0;
     }
+    c->report_usage = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-whet-usage"), -1) >= 0;
     uint64_t rid;
     whet_random_bytes(&rid, sizeof rid);
     snprintf(c->id, sizeof c->id, "%s-%016llx", kind == SERVE_API_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)rid);
@@ -556,7 +573,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
 
 /* ---------------------------------------------------------------- the server */
 
-static int listen_on(const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
+static int bind_to(const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
     char host[256];
     const char *colon = strrchr(hostport, ':');
     if (!colon || (size_t)(colon - hostport) >= sizeof host)
@@ -566,7 +583,7 @@ static int listen_on(const char *hostport, char *bound, size_t bound_len, struct
     if (getaddrinfo(host, colon + 1, &hints, &res)) return whet_errf(err, "--http \"%s\": cannot resolve", hostport);
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN)) {
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen)) {
         int e = errno;
         freeaddrinfo(res);
         if (fd >= 0) close(fd);
@@ -594,13 +611,22 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.o = o;
     s.started = (long long)time(NULL);
     char bound[300];
-    int fd = listen_on(o->http, bound, sizeof bound, err);
+    int fd = bind_to(o->http, bound, sizeof bound, err);
     if (fd < 0) return -1;
     if (serve_engine_open(&s.engine, &o->engine, err)) {
         close(fd);
         return -1;
     }
     if (o->object_store && serve_store_open(&s.store, o->object_store, o->cache_dir, err)) {
+        serve_engine_close(s.engine);
+        close(fd);
+        return -1;
+    }
+    /* Bound before the model loads (a port in use fails at once), connections refused until it has: the
+     * gateway waits for a cold start by connecting (gateway/inference.c). */
+    if (listen(fd, SOMAXCONN)) {
+        whet_errf(err, "--http %s: %s", o->http, strerror(errno));
+        serve_store_close(s.store);
         serve_engine_close(s.engine);
         close(fd);
         return -1;
@@ -622,6 +648,16 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.accept.ctx = &s.ctx;
     s.accept.hosts = s.config.hosts;
     h2o_multithread_register_receiver(s.ctx.queue, &s.receiver, on_messages);
+    struct serve_sessions_opts so = {.max_sessions = o->max_sessions, .idle_timeout_s = o->session_idle_s,
+                                     .object_store = o->object_store, .cache_dir = o->cache_dir,
+                                     .max_len = o->engine.max_len, .max_n = o->engine.n_slots,
+                                     .max_pass_tokens = o->max_train_tokens};
+    if (o->training && serve_sessions_open(&s.sessions, &so, s.engine, &s.ctx, wake_engine, &s, err)) {
+        serve_store_close(s.store);
+        serve_engine_close(s.engine);
+        close(fd);
+        return -1;
+    }
     s.listener = h2o_evloop_socket_create(s.ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     s.listener->data = &s;
     h2o_socket_read_start(s.listener, on_accept);
@@ -640,7 +676,10 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     }
     log_info("msg=\"serving\" address=%s model=%s adapters=%d slots=%d max_len=%d", bound, o->name, o->n_adapters,
              o->engine.n_slots, o->engine.max_len);
-    while (!stop_signal) h2o_evloop_run(s.ctx.loop, 100);
+    while (!stop_signal) {
+        h2o_evloop_run(s.ctx.loop, 100);
+        serve_sessions_tick(s.sessions);
+    }
     log_info("msg=\"stopping\" signal=%d", (int)stop_signal);
     h2o_socket_read_stop(s.listener);
     h2o_socket_close(s.listener);
@@ -653,6 +692,7 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     if (s.store) pthread_join(s.fetch_thread, NULL);
     serve_store_close(s.store);
     h2o_evloop_run(s.ctx.loop, 0); /* the engine's last messages: calls whose client left are freed */
+    serve_sessions_close(s.sessions);
     serve_engine_close(s.engine);
     free(s.cancels);
     /* the process exits next: h2o 2.2 cannot close idle keep-alive connections from outside, so the

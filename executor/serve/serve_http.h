@@ -28,6 +28,10 @@ struct serve_http_opts {
     const char *address_file; /* optional: the bound HOST:PORT is written there once listening */
     const char *object_store; /* optional: adapters named by x-whet-adapter: PREFIX are fetched from it */
     const char *cache_dir;    /* where fetched adapters are kept */
+    int training;             /* training sessions (serve_session_http.h); engine.training must be set too */
+    int max_sessions;
+    double session_idle_s;    /* an idle session expires after this */
+    int max_train_tokens;     /* a training pass's padded tokens at most */
 };
 
 /* Serves until SIGINT or SIGTERM; returns 0, or -1 with err when it could not start. */

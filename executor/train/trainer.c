@@ -372,11 +372,12 @@ static void report_step(struct run *r, const struct step_figures *f, double seco
     struct method_text own = {{0}, {0}};
     r->method->metrics(r, &own);
     double tps = seconds > 0 ? (double)f->tokens / seconds : 0;
-    char line[4096];
+    char line[4096], dist[128];
+    trainer_dist_figures(r, dist, sizeof dist);
     snprintf(line, sizeof line,
              "{\"step\":%d,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-             "\"tokens_per_s\":%.1f%s%s}",
-             r->step, f->epoch, f->loss, f->lr, f->grad_norm, f->tokens, tps, own.json, valid ? valid->json : "");
+             "\"tokens_per_s\":%.1f%s%s%s}",
+             r->step, f->epoch, f->loss, f->lr, f->grad_norm, f->tokens, tps, own.json, valid ? valid->json : "", dist);
     trainer_metrics_line(r, line);
     double eta = r->train_seconds / r->steps_timed * (r->total_steps - r->step);
     trainer_progress(r, "step %d/%d epoch %d loss %.4f%s lr %.3g grad_norm %.3f%s tokens %lld (%.0f tok/s) eta %.0fs",
@@ -388,6 +389,7 @@ static int train_step(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
     double t0 = whet_now_mono();
     struct step_figures f = {0};
+    r->comm_seconds = 0;
     if (r->method->step(r, &f, err) || trainer_agree_stop(r, &f, err)) return -1;
     if (!isfinite(f.loss) || !isfinite(f.grad_norm))
         return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "

@@ -41,8 +41,6 @@ int trainer_dist_open(struct run *r, struct whet_err *err) {
     if (r->cfg->device && strcmp(r->cfg->device, "cpu"))
         return whet_errf(err, "distributed: world_size %d on device %s: this build's collectives are Gloo's, between CPU "
                               "ranks; train on \"cpu\" or with world_size 1", d->world_size, r->cfg->device);
-    if (r->cfg->method == TRAINER_GRPO)
-        return whet_errf(err, "distributed: grpo does not train in a gang yet; run it with world_size 1");
     double t0 = whet_now_mono();
     struct comm_opts o = {.world_size = d->world_size, .rank = d->rank, .rendezvous = d->rendezvous, .host = d->host,
                           .generation = d->generation, .timeout_s = d->timeout_s, .on_listen = on_listen, .ctx = r};
@@ -94,8 +92,10 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
     const struct trainer_hparams *hp = &r->cfg->hp;
     size_t n;
     float *grads = model_trainable_grads(r->model, &n);
+    double t0 = whet_now_mono();
     if (r->comm && (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : comm_allreduce(r->comm, grads, n, err)))
         return -1;
+    r->comm_seconds += whet_now_mono() - t0;
     *norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
     if (isnan(*norm) && r->dist_err.msg[0]) {
         *err = r->dist_err;
@@ -105,7 +105,9 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
                      (float)hp->weight_decay);
     if (r->comm && r->cfg->dist.zero) {
         float *params = model_trainable_params(r->model, &n);
+        t0 = whet_now_mono();
         if (comm_allgather(r->comm, params, n, err)) return -1;
+        r->comm_seconds += whet_now_mono() - t0;
     }
     return 0;
 }
@@ -124,6 +126,15 @@ int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *e
     if (!rc && path) rc = model_save_optimizer_moments(r->model, path, whole, whole + n, err);
     free(whole);
     return rc;
+}
+
+void trainer_dist_figures(const struct run *r, char *json, size_t size) {
+    if (!r->comm) {
+        json[0] = 0;
+        return;
+    }
+    snprintf(json, size, ",\"comm_bytes\":%llu,\"comm_s\":%.4f", (unsigned long long)comm_bytes_sent(r->comm),
+             r->comm_seconds);
 }
 
 int trainer_agree_stop(struct run *r, struct step_figures *f, struct whet_err *err) {

@@ -47,6 +47,7 @@ struct run {
     struct comm *comm;
     int rank, world;
     int stop_agreed;           /* some rank was asked to stop: all stop after this step */
+    double comm_seconds;       /* spent in the gradient's collectives, this step */
     struct whet_err dist_err;  /* a collective's error inside a model call (the ZeRO norm) */
 };
 
@@ -117,6 +118,9 @@ void trainer_dist_attach(struct run *r);
 int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_err *err);
 /* The optimizer's moments to `path` (rank 0; NULL on the others, which take part in the gather). */
 int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *err);
+/* The metrics line's fields of a gang (JSON members, "" alone): comm_bytes, what this rank has sent so
+ * far in the collectives, and comm_s, the step's seconds in the gradient's collectives. */
+void trainer_dist_figures(const struct run *r, char *json, size_t size);
 /* After a step: sums the step's tokens over the ranks and agrees whether to stop (any rank asked). */
 int trainer_agree_stop(struct run *r, struct step_figures *f, struct whet_err *err);
 /* Loads r->ref_model, a frozen copy of the base model (the reference of a full fine-tune). */

@@ -9,7 +9,8 @@
  * attempt of N ranks, one trainer process per device), and its decisions are
  * written back: PLACE and PREEMPT each in their own transaction, so a crash between two decisions
  * leaves a consistent state to start again from; then, in one transaction, the public state of every
- * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones. */
+ * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones that have
+ * none yet (the executors' heartbeats keep it current with each progress report). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ static int apply_tenant_requests(PGconn *conn, struct whet_err *err) {
  * The snapshot
  * ---------------------------------------------------------------------------------------------- */
 
-/* Small name -> id tables for data centers, device types and tenants. */
+/* Small name -> id tables for data centers and device types. */
 struct names {
     int n;
     char *name[PL_MAX_TYPES];
@@ -108,10 +109,14 @@ struct sizing_pool {
 };
 
 struct snapshot {
-    struct names dcs, types, tenant_ids;
+    struct names dcs, types;
+    int n_tenants;
+    char **tenant_ids;          /* the tenants with active jobs, sorted (strcmp): a job's tenant index */
+    struct pl_tenant *tenants;  /* their weights and quotas, same order */
     int n_nodes;
     struct pl_node *nodes;
     char **node_ids, **node_addrs;
+    int *node_by_id;            /* node indexes sorted by id, to find a running attempt's node */
     int n_pools;
     struct sizing_pool *pools; /* the fleet as sizing sees it */
     int n_running, n_queued;
@@ -128,9 +133,13 @@ static void snapshot_free(struct snapshot *s) {
     }
     for (int i = 0; i < s->n_running; i++) free(s->running_ids[i]);
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
+    for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
+    free(s->tenant_ids);
+    free(s->tenants);
     free(s->nodes);
     free(s->node_ids);
     free(s->node_addrs);
+    free(s->node_by_id);
     free(s->running);
     free(s->queued);
     free(s->running_ids);
@@ -140,13 +149,32 @@ static void snapshot_free(struct snapshot *s) {
     free(s->sized);
     names_free(&s->dcs);
     names_free(&s->types);
-    names_free(&s->tenant_ids);
 }
 
-static int node_index(const struct snapshot *s, const char *id) {
-    for (int i = 0; i < s->n_nodes; i++)
-        if (!strcmp(s->node_ids[i], id)) return i;
+/* Binary search of `id` in the strings names[order[k]] (order NULL: names itself), sorted by strcmp.
+ * Returns the index into names, or -1. */
+static int sorted_find(char *const *names, const int *order, int n, const char *id) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, k = order ? order[mid] : mid, c = strcmp(names[k], id);
+        if (c == 0) return k;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
     return -1;
+}
+
+/* qsort_r is not C17: the node ids being sorted are passed through a file-scope pointer instead. */
+static char *const *sort_node_ids;
+static int cmp_node_id(const void *a, const void *b) {
+    return strcmp(sort_node_ids[*(const int *)a], sort_node_ids[*(const int *)b]);
+}
+
+/* A running attempt's node by id: a linear search for each attempt would cost nodes x attempts. */
+static int node_index(const struct snapshot *s, const char *id) {
+    return sorted_find(s->node_ids, s->node_by_id, s->n_nodes, id);
 }
 
 /* Bit mask of the names in a JSON array that the table knows (0 when the array is absent: any). An
@@ -170,7 +198,8 @@ static uint64_t mask_of(json_t *array, struct names *t) {
 static void placement_job_init(struct pl_job *j, struct snapshot *s, const char *tenant_id, json_t *whet,
                                int priority, double created_at, uint64_t id) {
     j->id = id;
-    j->tenant = name_id(&s->tenant_ids, tenant_id);
+    j->tenant = sorted_find(s->tenant_ids, NULL, s->n_tenants, tenant_id); /* -1: its tenant came after the
+                                                                               snapshot's; no quota, this cycle */
     j->priority = priority;
     j->gpus = 1;
     j->gpu_milli = PL_MILLI;
@@ -298,6 +327,35 @@ static void gang_alloc(const struct snapshot *s, struct pl_alloc *a, const char 
     free(copy);
 }
 
+/* The weights and quotas of the tenants with active jobs, in one query, sorted by id as strcmp sorts
+ * (COLLATE "C") for sorted_find. */
+static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) {
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT t.id, t.weight, q.gpu_type, q.gpus FROM tenants t"
+                                  " JOIN tenant_active_jobs c ON c.tenant_id = t.id AND c.active > 0"
+                                  " LEFT JOIN quotas q ON q.tenant_id = t.id ORDER BY t.id COLLATE \"C\"",
+                                  0, NULL, err);
+    if (!res) return -1;
+    int rows = PQntuples(res);
+    s->tenant_ids = xcalloc((size_t)rows + 1, sizeof *s->tenant_ids);
+    s->tenants = xcalloc((size_t)rows + 1, sizeof *s->tenants);
+    for (int r = 0; r < rows; r++) {
+        const char *id = PQgetvalue(res, r, 0);
+        if (!s->n_tenants || strcmp(s->tenant_ids[s->n_tenants - 1], id)) { /* one row per quota */
+            s->tenant_ids[s->n_tenants] = xstrdup(id);
+            s->tenants[s->n_tenants].weight = atof(PQgetvalue(res, r, 1));
+            s->tenants[s->n_tenants].may_borrow = 1;
+            s->n_tenants++;
+        }
+        if (PQgetisnull(res, r, 2)) continue;
+        for (int k = 0; k < s->types.n; k++)
+            if (!strcmp(s->types.name[k], PQgetvalue(res, r, 2)))
+                s->tenants[s->n_tenants - 1].quota_gpus[k] = atoi(PQgetvalue(res, r, 3));
+    }
+    PQclear(res);
+    return 0;
+}
+
 static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
@@ -329,11 +387,19 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     }
     PQclear(res);
     load_pools(s);
+    s->node_by_id = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_by_id);
+    for (int i = 0; i < s->n_nodes; i++) s->node_by_id[i] = i;
+    sort_node_ids = s->node_ids;
+    qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
+    if (load_tenants(conn, s, err) < 0) return -1;
 
+    /* A running attempt's last checkpoint is the job's newest by seq: one probe of checkpoints_job at its
+     * end, where max(created_at) read every checkpoint the job ever wrote, every cycle. */
     res = whet_pg_query(conn,
                         "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
                         " j.created_at, j.seq, j.preempt_requested, a.started_at,"
-                        " coalesce((SELECT max(c.created_at) FROM checkpoints c WHERE c.job_id = j.id), a.started_at),"
+                        " coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC LIMIT 1),"
+                        "   a.started_at),"
                         " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"
                         "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
                         " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
@@ -394,35 +460,16 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     return 0;
 }
 
-/* Tenants' weights and quotas, indexed as in the snapshot. */
-static struct pl_tenant *load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) {
-    struct pl_tenant *t = xcalloc((size_t)s->tenant_ids.n + 1, sizeof *t);
-    for (int i = 0; i < s->tenant_ids.n; i++) {
-        t[i].weight = 1;
-        t[i].may_borrow = 1;
-        const char *params[] = {s->tenant_ids.name[i]};
-        PGresult *res = whet_pg_query(conn,
-                                      "SELECT t.weight, q.gpu_type, q.gpus FROM tenants t"
-                                      " LEFT JOIN quotas q ON q.tenant_id = t.id WHERE t.id = $1",
-                                      1, params, err);
-        if (!res) {
-            free(t);
-            return NULL;
-        }
-        for (int r = 0; r < PQntuples(res); r++) {
-            t[i].weight = atof(PQgetvalue(res, r, 0));
-            if (PQgetisnull(res, r, 1)) continue;
-            for (int k = 0; k < s->types.n; k++)
-                if (!strcmp(s->types.name[k], PQgetvalue(res, r, 1))) t[i].quota_gpus[k] = atoi(PQgetvalue(res, r, 2));
-        }
-        PQclear(res);
-    }
-    return t;
-}
-
 /* ------------------------------------------------------------------------------------------------
  * Decisions
  * ---------------------------------------------------------------------------------------------- */
+
+/* How long one cycle spends writing PLACE and PREEMPT decisions (each its own transaction, a few
+ * milliseconds) before leaving the rest to the next cycle: filling an empty fleet of 1000 nodes took
+ * one cycle of 117 s in tests/bench/scale, during which no lease expired, no pause or cancel was
+ * applied and no newly created job was considered. At least this long, and at least twice what the
+ * rest of the cycle took, so that a fill spends most of its time placing. */
+#define DECISIONS_BUDGET_S 0.5
 
 /* A gang's ranks, one per device of its allocation in slot order (rank 0: the first slot's lowest
  * device), each with its START manifest, as the JSON array record_place inserts into gang_ranks; and
@@ -557,10 +604,12 @@ static void demand_text(char *buf, size_t len, const struct pl_job *j) {
         snprintf(buf, len, "needs %d device%s", j->gpus, j->gpus == 1 ? "" : "s");
 }
 
-/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue. */
+/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue; reason NULL:
+ * leave its reason and position as they are (a placement left to the next cycle). */
 static void waiting_add(json_t *waiting, const struct snapshot *s, int q, const char *reason, int position) {
-    json_array_append_new(waiting, json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason, "position",
-                                             position > 0 ? json_integer(position) : json_null()));
+    json_array_append_new(waiting, reason ? json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason,
+                                                      "position", position > 0 ? json_integer(position) : json_null())
+                                          : json_pack("{s:s, s:b}", "id", s->queued_ids[q], "keep", 1));
 }
 
 /* The reason placement gave, after the demand. */
@@ -599,9 +648,13 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
     whet_err_text(&e, buf, len);
 }
 
-/* One transaction: every waiting job's reason and place in the queue, every running job's estimated
- * finish, and neither left on jobs that no longer wait or run. A tenant reading the job never sees a
- * position from one cycle next to a reason from another. */
+/* One transaction: every waiting job's reason and place in the queue, the estimated finish of running
+ * jobs that lack one, and neither left on jobs that no longer wait or run. A tenant reading the job
+ * never sees a position from one cycle next to a reason from another. A place in the queue is
+ * rewritten when it moved by more than a tenth (exact in the first ten): a queue that drains moves
+ * every job behind each placement, and rewriting all of them each cycle cost 1.1 s per cycle at 10000
+ * waiting jobs in tests/bench/scale; this way a job's row is rewritten about 90 times on its way from
+ * place 10000 to place 1. */
 static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *err) {
     char *list = json_dumps(waiting, JSON_COMPACT);
     const char *params[] = {list};
@@ -609,9 +662,12 @@ static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *e
                      whet_pg_exec(conn,
                                   "UPDATE jobs j SET wait_reason = w.reason, queue_position = w.position,"
                                   " wait_since = coalesce(j.wait_since, extract(epoch FROM now())), estimated_finish = NULL"
-                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int)"
-                                  " WHERE j.id = w.id AND j.status = 'queued' AND (j.wait_reason IS DISTINCT FROM w.reason"
-                                  "   OR j.queue_position IS DISTINCT FROM w.position OR j.estimated_finish IS NOT NULL)",
+                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int, keep bool)"
+                                  " WHERE j.id = w.id AND j.status = 'queued' AND w.keep IS NOT TRUE"
+                                  " AND (j.wait_reason IS DISTINCT FROM w.reason"
+                                  "   OR (j.queue_position IS NULL) <> (w.position IS NULL)"
+                                  "   OR abs(j.queue_position - w.position) > j.queue_position / 10"
+                                  "   OR j.estimated_finish IS NOT NULL)",
                                   1, params, err) < 0 ||
                      whet_pg_exec(conn,
                                   "UPDATE jobs SET queue_position = NULL,"
@@ -623,12 +679,16 @@ static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *e
                                   "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id))"
                                   "   OR (status <> 'running' AND estimated_finish IS NOT NULL))",
                                   1, params, err) < 0 ||
+                     /* Only the estimates missing where one can be made: every heartbeat's progress report
+                      * keeps its jobs' estimates current, and rewriting every running job here each cycle
+                      * held their row locks against those heartbeats (and cost a row version per running
+                      * job per cycle). */
                      whet_pg_exec(conn,
                                   "UPDATE jobs j SET estimated_finish = whet_estimated_finish(j.last_step, j.total_steps,"
                                   "   a.resume_step, a.started_at)"
                                   " FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.ended_at IS NULL"
-                                  " AND j.status = 'running' AND j.estimated_finish IS DISTINCT FROM"
-                                  "   whet_estimated_finish(j.last_step, j.total_steps, a.resume_step, a.started_at)",
+                                  " AND j.status = 'running' AND j.estimated_finish IS NULL AND j.last_step > 0"
+                                  " AND j.total_steps > j.last_step",
                                   0, NULL, err) < 0 ||
                      whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
                  ? -1
@@ -665,21 +725,24 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
 }
 
 int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
+    /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
+    double t[6] = {whet_now_mono()};
+    int placed = 0, deferred = 0;
     if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0)
         return -1;
+    t[1] = whet_now_mono();
     struct snapshot s;
-    struct pl_tenant *tenants = NULL;
     struct pl_cluster *cluster = NULL;
     struct pl_job **queue = NULL;
     json_t *waiting = json_array();
     int rc = -1;
     if (load_snapshot(conn, &s, err) < 0) goto out;
+    t[2] = t[3] = t[4] = whet_now_mono();
     double oldest = 0, now = (double)whet_now_unix();
     for (int i = 0; i < s.n_queued; i++)
         if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
     scheduler_metrics_snapshot(s.n_nodes, s.n_running, s.n_queued, oldest);
     if (s.n_queued > 0) {
-        if (!(tenants = load_tenants(conn, &s, err))) goto out;
         struct pl_config cfg;
         if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
             whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
@@ -687,7 +750,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         }
         cfg.min_run_s = 5;
         char perr[256];
-        cluster = pl_cluster_new(s.nodes, s.n_nodes, tenants, s.tenant_ids.n ? s.tenant_ids.n : 1, &cfg, perr, sizeof perr);
+        cluster = pl_cluster_new(s.nodes, s.n_nodes, s.tenants, s.n_tenants, &cfg, perr, sizeof perr);
         if (!cluster) {
             whet_errf(err, "placement snapshot: %s", perr);
             goto out;
@@ -702,19 +765,30 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_queued; i++)
             if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
         const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
+        t[3] = whet_now_mono();
         int position = 0;
         char reason[768];
+        double place_until = t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
         for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
             log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
             int failed = 0;
-            if (d->action == PL_PLACE && q >= 0) {
+            if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > place_until) {
+                /* Left to the next cycle, which starts at once; its row is left as it is meanwhile (a
+                 * reason that came and went with each deferral would rewrite thousands of rows), but it
+                 * counts in the places of the jobs behind it. */
+                waiting_add(waiting, &s, q, NULL, ++position);
+                deferred++;
+            } else if (d->action == PL_PLACE && q >= 0) {
                 failed = record_place(sch, conn, &s, q, d, err) < 0;
+                placed += !failed;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(waiting, &s, q, reason, ++position);
+            } else if (d->action == PL_PREEMPT && whet_now_mono() > place_until) {
+                deferred++;
             } else if (d->action == PL_PREEMPT) {
                 failed = record_preempt(conn, &s, d, err) < 0;
             }
@@ -732,12 +806,18 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         whet_errf(err, "the database connection broke during the cycle");
         goto out;
     }
+    t[4] = whet_now_mono();
     rc = record_public_state(conn, waiting, err);
+    t[5] = whet_now_mono();
+    if (rc == 0 && t[5] - t[0] > 1)
+        log_info("msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"
+                 " deferred=%d public_state=%.3f nodes=%d running=%d queued=%d tenants=%d",
+                 t[5] - t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], placed, deferred, t[5] - t[4],
+                 s.n_nodes, s.n_running, s.n_queued, s.n_tenants);
 out:
     free(queue);
     json_decref(waiting);
     pl_cluster_free(cluster);
-    free(tenants);
     snapshot_free(&s);
-    return rc;
+    return rc == 0 && deferred ? 1 : rc;
 }

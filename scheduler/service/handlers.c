@@ -172,22 +172,30 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         return RPC_OK;
     }
 
-    /* Progress of running attempts: the job's public step count and token count move with it. */
-    for (size_t i = 0; i < req->n_jobs; i++) {
-        const Whet__V1__JobProgress *p = req->jobs[i];
-        char attempt[16], step[16], total[16], tokens[24];
-        snprintf(attempt, sizeof attempt, "%u", p->attempt);
-        snprintf(step, sizeof step, "%u", p->step);
-        snprintf(total, sizeof total, "%u", p->total_steps);
-        snprintf(tokens, sizeof tokens, "%llu", (unsigned long long)p->trained_tokens);
-        const char *params[] = {p->job_id, attempt, step, total, tokens, req->node_id};
-        if (whet_pg_exec(conn,
-                         "UPDATE jobs j SET last_step = greatest(j.last_step, $3::int),"
-                         " total_steps = nullif($4::int, 0), trained_tokens = greatest(coalesce(j.trained_tokens, 0), $5::bigint),"
-                         " estimated_finish = whet_estimated_finish($3::int, $4::int, a.resume_step, a.started_at)"
-                         " FROM job_attempts a WHERE j.id = $1 AND a.job_id = j.id AND a.attempt = $2::int"
-                         " AND a.node_id = $6 AND a.ended_at IS NULL AND j.status <> 'succeeded'",
-                         6, params, err) < 0) {
+    /* Progress of running attempts: the job's public step count and token count move with it, all of
+     * the node's jobs in one statement (a node runs up to one job per device). */
+    if (req->n_jobs > 0) {
+        json_t *progress = json_array();
+        for (size_t i = 0; i < req->n_jobs; i++) {
+            const Whet__V1__JobProgress *p = req->jobs[i];
+            json_array_append_new(progress, json_pack("{s:s, s:I, s:I, s:I, s:I}", "job_id", p->job_id, "attempt",
+                                                      (json_int_t)p->attempt, "step", (json_int_t)p->step, "total",
+                                                      (json_int_t)p->total_steps, "tokens",
+                                                      (json_int_t)p->trained_tokens));
+        }
+        char *list = json_dumps(progress, JSON_COMPACT);
+        json_decref(progress);
+        const char *params[] = {list, req->node_id};
+        int rc = whet_pg_exec(conn,
+                              "UPDATE jobs j SET last_step = greatest(j.last_step, p.step),"
+                              " total_steps = nullif(p.total, 0), trained_tokens = greatest(coalesce(j.trained_tokens, 0), p.tokens),"
+                              " estimated_finish = whet_estimated_finish(p.step, p.total, a.resume_step, a.started_at)"
+                              " FROM jsonb_to_recordset($1::jsonb) AS p(job_id text, attempt int, step int, total int, tokens bigint),"
+                              " job_attempts a WHERE j.id = p.job_id AND a.job_id = j.id AND a.attempt = p.attempt"
+                              " AND a.node_id = $2 AND a.ended_at IS NULL AND j.status <> 'succeeded'",
+                              2, params, err);
+        free(list);
+        if (rc < 0) {
             free(resp);
             return db_unavailable(err);
         }

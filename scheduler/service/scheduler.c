@@ -40,7 +40,11 @@ static PGconn *become_leader(const struct scheduler_options *opts) {
         PQclear(res);
         /* A new leader renews every lease once: the nodes could not heartbeat while no scheduler led,
          * and declaring them all lost for it would requeue every running job. */
-        if (got && whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0 &&
+        /* No JIT for the cycle's statements: their row counts put them past jit_above_cost, and compiling
+         * them every cycle cost more than running them (60 of 420 ms of the running-attempts query
+         * with 8000 attempts, in tests/bench/scale). */
+        if (got && whet_pg_exec(conn, "SET jit = off", 0, NULL, &err) == 0 &&
+            whet_pg_exec(conn, "LISTEN whet_jobs", 0, NULL, &err) == 0 &&
             whet_pg_exec(conn,
                          "UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp()) WHERE state = 'ready'",
                          0, NULL, &err) == 0)
@@ -95,14 +99,14 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             /* A cycle at least every second: leases expire on the clock, not on notifications. */
             struct whet_err cerr;
             double started = whet_now_mono();
-            int ok = scheduler_cycle(&sch, conn, &cerr) == 0;
+            int rc = scheduler_cycle(&sch, conn, &cerr), ok = rc >= 0;
             scheduler_metrics_cycle(whet_now_mono() - started, ok);
             if (!ok) {
                 log_warn("msg=\"cycle failed\" error=\"%s\"", cerr.msg);
                 if (PQstatus(conn) != CONNECTION_OK) break;
             }
             last_cycle = whet_now_mono();
-            if (wait_for_work(conn, 1000) < 0) break;
+            if (wait_for_work(conn, rc == 1 ? 0 : 1000) < 0) break;
             double since = whet_now_mono() - last_cycle;
             if (since < 0.05) usleep(50 * 1000); /* bursts of NOTIFY: one cycle per 50 ms is plenty */
         }

@@ -27,7 +27,7 @@ struct scheduler_options {
     const char *object_store;   /* URL, passed to executors in job manifests */
     int lease_ms;               /* a node silent this long is lost (default 10000) */
     int heartbeat_ms;           /* what executors are told to use (default 1000) */
-    int rpc_threads;            /* default 2 */
+    int rpc_threads;            /* default 8: each a PostgreSQL connection; handlers wait on the database */
     const char *policy;         /* placement policy name (default "whet") */
     const char *metrics_addr;   /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */
 };

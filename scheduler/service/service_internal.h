@@ -19,8 +19,9 @@ extern const int scheduler_n_methods;
 
 /* One scheduling cycle on the leader's connection (cycle.c): leases, pause/cancel commands, sizing
  * of the queued jobs (scheduler/placement/sizing.h), placement, then the public state of every job
- * (wait_reason, queue_position, estimated_finish) in one transaction. -1 with err when the database
- * failed. */
+ * (wait_reason, queue_position, estimated_finish) in one transaction. Returns 0, or 1 when it left
+ * decisions to the next cycle (more to place than its time allows: run the next one at once), or -1
+ * with err when the database failed. */
 int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
 
 /* The START manifest of a job's new attempt (manifest.c): the trainer config and where the executor

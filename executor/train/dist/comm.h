@@ -17,6 +17,7 @@
 #define WHET_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
@@ -41,6 +42,8 @@ int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err
 void comm_close(struct comm *c);
 int comm_rank(const struct comm *c);
 int comm_world_size(const struct comm *c);
+/* Bytes this rank has sent in reduce-scatters, all-gathers and all-reduces so far. */
+uint64_t comm_bytes_sent(const struct comm *c);
 /* The shard [lo, hi) of n elements that `rank` owns: contiguous, sizes differing by at most one. */
 void comm_shard(const struct comm *c, size_t n, int rank, size_t *lo, size_t *hi);
 

@@ -1,10 +1,11 @@
 /* comm_gloo.cc - comm.h over Gloo's TCP transport: the collectives of CPU ranks.
  *
  * A thin C++ shim, the only C++ in whet: the rendezvous is comm_store's (Gloo's Store interface over
- * it), all-reduce is Gloo's own, and reduce-scatter and all-gather are the textbook rings written here
- * over Gloo's point-to-point buffers, so each rank's shard stays in place in the caller's buffer
- * (Gloo's halving-doubling reduce-scatter moves the result to the buffer's start). Each ring moves
- * (N-1)/N of the buffer through every rank, the bandwidth-optimal volume; an all-reduce is the two.
+ * it), and the collectives are the textbook rings written here over Gloo's point-to-point buffers:
+ * reduce-scatter and all-gather each send (N-1)/N of the buffer from every rank, the bandwidth-optimal
+ * volume, and keep each rank's shard in place in the caller's buffer (Gloo's halving-doubling
+ * reduce-scatter moves it to the buffer's start); an all-reduce is the two, as NCCL's ring. The
+ * bytes they send are counted (comm_bytes_sent). Broadcast and barrier are Gloo's.
  *
  * Collectives run on one thread per communicator, in the order they were started (comm.h); a Gloo
  * exception becomes the op's error message. */
@@ -20,10 +21,8 @@ extern "C" {
 }
 #include "comm.h"
 
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -84,7 +83,8 @@ struct comm {
     struct comm_store_server *server = nullptr;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     uint32_t tag = 0;
-    std::vector<float> scratch; /* a ring step's incoming chunk */
+    std::vector<char> scratch; /* a ring step's incoming chunk */
+    uint64_t bytes_sent = 0;    /* by this rank's rings, for comm_bytes_sent */
     /* the collectives' thread and its queue */
     std::thread thread;
     std::mutex mu;
@@ -134,51 +134,51 @@ static void shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
 
 /* Step s of N-1: rank r sends its partial sum of chunk (r-1-s) to r+1 and adds what r-1 sends, chunk
  * (r-2-s), to its own; after the last step chunk r has every rank's term. */
-static void ring_reduce_scatter(struct comm *c, float *buf, size_t n) {
+template <typename T> static void ring_reduce_scatter(struct comm *c, T *buf, size_t n) {
     const int N = c->world, r = c->rank;
-    if (N == 1) return;
+    if (N == 1 || n == 0) return;
     size_t max_chunk = n / (size_t)N + 1;
-    if (c->scratch.size() < max_chunk) c->scratch.resize(max_chunk);
-    auto out = c->ctx->createUnboundBuffer(buf, n * sizeof(float));
-    auto in = c->ctx->createUnboundBuffer(c->scratch.data(), max_chunk * sizeof(float));
+    if (c->scratch.size() < max_chunk * sizeof(T)) c->scratch.resize(max_chunk * sizeof(T));
+    T *in_chunk = reinterpret_cast<T *>(c->scratch.data());
+    auto out = c->ctx->createUnboundBuffer(buf, n * sizeof(T));
+    auto in = c->ctx->createUnboundBuffer(in_chunk, max_chunk * sizeof(T));
     uint64_t slot = gloo::Slot::build(kRingSlotPrefix, c->tag++);
     for (int s = 0; s < N - 1; s++) {
         size_t slo, shi, rlo, rhi;
         shard(n, N, ((r - 1 - s) % N + N) % N, &slo, &shi);
         shard(n, N, ((r - 2 - s) % N + N) % N, &rlo, &rhi);
-        if (shi > slo) out->send((r + 1) % N, slot, slo * sizeof(float), (shi - slo) * sizeof(float));
-        if (rhi > rlo) in->recv((r - 1 + N) % N, slot, 0, (rhi - rlo) * sizeof(float));
+        if (shi > slo) out->send((r + 1) % N, slot, slo * sizeof(T), (shi - slo) * sizeof(T));
+        if (rhi > rlo) in->recv((r - 1 + N) % N, slot, 0, (rhi - rlo) * sizeof(T));
         if (rhi > rlo && !in->waitRecv(c->timeout)) throw gloo::IoException("reduce-scatter: receive timed out");
         if (shi > slo && !out->waitSend(c->timeout)) throw gloo::IoException("reduce-scatter: send timed out");
-        for (size_t i = rlo; i < rhi; i++) buf[i] += c->scratch[i - rlo];
+        for (size_t i = rlo; i < rhi; i++) buf[i] += in_chunk[i - rlo];
+        c->bytes_sent += (shi - slo) * sizeof(T);
     }
 }
 
 /* Step s of N-1: rank r forwards chunk (r-s) to r+1 and receives chunk (r-1-s) from r-1 in place. */
-static void ring_allgather(struct comm *c, float *buf, size_t n) {
+template <typename T> static void ring_allgather(struct comm *c, T *buf, size_t n) {
     const int N = c->world, r = c->rank;
-    if (N == 1) return;
-    auto b = c->ctx->createUnboundBuffer(buf, n * sizeof(float));
+    if (N == 1 || n == 0) return;
+    auto b = c->ctx->createUnboundBuffer(buf, n * sizeof(T));
     uint64_t slot = gloo::Slot::build(kRingSlotPrefix, c->tag++);
     for (int s = 0; s < N - 1; s++) {
         size_t slo, shi, rlo, rhi;
         shard(n, N, ((r - s) % N + N) % N, &slo, &shi);
         shard(n, N, ((r - 1 - s) % N + N) % N, &rlo, &rhi);
-        if (shi > slo) b->send((r + 1) % N, slot, slo * sizeof(float), (shi - slo) * sizeof(float));
-        if (rhi > rlo) b->recv((r - 1 + N) % N, slot, rlo * sizeof(float), (rhi - rlo) * sizeof(float));
+        if (shi > slo) b->send((r + 1) % N, slot, slo * sizeof(T), (shi - slo) * sizeof(T));
+        if (rhi > rlo) b->recv((r - 1 + N) % N, slot, rlo * sizeof(T), (rhi - rlo) * sizeof(T));
         if (rhi > rlo && !b->waitRecv(c->timeout)) throw gloo::IoException("all-gather: receive timed out");
         if (shi > slo && !b->waitSend(c->timeout)) throw gloo::IoException("all-gather: send timed out");
+        c->bytes_sent += (shi - slo) * sizeof(T);
     }
 }
 
-template <typename T> static void allreduce_sum(struct comm *c, T *buf, size_t n) {
-    if (c->world == 1 || n == 0) return;
-    gloo::AllreduceOptions opts(c->ctx);
-    opts.setOutput(buf, n);
-    opts.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<T>));
-    opts.setTag(c->tag++);
-    opts.setTimeout(c->timeout);
-    gloo::allreduce(opts);
+/* The ring all-reduce: a reduce-scatter then an all-gather, 2(N-1)/N of the buffer sent by each rank,
+ * what NCCL's ring does. */
+template <typename T> static void ring_allreduce(struct comm *c, T *buf, size_t n) {
+    ring_reduce_scatter(c, buf, n);
+    ring_allgather(c, buf, n);
 }
 
 /* ---------------------------------------------------------------- the C interface */
@@ -247,12 +247,13 @@ void comm_close(struct comm *c) {
 }
 
 int comm_rank(const struct comm *c) { return c->rank; }
+uint64_t comm_bytes_sent(const struct comm *c) { return c->bytes_sent; }
 int comm_world_size(const struct comm *c) { return c->world; }
 
 void comm_shard(const struct comm *c, size_t n, int rank, size_t *lo, size_t *hi) { shard(n, c->world, rank, lo, hi); }
 
 struct comm_op *comm_allreduce_start(struct comm *c, float *buf, size_t n) {
-    return start(c, [c, buf, n] { allreduce_sum(c, buf, n); });
+    return start(c, [c, buf, n] { ring_allreduce(c, buf, n); });
 }
 
 struct comm_op *comm_reduce_scatter_start(struct comm *c, float *buf, size_t n) {
@@ -281,7 +282,7 @@ int comm_allreduce(struct comm *c, float *buf, size_t n, struct whet_err *err) {
 }
 
 int comm_allreduce_f64(struct comm *c, double *buf, size_t n, struct whet_err *err) {
-    return comm_wait(start(c, [c, buf, n] { allreduce_sum(c, buf, n); }), err);
+    return comm_wait(start(c, [c, buf, n] { ring_allreduce(c, buf, n); }), err);
 }
 
 int comm_reduce_scatter(struct comm *c, float *buf, size_t n, struct whet_err *err) {

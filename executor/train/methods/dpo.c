@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_plan.h"
+
 static struct model_batch model_batch_of(const struct dpo_batch *b) {
     return (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, NULL};
 }
@@ -40,12 +42,14 @@ int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const
 }
 
 int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
-                        int batch_rows, struct dpo_batch *scratch, struct whet_err *err) {
+                        int batch_rows, int share, int shares, struct dpo_batch *scratch, struct whet_err *err) {
     struct sft_epoch ep;
     sft_epoch_pack(&ep, &ds->pairs, 0, 0, 0, batch_rows);
     double *logps = xmalloc(sizeof(double) * 2 * (size_t)(dpo_num_pairs(ds) ? dpo_num_pairs(ds) : 1));
     int rc = 0;
-    for (int row = 0; row < ep.n_rows && !rc; row += batch_rows) {
+    int64_t batches = (ep.n_rows + batch_rows - 1) / batch_rows, lo, hi;
+    mp_shard(batches, shares, share, &lo, &hi);
+    for (int row = (int)lo * batch_rows; row < ep.n_rows && row < (int)hi * batch_rows && !rc; row += batch_rows) {
         dpo_batch_fill(scratch, ds, &ep, row, batch_rows);
         rc = dpo_reference_logps(logps, m, ref, scratch, err);
         for (int p = 0; p < scratch->n_pairs && !rc; p++) {

@@ -50,9 +50,11 @@ int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const
 /* The reference log-probs of every pair of `ds`, computed once: the reference never changes, so a
  * run pays for it once instead of at every step (TRL's precompute_ref_log_probs). table[2i] and
  * table[2i+1] for pair i's chosen and rejected sequences. Batches of batch_rows rows of the
- * unshuffled packing, so a run and its resumption get the same table. `scratch` is reused. */
+ * unshuffled packing, so a run and its resumption get the same table. `scratch` is reused. A rank of a
+ * gang computes only its share: part `share` of `shares` contiguous parts of those batches (the other
+ * entries are not written; the gang sums zeroed tables). */
 int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
-                        int batch_rows, struct dpo_batch *scratch, struct whet_err *err);
+                        int batch_rows, int share, int shares, struct dpo_batch *scratch, struct whet_err *err);
 /* A batch's reference log-probs from such a table: out[2*n_pairs], in the batch's pair order. */
 void dpo_batch_reference(double *out, const double *table, const struct dpo_batch *b);
 

@@ -60,8 +60,10 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     int pairs = 0, rows = sft_rows_per_micro_batch(r->cfg->hp.batch_size, r->cfg->hp.gradient_accumulation_steps);
     for (int i = 0; i < 1 + r->has_valid; i++) {
         int n = dpo_num_pairs(sets[i]);
-        *tables[i] = xmalloc(sizeof(double) * 2 * (size_t)(n ? n : 1));
-        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, &s->batch, err))
+        *tables[i] = xcalloc(2 * (size_t)(n ? n : 1), sizeof(double));
+        /* each rank of a gang computes its share, and the shares are summed into every rank's table */
+        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, r->rank, r->world, &s->batch, err) ||
+            trainer_sum(r, *tables[i], 2 * n, err))
             return whet_err_prefix(err, "dpo reference pass");
         pairs += n;
     }

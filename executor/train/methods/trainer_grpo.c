@@ -311,11 +311,14 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                 return -1;
             }
         }
-        double norm;
-        if (trainer_optimizer_step(r, lr, &norm, err)) {
+        /* the figures of the whole batch: every rank's responses */
+        double norm, sums[5] = {st.loss, st.kl, st.ppo_kl, (double)st.n_clipped, (double)st.n_tokens};
+        if (trainer_sum(r, sums, 5, err) || trainer_optimizer_step(r, lr, &norm, err)) {
             free(dl);
             return -1;
         }
+        st.loss = sums[0], st.kl = sums[1], st.ppo_kl = sums[2], st.n_clipped = (long long)sums[3];
+        st.n_tokens = (long long)sums[4];
         f->loss += st.loss / hp->ppo_epochs;
         f->kl += st.kl / hp->ppo_epochs;
         f->clip_frac += (double)st.n_clipped / (double)(st.n_tokens ? st.n_tokens : 1) / hp->ppo_epochs;
@@ -339,28 +342,32 @@ static int grpo_validate(struct run *r, struct method_text *t, struct whet_err *
     struct rng rng;
     rng_seed(&rng, r->cfg->seed); /* greedy draws nothing; the rollout wants one all the same */
     const int chunk = 64;         /* prompts decoded together: bounds the KV cache */
-    double reward_sum = 0, passed_sum = 0;
-    int rc = 0;
-    for (int first = 0; first < M && !rc; first += chunk) {
-        int n = M - first < chunk ? M - first : chunk, errors = 0, *passed = xmalloc(sizeof(int) * (size_t)n);
+    double sums[2] = {0, 0}; /* rewards, passed: of this rank's share of the prompts, then of all */
+    int rc = 0, share, n_share;
+    trainer_rank_rows(r, 0, M, &share, &n_share);
+    for (int first = share; first < share + n_share && !rc; first += chunk) {
+        int n = share + n_share - first < chunk ? share + n_share - first : chunk, errors = 0,
+            *passed = xmalloc(sizeof(int) * (size_t)n);
         const struct rft_prompt **prompts = xmalloc(sizeof(*prompts) * (size_t)n);
         double *rewards = xmalloc(sizeof(double) * (size_t)n), seconds;
         for (int i = 0; i < n; i++) prompts[i] = &g->valid.prompts[first + i];
         struct rollout_batch rb;
         rc = rollout_and_grade(r, &rb, prompts, n, &opts, &rng, rewards, passed, &errors, &seconds, err);
         for (int i = 0; i < n && !rc; i++) {
-            reward_sum += rewards[i];
-            passed_sum += passed[i];
+            sums[0] += rewards[i];
+            sums[1] += passed[i];
         }
         rollout_batch_free(&rb);
         free(rewards);
         free(prompts);
         free(passed);
     }
-    double reward_mean = M ? reward_sum / M : 0, pass_rate = M ? passed_sum / M : 0;
+    if (rc) return whet_err_prefix(err, "validation");
+    if (trainer_sum(r, sums, 2, err)) return -1;
+    double reward_mean = M ? sums[0] / M : 0, pass_rate = M ? sums[1] / M : 0;
     snprintf(t->json, sizeof t->json, ",\"valid_reward_mean\":%.9g,\"valid_pass_rate\":%.6f", reward_mean, pass_rate);
     snprintf(t->progress, sizeof t->progress, " valid_reward %.3f", reward_mean);
-    return rc ? whet_err_prefix(err, "validation") : 0;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- the step */
@@ -389,8 +396,10 @@ struct step_samples {
     int G, cap, n_batches, n_prompts, kept;
     struct rollout_batch *batches;     /* [max batches] */
     int *batch_first;                  /* [max batches] index of the batch's first prompt */
+    int *share_first;                  /* [max batches] of those, this rank's first (0 alone) */
     const struct rft_prompt **prompts; /* [cap] */
-    double *rewards, *adv;             /* [cap * G], prompt-major */
+    /* [cap * G], prompt-major, of every rank's responses (a gang sums its shares into them) */
+    double *rewards, *adv, *lengths;
     int *passed;                       /* [cap * G] */
     int *keep;                         /* [cap] the group is trained */
 };
@@ -402,6 +411,8 @@ static void step_samples_init(struct step_samples *ss, int max_batches, int batc
     size_t N = (size_t)ss->cap * (size_t)G;
     ss->batches = xcalloc((size_t)max_batches, sizeof *ss->batches);
     ss->batch_first = xcalloc((size_t)max_batches, sizeof(int));
+    ss->share_first = xcalloc((size_t)max_batches, sizeof(int));
+    ss->lengths = xcalloc(N, sizeof(double));
     ss->prompts = xcalloc((size_t)ss->cap, sizeof *ss->prompts);
     ss->rewards = xcalloc(N, sizeof(double));
     ss->adv = xcalloc(N, sizeof(double));
@@ -413,11 +424,38 @@ static void step_samples_free(struct step_samples *ss) {
     for (int b = 0; b < ss->n_batches; b++) rollout_batch_free(&ss->batches[b]);
     free(ss->batches);
     free(ss->batch_first);
+    free(ss->share_first);
+    free(ss->lengths);
     free(ss->prompts);
     free(ss->rewards);
     free(ss->adv);
     free(ss->passed);
     free(ss->keep);
+}
+
+/* Sums the ranks' shares of a gen batch (prompts first..first+P) into every rank's arrays: rewards,
+ * passed and response lengths, and figures[] = {generated tokens, entropy sum, grader errors}. Alone,
+ * it only fills the lengths and figures. */
+static int gather_shares(struct run *r, struct step_samples *ss, int first, int P, const struct rollout_batch *rb,
+                         int grader_errors, double figures[3], struct whet_err *err) {
+    size_t G = (size_t)ss->G, N = (size_t)P * G, own = (size_t)ss->share_first[ss->n_batches - 1] * G;
+    double *v = xcalloc(3 * N + 3, sizeof(double));
+    for (int i = 0; i < rb->n_prompts * rb->n; i++) {
+        size_t at = own + (size_t)i;
+        v[at] = ss->rewards[first * G + at];
+        v[N + at] = ss->passed[first * G + at];
+        v[2 * N + at] = rb->responses[i].n_tokens;
+    }
+    v[3 * N] = (double)rb->tokens, v[3 * N + 1] = rb->entropy_sum, v[3 * N + 2] = grader_errors;
+    int rc = trainer_sum(r, v, (int)(3 * N + 3), err);
+    for (size_t i = 0; i < N && !rc; i++) {
+        ss->rewards[first * G + i] = v[i];
+        ss->passed[first * G + i] = (int)v[N + i];
+        ss->lengths[first * G + i] = v[2 * N + i];
+    }
+    memcpy(figures, v + 3 * N, sizeof(double) * 3);
+    free(v);
+    return rc;
 }
 
 /* Samples and grades the prompts of the epoch's order from *row on, batch_size at a time, until
@@ -437,15 +475,24 @@ static int sample_groups(struct step_samples *ss, struct step_record *s, struct 
         int P = n_train - *row < B ? n_train - *row : B, first = ss->n_prompts;
         for (int i = 0; i < P; i++) ss->prompts[first + i] = &g->train.prompts[g->order[*row + i]];
         struct rollout_batch *rb = &ss->batches[ss->n_batches];
+        /* In a gang each rank rolls out and grades its share of the prompts, then the shares are summed
+         * so that every rank holds every group's rewards (advantages and filtering are the same on all). */
+        int share, n_share;
+        trainer_rank_rows(r, 0, P, &share, &n_share);
+        opts.first_slot = share * G;
+        ss->share_first[ss->n_batches] = share;
         ss->batch_first[ss->n_batches++] = first;
-        double *rewards = ss->rewards + (size_t)first * G, grade_s = 0;
-        if (rollout_and_grade(r, rb, ss->prompts + first, P, &opts, rng, rewards, ss->passed + (size_t)first * G,
-                              &s->grader_errors, &grade_s, err))
+        double *rewards = ss->rewards + (size_t)first * G, grade_s = 0, figures[3] = {0};
+        int grader_errors = 0;
+        if (rollout_and_grade(r, rb, ss->prompts + first + share, n_share, &opts, rng, rewards + (size_t)share * G,
+                              ss->passed + (size_t)(first + share) * G, &grader_errors, &grade_s, err) ||
+            gather_shares(r, ss, first, P, rb, grader_errors, figures, err))
             return -1;
+        s->grader_errors += (int)figures[2];
         s->rollout_s += rb->seconds;
         s->grading_s += grade_s;
-        s->rollout_tokens += rb->tokens;
-        entropy_sum += rb->entropy_sum;
+        s->rollout_tokens += (long long)figures[0];
+        entropy_sum += figures[1];
         grpo_advantages(ss->adv + (size_t)first * G, rewards, P, G, cfg->hp.norm_adv_by_std);
         int *keep = ss->keep + first;
         if (cfg->hp.dynamic_sampling) grpo_filter_groups(keep, rewards, P, G);
@@ -463,13 +510,16 @@ static int sample_groups(struct step_samples *ss, struct step_record *s, struct 
     return 0;
 }
 
-/* The step's trained responses (those of the groups kept), with advantages and coefficients. */
-static int select_sequences(struct seq *seqs, const struct run *r, const struct step_samples *ss, size_t *n_tokens) {
+/* The step's trained responses (those of the groups kept) that this rank generated, with advantages
+ * and coefficients; the coefficients are of the whole batch's (every rank's) trained responses, of which
+ * *n_all says how many there are. */
+static int select_sequences(struct seq *seqs, const struct run *r, const struct step_samples *ss, size_t *n_tokens,
+                            int *n_all) {
     int n = 0;
     size_t tokens = 0;
     for (int b = 0; b < ss->n_batches; b++) {
         const struct rollout_batch *rb = &ss->batches[b];
-        int first = ss->batch_first[b];
+        int first = ss->batch_first[b] + ss->share_first[b];
         for (int i = 0; i < rb->n_prompts * rb->n; i++) {
             const struct rollout_response *resp = &rb->responses[i];
             const struct rft_prompt *prompt = ss->prompts[first + resp->prompt];
@@ -479,8 +529,16 @@ static int select_sequences(struct seq *seqs, const struct run *r, const struct 
             tokens += (size_t)resp->n_tokens;
         }
     }
+    long long all_tokens = 0;
+    *n_all = 0;
+    for (int p = 0; p < ss->n_prompts; p++)
+        for (int j = 0; j < ss->G && ss->keep[p]; j++) {
+            double len = ss->lengths[(size_t)p * ss->G + (size_t)j];
+            *n_all += len >= 1;
+            all_tokens += (long long)len;
+        }
     for (int i = 0; i < n; i++)
-        seqs[i].coef = grpo_token_coef(r->cfg->hp.loss_agg, seqs[i].response_len, (long long)tokens, n);
+        seqs[i].coef = grpo_token_coef(r->cfg->hp.loss_agg, seqs[i].response_len, all_tokens, *n_all);
     *n_tokens = tokens;
     return n;
 }
@@ -493,8 +551,7 @@ static void reward_figures(struct step_record *s, const struct step_samples *ss)
         sum += ss->rewards[i];
         pass += ss->passed[i];
     }
-    for (int bi = 0; bi < ss->n_batches; bi++)
-        for (int i = 0; i < ss->batches[bi].n_prompts * ss->batches[bi].n; i++) len += ss->batches[bi].responses[i].n_tokens;
+    for (size_t i = 0; i < N; i++) len += ss->lengths[i];
     s->reward_mean = sum / (double)N;
     for (size_t i = 0; i < N; i++) sq += (ss->rewards[i] - s->reward_mean) * (ss->rewards[i] - s->reward_mean);
     s->reward_std = sqrt(sq / (double)N);
@@ -535,16 +592,16 @@ static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err
     reward_figures(s, &ss);
 
     size_t n_tokens;
-    int n_seqs = select_sequences(seqs, r, &ss, &n_tokens);
+    int n_all, n_seqs = select_sequences(seqs, r, &ss, &n_tokens, &n_all);
     double lr = trainer_lr_at(&cfg->hp, r->step, r->total_steps);
 
     s->kl_measured = cfg->hp.kl_coef > 0;
-    if (n_seqs > 0) {
-        logp = xmalloc(sizeof(float) * n_tokens);
-        old_logp = xmalloc(sizeof(float) * n_tokens);
+    if (n_all > 0) { /* (every rank of a gang takes part in the update, with responses of its own or not) */
+        logp = xmalloc(sizeof(float) * (n_tokens + 1));
+        old_logp = xmalloc(sizeof(float) * (n_tokens + 1));
         /* 4: reference */
         if (s->kl_measured) {
-            ref_logp = xmalloc(sizeof(float) * n_tokens);
+            ref_logp = xmalloc(sizeof(float) * (n_tokens + 1));
             double t_ref = whet_now_mono();
             if ((rc = reference_pass(r, ref_logp, &b, seqs, n_seqs, err))) goto out;
             s->reference_s = whet_now_mono() - t_ref;

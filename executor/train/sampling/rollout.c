@@ -89,6 +89,9 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
                      const int *const *prompt_ids, const int *prompt_lens, int n_prompts,
                      const struct rollout_opts *opts, struct rng *rng, struct whet_err *err) {
     memset(out, 0, sizeof *out);
+    /* slot s draws its k-th token from (seed of s, k): the same rng state gives the same responses */
+    uint64_t base = rng_u64(rng);
+    if (n_prompts == 0) return 0; /* a rank's empty share */
     int max_prompt = 0;
     if (check_opts(m, prompt_lens, n_prompts, opts, &max_prompt, err)) return -1;
     double t0 = whet_now_mono();
@@ -118,11 +121,9 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
     size_t full_ids_cap = 0;
     struct kv_cache *cache = NULL;
     int rc = -1, n_act = n_slots;
-    /* slot s draws its k-th token from (seed of s, k): the same rng state gives the same responses */
-    uint64_t base = rng_u64(rng);
     for (int s = 0; s < n_slots; s++) {
         act[s] = s;
-        rows[s] = (struct sample_row){.seed = rng_stream(base, (uint64_t)s), .top_k = opts->top_k,
+        rows[s] = (struct sample_row){.seed = rng_stream(base, (uint64_t)(opts->first_slot + s)), .top_k = opts->top_k,
                                       .temperature = opts->temperature, .top_p = opts->top_p, .vocab = V_tok};
     }
 

@@ -41,6 +41,9 @@ struct rollout_opts {
      * (counted in n_tokens, left out of the text). */
     int n_stop_ids;
     const int *stop_ids;
+    /* The index of slot 0 in a larger batch (0: none): a rank of a gang that generates its share of a
+     * batch draws each response as the whole batch would (slot s of prompt i is first_slot + i*n + j). */
+    int first_slot;
 };
 
 enum rollout_finish { ROLLOUT_FINISH_STOP, ROLLOUT_FINISH_LENGTH };
@@ -65,7 +68,8 @@ struct rollout_batch {
 
 /* Generates opts->n responses to each of the n_prompts prompts (prompt_ids[i][0..prompt_lens[i]),
  * each >= 1 token) into *out, which the caller frees with rollout_batch_free (also after a failure:
- * *out is then empty). */
+ * *out is then empty). It takes one draw of rng whatever the prompts, none included, so the ranks of
+ * a gang, each generating its share, keep the same rng. */
 int rollout_generate(struct rollout_batch *out, struct model *m, const struct tokenizer *tok,
                      const int *const *prompt_ids, const int *prompt_lens, int n_prompts,
                      const struct rollout_opts *opts, struct rng *rng, struct whet_err *err);

@@ -3,7 +3,8 @@
 # port 0 and says where in its "rendezvous" event, the other ranks are then started with that address.
 #   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
 #     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks), SFT full and DPO LoRA
-#     (ZeRO-1, 3 ranks); only rank 0 writes metrics, events and checkpoints;
+#     (ZeRO-1, 3 ranks), GRPO LoRA (3 ranks sharing 5 prompts, a reference pass, dynamic sampling with
+#     refills); only rank 0 writes metrics, events and checkpoints;
 #   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, repeating the uninterrupted run;
 #   - a rank of another generation is refused; SIGKILL of a rank fails the others quickly, naming it;
 #   - SIGTERM to one rank stops the whole gang at the same step, rank 0 writing the checkpoint.
@@ -16,15 +17,35 @@ trap 'kill -9 "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$WHET_BIN" model init --preset tiny --out "$work/model" >/dev/null
+# GRPO's prompts: the tiny model's answers contain an "o" about three times in four, so groups mix
+# rewards 0 and 1 and the advantages are not all zero.
+mkdir -p "$work/grpo"
+python3 - "$work/grpo" <<'PY'
+import json, sys
+words = ["red", "green", "blue", "yellow", "black", "white", "apple", "house"]
+for name in ("train", "valid"):
+    with open(f"{sys.argv[1]}/{name}.jsonl", "w") as f:
+        for t in ["Reply with the word {w}.", "Say {w} and nothing else."]:
+            for w in words:
+                f.write(json.dumps({"messages": [{"role": "user", "content": t.format(w=w)}], "answer": "o"}) + "\n")
+PY
+hparams_of() {
+  if [ "$1" = grpo ]; then
+    echo '{"batch_size": 5, "learning_rate": 0.005, "max_seq_len": 64, "kl_coef": 0.05, "dynamic_sampling": true}'
+  else
+    echo '{"batch_size": 8, "learning_rate": 0.002, "max_seq_len": 128, "warmup_steps": 2}'
+  fi
+}
+data_dir() { if [ "$1" = grpo ]; then echo "$work/grpo"; else echo "$WHET_FIXTURES/$1"; fi; }
 
 SHORT='"max_steps": 6, "eval_every_steps": 3, "checkpoint_every_steps": 3'
 LONG='"max_steps": 100000, "checkpoint_every_steps": 0, "eval_every_steps": 0'
 steps=$SHORT
 config() { # config FILE METHOD OUTPUT_DIR EXTRA_FIELDS (the run's length: $steps)
   cat > "$1" <<JSON
-{"method": "$2", "model": "$work/model", "training_file": "$WHET_FIXTURES/$2/train.jsonl",
- "validation_file": "$WHET_FIXTURES/$2/valid.jsonl", "output_dir": "$3", "seed": 1, $steps,
- "hyperparameters": {"batch_size": 8, "learning_rate": 0.002, "max_seq_len": 128, "warmup_steps": 2} $4}
+{"method": "$2", "model": "$work/model", "training_file": "$(data_dir "$2")/train.jsonl",
+ "validation_file": "$(data_dir "$2")/valid.jsonl", "output_dir": "$3", "seed": 1, $steps,
+ "hyperparameters": $(hparams_of "$2") $4}
 JSON
 }
 
@@ -70,22 +91,25 @@ assert [x["step"] for x in a] == [x["step"] for x in b], (len(a), len(b))
 worst = 0.0
 for x, y in zip(a, b):
     assert x["tokens"] == y["tokens"], ("every rank's tokens summed", x["tokens"], y["tokens"])
-    for k in ("loss", "grad_norm", "valid_loss"):
-        if k in x:
-            rel = abs(x[k] - y[k]) / max(abs(x[k]), 1e-12)
-            assert rel <= 1e-5, f"step {x['step']} {k}: {x[k]} alone, {y[k]} in the gang"
-            worst = max(worst, rel)
+    for k in ("loss", "grad_norm", "valid_loss", "reward_mean", "kl", "valid_reward_mean", "groups_kept"):
+        if x.get(k) is not None:
+            assert abs(x[k] - y[k]) <= 1e-5 * abs(x[k]) + 1e-9, f"step {x['step']} {k}: {x[k]} alone, {y[k]} in the gang"
+            worst = max(worst, abs(x[k] - y[k]) / max(abs(x[k]), 1e-9))
 print(f"{sys.argv[2].split('/')[-2]}: {len(a)} steps, worst relative difference {worst:.2e}")
 PY
 }
 
 LORA=', "lora": {"r": 8, "alpha": 16}'
 FULL=', "lora": null'
+GRPO="$LORA"', "grader": {"type": "string_check", "name": "has_o", "input": "{{sample.output_text}}",
+ "reference": "{{item.answer}}", "operation": "like"}, "rollout": {"n": 4, "max_tokens": 6, "temperature": 1.0},
+ "eval_samples": 5'
 
 # ---- the references: one process each
-for run in "sft lora" "sft full" "dpo lora"; do
+for run in "sft lora" "sft full" "dpo lora" "grpo lora"; do
   set -- $run
   extra=$([ "$2" = full ] && echo "$FULL" || echo "$LORA")
+  [ "$1" = grpo ] && extra=$GRPO
   config "$work/single-$1-$2.json" "$1" "$work/single-$1-$2" "$extra"
   "$WHET_BIN" train --config "$work/single-$1-$2.json" --quiet > /dev/null || fail "single $1 $2"
 done
@@ -99,6 +123,10 @@ gang zero3 sft 3 "$FULL" ', "zero": 1'
 same_losses "$work/single-sft-full/metrics.jsonl" "$work/zero3-0/metrics.jsonl"
 gang dpo3 dpo 3 "$LORA" ', "zero": 1'
 same_losses "$work/single-dpo-lora/metrics.jsonl" "$work/dpo3-0/metrics.jsonl"
+gang grpo3 grpo 3 "$GRPO"
+same_losses "$work/single-grpo-lora/metrics.jsonl" "$work/grpo3-0/metrics.jsonl"
+python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert any(0 < x["reward_mean"] < 1 and x["groups_kept"] > 0 for x in r), r' \
+  "$work/single-grpo-lora/metrics.jsonl" || fail "GRPO: no step with mixed rewards to compare"
 
 # Rank 0 alone speaks: metrics, checkpoints and events; the others write none of them.
 for r in 1 2; do

@@ -37,6 +37,8 @@ TEST(every_route_is_scoped) {
                         : !strncmp(p, "/v1/fine_tuning", 15)                          ? SCOPE_JOBS
                         : !strncmp(p, "/v1/models", 10) ? (get ? SCOPE_JOBS | SCOPE_INFERENCE : SCOPE_JOBS)
                         : !strncmp(p, "/v1/chat", 8) || !strncmp(p, "/v1/completions", 15) ? SCOPE_INFERENCE
+                        : !strncmp(p, "/v1/training_sessions", 21)                          ? SCOPE_JOBS
+                        : !strcmp(p, "/v1/tokenize")                                        ? SCOPE_JOBS | SCOPE_INFERENCE
                                                                                              : 0;
         CHECK_MSG(area || in_need_all(p), "route %s %s has no scope area: add it to scopes.c (and here)", m, p);
         for (unsigned bit = SCOPE_FILES; bit <= SCOPE_INFERENCE; bit <<= 1) {

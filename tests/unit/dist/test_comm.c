@@ -98,7 +98,19 @@ static void allreduce_body(struct comm *c, int rank, int world, int *failed) {
         float *buf = malloc(sizeof(float) * (n + 1));
         for (size_t i = 0; i < n; i++) buf[i] = term(rank, i);
         struct whet_err err = {0};
+        uint64_t sent = comm_bytes_sent(c);
         if (comm_allreduce(c, buf, n, &err)) *failed += 1;
+        /* The ring's volume: every chunk but this rank's own (reduce-scatter) and but the next rank's
+         * (all-gather), 2(N-1)/N of the buffer when the chunks are equal. */
+        size_t own_lo, own_hi, next_lo, next_hi;
+        comm_shard(c, n, rank, &own_lo, &own_hi);
+        comm_shard(c, n, (rank + 1) % world, &next_lo, &next_hi);
+        size_t expect = world == 1 ? 0 : sizeof(float) * (2 * n - (own_hi - own_lo) - (next_hi - next_lo));
+        if (comm_bytes_sent(c) - sent != expect) {
+            fprintf(stderr, "rank %d: allreduce of %zu floats sent %llu bytes, the ring sends %zu\n", rank, n,
+                    (unsigned long long)(comm_bytes_sent(c) - sent), expect);
+            *failed += 1;
+        }
         for (size_t i = 0; i < n; i++)
             if (buf[i] != sum_of_terms(world, i)) {
                 *failed += 1;

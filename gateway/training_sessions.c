@@ -1,0 +1,189 @@
+/* training_sessions.c - training sessions (a whet extension after Tinker's training API) and the tokenizer
+ * helper, answered by the model worker of the session's base (executor/serve/serve_session_http.h says
+ * what each call does and returns).
+ *
+ *   POST   /v1/training_sessions                        {base_model, lora, init_checkpoint}
+ *   POST   /v1/training_sessions/{id}/forward_backward|optim_step|sample|save
+ *   DELETE /v1/training_sessions/{id}
+ *   POST   /v1/tokenize                                 {model, text | messages}
+ *
+ * The gateway owns who may touch a session: it names the session (the worker takes the name from
+ * x-whet-session), records it with its tenant and base (training_sessions, migration 0017), and hands
+ * each call to the worker of that base only when the session is the tenant's and not deleted; another
+ * tenant's session is a 404 like one that never was. init_checkpoint is one of the tenant's fine-tuned
+ * models or checkpoints of the same base, resolved as completions resolve `model` (its object-store
+ * prefix goes to the worker in x-whet-adapter). Bodies are checked by the worker (400 naming the field);
+ * the gateway checks what it decides on. */
+#include "training_sessions.h"
+
+#include <string.h>
+
+#include "crypto.h"
+#include "db.h"
+#include "model_workers.h"
+
+/* What a create has decided so far, from the request's pool. */
+struct create {
+    const char *base, *init, *lora, *id;
+};
+
+static void created(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create *c = arg;
+    if (db_reply_failed(r, res)) return;
+    const char *const headers[][2] = {{"x-whet-session", c->id}, {"x-whet-adapter", c->init}};
+    model_workers_proxy(r, c->base, headers, c->init ? 2 : 1);
+}
+
+static void insert(struct gw_req *r, struct create *c) {
+    char id[32];
+    whet_random_id("ts-", 24, id);
+    c->id = http_strdup(r, id);
+    const char *params[] = {c->id, http_tenant_id(r), c->base, c->lora, c->init};
+    db_query(r, "training_sessions_insert", 5, params, created, c);
+}
+
+/* init_checkpoint resolved: its base and the prefix of its adapter. */
+static void init_resolved(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create *c = arg;
+    if (db_reply_failed(r, res)) return;
+    const PGresult *row = res->res[0];
+    if (PQntuples(row) == 0 || PQgetisnull(row, 0, 1)) {
+        http_reply_error(r, 404, "init_checkpoint", "model_not_found",
+                         "init_checkpoint: `%s` is not one of your fine-tuned models or checkpoints", c->init);
+        return;
+    }
+    if (strcmp(PQgetvalue(row, 0, 0), c->base)) {
+        http_reply_error(r, 400, "init_checkpoint", "invalid_value",
+                         "init_checkpoint: `%s` is a fine-tune of %s, not of base_model %s", c->init,
+                         PQgetvalue(row, 0, 0), c->base);
+        return;
+    }
+    c->init = http_strdup(r, PQgetvalue(row, 0, 1));
+    insert(r, c);
+}
+
+static void base_found(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create *c = arg;
+    if (db_reply_failed(r, res)) return;
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_error(r, 404, "base_model", "model_not_found", "base_model: no base model `%s`", c->base);
+        return;
+    }
+    if (model_workers_find(c->base) < 0) {
+        http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", c->base));
+        return;
+    }
+    if (!c->init) {
+        insert(r, c);
+        return;
+    }
+    const char *params[] = {http_tenant_id(r), c->init};
+    db_query(r, "inference_model", 2, params, init_resolved, c); /* inference.c's: completions' resolution */
+}
+
+static void create(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    static const char *const keys[] = {"base_model", "lora", "init_checkpoint", NULL};
+    if (http_body_keys_known(r, body, keys)) {
+        json_decref(body);
+        return;
+    }
+    const json_t *base = json_object_get(body, "base_model"), *lora = json_object_get(body, "lora"),
+                 *init = json_object_get(body, "init_checkpoint");
+    const char *param = NULL, *problem = NULL;
+    if (!json_is_string(base) || !*json_string_value(base))
+        param = "base_model", problem = "expected the name of a base model";
+    else if (lora && !json_is_null(lora) && !json_is_object(lora))
+        param = "lora", problem = "expected an object {r, alpha, target_modules}";
+    else if (init && !json_is_null(init) && !json_is_string(init))
+        param = "init_checkpoint", problem = "expected the name of a fine-tuned model or checkpoint";
+    if (problem) {
+        json_decref(body);
+        http_reply_error(r, 400, param, "invalid_value", "%s: %s", param, problem);
+        return;
+    }
+    struct create *c = http_alloc(r, sizeof *c);
+    c->base = http_strdup(r, json_string_value(base));
+    c->init = json_is_string(init) ? http_strdup(r, json_string_value(init)) : NULL;
+    char *lora_text = lora && !json_is_null(lora) ? json_dumps(lora, JSON_COMPACT) : NULL;
+    c->lora = http_strdup(r, lora_text ? lora_text : "{}");
+    free(lora_text);
+    json_decref(body);
+    const char *params[] = {c->base};
+    db_query(r, "training_sessions_base", 1, params, base_found, c);
+}
+
+/* A call on a session the tenant holds: handed to its base's worker. */
+static void session_found(struct gw_req *r, const struct db_result *res, void *arg) {
+    (void)arg;
+    if (db_reply_unless_found(r, res, "training session", "id")) return;
+    model_workers_proxy(r, PQgetvalue(res->res[0], 0, 0), NULL, 0);
+}
+
+static void session_call(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    db_query(r, "training_sessions_get", 2, params, session_found, NULL);
+}
+
+/* DELETE marks the row first: from then on the session is the tenant's no more, whatever the worker says. */
+static void session_delete(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    db_query(r, "training_sessions_delete", 2, params, session_found, NULL);
+}
+
+static void tokenize_resolved(struct gw_req *r, const struct db_result *res, void *arg) {
+    const char *model = arg;
+    if (db_reply_failed(r, res)) return;
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_error(r, 404, "model", "model_not_found",
+                         "The model `%s` does not exist or you do not have access to it.", model);
+        return;
+    }
+    model_workers_proxy(r, PQgetvalue(res->res[0], 0, 0), NULL, 0); /* a fine-tune has its base's tokenizer */
+}
+
+static void tokenize(struct gw_req *r) {
+    json_t *body = http_body_json(r);
+    if (!body) return;
+    static const char *const keys[] = {"model", "text", "messages", NULL};
+    if (http_body_keys_known(r, body, keys)) {
+        json_decref(body);
+        return;
+    }
+    const char *model = json_string_value(json_object_get(body, "model"));
+    if (!model || !*model) {
+        json_decref(body);
+        http_reply_error(r, 400, "model", "invalid_value", "model: expected the name of a model");
+        return;
+    }
+    char *name = http_strdup(r, model);
+    json_decref(body);
+    const char *params[] = {http_tenant_id(r), name};
+    db_query(r, "inference_model", 2, params, tokenize_resolved, name);
+}
+
+void training_sessions_routes(struct http_router *rt) {
+    model_workers_read();
+    db_prepare("training_sessions_base", "SELECT id FROM base_models WHERE id = $1");
+    db_prepare("training_sessions_insert",
+               "INSERT INTO training_sessions (id, tenant_id, base_model, lora, init_checkpoint)"
+               " VALUES ($1, $2, $3, $4::jsonb, $5)");
+    db_prepare("training_sessions_get", "SELECT base_model FROM training_sessions"
+                                        " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL");
+    db_prepare("training_sessions_delete",
+               "UPDATE training_sessions SET deleted_at = whet_now()"
+               " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");
+    http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
+    http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_call, HTTP_ROUTE_TENANT,
+               "training_sessions.forward_backward");
+    http_route(rt, "POST", "/v1/training_sessions/{id}/optim_step", session_call, HTTP_ROUTE_TENANT,
+               "training_sessions.optim_step");
+    http_route(rt, "POST", "/v1/training_sessions/{id}/sample", session_call, HTTP_ROUTE_TENANT,
+               "training_sessions.sample");
+    http_route(rt, "POST", "/v1/training_sessions/{id}/save", session_call, HTTP_ROUTE_TENANT,
+               "training_sessions.save");
+    http_route(rt, "DELETE", "/v1/training_sessions/{id}", session_delete, HTTP_ROUTE_TENANT,
+               "training_sessions.delete");
+    http_route(rt, "POST", "/v1/tokenize", tokenize, HTTP_ROUTE_TENANT, "tokenize");
+}

@@ -1,0 +1,233 @@
+// sessions.mjs - training sessions (a custom training loop on a shared model worker, after Tinker's API):
+// `whet serve --training` on its own and behind the gateway. A session started from an adapter reports
+// the log-probs `whet score` computes for it; cross_entropy steps lower the loss; sample and save answer
+// in Tinker's shapes (the save lands in the object store); POST /v1/tokenize through the gateway equals
+// the worker's; another tenant's session and a deleted one are 404s, and so is another tenant's
+// init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers.
+// Training beside completions changes no answer; calls of sessions at once equal each alone; idle
+// sessions expire; the example client loop (deploy/examples/training_session.mjs) runs.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
+
+const { check, summary, failed } = checker();
+const whet = process.env.WHET_BIN;
+const [makeAdapters, putDir] = process.argv.slice(2);
+const dir = mkdtempSync(join(tmpdir(), 'whet-sessions-'));
+const model = join(dir, 'tiny');
+execFileSync(whet, ['model', 'init', '--out', model, '--preset', 'tiny']);
+execFileSync(makeAdapters, [model, join(dir, 'adapter-'), '1']);
+const store = `file://${join(dir, 'objects')}`;
+execFileSync(putDir, ['checkpoints/ftjob-s/final', join(dir, 'adapter-0')], { env: { ...process.env, WHET_OBJECT_STORE: store } });
+
+// A worker with --training (and these options); its address and the promise of its exit status.
+const startWorker = async (name, extra = []) => {
+  const addressFile = join(dir, `${name}.address`);
+  const proc = spawn(whet, ['serve', '--model', model, '--name', 'whet-tiny', '--http', '127.0.0.1:0', '--address-file',
+    addressFile, '--slots', '4', '--max-len', '128', '--object-store', store, '--cache-dir', join(dir, 'cache'), '--training',
+    ...extra], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const gone = new Promise((resolve) => proc.on('exit', resolve));
+  for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
+  return { proc, gone, at: readFileSync(addressFile, 'utf8').trim() };
+};
+const worker = await startWorker('main');
+const workerAt = worker.at;
+const to = (at) => async (method, path, json, headers = {}) => {
+  const res = await fetch(`http://${at}${path}`, { method, headers: { 'content-type': 'application/json', ...headers },
+    body: json === undefined ? undefined : JSON.stringify(json) });
+  const text = await res.text();
+  let parsed;
+  try { parsed = JSON.parse(text); } catch { parsed = undefined; }
+  return { status: res.status, json: parsed, text };
+};
+const direct = to(workerAt);
+// Tinker's datum of a token sequence: each position predicts the next token.
+const datum = (ids, extra = {}) => ({ model_input: ids.slice(0, -1), loss_fn_inputs: { target_tokens: ids.slice(1), ...extra } });
+const sum = (a) => a.reduce((x, y) => x + y, 0);
+
+let stack;
+try {
+  // ---- the worker alone: log-probs against `whet score`
+  const text = 'The quick brown fox jumps over the lazy dog.';
+  const ids = (await direct('POST', '/v1/tokenize', { text })).json.tokens;
+  check(Array.isArray(ids) && ids.length > 4, 'the worker tokenizes', ids);
+  writeFileSync(join(dir, 'score.jsonl'), JSON.stringify({ input_ids: ids }) + '\n');
+  const score = JSON.parse(execFileSync(whet, ['score', '--model', model, '--adapter', join(dir, 'adapter-0'), '--data',
+    join(dir, 'score.jsonl')]).toString());
+  const s0 = await direct('POST', '/v1/training_sessions', {}, { 'x-whet-adapter': 'checkpoints/ftjob-s/final' });
+  check(s0.status === 200 && s0.json.object === 'training_session' && s0.json.id, 'a session from a stored adapter', s0.text);
+  const fb0 = await direct('POST', `/v1/training_sessions/${s0.json.id}/forward_backward`, { loss_fn: 'cross_entropy', data: [datum(ids)] });
+  const lp0 = fb0.json?.logprobs?.[0] ?? [];
+  check(fb0.status === 200 && lp0.length === ids.length - 1, 'forward_backward: a log-prob per target', fb0.text);
+  check(Math.abs(-sum(lp0) / lp0.length - score.loss) < 1e-3, 'the session\'s log-probs equal whet score\'s',
+    { session: -sum(lp0) / lp0.length, score: score.loss });
+  check(Math.abs(fb0.json.loss + sum(lp0)) < 1e-3, 'cross_entropy with weights 1 is -sum(logprobs)', fb0.json.loss);
+  const noSessions = await direct('POST', '/v1/training_sessions/nope/optim_step', {});
+  check(noSessions.status === 404 && noSessions.json?.error?.code === 'not_found', 'an unknown session on the worker: 404', noSessions.text);
+
+  // sessions share the worker with completions: a greedy answer is the same while sessions train, and
+  // two sessions' forward_backward calls at once (one pass) give what each gives alone
+  const ask = () => direct('POST', '/v1/completions', { model: 'whet-tiny', prompt: text, max_tokens: 24, temperature: 0 });
+  const alone = (await ask()).json?.choices?.[0]?.text;
+  const s1 = (await direct('POST', '/v1/training_sessions', { lora: { r: 2, seed: 9 } })).json.id;
+  const call = (sid) => direct('POST', `/v1/training_sessions/${sid}/forward_backward`, { loss_fn: 'cross_entropy', data: [datum(ids)] });
+  const lp1 = (await call(s1)).json.logprobs[0];
+  const [busy, fa, fb1, fb2] = await Promise.all([ask(), call(s0.json.id), call(s1), call(s1)]);
+  check(typeof alone === 'string' && busy.json?.choices?.[0]?.text === alone, 'a completion is unchanged by training beside it',
+    { alone, busy: busy.json?.choices?.[0]?.text });
+  const near = (x, y) => x.length === y.length && x.every((v, i) => Math.abs(v - y[i]) < 1e-4);
+  check(near(fa.json.logprobs[0], lp0) && near(fb1.json.logprobs[0], lp1) && near(fb2.json.logprobs[0], lp1),
+    'sessions\' calls at once equal each alone (no optim_step: the weights stay)');
+
+  // a pass holds --max-train-tokens (data padded to the longest): a larger call is a 400, calls of two
+  // sessions that do not fit together run one after the other
+  const small = await startWorker('small', ['--max-train-tokens', '64']);
+  const onSmall = to(small.at);
+  const [t1, t2] = await Promise.all([onSmall('POST', '/v1/training_sessions', {}), onSmall('POST', '/v1/training_sessions', {})]);
+  const forty = Array.from({ length: 41 }, (_, i) => (i * 37 + 5) % 500);
+  const fbOn = (sid, data) => onSmall('POST', `/v1/training_sessions/${sid}/forward_backward`, { loss_fn: 'cross_entropy', data });
+  const both = await Promise.all([fbOn(t1.json.id, [datum(forty)]), fbOn(t2.json.id, [datum(forty)])]);
+  check(both.every((r) => r.status === 200 && r.json.logprobs[0].length === 40), 'two calls too large to share a pass both run',
+    both.map((r) => r.text.slice(0, 100)));
+  const tooLarge = await fbOn(t1.json.id, [datum(forty), datum(forty.slice(0, 3))]);
+  check(tooLarge.status === 400 && tooLarge.json?.error?.param === 'data', 'a call larger than a pass: 400 naming data', tooLarge.text);
+  small.proc.kill('SIGTERM');
+  check((await small.gone) === 0, 'that worker exits 0');
+
+  // an idle session expires
+  const brief = await startWorker('brief', ['--session-idle', '1']);
+  const shortLived = await to(brief.at)('POST', '/v1/training_sessions', {});
+  await new Promise((r) => setTimeout(r, 3000));
+  const expired = await to(brief.at)('POST', `/v1/training_sessions/${shortLived.json?.id}/optim_step`, {});
+  check(shortLived.status === 200 && expired.status === 404, 'an idle session expires', expired.text);
+  brief.proc.kill('SIGTERM');
+  check((await brief.gone) === 0, 'that worker exits 0');
+
+  // ---- behind the gateway
+  stack = await startStack({ env: { WHET_SERVE_WORKERS: `whet-tiny=${workerAt}` } });
+  const a = client(stack, 'alpha'), b = client(stack, 'beta');
+  const ft = 'ft:whet-tiny:alpha::ftjob-s';
+  const m = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'd.jsonl', value: `${SFT_LINE}\n` }]);
+  const file = (await a('POST', '/v1/files', { body: m.body, headers: { 'content-type': m.type } })).json.id;
+  const job = (await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-tiny', training_file: file } })).json.id;
+  stack.psql(`UPDATE jobs SET status = 'succeeded', fine_tuned_model = '${ft}', final_object_prefix = 'checkpoints/ftjob-s/final'
+              WHERE id = '${job}'`);
+  await new Promise((r) => setTimeout(r, 100)); // psql blocked the loop: let pooled sockets settle
+
+  const tok = await a('POST', '/v1/tokenize', { json: { model: 'whet-tiny', text } });
+  check(tok.status === 200 && JSON.stringify(tok.json.tokens) === JSON.stringify(ids), 'tokenize through the gateway equals the worker\'s', tok.text);
+  const chat = await a('POST', '/v1/tokenize', { json: { model: ft, messages: [{ role: 'user', content: 'hi' }] } });
+  check(chat.status === 200 && chat.json.count === chat.json.tokens.length && chat.json.count > 2, 'tokenize renders messages', chat.text);
+  check((await b('POST', '/v1/tokenize', { json: { model: ft, text } })).status === 404, 'another tenant\'s model cannot tokenize: 404');
+
+  // a session from alpha's fine-tuned model: the same log-probs as the worker's session above
+  const fromFt = await a('POST', '/v1/training_sessions', { json: { base_model: 'whet-tiny', init_checkpoint: ft } });
+  check(fromFt.status === 200, 'a session from the tenant\'s fine-tuned model', fromFt.text);
+  const fbFt = await a('POST', `/v1/training_sessions/${fromFt.json?.id}/forward_backward`, { json: { loss_fn: 'cross_entropy', data: [datum(ids)] } });
+  const worst = Math.max(...(fbFt.json?.logprobs?.[0] ?? [NaN]).map((x, i) => Math.abs(x - lp0[i])));
+  check(fbFt.status === 200 && worst < 1e-4, 'it starts from that adapter', { worst, text: fbFt.text.slice(0, 200) });
+  const stolen = await b('POST', '/v1/training_sessions', { json: { base_model: 'whet-tiny', init_checkpoint: ft } });
+  check(stolen.status === 404 && stolen.json?.error?.param === 'init_checkpoint', 'another tenant\'s model as init_checkpoint: 404', stolen.text);
+
+  // a fresh adapter, trained: the loss falls
+  const created = await a('POST', '/v1/training_sessions', { json: { base_model: 'whet-tiny', lora: { r: 4, alpha: 8, target_modules: 'all-linear', seed: 1 } },
+    headers: { 'x-whet-session': 'hijack', 'x-whet-adapter': 'checkpoints/ftjob-s/final' } });
+  const id = created.json?.id;
+  check(created.status === 200 && id && id !== 'hijack', 'a session; the client cannot name the worker\'s headers', created.text);
+  const fb = (d) => a('POST', `/v1/training_sessions/${id}/forward_backward`, { json: { loss_fn: 'cross_entropy', data: d } });
+  const losses = [];
+  for (let step = 0; step < 8; step++) {
+    const r = await fb([datum(ids)]);
+    losses.push(r.json?.loss);
+    const o = await a('POST', `/v1/training_sessions/${id}/optim_step`, { json: { adam_params: { learning_rate: 1e-2 } } });
+    if (step === 0) check(o.status === 200 && o.json.step === 1 && o.json.grad_norm > 0, 'optim_step', o.text);
+  }
+  check(losses.every(Number.isFinite) && losses[7] < 0.7 * losses[0], 'cross_entropy steps lower the loss', losses);
+  // the importance-sampling loss at the current log-probs with advantages 1 is -(number of tokens)
+  const cur = (await fb([datum(ids)])).json.logprobs[0];
+  const is = await a('POST', `/v1/training_sessions/${id}/forward_backward`, { json: { loss_fn: 'importance_sampling',
+    data: [datum(ids, { logprobs: cur, advantages: cur.map(() => 1) })] } });
+  check(is.status === 200 && Math.abs(is.json.loss + cur.length) < 1e-2, 'importance_sampling at ratio 1', is.text.slice(0, 200));
+  const sample = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 5, n: 2, temperature: 1, seed: 3 } });
+  const seqs = sample.json?.sequences ?? [];
+  check(sample.status === 200 && seqs.length === 2 && seqs.every((s) => s.tokens.length === s.logprobs.length && s.tokens.length <= 5 &&
+    typeof s.text === 'string'), 'sample: n sequences with tokens, text and log-probs', sample.text);
+  const again = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 5, n: 2, temperature: 1, seed: 3 } });
+  check(JSON.stringify(again.json?.sequences) === JSON.stringify(seqs), 'a seeded sample repeats');
+  const long = (await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 24, seed: 5 } })).json;
+  const full = long.sequences[0].text, stop = full.slice(3, 5);
+  const cut = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 24, seed: 5, stop } });
+  check(full.length >= 5 && cut.json?.sequences?.[0]?.text === full.slice(0, full.indexOf(stop)) &&
+    cut.json.sequences[0].stop_reason === 'stop', 'sample stops at a stop string', { full, stop, cut: cut.text });
+  const msgSample = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 } });
+  check(msgSample.status === 200 && msgSample.json.usage.prompt_tokens === chat.json.count, 'sample from messages', msgSample.text);
+  const saved = await a('POST', `/v1/training_sessions/${id}/save`, { json: {} });
+  check(saved.status === 200 && saved.json.checkpoint === `sessions/${id}/step-8` && saved.json.step === 8, 'save', saved.text);
+  const objects = existsSync(join(dir, 'objects', saved.json?.checkpoint ?? '-')) ? readdirSync(join(dir, 'objects', saved.json.checkpoint)) : [];
+  check(objects.includes('adapter_model.safetensors') && objects.includes('adapter_config.json'), 'the save is an adapter in the object store', objects);
+
+  // isolation
+  for (const call of ['forward_backward', 'optim_step', 'sample', 'save']) {
+    const r = await b('POST', `/v1/training_sessions/${id}/${call}`, { json: call === 'forward_backward' ? { loss_fn: 'cross_entropy', data: [datum(ids)] } : {} });
+    check(r.status === 404, `another tenant's ${call}: 404`, r.text);
+  }
+  check((await b('DELETE', `/v1/training_sessions/${id}`)).status === 404, 'another tenant\'s delete: 404');
+
+  // bad input: 400 naming the field
+  const bad = async (what, path, json, param) => {
+    const r = await a('POST', path, { json });
+    check(r.status === 400 && r.json?.error?.param === param, `${what}: 400 naming ${param}`, r.text);
+  };
+  const on = (call) => `/v1/training_sessions/${id}/${call}`;
+  await bad('no base_model', '/v1/training_sessions', { lora: { r: 4 } }, 'base_model');
+  await bad('lora not an object', '/v1/training_sessions', { base_model: 'whet-tiny', lora: 'big' }, 'lora');
+  await bad('an unknown field', '/v1/training_sessions', { base_model: 'whet-tiny', rank: 4 }, 'rank');
+  await bad('rank 0', '/v1/training_sessions', { base_model: 'whet-tiny', lora: { r: 0 } }, 'lora.r');
+  await bad('an unknown module', '/v1/training_sessions', { base_model: 'whet-tiny', lora: { target_modules: ['qq_proj'] } }, 'lora.target_modules');
+  await bad('no loss_fn', on('forward_backward'), { data: [datum(ids)] }, 'loss_fn');
+  await bad('no data', on('forward_backward'), { loss_fn: 'cross_entropy', data: [] }, 'data');
+  await bad('targets of another length', on('forward_backward'), { loss_fn: 'cross_entropy',
+    data: [{ model_input: ids.slice(0, 3), loss_fn_inputs: { target_tokens: ids.slice(0, 2) } }] }, 'data[0].loss_fn_inputs.target_tokens');
+  await bad('a token outside the vocabulary', on('forward_backward'), { loss_fn: 'cross_entropy',
+    data: [{ model_input: [1, 99999999], loss_fn_inputs: { target_tokens: [1, 2] } }] }, 'data[0].model_input');
+  await bad('ppo without advantages', on('forward_backward'), { loss_fn: 'ppo', data: [datum(ids, { logprobs: cur })] },
+    'data[0].loss_fn_inputs.advantages');
+  await bad('a negative learning rate', on('optim_step'), { adam_params: { learning_rate: -1 } }, 'adam_params.learning_rate');
+  await bad('max_tokens 0', on('sample'), { prompt: ids, max_tokens: 0 }, 'max_tokens');
+  await bad('more sequences than the worker\'s batch', on('sample'), { prompt: ids, n: 5 }, 'n');
+  await bad('a prompt of no tokens', on('sample'), { prompt: [] }, 'prompt');
+  await bad('tokenize without a model', '/v1/tokenize', { text }, 'model');
+  const unknownBase = await a('POST', '/v1/training_sessions', { json: { base_model: 'no-such-base' } });
+  check(unknownBase.status === 404 && unknownBase.json?.error?.param === 'base_model', 'an unknown base: 404', unknownBase.text);
+
+  // the example client loop (GRPO, then a DPO loss written client-side) runs through the gateway
+  const example = new URL('../../../deploy/examples/training_session.mjs', import.meta.url).pathname;
+  const out = await new Promise((resolve) => {
+    const p = spawn(process.execPath, [example, '1'], { env: { ...process.env, WHET_URL: stack.url, WHET_API_KEY: stack.keys.alpha } });
+    let text = '';
+    p.stdout.on('data', (d) => { text += d; });
+    p.stderr.on('data', (d) => { text += d; });
+    p.on('exit', (code) => resolve({ code, text }));
+  });
+  check(out.code === 0 && /grpo step 1: mean reward/.test(out.text) && /dpo step 3: loss/.test(out.text) &&
+    /saved the adapter at sessions\//.test(out.text), 'the example client loop runs', out.text);
+
+  // delete: the session is gone for its tenant too
+  const del = await a('DELETE', `/v1/training_sessions/${id}`);
+  check(del.status === 200 && del.json.deleted === true, 'delete', del.text);
+  check((await a('POST', on('optim_step'), { json: {} })).status === 404, 'a deleted session: 404');
+} catch (e) {
+  check(false, 'exception', String(e.stack || e));
+} finally {
+  if (stack) {
+    const stopped = await stack.stop();
+    check(stopped === null, 'the gateway exits cleanly', stopped);
+    if (failed()) console.error(stack.logTail(60));
+  }
+  worker.proc.kill('SIGTERM');
+  check((await worker.gone) === 0, 'the worker exits 0');
+  rmSync(dir, { recursive: true, force: true });
+}
+process.exit(summary());
