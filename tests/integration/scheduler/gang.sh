@@ -59,7 +59,7 @@ check "every rank gets a START, rank 0's first, the others with the address" \
   'wait_for 10 "SELECT string_agg((manifest->'"'"'distributed'"'"'->>'"'"'rank'"'"') || '"'"'='"'"' || (manifest->'"'"'distributed'"'"'->>'"'"'rendezvous'"'"'), '"'"' '"'"' ORDER BY seq) FROM node_commands WHERE job_id = '"'"'ftjob-g'"'"' AND kind = '"'"'start'"'"' AND delivered_at IS NOT NULL" "0=127.0.0.1:0 1=$r1 2=$r1 3=$r1"'
 for _ in $(seq 100); do [ -f "$(rank_dir ftjob-g 1 3 2>/dev/null)/seen_config.json" ] && break; sleep 0.1; done
 check "rank 3's trainer config: its rank, the world, the generation, rank 0's address, no peer list" \
-  '[ "$(seen ftjob-g 1 3 "sorted(c[\"distributed\"].items())")" = "[('"'"'generation'"'"', 1), ('"'"'host'"'"', '"'"'127.0.0.1'"'"'), ('"'"'rank'"'"', 3), ('"'"'rendezvous'"'"', '"'"'$r1'"'"'), ('"'"'timeout_s'"'"', 300), ('"'"'world_size'"'"', 4)]" ]'
+  '[ "$(seen ftjob-g 1 3 "sorted(c[\"distributed\"].items())")" = "[('"'"'generation'"'"', 1), ('"'"'host'"'"', '"'"'127.0.0.1'"'"'), ('"'"'rank'"'"', 3), ('"'"'rendezvous'"'"', '"'"'$r1'"'"'), ('"'"'timeout_s'"'"', 300), ('"'"'world_size'"'"', 4), ('"'"'zero'"'"', 0)]" ]'
 check "every rank has the data and the model" '[ "$(seen ftjob-g 1 2 "bool(open(c[\"training_file\"]).read()) and __import__(\"os\").path.isdir(c[\"model\"])")" = True ]'
 check "rank 0's checkpoint is reported" 'wait_for 10 "SELECT string_agg(step_number::text, '"'"','"'"') FROM checkpoints WHERE job_id = '"'"'ftjob-g'"'"'" 1'
 
