@@ -29,10 +29,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-fails=0 passes=0
-check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d"+sys.argv[1]))' "$1"; }
+. "$(dirname "$0")/../lib.sh"
 
 # The primary, then the standby cloned from it (-R: it follows the primary); cluster_name is the name
 # the standby's WAL receiver reports, which synchronous_standby_names waits for.
@@ -53,11 +50,8 @@ check "the standby replicates synchronously" '[ "$(q1 "SELECT sync_state FROM pg
 export WHET_DATABASE_URL="postgresql://postgres@127.0.0.1:$p1,127.0.0.1:$p2/postgres?target_session_attrs=read-write"
 http1=127.0.0.1:$(port) http2=127.0.0.1:$(port)
 gateways=("$http1" "$http2")
-WHET_LEASE_MS=5000 WHET_GATEWAY_AUTH_CACHE_MS=60000 "$WHET_BIN" up --data-dir "$dir/up" --http "$http1" --grpc 127.0.0.1:$(port) --executors 2 \
-  --devices sim:H100:1 >"$dir/up.out" 2>"$dir/up.err" &
-up_pid=$!
-for _ in $(seq 600); do grep -qs "whet: ready" "$dir/up.out" && break; sleep 0.1; done
-grep -q "whet: ready" "$dir/up.out" || { tail -n 30 "$dir/up.err" >&2; exit 1; }
+mkdir "$dir/up"
+WHET_LEASE_MS=5000 WHET_GATEWAY_AUTH_CACHE_MS=60000 up "$dir/up" "$http1" --executors 2 --devices sim:H100:1
 WHET_GATEWAY_AUTH_CACHE_MS=60000 "$WHET_BIN" gateway --data-dir "$dir/up" --http "$http2" --threads 2 2>"$dir/gw2.err" &
 gw2_pid=$!
 for _ in $(seq 300); do curl -sf "http://$http2/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -102,7 +96,7 @@ run_pg "$pg_bin/pg_ctl" -D "$dir/primary" -m immediate -w stop >/dev/null
 sleep 1
 run_pg "$pg_bin/pg_ctl" -D "$dir/standby" -w promote >/dev/null
 promoted_at=$(date +%s.%N)
-leads() { grep -c 'comp=scheduler msg="leading"' "$dir/up.err" || true; }
+leads() { grep -c 'comp=scheduler msg="leading"' "$dir/up/up.err" || true; }
 for _ in $(seq 300); do [ "$(leads)" -ge 2 ] && break; sleep 0.1; done
 led_at=$(date +%s.%N)
 check "the scheduler leads again on the new primary" '[ "$(leads)" -ge 2 ]'
@@ -111,7 +105,7 @@ touch "$dir/stop-load"
 wait "$load_pid"
 load_pid=
 for t in "${held[@]}"; do kill -CONT "$t"; done
-check "no component died" 'kill -0 $up_pid && kill -0 $gw2_pid && ! grep -q "component exited" "$dir/up.err"'
+check "no component died" 'kill -0 $up_pid && kill -0 $gw2_pid && ! grep -q "component exited" "$dir/up/up.err"'
 
 # The client's view: per gateway, the outage window (its first failed answer, and the first create
 # answered 2xx after its last one, both from the kill; the kill-to-promotion second stands for a
@@ -165,11 +159,11 @@ for j in "${jobs[@]}"; do
 done
 # The executors find the scheduler again within their lease: no node is declared lost, so no job is
 # placed a second time (a requeued attempt would run beside the one its node still trains).
-check "no node declared lost" '! grep -q "msg=\"node lost\"" "$dir/up.err"'
+check "no node declared lost" '! grep -q "msg=\"node lost\"" "$dir/up/up.err"'
 check "each job placed once" '[ "$(q2 "SELECT count(*) FROM job_attempts")" = 3 ] &&
   [ "$(q2 "SELECT count(DISTINCT job_id) FROM job_attempts")" = 3 ]'
 check "each checkpoint recorded once" '[ "$(q2 "SELECT count(*) - count(DISTINCT (job_id, step_number)) FROM checkpoints")" = 0 ]'
 check "each attempt metered once" '[ "$(q2 "SELECT count(*) - count(DISTINCT (job_id, attempt)) FROM usage_records")" = 0 ]'
-[ $fails -eq 0 ] || { tail -n 40 "$dir/up.err" >&2; tail -n 20 "$dir/gw2.err" >&2; }
+[ $fails -eq 0 ] || { tail -n 40 "$dir/up/up.err" >&2; tail -n 20 "$dir/gw2.err" >&2; }
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]
