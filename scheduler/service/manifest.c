@@ -5,11 +5,15 @@
  * its own paths. `judge_models` lists the catalog models that score_model / label_model graders name
  * as judges: the executor fetches them like the base model and the trainer loads them (judge.h). The trainer settings themselves (OpenAI's method object and the `whet` extension
  * mapped onto a trainer config, sft, dpo or grpo) come from trainer_settings.c, which needs no
- * database. */
+ * database. With encryption at rest on, the tenant's data key joins the manifest when it is delivered
+ * (scheduler_manifest_deliver), never in the stored copy. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_keys.h"
+#include "log.h"
 #include "pg.h"
 #include "service_internal.h"
 #include "trainer_settings.h"
@@ -108,6 +112,42 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
         return NULL;
     }
     json_object_set_new(m, "judge_models", judges);
+    char *out = json_dumps(m, JSON_COMPACT);
+    json_decref(m);
+    return out;
+}
+
+/* The operator keyring ($WHET_DATA_KEY_FILE), read once; NULL: encryption at rest is off. */
+static pthread_once_t keyring_once = PTHREAD_ONCE_INIT;
+static struct whet_keyring *keyring;
+static struct whet_err keyring_err;
+static int keyring_failed;
+
+static void keyring_load(void) {
+    keyring_failed = whet_keyring_from_env(&keyring, &keyring_err) != 0;
+    if (keyring_failed) log_error("msg=\"operator keyring unusable\" err=\"%s\"", keyring_err.msg);
+}
+
+char *scheduler_manifest_deliver(PGconn *conn, const char *manifest) {
+    pthread_once(&keyring_once, keyring_load);
+    json_t *m = keyring || keyring_failed ? json_loads(manifest, 0, NULL) : NULL;
+    const char *tenant_id = json_string_value(json_object_get(m, "tenant_id"));
+    if (!tenant_id) {
+        json_decref(m);
+        return xstrdup(manifest);
+    }
+    struct whet_err err = keyring_err;
+    struct whet_data_key dk;
+    if (!keyring_failed && whet_tenant_data_key(conn, keyring, tenant_id, &dk, &err) == 0) {
+        char hex[2 * WHET_DATA_KEY_BYTES + 1];
+        whet_data_key_hex(&dk, hex);
+        json_object_set_new(m, "data_key", json_pack("{s:I, s:s}", "id", (json_int_t)dk.id, "key", hex));
+        explicit_bzero(hex, sizeof hex);
+        explicit_bzero(&dk, sizeof dk);
+    } else {
+        log_error("msg=\"tenant data key unavailable\" tenant=%s err=\"%s\"", tenant_id, err.msg);
+        json_object_set_new(m, "data_key_error", json_string(err.msg));
+    }
     char *out = json_dumps(m, JSON_COMPACT);
     json_decref(m);
     return out;
