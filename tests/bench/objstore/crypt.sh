@@ -12,33 +12,15 @@
 # s3rver is a single-threaded Node server writing to local disk: it bounds both paths there, so the
 # s3 ratio shows what sealing costs behind a slow store, the file:// ratio what it costs the CPU.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../../.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+source "$(dirname "$0")/lib.sh"
+bench_setup crypt-bench "${1:-build}"
 size_mb=${SIZE_MB:-128}
 rounds=${ROUNDS:-5}
-[ -f "$build/libwhet_objstore.a" ] || { echo "bench: $build/libwhet_objstore.a not built" >&2; exit 1; }
-
-work=$(mktemp -d /tmp/whet-crypt-bench.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-
-cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" -I"$root/common/objstore" "$root/tests/bench/objstore/crypt.c" \
-  "$build/libwhet_objstore.a" "$build/libwhet_common.a" \
-  $(pkg-config --libs libcurl libzstd jansson libcrypto) -lpthread -lm -o "$work/crypt"
+bench_driver crypt
 head -c "$((size_mb << 20))" /dev/urandom >"$work/blob"
 echo "encryption at rest: $size_mb MiB, $rounds rounds, $(nproc) cores"
 echo "-- file://"
 "$work/crypt" "file://$work/objects" "$work/blob" "$rounds"
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$work/s3"
-node "$root/tests/node_modules/s3rver/bin/s3rver.js" --directory "$work/s3" --address 127.0.0.1 --port "$port" \
-  --configure-bucket whet-bench --silent >"$work/s3rver.log" 2>&1 &
-pids+=($!)
-endpoint="http://127.0.0.1:$port"
-for _ in $(seq 100); do curl -fs -o /dev/null "$endpoint/" && break; sleep 0.1; done
-export WHET_S3_ENDPOINT="$endpoint" AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+bench_s3rver
 echo "-- s3:// (s3rver)"
 "$work/crypt" "s3://whet-bench/crypt" "$work/blob" "$rounds"
