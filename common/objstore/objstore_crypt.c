@@ -21,9 +21,10 @@
  * The plaintext size follows from the stored size (the chunk size is fixed per version), so stat
  * costs the inner stat alone. The SHA-256 the inner store keeps is the ciphertext's; the view reports
  * none ("") and the front end checks what it reads against the caller's checksum (a manifest's), on
- * top of the tags. A file upload is sealed into a temp file under $TMPDIR first (the inner store then
- * uploads that file, multipart on S3): a new nonce each time means an interrupted multipart upload of
- * a sealed file starts over instead of resuming. */
+ * top of the tags. A file upload up to the multipart part size is sealed in memory and stored in one
+ * request; a larger one is sealed into a temp file under $TMPDIR first (the inner store then uploads
+ * that file, multipart on S3): a new nonce each time means an interrupted multipart upload of a sealed
+ * file starts over instead of resuming. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "crypto.h"
@@ -222,8 +224,17 @@ static int seal_file(struct crypt_store *cs, const char *key, const char *path, 
 
 static int crypt_put_file(struct objstore *store, const char *key, const char *path, const char *sha256,
                           struct whet_err *err) {
-    (void)sha256;
     struct crypt_store *cs = (struct crypt_store *)store;
+    struct stat st;
+    if (stat(path, &st) != 0) return whet_errf(err, "%s: %s", path, strerror(errno));
+    if ((uint64_t)st.st_size <= cs->inner->part_size) { /* one request anyway: sealed in memory, no temp file */
+        char *data;
+        size_t len;
+        if (whet_read_file(path, cs->inner->part_size, &data, &len, err) != 0) return -1;
+        int rc = crypt_put(store, key, data, len, sha256, err);
+        free(data);
+        return rc;
+    }
     const char *dir = getenv("TMPDIR");
     char *tmp = xasprintf("%s/whet-seal.XXXXXX", dir && *dir ? dir : "/tmp");
     int fd = mkostemp(tmp, O_CLOEXEC);
