@@ -60,6 +60,7 @@ const struct job_spec_field job_spec_fields[] = {
     {"gpu_types", WHET, NULL, OTHER, NULL, NO_RANGE, NO_RANGE, 0, 0, 0, 0, 0, ALL},
     {"regions", WHET, NULL, OTHER, NULL, NO_RANGE, NO_RANGE, 0, 0, 0, 0, 0, ALL},
     {"max_gpus", WHET, NULL, INT, NULL, CLOSED(1, 1024), NO_RANGE, 0, 0, 0, 0, 0, ALL},
+    {"min_gpus", WHET, NULL, INT, NULL, CLOSED(1, 1024), NO_RANGE, 0, 0, 0, 0, 0, ALL}, /* a floor on the gang */
     /* training length and checkpoint cadence; 0 to the trainer is "n_epochs decides" / "only final/" */
     {"max_steps", WHET, "max_steps", INT, NULL, CLOSED(1, 10000000), CLOSED(0, 100000000), 0, 0, 0, 0, 0, ALL},
     {"checkpoint_every_steps", WHET, "checkpoint_every_steps", INT, NULL, CLOSED(1, 10000000),

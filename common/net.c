@@ -43,16 +43,16 @@ static struct addrinfo *resolve(const char *what, const char *hostport, int pass
     return res;
 }
 
-int whet_tcp_listen(const char *what, const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
+int whet_tcp_bind(const char *what, const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
     struct addrinfo *res = resolve(what, hostport, 1, err);
     if (!res) return -1;
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, SOMAXCONN)) {
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen)) {
         int e = errno;
         freeaddrinfo(res);
         if (fd >= 0) close(fd);
-        return whet_errf(err, "%s: cannot listen on %s: %s", what, hostport, strerror(e));
+        return whet_errf(err, "%s: cannot bind %s: %s", what, hostport, strerror(e));
     }
     freeaddrinfo(res);
     struct sockaddr_storage ss;
@@ -61,6 +61,16 @@ int whet_tcp_listen(const char *what, const char *hostport, char *bound, size_t 
     getsockname(fd, (struct sockaddr *)&ss, &sl);
     getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV);
     snprintf(bound, bound_len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+    return fd;
+}
+
+int whet_tcp_listen(const char *what, const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
+    int fd = whet_tcp_bind(what, hostport, bound, bound_len, err);
+    if (fd >= 0 && listen(fd, SOMAXCONN)) {
+        int e = errno;
+        close(fd);
+        return whet_errf(err, "%s: cannot listen on %s: %s", what, hostport, strerror(e));
+    }
     return fd;
 }
 

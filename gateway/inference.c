@@ -296,16 +296,28 @@ static void route_to_worker(struct gw_req *r, const char *model, const char *bas
     probe(rt);
 }
 
+struct resolving {
+    const char *model;
+    inference_resolved_fn done;
+};
+
 static void resolved(struct gw_req *r, const struct db_result *res, void *arg) {
-    const char *model = arg;
+    const struct resolving *q = arg;
     if (db_reply_failed(r, res)) return;
     if (PQntuples(res->res[0]) == 0) {
         http_reply_error(r, 404, "model", "model_not_found",
-                         "The model `%s` does not exist or you do not have access to it.", model);
+                         "The model `%s` does not exist or you do not have access to it.", q->model);
         return;
     }
     const PGresult *row = res->res[0];
-    route_to_worker(r, model, PQgetvalue(row, 0, 0), PQgetisnull(row, 0, 1) ? NULL : PQgetvalue(row, 0, 1));
+    q->done(r, q->model, PQgetvalue(row, 0, 0), PQgetisnull(row, 0, 1) ? NULL : PQgetvalue(row, 0, 1));
+}
+
+void inference_resolve(struct gw_req *r, const char *model, inference_resolved_fn done) {
+    struct resolving *q = http_alloc(r, sizeof *q);
+    *q = (struct resolving){http_strdup(r, model), done};
+    const char *params[] = {http_tenant_id(r), q->model};
+    db_query(r, "inference_model", 2, params, resolved, q);
 }
 
 static void completions(struct gw_req *r) {
@@ -317,10 +329,8 @@ static void completions(struct gw_req *r) {
         http_reply_error(r, 400, "model", "invalid_value", "model: expected the name of a model");
         return;
     }
-    char *name = http_strdup(r, model);
+    inference_resolve(r, model, route_to_worker);
     json_decref(body);
-    const char *params[] = {http_tenant_id(r), name};
-    db_query(r, "inference_model", 2, params, resolved, name);
 }
 
 void inference_routes(struct http_router *rt) {

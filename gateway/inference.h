@@ -5,5 +5,10 @@
 #include "http.h"
 
 void inference_routes(struct http_router *rt);
+/* Resolves `model` for the request's tenant (a catalog base model, one of the tenant's fine-tuned models
+ * or one of their checkpoints) and calls done with its base model and adapter prefix (NULL: the base
+ * alone); a name the tenant has no model of is a 404 model_not_found. */
+typedef void (*inference_resolved_fn)(struct gw_req *r, const char *model, const char *base, const char *prefix);
+void inference_resolve(struct gw_req *r, const char *model, inference_resolved_fn done);
 
 #endif

@@ -36,6 +36,7 @@
 #include "db.h"
 #include "env.h"
 #include "log.h"
+#include "net.h"
 #include "replica.h"
 #include "rng.h"
 
@@ -250,22 +251,6 @@ static void h2o_error_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostr
 }
 
 /* ---- Listeners --------------------------------------------------------------------------------- */
-
-static int split_host_port(const char *hostport, char *host, size_t host_size, char *port, size_t port_size) {
-    const char *colon = strrchr(hostport, ':');
-    if (!colon || !colon[1]) return -1;
-    const char *h = hostport;
-    size_t hlen = (size_t)(colon - hostport);
-    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
-        h++;
-        hlen -= 2;
-    }
-    if (hlen == 0 || hlen >= host_size || strlen(colon + 1) >= port_size) return -1;
-    memcpy(host, h, hlen);
-    host[hlen] = 0;
-    strcpy(port, colon + 1);
-    return 0;
-}
 
 /* Binds one listening socket with SO_REUSEPORT; `port` may be "0" the first time. */
 static int listen_on(const char *host, const char *port, struct whet_err *err) {
@@ -486,7 +471,7 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
     metrics_init(router_count(gw->router));
 
     char host_name[96], port[16];
-    if (split_host_port(gw->opts.http, host_name, sizeof(host_name), port, sizeof(port)) < 0) {
+    if (whet_split_host_port(gw->opts.http, host_name, sizeof(host_name), port, sizeof(port)) < 0) {
         whet_errf(err, "WHET_HTTP: \"%s\" is not HOST:PORT", gw->opts.http);
         gateway_free(gw);
         return NULL;

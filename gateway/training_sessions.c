@@ -20,6 +20,7 @@
 
 #include "crypto.h"
 #include "db.h"
+#include "inference.h"
 #include "model_workers.h"
 
 /* What a create has decided so far, from the request's pool. */
@@ -132,15 +133,8 @@ static void session_delete(struct gw_req *r) {
     db_query(r, "training_sessions_delete", 2, params, session_found, NULL);
 }
 
-static void tokenize_resolved(struct gw_req *r, const struct db_result *res, void *arg) {
-    const char *model = arg;
-    if (db_reply_failed(r, res)) return;
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_error(r, 404, "model", "model_not_found",
-                         "The model `%s` does not exist or you do not have access to it.", model);
-        return;
-    }
-    model_workers_proxy(r, PQgetvalue(res->res[0], 0, 0), NULL, 0); /* a fine-tune has its base's tokenizer */
+static void tokenize_resolved(struct gw_req *r, const char *model, const char *base, const char *prefix) {
+    model_workers_proxy(r, base, NULL, 0); /* a fine-tune has its base's tokenizer */
 }
 
 static void tokenize(struct gw_req *r) {
@@ -157,10 +151,8 @@ static void tokenize(struct gw_req *r) {
         http_reply_error(r, 400, "model", "invalid_value", "model: expected the name of a model");
         return;
     }
-    char *name = http_strdup(r, model);
+    inference_resolve(r, model, tokenize_resolved);
     json_decref(body);
-    const char *params[] = {http_tenant_id(r), name};
-    db_query(r, "inference_model", 2, params, tokenize_resolved, name);
 }
 
 void training_sessions_routes(struct http_router *rt) {

@@ -12,6 +12,7 @@
 
 #include "agent_internal.h"
 #include "crypto.h"
+#include "env.h"
 #include "log.h"
 #include "proto/whet.pb-c.h"
 
@@ -31,6 +32,7 @@ int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
 
 void agent_report_event(struct agent_job *job, const char *level, const char *type, const char *message,
                         const char *data_json) {
+    if (job->rank > 0) return; /* a gang speaks through rank 0; the others' ends come with FinishJob */
     Whet__V1__Event ev = WHET__V1__EVENT__INIT, *evs[] = {&ev};
     ev.job_id = job->id;
     ev.attempt = (uint32_t)job->attempt;
@@ -87,6 +89,7 @@ static int register_node(struct agent *a, const struct agent_device *devs, int *
     req.cpu_milli = (uint32_t)(cpus * 1000);
     req.memory_mib = (uint64_t)pages * (uint64_t)page / (1024 * 1024);
     req.version = WHET_AGENT_VERSION;
+    req.address = (char *)a->address;
     Whet__V1__RegisterResponse *resp = NULL;
     int rc = rpc_call(a->rpc, "/whet.v1.Scheduler/RegisterNode", &req.base, &whet__v1__register_response__descriptor,
                       (ProtobufCMessage **)&resp, 5000, 60000, err);
@@ -98,25 +101,37 @@ static int register_node(struct agent *a, const struct agent_device *devs, int *
     return 0;
 }
 
-static struct agent_job *find_job(struct agent *a, const char *id, int attempt) {
+static struct agent_job *find_job(struct agent *a, const char *id, int attempt, int rank) {
     for (struct agent_job *j = a->jobs; j; j = j->next)
-        if (!strcmp(j->id, id) && (attempt < 0 || j->attempt == attempt)) return j;
+        if (!strcmp(j->id, id) && j->attempt == attempt && j->rank == rank) return j;
     return NULL;
 }
 
 static void start_job(struct agent *a, const Whet__V1__Command *c) {
-    if (find_job(a, c->job_id, (int)c->attempt)) return; /* a redelivered START */
     json_t *manifest = json_loads(c->manifest_json, 0, NULL);
     if (!manifest || strlen(c->job_id) >= sizeof ((struct agent_job *)0)->id) {
         log_error("msg=\"START without a usable manifest\" job=%s", c->job_id);
         json_decref(manifest);
         return;
     }
+    json_t *dist = json_object_get(manifest, "distributed");
+    int rank = (int)json_integer_value(json_object_get(dist, "rank"));
+    if (find_job(a, c->job_id, (int)c->attempt, rank)) { /* a redelivered START */
+        json_decref(manifest);
+        return;
+    }
+    /* Ranks of an older generation of a gang still here never join the new one: they end now. */
+    for (struct agent_job *j = a->jobs; j; j = j->next)
+        if (!strcmp(j->id, c->job_id) && j->attempt < (int)c->attempt && (j->world_size > 1 || json_is_object(dist)))
+            atomic_store(&j->stop, JOB_CANCEL);
     struct agent_job *job = xcalloc(1, sizeof *job);
     snprintf(job->id, sizeof job->id, "%s", c->job_id);
     job->attempt = (int)c->attempt;
+    job->rank = rank;
+    job->world_size = json_is_object(dist) ? (int)json_integer_value(json_object_get(dist, "world_size")) : 1;
     job->manifest = manifest;
-    job->dir = xasprintf("%s/jobs/%s-%u", a->opts->work_dir, c->job_id, c->attempt);
+    job->dir = json_is_object(dist) ? xasprintf("%s/jobs/%s-%u-rank%d", a->opts->work_dir, c->job_id, c->attempt, rank)
+                                    : xasprintf("%s/jobs/%s-%u", a->opts->work_dir, c->job_id, c->attempt);
     job->agent = a;
     json_int_t want = json_integer_value(json_object_get(manifest, "devices"));
     int shared;
@@ -126,7 +141,8 @@ static void start_job(struct agent *a, const Whet__V1__Command *c) {
                  job->device_mask);
     job->next = a->jobs;
     a->jobs = job;
-    log_info("msg=\"starting job\" job=%s attempt=%d devices=0x%x", job->id, job->attempt, job->device_mask);
+    log_info("msg=\"starting job\" job=%s attempt=%d rank=%d/%d devices=0x%x", job->id, job->attempt, job->rank,
+             job->world_size, job->device_mask);
     agent_job_start(job);
 }
 
@@ -135,11 +151,13 @@ static void apply_command(struct agent *a, const Whet__V1__Command *c) {
         start_job(a, c);
         return;
     }
-    struct agent_job *job = find_job(a, c->job_id, (int)c->attempt);
-    if (!job) return;
-    if (c->kind == WHET__V1__COMMAND__KIND__STOP) atomic_store(&job->stop, JOB_STOP);
-    else if (c->kind == WHET__V1__COMMAND__KIND__CANCEL) atomic_store(&job->stop, JOB_CANCEL);
-    log_info("msg=\"command\" job=%s kind=%d reason=%s", job->id, (int)c->kind, c->reason);
+    /* Every rank of the attempt this node runs. */
+    for (struct agent_job *job = a->jobs; job; job = job->next) {
+        if (strcmp(job->id, c->job_id) || job->attempt != (int)c->attempt) continue;
+        if (c->kind == WHET__V1__COMMAND__KIND__STOP) atomic_store(&job->stop, JOB_STOP);
+        else if (c->kind == WHET__V1__COMMAND__KIND__CANCEL) atomic_store(&job->stop, JOB_CANCEL);
+        log_info("msg=\"command\" job=%s rank=%d kind=%d reason=%s", job->id, job->rank, (int)c->kind, c->reason);
+    }
 }
 
 /* Frees the jobs whose threads are done. */
@@ -164,7 +182,8 @@ static int heartbeat(struct agent *a, struct whet_err *err) {
     for (struct agent_job *j = a->jobs; j; j = j->next) n++;
     Whet__V1__JobProgress *progress = xcalloc((size_t)n + 1, sizeof *progress), **pp = xcalloc((size_t)n + 1, sizeof *pp);
     int i = 0;
-    for (struct agent_job *j = a->jobs; j; j = j->next, i++) {
+    for (struct agent_job *j = a->jobs; j; j = j->next) {
+        if (j->rank > 0) continue; /* rank 0 counts the gang's steps */
         whet__v1__job_progress__init(&progress[i]);
         progress[i].job_id = j->id;
         progress[i].attempt = (uint32_t)j->attempt;
@@ -174,10 +193,11 @@ static int heartbeat(struct agent *a, struct whet_err *err) {
         progress[i].trained_tokens = (uint64_t)atomic_load(&j->trained_tokens);
         progress[i].state = "running";
         pp[i] = &progress[i];
+        i++;
     }
     Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
     req.node_id = a->node_id;
-    req.n_jobs = (size_t)n;
+    req.n_jobs = (size_t)i;
     req.jobs = pp;
     Whet__V1__HeartbeatResponse *resp = NULL;
     int rc = rpc_call(a->rpc, "/whet.v1.Scheduler/Heartbeat", &req.base, &whet__v1__heartbeat_response__descriptor,
@@ -209,6 +229,14 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     if ((a.n_devices = agent_parse_devices(opts->devices, devs, AGENT_MAX_DEVICES, err)) < 0) return -1;
     snprintf(a.device_type, sizeof a.device_type, "%s", devs[0].type);
     a.cuda = !strcmp(opts->devices, "cuda");
+    a.address = whet_env("WHET_EXECUTOR_ADDRESS", "127.0.0.1");
+    /* Below the kernel's ephemeral ports, so no outgoing connection of the host's takes one of them. */
+    const char *ports = whet_env("WHET_GANG_PORTS", "29000-29999");
+    if (sscanf(ports, "%d-%d", &a.gang_port_lo, &a.gang_port_hi) != 2 || a.gang_port_lo < 1024 ||
+        a.gang_port_hi < a.gang_port_lo || a.gang_port_hi > 65535) {
+        whet_errf(err, "WHET_GANG_PORTS=\"%s\": expected LO-HI with 1024 <= LO <= HI <= 65535", ports);
+        return whet_err_hint(err, "a range no service of the fleet listens on: a gang's trainers reach each other there");
+    }
     if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
     if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
     if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {

@@ -6,7 +6,12 @@
  * sandbox, turning the trainer's event lines into progress, events and checkpoint reports, and
  * uploading each checkpoint while training goes on. STOP asks the trainer to checkpoint and exit;
  * CANCEL kills it. If the scheduler no longer knows the node (it was declared lost), the executor
- * kills what it runs — those jobs have moved elsewhere — and registers again. */
+ * kills what it runs — those jobs have moved elsewhere — and registers again.
+ * A gang's START names one rank (the manifest's "distributed"): each rank is a job here of its own,
+ * one trainer on one device, whose config carries the distributed object; rank 0 publishes its
+ * rendezvous (PublishRendezvous) and alone reports progress, events, checkpoints and the final model;
+ * every rank reports its own FinishJob, and STOP/CANCEL reach every rank of the attempt. Its trainer
+ * reaches only the gang's nodes, on WHET_GANG_PORTS (executor/sandbox/sandbox_net.c). */
 #ifndef WHET_AGENT_H
 #define WHET_AGENT_H
 

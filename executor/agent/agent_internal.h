@@ -28,6 +28,9 @@ struct agent_job {
     atomic_llong trained_tokens;
     _Atomic double loss;
     int event_seq;                 /* events reported for this attempt (job thread only) */
+    /* A gang's rank (manifest "distributed"; 0 and 1 for one process). Only rank 0 reports progress,
+     * events, checkpoints and the final model; every rank reports its own FinishJob. */
+    int rank, world_size;
     uint32_t device_mask;          /* the node's devices it holds (agent_take_devices), set before it starts */
     struct agent *agent;
     struct agent_job *next;
@@ -37,6 +40,8 @@ struct agent {
     const struct executor_options *opts;
     char node_id[64];
     char device_type[32];
+    const char *address;           /* where gang peers reach this node's trainers (WHET_EXECUTOR_ADDRESS) */
+    int gang_port_lo, gang_port_hi; /* the ports gang trainers listen and connect on (WHET_GANG_PORTS) */
     int n_devices;
     int cuda;                      /* the devices are CUDA GPUs (--devices cuda) */
     uint32_t busy_devices;         /* held by jobs (main thread only) */

@@ -20,6 +20,7 @@
 #include "agent_internal.h"
 #include "buf.h"
 #include "crypto.h"
+#include "env.h"
 #include "json_text.h"
 #include "log.h"
 #include "proto/whet.pb-c.h"
@@ -81,7 +82,16 @@ static int fetch_judges(struct agent *a, const json_t *list, json_t *cfg, char *
     return 0;
 }
 
-/* Everything the trainer needs, in the job dir; returns the config path. */
+/* The trainer config's `distributed` object (notes in DESIGN.md, "Gangs") from the manifest's, which
+ * also lists the peers' addresses for the sandbox. */
+static json_t *trainer_distributed(const json_t *dist) {
+    json_t *d = json_deep_copy(dist);
+    json_object_del(d, "peers");
+    return d;
+}
+
+/* Everything the trainer needs, in the job dir (every rank of a gang fetches the model, the data and
+ * the checkpoint to resume from); returns the config path. */
 static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs, struct whet_err *err) {
     struct agent *a = job->agent;
     json_t *m = job->manifest;
@@ -126,6 +136,8 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_object_set_new(cfg, "init_adapter", init ? json_string(init) : json_null());
     /* a GPU node's trainer sees only its devices (CUDA_VISIBLE_DEVICES), the first of them as cuda */
     if (a->cuda) json_object_set_new(cfg, "device", json_string("cuda"));
+    json_t *dist = json_object_get(m, "distributed");
+    if (json_is_object(dist)) json_object_set_new(cfg, "distributed", trainer_distributed(dist));
     if (json_array_size(json_object_get(m, "judge_models")) &&
         fetch_judges(a, json_object_get(m, "judge_models"), cfg, judge_dirs, err) < 0)
         goto out;
@@ -264,6 +276,24 @@ static void csv_add_step(struct trainer_watch *r, const json_t *ev) {
     whet_buf_puts(&r->csv, row);
 }
 
+/* Rank 0 listens: the scheduler learns where, and starts the other ranks pointed there. A failure is
+ * logged; the scheduler then fails the gang at its rendezvous deadline. */
+static void publish_rendezvous(struct agent_job *job, const json_t *ev) {
+    const char *address = json_string_value(json_object_get(ev, "address"));
+    Whet__V1__RendezvousRequest req = WHET__V1__RENDEZVOUS_REQUEST__INIT;
+    req.node_id = job->agent->node_id;
+    req.job_id = job->id;
+    req.attempt = (uint32_t)job->attempt;
+    req.generation = (uint32_t)json_integer_value(json_object_get(ev, "generation"));
+    req.address = (char *)(address ? address : "");
+    struct whet_err err;
+    if (agent_call(job->agent, "/whet.v1.Scheduler/PublishRendezvous", &req.base, &whet__v1__rendezvous_response__descriptor,
+                   60000, &err) < 0)
+        log_warn("msg=\"rendezvous not published\" job=%s attempt=%d error=\"%s\"", job->id, job->attempt, err.msg);
+    else
+        log_info("msg=\"rendezvous published\" job=%s attempt=%d address=%s", job->id, job->attempt, req.address);
+}
+
 static void handle_line(struct trainer_watch *r, const char *line, json_t **last_metrics) {
     struct agent_job *job = r->job;
     json_t *ev = json_loads(line, 0, NULL);
@@ -296,13 +326,15 @@ static void handle_line(struct trainer_watch *r, const char *line, json_t **last
         char *data = whet_json_compact(ev, NULL);
         agent_report_event(job, "info", "message", "Training data loaded", data);
         free(data);
-    } else if (!strcmp(type, "checkpoint")) {
+    } else if (!strcmp(type, "rendezvous")) {
+        if (job->rank == 0 && job->world_size > 1) publish_rendezvous(job, ev);
+    } else if (!strcmp(type, "checkpoint") && job->rank == 0) { /* only rank 0 writes checkpoints */
         const char *path = json_string_value(json_object_get(ev, "path"));
         int step = (int)json_integer_value(json_object_get(ev, "step"));
         json_t *metrics = checkpoint_metrics(*last_metrics);
         if (path && step > r->last_checkpoint_step) upload_checkpoint(r, step, path, metrics);
         json_decref(metrics);
-    } else if (!strcmp(type, "final")) {
+    } else if (!strcmp(type, "final") && job->rank == 0) {
         const char *path = json_string_value(json_object_get(ev, "path"));
         free(r->final_path);
         r->final_path = path ? xstrdup(path) : NULL;
@@ -332,10 +364,11 @@ static void failure_message(char *msg, size_t len, const struct sandbox_result *
     case SANDBOX_OK: snprintf(what, sizeof what, "exited without a final model"); break;
     case SANDBOX_EXIT: snprintf(what, sizeof what, "exited with status %d", res->exit_code); break;
     case SANDBOX_SECCOMP: {
-        char call[64] = "it made a forbidden system call";
-        if (res->syscall[0]) snprintf(call, sizeof call, "system call %s is not allowed", res->syscall);
-        snprintf(what, sizeof what, "was killed by the sandbox: %s (a trainer may not open network sockets, mount "
-                 "file systems, trace processes or load kernel code)", call);
+        char call[160] = "it made a forbidden system call";
+        if (res->denied[0]) snprintf(call, sizeof call, "%s", res->denied);
+        else if (res->syscall[0]) snprintf(call, sizeof call, "system call %s is not allowed", res->syscall);
+        snprintf(what, sizeof what, "was killed by the sandbox: %s (a trainer may not open network sockets but to its "
+                 "gang's peers, mount file systems, trace processes or load kernel code)", call);
         break;
     }
     default: snprintf(what, sizeof what, "ended: %s", res->message); break;
@@ -367,6 +400,9 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     const char *argv[] = {a->opts->trainer, "train", "--config", cfg_path, NULL};
     struct agent_cuda_grant gpus;
     agent_cuda_grant(&gpus, job->device_mask);
+    /* NCCL between a gang's GPU nodes: the interface the operator named for it (executor's environment). */
+    const char *ifname = whet_env("NCCL_SOCKET_IFNAME", NULL);
+    char *nccl_ifname = ifname && job->world_size > 1 ? xasprintf("NCCL_SOCKET_IFNAME=%s", ifname) : NULL;
     const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
 #ifdef __SANITIZE_ADDRESS__
                          /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
@@ -374,7 +410,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
                          "ASAN_OPTIONS=detect_leaks=0",
 #endif
                          /* a GPU node's jobs see their own devices; on other nodes the list ends here */
-                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
+                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
     const char *writable[] = {job->dir, NULL};
     /* the base model, the trainer binary, the judge models (read by the trainer too) */
     size_t n_judges = 0;
@@ -392,6 +428,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.readonly_dirs = readonly;
     spec.device_nodes = a->cuda ? gpus.nodes : NULL;
     trainer_sandbox_policy(&spec, json_object_get(job->manifest, "trainer"));
+    const char **peers = trainer_sandbox_gang(&spec, json_object_get(job->manifest, "distributed"), a->gang_port_lo,
+                                              a->gang_port_hi);
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
     struct sandbox_child child;
@@ -406,6 +444,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         close(log_fd);
         free(log_path);
         free(readonly);
+        free(peers);
+        free(nccl_ifname);
         return;
     }
     close(out_pipe[1]);
@@ -457,14 +497,17 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     } else if (res.reason == SANDBOX_OK && stop == JOB_STOP) {
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
-    } else if (res.reason == SANDBOX_OK && r->final_path) {
+    } else if (res.reason == SANDBOX_OK && (r->final_path || job->rank > 0)) {
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
     } else {
-        failure_message(msg, msg_len, &res, log_path);
+        int n = job->world_size > 1 ? snprintf(msg, msg_len, "rank %d: ", job->rank) : 0;
+        failure_message(msg + n, msg_len - (size_t)n, &res, log_path);
         if (res.reason == SANDBOX_SECCOMP) fin->error_code = "sandbox_violation";
     }
     free(log_path);
     free(readonly);
+    free(peers);
+    free(nccl_ifname);
 }
 
 /* The store the tenant's data goes through: sealed with the data key the scheduler put into the
@@ -495,6 +538,7 @@ static void *job_main(void *arg) {
     fin.node_id = a->node_id;
     fin.job_id = job->id;
     fin.attempt = (uint32_t)job->attempt;
+    fin.rank = (uint32_t)job->rank;
     fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
     fin.error_code = "training_failed";
     char msg[600] = "";
@@ -513,7 +557,7 @@ static void *job_main(void *arg) {
                                                           : WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     }
     const char *output_prefix = json_string_value(json_object_get(job->manifest, "output_prefix"));
-    if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
+    if (fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && job->rank == 0) {
         final_prefix = xasprintf("%s/final", output_prefix);
         csv_key = xasprintf("%s/results.csv", output_prefix);
         csv_header(&r, 0);
@@ -542,7 +586,8 @@ static void *job_main(void *arg) {
     fin.error_message = msg;
     Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
     usage.device_type = a->device_type;
-    usage.device_seconds = (whet_now_mono() - t0) * (a->n_devices > 0 ? 1 : 0);
+    /* device-seconds: the devices this process held (one per rank of a gang), times its seconds */
+    usage.device_seconds = (whet_now_mono() - t0) * __builtin_popcount(job->device_mask);
     usage.trained_tokens = (uint64_t)atomic_load(&job->trained_tokens);
     usage.rollout_tokens = (uint64_t)r.rollout_tokens;
     fin.usage = &usage;

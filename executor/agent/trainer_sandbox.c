@@ -29,6 +29,19 @@ void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg
     if (geteuid() == 0) spec->host_uid = spec->host_gid = TRAINER_HOST_UID;
 }
 
+const char **trainer_sandbox_gang(struct sandbox_spec *spec, const json_t *distributed, int lo, int hi) {
+    const json_t *list = json_object_get(distributed, "peers");
+    if (!json_is_array(list)) return NULL;
+    const char **peers = xcalloc(json_array_size(list) + 1, sizeof *peers);
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if (json_is_string(json_array_get(list, i))) peers[n++] = json_string_value(json_array_get(list, i));
+    spec->peer_hosts = peers;
+    spec->peer_port_lo = lo;
+    spec->peer_port_hi = hi;
+    return peers;
+}
+
 /* nftw passes no context: the walk's target and its first failure, per thread (jobs run on several). */
 static _Thread_local uid_t walk_uid;
 static _Thread_local gid_t walk_gid;

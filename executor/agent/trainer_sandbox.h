@@ -1,7 +1,8 @@
 /* trainer_sandbox.h - the sandbox policy for a job's trainer, in one place: the executor (job.c)
  * applies it, and tests build the very same sandbox.
  *
- * `whet train` never opens a socket, so a try kills it (kill_on_network) — unless the job grades with
+ * `whet train` of one process never opens a socket, so a try kills it (kill_on_network); a gang's
+ * ranks reach their peers and nothing else (trainer_sandbox_gang) — unless the job grades with
  * python: the trainer then builds a nested sandbox per grader batch (pygrader.h), which needs
  * allow_nested, and a grader's socket() keeps failing with EACCES (as in the graders API) rather than
  * killing the grader's python, since the outer filter's answer would win over the inner one's.
@@ -23,6 +24,12 @@ int trainer_grader_runs_python(const json_t *grader);
  * trainer whose config is `trainer_cfg` (the manifest's "trainer" object); the caller sets the
  * command, directories and descriptors. */
 void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg);
+
+/* A gang rank's network (sandbox_net.c): its gang's nodes (the manifest's distributed.peers) on the
+ * ports lo..hi, nothing else; a job of one process (`distributed` absent) keeps the sandbox's own
+ * network namespace and its socket() killed. Returns the NULL-terminated peer list the spec points
+ * at (the caller frees it, the strings stay the manifest's), or NULL for one process. */
+const char **trainer_sandbox_gang(struct sandbox_spec *spec, const json_t *distributed, int lo, int hi);
 
 #define TRAINER_HOST_UID 65534
 

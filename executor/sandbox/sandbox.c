@@ -160,7 +160,8 @@ int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spe
     plan->use_userns = !spec->no_userns;
     plan_identity(plan, spec);
     plan->clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-    if (!spec->allow_network) plan->clone_flags |= CLONE_NEWNET;
+    /* A gang trainer keeps the host's network, held to its peers by init (sandbox_net.c). */
+    if (!spec->allow_network && !spec->peer_hosts) plan->clone_flags |= CLONE_NEWNET;
     if (plan->use_userns) plan->clone_flags |= CLONE_NEWUSER;
     plan->argv = copy_strv(spec->argv);
     plan->env = copy_strv(spec->env ? spec->env : default_env);
@@ -175,7 +176,7 @@ int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spe
     } else {
         plan->workdir = xstrdup("/tmp");
     }
-    if (sandbox_mounts_plan(plan, spec, err) < 0) return -1;
+    if (sandbox_mounts_plan(plan, spec, err) < 0 || sandbox_net_plan(plan, spec, err) < 0) return -1;
     return sandbox_seccomp_compile(&plan->seccomp, spec, err);
 }
 
@@ -424,11 +425,18 @@ static void init_watch(const struct sandbox_plan *plan, struct child_fds *fds, p
                 if (info.ssi_signo != SIGCHLD) kill(worker, (int)info.ssi_signo);
         }
         if (pfd[2].revents & POLLIN) {
-            /* A forbidden call, held by the kernel until answered: remember which, end the tree. */
+            /* A forbidden call, held by the kernel until answered: remember which, end the tree; but a
+             * gang trainer's socket call that its policy allows is answered and the tree goes on. */
             struct seccomp_notif req;
             memset(&req, 0, sizeof req);
-            if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0 && !r->denied_syscall)
-                r->denied_syscall = req.data.nr + 1;
+            char why[sizeof r->msg];
+            if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0) {
+                if (plan->net.n_peers && sandbox_net_child_answer(plan, listener, &req, why, sizeof why)) continue;
+                if (!r->denied_syscall) {
+                    r->denied_syscall = req.data.nr + 1;
+                    sbx_strlcpy(r->msg, plan->net.n_peers ? why : "", sizeof r->msg);
+                }
+            }
             kill(-1, SIGKILL);
         } else if (pfd[2].revents) {
             pfd[2].fd = -1; /* hung up: nothing runs under the filter any more */
@@ -793,7 +801,11 @@ static void reach_verdict(const struct sandbox_state *st, struct sandbox_result 
     } else if (r->denied_syscall) {
         res->reason = SANDBOX_SECCOMP;
         sandbox_syscall_name(r->denied_syscall - 1, res->syscall, sizeof res->syscall);
-        snprintf(res->message, sizeof res->message, "killed: forbidden system call %s (seccomp)", res->syscall);
+        snprintf(res->denied, sizeof res->denied, "%.127s", r->msg);
+        if (res->denied[0])
+            snprintf(res->message, sizeof res->message, "killed: %s (the gang's network policy)", res->denied);
+        else
+            snprintf(res->message, sizeof res->message, "killed: forbidden system call %s (seccomp)", res->syscall);
     } else if (sandbox_cgroup_has_memory(st->cgroup) && sandbox_cgroup_oom_killed(st->cgroup)) {
         res->reason = SANDBOX_MEMORY;
         snprintf(res->message, sizeof res->message, "killed: memory limit of %.0f MiB (cgroup OOM)", mib(st->mem_bytes));

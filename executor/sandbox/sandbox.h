@@ -74,6 +74,16 @@ struct sandbox_spec {
      * never open a socket (`whet train`): an attempt means the program is not what it should be, and
      * it stops there. Not with allow_nested: a nested sandbox could not have a listener of its own. */
     int kill_on_network;
+    /* A gang trainer's network (needs kill_on_network; see sandbox_net.c for how and its limits):
+     * NULL-terminated numeric IPv4/IPv6 addresses of the gang's nodes. Set, the command shares the
+     * host's network namespace and may create TCP sockets (and netlink route sockets, for looking up
+     * its interfaces), but init checks every connect() and bind(): a connect only to a peer on a port
+     * of peer_port_lo..peer_port_hi, a bind only to a peer address (or the wildcard) on such a port or
+     * port 0, which gets a free port of the range; init then makes the call itself on the command's
+     * socket, with the address it checked. Any other socket, address or port ends the sandbox like a
+     * forbidden call, `message` naming the address. */
+    const char *const *peer_hosts;
+    int peer_port_lo, peer_port_hi;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
     /* Root callers only: run the command as this host uid/gid (e.g. 65534) instead of root's; -1
@@ -114,6 +124,8 @@ struct sandbox_result {
     int peak_tasks;    /* most tasks (threads included) seen at once by init's sampling */
     char message[256]; /* one line for people: "killed: wall-clock timeout of 2 s", … */
     char syscall[32];  /* SANDBOX_SECCOMP with kill_on_network: the forbidden call ("socket"); else "" */
+    char denied[128];  /* SANDBOX_SECCOMP of a gang trainer's socket call: what it tried ("connect to
+                        * 127.0.0.1:5432: not a peer port"); else "" */
     char notes[256];   /* fallbacks taken ("cgroup v2 controllers not delegated: rlimits only") */
 };
 

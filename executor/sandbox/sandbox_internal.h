@@ -40,6 +40,18 @@ struct rlimit_op {
     struct rlimit limit;
 };
 
+/* A gang trainer's network policy (sandbox_spec.peer_hosts), parsed for init (sandbox_net.c). */
+#define SANDBOX_MAX_PEERS 64
+struct sandbox_peer {
+    int family;                 /* AF_INET or AF_INET6 */
+    unsigned char addr[16];
+};
+struct sandbox_net {
+    int n_peers;                /* 0: no policy (the sandbox has its own network namespace) */
+    struct sandbox_peer peers[SANDBOX_MAX_PEERS];
+    int port_lo, port_hi;
+};
+
 struct sandbox_plan {
     /* identity: maps written by the child itself (one line, unprivileged) or, for a root caller
      * with a host uid, by the caller; the worker switches to run_uid/run_gid when switch_ids */
@@ -62,6 +74,7 @@ struct sandbox_plan {
     size_t n_rlimits;
     struct sock_fprog seccomp; /* compiled allow-list; filter owned by the plan */
     int seccomp_notify;       /* forbidden calls go to init through a listener (kill_on_network) */
+    struct sandbox_net net;   /* a gang trainer's peers, checked by init */
     int max_procs;
 };
 
@@ -83,6 +96,14 @@ int sandbox_rlimits_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what);
 /* For a plan with seccomp_notify: loads the filter with a new listener; returns its fd (close-on-exec). */
 int sandbox_seccomp_child_listener(const struct sandbox_plan *plan, const char **what);
+/* A gang trainer's network (sandbox_net.c). Caller side: parses spec->peer_hosts into plan->net (-1
+ * with err on a bad address or range). Init side: answers a notified socket call of the command when
+ * the policy allows it (1); 0 with `why` ("connect to 10.0.0.9:5432: not a peer port") when not. */
+int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
+struct seccomp_notif;
+int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, const struct seccomp_notif *req, char *why,
+                             size_t why_len);
+
 /* Caller side: the name of system call `nr` on this architecture ("#NR" when unknown). */
 void sandbox_syscall_name(int nr, char *out, size_t len);
 

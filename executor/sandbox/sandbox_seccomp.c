@@ -9,6 +9,8 @@
  *     io_uring, perf, …) kill the process with SIGSYS, reported as a seccomp violation;
  *   - anything else fails with EPERM (clone3 with ENOSYS so glibc falls back to clone, whose flags
  *     the filter can see: creating namespaces is refused).
+ * A gang trainer (peer_hosts) may use TCP sockets, its connect() and bind() checked by init
+ * (sandbox_net.c).
  * With allow_nested the command may build sandboxes itself (sandbox.c's own calls: namespaces through
  * clone, mount, umount2, pivot_root, mount_setattr, sethostname); the filter a nested sandbox loads
  * stacks on this one, so what runs inside it is held by both.
@@ -25,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -100,6 +103,25 @@ static int add_list(scmp_filter_ctx ctx, const char *const *names, uint32_t acti
     return 0;
 }
 
+/* A gang trainer (spec->peer_hosts, with kill_on_network): socket() and socketpair() already go to
+ * init, which lets TCP through; connect() and bind() go there too, to be checked and made by init
+ * (sandbox_net.c); the calls on a socket that reach no new address are allowed, sends only without
+ * MSG_FASTOPEN (which would connect). */
+static int gang_rules(scmp_filter_ctx ctx) {
+    static const char *const socket_calls[] = {"listen", "accept", "accept4", "getsockname", "getpeername",
+                                               "setsockopt", "getsockopt", "shutdown", "recvfrom", "recvmsg",
+                                               "recvmmsg", NULL};
+    int rc = 0;
+    for (size_t i = 0; socket_calls[i] && !rc; i++)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, seccomp_syscall_resolve_name(socket_calls[i]), 0);
+    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(connect), 0);
+    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(bind), 0);
+    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sendto), 1, SCMP_A3(SCMP_CMP_MASKED_EQ, MSG_FASTOPEN, 0));
+    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sendmsg), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, MSG_FASTOPEN, 0));
+    if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(sendmmsg), 1, SCMP_A3(SCMP_CMP_MASKED_EQ, MSG_FASTOPEN, 0));
+    return rc;
+}
+
 static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, struct whet_err *err) {
     int allow_nested = spec->allow_nested;
     if (add_list(ctx, allowed, SCMP_ACT_ALLOW, NULL, err) < 0) return -1;
@@ -117,6 +139,7 @@ static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, str
     uint32_t network = spec->kill_on_network ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EACCES);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socket), 0);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socketpair), 0);
+    if (!rc && spec->peer_hosts) rc = gang_rules(ctx);
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     if (rc < 0) return whet_errf(err, "sandbox: seccomp rules: %s", strerror(-rc));
     return 0;

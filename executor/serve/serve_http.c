@@ -24,6 +24,7 @@
 #include "buf.h"
 #include "crypto.h"
 #include "log.h"
+#include "net.h"
 #include "serve_api.h"
 #include "serve_metrics.h"
 #include "serve_session_http.h"
@@ -573,32 +574,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
 
 /* ---------------------------------------------------------------- the server */
 
-static int bind_to(const char *hostport, char *bound, size_t bound_len, struct whet_err *err) {
-    char host[256];
-    const char *colon = strrchr(hostport, ':');
-    if (!colon || (size_t)(colon - hostport) >= sizeof host)
-        return whet_errf(err, "--http \"%s\": expected HOST:PORT", hostport);
-    snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
-    if (getaddrinfo(host, colon + 1, &hints, &res)) return whet_errf(err, "--http \"%s\": cannot resolve", hostport);
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen)) {
-        int e = errno;
-        freeaddrinfo(res);
-        if (fd >= 0) close(fd);
-        return whet_errf(err, "--http %s: %s", hostport, strerror(e));
-    }
-    freeaddrinfo(res);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char h[NI_MAXHOST], p[16];
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(bound, bound_len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-    return fd;
-}
-
 static void on_accept(h2o_socket_t *listener, const char *err) {
     struct server *s = listener->data;
     h2o_socket_t *sock;
@@ -611,7 +586,7 @@ int serve_http_run(const struct serve_http_opts *o, struct whet_err *err) {
     s.o = o;
     s.started = (long long)time(NULL);
     char bound[300];
-    int fd = bind_to(o->http, bound, sizeof bound, err);
+    int fd = whet_tcp_bind("--http", o->http, bound, sizeof bound, err);
     if (fd < 0) return -1;
     if (serve_engine_open(&s.engine, &o->engine, err)) {
         close(fd);

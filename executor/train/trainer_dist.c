@@ -51,6 +51,9 @@ int trainer_dist_open(struct run *r, struct whet_err *err) {
 }
 
 void trainer_dist_close(struct run *r) {
+    /* (buckets started by a step that failed are waited for: the comm's thread may not outlive them) */
+    for (int i = 0; i < r->n_bucket_ops; i++) comm_wait(r->bucket_ops[i], &r->dist_err);
+    free(r->bucket_ops);
     comm_close(r->comm);
     r->comm = NULL;
 }
@@ -88,12 +91,72 @@ void trainer_dist_attach(struct run *r) {
     if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(r->model, sum_sumsq, r);
 }
 
+/* ---------------------------------------------------------------- gradient buckets */
+
+/* Floats per bucket: big enough that a collective's fixed cost (a ring of N-1 steps) is small beside
+ * its bytes, small enough that the first bucket starts early in the backward pass. */
+#define BUCKET_FLOATS ((size_t)4 << 20)
+
+static void start_bucket(struct run *r) {
+    if (r->bucket_hi <= r->bucket_lo) return;
+    size_t n;
+    float *grads = model_trainable_grads(r->model, &n);
+    if (r->n_bucket_ops == r->bucket_ops_cap) {
+        r->bucket_ops_cap = r->bucket_ops_cap ? 2 * r->bucket_ops_cap : 16;
+        r->bucket_ops = xrealloc(r->bucket_ops, sizeof *r->bucket_ops * (size_t)r->bucket_ops_cap);
+    }
+    r->bucket_ops[r->n_bucket_ops++] = comm_allreduce_start(r->comm, grads + r->bucket_lo, r->bucket_hi - r->bucket_lo);
+    r->bucket_started += r->bucket_hi - r->bucket_lo;
+    r->bucket_lo = r->bucket_hi = 0;
+}
+
+/* model_set_grad_ready's hook: ranges come from the buffer's end towards its start, so a bucket grows
+ * downwards while they touch. */
+static void grads_ready(void *ctx, size_t lo, size_t hi) {
+    struct run *r = ctx;
+    if (r->bucket_hi > r->bucket_lo && hi != r->bucket_lo) start_bucket(r);
+    if (r->bucket_hi <= r->bucket_lo) r->bucket_hi = hi;
+    r->bucket_lo = lo;
+    if (r->bucket_hi - r->bucket_lo >= BUCKET_FLOATS) start_bucket(r);
+}
+
+static int overlapping(const struct run *r) { return r->comm && !r->cfg->dist.zero; }
+
+void trainer_overlap_begin(struct run *r) {
+    if (!overlapping(r)) return;
+    model_set_grad_ready(r->model, grads_ready, r);
+    r->overlap_armed = 1;
+}
+
+void trainer_overlap_end(struct run *r) {
+    if (!overlapping(r)) return;
+    model_set_grad_ready(r->model, grads_ready, r);
+    if (!r->overlap_armed) model_grad_ranges(r->model); /* no backward pass here: the others' buckets */
+    model_set_grad_ready(r->model, NULL, NULL);
+    start_bucket(r);
+    r->overlap_armed = 0;
+}
+
+/* Waits for the step's buckets (started by trainer_overlap_end, or here when a method did not use it). */
+static int wait_buckets(struct run *r, size_t n, struct whet_err *err) {
+    if (!r->n_bucket_ops) trainer_overlap_end(r);
+    int rc = 0;
+    for (int i = 0; i < r->n_bucket_ops; i++)
+        if (comm_wait(r->bucket_ops[i], rc ? &r->dist_err : err)) rc = -1;
+    r->n_bucket_ops = 0;
+    size_t started = r->bucket_started;
+    r->bucket_started = 0;
+    if (!rc && started != n)
+        return whet_errf(err, "internal error: the gradient's buckets covered %zu of its %zu values", started, n);
+    return rc;
+}
+
 int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
     size_t n;
     float *grads = model_trainable_grads(r->model, &n);
     double t0 = whet_now_mono();
-    if (r->comm && (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : comm_allreduce(r->comm, grads, n, err)))
+    if (r->comm && (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : wait_buckets(r, n, err)))
         return -1;
     r->comm_seconds += whet_now_mono() - t0;
     *norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);

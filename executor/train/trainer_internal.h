@@ -48,6 +48,12 @@ struct run {
     int rank, world;
     int stop_agreed;           /* some rank was asked to stop: all stop after this step */
     double comm_seconds;       /* spent in the gradient's collectives, this step */
+    /* Data parallel: the gradient's all-reduces, a bucket at a time, started during the step's last
+     * backward pass (trainer_overlap_begin/end) and waited for by trainer_optimizer_step. */
+    struct comm_op **bucket_ops;
+    int n_bucket_ops, bucket_ops_cap;
+    size_t bucket_lo, bucket_hi, bucket_started; /* the range gathering into the next bucket; floats started */
+    int overlap_armed;
     struct whet_err dist_err;  /* a collective's error inside a model call (the ZeRO norm) */
 };
 
@@ -113,6 +119,13 @@ int trainer_take_stats(struct run *r, struct model_stats *st, struct whet_err *e
 /* The model's options (ZeRO's optimizer shard) and hooks (the sum of the shards' norms) of this rank. */
 void trainer_dist_model_opts(const struct run *r, struct model_opts *o);
 void trainer_dist_attach(struct run *r);
+/* Around the step's last backward pass (all ranks, with rows of their own or not): begin before it, end
+ * after it. In a data-parallel gang the gradient's all-reduces start bucket by bucket as the pass
+ * finishes each layer (model_set_grad_ready), overlapping the layers still to go; a rank without rows
+ * starts the same buckets at end. Alone, or under ZeRO-1 (whose reduce-scatter needs the whole
+ * gradient), they do nothing. */
+void trainer_overlap_begin(struct run *r);
+void trainer_overlap_end(struct run *r);
 /* Sums the accumulated gradient over the ranks, clips it to max_grad_norm and takes an AdamW step at
  * `lr` (ZeRO: on this rank's shard, then gathers the parameters); *norm is the norm before clipping. */
 int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_err *err);

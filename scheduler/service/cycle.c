@@ -4,7 +4,9 @@
  * The snapshot is read fresh from PostgreSQL each cycle (the fleet and queue of one control plane fit
  * easily). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
  * its base model, method, batch and sequence length, within whet.max_gpus and on the pools its
- * whet.gpu_types and whet.regions allow), handed to the placement library, and its decisions are
+ * whet.gpu_types and whet.regions allow, at least whet.min_gpus), handed to the placement library,
+ * which places a gang too big for any one node over the fewest nodes of one data center (gang.c: one
+ * attempt of N ranks, one trainer process per device), and its decisions are
  * written back: PLACE and PREEMPT each in their own transaction, so a crash between two decisions
  * leaves a consistent state to start again from; then, in one transaction, the public state of every
  * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones that have
@@ -55,15 +57,17 @@ static int expire_leases(PGconn *conn, struct whet_err *err) {
     return 0;
 }
 
-/* Pause and cancel of jobs that run somewhere become STOP and CANCEL commands (once per attempt);
- * queued jobs change state at once. */
+/* Pause and cancel of jobs that run somewhere become STOP and CANCEL commands (once per attempt and
+ * node: to every node of a gang that runs its ranks); queued jobs change state at once. */
 static int apply_tenant_requests(PGconn *conn, struct whet_err *err) {
     return whet_pg_exec(conn,
                         "INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
-                        " SELECT a.node_id, a.job_id, a.attempt, CASE j.desired WHEN 'pause' THEN 'stop' ELSE 'cancel' END,"
+                        " SELECT n.node_id, a.job_id, a.attempt, CASE j.desired WHEN 'pause' THEN 'stop' ELSE 'cancel' END,"
                         "   30000, j.desired FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.ended_at IS NULL"
+                        " CROSS JOIN LATERAL " GANG_NODES_SQL " n"
                         " WHERE j.desired IN ('pause', 'cancel') AND NOT EXISTS (SELECT 1 FROM node_commands c"
-                        "   WHERE c.job_id = j.id AND c.attempt = a.attempt AND c.kind IN ('stop', 'cancel'))",
+                        "   WHERE c.job_id = j.id AND c.attempt = a.attempt AND c.node_id = n.node_id"
+                        "   AND c.kind IN ('stop', 'cancel'))",
                         0, NULL, err) < 0 ||
                    whet_pg_exec(conn,
                                 "UPDATE jobs SET status = CASE desired WHEN 'pause' THEN 'paused' ELSE 'cancelled' END,"
@@ -96,9 +100,11 @@ static void names_free(struct names *t) {
     for (int i = 0; i < t->n; i++) free(t->name[i]);
 }
 
-/* A (data center, device type, device memory) group of nodes and its largest node. */
+/* A (data center, device type, device memory) group of nodes: its devices (pool.max_node_devices:
+ * a gang may span its nodes) and its largest node. */
 struct sizing_pool {
     int dc, type;
+    int largest_node;
     struct sz_pool pool;
 };
 
@@ -109,7 +115,7 @@ struct snapshot {
     struct pl_tenant *tenants;  /* their weights and quotas, same order */
     int n_nodes;
     struct pl_node *nodes;
-    char **node_ids;
+    char **node_ids, **node_addrs;
     int *node_by_id;            /* node indexes sorted by id, to find a running attempt's node */
     int n_pools;
     struct sizing_pool *pools; /* the fleet as sizing sees it */
@@ -121,7 +127,10 @@ struct snapshot {
 };
 
 static void snapshot_free(struct snapshot *s) {
-    for (int i = 0; i < s->n_nodes; i++) free(s->node_ids[i]);
+    for (int i = 0; i < s->n_nodes; i++) {
+        free(s->node_ids[i]);
+        free(s->node_addrs[i]);
+    }
     for (int i = 0; i < s->n_running; i++) free(s->running_ids[i]);
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
     for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
@@ -129,6 +138,7 @@ static void snapshot_free(struct snapshot *s) {
     free(s->tenants);
     free(s->nodes);
     free(s->node_ids);
+    free(s->node_addrs);
     free(s->node_by_id);
     free(s->running);
     free(s->queued);
@@ -265,12 +275,19 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
     sz_choose(out, &e, allowed, n, json_int_or(json_object_get(whet, "max_gpus"), 0));
     free(allowed);
     j->gpus = out->gpus > 0 ? out->gpus : 1;
+    int min_gpus = json_int_or(json_object_get(whet, "min_gpus"), 0);
+    if (j->gpus < min_gpus) j->gpus = min_gpus;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
-    j->max_nodes = 1; /* the trainer runs in one process on one node */
+    /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
+     * a bigger one may span the nodes of one data center, one trainer process per device. */
+    int largest = 0;
+    for (int p = 0; p < s->n_pools; p++)
+        if (pool_allowed(j, &s->pools[p]) && s->pools[p].largest_node > largest) largest = s->pools[p].largest_node;
+    j->max_nodes = s->n_pools > 0 && j->gpus > largest ? 0 : 1;
 }
 
-/* The sizing pools of the fleet: one per (data center, device type, device memory), with its largest
- * node. */
+/* The sizing pools of the fleet: one per (data center, device type, device memory), with its devices
+ * and its largest node. */
 static void load_pools(struct snapshot *s) {
     s->pools = xcalloc((size_t)s->n_nodes + 1, sizeof *s->pools);
     for (int i = 0; i < s->n_nodes; i++) {
@@ -281,8 +298,33 @@ static void load_pools(struct snapshot *s) {
             p++;
         if (p == s->n_pools)
             s->pools[s->n_pools++] = (struct sizing_pool){.dc = n->dc, .type = n->gpu_type, .pool.device_mib = n->gpu_mem_mib};
-        if (n->gpus > s->pools[p].pool.max_node_devices) s->pools[p].pool.max_node_devices = n->gpus;
+        s->pools[p].pool.max_node_devices += n->gpus;
+        if (n->gpus > s->pools[p].largest_node) s->pools[p].largest_node = n->gpus;
     }
+}
+
+/* Adds a node's devices to an allocation: to its slot when it has one. */
+static void alloc_add(struct pl_alloc *a, int node, uint16_t mask) {
+    int k = 0;
+    while (k < a->n_slots && a->slots[k].node != node) k++;
+    if (k == a->n_slots) {
+        if (k == PL_MAX_NODES_PER_JOB) return;
+        a->slots[a->n_slots++] = (struct pl_slot){.node = node};
+    }
+    a->slots[k].gpu_mask |= mask;
+    a->slots[k].gpu_count = (uint16_t)__builtin_popcount(a->slots[k].gpu_mask);
+}
+
+/* A running gang's allocation from its ranks ("NODE MASK NODE MASK …"); nodes not ready are left
+ * out (they are being declared lost, which ends the gang). */
+static void gang_alloc(const struct snapshot *s, struct pl_alloc *a, const char *ranks) {
+    char *copy = xstrdup(ranks), *save = NULL;
+    for (char *node = strtok_r(copy, " ", &save), *mask; node && (mask = strtok_r(NULL, " ", &save));
+         node = strtok_r(NULL, " ", &save)) {
+        int n = node_index(s, node);
+        if (n >= 0) alloc_add(a, n, (uint16_t)atoi(mask));
+    }
+    free(copy);
 }
 
 /* The weights and quotas of the tenants with active jobs, in one query, sorted by id as strcmp sorts
@@ -316,18 +358,23 @@ static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) 
 
 static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
+    /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
+     * gang that failed with it would be placed back on it until its lease runs out. */
     PGresult *res = whet_pg_query(conn,
                                   "SELECT id, dc, device_type, gpus, cpu_milli, memory_mib,"
-                                  " coalesce((devices->0->>'memory_mib')::int, 0) FROM nodes WHERE state = 'ready'"
-                                  " ORDER BY dc, id",
+                                  " coalesce((devices->0->>'memory_mib')::int, 0), address,"
+                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0"
+                                  " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
                                   0, NULL, err);
     if (!res) return -1;
     s->n_nodes = PQntuples(res);
     s->nodes = xcalloc((size_t)s->n_nodes + 1, sizeof *s->nodes);
     s->node_ids = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_ids);
+    s->node_addrs = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_addrs);
     for (int i = 0; i < s->n_nodes; i++) {
         struct pl_node *n = &s->nodes[i];
         s->node_ids[i] = xstrdup(PQgetvalue(res, i, 0));
+        s->node_addrs[i] = xstrdup(PQgetvalue(res, i, 7));
         n->dc = name_id(&s->dcs, PQgetvalue(res, i, 1));
         n->gpu_type = name_id(&s->types, PQgetvalue(res, i, 2));
         n->gpus = atoi(PQgetvalue(res, i, 3));
@@ -335,7 +382,7 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         n->cpu_milli = atoll(PQgetvalue(res, i, 4));
         n->mem_mib = atoll(PQgetvalue(res, i, 5));
         n->gpu_mem_mib = atoi(PQgetvalue(res, i, 6));
-        n->schedulable = 1;
+        n->schedulable = PQgetvalue(res, i, 8)[0] != 't';
         pl_node_reset_free(n);
     }
     PQclear(res);
@@ -352,7 +399,9 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
                         "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
                         " j.created_at, j.seq, j.preempt_requested, a.started_at,"
                         " coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC LIMIT 1),"
-                        "   a.started_at)"
+                        "   a.started_at),"
+                        " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"
+                        "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
                         " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
                         " WHERE a.ended_at IS NULL ORDER BY j.seq",
                         0, NULL, err);
@@ -362,16 +411,20 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     s->running_ids = xcalloc((size_t)n + 1, sizeof *s->running_ids);
     s->running_attempts = xcalloc((size_t)n + 1, sizeof *s->running_attempts);
     for (int i = 0; i < n; i++) {
-        int node = node_index(s, PQgetvalue(res, i, 2));
-        if (node < 0) continue; /* its node is being declared lost */
         struct pl_job *j = &s->running[s->n_running];
+        memset(j, 0, sizeof *j);
+        if (PQgetisnull(res, i, 11)) {
+            int node = node_index(s, PQgetvalue(res, i, 2));
+            if (node >= 0) alloc_add(&j->alloc, node, (uint16_t)atoi(PQgetvalue(res, i, 3)));
+        } else {
+            gang_alloc(s, &j->alloc, PQgetvalue(res, i, 11));
+        }
+        if (j->alloc.n_slots == 0) continue; /* its node is being declared lost */
         /* A running job holds what its attempt holds, wherever that is: no type or region filter. */
         placement_job_init(j, s, PQgetvalue(res, i, 4), NULL, atoi(PQgetvalue(res, i, 5)),
                            atof(PQgetvalue(res, i, 6)), (uint64_t)atoll(PQgetvalue(res, i, 7)));
-        uint16_t mask = (uint16_t)atoi(PQgetvalue(res, i, 3));
-        j->gpus = __builtin_popcount(mask);
-        j->alloc.n_slots = 1;
-        j->alloc.slots[0] = (struct pl_slot){.node = node, .gpu_mask = mask, .gpu_count = (uint16_t)j->gpus};
+        j->gpus = 0;
+        for (int k = 0; k < j->alloc.n_slots; k++) j->gpus += j->alloc.slots[k].gpu_count;
         /* A victim already told to stop keeps its resources until it has; the library then waits for it
          * instead of choosing new victims. Victims are chosen by the work they lose since their last
          * checkpoint. */
@@ -418,6 +471,43 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
  * rest of the cycle took, so that a fill spends most of its time placing. */
 #define DECISIONS_BUDGET_S 0.5
 
+/* A gang's ranks, one per device of its allocation in slot order (rank 0: the first slot's lowest
+ * device), each with its START manifest, as the JSON array record_place inserts into gang_ranks; and
+ * "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. */
+static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, const char *manifest, int attempt,
+                          char *where, size_t where_len) {
+    int world = 0;
+    for (int k = 0; k < a->n_slots; k++) world += a->slots[k].gpu_count;
+    json_t *peers = json_array(), *ranks = json_array();
+    for (int k = 0; k < a->n_slots; k++) json_array_append_new(peers, json_string(s->node_addrs[a->slots[k].node]));
+    char rendezvous[300];
+    snprintf(rendezvous, sizeof rendezvous, "%s:0", s->node_addrs[a->slots[0].node]);
+    size_t len = 0;
+    where[0] = 0;
+    int rank = 0;
+    for (int k = 0; k < a->n_slots; k++) {
+        const char *node = s->node_ids[a->slots[k].node];
+        int first = rank;
+        for (int g = 0; g < PL_MAX_GPUS_PER_NODE; g++) {
+            if (!(a->slots[k].gpu_mask >> g & 1)) continue;
+            struct gang_rank r = {.world_size = world, .rank = rank, .generation = attempt,
+                                  .host = s->node_addrs[a->slots[k].node], .rendezvous = rank == 0 ? rendezvous : NULL,
+                                  .peers = peers};
+            json_array_append_new(ranks, json_pack("{s:i, s:s, s:i, s:o}", "rank", rank, "node", node, "mask", 1 << g,
+                                                   "manifest", scheduler_rank_manifest(manifest, &r)));
+            rank++;
+        }
+        if (len >= where_len) continue;
+        if (rank - first > 1)
+            len += (size_t)snprintf(where + len, where_len - len, "%snode %s (ranks %d-%d)", k ? ", " : "", node, first,
+                                    rank - 1);
+        else
+            len += (size_t)snprintf(where + len, where_len - len, "%snode %s (rank %d)", k ? ", " : "", node, first);
+    }
+    json_decref(peers);
+    return ranks;
+}
+
 static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s, int q, const struct pl_decision *d,
                         struct whet_err *err) {
     const char *job_id = s->queued_ids[q];
@@ -425,9 +515,11 @@ static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s,
     const char *node_id = s->node_ids[node];
     const char *dc = s->dcs.name[s->nodes[node].dc];
     const char *type = s->types.name[s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0];
-    char mask[16], milli[16], event_id[40];
+    int gang = d->alloc.n_slots > 1;
+    char mask[16], milli[16], event_id[40], world[16], where[1024];
     snprintf(mask, sizeof mask, "%u", d->alloc.slots[0].gpu_mask);
     snprintf(milli, sizeof milli, "%d", d->job->gpu_milli);
+    snprintf(world, sizeof world, "%d", gang ? d->job->gpus : 1);
     whet_random_id("ftevent-", 24, event_id);
 
     if (whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0) return -1;
@@ -453,23 +545,46 @@ static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s,
     json_t *resume = json_object_get(m, "resume");
     int resume_step = json_is_object(resume) ? (int)json_integer_value(json_object_get(resume, "step")) : 0;
     json_decref(m);
-    char resume_s[16];
+    char resume_s[16], deadline[16];
     snprintf(resume_s, sizeof resume_s, "%d", resume_step);
-    const char *aparams[] = {job_id, attempt_s, node_id, mask, milli, type, resume_s, manifest, event_id, dc};
+    snprintf(deadline, sizeof deadline, "%d", GANG_RENDEZVOUS_S);
+    char *ranks = NULL;
+    if (gang) {
+        json_t *list = gang_ranks(s, &d->alloc, manifest, attempt, where, sizeof where);
+        ranks = json_dumps(list, JSON_COMPACT);
+        json_decref(list);
+    } else {
+        snprintf(where, sizeof where, "node %s", node_id);
+    }
+    /* A gang's START goes to rank 0 alone; the others get theirs once it has published its address
+     * (gang.c). */
+    const char *aparams[] = {job_id, attempt_s, node_id, mask, milli, type, resume_s, manifest, event_id, dc,
+                             world, ranks ? ranks : "[]", deadline, where};
     int rc = whet_pg_exec(conn,
                           "WITH a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli,"
-                          "   device_type, resume_step) SELECT id, $2::int, tenant_id, $3, $4::int, $5::int, $6, $7::int"
+                          "   device_type, resume_step, world_size, rendezvous_deadline)"
+                          "   SELECT id, $2::int, tenant_id, $3, $4::int, $5::int, $6, $7::int, $11::int,"
+                          "     CASE WHEN $11::int > 1 THEN extract(epoch FROM clock_timestamp()) + $13::int END"
                           "   FROM jobs WHERE id = $1 RETURNING job_id, tenant_id),"
+                          " r AS (INSERT INTO gang_ranks (job_id, attempt, rank, node_id, gpu_mask, manifest, started_at)"
+                          "   SELECT a.job_id, $2::int, x.rank, x.node, x.mask, x.manifest,"
+                          "     CASE WHEN x.rank = 0 THEN extract(epoch FROM clock_timestamp()) END"
+                          "   FROM a, jsonb_to_recordset($12::jsonb) AS x(rank int, node text, mask int, manifest jsonb)),"
                           " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, manifest)"
-                          "   VALUES ($3, $1, $2::int, 'start', $8::jsonb))"
+                          "   SELECT $3, $1, $2::int, 'start', coalesce((SELECT x.manifest FROM"
+                          "     jsonb_to_recordset($12::jsonb) AS x(rank int, manifest jsonb) WHERE x.rank = 0), $8::jsonb))"
                           " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
-                          " SELECT $9, tenant_id, job_id, 'Job placed on node ' || $3 || ' in ' || $10 ||"
+                          " SELECT $9, tenant_id, job_id, 'Job placed on ' ||"
+                          "   CASE WHEN $11::int > 1 THEN 'a gang of ' || $11 || ' ranks: ' ELSE '' END || $14 || ' in ' || $10 ||"
                           "   CASE WHEN $7::int > 0 THEN ', resuming from step ' || $7 ELSE '' END,"
-                          "   jsonb_build_object('node', $3, 'dc', $10, 'attempt', $2::int, 'device_type', $6) FROM a",
-                          10, aparams, err);
+                          "   jsonb_build_object('node', $3, 'dc', $10, 'attempt', $2::int, 'device_type', $6,"
+                          "     'world_size', $11::int) FROM a",
+                          14, aparams, err);
     free(manifest);
+    free(ranks);
     if (rc < 0 || whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto fail;
-    log_info("msg=\"job placed\" job=%s attempt=%d node=%s dc=%s resume_step=%d", job_id, attempt, node_id, dc, resume_step);
+    log_info("msg=\"job placed\" job=%s attempt=%d where=\"%s\" dc=%s resume_step=%d", job_id, attempt, where, dc,
+             resume_step);
     return 0;
 fail:
     PQclear(PQexec(conn, "ROLLBACK"));
@@ -525,8 +640,9 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
                   c->min_gpu_mem_mib / 1024.0);
         whet_err_hint(&e, "raise whet.max_gpus to %d, or %s", c->gpus, smaller);
     } else {
-        whet_errf(&e, "needs %d devices with at least %.1f GiB each on one node", c->gpus, c->min_gpu_mem_mib / 1024.0);
-        whet_err_detail(&e, "the largest allowed node has %d", largest);
+        whet_errf(&e, "needs %d devices with at least %.1f GiB each in one data center", c->gpus,
+                  c->min_gpu_mem_mib / 1024.0);
+        whet_err_detail(&e, "the largest allowed pool has %d", largest);
         whet_err_hint(&e, "%s", smaller);
     }
     whet_err_text(&e, buf, len);
@@ -592,11 +708,13 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
     snprintf(attempt, sizeof attempt, "%d", s->running_attempts[r]);
     whet_random_id("ftevent-", 24, event_id);
     const char *params[] = {s->running_ids[r], attempt, for_job, event_id};
+    /* Every node of a gang is told: each rank's trainer stops at the same step boundary. */
     if (whet_pg_exec(conn,
                      "WITH j AS (UPDATE jobs SET preempt_requested = true WHERE id = $1 AND NOT preempt_requested"
                      "   RETURNING id, tenant_id, node_id),"
                      " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
-                     "   SELECT node_id, id, $2::int, 'stop', 30000, 'preempted' FROM j)"
+                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, 'preempted' FROM j"
+                     "   JOIN job_attempts a ON a.job_id = j.id AND a.attempt = $2::int CROSS JOIN LATERAL " GANG_NODES_SQL " n)"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
                      " SELECT $4, tenant_id, id, 'warn', 'The job is being preempted for a job of higher priority;"
                      " it checkpoints now and resumes later', jsonb_build_object('for_job', $3::text) FROM j",
@@ -610,7 +728,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
     int placed = 0, deferred = 0;
-    if (expire_leases(conn, err) < 0 || apply_tenant_requests(conn, err) < 0) return -1;
+    if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0)
+        return -1;
     t[1] = whet_now_mono();
     struct snapshot s;
     struct pl_cluster *cluster = NULL;
@@ -639,8 +758,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_running; i++)
             if (pl_cluster_add_running(cluster, &s.running[i], perr, sizeof perr) < 0)
                 log_warn("msg=\"running job does not fit its node\" job=%s error=\"%s\"", s.running_ids[i], perr);
-        /* A job no allowed node can hold even when empty stays out of placement (which would spread it
-         * over nodes: a trainer runs on one) and waits, outside the queue, with its size as the reason. */
+        /* A job no allowed data center can hold even when empty stays out of placement and waits,
+         * outside the queue, with its size as the reason. */
         queue = xcalloc((size_t)s.n_queued, sizeof *queue);
         int n_queue = 0;
         for (int i = 0; i < s.n_queued; i++)

@@ -52,6 +52,9 @@ static int db_unavailable(struct whet_err *err) {
     return RPC_UNAVAILABLE;
 }
 
+PGconn *scheduler_handler_conn(const struct scheduler *s, struct whet_err *err) { return handler_conn(s, err); }
+int scheduler_db_unavailable(struct whet_err *err) { return db_unavailable(err); }
+
 static void *new_message(size_t size, void (*init)(void *)) {
     void *m = xcalloc(1, size);
     init(m);
@@ -89,17 +92,17 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)req->memory_mib);
     snprintf(lease, sizeof lease, "%d", s->opts->lease_ms);
     const char *params[] = {req->node_id, req->dc, req->pool, devices_json, device_type, gpus, cpu, mem,
-                            models_json, req->version, lease};
+                            models_json, req->version, lease, *req->address ? req->address : "127.0.0.1"};
     /* A node that comes back after being declared lost starts clean: its old attempts were already
      * requeued, so it must not keep running them (the executor stops what it had on re-register). */
     int rc = whet_pg_exec(conn,
                           "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib,"
-                          " cached_models, version, lease_ms) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
+                          " cached_models, version, lease_ms, address) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)"
                           " ON CONFLICT (id) DO UPDATE SET dc = $2, pool = $3, devices = $4, device_type = $5,"
                           " gpus = $6, cpu_milli = $7, memory_mib = $8, cached_models = $9, version = $10,"
-                          " lease_ms = $11, state = 'ready', registered_at = whet_now(),"
+                          " lease_ms = $11, address = $12, state = 'ready', registered_at = whet_now(),"
                           " last_heartbeat = extract(epoch FROM clock_timestamp())",
-                          11, params, err);
+                          12, params, err);
     free(devices_json);
     free(models_json);
     if (rc < 0) return db_unavailable(err);
@@ -347,6 +350,40 @@ static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, con
     return 1;
 }
 
+/* Ends a one-process attempt once and meters it, inside handle_finish's transaction: 1 when the job
+ * is to end as the report says, 0 when nothing changes (a retried FinishJob finds the attempt ended;
+ * a lost attempt's success may still be taken: late_success), -1 on a database error. */
+static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, const char *outcome, const char *dev_s,
+                       const char *trained, const char *rollout, struct whet_err *err) {
+    char attempt[16];
+    snprintf(attempt, sizeof attempt, "%u", req->attempt);
+    const Whet__V1__Usage *u = req->usage;
+    const char *aparams[] = {req->job_id, attempt, outcome, req->node_id};
+    PGresult *res = whet_pg_query(conn,
+                                  "UPDATE job_attempts SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $3"
+                                  " WHERE job_id = $1 AND attempt = $2::int AND node_id = $4 AND ended_at IS NULL"
+                                  " RETURNING device_type, tenant_id",
+                                  4, aparams, err);
+    if (!res) return -1;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && *req->final_object_prefix
+                   ? late_success(conn, req, dev_s, trained, rollout, err)
+                   : 0;
+    }
+    char *device_type = xstrdup(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type, dev_s,
+                             trained, rollout};
+    int rc = whet_pg_exec(conn,
+                          "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
+                          " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
+                          " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
+                          6, uparams, err);
+    free(device_type);
+    return rc < 0 ? -1 : 1;
+}
+
 static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
     struct scheduler *s = ctx;
     const Whet__V1__FinishJobRequest *req = (const Whet__V1__FinishJobRequest *)msg;
@@ -363,38 +400,21 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
     whet_random_id("ftevent-", 24, event_id);
 
     if (whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0) return db_unavailable(err);
-    /* End the attempt once; a retried FinishJob finds it ended and changes nothing. */
-    const char *aparams[] = {req->job_id, attempt, outcome, req->node_id};
-    PGresult *res = whet_pg_query(conn,
-                                  "UPDATE job_attempts SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $3"
-                                  " WHERE job_id = $1 AND attempt = $2::int AND node_id = $4 AND ended_at IS NULL"
-                                  " RETURNING device_type, tenant_id",
-                                  4, aparams, err);
-    if (!res) goto db_fail;
-    int late = 0;
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        late = req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && *req->final_object_prefix
-                   ? late_success(conn, req, dev_s, trained, rollout, err)
-                   : 0;
-        if (late < 0) goto db_fail;
-        if (!late) {
-            PQclear(PQexec(conn, "ROLLBACK"));
-            *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
-            return RPC_OK;
-        }
-    } else {
-        char *device_type = xstrdup(PQgetvalue(res, 0, 0));
-        PQclear(res);
-        const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type, dev_s,
-                                 trained, rollout};
-        free(device_type);
-        if (whet_pg_exec(conn,
-                         "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
-                         " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
-                         " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
-                         6, uparams, err) < 0)
-            goto db_fail;
+    /* A gang's rank ends alone; only rank 0's end goes on to the job (gang.c). */
+    int gang = scheduler_gang_finish(conn, req, outcome, dev_s, trained, rollout, err);
+    if (gang < 0) goto db_fail;
+    if (gang == GANG_DONE) {
+        if (whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto db_fail;
+        PQclear(PQexec(conn, "NOTIFY whet_jobs"));
+        *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
+        return RPC_OK;
+    }
+    int go_on = gang == GANG_JOB ? 1 : end_attempt(conn, req, outcome, dev_s, trained, rollout, err);
+    if (go_on < 0) goto db_fail;
+    if (!go_on) {
+        PQclear(PQexec(conn, "ROLLBACK"));
+        *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
+        return RPC_OK;
     }
 
     const char *jparams[] = {req->job_id, outcome, req->error_code, req->error_message, req->final_object_prefix,
@@ -457,5 +477,7 @@ const struct rpc_method scheduler_methods[] = {
     {"/whet.v1.Scheduler/ReportEvents", &whet__v1__report_events_request__descriptor, handle_events, free_plain},
     {"/whet.v1.Scheduler/ReportCheckpoint", &whet__v1__checkpoint_report__descriptor, handle_checkpoint, free_plain},
     {"/whet.v1.Scheduler/FinishJob", &whet__v1__finish_job_request__descriptor, handle_finish, free_plain},
+    {"/whet.v1.Scheduler/PublishRendezvous", &whet__v1__rendezvous_request__descriptor, scheduler_handle_rendezvous,
+     free_plain},
 };
 const int scheduler_n_methods = (int)(sizeof scheduler_methods / sizeof scheduler_methods[0]);

@@ -5,8 +5,11 @@
  * its own paths. `judge_models` lists the catalog models that score_model / label_model graders name
  * as judges: the executor fetches them like the base model and the trainer loads them (judge.h). The trainer settings themselves (OpenAI's method object and the `whet` extension
  * mapped onto a trainer config, sft, dpo or grpo) come from trainer_settings.c, which needs no
- * database. With encryption at rest on, the tenant's data key joins the manifest when it is delivered
- * (scheduler_manifest_deliver), never in the stored copy. */
+ * database. Each rank of a gang gets the attempt's manifest with its own "distributed" object
+ * (scheduler_rank_manifest): world_size, rank, generation, rendezvous, host, timeout_s, zero (ZeRO-1 for
+ * full fine-tuning), and the peers' addresses, which the executor turns into the trainer config's `distributed` and its sandbox's
+ * network policy. With encryption at rest on, the tenant's data key joins a manifest when it is
+ * delivered (scheduler_manifest_deliver), never in the stored copy. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -115,6 +118,21 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
     char *out = json_dumps(m, JSON_COMPACT);
     json_decref(m);
     return out;
+}
+
+json_t *scheduler_rank_manifest(const char *manifest, const struct gang_rank *r) {
+    json_t *m = json_loads(manifest, 0, NULL);
+    json_object_set_new(m, "devices", json_integer(1));
+    /* A full fine-tune shards its optimizer state (ZeRO-1: the AdamW moments, twice the model, split over
+     * the ranks for the same bytes moved); LoRA's moments are small, and data parallelism overlaps the
+     * gradient's all-reduce with the backward pass, which ZeRO-1's reduce-scatter cannot. */
+    int full_ft = json_is_null(json_object_get(json_object_get(m, "trainer"), "lora"));
+    json_object_set_new(m, "distributed",
+                        json_pack("{s:i, s:i, s:i, s:o, s:s, s:i, s:i, s:O}", "world_size", r->world_size, "rank",
+                                  r->rank, "generation", r->generation, "rendezvous",
+                                  r->rendezvous ? json_string(r->rendezvous) : json_null(), "host", r->host,
+                                  "timeout_s", GANG_TIMEOUT_S, "zero", full_ft, "peers", r->peers));
+    return m;
 }
 
 /* The operator keyring ($WHET_DATA_KEY_FILE), read once; NULL: encryption at rest is off. */

@@ -7,10 +7,11 @@
  *   1. leases: a node silent for longer than its lease is lost; its running attempts end as `lost` and
  *      their jobs go back to the queue, to resume from their last complete checkpoint elsewhere;
  *   2. commands: pause and cancel requests of running jobs become STOP / CANCEL commands;
- *   3. placement: queued jobs are sized (scheduler/placement/sizing.h) and, gangs confined to one
- *      node, go with ready nodes and running attempts through the placement library; PLACE becomes
- *      a new attempt and a START command, PREEMPT a STOP command; then one transaction writes every
- *      job's wait_reason, queue_position and estimated_finish.
+ *   3. placement: queued jobs are sized (scheduler/placement/sizing.h) and go with ready nodes and
+ *      running attempts through the placement library, a gang on one node when one holds it, else on
+ *      the fewest nodes of one data center (one attempt of N ranks: gang.c); PLACE becomes a new
+ *      attempt and a START command (a gang's rank 0 first), PREEMPT a STOP command; then one
+ *      transaction writes every job's wait_reason, queue_position and estimated_finish.
  *
  * All state is in PostgreSQL, so a restarted scheduler loses nothing: commands wait in node_commands
  * until a heartbeat collects them, and executor reports are idempotent by (job, attempt, seq). */

@@ -2,8 +2,10 @@
 #ifndef WHET_SCHEDULER_SERVICE_INTERNAL_H
 #define WHET_SCHEDULER_SERVICE_INTERNAL_H
 
+#include <jansson.h>
 #include <libpq-fe.h>
 
+#include "proto/whet.pb-c.h"
 #include "rpc.h"
 #include "scheduler.h"
 
@@ -32,6 +34,50 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
  * it is unavailable ("data_key_error"), which fails the attempt. The key is added only here, on the way
  * out, so node_commands never holds it. Returns a malloc'd string. */
 char *scheduler_manifest_deliver(PGconn *conn, const char *manifest);
+
+/* ---- Gangs (gang.c): a job placed over several nodes runs as one attempt of N ranks, one trainer
+ * process per device; migrations/0015_gangs.sql has the rows and the rules. ---- */
+
+/* Seconds rank 0 has, from placement, to publish its rendezvous address before the attempt fails. */
+#define GANG_RENDEZVOUS_S 600
+/* The trainers' rendezvous and collective deadline (the trainer config's distributed.timeout_s). */
+#define GANG_TIMEOUT_S 300
+
+/* The nodes that run an attempt: as a LATERAL subquery over a row `a` of job_attempts, with column
+ * node_id: its node, or each node with a started, unfinished rank of a gang. */
+#define GANG_NODES_SQL                                                                                          \
+    "(SELECT a.node_id AS node_id WHERE a.world_size = 1 UNION SELECT r.node_id FROM gang_ranks r"            \
+    " WHERE r.job_id = a.job_id AND r.attempt = a.attempt AND r.started_at IS NOT NULL AND r.ended_at IS NULL)"
+
+/* What one rank of a gang is told (manifest.c adds it to the attempt's manifest). */
+struct gang_rank {
+    int world_size, rank, generation; /* the generation is the attempt number */
+    const char *host;                 /* its node's address, where its peers reach it */
+    const char *rendezvous;           /* rank 0: "HOST:0" (it listens); others: NULL until rank 0 published */
+    json_t *peers;                    /* the addresses of the gang's nodes (the sandbox lets it reach these) */
+};
+
+/* The START manifest of one rank: the attempt's manifest (JSON text) with "devices": 1 and the
+ * "distributed" object. Returns a new JSON object. */
+json_t *scheduler_rank_manifest(const char *manifest, const struct gang_rank *r);
+
+/* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
+int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);
+
+/* FinishJob of a gang's rank, inside handle_finish's transaction: ends the rank (once) and meters it;
+ * a failure fails the whole gang (whet_gang_fail); rank 0's success, stop or cancel ends the attempt.
+ * Returns GANG_NONE when the attempt is not a gang's (the caller goes on as for one process),
+ * GANG_JOB when the caller is to end the job as rank 0's outcome says, GANG_DONE when nothing more is
+ * to be done, -1 on a database error. */
+enum { GANG_NONE, GANG_JOB, GANG_DONE };
+int scheduler_gang_finish(PGconn *conn, const Whet__V1__FinishJobRequest *req, const char *outcome, const char *dev_s,
+                          const char *trained, const char *rollout, struct whet_err *err);
+
+/* The PublishRendezvous handler and what handlers.c lends it: the calling thread's connection and
+ * the error answer of a failed database call. */
+int scheduler_handle_rendezvous(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err);
+PGconn *scheduler_handler_conn(const struct scheduler *s, struct whet_err *err);
+int scheduler_db_unavailable(struct whet_err *err);
 
 /* The scheduler's Prometheus metrics (metrics.c): a thread serving GET /metrics on `addr` (start
  * returns -1 with err when it cannot listen; stop joins it), and what the loop and the cycle report. */

@@ -99,11 +99,13 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
         dpo_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
         dpo_batch_reference(ref, s->ref_train, &s->batch);
+        if (row + per >= first + rows) trainer_overlap_begin(r); /* the step's last backward pass */
         int rc = dpo_forward_backward(r->model, &s->batch, ref, hp->beta, loss_scale, &st, err);
         free(ref);
         if (rc) return -1;
         f->tokens += s->batch.n_tokens;
     }
+    trainer_overlap_end(r);
     if (sum_stats(r, &st, err)) return -1;
     s->last = st;
     f->loss = st.loss_sum / (st.n_pairs > 0 ? st.n_pairs : 1);

@@ -306,11 +306,13 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                 for (int k = 0; k < s[i].response_len; k++)
                     b->weights[(size_t)i * b->T + s[i].prompt_len - 1 + k] = (float)-dl[k];
             }
+            if (first + per >= n_seqs) trainer_overlap_begin(r); /* the epoch's last backward pass */
             if (model_set_loss_weights(r->model, b->weights, err) || model_backward(r->model, 1.0f, err)) {
                 free(dl);
                 return -1;
             }
         }
+        trainer_overlap_end(r);
         /* the figures of the whole batch: every rank's responses */
         double norm, sums[5] = {st.loss, st.kl, st.ppo_kl, (double)st.n_clipped, (double)st.n_tokens};
         if (trainer_sum(r, sums, 5, err) || trainer_optimizer_step(r, lr, &norm, err)) {

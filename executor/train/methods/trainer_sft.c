@@ -68,9 +68,11 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
     model_reset_stats(r->model);
     for (int row = first; row < first + rows; row += per) {
         sft_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
+        if (row + per >= first + rows) trainer_overlap_begin(r); /* the step's last backward pass */
         if (sft_forward(r, s, err) || model_backward(r->model, loss_scale, err)) return -1;
         f->tokens += s->batch.n_tokens;
     }
+    trainer_overlap_end(r);
     f->lr = trainer_lr_at(hp, r->step, r->total_steps);
     struct model_stats st;
     if (trainer_optimizer_step(r, f->lr, &f->grad_norm, err) || trainer_take_stats(r, &st, err)) return -1;

@@ -872,6 +872,47 @@ void model_set_logit_temperature(struct model *m, float temperature) {
     m->logit_temperature = temperature > 0 ? temperature : 1.0f;
 }
 
+/* ---------------------------------------------------------------- the gradient's ranges as they are done */
+
+static void grad_ready(const struct model *m, size_t lo, size_t hi) {
+    if (m->grad_ready && hi > lo) m->grad_ready(m->grad_ready_ctx, lo, hi);
+}
+
+/* Layer l's part of the trainable buffer: its base tensors (full fine-tuning), or its LoRA pairs, the
+ * same for every layer (layout_base, layout_lora). */
+static void layer_ready(const struct model *m, int l) {
+    if (m->full_ft) {
+        const float *end = l + 1 < m->L ? m->layers[l + 1].ln1 : m->norm;
+        grad_ready(m, (size_t)(m->layers[l].ln1 - m->tp), (size_t)(end - m->tp));
+    } else {
+        size_t per = m->n_train / (size_t)m->L;
+        grad_ready(m, per * (size_t)l, per * (size_t)(l + 1));
+    }
+}
+
+/* The final norm and an untied lm_head, last in the buffer, are done first; tied, the lm_head is the
+ * embedding, done last. */
+static void head_ready(const struct model *m) {
+    if (m->full_ft && !m->cfg.tie_word_embeddings) grad_ready(m, (size_t)(m->norm - m->tp), m->n_train);
+}
+
+static void embedding_ready(const struct model *m) {
+    if (!m->full_ft) return;
+    grad_ready(m, 0, (size_t)(m->layers[0].ln1 - m->tp));
+    if (m->cfg.tie_word_embeddings) grad_ready(m, (size_t)(m->norm - m->tp), m->n_train);
+}
+
+void model_set_grad_ready(struct model *m, void (*ready)(void *ctx, size_t lo, size_t hi), void *ctx) {
+    m->grad_ready = ready;
+    m->grad_ready_ctx = ctx;
+}
+
+void model_grad_ranges(struct model *m) {
+    head_ready(m);
+    for (int l = m->L - 1; l >= 0; l--) layer_ready(m, l);
+    embedding_ready(m);
+}
+
 int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_backward: the model was loaded for inference");
     if (!m->backward_ready) return whet_errf(err, "model_backward: no forward pass with targets to go back through");
@@ -899,12 +940,15 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
         be->rmsnorm_backward(be, m->dresid, C, pgrad(m, m->norm), m->dln, C, m->resid + (size_t)m->L * N * C, C, m->norm,
                              m->rstdf, N, 1, C);
     }
+    head_ready(m);
     for (int l = m->L - 1; l >= 0; l--) {
         struct layer_acts *a = acts_of(m, l);
         if (m->recompute) layer_forward(m, l, a, N);
         layer_backward(m, l, a, N);
+        layer_ready(m, l);
     }
     if (m->full_ft) be->embedding_backward(be, pgrad(m, m->embed), m->dresid, m->ids, N, C);
+    embedding_ready(m);
     return 0;
 }
 

@@ -187,6 +187,16 @@ float *model_trainable_grads(struct model *m, size_t *n);
  * measured, a device double, before the norm is taken and the gradients clipped; non-zero fails the
  * norm (NaN). */
 void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *device_sumsq), void *ctx);
+/* Calls ready(ctx, lo, hi) during the model_backward calls that follow as the pass finishes the gradient
+ * of the trainable buffer's range [lo, hi): the head (final norm, lm_head), each layer from the last,
+ * then the embedding (with tied embeddings the head comes with it) — disjoint ranges covering the
+ * buffer, always in this order. A data-parallel trainer starts each range's all-reduce while the pass
+ * goes on through the layers below. The CPU backend's work is done when its ops return, so a range
+ * reported is final; a device backend would need an event per range (not yet). NULL turns it off.
+ * model_grad_ranges makes the same calls in the same order without a pass: a rank with no rows of its
+ * own starts the same collectives as the others. */
+void model_set_grad_ready(struct model *m, void (*ready)(void *ctx, size_t lo, size_t hi), void *ctx);
+void model_grad_ranges(struct model *m);
 /* The optimizer's moments and their range [*lo, *hi) of the trainable buffer (device memory). */
 void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq, size_t *lo, size_t *hi);
 

@@ -85,6 +85,8 @@ struct model {
     size_t opt_lo, opt_hi;
     int (*reduce_sumsq)(void *ctx, double *device_sumsq);
     void *reduce_sumsq_ctx;
+    void (*grad_ready)(void *ctx, size_t lo, size_t hi); /* model_set_grad_ready */
+    void *grad_ready_ctx;
 
     /* Activations, sized for cap_N tokens. */
     int cap_N;

@@ -2,7 +2,8 @@
 # Distributed training with CPU ranks on this machine, as the runtime starts a gang: rank 0 listens on
 # port 0 and says where in its "rendezvous" event, the other ranks are then started with that address.
 #   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
-#     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks), SFT full and DPO LoRA
+#     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks; the gradient all-reduced
+#     in buckets during the backward pass), SFT full with fewer rows than ranks, SFT full and DPO LoRA
 #     (ZeRO-1, 3 ranks), GRPO LoRA (3 ranks sharing 5 prompts, a reference pass, dynamic sampling with
 #     refills); only rank 0 writes metrics, events and checkpoints;
 #   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, repeating the uninterrupted run;
@@ -45,7 +46,7 @@ config() { # config FILE METHOD OUTPUT_DIR EXTRA_FIELDS (the run's length: $step
   cat > "$1" <<JSON
 {"method": "$2", "model": "$work/model", "training_file": "$(data_dir "$2")/train.jsonl",
  "validation_file": "$(data_dir "$2")/valid.jsonl", "output_dir": "$3", "seed": 1, $steps,
- "hyperparameters": $(hparams_of "$2") $4}
+ "hyperparameters": ${HP:-$(hparams_of "$2")} $4}
 JSON
 }
 
@@ -119,6 +120,13 @@ gang dp2 sft 2 "$LORA"
 same_losses "$work/single-sft-lora/metrics.jsonl" "$work/dp2-0/metrics.jsonl"
 gang dp3 sft 3 "$LORA"
 same_losses "$work/single-sft-lora/metrics.jsonl" "$work/dp3-0/metrics.jsonl"
+# batch_size 2 packs into fewer rows than ranks: a rank with no rows still takes part in every bucket
+HP='{"batch_size": 2, "learning_rate": 0.002, "max_seq_len": 128}'
+config "$work/single-small.json" sft "$work/single-small" "$FULL"
+"$WHET_BIN" train --config "$work/single-small.json" --quiet > /dev/null || fail "single small"
+gang small3 sft 3 "$FULL"
+same_losses "$work/single-small/metrics.jsonl" "$work/small3-0/metrics.jsonl"
+unset HP
 gang zero3 sft 3 "$FULL" ', "zero": 1'
 same_losses "$work/single-sft-full/metrics.jsonl" "$work/zero3-0/metrics.jsonl"
 gang dpo3 dpo 3 "$LORA" ', "zero": 1'

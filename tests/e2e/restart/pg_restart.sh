@@ -15,17 +15,10 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/../lib.sh"
 http=127.0.0.1:$(port)
-fails=0 passes=0
-check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
-json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d"+sys.argv[1]))' "$1"; }
 
-WHET_LEASE_MS=5000 "$WHET_BIN" up --data-dir "$dir" --http "$http" --grpc 127.0.0.1:$(port) --executors 1 \
-  --devices sim:H100:1 >"$dir/up.out" 2>"$dir/up.err" &
-up_pid=$!
-for _ in $(seq 600); do grep -qs "whet: ready" "$dir/up.out" && break; sleep 0.1; done
-grep -q "whet: ready" "$dir/up.out" || { tail -n 30 "$dir/up.err" >&2; exit 1; }
+WHET_LEASE_MS=5000 up "$dir" "$http" --executors 1 --devices sim:H100:1
 export WHET_DATA_DIR=$dir
 key=$("$WHET_BIN" tenant create pgr 2>/dev/null)
 api() { curl -sS -H "Authorization: Bearer $key" "$@"; }

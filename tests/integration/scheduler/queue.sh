@@ -6,33 +6,9 @@
 # node can hold (Llama-70B-sized full fine-tuning, or 8B within whet.max_gpus = 1) waits outside the
 # queue with its size as the reason, and once the node is free a Llama-8B-sized full fine-tune is sized to both devices. The
 # gateway shows it all in the job object (estimated_finish, whet.queue_position, whet.wait_reason).
-set -euo pipefail
-: "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
-db="whet_queue_$$_$RANDOM"
-work=$(mktemp -d /tmp/whet-queue.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
-export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
-export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-export WHET_GRPC="127.0.0.1:$(free_port)"
-fails=0 passes=0
-check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
-q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
-wait_for() { # wait_for SECONDS SQL EXPECTED
-  for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
-  echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
-}
+. "$(dirname "$0")/lib.sh" queue
 positions() { q "SELECT string_agg(id || '=' || coalesce(queue_position::text, '-'), ' ' ORDER BY id) FROM jobs WHERE id LIKE 'ftjob-q%'"; }
 
-"$WHET_BIN" migrate >/dev/null
 key=$("$WHET_BIN" tenant create acme 2>/dev/null)
 t1=$(q "SELECT id FROM tenants WHERE name = 'acme'")
 # Base models as registration stores them: parameter count and config.json (Llama 3.1 8B and 70B).
@@ -83,7 +59,7 @@ wait_for 10 "SELECT count(*) FROM jobs WHERE id IN ('ftjob-big', 'ftjob-capped')
 big=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-big'")
 echo "  ftjob-big: $big"
 check "a job no node can hold: outside the queue, with its size" \
-  '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" on one node; the largest allowed node has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
+  '[[ "$big" =~ ^"- needs "([0-9]+)" devices with at least ".*" in one data center; the largest allowed pool has 2" ]] && [ "${BASH_REMATCH[1]}" -gt 8 ]'
 
 capped=$(q "SELECT coalesce(queue_position::text, '-') || ' ' || wait_reason FROM jobs WHERE id = 'ftjob-capped'")
 echo "  ftjob-capped: $capped"

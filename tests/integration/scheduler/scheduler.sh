@@ -4,36 +4,10 @@
 # clear reason (its base model is not in the object store) and is metered, pause and cancel of queued
 # jobs, a node declared lost when its lease runs out, and a restarted node whose attempt is requeued;
 # both schedulers and the executor serve Prometheus metrics (--metrics) that follow all of it.
-set -euo pipefail
-: "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
-db="whet_sched_$$_$RANDOM"
-work=$(mktemp -d /tmp/whet-sched.XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
-export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
-export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export WHET_GRPC="127.0.0.1:$port"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh" sched
 m1=$(free_port) m2=$(free_port) m3=$(free_port)
 fetch_failures='whet_executor_object_store_failures_total{op="fetch"}'
 metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-fails=0 passes=0
-check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
-q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
-wait_for() { # wait_for SECONDS SQL EXPECTED
-  for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
-  echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
-}
-
-"$WHET_BIN" migrate >/dev/null
 q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
    INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
      VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');

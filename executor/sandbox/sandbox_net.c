@@ -1,0 +1,268 @@
+/* sandbox_net.c - a gang trainer's network: its peers, nothing else (sandbox_spec.peer_hosts).
+ *
+ * How: the sandbox keeps the host's network namespace, and the seccomp filter sends socket(),
+ * socketpair(), connect() and bind() to init's listener (as kill_on_network does for every socket
+ * call). Init lets through TCP sockets over IPv4/IPv6, netlink route sockets (glibc reads the
+ * interfaces through one) and AF_UNIX socket pairs; it reads a connect's or bind's address from the
+ * command's memory, checks it against the peers and the port range, and then makes the call itself,
+ * on the command's own socket (pidfd_getfd) with its own copy of the address, answering with its
+ * result. So the address checked is the address used: another thread rewriting it after the check
+ * (the race that makes SECCOMP_USER_NOTIF_FLAG_CONTINUE unfit for pointer arguments) changes
+ * nothing. sendto/sendmsg are let through without MSG_FASTOPEN only (a fast-open send connects), so a
+ * TCP socket reaches nothing but what connect() allowed. A UDP socket (Gloo opens one only to ask its
+ * interface's speed with an ioctl) is answered with a netlink route socket instead (SECCOMP_IOCTL_
+ * NOTIF_ADDFD): interface ioctls work on it and no datagram can leave. Other socket calls (raw,
+ * AF_UNIX sockets, whose abstract names the host's network namespace shares) end the sandbox.
+ *
+ * Limits, stated for operators:
+ *   - The policy is on addresses and ports: any service that listens on a peer's address within the
+ *     port range is reachable. The range (WHET_GANG_PORTS, executor/agent) must be one no service of
+ *     the fleet uses; ports the kernel hands out for outgoing connections lie elsewhere.
+ *   - Inbound is not filtered: whoever reaches a node may connect to a trainer's listening port (the
+ *     trainers authenticate nothing beyond the generation; the fleet's network should keep outsiders
+ *     off the range).
+ *   - Init makes a blocking connect itself, so while a connect to an unreachable peer waits (up to
+ *     the kernel's SYN retries) init forwards no signal; killing the sandbox still works at once.
+ *   - A trainer sees the host's interfaces (netlink route dumps, /proc/net is the sandbox's own).
+ * Init-side code is async-signal-safe: system calls and string copies, no allocation. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <linux/seccomp.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "sandbox_internal.h"
+
+int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err) {
+    struct sandbox_net *net = &plan->net;
+    memset(net, 0, sizeof *net);
+    if (!spec->peer_hosts) return 0;
+    if (!spec->kill_on_network || spec->allow_nested || spec->allow_network)
+        return whet_errf(err, "sandbox: a gang trainer's network policy (peer_hosts) needs kill_on_network and rules "
+                              "out allow_nested (python graders) and allow_network");
+    if (spec->peer_port_lo < 1024 || spec->peer_port_hi < spec->peer_port_lo || spec->peer_port_hi > 65535)
+        return whet_errf(err, "sandbox: peer ports %d-%d: expected 1024 <= LO <= HI <= 65535", spec->peer_port_lo,
+                         spec->peer_port_hi);
+    for (size_t i = 0; spec->peer_hosts[i]; i++) {
+        if (net->n_peers == SANDBOX_MAX_PEERS) return whet_errf(err, "sandbox: more than %d peers", SANDBOX_MAX_PEERS);
+        struct sandbox_peer *p = &net->peers[net->n_peers];
+        if (inet_pton(AF_INET, spec->peer_hosts[i], p->addr) == 1) p->family = AF_INET;
+        else if (inet_pton(AF_INET6, spec->peer_hosts[i], p->addr) == 1) p->family = AF_INET6;
+        else return whet_errf(err, "sandbox: peer \"%s\" is not a numeric IPv4 or IPv6 address", spec->peer_hosts[i]);
+        net->n_peers++;
+    }
+    if (net->n_peers == 0) return whet_errf(err, "sandbox: peer_hosts lists no address");
+    net->port_lo = spec->peer_port_lo;
+    net->port_hi = spec->peer_port_hi;
+    return 0;
+}
+
+/* ---------- init side ---------- */
+
+static void put_uint(char *out, size_t len, unsigned long v, int base) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = "0123456789abcdef"[v % (unsigned)base];
+        v /= (unsigned)base;
+    } while (v && n < (int)sizeof digits);
+    char one[2] = {0, 0};
+    while (n) {
+        one[0] = digits[--n];
+        sbx_strlcat(out, one, len);
+    }
+}
+
+/* "WHAT to ADDR:PORT: WHY" (IPv6 groups written out in full). */
+static void describe(char *why, size_t len, const char *what, int family, const unsigned char *addr, int port,
+                     const char *reason) {
+    sbx_strlcpy(why, what, len);
+    sbx_strlcat(why, " to ", len);
+    if (family == AF_INET) {
+        for (int i = 0; i < 4; i++) {
+            if (i) sbx_strlcat(why, ".", len);
+            put_uint(why, len, addr[i], 10);
+        }
+    } else {
+        sbx_strlcat(why, "[", len);
+        for (int i = 0; i < 16; i += 2) {
+            if (i) sbx_strlcat(why, ":", len);
+            put_uint(why, len, (unsigned long)(addr[i] << 8 | addr[i + 1]), 16);
+        }
+        sbx_strlcat(why, "]", len);
+    }
+    sbx_strlcat(why, ":", len);
+    put_uint(why, len, (unsigned long)port, 10);
+    sbx_strlcat(why, ": ", len);
+    sbx_strlcat(why, reason, len);
+}
+
+/* The thread group of a task (pidfd_open takes only a process's leader on older kernels): from
+ * /proc/TID/status, else the task itself. */
+static pid_t thread_group(pid_t tid) {
+    char path[48] = "/proc/", buf[512];
+    put_uint(path, sizeof path, (unsigned long)tid, 10);
+    sbx_strlcat(path, "/status", sizeof path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tid;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return tid;
+    buf[n] = 0;
+    const char *p = strstr(buf, "\nTgid:");
+    if (!p) return tid;
+    p += 6;
+    while (*p == ' ' || *p == '\t') p++;
+    pid_t v = 0;
+    while (*p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0');
+    return v > 0 ? v : tid;
+}
+
+static int send_answer(int listener, const struct seccomp_notif *req, int error, uint32_t flags) {
+    struct seccomp_notif_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.id = req->id;
+    resp.error = error ? -error : 0;
+    resp.val = error ? -1 : 0;
+    resp.flags = flags;
+    ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp); /* ENOENT: the caller died meanwhile */
+    return 1;
+}
+
+enum socket_answer { SOCKET_DENY, SOCKET_CONTINUE, SOCKET_STAND_IN };
+
+static enum socket_answer socket_answer(const struct seccomp_notif *req) {
+    long domain = (long)req->data.args[0], type = (long)req->data.args[1] & 0xf, proto = (long)req->data.args[2];
+    if (req->data.nr == SYS_socketpair) return domain == AF_UNIX ? SOCKET_CONTINUE : SOCKET_DENY;
+    if (domain == AF_INET || domain == AF_INET6) {
+        if (type == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP)) return SOCKET_CONTINUE;
+        return type == SOCK_DGRAM && (proto == 0 || proto == IPPROTO_UDP) ? SOCKET_STAND_IN : SOCKET_DENY;
+    }
+    return domain == AF_NETLINK && proto == NETLINK_ROUTE ? SOCKET_CONTINUE : SOCKET_DENY;
+}
+
+/* A UDP socket's stand-in: a netlink route socket with the flags asked for, placed in the command's
+ * fd table as the call's result. */
+static int answer_stand_in(int listener, const struct seccomp_notif *req) {
+    long flags = (long)req->data.args[1];
+    int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | (int)(flags & SOCK_NONBLOCK), NETLINK_ROUTE);
+    if (nl < 0) return send_answer(listener, req, errno, 0);
+    struct seccomp_notif_addfd add;
+    memset(&add, 0, sizeof add);
+    add.id = req->id;
+    add.flags = SECCOMP_ADDFD_FLAG_SEND;
+    add.srcfd = (uint32_t)nl;
+    add.newfd_flags = flags & SOCK_CLOEXEC ? O_CLOEXEC : 0;
+    int e = ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) < 0 ? errno : 0;
+    close(nl);
+    if (e && e != ENOENT) send_answer(listener, req, e, 0); /* ENOENT: the caller died meanwhile */
+    return 1;
+}
+
+union any_addr {
+    struct sockaddr sa;
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+    struct sockaddr_nl nl;
+    struct sockaddr_storage ss;
+};
+
+/* Makes the checked call on the command's socket; a port of 0 on bind takes a free port of the
+ * range, from a random start (trainers of one node bind at once). Returns 0 or an errno. */
+static int perform(const struct sandbox_net *net, const struct seccomp_notif *req, union any_addr *a, socklen_t len,
+                   in_port_t *port) {
+    int pidfd = (int)syscall(SYS_pidfd_open, thread_group((pid_t)req->pid), 0);
+    if (pidfd < 0) return errno;
+    int fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)req->data.args[0], 0);
+    int e = fd < 0 ? errno : 0;
+    close(pidfd);
+    if (fd < 0) return e;
+    if (req->data.nr == SYS_connect) {
+        e = connect(fd, &a->sa, len) < 0 ? errno : 0;
+    } else if (port && *port == 0) {
+        unsigned range = (unsigned)(net->port_hi - net->port_lo + 1), start = 0;
+        if (getrandom(&start, sizeof start, GRND_NONBLOCK) != sizeof start) start = (unsigned)req->pid;
+        e = EADDRINUSE;
+        for (unsigned k = 0; k < range && e == EADDRINUSE; k++) {
+            *port = htons((in_port_t)(net->port_lo + (start + k) % range));
+            e = bind(fd, &a->sa, len) < 0 ? errno : 0;
+        }
+    } else {
+        e = bind(fd, &a->sa, len) < 0 ? errno : 0;
+    }
+    close(fd);
+    return e;
+}
+
+int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, const struct seccomp_notif *req, char *why,
+                             size_t why_len) {
+    const struct sandbox_net *net = &plan->net;
+    why[0] = 0;
+    int nr = req->data.nr;
+    if (nr == SYS_socket || nr == SYS_socketpair) {
+        enum socket_answer answer = socket_answer(req);
+        if (answer == SOCKET_STAND_IN) return answer_stand_in(listener, req);
+        if (answer == SOCKET_DENY) {
+            sbx_strlcpy(why, nr == SYS_socket ? "a socket other than TCP: domain " : "a socket pair of domain ",
+                        why_len);
+            put_uint(why, why_len, (unsigned long)req->data.args[0], 10);
+            sbx_strlcat(why, ", type ", why_len);
+            put_uint(why, why_len, (unsigned long)req->data.args[1] & 0xf, 10);
+            return 0;
+        }
+        /* Integer arguments only: the kernel runs the call with the registers that were checked. */
+        return send_answer(listener, req, 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE);
+    }
+    if (nr != SYS_connect && nr != SYS_bind) return 0;
+    union any_addr a;
+    memset(&a, 0, sizeof a);
+    socklen_t len = (socklen_t)req->data.args[2];
+    if (len < sizeof(sa_family_t) || len > sizeof a) return send_answer(listener, req, EINVAL, 0);
+    struct iovec local = {.iov_base = &a, .iov_len = len}, remote = {.iov_base = (void *)req->data.args[1], .iov_len = len};
+    if (syscall(SYS_process_vm_readv, (pid_t)req->pid, &local, 1UL, &remote, 1UL, 0UL) != (long)len)
+        return send_answer(listener, req, EFAULT, 0);
+    if (ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) != 0) return 1; /* the caller is gone */
+    const char *what = nr == SYS_connect ? "connect" : "bind";
+    if (a.sa.sa_family == AF_NETLINK) {
+        /* glibc's interface lookup binds its route socket; subscribing to multicast groups is refused. */
+        if (nr == SYS_bind && len >= sizeof a.nl && a.nl.nl_groups == 0)
+            return send_answer(listener, req, perform(net, req, &a, len, NULL), 0);
+        sbx_strlcpy(why, nr == SYS_bind ? "bind of a netlink socket to multicast groups" : "connect of a netlink socket",
+                    why_len);
+        return 0;
+    }
+    int family = a.sa.sa_family;
+    const unsigned char *addr;
+    in_port_t *port;
+    static const unsigned char any[16];
+    if (family == AF_INET && len >= sizeof a.in) {
+        addr = (const unsigned char *)&a.in.sin_addr;
+        port = &a.in.sin_port;
+    } else if (family == AF_INET6 && len >= sizeof a.in6) {
+        addr = (const unsigned char *)&a.in6.sin6_addr;
+        port = &a.in6.sin6_port;
+    } else {
+        sbx_strlcpy(why, what, why_len);
+        sbx_strlcat(why, " with an address of family ", why_len);
+        put_uint(why, why_len, (unsigned long)family, 10);
+        return 0;
+    }
+    int size = family == AF_INET ? 4 : 16, peer = nr == SYS_bind && !memcmp(addr, any, (size_t)size);
+    for (int i = 0; i < net->n_peers && !peer; i++)
+        peer = net->peers[i].family == family && !memcmp(net->peers[i].addr, addr, (size_t)size);
+    int p = ntohs(*port);
+    int port_ok = (p >= net->port_lo && p <= net->port_hi) || (nr == SYS_bind && p == 0);
+    if (!peer || !port_ok) {
+        describe(why, why_len, what, family, addr, p, !peer ? "not a peer of the gang" : "not a port of the gang's range");
+        return 0;
+    }
+    return send_answer(listener, req, perform(net, req, &a, len, nr == SYS_bind ? port : NULL), 0);
+}

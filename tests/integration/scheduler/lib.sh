@@ -1,0 +1,30 @@
+# lib.sh - what the scheduler's integration tests share, sourced as `. lib.sh NAME`: a migrated
+# database of their own on run.sh's PostgreSQL (WHET_DATABASE_URL), a work dir ($work, with a file
+# object store), the executor token and a free gRPC address in the environment, the processes listed
+# in `pids` killed and everything removed at exit; check, q, wait_for and free_port.
+set -euo pipefail
+: "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
+db="whet_$1_$$_$RANDOM"
+work=$(mktemp -d "/tmp/whet-$1.XXXXXX")
+chmod 755 "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
+export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
+export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+export WHET_GRPC="127.0.0.1:$(free_port)"
+fails=0 passes=0
+check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
+q() { psql -qtAX "$WHET_DATABASE_URL" -c "$1"; }
+wait_for() { # wait_for SECONDS SQL EXPECTED
+  for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
+  echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
+}
+"$WHET_BIN" migrate >/dev/null

@@ -1,0 +1,192 @@
+/* test_sandbox_net.c - a gang trainer's network (sandbox_spec.peer_hosts, sandbox_net.c): python3 in
+ * the sandbox listens and connects to its peer on the gang's port range (a bind to port 0 gets a port
+ * of the range, a non-blocking connect stays non-blocking), and every way past it ends the sandbox
+ * naming what was tried: a service on the peer outside the range (as PostgreSQL or the gateway would
+ * be), a host that is no peer, a bind outside the range, a UDP or AF_UNIX socket. Given the path of
+ * unit_dist_comm, it also runs the training communicator's own tests (Gloo's TCP full mesh and rank
+ * 0's rendezvous store, threads of one process) under the policy. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+#include "test.h"
+
+static int port_lo, port_hi, as_nobody;
+static const char *comm_test;
+
+/* Runs argv as a gang trainer whose only peer is 127.0.0.1 (as_nobody: as host uid 65534, as a root
+ * executor runs its trainers). */
+static struct sandbox_job run_gang(const char *const *argv, const char *const *readonly) {
+    static const char *peers[] = {"127.0.0.1", NULL};
+    struct sandbox_job job;
+    memset(&job, 0, sizeof job);
+    sandbox_spec_init(&job.spec);
+    job.spec.argv = argv;
+    job.spec.readonly_dirs = readonly;
+    job.spec.max_procs = 256;
+    job.spec.wall_timeout_s = 60;
+    job.spec.kill_on_network = 1;
+    job.spec.peer_hosts = peers;
+    job.spec.peer_port_lo = port_lo;
+    job.spec.peer_port_hi = port_hi;
+    if (as_nobody) job.spec.host_uid = job.spec.host_gid = 65534;
+    struct whet_err err;
+    if (sandbox_run_many(&job, 1, &err) < 0) fprintf(stderr, "run_many: %s\n", err.msg);
+    job.spec.argv = NULL;
+    fprintf(stderr, "  [%s] %s | out: %.200s | err: %.300s\n", sandbox_reason_name(job.result.reason),
+            job.result.message, job.out, job.errout);
+    return job;
+}
+
+static struct sandbox_job run_python(const char *script) {
+    const char *argv[] = {"python3", "-c", script, NULL};
+    return run_gang(argv, NULL);
+}
+
+static const char listen_and_connect[] =
+    "import socket\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(4)\n"
+    "port = s.getsockname()[1]\n"
+    "c = socket.create_connection(('127.0.0.1', port))\n"
+    "a, _ = s.accept(); c.sendall(b'ping')\n"
+    "n = socket.socket(); n.setblocking(False)\n"
+    "rc = n.connect_ex(('127.0.0.1', port))\n"
+    "print(port, a.recv(4).decode(), rc in (0, 115))\n";
+
+TEST(peers_listen_and_connect_on_the_gang_range) {
+    struct sandbox_job job = run_python(listen_and_connect);
+    CHECK(job.result.reason == SANDBOX_OK);
+    int port = atoi(job.out ? job.out : "0");
+    CHECK_MSG(port >= port_lo && port <= port_hi, "bound port %d outside %d-%d", port, port_lo, port_hi);
+    CHECK_CONTAINS(job.out, " ping True");
+    sandbox_job_release(&job);
+}
+
+TEST(a_root_executors_trainer_as_nobody_too) {
+    if (geteuid() != 0) return;
+    as_nobody = 1;
+    struct sandbox_job job = run_python(listen_and_connect);
+    as_nobody = 0;
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, " ping True");
+    sandbox_job_release(&job);
+}
+
+TEST(a_service_outside_the_range_is_out_of_reach) {
+    /* A real listener of the host, as PostgreSQL is: the trainer is stopped at the connect. */
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 1) == 0 &&
+          getsockname(l, (struct sockaddr *)&a, &len) == 0);
+    char script[256], want[96];
+    snprintf(script, sizeof script, "import socket\nsocket.create_connection(('127.0.0.1', %d))\nprint('reached')\n",
+             ntohs(a.sin_port));
+    snprintf(want, sizeof want, "connect to 127.0.0.1:%d: not a port of the gang's range", ntohs(a.sin_port));
+    struct sandbox_job job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.syscall, "connect");
+    CHECK_STR(job.result.denied, want);
+    CHECK(!job.out || !strstr(job.out, "reached"));
+    sandbox_job_release(&job);
+    close(l);
+}
+
+TEST(a_host_that_is_no_peer_is_out_of_reach) {
+    char script[256], want[96];
+    snprintf(script, sizeof script,
+             "import socket\ns = socket.socket(); s.settimeout(5)\ns.connect(('10.255.0.1', %d))\n", port_lo);
+    snprintf(want, sizeof want, "connect to 10.255.0.1:%d: not a peer of the gang", port_lo);
+    struct sandbox_job job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, want);
+    sandbox_job_release(&job);
+}
+
+TEST(a_bind_outside_the_range_is_refused) {
+    char script[256];
+    int port = port_lo > 1100 ? port_lo - 7 : port_hi + 7;
+    snprintf(script, sizeof script, "import socket\nsocket.socket().bind(('127.0.0.1', %d))\n", port);
+    struct sandbox_job job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.syscall, "bind");
+    CHECK_CONTAINS(job.result.denied, "not a port of the gang's range");
+    sandbox_job_release(&job);
+}
+
+TEST(a_udp_socket_sends_nothing) {
+    /* It gets a stand-in that answers interface ioctls and can reach no address. */
+    char script[512];
+    snprintf(script, sizeof script,
+             "import socket, fcntl, struct\n"
+             "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+             "fcntl.ioctl(u.fileno(), 0x8933, struct.pack('16s16x', b'lo'))\n" /* SIOCGIFINDEX */
+             "try:\n    u.sendto(b'x', ('127.0.0.1', %d)); print('sent')\n"
+             "except OSError as e: print('refused', e.errno)\n",
+             port_lo);
+    struct sandbox_job job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, "refused");
+    sandbox_job_release(&job);
+}
+
+TEST(other_sockets_end_the_sandbox) {
+    struct sandbox_job job = run_python("import socket\nsocket.socket(socket.AF_INET, socket.SOCK_RAW, 1)\n");
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "a socket other than TCP: domain 2, type 3");
+    sandbox_job_release(&job);
+    job = run_python("import socket\nsocket.socket(socket.AF_UNIX).connect('\\0x')\n");
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "a socket other than TCP: domain 1, type 1");
+    sandbox_job_release(&job);
+}
+
+TEST(the_communicators_collectives_run_under_the_policy) {
+    if (!comm_test) return;
+    const char *argv[] = {comm_test, NULL}, *readonly[] = {comm_test, NULL};
+    struct sandbox_job job = run_gang(argv, readonly);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, " passed, 0 failed");
+    sandbox_job_release(&job);
+}
+
+TEST(a_bad_peer_list_is_a_setup_error) {
+    static const char *peers[] = {"node-a.example", NULL};
+    const char *argv[] = {"true", NULL};
+    struct sandbox_job job;
+    memset(&job, 0, sizeof job);
+    sandbox_spec_init(&job.spec);
+    job.spec.argv = argv;
+    job.spec.kill_on_network = 1;
+    job.spec.peer_hosts = peers;
+    job.spec.peer_port_lo = port_lo;
+    job.spec.peer_port_hi = port_hi;
+    struct whet_err err;
+    CHECK(sandbox_run_many(&job, 1, &err) == 0);
+    CHECK(job.result.reason == SANDBOX_SETUP);
+    CHECK_CONTAINS(job.result.message, "\"node-a.example\" is not a numeric IPv4 or IPv6 address");
+    sandbox_job_release(&job);
+}
+
+int main(int argc, char **argv) {
+    comm_test = argc > 1 ? argv[1] : NULL;
+    /* A range of its own below the kernel's ephemeral ports, so concurrent runs rarely share one. */
+    unsigned r = 0;
+    if (getrandom(&r, sizeof r, 0) != sizeof r) r = (unsigned)getpid();
+    port_lo = 20000 + (int)(r % 100) * 100;
+    port_hi = port_lo + 99;
+    RUN(peers_listen_and_connect_on_the_gang_range);
+    RUN(a_root_executors_trainer_as_nobody_too);
+    RUN(a_service_outside_the_range_is_out_of_reach);
+    RUN(a_host_that_is_no_peer_is_out_of_reach);
+    RUN(a_bind_outside_the_range_is_refused);
+    RUN(a_udp_socket_sends_nothing);
+    RUN(other_sockets_end_the_sandbox);
+    RUN(the_communicators_collectives_run_under_the_policy);
+    RUN(a_bad_peer_list_is_a_setup_error);
+    return test_summary();
+}
