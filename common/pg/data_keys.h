@@ -1,4 +1,4 @@
-/* data_keys.h - tenants' data keys in PostgreSQL (migration 0018, table tenant_data_keys), wrapped under
+/* data_keys.h - tenants' data keys in PostgreSQL (migration 0019, table tenant_data_keys), wrapped under
  * the operator keyring of datakey.h. Only the control plane reads them (the scheduler, the gateway,
  * `whet migrate`), through the database owner's connection: the application role has no grant on the
  * table. Blocking, like the rest of pg.h. */

@@ -1,4 +1,4 @@
--- 0018_data_keys: encryption at rest. Each tenant has a data key (AES-256) that seals its datasets,
+-- 0019_data_keys: encryption at rest. Each tenant has a data key (AES-256) that seals its datasets,
 -- checkpoints and adapters in the object store; it is stored here only wrapped (AES-256-GCM) under an
 -- operator key from WHET_DATA_KEY_FILE, named by operator_key_id so that a rotated keyring still
 -- unwraps the rows of older keys until they are rewrapped (common/datakey.h, common/pg/data_keys.c).
