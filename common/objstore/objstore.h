@@ -189,8 +189,6 @@ int objstore_get_file_zstd(struct objstore *store, const char *key, const char *
  * read against the caller's checksum (a manifest's) on top of the tags. `inner` must outlive the
  * view; objstore_close(view) frees the view only. */
 struct objstore *objstore_encrypted(struct objstore *inner, const struct whet_data_key *key);
-/* 1 for a view made by objstore_encrypted. */
-int objstore_is_encrypted(const struct objstore *store);
 
 /* Name part of the upload journals (see objstore_put_file) that objstore_put_dir leaves out. */
 #define OBJSTORE_UPLOAD_JOURNAL_SUFFIX ".whet-upload"

@@ -420,5 +420,3 @@ struct objstore *objstore_encrypted(struct objstore *inner, const struct whet_da
     cs->key = *key;
     return &cs->base;
 }
-
-int objstore_is_encrypted(const struct objstore *store) { return store->ops == &crypt_ops; }

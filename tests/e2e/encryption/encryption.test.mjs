@@ -2,8 +2,9 @@
 // (WHET_DATA_KEY_FILE) and a file:// store, so the test can look at the bytes a leaked bucket would
 // show. A tenant uploads a dataset and trains on it; the dataset and every checkpoint are sealed in the
 // store (no plaintext in the objects) and come back byte for byte through the API. The operator key is
-// then rotated: a new key appended, `whet migrate` rewraps the tenant's data key, the old key removed
-// from the file and the service restarted, and the old objects still read. Last, a byte flipped in a
+// then rotated: a new key appended, the service restarted (a data key used is rewrapped on the way),
+// `whet migrate` rewraps the others, the old key removed from the file and the service restarted
+// again, and the old objects still read. Last, a byte flipped in a
 // stored checkpoint file makes its download fail instead of serving other bytes.
 import test from 'node:test';
 import assert from 'node:assert/strict';
@@ -138,19 +139,38 @@ test('checkpoints are sealed in the store and download as their plaintext', asyn
     assert.equal(fs.readFileSync(p).subarray(0, 8).toString(), 'WHETSEAL', p);
 });
 
-test('rotating the operator key: rewrapped by whet migrate, old objects still readable', async () => {
+test('rotating the operator key: rewrapped as used and by whet migrate, old objects still readable', async () => {
   assert.ok(finalFiles, 'the checkpoint files');
+  // A second tenant with a sealed file, whose key nothing uses between the rotation and `whet migrate`.
+  const otherKey = whet('tenant', 'create', 'other').trim();
+  const otherText = Buffer.from('{"messages":[{"role":"user","content":"other tenant"}]}\n');
+  const form = new FormData();
+  form.append('purpose', 'user_data');
+  form.append('file', new Blob([otherText]), 'other.jsonl');
+  const otherFile = await (await fetch(`${base}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${otherKey}` }, body: form })).json();
+  assert.ok(otherFile.id, JSON.stringify(otherFile));
+  const wrappedUnder = () => psql(db.url, `SELECT string_agg(t.name || '=' || k.operator_key_id, ',' ORDER BY t.name)
+                                           FROM tenant_data_keys k JOIN tenants t ON t.id = k.tenant_id`);
+  assert.equal(wrappedUnder(), 'other=k1,sealed=k1');
+
   const second = newKey('k2');
   fs.appendFileSync(keyFile, second);
-  const out = whet('migrate');
-  assert.match(out, /1 tenant data key rewrapped under operator key "k2"/);
-  assert.equal(psql(db.url, 'SELECT operator_key_id FROM tenant_data_keys'), 'k2');
+  await stopUp();
+  await startUp();
+  // The gateway unwraps the tenant's key with k1 and rewraps it under k2, the current key, on first use.
+  const content = await get(`/v1/files/${fileId}/content`);
+  assert.ok(content.status === 200 && content.bytes.equals(text), 'the dataset after the new key was added');
+  assert.equal(wrappedUnder(), 'other=k1,sealed=k2');
+  assert.match(whet('migrate'), /1 tenant data key rewrapped under operator key "k2"/);
+  assert.equal(wrappedUnder(), 'other=k2,sealed=k2');
+
   fs.writeFileSync(keyFile, second); // the old key is gone
   await stopUp();
   await startUp();
-  const content = await get(`/v1/files/${fileId}/content`);
-  assert.equal(content.status, 200);
-  assert.ok(content.bytes.equals(text), 'the dataset after the rotation');
+  const again = await get(`/v1/files/${fileId}/content`);
+  assert.ok(again.status === 200 && again.bytes.equals(text), 'the dataset after the old key was removed');
+  const other = await fetch(`${base}/v1/files/${otherFile.id}/content`, { headers: { authorization: `Bearer ${otherKey}` } });
+  assert.ok(Buffer.from(await other.arrayBuffer()).equals(otherText), 'the other tenant\'s file');
   for (const f of finalFiles) {
     const got = await get(`/v1/fine_tuning/jobs/${job.id}/checkpoints/final/files/${f.name}`);
     assert.equal(sha256(got.bytes), f.sha256, `${f.name} after the rotation`);
