@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "commands.h"
+#include "data_keys.h"
 #include "env.h"
 #include "migrate.h"
 #include "pg.h"
@@ -12,7 +13,8 @@ static void migrate_usage(FILE *out) {
             "usage: whet migrate [--data-dir DIR] [--status]\n\n"
             "Applies the missing migrations (each in a transaction, recorded in whet_schema_migrations) to\n"
             "the database in WHET_DATABASE_URL. A second run is a no-op; a database newer than this binary\n"
-            "is refused.\n\n"
+            "is refused. With WHET_DATA_KEY_FILE set it then rewraps every tenant data key that is not\n"
+            "wrapped under the keyring's current (last) operator key (README: encryption at rest).\n\n"
             "  --data-dir DIR  read DIR/whet.env (written by `whet up`) for the database URL\n"
             "  --status        print the database's schema version and this binary's, change nothing\n");
 }
@@ -51,6 +53,14 @@ static int cmd_migrate(int argc, char **argv) {
     } else {
         printf("whet migrate: %d migration%s applied; schema at version %d\n", applied, applied == 1 ? "" : "s",
                whet_schema_latest());
+        struct whet_keyring *kr = NULL;
+        int rewrapped = 0;
+        if (whet_keyring_from_env(&kr, &err) < 0 || (kr && whet_data_keys_rewrap(conn, kr, &rewrapped, &err) < 0))
+            rc = 1;
+        else if (kr)
+            printf("whet migrate: %d tenant data key%s rewrapped under operator key \"%s\"\n", rewrapped,
+                   rewrapped == 1 ? "" : "s", whet_keyring_current(kr));
+        whet_keyring_free(kr);
     }
     if (rc) whet_err_report("whet migrate", &err);
     PQfinish(conn);

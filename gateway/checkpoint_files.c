@@ -23,6 +23,7 @@
 #define MANIFEST_MAX (4 << 20)
 
 struct download {
+    char *tenant_id;
     char *prefix;
     char *name;     /* NULL: list the files */
     int rc;         /* 0, OBJSTORE_NOT_FOUND (no such file or no manifest) or -1 */
@@ -53,7 +54,7 @@ static int read_manifest(struct objstore *store, struct download *d) {
 
 static void download_work(void *arg) {
     struct download *d = arg;
-    struct objstore *store = files_store(&d->err);
+    struct objstore *store = files_tenant_store(d->tenant_id, &d->err);
     if (!store) {
         d->rc = -1;
         return;
@@ -103,6 +104,7 @@ static void download_done(struct gw_req *r, void *arg) {
         http_reply_json(r, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0));
     }
     json_decref(d->files);
+    free(d->tenant_id);
     free(d->prefix);
     free(d->name);
     free(d);
@@ -112,9 +114,11 @@ static void located(struct gw_req *r, const struct db_result *res, void *arg) {
     const char *name = arg;
     if (db_reply_unless_found(r, res, "checkpoint", "checkpoint")) return;
     struct download *d = xcalloc(1, sizeof *d);
+    d->tenant_id = xstrdup(http_tenant_id(r));
     d->prefix = xstrdup(PQgetvalue(res->res[0], 0, 0));
     d->name = name ? xstrdup(name) : NULL;
     if (http_run_blocking_or_busy(r, download_work, download_done, d)) {
+        free(d->tenant_id);
         free(d->prefix);
         free(d->name);
         free(d);

@@ -52,7 +52,7 @@ struct upload_job {
     struct validate_summary summary;
     char sha256[65];
     /* for the row */
-    const char *id, *purpose, *filename;
+    const char *id, *purpose, *filename, *tenant_id;
 };
 
 static void upload_work(void *arg) {
@@ -63,7 +63,7 @@ static void upload_work(void *arg) {
         return;
     }
     whet_sha256_hex(u->data, u->len, u->sha256);
-    struct objstore *store = files_store(&u->err);
+    struct objstore *store = files_tenant_store(u->tenant_id, &u->err);
     if (!store || objstore_put(store, u->key, u->data, u->len, &u->err)) u->store_failed = 1;
 }
 
@@ -128,6 +128,7 @@ static void upload_start(struct gw_req *r, void *arg) {
     u->is_fine_tune = strcmp(f->purpose, "fine-tune") == 0;
     u->id = files_new_id(r, "file-");
     u->key = xasprintf("files/%s/%s", http_tenant_id(r), u->id);
+    u->tenant_id = http_tenant_id(r);
     u->purpose = f->purpose;
     u->filename = f->filename;
     if (http_run_blocking_or_busy(r, upload_work, upload_stored, u)) upload_free(u);

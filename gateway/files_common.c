@@ -6,24 +6,67 @@
 #include <string.h>
 
 #include "crypto.h"
+#include "data_keys.h"
+#include "env.h"
 #include "log.h"
+#include "pg.h"
 #include "utf8.h"
 
 static pthread_once_t store_once = PTHREAD_ONCE_INIT;
 static struct objstore *store;
 static struct whet_err store_err;
+static struct whet_keyring *keyring; /* NULL: encryption at rest is off */
 
 static void store_open(void) {
-    if (objstore_open_env(&store, &store_err)) {
+    if (objstore_open_env(&store, &store_err) || whet_keyring_from_env(&keyring, &store_err)) {
+        objstore_close(store);
         store = NULL;
         log_error("msg=\"object store unavailable\" err=\"%s\"", store_err.msg);
     }
 }
 
+/* Sealed views of the store, one per tenant served since the start, and the one blocking connection
+ * (the database owner's, $WHET_DATABASE_URL: the application role cannot read tenant_data_keys) that
+ * reads their keys; all under views_lock. */
+struct tenant_view {
+    char *tenant_id;
+    struct objstore *view;
+    struct tenant_view *next;
+};
+static pthread_mutex_t views_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tenant_view *views;
+static PGconn *keys_conn;
+
 struct objstore *files_store(struct whet_err *err) {
     pthread_once(&store_once, store_open);
     if (!store && err) *err = store_err;
     return store;
+}
+
+struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err) {
+    struct objstore *s = files_store(err);
+    if (!s || !keyring) return s;
+    pthread_mutex_lock(&views_lock);
+    struct tenant_view *v = views;
+    while (v && strcmp(v->tenant_id, tenant_id) != 0) v = v->next;
+    if (!v) {
+        struct whet_data_key dk;
+        if (!keys_conn) keys_conn = whet_pg_connect(whet_env("WHET_DATABASE_URL", ""), err);
+        if (keys_conn && whet_tenant_data_key(keys_conn, keyring, tenant_id, &dk, err) == 0) {
+            v = xcalloc(1, sizeof *v);
+            v->tenant_id = xstrdup(tenant_id);
+            v->view = objstore_encrypted(s, &dk);
+            v->next = views;
+            views = v;
+        } else if (keys_conn && PQstatus(keys_conn) != CONNECTION_OK) {
+            PQfinish(keys_conn); /* reconnect on the next call */
+            keys_conn = NULL;
+        }
+        explicit_bzero(&dk, sizeof dk);
+        if (!v) log_error("msg=\"tenant data key unavailable\" tenant=%s err=\"%s\"", tenant_id, err->msg);
+    }
+    pthread_mutex_unlock(&views_lock);
+    return v ? v->view : NULL;
 }
 
 json_t *files_list_object(json_t *data, int has_more) {

@@ -16,6 +16,11 @@
 
 /* The store, or NULL with the reason in err (unset or invalid $WHET_OBJECT_STORE). Thread-safe. */
 struct objstore *files_store(struct whet_err *err);
+/* The store a tenant's data (files, upload parts, checkpoints) goes through: files_store, or with
+ * encryption at rest on ($WHET_DATA_KEY_FILE) a view of it sealed with the tenant's data key (made on
+ * first use, kept for the process). Blocking (it may read the key from PostgreSQL): worker threads
+ * only. NULL with err when the store or the key is unavailable. */
+struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err);
 
 /* {"object":"list","data":data,"first_id":…,"last_id":…,"has_more":…}; takes the reference to `data`,
  * whose items carry "id". */

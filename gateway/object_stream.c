@@ -12,6 +12,7 @@
  * freed on the loop when the stream ends. */
 struct object_source {
     char *key;
+    char *tenant_id;   /* whose data it is: the store view it is read through */
     uint64_t size;     /* the whole object's, as recorded */
     uint64_t offset, length; /* what is sent: a Range, or all of it */
     char sha256[65];
@@ -21,7 +22,7 @@ struct object_source {
 static int object_read(void *source, void *buf, size_t cap, size_t *len, struct whet_err *err) {
     struct object_source *o = source;
     if (!o->reader) {
-        struct objstore *store = files_store(err);
+        struct objstore *store = files_tenant_store(o->tenant_id, err);
         if (!store) return -1;
         struct objstore_info info;
         int rc = objstore_reader_open(store, o->key, o->sha256, &o->reader, &info, err);
@@ -42,6 +43,7 @@ static void object_release(void *source) {
     struct object_source *o = source;
     objstore_reader_close(o->reader);
     free(o->key);
+    free(o->tenant_id);
     free(o);
 }
 
@@ -62,6 +64,7 @@ void object_stream_reply(struct gw_req *r, const char *key, uint64_t size, const
                                     (unsigned long long)(offset + length - 1), (unsigned long long)size));
     struct object_source *o = xcalloc(1, sizeof *o);
     o->key = xstrdup(key);
+    o->tenant_id = xstrdup(http_tenant_id(r));
     o->size = size;
     o->offset = offset;
     o->length = length;

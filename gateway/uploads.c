@@ -150,7 +150,7 @@ struct part_job {
     char *data; /* a copy of the part: the request body may go away with its client */
     size_t len;
     char *key;
-    const char *part_id;
+    const char *part_id, *tenant_id;
     int failed;
     struct whet_err err;
 };
@@ -163,7 +163,7 @@ static void part_free(struct part_job *p) {
 
 static void part_work(void *arg) {
     struct part_job *p = arg;
-    struct objstore *store = files_store(&p->err);
+    struct objstore *store = files_tenant_store(p->tenant_id, &p->err);
     if (!store || objstore_put(store, p->key, p->data, p->len, &p->err)) p->failed = 1;
 }
 
@@ -235,6 +235,7 @@ static void part_checked(struct gw_req *r, const struct db_result *res, void *ar
     p->len = data->len;
     p->part_id = files_new_id(r, "part_");
     p->key = xasprintf("uploads/%s/%s/%s", http_tenant_id(r), http_path_param(r, "id"), p->part_id);
+    p->tenant_id = http_tenant_id(r);
     if (http_run_blocking_or_busy(r, part_work, part_stored, p)) part_free(p);
 }
 
@@ -280,7 +281,7 @@ struct assemble_job {
     char sha256[65];
     uint64_t bytes;
     /* the rows */
-    const char *file_id, *filename, *purpose;
+    const char *file_id, *filename, *purpose, *tenant_id;
 };
 
 static void assemble_free(struct assemble_job *a) {
@@ -308,7 +309,7 @@ static int assemble_sink(void *ctx, const void *chunk, size_t len) {
 
 static void assemble_work(void *arg) {
     struct assemble_job *a = arg;
-    struct objstore *store = files_store(&a->err);
+    struct objstore *store = files_tenant_store(a->tenant_id, &a->err);
     if (!store) {
         a->failed = 1;
         return;
@@ -472,6 +473,7 @@ static void complete_checked(struct gw_req *r, const struct db_result *res, void
     memcpy(a->md5_want, c->md5, sizeof a->md5_want);
     a->file_id = files_new_id(r, "file-");
     a->file_key = xasprintf("files/%s/%s", http_tenant_id(r), a->file_id);
+    a->tenant_id = http_tenant_id(r);
     if (http_run_blocking_or_busy(r, assemble_work, complete_assembled, a)) assemble_free(a);
 }
 

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "datakey.h"
 #include "util.h"
 
 #define OBJSTORE_NOT_FOUND 1
@@ -176,6 +177,18 @@ int objstore_get_zstd(struct objstore *store, const char *key, char **data, size
 int objstore_put_file_zstd(struct objstore *store, const char *key, const char *path, int level,
                            struct whet_err *err);
 int objstore_get_file_zstd(struct objstore *store, const char *key, const char *path, struct whet_err *err);
+
+/* Encryption at rest (objstore_crypt.c): a view of `inner` that seals every object written through
+ * it with a tenant's data key (datakey.h): AES-256-GCM in 64 KiB chunks behind a header with a
+ * version, the key id and a random nonce, each chunk authenticated with the object's key, its index
+ * and whether it is the last. It opens every object read through it, so every call above works on it
+ * and sees plaintext: ranges, the sequential reader, directories.
+ * A tampered, truncated, extended or moved object, one sealed with another key, and a plain object
+ * are refused with an error that says which. Sizes (stat, list, info) are the plaintext's; the
+ * stored SHA-256 is the ciphertext's, so the view reports none and whole reads check what they
+ * read against the caller's checksum (a manifest's) on top of the tags. `inner` must outlive the
+ * view; objstore_close(view) frees the view only. */
+struct objstore *objstore_encrypted(struct objstore *inner, const struct whet_data_key *key);
 
 /* Name part of the upload journals (see objstore_put_file) that objstore_put_dir leaves out. */
 #define OBJSTORE_UPLOAD_JOURNAL_SUFFIX ".whet-upload"

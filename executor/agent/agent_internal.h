@@ -18,6 +18,8 @@ struct agent_job {
     char id[64];
     int attempt;
     json_t *manifest;              /* owned */
+    struct objstore *tenant_store; /* the tenant's data: the agent's store, or a view of it sealed with the
+                                      manifest's data key (owned then); set by the job's thread */
     char *dir;                     /* work_dir/jobs/ID-ATTEMPT */
     pthread_t thread;
     atomic_int stop;               /* enum job_stop, set by the main thread */

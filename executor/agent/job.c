@@ -59,10 +59,10 @@ static char *fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
     return dir;
 }
 
-static int fetch_file(struct agent *a, json_t *file, const char *path, struct whet_err *err) {
+static int fetch_file(struct agent_job *job, json_t *file, const char *path, struct whet_err *err) {
     const char *key = json_string_value(json_object_get(file, "object_key"));
     if (!key) return whet_errf(err, "manifest: a data file has no object_key");
-    int rc = objstore_get_file(a->store, key, path, NULL, err);
+    int rc = objstore_get_file(job->tenant_store, key, path, NULL, err);
     if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
     return rc == OBJSTORE_NOT_FOUND ? whet_errf(err, "data file %s is missing from the object store", key) : rc;
 }
@@ -99,16 +99,16 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     char *train = xasprintf("%s/train.jsonl", job->dir), *valid = NULL, *resume = NULL, *init = NULL, *cfg_path = NULL;
     json_t *cfg = NULL;
     if (whet_mkdir_p(out_dir, err) < 0 || !(*model_dir = fetch_model(a, json_object_get(m, "base_model"), err)) ||
-        fetch_file(a, json_object_get(m, "training_file"), train, err) < 0)
+        fetch_file(job, json_object_get(m, "training_file"), train, err) < 0)
         goto out;
     if (json_is_object(json_object_get(m, "validation_file"))) {
         valid = xasprintf("%s/valid.jsonl", job->dir);
-        if (fetch_file(a, json_object_get(m, "validation_file"), valid, err) < 0) goto out;
+        if (fetch_file(job, json_object_get(m, "validation_file"), valid, err) < 0) goto out;
     }
     json_t *r = json_object_get(m, "resume");
     if (json_is_object(r)) {
         resume = xasprintf("%s/resume", job->dir);
-        int rc = objstore_get_dir(a->store, json_string_value(json_object_get(r, "object_prefix")), resume, err);
+        int rc = objstore_get_dir(job->tenant_store, json_string_value(json_object_get(r, "object_prefix")), resume, err);
         if (rc != 0) {
             agent_metrics_store_failed(AGENT_STORE_FETCH);
             if (rc == OBJSTORE_NOT_FOUND) whet_errf(err, "the checkpoint to resume from is incomplete");
@@ -118,7 +118,7 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     json_t *ia = json_object_get(m, "init_adapter");
     if (json_is_object(ia)) {
         init = xasprintf("%s/init_adapter", job->dir);
-        if (objstore_get_dir(a->store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) {
+        if (objstore_get_dir(job->tenant_store, json_string_value(json_object_get(ia, "object_prefix")), init, err) != 0) {
             agent_metrics_store_failed(AGENT_STORE_FETCH);
             goto out;
         }
@@ -210,7 +210,7 @@ static void upload_checkpoint(struct trainer_watch *r, int step, const char *pat
     struct whet_err err;
     char *prefix = xasprintf("%s/checkpoints/step-%d", json_string_value(json_object_get(job->manifest, "output_prefix")), step);
     double t0 = whet_now_mono();
-    if (objstore_put_dir(job->agent->store, prefix, path, &err) < 0) {
+    if (objstore_put_dir(job->tenant_store, prefix, path, &err) < 0) {
         log_warn("msg=\"checkpoint upload failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
         agent_metrics_store_failed(AGENT_STORE_CHECKPOINT_UPLOAD);
         agent_report_event(job, "warn", "message", "A checkpoint could not be uploaded; training goes on", NULL);
@@ -510,6 +510,26 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     free(nccl_ifname);
 }
 
+/* The store the tenant's data goes through: sealed with the data key the scheduler put into the
+ * manifest when encryption at rest is on (the key is then dropped from the manifest), the agent's
+ * store as it is otherwise. */
+static int tenant_store_open(struct agent_job *job, struct whet_err *err) {
+    job->tenant_store = job->agent->store;
+    json_t *dk = json_object_get(job->manifest, "data_key");
+    const char *refused = json_string_value(json_object_get(job->manifest, "data_key_error"));
+    if (refused) return whet_errf(err, "the tenant's data key is unavailable: %s", refused);
+    if (!json_is_object(dk)) return 0;
+    struct whet_data_key key;
+    json_int_t id = json_integer_value(json_object_get(dk, "id"));
+    const char *hex = json_string_value(json_object_get(dk, "key"));
+    int rc = id > 0 && id <= UINT32_MAX && hex ? whet_data_key_from_hex((uint32_t)id, hex, &key, err)
+                                                : whet_errf(err, "manifest: data_key needs an id and a key");
+    if (rc == 0) job->tenant_store = objstore_encrypted(job->agent->store, &key);
+    explicit_bzero(&key, sizeof key);
+    json_object_del(job->manifest, "data_key");
+    return rc;
+}
+
 static void *job_main(void *arg) {
     struct agent_job *job = arg;
     struct agent *a = job->agent;
@@ -526,7 +546,7 @@ static void *job_main(void *arg) {
     struct whet_err err;
     char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65], **judge_dirs = NULL;
 
-    char *cfg_path = prepare(job, &model_dir, &judge_dirs, &err);
+    char *cfg_path = tenant_store_open(job, &err) == 0 ? prepare(job, &model_dir, &judge_dirs, &err) : NULL;
     if (!cfg_path) {
         snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
         fin.error_code = "preparation_failed";
@@ -541,8 +561,8 @@ static void *job_main(void *arg) {
         final_prefix = xasprintf("%s/final", output_prefix);
         csv_key = xasprintf("%s/results.csv", output_prefix);
         csv_header(&r, 0);
-        if (objstore_put_dir(a->store, final_prefix, r.final_path, &err) < 0 ||
-            objstore_put(a->store, csv_key, r.csv.data, r.csv.len, &err) < 0) {
+        if (objstore_put_dir(job->tenant_store, final_prefix, r.final_path, &err) < 0 ||
+            objstore_put(job->tenant_store, csv_key, r.csv.data, r.csv.len, &err) < 0) {
             agent_metrics_store_failed(AGENT_STORE_FINAL_UPLOAD);
             fin.outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__FAILED;
             fin.error_code = "upload_failed";
@@ -597,6 +617,7 @@ void agent_job_start(struct agent_job *job) { pthread_create(&job->thread, NULL,
 
 void agent_job_free(struct agent_job *job) {
     pthread_join(job->thread, NULL);
+    if (job->tenant_store != job->agent->store) objstore_close(job->tenant_store);
     json_decref(job->manifest);
     free(job->dir);
     free(job);

@@ -221,7 +221,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         c->kind = command_kind(PQgetvalue(res, i, 1));
         c->job_id = xstrdup(PQgetvalue(res, i, 2));
         c->attempt = (uint32_t)atoi(PQgetvalue(res, i, 3));
-        c->manifest_json = xstrdup(PQgetvalue(res, i, 4));
+        c->manifest_json = scheduler_manifest_deliver(conn, PQgetvalue(res, i, 4));
         c->grace_ms = (uint32_t)atoi(PQgetvalue(res, i, 5));
         c->reason = xstrdup(PQgetvalue(res, i, 6));
         resp->commands[resp->n_commands++] = c;

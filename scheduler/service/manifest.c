@@ -8,11 +8,15 @@
  * database. Each rank of a gang gets the attempt's manifest with its own "distributed" object
  * (scheduler_rank_manifest): world_size, rank, generation, rendezvous, host, timeout_s, zero (ZeRO-1 for
  * full fine-tuning), and the peers' addresses, which the executor turns into the trainer config's `distributed` and its sandbox's
- * network policy. */
+ * network policy. With encryption at rest on, the tenant's data key joins a manifest when it is
+ * delivered (scheduler_manifest_deliver), never in the stored copy. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "data_keys.h"
+#include "log.h"
 #include "pg.h"
 #include "service_internal.h"
 #include "trainer_settings.h"
@@ -129,4 +133,40 @@ json_t *scheduler_rank_manifest(const char *manifest, const struct gang_rank *r)
                                   r->rendezvous ? json_string(r->rendezvous) : json_null(), "host", r->host,
                                   "timeout_s", GANG_TIMEOUT_S, "zero", full_ft, "peers", r->peers));
     return m;
+}
+
+/* The operator keyring ($WHET_DATA_KEY_FILE), read once; NULL: encryption at rest is off. */
+static pthread_once_t keyring_once = PTHREAD_ONCE_INIT;
+static struct whet_keyring *keyring;
+static struct whet_err keyring_err;
+static int keyring_failed;
+
+static void keyring_load(void) {
+    keyring_failed = whet_keyring_from_env(&keyring, &keyring_err) != 0;
+    if (keyring_failed) log_error("msg=\"operator keyring unusable\" err=\"%s\"", keyring_err.msg);
+}
+
+char *scheduler_manifest_deliver(PGconn *conn, const char *manifest) {
+    pthread_once(&keyring_once, keyring_load);
+    json_t *m = keyring || keyring_failed ? json_loads(manifest, 0, NULL) : NULL;
+    const char *tenant_id = json_string_value(json_object_get(m, "tenant_id"));
+    if (!tenant_id) {
+        json_decref(m);
+        return xstrdup(manifest);
+    }
+    struct whet_err err = keyring_err;
+    struct whet_data_key dk;
+    if (!keyring_failed && whet_tenant_data_key(conn, keyring, tenant_id, &dk, &err) == 0) {
+        char hex[2 * WHET_DATA_KEY_BYTES + 1];
+        whet_data_key_hex(&dk, hex);
+        json_object_set_new(m, "data_key", json_pack("{s:I, s:s}", "id", (json_int_t)dk.id, "key", hex));
+        explicit_bzero(hex, sizeof hex);
+        explicit_bzero(&dk, sizeof dk);
+    } else {
+        log_error("msg=\"tenant data key unavailable\" tenant=%s err=\"%s\"", tenant_id, err.msg);
+        json_object_set_new(m, "data_key_error", json_string(err.msg));
+    }
+    char *out = json_dumps(m, JSON_COMPACT);
+    json_decref(m);
+    return out;
 }

@@ -29,6 +29,11 @@ int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
  * or NULL with err. */
 char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
                          int devices, struct whet_err *err);
+/* A stored START manifest as it is handed to the executor (manifest.c): with encryption at rest on
+ * ($WHET_DATA_KEY_FILE), plus the tenant's unwrapped data key ("data_key": {"id", "key"}), or the reason
+ * it is unavailable ("data_key_error"), which fails the attempt. The key is added only here, on the way
+ * out, so node_commands never holds it. Returns a malloc'd string. */
+char *scheduler_manifest_deliver(PGconn *conn, const char *manifest);
 
 /* ---- Gangs (gang.c): a job placed over several nodes runs as one attempt of N ranks, one trainer
  * process per device; migrations/0015_gangs.sql has the rows and the rules. ---- */

@@ -20,31 +20,12 @@
 # sides; on a 2-core machine shared with other builds the figures are noisy: rounds alternate the two
 # clients and the median is reported.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../../.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+source "$(dirname "$0")/lib.sh"
+bench_setup objstore-bench "${1:-build}"
 size_mb=${SIZE_MB:-200}
 rounds=${ROUNDS:-5}
-[ -f "$build/libwhet_objstore.a" ] || { echo "bench: $build/libwhet_objstore.a not built" >&2; exit 1; }
-
-work=$(mktemp -d /tmp/whet-objstore-bench.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-
-cc -O2 -std=c17 -D_GNU_SOURCE -I"$root/common" -I"$root/common/objstore" "$root/tests/bench/objstore/upload.c" \
-  "$build/libwhet_objstore.a" "$build/libwhet_common.a" \
-  $(pkg-config --libs libcurl libzstd jansson libcrypto) -lpthread -lm -o "$work/upload"
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-mkdir -p "$work/s3"
-node "$root/tests/node_modules/s3rver/bin/s3rver.js" --directory "$work/s3" --address 127.0.0.1 --port "$port" \
-  --configure-bucket whet-bench --silent >"$work/s3rver.log" 2>&1 &
-pids+=($!)
-endpoint="http://127.0.0.1:$port"
-for _ in $(seq 100); do curl -fs -o /dev/null "$endpoint/" && break; sleep 0.1; done
-
-export WHET_S3_ENDPOINT="$endpoint" AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+bench_driver upload
+bench_s3rver
 head -c "$((size_mb << 20))" /dev/urandom >"$work/blob"
 bytes=$(stat -c %s "$work/blob")
 
