@@ -64,10 +64,10 @@ for l in open(sys.argv[1]):
   exit 1
 }
 
-# gang NAME METHOD WORLD EXTRA_FIELDS [DIST_EXTRA]: a gang of WORLD ranks, rank r in $work/NAME-r;
-# waits for all of them; fails unless every rank exits 0.
-gang() {
-  local name=$1 method=$2 world=$3 extra=$4 dist=${5:-} r addr
+# start_gang NAME METHOD WORLD EXTRA_FIELDS [DIST_EXTRA]: starts a gang of WORLD ranks in the background,
+# rank r in $work/NAME-r (its pid in pids[r]); $addr is rank 0's rendezvous.
+start_gang() {
+  local name=$1 method=$2 world=$3 extra=$4 dist=${5:-} r
   config "$work/$name-0.json" "$method" "$work/$name-0" "$extra, \"distributed\": {\"world_size\": $world, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\" $dist}"
   "$WHET_BIN" train --config "$work/$name-0.json" > "$work/$name-0.events" 2> "$work/$name-0.log" &
   pids=($!)
@@ -77,6 +77,13 @@ gang() {
     "$WHET_BIN" train --config "$work/$name-$r.json" > "$work/$name-$r.events" 2> "$work/$name-$r.log" &
     pids+=($!)
   done
+}
+
+# gang NAME METHOD WORLD EXTRA_FIELDS [DIST_EXTRA]: start_gang, then waits for every rank; fails unless
+# each exits 0.
+gang() {
+  local name=$1 world=$3 r
+  start_gang "$@"
   for r in $(seq 0 $((world - 1))); do
     wait "${pids[$r]}" || { cat "$work/$name-$r.log" >&2; fail "$name: rank $r failed"; }
   done
@@ -178,13 +185,7 @@ echo "a stale generation is refused; rank 0 gives up at its deadline"
 
 # ---- SIGKILL of rank 1 mid-run: rank 0 fails at once, saying which rendezvous and rank
 steps=$LONG
-config "$work/kill-0.json" sft "$work/kill-0" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\", \"timeout_s\": 60}"
-"$WHET_BIN" train --config "$work/kill-0.json" > "$work/kill-0.events" 2> "$work/kill-0.log" &
-pids=($!)
-addr=$(rendezvous_of "$work/kill-0.events")
-config "$work/kill-1.json" sft "$work/kill-1" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 1, \"rendezvous\": \"$addr\", \"timeout_s\": 60}"
-"$WHET_BIN" train --config "$work/kill-1.json" > /dev/null 2> "$work/kill-1.log" &
-pids+=($!)
+start_gang kill sft 2 "$LORA" ', "timeout_s": 60'
 for _ in $(seq 600); do [ "$(grep -c '"type":"metrics"' "$work/kill-0.events")" -ge 3 ] && break; sleep 0.1; done
 kill -9 "${pids[1]}"
 start=$(date +%s)
@@ -195,13 +196,7 @@ grep -q "distributed: rank 0 of 2 (rendezvous $addr)" "$work/kill-0.log" || fail
 echo "a killed rank fails its peer in ${elapsed}s: $(grep -o 'distributed: rank 0 of 2.*' "$work/kill-0.log" | head -c 160)"
 
 # ---- SIGTERM to rank 1 only: both stop after the same step, rank 0 checkpoints it, both exit 0
-config "$work/term-0.json" sft "$work/term-0" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\"}"
-"$WHET_BIN" train --config "$work/term-0.json" > "$work/term-0.events" 2> "$work/term-0.log" &
-pids=($!)
-addr=$(rendezvous_of "$work/term-0.events")
-config "$work/term-1.json" sft "$work/term-1" "$LORA, \"distributed\": {\"world_size\": 2, \"rank\": 1, \"rendezvous\": \"$addr\"}"
-"$WHET_BIN" train --config "$work/term-1.json" > /dev/null 2> "$work/term-1.log" &
-pids+=($!)
+start_gang term sft 2 "$LORA"
 for _ in $(seq 600); do [ "$(grep -c '"type":"metrics"' "$work/term-0.events")" -ge 3 ] && break; sleep 0.1; done
 kill -TERM "${pids[1]}"
 wait "${pids[1]}" || fail "SIGTERM: rank 1 exit status $?"
