@@ -359,7 +359,7 @@ static void log_tail(const char *path, char *out, size_t len) {
 /* What the tenant reads when the trainer ended without a model: what the sandbox saw, then the last
  * lines the trainer wrote to stderr (its own account, e.g. "… Read-only file system"). */
 static void failure_message(char *msg, size_t len, const struct sandbox_result *res, const char *log_path) {
-    char what[300], tail[400];
+    char what[512], tail[400];
     switch (res->reason) {
     case SANDBOX_OK: snprintf(what, sizeof what, "exited without a final model"); break;
     case SANDBOX_EXIT: snprintf(what, sizeof what, "exited with status %d", res->exit_code); break;
