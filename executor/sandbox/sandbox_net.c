@@ -190,11 +190,18 @@ static int perform(const struct sandbox_net *net, const struct seccomp_notif *re
     } else if (port && *port == 0) {
         unsigned range = (unsigned)(net->port_hi - net->port_lo + 1), start = 0;
         if (getrandom(&start, sizeof start, GRND_NONBLOCK) != sizeof start) start = (unsigned)req->pid;
+        /* The search binds without SO_REUSEADDR: with it, two sockets bound but not listening yet may
+         * share a port (Gloo's pairs set it), and the second one's listen() then fails. */
+        int reuse = 0, off = 0;
+        socklen_t reuse_len = sizeof reuse;
+        getsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, &reuse_len);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &off, sizeof off);
         e = EADDRINUSE;
         for (unsigned k = 0; k < range && e == EADDRINUSE; k++) {
             *port = htons((in_port_t)(net->port_lo + (start + k) % range));
             e = bind(fd, &a->sa, len) < 0 ? errno : 0;
         }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof reuse);
     } else {
         e = bind(fd, &a->sa, len) < 0 ? errno : 0;
     }
