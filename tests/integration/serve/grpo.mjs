@@ -4,11 +4,12 @@
 // group of answers with the session's current weights, turns the rewards into advantages (reward minus the
 // group's mean) and trains with the importance_sampling loss on the sampler's log-probs. The mean reward of answers drawn with fixed seeds
 // before and after training must rise by a wide margin.
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, existsSync, rmSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { checker } from '../api/harness.mjs';
+import { startTrainingWorker, stopTrainingWorker } from './training_worker.mjs';
 
 const { check, summary } = checker();
 const whet = process.env.WHET_BIN;
@@ -19,18 +20,8 @@ const model = join(dir, 'model');
 execFileSync(whet, ['model', 'init', '--out', model, '--arch', 'qwen3', '--layers', '2', '--hidden', '512', '--heads', '4',
   '--kv-heads', '2', '--intermediate', '512', '--vocab', '259']);
 const GROUP = 8, STEPS = 30, REWARDED = 16, MAX_TOKENS = 8;
-const addressFile = join(dir, 'address');
-const proc = spawn(whet, ['serve', '--model', model, '--http', '127.0.0.1:0', '--address-file', addressFile, '--slots', `${GROUP}`,
-  '--max-len', '128', '--training'], { stdio: ['ignore', 'inherit', 'inherit'] });
-const gone = new Promise((resolve) => proc.on('exit', resolve));
-for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
-const at = readFileSync(addressFile, 'utf8').trim();
-const post = async (path, body) => {
-  const res = await fetch(`http://${at}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const json = await res.json();
-  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
-};
+const worker = await startTrainingWorker(model, dir, ['--slots', `${GROUP}`]);
+const post = worker.post;
 const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 const reward = (tokens) => tokens.filter((t) => t < REWARDED).length / MAX_TOKENS;
 
@@ -62,8 +53,6 @@ try {
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  proc.kill('SIGTERM');
-  check((await gone) === 0, 'the worker exits 0');
-  rmSync(dir, { recursive: true, force: true });
+  await stopTrainingWorker(worker, dir, check);
 }
 process.exit(summary());

@@ -7,11 +7,12 @@
 // weights 1/(trained tokens of the step) on the assistant's tokens (those after the prompt with its
 // generation prompt), then optim_step with the trainer's AdamW settings. The two adapters' tensors agree
 // within a tolerance: the same math, in another row order.
-import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { checker } from '../api/harness.mjs';
+import { startTrainingWorker, stopTrainingWorker } from './training_worker.mjs';
 
 const { check, summary } = checker();
 const whet = process.env.WHET_BIN;
@@ -30,18 +31,9 @@ writeFileSync(join(dir, 'train.json'), JSON.stringify({ method: 'sft', model, tr
 execFileSync(whet, ['train', '--config', join(dir, 'train.json'), '--quiet'], { env: { ...process.env, OMP_NUM_THREADS: '1' } });
 
 const store = `file://${join(dir, 'objects')}`;
-const addressFile = join(dir, 'address');
-const proc = spawn(whet, ['serve', '--model', model, '--http', '127.0.0.1:0', '--address-file', addressFile, '--max-len', '128',
-  '--object-store', store, '--cache-dir', join(dir, 'cache'), '--training'], { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, OMP_NUM_THREADS: '1' } });
-const gone = new Promise((resolve) => proc.on('exit', resolve));
-for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await new Promise((r) => setTimeout(r, 50));
-const at = readFileSync(addressFile, 'utf8').trim();
-const post = async (path, body) => {
-  const res = await fetch(`http://${at}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
-  const json = await res.json();
-  if (res.status !== 200) throw new Error(`${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
-};
+const worker = await startTrainingWorker(model, dir, ['--object-store', store, '--cache-dir', join(dir, 'cache')],
+  { OMP_NUM_THREADS: '1' });
+const post = worker.post;
 // a safetensors file's F32 tensors by name
 const tensors = (path) => {
   const b = readFileSync(path), n = Number(b.readBigUInt64LE(0)), header = JSON.parse(b.subarray(8, 8 + n).toString());
@@ -88,8 +80,6 @@ try {
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  proc.kill('SIGTERM');
-  check((await gone) === 0, 'the worker exits 0');
-  rmSync(dir, { recursive: true, force: true });
+  await stopTrainingWorker(worker, dir, check);
 }
 process.exit(summary());
