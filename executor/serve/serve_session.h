@@ -46,6 +46,7 @@ struct serve_session {
     struct model *view; /* the trainable adapter */
     double last_used;   /* whet_now_mono() of its last call: idle sessions expire */
     int sampling;       /* its sample requests in the engine (it cannot change or go meanwhile) */
+    int pass_rows, pass_T; /* its call's data and longest datum in the worker's last pass; 0 when not in it */
     long long trained_tokens, sampled_tokens, prefill_tokens; /* metering: tokens it trained on, prompted, drew */
 };
 

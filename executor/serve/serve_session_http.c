@@ -74,7 +74,8 @@ struct serve_sessions {
     double last_tick;               /* loop thread */
     /* engine thread */
     struct op *todo;
-    int again; /* an op waiting in todo may run now */
+    int again;           /* an op waiting in todo may run now */
+    double gather_until; /* whet_now_mono() until which a pass waits for the sessions of the last one */
     struct serve_session **sessions;
     int n_sessions;
     struct serve_store *store; /* initial adapters */
@@ -231,13 +232,26 @@ static void answer_forward_backward(struct op *op) {
     answer(op, 200, b.data);
 }
 
-/* The forward_backward calls of distinct sessions in one pass. */
+/* The rows of a forward_backward call in a pass and the tokens of its longest. */
+static void fb_shape(const struct op *op, int *rows, int *T) {
+    *rows = op->fb.n_data, *T = 1;
+    for (int d = 0; d < op->fb.n_data; d++)
+        if (op->fb.data[d].n > *T) *T = op->fb.data[d].n;
+}
+
+/* The forward_backward calls of distinct sessions in one pass; its sessions are the next pass's to wait for,
+ * for a tenth of its time (at most 0.1 s): enough for a client's answer, optim_step and next call. */
 static void run_forward_backward(struct serve_sessions *ss, struct op **ops, int n) {
     struct serve_fb *fbs = xmalloc(sizeof *fbs * (size_t)n);
     for (int i = 0; i < n; i++) fbs[i] = ops[i]->fb;
     struct whet_err err;
+    double t0 = whet_now_mono();
     int rc = serve_session_forward_backward(serve_engine_base(ss->engine), fbs, n, &err);
-    log_debug("msg=\"forward_backward pass\" sessions=%d", n);
+    double t1 = whet_now_mono();
+    ss->gather_until = t1 + (t1 - t0 < 1 ? 0.1 * (t1 - t0) : 0.1);
+    for (int i = 0; i < ss->n_sessions; i++) ss->sessions[i]->pass_rows = 0;
+    for (int i = 0; i < n && !rc; i++) fb_shape(ops[i], &fbs[i].session->pass_rows, &fbs[i].session->pass_T);
+    log_debug("msg=\"forward_backward pass\" sessions=%d seconds=%.3f", n, t1 - t0);
     if (rc) log_error("msg=\"forward_backward failed\" sessions=%d error=\"%s\"", n, err.msg);
     for (int i = 0; i < n; i++) {
         ops[i]->fb = fbs[i];
@@ -376,18 +390,28 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     return 0;
 }
 
-/* The rows of a forward_backward call in a pass and the tokens of its longest. */
-static void fb_shape(const struct op *op, int *rows, int *T) {
-    *rows = op->fb.n_data, *T = 1;
-    for (int d = 0; d < op->fb.n_data; d++)
-        if (op->fb.data[d].n > *T) *T = op->fb.data[d].n;
-}
-
 /* Whether an op of session `id` waits (is blocked) in ops[0..n). */
 static int blocked(struct op **ops, int n, const char *id) {
     for (int i = 0; i < n; i++)
         if (!strcmp(ops[i]->session, id)) return 1;
     return 0;
+}
+
+/* Whether a session of the last pass, not sampling, has not called forward_backward again yet, and its call
+ * would fit one pass with those waiting (the shape of its last call standing for the next one's). */
+static int cycle_incomplete(const struct serve_sessions *ss) {
+    int rows = 0, T = 0, r, t, missing = 0;
+    for (const struct op *op = ss->todo; op; op = op->next)
+        if (op->kind == OP_FORWARD_BACKWARD) fb_shape(op, &r, &t), rows += r, T = t > T ? t : T;
+    for (int i = 0; i < ss->n_sessions; i++) {
+        const struct serve_session *s = ss->sessions[i];
+        if (!s->pass_rows || s->sampling) continue;
+        const struct op *op = ss->todo;
+        while (op && (op->kind != OP_FORWARD_BACKWARD || strcmp(op->session, s->id))) op = op->next;
+        if (op) continue;
+        missing = 1, rows += s->pass_rows, T = s->pass_T > T ? s->pass_T : T;
+    }
+    return missing && (long long)rows * T <= ss->o.max_pass_tokens;
 }
 
 static void expire(struct serve_sessions *ss) {
@@ -420,6 +444,10 @@ void serve_sessions_run(struct serve_sessions *ss) {
     while (*tail) tail = &(*tail)->next;
     *tail = in;
     ss->again = 0;
+    /* Clock cycles, as Tinker's: sessions that train in lock-step (forward_backward, optim_step, again) would
+     * drift into several smaller passes, the first call back starting a pass alone; so while a session of
+     * the last pass has not called again, for a moment (gather_until), the forward_backward calls wait. */
+    int gather = whet_now_mono() < ss->gather_until && cycle_incomplete(ss);
     /* in order: an op whose session samples, or has an earlier op waiting or in the pass, waits */
     int n_todo = 0, n_waiting = 0, n_pass = 0;
     for (struct op *op = ss->todo; op; op = op->next) n_todo++;
@@ -434,7 +462,7 @@ void serve_sessions_run(struct serve_sessions *ss) {
         if (op->kind == OP_FORWARD_BACKWARD) fb_shape(op, &rows, &T);
         if (T < pass_T) T = pass_T;
         int busy = blocked(waiting, n_waiting, op->session) || blocked(pass, n_pass, op->session) ||
-                   (i >= 0 && ss->sessions[i]->sampling) ||
+                   (i >= 0 && ss->sessions[i]->sampling) || (gather && op->kind == OP_FORWARD_BACKWARD) ||
                    (n_pass && rows && (long long)(pass_rows + rows) * T > ss->o.max_pass_tokens);
         if (busy) {
             waiting[n_waiting++] = op;
@@ -453,6 +481,7 @@ void serve_sessions_run(struct serve_sessions *ss) {
     }
     free(waiting), free(pass);
     if (expire_due) expire(ss);
+    if (gather && ss->again) usleep(1000); /* the engine polls until the cycle is whole or its moment is over */
 }
 
 /* ---------------------------------------------------------------- requests (loop thread) */

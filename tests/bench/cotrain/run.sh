@@ -1,0 +1,106 @@
+#!/bin/sh
+# run.sh - co-training: JOBS LoRA SFT jobs on a ~25M-parameter Llama (7 layers, hidden 512, vocab 8192), each
+# STEPS steps of B examples cut to L tokens at a constant learning rate, run (a) as JOBS `whet train`
+# processes at once, (b) as the same processes one after another, (c) as JOBS training sessions on ONE
+# `whet serve --training` worker driven by JOBS clients at once (clients.mjs: the same examples,
+# cross_entropy forward_backward + optim_step; the calls of sessions waiting at the same time run as one
+# batched pass on the one frozen base), twice: passes of up to 16384 tokens (the default
+# --max-train-tokens: all 8 sessions' calls fit one pass) and of up to PASS_TOKENS (2 sessions a pass, which
+# bounds the worker's activations). Reports aggregate tokens/s, tokens per CPU second (user + system
+# seconds of the trainers, their start included, or of the worker while the clients ran: what the work
+# costs whatever else runs on the machine, which wall-clock ratios do not show on a shared one), peak
+# memory (the processes' peak RSS summed against the worker's) and each job's wall time; the ratios within
+# one run are what counts.
+# Usage (from the repository root, after building):
+#   tests/bench/cotrain/run.sh [BUILD_DIR] [THREADS] [STEPS] [PASS_TOKENS]
+set -eu
+BUILD=${1:-build}
+THREADS=${2:-2}
+STEPS=${3:-8}
+PASS_TOKENS=${4:-1024}
+JOBS=8 B=4 L=128 LR=0.0002
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
+OUT=$(mktemp -d /tmp/whet-bench-cotrain.XXXXXX)
+trap '[ -z "$WORKER" ] || kill "$WORKER" 2>/dev/null; rm -rf "$OUT"' EXIT
+WORKER=
+export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $JOBS jobs x $STEPS steps x $B x $L tokens," \
+     "$THREADS threads per process; only the ratios within this run mean anything."
+"$BUILD/whet" model init --out "$OUT/model" --arch llama --layers 7 --hidden 512 --heads 8 --kv-heads 4 \
+    --intermediate 1376 --vocab 8192 >/dev/null
+/usr/bin/python3 "$SRC/tests/bench/cotrain/make_data.py" "$OUT/data-" "$JOBS" $((STEPS * B))
+for j in $(seq 0 $((JOBS - 1))); do
+  cat > "$OUT/job-$j.json" <<JSON
+{"method": "sft", "model": "$OUT/model", "training_file": "$OUT/data-$j.jsonl", "output_dir": "$OUT/out-$j",
+ "seed": 1, "lora": {"r": 8, "alpha": 16}, "max_steps": $STEPS,
+ "hyperparameters": {"batch_size": $B, "learning_rate": $LR, "lr_scheduler": "constant", "warmup_steps": 0,
+                     "max_seq_len": $L, "n_epochs": 1}}
+JSON
+done
+
+# one job: its wall seconds, peak RSS (KiB) and CPU seconds appended to $1
+train() { /usr/bin/time -f "%e %M %U %S" -a -o "$1" "$BUILD/whet" train --config "$OUT/job-$2.json" --quiet >/dev/null; }
+
+: > "$OUT/parallel"
+t0=$(date +%s.%N)
+for j in $(seq 0 $((JOBS - 1))); do train "$OUT/parallel" "$j" & done
+wait
+t1=$(date +%s.%N)
+: > "$OUT/serial"
+for j in $(seq 0 $((JOBS - 1))); do train "$OUT/serial" "$j"; done
+t2=$(date +%s.%N)
+for j in $(seq 0 $((JOBS - 1))); do
+  n=$(wc -l < "$OUT/out-$j/metrics.jsonl")
+  [ "$n" -eq "$STEPS" ] || { echo "job $j: $n steps, expected $STEPS" >&2; exit 1; }
+done
+
+# the sessions on one worker: its start, then the clients; its CPU seconds (utime + stime) over the clients
+sessions() { # sessions NAME MAX_TRAIN_TOKENS
+  w0=$(date +%s.%N)
+  rm -f "$OUT/address"
+  WHET_LOG_LEVEL=debug "$BUILD/whet" serve --model "$OUT/model" --name base --http 127.0.0.1:0 --address-file "$OUT/address" --slots 4 \
+      --max-len 256 --training --max-sessions $JOBS --max-train-tokens "$2" 2>"$OUT/worker-$1.log" &
+  WORKER=$!
+  while [ ! -s "$OUT/address" ]; do sleep 0.05; done
+  echo "{\"label\": \"start\", \"seconds\": $(awk "BEGIN {print $(date +%s.%N) - $w0}")}" > "$OUT/$1"
+  node "$SRC/tests/bench/cotrain/clients.mjs" "http://$(cat "$OUT/address")" "$OUT/data-" "$JOBS" "$STEPS" "$B" "$L" "$LR" \
+    "/proc/$WORKER/stat" "$(getconf CLK_TCK)" >> "$OUT/$1"
+  echo "{\"label\": \"memory\", \"kb\": $(awk '/VmHWM/ {print $2}' "/proc/$WORKER/status")}" >> "$OUT/$1"
+  kill "$WORKER"; wait "$WORKER" 2>/dev/null || true; WORKER=
+}
+sessions one-pass 16384
+sessions small-passes "$PASS_TOKENS"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+/usr/bin/python3 - "$OUT" "$JOBS" "$STEPS" "$B" "$L" "$t0" "$t1" "$t2" "$PASS_TOKENS" <<'PY'
+import json, sys
+out, jobs, steps, B, L = sys.argv[1], *map(int, sys.argv[2:6])
+t0, t1, t2 = map(float, sys.argv[6:9])
+tokens = jobs * steps * B * L
+def runs(name):
+    rows = [line.split() for line in open(f"{out}/{name}")]
+    return [float(r[0]) for r in rows], [int(r[1]) for r in rows], sum(float(r[2]) + float(r[3]) for r in rows)
+fmt = lambda xs: " ".join(f"{x:.0f}" for x in sorted(xs))
+print(f"{tokens} tokens in all ({jobs} jobs x {steps} steps x {B} x {L})")
+print(f"{'':39} {'wall s':>7} {'tokens/s':>8} {'tok/CPU s':>9} {'peak MiB':>8}  jobs' wall s")
+par_s, par_kb, par_cpu = runs("parallel")
+ser_s, ser_kb, ser_cpu = runs("serial")
+rows = {"a": (t1 - t0, par_cpu, sum(par_kb)), "b": (t2 - t1, ser_cpu, max(ser_kb))}
+print(f"(a) {jobs} whet train at once             {t1 - t0:7.1f} {tokens / (t1 - t0):8.0f} {tokens / par_cpu:9.0f} {sum(par_kb) / 1024:8.0f}  {fmt(par_s)}")
+print(f"(b) {jobs} whet train in a row            {t2 - t1:7.1f} {tokens / (t2 - t1):8.0f} {tokens / ser_cpu:9.0f} {max(ser_kb) / 1024:8.0f}  {fmt(ser_s)}")
+for key, name, what in (("c", "one-pass", "passes <= 16384 tok"), ("d", "small-passes", f"passes <= {sys.argv[9]} tok")):
+    rs = [json.loads(l) for l in open(f"{out}/{name}")]
+    wall = next(r for r in rs if r["label"] == "sessions")
+    kb = next(r["kb"] for r in rs if r["label"] == "memory")
+    start = next(r["seconds"] for r in rs if r["label"] == "start")
+    rows[key] = (wall["seconds"], wall["cpu_s"], kb)
+    sizes = [int(l.split("sessions=")[1].split()[0]) for l in open(f"{out}/worker-{name}.log") if "forward_backward pass" in l]
+    wall["passes"] = f"{len(sizes)}, {sum(sizes) / max(len(sizes), 1):.1f} sessions each"
+    print(f"({key}) sessions, {what:22} {wall['seconds']:7.1f} {tokens / wall['seconds']:8.0f} {tokens / wall['cpu_s']:9.0f}"
+          f" {kb / 1024:8.0f}  {fmt(r['seconds'] for r in rs if r['label'] == 'session')}"
+          f"  (worker start {start:.1f} s, passes: {wall['passes']})")
+for key in "cd":
+    w, c, kb = rows[key]
+    print(f"({key}) against (a): {rows['a'][0] / w:.2f}x tokens/s, {rows['a'][1] / c:.2f}x tokens per CPU s, {kb / rows['a'][2]:.2f}x memory;"
+          f" against (b): {rows['b'][0] / w:.2f}x tokens/s, {rows['b'][1] / c:.2f}x tokens per CPU s")
+PY
