@@ -37,7 +37,8 @@ struct comm_opts {
 };
 
 struct comm;
-/* Joins the gang: returns once every rank has (or fails at the deadline). */
+/* Joins the gang: returns once every rank has (or fails at the deadline); rank 0's rendezvous stops
+ * listening then. */
 int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err);
 void comm_close(struct comm *c);
 int comm_rank(const struct comm *c);

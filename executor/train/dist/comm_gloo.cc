@@ -80,7 +80,6 @@ struct comm {
     int rank = 0, world = 1;
     std::chrono::milliseconds timeout{300000};
     std::string rendezvous;
-    struct comm_store_server *server = nullptr;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     uint32_t tag = 0;
     std::vector<char> scratch; /* a ring step's incoming chunk */
@@ -196,12 +195,13 @@ int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err
     c->timeout = std::chrono::milliseconds((long)(o->timeout_s > 0 ? o->timeout_s : 300) * 1000);
     c->rendezvous = o->rendezvous ? o->rendezvous : "";
     double deadline = whet_now_mono() + (double)c->timeout.count() / 1000.0;
+    struct comm_store_server *server = nullptr;
     struct comm_store *store = nullptr;
     int rc = 0;
     if (c->world > 1) {
         if (c->rank == 0) {
             char bound[300];
-            rc = comm_store_serve(&c->server, c->rendezvous.c_str(), o->generation, bound, sizeof bound, err);
+            rc = comm_store_serve(&server, c->rendezvous.c_str(), o->generation, bound, sizeof bound, err);
             if (!rc) {
                 c->rendezvous = bound;
                 on_bound(o, bound);
@@ -216,6 +216,11 @@ int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err
                 c->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->world);
                 c->ctx->setTimeout(c->timeout);
                 c->ctx->connectFullMesh(rs, dev);
+                /* Once every rank is connected nobody needs the rendezvous: rank 0 stops listening
+                 * rather than keep a port open for the whole run. */
+                gloo::BarrierOptions opts(c->ctx);
+                opts.setTimeout(c->timeout);
+                gloo::barrier(opts);
             } catch (const std::exception &e) {
                 rc = whet_errf(err, "distributed: rank %d of %d cannot join the gang at %s: %s", c->rank, c->world,
                                c->rendezvous.c_str(), e.what());
@@ -223,8 +228,8 @@ int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err
         }
         comm_store_close(store);
     }
+    comm_store_server_stop(server);
     if (rc) {
-        comm_store_server_stop(c->server);
         delete c;
         return -1;
     }
@@ -242,7 +247,6 @@ void comm_close(struct comm *c) {
     }
     c->thread.join();
     c->ctx.reset();
-    comm_store_server_stop(c->server);
     delete c;
 }
 
