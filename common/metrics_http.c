@@ -2,7 +2,6 @@
 #include "metrics_http.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "net.h"
 
 struct metrics_http {
     int fd;
@@ -85,34 +85,12 @@ static void *serve(void *arg) {
 }
 
 struct metrics_http *metrics_http_start(const char *addr, void (*render)(struct whet_buf *out), struct whet_err *err) {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || !colon[1]) {
-        whet_errf(err, "metrics address \"%s\" is not HOST:PORT", addr);
-        return NULL;
-    }
-    char host[256];
-    snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-    size_t hl = strlen(host);
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = 0;
-    }
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
-    int rc = getaddrinfo(host, colon + 1, &hints, &ai);
-    if (rc) {
-        whet_errf(err, "metrics address %s: %s", addr, gai_strerror(rc));
-        return NULL;
-    }
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0) {
-        whet_errf(err, "metrics: cannot listen on %s: %s", addr, strerror(errno));
+    char bound[300];
+    int fd = whet_tcp_listen("metrics", addr, bound, sizeof bound, err);
+    if (fd < 0) {
         whet_err_hint(err, "pick another HOST:PORT for the metrics");
-        if (fd >= 0) close(fd);
-        freeaddrinfo(ai);
         return NULL;
     }
-    freeaddrinfo(ai);
     struct metrics_http *m = xcalloc(1, sizeof *m);
     m->fd = fd;
     m->render = render;

@@ -169,7 +169,6 @@ static int read_client(struct comm_store_server *s, int i) {
         memcpy(key, f + HEADER, klen);
         key[klen] = 0;
         if (handle_frame(s, i, f[0], key, f + HEADER + klen, vlen)) return -1;
-        c = &s->clients[i]; /* (handle_frame never moves clients, but keep the pointer honest) */
         at += HEADER + klen + vlen;
     }
     memmove(c->buf, c->buf + at, c->len - at);

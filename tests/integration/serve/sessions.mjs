@@ -7,10 +7,11 @@
 // Training beside completions changes no answer; calls of sessions at once equal each alone; idle
 // sessions expire; the example client loop (deploy/examples/training_session.mjs) runs.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, existsSync, writeFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
+import { stopAll } from './worker.mjs';
 
 const { check, summary, failed } = checker();
 const whet = process.env.WHET_BIN;
@@ -221,13 +222,6 @@ try {
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  if (stack) {
-    const stopped = await stack.stop();
-    check(stopped === null, 'the gateway exits cleanly', stopped);
-    if (failed()) console.error(stack.logTail(60));
-  }
-  worker.proc.kill('SIGTERM');
-  check((await worker.gone) === 0, 'the worker exits 0');
-  rmSync(dir, { recursive: true, force: true });
+  await stopAll(stack, worker, dir, { check, failed });
 }
 process.exit(summary());

@@ -7,11 +7,11 @@
 import OpenAI from 'openai';
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
-import { startWorker, usageRows } from './worker.mjs';
+import { startWorker, stopAll, usageRows } from './worker.mjs';
 
 const { check, summary, failed } = checker();
 const whet = process.env.WHET_BIN;
@@ -95,13 +95,6 @@ try {
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  if (stack) {
-    const stopped = await stack.stop();
-    check(stopped === null, 'the gateway exits cleanly', stopped);
-    if (failed()) console.error(stack.logTail(60));
-  }
-  worker.proc.kill('SIGTERM');
-  check((await worker.gone) === 0, 'the worker exits 0');
-  rmSync(dir, { recursive: true, force: true });
+  await stopAll(stack, worker, dir, { check, failed });
 }
 process.exit(summary());

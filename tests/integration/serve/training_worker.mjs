@@ -1,7 +1,7 @@
 // training_worker.mjs - for the session tests: a `whet serve --training` worker on a free port, with a
 // `post` that answers a call's JSON or throws on any status but 200.
 import { spawn } from 'node:child_process';
-import { readFileSync, existsSync, rmSync } from 'node:fs';
+import { readFileSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 
 // startTrainingWorker(model, dir, extra args, extra env) -> { proc, gone (its exit status), post }
@@ -21,9 +21,4 @@ export async function startTrainingWorker(model, dir, extra = [], env = {}) {
   return { proc, gone, post };
 }
 
-// The end of a test: the worker stopped (it must exit 0) and the test's dir removed.
-export async function stopTrainingWorker(worker, dir, check) {
-  worker.proc.kill('SIGTERM');
-  check((await worker.gone) === 0, 'the worker exits 0');
-  rmSync(dir, { recursive: true, force: true });
-}
+export { stopWorker as stopTrainingWorker } from './worker.mjs';

@@ -1,7 +1,7 @@
 // worker.mjs - what the gateway-side serving tests share: a `whet serve` worker started on a free port
 // (once it listens, its model loaded), and the gateway's inference usage rows.
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -16,6 +16,24 @@ export async function startWorker(dir, model, name, ...args) {
   const gone = new Promise((resolve) => proc.on('exit', (code, signal) => resolve(code ?? signal)));
   for (let i = 0; i < 1200 && !(existsSync(addressFile) && readFileSync(addressFile, 'utf8').trim()); i++) await sleep(50);
   return { proc, gone, at: existsSync(addressFile) ? readFileSync(addressFile, 'utf8').trim() : '' };
+}
+
+// The end of a test: the worker stopped (it must exit 0) and the test's dir removed.
+export async function stopWorker(worker, dir, check) {
+  worker.proc.kill('SIGTERM');
+  check((await worker.gone) === 0, 'the worker exits 0');
+  rmSync(dir, { recursive: true, force: true });
+}
+
+// The end of a test through the gateway: the gateway stopped (it must exit cleanly; the tail of its log
+// shown when a check failed), then stopWorker.
+export async function stopAll(stack, worker, dir, { check, failed }) {
+  if (stack) {
+    const stopped = await stack.stop();
+    check(stopped === null, 'the gateway exits cleanly', stopped);
+    if (failed()) console.error(stack.logTail(60));
+  }
+  await stopWorker(worker, dir, check);
 }
 
 // Every inference_usage row as "tenant|model|prompt_tokens|completion_tokens", sorted, once there are
