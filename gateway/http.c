@@ -393,7 +393,9 @@ static const char *error_type(int status) {
 static void reply_error_message(struct gw_req *r, int status, const char *param, const char *code,
                                 const char *message) {
     metrics_error_code(code);
-    json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", error_type(status), "param",
+    /* OpenAI types a spent quota by its code (a 429 that waiting does not cure) */
+    const char *type = code && !strcmp(code, "insufficient_quota") ? code : error_type(status);
+    json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", type, "param",
                             param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
     http_reply_json(r, status, json_pack("{s:o}", "error", err));
 }

@@ -117,8 +117,13 @@ TEST(wrapped_text) {
     CHECK(whet_data_key_unwrap_text(kr, moved, tenant, sizeof tenant, &got, &err) == -1);
     CHECK_CONTAINS(err.msg, "does not unwrap");
     free(moved);
-    static const char *const bad[] = {"", "tenant-a", "tenant-a 7 k1", "tenant-a 0 k1 00", "tenant-a x k1 00",
-                                      "tenant-a 7 k/1 00", "tenant-a 7 k1 0g"};
+    static const char *const bad[] = {"",
+                                      "tenant-a",
+                                      "tenant-a 7 k1",
+                                      "tenant-a 0 k1 00",
+                                      "tenant-a x k1 00",
+                                      "tenant-a 7 k/1 00",
+                                      "tenant-a 7 k1 0g"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         CHECK(whet_data_key_unwrap_text(kr, bad[i], tenant, sizeof tenant, &got, &err) == -1);
         CHECK_CONTAINS(err.msg, "expected \"TENANT KEY_ID OPERATOR_KEY_ID HEX\"");
