@@ -324,6 +324,12 @@ static void request_log(struct gw_req *r, int status, double seconds) {
     }
 }
 
+void http_observe(struct gw_req *r, int status) {
+    double seconds = whet_now_mono() - r->started;
+    metrics_observe(r->route ? r->route->index : -1, status, seconds);
+    if (r->thread->gw->opts.log_requests) request_log(r, status, seconds);
+}
+
 /* The part of every answer before its body: refuses a second answer, counts the request for /metrics,
  * writes its log line and sets the status and headers. Returns 0 when the body may follow. */
 static int reply_begin(struct gw_req *r, int status, const char *content_type, uint64_t len) {
@@ -335,9 +341,7 @@ static int reply_begin(struct gw_req *r, int status, const char *content_type, u
     }
     h2o_req_t *req = r->req;
     r->status = status;
-    double seconds = whet_now_mono() - r->started;
-    metrics_observe(r->route ? r->route->index : -1, status, seconds);
-    if (r->thread->gw->opts.log_requests) request_log(r, status, seconds);
+    http_observe(r, status);
     req->res.status = status;
     req->res.reason = reason_of(status);
     req->res.content_length = len;
