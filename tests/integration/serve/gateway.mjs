@@ -287,6 +287,13 @@ try {
   const keyed = new OpenAI({ apiKey: limited.json.key, baseURL: `${stack.url}/v1`, maxRetries: 0 });
   await quota('chat with an API key at its monthly limit', () => ask(keyed, 'whet-tiny'));
 
+  // the workers' answers are in the gateway's per-route metrics, like its own
+  const metricsText = await (await fetch(`${stack.url}/metrics`)).text();
+  const answered = (route, code) => Number(metricsText.match(new RegExp(`^whet_http_requests_total\\{route="${route}",code="${code}"\\} (\\d+)$`, 'm'))?.[1] ?? 0);
+  check(answered('chat.completions.create', 200) >= 8 && answered('completions.create', 200) >= 2 &&
+    answered('chat.completions.create', 400) >= 4 && answered('chat.completions.create', 429) === 3,
+    'proxied answers in the gateway\'s per-route metrics', metricsText.split('\n').filter((l) => l.includes('completions')));
+
   // DELETE /v1/models/{model}: only the tenant's own fine-tuned model; then neither listed nor served
   const del = async (c, name) => {
     try {
