@@ -47,27 +47,23 @@ static void gate_done(struct gw_req *r, const struct db_result *res, void *arg) 
     const struct gate *g = arg;
     if (db_reply_failed(r, res)) return;
     const PGresult *row = res->res[0];
-    if (!PQgetisnull(row, 0, 1)) {
-        http_reply_error_hint(r, 429, NULL, "insufficient_quota",
-                              "ask for a higher limit on this API key, or use another",
-                              "You exceeded your current quota: this API key's spend this month (%s) reached its "
-                              "monthly limit of %s",
-                              PQgetvalue(row, 0, 2), PQgetvalue(row, 0, 1));
-        return;
-    }
+    const char *over = NULL, *hint = NULL;
     json_t *b = PQgetisnull(row, 0, 0) ? NULL : db_json_value(row, 0, 0);
-    if (b && json_is_true(json_object_get(b, "hard_cap_reached"))) {
-        http_reply_error_hint(r, 429, NULL, "insufficient_quota", "ask your operator to raise the monthly limit",
-                              "You exceeded your current quota: this month's spend (%g %s) reached the monthly limit "
-                              "of %g",
-                              json_number_value(json_object_get(b, "spent")),
-                              json_string_value(json_object_get(b, "currency")),
-                              json_number_value(json_object_get(b, "monthly_limit")));
-        json_decref(b);
-        return;
+    if (!PQgetisnull(row, 0, 1)) {
+        over = http_printf(r, "this API key's spend this month (%s) reached its monthly limit of %s",
+                           PQgetvalue(row, 0, 2), PQgetvalue(row, 0, 1));
+        hint = "ask for a higher limit on this API key, or use another";
+    } else if (b && json_is_true(json_object_get(b, "hard_cap_reached"))) {
+        over = http_printf(r, "this month's spend (%g %s) reached the monthly limit of %g",
+                           json_number_value(json_object_get(b, "spent")),
+                           json_string_value(json_object_get(b, "currency")),
+                           json_number_value(json_object_get(b, "monthly_limit")));
+        hint = "ask your operator to raise the monthly limit";
     }
     json_decref(b);
-    g->next(r, g->arg);
+    if (over)
+        http_reply_error_hint(r, 429, NULL, "insufficient_quota", hint, "You exceeded your current quota: %s", over);
+    else g->next(r, g->arg);
 }
 
 void budget_gate(struct gw_req *r, void (*next)(struct gw_req *r, void *arg), void *arg) {
