@@ -10,8 +10,9 @@
  * fetches it once), with encryption at rest the tenant's data key wrapped under the operator key in
  * x-whet-data-key (the worker holds the operator keyring and unwraps it: the data key never crosses
  * the network in the clear), x-whet-usage (the worker reports the tokens it counted), no
- * Authorization (a worker is reachable by the gateway alone) and no x-whet-* header the client sent. h2o's own reverse proxy streams the answer back as it comes (server-sent events
- * included) and the client going away closes the worker's connection, which cancels the generation.
+ * Authorization (a worker is reachable by the gateway alone) and no x-whet-* header the client sent.
+ * h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and the
+ * client going away closes the worker's connection, which cancels the generation.
  *
  * Workers: WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]", read at start (placement by the
  * scheduler and scaling from zero are to come). A base model without a worker is a 503 with
