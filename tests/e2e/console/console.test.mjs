@@ -4,7 +4,8 @@
 // estimates a job and creates it from the form, watches its loss curve gain points (the trainer is held
 // after its first steps, so the test is driven by state, not by the CPU's speed), downloads the final
 // adapter and sees the cost; the operator raises the tenant's quota. At a terminal, `whet jobs follow`
-// watches the same job to its model's name and `whet files upload` uploads (or shows the line error).
+// watches the same job to its model's name and `whet files upload` uploads (or shows the line error). In the
+// playground the tenant chats with whet-tiny and with the new fine-tuned model, the answers streamed.
 // Every page is screenshotted at 1280x800 and at a phone's width into OUT (WHET_CONSOLE_OUT, default
 // build/tests/e2e/console/out), and the browser's log must hold no error but the broken upload's 400.
 import test from 'node:test';
@@ -223,6 +224,29 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   await page.waitForFunction(() => /^Step \d+ vs step \d+$/.test(document.querySelector('#compare h2')?.textContent || ''));
   assert.ok(await page.$$eval('#compare tbody tr', (rows) => rows.length) >= 1, 'the comparison lists metrics');
   await shoot(page, 'job-done');
+
+  // The playground: chat with the base model, then with the fine-tuned one, the answers streamed through
+  // the gateway's /v1/chat/completions from the model worker `whet up` runs for whet-tiny.
+  const ftModel = await text(page, '#fine-tuned-model');
+  await page.goto(`${base}/console#/playground`);
+  await page.waitForSelector('textarea[name=prompt]');
+  const chat = async (model, message, n) => {
+    await page.select('select[name=model]', model);
+    await page.$eval('input[name=max_tokens]', (e) => { e.value = '24'; });
+    await page.type('textarea[name=prompt]', message);
+    await page.click('#send');
+    await page.waitForFunction((k) => document.querySelectorAll('.answer')[k]?.dataset.done === 'true' ||
+                                      document.querySelector('#chat-status pre.error'), { timeout: 60000 }, n);
+    assert.equal(await page.$('#chat-status pre.error'), null, await text(page, '#chat-status'));
+    return page.$$eval('.answer', (els, k) => ({ text: els[k].textContent, pieces: Number(els[k].dataset.pieces || 0) }), n);
+  };
+  const answer = await chat('whet-tiny', 'Hello, who are you?', 0);
+  assert.ok(answer.text.length > 0 && answer.pieces >= 1, `the base model's answer streamed: ${JSON.stringify(answer)}`);
+  assert.match(await text(page, '#chat-status'), /\d+ prompt \+ [1-9]\d* completion tokens/);
+  await shoot(page, 'playground');
+  const ftAnswer = await chat(ftModel, 'hi', 0); // a new model starts a new chat
+  assert.match(await text(page, '#chat-status'), /\d+ prompt \+ [1-9]\d* completion tokens/, `the fine-tuned model answered: ${JSON.stringify(ftAnswer)}`);
+  await shoot(page, 'playground-ft');
 
   // Jobs list and the bill.
   await page.goto(`${base}/console#/jobs`);
