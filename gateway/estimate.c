@@ -9,6 +9,7 @@
 #include "db.h"
 #include "env.h"
 #include "files_common.h"
+#include "job_sizing.h"
 #include "job_spec.h"
 #include "json_text.h"
 #include "log.h"
@@ -37,6 +38,7 @@ struct estimate_ctx {
     void *arg;
     int max_seq_len;     /* the trainer's cut: whet.max_seq_len, else the service default */
     const char *counted; /* whet_job_estimate's p_counted (migration 0020): a dry run's count, or {max_seq_len} */
+    const char *sizing;  /* and its p_sizing: the gang sizing chooses */
     int result;          /* which statement's result holds the estimate */
 };
 
@@ -90,8 +92,9 @@ static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_co
     const char *p[] = {q->base_model,     q->method_json,
                        q->training_file,  q->whet_json ? q->whet_json : "{}",
                        http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
-                       q->dry_run ? "t" : "f", c->counted};
-    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, 8, p}};
+                       q->dry_run ? "t" : "f", c->counted,
+                       c->sizing};
+    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, 9, p}};
     c->result = keep_count ? 1 : 0;
     db_transaction(r, stmts + !keep_count, 1 + keep_count, estimate_done, c);
 }
@@ -252,31 +255,6 @@ static void token_count_done(struct gw_req *r, void *arg) {
     token_count_free(t);
 }
 
-/* Columns: the file's object key, checksum, bytes and lines; the base model's object prefix. */
-static void sources_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct estimate_ctx *c = arg;
-    if (db_reply_failed(r, res)) return;
-    const PGresult *row = res->res[0];
-    if (PQntuples(row) == 0) { /* the lookup before found both: gone since */
-        c->counted = http_strdup(r, "{\"error\":\"the training file or the base model is gone\"}");
-        estimate_query(r, c, 0);
-        return;
-    }
-    struct token_count *t = xcalloc(1, sizeof *t);
-    t->ctx = c;
-    t->tenant_id = xstrdup(http_tenant_id(r));
-    t->file_key = xstrdup(PQgetvalue(row, 0, 0));
-    t->file_sha256 = xstrdup(PQgetvalue(row, 0, 1));
-    t->file_bytes = strtoull(PQgetvalue(row, 0, 2), NULL, 10);
-    t->line_count = strtoull(PQgetvalue(row, 0, 3), NULL, 10);
-    t->model_prefix = xstrdup(PQgetvalue(row, 0, 4));
-    t->model_id = xstrdup(c->q.base_model);
-    t->max_seq_len = c->max_seq_len;
-    const char *cap = whet_env("WHET_ESTIMATE_TOKENIZE_MAX_BYTES", NULL);
-    t->max_bytes = cap && strtoull(cap, NULL, 10) > 0 ? strtoull(cap, NULL, 10) : ESTIMATE_TOKENIZE_MAX_BYTES;
-    if (http_run_blocking_or_busy(r, token_count_work, token_count_done, t)) token_count_free(t);
-}
-
 /* whet.max_seq_len, else the service's default (job_spec.h): where the trainer will cut examples. */
 static int estimate_max_seq_len(const char *whet_json) {
     json_t *whet = whet_json ? json_loads(whet_json, 0, NULL) : NULL;
@@ -295,6 +273,101 @@ static int method_is_supervised(const char *method_json) {
     return sft;
 }
 
+/* ---------------------------------------------------------------- sizing */
+
+/* Whether the name is in the array (absent or empty: any name), as the scheduler reads whet.gpu_types
+ * and whet.regions. */
+static int name_allowed(json_t *names, const char *name) {
+    if (!json_is_array(names) || json_array_size(names) == 0) return 1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(names, i, v) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), name)) return 1;
+    }
+    return 0;
+}
+
+/* The gang the scheduler will size for the job (scheduler/service/cycle.c, size_job) over the pools of
+ * the fleet (whet_sizing_pools, migration 0020) that its whet.gpu_types and whet.regions admit: JSON in
+ * the request's pool, {device_count, fits, min_device_mib, device_bytes, and device_type: the chosen pool's,
+ * when its device memory is known}. */
+static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *q, const char *parameters,
+                                   const char *config_json, const char *pools_json) {
+    json_t *method = json_loads(q->method_json, 0, NULL), *whet = json_loads(q->whet_json ? q->whet_json : "{}", 0, NULL);
+    json_t *pools = json_loads(pools_json, 0, NULL);
+    struct sz_model model;
+    struct sz_job job;
+    struct sz_estimate e;
+    job_sizing_model(&model, parameters, config_json);
+    job_sizing_job(&job, method, whet);
+    sz_estimate(&e, &model, &job);
+    struct sz_pool *allowed = xcalloc(json_array_size(pools) + 1, sizeof *allowed);
+    const char **types = xcalloc(json_array_size(pools) + 1, sizeof *types);
+    int n = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(pools, i, p) {
+        const char *type = json_string_value(json_object_get(p, "device_type"));
+        const char *dc = json_string_value(json_object_get(p, "dc"));
+        if (!type || !dc || !name_allowed(json_object_get(whet, "gpu_types"), type) ||
+            !name_allowed(json_object_get(whet, "regions"), dc))
+            continue;
+        allowed[n] = (struct sz_pool){(int32_t)json_integer_value(json_object_get(p, "device_mib")),
+                                      (int32_t)json_integer_value(json_object_get(p, "devices"))};
+        types[n++] = type;
+    }
+    struct sz_choice ch;
+    sz_choose(&ch, &e, allowed, n, job_sizing_int(json_object_get(whet, "max_gpus"), 0));
+    int32_t gpus = ch.gpus > 0 ? ch.gpus : 1, min_gpus = job_sizing_int(json_object_get(whet, "min_gpus"), 0);
+    if (gpus < min_gpus) gpus = min_gpus;
+    const char *type = ch.pool >= 0 && ch.pool < n && allowed[ch.pool].device_mib > 0 ? types[ch.pool] : NULL;
+    json_t *out = json_pack("{s:i, s:b, s:i, s:I}", "device_count", gpus, "fits", ch.fits, "min_device_mib",
+                            ch.min_gpu_mem_mib, "device_bytes", (json_int_t)sz_per_device_bytes(&e, gpus));
+    if (type) json_object_set_new(out, "device_type", json_string(type));
+    char *text = json_dumps(out, JSON_COMPACT);
+    const char *copy = http_strdup(r, text);
+    free(text);
+    json_decref(out);
+    free(types);
+    free(allowed);
+    json_decref(pools);
+    json_decref(whet);
+    json_decref(method);
+    return copy;
+}
+
+/* Columns: the base model's parameters, config.json and object prefix, the fleet's pools; the training
+ * file's object key, checksum, bytes and lines (NULL when the file is gone). */
+static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct estimate_ctx *c = arg;
+    if (db_reply_failed(r, res)) return;
+    const PGresult *row = res->res[0];
+    if (PQntuples(row) == 0) { /* the create's lookup found the model a moment ago */
+        http_reply_error(r, 404, "model", "model_not_found", "base model %s is gone", c->q.base_model);
+        return;
+    }
+    c->sizing = estimate_sizing(r, &c->q, PQgetvalue(row, 0, 0), PQgetvalue(row, 0, 1), PQgetvalue(row, 0, 3));
+    /* A dry run of supervised fine-tuning counts the file's tokens as the trainer will; a create uses the
+     * count a dry run kept (migration 0020), or the cheaper guesses. */
+    if (!c->q.dry_run || !method_is_supervised(c->q.method_json) || PQgetisnull(row, 0, 4)) {
+        estimate_query(r, c, 0);
+        return;
+    }
+    struct token_count *t = xcalloc(1, sizeof *t);
+    t->ctx = c;
+    t->tenant_id = xstrdup(http_tenant_id(r));
+    t->model_id = xstrdup(c->q.base_model);
+    t->model_prefix = xstrdup(PQgetvalue(row, 0, 2));
+    t->file_key = xstrdup(PQgetvalue(row, 0, 4));
+    t->file_sha256 = xstrdup(PQgetvalue(row, 0, 5));
+    t->file_bytes = strtoull(PQgetvalue(row, 0, 6), NULL, 10);
+    t->line_count = strtoull(PQgetvalue(row, 0, 7), NULL, 10);
+    t->max_seq_len = c->max_seq_len;
+    const char *cap = whet_env("WHET_ESTIMATE_TOKENIZE_MAX_BYTES", NULL);
+    t->max_bytes = cap && strtoull(cap, NULL, 10) > 0 ? strtoull(cap, NULL, 10) : ESTIMATE_TOKENIZE_MAX_BYTES;
+    if (http_run_blocking_or_busy(r, token_count_work, token_count_done, t)) token_count_free(t);
+}
+
 void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg) {
     struct estimate_ctx *c = http_alloc(r, sizeof *c);
     memset(c, 0, sizeof *c);
@@ -305,14 +378,8 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_
     char counted[64];
     snprintf(counted, sizeof counted, "{\"max_seq_len\":%d}", c->max_seq_len);
     c->counted = http_strdup(r, counted);
-    /* A dry run of supervised fine-tuning counts the file's tokens as the trainer will; a create uses the
-     * count a dry run kept (migration 0020), or the cheaper guesses. */
-    if (q->dry_run && method_is_supervised(q->method_json)) {
-        const char *p[] = {q->training_file, q->base_model, http_tenant_id(r)};
-        db_query(r, "estimate_sources", 3, p, sources_done, c);
-        return;
-    }
-    estimate_query(r, c, 0);
+    const char *p[] = {q->base_model, q->training_file, http_tenant_id(r)};
+    db_query(r, "estimate_inputs", 3, p, inputs_done, c);
 }
 
 void estimate_prepare(void) {
@@ -323,15 +390,16 @@ void estimate_prepare(void) {
                "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
                "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
                "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
-               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb) AS e, "
+               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb) AS e, "
                "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
                "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b) s LEFT "
                "JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
                "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
                "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
-    db_prepare("estimate_sources",
-               "SELECT f.object_key, f.sha256, f.bytes, coalesce(f.line_count, 0), b.object_prefix FROM files f "
-               "JOIN base_models b ON b.id = $2 WHERE f.id = $1 AND f.tenant_id = $3");
+    db_prepare("estimate_inputs",
+               "SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes, "
+               "coalesce(f.line_count, 0) FROM base_models b LEFT JOIN files f ON f.id = $2 AND f.tenant_id = $3 "
+               "WHERE b.id = $1");
     db_prepare("estimate_keep_count",
                "INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted) "
                "VALUES ($1, $2, $3, $4::int, $5::jsonb) ON CONFLICT (file_id, base_model, max_seq_len) "

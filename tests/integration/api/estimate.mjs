@@ -118,6 +118,25 @@ try {
         bt.examples === 200 && Math.abs(bt.tokens - 20 * t.tokens) <= 0.02 * 20 * t.tokens,
         'a file past the cap: extrapolated from the part read, within 2%', bt);
   fs.rmSync(modelDir, { recursive: true, force: true });
+
+  // Sizing as the scheduler sizes: a 70B model's LoRA job on a pool of 80 GiB A100s takes a gang of several,
+  // which the duration divides the device time by; whet-tiny takes one device.
+  stack.psql(`INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+              VALUES ('big-70b', 'llama', 70000000000, 'models/big-70b', '00', '{}');
+              INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
+              VALUES ('n2', 'dc', 'a100', '[{"type": "A100", "memory_mib": 81920, "index": 0}]', 'A100', 8, 1000, 1024, 10000)`);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { ...body({ gpu_types: ['A100'] }), model: 'big-70b' } });
+  const big = r.json;
+  check(r.status === 200 && big.device_count > 1 && big.device_count <= 8 && big.sizing?.fits === true &&
+        big.device_type === 'A100' && big.device_type_source === 'sizing' && big.sizing.device_bytes <= 0.9 * 81920 * 2 ** 20,
+        'a 70B model: a gang of A100s, each within 90% of its memory', big);
+  check(big.expected_duration_s === Math.ceil(big.trained_tokens / big.tokens_per_device_s / big.device_count),
+        'the duration is the device time over the gang', big);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { ...body({ gpu_types: ['A100'], max_gpus: 1 }), model: 'big-70b' } });
+  check(r.json.device_count === big.device_count && r.json.sizing?.fits === false,
+        'whet.max_gpus 1: the gang it needs, and that it would not fit (the scheduler keeps it waiting)', r.json);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: body({ gpu_types: ['A100'] }) });
+  check(r.json.device_count === 1 && r.json.device_type === 'A100', 'whet-tiny: one device', r.json);
 } catch (err) {
   check(false, 'exception', String(err.stack || err));
 } finally {
