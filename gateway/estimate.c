@@ -295,12 +295,6 @@ static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *
                                    const char *config_json, const char *pools_json) {
     json_t *method = json_loads(q->method_json, 0, NULL), *whet = json_loads(q->whet_json ? q->whet_json : "{}", 0, NULL);
     json_t *pools = json_loads(pools_json, 0, NULL);
-    struct sz_model model;
-    struct sz_job job;
-    struct sz_estimate e;
-    job_sizing_model(&model, parameters, config_json);
-    job_sizing_job(&job, method, whet);
-    sz_estimate(&e, &model, &job);
     struct sz_pool *allowed = xcalloc(json_array_size(pools) + 1, sizeof *allowed);
     const char **types = xcalloc(json_array_size(pools) + 1, sizeof *types);
     int n = 0;
@@ -317,9 +311,8 @@ static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *
         types[n++] = type;
     }
     struct sz_choice ch;
-    sz_choose(&ch, &e, allowed, n, job_sizing_int(json_object_get(whet, "max_gpus"), 0));
-    int32_t gpus = ch.gpus > 0 ? ch.gpus : 1, min_gpus = job_sizing_int(json_object_get(whet, "min_gpus"), 0);
-    if (gpus < min_gpus) gpus = min_gpus;
+    struct sz_estimate e;
+    int32_t gpus = job_sizing_gang(&ch, &e, parameters, config_json, method, whet, allowed, n);
     const char *type = ch.pool >= 0 && ch.pool < n && allowed[ch.pool].device_mib > 0 ? types[ch.pool] : NULL;
     json_t *out = json_pack("{s:i, s:b, s:i, s:I}", "device_count", gpus, "fits", ch.fits, "min_device_mib",
                             ch.min_gpu_mem_mib, "device_bytes", (json_int_t)sz_per_device_bytes(&e, gpus));

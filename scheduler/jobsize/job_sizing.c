@@ -7,13 +7,14 @@
 
 #include "trainer_settings.h"
 
-int32_t job_sizing_int(json_t *v, int32_t fallback) {
+/* v when it is an integer in [1, INT32_MAX], else fallback. */
+static int32_t job_sizing_int(json_t *v, int32_t fallback) {
     return json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= INT32_MAX
                ? (int32_t)json_integer_value(v)
                : fallback;
 }
 
-void job_sizing_model(struct sz_model *m, const char *parameters, const char *config_json) {
+static void job_sizing_model(struct sz_model *m, const char *parameters, const char *config_json) {
     memset(m, 0, sizeof *m);
     m->n_params = atoll(parameters);
     json_t *c = json_loads(config_json, 0, NULL);
@@ -27,7 +28,7 @@ void job_sizing_model(struct sz_model *m, const char *parameters, const char *co
     json_decref(c);
 }
 
-void job_sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
+static void job_sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
     memset(j, 0, sizeof *j);
     json_t *t = trainer_settings_from_job(method, whet, 0);
     const char *m = json_string_value(json_object_get(t, "method"));
@@ -44,4 +45,18 @@ void job_sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
     }
     j->group_size = job_sizing_int(json_object_get(json_object_get(t, "rollout"), "n"), 0);
     json_decref(t);
+}
+
+int32_t job_sizing_gang(struct sz_choice *out, struct sz_estimate *e, const char *parameters, const char *config_json,
+                        json_t *method, json_t *whet, const struct sz_pool *pools, int32_t n_pools) {
+    struct sz_model model;
+    struct sz_job job;
+    struct sz_estimate own;
+    if (!e) e = &own;
+    job_sizing_model(&model, parameters, config_json);
+    job_sizing_job(&job, method, whet);
+    sz_estimate(e, &model, &job);
+    sz_choose(out, e, pools, n_pools, job_sizing_int(json_object_get(whet, "max_gpus"), 0));
+    int32_t gpus = out->gpus > 0 ? out->gpus : 1, min_gpus = job_sizing_int(json_object_get(whet, "min_gpus"), 0);
+    return gpus < min_gpus ? min_gpus : gpus;
 }

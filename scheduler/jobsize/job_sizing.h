@@ -1,9 +1,9 @@
 /* job_sizing.h - a fine-tuning job and its base model as sizing (scheduler/placement/sizing.h) takes
- * them: the scheduler sizes every queued job with these, and the gateway sizes a job's estimate before
- * it exists (gateway/estimate.h), so both choose the same gang.
+ * them: the scheduler sizes every queued job with this, and the gateway a job's estimate before the job
+ * exists (gateway/estimate.h), so both choose the same gang.
  *
- * With trainer_settings.h, a library of pure logic (jansson, the job specification, sizing's types): no
- * database, no I/O. */
+ * With trainer_settings.h, a library of pure logic (jansson, the job specification, sizing): no database,
+ * no I/O. */
 #ifndef WHET_SCHEDULER_JOB_SIZING_H
 #define WHET_SCHEDULER_JOB_SIZING_H
 
@@ -12,16 +12,13 @@
 
 #include "sizing.h"
 
-/* v when it is an integer in [1, INT32_MAX], else fallback. */
-int32_t job_sizing_int(json_t *v, int32_t fallback);
-
-/* The base model's shape from its base_models row: its parameter count (text) and config.json (fields
- * missing stay 0: sizing estimates them). */
-void job_sizing_model(struct sz_model *m, const char *parameters, const char *config_json);
-
-/* The job's method, LoRA or full fine-tuning, batch, sequence length and group size exactly as the
- * manifest will give them to the trainer: trainer_settings maps the job, the job spec's defaults filling
- * what it leaves unset. */
-void job_sizing_job(struct sz_job *j, json_t *method, json_t *whet);
+/* Sizes the job over the pools it may use and returns its gang: the choice of sz_choose (whet.max_gpus
+ * the cap) for the base model (its parameter count as text and config.json, whose missing shape fields
+ * sizing estimates) and the job's method, LoRA or full fine-tuning, batch, sequence length and group size
+ * exactly as the manifest will give them to the trainer (trainer_settings maps the job, the job spec's
+ * defaults filling what it leaves unset); at least 1 and at least whet.min_gpus. `e` (NULL: not wanted)
+ * gets sizing's estimate. */
+int32_t job_sizing_gang(struct sz_choice *out, struct sz_estimate *e, const char *parameters, const char *config_json,
+                        json_t *method, json_t *whet, const struct sz_pool *pools, int32_t n_pools);
 
 #endif

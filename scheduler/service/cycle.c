@@ -219,21 +219,12 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. */
 static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
                      const char *parameters, const char *config_json) {
-    struct sz_model model;
-    struct sz_job job;
-    struct sz_estimate e;
-    job_sizing_model(&model, parameters, config_json);
-    job_sizing_job(&job, method, whet);
-    sz_estimate(&e, &model, &job);
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
         if (pool_allowed(j, &s->pools[p])) allowed[n++] = s->pools[p].pool;
-    sz_choose(out, &e, allowed, n, job_sizing_int(json_object_get(whet, "max_gpus"), 0));
+    j->gpus = job_sizing_gang(out, NULL, parameters, config_json, method, whet, allowed, n);
     free(allowed);
-    j->gpus = out->gpus > 0 ? out->gpus : 1;
-    int min_gpus = job_sizing_int(json_object_get(whet, "min_gpus"), 0);
-    if (j->gpus < min_gpus) j->gpus = min_gpus;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
     /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
      * a bigger one may span the nodes of one data center, one trainer process per device. */
