@@ -824,10 +824,13 @@ async function queuePage(main) {
 async function adminUsagePage(main) {
   const usage = await api('GET', '/admin/v1/usage');
   const period = h('input', { name: 'period', value: new Date().toISOString().slice(0, 7), size: 7 });
+  const focus = (format) => download(`/admin/v1/billing/focus?period=${encodeURIComponent(period.value)}&format=${format}`,
+                                     `focus-${period.value}.${format}`).catch((e) => toast(e.message));
   fill(main, h('h1', {}, 'Usage'), card('FOCUS 1.2 billing export', h('form', { class: 'row', onsubmit: (ev) => {
     ev.preventDefault();
-    download(`/admin/v1/billing/focus?period=${encodeURIComponent(period.value)}`, `focus-${period.value}.csv`).catch((e) => toast(e.message));
-  } }, h('label', {}, 'Month (YYYY-MM)', period), h('button', { type: 'submit' }, 'Download CSV'))),
+    focus('csv');
+  } }, h('label', {}, 'Month (YYYY-MM)', period), h('button', { type: 'submit' }, 'Download CSV'), ' ',
+    h('button', { type: 'button', onclick: () => focus('parquet') }, 'Download Parquet'))),
   card('Usage by tenant and job', table(['Tenant', 'Job', 'Device', 'Device time', 'Trained tokens', 'Lost', 'Cost'], usage.data.map((u) => [
     u.tenant, h('span', { class: 'mono' }, u.job_id), u.device_type, duration(u.device_seconds), num(u.trained_tokens),
     u.lost_device_seconds ? duration(u.lost_device_seconds) : '—', u.cost ? money(u.cost.amount, u.cost.currency) : '—']), [3, 4, 5, 6])));

@@ -16,6 +16,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { parquetReadObjects } from 'hyparquet';
 import { until, holdTrainer, trainerSteps } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
@@ -274,6 +275,17 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
                                     { headers: { authorization: `Bearer ${adminToken}` } })).json();
   assert.deepEqual(quotas.quotas, { H100: 4 });
   await shoot(op, 'operator-tenant');
+  // The month's FOCUS export as Parquet from the operator's usage page, read back by hyparquet: the job's rows.
+  await op.goto(`${base}/console#/admin/usage`);
+  await op.waitForSelector('input[name=period]');
+  const month = await op.$eval('input[name=period]', (e) => e.value);
+  await op.evaluate(() => [...document.querySelectorAll('button')].find((b) => b.textContent === 'Download Parquet').click());
+  const focusFile = path.join(OUT, 'downloads', `focus-${month}.parquet`);
+  await until('the Parquet download', () => fs.existsSync(focusFile) && !fs.existsSync(`${focusFile}.crdownload`), 30000);
+  const focusBytes = fs.readFileSync(focusFile);
+  const focusRows = await parquetReadObjects({ file: focusBytes.buffer.slice(focusBytes.byteOffset, focusBytes.byteOffset + focusBytes.length) });
+  assert.ok(focusRows.some((x) => x.ResourceId === jobId && x.BilledCost > 0), `the job's cost in the FOCUS Parquet: ${focusRows.length} rows`);
+  await shoot(op, 'operator-usage');
 
   assert.deepEqual(overflowing, [], 'every page fits a phone (only tables scroll sideways)');
   // Only the broken upload's 400 may be in the browser's log.
