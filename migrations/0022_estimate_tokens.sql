@@ -1,4 +1,4 @@
--- 0020_estimate_tokens: a dry run's estimate counts the training file's tokens for real (gateway/estimate.c
+-- 0022_estimate_tokens: a dry run's estimate counts the training file's tokens for real (gateway/estimate.c
 -- tokenizes it with the base model's tokenizer and chat template, cut at max_seq_len as the trainer cuts,
 -- SFT only), and every estimate sizes the job's gang as the scheduler will (scheduler/jobsize). The count
 -- is kept per file, base model and max_seq_len, so the create that follows the dry run carries the same
