@@ -218,12 +218,13 @@ static int write_gathered_checkpoint(struct run *r, int final, struct whet_err *
     return rc;
 }
 
-/* Under ZeRO-3 the model is whole only while every rank holds it gathered: for the writing, each rank
- * holds all of it for a moment. */
+/* Under ZeRO-3 a full fine-tune's model is whole only while every rank holds it gathered: for the
+ * writing, each rank holds all of it for a moment (a LoRA checkpoint is the adapter alone). */
 static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
-    if (model_gather_params(r->model, err)) return -1;
+    int whole = !model_is_lora(r->model);
+    if (whole && model_gather_params(r->model, err)) return -1;
     int rc = write_gathered_checkpoint(r, final, err);
-    model_release_params(r->model);
+    if (whole) model_release_params(r->model);
     return rc;
 }
 

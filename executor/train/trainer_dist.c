@@ -11,12 +11,13 @@
  * sum of its shard), the norm is the sum of the shards' squares, each rank steps its shard and the
  * parameters are all-gathered. The same bytes move as with all-reduce (a reduce-scatter and an
  * all-gather) and the moments take 1/N of the memory.
- * ZeRO-3 (distributed.zero 3, full fine-tuning): the parameters and gradients are sharded as well, unit
- * by unit (the embedding, each layer, the head: model.h); each pass all-gathers a unit just before it
- * uses it and drops it after, the backward pass reduce-scatters each unit's gradient as it finishes it,
- * and the optimizer steps each rank's shards where they lie — nothing moves at the step but the norm.
- * 1.5× the bytes of data parallelism (the backward pass gathers the units again), for a rank that holds
- * 1/N of the model, its gradients and its moments, plus the units in flight.
+ * ZeRO-3 (distributed.zero 3): the base parameters are sharded as well, unit by unit (the embedding, each
+ * layer, the head: model.h); each pass all-gathers a unit just before it uses it and drops it after. A
+ * full fine-tune's backward pass reduce-scatters each unit's gradient as it finishes it, and the optimizer
+ * steps each rank's shards where they lie — nothing moves at the step but the norm: 1.5× the bytes of
+ * data parallelism (the backward pass gathers the units again), for a rank that holds 1/N of the model,
+ * its gradients and its moments, plus the units in flight. LoRA shards its frozen base so (a base too big
+ * for one device) and its adapter as under ZeRO-1.
  * Checkpoints are consolidated (one writer, rank 0, whatever the world size): under ZeRO the moments
  * are gathered to every rank for it (and under ZeRO-3 the parameters, for the writing), so a checkpoint
  * resumes at any world size. */
@@ -68,6 +69,9 @@ void trainer_dist_close(struct run *r) {
 }
 
 static int params_sharded(const struct run *r) { return r->comm && r->cfg->dist.zero == 3; }
+/* ZeRO-3 of a full fine-tune: the backward passes reduce-scatter the gradient unit by unit, and the
+ * optimizer steps the parameters where they lie (LoRA's adapter is sharded as under ZeRO-1). */
+static int grads_in_units(const struct run *r) { return params_sharded(r) && !r->cfg->lora.enabled; }
 
 void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, int *my_rows) {
     int64_t lo, hi;
@@ -76,17 +80,22 @@ void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, 
     *my_rows = (int)(hi - lo);
 }
 
-int trainer_pad_passes(struct run *r, int rows, int per, int done, int backward, struct whet_err *err) {
+int trainer_passes(int n, int per) { return n > 0 && per > 0 ? (n + per - 1) / per : 0; }
+
+int trainer_most_passes(struct run *r, int mine, int *most, struct whet_err *err) {
+    *most = mine;
     if (!params_sharded(r)) return 0;
-    int most = 0;
-    for (int k = 0; k < r->world; k++) {
-        int64_t lo, hi;
-        mp_shard(rows, r->world, k, &lo, &hi);
-        int n = (int)(hi - lo), each = per > 0 ? per : sft_rows_per_micro_batch(n, r->cfg->hp.gradient_accumulation_steps);
-        int passes = n > 0 && each > 0 ? (n + each - 1) / each : 0;
-        most = passes > most ? passes : most;
-    }
-    for (int i = done; i < most; i++)
+    /* every rank's count at its index, summed: every rank learns every count */
+    double *counts = xcalloc((size_t)r->world, sizeof *counts);
+    counts[r->rank] = mine;
+    int rc = trainer_sum(r, counts, r->world, err);
+    for (int k = 0; k < r->world && !rc; k++) *most = (int)counts[k] > *most ? (int)counts[k] : *most;
+    free(counts);
+    return rc;
+}
+
+int trainer_idle_passes(struct run *r, int n, int backward, struct whet_err *err) {
+    for (int i = 0; i < n; i++)
         if (model_idle_pass(r->model, backward, err)) return -1;
     return 0;
 }
@@ -202,7 +211,7 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
     float *grads = model_trainable_grads(r->model, &n);
     double t0 = whet_now_mono();
     /* (ZeRO-3's backward passes have reduce-scattered the gradients unit by unit already) */
-    if (r->comm && !params_sharded(r) &&
+    if (r->comm && !grads_in_units(r) &&
         (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : wait_buckets(r, n, err)))
         return -1;
     r->comm_seconds += whet_now_mono() - t0;
@@ -213,7 +222,7 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
     }
     model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
                      (float)hp->weight_decay);
-    if (r->comm && r->cfg->dist.zero == 1) {
+    if (r->comm && r->cfg->dist.zero && !grads_in_units(r)) {
         float *params = model_trainable_params(r->model, &n);
         t0 = whet_now_mono();
         if (comm_allgather(r->comm, params, n, err)) return -1;

@@ -41,14 +41,28 @@ int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const
     return rc;
 }
 
+/* Share `share` of `shares` of the batches of an epoch of n_rows rows: [*lo, *hi). */
+static void reference_share(int n_rows, int batch_rows, int share, int shares, int64_t *lo, int64_t *hi) {
+    mp_shard((n_rows + batch_rows - 1) / batch_rows, shares, share, lo, hi);
+}
+
+int dpo_reference_passes(const struct dpo_dataset *ds, int batch_rows, int share, int shares) {
+    struct sft_epoch ep;
+    sft_epoch_pack(&ep, &ds->pairs, 0, 0, 0, batch_rows);
+    int64_t lo, hi;
+    reference_share(ep.n_rows, batch_rows, share, shares, &lo, &hi);
+    sft_epoch_free(&ep);
+    return (int)(hi - lo);
+}
+
 int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
                         int batch_rows, int share, int shares, struct dpo_batch *scratch, struct whet_err *err) {
     struct sft_epoch ep;
     sft_epoch_pack(&ep, &ds->pairs, 0, 0, 0, batch_rows);
     double *logps = xmalloc(sizeof(double) * 2 * (size_t)(dpo_num_pairs(ds) ? dpo_num_pairs(ds) : 1));
     int rc = 0;
-    int64_t batches = (ep.n_rows + batch_rows - 1) / batch_rows, lo, hi;
-    mp_shard(batches, shares, share, &lo, &hi);
+    int64_t lo, hi;
+    reference_share(ep.n_rows, batch_rows, share, shares, &lo, &hi);
     for (int row = (int)lo * batch_rows; row < ep.n_rows && row < (int)hi * batch_rows && !rc; row += batch_rows) {
         dpo_batch_fill(scratch, ds, &ep, row, batch_rows);
         rc = dpo_reference_logps(logps, m, ref, scratch, err);

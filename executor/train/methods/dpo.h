@@ -55,6 +55,8 @@ int dpo_reference_logps(double *logps, struct model *m, struct model *ref, const
  * entries are not written; the gang sums zeroed tables). */
 int dpo_reference_table(double *table, struct model *m, struct model *ref, const struct dpo_dataset *ds,
                         int batch_rows, int share, int shares, struct dpo_batch *scratch, struct whet_err *err);
+/* The forward passes (batches) that share computes of that table. */
+int dpo_reference_passes(const struct dpo_dataset *ds, int batch_rows, int share, int shares);
 /* A batch's reference log-probs from such a table: out[2*n_pairs], in the batch's pair order. */
 void dpo_batch_reference(double *out, const double *table, const struct dpo_batch *b);
 

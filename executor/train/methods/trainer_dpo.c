@@ -61,8 +61,12 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     for (int i = 0; i < 1 + r->has_valid; i++) {
         int n = dpo_num_pairs(sets[i]);
         *tables[i] = xcalloc(2 * (size_t)(n ? n : 1), sizeof(double));
-        /* each rank of a gang computes its share, and the shares are summed into every rank's table */
-        if (dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, r->rank, r->world, &s->batch, err) ||
+        /* each rank of a gang computes its share, and the shares are summed into every rank's table (the
+         * policy's passes, LoRA's adapter off, are collectives under ZeRO-3; a frozen copy's are not) */
+        int passes = r->ref_model ? 0 : dpo_reference_passes(sets[i], rows, r->rank, r->world), most;
+        if (trainer_most_passes(r, passes, &most, err) ||
+            dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, r->rank, r->world, &s->batch, err) ||
+            trainer_idle_passes(r, most - passes, 0, err) ||
             trainer_sum(r, *tables[i], 2 * n, err))
             return whet_err_prefix(err, "dpo reference pass");
         pairs += n;
@@ -92,11 +96,11 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
     model_zero_grad(r->model);
     int total_pairs = dpo_rows_pairs(&s->epoch, first, rows);
     double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
-    int step_rows = rows, passes = 0;
     trainer_rank_rows(r, first, rows, &first, &rows); /* in a gang: this rank's share, the whole step's scale */
-    int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
+    int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps), passes = trainer_passes(rows, per), most;
+    if (trainer_most_passes(r, passes, &most, err)) return -1;
     struct dpo_stats st = {0};
-    for (int row = first; row < first + rows; row += per, passes++) {
+    for (int row = first; row < first + rows; row += per) {
         dpo_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
         dpo_batch_reference(ref, s->ref_train, &s->batch);
@@ -106,7 +110,7 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
         if (rc) return -1;
         f->tokens += s->batch.n_tokens;
     }
-    if (trainer_pad_passes(r, step_rows, 0, passes, 1, err)) return -1;
+    if (trainer_idle_passes(r, most - passes, 1, err)) return -1;
     trainer_overlap_end(r);
     if (sum_stats(r, &st, err)) return -1;
     s->last = st;
@@ -123,16 +127,17 @@ static int dpo_validate(struct run *r, struct method_text *t, struct whet_err *e
     sft_epoch_pack(&ep, &s->valid.pairs, 0, 0, 0, hp->batch_size);
     int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
     struct dpo_stats st = {0};
-    int rc = 0, first, rows, passes = 0;
+    int first, rows, most;
     trainer_rank_rows(r, 0, ep.n_rows, &first, &rows);
-    for (int row = first; row < first + rows && !rc; row += per, passes++) {
+    int passes = trainer_passes(rows, per), rc = trainer_most_passes(r, passes, &most, err);
+    for (int row = first; row < first + rows && !rc; row += per) {
         dpo_batch_fill(&s->batch, &s->valid, &ep, row, per < first + rows - row ? per : first + rows - row);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
         dpo_batch_reference(ref, s->ref_valid, &s->batch);
         rc = dpo_evaluate(r->model, &s->batch, ref, hp->beta, &st, err);
         free(ref);
     }
-    if (!rc) rc = trainer_pad_passes(r, ep.n_rows, per, passes, 0, err);
+    if (!rc) rc = trainer_idle_passes(r, most - passes, 0, err);
     sft_epoch_free(&ep);
     if (rc || sum_stats(r, &st, err)) return -1;
     double P = st.n_pairs > 0 ? st.n_pairs : 1;

@@ -219,13 +219,13 @@ static void set_spans(struct model *m, const struct model_span *spans, int n) {
     for (int i = 0; i < n; i++) m->n_span_values += spans[i].hi - spans[i].lo;
 }
 
-/* ZeRO-3's units of the base buffer (the ranges model_grad_ranges reports) and this rank's shard of each,
- * which become the optimizer's spans. */
+/* ZeRO-3's units of the base buffer (for a full fine-tune the ranges model_grad_ranges reports) and this
+ * rank's shard of each, which are a full fine-tune's optimizer spans too. */
 static void shard_units(struct model *m, int shards, int shard) {
     int n = m->L + 2;
     m->units = xcalloc((size_t)n, sizeof *m->units);
     m->resident = xcalloc((size_t)n, 1);
-    struct model_span *own = xcalloc((size_t)n, sizeof *own);
+    struct model_span *own = m->unit_own = xcalloc((size_t)n, sizeof *own);
     m->units[0] = (struct model_span){0, (size_t)(m->layers[0].ln1 - m->params)};
     for (int l = 0; l < m->L; l++)
         m->units[1 + l] = (struct model_span){(size_t)(m->layers[l].ln1 - m->params),
@@ -236,14 +236,13 @@ static void shard_units(struct model *m, int shards, int shard) {
         mp_shard((int64_t)(m->units[u].hi - m->units[u].lo), shards, shard, &lo, &hi);
         own[u] = (struct model_span){m->units[u].lo + (size_t)lo, m->units[u].lo + (size_t)hi};
     }
-    set_spans(m, own, n);
-    free(own);
+    if (m->full_ft) set_spans(m, own, n);
 }
 
 /* Zeroes and releases the parts of unit u of buf (the parameters or the gradients) outside this rank's
  * shard of it. */
 static void release_unsharded(struct model *m, float *buf, int u) {
-    struct model_span unit = m->units[u], own = m->spans[u];
+    struct model_span unit = m->units[u], own = m->unit_own[u];
     m->be->release(m->be, buf + unit.lo, sizeof(float) * (own.lo - unit.lo));
     m->be->release(m->be, buf + own.hi, sizeof(float) * (unit.hi - own.hi));
 }
@@ -318,9 +317,9 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                   m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
         goto fail;
     }
-    m->sharded = m->full_ft && opts->shard_params && opts->optimizer_shards > 1;
+    m->sharded = (m->full_ft || m->lora_r) && m->train && opts->shard_params && opts->optimizer_shards > 1;
     if (opts->shard_params && !m->sharded) {
-        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for full fine-tuning over more than one rank");
+        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for training over more than one rank");
         goto fail;
     }
     struct backend *be = m->be;
@@ -336,7 +335,8 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
         int64_t lo = 0, hi = plan.n_trainable;
         if (job.optimizer_shards > 1) mp_shard(plan.n_trainable, job.optimizer_shards, job.optimizer_shard, &lo, &hi);
         set_spans(m, &(struct model_span){(size_t)lo, (size_t)hi}, 1);
-        fits = (m->grads = be->alloc(be, m->sharded ? sizeof(float) * m->n_train : (size_t)plan.gradients, err)) &&
+        fits = (m->grads = be->alloc(be, m->sharded && m->full_ft ? sizeof(float) * m->n_train : (size_t)plan.gradients,
+                                     err)) &&
                (m->adam_m = be->alloc(be, (size_t)plan.moments / 2, err)) &&
                (m->adam_v = be->alloc(be, (size_t)plan.moments / 2, err));
     }
@@ -363,7 +363,7 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
     /* Read whole (every rank reads the files), then each keeps its shards. */
     for (int u = 0; m->sharded && u < m->L + 2; u++) {
         release_unsharded(m, m->params, u);
-        release_unsharded(m, m->grads, u);
+        if (m->full_ft) release_unsharded(m, m->grads, u);
     }
     if (m->lora_r) {
         if (opts->adapter_dir) {
@@ -499,6 +499,7 @@ void model_free(struct model *m) {
     free(m->runs);
     free(m->spans);
     free(m->units);
+    free(m->unit_own);
     free(m->resident);
     free(m->layers);
     free(m->lmods);
@@ -991,7 +992,7 @@ void model_set_logit_temperature(struct model *m, float temperature) {
 
 static void grad_ready(struct model *m, size_t lo, size_t hi) {
     if (hi <= lo) return;
-    if (m->sharded) { /* the ranges are the units: each rank keeps its shard's sum and releases the rest */
+    if (m->sharded && m->full_ft) { /* the ranges are the units: each rank keeps its shard's sum, releases the rest */
         int u = 0;
         while (m->units[u].lo != lo) u++;
         if (!m->shard_failed &&
@@ -1121,7 +1122,7 @@ int model_set_loss_weights(struct model *m, const float *weights, struct whet_er
 
 void model_zero_grad(struct model *m) {
     if (!m->train || !m->n_train) return;
-    if (!m->sharded) {
+    if (!(m->sharded && m->full_ft)) {
         m->be->zero(m->be, m->grads, sizeof(float) * m->n_train);
         return;
     }

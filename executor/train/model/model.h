@@ -79,8 +79,8 @@ struct model_opts {
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
     int optimizer_shards; /* ZeRO-1 with train: the optimizer state split over this many ranks (0, 1: not) */
     int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_optimizer_moments */
-    int shard_params;     /* ZeRO-3, with optimizer_shards > 1 and full fine-tuning: the parameters and gradients
-                           * are sharded too, unit by unit (model_set_shard_ops) */
+    int shard_params;     /* ZeRO-3, with train and optimizer_shards > 1: the base parameters are sharded too,
+                           * unit by unit (model_set_shard_ops), and a full fine-tune's gradients with them */
     int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
                            * activations a backward pass needs: the base of co-trained adapter views
                            * (model_set_lora_runs) */
@@ -209,13 +209,14 @@ struct model_span {
 int model_optimizer_spans(const struct model *m, const struct model_span **spans);
 void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq);
 
-/* ZeRO-3 (model_opts.shard_params): the base parameters (the trainable buffer of a full fine-tune) are cut
- * into units — the embedding, each layer, the head (the final norm and an untied lm_head) — and each rank
- * keeps only its comm_shard of each unit (optimizer state and summed gradients included). A pass gathers a
- * unit just before it uses it and releases the rest of it after (backend `release`): forward gathers the
- * embedding, each layer, the head; backward the head, each layer from the last; as the backward pass
- * finishes a unit's gradient it reduce-scatters it, keeps its shard and releases the rest. So every pass
- * is collectives, and every rank must run as many passes as the others (model_idle_pass). The model does
+/* ZeRO-3 (model_opts.shard_params): the base parameters are cut into units — the embedding, each layer,
+ * the head (the final norm and an untied lm_head) — and each rank keeps only its comm_shard of each unit.
+ * A pass gathers a unit just before it uses it and releases the rest of it after (backend `release`):
+ * forward gathers the embedding, each layer, the head; backward the head, each layer from the last. For a
+ * full fine-tune the base is the trainable buffer: as the backward pass finishes a unit's gradient it
+ * reduce-scatters it, keeps its shard and releases the rest, and the optimizer holds and steps the
+ * shards; LoRA's frozen base is only gathered, its adapter sharded as under ZeRO-1. So every pass is
+ * collectives, and every rank must run as many passes as the others (model_idle_pass). The model does
  * no I/O: the trainer gives it the two collectives, each of a whole unit of n values in place. */
 struct model_shard_ops {
     int (*gather)(void *ctx, float *unit, size_t n, struct whet_err *err);         /* an all-gather */

@@ -80,11 +80,14 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     int64_t lo = 0, hi = out->n_trainable;
     if (j.optimizer_shards > 1) mp_shard(out->n_trainable, j.optimizer_shards, j.optimizer_shard, &lo, &hi);
     out->moments = 2 * wide * (hi - lo);
-    if (j.train && j.lora_r == 0 && j.optimizer_shards > 1 && j.shard_params) {
+    if (j.train && j.optimizer_shards > 1 && j.shard_params) {
         int64_t kept, gathered;
         sharded_values(&s, &j, &kept, &gathered);
-        out->weights = out->gradients = narrow * (kept + gathered);
-        out->moments = 2 * wide * kept;
+        out->weights = narrow * (kept + gathered);
+        if (j.lora_r == 0) { /* a full fine-tune's gradients and moments follow its units */
+            out->gradients = out->weights;
+            out->moments = 2 * wide * kept;
+        }
     }
     out->master = narrow < wide ? wide * out->n_trainable : 0;
     if (j.train && j.lora_r == 0 && j.method != MP_SFT) out->reference = out->weights + MP_SCALAR_BYTES; /* a model */

@@ -165,6 +165,14 @@ TEST(plan_zero3_shards) {
             }
             CHECK_MSG(kept == whole.n_params, "%d ranks keep %lld values of %lld", n, (long long)kept,
                       (long long)whole.n_params);
+            /* LoRA: the frozen base as sharded, the adapter's gradients whole, its moments ZeRO-1's */
+            struct mp_plan lora, lora1;
+            struct mp_job lj = {.train = 1, .rows = 2, .seq_len = 8, .lora_r = 8, .lora_targets = 0x7f,
+                                .optimizer_shards = n, .optimizer_shard = n - 1};
+            mp_plan(&lora1, &s, &lj);
+            lj.shard_params = 1;
+            mp_plan(&lora, &s, &lj);
+            CHECK(lora.weights < lora1.weights && lora.gradients == lora1.gradients && lora.moments == lora1.moments);
         }
     }
 }

@@ -93,8 +93,7 @@ static const struct {
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":2,\"rendezvous\":\"h:1\"}}", {"distributed.rank", "[0, 1]"}},
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0}}", {"distributed", "rendezvous", "required"}},
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":2}}", {"distributed.zero", "ZeRO-1", "ZeRO-3"}},
-    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "lora null", "zero 1 for LoRA"}},
-    {"{" BASE ",\"method\":\"grpo\",\"lora\":null,\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "zero 1 for GRPO"}},
+    {"{" BASE ",\"method\":\"grpo\",\"lora\":null,\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "\"sft\" and \"dpo\"", "zero 1 for GRPO"}},
     {"{" BASE ",\"distributed\":{\"world\":2}}", {"distributed.world: unknown field", "world_size"}},
 };
 
@@ -114,6 +113,10 @@ TEST(distributed_is_read_and_absent_means_alone) {
     CHECK(parse(&cfg, "{" BASE ",\"lora\":null,\"distributed\":{\"world_size\":2,\"rank\":1,\"rendezvous\":\"h:1\","
                       "\"zero\":3}}", &err) == 0);
     CHECK(cfg.dist.zero == 3);
+    trainer_config_free(&cfg);
+    CHECK(parse(&cfg, "{" BASE ",\"method\":\"dpo\",\"distributed\":{\"world_size\":2,\"rank\":1,\"rendezvous\":\"h:1\","
+                      "\"zero\":3}}", &err) == 0);
+    CHECK(cfg.dist.zero == 3 && cfg.lora.enabled);
     trainer_config_free(&cfg);
 }
 
