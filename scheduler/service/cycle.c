@@ -7,8 +7,9 @@
  * whet.gpu_types and whet.regions allow, at least whet.min_gpus), handed to the placement library,
  * which places a gang too big for any one node over the fewest nodes of one data center (gang.c: one
  * attempt of N ranks, one trainer process per device), and its decisions are
- * written back: PLACE and PREEMPT each in their own transaction, so a crash between two decisions
- * leaves a consistent state to start again from; then, in one transaction, the public state of every
+ * written back: PLACE decisions in batches, each one statement (so one transaction), PREEMPT each in
+ * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
+ * transaction, the public state of every
  * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones that have
  * none yet (the executors' heartbeats keep it current with each progress report). */
 #include <jansson.h>
@@ -464,17 +465,28 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
  * Decisions
  * ---------------------------------------------------------------------------------------------- */
 
-/* How long one cycle spends writing PLACE and PREEMPT decisions (each its own transaction, a few
- * milliseconds) before leaving the rest to the next cycle: filling an empty fleet of 1000 nodes took
- * one cycle of 117 s in tests/bench/scale, during which no lease expired, no pause or cancel was
- * applied and no newly created job was considered. At least this long, and at least twice what the
- * rest of the cycle took, so that a fill spends most of its time placing. */
+/* How long one cycle spends writing PLACE and PREEMPT decisions before leaving the rest to the next
+ * cycle: filling an empty fleet of 1000 nodes took one cycle of 117 s in tests/bench/scale, during
+ * which no lease expired, no pause or cancel was applied and no newly created job was considered. At
+ * least this long, and at least twice what the rest of the cycle took, so that a fill spends most of
+ * its time placing. */
 #define DECISIONS_BUDGET_S 0.5
 
+/* Placements are written PLACE_BATCH at a time, each batch one query for the manifests' rows and one
+ * statement for every row they write (one at a time they cost 5 round trips and ~1.8 ms of database
+ * time each in tests/bench/scale). A batch is also the unit of the budget above. */
+#define PLACE_BATCH 256
+
+/* A PLACE decision waiting for its batch: the queued job's index in the snapshot and the decision. */
+struct placement {
+    int q;
+    const struct pl_decision *d;
+};
+
 /* A gang's ranks, one per device of its allocation in slot order (rank 0: the first slot's lowest
- * device), each with its START manifest, as the JSON array record_place inserts into gang_ranks; and
+ * device), each with its START manifest, as the JSON array the batch inserts into gang_ranks; and
  * "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. */
-static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, const char *manifest, int attempt,
+static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, const json_t *manifest, int attempt,
                           char *where, size_t where_len) {
     int world = 0;
     for (int k = 0; k < a->n_slots; k++) world += a->slots[k].gpu_count;
@@ -508,87 +520,115 @@ static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, co
     return ranks;
 }
 
-static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s, int q, const struct pl_decision *d,
-                        struct whet_err *err) {
-    const char *job_id = s->queued_ids[q];
-    int node = d->alloc.slots[0].node;
-    const char *node_id = s->node_ids[node];
-    const char *dc = s->dcs.name[s->nodes[node].dc];
-    const char *type = s->types.name[s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0];
-    int gang = d->alloc.n_slots > 1;
-    char mask[16], milli[16], event_id[40], world[16], where[1024];
-    snprintf(mask, sizeof mask, "%u", d->alloc.slots[0].gpu_mask);
-    snprintf(milli, sizeof milli, "%d", d->job->gpu_milli);
-    snprintf(world, sizeof world, "%d", gang ? d->job->gpus : 1);
-    whet_random_id("ftevent-", 24, event_id);
-
-    if (whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0) return -1;
-    const char *params[] = {job_id, node_id, dc, mask, milli, type};
-    PGresult *res = whet_pg_query(conn,
-                                  "UPDATE jobs SET attempt = attempt + 1, status = 'running', node_id = $2, placed_dc = $3,"
-                                  " wait_reason = NULL WHERE id = $1 AND status = 'queued' AND desired = 'run'"
-                                  " RETURNING attempt, last_step",
-                                  3, params, err);
-    if (!res) goto fail;
-    if (PQntuples(res) != 1) { /* paused or cancelled since the snapshot */
-        PQclear(res);
-        PQclear(PQexec(conn, "ROLLBACK"));
-        return 0;
-    }
-    int attempt = atoi(PQgetvalue(res, 0, 0));
-    char attempt_s[16];
-    snprintf(attempt_s, sizeof attempt_s, "%d", attempt);
-    PQclear(res);
-    char *manifest = scheduler_manifest(conn, sch->opts, job_id, attempt, d->alloc.slots[0].gpu_count, err);
-    if (!manifest) goto fail;
-    json_t *m = json_loads(manifest, 0, NULL);
-    json_t *resume = json_object_get(m, "resume");
+/* One placement as a row of the batch (placement_sql's jsonb_to_recordset): the job's next attempt on
+ * the decision's devices with its START manifest, built from row `row` of scheduler_manifest_rows.
+ * NULL with err when its manifest cannot be made. */
+static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct snapshot *s, const struct placement *p,
+                             const PGresult *rows, int row, struct whet_err *err) {
+    const char *job_id = s->queued_ids[p->q];
+    const struct pl_alloc *alloc = &p->d->alloc;
+    int node = alloc->slots[0].node, gang = alloc->n_slots > 1;
+    json_t *manifest = scheduler_manifest_build(conn, sch->opts, rows, row, job_id, alloc->slots[0].gpu_count, err);
+    if (!manifest) return NULL;
+    int attempt = (int)json_integer_value(json_object_get(manifest, "attempt"));
+    json_t *resume = json_object_get(manifest, "resume");
     int resume_step = json_is_object(resume) ? (int)json_integer_value(json_object_get(resume, "step")) : 0;
-    json_decref(m);
-    char resume_s[16], deadline[16];
-    snprintf(resume_s, sizeof resume_s, "%d", resume_step);
-    snprintf(deadline, sizeof deadline, "%d", GANG_RENDEZVOUS_S);
-    char *ranks = NULL;
-    if (gang) {
-        json_t *list = gang_ranks(s, &d->alloc, manifest, attempt, where, sizeof where);
-        ranks = json_dumps(list, JSON_COMPACT);
-        json_decref(list);
-    } else {
-        snprintf(where, sizeof where, "node %s", node_id);
-    }
+    char event_id[40], where[1024];
+    whet_random_id("ftevent-", 24, event_id);
     /* A gang's START goes to rank 0 alone; the others get theirs once it has published its address
      * (gang.c). */
-    const char *aparams[] = {job_id, attempt_s, node_id, mask, milli, type, resume_s, manifest, event_id, dc,
-                             world, ranks ? ranks : "[]", deadline, where};
-    int rc = whet_pg_exec(conn,
-                          "WITH a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli,"
-                          "   device_type, resume_step, world_size, rendezvous_deadline)"
-                          "   SELECT id, $2::int, tenant_id, $3, $4::int, $5::int, $6, $7::int, $11::int,"
-                          "     CASE WHEN $11::int > 1 THEN extract(epoch FROM clock_timestamp()) + $13::int END"
-                          "   FROM jobs WHERE id = $1 RETURNING job_id, tenant_id),"
-                          " r AS (INSERT INTO gang_ranks (job_id, attempt, rank, node_id, gpu_mask, manifest, started_at)"
-                          "   SELECT a.job_id, $2::int, x.rank, x.node, x.mask, x.manifest,"
-                          "     CASE WHEN x.rank = 0 THEN extract(epoch FROM clock_timestamp()) END"
-                          "   FROM a, jsonb_to_recordset($12::jsonb) AS x(rank int, node text, mask int, manifest jsonb)),"
-                          " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, manifest)"
-                          "   SELECT $3, $1, $2::int, 'start', coalesce((SELECT x.manifest FROM"
-                          "     jsonb_to_recordset($12::jsonb) AS x(rank int, manifest jsonb) WHERE x.rank = 0), $8::jsonb))"
-                          " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
-                          " SELECT $9, tenant_id, job_id, 'Job placed on ' ||"
-                          "   CASE WHEN $11::int > 1 THEN 'a gang of ' || $11 || ' ranks: ' ELSE '' END || $14 || ' in ' || $10 ||"
-                          "   CASE WHEN $7::int > 0 THEN ', resuming from step ' || $7 ELSE '' END,"
-                          "   jsonb_build_object('node', $3, 'dc', $10, 'attempt', $2::int, 'device_type', $6,"
-                          "     'world_size', $11::int) FROM a",
-                          14, aparams, err);
-    free(manifest);
-    free(ranks);
-    if (rc < 0 || whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto fail;
-    log_info("msg=\"job placed\" job=%s attempt=%d where=\"%s\" dc=%s resume_step=%d", job_id, attempt, where, dc,
-             resume_step);
-    return 0;
-fail:
-    PQclear(PQexec(conn, "ROLLBACK"));
-    return -1;
+    json_t *ranks = gang ? gang_ranks(s, alloc, manifest, attempt, where, sizeof where) : json_array();
+    if (!gang) snprintf(where, sizeof where, "node %s", s->node_ids[node]);
+    int type = s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0;
+    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:o, s:s}", "job", job_id, "attempt",
+                     attempt, "node", s->node_ids[node], "mask", (int)alloc->slots[0].gpu_mask, "milli",
+                     p->d->job->gpu_milli, "type", s->types.name[type], "resume", resume_step, "manifest", manifest,
+                     "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? p->d->job->gpus : 1,
+                     "ranks", ranks, "place", where);
+}
+
+/* Every row of a batch of placements in one statement, so one transaction: each job still queued and
+ * on the attempt its manifest was made for moves to running (the jobs row is where exactly-once
+ * placement is decided: a job paused, cancelled or placed since the snapshot is skipped, and with it
+ * everything below), and gets its attempt, a gang's ranks, the START for its node (a gang's rank 0)
+ * and the placement event. Only the leader writes it, on the connection that holds the leader lock.
+ * Returns the placed jobs and their attempts. */
+static const char *const placement_sql =
+    "WITH p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(job text, attempt int, node text, mask int, milli int,"
+    "   type text, resume int, manifest jsonb, event text, dc text, world int, ranks jsonb, place text)),"
+    " j AS (UPDATE jobs SET attempt = p.attempt, status = 'running', node_id = p.node, placed_dc = p.dc,"
+    "   wait_reason = NULL, queue_position = NULL FROM p"
+    "   WHERE jobs.id = p.job AND jobs.status = 'queued' AND jobs.desired = 'run' AND jobs.attempt = p.attempt - 1"
+    "   RETURNING jobs.id, jobs.tenant_id),"
+    " pj AS (SELECT p.*, j.tenant_id FROM p JOIN j ON j.id = p.job),"
+    " a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type, resume_step,"
+    "   world_size, rendezvous_deadline)"
+    "   SELECT job, attempt, tenant_id, node, mask, milli, type, resume, world,"
+    "     CASE WHEN world > 1 THEN extract(epoch FROM clock_timestamp()) + $2::int END FROM pj),"
+    " r AS (INSERT INTO gang_ranks (job_id, attempt, rank, node_id, gpu_mask, manifest, started_at)"
+    "   SELECT pj.job, pj.attempt, x.rank, x.node, x.mask, x.manifest,"
+    "     CASE WHEN x.rank = 0 THEN extract(epoch FROM clock_timestamp()) END"
+    "   FROM pj, jsonb_to_recordset(pj.ranks) AS x(rank int, node text, mask int, manifest jsonb)),"
+    " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, manifest)"
+    "   SELECT node, job, attempt, 'start', coalesce((SELECT x.manifest FROM"
+    "     jsonb_to_recordset(pj.ranks) AS x(rank int, manifest jsonb) WHERE x.rank = 0), pj.manifest) FROM pj),"
+    " e AS (INSERT INTO job_events (id, tenant_id, job_id, message, data)"
+    "   SELECT event, tenant_id, job, 'Job placed on ' ||"
+    "     CASE WHEN world > 1 THEN 'a gang of ' || world || ' ranks: ' ELSE '' END || place || ' in ' || dc ||"
+    "     CASE WHEN resume > 0 THEN ', resuming from step ' || resume ELSE '' END,"
+    "     jsonb_build_object('node', node, 'dc', dc, 'attempt', attempt, 'device_type', type, 'world_size', world)"
+    "   FROM pj)"
+    " SELECT job, attempt, node, dc, resume, place FROM pj";
+
+/* Writes placements p[0..n): the manifests' rows in one query, then placement_sql. A batch that fails
+ * is halved until the placement that fails is alone, which is then logged and left queued: one
+ * decision that cannot be written must not hold up the others. Returns how many jobs were placed (a
+ * job paused or cancelled since the snapshot is not), or -1 when the connection broke. */
+static int write_placements(struct scheduler *sch, PGconn *conn, const struct snapshot *s, const struct placement *p,
+                            int n, struct whet_err *err) {
+    if (n == 0) return 0;
+    json_t *ids = json_array(), *batch = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(ids, json_string(s->queued_ids[p[i].q]));
+    char *ids_json = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    PGresult *rows = scheduler_manifest_rows(conn, ids_json, err);
+    free(ids_json);
+    int placed = -1;
+    for (int r = 0; rows && r < PQntuples(rows); r++) {
+        const struct placement *one = &p[atoi(PQgetvalue(rows, r, 0))];
+        json_t *row = placement_row(sch, conn, s, one, rows, r, err);
+        if (row)
+            json_array_append_new(batch, row);
+        else
+            log_warn("msg=\"placement not recorded\" job=%s error=\"%s\"", s->queued_ids[one->q], err->msg);
+    }
+    PGresult *res = NULL;
+    if (rows && json_array_size(batch) > 0) {
+        char *list = json_dumps(batch, JSON_COMPACT), deadline[16];
+        snprintf(deadline, sizeof deadline, "%d", GANG_RENDEZVOUS_S);
+        const char *params[] = {list, deadline};
+        res = whet_pg_query(conn, placement_sql, 2, params, err);
+        free(list);
+    }
+    if (res) {
+        placed = PQntuples(res);
+        for (int r = 0; r < placed; r++)
+            log_info("msg=\"job placed\" job=%s attempt=%s where=\"%s\" dc=%s resume_step=%s", PQgetvalue(res, r, 0),
+                     PQgetvalue(res, r, 1), PQgetvalue(res, r, 5), PQgetvalue(res, r, 3), PQgetvalue(res, r, 4));
+    } else if (rows && json_array_size(batch) == 0) {
+        placed = 0; /* none left to write: gone since the snapshot, or no manifest */
+    } else if (PQstatus(conn) == CONNECTION_OK && n > 1) {
+        int first = write_placements(sch, conn, s, p, n / 2, err), second = -1;
+        if (first >= 0) second = write_placements(sch, conn, s, p + n / 2, n - n / 2, err);
+        placed = first < 0 || second < 0 ? -1 : first + second;
+    } else if (PQstatus(conn) == CONNECTION_OK) {
+        log_warn("msg=\"placement not recorded\" job=%s error=\"%s\"", s->queued_ids[p->q], err->msg);
+        placed = 0;
+    }
+    PQclear(res);
+    PQclear(rows);
+    json_decref(batch);
+    return placed;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -698,6 +738,9 @@ static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *e
     return rc;
 }
 
+/* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
+static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
+
 static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
     int r = (int)(d->job - s->running);
     if (r < 0 || r >= s->n_running) return 0;
@@ -766,15 +809,15 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
         const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
         t[3] = whet_now_mono();
-        int position = 0;
+        int position = 0, n_batch = 0;
         char reason[768];
+        struct placement batch[PLACE_BATCH];
         double place_until = t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
-        for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
+        for (int i = 0; i < r->n && placed >= 0 && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
             log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
-            int failed = 0;
             if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > place_until) {
                 /* Left to the next cycle, which starts at once; its row is left as it is meanwhile (a
                  * reason that came and went with each deferral would rewrite thousands of rows), but it
@@ -782,27 +825,28 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                 waiting_add(waiting, &s, q, NULL, ++position);
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
-                failed = record_place(sch, conn, &s, q, d, err) < 0;
-                placed += !failed;
+                batch[n_batch++] = (struct placement){.q = q, .d = d};
+                if (n_batch == PLACE_BATCH) placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
+                n_batch %= PLACE_BATCH;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(waiting, &s, q, reason, ++position);
             } else if (d->action == PL_PREEMPT && whet_now_mono() > place_until) {
                 deferred++;
-            } else if (d->action == PL_PREEMPT) {
-                failed = record_preempt(conn, &s, d, err) < 0;
+            } else if (d->action == PL_PREEMPT && record_preempt(conn, &s, d, err) < 0) {
+                /* One decision that cannot be written must not hold up the others. */
+                log_warn("msg=\"preemption not recorded\" job_seq=%llu error=\"%s\"", (unsigned long long)d->job->id,
+                         err->msg);
             }
-            /* One decision that cannot be written must not hold up the others. */
-            if (failed) log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
-                                 (unsigned long long)d->job->id, err->msg);
         }
+        placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
         for (int i = 0; i < s.n_queued; i++)
             if (!s.sized[i].fits && s.n_nodes > 0) {
                 too_big_reason(reason, sizeof reason, &s, i);
                 waiting_add(waiting, &s, i, reason, 0);
             }
     }
-    if (PQstatus(conn) != CONNECTION_OK) {
+    if (placed < 0 || PQstatus(conn) != CONNECTION_OK) {
         whet_errf(err, "the database connection broke during the cycle");
         goto out;
     }

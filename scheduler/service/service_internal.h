@@ -24,11 +24,14 @@ extern const int scheduler_n_methods;
  * with err when the database failed. */
 int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
 
-/* The START manifest of a job's new attempt (manifest.c): the trainer config and where the executor
- * finds the base model, the data and the checkpoint to resume from. Returns a malloc'd JSON string,
- * or NULL with err. */
-char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
-                         int devices, struct whet_err *err);
+/* The START manifests of the next attempts of several jobs (manifest.c), read in one query and built
+ * one by one: scheduler_manifest_rows reads, for a JSON array of job ids, one row per job found (column
+ * 0: the job's index in the array; 1: its current attempt number, the manifest is for the next one);
+ * scheduler_manifest_build makes row `row`'s manifest: the trainer config and where the executor finds
+ * the base model, the data and the checkpoint to resume from. NULL with err on failure. */
+PGresult *scheduler_manifest_rows(PGconn *conn, const char *job_ids, struct whet_err *err);
+json_t *scheduler_manifest_build(PGconn *conn, const struct scheduler_options *opts, const PGresult *res, int row,
+                                 const char *job_id, int devices, struct whet_err *err);
 /* A stored START manifest as it is handed to the executor (manifest.c): with encryption at rest on
  * ($WHET_DATA_KEY_FILE), plus the tenant's unwrapped data key ("data_key": {"id", "key"}), or the reason
  * it is unavailable ("data_key_error"), which fails the attempt. The key is added only here, on the way
@@ -57,9 +60,9 @@ struct gang_rank {
     json_t *peers;                    /* the addresses of the gang's nodes (the sandbox lets it reach these) */
 };
 
-/* The START manifest of one rank: the attempt's manifest (JSON text) with "devices": 1 and the
+/* The START manifest of one rank: a copy of the attempt's manifest with "devices": 1 and the
  * "distributed" object. Returns a new JSON object. */
-json_t *scheduler_rank_manifest(const char *manifest, const struct gang_rank *r);
+json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r);
 
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);
