@@ -1,8 +1,8 @@
 /* cycle.c - one scheduling cycle of the leader: leases, tenant requests, sizing, placement, and what
  * the tenant sees of it.
  *
- * The snapshot is read fresh from PostgreSQL each cycle (the fleet and queue of one control plane fit
- * easily). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
+ * The snapshot is read from PostgreSQL each cycle (the fleet and queue of one control plane fit
+ * easily), the running attempts as changes to what the leader already holds (running.c). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
  * its base model, method, batch and sequence length, within whet.max_gpus and on the pools its
  * whet.gpu_types and whet.regions allow, at least whet.min_gpus), handed to the placement library,
  * which places a gang too big for any one node over the fewest nodes of one data center (gang.c: one
@@ -59,14 +59,15 @@ static int expire_leases(PGconn *conn, struct whet_err *err) {
 }
 
 /* Pause and cancel of jobs that run somewhere become STOP and CANCEL commands (once per attempt and
- * node: to every node of a gang that runs its ranks); queued jobs change state at once. */
+ * node: to every node of a gang that runs its ranks); queued jobs change state at once. Both find the
+ * jobs asked to stop through jobs_stop_requested (migrations/0020_scheduler_scale.sql). */
 static int apply_tenant_requests(PGconn *conn, struct whet_err *err) {
     return whet_pg_exec(conn,
                         "INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
                         " SELECT n.node_id, a.job_id, a.attempt, CASE j.desired WHEN 'pause' THEN 'stop' ELSE 'cancel' END,"
                         "   30000, j.desired FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.ended_at IS NULL"
                         " CROSS JOIN LATERAL " GANG_NODES_SQL " n"
-                        " WHERE j.desired IN ('pause', 'cancel') AND NOT EXISTS (SELECT 1 FROM node_commands c"
+                        " WHERE j.desired IN ('pause', 'cancel') AND j.status IN ('queued', 'running') AND NOT EXISTS (SELECT 1 FROM node_commands c"
                         "   WHERE c.job_id = j.id AND c.attempt = a.attempt AND c.node_id = n.node_id"
                         "   AND c.kind IN ('stop', 'cancel'))",
                         0, NULL, err) < 0 ||
@@ -122,7 +123,7 @@ struct snapshot {
     struct sizing_pool *pools; /* the fleet as sizing sees it */
     int n_running, n_queued;
     struct pl_job *running, *queued; /* stable addresses for the library */
-    char **running_ids, **queued_ids;
+    char **running_ids, **queued_ids; /* running_ids: the running cache's strings */
     int *running_attempts;
     struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
 };
@@ -132,7 +133,6 @@ static void snapshot_free(struct snapshot *s) {
         free(s->node_ids[i]);
         free(s->node_addrs[i]);
     }
-    for (int i = 0; i < s->n_running; i++) free(s->running_ids[i]);
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
     for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
     free(s->tenant_ids);
@@ -357,7 +357,7 @@ static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) 
     return 0;
 }
 
-static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
+static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
      * gang that failed with it would be placed back on it until its lease runs out. */
@@ -394,49 +394,37 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
     if (load_tenants(conn, s, err) < 0) return -1;
 
-    /* A running attempt's last checkpoint is the job's newest by seq: one probe of checkpoints_job at its
-     * end, where max(created_at) read every checkpoint the job ever wrote, every cycle. */
-    res = whet_pg_query(conn,
-                        "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
-                        " j.created_at, j.seq, j.preempt_requested, a.started_at,"
-                        " coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC LIMIT 1),"
-                        "   a.started_at),"
-                        " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"
-                        "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
-                        " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
-                        " WHERE a.ended_at IS NULL ORDER BY j.seq",
-                        0, NULL, err);
-    if (!res) return -1;
-    int n = PQntuples(res);
-    s->running = xcalloc((size_t)n + 1, sizeof *s->running);
-    s->running_ids = xcalloc((size_t)n + 1, sizeof *s->running_ids);
-    s->running_attempts = xcalloc((size_t)n + 1, sizeof *s->running_attempts);
-    for (int i = 0; i < n; i++) {
+    /* The running attempts, brought up to date (running.c). */
+    struct running_cache *rc = &sch->running;
+    if (running_refresh(rc, conn, err) < 0) return -1;
+    s->running = xcalloc((size_t)rc->n + 1, sizeof *s->running);
+    s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
+    s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
+    for (int i = 0; i < rc->n; i++) {
+        const struct running_attempt *ra = &rc->a[i];
         struct pl_job *j = &s->running[s->n_running];
         memset(j, 0, sizeof *j);
-        if (PQgetisnull(res, i, 11)) {
-            int node = node_index(s, PQgetvalue(res, i, 2));
-            if (node >= 0) alloc_add(&j->alloc, node, (uint16_t)atoi(PQgetvalue(res, i, 3)));
+        if (!ra->ranks) {
+            int node = node_index(s, ra->node_id);
+            if (node >= 0) alloc_add(&j->alloc, node, (uint16_t)ra->gpu_mask);
         } else {
-            gang_alloc(s, &j->alloc, PQgetvalue(res, i, 11));
+            gang_alloc(s, &j->alloc, ra->ranks);
         }
         if (j->alloc.n_slots == 0) continue; /* its node is being declared lost */
         /* A running job holds what its attempt holds, wherever that is: no type or region filter. */
-        placement_job_init(j, s, PQgetvalue(res, i, 4), NULL, atoi(PQgetvalue(res, i, 5)),
-                           atof(PQgetvalue(res, i, 6)), (uint64_t)atoll(PQgetvalue(res, i, 7)));
+        placement_job_init(j, s, ra->tenant_id, NULL, ra->priority, ra->created_at, (uint64_t)ra->seq);
         j->gpus = 0;
         for (int k = 0; k < j->alloc.n_slots; k++) j->gpus += j->alloc.slots[k].gpu_count;
         /* A victim already told to stop keeps its resources until it has; the library then waits for it
          * instead of choosing new victims. Victims are chosen by the work they lose since their last
          * checkpoint. */
-        j->state = PQgetvalue(res, i, 8)[0] == 't' ? PL_JOB_STOPPING : PL_JOB_RUNNING;
-        j->start_time = atof(PQgetvalue(res, i, 9));
-        j->last_checkpoint_time = atof(PQgetvalue(res, i, 10));
-        s->running_ids[s->n_running] = xstrdup(PQgetvalue(res, i, 0));
-        s->running_attempts[s->n_running] = atoi(PQgetvalue(res, i, 1));
+        j->state = ra->stopping ? PL_JOB_STOPPING : PL_JOB_RUNNING;
+        j->start_time = ra->started_at;
+        j->last_checkpoint_time = ra->last_checkpoint;
+        s->running_ids[s->n_running] = ra->job_id; /* the cache's, for this cycle */
+        s->running_attempts[s->n_running] = ra->attempt;
         s->n_running++;
     }
-    PQclear(res);
 
     res = whet_pg_query(conn,
                         "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
@@ -779,7 +767,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct pl_job **queue = NULL;
     json_t *waiting = json_array();
     int rc = -1;
-    if (load_snapshot(conn, &s, err) < 0) goto out;
+    if (load_snapshot(sch, conn, &s, err) < 0) goto out;
     t[2] = t[3] = t[4] = whet_now_mono();
     double oldest = 0, now = (double)whet_now_unix();
     for (int i = 0; i < s.n_queued; i++)
@@ -863,5 +851,6 @@ out:
     json_decref(waiting);
     pl_cluster_free(cluster);
     snapshot_free(&s);
+    if (rc < 0) running_reset(&sch->running); /* what a failed cycle read of it is unknown */
     return rc == 0 && deferred ? 1 : rc;
 }

@@ -92,6 +92,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             PQfinish(conn);
             break;
         }
+        running_reset(&sch.running); /* what changed while another led is unknown: read it all again */
         log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
         scheduler_metrics_leader(1);
         double last_cycle = 0;
@@ -115,6 +116,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         rpc_server_stop(server);
         PQfinish(conn);
     }
+    running_reset(&sch.running);
     scheduler_metrics_stop();
     log_info("msg=\"stopped\"");
     return 0;

@@ -9,8 +9,33 @@
 #include "rpc.h"
 #include "scheduler.h"
 
+/* A running attempt as placement reads it (running.c). */
+struct running_attempt {
+    char *job_id, *tenant_id, *node_id;
+    char *ranks; /* a gang's "NODE MASK NODE MASK …", NULL for one process */
+    int attempt, gpu_mask, priority, stopping;
+    long long seq;
+    double created_at, started_at, last_checkpoint;
+};
+
+/* The running attempts the leader keeps between cycles (running.c). */
+struct running_cache {
+    int loaded;    /* 0: the next refresh reads every running attempt */
+    char xmin[24]; /* where the next refresh reads running_changes from */
+    int n, cap;
+    struct running_attempt *a; /* by job seq, then attempt */
+};
+
+/* Brings the cache up to date: every running attempt when not loaded, else those of the jobs named in
+ * running_changes since the previous refresh. -1 with err when the database failed (then reset it: a
+ * refresh half done leaves it unknown). */
+int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err);
+/* Empties the cache and frees what it holds: the next refresh reads everything. */
+void running_reset(struct running_cache *c);
+
 struct scheduler {
     const struct scheduler_options *opts;
+    struct running_cache running; /* the leader's; reset when it starts leading */
 };
 
 /* The gRPC methods the leader serves (handlers.c). */
