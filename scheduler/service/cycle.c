@@ -583,7 +583,8 @@ static int write_placements(struct scheduler *sch, PGconn *conn, const struct sn
     free(ids_json);
     int placed = -1;
     for (int r = 0; rows && r < PQntuples(rows); r++) {
-        const struct placement *one = &p[atoi(PQgetvalue(rows, r, 0))];
+        const struct placement *one = p; /* the batch is small: found by a linear search */
+        while (strcmp(s->queued_ids[one->q], PQgetvalue(rows, r, 0))) one++;
         json_t *row = placement_row(sch, conn, s, one, rows, r, err);
         if (row)
             json_array_append_new(batch, row);

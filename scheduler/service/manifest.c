@@ -67,14 +67,14 @@ PGresult *scheduler_manifest_rows(PGconn *conn, const char *job_ids, struct whet
     const char *params[] = {job_ids};
     return whet_pg_query(
         conn,
-        "SELECT x.k - 1, j.attempt, j.tenant_id, j.method::text, j.whet::text, j.seed, b.id, b.object_prefix, b.sha256,"
+        "SELECT j.id, j.attempt, j.tenant_id, j.method::text, j.whet::text, j.seed, b.id, b.object_prefix, b.sha256,"
         " tf.id, tf.object_key, vf.id, vf.object_key,"
         " (SELECT json_build_object('step', c.step_number, 'object_prefix', c.object_prefix)::text FROM checkpoints c"
         "   WHERE c.job_id = j.id AND c.object_prefix NOT LIKE '%/final' ORDER BY c.step_number DESC LIMIT 1),"
         " (SELECT p.final_object_prefix FROM jobs p WHERE p.fine_tuned_model = j.model AND p.tenant_id = j.tenant_id)"
-        " FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(id, k) JOIN jobs j ON j.id = x.id"
-        " JOIN base_models b ON b.id = j.base_model JOIN files tf ON tf.id = j.training_file"
-        " LEFT JOIN files vf ON vf.id = j.validation_file",
+        " FROM jobs j JOIN base_models b ON b.id = j.base_model JOIN files tf ON tf.id = j.training_file"
+        " LEFT JOIN files vf ON vf.id = j.validation_file"
+        " WHERE j.id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))",
         1, params, err);
 }
 

@@ -51,7 +51,7 @@ int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
 
 /* The START manifests of the next attempts of several jobs (manifest.c), read in one query and built
  * one by one: scheduler_manifest_rows reads, for a JSON array of job ids, one row per job found (column
- * 0: the job's index in the array; 1: its current attempt number, the manifest is for the next one);
+ * 0: its id; 1: its current attempt number, the manifest is for the next one);
  * scheduler_manifest_build makes row `row`'s manifest: the trainer config and where the executor finds
  * the base model, the data and the checkpoint to resume from. NULL with err on failure. */
 PGresult *scheduler_manifest_rows(PGconn *conn, const char *job_ids, struct whet_err *err);
