@@ -9,9 +9,9 @@
  * attempt of N ranks, one trainer process per device), and its decisions are
  * written back: PLACE decisions in batches, each one statement (so one transaction), PREEMPT each in
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
- * transaction, the public state of every
- * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones that have
- * none yet (the executors' heartbeats keep it current with each progress report). */
+ * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
+ * waiting ones, estimated_finish of the running ones that have none yet (the executors' heartbeats keep
+ * it current with each progress report). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -633,12 +633,17 @@ static void demand_text(char *buf, size_t len, const struct pl_job *j) {
         snprintf(buf, len, "needs %d device%s", j->gpus, j->gpus == 1 ? "" : "s");
 }
 
-/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue; reason NULL:
- * leave its reason and position as they are (a placement left to the next cycle). */
-static void waiting_add(json_t *waiting, const struct snapshot *s, int q, const char *reason, int position) {
-    json_array_append_new(waiting, reason ? json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason,
-                                                      "position", position > 0 ? json_integer(position) : json_null())
-                                          : json_pack("{s:s, s:b}", "id", s->queued_ids[q], "keep", 1));
+/* The waiting jobs written at the end of the cycle (public_state.c), at most one per queued job. */
+struct waiting {
+    int n;
+    struct waiting_job *a;
+};
+
+/* Adds a waiting job to the list; position 0: in no queue; reason NULL: leave its reason and position
+ * as they are (a placement left to the next cycle). */
+static void waiting_add(struct waiting *w, const struct snapshot *s, int q, const char *reason, int position) {
+    w->a[w->n++] = (struct waiting_job){.id = s->queued_ids[q], .reason = reason ? xstrdup(reason) : NULL,
+                                        .position = position};
 }
 
 /* The reason placement gave, after the demand. */
@@ -675,56 +680,6 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
         whet_err_hint(&e, "%s", smaller);
     }
     whet_err_text(&e, buf, len);
-}
-
-/* One transaction: every waiting job's reason and place in the queue, the estimated finish of running
- * jobs that lack one, and neither left on jobs that no longer wait or run. A tenant reading the job
- * never sees a position from one cycle next to a reason from another. A place in the queue is
- * rewritten when it moved by more than a tenth (exact in the first ten): a queue that drains moves
- * every job behind each placement, and rewriting all of them each cycle cost 1.1 s per cycle at 10000
- * waiting jobs in tests/bench/scale; this way a job's row is rewritten about 90 times on its way from
- * place 10000 to place 1. */
-static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *err) {
-    char *list = json_dumps(waiting, JSON_COMPACT);
-    const char *params[] = {list};
-    int rc = whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0 ||
-                     whet_pg_exec(conn,
-                                  "UPDATE jobs j SET wait_reason = w.reason, queue_position = w.position,"
-                                  " wait_since = coalesce(j.wait_since, extract(epoch FROM now())), estimated_finish = NULL"
-                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int, keep bool)"
-                                  " WHERE j.id = w.id AND j.status = 'queued' AND w.keep IS NOT TRUE"
-                                  " AND (j.wait_reason IS DISTINCT FROM w.reason"
-                                  "   OR (j.queue_position IS NULL) <> (w.position IS NULL)"
-                                  "   OR abs(j.queue_position - w.position) > j.queue_position / 10"
-                                  "   OR j.estimated_finish IS NOT NULL)",
-                                  1, params, err) < 0 ||
-                     whet_pg_exec(conn,
-                                  "UPDATE jobs SET queue_position = NULL,"
-                                  " wait_reason = CASE WHEN status = 'queued' THEN wait_reason END,"
-                                  " estimated_finish = CASE WHEN status = 'running' THEN estimated_finish END"
-                                  " WHERE (queue_position IS NOT NULL OR wait_reason IS NOT NULL OR estimated_finish IS NOT NULL)"
-                                  " AND ((status <> 'queued' AND (queue_position IS NOT NULL OR wait_reason IS NOT NULL))"
-                                  "   OR (status = 'queued' AND queue_position IS NOT NULL"
-                                  "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id))"
-                                  "   OR (status <> 'running' AND estimated_finish IS NOT NULL))",
-                                  1, params, err) < 0 ||
-                     /* Only the estimates missing where one can be made: every heartbeat's progress report
-                      * keeps its jobs' estimates current, and rewriting every running job here each cycle
-                      * held their row locks against those heartbeats (and cost a row version per running
-                      * job per cycle). */
-                     whet_pg_exec(conn,
-                                  "UPDATE jobs j SET estimated_finish = whet_estimated_finish(j.last_step, j.total_steps,"
-                                  "   a.resume_step, a.started_at)"
-                                  " FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.ended_at IS NULL"
-                                  " AND j.status = 'running' AND j.estimated_finish IS NULL AND j.last_step > 0"
-                                  " AND j.total_steps > j.last_step",
-                                  0, NULL, err) < 0 ||
-                     whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
-                 ? -1
-                 : 0;
-    if (rc < 0) PQclear(PQexec(conn, "ROLLBACK"));
-    free(list);
-    return rc;
 }
 
 /* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
@@ -766,9 +721,10 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct snapshot s;
     struct pl_cluster *cluster = NULL;
     struct pl_job **queue = NULL;
-    json_t *waiting = json_array();
+    struct waiting waiting = {0};
     int rc = -1;
     if (load_snapshot(sch, conn, &s, err) < 0) goto out;
+    waiting.a = xcalloc((size_t)s.n_queued + 1, sizeof *waiting.a);
     t[2] = t[3] = t[4] = whet_now_mono();
     double oldest = 0, now = (double)whet_now_unix();
     for (int i = 0; i < s.n_queued; i++)
@@ -811,7 +767,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                 /* Left to the next cycle, which starts at once; its row is left as it is meanwhile (a
                  * reason that came and went with each deferral would rewrite thousands of rows), but it
                  * counts in the places of the jobs behind it. */
-                waiting_add(waiting, &s, q, NULL, ++position);
+                waiting_add(&waiting, &s, q, NULL, ++position);
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
                 batch[n_batch++] = (struct placement){.q = q, .d = d};
@@ -819,7 +775,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                 n_batch %= PLACE_BATCH;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
-                waiting_add(waiting, &s, q, reason, ++position);
+                waiting_add(&waiting, &s, q, reason, ++position);
             } else if (d->action == PL_PREEMPT && whet_now_mono() > place_until) {
                 deferred++;
             } else if (d->action == PL_PREEMPT && record_preempt(conn, &s, d, err) < 0) {
@@ -832,7 +788,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_queued; i++)
             if (!s.sized[i].fits && s.n_nodes > 0) {
                 too_big_reason(reason, sizeof reason, &s, i);
-                waiting_add(waiting, &s, i, reason, 0);
+                waiting_add(&waiting, &s, i, reason, 0);
             }
     }
     if (placed < 0 || PQstatus(conn) != CONNECTION_OK) {
@@ -840,7 +796,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         goto out;
     }
     t[4] = whet_now_mono();
-    rc = record_public_state(conn, waiting, err);
+    rc = public_state_record(&sch->public_state, conn, waiting.a, waiting.n, sch->running.stopped,
+                             sch->running.n_stopped, err);
     t[5] = whet_now_mono();
     if (rc == 0 && t[5] - t[0] > 1)
         log_info("msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"
@@ -849,9 +806,13 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                  s.n_nodes, s.n_running, s.n_queued, s.n_tenants);
 out:
     free(queue);
-    json_decref(waiting);
+    for (int i = 0; i < waiting.n; i++) free(waiting.a[i].reason);
+    free(waiting.a);
     pl_cluster_free(cluster);
     snapshot_free(&s);
-    if (rc < 0) running_reset(&sch->running); /* what a failed cycle read of it is unknown */
+    if (rc < 0) { /* what a failed cycle read or wrote is unknown */
+        running_reset(&sch->running);
+        public_state_reset(&sch->public_state);
+    }
     return rc == 0 && deferred ? 1 : rc;
 }

@@ -29,9 +29,17 @@ static void attempt_free(struct running_attempt *a) {
     free(a->ranks);
 }
 
+static void stopped_free(struct running_cache *c) {
+    for (int i = 0; i < c->n_stopped; i++) free(c->stopped[i]);
+    free(c->stopped);
+    c->stopped = NULL;
+    c->n_stopped = 0;
+}
+
 void running_reset(struct running_cache *c) {
     for (int i = 0; i < c->n; i++) attempt_free(&c->a[i]);
     free(c->a);
+    stopped_free(c);
     memset(c, 0, sizeof *c);
 }
 
@@ -44,9 +52,12 @@ static int cmp_attempt(const void *x, const void *y) {
 
 static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
 
-/* Appends row `i` of a read (a job with no running attempt comes as NULLs: nothing to add). */
+/* Appends row `i` of a read; a job with no running attempt comes as NULLs, and joins the stopped. */
 static void add_row(struct running_cache *c, const PGresult *res, int i) {
-    if (PQgetisnull(res, i, 1)) return;
+    if (PQgetisnull(res, i, 1)) {
+        c->stopped[c->n_stopped++] = xstrdup(PQgetvalue(res, i, 0));
+        return;
+    }
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 1024;
         c->a = xrealloc(c->a, (size_t)c->cap * sizeof *c->a);
@@ -114,6 +125,8 @@ int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err)
         drop_changed(c, res);
     else
         running_reset(c);
+    stopped_free(c);
+    c->stopped = xcalloc((size_t)PQntuples(res) + 1, sizeof *c->stopped);
     for (int i = 0; i < PQntuples(res); i++) add_row(c, res, i);
     PQclear(res);
     qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_attempt);

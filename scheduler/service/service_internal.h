@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <stdint.h>
 
 #include "proto/whet.pb-c.h"
 #include "rpc.h"
@@ -24,6 +25,8 @@ struct running_cache {
     char xmin[24]; /* where the next refresh reads running_changes from */
     int n, cap;
     struct running_attempt *a; /* by job seq, then attempt */
+    char **stopped;            /* the jobs the last refresh found running nothing (public_state.c clears */
+    int n_stopped;             /* their estimates) */
 };
 
 /* Brings the cache up to date: every running attempt when not loaded, else those of the jobs named in
@@ -33,9 +36,38 @@ int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err)
 /* Empties the cache and frees what it holds: the next refresh reads everything. */
 void running_reset(struct running_cache *c);
 
+/* A job waiting at the end of a cycle, as the cycle tells public_state_record: its reason (NULL: its
+ * row is left as it is, a placement left to the next cycle) and place in the queue (0: in none). */
+struct waiting_job {
+    const char *id;
+    char *reason;
+    int position;
+};
+
+/* What the leader wrote of the waiting jobs (public_state.c), sorted by id: a reason by its hash. */
+struct public_written {
+    char *id;
+    uint64_t reason;
+    int position;
+};
+struct public_state {
+    int loaded, n;
+    struct public_written *w;
+    double swept_at; /* whet_now_mono() of the last comparison of every waiting job's row */
+};
+
+/* Writes the public state of the cycle's n waiting jobs (public_state.c): their reasons and places, the
+ * missing estimates of running jobs, none left on jobs that stopped waiting or running (`stopped`: those
+ * the running attempts' refresh found running nothing); one transaction. Returns 0, or -1 with err (the
+ * state is then reset: the next call compares everything). */
+int public_state_record(struct public_state *ps, PGconn *conn, const struct waiting_job *jobs, int n,
+                        char *const *stopped, int n_stopped, struct whet_err *err);
+void public_state_reset(struct public_state *ps);
+
 struct scheduler {
     const struct scheduler_options *opts;
     struct running_cache running; /* the leader's; reset when it starts leading */
+    struct public_state public_state;
 };
 
 /* The gRPC methods the leader serves (handlers.c). */
