@@ -89,11 +89,15 @@ static const char *const estimate_sql =
     " AND j.status = 'running' AND j.estimated_finish IS NULL AND j.last_step > 0 AND j.total_steps > j.last_step";
 
 /* The ids of what the leader remembers and `next` (both sorted) does not hold, the jobs that left, and
- * the jobs that stopped running. */
+ * of the jobs that stopped running unless they wait now (a waiting job is named there too when its
+ * checkpoint or priority changed). */
 static json_t *left_jobs(const struct public_state *ps, const struct public_written *next, int n,
                          char *const *stopped, int n_stopped) {
     json_t *left = json_array();
-    for (int i = 0; i < n_stopped; i++) json_array_append_new(left, json_string(stopped[i]));
+    for (int i = 0; i < n_stopped; i++) {
+        struct public_written key = {.id = stopped[i]};
+        if (!bsearch(&key, next, (size_t)n, sizeof *next, cmp_written)) json_array_append_new(left, json_string(stopped[i]));
+    }
     for (int i = 0, k = 0; i < ps->n; i++) {
         while (k < n && strcmp(next[k].id, ps->w[i].id) < 0) k++;
         if (k == n || strcmp(next[k].id, ps->w[i].id)) json_array_append_new(left, json_string(ps->w[i].id));
