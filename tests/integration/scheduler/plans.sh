@@ -7,6 +7,7 @@
 # (triggers, functions) included. No scan of a big table may be sequential or read more than
 # READ_BOUND rows, except the leader's first read of every running attempt (running.c); the cycle's
 # hot statements (the running attempts' changes, pause and cancel, the placement batch) must have run.
+# And the running attempts' changes are read whatever the order in which their transactions commit.
 . "$(dirname "$0")/lib.sh" plans
 READ_BOUND=500
 HISTORY=20000 RUNNING=1000
@@ -61,6 +62,29 @@ check "the waiting jobs are placed" 'wait_for 20 "SELECT count(*) FROM job_attem
 check "the running job asked to pause gets its STOP" \
   'wait_for 10 "SELECT count(*) FROM node_commands WHERE job_id = '"'"'ftjob-r2'"'"' AND kind = '"'"'stop'"'"'" 1'
 check "the queued job asked to cancel is cancelled" 'wait_for 10 "SELECT status FROM jobs WHERE id = '"'"'ftjob-c1'"'"'" cancelled'
+
+# A change that commits late is not missed: a transaction takes node-1's free devices for a running
+# attempt and commits only after cycles have read later changes (a checkpoint of another job); a job
+# queued after it must then find no device.
+free=$(q "SELECT 255 & ~coalesce(bit_or(gpu_mask), 0) FROM job_attempts WHERE node_id = 'node-1' AND ended_at IS NULL")
+psql -qtAX "$WHET_DATABASE_URL" >/dev/null <<SQL &
+BEGIN;
+INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, priority)
+  VALUES ('ftjob-late', '$t1', 'tiny', 'tiny', 'file-1', '{}', 1, 'running', 1, 100);
+INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type) VALUES ('ftjob-late', 1, '$t1', 'node-1', $free, 'H100');
+SELECT pg_sleep(3);
+COMMIT;
+SQL
+late=$!
+sleep 1
+q "INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint, object_prefix)
+     VALUES ('ckpt-r1', '$t1', 'ftjob-r1', 1, 'ft:tiny:acme::ftjob-r1:ckpt-step-1', 'jobs/ftjob-r1/ckpt-1')"
+wait "$late"
+q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
+     VALUES ('ftjob-after', '$t1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1); NOTIFY whet_jobs"
+check "a late commit is read: the job queued after it waits, with a reason" \
+  'wait_for 10 "SELECT (wait_reason IS NOT NULL)::text FROM jobs WHERE id = '"'"'ftjob-after'"'"'" true &&
+   [ "$(q "SELECT count(*) FROM job_attempts WHERE job_id = '"'"'ftjob-after'"'"'")" = 0 ]'
 sleep 2 # a few more cycles, with the changes above read from running_changes
 kill "${pids[@]}"
 wait 2>/dev/null || true
