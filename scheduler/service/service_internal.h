@@ -49,6 +49,7 @@ struct public_written {
     char *id;
     uint64_t reason;
     int position;
+    double written_at; /* whet_now_mono() */
 };
 struct public_state {
     int loaded, n;
