@@ -1,16 +1,17 @@
 /* cycle.c - one scheduling cycle of the leader: leases, tenant requests, sizing, placement, and what
  * the tenant sees of it.
  *
- * The snapshot is read fresh from PostgreSQL each cycle (the fleet and queue of one control plane fit
- * easily). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
+ * The snapshot is read from PostgreSQL each cycle (the fleet and queue of one control plane fit
+ * easily), the running attempts as changes to what the leader already holds (running.c). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
  * its base model, method, batch and sequence length, within whet.max_gpus and on the pools its
  * whet.gpu_types and whet.regions allow, at least whet.min_gpus), handed to the placement library,
  * which places a gang too big for any one node over the fewest nodes of one data center (gang.c: one
  * attempt of N ranks, one trainer process per device), and its decisions are
- * written back: PLACE and PREEMPT each in their own transaction, so a crash between two decisions
- * leaves a consistent state to start again from; then, in one transaction, the public state of every
- * job: wait_reason and queue_position of the waiting ones, estimated_finish of the running ones that have
- * none yet (the executors' heartbeats keep it current with each progress report). */
+ * written back: PLACE decisions in batches, each one statement (so one transaction), PREEMPT each in
+ * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
+ * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
+ * waiting ones, estimated_finish of the running ones that have none yet (the executors' heartbeats keep
+ * it current with each progress report). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -58,14 +59,15 @@ static int expire_leases(PGconn *conn, struct whet_err *err) {
 }
 
 /* Pause and cancel of jobs that run somewhere become STOP and CANCEL commands (once per attempt and
- * node: to every node of a gang that runs its ranks); queued jobs change state at once. */
+ * node: to every node of a gang that runs its ranks); queued jobs change state at once. Both find the
+ * jobs asked to stop through jobs_stop_requested (migrations/0020_scheduler_scale.sql). */
 static int apply_tenant_requests(PGconn *conn, struct whet_err *err) {
     return whet_pg_exec(conn,
                         "INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
                         " SELECT n.node_id, a.job_id, a.attempt, CASE j.desired WHEN 'pause' THEN 'stop' ELSE 'cancel' END,"
                         "   30000, j.desired FROM jobs j JOIN job_attempts a ON a.job_id = j.id AND a.ended_at IS NULL"
                         " CROSS JOIN LATERAL " GANG_NODES_SQL " n"
-                        " WHERE j.desired IN ('pause', 'cancel') AND NOT EXISTS (SELECT 1 FROM node_commands c"
+                        " WHERE j.desired IN ('pause', 'cancel') AND j.status IN ('queued', 'running') AND NOT EXISTS (SELECT 1 FROM node_commands c"
                         "   WHERE c.job_id = j.id AND c.attempt = a.attempt AND c.node_id = n.node_id"
                         "   AND c.kind IN ('stop', 'cancel'))",
                         0, NULL, err) < 0 ||
@@ -121,7 +123,7 @@ struct snapshot {
     struct sizing_pool *pools; /* the fleet as sizing sees it */
     int n_running, n_queued;
     struct pl_job *running, *queued; /* stable addresses for the library */
-    char **running_ids, **queued_ids;
+    char **running_ids, **queued_ids; /* running_ids: the running cache's strings */
     int *running_attempts;
     struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
 };
@@ -131,7 +133,6 @@ static void snapshot_free(struct snapshot *s) {
         free(s->node_ids[i]);
         free(s->node_addrs[i]);
     }
-    for (int i = 0; i < s->n_running; i++) free(s->running_ids[i]);
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
     for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
     free(s->tenant_ids);
@@ -304,7 +305,7 @@ static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) 
     return 0;
 }
 
-static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err) {
+static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
      * gang that failed with it would be placed back on it until its lease runs out. */
@@ -341,49 +342,37 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
     if (load_tenants(conn, s, err) < 0) return -1;
 
-    /* A running attempt's last checkpoint is the job's newest by seq: one probe of checkpoints_job at its
-     * end, where max(created_at) read every checkpoint the job ever wrote, every cycle. */
-    res = whet_pg_query(conn,
-                        "SELECT a.job_id, a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority,"
-                        " j.created_at, j.seq, j.preempt_requested, a.started_at,"
-                        " coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC LIMIT 1),"
-                        "   a.started_at),"
-                        " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"
-                        "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
-                        " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
-                        " WHERE a.ended_at IS NULL ORDER BY j.seq",
-                        0, NULL, err);
-    if (!res) return -1;
-    int n = PQntuples(res);
-    s->running = xcalloc((size_t)n + 1, sizeof *s->running);
-    s->running_ids = xcalloc((size_t)n + 1, sizeof *s->running_ids);
-    s->running_attempts = xcalloc((size_t)n + 1, sizeof *s->running_attempts);
-    for (int i = 0; i < n; i++) {
+    /* The running attempts, brought up to date (running.c). */
+    struct running_cache *rc = &sch->running;
+    if (running_refresh(rc, conn, err) < 0) return -1;
+    s->running = xcalloc((size_t)rc->n + 1, sizeof *s->running);
+    s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
+    s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
+    for (int i = 0; i < rc->n; i++) {
+        const struct running_attempt *ra = &rc->a[i];
         struct pl_job *j = &s->running[s->n_running];
         memset(j, 0, sizeof *j);
-        if (PQgetisnull(res, i, 11)) {
-            int node = node_index(s, PQgetvalue(res, i, 2));
-            if (node >= 0) alloc_add(&j->alloc, node, (uint16_t)atoi(PQgetvalue(res, i, 3)));
+        if (!ra->ranks) {
+            int node = node_index(s, ra->node_id);
+            if (node >= 0) alloc_add(&j->alloc, node, (uint16_t)ra->gpu_mask);
         } else {
-            gang_alloc(s, &j->alloc, PQgetvalue(res, i, 11));
+            gang_alloc(s, &j->alloc, ra->ranks);
         }
         if (j->alloc.n_slots == 0) continue; /* its node is being declared lost */
         /* A running job holds what its attempt holds, wherever that is: no type or region filter. */
-        placement_job_init(j, s, PQgetvalue(res, i, 4), NULL, atoi(PQgetvalue(res, i, 5)),
-                           atof(PQgetvalue(res, i, 6)), (uint64_t)atoll(PQgetvalue(res, i, 7)));
+        placement_job_init(j, s, ra->tenant_id, NULL, ra->priority, ra->created_at, (uint64_t)ra->seq);
         j->gpus = 0;
         for (int k = 0; k < j->alloc.n_slots; k++) j->gpus += j->alloc.slots[k].gpu_count;
         /* A victim already told to stop keeps its resources until it has; the library then waits for it
          * instead of choosing new victims. Victims are chosen by the work they lose since their last
          * checkpoint. */
-        j->state = PQgetvalue(res, i, 8)[0] == 't' ? PL_JOB_STOPPING : PL_JOB_RUNNING;
-        j->start_time = atof(PQgetvalue(res, i, 9));
-        j->last_checkpoint_time = atof(PQgetvalue(res, i, 10));
-        s->running_ids[s->n_running] = xstrdup(PQgetvalue(res, i, 0));
-        s->running_attempts[s->n_running] = atoi(PQgetvalue(res, i, 1));
+        j->state = ra->stopping ? PL_JOB_STOPPING : PL_JOB_RUNNING;
+        j->start_time = ra->started_at;
+        j->last_checkpoint_time = ra->last_checkpoint;
+        s->running_ids[s->n_running] = ra->job_id; /* the cache's, for this cycle */
+        s->running_attempts[s->n_running] = ra->attempt;
         s->n_running++;
     }
-    PQclear(res);
 
     res = whet_pg_query(conn,
                         "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
@@ -412,17 +401,28 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
  * Decisions
  * ---------------------------------------------------------------------------------------------- */
 
-/* How long one cycle spends writing PLACE and PREEMPT decisions (each its own transaction, a few
- * milliseconds) before leaving the rest to the next cycle: filling an empty fleet of 1000 nodes took
- * one cycle of 117 s in tests/bench/scale, during which no lease expired, no pause or cancel was
- * applied and no newly created job was considered. At least this long, and at least twice what the
- * rest of the cycle took, so that a fill spends most of its time placing. */
+/* How long one cycle spends writing PLACE and PREEMPT decisions before leaving the rest to the next
+ * cycle: filling an empty fleet of 1000 nodes took one cycle of 117 s in tests/bench/scale, during
+ * which no lease expired, no pause or cancel was applied and no newly created job was considered. At
+ * least this long, and at least twice what the rest of the cycle took, so that a fill spends most of
+ * its time placing. */
 #define DECISIONS_BUDGET_S 0.5
 
+/* Placements are written PLACE_BATCH at a time, each batch one query for the manifests' rows and one
+ * statement for every row they write (one at a time they cost 5 round trips and ~1.8 ms of database
+ * time each in tests/bench/scale). A batch is also the unit of the budget above. */
+#define PLACE_BATCH 256
+
+/* A PLACE decision waiting for its batch: the queued job's index in the snapshot and the decision. */
+struct placement {
+    int q;
+    const struct pl_decision *d;
+};
+
 /* A gang's ranks, one per device of its allocation in slot order (rank 0: the first slot's lowest
- * device), each with its START manifest, as the JSON array record_place inserts into gang_ranks; and
+ * device), each with its START manifest, as the JSON array the batch inserts into gang_ranks; and
  * "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. */
-static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, const char *manifest, int attempt,
+static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, const json_t *manifest, int attempt,
                           char *where, size_t where_len) {
     int world = 0;
     for (int k = 0; k < a->n_slots; k++) world += a->slots[k].gpu_count;
@@ -456,87 +456,116 @@ static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, co
     return ranks;
 }
 
-static int record_place(struct scheduler *sch, PGconn *conn, struct snapshot *s, int q, const struct pl_decision *d,
-                        struct whet_err *err) {
-    const char *job_id = s->queued_ids[q];
-    int node = d->alloc.slots[0].node;
-    const char *node_id = s->node_ids[node];
-    const char *dc = s->dcs.name[s->nodes[node].dc];
-    const char *type = s->types.name[s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0];
-    int gang = d->alloc.n_slots > 1;
-    char mask[16], milli[16], event_id[40], world[16], where[1024];
-    snprintf(mask, sizeof mask, "%u", d->alloc.slots[0].gpu_mask);
-    snprintf(milli, sizeof milli, "%d", d->job->gpu_milli);
-    snprintf(world, sizeof world, "%d", gang ? d->job->gpus : 1);
-    whet_random_id("ftevent-", 24, event_id);
-
-    if (whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0) return -1;
-    const char *params[] = {job_id, node_id, dc, mask, milli, type};
-    PGresult *res = whet_pg_query(conn,
-                                  "UPDATE jobs SET attempt = attempt + 1, status = 'running', node_id = $2, placed_dc = $3,"
-                                  " wait_reason = NULL WHERE id = $1 AND status = 'queued' AND desired = 'run'"
-                                  " RETURNING attempt, last_step",
-                                  3, params, err);
-    if (!res) goto fail;
-    if (PQntuples(res) != 1) { /* paused or cancelled since the snapshot */
-        PQclear(res);
-        PQclear(PQexec(conn, "ROLLBACK"));
-        return 0;
-    }
-    int attempt = atoi(PQgetvalue(res, 0, 0));
-    char attempt_s[16];
-    snprintf(attempt_s, sizeof attempt_s, "%d", attempt);
-    PQclear(res);
-    char *manifest = scheduler_manifest(conn, sch->opts, job_id, attempt, d->alloc.slots[0].gpu_count, err);
-    if (!manifest) goto fail;
-    json_t *m = json_loads(manifest, 0, NULL);
-    json_t *resume = json_object_get(m, "resume");
+/* One placement as a row of the batch (placement_sql's jsonb_to_recordset): the job's next attempt on
+ * the decision's devices with its START manifest, built from row `row` of scheduler_manifest_rows.
+ * NULL with err when its manifest cannot be made. */
+static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct snapshot *s, const struct placement *p,
+                             const PGresult *rows, int row, struct whet_err *err) {
+    const char *job_id = s->queued_ids[p->q];
+    const struct pl_alloc *alloc = &p->d->alloc;
+    int node = alloc->slots[0].node, gang = alloc->n_slots > 1;
+    json_t *manifest = scheduler_manifest_build(conn, sch->opts, rows, row, job_id, alloc->slots[0].gpu_count, err);
+    if (!manifest) return NULL;
+    int attempt = (int)json_integer_value(json_object_get(manifest, "attempt"));
+    json_t *resume = json_object_get(manifest, "resume");
     int resume_step = json_is_object(resume) ? (int)json_integer_value(json_object_get(resume, "step")) : 0;
-    json_decref(m);
-    char resume_s[16], deadline[16];
-    snprintf(resume_s, sizeof resume_s, "%d", resume_step);
-    snprintf(deadline, sizeof deadline, "%d", GANG_RENDEZVOUS_S);
-    char *ranks = NULL;
-    if (gang) {
-        json_t *list = gang_ranks(s, &d->alloc, manifest, attempt, where, sizeof where);
-        ranks = json_dumps(list, JSON_COMPACT);
-        json_decref(list);
-    } else {
-        snprintf(where, sizeof where, "node %s", node_id);
-    }
+    char event_id[40], where[1024];
+    whet_random_id("ftevent-", 24, event_id);
     /* A gang's START goes to rank 0 alone; the others get theirs once it has published its address
      * (gang.c). */
-    const char *aparams[] = {job_id, attempt_s, node_id, mask, milli, type, resume_s, manifest, event_id, dc,
-                             world, ranks ? ranks : "[]", deadline, where};
-    int rc = whet_pg_exec(conn,
-                          "WITH a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli,"
-                          "   device_type, resume_step, world_size, rendezvous_deadline)"
-                          "   SELECT id, $2::int, tenant_id, $3, $4::int, $5::int, $6, $7::int, $11::int,"
-                          "     CASE WHEN $11::int > 1 THEN extract(epoch FROM clock_timestamp()) + $13::int END"
-                          "   FROM jobs WHERE id = $1 RETURNING job_id, tenant_id),"
-                          " r AS (INSERT INTO gang_ranks (job_id, attempt, rank, node_id, gpu_mask, manifest, started_at)"
-                          "   SELECT a.job_id, $2::int, x.rank, x.node, x.mask, x.manifest,"
-                          "     CASE WHEN x.rank = 0 THEN extract(epoch FROM clock_timestamp()) END"
-                          "   FROM a, jsonb_to_recordset($12::jsonb) AS x(rank int, node text, mask int, manifest jsonb)),"
-                          " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, manifest)"
-                          "   SELECT $3, $1, $2::int, 'start', coalesce((SELECT x.manifest FROM"
-                          "     jsonb_to_recordset($12::jsonb) AS x(rank int, manifest jsonb) WHERE x.rank = 0), $8::jsonb))"
-                          " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
-                          " SELECT $9, tenant_id, job_id, 'Job placed on ' ||"
-                          "   CASE WHEN $11::int > 1 THEN 'a gang of ' || $11 || ' ranks: ' ELSE '' END || $14 || ' in ' || $10 ||"
-                          "   CASE WHEN $7::int > 0 THEN ', resuming from step ' || $7 ELSE '' END,"
-                          "   jsonb_build_object('node', $3, 'dc', $10, 'attempt', $2::int, 'device_type', $6,"
-                          "     'world_size', $11::int) FROM a",
-                          14, aparams, err);
-    free(manifest);
-    free(ranks);
-    if (rc < 0 || whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto fail;
-    log_info("msg=\"job placed\" job=%s attempt=%d where=\"%s\" dc=%s resume_step=%d", job_id, attempt, where, dc,
-             resume_step);
-    return 0;
-fail:
-    PQclear(PQexec(conn, "ROLLBACK"));
-    return -1;
+    json_t *ranks = gang ? gang_ranks(s, alloc, manifest, attempt, where, sizeof where) : json_array();
+    if (!gang) snprintf(where, sizeof where, "node %s", s->node_ids[node]);
+    int type = s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0;
+    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:o, s:s}", "job", job_id, "attempt",
+                     attempt, "node", s->node_ids[node], "mask", (int)alloc->slots[0].gpu_mask, "milli",
+                     p->d->job->gpu_milli, "type", s->types.name[type], "resume", resume_step, "manifest", manifest,
+                     "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? p->d->job->gpus : 1,
+                     "ranks", ranks, "place", where);
+}
+
+/* Every row of a batch of placements in one statement, so one transaction: each job still queued and
+ * on the attempt its manifest was made for moves to running (the jobs row is where exactly-once
+ * placement is decided: a job paused, cancelled or placed since the snapshot is skipped, and with it
+ * everything below), and gets its attempt, a gang's ranks, the START for its node (a gang's rank 0)
+ * and the placement event. Only the leader writes it, on the connection that holds the leader lock.
+ * Returns the placed jobs and their attempts. */
+static const char *const placement_sql =
+    "WITH p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(job text, attempt int, node text, mask int, milli int,"
+    "   type text, resume int, manifest jsonb, event text, dc text, world int, ranks jsonb, place text)),"
+    " j AS (UPDATE jobs SET attempt = p.attempt, status = 'running', node_id = p.node, placed_dc = p.dc,"
+    "   wait_reason = NULL, queue_position = NULL FROM p"
+    "   WHERE jobs.id = p.job AND jobs.status = 'queued' AND jobs.desired = 'run' AND jobs.attempt = p.attempt - 1"
+    "   RETURNING jobs.id, jobs.tenant_id),"
+    " pj AS (SELECT p.*, j.tenant_id FROM p JOIN j ON j.id = p.job),"
+    " a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type, resume_step,"
+    "   world_size, rendezvous_deadline)"
+    "   SELECT job, attempt, tenant_id, node, mask, milli, type, resume, world,"
+    "     CASE WHEN world > 1 THEN extract(epoch FROM clock_timestamp()) + $2::int END FROM pj),"
+    " r AS (INSERT INTO gang_ranks (job_id, attempt, rank, node_id, gpu_mask, manifest, started_at)"
+    "   SELECT pj.job, pj.attempt, x.rank, x.node, x.mask, x.manifest,"
+    "     CASE WHEN x.rank = 0 THEN extract(epoch FROM clock_timestamp()) END"
+    "   FROM pj, jsonb_to_recordset(pj.ranks) AS x(rank int, node text, mask int, manifest jsonb)),"
+    " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, manifest)"
+    "   SELECT node, job, attempt, 'start', coalesce((SELECT x.manifest FROM"
+    "     jsonb_to_recordset(pj.ranks) AS x(rank int, manifest jsonb) WHERE x.rank = 0), pj.manifest) FROM pj),"
+    " e AS (INSERT INTO job_events (id, tenant_id, job_id, message, data)"
+    "   SELECT event, tenant_id, job, 'Job placed on ' ||"
+    "     CASE WHEN world > 1 THEN 'a gang of ' || world || ' ranks: ' ELSE '' END || place || ' in ' || dc ||"
+    "     CASE WHEN resume > 0 THEN ', resuming from step ' || resume ELSE '' END,"
+    "     jsonb_build_object('node', node, 'dc', dc, 'attempt', attempt, 'device_type', type, 'world_size', world)"
+    "   FROM pj)"
+    " SELECT job, attempt, node, dc, resume, place FROM pj";
+
+/* Writes placements p[0..n): the manifests' rows in one query, then placement_sql. A batch that fails
+ * is halved until the placement that fails is alone, which is then logged and left queued: one
+ * decision that cannot be written must not hold up the others. Returns how many jobs were placed (a
+ * job paused or cancelled since the snapshot is not), or -1 when the connection broke. */
+static int write_placements(struct scheduler *sch, PGconn *conn, const struct snapshot *s, const struct placement *p,
+                            int n, struct whet_err *err) {
+    if (n == 0) return 0;
+    json_t *ids = json_array(), *batch = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(ids, json_string(s->queued_ids[p[i].q]));
+    char *ids_json = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    PGresult *rows = scheduler_manifest_rows(conn, ids_json, err);
+    free(ids_json);
+    int placed = -1;
+    for (int r = 0; rows && r < PQntuples(rows); r++) {
+        const struct placement *one = p; /* the batch is small: found by a linear search */
+        while (strcmp(s->queued_ids[one->q], PQgetvalue(rows, r, 0))) one++;
+        json_t *row = placement_row(sch, conn, s, one, rows, r, err);
+        if (row)
+            json_array_append_new(batch, row);
+        else
+            log_warn("msg=\"placement not recorded\" job=%s error=\"%s\"", s->queued_ids[one->q], err->msg);
+    }
+    PGresult *res = NULL;
+    if (rows && json_array_size(batch) > 0) {
+        char *list = json_dumps(batch, JSON_COMPACT), deadline[16];
+        snprintf(deadline, sizeof deadline, "%d", GANG_RENDEZVOUS_S);
+        const char *params[] = {list, deadline};
+        res = whet_pg_query(conn, placement_sql, 2, params, err);
+        free(list);
+    }
+    if (res) {
+        placed = PQntuples(res);
+        for (int r = 0; r < placed; r++)
+            log_info("msg=\"job placed\" job=%s attempt=%s where=\"%s\" dc=%s resume_step=%s", PQgetvalue(res, r, 0),
+                     PQgetvalue(res, r, 1), PQgetvalue(res, r, 5), PQgetvalue(res, r, 3), PQgetvalue(res, r, 4));
+    } else if (rows && json_array_size(batch) == 0) {
+        placed = 0; /* none left to write: gone since the snapshot, or no manifest */
+    } else if (PQstatus(conn) == CONNECTION_OK && n > 1) {
+        int first = write_placements(sch, conn, s, p, n / 2, err), second = -1;
+        if (first >= 0) second = write_placements(sch, conn, s, p + n / 2, n - n / 2, err);
+        placed = first < 0 || second < 0 ? -1 : first + second;
+    } else if (PQstatus(conn) == CONNECTION_OK) {
+        log_warn("msg=\"placement not recorded\" job=%s error=\"%s\"", s->queued_ids[p->q], err->msg);
+        placed = 0;
+    }
+    PQclear(res);
+    PQclear(rows);
+    json_decref(batch);
+    return placed;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -552,12 +581,17 @@ static void demand_text(char *buf, size_t len, const struct pl_job *j) {
         snprintf(buf, len, "needs %d device%s", j->gpus, j->gpus == 1 ? "" : "s");
 }
 
-/* Adds a waiting job to the list written at the end of the cycle; position 0: in no queue; reason NULL:
- * leave its reason and position as they are (a placement left to the next cycle). */
-static void waiting_add(json_t *waiting, const struct snapshot *s, int q, const char *reason, int position) {
-    json_array_append_new(waiting, reason ? json_pack("{s:s, s:s, s:o}", "id", s->queued_ids[q], "reason", reason,
-                                                      "position", position > 0 ? json_integer(position) : json_null())
-                                          : json_pack("{s:s, s:b}", "id", s->queued_ids[q], "keep", 1));
+/* The waiting jobs written at the end of the cycle (public_state.c), at most one per queued job. */
+struct waiting {
+    int n;
+    struct waiting_job *a;
+};
+
+/* Adds a waiting job to the list; position 0: in no queue; reason NULL: leave its reason and position
+ * as they are (a placement left to the next cycle). */
+static void waiting_add(struct waiting *w, const struct snapshot *s, int q, const char *reason, int position) {
+    w->a[w->n++] = (struct waiting_job){.id = s->queued_ids[q], .reason = reason ? xstrdup(reason) : NULL,
+                                        .position = position};
 }
 
 /* The reason placement gave, after the demand. */
@@ -596,55 +630,8 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
     whet_err_text(&e, buf, len);
 }
 
-/* One transaction: every waiting job's reason and place in the queue, the estimated finish of running
- * jobs that lack one, and neither left on jobs that no longer wait or run. A tenant reading the job
- * never sees a position from one cycle next to a reason from another. A place in the queue is
- * rewritten when it moved by more than a tenth (exact in the first ten): a queue that drains moves
- * every job behind each placement, and rewriting all of them each cycle cost 1.1 s per cycle at 10000
- * waiting jobs in tests/bench/scale; this way a job's row is rewritten about 90 times on its way from
- * place 10000 to place 1. */
-static int record_public_state(PGconn *conn, json_t *waiting, struct whet_err *err) {
-    char *list = json_dumps(waiting, JSON_COMPACT);
-    const char *params[] = {list};
-    int rc = whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0 ||
-                     whet_pg_exec(conn,
-                                  "UPDATE jobs j SET wait_reason = w.reason, queue_position = w.position,"
-                                  " wait_since = coalesce(j.wait_since, extract(epoch FROM now())), estimated_finish = NULL"
-                                  " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int, keep bool)"
-                                  " WHERE j.id = w.id AND j.status = 'queued' AND w.keep IS NOT TRUE"
-                                  " AND (j.wait_reason IS DISTINCT FROM w.reason"
-                                  "   OR (j.queue_position IS NULL) <> (w.position IS NULL)"
-                                  "   OR abs(j.queue_position - w.position) > j.queue_position / 10"
-                                  "   OR j.estimated_finish IS NOT NULL)",
-                                  1, params, err) < 0 ||
-                     whet_pg_exec(conn,
-                                  "UPDATE jobs SET queue_position = NULL,"
-                                  " wait_reason = CASE WHEN status = 'queued' THEN wait_reason END,"
-                                  " estimated_finish = CASE WHEN status = 'running' THEN estimated_finish END"
-                                  " WHERE (queue_position IS NOT NULL OR wait_reason IS NOT NULL OR estimated_finish IS NOT NULL)"
-                                  " AND ((status <> 'queued' AND (queue_position IS NOT NULL OR wait_reason IS NOT NULL))"
-                                  "   OR (status = 'queued' AND queue_position IS NOT NULL"
-                                  "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id))"
-                                  "   OR (status <> 'running' AND estimated_finish IS NOT NULL))",
-                                  1, params, err) < 0 ||
-                     /* Only the estimates missing where one can be made: every heartbeat's progress report
-                      * keeps its jobs' estimates current, and rewriting every running job here each cycle
-                      * held their row locks against those heartbeats (and cost a row version per running
-                      * job per cycle). */
-                     whet_pg_exec(conn,
-                                  "UPDATE jobs j SET estimated_finish = whet_estimated_finish(j.last_step, j.total_steps,"
-                                  "   a.resume_step, a.started_at)"
-                                  " FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.ended_at IS NULL"
-                                  " AND j.status = 'running' AND j.estimated_finish IS NULL AND j.last_step > 0"
-                                  " AND j.total_steps > j.last_step",
-                                  0, NULL, err) < 0 ||
-                     whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
-                 ? -1
-                 : 0;
-    if (rc < 0) PQclear(PQexec(conn, "ROLLBACK"));
-    free(list);
-    return rc;
-}
+/* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
+static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
 
 static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
     int r = (int)(d->job - s->running);
@@ -682,9 +669,10 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct snapshot s;
     struct pl_cluster *cluster = NULL;
     struct pl_job **queue = NULL;
-    json_t *waiting = json_array();
+    struct waiting waiting = {0};
     int rc = -1;
-    if (load_snapshot(conn, &s, err) < 0) goto out;
+    if (load_snapshot(sch, conn, &s, err) < 0) goto out;
+    waiting.a = xcalloc((size_t)s.n_queued + 1, sizeof *waiting.a);
     t[2] = t[3] = t[4] = whet_now_mono();
     double oldest = 0, now = (double)whet_now_unix();
     for (int i = 0; i < s.n_queued; i++)
@@ -714,48 +702,50 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
         const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
         t[3] = whet_now_mono();
-        int position = 0;
+        int position = 0, n_batch = 0;
         char reason[768];
+        struct placement batch[PLACE_BATCH];
         double place_until = t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
-        for (int i = 0; i < r->n && PQstatus(conn) == CONNECTION_OK; i++) {
+        for (int i = 0; i < r->n && placed >= 0 && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
             log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
-            int failed = 0;
             if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > place_until) {
                 /* Left to the next cycle, which starts at once; its row is left as it is meanwhile (a
                  * reason that came and went with each deferral would rewrite thousands of rows), but it
                  * counts in the places of the jobs behind it. */
-                waiting_add(waiting, &s, q, NULL, ++position);
+                waiting_add(&waiting, &s, q, NULL, ++position);
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
-                failed = record_place(sch, conn, &s, q, d, err) < 0;
-                placed += !failed;
+                batch[n_batch++] = (struct placement){.q = q, .d = d};
+                if (n_batch == PLACE_BATCH) placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
+                n_batch %= PLACE_BATCH;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
-                waiting_add(waiting, &s, q, reason, ++position);
+                waiting_add(&waiting, &s, q, reason, ++position);
             } else if (d->action == PL_PREEMPT && whet_now_mono() > place_until) {
                 deferred++;
-            } else if (d->action == PL_PREEMPT) {
-                failed = record_preempt(conn, &s, d, err) < 0;
+            } else if (d->action == PL_PREEMPT && record_preempt(conn, &s, d, err) < 0) {
+                /* One decision that cannot be written must not hold up the others. */
+                log_warn("msg=\"preemption not recorded\" job_seq=%llu error=\"%s\"", (unsigned long long)d->job->id,
+                         err->msg);
             }
-            /* One decision that cannot be written must not hold up the others. */
-            if (failed) log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
-                                 (unsigned long long)d->job->id, err->msg);
         }
+        placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
         for (int i = 0; i < s.n_queued; i++)
             if (!s.sized[i].fits && s.n_nodes > 0) {
                 too_big_reason(reason, sizeof reason, &s, i);
-                waiting_add(waiting, &s, i, reason, 0);
+                waiting_add(&waiting, &s, i, reason, 0);
             }
     }
-    if (PQstatus(conn) != CONNECTION_OK) {
+    if (placed < 0 || PQstatus(conn) != CONNECTION_OK) {
         whet_errf(err, "the database connection broke during the cycle");
         goto out;
     }
     t[4] = whet_now_mono();
-    rc = record_public_state(conn, waiting, err);
+    rc = public_state_record(&sch->public_state, conn, waiting.a, waiting.n, sch->running.stopped,
+                             sch->running.n_stopped, err);
     t[5] = whet_now_mono();
     if (rc == 0 && t[5] - t[0] > 1)
         log_info("msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"
@@ -764,8 +754,13 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                  s.n_nodes, s.n_running, s.n_queued, s.n_tenants);
 out:
     free(queue);
-    json_decref(waiting);
+    for (int i = 0; i < waiting.n; i++) free(waiting.a[i].reason);
+    free(waiting.a);
     pl_cluster_free(cluster);
     snapshot_free(&s);
+    if (rc < 0) { /* what a failed cycle read or wrote is unknown */
+        running_reset(&sch->running);
+        public_state_reset(&sch->public_state);
+    }
     return rc == 0 && deferred ? 1 : rc;
 }

@@ -61,52 +61,51 @@ static json_t *judge_models(PGconn *conn, const json_t *grader, struct whet_err 
     return list;
 }
 
-char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
-                         int devices, struct whet_err *err) {
+PGresult *scheduler_manifest_rows(PGconn *conn, const char *job_ids, struct whet_err *err) {
     /* Resume from the newest checkpoint that has trainer state: the final model is listed as a
      * checkpoint too (as OpenAI lists it) but holds no optimizer moments. */
-    const char *params[] = {job_id};
-    PGresult *res = whet_pg_query(
+    const char *params[] = {job_ids};
+    return whet_pg_query(
         conn,
-        "SELECT j.id, j.tenant_id, j.method::text, j.whet::text, j.seed, b.id, b.object_prefix, b.sha256,"
+        "SELECT j.id, j.attempt, j.tenant_id, j.method::text, j.whet::text, j.seed, b.id, b.object_prefix, b.sha256,"
         " tf.id, tf.object_key, vf.id, vf.object_key,"
         " (SELECT json_build_object('step', c.step_number, 'object_prefix', c.object_prefix)::text FROM checkpoints c"
         "   WHERE c.job_id = j.id AND c.object_prefix NOT LIKE '%/final' ORDER BY c.step_number DESC LIMIT 1),"
         " (SELECT p.final_object_prefix FROM jobs p WHERE p.fine_tuned_model = j.model AND p.tenant_id = j.tenant_id)"
         " FROM jobs j JOIN base_models b ON b.id = j.base_model JOIN files tf ON tf.id = j.training_file"
-        " LEFT JOIN files vf ON vf.id = j.validation_file WHERE j.id = $1",
+        " LEFT JOIN files vf ON vf.id = j.validation_file"
+        " WHERE j.id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))",
         1, params, err);
-    if (!res) return NULL;
-    if (PQntuples(res) != 1) {
-        PQclear(res);
-        whet_errf(err, "job %s: not found, or its base model or training file is gone", job_id);
-        return NULL;
-    }
-    json_t *method = json_loads(PQgetvalue(res, 0, 2), 0, NULL);
-    json_t *whet = json_loads(PQgetvalue(res, 0, 3), 0, NULL);
+}
+
+json_t *scheduler_manifest_build(PGconn *conn, const struct scheduler_options *opts, const PGresult *res, int row,
+                                 const char *job_id, int devices, struct whet_err *err) {
+    json_t *method = json_loads(PQgetvalue(res, row, 3), 0, NULL);
+    json_t *whet = json_loads(PQgetvalue(res, row, 4), 0, NULL);
     json_t *m = json_object();
     json_object_set_new(m, "job_id", json_string(job_id));
-    json_object_set_new(m, "attempt", json_integer(attempt));
+    json_object_set_new(m, "attempt", json_integer(atoi(PQgetvalue(res, row, 1)) + 1));
     json_object_set_new(m, "devices", json_integer(devices));
-    json_object_set_new(m, "tenant_id", json_string(PQgetvalue(res, 0, 1)));
+    json_object_set_new(m, "tenant_id", json_string(PQgetvalue(res, row, 2)));
     json_object_set_new(m, "object_store", json_string(opts->object_store ? opts->object_store : ""));
-    json_object_set_new(m, "base_model", json_pack("{s:s, s:s, s:s}", "id", PQgetvalue(res, 0, 5), "object_prefix",
-                                                   PQgetvalue(res, 0, 6), "sha256", PQgetvalue(res, 0, 7)));
+    json_object_set_new(m, "base_model", json_pack("{s:s, s:s, s:s}", "id", PQgetvalue(res, row, 6), "object_prefix",
+                                                   PQgetvalue(res, row, 7), "sha256", PQgetvalue(res, row, 8)));
     json_object_set_new(m, "training_file",
-                        json_pack("{s:s, s:s}", "id", PQgetvalue(res, 0, 8), "object_key", PQgetvalue(res, 0, 9)));
+                        json_pack("{s:s, s:s}", "id", PQgetvalue(res, row, 9), "object_key", PQgetvalue(res, row, 10)));
     json_object_set_new(m, "validation_file",
-                        PQgetisnull(res, 0, 10) ? json_null()
-                                                : json_pack("{s:s, s:s}", "id", PQgetvalue(res, 0, 10), "object_key",
-                                                            PQgetvalue(res, 0, 11)));
-    json_object_set_new(m, "resume", PQgetisnull(res, 0, 12) ? json_null() : json_loads(PQgetvalue(res, 0, 12), 0, NULL));
+                        PQgetisnull(res, row, 11) ? json_null()
+                                                  : json_pack("{s:s, s:s}", "id", PQgetvalue(res, row, 11), "object_key",
+                                                              PQgetvalue(res, row, 12)));
+    json_object_set_new(m, "resume",
+                        PQgetisnull(res, row, 13) ? json_null() : json_loads(PQgetvalue(res, row, 13), 0, NULL));
     json_object_set_new(m, "init_adapter",
-                        PQgetisnull(res, 0, 13) ? json_null() : json_pack("{s:s}", "object_prefix", PQgetvalue(res, 0, 13)));
+                        PQgetisnull(res, row, 14) ? json_null()
+                                                  : json_pack("{s:s}", "object_prefix", PQgetvalue(res, row, 14)));
     char *output_prefix = xasprintf("jobs/%s", job_id);
     json_object_set_new(m, "output_prefix", json_string(output_prefix));
     free(output_prefix);
-    json_t *trainer = trainer_settings_from_job(method, whet, atoi(PQgetvalue(res, 0, 4)));
+    json_t *trainer = trainer_settings_from_job(method, whet, atoi(PQgetvalue(res, row, 5)));
     json_object_set_new(m, "trainer", trainer);
-    PQclear(res);
     json_decref(method);
     json_decref(whet);
     json_t *judges = judge_models(conn, json_object_get(trainer, "grader"), err);
@@ -115,13 +114,11 @@ char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, con
         return NULL;
     }
     json_object_set_new(m, "judge_models", judges);
-    char *out = json_dumps(m, JSON_COMPACT);
-    json_decref(m);
-    return out;
+    return m;
 }
 
-json_t *scheduler_rank_manifest(const char *manifest, const struct gang_rank *r) {
-    json_t *m = json_loads(manifest, 0, NULL);
+json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r) {
+    json_t *m = json_deep_copy(manifest);
     json_object_set_new(m, "devices", json_integer(1));
     /* A full fine-tune is sharded as sizing assumed (scheduler/placement/sizing.h): the parameters,
      * gradients and optimizer state (ZeRO-3, 1.5x the bytes of data parallelism for 1/N of the memory),

@@ -92,6 +92,9 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             PQfinish(conn);
             break;
         }
+        /* What changed while another led is unknown: read it all again, compare every row again. */
+        running_reset(&sch.running);
+        public_state_reset(&sch.public_state);
         log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
         scheduler_metrics_leader(1);
         double last_cycle = 0;
@@ -115,6 +118,8 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         rpc_server_stop(server);
         PQfinish(conn);
     }
+    running_reset(&sch.running);
+    public_state_reset(&sch.public_state);
     scheduler_metrics_stop();
     log_info("msg=\"stopped\"");
     return 0;

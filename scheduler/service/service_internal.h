@@ -4,13 +4,71 @@
 
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <stdint.h>
 
 #include "proto/whet.pb-c.h"
 #include "rpc.h"
 #include "scheduler.h"
 
+/* A running attempt as placement reads it (running.c). */
+struct running_attempt {
+    char *job_id, *tenant_id, *node_id;
+    char *ranks; /* a gang's "NODE MASK NODE MASK …", NULL for one process */
+    int attempt, gpu_mask, priority, stopping;
+    long long seq;
+    double created_at, started_at, last_checkpoint;
+};
+
+/* The running attempts the leader keeps between cycles (running.c). */
+struct running_cache {
+    int loaded;    /* 0: the next refresh reads every running attempt */
+    char xmin[24]; /* where the next refresh reads running_changes from */
+    int n, cap;
+    struct running_attempt *a; /* by job seq, then attempt */
+    char **stopped;            /* the jobs the last refresh found running nothing (public_state.c clears */
+    int n_stopped;             /* their estimates) */
+};
+
+/* Brings the cache up to date: every running attempt when not loaded, else those of the jobs named in
+ * running_changes since the previous refresh. -1 with err when the database failed (then reset it: a
+ * refresh half done leaves it unknown). */
+int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err);
+/* Empties the cache and frees what it holds: the next refresh reads everything. */
+void running_reset(struct running_cache *c);
+
+/* A job waiting at the end of a cycle, as the cycle tells public_state_record: its reason (NULL: its
+ * row is left as it is, a placement left to the next cycle) and place in the queue (0: in none). */
+struct waiting_job {
+    const char *id;
+    char *reason;
+    int position;
+};
+
+/* What the leader wrote of the waiting jobs (public_state.c), sorted by id: a reason by its hash. */
+struct public_written {
+    char *id;
+    uint64_t reason;
+    int position;
+    double written_at; /* whet_now_mono() */
+};
+struct public_state {
+    int loaded, n;
+    struct public_written *w;
+    double swept_at; /* whet_now_mono() of the last comparison of every waiting job's row */
+};
+
+/* Writes the public state of the cycle's n waiting jobs (public_state.c): their reasons and places, the
+ * missing estimates of running jobs, none left on jobs that stopped waiting or running (`stopped`: those
+ * the running attempts' refresh found running nothing); one transaction. Returns 0, or -1 with err (the
+ * state is then reset: the next call compares everything). */
+int public_state_record(struct public_state *ps, PGconn *conn, const struct waiting_job *jobs, int n,
+                        char *const *stopped, int n_stopped, struct whet_err *err);
+void public_state_reset(struct public_state *ps);
+
 struct scheduler {
     const struct scheduler_options *opts;
+    struct running_cache running; /* the leader's; reset when it starts leading */
+    struct public_state public_state;
 };
 
 /* The gRPC methods the leader serves (handlers.c). */
@@ -24,11 +82,14 @@ extern const int scheduler_n_methods;
  * with err when the database failed. */
 int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
 
-/* The START manifest of a job's new attempt (manifest.c): the trainer config and where the executor
- * finds the base model, the data and the checkpoint to resume from. Returns a malloc'd JSON string,
- * or NULL with err. */
-char *scheduler_manifest(PGconn *conn, const struct scheduler_options *opts, const char *job_id, int attempt,
-                         int devices, struct whet_err *err);
+/* The START manifests of the next attempts of several jobs (manifest.c), read in one query and built
+ * one by one: scheduler_manifest_rows reads, for a JSON array of job ids, one row per job found (column
+ * 0: its id; 1: its current attempt number, the manifest is for the next one);
+ * scheduler_manifest_build makes row `row`'s manifest: the trainer config and where the executor finds
+ * the base model, the data and the checkpoint to resume from. NULL with err on failure. */
+PGresult *scheduler_manifest_rows(PGconn *conn, const char *job_ids, struct whet_err *err);
+json_t *scheduler_manifest_build(PGconn *conn, const struct scheduler_options *opts, const PGresult *res, int row,
+                                 const char *job_id, int devices, struct whet_err *err);
 /* A stored START manifest as it is handed to the executor (manifest.c): with encryption at rest on
  * ($WHET_DATA_KEY_FILE), plus the tenant's unwrapped data key ("data_key": {"id", "key"}), or the reason
  * it is unavailable ("data_key_error"), which fails the attempt. The key is added only here, on the way
@@ -57,9 +118,9 @@ struct gang_rank {
     json_t *peers;                    /* the addresses of the gang's nodes (the sandbox lets it reach these) */
 };
 
-/* The START manifest of one rank: the attempt's manifest (JSON text) with "devices": 1 and the
+/* The START manifest of one rank: a copy of the attempt's manifest with "devices": 1 and the
  * "distributed" object. Returns a new JSON object. */
-json_t *scheduler_rank_manifest(const char *manifest, const struct gang_rank *r);
+json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r);
 
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);

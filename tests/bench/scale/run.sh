@@ -233,11 +233,11 @@ f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 # top statements by total time are printed too.
 pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
 [ "$pgss" = 1 ] && psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT pg_stat_statements_reset()" >/dev/null
-p0=$(pg_ticks) s0=$(ticks "$sched_pid") w0=$(date +%s.%N)
+p0=$(pg_ticks) s0=$(ticks "$sched_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log")
 sleep "$seconds"
 a1=$(q "SELECT count(*) FROM job_attempts")
 f1=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
-p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N)
+p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N) l1=$(wc -l <"$work/scheduler.log")
 cycle_hist >"$work/h3"
 el=$(echo "$w1 - $w0" | bc)
 placements=$((a1 - a0))
@@ -255,10 +255,14 @@ if [ "$pgss" = 1 ]; then
       left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT 10" | sed 's/^/scale:     /'
 fi
+# The slow cycles of the whole run (the fill's among them), then of the window alone.
+slowest() { grep 'slow cycle' | sed 's/.*seconds=/seconds=/' | sort -t= -k2 -rn | head -n 3 | sed 's/^/scale:     /'; }
 slow=$(grep -c 'slow cycle' "$work/scheduler.log" || true)
 if [ "$slow" -gt 0 ]; then
   say "  cycles over 1 s, whole run: $slow; the slowest (seconds per part):"
-  grep 'slow cycle' "$work/scheduler.log" | sed 's/.*seconds=/seconds=/' | sort -t= -k2 -rn | head -n 3 | sed 's/^/scale:     /'
+  slowest <"$work/scheduler.log"
+  say "  cycles over 1 s in the window: $(sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | grep -c 'slow cycle' || true); the slowest:"
+  sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | slowest || true
 fi
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true

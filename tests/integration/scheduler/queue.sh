@@ -49,6 +49,12 @@ newjob ftjob-big llama-70b 0 '{"full_finetune":true}'
 newjob ftjob-capped llama-8b 0 '{"full_finetune":true,"max_gpus":1}'
 check "queue positions 1..4 in placement's order" \
   'wait_for 10 "SELECT string_agg(id || '"'"'='"'"'|| coalesce(queue_position::text, '"'"'-'"'"'), '"'"' '"'"' ORDER BY id) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"'" "ftjob-q1=2 ftjob-q2=3 ftjob-q3=4 ftjob-q4=1"'
+# A waiting job that an old attempt's late report changes (a checkpoint) keeps its place: the running
+# attempts' refresh names it, and the leader must not take it for a job that stopped running.
+q "INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint, object_prefix)
+     VALUES ('ckpt-late', '$t1', 'ftjob-q2', 1, 'ft:tiny:acme::ftjob-q2:ckpt-step-1', 'jobs/ftjob-q2/ckpt-1')"
+sleep 3 # a few cycles
+check "a late checkpoint leaves the waiting job's place" '[ "$(positions)" = "ftjob-q1=2 ftjob-q2=3 ftjob-q3=4 ftjob-q4=1" ]'
 reason=$(q "SELECT wait_reason FROM jobs WHERE id = 'ftjob-q1'")
 echo "  ftjob-q1 waits: $reason"
 check "wait reason: the sized demand, then placement's reason" '[[ "$reason" == "needs 1 device with at least "*"GiB each; "*"dc dc-a type H100: "* ]]'

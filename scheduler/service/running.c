@@ -1,0 +1,136 @@
+/* running.c - the running attempts as the leader's cycle sees them, kept between cycles.
+ *
+ * Reading every running attempt each cycle cost 1.3-1.5 s at 80000 attempts (tests/bench/scale). The
+ * leader reads them all once, then each cycle only the jobs that triggers named in running_changes
+ * (migrations/0020_scheduler_scale.sql) since its previous read: their running attempts are read
+ * again and replace what it held of them. Which rows are new is decided by transaction ids, not
+ * commit order: each read first takes the xmin of a snapshot (the oldest transaction then unfinished)
+ * and the next read takes every row from that xmin on, so a transaction that commits late is read
+ * then; rows below it were seen by the read and are deleted. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg.h"
+#include "service_internal.h"
+
+/* What placement reads of a running attempt, after its job's id (every query's column 0). The last
+ * checkpoint is the job's newest by seq: one probe of checkpoints_job at its end. */
+#define RUNNING_COLUMNS                                                                                             \
+    "a.attempt, a.node_id, a.gpu_mask, j.tenant_id, j.priority, j.created_at, j.seq, j.preempt_requested,"          \
+    " a.started_at, coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC"     \
+    " LIMIT 1), a.started_at),"                                                                                     \
+    " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"                                   \
+    "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+
+static void attempt_free(struct running_attempt *a) {
+    free(a->job_id);
+    free(a->tenant_id);
+    free(a->node_id);
+    free(a->ranks);
+}
+
+static void stopped_free(struct running_cache *c) {
+    for (int i = 0; i < c->n_stopped; i++) free(c->stopped[i]);
+    free(c->stopped);
+    c->stopped = NULL;
+    c->n_stopped = 0;
+}
+
+void running_reset(struct running_cache *c) {
+    for (int i = 0; i < c->n; i++) attempt_free(&c->a[i]);
+    free(c->a);
+    stopped_free(c);
+    memset(c, 0, sizeof *c);
+}
+
+/* Placement's order, the order of the full read before: by job, then attempt. */
+static int cmp_attempt(const void *x, const void *y) {
+    const struct running_attempt *a = x, *b = y;
+    if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
+    return (a->attempt > b->attempt) - (a->attempt < b->attempt);
+}
+
+static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+/* Appends row `i` of a read; a job with no running attempt comes as NULLs, and joins the stopped. */
+static void add_row(struct running_cache *c, const PGresult *res, int i) {
+    if (PQgetisnull(res, i, 1)) {
+        c->stopped[c->n_stopped++] = xstrdup(PQgetvalue(res, i, 0));
+        return;
+    }
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 1024;
+        c->a = xrealloc(c->a, (size_t)c->cap * sizeof *c->a);
+    }
+    c->a[c->n++] = (struct running_attempt){
+        .job_id = xstrdup(PQgetvalue(res, i, 0)),
+        .attempt = atoi(PQgetvalue(res, i, 1)),
+        .node_id = xstrdup(PQgetvalue(res, i, 2)),
+        .gpu_mask = atoi(PQgetvalue(res, i, 3)),
+        .tenant_id = xstrdup(PQgetvalue(res, i, 4)),
+        .priority = atoi(PQgetvalue(res, i, 5)),
+        .created_at = atof(PQgetvalue(res, i, 6)),
+        .seq = atoll(PQgetvalue(res, i, 7)),
+        .stopping = PQgetvalue(res, i, 8)[0] == 't',
+        .started_at = atof(PQgetvalue(res, i, 9)),
+        .last_checkpoint = atof(PQgetvalue(res, i, 10)),
+        .ranks = PQgetisnull(res, i, 11) ? NULL : xstrdup(PQgetvalue(res, i, 11)),
+    };
+}
+
+/* Drops what the cache holds of the jobs named in column 0 of `res`, which holds all of their
+ * running attempts now. */
+static void drop_changed(struct running_cache *c, const PGresult *res) {
+    int n = PQntuples(res);
+    char **changed = xcalloc((size_t)n + 1, sizeof *changed);
+    for (int i = 0; i < n; i++) changed[i] = PQgetvalue(res, i, 0);
+    qsort(changed, (size_t)n, sizeof *changed, cmp_str);
+    int kept = 0;
+    for (int i = 0; i < c->n; i++) {
+        if (n && bsearch(&c->a[i].job_id, changed, (size_t)n, sizeof *changed, cmp_str))
+            attempt_free(&c->a[i]);
+        else
+            c->a[kept++] = c->a[i];
+    }
+    c->n = kept;
+    free(changed);
+}
+
+int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err) {
+    /* The rows the previous read saw go (all of them before a full read, which sees them); the xmin
+     * of this statement's snapshot, older than the read below, is where the next read starts. */
+    const char *params[] = {c->loaded ? c->xmin : NULL};
+    PGresult *res = whet_pg_query(conn,
+                                  "WITH d AS (DELETE FROM running_changes"
+                                  "   WHERE xid < coalesce($1::xid8, pg_snapshot_xmin(pg_current_snapshot())))"
+                                  " SELECT pg_snapshot_xmin(pg_current_snapshot())::text",
+                                  1, params, err);
+    if (!res) return -1;
+    char xmin[sizeof c->xmin];
+    snprintf(xmin, sizeof xmin, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (c->loaded)
+        res = whet_pg_query(conn,
+                            "WITH ch AS (SELECT DISTINCT job_id FROM running_changes WHERE xid >= $1::xid8)"
+                            " SELECT ch.job_id, " RUNNING_COLUMNS " FROM ch LEFT JOIN (job_attempts a JOIN jobs j"
+                            "   ON j.id = a.job_id) ON a.job_id = ch.job_id AND a.ended_at IS NULL",
+                            1, params, err);
+    else
+        res = whet_pg_query(conn,
+                            "SELECT a.job_id, " RUNNING_COLUMNS " FROM job_attempts a JOIN jobs j ON j.id = a.job_id"
+                            " WHERE a.ended_at IS NULL",
+                            0, NULL, err);
+    if (!res) return -1;
+    if (c->loaded)
+        drop_changed(c, res);
+    else
+        running_reset(c);
+    stopped_free(c);
+    c->stopped = xcalloc((size_t)PQntuples(res) + 1, sizeof *c->stopped);
+    for (int i = 0; i < PQntuples(res); i++) add_row(c, res, i);
+    PQclear(res);
+    qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_attempt);
+    memcpy(c->xmin, xmin, sizeof xmin);
+    c->loaded = 1;
+    return 0;
+}
