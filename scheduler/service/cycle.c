@@ -125,6 +125,7 @@ struct snapshot {
     struct pl_job *running, *queued; /* stable addresses for the library */
     char **running_ids, **queued_ids; /* running_ids: the running cache's strings */
     int *running_attempts;
+    int *running_gpus;               /* each running job's devices before placement resizes it (elastic) */
     struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
 };
 
@@ -146,6 +147,7 @@ static void snapshot_free(struct snapshot *s) {
     free(s->running_ids);
     free(s->queued_ids);
     free(s->running_attempts);
+    free(s->running_gpus);
     free(s->pools);
     free(s->sized);
     names_free(&s->dcs);
@@ -217,15 +219,20 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
     return !j->allowed_dcs || (sp->dc >= 0 && (j->allowed_dcs >> sp->dc & 1));
 }
 
-/* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. */
+/* Seconds an elastic job runs at a size before placement may grow or shrink it. */
+#define ELASTIC_MIN_RUN_S 5
+
+/* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. An elastic job
+ * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. */
 static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
-                     const char *parameters, const char *config_json) {
+                     const char *parameters, const char *config_json, int resize_to) {
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
         if (pool_allowed(j, &s->pools[p])) allowed[n++] = s->pools[p].pool;
     j->gpus = job_sizing_gang(out, NULL, parameters, config_json, method, whet, allowed, n);
     free(allowed);
+    if (resize_to > 0) j->gpus = resize_to;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
     /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
      * a bigger one may span the nodes of one data center, one trainer process per device. */
@@ -348,6 +355,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
     s->running = xcalloc((size_t)rc->n + 1, sizeof *s->running);
     s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
     s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
+    s->running_gpus = xcalloc((size_t)rc->n + 1, sizeof *s->running_gpus);
+    double now = (double)whet_now_unix();
     for (int i = 0; i < rc->n; i++) {
         const struct running_attempt *ra = &rc->a[i];
         struct pl_job *j = &s->running[s->n_running];
@@ -367,6 +376,14 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
          * instead of choosing new victims. Victims are chosen by the work they lose since their last
          * checkpoint. */
         j->state = ra->stopping ? PL_JOB_STOPPING : PL_JOB_RUNNING;
+        /* Elastic (whet.min_gpus < whet.max_gpus): placement grows it into idle devices when nobody
+         * waits and shrinks it before stopping anyone (record_resize) — once it has run a while, so a
+         * job placed beside idle devices is not restarted at once. */
+        if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
+            j->min_gpus = ra->min_gpus > 1 ? ra->min_gpus : 1;
+            j->max_gpus = ra->max_gpus;
+        }
+        s->running_gpus[s->n_running] = j->gpus;
         j->start_time = ra->started_at;
         j->last_checkpoint_time = ra->last_checkpoint;
         s->running_ids[s->n_running] = ra->job_id; /* the cache's, for this cycle */
@@ -376,7 +393,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
 
     res = whet_pg_query(conn,
                         "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
-                        " b.parameters, b.config::text FROM jobs j JOIN base_models b ON b.id = j.base_model"
+                        " b.parameters, b.config::text, j.resize_to FROM jobs j JOIN base_models b ON b.id = j.base_model"
                         " WHERE j.status = 'queued' AND j.desired = 'run' ORDER BY j.seq LIMIT 10000",
                         0, NULL, err);
     if (!res) return -1;
@@ -388,7 +405,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         json_t *whet = json_loads(PQgetvalue(res, i, 2), 0, NULL), *method = json_loads(PQgetvalue(res, i, 6), 0, NULL);
         placement_job_init(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
                            atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
-        size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8));
+        size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8),
+                 atoi(PQgetvalue(res, i, 9)));
         json_decref(whet);
         json_decref(method);
         s->queued_ids[i] = xstrdup(PQgetvalue(res, i, 0));
@@ -659,6 +677,46 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
     return 0;
 }
 
+/* An elastic job resized (PL_GROW into idle devices, PL_SHRINK for a job of higher priority): its
+ * attempt stops like a preempted one (every rank checkpoints at the same step) and the job, queued again,
+ * restarts at the new size from that checkpoint (size_job), its data cursor and schedule going on. */
+static int record_resize(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
+    int r = (int)(d->job - s->running);
+    if (r < 0 || r >= s->n_running) return 0;
+    const char *for_job = "";
+    if (d->for_job && d->for_job >= s->queued && d->for_job < s->queued + s->n_queued)
+        for_job = s->queued_ids[d->for_job - s->queued];
+    int from = s->running_gpus[r], grow = d->action == PL_GROW;
+    char attempt[16], to[16], from_s[16], event_id[40], message[256];
+    snprintf(attempt, sizeof attempt, "%d", s->running_attempts[r]);
+    snprintf(to, sizeof to, "%d", d->gpus);
+    snprintf(from_s, sizeof from_s, "%d", from);
+    snprintf(message, sizeof message, "The job %s from %d to %d devices %s; it checkpoints now and restarts at the new size",
+             grow ? "grows" : "shrinks", from, d->gpus, grow ? "into idle capacity" : "to make room for a job of higher priority");
+    whet_random_id("ftevent-", 24, event_id);
+    const char *params[] = {s->running_ids[r], attempt, for_job, event_id, to, from_s, message};
+    if (whet_pg_exec(conn,
+                     "WITH j AS (UPDATE jobs SET preempt_requested = true, resize_to = $5::int"
+                     "   WHERE id = $1 AND NOT preempt_requested RETURNING id, tenant_id),"
+                     " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
+                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, 'resized' FROM j"
+                     "   JOIN job_attempts a ON a.job_id = j.id AND a.attempt = $2::int CROSS JOIN LATERAL " GANG_NODES_SQL " n)"
+                     " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
+                     " SELECT $4, tenant_id, id, 'info', $7, jsonb_build_object('from_gpus', $6::int, 'to_gpus', $5::int,"
+                     "  'for_job', nullif($3::text, '')) FROM j",
+                     7, params, err) < 0)
+        return -1;
+    log_info("msg=\"resizing\" job=%s from=%d to=%d for=%s", s->running_ids[r], from, d->gpus, for_job);
+    return 0;
+}
+
+/* Whether a running elastic job could grow: placement runs then even with nobody queued. */
+static int elastic_room(const struct snapshot *s) {
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i].max_gpus > s->running[i].gpus && s->running[i].state == PL_JOB_RUNNING) return 1;
+    return 0;
+}
+
 int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
@@ -678,7 +736,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     for (int i = 0; i < s.n_queued; i++)
         if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
     scheduler_metrics_snapshot(s.n_nodes, s.n_running, s.n_queued, oldest);
-    if (s.n_queued > 0) {
+    if (s.n_queued > 0 || elastic_room(&s)) {
         struct pl_config cfg;
         if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
             whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
@@ -696,7 +754,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                 log_warn("msg=\"running job does not fit its node\" job=%s error=\"%s\"", s.running_ids[i], perr);
         /* A job no allowed data center can hold even when empty stays out of placement and waits,
          * outside the queue, with its size as the reason. */
-        queue = xcalloc((size_t)s.n_queued, sizeof *queue);
+        queue = xcalloc((size_t)s.n_queued + 1, sizeof *queue);
         int n_queue = 0;
         for (int i = 0; i < s.n_queued; i++)
             if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
@@ -724,12 +782,15 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(&waiting, &s, q, reason, ++position);
-            } else if (d->action == PL_PREEMPT && whet_now_mono() > place_until) {
+            } else if ((d->action == PL_PREEMPT || d->action == PL_GROW || d->action == PL_SHRINK) &&
+                       whet_now_mono() > place_until) {
                 deferred++;
-            } else if (d->action == PL_PREEMPT && record_preempt(conn, &s, d, err) < 0) {
+            } else if ((d->action == PL_PREEMPT ? record_preempt(conn, &s, d, err)
+                        : d->action == PL_GROW || d->action == PL_SHRINK ? record_resize(conn, &s, d, err)
+                                                                         : 0) < 0) {
                 /* One decision that cannot be written must not hold up the others. */
-                log_warn("msg=\"preemption not recorded\" job_seq=%llu error=\"%s\"", (unsigned long long)d->job->id,
-                         err->msg);
+                log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
+                         (unsigned long long)d->job->id, err->msg);
             }
         }
         placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));

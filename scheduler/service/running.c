@@ -20,7 +20,8 @@
     " a.started_at, coalesce((SELECT c.created_at FROM checkpoints c WHERE c.job_id = j.id ORDER BY c.seq DESC"     \
     " LIMIT 1), a.started_at),"                                                                                     \
     " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"                                   \
-    "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt)"
+    "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt),"                                                     \
+    " j.whet->'min_gpus', j.whet->'max_gpus'"
 
 static void attempt_free(struct running_attempt *a) {
     free(a->job_id);
@@ -75,6 +76,8 @@ static void add_row(struct running_cache *c, const PGresult *res, int i) {
         .started_at = atof(PQgetvalue(res, i, 9)),
         .last_checkpoint = atof(PQgetvalue(res, i, 10)),
         .ranks = PQgetisnull(res, i, 11) ? NULL : xstrdup(PQgetvalue(res, i, 11)),
+        .min_gpus = atoi(PQgetvalue(res, i, 12)), /* (NULL or not a number: 0) */
+        .max_gpus = atoi(PQgetvalue(res, i, 13)),
     };
 }
 

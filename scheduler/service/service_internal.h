@@ -15,6 +15,7 @@ struct running_attempt {
     char *job_id, *tenant_id, *node_id;
     char *ranks; /* a gang's "NODE MASK NODE MASK …", NULL for one process */
     int attempt, gpu_mask, priority, stopping;
+    int min_gpus, max_gpus; /* whet's elastic range; 0: not given */
     long long seq;
     double created_at, started_at, last_checkpoint;
 };
