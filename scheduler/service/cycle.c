@@ -22,6 +22,7 @@
 #include "pg.h"
 #include "placement.h"
 #include "service_internal.h"
+#include "serving.h"
 #include "trainer_settings.h"
 #include "sizing.h"
 
@@ -363,8 +364,8 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
     PGresult *res = whet_pg_query(conn,
                                   "SELECT id, dc, device_type, gpus, cpu_milli, memory_mib,"
                                   " coalesce((devices->0->>'memory_mib')::int, 0), address,"
-                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0"
-                                  " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
+                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0,"
+                                  " " SERVING_HELD_SQL " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
                                   0, NULL, err);
     if (!res) return -1;
     s->n_nodes = PQntuples(res);
@@ -384,6 +385,9 @@ static int load_snapshot(PGconn *conn, struct snapshot *s, struct whet_err *err)
         n->gpu_mem_mib = atoi(PQgetvalue(res, i, 6));
         n->schedulable = PQgetvalue(res, i, 8)[0] != 't';
         pl_node_reset_free(n);
+        int held = atoi(PQgetvalue(res, i, 9)); /* by model workers (serving.h): no job goes there */
+        for (int g = 0; g < n->gpus; g++)
+            if (held >> g & 1) n->gpu_free_milli[g] = 0;
     }
     PQclear(res);
     load_pools(s);
@@ -728,7 +732,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
     int placed = 0, deferred = 0;
-    if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0)
+    if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0 ||
+        scheduler_serving_cycle(conn, err) < 0)
         return -1;
     t[1] = whet_now_mono();
     struct snapshot s;

@@ -1,0 +1,181 @@
+/* serving.c - the model workers' placement, scale to zero and heartbeat reports (see serving.h). */
+#include "serving.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crypto.h"
+#include "env.h"
+#include "log.h"
+#include "pg.h"
+
+#define IDLE_S_DEFAULT 300
+/* A worker the node never reported since it was placed (its executor restarted before it heard of it)
+ * is forgotten after this long, and placed again. */
+#define UNSEEN_S 30
+/* Placements in one cycle at most: one per deployment that wants a replica; the rest wait a cycle. */
+#define PLACE_MAX 64
+
+static int idle_s(void) {
+    static int idle = -1;
+    if (idle < 0) {
+        const char *v = whet_env("WHET_SERVE_IDLE_S", NULL);
+        char *end;
+        long s = v ? strtol(v, &end, 10) : IDLE_S_DEFAULT;
+        if (v && (*end || s < 1 || s > 86400 * 30)) {
+            log_warn("msg=\"WHET_SERVE_IDLE_S: expected seconds (1 to 2592000), using the default\" value=\"%s\" default=%d",
+                     v, IDLE_S_DEFAULT);
+            s = IDLE_S_DEFAULT;
+        }
+        idle = (int)s;
+    }
+    return idle;
+}
+
+/* Logs each row of a result (id, base model, node) as `msg`; returns -1 for a failed query. */
+static int log_rows(PGresult *res, const char *msg) {
+    if (!res) return -1;
+    for (int i = 0; i < PQntuples(res); i++)
+        log_info("msg=\"%s\" worker=%s model=%s node=%s", msg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+                 PQgetvalue(res, i, 2));
+    PQclear(res);
+    return 0;
+}
+
+/* The devices of node n that attempts (gang ranks included) and workers hold, as a mask. */
+#define HELD_SQL                                                                                                       \
+    "(coalesce((SELECT bit_or(a.gpu_mask) FROM job_attempts a WHERE a.node_id = n.id AND a.ended_at IS NULL), 0)"     \
+    " | coalesce((SELECT bit_or(r.gpu_mask) FROM gang_ranks r WHERE r.node_id = n.id AND r.ended_at IS NULL), 0)"      \
+    " | coalesce((SELECT bit_or(1 << w.device_index) FROM model_workers w WHERE w.node_id = n.id), 0))"
+
+/* One wanted replica placed: the deployment asked for most recently first, on a node that has its model
+ * cached when one does. Returns 1 when it placed one, 0 when none is wanted or no device is free, -1. */
+static int place_one(PGconn *conn, struct whet_err *err) {
+    PGresult *res = whet_pg_query(
+        conn,
+        "SELECT d.base_model, d.pool, n.id, n.dev FROM serving_deployments d"
+        " CROSS JOIN LATERAL (SELECT n.id, n.cached_models, (SELECT i FROM generate_series(0, n.gpus - 1) i"
+        "   WHERE (" HELD_SQL " >> i) & 1 = 0 ORDER BY i LIMIT 1) AS dev FROM nodes n"
+        "   WHERE n.state = 'ready' AND (d.pool = '' OR n.pool = d.pool)"
+        "   AND n.last_heartbeat >= extract(epoch FROM clock_timestamp()) - n.lease_ms / 2000.0) n"
+        " WHERE n.dev IS NOT NULL AND d.desired > (SELECT count(*) FROM model_workers w"
+        "   WHERE w.base_model = d.base_model AND w.pool = d.pool AND w.state <> 'stopping')"
+        " ORDER BY d.last_request_at DESC, n.cached_models ? d.base_model DESC, n.id LIMIT 1",
+        0, NULL, err);
+    if (!res) return -1;
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return 0;
+    }
+    char id[40];
+    whet_random_id("worker-", 24, id);
+    const char *params[] = {id, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+                            PQgetvalue(res, 0, 3)};
+    int rc = whet_pg_exec(conn,
+                          "INSERT INTO model_workers (id, base_model, pool, node_id, device_index)"
+                          " VALUES ($1, $2, $3, $4, $5::int)",
+                          5, params, err);
+    if (rc == 0)
+        log_info("msg=\"model worker placed\" worker=%s model=%s pool=\"%s\" node=%s device=%s", id, params[1],
+                 params[2], params[3], params[4]);
+    PQclear(res);
+    return rc < 0 ? -1 : 1;
+}
+
+int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
+    char idle[16];
+    snprintf(idle, sizeof idle, "%d", idle_s());
+    const char *params[] = {idle};
+    if (log_rows(whet_pg_query(conn,
+                               "DELETE FROM model_workers w USING nodes n WHERE n.id = w.node_id AND n.state <> 'ready'"
+                               " RETURNING w.id, w.base_model, w.node_id",
+                               0, NULL, err),
+                 "model worker lost with its node") < 0 ||
+        whet_pg_exec(conn,
+                     "UPDATE serving_deployments SET desired = (last_request_at > extract(epoch FROM clock_timestamp())"
+                     " - $1::int)::int WHERE desired <> (last_request_at > extract(epoch FROM clock_timestamp()) - $1::int)::int",
+                     1, params, err) < 0 ||
+        /* the replicas beyond what is wanted stop, the newest first (a ready one is kept over a starting one) */
+        log_rows(whet_pg_query(conn,
+                               "UPDATE model_workers w SET state = 'stopping' FROM (SELECT w.id, d.desired, row_number()"
+                               "   OVER (PARTITION BY w.base_model, w.pool ORDER BY w.ready_at NULLS LAST, w.started_at) AS k"
+                               "   FROM model_workers w JOIN serving_deployments d USING (base_model, pool)"
+                               "   WHERE w.state <> 'stopping') x"
+                               " WHERE w.id = x.id AND x.k > x.desired RETURNING w.id, w.base_model, w.node_id",
+                               0, NULL, err),
+                 "model worker idle: stopping it") < 0)
+        return -1;
+    for (int i = 0; i < PLACE_MAX; i++) {
+        int placed = place_one(conn, err);
+        if (placed < 0) return -1;
+        if (!placed) break;
+    }
+    return 0;
+}
+
+int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
+                                struct whet_err *err) {
+    json_t *reports = json_array();
+    for (size_t i = 0; i < req->n_serve_workers; i++) {
+        const Whet__V1__ServeWorkerState *w = req->serve_workers[i];
+        json_array_append_new(reports, json_pack("{s:s, s:s, s:s}", "id", w->worker_id, "state", w->state, "address",
+                                                 w->address));
+        if (!strcmp(w->state, "exited"))
+            log_warn("msg=\"model worker ended\" worker=%s node=%s why=\"%s\"", w->worker_id, req->node_id, w->message);
+    }
+    char *list = json_dumps(reports, JSON_COMPACT);
+    json_decref(reports);
+    const char *params[] = {req->node_id, list};
+    char unseen[16];
+    snprintf(unseen, sizeof unseen, "%d", UNSEEN_S);
+    const char *params3[] = {req->node_id, list, unseen};
+    /* Ready ones take their address; ended ones go, and so do those the node no longer reports (its
+     * executor restarted: they are gone), a starting one once it had time to be heard of. */
+    int rc = log_rows(whet_pg_query(conn,
+                                    "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, address text))"
+                                    " UPDATE model_workers w SET state = 'ready', address = r.address,"
+                                    " ready_at = extract(epoch FROM clock_timestamp()) FROM r"
+                                    " WHERE w.id = r.id AND w.node_id = $1 AND w.state = 'starting' AND r.state = 'ready'"
+                                    " RETURNING w.id, w.base_model, w.address",
+                                    2, params, err),
+                      "model worker ready") < 0 ||
+             log_rows(whet_pg_query(conn,
+                                    "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text))"
+                                    " DELETE FROM model_workers w WHERE w.node_id = $1 AND"
+                                    " (w.id IN (SELECT id FROM r WHERE state = 'exited') OR (w.id NOT IN (SELECT id FROM r)"
+                                    "   AND (w.state <> 'starting' OR w.started_at < extract(epoch FROM clock_timestamp()) - $3::int)))"
+                                    " RETURNING w.id, w.base_model, w.node_id",
+                                    3, params3, err),
+                      "model worker gone") < 0
+                 ? -1
+                 : 0;
+    free(list);
+    if (rc < 0) return -1;
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT w.id, json_build_object('id', b.id, 'object_prefix', b.object_prefix, 'sha256',"
+                                  " b.sha256)::text FROM model_workers w JOIN base_models b ON b.id = w.base_model"
+                                  " WHERE w.node_id = $1 AND w.state <> 'stopping' ORDER BY w.id",
+                                  1, params, err);
+    if (!res) return -1;
+    int n = PQntuples(res);
+    resp->serve_workers = xcalloc((size_t)n + 1, sizeof *resp->serve_workers);
+    for (int i = 0; i < n; i++) {
+        Whet__V1__ServeWorker *w = xcalloc(1, sizeof *w);
+        whet__v1__serve_worker__init(w);
+        w->worker_id = xstrdup(PQgetvalue(res, i, 0));
+        w->base_model_json = xstrdup(PQgetvalue(res, i, 1));
+        resp->serve_workers[resp->n_serve_workers++] = w;
+    }
+    PQclear(res);
+    return 0;
+}
+
+void scheduler_serving_free(Whet__V1__HeartbeatResponse *resp) {
+    for (size_t i = 0; i < resp->n_serve_workers; i++) {
+        free(resp->serve_workers[i]->worker_id);
+        free(resp->serve_workers[i]->base_model_json);
+        free(resp->serve_workers[i]);
+    }
+    free(resp->serve_workers);
+}
