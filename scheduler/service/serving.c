@@ -14,6 +14,9 @@
 /* A worker the node never reported since it was placed (its executor restarted before it heard of it)
  * is forgotten after this long, and placed again. */
 #define UNSEEN_S 30
+/* Serving's priority among jobs: a worker that finds no free device preempts a job of lower priority
+ * (the default job priority, 0, is lower), never one of this priority or higher. */
+#define SERVE_PRIORITY 1
 /* Placements in one cycle at most: one per deployment that wants a replica; the rest wait a cycle. */
 #define PLACE_MAX 64
 
@@ -33,11 +36,12 @@ static int idle_s(void) {
     return idle;
 }
 
-/* Logs each row of a result (id, base model, node) as `msg`; returns -1 for a failed query. */
-static int log_rows(PGresult *res, const char *msg) {
+/* Logs each row of a result (what, base model, where) as `msg` with the names of the first and third
+ * columns; returns -1 for a failed query. */
+static int log_rows(PGresult *res, const char *msg, const char *what, const char *where) {
     if (!res) return -1;
     for (int i = 0; i < PQntuples(res); i++)
-        log_info("msg=\"%s\" worker=%s model=%s node=%s", msg, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+        log_info("msg=\"%s\" %s=%s model=%s %s=%s", msg, what, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), where,
                  PQgetvalue(res, i, 2));
     PQclear(res);
     return 0;
@@ -83,6 +87,39 @@ static int place_one(PGconn *conn, struct whet_err *err) {
     return rc < 0 ? -1 : 1;
 }
 
+/* A replica still wanted once every free device is taken: the running 1-device attempt of lowest
+ * priority below SERVE_PRIORITY on a node of the pool (the newest of them: it loses the least) is told
+ * to checkpoint and stop, as the placement library's preemptions are; its device goes to the worker in
+ * a later cycle (serving is placed before jobs) and the job waits in the queue. One at a time: none
+ * while an earlier victim is still stopping. */
+static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
+    char priority[16], event_id[40];
+    snprintf(priority, sizeof priority, "%d", SERVE_PRIORITY);
+    whet_random_id("ftevent-", 24, event_id);
+    const char *params[] = {priority, event_id};
+    return log_rows(
+        whet_pg_query(
+            conn,
+            "WITH v AS (SELECT a.job_id, a.attempt, a.node_id, d.base_model FROM serving_deployments d"
+            "   JOIN nodes n ON n.state = 'ready' AND (d.pool = '' OR n.pool = d.pool)"
+            "   JOIN job_attempts a ON a.node_id = n.id AND a.ended_at IS NULL AND a.world_size = 1"
+            "   JOIN jobs j ON j.id = a.job_id AND j.priority < $1::int AND NOT j.preempt_requested"
+            "   WHERE d.desired > (SELECT count(*) FROM model_workers w WHERE w.base_model = d.base_model"
+            "     AND w.pool = d.pool AND w.state <> 'stopping')"
+            "   AND NOT EXISTS (SELECT 1 FROM jobs p JOIN job_attempts pa ON pa.job_id = p.id AND pa.ended_at IS NULL"
+            "     WHERE p.preempt_requested)"
+            "   ORDER BY j.priority, a.started_at DESC LIMIT 1),"
+            " j AS (UPDATE jobs SET preempt_requested = true FROM v WHERE jobs.id = v.job_id RETURNING jobs.id, jobs.tenant_id),"
+            " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
+            "   SELECT node_id, job_id, attempt, 'stop', 30000, 'preempted' FROM v),"
+            " e AS (INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
+            "   SELECT $2, j.tenant_id, j.id, 'warn', 'The job is being preempted for a model worker;"
+            " it checkpoints now and resumes later', jsonb_build_object('for_model_worker', v.base_model) FROM j, v)"
+            " SELECT job_id, base_model, node_id FROM v",
+            2, params, err),
+        "preempting a job for a model worker", "job", "node");
+}
+
 int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
     char idle[16];
     snprintf(idle, sizeof idle, "%d", idle_s());
@@ -91,7 +128,7 @@ int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
                                "DELETE FROM model_workers w USING nodes n WHERE n.id = w.node_id AND n.state <> 'ready'"
                                " RETURNING w.id, w.base_model, w.node_id",
                                0, NULL, err),
-                 "model worker lost with its node") < 0 ||
+                 "model worker lost with its node", "worker", "node") < 0 ||
         whet_pg_exec(conn,
                      "UPDATE serving_deployments SET desired = (last_request_at > extract(epoch FROM clock_timestamp())"
                      " - $1::int)::int WHERE desired <> (last_request_at > extract(epoch FROM clock_timestamp()) - $1::int)::int",
@@ -104,14 +141,14 @@ int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
                                "   WHERE w.state <> 'stopping') x"
                                " WHERE w.id = x.id AND x.k > x.desired RETURNING w.id, w.base_model, w.node_id",
                                0, NULL, err),
-                 "model worker idle: stopping it") < 0)
+                 "model worker idle: stopping it", "worker", "node") < 0)
         return -1;
     for (int i = 0; i < PLACE_MAX; i++) {
         int placed = place_one(conn, err);
         if (placed < 0) return -1;
         if (!placed) break;
     }
-    return 0;
+    return preempt_for_worker(conn, err);
 }
 
 int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
@@ -139,7 +176,7 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
                                     " WHERE w.id = r.id AND w.node_id = $1 AND w.state = 'starting' AND r.state = 'ready'"
                                     " RETURNING w.id, w.base_model, w.address",
                                     2, params, err),
-                      "model worker ready") < 0 ||
+                      "model worker ready", "worker", "address") < 0 ||
              log_rows(whet_pg_query(conn,
                                     "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text))"
                                     " DELETE FROM model_workers w WHERE w.node_id = $1 AND"
@@ -147,7 +184,7 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
                                     "   AND (w.state <> 'starting' OR w.started_at < extract(epoch FROM clock_timestamp()) - $3::int)))"
                                     " RETURNING w.id, w.base_model, w.node_id",
                                     3, params3, err),
-                      "model worker gone") < 0
+                      "model worker gone", "worker", "node") < 0
                  ? -1
                  : 0;
     free(list);

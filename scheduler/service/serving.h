@@ -8,9 +8,11 @@
  * is placed before training, so a free device goes to a worker first); an unwanted one is marked
  * stopping. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed
  * on it. Each heartbeat hands the node the list of workers it is to run and takes the executor's
- * reports: ready at HOST:PORT, or ended (the row goes). Missing: preemption of training for a worker
- * (a worker waits for a free device), more than one replica by load, the sandbox (a worker runs in its
- * own process group, not in the trainers' sandbox). */
+ * reports: ready at HOST:PORT, or ended (the row goes). A wanted replica with no free device preempts
+ * a running 1-device job of the default priority (below SERVE_PRIORITY, serving.c), one at a time, as
+ * the placement library's preemptions do (STOP with a checkpoint; the job waits in the queue).
+ * Missing: more than one replica by load, the sandbox (a worker runs in its own process group, not in
+ * the trainers' sandbox). */
 #ifndef WHET_SCHEDULER_SERVING_H
 #define WHET_SCHEDULER_SERVING_H
 

@@ -1,0 +1,108 @@
+// Model workers placed by the scheduler (migration 0021, scheduler/service/serving.h): `whet up` with a
+// scheduler and one executor of one simulated device, and no worker of whet-tiny named to the gateway
+// (WHET_SERVE_WORKERS names only a base no test asks for, so `whet up` starts no worker of its own). The
+// first chat completion through the official SDK waits for a cold start (the gateway records the
+// demand, the scheduler places a worker on the executor's device, the executor runs `whet serve` and
+// reports its address) and is answered; the worker is in model_workers with its node; after
+// WHET_SERVE_IDLE_S without requests it is stopped (its process gone, its row gone) and the next
+// request starts one again. Several rounds, to show it is not flaky; time to first token cold and warm
+// is printed.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { until } from '../lib.mjs';
+import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
+
+requireEnv();
+const IDLE_S = 4, ROUNDS = 3;
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-scale0-'));
+fs.chmodSync(work, 0o755);
+const db = createDatabase();
+const httpPort = await freePort(), grpcPort = await freePort();
+const env = {
+  ...process.env, WHET_DATABASE_URL: db.url, WHET_DATA_DIR: work, WHET_SERVE_WORKERS: 'unused-base=127.0.0.1:1',
+  WHET_SERVE_IDLE_S: String(IDLE_S), WHET_SERVE_COLD_START_MS: '120000',
+};
+let log = '';
+const up = spawn(WHET_BIN, ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
+                            '--executors', '1', '--devices', 'sim:H100:1'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+up.stdout.on('data', (d) => { log = (log + d).slice(-60000); });
+up.stderr.on('data', (d) => { log = (log + d).slice(-60000); });
+await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
+  .catch((e) => { console.error(log); throw e; });
+const key = execFileSync(WHET_BIN, ['tenant', 'create', 'scale', '--data-dir', work], { env, encoding: 'utf8' }).trim();
+const client = new OpenAI({ apiKey: key, baseURL: `http://127.0.0.1:${httpPort}/v1`, maxRetries: 0, timeout: 180000 });
+test.after(() => {
+  up.kill('SIGTERM');
+  db.drop();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+const dump = (t) => t.after(() => { if (t.passed === false) console.error(log.split('\n').slice(-60).join('\n')); });
+
+// The scheduler's rows of whet-tiny's workers: [{id, node, address, state}].
+const workers = () => psql(db.url, `SELECT id, node_id, coalesce(address, ''), state FROM model_workers
+                                    WHERE base_model = 'whet-tiny' ORDER BY id`)
+  .split('\n').filter((l) => l).map((l) => { const [id, node, address, state] = l.split('|'); return { id, node, address, state }; });
+// The `whet serve` processes the executor runs (their cache dirs are under its work dir).
+const servePids = () => {
+  try {
+    return execFileSync('pgrep', ['-f', `${work}/executors/.*/workers/worker-`], { encoding: 'utf8' }).trim().split('\n').filter((l) => l);
+  } catch { return []; } // pgrep: none
+};
+const nodes = () => psql(db.url, `SELECT id FROM nodes WHERE state = 'ready'`).split('\n').filter((l) => l);
+
+// Milliseconds to the first token of a streamed answer, and the answer.
+async function firstToken() {
+  const start = Date.now();
+  const stream = await client.chat.completions.create({ model: 'whet-tiny', messages: [{ role: 'user', content: 'Name a colour.' }],
+    max_tokens: 8, temperature: 0, stream: true });
+  let ms = 0, text = '';
+  for await (const chunk of stream) {
+    const piece = chunk.choices[0]?.delta?.content;
+    if (piece && !ms) ms = Date.now() - start;
+    text += piece ?? '';
+  }
+  return { ms, text };
+}
+
+test('a worker starts on the first request, stops when idle, and starts again', async (t) => {
+  dump(t);
+  assert.deepEqual(workers(), [], 'no worker before the first request');
+  let answer;
+  for (let round = 1; round <= ROUNDS; round++) {
+    const cold = await firstToken();
+    assert.ok(cold.ms > 0 && cold.text.length > 0, `round ${round}: the cold request is answered`);
+    if (answer === undefined) answer = cold.text;
+    assert.equal(cold.text, answer, `round ${round}: greedy answers agree across workers`);
+    const w = workers();
+    assert.equal(w.length, 1, `round ${round}: one worker of whet-tiny: ${JSON.stringify(w)}`);
+    assert.equal(w[0].state, 'ready');
+    assert.ok(nodes().includes(w[0].node), `round ${round}: it runs on the executor's node ${w[0].node}`);
+    assert.match(w[0].address, /^127\.0\.0\.1:\d+$/);
+    assert.equal(servePids().length, 1, `round ${round}: one whet serve process`);
+    const warm = await firstToken();
+    assert.equal(warm.text, answer, `round ${round}: the warm answer is the same`);
+    assert.deepEqual(workers().map((x) => x.id), [w[0].id], `round ${round}: the warm request went to the same worker`);
+    console.log(`round ${round}: time to first token cold ${cold.ms} ms, warm ${warm.ms} ms (worker ${w[0].id} at ${w[0].address})`);
+    // idle: stopped within the idle period plus a few heartbeats and cycles
+    const idleFrom = Date.now();
+    await until(`round ${round}: the idle worker to be gone`, () => workers().length === 0 && servePids().length === 0,
+      IDLE_S * 1000 + 30000, 200);
+    const stoppedAfter = Date.now() - idleFrom;
+    assert.ok(stoppedAfter >= (IDLE_S - 1) * 1000, `round ${round}: not stopped before the idle period (${stoppedAfter} ms)`);
+    const [host, port] = w[0].address.split(':');
+    const refused = await new Promise((resolve) => {
+      const s = net.connect(Number(port), host);
+      s.on('connect', () => { s.destroy(); resolve(false); });
+      s.on('error', () => resolve(true));
+    });
+    assert.ok(refused, `round ${round}: nothing listens at the stopped worker's address`);
+  }
+  const deployments = psql(db.url, `SELECT base_model, desired FROM serving_deployments`);
+  assert.equal(deployments, 'whet-tiny|0', 'the deployment wants no replica once idle');
+});
