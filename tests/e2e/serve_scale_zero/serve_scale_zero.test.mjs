@@ -6,7 +6,8 @@
 // reports its address) and is answered; the worker is in model_workers with its node; after
 // WHET_SERVE_IDLE_S without requests it is stopped (its process gone, its row gone) and the next
 // request starts one again. Several rounds, to show it is not flaky; time to first token cold and warm
-// is printed.
+// is printed. A request while a job of the default priority holds the one device preempts it (it
+// checkpoints and waits); once the worker idles out, the job resumes and finishes.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
@@ -15,7 +16,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, holdTrainer, releaseWhenSignalled } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -105,4 +106,26 @@ test('a worker starts on the first request, stops when idle, and starts again', 
   }
   const deployments = psql(db.url, `SELECT base_model, desired FROM serving_deployments`);
   assert.equal(deployments, 'whet-tiny|0', 'the deployment wants no replica once idle');
+});
+
+test('a worker preempts a job of the default priority, which resumes once the worker idles out', async (t) => {
+  dump(t);
+  const training = await client.files.create({ file: fs.createReadStream(path.join(process.env.WHET_FIXTURES, 'sft', 'train.jsonl')),
+                                               purpose: 'fine-tune' });
+  const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id,
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 50, batch_size: 2 } } },
+    whet: { max_steps: 30, checkpoint_every_steps: 5 } });
+  const pids = await holdTrainer(t, path.join(work, 'executors', 'executor-1', 'jobs', `${job.id}-1`));
+  const answer = firstToken();
+  await releaseWhenSignalled(pids);
+  const { text } = await answer;
+  assert.ok(text.length > 0, 'the request is answered once the job made room');
+  const events = [];
+  for await (const e of client.fineTuning.jobs.listEvents(job.id, { limit: 100 })) events.push(e.message);
+  assert.ok(events.some((m) => /preempted for a model worker/.test(m)), `a preemption event: ${JSON.stringify(events)}`);
+  await until('the job to finish after the worker idled out', async () =>
+    (await client.fineTuning.jobs.retrieve(job.id)).status === 'succeeded', 300000, 500);
+  assert.deepEqual(workers(), [], 'no worker left');
+  assert.equal(psql(db.url, `SELECT count(*) FROM job_attempts WHERE job_id = '${job.id}'`), '2',
+               'the job ran twice: before the preemption and after the worker');
 });
