@@ -16,6 +16,9 @@
 #include "log.h"
 #include "proto/whet.pb-c.h"
 
+/* How often the loop looks at its model workers between heartbeats. */
+#define WORKER_POLL_MS 100
+
 static volatile sig_atomic_t stopping;
 static void on_signal(int sig) {
     (void)sig;
@@ -287,12 +290,16 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
             agent_workers_stop_all(&a);
             registered = 0;
         }
-        agent_workers_tick(&a);
         if (stopping) agent_workers_reap(&a, 1);
         reap_jobs(&a);
         agent_metrics_registered(registered);
         agent_metrics_jobs(count_jobs(&a));
-        usleep((useconds_t)heartbeat_ms * 1000);
+        /* A model worker that starts listening (or ends) is reported at once: a request waits for it. */
+        int slept = 0;
+        do {
+            usleep(WORKER_POLL_MS * 1000);
+            slept += WORKER_POLL_MS;
+        } while (slept < heartbeat_ms && !agent_workers_tick(&a));
     }
     reap_jobs(&a);
     agent_metrics_stop();

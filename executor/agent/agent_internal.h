@@ -82,13 +82,14 @@ void agent_job_free(struct agent_job *job);
 char *agent_fetch_model(struct agent *a, json_t *base, struct whet_err *err);
 
 /* Model workers (serve_workers.c), all from the main thread: a heartbeat's list applied (new ones
- * started, unlisted ones stopped); every one stopped; readiness and kills advanced; the states for the
+ * started, unlisted ones stopped); every one stopped; readiness and kills advanced (returns 1 when a
+ * worker became ready or ended: news for the scheduler); the states for the
  * next heartbeat (the array and its entries malloc'd, strings borrowed: agent_workers_report_free);
  * the ended ones forgotten once a heartbeat reported their end (all_done: every ended one); the devices
  * the running ones hold. */
 void agent_workers_apply(struct agent *a, Whet__V1__ServeWorker *const *list, size_t n);
 void agent_workers_stop_all(struct agent *a);
-void agent_workers_tick(struct agent *a);
+int agent_workers_tick(struct agent *a);
 Whet__V1__ServeWorkerState **agent_workers_report(struct agent *a, size_t *n);
 void agent_workers_report_free(Whet__V1__ServeWorkerState **states, size_t n);
 void agent_workers_reap(struct agent *a, int all_done);

@@ -134,8 +134,8 @@ void agent_workers_stop_all(struct agent *a) {
     for (struct agent_worker *w = a->workers; w; w = w->next) stop_worker(w);
 }
 
-/* Whether its address file names where it listens yet. */
-static void check_ready(struct agent_worker *w) {
+/* Whether its address file names where it listens yet (1: it does now). */
+static int check_ready(struct agent_worker *w) {
     char *path = xasprintf("%s/address", w->dir), *text = NULL;
     if (whet_read_file(path, sizeof w->address - 1, &text, NULL, NULL) == 0) {
         text[strcspn(text, "\r\n")] = 0;
@@ -146,15 +146,21 @@ static void check_ready(struct agent_worker *w) {
         free(text);
     }
     free(path);
+    return w->address[0] != 0;
 }
 
-void agent_workers_tick(struct agent *a) {
+int agent_workers_tick(struct agent *a) {
+    int news = 0;
     for (struct agent_worker *w = a->workers; w; w = w->next) {
-        if (atomic_load(&w->done)) continue;
-        if (!w->address[0] && !atomic_load(&w->stop)) check_ready(w);
+        if (atomic_load(&w->done)) {
+            news |= !w->exit_reported;
+            continue;
+        }
+        if (!w->address[0] && !atomic_load(&w->stop)) news |= check_ready(w);
         pid_t pid = atomic_load(&w->pid);
         if (atomic_load(&w->stop) && pid > 0 && whet_now_mono() > w->kill_at) kill(-pid, SIGKILL);
     }
+    return news;
 }
 
 static void worker_free(struct agent_worker *w) {
