@@ -2,14 +2,18 @@
 -- on the first request and back to zero after an idle period (scheduler/service/serving.c).
 --
 -- A deployment is a base model served on a pool of nodes (nodes.pool; '' : any pool). The gateway
--- records demand on it (gateway/model_workers.c): last_request_at, at most once a second per base, and
+-- records demand on it (gateway/model_workers.c): last_request_at, at most once a second per base (and
+-- the scheduler too while a replica reports requests running or waiting in a heartbeat), and
 -- a NOTIFY whet_jobs when no worker of the base is ready, which starts a scheduler cycle at once. The
--- scheduler keeps `desired` replicas (1 while requests came within WHET_SERVE_IDLE_S, else 0).
+-- scheduler keeps `desired` replicas: none once no request came for WHET_SERVE_IDLE_S; one more (up to
+-- WHET_SERVE_MAX_REPLICAS) while every ready replica has had requests waiting for a sequence slot for
+-- a few seconds and none is starting (busy_at: when that was last seen); back to one once none was busy for WHET_SERVE_IDLE_S.
 CREATE TABLE serving_deployments (
   base_model      text NOT NULL REFERENCES base_models(id) ON DELETE CASCADE,
   pool            text NOT NULL DEFAULT '',
   desired         integer NOT NULL DEFAULT 0 CHECK (desired >= 0),
   last_request_at double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp()),
+  busy_at         double precision,
   PRIMARY KEY (base_model, pool)
 );
 
@@ -28,6 +32,8 @@ CREATE TABLE model_workers (
   state           text NOT NULL DEFAULT 'starting' CHECK (state IN ('starting', 'ready', 'stopping')),
   started_at      double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp()),
   ready_at        double precision,
+  requests_waiting integer NOT NULL DEFAULT 0, -- for a sequence slot, as the executor last read it
+  queued_since    double precision,            -- since when it has had requests waiting (NULL: none)
   FOREIGN KEY (base_model, pool) REFERENCES serving_deployments(base_model, pool) ON DELETE CASCADE
 );
 CREATE UNIQUE INDEX model_workers_device ON model_workers(node_id, device_index);

@@ -37,21 +37,23 @@ struct agent_job {
     struct agent_job *next;
 };
 
-/* A model worker (serve_workers.c). The main thread creates it, reads its state and stops it; its thread
- * fetches the model and runs and waits for `whet serve`. */
+/* A model worker (serve_workers.c). The main thread creates it, starts it once a device is free, reads
+ * its state and stops it; its thread fetches the model and runs and waits for `whet serve`. */
 struct agent_worker {
     char id[64];
     json_t *base;          /* owned: {"id", "object_prefix", "sha256"} */
     char *dir;             /* work_dir/workers/ID: its address file, log and adapter cache */
-    uint32_t device_mask;  /* the device it holds (agent_take_devices) */
+    uint32_t device_mask;  /* the device it holds (agent_take_devices), once one was free */
     pthread_t thread;
-    int no_thread;         /* its thread could not start (done is set) */
+    int started;           /* its thread runs (it had a device) */
     atomic_int pid;        /* `whet serve`, leader of its own process group; 0 before it runs */
     atomic_int stop;       /* set by the main thread: not to run, or to be killed */
     atomic_int done;       /* the thread has ended: message says why */
     char message[768];     /* written by the thread before done */
     char address[80];      /* HOST:PORT once it listens (main thread) */
-    double kill_at;        /* when a stopping one gets SIGKILL (main thread) */
+    double term_at;        /* when a stopping one gets SIGTERM at the latest (main thread) */
+    int term_sent;
+    double kill_at;        /* when it gets SIGKILL after the SIGTERM (main thread) */
     int exit_reported;     /* its end went in the last heartbeat (main thread) */
     struct agent *agent;
     struct agent_worker *next;

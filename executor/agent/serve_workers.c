@@ -1,8 +1,9 @@
 /* serve_workers.c - the model workers (`whet serve`) the scheduler has this node run (serving.h in the
  * scheduler; migration 0021).
  *
- * Each heartbeat's answer lists every worker the node is to run. A new one gets a device (as a 1-device
- * job does, agent_take_devices) and a thread that fetches its base model (the node's model cache, as for
+ * Each heartbeat's answer lists every worker the node is to run. A new one gets a device once one is
+ * free (as a 1-device job does, agent_take_devices; a job preempted for it may still be checkpointing
+ * there) and a thread that fetches its base model (the node's model cache, as for
  * jobs), then runs `TRAINER serve` as a child in its own process group, listening on the node's address
  * (WHET_EXECUTOR_ADDRESS) at a port the kernel picks, written to its address file once it listens (its
  * model loaded): the worker is then ready at that HOST:PORT. A worker no longer listed is stopped:
@@ -16,13 +17,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "env.h"
 #include "log.h"
+#include "net.h"
 
 #define STOP_GRACE_S 5
+/* How long a worker told to stop may finish its requests before SIGTERM (whet serve drops those it
+ * has when it stops); it gets it as soon as it has none. */
+#define DRAIN_MAX_S 30
+/* How long reading a worker's load may hold up a heartbeat. */
+#define SCRAPE_MS 200
 
 static void *worker_main(void *arg) {
     struct agent_worker *w = arg;
@@ -40,9 +50,12 @@ static void *worker_main(void *arg) {
     if (a->cuda) snprintf(device, sizeof device, "cuda:%d", dev);
     unlink(address_file);
     const char *name = json_string_value(json_object_get(w->base, "id"));
+    /* WHET_SERVE_SLOTS: sequences a worker decodes at once (whet serve's --slots; its default when unset) */
+    const char *slots = whet_env("WHET_SERVE_SLOTS", NULL);
     char *const argv[] = {(char *)a->opts->trainer, "serve", "--model", model, "--name", (char *)name, "--http", http,
                           "--address-file", address_file, "--object-store", (char *)a->opts->object_store,
-                          "--cache-dir", cache, "--device", device, "--training", NULL};
+                          "--cache-dir", cache, "--device", device, "--training", slots ? "--slots" : NULL,
+                          (char *)slots, NULL};
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     pid_t pid = atomic_load(&w->stop) ? -1 : fork();
     if (pid == 0) {
@@ -95,25 +108,31 @@ static void start_worker(struct agent *a, const Whet__V1__ServeWorker *s) {
     w->base = base;
     w->agent = a;
     w->dir = xasprintf("%s/workers/%s", a->opts->work_dir, w->id);
-    int shared;
-    w->device_mask = agent_take_devices(&a->busy_devices, a->n_devices, 1, &shared);
-    if (shared) log_warn("msg=\"a model worker's device is still held by a job\" worker=%s devices=0x%x", w->id, w->device_mask);
     w->next = a->workers;
     a->workers = w;
+}
+
+/* Runs a worker that waits for its device once one is free (a job preempted for it may still be
+ * checkpointing on it): its thread fetches the model and runs `whet serve`. */
+static void launch(struct agent *a, struct agent_worker *w) {
+    uint32_t all = a->n_devices >= 32 ? ~0u : (1u << a->n_devices) - 1;
+    if (!(all & ~a->busy_devices)) return;
+    int shared;
+    w->device_mask = agent_take_devices(&a->busy_devices, a->n_devices, 1, &shared);
     struct whet_err err;
     if (whet_mkdir_p(w->dir, &err) < 0 || pthread_create(&w->thread, NULL, worker_main, w) != 0) {
         snprintf(w->message, sizeof w->message, "its directory or thread could not be made: %s", err.msg);
-        w->no_thread = 1;
         atomic_store(&w->done, 1);
+        return;
     }
+    w->started = 1;
 }
 
-/* Asks a worker to stop: its process group gets SIGTERM now, SIGKILL after the grace. */
+/* Asks a worker to stop: the gateway sends it nothing new (its row is no longer ready); its process
+ * group gets SIGTERM once its requests are answered (agent_workers_tick), SIGKILL after the grace. */
 static void stop_worker(struct agent_worker *w) {
     if (atomic_exchange(&w->stop, 1)) return;
-    w->kill_at = whet_now_mono() + STOP_GRACE_S;
-    pid_t pid = atomic_load(&w->pid);
-    if (pid > 0 && !atomic_load(&w->done)) kill(-pid, SIGTERM);
+    w->term_at = whet_now_mono() + DRAIN_MAX_S;
     log_info("msg=\"stopping model worker\" worker=%s", w->id);
 }
 
@@ -149,6 +168,32 @@ static int check_ready(struct agent_worker *w) {
     return w->address[0] != 0;
 }
 
+/* A ready worker's load from its GET /metrics: the requests it decodes and those waiting for a sequence
+ * slot (whet_serve_requests_running, _waiting). Returns -1 when it did not answer within SCRAPE_MS (a
+ * heartbeat is not held up for it). */
+static int load_of(const struct agent_worker *w, uint32_t *running, uint32_t *waiting) {
+    struct whet_err err;
+    int fd = whet_tcp_connect("model worker", w->address, whet_now_mono() + SCRAPE_MS / 1000.0, &err);
+    if (fd < 0) return -1;
+    struct timeval tv = {.tv_usec = SCRAPE_MS * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    static const char get[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    char buf[16384];
+    size_t len = 0;
+    ssize_t n = write(fd, get, sizeof get - 1);
+    while (n > 0 && len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
+    close(fd);
+    buf[len] = 0;
+    const char *r = strstr(buf, "\nwhet_serve_requests_running "), *q = strstr(buf, "\nwhet_serve_requests_waiting ");
+    if (!r || !q) return -1;
+    long nr = strtol(r + strlen("\nwhet_serve_requests_running "), NULL, 10);
+    long nq = strtol(q + strlen("\nwhet_serve_requests_waiting "), NULL, 10);
+    *running = nr > 0 ? (uint32_t)nr : 0;
+    *waiting = nq > 0 ? (uint32_t)nq : 0;
+    return 0;
+}
+
 int agent_workers_tick(struct agent *a) {
     int news = 0;
     for (struct agent_worker *w = a->workers; w; w = w->next) {
@@ -156,15 +201,32 @@ int agent_workers_tick(struct agent *a) {
             news |= !w->exit_reported;
             continue;
         }
+        if (!w->started && atomic_load(&w->stop)) {
+            snprintf(w->message, sizeof w->message, "stopped before it ran");
+            atomic_store(&w->done, 1);
+            news = 1;
+            continue;
+        }
+        if (!w->started) launch(a, w);
         if (!w->address[0] && !atomic_load(&w->stop)) news |= check_ready(w);
         pid_t pid = atomic_load(&w->pid);
-        if (atomic_load(&w->stop) && pid > 0 && whet_now_mono() > w->kill_at) kill(-pid, SIGKILL);
+        if (!atomic_load(&w->stop) || pid <= 0) continue;
+        double now = whet_now_mono();
+        uint32_t running = 0, waiting = 0;
+        if (!w->term_sent && (!w->address[0] || now > w->term_at || load_of(w, &running, &waiting) < 0 ||
+                              running + waiting == 0)) {
+            kill(-pid, SIGTERM);
+            w->term_sent = 1;
+            w->kill_at = now + STOP_GRACE_S;
+        } else if (w->term_sent && now > w->kill_at) {
+            kill(-pid, SIGKILL);
+        }
     }
     return news;
 }
 
 static void worker_free(struct agent_worker *w) {
-    if (!w->no_thread) pthread_join(w->thread, NULL);
+    if (w->started) pthread_join(w->thread, NULL);
     json_decref(w->base);
     whet_rm_rf(w->dir);
     free(w->dir);
@@ -184,6 +246,8 @@ Whet__V1__ServeWorkerState **agent_workers_report(struct agent *a, size_t *n) {
         s->state = w->exit_reported ? "exited" : w->address[0] ? "ready" : "starting";
         s->address = w->address;
         s->message = w->exit_reported ? w->message : "";
+        if (w->address[0] && !w->exit_reported && !atomic_load(&w->stop))
+            load_of(w, &s->requests_running, &s->requests_waiting);
         out[(*n)++] = s;
     }
     return out;

@@ -732,9 +732,12 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
     int placed = 0, deferred = 0;
-    if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0 ||
-        scheduler_serving_cycle(conn, err) < 0)
+    if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0)
         return -1;
+    /* Model workers first (serving.h): a free device goes to a worker before a job. Their failure does
+     * not hold up the jobs' placement. */
+    struct whet_err serr;
+    if (scheduler_serving_cycle(conn, &serr) < 0) log_warn("msg=\"model workers not scaled\" error=\"%s\"", serr.msg);
     t[1] = whet_now_mono();
     struct snapshot s;
     struct pl_cluster *cluster = NULL;

@@ -11,6 +11,10 @@
 #include "pg.h"
 
 #define IDLE_S_DEFAULT 300
+#define MAX_REPLICAS_DEFAULT 4
+/* A replica is busy once it has had requests waiting for a sequence slot this long (in every heartbeat
+ * since): a request that waits for the next decode step alone is no queue. */
+#define QUEUE_S 2
 /* A worker the node never reported since it was placed (its executor restarted before it heard of it)
  * is forgotten after this long, and placed again. */
 #define UNSEEN_S 30
@@ -20,20 +24,17 @@
 /* Placements in one cycle at most: one per deployment that wants a replica; the rest wait a cycle. */
 #define PLACE_MAX 64
 
-static int idle_s(void) {
-    static int idle = -1;
-    if (idle < 0) {
-        const char *v = whet_env("WHET_SERVE_IDLE_S", NULL);
-        char *end;
-        long s = v ? strtol(v, &end, 10) : IDLE_S_DEFAULT;
-        if (v && (*end || s < 1 || s > 86400 * 30)) {
-            log_warn("msg=\"WHET_SERVE_IDLE_S: expected seconds (1 to 2592000), using the default\" value=\"%s\" default=%d",
-                     v, IDLE_S_DEFAULT);
-            s = IDLE_S_DEFAULT;
-        }
-        idle = (int)s;
+/* A setting from the environment, an integer in [1, max], else (logged) the fallback. */
+static int setting(const char *name, int fallback, int max) {
+    const char *v = whet_env(name, NULL);
+    char *end;
+    long n = v ? strtol(v, &end, 10) : fallback;
+    if (v && (*end || n < 1 || n > max)) {
+        log_warn("msg=\"%s: expected an integer from 1 to %d, using the default\" value=\"%s\" default=%d", name, max, v,
+                 fallback);
+        n = fallback;
     }
-    return idle;
+    return (int)n;
 }
 
 /* Logs each row of a result (what, base model, where) as `msg` with the names of the first and third
@@ -87,24 +88,28 @@ static int place_one(PGconn *conn, struct whet_err *err) {
     return rc < 0 ? -1 : 1;
 }
 
-/* A replica still wanted once every free device is taken: the running 1-device attempt of lowest
- * priority below SERVE_PRIORITY on a node of the pool (the newest of them: it loses the least) is told
- * to checkpoint and stop, as the placement library's preemptions are; its device goes to the worker in
- * a later cycle (serving is placed before jobs) and the job waits in the queue. One at a time: none
- * while an earlier victim is still stopping. */
+/* A base with no worker left wanting one once every free device is taken (an extra replica for load
+ * preempts nothing): the running 1-device attempt of lowest priority below SERVE_PRIORITY on a node of
+ * the pool (the newest of them: it loses the least) is told to checkpoint and stop, as the placement
+ * library's preemptions are, and the worker is placed on its device at once (the executor starts it
+ * once the job has left the device), so the job, back in the queue, cannot take the device again.
+ * One at a time: none while an earlier victim is still stopping. */
 static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
-    char priority[16], event_id[40];
+    char priority[16], event_id[40], worker_id[40];
     snprintf(priority, sizeof priority, "%d", SERVE_PRIORITY);
     whet_random_id("ftevent-", 24, event_id);
-    const char *params[] = {priority, event_id};
+    whet_random_id("worker-", 24, worker_id);
+    const char *params[] = {priority, event_id, worker_id};
     return log_rows(
         whet_pg_query(
             conn,
-            "WITH v AS (SELECT a.job_id, a.attempt, a.node_id, d.base_model FROM serving_deployments d"
+            "WITH v AS (SELECT a.job_id, a.attempt, a.node_id, d.base_model, d.pool,"
+            "   coalesce((SELECT min(i) FROM generate_series(0, 31) i WHERE (a.gpu_mask >> i) & 1 = 1), 0) AS dev"
+            "   FROM serving_deployments d"
             "   JOIN nodes n ON n.state = 'ready' AND (d.pool = '' OR n.pool = d.pool)"
             "   JOIN job_attempts a ON a.node_id = n.id AND a.ended_at IS NULL AND a.world_size = 1"
             "   JOIN jobs j ON j.id = a.job_id AND j.priority < $1::int AND NOT j.preempt_requested"
-            "   WHERE d.desired > (SELECT count(*) FROM model_workers w WHERE w.base_model = d.base_model"
+            "   WHERE d.desired > 0 AND NOT EXISTS (SELECT 1 FROM model_workers w WHERE w.base_model = d.base_model"
             "     AND w.pool = d.pool AND w.state <> 'stopping')"
             "   AND NOT EXISTS (SELECT 1 FROM jobs p JOIN job_attempts pa ON pa.job_id = p.id AND pa.ended_at IS NULL"
             "     WHERE p.preempt_requested)"
@@ -114,25 +119,47 @@ static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
             "   SELECT node_id, job_id, attempt, 'stop', 30000, 'preempted' FROM v),"
             " e AS (INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
             "   SELECT $2, j.tenant_id, j.id, 'warn', 'The job is being preempted for a model worker;"
-            " it checkpoints now and resumes later', jsonb_build_object('for_model_worker', v.base_model) FROM j, v)"
+            " it checkpoints now and resumes later', jsonb_build_object('for_model_worker', v.base_model) FROM j, v),"
+            " wk AS (INSERT INTO model_workers (id, base_model, pool, node_id, device_index)"
+            "   SELECT $3, base_model, pool, node_id, dev FROM v)"
             " SELECT job_id, base_model, node_id FROM v",
-            2, params, err),
+            3, params, err),
         "preempting a job for a model worker", "job", "node");
 }
 
 int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
-    char idle[16];
-    snprintf(idle, sizeof idle, "%d", idle_s());
-    const char *params[] = {idle};
+    static int idle_s, max_replicas;
+    if (!idle_s) {
+        idle_s = setting("WHET_SERVE_IDLE_S", IDLE_S_DEFAULT, 86400 * 30);
+        max_replicas = setting("WHET_SERVE_MAX_REPLICAS", MAX_REPLICAS_DEFAULT, 1024);
+    }
+    char idle[16], max[16], queue[16];
+    snprintf(idle, sizeof idle, "%d", idle_s);
+    snprintf(max, sizeof max, "%d", max_replicas);
+    snprintf(queue, sizeof queue, "%d", QUEUE_S);
+    const char *params[] = {idle, max, queue};
     if (log_rows(whet_pg_query(conn,
                                "DELETE FROM model_workers w USING nodes n WHERE n.id = w.node_id AND n.state <> 'ready'"
                                " RETURNING w.id, w.base_model, w.node_id",
                                0, NULL, err),
                  "model worker lost with its node", "worker", "node") < 0 ||
+        /* the replicas wanted (migration 0021): none when idle; one more while every ready one has had
+         * a queue for QUEUE_S and none is starting; as many while one was busy within the idle period; else one */
         whet_pg_exec(conn,
-                     "UPDATE serving_deployments SET desired = (last_request_at > extract(epoch FROM clock_timestamp())"
-                     " - $1::int)::int WHERE desired <> (last_request_at > extract(epoch FROM clock_timestamp()) - $1::int)::int",
-                     1, params, err) < 0 ||
+                     "WITH now AS (SELECT extract(epoch FROM clock_timestamp()) AS t),"
+                     " x AS (SELECT d.base_model, d.pool, s.ready > 0 AND s.ready = s.busy AS busy,"
+                     "   CASE WHEN d.last_request_at <= now.t - $1::int THEN 0"
+                     "     WHEN s.ready > 0 AND s.ready = s.busy AND s.starting = 0 THEN least($2::int, s.ready + 1)"
+                     "     WHEN d.busy_at > now.t - $1::int THEN greatest(1, least(d.desired, $2::int)) ELSE 1 END AS want"
+                     "   FROM serving_deployments d CROSS JOIN now CROSS JOIN LATERAL (SELECT"
+                     "     count(*) FILTER (WHERE w.state = 'ready') AS ready,"
+                     "     count(*) FILTER (WHERE w.state = 'ready' AND w.queued_since <= now.t - $3::int) AS busy,"
+                     "     count(*) FILTER (WHERE w.state = 'starting') AS starting"
+                     "     FROM model_workers w WHERE w.base_model = d.base_model AND w.pool = d.pool) s)"
+                     " UPDATE serving_deployments d SET desired = x.want,"
+                     " busy_at = CASE WHEN x.busy THEN (SELECT t FROM now) ELSE d.busy_at END FROM x"
+                     " WHERE d.base_model = x.base_model AND d.pool = x.pool AND (d.desired <> x.want OR x.busy)",
+                     3, params, err) < 0 ||
         /* the replicas beyond what is wanted stop, the newest first (a ready one is kept over a starting one) */
         log_rows(whet_pg_query(conn,
                                "UPDATE model_workers w SET state = 'stopping' FROM (SELECT w.id, d.desired, row_number()"
@@ -156,8 +183,9 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
     json_t *reports = json_array();
     for (size_t i = 0; i < req->n_serve_workers; i++) {
         const Whet__V1__ServeWorkerState *w = req->serve_workers[i];
-        json_array_append_new(reports, json_pack("{s:s, s:s, s:s}", "id", w->worker_id, "state", w->state, "address",
-                                                 w->address));
+        json_array_append_new(reports, json_pack("{s:s, s:s, s:s, s:i, s:i}", "id", w->worker_id, "state", w->state,
+                                                 "address", w->address, "waiting", (int)w->requests_waiting,
+                                                 "running", (int)w->requests_running));
         if (!strcmp(w->state, "exited"))
             log_warn("msg=\"model worker ended\" worker=%s node=%s why=\"%s\"", w->worker_id, req->node_id, w->message);
     }
@@ -177,6 +205,19 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
                                     " RETURNING w.id, w.base_model, w.address",
                                     2, params, err),
                       "model worker ready", "worker", "address") < 0 ||
+             /* the load, written when it changed; a request being answered is a request (a stream longer
+              * than the idle period does not idle its worker out) */
+             whet_pg_exec(conn,
+                          "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, waiting int, running int)"
+                          "   WHERE r.state = 'ready'),"
+                          " busy AS (UPDATE serving_deployments d SET last_request_at = extract(epoch FROM clock_timestamp())"
+                          "   FROM model_workers w JOIN r ON r.id = w.id WHERE w.node_id = $1 AND r.running + r.waiting > 0"
+                          "   AND d.base_model = w.base_model AND d.pool = w.pool"
+                          "   AND d.last_request_at < extract(epoch FROM clock_timestamp()) - 1)"
+                          " UPDATE model_workers w SET requests_waiting = r.waiting, queued_since = CASE WHEN r.waiting > 0"
+                          "   THEN coalesce(w.queued_since, extract(epoch FROM clock_timestamp())) END FROM r"
+                          " WHERE w.id = r.id AND w.node_id = $1 AND w.requests_waiting <> r.waiting",
+                          2, params, err) < 0 ||
              log_rows(whet_pg_query(conn,
                                     "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text))"
                                     " DELETE FROM model_workers w WHERE w.node_id = $1 AND"

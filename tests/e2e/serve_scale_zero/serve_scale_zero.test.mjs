@@ -10,45 +10,18 @@
 // checkpoints and waits); once the worker idles out, the job resumes and finishes.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
-import OpenAI from 'openai';
 import { until, holdTrainer, releaseWhenSignalled } from '../lib.mjs';
-import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
+import { psql } from '../../integration/lib/gateway.mjs';
+import { startServing, workers as rows } from './stack.mjs';
 
-requireEnv();
 const IDLE_S = 4, ROUNDS = 3;
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-scale0-'));
-fs.chmodSync(work, 0o755);
-const db = createDatabase();
-const httpPort = await freePort(), grpcPort = await freePort();
-const env = {
-  ...process.env, WHET_DATABASE_URL: db.url, WHET_DATA_DIR: work, WHET_SERVE_WORKERS: 'unused-base=127.0.0.1:1',
-  WHET_SERVE_IDLE_S: String(IDLE_S), WHET_SERVE_COLD_START_MS: '120000',
-};
-let log = '';
-const up = spawn(WHET_BIN, ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
-                            '--executors', '1', '--devices', 'sim:H100:1'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-up.stdout.on('data', (d) => { log = (log + d).slice(-60000); });
-up.stderr.on('data', (d) => { log = (log + d).slice(-60000); });
-await until('whet up to be ready', () => log.includes('whet: ready'), 120000)
-  .catch((e) => { console.error(log); throw e; });
-const key = execFileSync(WHET_BIN, ['tenant', 'create', 'scale', '--data-dir', work], { env, encoding: 'utf8' }).trim();
-const client = new OpenAI({ apiKey: key, baseURL: `http://127.0.0.1:${httpPort}/v1`, maxRetries: 0, timeout: 180000 });
-test.after(() => {
-  up.kill('SIGTERM');
-  db.drop();
-  fs.rmSync(work, { recursive: true, force: true });
-});
-const dump = (t) => t.after(() => { if (t.passed === false) console.error(log.split('\n').slice(-60).join('\n')); });
-
-// The scheduler's rows of whet-tiny's workers: [{id, node, address, state}].
-const workers = () => psql(db.url, `SELECT id, node_id, coalesce(address, ''), state FROM model_workers
-                                    WHERE base_model = 'whet-tiny' ORDER BY id`)
-  .split('\n').filter((l) => l).map((l) => { const [id, node, address, state] = l.split('|'); return { id, node, address, state }; });
+const { work, db, client, log } = await startServing({ executors: 1, env: { WHET_SERVE_IDLE_S: String(IDLE_S) } });
+const dump = (t) => t.after(() => { if (t.passed === false) console.error(log().split('\n').slice(-60).join('\n')); });
+const workers = () => rows(db);
 // The `whet serve` processes the executor runs (their cache dirs are under its work dir).
 const servePids = () => {
   try {
