@@ -39,7 +39,10 @@ static void usage(FILE *out) {
             "  --max-train-tokens N a forward_backward pass's tokens at most, its data padded to the\n"
             "                       longest (default 16384): a larger call is refused, calls of several\n"
             "                       sessions share a pass up to it\n"
-            "  -h, --help           this text\n");
+            "  -h, --help           this text\n\n"
+            "environment: WHET_DATA_KEY_FILE, the operator keyring of encryption at rest (the gateway's):\n"
+            "the worker unwraps with it the tenants' data keys the gateway hands it, to read sealed adapters\n"
+            "and write sealed session saves.\n");
 }
 
 static int positive(const char *opt, const char *v, int *out) {

@@ -160,6 +160,39 @@ int whet_data_key_unwrap(const struct whet_keyring *kr, const char *operator_key
     return 0;
 }
 
+char *whet_data_key_wrap_text(const struct whet_keyring *kr, const char *tenant_id, const struct whet_data_key *dk) {
+    uint8_t wrapped[WHET_WRAPPED_KEY_BYTES];
+    char hex[2 * WHET_WRAPPED_KEY_BYTES + 1];
+    whet_data_key_wrap(kr, tenant_id, dk, wrapped);
+    whet_hex_encode(wrapped, sizeof wrapped, hex);
+    return xasprintf("%s %u %s %s", tenant_id, dk->id, whet_keyring_current(kr), hex);
+}
+
+int whet_data_key_unwrap_text(const struct whet_keyring *kr, const char *text, char *tenant_id, size_t tenant_len,
+                              struct whet_data_key *out, struct whet_err *err) {
+    const char *field[4];
+    size_t len[4];
+    const char *p = text;
+    for (int i = 0; i < 4; i++) {
+        field[i] = p;
+        len[i] = strcspn(p, " ");
+        p += len[i];
+        if (*p == ' ' && i < 3) p++;
+    }
+    char op_id[WHET_OPERATOR_KEY_ID_MAX + 1], *end = NULL;
+    uint8_t wrapped[WHET_WRAPPED_KEY_BYTES];
+    unsigned long key_id = len[1] && len[1] <= 10 ? strtoul(field[1], &end, 10) : 0;
+    if (*p || !len[0] || len[0] >= tenant_len || !key_id || key_id > UINT32_MAX || end != field[1] + len[1] ||
+        !id_valid(field[2], len[2]) || hex_decode(field[3], len[3], wrapped, sizeof wrapped) != 0)
+        return whet_errf(err, "a wrapped data key: expected \"TENANT KEY_ID OPERATOR_KEY_ID HEX\" (%d hex digits)",
+                         2 * WHET_WRAPPED_KEY_BYTES);
+    memcpy(tenant_id, field[0], len[0]);
+    tenant_id[len[0]] = 0;
+    memcpy(op_id, field[2], len[2]);
+    op_id[len[2]] = 0;
+    return whet_data_key_unwrap(kr, op_id, tenant_id, (uint32_t)key_id, wrapped, sizeof wrapped, out, err);
+}
+
 void whet_data_key_hex(const struct whet_data_key *dk, char out[2 * WHET_DATA_KEY_BYTES + 1]) {
     whet_hex_encode(dk->key, WHET_DATA_KEY_BYTES, out);
 }

@@ -51,6 +51,17 @@ int whet_data_key_unwrap(const struct whet_keyring *kr, const char *operator_key
                          uint32_t key_id, const uint8_t *wrapped, size_t len, struct whet_data_key *out,
                          struct whet_err *err);
 
+/* A data key wrapped under the current operator key as one line of text, for a process that holds the
+ * same keyring but not the database (a model worker: the gateway's header x-whet-data-key):
+ *     TENANT KEY_ID OPERATOR_KEY_ID HEX        HEX: the wrapped bytes (WHET_WRAPPED_KEY_BYTES)
+ * Useless without the operator key, and bound to the tenant and key id like a stored wrapped key.
+ * Returns a fresh string. */
+char *whet_data_key_wrap_text(const struct whet_keyring *kr, const char *tenant_id, const struct whet_data_key *dk);
+/* Its inverse: the data key, and the tenant it is for (a NUL-terminated id into tenant_id, of
+ * tenant_len bytes at most); fails saying which part is wrong, or why it does not unwrap. */
+int whet_data_key_unwrap_text(const struct whet_keyring *kr, const char *text, char *tenant_id, size_t tenant_len,
+                              struct whet_data_key *out, struct whet_err *err);
+
 /* The data key as 64 hex digits + NUL (for a job manifest), and back. */
 void whet_data_key_hex(const struct whet_data_key *dk, char out[2 * WHET_DATA_KEY_BYTES + 1]);
 int whet_data_key_from_hex(uint32_t id, const char *hex, struct whet_data_key *out, struct whet_err *err);

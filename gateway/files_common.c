@@ -25,12 +25,13 @@ static void store_open(void) {
     }
 }
 
-/* Sealed views of the store, one per tenant served since the start, and the one blocking connection
- * (the database owner's, $WHET_DATABASE_URL: the application role cannot read tenant_data_keys) that
- * reads their keys; all under views_lock. */
+/* Sealed views of the store, one per tenant served since the start, each with its data key wrapped for
+ * model workers, and the one blocking connection (the database owner's, $WHET_DATABASE_URL: the
+ * application role cannot read tenant_data_keys) that reads their keys; all under views_lock. */
 struct tenant_view {
     char *tenant_id;
     struct objstore *view;
+    char *wrapped; /* whet_data_key_wrap_text */
     struct tenant_view *next;
 };
 static pthread_mutex_t views_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,9 +44,8 @@ struct objstore *files_store(struct whet_err *err) {
     return store;
 }
 
-struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err) {
-    struct objstore *s = files_store(err);
-    if (!s || !keyring) return s;
+/* The tenant's view (the store is open and encryption at rest is on); NULL with err. */
+static struct tenant_view *tenant_view(struct objstore *s, const char *tenant_id, struct whet_err *err) {
     pthread_mutex_lock(&views_lock);
     struct tenant_view *v = views;
     while (v && strcmp(v->tenant_id, tenant_id) != 0) v = v->next;
@@ -56,6 +56,7 @@ struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err)
             v = xcalloc(1, sizeof *v);
             v->tenant_id = xstrdup(tenant_id);
             v->view = objstore_encrypted(s, &dk);
+            v->wrapped = whet_data_key_wrap_text(keyring, tenant_id, &dk);
             v->next = views;
             views = v;
         } else if (keys_conn && PQstatus(keys_conn) != CONNECTION_OK) {
@@ -66,7 +67,23 @@ struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err)
         if (!v) log_error("msg=\"tenant data key unavailable\" tenant=%s err=\"%s\"", tenant_id, err->msg);
     }
     pthread_mutex_unlock(&views_lock);
+    return v;
+}
+
+struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err) {
+    struct objstore *s = files_store(err);
+    if (!s || !keyring) return s;
+    struct tenant_view *v = tenant_view(s, tenant_id, err);
     return v ? v->view : NULL;
+}
+
+int files_encryption_on(void) { return whet_env("WHET_DATA_KEY_FILE", NULL) != NULL; }
+
+int files_tenant_wrapped_key(const char *tenant_id, const char **out, struct whet_err *err) {
+    struct objstore *s = files_store(err);
+    struct tenant_view *v = s && keyring ? tenant_view(s, tenant_id, err) : NULL;
+    *out = v ? v->wrapped : NULL;
+    return s && (v || !keyring) ? 0 : -1;
 }
 
 json_t *files_list_object(json_t *data, int has_more) {

@@ -21,6 +21,13 @@ struct objstore *files_store(struct whet_err *err);
  * first use, kept for the process). Blocking (it may read the key from PostgreSQL): worker threads
  * only. NULL with err when the store or the key is unavailable. */
 struct objstore *files_tenant_store(const char *tenant_id, struct whet_err *err);
+/* Whether encryption at rest is on ($WHET_DATA_KEY_FILE is set); no I/O. */
+int files_encryption_on(void);
+/* The tenant's data key wrapped for a model worker that holds the same operator keyring
+ * (whet_data_key_wrap_text; made with the tenant's view and kept as long) into *out, NULL when
+ * encryption at rest is off. Blocking like files_tenant_store; -1 with err when the store or the key
+ * is unavailable. */
+int files_tenant_wrapped_key(const char *tenant_id, const char **out, struct whet_err *err);
 
 /* {"object":"list","data":data,"first_id":…,"last_id":…,"has_more":…}; takes the reference to `data`,
  * whose items carry "id". */

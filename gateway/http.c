@@ -324,6 +324,12 @@ static void request_log(struct gw_req *r, int status, double seconds) {
     }
 }
 
+void http_observe(struct gw_req *r, int status) {
+    double seconds = whet_now_mono() - r->started;
+    metrics_observe(r->route ? r->route->index : -1, status, seconds);
+    if (r->thread->gw->opts.log_requests) request_log(r, status, seconds);
+}
+
 /* The part of every answer before its body: refuses a second answer, counts the request for /metrics,
  * writes its log line and sets the status and headers. Returns 0 when the body may follow. */
 static int reply_begin(struct gw_req *r, int status, const char *content_type, uint64_t len) {
@@ -335,9 +341,7 @@ static int reply_begin(struct gw_req *r, int status, const char *content_type, u
     }
     h2o_req_t *req = r->req;
     r->status = status;
-    double seconds = whet_now_mono() - r->started;
-    metrics_observe(r->route ? r->route->index : -1, status, seconds);
-    if (r->thread->gw->opts.log_requests) request_log(r, status, seconds);
+    http_observe(r, status);
     req->res.status = status;
     req->res.reason = reason_of(status);
     req->res.content_length = len;
@@ -393,7 +397,9 @@ static const char *error_type(int status) {
 static void reply_error_message(struct gw_req *r, int status, const char *param, const char *code,
                                 const char *message) {
     metrics_error_code(code);
-    json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", error_type(status), "param",
+    /* OpenAI types a spent quota by its code (a 429 that waiting does not cure) */
+    const char *type = code && !strcmp(code, "insufficient_quota") ? code : error_type(status);
+    json_t *err = json_pack("{s:s, s:s, s:o, s:o}", "message", message, "type", type, "param",
                             param ? json_string(param) : json_null(), "code", code ? json_string(code) : json_null());
     http_reply_json(r, status, json_pack("{s:o}", "error", err));
 }

@@ -151,6 +151,9 @@ void http_reply_rate_limited(struct gw_req *r, double retry_after_s, const char 
     __attribute__((format(printf, 4, 5)));
 /* 503 with `retry-after` for a dependency that is down (the database during a restart). */
 void http_reply_unavailable(struct gw_req *r, int retry_after_s, const char *what);
+/* Counts an answer that the gateway passes on rather than makes (a model worker's, proxied) in /metrics
+ * and writes its request log line, as the http_reply_* functions do for theirs. */
+void http_observe(struct gw_req *r, int status);
 
 /* ---- Streaming replies -------------------------------------------------------------------------- */
 

@@ -4,11 +4,15 @@
  * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's
  * fine-tuned models (`ft:…`, the final adapter of a succeeded job) or one of its checkpoints
  * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one
- * that never was. The request then goes to the worker that holds the base model, unchanged but for its
- * headers: the adapter's object-store prefix in x-whet-adapter (the worker fetches it once),
- * x-whet-usage (the worker reports the tokens it counted), no Authorization (a worker is reachable by
- * the gateway alone) and no x-whet-* header the client sent. h2o's own reverse proxy streams the answer back as it comes (server-sent events
- * included) and the client going away closes the worker's connection, which cancels the generation.
+ * that never was. A tenant (or API key) whose month's spend reached its monthly limit is a 429
+ * insufficient_quota first (budget_gate). The request then goes to the worker that holds the base model,
+ * unchanged but for its headers: the adapter's object-store prefix in x-whet-adapter (the worker
+ * fetches it once), with encryption at rest the tenant's data key wrapped under the operator key in
+ * x-whet-data-key (the worker holds the operator keyring and unwraps it: the data key never crosses
+ * the network in the clear), x-whet-usage (the worker reports the tokens it counted), no
+ * Authorization (a worker is reachable by the gateway alone) and no x-whet-* header the client sent.
+ * h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and the
+ * client going away closes the worker's connection, which cancels the generation.
  *
  * Workers (model_workers.h): the static WHET_SERVE_WORKERS="BASE=HOST:PORT[,…]", else the ready workers
  * the scheduler placed, whose lookup records the demand that scales the base from zero.
@@ -32,9 +36,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "budgets.h"
 #include "buf.h"
 #include "db.h"
 #include "env.h"
+#include "files_common.h"
 #include "log.h"
 #include "model_workers.h"
 #include "server.h"
@@ -199,10 +205,11 @@ static void answer_dispose(void *p) {
 /* ---- Proxying ---------------------------------------------------------------------------------- */
 
 /* A request on its way to a worker of `base` (with the adapter stored at `prefix`, NULL for the base
- * alone), for the tenant's `model`; in the request's pool. */
+ * alone, and sealed with the tenant's `data_key`, NULL when not), for the tenant's `model`; in the
+ * request's pool. */
 struct route {
     struct gw_req *r;
-    const char *model, *base, *prefix;
+    const char *model, *base, *prefix, *data_key;
     struct model_worker worker; /* the one found */
     uint64_t deadline;          /* the loop's clock (ms) when a cold start is given up */
 };
@@ -223,9 +230,11 @@ static void proxy(struct route *rt) {
     struct answer_prefilter *pf = (struct answer_prefilter *)h2o_add_prefilter(req, sizeof *pf);
     pf->super.on_setup_ostream = answer_setup;
     pf->a = a;
-    /* the adapter (none: the base), and the usage report the metering above takes out of the answer */
-    const char *const headers[2][2] = {{"x-whet-usage", "1"}, {"x-whet-adapter", rt->prefix}};
-    model_workers_hand_over(r, &rt->worker, headers, rt->prefix ? 2 : 1);
+    /* the usage report the metering above takes out of the answer, the adapter (none: the base) and the key
+     * it is sealed with */
+    const char *const headers[3][2] = {
+        {"x-whet-usage", "1"}, {"x-whet-adapter", rt->prefix}, {"x-whet-data-key", rt->data_key}};
+    model_workers_hand_over(r, &rt->worker, headers, !rt->prefix ? 1 : rt->data_key ? 3 : 2);
 }
 
 static void cold_start_over(struct route *rt) {
@@ -303,15 +312,80 @@ static void worker_found(struct gw_req *r, const struct model_worker *w, void *a
 
 static void look_up(struct route *rt) { model_workers_find(rt->r, rt->base, worker_found, rt); }
 
-static void route_to_worker(struct gw_req *r, const char *model, const char *base, const char *prefix) {
+static void route_to_worker(struct gw_req *r, const char *model, const char *base, const char *prefix,
+                            const char *data_key) {
     struct route *rt = http_alloc(r, sizeof *rt);
     *rt = (struct route){.r = r,
                          .model = model,
                          .base = http_strdup(r, base),
                          .prefix = prefix ? http_strdup(r, prefix) : NULL,
+                         .data_key = data_key,
                          .deadline = h2o_now(r->thread->ctx.loop) + (uint64_t)cold_start_ms};
     look_up(rt);
 }
+
+/* The tenant's data key found: the lookup's result, and where it goes on (the lookup is freed here: the
+ * request's pool may be gone by the time a worker thread is done). */
+struct keying {
+    char *tenant_id;
+    const char *data_key;
+    int rc;
+    struct whet_err err;
+    inference_keyed_fn next;
+    void *arg;
+};
+
+static void keying_work(void *arg) {
+    struct keying *k = arg;
+    k->rc = files_tenant_wrapped_key(k->tenant_id, &k->data_key, &k->err);
+}
+
+static void keying_done(struct gw_req *r, void *arg) {
+    struct keying *k = arg;
+    if (!http_gone(r)) {
+        if (k->rc)
+            http_reply_error_hint(r, 503, NULL, "service_unavailable", "retry later",
+                                  "your data key (encryption at rest) is unavailable: %s", k->err.msg);
+        else k->next(r, k->data_key, k->arg);
+    }
+    free(k->tenant_id);
+    free(k);
+}
+
+void inference_data_key(struct gw_req *r, inference_keyed_fn next, void *arg) {
+    if (!files_encryption_on()) {
+        next(r, NULL, arg);
+        return;
+    }
+    struct keying *k = xcalloc(1, sizeof *k);
+    *k = (struct keying){.tenant_id = xstrdup(http_tenant_id(r)), .next = next, .arg = arg};
+    if (http_run_blocking_or_busy(r, keying_work, keying_done, k)) {
+        free(k->tenant_id);
+        free(k);
+    }
+}
+
+/* A fine-tuned model's adapter is the tenant's data: with its data key when sealed. */
+struct adapter {
+    const char *model, *base, *prefix;
+};
+
+static void adapter_keyed(struct gw_req *r, const char *data_key, void *arg) {
+    const struct adapter *a = arg;
+    route_to_worker(r, a->model, a->base, a->prefix, data_key);
+}
+
+static void model_resolved(struct gw_req *r, const char *model, const char *base, const char *prefix) {
+    if (!prefix) {
+        route_to_worker(r, model, base, NULL, NULL);
+        return;
+    }
+    struct adapter *a = http_alloc(r, sizeof *a);
+    *a = (struct adapter){model, http_strdup(r, base), http_strdup(r, prefix)};
+    inference_data_key(r, adapter_keyed, a);
+}
+
+static void budget_allows(struct gw_req *r, void *arg) { inference_resolve(r, arg, model_resolved); }
 
 struct resolving {
     const char *model;
@@ -346,8 +420,9 @@ static void completions(struct gw_req *r) {
         http_reply_error(r, 400, "model", "invalid_value", "model: expected the name of a model");
         return;
     }
-    inference_resolve(r, model, route_to_worker);
+    const char *name = http_strdup(r, model);
     json_decref(body);
+    budget_gate(r, budget_allows, (void *)name);
 }
 
 void inference_routes(struct http_router *rt) {

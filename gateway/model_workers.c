@@ -108,6 +108,17 @@ void model_workers_find(struct gw_req *r, const char *base, model_workers_found_
     db_query(r, "model_workers_demand", 1, params, demand_done, q);
 }
 
+/* The worker's answer starts: counted and logged as the gateway's own answers are. */
+struct observed {
+    h2o_req_prefilter_t super;
+    struct gw_req *r;
+};
+
+static void observe_answer(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    http_observe(((struct observed *)self)->r, req->res.status);
+    h2o_setup_next_prefilter(self, req, slot);
+}
+
 void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, const char *const (*headers)[2], int n) {
     h2o_req_t *req = r->req;
     for (size_t k = 0; k < req->headers.size;) {
@@ -126,7 +137,10 @@ void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, con
     ov->hostport.host = h2o_strdup(&req->pool, w->host, SIZE_MAX);
     ov->hostport.port = w->port;
     char *authority = http_printf(r, "%s:%u", w->host, (unsigned)w->port);
-    r->status = 200; /* the worker answers from here on (the log line says so) */
+    r->status = 200; /* the worker answers from here on: no second answer from the gateway */
+    struct observed *o = (struct observed *)h2o_add_prefilter(req, sizeof *o);
+    o->super.on_setup_ostream = observe_answer;
+    o->r = r;
     h2o_reprocess_request(req, req->method, &H2O_URL_SCHEME_HTTP, h2o_iovec_init(authority, strlen(authority)),
                           req->path, ov, 0);
 }

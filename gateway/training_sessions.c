@@ -12,12 +12,17 @@
  * each call to the worker of that base only when the session is the tenant's and not deleted; another
  * tenant's session is a 404 like one that never was. init_checkpoint is one of the tenant's fine-tuned
  * models or checkpoints of the same base, resolved as completions resolve `model` (its object-store
- * prefix goes to the worker in x-whet-adapter). Bodies are checked by the worker (400 naming the field);
- * the gateway checks what it decides on. */
+ * prefix goes to the worker in x-whet-adapter). With encryption at rest a create from init_checkpoint
+ * and a save carry the tenant's data key wrapped under the operator key (x-whet-data-key, inference.h):
+ * the worker reads the initial adapter and writes the save sealed. A tenant (or API key) whose month's
+ * spend reached its monthly limit cannot create a session nor run its passes (forward_backward,
+ * optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete. Bodies are
+ * checked by the worker (400 naming the field); the gateway checks what it decides on. */
 #include "training_sessions.h"
 
 #include <string.h>
 
+#include "budgets.h"
 #include "crypto.h"
 #include "db.h"
 #include "inference.h"
@@ -25,14 +30,15 @@
 
 /* What a create has decided so far, from the request's pool. */
 struct create {
-    const char *base, *init, *lora, *id;
+    const char *base, *init, *lora, *id, *data_key;
 };
 
 static void created(struct gw_req *r, const struct db_result *res, void *arg) {
     struct create *c = arg;
     if (db_reply_failed(r, res)) return;
-    const char *const headers[][2] = {{"x-whet-session", c->id}, {"x-whet-adapter", c->init}};
-    model_workers_proxy(r, c->base, headers, c->init ? 2 : 1);
+    const char *const headers[][2] = {
+        {"x-whet-session", c->id}, {"x-whet-adapter", c->init}, {"x-whet-data-key", c->data_key}};
+    model_workers_proxy(r, c->base, headers, !c->init ? 1 : c->data_key ? 3 : 2);
 }
 
 static void insert(struct gw_req *r, struct create *c) {
@@ -41,6 +47,13 @@ static void insert(struct gw_req *r, struct create *c) {
     c->id = http_strdup(r, id);
     const char *params[] = {c->id, http_tenant_id(r), c->base, c->lora, c->init};
     db_query(r, "training_sessions_insert", 5, params, created, c);
+}
+
+/* The initial adapter is the tenant's data: read with its data key when sealed. */
+static void init_keyed(struct gw_req *r, const char *data_key, void *arg) {
+    struct create *c = arg;
+    c->data_key = data_key;
+    insert(r, c);
 }
 
 /* init_checkpoint resolved: its base and the prefix of its adapter. */
@@ -60,7 +73,7 @@ static void init_resolved(struct gw_req *r, const struct db_result *res, void *a
         return;
     }
     c->init = http_strdup(r, PQgetvalue(row, 0, 1));
-    insert(r, c);
+    inference_data_key(r, init_keyed, c);
 }
 
 /* The base has a ready worker (the lookup recorded the demand that starts one when not). */
@@ -86,6 +99,12 @@ static void base_found(struct gw_req *r, const struct db_result *res, void *arg)
         return;
     }
     model_workers_find(r, c->base, base_served, c);
+}
+
+static void create_allowed(struct gw_req *r, void *arg) {
+    struct create *c = arg;
+    const char *params[] = {c->base};
+    db_query(r, "training_sessions_base", 1, params, base_found, c);
 }
 
 static void create(struct gw_req *r) {
@@ -117,8 +136,7 @@ static void create(struct gw_req *r) {
     c->lora = http_strdup(r, lora_text ? lora_text : "{}");
     free(lora_text);
     json_decref(body);
-    const char *params[] = {c->base};
-    db_query(r, "training_sessions_base", 1, params, base_found, c);
+    budget_gate(r, create_allowed, c);
 }
 
 /* A call on a session the tenant holds: handed to its base's worker. */
@@ -128,9 +146,30 @@ static void session_found(struct gw_req *r, const struct db_result *res, void *a
     model_workers_proxy(r, PQgetvalue(res->res[0], 0, 0), NULL, 0);
 }
 
-static void session_call(struct gw_req *r) {
+static void session_call(struct gw_req *r, void *arg) {
+    (void)arg;
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
     db_query(r, "training_sessions_get", 2, params, session_found, NULL);
+}
+
+/* forward_backward, optim_step, sample: within the budget. */
+static void session_pass(struct gw_req *r) { budget_gate(r, session_call, NULL); }
+
+/* A save writes the tenant's data: sealed with its key. */
+static void save_keyed(struct gw_req *r, const char *data_key, void *arg) {
+    const char *const headers[][2] = {{"x-whet-data-key", data_key}};
+    model_workers_proxy(r, arg, headers, data_key ? 1 : 0);
+}
+
+static void save_found(struct gw_req *r, const struct db_result *res, void *arg) {
+    (void)arg;
+    if (db_reply_unless_found(r, res, "training session", "id")) return;
+    inference_data_key(r, save_keyed, http_strdup(r, PQgetvalue(res->res[0], 0, 0)));
+}
+
+static void session_save(struct gw_req *r) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
+    db_query(r, "training_sessions_get", 2, params, save_found, NULL);
 }
 
 /* DELETE marks the row first: from then on the session is the tenant's no more, whatever the worker says. */
@@ -173,13 +212,13 @@ void training_sessions_routes(struct http_router *rt) {
                "UPDATE training_sessions SET deleted_at = whet_now()"
                " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");
     http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_call, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_pass, HTTP_ROUTE_TENANT,
                "training_sessions.forward_backward");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/optim_step", session_call, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/optim_step", session_pass, HTTP_ROUTE_TENANT,
                "training_sessions.optim_step");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/sample", session_call, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/sample", session_pass, HTTP_ROUTE_TENANT,
                "training_sessions.sample");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/save", session_call, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/save", session_save, HTTP_ROUTE_TENANT,
                "training_sessions.save");
     http_route(rt, "DELETE", "/v1/training_sessions/{id}", session_delete, HTTP_ROUTE_TENANT,
                "training_sessions.delete");

@@ -65,6 +65,7 @@ struct call {
     struct serve_api_request api;
     char *adapter_dir;    /* the adapter's local dir, NULL for the base */
     char *adapter_prefix; /* x-whet-adapter: the object-store prefix to fetch it from */
+    char *data_key;       /* x-whet-data-key: the tenant's wrapped data key, for a sealed adapter */
     /* x-whet-usage in the request: the gateway meters the answer's tokens. They are reported as "PROMPT
      * COMPLETION" (the numbers of the answer's usage) in the header x-whet-usage of a whole answer, in a
      * comment event ": x-whet-usage PROMPT COMPLETION" before a stream's [DONE]; the gateway takes both
@@ -141,6 +142,7 @@ static void call_free(struct call *c) {
     serve_api_request_free(&c->api);
     free(c->adapter_dir);
     free(c->adapter_prefix);
+    free(c->data_key);
     free(c);
 }
 
@@ -431,7 +433,7 @@ static void *fetch_main(void *arg) {
         c->next_submit = NULL;
         pthread_mutex_unlock(&s->mu);
         struct whet_err err;
-        char *dir = serve_store_fetch(s->store, c->adapter_prefix, &err);
+        char *dir = serve_store_fetch(s->store, c->adapter_prefix, c->data_key, &err);
         pthread_mutex_lock(&s->mu);
         if (dir) {
             c->adapter_dir = dir;
@@ -521,18 +523,14 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
     }
     /* The gateway names a tenant's adapter by where it is stored (it resolved the model and checked the
      * tenant); a worker is reachable by the gateway alone. */
-    ssize_t h = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-whet-adapter"), -1);
-    if (h >= 0) {
+    if ((c->adapter_prefix = serve_header(req, "x-whet-adapter"))) {
         if (!s->store) {
             reply_error(req, 503, "this model worker has no object store to fetch adapters from (--object-store)",
                         "server_error", NULL, "adapter_unavailable");
             call_free(c);
             return 0;
         }
-        h2o_iovec_t v = req->headers.entries[h].value;
-        c->adapter_prefix = xmalloc(v.len + 1);
-        memcpy(c->adapter_prefix, v.base, v.len);
-        c->adapter_prefix[v.len] = 0;
+        c->data_key = serve_header(req, "x-whet-data-key");
     } else if (resolve_model(s->o, c->api.model, &c->adapter_dir)) {
         char msg[300];
         snprintf(msg, sizeof msg, "The model `%.200s` does not exist or you do not have access to it.", c->api.model);

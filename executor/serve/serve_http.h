@@ -9,7 +9,9 @@
  * Models are named in the body: the base by its name, a local adapter by the name given to it. The
  * gateway, which resolves a tenant's fine-tuned model, names its adapter instead by the object-store
  * prefix of its checkpoint in the header x-whet-adapter; a third thread fetches it (once, into the
- * cache dir) before the request reaches the engine. Workers are reachable by the gateway alone. */
+ * cache dir) before the request reaches the engine; a sealed adapter (encryption at rest) comes with
+ * the tenant's wrapped data key in x-whet-data-key (serve_store.h). Workers are reachable by the
+ * gateway alone. */
 #ifndef WHET_SERVE_HTTP_H
 #define WHET_SERVE_HTTP_H
 

@@ -49,6 +49,7 @@ struct op {
     /* inputs */
     struct serve_session_lora lora;
     char *adapter_prefix, *save_prefix;
+    char *data_key; /* x-whet-data-key: the tenant's wrapped data key (create, save) */
     struct serve_fb fb;
     struct serve_adam adam;
     struct serve_api_request sample; /* prompt, n, max_tokens, sampling */
@@ -78,8 +79,7 @@ struct serve_sessions {
     double gather_until; /* whet_now_mono() until which a pass waits for the sessions of the last one */
     struct serve_session **sessions;
     int n_sessions;
-    struct serve_store *store; /* initial adapters */
-    struct objstore *objects;  /* saves */
+    struct serve_store *store; /* initial adapters and saves */
 };
 
 /* ---------------------------------------------------------------- answers (loop thread) */
@@ -121,7 +121,7 @@ static void op_free(struct op *op) {
     }
     free(op->seqs);
     serve_api_request_free(&op->sample);
-    free(op->adapter_prefix), free(op->save_prefix), free(op->body);
+    free(op->adapter_prefix), free(op->save_prefix), free(op->data_key), free(op->body);
     free(op);
 }
 
@@ -194,7 +194,7 @@ static void run_create(struct serve_sessions *ss, struct op *op) {
     }
     struct whet_err err;
     char *dir = NULL;
-    if (op->adapter_prefix && !(dir = serve_store_fetch(ss->store, op->adapter_prefix, &err))) {
+    if (op->adapter_prefix && !(dir = serve_store_fetch(ss->store, op->adapter_prefix, op->data_key, &err))) {
         answer_err(op, 503, err.msg);
         return;
     }
@@ -271,16 +271,17 @@ static void run_optim_step(struct serve_session *s, struct op *op) {
 }
 
 static void run_save(struct serve_sessions *ss, struct serve_session *s, struct op *op) {
-    if (!ss->objects) {
-        answer_err(op, 503, "this model worker has no object store to save to (--object-store)");
+    struct whet_err err;
+    struct objstore *objects = ss->store ? serve_store_objects(ss->store, op->data_key, &err) : NULL;
+    if (!objects) {
+        answer_err(op, 503, ss->store ? err.msg : "this model worker has no object store to save to (--object-store)");
         return;
     }
     char *prefix = op->save_prefix ? xstrdup(op->save_prefix)
                                    : xasprintf("sessions/%s/step-%d", s->id, model_adam_step_count(s->view));
     char tmpl[] = "/tmp/whet-session-save-XXXXXX";
-    struct whet_err err;
     int rc = mkdtemp(tmpl) ? 0 : whet_errf(&err, "cannot make a temporary dir for the adapter");
-    if (!rc) rc = model_save_adapter(s->view, tmpl, &err) || objstore_put_dir(ss->objects, prefix, tmpl, &err);
+    if (!rc) rc = model_save_adapter(s->view, tmpl, &err) || objstore_put_dir(objects, prefix, tmpl, &err);
     whet_rm_rf(tmpl);
     if (rc) answer_err(op, 500, err.msg);
     else answer(op, 200, xasprintf("{\"checkpoint\":\"%s\",\"step\":%d}", prefix, model_adam_step_count(s->view)));
@@ -712,7 +713,7 @@ static int parse_sample(struct serve_sessions *ss, struct op *op, json_t *root, 
     return 0;
 }
 
-static char *header(h2o_req_t *req, const char *name) {
+char *serve_header(h2o_req_t *req, const char *name) {
     ssize_t h = h2o_find_header_by_str(&req->headers, name, strlen(name), -1);
     if (h < 0) return NULL;
     h2o_iovec_t v = req->headers.entries[h].value;
@@ -795,8 +796,9 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
     if (!json_is_object(root)) {
         whet_errf(&err, "the body must be a JSON object (%s)", root ? "got another JSON value" : jerr.text);
     } else if (kind == OP_CREATE) {
-        char *given = header(req, "x-whet-session");
-        op->adapter_prefix = header(req, "x-whet-adapter");
+        char *given = serve_header(req, "x-whet-session");
+        op->adapter_prefix = serve_header(req, "x-whet-adapter");
+        op->data_key = serve_header(req, "x-whet-data-key");
         if (given && !name_valid(given, sizeof op->session, 0)) {
             whet_errf(&err, "x-whet-session: expected 1 to 63 letters, digits, '-' or '_'");
         } else if (op->adapter_prefix && !ss->store) {
@@ -817,7 +819,8 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
         rc = parse_sample(ss, op, root, param, sizeof param, &err);
     } else {
         rc = 0;
-        if (kind == OP_SAVE && (op->save_prefix = header(req, "x-whet-save-prefix")) &&
+        if (kind == OP_SAVE) op->data_key = serve_header(req, "x-whet-data-key");
+        if (kind == OP_SAVE && (op->save_prefix = serve_header(req, "x-whet-save-prefix")) &&
             !name_valid(op->save_prefix, 512, 1))
             rc = whet_errf(&err, "x-whet-save-prefix: expected an object-store prefix of letters, digits, '-', '_', "
                                  "'.' and '/'");
@@ -900,11 +903,9 @@ int serve_sessions_open(struct serve_sessions **out, const struct serve_sessions
     ss->queue_tail = &ss->queue;
     if (o->object_store) {
         char *cache = xasprintf("%s/sessions", o->cache_dir);
-        int rc = serve_store_open(&ss->store, o->object_store, cache, err) ||
-                 objstore_open(o->object_store, &ss->objects, err);
+        int rc = serve_store_open(&ss->store, o->object_store, cache, err);
         free(cache);
         if (rc) {
-            serve_store_close(ss->store);
             free(ss);
             return -1;
         }
@@ -920,7 +921,6 @@ void serve_sessions_close(struct serve_sessions *ss) {
     for (int i = 0; i < ss->n_sessions; i++) serve_session_free(ss->sessions[i]);
     free(ss->sessions);
     serve_store_close(ss->store);
-    objstore_close(ss->objects);
     pthread_mutex_destroy(&ss->mu);
     free(ss);
 }

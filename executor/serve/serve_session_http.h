@@ -16,7 +16,9 @@
  * new session (header x-whet-session), its initial adapter by object-store prefix (x-whet-adapter, as
  * for completions) and where a save goes (x-whet-save-prefix; by default sessions/ID/step-N, N the
  * session's optimiser steps). A save writes the PEFT adapter there as a checkpoint (objstore_put_dir),
- * which any worker of the base can serve.
+ * which any worker of the base can serve. With encryption at rest the gateway adds the tenant's wrapped
+ * data key (x-whet-data-key, serve_store.h) to a create with an initial adapter and to a save: the
+ * initial adapter is read and the save written sealed with it.
  *
  * Threads: requests are checked on the HTTP loop (400 at once) and queued for the engine thread, which
  * runs them between engine steps: a session's calls in the order they came, the forward_backward calls
@@ -63,6 +65,9 @@ void serve_sessions_tick(struct serve_sessions *ss);
 /* Engine thread: whether there is work (checked under the wake lock); the work. */
 int serve_sessions_pending(struct serve_sessions *ss);
 void serve_sessions_run(struct serve_sessions *ss);
+
+/* The value of the request's header `name` (a fresh string), NULL when it has none. */
+char *serve_header(h2o_req_t *req, const char *name);
 
 /* POST /v1/tokenize on the loop thread (1 when it was that route). */
 int serve_tokenize_on_req(struct serve_engine *engine, h2o_req_t *req);

@@ -188,8 +188,8 @@ static int load_optimizer(struct run *r, const char *checkpoint, struct whet_err
 }
 
 /* checkpoints/step-N (with optimizer moments) or final (without). Rank 0 of a distributed run writes
- * it; the others only take part in gathering the moments. */
-static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
+ * it; the others only take part in gathering the moments (and under ZeRO-3 the parameters). */
+static int write_gathered_checkpoint(struct run *r, int final, struct whet_err *err) {
     if (r->rank != 0) {
         if (!final) r->last_checkpoint_step = r->step;
         return final ? 0 : trainer_gather_optimizer(r, NULL, err);
@@ -215,6 +215,15 @@ static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
     }
     free(tmp);
     free(dst);
+    return rc;
+}
+
+/* Under ZeRO-3 the model is whole only while every rank holds it gathered: for the writing, each rank
+ * holds all of it for a moment. */
+static int write_checkpoint(struct run *r, int final, struct whet_err *err) {
+    if (model_gather_params(r->model, err)) return -1;
+    int rc = write_gathered_checkpoint(r, final, err);
+    model_release_params(r->model);
     return rc;
 }
 

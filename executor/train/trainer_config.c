@@ -359,13 +359,15 @@ static int parse_distributed(struct trainer_distributed *d, json_t *v, struct wh
         return whet_errf(err, "distributed.rank: required, an integer in [0, world_size - 1] = [0, %lld]",
                          (long long)world - 1);
     if (timeout < 1) return whet_errf(err, "distributed.timeout_s: must be an integer in [1, 86400]");
-    if (zero && !json_is_boolean(zero) && !(json_is_integer(zero) && json_integer_value(zero) >= 0 && json_integer_value(zero) <= 1))
-        return whet_errf(err, "distributed.zero: must be 0 (data parallel) or 1 (ZeRO-1: optimizer state sharded)");
+    json_int_t level = json_is_integer(zero) ? json_integer_value(zero) : json_is_true(zero);
+    if (zero && !json_is_boolean(zero) && !(json_is_integer(zero) && (level == 0 || level == 1 || level == 3)))
+        return whet_errf(err, "distributed.zero: must be 0 (data parallel), 1 (ZeRO-1: optimizer state sharded) or 3 "
+                              "(ZeRO-3: parameters, gradients and optimizer state sharded)");
     d->world_size = (int)world;
     d->rank = (int)rank;
     d->generation = (unsigned)generation;
     d->timeout_s = (int)timeout;
-    d->zero = zero && (json_is_true(zero) || json_integer_value(zero) == 1);
+    d->zero = (int)level;
     return 0;
 }
 
@@ -400,6 +402,9 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
         return whet_errf(err, "device: must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", cfg->device);
     if (parse_lora(&cfg->lora, json_object_get(root, "lora"), err)) return -1;
     if (parse_distributed(&cfg->dist, json_object_get(root, "distributed"), err)) return -1;
+    if (cfg->dist.zero == 3 && (cfg->lora.enabled || cfg->method == TRAINER_GRPO))
+        return whet_errf(err, "distributed.zero: 3 (parameter sharding) is for full fine-tuning (lora null) with "
+                              "method \"sft\" or \"dpo\" for now; use zero 1 for %s", cfg->lora.enabled ? "LoRA" : "GRPO");
     if (cfg->init_adapter && !cfg->lora.enabled)
         return whet_errf(err, "init_adapter: needs LoRA (lora is null, which asks for full fine-tuning)");
 

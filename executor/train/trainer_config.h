@@ -88,7 +88,8 @@ struct trainer_distributed {
     char *host;          /* the address peers reach this rank at; NULL: 127.0.0.1 */
     unsigned generation; /* the gang's start count: a rank of another generation is refused */
     int timeout_s;       /* rendezvous and collectives */
-    int zero;            /* 1: ZeRO-1, the optimizer state sharded over the ranks */
+    int zero;            /* 1: ZeRO-1, the optimizer state sharded over the ranks; 3: ZeRO-3, parameters and
+                          * gradients too (full fine-tuning, SFT and DPO) */
 };
 
 struct trainer_config {

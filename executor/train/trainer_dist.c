@@ -11,8 +11,15 @@
  * sum of its shard), the norm is the sum of the shards' squares, each rank steps its shard and the
  * parameters are all-gathered. The same bytes move as with all-reduce (a reduce-scatter and an
  * all-gather) and the moments take 1/N of the memory.
+ * ZeRO-3 (distributed.zero 3, full fine-tuning): the parameters and gradients are sharded as well, unit
+ * by unit (the embedding, each layer, the head: model.h); each pass all-gathers a unit just before it
+ * uses it and drops it after, the backward pass reduce-scatters each unit's gradient as it finishes it,
+ * and the optimizer steps each rank's shards where they lie — nothing moves at the step but the norm.
+ * 1.5× the bytes of data parallelism (the backward pass gathers the units again), for a rank that holds
+ * 1/N of the model, its gradients and its moments, plus the units in flight.
  * Checkpoints are consolidated (one writer, rank 0, whatever the world size): under ZeRO the moments
- * are gathered to every rank for it, so a checkpoint resumes at any world size. */
+ * are gathered to every rank for it (and under ZeRO-3 the parameters, for the writing), so a checkpoint
+ * resumes at any world size. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +53,9 @@ int trainer_dist_open(struct run *r, struct whet_err *err) {
                           .generation = d->generation, .timeout_s = d->timeout_s, .on_listen = on_listen, .ctx = r};
     if (comm_open(&r->comm, &o, err)) return -1;
     trainer_progress(r, "rank %d of %d joined the gang in %.2fs%s", d->rank, d->world_size, whet_now_mono() - t0,
-                     d->zero ? " (ZeRO-1: optimizer state sharded)" : " (data parallel)");
+                     d->zero == 3   ? " (ZeRO-3: parameters, gradients and optimizer state sharded)"
+                     : d->zero == 1 ? " (ZeRO-1: optimizer state sharded)"
+                                    : " (data parallel)");
     return 0;
 }
 
@@ -58,11 +67,28 @@ void trainer_dist_close(struct run *r) {
     r->comm = NULL;
 }
 
+static int params_sharded(const struct run *r) { return r->comm && r->cfg->dist.zero == 3; }
+
 void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, int *my_rows) {
     int64_t lo, hi;
     mp_shard(rows, r->world, r->rank, &lo, &hi);
     *my_first = first + (int)lo;
     *my_rows = (int)(hi - lo);
+}
+
+int trainer_pad_passes(struct run *r, int rows, int per, int done, int backward, struct whet_err *err) {
+    if (!params_sharded(r)) return 0;
+    int most = 0;
+    for (int k = 0; k < r->world; k++) {
+        int64_t lo, hi;
+        mp_shard(rows, r->world, k, &lo, &hi);
+        int n = (int)(hi - lo), each = per > 0 ? per : sft_rows_per_micro_batch(n, r->cfg->hp.gradient_accumulation_steps);
+        int passes = n > 0 && each > 0 ? (n + each - 1) / each : 0;
+        most = passes > most ? passes : most;
+    }
+    for (int i = done; i < most; i++)
+        if (model_idle_pass(r->model, backward, err)) return -1;
+    return 0;
 }
 
 int trainer_sum(struct run *r, double *values, int n, struct whet_err *err) {
@@ -83,12 +109,31 @@ static int sum_sumsq(void *ctx, double *device_sumsq) {
     return comm_allreduce_f64(r->comm, device_sumsq, 1, &r->dist_err);
 }
 
+/* ZeRO-3's collectives, timed with the rest of the run's communication. */
+static int timed(struct run *r, int (*collective)(struct comm *, float *, size_t, struct whet_err *), float *buf,
+                 size_t n, struct whet_err *err) {
+    double t0 = whet_now_mono();
+    int rc = collective(r->comm, buf, n, err);
+    r->comm_seconds += whet_now_mono() - t0;
+    return rc;
+}
+
+static int gather_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
+    return timed(ctx, comm_allgather, unit, n, err);
+}
+
+static int reduce_scatter_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
+    return timed(ctx, comm_reduce_scatter, unit, n, err);
+}
+
 void trainer_dist_model_opts(const struct run *r, struct model_opts *o) {
     if (r->world > 1 && r->cfg->dist.zero) o->optimizer_shards = r->world, o->optimizer_shard = r->rank;
+    o->shard_params = r->world > 1 && r->cfg->dist.zero == 3;
 }
 
 void trainer_dist_attach(struct run *r) {
     if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(r->model, sum_sumsq, r);
+    if (params_sharded(r)) model_set_shard_ops(r->model, &(struct model_shard_ops){gather_unit, reduce_scatter_unit, r});
 }
 
 /* ---------------------------------------------------------------- gradient buckets */
@@ -156,7 +201,9 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
     size_t n;
     float *grads = model_trainable_grads(r->model, &n);
     double t0 = whet_now_mono();
-    if (r->comm && (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : wait_buckets(r, n, err)))
+    /* (ZeRO-3's backward passes have reduce-scattered the gradients unit by unit already) */
+    if (r->comm && !params_sharded(r) &&
+        (r->cfg->dist.zero ? comm_reduce_scatter(r->comm, grads, n, err) : wait_buckets(r, n, err)))
         return -1;
     r->comm_seconds += whet_now_mono() - t0;
     *norm = model_clip_grad_norm(r->model, (float)hp->max_grad_norm);
@@ -166,7 +213,7 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
     }
     model_adamw_step(r->model, (float)lr, (float)hp->adam_beta1, (float)hp->adam_beta2, (float)hp->adam_eps,
                      (float)hp->weight_decay);
-    if (r->comm && r->cfg->dist.zero) {
+    if (r->comm && r->cfg->dist.zero == 1) {
         float *params = model_trainable_params(r->model, &n);
         t0 = whet_now_mono();
         if (comm_allgather(r->comm, params, n, err)) return -1;
@@ -177,15 +224,23 @@ int trainer_optimizer_step(struct run *r, double lr, double *norm, struct whet_e
 
 int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *err) {
     if (!(r->comm && r->cfg->dist.zero)) return path ? model_save_optimizer(r->model, path, err) : 0;
-    /* Every rank's moments into whole-buffer arrays on every rank (the ring all-gather), rank 0 writes. */
-    size_t n, lo, hi;
+    /* Every rank's moments into whole-buffer arrays, zero outside its spans, summed over the ranks: each
+     * value is some rank's and the others' zeros add nothing, so the sum is exact (twice an all-gather's
+     * bytes, once a checkpoint, for one path whatever the spans). Rank 0 writes. */
+    size_t n;
+    const struct model_span *spans;
     float *exp_avg, *exp_avg_sq;
     model_trainable_params(r->model, &n);
-    model_optimizer_moments(r->model, &exp_avg, &exp_avg_sq, &lo, &hi);
+    int n_spans = model_optimizer_spans(r->model, &spans);
+    model_optimizer_moments(r->model, &exp_avg, &exp_avg_sq);
     float *whole = xcalloc(2 * n + 1, sizeof(float));
-    memcpy(whole + lo, exp_avg, sizeof(float) * (hi - lo)); /* CPU ranks: device memory is host memory */
-    memcpy(whole + n + lo, exp_avg_sq, sizeof(float) * (hi - lo));
-    int rc = comm_allgather(r->comm, whole, n, err) || comm_allgather(r->comm, whole + n, n, err) ? -1 : 0;
+    for (int i = 0; i < n_spans; i++) { /* CPU ranks: device memory is host memory */
+        size_t len = spans[i].hi - spans[i].lo;
+        memcpy(whole + spans[i].lo, exp_avg, sizeof(float) * len);
+        memcpy(whole + n + spans[i].lo, exp_avg_sq, sizeof(float) * len);
+        exp_avg += len, exp_avg_sq += len;
+    }
+    int rc = comm_allreduce(r->comm, whole, 2 * n, err);
     if (!rc && path) rc = model_save_optimizer_moments(r->model, path, whole, whole + n, err);
     free(whole);
     return rc;

@@ -112,6 +112,12 @@ int trainer_dist_open(struct run *r, struct whet_err *err);
 void trainer_dist_close(struct run *r);
 /* This rank's share of a step's `rows` packed rows from `first` (contiguous, in rank order). */
 void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, int *my_rows);
+/* ZeRO-3: every pass is collectives (model_idle_pass), so each rank runs as many as the rank with the
+ * most. The others' counts follow from the same split of the `rows` (trainer_rank_rows), so nobody asks:
+ * a share of n rows goes in passes of `per` rows, or, per 0, in a step's gradient_accumulation_steps
+ * micro-batches (sft_rows_per_micro_batch). Runs the idle passes from `done` (this rank's own) on;
+ * nothing without ZeRO-3. */
+int trainer_pad_passes(struct run *r, int rows, int per, int done, int backward, struct whet_err *err);
 /* values[0..n) summed over the ranks, in place. */
 int trainer_sum(struct run *r, double *values, int n, struct whet_err *err);
 /* model_take_stats summed over the ranks: the step's figures of the whole batch. */

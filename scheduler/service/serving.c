@@ -195,54 +195,59 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
     char unseen[16];
     snprintf(unseen, sizeof unseen, "%d", UNSEEN_S);
     const char *params3[] = {req->node_id, list, unseen};
-    /* Ready ones take their address; ended ones go, and so do those the node no longer reports (its
-     * executor restarted: they are gone), a starting one once it had time to be heard of. */
-    int rc = log_rows(whet_pg_query(conn,
-                                    "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, address text))"
-                                    " UPDATE model_workers w SET state = 'ready', address = r.address,"
-                                    " ready_at = extract(epoch FROM clock_timestamp()) FROM r"
-                                    " WHERE w.id = r.id AND w.node_id = $1 AND w.state = 'starting' AND r.state = 'ready'"
-                                    " RETURNING w.id, w.base_model, w.address",
-                                    2, params, err),
-                      "model worker ready", "worker", "address") < 0 ||
-             /* the load, written when it changed; a request being answered is a request (a stream longer
-              * than the idle period does not idle its worker out) */
-             whet_pg_exec(conn,
-                          "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, waiting int, running int)"
-                          "   WHERE r.state = 'ready'),"
-                          " busy AS (UPDATE serving_deployments d SET last_request_at = extract(epoch FROM clock_timestamp())"
-                          "   FROM model_workers w JOIN r ON r.id = w.id WHERE w.node_id = $1 AND r.running + r.waiting > 0"
-                          "   AND d.base_model = w.base_model AND d.pool = w.pool"
-                          "   AND d.last_request_at < extract(epoch FROM clock_timestamp()) - 1)"
-                          " UPDATE model_workers w SET requests_waiting = r.waiting, queued_since = CASE WHEN r.waiting > 0"
-                          "   THEN coalesce(w.queued_since, extract(epoch FROM clock_timestamp())) END FROM r"
-                          " WHERE w.id = r.id AND w.node_id = $1 AND w.requests_waiting <> r.waiting",
-                          2, params, err) < 0 ||
-             log_rows(whet_pg_query(conn,
-                                    "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text))"
-                                    " DELETE FROM model_workers w WHERE w.node_id = $1 AND"
-                                    " (w.id IN (SELECT id FROM r WHERE state = 'exited') OR (w.id NOT IN (SELECT id FROM r)"
-                                    "   AND (w.state <> 'starting' OR w.started_at < extract(epoch FROM clock_timestamp()) - $3::int)))"
-                                    " RETURNING w.id, w.base_model, w.node_id",
-                                    3, params3, err),
-                      "model worker gone", "worker", "node") < 0
-                 ? -1
-                 : 0;
+    /* Ready ones take their address, and each its load: written when it changed; a request being answered
+     * is a request (a stream longer than the idle period does not idle its worker out). A node that
+     * reports none (the common case) costs the one statement below. */
+    int rc = req->n_serve_workers == 0 ||
+                     (log_rows(whet_pg_query(conn,
+                                             "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, address text))"
+                                             " UPDATE model_workers w SET state = 'ready', address = r.address,"
+                                             " ready_at = extract(epoch FROM clock_timestamp()) FROM r"
+                                             " WHERE w.id = r.id AND w.node_id = $1 AND w.state = 'starting' AND r.state = 'ready'"
+                                             " RETURNING w.id, w.base_model, w.address",
+                                             2, params, err),
+                               "model worker ready", "worker", "address") == 0 &&
+                      whet_pg_exec(conn,
+                                   "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, waiting int,"
+                                   "   running int) WHERE r.state = 'ready'),"
+                                   " busy AS (UPDATE serving_deployments d SET last_request_at = extract(epoch FROM clock_timestamp())"
+                                   "   FROM model_workers w JOIN r ON r.id = w.id WHERE w.node_id = $1 AND r.running + r.waiting > 0"
+                                   "   AND d.base_model = w.base_model AND d.pool = w.pool"
+                                   "   AND d.last_request_at < extract(epoch FROM clock_timestamp()) - 1)"
+                                   " UPDATE model_workers w SET requests_waiting = r.waiting, queued_since = CASE WHEN r.waiting > 0"
+                                   "   THEN coalesce(w.queued_since, extract(epoch FROM clock_timestamp())) END FROM r"
+                                   " WHERE w.id = r.id AND w.node_id = $1 AND w.requests_waiting <> r.waiting",
+                                   2, params, err) >= 0)
+                 ? 0
+                 : -1;
+    /* Ended ones go, and so do those the node no longer reports (its executor restarted: they are gone),
+     * a starting one once it had time to be heard of; the rest the node is to run are its answer. */
+    PGresult *res = rc < 0 ? NULL
+                           : whet_pg_query(conn,
+                                           "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text)),"
+                                           " gone AS (DELETE FROM model_workers w WHERE w.node_id = $1 AND"
+                                           "   (w.id IN (SELECT id FROM r WHERE state = 'exited') OR (w.id NOT IN (SELECT id FROM r)"
+                                           "   AND (w.state <> 'starting' OR w.started_at < extract(epoch FROM clock_timestamp()) - $3::int)))"
+                                           "   RETURNING w.id, w.base_model, w.node_id)"
+                                           " SELECT 'gone', id, base_model, node_id FROM gone UNION ALL"
+                                           " SELECT 'run', w.id, json_build_object('id', b.id, 'object_prefix', b.object_prefix, 'sha256',"
+                                           "   b.sha256)::text, '' FROM model_workers w JOIN base_models b ON b.id = w.base_model"
+                                           " WHERE w.node_id = $1 AND w.state <> 'stopping' AND w.id NOT IN (SELECT id FROM gone)",
+                                           3, params3, err);
     free(list);
-    if (rc < 0) return -1;
-    PGresult *res = whet_pg_query(conn,
-                                  "SELECT w.id, json_build_object('id', b.id, 'object_prefix', b.object_prefix, 'sha256',"
-                                  " b.sha256)::text FROM model_workers w JOIN base_models b ON b.id = w.base_model"
-                                  " WHERE w.node_id = $1 AND w.state <> 'stopping' ORDER BY w.id",
-                                  1, params, err);
     if (!res) return -1;
     int n = PQntuples(res);
     resp->serve_workers = xcalloc((size_t)n + 1, sizeof *resp->serve_workers);
     for (int i = 0; i < n; i++) {
+        if (!strcmp(PQgetvalue(res, i, 0), "gone")) {
+            log_info("msg=\"model worker gone\" worker=%s model=%s node=%s", PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
+                     PQgetvalue(res, i, 3));
+            continue;
+        }
         Whet__V1__ServeWorker *w = xcalloc(1, sizeof *w);
         whet__v1__serve_worker__init(w);
-        w->worker_id = xstrdup(PQgetvalue(res, i, 0));
-        w->base_model_json = xstrdup(PQgetvalue(res, i, 1));
+        w->worker_id = xstrdup(PQgetvalue(res, i, 1));
+        w->base_model_json = xstrdup(PQgetvalue(res, i, 2));
         resp->serve_workers[resp->n_serve_workers++] = w;
     }
     PQclear(res);

@@ -59,6 +59,11 @@ struct backend {
     /* Waits for the ops queued before it, then copies. */
     void (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes);
     void (*zero)(struct backend *be, void *p, size_t bytes);
+    /* Zeroes the bytes as `zero` does, and lets the device have their memory back until they are next
+     * written (parameter sharding: the parts of a layer this rank does not own, between the passes that
+     * gather it). The CPU returns whole pages to the kernel; the CUDA backend only zeroes for now (giving
+     * memory back there needs the driver's virtual memory mapping). */
+    void (*release)(struct backend *be, void *p, size_t bytes);
     void (*copy)(struct backend *be, void *dst, const void *src, size_t bytes);
     /* Free and total bytes of the device's memory, as its driver (or the kernel) reports them. */
     void (*mem_info)(struct backend *be, size_t *free_bytes, size_t *total_bytes);

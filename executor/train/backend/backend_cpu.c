@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -83,6 +84,22 @@ static void *cpu_alloc(struct backend *be, size_t bytes, struct whet_err *err) {
     return p;
 }
 static void cpu_free(struct backend *be, void *p) { free(p); }
+
+/* Zeroes the bytes and hands the whole pages among them back to the kernel (they read as zero when next
+ * touched, and take memory again only then). Safe on any block `alloc` made: the allocator's own
+ * records lie outside the bytes it handed out, and its memory is private and anonymous. */
+static void cpu_release(struct backend *be, void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p, hi = lo + bytes;
+    uintptr_t a = (lo + page - 1) & ~(page - 1), b = hi & ~(page - 1);
+    if (b <= a) {
+        memset(p, 0, bytes);
+        return;
+    }
+    memset(p, 0, a - lo);
+    memset((void *)b, 0, hi - b);
+    if (madvise((void *)a, b - a, MADV_DONTNEED)) memset((void *)a, 0, b - a);
+}
+
 static void cpu_upload(struct backend *be, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_download(struct backend *be, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_zero(struct backend *be, void *p, size_t bytes) { memset(p, 0, bytes); }
@@ -561,6 +578,7 @@ static const struct backend cpu = {
     .upload = cpu_upload,
     .download = cpu_download,
     .zero = cpu_zero,
+    .release = cpu_release,
     .copy = cpu_copy,
     .gemm = cpu_gemm,
     .matmul_forward = cpu_matmul_forward,

@@ -92,10 +92,11 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
     model_zero_grad(r->model);
     int total_pairs = dpo_rows_pairs(&s->epoch, first, rows);
     double loss_scale = 1.0 / (total_pairs > 0 ? total_pairs : 1);
+    int step_rows = rows, passes = 0;
     trainer_rank_rows(r, first, rows, &first, &rows); /* in a gang: this rank's share, the whole step's scale */
     int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
     struct dpo_stats st = {0};
-    for (int row = first; row < first + rows; row += per) {
+    for (int row = first; row < first + rows; row += per, passes++) {
         dpo_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
         dpo_batch_reference(ref, s->ref_train, &s->batch);
@@ -105,6 +106,7 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
         if (rc) return -1;
         f->tokens += s->batch.n_tokens;
     }
+    if (trainer_pad_passes(r, step_rows, 0, passes, 1, err)) return -1;
     trainer_overlap_end(r);
     if (sum_stats(r, &st, err)) return -1;
     s->last = st;
@@ -121,15 +123,16 @@ static int dpo_validate(struct run *r, struct method_text *t, struct whet_err *e
     sft_epoch_pack(&ep, &s->valid.pairs, 0, 0, 0, hp->batch_size);
     int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
     struct dpo_stats st = {0};
-    int rc = 0, first, rows;
+    int rc = 0, first, rows, passes = 0;
     trainer_rank_rows(r, 0, ep.n_rows, &first, &rows);
-    for (int row = first; row < first + rows && !rc; row += per) {
+    for (int row = first; row < first + rows && !rc; row += per, passes++) {
         dpo_batch_fill(&s->batch, &s->valid, &ep, row, per < first + rows - row ? per : first + rows - row);
         double *ref = xmalloc(sizeof(double) * 2 * (size_t)s->batch.n_pairs);
         dpo_batch_reference(ref, s->ref_valid, &s->batch);
         rc = dpo_evaluate(r->model, &s->batch, ref, hp->beta, &st, err);
         free(ref);
     }
+    if (!rc) rc = trainer_pad_passes(r, ep.n_rows, per, passes, 0, err);
     sft_epoch_free(&ep);
     if (rc || sum_stats(r, &st, err)) return -1;
     double P = st.n_pairs > 0 ? st.n_pairs : 1;

@@ -63,15 +63,17 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
     int total_targets = sft_rows_targets(&s->train, &s->epoch, first, rows);
     float loss_scale = 1.0f / (float)(total_targets > 0 ? total_targets : 1);
     /* In a gang this rank trains its share of the rows, with the whole step's scale. */
+    int step_rows = rows, passes = 0;
     trainer_rank_rows(r, first, rows, &first, &rows);
     int per = sft_rows_per_micro_batch(rows, hp->gradient_accumulation_steps);
     model_reset_stats(r->model);
-    for (int row = first; row < first + rows; row += per) {
+    for (int row = first; row < first + rows; row += per, passes++) {
         sft_batch_fill(&s->batch, &s->train, &s->epoch, row, per < first + rows - row ? per : first + rows - row);
         if (row + per >= first + rows) trainer_overlap_begin(r); /* the step's last backward pass */
         if (sft_forward(r, s, err) || model_backward(r->model, loss_scale, err)) return -1;
         f->tokens += s->batch.n_tokens;
     }
+    if (trainer_pad_passes(r, step_rows, 0, passes, 1, err)) return -1;
     trainer_overlap_end(r);
     f->lr = trainer_lr_at(hp, r->step, r->total_steps);
     struct model_stats st;
@@ -87,13 +89,14 @@ static int sft_validate(struct run *r, struct method_text *t, struct whet_err *e
     struct sft_epoch ep;
     sft_epoch_pack(&ep, &s->valid, 0, 0, 0, hp->batch_size);
     int per = sft_rows_per_micro_batch(hp->batch_size, hp->gradient_accumulation_steps); /* as training's at most */
-    int rc = 0, first, rows;
+    int rc = 0, first, rows, passes = 0;
     trainer_rank_rows(r, 0, ep.n_rows, &first, &rows);
     model_reset_stats(r->model);
-    for (int row = first; row < first + rows && !rc; row += per) {
+    for (int row = first; row < first + rows && !rc; row += per, passes++) {
         sft_batch_fill(&s->batch, &s->valid, &ep, row, per < first + rows - row ? per : first + rows - row);
         rc = sft_forward(r, s, err);
     }
+    if (!rc) rc = trainer_pad_passes(r, ep.n_rows, per, passes, 0, err);
     sft_epoch_free(&ep);
     struct model_stats st;
     if (rc || trainer_take_stats(r, &st, err)) return -1;

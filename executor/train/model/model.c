@@ -209,6 +209,45 @@ static void fix_pointers(struct tensor *t, int n, float *base, float *gbase) {
     }
 }
 
+/* The optimizer's spans (a copy of spans[0..n)) and how many values they hold. */
+static void set_spans(struct model *m, const struct model_span *spans, int n) {
+    free(m->spans);
+    m->spans = xmalloc(sizeof *spans * (size_t)n);
+    memcpy(m->spans, spans, sizeof *spans * (size_t)n);
+    m->n_spans = n;
+    m->n_span_values = 0;
+    for (int i = 0; i < n; i++) m->n_span_values += spans[i].hi - spans[i].lo;
+}
+
+/* ZeRO-3's units of the base buffer (the ranges model_grad_ranges reports) and this rank's shard of each,
+ * which become the optimizer's spans. */
+static void shard_units(struct model *m, int shards, int shard) {
+    int n = m->L + 2;
+    m->units = xcalloc((size_t)n, sizeof *m->units);
+    m->resident = xcalloc((size_t)n, 1);
+    struct model_span *own = xcalloc((size_t)n, sizeof *own);
+    m->units[0] = (struct model_span){0, (size_t)(m->layers[0].ln1 - m->params)};
+    for (int l = 0; l < m->L; l++)
+        m->units[1 + l] = (struct model_span){(size_t)(m->layers[l].ln1 - m->params),
+                                              (size_t)((l + 1 < m->L ? m->layers[l + 1].ln1 : m->norm) - m->params)};
+    m->units[n - 1] = (struct model_span){(size_t)(m->norm - m->params), m->n_params};
+    for (int u = 0; u < n; u++) {
+        int64_t lo, hi;
+        mp_shard((int64_t)(m->units[u].hi - m->units[u].lo), shards, shard, &lo, &hi);
+        own[u] = (struct model_span){m->units[u].lo + (size_t)lo, m->units[u].lo + (size_t)hi};
+    }
+    set_spans(m, own, n);
+    free(own);
+}
+
+/* Zeroes and releases the parts of unit u of buf (the parameters or the gradients) outside this rank's
+ * shard of it. */
+static void release_unsharded(struct model *m, float *buf, int u) {
+    struct model_span unit = m->units[u], own = m->spans[u];
+    m->be->release(m->be, buf + unit.lo, sizeof(float) * (own.lo - unit.lo));
+    m->be->release(m->be, buf + own.hi, sizeof(float) * (unit.hi - own.hi));
+}
+
 /* ---------------------------------------------------------------- loading ---- */
 
 static void init_lora(struct model *m, uint64_t seed) {
@@ -267,7 +306,8 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                              c->head_dim, c->vocab_size, c->tie_word_embeddings, c->qkv_bias, c->qk_norm};
     struct mp_job job = {.train = m->train, .lora_r = m->lora_r, .lora_targets = m->targets,
                          .recompute = m->recompute, .logit_rows = m->logit_rows, .dtype = MP_F32,
-                         .optimizer_shards = opts->optimizer_shards, .optimizer_shard = opts->optimizer_shard};
+                         .optimizer_shards = opts->optimizer_shards, .optimizer_shard = opts->optimizer_shard,
+                         .shard_params = opts->shard_params};
     mp_plan(&plan, &shape, &job);
     m->n_params = layout_base(m);
     m->n_base_tensors = m->n_tensors;
@@ -278,8 +318,16 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                   m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
         goto fail;
     }
+    m->sharded = m->full_ft && opts->shard_params && opts->optimizer_shards > 1;
+    if (opts->shard_params && !m->sharded) {
+        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for full fine-tuning over more than one rank");
+        goto fail;
+    }
     struct backend *be = m->be;
-    int fits = (m->params = be->alloc(be, (size_t)plan.weights, err)) &&
+    /* Sharded, the plan counts what stays resident; the buffers keep the whole layout (the backend's
+     * release gives back what a rank does not hold), so every pointer into them stays valid. */
+    size_t weight_bytes = m->sharded ? sizeof(float) * m->n_params : (size_t)plan.weights;
+    int fits = (m->params = be->alloc(be, weight_bytes, err)) &&
                (m->scalars = be->alloc(be, (size_t)plan.scalars, err)) &&
                (!m->lora_r || (m->lora = be->alloc(be, (size_t)plan.lora, err)));
     if (fits && m->train && !m->frozen_base) {
@@ -287,8 +335,8 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
         m->n_train = (size_t)plan.n_trainable;
         int64_t lo = 0, hi = plan.n_trainable;
         if (job.optimizer_shards > 1) mp_shard(plan.n_trainable, job.optimizer_shards, job.optimizer_shard, &lo, &hi);
-        m->opt_lo = (size_t)lo, m->opt_hi = (size_t)hi;
-        fits = (m->grads = be->alloc(be, (size_t)plan.gradients, err)) &&
+        set_spans(m, &(struct model_span){(size_t)lo, (size_t)hi}, 1);
+        fits = (m->grads = be->alloc(be, m->sharded ? sizeof(float) * m->n_train : (size_t)plan.gradients, err)) &&
                (m->adam_m = be->alloc(be, (size_t)plan.moments / 2, err)) &&
                (m->adam_v = be->alloc(be, (size_t)plan.moments / 2, err));
     }
@@ -304,8 +352,19 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                  m->train && m->lora_r ? m->grads : NULL);
     point_base(m);
     if (m->lora_r) point_lora(m);
+    if (m->sharded) shard_units(m, opts->optimizer_shards, opts->optimizer_shard);
+    if (m->sharded && m->n_span_values * 2 * sizeof(float) != (size_t)plan.moments) {
+        whet_errf(err, "internal error: ZeRO-3's shards hold %zu values, the memory plan's moments %lld bytes; update "
+                       "executor/train/plan/model_plan.c with the units", m->n_span_values, (long long)plan.moments);
+        goto fail;
+    }
 
     if (model_io_read_base(m, dir, err)) goto fail;
+    /* Read whole (every rank reads the files), then each keeps its shards. */
+    for (int u = 0; m->sharded && u < m->L + 2; u++) {
+        release_unsharded(m, m->params, u);
+        release_unsharded(m, m->grads, u);
+    }
     if (m->lora_r) {
         if (opts->adapter_dir) {
             if (model_io_read_lora(m, opts->adapter_dir, err)) goto fail;
@@ -366,7 +425,7 @@ int model_load_adapter_view(struct model **out, struct model *base, const struct
         goto fail;
     if (m->train) { /* its own gradients and AdamW moments: a co-trained adapter steps on its own */
         m->tp = m->lora, m->n_train = m->n_lora;
-        m->opt_lo = 0, m->opt_hi = m->n_lora;
+        set_spans(m, &(struct model_span){0, m->n_lora}, 1);
         if (!(m->grads = m->be->alloc(m->be, bytes, err)) || !(m->adam_m = m->be->alloc(m->be, bytes, err)) ||
             !(m->adam_v = m->be->alloc(m->be, bytes, err)))
             goto fail;
@@ -438,6 +497,9 @@ void model_free(struct model *m) {
         if (!m->view_of) m->be->close(m->be);
     }
     free(m->runs);
+    free(m->spans);
+    free(m->units);
+    free(m->resident);
     free(m->layers);
     free(m->lmods);
     free(m->tensors);
@@ -622,6 +684,49 @@ static float *pgrad(const struct model *m, const float *p) {
     return m->full_ft && p ? m->grads + (p - m->params) : NULL;
 }
 
+/* ---------------------------------------------------------------- ZeRO-3's units ---- */
+
+/* Unit u gathered (a no-op unless sharded, or when it is already). */
+static int unit_gather(struct model *m, int u) {
+    if (!m->sharded || m->resident[u]) return 0;
+    struct model_span unit = m->units[u];
+    if (m->shard_failed || !m->shard_ops.gather ||
+        m->shard_ops.gather(m->shard_ops.ctx, m->params + unit.lo, unit.hi - unit.lo, &m->shard_err)) {
+        if (!m->shard_ops.gather) whet_errf(&m->shard_err, "internal error: sharded parameters without model_set_shard_ops");
+        m->shard_failed = 1;
+        return -1;
+    }
+    m->resident[u] = 1;
+    return 0;
+}
+
+static void unit_release(struct model *m, int u) {
+    if (!m->sharded || !m->resident[u] || m->all_resident) return;
+    release_unsharded(m, m->params, u);
+    m->resident[u] = 0;
+}
+
+/* The embedding is a unit of its own; the head's is the final norm and an untied lm_head (a tied one is
+ * the embedding, gathered with it). */
+static int head_unit(const struct model *m) { return m->L + 1; }
+
+static int head_gather(struct model *m) {
+    return unit_gather(m, head_unit(m)) || (m->cfg.tie_word_embeddings && unit_gather(m, 0)) ? -1 : 0;
+}
+
+static void head_release(struct model *m) {
+    unit_release(m, head_unit(m));
+    if (m->cfg.tie_word_embeddings) unit_release(m, 0);
+}
+
+/* A failed collective of the pass as its error (the pass went on with what it had, and its results are
+ * void). */
+static int shard_result(const struct model *m, struct whet_err *err) {
+    if (!m->shard_failed) return 0;
+    *err = m->shard_err;
+    return -1;
+}
+
 /* ---------------------------------------------------------------- forward ---- */
 
 /* Everything of layer l up to the attention inputs: ln1, qkv (+LoRA), q/k norm, rope. */
@@ -741,15 +846,23 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
     m->backward_ready = 0;
     if (prepare_batch(m, b, err)) return -1;
     int N = m->N, C = m->C, V = m->V;
+    unit_gather(m, 0);
     be->embedding_forward(be, m->resid, m->ids, m->embed, N, C);
-    for (int l = 0; l < m->L; l++) layer_forward(m, l, acts_of(m, l), N);
+    if (!m->cfg.tie_word_embeddings) unit_release(m, 0);
+    for (int l = 0; l < m->L; l++) {
+        unit_gather(m, 1 + l);
+        layer_forward(m, l, acts_of(m, l), N);
+        unit_release(m, 1 + l);
+    }
+    head_gather(m);
     be->rmsnorm_forward(be, m->lnf, C, m->rstdf, m->resid + (size_t)m->L * N * C, C, m->norm, N, 1, C, m->cfg.rms_norm_eps);
     m->has_targets = b->targets != NULL;
     if (!b->targets) {
         if (!m->all_logits && !(m->all_logits = abuf_logits(m, err))) return -1;
         be->matmul_forward(be, m->all_logits, V, m->lnf, C, m->lm_head, NULL, N, C, V, 0.0f);
+        head_release(m);
         m->M = 0;
-        return 0;
+        return shard_result(m, err);
     }
     /* Only rows that carry a weighted target reach the vocabulary projection. */
     m->loss_inv_t = 1.0f / m->logit_temperature;
@@ -778,8 +891,10 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
         m->logits_kept = M <= m->logit_rows; /* else the backward pass recomputes them per chunk */
         be->loss_stats(be, m->scalars, m->scalars + 4, m->losses, m->weights_c, m->correct, M);
     }
+    head_release(m);
     free(w);
     free(tg);
+    if (shard_result(m, err)) return -1;
     if (loss) {
         struct model_stats st = stats_at(m, 0);
         *loss = st.weight_sum > 0 ? (float)(st.loss_sum / st.weight_sum) : 0.0f;
@@ -874,13 +989,22 @@ void model_set_logit_temperature(struct model *m, float temperature) {
 
 /* ---------------------------------------------------------------- the gradient's ranges as they are done */
 
-static void grad_ready(const struct model *m, size_t lo, size_t hi) {
-    if (m->grad_ready && hi > lo) m->grad_ready(m->grad_ready_ctx, lo, hi);
+static void grad_ready(struct model *m, size_t lo, size_t hi) {
+    if (hi <= lo) return;
+    if (m->sharded) { /* the ranges are the units: each rank keeps its shard's sum and releases the rest */
+        int u = 0;
+        while (m->units[u].lo != lo) u++;
+        if (!m->shard_failed &&
+            m->shard_ops.reduce_scatter(m->shard_ops.ctx, m->grads + lo, hi - lo, &m->shard_err))
+            m->shard_failed = 1;
+        release_unsharded(m, m->grads, u);
+    }
+    if (m->grad_ready) m->grad_ready(m->grad_ready_ctx, lo, hi);
 }
 
 /* Layer l's part of the trainable buffer: its base tensors (full fine-tuning), or its LoRA pairs, the
  * same for every layer (layout_base, layout_lora). */
-static void layer_ready(const struct model *m, int l) {
+static void layer_ready(struct model *m, int l) {
     if (m->full_ft) {
         const float *end = l + 1 < m->L ? m->layers[l + 1].ln1 : m->norm;
         grad_ready(m, (size_t)(m->layers[l].ln1 - m->tp), (size_t)(end - m->tp));
@@ -892,11 +1016,11 @@ static void layer_ready(const struct model *m, int l) {
 
 /* The final norm and an untied lm_head, last in the buffer, are done first; tied, the lm_head is the
  * embedding, done last. */
-static void head_ready(const struct model *m) {
+static void head_ready(struct model *m) {
     if (m->full_ft && !m->cfg.tie_word_embeddings) grad_ready(m, (size_t)(m->norm - m->tp), m->n_train);
 }
 
-static void embedding_ready(const struct model *m) {
+static void embedding_ready(struct model *m) {
     if (!m->full_ft) return;
     grad_ready(m, 0, (size_t)(m->layers[0].ln1 - m->tp));
     if (m->cfg.tie_word_embeddings) grad_ready(m, (size_t)(m->norm - m->tp), m->n_train);
@@ -920,6 +1044,7 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     struct backend *be = m->be;
     int N = m->N, C = m->C, V = m->V, M = m->M;
     be->zero(be, m->dresid, sizeof(float) * (size_t)N * C);
+    head_gather(m);
     if (M) {
         be->zero(be, m->dlnf_c, sizeof(float) * (size_t)M * C);
         for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
@@ -940,16 +1065,44 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
         be->rmsnorm_backward(be, m->dresid, C, pgrad(m, m->norm), m->dln, C, m->resid + (size_t)m->L * N * C, C, m->norm,
                              m->rstdf, N, 1, C);
     }
+    head_release(m);
     head_ready(m);
     for (int l = m->L - 1; l >= 0; l--) {
         struct layer_acts *a = acts_of(m, l);
+        unit_gather(m, 1 + l);
         if (m->recompute) layer_forward(m, l, a, N);
         layer_backward(m, l, a, N);
+        unit_release(m, 1 + l);
         layer_ready(m, l);
     }
     if (m->full_ft) be->embedding_backward(be, pgrad(m, m->embed), m->dresid, m->ids, N, C);
     embedding_ready(m);
-    return 0;
+    return shard_result(m, err);
+}
+
+int model_idle_pass(struct model *m, int backward, struct whet_err *err) {
+    if (!m->sharded) return 0;
+    unit_gather(m, 0);
+    if (!m->cfg.tie_word_embeddings) unit_release(m, 0);
+    for (int l = 0; l < m->L; l++) {
+        unit_gather(m, 1 + l);
+        unit_release(m, 1 + l);
+    }
+    head_gather(m);
+    head_release(m);
+    if (backward) {
+        /* This rank's gradients outside its shards are zero: it adds nothing to the others' sums. */
+        head_gather(m);
+        head_release(m);
+        head_ready(m);
+        for (int l = m->L - 1; l >= 0; l--) {
+            unit_gather(m, 1 + l);
+            unit_release(m, 1 + l);
+            layer_ready(m, l);
+        }
+        embedding_ready(m);
+    }
+    return shard_result(m, err);
 }
 
 /* Per-token weights known only after the forward pass (DPO's β·(1 − σ(z)) of each pair): they
@@ -967,7 +1120,13 @@ int model_set_loss_weights(struct model *m, const float *weights, struct whet_er
 /* ---------------------------------------------------------------- optimiser ---- */
 
 void model_zero_grad(struct model *m) {
-    if (m->train && m->n_train) m->be->zero(m->be, m->grads, sizeof(float) * m->n_train);
+    if (!m->train || !m->n_train) return;
+    if (!m->sharded) {
+        m->be->zero(m->be, m->grads, sizeof(float) * m->n_train);
+        return;
+    }
+    for (int i = 0; i < m->n_spans; i++) /* outside its shards they are released (zero) */
+        m->be->zero(m->be, m->grads + m->spans[i].lo, sizeof(float) * (m->spans[i].hi - m->spans[i].lo));
 }
 
 float model_grad_norm(struct model *m) { return model_clip_grad_norm(m, 0); }
@@ -976,12 +1135,11 @@ float model_clip_grad_norm(struct model *m, float max_norm) {
     if (!m->train) return 0.0f;
     struct backend *be = m->be;
     double *sumsq = m->scalars + 8;
-    float *grads = m->grads + m->opt_lo;
-    size_t n = m->opt_hi - m->opt_lo;
     be->zero(be, sumsq, sizeof *sumsq);
-    be->sumsq(be, sumsq, grads, n);
+    for (int i = 0; i < m->n_spans; i++) be->sumsq(be, sumsq, m->grads + m->spans[i].lo, m->spans[i].hi - m->spans[i].lo);
     if (m->reduce_sumsq && m->reduce_sumsq(m->reduce_sumsq_ctx, sumsq)) return NAN;
-    if (max_norm > 0) be->clip_by_norm(be, grads, n, sumsq, max_norm);
+    for (int i = 0; i < m->n_spans && max_norm > 0; i++)
+        be->clip_by_norm(be, m->grads + m->spans[i].lo, m->spans[i].hi - m->spans[i].lo, sumsq, max_norm);
     double host;
     be->download(be, &host, sumsq, sizeof host);
     return (float)sqrt(host);
@@ -991,16 +1149,20 @@ void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float
     if (!m->train) return;
     m->adam_t++;
     float bc1 = 1.0f - powf(beta1, (float)m->adam_t), bc2 = 1.0f - powf(beta2, (float)m->adam_t);
-    for (int i = 0; i < m->n_tensors; i++) {
-        struct tensor *t = &m->tensors[i];
-        if (!t->grad) continue;
-        /* The part of the tensor in the optimizer's range (all of it unless ZeRO shards the state). */
-        size_t off = (size_t)(t->ptr - m->tp), lo = off > m->opt_lo ? off : m->opt_lo,
-               hi = off + t->numel < m->opt_hi ? off + t->numel : m->opt_hi;
-        if (lo >= hi) continue;
-        m->be->adamw(m->be, m->tp + lo, m->grads + lo, m->adam_m + (lo - m->opt_lo), m->adam_v + (lo - m->opt_lo),
-                     hi - lo, lr, beta1, beta2, eps, t->decay ? weight_decay : 0.0f, bc1, bc2);
-    }
+    size_t moment = 0; /* where span i's moments start */
+    for (int i = 0, k = 0; i < m->n_spans; moment += m->spans[i].hi - m->spans[i].lo, i++)
+        for (; k < m->n_tensors; k++) { /* the parts of the tensors in the span (both in buffer order) */
+            struct tensor *t = &m->tensors[k];
+            if (!t->grad) continue;
+            size_t off = (size_t)(t->ptr - m->tp), span_lo = m->spans[i].lo, span_hi = m->spans[i].hi;
+            if (off >= span_hi) break;
+            size_t lo = off > span_lo ? off : span_lo, hi = off + t->numel < span_hi ? off + t->numel : span_hi;
+            if (lo < hi)
+                m->be->adamw(m->be, m->tp + lo, m->grads + lo, m->adam_m + moment + (lo - span_lo),
+                             m->adam_v + moment + (lo - span_lo), hi - lo, lr, beta1, beta2, eps,
+                             t->decay ? weight_decay : 0.0f, bc1, bc2);
+            if (off + t->numel > span_hi) break; /* the tensor goes on into the next span */
+        }
 }
 
 /* ---------------------------------------------------------------- distributed training ---- */
@@ -1020,9 +1182,26 @@ void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *d
     m->reduce_sumsq_ctx = ctx;
 }
 
-void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq, size_t *lo, size_t *hi) {
+int model_optimizer_spans(const struct model *m, const struct model_span **spans) {
+    *spans = m->spans;
+    return m->n_spans;
+}
+
+void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq) {
     *exp_avg = m->adam_m, *exp_avg_sq = m->adam_v;
-    *lo = m->opt_lo, *hi = m->opt_hi;
+}
+
+void model_set_shard_ops(struct model *m, const struct model_shard_ops *ops) { m->shard_ops = *ops; }
+
+int model_gather_params(struct model *m, struct whet_err *err) {
+    for (int u = 0; m->sharded && u < m->L + 2; u++) unit_gather(m, u);
+    m->all_resident = m->sharded;
+    return shard_result(m, err);
+}
+
+void model_release_params(struct model *m) {
+    m->all_resident = 0;
+    for (int u = 0; m->sharded && u < m->L + 2; u++) unit_release(m, u);
 }
 
 /* ---------------------------------------------------------------- named access ---- */
@@ -1035,9 +1214,17 @@ long long model_tensor_numel(const struct model *m, const char *name) {
     return t ? (long long)t->numel : -1;
 }
 
+/* Sharded parameters are whole only between model_gather_params and model_release_params. */
+static int whole_params(const struct model *m, struct whet_err *err) {
+    if (m->sharded && !m->all_resident)
+        return whet_errf(err, "the parameters are sharded (ZeRO-3): model_gather_params first");
+    return 0;
+}
+
 int model_get_param(const struct model *m, const char *name, float *out, struct whet_err *err) {
     const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
+    if (whole_params(m, err)) return -1;
     m->be->download(m->be, out, t->ptr, sizeof(float) * t->numel);
     return 0;
 }
@@ -1045,6 +1232,7 @@ int model_get_param(const struct model *m, const char *name, float *out, struct 
 int model_set_param(struct model *m, const char *name, const float *in, struct whet_err *err) {
     const struct tensor *t = model_find_tensor(m, name);
     if (!t) return whet_errf(err, "no tensor named \"%s\"", name);
+    if (whole_params(m, err)) return -1;
     m->be->upload(m->be, t->ptr, in, sizeof(float) * t->numel);
     return 0;
 }

@@ -11,7 +11,8 @@
  * (model_internal.h): model.c the model and its math, model_io.c its files, model_generate.c
  * generation. All their math goes through backend.h; they are the same for the CPU and a GPU.
  * LoRA follows PEFT: W + scale·B·A, A Kaiming-uniform (a=√5), B zero, no dropout.
- * What this is not: a mixed-precision or multi-device engine (not yet), an implementation of
+ * What this is not: a mixed-precision engine (not yet), a multi-device one (it is one rank's share of a
+ * distributed run: the trainer does the collectives, model_set_shard_ops), an implementation of
  * sliding-window attention (a batch that would need it is refused), or an inference server.
  *
  * A training step:
@@ -78,6 +79,8 @@ struct model_opts {
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
     int optimizer_shards; /* ZeRO-1 with train: the optimizer state split over this many ranks (0, 1: not) */
     int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_optimizer_moments */
+    int shard_params;     /* ZeRO-3, with optimizer_shards > 1 and full fine-tuning: the parameters and gradients
+                           * are sharded too, unit by unit (model_set_shard_ops) */
     int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
                            * activations a backward pass needs: the base of co-trained adapter views
                            * (model_set_lora_runs) */
@@ -178,11 +181,11 @@ int model_get_grad(const struct model *m, const char *name, float *out, struct w
  * step sums the gradients over the ranks, a ZeRO step gathers the parameters each rank updated. */
 float *model_trainable_params(struct model *m, size_t *n);
 float *model_trainable_grads(struct model *m, size_t *n);
-/* ZeRO-1 (model_opts.optimizer_shards > 1): the optimizer holds and steps only its shard [lo, hi) of
- * the trainable buffer (mp_shard's): its AdamW moments are that long, and the gradient norm, clipping
- * and the AdamW step read only that range of the gradients (after a reduce-scatter the rest is not
- * summed). The norm is then of the shard's gradients: set a reducer that sums the shards' squares over
- * the ranks. */
+/* ZeRO-1 (model_opts.optimizer_shards > 1): the optimizer holds and steps only its shard of the
+ * trainable buffer (mp_shard's; ZeRO-3: its shard of each unit — model_optimizer_spans): its AdamW
+ * moments are that long, and the gradient norm, clipping and the AdamW step read only those spans of the
+ * gradients (after a reduce-scatter the rest is not summed). The norm is then of the shard's gradients:
+ * set a reducer that sums the shards' squares over the ranks. */
 /* Called by model_clip_grad_norm (and model_grad_norm) with the squared sum of the gradients it
  * measured, a device double, before the norm is taken and the gradients clipped; non-zero fails the
  * norm (NaN). */
@@ -197,8 +200,36 @@ void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *d
  * own starts the same collectives as the others. */
 void model_set_grad_ready(struct model *m, void (*ready)(void *ctx, size_t lo, size_t hi), void *ctx);
 void model_grad_ranges(struct model *m);
-/* The optimizer's moments and their range [*lo, *hi) of the trainable buffer (device memory). */
-void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq, size_t *lo, size_t *hi);
+/* A range [lo, hi) of the trainable buffer. */
+struct model_span {
+    size_t lo, hi;
+};
+/* The spans of the trainable buffer whose optimizer state this model holds, in order (all of it; ZeRO-1's
+ * shard; under ZeRO-3 its shard of every unit), and their moments, stored back to back (device memory). */
+int model_optimizer_spans(const struct model *m, const struct model_span **spans);
+void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq);
+
+/* ZeRO-3 (model_opts.shard_params): the base parameters (the trainable buffer of a full fine-tune) are cut
+ * into units — the embedding, each layer, the head (the final norm and an untied lm_head) — and each rank
+ * keeps only its comm_shard of each unit (optimizer state and summed gradients included). A pass gathers a
+ * unit just before it uses it and releases the rest of it after (backend `release`): forward gathers the
+ * embedding, each layer, the head; backward the head, each layer from the last; as the backward pass
+ * finishes a unit's gradient it reduce-scatters it, keeps its shard and releases the rest. So every pass
+ * is collectives, and every rank must run as many passes as the others (model_idle_pass). The model does
+ * no I/O: the trainer gives it the two collectives, each of a whole unit of n values in place. */
+struct model_shard_ops {
+    int (*gather)(void *ctx, float *unit, size_t n, struct whet_err *err);         /* an all-gather */
+    int (*reduce_scatter)(void *ctx, float *unit, size_t n, struct whet_err *err); /* a reduce-scatter */
+    void *ctx;
+};
+void model_set_shard_ops(struct model *m, const struct model_shard_ops *ops);
+/* The collectives of one pass (forward, or forward and backward) without a pass: a rank with fewer
+ * micro-batches than another runs these for the difference. A no-op unless the parameters are sharded. */
+int model_idle_pass(struct model *m, int backward, struct whet_err *err);
+/* Gathers every unit and keeps them until model_release_params: for what needs the whole model between
+ * passes (writing it, generation, named access). Every rank must call both. No-ops unless sharded. */
+int model_gather_params(struct model *m, struct whet_err *err);
+void model_release_params(struct model *m);
 
 /* ---- files (model_io.c) ---- */
 /* A Hugging Face model dir: config.json, model.safetensors (F32, or BF16 when bf16 != 0), and the
@@ -211,7 +242,7 @@ int model_save_adapter(const struct model *m, const char *dir, struct whet_err *
 int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err *err);
 /* Optimiser state (AdamW moments of the trainable buffer and the step count) as one safetensors
  * file, for exact resume. Loading checks the sizes match; a model whose optimizer is sharded keeps its
- * shard of what it loads. Saving needs the whole moments: model_save_optimizer_moments writes those
+ * spans of what it loads. Saving needs the whole moments: model_save_optimizer_moments writes those
  * given in host memory (the gathered shards of a ZeRO run). */
 int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err);
 int model_save_optimizer_moments(const struct model *m, const char *path, const float *exp_avg,

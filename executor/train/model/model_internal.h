@@ -80,9 +80,20 @@ struct model {
     double *scalars;
     size_t n_train;
     int adam_t;
-    /* ZeRO-1 (model_set_optimizer_shard): the optimizer steps elements [opt_lo, opt_hi) of the
-     * trainable buffer, its moments hold only those (adam_m[0] is element opt_lo); [0, n_train) alone. */
-    size_t opt_lo, opt_hi;
+    /* The spans of the trainable buffer the optimizer steps (model_optimizer_spans): [0, n_train) alone,
+     * ZeRO-1's shard, or ZeRO-3's shard of each unit; the moments hold them back to back. */
+    struct model_span *spans;
+    int n_spans;
+    size_t n_span_values;
+    /* ZeRO-3 (model_opts.shard_params): units[u] of the base buffer — [0] the embedding, [1 + l] layer l,
+     * [L + 1] the head — and spans[u] this rank's shard of it; resident[u] when gathered (all_resident:
+     * model_gather_params keeps them so). A collective that failed fails every pass after it, with
+     * shard_err. */
+    int sharded, all_resident, shard_failed;
+    struct model_span *units;
+    unsigned char *resident;
+    struct model_shard_ops shard_ops;
+    struct whet_err shard_err;
     int (*reduce_sumsq)(void *ctx, double *device_sumsq);
     void *reduce_sumsq_ctx;
     void (*grad_ready)(void *ctx, size_t lo, size_t hi); /* model_set_grad_ready */

@@ -137,6 +137,8 @@ static int copy_file(const char *from, const char *to, struct whet_err *err) {
 }
 
 int model_save_hf(const struct model *m, const char *dir, int bf16, struct whet_err *err) {
+    if (m->sharded && !m->all_resident)
+        return whet_errf(err, "model_save_hf: the parameters are sharded (ZeRO-3): model_gather_params first");
     if (whet_mkdir_p(dir, err)) return -1;
     struct backend *be = m->be;
     char *cfg = model_config_to_json(&m->cfg, bf16 ? "bfloat16" : "float32");
@@ -241,7 +243,7 @@ int model_load_adapter_weights(struct model *m, const char *dir, struct whet_err
 
 int model_save_optimizer(const struct model *m, const char *path, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_save_optimizer: the model was loaded for inference");
-    if (m->opt_hi - m->opt_lo != m->n_train)
+    if (m->n_span_values != m->n_train)
         return whet_errf(err, "model_save_optimizer: the optimizer is sharded; gather the moments and use "
                               "model_save_optimizer_moments");
     float *host = xmalloc(sizeof(float) * m->n_train * 2);
@@ -267,6 +269,15 @@ int model_save_optimizer_moments(const struct model *m, const char *path, const 
     return rc;
 }
 
+/* The optimizer's spans of whole[n_train] (host) into moments, back to back. */
+static void upload_spans(struct model *m, float *moments, const float *whole) {
+    for (int i = 0; i < m->n_spans; i++) {
+        size_t n = m->spans[i].hi - m->spans[i].lo;
+        m->be->upload(m->be, moments, whole + m->spans[i].lo, sizeof(float) * n);
+        moments += n;
+    }
+}
+
 int model_load_optimizer(struct model *m, const char *path, struct whet_err *err) {
     if (!m->train) return whet_errf(err, "model_load_optimizer: the model was loaded for inference");
     struct st_set set;
@@ -281,11 +292,10 @@ int model_load_optimizer(struct model *m, const char *path, struct whet_err *err
         goto out;
     }
     float *host = xmalloc(sizeof(float) * m->n_train);
-    size_t shard = sizeof(float) * (m->opt_hi - m->opt_lo);
     rc = st_read_f32(a, host, shape[0], err);
-    if (!rc) m->be->upload(m->be, m->adam_m, host + m->opt_lo, shard);
+    if (!rc) upload_spans(m, m->adam_m, host);
     if (!rc) rc = st_read_f32(b, host, shape[0], err);
-    if (!rc) m->be->upload(m->be, m->adam_v, host + m->opt_lo, shard);
+    if (!rc) upload_spans(m, m->adam_v, host);
     free(host);
     if (!rc) m->adam_t = atoi(step);
 out:

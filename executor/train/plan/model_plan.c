@@ -7,11 +7,32 @@ static int64_t nonneg(int64_t v) { return v > 0 ? v : 0; }
 
 /* Base parameters in model.c's layout order: embedding, per layer (input norm, q k v, their biases,
  * q/k norms, o, post-attention norm, gate up down), final norm, untied lm_head. */
-static int64_t base_params(const struct mp_shape *s) {
+static int64_t layer_params(const struct mp_shape *s) {
     int64_t C = s->hidden, F = s->intermediate, Q = s->heads * s->head_dim, KV = s->kv_heads * s->head_dim;
-    int64_t layer = C + (Q + 2 * KV) * C + (s->qkv_bias ? Q + 2 * KV : 0) + (s->qk_norm ? 2 * s->head_dim : 0) + C * Q +
-                    C + 2 * F * C + C * F;
-    return s->vocab * C + s->layers * layer + C + (s->tie_word_embeddings ? 0 : s->vocab * C);
+    return C + (Q + 2 * KV) * C + (s->qkv_bias ? Q + 2 * KV : 0) + (s->qk_norm ? 2 * s->head_dim : 0) + C * Q + C +
+           2 * F * C + C * F;
+}
+
+/* ZeRO-3's units (model.h): the embedding, a layer, the head. */
+static int64_t head_params(const struct mp_shape *s) {
+    return s->hidden + (s->tie_word_embeddings ? 0 : s->vocab * s->hidden);
+}
+
+static int64_t base_params(const struct mp_shape *s) {
+    return s->vocab * s->hidden + s->layers * layer_params(s) + head_params(s);
+}
+
+/* ZeRO-3: the values a rank keeps (its shard of every unit) and the most a pass holds gathered at once. */
+static void sharded_values(const struct mp_shape *s, const struct mp_job *j, int64_t *kept, int64_t *gathered) {
+    int64_t units[3] = {s->vocab * s->hidden, layer_params(s), head_params(s)}, count[3] = {1, s->layers, 1};
+    *kept = 0;
+    for (int u = 0; u < 3; u++) {
+        int64_t lo, hi;
+        mp_shard(units[u], j->optimizer_shards, j->optimizer_shard, &lo, &hi);
+        *kept += count[u] * (hi - lo);
+    }
+    int64_t widest = units[1] > units[2] ? units[1] : units[2];
+    *gathered = s->tie_word_embeddings ? units[0] + widest : (units[0] > widest ? units[0] : widest);
 }
 
 /* Inputs and outputs of module i (q k v o gate up down). */
@@ -59,6 +80,12 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     int64_t lo = 0, hi = out->n_trainable;
     if (j.optimizer_shards > 1) mp_shard(out->n_trainable, j.optimizer_shards, j.optimizer_shard, &lo, &hi);
     out->moments = 2 * wide * (hi - lo);
+    if (j.train && j.lora_r == 0 && j.optimizer_shards > 1 && j.shard_params) {
+        int64_t kept, gathered;
+        sharded_values(&s, &j, &kept, &gathered);
+        out->weights = out->gradients = narrow * (kept + gathered);
+        out->moments = 2 * wide * kept;
+    }
     out->master = narrow < wide ? wide * out->n_trainable : 0;
     if (j.train && j.lora_r == 0 && j.method != MP_SFT) out->reference = out->weights + MP_SCALAR_BYTES; /* a model */
 

@@ -60,15 +60,20 @@ struct mp_job {
     enum mp_dtype dtype;
     int64_t optimizer_shards;  /* ZeRO-1: the moments split over this many ranks (0 or 1: not split) */
     int64_t optimizer_shard;   /* and this rank's shard of them, mp_shard's */
+    int shard_params;          /* ZeRO-3 (a full fine-tune with optimizer_shards > 1): parameters, gradients and
+                                * moments sharded unit by unit (embedding, each layer, head; model.h) */
 };
 
 struct mp_plan {
     int64_t n_params, n_lora, n_trainable; /* values */
     /* bytes */
-    int64_t weights;           /* every base parameter, one buffer */
+    int64_t weights;           /* every base parameter, one buffer; under ZeRO-3 what stays resident: the
+                                * shards, and the units a pass holds gathered at once (one, or a layer or the
+                                * head beside a tied embedding), and likewise the gradients */
     int64_t lora;              /* LoRA A and B, one buffer */
     int64_t gradients;         /* of the trainable values */
-    int64_t moments;           /* AdamW m and v of the trainable values (f32), of its shard under ZeRO-1 */
+    int64_t moments;           /* AdamW m and v of the trainable values (f32), of its shard under ZeRO-1, of
+                                * its shard of each unit under ZeRO-3 */
     int64_t master;            /* f32 copy of the trainable values when they are stored narrower */
     int64_t reference;         /* the frozen base of full-fine-tuning DPO and GRPO (a second model) */
     int64_t act_per_token;     /* activation and gradient buffers per token */

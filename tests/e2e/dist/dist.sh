@@ -4,9 +4,11 @@
 #   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
 #     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks; the gradient all-reduced
 #     in buckets during the backward pass), SFT full with fewer rows than ranks, SFT full and DPO LoRA
-#     (ZeRO-1, 3 ranks), GRPO LoRA (3 ranks sharing 5 prompts, a reference pass, dynamic sampling with
-#     refills); only rank 0 writes metrics, events and checkpoints;
-#   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, repeating the uninterrupted run;
+#     (ZeRO-1, 3 ranks), SFT full and DPO full under ZeRO-3 (3 ranks; SFT also with fewer rows than ranks), GRPO LoRA (3
+#     ranks sharing 5 prompts, a reference pass, dynamic sampling with refills); only rank 0 writes
+#     metrics, events and checkpoints;
+#   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, and a ZeRO-3 one on 2 ranks of
+#     ZeRO-3, repeating the uninterrupted run;
 #   - a rank of another generation is refused; SIGKILL of a rank fails the others quickly, naming it;
 #   - SIGTERM to one rank stops the whole gang at the same step, rank 0 writing the checkpoint.
 set -euo pipefail
@@ -114,7 +116,7 @@ GRPO="$LORA"', "grader": {"type": "string_check", "name": "has_o", "input": "{{s
  "eval_samples": 5'
 
 # ---- the references: one process each
-for run in "sft lora" "sft full" "dpo lora" "grpo lora"; do
+for run in "sft lora" "sft full" "dpo lora" "dpo full" "grpo lora"; do
   set -- $run
   extra=$([ "$2" = full ] && echo "$FULL" || echo "$LORA")
   [ "$1" = grpo ] && extra=$GRPO
@@ -133,11 +135,19 @@ config "$work/single-small.json" sft "$work/single-small" "$FULL"
 "$WHET_BIN" train --config "$work/single-small.json" --quiet > /dev/null || fail "single small"
 gang small3 sft 3 "$FULL"
 same_losses "$work/single-small/metrics.jsonl" "$work/small3-0/metrics.jsonl"
+# ZeRO-3 with a rank that has no rows: its idle passes take part in every gather and reduce-scatter
+gang small3z sft 3 "$FULL" ', "zero": 3'
+same_losses "$work/single-small/metrics.jsonl" "$work/small3z-0/metrics.jsonl"
 unset HP
+gang z3x3 sft 3 "$FULL" ', "zero": 3'
+same_losses "$work/single-sft-full/metrics.jsonl" "$work/z3x3-0/metrics.jsonl"
+grep -q "ZeRO-3: parameters, gradients and optimizer state sharded" "$work/z3x3-1.log" || fail "rank 1 did not shard its parameters"
 gang zero3 sft 3 "$FULL" ', "zero": 1'
 same_losses "$work/single-sft-full/metrics.jsonl" "$work/zero3-0/metrics.jsonl"
 gang dpo3 dpo 3 "$LORA" ', "zero": 1'
 same_losses "$work/single-dpo-lora/metrics.jsonl" "$work/dpo3-0/metrics.jsonl"
+gang dpo3z dpo 3 "$FULL" ', "zero": 3'
+same_losses "$work/single-dpo-full/metrics.jsonl" "$work/dpo3z-0/metrics.jsonl"
 gang grpo3 grpo 3 "$GRPO"
 same_losses "$work/single-grpo-lora/metrics.jsonl" "$work/grpo3-0/metrics.jsonl"
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert any(0 < x["reward_mean"] < 1 and x["groups_kept"] > 0 for x in r), r' \
@@ -158,7 +168,9 @@ ck="$work/zero3-0/checkpoints/step-3"
 config "$work/resume1.json" sft "$work/resume1" "$FULL, \"resume_from\": \"$ck\""
 "$WHET_BIN" train --config "$work/resume1.json" --quiet > /dev/null || fail "resume of a 3-rank checkpoint alone"
 gang resume2 sft 2 "$FULL, \"resume_from\": \"$ck\"" ', "zero": 1'
-for d in resume1 resume2-0; do
+# and ZeRO-3's consolidated checkpoint of 3 ranks on 2 ranks of ZeRO-3 (re-sharded on load)
+gang resume2z sft 2 "$FULL, \"resume_from\": \"$work/z3x3-0/checkpoints/step-3\"" ', "zero": 3'
+for d in resume1 resume2-0 resume2z-0; do
   python3 - "$work/single-sft-full/metrics.jsonl" "$work/$d/metrics.jsonl" <<'PY'
 import json, sys
 a = {x["step"]: x for x in map(json.loads, open(sys.argv[1]))}

@@ -1,7 +1,11 @@
 // Encryption at rest end to end (README: encryption at rest): `whet up` with an operator keyring
 // (WHET_DATA_KEY_FILE) and a file:// store, so the test can look at the bytes a leaked bucket would
 // show. A tenant uploads a dataset and trains on it; the dataset and every checkpoint are sealed in the
-// store (no plaintext in the objects) and come back byte for byte through the API. The operator key is
+// store (no plaintext in the objects) and come back byte for byte through the API. The model worker
+// (`whet serve --training`, started here with the same keyring) gets the tenant's data key wrapped from
+// the gateway: the fine-tuned model answers through the OpenAI SDK from its sealed adapter, a training
+// session's save is sealed and loads again (a session started from it samples as the one saved), and a
+// worker without the keyring answers a 503 that says so. The operator key is
 // then rotated: a new key appended, the service restarted (a data key used is rewrapped on the way),
 // `whet migrate` rewraps the others, the old key removed from the file and the service restarted
 // again, and the old objects still read. Last, a byte flipped in a
@@ -13,6 +17,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import OpenAI from 'openai';
 import { until } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
@@ -25,10 +30,13 @@ const newKey = (id) => `${id} ${crypto.randomBytes(32).toString('hex')}\n`;
 const firstKey = newKey('k1');
 fs.writeFileSync(keyFile, firstKey, { mode: 0o600 });
 const db = createDatabase();
-const httpPort = await freePort(), grpcPort = await freePort();
-const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_DATA_DIR: work, WHET_DATA_KEY_FILE: keyFile };
+const httpPort = await freePort(), grpcPort = await freePort(), servePort = await freePort();
+// The worker is this test's (with --training): the gateway is pointed at it, whet up starts none.
+const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_DATA_DIR: work, WHET_DATA_KEY_FILE: keyFile,
+              WHET_SERVE_WORKERS: `whet-tiny=127.0.0.1:${servePort}`, WHET_SERVE_COLD_START_MS: '60000' };
 const base = `http://127.0.0.1:${httpPort}`;
-let up = null, log = '';
+const objects = path.join(work, 'objects');
+let up = null, log = '', worker = null, workerLog = '';
 
 async function startUp() {
   log = '';
@@ -47,6 +55,26 @@ async function stopUp() {
   await exited;
 }
 
+// `whet serve` for whet up's bundled base, on the port the gateway knows, with `workerEnv` and a cache dir.
+async function startWorker(workerEnv, cache) {
+  workerLog = '';
+  worker = spawn(WHET_BIN, ['serve', '--model', path.join(work, 'models', 'whet-tiny'), '--name', 'whet-tiny',
+                            '--http', `127.0.0.1:${servePort}`, '--object-store', `file://${objects}`,
+                            '--cache-dir', path.join(work, cache), '--training'],
+                 { env: workerEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const keep = (d) => { workerLog = (workerLog + d).slice(-20000); };
+  worker.stdout.on('data', keep);
+  worker.stderr.on('data', keep);
+  await until('the model worker to listen', () => workerLog.includes('msg="serving"') || worker.exitCode !== null, 60000);
+  assert.equal(worker.exitCode, null, workerLog);
+}
+
+async function stopWorker() {
+  const exited = new Promise((resolve) => worker.on('exit', resolve));
+  worker.kill('SIGTERM');
+  await exited;
+}
+
 await startUp();
 const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
 const key = whet('tenant', 'create', 'sealed').trim();
@@ -61,10 +89,10 @@ const get = async (p) => {
   return { status: res.status, bytes: Buffer.from(await res.arrayBuffer()) };
 };
 const sha256 = (b) => crypto.createHash('sha256').update(b).digest('hex');
-const objects = path.join(work, 'objects');
 
 test.after(async () => {
   if (up && up.exitCode === null) up.kill('SIGKILL');
+  if (worker && worker.exitCode === null) worker.kill('SIGKILL');
   db.drop();
   fs.rmSync(work, { recursive: true, force: true });
 });
@@ -137,6 +165,82 @@ test('checkpoints are sealed in the store and download as their plaintext', asyn
   // Every object of the job (step checkpoints, manifests, results) is sealed.
   for (const p of stored(path.join('jobs', job.id)))
     assert.equal(fs.readFileSync(p).subarray(0, 8).toString(), 'WHETSEAL', p);
+});
+
+test('a fine-tuned model answers through the OpenAI SDK from its sealed adapter', async () => {
+  assert.ok(finalFiles, 'the checkpoint files');
+  await startWorker(env, 'serve-cache');
+  const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1` });
+  const chat = await client.chat.completions.create({
+    model: job.fine_tuned_model, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 8, temperature: 0 });
+  assert.equal(chat.object, 'chat.completion');
+  assert.equal(typeof chat.choices[0].message.content, 'string');
+  assert.ok(chat.usage.prompt_tokens > 0 && ['stop', 'length'].includes(chat.choices[0].finish_reason), JSON.stringify(chat));
+  const stream = await client.chat.completions.create({
+    model: job.fine_tuned_model, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 8, temperature: 0, stream: true });
+  let streamed = '';
+  for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(streamed, chat.choices[0].message.content, 'streamed and whole answers agree (greedy)');
+  // The worker opened the sealed adapter: its cached copy is the plaintext the manifest names.
+  const prefix = psql(db.url, `SELECT final_object_prefix FROM jobs WHERE id = '${job.id}'`);
+  const cached = path.join(work, 'serve-cache', sha256(Buffer.from(prefix)), 'adapter_model.safetensors');
+  assert.equal(sha256(fs.readFileSync(cached)), finalFiles.find((f) => f.name === 'adapter_model.safetensors').sha256);
+});
+
+let savedAs;
+test('a training session\'s save is sealed, and a session started from it samples as the one saved', async () => {
+  assert.ok(worker, 'the model worker');
+  const ids = (await api('POST', '/v1/tokenize', { model: 'whet-tiny', text: 'the quick brown fox jumps over the lazy dog' })).tokens;
+  assert.ok(ids && ids.length > 4, 'tokens');
+  const session = await api('POST', '/v1/training_sessions', { base_model: 'whet-tiny', lora: { r: 4, seed: 1 } });
+  assert.ok(session.id, JSON.stringify(session));
+  for (let step = 0; step < 3; step++) {
+    const fb = await api('POST', `/v1/training_sessions/${session.id}/forward_backward`, { loss_fn: 'cross_entropy',
+      data: [{ model_input: ids.slice(0, -1), loss_fn_inputs: { target_tokens: ids.slice(1) } }] });
+    assert.ok(Number.isFinite(fb.loss), JSON.stringify(fb));
+    await api('POST', `/v1/training_sessions/${session.id}/optim_step`, { adam_params: { learning_rate: 5e-2 } });
+  }
+  const saved = await api('POST', `/v1/training_sessions/${session.id}/save`, {});
+  assert.ok(saved.checkpoint, JSON.stringify(saved));
+  const files = stored(saved.checkpoint);
+  assert.ok(files.some((p) => p.endsWith('adapter_model.safetensors')), files.join(','));
+  for (const p of files) {
+    const raw = fs.readFileSync(p);
+    assert.equal(raw.subarray(0, 8).toString(), 'WHETSEAL', p);
+    assert.ok(!raw.includes('lora_A'), `${p}: plaintext tensor names`);
+  }
+  // Named as a checkpoint of the tenant's job, the save is an init_checkpoint and a model like any other.
+  savedAs = `${job.fine_tuned_model}:ckpt-step-999`;
+  psql(db.url, `INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint, object_prefix)
+                SELECT 'ftckpt-session-save', tenant_id, id, 999, '${savedAs}', '${saved.checkpoint}' FROM jobs WHERE id = '${job.id}'`);
+  const resumed = await api('POST', '/v1/training_sessions', { base_model: 'whet-tiny', init_checkpoint: savedAs });
+  assert.ok(resumed.id, JSON.stringify(resumed));
+  const sample = (id) => api('POST', `/v1/training_sessions/${id}/sample`, { prompt: ids.slice(0, 3), max_tokens: 8, temperature: 0 });
+  const [a, b] = [await sample(session.id), await sample(resumed.id)];
+  assert.ok(a.sequences?.[0]?.tokens.length > 0, JSON.stringify(a));
+  assert.deepEqual(b.sequences[0].tokens, a.sequences[0].tokens, 'greedy samples of the saved and the resumed session');
+  const client = new OpenAI({ apiKey: key, baseURL: `${base}/v1` });
+  const chat = await client.completions.create({ model: savedAs, prompt: 'the quick', max_tokens: 4, temperature: 0 });
+  assert.ok(chat.usage.prompt_tokens > 0 && typeof chat.choices[0].text === 'string', JSON.stringify(chat));
+});
+
+test('a model worker without the operator keyring refuses a sealed adapter, saying why', async () => {
+  assert.ok(savedAs, 'the saved checkpoint');
+  await stopWorker();
+  const keyless = { ...env };
+  delete keyless.WHET_DATA_KEY_FILE;
+  await startWorker(keyless, 'serve-cache-keyless');
+  const res = await fetch(`${base}/v1/chat/completions`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: job.fine_tuned_model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+  const body = await res.json();
+  assert.equal(res.status, 503, JSON.stringify(body));
+  assert.match(body.error.message, /no operator keyring.*WHET_DATA_KEY_FILE/);
+  const session = await api('POST', '/v1/training_sessions', { base_model: 'whet-tiny', init_checkpoint: savedAs });
+  assert.match(session.error?.message ?? '', /no operator keyring/, JSON.stringify(session));
+  // The base model needs no key.
+  const base_ = await api('POST', '/v1/chat/completions', { model: 'whet-tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  assert.equal(base_.object, 'chat.completion', JSON.stringify(base_));
+  await stopWorker();
 });
 
 test('rotating the operator key: rewrapped as used and by whet migrate, old objects still readable', async () => {

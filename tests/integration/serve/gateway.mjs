@@ -8,8 +8,8 @@
 // reaches the client. Cold start: a request for a worker not up yet waits for it (it comes up during
 // the wait) and is answered; one that never comes up is a 503 with retry-after after the wait. A worker
 // killed mid-stream ends the stream with an error, and the next request waits for it again. n with a
-// seed, log-probs, bad parameters (400s naming them). DELETE /v1/models/{model}: then neither listed
-// nor served.
+// seed, log-probs, bad parameters (400s naming them). A tenant or API key past its monthly limit: 429
+// insufficient_quota. DELETE /v1/models/{model}: then neither listed nor served.
 import OpenAI from 'openai';
 import { execFileSync } from 'node:child_process';
 import { createServer, connect } from 'node:net';
@@ -258,6 +258,41 @@ try {
     check(bad.status === 400 && bad.json?.error?.param === param && bad.json?.error?.type === 'invalid_request_error',
       `${what}: 400 naming ${param}`, { status: bad.status, body: bad.json });
   }
+
+  // the budget's hard cap: a tenant whose month's spend reached its monthly limit, or an API key at its own,
+  // gets OpenAI's 429 insufficient_quota on chat and completions (not metered); without the limit, answers
+  const quota = async (what, call) => {
+    try {
+      await call();
+      check(false, `${what} is refused`);
+    } catch (e) {
+      check(e.status === 429 && e.code === 'insufficient_quota' && e.type === 'insufficient_quota' && /quota/.test(e.message),
+        `${what}: 429 insufficient_quota`, { status: e.status, code: e.code, type: e.type, message: e.message });
+    }
+  };
+  const capped = await a('PUT', '/admin/v1/tenants/alpha/budget', { key: stack.adminToken(), json: { monthly_limit: 1 } });
+  check(capped.json?.hard_cap_reached === true, 'alpha\'s spend is past a monthly limit of 1', capped.json);
+  await quota('chat past the tenant\'s monthly limit', () => ask(alpha, ft));
+  await quota('a stream past the tenant\'s monthly limit', () => ask(alpha, 'whet-tiny', { stream: true }));
+  await quota('completions past the tenant\'s monthly limit', () => alpha.completions.create({ model: ft, prompt: 'x', max_tokens: 2 }));
+  const served = await ask(beta, 'whet-tiny');
+  check(served.choices[0].message.content === want.base, 'another tenant is served', served);
+  metered.push(['beta', 'whet-tiny', served.usage.prompt_tokens, served.usage.completion_tokens]);
+  await a('PUT', '/admin/v1/tenants/alpha/budget', { key: stack.adminToken(), json: { monthly_limit: null } });
+  const uncapped = await ask(alpha, 'whet-tiny');
+  check(uncapped.choices[0].message.content === want.base, 'the limit removed, alpha is served again', uncapped);
+  metered.push(['alpha', 'whet-tiny', uncapped.usage.prompt_tokens, uncapped.usage.completion_tokens]);
+  const limited = await a('POST', '/v1/api_keys', { json: { scopes: ['inference'], monthly_limit: 0 } });
+  check(limited.status === 200 && limited.json.monthly_limit === 0, 'a key with a monthly limit of 0', limited.json);
+  const keyed = new OpenAI({ apiKey: limited.json.key, baseURL: `${stack.url}/v1`, maxRetries: 0 });
+  await quota('chat with an API key at its monthly limit', () => ask(keyed, 'whet-tiny'));
+
+  // the workers' answers are in the gateway's per-route metrics, like its own
+  const metricsText = await (await fetch(`${stack.url}/metrics`)).text();
+  const answered = (route, code) => Number(metricsText.match(new RegExp(`^whet_http_requests_total\\{route="${route}",code="${code}"\\} (\\d+)$`, 'm'))?.[1] ?? 0);
+  check(answered('chat.completions.create', 200) >= 8 && answered('completions.create', 200) >= 2 &&
+    answered('chat.completions.create', 400) >= 4 && answered('chat.completions.create', 429) === 3,
+    'proxied answers in the gateway\'s per-route metrics', metricsText.split('\n').filter((l) => l.includes('completions')));
 
   // DELETE /v1/models/{model}: only the tenant's own fine-tuned model; then neither listed nor served
   const del = async (c, name) => {

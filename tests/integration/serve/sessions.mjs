@@ -3,7 +3,8 @@
 // the log-probs `whet score` computes for it; cross_entropy steps lower the loss; sample and save answer
 // in Tinker's shapes (the save lands in the object store); POST /v1/tokenize through the gateway equals
 // the worker's; another tenant's session and a deleted one are 404s, and so is another tenant's
-// init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers.
+// init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers; past
+// the tenant's monthly limit a create and the passes are 429 insufficient_quota.
 // Training beside completions changes no answer; calls of sessions at once equal each alone; idle
 // sessions expire; the example client loop (deploy/examples/training_session.mjs) runs.
 import { spawn, execFileSync } from 'node:child_process';
@@ -168,6 +169,21 @@ try {
   check(saved.status === 200 && saved.json.checkpoint === `sessions/${id}/step-8` && saved.json.step === 8, 'save', saved.text);
   const objects = existsSync(join(dir, 'objects', saved.json?.checkpoint ?? '-')) ? readdirSync(join(dir, 'objects', saved.json.checkpoint)) : [];
   check(objects.includes('adapter_model.safetensors') && objects.includes('adapter_config.json'), 'the save is an adapter in the object store', objects);
+
+  // past the tenant's monthly limit: no new session and no pass (429 insufficient_quota); a save still is
+  const capped = await a('PUT', '/admin/v1/tenants/alpha/budget', { key: stack.adminToken(), json: { monthly_limit: 0 } });
+  check(capped.json?.hard_cap_reached === true, 'alpha at a monthly limit of 0', capped.json);
+  for (const [call, json] of [['forward_backward', { loss_fn: 'cross_entropy', data: [datum(ids)] }], ['optim_step', {}], ['sample', { prompt: ids.slice(0, 4) }]]) {
+    const r = await a('POST', `/v1/training_sessions/${id}/${call}`, { json });
+    check(r.status === 429 && r.json?.error?.code === 'insufficient_quota' && r.json.error.type === 'insufficient_quota',
+      `${call} past the monthly limit: 429 insufficient_quota`, r.text);
+  }
+  const refusedCreate = await a('POST', '/v1/training_sessions', { json: { base_model: 'whet-tiny' } });
+  check(refusedCreate.status === 429 && refusedCreate.json?.error?.code === 'insufficient_quota', 'a create past the monthly limit: 429', refusedCreate.text);
+  check((await a('POST', `/v1/training_sessions/${id}/save`, { json: {} })).status === 200, 'a save past the monthly limit');
+  await a('PUT', '/admin/v1/tenants/alpha/budget', { key: stack.adminToken(), json: { monthly_limit: null } });
+  const resumed = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 2 } });
+  check(resumed.status === 200, 'the limit removed: passes again', resumed.text);
 
   // isolation
   for (const call of ['forward_backward', 'optim_step', 'sample', 'save']) {

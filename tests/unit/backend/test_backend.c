@@ -89,6 +89,31 @@ TEST(memory_ops) {
     be->free(be, b);
 }
 
+/* release: the bytes read as zero afterwards, those around them are untouched, and they can be written
+ * again; over whole pages of a big buffer (the CPU gives those back) and within one page. */
+TEST(release_zeroes_only_its_bytes) {
+    size_t n = (size_t)3 << 20; /* 12 MiB: whole pages inside the range */
+    float *h = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(i % 1000) + 1;
+    float *d = devf(h, n);
+    size_t lo = 12345, hi = n - 54321, small_lo = 7, small_hi = 300;
+    be->release(be, d + lo, sizeof(float) * (hi - lo));
+    be->release(be, d + small_lo, sizeof(float) * (small_hi - small_lo));
+    float *back = host_of(d, n);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        int released = (i >= lo && i < hi) || (i >= small_lo && i < small_hi);
+        wrong += back[i] != (released ? 0.0f : h[i]);
+    }
+    CHECK_MSG(wrong == 0, "%zu values wrong after release", wrong);
+    be->upload(be, d + lo, h + lo, sizeof(float) * (hi - lo)); /* written again: it holds what was written */
+    be->download(be, back, d, sizeof(float) * n);
+    CHECK(back[lo] == h[lo] && back[hi - 1] == h[hi - 1] && back[n / 2] == h[n / 2] && back[small_lo] == 0);
+    free(back);
+    free(h);
+    be->free(be, d);
+}
+
 /* ---------------------------------------------------------------- matrix products */
 
 TEST(gemm_all_transposes) {
@@ -758,6 +783,7 @@ TEST(open_rejects_bad_devices) {
 
 static void run_all(void) {
     RUN(memory_ops);
+    RUN(release_zeroes_only_its_bytes);
     RUN(gemm_all_transposes);
     RUN(matmul_forward_and_backward);
     RUN(embedding_and_rows);

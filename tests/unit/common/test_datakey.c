@@ -1,7 +1,8 @@
 /* Unit tests for the keys of encryption at rest (common/datakey.c): the operator keyring file (the last
  * line is current; bad lines, duplicate ids and an empty file are errors that say where), and data
  * keys wrapped and unwrapped: bound to their tenant and key id, unwrappable by an older operator key
- * after a rotation, refused with a hint once the keyring lost the key they are wrapped under. */
+ * after a rotation, refused with a hint once the keyring lost the key they are wrapped under; and the text
+ * form a gateway hands a model worker. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,10 +94,53 @@ TEST(wrap_unwrap_and_rotation) {
     whet_keyring_free(rotated);
 }
 
+/* The text a gateway hands a model worker: it unwraps with the same keyring into the same key and
+ * tenant, and not once altered, for another tenant, or with a keyring that lacks the key. */
+TEST(wrapped_text) {
+    struct whet_err err;
+    struct whet_keyring *kr = load(K1, &err), *other = load(K2, &err);
+    if (!kr || !other) {
+        CHECK(0);
+        return;
+    }
+    struct whet_data_key dk = {.id = 7}, got;
+    whet_random_bytes(dk.key, sizeof dk.key);
+    char *text = whet_data_key_wrap_text(kr, "tenant-a", &dk), tenant[64];
+    CHECK(!strncmp(text, "tenant-a 7 k1 ", 14) && strlen(text) == 14 + 2 * WHET_WRAPPED_KEY_BYTES);
+    CHECK_MSG(whet_data_key_unwrap_text(kr, text, tenant, sizeof tenant, &got, &err) == 0, "%s", err.msg);
+    CHECK_STR(tenant, "tenant-a");
+    CHECK(got.id == 7 && memcmp(got.key, dk.key, sizeof dk.key) == 0);
+    CHECK(whet_data_key_unwrap_text(kr, text, tenant, 8, &got, &err) == -1); /* no room for the tenant */
+    CHECK(whet_data_key_unwrap_text(other, text, tenant, sizeof tenant, &got, &err) == -1);
+    CHECK_CONTAINS(err.msg, "which the keyring no longer has");
+    char *moved = xasprintf("tenant-b%s", text + 8);
+    CHECK(whet_data_key_unwrap_text(kr, moved, tenant, sizeof tenant, &got, &err) == -1);
+    CHECK_CONTAINS(err.msg, "does not unwrap");
+    free(moved);
+    static const char *const bad[] = {"",
+                                      "tenant-a",
+                                      "tenant-a 7 k1",
+                                      "tenant-a 0 k1 00",
+                                      "tenant-a x k1 00",
+                                      "tenant-a 7 k/1 00",
+                                      "tenant-a 7 k1 0g"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(whet_data_key_unwrap_text(kr, bad[i], tenant, sizeof tenant, &got, &err) == -1);
+        CHECK_CONTAINS(err.msg, "expected \"TENANT KEY_ID OPERATOR_KEY_ID HEX\"");
+    }
+    char *extra = xasprintf("%s x", text);
+    CHECK(whet_data_key_unwrap_text(kr, extra, tenant, sizeof tenant, &got, &err) == -1);
+    free(extra);
+    free(text);
+    whet_keyring_free(kr);
+    whet_keyring_free(other);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) return 1;
     RUN(keyring_file);
     RUN(wrap_unwrap_and_rotation);
+    RUN(wrapped_text);
     char *rm = xasprintf("rm -rf '%s'", dir);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
     free(rm);

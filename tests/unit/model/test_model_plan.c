@@ -141,8 +141,37 @@ TEST(plan_bf16_parts) {
     CHECK(h.activations < f.activations && h.logits == f.logits);
 }
 
+/* ZeRO-3: the ranks' shards of every unit add up to the model (each value kept once), each rank keeps
+ * about 1/N, and what stays resident (its shards and the units in flight) is less than the whole once the
+ * model has more than a few layers; untied, the widest unit alone is in flight, tied the embedding beside
+ * a layer. */
+TEST(plan_zero3_shards) {
+    struct mp_shape s = {.hidden = 64, .intermediate = 176, .layers = 6, .heads = 4, .kv_heads = 2, .head_dim = 16,
+                         .vocab = 500, .tie_word_embeddings = 0};
+    for (int tied = 0; tied < 2; tied++) {
+        s.tie_word_embeddings = tied;
+        struct mp_plan whole;
+        mp_plan(&whole, &s, &(struct mp_job){.train = 1, .rows = 2, .seq_len = 8});
+        for (int n = 2; n <= 5; n++) {
+            int64_t kept = 0;
+            for (int k = 0; k < n; k++) {
+                struct mp_plan p;
+                mp_plan(&p, &s, &(struct mp_job){.train = 1, .rows = 2, .seq_len = 8, .optimizer_shards = n,
+                                                 .optimizer_shard = k, .shard_params = 1});
+                kept += p.moments / 8;
+                CHECK_MSG(p.moments / 8 <= whole.n_params / n + s.layers + 2, "rank %d of %d keeps %lld of %lld", k, n,
+                          (long long)(p.moments / 8), (long long)whole.n_params);
+                CHECK(p.weights == p.gradients && p.weights < whole.weights && p.weights > 4 * whole.n_params / n);
+            }
+            CHECK_MSG(kept == whole.n_params, "%d ranks keep %lld values of %lld", n, (long long)kept,
+                      (long long)whole.n_params);
+        }
+    }
+}
+
 int main(void) {
     RUN(plan_matches_cpu_allocations);
     RUN(plan_bf16_parts);
+    RUN(plan_zero3_shards);
     return test_summary();
 }

@@ -92,7 +92,9 @@ static const struct {
     {"{" BASE ",\"model\":\"a\"}", {"job.json", "duplicate"}},
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":2,\"rendezvous\":\"h:1\"}}", {"distributed.rank", "[0, 1]"}},
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0}}", {"distributed", "rendezvous", "required"}},
-    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "ZeRO-1"}},
+    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":2}}", {"distributed.zero", "ZeRO-1", "ZeRO-3"}},
+    {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "lora null", "zero 1 for LoRA"}},
+    {"{" BASE ",\"method\":\"grpo\",\"lora\":null,\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "zero 1 for GRPO"}},
     {"{" BASE ",\"distributed\":{\"world\":2}}", {"distributed.world: unknown field", "world_size"}},
 };
 
@@ -108,6 +110,10 @@ TEST(distributed_is_read_and_absent_means_alone) {
           cfg.dist.zero == 1);
     CHECK_STR(cfg.dist.rendezvous, "10.0.0.5:29500");
     CHECK_STR(cfg.dist.host, "10.0.0.7");
+    trainer_config_free(&cfg);
+    CHECK(parse(&cfg, "{" BASE ",\"lora\":null,\"distributed\":{\"world_size\":2,\"rank\":1,\"rendezvous\":\"h:1\","
+                      "\"zero\":3}}", &err) == 0);
+    CHECK(cfg.dist.zero == 3);
     trainer_config_free(&cfg);
 }
 

@@ -586,6 +586,7 @@ static const struct backend cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .zero = cuda_zero,
+    .release = cuda_zero,
     .copy = cuda_copy,
     .mem_info = cuda_mem_info,
     .gemm = cuda_gemm,
