@@ -128,7 +128,7 @@ function poll(fn, ms, where) {
 // ---- sign in, navigation -------------------------------------------------------------------------
 
 const TENANT_NAV = [['#/jobs', 'Jobs'], ['#/new', 'New job'], ['#/files', 'Files'], ['#/models', 'Models'],
-                    ['#/usage', 'Usage & cost'], ['#/keys', 'API keys']];
+                    ['#/playground', 'Playground'], ['#/usage', 'Usage & cost'], ['#/keys', 'API keys']];
 const OPERATOR_NAV = [['#/admin/tenants', 'Tenants'], ['#/admin/queue', 'Queue'], ['#/admin/prices', 'Prices'], ['#/admin/nodes', 'Nodes'],
                       ['#/admin/usage', 'Usage']];
 
@@ -166,7 +166,7 @@ function signInPage(main) {
 
 const ROUTES = [
   [/^#\/jobs$/, jobsPage], [/^#\/jobs\/([^/]+)$/, jobPage], [/^#\/new$/, newJobPage], [/^#\/files$/, filesPage],
-  [/^#\/models$/, modelsPage], [/^#\/usage$/, usagePage], [/^#\/keys$/, keysPage],
+  [/^#\/models$/, modelsPage], [/^#\/playground$/, playgroundPage], [/^#\/usage$/, usagePage], [/^#\/keys$/, keysPage],
   [/^#\/admin\/tenants$/, tenantsPage], [/^#\/admin\/tenants\/([^/]+)$/, tenantPage], [/^#\/admin\/prices$/, pricesPage],
   [/^#\/admin\/nodes$/, nodesPage], [/^#\/admin\/queue$/, queuePage], [/^#\/admin\/usage$/, adminUsagePage],
 ];
@@ -521,6 +521,100 @@ async function modelsPage(main) {
     models.data.map((m) => [h('span', { class: 'mono' }, m.id), m.owned_by, when(m.created)]))));
 }
 
+// ---- tenant: the playground ----------------------------------------------------------------------
+
+// Streams POST /v1/chat/completions (server-sent events): onText gets each piece of the answer as it
+// comes; resolves with the last chunk's usage (stream_options.include_usage) once `data: [DONE]` arrives.
+async function streamChat(body, onText, signal) {
+  const res = await fetch('/v1/chat/completions', {
+    method: 'POST', signal, body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+    headers: { authorization: `Bearer ${session.token}`, 'content-type': 'application/json' },
+  });
+  if (!res.ok) {
+    const text = await res.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { /* not JSON: the status says it */ }
+    throw new ApiError(res.status, json, text);
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffered = '', usage = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error('the answer ended before data: [DONE]');
+    buffered += value;
+    let end;
+    while ((end = buffered.indexOf('\n\n')) >= 0) {
+      const event = buffered.slice(0, end);
+      buffered = buffered.slice(end + 2);
+      for (const line of event.split('\n')) {
+        if (!line.startsWith('data:')) continue;
+        const data = line.slice(5).trim();
+        if (data === '[DONE]') return usage;
+        const chunk = JSON.parse(data);
+        if (chunk.error) throw new Error(chunk.error.message || JSON.stringify(chunk.error));
+        if (chunk.usage) usage = chunk.usage;
+        const piece = chunk.choices?.[0]?.delta?.content;
+        if (piece) onText(piece);
+      }
+    }
+  }
+}
+
+// Chat with a base or fine-tuned model through the gateway's inference route, the answer streamed.
+async function playgroundPage(main) {
+  const models = await api('GET', '/v1/models');
+  const model = h('select', { name: 'model' }, models.data.map((m) => h('option', { value: m.id }, m.id)));
+  const temperature = h('input', { name: 'temperature', value: '0.7', inputmode: 'decimal' });
+  const maxTokens = h('input', { name: 'max_tokens', value: '64', inputmode: 'numeric' });
+  const system = h('input', { name: 'system', placeholder: 'optional' });
+  const prompt = h('textarea', { name: 'prompt', rows: 3, placeholder: 'Say something' });
+  const send = h('button', { type: 'submit', id: 'send' }, 'Send');
+  const transcript = h('div', { id: 'transcript', class: 'transcript' });
+  const status = h('p', { class: 'muted', id: 'chat-status' });
+  let messages = [];
+  const turn = (role, text) => h('div', { class: `turn ${role}` }, h('strong', {}, role === 'user' ? 'You' : model.value), h('p', {}, text));
+  const form = h('form', { class: 'stack', onsubmit: async (ev) => {
+    ev.preventDefault();
+    const text = prompt.value.trim();
+    if (!text) return;
+    send.disabled = true;
+    prompt.value = '';
+    messages.push({ role: 'user', content: text });
+    transcript.append(turn('user', text));
+    const reply = turn('assistant', '');
+    const out = reply.querySelector('p');
+    out.classList.add('answer');
+    transcript.append(reply);
+    const abort = new AbortController();
+    stops.push(() => abort.abort());
+    const body = { model: model.value, temperature: Number(temperature.value), max_tokens: Number(maxTokens.value),
+                   messages: [...(system.value.trim() ? [{ role: 'system', content: system.value.trim() }] : []), ...messages] };
+    fill(status, 'Answering…');
+    try {
+      let pieces = 0;
+      const usage = await streamChat(body, (piece) => { out.textContent += piece; out.dataset.pieces = String(++pieces); }, abort.signal);
+      out.dataset.done = 'true';
+      messages.push({ role: 'assistant', content: out.textContent });
+      fill(status, usage ? `${num(usage.prompt_tokens)} prompt + ${num(usage.completion_tokens)} completion tokens, ${pieces} pieces streamed`
+        : `${pieces} pieces streamed`);
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      reply.remove();
+      messages.pop();
+      fill(status, errorBox(e));
+    } finally { send.disabled = false; }
+  } },
+  h('div', { class: 'grid' }, h('label', {}, 'Model', model), h('label', {}, 'Temperature', temperature),
+    h('label', {}, 'Max tokens', maxTokens), h('label', {}, 'System prompt', system)),
+  h('label', {}, 'Message', prompt),
+  h('div', { class: 'row' }, send, ' ', h('button', { type: 'button', onclick: () => { messages = []; fill(transcript); fill(status); } }, 'New chat')));
+  model.addEventListener('change', () => { messages = []; fill(transcript); fill(status); });
+  fill(main, h('h1', {}, 'Playground'),
+       card(null, h('p', { class: 'muted' }, 'Chat with a base model or one of your fine-tuned models (ft:…) through ',
+         h('code', {}, 'POST /v1/chat/completions'), ', the answer streamed as it is generated.'), form),
+       card('Conversation', transcript, status));
+}
+
 // ---- tenant: usage, cost and budget --------------------------------------------------------------
 
 function budgetView(b) {
@@ -730,10 +824,13 @@ async function queuePage(main) {
 async function adminUsagePage(main) {
   const usage = await api('GET', '/admin/v1/usage');
   const period = h('input', { name: 'period', value: new Date().toISOString().slice(0, 7), size: 7 });
+  const focus = (format) => download(`/admin/v1/billing/focus?period=${encodeURIComponent(period.value)}&format=${format}`,
+                                     `focus-${period.value}.${format}`).catch((e) => toast(e.message));
   fill(main, h('h1', {}, 'Usage'), card('FOCUS 1.2 billing export', h('form', { class: 'row', onsubmit: (ev) => {
     ev.preventDefault();
-    download(`/admin/v1/billing/focus?period=${encodeURIComponent(period.value)}`, `focus-${period.value}.csv`).catch((e) => toast(e.message));
-  } }, h('label', {}, 'Month (YYYY-MM)', period), h('button', { type: 'submit' }, 'Download CSV'))),
+    focus('csv');
+  } }, h('label', {}, 'Month (YYYY-MM)', period), h('button', { type: 'submit' }, 'Download CSV'), ' ',
+    h('button', { type: 'button', onclick: () => focus('parquet') }, 'Download Parquet'))),
   card('Usage by tenant and job', table(['Tenant', 'Job', 'Device', 'Device time', 'Trained tokens', 'Lost', 'Cost'], usage.data.map((u) => [
     u.tenant, h('span', { class: 'mono' }, u.job_id), u.device_type, duration(u.device_seconds), num(u.trained_tokens),
     u.lost_device_seconds ? duration(u.lost_device_seconds) : '—', u.cost ? money(u.cost.amount, u.cost.currency) : '—']), [3, 4, 5, 6])));

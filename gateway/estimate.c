@@ -1,9 +1,20 @@
 /* estimate.c - job estimates and the budget's hard cap on create (see estimate.h). */
 #include "estimate.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+#include "chat_template.h"
 #include "db.h"
+#include "env.h"
+#include "files_common.h"
+#include "job_sizing.h"
+#include "job_spec.h"
+#include "json_text.h"
+#include "log.h"
+#include "sft_data.h"
+#include "tokenizer.h"
 
 int estimate_take_dry_run(struct gw_req *r, json_t *body) {
     json_t *whet = json_object_get(body, "whet");
@@ -25,6 +36,10 @@ struct estimate_ctx {
     struct estimate_req q;
     estimate_next_fn next;
     void *arg;
+    int max_seq_len;     /* the trainer's cut: whet.max_seq_len, else the service default */
+    const char *counted; /* whet_job_estimate's p_counted (migration 0020): a dry run's count, or {max_seq_len} */
+    const char *sizing;  /* and its p_sizing: the gang sizing chooses */
+    int result;          /* which statement's result holds the estimate */
 };
 
 /* Columns: the estimate, the budget status, over the hard cap, over the soft limit, the calling API key's
@@ -32,7 +47,7 @@ struct estimate_ctx {
 static void estimate_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct estimate_ctx *c = arg;
     if (db_reply_failed(r, res)) return;
-    const PGresult *row = res->res[0];
+    const PGresult *row = res->res[c->result];
     int over_hard = !strcmp(PQgetvalue(row, 0, 2), "t"), over_soft = !strcmp(PQgetvalue(row, 0, 3), "t");
     if (c->q.dry_run) {
         json_t *e = db_json_value(row, 0, 0);
@@ -68,16 +83,296 @@ static void estimate_done(struct gw_req *r, const struct db_result *res, void *a
     c->next(r, http_strdup(r, PQgetvalue(row, 0, 0)), over_soft, c->arg);
 }
 
+/* The estimate (its statement last, after keeping a dry run's count when there is one to keep). */
+static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_count) {
+    const struct estimate_req *q = &c->q;
+    char seq[16];
+    snprintf(seq, sizeof seq, "%d", c->max_seq_len);
+    const char *keep[] = {q->training_file, http_tenant_id(r), q->base_model, seq, c->counted};
+    const char *p[] = {q->base_model,     q->method_json,
+                       q->training_file,  q->whet_json ? q->whet_json : "{}",
+                       http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
+                       q->dry_run ? "t" : "f", c->counted,
+                       c->sizing};
+    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, 9, p}};
+    c->result = keep_count ? 1 : 0;
+    db_transaction(r, stmts + !keep_count, 1 + keep_count, estimate_done, c);
+}
+
+/* ---------------------------------------------------------------- counting a training file's tokens */
+
+/* What a dry run tokenizes at most ($WHET_ESTIMATE_TOKENIZE_MAX_BYTES overrides it): a larger file's rest
+ * is taken to look like the part read (its tokens per byte, its examples per line), so a dry run takes
+ * seconds and holds a chunk and one line whatever the file's size. */
+#define ESTIMATE_TOKENIZE_MAX_BYTES (32ull << 20)
+#define ESTIMATE_CHUNK (1u << 20)
+#define ESTIMATE_CONFIG_MAX (64u << 20) /* a 150k-token vocabulary's tokenizer.json is ~10 MB */
+
+/* One dry run's count, made on a worker thread (object store reads and tokenizing block). */
+struct token_count {
+    struct estimate_ctx *ctx;
+    /* in: copies, since the work must not touch the request */
+    char *tenant_id, *file_key, *file_sha256, *model_id, *model_prefix;
+    uint64_t file_bytes, line_count, max_bytes;
+    int max_seq_len;
+    /* out: {examples, tokens, source, …} (counted 1), or {error} */
+    char *json;
+    int counted;
+};
+
+static void token_count_free(struct token_count *t) {
+    free(t->tenant_id);
+    free(t->file_key);
+    free(t->file_sha256);
+    free(t->model_id);
+    free(t->model_prefix);
+    free(t->json);
+    free(t);
+}
+
+/* One of a base model's files from the object store. */
+static int get_model_file(struct objstore *store, const char *key, char **data, size_t *len, struct whet_err *err) {
+    *data = NULL;
+    int rc = objstore_get(store, key, data, len, ESTIMATE_CONFIG_MAX, err);
+    if (rc == OBJSTORE_NOT_FOUND) return whet_errf(err, "%s: not in the object store (the base model's files)", key);
+    return rc ? -1 : 0;
+}
+
+/* The tokenizer and chat template of a base model, from its copy in the object store. */
+static int load_model_text(struct objstore *store, const char *prefix, struct tokenizer **tok,
+                           struct chat_template *tpl, struct whet_err *err) {
+    char *key = xasprintf("%s/tokenizer.json", prefix), *data;
+    size_t len;
+    int rc = get_model_file(store, key, &data, &len, err);
+    if (rc == 0) rc = tokenizer_load_json(data, len, key, tok, err);
+    free(data);
+    free(key);
+    if (rc) return -1;
+    key = xasprintf("%s/tokenizer_config.json", prefix);
+    rc = get_model_file(store, key, &data, &len, err);
+    json_error_t jerr;
+    json_t *config = rc == 0 ? json_loadb(data, len, 0, &jerr) : NULL;
+    if (rc == 0 && !config) rc = whet_errf(err, "%s: line %d: %s", key, jerr.line, jerr.text);
+    if (rc == 0) rc = chat_template_from_config(tpl, config, key, err);
+    json_decref(config);
+    free(data);
+    free(key);
+    return rc;
+}
+
+/* One line into the set as the trainer's sft_dataset_load reads it (common/json.c's whet_jsonl_each: a
+ * byte-order mark before the first line skipped, blank lines skipped). */
+static int count_line(struct sft_dataset *ds, const struct chat_template *tpl, const struct tokenizer *tok,
+                      const char *line, size_t len, uint64_t lineno, uint64_t *lines, struct whet_err *err) {
+    if (lineno == 1) line = whet_json_skip_bom(line, &len);
+    if (strspn(line, " \t\r\n") >= len) return 0;
+    (*lines)++;
+    if (sft_dataset_add_line(ds, line, len, tpl, tok, err))
+        return whet_err_prefix(err, "training file: line %llu", (unsigned long long)lineno);
+    return 0;
+}
+
+/* Streams the file through the tokenizer a chunk at a time, stopping at the end of the line that reaches
+ * max_bytes. */
+static int count_file(const struct token_count *t, struct objstore *store, const struct chat_template *tpl,
+                      const struct tokenizer *tok, struct sft_dataset *ds, uint64_t *bytes_read, uint64_t *lines,
+                      struct whet_err *err) {
+    struct objstore_reader *rd;
+    if (objstore_reader_open(store, t->file_key, t->file_sha256, &rd, NULL, err)) return -1;
+    char *chunk = xmalloc(ESTIMATE_CHUNK);
+    struct whet_buf line = {0};
+    uint64_t lineno = 0;
+    size_t got = 0;
+    int rc = 0;
+    *bytes_read = 0;
+    while (!rc && *bytes_read < t->max_bytes && !(rc = objstore_reader_next(rd, chunk, ESTIMATE_CHUNK, &got, err)) &&
+           got > 0) {
+        const char *p = chunk, *end = chunk + got;
+        while (!rc && p < end && *bytes_read < t->max_bytes) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            const char *stop = nl ? nl + 1 : end;
+            whet_buf_append(&line, p, (size_t)(stop - p));
+            *bytes_read += (uint64_t)(stop - p);
+            p = stop;
+            if (!nl) break;
+            rc = count_line(ds, tpl, tok, line.data, line.len, ++lineno, lines, err);
+            line.len = 0;
+        }
+    }
+    if (!rc && line.len > 0 && *bytes_read >= t->file_bytes) /* a last line without its newline */
+        rc = count_line(ds, tpl, tok, line.data, line.len, ++lineno, lines, err);
+    whet_buf_free(&line);
+    free(chunk);
+    objstore_reader_close(rd);
+    return rc;
+}
+
+static void token_count_work(void *arg) {
+    struct token_count *t = arg;
+    struct whet_err err = {0};
+    struct tokenizer *tok = NULL;
+    struct chat_template tpl = {0};
+    struct sft_dataset ds;
+    sft_dataset_init(&ds, t->max_seq_len);
+    ds.count_only = 1;
+    uint64_t bytes_read = 0, lines = 0;
+    double t0 = whet_now_mono();
+    struct objstore *models = files_store(&err), *data = models ? files_tenant_store(t->tenant_id, &err) : NULL;
+    int rc = data ? load_model_text(models, t->model_prefix, &tok, &tpl, &err) : -1;
+    if (rc == 0) rc = count_file(t, data, &tpl, tok, &ds, &bytes_read, &lines, &err);
+    json_t *out;
+    if (rc) {
+        log_warn("msg=\"dry run: the training file's tokens were not counted\" model=%s file=%s reason=\"%s\"",
+                 t->model_id, t->file_key, err.msg);
+        out = json_pack("{s:s, s:i}", "error", err.msg, "max_seq_len", t->max_seq_len);
+    } else {
+        t->counted = 1;
+        int whole = bytes_read >= t->file_bytes;
+        double scale = whole || !bytes_read ? 1.0 : (double)t->file_bytes / (double)bytes_read;
+        double example_scale = whole || !lines ? 1.0 : (double)t->line_count / (double)lines;
+        out = json_pack("{s:s, s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:i, s:f}", "source",
+                        whole ? "tokenized" : "tokenized_prefix", "examples",
+                        (json_int_t)(ds.n_examples * example_scale + 0.5), "tokens",
+                        (json_int_t)((double)ds.n_tokens * scale + 0.5), "trained_targets",
+                        (json_int_t)((double)ds.n_trained_tokens * scale + 0.5), "truncated_examples", ds.n_truncated,
+                        "untrained_examples", ds.n_untrained, "truncated_tokens", (json_int_t)ds.n_truncated_tokens,
+                        "bytes_tokenized", (json_int_t)bytes_read, "bytes", (json_int_t)t->file_bytes,
+                        "max_seq_len", t->max_seq_len, "seconds", whet_now_mono() - t0);
+    }
+    t->json = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
+    chat_template_free(&tpl);
+    tokenizer_free(tok);
+}
+
+static void token_count_done(struct gw_req *r, void *arg) {
+    struct token_count *t = arg;
+    struct estimate_ctx *c = t->ctx;
+    if (!http_gone(r)) {
+        c->counted = http_strdup(r, t->json);
+        estimate_query(r, c, t->counted);
+    }
+    token_count_free(t);
+}
+
+/* whet.max_seq_len, else the service's default (job_spec.h): where the trainer will cut examples. */
+static int estimate_max_seq_len(const char *whet_json) {
+    json_t *whet = whet_json ? json_loads(whet_json, 0, NULL) : NULL;
+    json_t *v = json_object_get(whet, "max_seq_len");
+    int n = json_is_integer(v) ? (int)json_integer_value(v)
+                               : (int)job_spec_find(JOB_SPEC_WHET, "max_seq_len")->service_default;
+    json_decref(whet);
+    return n;
+}
+
+static int method_is_supervised(const char *method_json) {
+    json_t *m = json_loads(method_json, 0, NULL);
+    const char *type = json_string_value(json_object_get(m, "type"));
+    int sft = type && !strcmp(type, "supervised");
+    json_decref(m);
+    return sft;
+}
+
+/* ---------------------------------------------------------------- sizing */
+
+/* Whether the name is in the array (absent or empty: any name), as the scheduler reads whet.gpu_types
+ * and whet.regions. */
+static int name_allowed(json_t *names, const char *name) {
+    if (!json_is_array(names) || json_array_size(names) == 0) return 1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(names, i, v) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), name)) return 1;
+    }
+    return 0;
+}
+
+/* The gang the scheduler will size for the job (scheduler/service/cycle.c, size_job) over the pools of
+ * the fleet (whet_sizing_pools, migration 0020) that its whet.gpu_types and whet.regions admit: JSON in
+ * the request's pool, {device_count, fits, min_device_mib, device_bytes, and device_type: the chosen pool's,
+ * when its device memory is known}. */
+static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *q, const char *parameters,
+                                   const char *config_json, const char *pools_json) {
+    json_t *method = json_loads(q->method_json, 0, NULL), *whet = json_loads(q->whet_json ? q->whet_json : "{}", 0, NULL);
+    json_t *pools = json_loads(pools_json, 0, NULL);
+    struct sz_pool *allowed = xcalloc(json_array_size(pools) + 1, sizeof *allowed);
+    const char **types = xcalloc(json_array_size(pools) + 1, sizeof *types);
+    int n = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(pools, i, p) {
+        const char *type = json_string_value(json_object_get(p, "device_type"));
+        const char *dc = json_string_value(json_object_get(p, "dc"));
+        if (!type || !dc || !name_allowed(json_object_get(whet, "gpu_types"), type) ||
+            !name_allowed(json_object_get(whet, "regions"), dc))
+            continue;
+        allowed[n] = (struct sz_pool){(int32_t)json_integer_value(json_object_get(p, "device_mib")),
+                                      (int32_t)json_integer_value(json_object_get(p, "devices"))};
+        types[n++] = type;
+    }
+    struct sz_choice ch;
+    struct sz_estimate e;
+    int32_t gpus = job_sizing_gang(&ch, &e, parameters, config_json, method, whet, allowed, n);
+    const char *type = ch.pool >= 0 && ch.pool < n && allowed[ch.pool].device_mib > 0 ? types[ch.pool] : NULL;
+    json_t *out = json_pack("{s:i, s:b, s:i, s:I}", "device_count", gpus, "fits", ch.fits, "min_device_mib",
+                            ch.min_gpu_mem_mib, "device_bytes", (json_int_t)sz_per_device_bytes(&e, gpus));
+    if (type) json_object_set_new(out, "device_type", json_string(type));
+    char *text = json_dumps(out, JSON_COMPACT);
+    const char *copy = http_strdup(r, text);
+    free(text);
+    json_decref(out);
+    free(types);
+    free(allowed);
+    json_decref(pools);
+    json_decref(whet);
+    json_decref(method);
+    return copy;
+}
+
+/* Columns: the base model's parameters, config.json and object prefix, the fleet's pools; the training
+ * file's object key, checksum, bytes and lines (NULL when the file is gone). */
+static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct estimate_ctx *c = arg;
+    if (db_reply_failed(r, res)) return;
+    const PGresult *row = res->res[0];
+    if (PQntuples(row) == 0) { /* the create's lookup found the model a moment ago */
+        http_reply_error(r, 404, "model", "model_not_found", "base model %s is gone", c->q.base_model);
+        return;
+    }
+    c->sizing = estimate_sizing(r, &c->q, PQgetvalue(row, 0, 0), PQgetvalue(row, 0, 1), PQgetvalue(row, 0, 3));
+    /* A dry run of supervised fine-tuning counts the file's tokens as the trainer will; a create uses the
+     * count a dry run kept (migration 0020), or the cheaper guesses. */
+    if (!c->q.dry_run || !method_is_supervised(c->q.method_json) || PQgetisnull(row, 0, 4)) {
+        estimate_query(r, c, 0);
+        return;
+    }
+    struct token_count *t = xcalloc(1, sizeof *t);
+    t->ctx = c;
+    t->tenant_id = xstrdup(http_tenant_id(r));
+    t->model_id = xstrdup(c->q.base_model);
+    t->model_prefix = xstrdup(PQgetvalue(row, 0, 2));
+    t->file_key = xstrdup(PQgetvalue(row, 0, 4));
+    t->file_sha256 = xstrdup(PQgetvalue(row, 0, 5));
+    t->file_bytes = strtoull(PQgetvalue(row, 0, 6), NULL, 10);
+    t->line_count = strtoull(PQgetvalue(row, 0, 7), NULL, 10);
+    t->max_seq_len = c->max_seq_len;
+    const char *cap = whet_env("WHET_ESTIMATE_TOKENIZE_MAX_BYTES", NULL);
+    t->max_bytes = cap && strtoull(cap, NULL, 10) > 0 ? strtoull(cap, NULL, 10) : ESTIMATE_TOKENIZE_MAX_BYTES;
+    if (http_run_blocking_or_busy(r, token_count_work, token_count_done, t)) token_count_free(t);
+}
+
 void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg) {
     struct estimate_ctx *c = http_alloc(r, sizeof *c);
+    memset(c, 0, sizeof *c);
     c->q = *q;
     c->next = next;
     c->arg = arg;
-    const char *p[] = {q->base_model,         q->method_json,
-                       q->training_file,      q->whet_json ? q->whet_json : "{}",
-                       http_tenant_id(r),     r->api_key_id[0] ? r->api_key_id : NULL,
-                       q->dry_run ? "t" : "f"};
-    db_query(r, "jobs_estimate", 7, p, estimate_done, c);
+    c->max_seq_len = estimate_max_seq_len(q->whet_json);
+    char counted[64];
+    snprintf(counted, sizeof counted, "{\"max_seq_len\":%d}", c->max_seq_len);
+    c->counted = http_strdup(r, counted);
+    const char *p[] = {q->base_model, q->training_file, http_tenant_id(r)};
+    db_query(r, "estimate_inputs", 3, p, inputs_done, c);
 }
 
 void estimate_prepare(void) {
@@ -88,10 +383,18 @@ void estimate_prepare(void) {
                "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
                "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
                "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
-               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb) AS e, "
+               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb) AS e, "
                "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
                "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b) s LEFT "
                "JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
                "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
                "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
+    db_prepare("estimate_inputs",
+               "SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes, "
+               "coalesce(f.line_count, 0) FROM base_models b LEFT JOIN files f ON f.id = $2 AND f.tenant_id = $3 "
+               "WHERE b.id = $1");
+    db_prepare("estimate_keep_count",
+               "INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted) "
+               "VALUES ($1, $2, $3, $4::int, $5::jsonb) ON CONFLICT (file_id, base_model, max_seq_len) "
+               "DO UPDATE SET counted = EXCLUDED.counted, created_at = whet_now()");
 }

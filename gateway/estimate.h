@@ -1,11 +1,19 @@
 /* estimate.h - a job's estimate before it runs, and the budget's hard cap (budgets.h). POST
- * /v1/fine_tuning/jobs runs its checks (jobs.c), then estimate_job(): the database estimates the job
- * (migration 0008, whet_job_estimate: steps, trained tokens, the device type, the expected duration from
- * the throughput finished jobs measured, the cost at the prices in effect) and reads the tenant's
- * budget (migration 0009). With `"whet": {"dry_run": true}` the answer is that estimate, with the
- * budget, and nothing is created; otherwise a job whose estimate would take the month's spend past the
- * tenant's monthly limit, or the calling API key's, is a 429 insufficient_quota, and any other goes on
- * to be created with its estimate. */
+ * /v1/fine_tuning/jobs runs its checks (jobs.c), then estimate_job():
+ *   1. sizing: the gang the scheduler will choose (scheduler/jobsize and placement's sizing.h, over the
+ *      fleet's pools from whet_sizing_pools, migration 0020);
+ *   2. a dry run of supervised fine-tuning counts the training file's tokens on a worker thread: the
+ *      object streamed through the base model's tokenizer and chat template (executor/train's
+ *      whet_tokenizer and whet_train_data libraries: the trainer's own code), cut at max_seq_len, at most
+ *      32 MiB read (the rest extrapolated); the count is kept for the create (file_token_counts);
+ *   3. the database estimates the job from those (migrations 0008 and 0020, whet_job_estimate: steps,
+ *      trained tokens, the device type and count, the expected duration from the throughput finished
+ *      jobs measured, the cost at the prices in effect) and reads the tenant's budget (migration 0009).
+ * With `"whet": {"dry_run": true}` the answer is that estimate, with the budget, and nothing is created;
+ * otherwise a job whose estimate would take the month's spend past the tenant's monthly limit, or the
+ * calling API key's, is a 429 insufficient_quota, and any other goes on to be created with its estimate.
+ * A count that fails (the model's files missing from the store, a line the trainer would refuse) is not
+ * an error: the estimate says why in `tokenization.error` and falls back to the cheaper guesses. */
 #ifndef WHET_GATEWAY_ESTIMATE_H
 #define WHET_GATEWAY_ESTIMATE_H
 

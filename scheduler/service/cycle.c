@@ -18,12 +18,12 @@
 #include <string.h>
 
 #include "crypto.h"
+#include "job_sizing.h"
 #include "log.h"
 #include "pg.h"
 #include "placement.h"
 #include "service_internal.h"
 #include "serving.h"
-#include "trainer_settings.h"
 #include "sizing.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -211,49 +211,6 @@ static void placement_job_init(struct pl_job *j, struct snapshot *s, const char 
     j->submit_time = created_at;
 }
 
-static int32_t json_int_or(json_t *v, int32_t fallback) {
-    return json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) <= INT32_MAX
-               ? (int32_t)json_integer_value(v)
-               : fallback;
-}
-
-/* The base model's shape from its config.json (fields missing stay 0: sizing estimates them). */
-static void sizing_model(struct sz_model *m, const char *parameters, const char *config_json) {
-    memset(m, 0, sizeof *m);
-    m->n_params = atoll(parameters);
-    json_t *c = json_loads(config_json, 0, NULL);
-    m->hidden = json_int_or(json_object_get(c, "hidden_size"), 0);
-    m->intermediate = json_int_or(json_object_get(c, "intermediate_size"), 0);
-    m->layers = json_int_or(json_object_get(c, "num_hidden_layers"), 0);
-    m->heads = json_int_or(json_object_get(c, "num_attention_heads"), 0);
-    m->kv_heads = json_int_or(json_object_get(c, "num_key_value_heads"), 0);
-    m->head_dim = json_int_or(json_object_get(c, "head_dim"), 0);
-    m->vocab = json_int_or(json_object_get(c, "vocab_size"), 0);
-    json_decref(c);
-}
-
-/* The job's method, LoRA or full fine-tuning, batch, sequence length and group size exactly as the
- * manifest will give them to the trainer: trainer_settings maps the job, the job spec's defaults filling
- * what it leaves unset. */
-static void sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
-    memset(j, 0, sizeof *j);
-    json_t *t = trainer_settings_from_job(method, whet, 0);
-    const char *m = json_string_value(json_object_get(t, "method"));
-    j->method = !strcmp(m, "dpo") ? SZ_DPO : !strcmp(m, "grpo") ? SZ_GRPO : SZ_SFT;
-    json_t *hp = json_object_get(t, "hyperparameters"), *lora = json_object_get(t, "lora");
-    j->batch_size = json_int_or(json_object_get(hp, "batch_size"), 0);
-    j->max_seq_len = json_int_or(json_object_get(hp, "max_seq_len"), 0);
-    j->full_ft = json_is_null(lora);
-    j->lora_r = json_int_or(json_object_get(lora, "r"), 0);
-    size_t i;
-    json_t *name;
-    json_array_foreach(json_object_get(lora, "target_modules"), i, name) {
-        if (json_is_string(name)) j->lora_targets |= sz_lora_target(json_string_value(name));
-    }
-    j->group_size = json_int_or(json_object_get(json_object_get(t, "rollout"), "n"), 0);
-    json_decref(t);
-}
-
 /* Whether the job's whet.gpu_types and whet.regions admit the pool. */
 static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
     if (j->allowed_types && (sp->type < 0 || !(j->allowed_types >> sp->type & 1))) return 0;
@@ -263,21 +220,12 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. */
 static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
                      const char *parameters, const char *config_json) {
-    struct sz_model model;
-    struct sz_job job;
-    struct sz_estimate e;
-    sizing_model(&model, parameters, config_json);
-    sizing_job(&job, method, whet);
-    sz_estimate(&e, &model, &job);
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
         if (pool_allowed(j, &s->pools[p])) allowed[n++] = s->pools[p].pool;
-    sz_choose(out, &e, allowed, n, json_int_or(json_object_get(whet, "max_gpus"), 0));
+    j->gpus = job_sizing_gang(out, NULL, parameters, config_json, method, whet, allowed, n);
     free(allowed);
-    j->gpus = out->gpus > 0 ? out->gpus : 1;
-    int min_gpus = json_int_or(json_object_get(whet, "min_gpus"), 0);
-    if (j->gpus < min_gpus) j->gpus = min_gpus;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
     /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
      * a bigger one may span the nodes of one data center, one trainer process per device. */

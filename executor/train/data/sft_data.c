@@ -29,6 +29,12 @@ void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *
         ds->n_untrained++;
         return;
     }
+    ds->n_tokens += n;
+    ds->n_trained_tokens += trained;
+    if (ds->count_only) {
+        ds->n_examples++;
+        return;
+    }
     if (ds->n_examples == ds->cap) {
         ds->cap = ds->cap ? 2 * ds->cap : 64;
         ds->examples = xrealloc(ds->examples, (size_t)ds->cap * sizeof *ds->examples);
@@ -41,8 +47,6 @@ void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *
     memcpy(ex->mask, mask, (size_t)n);
     ex->mask[0] = 0;
     ex->n_trained = trained;
-    ds->n_tokens += n;
-    ds->n_trained_tokens += trained;
 }
 
 void sft_dataset_free(struct sft_dataset *ds) {
@@ -173,8 +177,8 @@ struct sft_load {
     const struct tokenizer *tok;
 };
 
-static int sft_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
-    struct sft_load *l = ctx;
+int sft_dataset_add_line(struct sft_dataset *ds, const char *line, size_t len, const struct chat_template *tpl,
+                         const struct tokenizer *tok, struct whet_err *err) {
     struct chat_message *msgs;
     int n_msgs;
     void *root;
@@ -182,13 +186,18 @@ static int sft_load_line(void *ctx, const char *line, size_t len, int lineno, st
     int32_t *ids;
     uint8_t *mask;
     int n;
-    int rc = chat_tokenize(&ids, &mask, &n, l->tpl, l->tok, msgs, n_msgs, 0, err);
+    int rc = chat_tokenize(&ids, &mask, &n, tpl, tok, msgs, n_msgs, 0, err);
     sft_messages_free(msgs, root);
     if (rc) return -1;
-    sft_dataset_add(l->ds, ids, mask, n);
+    sft_dataset_add(ds, ids, mask, n);
     free(ids);
     free(mask);
     return 0;
+}
+
+static int sft_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
+    const struct sft_load *l = ctx;
+    return sft_dataset_add_line(l->ds, line, len, l->tpl, l->tok, err);
 }
 
 int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat_template *tpl,

@@ -48,6 +48,9 @@ struct sft_dataset {
     int n_truncated;              /* examples cut to max_seq_len */
     long long n_truncated_tokens; /* tokens those cuts removed */
     int n_untrained;              /* examples left with no trained token after the cut (skipped) */
+    /* 1: sft_dataset_add counts an example in the figures above (and n_examples) without keeping it,
+     * for a set that is only measured (the gateway's estimate, gateway/estimate.h), never packed. */
+    int count_only;
 };
 
 void sft_dataset_init(struct sft_dataset *ds, int max_seq_len);
@@ -59,6 +62,9 @@ void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *
  * "PATH: line N: …". */
 int sft_dataset_load(struct sft_dataset *ds, const char *path, const struct chat_template *tpl,
                      const struct tokenizer *tok, struct whet_err *err);
+/* Adds the example of one line of such a file (sft_dataset_load calls it for each). */
+int sft_dataset_add_line(struct sft_dataset *ds, const char *line, size_t len, const struct chat_template *tpl,
+                         const struct tokenizer *tok, struct whet_err *err);
 void sft_dataset_free(struct sft_dataset *ds);
 
 /* Parses one line into messages (roles/contents point into the returned JSON, which the caller

@@ -46,8 +46,13 @@ int chat_template_detect(struct chat_template *tpl, const char *jinja, struct wh
 int chat_template_load(struct chat_template *tpl, const char *model_dir, struct whet_err *err) {
     char *path = xasprintf("%s/tokenizer_config.json", model_dir);
     json_t *root = whet_json_load_file(path, 0, err);
-    int rc = -1;
-    if (!root) goto out;
+    int rc = root ? chat_template_from_config(tpl, root, path, err) : -1;
+    json_decref(root);
+    free(path);
+    return rc;
+}
+
+int chat_template_from_config(struct chat_template *tpl, json_t *root, const char *path, struct whet_err *err) {
     json_t *t = json_object_get(root, "chat_template");
     if (json_is_array(t)) { /* [{name, template}, …]: the "default" one renders conversations */
         size_t i;
@@ -72,16 +77,11 @@ int chat_template_load(struct chat_template *tpl, const char *model_dir, struct 
             if (content && !strcmp(content, "<|start_header_id|>")) jinja = "<|start_header_id|> add_generation_prompt";
         }
     }
-    if (!jinja) {
-        whet_errf(err, "%s: chat_template: missing (a string, or a list with a \"default\" entry), and no "
-                       "ChatML or Llama 3 special token in added_tokens_decoder to fall back on", path);
-        goto out;
-    }
-    rc = chat_template_detect(tpl, jinja, err);
+    if (!jinja)
+        return whet_errf(err, "%s: chat_template: missing (a string, or a list with a \"default\" entry), and no "
+                              "ChatML or Llama 3 special token in added_tokens_decoder to fall back on", path);
+    int rc = chat_template_detect(tpl, jinja, err);
     if (rc) whet_err_prefix(err, "%s", path);
-out:
-    json_decref(root);
-    free(path);
     return rc;
 }
 

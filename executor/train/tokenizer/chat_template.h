@@ -15,6 +15,7 @@
 #ifndef WHET_CHAT_TEMPLATE_H
 #define WHET_CHAT_TEMPLATE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,9 @@ int chat_template_detect(struct chat_template *tpl, const char *jinja, struct wh
  * format is chosen from the special tokens in added_tokens_decoder (<|im_start|>: ChatML,
  * <|start_header_id|>: Llama 3). */
 int chat_template_load(struct chat_template *tpl, const char *model_dir, struct whet_err *err);
+/* The same from a parsed tokenizer_config.json (the gateway reads it from the object store); `path` names
+ * it in errors. */
+int chat_template_from_config(struct chat_template *tpl, json_t *config, const char *path, struct whet_err *err);
 void chat_template_free(struct chat_template *tpl);
 const char *chat_family_name(enum chat_family f);
 

@@ -4,7 +4,8 @@
 // estimates a job and creates it from the form, watches its loss curve gain points (the trainer is held
 // after its first steps, so the test is driven by state, not by the CPU's speed), downloads the final
 // adapter and sees the cost; the operator raises the tenant's quota. At a terminal, `whet jobs follow`
-// watches the same job to its model's name and `whet files upload` uploads (or shows the line error).
+// watches the same job to its model's name and `whet files upload` uploads (or shows the line error). In the
+// playground the tenant chats with whet-tiny and with the new fine-tuned model, the answers streamed.
 // Every page is screenshotted at 1280x800 and at a phone's width into OUT (WHET_CONSOLE_OUT, default
 // build/tests/e2e/console/out), and the browser's log must hold no error but the broken upload's 400.
 import test from 'node:test';
@@ -15,6 +16,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import { parquetReadObjects } from 'hyparquet';
 import { until, holdTrainer, trainerSteps } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
@@ -149,7 +151,7 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   await page.select('select[name=training_file]', fileId);
   await page.type('input[name=n_epochs]', '50');
   await page.type('input[name=batch_size]', '2');
-  await page.type('input[name=max_steps]', '40');
+  await page.type('input[name=max_steps]', '48'); // one epoch of the 96 examples: the estimate is exact
   await page.click('#estimate-button');
   await page.waitForSelector('#estimate-cost');
   assert.match(await text(page, '#estimate-cost'), /\$\d/);
@@ -184,14 +186,14 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   await page.waitForFunction(() => document.querySelector('.status')?.textContent === 'succeeded', { timeout: 120000 });
   await page.waitForFunction((n) => Number(document.getElementById('chart').dataset.points || 0) > n, { timeout: 30000 }, early);
   const late = await points();
-  assert.ok(late > early && late <= 40, `the curve grew from ${early} to ${late} points`);
+  assert.ok(late > early && late <= 48, `the curve grew from ${early} to ${late} points`);
   await page.waitForSelector('#fine-tuned-model');
   assert.match(await text(page, '#fine-tuned-model'), /^ft:whet-tiny:console/);
   await page.waitForFunction(() => /\$\d/.test(document.getElementById('cost').textContent), { timeout: 30000 });
   const cost = await text(page, '#cost');
   assert.equal(await followExit, 0, followed.err);
   assert.equal(followed.out.trim(), await text(page, '#fine-tuned-model'), 'whet jobs follow prints the model');
-  assert.match(followed.err, /100% step 40\/40 +loss \d+\.\d+ +cost \d+\.\d+ USD +succeeded/, followed.err);
+  assert.match(followed.err, /100% step 48\/48 +loss \d+\.\d+ +cost \d+\.\d+ USD +succeeded/, followed.err);
   // `whet files upload`: the new file's id on stdout, or the validator's line error.
   const uploaded = spawnSync(WHET_BIN, ['files', 'upload', path.join(process.env.WHET_FIXTURES, 'sft', 'train.jsonl')],
                              { env: cliEnv, encoding: 'utf8' });
@@ -224,6 +226,29 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   assert.ok(await page.$$eval('#compare tbody tr', (rows) => rows.length) >= 1, 'the comparison lists metrics');
   await shoot(page, 'job-done');
 
+  // The playground: chat with the base model, then with the fine-tuned one, the answers streamed through
+  // the gateway's /v1/chat/completions from the model worker `whet up` runs for whet-tiny.
+  const ftModel = await text(page, '#fine-tuned-model');
+  await page.goto(`${base}/console#/playground`);
+  await page.waitForSelector('textarea[name=prompt]');
+  const chat = async (model, message, n) => {
+    await page.select('select[name=model]', model);
+    await page.$eval('input[name=max_tokens]', (e) => { e.value = '24'; });
+    await page.type('textarea[name=prompt]', message);
+    await page.click('#send');
+    await page.waitForFunction((k) => document.querySelectorAll('.answer')[k]?.dataset.done === 'true' ||
+                                      document.querySelector('#chat-status pre.error'), { timeout: 60000 }, n);
+    assert.equal(await page.$('#chat-status pre.error'), null, await text(page, '#chat-status'));
+    return page.$$eval('.answer', (els, k) => ({ text: els[k].textContent, pieces: Number(els[k].dataset.pieces || 0) }), n);
+  };
+  const answer = await chat('whet-tiny', 'Hello, who are you?', 0);
+  assert.ok(answer.text.length > 0 && answer.pieces >= 1, `the base model's answer streamed: ${JSON.stringify(answer)}`);
+  assert.match(await text(page, '#chat-status'), /\d+ prompt \+ [1-9]\d* completion tokens/);
+  await shoot(page, 'playground');
+  const ftAnswer = await chat(ftModel, 'hi', 0); // a new model starts a new chat
+  assert.match(await text(page, '#chat-status'), /\d+ prompt \+ [1-9]\d* completion tokens/, `the fine-tuned model answered: ${JSON.stringify(ftAnswer)}`);
+  await shoot(page, 'playground-ft');
+
   // Jobs list and the bill.
   await page.goto(`${base}/console#/jobs`);
   await page.waitForFunction((id) => document.body.textContent.includes(id), {}, jobId);
@@ -250,6 +275,17 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
                                     { headers: { authorization: `Bearer ${adminToken}` } })).json();
   assert.deepEqual(quotas.quotas, { H100: 4 });
   await shoot(op, 'operator-tenant');
+  // The month's FOCUS export as Parquet from the operator's usage page, read back by hyparquet: the job's rows.
+  await op.goto(`${base}/console#/admin/usage`);
+  await op.waitForSelector('input[name=period]');
+  const month = await op.$eval('input[name=period]', (e) => e.value);
+  await op.evaluate(() => [...document.querySelectorAll('button')].find((b) => b.textContent === 'Download Parquet').click());
+  const focusFile = path.join(OUT, 'downloads', `focus-${month}.parquet`);
+  await until('the Parquet download', () => fs.existsSync(focusFile) && !fs.existsSync(`${focusFile}.crdownload`), 30000);
+  const focusBytes = fs.readFileSync(focusFile);
+  const focusRows = await parquetReadObjects({ file: focusBytes.buffer.slice(focusBytes.byteOffset, focusBytes.byteOffset + focusBytes.length) });
+  assert.ok(focusRows.some((x) => x.ResourceId === jobId && x.BilledCost > 0), `the job's cost in the FOCUS Parquet: ${focusRows.length} rows`);
+  await shoot(op, 'operator-usage');
 
   assert.deepEqual(overflowing, [], 'every page fits a phone (only tables scroll sideways)');
   // Only the broken upload's 400 may be in the browser's log.
@@ -259,6 +295,10 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   const total = [...transfer.values()].reduce((s, n) => s + n, 0);
   const job = await (await fetch(`${base}/v1/fine_tuning/jobs/${jobId}`, { headers: { authorization: `Bearer ${key}` } })).json();
   const est = job.whet.estimate;
+  // The dry run counted the file's tokens with whet-tiny's tokenizer and chat template; the create kept
+  // that count, and a whole epoch trains every example once: the estimate is the actual, token for token.
+  assert.equal(est.trained_tokens_source, 'tokenized');
+  assert.equal(est.trained_tokens, est.actual?.trained_tokens, 'estimated trained tokens = the actual');
   console.log(`console: job ${jobId} cost ${cost}, curve ${early} -> ${late} points; transfer ${total} bytes (${sizes}); ` +
               `${shots.length} screenshots in ${OUT}; estimate ${est.trained_tokens} tokens ${est.expected_duration_s} s ` +
               `${est.cost.amount} ${est.cost.currency} (${est.throughput_source}) vs actual ${est.actual?.trained_tokens} tokens ` +

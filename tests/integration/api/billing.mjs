@@ -5,6 +5,7 @@
 // the FOCUS 1.2 export (columns, types, one row per tenant, SKU, resource and day, the credit row,
 // totals equal to /v1/costs and the usage rows), and tenant isolation. Usage is written the way the scheduler writes it (usage_records at an attempt's
 // end), at chosen times.
+import { parquetMetadata, parquetReadObjects } from 'hyparquet';
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
 const { check, summary, failed } = checker();
@@ -210,12 +211,45 @@ try {
   check(parseCsv(r.text).length === 2, 'FOCUS: one tenant', r.text);
   r = await op('GET', '/admin/v1/billing/focus?period=2025-02');
   check(r.status === 200 && parseCsv(r.text).length === 1, 'FOCUS: a month without usage: the header only', r.text);
-  for (const q of ['', 'period=2025-3', 'period=2025-13', 'period=25-03-01', 'period=2025-+3', 'period=2025-03&format=parquet']) {
+  for (const q of ['', 'period=2025-3', 'period=2025-13', 'period=25-03-01', 'period=2025-+3', 'period=2025-03&format=xml']) {
     r = await op('GET', `/admin/v1/billing/focus?${q}`);
     check(r.status === 400 && ['period', 'format'].includes(r.json?.error?.param), `FOCUS ?${q}: 400`, r.json);
   }
   r = await a('GET', '/admin/v1/billing/focus?period=2025-03');
   check(r.status === 401 || r.status === 403, 'FOCUS: not for tenants', r.status);
+
+  // ---- the same export as Parquet, read back by hyparquet (an independent reader): the same rows, typed
+  // columns (decimals as DOUBLE, times as UTC millisecond timestamps, strings as UTF-8), nulls as nulls.
+  const res = await fetch(`${stack.url}/admin/v1/billing/focus?period=2025-03&format=parquet`,
+                          { headers: { authorization: `Bearer ${stack.adminToken()}` } });
+  const buf = await res.arrayBuffer();
+  check(res.status === 200 && res.headers.get('content-type') === 'application/vnd.apache.parquet' &&
+        /whet-focus-2025-03\.parquet/.test(res.headers.get('content-disposition') || ''), 'FOCUS Parquet: a Parquet file', res.status);
+  const meta = parquetMetadata(buf);
+  const schema = Object.fromEntries(meta.schema.slice(1).map((e) => [e.name, e]));
+  check(meta.row_groups.length === 1 && Number(meta.num_rows) === rows.length && meta.schema.length === header.length + 1 &&
+        header.every((c) => schema[c]), 'FOCUS Parquet: one row group, the CSV\'s rows and columns', meta.schema.map((e) => e.name));
+  const decimals = ['BilledCost', 'ContractedCost', 'EffectiveCost', 'ListCost', 'PricingQuantity', 'ConsumedQuantity'];
+  const times = ['BillingPeriodStart', 'BillingPeriodEnd', 'ChargePeriodStart', 'ChargePeriodEnd'];
+  check(decimals.every((c) => schema[c].type === 'DOUBLE') &&
+        times.every((c) => schema[c].type === 'INT64' && schema[c].logical_type?.type === 'TIMESTAMP' &&
+                           schema[c].logical_type.isAdjustedToUTC === true && schema[c].logical_type.unit === 'MILLIS') &&
+        header.filter((c) => !decimals.includes(c) && !times.includes(c))
+          .every((c) => schema[c].type === 'BYTE_ARRAY' && schema[c].logical_type?.type === 'STRING'),
+        'FOCUS Parquet: columns typed as FOCUS says', meta.schema.slice(1, 6));
+  const prows = await parquetReadObjects({ file: buf });
+  const same = prows.length === rows.length && prows.every((p, i) => header.every((c) => {
+    const want = rows[i][c];
+    if (decimals.includes(c)) return want === '' ? p[c] === null : near(p[c], Number(want), 1e-9);
+    if (times.includes(c)) return p[c] instanceof Date && p[c].getTime() === Date.parse(want);
+    return want === '' ? p[c] === null : p[c] === want;
+  }));
+  check(same, 'FOCUS Parquet: every value equals the CSV\'s (empty: null)', [prows[0], rows[0]]);
+  check(prows.every((p) => p.ChargeClass === null) && prows.filter((p) => p.ChargeCategory === 'Credit').every((p) => p.ConsumedQuantity === null),
+        'FOCUS Parquet: ChargeClass and a credit\'s consumed quantity are null', prows.filter((p) => p.ChargeCategory === 'Credit'));
+  const empty = await (await fetch(`${stack.url}/admin/v1/billing/focus?period=2025-02&format=parquet`,
+                                   { headers: { authorization: `Bearer ${stack.adminToken()}` } })).arrayBuffer();
+  check((await parquetReadObjects({ file: empty })).length === 0, 'FOCUS Parquet: a month without usage: no rows', empty.byteLength);
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {

@@ -3,10 +3,15 @@
 // Idempotency-Key), the plan (examples, steps, trained tokens) from the file and the resolved
 // hyperparameters, the device type from whet.gpu_types or the fleet, the duration from the throughput
 // finished jobs measured (else the stated fallback) and the cost at the prices in effect.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { WHET_BIN } from '../lib/gateway.mjs';
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
 const { check, summary, failed } = checker();
-const stack = await startStack();
+// A dry run tokenizes at most 4000 bytes here, so a larger file shows the extrapolation.
+const stack = await startStack({ env: { WHET_ESTIMATE_TOKENIZE_MAX_BYTES: '4000' } });
 const near = (x, y, eps = 1e-3) => typeof x === 'number' && Math.abs(x - y) <= eps * Math.max(1, Math.abs(y));
 try {
   const a = client(stack, 'alpha');
@@ -31,6 +36,7 @@ try {
   check(e.training_examples === 10 && e.n_epochs === 2 && e.batch_size === 3 && e.steps === 8, 'steps: 2 epochs of ceil(10 / 3)', e);
   const tokens = bytes / 4 * 2;
   check(Math.abs(e.trained_tokens - tokens) <= 1 && e.trained_tokens_source === 'file_bytes', 'tokens: a quarter of the bytes an epoch, stated', e);
+  check(/models\/whet-tiny\/tokenizer\.json/.test(e.tokenization?.error), 'a model without its files in the store: why nothing was counted', e.tokenization);
   check(e.device_type === 'cpu' && e.device_type_source === 'default' && e.device_count === 1, 'no fleet: cpu', e);
   check(e.throughput_source === 'fallback_1000_tokens_per_s' && e.expected_duration_s === Math.ceil(tokens / 1000), 'no finished job: the fallback throughput', e);
   check(near(e.cost.amount, tokens / 1000 / 3600 * 0.36 + tokens / 1e6 * 10, 1e-3) && e.cost.currency === 'USD', 'cost at the prices in effect', e.cost);
@@ -78,6 +84,59 @@ try {
   r = await a('POST', '/v1/fine_tuning/jobs', { json: body({ gpu_types: ['A100'] }) });
   check(r.json.device_type === 'A100' && r.json.device_type_source === 'whet.gpu_types' && r.json.throughput_source === 'fallback_1000_tokens_per_s',
         'whet.gpu_types chooses the device; nothing measured on it yet', r.json);
+
+  // A base model with its files in the store: the dry run tokenizes the file with its tokenizer and chat
+  // template (tests/e2e/console checks the count against a real job's trained tokens).
+  const modelDir = path.join(stack.dir, 'tiny');
+  const cli = { env: { ...process.env, WHET_DATABASE_URL: stack.dbUrl, WHET_OBJECT_STORE: `file://${stack.objects}` } };
+  execFileSync(WHET_BIN, ['model', 'init', '--preset', 'tiny', '--out', modelDir], cli);
+  execFileSync(WHET_BIN, ['model', 'register', 'whet-real', modelDir], cli);
+  const real_ = (file, whet = {}) => a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: file,
+    whet: { dry_run: true, ...whet }, method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 3 } } } } });
+  r = await real_(file);
+  const t = r.json.tokenization;
+  check(r.status === 200 && r.json.trained_tokens_source === 'tokenized' && t?.examples === 10 && t.tokens > 10 &&
+        t.tokens % 10 === 0 && r.json.trained_tokens === 2 * t.tokens && t.max_seq_len === 512 && t.bytes_tokenized === bytes,
+        'tokenized: ten equal examples, two epochs of their tokens', r.json);
+  const cut = t.tokens / 10 - 2; // two tokens short of each example
+  r = await real_(file, { max_seq_len: cut });
+  check(r.json.tokenization?.truncated_examples === 10 && r.json.tokenization.truncated_tokens === 20 &&
+        r.json.tokenization.tokens === 10 * cut && r.json.trained_tokens === 20 * cut,
+        'cut at whet.max_seq_len as the trainer cuts', r.json.tokenization);
+  // A create without dry_run carries the count the dry run kept for this file, model and max_seq_len.
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: file, whet: { max_seq_len: cut },
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 3 } } } } });
+  check(r.status === 200 && r.json.whet?.estimate?.trained_tokens === 20 * cut && r.json.whet.estimate.trained_tokens_source === 'tokenized',
+        'the create keeps the dry run\'s count', r.json.whet?.estimate);
+  // Past the cap the rest is extrapolated from the part read: 200 equal lines, ~4000 bytes of them read.
+  const bigContent = `${SFT_LINE}\n`.repeat(200);
+  const bm = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'big.jsonl', value: bigContent }]);
+  r = await a('POST', '/v1/files', { body: bm.body, headers: { 'content-type': bm.type } });
+  r = await real_(r.json.id);
+  const bt = r.json.tokenization;
+  check(r.json.trained_tokens_source === 'tokenized_prefix' && bt.bytes_tokenized < Buffer.byteLength(bigContent) &&
+        bt.examples === 200 && Math.abs(bt.tokens - 20 * t.tokens) <= 0.02 * 20 * t.tokens,
+        'a file past the cap: extrapolated from the part read, within 2%', bt);
+  fs.rmSync(modelDir, { recursive: true, force: true });
+
+  // Sizing as the scheduler sizes: a 70B model's LoRA job on a pool of 80 GiB A100s takes a gang of several,
+  // which the duration divides the device time by; whet-tiny takes one device.
+  stack.psql(`INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+              VALUES ('big-70b', 'llama', 70000000000, 'models/big-70b', '00', '{}');
+              INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
+              VALUES ('n2', 'dc', 'a100', '[{"type": "A100", "memory_mib": 81920, "index": 0}]', 'A100', 8, 1000, 1024, 10000)`);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { ...body({ gpu_types: ['A100'] }), model: 'big-70b' } });
+  const big = r.json;
+  check(r.status === 200 && big.device_count > 1 && big.device_count <= 8 && big.sizing?.fits === true &&
+        big.device_type === 'A100' && big.device_type_source === 'sizing' && big.sizing.device_bytes <= 0.9 * 81920 * 2 ** 20,
+        'a 70B model: a gang of A100s, each within 90% of its memory', big);
+  check(big.expected_duration_s === Math.ceil(big.trained_tokens / big.tokens_per_device_s / big.device_count),
+        'the duration is the device time over the gang', big);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { ...body({ gpu_types: ['A100'], max_gpus: 1 }), model: 'big-70b' } });
+  check(r.json.device_count === big.device_count && r.json.sizing?.fits === false,
+        'whet.max_gpus 1: the gang it needs, and that it would not fit (the scheduler keeps it waiting)', r.json);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: body({ gpu_types: ['A100'] }) });
+  check(r.json.device_count === 1 && r.json.device_type === 'A100', 'whet-tiny: one device', r.json);
 } catch (err) {
   check(false, 'exception', String(err.stack || err));
 } finally {
