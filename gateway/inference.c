@@ -14,15 +14,15 @@
  * h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and the
  * client going away closes the worker's connection, which cancels the generation.
  *
- * Workers: WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]", read at start (placement by the
- * scheduler and scaling from zero are to come). A base model without a worker is a 503 with
- * retry-after.
+ * Workers (model_workers.h): the static WHET_SERVE_WORKERS="BASE=HOST:PORT[,…]", else the ready workers
+ * the scheduler placed, whose lookup records the demand that scales the base from zero.
  *
- * Cold start: a worker not reached yet (or whose last answer was the proxy's 502, or cut short) is
- * first connected to, again every 100 ms (the loop's hundred_ms_timeout) while it refuses (a worker
- * listens once its model is loaded), for WHET_SERVE_COLD_START_MS (default 5000); then the request is a
- * 503 with retry-after. A worker found up is not waited for: if it died since, the request is the
- * proxy's 502, or a stream it cuts short ends with an error event (below).
+ * Cold start, for WHET_SERVE_COLD_START_MS (default 5000), then a 503 with retry-after: a base with no
+ * ready worker is looked up again every 100 ms (the loop's hundred_ms_timeout) while the scheduler
+ * starts one; a static worker not reached yet (or whose last answer was the proxy's 502, or cut short)
+ * is connected to, again every 100 ms while it refuses (a worker listens once its model is loaded). A
+ * worker found up (a placed one is ready once it listens) is not waited for: if it died since, the
+ * request is the proxy's 502, or a stream it cuts short ends with an error event (below).
  *
  * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's
  * own `usage` (x-whet-usage, below); the gateway removes the report from what the client sees and
@@ -49,7 +49,7 @@
 
 static long cold_start_ms = COLD_START_MS_DEFAULT;
 
-/* Whether worker i was reached since its last failure (every loop's view): one connect proves a worker
+/* Whether static worker i was reached since its last failure (every loop's view): one connect proves a worker
  * up; a 502 from the proxy (it could not reach it) or an answer cut short makes the next request wait
  * for it again. */
 static atomic_uchar worker_up[MODEL_WORKERS_MAX];
@@ -76,7 +76,7 @@ static void read_workers(void) {
 struct answer {
     struct gw_req *r;
     const char *model, *base;
-    int worker;
+    const struct model_worker *worker; /* the route's copy */
     struct whet_buf held, out; /* a stream's bytes not passed on yet (a partial event); what was passed last */
     int ended;                 /* the stream's last event came: [DONE], or the worker's error */
     int metered;               /* the worker's report came */
@@ -123,7 +123,7 @@ static void meter(struct answer *a, const char *report, size_t len) {
 static void unreported(const struct answer *a) {
     log_warn("msg=\"a model worker answered without a usage report: the answer is not metered\" request_id=%s "
              "model=%s worker=%s:%u",
-             a->r->request_id, a->model, model_workers_at(a->worker)->host, (unsigned)model_workers_at(a->worker)->port);
+             a->r->request_id, a->model, a->worker->host, (unsigned)a->worker->port);
 }
 
 /* A stream's events pass on whole; the report (a comment event, ": x-whet-usage P C") is taken out. A
@@ -156,7 +156,7 @@ static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
     memmove(a->held.data, a->held.data + whole, a->held.len - whole);
     a->held.len -= whole;
     if (!h2o_send_state_is_in_progress(state) && !a->ended) {
-        worker_up[a->worker] = 0;
+        if (a->worker->slot >= 0) worker_up[a->worker->slot] = 0;
         json_t *error = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message",
                                   http_printf(a->r,
                                               "the model worker of %s stopped before the answer was complete "
@@ -175,7 +175,7 @@ static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
 /* The worker's answer starts: a whole one carries its report in a header, a stream at its end. */
 static void answer_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
     struct answer *a = ((struct answer_prefilter *)self)->a;
-    if (req->res.status == 502) worker_up[a->worker] = 0; /* the proxy could not reach it */
+    if (req->res.status == 502 && a->worker->slot >= 0) worker_up[a->worker->slot] = 0; /* the proxy could not reach it */
     ssize_t h = h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-whet-usage"), -1);
     if (h >= 0) {
         meter(a, req->res.headers.entries[h].value.base, req->res.headers.entries[h].value.len);
@@ -204,13 +204,21 @@ static void answer_dispose(void *p) {
 
 /* ---- Proxying ---------------------------------------------------------------------------------- */
 
-/* A request on its way to worker `worker` (the base `base`, with the adapter stored at `prefix`, NULL
- * for the base alone, and sealed with the tenant's `data_key`, NULL when not), for the tenant's `model`. */
+/* A request on its way to a worker of `base` (with the adapter stored at `prefix`, NULL for the base
+ * alone, and sealed with the tenant's `data_key`, NULL when not), for the tenant's `model`; in the
+ * request's pool. */
 struct route {
     struct gw_req *r;
     const char *model, *base, *prefix, *data_key;
-    int worker;
-    uint64_t deadline; /* the loop's clock (ms) when a cold start is given up */
+    struct model_worker worker; /* the one found */
+    uint64_t deadline;          /* the loop's clock (ms) when a cold start is given up */
+};
+
+/* A wait of a route: the request held (its pool with the route may go when the client leaves). */
+struct waiting {
+    struct gw_req *r;
+    struct route *rt;
+    void (*again)(struct route *rt); /* what to do when the wait is over */
     h2o_timeout_entry_t retry;
 };
 
@@ -218,7 +226,7 @@ static void proxy(struct route *rt) {
     struct gw_req *r = rt->r;
     h2o_req_t *req = r->req;
     struct answer *a = h2o_mem_alloc_shared(&req->pool, sizeof *a, answer_dispose);
-    *a = (struct answer){.r = r, .model = rt->model, .base = rt->base, .worker = rt->worker};
+    *a = (struct answer){.r = r, .model = rt->model, .base = rt->base, .worker = &rt->worker};
     struct answer_prefilter *pf = (struct answer_prefilter *)h2o_add_prefilter(req, sizeof *pf);
     pf->super.on_setup_ostream = answer_setup;
     pf->a = a;
@@ -226,84 +234,94 @@ static void proxy(struct route *rt) {
      * it is sealed with */
     const char *const headers[3][2] = {
         {"x-whet-usage", "1"}, {"x-whet-adapter", rt->prefix}, {"x-whet-data-key", rt->data_key}};
-    model_workers_hand_over(r, rt->worker, headers, !rt->prefix ? 1 : rt->data_key ? 3 : 2);
+    model_workers_hand_over(r, &rt->worker, headers, !rt->prefix ? 1 : rt->data_key ? 3 : 2);
+}
+
+static void cold_start_over(struct route *rt) {
+    http_reply_unavailable(rt->r, (int)((cold_start_ms + 999) / 1000),
+                           http_printf(rt->r, "the model worker of %s (still starting after %ld ms)", rt->base,
+                                       cold_start_ms));
+}
+
+static void wait_over(h2o_timeout_entry_t *entry) {
+    struct waiting *w = H2O_STRUCT_FROM_MEMBER(struct waiting, retry, entry);
+    struct gw_req *r = w->r;
+    if (r->req) w->again(w->rt);
+    free(w);
+    gw_req_release(r);
+}
+
+/* Tries `again` in 100 ms, unless the cold start is over (or the gateway stops): then a 503. */
+static void retry_later(struct route *rt, void (*again)(struct route *rt)) {
+    h2o_context_t *ctx = &rt->r->thread->ctx;
+    if (rt->r->thread->stopping || h2o_now(ctx->loop) >= rt->deadline) {
+        cold_start_over(rt);
+        return;
+    }
+    struct waiting *w = xcalloc(1, sizeof *w);
+    *w = (struct waiting){.r = rt->r, .rt = rt, .again = again, .retry = {.cb = wait_over}};
+    gw_req_retain(rt->r);
+    h2o_timeout_link(ctx->loop, &ctx->hundred_ms_timeout, &w->retry);
 }
 
 static void probe(struct route *rt);
 
-/* The end of a wait: proxied, answered 503, or the client left. */
-static void route_end(struct route *rt, int up) {
-    struct gw_req *r = rt->r;
-    if (r->req) {
-        if (up) {
-            worker_up[rt->worker] = 1;
-            proxy(rt);
-        } else {
-            http_reply_unavailable(
-                r, (int)((cold_start_ms + 999) / 1000),
-                http_printf(r, "the model worker of %s (still starting after %ld ms)", rt->base, cold_start_ms));
-        }
+static void probe_connected(h2o_socket_t *sock, const char *err) {
+    struct waiting *w = sock->data;
+    struct gw_req *r = w->r;
+    h2o_socket_close(sock);
+    if (r->req && err) {
+        retry_later(w->rt, probe);
+    } else if (r->req) {
+        worker_up[w->rt->worker.slot] = 1;
+        proxy(w->rt);
     }
-    free(rt);
+    free(w);
     gw_req_release(r);
 }
 
-static void retry_due(h2o_timeout_entry_t *entry) { probe(H2O_STRUCT_FROM_MEMBER(struct route, retry, entry)); }
-
-/* The worker refused: again in a while, unless the wait is over (or the client or the gateway leaves). */
-static void probe_failed(struct route *rt) {
-    h2o_context_t *ctx = &rt->r->thread->ctx;
-    if (!rt->r->req || rt->r->thread->stopping || h2o_now(ctx->loop) >= rt->deadline) {
-        route_end(rt, 0);
-        return;
-    }
-    h2o_timeout_link(ctx->loop, &ctx->hundred_ms_timeout, &rt->retry);
-}
-
-static void probe_connected(h2o_socket_t *sock, const char *err) {
-    struct route *rt = sock->data;
-    h2o_socket_close(sock);
-    if (err) probe_failed(rt);
-    else route_end(rt, 1);
-}
-
+/* A static worker not known up is connected to first. */
 static void probe(struct route *rt) {
-    const struct model_worker *w = model_workers_at(rt->worker);
-    if (!rt->r->req) {
-        route_end(rt, 0);
+    struct waiting *w = xcalloc(1, sizeof *w);
+    *w = (struct waiting){.r = rt->r, .rt = rt};
+    gw_req_retain(rt->r);
+    h2o_socket_t *sock = h2o_socket_connect(rt->r->thread->ctx.loop, (struct sockaddr *)&rt->worker.addr,
+                                            rt->worker.addr_len, probe_connected);
+    if (sock) {
+        sock->data = w;
         return;
     }
-    h2o_socket_t *sock =
-        h2o_socket_connect(rt->r->thread->ctx.loop, (struct sockaddr *)&w->addr, w->addr_len, probe_connected);
-    if (!sock) {
-        probe_failed(rt);
-        return;
-    }
-    sock->data = rt;
+    free(w);
+    gw_req_release(rt->r);
+    retry_later(rt, probe);
 }
+
+static void look_up(struct route *rt);
+
+static void worker_found(struct gw_req *r, const struct model_worker *w, void *arg) {
+    struct route *rt = arg;
+    (void)r;
+    if (!w) {
+        retry_later(rt, look_up); /* the scheduler was told: a worker is on its way */
+        return;
+    }
+    rt->worker = *w;
+    if (w->slot >= 0 && !worker_up[w->slot] && w->addr_len) probe(rt);
+    else proxy(rt);
+}
+
+static void look_up(struct route *rt) { model_workers_find(rt->r, rt->base, worker_found, rt); }
 
 static void route_to_worker(struct gw_req *r, const char *model, const char *base, const char *prefix,
                             const char *data_key) {
-    int i = model_workers_find(base);
-    if (i < 0) {
-        http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", base));
-        return;
-    }
-    struct route *rt = xcalloc(1, sizeof *rt);
+    struct route *rt = http_alloc(r, sizeof *rt);
     *rt = (struct route){.r = r,
                          .model = model,
                          .base = http_strdup(r, base),
                          .prefix = prefix ? http_strdup(r, prefix) : NULL,
                          .data_key = data_key,
-                         .worker = i,
-                         .retry = {.cb = retry_due}};
-    gw_req_retain(r);
-    if (worker_up[i] || !model_workers_at(i)->addr_len) {
-        route_end(rt, 1);
-        return;
-    }
-    rt->deadline = h2o_now(r->thread->ctx.loop) + (uint64_t)cold_start_ms;
-    probe(rt);
+                         .deadline = h2o_now(r->thread->ctx.loop) + (uint64_t)cold_start_ms};
+    look_up(rt);
 }
 
 /* The tenant's data key found: the lookup's result, and where it goes on (the lookup is freed here: the

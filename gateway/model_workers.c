@@ -1,4 +1,5 @@
-/* model_workers.c - the model workers' table and the hand-over of a request to one (see model_workers.h). */
+/* model_workers.c - the model workers' lookups (the static table, else the database's ready workers)
+ * and the hand-over of a request to one (see model_workers.h). */
 #include "model_workers.h"
 
 #include <netdb.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "db.h"
 #include "log.h"
 
 static struct model_worker workers[MODEL_WORKERS_MAX];
@@ -42,6 +44,7 @@ void model_workers_read(void) {
             snprintf(w->model, sizeof w->model, "%.*s", (int)(eq - p), p);
             snprintf(w->host, sizeof w->host, "%.*s", (int)(colon - eq - 1), eq + 1);
             w->port = (uint16_t)port;
+            w->slot = n_workers;
             resolve(w);
             n_workers++;
         } else {
@@ -49,15 +52,61 @@ void model_workers_read(void) {
         }
         p = end ? end + 1 : p + len;
     }
+    /* The base's ready workers, the demand recorded (see model_workers.h): the deployment's row made or
+     * its last request moved (when a second old), and the scheduler woken when no worker of the base
+     * is there at all (one starting is not woken for again). Declared once: both completions and
+     * training sessions read the table. */
+    static int prepared;
+    if (!prepared++)
+        db_prepare("model_workers_demand",
+               "WITH d AS (INSERT INTO serving_deployments (base_model) VALUES ($1) ON CONFLICT (base_model, pool)"
+               "   DO UPDATE SET last_request_at = extract(epoch FROM clock_timestamp())"
+               "   WHERE serving_deployments.last_request_at < extract(epoch FROM clock_timestamp()) - 1),"
+               " w AS (SELECT address FROM model_workers WHERE base_model = $1 AND state = 'ready'"
+               "   AND address IS NOT NULL ORDER BY random() LIMIT 1)"
+               " SELECT address FROM w UNION ALL SELECT NULL FROM (SELECT pg_notify('whet_jobs', 'serve ' || $1)"
+               "   WHERE NOT EXISTS (SELECT 1 FROM model_workers WHERE base_model = $1 AND state <> 'stopping')) n"
+               " WHERE NOT EXISTS (SELECT 1 FROM w)");
 }
 
-int model_workers_find(const char *base) {
+struct lookup {
+    const char *base;
+    model_workers_found_fn found;
+    void *arg;
+};
+
+static void demand_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct lookup *q = arg;
+    const char *address = res->ok && PQntuples(res->res[0]) ? db_value(res->res[0], 0, 0) : NULL;
+    if (!res->ok)
+        log_warn("msg=\"the model workers of a base could not be read: answered as none ready\" model=%s request_id=%s "
+                 "error=\"%s\"",
+                 q->base, r->request_id, res->message);
+    const char *colon = address ? strrchr(address, ':') : NULL;
+    struct model_worker w = {.slot = -1};
+    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+    if (!colon || port <= 0 || port > 65535 || (size_t)(colon - address) >= sizeof w.host) {
+        if (address) log_warn("msg=\"a model worker's address is malformed\" model=%s address=\"%s\"", q->base, address);
+        q->found(r, NULL, q->arg);
+        return;
+    }
+    snprintf(w.model, sizeof w.model, "%s", q->base);
+    snprintf(w.host, sizeof w.host, "%.*s", (int)(colon - address), address);
+    w.port = (uint16_t)port;
+    q->found(r, &w, q->arg);
+}
+
+void model_workers_find(struct gw_req *r, const char *base, model_workers_found_fn found, void *arg) {
     for (int i = 0; i < n_workers; i++)
-        if (!strcmp(workers[i].model, base)) return i;
-    return -1;
+        if (!strcmp(workers[i].model, base)) {
+            found(r, &workers[i], arg);
+            return;
+        }
+    struct lookup *q = http_alloc(r, sizeof *q);
+    *q = (struct lookup){http_strdup(r, base), found, arg};
+    const char *params[] = {q->base};
+    db_query(r, "model_workers_demand", 1, params, demand_done, q);
 }
-
-const struct model_worker *model_workers_at(int i) { return &workers[i]; }
 
 /* The worker's answer starts: counted and logged as the gateway's own answers are. */
 struct observed {
@@ -70,8 +119,7 @@ static void observe_answer(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostrea
     h2o_setup_next_prefilter(self, req, slot);
 }
 
-void model_workers_hand_over(struct gw_req *r, int i, const char *const (*headers)[2], int n) {
-    const struct model_worker *w = &workers[i];
+void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, const char *const (*headers)[2], int n) {
     h2o_req_t *req = r->req;
     for (size_t k = 0; k < req->headers.size;) {
         const h2o_iovec_t *name = req->headers.entries[k].name;
@@ -97,11 +145,27 @@ void model_workers_hand_over(struct gw_req *r, int i, const char *const (*header
                           req->path, ov, 0);
 }
 
-void model_workers_proxy(struct gw_req *r, const char *base, const char *const (*headers)[2], int n) {
-    int i = model_workers_find(base);
-    if (i < 0) {
-        http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", base));
+struct proxying {
+    const char *base;
+    const char *(*headers)[2];
+    int n;
+};
+
+static void proxy_found(struct gw_req *r, const struct model_worker *w, void *arg) {
+    const struct proxying *p = arg;
+    if (!w) {
+        http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", p->base));
         return;
     }
-    model_workers_hand_over(r, i, headers, n);
+    model_workers_hand_over(r, w, (const char *const (*)[2])p->headers, p->n);
+}
+
+void model_workers_proxy(struct gw_req *r, const char *base, const char *const (*headers)[2], int n) {
+    struct proxying *p = http_alloc(r, sizeof *p);
+    *p = (struct proxying){http_strdup(r, base), http_alloc(r, (size_t)(n ? n : 1) * sizeof *p->headers), n};
+    for (int k = 0; k < n; k++) {
+        p->headers[k][0] = http_strdup(r, headers[k][0]);
+        p->headers[k][1] = http_strdup(r, headers[k][1]);
+    }
+    model_workers_find(r, base, proxy_found, p);
 }

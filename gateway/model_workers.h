@@ -1,7 +1,13 @@
-/* model_workers.h - the model workers (`whet serve`) the gateway hands requests to, one per base model:
- * WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]", read at start (placement by the scheduler and
- * scaling from zero are to come). Completions (inference.c, which waits for a worker's cold start and
- * meters the answer) and training sessions (training_sessions.c) go through this one table. */
+/* model_workers.h - the model workers (`whet serve`) the gateway hands requests to, per base model:
+ *  - the static table WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]" (optional), read at start
+ *    (`whet up` and tests name their workers so);
+ *  - else the workers the scheduler placed (migration 0021), read from the database on each lookup:
+ *    a ready one, picked at random. The lookup records the demand that scales a base from zero and
+ *    keeps its workers from idling out: serving_deployments.last_request_at (written at most once a
+ *    second per base), and NOTIFY whet_jobs when the base has no worker, which starts a scheduler
+ *    cycle at once (scheduler/service/serving.h).
+ * Completions (inference.c, which waits for a worker's cold start and meters the answer) and training
+ * sessions (training_sessions.c) go through these lookups. */
 #ifndef WHET_GATEWAY_MODEL_WORKERS_H
 #define WHET_GATEWAY_MODEL_WORKERS_H
 
@@ -15,21 +21,29 @@
 struct model_worker {
     char model[128], host[256];
     uint16_t port;
-    struct sockaddr_storage addr; /* resolved at start; addr_len 0: not resolved */
+    struct sockaddr_storage addr; /* a static worker's, resolved at start; addr_len 0: not resolved */
     socklen_t addr_len;
+    int slot;                     /* its index in WHET_SERVE_WORKERS, or -1: placed by the scheduler */
 };
 
-/* Reads WHET_SERVE_WORKERS (again); a malformed entry is logged and left out. */
+/* Reads WHET_SERVE_WORKERS (again); a malformed entry is logged and left out. Declares the lookup's
+ * statement: call before the gateway starts. */
 void model_workers_read(void);
-/* The index of the worker of base model `base`, or -1; and the worker at an index. */
-int model_workers_find(const char *base);
-const struct model_worker *model_workers_at(int i);
-/* Hands the request to worker i, unchanged but for its headers: no Authorization, no x-whet-* header
+
+/* Calls found(r, w, arg) with a worker of base model `base`, or w NULL when none is ready (or the
+ * database failed: logged); w is valid during the call. It runs at once for a static worker, else
+ * once the database answered, and not at all when the client went away meanwhile (arg should come
+ * from the request's pool). */
+typedef void (*model_workers_found_fn)(struct gw_req *r, const struct model_worker *w, void *arg);
+void model_workers_find(struct gw_req *r, const char *base, model_workers_found_fn found, void *arg);
+
+/* Hands the request to worker w, unchanged but for its headers: no Authorization, no x-whet-* header
  * the client sent (those are the gateway's word to the worker: which adapter, which session, whether to
  * report usage), and headers[0..n) added (name, value pairs, copied). h2o's reverse proxy streams the
  * worker's answer back. */
-void model_workers_hand_over(struct gw_req *r, int i, const char *const (*headers)[2], int n);
-/* model_workers_hand_over to the worker of `base`; a base without a worker is a 503 with retry-after. */
+void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, const char *const (*headers)[2], int n);
+/* model_workers_hand_over to a worker of `base` (headers copied at once); a base without a ready
+ * worker is a 503 with retry-after. */
 void model_workers_proxy(struct gw_req *r, const char *base, const char *const (*headers)[2], int n);
 
 #endif

@@ -76,14 +76,10 @@ static void init_resolved(struct gw_req *r, const struct db_result *res, void *a
     inference_data_key(r, init_keyed, c);
 }
 
-static void base_found(struct gw_req *r, const struct db_result *res, void *arg) {
+/* The base has a ready worker (the lookup recorded the demand that starts one when not). */
+static void base_served(struct gw_req *r, const struct model_worker *w, void *arg) {
     struct create *c = arg;
-    if (db_reply_failed(r, res)) return;
-    if (PQntuples(res->res[0]) == 0) {
-        http_reply_error(r, 404, "base_model", "model_not_found", "base_model: no base model `%s`", c->base);
-        return;
-    }
-    if (model_workers_find(c->base) < 0) {
+    if (!w) {
         http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", c->base));
         return;
     }
@@ -93,6 +89,16 @@ static void base_found(struct gw_req *r, const struct db_result *res, void *arg)
     }
     const char *params[] = {http_tenant_id(r), c->init};
     db_query(r, "inference_model", 2, params, init_resolved, c); /* inference.c's: completions' resolution */
+}
+
+static void base_found(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct create *c = arg;
+    if (db_reply_failed(r, res)) return;
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_error(r, 404, "base_model", "model_not_found", "base_model: no base model `%s`", c->base);
+        return;
+    }
+    model_workers_find(r, c->base, base_served, c);
 }
 
 static void create_allowed(struct gw_req *r, void *arg) {

@@ -16,6 +16,9 @@
 #include "log.h"
 #include "proto/whet.pb-c.h"
 
+/* How often the loop looks at its model workers between heartbeats. */
+#define WORKER_POLL_MS 100
+
 static volatile sig_atomic_t stopping;
 static void on_signal(int sig) {
     (void)sig;
@@ -171,8 +174,8 @@ static void reap_jobs(struct agent *a) {
             p = &j->next;
         }
     }
-    /* what the jobs still running hold (a device two of them shared stays held) */
-    a->busy_devices = 0;
+    /* what the jobs and model workers still running hold (a device two of them shared stays held) */
+    a->busy_devices = agent_workers_devices(a);
     for (struct agent_job *j = a->jobs; j; j = j->next) a->busy_devices |= j->device_mask;
 }
 
@@ -199,14 +202,18 @@ static int heartbeat(struct agent *a, struct whet_err *err) {
     req.node_id = a->node_id;
     req.n_jobs = (size_t)i;
     req.jobs = pp;
+    req.serve_workers = agent_workers_report(a, &req.n_serve_workers);
     Whet__V1__HeartbeatResponse *resp = NULL;
     int rc = rpc_call(a->rpc, "/whet.v1.Scheduler/Heartbeat", &req.base, &whet__v1__heartbeat_response__descriptor,
                       (ProtobufCMessage **)&resp, 3000, 3000, err);
     free(progress);
     free(pp);
+    agent_workers_report_free(req.serve_workers, req.n_serve_workers);
     if (rc != RPC_OK) return -1;
     int reregister = resp->reregister;
     for (size_t k = 0; k < resp->n_commands; k++) apply_command(a, resp->commands[k]);
+    agent_workers_reap(a, 0); /* the ends this heartbeat reported reached the scheduler */
+    if (!stopping && !reregister) agent_workers_apply(a, resp->serve_workers, resp->n_serve_workers);
     protobuf_c_message_free_unpacked(&resp->base, NULL);
     return reregister;
 }
@@ -255,11 +262,13 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
 
     int heartbeat_ms = 1000, registered = 0, rc = 0;
     double stop_deadline = 0;
-    while (!stopping || a.jobs) {
+    while (!stopping || a.jobs || a.workers) {
         if (stopping && !stop_deadline) {
-            /* Our own shutdown: each job checkpoints and stops, to resume elsewhere or here later. */
+            /* Our own shutdown: each job checkpoints and stops, to resume elsewhere or here later; the
+             * model workers end (the scheduler places them again when they are wanted). */
             log_info("msg=\"stopping: checkpointing running jobs\"");
             stop_all(&a, JOB_STOP);
+            agent_workers_stop_all(&a);
             stop_deadline = whet_now_mono() + 60;
         }
         if (stop_deadline && whet_now_mono() > stop_deadline) stop_all(&a, JOB_CANCEL);
@@ -278,12 +287,19 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
             /* Declared lost: our jobs were requeued elsewhere; running them on would train them twice. */
             log_warn("msg=\"the scheduler declared this node lost; abandoning its jobs and registering again\"");
             stop_all(&a, JOB_ABANDON);
+            agent_workers_stop_all(&a);
             registered = 0;
         }
+        if (stopping) agent_workers_reap(&a, 1);
         reap_jobs(&a);
         agent_metrics_registered(registered);
         agent_metrics_jobs(count_jobs(&a));
-        usleep((useconds_t)heartbeat_ms * 1000);
+        /* A model worker that starts listening (or ends) is reported at once: a request waits for it. */
+        int slept = 0;
+        do {
+            usleep(WORKER_POLL_MS * 1000);
+            slept += WORKER_POLL_MS;
+        } while (slept < heartbeat_ms && !agent_workers_tick(&a));
     }
     reap_jobs(&a);
     agent_metrics_stop();

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "agent.h"
+#include "proto/whet.pb-c.h"
 #include "objstore.h"
 #include "rpc.h"
 
@@ -36,6 +37,28 @@ struct agent_job {
     struct agent_job *next;
 };
 
+/* A model worker (serve_workers.c). The main thread creates it, starts it once a device is free, reads
+ * its state and stops it; its thread fetches the model and runs and waits for `whet serve`. */
+struct agent_worker {
+    char id[64];
+    json_t *base;          /* owned: {"id", "object_prefix", "sha256"} */
+    char *dir;             /* work_dir/workers/ID: its address file, log and adapter cache */
+    uint32_t device_mask;  /* the device it holds (agent_take_devices), once one was free */
+    pthread_t thread;
+    int started;           /* its thread runs (it had a device) */
+    atomic_int pid;        /* `whet serve`, leader of its own process group; 0 before it runs */
+    atomic_int stop;       /* set by the main thread: not to run, or to be killed */
+    atomic_int done;       /* the thread has ended: message says why */
+    char message[768];     /* written by the thread before done */
+    char address[80];      /* HOST:PORT once it listens (main thread) */
+    double term_at;        /* when a stopping one gets SIGTERM at the latest (main thread) */
+    int term_sent;
+    double kill_at;        /* when it gets SIGKILL after the SIGTERM (main thread) */
+    int exit_reported;     /* its end went in the last heartbeat (main thread) */
+    struct agent *agent;
+    struct agent_worker *next;
+};
+
 struct agent {
     const struct executor_options *opts;
     char node_id[64];
@@ -49,12 +72,30 @@ struct agent {
     struct objstore *store;
     pthread_mutex_t lock;          /* guards jobs */
     struct agent_job *jobs;
+    struct agent_worker *workers;  /* main thread only */
 };
 
 /* Starts the job's thread (job.c). */
 void agent_job_start(struct agent_job *job);
 /* Frees a finished job. */
 void agent_job_free(struct agent_job *job);
+/* The base model {"id", "object_prefix", "sha256"} in the node's model cache, fetched on first use
+ * (job.c). Returns the malloc'd directory, or NULL with err. */
+char *agent_fetch_model(struct agent *a, json_t *base, struct whet_err *err);
+
+/* Model workers (serve_workers.c), all from the main thread: a heartbeat's list applied (new ones
+ * started, unlisted ones stopped); every one stopped; readiness and kills advanced (returns 1 when a
+ * worker became ready or ended: news for the scheduler); the states for the
+ * next heartbeat (the array and its entries malloc'd, strings borrowed: agent_workers_report_free);
+ * the ended ones forgotten once a heartbeat reported their end (all_done: every ended one); the devices
+ * the running ones hold. */
+void agent_workers_apply(struct agent *a, Whet__V1__ServeWorker *const *list, size_t n);
+void agent_workers_stop_all(struct agent *a);
+int agent_workers_tick(struct agent *a);
+Whet__V1__ServeWorkerState **agent_workers_report(struct agent *a, size_t *n);
+void agent_workers_report_free(Whet__V1__ServeWorkerState **states, size_t n);
+void agent_workers_reap(struct agent *a, int all_done);
+uint32_t agent_workers_devices(const struct agent *a);
 
 /* RPC helpers (agent.c): report an event for the job (level info|warn|error, type message|metrics,
  * data JSON or NULL). Failures are logged, not fatal: events are best effort, results are not. */

@@ -31,7 +31,7 @@
  * same model wait for the first fetch. */
 static pthread_mutex_t model_cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static char *fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
+char *agent_fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
     const char *id = json_string_value(json_object_get(base, "id"));
     const char *prefix = json_string_value(json_object_get(base, "object_prefix"));
     const char *sha = json_string_value(json_object_get(base, "sha256"));
@@ -76,7 +76,7 @@ static int fetch_judges(struct agent *a, const json_t *list, json_t *cfg, char *
     json_object_set_new(cfg, "judge_models", dirs);
     for (size_t i = 0; i < n; i++) {
         json_t *judge = json_array_get(list, i);
-        if (!((*judge_dirs)[i] = fetch_model(a, judge, err))) return whet_err_prefix(err, "judge model");
+        if (!((*judge_dirs)[i] = agent_fetch_model(a, judge, err))) return whet_err_prefix(err, "judge model");
         json_object_set_new(dirs, json_string_value(json_object_get(judge, "id")), json_string((*judge_dirs)[i]));
     }
     return 0;
@@ -98,7 +98,7 @@ static char *prepare(struct agent_job *job, char **model_dir, char ***judge_dirs
     char *out_dir = xasprintf("%s/out", job->dir);
     char *train = xasprintf("%s/train.jsonl", job->dir), *valid = NULL, *resume = NULL, *init = NULL, *cfg_path = NULL;
     json_t *cfg = NULL;
-    if (whet_mkdir_p(out_dir, err) < 0 || !(*model_dir = fetch_model(a, json_object_get(m, "base_model"), err)) ||
+    if (whet_mkdir_p(out_dir, err) < 0 || !(*model_dir = agent_fetch_model(a, json_object_get(m, "base_model"), err)) ||
         fetch_file(job, json_object_get(m, "training_file"), train, err) < 0)
         goto out;
     if (json_is_object(json_object_get(m, "validation_file"))) {

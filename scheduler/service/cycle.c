@@ -24,6 +24,7 @@
 #include "pg.h"
 #include "placement.h"
 #include "service_internal.h"
+#include "serving.h"
 #include "sizing.h"
 
 /* ------------------------------------------------------------------------------------------------
@@ -319,8 +320,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
     PGresult *res = whet_pg_query(conn,
                                   "SELECT id, dc, device_type, gpus, cpu_milli, memory_mib,"
                                   " coalesce((devices->0->>'memory_mib')::int, 0), address,"
-                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0"
-                                  " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
+                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0,"
+                                  " " SERVING_HELD_SQL " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
                                   0, NULL, err);
     if (!res) return -1;
     s->n_nodes = PQntuples(res);
@@ -340,6 +341,9 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         n->gpu_mem_mib = atoi(PQgetvalue(res, i, 6));
         n->schedulable = PQgetvalue(res, i, 8)[0] != 't';
         pl_node_reset_free(n);
+        int held = atoi(PQgetvalue(res, i, 9)); /* by model workers (serving.h): no job goes there */
+        for (int g = 0; g < n->gpus; g++)
+            if (held >> g & 1) n->gpu_free_milli[g] = 0;
     }
     PQclear(res);
     load_pools(s);
@@ -723,6 +727,10 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     int placed = 0, deferred = 0;
     if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0)
         return -1;
+    /* Model workers first (serving.h): a free device goes to a worker before a job. Their failure does
+     * not hold up the jobs' placement. */
+    struct whet_err serr;
+    if (scheduler_serving_cycle(conn, &serr) < 0) log_warn("msg=\"model workers not scaled\" error=\"%s\"", serr.msg);
     t[1] = whet_now_mono();
     struct snapshot s;
     struct pl_cluster *cluster = NULL;

@@ -14,6 +14,7 @@
 #include "pg.h"
 #include "proto/whet.pb-c.h"
 #include "service_internal.h"
+#include "serving.h"
 
 static __thread PGconn *thread_conn;
 
@@ -137,6 +138,7 @@ static void free_heartbeat_response(ProtobufCMessage *m) {
         free(resp->commands[i]);
     }
     free(resp->commands);
+    scheduler_serving_free(resp);
     free(resp);
 }
 
@@ -199,6 +201,11 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
             free(resp);
             return db_unavailable(err);
         }
+    }
+
+    if (scheduler_serving_heartbeat(conn, req, resp, err) < 0) {
+        free_heartbeat_response(&resp->base);
+        return db_unavailable(err);
     }
 
     /* Hand out the commands waiting for this node, oldest first (a STOP never overtakes its START), and

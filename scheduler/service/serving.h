@@ -1,0 +1,45 @@
+/* serving.h - model workers (`whet serve`) placed by the scheduler like 1-device jobs, scaled from zero
+ * on demand and back to zero after an idle period (serving.c; the rows are migration 0021's).
+ *
+ * The gateway records demand on a base model (serving_deployments.last_request_at, and NOTIFY whet_jobs
+ * when no worker of it is ready). Each cycle, before the jobs' placement: a deployment asked for within
+ * WHET_SERVE_IDLE_S (default 300) wants one replica, one idle longer none, and one more (up to
+ * WHET_SERVE_MAX_REPLICAS, default 4) while every ready replica has had requests waiting for a sequence
+ * slot for a few seconds (the executor reads them from the worker's /metrics for each heartbeat) and
+ * none is starting,
+ * until none had a queue for WHET_SERVE_IDLE_S; a wanted replica goes on a
+ * ready node of the deployment's pool with a device that no attempt and no other worker holds (serving
+ * is placed before training, so a free device goes to a worker first); an unwanted one is marked
+ * stopping. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed
+ * on it. Each heartbeat hands the node the list of workers it is to run and takes the executor's
+ * reports: ready at HOST:PORT, or ended (the row goes). A wanted replica with no free device preempts
+ * a running 1-device job of the default priority (below SERVE_PRIORITY, serving.c) for a base with no
+ * worker, one at a time, as the placement library's preemptions do (STOP with a checkpoint; the job
+ * waits in the queue). Missing: the sandbox (a worker runs in its own process group, not in the
+ * trainers' sandbox), tokens/s as a measure of load. */
+#ifndef WHET_SCHEDULER_SERVING_H
+#define WHET_SCHEDULER_SERVING_H
+
+#include <libpq-fe.h>
+
+#include "proto/whet.pb-c.h"
+#include "util.h"
+
+/* The devices a node's workers hold, as a mask: a column of the snapshot's query of `nodes`. A device
+ * that a job preempted for a worker still holds is the job's until its attempt ends. */
+#define SERVING_HELD_SQL                                                                                      \
+    "(SELECT CASE WHEN count(*) = 0 THEN 0 ELSE bit_or(1 << w.device_index) & ~coalesce((SELECT bit_or(a.gpu_mask)" \
+    " FROM job_attempts a WHERE a.node_id = nodes.id AND a.ended_at IS NULL), 0) END"                         \
+    " FROM model_workers w WHERE w.node_id = nodes.id)"
+
+/* The cycle's part: workers of lost nodes forgotten, idle deployments scaled to zero, wanted replicas
+ * placed. Returns 0, or -1 with err when the database failed. */
+int scheduler_serving_cycle(PGconn *conn, struct whet_err *err);
+
+/* The heartbeat's part for node `req->node_id`: records the executor's reports and sets the response's
+ * serve_workers (freed by scheduler_serving_free). Returns 0, or -1 with err. */
+int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
+                                struct whet_err *err);
+void scheduler_serving_free(Whet__V1__HeartbeatResponse *resp);
+
+#endif

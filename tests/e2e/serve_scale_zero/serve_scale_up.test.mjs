@@ -1,0 +1,60 @@
+// Model workers scaled by load (scheduler/service/serving.h): `whet up` with a scheduler and two
+// executors of one simulated device each, workers of one sequence slot (WHET_SERVE_SLOTS=1) so that
+// concurrent requests wait for it, at most two replicas (WHET_SERVE_MAX_REPLICAS=2), and no worker named
+// to the gateway. Concurrent clients through the official SDK make the one worker's queue grow: a
+// second replica starts on the other node and both answer; with one client at a time the extra replica
+// stops after WHET_SERVE_IDLE_S without a queue while every request is still answered (it finishes what
+// it has before it is stopped), and once no request comes the last one stops too.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { until } from '../lib.mjs';
+import { psql } from '../../integration/lib/gateway.mjs';
+import { startServing, workers as rows } from './stack.mjs';
+
+const IDLE_S = 4;
+const { db, client, log } = await startServing({ executors: 2, env: { WHET_SERVE_IDLE_S: String(IDLE_S), WHET_SERVE_SLOTS: '1',
+                                                                      WHET_SERVE_MAX_REPLICAS: '2' } });
+// whet-tiny's workers that are not stopping
+const workers = () => rows(db).filter((w) => w.state !== 'stopping');
+const ask = () => client.chat.completions.create({ model: 'whet-tiny', messages: [{ role: 'user', content: 'Name a colour.' }],
+  max_tokens: 64, temperature: 1, seed: 7 });
+
+// `n` clients asking one after the other until stop() (resolves to the errors they met); every load
+// ends with the test, also one that fails.
+const loads = [];
+function load(n) {
+  let stopped = false;
+  loads.push(() => { stopped = true; });
+  const errors = [];
+  const one = async () => {
+    while (!stopped) {
+      try {
+        const r = await ask();
+        if (!r.choices[0].message) errors.push('an answer without a message');
+      } catch (e) { errors.push(String(e.message || e)); }
+    }
+  };
+  const all = Promise.all(Array.from({ length: n }, one));
+  return async () => { stopped = true; await all; return errors; };
+}
+
+test('a second replica for a queue, back to one without it, none when idle', async (t) => {
+  t.after(() => {
+    for (const stop of loads) stop();
+    if (t.passed === false) console.error(log().split('\n').slice(-80).join('\n'));
+  });
+  await ask();
+  assert.equal(workers().length, 1, 'one worker after the first request');
+  const heavy = load(4);
+  await until('a second replica for the queue', () => workers().filter((w) => w.state === 'ready').length === 2, 120000, 200);
+  const two = workers();
+  assert.notEqual(two[0].node, two[1].node, `the replicas are on both nodes: ${JSON.stringify(two)}`);
+  assert.deepEqual(await heavy(), [], 'every request under load answered');
+  const light = load(1);
+  await until('back to one replica without a queue', () => workers().length === 1, IDLE_S * 1000 + 60000, 200);
+  // the stopped replica's end, with the light load still going: one request at a time is no queue
+  await new Promise((r) => setTimeout(r, (IDLE_S + 2) * 1000));
+  assert.deepEqual(await light(), [], 'every request answered while the extra replica stopped');
+  assert.equal(workers().length, 1, 'the remaining replica serves');
+  await until('no replica once idle', () => psql(db.url, `SELECT count(*) FROM model_workers`) === '0', IDLE_S * 1000 + 30000, 200);
+});

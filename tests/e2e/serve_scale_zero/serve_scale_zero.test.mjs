@@ -1,0 +1,105 @@
+// Model workers placed by the scheduler (migration 0021, scheduler/service/serving.h): `whet up` with a
+// scheduler and one executor of one simulated device, and no worker of whet-tiny named to the gateway
+// (WHET_SERVE_WORKERS names only a base no test asks for, so `whet up` starts no worker of its own). The
+// first chat completion through the official SDK waits for a cold start (the gateway records the
+// demand, the scheduler places a worker on the executor's device, the executor runs `whet serve` and
+// reports its address) and is answered; the worker is in model_workers with its node; after
+// WHET_SERVE_IDLE_S without requests it is stopped (its process gone, its row gone) and the next
+// request starts one again. Several rounds, to show it is not flaky; time to first token cold and warm
+// is printed. A request while a job of the default priority holds the one device preempts it (it
+// checkpoints and waits); once the worker idles out, the job resumes and finishes.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { until, holdTrainer, releaseWhenSignalled } from '../lib.mjs';
+import { psql } from '../../integration/lib/gateway.mjs';
+import { startServing, workers as rows } from './stack.mjs';
+
+const IDLE_S = 4, ROUNDS = 3;
+const { work, db, client, log } = await startServing({ executors: 1, env: { WHET_SERVE_IDLE_S: String(IDLE_S) } });
+const dump = (t) => t.after(() => { if (t.passed === false) console.error(log().split('\n').slice(-60).join('\n')); });
+const workers = () => rows(db);
+// The `whet serve` processes the executor runs (their cache dirs are under its work dir).
+const servePids = () => {
+  try {
+    return execFileSync('pgrep', ['-f', `${work}/executors/.*/workers/worker-`], { encoding: 'utf8' }).trim().split('\n').filter((l) => l);
+  } catch { return []; } // pgrep: none
+};
+const nodes = () => psql(db.url, `SELECT id FROM nodes WHERE state = 'ready'`).split('\n').filter((l) => l);
+
+// Milliseconds to the first token of a streamed answer, and the answer.
+async function firstToken() {
+  const start = Date.now();
+  const stream = await client.chat.completions.create({ model: 'whet-tiny', messages: [{ role: 'user', content: 'Name a colour.' }],
+    max_tokens: 8, temperature: 0, stream: true });
+  let ms = 0, text = '';
+  for await (const chunk of stream) {
+    const piece = chunk.choices[0]?.delta?.content;
+    if (piece && !ms) ms = Date.now() - start;
+    text += piece ?? '';
+  }
+  return { ms, text };
+}
+
+test('a worker starts on the first request, stops when idle, and starts again', async (t) => {
+  dump(t);
+  assert.deepEqual(workers(), [], 'no worker before the first request');
+  let answer;
+  for (let round = 1; round <= ROUNDS; round++) {
+    const cold = await firstToken();
+    assert.ok(cold.ms > 0 && cold.text.length > 0, `round ${round}: the cold request is answered`);
+    if (answer === undefined) answer = cold.text;
+    assert.equal(cold.text, answer, `round ${round}: greedy answers agree across workers`);
+    const w = workers();
+    assert.equal(w.length, 1, `round ${round}: one worker of whet-tiny: ${JSON.stringify(w)}`);
+    assert.equal(w[0].state, 'ready');
+    assert.ok(nodes().includes(w[0].node), `round ${round}: it runs on the executor's node ${w[0].node}`);
+    assert.match(w[0].address, /^127\.0\.0\.1:\d+$/);
+    assert.equal(servePids().length, 1, `round ${round}: one whet serve process`);
+    const warmStart = Date.now();
+    const warm = await firstToken();
+    assert.equal(warm.text, answer, `round ${round}: the warm answer is the same`);
+    assert.deepEqual(workers().map((x) => x.id), [w[0].id], `round ${round}: the warm request went to the same worker`);
+    console.log(`round ${round}: time to first token cold ${cold.ms} ms, warm ${warm.ms} ms (worker ${w[0].id} at ${w[0].address})`);
+    // idle: stopped within the idle period plus a few heartbeats and cycles, not before it (the gateway
+    // records a request at most once a second: the last one recorded came at most 1 s before the warm one)
+    await until(`round ${round}: the idle worker to be gone`, () => workers().length === 0 && servePids().length === 0,
+      IDLE_S * 1000 + 30000, 200);
+    const stoppedAfter = Date.now() - warmStart;
+    assert.ok(stoppedAfter >= (IDLE_S - 1) * 1000, `round ${round}: not stopped before the idle period (${stoppedAfter} ms)`);
+    const [host, port] = w[0].address.split(':');
+    const refused = await new Promise((resolve) => {
+      const s = net.connect(Number(port), host);
+      s.on('connect', () => { s.destroy(); resolve(false); });
+      s.on('error', () => resolve(true));
+    });
+    assert.ok(refused, `round ${round}: nothing listens at the stopped worker's address`);
+  }
+  const deployments = psql(db.url, `SELECT base_model, desired FROM serving_deployments`);
+  assert.equal(deployments, 'whet-tiny|0', 'the deployment wants no replica once idle');
+});
+
+test('a worker preempts a job of the default priority, which resumes once the worker idles out', async (t) => {
+  dump(t);
+  const training = await client.files.create({ file: fs.createReadStream(path.join(process.env.WHET_FIXTURES, 'sft', 'train.jsonl')),
+                                               purpose: 'fine-tune' });
+  const job = await client.fineTuning.jobs.create({ model: 'whet-tiny', training_file: training.id,
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 50, batch_size: 2 } } },
+    whet: { max_steps: 30, checkpoint_every_steps: 5 } });
+  const pids = await holdTrainer(t, path.join(work, 'executors', 'executor-1', 'jobs', `${job.id}-1`));
+  const answer = firstToken();
+  await releaseWhenSignalled(pids);
+  const { text } = await answer;
+  assert.ok(text.length > 0, 'the request is answered once the job made room');
+  const events = [];
+  for await (const e of client.fineTuning.jobs.listEvents(job.id, { limit: 100 })) events.push(e.message);
+  assert.ok(events.some((m) => /preempted for a model worker/.test(m)), `a preemption event: ${JSON.stringify(events)}`);
+  await until('the job to finish after the worker idled out', async () =>
+    (await client.fineTuning.jobs.retrieve(job.id)).status === 'succeeded', 300000, 500);
+  assert.deepEqual(workers(), [], 'no worker left');
+  assert.equal(psql(db.url, `SELECT count(*) FROM job_attempts WHERE job_id = '${job.id}'`), '2',
+               'the job ran twice: before the preemption and after the worker');
+});
