@@ -402,9 +402,6 @@ static int parse_object(struct trainer_config *cfg, json_t *root, struct whet_er
         return whet_errf(err, "device: must be \"cpu\", \"cuda\" or \"cuda:N\", got \"%s\"", cfg->device);
     if (parse_lora(&cfg->lora, json_object_get(root, "lora"), err)) return -1;
     if (parse_distributed(&cfg->dist, json_object_get(root, "distributed"), err)) return -1;
-    if (cfg->dist.zero == 3 && cfg->method == TRAINER_GRPO)
-        return whet_errf(err, "distributed.zero: 3 (parameter sharding) is for methods \"sft\" and \"dpo\" for now; "
-                              "use zero 1 for GRPO");
     if (cfg->init_adapter && !cfg->lora.enabled)
         return whet_errf(err, "init_adapter: needs LoRA (lora is null, which asks for full fine-tuning)");
 

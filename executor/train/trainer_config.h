@@ -89,7 +89,7 @@ struct trainer_distributed {
     unsigned generation; /* the gang's start count: a rank of another generation is refused */
     int timeout_s;       /* rendezvous and collectives */
     int zero;            /* 1: ZeRO-1, the optimizer state sharded over the ranks; 3: ZeRO-3,
-                          * the base parameters too (SFT and DPO) */
+                          * the base parameters too */
 };
 
 struct trainer_config {

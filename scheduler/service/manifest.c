@@ -7,7 +7,7 @@
  * mapped onto a trainer config, sft, dpo or grpo) come from trainer_settings.c, which needs no
  * database. Each rank of a gang gets the attempt's manifest with its own "distributed" object
  * (scheduler_rank_manifest): world_size, rank, generation, rendezvous, host, timeout_s, zero (ZeRO-3 for
- * full fine-tuning, ZeRO-1 for full GRPO), and the peers' addresses, which the executor turns into the trainer config's `distributed` and its sandbox's
+ * full fine-tuning), and the peers' addresses, which the executor turns into the trainer config's `distributed` and its sandbox's
  * network policy. With encryption at rest on, the tenant's data key joins a manifest when it is
  * delivered (scheduler_manifest_deliver), never in the stored copy. */
 #include <jansson.h>
@@ -121,14 +121,11 @@ json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *
     json_t *m = json_deep_copy(manifest);
     json_object_set_new(m, "devices", json_integer(1));
     /* A full fine-tune is sharded as sizing assumed (scheduler/placement/sizing.h): the parameters,
-     * gradients and optimizer state (ZeRO-3, 1.5x the bytes of data parallelism for 1/N of the memory),
-     * but GRPO's optimizer state only (ZeRO-1: the trainer does not shard its rollouts' model yet).
+     * gradients and optimizer state (ZeRO-3, 1.5x the bytes of data parallelism for 1/N of the memory).
      * LoRA's state is small, and data parallelism overlaps the gradient's all-reduce with the backward
      * pass. */
-    const json_t *trainer = json_object_get(m, "trainer");
-    const char *method = json_string_value(json_object_get(trainer, "method"));
-    int full_ft = json_is_null(json_object_get(trainer, "lora"));
-    int zero = !full_ft ? 0 : method && !strcmp(method, "grpo") ? 1 : 3;
+    int full_ft = json_is_null(json_object_get(json_object_get(m, "trainer"), "lora"));
+    int zero = full_ft ? 3 : 0;
     json_object_set_new(m, "distributed",
                         json_pack("{s:i, s:i, s:i, s:o, s:s, s:i, s:i, s:O}", "world_size", r->world_size, "rank",
                                   r->rank, "generation", r->generation, "rendezvous",

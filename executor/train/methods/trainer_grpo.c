@@ -263,11 +263,14 @@ static int rows_per_micro_batch(const struct run *r, int n_seqs) {
 /* The reference log-probs of every response token (adapter off, or the frozen copy). */
 static int reference_pass(struct run *r, float *ref_logp, struct mbatch *b, const struct seq *seqs, int n_seqs,
                           struct whet_err *err) {
-    int per = rows_per_micro_batch(r, n_seqs), rc = 0;
+    int per = rows_per_micro_batch(r, n_seqs), most;
     struct model *m = r->ref_model ? r->ref_model : r->model;
+    /* (the policy's passes are collectives under ZeRO-3, a frozen copy's are not) */
+    int passes = r->ref_model ? 0 : trainer_passes(n_seqs, per), rc = trainer_most_passes(r, passes, &most, err);
     model_set_adapter_enabled(m, 0);
     for (int first = 0; first < n_seqs && !rc; first += per)
         rc = forward_logps(ref_logp, m, b, seqs + first, n_seqs - first < per ? n_seqs - first : per, err);
+    if (!rc) rc = trainer_idle_passes(r, most - passes, 0, err);
     model_set_adapter_enabled(m, 1);
     return rc;
 }
@@ -279,11 +282,12 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                          struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
     struct grpo_loss_opts lo = {hp->clip_ratio_low, hp->clip_ratio_high, GRPO_CLIP_RATIO_C, hp->kl_coef};
-    int per = rows_per_micro_batch(r, n_seqs);
+    int per = rows_per_micro_batch(r, n_seqs), passes = trainer_passes(n_seqs, per), most;
     double *dl = NULL;
     size_t dl_cap = 0;
     for (int e = 0; e < hp->ppo_epochs; e++) {
         struct grpo_loss_stats st = {0};
+        if (trainer_most_passes(r, passes, &most, err)) return -1;
         model_zero_grad(r->model);
         for (int first = 0; first < n_seqs; first += per) {
             int n = n_seqs - first < per ? n_seqs - first : per;
@@ -311,6 +315,10 @@ static int update_passes(struct run *r, float *logp, float *old_logp, const floa
                 free(dl);
                 return -1;
             }
+        }
+        if (trainer_idle_passes(r, most - passes, 1, err)) {
+            free(dl);
+            return -1;
         }
         trainer_overlap_end(r);
         /* the figures of the whole batch: every rank's responses */
@@ -345,8 +353,9 @@ static int grpo_validate(struct run *r, struct method_text *t, struct whet_err *
     rng_seed(&rng, r->cfg->seed); /* greedy draws nothing; the rollout wants one all the same */
     const int chunk = 64;         /* prompts decoded together: bounds the KV cache */
     double sums[2] = {0, 0}; /* rewards, passed: of this rank's share of the prompts, then of all */
-    int rc = 0, share, n_share;
+    int share, n_share;
     trainer_rank_rows(r, 0, M, &share, &n_share);
+    int rc = model_gather_params(r->model, err); /* ZeRO-3: generation holds the whole model */
     for (int first = share; first < share + n_share && !rc; first += chunk) {
         int n = share + n_share - first < chunk ? share + n_share - first : chunk, errors = 0,
             *passed = xmalloc(sizeof(int) * (size_t)n);
@@ -364,6 +373,7 @@ static int grpo_validate(struct run *r, struct method_text *t, struct whet_err *
         free(prompts);
         free(passed);
     }
+    model_release_params(r->model);
     if (rc) return whet_err_prefix(err, "validation");
     if (trainer_sum(r, sums, 2, err)) return -1;
     double reward_mean = M ? sums[0] / M : 0, pass_rate = M ? sums[1] / M : 0;
@@ -587,7 +597,9 @@ static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err
      * batches, seeded by (seed, step) */
     struct rng rng;
     rng_seed(&rng, rng_stream(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
-    int rc = sample_groups(&ss, s, r, &row, &rng, err);
+    int rc = model_gather_params(r->model, err); /* ZeRO-3: generation holds the whole model */
+    if (!rc) rc = sample_groups(&ss, s, r, &row, &rng, err);
+    model_release_params(r->model);
     if (rc) goto out;
     s->gen_batches = ss.n_batches;
     s->groups_kept = ss.kept;

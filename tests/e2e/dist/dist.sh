@@ -4,7 +4,7 @@
 #   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
 #     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks; the gradient all-reduced
 #     in buckets during the backward pass), SFT full with fewer rows than ranks, SFT full and DPO LoRA
-#     (ZeRO-1, 3 ranks), SFT and DPO, full and LoRA, under ZeRO-3 (3 ranks; SFT full also with fewer rows than ranks), GRPO LoRA (3
+#     (ZeRO-1, 3 ranks), SFT, DPO and GRPO, full and LoRA, under ZeRO-3 (3 ranks; SFT full also with fewer rows than ranks), GRPO LoRA (3
 #     ranks sharing 5 prompts, a reference pass, dynamic sampling with refills); only rank 0 writes
 #     metrics, events and checkpoints;
 #   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, and a ZeRO-3 one on 2 ranks of
@@ -111,15 +111,18 @@ PY
 
 LORA=', "lora": {"r": 8, "alpha": 16}'
 FULL=', "lora": null'
-GRPO="$LORA"', "grader": {"type": "string_check", "name": "has_o", "input": "{{sample.output_text}}",
+GRPO_FIELDS=', "grader": {"type": "string_check", "name": "has_o", "input": "{{sample.output_text}}",
  "reference": "{{item.answer}}", "operation": "like"}, "rollout": {"n": 4, "max_tokens": 6, "temperature": 1.0},
  "eval_samples": 5'
+GRPO="$LORA$GRPO_FIELDS"
+GRPO_FULL="$FULL$GRPO_FIELDS"
 
 # ---- the references: one process each
-for run in "sft lora" "sft full" "dpo lora" "dpo full" "grpo lora"; do
+for run in "sft lora" "sft full" "dpo lora" "dpo full" "grpo lora" "grpo full"; do
   set -- $run
   extra=$([ "$2" = full ] && echo "$FULL" || echo "$LORA")
   [ "$1" = grpo ] && extra=$GRPO
+  [ "$1 $2" = "grpo full" ] && extra=$GRPO_FULL
   config "$work/single-$1-$2.json" "$1" "$work/single-$1-$2" "$extra"
   "$WHET_BIN" train --config "$work/single-$1-$2.json" --quiet > /dev/null || fail "single $1 $2"
 done
@@ -155,6 +158,11 @@ gang dpolora3z dpo 3 "$LORA" ', "zero": 3'
 same_losses "$work/single-dpo-lora/metrics.jsonl" "$work/dpolora3z-0/metrics.jsonl"
 gang grpo3 grpo 3 "$GRPO"
 same_losses "$work/single-grpo-lora/metrics.jsonl" "$work/grpo3-0/metrics.jsonl"
+# GRPO under ZeRO-3: rollouts hold the whole model gathered; reference and update passes kept in step
+gang grpo3z grpo 3 "$GRPO" ', "zero": 3'
+same_losses "$work/single-grpo-lora/metrics.jsonl" "$work/grpo3z-0/metrics.jsonl"
+gang grpofull3z grpo 3 "$GRPO_FULL" ', "zero": 3'
+same_losses "$work/single-grpo-full/metrics.jsonl" "$work/grpofull3z-0/metrics.jsonl"
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert any(0 < x["reward_mean"] < 1 and x["groups_kept"] > 0 for x in r), r' \
   "$work/single-grpo-lora/metrics.jsonl" || fail "GRPO: no step with mixed rewards to compare"
 

@@ -93,7 +93,6 @@ static const struct {
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":2,\"rendezvous\":\"h:1\"}}", {"distributed.rank", "[0, 1]"}},
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0}}", {"distributed", "rendezvous", "required"}},
     {"{" BASE ",\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":2}}", {"distributed.zero", "ZeRO-1", "ZeRO-3"}},
-    {"{" BASE ",\"method\":\"grpo\",\"lora\":null,\"distributed\":{\"world_size\":2,\"rank\":0,\"rendezvous\":\"h:1\",\"zero\":3}}", {"distributed.zero", "\"sft\" and \"dpo\"", "zero 1 for GRPO"}},
     {"{" BASE ",\"distributed\":{\"world\":2}}", {"distributed.world: unknown field", "world_size"}},
 };
 
