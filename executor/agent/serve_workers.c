@@ -42,16 +42,19 @@
 struct worker_net {
     char listen[INET6_ADDRSTRLEN]; /* the node's address (WHET_EXECUTOR_ADDRESS), numeric */
     char **connect_to;             /* NULL-terminated "ADDR:PORT" of an s3:// store's endpoint; owned */
+    char *resolve;                 /* "WHET_S3_RESOLVE=HOST:PORT:ADDR,…" for its client; owned */
     const char *store_dir;         /* a file:// store's directory (bound writable: session saves) */
 };
 
 static void worker_net_free(struct worker_net *n) {
     for (size_t i = 0; n->connect_to && n->connect_to[i]; i++) free(n->connect_to[i]);
     free(n->connect_to);
+    free(n->resolve);
 }
 
 /* getaddrinfo of HOST (brackets allowed) and PORT, as numeric text: the first address into n->listen
- * (listen), else every address with its port into n->connect_to. */
+ * (listen), else every address with its port into n->connect_to, and all of them into n->resolve (the
+ * sandbox has no DNS: the object store client inside takes them from there). */
 static int resolve_each(const char *host, const char *port, struct worker_net *n, int listen, struct whet_err *err) {
     char name[256];
     size_t len = strlen(host);
@@ -67,7 +70,10 @@ static int resolve_each(const char *host, const char *port, struct worker_net *n
     if (rc) return whet_errf(err, "cannot resolve \"%s\": %s", name, gai_strerror(rc));
     size_t count = 0;
     for (struct addrinfo *r = res; r; r = r->ai_next) count++;
-    if (!listen) n->connect_to = xcalloc(count + 1, sizeof *n->connect_to);
+    if (!listen) {
+        n->connect_to = xcalloc(count + 1, sizeof *n->connect_to);
+        n->resolve = xasprintf("WHET_S3_RESOLVE=%s:%s:", name, port);
+    }
     count = 0;
     for (struct addrinfo *r = res; r; r = r->ai_next) {
         char text[INET6_ADDRSTRLEN];
@@ -79,7 +85,11 @@ static int resolve_each(const char *host, const char *port, struct worker_net *n
             snprintf(n->listen, sizeof n->listen, "%s", text);
             break;
         }
-        n->connect_to[count++] = r->ai_family == AF_INET6 ? xasprintf("[%s]:%s", text, port) : xasprintf("%s:%s", text, port);
+        int v6 = r->ai_family == AF_INET6;
+        n->connect_to[count++] = xasprintf(v6 ? "[%s]:%s" : "%s:%s", text, port);
+        char *more = xasprintf("%s%s%s%s%s", n->resolve, count > 1 ? "," : "", v6 ? "[" : "", text, v6 ? "]" : "");
+        free(n->resolve);
+        n->resolve = more;
     }
     freeaddrinfo(res);
     if (listen && !n->listen[0]) return whet_errf(err, "\"%s\" has no IPv4 or IPv6 address", name);
@@ -142,13 +152,14 @@ static void serve(struct agent_worker *w, const char *model, const char *const *
     struct agent_cuda_grant gpus;
     agent_cuda_grant(&gpus, w->device_mask);
     char *env_copy[WHET_ARRAY_LEN(passed_env)] = {0};
-    const char *env[WHET_ARRAY_LEN(passed_env) + 8] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8",
+    const char *env[WHET_ARRAY_LEN(passed_env) + 9] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8",
                                                        "OMP_WAIT_POLICY=PASSIVE", "CUDA_DEVICE_ORDER=PCI_BUS_ID"};
     size_t n_env = 5;
 #ifdef __SANITIZE_ADDRESS__
     env[n_env++] = "ASAN_OPTIONS=detect_leaks=0"; /* LeakSanitizer's ptrace is forbidden (as in job.c) */
 #endif
     if (a->cuda) env[n_env++] = gpus.visible;
+    if (net.resolve) env[n_env++] = net.resolve;
     for (size_t i = 0; i < WHET_ARRAY_LEN(passed_env); i++) {
         const char *v = getenv(passed_env[i]);
         if (v) env[n_env++] = env_copy[i] = xasprintf("%s=%s", passed_env[i], v);
