@@ -1,7 +1,6 @@
 // Model workers placed by the scheduler (migration 0021, scheduler/service/serving.h): `whet up` with a
 // scheduler and one executor of one simulated device, and no worker of whet-tiny named to the gateway
-// (WHET_SERVE_WORKERS names only a base no test asks for, so `whet up` starts no worker of its own). The
-// first chat completion through the official SDK waits for a cold start (the gateway records the
+// (`whet up --placed-workers` starts no worker of its own). The first chat completion through the official SDK waits for a cold start (the gateway records the
 // demand, the scheduler places a worker on the executor's device, the executor runs `whet serve` and
 // reports its address) and is answered; the worker is in model_workers with its node; after
 // WHET_SERVE_IDLE_S without requests it is stopped (its process gone, its row gone) and the next
