@@ -7,7 +7,8 @@
 // request starts one again. Several rounds, to show it is not flaky; time to first token cold and warm
 // is printed. The worker runs in the trainers' sandbox (its own namespaces, seccomp). A request while a
 // job of the default priority holds the one device preempts it (it checkpoints and waits); once the
-// worker idles out, the job resumes and finishes. A training session's create from zero waits for the
+// worker idles out, the job resumes and finishes, and its fine-tuned model answers (the worker's sandbox
+// reads the adapter from the object store). A training session's create from zero waits for the
 // cold start as completions do. Last, a worker dies with its executor when that is killed with SIGKILL.
 import test from 'node:test';
 import assert from 'node:assert/strict';
@@ -115,6 +116,11 @@ test('a worker preempts a job of the default priority, which resumes once the wo
   assert.deepEqual(workers(), [], 'no worker left');
   assert.equal(psql(db.url, `SELECT count(*) FROM job_attempts WHERE job_id = '${job.id}'`), '2',
                'the job ran twice: before the preemption and after the worker');
+  // the fine-tuned model answers through a placed worker: its sandbox reads the adapter from the store
+  const { fine_tuned_model: model } = await client.fineTuning.jobs.retrieve(job.id);
+  const tuned = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Name a colour.' }],
+    max_tokens: 8, temperature: 0 });
+  assert.ok(tuned.choices[0].message.content.length > 0, `the fine-tuned model ${model} answers`);
 });
 
 test('a training session create waits for a cold start', async (t) => {
