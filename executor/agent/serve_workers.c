@@ -124,10 +124,28 @@ static int worker_net_plan(struct worker_net *n, const char *node_address, const
     return rc < 0 ? whet_err_prefix(err, "WHET_S3_ENDPOINT") : 0;
 }
 
-/* The object store client's settings and the operator keyring pass into the sandbox; nothing else of
- * the executor's environment. */
+/* The object store client's settings pass into the sandbox, and the operator keyring as a copy
+ * (keyring_copy); nothing else of the executor's environment. */
 static const char *const passed_env[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-                                         "AWS_REGION", "WHET_S3_ENDPOINT", "WHET_DATA_KEY_FILE", "WHET_LOG_LEVEL"};
+                                         "AWS_REGION", "WHET_S3_ENDPOINT", "WHET_LOG_LEVEL"};
+
+/* The operator keyring (WHET_DATA_KEY_FILE, mode 0600, which uid 65534 could not read) copied into the
+ * worker's directory, which the worker comes to own (removed with it). *entry: its
+ * "WHET_DATA_KEY_FILE=PATH" (the caller frees it), NULL without a keyring. Returns 0, or -1 with err. */
+static int keyring_copy(const struct agent_worker *w, char **entry, struct whet_err *err) {
+    const char *path = getenv("WHET_DATA_KEY_FILE");
+    *entry = NULL;
+    if (!path || !*path) return 0;
+    char *text = NULL, *copy = xasprintf("%s/data-keys", w->dir);
+    size_t len = 0;
+    int rc = whet_read_file(path, 1 << 20, &text, &len, err) < 0 ? whet_err_prefix(err, "WHET_DATA_KEY_FILE")
+                                                                  : whet_write_file_atomic_mode(copy, text, len, 0600, err);
+    if (rc == 0) *entry = xasprintf("WHET_DATA_KEY_FILE=%s", copy);
+    if (text) explicit_bzero(text, len);
+    free(text);
+    free(copy);
+    return rc;
+}
 
 /* Runs `whet serve` in the trainers' sandbox (trainer_sandbox.h's policy: namespaces, the seccomp
  * allow-list, process and file limits, the model bound read-only, its directory writable) with a
@@ -141,7 +159,9 @@ static void serve(struct agent_worker *w, const char *model, const char *const *
     struct whet_err err;
     struct worker_net net;
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (worker_net_plan(&net, a->address, a->opts->object_store, &err) < 0 || log_fd < 0) {
+    char *keys = NULL;
+    if (worker_net_plan(&net, a->address, a->opts->object_store, &err) < 0 || log_fd < 0 ||
+        keyring_copy(w, &keys, &err) < 0) {
         char text[3 * WHET_ERR_MAX];
         snprintf(w->message, sizeof w->message, "the sandbox could not be planned: %s",
                  log_fd < 0 ? strerror(errno) : whet_err_text(&err, text, sizeof text));
@@ -160,12 +180,12 @@ static void serve(struct agent_worker *w, const char *model, const char *const *
 #endif
     if (a->cuda) env[n_env++] = gpus.visible;
     if (net.resolve) env[n_env++] = net.resolve;
+    if (keys) env[n_env++] = keys;
     for (size_t i = 0; i < WHET_ARRAY_LEN(passed_env); i++) {
         const char *v = getenv(passed_env[i]);
         if (v) env[n_env++] = env_copy[i] = xasprintf("%s=%s", passed_env[i], v);
     }
-    const char *key_file = getenv("WHET_DATA_KEY_FILE");
-    const char *writable[] = {w->dir, net.store_dir, NULL}, *readonly[] = {model, a->opts->trainer, key_file, NULL};
+    const char *writable[] = {w->dir, net.store_dir, NULL}, *readonly[] = {model, a->opts->trainer, NULL};
     struct sandbox_spec spec;
     sandbox_spec_init(&spec);
     spec.argv = argv;
@@ -201,6 +221,7 @@ static void serve(struct agent_worker *w, const char *model, const char *const *
     }
     close(log_fd);
     for (size_t i = 0; i < WHET_ARRAY_LEN(env_copy); i++) free(env_copy[i]);
+    free(keys);
     worker_net_free(&net);
 }
 
