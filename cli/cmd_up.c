@@ -48,6 +48,7 @@ struct child {
 struct up {
     const char *data_dir;
     char serve_http[64]; /* the bundled model's worker (whet serve), "" when the operator names workers */
+    int placed_workers;  /* --placed-workers: no worker of its own, the scheduler places them */
     char self[4096];
     struct child children[MAX_CHILDREN];
     int nchildren;
@@ -56,10 +57,11 @@ struct up {
 static void up_usage(FILE *out) {
     fprintf(out,
             "usage: whet up [--data-dir DIR] [--http HOST:PORT] [--grpc HOST:PORT] [--executors N]\n"
-            "               [--dcs A,B,...] [--devices SPEC]\n\n"
+            "               [--dcs A,B,...] [--devices SPEC] [--placed-workers]\n\n"
             "Runs every component on this machine: a private PostgreSQL under DIR (unless WHET_DATABASE_URL\n"
             "is set), migrations, the gateway, a model worker for the bundled whet-tiny (unless\n"
-            "WHET_SERVE_WORKERS names workers), and the scheduler and executors when this build has them.\n"
+            "WHET_SERVE_WORKERS names workers or --placed-workers is given), and the scheduler and executors\n"
+            "when this build has them.\n"
             "Writes DIR/whet.env and prints `whet: ready http://HOST:PORT` when the API answers.\n"
             "SIGINT or SIGTERM stops everything.\n\n"
             "  --data-dir DIR   state directory (default $WHET_DATA_DIR, else ./whet-data)\n"
@@ -67,7 +69,9 @@ static void up_usage(FILE *out) {
             "  --grpc HOST:PORT scheduler address for executors (default $WHET_GRPC, else 127.0.0.1:7070)\n"
             "  --executors N    executors to start (default 1)\n"
             "  --dcs A,B,...    data centers; executors are spread over them round-robin (default dc-1)\n"
-            "  --devices SPEC   what each executor offers: cuda, cpu:N or sim:TYPE:N[:GIB] (default cpu:1)\n");
+            "  --devices SPEC   what each executor offers: cuda, cpu:N or sim:TYPE:N[:GIB] (default cpu:1)\n"
+            "  --placed-workers no model worker of its own: the scheduler places whet-tiny's workers on the\n"
+            "                   executors when requests come (from zero, scaled by load, stopped when idle)\n");
 }
 
 static int write_env_file(const char *data_dir, struct whet_err *err) {
@@ -237,6 +241,7 @@ static int register_tiny_model(PGconn *conn, const char *self, const char *data_
 struct up_options {
     const char *data_dir, *http, *grpc, *dcs, *devices;
     long executors;
+    int placed_workers;
 };
 
 /* 0: options read; 1: --help printed; 2: a usage error (printed). */
@@ -245,7 +250,7 @@ static int parse_up_options(int argc, char **argv, struct up_options *o) {
         {"data-dir", required_argument, 0, 'd'}, {"http", required_argument, 0, 'H'},
         {"grpc", required_argument, 0, 'g'},     {"executors", required_argument, 0, 'e'},
         {"dcs", required_argument, 0, 'c'},      {"devices", required_argument, 0, 'v'},
-        {"help", no_argument, 0, 'h'},           {0}};
+        {"placed-workers", no_argument, 0, 'p'}, {"help", no_argument, 0, 'h'}, {0}};
     *o = (struct up_options){.data_dir = whet_env("WHET_DATA_DIR", "whet-data"), .dcs = "dc-1", .devices = "cpu:1",
                              .executors = 1};
     int c;
@@ -257,6 +262,7 @@ static int parse_up_options(int argc, char **argv, struct up_options *o) {
         case 'g': o->grpc = optarg; break;
         case 'c': o->dcs = optarg; break;
         case 'v': o->devices = optarg; break;
+        case 'p': o->placed_workers = 1; break;
         case 'e':
             o->executors = strtol(optarg, &end, 10);
             if (*end || o->executors < 0 || o->executors > 32) {
@@ -270,6 +276,11 @@ static int parse_up_options(int argc, char **argv, struct up_options *o) {
     }
     if (optind != argc) {
         up_usage(stderr);
+        return 2;
+    }
+    if (o->placed_workers && (!o->executors || !whet_command_find("scheduler") || !whet_command_find("executor"))) {
+        fprintf(stderr, "whet up: --placed-workers needs the scheduler and at least one executor (--executors N; "
+                        "a build with both)\n");
         return 2;
     }
     return 0;
@@ -292,8 +303,9 @@ static int prepare_environment(struct up *up, const char *abs_dir, struct local_
     free(objects);
     set_default("WHET_HTTP", "127.0.0.1:8080");
     /* A model worker for the bundled base, so the tenant's models answer chat completions at once; an
-     * operator's WHET_SERVE_WORKERS names their own instead. */
-    if (!whet_env("WHET_SERVE_WORKERS", NULL)) {
+     * operator's WHET_SERVE_WORKERS names their own instead, and with --placed-workers the scheduler
+     * places them (the gateway finds them in the database). */
+    if (!up->placed_workers && !whet_env("WHET_SERVE_WORKERS", NULL)) {
         int port = local_free_port();
         if (port > 0) {
             snprintf(up->serve_http, sizeof up->serve_http, "127.0.0.1:%d", port);
@@ -423,6 +435,7 @@ static int cmd_up(int argc, char **argv) {
     setenv("WHET_DATA_DIR", abs_dir, 1);
     if (o.http) setenv("WHET_HTTP", o.http, 1);
     if (o.grpc) setenv("WHET_GRPC", o.grpc, 1);
+    up.placed_workers = o.placed_workers;
     if (prepare_environment(&up, abs_dir, &pg, &err) < 0 || prepare_database(&up, abs_dir, &err) < 0) {
         whet_err_report("whet up", &err);
         local_pg_stop(&pg);

@@ -45,30 +45,10 @@
 #include "model_workers.h"
 #include "server.h"
 
-#define COLD_START_MS_DEFAULT 5000
-
-static long cold_start_ms = COLD_START_MS_DEFAULT;
-
 /* Whether static worker i was reached since its last failure (every loop's view): one connect proves a worker
  * up; a 502 from the proxy (it could not reach it) or an answer cut short makes the next request wait
  * for it again. */
 static atomic_uchar worker_up[MODEL_WORKERS_MAX];
-
-/* The workers' table, and how long a request waits for a worker's cold start. */
-static void read_workers(void) {
-    model_workers_read();
-    const char *cold = whet_env("WHET_SERVE_COLD_START_MS", NULL);
-    char *cold_end;
-    long ms = cold ? strtol(cold, &cold_end, 10) : COLD_START_MS_DEFAULT;
-    if (cold && (*cold_end || ms < 0 || ms > 3600000)) {
-        log_warn(
-            "msg=\"WHET_SERVE_COLD_START_MS: expected milliseconds (0 to 3600000), using the default\" value=\"%s\" "
-            "default=%d",
-            cold, COLD_START_MS_DEFAULT);
-        ms = COLD_START_MS_DEFAULT;
-    }
-    cold_start_ms = ms;
-}
 
 /* ---- Metering ---------------------------------------------------------------------------------- */
 
@@ -214,12 +194,11 @@ struct route {
     uint64_t deadline;          /* the loop's clock (ms) when a cold start is given up */
 };
 
-/* A wait of a route: the request held (its pool with the route may go when the client leaves). */
+/* A probe of a route's static worker: the request held (its pool with the route may go when the client
+ * leaves). */
 struct waiting {
     struct gw_req *r;
     struct route *rt;
-    void (*again)(struct route *rt); /* what to do when the wait is over */
-    h2o_timeout_entry_t retry;
 };
 
 static void proxy(struct route *rt) {
@@ -237,34 +216,12 @@ static void proxy(struct route *rt) {
     model_workers_hand_over(r, &rt->worker, headers, !rt->prefix ? 1 : rt->data_key ? 3 : 2);
 }
 
-static void cold_start_over(struct route *rt) {
-    http_reply_unavailable(rt->r, (int)((cold_start_ms + 999) / 1000),
-                           http_printf(rt->r, "the model worker of %s (still starting after %ld ms)", rt->base,
-                                       cold_start_ms));
+/* Tries `again` (on the route) in 100 ms, unless the cold start is over: then a 503. */
+static void retry_later(struct route *rt, void (*again)(void *rt)) {
+    model_workers_retry(rt->r, rt->deadline, rt->base, again, rt);
 }
 
-static void wait_over(h2o_timeout_entry_t *entry) {
-    struct waiting *w = H2O_STRUCT_FROM_MEMBER(struct waiting, retry, entry);
-    struct gw_req *r = w->r;
-    if (r->req) w->again(w->rt);
-    free(w);
-    gw_req_release(r);
-}
-
-/* Tries `again` in 100 ms, unless the cold start is over (or the gateway stops): then a 503. */
-static void retry_later(struct route *rt, void (*again)(struct route *rt)) {
-    h2o_context_t *ctx = &rt->r->thread->ctx;
-    if (rt->r->thread->stopping || h2o_now(ctx->loop) >= rt->deadline) {
-        cold_start_over(rt);
-        return;
-    }
-    struct waiting *w = xcalloc(1, sizeof *w);
-    *w = (struct waiting){.r = rt->r, .rt = rt, .again = again, .retry = {.cb = wait_over}};
-    gw_req_retain(rt->r);
-    h2o_timeout_link(ctx->loop, &ctx->hundred_ms_timeout, &w->retry);
-}
-
-static void probe(struct route *rt);
+static void probe(void *arg);
 
 static void probe_connected(h2o_socket_t *sock, const char *err) {
     struct waiting *w = sock->data;
@@ -281,7 +238,8 @@ static void probe_connected(h2o_socket_t *sock, const char *err) {
 }
 
 /* A static worker not known up is connected to first. */
-static void probe(struct route *rt) {
+static void probe(void *arg) {
+    struct route *rt = arg;
     struct waiting *w = xcalloc(1, sizeof *w);
     *w = (struct waiting){.r = rt->r, .rt = rt};
     gw_req_retain(rt->r);
@@ -296,21 +254,14 @@ static void probe(struct route *rt) {
     retry_later(rt, probe);
 }
 
-static void look_up(struct route *rt);
-
+/* A worker of the base is up (model_workers_await waited for its cold start). */
 static void worker_found(struct gw_req *r, const struct model_worker *w, void *arg) {
     struct route *rt = arg;
     (void)r;
-    if (!w) {
-        retry_later(rt, look_up); /* the scheduler was told: a worker is on its way */
-        return;
-    }
     rt->worker = *w;
     if (w->slot >= 0 && !worker_up[w->slot] && w->addr_len) probe(rt);
     else proxy(rt);
 }
-
-static void look_up(struct route *rt) { model_workers_find(rt->r, rt->base, worker_found, rt); }
 
 static void route_to_worker(struct gw_req *r, const char *model, const char *base, const char *prefix,
                             const char *data_key) {
@@ -320,8 +271,8 @@ static void route_to_worker(struct gw_req *r, const char *model, const char *bas
                          .base = http_strdup(r, base),
                          .prefix = prefix ? http_strdup(r, prefix) : NULL,
                          .data_key = data_key,
-                         .deadline = h2o_now(r->thread->ctx.loop) + (uint64_t)cold_start_ms};
-    look_up(rt);
+                         .deadline = model_workers_cold_start_deadline(r)};
+    model_workers_await(r, rt->base, worker_found, rt);
 }
 
 /* The tenant's data key found: the lookup's result, and where it goes on (the lookup is freed here: the
@@ -426,7 +377,7 @@ static void completions(struct gw_req *r) {
 }
 
 void inference_routes(struct http_router *rt) {
-    read_workers();
+    model_workers_read();
     /* base, adapter prefix: a catalog model, the tenant's fine-tuned model, or one of its checkpoints */
     db_prepare("inference_model",
                "SELECT id, NULL::text FROM base_models WHERE id = $2"

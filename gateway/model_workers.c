@@ -8,10 +8,15 @@
 #include <strings.h>
 
 #include "db.h"
+#include "env.h"
 #include "log.h"
+#include "server.h"
+
+#define COLD_START_MS_DEFAULT 5000
 
 static struct model_worker workers[MODEL_WORKERS_MAX];
 static int n_workers;
+static long cold_start_ms = COLD_START_MS_DEFAULT;
 
 /* The address is resolved once, for inference.c's cold-start probes; h2o's proxy resolves on its own. */
 static void resolve(struct model_worker *w) {
@@ -29,7 +34,27 @@ static void resolve(struct model_worker *w) {
     freeaddrinfo(res);
 }
 
+/* How long a request waits for a worker's cold start. */
+static void read_cold_start(void) {
+    const char *cold = whet_env("WHET_SERVE_COLD_START_MS", NULL);
+    char *cold_end;
+    long ms = cold ? strtol(cold, &cold_end, 10) : COLD_START_MS_DEFAULT;
+    if (cold && (*cold_end || ms < 0 || ms > 3600000)) {
+        log_warn(
+            "msg=\"WHET_SERVE_COLD_START_MS: expected milliseconds (0 to 3600000), using the default\" value=\"%s\" "
+            "default=%d",
+            cold, COLD_START_MS_DEFAULT);
+        ms = COLD_START_MS_DEFAULT;
+    }
+    cold_start_ms = ms;
+}
+
+uint64_t model_workers_cold_start_deadline(struct gw_req *r) {
+    return h2o_now(r->thread->ctx.loop) + (uint64_t)cold_start_ms;
+}
+
 void model_workers_read(void) {
+    read_cold_start();
     const char *spec = getenv("WHET_SERVE_WORKERS");
     n_workers = 0;
     for (const char *p = spec; p && *p && n_workers < MODEL_WORKERS_MAX;) {
@@ -106,6 +131,64 @@ void model_workers_find(struct gw_req *r, const char *base, model_workers_found_
     *q = (struct lookup){http_strdup(r, base), found, arg};
     const char *params[] = {q->base};
     db_query(r, "model_workers_demand", 1, params, demand_done, q);
+}
+
+/* A wait of a request: the request held (its pool with `arg` may go when the client leaves). */
+struct waiting {
+    struct gw_req *r;
+    void (*again)(void *arg);
+    void *arg;
+    h2o_timeout_entry_t retry;
+};
+
+static void wait_over(h2o_timeout_entry_t *entry) {
+    struct waiting *w = H2O_STRUCT_FROM_MEMBER(struct waiting, retry, entry);
+    struct gw_req *r = w->r;
+    if (r->req) w->again(w->arg);
+    free(w);
+    gw_req_release(r);
+}
+
+void model_workers_retry(struct gw_req *r, uint64_t deadline, const char *base, void (*again)(void *arg), void *arg) {
+    h2o_context_t *ctx = &r->thread->ctx;
+    if (r->thread->stopping || h2o_now(ctx->loop) >= deadline) {
+        http_reply_unavailable(r, (int)((cold_start_ms + 999) / 1000),
+                               http_printf(r, "the model worker of %s (still starting after %ld ms)", base,
+                                           cold_start_ms));
+        return;
+    }
+    struct waiting *w = xcalloc(1, sizeof *w);
+    *w = (struct waiting){.r = r, .again = again, .arg = arg, .retry = {.cb = wait_over}};
+    gw_req_retain(r);
+    h2o_timeout_link(ctx->loop, &ctx->hundred_ms_timeout, &w->retry);
+}
+
+/* A lookup that waits for a cold start (model_workers_await). */
+struct awaiting {
+    struct gw_req *r;
+    const char *base;
+    uint64_t deadline;
+    model_workers_found_fn found;
+    void *arg;
+};
+
+static void await_look_up(void *arg);
+
+static void await_found(struct gw_req *r, const struct model_worker *w, void *arg) {
+    struct awaiting *a = arg;
+    if (w) a->found(r, w, a->arg);
+    else model_workers_retry(r, a->deadline, a->base, await_look_up, a); /* the scheduler was told */
+}
+
+static void await_look_up(void *arg) {
+    struct awaiting *a = arg;
+    model_workers_find(a->r, a->base, await_found, a);
+}
+
+void model_workers_await(struct gw_req *r, const char *base, model_workers_found_fn found, void *arg) {
+    struct awaiting *a = http_alloc(r, sizeof *a);
+    *a = (struct awaiting){r, http_strdup(r, base), model_workers_cold_start_deadline(r), found, arg};
+    await_look_up(a);
 }
 
 /* The worker's answer starts: counted and logged as the gateway's own answers are. */

@@ -26,8 +26,8 @@ struct model_worker {
     int slot;                     /* its index in WHET_SERVE_WORKERS, or -1: placed by the scheduler */
 };
 
-/* Reads WHET_SERVE_WORKERS (again); a malformed entry is logged and left out. Declares the lookup's
- * statement: call before the gateway starts. */
+/* Reads WHET_SERVE_WORKERS (again; a malformed entry is logged and left out) and
+ * WHET_SERVE_COLD_START_MS. Declares the lookup's statement: call before the gateway starts. */
 void model_workers_read(void);
 
 /* Calls found(r, w, arg) with a worker of base model `base`, or w NULL when none is ready (or the
@@ -36,6 +36,17 @@ void model_workers_read(void);
  * from the request's pool). */
 typedef void (*model_workers_found_fn)(struct gw_req *r, const struct model_worker *w, void *arg);
 void model_workers_find(struct gw_req *r, const char *base, model_workers_found_fn found, void *arg);
+
+/* Like model_workers_find, but a base without a ready worker is looked up again every 100 ms while
+ * the scheduler starts one, for WHET_SERVE_COLD_START_MS (default 5000); then the request is answered
+ * 503 with retry-after and found is not called. found gets a worker, never NULL. */
+void model_workers_await(struct gw_req *r, const char *base, model_workers_found_fn found, void *arg);
+/* The loop's clock (ms) when a cold start that begins now is given up. */
+uint64_t model_workers_cold_start_deadline(struct gw_req *r);
+/* Calls again(arg) in 100 ms while the request is alive, unless `deadline` (the loop's clock, ms) has
+ * passed or the gateway stops: then the request is answered 503 with retry-after, naming base's worker
+ * as still starting. */
+void model_workers_retry(struct gw_req *r, uint64_t deadline, const char *base, void (*again)(void *arg), void *arg);
 
 /* Hands the request to worker w, unchanged but for its headers: no Authorization, no x-whet-* header
  * the client sent (those are the gateway's word to the worker: which adapter, which session, whether to

@@ -17,7 +17,10 @@
  * the worker reads the initial adapter and writes the save sealed. A tenant (or API key) whose month's
  * spend reached its monthly limit cannot create a session nor run its passes (forward_backward,
  * optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete. Bodies are
- * checked by the worker (400 naming the field); the gateway checks what it decides on. */
+ * checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
+ * base with no ready worker waits for one's cold start as completions do (model_workers_await: the
+ * lookup records the demand that starts one), then is a 503 with retry-after; the calls on a session
+ * do not wait (the session lives on its worker: with no worker, it is gone). */
 #include "training_sessions.h"
 
 #include <string.h>
@@ -76,13 +79,10 @@ static void init_resolved(struct gw_req *r, const struct db_result *res, void *a
     inference_data_key(r, init_keyed, c);
 }
 
-/* The base has a ready worker (the lookup recorded the demand that starts one when not). */
+/* The base has a ready worker (after its cold start, when it had none). */
 static void base_served(struct gw_req *r, const struct model_worker *w, void *arg) {
     struct create *c = arg;
-    if (!w) {
-        http_reply_unavailable(r, 5, http_printf(r, "the model worker of %s", c->base));
-        return;
-    }
+    (void)w;
     if (!c->init) {
         insert(r, c);
         return;
@@ -98,7 +98,7 @@ static void base_found(struct gw_req *r, const struct db_result *res, void *arg)
         http_reply_error(r, 404, "base_model", "model_not_found", "base_model: no base model `%s`", c->base);
         return;
     }
-    model_workers_find(r, c->base, base_served, c);
+    model_workers_await(r, c->base, base_served, c);
 }
 
 static void create_allowed(struct gw_req *r, void *arg) {

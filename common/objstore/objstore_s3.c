@@ -48,6 +48,7 @@ struct s3_store {
     char *userpwd;  /* "ACCESS_KEY:SECRET" for CURLOPT_USERPWD */
     char *sigv4;    /* "aws:amz:REGION:s3" for CURLOPT_AWS_SIGV4 */
     char *session_token;
+    struct curl_slist *resolve; /* WHET_S3_RESOLVE as CURLOPT_RESOLVE, or NULL */
     pthread_mutex_t pool_lock;
     CURL *pool[POOL_MAX];
     int pool_len;
@@ -331,6 +332,7 @@ static CURLcode perform_once(struct s3_store *s3, CURL *curl, struct s3_request 
     curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, s3->sigv4);
     curl_easy_setopt(curl, CURLOPT_USERPWD, s3->userpwd);
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_RESOLVE, s3->resolve);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
     /* No overall timeout (parts and downloads can be large), but a stalled transfer is a failure. */
     curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -1029,6 +1031,7 @@ static void s3_close(struct objstore *store) {
     free(s3->userpwd);
     free(s3->sigv4);
     free(s3->session_token);
+    curl_slist_free_all(s3->resolve);
     free(s3);
 }
 
@@ -1075,6 +1078,10 @@ int objstore_s3_open(const char *bucket, const char *prefix, struct objstore **o
     s3->sigv4 = xasprintf("aws:amz:%s:s3", region);
     const char *token = getenv("AWS_SESSION_TOKEN");
     s3->session_token = token && *token ? xstrdup(token) : NULL;
+    /* HOST:PORT:ADDR[,ADDR…]: the endpoint's addresses, given by a caller that resolved them for a
+     * process that cannot (a model worker's sandbox has no DNS; executor/agent/serve_workers.c). */
+    const char *resolve = getenv("WHET_S3_RESOLVE");
+    s3->resolve = resolve && *resolve ? curl_slist_append(NULL, resolve) : NULL;
     pthread_mutex_init(&s3->pool_lock, NULL);
     *out = &s3->base;
     return 0;

@@ -46,7 +46,7 @@ struct agent_worker {
     uint32_t device_mask;  /* the device it holds (agent_take_devices), once one was free */
     pthread_t thread;
     int started;           /* its thread runs (it had a device) */
-    atomic_int pid;        /* `whet serve`, leader of its own process group; 0 before it runs */
+    atomic_int pid;        /* the init of `whet serve`'s sandbox; 0 before it runs */
     atomic_int stop;       /* set by the main thread: not to run, or to be killed */
     atomic_int done;       /* the thread has ended: message says why */
     char message[768];     /* written by the thread before done */

@@ -3,16 +3,17 @@
  *
  * Each heartbeat's answer lists every worker the node is to run. A new one gets a device once one is
  * free (as a 1-device job does, agent_take_devices; a job preempted for it may still be checkpointing
- * there) and a thread that fetches its base model (the node's model cache, as for
- * jobs), then runs `TRAINER serve` as a child in its own process group, listening on the node's address
- * (WHET_EXECUTOR_ADDRESS) at a port the kernel picks, written to its address file once it listens (its
- * model loaded): the worker is then ready at that HOST:PORT. A worker no longer listed is stopped:
- * SIGTERM to its process group, SIGKILL after STOP_GRACE_S. Every heartbeat reports each worker's state
- * until one that reached the scheduler says it exited; then it is forgotten. A worker runs in its own
- * process group but not in the trainers' sandbox (it listens, and reaches the object store for
- * adapters): that is still missing. */
+ * there) and a thread that fetches its base model (the node's model cache, as for jobs), then runs
+ * `TRAINER serve` in the trainers' sandbox (serve() says what it may reach), listening on the node's
+ * address (WHET_EXECUTOR_ADDRESS) at a port the kernel picks, written to its address file once it
+ * listens (its model loaded): the worker is then ready at that HOST:PORT. A worker no longer listed is
+ * stopped: SIGTERM to its sandbox's init, which passes it on, SIGKILL to init (the whole sandbox) after
+ * STOP_GRACE_S. Every heartbeat reports each worker's state until one that reached the scheduler says
+ * it exited; then it is forgotten. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@
 #include "env.h"
 #include "log.h"
 #include "net.h"
+#include "sandbox.h"
+#include "trainer_sandbox.h"
 
 #define STOP_GRACE_S 5
 /* How long a worker told to stop may finish its requests before SIGTERM (whet serve drops those it
@@ -33,6 +36,194 @@
 #define DRAIN_MAX_S 30
 /* How long reading a worker's load may hold up a heartbeat. */
 #define SCRAPE_MS 200
+
+/* What a worker's sandbox lets it reach, worked out before the spawn (the sandbox takes numeric
+ * addresses only: it resolves nothing). */
+struct worker_net {
+    char listen[INET6_ADDRSTRLEN]; /* the node's address (WHET_EXECUTOR_ADDRESS), numeric */
+    char **connect_to;             /* NULL-terminated "ADDR:PORT" of an s3:// store's endpoint; owned */
+    char *resolve;                 /* "WHET_S3_RESOLVE=HOST:PORT:ADDR,…" for its client; owned */
+    const char *store_dir;         /* a file:// store's directory (bound writable: session saves) */
+};
+
+static void worker_net_free(struct worker_net *n) {
+    for (size_t i = 0; n->connect_to && n->connect_to[i]; i++) free(n->connect_to[i]);
+    free(n->connect_to);
+    free(n->resolve);
+}
+
+/* getaddrinfo of HOST (brackets allowed) and PORT, as numeric text: the first address into n->listen
+ * (listen), else every address with its port into n->connect_to, and all of them into n->resolve (the
+ * sandbox has no DNS: the object store client inside takes them from there). */
+static int resolve_each(const char *host, const char *port, struct worker_net *n, int listen, struct whet_err *err) {
+    char name[256];
+    size_t len = strlen(host);
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
+        host++;
+        len -= 2;
+    }
+    if (len >= sizeof name) return whet_errf(err, "host name \"%s\" is too long", host);
+    memcpy(name, host, len);
+    name[len] = 0;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(name, port, &hints, &res);
+    if (rc) return whet_errf(err, "cannot resolve \"%s\": %s", name, gai_strerror(rc));
+    size_t count = 0;
+    for (struct addrinfo *r = res; r; r = r->ai_next) count++;
+    if (!listen) {
+        n->connect_to = xcalloc(count + 1, sizeof *n->connect_to);
+        n->resolve = xasprintf("WHET_S3_RESOLVE=%s:%s:", name, port);
+    }
+    count = 0;
+    for (struct addrinfo *r = res; r; r = r->ai_next) {
+        char text[INET6_ADDRSTRLEN];
+        const void *addr = r->ai_family == AF_INET ? (const void *)&((struct sockaddr_in *)r->ai_addr)->sin_addr
+                                                   : (const void *)&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr;
+        if ((r->ai_family != AF_INET && r->ai_family != AF_INET6) || !inet_ntop(r->ai_family, addr, text, sizeof text))
+            continue;
+        if (listen) {
+            snprintf(n->listen, sizeof n->listen, "%s", text);
+            break;
+        }
+        int v6 = r->ai_family == AF_INET6;
+        n->connect_to[count++] = xasprintf(v6 ? "[%s]:%s" : "%s:%s", text, port);
+        char *more = xasprintf("%s%s%s%s%s", n->resolve, count > 1 ? "," : "", v6 ? "[" : "", text, v6 ? "]" : "");
+        free(n->resolve);
+        n->resolve = more;
+    }
+    freeaddrinfo(res);
+    if (listen && !n->listen[0]) return whet_errf(err, "\"%s\" has no IPv4 or IPv6 address", name);
+    return 0;
+}
+
+/* The policy's network: listen on the node's address; an s3:// store's endpoint (WHET_S3_ENDPOINT, else
+ * AWS's for AWS_REGION, as the object store client picks it) on its port and nothing else; a file://
+ * store needs no network. */
+static int worker_net_plan(struct worker_net *n, const char *node_address, const char *store, struct whet_err *err) {
+    memset(n, 0, sizeof *n);
+    if (resolve_each(node_address, NULL, n, 1, err) < 0) return whet_err_prefix(err, "WHET_EXECUTOR_ADDRESS");
+    if (!strncmp(store, "file://", 7)) {
+        n->store_dir = store + 7;
+        return 0;
+    }
+    if (strncmp(store, "s3://", 5)) return 0;
+    const char *endpoint = getenv("WHET_S3_ENDPOINT"), *region = getenv("AWS_REGION");
+    char *url = endpoint && *endpoint ? xstrdup(endpoint)
+                                      : xasprintf("https://s3.%s.amazonaws.com", region && *region ? region : "us-east-1");
+    int tls = !strncmp(url, "https://", 8);
+    char *host = url + (tls ? 8 : strncmp(url, "http://", 7) ? 0 : 7);
+    host[strcspn(host, "/")] = 0;
+    char *colon = strrchr(host, ':'), *bracket = strrchr(host, ']');
+    const char *port = tls ? "443" : "80";
+    if (colon && (!bracket || colon > bracket)) {
+        *colon = 0;
+        port = colon + 1;
+    }
+    int rc = resolve_each(host, port, n, 0, err);
+    free(url);
+    return rc < 0 ? whet_err_prefix(err, "WHET_S3_ENDPOINT") : 0;
+}
+
+/* The object store client's settings pass into the sandbox, and the operator keyring as a copy
+ * (keyring_copy); nothing else of the executor's environment. */
+static const char *const passed_env[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                                         "AWS_REGION", "WHET_S3_ENDPOINT", "WHET_LOG_LEVEL"};
+
+/* The operator keyring (WHET_DATA_KEY_FILE, mode 0600, which uid 65534 could not read) copied into the
+ * worker's directory, which the worker comes to own (removed with it). *entry: its
+ * "WHET_DATA_KEY_FILE=PATH" (the caller frees it), NULL without a keyring. Returns 0, or -1 with err. */
+static int keyring_copy(const struct agent_worker *w, char **entry, struct whet_err *err) {
+    const char *path = getenv("WHET_DATA_KEY_FILE");
+    *entry = NULL;
+    if (!path || !*path) return 0;
+    char *text = NULL, *copy = xasprintf("%s/data-keys", w->dir);
+    size_t len = 0;
+    int rc = whet_read_file(path, 1 << 20, &text, &len, err) < 0 ? whet_err_prefix(err, "WHET_DATA_KEY_FILE")
+                                                                  : whet_write_file_atomic_mode(copy, text, len, 0600, err);
+    if (rc == 0) *entry = xasprintf("WHET_DATA_KEY_FILE=%s", copy);
+    if (text) explicit_bzero(text, len);
+    free(text);
+    free(copy);
+    return rc;
+}
+
+/* Runs `whet serve` in the trainers' sandbox (trainer_sandbox.h's policy: namespaces, the seccomp
+ * allow-list, process and file limits, the model bound read-only, its directory writable) with a
+ * server's network (sandbox_net.c): it may bind only the node's address, connect only to the object
+ * store's endpoint; the gateway's and the executor's connections to it come in unfiltered. A root
+ * executor runs it as nobody, as trainers, unless the store is a file:// directory (the gateway's
+ * files, which nobody could not write). Its PID namespace dies with its init, and init with the
+ * executor (the sandbox's lifeline), so no worker outlives a killed executor. */
+static void serve(struct agent_worker *w, const char *model, const char *const *argv, const char *log_path) {
+    struct agent *a = w->agent;
+    struct whet_err err;
+    struct worker_net net;
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    char *keys = NULL;
+    if (worker_net_plan(&net, a->address, a->opts->object_store, &err) < 0 || log_fd < 0 ||
+        keyring_copy(w, &keys, &err) < 0) {
+        char text[3 * WHET_ERR_MAX];
+        snprintf(w->message, sizeof w->message, "the sandbox could not be planned: %s",
+                 log_fd < 0 ? strerror(errno) : whet_err_text(&err, text, sizeof text));
+        worker_net_free(&net);
+        if (log_fd >= 0) close(log_fd);
+        return;
+    }
+    struct agent_cuda_grant gpus;
+    agent_cuda_grant(&gpus, w->device_mask);
+    char *env_copy[WHET_ARRAY_LEN(passed_env)] = {0};
+    const char *env[WHET_ARRAY_LEN(passed_env) + 9] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8",
+                                                       "OMP_WAIT_POLICY=PASSIVE", "CUDA_DEVICE_ORDER=PCI_BUS_ID"};
+    size_t n_env = 5;
+#ifdef __SANITIZE_ADDRESS__
+    env[n_env++] = "ASAN_OPTIONS=detect_leaks=0"; /* LeakSanitizer's ptrace is forbidden (as in job.c) */
+#endif
+    if (a->cuda) env[n_env++] = gpus.visible;
+    if (net.resolve) env[n_env++] = net.resolve;
+    if (keys) env[n_env++] = keys;
+    for (size_t i = 0; i < WHET_ARRAY_LEN(passed_env); i++) {
+        const char *v = getenv(passed_env[i]);
+        if (v) env[n_env++] = env_copy[i] = xasprintf("%s=%s", passed_env[i], v);
+    }
+    const char *writable[] = {w->dir, net.store_dir, NULL}, *readonly[] = {model, a->opts->trainer, NULL};
+    struct sandbox_spec spec;
+    sandbox_spec_init(&spec);
+    spec.argv = argv;
+    spec.env = env;
+    spec.workdir = w->dir;
+    spec.writable_dirs = writable;
+    spec.readonly_dirs = readonly;
+    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
+    trainer_sandbox_policy(&spec, NULL);
+    if (net.store_dir) spec.host_uid = spec.host_gid = -1;
+    spec.listen_host = net.listen;
+    spec.connect_to = (const char *const *)net.connect_to;
+    spec.stdout_fd = spec.stderr_fd = log_fd;
+    struct sandbox_child child;
+    if (trainer_sandbox_hand_over(&spec, w->dir, model, &err) < 0 || atomic_load(&w->stop) ||
+        sandbox_spawn(&spec, &child, &err) < 0) {
+        char text[3 * WHET_ERR_MAX];
+        snprintf(w->message, sizeof w->message, "%s", atomic_load(&w->stop) ? "stopped before it ran" : "");
+        if (!w->message[0])
+            snprintf(w->message, sizeof w->message, "the sandbox could not start `whet serve`: %s",
+                     whet_err_text(&err, text, sizeof text));
+    } else {
+        atomic_store(&w->pid, child.pid);
+        /* a stop that came meanwhile: SIGTERM to init reaches `whet serve` */
+        if (atomic_load(&w->stop)) kill(child.pid, SIGTERM);
+        log_info("msg=\"model worker started\" worker=%s pid=%d sandbox=%s listen=%s log=%s", w->id, (int)child.pid,
+                 net.connect_to ? "object store endpoint" : "no outbound network", net.listen, log_path);
+        struct sandbox_result res;
+        if (sandbox_wait(&child, &res, &err) < 0)
+            snprintf(w->message, sizeof w->message, "waiting for `whet serve` failed (its log: %s)", log_path);
+        else
+            snprintf(w->message, sizeof w->message, "`whet serve` ended: %s (its log: %s)", res.message, log_path);
+    }
+    close(log_fd);
+    for (size_t i = 0; i < WHET_ARRAY_LEN(env_copy); i++) free(env_copy[i]);
+    free(keys);
+    worker_net_free(&net);
+}
 
 static void *worker_main(void *arg) {
     struct agent_worker *w = arg;
@@ -45,48 +236,19 @@ static void *worker_main(void *arg) {
         return NULL;
     }
     char *address_file = xasprintf("%s/address", w->dir), *log_path = xasprintf("%s/serve.log", w->dir);
-    char *cache = xasprintf("%s/cache", w->dir), *http = xasprintf("%s:0", a->address), device[32] = "cpu";
-    int dev = __builtin_ctz(w->device_mask ? w->device_mask : 1);
-    if (a->cuda) snprintf(device, sizeof device, "cuda:%d", dev);
+    char *cache = xasprintf("%s/cache", w->dir), *http = xasprintf("%s:0", a->address);
+    /* a GPU worker sees only its own device (CUDA_VISIBLE_DEVICES): its first */
+    const char *device = a->cuda ? "cuda:0" : "cpu";
     unlink(address_file);
     const char *name = json_string_value(json_object_get(w->base, "id"));
     /* WHET_SERVE_SLOTS: sequences a worker decodes at once (whet serve's --slots; its default when unset) */
     const char *slots = whet_env("WHET_SERVE_SLOTS", NULL);
-    char *const argv[] = {(char *)a->opts->trainer, "serve", "--model", model, "--name", (char *)name, "--http", http,
-                          "--address-file", address_file, "--object-store", (char *)a->opts->object_store,
-                          "--cache-dir", cache, "--device", device, "--training", slots ? "--slots" : NULL,
-                          (char *)slots, NULL};
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    pid_t pid = atomic_load(&w->stop) ? -1 : fork();
-    if (pid == 0) {
-        /* only async-signal-safe calls between fork and exec: the executor has other threads */
-        setpgid(0, 0);
-        if (log_fd >= 0) {
-            dup2(log_fd, 1);
-            dup2(log_fd, 2);
-        }
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    if (log_fd >= 0) close(log_fd);
-    if (pid < 0) {
-        snprintf(w->message, sizeof w->message, "%s", atomic_load(&w->stop) ? "stopped before it ran" : strerror(errno));
-    } else {
-        setpgid(pid, pid); /* also here: a kill from the main thread must reach the group at once */
-        atomic_store(&w->pid, pid);
-        if (atomic_load(&w->stop)) kill(-pid, SIGTERM);
-        log_info("msg=\"model worker started\" worker=%s model=%s pid=%d device=%s log=%s", w->id, name, (int)pid, device,
-                 log_path);
-        int status;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-        }
-        if (WIFSIGNALED(status))
-            snprintf(w->message, sizeof w->message, "`whet serve` was killed by signal %d (its log: %s)",
-                     WTERMSIG(status), log_path);
-        else
-            snprintf(w->message, sizeof w->message, "`whet serve` exited with status %d (its log: %s)",
-                     WEXITSTATUS(status), log_path);
-    }
+    const char *const argv[] = {a->opts->trainer, "serve", "--model", model, "--name", name, "--http", http,
+                                "--address-file", address_file, "--object-store", a->opts->object_store,
+                                "--cache-dir", cache, "--device", device, "--training", slots ? "--slots" : NULL,
+                                slots, NULL};
+    log_info("msg=\"starting model worker\" worker=%s model=%s device=%s", w->id, name, device);
+    serve(w, model, argv, log_path);
     free(model);
     free(address_file);
     free(log_path);
@@ -215,11 +377,11 @@ int agent_workers_tick(struct agent *a) {
         uint32_t running = 0, waiting = 0;
         if (!w->term_sent && (!w->address[0] || now > w->term_at || load_of(w, &running, &waiting) < 0 ||
                               running + waiting == 0)) {
-            kill(-pid, SIGTERM);
+            kill(pid, SIGTERM); /* the sandbox's init passes it on */
             w->term_sent = 1;
             w->kill_at = now + STOP_GRACE_S;
         } else if (w->term_sent && now > w->kill_at) {
-            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL); /* init: the whole sandbox goes with it */
         }
     }
     return news;

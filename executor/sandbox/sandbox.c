@@ -160,8 +160,10 @@ int sandbox_plan_build(struct sandbox_plan *plan, const struct sandbox_spec *spe
     plan->use_userns = !spec->no_userns;
     plan_identity(plan, spec);
     plan->clone_flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
-    /* A gang trainer keeps the host's network, held to its peers by init (sandbox_net.c). */
-    if (!spec->allow_network && !spec->peer_hosts) plan->clone_flags |= CLONE_NEWNET;
+    /* A gang trainer or a server keeps the host's network, held to its peers or endpoints by init
+     * (sandbox_net.c). */
+    if (!spec->allow_network && !spec->peer_hosts && !spec->connect_to && !spec->listen_host)
+        plan->clone_flags |= CLONE_NEWNET;
     if (plan->use_userns) plan->clone_flags |= CLONE_NEWUSER;
     plan->argv = copy_strv(spec->argv);
     plan->env = copy_strv(spec->env ? spec->env : default_env);
@@ -431,10 +433,10 @@ static void init_watch(const struct sandbox_plan *plan, struct child_fds *fds, p
             memset(&req, 0, sizeof req);
             char why[sizeof r->msg];
             if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0) {
-                if (plan->net.n_peers && sandbox_net_child_answer(plan, listener, &req, why, sizeof why)) continue;
+                if (plan->net.active && sandbox_net_child_answer(plan, listener, &req, why, sizeof why)) continue;
                 if (!r->denied_syscall) {
                     r->denied_syscall = req.data.nr + 1;
-                    sbx_strlcpy(r->msg, plan->net.n_peers ? why : "", sizeof r->msg);
+                    sbx_strlcpy(r->msg, plan->net.active ? why : "", sizeof r->msg);
                 }
             }
             kill(-1, SIGKILL);
@@ -803,7 +805,7 @@ static void reach_verdict(const struct sandbox_state *st, struct sandbox_result 
         sandbox_syscall_name(r->denied_syscall - 1, res->syscall, sizeof res->syscall);
         snprintf(res->denied, sizeof res->denied, "%.127s", r->msg);
         if (res->denied[0])
-            snprintf(res->message, sizeof res->message, "killed: %s (the gang's network policy)", res->denied);
+            snprintf(res->message, sizeof res->message, "killed: %s (the sandbox's network policy)", res->denied);
         else
             snprintf(res->message, sizeof res->message, "killed: forbidden system call %s (seccomp)", res->syscall);
     } else if (sandbox_cgroup_has_memory(st->cgroup) && sandbox_cgroup_oom_killed(st->cgroup)) {

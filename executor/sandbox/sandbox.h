@@ -84,6 +84,13 @@ struct sandbox_spec {
      * forbidden call, `message` naming the address. */
     const char *const *peer_hosts;
     int peer_port_lo, peer_port_hi;
+    /* A server's network (a model worker; needs kill_on_network, may go with peer_hosts): the same
+     * mechanism as a gang's, checked against exact endpoints instead of a port range. connect_to:
+     * NULL-terminated numeric "ADDR:PORT" ("[ADDR]:PORT" for IPv6) the command may connect to (the
+     * object store); listen_host: the one numeric address it may bind, on any port (0: the kernel
+     * picks one). Inbound connections to what it listens on are not filtered. */
+    const char *const *connect_to;
+    const char *listen_host;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
     /* Root callers only: run the command as this host uid/gid (e.g. 65534) instead of root's; -1

@@ -46,10 +46,18 @@ struct sandbox_peer {
     int family;                 /* AF_INET or AF_INET6 */
     unsigned char addr[16];
 };
+struct sandbox_endpoint {
+    struct sandbox_peer host;
+    int port;                   /* 0 in `listen`: any port */
+};
 struct sandbox_net {
-    int n_peers;                /* 0: no policy (the sandbox has its own network namespace) */
+    int active;                 /* 0: no policy (the sandbox has its own network namespace) */
+    int n_peers;
     struct sandbox_peer peers[SANDBOX_MAX_PEERS];
     int port_lo, port_hi;
+    int n_connects;             /* a server's (connect_to, listen_host) */
+    struct sandbox_endpoint connects[SANDBOX_MAX_PEERS];
+    struct sandbox_endpoint listen; /* host.family 0: none */
 };
 
 struct sandbox_plan {
@@ -96,8 +104,8 @@ int sandbox_rlimits_child(const struct sandbox_plan *plan, const char **what);
 int sandbox_seccomp_child(const struct sandbox_plan *plan, const char **what);
 /* For a plan with seccomp_notify: loads the filter with a new listener; returns its fd (close-on-exec). */
 int sandbox_seccomp_child_listener(const struct sandbox_plan *plan, const char **what);
-/* A gang trainer's network (sandbox_net.c). Caller side: parses spec->peer_hosts into plan->net (-1
- * with err on a bad address or range). Init side: answers a notified socket call of the command when
+/* A gang trainer's or a server's network (sandbox_net.c). Caller side: parses spec->peer_hosts,
+ * connect_to and listen_host into plan->net (-1 with err on a bad address or range). Init side: answers a notified socket call of the command when
  * the policy allows it (1); 0 with `why` ("connect to 10.0.0.9:5432: not a peer port") when not. */
 int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
 struct seccomp_notif;

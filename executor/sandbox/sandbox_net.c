@@ -1,4 +1,5 @@
-/* sandbox_net.c - a gang trainer's network: its peers, nothing else (sandbox_spec.peer_hosts).
+/* sandbox_net.c - a gang trainer's network: its peers, nothing else (sandbox_spec.peer_hosts); and a
+ * server's (a model worker: connect_to, listen_host): its endpoints, nothing else.
  *
  * How: the sandbox keeps the host's network namespace, and the seccomp filter sends socket(),
  * socketpair(), connect() and bind() to init's listener (as kill_on_network does for every socket
@@ -31,6 +32,7 @@
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
@@ -41,23 +43,59 @@
 
 #include "sandbox_internal.h"
 
+static int parse_host(struct sandbox_peer *p, const char *text) {
+    if (inet_pton(AF_INET, text, p->addr) == 1) p->family = AF_INET;
+    else if (inet_pton(AF_INET6, text, p->addr) == 1) p->family = AF_INET6;
+    else return -1;
+    return 0;
+}
+
+/* "ADDR:PORT" or "[ADDR]:PORT", numeric. */
+static int parse_endpoint(struct sandbox_endpoint *e, const char *endpoint, struct whet_err *err) {
+    const char *text = endpoint, *colon = strrchr(text, ':');
+    char host[INET6_ADDRSTRLEN + 2] = "";
+    size_t len = colon ? (size_t)(colon - text) : 0;
+    if (len >= 2 && text[0] == '[' && text[len - 1] == ']') {
+        text++;
+        len -= 2;
+    }
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (len && len < sizeof host) memcpy(host, text, len);
+    if (!colon || !len || len >= sizeof host || *end || port < 1 || port > 65535 || parse_host(&e->host, host) < 0)
+        return whet_errf(err, "sandbox: endpoint \"%s\": expected a numeric ADDR:PORT or [ADDR]:PORT", endpoint);
+    e->port = (int)port;
+    return 0;
+}
+
+static int plan_server(struct sandbox_net *net, const struct sandbox_spec *spec, struct whet_err *err) {
+    for (size_t i = 0; spec->connect_to && spec->connect_to[i]; i++) {
+        if (net->n_connects == SANDBOX_MAX_PEERS)
+            return whet_errf(err, "sandbox: more than %d endpoints to connect to", SANDBOX_MAX_PEERS);
+        if (parse_endpoint(&net->connects[net->n_connects++], spec->connect_to[i], err) < 0) return -1;
+    }
+    if (spec->listen_host && parse_host(&net->listen.host, spec->listen_host) < 0)
+        return whet_errf(err, "sandbox: listen host \"%s\" is not a numeric IPv4 or IPv6 address", spec->listen_host);
+    return 0;
+}
+
 int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err) {
     struct sandbox_net *net = &plan->net;
     memset(net, 0, sizeof *net);
-    if (!spec->peer_hosts) return 0;
+    if (!spec->peer_hosts && !spec->connect_to && !spec->listen_host) return 0;
+    net->active = 1;
     if (!spec->kill_on_network || spec->allow_nested || spec->allow_network)
-        return whet_errf(err, "sandbox: a gang trainer's network policy (peer_hosts) needs kill_on_network and rules "
-                              "out allow_nested (python graders) and allow_network");
+        return whet_errf(err, "sandbox: a network policy (peer_hosts, connect_to, listen_host) needs kill_on_network "
+                              "and rules out allow_nested (python graders) and allow_network");
+    if (plan_server(net, spec, err) < 0) return -1;
+    if (!spec->peer_hosts) return 0;
     if (spec->peer_port_lo < 1024 || spec->peer_port_hi < spec->peer_port_lo || spec->peer_port_hi > 65535)
         return whet_errf(err, "sandbox: peer ports %d-%d: expected 1024 <= LO <= HI <= 65535", spec->peer_port_lo,
                          spec->peer_port_hi);
     for (size_t i = 0; spec->peer_hosts[i]; i++) {
         if (net->n_peers == SANDBOX_MAX_PEERS) return whet_errf(err, "sandbox: more than %d peers", SANDBOX_MAX_PEERS);
-        struct sandbox_peer *p = &net->peers[net->n_peers];
-        if (inet_pton(AF_INET, spec->peer_hosts[i], p->addr) == 1) p->family = AF_INET;
-        else if (inet_pton(AF_INET6, spec->peer_hosts[i], p->addr) == 1) p->family = AF_INET6;
-        else return whet_errf(err, "sandbox: peer \"%s\" is not a numeric IPv4 or IPv6 address", spec->peer_hosts[i]);
-        net->n_peers++;
+        if (parse_host(&net->peers[net->n_peers++], spec->peer_hosts[i]) < 0)
+            return whet_errf(err, "sandbox: peer \"%s\" is not a numeric IPv4 or IPv6 address", spec->peer_hosts[i]);
     }
     if (net->n_peers == 0) return whet_errf(err, "sandbox: peer_hosts lists no address");
     net->port_lo = spec->peer_port_lo;
@@ -262,10 +300,23 @@ int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, cons
         put_uint(why, why_len, (unsigned long)family, 10);
         return 0;
     }
-    int size = family == AF_INET ? 4 : 16, peer = nr == SYS_bind && !memcmp(addr, any, (size_t)size);
+    int size = family == AF_INET ? 4 : 16, p = ntohs(*port);
+    /* A server's endpoints: exact (a bind on its listen host at any port, 0 left to the kernel). */
+    const struct sandbox_endpoint *e = nr == SYS_bind ? &net->listen : NULL;
+    int served = e && e->host.family == family && !memcmp(e->host.addr, addr, (size_t)size);
+    for (int i = 0; i < net->n_connects && !served && nr == SYS_connect; i++) {
+        e = &net->connects[i];
+        served = e->host.family == family && !memcmp(e->host.addr, addr, (size_t)size) && e->port == p;
+    }
+    if (served) return send_answer(listener, req, perform(net, req, &a, len, NULL), 0);
+    if (!net->n_peers) {
+        describe(why, why_len, what, family, addr, p,
+                 nr == SYS_connect ? "not an endpoint it may connect to" : "not the address it may listen on");
+        return 0;
+    }
+    int peer = nr == SYS_bind && !memcmp(addr, any, (size_t)size);
     for (int i = 0; i < net->n_peers && !peer; i++)
         peer = net->peers[i].family == family && !memcmp(net->peers[i].addr, addr, (size_t)size);
-    int p = ntohs(*port);
     int port_ok = (p >= net->port_lo && p <= net->port_hi) || (nr == SYS_bind && p == 0);
     if (!peer || !port_ok) {
         describe(why, why_len, what, family, addr, p, !peer ? "not a peer of the gang" : "not a port of the gang's range");

@@ -9,8 +9,8 @@
  *     io_uring, perf, …) kill the process with SIGSYS, reported as a seccomp violation;
  *   - anything else fails with EPERM (clone3 with ENOSYS so glibc falls back to clone, whose flags
  *     the filter can see: creating namespaces is refused).
- * A gang trainer (peer_hosts) may use TCP sockets, its connect() and bind() checked by init
- * (sandbox_net.c).
+ * A gang trainer (peer_hosts) or a server (connect_to, listen_host) may use TCP sockets, its connect()
+ * and bind() checked by init (sandbox_net.c).
  * With allow_nested the command may build sandboxes itself (sandbox.c's own calls: namespaces through
  * clone, mount, umount2, pivot_root, mount_setattr, sethostname); the filter a nested sandbox loads
  * stacks on this one, so what runs inside it is held by both.
@@ -139,7 +139,7 @@ static int build_rules(scmp_filter_ctx ctx, const struct sandbox_spec *spec, str
     uint32_t network = spec->kill_on_network ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(EACCES);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socket), 0);
     if (!rc) rc = seccomp_rule_add(ctx, network, SCMP_SYS(socketpair), 0);
-    if (!rc && spec->peer_hosts) rc = gang_rules(ctx);
+    if (!rc && (spec->peer_hosts || spec->connect_to || spec->listen_host)) rc = gang_rules(ctx);
     if (!rc) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
     if (rc < 0) return whet_errf(err, "sandbox: seccomp rules: %s", strerror(-rc));
     return 0;

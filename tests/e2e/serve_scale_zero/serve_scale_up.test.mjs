@@ -7,13 +7,27 @@
 // it has before it is stopped), and once no request comes the last one stops too.
 import test from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { until } from '../lib.mjs';
 import { psql } from '../../integration/lib/gateway.mjs';
 import { startServing, workers as rows } from './stack.mjs';
 
 const IDLE_S = 4;
-const { db, client, log } = await startServing({ executors: 2, env: { WHET_SERVE_IDLE_S: String(IDLE_S), WHET_SERVE_SLOTS: '1',
-                                                                      WHET_SERVE_MAX_REPLICAS: '2' } });
+// An s3:// object store (tests/run.sh's s3rver): the workers' sandbox then runs them as nobody under a
+// root executor, their network the store's endpoint (serve_scale_zero's file:// store covers the other
+// case); with encryption at rest, whose operator keyring (mode 0600) a worker reads at start.
+if (!process.env.WHET_TEST_S3_ENDPOINT) throw new Error('WHET_TEST_S3_ENDPOINT is not set (tests/run.sh starts s3rver)');
+const keyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-scale-keys-'));
+fs.writeFileSync(path.join(keyDir, 'keys'), `k1 ${crypto.randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
+test.after(() => fs.rmSync(keyDir, { recursive: true, force: true }));
+const { work, db, client, log } = await startServing({ executors: 2, env: { WHET_SERVE_IDLE_S: String(IDLE_S), WHET_SERVE_SLOTS: '1',
+  WHET_SERVE_MAX_REPLICAS: '2', WHET_OBJECT_STORE: `s3://whet-test/scale-up-${process.pid}`,
+  WHET_S3_ENDPOINT: process.env.WHET_TEST_S3_ENDPOINT, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER',
+  AWS_REGION: 'us-east-1', WHET_DATA_KEY_FILE: path.join(keyDir, 'keys') } });
 // whet-tiny's workers that are not stopping
 const workers = () => rows(db).filter((w) => w.state !== 'stopping');
 const ask = () => client.chat.completions.create({ model: 'whet-tiny', messages: [{ role: 'user', content: 'Name a colour.' }],
@@ -45,6 +59,11 @@ test('a second replica for a queue, back to one without it, none when idle', asy
   });
   await ask();
   assert.equal(workers().length, 1, 'one worker after the first request');
+  if (process.getuid() === 0) {
+    // a root executor's worker with an s3 store runs as nobody (its cache dir names it)
+    const [pid] = execFileSync('pgrep', ['-f', `${work}/executors/.*/workers/worker-`], { encoding: 'utf8' }).trim().split('\n');
+    assert.match(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), /^Uid:\s+65534\s/m, 'the worker runs as uid 65534');
+  }
   const heavy = load(4);
   await until('a second replica for the queue', () => workers().filter((w) => w.state === 'ready').length === 2, 120000, 200);
   const two = workers();

@@ -1,13 +1,15 @@
 // Model workers placed by the scheduler (migration 0021, scheduler/service/serving.h): `whet up` with a
 // scheduler and one executor of one simulated device, and no worker of whet-tiny named to the gateway
-// (WHET_SERVE_WORKERS names only a base no test asks for, so `whet up` starts no worker of its own). The
-// first chat completion through the official SDK waits for a cold start (the gateway records the
+// (`whet up --placed-workers` starts no worker of its own). The first chat completion through the official SDK waits for a cold start (the gateway records the
 // demand, the scheduler places a worker on the executor's device, the executor runs `whet serve` and
 // reports its address) and is answered; the worker is in model_workers with its node; after
 // WHET_SERVE_IDLE_S without requests it is stopped (its process gone, its row gone) and the next
 // request starts one again. Several rounds, to show it is not flaky; time to first token cold and warm
-// is printed. A request while a job of the default priority holds the one device preempts it (it
-// checkpoints and waits); once the worker idles out, the job resumes and finishes.
+// is printed. The worker runs in the trainers' sandbox (its own namespaces, seccomp). A request while a
+// job of the default priority holds the one device preempts it (it checkpoints and waits); once the
+// worker idles out, the job resumes and finishes, and its fine-tuned model answers (the worker's sandbox
+// reads the adapter from the object store). A training session's create from zero waits for the
+// cold start as completions do. Last, a worker dies with its executor when that is killed with SIGKILL.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -29,6 +31,10 @@ const servePids = () => {
   } catch { return []; } // pgrep: none
 };
 const nodes = () => psql(db.url, `SELECT id FROM nodes WHERE state = 'ready'`).split('\n').filter((l) => l);
+const status = (pid, field) => new RegExp(`^${field}:\\s*(\\S+)`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+// The namespaces a process does not share with this test (the host's).
+const ownNamespaces = (pid) => ['user', 'pid', 'mnt', 'net', 'ipc', 'uts']
+  .filter((kind) => fs.readlinkSync(`/proc/${pid}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`));
 
 // Milliseconds to the first token of a streamed answer, and the answer.
 async function firstToken() {
@@ -59,6 +65,14 @@ test('a worker starts on the first request, stops when idle, and starts again', 
     assert.ok(nodes().includes(w[0].node), `round ${round}: it runs on the executor's node ${w[0].node}`);
     assert.match(w[0].address, /^127\.0\.0\.1:\d+$/);
     assert.equal(servePids().length, 1, `round ${round}: one whet serve process`);
+    if (round === 1) {
+      // the trainers' sandbox: its own namespaces but the host's network (it listens for the gateway),
+      // the seccomp filter, no new privileges
+      const [pid] = servePids();
+      assert.deepEqual(ownNamespaces(pid), ['user', 'pid', 'mnt', 'ipc', 'uts'], 'whet serve runs in its own namespaces');
+      assert.equal(status(pid, 'Seccomp'), '2', 'whet serve runs under a seccomp filter');
+      assert.equal(status(pid, 'NoNewPrivs'), '1');
+    }
     const warmStart = Date.now();
     const warm = await firstToken();
     assert.equal(warm.text, answer, `round ${round}: the warm answer is the same`);
@@ -102,4 +116,32 @@ test('a worker preempts a job of the default priority, which resumes once the wo
   assert.deepEqual(workers(), [], 'no worker left');
   assert.equal(psql(db.url, `SELECT count(*) FROM job_attempts WHERE job_id = '${job.id}'`), '2',
                'the job ran twice: before the preemption and after the worker');
+  // the fine-tuned model answers through a placed worker: its sandbox reads the adapter from the store
+  const { fine_tuned_model: model } = await client.fineTuning.jobs.retrieve(job.id);
+  const tuned = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Name a colour.' }],
+    max_tokens: 8, temperature: 0 });
+  assert.ok(tuned.choices[0].message.content.length > 0, `the fine-tuned model ${model} answers`);
+});
+
+test('a training session create waits for a cold start', async (t) => {
+  dump(t);
+  await until('no worker', () => workers().length === 0 && servePids().length === 0, IDLE_S * 1000 + 30000, 200);
+  const session = await client.post('/training_sessions', { body: { base_model: 'whet-tiny', lora: { r: 2 } } });
+  assert.equal(session.object, 'training_session', `the create is answered by a worker: ${JSON.stringify(session)}`);
+  assert.deepEqual(workers().map((w) => w.state), ['ready'], 'it waited for the worker the create started');
+  await client.delete(`/training_sessions/${session.id}`);
+});
+
+test('a worker dies with its executor when the executor is killed (SIGKILL)', async (t) => {
+  dump(t);
+  const { text } = await firstToken();
+  assert.ok(text.length > 0, 'a worker answers');
+  const [serve] = servePids();
+  assert.ok(serve, 'whet serve runs');
+  // whet serve's parent is its sandbox's init, whose parent is the executor
+  const init = status(serve, 'PPid'), executor = status(init, 'PPid');
+  assert.match(fs.readFileSync(`/proc/${executor}/cmdline`, 'utf8'), /executor/, 'the grandparent is the executor');
+  process.kill(Number(executor), 'SIGKILL');
+  await until('whet serve to die with its executor', () => !fs.existsSync(`/proc/${serve}`), 10000, 100);
+  assert.deepEqual(servePids().filter((p) => p === serve), [], 'no whet serve of the killed executor is left');
 });

@@ -1,7 +1,7 @@
 // stack.mjs - what the model-worker scaling tests share: `whet up` with a scheduler and `executors`
 // executors of one simulated device each, a tenant and its OpenAI client, and no worker of whet-tiny
-// named to the gateway (WHET_SERVE_WORKERS names only a base no test asks for, so `whet up` starts no
-// worker of its own: the scheduler places them). Removed when the test file ends.
+// named to the gateway (--placed-workers: `whet up` starts no worker of its own, the scheduler places
+// them). Removed when the test file ends.
 import test from 'node:test';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -19,12 +19,11 @@ export async function startServing({ executors, env: extra }) {
   const db = createDatabase();
   const httpPort = await freePort(), grpcPort = await freePort();
   const env = {
-    ...process.env, WHET_DATABASE_URL: db.url, WHET_DATA_DIR: work, WHET_SERVE_WORKERS: 'unused-base=127.0.0.1:1',
-    WHET_SERVE_COLD_START_MS: '120000', ...extra,
+    ...process.env, WHET_DATABASE_URL: db.url, WHET_DATA_DIR: work, WHET_SERVE_COLD_START_MS: '120000', ...extra,
   };
   let log = '';
   const up = spawn(WHET_BIN, ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
-                              '--executors', String(executors), '--devices', 'sim:H100:1'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+                              '--executors', String(executors), '--devices', 'sim:H100:1', '--placed-workers'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   up.stdout.on('data', (d) => { log = (log + d).slice(-60000); });
   up.stderr.on('data', (d) => { log = (log + d).slice(-60000); });
   test.after(() => {

@@ -6,7 +6,8 @@
 // an unknown one are 404s; a base without a worker is a 503. Every answer is metered: the usage rows
 // equal the answers' usage, /v1/usage and /v1/costs show them priced, and the worker's report never
 // reaches the client. Cold start: a request for a worker not up yet waits for it (it comes up during
-// the wait) and is answered; one that never comes up is a 503 with retry-after after the wait. A worker
+// the wait) and is answered; one that never comes up is a 503 with retry-after after the wait (a training
+// session's create too). A worker
 // killed mid-stream ends the stream with an error, and the next request waits for it again. n with a
 // seed, log-probs, bad parameters (400s naming them). A tenant or API key past its monthly limit: 429
 // insufficient_quota. DELETE /v1/models/{model}: then neither listed nor served.
@@ -249,6 +250,13 @@ try {
   check(dead.status === 503 && Number(dead.headers.get('retry-after')) >= 1 && dead.json?.error?.message?.includes('dead-base') &&
     Date.now() - deadStart >= COLD_START_MS - 100, 'a worker that does not come up: 503 with retry-after after the wait',
     { status: dead.status, retry: dead.headers.get('retry-after'), body: dead.json, ms: Date.now() - deadStart });
+  // a training session's create waits for its base's cold start as completions do (no scheduler here
+  // places a worker of other-base): then 503 with retry-after
+  const sessionStart = Date.now();
+  const noWorker = await a('POST', '/v1/training_sessions', { json: { base_model: 'other-base' } });
+  check(noWorker.status === 503 && Number(noWorker.headers.get('retry-after')) >= 1 &&
+    Date.now() - sessionStart >= COLD_START_MS - 100, 'a session create waits for a cold start, then 503 with retry-after',
+    { status: noWorker.status, retry: noWorker.headers.get('retry-after'), body: noWorker.json, ms: Date.now() - sessionStart });
   const noModel = await a('POST', '/v1/chat/completions', { json: { messages: [] } });
   check(noModel.status === 400 && noModel.json?.error?.param === 'model', 'no model: 400 naming it', noModel.json);
   // bad parameters: the worker's 400s, naming them, come through (and are not metered)

@@ -4,9 +4,12 @@
  * naming what was tried: a service on the peer outside the range (as PostgreSQL or the gateway would
  * be), a host that is no peer, a bind outside the range, a UDP or AF_UNIX socket. Given the path of
  * unit_dist_comm, it also runs the training communicator's own tests (Gloo's TCP full mesh and rank
- * 0's rendezvous store, threads of one process) under the policy. */
+ * 0's rendezvous store, threads of one process) under the policy. A server's network (connect_to,
+ * listen_host: a model worker's): it listens on its host at a port the kernel picks and is reached
+ * from outside, connects to its endpoint, and nothing else. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -176,6 +179,102 @@ TEST(a_bad_peer_list_is_a_setup_error) {
     sandbox_job_release(&job);
 }
 
+/* A listener of the host on 127.0.0.1 at a port the kernel picks; returns its fd, the port in *port. */
+static int host_listener(int *port) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 4) || getsockname(l, (struct sockaddr *)&a, &len))
+        return -1;
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+/* Runs python3 -c script as a server that may listen on 127.0.0.1 and connect to `endpoint` only. */
+static struct sandbox_job run_server(const char *script, const char *endpoint) {
+    const char *argv[] = {"python3", "-c", script, NULL}, *connects[] = {endpoint, NULL};
+    static const char *const env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", NULL};
+    struct sandbox_job job;
+    memset(&job, 0, sizeof job);
+    sandbox_spec_init(&job.spec);
+    job.spec.argv = argv;
+    job.spec.env = env;
+    job.spec.max_procs = 256;
+    job.spec.wall_timeout_s = 60;
+    job.spec.kill_on_network = 1;
+    job.spec.listen_host = "127.0.0.1";
+    job.spec.connect_to = connects;
+    struct whet_err err;
+    if (sandbox_run_many(&job, 1, &err) < 0) fprintf(stderr, "run_many: %s\n", err.msg);
+    job.spec.argv = NULL;
+    job.spec.connect_to = NULL;
+    fprintf(stderr, "  [%s] %s | out: %.200s | err: %.300s\n", sandbox_reason_name(job.result.reason),
+            job.result.message, job.out, job.errout);
+    return job;
+}
+
+/* The host side of a_server_listens_and_reaches_its_endpoint: the "object store" the server tells its
+ * port, then a client of the server (as the gateway is). */
+static void *store_and_client(void *arg) {
+    int l = *(int *)arg, s = accept(l, NULL, NULL);
+    char buf[16] = "";
+    ssize_t n = s >= 0 ? read(s, buf, sizeof buf - 1) : -1;
+    if (s >= 0) close(s);
+    if (n <= 0) return NULL;
+    buf[n] = 0;
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(buf)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (c >= 0 && connect(c, (struct sockaddr *)&a, sizeof a) == 0 && write(c, "hello", 5) != 5) perror("write");
+    if (c >= 0) close(c);
+    return NULL;
+}
+
+TEST(a_server_listens_and_reaches_its_endpoint) {
+    int port, l = host_listener(&port);
+    CHECK(l >= 0);
+    char script[512], endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    snprintf(script, sizeof script,
+             "import socket\n"
+             "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(4)\n"
+             "socket.create_connection(('127.0.0.1', %d)).sendall(str(s.getsockname()[1]).encode())\n"
+             "a, _ = s.accept(); print('got', a.recv(5).decode())\n",
+             port);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, store_and_client, &l) == 0);
+    struct sandbox_job job = run_server(script, endpoint);
+    pthread_join(t, NULL);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, "got hello");
+    sandbox_job_release(&job);
+    close(l);
+}
+
+TEST(a_server_reaches_nothing_else) {
+    int port, l = host_listener(&port), other, o = host_listener(&other);
+    CHECK(l >= 0 && o >= 0);
+    char script[256], endpoint[32], want[96];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    snprintf(script, sizeof script, "import socket\nsocket.create_connection(('127.0.0.1', %d))\nprint('reached')\n", other);
+    snprintf(want, sizeof want, "connect to 127.0.0.1:%d: not an endpoint it may connect to", other);
+    struct sandbox_job job = run_server(script, endpoint);
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, want);
+    CHECK(!job.out || !strstr(job.out, "reached"));
+    sandbox_job_release(&job);
+    job = run_server("import socket\nsocket.socket().bind(('0.0.0.0', 0))\n", endpoint);
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "bind to 0.0.0.0:0: not the address it may listen on");
+    sandbox_job_release(&job);
+    job = run_server("true", "s3.example:443");
+    CHECK(job.result.reason == SANDBOX_SETUP);
+    CHECK_CONTAINS(job.result.message, "\"s3.example:443\": expected a numeric ADDR:PORT or [ADDR]:PORT");
+    sandbox_job_release(&job);
+    close(l);
+    close(o);
+}
+
 int main(int argc, char **argv) {
     comm_test = argc > 1 ? argv[1] : NULL;
     /* A range of its own below the kernel's ephemeral ports, so concurrent runs rarely share one. */
@@ -192,5 +291,7 @@ int main(int argc, char **argv) {
     RUN(other_sockets_end_the_sandbox);
     RUN(the_communicators_collectives_run_under_the_policy);
     RUN(a_bad_peer_list_is_a_setup_error);
+    RUN(a_server_listens_and_reaches_its_endpoint);
+    RUN(a_server_reaches_nothing_else);
     return test_summary();
 }
