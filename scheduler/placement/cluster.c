@@ -187,9 +187,10 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     c->tenants = malloc((size_t)(n_tenants ? n_tenants : 1) * sizeof *c->tenants);
     c->usage = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->usage);
     c->tenants_active = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->tenants_active);
+    c->passed = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->passed);
     if (!c->nodes || !c->node_pool || !c->node_pos || !c->frag || !c->nominee || !c->nominee_until || !c->mark || !c->hyp_stamp ||
         !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->node_jobs ||
-        !c->tenants || !c->usage || !c->tenants_active)
+        !c->tenants || !c->usage || !c->tenants_active || !c->passed)
         abort();
     if (n_nodes) memcpy(c->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
     if (n_tenants) memcpy(c->tenants, tenants, (size_t)n_tenants * sizeof *tenants);
@@ -274,6 +275,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->tenants);
     free(c->usage);
     free(c->tenants_active);
+    free(c->passed);
     free(c->profile);
     free(c->running);
     free(c->order);

@@ -132,6 +132,8 @@ struct pl_cluster {
     int32_t n_tenants;
     struct pl_usage *usage;
     uint8_t *tenants_active;                      /* per cycle: runs or waits */
+    struct pl_usage *passed;                      /* per cycle: what the tenant's jobs already taken
+                                                     in the fair order and left waiting ask for */
 
     int64_t cap_gpu_milli, cap_cpu, cap_mem, used_gpu_milli;
     double fair_share;                            /* 1 / sum of active tenants' weights: every
@@ -193,6 +195,7 @@ struct pl_decision *pl_decision_add(struct pl_cluster *c, enum pl_action action,
 void pl_update_fair_share(struct pl_cluster *c, int32_t n);
 int32_t pl_queue_sort(struct pl_cluster *c, int32_t n);
 int32_t pl_next_fair(struct pl_cluster *c, int32_t n_groups);
+void pl_fair_pass(struct pl_cluster *c, const struct pl_job *j);
 
 /* filter.c: filter */
 int pl_filter_pools(const struct pl_cluster *c, const struct pl_job *j, enum pl_filter *pool_ok); /* 1: any OK */
