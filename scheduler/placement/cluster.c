@@ -117,6 +117,7 @@ void pl_node_apply(struct pl_cluster *c, int32_t ni, uint32_t mask, int32_t mill
     int64_t gpu = (int64_t)count * milli * sign;
     c->used_gpu_milli += gpu;
     if (tenant >= 0 && tenant < c->n_tenants) {
+        if (tenant != c->fair_tenant) c->fair_stale = 1;
         struct pl_usage *u = &c->usage[tenant];
         if (n->gpu_type >= 0) u->gpu_milli[n->gpu_type] += gpu;
         u->gpu_milli_total += gpu;
@@ -276,6 +277,8 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->usage);
     free(c->tenants_active);
     free(c->passed);
+    free(c->fair_key);
+    free(c->fair_heap);
     free(c->profile);
     free(c->running);
     free(c->order);

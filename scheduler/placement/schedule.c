@@ -182,11 +182,12 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
 
     int32_t groups = pl_queue_sort(c, n);
     if (c->cfg.order == PL_ORDER_FAIR) {
-        int32_t t;
-        while ((t = pl_next_fair(c, groups)) >= 0) {
+        int32_t g;
+        pl_fair_begin(c, groups);
+        while ((g = pl_next_fair(c)) >= 0) {
             if (placed_cap && c->result.placed >= placed_cap) break;
-            struct pl_job *j = c->order[c->tenant_head[t]++].job;
-            if (handle_job(c, j, now, &preempt_tries) == PL_WAIT) pl_fair_pass(c, j);
+            struct pl_job *j = c->order[c->tenant_head[g]++].job;
+            pl_fair_taken(c, g, j, handle_job(c, j, now, &preempt_tries) == PL_WAIT);
         }
     } else {
         for (int32_t i = 0; i < n; i++) {
