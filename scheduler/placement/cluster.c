@@ -117,6 +117,7 @@ void pl_node_apply(struct pl_cluster *c, int32_t ni, uint32_t mask, int32_t mill
     int64_t gpu = (int64_t)count * milli * sign;
     c->used_gpu_milli += gpu;
     if (tenant >= 0 && tenant < c->n_tenants) {
+        if (tenant != c->fair_tenant) c->fair_stale = 1;
         struct pl_usage *u = &c->usage[tenant];
         if (n->gpu_type >= 0) u->gpu_milli[n->gpu_type] += gpu;
         u->gpu_milli_total += gpu;
@@ -187,9 +188,10 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     c->tenants = malloc((size_t)(n_tenants ? n_tenants : 1) * sizeof *c->tenants);
     c->usage = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->usage);
     c->tenants_active = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->tenants_active);
+    c->passed = calloc((size_t)(n_tenants ? n_tenants : 1), sizeof *c->passed);
     if (!c->nodes || !c->node_pool || !c->node_pos || !c->frag || !c->nominee || !c->nominee_until || !c->mark || !c->hyp_stamp ||
         !c->hyp_free || !c->hyp_cpu || !c->hyp_mem || !c->scratch || !c->node_jobs ||
-        !c->tenants || !c->usage || !c->tenants_active)
+        !c->tenants || !c->usage || !c->tenants_active || !c->passed)
         abort();
     if (n_nodes) memcpy(c->nodes, nodes, (size_t)n_nodes * sizeof *nodes);
     if (n_tenants) memcpy(c->tenants, tenants, (size_t)n_tenants * sizeof *tenants);
@@ -274,6 +276,9 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->tenants);
     free(c->usage);
     free(c->tenants_active);
+    free(c->passed);
+    free(c->fair_key);
+    free(c->fair_heap);
     free(c->profile);
     free(c->running);
     free(c->order);

@@ -132,6 +132,17 @@ struct pl_cluster {
     int32_t n_tenants;
     struct pl_usage *usage;
     uint8_t *tenants_active;                      /* per cycle: runs or waits */
+    struct pl_usage *passed;                      /* per cycle: what the tenant's jobs already taken
+                                                     in the fair order and left waiting ask for */
+    struct pl_fair_key {                          /* per tenant group: its head's place in the fair
+                                                     order (queue.c) */
+        const struct pl_entry *head;
+        int over;
+        double share;
+    } *fair_key;
+    int32_t *fair_heap, n_fair_heap, cap_fair_key, cap_fair_heap;
+    int32_t fair_tenant;                          /* the tenant whose job is being handled */
+    int fair_stale;                               /* another tenant's usage changed meanwhile */
 
     int64_t cap_gpu_milli, cap_cpu, cap_mem, used_gpu_milli;
     double fair_share;                            /* 1 / sum of active tenants' weights: every
@@ -192,7 +203,9 @@ struct pl_decision *pl_decision_add(struct pl_cluster *c, enum pl_action action,
 /* queue.c: queue sort */
 void pl_update_fair_share(struct pl_cluster *c, int32_t n);
 int32_t pl_queue_sort(struct pl_cluster *c, int32_t n);
-int32_t pl_next_fair(struct pl_cluster *c, int32_t n_groups);
+void pl_fair_begin(struct pl_cluster *c, int32_t n_groups);
+int32_t pl_next_fair(struct pl_cluster *c);
+void pl_fair_taken(struct pl_cluster *c, int32_t group, const struct pl_job *j, int waited);
 
 /* filter.c: filter */
 int pl_filter_pools(const struct pl_cluster *c, const struct pl_job *j, enum pl_filter *pool_ok); /* 1: any OK */

@@ -111,7 +111,8 @@ static struct pl_fail *fail_find(struct pl_cluster *c, uint64_t key, int create)
 /* ---------------------------------------------------------------------------------------------- */
 /* The cycle                                                                                      */
 
-static void handle_job(struct pl_cluster *c, struct pl_job *j, double now, int32_t *preempt_tries) {
+/* Places the job, or says why it waits (and stops what it may take). Returns PL_PLACE or PL_WAIT. */
+static enum pl_action handle_job(struct pl_cluster *c, struct pl_job *j, double now, int32_t *preempt_tries) {
     enum pl_filter *pool_ok = c->pool_ok;
     struct pl_alloc a;
     int pending = pl_has_nomination(c, j, now);
@@ -126,7 +127,7 @@ static void handle_job(struct pl_cluster *c, struct pl_job *j, double now, int32
         struct pl_decision *d = pl_decision_add(c, PL_PLACE, j);
         d->alloc = a;
         c->result.placed++;
-        return;
+        return PL_PLACE;
     } else if (!pending) {
         struct pl_fail *f = fail_find(c, key, 1);
         if (f) f->reason = why;
@@ -146,6 +147,7 @@ static void handle_job(struct pl_cluster *c, struct pl_job *j, double now, int32
     struct pl_decision *d = pl_decision_add(c, PL_WAIT, j);
     d->reason = why;
     c->result.waiting++;
+    return PL_WAIT;
 }
 
 const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *queue, int32_t n_queue, double now) {
@@ -180,10 +182,12 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
 
     int32_t groups = pl_queue_sort(c, n);
     if (c->cfg.order == PL_ORDER_FAIR) {
-        int32_t t;
-        while ((t = pl_next_fair(c, groups)) >= 0) {
+        int32_t g;
+        pl_fair_begin(c, groups);
+        while ((g = pl_next_fair(c)) >= 0) {
             if (placed_cap && c->result.placed >= placed_cap) break;
-            handle_job(c, c->order[c->tenant_head[t]++].job, now, &preempt_tries);
+            struct pl_job *j = c->order[c->tenant_head[g]++].job;
+            pl_fair_taken(c, g, j, handle_job(c, j, now, &preempt_tries) == PL_WAIT);
         }
     } else {
         for (int32_t i = 0; i < n; i++) {

@@ -18,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "pg.h"
 #include "service_internal.h"
 
 #define PUBLIC_SWEEP_S 300
 #define REASON_STALE_S 30
+#define PUBLIC_LOG_ROWS 1000 /* a cycle rewriting this many rows logs why */
 
 /* 64-bit FNV-1a: the leader remembers a reason by its hash. */
 static uint64_t text_hash(const char *s) {
@@ -46,9 +48,11 @@ void public_state_reset(struct public_state *ps) {
  * first ten places). With a full fleet the reasons of most waiting jobs flip every cycle between "not
  * enough free GPUs" and "free room reserved for a job ahead in the queue" as a few devices free up:
  * rewriting them all each cycle cost 1.3-1.4 s per cycle at 10000 waiting (tests/bench/scale). */
-static int needs_write(const struct public_written *old, uint64_t reason, int position, double now) {
-    if ((old->position == 0) != (position == 0) || abs(old->position - position) > old->position / 10) return 1;
-    return old->reason != reason && (position <= 10 || now - old->written_at >= REASON_STALE_S);
+enum write_cause { KEPT, MOVED, REASON };
+
+static enum write_cause needs_write(const struct public_written *old, uint64_t reason, int position, double now) {
+    if ((old->position == 0) != (position == 0) || abs(old->position - position) > old->position / 10) return MOVED;
+    return old->reason != reason && (position <= 10 || now - old->written_at >= REASON_STALE_S) ? REASON : KEPT;
 }
 
 /* The rewrite of the rows listed, each still waiting: those the leader decided to rewrite, or, in a
@@ -115,7 +119,7 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
     int sweep = !ps->loaded || now - ps->swept_at > PUBLIC_SWEEP_S;
     struct public_written *next = xcalloc((size_t)n + 1, sizeof *next);
     json_t *write = json_array();
-    int m = 0;
+    int m = 0, causes[3] = {0}, entered = 0;
     for (int i = 0; i < n; i++) {
         const struct waiting_job *j = &jobs[i];
         struct public_written key = {.id = (char *)j->id};
@@ -129,7 +133,10 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
             continue;
         }
         uint64_t reason = text_hash(j->reason);
-        if (old && !needs_write(old, reason, j->position, now)) {
+        enum write_cause cause = old ? needs_write(old, reason, j->position, now) : MOVED;
+        if (old) causes[cause]++;
+        else entered++;
+        if (cause == KEPT) {
             next[m++] = *old;
             next[m - 1].id = xstrdup(j->id);
             continue;
@@ -149,6 +156,10 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
                      whet_pg_exec(conn, estimate_sql, 0, NULL, err) < 0 || whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
                  ? -1
                  : 0;
+    /* Why rows are rewritten: a cycle that rewrites thousands says which rule let them through. */
+    if (!sweep && json_array_size(write) >= PUBLIC_LOG_ROWS)
+        log_info("msg=\"public state rewritten\" rows=%zu moved=%d reason=%d entered=%d kept=%d left=%zu",
+                 json_array_size(write), causes[MOVED], causes[REASON], entered, causes[KEPT], json_array_size(left));
     if (rc < 0) PQclear(PQexec(conn, "ROLLBACK"));
     free(write_json);
     free(left_json);

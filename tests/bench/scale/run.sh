@@ -264,6 +264,14 @@ if [ "$slow" -gt 0 ]; then
   say "  cycles over 1 s in the window: $(sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | grep -c 'slow cycle' || true); the slowest:"
   sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | slowest || true
 fi
+# Cycles of the window that rewrote many rows of public state, and which rule let them through
+# (public_state.c): moved by more than a tenth, a stale reason, newly waiting.
+sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | grep 'public state rewritten' | awk '{
+    for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] += kv[2] } n++ }
+  END { printf "scale:   cycles rewriting 1000+ rows of public state in the window: %d", n
+        if (n) printf ", per such cycle: %d rows (%d moved, %d reasons, %d entered, %d left)", v["rows"] / n,
+                      v["moved"] / n, v["reason"] / n, v["entered"] / n, v["left"] / n
+        printf "\n" }'
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"

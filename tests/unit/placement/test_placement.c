@@ -331,6 +331,45 @@ TEST(fair_share_order) {
     pl_cluster_free(c);
 }
 
+/* One node, full: two tenants of equal weight holding held[0] and held[1] of its GPUs, one job each
+ * (`running`, room for all of them). */
+static struct pl_cluster *full_node(const int held[2], struct pl_job *running) {
+    struct pl_node n = node(0, 0, held[0] + held[1]);
+    struct pl_tenant ts[2] = {tenant(1), tenant(1)};
+    struct pl_cluster *c = cluster(&n, 1, ts, 2, "whet");
+    for (int k = 0; k < held[0] + held[1]; k++) {
+        running[k] = job((uint64_t)k + 1, k >= held[0], 1);
+        place(c, &running[k], 0);
+    }
+    return c;
+}
+
+/* The six waiting jobs' ids in the order of the cycle's decisions. */
+static void check_waiting_order(struct pl_cluster *c, const uint64_t want[6]) {
+    struct pl_job w[6] = {job(10, 0, 1), job(11, 0, 1), job(12, 0, 1), job(20, 1, 1), job(21, 1, 1), job(22, 1, 1)};
+    struct pl_job *q[6];
+    for (int i = 0; i < 6; i++) q[i] = &w[i];
+    const struct pl_result *r = pl_schedule(c, q, 6, 1);
+    CHECK(r->n == 6);
+    for (int i = 0; i < r->n && i < 6; i++)
+        CHECK_MSG(r->decisions[i].action == PL_WAIT && r->decisions[i].job->id == want[i], "place %d: job %llu", i,
+                  (unsigned long long)r->decisions[i].job->id);
+}
+
+TEST(fair_order_interleaves_waiting_tenants) {
+    /* Two tenants of equal weight and usage wait with three jobs each, tenant 0's arriving first. The
+     * waiting order is the order they would start in: one tenant's job after the other's (a job left
+     * waiting counts in its tenant's share), not tenant 0's whole queue first. Once tenant 0 holds one
+     * more GPU, its jobs go one place back each. */
+    struct pl_job running[3];
+    struct pl_cluster *c = full_node((const int[2]){1, 1}, running);
+    check_waiting_order(c, (const uint64_t[6]){10, 20, 11, 21, 12, 22});
+    pl_cluster_free(c);
+    c = full_node((const int[2]){2, 1}, running);
+    check_waiting_order(c, (const uint64_t[6]){20, 10, 21, 11, 22, 12});
+    pl_cluster_free(c);
+}
+
 TEST(priority_first_then_las) {
     struct pl_node nodes[1] = {node(0, 0, 1)};
     struct pl_tenant t = tenant(1);
@@ -705,6 +744,7 @@ int main(void) {
     RUN(quota_without_borrowing);
     RUN(borrow_then_reclaim);
     RUN(fair_share_order);
+    RUN(fair_order_interleaves_waiting_tenants);
     RUN(priority_first_then_las);
     RUN(backfill_never_delays_the_head);
     RUN(preemption_picks_cheapest_victims_and_holds_for_grace);
