@@ -1,0 +1,150 @@
+/* trainer_cotrain.c - co-training (see trainer.h): SFT LoRA runs of one base model in lock-step on one
+ * frozen copy of it, each step ONE forward and backward pass over every run's rows (batched LoRA: each
+ * run's rows are a LoRA run of its adapter view, model_set_lora_runs), then each run's own optimizer step.
+ *
+ * Each run is the trainer's own `struct run` (trainer_open with the shared base), so it keeps what a run
+ * alone has: its data order, schedule, seed, checkpoints, metrics lines and events. Only the step is
+ * different: trainer_sft_cotrain_rows takes the step's rows, this file packs them all into one batch
+ * (rows widened to the widest run's, padded as sft_data pads), weighs each run's targets 1 / its step's
+ * target count (the mean loss of the run's step, as the run alone scales its micro-batches), and
+ * trainer_sft_cotrain_step applies the run's own AdamW. A run that fails (bad figures, a write that
+ * fails) ends alone; the others go on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "trainer_internal.h"
+
+/* Why a config cannot be co-trained, or NULL. */
+static const char *not_cotrainable(const struct trainer_config *cfg, const char *base_model) {
+    if (cfg->method != TRAINER_SFT) return "only SFT runs are co-trained";
+    if (!cfg->lora.enabled) return "only LoRA runs are co-trained (a full fine-tune changes the shared base)";
+    if (cfg->dist.world_size > 1) return "a distributed run is not co-trained";
+    if (strcmp(cfg->model, base_model)) return "its model is not the shared base model";
+    return NULL;
+}
+
+static void end_job(struct trainer_cotrain_job *j, struct run *r, int failed) {
+    if (!failed) j->rc = trainer_finish(r, &j->stopped, &j->err);
+    else j->rc = -1;
+    if (j->rc) trainer_progress(r, "failed: %s", j->err.msg);
+    char line[256];
+    snprintf(line, sizeof line, "{\"type\":\"cotrain\",\"tokens\":%lld,\"device_seconds\":%.6f}", j->tokens,
+             j->device_seconds);
+    trainer_event_line(r, line);
+    trainer_close(r);
+}
+
+/* One shared step of the runs live[0..n): returns -1 with err set only when the pass itself failed (then
+ * every run in it fails). */
+static int shared_step(struct model *base, struct run **live, struct trainer_cotrain_job **jobs, int n,
+                       struct whet_err *err) {
+    struct step_figures *f = xcalloc((size_t)n, sizeof *f);
+    const struct sft_batch **rows = xcalloc((size_t)n, sizeof *rows);
+    int *targets = xcalloc((size_t)n, sizeof *targets);
+    struct lora_run *runs = xcalloc((size_t)n, sizeof *runs);
+    double t0 = whet_now_mono();
+    int B = 0, T = 1;
+    long long tokens = 0;
+    for (int i = 0; i < n; i++) {
+        targets[i] = trainer_sft_cotrain_rows(live[i], &f[i], &rows[i]);
+        B += rows[i]->B;
+        T = rows[i]->T > T ? rows[i]->T : T;
+        tokens += f[i].tokens;
+    }
+    size_t N = (size_t)B * (size_t)T;
+    int *ids = xmalloc(N * sizeof *ids), *pos = xmalloc(N * sizeof *pos), *seq = xmalloc(N * sizeof *seq);
+    int *tgt = xmalloc(N * sizeof *tgt);
+    float *w = xcalloc(N, sizeof *w), *nll = xmalloc(N * sizeof *nll);
+    for (int i = 0, row = 0; i < n; i++) {
+        const struct sft_batch *b = rows[i];
+        float scale = 1.0f / (float)(targets[i] > 0 ? targets[i] : 1);
+        for (int k = 0; k < b->B; k++, row++) {
+            size_t at = (size_t)row * T, from = (size_t)k * b->T;
+            memcpy(ids + at, b->ids + from, sizeof(int) * (size_t)b->T);
+            memcpy(pos + at, b->positions + from, sizeof(int) * (size_t)b->T);
+            memcpy(seq + at, b->seq_ids + from, sizeof(int) * (size_t)b->T);
+            memcpy(tgt + at, b->targets + from, sizeof(int) * (size_t)b->T);
+            /* the wider row's tail: padding, its own sequence, nothing to predict (as sft_batch_fill pads) */
+            int last_seq = b->seq_ids[from + b->T - 1] + 1;
+            for (int t = b->T, p = 0; t < T; t++, p++) ids[at + t] = 0, pos[at + t] = p, seq[at + t] = last_seq, tgt[at + t] = -1;
+            for (int t = 0; t < T; t++) w[at + t] = tgt[at + t] >= 0 ? scale : 0.0f;
+        }
+        runs[i] = (struct lora_run){live[i]->model, b->B * T};
+    }
+    struct model_batch mb = {B, T, ids, pos, seq, tgt, NULL};
+    int rc = model_set_lora_runs(base, runs, n, err) || model_forward(base, &mb, NULL, err);
+    if (!rc) {
+        model_get_token_losses(base, nll);
+        rc = model_set_loss_weights(base, w, err) || model_backward(base, 1.0f, err);
+    }
+    struct whet_err ignored;
+    model_set_lora_runs(base, NULL, 0, &ignored);
+    double seconds = whet_now_mono() - t0;
+    for (int i = 0, row = 0; i < n && !rc; i++) {
+        double loss_sum = 0;
+        for (size_t t = (size_t)row * T; t < (size_t)(row + rows[i]->B) * T; t++) loss_sum += tgt[t] >= 0 ? nll[t] : 0;
+        row += rows[i]->B;
+        /* metering: the pass's time split by the tokens each run put in it */
+        double share = tokens > 0 ? seconds * (double)f[i].tokens / (double)tokens : 0;
+        jobs[i]->tokens += f[i].tokens;
+        jobs[i]->device_seconds += share;
+        double t1 = whet_now_mono();
+        if (trainer_sft_cotrain_step(live[i], &f[i], loss_sum, &jobs[i]->err) ||
+            trainer_after_step(live[i], &f[i], share + whet_now_mono() - t1, &jobs[i]->err))
+            jobs[i]->rc = -1; /* this run alone ends */
+    }
+    free(ids), free(pos), free(seq), free(tgt), free(w), free(nll);
+    free(f), free(rows), free(targets), free(runs);
+    return rc ? -1 : 0;
+}
+
+int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err) {
+    if (n < 1) return whet_errf(err, "co-training: no runs");
+    const char *base_dir = jobs[0].cfg->model;
+    struct model_opts o = model_opts_default();
+    o.train = 1;
+    o.frozen_base = 1;
+    o.device = jobs[0].cfg->device;
+    struct model *base;
+    if (model_load(&base, base_dir, &o, err)) return whet_err_prefix(err, "co-training: base model");
+    struct run *runs = xcalloc((size_t)n, sizeof *runs);
+    int *open = xcalloc((size_t)n, sizeof *open);
+    for (int i = 0; i < n; i++) {
+        struct trainer_cotrain_job *j = &jobs[i];
+        j->rc = 0, j->stopped = 0, j->tokens = 0, j->device_seconds = 0;
+        const char *why = not_cotrainable(j->cfg, base_dir);
+        if (why) {
+            j->rc = whet_errf(&j->err, "%s: %s", j->cfg->output_dir, why);
+            continue;
+        }
+        if (trainer_open(&runs[i], j->cfg, &j->io, base, &j->err)) {
+            j->rc = -1;
+            trainer_close(&runs[i]);
+            continue;
+        }
+        open[i] = 1;
+    }
+    struct run **live = xcalloc((size_t)n, sizeof *live);
+    struct trainer_cotrain_job **live_jobs = xcalloc((size_t)n, sizeof *live_jobs);
+    for (;;) {
+        int n_live = 0;
+        for (int i = 0; i < n; i++) {
+            if (!open[i]) continue;
+            if (jobs[i].rc || !trainer_has_step(&runs[i])) {
+                end_job(&jobs[i], &runs[i], jobs[i].rc != 0);
+                open[i] = 0;
+                continue;
+            }
+            live[n_live] = &runs[i];
+            live_jobs[n_live++] = &jobs[i];
+        }
+        if (!n_live) break;
+        struct whet_err pass_err;
+        if (shared_step(base, live, live_jobs, n_live, &pass_err))
+            for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
+    }
+    free(live), free(live_jobs), free(open), free(runs);
+    model_free(base);
+    return 0;
+}
