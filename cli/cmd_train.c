@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "trainer.h"
@@ -31,7 +32,8 @@ static void usage(FILE *out) {
             "SIGTERM or SIGINT: the step under way finishes, a checkpoint is written, exit status 0.\n\n"
             "--cotrain: the configs' SFT LoRA runs (one base model) share one copy of it, each step one pass\n"
             "over all their rows; each run's events go to its OUTPUT_DIR/events.jsonl, the last one\n"
-            "{\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; the exit status is 1 when any run failed.\n\n"
+            "{\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; creating OUTPUT_DIR/stop stops that run alone\n"
+            "(after a checkpoint, as SIGTERM does for all); the exit status is 1 when any run failed.\n\n"
             "options:\n"
             "  --config FILE   the trainer config (JSON); with --cotrain, one per run\n"
             "  --cotrain       co-train the configs' runs\n"
@@ -43,6 +45,7 @@ static void usage(FILE *out) {
 static int cotrain(char **configs, int n, int quiet) {
     struct trainer_config *cfgs = xcalloc((size_t)n, sizeof *cfgs);
     struct trainer_cotrain_job *jobs = xcalloc((size_t)n, sizeof *jobs);
+    char **stop_files = xcalloc((size_t)n, sizeof *stop_files);
     struct whet_err err;
     int rc = 0, loaded = 0;
     for (; loaded < n && !rc; loaded++) {
@@ -55,7 +58,10 @@ static int cotrain(char **configs, int n, int quiet) {
         FILE *f = whet_mkdir_p(cfgs[loaded].output_dir, &err) ? NULL : fopen(events, "w");
         if (!f) fprintf(stderr, "whet train: %s: cannot open for writing\n", events), rc = 2;
         free(events);
-        jobs[loaded] = (struct trainer_cotrain_job){.cfg = &cfgs[loaded], .io = {f, quiet ? NULL : stderr, &stop_requested}};
+        stop_files[loaded] = xasprintf("%s/stop", cfgs[loaded].output_dir);
+        unlink(stop_files[loaded]); /* a request left by an earlier run */
+        jobs[loaded] = (struct trainer_cotrain_job){
+            .cfg = &cfgs[loaded], .io = {f, quiet ? NULL : stderr, &stop_requested, stop_files[loaded]}};
     }
     if (!rc && trainer_cotrain(jobs, n, &err)) {
         whet_err_report("whet train", &err);
@@ -69,7 +75,9 @@ static int cotrain(char **configs, int n, int quiet) {
         }
         if (jobs[i].io.events) fclose(jobs[i].io.events);
         trainer_config_free(&cfgs[i]);
+        free(stop_files[i]);
     }
+    free(stop_files);
     free(jobs);
     free(cfgs);
     return rc;
@@ -113,7 +121,7 @@ static int cmd_train(int argc, char **argv) {
         whet_err_report("whet train", &err);
         return 2;
     }
-    struct trainer_io io = {stdout, quiet ? NULL : stderr, &stop_requested};
+    struct trainer_io io = {stdout, quiet ? NULL : stderr, &stop_requested, NULL};
     int stopped = 0;
     rc = trainer_run(&cfg, &io, &stopped, &err);
     trainer_config_free(&cfg);

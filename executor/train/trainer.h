@@ -64,6 +64,9 @@ struct trainer_io {
     /* Set (from a signal handler) to ask the run to stop: it finishes the step under way, writes a
      * checkpoint and returns 0 with *stopped = 1. */
     volatile sig_atomic_t *stop;
+    /* Co-training only (trainer_cotrain): a file whose appearance asks this run alone to stop, as *stop
+     * does; NULL for none. */
+    const char *stop_file;
 };
 
 /* Runs the config to the end (or to a stop request). Returns 0 on success, -1 with `err` set. */

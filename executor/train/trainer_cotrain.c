@@ -11,6 +11,7 @@
  * fails) ends alone; the others go on. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "trainer_internal.h"
@@ -110,6 +111,9 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
     if (model_load(&base, base_dir, &o, err)) return whet_err_prefix(err, "co-training: base model");
     struct run *runs = xcalloc((size_t)n, sizeof *runs);
     int *open = xcalloc((size_t)n, sizeof *open);
+    /* Each run's own stop flag (the runs' ios may share one): set from the job's flag or stop file. */
+    struct trainer_io *ios = xcalloc((size_t)n, sizeof *ios);
+    volatile sig_atomic_t *stops = xcalloc((size_t)n, sizeof *stops);
     for (int i = 0; i < n; i++) {
         struct trainer_cotrain_job *j = &jobs[i];
         j->rc = 0, j->stopped = 0, j->tokens = 0, j->device_seconds = 0;
@@ -118,7 +122,9 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
             j->rc = whet_errf(&j->err, "%s: %s", j->cfg->output_dir, why);
             continue;
         }
-        if (trainer_open(&runs[i], j->cfg, &j->io, base, &j->err)) {
+        ios[i] = j->io;
+        ios[i].stop = &stops[i];
+        if (trainer_open(&runs[i], j->cfg, &ios[i], base, &j->err)) {
             j->rc = -1;
             trainer_close(&runs[i]);
             continue;
@@ -131,6 +137,8 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
         int n_live = 0;
         for (int i = 0; i < n; i++) {
             if (!open[i]) continue;
+            const struct trainer_io *io = &jobs[i].io;
+            stops[i] = (io->stop && *io->stop) || (io->stop_file && !access(io->stop_file, F_OK));
             if (jobs[i].rc || !trainer_has_step(&runs[i])) {
                 end_job(&jobs[i], &runs[i], jobs[i].rc != 0);
                 open[i] = 0;
@@ -144,7 +152,7 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
         if (shared_step(base, live, live_jobs, n_live, &pass_err))
             for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
     }
-    free(live), free(live_jobs), free(open), free(runs);
+    free(live), free(live_jobs), free(open), free(runs), free(ios), free((void *)stops);
     model_free(base);
     return 0;
 }
