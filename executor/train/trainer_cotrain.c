@@ -94,6 +94,7 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
         if (trainer_sft_cotrain_step(live[i], &f[i], loss_sum, &jobs[i]->err) ||
             trainer_after_step(live[i], &f[i], share + whet_now_mono() - t1, &jobs[i]->err))
             jobs[i]->rc = -1; /* this run alone ends */
+        jobs[i]->device_seconds += whet_now_mono() - t1; /* its own optimizer step, validation, checkpoint */
     }
     free(ids), free(pos), free(seq), free(tgt), free(w), free(nll);
     free(f), free(rows), free(targets), free(runs);
