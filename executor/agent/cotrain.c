@@ -190,7 +190,8 @@ struct tail {
     size_t have;
 };
 
-static int read_lines(struct tail *t, const char *path, void (*line)(void *, const char *), void *ctx, double *seconds) {
+static int read_lines(struct tail *t, const char *path, void (*line)(void *, const char *), void *ctx, double *seconds,
+                      char *error, size_t error_len) {
     int last = 0;
     if (t->fd < 0) t->fd = open(path, O_RDONLY | O_CLOEXEC);
     for (ssize_t n; t->fd >= 0 && (n = read(t->fd, t->buf + t->have, sizeof t->buf - 1 - t->have)) > 0;) {
@@ -204,6 +205,8 @@ static int read_lines(struct tail *t, const char *path, void (*line)(void *, con
             if (type && !strcmp(type, "cotrain")) {
                 *seconds = json_number_value(json_object_get(ev, "device_seconds"));
                 last = 1;
+            } else if (type && !strcmp(type, "error")) {
+                snprintf(error, error_len, "%s", json_string_value(json_object_get(ev, "message")));
             } else {
                 line(ctx, start);
             }
@@ -228,6 +231,7 @@ void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *
     struct tail *t = xcalloc(1, sizeof *t);
     t->fd = -1;
     double t0 = whet_now_mono(), seconds = 0;
+    char error[600] = ""; /* its run's own error, when it failed */
     pthread_mutex_lock(&lock);
     while (!g->started) {
         if (leader && (whet_now_mono() - t0 >= window || g->n == COTRAIN_MAX)) start_group(g, log_path);
@@ -247,11 +251,11 @@ void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *
             if (fd >= 0) close(fd);
         }
         /* its last line, or the process's end (after which nothing more comes) */
-        done = read_lines(t, events, line, ctx, &seconds) || ended;
+        done = read_lines(t, events, line, ctx, &seconds, error, sizeof error) || ended;
         pthread_mutex_lock(&lock);
         if (!done) wait_a_moment();
     }
-    snprintf(res->failure, sizeof res->failure, "%s", g->failure);
+    snprintf(res->failure, sizeof res->failure, "%s", error[0] ? error : g->failure);
     pthread_mutex_unlock(&lock);
     res->device_seconds = seconds * (devices > 0 ? devices : 1);
     if (t->fd >= 0) close(t->fd);

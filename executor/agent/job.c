@@ -524,7 +524,7 @@ static double cotrain(struct agent_job *job, const char *cfg_path, const char *m
     if (stop == JOB_CANCEL) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     else if (stop == JOB_STOP && !r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
     else if (r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
-    else snprintf(msg, msg_len, "%s", res.failure[0] ? res.failure : "the co-trained run failed (its executor's trainer.log of the group says why)");
+    else snprintf(msg, msg_len, "%s", res.failure[0] ? res.failure : "the co-trained run ended without a model");
     return res.device_seconds;
 }
 

@@ -79,7 +79,7 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
  * of the shared pass (the step in one pass instead of gradient_accumulation_steps micro-batches). One
  * difference: the metrics lines have no train_mean_token_accuracy (the pass counts right predictions
  * for all runs together). A stop request on a run's io stops that run alone (checkpoint, *stopped); a
- * run that fails ends alone. Each run's last event is {"type":"cotrain","tokens","device_seconds"}: the
+ * run that fails ends alone, its last events {"type":"error","message"} and the next. Each run's last event is {"type":"cotrain","tokens","device_seconds"}: the
  * tokens it put through the shared passes, and its share of their time, split by those tokens, plus the
  * time of its own optimizer steps, validations and checkpoints. */
 struct trainer_cotrain_job {

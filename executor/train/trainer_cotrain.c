@@ -25,15 +25,26 @@ static const char *not_cotrainable(const struct trainer_config *cfg, const char 
     return NULL;
 }
 
+/* A run's last events on its own stream: its error when it failed, then what it put through the passes. */
+static void last_events(const struct trainer_cotrain_job *j) {
+    FILE *f = j->io.events;
+    if (!f) return;
+    if (j->rc) {
+        json_t *ev = json_pack("{s:s, s:s}", "type", "error", "message", j->err.msg);
+        json_dumpf(ev, f, JSON_COMPACT);
+        fputc('\n', f);
+        json_decref(ev);
+    }
+    fprintf(f, "{\"type\":\"cotrain\",\"tokens\":%lld,\"device_seconds\":%.6f}\n", j->tokens, j->device_seconds);
+    fflush(f);
+}
+
 static void end_job(struct trainer_cotrain_job *j, struct run *r, int failed) {
     if (!failed) j->rc = trainer_finish(r, &j->stopped, &j->err);
     else j->rc = -1;
     if (j->rc) trainer_progress(r, "failed: %s", j->err.msg);
-    char line[256];
-    snprintf(line, sizeof line, "{\"type\":\"cotrain\",\"tokens\":%lld,\"device_seconds\":%.6f}", j->tokens,
-             j->device_seconds);
-    trainer_event_line(r, line);
     trainer_close(r);
+    last_events(j);
 }
 
 /* One shared step of the runs live[0..n): returns -1 with err set only when the pass itself failed (then
@@ -121,6 +132,7 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
         const char *why = not_cotrainable(j->cfg, base_dir);
         if (why) {
             j->rc = whet_errf(&j->err, "%s: %s", j->cfg->output_dir, why);
+            last_events(j);
             continue;
         }
         ios[i] = j->io;
@@ -128,6 +140,7 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
         if (trainer_open(&runs[i], j->cfg, &ios[i], base, &j->err)) {
             j->rc = -1;
             trainer_close(&runs[i]);
+            last_events(j);
             continue;
         }
         open[i] = 1;

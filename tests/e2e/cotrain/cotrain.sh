@@ -5,7 +5,8 @@
 # 1e-5 relative per step (the shared pass sums in another order), its adapter within 1e-4 (L2, relative:
 # AdamW's normalised steps enlarge the rounding on near-zero gradients), the same checkpoints and
 # events, and the co-training event's tokens are the run's metrics tokens. Then three runs co-trained, one stopped through its stop file mid-run: it ends with a
-# checkpoint of its last step, the others finish, every step still equal to alone. One OpenMP thread.
+# checkpoint of its last step, the others finish, every step still equal to alone; a run with bad data
+# fails alone. One OpenMP thread.
 set -euo pipefail
 : "${WHET_BIN:?}" "${WHET_FIXTURES:?}"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -88,18 +89,28 @@ assert last["type"] == "cotrain" and last["tokens"] == tokens and last["device_s
 EOF
 done
 
-# ---- one run stopped alone: co-trained runs of 200, 9 and 10 steps; run 0's stop file once it has 3 steps
+# ---- one run stopped alone: co-trained runs of 200, 9 and 10 steps; run 0's stop file once it has 3 steps;
+# a fourth whose training file is not JSONL fails alone, its error its own last events
 for i in 0 1 2; do config "stop$i" $i $([ $i = 0 ] && echo 200 || echo $((8 + i))); done
+echo 'not json' > "$work/bad.jsonl"
+config bad 3 10
+sed -i "s|\"training_file\": \"[^\"]*\"|\"training_file\": \"$work/bad.jsonl\"|" "$work/bad.json"
 config long0 0 200
 "$WHET_BIN" train --cotrain --quiet --config "$work/stop0.json" --config "$work/stop1.json" --config "$work/stop2.json" \
-  2> "$work/stop.err" &
+  --config "$work/bad.json" 2> "$work/stop.err" &
 pid=$!
 for _ in $(seq 600); do
   [ "$(cat "$work/stop0/metrics.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
   sleep 0.1
 done
 touch "$work/stop0/stop"
-wait $pid || { cat "$work/stop.err"; fail "co-training with a stopped run"; }
+if wait $pid; then fail "co-training with a failing run exited 0"; fi
+grep -q "bad.json: co-trained run failed" "$work/stop.err" || { cat "$work/stop.err"; fail "the failing run's error"; }
+python3 - "$work/bad/events.jsonl" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+assert [e["type"] for e in ev] == ["error", "cotrain"] and "bad.jsonl" in ev[0]["message"], ev
+EOF
 steps=$(wc -l < "$work/stop0/metrics.jsonl")
 [ "$steps" -ge 3 ] && [ "$steps" -lt 200 ] || fail "the stopped run took $steps steps"
 [ -s "$work/stop0/checkpoints/step-$steps/trainer_state.json" ] || fail "no checkpoint of the stopped run's step $steps"
@@ -110,5 +121,5 @@ for i in 1 2; do
 done
 "$WHET_BIN" train --config "$work/long0.json" --quiet > /dev/null || fail "run 0 alone"
 compare "$work/long0" "$work/stop0" prefix
-echo "stopped run: $steps steps, a checkpoint at its last; the other two finished; all equal to alone"
+echo "stopped run: $steps steps, a checkpoint at its last; a run with bad data failed alone; the other two finished; all equal to alone"
 echo "PASS"

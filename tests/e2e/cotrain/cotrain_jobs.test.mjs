@@ -7,12 +7,12 @@
 // others go on; usage charges each job its share of the process's device-seconds and its own tokens.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, whetProcesses } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -23,21 +23,7 @@ const db = createDatabase();
 const httpPort = await freePort(), grpcPort = await freePort();
 const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work,
               WHET_COTRAIN: '1', WHET_COTRAIN_WINDOW_S: '5', OMP_NUM_THREADS: '1' };
-const children = [];
-const logs = {};
-
-function start(name, args) {
-  const child = spawn(WHET_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  logs[name] = '';
-  const keep = (d) => { logs[name] = (logs[name] + d).slice(-20000); };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  children.push(child);
-  return child;
-}
-function dumpLogs() {
-  for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-30).join('\n')}`);
-}
+const { children, logs, start, dump: dumpLogs } = whetProcesses(WHET_BIN, env);
 
 start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`, '--executors', '0']);
 await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000).catch((e) => { dumpLogs(); throw e; });
