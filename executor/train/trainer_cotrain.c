@@ -4,10 +4,9 @@
  *
  * Each run is the trainer's own `struct run` (trainer_open with the shared base), so it keeps what a run
  * alone has: its data order, schedule, seed, checkpoints, metrics lines and events. Only the step is
- * different: trainer_sft_cotrain_rows takes the step's rows, this file packs them all into one batch
- * (rows widened to the widest run's, padded as sft_data pads), weighs each run's targets 1 / its step's
- * target count (the mean loss of the run's step, as the run alone scales its micro-batches), and
- * trainer_sft_cotrain_step applies the run's own AdamW. A run that fails (bad figures, a write that
+ * different: trainer_sft_cotrain_rows takes the step's rows, this file packs all their sequences into
+ * one row (no padding), weighs each run's targets 1 / its step's target count (the mean loss of the
+ * run's step, as the run alone scales its micro-batches), and trainer_sft_cotrain_step applies the run's own AdamW. A run that fails (bad figures, a write that
  * fails) ends alone; the others go on. */
 #include <stdlib.h>
 #include <string.h>
@@ -56,35 +55,41 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
     int *targets = xcalloc((size_t)n, sizeof *targets);
     struct lora_run *runs = xcalloc((size_t)n, sizeof *runs);
     double t0 = whet_now_mono();
-    int B = 0, T = 1;
     long long tokens = 0;
+    size_t N = 0;
     for (int i = 0; i < n; i++) {
         targets[i] = trainer_sft_cotrain_rows(live[i], &f[i], &rows[i]);
-        B += rows[i]->B;
-        T = rows[i]->T > T ? rows[i]->T : T;
+        N += (size_t)rows[i]->B * (size_t)rows[i]->T;
         tokens += f[i].tokens;
     }
-    size_t N = (size_t)B * (size_t)T;
+    /* One row of every run's sequences end to end, each its own segment (a new seq id), without the
+     * padding of the runs' rows: the pass computes only real tokens, however the runs' widths differ. */
     int *ids = xmalloc(N * sizeof *ids), *pos = xmalloc(N * sizeof *pos), *seq = xmalloc(N * sizeof *seq);
-    int *tgt = xmalloc(N * sizeof *tgt);
-    float *w = xcalloc(N, sizeof *w), *nll = xmalloc(N * sizeof *nll);
-    for (int i = 0, row = 0; i < n; i++) {
+    int *tgt = xmalloc(N * sizeof *tgt), *first = xmalloc(sizeof *first * (size_t)(n + 1));
+    float *w = xmalloc(N * sizeof *w), *nll = xmalloc(N * sizeof *nll);
+    size_t at = 0;
+    for (int i = 0, next_seq = 0; i < n; i++) {
         const struct sft_batch *b = rows[i];
         float scale = 1.0f / (float)(targets[i] > 0 ? targets[i] : 1);
-        for (int k = 0; k < b->B; k++, row++) {
-            size_t at = (size_t)row * T, from = (size_t)k * b->T;
-            memcpy(ids + at, b->ids + from, sizeof(int) * (size_t)b->T);
-            memcpy(pos + at, b->positions + from, sizeof(int) * (size_t)b->T);
-            memcpy(seq + at, b->seq_ids + from, sizeof(int) * (size_t)b->T);
-            memcpy(tgt + at, b->targets + from, sizeof(int) * (size_t)b->T);
-            /* the wider row's tail: padding, its own sequence, nothing to predict (as sft_batch_fill pads) */
-            int last_seq = b->seq_ids[from + b->T - 1] + 1;
-            for (int t = b->T, p = 0; t < T; t++, p++) ids[at + t] = 0, pos[at + t] = p, seq[at + t] = last_seq, tgt[at + t] = -1;
-            for (int t = 0; t < T; t++) w[at + t] = tgt[at + t] >= 0 ? scale : 0.0f;
+        first[i] = (int)at;
+        for (int k = 0; k < b->B; k++) {
+            size_t from = (size_t)k * (size_t)b->T;
+            /* a row's padding is its trailing segment with nothing to predict (every example has a target) */
+            int len = b->T, pad = 1;
+            while (len > 1 && b->seq_ids[from + len - 2] == b->seq_ids[from + b->T - 1]) len--;
+            for (int t = len - 1; t < b->T && pad; t++) pad = b->targets[from + t] < 0;
+            int real = pad ? len - 1 : b->T;
+            for (int t = 0; t < real; t++, at++) {
+                if (t == 0 || b->seq_ids[from + t] != b->seq_ids[from + t - 1]) next_seq++;
+                ids[at] = b->ids[from + t], pos[at] = b->positions[from + t], seq[at] = next_seq;
+                tgt[at] = b->targets[from + t];
+                w[at] = tgt[at] >= 0 ? scale : 0.0f;
+            }
         }
-        runs[i] = (struct lora_run){live[i]->model, b->B * T};
+        runs[i] = (struct lora_run){live[i]->model, (int)at - first[i]};
     }
-    struct model_batch mb = {B, T, ids, pos, seq, tgt, NULL};
+    first[n] = (int)at;
+    struct model_batch mb = {1, (int)at, ids, pos, seq, tgt, NULL};
     int rc = model_set_lora_runs(base, runs, n, err) || model_forward(base, &mb, NULL, err);
     if (!rc) {
         model_get_token_losses(base, nll);
@@ -93,10 +98,9 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
     struct whet_err ignored;
     model_set_lora_runs(base, NULL, 0, &ignored);
     double seconds = whet_now_mono() - t0;
-    for (int i = 0, row = 0; i < n && !rc; i++) {
+    for (int i = 0; i < n && !rc; i++) {
         double loss_sum = 0;
-        for (size_t t = (size_t)row * T; t < (size_t)(row + rows[i]->B) * T; t++) loss_sum += tgt[t] >= 0 ? nll[t] : 0;
-        row += rows[i]->B;
+        for (int t = first[i]; t < first[i + 1]; t++) loss_sum += tgt[t] >= 0 ? nll[t] : 0;
         /* metering: the pass's time split by the tokens each run put in it */
         double share = tokens > 0 ? seconds * (double)f[i].tokens / (double)tokens : 0;
         jobs[i]->tokens += f[i].tokens;
@@ -107,7 +111,7 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
             jobs[i]->rc = -1; /* this run alone ends */
         jobs[i]->device_seconds += whet_now_mono() - t1; /* its own optimizer step, validation, checkpoint */
     }
-    free(ids), free(pos), free(seq), free(tgt), free(w), free(nll);
+    free(ids), free(pos), free(seq), free(tgt), free(first), free(w), free(nll);
     free(f), free(rows), free(targets), free(runs);
     return rc ? -1 : 0;
 }
