@@ -1,11 +1,14 @@
-/* cmd_train.c - `whet train --config FILE.json`: the trainer executors run (usable alone).
+/* cmd_train.c - `whet train --config FILE.json`: the trainer executors run (usable alone); with --cotrain
+ * and several configs, SFT LoRA runs of one base model co-trained on one copy of it (trainer_cotrain).
  *
  * Thin: parses the options, installs the SIGTERM/SIGINT handlers that ask the run to checkpoint and
  * stop, and hands over to executor/train/trainer.c. */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "trainer.h"
@@ -19,40 +22,84 @@ static void on_stop_signal(int sig) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: whet train --config FILE.json [--quiet]\n\n"
+            "usage: whet train --config FILE.json [--quiet]\n"
+            "       whet train --cotrain --config FILE.json [--config FILE.json ...] [--quiet]\n\n"
             "Fine-tunes a model as the trainer config says (method, model, training_file, output_dir, lora,\n"
             "hyperparameters, seed, checkpoint_every_steps, eval_every_steps, max_steps, resume_from; for\n"
             "grpo also grader, rollout and eval_samples).\n"
             "Writes OUTPUT_DIR/metrics.jsonl, OUTPUT_DIR/checkpoints/step-N/ and OUTPUT_DIR/final/; prints one\n"
             "JSON event per line on stdout (data, metrics, checkpoint, final) and progress on stderr.\n"
             "SIGTERM or SIGINT: the step under way finishes, a checkpoint is written, exit status 0.\n\n"
+            "--cotrain: the configs' SFT LoRA runs (one base model) share one copy of it, each step one pass\n"
+            "over all their rows; each run's events go to its OUTPUT_DIR/events.jsonl, the last one\n"
+            "{\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; creating OUTPUT_DIR/stop stops that run alone\n"
+            "(after a checkpoint, as SIGTERM does for all); the exit status is 1 when any run failed.\n\n"
             "options:\n"
-            "  --config FILE   the trainer config (JSON)\n"
+            "  --config FILE   the trainer config (JSON); with --cotrain, one per run\n"
+            "  --cotrain       co-train the configs' runs\n"
             "  --quiet         no progress lines on stderr\n"
             "  -h, --help      this text\n");
 }
 
+/* The runs of `configs` co-trained; 0 when every one ended well. */
+static int cotrain(char **configs, int n, int quiet) {
+    struct trainer_config *cfgs = xcalloc((size_t)n, sizeof *cfgs);
+    struct trainer_cotrain_job *jobs = xcalloc((size_t)n, sizeof *jobs);
+    char **stop_files = xcalloc((size_t)n, sizeof *stop_files);
+    struct whet_err err;
+    int rc = 0, loaded = 0;
+    for (; loaded < n && !rc; loaded++) {
+        if (trainer_config_load(&cfgs[loaded], configs[loaded], &err)) {
+            whet_err_report("whet train", &err);
+            rc = 2;
+            break;
+        }
+        char *events = xasprintf("%s/events.jsonl", cfgs[loaded].output_dir);
+        FILE *f = whet_mkdir_p(cfgs[loaded].output_dir, &err) ? NULL : fopen(events, "w");
+        if (!f) fprintf(stderr, "whet train: %s: cannot open for writing\n", events), rc = 2;
+        free(events);
+        stop_files[loaded] = xasprintf("%s/stop", cfgs[loaded].output_dir);
+        unlink(stop_files[loaded]); /* a request left by an earlier run */
+        jobs[loaded] = (struct trainer_cotrain_job){
+            .cfg = &cfgs[loaded], .io = {f, quiet ? NULL : stderr, &stop_requested, stop_files[loaded]}};
+    }
+    if (!rc && trainer_cotrain(jobs, n, &err)) {
+        whet_err_report("whet train", &err);
+        rc = 1;
+    }
+    for (int i = 0; i < loaded; i++) {
+        if (jobs[i].rc) {
+            fprintf(stderr, "whet train: %s: ", configs[i]);
+            whet_err_report("co-trained run failed", &jobs[i].err);
+            rc = 1;
+        }
+        if (jobs[i].io.events) fclose(jobs[i].io.events);
+        trainer_config_free(&cfgs[i]);
+        free(stop_files[i]);
+    }
+    free(stop_files);
+    free(jobs);
+    free(cfgs);
+    return rc;
+}
+
 static int cmd_train(int argc, char **argv) {
-    static const struct option options[] = {
-        {"config", required_argument, 0, 'c'}, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0}};
-    const char *config = NULL;
-    int quiet = 0, c;
+    static const struct option options[] = {{"config", required_argument, 0, 'c'}, {"cotrain", no_argument, 0, 'C'},
+                                            {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0}};
+    char **configs = xcalloc((size_t)argc, sizeof *configs);
+    int n_configs = 0, quiet = 0, co = 0, c;
     while ((c = getopt_long(argc, argv, "c:qh", options, NULL)) != -1) {
         switch (c) {
-        case 'c': config = optarg; break;
+        case 'c': configs[n_configs++] = optarg; break;
+        case 'C': co = 1; break;
         case 'q': quiet = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h': usage(stdout); free(configs); return 0;
+        default: usage(stderr); free(configs); return 2;
         }
     }
-    if (!config || optind != argc) {
+    if (!n_configs || optind != argc || (n_configs > 1 && !co)) {
         usage(stderr);
-        return 2;
-    }
-    struct trainer_config cfg;
-    struct whet_err err;
-    if (trainer_config_load(&cfg, config, &err)) {
-        whet_err_report("whet train", &err);
+        free(configs);
         return 2;
     }
     struct sigaction sa;
@@ -61,9 +108,22 @@ static int cmd_train(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    struct trainer_io io = {stdout, quiet ? NULL : stderr, &stop_requested};
+    if (co) {
+        int rc = cotrain(configs, n_configs, quiet);
+        free(configs);
+        return rc;
+    }
+    struct trainer_config cfg;
+    struct whet_err err;
+    int rc = trainer_config_load(&cfg, configs[0], &err);
+    free(configs);
+    if (rc) {
+        whet_err_report("whet train", &err);
+        return 2;
+    }
+    struct trainer_io io = {stdout, quiet ? NULL : stderr, &stop_requested, NULL};
     int stopped = 0;
-    int rc = trainer_run(&cfg, &io, &stopped, &err);
+    rc = trainer_run(&cfg, &io, &stopped, &err);
     trainer_config_free(&cfg);
     if (rc) {
         whet_err_report("whet train", &err);

@@ -97,6 +97,19 @@ void agent_workers_report_free(Whet__V1__ServeWorkerState **states, size_t n);
 void agent_workers_reap(struct agent *a, int all_done);
 uint32_t agent_workers_devices(const struct agent *a);
 
+/* Co-training (cotrain.c): whether the job runs in a shared co-training process (the executor's
+ * WHET_COTRAIN=1; a LoRA SFT job of one process), and running it there: its event lines go to `line`
+ * as a trainer's stdout lines would, until the process ends. res: its share of the process's
+ * device-seconds (by tokens), and why its run or the process failed ("" when neither did). */
+struct agent_cotrain_result {
+    double device_seconds;
+    int members;
+    char failure[600];
+};
+int agent_cotrain_eligible(const struct agent_job *job);
+void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *model_dir,
+                       void (*line)(void *ctx, const char *line), void *ctx, struct agent_cotrain_result *res);
+
 /* RPC helpers (agent.c): report an event for the job (level info|warn|error, type message|metrics,
  * data JSON or NULL). Failures are logged, not fatal: events are best effort, results are not. */
 void agent_report_event(struct agent_job *job, const char *level, const char *type, const char *message,

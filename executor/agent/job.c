@@ -510,6 +510,24 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     free(nccl_ifname);
 }
 
+/* A job in the node's co-training process (cotrain.c): the same lines, the same outcomes as train(). */
+static void cotrain_line(void *ctx, const char *line) {
+    struct trainer_watch *r = ctx;
+    handle_line(r, line, &r->last_metrics);
+}
+
+static double cotrain(struct agent_job *job, const char *cfg_path, const char *model_dir, struct trainer_watch *r,
+                      Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
+    struct agent_cotrain_result res;
+    agent_cotrain_run(job, cfg_path, model_dir, cotrain_line, r, &res);
+    int stop = atomic_load(&job->stop);
+    if (stop == JOB_CANCEL) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
+    else if (stop == JOB_STOP && !r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
+    else if (r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
+    else snprintf(msg, msg_len, "%s", res.failure[0] ? res.failure : "the co-trained run ended without a model");
+    return res.device_seconds;
+}
+
 /* The store the tenant's data goes through: sealed with the data key the scheduler put into the
  * manifest when encryption at rest is on (the key is then dropped from the manifest), the agent's
  * store as it is otherwise. */
@@ -545,11 +563,14 @@ static void *job_main(void *arg) {
     struct trainer_watch r = {.job = job};
     struct whet_err err;
     char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65], **judge_dirs = NULL;
+    double cotrain_seconds = -1; /* co-trained: its share of the shared process's device-seconds */
 
     char *cfg_path = tenant_store_open(job, &err) == 0 ? prepare(job, &model_dir, &judge_dirs, &err) : NULL;
     if (!cfg_path) {
         snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
         fin.error_code = "preparation_failed";
+    } else if (atomic_load(&job->stop) == JOB_RUN && agent_cotrain_eligible(job)) {
+        cotrain_seconds = cotrain(job, cfg_path, model_dir, &r, &fin, msg, sizeof msg);
     } else if (atomic_load(&job->stop) == JOB_RUN) {
         train(job, cfg_path, model_dir, judge_dirs, &r, &fin, msg, sizeof msg);
     } else {
@@ -587,7 +608,7 @@ static void *job_main(void *arg) {
     Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
     usage.device_type = a->device_type;
     /* device-seconds: the devices this process held (one per rank of a gang), times its seconds */
-    usage.device_seconds = (whet_now_mono() - t0) * __builtin_popcount(job->device_mask);
+    usage.device_seconds = cotrain_seconds >= 0 ? cotrain_seconds : (whet_now_mono() - t0) * __builtin_popcount(job->device_mask);
     usage.trained_tokens = (uint64_t)atomic_load(&job->trained_tokens);
     usage.rollout_tokens = (uint64_t)r.rollout_tokens;
     fin.usage = &usage;

@@ -356,7 +356,9 @@ static int load_model(struct run *r, struct whet_err *err) {
         o.lora_r = 0;
         if (cfg->resume_from) dir = cfg->resume_from; /* a full checkpoint is a whole model dir */
     }
-    if (model_load(&r->model, dir, &o, err)) return -1;
+    /* Co-trained: an adapter view of the shared frozen base, with its own gradients and moments. */
+    if (r->cotrain_base ? model_load_adapter_view(&r->model, r->cotrain_base, &o, err) : model_load(&r->model, dir, &o, err))
+        return -1;
     trainer_dist_attach(r);
     if (cfg->resume_from && load_optimizer(r, cfg->resume_from, err)) return whet_err_prefix(err, "resume_from");
     trainer_progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
@@ -395,18 +397,13 @@ static void report_step(struct run *r, const struct step_figures *f, double seco
                      own.progress, f->tokens, tps, eta);
 }
 
-static int train_step(struct run *r, struct whet_err *err) {
+int trainer_after_step(struct run *r, const struct step_figures *f, double seconds, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
-    double t0 = whet_now_mono();
-    struct step_figures f = {0};
-    r->comm_seconds = 0;
-    if (r->method->step(r, &f, err) || trainer_agree_stop(r, &f, err)) return -1;
-    if (!isfinite(f.loss) || !isfinite(f.grad_norm))
+    if (!isfinite(f->loss) || !isfinite(f->grad_norm))
         return whet_errf(err, "step %d: the loss or the gradient norm is not finite (loss %g, norm %g); lower the "
-                              "learning_rate or set max_grad_norm", r->step + 1, f.loss, f.grad_norm);
+                              "learning_rate or set max_grad_norm", r->step + 1, f->loss, f->grad_norm);
     r->step++;
-    r->tokens_seen += f.tokens;
-    double seconds = whet_now_mono() - t0; /* the step alone: validation is not training throughput */
+    r->tokens_seen += f->tokens;
     r->train_seconds += seconds;
     r->steps_timed++;
     /* Validation every eval_every_steps and after the last step (GRPO's refills may use the epochs'
@@ -415,24 +412,31 @@ static int train_step(struct run *r, struct whet_err *err) {
     int eval_now = r->has_valid && ((cfg->eval_every_steps && r->step % cfg->eval_every_steps == 0) || last);
     struct method_text valid = {{0}, {0}};
     if (eval_now && r->method->validate(r, &valid, err)) return -1;
-    report_step(r, &f, seconds, eval_now ? &valid : NULL);
+    report_step(r, f, seconds, eval_now ? &valid : NULL);
+    if (cfg->checkpoint_every_steps && r->step % cfg->checkpoint_every_steps == 0 && r->step < r->total_steps &&
+        write_checkpoint(r, 0, err))
+        return -1;
     return 0;
+}
+
+static int train_step(struct run *r, struct whet_err *err) {
+    double t0 = whet_now_mono();
+    struct step_figures f = {0};
+    r->comm_seconds = 0;
+    if (r->method->step(r, &f, err) || trainer_agree_stop(r, &f, err)) return -1;
+    /* the step alone: validation is not training throughput */
+    return trainer_after_step(r, &f, whet_now_mono() - t0, err);
 }
 
 /* A stop request: alone, the signal's flag; in a gang, what the ranks agreed after the last step (a
  * rank that left on its own would leave the others waiting in a collective). */
 static int stop_requested(const struct run *r) { return r->comm ? r->stop_agreed : r->io->stop && *r->io->stop; }
 
-static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
-    const struct trainer_config *cfg = r->cfg;
-    while (r->step < r->total_steps) {
-        if (stop_requested(r)) break;
-        if (!cfg->max_steps && r->cursor.epoch >= cfg->hp.n_epochs) break;
-        if (train_step(r, err)) return -1;
-        if (cfg->checkpoint_every_steps && r->step % cfg->checkpoint_every_steps == 0 && r->step < r->total_steps &&
-            write_checkpoint(r, 0, err))
-            return -1;
-    }
+int trainer_has_step(const struct run *r) {
+    return r->step < r->total_steps && !stop_requested(r) && (r->cfg->max_steps || r->cursor.epoch < r->cfg->hp.n_epochs);
+}
+
+int trainer_finish(struct run *r, int *stopped, struct whet_err *err) {
     if (stop_requested(r) && r->step < r->total_steps) {
         trainer_progress(r, "stop requested: checkpointing step %d", r->step);
         if (r->last_checkpoint_step != r->step && write_checkpoint(r, 0, err)) return -1;
@@ -442,6 +446,12 @@ static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
     return write_checkpoint(r, 1, err);
 }
 
+static int run_loop(struct run *r, int *stopped, struct whet_err *err) {
+    while (trainer_has_step(r))
+        if (train_step(r, err)) return -1;
+    return trainer_finish(r, stopped, err);
+}
+
 /* The method table of each trainer_config method. */
 static const struct trainer_method_ops *const methods[] = {
     [TRAINER_SFT] = &trainer_sft_method,
@@ -449,46 +459,58 @@ static const struct trainer_method_ops *const methods[] = {
     [TRAINER_GRPO] = &trainer_grpo_method,
 };
 
+int trainer_open(struct run *r, const struct trainer_config *cfg, const struct trainer_io *io, struct model *base,
+                 struct whet_err *err) {
+    *r = (struct run){.cfg = cfg, .io = io, .method = methods[cfg->method], .last_checkpoint_step = -1,
+                      .rank = cfg->dist.rank, .world = cfg->dist.world_size, .cotrain_base = base};
+    int rc = -1;
+    char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
+    char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);
+    r->checkpoints_dir = xasprintf("%s/checkpoints", cfg->output_dir);
+    if (whet_mkdir_p(r->checkpoints_dir, err) || trainer_dist_open(r, err)) goto out;
+    if (tokenizer_load(tok_path, &r->tok, err)) goto out;
+    if (chat_template_load(&r->tpl, cfg->model, err)) goto out;
+    if (r->method->load_data(r, err) || plan_steps(r, err)) goto out;
+    if (cfg->resume_from && read_state(r, cfg->resume_from, err)) goto out;
+    if (cfg->resume_from && trim_metrics(metrics_path, r->step, err)) goto out;
+    if (load_model(r, err)) goto out;
+    if (r->method->prepare && r->method->prepare(r, err)) goto out;
+    if (r->rank == 0) r->metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
+    if (r->rank == 0 && !r->metrics) {
+        whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
+        goto out;
+    }
+    trainer_progress(r, "%d steps (%s from step %d), batch %d examples in %d micro-batches, lr %g %s, warmup %d",
+                     r->total_steps, cfg->resume_from ? "resuming" : "starting", r->step, cfg->hp.batch_size,
+                     cfg->hp.gradient_accumulation_steps, cfg->hp.learning_rate, lr_scheduler_name(cfg->hp.lr_scheduler),
+                     cfg->hp.warmup_steps);
+    rc = 0;
+out:
+    free(metrics_path);
+    free(tok_path);
+    return rc;
+}
+
+void trainer_close(struct run *r) {
+    if (r->metrics) fclose(r->metrics);
+    trainer_dist_close(r);
+    json_decref(r->data_events);
+    if (r->model) model_free(r->model);
+    if (r->ref_model) model_free(r->ref_model);
+    r->method->free(r);
+    chat_template_free(&r->tpl);
+    if (r->tok) tokenizer_free(r->tok);
+    free(r->checkpoints_dir);
+    *r = (struct run){0};
+}
+
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err) {
     /* Only rank 0 speaks for a gang: the other ranks' events (metrics, checkpoints) would repeat its. */
     struct trainer_io rank_io = *io;
     if (cfg->dist.rank != 0) rank_io.events = NULL;
-    struct run r = {.cfg = cfg, .io = &rank_io, .method = methods[cfg->method], .last_checkpoint_step = -1,
-                    .rank = cfg->dist.rank, .world = cfg->dist.world_size};
+    struct run r;
     *stopped = 0;
-    int rc = -1;
-    char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
-    char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);
-    r.checkpoints_dir = xasprintf("%s/checkpoints", cfg->output_dir);
-    if (whet_mkdir_p(r.checkpoints_dir, err) || trainer_dist_open(&r, err)) goto out;
-    if (tokenizer_load(tok_path, &r.tok, err)) goto out;
-    if (chat_template_load(&r.tpl, cfg->model, err)) goto out;
-    if (r.method->load_data(&r, err) || plan_steps(&r, err)) goto out;
-    if (cfg->resume_from && read_state(&r, cfg->resume_from, err)) goto out;
-    if (cfg->resume_from && trim_metrics(metrics_path, r.step, err)) goto out;
-    if (load_model(&r, err)) goto out;
-    if (r.method->prepare && r.method->prepare(&r, err)) goto out;
-    if (r.rank == 0) r.metrics = fopen(metrics_path, cfg->resume_from ? "a" : "w");
-    if (r.rank == 0 && !r.metrics) {
-        whet_errf(err, "%s: cannot open: %s", metrics_path, strerror(errno));
-        goto out;
-    }
-    trainer_progress(&r, "%d steps (%s from step %d), batch %d examples in %d micro-batches, lr %g %s, warmup %d",
-                     r.total_steps, cfg->resume_from ? "resuming" : "starting", r.step, cfg->hp.batch_size,
-                     cfg->hp.gradient_accumulation_steps, cfg->hp.learning_rate, lr_scheduler_name(cfg->hp.lr_scheduler),
-                     cfg->hp.warmup_steps);
-    rc = run_loop(&r, stopped, err);
-out:
-    if (r.metrics) fclose(r.metrics);
-    trainer_dist_close(&r);
-    json_decref(r.data_events);
-    if (r.model) model_free(r.model);
-    if (r.ref_model) model_free(r.ref_model);
-    r.method->free(&r);
-    chat_template_free(&r.tpl);
-    if (r.tok) tokenizer_free(r.tok);
-    free(r.checkpoints_dir);
-    free(metrics_path);
-    free(tok_path);
+    int rc = trainer_open(&r, cfg, &rank_io, NULL, err) ? -1 : run_loop(&r, stopped, err);
+    trainer_close(&r);
     return rc;
 }

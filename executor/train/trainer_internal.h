@@ -55,6 +55,8 @@ struct run {
     size_t bucket_lo, bucket_hi, bucket_started; /* the range gathering into the next bucket; floats started */
     int overlap_armed;
     struct whet_err dist_err;  /* a collective's error inside a model call (the ZeRO norm) */
+    /* Co-trained (trainer_cotrain.c): the frozen base that `model`, an adapter view, borrows; NULL alone. */
+    struct model *cotrain_base;
 };
 
 /* What every method's step measured, for the common fields of the metrics line. */
@@ -92,6 +94,26 @@ struct trainer_method_ops {
 };
 
 extern const struct trainer_method_ops trainer_sft_method, trainer_dpo_method, trainer_grpo_method;
+
+/* ---- the loop in parts, for co-training (trainer_cotrain.c), which runs many runs' steps in one pass ---- */
+/* Sets up a run as trainer_run does (data, plan, resume, model: with `base`, an adapter view of it); r
+ * is zeroed first and wants trainer_close even on failure. */
+int trainer_open(struct run *r, const struct trainer_config *cfg, const struct trainer_io *io, struct model *base,
+                 struct whet_err *err);
+void trainer_close(struct run *r);
+/* Whether the run takes another step (its plan has one left and no stop is asked). */
+int trainer_has_step(const struct run *r);
+/* After a method's step: checks the figures, counts the step, validates when due, writes the metrics
+ * line and, when due, the checkpoint. `seconds` is the step's training time. */
+int trainer_after_step(struct run *r, const struct step_figures *f, double seconds, struct whet_err *err);
+/* At the end of the steps: the final model, or on a stop request the checkpoint of the last step. */
+int trainer_finish(struct run *r, int *stopped, struct whet_err *err);
+
+/* SFT's step in a shared pass: takes the run's next step (all its rows, in r's batch, which *rows points
+ * to) and zeroes its gradients; returns the step's trained targets. After the pass (whose backward
+ * weighed each of them 1 / that count), the optimizer step; loss_sum is the sum of the rows' target nlls. */
+int trainer_sft_cotrain_rows(struct run *r, struct step_figures *f, const struct sft_batch **rows);
+int trainer_sft_cotrain_step(struct run *r, struct step_figures *f, double loss_sum, struct whet_err *err);
 
 /* A progress line for people ("whet train: …" on io->progress) and a JSON event line (io->events). */
 void trainer_progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,6 +1,6 @@
 // lib.mjs - what the end-to-end tests share. Importing it holds every answer the tests fetch from the
 // gateway to gateway/openapi.json (../integration/lib/openapi.mjs).
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import '../integration/lib/openapi.mjs';
@@ -66,4 +66,23 @@ function sigtermPending(pid) {
 export async function releaseWhenSignalled(pids) {
   await until('the stop to reach the held trainer', () => pids.every(sigtermPending));
   for (const pid of pids) try { process.kill(pid, 'SIGCONT'); } catch { /* gone */ }
+}
+
+// A test's `whet` processes (`whet up`, executors) with the last 20000 characters of each one's output:
+// start(name, args) runs one, dump() prints each one's last lines (on a failure), children are all.
+export function whetProcesses(bin, env) {
+  const children = [], logs = {};
+  const start = (name, args) => {
+    const child = spawn(bin, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    logs[name] = '';
+    const keep = (d) => { logs[name] = (logs[name] + d).slice(-20000); };
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
+    children.push(child);
+    return child;
+  };
+  const dump = () => {
+    for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-30).join('\n')}`);
+  };
+  return { children, logs, start, dump };
 }

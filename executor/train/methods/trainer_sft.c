@@ -4,6 +4,7 @@
  * batch_size examples of the epoch's shuffled order, packed into rows, and runs them through the model
  * in gradient_accumulation_steps micro-batches; the step's loss is the mean over all its trained
  * tokens, whichever the split. Validation is the same loss over the validation file, unshuffled. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -83,6 +84,27 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
     return 0;
 }
 
+int trainer_sft_cotrain_rows(struct run *r, struct step_figures *f, const struct sft_batch **rows) {
+    struct sft_state *s = r->state;
+    int first, n;
+    f->epoch = sft_take_step(&s->epoch, &r->cursor, &s->train, r->cfg->seed, r->cfg->hp.batch_size, &first, &n);
+    model_zero_grad(r->model);
+    sft_batch_fill(&s->batch, &s->train, &s->epoch, first, n); /* the whole step: the shared pass splits it */
+    f->tokens = s->batch.n_tokens;
+    *rows = &s->batch;
+    return s->batch.n_targets;
+}
+
+int trainer_sft_cotrain_step(struct run *r, struct step_figures *f, double loss_sum, struct whet_err *err) {
+    struct sft_state *s = r->state;
+    f->lr = trainer_lr_at(&r->cfg->hp, r->step, r->total_steps);
+    if (trainer_optimizer_step(r, f->lr, &f->grad_norm, err)) return -1;
+    f->loss = s->batch.n_targets > 0 ? loss_sum / s->batch.n_targets : 0;
+    /* The shared pass counts right predictions for all its runs together: no accuracy of this run's own. */
+    s->accuracy = NAN;
+    return 0;
+}
+
 static int sft_validate(struct run *r, struct method_text *t, struct whet_err *err) {
     const struct trainer_hparams *hp = &r->cfg->hp;
     struct sft_state *s = r->state;
@@ -109,6 +131,7 @@ static int sft_validate(struct run *r, struct method_text *t, struct whet_err *e
 
 static void sft_metrics(const struct run *r, struct method_text *t) {
     const struct sft_state *s = r->state;
+    if (isnan(s->accuracy)) return;
     snprintf(t->json, sizeof t->json, ",\"train_mean_token_accuracy\":%.6f", s->accuracy);
     snprintf(t->progress, sizeof t->progress, " acc %.3f", s->accuracy);
 }

@@ -1,0 +1,267 @@
+/* cotrain.c - co-training of a node's LoRA SFT jobs (opt-in: the executor's WHET_COTRAIN=1): jobs of one
+ * base model that start on this node within WHET_COTRAIN_WINDOW_S seconds (default 3) of the first share
+ * ONE sandboxed `whet train --cotrain` process (trainer.h: one copy of the base, each step one batched
+ * pass over all their rows, each job its own optimizer, schedule, data order and checkpoints).
+ *
+ * Each job keeps its own thread (job.c): it prepares its dir and config as for a trainer of its own, joins
+ * the group, reads its own event lines (the process writes them to out/events.jsonl in the job's dir) and
+ * hands them to job.c, which uploads checkpoints and reports metrics and the end as it does for a trainer
+ * of its own. The first job of a group is its leader: it waits out the window, starts the process on the
+ * devices of all members, and a thread of the group's own waits for it, so that each job leaves as soon
+ * as its own run ended (its last event line, "cotrain"). A job's stop (pause, cancel, abandon) creates
+ * out/stop, which stops that job alone after a checkpoint. Metering: the trainer splits each shared
+ * pass's time between the runs in it by their tokens and adds each run's own optimizer steps and
+ * checkpoints (the "cotrain" event's device_seconds); the job is charged that times the devices the
+ * process runs on. */
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_internal.h"
+#include "env.h"
+#include "log.h"
+#include "sandbox.h"
+#include "trainer_sandbox.h"
+
+#define COTRAIN_MAX 16
+
+struct cotrain_group {
+    char *model_dir;
+    struct agent_job *members[COTRAIN_MAX];
+    char *cfgs[COTRAIN_MAX];
+    int n;
+    int started, ended;  /* no more members join once started; ended: the process is gone */
+    int devices;         /* held by its members when it started */
+    struct sandbox_child child; /* the process, waited for by its own thread (watch) */
+    char failure[600];   /* the process did not start or ended badly: why */
+    int refs;            /* members still in it, and the watching thread */
+    struct cotrain_group *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
+static struct cotrain_group *forming; /* groups still taking members */
+
+int agent_cotrain_eligible(const struct agent_job *job) {
+    if (strcmp(whet_env("WHET_COTRAIN", "0"), "1")) return 0;
+    const json_t *t = json_object_get(job->manifest, "trainer");
+    const char *method = json_string_value(json_object_get(t, "method"));
+    return method && !strcmp(method, "sft") && !json_is_null(json_object_get(t, "lora")) &&
+           !json_is_object(json_object_get(job->manifest, "distributed"));
+}
+
+static void wait_a_moment(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&changed, &lock, &ts);
+}
+
+/* The leader's process: every member's config, their devices and dirs. Returns 0 with *child running. */
+static int spawn(struct cotrain_group *g, struct sandbox_child *child, int log_fd, struct whet_err *err) {
+    struct agent_job *leader = g->members[0];
+    struct agent *a = leader->agent;
+    uint32_t mask = 0;
+    const char **argv = xcalloc((size_t)(5 + 2 * g->n), sizeof *argv);
+    const char **writable = xcalloc((size_t)(g->n + 1), sizeof *writable);
+    int k = 0;
+    argv[k++] = a->opts->trainer, argv[k++] = "train", argv[k++] = "--cotrain";
+    for (int i = 0; i < g->n; i++) {
+        argv[k++] = "--config", argv[k++] = g->cfgs[i];
+        writable[i] = g->members[i]->dir;
+        mask |= g->members[i]->device_mask;
+    }
+    char threads[32];
+    int devices = __builtin_popcount(mask);
+    snprintf(threads, sizeof threads, "OMP_NUM_THREADS=%d", devices > 0 ? devices : 1);
+    struct agent_cuda_grant gpus;
+    agent_cuda_grant(&gpus, mask);
+    const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
+#ifdef __SANITIZE_ADDRESS__
+                         "ASAN_OPTIONS=detect_leaks=0", /* as job.c: LeakSanitizer's ptrace is forbidden */
+#endif
+                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
+    const char *readonly[] = {g->model_dir, a->opts->trainer, NULL};
+    struct sandbox_spec spec;
+    sandbox_spec_init(&spec);
+    spec.argv = argv;
+    spec.env = env;
+    spec.workdir = leader->dir;
+    spec.writable_dirs = writable;
+    spec.readonly_dirs = readonly;
+    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
+    trainer_sandbox_policy(&spec, json_object_get(leader->manifest, "trainer"));
+    spec.stdout_fd = log_fd; /* the events go to each job's out/events.jsonl */
+    spec.stderr_fd = log_fd;
+    int rc = 0;
+    for (int i = 0; i < g->n && !rc; i++) rc = trainer_sandbox_hand_over(&spec, g->members[i]->dir, g->model_dir, err);
+    if (!rc) rc = sandbox_spawn(&spec, child, err) < 0 ? -1 : 0;
+    free(argv);
+    free(writable);
+    return rc;
+}
+
+/* Joins (or opens, as its leader) the forming group of the job's base model. */
+static struct cotrain_group *join(struct agent_job *job, const char *cfg_path, const char *model_dir, int *leader) {
+    pthread_mutex_lock(&lock);
+    struct cotrain_group *g = forming;
+    while (g && (g->started || g->n == COTRAIN_MAX || strcmp(g->model_dir, model_dir))) g = g->next;
+    *leader = !g;
+    if (!g) {
+        g = xcalloc(1, sizeof *g);
+        g->model_dir = xstrdup(model_dir);
+        g->next = forming;
+        forming = g;
+    }
+    g->members[g->n] = job;
+    g->cfgs[g->n++] = xstrdup(cfg_path);
+    g->refs++;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+    return g;
+}
+
+static void close_group(struct cotrain_group *g) {
+    pthread_mutex_lock(&lock);
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&lock);
+    if (!last) return;
+    for (int i = 0; i < g->n; i++) free(g->cfgs[i]);
+    free(g->model_dir);
+    free(g);
+}
+
+/* The group's process to its end: then `ended`, and `failure` when it ended badly. */
+static void *watch(void *arg) {
+    struct cotrain_group *g = arg;
+    for (;;) {
+        struct pollfd pfd = {.fd = g->child.result_fd, .events = POLLIN};
+        poll(&pfd, 1, 500);
+        if (sandbox_pump(&g->child)) break;
+    }
+    struct sandbox_result sr;
+    struct whet_err err;
+    int ok = sandbox_wait(&g->child, &sr, &err) == 0 && sr.reason == SANDBOX_OK;
+    pthread_mutex_lock(&lock);
+    if (!ok) snprintf(g->failure, sizeof g->failure, "the co-training process ended: %s", sr.message);
+    g->ended = 1;
+    pthread_cond_broadcast(&changed);
+    pthread_mutex_unlock(&lock);
+    close_group(g);
+    return NULL;
+}
+
+/* The leader, once the window is over: the process, and the thread that waits for it. Called locked. */
+static void start_group(struct cotrain_group *g, const char *log_path) {
+    g->started = 1; /* no one joins now */
+    struct cotrain_group **p = &forming;
+    while (*p != g) p = &(*p)->next;
+    *p = g->next;
+    for (int i = 0; i < g->n; i++) g->devices += __builtin_popcount(g->members[i]->device_mask);
+    struct whet_err err;
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int rc = log_fd >= 0 ? spawn(g, &g->child, log_fd, &err) : whet_errf(&err, "%s: cannot open", log_path);
+    if (log_fd >= 0) close(log_fd);
+    pthread_t t;
+    if (!rc) {
+        g->refs++;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_create(&t, &attr, watch, g);
+        pthread_attr_destroy(&attr);
+        log_info("msg=\"co-training started\" leader=%s jobs=%d", g->members[0]->id, g->n);
+    } else {
+        snprintf(g->failure, sizeof g->failure, "the sandbox could not start the co-training process: %.500s", err.msg);
+        g->ended = 1;
+    }
+    pthread_cond_broadcast(&changed);
+}
+
+/* What the process appended to the job's events file, a line at a time; 1 once its last line came. */
+struct tail {
+    int fd;
+    char buf[65536];
+    size_t have;
+};
+
+static int read_lines(struct tail *t, const char *path, void (*line)(void *, const char *), void *ctx, double *seconds,
+                      char *error, size_t error_len) {
+    int last = 0;
+    if (t->fd < 0) t->fd = open(path, O_RDONLY | O_CLOEXEC);
+    for (ssize_t n; t->fd >= 0 && (n = read(t->fd, t->buf + t->have, sizeof t->buf - 1 - t->have)) > 0;) {
+        t->have += (size_t)n;
+        t->buf[t->have] = 0;
+        char *start = t->buf, *nl;
+        while ((nl = strchr(start, '\n'))) {
+            *nl = 0;
+            json_t *ev = json_loads(start, 0, NULL);
+            const char *type = json_string_value(json_object_get(ev, "type"));
+            if (type && !strcmp(type, "cotrain")) {
+                *seconds = json_number_value(json_object_get(ev, "device_seconds"));
+                last = 1;
+            } else if (type && !strcmp(type, "error")) {
+                snprintf(error, error_len, "%s", json_string_value(json_object_get(ev, "message")));
+            } else {
+                line(ctx, start);
+            }
+            json_decref(ev);
+            start = nl + 1;
+        }
+        t->have -= (size_t)(start - t->buf);
+        memmove(t->buf, start, t->have);
+        if (t->have == sizeof t->buf - 1) t->have = 0; /* a line longer than the buffer: not ours */
+    }
+    return last;
+}
+
+void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *model_dir,
+                       void (*line)(void *ctx, const char *line), void *ctx, struct agent_cotrain_result *res) {
+    memset(res, 0, sizeof *res);
+    double window = atof(whet_env("WHET_COTRAIN_WINDOW_S", "3"));
+    int leader;
+    struct cotrain_group *g = join(job, cfg_path, model_dir, &leader);
+    char *events = xasprintf("%s/out/events.jsonl", job->dir), *stop_file = xasprintf("%s/out/stop", job->dir);
+    char *log_path = xasprintf("%s/trainer.log", job->dir);
+    struct tail *t = xcalloc(1, sizeof *t);
+    t->fd = -1;
+    double t0 = whet_now_mono(), seconds = 0;
+    char error[600] = ""; /* its run's own error, when it failed */
+    pthread_mutex_lock(&lock);
+    while (!g->started) {
+        if (leader && (whet_now_mono() - t0 >= window || g->n == COTRAIN_MAX)) start_group(g, log_path);
+        else wait_a_moment();
+    }
+    res->members = g->n;
+    int devices = g->devices, running = !g->ended;
+    pthread_mutex_unlock(&lock);
+    if (running) agent_report_event(job, "info", "message", "Fine-tuning job started", NULL);
+    pthread_mutex_lock(&lock);
+    for (int done = 0; !done;) {
+        int ended = g->ended;
+        pthread_mutex_unlock(&lock);
+        if (atomic_load(&job->stop) != JOB_RUN) {
+            /* this job alone stops; again each time round, as the process clears a stop file it finds at start */
+            int fd = open(stop_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+            if (fd >= 0) close(fd);
+        }
+        /* its last line, or the process's end (after which nothing more comes) */
+        done = read_lines(t, events, line, ctx, &seconds, error, sizeof error) || ended;
+        pthread_mutex_lock(&lock);
+        if (!done) wait_a_moment();
+    }
+    snprintf(res->failure, sizeof res->failure, "%s", error[0] ? error : g->failure);
+    pthread_mutex_unlock(&lock);
+    res->device_seconds = seconds * (devices > 0 ? devices : 1);
+    if (t->fd >= 0) close(t->fd);
+    close_group(g);
+    free(t);
+    free(events);
+    free(stop_file);
+    free(log_path);
+}

@@ -1,0 +1,176 @@
+/* trainer_cotrain.c - co-training (see trainer.h): SFT LoRA runs of one base model in lock-step on one
+ * frozen copy of it, each step ONE forward and backward pass over every run's rows (batched LoRA: each
+ * run's rows are a LoRA run of its adapter view, model_set_lora_runs), then each run's own optimizer step.
+ *
+ * Each run is the trainer's own `struct run` (trainer_open with the shared base), so it keeps what a run
+ * alone has: its data order, schedule, seed, checkpoints, metrics lines and events. Only the step is
+ * different: trainer_sft_cotrain_rows takes the step's rows, this file packs all their sequences into
+ * one row (no padding), weighs each run's targets 1 / its step's target count (the mean loss of the
+ * run's step, as the run alone scales its micro-batches), and trainer_sft_cotrain_step applies the run's own AdamW. A run that fails (bad figures, a write that
+ * fails) ends alone; the others go on. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model.h"
+#include "trainer_internal.h"
+
+/* Why a config cannot be co-trained, or NULL. */
+static const char *not_cotrainable(const struct trainer_config *cfg, const char *base_model) {
+    if (cfg->method != TRAINER_SFT) return "only SFT runs are co-trained";
+    if (!cfg->lora.enabled) return "only LoRA runs are co-trained (a full fine-tune changes the shared base)";
+    if (cfg->dist.world_size > 1) return "a distributed run is not co-trained";
+    if (strcmp(cfg->model, base_model)) return "its model is not the shared base model";
+    return NULL;
+}
+
+/* A run's last events on its own stream: its error when it failed, then what it put through the passes. */
+static void last_events(const struct trainer_cotrain_job *j) {
+    FILE *f = j->io.events;
+    if (!f) return;
+    if (j->rc) {
+        json_t *ev = json_pack("{s:s, s:s}", "type", "error", "message", j->err.msg);
+        json_dumpf(ev, f, JSON_COMPACT);
+        fputc('\n', f);
+        json_decref(ev);
+    }
+    fprintf(f, "{\"type\":\"cotrain\",\"tokens\":%lld,\"device_seconds\":%.6f}\n", j->tokens, j->device_seconds);
+    fflush(f);
+}
+
+static void end_job(struct trainer_cotrain_job *j, struct run *r, int failed) {
+    if (!failed) j->rc = trainer_finish(r, &j->stopped, &j->err);
+    else j->rc = -1;
+    if (j->rc) trainer_progress(r, "failed: %s", j->err.msg);
+    trainer_close(r);
+    last_events(j);
+}
+
+/* One shared step of the runs live[0..n): returns -1 with err set only when the pass itself failed (then
+ * every run in it fails). */
+static int shared_step(struct model *base, struct run **live, struct trainer_cotrain_job **jobs, int n,
+                       struct whet_err *err) {
+    struct step_figures *f = xcalloc((size_t)n, sizeof *f);
+    const struct sft_batch **rows = xcalloc((size_t)n, sizeof *rows);
+    int *targets = xcalloc((size_t)n, sizeof *targets);
+    struct lora_run *runs = xcalloc((size_t)n, sizeof *runs);
+    double t0 = whet_now_mono();
+    long long tokens = 0;
+    size_t N = 0;
+    for (int i = 0; i < n; i++) {
+        targets[i] = trainer_sft_cotrain_rows(live[i], &f[i], &rows[i]);
+        N += (size_t)rows[i]->B * (size_t)rows[i]->T;
+        tokens += f[i].tokens;
+    }
+    /* One row of every run's sequences end to end, each its own segment (a new seq id), without the
+     * padding of the runs' rows: the pass computes only real tokens, however the runs' widths differ. */
+    int *ids = xmalloc(N * sizeof *ids), *pos = xmalloc(N * sizeof *pos), *seq = xmalloc(N * sizeof *seq);
+    int *tgt = xmalloc(N * sizeof *tgt), *first = xmalloc(sizeof *first * (size_t)(n + 1));
+    float *w = xmalloc(N * sizeof *w), *nll = xmalloc(N * sizeof *nll);
+    size_t at = 0;
+    for (int i = 0, next_seq = 0; i < n; i++) {
+        const struct sft_batch *b = rows[i];
+        float scale = 1.0f / (float)(targets[i] > 0 ? targets[i] : 1);
+        first[i] = (int)at;
+        for (int k = 0; k < b->B; k++) {
+            size_t from = (size_t)k * (size_t)b->T;
+            /* a row's padding is its trailing segment with nothing to predict (every example has a target) */
+            int len = b->T, pad = 1;
+            while (len > 1 && b->seq_ids[from + len - 2] == b->seq_ids[from + b->T - 1]) len--;
+            for (int t = len - 1; t < b->T && pad; t++) pad = b->targets[from + t] < 0;
+            int real = pad ? len - 1 : b->T;
+            for (int t = 0; t < real; t++, at++) {
+                if (t == 0 || b->seq_ids[from + t] != b->seq_ids[from + t - 1]) next_seq++;
+                ids[at] = b->ids[from + t], pos[at] = b->positions[from + t], seq[at] = next_seq;
+                tgt[at] = b->targets[from + t];
+                w[at] = tgt[at] >= 0 ? scale : 0.0f;
+            }
+        }
+        runs[i] = (struct lora_run){live[i]->model, (int)at - first[i]};
+    }
+    first[n] = (int)at;
+    struct model_batch mb = {1, (int)at, ids, pos, seq, tgt, NULL};
+    int rc = model_set_lora_runs(base, runs, n, err) || model_forward(base, &mb, NULL, err);
+    if (!rc) {
+        model_get_token_losses(base, nll);
+        rc = model_set_loss_weights(base, w, err) || model_backward(base, 1.0f, err);
+    }
+    struct whet_err ignored;
+    model_set_lora_runs(base, NULL, 0, &ignored);
+    double seconds = whet_now_mono() - t0;
+    for (int i = 0; i < n && !rc; i++) {
+        double loss_sum = 0;
+        for (int t = first[i]; t < first[i + 1]; t++) loss_sum += tgt[t] >= 0 ? nll[t] : 0;
+        /* metering: the pass's time split by the tokens each run put in it */
+        double share = tokens > 0 ? seconds * (double)f[i].tokens / (double)tokens : 0;
+        jobs[i]->tokens += f[i].tokens;
+        jobs[i]->device_seconds += share;
+        double t1 = whet_now_mono();
+        if (trainer_sft_cotrain_step(live[i], &f[i], loss_sum, &jobs[i]->err) ||
+            trainer_after_step(live[i], &f[i], share + whet_now_mono() - t1, &jobs[i]->err))
+            jobs[i]->rc = -1; /* this run alone ends */
+        jobs[i]->device_seconds += whet_now_mono() - t1; /* its own optimizer step, validation, checkpoint */
+    }
+    free(ids), free(pos), free(seq), free(tgt), free(first), free(w), free(nll);
+    free(f), free(rows), free(targets), free(runs);
+    return rc ? -1 : 0;
+}
+
+int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err) {
+    if (n < 1) return whet_errf(err, "co-training: no runs");
+    const char *base_dir = jobs[0].cfg->model;
+    struct model_opts o = model_opts_default();
+    o.train = 1;
+    o.frozen_base = 1;
+    o.device = jobs[0].cfg->device;
+    struct model *base;
+    if (model_load(&base, base_dir, &o, err)) return whet_err_prefix(err, "co-training: base model");
+    struct run *runs = xcalloc((size_t)n, sizeof *runs);
+    int *open = xcalloc((size_t)n, sizeof *open);
+    /* Each run's own stop flag (the runs' ios may share one): set from the job's flag or stop file. */
+    struct trainer_io *ios = xcalloc((size_t)n, sizeof *ios);
+    volatile sig_atomic_t *stops = xcalloc((size_t)n, sizeof *stops);
+    for (int i = 0; i < n; i++) {
+        struct trainer_cotrain_job *j = &jobs[i];
+        j->rc = 0, j->stopped = 0, j->tokens = 0, j->device_seconds = 0;
+        const char *why = not_cotrainable(j->cfg, base_dir);
+        if (why) {
+            j->rc = whet_errf(&j->err, "%s: %s", j->cfg->output_dir, why);
+            last_events(j);
+            continue;
+        }
+        ios[i] = j->io;
+        ios[i].stop = &stops[i];
+        if (trainer_open(&runs[i], j->cfg, &ios[i], base, &j->err)) {
+            j->rc = -1;
+            trainer_close(&runs[i]);
+            last_events(j);
+            continue;
+        }
+        open[i] = 1;
+    }
+    struct run **live = xcalloc((size_t)n, sizeof *live);
+    struct trainer_cotrain_job **live_jobs = xcalloc((size_t)n, sizeof *live_jobs);
+    for (;;) {
+        int n_live = 0;
+        for (int i = 0; i < n; i++) {
+            if (!open[i]) continue;
+            const struct trainer_io *io = &jobs[i].io;
+            stops[i] = (io->stop && *io->stop) || (io->stop_file && !access(io->stop_file, F_OK));
+            if (jobs[i].rc || !trainer_has_step(&runs[i])) {
+                end_job(&jobs[i], &runs[i], jobs[i].rc != 0);
+                open[i] = 0;
+                continue;
+            }
+            live[n_live] = &runs[i];
+            live_jobs[n_live++] = &jobs[i];
+        }
+        if (!n_live) break;
+        struct whet_err pass_err;
+        if (shared_step(base, live, live_jobs, n_live, &pass_err))
+            for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
+    }
+    free(live), free(live_jobs), free(open), free(runs), free(ios), free((void *)stops);
+    model_free(base);
+    return 0;
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# End to end on the tiny model: four SFT LoRA runs with different seeds, batch sizes, learning rates,
+# gradient accumulation, LoRA ranks and step counts, trained alone (`whet train`) and co-trained on one
+# copy of the base (`whet train --cotrain`): each co-trained run's losses equal its run alone within
+# 1e-5 relative per step (the shared pass sums in another order), its adapter within 1e-4 (L2, relative:
+# AdamW's normalised steps enlarge the rounding on near-zero gradients), the same checkpoints and
+# events, and the co-training event's tokens are the run's metrics tokens. Then three runs co-trained, one stopped through its stop file mid-run: it ends with a
+# checkpoint of its last step, the others finish, every step still equal to alone; a run with bad data
+# fails alone. One OpenMP thread.
+set -euo pipefail
+: "${WHET_BIN:?}" "${WHET_FIXTURES:?}"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+work=$(mktemp -d /tmp/whet-cotrain-e2e.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$WHET_BIN" model init --preset tiny --out "$work/model" >/dev/null
+
+config() { # config NAME INDEX MAX_STEPS
+  local i=$2
+  cat > "$work/$1.json" <<EOF
+{"method": "sft", "model": "$work/model", "training_file": "$WHET_FIXTURES/sft/train.jsonl",
+ "output_dir": "$work/$1", "seed": $((i + 1)), "max_steps": $3, "checkpoint_every_steps": 5,
+ "hyperparameters": {"batch_size": $((2 + i)), "learning_rate": 0.00$((1 + i)), "max_seq_len": 128,
+                     "warmup_steps": 2, "gradient_accumulation_steps": $((i % 2 + 1))},
+ "lora": {"r": $((4 * (i + 1))), "alpha": 16}}
+EOF
+}
+
+compare() { # compare ALONE_DIR CO_DIR [PREFIX_ONLY]
+  python3 - "$@" <<'EOF'
+import json, struct, sys
+a_dir, c_dir = sys.argv[1], sys.argv[2]
+prefix = len(sys.argv) > 3
+a = [json.loads(l) for l in open(f"{a_dir}/metrics.jsonl")]
+c = [json.loads(l) for l in open(f"{c_dir}/metrics.jsonl")]
+if prefix:
+    a = a[:len(c)]
+assert [r["step"] for r in c] == [r["step"] for r in a], (len(a), len(c))
+for x, y in zip(a, c):
+    for k in ("loss", "grad_norm"):
+        assert abs(x[k] - y[k]) <= 1e-5 * abs(x[k]), f"{c_dir} step {x['step']} {k}: alone {x[k]}, co-trained {y[k]}"
+    assert x["lr"] == y["lr"] and x["tokens"] == y["tokens"] and x["epoch"] == y["epoch"], (x, y)
+    assert set(x) - set(y) == {"train_mean_token_accuracy"}, set(x) ^ set(y)
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        out[name] = struct.unpack(f"<{(hi - lo) // 4}f", raw[8 + n + lo:8 + n + hi])
+    return out
+if not prefix:
+    ta, tc = tensors(f"{a_dir}/final/adapter_model.safetensors"), tensors(f"{c_dir}/final/adapter_model.safetensors")
+    assert ta.keys() == tc.keys()
+    norm = sum(v * v for t in ta.values() for v in t) ** 0.5
+    dist = sum((u - v) ** 2 for k in ta for u, v in zip(ta[k], tc[k])) ** 0.5
+    diff = max(abs(u - v) for k in ta for u, v in zip(ta[k], tc[k]))
+    assert dist <= 1e-4 * norm, f"{c_dir}: adapter differs by {dist} in L2 (its norm {norm})"
+    print(f"{c_dir.split('/')[-1]}: {len(c)} steps, losses as alone; adapter |diff| {dist / norm:.3g} of its norm, "
+          f"max element diff {diff:.3g}")
+EOF
+}
+
+for i in 0 1 2 3; do config "alone$i" $i $((8 + i)); config "co$i" $i $((8 + i)); done
+t0=$(date +%s.%N)
+for i in 0 1 2 3; do
+  "$WHET_BIN" train --config "$work/alone$i.json" --quiet > "$work/alone$i.events" || fail "run $i alone"
+done
+t1=$(date +%s.%N)
+"$WHET_BIN" train --cotrain --quiet --config "$work/co0.json" --config "$work/co1.json" --config "$work/co2.json" \
+  --config "$work/co3.json" 2> "$work/co.err" || { cat "$work/co.err"; fail "co-training"; }
+t2=$(date +%s.%N)
+echo "wall time: 4 runs one after another $(python3 -c "print(round($t1 - $t0, 2))") s, co-trained $(python3 -c "print(round($t2 - $t1, 2))") s"
+for i in 0 1 2 3; do
+  compare "$work/alone$i" "$work/co$i"
+  [ -s "$work/co$i/checkpoints/step-5/optimizer.safetensors.zst" ] || fail "co$i: checkpoint step-5 missing"
+  python3 - "$work/alone$i.events" "$work/co$i/events.jsonl" "$work/co$i/metrics.jsonl" <<'EOF'
+import json, sys
+a = [json.loads(l)["type"] for l in open(sys.argv[1])]
+c = [json.loads(l) for l in open(sys.argv[2])]
+assert [e["type"] for e in c[:-1]] == a, ([e["type"] for e in c], a)
+last = c[-1]
+tokens = sum(json.loads(l)["tokens"] for l in open(sys.argv[3]))
+assert last["type"] == "cotrain" and last["tokens"] == tokens and last["device_seconds"] > 0, (last, tokens)
+EOF
+done
+
+# ---- one run stopped alone: co-trained runs of 200, 9 and 10 steps; run 0's stop file once it has 3 steps;
+# a fourth whose training file is not JSONL fails alone, its error its own last events
+for i in 0 1 2; do config "stop$i" $i $([ $i = 0 ] && echo 200 || echo $((8 + i))); done
+echo 'not json' > "$work/bad.jsonl"
+config bad 3 10
+sed -i "s|\"training_file\": \"[^\"]*\"|\"training_file\": \"$work/bad.jsonl\"|" "$work/bad.json"
+config long0 0 200
+"$WHET_BIN" train --cotrain --quiet --config "$work/stop0.json" --config "$work/stop1.json" --config "$work/stop2.json" \
+  --config "$work/bad.json" 2> "$work/stop.err" &
+pid=$!
+for _ in $(seq 600); do
+  [ "$(cat "$work/stop0/metrics.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
+  sleep 0.1
+done
+touch "$work/stop0/stop"
+if wait $pid; then fail "co-training with a failing run exited 0"; fi
+grep -q "bad.json: co-trained run failed" "$work/stop.err" || { cat "$work/stop.err"; fail "the failing run's error"; }
+python3 - "$work/bad/events.jsonl" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+assert [e["type"] for e in ev] == ["error", "cotrain"] and "bad.jsonl" in ev[0]["message"], ev
+EOF
+steps=$(wc -l < "$work/stop0/metrics.jsonl")
+[ "$steps" -ge 3 ] && [ "$steps" -lt 200 ] || fail "the stopped run took $steps steps"
+[ -s "$work/stop0/checkpoints/step-$steps/trainer_state.json" ] || fail "no checkpoint of the stopped run's step $steps"
+[ ! -e "$work/stop0/final" ] || fail "the stopped run wrote a final model"
+for i in 1 2; do
+  [ -s "$work/stop$i/final/adapter_model.safetensors" ] || fail "run $i did not finish beside the stopped one"
+  compare "$work/alone$i" "$work/stop$i" 
+done
+"$WHET_BIN" train --config "$work/long0.json" --quiet > /dev/null || fail "run 0 alone"
+compare "$work/long0" "$work/stop0" prefix
+echo "stopped run: $steps steps, a checkpoint at its last; a run with bad data failed alone; the other two finished; all equal to alone"
+echo "PASS"
