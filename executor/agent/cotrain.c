@@ -88,14 +88,8 @@ static int spawn(struct cotrain_group *g, struct sandbox_child *child, int log_f
                          a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", NULL};
     const char *readonly[] = {g->model_dir, a->opts->trainer, NULL};
     struct sandbox_spec spec;
-    sandbox_spec_init(&spec);
-    spec.argv = argv;
-    spec.env = env;
-    spec.workdir = leader->dir;
-    spec.writable_dirs = writable;
-    spec.readonly_dirs = readonly;
-    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
-    trainer_sandbox_policy(&spec, json_object_get(leader->manifest, "trainer"));
+    trainer_sandbox_spec(&spec, argv, env, leader->dir, writable, readonly, a->cuda ? gpus.nodes : NULL,
+                         json_object_get(leader->manifest, "trainer"));
     spec.stdout_fd = log_fd; /* the events go to each job's out/events.jsonl */
     spec.stderr_fd = log_fd;
     int rc = 0;

@@ -420,14 +420,8 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     readonly[1] = a->opts->trainer;
     for (size_t i = 0; i < n_judges; i++) readonly[2 + i] = judge_dirs[i];
     struct sandbox_spec spec;
-    sandbox_spec_init(&spec);
-    spec.argv = argv;
-    spec.env = env;
-    spec.workdir = job->dir;
-    spec.writable_dirs = writable;
-    spec.readonly_dirs = readonly;
-    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
-    trainer_sandbox_policy(&spec, json_object_get(job->manifest, "trainer"));
+    trainer_sandbox_spec(&spec, argv, env, job->dir, writable, readonly, a->cuda ? gpus.nodes : NULL,
+                         json_object_get(job->manifest, "trainer"));
     const char **peers = trainer_sandbox_gang(&spec, json_object_get(job->manifest, "distributed"), a->gang_port_lo,
                                               a->gang_port_hi);
     spec.stdout_fd = out_pipe[1];

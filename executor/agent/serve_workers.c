@@ -187,14 +187,7 @@ static void serve(struct agent_worker *w, const char *model, const char *const *
     }
     const char *writable[] = {w->dir, net.store_dir, NULL}, *readonly[] = {model, a->opts->trainer, NULL};
     struct sandbox_spec spec;
-    sandbox_spec_init(&spec);
-    spec.argv = argv;
-    spec.env = env;
-    spec.workdir = w->dir;
-    spec.writable_dirs = writable;
-    spec.readonly_dirs = readonly;
-    spec.device_nodes = a->cuda ? gpus.nodes : NULL;
-    trainer_sandbox_policy(&spec, NULL);
+    trainer_sandbox_spec(&spec, argv, env, w->dir, writable, readonly, a->cuda ? gpus.nodes : NULL, NULL);
     if (net.store_dir) spec.host_uid = spec.host_gid = -1;
     spec.listen_host = net.listen;
     spec.connect_to = (const char *const *)net.connect_to;

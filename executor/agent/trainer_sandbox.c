@@ -29,6 +29,19 @@ void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg
     if (geteuid() == 0) spec->host_uid = spec->host_gid = TRAINER_HOST_UID;
 }
 
+void trainer_sandbox_spec(struct sandbox_spec *spec, const char *const *argv, const char *const *env,
+                          const char *workdir, const char *const *writable, const char *const *readonly,
+                          const char *const *device_nodes, const json_t *trainer_cfg) {
+    sandbox_spec_init(spec);
+    spec->argv = argv;
+    spec->env = env;
+    spec->workdir = workdir;
+    spec->writable_dirs = writable;
+    spec->readonly_dirs = readonly;
+    spec->device_nodes = device_nodes;
+    trainer_sandbox_policy(spec, trainer_cfg);
+}
+
 const char **trainer_sandbox_gang(struct sandbox_spec *spec, const json_t *distributed, int lo, int hi) {
     const json_t *list = json_object_get(distributed, "peers");
     if (!json_is_array(list)) return NULL;

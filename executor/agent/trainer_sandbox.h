@@ -24,6 +24,12 @@ int trainer_grader_runs_python(const json_t *grader);
  * trainer whose config is `trainer_cfg` (the manifest's "trainer" object); the caller sets the
  * command, directories and descriptors. */
 void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg);
+/* A whole spec for what the executor runs in the trainers' sandbox (a job's trainer, a co-trained group,
+ * a model worker): sandbox_spec_init, the command, its working dir, the dirs it writes and reads
+ * (NULL-terminated), the node's device nodes (NULL: none), then trainer_sandbox_policy. */
+void trainer_sandbox_spec(struct sandbox_spec *spec, const char *const *argv, const char *const *env,
+                          const char *workdir, const char *const *writable, const char *const *readonly,
+                          const char *const *device_nodes, const json_t *trainer_cfg);
 
 /* A gang rank's network (sandbox_net.c): its gang's nodes (the manifest's distributed.peers) on the
  * ports lo..hi, nothing else; a job of one process (`distributed` absent) keeps the sandbox's own

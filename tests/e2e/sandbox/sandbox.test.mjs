@@ -6,13 +6,13 @@
 // declared lost that still finishes its model makes the job succeed, and the newer attempt is cancelled.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until } from '../lib.mjs';
+import { until, whetProcesses } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -24,22 +24,7 @@ fs.chmodSync(work, 0o755);
 const db = createDatabase();
 const httpPort = await freePort(), grpcPort = await freePort();
 const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work };
-const children = [];
-const logs = {};
-
-function start(name, args) {
-  const child = spawn(WHET_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  logs[name] = '';
-  const keep = (d) => { logs[name] = (logs[name] + d).slice(-20000); };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  children.push(child);
-  return child;
-}
-
-function dumpLogs() {
-  for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-25).join('\n')}`);
-}
+const { children, logs, start, dump: dumpLogs } = whetProcesses(WHET_BIN, env);
 
 const sha = (file) => crypto.createHash('sha256').update(fs.readFileSync(file)).digest('hex');
 const trainerSha = sha(TRAINER);

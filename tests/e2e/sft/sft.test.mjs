@@ -4,12 +4,12 @@
 // failures a fleet sees: an executor killed with SIGKILL mid-training, pause and resume, cancel.
 import test from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { until, holdTrainer, releaseWhenSignalled, trainerCheckpointed } from '../lib.mjs';
+import { until, holdTrainer, releaseWhenSignalled, trainerCheckpointed, whetProcesses } from '../lib.mjs';
 import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
 
 requireEnv();
@@ -19,23 +19,7 @@ fs.chmodSync(work, 0o755);
 const db = createDatabase();
 const httpPort = await freePort(), grpcPort = await freePort();
 const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work };
-const children = [];
-const logs = {};
-
-function start(name, args) {
-  const child = spawn(WHET_BIN, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  logs[name] = '';
-  const keep = (d) => { logs[name] = (logs[name] + d).slice(-20000); };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  children.push(child);
-  return child;
-}
-
-
-function dumpLogs() {
-  for (const [name, text] of Object.entries(logs)) console.error(`---- ${name} ----\n${text.split('\n').slice(-25).join('\n')}`);
-}
+const { children, logs, start, dump: dumpLogs } = whetProcesses(WHET_BIN, env);
 
 const up = start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
                         '--executors', '0']);
