@@ -9,38 +9,11 @@
 set -euo pipefail
 : "${WHET_BIN:?set by ctest}" "${WHET_SOURCE_DIR:?set by ctest}"
 unset WHET_DATABASE_URL WHET_OBJECT_STORE WHET_JWT_KEY WHET_DATA_DIR
-dir=$(mktemp -d /tmp/whet-elastic-e2e.XXXXXX)
-chmod 755 "$dir"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ -n "${up_pid:-}" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 . "$(dirname "$0")/../lib.sh"
-http=127.0.0.1:$(port)
-
-WHET_LEASE_MS=3000 up "$dir" "$http" --executors 0
-executor() { # executor N: a separate executor of 2 simulated H100s
-  "$WHET_BIN" executor --data-dir "$dir" --dc dc-1 --pool dc-1 --devices sim:H100:2 --work-dir "$dir/e$1" \
-    >"$dir/e$1.log" 2>&1 &
-  pids+=($!)
-}
-export WHET_DATA_DIR=$dir
-db=$(grep '^WHET_DATABASE_URL=' "$dir/whet.env" | cut -d= -f2-)
-q() { psql -qtAX "$db" -c "$1"; }
+fleet elastic
 # until SECONDS QUERY VALUE: polls the query until it prints the value
 until_is() { for _ in $(seq $(($1 * 5))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.2; done; return 1; }
 nodes_ready() { until_is 20 "SELECT count(*) FROM nodes WHERE state = 'ready'" "$1"; }
-key=$("$WHET_BIN" tenant create elastic 2>/dev/null)
-api() { curl -sS -H "Authorization: Bearer $key" "$@"; }
-file=$(api "http://$http/v1/files" -F purpose=fine-tune -F file=@"$WHET_SOURCE_DIR/tests/fixtures/sft/train.jsonl" | json "['id']")
-create() {
-  api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
-    -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file\",\"seed\":7,\"hyperparameters\":{\"batch_size\":8},\"whet\":$1}" |
-    json "['id']"
-}
 # devices JOB: the devices its running attempt holds (gang ranks, or the one process's mask), "" if none
 devices() {
   q "SELECT CASE WHEN a.world_size > 1 THEN (SELECT count(*) FROM gang_ranks r WHERE r.job_id = a.job_id AND r.attempt = a.attempt)

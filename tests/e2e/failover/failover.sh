@@ -57,7 +57,6 @@ gw2_pid=$!
 for _ in $(seq 300); do curl -sf "http://$http2/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 export WHET_DATA_DIR=$dir/up
 key=$("$WHET_BIN" tenant create fo 2>/dev/null)
-api() { curl -sS -H "Authorization: Bearer $key" "$@"; }
 file=$(api "http://$http1/v1/files" -F purpose=fine-tune -F file=@"$WHET_SOURCE_DIR/tests/fixtures/sft/train.jsonl" | json "['id']")
 jobs=()
 for i in 1 2 3; do

@@ -21,7 +21,6 @@ http=127.0.0.1:$(port)
 WHET_LEASE_MS=5000 up "$dir" "$http" --executors 1 --devices sim:H100:1
 export WHET_DATA_DIR=$dir
 key=$("$WHET_BIN" tenant create pgr 2>/dev/null)
-api() { curl -sS -H "Authorization: Bearer $key" "$@"; }
 file=$(api "http://$http/v1/files" -F purpose=fine-tune -F file=@"$WHET_SOURCE_DIR/tests/fixtures/sft/train.jsonl" | json "['id']")
 job=$(api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
   -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file\",\"whet\":{\"max_steps\":60,\"checkpoint_every_steps\":10}}" | json "['id']")
@@ -59,7 +58,6 @@ for _ in $(seq 1500); do
 done
 check "the job succeeds after the restart" '[ "$status" = succeeded ]'
 db=$(grep '^WHET_DATABASE_URL=' "$dir/whet.env" | cut -d= -f2-)
-q() { psql -qtAX "$db" -c "$1"; }
 check "each checkpoint recorded once" '[ "$(q "SELECT count(*) - count(DISTINCT step_number) FROM checkpoints WHERE job_id = '"'"'$job'"'"'")" = 0 ] && [ "$(q "SELECT count(*) FROM checkpoints WHERE job_id = '"'"'$job'"'"'")" -ge 6 ]'
 check "each attempt metered once" '[ "$(q "SELECT count(*) - count(DISTINCT attempt) FROM usage_records WHERE job_id = '"'"'$job'"'"'")" = 0 ]'
 check "one result file" '[ "$(q "SELECT jsonb_array_length(result_files) FROM jobs WHERE id = '"'"'$job'"'"'")" = 1 ]'
