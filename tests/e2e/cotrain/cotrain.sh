@@ -31,7 +31,8 @@ config() { # config NAME INDEX MAX_STEPS [dpo]
 EOF
 }
 validated() { # validated NAME: validation every 3 steps
-  sed -i "s|\"max_steps\"|\"validation_file\": \"$WHET_FIXTURES/dpo/valid.jsonl\", \"eval_every_steps\": 3, \"max_steps\"|" "$work/$1.json"
+  local fields="\"validation_file\": \"$WHET_FIXTURES/dpo/valid.jsonl\", \"eval_every_steps\": 3"
+  sed -i "s|\"max_steps\"|$fields, \"max_steps\"|" "$work/$1.json"
 }
 
 compare() { # compare ALONE_DIR CO_DIR [PREFIX_ONLY]
