@@ -78,7 +78,8 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
         first[i] = (int)at;
         for (int k = 0; k < b->B; k++) {
             size_t row = (size_t)k * (size_t)b->T;
-            /* a row's padding is its trailing segment with nothing to predict (every example has a target) */
+            /* a row's padding: its trailing segment with nothing to predict (an SFT example, a DPO pair's
+             * rejected side always has a target) */
             int len = b->T, pad = 1;
             while (len > 1 && b->seq_ids[row + len - 2] == b->seq_ids[row + b->T - 1]) len--;
             for (int t = len - 1; t < b->T && pad; t++) pad = b->targets[row + t] < 0;

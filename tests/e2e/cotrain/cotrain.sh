@@ -111,13 +111,13 @@ assert last["type"] == "cotrain" and last["tokens"] == tokens and last["device_s
 EOF
 done
 
-# ---- one run stopped alone: co-trained runs of 200, 9 and 10 steps; run 0's stop file once it has 3 steps;
+# ---- one run stopped alone: co-trained runs of 120, 9 and 10 steps; run 0's stop file once it has 3 steps;
 # a fourth whose training file is not JSONL fails alone, its error its own last events
-for i in 0 1 2; do config "stop$i" $i $([ $i = 0 ] && echo 200 || echo $((8 + i))); done
+for i in 0 1 2; do config "stop$i" $i $([ $i = 0 ] && echo 120 || echo $((8 + i))); done
 echo 'not json' > "$work/bad.jsonl"
 config bad 3 10
 sed -i "s|\"training_file\": \"[^\"]*\"|\"training_file\": \"$work/bad.jsonl\"|" "$work/bad.json"
-config long0 0 200
+config long0 0 120
 "$WHET_BIN" train --cotrain --quiet --config "$work/stop0.json" --config "$work/stop1.json" --config "$work/stop2.json" \
   --config "$work/bad.json" 2> "$work/stop.err" &
 pid=$!
@@ -134,7 +134,7 @@ ev = [json.loads(l) for l in open(sys.argv[1])]
 assert [e["type"] for e in ev] == ["error", "cotrain"] and "bad.jsonl" in ev[0]["message"], ev
 EOF
 steps=$(wc -l < "$work/stop0/metrics.jsonl")
-[ "$steps" -ge 3 ] && [ "$steps" -lt 200 ] || fail "the stopped run took $steps steps"
+[ "$steps" -ge 3 ] && [ "$steps" -lt 120 ] || fail "the stopped run took $steps steps"
 [ -s "$work/stop0/checkpoints/step-$steps/trainer_state.json" ] || fail "no checkpoint of the stopped run's step $steps"
 [ ! -e "$work/stop0/final" ] || fail "the stopped run wrote a final model"
 for i in 1 2; do
