@@ -1,6 +1,6 @@
-/* cotrain.c - co-training of a node's LoRA SFT jobs (opt-in: the executor's WHET_COTRAIN=1): jobs of one
- * base model that start on this node within WHET_COTRAIN_WINDOW_S seconds (default 3) of the first share
- * ONE sandboxed `whet train --cotrain` process (trainer.h: one copy of the base, each step one batched
+/* cotrain.c - co-training of a node's LoRA SFT and DPO jobs (opt-in: the executor's WHET_COTRAIN=1): jobs
+ * of one base model that start on this node within WHET_COTRAIN_WINDOW_S seconds (default 3) of the first
+ * share ONE sandboxed `whet train --cotrain` process (trainer.h: one copy of the base, each step one batched
  * pass over all their rows, each job its own optimizer, schedule, data order and checkpoints).
  *
  * Each job keeps its own thread (job.c): it prepares its dir and config as for a trainer of its own, joins
@@ -50,7 +50,7 @@ int agent_cotrain_eligible(const struct agent_job *job) {
     if (strcmp(whet_env("WHET_COTRAIN", "0"), "1")) return 0;
     const json_t *t = json_object_get(job->manifest, "trainer");
     const char *method = json_string_value(json_object_get(t, "method"));
-    return method && !strcmp(method, "sft") && !json_is_null(json_object_get(t, "lora")) &&
+    return method && (!strcmp(method, "sft") || !strcmp(method, "dpo")) && !json_is_null(json_object_get(t, "lora")) &&
            !json_is_object(json_object_get(job->manifest, "distributed"));
 }
 

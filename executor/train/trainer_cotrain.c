@@ -1,13 +1,16 @@
-/* trainer_cotrain.c - co-training (see trainer.h): SFT LoRA runs of one base model in lock-step on one
- * frozen copy of it, each step ONE forward and backward pass over every run's rows (batched LoRA: each
- * run's rows are a LoRA run of its adapter view, model_set_lora_runs), then each run's own optimizer step.
+/* trainer_cotrain.c - co-training (see trainer.h): LoRA runs of one base model, SFT and DPO alike, in
+ * lock-step on one frozen copy of it, each step ONE forward and backward pass over every run's rows
+ * (batched LoRA: each run's rows are a LoRA run of its adapter view, model_set_lora_runs), then each run's
+ * own optimizer step.
  *
  * Each run is the trainer's own `struct run` (trainer_open with the shared base), so it keeps what a run
- * alone has: its data order, schedule, seed, checkpoints, metrics lines and events. Only the step is
- * different: trainer_sft_cotrain_rows takes the step's rows, this file packs all their sequences into
- * one row (no padding), weighs each run's targets 1 / its step's target count (the mean loss of the
- * run's step, as the run alone scales its micro-batches), and trainer_sft_cotrain_step applies the run's own AdamW. A run that fails (bad figures, a write that
- * fails) ends alone; the others go on. */
+ * alone has: its data order, schedule, seed, checkpoints, metrics lines and events; a DPO run's reference
+ * is the shared base (its adapter off, as alone). Only the step is different: the method's cotrain_rows
+ * gives the step's rows, this file packs all the runs' sequences into one row (no padding), and after the
+ * forward the method's cotrain_weights turns its rows' token nlls into its loss and the backward's token
+ * weights (SFT: 1 / the step's targets, its mean loss; DPO: its pairs' β·(1 − σ(z)) with their sign), so
+ * one backward pass gives every run the gradient of its own loss; then the run's own AdamW step. A run
+ * that fails (bad figures, a write that fails) ends alone; the others go on. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,7 +20,7 @@
 
 /* Why a config cannot be co-trained, or NULL. */
 static const char *not_cotrainable(const struct trainer_config *cfg, const char *base_model) {
-    if (cfg->method != TRAINER_SFT) return "only SFT runs are co-trained";
+    if (cfg->method != TRAINER_SFT && cfg->method != TRAINER_DPO) return "only SFT and DPO runs are co-trained";
     if (!cfg->lora.enabled) return "only LoRA runs are co-trained (a full fine-tune changes the shared base)";
     if (cfg->dist.world_size > 1) return "a distributed run is not co-trained";
     if (strcmp(cfg->model, base_model)) return "its model is not the shared base model";
@@ -51,39 +54,40 @@ static void end_job(struct trainer_cotrain_job *j, struct run *r, int failed) {
 static int shared_step(struct model *base, struct run **live, struct trainer_cotrain_job **jobs, int n,
                        struct whet_err *err) {
     struct step_figures *f = xcalloc((size_t)n, sizeof *f);
-    const struct sft_batch **rows = xcalloc((size_t)n, sizeof *rows);
-    int *targets = xcalloc((size_t)n, sizeof *targets);
+    struct model_batch *rows = xcalloc((size_t)n, sizeof *rows);
     struct lora_run *runs = xcalloc((size_t)n, sizeof *runs);
     double t0 = whet_now_mono();
     long long tokens = 0;
-    size_t N = 0;
+    size_t N = 0, most = 0; /* the pass's tokens; the most of a run's rows */
     for (int i = 0; i < n; i++) {
-        targets[i] = trainer_sft_cotrain_rows(live[i], &f[i], &rows[i]);
-        N += (size_t)rows[i]->B * (size_t)rows[i]->T;
+        live[i]->method->cotrain_rows(live[i], &f[i], &rows[i]);
+        size_t width = (size_t)rows[i].B * (size_t)rows[i].T;
+        N += width, most = width > most ? width : most;
         tokens += f[i].tokens;
     }
     /* One row of every run's sequences end to end, each its own segment (a new seq id), without the
-     * padding of the runs' rows: the pass computes only real tokens, however the runs' widths differ. */
+     * padding of the runs' rows: the pass computes only real tokens, however the runs' widths differ.
+     * from[t]: where the pass's token t is in its run's rows. */
     int *ids = xmalloc(N * sizeof *ids), *pos = xmalloc(N * sizeof *pos), *seq = xmalloc(N * sizeof *seq);
-    int *tgt = xmalloc(N * sizeof *tgt), *first = xmalloc(sizeof *first * (size_t)(n + 1));
+    int *tgt = xmalloc(N * sizeof *tgt), *from = xmalloc(N * sizeof *from);
+    int *first = xmalloc(sizeof *first * (size_t)(n + 1)), *correct = xmalloc(N * sizeof *correct);
     float *w = xmalloc(N * sizeof *w), *nll = xmalloc(N * sizeof *nll);
     size_t at = 0;
     for (int i = 0, next_seq = 0; i < n; i++) {
-        const struct sft_batch *b = rows[i];
-        float scale = 1.0f / (float)(targets[i] > 0 ? targets[i] : 1);
+        const struct model_batch *b = &rows[i];
         first[i] = (int)at;
         for (int k = 0; k < b->B; k++) {
-            size_t from = (size_t)k * (size_t)b->T;
-            /* a row's padding is its trailing segment with nothing to predict (every example has a target) */
+            size_t row = (size_t)k * (size_t)b->T;
+            /* a row's padding: its trailing segment with nothing to predict (an SFT example, a DPO pair's
+             * rejected side always has a target) */
             int len = b->T, pad = 1;
-            while (len > 1 && b->seq_ids[from + len - 2] == b->seq_ids[from + b->T - 1]) len--;
-            for (int t = len - 1; t < b->T && pad; t++) pad = b->targets[from + t] < 0;
+            while (len > 1 && b->seq_ids[row + len - 2] == b->seq_ids[row + b->T - 1]) len--;
+            for (int t = len - 1; t < b->T && pad; t++) pad = b->targets[row + t] < 0;
             int real = pad ? len - 1 : b->T;
             for (int t = 0; t < real; t++, at++) {
-                if (t == 0 || b->seq_ids[from + t] != b->seq_ids[from + t - 1]) next_seq++;
-                ids[at] = b->ids[from + t], pos[at] = b->positions[from + t], seq[at] = next_seq;
-                tgt[at] = b->targets[from + t];
-                w[at] = tgt[at] >= 0 ? scale : 0.0f;
+                if (t == 0 || b->seq_ids[row + t] != b->seq_ids[row + t - 1]) next_seq++;
+                ids[at] = b->ids[row + t], pos[at] = b->positions[row + t], seq[at] = next_seq;
+                tgt[at] = b->targets[row + t], from[at] = (int)(row + t);
             }
         }
         runs[i] = (struct lora_run){live[i]->model, (int)at - first[i]};
@@ -93,26 +97,39 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
     int rc = model_set_lora_runs(base, runs, n, err) || model_forward(base, &mb, NULL, err);
     if (!rc) {
         model_get_token_losses(base, nll);
+        model_get_token_correct(base, correct);
+        /* each run's figures and token weights in its own rows' layout (zero on their padding) */
+        float *run_nll = xmalloc(most * sizeof *run_nll), *run_w = xmalloc(most * sizeof *run_w);
+        int *run_correct = xmalloc(most * sizeof *run_correct);
+        for (int i = 0; i < n; i++) {
+            size_t width = (size_t)rows[i].B * (size_t)rows[i].T;
+            memset(run_nll, 0, width * sizeof *run_nll);
+            memset(run_correct, 0, width * sizeof *run_correct);
+            for (int t = first[i]; t < first[i + 1]; t++) run_nll[from[t]] = nll[t], run_correct[from[t]] = correct[t];
+            live[i]->method->cotrain_weights(live[i], &f[i], run_nll, run_correct, run_w);
+            for (int t = first[i]; t < first[i + 1]; t++) w[t] = run_w[from[t]];
+        }
+        free(run_nll), free(run_w), free(run_correct);
         rc = model_set_loss_weights(base, w, err) || model_backward(base, 1.0f, err);
     }
     struct whet_err ignored;
     model_set_lora_runs(base, NULL, 0, &ignored);
     double seconds = whet_now_mono() - t0;
     for (int i = 0; i < n && !rc; i++) {
-        double loss_sum = 0;
-        for (int t = first[i]; t < first[i + 1]; t++) loss_sum += tgt[t] >= 0 ? nll[t] : 0;
+        struct run *r = live[i];
         /* metering: the pass's time split by the tokens each run put in it */
         double share = tokens > 0 ? seconds * (double)f[i].tokens / (double)tokens : 0;
         jobs[i]->tokens += f[i].tokens;
         jobs[i]->device_seconds += share;
         double t1 = whet_now_mono();
-        if (trainer_sft_cotrain_step(live[i], &f[i], loss_sum, &jobs[i]->err) ||
-            trainer_after_step(live[i], &f[i], share + whet_now_mono() - t1, &jobs[i]->err))
+        f[i].lr = trainer_lr_at(&r->cfg->hp, r->step, r->total_steps);
+        if (trainer_optimizer_step(r, f[i].lr, &f[i].grad_norm, &jobs[i]->err) ||
+            trainer_after_step(r, &f[i], share + whet_now_mono() - t1, &jobs[i]->err))
             jobs[i]->rc = -1; /* this run alone ends */
         jobs[i]->device_seconds += whet_now_mono() - t1; /* its own optimizer step, validation, checkpoint */
     }
-    free(ids), free(pos), free(seq), free(tgt), free(first), free(w), free(nll);
-    free(f), free(rows), free(targets), free(runs);
+    free(ids), free(pos), free(seq), free(tgt), free(from), free(first), free(correct), free(w), free(nll);
+    free(f), free(rows), free(runs);
     return rc ? -1 : 0;
 }
 

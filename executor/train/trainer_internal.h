@@ -15,6 +15,7 @@
 
 struct comm;
 struct model;
+struct model_batch;
 struct model_opts;
 struct model_stats;
 struct trainer_method_ops;
@@ -89,6 +90,16 @@ struct trainer_method_ops {
     int (*validate)(struct run *r, struct method_text *t, struct whet_err *err);
     /* The method's own fields of the step just taken. */
     void (*metrics)(const struct run *r, struct method_text *t);
+    /* Optional, a step in co-training's shared pass (trainer_cotrain.c); a method without them is not
+     * co-trained. cotrain_rows takes the next step from r->cursor, all its rows at once, zeroes the
+     * gradients and sets *rows (the method's own arrays, until its next step) and f's epoch and tokens.
+     * After the pass's forward, cotrain_weights gets those rows' token nlls and whether the argmax
+     * predicted each target (both 0 without a target), sets f's loss and the step's own figures, and
+     * writes weights[B*T]: each token's weight in the backward pass, which gives the gradient of
+     * Σ weight · nll. Then the loop takes the run's optimizer step. */
+    void (*cotrain_rows)(struct run *r, struct step_figures *f, struct model_batch *rows);
+    void (*cotrain_weights)(struct run *r, struct step_figures *f, const float *nll, const int *correct,
+                            float *weights);
     /* Releases r->state (also after a failed or partial set-up). */
     void (*free)(struct run *r);
 };
@@ -109,11 +120,6 @@ int trainer_after_step(struct run *r, const struct step_figures *f, double secon
 /* At the end of the steps: the final model, or on a stop request the checkpoint of the last step. */
 int trainer_finish(struct run *r, int *stopped, struct whet_err *err);
 
-/* SFT's step in a shared pass: takes the run's next step (all its rows, in r's batch, which *rows points
- * to) and zeroes its gradients; returns the step's trained targets. After the pass (whose backward
- * weighed each of them 1 / that count), the optimizer step; loss_sum is the sum of the rows' target nlls. */
-int trainer_sft_cotrain_rows(struct run *r, struct step_figures *f, const struct sft_batch **rows);
-int trainer_sft_cotrain_step(struct run *r, struct step_figures *f, double loss_sum, struct whet_err *err);
 
 /* A progress line for people ("whet train: …" on io->progress) and a JSON event line (io->events). */
 void trainer_progress(const struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -11,22 +11,29 @@ static struct model_batch model_batch_of(const struct dpo_batch *b) {
     return (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, NULL};
 }
 
-/* logps[side] = −Σ nll over the scored tokens of each sequence, from the last forward pass. */
-static void sum_logps(double *logps, const struct model *m, const struct dpo_batch *b) {
+/* logps[side] = −Σ nll over the scored tokens of each sequence, from a forward pass's nll[B*T] of b. */
+static void sum_logps(double *logps, const float *nll, const struct dpo_batch *b) {
     size_t N = (size_t)b->B * b->T;
-    float *nll = xmalloc(N * sizeof *nll);
-    model_get_token_losses(m, nll);
     memset(logps, 0, sizeof(double) * 2 * (size_t)b->n_pairs);
     for (size_t t = 0; t < N; t++)
         if (b->side[t] >= 0) logps[b->side[t]] -= nll[t];
-    free(nll);
+}
+
+/* The token nlls of a forward pass of b: nll[B*T], the caller's to free. */
+static float *forward_nll(struct model *m, const struct dpo_batch *b, struct whet_err *err) {
+    struct model_batch mb = model_batch_of(b);
+    float loss;
+    if (model_forward(m, &mb, &loss, err)) return NULL;
+    float *nll = xmalloc((size_t)b->B * b->T * sizeof *nll);
+    model_get_token_losses(m, nll);
+    return nll;
 }
 
 int dpo_sequence_logps(double *logps, struct model *m, const struct dpo_batch *b, struct whet_err *err) {
-    struct model_batch mb = model_batch_of(b);
-    float loss;
-    if (model_forward(m, &mb, &loss, err)) return -1;
-    sum_logps(logps, m, b);
+    float *nll = forward_nll(m, b, err);
+    if (!nll) return -1;
+    sum_logps(logps, nll, b);
+    free(nll);
     return 0;
 }
 
@@ -115,25 +122,31 @@ int dpo_evaluate(struct model *m, const struct dpo_batch *b, const double *ref_l
     return rc;
 }
 
-int dpo_forward_backward(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
-                         double loss_scale, struct dpo_stats *st, struct whet_err *err) {
+void dpo_loss_weights(float *weights, const struct dpo_batch *b, const float *nll, const double *ref_logps,
+                      double beta, double loss_scale, struct dpo_stats *st) {
     size_t N = (size_t)b->B * b->T, P = (size_t)(b->n_pairs ? b->n_pairs : 1);
     double *logps = xmalloc(sizeof(double) * 2 * P), *dloss_dz = xmalloc(sizeof(double) * P);
-    float *weights = xmalloc(N * sizeof *weights);
-    int rc = dpo_sequence_logps(logps, m, b, err);
-    if (!rc) {
-        add_stats(st, logps, ref_logps, beta, b->n_pairs, dloss_dz);
-        /* The engine's backward gives d(Σ w·nll); with log π = −Σ nll, the weight of a token of the
-         * chosen response is −loss_scale·β·dloss/dz, of the rejected one +loss_scale·β·dloss/dz. */
-        for (size_t t = 0; t < N; t++) {
-            int s = b->side[t];
-            double g = s < 0 ? 0 : loss_scale * beta * dloss_dz[s / 2];
-            weights[t] = (float)(s < 0 ? 0 : s % 2 ? g : -g);
-        }
-        rc = model_set_loss_weights(m, weights, err) || model_backward(m, 1.0f, err) ? -1 : 0;
+    sum_logps(logps, nll, b);
+    add_stats(st, logps, ref_logps, beta, b->n_pairs, dloss_dz);
+    /* The engine's backward gives d(Σ w·nll); with log π = −Σ nll, the weight of a token of the
+     * chosen response is −loss_scale·β·dloss/dz, of the rejected one +loss_scale·β·dloss/dz. */
+    for (size_t t = 0; t < N; t++) {
+        int s = b->side[t];
+        double g = s < 0 ? 0 : loss_scale * beta * dloss_dz[s / 2];
+        weights[t] = (float)(s < 0 ? 0 : s % 2 ? g : -g);
     }
-    free(weights);
     free(dloss_dz);
     free(logps);
+}
+
+int dpo_forward_backward(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
+                         double loss_scale, struct dpo_stats *st, struct whet_err *err) {
+    float *nll = forward_nll(m, b, err);
+    if (!nll) return -1;
+    float *weights = xmalloc((size_t)b->B * b->T * sizeof *weights);
+    dpo_loss_weights(weights, b, nll, ref_logps, beta, loss_scale, st);
+    int rc = model_set_loss_weights(m, weights, err) || model_backward(m, 1.0f, err) ? -1 : 0;
+    free(weights);
+    free(nll);
     return rc;
 }

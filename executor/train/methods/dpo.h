@@ -70,6 +70,12 @@ double dpo_pair_loss(double *dloss_dz, double policy_chosen, double policy_rejec
 int dpo_forward_backward(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
                          double loss_scale, struct dpo_stats *st, struct whet_err *err);
 
+/* The loss of dpo_forward_backward from a forward pass of b already made, its token nlls nll[B*T] (a
+ * co-trained run's rows of a shared pass): adds the batch's figures to *st and sets weights[B*T], the
+ * token weights (model_set_loss_weights) whose backward pass gives the gradient of loss_scale · Σ loss. */
+void dpo_loss_weights(float *weights, const struct dpo_batch *b, const float *nll, const double *ref_logps,
+                      double beta, double loss_scale, struct dpo_stats *st);
+
 /* The figures of one micro-batch without any gradient (validation). */
 int dpo_evaluate(struct model *m, const struct dpo_batch *b, const double *ref_logps, double beta,
                  struct dpo_stats *st, struct whet_err *err);

@@ -55,6 +55,8 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     struct dpo_state *s = r->state;
     double t0 = whet_now_mono();
     if (!r->cfg->lora.enabled && trainer_load_reference(r, err)) return -1;
+    /* co-trained, the shared frozen base is the reference (the base's passes, without an adapter's) */
+    struct model *ref = r->ref_model ? r->ref_model : r->cotrain_base;
     const struct dpo_dataset *sets[2] = {&s->train, &s->valid};
     double **tables[2] = {&s->ref_train, &s->ref_valid};
     int pairs = 0, rows = sft_rows_per_micro_batch(r->cfg->hp.batch_size, r->cfg->hp.gradient_accumulation_steps);
@@ -63,16 +65,19 @@ static int reference_tables(struct run *r, struct whet_err *err) {
         *tables[i] = xcalloc(2 * (size_t)(n ? n : 1), sizeof(double));
         /* each rank of a gang computes its share, and the shares are summed into every rank's table (the
          * policy's passes, LoRA's adapter off, are collectives under ZeRO-3; a frozen copy's are not) */
-        int passes = r->ref_model ? 0 : dpo_reference_passes(sets[i], rows, r->rank, r->world), most;
+        int passes = ref ? 0 : dpo_reference_passes(sets[i], rows, r->rank, r->world), most;
         if (trainer_most_passes(r, passes, &most, err) ||
-            dpo_reference_table(*tables[i], r->model, r->ref_model, sets[i], rows, r->rank, r->world, &s->batch, err) ||
+            dpo_reference_table(*tables[i], r->model, ref, sets[i], rows, r->rank, r->world, &s->batch, err) ||
             trainer_idle_passes(r, most - passes, 0, err) ||
             trainer_sum(r, *tables[i], 2 * n, err))
             return whet_err_prefix(err, "dpo reference pass");
         pairs += n;
     }
     trainer_progress(r, "reference log-probs of %d pairs (%s) in %.1fs", pairs,
-                     r->ref_model ? "a frozen copy of the base" : "the base: LoRA adapter off", whet_now_mono() - t0);
+                     r->ref_model     ? "a frozen copy of the base"
+                     : r->cotrain_base ? "the co-trained runs' shared base"
+                                       : "the base: LoRA adapter off",
+                     whet_now_mono() - t0);
     if (r->ref_model) model_free(r->ref_model); /* the tables are all the run needs of it */
     r->ref_model = NULL;
     return 0;
@@ -117,6 +122,31 @@ static int dpo_step(struct run *r, struct step_figures *f, struct whet_err *err)
     f->loss = st.loss_sum / (st.n_pairs > 0 ? st.n_pairs : 1);
     f->lr = trainer_lr_at(hp, r->step, r->total_steps);
     return trainer_optimizer_step(r, f->lr, &f->grad_norm, err);
+}
+
+static void dpo_cotrain_rows(struct run *r, struct step_figures *f, struct model_batch *rows) {
+    struct dpo_state *s = r->state;
+    int first, n;
+    f->epoch = sft_take_step(&s->epoch, &r->cursor, &s->train.pairs, r->cfg->seed, r->cfg->hp.batch_size, &first, &n);
+    model_zero_grad(r->model);
+    dpo_batch_fill(&s->batch, &s->train, &s->epoch, first, n); /* the whole step: the shared pass splits it */
+    f->tokens = s->batch.n_tokens;
+    const struct dpo_batch *b = &s->batch;
+    *rows = (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, NULL};
+}
+
+/* The step's loss is the mean over its pairs, as alone; the pairs' policy log-probs from the pass's nlls. */
+static void dpo_cotrain_weights(struct run *r, struct step_figures *f, const float *nll, const int *correct,
+                                float *weights) {
+    (void)correct;
+    struct dpo_state *s = r->state;
+    const struct dpo_batch *b = &s->batch;
+    double *ref = xmalloc(sizeof(double) * 2 * (size_t)(b->n_pairs ? b->n_pairs : 1));
+    dpo_batch_reference(ref, s->ref_train, b);
+    s->last = (struct dpo_stats){0};
+    dpo_loss_weights(weights, b, nll, ref, r->cfg->hp.beta, 1.0 / (b->n_pairs > 0 ? b->n_pairs : 1), &s->last);
+    free(ref);
+    f->loss = s->last.loss_sum / (b->n_pairs > 0 ? b->n_pairs : 1);
 }
 
 /* The loss, preference accuracy and margin over the validation pairs. */
@@ -177,5 +207,7 @@ const struct trainer_method_ops trainer_dpo_method = {
     .step = dpo_step,
     .validate = dpo_validate,
     .metrics = dpo_metrics,
+    .cotrain_rows = dpo_cotrain_rows,
+    .cotrain_weights = dpo_cotrain_weights,
     .free = dpo_free,
 };

@@ -4,7 +4,6 @@
  * batch_size examples of the epoch's shuffled order, packed into rows, and runs them through the model
  * in gradient_accumulation_steps micro-batches; the step's loss is the mean over all its trained
  * tokens, whichever the split. Validation is the same loss over the validation file, unshuffled. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -45,11 +44,15 @@ static int sft_steps_per_epoch(const struct run *r) {
     return sft_steps_in_epoch(s->train.n_examples, r->cfg->hp.batch_size);
 }
 
+/* The model's view of a batch of rows. */
+static struct model_batch batch_of(const struct sft_batch *b) {
+    return (struct model_batch){b->B, b->T, b->ids, b->positions, b->seq_ids, b->targets, NULL};
+}
+
 /* Forward pass of the micro-batch in s->batch; its statistics stay on the device, summed until the
  * step (or the validation) takes them. */
 static int sft_forward(struct run *r, struct sft_state *s, struct whet_err *err) {
-    struct model_batch mb = {s->batch.B, s->batch.T, s->batch.ids, s->batch.positions, s->batch.seq_ids,
-                             s->batch.targets, NULL};
+    struct model_batch mb = batch_of(&s->batch);
     return model_forward(r->model, &mb, NULL, err);
 }
 
@@ -84,25 +87,31 @@ static int sft_step(struct run *r, struct step_figures *f, struct whet_err *err)
     return 0;
 }
 
-int trainer_sft_cotrain_rows(struct run *r, struct step_figures *f, const struct sft_batch **rows) {
+static void sft_cotrain_rows(struct run *r, struct step_figures *f, struct model_batch *rows) {
     struct sft_state *s = r->state;
     int first, n;
     f->epoch = sft_take_step(&s->epoch, &r->cursor, &s->train, r->cfg->seed, r->cfg->hp.batch_size, &first, &n);
     model_zero_grad(r->model);
     sft_batch_fill(&s->batch, &s->train, &s->epoch, first, n); /* the whole step: the shared pass splits it */
     f->tokens = s->batch.n_tokens;
-    *rows = &s->batch;
-    return s->batch.n_targets;
+    *rows = batch_of(&s->batch);
 }
 
-int trainer_sft_cotrain_step(struct run *r, struct step_figures *f, double loss_sum, struct whet_err *err) {
+/* The step's loss is the mean over its trained targets, as alone: each weighs 1 / their count. */
+static void sft_cotrain_weights(struct run *r, struct step_figures *f, const float *nll, const int *correct,
+                                float *weights) {
     struct sft_state *s = r->state;
-    f->lr = trainer_lr_at(&r->cfg->hp, r->step, r->total_steps);
-    if (trainer_optimizer_step(r, f->lr, &f->grad_norm, err)) return -1;
-    f->loss = s->batch.n_targets > 0 ? loss_sum / s->batch.n_targets : 0;
-    /* The shared pass counts right predictions for all its runs together: no accuracy of this run's own. */
-    s->accuracy = NAN;
-    return 0;
+    const struct sft_batch *b = &s->batch;
+    float scale = 1.0f / (float)(b->n_targets > 0 ? b->n_targets : 1);
+    double loss_sum = 0;
+    int right = 0;
+    for (size_t t = 0; t < (size_t)b->B * b->T; t++) {
+        weights[t] = b->targets[t] >= 0 ? scale : 0.0f;
+        loss_sum += nll[t];
+        right += correct[t];
+    }
+    f->loss = b->n_targets > 0 ? loss_sum / b->n_targets : 0;
+    s->accuracy = b->n_targets > 0 ? (double)right / b->n_targets : 0;
 }
 
 static int sft_validate(struct run *r, struct method_text *t, struct whet_err *err) {
@@ -131,7 +140,6 @@ static int sft_validate(struct run *r, struct method_text *t, struct whet_err *e
 
 static void sft_metrics(const struct run *r, struct method_text *t) {
     const struct sft_state *s = r->state;
-    if (isnan(s->accuracy)) return;
     snprintf(t->json, sizeof t->json, ",\"train_mean_token_accuracy\":%.6f", s->accuracy);
     snprintf(t->progress, sizeof t->progress, " acc %.3f", s->accuracy);
 }
@@ -153,5 +161,7 @@ const struct trainer_method_ops trainer_sft_method = {
     .step = sft_step,
     .validate = sft_validate,
     .metrics = sft_metrics,
+    .cotrain_rows = sft_cotrain_rows,
+    .cotrain_weights = sft_cotrain_weights,
     .free = sft_free,
 };

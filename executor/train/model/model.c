@@ -921,6 +921,15 @@ void model_get_token_losses(const struct model *m, float *out) {
     for (int i = 0; i < m->M; i++) out[m->h_rows[i]] = m->h_losses[i];
 }
 
+void model_get_token_correct(const struct model *m, int *out) {
+    memset(out, 0, sizeof(int) * (size_t)m->N);
+    if (!m->has_targets || !m->M) return;
+    int *correct = xmalloc(sizeof(int) * (size_t)m->M);
+    m->be->download(m->be, correct, m->correct, sizeof(int) * (size_t)m->M);
+    for (int i = 0; i < m->M; i++) out[m->h_rows[i]] = correct[i];
+    free(correct);
+}
+
 void model_get_logits(const struct model *m, float *out) {
     if (!m->has_targets && m->all_logits) m->be->download(m->be, out, m->all_logits, sizeof(float) * (size_t)m->N * m->V);
 }

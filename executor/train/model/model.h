@@ -132,6 +132,9 @@ struct model_stats model_take_stats(struct model *m);
 void model_reset_stats(struct model *m);
 /* Per-token nll of the last forward with targets: out[N], 0 where the weight is 0 (a download). */
 void model_get_token_losses(const struct model *m, float *out);
+/* Per token of the last forward with targets, 1 where the argmax predicted the target: out[N], 0 where the
+ * weight is 0 (a download; the accuracy of some of a pass's rows, as co-training's runs). */
+void model_get_token_correct(const struct model *m, int *out);
 /* Logits of the last forward without targets: out[N, V] (that forward keeps all N×V of them). */
 void model_get_logits(const struct model *m, float *out);
 

@@ -1,10 +1,10 @@
 // Co-training through the API: `whet up` with one executor (WHET_COTRAIN=1, 8 simulated devices), two
-// tenants creating four LoRA SFT jobs on whet-tiny with the official OpenAI SDK (different seeds, batch
-// sizes, learning rates and step counts) and a fifth that is cancelled mid-run. The five run in ONE
-// `whet train --cotrain` process on the executor; each of the four succeeds with its own fine-tuned
-// model, checkpoints and metrics, and each one's per-step losses equal its trainer config run alone
-// (`whet train` on the job's own trainer.json) within 1e-5; the cancelled one ends cancelled while the
-// others go on; usage charges each job its share of the process's device-seconds and its own tokens.
+// tenants creating four LoRA SFT jobs and a LoRA DPO job on whet-tiny with the official OpenAI SDK
+// (different seeds, batch sizes, learning rates and step counts) and a sixth that is cancelled mid-run. The
+// six run in ONE `whet train --cotrain` process on the executor; each of the five succeeds with its own
+// fine-tuned model, checkpoints and metrics, and each one's per-step losses equal its trainer config run
+// alone (`whet train` on the job's own trainer.json) within 1e-5; the cancelled one ends cancelled while
+// the others go on; usage charges each job its share of the process's device-seconds and its own tokens.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -54,35 +54,40 @@ async function allEvents(client, id) {
   return events;
 }
 
-test('four LoRA SFT jobs of two tenants co-trained on one worker equal each alone; one cancelled alone', async (t) => {
+test('four LoRA SFT jobs and a DPO one of two tenants co-trained on one worker equal each alone; one cancelled alone', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const files = await Promise.all(tenants.map((tn) => tn.client.files.create({
     file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')), purpose: 'fine-tune' })));
+  const pairs = await tenants[1].client.files.create({
+    file: fs.createReadStream(path.join(FIXTURES, 'dpo', 'train.jsonl')), purpose: 'fine-tune' });
   const specs = [0, 1, 2, 3].map((i) => ({ tenant: tenants[i % 2], file: files[i % 2], seed: 11 + i, steps: 8 + 2 * i,
-    hp: { batch_size: 2 + i, learning_rate_multiplier: 1 + i, n_epochs: 50 } }));
-  specs.push({ tenant: tenants[0], file: files[0], seed: 99, steps: 1000, hp: { batch_size: 4, n_epochs: 50 }, cancel: true });
+    method: 'supervised', hp: { batch_size: 2 + i, learning_rate_multiplier: 1 + i, n_epochs: 50 } }));
+  specs.push({ tenant: tenants[1], file: pairs, seed: 21, steps: 7, method: 'dpo',
+               hp: { batch_size: 3, beta: 0.1, n_epochs: 50 } });
+  specs.push({ tenant: tenants[0], file: files[0], seed: 99, steps: 1000, method: 'supervised',
+               hp: { batch_size: 4, n_epochs: 50 }, cancel: true });
   const t0 = Date.now();
   const jobs = await Promise.all(specs.map((s) => s.tenant.client.fineTuning.jobs.create({
     model: 'whet-tiny', training_file: s.file.id, seed: s.seed, suffix: s.tenant.name,
-    method: { type: 'supervised', supervised: { hyperparameters: s.hp } },
+    method: { type: s.method, [s.method]: { hyperparameters: s.hp } },
     whet: { max_steps: s.steps, checkpoint_every_steps: 5 } })));
   // the long one is cancelled once it has trained a few steps beside the others
-  const long = specs[4];
+  const L = specs.length - 1, long = specs[L];
   await until('the long job to train', async () =>
-    (await allEvents(long.tenant.client, jobs[4].id)).filter((e) => e.type === 'metrics').length >= 3, 300000, 200);
-  await long.tenant.client.fineTuning.jobs.cancel(jobs[4].id);
+    (await allEvents(long.tenant.client, jobs[L].id)).filter((e) => e.type === 'metrics').length >= 3, 300000, 200);
+  await long.tenant.client.fineTuning.jobs.cancel(jobs[L].id);
   const done = await Promise.all(jobs.map((j, i) => finished(specs[i].tenant.client, j.id)));
   const wallCo = (Date.now() - t0) / 1000;
-  assert.equal(done[4].status, 'cancelled');
-  for (let i = 0; i < 4; i++) {
+  assert.equal(done[L].status, 'cancelled');
+  for (let i = 0; i < L; i++) {
     assert.equal(done[i].status, 'succeeded', `${done[i].id}: ${JSON.stringify(done[i].error)}`);
     assert.equal(done[i].fine_tuned_model, `ft:whet-tiny:${specs[i].tenant.name}:${specs[i].tenant.name}:${done[i].id}`);
   }
-  // one process: the executor's log says so, with the five jobs
-  assert.match(logs.executor, /msg="co-training started" leader=\S+ jobs=5/);
+  // one process: the executor's log says so, with the six jobs
+  assert.match(logs.executor, /msg="co-training started" leader=\S+ jobs=6/);
 
   let alone = 0;
-  for (let i = 0; i < 4; i++) {
+  for (let i = 0; i < L; i++) {
     const { client } = specs[i].tenant;
     const id = done[i].id;
     const steps = (await allEvents(client, id)).filter((e) => e.type === 'metrics').map((e) => e.data)
@@ -114,7 +119,7 @@ test('four LoRA SFT jobs of two tenants co-trained on one worker equal each alon
   }
   const sum = (id, k) => rows.filter((u) => u.job_id === id).reduce((s, u) => s + u[k], 0);
   const seconds = done.map((j) => sum(j.id, 'device_seconds'));
-  for (let i = 0; i < 5; i++) {
+  for (let i = 0; i <= L; i++) {
     assert.ok(seconds[i] > 0, JSON.stringify(rows));
     const tokens = (await allEvents(specs[i].tenant.client, done[i].id)).filter((e) => e.type === 'metrics')
       .reduce((s, e) => s + e.data.tokens, 0);
@@ -122,6 +127,6 @@ test('four LoRA SFT jobs of two tenants co-trained on one worker equal each alon
   }
   // together no more than the process's devices held for the whole run
   assert.ok(seconds.reduce((a, b) => a + b) <= wallCo * 8, `${seconds} vs ${wallCo} s x 8 devices`);
-  console.log(`  co-trained: 5 jobs through the API in ${wallCo.toFixed(1)} s; the 4 finished ones alone ` +
+  console.log(`  co-trained: ${L + 1} jobs through the API in ${wallCo.toFixed(1)} s; the ${L} finished ones alone ` +
               `(whet train, one after another) ${alone.toFixed(1)} s; device-seconds ${seconds.map((x) => x.toFixed(2)).join(' ')}`);
 });
