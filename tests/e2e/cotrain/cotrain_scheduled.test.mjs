@@ -1,0 +1,108 @@
+// Co-training placed by the scheduler: `whet up` with no executor, two tenants create four LoRA SFT jobs
+// on whet-tiny (different seeds, batch sizes and step counts); then ONE executor with ONE device joins
+// (no WHET_COTRAIN: the executor's own window grouping is off). Placement finds one free device for four
+// co-trainable jobs of one base: the first takes it, the other three join its group
+// (scheduler/placement/cotrain.c) instead of waiting. Each job's placement event names the group, its
+// attempt records it, the executor runs the four in one `whet train --cotrain` process on that device,
+// all four succeed with their own models, and usage splits the device's seconds between them: together
+// they are charged no more than the one device for the time it ran them.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { until, whetProcesses } from '../lib.mjs';
+import { requireEnv, createDatabase, freePort, psql, WHET_BIN } from '../../integration/lib/gateway.mjs';
+
+requireEnv();
+const FIXTURES = process.env.WHET_FIXTURES;
+const work = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-cotrain-sched-'));
+fs.chmodSync(work, 0o755);
+const db = createDatabase();
+const httpPort = await freePort(), grpcPort = await freePort();
+const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work,
+              OMP_NUM_THREADS: '1' };
+delete env.WHET_COTRAIN;
+const { children, logs, start, dump: dumpLogs } = whetProcesses(WHET_BIN, env);
+
+start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`, '--executors', '0']);
+await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000).catch((e) => { dumpLogs(); throw e; });
+const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
+const base = `http://127.0.0.1:${httpPort}`;
+const tenants = ['acme', 'globex'].map((name) => {
+  const key = whet('tenant', 'create', name).trim();
+  return { name, key, client: new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 }) };
+});
+
+test.after(() => {
+  for (const c of children) c.kill('SIGKILL');
+  db.drop();
+  fs.rmSync(work, { recursive: true, force: true });
+});
+
+async function finished(client, id, timeoutMs = 400000) {
+  return until(`job ${id} to finish`, async () => {
+    const job = await client.fineTuning.jobs.retrieve(id);
+    return ['succeeded', 'failed', 'cancelled'].includes(job.status) ? job : null;
+  }, timeoutMs, 500);
+}
+async function allEvents(client, id) {
+  const events = [];
+  for await (const e of client.fineTuning.jobs.listEvents(id, { limit: 100 })) events.push(e);
+  return events;
+}
+
+test('four LoRA SFT jobs of one base on a one-device executor: placed as one co-training group', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const files = await Promise.all(tenants.map((tn) => tn.client.files.create({
+    file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')), purpose: 'fine-tune' })));
+  const specs = [0, 1, 2, 3].map((i) => ({ tenant: tenants[i % 2], file: files[i % 2], seed: 21 + i, steps: 6 + 2 * i,
+    hp: { batch_size: 2 + i, n_epochs: 50 } }));
+  const jobs = await Promise.all(specs.map((s) => s.tenant.client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: s.file.id, seed: s.seed, suffix: s.tenant.name,
+    method: { type: 'supervised', supervised: { hyperparameters: s.hp } },
+    whet: { max_steps: s.steps, checkpoint_every_steps: 5 } })));
+  // all four wait for an executor, then one with a single device comes
+  await until('the jobs to wait for an executor', async () => (await Promise.all(jobs.map((j, i) =>
+    specs[i].tenant.client.fineTuning.jobs.retrieve(j.id)))).every((j) => j.status === 'queued'), 60000, 200);
+  const t0 = Date.now();
+  start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:1:80',
+                     '--work-dir', path.join(work, 'ex')]);
+  const done = await Promise.all(jobs.map((j, i) => finished(specs[i].tenant.client, j.id)));
+  const wall = (Date.now() - t0) / 1000;
+  for (let i = 0; i < 4; i++) {
+    assert.equal(done[i].status, 'succeeded', `${done[i].id}: ${JSON.stringify(done[i].error)}`);
+    assert.equal(done[i].fine_tuned_model, `ft:whet-tiny:${specs[i].tenant.name}:${specs[i].tenant.name}:${done[i].id}`);
+  }
+  // one group: each placement event names it, the attempts record it, and one process ran the four
+  const groups = new Set();
+  for (let i = 0; i < 4; i++) {
+    const events = await allEvents(specs[i].tenant.client, done[i].id);
+    const placed = events.filter((e) => e.message.startsWith('Job placed on'));
+    assert.equal(placed.length, 1, JSON.stringify(placed));
+    assert.match(placed[0].message, /co-trained with 3 other jobs of its base model on one device \(cotrain-\w+\)/);
+    groups.add(placed[0].data.cotrain_group);
+    const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
+    assert.deepEqual(steps, Array.from({ length: specs[i].steps }, (_, k) => k + 1));
+  }
+  assert.equal(groups.size, 1, [...groups].join(','));
+  assert.equal(psql(db.url, 'SELECT count(DISTINCT cotrain_group), count(*) FROM job_attempts').trim(), '1|4');
+  assert.match(logs.executor, /msg="co-training started" leader=\S+ jobs=4/);
+  assert.doesNotMatch(logs.executor, /devices still held by another job/);
+
+  // usage: the device's seconds split between the four, each its share by the tokens it trained
+  const rows = [];
+  for (const tn of tenants) {
+    const usage = await (await fetch(`${base}/v1/usage`, { headers: { authorization: `Bearer ${tn.key}` } })).json();
+    rows.push(...usage.data);
+  }
+  const sum = (id, k) => rows.filter((u) => u.job_id === id).reduce((s, u) => s + u[k], 0);
+  const seconds = done.map((j) => sum(j.id, 'device_seconds'));
+  for (let i = 0; i < 4; i++) assert.ok(seconds[i] > 0, JSON.stringify(rows));
+  const total = seconds.reduce((a, b) => a + b);
+  assert.ok(total <= wall, `charged ${seconds} device-seconds, one device for ${wall} s`);
+  console.log(`  4 jobs co-trained on 1 device in ${wall.toFixed(1)} s; device-seconds charged ` +
+              `${seconds.map((x) => x.toFixed(2)).join(' ')} (sum ${total.toFixed(2)})`);
+});
