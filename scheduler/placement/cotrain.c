@@ -19,6 +19,13 @@
  * trainer cannot add a run to a process that already runs, so members join only with the group's first
  * placement.
  *
+ * Moving out. When nobody waits and a group's pool has wholly free devices, a member runs faster on one
+ * of its own than beside the others in the shared pass: MOVE_OUT stops it (it checkpoints, the others go
+ * on) and the next cycle places it alone, resuming from that checkpoint. One member per free device,
+ * the group keeping at least one; members that ran less than cfg.min_run_s stay (a restart costs a
+ * restore), the newest leave first, and members already stopping count against the free devices (the
+ * caller's next snapshot still shows those devices free until the movers take them).
+ *
  * Accounting. One member, the holder, holds the whole device (under its tenant); the others, riders,
  * hold none of it (pl_job_milli is 0 for them). When the holder ends first a rider takes the hold over,
  * so the device stays taken until the last member ends. A member of a group of several is never a
@@ -130,6 +137,43 @@ void pl_cotrain_release(struct pl_cluster *c, struct pl_job *j) {
     if (!next) return;
     next->cotrain_rider = 0;
     pl_node_apply(c, g->node, g->mask, PL_MILLI, 0, 0, next->tenant, +1);
+}
+
+/* Wholly free devices of pool pi that a mover may take, less those claimed by members already stopping
+ * (a co-trained member stopping leaves for a device of its own). */
+static int64_t pool_free_for_movers(const struct pl_cluster *c, int32_t pi) {
+    int64_t free = c->pools[pi].free_whole;
+    for (int32_t r = 0; r < c->n_running; r++) {
+        const struct pl_job *v = c->running[r];
+        if (v->state == PL_JOB_STOPPING && v->cotrain_group && c->node_pool[v->alloc.slots[0].node] == pi) free--;
+    }
+    return free;
+}
+
+void pl_cotrain_move_out(struct pl_cluster *c, double now) {
+    for (int32_t i = 0; i < c->n_groups; i++) {
+        const struct pl_cotrain_group *g = &c->groups[i];
+        int32_t pi = c->node_pool[g->node];
+        int64_t free = pool_free_for_movers(c, pi);
+        const struct pl_node_jobs *l = &c->node_jobs[g->node];
+        for (;;) {
+            struct pl_job *mover = NULL;
+            int32_t staying = 0;
+            for (int32_t k = 0; k < l->n; k++) {
+                struct pl_job *v = l->jobs[k];
+                if (v->cotrain_group != g->id || v->state != PL_JOB_RUNNING) continue;
+                staying++;
+                if (now - v->start_time >= c->cfg.min_run_s && (!mover || v->id > mover->id)) mover = v;
+            }
+            if (free <= 0 || staying < 2 || !mover) break;
+            struct pl_decision *d = pl_decision_add(c, PL_MOVE_OUT, mover);
+            d->alloc = mover->alloc;
+            d->not_before = now + mover->grace_s;
+            mover->state = PL_JOB_STOPPING;
+            c->n_stopping++;
+            free--;
+        }
+    }
 }
 
 void pl_cotrain_end_cycle(struct pl_cluster *c) {

@@ -254,6 +254,7 @@ void pl_cotrain_open(struct pl_cluster *c, struct pl_job *j);
 int pl_cotrain_join(struct pl_cluster *c, struct pl_job *j, double now, struct pl_alloc *out);
 void pl_cotrain_release(struct pl_cluster *c, struct pl_job *j);
 void pl_cotrain_end_cycle(struct pl_cluster *c);
+void pl_cotrain_move_out(struct pl_cluster *c, double now);
 
 /* reserve.c, elastic.c */
 void pl_reserve_for_head(struct pl_cluster *c, const struct pl_job *j, double now, const enum pl_filter *pool_ok);

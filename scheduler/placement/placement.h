@@ -9,7 +9,8 @@
  *
  * Co-training (cotrain.c): a co-trainable job that fits nowhere alone joins a group of its key formed
  * in this cycle on a device with memory to spare, instead of waiting or preempting; a PLACE decision
- * then names the group (job->cotrain_group) and the group's device.
+ * then names the group (job->cotrain_group) and the group's device. When nobody waits and devices are
+ * free, MOVE_OUT decisions take members out of running groups to run alone.
  *
  * Usage:
  *
@@ -204,6 +205,10 @@ enum pl_action {
     PL_GROW,                   /* elastic `job` grows to `gpus`; `alloc` lists the added GPUs (taken) */
     PL_SHRINK,                 /* elastic `job` shrinks to `gpus` to make room for `for_job`; `alloc`
                                   lists the GPUs to give back: call pl_cluster_shrink when done */
+    PL_MOVE_OUT,               /* co-trained `job` would run faster alone on a free device: stop it (it
+                                  checkpoints) and requeue it, like a preempted job; release it with
+                                  pl_cluster_release once stopped. Nothing is taken for it: the next
+                                  cycle places it alone if the device is still free */
 };
 
 /* Why a filter rejected a pool (or why a job waits although some pool passed). */

@@ -14,7 +14,8 @@
  *   reserve        reserve.c     nodes held for the first blocked job; later jobs run only
  *                                elsewhere (backfill)
  *   elastic        elastic.c     idle GPUs to elastic jobs when nobody waits
- *   co-training    cotrain.c     a co-trainable job that fits nowhere alone joins a group of its base
+ *   co-training    cotrain.c     a co-trainable job that fits nowhere alone joins a group of its base;
+ *                                when nobody waits, members of running groups move out to free devices
  *
  * This file holds the policies, the decision list, the failed-shape cache and the cycle itself. */
 #include <stdlib.h>
@@ -207,6 +208,7 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
     }
     pl_cotrain_end_cycle(c);
     if (c->cfg.elastic && c->n_elastic && c->result.waiting == 0) pl_grow_elastic(c, now);
+    if (c->n_groups && c->result.waiting == 0) pl_cotrain_move_out(c, now);
     c->result.n = c->n_decisions;
     c->result.decisions = c->decisions;
     return &c->result;

@@ -734,7 +734,11 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
 /* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
 static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
 
+/* A running job stopped (it checkpoints) and queued again: preempted for another job (PL_PREEMPT), or a
+ * co-trained job leaving its group to run alone on a free device (PL_MOVE_OUT: the next cycle places
+ * it there, the other members going on in their process). */
 static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
+    int moving = d->action == PL_MOVE_OUT;
     int r = (int)(d->job - s->running);
     if (r < 0 || r >= s->n_running) return 0;
     const char *for_job = "";
@@ -743,20 +747,25 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
     char attempt[16], event_id[40];
     snprintf(attempt, sizeof attempt, "%d", s->running_attempts[r]);
     whet_random_id("ftevent-", 24, event_id);
-    const char *params[] = {s->running_ids[r], attempt, for_job, event_id};
+    const char *params[] = {s->running_ids[r], attempt, for_job, event_id, moving ? "moved out" : "preempted",
+                            moving ? "info" : "warn",
+                            moving ? "The job leaves its co-training group to run alone on a free device; it checkpoints"
+                                     " now and resumes there"
+                                   : "The job is being preempted for a job of higher priority; it checkpoints now and"
+                                     " resumes later"};
     /* Every node of a gang is told: each rank's trainer stops at the same step boundary. */
     if (whet_pg_exec(conn,
                      "WITH j AS (UPDATE jobs SET preempt_requested = true WHERE id = $1 AND NOT preempt_requested"
                      "   RETURNING id, tenant_id, node_id),"
                      " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
-                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, 'preempted' FROM j"
+                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, $5 FROM j"
                      "   JOIN job_attempts a ON a.job_id = j.id AND a.attempt = $2::int CROSS JOIN LATERAL " GANG_NODES_SQL " n)"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
-                     " SELECT $4, tenant_id, id, 'warn', 'The job is being preempted for a job of higher priority;"
-                     " it checkpoints now and resumes later', jsonb_build_object('for_job', $3::text) FROM j",
-                     4, params, err) < 0)
+                     " SELECT $4, tenant_id, id, $6, $7, jsonb_build_object('for_job', nullif($3::text, '')) FROM j",
+                     7, params, err) < 0)
         return -1;
-    log_info("msg=\"preempting\" job=%s for=%s", s->running_ids[r], for_job);
+    log_info("msg=\"%s\" job=%s for=%s", moving ? "moving out of its co-training group" : "preempting", s->running_ids[r],
+             for_job);
     return 0;
 }
 
@@ -823,7 +832,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     for (int i = 0; i < s.n_queued; i++)
         if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
     scheduler_metrics_snapshot(s.n_nodes, s.n_running, s.n_queued, oldest);
-    if (s.n_queued > 0 || elastic_room(&s)) {
+    if (s.n_queued > 0 || elastic_room(&s) || s.n_running_groups > 0) { /* groups: members may move out */
         struct pl_config cfg;
         if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
             whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
@@ -870,10 +879,11 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(&waiting, &s, q, reason, ++position);
-            } else if ((d->action == PL_PREEMPT || d->action == PL_GROW || d->action == PL_SHRINK) &&
+            } else if ((d->action == PL_PREEMPT || d->action == PL_GROW || d->action == PL_SHRINK ||
+                        d->action == PL_MOVE_OUT) &&
                        whet_now_mono() > place_until) {
                 deferred++;
-            } else if ((d->action == PL_PREEMPT ? record_preempt(conn, &s, d, err)
+            } else if ((d->action == PL_PREEMPT || d->action == PL_MOVE_OUT ? record_preempt(conn, &s, d, err)
                         : d->action == PL_GROW || d->action == PL_SHRINK ? record_resize(conn, &s, d, err)
                                                                          : 0) < 0) {
                 /* One decision that cannot be written must not hold up the others. */

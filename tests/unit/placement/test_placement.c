@@ -858,6 +858,64 @@ TEST(cotrain_running_group_holds_its_device_and_takes_no_one) {
     pl_cluster_free(c);
 }
 
+/* A group of n co-trained jobs (ids 1..n) running on GPU 0 of node 0 since time 0. */
+static void running_group(struct pl_cluster *c, struct pl_job *run, int n) {
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 20000, 5000);
+        run[i].cotrain_group = 5;
+        run[i].alloc.n_slots = 1;
+        run[i].alloc.slots[0].node = 0;
+        run[i].alloc.slots[0].gpu_mask = 1;
+        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+    }
+}
+
+static int count(const struct pl_result *r, enum pl_action a) {
+    int k = 0;
+    for (int i = 0; i < r->n; i++) k += r->decisions[i].action == a;
+    return k;
+}
+
+TEST(cotrain_members_move_out_to_free_devices_when_nobody_waits) {
+    struct pl_node nodes[1] = {node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job run[4];
+    running_group(c, run, 4);
+    /* too soon after the start: a restart costs a restore */
+    const struct pl_result *r = pl_schedule(c, NULL, 0, 10);
+    CHECK(count(r, PL_MOVE_OUT) == 0);
+    /* a job waits (another base, four devices: none free for it): the members stay */
+    struct pl_job big = job(9, 0, 4);
+    struct pl_job *q = &big;
+    r = pl_schedule(c, &q, 1, 1000);
+    CHECK(find(r, PL_WAIT, 9) && count(r, PL_MOVE_OUT) == 0);
+    /* nobody waits, three devices free: the three newest move out, the first stays */
+    r = pl_schedule(c, NULL, 0, 1000);
+    CHECK(count(r, PL_MOVE_OUT) == 3 && find(r, PL_MOVE_OUT, 4) && find(r, PL_MOVE_OUT, 2) && !find(r, PL_MOVE_OUT, 1));
+    CHECK(run[1].state == PL_JOB_STOPPING && run[0].state == PL_JOB_RUNNING);
+    /* while they stop, the free devices are theirs: no more decisions */
+    r = pl_schedule(c, NULL, 0, 1001);
+    CHECK(count(r, PL_MOVE_OUT) == 0);
+    /* stopped and requeued, each runs alone */
+    struct pl_job *movers[3] = {&run[1], &run[2], &run[3]};
+    for (int i = 0; i < 3; i++) pl_cluster_release(c, movers[i]);
+    CHECK(used_milli(c) == PL_MILLI && free_gpus(c, 0) == 3); /* the first holds the group's device */
+    r = pl_schedule(c, movers, 3, 1002);
+    CHECK(r->placed == 3 && free_gpus(c, 0) == 0);
+    for (int i = 0; i < 3; i++) CHECK(movers[i]->cotrain_group == 0 && movers[i]->alloc.slots[0].gpu_mask != 1);
+    pl_cluster_free(c);
+
+    /* one free device: one member moves */
+    struct pl_node two[1] = {node(0, 0, 2)};
+    c = cluster(two, 1, &t, 1, "whet");
+    running_group(c, run, 3);
+    r = pl_schedule(c, NULL, 0, 1000);
+    CHECK(count(r, PL_MOVE_OUT) == 1 && find(r, PL_MOVE_OUT, 3));
+    pl_cluster_free(c);
+}
+
 int main(void) {
     RUN(gang_all_or_nothing);
     RUN(gang_one_node_when_it_fits);
@@ -885,5 +943,6 @@ int main(void) {
     RUN(cotrain_runs_alone_on_free_devices);
     RUN(cotrain_group_limited_by_memory_and_size);
     RUN(cotrain_running_group_holds_its_device_and_takes_no_one);
+    RUN(cotrain_members_move_out_to_free_devices_when_nobody_waits);
     return test_summary();
 }
