@@ -11,7 +11,11 @@
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
  * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
  * waiting ones, estimated_finish of the running ones that have none yet (the executors' heartbeats keep
- * it current with each progress report). */
+ * it current with each progress report). Co-trainable jobs (LoRA SFT on one device) carry their base's
+ * key and memory split into placement, which may pack them into a group on one device
+ * (scheduler/placement/cotrain.c): the group is named here, recorded on each member's attempt and handed
+ * to the executor in the START manifests; MOVE_OUT decisions stop a member like a preemption, to be
+ * placed alone next cycle. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -524,7 +528,7 @@ static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, co
 }
 
 /* The co-training group formed this cycle with placement's id `id`, or NULL. */
-static const struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
+static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
     for (int i = 0; id && i < s->n_new_groups; i++)
         if (s->new_groups[i].id == id) return &s->new_groups[i];
     return NULL;
@@ -538,7 +542,7 @@ static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
         const struct pl_decision *d = &r->decisions[i];
         if (d->action != PL_PLACE || !d->job->cotrain_group || d->job < s->queued || d->job >= s->queued + s->n_queued)
             continue;
-        struct new_group *g = (struct new_group *)new_group_find(s, d->job->cotrain_group);
+        struct new_group *g = new_group_find(s, d->job->cotrain_group);
         if (!g) {
             g = &s->new_groups[s->n_new_groups++];
             g->id = d->job->cotrain_group;
