@@ -145,8 +145,9 @@ static struct cotrain_group *join(struct agent_job *job, const char *cfg_path, c
         g = xcalloc(1, sizeof *g);
         g->model_dir = xstrdup(model_dir);
         if (name) {
+            const json_t *members = json_object_get(json_object_get(job->manifest, "cotrain"), "members");
             g->name = xstrdup(name);
-            g->expected = late ? 1 : (int)json_array_size(json_object_get(json_object_get(job->manifest, "cotrain"), "members"));
+            g->expected = late ? 1 : (int)json_array_size(members);
         }
         g->next = groups;
         groups = g;

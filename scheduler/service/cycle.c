@@ -133,7 +133,7 @@ struct snapshot {
     int *running_gpus;               /* each running job's devices before placement resizes it (elastic) */
     struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
     /* Co-training groups (scheduler/placement/cotrain.c). Running: placement id k+1 is the group named
-     * running_groups[k] (the running cache's strings). Formed this cycle: named when placed (cotrain_name). */
+     * running_groups[k] (the running cache's strings). Formed this cycle: named by name_new_groups. */
     const char **running_groups;
     int n_running_groups;
     struct new_group *new_groups;
@@ -446,7 +446,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
 
     res = whet_pg_query(conn,
                         "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
-                        " b.parameters, b.config::text, j.resize_to, b.id FROM jobs j JOIN base_models b ON b.id = j.base_model"
+                        " b.parameters, b.config::text, j.resize_to, b.id"
+                        " FROM jobs j JOIN base_models b ON b.id = j.base_model"
                         " WHERE j.status = 'queued' AND j.desired = 'run' ORDER BY j.seq LIMIT 10000",
                         0, NULL, err);
     if (!res) return -1;
@@ -614,7 +615,8 @@ static const char *const placement_sql =
     "     CASE WHEN world > 1 THEN 'a gang of ' || world || ' ranks: ' ELSE '' END || place || ' in ' || dc ||"
     "     CASE WHEN resume > 0 THEN ', resuming from step ' || resume ELSE '' END ||"
     "     CASE WHEN cotrain IS NOT NULL THEN ', co-trained with ' || (cotrain_size - 1) || ' other job'"
-    "       || CASE WHEN cotrain_size > 2 THEN 's' ELSE '' END || ' of its base model on one device (' || cotrain || ')'"
+    "       || CASE WHEN cotrain_size > 2 THEN 's' ELSE '' END || ' of its base model on one device ('"
+    "       || cotrain || ')'"
     "     ELSE '' END,"
     "     jsonb_build_object('node', node, 'dc', dc, 'attempt', attempt, 'device_type', type, 'world_size', world,"
     "       'cotrain_group', cotrain)"
@@ -753,8 +755,8 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
     whet_random_id("ftevent-", 24, event_id);
     const char *params[] = {s->running_ids[r], attempt, for_job, event_id, moving ? "moved out" : "preempted",
                             moving ? "info" : "warn",
-                            moving ? "The job leaves its co-training group to run alone on a free device; it checkpoints"
-                                     " now and resumes there"
+                            moving ? "The job leaves its co-training group to run alone on a free device; it"
+                                     " checkpoints now and resumes there"
                                    : "The job is being preempted for a job of higher priority; it checkpoints now and"
                                      " resumes later"};
     /* Every node of a gang is told: each rank's trainer stops at the same step boundary. */
@@ -768,8 +770,8 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
                      " SELECT $4, tenant_id, id, $6, $7, jsonb_build_object('for_job', nullif($3::text, '')) FROM j",
                      7, params, err) < 0)
         return -1;
-    log_info("msg=\"%s\" job=%s for=%s", moving ? "moving out of its co-training group" : "preempting", s->running_ids[r],
-             for_job);
+    log_info("msg=\"%s\" job=%s for=%s", moving ? "moving out of its co-training group" : "preempting",
+             s->running_ids[r], for_job);
     return 0;
 }
 

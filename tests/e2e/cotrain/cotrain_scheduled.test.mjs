@@ -37,8 +37,8 @@ test('four LoRA SFT jobs of one base on a one-device executor: placed as one co-
   await until('the jobs to wait for an executor', async () => (await Promise.all(jobs.map((j, i) =>
     specs[i].tenant.client.fineTuning.jobs.retrieve(j.id)))).every((j) => j.status === 'queued'), 60000, 200);
   const t0 = Date.now();
-  executor1 = start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:1:80',
-                     '--work-dir', path.join(work, 'ex')]);
+  executor1 = start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a',
+                                 '--devices', 'sim:H100:1:80', '--work-dir', path.join(work, 'ex')]);
   const done = await Promise.all(jobs.map((j, i) => finished(specs[i].tenant.client, j.id)));
   const wall = (Date.now() - t0) / 1000;
   for (let i = 0; i < 4; i++) {
@@ -78,8 +78,8 @@ test('a member moves out of its group to a free device and resumes there alone',
                                               purpose: 'fine-tune' });
   // the three wait for an executor again: the first one goes, its node is declared lost
   executor1.kill('SIGKILL');
-  await until('no executor to be ready', () => psql(db.url, "SELECT count(*) FROM nodes WHERE state = 'ready'").trim() === '0',
-              60000, 300);
+  const ready = () => psql(db.url, "SELECT count(*) FROM nodes WHERE state = 'ready'").trim();
+  await until('no executor to be ready', () => ready() === '0', 60000, 300);
   const steps = 60;
   const jobs = [];
   for (let i = 0; i < 3; i++) // one at a time: the last is the newest, the member that moves out
@@ -103,7 +103,8 @@ test('a member moves out of its group to a free device and resumes there alone',
     const events = await allEvents(tn.client, j.id);
     if (!events.some((e) => e.message.startsWith('The job leaves its co-training group'))) continue;
     moved.push(j.id);
-    const placed = events.filter((e) => e.message.startsWith('Job placed on')).sort((a, b) => a.data.attempt - b.data.attempt);
+    const placed = events.filter((e) => e.message.startsWith('Job placed on'))
+      .sort((a, b) => a.data.attempt - b.data.attempt);
     assert.equal(placed.length, 2, JSON.stringify(placed));
     assert.doesNotMatch(placed[1].message, /co-trained/);
     assert.notEqual(placed[1].data.node, placed[0].data.node);
