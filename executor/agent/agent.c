@@ -137,8 +137,10 @@ static void start_job(struct agent *a, const Whet__V1__Command *c) {
                                     : xasprintf("%s/jobs/%s-%u", a->opts->work_dir, c->job_id, c->attempt);
     job->agent = a;
     json_int_t want = json_integer_value(json_object_get(manifest, "devices"));
-    int shared;
-    job->device_mask = agent_take_devices(&a->busy_devices, a->n_devices, want > 0 ? (int)want : 1, &shared);
+    int shared = 0;
+    job->device_mask = agent_cotrain_place(a, job); /* a co-training group's members share its device */
+    if (!job->device_mask)
+        job->device_mask = agent_take_devices(&a->busy_devices, a->n_devices, want > 0 ? (int)want : 1, &shared);
     if (shared)
         log_warn("msg=\"devices still held by another job\" job=%s attempt=%d devices=0x%x", job->id, job->attempt,
                  job->device_mask);

@@ -33,6 +33,8 @@ struct agent_job {
      * events, checkpoints and the final model; every rank reports its own FinishJob. */
     int rank, world_size;
     uint32_t device_mask;          /* the node's devices it holds (agent_take_devices), set before it starts */
+    char cotrain_group[64];        /* the co-training group the scheduler placed it in (the manifest's
+                                      "cotrain"), "" when none; set before it starts */
     struct agent *agent;
     struct agent_job *next;
 };
@@ -107,6 +109,10 @@ struct agent_cotrain_result {
     char failure[600];
 };
 int agent_cotrain_eligible(const struct agent_job *job);
+/* The scheduler's co-training groups: the job's group from its START manifest into job->cotrain_group,
+ * and the devices another job of that group on this node holds (0: none here yet, take free ones), which
+ * the job then shares. Main thread. */
+uint32_t agent_cotrain_place(struct agent *a, struct agent_job *job);
 void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *model_dir,
                        void (*line)(void *ctx, const char *line), void *ctx, struct agent_cotrain_result *res);
 

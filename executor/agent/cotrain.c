@@ -1,7 +1,16 @@
-/* cotrain.c - co-training of a node's LoRA SFT and DPO jobs (opt-in: the executor's WHET_COTRAIN=1): jobs
- * of one base model that start on this node within WHET_COTRAIN_WINDOW_S seconds (default 3) of the first
- * share ONE sandboxed `whet train --cotrain` process (trainer.h: one copy of the base, each step one batched
- * pass over all their rows, each job its own optimizer, schedule, data order and checkpoints).
+/* cotrain.c - co-training of a node's LoRA SFT and DPO jobs: jobs of one group share ONE sandboxed
+ * `whet train --cotrain` process (trainer.h: one copy of the base, each step one batched pass over all
+ * their rows, each job its own optimizer, schedule, data order and checkpoints).
+ *
+ * Groups come from the scheduler: placement packs co-trainable jobs onto one device as a group
+ * (scheduler/placement/cotrain.c) and each member's START manifest names it: "cotrain": {"group",
+ * "members"}. The members share the device the first of them took (agent_cotrain_place) and the group
+ * starts once every listed member has joined, or GROUP_WAIT_S after the first did (a member cancelled
+ * before it started, or failing its preparation, does not hold the others up). A member arriving after
+ * its group's process started (a START delivered late) cannot join a running process: it starts a new
+ * process of its own group name on the same device. Without a group in the manifest, the executor's
+ * own opt-in (WHET_COTRAIN=1) groups LoRA SFT and DPO jobs of one base model that start on this node within
+ * WHET_COTRAIN_WINDOW_S seconds (default 3) of the first, each on its own device.
  *
  * Each job keeps its own thread (job.c): it prepares its dir and config as for a trainer of its own, joins
  * the group, reads its own event lines (the process writes them to out/events.jsonl in the job's dir) and
@@ -28,8 +37,11 @@
 #include "trainer_sandbox.h"
 
 #define COTRAIN_MAX 16
+#define GROUP_WAIT_S 60 /* the longest a scheduler's group waits for its listed members */
 
 struct cotrain_group {
+    char *name;          /* the scheduler's group, NULL: formed by the window */
+    int expected;        /* the scheduler's group: members listed in the manifest */
     char *model_dir;
     struct agent_job *members[COTRAIN_MAX];
     char *cfgs[COTRAIN_MAX];
@@ -44,7 +56,7 @@ struct cotrain_group {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
-static struct cotrain_group *forming; /* groups still taking members */
+static struct cotrain_group *groups; /* until their last member left; those not started take members */
 
 int agent_cotrain_eligible(const struct agent_job *job) {
     if (strcmp(whet_env("WHET_COTRAIN", "0"), "1")) return 0;
@@ -52,6 +64,20 @@ int agent_cotrain_eligible(const struct agent_job *job) {
     const char *method = json_string_value(json_object_get(t, "method"));
     return method && (!strcmp(method, "sft") || !strcmp(method, "dpo")) && !json_is_null(json_object_get(t, "lora")) &&
            !json_is_object(json_object_get(job->manifest, "distributed"));
+}
+
+/* The scheduler's group of a START manifest, or NULL. */
+static const char *manifest_group(const json_t *manifest) {
+    return json_string_value(json_object_get(json_object_get(manifest, "cotrain"), "group"));
+}
+
+uint32_t agent_cotrain_place(struct agent *a, struct agent_job *job) {
+    const char *name = manifest_group(job->manifest);
+    snprintf(job->cotrain_group, sizeof job->cotrain_group, "%s", name ? name : "");
+    if (!name) return 0;
+    for (const struct agent_job *j = a->jobs; j; j = j->next)
+        if (!strcmp(j->cotrain_group, name) && j->device_mask) return j->device_mask;
+    return 0;
 }
 
 static void wait_a_moment(void) {
@@ -100,17 +126,31 @@ static int spawn(struct cotrain_group *g, struct sandbox_child *child, int log_f
     return rc;
 }
 
-/* Joins (or opens, as its leader) the forming group of the job's base model. */
+/* Whether the job may join group g, which has not started: the scheduler's group it names, else a
+ * window group of its base model. */
+static int joins(const struct cotrain_group *g, const char *name, const char *model_dir) {
+    if (g->started || g->n == COTRAIN_MAX) return 0;
+    return name ? g->name && !strcmp(g->name, name) : !g->name && !strcmp(g->model_dir, model_dir);
+}
+
+/* Joins (or opens, as its leader) the forming group of the job's scheduler group or base model. */
 static struct cotrain_group *join(struct agent_job *job, const char *cfg_path, const char *model_dir, int *leader) {
+    const char *name = job->cotrain_group[0] ? job->cotrain_group : NULL;
     pthread_mutex_lock(&lock);
-    struct cotrain_group *g = forming;
-    while (g && (g->started || g->n == COTRAIN_MAX || strcmp(g->model_dir, model_dir))) g = g->next;
+    struct cotrain_group *g = groups;
+    int late = 0; /* its group's process already runs */
+    for (; g && !joins(g, name, model_dir); g = g->next) late |= name && g->name && !strcmp(g->name, name);
     *leader = !g;
     if (!g) {
         g = xcalloc(1, sizeof *g);
         g->model_dir = xstrdup(model_dir);
-        g->next = forming;
-        forming = g;
+        if (name) {
+            const json_t *members = json_object_get(json_object_get(job->manifest, "cotrain"), "members");
+            g->name = xstrdup(name);
+            g->expected = late ? 1 : (int)json_array_size(members);
+        }
+        g->next = groups;
+        groups = g;
     }
     g->members[g->n] = job;
     g->cfgs[g->n++] = xstrdup(cfg_path);
@@ -123,9 +163,15 @@ static struct cotrain_group *join(struct agent_job *job, const char *cfg_path, c
 static void close_group(struct cotrain_group *g) {
     pthread_mutex_lock(&lock);
     int last = --g->refs == 0;
+    if (last) {
+        struct cotrain_group **p = &groups;
+        while (*p != g) p = &(*p)->next;
+        *p = g->next;
+    }
     pthread_mutex_unlock(&lock);
     if (!last) return;
     for (int i = 0; i < g->n; i++) free(g->cfgs[i]);
+    free(g->name);
     free(g->model_dir);
     free(g);
 }
@@ -153,10 +199,9 @@ static void *watch(void *arg) {
 /* The leader, once the window is over: the process, and the thread that waits for it. Called locked. */
 static void start_group(struct cotrain_group *g, const char *log_path) {
     g->started = 1; /* no one joins now */
-    struct cotrain_group **p = &forming;
-    while (*p != g) p = &(*p)->next;
-    *p = g->next;
-    for (int i = 0; i < g->n; i++) g->devices += __builtin_popcount(g->members[i]->device_mask);
+    uint32_t mask = 0; /* a scheduler's group shares one device, a window group has one per member */
+    for (int i = 0; i < g->n; i++) mask |= g->members[i]->device_mask;
+    g->devices = __builtin_popcount(mask);
     struct whet_err err;
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     int rc = log_fd >= 0 ? spawn(g, &g->child, log_fd, &err) : whet_errf(&err, "%s: cannot open", log_path);
@@ -220,6 +265,7 @@ void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *
     double window = atof(whet_env("WHET_COTRAIN_WINDOW_S", "3"));
     int leader;
     struct cotrain_group *g = join(job, cfg_path, model_dir, &leader);
+    if (g->name) window = GROUP_WAIT_S; /* or until every listed member joined */
     char *events = xasprintf("%s/out/events.jsonl", job->dir), *stop_file = xasprintf("%s/out/stop", job->dir);
     char *log_path = xasprintf("%s/trainer.log", job->dir);
     struct tail *t = xcalloc(1, sizeof *t);
@@ -228,7 +274,8 @@ void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *
     char error[600] = ""; /* its run's own error, when it failed */
     pthread_mutex_lock(&lock);
     while (!g->started) {
-        if (leader && (whet_now_mono() - t0 >= window || g->n == COTRAIN_MAX)) start_group(g, log_path);
+        if (leader && (whet_now_mono() - t0 >= window || g->n == COTRAIN_MAX || (g->name && g->n >= g->expected)))
+            start_group(g, log_path);
         else wait_a_moment();
     }
     res->members = g->n;

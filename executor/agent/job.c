@@ -563,7 +563,7 @@ static void *job_main(void *arg) {
     if (!cfg_path) {
         snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
         fin.error_code = "preparation_failed";
-    } else if (atomic_load(&job->stop) == JOB_RUN && agent_cotrain_eligible(job)) {
+    } else if (atomic_load(&job->stop) == JOB_RUN && (job->cotrain_group[0] || agent_cotrain_eligible(job))) {
         cotrain_seconds = cotrain(job, cfg_path, model_dir, &r, &fin, msg, sizeof msg);
     } else if (atomic_load(&job->stop) == JOB_RUN) {
         train(job, cfg_path, model_dir, judge_dirs, &r, &fin, msg, sizeof msg);

@@ -57,7 +57,7 @@ int64_t pl_slot_mem(const struct pl_job *job, int32_t slot) {
 int64_t pl_job_gpu_milli(const struct pl_job *j) { return (int64_t)(j->gpus > 0 ? j->gpus : 0) * pl_job_milli(j); }
 
 int32_t pl_job_milli(const struct pl_job *job) {
-    if (job->gpus <= 0) return 0;
+    if (job->gpus <= 0 || job->cotrain_rider) return 0; /* a rider's group holder holds its device */
     if (job->gpu_milli <= 0 || job->gpu_milli > PL_MILLI || job->gpus > 1) return PL_MILLI;
     return job->gpu_milli;
 }
@@ -281,6 +281,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->fair_heap);
     free(c->profile);
     free(c->running);
+    free(c->groups);
     free(c->order);
     free(c->tenant_head);
     free(c->tenant_end);
@@ -358,6 +359,7 @@ void pl_alloc_take(struct pl_cluster *c, struct pl_job *job, int sign) {
 }
 
 int pl_cluster_add_running(struct pl_cluster *c, struct pl_job *job, char *err, size_t errlen) {
+    job->cotrain_rider = pl_cotrain_members(c, job) > 0; /* its group's first member holds the device */
     int32_t milli = pl_job_milli(job);
     int32_t count = 0;
     if (job->alloc.n_slots < 1 || job->alloc.n_slots > PL_MAX_NODES_PER_JOB) {
@@ -391,6 +393,7 @@ int pl_cluster_add_running(struct pl_cluster *c, struct pl_job *job, char *err, 
         return -1;
     }
     pl_alloc_take(c, job, +1);
+    pl_cotrain_add_running(c, job);
     if (job->state == PL_JOB_STOPPING) c->n_stopping++;
     else job->state = PL_JOB_RUNNING;
     pl_running_add(c, job);
@@ -401,6 +404,7 @@ void pl_cluster_release(struct pl_cluster *c, struct pl_job *job) {
     if (job->state != PL_JOB_RUNNING && job->state != PL_JOB_STOPPING) return;
     if (job->state == PL_JOB_STOPPING) c->n_stopping--;
     pl_alloc_take(c, job, -1);
+    pl_cotrain_release(c, job);
     running_remove(c, job);
     job->state = PL_JOB_QUEUED;
     job->alloc.n_slots = 0;

@@ -94,6 +94,16 @@ struct pl_node_ask {
     double now;
 };
 
+/* A co-training group (cotrain.c): jobs of one key sharing a process on one device. */
+struct pl_cotrain_group {
+    uint64_t id, key;
+    int32_t node;                                 /* the device: node and its bit */
+    uint16_t mask;
+    int32_t members;
+    int64_t used_mib;                             /* the base once plus each member's part */
+    int32_t open;                                 /* formed in this cycle: takes members */
+};
+
 struct pl_cluster {
     struct pl_config cfg;
     struct pl_scores scores;                      /* the score list cfg.scorer names */
@@ -154,6 +164,9 @@ struct pl_cluster {
 
     struct pl_job **running;
     int32_t n_running, cap_running;
+    struct pl_cotrain_group *groups;              /* co-training groups with running members */
+    int32_t n_groups, cap_groups;
+    uint64_t next_group_id;                       /* above every group id seen */
     int32_t n_elastic;                            /* running jobs with an elastic range */
     int32_t n_stopping;                           /* preempted jobs still holding resources */
 
@@ -233,6 +246,15 @@ void pl_commit_place(struct pl_cluster *c, struct pl_job *j, const struct pl_all
 int pl_has_nomination(const struct pl_cluster *c, const struct pl_job *j, double now);
 int pl_fits_after_stopping(struct pl_cluster *c, const struct pl_job *j, double now, const enum pl_filter *pool_ok);
 int pl_preempt(struct pl_cluster *c, struct pl_job *j, double now, const enum pl_filter *pool_ok);
+
+/* cotrain.c: co-training groups */
+int32_t pl_cotrain_members(const struct pl_cluster *c, const struct pl_job *j); /* 0: in no group */
+void pl_cotrain_add_running(struct pl_cluster *c, struct pl_job *j);
+void pl_cotrain_open(struct pl_cluster *c, struct pl_job *j);
+int pl_cotrain_join(struct pl_cluster *c, struct pl_job *j, double now, struct pl_alloc *out);
+void pl_cotrain_release(struct pl_cluster *c, struct pl_job *j);
+void pl_cotrain_end_cycle(struct pl_cluster *c);
+void pl_cotrain_move_out(struct pl_cluster *c, double now);
 
 /* reserve.c, elastic.c */
 void pl_reserve_for_head(struct pl_cluster *c, const struct pl_job *j, double now, const enum pl_filter *pool_ok);

@@ -7,6 +7,11 @@
  *     queue sort -> per job: filter pools and nodes -> score -> pick -> (blocked) preempt / reserve
  *                -> backfill behind the reservation -> grow elastic jobs into what is left idle
  *
+ * Co-training (cotrain.c): a co-trainable job that fits nowhere alone joins a group of its key formed
+ * in this cycle on a device with memory to spare, instead of waiting or preempting; a PLACE decision
+ * then names the group (job->cotrain_group) and the group's device. When nobody waits and devices are
+ * free, MOVE_OUT decisions take members out of running groups to run alone.
+ *
  * Usage:
  *
  *     struct pl_cluster *c = pl_cluster_new(nodes, n_nodes, tenants, n_tenants, &cfg, err, sizeof err);
@@ -120,11 +125,23 @@ struct pl_job {
     double submit_time;        /* seconds, any epoch; arrival order */
     double attained_gpu_s;     /* GPU-seconds of service received so far (the caller keeps it) */
     double last_checkpoint_time; /* running: when its last complete checkpoint was written */
+    /* Co-training (cotrain.c): LoRA jobs of one base share a process, one copy of the base and one
+     * device. Only a one-device job (gpus 1, gpu_milli 1000) is co-trainable. */
+    uint64_t cotrain_key;      /* nonzero: co-trainable; jobs of the same key (same base model, a method
+                                  the co-training trainer runs) may share a group */
+    int32_t cotrain_base_mib;  /* device memory a group holds once: the base copy and the overhead */
+    int32_t cotrain_member_mib;/* device memory each member adds: adapter, optimizer, activations */
+    uint64_t cotrain_group;    /* the group the job runs in, 0: none. The caller sets it for running
+                                  jobs (any nonzero id, the same for all members of a group); placement
+                                  sets it for a job it places into a group formed in this cycle */
     /* state kept by the library */
     enum pl_job_state state;
     double start_time;         /* when the current run was placed */
     int32_t borrowed;          /* 1: runs beyond its tenant's quota, so it may be reclaimed */
-    struct pl_alloc alloc;     /* where it runs (valid while RUNNING or STOPPING) */
+    struct pl_alloc alloc;     /* where it runs (valid while RUNNING or STOPPING); a co-training
+                                  group's members all name the group's device */
+    int32_t cotrain_rider;     /* 1: a group member holding no share of the device: one member of each
+                                  group (its holder) holds the whole device for the group */
     int32_t run_index;         /* position in the cluster's running set (internal) */
 };
 
@@ -171,6 +188,7 @@ struct pl_config {
     int32_t max_decisions;     /* stop a cycle after this many PLACE decisions; 0: no limit */
     double fgd_pack_milli;     /* FGD only: weight of best-fit packing next to the fragmentation
                                   growth, in milli-GPU per unit of best-fit score (default 50) */
+    int32_t cotrain_max;       /* the most jobs in one co-training group; below 2: no co-training */
 };
 
 /* The defaults for a policy name: "fifo", "bestfit", "las" or "whet". Returns -1 if unknown. */
@@ -187,6 +205,10 @@ enum pl_action {
     PL_GROW,                   /* elastic `job` grows to `gpus`; `alloc` lists the added GPUs (taken) */
     PL_SHRINK,                 /* elastic `job` shrinks to `gpus` to make room for `for_job`; `alloc`
                                   lists the GPUs to give back: call pl_cluster_shrink when done */
+    PL_MOVE_OUT,               /* co-trained `job` would run faster alone on a free device: stop it (it
+                                  checkpoints) and requeue it, like a preempted job; release it with
+                                  pl_cluster_release once stopped. Nothing is taken for it: the next
+                                  cycle places it alone if the device is still free */
 };
 
 /* Why a filter rejected a pool (or why a job waits although some pool passed). */

@@ -48,6 +48,7 @@ static int victim_ok(const struct pl_cluster *c, const struct pl_job *v, const s
     *shrink = 0;
     /* A job placed in this very cycle is not a victim: the cycle would contradict itself. */
     if (v == j || v->state != PL_JOB_RUNNING || v->priority > j->priority || v->start_time >= now) return 0;
+    if (v->cotrain_group && pl_cotrain_members(c, v) > 1) return 0; /* stopping one member frees no device */
     if (c->cfg.elastic && v->max_gpus > 0 && v->gpus > v->min_gpus && pl_job_milli(v) == PL_MILLI) {
         *shrink = 1;
         return 1;
@@ -98,7 +99,8 @@ static void hyp_touch(struct pl_cluster *c, int32_t ni) {
     if (!c->n_stopping) return;
     for (int32_t e = 0; e < c->node_jobs[ni].n; e++) {
         const struct pl_job *v = c->node_jobs[ni].jobs[e];
-        if (v->state != PL_JOB_STOPPING) continue;
+        /* a co-training member stopping beside others gives back no device */
+        if (v->state != PL_JOB_STOPPING || (v->cotrain_group && pl_cotrain_members(c, v) > 1)) continue;
         for (int32_t s = 0; s < v->alloc.n_slots; s++) {
             const struct pl_slot *sl = &v->alloc.slots[s];
             if (sl->node != ni) continue;

@@ -14,6 +14,8 @@
  *   reserve        reserve.c     nodes held for the first blocked job; later jobs run only
  *                                elsewhere (backfill)
  *   elastic        elastic.c     idle GPUs to elastic jobs when nobody waits
+ *   co-training    cotrain.c     a co-trainable job that fits nowhere alone joins a group of its base;
+ *                                when nobody waits, members of running groups move out to free devices
  *
  * This file holds the policies, the decision list, the failed-shape cache and the cycle itself. */
 #include <stdlib.h>
@@ -50,6 +52,7 @@ int pl_config_for_policy(struct pl_config *cfg, const char *policy) {
         cfg->preempt_las = 1;
         cfg->elastic = 1;
         cfg->min_run_s = 300; /* a restart costs a restore: let a job run a while before stopping it */
+        cfg->cotrain_max = 8;  /* the "eight tenants tuning the same Qwen on one GPU" */
     } else {
         return -1;
     }
@@ -124,6 +127,7 @@ static enum pl_action handle_job(struct pl_cluster *c, struct pl_job *j, double 
         why = cached->reason;
     } else if (pl_try_place(c, j, now, &a, &why, pool_ok)) {
         pl_commit_place(c, j, &a, now);
+        pl_cotrain_open(c, j);
         struct pl_decision *d = pl_decision_add(c, PL_PLACE, j);
         d->alloc = a;
         c->result.placed++;
@@ -131,6 +135,13 @@ static enum pl_action handle_job(struct pl_cluster *c, struct pl_job *j, double 
     } else if (!pending) {
         struct pl_fail *f = fail_find(c, key, 1);
         if (f) f->reason = why;
+    }
+    /* Fits nowhere alone: a co-training group of its base takes it rather than a wait (cotrain.c). */
+    if (pl_cotrain_join(c, j, now, &a)) {
+        struct pl_decision *d = pl_decision_add(c, PL_PLACE, j);
+        d->alloc = a;
+        c->result.placed++;
+        return PL_PLACE;
     }
     if (pending) {
         why.preemption_pending = 1;
@@ -195,7 +206,9 @@ const struct pl_result *pl_schedule(struct pl_cluster *c, struct pl_job *const *
             handle_job(c, c->order[i].job, now, &preempt_tries);
         }
     }
+    pl_cotrain_end_cycle(c);
     if (c->cfg.elastic && c->n_elastic && c->result.waiting == 0) pl_grow_elastic(c, now);
+    if (c->n_groups && c->result.waiting == 0) pl_cotrain_move_out(c, now);
     c->result.n = c->n_decisions;
     c->result.decisions = c->decisions;
     return &c->result;

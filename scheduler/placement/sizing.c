@@ -38,6 +38,8 @@ static struct sz_model full_shape(const struct sz_model *m) {
     return s;
 }
 
+int sz_cotrainable(const struct sz_job *job) { return !job->full_ft && (job->method == SZ_SFT || job->method == SZ_DPO); }
+
 void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const struct sz_job *job) {
     struct sz_model s = full_shape(model);
     int64_t batch = job->batch_size > 1 ? job->batch_size : 1;
@@ -60,6 +62,7 @@ void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const st
 
     memset(out, 0, sizeof *out);
     out->batch = (int32_t)batch;
+    out->cotrainable = sz_cotrainable(job);
     /* The base's parameter count is the model's own (config.json may leave out biases, norms or a
      * tied head); the plan gives the bytes each parameter takes. */
     out->weights = plan.weights / plan.n_params * s.n_params; /* full_shape gives a layer and a width */
@@ -83,6 +86,17 @@ int64_t sz_per_device_bytes(const struct sz_estimate *e, int32_t n) {
     int64_t train = e->activations_per_example * examples + e->logits_max + e->rope;
     int64_t rollout = e->kv_per_example * examples;
     return sharded + (train > rollout ? train : rollout) + (int64_t)SZ_DEVICE_OVERHEAD_MIB * MIB;
+}
+
+static int32_t mib_up(int64_t bytes) {
+    int64_t mib = (bytes + MIB - 1) / MIB;
+    return mib > INT32_MAX ? INT32_MAX : (int32_t)mib;
+}
+
+void sz_cotrain_mib(const struct sz_estimate *e, int32_t *base_mib, int32_t *member_mib) {
+    int64_t base = e->weights + (int64_t)SZ_DEVICE_OVERHEAD_MIB * MIB;
+    *base_mib = mib_up(base);
+    *member_mib = mib_up(sz_per_device_bytes(e, 1) - base);
 }
 
 int32_t sz_min_device_mib(const struct sz_estimate *e, int32_t n) {

@@ -94,7 +94,14 @@ struct sz_estimate {
     int64_t logits_max;        /* the largest logits chunk */
     int64_t rope;              /* the RoPE table for max_seq_len positions */
     int32_t batch;             /* examples per step (at least 1) */
+    int32_t cotrainable;       /* 1: the job may share one co-training process (one copy of the base)
+                                  with jobs of the same base (sz_cotrainable) */
 };
+
+/* Whether a job may be co-trained: LoRA (the base stays frozen, so one copy serves every member) with a
+ * method the co-training trainer runs (`whet train --cotrain`: SFT and DPO, mixed). The one place that names the
+ * methods: placement packs only such jobs into a shared device. */
+int sz_cotrainable(const struct sz_job *job);
 
 /* Fills the estimate for a job on a model. */
 void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const struct sz_job *job);
@@ -104,6 +111,12 @@ int64_t sz_per_device_bytes(const struct sz_estimate *e, int32_t n);
 
 /* The smallest gang whose devices of device_mib each hold it, at most max_devices; 0 if none. */
 int32_t sz_devices_needed(const struct sz_estimate *e, int64_t device_mib, int32_t max_devices);
+
+/* A co-trainable job on one device split into what its co-training group holds once and what each
+ * member adds: base_mib, the frozen weights and the device overhead (CUDA context, workspaces), paid
+ * once per group; member_mib, its adapter, gradients, AdamW moments and activations for its batch (its
+ * rows join the shared pass). base_mib + member_mib is sz_per_device_bytes(e, 1) in MiB (rounded up). */
+void sz_cotrain_mib(const struct sz_estimate *e, int32_t *base_mib, int32_t *member_mib);
 
 /* The least memory (MiB) each device of a gang of n must have. */
 int32_t sz_min_device_mib(const struct sz_estimate *e, int32_t n);

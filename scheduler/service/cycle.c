@@ -11,7 +11,11 @@
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
  * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
  * waiting ones, estimated_finish of the running ones that have none yet (the executors' heartbeats keep
- * it current with each progress report). */
+ * it current with each progress report). Co-trainable jobs (LoRA SFT or DPO on one device) carry their base's
+ * key and memory split into placement, which may pack them into a group on one device
+ * (scheduler/placement/cotrain.c): the group is named here, recorded on each member's attempt and handed
+ * to the executor in the START manifests; MOVE_OUT decisions stop a member like a preemption, to be
+ * placed alone next cycle. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -128,6 +132,20 @@ struct snapshot {
     int *running_attempts;
     int *running_gpus;               /* each running job's devices before placement resizes it (elastic) */
     struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
+    /* Co-training groups (scheduler/placement/cotrain.c). Running: placement id k+1 is the group named
+     * running_groups[k] (the running cache's strings). Formed this cycle: named by name_new_groups. */
+    const char **running_groups;
+    int n_running_groups;
+    struct new_group *new_groups;
+    int n_new_groups;
+};
+
+/* A co-training group formed in this cycle: placement's id, the name its attempts record and the
+ * START manifests carry, and its members' job ids. */
+struct new_group {
+    uint64_t id;
+    char name[40];
+    json_t *members;
 };
 
 static void snapshot_free(struct snapshot *s) {
@@ -151,6 +169,9 @@ static void snapshot_free(struct snapshot *s) {
     free(s->running_gpus);
     free(s->pools);
     free(s->sized);
+    free(s->running_groups);
+    for (int i = 0; i < s->n_new_groups; i++) json_decref(s->new_groups[i].members);
+    free(s->new_groups);
     names_free(&s->dcs);
     names_free(&s->types);
 }
@@ -220,21 +241,37 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
     return !j->allowed_dcs || (sp->dc >= 0 && (j->allowed_dcs >> sp->dc & 1));
 }
 
+/* The co-training key of a base model and method: FNV-1a of both, never 0 (0: not co-trainable). */
+static uint64_t cotrain_key(const char *base_model, const char *method) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *p = base_model; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+    for (const char *p = method ? method : ""; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h ? h : 1;
+}
+
 /* Seconds an elastic job runs at a size before placement may grow or shrink it. */
 #define ELASTIC_MIN_RUN_S 5
 
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. An elastic job
  * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. */
 static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
-                     const char *parameters, const char *config_json, int resize_to) {
+                     const char *parameters, const char *config_json, int resize_to, const char *base_model) {
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
         if (pool_allowed(j, &s->pools[p])) allowed[n++] = s->pools[p].pool;
-    j->gpus = job_sizing_gang(out, NULL, parameters, config_json, method, whet, allowed, n);
+    struct sz_estimate e;
+    j->gpus = job_sizing_gang(out, &e, parameters, config_json, method, whet, allowed, n);
     free(allowed);
     if (resize_to > 0) j->gpus = resize_to;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
+    /* A co-trainable job on one device may share it with jobs of its base and method (the key), each
+     * adding its own part of the memory to the base's once (placement's cotrain.c). */
+    if (e.cotrainable && j->gpus == 1) {
+        j->cotrain_key = cotrain_key(base_model, json_string_value(json_object_get(method, "type")));
+        sz_cotrain_mib(&e, &j->cotrain_base_mib, &j->cotrain_member_mib);
+    }
     /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
      * a bigger one may span the nodes of one data center, one trainer process per device. */
     int largest = 0;
@@ -313,6 +350,15 @@ static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) 
     return 0;
 }
 
+/* Placement's id of a running co-training group: its members share one (a linear search: only
+ * co-trained attempts come here, and groups are few next to attempts). */
+static uint64_t running_group_id(struct snapshot *s, const char *name) {
+    int k = 0;
+    while (k < s->n_running_groups && strcmp(s->running_groups[k], name)) k++;
+    if (k == s->n_running_groups) s->running_groups[s->n_running_groups++] = name;
+    return (uint64_t)k + 1;
+}
+
 static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
@@ -360,6 +406,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
     s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
     s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
     s->running_gpus = xcalloc((size_t)rc->n + 1, sizeof *s->running_gpus);
+    s->running_groups = xcalloc((size_t)rc->n + 1, sizeof *s->running_groups);
     double now = (double)whet_now_unix();
     for (int i = 0; i < rc->n; i++) {
         const struct running_attempt *ra = &rc->a[i];
@@ -382,8 +429,10 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         j->state = ra->stopping ? PL_JOB_STOPPING : PL_JOB_RUNNING;
         /* Elastic (whet.min_gpus < whet.max_gpus): placement grows it into idle devices when nobody
          * waits and shrinks it before stopping anyone (record_resize) — once it has run a while, so a
-         * job placed beside idle devices is not restarted at once. */
-        if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
+         * job placed beside idle devices is not restarted at once. A member of a co-training group
+         * shares its device: placement knows its group (one member holds the device) and resizes none. */
+        if (ra->cotrain_group) j->cotrain_group = running_group_id(s, ra->cotrain_group);
+        else if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
             j->min_gpus = ra->min_gpus > 1 ? ra->min_gpus : 1;
             j->max_gpus = ra->max_gpus;
         }
@@ -397,7 +446,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
 
     res = whet_pg_query(conn,
                         "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
-                        " b.parameters, b.config::text, j.resize_to FROM jobs j JOIN base_models b ON b.id = j.base_model"
+                        " b.parameters, b.config::text, j.resize_to, b.id"
+                        " FROM jobs j JOIN base_models b ON b.id = j.base_model"
                         " WHERE j.status = 'queued' AND j.desired = 'run' ORDER BY j.seq LIMIT 10000",
                         0, NULL, err);
     if (!res) return -1;
@@ -410,7 +460,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         placement_job_init(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
                            atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
         size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8),
-                 atoi(PQgetvalue(res, i, 9)));
+                 atoi(PQgetvalue(res, i, 9)), PQgetvalue(res, i, 10));
         json_decref(whet);
         json_decref(method);
         s->queued_ids[i] = xstrdup(PQgetvalue(res, i, 0));
@@ -478,6 +528,32 @@ static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, co
     return ranks;
 }
 
+/* The co-training group formed this cycle with placement's id `id`, or NULL. */
+static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
+    for (int i = 0; id && i < s->n_new_groups; i++)
+        if (s->new_groups[i].id == id) return &s->new_groups[i];
+    return NULL;
+}
+
+/* Names the co-training groups placement formed in this cycle and lists their members: groups of
+ * running attempts take no members, so every group a PLACE decision names is new. */
+static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
+    s->new_groups = xcalloc((size_t)r->n + 1, sizeof *s->new_groups);
+    for (int i = 0; i < r->n; i++) {
+        const struct pl_decision *d = &r->decisions[i];
+        if (d->action != PL_PLACE || !d->job->cotrain_group || d->job < s->queued || d->job >= s->queued + s->n_queued)
+            continue;
+        struct new_group *g = new_group_find(s, d->job->cotrain_group);
+        if (!g) {
+            g = &s->new_groups[s->n_new_groups++];
+            g->id = d->job->cotrain_group;
+            whet_random_id("cotrain-", 24, g->name);
+            g->members = json_array();
+        }
+        json_array_append_new(g->members, json_string(s->queued_ids[d->job - s->queued]));
+    }
+}
+
 /* One placement as a row of the batch (placement_sql's jsonb_to_recordset): the job's next attempt on
  * the decision's devices with its START manifest, built from row `row` of scheduler_manifest_rows.
  * NULL with err when its manifest cannot be made. */
@@ -488,6 +564,8 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
     int node = alloc->slots[0].node, gang = alloc->n_slots > 1;
     json_t *manifest = scheduler_manifest_build(conn, sch->opts, rows, row, job_id, alloc->slots[0].gpu_count, err);
     if (!manifest) return NULL;
+    const struct new_group *group = new_group_find(s, p->d->job->cotrain_group);
+    if (group) scheduler_manifest_cotrain(manifest, group->name, group->members);
     int attempt = (int)json_integer_value(json_object_get(manifest, "attempt"));
     json_t *resume = json_object_get(manifest, "resume");
     int resume_step = json_is_object(resume) ? (int)json_integer_value(json_object_get(resume, "step")) : 0;
@@ -498,11 +576,12 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
     json_t *ranks = gang ? gang_ranks(s, alloc, manifest, attempt, where, sizeof where) : json_array();
     if (!gang) snprintf(where, sizeof where, "node %s", s->node_ids[node]);
     int type = s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0;
-    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:o, s:s}", "job", job_id, "attempt",
-                     attempt, "node", s->node_ids[node], "mask", (int)alloc->slots[0].gpu_mask, "milli",
+    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:o, s:s, s:o, s:i}", "job", job_id,
+                     "attempt", attempt, "node", s->node_ids[node], "mask", (int)alloc->slots[0].gpu_mask, "milli",
                      p->d->job->gpu_milli, "type", s->types.name[type], "resume", resume_step, "manifest", manifest,
                      "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? p->d->job->gpus : 1,
-                     "ranks", ranks, "place", where);
+                     "ranks", ranks, "place", where, "cotrain", group ? json_string(group->name) : json_null(),
+                     "cotrain_size", group ? (int)json_array_size(group->members) : 0);
 }
 
 /* Every row of a batch of placements in one statement, so one transaction: each job still queued and
@@ -513,16 +592,17 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
  * Returns the placed jobs and their attempts. */
 static const char *const placement_sql =
     "WITH p AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS p(job text, attempt int, node text, mask int, milli int,"
-    "   type text, resume int, manifest jsonb, event text, dc text, world int, ranks jsonb, place text)),"
+    "   type text, resume int, manifest jsonb, event text, dc text, world int, ranks jsonb, place text, cotrain text,"
+    "   cotrain_size int)),"
     " j AS (UPDATE jobs SET attempt = p.attempt, status = 'running', node_id = p.node, placed_dc = p.dc,"
     "   wait_reason = NULL, queue_position = NULL FROM p"
     "   WHERE jobs.id = p.job AND jobs.status = 'queued' AND jobs.desired = 'run' AND jobs.attempt = p.attempt - 1"
     "   RETURNING jobs.id, jobs.tenant_id),"
     " pj AS (SELECT p.*, j.tenant_id FROM p JOIN j ON j.id = p.job),"
     " a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type, resume_step,"
-    "   world_size, rendezvous_deadline)"
+    "   world_size, rendezvous_deadline, cotrain_group)"
     "   SELECT job, attempt, tenant_id, node, mask, milli, type, resume, world,"
-    "     CASE WHEN world > 1 THEN extract(epoch FROM clock_timestamp()) + $2::int END FROM pj),"
+    "     CASE WHEN world > 1 THEN extract(epoch FROM clock_timestamp()) + $2::int END, cotrain FROM pj),"
     " r AS (INSERT INTO gang_ranks (job_id, attempt, rank, node_id, gpu_mask, manifest, started_at)"
     "   SELECT pj.job, pj.attempt, x.rank, x.node, x.mask, x.manifest,"
     "     CASE WHEN x.rank = 0 THEN extract(epoch FROM clock_timestamp()) END"
@@ -533,8 +613,13 @@ static const char *const placement_sql =
     " e AS (INSERT INTO job_events (id, tenant_id, job_id, message, data)"
     "   SELECT event, tenant_id, job, 'Job placed on ' ||"
     "     CASE WHEN world > 1 THEN 'a gang of ' || world || ' ranks: ' ELSE '' END || place || ' in ' || dc ||"
-    "     CASE WHEN resume > 0 THEN ', resuming from step ' || resume ELSE '' END,"
-    "     jsonb_build_object('node', node, 'dc', dc, 'attempt', attempt, 'device_type', type, 'world_size', world)"
+    "     CASE WHEN resume > 0 THEN ', resuming from step ' || resume ELSE '' END ||"
+    "     CASE WHEN cotrain IS NOT NULL THEN ', co-trained with ' || (cotrain_size - 1) || ' other job'"
+    "       || CASE WHEN cotrain_size > 2 THEN 's' ELSE '' END || ' of its base model on one device ('"
+    "       || cotrain || ')'"
+    "     ELSE '' END,"
+    "     jsonb_build_object('node', node, 'dc', dc, 'attempt', attempt, 'device_type', type, 'world_size', world,"
+    "       'cotrain_group', cotrain)"
     "   FROM pj)"
     " SELECT job, attempt, node, dc, resume, place FROM pj";
 
@@ -655,7 +740,11 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
 /* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
 static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
 
+/* A running job stopped (it checkpoints) and queued again: preempted for another job (PL_PREEMPT), or a
+ * co-trained job leaving its group to run alone on a free device (PL_MOVE_OUT: the next cycle places
+ * it there, the other members going on in their process). */
 static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
+    int moving = d->action == PL_MOVE_OUT;
     int r = (int)(d->job - s->running);
     if (r < 0 || r >= s->n_running) return 0;
     const char *for_job = "";
@@ -664,20 +753,25 @@ static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_deci
     char attempt[16], event_id[40];
     snprintf(attempt, sizeof attempt, "%d", s->running_attempts[r]);
     whet_random_id("ftevent-", 24, event_id);
-    const char *params[] = {s->running_ids[r], attempt, for_job, event_id};
+    const char *params[] = {s->running_ids[r], attempt, for_job, event_id, moving ? "moved out" : "preempted",
+                            moving ? "info" : "warn",
+                            moving ? "The job leaves its co-training group to run alone on a free device; it"
+                                     " checkpoints now and resumes there"
+                                   : "The job is being preempted for a job of higher priority; it checkpoints now and"
+                                     " resumes later"};
     /* Every node of a gang is told: each rank's trainer stops at the same step boundary. */
     if (whet_pg_exec(conn,
                      "WITH j AS (UPDATE jobs SET preempt_requested = true WHERE id = $1 AND NOT preempt_requested"
                      "   RETURNING id, tenant_id, node_id),"
                      " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
-                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, 'preempted' FROM j"
+                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, $5 FROM j"
                      "   JOIN job_attempts a ON a.job_id = j.id AND a.attempt = $2::int CROSS JOIN LATERAL " GANG_NODES_SQL " n)"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
-                     " SELECT $4, tenant_id, id, 'warn', 'The job is being preempted for a job of higher priority;"
-                     " it checkpoints now and resumes later', jsonb_build_object('for_job', $3::text) FROM j",
-                     4, params, err) < 0)
+                     " SELECT $4, tenant_id, id, $6, $7, jsonb_build_object('for_job', nullif($3::text, '')) FROM j",
+                     7, params, err) < 0)
         return -1;
-    log_info("msg=\"preempting\" job=%s for=%s", s->running_ids[r], for_job);
+    log_info("msg=\"%s\" job=%s for=%s", moving ? "moving out of its co-training group" : "preempting",
+             s->running_ids[r], for_job);
     return 0;
 }
 
@@ -744,7 +838,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     for (int i = 0; i < s.n_queued; i++)
         if (now - s.queued[i].submit_time > oldest) oldest = now - s.queued[i].submit_time;
     scheduler_metrics_snapshot(s.n_nodes, s.n_running, s.n_queued, oldest);
-    if (s.n_queued > 0 || elastic_room(&s)) {
+    if (s.n_queued > 0 || elastic_room(&s) || s.n_running_groups > 0) { /* groups: members may move out */
         struct pl_config cfg;
         if (pl_config_for_policy(&cfg, sch->opts->policy ? sch->opts->policy : "whet") < 0) {
             whet_errf(err, "unknown placement policy \"%s\"", sch->opts->policy);
@@ -767,6 +861,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_queued; i++)
             if (s.sized[i].fits || s.n_nodes == 0) queue[n_queue++] = &s.queued[i];
         const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
+        name_new_groups(&s, r);
         t[3] = whet_now_mono();
         int position = 0, n_batch = 0;
         char reason[768];
@@ -790,10 +885,11 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(&waiting, &s, q, reason, ++position);
-            } else if ((d->action == PL_PREEMPT || d->action == PL_GROW || d->action == PL_SHRINK) &&
+            } else if ((d->action == PL_PREEMPT || d->action == PL_GROW || d->action == PL_SHRINK ||
+                        d->action == PL_MOVE_OUT) &&
                        whet_now_mono() > place_until) {
                 deferred++;
-            } else if ((d->action == PL_PREEMPT ? record_preempt(conn, &s, d, err)
+            } else if ((d->action == PL_PREEMPT || d->action == PL_MOVE_OUT ? record_preempt(conn, &s, d, err)
                         : d->action == PL_GROW || d->action == PL_SHRINK ? record_resize(conn, &s, d, err)
                                                                          : 0) < 0) {
                 /* One decision that cannot be written must not hold up the others. */

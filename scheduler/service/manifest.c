@@ -9,7 +9,9 @@
  * (scheduler_rank_manifest): world_size, rank, generation, rendezvous, host, timeout_s, zero (ZeRO-3 for
  * full fine-tuning), and the peers' addresses, which the executor turns into the trainer config's `distributed` and its sandbox's
  * network policy. With encryption at rest on, the tenant's data key joins a manifest when it is
- * delivered (scheduler_manifest_deliver), never in the stored copy. */
+ * delivered (scheduler_manifest_deliver), never in the stored copy. A job placed into a co-training group
+ * (scheduler/placement/cotrain.c) gets "cotrain": {"group", "members"}: the executor runs it in one
+ * process with the other members (executor/agent/cotrain.c), on the device the group shares. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -115,6 +117,10 @@ json_t *scheduler_manifest_build(PGconn *conn, const struct scheduler_options *o
     }
     json_object_set_new(m, "judge_models", judges);
     return m;
+}
+
+void scheduler_manifest_cotrain(json_t *manifest, const char *group, const json_t *members) {
+    json_object_set_new(manifest, "cotrain", json_pack("{s:s, s:O}", "group", group, "members", members));
 }
 
 json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r) {

@@ -21,13 +21,14 @@
     " LIMIT 1), a.started_at),"                                                                                     \
     " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"                                   \
     "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt),"                                                     \
-    " j.whet->'min_gpus', j.whet->'max_gpus'"
+    " j.whet->'min_gpus', j.whet->'max_gpus', a.cotrain_group"
 
 static void attempt_free(struct running_attempt *a) {
     free(a->job_id);
     free(a->tenant_id);
     free(a->node_id);
     free(a->ranks);
+    free(a->cotrain_group);
 }
 
 static void stopped_free(struct running_cache *c) {
@@ -78,6 +79,7 @@ static void add_row(struct running_cache *c, const PGresult *res, int i) {
         .ranks = PQgetisnull(res, i, 11) ? NULL : xstrdup(PQgetvalue(res, i, 11)),
         .min_gpus = atoi(PQgetvalue(res, i, 12)), /* (NULL or not a number: 0) */
         .max_gpus = atoi(PQgetvalue(res, i, 13)),
+        .cotrain_group = PQgetisnull(res, i, 14) ? NULL : xstrdup(PQgetvalue(res, i, 14)),
     };
 }
 

@@ -14,6 +14,7 @@
 struct running_attempt {
     char *job_id, *tenant_id, *node_id;
     char *ranks; /* a gang's "NODE MASK NODE MASK …", NULL for one process */
+    char *cotrain_group; /* the co-training group it shares a device with (cycle.c), NULL: none */
     int attempt, gpu_mask, priority, stopping;
     int min_gpus, max_gpus; /* whet's elastic range; 0: not given */
     long long seq;
@@ -119,6 +120,9 @@ struct gang_rank {
     json_t *peers;                    /* the addresses of the gang's nodes (the sandbox lets it reach these) */
 };
 
+/* Adds "cotrain": {"group": name, "members": [job ids]} to a START manifest: the job runs in the group's
+ * shared co-training process (manifest.c). */
+void scheduler_manifest_cotrain(json_t *manifest, const char *group, const json_t *members);
 /* The START manifest of one rank: a copy of the attempt's manifest with "devices": 1 and the
  * "distributed" object. Returns a new JSON object. */
 json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r);

@@ -9,50 +9,16 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import OpenAI from 'openai';
-import { until, whetProcesses } from '../lib.mjs';
-import { requireEnv, createDatabase, freePort, WHET_BIN } from '../../integration/lib/gateway.mjs';
+import { until } from '../lib.mjs';
+import { WHET_BIN } from '../../integration/lib/gateway.mjs';
+import { cotrainStack } from './stack.mjs';
 
-requireEnv();
 const FIXTURES = process.env.WHET_FIXTURES;
-const work = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-cotrain-'));
-fs.chmodSync(work, 0o755);
-const db = createDatabase();
-const httpPort = await freePort(), grpcPort = await freePort();
-const env = { ...process.env, WHET_DATABASE_URL: db.url, WHET_LEASE_MS: '3000', WHET_DATA_DIR: work,
-              WHET_COTRAIN: '1', WHET_COTRAIN_WINDOW_S: '5', OMP_NUM_THREADS: '1' };
-const { children, logs, start, dump: dumpLogs } = whetProcesses(WHET_BIN, env);
-
-start('up', ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`, '--executors', '0']);
-await until('whet up to be ready', () => logs.up.includes('whet: ready'), 120000).catch((e) => { dumpLogs(); throw e; });
+const { work, env, tenants, start, logs, dumpLogs, finished, allEvents, usage } =
+  await cotrainStack('whet-cotrain-', { WHET_COTRAIN: '1', WHET_COTRAIN_WINDOW_S: '5' });
 start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:8:80',
                    '--work-dir', path.join(work, 'ex')]);
-const whet = (...args) => execFileSync(WHET_BIN, [...args, '--data-dir', work], { env, encoding: 'utf8' });
-const base = `http://127.0.0.1:${httpPort}`;
-const tenants = ['acme', 'globex'].map((name) => {
-  const key = whet('tenant', 'create', name).trim();
-  return { name, key, client: new OpenAI({ apiKey: key, baseURL: `${base}/v1`, maxRetries: 2 }) };
-});
-
-test.after(() => {
-  for (const c of children) c.kill('SIGKILL');
-  db.drop();
-  fs.rmSync(work, { recursive: true, force: true });
-});
-
-async function finished(client, id, timeoutMs = 400000) {
-  return until(`job ${id} to finish`, async () => {
-    const job = await client.fineTuning.jobs.retrieve(id);
-    return ['succeeded', 'failed', 'cancelled'].includes(job.status) ? job : null;
-  }, timeoutMs, 500);
-}
-async function allEvents(client, id) {
-  const events = [];
-  for await (const e of client.fineTuning.jobs.listEvents(id, { limit: 100 })) events.push(e);
-  return events;
-}
 
 test('four LoRA SFT jobs and a DPO one of two tenants co-trained on one worker equal each alone; one cancelled alone', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
@@ -112,15 +78,10 @@ test('four LoRA SFT jobs and a DPO one of two tenants co-trained on one worker e
                 `${id} step ${k + 1}: alone ${ref[k].loss}, co-trained ${steps[k].loss}`);
   }
   // usage: each job is charged its share of the process (by tokens) and the tokens it trained
-  const rows = [];
-  for (const tn of tenants) {
-    const usage = await (await fetch(`${base}/v1/usage`, { headers: { authorization: `Bearer ${tn.key}` } })).json();
-    rows.push(...usage.data);
-  }
-  const sum = (id, k) => rows.filter((u) => u.job_id === id).reduce((s, u) => s + u[k], 0);
+  const sum = await usage();
   const seconds = done.map((j) => sum(j.id, 'device_seconds'));
   for (let i = 0; i <= L; i++) {
-    assert.ok(seconds[i] > 0, JSON.stringify(rows));
+    assert.ok(seconds[i] > 0, `${done[i].id}: ${seconds[i]} device-seconds`);
     const tokens = (await allEvents(specs[i].tenant.client, done[i].id)).filter((e) => e.type === 'metrics')
       .reduce((s, e) => s + e.data.tokens, 0);
     assert.equal(sum(done[i].id, 'trained_tokens'), tokens, `${done[i].id}: usage tokens`);

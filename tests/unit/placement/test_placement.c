@@ -2,7 +2,7 @@
  * when it fits else fewest nodes of one data center, type and data-center constraints with
  * spill-over, quotas, borrowing and reclaim, fair-share order, backfill that never delays the head,
  * preemption of the cheapest victims with grace periods, elastic grow and shrink, GPU sharing, FGD,
- * reasons, determinism and snapshot validation. */
+ * reasons, determinism and snapshot validation, co-training groups. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -733,6 +733,189 @@ TEST(cpu_and_memory_filters) {
     pl_cluster_free(c);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Co-training groups                                                                              */
+
+/* A LoRA job of base `key` whose group holds base_mib once and member_mib per member. */
+static struct pl_job cotrain_job(uint64_t id, int tenant, uint64_t key, int32_t base_mib, int32_t member_mib) {
+    struct pl_job j = job(id, tenant, 1);
+    j.cotrain_key = key;
+    j.cotrain_base_mib = base_mib;
+    j.cotrain_member_mib = member_mib;
+    return j;
+}
+
+static int used_milli(const struct pl_cluster *c) { return (int)pl_cluster_gpu_milli_used(c); }
+
+TEST(cotrain_packs_when_no_device_is_free) {
+    struct pl_node nodes[1] = {node(0, 0, 1)};
+    struct pl_tenant t[2] = {tenant(1), tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 1, t, 2, "whet");
+    struct pl_job j[4], other = cotrain_job(9, 0, 2, 20000, 1000);
+    struct pl_job *q[5];
+    for (int i = 0; i < 4; i++) {
+        j[i] = cotrain_job((uint64_t)i + 1, i % 2, 1, 20000, 5000);
+        q[i] = &j[i];
+    }
+    q[4] = &other; /* another base: no group of its key */
+    const struct pl_result *r = pl_schedule(c, q, 5, 0);
+    CHECK(r->placed == 4 && find(r, PL_WAIT, 9));
+    CHECK(j[0].cotrain_group != 0);
+    for (int i = 0; i < 4; i++) {
+        const struct pl_decision *d = find(r, PL_PLACE, j[i].id);
+        CHECK(d && d->alloc.n_slots == 1 && d->alloc.slots[0].node == 0 && d->alloc.slots[0].gpu_mask == 1);
+        CHECK(j[i].cotrain_group == j[0].cotrain_group && j[i].state == PL_JOB_RUNNING);
+    }
+    CHECK(used_milli(c) == PL_MILLI); /* one device for the four */
+    /* Each tenant's share counts what it holds: the holder's tenant the device, riders nothing. */
+    CHECK(pl_cluster_tenant_gpus(c, j[0].tenant, 0) == 1.0 && pl_cluster_tenant_gpus(c, 1, 0) == 0.0);
+    pl_cluster_free(c);
+}
+
+TEST(cotrain_runs_alone_on_free_devices) {
+    struct pl_node nodes[1] = {node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job a = cotrain_job(1, 0, 1, 20000, 5000), b = cotrain_job(2, 0, 1, 20000, 5000);
+    struct pl_job *q[2] = {&a, &b};
+    const struct pl_result *r = pl_schedule(c, q, 2, 0);
+    CHECK(r->placed == 2 && free_gpus(c, 0) == 0);
+    /* a group nobody joined is no group: each runs a trainer of its own */
+    CHECK(a.cotrain_group == 0 && b.cotrain_group == 0);
+    pl_cluster_free(c);
+}
+
+TEST(cotrain_group_limited_by_memory_and_size) {
+    /* 80 GiB: 72 GiB usable. Base 40000 MiB + 10000 per member: 3 members (70000), not 4 (80000). */
+    struct pl_node nodes[1] = {node(0, 0, 1)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job j[4];
+    struct pl_job *q[4];
+    for (int i = 0; i < 4; i++) {
+        j[i] = cotrain_job((uint64_t)i + 1, 0, 1, 40000, 10000);
+        q[i] = &j[i];
+    }
+    const struct pl_result *r = pl_schedule(c, q, 4, 0);
+    CHECK(r->placed == 3 && find(r, PL_WAIT, 4) && j[3].cotrain_group == 0);
+    pl_cluster_free(c);
+
+    /* Small members: the group stops at cfg.cotrain_max. */
+    c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job many[10];
+    struct pl_job *mq[10];
+    for (int i = 0; i < 10; i++) {
+        many[i] = cotrain_job((uint64_t)i + 1, 0, 1, 1000, 100);
+        mq[i] = &many[i];
+    }
+    r = pl_schedule(c, mq, 10, 0);
+    CHECK(r->placed == 8 && r->waiting == 2);
+    pl_cluster_free(c);
+
+    /* A policy without co-training places one job per device. */
+    c = cluster(nodes, 1, &t, 1, "fifo");
+    for (int i = 0; i < 2; i++) j[i] = cotrain_job((uint64_t)i + 1, 0, 1, 40000, 10000);
+    r = pl_schedule(c, q, 2, 0);
+    CHECK(r->placed == 1);
+    pl_cluster_free(c);
+}
+
+TEST(cotrain_running_group_holds_its_device_and_takes_no_one) {
+    struct pl_node nodes[1] = {node(0, 0, 1)};
+    struct pl_tenant t[2] = {tenant(1), tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 1, t, 2, "whet");
+    /* A snapshot: a group of three already running on GPU 0 (any id the caller chose). */
+    struct pl_job run[3];
+    char err[256];
+    for (int i = 0; i < 3; i++) {
+        run[i] = cotrain_job((uint64_t)i + 1, i == 2, 1, 20000, 5000);
+        run[i].cotrain_group = 77;
+        run[i].alloc.n_slots = 1;
+        run[i].alloc.slots[0].node = 0;
+        run[i].alloc.slots[0].gpu_mask = 1;
+        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+    }
+    CHECK(used_milli(c) == PL_MILLI && pl_cluster_n_running(c) == 3);
+    /* A later job of the same base waits: the running process takes no new run. */
+    struct pl_job late = cotrain_job(10, 1, 1, 20000, 5000);
+    struct pl_job *q = &late;
+    const struct pl_result *r = pl_schedule(c, &q, 1, 1000);
+    CHECK(find(r, PL_WAIT, 10) && late.cotrain_group == 0);
+    /* Nor does a job of higher priority stop a member: that would free no device. */
+    struct pl_job urgent = job(11, 1, 1);
+    urgent.priority = 10;
+    q = &urgent;
+    r = pl_schedule(c, &q, 1, 1000);
+    CHECK(find(r, PL_WAIT, 11) && r->preempted == 0);
+    /* The holder ends first: the device stays held until the last member ends. */
+    pl_cluster_release(c, &run[0]);
+    CHECK(used_milli(c) == PL_MILLI && free_gpus(c, 0) == 0 && run[0].cotrain_group == 0);
+    CHECK(pl_cluster_tenant_gpus(c, 0, 0) == 1.0); /* run[1], of tenant 0, holds it now */
+    pl_cluster_release(c, &run[1]);
+    CHECK(free_gpus(c, 0) == 0 && pl_cluster_tenant_gpus(c, 1, 0) == 1.0);
+    pl_cluster_release(c, &run[2]);
+    CHECK(free_gpus(c, 0) == 1 && used_milli(c) == 0 && pl_cluster_n_running(c) == 0);
+    pl_cluster_free(c);
+}
+
+/* A group of n co-trained jobs (ids 1..n) running on GPU 0 of node 0 since time 0. */
+static void running_group(struct pl_cluster *c, struct pl_job *run, int n) {
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 20000, 5000);
+        run[i].cotrain_group = 5;
+        run[i].alloc.n_slots = 1;
+        run[i].alloc.slots[0].node = 0;
+        run[i].alloc.slots[0].gpu_mask = 1;
+        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+    }
+}
+
+static int count(const struct pl_result *r, enum pl_action a) {
+    int k = 0;
+    for (int i = 0; i < r->n; i++) k += r->decisions[i].action == a;
+    return k;
+}
+
+TEST(cotrain_members_move_out_to_free_devices_when_nobody_waits) {
+    struct pl_node nodes[1] = {node(0, 0, 4)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job run[4];
+    running_group(c, run, 4);
+    /* too soon after the start: a restart costs a restore */
+    const struct pl_result *r = pl_schedule(c, NULL, 0, 10);
+    CHECK(count(r, PL_MOVE_OUT) == 0);
+    /* a job waits (another base, four devices: none free for it): the members stay */
+    struct pl_job big = job(9, 0, 4);
+    struct pl_job *q = &big;
+    r = pl_schedule(c, &q, 1, 1000);
+    CHECK(find(r, PL_WAIT, 9) && count(r, PL_MOVE_OUT) == 0);
+    /* nobody waits, three devices free: the three newest move out, the first stays */
+    r = pl_schedule(c, NULL, 0, 1000);
+    CHECK(count(r, PL_MOVE_OUT) == 3 && find(r, PL_MOVE_OUT, 4) && find(r, PL_MOVE_OUT, 2) && !find(r, PL_MOVE_OUT, 1));
+    CHECK(run[1].state == PL_JOB_STOPPING && run[0].state == PL_JOB_RUNNING);
+    /* while they stop, the free devices are theirs: no more decisions */
+    r = pl_schedule(c, NULL, 0, 1001);
+    CHECK(count(r, PL_MOVE_OUT) == 0);
+    /* stopped and requeued, each runs alone */
+    struct pl_job *movers[3] = {&run[1], &run[2], &run[3]};
+    for (int i = 0; i < 3; i++) pl_cluster_release(c, movers[i]);
+    CHECK(used_milli(c) == PL_MILLI && free_gpus(c, 0) == 3); /* the first holds the group's device */
+    r = pl_schedule(c, movers, 3, 1002);
+    CHECK(r->placed == 3 && free_gpus(c, 0) == 0);
+    for (int i = 0; i < 3; i++) CHECK(movers[i]->cotrain_group == 0 && movers[i]->alloc.slots[0].gpu_mask != 1);
+    pl_cluster_free(c);
+
+    /* one free device: one member moves */
+    struct pl_node two[1] = {node(0, 0, 2)};
+    c = cluster(two, 1, &t, 1, "whet");
+    running_group(c, run, 3);
+    r = pl_schedule(c, NULL, 0, 1000);
+    CHECK(count(r, PL_MOVE_OUT) == 1 && find(r, PL_MOVE_OUT, 3));
+    pl_cluster_free(c);
+}
+
 int main(void) {
     RUN(gang_all_or_nothing);
     RUN(gang_one_node_when_it_fits);
@@ -756,5 +939,10 @@ int main(void) {
     RUN(deterministic);
     RUN(snapshot_validation);
     RUN(cpu_and_memory_filters);
+    RUN(cotrain_packs_when_no_device_is_free);
+    RUN(cotrain_runs_alone_on_free_devices);
+    RUN(cotrain_group_limited_by_memory_and_size);
+    RUN(cotrain_running_group_holds_its_device_and_takes_no_one);
+    RUN(cotrain_members_move_out_to_free_devices_when_nobody_waits);
     return test_summary();
 }

@@ -194,6 +194,29 @@ TEST(lora_targets_by_name) {
     CHECK(qv.state == 16LL * 2293760 && qv.state < all.state);
 }
 
+TEST(cotrain_split_base_once_member_each) {
+    struct sz_estimate e;
+    struct sz_job j = sft(0);
+    sz_estimate(&e, &llama_8b, &j);
+    CHECK(e.cotrainable == 1);
+    int32_t base, member;
+    sz_cotrain_mib(&e, &base, &member);
+    /* the base is the f32 weights and the device overhead; a member its adapter state and activations */
+    CHECK(base == (int32_t)((e.weights + ((int64_t)1 << 20) - 1) >> 20) + SZ_DEVICE_OVERHEAD_MIB);
+    CHECK(member > (e.state >> 20) && member < base);
+    /* together, what the job needs alone */
+    int64_t alone = (sz_per_device_bytes(&e, 1) + (1 << 20) - 1) >> 20;
+    CHECK(base + member >= alone && base + member <= alone + 1);
+    /* Full fine-tuning trains the base itself; the co-training trainer runs SFT and DPO, not GRPO. */
+    j.full_ft = 1;
+    CHECK(!sz_cotrainable(&j));
+    j = sft(0);
+    j.method = SZ_DPO;
+    CHECK(sz_cotrainable(&j));
+    j.method = SZ_GRPO;
+    CHECK(!sz_cotrainable(&j));
+}
+
 int main(void) {
     RUN(qwen3_0_6b_lora_takes_one_small_device);
     RUN(llama_8b_full_finetune_needs_several_devices);
@@ -206,5 +229,6 @@ int main(void) {
     RUN(unknown_memory_and_empty_fleets);
     RUN(shape_estimated_from_the_parameter_count);
     RUN(lora_targets_by_name);
+    RUN(cotrain_split_base_once_member_each);
     return test_summary();
 }
