@@ -124,8 +124,10 @@ static int sandbox_run_cmd(int argc, char **argv) {
         }
     }
     if (optind >= argc || (connect_to && !spec.listen_host)) {
-        fprintf(stderr, optind >= argc ? "whet sandbox run: no command given\nhint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n"
-                                       : "whet sandbox run: --connect needs --listen (a server's network)\n");
+        fprintf(stderr, "%s", optind >= argc ? "whet sandbox run: no command given\n"
+                                             "hint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n"
+                                             : "whet sandbox run: --connect needs --listen (a server's network)\n"
+                                               "hint: whet sandbox run --listen ADDR --connect ADDR:PORT -- CMD\n");
         free(writable);
         free(readonly);
         free(env);

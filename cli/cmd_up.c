@@ -225,7 +225,7 @@ static int run_self(const char *self, char *const argv[], int quiet) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        int null = quiet ? open("/dev/null", O_WRONLY) : -1;
+        int null = quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
         if (null >= 0) dup2(null, 1), dup2(null, 2);
         execv(self, argv);
         _exit(127);
@@ -371,7 +371,8 @@ static const char *serve_unsandboxed_why(const struct up *up, const char *store,
     if (strncmp(store, "file://", 7))
         return "its object store is not a file:// directory (the executors' placed workers, --placed-workers, reach "
                "an s3:// store from the sandbox)";
-    if (run_self(up->self, probe, 1) != 0) return "the sandbox does not work on this host (`whet sandbox probe` says why)";
+    if (run_self(up->self, probe, 1) != 0)
+        return "the sandbox does not work on this host (`whet sandbox probe` says why)";
     if (whet_mkdir_p(cache, err) < 0 || whet_mkdir_p(store + 7, err) < 0) return err->msg;
     return NULL;
 }

@@ -1,18 +1,17 @@
 /* inference.c - OpenAI's chat completions and completions for the tenant's models, answered by model
  * workers (`whet serve`).
  *
- * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's
- * fine-tuned models (`ft:…`, the final adapter of a succeeded job, or a training session's save) or one
- * of its checkpoints (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one
- * that never was. A tenant (or API key) whose month's spend reached its monthly limit is a 429
- * insufficient_quota first (budget_gate). The request then goes to the worker that holds the base model,
- * unchanged but for its headers: the adapter's object-store prefix in x-whet-adapter (the worker
- * fetches it once), with encryption at rest the tenant's data key wrapped under the operator key in
- * x-whet-data-key (the worker holds the operator keyring and unwraps it: the data key never crosses
- * the network in the clear), x-whet-usage (the worker reports the tokens it counted), no
- * Authorization (a worker is reachable by the gateway alone) and no x-whet-* header the client sent.
- * h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and the
- * client going away closes the worker's connection, which cancels the generation.
+ * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's fine-tuned
+ * models (`ft:…`, the final adapter of a succeeded job, or a training session's save) or one of its checkpoints
+ * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one that
+ * never was. A tenant (or API key) whose month's spend reached its monthly limit is a 429 insufficient_quota
+ * first (budget_gate). The request then goes to the worker that holds the base model, unchanged but for its
+ * headers: the adapter's object-store prefix in x-whet-adapter (the worker fetches it once), with encryption at
+ * rest the tenant's data key wrapped under the operator key in x-whet-data-key (the worker holds the operator
+ * keyring and unwraps it: the data key never crosses the network in the clear), x-whet-usage (the worker reports
+ * the tokens it counted), no Authorization (a worker is reachable by the gateway alone) and no x-whet-* header
+ * the client sent. h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and
+ * the client going away closes the worker's connection, which cancels the generation.
  *
  * Workers (model_workers.h): the static WHET_SERVE_WORKERS="BASE=HOST:PORT[,…]", else the ready workers
  * the scheduler placed, whose lookup records the demand that scales the base from zero.
@@ -24,11 +23,11 @@
  * worker found up (a placed one is ready once it listens) is not waited for: if it died since, the
  * request is the proxy's 502, or a stream it cuts short ends with an error event (below).
  *
- * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's
- * own `usage` (x-whet-usage, below); the gateway removes the report from what the client sees and
- * writes one inference_usage row per answer (migration 0015), with the API key that asked (0024), which
- * /v1/usage and the cost lines (/v1/costs, budgets, an API key's spend, the FOCUS export) read. An answer the client left before its end (the worker
- * cancels it) or that failed is not metered. */
+ * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's own `usage`
+ * (x-whet-usage, below); the gateway removes the report from what the client sees and writes one inference_usage
+ * row per answer (migration 0015), with the API key that asked (0024), which /v1/usage and the cost lines
+ * (/v1/costs, budgets, an API key's spend, the FOCUS export) read. An answer the client left before its end (the
+ * worker cancels it) or that failed is not metered. */
 #include "inference.h"
 
 #include <stdatomic.h>

@@ -7,24 +7,23 @@
  *   DELETE /v1/training_sessions/{id}
  *   POST   /v1/tokenize                                 {model, text | messages}
  *
- * The gateway owns who may touch a session: it names the session (the worker takes the name from
- * x-whet-session), records it with its tenant and base (training_sessions, migration 0017), and hands
- * each call to the worker of that base only when the session is the tenant's and not deleted; another
- * tenant's session is a 404 like one that never was. init_checkpoint is one of the tenant's fine-tuned
- * models or checkpoints of the same base, resolved as completions resolve `model` (its object-store
- * prefix goes to the worker in x-whet-adapter). With encryption at rest a create from init_checkpoint
- * and a save carry the tenant's data key wrapped under the operator key (x-whet-data-key, inference.h):
- * the worker reads the initial adapter and writes the save sealed. A save is one of the tenant's
- * fine-tuned models (session_models, migration 0024): the gateway names it ft:BASE:TENANT:SESSION:save-HEX
- * and where it goes (sessions/SESSION/save-HEX, x-whet-save-prefix), records it, and the worker answers
- * the name (x-whet-save-model) with the checkpoint; a save that is not answered 200 is forgotten. It is
- * listed and served like a job's model (models.h, inference.h) and outlives its session. A tenant (or API key) whose month's
- * spend reached its monthly limit cannot create a session nor run its passes (forward_backward,
- * optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete. Bodies are
- * checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
- * base with no ready worker waits for one's cold start as completions do (model_workers_await: the
- * lookup records the demand that starts one), then is a 503 with retry-after; the calls on a session
- * do not wait (the session lives on its worker: with no worker, it is gone). */
+ * The gateway owns who may touch a session: it names the session (the worker takes the name from x-whet-session),
+ * records it with its tenant and base (training_sessions, migration 0017), and hands each call to the worker of
+ * that base only when the session is the tenant's and not deleted; another tenant's session is a 404 like one that
+ * never was. init_checkpoint is one of the tenant's fine-tuned models or checkpoints of the same base, resolved as
+ * completions resolve `model` (its object-store prefix goes to the worker in x-whet-adapter). With encryption at
+ * rest a create from init_checkpoint and a save carry the tenant's data key wrapped under the operator key
+ * (x-whet-data-key, inference.h): the worker reads the initial adapter and writes the save sealed. A save is one of
+ * the tenant's fine-tuned models (session_models, migration 0024): the gateway names it
+ * ft:BASE:TENANT:SESSION:save-HEX and where it goes (sessions/SESSION/save-HEX, x-whet-save-prefix), records it,
+ * and the worker answers the name (x-whet-save-model) with the checkpoint; a save that is not answered 200 is
+ * forgotten. It is listed and served like a job's model (models.h, inference.h) and outlives its session. A tenant
+ * (or API key) whose month's spend reached its monthly limit cannot create a session nor run its passes
+ * (forward_backward, optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete.
+ * Bodies are checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
+ * base with no ready worker waits for one's cold start as completions do (model_workers_await: the lookup records
+ * the demand that starts one), then is a 503 with retry-after; the calls on a session do not wait (the session
+ * lives on its worker: with no worker, it is gone). */
 #include "training_sessions.h"
 
 #include <string.h>
@@ -263,8 +262,9 @@ void training_sessions_routes(struct http_router *rt) {
                " VALUES ($1, $2, $3, $4::jsonb, $5)");
     db_prepare("training_sessions_get", "SELECT base_model FROM training_sessions"
                                         " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL");
-    db_prepare("session_models_insert", "INSERT INTO session_models (model, tenant_id, session_id, base_model, object_prefix)"
-                                        " VALUES ($1, $2, $3, $4, $5)");
+    db_prepare("session_models_insert",
+               "INSERT INTO session_models (model, tenant_id, session_id, base_model, object_prefix)"
+               " VALUES ($1, $2, $3, $4, $5)");
     db_prepare("session_models_forget", "DELETE FROM session_models WHERE tenant_id = $1 AND model = $2");
     db_prepare("training_sessions_delete",
                "UPDATE training_sessions SET deleted_at = whet_now()"

@@ -20,7 +20,8 @@ CREATE FUNCTION whet_inference_cost_lines(p_tenant text, p_key text, p_start big
          coalesce(p.currency, whet_currency()), p.version, 'usage', i.model
   FROM inference_usage i
   CROSS JOIN LATERAL (VALUES ('inference_prompt_tokens', i.prompt_tokens::numeric / 1000000),
-                             ('inference_completion_tokens', i.completion_tokens::numeric / 1000000)) v(line_item, quantity)
+                             ('inference_completion_tokens', i.completion_tokens::numeric / 1000000))
+    v(line_item, quantity)
   LEFT JOIN LATERAL whet_price(v.line_item || '_1m', '', i.created_at) p ON true
   WHERE (p_tenant IS NULL OR i.tenant_id = p_tenant) AND (p_key IS NULL OR i.api_key_id = p_key)
     AND i.created_at >= p_start AND i.created_at < p_end AND v.quantity > 0
@@ -40,7 +41,8 @@ $$;
 CREATE OR REPLACE FUNCTION whet_key_spend(p_key text) RETURNS numeric LANGUAGE sql STABLE AS $$
   WITH m AS (SELECT extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint AS start)
   SELECT coalesce((SELECT sum(s.amount) FROM jobs j, m,
-    LATERAL (SELECT coalesce((SELECT sum(l.amount) FROM whet_cost_lines(j.tenant_id, j.id, m.start, 9223372036854775807) l), 0)
+    LATERAL (SELECT coalesce((SELECT sum(l.amount)
+                              FROM whet_cost_lines(j.tenant_id, j.id, m.start, 9223372036854775807) l), 0)
              + whet_running_cost(j.tenant_id, j.id) AS amount) s
     WHERE j.api_key_id = p_key), 0)
   + coalesce((SELECT sum(l.amount) FROM m, whet_inference_cost_lines(NULL, p_key, m.start, 9223372036854775807) l), 0)
