@@ -37,6 +37,10 @@ static void usage(FILE *out) {
             "  --workdir DIR     working directory inside\n"
             "  --env K=V         environment variable (repeatable; default PATH, HOME=/tmp, LANG)\n"
             "  --network         keep the host network (debugging only)\n"
+            "  --listen ADDR     a server's network: the command may bind numeric ADDR (any port) and\n"
+            "                    nothing else; connections to it are not filtered; any other socket call\n"
+            "                    ends the sandbox\n"
+            "  --connect ADDR:PORT  with --listen: the command may also connect there (repeatable)\n"
             "  --as-uid UID[:GID] root only: run the command as this host uid (e.g. 65534); writable dirs\n"
             "                    must be writable by it\n"
             "  --no-userns       run without a user namespace (root only; the fallback path)\n"
@@ -80,14 +84,15 @@ static int sandbox_run_cmd(int argc, char **argv) {
         {"readonly", required_argument, 0, 'R'}, {"workdir", required_argument, 0, 'C'},
         {"env", required_argument, 0, 'e'},     {"network", no_argument, 0, 'N'},
         {"no-userns", no_argument, 0, 'U'},     {"as-uid", required_argument, 0, 'u'},
-        {"nested", no_argument, 0, 'X'},
+        {"nested", no_argument, 0, 'X'},       {"listen", required_argument, 0, 'L'},
+        {"connect", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     struct sandbox_spec spec;
     sandbox_spec_init(&spec);
-    const char **writable = NULL, **readonly = NULL, **env = NULL;
-    size_t n_writable = 0, n_readonly = 0, n_env = 0;
+    const char **writable = NULL, **readonly = NULL, **env = NULL, **connect_to = NULL;
+    size_t n_writable = 0, n_readonly = 0, n_env = 0, n_connect = 0;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
@@ -106,6 +111,8 @@ static int sandbox_run_cmd(int argc, char **argv) {
         case 'N': spec.allow_network = 1; break;
         case 'U': spec.no_userns = 1; break;
         case 'X': spec.allow_nested = 1; break;
+        case 'L': spec.listen_host = optarg; break;
+        case 'T': push(&connect_to, &n_connect, optarg); break;
         case 'u': {
             char *colon = strchr(optarg, ':');
             spec.host_uid = atoi(optarg);
@@ -116,10 +123,20 @@ static int sandbox_run_cmd(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (optind >= argc) {
-        fprintf(stderr, "whet sandbox run: no command given\nhint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n");
+    if (optind >= argc || (connect_to && !spec.listen_host)) {
+        fprintf(stderr, "%s", optind >= argc ? "whet sandbox run: no command given\n"
+                                             "hint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n"
+                                             : "whet sandbox run: --connect needs --listen (a server's network)\n"
+                                               "hint: whet sandbox run --listen ADDR --connect ADDR:PORT -- CMD\n");
+        free(writable);
+        free(readonly);
+        free(env);
+        free(connect_to);
         return 2;
     }
+    /* a server's network is checked call by call by init, which needs the calls sent to it */
+    spec.kill_on_network = spec.listen_host != NULL;
+    spec.connect_to = connect_to;
     spec.argv = (const char *const *)(argv + optind);
     spec.writable_dirs = writable;
     spec.readonly_dirs = readonly;
@@ -157,6 +174,7 @@ static int sandbox_run_cmd(int argc, char **argv) {
     free(writable);
     free(readonly);
     free(env);
+    free(connect_to);
     return code;
 }
 

@@ -7,6 +7,7 @@
  * `whet: ready http://HOST:PORT` once the gateway answers /readyz. SIGINT/SIGTERM stops everything. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <signal.h>
@@ -112,6 +113,15 @@ static char **argv_dup(const char *first, ...) {
     return argv;
 }
 
+/* A copy of the NULL-terminated `list`. */
+static char **argv_copy(const char *const *list) {
+    size_t n = 0;
+    while (list[n]) n++;
+    char **argv = xcalloc(n + 1, sizeof *argv);
+    for (size_t i = 0; i < n; i++) argv[i] = xstrdup(list[i]);
+    return argv;
+}
+
 static void argv_free(char **argv) {
     for (char **a = argv; *a; a++) free(*a);
     free(argv);
@@ -209,11 +219,14 @@ static int reap_and_restart(struct up *up) {
     return 0;
 }
 
-/* Runs `whet ARGS...` (this binary) to completion; returns its exit status. */
-static int run_self(const char *self, char *const argv[]) {
+/* Runs `whet ARGS...` (this binary) to completion, its output dropped when `quiet`; returns its exit
+ * status. */
+static int run_self(const char *self, char *const argv[], int quiet) {
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        int null = quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
+        if (null >= 0) dup2(null, 1), dup2(null, 2);
         execv(self, argv);
         _exit(127);
     }
@@ -232,7 +245,7 @@ static int register_tiny_model(PGconn *conn, const char *self, const char *data_
     if (!empty) return 0;
     char *dir = xasprintf("%s/models/whet-tiny", data_dir);
     char *argv[] = {"whet", "model", "init", "--preset", "tiny", "--out", dir, NULL};
-    int rc = run_self(self, argv) == 0 ? model_register(whet_env("WHET_DATABASE_URL", ""), "whet-tiny", dir, err)
+    int rc = run_self(self, argv, 0) == 0 ? model_register(whet_env("WHET_DATABASE_URL", ""), "whet-tiny", dir, err)
                                         : whet_errf(err, "whet model init --preset tiny failed");
     free(dir);
     return rc;
@@ -350,19 +363,63 @@ static int prepare_database(const struct up *up, const char *abs_dir, struct whe
     return rc;
 }
 
+/* Why the bundled model's worker cannot run sandboxed here (NULL: it can), its dirs made. */
+static const char *serve_unsandboxed_why(const struct up *up, const char *store, const char *cache,
+                                         struct whet_err *err) {
+    char *const probe[] = {"whet", "sandbox", "probe", NULL};
+    if (!whet_command_find("sandbox")) return "this build has no sandbox";
+    if (strncmp(store, "file://", 7))
+        return "its object store is not a file:// directory (the executors' placed workers, --placed-workers, reach "
+               "an s3:// store from the sandbox)";
+    if (run_self(up->self, probe, 1) != 0)
+        return "the sandbox does not work on this host (`whet sandbox probe` says why)";
+    if (whet_mkdir_p(cache, err) < 0 || whet_mkdir_p(store + 7, err) < 0) return err->msg;
+    return NULL;
+}
+
+/* The bundled model's worker, sandboxed as the executors' placed workers are (serve_workers.c: the
+ * trainers' limits, trainer_sandbox.h, and a server's network) through `whet sandbox run`: it may bind
+ * the worker's address only and connect nowhere (the store is a directory, bound read-only: this
+ * worker holds no training sessions, so it writes no saves), it sees its model, its cache, the store
+ * and the operator keyring read-only; SIGTERM reaches it through the sandbox's init, and the sandbox
+ * dies with `whet up`. Where the sandbox cannot be had, as for trainers, it runs as it is, with a
+ * warning saying why. */
+static void add_serve_worker(struct up *up, const char *abs_dir) {
+    char model[4200], cache[4200], host[64], key_env[4200];
+    snprintf(model, sizeof model, "%s/models/whet-tiny", abs_dir);
+    snprintf(cache, sizeof cache, "%s/serve-cache", abs_dir);
+    snprintf(host, sizeof host, "%.*s", (int)strcspn(up->serve_http, ":"), up->serve_http);
+    const char *store = whet_env("WHET_OBJECT_STORE", ""), *keys = whet_env("WHET_DATA_KEY_FILE", NULL);
+    struct whet_err err;
+    const char *why = serve_unsandboxed_why(up, store, cache, &err);
+    if (why) {
+        log_warn("msg=\"the model worker runs unsandboxed: %s\"", why);
+        add_child(up, "serve",
+                  argv_dup("whet", "serve", "--model", model, "--name", "whet-tiny", "--http", up->serve_http,
+                           "--object-store", store, "--cache-dir", cache, NULL));
+        return;
+    }
+    snprintf(key_env, sizeof key_env, "WHET_DATA_KEY_FILE=%s", keys ? keys : "");
+    const char *argv[] = {"whet", "sandbox", "run", "--procs", "512", "--files", "1024", "--listen", host,
+                          "--writable", cache, "--readonly", model, "--readonly", store + 7, "--readonly", up->self,
+                          "--env", "OMP_WAIT_POLICY=PASSIVE", "--env", "PATH=/usr/bin:/bin", "--env", "HOME=/tmp",
+                          "--env", "LANG=C.UTF-8", "--", up->self, "serve", "--model", model, "--name", "whet-tiny",
+                          "--http", up->serve_http, "--object-store", store, "--cache-dir", cache, NULL};
+    const char *keyed[WHET_ARRAY_LEN(argv) + 4];
+    size_t n = 0, k = 0;
+    for (; strcmp(argv[k], "--"); k++) keyed[n++] = argv[k];
+    if (keys && *keys) keyed[n++] = "--readonly", keyed[n++] = keys, keyed[n++] = "--env", keyed[n++] = key_env;
+    for (; k < WHET_ARRAY_LEN(argv); k++) keyed[n++] = argv[k];
+    log_info("msg=\"the model worker runs sandboxed\" listen=%s", host);
+    add_child(up, "serve", argv_copy(keyed));
+}
+
 /* The gateway, and the scheduler and executors (spread round-robin over the data centers) in builds
  * that have them. */
 static void add_components(struct up *up, const struct up_options *o, const char *abs_dir) {
     add_child(up, "gateway", argv_dup("whet", "gateway", "--data-dir", abs_dir, NULL));
     if (whet_command_find("scheduler")) add_child(up, "scheduler", argv_dup("whet", "scheduler", "--data-dir", abs_dir, NULL));
-    if (up->serve_http[0] && whet_command_find("serve")) {
-        char model[4200], cache[4200];
-        snprintf(model, sizeof model, "%s/models/whet-tiny", abs_dir);
-        snprintf(cache, sizeof cache, "%s/serve-cache", abs_dir);
-        add_child(up, "serve",
-                  argv_dup("whet", "serve", "--model", model, "--name", "whet-tiny", "--http", up->serve_http,
-                           "--object-store", whet_env("WHET_OBJECT_STORE", ""), "--cache-dir", cache, NULL));
-    }
+    if (up->serve_http[0] && whet_command_find("serve")) add_serve_worker(up, abs_dir);
     if (!whet_command_find("executor")) return;
     char *dc_list = xstrdup(o->dcs), *save = NULL;
     char *dc_names[16];

@@ -1,18 +1,17 @@
 /* inference.c - OpenAI's chat completions and completions for the tenant's models, answered by model
  * workers (`whet serve`).
  *
- * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's
- * fine-tuned models (`ft:…`, the final adapter of a succeeded job) or one of its checkpoints
- * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one
- * that never was. A tenant (or API key) whose month's spend reached its monthly limit is a 429
- * insufficient_quota first (budget_gate). The request then goes to the worker that holds the base model,
- * unchanged but for its headers: the adapter's object-store prefix in x-whet-adapter (the worker
- * fetches it once), with encryption at rest the tenant's data key wrapped under the operator key in
- * x-whet-data-key (the worker holds the operator keyring and unwraps it: the data key never crosses
- * the network in the clear), x-whet-usage (the worker reports the tokens it counted), no
- * Authorization (a worker is reachable by the gateway alone) and no x-whet-* header the client sent.
- * h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and the
- * client going away closes the worker's connection, which cancels the generation.
+ * The gateway authenticates the tenant and resolves `model`: a catalog base model, one of the tenant's fine-tuned
+ * models (`ft:…`, the final adapter of a succeeded job, or a training session's save) or one of its checkpoints
+ * (`ft:…:ckpt-step-N`); not one the tenant deleted (models.h). Another tenant's model is a 404 like one that
+ * never was. A tenant (or API key) whose month's spend reached its monthly limit is a 429 insufficient_quota
+ * first (budget_gate). The request then goes to the worker that holds the base model, unchanged but for its
+ * headers: the adapter's object-store prefix in x-whet-adapter (the worker fetches it once), with encryption at
+ * rest the tenant's data key wrapped under the operator key in x-whet-data-key (the worker holds the operator
+ * keyring and unwraps it: the data key never crosses the network in the clear), x-whet-usage (the worker reports
+ * the tokens it counted), no Authorization (a worker is reachable by the gateway alone) and no x-whet-* header
+ * the client sent. h2o's own reverse proxy streams the answer back as it comes (server-sent events included) and
+ * the client going away closes the worker's connection, which cancels the generation.
  *
  * Workers (model_workers.h): the static WHET_SERVE_WORKERS="BASE=HOST:PORT[,…]", else the ready workers
  * the scheduler placed, whose lookup records the demand that scales the base from zero.
@@ -24,11 +23,11 @@
  * worker found up (a placed one is ready once it listens) is not waited for: if it died since, the
  * request is the proxy's 502, or a stream it cuts short ends with an error event (below).
  *
- * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's
- * own `usage` (x-whet-usage, below); the gateway removes the report from what the client sees and
- * writes one inference_usage row per answer (migration 0015), which /v1/usage and the cost lines
- * (/v1/costs, budgets, the FOCUS export) read. An answer the client left before its end (the worker
- * cancels it) or that failed is not metered. */
+ * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's own `usage`
+ * (x-whet-usage, below); the gateway removes the report from what the client sees and writes one inference_usage
+ * row per answer (migration 0015), with the API key that asked (0024), which /v1/usage and the cost lines
+ * (/v1/costs, budgets, an API key's spend, the FOCUS export) read. An answer the client left before its end (the
+ * worker cancels it) or that failed is not metered. */
 #include "inference.h"
 
 #include <stdatomic.h>
@@ -94,8 +93,9 @@ static void meter(struct answer *a, const char *report, size_t len) {
                        a->base,
                        a->r->request_id,
                        http_printf(a->r, "%lld", prompt),
-                       http_printf(a->r, "%lld", completion)};
-    db_query(a->r, "inference_usage_insert", 6, p, usage_written, NULL);
+                       http_printf(a->r, "%lld", completion),
+                       a->r->api_key_id[0] ? a->r->api_key_id : NULL};
+    db_query(a->r, "inference_usage_insert", 7, p, usage_written, NULL);
     a->metered = 1;
 }
 
@@ -378,17 +378,20 @@ static void completions(struct gw_req *r) {
 
 void inference_routes(struct http_router *rt) {
     model_workers_read();
-    /* base, adapter prefix: a catalog model, the tenant's fine-tuned model, or one of its checkpoints */
+    /* base, adapter prefix: a catalog model, the tenant's fine-tuned model, one of its checkpoints, or a
+     * training session's save (migration 0024) */
     db_prepare("inference_model",
                "SELECT id, NULL::text FROM base_models WHERE id = $2"
                " UNION ALL SELECT model, final_object_prefix FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2"
                " AND status = 'succeeded' AND final_object_prefix IS NOT NULL AND model_deleted_at IS NULL"
                " UNION ALL SELECT j.model, c.object_prefix FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
-               " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 AND j.model_deleted_at IS NULL LIMIT 1");
+               " WHERE c.tenant_id = $1 AND c.fine_tuned_model_checkpoint = $2 AND j.model_deleted_at IS NULL"
+               " UNION ALL SELECT base_model, object_prefix FROM session_models WHERE tenant_id = $1 AND model = $2"
+               " AND deleted_at IS NULL LIMIT 1");
     db_prepare(
         "inference_usage_insert",
-        "INSERT INTO inference_usage (tenant_id, model, base_model, request_id, prompt_tokens, completion_tokens) "
-        "VALUES ($1, $2, $3, $4, $5, $6)");
+        "INSERT INTO inference_usage (tenant_id, model, base_model, request_id, prompt_tokens, completion_tokens, "
+        "api_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7)");
     http_route(rt, "POST", "/v1/chat/completions", completions, HTTP_ROUTE_TENANT, "chat.completions.create");
     http_route(rt, "POST", "/v1/completions", completions, HTTP_ROUTE_TENANT, "completions.create");
 }

@@ -1,6 +1,7 @@
-/* models.c - the Models resource (see models.h). One statement lists both kinds of model; retrieving
+/* models.c - the Models resource (see models.h). One statement lists every kind of model; retrieving
  * one filters it by id, so another tenant's fine-tuned model is a 404 like a model that never was.
- * Deleting marks the job's model deleted (migration 0015 says what happens to its files). */
+ * Deleting marks the job's model (or the session's save) deleted (migration 0015 says what happens to
+ * its files). */
 #include "models.h"
 
 #include "db.h"
@@ -59,16 +60,20 @@ static void models_delete(struct gw_req *r) {
 #define MODELS_UNION                                                                                                   \
     "SELECT id, created_at AS created, 'whet' AS owned_by FROM base_models "                                           \
     "UNION ALL SELECT fine_tuned_model, coalesce(finished_at, created_at), $2::text FROM jobs "                        \
-    "WHERE tenant_id = $1 AND status = 'succeeded' AND fine_tuned_model IS NOT NULL AND model_deleted_at IS NULL"
+    "WHERE tenant_id = $1 AND status = 'succeeded' AND fine_tuned_model IS NOT NULL AND model_deleted_at IS NULL "    \
+    "UNION ALL SELECT model, created_at, $2::text FROM session_models WHERE tenant_id = $1 AND deleted_at IS NULL"
 
 void models_routes(struct http_router *rt) {
     db_prepare("models_list", "SELECT * FROM (" MODELS_UNION ") m ORDER BY created, id");
     db_prepare("models_get", "SELECT * FROM (" MODELS_UNION ") m WHERE id = $3 LIMIT 1");
     http_route(rt, "GET", "/v1/models", models_list, 0, "models.list");
     /* a model that was deleted is a 404, like one that never was (OpenAI's answer to a second delete) */
-    db_prepare("models_delete", "UPDATE jobs SET model_deleted_at = whet_now() WHERE tenant_id = $1 AND "
-                                "fine_tuned_model = $2 AND status = 'succeeded' AND model_deleted_at IS NULL "
-                                "RETURNING fine_tuned_model");
+    db_prepare("models_delete",
+               "WITH j AS (UPDATE jobs SET model_deleted_at = whet_now() WHERE tenant_id = $1 AND fine_tuned_model = $2"
+               " AND status = 'succeeded' AND model_deleted_at IS NULL RETURNING fine_tuned_model),"
+               " s AS (UPDATE session_models SET deleted_at = whet_now() WHERE tenant_id = $1 AND model = $2"
+               " AND deleted_at IS NULL RETURNING model)"
+               " SELECT fine_tuned_model FROM j UNION ALL SELECT model FROM s");
     http_route(rt, "GET", "/v1/models/{id}", models_get, 0, "models.retrieve");
     http_route(rt, "DELETE", "/v1/models/{id}", models_delete, HTTP_ROUTE_TENANT, "models.delete");
 }

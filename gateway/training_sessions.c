@@ -7,20 +7,23 @@
  *   DELETE /v1/training_sessions/{id}
  *   POST   /v1/tokenize                                 {model, text | messages}
  *
- * The gateway owns who may touch a session: it names the session (the worker takes the name from
- * x-whet-session), records it with its tenant and base (training_sessions, migration 0017), and hands
- * each call to the worker of that base only when the session is the tenant's and not deleted; another
- * tenant's session is a 404 like one that never was. init_checkpoint is one of the tenant's fine-tuned
- * models or checkpoints of the same base, resolved as completions resolve `model` (its object-store
- * prefix goes to the worker in x-whet-adapter). With encryption at rest a create from init_checkpoint
- * and a save carry the tenant's data key wrapped under the operator key (x-whet-data-key, inference.h):
- * the worker reads the initial adapter and writes the save sealed. A tenant (or API key) whose month's
- * spend reached its monthly limit cannot create a session nor run its passes (forward_backward,
- * optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete. Bodies are
- * checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
- * base with no ready worker waits for one's cold start as completions do (model_workers_await: the
- * lookup records the demand that starts one), then is a 503 with retry-after; the calls on a session
- * do not wait (the session lives on its worker: with no worker, it is gone). */
+ * The gateway owns who may touch a session: it names the session (the worker takes the name from x-whet-session),
+ * records it with its tenant and base (training_sessions, migration 0017), and hands each call to the worker of
+ * that base only when the session is the tenant's and not deleted; another tenant's session is a 404 like one that
+ * never was. init_checkpoint is one of the tenant's fine-tuned models or checkpoints of the same base, resolved as
+ * completions resolve `model` (its object-store prefix goes to the worker in x-whet-adapter). With encryption at
+ * rest a create from init_checkpoint and a save carry the tenant's data key wrapped under the operator key
+ * (x-whet-data-key, inference.h): the worker reads the initial adapter and writes the save sealed. A save is one of
+ * the tenant's fine-tuned models (session_models, migration 0024): the gateway names it
+ * ft:BASE:TENANT:SESSION:save-HEX and where it goes (sessions/SESSION/save-HEX, x-whet-save-prefix), records it,
+ * and the worker answers the name (x-whet-save-model) with the checkpoint; a save that is not answered 200 is
+ * forgotten. It is listed and served like a job's model (models.h, inference.h) and outlives its session. A tenant
+ * (or API key) whose month's spend reached its monthly limit cannot create a session nor run its passes
+ * (forward_backward, optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete.
+ * Bodies are checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
+ * base with no ready worker waits for one's cold start as completions do (model_workers_await: the lookup records
+ * the demand that starts one), then is a 503 with retry-after; the calls on a session do not wait (the session
+ * lives on its worker: with no worker, it is gone). */
 #include "training_sessions.h"
 
 #include <string.h>
@@ -29,6 +32,7 @@
 #include "crypto.h"
 #include "db.h"
 #include "inference.h"
+#include "log.h"
 #include "model_workers.h"
 
 /* What a create has decided so far, from the request's pool. */
@@ -155,16 +159,66 @@ static void session_call(struct gw_req *r, void *arg) {
 /* forward_backward, optim_step, sample: within the budget. */
 static void session_pass(struct gw_req *r) { budget_gate(r, session_call, NULL); }
 
+/* A save: named by the gateway (a model of the tenant's, session_models) before the worker writes it. */
+struct save {
+    const char *base, *model, *prefix, *data_key;
+};
+
+struct save_prefilter {
+    h2o_req_prefilter_t super;
+    struct gw_req *r;
+    const struct save *save;
+};
+
+static void save_forgotten(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct save *sv = arg;
+    if (!res->ok)
+        log_error("msg=\"a failed session save is still listed as a model\" model=%s request_id=%s error=\"%s\"",
+                  sv->model, r->request_id, res->message);
+}
+
+/* The save's answer starts (the worker's, or the gateway's 503 when the base has no worker): a save that
+ * failed is no model. */
+static void save_answered(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    const struct save_prefilter *pf = (const struct save_prefilter *)self;
+    if (req->res.status != 200) {
+        const char *params[] = {http_tenant_id(pf->r), pf->save->model};
+        db_query(pf->r, "session_models_forget", 2, params, save_forgotten, (void *)pf->save);
+    }
+    h2o_setup_next_prefilter(self, req, slot);
+}
+
+static void save_recorded(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct save *sv = arg;
+    if (db_reply_failed(r, res)) return;
+    struct save_prefilter *pf = (struct save_prefilter *)h2o_add_prefilter(r->req, sizeof *pf);
+    pf->super.on_setup_ostream = save_answered;
+    pf->r = r;
+    pf->save = sv;
+    const char *const headers[][2] = {
+        {"x-whet-save-prefix", sv->prefix}, {"x-whet-save-model", sv->model}, {"x-whet-data-key", sv->data_key}};
+    model_workers_proxy(r, sv->base, headers, sv->data_key ? 3 : 2);
+}
+
 /* A save writes the tenant's data: sealed with its key. */
 static void save_keyed(struct gw_req *r, const char *data_key, void *arg) {
-    const char *const headers[][2] = {{"x-whet-data-key", data_key}};
-    model_workers_proxy(r, arg, headers, data_key ? 1 : 0);
+    struct save *sv = arg;
+    char id[32];
+    whet_random_id("save-", 12, id);
+    const char *session = http_path_param(r, "id");
+    sv->data_key = data_key;
+    sv->model = http_printf(r, "ft:%s:%s:%s:%s", sv->base, r->tenant_name, session, id);
+    sv->prefix = http_printf(r, "sessions/%s/%s", session, id);
+    const char *params[] = {sv->model, http_tenant_id(r), session, sv->base, sv->prefix};
+    db_query(r, "session_models_insert", 5, params, save_recorded, sv);
 }
 
 static void save_found(struct gw_req *r, const struct db_result *res, void *arg) {
     (void)arg;
     if (db_reply_unless_found(r, res, "training session", "id")) return;
-    inference_data_key(r, save_keyed, http_strdup(r, PQgetvalue(res->res[0], 0, 0)));
+    struct save *sv = http_alloc(r, sizeof *sv);
+    sv->base = http_strdup(r, PQgetvalue(res->res[0], 0, 0));
+    inference_data_key(r, save_keyed, sv);
 }
 
 static void session_save(struct gw_req *r) {
@@ -208,6 +262,10 @@ void training_sessions_routes(struct http_router *rt) {
                " VALUES ($1, $2, $3, $4::jsonb, $5)");
     db_prepare("training_sessions_get", "SELECT base_model FROM training_sessions"
                                         " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL");
+    db_prepare("session_models_insert",
+               "INSERT INTO session_models (model, tenant_id, session_id, base_model, object_prefix)"
+               " VALUES ($1, $2, $3, $4, $5)");
+    db_prepare("session_models_forget", "DELETE FROM session_models WHERE tenant_id = $1 AND model = $2");
     db_prepare("training_sessions_delete",
                "UPDATE training_sessions SET deleted_at = whet_now()"
                " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");

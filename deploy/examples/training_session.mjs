@@ -97,7 +97,7 @@ try {
   }
 
   const saved = await call('POST', `/v1/training_sessions/${session.id}/save`, {});
-  console.log(`saved the adapter at ${saved.checkpoint} (step ${saved.step})`);
+  console.log(`saved the adapter at ${saved.checkpoint} (step ${saved.step}), served as ${saved.model}`);
 } finally {
   await call('DELETE', `/v1/training_sessions/${session.id}`);
 }

@@ -57,6 +57,7 @@ struct agent_worker {
     int term_sent;
     double kill_at;        /* when it gets SIGKILL after the SIGTERM (main thread) */
     int exit_reported;     /* its end went in the last heartbeat (main thread) */
+    double generated, generated_at; /* its tokens generated at the last report's read, and when (0: none) */
     struct agent *agent;
     struct agent_worker *next;
 };

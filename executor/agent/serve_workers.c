@@ -324,9 +324,10 @@ static int check_ready(struct agent_worker *w) {
 }
 
 /* A ready worker's load from its GET /metrics: the requests it decodes and those waiting for a sequence
- * slot (whet_serve_requests_running, _waiting). Returns -1 when it did not answer within SCRAPE_MS (a
+ * slot (whet_serve_requests_running, _waiting) and, when `generated` is not NULL, the tokens it has
+ * generated (whet_serve_generated_tokens_total). Returns -1 when it did not answer within SCRAPE_MS (a
  * heartbeat is not held up for it). */
-static int load_of(const struct agent_worker *w, uint32_t *running, uint32_t *waiting) {
+static int load_of(const struct agent_worker *w, uint32_t *running, uint32_t *waiting, double *generated) {
     struct whet_err err;
     int fd = whet_tcp_connect("model worker", w->address, whet_now_mono() + SCRAPE_MS / 1000.0, &err);
     if (fd < 0) return -1;
@@ -340,13 +341,27 @@ static int load_of(const struct agent_worker *w, uint32_t *running, uint32_t *wa
     while (n > 0 && len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)n;
     close(fd);
     buf[len] = 0;
-    const char *r = strstr(buf, "\nwhet_serve_requests_running "), *q = strstr(buf, "\nwhet_serve_requests_waiting ");
-    if (!r || !q) return -1;
-    long nr = strtol(r + strlen("\nwhet_serve_requests_running "), NULL, 10);
-    long nq = strtol(q + strlen("\nwhet_serve_requests_waiting "), NULL, 10);
+    static const char run_name[] = "\nwhet_serve_requests_running ", wait_name[] = "\nwhet_serve_requests_waiting ",
+                      gen_name[] = "\nwhet_serve_generated_tokens_total ";
+    const char *r = strstr(buf, run_name), *q = strstr(buf, wait_name), *g = strstr(buf, gen_name);
+    if (!r || !q || (generated && !g)) return -1;
+    long nr = strtol(r + strlen(run_name), NULL, 10);
+    long nq = strtol(q + strlen(wait_name), NULL, 10);
     *running = nr > 0 ? (uint32_t)nr : 0;
     *waiting = nq > 0 ? (uint32_t)nq : 0;
+    if (generated) *generated = strtod(g + strlen(gen_name), NULL);
     return 0;
+}
+
+/* A ready worker's load for the heartbeat: its requests, and its tokens/s since the previous report
+ * (none for its first). */
+static void report_load(struct agent_worker *w, Whet__V1__ServeWorkerState *s) {
+    double generated, now = whet_now_mono();
+    if (load_of(w, &s->requests_running, &s->requests_waiting, &generated) < 0) return;
+    if (w->generated_at > 0 && now > w->generated_at && generated >= w->generated)
+        s->tokens_per_s = (uint32_t)((generated - w->generated) / (now - w->generated_at) + 0.5);
+    w->generated = generated;
+    w->generated_at = now;
 }
 
 int agent_workers_tick(struct agent *a) {
@@ -368,7 +383,7 @@ int agent_workers_tick(struct agent *a) {
         if (!atomic_load(&w->stop) || pid <= 0) continue;
         double now = whet_now_mono();
         uint32_t running = 0, waiting = 0;
-        if (!w->term_sent && (!w->address[0] || now > w->term_at || load_of(w, &running, &waiting) < 0 ||
+        if (!w->term_sent && (!w->address[0] || now > w->term_at || load_of(w, &running, &waiting, NULL) < 0 ||
                               running + waiting == 0)) {
             kill(pid, SIGTERM); /* the sandbox's init passes it on */
             w->term_sent = 1;
@@ -401,8 +416,7 @@ Whet__V1__ServeWorkerState **agent_workers_report(struct agent *a, size_t *n) {
         s->state = w->exit_reported ? "exited" : w->address[0] ? "ready" : "starting";
         s->address = w->address;
         s->message = w->exit_reported ? w->message : "";
-        if (w->address[0] && !w->exit_reported && !atomic_load(&w->stop))
-            load_of(w, &s->requests_running, &s->requests_waiting);
+        if (w->address[0] && !w->exit_reported && !atomic_load(&w->stop)) report_load(w, s);
         out[(*n)++] = s;
     }
     return out;

@@ -48,7 +48,7 @@ struct op {
     int answered;
     /* inputs */
     struct serve_session_lora lora;
-    char *adapter_prefix, *save_prefix;
+    char *adapter_prefix, *save_prefix, *save_model;
     char *data_key; /* x-whet-data-key: the tenant's wrapped data key (create, save) */
     struct serve_fb fb;
     struct serve_adam adam;
@@ -121,7 +121,7 @@ static void op_free(struct op *op) {
     }
     free(op->seqs);
     serve_api_request_free(&op->sample);
-    free(op->adapter_prefix), free(op->save_prefix), free(op->data_key), free(op->body);
+    free(op->adapter_prefix), free(op->save_prefix), free(op->save_model), free(op->data_key), free(op->body);
     free(op);
 }
 
@@ -284,6 +284,9 @@ static void run_save(struct serve_sessions *ss, struct serve_session *s, struct 
     if (!rc) rc = model_save_adapter(s->view, tmpl, &err) || objstore_put_dir(objects, prefix, tmpl, &err);
     whet_rm_rf(tmpl);
     if (rc) answer_err(op, 500, err.msg);
+    else if (op->save_model)
+        answer(op, 200, xasprintf("{\"checkpoint\":\"%s\",\"step\":%d,\"model\":\"%s\"}", prefix,
+                                  model_adam_step_count(s->view), op->save_model));
     else answer(op, 200, xasprintf("{\"checkpoint\":\"%s\",\"step\":%d}", prefix, model_adam_step_count(s->view)));
     free(prefix);
 }
@@ -725,12 +728,12 @@ char *serve_header(h2o_req_t *req, const char *name) {
 
 /* Whether s is 1 to max-1 letters, digits, '-', '_' (and with slashes '/' and '.'): a session id, or a
  * prefix in the store, written into answers as it is. */
-static int name_valid(const char *s, size_t max, int slashes) {
+static int name_valid(const char *s, size_t max, const char *also) {
     size_t n = strlen(s);
     if (n == 0 || n >= max) return 0;
     for (size_t i = 0; i < n; i++)
         if (!(s[i] == '-' || s[i] == '_' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
-              (s[i] >= 'A' && s[i] <= 'Z') || (slashes && (s[i] == '/' || s[i] == '.'))))
+              (s[i] >= 'A' && s[i] <= 'Z') || strchr(also, s[i])))
             return 0;
     return 1;
 }
@@ -799,7 +802,7 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
         char *given = serve_header(req, "x-whet-session");
         op->adapter_prefix = serve_header(req, "x-whet-adapter");
         op->data_key = serve_header(req, "x-whet-data-key");
-        if (given && !name_valid(given, sizeof op->session, 0)) {
+        if (given && !name_valid(given, sizeof op->session, "")) {
             whet_errf(&err, "x-whet-session: expected 1 to 63 letters, digits, '-' or '_'");
         } else if (op->adapter_prefix && !ss->store) {
             whet_errf(&err, "this model worker has no object store to fetch adapters from (--object-store)");
@@ -821,9 +824,12 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
         rc = 0;
         if (kind == OP_SAVE) op->data_key = serve_header(req, "x-whet-data-key");
         if (kind == OP_SAVE && (op->save_prefix = serve_header(req, "x-whet-save-prefix")) &&
-            !name_valid(op->save_prefix, 512, 1))
+            !name_valid(op->save_prefix, 512, "/."))
             rc = whet_errf(&err, "x-whet-save-prefix: expected an object-store prefix of letters, digits, '-', '_', "
                                  "'.' and '/'");
+        else if (kind == OP_SAVE && (op->save_model = serve_header(req, "x-whet-save-model")) &&
+                 !name_valid(op->save_model, 512, ":."))
+            rc = whet_errf(&err, "x-whet-save-model: expected a model name of letters, digits, '-', '_', '.' and ':'");
     }
     json_decref(root);
     if (rc) {

@@ -9,16 +9,17 @@
  *   POST   /v1/training_sessions/{id}/sample           {prompt: [ids] | messages, max_tokens, temperature,
  *                                                       top_p, top_k, n, seed, stop} -> {sequences: [{tokens, text,
  *                                                       logprobs, stop_reason}]}
- *   POST   /v1/training_sessions/{id}/save             {} -> {checkpoint: PREFIX, step}
+ *   POST   /v1/training_sessions/{id}/save             {} -> {checkpoint: PREFIX, step, model}
  *   DELETE /v1/training_sessions/{id}
  *   POST   /v1/tokenize                                {text | messages} -> {tokens}
  * (serve_session.h says what the losses compute.) The gateway, which owns sessions' tenants, may name a
- * new session (header x-whet-session), its initial adapter by object-store prefix (x-whet-adapter, as
- * for completions) and where a save goes (x-whet-save-prefix; by default sessions/ID/step-N, N the
- * session's optimiser steps). A save writes the PEFT adapter there as a checkpoint (objstore_put_dir),
- * which any worker of the base can serve. With encryption at rest the gateway adds the tenant's wrapped
- * data key (x-whet-data-key, serve_store.h) to a create with an initial adapter and to a save: the
- * initial adapter is read and the save written sealed with it.
+ * new session (header x-whet-session), its initial adapter by object-store prefix (x-whet-adapter, as for
+ * completions) and where a save goes (x-whet-save-prefix; by default sessions/ID/step-N, N the session's
+ * optimiser steps) and the model name it answers (x-whet-save-model: the gateway's name for the save, a
+ * fine-tuned model of the tenant; none without it). A save writes the PEFT adapter there as a checkpoint
+ * (objstore_put_dir), which any worker of the base can serve. With encryption at rest the gateway adds the
+ * tenant's wrapped data key (x-whet-data-key, serve_store.h) to a create with an initial adapter and to a save:
+ * the initial adapter is read and the save written sealed with it.
  *
  * Threads: requests are checked on the HTTP loop (400 at once) and queued for the engine thread, which
  * runs them between engine steps: a session's calls in the order they came, the forward_backward calls

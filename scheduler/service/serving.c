@@ -12,6 +12,11 @@
 
 #define IDLE_S_DEFAULT 300
 #define MAX_REPLICAS_DEFAULT 4
+/* What one replica is taken to generate at most (WHET_SERVE_TOKENS_PER_S_PER_REPLICA): the replicas of a
+ * base whose tokens/s average this much are all busy, as they are with queues. A worker whose batch is
+ * full on a 7B-class model on one GPU generates a few thousand; the operator sets the figure measured
+ * for the model and device (whet-tiny on a CPU core generates more). */
+#define TOKENS_PER_S_DEFAULT 2000
 /* A replica is busy once it has had requests waiting for a sequence slot this long (in every heartbeat
  * since): a request that waits for the next decode step alone is no queue. */
 #define QUEUE_S 2
@@ -128,38 +133,43 @@ static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
 }
 
 int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
-    static int idle_s, max_replicas;
+    static int idle_s, max_replicas, tokens_per_s;
     if (!idle_s) {
         idle_s = setting("WHET_SERVE_IDLE_S", IDLE_S_DEFAULT, 86400 * 30);
         max_replicas = setting("WHET_SERVE_MAX_REPLICAS", MAX_REPLICAS_DEFAULT, 1024);
+        tokens_per_s = setting("WHET_SERVE_TOKENS_PER_S_PER_REPLICA", TOKENS_PER_S_DEFAULT, 1000000000);
     }
-    char idle[16], max[16], queue[16];
+    char idle[16], max[16], queue[16], capacity[16];
     snprintf(idle, sizeof idle, "%d", idle_s);
     snprintf(max, sizeof max, "%d", max_replicas);
     snprintf(queue, sizeof queue, "%d", QUEUE_S);
-    const char *params[] = {idle, max, queue};
+    snprintf(capacity, sizeof capacity, "%d", tokens_per_s);
+    const char *params[] = {idle, max, queue, capacity};
     if (log_rows(whet_pg_query(conn,
                                "DELETE FROM model_workers w USING nodes n WHERE n.id = w.node_id AND n.state <> 'ready'"
                                " RETURNING w.id, w.base_model, w.node_id",
                                0, NULL, err),
                  "model worker lost with its node", "worker", "node") < 0 ||
-        /* the replicas wanted (migration 0021): none when idle; one more while every ready one has had
-         * a queue for QUEUE_S and none is starting; as many while one was busy within the idle period; else one */
+        /* the replicas wanted (migrations 0021, 0024): none when idle; one more while the ready ones are
+         * busy (every one has had a queue for QUEUE_S, or they generate the capacity's tokens/s on average)
+         * and none is starting; as many while they were busy within the idle period; else one */
         whet_pg_exec(conn,
                      "WITH now AS (SELECT extract(epoch FROM clock_timestamp()) AS t),"
-                     " x AS (SELECT d.base_model, d.pool, s.ready > 0 AND s.ready = s.busy AS busy,"
-                     "   CASE WHEN d.last_request_at <= now.t - $1::int THEN 0"
-                     "     WHEN s.ready > 0 AND s.ready = s.busy AND s.starting = 0 THEN least($2::int, s.ready + 1)"
+                     " x AS (SELECT d.base_model, d.pool, s.busy, CASE WHEN d.last_request_at <= now.t - $1::int THEN 0"
+                     "     WHEN s.busy AND s.starting = 0 THEN least($2::int, s.ready + 1)"
                      "     WHEN d.busy_at > now.t - $1::int THEN greatest(1, least(d.desired, $2::int)) ELSE 1 END AS want"
                      "   FROM serving_deployments d CROSS JOIN now CROSS JOIN LATERAL (SELECT"
                      "     count(*) FILTER (WHERE w.state = 'ready') AS ready,"
-                     "     count(*) FILTER (WHERE w.state = 'ready' AND w.queued_since <= now.t - $3::int) AS busy,"
-                     "     count(*) FILTER (WHERE w.state = 'starting') AS starting"
-                     "     FROM model_workers w WHERE w.base_model = d.base_model AND w.pool = d.pool) s)"
+                     "     count(*) FILTER (WHERE w.state = 'ready' AND w.queued_since <= now.t - $3::int) AS queued,"
+                     "     count(*) FILTER (WHERE w.state = 'starting') AS starting,"
+                     "     coalesce(sum(w.tokens_per_s) FILTER (WHERE w.state = 'ready'), 0) AS tokens"
+                     "     FROM model_workers w WHERE w.base_model = d.base_model AND w.pool = d.pool) c"
+                     "   CROSS JOIN LATERAL (SELECT c.*, c.ready > 0 AND (c.ready = c.queued"
+                     "     OR c.tokens >= c.ready * $4::bigint) AS busy) s)"
                      " UPDATE serving_deployments d SET desired = x.want,"
                      " busy_at = CASE WHEN x.busy THEN (SELECT t FROM now) ELSE d.busy_at END FROM x"
                      " WHERE d.base_model = x.base_model AND d.pool = x.pool AND (d.desired <> x.want OR x.busy)",
-                     3, params, err) < 0 ||
+                     4, params, err) < 0 ||
         /* the replicas beyond what is wanted stop, the newest first (a ready one is kept over a starting one) */
         log_rows(whet_pg_query(conn,
                                "UPDATE model_workers w SET state = 'stopping' FROM (SELECT w.id, d.desired, row_number()"
@@ -183,9 +193,10 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
     json_t *reports = json_array();
     for (size_t i = 0; i < req->n_serve_workers; i++) {
         const Whet__V1__ServeWorkerState *w = req->serve_workers[i];
-        json_array_append_new(reports, json_pack("{s:s, s:s, s:s, s:i, s:i}", "id", w->worker_id, "state", w->state,
-                                                 "address", w->address, "waiting", (int)w->requests_waiting,
-                                                 "running", (int)w->requests_running));
+        json_array_append_new(reports, json_pack("{s:s, s:s, s:s, s:i, s:i, s:I}", "id", w->worker_id, "state",
+                                                 w->state, "address", w->address, "waiting",
+                                                 (int)w->requests_waiting, "running", (int)w->requests_running,
+                                                 "tokens_per_s", (json_int_t)w->tokens_per_s));
         if (!strcmp(w->state, "exited"))
             log_warn("msg=\"model worker ended\" worker=%s node=%s why=\"%s\"", w->worker_id, req->node_id, w->message);
     }
@@ -195,7 +206,8 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
     char unseen[16];
     snprintf(unseen, sizeof unseen, "%d", UNSEEN_S);
     const char *params3[] = {req->node_id, list, unseen};
-    /* Ready ones take their address, and each its load: written when it changed; a request being answered
+    /* Ready ones take their address, and each its load (requests waiting, tokens/s): written when it
+     * changed (an idle worker's stays 0); a request being answered
      * is a request (a stream longer than the idle period does not idle its worker out). A node that
      * reports none (the common case) costs the one statement below. */
     int rc = req->n_serve_workers == 0 ||
@@ -209,14 +221,16 @@ int scheduler_serving_heartbeat(PGconn *conn, const Whet__V1__HeartbeatRequest *
                                "model worker ready", "worker", "address") == 0 &&
                       whet_pg_exec(conn,
                                    "WITH r AS (SELECT * FROM jsonb_to_recordset($2::jsonb) AS r(id text, state text, waiting int,"
-                                   "   running int) WHERE r.state = 'ready'),"
+                                   "   running int, tokens_per_s bigint) WHERE r.state = 'ready'),"
                                    " busy AS (UPDATE serving_deployments d SET last_request_at = extract(epoch FROM clock_timestamp())"
                                    "   FROM model_workers w JOIN r ON r.id = w.id WHERE w.node_id = $1 AND r.running + r.waiting > 0"
                                    "   AND d.base_model = w.base_model AND d.pool = w.pool"
                                    "   AND d.last_request_at < extract(epoch FROM clock_timestamp()) - 1)"
-                                   " UPDATE model_workers w SET requests_waiting = r.waiting, queued_since = CASE WHEN r.waiting > 0"
+                                   " UPDATE model_workers w SET requests_waiting = r.waiting,"
+                                   "   tokens_per_s = r.tokens_per_s, queued_since = CASE WHEN r.waiting > 0"
                                    "   THEN coalesce(w.queued_since, extract(epoch FROM clock_timestamp())) END FROM r"
-                                   " WHERE w.id = r.id AND w.node_id = $1 AND w.requests_waiting <> r.waiting",
+                                   " WHERE w.id = r.id AND w.node_id = $1"
+                                   "   AND (w.requests_waiting <> r.waiting OR w.tokens_per_s <> r.tokens_per_s)",
                                    2, params, err) >= 0)
                  ? 0
                  : -1;

@@ -1,22 +1,20 @@
 /* serving.h - model workers (`whet serve`) placed by the scheduler like 1-device jobs, scaled from zero
  * on demand and back to zero after an idle period (serving.c; the rows are migration 0021's).
  *
- * The gateway records demand on a base model (serving_deployments.last_request_at, and NOTIFY whet_jobs
- * when no worker of it is ready). Each cycle, before the jobs' placement: a deployment asked for within
- * WHET_SERVE_IDLE_S (default 300) wants one replica, one idle longer none, and one more (up to
- * WHET_SERVE_MAX_REPLICAS, default 4) while every ready replica has had requests waiting for a sequence
- * slot for a few seconds (the executor reads them from the worker's /metrics for each heartbeat) and
- * none is starting,
- * until none had a queue for WHET_SERVE_IDLE_S; a wanted replica goes on a
- * ready node of the deployment's pool with a device that no attempt and no other worker holds (serving
- * is placed before training, so a free device goes to a worker first); an unwanted one is marked
- * stopping. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed
- * on it. Each heartbeat hands the node the list of workers it is to run and takes the executor's
- * reports: ready at HOST:PORT, or ended (the row goes). A wanted replica with no free device preempts
- * a running 1-device job of the default priority (below SERVE_PRIORITY, serving.c) for a base with no
- * worker, one at a time, as the placement library's preemptions do (STOP with a checkpoint; the job
- * waits in the queue). Missing: the sandbox (a worker runs in its own process group, not in the
- * trainers' sandbox), tokens/s as a measure of load. */
+ * The gateway records demand on a base model (serving_deployments.last_request_at, and NOTIFY whet_jobs when no
+ * worker of it is ready). Each cycle, before the jobs' placement: a deployment asked for within WHET_SERVE_IDLE_S
+ * (default 300) wants one replica, one idle longer none, and one more (up to WHET_SERVE_MAX_REPLICAS, default 4)
+ * while its ready replicas are busy and none is starting: every one has had requests waiting for a sequence slot
+ * for a few seconds, or they generate on average WHET_SERVE_TOKENS_PER_S_PER_REPLICA tokens/s (default 2000: what
+ * one replica is taken to sustain; the executor reads both from the worker's /metrics for each heartbeat, tokens/s
+ * as the growth of its generated tokens since the previous read), until none was busy for WHET_SERVE_IDLE_S; a
+ * wanted replica goes on a ready node of the deployment's pool with a device that no attempt and no other worker
+ * holds (serving is placed before training, so a free device goes to a worker first); an unwanted one is marked
+ * stopping. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed on it. Each
+ * heartbeat hands the node the list of workers it is to run and takes the executor's reports: ready at HOST:PORT,
+ * or ended (the row goes). A wanted replica with no free device preempts a running 1-device job of the default
+ * priority (below SERVE_PRIORITY, serving.c) for a base with no worker, one at a time, as the placement library's
+ * preemptions do (STOP with a checkpoint; the job waits in the queue). */
 #ifndef WHET_SCHEDULER_SERVING_H
 #define WHET_SCHEDULER_SERVING_H
 

@@ -24,8 +24,10 @@ if (!process.env.WHET_TEST_S3_ENDPOINT) throw new Error('WHET_TEST_S3_ENDPOINT i
 const keyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-scale-keys-'));
 fs.writeFileSync(path.join(keyDir, 'keys'), `k1 ${crypto.randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
 test.after(() => fs.rmSync(keyDir, { recursive: true, force: true }));
+// The queue alone scales here: a per-replica capacity of tokens/s no worker reaches (serve_scale_tokens
+// covers tokens/s).
 const { work, db, client, log } = await startServing({ executors: 2, env: { WHET_SERVE_IDLE_S: String(IDLE_S), WHET_SERVE_SLOTS: '1',
-  WHET_SERVE_MAX_REPLICAS: '2', WHET_OBJECT_STORE: `s3://whet-test/scale-up-${process.pid}`,
+  WHET_SERVE_MAX_REPLICAS: '2', WHET_SERVE_TOKENS_PER_S_PER_REPLICA: '1000000000', WHET_OBJECT_STORE: `s3://whet-test/scale-up-${process.pid}`,
   WHET_S3_ENDPOINT: process.env.WHET_TEST_S3_ENDPOINT, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER',
   AWS_REGION: 'us-east-1', WHET_DATA_KEY_FILE: path.join(keyDir, 'keys') } });
 // whet-tiny's workers that are not stopping

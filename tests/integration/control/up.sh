@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `whet up` as the quickstart runs it: no WHET_DATABASE_URL, so it creates and owns a private
 # PostgreSQL under the data dir (as the postgres user when root), applies migrations, registers
-# whet-tiny, writes whet.env (mode 0600), prints `whet: ready`, serves the API, and on SIGTERM stops
+# whet-tiny, writes whet.env (mode 0600), prints `whet: ready`, serves the API (chat completions from its
+# bundled model worker, in the trainers' sandbox), and on SIGTERM stops
 # everything it started — then starts again on the same data dir with the same secrets.
 set -euo pipefail
 : "${WHET_BIN:?set by ctest}"
@@ -37,6 +38,18 @@ key=$(WHET_DATA_DIR=$dir "$WHET_BIN" tenant create quick 2>/dev/null)
 check "a tenant is created through whet.env, its API key alone on stdout" '[[ "$key" =~ ^sk-whet-[A-Za-z0-9_-]{43}$ ]]'
 models=$(curl -s "http://$http/v1/models" -H "Authorization: Bearer $key")
 check "the API answers with the bundled whet-tiny" '[[ "$models" == *"\"whet-tiny\""* ]]'
+# the bundled model's worker answers, from the trainers' sandbox (its own PID namespace, seccomp, no new
+# privileges), as placed workers do
+chat=$(curl -s "http://$http/v1/chat/completions" -H "Authorization: Bearer $key" -H 'content-type: application/json' \
+  -d '{"model":"whet-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":3}')
+check "the bundled worker answers chat completions" '[[ "$chat" == *"\"chat.completion\""* ]]'
+worker=
+for p in $(pgrep -f -- " serve --model $dir/models/whet-tiny"); do
+  grep -q sandbox "/proc/$p/cmdline" 2>/dev/null || worker=$p
+done
+check "the bundled worker runs sandboxed" '[ -n "$worker" ] && grep -q "the model worker runs sandboxed" "$dir/up.err" &&
+  [ "$(readlink /proc/$worker/ns/pid)" != "$(readlink /proc/self/ns/pid)" ] &&
+  grep -Eq "^Seccomp:[[:space:]]+2" /proc/$worker/status && grep -Eq "^NoNewPrivs:[[:space:]]+1" /proc/$worker/status'
 secret=$(grep '^WHET_JWT_KEY=' "$dir/whet.env")
 kill -TERM $up_pid
 check "SIGTERM stops whet up" 'for _ in $(seq 200); do kill -0 $up_pid 2>/dev/null || break; sleep 0.1; done; ! kill -0 $up_pid 2>/dev/null'

@@ -10,7 +10,7 @@
 // session's create too). A worker
 // killed mid-stream ends the stream with an error, and the next request waits for it again. n with a
 // seed, log-probs, bad parameters (400s naming them). A tenant or API key past its monthly limit: 429
-// insufficient_quota. DELETE /v1/models/{model}: then neither listed nor served.
+// insufficient_quota; an API key's spend counts its answers. DELETE /v1/models/{model}: then neither listed nor served.
 import OpenAI from 'openai';
 import { execFileSync } from 'node:child_process';
 import { createServer, connect } from 'node:net';
@@ -301,6 +301,30 @@ try {
   check(answered('chat.completions.create', 200) >= 8 && answered('completions.create', 200) >= 2 &&
     answered('chat.completions.create', 400) >= 4 && answered('chat.completions.create', 429) === 3,
     'proxied answers in the gateway\'s per-route metrics', metricsText.split('\n').filter((l) => l.includes('completions')));
+
+  // an API key's spend counts the answers it was given (inference_usage.api_key_id): a key with a small
+  // monthly limit is answered once, then 429 insufficient_quota, while another key of alpha still is
+  const small = await a('POST', '/v1/api_keys', { json: { scopes: ['inference'], monthly_limit: 5 } });
+  const other = await a('POST', '/v1/api_keys', { json: { scopes: ['inference'] } });
+  check(small.status === 200 && other.status === 200, 'two more keys of alpha', [small.json, other.json]);
+  const smallKey = new OpenAI({ apiKey: small.json.key, baseURL: `${stack.url}/v1`, maxRetries: 0 });
+  const otherKey = new OpenAI({ apiKey: other.json.key, baseURL: `${stack.url}/v1`, maxRetries: 0 });
+  const first = await ask(smallKey, 'whet-tiny');
+  check(first.choices[0].message.content === want.base, 'a key under its monthly limit is answered', first);
+  metered.push(['alpha', 'whet-tiny', first.usage.prompt_tokens, first.usage.completion_tokens]);
+  const firstCost = first.usage.prompt_tokens + 2 * first.usage.completion_tokens;
+  await usageRows(stack, metered.length);
+  check(stack.psql(`SELECT api_key_id FROM inference_usage ORDER BY seq DESC LIMIT 1`) === small.json.id,
+    'the usage row names the key', small.json.id);
+  const keys = (await a('GET', '/v1/api_keys')).json.data;
+  const spent = keys.find((k) => k.id === small.json.id)?.spent_this_month;
+  check(spent === firstCost, 'the key\'s spend this month is its answer\'s cost', { spent, firstCost });
+  await quota('chat with an API key whose inference passed its monthly limit', () => ask(smallKey, 'whet-tiny'));
+  await quota('completions with an API key whose inference passed its monthly limit',
+    () => smallKey.completions.create({ model: ft, prompt: 'x', max_tokens: 2 }));
+  const still = await ask(otherKey, ft);
+  check(still.choices[0].message.content === want[0], 'another key of the same tenant is still answered', still);
+  metered.push(['alpha', ft, still.usage.prompt_tokens, still.usage.completion_tokens]);
 
   // DELETE /v1/models/{model}: only the tenant's own fine-tuned model; then neither listed nor served
   const del = async (c, name) => {

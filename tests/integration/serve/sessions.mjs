@@ -1,7 +1,8 @@
 // sessions.mjs - training sessions (a custom training loop on a shared model worker, after Tinker's API):
 // `whet serve --training` on its own and behind the gateway. A session started from an adapter reports
 // the log-probs `whet score` computes for it; cross_entropy steps lower the loss; sample and save answer
-// in Tinker's shapes (the save lands in the object store); POST /v1/tokenize through the gateway equals
+// in Tinker's shapes (the save lands in the object store and is a fine-tuned model of the tenant: listed,
+// served, deletable, another tenant's 404); POST /v1/tokenize through the gateway equals
 // the worker's; another tenant's session and a deleted one are 404s, and so is another tenant's
 // init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers; past
 // the tenant's monthly limit a create and the passes are 429 insufficient_quota.
@@ -166,9 +167,38 @@ try {
   const msgSample = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 } });
   check(msgSample.status === 200 && msgSample.json.usage.prompt_tokens === chat.json.count, 'sample from messages', msgSample.text);
   const saved = await a('POST', `/v1/training_sessions/${id}/save`, { json: {} });
-  check(saved.status === 200 && saved.json.checkpoint === `sessions/${id}/step-8` && saved.json.step === 8, 'save', saved.text);
+  const savedModel = saved.json?.model ?? '';
+  check(saved.status === 200 && /^sessions\/ts-[0-9A-Za-z]+\/save-[0-9A-Za-z]+$/.test(saved.json.checkpoint) &&
+    saved.json.checkpoint.startsWith(`sessions/${id}/`) && saved.json.step === 8 &&
+    savedModel === `ft:whet-tiny:alpha:${id}:${saved.json.checkpoint.split('/').pop()}`, 'save: a checkpoint and a model', saved.text);
   const objects = existsSync(join(dir, 'objects', saved.json?.checkpoint ?? '-')) ? readdirSync(join(dir, 'objects', saved.json.checkpoint)) : [];
   check(objects.includes('adapter_model.safetensors') && objects.includes('adapter_config.json'), 'the save is an adapter in the object store', objects);
+
+  // the save is one of alpha's fine-tuned models: listed, retrieved, served (greedy, as the session samples),
+  // not another tenant's
+  const listedModels = (await a('GET', '/v1/models')).json?.data ?? [];
+  check(listedModels.some((m) => m.id === savedModel && m.owned_by === 'alpha'), 'the save is listed in /v1/models', listedModels);
+  const gotModel = await a('GET', `/v1/models/${encodeURIComponent(savedModel)}`);
+  check(gotModel.status === 200 && gotModel.json.id === savedModel && gotModel.json.object === 'model', 'the save is retrieved', gotModel.text);
+  const hi = [{ role: 'user', content: 'hi' }];
+  const sessionSays = (await a('POST', `/v1/training_sessions/${id}/sample`, { json: { messages: hi, max_tokens: 6, temperature: 0 } })).json;
+  const chatSays = await a('POST', '/v1/chat/completions', { json: { model: savedModel, messages: hi, max_tokens: 6, temperature: 0 } });
+  check(chatSays.status === 200 && chatSays.json.model === savedModel &&
+    chatSays.json.choices[0].message.content === sessionSays?.sequences?.[0]?.text,
+    'chat/completions with the save answers as the session samples', { chat: chatSays.text, session: sessionSays });
+  check((await b('GET', `/v1/models/${encodeURIComponent(savedModel)}`)).status === 404, 'another tenant: the save is a 404');
+  check(!((await b('GET', '/v1/models')).json?.data ?? []).some((m) => m.id === savedModel), 'another tenant does not list it');
+  const bChat = await b('POST', '/v1/chat/completions', { json: { model: savedModel, messages: hi, max_tokens: 2 } });
+  check(bChat.status === 404 && bChat.json?.error?.code === 'model_not_found', 'another tenant cannot be served the save', bChat.text);
+  check((await b('DELETE', `/v1/models/${encodeURIComponent(savedModel)}`)).status === 404, 'another tenant cannot delete it');
+  // a save the worker refused is no model: a session alpha holds that the worker no longer has (as after
+  // its restart) answers 404, and the model the gateway recorded for it goes
+  stack.psql(`INSERT INTO training_sessions (id, tenant_id, base_model) SELECT 'ts-lost', id, 'whet-tiny' FROM tenants WHERE name = 'alpha'`);
+  const lost = await a('POST', '/v1/training_sessions/ts-lost/save', { json: {} });
+  let lostModels = '';
+  for (let i = 0; i < 100 && (lostModels = stack.psql(`SELECT count(*) FROM session_models WHERE session_id = 'ts-lost'`)) !== '0'; i++)
+    await new Promise((r) => setTimeout(r, 50));
+  check(lost.status === 404 && lostModels === '0', 'a save the worker refused is no model', { lost: lost.text, lostModels });
 
   // past the tenant's monthly limit: no new session and no pass (429 insufficient_quota); a save still is
   const capped = await a('PUT', '/admin/v1/tenants/alpha/budget', { key: stack.adminToken(), json: { monthly_limit: 0 } });
@@ -235,6 +265,16 @@ try {
   const del = await a('DELETE', `/v1/training_sessions/${id}`);
   check(del.status === 200 && del.json.deleted === true, 'delete', del.text);
   check((await a('POST', on('optim_step'), { json: {} })).status === 404, 'a deleted session: 404');
+  // a save outlives its session; deleted, it is neither listed nor served
+  const outlives = await a('POST', '/v1/chat/completions', { json: { model: savedModel, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 } });
+  check(outlives.status === 200, 'the save is served after its session is deleted', outlives.text);
+  const delModel = await a('DELETE', `/v1/models/${encodeURIComponent(savedModel)}`);
+  check(delModel.status === 200 && delModel.json.id === savedModel && delModel.json.deleted === true, 'the save is deleted', delModel.text);
+  check(!((await a('GET', '/v1/models')).json?.data ?? []).some((m) => m.id === savedModel), 'a deleted save is not listed');
+  check((await a('GET', `/v1/models/${encodeURIComponent(savedModel)}`)).status === 404, 'a deleted save is a 404');
+  const gone = await a('POST', '/v1/chat/completions', { json: { model: savedModel, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 } });
+  check(gone.status === 404 && gone.json?.error?.code === 'model_not_found', 'a deleted save is not served', gone.text);
+  check((await a('DELETE', `/v1/models/${encodeURIComponent(savedModel)}`)).status === 404, 'a second delete: 404');
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {

@@ -1,6 +1,7 @@
 #!/bin/sh
 # cli_sandbox.sh - `whet sandbox run` passes the command's exit status through, prints one verdict
-# line, maps the timeout to 124 and setup failures to 125, and only the --writable dir is writable.
+# line, maps the timeout to 124 and setup failures to 125, only the --writable dir is writable, and a
+# server's network (--listen, --connect) lets exactly that through.
 set -u
 fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
@@ -27,6 +28,27 @@ check "setup failure exits 125" '[ $rc -eq 125 ]'
 /usr/bin/python3 -c 1 2>/dev/null && {
     "$WHET_BIN" sandbox run -- /usr/bin/python3 -c 'import socket; socket.create_connection(("10.0.0.1", 80))' 2>"$dir/err"
     check "python cannot open a socket" 'grep -q "PermissionError" "$dir/err"'
+}
+# a server's network (--listen, --connect): bind the address given and connect where allowed, nothing else
+/usr/bin/python3 -c 1 2>/dev/null && {
+    "$WHET_BIN" sandbox run --listen 127.0.0.1 -- /usr/bin/python3 -c \
+        'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1])' \
+        >"$dir/port" 2>"$dir/err"; rc=$?
+    check "--listen: the address given is bound" '[ $rc -eq 0 ] && [ "$(cat "$dir/port")" -gt 0 ]'
+    "$WHET_BIN" sandbox run --listen 127.0.0.1 -- /usr/bin/python3 -c \
+        'import socket; socket.create_connection(("127.0.0.1", 9))' 2>"$dir/err"; rc=$?
+    check "--listen: a connect elsewhere ends the sandbox" '[ $rc -ne 0 ] && grep -q "whet sandbox: seccomp" "$dir/err"'
+    /usr/bin/python3 -c 'import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); sys.stdout.close()
+s.settimeout(20); c, _ = s.accept(); c.close()' >"$dir/listener" &
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$dir/listener" ] && break; sleep 0.2; done
+    port=$(cat "$dir/listener")
+    "$WHET_BIN" sandbox run --listen 127.0.0.1 --connect "127.0.0.1:$port" -- /usr/bin/python3 -c \
+        "import socket; socket.create_connection(('127.0.0.1', $port)).close()" 2>"$dir/err"; rc=$?
+    check "--connect: the endpoint given is reached" '[ $rc -eq 0 ]'
+    wait
+    "$WHET_BIN" sandbox run --connect 127.0.0.1:1 -- true 2>"$dir/err"; rc=$?
+    check "--connect without --listen is a usage error" '[ $rc -eq 2 ] && grep -q "needs --listen" "$dir/err"'
 }
 # grade: a python grader over JSONL pairs, one answer line per pair, a hostile pair scoring 0
 cat >"$dir/grader.py" <<'PY'
