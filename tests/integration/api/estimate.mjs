@@ -208,7 +208,9 @@ try {
               SELECT tenant_id, id, 1, 0, 'cpu', 2, 900, 150 FROM jobs WHERE id = '${rftJob}'`);
   for (const id of [dpoJob, rftJob]) {
     r = await a('GET', `/v1/fine_tuning/jobs/${id}`);
-    check(r.json.whet?.estimate?.actual?.trained_tokens === 900, `${r.json.method?.type}: the finished job compares its estimate with the actual`, r.json.whet?.estimate);
+    const act = r.json.whet?.estimate?.actual;
+    check(act?.trained_tokens === 900 && act.rollout_tokens === (id === rftJob ? 150 : undefined),
+          `${r.json.method?.type}: the finished job compares its estimate with the actual`, r.json.whet?.estimate);
   }
 
   // Lines the trainer would refuse (which the upload's checks let through): a 400 naming the line.
