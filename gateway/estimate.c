@@ -7,8 +7,8 @@
 
 #include "buf.h"
 #include "chat_template.h"
-#include "dpo_data.h"
 #include "db.h"
+#include "dpo_data.h"
 #include "env.h"
 #include "files_common.h"
 #include "job_sizing.h"
@@ -46,7 +46,7 @@ struct estimate_ctx {
     int cut;
     const char *counted; /* whet_job_estimate's p_counted (migration 0022): a dry run's count, or {max_seq_len: cut} */
     const char *sizing;  /* and its p_sizing: the gang sizing chooses */
-    const char *rollout; /* and its p_rollout (migration 0026): reinforcement's {n, max_tokens, ppo_epochs}, else NULL */
+    const char *rollout; /* and its p_rollout (migration 0026): reinforcement's {n, max_tokens, ppo_epochs} */
     int result;          /* which statement's result holds the estimate */
 };
 
@@ -306,9 +306,12 @@ static int count_line(const struct token_count *t, struct count_sets *s, const s
     if (lineno == 1) line = whet_json_skip_bom(line, &len);
     if (strspn(line, " \t\r\n") >= len) return 0;
     (*lines)++;
-    int rc = t->method == COUNT_DPO   ? dpo_dataset_add_line(&s->dpo, line, len, &m->tpl, m->tok, err)
-             : t->method == COUNT_RFT ? rft_dataset_add_line(&s->rft, line, len, (int)lineno, &m->tpl, m->tok, t->cut, err)
-                                      : sft_dataset_add_line(&s->sft, line, len, &m->tpl, m->tok, err);
+    int rc;
+    switch (t->method) {
+    case COUNT_DPO: rc = dpo_dataset_add_line(&s->dpo, line, len, &m->tpl, m->tok, err); break;
+    case COUNT_RFT: rc = rft_dataset_add_line(&s->rft, line, len, (int)lineno, &m->tpl, m->tok, t->cut, err); break;
+    default: rc = sft_dataset_add_line(&s->sft, line, len, &m->tpl, m->tok, err); break;
+    }
     if (rc) return whet_err_prefix(err, "training file: line %llu", (unsigned long long)lineno);
     return 0;
 }
