@@ -142,12 +142,13 @@ static int load_model_text(struct objstore *store, const char *prefix, struct to
 }
 
 /* Tokenizers and chat templates loaded for dry runs, kept so that the next dry run on the same model does
- * not read and parse its files again (Qwen3's 151k-token tokenizer.json, 11 MB, takes 2 s to load here). Keyed by the model's
- * object prefix and checksum (a model registered again with other files is loaded again); at most
- * ESTIMATE_TOKENIZERS entries, the least recently used dropped. Counts run on the gateway's worker threads
- * at once: a loaded tokenizer and template are immutable and shared (tokenizer.h), the list is under a
- * mutex, and an entry holds a reference per count using it, so one dropped meanwhile is freed by its last
- * user. Two counts that miss at once both load; the second to finish uses the first's. */
+ * not read and parse its files again (Qwen3's 151k-token tokenizer.json, 11 MB, takes 2 s to load here).
+ * Keyed by the model's object prefix and checksum (a model registered again with other files is loaded
+ * again); at most ESTIMATE_TOKENIZERS entries, the least recently used dropped. Counts run on the
+ * gateway's worker threads at once: a loaded tokenizer and template are immutable and shared
+ * (tokenizer.h), the list is under a mutex, and an entry holds a reference per count using it, so one
+ * dropped meanwhile is freed by its last user. Two counts that miss at once both load; the second to
+ * finish uses the first's. */
 #define ESTIMATE_TOKENIZERS 4
 
 struct model_text {
