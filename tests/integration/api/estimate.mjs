@@ -213,6 +213,22 @@ try {
           `${r.json.method?.type}: the finished job compares its estimate with the actual`, r.json.whet?.estimate);
   }
 
+  // Dry runs at once share the kept tokenizer (the gateway's workers count in parallel) and count alike.
+  const many = await Promise.all([...Array(6)].map((_, i) => (i % 2 ? dry(dpoFile, dpo) : dry(rftFile, rft, { group_size: 4, max_tokens: 16 }))));
+  check(many.every((x, i) => x.status === 200 && x.json.tokenization?.tokenizer === 'cached' &&
+                   (i % 2 ? x.json.tokenization.tokens === dpoTokens : x.json.tokenization.prompt_tokens === sumPrompts)),
+        'six dry runs at once: the same counts, one tokenizer', many.map((x) => x.json?.tokenization));
+  // The gateway keeps the tokenizers of four models, the least recently used dropped.
+  for (const name of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4']) execFileSync(WHET_BIN, ['model', 'register', name, modelDir], cli);
+  const onModel = (model) => a('POST', '/v1/fine_tuning/jobs', { json: { model, training_file: dpoFile, whet: { dry_run: true }, method: dpo } });
+  const kept = [];
+  for (const model of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4', 'whet-real', 'whet-k4', 'whet-k1']) {
+    r = await onModel(model);
+    kept.push(r.json.tokenization?.tokenizer);
+  }
+  check(kept.join() === 'loaded,loaded,loaded,loaded,loaded,cached,loaded',
+        'four models kept: whet-real dropped by the fourth new one, whet-k1 by whet-real', kept);
+
   // Lines the trainer would refuse (which the upload's checks let through): a 400 naming the line.
   const badDpo = await upload('bad_dpo.jsonl', [
     { input: { messages: [say('user', 'hi')] }, preferred_output: [say('assistant', 'a')], non_preferred_output: [say('assistant', 'b')] },
