@@ -6,14 +6,18 @@
 // model's files in the store, SFT, DPO and reinforcement files are tokenized for real, the counts checked
 // against transformers.js (@lenml/tokenizers) rendering the model's own Jinja chat template; a line the
 // trainer would refuse is a 400 naming it.
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { WHET_BIN } from '../lib/gateway.mjs';
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
 const { TokenizerLoader } = createRequire(import.meta.url)('@lenml/tokenizers');
+// The CLI runs without blocking the event loop: a keep-alive connection the gateway closes meanwhile
+// (model init takes long under ASan) is then seen closed, not reused ("fetch failed").
+const whet = (args, opts) => promisify(execFile)(WHET_BIN, args, opts);
 const { check, summary, failed } = checker();
 // A dry run tokenizes at most 4000 bytes here, so a larger file shows the extrapolation.
 const stack = await startStack({ env: { WHET_ESTIMATE_TOKENIZE_MAX_BYTES: '4000' } });
@@ -94,8 +98,8 @@ try {
   // template (tests/e2e/console checks the count against a real job's trained tokens).
   const modelDir = path.join(stack.dir, 'tiny');
   const cli = { env: { ...process.env, WHET_DATABASE_URL: stack.dbUrl, WHET_OBJECT_STORE: `file://${stack.objects}` } };
-  execFileSync(WHET_BIN, ['model', 'init', '--preset', 'tiny', '--out', modelDir], cli);
-  execFileSync(WHET_BIN, ['model', 'register', 'whet-real', modelDir], cli);
+  await whet(['model', 'init', '--preset', 'tiny', '--out', modelDir], cli);
+  await whet(['model', 'register', 'whet-real', modelDir], cli);
   const real_ = (file, whet = {}) => a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: file,
     whet: { dry_run: true, ...whet }, method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 3 } } } } });
   r = await real_(file);
@@ -219,7 +223,7 @@ try {
                    (i % 2 ? x.json.tokenization.tokens === dpoTokens : x.json.tokenization.prompt_tokens === sumPrompts)),
         'six dry runs at once: the same counts, one tokenizer', many.map((x) => x.json?.tokenization));
   // The gateway keeps the tokenizers of four models, the least recently used dropped.
-  for (const name of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4']) execFileSync(WHET_BIN, ['model', 'register', name, modelDir], cli);
+  for (const name of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4']) await whet(['model', 'register', name, modelDir], cli);
   const onModel = (model) => a('POST', '/v1/fine_tuning/jobs', { json: { model, training_file: dpoFile, whet: { dry_run: true }, method: dpo } });
   const kept = [];
   for (const model of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4', 'whet-real', 'whet-k4', 'whet-k1']) {
