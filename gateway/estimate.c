@@ -454,7 +454,7 @@ static void token_count_done(struct gw_req *r, void *arg) {
 }
 
 /* The count a method's dry run makes (COUNT_NONE: none, the cheaper guesses). */
-static enum count_method count_method(const char *method_json) {
+static enum count_method count_method_of(const char *method_json) {
     json_t *m = json_loads(method_json, 0, NULL);
     const char *type = json_string_value(json_object_get(m, "type"));
     enum count_method c = !type                            ? COUNT_NONE
@@ -535,7 +535,7 @@ static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg
     c->sizing = estimate_sizing(r, &c->q, PQgetvalue(row, 0, 0), PQgetvalue(row, 0, 1), PQgetvalue(row, 0, 3));
     /* A dry run counts the file's tokens as the trainer will; a create uses the count a dry run kept
      * (migration 0022), or the cheaper guesses. */
-    enum count_method method = count_method(c->q.method_json);
+    enum count_method method = count_method_of(c->q.method_json);
     if (!c->q.dry_run || method == COUNT_NONE || PQgetisnull(row, 0, 4)) {
         estimate_query(r, c, 0);
         return;

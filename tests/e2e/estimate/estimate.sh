@@ -23,15 +23,6 @@ for l in 'eaotinsr': print(json.dumps({'messages': [{'role': 'user', 'content': 
 dpo=$(upload "$WHET_SOURCE_DIR/tests/fixtures/dpo/train.jsonl")
 rft=$(upload "$dir/rft.jsonl")
 post() { api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' -d "$1"; }
-finish() { # finish JOB: waits for the end, prints the status
-  local s=
-  for _ in $(seq 3000); do
-    s=$(api "http://$http/v1/fine_tuning/jobs/$1" | json "['status']" 2>/dev/null || true)
-    case "$s" in succeeded|failed|cancelled) break ;; esac
-    sleep 0.2
-  done
-  echo "$s"
-}
 DPO='"model":"whet-tiny","training_file":"'$dpo'","seed":7,"method":{"type":"dpo","dpo":{"hyperparameters":{"n_epochs":1,"batch_size":5}}}'
 grader='{"type":"string_check","name":"g","input":"{{sample.output_text}}","reference":"{{item.answer}}","operation":"like"}'
 RFT='"model":"whet-tiny","training_file":"'$rft'","seed":7,"method":{"type":"reinforcement","reinforcement":{"grader":'$grader',"hyperparameters":{"n_epochs":1,"batch_size":4}}}'
