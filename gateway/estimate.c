@@ -1,20 +1,24 @@
 /* estimate.c - job estimates and the budget's hard cap on create (see estimate.h). */
 #include "estimate.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
 #include "chat_template.h"
 #include "db.h"
+#include "dpo_data.h"
 #include "env.h"
 #include "files_common.h"
 #include "job_sizing.h"
 #include "job_spec.h"
 #include "json_text.h"
 #include "log.h"
+#include "rft_data.h"
 #include "sft_data.h"
 #include "tokenizer.h"
+#include "trainer_settings.h"
 
 int estimate_take_dry_run(struct gw_req *r, json_t *body) {
     json_t *whet = json_object_get(body, "whet");
@@ -36,9 +40,13 @@ struct estimate_ctx {
     struct estimate_req q;
     estimate_next_fn next;
     void *arg;
-    int max_seq_len;     /* the trainer's cut: whet.max_seq_len, else the service default */
-    const char *counted; /* whet_job_estimate's p_counted (migration 0020): a dry run's count, or {max_seq_len} */
+    /* What a count depends on, as the trainer gets it (trainer_settings.h): max_seq_len, where it cuts
+     * examples and pairs; for reinforcement the prompt's limit, max_seq_len - rollout.max_tokens (longer
+     * prompts are left out). It keys the kept count (file_token_counts.max_seq_len, migration 0026). */
+    int cut;
+    const char *counted; /* whet_job_estimate's p_counted (migration 0022): a dry run's count, or {max_seq_len: cut} */
     const char *sizing;  /* and its p_sizing: the gang sizing chooses */
+    const char *rollout; /* and its p_rollout (migration 0026): reinforcement's {n, max_tokens, ppo_epochs} */
     int result;          /* which statement's result holds the estimate */
 };
 
@@ -87,48 +95,21 @@ static void estimate_done(struct gw_req *r, const struct db_result *res, void *a
 static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_count) {
     const struct estimate_req *q = &c->q;
     char seq[16];
-    snprintf(seq, sizeof seq, "%d", c->max_seq_len);
+    snprintf(seq, sizeof seq, "%d", c->cut);
     const char *keep[] = {q->training_file, http_tenant_id(r), q->base_model, seq, c->counted};
     const char *p[] = {q->base_model,     q->method_json,
                        q->training_file,  q->whet_json ? q->whet_json : "{}",
                        http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
                        q->dry_run ? "t" : "f", c->counted,
-                       c->sizing};
-    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, 9, p}};
+                       c->sizing,         c->rollout};
+    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, 10, p}};
     c->result = keep_count ? 1 : 0;
     db_transaction(r, stmts + !keep_count, 1 + keep_count, estimate_done, c);
 }
 
-/* ---------------------------------------------------------------- counting a training file's tokens */
+/* ---------------------------------------------------------------- the base models' tokenizers */
 
-/* What a dry run tokenizes at most ($WHET_ESTIMATE_TOKENIZE_MAX_BYTES overrides it): a larger file's rest
- * is taken to look like the part read (its tokens per byte, its examples per line), so a dry run takes
- * seconds and holds a chunk and one line whatever the file's size. */
-#define ESTIMATE_TOKENIZE_MAX_BYTES (32ull << 20)
-#define ESTIMATE_CHUNK (1u << 20)
 #define ESTIMATE_CONFIG_MAX (64u << 20) /* a 150k-token vocabulary's tokenizer.json is ~10 MB */
-
-/* One dry run's count, made on a worker thread (object store reads and tokenizing block). */
-struct token_count {
-    struct estimate_ctx *ctx;
-    /* in: copies, since the work must not touch the request */
-    char *tenant_id, *file_key, *file_sha256, *model_id, *model_prefix;
-    uint64_t file_bytes, line_count, max_bytes;
-    int max_seq_len;
-    /* out: {examples, tokens, source, …} (counted 1), or {error} */
-    char *json;
-    int counted;
-};
-
-static void token_count_free(struct token_count *t) {
-    free(t->tenant_id);
-    free(t->file_key);
-    free(t->file_sha256);
-    free(t->model_id);
-    free(t->model_prefix);
-    free(t->json);
-    free(t);
-}
 
 /* One of a base model's files from the object store. */
 static int get_model_file(struct objstore *store, const char *key, char **data, size_t *len, struct whet_err *err) {
@@ -160,22 +141,186 @@ static int load_model_text(struct objstore *store, const char *prefix, struct to
     return rc;
 }
 
-/* One line into the set as the trainer's sft_dataset_load reads it (common/json.c's whet_jsonl_each: a
- * byte-order mark before the first line skipped, blank lines skipped). */
-static int count_line(struct sft_dataset *ds, const struct chat_template *tpl, const struct tokenizer *tok,
-                      const char *line, size_t len, uint64_t lineno, uint64_t *lines, struct whet_err *err) {
+/* Tokenizers and chat templates loaded for dry runs, kept so that the next dry run on the same model does
+ * not read and parse its files again (Qwen3's 151k-token tokenizer.json, 11 MB, takes 2 s to load here).
+ * Keyed by the model's object prefix and checksum (a model registered again with other files is loaded
+ * again); at most ESTIMATE_TOKENIZERS entries, the least recently used dropped. Counts run on the
+ * gateway's worker threads at once: a loaded tokenizer and template are immutable and shared
+ * (tokenizer.h), the list is under a mutex, and an entry holds a reference per count using it, so one
+ * dropped meanwhile is freed by its last user. Two counts that miss at once both load; the second to
+ * finish uses the first's. */
+#define ESTIMATE_TOKENIZERS 4
+
+struct model_text {
+    char *key; /* "object prefix\nsha256" */
+    struct tokenizer *tok;
+    struct chat_template tpl;
+    int refs; /* the cache's, and one per count using it */
+    struct model_text *next;
+};
+
+static pthread_mutex_t model_texts_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct model_text *model_texts; /* most recently used first */
+
+static void model_text_free(struct model_text *m) {
+    chat_template_free(&m->tpl);
+    tokenizer_free(m->tok);
+    free(m->key);
+    free(m);
+}
+
+/* Drops a reference (under the lock); returns the entry when that was the last, for the caller to free
+ * after unlocking. */
+static struct model_text *model_text_unref(struct model_text *m) { return --m->refs == 0 ? m : NULL; }
+
+static void model_text_put(struct model_text *m) {
+    pthread_mutex_lock(&model_texts_lock);
+    struct model_text *last = model_text_unref(m);
+    pthread_mutex_unlock(&model_texts_lock);
+    if (last) model_text_free(last);
+}
+
+/* The cached entry for `key`, moved to the front with a reference for the caller; NULL when absent.
+ * Called under the lock. */
+static struct model_text *model_text_find(const char *key) {
+    for (struct model_text **p = &model_texts; *p; p = &(*p)->next) {
+        struct model_text *m = *p;
+        if (strcmp(m->key, key) != 0) continue;
+        *p = m->next;
+        m->next = model_texts;
+        model_texts = m;
+        m->refs++;
+        return m;
+    }
+    return NULL;
+}
+
+/* The tokenizer and chat template of a base model, from the cache or its copy in the object store (then
+ * cached); *cached says which. The caller gives it back with model_text_put. */
+static struct model_text *model_text_get(struct objstore *store, const char *prefix, const char *sha256, int *cached,
+                                         struct whet_err *err) {
+    char *key = xasprintf("%s\n%s", prefix, sha256);
+    pthread_mutex_lock(&model_texts_lock);
+    struct model_text *m = model_text_find(key);
+    pthread_mutex_unlock(&model_texts_lock);
+    *cached = m != NULL;
+    if (m) {
+        free(key);
+        return m;
+    }
+    struct model_text *loaded = xcalloc(1, sizeof *loaded);
+    loaded->key = key;
+    loaded->refs = 1;
+    if (load_model_text(store, prefix, &loaded->tok, &loaded->tpl, err)) {
+        model_text_free(loaded);
+        return NULL;
+    }
+    struct model_text *dropped = NULL; /* entries past the bound, the cache's reference dropped */
+    pthread_mutex_lock(&model_texts_lock);
+    m = model_text_find(key);
+    if (!m) {
+        m = loaded;
+        loaded = NULL;
+        m->refs++;
+        m->next = model_texts;
+        model_texts = m;
+        struct model_text **p = &model_texts;
+        for (int i = 0; *p && i < ESTIMATE_TOKENIZERS; i++) p = &(*p)->next;
+        for (struct model_text *e = *p, *next; e; e = next) {
+            next = e->next;
+            if (model_text_unref(e)) {
+                e->next = dropped;
+                dropped = e;
+            }
+        }
+        *p = NULL;
+    }
+    pthread_mutex_unlock(&model_texts_lock);
+    while (dropped) {
+        struct model_text *next = dropped->next;
+        model_text_free(dropped);
+        dropped = next;
+    }
+    if (loaded) model_text_free(loaded); /* another count loaded it meanwhile */
+    return m;
+}
+
+void estimate_free(void) {
+    pthread_mutex_lock(&model_texts_lock);
+    struct model_text *m = model_texts;
+    model_texts = NULL;
+    pthread_mutex_unlock(&model_texts_lock);
+    while (m) { /* no count runs any more: the gateway's workers are stopped */
+        struct model_text *next = m->next;
+        model_text_free(m);
+        m = next;
+    }
+}
+
+/* ---------------------------------------------------------------- counting a training file's tokens */
+
+/* What a dry run tokenizes at most ($WHET_ESTIMATE_TOKENIZE_MAX_BYTES overrides it): a larger file's rest
+ * is taken to look like the part read (its tokens per byte, its examples per line), so a dry run takes
+ * seconds and holds a chunk and one line whatever the file's size. */
+#define ESTIMATE_TOKENIZE_MAX_BYTES (32ull << 20)
+#define ESTIMATE_CHUNK (1u << 20)
+
+/* The trainer's reader of each method's lines (executor/train/data): sft_data.h, dpo_data.h, rft_data.h. */
+enum count_method { COUNT_NONE, COUNT_SFT, COUNT_DPO, COUNT_RFT };
+
+/* One dry run's count, made on a worker thread (object store reads and tokenizing block). */
+struct token_count {
+    struct estimate_ctx *ctx;
+    /* in: copies, since the work must not touch the request */
+    char *tenant_id, *file_key, *file_sha256, *model_id, *model_prefix, *model_sha256;
+    uint64_t file_bytes, line_count, max_bytes;
+    enum count_method method;
+    int cut; /* max_seq_len (SFT, DPO), the prompt's limit (RFT): estimate_ctx's */
+    /* out: {examples, tokens, source, …} (counted 1), or {error}; or refused: a line the trainer would
+     * refuse, or no example it would keep (json is then the message) */
+    char *json;
+    int counted, refused;
+};
+
+static void token_count_free(struct token_count *t) {
+    free(t->tenant_id);
+    free(t->file_key);
+    free(t->file_sha256);
+    free(t->model_id);
+    free(t->model_prefix);
+    free(t->model_sha256);
+    free(t->json);
+    free(t);
+}
+
+/* The sets a count fills, only counted (count_only), of the method's kind. */
+struct count_sets {
+    struct sft_dataset sft;
+    struct dpo_dataset dpo;
+    struct rft_dataset rft;
+};
+
+/* One line into the method's set as the trainer reads it (common/json.c's whet_jsonl_each: a byte-order
+ * mark before the first line skipped, blank lines skipped). */
+static int count_line(const struct token_count *t, struct count_sets *s, const struct model_text *m, const char *line,
+                      size_t len, uint64_t lineno, uint64_t *lines, struct whet_err *err) {
     if (lineno == 1) line = whet_json_skip_bom(line, &len);
     if (strspn(line, " \t\r\n") >= len) return 0;
     (*lines)++;
-    if (sft_dataset_add_line(ds, line, len, tpl, tok, err))
-        return whet_err_prefix(err, "training file: line %llu", (unsigned long long)lineno);
+    int rc;
+    switch (t->method) {
+    case COUNT_DPO: rc = dpo_dataset_add_line(&s->dpo, line, len, &m->tpl, m->tok, err); break;
+    case COUNT_RFT: rc = rft_dataset_add_line(&s->rft, line, len, (int)lineno, &m->tpl, m->tok, t->cut, err); break;
+    default: rc = sft_dataset_add_line(&s->sft, line, len, &m->tpl, m->tok, err); break;
+    }
+    if (rc) return whet_err_prefix(err, "training file: line %llu", (unsigned long long)lineno);
     return 0;
 }
 
 /* Streams the file through the tokenizer a chunk at a time, stopping at the end of the line that reaches
- * max_bytes. */
-static int count_file(const struct token_count *t, struct objstore *store, const struct chat_template *tpl,
-                      const struct tokenizer *tok, struct sft_dataset *ds, uint64_t *bytes_read, uint64_t *lines,
+ * max_bytes. A line the trainer would refuse sets *bad_line. */
+static int count_file(const struct token_count *t, struct objstore *store, const struct model_text *m,
+                      struct count_sets *s, uint64_t *bytes_read, uint64_t *lines, int *bad_line,
                       struct whet_err *err) {
     struct objstore_reader *rd;
     if (objstore_reader_open(store, t->file_key, t->file_sha256, &rd, NULL, err)) return -1;
@@ -195,82 +340,130 @@ static int count_file(const struct token_count *t, struct objstore *store, const
             *bytes_read += (uint64_t)(stop - p);
             p = stop;
             if (!nl) break;
-            rc = count_line(ds, tpl, tok, line.data, line.len, ++lineno, lines, err);
+            rc = *bad_line = count_line(t, s, m, line.data, line.len, ++lineno, lines, err) ? 1 : 0;
             line.len = 0;
         }
     }
     if (!rc && line.len > 0 && *bytes_read >= t->file_bytes) /* a last line without its newline */
-        rc = count_line(ds, tpl, tok, line.data, line.len, ++lineno, lines, err);
+        rc = *bad_line = count_line(t, s, m, line.data, line.len, ++lineno, lines, err) ? 1 : 0;
     whet_buf_free(&line);
     free(chunk);
     objstore_reader_close(rd);
-    return rc;
+    return rc ? -1 : 0;
+}
+
+/* The count as JSON, scaled up to the whole file when only its first max_bytes were read; NULL with the
+ * trainer's refusal in err when the whole file leaves it nothing to train on. */
+static json_t *count_json(const struct token_count *t, const struct count_sets *s, uint64_t bytes_read, uint64_t lines,
+                          struct whet_err *err) {
+    int whole = bytes_read >= t->file_bytes;
+    double scale = whole || !bytes_read ? 1.0 : (double)t->file_bytes / (double)bytes_read;
+    double example_scale = whole || !lines ? 1.0 : (double)t->line_count / (double)lines;
+    json_t *out;
+    int kept;
+    if (t->method == COUNT_RFT) {
+        const struct rft_dataset *d = &s->rft;
+        kept = d->n_prompts;
+        if (whole && !kept)
+            whet_errf(err, "training file: no usable prompts (%llu lines, %d longer than %d tokens, which leaves no "
+                           "room for a response within max_seq_len)",
+                      (unsigned long long)lines, d->n_too_long, t->cut);
+        out = json_pack("{s:I, s:I, s:i, s:i}", "examples", (json_int_t)(kept * example_scale + 0.5), "prompt_tokens",
+                        (json_int_t)((double)d->n_tokens * scale + 0.5), "prompts_too_long", d->n_too_long,
+                        "max_prompt_len", t->cut);
+    } else {
+        /* DPO: a pair is an example holding both its sequences (dpo_data.h), so its tokens are prompt +
+         * chosen and prompt + rejected, after the cut; its trained targets are the scored answer tokens. */
+        const struct sft_dataset *d = t->method == COUNT_DPO ? &s->dpo.pairs : &s->sft;
+        int truncated = t->method == COUNT_DPO ? s->dpo.n_truncated : d->n_truncated;
+        long long truncated_tokens = t->method == COUNT_DPO ? s->dpo.n_truncated_tokens : d->n_truncated_tokens;
+        int untrained = t->method == COUNT_DPO ? s->dpo.n_unscored : d->n_untrained;
+        kept = d->n_examples;
+        if (whole && !kept)
+            whet_errf(err, "training file: no usable %s (%llu lines, %d without a %s token within max_seq_len %d)",
+                      t->method == COUNT_DPO ? "preference pairs" : "examples", (unsigned long long)lines, untrained,
+                      t->method == COUNT_DPO ? "scored" : "trained", t->cut);
+        out = json_pack("{s:I, s:I, s:I, s:i, s:i, s:I, s:i}", "examples", (json_int_t)(kept * example_scale + 0.5),
+                        "tokens", (json_int_t)((double)d->n_tokens * scale + 0.5), "trained_targets",
+                        (json_int_t)((double)d->n_trained_tokens * scale + 0.5), "truncated_examples", truncated,
+                        "untrained_examples", untrained, "truncated_tokens", (json_int_t)truncated_tokens,
+                        "max_seq_len", t->cut);
+    }
+    if (whole && !kept) {
+        json_decref(out);
+        return NULL;
+    }
+    json_object_set_new(out, "source", json_string(whole ? "tokenized" : "tokenized_prefix"));
+    json_object_set_new(out, "bytes_tokenized", json_integer((json_int_t)bytes_read));
+    json_object_set_new(out, "bytes", json_integer((json_int_t)t->file_bytes));
+    return out;
 }
 
 static void token_count_work(void *arg) {
     struct token_count *t = arg;
     struct whet_err err = {0};
-    struct tokenizer *tok = NULL;
-    struct chat_template tpl = {0};
-    struct sft_dataset ds;
-    sft_dataset_init(&ds, t->max_seq_len);
-    ds.count_only = 1;
+    struct count_sets s;
+    sft_dataset_init(&s.sft, t->cut);
+    s.sft.count_only = 1;
+    dpo_dataset_init(&s.dpo, t->cut);
+    s.dpo.pairs.count_only = 1;
+    memset(&s.rft, 0, sizeof s.rft);
+    s.rft.count_only = 1;
     uint64_t bytes_read = 0, lines = 0;
+    int cached = 0;
     double t0 = whet_now_mono();
     struct objstore *models = files_store(&err), *data = models ? files_tenant_store(t->tenant_id, &err) : NULL;
-    int rc = data ? load_model_text(models, t->model_prefix, &tok, &tpl, &err) : -1;
-    if (rc == 0) rc = count_file(t, data, &tpl, tok, &ds, &bytes_read, &lines, &err);
-    json_t *out;
-    if (rc) {
-        log_warn("msg=\"dry run: the training file's tokens were not counted\" model=%s file=%s reason=\"%s\"",
-                 t->model_id, t->file_key, err.msg);
-        out = json_pack("{s:s, s:i}", "error", err.msg, "max_seq_len", t->max_seq_len);
+    struct model_text *m = data ? model_text_get(models, t->model_prefix, t->model_sha256, &cached, &err) : NULL;
+    int rc = m ? count_file(t, data, m, &s, &bytes_read, &lines, &t->refused, &err) : -1;
+    json_t *out = rc ? NULL : count_json(t, &s, bytes_read, lines, &err);
+    if (!rc && !out) t->refused = 1;
+    if (t->refused) {
+        t->json = xstrdup(err.msg);
     } else {
-        t->counted = 1;
-        int whole = bytes_read >= t->file_bytes;
-        double scale = whole || !bytes_read ? 1.0 : (double)t->file_bytes / (double)bytes_read;
-        double example_scale = whole || !lines ? 1.0 : (double)t->line_count / (double)lines;
-        out = json_pack("{s:s, s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:I, s:i, s:f}", "source",
-                        whole ? "tokenized" : "tokenized_prefix", "examples",
-                        (json_int_t)(ds.n_examples * example_scale + 0.5), "tokens",
-                        (json_int_t)((double)ds.n_tokens * scale + 0.5), "trained_targets",
-                        (json_int_t)((double)ds.n_trained_tokens * scale + 0.5), "truncated_examples", ds.n_truncated,
-                        "untrained_examples", ds.n_untrained, "truncated_tokens", (json_int_t)ds.n_truncated_tokens,
-                        "bytes_tokenized", (json_int_t)bytes_read, "bytes", (json_int_t)t->file_bytes,
-                        "max_seq_len", t->max_seq_len, "seconds", whet_now_mono() - t0);
+        if (!out) {
+            log_warn("msg=\"dry run: the training file's tokens were not counted\" model=%s file=%s reason=\"%s\"",
+                     t->model_id, t->file_key, err.msg);
+            out = json_pack("{s:s, s:i}", "error", err.msg, t->method == COUNT_RFT ? "max_prompt_len" : "max_seq_len",
+                            t->cut);
+        } else {
+            t->counted = 1;
+            json_object_set_new(out, "tokenizer", json_string(cached ? "cached" : "loaded"));
+            json_object_set_new(out, "seconds", json_real(whet_now_mono() - t0));
+        }
+        t->json = json_dumps(out, JSON_COMPACT);
     }
-    t->json = json_dumps(out, JSON_COMPACT);
     json_decref(out);
-    chat_template_free(&tpl);
-    tokenizer_free(tok);
+    if (m) model_text_put(m);
+    sft_dataset_free(&s.sft);
+    dpo_dataset_free(&s.dpo);
+    rft_dataset_free(&s.rft);
 }
 
 static void token_count_done(struct gw_req *r, void *arg) {
     struct token_count *t = arg;
     struct estimate_ctx *c = t->ctx;
-    if (!http_gone(r)) {
+    if (!http_gone(r) && t->refused) {
+        http_reply_error_hint(r, 400, "training_file", "invalid_file",
+                              "the trainer would refuse this file and the job fail: fix it and upload it again", "%s",
+                              t->json);
+    } else if (!http_gone(r)) {
         c->counted = http_strdup(r, t->json);
         estimate_query(r, c, t->counted);
     }
     token_count_free(t);
 }
 
-/* whet.max_seq_len, else the service's default (job_spec.h): where the trainer will cut examples. */
-static int estimate_max_seq_len(const char *whet_json) {
-    json_t *whet = whet_json ? json_loads(whet_json, 0, NULL) : NULL;
-    json_t *v = json_object_get(whet, "max_seq_len");
-    int n = json_is_integer(v) ? (int)json_integer_value(v)
-                               : (int)job_spec_find(JOB_SPEC_WHET, "max_seq_len")->service_default;
-    json_decref(whet);
-    return n;
-}
-
-static int method_is_supervised(const char *method_json) {
+/* The count a method's dry run makes (COUNT_NONE: none, the cheaper guesses). */
+static enum count_method count_method_of(const char *method_json) {
     json_t *m = json_loads(method_json, 0, NULL);
     const char *type = json_string_value(json_object_get(m, "type"));
-    int sft = type && !strcmp(type, "supervised");
+    enum count_method c = !type                            ? COUNT_NONE
+                          : !strcmp(type, "supervised")    ? COUNT_SFT
+                          : !strcmp(type, "dpo")           ? COUNT_DPO
+                          : !strcmp(type, "reinforcement") ? COUNT_RFT
+                                                           : COUNT_NONE;
     json_decref(m);
-    return sft;
+    return c;
 }
 
 /* ---------------------------------------------------------------- sizing */
@@ -340,9 +533,10 @@ static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg
         return;
     }
     c->sizing = estimate_sizing(r, &c->q, PQgetvalue(row, 0, 0), PQgetvalue(row, 0, 1), PQgetvalue(row, 0, 3));
-    /* A dry run of supervised fine-tuning counts the file's tokens as the trainer will; a create uses the
-     * count a dry run kept (migration 0020), or the cheaper guesses. */
-    if (!c->q.dry_run || !method_is_supervised(c->q.method_json) || PQgetisnull(row, 0, 4)) {
+    /* A dry run counts the file's tokens as the trainer will; a create uses the count a dry run kept
+     * (migration 0022), or the cheaper guesses. */
+    enum count_method method = count_method_of(c->q.method_json);
+    if (!c->q.dry_run || method == COUNT_NONE || PQgetisnull(row, 0, 4)) {
         estimate_query(r, c, 0);
         return;
     }
@@ -351,14 +545,38 @@ static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg
     t->tenant_id = xstrdup(http_tenant_id(r));
     t->model_id = xstrdup(c->q.base_model);
     t->model_prefix = xstrdup(PQgetvalue(row, 0, 2));
+    t->model_sha256 = xstrdup(PQgetvalue(row, 0, 8));
     t->file_key = xstrdup(PQgetvalue(row, 0, 4));
     t->file_sha256 = xstrdup(PQgetvalue(row, 0, 5));
     t->file_bytes = strtoull(PQgetvalue(row, 0, 6), NULL, 10);
     t->line_count = strtoull(PQgetvalue(row, 0, 7), NULL, 10);
-    t->max_seq_len = c->max_seq_len;
+    t->method = method;
+    t->cut = c->cut;
     const char *cap = whet_env("WHET_ESTIMATE_TOKENIZE_MAX_BYTES", NULL);
     t->max_bytes = cap && strtoull(cap, NULL, 10) > 0 ? strtoull(cap, NULL, 10) : ESTIMATE_TOKENIZE_MAX_BYTES;
     if (http_run_blocking_or_busy(r, token_count_work, token_count_done, t)) token_count_free(t);
+}
+
+/* The trainer's settings of the job (trainer_settings.h, as the scheduler will write them): the count's
+ * cut, and reinforcement's rollout settings (JSON in the request's pool). */
+static void estimate_settings(struct gw_req *r, struct estimate_ctx *c) {
+    json_t *method = json_loads(c->q.method_json, 0, NULL);
+    json_t *whet = c->q.whet_json ? json_loads(c->q.whet_json, 0, NULL) : NULL;
+    json_t *t = trainer_settings_from_job(method, whet, 0), *hp = json_object_get(t, "hyperparameters");
+    json_t *rollout = json_object_get(t, "rollout");
+    c->cut = (int)json_integer_value(json_object_get(hp, "max_seq_len"));
+    if (rollout) {
+        c->cut -= (int)json_integer_value(json_object_get(rollout, "max_tokens"));
+        json_t *ro = json_pack("{s:O, s:O, s:O}", "n", json_object_get(rollout, "n"), "max_tokens",
+                               json_object_get(rollout, "max_tokens"), "ppo_epochs", json_object_get(hp, "ppo_epochs"));
+        char *text = json_dumps(ro, JSON_COMPACT);
+        c->rollout = http_strdup(r, text);
+        free(text);
+        json_decref(ro);
+    }
+    json_decref(t);
+    json_decref(whet);
+    json_decref(method);
 }
 
 void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg) {
@@ -367,9 +585,9 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_
     c->q = *q;
     c->next = next;
     c->arg = arg;
-    c->max_seq_len = estimate_max_seq_len(q->whet_json);
+    estimate_settings(r, c);
     char counted[64];
-    snprintf(counted, sizeof counted, "{\"max_seq_len\":%d}", c->max_seq_len);
+    snprintf(counted, sizeof counted, "{\"max_seq_len\":%d}", c->cut);
     c->counted = http_strdup(r, counted);
     const char *p[] = {q->base_model, q->training_file, http_tenant_id(r)};
     db_query(r, "estimate_inputs", 3, p, inputs_done, c);
@@ -383,7 +601,8 @@ void estimate_prepare(void) {
                "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
                "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
                "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
-               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb) AS e, "
+               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "
+               "$10::jsonb) AS e, "
                "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
                "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b) s LEFT "
                "JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
@@ -391,7 +610,7 @@ void estimate_prepare(void) {
                "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
     db_prepare("estimate_inputs",
                "SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes, "
-               "coalesce(f.line_count, 0) FROM base_models b LEFT JOIN files f ON f.id = $2 AND f.tenant_id = $3 "
+               "coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = $2 AND f.tenant_id = $3 "
                "WHERE b.id = $1");
     db_prepare("estimate_keep_count",
                "INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted) "

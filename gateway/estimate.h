@@ -2,18 +2,24 @@
  * /v1/fine_tuning/jobs runs its checks (jobs.c), then estimate_job():
  *   1. sizing: the gang the scheduler will choose (scheduler/jobsize and placement's sizing.h, over the
  *      fleet's pools from whet_sizing_pools, migration 0020);
- *   2. a dry run of supervised fine-tuning counts the training file's tokens on a worker thread: the
- *      object streamed through the base model's tokenizer and chat template (executor/train's
- *      whet_tokenizer and whet_train_data libraries: the trainer's own code), cut at max_seq_len, at most
- *      32 MiB read (the rest extrapolated); the count is kept for the create (file_token_counts);
+ *   2. a dry run counts the training file's tokens on a worker thread: the object streamed through the
+ *      base model's tokenizer and chat template (executor/train's whet_tokenizer and whet_train_data
+ *      libraries: the trainer's own line readers, sft_data.h, dpo_data.h, rft_data.h), at most 32 MiB read
+ *      (the rest extrapolated); supervised examples and DPO pairs (prompt + chosen, prompt + rejected)
+ *      cut at max_seq_len, reinforcement prompts left out past max_seq_len - max_tokens, as the trainer
+ *      does. The tokenizer is loaded once per model and kept (a few models, the least recently used
+ *      dropped). The count is kept for the create (file_token_counts, migrations 0022 and 0026);
  *   3. the database estimates the job from those (migrations 0008 and 0020, whet_job_estimate: steps,
  *      trained tokens, the device type and count, the expected duration from the throughput finished
- *      jobs measured, the cost at the prices in effect) and reads the tenant's budget (migration 0009).
+ *      jobs measured, the cost at the prices in effect; for reinforcement the rollout tokens, an upper
+ *      bound, priced at the rollout line, migration 0026) and reads the tenant's budget (migration 0009).
  * With `"whet": {"dry_run": true}` the answer is that estimate, with the budget, and nothing is created;
  * otherwise a job whose estimate would take the month's spend past the tenant's monthly limit, or the
  * calling API key's, is a 429 insufficient_quota, and any other goes on to be created with its estimate.
- * A count that fails (the model's files missing from the store, a line the trainer would refuse) is not
- * an error: the estimate says why in `tokenization.error` and falls back to the cheaper guesses. */
+ * A dry run on a file the trainer would refuse (a line it cannot read, named by its number, or nothing
+ * left to train on) is a 400 on training_file: the job would fail. A count that fails otherwise (the
+ * model's files missing from the store) is not an error: the estimate says why in `tokenization.error`
+ * and falls back to the cheaper guesses. */
 #ifndef WHET_GATEWAY_ESTIMATE_H
 #define WHET_GATEWAY_ESTIMATE_H
 
@@ -36,5 +42,7 @@ typedef void (*estimate_next_fn)(struct gw_req *r, const char *estimate_json, in
 /* Answers (the estimate of a dry run, a 429 over the hard cap, a database failure) or calls next. */
 void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg);
 void estimate_prepare(void);
+/* Frees the tokenizers dry runs keep (estimate.c); at exit, once no request runs. */
+void estimate_free(void);
 
 #endif

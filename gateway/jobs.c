@@ -21,11 +21,14 @@
 #define JOB_COLUMNS                                                                                            \
     "id, model, training_file, validation_file, method, suffix, seed, metadata, whet, status, error, "       \
     "fine_tuned_model, trained_tokens, estimated_finish, result_files, created_at, finished_at, tenant_id, " \
-    "wait_reason, priority, queue_position, whet_job_cost(id), estimate"
+    "wait_reason, priority, queue_position, whet_job_cost(id), estimate, "                                      \
+    "CASE WHEN estimate ? 'rollout_tokens' AND finished_at IS NOT NULL THEN "                                  \
+    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = jobs.id) END"
 enum {
     JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
     JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
     JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION, JC_COST, JC_ESTIMATE,
+    JC_ROLLOUT_TOKENS, /* a finished reinforcement job's, to compare with its estimate's */
 };
 
 /* OpenAI's fine_tuning.job, plus the `whet` extension object (as given, with priority, why the job
@@ -55,6 +58,9 @@ static json_t *job_row_to_json(const PGresult *res, int row) {
                             json_pack("{s:o, s:O?, s:O?}", "trained_tokens",
                                       db_json_integer(res, row, JC_TRAINED_TOKENS), "duration_s",
                                       json_object_get(cost, "run_seconds"), "cost", json_object_get(cost, "amount")));
+    if (db_value(res, row, JC_ROLLOUT_TOKENS))
+        json_object_set_new(json_object_get(estimate, "actual"), "rollout_tokens",
+                            db_json_integer(res, row, JC_ROLLOUT_TOKENS));
     json_object_set_new(whet, "cost", cost);         /* live while it runs (prices.h) */
     json_object_set_new(whet, "estimate", estimate); /* made at create, with the actual once it ends (estimate.h) */
     json_t *job = json_object();

@@ -35,6 +35,7 @@
 #include "crypto.h"
 #include "db.h"
 #include "env.h"
+#include "estimate.h"
 #include "log.h"
 #include "net.h"
 #include "replica.h"
@@ -378,6 +379,7 @@ static void gateway_free(struct gateway *gw) {
     if (gw->workers) gw_workers_free(gw->workers);
     if (gw->router) router_free(gw->router);
     metrics_free();
+    estimate_free();
     auth_config_free(&gw->auth);
     if (gw->threads) {
         for (int i = 0; i < gw->nthreads; i++)

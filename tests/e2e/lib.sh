@@ -2,7 +2,7 @@
 # (runs CMD, counts passes and fails), json PATH (a field of the JSON on stdin, PATH as "['a'][0]"),
 # and up DIR HTTP ARGS... (starts `whet up` on DIR serving HTTP, with ARGS, its output in DIR/up.out
 # and DIR/up.err; sets up_pid and returns once it is ready, or exits with its log); fleet NAME for the
-# tests of jobs over several executors (below).
+# tests of jobs over several executors, and finish JOB (below).
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 fails=0 passes=0
 check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
@@ -48,4 +48,14 @@ create() {
   api "http://$http/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
     -d "{\"model\":\"whet-tiny\",\"training_file\":\"$file\",\"seed\":7,\"hyperparameters\":{\"batch_size\":8},\"whet\":$1}" |
     json "['id']"
+}
+# finish JOB: waits for its end (10 minutes at most) through the API ($http, $key), prints its status.
+finish() {
+  local s=
+  for _ in $(seq 3000); do
+    s=$(api "http://$http/v1/fine_tuning/jobs/$1" | json "['status']" 2>/dev/null || true)
+    case "$s" in succeeded|failed|cancelled) break ;; esac
+    sleep 0.2
+  done
+  echo "$s"
 }

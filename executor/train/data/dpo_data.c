@@ -53,7 +53,7 @@ void dpo_dataset_add(struct dpo_dataset *ds, const int32_t *chosen, const uint8_
     mask[nc] = 0; /* the rejected sequence's first token starts a segment: nothing predicts it */
     int before = ds->pairs.n_examples;
     sft_dataset_add(&ds->pairs, ids, mask, n); /* n <= max_seq_len, so no second cut */
-    if (ds->pairs.n_examples > before) {
+    if (ds->pairs.n_examples > before && !ds->pairs.count_only) {
         ds->split = xrealloc(ds->split, (size_t)ds->pairs.cap * sizeof *ds->split);
         ds->split[before] = nc;
     }
@@ -198,14 +198,8 @@ fail:
     return -1;
 }
 
-struct dpo_load {
-    struct dpo_dataset *ds;
-    const struct chat_template *tpl;
-    const struct tokenizer *tok;
-};
-
-static int dpo_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
-    struct dpo_load *l = ctx;
+int dpo_dataset_add_line(struct dpo_dataset *ds, const char *line, size_t len, const struct chat_template *tpl,
+                         const struct tokenizer *tok, struct whet_err *err) {
     struct chat_message *chosen, *rejected;
     int n_chosen, n_rejected;
     void *root;
@@ -213,14 +207,25 @@ static int dpo_load_line(void *ctx, const char *line, size_t len, int lineno, st
     int32_t *ids[2] = {NULL, NULL};
     uint8_t *mask[2] = {NULL, NULL};
     int n[2] = {0, 0};
-    int rc = chat_tokenize(&ids[0], &mask[0], &n[0], l->tpl, l->tok, chosen, n_chosen, 0, err);
+    int rc = chat_tokenize(&ids[0], &mask[0], &n[0], tpl, tok, chosen, n_chosen, 0, err);
     if (rc) whet_err_prefix(err, "preferred_output");
-    if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], l->tpl, l->tok, rejected, n_rejected, 0, err)))
+    if (!rc && (rc = chat_tokenize(&ids[1], &mask[1], &n[1], tpl, tok, rejected, n_rejected, 0, err)))
         whet_err_prefix(err, "non_preferred_output");
     dpo_pair_free(chosen, rejected, root);
-    if (!rc) dpo_dataset_add(l->ds, ids[0], mask[0], n[0], ids[1], mask[1], n[1]);
+    if (!rc) dpo_dataset_add(ds, ids[0], mask[0], n[0], ids[1], mask[1], n[1]);
     for (int s = 0; s < 2; s++) free(ids[s]), free(mask[s]);
     return rc;
+}
+
+struct dpo_load {
+    struct dpo_dataset *ds;
+    const struct chat_template *tpl;
+    const struct tokenizer *tok;
+};
+
+static int dpo_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
+    const struct dpo_load *l = ctx;
+    return dpo_dataset_add_line(l->ds, line, len, l->tpl, l->tok, err);
 }
 
 int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat_template *tpl,

@@ -50,6 +50,11 @@ void dpo_dataset_add(struct dpo_dataset *ds, const int32_t *chosen, const uint8_
 /* Reads a JSONL file; a bad line is an error "PATH: line N: FIELD: what is wrong". */
 int dpo_dataset_load(struct dpo_dataset *ds, const char *path, const struct chat_template *tpl,
                      const struct tokenizer *tok, struct whet_err *err);
+/* Adds the pair of one line of such a file (dpo_dataset_load calls it for each); an error is "FIELD: what
+ * is wrong". With ds->pairs.count_only set the pair is only counted (the gateway's estimate): its figures
+ * and pairs.n_examples, nothing kept, so split stays NULL. */
+int dpo_dataset_add_line(struct dpo_dataset *ds, const char *line, size_t len, const struct chat_template *tpl,
+                         const struct tokenizer *tok, struct whet_err *err);
 void dpo_dataset_free(struct dpo_dataset *ds);
 static inline int dpo_num_pairs(const struct dpo_dataset *ds) { return ds->pairs.n_examples; }
 

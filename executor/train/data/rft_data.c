@@ -48,9 +48,10 @@ static int parse_messages(struct chat_message **out, int *n_out, char ***joined_
     return 0;
 }
 
-/* Parses one line and adds its prompt (or counts it as too long). */
-static int add_line(struct rft_dataset *ds, const char *line, size_t len, int lineno, const struct chat_template *tpl,
-                    const struct tokenizer *tok, int max_prompt_len, struct whet_err *err) {
+int rft_dataset_add_line(struct rft_dataset *ds, const char *line, size_t len, int lineno,
+                         const struct chat_template *tpl, const struct tokenizer *tok, int max_prompt_len,
+                         struct whet_err *err) {
+    ds->n_lines++;
     json_error_t jerr;
     json_t *root = json_loadb(line, len, 0, &jerr);
     if (!root) return whet_json_errf(err, NULL, &jerr);
@@ -70,8 +71,11 @@ static int add_line(struct rft_dataset *ds, const char *line, size_t len, int li
     free(joined);
     free(msgs);
     free(mask);
-    if (rc || n > max_prompt_len) {
-        if (!rc) ds->n_too_long++;
+    int keep = !rc && n <= max_prompt_len;
+    if (!rc && !keep) ds->n_too_long++;
+    if (keep) ds->n_tokens += n;
+    if (!keep || ds->count_only) {
+        ds->n_prompts += keep; /* counted only */
         free(ids);
         json_decref(root);
         return rc;
@@ -81,7 +85,6 @@ static int add_line(struct rft_dataset *ds, const char *line, size_t len, int li
         ds->prompts = xrealloc(ds->prompts, (size_t)ds->cap * sizeof *ds->prompts);
     }
     ds->prompts[ds->n_prompts++] = (struct rft_prompt){ids, n, root, lineno};
-    ds->n_tokens += n;
     return 0;
 }
 
@@ -93,9 +96,8 @@ struct rft_load {
 };
 
 static int rft_load_line(void *ctx, const char *line, size_t len, int lineno, struct whet_err *err) {
-    struct rft_load *l = ctx;
-    l->ds->n_lines++;
-    return add_line(l->ds, line, len, lineno, l->tpl, l->tok, l->max_prompt_len, err);
+    const struct rft_load *l = ctx;
+    return rft_dataset_add_line(l->ds, line, len, lineno, l->tpl, l->tok, l->max_prompt_len, err);
 }
 
 int rft_dataset_load(struct rft_dataset *ds, const char *path, const struct chat_template *tpl,
@@ -110,7 +112,7 @@ int rft_dataset_load(struct rft_dataset *ds, const char *path, const struct chat
 }
 
 void rft_dataset_free(struct rft_dataset *ds) {
-    for (int i = 0; i < ds->n_prompts; i++) {
+    for (int i = 0; ds->prompts && i < ds->n_prompts; i++) { /* a count_only set keeps no prompts */
         free(ds->prompts[i].ids);
         json_decref(ds->prompts[i].item);
     }

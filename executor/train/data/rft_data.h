@@ -30,12 +30,20 @@ struct rft_dataset {
     long long n_tokens; /* prompt tokens of the prompts kept */
     int n_too_long;     /* prompts left out: more than max_prompt_len tokens */
     int n_lines;        /* non-blank lines read */
+    /* 1: rft_dataset_add_line counts a prompt (n_prompts, n_tokens) without keeping it, for a set that is
+     * only measured (the gateway's estimate, gateway/estimate.h); prompts stays NULL. */
+    int count_only;
 };
 
 /* Reads `path`; prompts of more than max_prompt_len tokens are counted in n_too_long and left out.
  * Fails when a line is malformed or no prompt is left. */
 int rft_dataset_load(struct rft_dataset *ds, const char *path, const struct chat_template *tpl,
                      const struct tokenizer *tok, int max_prompt_len, struct whet_err *err);
+/* Adds the prompt of one line of such a file, line `lineno` (rft_dataset_load calls it for each non-blank
+ * line); an error is "FIELD: what is wrong". */
+int rft_dataset_add_line(struct rft_dataset *ds, const char *line, size_t len, int lineno,
+                         const struct chat_template *tpl, const struct tokenizer *tok, int max_prompt_len,
+                         struct whet_err *err);
 void rft_dataset_free(struct rft_dataset *ds);
 
 #endif

@@ -50,7 +50,7 @@ void sft_dataset_add(struct sft_dataset *ds, const int32_t *ids, const uint8_t *
 }
 
 void sft_dataset_free(struct sft_dataset *ds) {
-    for (int i = 0; i < ds->n_examples; i++) {
+    for (int i = 0; ds->examples && i < ds->n_examples; i++) { /* a count_only set keeps none */
         free(ds->examples[i].ids);
         free(ds->examples[i].mask);
     }

@@ -12,15 +12,6 @@ unset WHET_DATABASE_URL WHET_OBJECT_STORE WHET_JWT_KEY WHET_DATA_DIR
 fleet gang
 executor 1; executor 2
 for _ in $(seq 100); do [ "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'")" = 2 ] && break; sleep 0.1; done
-finish() { # finish JOB: waits for the end, prints the status
-  local s=
-  for _ in $(seq 3000); do
-    s=$(api "http://$http/v1/fine_tuning/jobs/$1" | json "['status']" 2>/dev/null || true)
-    case "$s" in succeeded|failed|cancelled) break ;; esac
-    sleep 0.2
-  done
-  echo "$s"
-}
 losses() { # losses JOB: the train_loss column of its result file
   local f
   f=$(api "http://$http/v1/fine_tuning/jobs/$1" | json "['result_files'][0]")

@@ -2,13 +2,22 @@
 // create's own checks (the same 400s and 404s naming the field), nothing created (no job, event or
 // Idempotency-Key), the plan (examples, steps, trained tokens) from the file and the resolved
 // hyperparameters, the device type from whet.gpu_types or the fleet, the duration from the throughput
-// finished jobs measured (else the stated fallback) and the cost at the prices in effect.
-import { execFileSync } from 'node:child_process';
+// finished jobs measured (else the stated fallback) and the cost at the prices in effect. With the base
+// model's files in the store, SFT, DPO and reinforcement files are tokenized for real, the counts checked
+// against transformers.js (@lenml/tokenizers) rendering the model's own Jinja chat template; a line the
+// trainer would refuse is a 400 naming it.
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { WHET_BIN } from '../lib/gateway.mjs';
 import { startStack, client, multipart, checker, SFT_LINE } from './harness.mjs';
 
+const { TokenizerLoader } = createRequire(import.meta.url)('@lenml/tokenizers');
+// The CLI runs without blocking the event loop: a keep-alive connection the gateway closes meanwhile
+// (model init takes long under ASan) is then seen closed, not reused ("fetch failed").
+const whet = (args, opts) => promisify(execFile)(WHET_BIN, args, opts);
 const { check, summary, failed } = checker();
 // A dry run tokenizes at most 4000 bytes here, so a larger file shows the extrapolation.
 const stack = await startStack({ env: { WHET_ESTIMATE_TOKENIZE_MAX_BYTES: '4000' } });
@@ -17,7 +26,7 @@ try {
   const a = client(stack, 'alpha');
   const op = (method, path, opts = {}) => a(method, path, { ...opts, key: stack.adminToken() });
   let r = await op('POST', '/admin/v1/prices', { json: { effective_from: 0, currency: 'USD',
-    prices: { device_hour: { H100: 3.6, cpu: 0.36 }, trained_tokens_1m: 10 } } });
+    prices: { device_hour: { H100: 3.6, cpu: 0.36 }, trained_tokens_1m: 10, rollout_completion_tokens_1m: 20 } } });
   check(r.status === 200, 'prices', r.text);
   const content = `${SFT_LINE}\n`.repeat(10);
   const m = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'd.jsonl', value: content }]);
@@ -89,8 +98,8 @@ try {
   // template (tests/e2e/console checks the count against a real job's trained tokens).
   const modelDir = path.join(stack.dir, 'tiny');
   const cli = { env: { ...process.env, WHET_DATABASE_URL: stack.dbUrl, WHET_OBJECT_STORE: `file://${stack.objects}` } };
-  execFileSync(WHET_BIN, ['model', 'init', '--preset', 'tiny', '--out', modelDir], cli);
-  execFileSync(WHET_BIN, ['model', 'register', 'whet-real', modelDir], cli);
+  await whet(['model', 'init', '--preset', 'tiny', '--out', modelDir], cli);
+  await whet(['model', 'register', 'whet-real', modelDir], cli);
   const real_ = (file, whet = {}) => a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: file,
     whet: { dry_run: true, ...whet }, method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 3 } } } } });
   r = await real_(file);
@@ -98,6 +107,7 @@ try {
   check(r.status === 200 && r.json.trained_tokens_source === 'tokenized' && t?.examples === 10 && t.tokens > 10 &&
         t.tokens % 10 === 0 && r.json.trained_tokens === 2 * t.tokens && t.max_seq_len === 512 && t.bytes_tokenized === bytes,
         'tokenized: ten equal examples, two epochs of their tokens', r.json);
+  check(t?.tokenizer === 'loaded', 'the first dry run on a model loads its tokenizer', t);
   const cut = t.tokens / 10 - 2; // two tokens short of each example
   r = await real_(file, { max_seq_len: cut });
   check(r.json.tokenization?.truncated_examples === 10 && r.json.tokenization.truncated_tokens === 20 &&
@@ -117,6 +127,126 @@ try {
   check(r.json.trained_tokens_source === 'tokenized_prefix' && bt.bytes_tokenized < Buffer.byteLength(bigContent) &&
         bt.examples === 200 && Math.abs(bt.tokens - 20 * t.tokens) <= 0.02 * 20 * t.tokens,
         'a file past the cap: extrapolated from the part read, within 2%', bt);
+
+  // DPO and reinforcement: the counts transformers.js makes of the same conversations.
+  const tok = TokenizerLoader.fromPreTrained({
+    tokenizerJSON: JSON.parse(fs.readFileSync(path.join(modelDir, 'tokenizer.json'), 'utf8')),
+    tokenizerConfig: JSON.parse(fs.readFileSync(path.join(modelDir, 'tokenizer_config.json'), 'utf8')) });
+  const ntok = (messages, add_generation_prompt = false) =>
+    tok.encode(tok.apply_chat_template(messages, { tokenize: false, add_generation_prompt }), { add_special_tokens: false }).length;
+  const upload = async (name, lines) => {
+    const u = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: name, value: lines.map((l) => JSON.stringify(l)).join('\n') + '\n' }]);
+    const res = await a('POST', '/v1/files', { body: u.body, headers: { 'content-type': u.type } });
+    check(res.status === 200, `upload ${name}`, res.json);
+    return res.json.id;
+  };
+  const dry = (file, method, whet = {}) => a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: file,
+    whet: { dry_run: true, ...whet }, method } });
+  const say = (role, content) => ({ role, content });
+  const pairs = [
+    [[say('user', 'hi')], 'hello', 'go away'],
+    [[say('system', 'Be brief.'), say('user', 'What is the capital of France?')], 'Paris.',
+     'I think it might be Lyon, or perhaps Marseille; it is hard to say without looking it up.'],
+    [[say('user', 'count to three'), say('assistant', 'one two'), say('user', 'all of it')], 'one two three', 'no'],
+  ];
+  const sides = pairs.map(([prompt, chosen, rejected]) => [ntok([...prompt, say('assistant', chosen)]), ntok([...prompt, say('assistant', rejected)])]);
+  const dpoTokens = sides.reduce((sum, [c, rj]) => sum + c + rj, 0);
+  const dpoFile = await upload('dpo.jsonl', pairs.map(([prompt, chosen, rejected]) => ({ input: { messages: prompt },
+    preferred_output: [say('assistant', chosen)], non_preferred_output: [say('assistant', rejected)] })));
+  const dpo = { type: 'dpo', dpo: { hyperparameters: { n_epochs: 2, batch_size: 2 } } };
+  r = await dry(dpoFile, dpo);
+  let k = r.json.tokenization;
+  check(r.status === 200 && r.json.trained_tokens_source === 'tokenized' && k?.examples === 3 && k.tokens === dpoTokens &&
+        r.json.steps === 4 && r.json.trained_tokens === 2 * dpoTokens,
+        `dpo: prompt + chosen and prompt + rejected of each pair, ${dpoTokens} tokens an epoch, as transformers.js counts them`, [r.json, sides]);
+  check(k?.tokenizer === 'cached', 'a later dry run on the model: its tokenizer kept, not read again', k);
+  check(near(r.json.cost.amount, r.json.trained_tokens / 1000 / 3600 * 0.36 + r.json.trained_tokens / 1e6 * 10, 1e-3) &&
+        r.json.rollout_tokens === undefined, 'dpo cost: device time and trained tokens', r.json.cost);
+  // Cut as the trainer cuts a pair (dpo_data.h): a side within half of max_seq_len kept whole, the other the rest.
+  const L = Math.max(...sides.map(([c, rj]) => c + rj)) - 4;
+  const cutPair = ([c, rj]) => {
+    if (c + rj <= L) return c + rj;
+    const half = Math.floor(L / 2), kc = c <= half ? c : rj <= half ? L - rj : half;
+    return kc + Math.min(L - kc, rj);
+  };
+  r = await dry(dpoFile, dpo, { max_seq_len: L });
+  k = r.json.tokenization;
+  check(k?.tokens === sides.reduce((sum, s) => sum + cutPair(s), 0) && k.truncated_examples === sides.filter(([c, rj]) => c + rj > L).length &&
+        k.truncated_tokens === dpoTokens - k.tokens && k.max_seq_len === L, `dpo: pairs cut at whet.max_seq_len ${L}`, k);
+  // The create carries the count the dry run kept; its result compares it with the actual.
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: dpoFile, method: dpo } });
+  const dpoJob = r.json.id;
+  check(r.status === 200 && r.json.whet?.estimate?.trained_tokens === 2 * dpoTokens && r.json.whet.estimate.trained_tokens_source === 'tokenized',
+        'a dpo create carries the dry run\'s count', r.json.whet?.estimate);
+
+  const prompts = [[say('user', '2+2?')], [say('system', 'Answer with a number.'), say('user', 'What is 6 times 7?')],
+    [say('user', 'Spell out every number from one to twenty, separated by commas, then say which of them are prime.')]];
+  const promptTokens = prompts.map((m) => ntok(m, true));
+  const rftFile = await upload('rft.jsonl', prompts.map((messages, i) => ({ messages, answer: String(i) })));
+  const grader = { type: 'string_check', name: 'exact', input: '{{sample.output_text}}', reference: '{{item.answer}}', operation: 'eq' };
+  const rft = { type: 'reinforcement', reinforcement: { grader, hyperparameters: { n_epochs: 1, batch_size: 2 } } };
+  r = await dry(rftFile, rft, { group_size: 4, max_tokens: 16 });
+  k = r.json.tokenization;
+  const sumPrompts = promptTokens.reduce((x, y) => x + y, 0);
+  check(r.status === 200 && r.json.trained_tokens_source === 'tokenized' && k?.examples === 3 && k.prompt_tokens === sumPrompts &&
+        k.prompts_too_long === 0 && k.max_prompt_len === 512, `rft: ${sumPrompts} prompt tokens, as transformers.js counts them`, [r.json, promptTokens]);
+  check(r.json.steps === 2 && r.json.rollout_tokens === 3 * 4 * 16 && r.json.rollout_tokens_upper_bound === true &&
+        r.json.rollout?.n === 4 && r.json.rollout.max_tokens === 16,
+        'rft: rollout tokens at most prompts x group size x max_tokens, stated as an upper bound', r.json);
+  check(r.json.trained_tokens === 4 * (sumPrompts + 3 * 16) && r.json.trained_tokens_upper_bound === true,
+        'rft: trained tokens at most every sequence (prompt + max_tokens) of every group', r.json);
+  check(near(r.json.cost.line_items.rollout_tokens, 192 / 1e6 * 20, 1e-3) &&
+        near(r.json.cost.amount, r.json.trained_tokens / 1000 / 3600 * 0.36 + r.json.trained_tokens / 1e6 * 10 + 192 / 1e6 * 20, 1e-3),
+        'rft cost: the rollout tokens at the price book\'s rollout line', r.json.cost);
+  // A prompt longer than max_seq_len - max_tokens is left out, as the trainer leaves it out.
+  r = await dry(rftFile, rft, { group_size: 4, max_tokens: 16, max_seq_len: 16 + promptTokens[2] - 1 });
+  k = r.json.tokenization;
+  check(k?.examples === 2 && k.prompts_too_long === 1 && k.prompt_tokens === promptTokens[0] + promptTokens[1] &&
+        r.json.rollout_tokens === 2 * 4 * 16, 'rft: a prompt past max_seq_len - max_tokens left out', r.json);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-real', training_file: rftFile, method: rft, whet: { group_size: 4, max_tokens: 16 } } });
+  const rftJob = r.json.id;
+  check(r.status === 200 && r.json.whet?.estimate?.rollout_tokens === 192 && r.json.whet.estimate.trained_tokens_source === 'tokenized',
+        'an rft create carries the dry run\'s count', r.json.whet?.estimate);
+  stack.psql(`UPDATE jobs SET status = 'succeeded', trained_tokens = 900, total_steps = 4, finished_at = whet_now() WHERE id IN ('${dpoJob}', '${rftJob}');
+              INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens, rollout_tokens)
+              SELECT tenant_id, id, 1, 0, 'cpu', 2, 900, 150 FROM jobs WHERE id = '${rftJob}'`);
+  for (const id of [dpoJob, rftJob]) {
+    r = await a('GET', `/v1/fine_tuning/jobs/${id}`);
+    const act = r.json.whet?.estimate?.actual;
+    check(act?.trained_tokens === 900 && act.rollout_tokens === (id === rftJob ? 150 : undefined),
+          `${r.json.method?.type}: the finished job compares its estimate with the actual`, r.json.whet?.estimate);
+  }
+
+  // Dry runs at once share the kept tokenizer (the gateway's workers count in parallel) and count alike.
+  const many = await Promise.all([...Array(6)].map((_, i) => (i % 2 ? dry(dpoFile, dpo) : dry(rftFile, rft, { group_size: 4, max_tokens: 16 }))));
+  check(many.every((x, i) => x.status === 200 && x.json.tokenization?.tokenizer === 'cached' &&
+                   (i % 2 ? x.json.tokenization.tokens === dpoTokens : x.json.tokenization.prompt_tokens === sumPrompts)),
+        'six dry runs at once: the same counts, one tokenizer', many.map((x) => x.json?.tokenization));
+  // The gateway keeps the tokenizers of four models, the least recently used dropped.
+  for (const name of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4']) await whet(['model', 'register', name, modelDir], cli);
+  const onModel = (model) => a('POST', '/v1/fine_tuning/jobs', { json: { model, training_file: dpoFile, whet: { dry_run: true }, method: dpo } });
+  const kept = [];
+  for (const model of ['whet-k1', 'whet-k2', 'whet-k3', 'whet-k4', 'whet-real', 'whet-k4', 'whet-k1']) {
+    r = await onModel(model);
+    kept.push(r.json.tokenization?.tokenizer);
+  }
+  check(kept.join() === 'loaded,loaded,loaded,loaded,loaded,cached,loaded',
+        'four models kept: whet-real dropped by the fourth new one, whet-k1 by whet-real', kept);
+
+  // Lines the trainer would refuse (which the upload's checks let through): a 400 naming the line.
+  const badDpo = await upload('bad_dpo.jsonl', [
+    { input: { messages: [say('user', 'hi')] }, preferred_output: [say('assistant', 'a')], non_preferred_output: [say('assistant', 'b')] },
+    { input: { messages: [say('user', 'hi')], tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }] },
+      preferred_output: [say('assistant', 'a')], non_preferred_output: [say('assistant', 'b')] }]);
+  r = await dry(badDpo, dpo);
+  check(r.status === 400 && r.json?.error?.param === 'training_file' && /line 2: input\.tools/.test(r.json.error.message),
+        'dpo: a line the trainer refuses is a 400 with its line number', r.json);
+  const badRft = await upload('bad_rft.jsonl', [{ messages: [say('user', 'a')] }, { messages: [say('user', 'b')] },
+    { messages: [say('user', 'c'), { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'c1', content: '1' }, say('user', 'd')] }]);
+  r = await dry(badRft, rft);
+  check(r.status === 400 && r.json?.error?.param === 'training_file' && /line 3: messages\[1\]/.test(r.json.error.message),
+        'rft: a line the trainer refuses is a 400 with its line number', r.json);
   fs.rmSync(modelDir, { recursive: true, force: true });
 
   // Sizing as the scheduler sizes: a 70B model's LoRA job on a pool of 80 GiB A100s takes a gang of several,

@@ -218,6 +218,39 @@ TEST(truncation_fits_the_pair_into_a_row) {
     dpo_dataset_free(&ds);
 }
 
+/* The gateway's estimate counts a file line by line without keeping it (count_only): the same figures as
+ * the trainer's load, and nothing held. At 64 tokens the second pair is cut; at 16 both are left unscored
+ * (the load refuses the file, the count says why). */
+TEST(counting_only_gives_the_loaded_figures) {
+    const char *lines[] = {
+        PROMPT "\"preferred_output\":" GOOD ",\"non_preferred_output\":" BAD "}",
+        PROMPT "\"preferred_output\":" GOOD ",\"non_preferred_output\":[{\"role\":\"assistant\",\"content\":\"No, "
+               "I would rather not add numbers today, or any other day of the week.\"}]}",
+    };
+    const struct {
+        int max_seq_len, pairs, truncated, unscored;
+    } cases[] = {{64, 2, 1, 0}, {16, 0, 2, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct dpo_dataset a, b;
+        char msg[512] = "", *text = xasprintf("%s\n%s\n", lines[0], lines[1]);
+        int loaded = load(&a, text, cases[c].max_seq_len, msg, sizeof msg);
+        dpo_dataset_init(&b, cases[c].max_seq_len);
+        b.pairs.count_only = 1;
+        struct whet_err err;
+        for (int i = 0; i < 2; i++)
+            CHECK_MSG(dpo_dataset_add_line(&b, lines[i], strlen(lines[i]), &tpl, tok, &err) == 0, "%s", err.msg);
+        CHECK_MSG((loaded == 0) == (cases[c].pairs > 0), "%s", msg);
+        CHECK(dpo_num_pairs(&b) == cases[c].pairs && b.n_truncated == cases[c].truncated);
+        CHECK(b.n_unscored == cases[c].unscored);
+        CHECK(dpo_num_pairs(&a) == dpo_num_pairs(&b) && a.pairs.n_tokens == b.pairs.n_tokens);
+        CHECK(a.pairs.n_trained_tokens == b.pairs.n_trained_tokens && a.n_truncated_tokens == b.n_truncated_tokens);
+        CHECK(b.split == NULL && b.pairs.examples == NULL);
+        dpo_dataset_free(&a);
+        dpo_dataset_free(&b);
+        free(text);
+    }
+}
+
 TEST(batches_keep_pairs_whole_and_sequences_apart) {
     struct dpo_dataset ds;
     dpo_dataset_init(&ds, 64);
@@ -305,6 +338,7 @@ int main(void) {
     RUN(an_answer_may_hold_several_assistant_turns);
     RUN(bad_lines_name_file_line_and_field);
     RUN(truncation_fits_the_pair_into_a_row);
+    RUN(counting_only_gives_the_loaded_figures);
     RUN(batches_keep_pairs_whole_and_sequences_apart);
     RUN(config_takes_beta_for_dpo);
     tokenizer_free(tok);

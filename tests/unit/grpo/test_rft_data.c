@@ -94,6 +94,29 @@ TEST(long_prompts_are_left_out_and_counted) {
     rft_dataset_free(&ds);
 }
 
+/* The gateway's estimate counts a file line by line without keeping it (count_only): the same prompts and
+ * prompt tokens as the trainer's load, the long one left out, and nothing held. */
+TEST(counting_only_gives_the_loaded_figures) {
+    const char *lines[] = {"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"answer\":\"x\"}",
+                           "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\","
+                           "\"content\":\"Add 2 and 3.\"}]}",
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"a much longer prompt than the others, "
+                           "with many words in it, and then some more words\"}]}"};
+    struct rft_dataset a, b = {.count_only = 1};
+    struct whet_err err = {0};
+    char *text = xasprintf("%s\n%s\n%s\n", lines[0], lines[1], lines[2]);
+    CHECK_MSG(load(&a, text, 32, &err) == 0, "%s", err.msg); /* the prompts take 10, 28 and 44 tokens */
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(rft_dataset_add_line(&b, lines[i], strlen(lines[i]), i + 1, &tpl, tok, 32, &err) == 0, "%s",
+                  err.msg);
+    CHECK(a.n_prompts == 2 && a.n_too_long == 1);
+    CHECK(b.n_prompts == a.n_prompts && b.n_tokens == a.n_tokens && b.n_too_long == a.n_too_long && b.n_lines == 3);
+    CHECK(b.prompts == NULL);
+    rft_dataset_free(&a);
+    rft_dataset_free(&b);
+    free(text);
+}
+
 static const struct {
     const char *line3; /* after two good lines */
     const char *fragments[2];
@@ -133,6 +156,7 @@ int main(void) {
     RUN(prompts_end_with_the_assistant_header_and_keep_their_item);
     RUN(a_byte_order_mark_and_crlf_change_nothing);
     RUN(long_prompts_are_left_out_and_counted);
+    RUN(counting_only_gives_the_loaded_figures);
     RUN(bad_lines_name_the_line_and_the_field);
     tokenizer_free(tok);
     chat_template_free(&tpl);
