@@ -94,10 +94,20 @@ int trainer_most_passes(struct run *r, int mine, int *most, struct whet_err *err
     return rc;
 }
 
-int trainer_idle_passes(struct run *r, int n, int backward, struct whet_err *err) {
+static int idle_passes(struct model *m, int n, int backward, struct whet_err *err) {
     for (int i = 0; i < n; i++)
-        if (model_idle_pass(r->model, backward, err)) return -1;
+        if (model_idle_pass(m, backward, err)) return -1;
     return 0;
+}
+
+int trainer_idle_passes(struct run *r, int n, int backward, struct whet_err *err) {
+    return idle_passes(r->model, n, backward, err);
+}
+
+struct model *trainer_reference(struct run *r) { return r->ref_model ? r->ref_model : r->model; }
+
+int trainer_idle_reference_passes(struct run *r, int n, struct whet_err *err) {
+    return idle_passes(trainer_reference(r), n, 0, err);
 }
 
 int trainer_sum(struct run *r, double *values, int n, struct whet_err *err) {
@@ -140,9 +150,9 @@ void trainer_dist_model_opts(const struct run *r, struct model_opts *o) {
     o->shard_params = r->world > 1 && r->cfg->dist.zero == 3;
 }
 
-void trainer_dist_attach(struct run *r) {
-    if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(r->model, sum_sumsq, r);
-    if (params_sharded(r)) model_set_shard_ops(r->model, &(struct model_shard_ops){gather_unit, reduce_scatter_unit, r});
+void trainer_dist_attach(struct run *r, struct model *m) {
+    if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(m, sum_sumsq, r);
+    if (params_sharded(r)) model_set_shard_ops(m, &(struct model_shard_ops){gather_unit, reduce_scatter_unit, r});
 }
 
 /* ---------------------------------------------------------------- gradient buckets */

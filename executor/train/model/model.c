@@ -317,9 +317,10 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                   m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
         goto fail;
     }
-    m->sharded = (m->full_ft || m->lora_r) && m->train && opts->shard_params && opts->optimizer_shards > 1;
+    m->sharded = !m->frozen_base && opts->shard_params && opts->optimizer_shards > 1;
     if (opts->shard_params && !m->sharded) {
-        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for training over more than one rank");
+        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for a model over more than one rank, not the "
+                       "frozen base of co-trained adapters");
         goto fail;
     }
     struct backend *be = m->be;

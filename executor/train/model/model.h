@@ -79,8 +79,10 @@ struct model_opts {
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
     int optimizer_shards; /* ZeRO-1 with train: the optimizer state split over this many ranks (0, 1: not) */
     int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_optimizer_moments */
-    int shard_params;     /* ZeRO-3, with train and optimizer_shards > 1: the base parameters are sharded too,
-                           * unit by unit (model_set_shard_ops), and a full fine-tune's gradients with them */
+    int shard_params;     /* ZeRO-3, with optimizer_shards > 1 (the ranks; optimizer_shard this one): the base
+                           * parameters are sharded, unit by unit (model_set_shard_ops), and a full fine-tune's
+                           * gradients with them. Without train: a frozen model sharded the same way (the
+                           * reference of a sharded DPO or GRPO run) */
     int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
                            * activations a backward pass needs: the base of co-trained adapter views
                            * (model_set_lora_runs) */

@@ -80,11 +80,11 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     int64_t lo = 0, hi = out->n_trainable;
     if (j.optimizer_shards > 1) mp_shard(out->n_trainable, j.optimizer_shards, j.optimizer_shard, &lo, &hi);
     out->moments = 2 * wide * (hi - lo);
-    if (j.train && j.optimizer_shards > 1 && j.shard_params) {
+    if (j.optimizer_shards > 1 && j.shard_params) { /* (without train: a sharded frozen reference) */
         int64_t kept, gathered;
         sharded_values(&s, &j, &kept, &gathered);
         out->weights = narrow * (kept + gathered);
-        if (j.lora_r == 0) { /* a full fine-tune's gradients and moments follow its units */
+        if (j.train && j.lora_r == 0) { /* a full fine-tune's gradients and moments follow its units */
             out->gradients = out->weights;
             out->moments = 2 * wide * kept;
         }

@@ -4,7 +4,8 @@
 #   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
 #     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks; the gradient all-reduced
 #     in buckets during the backward pass), SFT full with fewer rows than ranks, SFT full and DPO LoRA
-#     (ZeRO-1, 3 ranks), SFT, DPO and GRPO, full and LoRA, under ZeRO-3 (3 ranks; SFT full also with fewer rows than ranks), GRPO LoRA (3
+#     (ZeRO-1, 3 ranks), SFT, DPO and GRPO, full and LoRA, under ZeRO-3 (3 ranks; SFT full also with fewer
+#     rows than ranks; a full fine-tune's frozen reference sharded with the policy), GRPO LoRA (3
 #     ranks sharing 5 prompts, a reference pass, dynamic sampling with refills); only rank 0 writes
 #     metrics, events and checkpoints;
 #   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, and a ZeRO-3 one on 2 ranks of
@@ -151,6 +152,7 @@ gang dpo3 dpo 3 "$LORA" ', "zero": 1'
 same_losses "$work/single-dpo-lora/metrics.jsonl" "$work/dpo3-0/metrics.jsonl"
 gang dpo3z dpo 3 "$FULL" ', "zero": 3'
 same_losses "$work/single-dpo-full/metrics.jsonl" "$work/dpo3z-0/metrics.jsonl"
+grep -q "reference model: sharded as the policy" "$work/dpo3z-2.log" || fail "rank 2 did not shard DPO's reference"
 # LoRA under ZeRO-3: the frozen base sharded (DPO's reference passes, the adapter off, gather it too)
 gang lora3z sft 3 "$LORA" ', "zero": 3'
 same_losses "$work/single-sft-lora/metrics.jsonl" "$work/lora3z-0/metrics.jsonl"
@@ -163,6 +165,7 @@ gang grpo3z grpo 3 "$GRPO" ', "zero": 3'
 same_losses "$work/single-grpo-lora/metrics.jsonl" "$work/grpo3z-0/metrics.jsonl"
 gang grpofull3z grpo 3 "$GRPO_FULL" ', "zero": 3'
 same_losses "$work/single-grpo-full/metrics.jsonl" "$work/grpofull3z-0/metrics.jsonl"
+grep -q "reference model: sharded as the policy" "$work/grpofull3z-1.log" || fail "rank 1 did not shard GRPO's reference"
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert any(0 < x["reward_mean"] < 1 and x["groups_kept"] > 0 for x in r), r' \
   "$work/single-grpo-lora/metrics.jsonl" || fail "GRPO: no step with mixed rewards to compare"
 

@@ -173,6 +173,13 @@ TEST(plan_zero3_shards) {
             lj.shard_params = 1;
             mp_plan(&lora, &s, &lj);
             CHECK(lora.weights < lora1.weights && lora.gradients == lora1.gradients && lora.moments == lora1.moments);
+            /* a frozen reference sharded with the policy: the policy's resident weights, nothing trainable */
+            struct mp_plan ref, policy;
+            mp_plan(&policy, &s, &(struct mp_job){.train = 1, .method = MP_DPO, .rows = 2, .seq_len = 8,
+                                                  .optimizer_shards = n, .optimizer_shard = 0, .shard_params = 1});
+            mp_plan(&ref, &s, &(struct mp_job){.rows = 2, .seq_len = 8, .optimizer_shards = n, .shard_params = 1});
+            CHECK(ref.weights == policy.weights && ref.weights < whole.weights && ref.gradients == 0 && ref.moments == 0);
+            CHECK(policy.reference == ref.weights + MP_SCALAR_BYTES);
         }
     }
 }
