@@ -24,7 +24,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "comm.h"
 #include "model.h"
@@ -45,15 +44,16 @@ int trainer_dist_open(struct run *r, struct whet_err *err) {
     const struct trainer_distributed *d = &r->cfg->dist;
     r->rank = d->rank;
     r->world = d->world_size;
-    if (d->world_size == 1) return 0;
-    if (r->cfg->device && strcmp(r->cfg->device, "cpu"))
-        return whet_errf(err, "distributed: world_size %d on device %s: this build's collectives are Gloo's, between CPU "
-                              "ranks; train on \"cpu\" or with world_size 1", d->world_size, r->cfg->device);
+    /* Alone, unless a rendezvous was given: a gang of one runs every collective of the gang's code path
+     * (what a GPU machine with one device checks NCCL with, tests/gpu/run.sh). */
+    if (d->world_size == 1 && !d->rendezvous) return 0;
     double t0 = whet_now_mono();
     struct comm_opts o = {.world_size = d->world_size, .rank = d->rank, .rendezvous = d->rendezvous, .host = d->host,
-                          .generation = d->generation, .timeout_s = d->timeout_s, .on_listen = on_listen, .ctx = r};
+                          .generation = d->generation, .timeout_s = d->timeout_s, .device = r->cfg->device,
+                          .on_listen = on_listen, .ctx = r};
     if (comm_open(&r->comm, &o, err)) return -1;
-    trainer_progress(r, "rank %d of %d joined the gang in %.2fs%s", d->rank, d->world_size, whet_now_mono() - t0,
+    trainer_progress(r, "rank %d of %d joined the gang in %.2fs (%s)%s", d->rank, d->world_size, whet_now_mono() - t0,
+                     comm_library(r->comm),
                      d->zero == 3   ? " (ZeRO-3: parameters, gradients and optimizer state sharded)"
                      : d->zero == 1 ? " (ZeRO-1: optimizer state sharded)"
                                     : " (data parallel)");
@@ -247,18 +247,9 @@ int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *e
      * value is some rank's and the others' zeros add nothing, so the sum is exact (twice an all-gather's
      * bytes, once a checkpoint, for one path whatever the spans). Rank 0 writes. */
     size_t n;
-    const struct model_span *spans;
-    float *exp_avg, *exp_avg_sq;
     model_trainable_params(r->model, &n);
-    int n_spans = model_optimizer_spans(r->model, &spans);
-    model_optimizer_moments(r->model, &exp_avg, &exp_avg_sq);
     float *whole = xcalloc(2 * n + 1, sizeof(float));
-    for (int i = 0; i < n_spans; i++) { /* CPU ranks: device memory is host memory */
-        size_t len = spans[i].hi - spans[i].lo;
-        memcpy(whole + spans[i].lo, exp_avg, sizeof(float) * len);
-        memcpy(whole + n + spans[i].lo, exp_avg_sq, sizeof(float) * len);
-        exp_avg += len, exp_avg_sq += len;
-    }
+    model_download_moments(r->model, whole, whole + n);
     int rc = comm_allreduce(r->comm, whole, 2 * n, err);
     if (!rc && path) rc = model_save_optimizer_moments(r->model, path, whole, whole + n, err);
     free(whole);

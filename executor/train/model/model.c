@@ -1184,13 +1184,14 @@ void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *d
     m->reduce_sumsq_ctx = ctx;
 }
 
-int model_optimizer_spans(const struct model *m, const struct model_span **spans) {
-    *spans = m->spans;
-    return m->n_spans;
-}
-
-void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq) {
-    *exp_avg = m->adam_m, *exp_avg_sq = m->adam_v;
+void model_download_moments(const struct model *m, float *exp_avg, float *exp_avg_sq) {
+    size_t at = 0; /* the moments of the spans lie back to back */
+    for (int i = 0; i < m->n_spans; i++) {
+        size_t lo = m->spans[i].lo, len = m->spans[i].hi - lo;
+        m->be->download(m->be, exp_avg + lo, m->adam_m + at, sizeof(float) * len);
+        m->be->download(m->be, exp_avg_sq + lo, m->adam_v + at, sizeof(float) * len);
+        at += len;
+    }
 }
 
 void model_set_shard_ops(struct model *m, const struct model_shard_ops *ops) { m->shard_ops = *ops; }

@@ -78,7 +78,7 @@ struct model_opts {
     int max_seq_len;      /* (buffers grow on demand anyway) */
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
     int optimizer_shards; /* ZeRO-1 with train: the optimizer state split over this many ranks (0, 1: not) */
-    int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_optimizer_moments */
+    int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_download_moments */
     int shard_params;     /* ZeRO-3, with optimizer_shards > 1 (the ranks; optimizer_shard this one): the base
                            * parameters are sharded, unit by unit (model_set_shard_ops), and a full fine-tune's
                            * gradients with them. Without train: a frozen model sharded the same way (the
@@ -206,10 +206,10 @@ void model_grad_ranges(struct model *m);
 struct model_span {
     size_t lo, hi;
 };
-/* The spans of the trainable buffer whose optimizer state this model holds, in order (all of it; ZeRO-1's
- * shard; under ZeRO-3 its shard of every unit), and their moments, stored back to back (device memory). */
-int model_optimizer_spans(const struct model *m, const struct model_span **spans);
-void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq);
+/* The optimizer state this model holds — all of the trainable buffer, ZeRO-1's shard of it, or under ZeRO-3
+ * its shard of every unit — copied from the device into host arrays of model_trainable_params' n values,
+ * each value at its place in the buffer; the values of other ranks' shards are left as they are. */
+void model_download_moments(const struct model *m, float *exp_avg, float *exp_avg_sq);
 
 /* ZeRO-3 (model_opts.shard_params): the base parameters are cut into units — the embedding, each layer,
  * the head (the final norm and an untied lm_head) — and each rank keeps only its comm_shard of each unit.
