@@ -137,8 +137,18 @@ static int timed(struct run *r, int (*collective)(struct comm *, float *, size_t
     return rc;
 }
 
-static int gather_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
-    return timed(ctx, comm_allgather, unit, n, err);
+static void *gather_unit_start(void *ctx, float *unit, size_t n) {
+    struct run *r = ctx;
+    return comm_allgather_start(r->comm, unit, n);
+}
+
+/* (the seconds waited: an all-gather that ran while the previous unit computed costs nothing) */
+static int gather_unit_wait(void *ctx, void *started, struct whet_err *err) {
+    struct run *r = ctx;
+    double t0 = whet_now_mono();
+    int rc = comm_wait(started, err);
+    r->comm_seconds += whet_now_mono() - t0;
+    return rc;
 }
 
 static int reduce_scatter_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
@@ -152,7 +162,7 @@ void trainer_dist_model_opts(const struct run *r, struct model_opts *o) {
 
 void trainer_dist_attach(struct run *r, struct model *m) {
     if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(m, sum_sumsq, r);
-    if (params_sharded(r)) model_set_shard_ops(m, &(struct model_shard_ops){gather_unit, reduce_scatter_unit, r});
+    if (params_sharded(r)) model_set_shard_ops(m, &(struct model_shard_ops){gather_unit_start, gather_unit_wait, reduce_scatter_unit, r});
 }
 
 /* ---------------------------------------------------------------- gradient buckets */

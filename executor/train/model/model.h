@@ -214,14 +214,18 @@ void model_download_moments(const struct model *m, float *exp_avg, float *exp_av
 /* ZeRO-3 (model_opts.shard_params): the base parameters are cut into units — the embedding, each layer,
  * the head (the final norm and an untied lm_head) — and each rank keeps only its comm_shard of each unit.
  * A pass gathers a unit just before it uses it and releases the rest of it after (backend `release`):
- * forward gathers the embedding, each layer, the head; backward the head, each layer from the last. For a
- * full fine-tune the base is the trainable buffer: as the backward pass finishes a unit's gradient it
- * reduce-scatters it, keeps its shard and releases the rest, and the optimizer holds and steps the
- * shards; LoRA's frozen base is only gathered, its adapter sharded as under ZeRO-1. So every pass is
- * collectives, and every rank must run as many passes as the others (model_idle_pass). The model does
- * no I/O: the trainer gives it the two collectives, each of a whole unit of n values in place. */
+ * forward gathers the embedding, each layer, the head; backward the head, each layer from the last. The
+ * next unit's all-gather starts before the current one computes, so the two overlap (two units in flight,
+ * as the memory plan counts). For a full fine-tune the base is the trainable buffer: as the backward pass
+ * finishes a unit's gradient it reduce-scatters it, keeps its shard and releases the rest, and the
+ * optimizer holds and steps the shards; LoRA's frozen base is only gathered, its adapter sharded as under
+ * ZeRO-1. So every pass is collectives, and every rank must run as many passes as the others
+ * (model_idle_pass), which start them in the same order. The model does no I/O: the trainer gives it the
+ * collectives, each of a whole unit of n values in place: an all-gather started (its handle) and waited
+ * for, and a reduce-scatter. */
 struct model_shard_ops {
-    int (*gather)(void *ctx, float *unit, size_t n, struct whet_err *err);         /* an all-gather */
+    void *(*gather_start)(void *ctx, float *unit, size_t n);                       /* an all-gather */
+    int (*gather_wait)(void *ctx, void *started, struct whet_err *err);            /* its end */
     int (*reduce_scatter)(void *ctx, float *unit, size_t n, struct whet_err *err); /* a reduce-scatter */
     void *ctx;
 };
