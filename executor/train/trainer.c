@@ -359,7 +359,7 @@ static int load_model(struct run *r, struct whet_err *err) {
     /* Co-trained: an adapter view of the shared frozen base, with its own gradients and moments. */
     if (r->cotrain_base ? model_load_adapter_view(&r->model, r->cotrain_base, &o, err) : model_load(&r->model, dir, &o, err))
         return -1;
-    trainer_dist_attach(r);
+    trainer_dist_attach(r, r->model);
     if (cfg->resume_from && load_optimizer(r, cfg->resume_from, err)) return whet_err_prefix(err, "resume_from");
     trainer_progress(r, "model %s: %zu parameters, %zu trainable (%s), %s chat format", cfg->model, model_num_params(r->model),
                      model_num_trainable(r->model), model_is_lora(r->model) ? "LoRA" : "full fine-tuning",
@@ -372,8 +372,11 @@ int trainer_load_reference(struct run *r, struct whet_err *err) {
     struct model_opts ro = model_opts_default();
     ro.lora_r = 0;
     ro.device = r->cfg->device;
+    trainer_dist_model_opts(r, &ro);
     if (model_load(&r->ref_model, r->cfg->model, &ro, err))
         return whet_err_prefix(err, "%s reference model", trainer_method_name(r->cfg->method));
+    trainer_dist_attach(r, r->ref_model);
+    if (ro.shard_params) trainer_progress(r, "reference model: sharded as the policy (ZeRO-3), gathered unit by unit");
     return 0;
 }
 

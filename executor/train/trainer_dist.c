@@ -24,7 +24,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "comm.h"
 #include "model.h"
@@ -45,15 +44,16 @@ int trainer_dist_open(struct run *r, struct whet_err *err) {
     const struct trainer_distributed *d = &r->cfg->dist;
     r->rank = d->rank;
     r->world = d->world_size;
-    if (d->world_size == 1) return 0;
-    if (r->cfg->device && strcmp(r->cfg->device, "cpu"))
-        return whet_errf(err, "distributed: world_size %d on device %s: this build's collectives are Gloo's, between CPU "
-                              "ranks; train on \"cpu\" or with world_size 1", d->world_size, r->cfg->device);
+    /* Alone, unless a rendezvous was given: a gang of one runs every collective of the gang's code path
+     * (what a GPU machine with one device checks NCCL with, tests/gpu/run.sh). */
+    if (d->world_size == 1 && !d->rendezvous) return 0;
     double t0 = whet_now_mono();
     struct comm_opts o = {.world_size = d->world_size, .rank = d->rank, .rendezvous = d->rendezvous, .host = d->host,
-                          .generation = d->generation, .timeout_s = d->timeout_s, .on_listen = on_listen, .ctx = r};
+                          .generation = d->generation, .timeout_s = d->timeout_s, .device = r->cfg->device,
+                          .on_listen = on_listen, .ctx = r};
     if (comm_open(&r->comm, &o, err)) return -1;
-    trainer_progress(r, "rank %d of %d joined the gang in %.2fs%s", d->rank, d->world_size, whet_now_mono() - t0,
+    trainer_progress(r, "rank %d of %d joined the gang in %.2fs (%s)%s", d->rank, d->world_size, whet_now_mono() - t0,
+                     comm_library(r->comm),
                      d->zero == 3   ? " (ZeRO-3: parameters, gradients and optimizer state sharded)"
                      : d->zero == 1 ? " (ZeRO-1: optimizer state sharded)"
                                     : " (data parallel)");
@@ -94,10 +94,20 @@ int trainer_most_passes(struct run *r, int mine, int *most, struct whet_err *err
     return rc;
 }
 
-int trainer_idle_passes(struct run *r, int n, int backward, struct whet_err *err) {
+static int idle_passes(struct model *m, int n, int backward, struct whet_err *err) {
     for (int i = 0; i < n; i++)
-        if (model_idle_pass(r->model, backward, err)) return -1;
+        if (model_idle_pass(m, backward, err)) return -1;
     return 0;
+}
+
+int trainer_idle_passes(struct run *r, int n, int backward, struct whet_err *err) {
+    return idle_passes(r->model, n, backward, err);
+}
+
+struct model *trainer_reference(struct run *r) { return r->ref_model ? r->ref_model : r->model; }
+
+int trainer_idle_reference_passes(struct run *r, int n, struct whet_err *err) {
+    return idle_passes(trainer_reference(r), n, 0, err);
 }
 
 int trainer_sum(struct run *r, double *values, int n, struct whet_err *err) {
@@ -127,8 +137,18 @@ static int timed(struct run *r, int (*collective)(struct comm *, float *, size_t
     return rc;
 }
 
-static int gather_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
-    return timed(ctx, comm_allgather, unit, n, err);
+static void *gather_unit_start(void *ctx, float *unit, size_t n) {
+    struct run *r = ctx;
+    return comm_allgather_start(r->comm, unit, n);
+}
+
+/* (the seconds waited: an all-gather that ran while the previous unit computed costs nothing) */
+static int gather_unit_wait(void *ctx, void *started, struct whet_err *err) {
+    struct run *r = ctx;
+    double t0 = whet_now_mono();
+    int rc = comm_wait(started, err);
+    r->comm_seconds += whet_now_mono() - t0;
+    return rc;
 }
 
 static int reduce_scatter_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
@@ -140,9 +160,9 @@ void trainer_dist_model_opts(const struct run *r, struct model_opts *o) {
     o->shard_params = r->world > 1 && r->cfg->dist.zero == 3;
 }
 
-void trainer_dist_attach(struct run *r) {
-    if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(r->model, sum_sumsq, r);
-    if (params_sharded(r)) model_set_shard_ops(r->model, &(struct model_shard_ops){gather_unit, reduce_scatter_unit, r});
+void trainer_dist_attach(struct run *r, struct model *m) {
+    if (r->comm && r->cfg->dist.zero) model_set_sumsq_reducer(m, sum_sumsq, r);
+    if (params_sharded(r)) model_set_shard_ops(m, &(struct model_shard_ops){gather_unit_start, gather_unit_wait, reduce_scatter_unit, r});
 }
 
 /* ---------------------------------------------------------------- gradient buckets */
@@ -237,18 +257,9 @@ int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *e
      * value is some rank's and the others' zeros add nothing, so the sum is exact (twice an all-gather's
      * bytes, once a checkpoint, for one path whatever the spans). Rank 0 writes. */
     size_t n;
-    const struct model_span *spans;
-    float *exp_avg, *exp_avg_sq;
     model_trainable_params(r->model, &n);
-    int n_spans = model_optimizer_spans(r->model, &spans);
-    model_optimizer_moments(r->model, &exp_avg, &exp_avg_sq);
     float *whole = xcalloc(2 * n + 1, sizeof(float));
-    for (int i = 0; i < n_spans; i++) { /* CPU ranks: device memory is host memory */
-        size_t len = spans[i].hi - spans[i].lo;
-        memcpy(whole + spans[i].lo, exp_avg, sizeof(float) * len);
-        memcpy(whole + n + spans[i].lo, exp_avg_sq, sizeof(float) * len);
-        exp_avg += len, exp_avg_sq += len;
-    }
+    model_download_moments(r->model, whole, whole + n);
     int rc = comm_allreduce(r->comm, whole, 2 * n, err);
     if (!rc && path) rc = model_save_optimizer_moments(r->model, path, whole, whole + n, err);
     free(whole);

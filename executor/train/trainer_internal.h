@@ -146,15 +146,20 @@ void trainer_rank_rows(const struct run *r, int first, int rows, int *my_first, 
  * ZeRO-3 *most = mine and nothing is sent); after its passes it runs most - mine idle ones. */
 int trainer_most_passes(struct run *r, int mine, int *most, struct whet_err *err);
 int trainer_idle_passes(struct run *r, int n, int backward, struct whet_err *err);
+/* The model a reference pass runs on (the frozen copy of a full fine-tune, else the policy, its LoRA adapter
+ * off), and its idle forward passes: a sharded copy's passes are collectives like the policy's. */
+struct model *trainer_reference(struct run *r);
+int trainer_idle_reference_passes(struct run *r, int n, struct whet_err *err);
 /* Passes over n rows, per rows at a time. */
 int trainer_passes(int n, int per);
 /* values[0..n) summed over the ranks, in place. */
 int trainer_sum(struct run *r, double *values, int n, struct whet_err *err);
 /* model_take_stats summed over the ranks: the step's figures of the whole batch. */
 int trainer_take_stats(struct run *r, struct model_stats *st, struct whet_err *err);
-/* The model's options (ZeRO's optimizer shard) and hooks (the sum of the shards' norms) of this rank. */
+/* A model's options (ZeRO's shards) and hooks (the sum of the shards' norms, ZeRO-3's collectives) on this
+ * rank: the policy's, and a full fine-tune's frozen reference (sharded with it under ZeRO-3). */
 void trainer_dist_model_opts(const struct run *r, struct model_opts *o);
-void trainer_dist_attach(struct run *r);
+void trainer_dist_attach(struct run *r, struct model *m);
 /* Around the step's last backward pass (all ranks, with rows of their own or not): begin before it, end
  * after it. In a data-parallel gang the gradient's all-reduces start bucket by bucket as the pass
  * finishes each layer (model_set_grad_ready), overlapping the layers still to go; a rank without rows
@@ -172,7 +177,8 @@ int trainer_gather_optimizer(struct run *r, const char *path, struct whet_err *e
 void trainer_dist_figures(const struct run *r, char *json, size_t size);
 /* After a step: sums the step's tokens over the ranks and agrees whether to stop (any rank asked). */
 int trainer_agree_stop(struct run *r, struct step_figures *f, struct whet_err *err);
-/* Loads r->ref_model, a frozen copy of the base model (the reference of a full fine-tune). */
+/* Loads r->ref_model, a frozen copy of the base model (the reference of a full fine-tune), sharded as the
+ * policy is under ZeRO-3. */
 int trainer_load_reference(struct run *r, struct whet_err *err);
 
 #endif

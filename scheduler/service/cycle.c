@@ -493,9 +493,9 @@ struct placement {
 
 /* A gang's ranks, one per device of its allocation in slot order (rank 0: the first slot's lowest
  * device), each with its START manifest, as the JSON array the batch inserts into gang_ranks; and
- * "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. */
-static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, const json_t *manifest, int attempt,
-                          char *where, size_t where_len) {
+ * "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. q: the job's index in the queue (its sizing). */
+static json_t *gang_ranks(const struct snapshot *s, int q, const struct pl_alloc *a, const json_t *manifest,
+                          int attempt, char *where, size_t where_len) {
     int world = 0;
     for (int k = 0; k < a->n_slots; k++) world += a->slots[k].gpu_count;
     json_t *peers = json_array(), *ranks = json_array();
@@ -512,7 +512,7 @@ static json_t *gang_ranks(const struct snapshot *s, const struct pl_alloc *a, co
             if (!(a->slots[k].gpu_mask >> g & 1)) continue;
             struct gang_rank r = {.world_size = world, .rank = rank, .generation = attempt,
                                   .host = s->node_addrs[a->slots[k].node], .rendezvous = rank == 0 ? rendezvous : NULL,
-                                  .peers = peers};
+                                  .peers = peers, .base_needs_gang = s->sized[q].gpus > 1};
             json_array_append_new(ranks, json_pack("{s:i, s:s, s:i, s:o}", "rank", rank, "node", node, "mask", 1 << g,
                                                    "manifest", scheduler_rank_manifest(manifest, &r)));
             rank++;
@@ -573,7 +573,7 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
     whet_random_id("ftevent-", 24, event_id);
     /* A gang's START goes to rank 0 alone; the others get theirs once it has published its address
      * (gang.c). */
-    json_t *ranks = gang ? gang_ranks(s, alloc, manifest, attempt, where, sizeof where) : json_array();
+    json_t *ranks = gang ? gang_ranks(s, p->q, alloc, manifest, attempt, where, sizeof where) : json_array();
     if (!gang) snprintf(where, sizeof where, "node %s", s->node_ids[node]);
     int type = s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0;
     return json_pack("{s:s, s:i, s:s, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:o, s:s, s:o, s:i}", "job", job_id,

@@ -128,10 +128,11 @@ json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *
     json_object_set_new(m, "devices", json_integer(1));
     /* A full fine-tune is sharded as sizing assumed (scheduler/placement/sizing.h): the parameters,
      * gradients and optimizer state (ZeRO-3, 1.5x the bytes of data parallelism for 1/N of the memory).
-     * LoRA's state is small, and data parallelism overlaps the gradient's all-reduce with the backward
-     * pass. */
+     * So is a LoRA job whose base does not fit one device (its frozen base sharded, gathered unit by
+     * unit). Otherwise LoRA's state is small, and data parallelism overlaps the gradient's all-reduce
+     * with the backward pass: a LoRA gang of whet.min_gpus (for speed) stays data parallel. */
     int full_ft = json_is_null(json_object_get(json_object_get(m, "trainer"), "lora"));
-    int zero = full_ft ? 3 : 0;
+    int zero = full_ft || r->base_needs_gang ? 3 : 0;
     json_object_set_new(m, "distributed",
                         json_pack("{s:i, s:i, s:i, s:o, s:s, s:i, s:i, s:O}", "world_size", r->world_size, "rank",
                                   r->rank, "generation", r->generation, "rendezvous",

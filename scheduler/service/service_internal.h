@@ -118,6 +118,7 @@ struct gang_rank {
     const char *host;                 /* its node's address, where its peers reach it */
     const char *rendezvous;           /* rank 0: "HOST:0" (it listens); others: NULL until rank 0 published */
     json_t *peers;                    /* the addresses of the gang's nodes (the sandbox lets it reach these) */
+    int base_needs_gang;              /* sizing found the job too big for one device: shard the base too */
 };
 
 /* Adds "cotrain": {"group": name, "members": [job ids]} to a START manifest: the job runs in the group's

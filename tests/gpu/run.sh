@@ -14,8 +14,10 @@
 #      the order of their sums, so: step 1's loss within 1e-4 (relative), step 1's gradient norm within
 #      1e-3 (the backward pass), every step's loss within 2e-2 (what the optimiser makes of rounding
 #      differences over STEPS steps of Adam at the e2e tests' learning rates)
-#   5. `whet score --device cuda` against the CPU's on the validation set (mean loss within 1e-4)
-#   6. `whet sample --device cuda` greedy (temperature 0) for 32 tokens equal to the CPU's on the fully
+#   5. NCCL: the LoRA run of 4 again on the GPU as a gang of one rank ("distributed" with world_size 1
+#      and a rendezvous), through the gang's collectives; its losses as 4's against the CPU's
+#   6. `whet score --device cuda` against the CPU's on the validation set (mean loss within 1e-4)
+#   7. `whet sample --device cuda` greedy (temperature 0) for 32 tokens equal to the CPU's on the fully
 #      fine-tuned model; reported, not required: greedy on the random model (its logits are close to each
 #      other, so a near-tie may go either way between two summation orders) and a seeded draw
 #      (temperature 0.9, top-p 0.95; it may differ where a draw is within float rounding of a boundary)
@@ -104,16 +106,16 @@ check unit_model_cuda env WHET_FIXTURES="$root/tests/fixtures" timeout 300 "$bui
 
 # ---- 4. SFT on cpu and cuda
 "$WHET" model init --preset tiny --out "$work/model" > /dev/null
-train() { # train NAME DEVICE LORA_FIELD HYPERPARAMETERS
+train() { # train NAME DEVICE LORA_FIELD HYPERPARAMETERS [MORE_FIELDS]
   cat > "$work/$1.json" <<JSON
 {"method": "sft", "model": "$work/model", "training_file": "$root/tests/fixtures/sft/train.jsonl",
  "output_dir": "$work/$1", "seed": 1, "max_steps": $STEPS, "device": "$2", "lora": $3,
- "hyperparameters": $4}
+ "hyperparameters": $4 ${5:-}}
 JSON
   timeout 240 "$WHET" train --config "$work/$1.json" --quiet > /dev/null
 }
-compare_losses() { # compare_losses NAME: cpu and cuda metrics of run NAME
-  python3 - "$work/$1-cpu/metrics.jsonl" "$work/$1-cuda/metrics.jsonl" "$STEPS" <<'PY'
+compare_losses() { # compare_losses CPU_RUN CUDA_RUN: the metrics of two runs
+  python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" "$STEPS" <<'PY'
 import json, sys
 cpu = [json.loads(l) for l in open(sys.argv[1])]
 gpu = [json.loads(l) for l in open(sys.argv[2])]
@@ -139,13 +141,24 @@ for mode in lora full; do
   check "sft_${mode}_cpu" train "$mode-cpu" cpu "$lora" "$hp"
   check "sft_${mode}_cuda" train "$mode-cuda" "$dev" "$lora" "$hp"
   if [ -s "$work/$mode-cpu/metrics.jsonl" ] && [ -s "$work/$mode-cuda/metrics.jsonl" ]; then
-    if check "sft_${mode}_compare" compare_losses "$mode"; then
+    if check "sft_${mode}_compare" compare_losses "$mode-cpu" "$mode-cuda"; then
       put "sft_${mode}" "$(head -n1 "$work/sft_${mode}_compare.log")"
     fi
   fi
 done
 
-# ---- 5. score on both devices
+# ---- 5. NCCL: a gang of one rank on the GPU, through the gang's code path (every collective of data
+# parallelism: the gradient's bucket all-reduces on the device, the step's sums staged from the host)
+nccl_compare() {
+  compare_losses lora-cpu nccl-cuda &&
+    python3 -c 'import json,sys; assert all("comm_bytes" in json.loads(l) for l in open(sys.argv[1])), "no gang figures"' \
+      "$work/nccl-cuda/metrics.jsonl"
+}
+check nccl_gang_of_one train nccl-cuda "$dev" '{"r": 8, "alpha": 16}' "$HP" \
+  ', "distributed": {"world_size": 1, "rank": 0, "rendezvous": "127.0.0.1:0"}' &&
+  check nccl_compare nccl_compare && put nccl "$(head -n1 "$work/nccl_compare.log")"
+
+# ---- 6. score on both devices
 python3 - "$root/tests/fixtures/sft/valid.jsonl" > "$work/texts.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -169,7 +182,7 @@ PY
 }
 check score_compare score_compare && put score "$(head -n1 "$work/score_compare.log")"
 
-# ---- 6. greedy and seeded sampling
+# ---- 7. greedy and seeded sampling
 sample_compare() { # sample_compare MODEL_DIR PROMPT ARGS...: cpu and cuda must print the same text
   local model=$1 prompt=$2
   shift 2

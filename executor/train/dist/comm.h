@@ -1,11 +1,13 @@
 /* comm.h - collectives between the ranks of a distributed training run: one process per device, a
  * gang of world_size of them, found through rank 0's rendezvous (comm_store.h).
  *
- * The implementation under this header is Gloo over TCP (CPU ranks; comm_gloo.cc). Every collective is
- * asynchronous: *_start queues it on the communicator's own thread and returns at once, comm_wait waits
- * for it; collectives run in the order they were started, on every rank the same order (the caller's
- * duty, as with any collective library). The synchronous forms are start + wait. Buffers are the
- * backend's device memory, host memory on the CPU, and must stay untouched until the wait.
+ * Two implementations under this header (comm_internal.h): Gloo over TCP between CPU ranks
+ * (comm_gloo.cc), NCCL between GPU ranks (nccl/comm_nccl.c, in builds with the CUDA toolkit's NCCL),
+ * picked by the device the rank trains on. Every collective is asynchronous: *_start queues it and
+ * returns at once, comm_wait waits for it; collectives run in the order they were started, on every
+ * rank the same order (the caller's duty, as with any collective library). The synchronous forms are
+ * start + wait. Buffers are the backend's device memory (host memory on the CPU; NCCL also takes host
+ * buffers, staged through the device) and must stay untouched until the wait.
  *
  * Sharding (ZeRO): a buffer of n elements is cut into world_size contiguous shards, comm_shard's
  * [lo, hi) for each rank; reduce-scatter leaves each rank the sum of its own shard, all-gather gives
@@ -31,6 +33,7 @@ struct comm_opts {
     const char *host;        /* the address this rank's peers reach it at (NULL: 127.0.0.1) */
     unsigned generation;     /* the gang's start count: ranks of another generation are refused */
     int timeout_s;           /* for the rendezvous and for each collective */
+    const char *device;      /* the rank's: "cpu" (NULL means it) joins with Gloo, "cuda" or "cuda:N" with NCCL */
     /* Rank 0: called once its rendezvous listens, with the address the other ranks must be given. */
     void (*on_listen)(void *ctx, const char *address);
     void *ctx;
@@ -43,6 +46,8 @@ int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err
 void comm_close(struct comm *c);
 int comm_rank(const struct comm *c);
 int comm_world_size(const struct comm *c);
+/* "gloo" or "nccl". */
+const char *comm_library(const struct comm *c);
 /* Bytes this rank has sent in reduce-scatters, all-gathers and all-reduces so far. */
 uint64_t comm_bytes_sent(const struct comm *c);
 /* The shard [lo, hi) of n elements that `rank` owns: contiguous, sizes differing by at most one. */

@@ -1,11 +1,11 @@
-/* comm_gloo.cc - comm.h over Gloo's TCP transport: the collectives of CPU ranks.
+/* comm_gloo.cc - comm.h's collectives between CPU ranks, over Gloo's TCP transport (comm_internal.h).
  *
- * A thin C++ shim, the only C++ in whet: the rendezvous is comm_store's (Gloo's Store interface over
- * it), and the collectives are the textbook rings written here over Gloo's point-to-point buffers:
- * reduce-scatter and all-gather each send (N-1)/N of the buffer from every rank, the bandwidth-optimal
- * volume, and keep each rank's shard in place in the caller's buffer (Gloo's halving-doubling
- * reduce-scatter moves it to the buffer's start); an all-reduce is the two, as NCCL's ring. The
- * bytes they send are counted (comm_bytes_sent). Broadcast and barrier are Gloo's.
+ * A thin C++ shim, the only C++ in whet: Gloo bootstraps through comm.c's rendezvous (its Store
+ * interface over comm_store), and the collectives are the textbook rings written here over Gloo's
+ * point-to-point buffers: reduce-scatter and all-gather each send (N-1)/N of the buffer from every rank,
+ * the bandwidth-optimal volume, and keep each rank's shard in place in the caller's buffer (Gloo's
+ * halving-doubling reduce-scatter moves it to the buffer's start); an all-reduce is the two, as NCCL's
+ * ring. The bytes they send are counted (comm_bytes_sent). Broadcast and barrier are Gloo's.
  *
  * Collectives run on one thread per communicator, in the order they were started (comm.h); a Gloo
  * exception becomes the op's error message. */
@@ -19,7 +19,7 @@ extern "C" {
 #pragma GCC diagnostic pop
 #include "util.h"
 }
-#include "comm.h"
+#include "comm_internal.h"
 
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -69,17 +69,15 @@ constexpr uint8_t kRingSlotPrefix = 0x40;
 
 } // namespace
 
-struct comm_op {
-    struct comm *c;
+struct gloo_op {
     std::function<void()> run;
     bool done = false;
     std::string error;
 };
 
-struct comm {
+struct gloo_comm {
     int rank = 0, world = 1;
     std::chrono::milliseconds timeout{300000};
-    std::string rendezvous;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     uint32_t tag = 0;
     std::vector<char> scratch; /* a ring step's incoming chunk */
@@ -88,13 +86,13 @@ struct comm {
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<comm_op *> queue;
+    std::deque<gloo_op *> queue;
     bool quit = false;
 };
 
-static void worker(struct comm *c) {
+static void worker(gloo_comm *c) {
     for (;;) {
-        comm_op *op;
+        gloo_op *op;
         {
             std::unique_lock<std::mutex> lock(c->mu);
             c->cv.wait(lock, [c] { return c->quit || !c->queue.empty(); });
@@ -113,9 +111,8 @@ static void worker(struct comm *c) {
     }
 }
 
-static comm_op *start(struct comm *c, std::function<void()> run) {
-    comm_op *op = new comm_op;
-    op->c = c;
+static gloo_op *enqueue(gloo_comm *c, std::function<void()> run) {
+    gloo_op *op = new gloo_op;
     op->run = std::move(run);
     std::lock_guard<std::mutex> lock(c->mu);
     c->queue.push_back(op);
@@ -125,15 +122,9 @@ static comm_op *start(struct comm *c, std::function<void()> run) {
 
 /* ---------------------------------------------------------------- rings */
 
-static void shard(size_t n, int world, int rank, size_t *lo, size_t *hi) {
-    int64_t l, h;
-    mp_shard((int64_t)n, world, rank, &l, &h);
-    *lo = (size_t)l, *hi = (size_t)h;
-}
-
 /* Step s of N-1: rank r sends its partial sum of chunk (r-1-s) to r+1 and adds what r-1 sends, chunk
  * (r-2-s), to its own; after the last step chunk r has every rank's term. */
-template <typename T> static void ring_reduce_scatter(struct comm *c, T *buf, size_t n) {
+template <typename T> static void ring_reduce_scatter(gloo_comm *c, T *buf, size_t n) {
     const int N = c->world, r = c->rank;
     if (N == 1 || n == 0) return;
     size_t max_chunk = n / (size_t)N + 1;
@@ -144,8 +135,8 @@ template <typename T> static void ring_reduce_scatter(struct comm *c, T *buf, si
     uint64_t slot = gloo::Slot::build(kRingSlotPrefix, c->tag++);
     for (int s = 0; s < N - 1; s++) {
         size_t slo, shi, rlo, rhi;
-        shard(n, N, ((r - 1 - s) % N + N) % N, &slo, &shi);
-        shard(n, N, ((r - 2 - s) % N + N) % N, &rlo, &rhi);
+        comm_shard_of(n, N, ((r - 1 - s) % N + N) % N, &slo, &shi);
+        comm_shard_of(n, N, ((r - 2 - s) % N + N) % N, &rlo, &rhi);
         if (shi > slo) out->send((r + 1) % N, slot, slo * sizeof(T), (shi - slo) * sizeof(T));
         if (rhi > rlo) in->recv((r - 1 + N) % N, slot, 0, (rhi - rlo) * sizeof(T));
         if (rhi > rlo && !in->waitRecv(c->timeout)) throw gloo::IoException("reduce-scatter: receive timed out");
@@ -156,15 +147,15 @@ template <typename T> static void ring_reduce_scatter(struct comm *c, T *buf, si
 }
 
 /* Step s of N-1: rank r forwards chunk (r-s) to r+1 and receives chunk (r-1-s) from r-1 in place. */
-template <typename T> static void ring_allgather(struct comm *c, T *buf, size_t n) {
+template <typename T> static void ring_allgather(gloo_comm *c, T *buf, size_t n) {
     const int N = c->world, r = c->rank;
     if (N == 1 || n == 0) return;
     auto b = c->ctx->createUnboundBuffer(buf, n * sizeof(T));
     uint64_t slot = gloo::Slot::build(kRingSlotPrefix, c->tag++);
     for (int s = 0; s < N - 1; s++) {
         size_t slo, shi, rlo, rhi;
-        shard(n, N, ((r - s) % N + N) % N, &slo, &shi);
-        shard(n, N, ((r - 1 - s) % N + N) % N, &rlo, &rhi);
+        comm_shard_of(n, N, ((r - s) % N + N) % N, &slo, &shi);
+        comm_shard_of(n, N, ((r - 1 - s) % N + N) % N, &rlo, &rhi);
         if (shi > slo) b->send((r + 1) % N, slot, slo * sizeof(T), (shi - slo) * sizeof(T));
         if (rhi > rlo) b->recv((r - 1 + N) % N, slot, rlo * sizeof(T), (rhi - rlo) * sizeof(T));
         if (rhi > rlo && !b->waitRecv(c->timeout)) throw gloo::IoException("all-gather: receive timed out");
@@ -175,71 +166,43 @@ template <typename T> static void ring_allgather(struct comm *c, T *buf, size_t 
 
 /* The ring all-reduce: a reduce-scatter then an all-gather, 2(N-1)/N of the buffer sent by each rank,
  * what NCCL's ring does. */
-template <typename T> static void ring_allreduce(struct comm *c, T *buf, size_t n) {
+template <typename T> static void ring_allreduce(gloo_comm *c, T *buf, size_t n) {
     ring_reduce_scatter(c, buf, n);
     ring_allgather(c, buf, n);
 }
 
-/* ---------------------------------------------------------------- the C interface */
+/* ---------------------------------------------------------------- the implementation */
 
-extern "C" {
-
-static void on_bound(const struct comm_opts *o, const char *address) {
-    if (o->on_listen) o->on_listen(o->ctx, address);
-}
-
-int comm_open(struct comm **out, const struct comm_opts *o, struct whet_err *err) {
-    struct comm *c = new comm;
+static int gloo_join(void **state, const struct comm_opts *o, struct comm_store *store, double deadline,
+                     struct whet_err *err) {
+    gloo_comm *c = new gloo_comm;
     c->rank = o->rank;
     c->world = o->world_size;
     c->timeout = std::chrono::milliseconds((long)(o->timeout_s > 0 ? o->timeout_s : 300) * 1000);
-    c->rendezvous = o->rendezvous ? o->rendezvous : "";
-    double deadline = whet_now_mono() + (double)c->timeout.count() / 1000.0;
-    struct comm_store_server *server = nullptr;
-    struct comm_store *store = nullptr;
-    int rc = 0;
     if (c->world > 1) {
-        if (c->rank == 0) {
-            char bound[300];
-            rc = comm_store_serve(&server, c->rendezvous.c_str(), o->generation, bound, sizeof bound, err);
-            if (!rc) {
-                c->rendezvous = bound;
-                on_bound(o, bound);
-            }
+        try {
+            gloo::transport::tcp::attr attr(o->host && *o->host ? o->host : "127.0.0.1");
+            auto dev = gloo::transport::tcp::CreateDevice(attr);
+            RendezvousStore rs(store, deadline);
+            c->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->world);
+            c->ctx->setTimeout(c->timeout);
+            c->ctx->connectFullMesh(rs, dev);
+            /* every rank connected before rank 0's rendezvous stops listening */
+            gloo::BarrierOptions opts(c->ctx);
+            opts.setTimeout(c->timeout);
+            gloo::barrier(opts);
+        } catch (const std::exception &e) {
+            delete c;
+            return whet_errf(err, "%s", e.what());
         }
-        if (!rc) rc = comm_store_connect(&store, c->rendezvous.c_str(), o->generation, c->rank, deadline, err);
-        if (!rc) {
-            try {
-                gloo::transport::tcp::attr attr(o->host && *o->host ? o->host : "127.0.0.1");
-                auto dev = gloo::transport::tcp::CreateDevice(attr);
-                RendezvousStore rs(store, deadline);
-                c->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->world);
-                c->ctx->setTimeout(c->timeout);
-                c->ctx->connectFullMesh(rs, dev);
-                /* Once every rank is connected nobody needs the rendezvous: rank 0 stops listening
-                 * rather than keep a port open for the whole run. */
-                gloo::BarrierOptions opts(c->ctx);
-                opts.setTimeout(c->timeout);
-                gloo::barrier(opts);
-            } catch (const std::exception &e) {
-                rc = whet_errf(err, "distributed: rank %d of %d cannot join the gang at %s: %s", c->rank, c->world,
-                               c->rendezvous.c_str(), e.what());
-            }
-        }
-        comm_store_close(store);
-    }
-    comm_store_server_stop(server);
-    if (rc) {
-        delete c;
-        return -1;
     }
     c->thread = std::thread(worker, c);
-    *out = c;
+    *state = c;
     return 0;
 }
 
-void comm_close(struct comm *c) {
-    if (!c) return;
+static void gloo_leave(void *state) {
+    gloo_comm *c = static_cast<gloo_comm *>(state);
     {
         std::lock_guard<std::mutex> lock(c->mu);
         c->quit = true;
@@ -250,77 +213,52 @@ void comm_close(struct comm *c) {
     delete c;
 }
 
-int comm_rank(const struct comm *c) { return c->rank; }
-uint64_t comm_bytes_sent(const struct comm *c) { return c->bytes_sent; }
-int comm_world_size(const struct comm *c) { return c->world; }
-
-void comm_shard(const struct comm *c, size_t n, int rank, size_t *lo, size_t *hi) { shard(n, c->world, rank, lo, hi); }
-
-struct comm_op *comm_allreduce_start(struct comm *c, float *buf, size_t n) {
-    return start(c, [c, buf, n] { ring_allreduce(c, buf, n); });
+static void broadcast(gloo_comm *c, void *buf, size_t bytes, int root) {
+    if (c->world == 1 || bytes == 0) return;
+    gloo::BroadcastOptions opts(c->ctx);
+    opts.setOutput(static_cast<char *>(buf), bytes);
+    opts.setRoot(root);
+    opts.setTag(c->tag++);
+    opts.setTimeout(c->timeout);
+    gloo::broadcast(opts);
 }
 
-struct comm_op *comm_reduce_scatter_start(struct comm *c, float *buf, size_t n) {
-    return start(c, [c, buf, n] { ring_reduce_scatter(c, buf, n); });
+static void barrier(gloo_comm *c) {
+    if (c->world == 1) return;
+    gloo::BarrierOptions opts(c->ctx);
+    opts.setTag(c->tag++);
+    opts.setTimeout(c->timeout);
+    gloo::barrier(opts);
 }
 
-struct comm_op *comm_allgather_start(struct comm *c, float *buf, size_t n) {
-    return start(c, [c, buf, n] { ring_allgather(c, buf, n); });
-}
-
-int comm_wait(struct comm_op *op, struct whet_err *err) {
-    {
-        std::unique_lock<std::mutex> lock(op->c->mu);
-        op->c->cv.wait(lock, [op] { return op->done; });
+static void *gloo_start(void *state, const struct comm_call *call) {
+    gloo_comm *c = static_cast<gloo_comm *>(state);
+    void *buf = call->buf;
+    size_t n = call->n;
+    int root = call->root;
+    switch (call->kind) {
+    case COMM_ALLREDUCE: return enqueue(c, [c, buf, n] { ring_allreduce(c, static_cast<float *>(buf), n); });
+    case COMM_ALLREDUCE_F64: return enqueue(c, [c, buf, n] { ring_allreduce(c, static_cast<double *>(buf), n); });
+    case COMM_REDUCE_SCATTER: return enqueue(c, [c, buf, n] { ring_reduce_scatter(c, static_cast<float *>(buf), n); });
+    case COMM_ALLGATHER: return enqueue(c, [c, buf, n] { ring_allgather(c, static_cast<float *>(buf), n); });
+    case COMM_BROADCAST: return enqueue(c, [c, buf, n, root] { broadcast(c, buf, n, root); });
+    case COMM_BARRIER: break;
     }
-    int rc = 0;
-    if (!op->error.empty())
-        rc = whet_errf(err, "distributed: rank %d of %d (rendezvous %s): %s", op->c->rank, op->c->world,
-                       op->c->rendezvous.c_str(), op->error.c_str());
+    return enqueue(c, [c] { barrier(c); });
+}
+
+static int gloo_wait(void *state, void *handle, struct whet_err *err) {
+    gloo_comm *c = static_cast<gloo_comm *>(state);
+    gloo_op *op = static_cast<gloo_op *>(handle);
+    {
+        std::unique_lock<std::mutex> lock(c->mu);
+        c->cv.wait(lock, [op] { return op->done; });
+    }
+    int rc = op->error.empty() ? 0 : whet_errf(err, "%s", op->error.c_str());
     delete op;
     return rc;
 }
 
-int comm_allreduce(struct comm *c, float *buf, size_t n, struct whet_err *err) {
-    return comm_wait(comm_allreduce_start(c, buf, n), err);
-}
+static uint64_t gloo_bytes_sent(const void *state) { return static_cast<const gloo_comm *>(state)->bytes_sent; }
 
-int comm_allreduce_f64(struct comm *c, double *buf, size_t n, struct whet_err *err) {
-    return comm_wait(start(c, [c, buf, n] { ring_allreduce(c, buf, n); }), err);
-}
-
-int comm_reduce_scatter(struct comm *c, float *buf, size_t n, struct whet_err *err) {
-    return comm_wait(comm_reduce_scatter_start(c, buf, n), err);
-}
-
-int comm_allgather(struct comm *c, float *buf, size_t n, struct whet_err *err) {
-    return comm_wait(comm_allgather_start(c, buf, n), err);
-}
-
-int comm_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct whet_err *err) {
-    return comm_wait(start(c,
-                           [c, buf, bytes, root] {
-                               if (c->world == 1 || bytes == 0) return;
-                               gloo::BroadcastOptions opts(c->ctx);
-                               opts.setOutput(static_cast<char *>(buf), bytes);
-                               opts.setRoot(root);
-                               opts.setTag(c->tag++);
-                               opts.setTimeout(c->timeout);
-                               gloo::broadcast(opts);
-                           }),
-                     err);
-}
-
-int comm_barrier(struct comm *c, struct whet_err *err) {
-    return comm_wait(start(c,
-                           [c] {
-                               if (c->world == 1) return;
-                               gloo::BarrierOptions opts(c->ctx);
-                               opts.setTag(c->tag++);
-                               opts.setTimeout(c->timeout);
-                               gloo::barrier(opts);
-                           }),
-                     err);
-}
-
-} // extern "C"
+extern "C" const struct comm_impl comm_gloo = {"gloo", gloo_join, gloo_leave, gloo_start, gloo_wait, gloo_bytes_sent};

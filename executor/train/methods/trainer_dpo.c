@@ -63,12 +63,11 @@ static int reference_tables(struct run *r, struct whet_err *err) {
     for (int i = 0; i < 1 + r->has_valid; i++) {
         int n = dpo_num_pairs(sets[i]);
         *tables[i] = xcalloc(2 * (size_t)(n ? n : 1), sizeof(double));
-        /* each rank of a gang computes its share, and the shares are summed into every rank's table (the
-         * policy's passes, LoRA's adapter off, are collectives under ZeRO-3; a frozen copy's are not) */
-        int passes = ref ? 0 : dpo_reference_passes(sets[i], rows, r->rank, r->world), most;
+        /* each rank of a gang computes its share, and the shares are summed into every rank's table */
+        int passes = dpo_reference_passes(sets[i], rows, r->rank, r->world), most;
         if (trainer_most_passes(r, passes, &most, err) ||
             dpo_reference_table(*tables[i], r->model, ref, sets[i], rows, r->rank, r->world, &s->batch, err) ||
-            trainer_idle_passes(r, most - passes, 0, err) ||
+            trainer_idle_reference_passes(r, most - passes, err) ||
             trainer_sum(r, *tables[i], 2 * n, err))
             return whet_err_prefix(err, "dpo reference pass");
         pairs += n;

@@ -264,13 +264,12 @@ static int rows_per_micro_batch(const struct run *r, int n_seqs) {
 static int reference_pass(struct run *r, float *ref_logp, struct mbatch *b, const struct seq *seqs, int n_seqs,
                           struct whet_err *err) {
     int per = rows_per_micro_batch(r, n_seqs), most;
-    struct model *m = r->ref_model ? r->ref_model : r->model;
-    /* (the policy's passes are collectives under ZeRO-3, a frozen copy's are not) */
-    int passes = r->ref_model ? 0 : trainer_passes(n_seqs, per), rc = trainer_most_passes(r, passes, &most, err);
+    struct model *m = trainer_reference(r);
+    int passes = trainer_passes(n_seqs, per), rc = trainer_most_passes(r, passes, &most, err);
     model_set_adapter_enabled(m, 0);
     for (int first = 0; first < n_seqs && !rc; first += per)
         rc = forward_logps(ref_logp, m, b, seqs + first, n_seqs - first < per ? n_seqs - first : per, err);
-    if (!rc) rc = trainer_idle_passes(r, most - passes, 0, err);
+    if (!rc) rc = trainer_idle_reference_passes(r, most - passes, err);
     model_set_adapter_enabled(m, 1);
     return rc;
 }

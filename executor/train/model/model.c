@@ -225,6 +225,7 @@ static void shard_units(struct model *m, int shards, int shard) {
     int n = m->L + 2;
     m->units = xcalloc((size_t)n, sizeof *m->units);
     m->resident = xcalloc((size_t)n, 1);
+    m->in_flight = xcalloc((size_t)n, sizeof *m->in_flight);
     struct model_span *own = m->unit_own = xcalloc((size_t)n, sizeof *own);
     m->units[0] = (struct model_span){0, (size_t)(m->layers[0].ln1 - m->params)};
     for (int l = 0; l < m->L; l++)
@@ -317,9 +318,10 @@ int model_load(struct model **out, const char *dir, const struct model_opts *opt
                   m->n_params, m->n_lora, (long long)plan.n_params, (long long)plan.n_lora);
         goto fail;
     }
-    m->sharded = (m->full_ft || m->lora_r) && m->train && opts->shard_params && opts->optimizer_shards > 1;
+    m->sharded = !m->frozen_base && opts->shard_params && opts->optimizer_shards > 1;
     if (opts->shard_params && !m->sharded) {
-        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for training over more than one rank");
+        whet_errf(err, "internal error: parameter sharding (ZeRO-3) is for a model over more than one rank, not the "
+                       "frozen base of co-trained adapters");
         goto fail;
     }
     struct backend *be = m->be;
@@ -501,6 +503,7 @@ void model_free(struct model *m) {
     free(m->units);
     free(m->unit_own);
     free(m->resident);
+    free(m->in_flight);
     free(m->layers);
     free(m->lmods);
     free(m->tensors);
@@ -687,18 +690,40 @@ static float *pgrad(const struct model *m, const float *p) {
 
 /* ---------------------------------------------------------------- ZeRO-3's units ---- */
 
-/* Unit u gathered (a no-op unless sharded, or when it is already). */
+/* Starts unit u's all-gather (a no-op unless sharded, when it is resident or already in flight, or
+ * after a collective failed). */
+static void unit_prefetch(struct model *m, int u) {
+    if (!m->sharded || u < 0 || m->resident[u] || m->in_flight[u] || m->shard_failed) return;
+    if (!m->shard_ops.gather_start) {
+        whet_errf(&m->shard_err, "internal error: sharded parameters without model_set_shard_ops");
+        m->shard_failed = 1;
+        return;
+    }
+    struct model_span unit = m->units[u];
+    m->in_flight[u] = m->shard_ops.gather_start(m->shard_ops.ctx, m->params + unit.lo, unit.hi - unit.lo);
+}
+
+/* Unit u gathered (a no-op unless sharded, or when it is already). A started all-gather is always waited
+ * for, failed or not, so none outlives its pass. */
 static int unit_gather(struct model *m, int u) {
     if (!m->sharded || m->resident[u]) return 0;
-    struct model_span unit = m->units[u];
-    if (m->shard_failed || !m->shard_ops.gather ||
-        m->shard_ops.gather(m->shard_ops.ctx, m->params + unit.lo, unit.hi - unit.lo, &m->shard_err)) {
-        if (!m->shard_ops.gather) whet_errf(&m->shard_err, "internal error: sharded parameters without model_set_shard_ops");
+    unit_prefetch(m, u);
+    if (!m->in_flight[u]) return -1; /* (a collective failed before) */
+    int rc = m->shard_ops.gather_wait(m->shard_ops.ctx, m->in_flight[u], m->shard_failed ? &(struct whet_err){0} : &m->shard_err);
+    m->in_flight[u] = NULL;
+    if (rc || m->shard_failed) {
         m->shard_failed = 1;
         return -1;
     }
     m->resident[u] = 1;
     return 0;
+}
+
+/* Unit u gathered for use, and the all-gather of `next`, the unit the pass uses after it (-1: none),
+ * started to run while u computes. */
+static void unit_use(struct model *m, int u, int next) {
+    unit_gather(m, u);
+    unit_prefetch(m, next);
 }
 
 static void unit_release(struct model *m, int u) {
@@ -711,9 +736,18 @@ static void unit_release(struct model *m, int u) {
  * the embedding, gathered with it). */
 static int head_unit(const struct model *m) { return m->L + 1; }
 
-static int head_gather(struct model *m) {
-    return unit_gather(m, head_unit(m)) || (m->cfg.tie_word_embeddings && unit_gather(m, 0)) ? -1 : 0;
+/* The head gathered for use (and, tied, the embedding), then `next` started as unit_use does. */
+static void head_use(struct model *m, int next) {
+    unit_gather(m, head_unit(m));
+    if (m->cfg.tie_word_embeddings) unit_gather(m, 0);
+    unit_prefetch(m, next);
 }
+
+/* The units of the passes in order: forward the embedding, each layer, the head (unit u's successor u + 1);
+ * backward the head, each layer from the last, and not the embedding (layer l's successor is unit l, layer
+ * l - 1's, none after layer 0). Real and idle passes walk them alike. */
+static int forward_next(const struct model *m, int u) { return u < head_unit(m) ? u + 1 : -1; }
+static int backward_next(int l) { return l > 0 ? l : -1; }
 
 static void head_release(struct model *m) {
     unit_release(m, head_unit(m));
@@ -847,15 +881,15 @@ int model_forward(struct model *m, const struct model_batch *b, float *loss, str
     m->backward_ready = 0;
     if (prepare_batch(m, b, err)) return -1;
     int N = m->N, C = m->C, V = m->V;
-    unit_gather(m, 0);
+    unit_use(m, 0, forward_next(m, 0));
     be->embedding_forward(be, m->resid, m->ids, m->embed, N, C);
     if (!m->cfg.tie_word_embeddings) unit_release(m, 0);
     for (int l = 0; l < m->L; l++) {
-        unit_gather(m, 1 + l);
+        unit_use(m, 1 + l, forward_next(m, 1 + l));
         layer_forward(m, l, acts_of(m, l), N);
         unit_release(m, 1 + l);
     }
-    head_gather(m);
+    head_use(m, -1);
     be->rmsnorm_forward(be, m->lnf, C, m->rstdf, m->resid + (size_t)m->L * N * C, C, m->norm, N, 1, C, m->cfg.rms_norm_eps);
     m->has_targets = b->targets != NULL;
     if (!b->targets) {
@@ -1054,7 +1088,7 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     struct backend *be = m->be;
     int N = m->N, C = m->C, V = m->V, M = m->M;
     be->zero(be, m->dresid, sizeof(float) * (size_t)N * C);
-    head_gather(m);
+    head_use(m, m->L);
     if (M) {
         be->zero(be, m->dlnf_c, sizeof(float) * (size_t)M * C);
         for (int c0 = 0; c0 < M; c0 += m->logit_rows) {
@@ -1079,7 +1113,7 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
     head_ready(m);
     for (int l = m->L - 1; l >= 0; l--) {
         struct layer_acts *a = acts_of(m, l);
-        unit_gather(m, 1 + l);
+        unit_use(m, 1 + l, backward_next(l));
         if (m->recompute) layer_forward(m, l, a, N);
         layer_backward(m, l, a, N);
         unit_release(m, 1 + l);
@@ -1092,21 +1126,22 @@ int model_backward(struct model *m, float loss_scale, struct whet_err *err) {
 
 int model_idle_pass(struct model *m, int backward, struct whet_err *err) {
     if (!m->sharded) return 0;
-    unit_gather(m, 0);
+    /* model_forward's and model_backward's collectives, in their order */
+    unit_use(m, 0, forward_next(m, 0));
     if (!m->cfg.tie_word_embeddings) unit_release(m, 0);
     for (int l = 0; l < m->L; l++) {
-        unit_gather(m, 1 + l);
+        unit_use(m, 1 + l, forward_next(m, 1 + l));
         unit_release(m, 1 + l);
     }
-    head_gather(m);
+    head_use(m, -1);
     head_release(m);
     if (backward) {
         /* This rank's gradients outside its shards are zero: it adds nothing to the others' sums. */
-        head_gather(m);
+        head_use(m, m->L);
         head_release(m);
         head_ready(m);
         for (int l = m->L - 1; l >= 0; l--) {
-            unit_gather(m, 1 + l);
+            unit_use(m, 1 + l, backward_next(l));
             unit_release(m, 1 + l);
             layer_ready(m, l);
         }
@@ -1192,13 +1227,14 @@ void model_set_sumsq_reducer(struct model *m, int (*reduce)(void *ctx, double *d
     m->reduce_sumsq_ctx = ctx;
 }
 
-int model_optimizer_spans(const struct model *m, const struct model_span **spans) {
-    *spans = m->spans;
-    return m->n_spans;
-}
-
-void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq) {
-    *exp_avg = m->adam_m, *exp_avg_sq = m->adam_v;
+void model_download_moments(const struct model *m, float *exp_avg, float *exp_avg_sq) {
+    size_t at = 0; /* the moments of the spans lie back to back */
+    for (int i = 0; i < m->n_spans; i++) {
+        size_t lo = m->spans[i].lo, len = m->spans[i].hi - lo;
+        m->be->download(m->be, exp_avg + lo, m->adam_m + at, sizeof(float) * len);
+        m->be->download(m->be, exp_avg_sq + lo, m->adam_v + at, sizeof(float) * len);
+        at += len;
+    }
 }
 
 void model_set_shard_ops(struct model *m, const struct model_shard_ops *ops) { m->shard_ops = *ops; }

@@ -78,9 +78,11 @@ struct model_opts {
     int max_seq_len;      /* (buffers grow on demand anyway) */
     const char *device;   /* "cpu" (NULL means it), "cuda", "cuda:N": see backend_open */
     int optimizer_shards; /* ZeRO-1 with train: the optimizer state split over this many ranks (0, 1: not) */
-    int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_optimizer_moments */
-    int shard_params;     /* ZeRO-3, with train and optimizer_shards > 1: the base parameters are sharded too,
-                           * unit by unit (model_set_shard_ops), and a full fine-tune's gradients with them */
+    int optimizer_shard;  /* this rank's shard: model_set_sumsq_reducer, model_download_moments */
+    int shard_params;     /* ZeRO-3, with optimizer_shards > 1 (the ranks; optimizer_shard this one): the base
+                           * parameters are sharded, unit by unit (model_set_shard_ops), and a full fine-tune's
+                           * gradients with them. Without train: a frozen model sharded the same way (the
+                           * reference of a sharded DPO or GRPO run) */
     int frozen_base;      /* with train (lora_r is then ignored; no adapter_dir): every weight frozen, only the
                            * activations a backward pass needs: the base of co-trained adapter views
                            * (model_set_lora_runs) */
@@ -207,22 +209,26 @@ void model_grad_ranges(struct model *m);
 struct model_span {
     size_t lo, hi;
 };
-/* The spans of the trainable buffer whose optimizer state this model holds, in order (all of it; ZeRO-1's
- * shard; under ZeRO-3 its shard of every unit), and their moments, stored back to back (device memory). */
-int model_optimizer_spans(const struct model *m, const struct model_span **spans);
-void model_optimizer_moments(const struct model *m, float **exp_avg, float **exp_avg_sq);
+/* The optimizer state this model holds — all of the trainable buffer, ZeRO-1's shard of it, or under ZeRO-3
+ * its shard of every unit — copied from the device into host arrays of model_trainable_params' n values,
+ * each value at its place in the buffer; the values of other ranks' shards are left as they are. */
+void model_download_moments(const struct model *m, float *exp_avg, float *exp_avg_sq);
 
 /* ZeRO-3 (model_opts.shard_params): the base parameters are cut into units — the embedding, each layer,
  * the head (the final norm and an untied lm_head) — and each rank keeps only its comm_shard of each unit.
  * A pass gathers a unit just before it uses it and releases the rest of it after (backend `release`):
- * forward gathers the embedding, each layer, the head; backward the head, each layer from the last. For a
- * full fine-tune the base is the trainable buffer: as the backward pass finishes a unit's gradient it
- * reduce-scatters it, keeps its shard and releases the rest, and the optimizer holds and steps the
- * shards; LoRA's frozen base is only gathered, its adapter sharded as under ZeRO-1. So every pass is
- * collectives, and every rank must run as many passes as the others (model_idle_pass). The model does
- * no I/O: the trainer gives it the two collectives, each of a whole unit of n values in place. */
+ * forward gathers the embedding, each layer, the head; backward the head, each layer from the last. The
+ * next unit's all-gather starts before the current one computes, so the two overlap (two units in flight,
+ * as the memory plan counts). For a full fine-tune the base is the trainable buffer: as the backward pass
+ * finishes a unit's gradient it reduce-scatters it, keeps its shard and releases the rest, and the
+ * optimizer holds and steps the shards; LoRA's frozen base is only gathered, its adapter sharded as under
+ * ZeRO-1. So every pass is collectives, and every rank must run as many passes as the others
+ * (model_idle_pass), which start them in the same order. The model does no I/O: the trainer gives it the
+ * collectives, each of a whole unit of n values in place: an all-gather started (its handle) and waited
+ * for, and a reduce-scatter. */
 struct model_shard_ops {
-    int (*gather)(void *ctx, float *unit, size_t n, struct whet_err *err);         /* an all-gather */
+    void *(*gather_start)(void *ctx, float *unit, size_t n);                       /* an all-gather */
+    int (*gather_wait)(void *ctx, void *started, struct whet_err *err);            /* its end */
     int (*reduce_scatter)(void *ctx, float *unit, size_t n, struct whet_err *err); /* a reduce-scatter */
     void *ctx;
 };

@@ -86,12 +86,13 @@ struct model {
     int n_spans;
     size_t n_span_values;
     /* ZeRO-3 (model_opts.shard_params): units[u] of the base buffer — [0] the embedding, [1 + l] layer l,
-     * [L + 1] the head — and unit_own[u] this rank's shard of it (a full fine-tune's spans too); resident[u] when gathered (all_resident:
-     * model_gather_params keeps them so). A collective that failed fails every pass after it, with
-     * shard_err. */
+     * [L + 1] the head — and unit_own[u] this rank's shard of it (a full fine-tune's spans too); resident[u]
+     * when gathered (all_resident: model_gather_params keeps them so), in_flight[u] the all-gather started
+     * ahead of its use (unit_use). A collective that failed fails every pass after it, with shard_err. */
     int sharded, all_resident, shard_failed;
     struct model_span *units, *unit_own;
     unsigned char *resident;
+    void **in_flight;
     struct model_shard_ops shard_ops;
     struct whet_err shard_err;
     int (*reduce_sumsq)(void *ctx, double *device_sumsq);

@@ -22,7 +22,11 @@ static int64_t base_params(const struct mp_shape *s) {
     return s->vocab * s->hidden + s->layers * layer_params(s) + head_params(s);
 }
 
-/* ZeRO-3: the values a rank keeps (its shard of every unit) and the most a pass holds gathered at once. */
+static int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ZeRO-3: the values a rank keeps (its shard of every unit) and the most a pass holds gathered at once:
+ * the unit it computes and the next one, whose all-gather runs meanwhile (embedding then layer, two
+ * layers, layer then head); tied, the embedding stays gathered through the forward pass beside them. */
 static void sharded_values(const struct mp_shape *s, const struct mp_job *j, int64_t *kept, int64_t *gathered) {
     int64_t units[3] = {s->vocab * s->hidden, layer_params(s), head_params(s)}, count[3] = {1, s->layers, 1};
     *kept = 0;
@@ -31,8 +35,8 @@ static void sharded_values(const struct mp_shape *s, const struct mp_job *j, int
         mp_shard(units[u], j->optimizer_shards, j->optimizer_shard, &lo, &hi);
         *kept += count[u] * (hi - lo);
     }
-    int64_t widest = units[1] > units[2] ? units[1] : units[2];
-    *gathered = s->tie_word_embeddings ? units[0] + widest : (units[0] > widest ? units[0] : widest);
+    int64_t after_layer = larger(s->layers > 1 ? 2 * units[1] : 0, units[1] + units[2]);
+    *gathered = s->tie_word_embeddings ? units[0] + after_layer : larger(units[0] + units[1], after_layer);
 }
 
 /* Inputs and outputs of module i (q k v o gate up down). */
@@ -80,11 +84,11 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     int64_t lo = 0, hi = out->n_trainable;
     if (j.optimizer_shards > 1) mp_shard(out->n_trainable, j.optimizer_shards, j.optimizer_shard, &lo, &hi);
     out->moments = 2 * wide * (hi - lo);
-    if (j.train && j.optimizer_shards > 1 && j.shard_params) {
+    if (j.optimizer_shards > 1 && j.shard_params) { /* (without train: a sharded frozen reference) */
         int64_t kept, gathered;
         sharded_values(&s, &j, &kept, &gathered);
         out->weights = narrow * (kept + gathered);
-        if (j.lora_r == 0) { /* a full fine-tune's gradients and moments follow its units */
+        if (j.train && j.lora_r == 0) { /* a full fine-tune's gradients and moments follow its units */
             out->gradients = out->weights;
             out->moments = 2 * wide * kept;
         }

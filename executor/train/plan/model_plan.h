@@ -60,9 +60,9 @@ struct mp_job {
     enum mp_dtype dtype;
     int64_t optimizer_shards;  /* ZeRO-1: the moments split over this many ranks (0 or 1: not split) */
     int64_t optimizer_shard;   /* and this rank's shard of them, mp_shard's */
-    int shard_params;          /* ZeRO-3 (training with optimizer_shards > 1): the base parameters sharded unit
+    int shard_params;          /* ZeRO-3 (with optimizer_shards > 1, the ranks): the base parameters sharded unit
                                 * by unit (embedding, each layer, head; model.h), and for a full fine-tune its
-                                * gradients and moments with them */
+                                * gradients and moments with them; without train, a sharded frozen model */
 };
 
 struct mp_plan {

@@ -4,9 +4,11 @@
 #   - N ranks x the global batch = 1 process x the same batch, step for step (<= 1e-5 relative; the
 #     sums run in another order), for SFT LoRA (data parallel, 2 and 3 ranks; the gradient all-reduced
 #     in buckets during the backward pass), SFT full with fewer rows than ranks, SFT full and DPO LoRA
-#     (ZeRO-1, 3 ranks), SFT, DPO and GRPO, full and LoRA, under ZeRO-3 (3 ranks; SFT full also with fewer rows than ranks), GRPO LoRA (3
+#     (ZeRO-1, 3 ranks), SFT, DPO and GRPO, full and LoRA, under ZeRO-3 (3 ranks; SFT full also with fewer
+#     rows than ranks; a full fine-tune's frozen reference sharded with the policy), GRPO LoRA (3
 #     ranks sharing 5 prompts, a reference pass, dynamic sampling with refills); only rank 0 writes
 #     metrics, events and checkpoints;
+#   - a gang of one rank (a rendezvous given) runs the gang's code path alone with the same losses;
 #   - a ZeRO-1 checkpoint of 3 ranks resumes on 1 process and on 2 ranks, and a ZeRO-3 one on 2 ranks of
 #     ZeRO-3, repeating the uninterrupted run;
 #   - a rank of another generation is refused; SIGKILL of a rank fails the others quickly, naming it;
@@ -132,6 +134,11 @@ gang dp2 sft 2 "$LORA"
 same_losses "$work/single-sft-lora/metrics.jsonl" "$work/dp2-0/metrics.jsonl"
 gang dp3 sft 3 "$LORA"
 same_losses "$work/single-sft-lora/metrics.jsonl" "$work/dp3-0/metrics.jsonl"
+# a gang of one (a rendezvous given): the gang's code path alone, as the GPU check runs NCCL's
+config "$work/one.json" sft "$work/one" "$LORA, \"distributed\": {\"world_size\": 1, \"rank\": 0, \"rendezvous\": \"127.0.0.1:0\"}"
+"$WHET_BIN" train --config "$work/one.json" > /dev/null 2> "$work/one.log" || fail "gang of one: $(tail -3 "$work/one.log")"
+same_losses "$work/single-sft-lora/metrics.jsonl" "$work/one/metrics.jsonl"
+grep -q "rank 0 of 1 joined the gang in .* (gloo)" "$work/one.log" || fail "the gang of one did not join: $(head -5 "$work/one.log")"
 # batch_size 2 packs into fewer rows than ranks: a rank with no rows still takes part in every bucket
 HP='{"batch_size": 2, "learning_rate": 0.002, "max_seq_len": 128}'
 config "$work/single-small.json" sft "$work/single-small" "$FULL"
@@ -151,6 +158,7 @@ gang dpo3 dpo 3 "$LORA" ', "zero": 1'
 same_losses "$work/single-dpo-lora/metrics.jsonl" "$work/dpo3-0/metrics.jsonl"
 gang dpo3z dpo 3 "$FULL" ', "zero": 3'
 same_losses "$work/single-dpo-full/metrics.jsonl" "$work/dpo3z-0/metrics.jsonl"
+grep -q "reference model: sharded as the policy" "$work/dpo3z-2.log" || fail "rank 2 did not shard DPO's reference"
 # LoRA under ZeRO-3: the frozen base sharded (DPO's reference passes, the adapter off, gather it too)
 gang lora3z sft 3 "$LORA" ', "zero": 3'
 same_losses "$work/single-sft-lora/metrics.jsonl" "$work/lora3z-0/metrics.jsonl"
@@ -163,6 +171,7 @@ gang grpo3z grpo 3 "$GRPO" ', "zero": 3'
 same_losses "$work/single-grpo-lora/metrics.jsonl" "$work/grpo3z-0/metrics.jsonl"
 gang grpofull3z grpo 3 "$GRPO_FULL" ', "zero": 3'
 same_losses "$work/single-grpo-full/metrics.jsonl" "$work/grpofull3z-0/metrics.jsonl"
+grep -q "reference model: sharded as the policy" "$work/grpofull3z-1.log" || fail "rank 1 did not shard GRPO's reference"
 python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; assert any(0 < x["reward_mean"] < 1 and x["groups_kept"] > 0 for x in r), r' \
   "$work/single-grpo-lora/metrics.jsonl" || fail "GRPO: no step with mixed rewards to compare"
 
@@ -217,7 +226,7 @@ start=$(date +%s)
 if wait "${pids[0]}"; then fail "rank 0 went on without rank 1"; fi
 elapsed=$(( $(date +%s) - start ))
 [ "$elapsed" -lt 30 ] || fail "rank 0 took ${elapsed}s to notice (timeout_s is 60: it must see the closed connection)"
-grep -q "distributed: rank 0 of 2 (rendezvous $addr)" "$work/kill-0.log" || fail "lost rank: $(tail -3 "$work/kill-0.log")"
+grep -q "distributed: rank 0 of 2 (rendezvous $addr, gloo)" "$work/kill-0.log" || fail "lost rank: $(tail -3 "$work/kill-0.log")"
 echo "a killed rank fails its peer in ${elapsed}s: $(grep -o 'distributed: rank 0 of 2.*' "$work/kill-0.log" | head -c 160)"
 
 # ---- SIGTERM to rank 1 only: both stop after the same step, rank 0 checkpoints it, both exit 0

@@ -7,7 +7,8 @@
 # rank is metered; pause stops every rank; a SIGKILLed executor's lost lease fails the gang, which
 # restarts when capacity is back and succeeds; a rank that connects to PostgreSQL is stopped by the
 # sandbox (the gang's trainers reach each other on WHET_GANG_PORTS and nothing else); a rank 0 that
-# never announces its rendezvous fails the attempt at the deadline.
+# never announces its rendezvous fails the attempt at the deadline; a LoRA job whose base does not fit
+# one device is a gang by sizing alone, its ranks told to shard the base (ZeRO-3).
 . "$(dirname "$0")/lib.sh" gang
 here=$(cd "$(dirname "$0")" && pwd)
 # The gang's ports: below the kernel's ephemeral range, where run.sh's PostgreSQL listens.
@@ -136,6 +137,19 @@ check "its event says why" \
 check "rank 0 is cancelled, ranks never started end with it" \
   'wait_for 10 "SELECT string_agg(outcome, '"'"','"'"' ORDER BY rank) FROM gang_ranks WHERE job_id = '"'"'ftjob-q'"'"' AND attempt = 1" cancelled,cancelled,cancelled,cancelled'
 q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q'; NOTIFY whet_jobs"
+check "the silent gang is cancelled" 'wait_for 15 "SELECT status FROM jobs WHERE id = '"'"'ftjob-q'"'"'" cancelled'
+
+# A LoRA job whose base (25B parameters, 93 GiB of weights) does not fit one 80 GiB device: sizing makes
+# it a gang without whet.min_gpus, and the ranks shard the frozen base (ZeRO-3) as sizing assumed; the
+# tiny base's LoRA gang above, made by min_gpus, stayed data parallel (zero 0).
+q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+     SELECT 'big', architecture, 25000000000, object_prefix, sha256, '{}' FROM base_models WHERE id = 'tiny';
+   INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
+     VALUES ('ftjob-z', 't1', 'big', 'big', 'file-1', '{\"type\":\"supervised\"}', 1, '{}'); NOTIFY whet_jobs"
+check "sizing makes the big base's LoRA job a gang" 'wait_for 15 "SELECT world_size > 1 FROM job_attempts WHERE job_id = '"'"'ftjob-z'"'"'" t'
+check "its ranks shard the base (zero 3)" \
+  '[ "$(q "SELECT DISTINCT manifest->'"'"'distributed'"'"'->>'"'"'zero'"'"' FROM node_commands WHERE job_id = '"'"'ftjob-z'"'"' AND kind = '"'"'start'"'"'")" = 3 ]'
+q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-z'; NOTIFY whet_jobs"
 
 [ $fails -eq 0 ] || tail -n 20 "$work"/*.log >&2
 echo "$passes passed, $fails failed"

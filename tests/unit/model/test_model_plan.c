@@ -143,8 +143,11 @@ TEST(plan_bf16_parts) {
 
 /* ZeRO-3: the ranks' shards of every unit add up to the model (each value kept once), each rank keeps
  * about 1/N, and what stays resident (its shards and the units in flight) is less than the whole once the
- * model has more than a few layers; untied, the widest unit alone is in flight, tied the embedding beside
- * a layer. */
+ * model has more than a few layers. In flight: the unit computing and the next one, whose all-gather
+ * runs meanwhile — untied the larger of embedding + layer, two layers, layer + head; tied the embedding
+ * beside the larger of two layers and layer + head (the final norm). */
+static int64_t most(int64_t a, int64_t b) { return a > b ? a : b; }
+
 TEST(plan_zero3_shards) {
     struct mp_shape s = {.hidden = 64, .intermediate = 176, .layers = 6, .heads = 4, .kv_heads = 2, .head_dim = 16,
                          .vocab = 500, .tie_word_embeddings = 0};
@@ -152,6 +155,10 @@ TEST(plan_zero3_shards) {
         s.tie_word_embeddings = tied;
         struct mp_plan whole;
         mp_plan(&whole, &s, &(struct mp_job){.train = 1, .rows = 2, .seq_len = 8});
+        int64_t embedding = s.vocab * s.hidden, head = s.hidden + (tied ? 0 : s.vocab * s.hidden);
+        int64_t layer = (whole.n_params - embedding - head) / s.layers;
+        int64_t in_flight = tied ? embedding + most(2 * layer, layer + head)
+                                 : most(embedding + layer, most(2 * layer, layer + head));
         for (int n = 2; n <= 5; n++) {
             int64_t kept = 0;
             for (int k = 0; k < n; k++) {
@@ -162,6 +169,8 @@ TEST(plan_zero3_shards) {
                 CHECK_MSG(p.moments / 8 <= whole.n_params / n + s.layers + 2, "rank %d of %d keeps %lld of %lld", k, n,
                           (long long)(p.moments / 8), (long long)whole.n_params);
                 CHECK(p.weights == p.gradients && p.weights < whole.weights && p.weights > 4 * whole.n_params / n);
+                CHECK_MSG(p.weights == 4 * (p.moments / 8 + in_flight), "rank %d of %d: %lld bytes of weights", k, n,
+                          (long long)p.weights);
             }
             CHECK_MSG(kept == whole.n_params, "%d ranks keep %lld values of %lld", n, (long long)kept,
                       (long long)whole.n_params);
@@ -173,6 +182,13 @@ TEST(plan_zero3_shards) {
             lj.shard_params = 1;
             mp_plan(&lora, &s, &lj);
             CHECK(lora.weights < lora1.weights && lora.gradients == lora1.gradients && lora.moments == lora1.moments);
+            /* a frozen reference sharded with the policy: the policy's resident weights, nothing trainable */
+            struct mp_plan ref, policy;
+            mp_plan(&policy, &s, &(struct mp_job){.train = 1, .method = MP_DPO, .rows = 2, .seq_len = 8,
+                                                  .optimizer_shards = n, .optimizer_shard = 0, .shard_params = 1});
+            mp_plan(&ref, &s, &(struct mp_job){.rows = 2, .seq_len = 8, .optimizer_shards = n, .shard_params = 1});
+            CHECK(ref.weights == policy.weights && ref.weights < whole.weights && ref.gradients == 0 && ref.moments == 0);
+            CHECK(policy.reference == ref.weights + MP_SCALAR_BYTES);
         }
     }
 }
