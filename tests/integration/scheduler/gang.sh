@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gangs through the scheduler and two real executors (sim:H100:2 each) whose trainer is a stand-in
+# Gangs through the scheduler and two real executors (sim:H100:2:80 each) whose trainer is a stand-in
 # (fake_trainer.py): a job pinned to 4 devices (whet.min_gpus) is placed as ONE attempt of 4 ranks on
 # both nodes; rank 0 starts first and the other ranks only after its rendezvous was relayed, each with
 # the distributed object in its trainer config; a rank that exits non-zero stops the gang, which
@@ -26,8 +26,8 @@ q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
               VALUES ('$1', 't1', 'tiny', 'tiny', '$2', '{\"type\":\"supervised\"}', 1, '{\"min_gpus\":4,\"max_gpus\":4}');
               NOTIFY whet_jobs"; }
-executor() { # executor N: starts executor N (sim:H100:2) and sets e$N to its pid
-  "$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2 --work-dir "$work/e$1" \
+executor() { # executor N: starts executor N (sim:H100:2:80: two 80 GiB devices) and sets e$N to its pid
+  "$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e$1" \
     --trainer "$here/fake_trainer.py" >>"$work/e$1.log" 2>&1 &
   pids+=($!); eval "e$1=$!"
 }
@@ -139,14 +139,19 @@ check "rank 0 is cancelled, ranks never started end with it" \
 q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q'; NOTIFY whet_jobs"
 check "the silent gang is cancelled" 'wait_for 15 "SELECT status FROM jobs WHERE id = '"'"'ftjob-q'"'"'" cancelled'
 
-# A LoRA job whose base (25B parameters, 93 GiB of weights) does not fit one 80 GiB device: sizing makes
-# it a gang without whet.min_gpus, and the ranks shard the frozen base (ZeRO-3) as sizing assumed; the
-# tiny base's LoRA gang above, made by min_gpus, stayed data parallel (zero 0).
+# A LoRA job whose base (20B parameters, 75 GiB of weights in f32) does not fit one 80 GiB device: sizing
+# makes it a gang without whet.min_gpus, and the ranks shard the frozen base (ZeRO-3) as sizing assumed;
+# the tiny base's LoRA gang above, made by min_gpus, stayed data parallel (zero 0). (Short sequences keep
+# the activations small: the weights alone decide the gang.)
 q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     SELECT 'big', architecture, 25000000000, object_prefix, sha256, '{}' FROM base_models WHERE id = 'tiny';
+     SELECT 'big', architecture, 20000000000, object_prefix, sha256,
+       '{\"hidden_size\": 8192, \"intermediate_size\": 28672, \"num_hidden_layers\": 20, \"num_attention_heads\": 64,
+         \"num_key_value_heads\": 8, \"vocab_size\": 32000}' FROM base_models WHERE id = 'tiny';
    INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
-     VALUES ('ftjob-z', 't1', 'big', 'big', 'file-1', '{\"type\":\"supervised\"}', 1, '{}'); NOTIFY whet_jobs"
-check "sizing makes the big base's LoRA job a gang" 'wait_for 15 "SELECT world_size > 1 FROM job_attempts WHERE job_id = '"'"'ftjob-z'"'"'" t'
+     VALUES ('ftjob-z', 't1', 'big', 'big', 'file-1', '{\"type\":\"supervised\"}', 1, '{\"max_seq_len\": 256}');
+   NOTIFY whet_jobs"
+check "sizing makes the big base's LoRA job a gang" 'wait_for 15 "SELECT world_size > 1 FROM job_attempts WHERE job_id = '"'"'ftjob-z'"'"'" t' ||
+  q "SELECT status, wait_reason FROM jobs WHERE id = 'ftjob-z'" >&2
 check "its ranks shard the base (zero 3)" \
   '[ "$(q "SELECT DISTINCT manifest->'"'"'distributed'"'"'->>'"'"'zero'"'"' FROM node_commands WHERE job_id = '"'"'ftjob-z'"'"' AND kind = '"'"'start'"'"'")" = 3 ]'
 q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-z'; NOTIFY whet_jobs"
