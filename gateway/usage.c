@@ -62,7 +62,7 @@
     "SELECT s.tenant_id, t.name, s.session_id, s.base_model, count(*) FILTER (WHERE s.call = 'forward_backward'),"    \
     " count(*) FILTER (WHERE s.call = 'sample'), sum(s.train_tokens)::bigint, sum(s.prefill_tokens)::bigint,"          \
     " sum(s.sample_tokens)::bigint, min(s.created_at), max(s.created_at),"                                             \
-    COST_SQL("whet_session_cost_lines(s.tenant_id, NULL, " WINDOW_SQL ")", "model = s.session_id")                    \
+    COST_SQL("whet_inference_cost_lines(s.tenant_id, NULL, " WINDOW_SQL ")", "model = s.session_id")                  \
     " FROM session_usage s JOIN tenants t ON t.id = s.tenant_id"                                                       \
     " WHERE ($1::text IS NULL OR s.tenant_id = $1) AND $2::text IS NULL"                                               \
     "   AND s.created_at >= coalesce($3::bigint, 0) AND s.created_at < coalesce($4::bigint, 9223372036854775807)"      \

@@ -27,12 +27,16 @@ CREATE POLICY tenant_isolation ON session_usage TO whet_app USING (tenant_id = w
 GRANT SELECT, INSERT ON session_usage TO whet_app;
 GRANT USAGE ON SEQUENCE session_usage_seq_seq TO whet_app;
 
--- Up to three lines per call of tenant p_tenant (NULL: any) or of key p_key (NULL: any), recorded in
--- [p_start, p_end); the columns of whet_cost_lines, with the session's id as `model` (what the line is
--- for; the FOCUS export's ResourceId). Train tokens are priced as a job's (trained_tokens_1m), prefill
--- and sample tokens as inference's prompt and completion tokens (inference_prompt_tokens_1m,
+-- The token lines outside jobs, of tenant p_tenant (NULL: any) or of key p_key (NULL: any), recorded in
+-- [p_start, p_end): up to three per session call, then the answers' lines of migration 0024 (that function
+-- renamed whet_answer_cost_lines, unchanged). whet_cost_lines and whet_key_spend (0024) call this one by name,
+-- so everything that reads cost lines (GET /v1/costs, /v1/usage's costs, budgets, an API key's spend, the
+-- FOCUS export) sees the sessions' lines. A session line's `model` is the session's id (what the line is
+-- for; the FOCUS export's ResourceId). Train tokens are priced as a job's (trained_tokens_1m), prefill and
+-- sample tokens as inference's prompt and completion tokens (inference_prompt_tokens_1m,
 -- inference_completion_tokens_1m), in the version in effect when the call was recorded.
-CREATE FUNCTION whet_session_cost_lines(p_tenant text, p_key text, p_start bigint, p_end bigint)
+ALTER FUNCTION whet_inference_cost_lines(text, text, bigint, bigint) RENAME TO whet_answer_cost_lines;
+CREATE FUNCTION whet_inference_cost_lines(p_tenant text, p_key text, p_start bigint, p_end bigint)
   RETURNS TABLE (tenant_id text, job_id text, at bigint, day bigint, line_item text, sku text, device_type text,
                  quantity numeric, unit text, unit_price numeric, amount numeric, currency text,
                  price_version integer, charge text, model text)
@@ -48,31 +52,6 @@ CREATE FUNCTION whet_session_cost_lines(p_tenant text, p_key text, p_start bigin
   LEFT JOIN LATERAL whet_price(v.sku, '', s.created_at) p ON true
   WHERE (p_tenant IS NULL OR s.tenant_id = p_tenant) AND (p_key IS NULL OR s.api_key_id = p_key)
     AND s.created_at >= p_start AND s.created_at < p_end AND v.quantity > 0
-$$;
-
--- Everything that reads cost lines (GET /v1/costs, /v1/usage's costs, budgets, the FOCUS export) sees
--- the sessions' lines beside the jobs' and inference's (migration 0024).
-CREATE OR REPLACE FUNCTION whet_cost_lines(p_tenant text, p_job text, p_start bigint, p_end bigint)
-  RETURNS TABLE (tenant_id text, job_id text, at bigint, day bigint, line_item text, sku text, device_type text,
-                 quantity numeric, unit text, unit_price numeric, amount numeric, currency text,
-                 price_version integer, charge text, model text)
-  LANGUAGE sql STABLE AS $$
-  SELECT l.*, NULL::text FROM whet_job_cost_lines(p_tenant, p_job, p_start, p_end) l
   UNION ALL
-  SELECT * FROM whet_inference_cost_lines(p_tenant, NULL, p_start, p_end) WHERE p_job IS NULL
-  UNION ALL
-  SELECT * FROM whet_session_cost_lines(p_tenant, NULL, p_start, p_end) WHERE p_job IS NULL
-$$;
-
--- This month's spend of an API key: the jobs it created (migration 0009), the answers it was given (0024)
--- and its session calls.
-CREATE OR REPLACE FUNCTION whet_key_spend(p_key text) RETURNS numeric LANGUAGE sql STABLE AS $$
-  WITH m AS (SELECT extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint AS start)
-  SELECT coalesce((SELECT sum(s.amount) FROM jobs j, m,
-    LATERAL (SELECT coalesce((SELECT sum(l.amount)
-                              FROM whet_cost_lines(j.tenant_id, j.id, m.start, 9223372036854775807) l), 0)
-             + whet_running_cost(j.tenant_id, j.id) AS amount) s
-    WHERE j.api_key_id = p_key), 0)
-  + coalesce((SELECT sum(l.amount) FROM m, whet_inference_cost_lines(NULL, p_key, m.start, 9223372036854775807) l), 0)
-  + coalesce((SELECT sum(l.amount) FROM m, whet_session_cost_lines(NULL, p_key, m.start, 9223372036854775807) l), 0)
+  SELECT * FROM whet_answer_cost_lines(p_tenant, p_key, p_start, p_end)
 $$;
