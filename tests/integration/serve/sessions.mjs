@@ -231,6 +231,9 @@ try {
   const mfb = await viaKey('POST', `/v1/training_sessions/${ms}/forward_backward`, { loss_fn: 'cross_entropy', data: [datum(ids)] });
   check(mfb.status === 200 && mfb.json.usage?.train_tokens === K && !mfb.headers.has('x-whet-usage'),
     'forward_backward: its usage is its train tokens; the worker\'s report is not the client\'s', { text: mfb.text.slice(-80), headers: [...mfb.headers] });
+  const mbad = await viaKey('POST', `/v1/training_sessions/${ms}/forward_backward`, { loss_fn: 'cross_entropy',
+    data: [{ model_input: [1, 99999999], loss_fn_inputs: { target_tokens: [1, 2] } }] });
+  check(mbad.status === 400, 'a forward_backward the worker refuses (400; not metered: one call below)', mbad.text);
   const mopt = await viaKey('POST', `/v1/training_sessions/${ms}/optim_step`, {});
   check(mopt.status === 200, 'optim_step under the limit (not metered)', mopt.text);
   const msample = await viaKey('POST', `/v1/training_sessions/${ms}/sample`, { prompt: ids.slice(0, P), max_tokens: 5, n: 2, seed: 7 });
@@ -257,6 +260,11 @@ try {
     const inUsage = sum(allRows.map((x) => x.cost.line_items[item] ?? 0));
     check(inCosts >= want[item] && Math.abs(inCosts - inUsage) < 1e-6, `/v1/costs: ${item}, as /v1/usage sums it`, { inCosts, inUsage, costs });
   }
+  const tenantSpend = (await a('GET', '/v1/budget')).json?.spent;
+  const everything = (await a('GET', '/v1/usage')).json;
+  const usageCost = sum(['data', 'inference', 'training_sessions'].flatMap((k) => everything[k].map((x) => x.cost.amount)));
+  check(Math.abs(tenantSpend - usageCost) < 1e-6 && sum(allRows.map((x) => x.cost.amount)) >= 3 * K + P + 2 * M,
+    'the tenant\'s spend this month counts its sessions\' cost (as /v1/usage sums it)', { tenantSpend, usageCost });
   const keySpend = (await a('GET', '/v1/api_keys')).json.data.find((k) => k.id === metered.json.id)?.spent_this_month;
   check(keySpend === 3 * K + P + 2 * M, 'the key\'s spend this month is its session calls\' cost', { keySpend });
   for (const [call, json] of [['forward_backward', { loss_fn: 'cross_entropy', data: [datum(ids)] }], ['sample', { prompt: ids.slice(0, P) }]]) {
