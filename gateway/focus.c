@@ -113,7 +113,9 @@ static void focus_done(struct gw_req *r, const struct db_result *res, void *arg)
                                 credit ? NULL : V(F_CONSUMED_UNIT),
                                 V(F_SKU_ID),
                                 V(F_JOB),
-                                strncmp(V(F_SKU_ID), "inference_", 10) ? "Fine-tuning job" : "Model",
+                                !strncmp(V(F_JOB), "ts-", 3)             ? "Training session" /* 0028 */
+                                : strncmp(V(F_SKU_ID), "inference_", 10) ? "Fine-tuning job"
+                                                                         : "Model",
                                 V(F_TENANT),
                                 V(F_TENANT_NAME),
                                 "Usage-Based"};

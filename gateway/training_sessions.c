@@ -20,12 +20,19 @@
  * forgotten. It is listed and served like a job's model (models.h, inference.h) and outlives its session. A tenant
  * (or API key) whose month's spend reached its monthly limit cannot create a session nor run its passes
  * (forward_backward, optim_step, sample): 429 insufficient_quota (budget_gate); it can still save and delete.
+ * Metering, per token as Tinker bills: the worker reports each forward_backward's train tokens and each sample's
+ * prefill (prompt) and sample tokens, the numbers of the answer's own `usage` (x-whet-usage, taken out of what the
+ * client sees); the gateway writes one session_usage row per call answered 200 (migration 0028), with the API key
+ * that asked, which /v1/usage and the cost lines (/v1/costs, budgets, an API key's spend, the FOCUS export) read.
+ * Train tokens are priced at trained_tokens_1m, prefill and sample tokens at the inference prompt and completion
+ * prices. optim_step, save, create and delete are not metered.
  * Bodies are checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
  * base with no ready worker waits for one's cold start as completions do (model_workers_await: the lookup records
  * the demand that starts one), then is a 503 with retry-after; the calls on a session do not wait (the session
  * lives on its worker: with no worker, it is gone). */
 #include "training_sessions.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "budgets.h"
@@ -143,21 +150,87 @@ static void create(struct gw_req *r) {
     budget_gate(r, create_allowed, c);
 }
 
-/* A call on a session the tenant holds: handed to its base's worker. */
-static void session_found(struct gw_req *r, const struct db_result *res, void *arg) {
+/* ---- Metering: a forward_backward or sample answered 200 is one session_usage row (migration 0028) */
+
+struct meter_prefilter {
+    h2o_req_prefilter_t super;
+    struct gw_req *r;
+    const char *call, *base;
+};
+
+static void usage_written(struct gw_req *r, const struct db_result *res, void *arg) {
     (void)arg;
+    if (!res->ok)
+        log_error("msg=\"training session usage not recorded\" request_id=%s error=\"%s\"", r->request_id,
+                  res->message);
+}
+
+/* The worker's report, "TRAIN PREFILL SAMPLE" (x-whet-usage, serve_session_http.h), becomes a usage row; the
+ * client never sees it. */
+static void call_answered(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    const struct meter_prefilter *pf = (const struct meter_prefilter *)self;
+    struct gw_req *r = pf->r;
+    ssize_t h = h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-whet-usage"), -1);
+    char text[64] = "";
+    if (h >= 0) {
+        h2o_iovec_t v = req->res.headers.entries[h].value;
+        snprintf(text, sizeof text, "%.*s", (int)(v.len < sizeof text - 1 ? v.len : sizeof text - 1), v.base);
+        h2o_delete_header(&req->res.headers, h);
+    }
+    long long n[3];
+    char *at = text, *end;
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; i++, at = end) {
+        n[i] = strtoll(at, &end, 10);
+        ok = end != at && n[i] >= 0;
+    }
+    if (req->res.status == 200 && (h < 0 || !ok || *at)) {
+        log_warn("msg=\"a model worker answered a training session's %s without a usable usage report: the call is "
+                 "not metered\" request_id=%s session=%s base=%s report=\"%s\"",
+                 pf->call, r->request_id, http_path_param(r, "id"), pf->base, text);
+    } else if (req->res.status == 200) { /* a failed call is not metered */
+        const char *params[] = {http_tenant_id(r),
+                                http_path_param(r, "id"),
+                                pf->base,
+                                pf->call,
+                                r->request_id,
+                                http_printf(r, "%lld", n[0]),
+                                http_printf(r, "%lld", n[1]),
+                                http_printf(r, "%lld", n[2]),
+                                r->api_key_id[0] ? r->api_key_id : NULL};
+        db_query(r, "session_usage_insert", 9, params, usage_written, NULL);
+    }
+    h2o_setup_next_prefilter(self, req, slot);
+}
+
+/* A call on a session the tenant holds: handed to its base's worker; `call` (forward_backward, sample) is
+ * metered, NULL not. */
+static void session_found(struct gw_req *r, const struct db_result *res, void *arg) {
+    const char *call = arg;
     if (db_reply_unless_found(r, res, "training session", "id")) return;
-    model_workers_proxy(r, PQgetvalue(res->res[0], 0, 0), NULL, 0);
+    const char *base = PQgetvalue(res->res[0], 0, 0);
+    if (!call) {
+        model_workers_proxy(r, base, NULL, 0);
+        return;
+    }
+    struct meter_prefilter *pf = (struct meter_prefilter *)h2o_add_prefilter(r->req, sizeof *pf);
+    pf->super.on_setup_ostream = call_answered;
+    pf->r = r;
+    pf->call = call;
+    pf->base = http_strdup(r, base);
+    const char *const headers[][2] = {{"x-whet-usage", "1"}};
+    model_workers_proxy(r, base, headers, 1);
 }
 
 static void session_call(struct gw_req *r, void *arg) {
-    (void)arg;
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "training_sessions_get", 2, params, session_found, NULL);
+    db_query(r, "training_sessions_get", 2, params, session_found, arg);
 }
 
-/* forward_backward, optim_step, sample: within the budget. */
-static void session_pass(struct gw_req *r) { budget_gate(r, session_call, NULL); }
+/* forward_backward, optim_step, sample: within the budget; optim_step is not metered. */
+static void session_forward_backward(struct gw_req *r) { budget_gate(r, session_call, (void *)"forward_backward"); }
+static void session_optim_step(struct gw_req *r) { budget_gate(r, session_call, NULL); }
+static void session_sample(struct gw_req *r) { budget_gate(r, session_call, (void *)"sample"); }
 
 /* A save: named by the gateway (a model of the tenant's, session_models) before the worker writes it. */
 struct save {
@@ -265,16 +338,19 @@ void training_sessions_routes(struct http_router *rt) {
     db_prepare("session_models_insert",
                "INSERT INTO session_models (model, tenant_id, session_id, base_model, object_prefix)"
                " VALUES ($1, $2, $3, $4, $5)");
+    db_prepare("session_usage_insert",
+               "INSERT INTO session_usage (tenant_id, session_id, base_model, call, request_id, train_tokens,"
+               " prefill_tokens, sample_tokens, api_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
     db_prepare("session_models_forget", "DELETE FROM session_models WHERE tenant_id = $1 AND model = $2");
     db_prepare("training_sessions_delete",
                "UPDATE training_sessions SET deleted_at = whet_now()"
                " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");
     http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_pass, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_forward_backward, HTTP_ROUTE_TENANT,
                "training_sessions.forward_backward");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/optim_step", session_pass, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/optim_step", session_optim_step, HTTP_ROUTE_TENANT,
                "training_sessions.optim_step");
-    http_route(rt, "POST", "/v1/training_sessions/{id}/sample", session_pass, HTTP_ROUTE_TENANT,
+    http_route(rt, "POST", "/v1/training_sessions/{id}/sample", session_sample, HTTP_ROUTE_TENANT,
                "training_sessions.sample");
     http_route(rt, "POST", "/v1/training_sessions/{id}/save", session_save, HTTP_ROUTE_TENANT,
                "training_sessions.save");

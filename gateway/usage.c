@@ -1,7 +1,8 @@
 /* usage.c - metering, as tenants and finance see it.
  *
  *   GET /v1/usage                        the tenant's own usage, one row per job and device type, and
- *                                        (`inference`) one per model it asked for completions
+ *                                        (`inference`) one per model it asked for completions and
+ *                                        (`training_sessions`) one per training session
  *   GET /admin/v1/usage                  every tenant's, for billing (?format=csv for a spreadsheet)
  *   GET /admin/v1/nodes                  the executors, their devices, leases and running jobs
  *
@@ -10,8 +11,9 @@
  * and flagged). Storage is the checkpoints' bytes times the hours they have been kept. Each row's `cost`
  * sums the database's cost lines (prices.h) of its job and device type over the same window; a job's
  * storage is costed on its first device type's row. Inference tokens come from inference_usage, one row
- * per answer (gateway/inference.c), summed per model: they belong to no job, so a job_id filter leaves
- * them out. */
+ * per answer (gateway/inference.c), summed per model; training sessions' tokens from session_usage, one row
+ * per forward_backward or sample (gateway/training_sessions.c), summed per session. Neither belongs to a job,
+ * so a job_id filter leaves them out. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,14 @@
 #include "db.h"
 #include "server.h"
 #include "usage.h"
+
+/* The cost object of a usage row: the cost lines LINES (a call of a whet_*cost_lines function) that WHERE
+ * keeps, summed by line item. */
+#define COST_SQL(LINES, WHERE)                                                                                   \
+    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"             \
+    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                                  \
+    "  FROM (SELECT line_item, sum(amount) AS amount FROM " LINES " WHERE " WHERE " GROUP BY line_item) l)"
+#define WINDOW_SQL "coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)"
 
 /* Usage per job and device type, with storage byte-hours from the job's checkpoints. $1: tenant id or
  * NULL for all tenants. */
@@ -29,11 +39,7 @@
     "   WHERE c.job_id = u.job_id), 0)::float8,"                                                          \
     " count(DISTINCT u.attempt), coalesce(sum(u.device_seconds) FILTER (WHERE u.lost), 0)::float8,"       \
     " min(u.created_at), max(u.created_at),"                                                              \
-    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"       \
-    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                              \
-    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(u.tenant_id, u.job_id,"            \
-    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE device_type = u.device_type"  \
-    "   GROUP BY line_item) l)"                                                                               \
+    COST_SQL("whet_cost_lines(u.tenant_id, u.job_id, " WINDOW_SQL ")", "device_type = u.device_type")     \
     " FROM usage_records u JOIN tenants t ON t.id = u.tenant_id"                                          \
     " WHERE ($1::text IS NULL OR u.tenant_id = $1) AND ($2::text IS NULL OR u.job_id = $2)"               \
     "   AND u.created_at >= coalesce($3::bigint, 0) AND u.created_at < coalesce($4::bigint, 9223372036854775807)" \
@@ -44,15 +50,23 @@
 #define INFERENCE_USAGE_SQL                                                                                            \
     "SELECT i.tenant_id, t.name, i.model, count(*), sum(i.prompt_tokens)::bigint,"                                     \
     " sum(i.completion_tokens)::bigint, min(i.created_at), max(i.created_at),"                                         \
-    " (SELECT jsonb_build_object('amount', coalesce(sum(l.amount), 0), 'currency', whet_currency(),"                   \
-    "   'line_items', coalesce(jsonb_object_agg(l.line_item, l.amount), '{}'))"                                        \
-    "  FROM (SELECT line_item, sum(amount) AS amount FROM whet_cost_lines(i.tenant_id, NULL,"                          \
-    "   coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)) WHERE model = i.model"                     \
-    "   GROUP BY line_item) l)"                                                                                        \
+    COST_SQL("whet_cost_lines(i.tenant_id, NULL, " WINDOW_SQL ")", "model = i.model")                                  \
     " FROM inference_usage i JOIN tenants t ON t.id = i.tenant_id"                                                     \
     " WHERE ($1::text IS NULL OR i.tenant_id = $1) AND $2::text IS NULL"                                               \
     "   AND i.created_at >= coalesce($3::bigint, 0) AND i.created_at < coalesce($4::bigint, 9223372036854775807)"      \
     " GROUP BY i.tenant_id, t.name, i.model ORDER BY min(i.created_at), i.model"
+
+/* Training sessions per tenant and session, with the cost lines of the session over the same window. $1: tenant
+ * id or NULL for all tenants; $2: a job id (no session row belongs to a job). */
+#define SESSION_USAGE_SQL                                                                                              \
+    "SELECT s.tenant_id, t.name, s.session_id, s.base_model, count(*) FILTER (WHERE s.call = 'forward_backward'),"    \
+    " count(*) FILTER (WHERE s.call = 'sample'), sum(s.train_tokens)::bigint, sum(s.prefill_tokens)::bigint,"          \
+    " sum(s.sample_tokens)::bigint, min(s.created_at), max(s.created_at),"                                             \
+    COST_SQL("whet_inference_cost_lines(s.tenant_id, NULL, " WINDOW_SQL ")", "model = s.session_id")                  \
+    " FROM session_usage s JOIN tenants t ON t.id = s.tenant_id"                                                       \
+    " WHERE ($1::text IS NULL OR s.tenant_id = $1) AND $2::text IS NULL"                                               \
+    "   AND s.created_at >= coalesce($3::bigint, 0) AND s.created_at < coalesce($4::bigint, 9223372036854775807)"      \
+    " GROUP BY s.tenant_id, t.name, s.session_id, s.base_model ORDER BY min(s.created_at), s.session_id"
 
 /* An operator's row names its tenant (columns 0 and 1). */
 static json_t *with_tenant(json_t *o, const PGresult *res, int i, int admin) {
@@ -69,6 +83,17 @@ static json_t *inference_row(const PGresult *res, int i, int admin) {
                           db_json_integer(res, i, 4), "completion_tokens", db_json_integer(res, i, 5),
                           "first_recorded_at", db_json_integer(res, i, 6), "last_recorded_at",
                           db_json_integer(res, i, 7), "cost", db_json_value(res, i, 8));
+    return with_tenant(o, res, i, admin);
+}
+
+static json_t *session_row(const PGresult *res, int i, int admin) {
+    json_t *o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "usage.training_session",
+                          "session_id", db_json_string(res, i, 2), "base_model", db_json_string(res, i, 3),
+                          "forward_backward_calls", db_json_integer(res, i, 4), "sample_calls",
+                          db_json_integer(res, i, 5), "train_tokens", db_json_integer(res, i, 6), "prefill_tokens",
+                          db_json_integer(res, i, 7), "sample_tokens", db_json_integer(res, i, 8), "first_recorded_at",
+                          db_json_integer(res, i, 9), "last_recorded_at", db_json_integer(res, i, 10), "cost",
+                          db_json_value(res, i, 11));
     return with_tenant(o, res, i, admin);
 }
 
@@ -101,7 +126,7 @@ static int time_param(struct gw_req *r, const char *name, const char **out) {
 static void usage_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
     int admin = arg != NULL;
     if (db_reply_failed(r, res)) return;
-    const PGresult *pr = res->res[0], *inf = res->res[1];
+    const PGresult *pr = res->res[0], *inf = res->res[1], *ses = res->res[2];
     const char *format = http_query_param(r, "format");
     if (admin && format && !strcmp(format, "csv")) {
         /* a job's row leaves the inference columns empty, a model's the job's */
@@ -125,13 +150,14 @@ static void usage_list_done(struct gw_req *r, const struct db_result *res, void 
         http_reply_error(r, 400, "format", "invalid_value", "format must be json%s", admin ? " or csv" : "");
         return;
     }
-    json_t *data = json_array(), *inference = json_array();
+    json_t *data = json_array(), *inference = json_array(), *sessions = json_array();
     for (int i = 0; i < PQntuples(pr); i++) json_array_append_new(data, usage_row(pr, i, admin));
     for (int i = 0; i < PQntuples(inf); i++) json_array_append_new(inference, inference_row(inf, i, admin));
-    json_t *list =
-        json_pack("{s:s, s:o, s:o, s:b}", "object", "list", "data", data, "inference", inference, "has_more", 0);
+    for (int i = 0; i < PQntuples(ses); i++) json_array_append_new(sessions, session_row(ses, i, admin));
+    json_t *list = json_pack("{s:s, s:o, s:o, s:o, s:b}", "object", "list", "data", data, "inference", inference,
+                             "training_sessions", sessions, "has_more", 0);
     /* A tenant sees its budget and this month's spend beside (budgets.h): soft_alert is the alert flag. */
-    if (res->n == 3) json_object_set_new(list, "budget", db_json_value(res->res[2], 0, 1));
+    if (res->n == 4) json_object_set_new(list, "budget", db_json_value(res->res[3], 0, 1));
     http_reply_json(r, 200, list);
 }
 
@@ -141,9 +167,11 @@ static void usage_list(struct gw_req *r, int admin) {
     const char *tenant = admin ? http_query_param(r, "tenant_id") : http_tenant_id(r);
     const char *params[] = {tenant, http_query_param(r, "job_id"), start, end};
     const char *budget[] = {tenant};
-    struct db_stmt stmts[] = {
-        {"usage_list", NULL, 4, params}, {"usage_inference", NULL, 4, params}, {"budget_status", NULL, 1, budget}};
-    db_transaction(r, stmts, admin ? 2 : 3, usage_list_done, admin ? (void *)1 : NULL);
+    struct db_stmt stmts[] = {{"usage_list", NULL, 4, params},
+                              {"usage_inference", NULL, 4, params},
+                              {"usage_sessions", NULL, 4, params},
+                              {"budget_status", NULL, 1, budget}};
+    db_transaction(r, stmts, admin ? 3 : 4, usage_list_done, admin ? (void *)1 : NULL);
 }
 
 static void usage_tenant(struct gw_req *r) { usage_list(r, 0); }
@@ -169,6 +197,7 @@ static void nodes_list(struct gw_req *r) { db_query(r, "nodes_list", 0, NULL, no
 void usage_routes(struct http_router *rt) {
     db_prepare("usage_list", USAGE_SQL);
     db_prepare("usage_inference", INFERENCE_USAGE_SQL);
+    db_prepare("usage_sessions", SESSION_USAGE_SQL);
     db_prepare("nodes_list",
                "SELECT n.id, n.dc, n.pool, n.devices, n.state,"
                " coalesce((SELECT json_agg(a.job_id ORDER BY a.job_id) FROM job_attempts a"

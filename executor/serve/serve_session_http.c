@@ -60,6 +60,11 @@ struct op {
     /* the answer */
     int status;
     char *body;
+    /* x-whet-usage in the request: the gateway meters the call. A forward_backward or sample answered 200
+     * reports the tokens of its answer's `usage` as "TRAIN PREFILL SAMPLE" in the header x-whet-usage
+     * (the gateway takes it out, gateway/training_sessions.c); empty: nothing to report. */
+    int report_usage;
+    char usage[64];
     struct op *next;
 };
 
@@ -142,6 +147,9 @@ static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
         }
         char *body = op->body;
         op->body = NULL;
+        if (op->report_usage && op->status == 200 && op->usage[0])
+            h2o_add_header_by_str(&op->req->pool, &op->req->res.headers, H2O_STRLIT("x-whet-usage"), 0, NULL,
+                                  op->usage, strlen(op->usage));
         reply_json(op->req, op->status, body); /* h2o may dispose of the request (and free op) here */
         free(body);
     }
@@ -229,6 +237,7 @@ static void answer_forward_backward(struct op *op) {
     int tokens = 0;
     for (int d = 0; d < op->fb.n_data; d++) tokens += op->fb.data[d].n;
     whet_buf_printf(&b, "],\"usage\":{\"train_tokens\":%d}}", tokens);
+    snprintf(op->usage, sizeof op->usage, "%d 0 0", tokens);
     answer(op, 200, b.data);
 }
 
@@ -291,7 +300,7 @@ static void run_save(struct serve_sessions *ss, struct serve_session *s, struct 
     free(prefix);
 }
 
-/* Frees session i; the log line is its metering (the gateway's usage tables do not have sessions yet). */
+/* Frees session i; the log line sums what it did (the gateway meters each call: x-whet-usage, above). */
 static void remove_session(struct serve_sessions *ss, int i, const char *why) {
     const struct serve_session *s = ss->sessions[i];
     log_info("msg=\"training session %s\" session=%s trained_tokens=%lld prefill_tokens=%lld sampled_tokens=%lld", why,
@@ -349,6 +358,7 @@ static void on_sample_event(void *ctx, const struct serve_event *ev) {
     int sampled = 0;
     for (int c = 0; c < op->sample.n; c++) sampled += op->seqs[c].n;
     whet_buf_printf(&b, "%d}}", sampled);
+    snprintf(op->usage, sizeof op->usage, "0 %d %d", op->sample.n_prompt, sampled);
     answer(op, 200, b.data);
 }
 
@@ -838,6 +848,7 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
         return 1;
     }
     op->req = req;
+    op->report_usage = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-whet-usage"), -1) >= 0;
     *(struct op **)h2o_mem_alloc_shared(&req->pool, sizeof(struct op *), on_disposed) = op;
     pthread_mutex_lock(&ss->mu);
     *ss->queue_tail = op;

@@ -19,7 +19,9 @@
  * fine-tuned model of the tenant; none without it). A save writes the PEFT adapter there as a checkpoint
  * (objstore_put_dir), which any worker of the base can serve. With encryption at rest the gateway adds the
  * tenant's wrapped data key (x-whet-data-key, serve_store.h) to a create with an initial adapter and to a save:
- * the initial adapter is read and the save written sealed with it.
+ * the initial adapter is read and the save written sealed with it. With x-whet-usage in the request (the
+ * gateway meters the call), a forward_backward or sample answered 200 reports the tokens of its `usage` in the
+ * header x-whet-usage: "TRAIN PREFILL SAMPLE".
  *
  * Threads: requests are checked on the HTTP loop (400 at once) and queued for the engine thread, which
  * runs them between engine steps: a session's calls in the order they came, the forward_backward calls

@@ -5,7 +5,8 @@
 // served, deletable, another tenant's 404); POST /v1/tokenize through the gateway equals
 // the worker's; another tenant's session and a deleted one are 404s, and so is another tenant's
 // init_checkpoint; bad input is a 400 naming the field; the client cannot name the worker's headers; past
-// the tenant's monthly limit a create and the passes are 429 insufficient_quota.
+// the tenant's monthly limit a create and the passes are 429 insufficient_quota. Calls are metered per
+// token (train, prefill, sample), priced, in usage, costs, the FOCUS export and an API key's spend.
 // Training beside completions changes no answer; calls of sessions at once equal each alone; idle
 // sessions expire; the example client loop (deploy/examples/training_session.mjs) runs.
 import { spawn, execFileSync } from 'node:child_process';
@@ -214,6 +215,76 @@ try {
   await a('PUT', '/admin/v1/tenants/alpha/budget', { key: stack.adminToken(), json: { monthly_limit: null } });
   const resumed = await a('POST', `/v1/training_sessions/${id}/sample`, { json: { prompt: ids.slice(0, 4), max_tokens: 2 } });
   check(resumed.status === 200, 'the limit removed: passes again', resumed.text);
+
+  // metering per token, as Tinker bills: a forward_backward's train tokens (priced as a job's trained
+  // tokens), a sample's prefill and sample tokens (priced as inference's prompt and completion tokens), one
+  // usage row per call, in /v1/usage, /v1/costs, the API key's spend (past its limit: 429) and the FOCUS
+  // export; the worker's report never reaches the client, and another tenant sees none of it
+  const book = await a('POST', '/admin/v1/prices', { key: stack.adminToken(), json: { effective_from: 0, currency: 'USD',
+    prices: { trained_tokens_1m: 3000000, inference_prompt_tokens_1m: 1000000, inference_completion_tokens_1m: 2000000 } } });
+  check(book.status === 200 || book.status === 201, 'a price book: a trained token 3, a prompt token 1, a completion token 2', book.text);
+  const K = ids.length - 1, P = 4;
+  const metered = await a('POST', '/v1/api_keys', { json: { scopes: ['jobs'], monthly_limit: 3 * K + 1 } });
+  check(metered.status === 200, 'an API key whose limit allows a forward_backward and a sample', metered.text);
+  const viaKey = (method, path, json) => a(method, path, { json, key: metered.json.key });
+  const ms = (await viaKey('POST', '/v1/training_sessions', { base_model: 'whet-tiny', lora: { r: 2, seed: 4 } })).json?.id;
+  const mfb = await viaKey('POST', `/v1/training_sessions/${ms}/forward_backward`, { loss_fn: 'cross_entropy', data: [datum(ids)] });
+  check(mfb.status === 200 && mfb.json.usage?.train_tokens === K && !mfb.headers.has('x-whet-usage'),
+    'forward_backward: its usage is its train tokens; the worker\'s report is not the client\'s', { text: mfb.text.slice(-80), headers: [...mfb.headers] });
+  const mbad = await viaKey('POST', `/v1/training_sessions/${ms}/forward_backward`, { loss_fn: 'cross_entropy',
+    data: [{ model_input: [1, 99999999], loss_fn_inputs: { target_tokens: [1, 2] } }] });
+  check(mbad.status === 400, 'a forward_backward the worker refuses (400; not metered: one call below)', mbad.text);
+  const mopt = await viaKey('POST', `/v1/training_sessions/${ms}/optim_step`, {});
+  check(mopt.status === 200, 'optim_step under the limit (not metered)', mopt.text);
+  const msample = await viaKey('POST', `/v1/training_sessions/${ms}/sample`, { prompt: ids.slice(0, P), max_tokens: 5, n: 2, seed: 7 });
+  const M = sum((msample.json?.sequences ?? []).map((q) => q.tokens.length));
+  check(msample.status === 200 && M > 0 && msample.json.usage?.prompt_tokens === P && msample.json.usage?.sample_tokens === M &&
+    !msample.headers.has('x-whet-usage'), 'sample: its usage is its prefill and sample tokens', msample.text);
+  let row;
+  for (let i = 0; i < 100; i++) {
+    row = (await a('GET', '/v1/usage')).json?.training_sessions?.find((x) => x.session_id === ms);
+    if (row?.forward_backward_calls === 1 && row?.sample_calls === 1) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const want = { session_train_tokens: 3 * K, session_prefill_tokens: P, session_sample_tokens: 2 * M };
+  check(row?.object === 'usage.training_session' && row.base_model === 'whet-tiny' && row.forward_backward_calls === 1 &&
+    row.sample_calls === 1 && row.train_tokens === K && row.prefill_tokens === P && row.sample_tokens === M &&
+    JSON.stringify(row.cost.line_items, Object.keys(want).sort()) === JSON.stringify(want, Object.keys(want).sort()) &&
+    Object.keys(row.cost.line_items).length === 3 && row.cost.amount === 3 * K + P + 2 * M && row.cost.currency === 'USD',
+    '/v1/usage: the session\'s calls with their tokens, priced', { row, K, P, M });
+  const allRows = (await a('GET', '/v1/usage')).json.training_sessions;
+  const day = Math.floor(Date.now() / 1000 / 86400) * 86400;
+  const costs = (await a('GET', `/v1/costs?start_time=${day}&group_by=line_item`)).json?.data?.[0]?.results ?? [];
+  for (const item of Object.keys(want)) {
+    const inCosts = costs.find((c) => c.line_item === item)?.amount?.value;
+    const inUsage = sum(allRows.map((x) => x.cost.line_items[item] ?? 0));
+    check(inCosts >= want[item] && Math.abs(inCosts - inUsage) < 1e-6, `/v1/costs: ${item}, as /v1/usage sums it`, { inCosts, inUsage, costs });
+  }
+  const tenantSpend = (await a('GET', '/v1/budget')).json?.spent;
+  const everything = (await a('GET', '/v1/usage')).json;
+  const usageCost = sum(['data', 'inference', 'training_sessions'].flatMap((k) => everything[k].map((x) => x.cost.amount)));
+  check(Math.abs(tenantSpend - usageCost) < 1e-6 && sum(allRows.map((x) => x.cost.amount)) >= 3 * K + P + 2 * M,
+    'the tenant\'s spend this month counts its sessions\' cost (as /v1/usage sums it)', { tenantSpend, usageCost });
+  const keySpend = (await a('GET', '/v1/api_keys')).json.data.find((k) => k.id === metered.json.id)?.spent_this_month;
+  check(keySpend === 3 * K + P + 2 * M, 'the key\'s spend this month is its session calls\' cost', { keySpend });
+  for (const [call, json] of [['forward_backward', { loss_fn: 'cross_entropy', data: [datum(ids)] }], ['sample', { prompt: ids.slice(0, P) }]]) {
+    const r = await viaKey('POST', `/v1/training_sessions/${ms}/${call}`, json);
+    check(r.status === 429 && r.json?.error?.code === 'insufficient_quota', `${call} with a key past its monthly limit: 429`, r.text);
+  }
+  check((await a('POST', `/v1/training_sessions/${ms}/optim_step`, { json: {} })).status === 200,
+    'the tenant\'s own token still calls the session');
+  const month = new Date().toISOString().slice(0, 7);
+  const focus = (await a('GET', `/admin/v1/billing/focus?period=${month}&format=csv`, { key: stack.adminToken() })).text.split('\n');
+  const cols = focus[0].split(',');
+  const focusRows = focus.slice(1).map((l) => Object.fromEntries(l.split(',').map((v, i) => [cols[i], v])));
+  const trainLine = focusRows.find((f) => f.ResourceId === ms && f.SkuId === 'trained_tokens_1m');
+  check(trainLine?.ResourceType === 'Training session' && Number(trainLine.ConsumedQuantity) === K &&
+    Number(trainLine.BilledCost) === 3 * K && focusRows.some((f) => f.ResourceId === ms && f.SkuId === 'inference_completion_tokens_1m' &&
+    Number(f.ConsumedQuantity) === M), 'the FOCUS export bills the session\'s tokens', focus.filter((l) => l.includes(ms)));
+  const bUsage = (await b('GET', '/v1/usage')).json;
+  const bCosts = (await b('GET', `/v1/costs?start_time=${day}&group_by=line_item`)).json?.data?.[0]?.results ?? [];
+  check(Array.isArray(bUsage?.training_sessions) && bUsage.training_sessions.length === 0 &&
+    !bCosts.some((c) => c.line_item.startsWith('session_')), 'another tenant sees none of it', { bUsage, bCosts });
 
   // isolation
   for (const call of ['forward_backward', 'optim_step', 'sample', 'save']) {
