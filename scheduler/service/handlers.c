@@ -149,6 +149,19 @@ static Whet__V1__Command__Kind command_kind(const char *kind) {
     return WHET__V1__COMMAND__KIND__CANCEL;
 }
 
+/* A heartbeat's progress reports ($1: [{job_id, attempt, step, total, tokens}]) of the running attempts
+ * of node $2; a job that already succeeded keeps what it has. The step and token counts only grow. */
+#define PROGRESS_SQL                                                                                                   \
+    "INSERT INTO job_progress AS p (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens, resume_step," \
+    " started_at) SELECT DISTINCT ON (j.id) j.id, j.tenant_id, a.attempt, r.step, nullif(r.total, 0), r.tokens,"     \
+    " a.resume_step, a.started_at"                                                                                    \
+    " FROM jsonb_to_recordset($1::jsonb) AS r(job_id text, attempt int, step int, total int, tokens bigint)"          \
+    " JOIN job_attempts a ON a.job_id = r.job_id AND a.attempt = r.attempt JOIN jobs j ON j.id = r.job_id"            \
+    " WHERE a.node_id = $2 AND a.ended_at IS NULL AND j.status <> 'succeeded' ORDER BY j.id, r.step DESC"            \
+    " ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, last_step = greatest(p.last_step,"               \
+    " EXCLUDED.last_step), total_steps = EXCLUDED.total_steps, trained_tokens = greatest(coalesce(p.trained_tokens,"  \
+    " 0), EXCLUDED.trained_tokens), resume_step = EXCLUDED.resume_step, started_at = EXCLUDED.started_at"
+
 static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
     struct scheduler *s = ctx;
     const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
@@ -174,8 +187,9 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         return RPC_OK;
     }
 
-    /* Progress of running attempts: the job's public step count and token count move with it, all of
-     * the node's jobs in one statement (a node runs up to one job per device). */
+    /* Progress of running attempts, all of the node's jobs in one statement (a node runs up to one job
+     * per device) into job_progress (migration 0028): narrow and without secondary indexes, so the
+     * update of a job's row is HOT. */
     if (req->n_jobs > 0) {
         json_t *progress = json_array();
         for (size_t i = 0; i < req->n_jobs; i++) {
@@ -188,14 +202,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
         char *list = json_dumps(progress, JSON_COMPACT);
         json_decref(progress);
         const char *params[] = {list, req->node_id};
-        int rc = whet_pg_exec(conn,
-                              "UPDATE jobs j SET last_step = greatest(j.last_step, p.step),"
-                              " total_steps = nullif(p.total, 0), trained_tokens = greatest(coalesce(j.trained_tokens, 0), p.tokens),"
-                              " estimated_finish = whet_estimated_finish(p.step, p.total, a.resume_step, a.started_at)"
-                              " FROM jsonb_to_recordset($1::jsonb) AS p(job_id text, attempt int, step int, total int, tokens bigint),"
-                              " job_attempts a WHERE j.id = p.job_id AND a.job_id = j.id AND a.attempt = p.attempt"
-                              " AND a.node_id = $2 AND a.ended_at IS NULL AND j.status <> 'succeeded'",
-                              2, params, err);
+        int rc = whet_pg_exec(conn, PROGRESS_SQL, 2, params, err);
         free(list);
         if (rc < 0) {
             free(resp);
@@ -440,10 +447,11 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
                      "    (SELECT name FROM tenants WHERE id = j.tenant_id) || ':' || coalesce(j.suffix, '') || ':' || j.id END,"
                      "  final_object_prefix = CASE WHEN $2::text = 'succeeded' THEN nullif($5::text, '') END,"
                      "  error = CASE WHEN $2::text = 'failed' THEN jsonb_build_object('code', nullif($3::text, ''), 'message', $4::text,"
-                     "    'param', NULL) END,"
-                     "  trained_tokens = greatest(coalesce(j.trained_tokens, 0), $6::bigint),"
-                     "  estimated_finish = NULL"
-                     " WHERE j.id = $1 AND j.status <> 'succeeded' RETURNING j.id, j.tenant_id, j.status)"
+                     "    'param', NULL) END"
+                     " WHERE j.id = $1 AND j.status <> 'succeeded' RETURNING j.id, j.tenant_id, j.status, j.attempt),"
+                     " tokens AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, trained_tokens)"
+                     "  SELECT id, tenant_id, attempt, $6::bigint FROM upd ON CONFLICT (job_id) DO UPDATE"
+                     "  SET trained_tokens = greatest(coalesce(p.trained_tokens, 0), EXCLUDED.trained_tokens))"
                      " INSERT INTO job_events (id, tenant_id, job_id, level, message)"
                      " SELECT $7::text, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
                      "  CASE status WHEN 'succeeded' THEN 'The job has successfully completed'"

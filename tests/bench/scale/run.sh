@@ -187,6 +187,19 @@ if [ "$smoke" = 1 ]; then
   [ "$usage" = "$api_jobs" ] || fail "$usage of $api_jobs attempts have usage"
   [ "$lost" = 0 ] || fail "$lost nodes declared lost"
   [ "$missed" = 0 ] || fail "$missed heartbeats or reports failed or missed their deadline"
+  # The heartbeats' progress writes are HOT (migration 0028): job_progress's updates stay on their page
+  # and add no index entry. The counts are the scheduler's backends', flushed as they exit.
+  kill -TERM "$sched_pid"
+  wait "$sched_pid" || true
+  for _ in $(seq 50); do
+    read -r ins upd hot <<<"$(q "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+                                 WHERE relname = 'job_progress'" | tr '|' ' ')"
+    [ "$ins" -ge "$api_jobs" ] && break
+    sleep 0.1
+  done
+  say "smoke: job_progress: $ins rows, $upd updates, $hot of them HOT"
+  [ "$ins" = "$api_jobs" ] || fail "$ins rows of job_progress for $api_jobs jobs"
+  [ "$upd" -gt 0 ] && [ $((hot * 10)) -ge $((upd * 9)) ] || fail "only $hot of $upd updates of job_progress were HOT"
   say "smoke: ok ($api_jobs jobs placed once, checkpointed and succeeded on $nodes nodes; no heartbeat missed)"
   exit 0
 fi

@@ -67,7 +67,9 @@ try {
   const real = r.json.id;
 
   // Learned throughput and tokens: the real job succeeded with 100 tokens a step, 2000 tokens/s on H100.
-  stack.psql(`UPDATE jobs SET status = 'succeeded', trained_tokens = 800, total_steps = 8 WHERE id = '${real}';
+  stack.psql(`UPDATE jobs SET status = 'succeeded' WHERE id = '${real}';
+              INSERT INTO job_progress (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens)
+              SELECT id, tenant_id, 1, 8, 8, 800 FROM jobs WHERE id = '${real}';
               INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
               SELECT tenant_id, id, 1, 0, 'H100', 0.4, 800 FROM jobs WHERE id = '${real}';
               INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
