@@ -18,12 +18,16 @@
 
 /* ---------------------------------------------------------------- JSON shapes */
 
-#define JOB_COLUMNS                                                                                            \
-    "id, model, training_file, validation_file, method, suffix, seed, metadata, whet, status, error, "       \
-    "fine_tuned_model, trained_tokens, estimated_finish, result_files, created_at, finished_at, tenant_id, " \
-    "wait_reason, priority, queue_position, whet_job_cost(id), estimate, "                                      \
-    "CASE WHEN estimate ? 'rollout_tokens' AND finished_at IS NOT NULL THEN "                                  \
-    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = jobs.id) END"
+/* A job's columns, of jobs j and its progress p (JOB_FROM). The progress is the heartbeats' (migration
+ * 0028); estimated_finish is the running attempt's step rate so far, once that attempt reported a step. */
+#define JOB_COLUMNS                                                                                              \
+    "j.id, j.model, j.training_file, j.validation_file, j.method, j.suffix, j.seed, j.metadata, j.whet, j.status, " \
+    "j.error, j.fine_tuned_model, p.trained_tokens, CASE WHEN j.status = 'running' AND p.attempt = j.attempt "   \
+    "THEN whet_estimated_finish(p.last_step, p.total_steps, p.resume_step, p.started_at) END, j.result_files, "  \
+    "j.created_at, j.finished_at, j.tenant_id, j.wait_reason, j.priority, j.queue_position, whet_job_cost(j.id), " \
+    "j.estimate, CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN "                 \
+    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id) END"
+#define JOB_FROM " jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
 enum {
     JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
     JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
@@ -407,11 +411,11 @@ static void jobs_prepare(void) {
     /* Written only while the tenant is under its active-job limit (0 rows otherwise): whet_job_slot reads
      * and locks the tenant's counter row, which the insert's trigger bumps (migration 0010), in O(1). */
     db_prepare("jobs_insert",
-               "INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, "
-               "method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
+               "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
+               "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
                "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-               "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) "
-               "RETURNING " JOB_COLUMNS);
+               "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) RETURNING *) "
+               "SELECT " JOB_COLUMNS " FROM j LEFT JOIN job_progress p ON false"); /* a new job has no progress */
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
                "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "
@@ -421,15 +425,15 @@ static void jobs_prepare(void) {
                "SELECT $1, $2, $3, 'Created fine-tuning job: ' || $3::text, $4::bigint "
                "WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
     db_prepare("jobs_notify", "SELECT pg_notify('whet_jobs', id) FROM jobs WHERE tenant_id = $1 AND id = $2");
-    db_prepare("jobs_get", "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant_id = $1 AND id = $2");
+    db_prepare("jobs_get", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.id = $2");
     db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
     /* Pages: the cursor's bound is one expression (no OR), so that even a generic plan starts the
      * index scan at the cursor; an unknown cursor yields an empty page. A job's events and checkpoints
      * find the cursor by its id alone (a generic plan would otherwise walk the job's rows for it). */
-    db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM jobs WHERE tenant_id = $1 "
-                            "AND seq < CASE WHEN $2::text IS NULL THEN 9223372036854775807 "
+    db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 "
+                            "AND j.seq < CASE WHEN $2::text IS NULL THEN 9223372036854775807 "
                             "ELSE (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = $2) END "
-                            "AND ($3::jsonb IS NULL OR metadata @> $3::jsonb) ORDER BY seq DESC LIMIT $4");
+                            "AND ($3::jsonb IS NULL OR j.metadata @> $3::jsonb) ORDER BY j.seq DESC LIMIT $4");
     /* State changes: lock the row, change it where the rules allow, record an event when it changed,
      * and return the status it had (the handler tells "not found" from "not allowed" with it). */
     db_prepare("jobs_cancel",

@@ -133,7 +133,8 @@ static void series_get(struct gw_req *r) {
 }
 
 void metrics_series_routes(struct http_router *rt) {
-    db_prepare("series_job", "SELECT status, total_steps FROM jobs WHERE tenant_id = $1 AND id = $2");
+    db_prepare("series_job", "SELECT j.status, p.total_steps FROM jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
+                             "WHERE j.tenant_id = $1 AND j.id = $2");
     db_prepare("series_page", "SELECT step, created_at, " SERIES_FIGURES("m") " FROM (" SERIES_STEPS
                                                                               "LIMIT $5::bigint) s ORDER BY step");
     /* $5: the steps covered (NULL: all), $6: the buckets. A bucket is a run of consecutive steps (by

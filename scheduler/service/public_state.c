@@ -1,6 +1,5 @@
 /* public_state.c - what the tenant sees of scheduling, written at the end of each cycle: every waiting
- * job's wait_reason and queue_position, the estimated finish of running jobs that lack one, and neither
- * left on jobs that no longer wait or run, in one transaction (a tenant reading the job never sees a
+ * job's wait_reason and queue_position, and neither left on jobs that no longer wait, in one transaction (a tenant reading the job never sees a
  * position from one cycle next to a reason from another).
  *
  * A place in the queue is rewritten when it moved by more than a tenth (exact in the first ten): a
@@ -11,7 +10,7 @@
  * The leader remembers what it wrote (struct public_state), so a cycle sends only the rows to rewrite
  * and the jobs that stopped waiting or running (running.c names the latter): sending all 10000 waiting jobs for the database to compare cost
  * 385 ms per cycle with 100000 queued, and finding the jobs that stopped waiting among every job with
- * a public state (every running job has an estimate) read them all. The whole comparison, and the sweep
+ * a public state read them all. The whole comparison, and the sweep
  * of every job with a public state, run when it remembers nothing: when it starts leading, after a
  * failed cycle, and every PUBLIC_SWEEP_S, which also catches a state some other path left behind. */
 #include <stdint.h>
@@ -59,42 +58,29 @@ static enum write_cause needs_write(const struct public_written *old, uint64_t r
  * sweep ($2 true), every row that differs at all, so that the rows then hold what it remembers. */
 static const char *const write_sql =
     "UPDATE jobs j SET wait_reason = w.reason, queue_position = w.position,"
-    " wait_since = coalesce(j.wait_since, extract(epoch FROM now())), estimated_finish = NULL"
+    " wait_since = coalesce(j.wait_since, extract(epoch FROM now()))"
     " FROM jsonb_to_recordset($1::jsonb) AS w(id text, reason text, position int, keep bool)"
     " WHERE j.id = w.id AND j.status = 'queued' AND w.keep IS NOT TRUE"
     " AND (j.wait_reason IS DISTINCT FROM w.reason"
     "   OR (j.queue_position IS NULL) <> (w.position IS NULL)"
     "   OR abs(j.queue_position - w.position) > j.queue_position / 10"
-    "   OR ($2::bool AND j.queue_position IS DISTINCT FROM w.position)"
-    "   OR j.estimated_finish IS NOT NULL)";
+    "   OR ($2::bool AND j.queue_position IS DISTINCT FROM w.position))";
 
-/* What a job keeps once it no longer waits or runs: no place, no reason unless it is still queued (a
- * pause not yet applied), no estimate unless it runs. */
-#define CLEAR_SQL                                                                                                  \
-    "UPDATE jobs SET queue_position = NULL, wait_reason = CASE WHEN status = 'queued' THEN wait_reason END,"       \
-    " estimated_finish = CASE WHEN status = 'running' THEN estimated_finish END"
+/* What a job keeps once it no longer waits: no place, no reason unless it is still queued (a pause not yet
+ * applied). Its estimated_finish is the readers' (migration 0028): nothing to clear. */
+#define CLEAR_SQL "UPDATE jobs SET queue_position = NULL, wait_reason = CASE WHEN status = 'queued' THEN wait_reason END"
 
 /* The sweep: every job with a public state that it should not have; $1 is every job waiting now. */
 static const char *const sweep_sql =
-    CLEAR_SQL " WHERE (queue_position IS NOT NULL OR wait_reason IS NOT NULL OR estimated_finish IS NOT NULL)"
+    CLEAR_SQL " WHERE (queue_position IS NOT NULL OR wait_reason IS NOT NULL)"
               " AND ((status <> 'queued' AND (queue_position IS NOT NULL OR wait_reason IS NOT NULL))"
               "   OR (status = 'queued' AND queue_position IS NOT NULL"
-              "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id))"
-              "   OR (status <> 'running' AND estimated_finish IS NOT NULL))";
+              "       AND NOT EXISTS (SELECT 1 FROM jsonb_to_recordset($1::jsonb) AS w(id text) WHERE w.id = jobs.id)))";
 
 /* The jobs that stopped waiting or running since the previous cycle, $1 their ids. */
 static const char *const left_sql =
     CLEAR_SQL " WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))"
-              " AND (queue_position IS NOT NULL OR (status <> 'queued' AND wait_reason IS NOT NULL)"
-              "   OR (status <> 'running' AND estimated_finish IS NOT NULL))";
-
-/* Only the estimates missing where one can be made: every heartbeat's progress report keeps its jobs'
- * estimates current, and rewriting every running job here each cycle held their row locks against those
- * heartbeats (and cost a row version per running job per cycle). */
-static const char *const estimate_sql =
-    "UPDATE jobs j SET estimated_finish = whet_estimated_finish(j.last_step, j.total_steps, a.resume_step, a.started_at)"
-    " FROM job_attempts a WHERE a.job_id = j.id AND a.attempt = j.attempt AND a.ended_at IS NULL"
-    " AND j.status = 'running' AND j.estimated_finish IS NULL AND j.last_step > 0 AND j.total_steps > j.last_step";
+              " AND (queue_position IS NOT NULL OR (status <> 'queued' AND wait_reason IS NOT NULL))";
 
 /* The ids of what the leader remembers and `next` (both sorted) does not hold, the jobs that left, and
  * of the jobs that stopped running unless they wait now (a waiting job is named there too when its
@@ -153,7 +139,7 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
     int rc = whet_pg_exec(conn, "BEGIN", 0, NULL, err) < 0 || whet_pg_exec(conn, write_sql, 2, wparams, err) < 0 ||
                      (sweep ? whet_pg_exec(conn, sweep_sql, 1, wparams, err)
                             : json_array_size(left) ? whet_pg_exec(conn, left_sql, 1, lparams, err) : 0) < 0 ||
-                     whet_pg_exec(conn, estimate_sql, 0, NULL, err) < 0 || whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
+                     whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0
                  ? -1
                  : 0;
     /* Why rows are rewritten: a cycle that rewrites thousands says which rule let them through. */

@@ -11,7 +11,7 @@
  *      running attempts through the placement library, a gang on one node when one holds it, else on
  *      the fewest nodes of one data center (one attempt of N ranks: gang.c); PLACE becomes a new
  *      attempt and a START command (a gang's rank 0 first), PREEMPT a STOP command; then one
- *      transaction writes every job's wait_reason, queue_position and estimated_finish.
+ *      transaction writes every waiting job's wait_reason and queue_position.
  *
  * All state is in PostgreSQL, so a restarted scheduler loses nothing: commands wait in node_commands
  * until a heartbeat collects them, and executor reports are idempotent by (job, attempt, seq). */

@@ -28,7 +28,7 @@ struct running_cache {
     int n, cap;
     struct running_attempt *a; /* by job seq, then attempt */
     char **stopped;            /* the jobs the last refresh found running nothing (public_state.c clears */
-    int n_stopped;             /* their estimates) */
+    int n_stopped;             /* their public state) */
 };
 
 /* Brings the cache up to date: every running attempt when not loaded, else those of the jobs named in
@@ -59,8 +59,8 @@ struct public_state {
     double swept_at; /* whet_now_mono() of the last comparison of every waiting job's row */
 };
 
-/* Writes the public state of the cycle's n waiting jobs (public_state.c): their reasons and places, the
- * missing estimates of running jobs, none left on jobs that stopped waiting or running (`stopped`: those
+/* Writes the public state of the cycle's n waiting jobs (public_state.c): their reasons and places,
+ * none left on jobs that stopped waiting or running (`stopped`: those
  * the running attempts' refresh found running nothing); one transaction. Returns 0, or -1 with err (the
  * state is then reset: the next call compares everything). */
 int public_state_record(struct public_state *ps, PGconn *conn, const struct waiting_job *jobs, int n,
@@ -79,7 +79,7 @@ extern const int scheduler_n_methods;
 
 /* One scheduling cycle on the leader's connection (cycle.c): leases, pause/cancel commands, sizing
  * of the queued jobs (scheduler/placement/sizing.h), placement, then the public state of every job
- * (wait_reason, queue_position, estimated_finish) in one transaction. Returns 0, or 1 when it left
+ * (wait_reason, queue_position) in one transaction. Returns 0, or 1 when it left
  * decisions to the next cycle (more to place than its time allows: run the next one at once), or -1
  * with err when the database failed. */
 int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);

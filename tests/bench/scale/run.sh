@@ -15,8 +15,10 @@
 #
 #   tests/bench/scale/run.sh [--nodes N] [--gpus G] [--jobs Q] [--tenants T] [--api-jobs A]
 #                            [--seconds S] [--run-s MIN:MAX] [--lease-ms MS] [--fleet-threads K] [--held]
-#   --held: phase 2's fleet is filled by running attempts inserted by SQL (that never finish) instead
-#           of by the scheduler: the cycle at a full fleet and a deep queue without a fill of minutes
+#   --held: phase 2's fleet is filled by running attempts inserted by SQL instead of by the scheduler:
+#           the cycle at a full fleet and a deep queue without a fill of minutes. Their STARTs reach the
+#           simulated nodes, which run them for --run-s like any other (so a --run-s longer than the
+#           window keeps the fleet full, every heartbeat reporting the progress of a node's jobs)
 #   tests/bench/scale/run.sh --smoke     20 nodes, 200 jobs through the gateway, runs of 1-2 s; fails unless
 #                                        every job is placed once and succeeds and no heartbeat is missed
 # Defaults: 1000 nodes x 8 GPUs, 10000 queued, 1000 tenants, 1000 API jobs, 60 s, runs of 10-40 s, a 20 s
@@ -187,15 +189,27 @@ if [ "$smoke" = 1 ]; then
   [ "$usage" = "$api_jobs" ] || fail "$usage of $api_jobs attempts have usage"
   [ "$lost" = 0 ] || fail "$lost nodes declared lost"
   [ "$missed" = 0 ] || fail "$missed heartbeats or reports failed or missed their deadline"
+  # The heartbeats' progress writes are HOT (migration 0028): job_progress's updates stay on their page
+  # and add no index entry. The counts are the scheduler's backends', flushed as they exit.
+  kill -TERM "$sched_pid"
+  wait "$sched_pid" || true
+  for _ in $(seq 50); do
+    read -r ins upd hot <<<"$(q "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+                                 WHERE relname = 'job_progress'" | tr '|' ' ')"
+    [ "$ins" -ge "$api_jobs" ] && break
+    sleep 0.1
+  done
+  say "smoke: job_progress: $ins rows, $upd updates, $hot of them HOT"
+  [ "$ins" = "$api_jobs" ] || fail "$ins rows of job_progress for $api_jobs jobs"
+  [ "$upd" -gt 0 ] && [ $((hot * 10)) -ge $((upd * 9)) ] || fail "only $hot of $upd updates of job_progress were HOT"
   say "smoke: ok ($api_jobs jobs placed once, checkpointed and succeeded on $nodes nodes; no heartbeat missed)"
   exit 0
 fi
 
 # --- phase 2: a deep queue, by SQL ---
 if [ "$held" = 1 ]; then
-  # Every free device taken at once by a running attempt inserted by SQL, instead of a fill through
-  # the scheduler (minutes at this machine's placement rate). The simulated nodes do not know these
-  # attempts and never finish them: cycles then see a full fleet and a deep queue.
+  # Every free device taken at once by a running attempt inserted by SQL, with its START, instead of a
+  # fill through the scheduler (minutes at this machine's placement rate).
   q "WITH free AS (SELECT n.id AS node, n.dc, g, row_number() OVER () AS k FROM nodes n, generate_series(0, n.gpus - 1) g
                    WHERE n.state = 'ready' AND NOT EXISTS (SELECT 1 FROM job_attempts a WHERE a.node_id = n.id
                      AND a.ended_at IS NULL AND (a.gpu_mask >> g) & 1 = 1)),
@@ -205,8 +219,9 @@ if [ "$held" = 1 ]; then
               SELECT 'ftjob-held' || f.k, t.id, 'whet-tiny', 'whet-tiny', 'file-' || t.id, '{\"type\":\"supervised\"}', 1,
                      'running', 1, f.node, f.dc, extract(epoch FROM now())::bigint FROM free f JOIN t ON t.k = f.k % $tenants
               RETURNING id, tenant_id, node_id)
-     INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type)
-     SELECT j.id, 1, j.tenant_id, j.node_id, 1 << f.g, 'sim-H100' FROM j JOIN free f ON j.id = 'ftjob-held' || f.k" >/dev/null
+     , a AS (INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type)
+             SELECT j.id, 1, j.tenant_id, j.node_id, 1 << f.g, 'sim-H100' FROM j JOIN free f ON j.id = 'ftjob-held' || f.k)
+     INSERT INTO node_commands (node_id, job_id, attempt, kind) SELECT node_id, id, 1, 'start' FROM j" >/dev/null
   say "phase 2: every free device held by a running attempt inserted by SQL ($(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NULL") running)"
 fi
 # As many more as the fleet has free devices, so that --jobs still wait once it is full.
@@ -233,8 +248,12 @@ f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 # top statements by total time are printed too.
 pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
 [ "$pgss" = 1 ] && psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT pg_stat_statements_reset()" >/dev/null
-p0=$(pg_ticks) s0=$(ticks "$sched_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log")
+# Heartbeats in the window: each renews its node's row once (nothing else updates nodes while none is lost).
+node_updates() { q "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'nodes'"; }
+h0=$(node_updates)
+p0=$(pg_ticks) s0=$(ticks "$sched_pid") x0=$(ticks "$fleet_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log")
 sleep "$seconds"
+h1=$(node_updates) x1=$(ticks "$fleet_pid")
 a1=$(q "SELECT count(*) FROM job_attempts")
 f1=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N) l1=$(wc -l <"$work/scheduler.log")
@@ -248,6 +267,11 @@ awk -v p="$placements" -v f="$((f1 - f0))" -v el="$el" -v pt="$((p1 - p0))" -v s
   printf "scale:   placements: %d (%.1f/s), attempts finished %.1f/s\n", p, p / el, f / el
   printf "scale:   PostgreSQL CPU: %.2f cores, %.2f ms per placement; scheduler CPU: %.2f cores, %.2f ms per placement\n",
          pt / hz / el, p ? pt * 1000 / hz / p : 0, st / hz / el, p ? st * 1000 / hz / p : 0 }'
+awk -v h="$((h1 - h0))" -v el="$el" -v pt="$((p1 - p0))" -v st="$((s1 - s0))" -v xt="$((x1 - x0))" -v hz="$hz" \
+    -v due="$(echo "$nodes * 10000 / $lease_ms" | bc -l)" 'BEGIN {
+  printf "scale:   heartbeats: %d (%.0f/s of %.0f/s due); CPU per heartbeat (ms), everything in the window included:" \
+         " PostgreSQL %.3f, scheduler %.3f, the simulated fleet %.3f\n", h, h / el, due, h ? pt * 1000 / hz / h : 0,
+         h ? st * 1000 / hz / h : 0, h ? xt * 1000 / hz / h : 0 }'
 say "  scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status) (peak $(awk '/VmHWM/ {print $2 " " $3}' /proc/$sched_pid/status))"
 if [ "$pgss" = 1 ]; then
   say "  top statements (pg_stat_statements): calls, total ms, ms per call, statement"
@@ -266,7 +290,7 @@ if [ "$slow" -gt 0 ]; then
 fi
 # Cycles of the window that rewrote many rows of public state, and which rule let them through
 # (public_state.c): moved by more than a tenth, a stale reason, newly waiting.
-sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | grep 'public state rewritten' | awk '{
+sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | { grep 'public state rewritten' || true; } | awk '{
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] += kv[2] } n++ }
   END { printf "scale:   cycles rewriting 1000+ rows of public state in the window: %d", n
         if (n) printf ", per such cycle: %d rows (%d moved, %d reasons, %d entered, %d left)", v["rows"] / n,

@@ -78,7 +78,11 @@ try {
               SELECT id, 1, tenant_id, 'n1', 0, 1000, 'cpu', extract(epoch FROM now()) - 7200 FROM jobs WHERE id = '${running}';
               UPDATE jobs SET status = 'running' WHERE id = '${running}';
               DELETE FROM job_events WHERE job_id = '${running}' AND level = 'warn'`); // its create's warning: the running one is checked below
-  const heartbeat = (step) => stack.psql(`UPDATE jobs SET last_step = ${step} WHERE id = '${running}'; SELECT desired FROM jobs WHERE id = '${running}'`);
+  // A heartbeat's write, as the scheduler makes it (job_progress, migration 0028); the job's desired state after it.
+  const progress = (id, step) => stack.psql(`INSERT INTO job_progress (job_id, tenant_id, attempt, last_step)
+      SELECT id, tenant_id, attempt, ${step} FROM jobs WHERE id = '${id}'
+      ON CONFLICT (job_id) DO UPDATE SET last_step = EXCLUDED.last_step; SELECT desired FROM jobs WHERE id = '${id}'`);
+  const heartbeat = (step) => progress(running, step);
   r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 1000, soft_limit: 1 } });
   check(heartbeat(1) === 'run', 'under the cap: the job runs on');
   r = await a('GET', '/v1/budget');
@@ -126,7 +130,7 @@ try {
   stack.psql(`INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type)
               SELECT id, 2, tenant_id, 'n1', 0, 1000, 'cpu' FROM jobs WHERE id = '${keyJob}';
               UPDATE jobs SET status = 'running' WHERE id = '${keyJob}'`);
-  const hb = stack.psql(`UPDATE jobs SET last_step = 1 WHERE id = '${keyJob}'; SELECT desired FROM jobs WHERE id = '${keyJob}'`);
+  const hb = progress(keyJob, 1);
   check(hb === 'pause', 'a running job of a key past its limit is asked to pause', hb);
   r = await op('PUT', '/admin/v1/tenants/alpha/api_keys', { json: {} });
   check(r.status === 405, 'keys are not replaced with PUT', r.status);

@@ -67,7 +67,9 @@ try {
   const real = r.json.id;
 
   // Learned throughput and tokens: the real job succeeded with 100 tokens a step, 2000 tokens/s on H100.
-  stack.psql(`UPDATE jobs SET status = 'succeeded', trained_tokens = 800, total_steps = 8 WHERE id = '${real}';
+  stack.psql(`UPDATE jobs SET status = 'succeeded' WHERE id = '${real}';
+              INSERT INTO job_progress (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens)
+              SELECT id, tenant_id, 1, 8, 8, 800 FROM jobs WHERE id = '${real}';
               INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
               SELECT tenant_id, id, 1, 0, 'H100', 0.4, 800 FROM jobs WHERE id = '${real}';
               INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
@@ -207,7 +209,9 @@ try {
   const rftJob = r.json.id;
   check(r.status === 200 && r.json.whet?.estimate?.rollout_tokens === 192 && r.json.whet.estimate.trained_tokens_source === 'tokenized',
         'an rft create carries the dry run\'s count', r.json.whet?.estimate);
-  stack.psql(`UPDATE jobs SET status = 'succeeded', trained_tokens = 900, total_steps = 4, finished_at = whet_now() WHERE id IN ('${dpoJob}', '${rftJob}');
+  stack.psql(`UPDATE jobs SET status = 'succeeded', finished_at = whet_now() WHERE id IN ('${dpoJob}', '${rftJob}');
+              INSERT INTO job_progress (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens)
+              SELECT id, tenant_id, 1, 4, 4, 900 FROM jobs WHERE id IN ('${dpoJob}', '${rftJob}');
               INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens, rollout_tokens)
               SELECT tenant_id, id, 1, 0, 'cpu', 2, 900, 150 FROM jobs WHERE id = '${rftJob}'`);
   for (const id of [dpoJob, rftJob]) {

@@ -27,7 +27,7 @@ try {
   // Events that are not steps are left out: a message, and a metrics event without an integer step.
   stack.psql(`INSERT INTO job_events (id, tenant_id, job_id, type, message, data) SELECT 'ftevent-odd', tenant_id, id,
               'metrics', 'odd', '{"step": "x", "loss": 5}' FROM jobs WHERE id = '${job}'`);
-  stack.psql(`UPDATE jobs SET total_steps = 100 WHERE id = '${job}'`);
+  stack.psql(`INSERT INTO job_progress (job_id, tenant_id, attempt, total_steps) SELECT id, tenant_id, 1, 100 FROM jobs WHERE id = '${job}'`);
 
   r = await a('GET', `/v1/fine_tuning/jobs/${job}/metrics`);
   check(r.status === 200 && r.json.object === 'list' && r.json.data.length === 100, 'every step, once', r.json?.data?.length);

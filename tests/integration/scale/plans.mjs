@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { startPostgres } from '../lib/gateway.mjs';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
 
-const BIG = ['jobs', 'job_events', 'checkpoints', 'files', 'usage_records', 'idempotency_keys'];
+const BIG = ['jobs', 'job_progress', 'job_events', 'checkpoints', 'files', 'usage_records', 'idempotency_keys'];
 const READ_BOUND = 250; /* a page is at most 21 rows here; the big tables hold 20k+ rows, the tenant 5k */
 
 const { check, summary, failed } = checker();
@@ -69,12 +69,14 @@ try {
     INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
       SELECT 'file-big' || i, CASE WHEN i % 4 = 0 THEN '${tenant}' ELSE '${other}' END, 'fine-tune', 'x.jsonl', 100, '00',
              'k' || i, 'sft', 10 FROM generate_series(1, 20000) i;
-    INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, fine_tuned_model, trained_tokens, total_steps)
+    INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, fine_tuned_model)
       SELECT 'ftjob-big' || i, CASE WHEN i % 6 = 0 THEN '${tenant}' ELSE '${other}' END, 'whet-tiny', 'whet-tiny',
              CASE WHEN i % 6 = 0 THEN '${file}' ELSE 'file-big1' END, '{"type":"supervised"}', 1,
              CASE WHEN i % 4 < 2 THEN 'succeeded' ELSE 'queued' END,
-             CASE WHEN i % 4 < 2 THEN 'ft:whet-tiny:big' || i END, 1000, 10
+             CASE WHEN i % 4 < 2 THEN 'ft:whet-tiny:big' || i END
       FROM generate_series(1, 30000) i;
+    INSERT INTO job_progress (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens)
+      SELECT id, tenant_id, 1, 10, 10, 1000 FROM jobs WHERE id LIKE 'ftjob-big%';
     INSERT INTO job_events (id, tenant_id, job_id, message)
       SELECT 'ftevent-big' || i, j.tenant_id, j.id, 'm' FROM generate_series(1, 36000) i
       JOIN jobs j ON j.id = 'ftjob-big' || (i % 30000 + 1);
@@ -144,8 +146,8 @@ try {
   const seen = (re) => plans.some((p) => re.test(p.query));
   check(plans.length > 100, 'auto_explain logged the plans', plans.length);
   for (const [what, re] of [['job insert', /INSERT INTO jobs/], ['active-job slot', /FROM tenant_active_jobs c/],
-                            ['GET job', /FROM jobs WHERE tenant_id = \$1 AND id = \$2/],
-                            ['jobs page', /FROM jobs WHERE tenant_id = \$1 AND seq < CASE/],
+                            ['GET job', /FROM jobs j LEFT JOIN job_progress p ON p.job_id = j.id WHERE j.tenant_id = \$1 AND j.id = \$2/],
+                            ['jobs page', /FROM jobs j LEFT JOIN job_progress p ON p.job_id = j.id WHERE j.tenant_id = \$1 AND j.seq < CASE/],
                             ['events page', /FROM job_events WHERE tenant_id = \$1 AND job_id = \$2/],
                             ['checkpoints page', /FROM checkpoints WHERE tenant_id = \$1 AND job_id = \$2 AND/],
                             ['files page', /FROM files WHERE tenant_id = \$1 AND \(\$2::text IS NULL OR purpose = \$2\) AND seq < CASE/]])
