@@ -1,4 +1,4 @@
--- 0028_job_progress: a running job's progress in a narrow table of its own. Every heartbeat wrote
+-- 0029_job_progress: a running job's progress in a narrow table of its own. Every heartbeat wrote
 -- last_step, total_steps, trained_tokens and estimated_finish on the job's row; jobs is wide and has a
 -- dozen indexes, so none of those updates was HOT (a new index entry in each, ~1.7 ms an update in
 -- tests/bench/scale against 0.086 ms for the node's row). job_progress has only its primary key and
