@@ -10,9 +10,9 @@
  * written back: PLACE decisions in batches, each one statement (so one transaction), PREEMPT each in
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
  * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
- * waiting ones, estimated_finish of the running ones that have none yet (the executors' heartbeats keep
- * it current with each progress report). Co-trainable jobs (LoRA SFT or DPO on one device) carry their base's
- * key and memory split into placement, which may pack them into a group on one device
+ * waiting ones (a running job's estimated_finish is its readers', from its progress: migrations/
+ * 0029_job_progress.sql). Co-trainable jobs (LoRA SFT or DPO on one device) carry their base's key and
+ * memory split into placement, which may pack them into a group on one device
  * (scheduler/placement/cotrain.c): the group is named here, recorded on each member's attempt and handed
  * to the executor in the START manifests; MOVE_OUT decisions stop a member like a preemption, to be
  * placed alone next cycle. */
@@ -676,7 +676,7 @@ static int write_placements(struct scheduler *sch, PGconn *conn, const struct sn
 }
 
 /* ------------------------------------------------------------------------------------------------
- * What the tenant sees: wait_reason, queue_position, estimated_finish
+ * What the tenant sees of a waiting job: wait_reason, queue_position
  * ---------------------------------------------------------------------------------------------- */
 
 /* "needs 2 devices with at least 70.5 GiB each": the sized demand, the start of every wait reason. */
