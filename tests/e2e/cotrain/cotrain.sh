@@ -174,9 +174,9 @@ python3 - "$work/bad/events.jsonl" "$work/badgrader/events.jsonl" <<'EOF'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 assert [e["type"] for e in ev] == ["error", "cotrain"] and "bad.jsonl" in ev[0]["message"], ev
-ev = [json.loads(l) for l in open(sys.argv[2])]
-assert [e["type"] for e in ev] == ["error", "cotrain"], ev
-assert 'judge model "no-such-judge" is not in judge_models' in ev[0]["message"], ev
+ev = [json.loads(l) for l in open(sys.argv[2])] # its data read, then the judge it names is not there
+assert [e["type"] for e in ev] == ["data", "error", "cotrain"], ev
+assert 'judge model "no-such-judge" is not in judge_models' in ev[1]["message"], ev
 EOF
 steps=$(wc -l < "$work/stop0/metrics.jsonl")
 [ "$steps" -ge 3 ] && [ "$steps" -lt 120 ] || fail "the stopped run took $steps steps"
