@@ -1,5 +1,5 @@
 /* cmd_train.c - `whet train --config FILE.json`: the trainer executors run (usable alone); with --cotrain
- * and several configs, SFT and DPO LoRA runs of one base model co-trained on one copy of it (trainer_cotrain).
+ * and several configs, SFT, DPO and GRPO LoRA runs of one base model co-trained on one copy of it (trainer_cotrain).
  *
  * Thin: parses the options, installs the SIGTERM/SIGINT handlers that ask the run to checkpoint and
  * stop, and hands over to executor/train/trainer.c. */
@@ -30,10 +30,11 @@ static void usage(FILE *out) {
             "Writes OUTPUT_DIR/metrics.jsonl, OUTPUT_DIR/checkpoints/step-N/ and OUTPUT_DIR/final/; prints one\n"
             "JSON event per line on stdout (data, metrics, checkpoint, final) and progress on stderr.\n"
             "SIGTERM or SIGINT: the step under way finishes, a checkpoint is written, exit status 0.\n\n"
-            "--cotrain: the configs' SFT and DPO LoRA runs (one base model) share one copy of it, each step one pass\n"
-            "over all their rows; each run's events go to its OUTPUT_DIR/events.jsonl, the last one\n"
-            "{\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; creating OUTPUT_DIR/stop stops that run alone\n"
-            "(after a checkpoint, as SIGTERM does for all); the exit status is 1 when any run failed.\n\n"
+            "--cotrain: the configs' SFT, DPO and GRPO LoRA runs (one base model) share one copy of it, each step one\n"
+            "pass over all the SFT and DPO runs' rows (a GRPO run steps on its own); each run's events go to its\n"
+            "OUTPUT_DIR/events.jsonl, the last one {\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; creating\n"
+            "OUTPUT_DIR/stop stops that run alone (after a checkpoint, as SIGTERM does for all); the exit status is 1\n"
+            "when any run failed.\n\n"
             "options:\n"
             "  --config FILE   the trainer config (JSON); with --cotrain, one per run\n"
             "  --cotrain       co-train the configs' runs\n"

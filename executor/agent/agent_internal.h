@@ -101,9 +101,10 @@ void agent_workers_reap(struct agent *a, int all_done);
 uint32_t agent_workers_devices(const struct agent *a);
 
 /* Co-training (cotrain.c): whether the job runs in a shared co-training process (the executor's
- * WHET_COTRAIN=1; a LoRA SFT or DPO job of one process), and running it there: its event lines go to `line`
- * as a trainer's stdout lines would, until the process ends. res: its share of the process's
- * device-seconds (by tokens), and why its run or the process failed ("" when neither did). */
+ * WHET_COTRAIN=1; a LoRA SFT, DPO or GRPO job of one process, GRPO without python graders or judge models),
+ * and running it there: its event lines go to `line` as a trainer's stdout lines would, until the process
+ * ends. res: its share of the process's device-seconds (by tokens), and why its run or the process failed
+ * ("" when neither did). */
 struct agent_cotrain_result {
     double device_seconds;
     int members;

@@ -1,4 +1,4 @@
-/* cotrain.c - co-training of a node's LoRA SFT and DPO jobs: jobs of one group share ONE sandboxed
+/* cotrain.c - co-training of a node's LoRA SFT, DPO and GRPO jobs: jobs of one group share ONE sandboxed
  * `whet train --cotrain` process (trainer.h: one copy of the base, each step one batched pass over all
  * their rows, each job its own optimizer, schedule, data order and checkpoints).
  *
@@ -9,8 +9,8 @@
  * before it started, or failing its preparation, does not hold the others up). A member arriving after
  * its group's process started (a START delivered late) cannot join a running process: it starts a new
  * process of its own group name on the same device. Without a group in the manifest, the executor's
- * own opt-in (WHET_COTRAIN=1) groups LoRA SFT and DPO jobs of one base model that start on this node within
- * WHET_COTRAIN_WINDOW_S seconds (default 3) of the first, each on its own device.
+ * own opt-in (WHET_COTRAIN=1) groups LoRA SFT, DPO and GRPO jobs of one base model that start on this node
+ * within WHET_COTRAIN_WINDOW_S seconds (default 3) of the first, each on its own device.
  *
  * Each job keeps its own thread (job.c): it prepares its dir and config as for a trainer of its own, joins
  * the group, reads its own event lines (the process writes them to out/events.jsonl in the job's dir) and
@@ -62,8 +62,12 @@ int agent_cotrain_eligible(const struct agent_job *job) {
     if (strcmp(whet_env("WHET_COTRAIN", "0"), "1")) return 0;
     const json_t *t = json_object_get(job->manifest, "trainer");
     const char *method = json_string_value(json_object_get(t, "method"));
-    return method && (!strcmp(method, "sft") || !strcmp(method, "dpo")) && !json_is_null(json_object_get(t, "lora")) &&
-           !json_is_object(json_object_get(job->manifest, "distributed"));
+    /* GRPO only with a grader the group's process can run: its sandbox allows nested ones and binds judge
+     * models as the leader's config says, not each member's */
+    int grpo = method && !strcmp(method, "grpo") && !trainer_grader_runs_python(json_object_get(t, "grader")) &&
+               !json_array_size(json_object_get(job->manifest, "judge_models"));
+    return method && (!strcmp(method, "sft") || !strcmp(method, "dpo") || grpo) &&
+           !json_is_null(json_object_get(t, "lora")) && !json_is_object(json_object_get(job->manifest, "distributed"));
 }
 
 /* The scheduler's group of a START manifest, or NULL. */

@@ -72,9 +72,11 @@ struct trainer_io {
 /* Runs the config to the end (or to a stop request). Returns 0 on success, -1 with `err` set. */
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err);
 
-/* Co-training (trainer_cotrain.c): SFT and DPO LoRA runs of one base model trained in lock-step on ONE
- * frozen copy of it, each step one forward/backward pass over all the runs' rows (each run's rows through
- * its own adapter), then each run's own optimizer step. Each run writes what it would alone (metrics.jsonl,
+/* Co-training (trainer_cotrain.c): SFT, DPO and GRPO LoRA runs of one base model trained in lock-step on
+ * ONE frozen copy of it; for the SFT and DPO runs each step one forward/backward pass over all their rows
+ * (each run's rows through its own adapter), then each run's own optimizer step; a GRPO run takes its own
+ * step (rollouts, grading, update passes) through its adapter on the shared base, one run after another.
+ * Each run writes what it would alone (metrics.jsonl,
  * checkpoints, final/, events on its io) and its figures equal its run alone within the summation order
  * of the shared pass (the step in one pass instead of gradient_accumulation_steps micro-batches); a DPO
  * run's reference is the shared base (its adapter off, as alone). A stop request on a run's io stops that
@@ -84,7 +86,7 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
  * of their time, split by those tokens, plus the time of its own optimizer steps, validations and
  * checkpoints. */
 struct trainer_cotrain_job {
-    const struct trainer_config *cfg; /* SFT or DPO, LoRA, not distributed; every cfg->model the same */
+    const struct trainer_config *cfg; /* SFT, DPO or GRPO, LoRA, not distributed; every cfg->model the same */
     struct trainer_io io;
     /* results */
     int rc, stopped;

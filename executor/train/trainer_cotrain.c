@@ -1,7 +1,7 @@
-/* trainer_cotrain.c - co-training (see trainer.h): LoRA runs of one base model, SFT and DPO alike, in
- * lock-step on one frozen copy of it, each step ONE forward and backward pass over every run's rows
- * (batched LoRA: each run's rows are a LoRA run of its adapter view, model_set_lora_runs), then each run's
- * own optimizer step.
+/* trainer_cotrain.c - co-training (see trainer.h): LoRA runs of one base model, SFT, DPO and GRPO, in
+ * lock-step on one frozen copy of it. SFT and DPO runs share each step ONE forward and backward pass over
+ * every run's rows (batched LoRA: each run's rows are a LoRA run of its adapter view, model_set_lora_runs),
+ * then each run's own optimizer step.
  *
  * Each run is the trainer's own `struct run` (trainer_open with the shared base), so it keeps what a run
  * alone has: its data order, schedule, seed, checkpoints, metrics lines and events; a DPO run's reference
@@ -9,8 +9,14 @@
  * gives the step's rows, this file packs all the runs' sequences into one row (no padding), and after the
  * forward the method's cotrain_weights turns its rows' token nlls into its loss and the backward's token
  * weights (SFT: 1 / the step's targets, its mean loss; DPO: its pairs' β·(1 − σ(z)) with their sign), so
- * one backward pass gives every run the gradient of its own loss; then the run's own AdamW step. A run
- * that fails (bad figures, a write that fails) ends alone; the others go on. */
+ * one backward pass gives every run the gradient of its own loss; then the run's own AdamW step.
+ *
+ * A method without those hooks (GRPO) takes its own step, as alone, on its adapter view of the shared
+ * base, one run after another: rollouts (generation is not batched across adapters here), grading, its
+ * reference (the view with its adapter off) and its ppo_epochs update passes, each with its own sampling
+ * temperature (the view's, not the base's). Such a run shares the base's weights (the memory win) but
+ * not the passes: the throughput win is SFT's and DPO's. A run that fails (bad figures, a grader or a
+ * write that fails) ends alone; the others go on. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,7 +26,8 @@
 
 /* Why a config cannot be co-trained, or NULL. */
 static const char *not_cotrainable(const struct trainer_config *cfg, const char *base_model) {
-    if (cfg->method != TRAINER_SFT && cfg->method != TRAINER_DPO) return "only SFT and DPO runs are co-trained";
+    if (cfg->method != TRAINER_SFT && cfg->method != TRAINER_DPO && cfg->method != TRAINER_GRPO)
+        return "only SFT, DPO and GRPO runs are co-trained";
     if (!cfg->lora.enabled) return "only LoRA runs are co-trained (a full fine-tune changes the shared base)";
     if (cfg->dist.world_size > 1) return "a distributed run is not co-trained";
     if (strcmp(cfg->model, base_model)) return "its model is not the shared base model";
@@ -133,6 +140,20 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
     return rc ? -1 : 0;
 }
 
+/* One step of a run whose method has no shared-pass hooks (GRPO), as alone on its adapter view: its time
+ * is all its own. */
+static void own_step(struct run *r, struct trainer_cotrain_job *j) {
+    struct step_figures f = {0};
+    double t0 = whet_now_mono();
+    if (r->method->step(r, &f, &j->err)) {
+        j->rc = -1;
+    } else {
+        j->tokens += f.tokens;
+        if (trainer_after_step(r, &f, whet_now_mono() - t0, &j->err)) j->rc = -1;
+    }
+    j->device_seconds += whet_now_mono() - t0;
+}
+
 int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err) {
     if (n < 1) return whet_errf(err, "co-training: no runs");
     const char *base_dir = jobs[0].cfg->model;
@@ -169,7 +190,7 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
     struct run **live = xcalloc((size_t)n, sizeof *live);
     struct trainer_cotrain_job **live_jobs = xcalloc((size_t)n, sizeof *live_jobs);
     for (;;) {
-        int n_live = 0;
+        int n_live = 0, stepped = 0; /* runs in the shared pass; whether a run took its own step */
         for (int i = 0; i < n; i++) {
             if (!open[i]) continue;
             const struct trainer_io *io = &jobs[i].io;
@@ -179,12 +200,17 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
                 open[i] = 0;
                 continue;
             }
-            live[n_live] = &runs[i];
-            live_jobs[n_live++] = &jobs[i];
+            if (runs[i].method->cotrain_rows) {
+                live[n_live] = &runs[i];
+                live_jobs[n_live++] = &jobs[i];
+            } else {
+                own_step(&runs[i], &jobs[i]);
+                stepped = 1;
+            }
         }
-        if (!n_live) break;
+        if (!n_live && !stepped) break;
         struct whet_err pass_err;
-        if (shared_step(base, live, live_jobs, n_live, &pass_err))
+        if (n_live && shared_step(base, live, live_jobs, n_live, &pass_err))
             for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
     }
     free(live), free(live_jobs), free(open), free(runs), free(ios), free((void *)stops);

@@ -90,9 +90,10 @@ struct trainer_method_ops {
     int (*validate)(struct run *r, struct method_text *t, struct whet_err *err);
     /* The method's own fields of the step just taken. */
     void (*metrics)(const struct run *r, struct method_text *t);
-    /* Optional, a step in co-training's shared pass (trainer_cotrain.c); a method without them is not
-     * co-trained. cotrain_rows takes the next step from r->cursor, all its rows at once, zeroes the
-     * gradients and sets *rows (the method's own arrays, until its next step) and f's epoch and tokens.
+    /* Optional, a step in co-training's shared pass (trainer_cotrain.c); a method without them (GRPO) takes
+     * its own steps there, as alone, on its adapter view of the shared base. cotrain_rows takes the next step
+     * from r->cursor, all its rows at once, zeroes the gradients and sets *rows (the method's own arrays,
+     * until its next step) and f's epoch and tokens.
      * After the pass's forward, cotrain_weights gets those rows' token nlls and whether the argmax
      * predicted each target (both 0 without a target), sets f's loss and the step's own figures, and
      * writes weights[B*T]: each token's weight in the backward pass, which gives the gradient of

@@ -13,7 +13,6 @@
 #include "rng.h"
 #include "sampler.h"
 #include "tokenizer.h"
-#include "trainer_config.h"
 
 /* One loaded judge: what sample_run loads, kept for every call. */
 struct judge_model {
@@ -384,24 +383,3 @@ int judge_grade(void *ctx, const struct grader *g, const json_t *sample, const j
     return rc;
 }
 
-/* ---------------------------------------------------------------- the trainer's judges */
-
-static struct judge_pool *process_pool; /* loaded by the first judge_attach, freed at exit */
-static int process_pool_loaded;
-
-static void free_process_pool(void) { judge_pool_free(process_pool); }
-
-int judge_attach(struct grader_run_opts *opts, const struct trainer_config *cfg, struct whet_err *err) {
-    if (!process_pool_loaded) {
-        if (judge_pool_new(&process_pool, cfg->grader, cfg->judge_models, cfg->device, cfg->seed ^ 0x6a75646765ULL,
-                           err))
-            return whet_err_prefix(err, "grader");
-        process_pool_loaded = 1;
-        atexit(free_process_pool);
-    }
-    if (process_pool) {
-        opts->judge = judge_grade;
-        opts->judge_ctx = process_pool;
-    }
-    return 0;
-}

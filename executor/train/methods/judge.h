@@ -16,7 +16,8 @@
  *
  * A `<think>…</think>` block the judge writes first is skipped before reading the answer. The models
  * are the trainer config's `judge_models` ({"name the grader uses": "/model/dir"}), every one a grader
- * names loaded once per process; calls are serialised (one KV cache per model). */
+ * names loaded once per run (a GRPO run's own judge_pool, also when co-trained); calls are serialised
+ * (one KV cache per model). */
 #ifndef WHET_JUDGE_H
 #define WHET_JUDGE_H
 
@@ -29,7 +30,6 @@
 #define JUDGE_DEFAULT_MAX_TOKENS 32
 
 struct judge_pool;
-struct trainer_config;
 
 /* Loads the judge of every score_model / label_model grader in `g` (inside multi too) from
  * `judge_models` ({"name": "/dir"}) onto `device` (NULL: the CPU; the trainer passes its own, so the
@@ -48,11 +48,6 @@ int judge_grade(void *ctx, const struct grader *g, const json_t *sample, const j
 /* The judge's reply for one sample: *reply (caller frees) is what judge_grade reads. */
 int judge_reply(struct judge_pool *p, const struct grader *g, const json_t *sample, const json_t *item, char **reply,
                 struct whet_err *err);
-
-/* Fills opts->judge and opts->judge_ctx for cfg's grader (nothing when it names no judge): the
- * trainer process's judge models, loaded on the first call and kept until the process exits (a
- * trainer runs one config). Returns -1 with err when they cannot be loaded. */
-int judge_attach(struct grader_run_opts *opts, const struct trainer_config *cfg, struct whet_err *err);
 
 /* ---- The parsers, exposed for tests -------------------------------------------------------------- */
 

@@ -69,10 +69,14 @@ struct grpo_run {
     struct rft_dataset train, valid;
     int *order;      /* [train.n_prompts] prompt indices of epoch order_epoch, shuffled */
     int order_epoch; /* -1: none made yet */
+    /* The judge models of a score_model / label_model grader (NULL for none): the run's own, so that
+     * co-trained runs (trainer_cotrain.c) each grade with their own judges and judge seed, as alone. */
+    struct judge_pool *judges;
     struct step_record last;
 };
 
 #define ROLLOUT_STREAM 0x526f6c6c6f757473ull /* "Rollouts": keeps the rollout seeds apart from the orders' */
+#define JUDGE_STREAM 0x6a75646765ull         /* "judge": the judges' sampling seed */
 
 /* ---------------------------------------------------------------- data */
 
@@ -113,6 +117,7 @@ static void grpo_free(struct run *r) {
     if (!g) return;
     rft_dataset_free(&g->train);
     rft_dataset_free(&g->valid); /* zeroed when there is none; partly read when its load failed */
+    judge_pool_free(g->judges);
     free(g->order);
     free(g);
     r->state = NULL;
@@ -172,9 +177,9 @@ static int rollout_and_grade(struct run *r, struct rollout_batch *rb, const stru
         samples[i] = grader_sample_from_text(rb->responses[i].text);
         items[i] = prompts[rb->responses[i].prompt]->item;
     }
-    struct grader_run_opts gopts = {0};
-    rc = judge_attach(&gopts, r->cfg, err); /* score_model / label_model: the judge models, loaded once */
-    if (!rc) rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
+    const struct grpo_run *g = r->state;
+    struct grader_run_opts gopts = {.judge = g->judges ? judge_grade : NULL, .judge_ctx = g->judges};
+    rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
     for (size_t i = 0; i < N; i++) {
         if (!rc) {
             rewards[i] = results[i].reward;
@@ -570,9 +575,14 @@ static void reward_figures(struct step_record *s, const struct step_samples *ss)
     s->response_length_mean = len / (double)N;
 }
 
-/* The frozen reference of a full fine-tune, when the loss has a KL term. */
+/* The frozen reference of a full fine-tune, when the loss has a KL term, and the grader's judge models. */
 static int grpo_prepare(struct run *r, struct whet_err *err) {
-    return r->cfg->hp.kl_coef > 0 && !r->cfg->lora.enabled ? trainer_load_reference(r, err) : 0;
+    const struct trainer_config *cfg = r->cfg;
+    struct grpo_run *g = r->state;
+    if (cfg->hp.kl_coef > 0 && !cfg->lora.enabled && trainer_load_reference(r, err)) return -1;
+    if (judge_pool_new(&g->judges, cfg->grader, cfg->judge_models, cfg->device, cfg->seed ^ JUDGE_STREAM, err))
+        return whet_err_prefix(err, "grader");
+    return 0;
 }
 
 static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err) {

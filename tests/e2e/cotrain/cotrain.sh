@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# End to end on the tiny model: four SFT LoRA runs and two DPO LoRA runs (one validated) with different
-# seeds, batch sizes, learning rates, gradient accumulation, LoRA ranks and step counts, trained alone
-# (`whet train`) and co-trained in one group on one copy of the base (`whet train --cotrain`): each
-# co-trained run's figures equal its run alone per step (losses, norms, log-probs within 1e-5 relative,
-# DPO's margins within 1e-4 absolute: the shared pass sums in another order; accuracies within 0.05, an
-# argmax or a pair's sign flipped by that rounding), its adapter within 1e-4 (L2, relative: AdamW's
-# normalised steps enlarge the rounding on near-zero gradients), the same checkpoints and events, and the
-# co-training event's tokens are the run's metrics tokens. Then three runs co-trained, one stopped through
-# its stop file mid-run: it ends with a checkpoint of its last step, the others finish, every step still
-# equal to alone; a run with bad data fails alone; the stopped run resumed alone from its checkpoint
+# End to end on the tiny model: four SFT LoRA runs, two DPO LoRA runs (one validated) and two GRPO LoRA runs
+# (different temperatures, ppo_epochs, KL or none, one validated) with different seeds, batch sizes, learning
+# rates, gradient accumulation, LoRA ranks and step counts, trained alone (`whet train`) and co-trained in one
+# group on one copy of the base (`whet train --cotrain`): each co-trained run's figures equal its run alone
+# per step (losses, norms, log-probs within 1e-5 relative, DPO's margins within 1e-4 absolute: the shared pass
+# sums in another order; accuracies within 0.05, an argmax or a pair's sign flipped by that rounding; a GRPO
+# run's samples identical: its rewards, pass rate, response lengths, rollout tokens and groups exactly as
+# alone), its adapter within 1e-4 (L2, relative: AdamW's normalised steps enlarge the rounding on near-zero
+# gradients), the same checkpoints and events, and the co-training event's tokens are the run's metrics
+# tokens. Then three runs co-trained, one stopped through its stop file mid-run: it ends with a checkpoint of
+# its last step, the others finish, every step still equal to alone; a run with bad data and a GRPO run whose
+# grader names a judge model it does not have fail alone; the stopped run resumed alone from its checkpoint
 # ends as the run that was never stopped. One OpenMP thread.
 set -euo pipefail
 : "${WHET_BIN:?}" "${WHET_FIXTURES:?}"
@@ -30,8 +32,30 @@ config() { # config NAME INDEX MAX_STEPS [dpo]
  "lora": {"r": $((4 * (i + 1))), "alpha": 16}}
 EOF
 }
-validated() { # validated NAME: validation every 3 steps
-  local fields="\"validation_file\": \"$WHET_FIXTURES/dpo/valid.jsonl\", \"eval_every_steps\": 3"
+# GRPO: "reply with the word W" prompts, rewarded when the reply holds a "k" (the untrained tiny model's
+# replies are random tokens: some do, some do not, so the groups have advantages to train on)
+python3 - "$work/grpo.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for t in ["Reply with the word {w}.", "Say {w} and nothing else."]:
+        for w in ["red", "green", "blue", "yellow", "black", "white"]:
+            f.write(json.dumps({"messages": [{"role": "user", "content": t.format(w=w)}], "answer": w}) + "\n")
+EOF
+HAS_K='{"type": "string_check", "name": "has_k", "input": "{{sample.output_text}}", "reference": "k", "operation": "like"}'
+grpo_config() { # grpo_config NAME INDEX MAX_STEPS [GRADER]: run 1 samples at 0.7 with 2 PPO epochs and a KL term
+  local i=$2
+  cat > "$work/$1.json" <<EOF
+{"method": "grpo", "model": "$work/model", "training_file": "$work/grpo.jsonl", "output_dir": "$work/$1",
+ "seed": $((i + 7)), "max_steps": $3, "checkpoint_every_steps": 5, "grader": ${4:-$HAS_K},
+ "rollout": {"n": 4, "max_tokens": 6, "temperature": $([ $i = 0 ] && echo 1.0 || echo 0.7)},
+ "hyperparameters": {"batch_size": $((3 + i)), "learning_rate": 0.00$((5 + i)), "max_seq_len": 64, "warmup_steps": 1,
+                     "gradient_accumulation_steps": $((i + 1)), "ppo_epochs": $((i + 1)),
+                     "kl_coef": $([ $i = 0 ] && echo 0 || echo 0.05)},
+ "lora": {"r": $((4 * (i + 1))), "alpha": 16}}
+EOF
+}
+validated() { # validated NAME [FILE]: validation every 3 steps (DPO's pairs unless FILE)
+  local fields="\"validation_file\": \"${2:-$WHET_FIXTURES/dpo/valid.jsonl}\", \"eval_every_steps\": 3"
   sed -i "s|\"max_steps\"|$fields, \"max_steps\"|" "$work/$1.json"
 }
 
@@ -48,10 +72,13 @@ assert [r["step"] for r in c] == [r["step"] for r in a], (len(a), len(c))
 for x, y in zip(a, c):
     assert set(x) == set(y), set(x) ^ set(y)
     for k in x:
-        if k == "tokens_per_s":
+        if k.endswith("_per_s") or k.startswith("time_"):
             continue
-        if k in ("step", "epoch", "lr", "tokens"):
+        if k in ("step", "epoch", "lr", "tokens") or x[k] is None:
             ok = x[k] == y[k]
+        elif k in ("reward_mean", "reward_std", "pass_rate", "response_length_mean", "rollout_tokens", "groups_kept",
+                   "gen_batches", "grader_errors", "valid_reward_mean", "valid_pass_rate"):
+            ok = x[k] == y[k] # a GRPO run's samples and grades: the same draws as alone
         elif k.endswith("accuracy"):
             ok = abs(x[k] - y[k]) <= 0.05
         elif k.endswith("margin"):
@@ -82,22 +109,32 @@ if not prefix:
 EOF
 }
 
-# runs 0-3 SFT, 4-5 DPO (run 5 validated)
+# runs 0-3 SFT, 4-5 DPO (run 5 validated), 6-7 GRPO (run 7 validated)
 for i in 0 1 2 3; do config "alone$i" $i $((8 + i)); config "co$i" $i $((8 + i)); done
 for i in 4 5; do config "alone$i" $((i - 4)) $((i + 2)) dpo; config "co$i" $((i - 4)) $((i + 2)) dpo; done
 validated alone5
 validated co5
+for i in 6 7; do grpo_config "alone$i" $((i - 6)) $i; grpo_config "co$i" $((i - 6)) $i; done
+validated alone7 "$work/grpo.jsonl"
+validated co7 "$work/grpo.jsonl"
 t0=$(date +%s.%N)
-for i in 0 1 2 3 4 5; do
+for i in 0 1 2 3 4 5 6 7; do
   "$WHET_BIN" train --config "$work/alone$i.json" --quiet > "$work/alone$i.events" || fail "run $i alone"
 done
 t1=$(date +%s.%N)
-"$WHET_BIN" train --cotrain --quiet $(for i in 0 1 2 3 4 5; do echo --config "$work/co$i.json"; done) \
+"$WHET_BIN" train --cotrain --quiet $(for i in 0 1 2 3 4 5 6 7; do echo --config "$work/co$i.json"; done) \
   2> "$work/co.err" || { cat "$work/co.err"; fail "co-training"; }
 t2=$(date +%s.%N)
-echo "wall time: 6 runs one after another $(python3 -c "print(round($t1 - $t0, 2))") s, co-trained $(python3 -c "print(round($t2 - $t1, 2))") s"
+echo "wall time: 8 runs one after another $(python3 -c "print(round($t1 - $t0, 2))") s, co-trained $(python3 -c "print(round($t2 - $t1, 2))") s"
 grep -q '"valid_reward_margin"' "$work/co5/metrics.jsonl" || fail "the validated DPO run has no validation figures"
-for i in 0 1 2 3 4 5; do
+grep -q '"valid_reward_mean"' "$work/co7/metrics.jsonl" || fail "the validated GRPO run has no validation figures"
+python3 - "$work/co6/metrics.jsonl" "$work/co7/metrics.jsonl" <<'EOF'
+import json, sys
+for path in sys.argv[1:]: # the co-trained GRPO runs trained: rewards that differ within groups, a loss
+    rows = [json.loads(l) for l in open(path)]
+    assert any(0 < r["reward_mean"] < 1 for r in rows) and any(r["loss"] != 0 for r in rows), rows
+EOF
+for i in 0 1 2 3 4 5 6 7; do
   compare "$work/alone$i" "$work/co$i"
   [ -s "$work/co$i/checkpoints/step-5/optimizer.safetensors.zst" ] || fail "co$i: checkpoint step-5 missing"
   python3 - "$work/alone$i.events" "$work/co$i/events.jsonl" "$work/co$i/metrics.jsonl" <<'EOF'
@@ -112,14 +149,17 @@ EOF
 done
 
 # ---- one run stopped alone: co-trained runs of 120, 9 and 10 steps; run 0's stop file once it has 3 steps;
-# a fourth whose training file is not JSONL fails alone, its error its own last events
+# a fourth whose training file is not JSONL and a GRPO run whose grader names a judge model not in its judge_models
+# fail alone, their errors their own last events
 for i in 0 1 2; do config "stop$i" $i $([ $i = 0 ] && echo 120 || echo $((8 + i))); done
 echo 'not json' > "$work/bad.jsonl"
 config bad 3 10
 sed -i "s|\"training_file\": \"[^\"]*\"|\"training_file\": \"$work/bad.jsonl\"|" "$work/bad.json"
 config long0 0 120
+grpo_config badgrader 0 10 '{"type": "score_model", "name": "judge", "model": "no-such-judge",
+                             "input": [{"role": "user", "content": "{{sample.output_text}}"}]}'
 "$WHET_BIN" train --cotrain --quiet --config "$work/stop0.json" --config "$work/stop1.json" --config "$work/stop2.json" \
-  --config "$work/bad.json" 2> "$work/stop.err" &
+  --config "$work/bad.json" --config "$work/badgrader.json" 2> "$work/stop.err" &
 pid=$!
 for _ in $(seq 600); do
   [ "$(cat "$work/stop0/metrics.jsonl" 2>/dev/null | wc -l)" -ge 3 ] && break
@@ -127,11 +167,16 @@ for _ in $(seq 600); do
 done
 touch "$work/stop0/stop"
 if wait $pid; then fail "co-training with a failing run exited 0"; fi
-grep -q "bad.json: co-trained run failed" "$work/stop.err" || { cat "$work/stop.err"; fail "the failing run's error"; }
-python3 - "$work/bad/events.jsonl" <<'EOF'
+for name in bad badgrader; do
+  grep -q "$name.json: co-trained run failed" "$work/stop.err" || { cat "$work/stop.err"; fail "$name: the failing run's error"; }
+done
+python3 - "$work/bad/events.jsonl" "$work/badgrader/events.jsonl" <<'EOF'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 assert [e["type"] for e in ev] == ["error", "cotrain"] and "bad.jsonl" in ev[0]["message"], ev
+ev = [json.loads(l) for l in open(sys.argv[2])] # its data read, then the judge it names is not there
+assert [e["type"] for e in ev] == ["data", "error", "cotrain"], ev
+assert 'judge model "no-such-judge" is not in judge_models' in ev[1]["message"], ev
 EOF
 steps=$(wc -l < "$work/stop0/metrics.jsonl")
 [ "$steps" -ge 3 ] && [ "$steps" -lt 120 ] || fail "the stopped run took $steps steps"
@@ -143,7 +188,7 @@ for i in 1 2; do
 done
 "$WHET_BIN" train --config "$work/long0.json" --quiet > /dev/null || fail "run 0 alone"
 compare "$work/long0" "$work/stop0" prefix
-echo "stopped run: $steps steps, a checkpoint at its last; a run with bad data failed alone; the other two finished; all equal to alone"
+echo "stopped run: $steps steps, a checkpoint at its last; a run with bad data and one with a bad grader failed alone; the other two finished; all equal to alone"
 
 # ---- the stopped run resumed alone from its checkpoint, into its own output dir: its metrics (the file
 # kept up to that step, then the resumed steps) and final adapter as the run that was never stopped

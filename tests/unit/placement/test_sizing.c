@@ -207,7 +207,8 @@ TEST(cotrain_split_base_once_member_each) {
     /* together, what the job needs alone */
     int64_t alone = (sz_per_device_bytes(&e, 1) + (1 << 20) - 1) >> 20;
     CHECK(base + member >= alone && base + member <= alone + 1);
-    /* Full fine-tuning trains the base itself; the co-training trainer runs SFT and DPO, not GRPO. */
+    /* Full fine-tuning trains the base itself; GRPO is co-trained only by the executor's opt-in, whose filter
+     * sees the grader (a group's sandbox runs no python graders or judge models of its members). */
     j.full_ft = 1;
     CHECK(!sz_cotrainable(&j));
     j = sft(0);
