@@ -139,18 +139,18 @@ check "rank 0 is cancelled, ranks never started end with it" \
 q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q'; NOTIFY whet_jobs"
 check "the silent gang is cancelled" 'wait_for 15 "SELECT status FROM jobs WHERE id = '"'"'ftjob-q'"'"'" cancelled'
 
-# A LoRA job whose base (20B parameters, 75 GiB of weights in f32) does not fit one 80 GiB device: sizing
-# makes it a gang without whet.min_gpus, and the ranks shard the frozen base (ZeRO-3) as sizing assumed;
-# the tiny base's LoRA gang above, made by min_gpus, stayed data parallel (zero 0). (Short sequences keep
-# the activations small: the weights alone decide the gang.)
+# A LoRA job whose base (45B parameters, 168 GiB of weights in f32) does not fit two 80 GiB devices:
+# sizing makes it a gang of 3 without whet.min_gpus, more than one node holds, and the ranks shard the
+# frozen base (ZeRO-3) as sizing assumed; the tiny base's LoRA gang above, made by min_gpus, stayed data
+# parallel (zero 0). (Short sequences keep the activations small: the weights decide the gang.)
 q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     SELECT 'big', architecture, 20000000000, object_prefix, sha256,
+     SELECT 'big', architecture, 45000000000, object_prefix, sha256,
        '{\"hidden_size\": 8192, \"intermediate_size\": 28672, \"num_hidden_layers\": 20, \"num_attention_heads\": 64,
          \"num_key_value_heads\": 8, \"vocab_size\": 32000}' FROM base_models WHERE id = 'tiny';
    INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
      VALUES ('ftjob-z', 't1', 'big', 'big', 'file-1', '{\"type\":\"supervised\"}', 1, '{\"max_seq_len\": 256}');
    NOTIFY whet_jobs"
-check "sizing makes the big base's LoRA job a gang" 'wait_for 15 "SELECT world_size > 1 FROM job_attempts WHERE job_id = '"'"'ftjob-z'"'"'" t' ||
+check "sizing makes the big base's LoRA job a gang of 3" 'wait_for 15 "SELECT world_size FROM job_attempts WHERE job_id = '"'"'ftjob-z'"'"'" 3' ||
   q "SELECT status, wait_reason FROM jobs WHERE id = 'ftjob-z'" >&2
 check "its ranks shard the base (zero 3)" \
   '[ "$(q "SELECT DISTINCT manifest->'"'"'distributed'"'"'->>'"'"'zero'"'"' FROM node_commands WHERE job_id = '"'"'ftjob-z'"'"' AND kind = '"'"'start'"'"'")" = 3 ]'
