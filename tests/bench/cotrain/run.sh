@@ -6,14 +6,15 @@
 # (d, e) as JOBS training sessions on ONE `whet serve --training` worker driven by JOBS clients at once
 # (clients.mjs: the same examples, cross_entropy forward_backward + optim_step; the calls of sessions
 # waiting at the same time run as one batched pass on the one frozen base), twice: passes of up to 16384
-# tokens (the default --max-train-tokens: all 8 sessions' calls fit one pass) and of up to PASS_TOKENS
+# tokens (the default --max-train-tokens: up to 32 sessions' calls fit one pass) and of up to PASS_TOKENS
 # (2 sessions a pass, which bounds the worker's activations). Every process runs THREADS threads.
 # Reports aggregate tokens/s, tokens per CPU second (user + system seconds of the trainers, their start
 # included, or of the worker while the clients ran: what the work costs whatever else runs on the machine,
 # which wall-clock ratios do not show on a shared one), peak memory (the JOBS processes' peak RSS summed,
 # against the one co-training process's or worker's) and each job's wall time (a co-trained job's: from the
 # process's start to its last event line); the ratios within one run are what counts. The issue's goal:
-# (c) at >= 1.5x the tokens/s of (a) and <= 0.3x its memory.
+# (c) at >= 1.5x the tokens/s of (a) and <= 0.3x its memory. Its time grows with JOBS x STEPS: with the
+# defaults about 9 minutes on 2 shared cores under a load of 4 (a fifth of it each of (a) to (e)).
 # Usage (from the repository root, after a Release build):
 #   tests/bench/cotrain/run.sh [BUILD_DIR] [THREADS] [STEPS] [PASS_TOKENS] [JOBS]
 set -eu
@@ -88,29 +89,29 @@ tokens = jobs * steps * B * L
 def runs(name):
     rows = [line.split() for line in open(f"{out}/{name}")]
     return [float(r[0]) for r in rows], [int(r[1]) for r in rows], sum(float(r[2]) + float(r[3]) for r in rows)
-fmt = lambda xs: " ".join(f"{x:.0f}" for x in sorted(xs))
+rows = {}
+def row(key, label, wall, cpu, kb, jobs_s, extra=""):
+    rows[key] = (wall, cpu, kb)
+    print(f"{f'({key}) {label}':39} {wall:7.1f} {tokens / wall:8.0f} {tokens / cpu:9.0f} {kb / 1024:8.0f} "
+          f" {' '.join(f'{x:.0f}' for x in sorted(jobs_s))}{extra}")
 print(f"{tokens} tokens in all ({jobs} jobs x {steps} steps x {B} x {L})")
 print(f"{'':39} {'wall s':>7} {'tokens/s':>8} {'tok/CPU s':>9} {'peak MiB':>8}  jobs' wall s")
 par_s, par_kb, par_cpu = runs("parallel")
+row("a", f"{jobs} whet train at once", t1 - t0, par_cpu, sum(par_kb), par_s)
 ser_s, ser_kb, ser_cpu = runs("serial")
+row("b", f"{jobs} whet train in a row", t2 - t1, ser_cpu, max(ser_kb), ser_s)
 _, cot_kb, cot_cpu = runs("cotrain")
 # a co-trained job's wall time: the process's start to its last event line (its "cotrain" line, after its final)
 cot_s = [os.path.getmtime(f"{out}/out-cotrain-{j}/events.jsonl") - t2 for j in range(jobs)]
-rows = {"a": (t1 - t0, par_cpu, sum(par_kb)), "b": (t2 - t1, ser_cpu, max(ser_kb)), "c": (t3 - t2, cot_cpu, cot_kb[0])}
-print(f"(a) {jobs} whet train at once             {t1 - t0:7.1f} {tokens / (t1 - t0):8.0f} {tokens / par_cpu:9.0f} {sum(par_kb) / 1024:8.0f}  {fmt(par_s)}")
-print(f"(b) {jobs} whet train in a row            {t2 - t1:7.1f} {tokens / (t2 - t1):8.0f} {tokens / ser_cpu:9.0f} {max(ser_kb) / 1024:8.0f}  {fmt(ser_s)}")
-print(f"(c) whet train --cotrain, {jobs} runs      {t3 - t2:7.1f} {tokens / (t3 - t2):8.0f} {tokens / cot_cpu:9.0f} {cot_kb[0] / 1024:8.0f}  {fmt(cot_s)}")
+row("c", f"whet train --cotrain, {jobs} runs", t3 - t2, cot_cpu, cot_kb[0], cot_s)
 for key, name, what in (("d", "one-pass", "passes <= 16384 tok"), ("e", "small-passes", f"passes <= {sys.argv[10]} tok")):
     rs = [json.loads(l) for l in open(f"{out}/{name}")]
     wall = next(r for r in rs if r["label"] == "sessions")
     kb = next(r["kb"] for r in rs if r["label"] == "memory")
     start = next(r["seconds"] for r in rs if r["label"] == "start")
-    rows[key] = (wall["seconds"], wall["cpu_s"], kb)
     sizes = [int(l.split("sessions=")[1].split()[0]) for l in open(f"{out}/worker-{name}.log") if "forward_backward pass" in l]
-    wall["passes"] = f"{len(sizes)}, {sum(sizes) / max(len(sizes), 1):.1f} sessions each"
-    print(f"({key}) sessions, {what:22} {wall['seconds']:7.1f} {tokens / wall['seconds']:8.0f} {tokens / wall['cpu_s']:9.0f}"
-          f" {kb / 1024:8.0f}  {fmt(r['seconds'] for r in rs if r['label'] == 'session')}"
-          f"  (worker start {start:.1f} s, passes: {wall['passes']})")
+    row(key, f"sessions, {what}", wall["seconds"], wall["cpu_s"], kb, [r["seconds"] for r in rs if r["label"] == "session"],
+        f"  (worker start {start:.1f} s, passes: {len(sizes)}, {sum(sizes) / max(len(sizes), 1):.1f} sessions each)")
 for key in "cde":
     w, c, kb = rows[key]
     print(f"({key}) against (a): {rows['a'][0] / w:.2f}x tokens/s, {rows['a'][1] / c:.2f}x tokens per CPU s, {kb / rows['a'][2]:.2f}x memory;"
