@@ -128,11 +128,11 @@ static int sum_sumsq(void *ctx, double *device_sumsq) {
     return comm_allreduce_f64(r->comm, device_sumsq, 1, &r->dist_err);
 }
 
-/* ZeRO-3's collectives, timed with the rest of the run's communication. */
-static int timed(struct run *r, int (*collective)(struct comm *, float *, size_t, struct whet_err *), float *buf,
-                 size_t n, struct whet_err *err) {
+/* ZeRO-3's collectives: the seconds waited for one count with the rest of the run's communication (an
+ * all-gather that ran while the previous unit computed costs nothing). */
+static int timed_wait(struct run *r, struct comm_op *started, struct whet_err *err) {
     double t0 = whet_now_mono();
-    int rc = collective(r->comm, buf, n, err);
+    int rc = comm_wait(started, err);
     r->comm_seconds += whet_now_mono() - t0;
     return rc;
 }
@@ -142,17 +142,11 @@ static void *gather_unit_start(void *ctx, float *unit, size_t n) {
     return comm_allgather_start(r->comm, unit, n);
 }
 
-/* (the seconds waited: an all-gather that ran while the previous unit computed costs nothing) */
-static int gather_unit_wait(void *ctx, void *started, struct whet_err *err) {
-    struct run *r = ctx;
-    double t0 = whet_now_mono();
-    int rc = comm_wait(started, err);
-    r->comm_seconds += whet_now_mono() - t0;
-    return rc;
-}
+static int gather_unit_wait(void *ctx, void *started, struct whet_err *err) { return timed_wait(ctx, started, err); }
 
 static int reduce_scatter_unit(void *ctx, float *unit, size_t n, struct whet_err *err) {
-    return timed(ctx, comm_reduce_scatter, unit, n, err);
+    struct run *r = ctx;
+    return timed_wait(r, comm_reduce_scatter_start(r->comm, unit, n), err);
 }
 
 void trainer_dist_model_opts(const struct run *r, struct model_opts *o) {
