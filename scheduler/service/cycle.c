@@ -32,36 +32,8 @@
 #include "sizing.h"
 
 /* ------------------------------------------------------------------------------------------------
- * Leases and tenant requests
+ * Tenant requests (leases: leases.c)
  * ---------------------------------------------------------------------------------------------- */
-
-/* Nodes silent past their lease are lost: their attempts end as `lost` (the seconds they ran are
- * metered as such), their jobs return to the queue, and an event says why. */
-static int expire_leases(PGconn *conn, struct whet_err *err) {
-    PGresult *res = whet_pg_query(conn,
-                                  "WITH lost AS (UPDATE nodes SET state = 'lost' WHERE state = 'ready'"
-                                  "   AND last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0"
-                                  "   RETURNING id)"
-                                  " SELECT lost.id, job FROM lost LEFT JOIN LATERAL whet_requeue_node_attempts(lost.id,"
-                                  "   'Node ' || lost.id || ' stopped answering; the job will resume from its last"
-                                  " checkpoint elsewhere') job ON true ORDER BY lost.id",
-                                  0, NULL, err);
-    if (!res) return -1;
-    int nodes = 0, jobs = 0;
-    for (int i = 0; i < PQntuples(res); i++) {
-        /* One row per requeued job, or one with a NULL job for a node that ran none. */
-        if (i == 0 || strcmp(PQgetvalue(res, i, 0), PQgetvalue(res, i - 1, 0))) {
-            log_warn("msg=\"node lost\" node=%s", PQgetvalue(res, i, 0));
-            nodes++;
-        }
-        if (PQgetisnull(res, i, 1)) continue;
-        log_warn("msg=\"job requeued: node lost\" job=%s", PQgetvalue(res, i, 1));
-        jobs++;
-    }
-    scheduler_metrics_lost(nodes, jobs);
-    PQclear(res);
-    return 0;
-}
 
 /* Pause and cancel of jobs that run somewhere become STOP and CANCEL commands (once per attempt and
  * node: to every node of a gang that runs its ranks); queued jobs change state at once. Both find the
@@ -819,7 +791,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
     int placed = 0, deferred = 0;
-    if (expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0)
+    if (scheduler_expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 ||
+        apply_tenant_requests(conn, err) < 0)
         return -1;
     /* Model workers first (serving.h): a free device goes to a worker before a job. Their failure does
      * not hold up the jobs' placement. */

@@ -2,7 +2,8 @@
  * (`whet scheduler --metrics HOST:PORT`; off when unset) by common/metrics_http: whether this process
  * leads, the cycles (count, failures, a duration histogram, when the last one ended), what the last
  * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
- * waited) and the nodes declared lost with the jobs they sent back to the queue. A standby serves them
+ * waited), the nodes declared lost with the jobs they sent back to the queue, and whether a mass
+ * silence holds those back. A standby serves them
  * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
  *
  * The cycle updates atomics (relaxed: statistics); the server's thread reads them. */
@@ -21,6 +22,7 @@ static struct {
     atomic_ulong last_cycle_ms; /* Unix time */
     atomic_long nodes_ready, jobs_running, jobs_queued, oldest_queued_ms;
     atomic_ulong nodes_lost, jobs_requeued;
+    atomic_int mass_silence;
 } m;
 
 static struct metrics_http *server;
@@ -52,6 +54,10 @@ void scheduler_metrics_lost(int nodes, int jobs) {
     atomic_fetch_add_explicit(&m.jobs_requeued, (unsigned long)jobs, memory_order_relaxed);
 }
 
+void scheduler_metrics_silence(int mass_silence) {
+    atomic_store_explicit(&m.mass_silence, mass_silence, memory_order_relaxed);
+}
+
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 /* The Prometheus text exposition (on the server's thread). */
@@ -79,6 +85,10 @@ static void render(struct whet_buf *t) {
                         "Nodes declared lost (silent past their lease).", (double)LOAD(m.nodes_lost));
     metrics_http_sample(t, "whet_scheduler_jobs_requeued_total", "counter",
                         "Running jobs sent back to the queue by a lost node.", (double)LOAD(m.jobs_requeued));
+    metrics_http_sample(t, "whet_scheduler_mass_silence", "gauge",
+                        "1 while most nodes of every data center are past their lease at once (no node is declared "
+                        "lost meanwhile: leases.c), else 0.",
+                        (double)LOAD(m.mass_silence));
 }
 
 int scheduler_metrics_start(const char *addr, struct whet_err *err) {

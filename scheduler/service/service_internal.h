@@ -128,6 +128,10 @@ void scheduler_manifest_cotrain(json_t *manifest, const char *group, const json_
  * "distributed" object. Returns a new JSON object. */
 json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r);
 
+/* Declares the nodes silent past their lease lost and requeues their jobs, unless the whole fleet
+ * went silent at once (leases.c says why). */
+int scheduler_expire_leases(PGconn *conn, struct whet_err *err);
+
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);
 
@@ -154,5 +158,6 @@ void scheduler_metrics_leader(int leading);
 void scheduler_metrics_cycle(double seconds, int ok);
 void scheduler_metrics_snapshot(int nodes_ready, int jobs_running, int jobs_queued, double oldest_queued_s);
 void scheduler_metrics_lost(int nodes, int jobs);
+void scheduler_metrics_silence(int mass_silence);
 
 #endif

@@ -77,7 +77,9 @@ psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
 export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
 "$WHET_BIN" migrate >/dev/null 2>&1
 q() { psql -qtAX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "$1"; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Distinct free ports, bound together (two separate probes can be handed the same port).
+free_ports() { python3 -c 'import socket,sys; s=[socket.socket() for _ in range(int(sys.argv[1]))]
+[x.bind(("127.0.0.1",0)) for x in s]; print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
 say() { echo "scale: $*"; }
 fail() { echo "scale: FAIL $*" >&2; exit 1; }
 
@@ -103,7 +105,8 @@ url=$(grep -o 'http://[0-9.:]*' "$work/gateway.log" | head -n1)
 [ -n "$url" ] || { cat "$work/gateway.log" >&2; fail "the gateway did not start"; }
 admin=$("$WHET_BIN" token --admin)
 
-grpc=127.0.0.1:$(free_port) metrics=127.0.0.1:$(free_port)
+read -r grpc_port metrics_port < <(free_ports 2)
+grpc=127.0.0.1:$grpc_port metrics=127.0.0.1:$metrics_port
 "$WHET_BIN" scheduler --grpc "$grpc" --lease-ms "$lease_ms" --metrics "$metrics" >"$work/scheduler.log" 2>&1 &
 sched_pid=$!
 pids+=($sched_pid)

@@ -3,6 +3,8 @@
 # takeover, registration, placement into an attempt and a START command, an attempt that fails with a
 # clear reason (its base model is not in the object store) and is metered, pause and cancel of queued
 # jobs, a node declared lost when its lease runs out, and a restarted node whose attempt is requeued;
+# a mass silence (most nodes of every data center past their lease at once) that declares none lost,
+# and a partition (one data center silent, another answering) that does;
 # both schedulers and the executor serve Prometheus metrics (--metrics) that follow all of it.
 . "$(dirname "$0")/lib.sh" sched
 m1=$(free_port) m2=$(free_port) m3=$(free_port)
@@ -83,6 +85,26 @@ lost_counted() {
 }
 check "metrics: the new leader counted the lost node" \
   'for _ in $(seq 50); do lost_counted && break; sleep 0.1; done; lost_counted'
+
+# A mass silence: 12 nodes in each of two data centers, all past their lease at once. The scheduler takes
+# itself (or its database) for the cause and declares none lost (leases.c).
+fake_nodes() { # PREFIX DC LEASE_MS SILENT_S
+  q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, last_heartbeat)
+     SELECT '$1-' || i, '$2', '$2', '[{\"type\":\"H100\",\"memory_mib\":81920,\"index\":0}]', 'H100', 1, 8000,
+       65536, $3, extract(epoch FROM clock_timestamp()) - $4 FROM generate_series(1, 12) i"
+}
+fake_nodes silent-x dc-x 1500 60
+fake_nodes silent-y dc-y 1500 60
+check "a mass silence declares no node lost" 'for _ in $(seq 50); do grep -q "mass silence:" "$work/s2.log" && break;
+  sleep 0.1; done; sleep 2.5; [ "$(q "SELECT count(*) FROM nodes WHERE state = '"'"'ready'"'"'")" = 24 ]'
+check "metrics: the mass silence shows" '[ "$(metric $m2 whet_scheduler_mass_silence)" = 1 ]'
+# dc-y answers again (12 of its nodes heard from): dc-x's silence is now a partition, and dc-y's silent
+# nodes are under the threshold there: every silent node is lost, the live ones are kept.
+fake_nodes live-y dc-y 3600000 0
+check "after a partition, the silent nodes are lost" \
+  'wait_for 10 "SELECT count(*) FROM nodes WHERE state = '"'"'lost'"'"' AND id LIKE '"'"'silent-%'"'"'" 24'
+check "the answering nodes are kept" '[ "$(q "SELECT count(*) FROM nodes WHERE state = '"'"'ready'"'"'")" = 12 ] &&
+  grep -q "mass silence over" "$work/s2.log" && [ "$(metric $m2 whet_scheduler_mass_silence)" = 0 ]'
 
 [ $fails -eq 0 ] || tail -n 15 "$work"/*.log >&2
 echo "$passes passed, $fails failed"

@@ -1,0 +1,98 @@
+/* leases.c - nodes silent past their lease are lost: their attempts end as `lost` (the seconds they ran
+ * are metered as such), their jobs return to the queue, and an event says why.
+ *
+ * Two guards keep an overloaded control plane from turning its own slowness into a fleet-wide restart
+ * (after the Kubernetes node lifecycle controller, which stops evicting when every zone is disrupted):
+ *  - a mass silence, when at least LEASE_MASS_SILENCE_NODES nodes are overdue and, in every data
+ *    center that has ready nodes, at least LEASE_MASS_SILENCE_PERCENT of them: the likely cause is the
+ *    scheduler, its database or its own network, not thousands of nodes failing together, and moving
+ *    every job would only add load. No node is declared lost while it lasts (a warning says so when it
+ *    begins and ends). A partition of some data centers is not one: the others still answer, so the
+ *    silent data centers' jobs move to them, as they should.
+ *  - at most LEASE_LOST_PER_CYCLE nodes are declared lost per cycle (the longest-silent first): the
+ *    statement locks their attempts' jobs, and FinishJob and the heartbeats of other nodes wait on
+ *    those locks; tests/bench/scale under job churn saw one statement declare 995 nodes lost in 7 s
+ *    while the executors' calls timed out behind it.
+ * A small fleet (fewer overdue nodes than the threshold) is handled node by node, as always: one silent
+ * node of one is lost. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "pg.h"
+#include "service_internal.h"
+
+#define LEASE_MASS_SILENCE_NODES 10
+#define LEASE_MASS_SILENCE_PERCENT 55
+#define LEASE_LOST_PER_CYCLE 100
+
+#define OVERDUE_SQL "last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0"
+
+/* 1 while a mass silence lasts (the cycle runs on one thread). */
+static int mass_silence;
+
+/* 1 when the overdue nodes make a mass silence, 0 when not, -1 on a database error. */
+static int census(PGconn *conn, int *overdue, int *ready, struct whet_err *err) {
+    char min_nodes[16], percent[16];
+    snprintf(min_nodes, sizeof min_nodes, "%d", LEASE_MASS_SILENCE_NODES);
+    snprintf(percent, sizeof percent, "%d", LEASE_MASS_SILENCE_PERCENT);
+    const char *params[] = {min_nodes, percent};
+    PGresult *res =
+        whet_pg_query(conn,
+                      "SELECT coalesce(sum(silent), 0), coalesce(sum(ready), 0),"
+                      " coalesce(sum(silent) >= $1::int AND bool_and(silent * 100 >= ready * $2::int), false)"
+                      " FROM (SELECT count(*) AS ready, count(*) FILTER (WHERE " OVERDUE_SQL ") AS silent"
+                      "   FROM nodes WHERE state = 'ready' GROUP BY dc) d",
+                      2, params, err);
+    if (!res) return -1;
+    *overdue = atoi(PQgetvalue(res, 0, 0));
+    *ready = atoi(PQgetvalue(res, 0, 1));
+    int mass = PQgetvalue(res, 0, 2)[0] == 't';
+    PQclear(res);
+    return mass;
+}
+
+int scheduler_expire_leases(PGconn *conn, struct whet_err *err) {
+    int overdue, ready, mass = census(conn, &overdue, &ready, err);
+    if (mass < 0) return -1;
+    if (mass != mass_silence) {
+        if (mass)
+            log_warn("msg=\"mass silence: %d of %d ready nodes are past their lease in every data center; the "
+                     "scheduler, its database or its network is the likely cause, so no node is declared lost until "
+                     "heartbeats resume\"",
+                     overdue, ready);
+        else
+            log_warn("msg=\"mass silence over: nodes silent past their lease are declared lost again\" overdue=%d",
+                     overdue);
+        mass_silence = mass;
+    }
+    scheduler_metrics_silence(mass);
+    if (mass || overdue == 0) return 0;
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", LEASE_LOST_PER_CYCLE);
+    const char *params[] = {limit};
+    PGresult *res = whet_pg_query(conn,
+                                  "WITH lost AS (UPDATE nodes SET state = 'lost' WHERE id IN (SELECT id FROM nodes"
+                                  "   WHERE state = 'ready' AND " OVERDUE_SQL " ORDER BY last_heartbeat LIMIT $1::int)"
+                                  "   AND state = 'ready' AND " OVERDUE_SQL " RETURNING id)"
+                                  " SELECT lost.id, job FROM lost LEFT JOIN LATERAL whet_requeue_node_attempts(lost.id,"
+                                  "   'Node ' || lost.id || ' stopped answering; the job will resume from its last"
+                                  " checkpoint elsewhere') job ON true ORDER BY lost.id",
+                                  1, params, err);
+    if (!res) return -1;
+    int nodes = 0, jobs = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        /* One row per requeued job, or one with a NULL job for a node that ran none. */
+        if (i == 0 || strcmp(PQgetvalue(res, i, 0), PQgetvalue(res, i - 1, 0))) {
+            log_warn("msg=\"node lost\" node=%s", PQgetvalue(res, i, 0));
+            nodes++;
+        }
+        if (PQgetisnull(res, i, 1)) continue;
+        log_warn("msg=\"job requeued: node lost\" job=%s", PQgetvalue(res, i, 1));
+        jobs++;
+    }
+    scheduler_metrics_lost(nodes, jobs);
+    PQclear(res);
+    return 0;
+}
