@@ -5,8 +5,9 @@
  * easily), the running attempts as changes to what the leader already holds (running.c). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
  * its base model, method, batch and sequence length, within whet.max_gpus and on the pools its
  * whet.gpu_types and whet.regions allow, at least whet.min_gpus), handed to the placement library,
- * which places a gang too big for any one node over the fewest nodes of one data center (gang.c: one
- * attempt of N ranks, one trainer process per device), and its decisions are
+ * which places a job on one node or, too big for any one, over the fewest nodes of one data center; a
+ * job on more than one device runs as a gang (gang.c: one attempt of N ranks, one trainer process per
+ * device, on one node or several), and its decisions are
  * written back: PLACE decisions in batches, each one statement (so one transaction), PREEMPT each in
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
  * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
@@ -244,8 +245,9 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
         j->cotrain_key = cotrain_key(base_model, json_string_value(json_object_get(method, "type")));
         sz_cotrain_mib(&e, &j->cotrain_base_mib, &j->cotrain_member_mib);
     }
-    /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
-     * a bigger one may span the nodes of one data center, one trainer process per device. */
+    /* A gang that one allowed node holds stays on one node, where its ranks talk over the node's own
+     * links (NVLink, loopback) rather than the network; a bigger one may span the nodes of one data
+     * center. Either way one trainer process per device (gang_ranks). */
     int largest = 0;
     for (int p = 0; p < s->n_pools; p++)
         if (pool_allowed(j, &s->pools[p]) && s->pools[p].largest_node > largest) largest = s->pools[p].largest_node;
@@ -463,13 +465,12 @@ struct placement {
     const struct pl_decision *d;
 };
 
-/* A gang's ranks, one per device of its allocation in slot order (rank 0: the first slot's lowest
- * device), each with its START manifest, as the JSON array the batch inserts into gang_ranks; and
- * "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. q: the job's index in the queue (its sizing). */
-static json_t *gang_ranks(const struct snapshot *s, int q, const struct pl_alloc *a, const json_t *manifest,
+/* A gang's ranks, one per device of its allocation (`world` of them) in slot order (rank 0: the first
+ * slot's lowest device), each with its START manifest, as the JSON array the batch inserts into
+ * gang_ranks; and "node A (ranks 0-1), node B (ranks 2-3)" for the placement event. q: the job's index
+ * in the queue (its sizing). */
+static json_t *gang_ranks(const struct snapshot *s, int q, const struct pl_alloc *a, int world, const json_t *manifest,
                           int attempt, char *where, size_t where_len) {
-    int world = 0;
-    for (int k = 0; k < a->n_slots; k++) world += a->slots[k].gpu_count;
     json_t *peers = json_array(), *ranks = json_array();
     for (int k = 0; k < a->n_slots; k++) json_array_append_new(peers, json_string(s->node_addrs[a->slots[k].node]));
     char rendezvous[300];
@@ -533,7 +534,11 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
                              const PGresult *rows, int row, struct whet_err *err) {
     const char *job_id = s->queued_ids[p->q];
     const struct pl_alloc *alloc = &p->d->alloc;
-    int node = alloc->slots[0].node, gang = alloc->n_slots > 1;
+    /* More than one device, on one node or several: a gang, one trainer process per device (a process
+     * given several devices would train on the first alone). */
+    int node = alloc->slots[0].node, world = 0;
+    for (int k = 0; k < alloc->n_slots; k++) world += alloc->slots[k].gpu_count;
+    int gang = world > 1;
     json_t *manifest = scheduler_manifest_build(conn, sch->opts, rows, row, job_id, alloc->slots[0].gpu_count, err);
     if (!manifest) return NULL;
     const struct new_group *group = new_group_find(s, p->d->job->cotrain_group);
@@ -545,13 +550,13 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
     whet_random_id("ftevent-", 24, event_id);
     /* A gang's START goes to rank 0 alone; the others get theirs once it has published its address
      * (gang.c). */
-    json_t *ranks = gang ? gang_ranks(s, p->q, alloc, manifest, attempt, where, sizeof where) : json_array();
+    json_t *ranks = gang ? gang_ranks(s, p->q, alloc, world, manifest, attempt, where, sizeof where) : json_array();
     if (!gang) snprintf(where, sizeof where, "node %s", s->node_ids[node]);
     int type = s->nodes[node].gpu_type >= 0 ? s->nodes[node].gpu_type : 0;
     return json_pack("{s:s, s:i, s:s, s:i, s:i, s:s, s:i, s:o, s:s, s:s, s:i, s:o, s:s, s:o, s:i}", "job", job_id,
                      "attempt", attempt, "node", s->node_ids[node], "mask", (int)alloc->slots[0].gpu_mask, "milli",
                      p->d->job->gpu_milli, "type", s->types.name[type], "resume", resume_step, "manifest", manifest,
-                     "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? p->d->job->gpus : 1,
+                     "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? world : 1,
                      "ranks", ranks, "place", where, "cotrain", group ? json_string(group->name) : json_null(),
                      "cotrain_size", group ? (int)json_array_size(group->members) : 0);
 }

@@ -1,5 +1,6 @@
-/* gang.c - a job placed over several nodes: one attempt of N ranks, started, ended and metered
- * together (migrations/0015_gangs.sql keeps the rows and the rules that several paths share).
+/* gang.c - a job placed on more than one device, on one node or over several: one attempt of N ranks
+ * (one trainer process per device), started, ended and metered together (migrations/0018_gangs.sql
+ * keeps the rows and the rules that several paths share).
  *
  * Start: placement (cycle.c) records the ranks and sends rank 0 its START; rank 0's trainer listens
  * and its executor publishes the address here (PublishRendezvous); only then are the other ranks'

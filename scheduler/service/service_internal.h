@@ -98,8 +98,8 @@ json_t *scheduler_manifest_build(PGconn *conn, const struct scheduler_options *o
  * out, so node_commands never holds it. Returns a malloc'd string. */
 char *scheduler_manifest_deliver(PGconn *conn, const char *manifest);
 
-/* ---- Gangs (gang.c): a job placed over several nodes runs as one attempt of N ranks, one trainer
- * process per device; migrations/0015_gangs.sql has the rows and the rules. ---- */
+/* ---- Gangs (gang.c): a job placed on more than one device (one node or several) runs as one attempt
+ * of N ranks, one trainer process per device; migrations/0018_gangs.sql has the rows and the rules. ---- */
 
 /* Seconds rank 0 has, from placement, to publish its rendezvous address before the attempt fails. */
 #define GANG_RENDEZVOUS_S 600

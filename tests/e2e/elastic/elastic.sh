@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Elastic jobs through the API: `whet up` without executors of its own, and executors of 2 simulated
-# H100s each. A job with whet.min_gpus 2 and whet.max_gpus 4 starts on the one node there is; a second
-# node joins and the job grows to a gang of 4 ranks over both (checkpoint, stop, restart at the new size,
-# an event that says why); a job of higher priority that needs 2 devices arrives and the elastic job
-# shrinks back to 2 to make room, then grows again once that job is done. Its training goes on across
-# every resize: each attempt resumes from the checkpoint the last one wrote, the checkpoints' steps
-# only increase, and no step is trained twice.
+# H100s each. A job with whet.min_gpus 2 and whet.max_gpus 4 starts on the one node there is, as a gang
+# of 2 ranks (one trainer process per device); a second node joins and the job grows to a gang of 4
+# ranks over both (checkpoint, stop, restart at the new size, an event that says why); a job of higher
+# priority that needs 2 devices arrives and the elastic job shrinks back to 2 ranks on one node to make
+# room, then grows again once that job is done. Its training goes on across every resize: each attempt
+# resumes from the checkpoint the last one wrote, the checkpoints' steps only increase, and no step is
+# trained twice; every rank of every attempt that ran to a checkpoint joined its gang (Gloo).
 set -euo pipefail
 : "${WHET_BIN:?set by ctest}" "${WHET_SOURCE_DIR:?set by ctest}"
 unset WHET_DATABASE_URL WHET_OBJECT_STORE WHET_JWT_KEY WHET_DATA_DIR
@@ -20,6 +21,17 @@ devices() {
             ELSE length(replace(a.gpu_mask::bit(16)::text, '0', '')) END
      FROM job_attempts a WHERE a.job_id = '$1' AND a.ended_at IS NULL"
 }
+
+# ranks_joined JOB ATTEMPT WORLD: each of the WORLD ranks' trainers (their logs in the executors' job dirs)
+# joined a gang of WORLD
+ranks_joined() {
+  local r
+  for r in $(seq 0 $(($3 - 1))); do
+    grep -qs "rank $r of $3 joined the gang" "$dir"/e*/jobs/"$1-$2-rank$r"/trainer.log || return 1
+  done
+}
+# nodes_of JOB ATTEMPT: how many nodes its ranks ran on
+nodes_of() { q "SELECT count(DISTINCT node_id) FROM gang_ranks WHERE job_id = '$1' AND attempt = $2"; }
 
 executor 1
 nodes_ready 1
@@ -48,9 +60,13 @@ check "nobody waits any more: the elastic job grows back to 4" \
 
 api -X POST "http://$http/v1/fine_tuning/jobs/$elastic/cancel" >/dev/null
 until_is 60 "SELECT status FROM jobs WHERE id = '$elastic'" cancelled || true
-check "its attempts went 2, 4, 2, 4 devices, each resuming where the last one checkpointed" \
-  '[ "$(q "SELECT string_agg(world_size::text, '"'"' '"'"' ORDER BY attempt) FROM job_attempts WHERE job_id = '"'"'$elastic'"'"'")" = "1 4 1 4" ] &&
+check "its attempts were gangs of 2, 4, 2, 4 ranks, each resuming where the last one checkpointed" \
+  '[ "$(q "SELECT string_agg(world_size::text, '"'"' '"'"' ORDER BY attempt) FROM job_attempts WHERE job_id = '"'"'$elastic'"'"'")" = "2 4 2 4" ] &&
    [ "$(q "SELECT count(*) FROM job_attempts a WHERE job_id = '"'"'$elastic'"'"' AND attempt > 1 AND resume_step <= 0")" = 0 ]'
+check "the gangs of 2 ran on one node each, the gang of 4 over both" \
+  '[ "$(nodes_of "$elastic" 1) $(nodes_of "$elastic" 2) $(nodes_of "$elastic" 3)" = "1 2 1" ]'
+check "every rank of the first three attempts ran its own trainer, which joined the gang" \
+  'ranks_joined "$elastic" 1 2 && ranks_joined "$elastic" 2 4 && ranks_joined "$elastic" 3 2'
 check "checkpoints unique and increasing across the resizes" \
   '[ "$(q "SELECT count(*) FROM (SELECT step_number, lag(step_number) OVER (ORDER BY created_at, step_number) AS prev FROM checkpoints WHERE job_id = '"'"'$elastic'"'"') c WHERE prev >= step_number")" = 0 ] &&
    [ "$(q "SELECT count(*) - count(DISTINCT step_number) FROM checkpoints WHERE job_id = '"'"'$elastic'"'"'")" = 0 ]'

@@ -8,7 +8,8 @@
 # restarts when capacity is back and succeeds; a rank that connects to PostgreSQL is stopped by the
 # sandbox (the gang's trainers reach each other on WHET_GANG_PORTS and nothing else); a rank 0 that
 # never announces its rendezvous fails the attempt at the deadline; a LoRA job whose base does not fit
-# one device is a gang by sizing alone, its ranks told to shard the base (ZeRO-3).
+# one device is a gang by sizing alone, its ranks told to shard the base (ZeRO-3); a job pinned to 2
+# devices, which one node holds, is a gang of 2 ranks on that node, one device each.
 . "$(dirname "$0")/lib.sh" gang
 here=$(cd "$(dirname "$0")" && pwd)
 # The gang's ports: below the kernel's ephemeral range, where run.sh's PostgreSQL listens.
@@ -23,9 +24,10 @@ q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
    INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key) VALUES
      ('file-1', 't1', 'fine-tune', 'train.jsonl', 16, 'x', 'files/file-1'),
      ('file-2', 't1', 'fine-tune', 'train.jsonl', 20, 'x', 'files/file-2')"
-newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
-              VALUES ('$1', 't1', 'tiny', 'tiny', '$2', '{\"type\":\"supervised\"}', 1, '{\"min_gpus\":4,\"max_gpus\":4}');
-              NOTIFY whet_jobs"; }
+newjob() { # newjob ID FILE [DEVICES]: a job pinned to DEVICES (4) devices
+  q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
+     VALUES ('$1', 't1', 'tiny', 'tiny', '$2', '{\"type\":\"supervised\"}', 1, '{\"min_gpus\":${3:-4},\"max_gpus\":${3:-4}}');
+     NOTIFY whet_jobs"; }
 executor() { # executor N: starts executor N (sim:H100:2:80: two 80 GiB devices) and sets e$N to its pid
   "$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e$1" \
     --trainer "$here/fake_trainer.py" >>"$work/e$1.log" 2>&1 &
@@ -114,6 +116,22 @@ check "checkpoints are unique and increasing over the generations" \
 check "every rank of generation 4 succeeded" 'wait_for 10 "SELECT string_agg(outcome, '"'"','"'"' ORDER BY rank) FROM gang_ranks WHERE job_id = '"'"'ftjob-g'"'"' AND attempt = 4" succeeded,succeeded,succeeded,succeeded'
 check "one usage record per rank and attempt" \
   '[ "$(q "SELECT count(*) || '"'"' '"'"' || count(DISTINCT (attempt, report_seq)) FROM usage_records WHERE job_id = '"'"'ftjob-g'"'"'")" = "16 16" ]'
+
+# A job of 2 devices: one node holds it, so its 2 ranks run there, one device each, rank 1 joining rank 0
+# on their own host.
+newjob ftjob-p file-1 2
+r=$(rdv ftjob-p 1)
+check "a job of 2 devices is a gang of 2 ranks on one node, one device each" \
+  '[ "$(q "SELECT a.world_size || '"'"' '"'"' || count(DISTINCT r.node_id) || '"'"' '"'"' || string_agg(r.gpu_mask::text, '"'"','"'"' ORDER BY r.rank)
+           FROM job_attempts a JOIN gang_ranks r USING (job_id, attempt) WHERE a.job_id = '"'"'ftjob-p'"'"' GROUP BY a.world_size")" = "2 1 1,2" ]'
+for _ in $(seq 100); do [ -f "$(rank_dir ftjob-p 1 1 2>/dev/null)/seen_config.json" ] && break; sleep 0.1; done
+check "rank 1 is told rank 0's address on their node" \
+  'in_range "$r" && [ "$(seen ftjob-p 1 1 "(c[\"distributed\"][\"world_size\"], c[\"distributed\"][\"rendezvous\"])")" = "(2, '"'"'$r'"'"')" ] &&
+   [ "$(dirname "$(rank_dir ftjob-p 1 0)")" = "$(dirname "$(rank_dir ftjob-p 1 1)")" ]'
+ctl ftjob-p 1 finish
+check "the pair succeeds, each rank metered" \
+  'wait_for 20 "SELECT status FROM jobs WHERE id = '"'"'ftjob-p'"'"'" succeeded &&
+   wait_for 10 "SELECT count(*) FROM usage_records WHERE job_id = '"'"'ftjob-p'"'"' AND device_seconds > 0" 2'
 
 # A rank that connects to PostgreSQL is stopped by the sandbox; the gang fails with it.
 newjob ftjob-n file-1

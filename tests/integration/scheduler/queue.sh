@@ -4,7 +4,8 @@
 # queue positions 1..k in the order placement considers them (priority before arrival), positions
 # move up when a job ahead leaves, a running job gets estimated_finish from its step rate, a job no
 # node can hold (Llama-70B-sized full fine-tuning, or 8B within whet.max_gpus = 1) waits outside the
-# queue with its size as the reason, and once the node is free a Llama-8B-sized full fine-tune is sized to both devices. The
+# queue with its size as the reason, and once the node is free a Llama-8B-sized full fine-tune is sized to
+# both devices: a gang of 2 ranks on that one node, its parameters sharded (ZeRO-3). The
 # gateway shows it all in the job object (estimated_finish, whet.queue_position, whet.wait_reason).
 . "$(dirname "$0")/lib.sh" queue
 positions() { q "SELECT string_agg(id || '=' || coalesce(queue_position::text, '-'), ' ' ORDER BY id) FROM jobs WHERE id LIKE 'ftjob-q%'"; }
@@ -103,8 +104,15 @@ q "UPDATE jobs SET desired = 'cancel' WHERE id IN ('ftjob-q1', 'ftjob-q2', 'ftjo
 check "finished jobs lose their estimate and place" \
   'wait_for 10 "SELECT count(*) FROM jobs WHERE queue_position IS NOT NULL" 0 && [ "$(estimate ftjob-r1)$(estimate ftjob-r2)" = NoneNone ]'
 newjob ftjob-8b llama-8b 0 '{"full_finetune":true}'
-check "8B full fine-tuning placed on both 80 GiB devices" 'wait_for 10 "SELECT gpu_mask FROM job_attempts WHERE job_id = '"'"'ftjob-8b'"'"'" 3'
-check "its START manifest asks for 2 devices" '[ "$(q "SELECT manifest->>'"'"'devices'"'"' FROM node_commands WHERE job_id = '"'"'ftjob-8b'"'"' AND kind = '"'"'start'"'"'")" = 2 ]'
+check "8B full fine-tuning placed on both 80 GiB devices" 'wait_for 10 "SELECT gpu_mask FROM job_attempts WHERE job_id = '"'"'ftjob-8b'"'"' AND attempt = 1" 3'
+check "as a gang of 2 ranks on the one node, one device each" \
+  '[ "$(q "SELECT a.world_size || '"'"' '"'"' || string_agg(r.rank || '"'"':'"'"' || r.gpu_mask, '"'"','"'"' ORDER BY r.rank) || '"'"' '"'"' || count(DISTINCT r.node_id)
+           FROM job_attempts a JOIN gang_ranks r USING (job_id, attempt) WHERE a.job_id = '"'"'ftjob-8b'"'"' AND a.attempt = 1 GROUP BY a.world_size")" = "2 0:1,1:2 1" ]'
+check "rank 0's START manifest: one device, a world of 2, ZeRO-3" \
+  '[ "$(q "SELECT (manifest->>'"'"'devices'"'"') || '"'"' '"'"' || (manifest->'"'"'distributed'"'"'->>'"'"'rank'"'"') || '"'"' '"'"' || (manifest->'"'"'distributed'"'"'->>'"'"'world_size'"'"') || '"'"' '"'"' || (manifest->'"'"'distributed'"'"'->>'"'"'zero'"'"')
+           FROM node_commands WHERE job_id = '"'"'ftjob-8b'"'"' AND attempt = 1 AND kind = '"'"'start'"'"' AND manifest->'"'"'distributed'"'"'->>'"'"'rank'"'"' = '"'"'0'"'"'")" = "1 0 2 3" ]'
+check "the placement event names the gang on one node" \
+  '[ "$(q "SELECT count(*) FROM job_events WHERE job_id = '"'"'ftjob-8b'"'"' AND message = '"'"'Job placed on a gang of 2 ranks: node $node (ranks 0-1) in dc-a'"'"' AND data->>'"'"'attempt'"'"' = '"'"'1'"'"'")" = 1 ]'
 
 [ $fails -eq 0 ] || { echo "positions: $(positions)" >&2; tail -n 15 "$work"/*.log >&2; }
 echo "$passes passed, $fails failed"
