@@ -37,6 +37,8 @@
  * does, re-pins the session to it (unless a concurrent call of the session did first: then to that one) and goes
  * there; the worker restores the session from its state: where its last optim_step left it, the gradients of
  * forward_backward calls since then lost (so a forward_backward after the move proceeds from the last step).
+ * A call in the moment between a worker's death and its executor's report (its row still ready) goes to it and
+ * is a 502; the client's retry goes to the new worker.
  * Each call records when it came (last_call_at): a session without a call for WHET_SESSION_IDLE_S (default
  * 1800, whet serve's --session-idle) has expired and its calls are 404s, whichever worker still has it; a
  * worker that frees an idle session before (its own --session-idle) restores it on the next call. The
