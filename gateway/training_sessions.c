@@ -238,7 +238,6 @@ struct call {
     int held;                                /* that worker is ready (placed) */
     int repin;                               /* 0 for a DELETE: the session is gone, its state goes with it */
     int tries;                               /* re-pins lost to a concurrent call of the session */
-    const char *data_key;
     const char *headers[CALL_HEADERS][2];
     int n;
     const char *meter; /* forward_backward, sample: metered (a session_usage row); NULL: not */
@@ -301,7 +300,6 @@ static void to_worker(struct gw_req *r, struct call *c) {
 
 static void call_keyed(struct gw_req *r, const char *data_key, void *arg) {
     struct call *c = arg;
-    c->data_key = data_key;
     header(c, "x-whet-session-state", state_prefix(r, http_path_param(r, "id")));
     if (data_key) header(c, "x-whet-data-key", data_key);
     if (c->keyed) c->keyed(r, c);
