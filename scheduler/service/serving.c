@@ -183,9 +183,9 @@ int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
                      " busy_at = CASE WHEN x.busy THEN (SELECT t FROM now) ELSE d.busy_at END FROM x"
                      " WHERE d.base_model = x.base_model AND d.pool = x.pool AND (d.desired <> x.want OR x.busy)",
                      5, params, err) < 0 ||
-        /* the replicas beyond what is wanted stop: those holding no live training session first (theirs would
-         * move to another replica, gradients since their last optim_step lost), the newest first (a ready one
-         * is kept over a starting one) */
+        /* the replicas beyond what is wanted stop: those holding no live training session first (a holder's
+         * sessions would move to another replica, losing the gradients since their last optim_step), the newest
+         * first (a ready one is kept over a starting one) */
         log_rows(whet_pg_query(conn,
                                "UPDATE model_workers w SET state = 'stopping' FROM (SELECT w.id, d.desired, row_number()"
                                "   OVER (PARTITION BY w.base_model, w.pool ORDER BY " HOLDS_SESSION_SQL("$1") " DESC,"
