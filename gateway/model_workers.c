@@ -87,9 +87,9 @@ void model_workers_read(void) {
                "WITH d AS (INSERT INTO serving_deployments (base_model) VALUES ($1) ON CONFLICT (base_model, pool)"
                "   DO UPDATE SET last_request_at = extract(epoch FROM clock_timestamp())"
                "   WHERE serving_deployments.last_request_at < extract(epoch FROM clock_timestamp()) - 1),"
-               " w AS (SELECT address FROM model_workers WHERE base_model = $1 AND state = 'ready'"
+               " w AS (SELECT address, id FROM model_workers WHERE base_model = $1 AND state = 'ready'"
                "   AND address IS NOT NULL ORDER BY random() LIMIT 1)"
-               " SELECT address FROM w UNION ALL SELECT NULL FROM (SELECT pg_notify('whet_jobs', 'serve ' || $1)"
+               " SELECT address, id FROM w UNION ALL SELECT NULL, NULL FROM (SELECT pg_notify('whet_jobs', 'serve ' || $1)"
                "   WHERE NOT EXISTS (SELECT 1 FROM model_workers WHERE base_model = $1 AND state <> 'stopping')) n"
                " WHERE NOT EXISTS (SELECT 1 FROM w)");
 }
@@ -100,6 +100,35 @@ struct lookup {
     void *arg;
 };
 
+/* A placed worker of base at address (HOST:PORT) with its id; -1 (logged) when the address is malformed. */
+static int placed_worker(struct model_worker *w, const char *base, const char *id, const char *address) {
+    const char *colon = strrchr(address, ':');
+    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+    *w = (struct model_worker){.slot = -1};
+    if (!colon || port <= 0 || port > 65535 || (size_t)(colon - address) >= sizeof w->host) {
+        log_warn("msg=\"a model worker's address is malformed\" model=%s address=\"%s\"", base, address);
+        return -1;
+    }
+    snprintf(w->model, sizeof w->model, "%s", base);
+    snprintf(w->host, sizeof w->host, "%.*s", (int)(colon - address), address);
+    snprintf(w->id, sizeof w->id, "%s", id);
+    w->port = (uint16_t)port;
+    return 0;
+}
+
+int model_workers_pinned(struct model_worker *w, const char *base, const char *id, const char *address) {
+    if (id) return placed_worker(w, base, id, address);
+    for (int i = 0; i < n_workers; i++) {
+        char at[sizeof workers[i].host + 8];
+        snprintf(at, sizeof at, "%s:%u", workers[i].host, (unsigned)workers[i].port);
+        if (!strcmp(workers[i].model, base) && !strcmp(at, address)) {
+            *w = workers[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
 static void demand_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct lookup *q = arg;
     const char *address = res->ok && PQntuples(res->res[0]) ? db_value(res->res[0], 0, 0) : NULL;
@@ -107,17 +136,11 @@ static void demand_done(struct gw_req *r, const struct db_result *res, void *arg
         log_warn("msg=\"the model workers of a base could not be read: answered as none ready\" model=%s request_id=%s "
                  "error=\"%s\"",
                  q->base, r->request_id, res->message);
-    const char *colon = address ? strrchr(address, ':') : NULL;
-    struct model_worker w = {.slot = -1};
-    long port = colon ? strtol(colon + 1, NULL, 10) : 0;
-    if (!colon || port <= 0 || port > 65535 || (size_t)(colon - address) >= sizeof w.host) {
-        if (address) log_warn("msg=\"a model worker's address is malformed\" model=%s address=\"%s\"", q->base, address);
+    struct model_worker w;
+    if (!address || placed_worker(&w, q->base, db_value(res->res[0], 0, 1), address)) {
         q->found(r, NULL, q->arg);
         return;
     }
-    snprintf(w.model, sizeof w.model, "%s", q->base);
-    snprintf(w.host, sizeof w.host, "%.*s", (int)(colon - address), address);
-    w.port = (uint16_t)port;
     q->found(r, &w, q->arg);
 }
 

@@ -24,6 +24,7 @@ struct model_worker {
     struct sockaddr_storage addr; /* a static worker's, resolved at start; addr_len 0: not resolved */
     socklen_t addr_len;
     int slot;                     /* its index in WHET_SERVE_WORKERS, or -1: placed by the scheduler */
+    char id[64];                  /* a placed one's model_workers.id; "" for a static one */
 };
 
 /* Reads WHET_SERVE_WORKERS (again; a malformed entry is logged and left out) and
@@ -47,6 +48,11 @@ uint64_t model_workers_cold_start_deadline(struct gw_req *r);
  * passed or the gateway stops: then the request is answered 503 with retry-after, naming base's worker
  * as still starting. */
 void model_workers_retry(struct gw_req *r, uint64_t deadline, const char *base, void (*again)(void *arg), void *arg);
+
+/* The worker a training session is pinned to (gateway/training_sessions.c): a placed one (id not NULL) at
+ * `address` (HOST:PORT), which the caller found ready, or the static worker of base at `address`. Returns 0
+ * with *w filled, or -1 when there is no such static worker (any more) or the address is malformed. */
+int model_workers_pinned(struct model_worker *w, const char *base, const char *id, const char *address);
 
 /* Hands the request to worker w, unchanged but for its headers: no Authorization, no x-whet-* header
  * the client sent (those are the gateway's word to the worker: which adapter, which session, whether to

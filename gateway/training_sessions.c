@@ -12,8 +12,8 @@
  * that base only when the session is the tenant's and not deleted; another tenant's session is a 404 like one that
  * never was. init_checkpoint is one of the tenant's fine-tuned models or checkpoints of the same base, resolved as
  * completions resolve `model` (its object-store prefix goes to the worker in x-whet-adapter). With encryption at
- * rest a create from init_checkpoint and a save carry the tenant's data key wrapped under the operator key
- * (x-whet-data-key, inference.h): the worker reads the initial adapter and writes the save sealed. A save is one of
+ * rest every call carries the tenant's data key wrapped under the operator key (x-whet-data-key, inference.h):
+ * the worker reads the initial adapter and writes the save and the session's state sealed. A save is one of
  * the tenant's fine-tuned models (session_models, migration 0024): the gateway names it
  * ft:BASE:TENANT:SESSION:save-HEX and where it goes (sessions/SESSION/save-HEX, x-whet-save-prefix), records it,
  * and the worker answers the name (x-whet-save-model) with the checkpoint; a save that is not answered 200 is
@@ -28,8 +28,22 @@
  * prices. optim_step, save, create and delete are not metered.
  * Bodies are checked by the worker (400 naming the field); the gateway checks what it decides on. A create for a
  * base with no ready worker waits for one's cold start as completions do (model_workers_await: the lookup records
- * the demand that starts one), then is a 503 with retry-after; the calls on a session do not wait (the session
- * lives on its worker: with no worker, it is gone). */
+ * the demand that starts one), then is a 503 with retry-after.
+ * Sessions are pinned and durable (migration 0030): a create goes to a ready worker of the base, recorded in the
+ * session's row, and every call goes to that worker, so its gradients and optimizer state are where its calls
+ * are. Each call carries where the session keeps its state (x-whet-session-state: sessions/ID/state): the worker
+ * writes it after the create and each optim_step (adapter, AdamW moments, step count), before answering. When
+ * the pinned worker is gone (not ready: stopped, lost, killed), the call waits for a ready worker as a create
+ * does, re-pins the session to it (unless a concurrent call of the session did first: then to that one) and goes
+ * there; the worker restores the session from its state: where its last optim_step left it, the gradients of
+ * forward_backward calls since then lost (so a forward_backward after the move proceeds from the last step).
+ * A call in the moment between a worker's death and its executor's report (its row still ready) goes to it and
+ * is a 502; the client's retry goes to the new worker.
+ * Each call records when it came (last_call_at): a session without a call for WHET_SESSION_IDLE_S (default
+ * 1800, whet serve's --session-idle) has expired and its calls are 404s, whichever worker still has it; a
+ * worker that frees an idle session before (its own --session-idle) restores it on the next call. The
+ * scheduler keeps the workers of live sessions (serving.h). A DELETE (of an expired session too) goes to the
+ * pinned worker, or to a ready one, which removes the state. */
 #include "training_sessions.h"
 
 #include <stdlib.h>
@@ -38,36 +52,47 @@
 #include "budgets.h"
 #include "crypto.h"
 #include "db.h"
+#include "env.h"
 #include "inference.h"
 #include "log.h"
 #include "model_workers.h"
 
+/* How long a session may be idle before it expires (WHET_SESSION_IDLE_S, seconds; read at start). */
+#define SESSION_IDLE_S_DEFAULT 1800
+static char session_idle_s[16];
+
+/* Where a session keeps its state in the object store (serve_session_http.h). */
+static const char *state_prefix(struct gw_req *r, const char *session) {
+    return http_printf(r, "sessions/%s/state", session);
+}
+
 /* What a create has decided so far, from the request's pool. */
 struct create {
     const char *base, *init, *lora, *id, *data_key;
+    struct model_worker worker; /* the ready worker the session goes to, pinned */
 };
 
 static void created(struct gw_req *r, const struct db_result *res, void *arg) {
     struct create *c = arg;
     if (db_reply_failed(r, res)) return;
-    const char *const headers[][2] = {
-        {"x-whet-session", c->id}, {"x-whet-adapter", c->init}, {"x-whet-data-key", c->data_key}};
-    model_workers_proxy(r, c->base, headers, !c->init ? 1 : c->data_key ? 3 : 2);
+    const char *headers[4][2] = {{"x-whet-session", c->id}, {"x-whet-session-state", state_prefix(r, c->id)}};
+    int n = 2;
+    if (c->data_key) headers[n][0] = "x-whet-data-key", headers[n++][1] = c->data_key;
+    if (c->init) headers[n][0] = "x-whet-adapter", headers[n++][1] = c->init;
+    model_workers_hand_over(r, &c->worker, (const char *const (*)[2])headers, n);
 }
 
-static void insert(struct gw_req *r, struct create *c) {
+/* The session's state, and its initial adapter, are the tenant's data: sealed with its data key. */
+static void create_keyed(struct gw_req *r, const char *data_key, void *arg) {
+    struct create *c = arg;
     char id[32];
     whet_random_id("ts-", 24, id);
     c->id = http_strdup(r, id);
-    const char *params[] = {c->id, http_tenant_id(r), c->base, c->lora, c->init};
-    db_query(r, "training_sessions_insert", 5, params, created, c);
-}
-
-/* The initial adapter is the tenant's data: read with its data key when sealed. */
-static void init_keyed(struct gw_req *r, const char *data_key, void *arg) {
-    struct create *c = arg;
     c->data_key = data_key;
-    insert(r, c);
+    const struct model_worker *w = &c->worker;
+    const char *params[] = {c->id, http_tenant_id(r), c->base, c->lora, c->init, w->id[0] ? w->id : NULL,
+                            http_printf(r, "%s:%u", w->host, (unsigned)w->port)};
+    db_query(r, "training_sessions_insert", 7, params, created, c);
 }
 
 /* init_checkpoint resolved: its base and the prefix of its adapter. */
@@ -87,15 +112,15 @@ static void init_resolved(struct gw_req *r, const struct db_result *res, void *a
         return;
     }
     c->init = http_strdup(r, PQgetvalue(row, 0, 1));
-    inference_data_key(r, init_keyed, c);
+    inference_data_key(r, create_keyed, c);
 }
 
-/* The base has a ready worker (after its cold start, when it had none). */
+/* The base has a ready worker (after its cold start, when it had none): the session's. */
 static void base_served(struct gw_req *r, const struct model_worker *w, void *arg) {
     struct create *c = arg;
-    (void)w;
+    c->worker = *w;
     if (!c->init) {
-        insert(r, c);
+        inference_data_key(r, create_keyed, c);
         return;
     }
     const char *params[] = {http_tenant_id(r), c->init};
@@ -203,38 +228,139 @@ static void call_answered(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream
     h2o_setup_next_prefilter(self, req, slot);
 }
 
-/* A call on a session the tenant holds: handed to its base's worker; `call` (forward_backward, sample) is
- * metered, NULL not. */
-static void session_found(struct gw_req *r, const struct db_result *res, void *arg) {
-    const char *call = arg;
-    if (db_reply_unless_found(r, res, "training session", "id")) return;
-    const char *base = PQgetvalue(res->res[0], 0, 0);
-    if (!call) {
-        model_workers_proxy(r, base, NULL, 0);
-        return;
-    }
-    struct meter_prefilter *pf = (struct meter_prefilter *)h2o_add_prefilter(r->req, sizeof *pf);
-    pf->super.on_setup_ostream = call_answered;
-    pf->r = r;
-    pf->call = call;
-    pf->base = http_strdup(r, base);
-    const char *const headers[][2] = {{"x-whet-usage", "1"}};
-    model_workers_proxy(r, base, headers, 1);
+/* ---- A call on a session: to the worker it is pinned to, or, that one gone, to a ready one that restores it */
+
+#define CALL_HEADERS 6
+#define REPIN_TRIES 3
+
+struct call {
+    const char *base, *worker_id, *address; /* its pinned worker (worker_id NULL: a static one) */
+    int held;                                /* that worker is ready (placed) */
+    int repin;                               /* 0 for a DELETE: the session is gone, its state goes with it */
+    int tries;                               /* re-pins lost to a concurrent call of the session */
+    const char *headers[CALL_HEADERS][2];
+    int n;
+    const char *meter; /* forward_backward, sample: metered (a session_usage row); NULL: not */
+    /* the call's own next step once the data key is known (a save names its model); NULL: to the worker */
+    void (*keyed)(struct gw_req *r, struct call *c);
+    struct model_worker moved_to; /* the ready worker it is being re-pinned to */
+};
+
+static void header(struct call *c, const char *name, const char *value) {
+    c->headers[c->n][0] = name, c->headers[c->n++][1] = value;
 }
 
-static void session_call(struct gw_req *r, void *arg) {
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "training_sessions_get", 2, params, session_found, arg);
+static void hand_over(struct gw_req *r, struct call *c, const struct model_worker *w) {
+    model_workers_hand_over(r, w, (const char *const (*)[2])c->headers, c->n);
+}
+
+static void session_call(struct gw_req *r, const struct db_result *res, void *arg);
+
+static void repinned(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct call *c = arg;
+    if (db_reply_failed(r, res)) return;
+    if (PQntuples(res->res[0]) == 1) {
+        hand_over(r, c, &c->moved_to);
+        return;
+    }
+    /* another call of the session re-pinned it first: to the worker it chose */
+    if (++c->tries == REPIN_TRIES) {
+        http_reply_unavailable(r, 1, "the model worker of this training session (it is moving)");
+        return;
+    }
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id"), session_idle_s};
+    db_query(r, "training_sessions_call", 3, params, session_call, c);
+}
+
+/* A ready worker for a session whose worker is gone: it restores the session from its state (the call carries
+ * x-whet-session-state); pinned to it unless another call of the session was first. */
+static void worker_found(struct gw_req *r, const struct model_worker *w, void *arg) {
+    struct call *c = arg;
+    if (!c->repin) {
+        hand_over(r, c, w);
+        return;
+    }
+    c->moved_to = *w;
+    log_info("msg=\"training session moves to another model worker\" session=%s model=%s from=%s to=%s:%u "
+             "request_id=%s",
+             http_path_param(r, "id"), c->base, c->address ? c->address : "(none)", w->host, (unsigned)w->port,
+             r->request_id);
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id"), w->id[0] ? w->id : NULL,
+                            http_printf(r, "%s:%u", w->host, (unsigned)w->port), c->address};
+    db_query(r, "training_sessions_repin", 5, params, repinned, c);
+}
+
+/* The call's headers are complete: to its worker, or (gone) a ready one after a cold start as a create. */
+static void to_worker(struct gw_req *r, struct call *c) {
+    struct model_worker w;
+    if (c->address && (c->held || !c->worker_id) && !model_workers_pinned(&w, c->base, c->worker_id, c->address))
+        hand_over(r, c, &w);
+    else model_workers_await(r, c->base, worker_found, c);
+}
+
+static void call_keyed(struct gw_req *r, const char *data_key, void *arg) {
+    struct call *c = arg;
+    header(c, "x-whet-session-state", state_prefix(r, http_path_param(r, "id")));
+    if (data_key) header(c, "x-whet-data-key", data_key);
+    if (c->keyed) c->keyed(r, c);
+    else to_worker(r, c);
+}
+
+/* The session's row (training_sessions_call or _delete: base, worker id, worker address, worker ready) read
+ * into c; 1 when the request was answered (no such session, or it expired). */
+static int call_read(struct gw_req *r, const struct db_result *res, struct call *c) {
+    if (db_reply_unless_found(r, res, "training session", "id")) return 1;
+    const PGresult *row = res->res[0];
+    c->base = http_strdup(r, PQgetvalue(row, 0, 0));
+    c->worker_id = PQgetisnull(row, 0, 1) ? NULL : http_strdup(r, PQgetvalue(row, 0, 1));
+    c->address = PQgetisnull(row, 0, 2) ? NULL : http_strdup(r, PQgetvalue(row, 0, 2));
+    c->held = !strcmp(PQgetvalue(row, 0, 3), "t");
+    return 0;
+}
+
+/* Found again after a lost re-pin (the headers are complete), or found the first time. */
+static void session_call(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct call *c = arg;
+    if (call_read(r, res, c)) return;
+    if (c->tries) {
+        to_worker(r, c);
+        return;
+    }
+    if (c->meter) {
+        struct meter_prefilter *pf = (struct meter_prefilter *)h2o_add_prefilter(r->req, sizeof *pf);
+        pf->super.on_setup_ostream = call_answered;
+        pf->r = r;
+        pf->call = c->meter;
+        pf->base = c->base;
+        header(c, "x-whet-usage", "1");
+    }
+    inference_data_key(r, call_keyed, c); /* the state is the tenant's data: sealed with its key */
+}
+
+/* A call on a session the tenant holds, not expired (its last call now): c made by the caller. */
+static void session_lookup(struct gw_req *r, struct call *c) {
+    c->repin = 1;
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id"), session_idle_s};
+    db_query(r, "training_sessions_call", 3, params, session_call, c);
+}
+
+/* forward_backward, sample: metered; optim_step not (meter NULL). */
+static void session_pass(struct gw_req *r, void *meter) {
+    struct call *c = http_alloc(r, sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->meter = meter;
+    session_lookup(r, c);
 }
 
 /* forward_backward, optim_step, sample: within the budget; optim_step is not metered. */
-static void session_forward_backward(struct gw_req *r) { budget_gate(r, session_call, (void *)"forward_backward"); }
-static void session_optim_step(struct gw_req *r) { budget_gate(r, session_call, NULL); }
-static void session_sample(struct gw_req *r) { budget_gate(r, session_call, (void *)"sample"); }
+static void session_forward_backward(struct gw_req *r) { budget_gate(r, session_pass, (void *)"forward_backward"); }
+static void session_optim_step(struct gw_req *r) { budget_gate(r, session_pass, NULL); }
+static void session_sample(struct gw_req *r) { budget_gate(r, session_pass, (void *)"sample"); }
 
 /* A save: named by the gateway (a model of the tenant's, session_models) before the worker writes it. */
 struct save {
-    const char *base, *model, *prefix, *data_key;
+    const char *model;
+    struct call *call;
 };
 
 struct save_prefilter {
@@ -262,47 +388,50 @@ static void save_answered(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream
 }
 
 static void save_recorded(struct gw_req *r, const struct db_result *res, void *arg) {
-    const struct save *sv = arg;
+    struct save *sv = arg;
     if (db_reply_failed(r, res)) return;
     struct save_prefilter *pf = (struct save_prefilter *)h2o_add_prefilter(r->req, sizeof *pf);
     pf->super.on_setup_ostream = save_answered;
     pf->r = r;
     pf->save = sv;
-    const char *const headers[][2] = {
-        {"x-whet-save-prefix", sv->prefix}, {"x-whet-save-model", sv->model}, {"x-whet-data-key", sv->data_key}};
-    model_workers_proxy(r, sv->base, headers, sv->data_key ? 3 : 2);
+    to_worker(r, sv->call);
 }
 
-/* A save writes the tenant's data: sealed with its key. */
-static void save_keyed(struct gw_req *r, const char *data_key, void *arg) {
-    struct save *sv = arg;
+/* A save writes the tenant's data: sealed with its key (the call's). */
+static void save_keyed(struct gw_req *r, struct call *c) {
+    struct save *sv = http_alloc(r, sizeof *sv);
     char id[32];
     whet_random_id("save-", 12, id);
     const char *session = http_path_param(r, "id");
-    sv->data_key = data_key;
-    sv->model = http_printf(r, "ft:%s:%s:%s:%s", sv->base, r->tenant_name, session, id);
-    sv->prefix = http_printf(r, "sessions/%s/%s", session, id);
-    const char *params[] = {sv->model, http_tenant_id(r), session, sv->base, sv->prefix};
+    sv->call = c;
+    sv->model = http_printf(r, "ft:%s:%s:%s:%s", c->base, r->tenant_name, session, id);
+    const char *prefix = http_printf(r, "sessions/%s/%s", session, id);
+    header(c, "x-whet-save-prefix", prefix);
+    header(c, "x-whet-save-model", sv->model);
+    const char *params[] = {sv->model, http_tenant_id(r), session, c->base, prefix};
     db_query(r, "session_models_insert", 5, params, save_recorded, sv);
 }
 
-static void save_found(struct gw_req *r, const struct db_result *res, void *arg) {
-    (void)arg;
-    if (db_reply_unless_found(r, res, "training session", "id")) return;
-    struct save *sv = http_alloc(r, sizeof *sv);
-    sv->base = http_strdup(r, PQgetvalue(res->res[0], 0, 0));
-    inference_data_key(r, save_keyed, sv);
-}
-
 static void session_save(struct gw_req *r) {
-    const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "training_sessions_get", 2, params, save_found, NULL);
+    struct call *c = http_alloc(r, sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->keyed = save_keyed;
+    session_lookup(r, c);
 }
 
-/* DELETE marks the row first: from then on the session is the tenant's no more, whatever the worker says. */
+/* DELETE marks the row first (an expired session too): from then on the session is the tenant's no more,
+ * whatever the worker says. Its worker frees it, or, gone, a ready one removes its state. */
+static void deleted(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct call *c = arg;
+    if (call_read(r, res, c)) return;
+    inference_data_key(r, call_keyed, c);
+}
+
 static void session_delete(struct gw_req *r) {
+    struct call *c = http_alloc(r, sizeof *c);
+    memset(c, 0, sizeof *c);
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
-    db_query(r, "training_sessions_delete", 2, params, session_found, NULL);
+    db_query(r, "training_sessions_delete", 2, params, deleted, c);
 }
 
 static void tokenize_resolved(struct gw_req *r, const char *model, const char *base, const char *prefix) {
@@ -330,11 +459,30 @@ static void tokenize(struct gw_req *r) {
 void training_sessions_routes(struct http_router *rt) {
     model_workers_read();
     db_prepare("training_sessions_base", "SELECT id FROM base_models WHERE id = $1");
+    const char *idle = whet_env("WHET_SESSION_IDLE_S", NULL);
+    char *idle_end;
+    long idle_s = idle ? strtol(idle, &idle_end, 10) : SESSION_IDLE_S_DEFAULT;
+    if (idle && (*idle_end || idle_s < 1 || idle_s > 86400 * 30)) {
+        log_warn("msg=\"WHET_SESSION_IDLE_S: expected seconds (1 to 2592000), using the default\" value=\"%s\" "
+                 "default=%d",
+                 idle, SESSION_IDLE_S_DEFAULT);
+        idle_s = SESSION_IDLE_S_DEFAULT;
+    }
+    snprintf(session_idle_s, sizeof session_idle_s, "%ld", idle_s);
     db_prepare("training_sessions_insert",
-               "INSERT INTO training_sessions (id, tenant_id, base_model, lora, init_checkpoint)"
-               " VALUES ($1, $2, $3, $4::jsonb, $5)");
-    db_prepare("training_sessions_get", "SELECT base_model FROM training_sessions"
-                                        " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL");
+               "INSERT INTO training_sessions (id, tenant_id, base_model, lora, init_checkpoint, worker_id,"
+               " worker_address) VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)");
+    /* a call: the session's last call now, unless it expired; its pinned worker and whether that is ready */
+    db_prepare("training_sessions_call",
+               "UPDATE training_sessions s SET last_call_at = extract(epoch FROM clock_timestamp())"
+               " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL"
+               " AND last_call_at > extract(epoch FROM clock_timestamp()) - $3::int"
+               " RETURNING base_model, worker_id, worker_address, EXISTS (SELECT 1 FROM model_workers w"
+               "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready')");
+    /* unless another call of the session re-pinned it since it was read */
+    db_prepare("training_sessions_repin",
+               "UPDATE training_sessions SET worker_id = $3, worker_address = $4"
+               " WHERE tenant_id = $1 AND id = $2 AND worker_address IS NOT DISTINCT FROM $5 RETURNING id");
     db_prepare("session_models_insert",
                "INSERT INTO session_models (model, tenant_id, session_id, base_model, object_prefix)"
                " VALUES ($1, $2, $3, $4, $5)");
@@ -343,8 +491,10 @@ void training_sessions_routes(struct http_router *rt) {
                " prefill_tokens, sample_tokens, api_key_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
     db_prepare("session_models_forget", "DELETE FROM session_models WHERE tenant_id = $1 AND model = $2");
     db_prepare("training_sessions_delete",
-               "UPDATE training_sessions SET deleted_at = whet_now()"
-               " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model");
+               "UPDATE training_sessions s SET deleted_at = whet_now()"
+               " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model, worker_id,"
+               " worker_address, EXISTS (SELECT 1 FROM model_workers w"
+               "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready')");
     http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
     http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_forward_backward, HTTP_ROUTE_TENANT,
                "training_sessions.forward_backward");

@@ -66,7 +66,9 @@ static int temp_open(const char *path, char **tmp_path, char **dir_path, struct 
 static int temp_commit(int fd, const char *tmp, const char *dir, const char *path, const char *sha256,
                        struct whet_err *err) {
     int rc = 0;
-    if (fsetxattr(fd, SHA_XATTR, sha256, 64, 0) != 0 && errno != ENOTSUP)
+    /* the checksum is kept where it can be: not on a file system without xattrs, nor from inside the trainers'
+     * sandbox, whose seccomp filter refuses xattr writes (EPERM); reads then check manifests alone */
+    if (fsetxattr(fd, SHA_XATTR, sha256, 64, 0) != 0 && errno != ENOTSUP && errno != EPERM)
         rc = whet_errf(err, "%s: setting %s: %s", tmp, SHA_XATTR, strerror(errno));
     if (rc == 0 && fsync(fd) != 0) rc = whet_errf(err, "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && rc == 0) rc = whet_errf(err, "%s: close: %s", tmp, strerror(errno));

@@ -43,6 +43,28 @@ void serve_session_free(struct serve_session *s) {
     free(s);
 }
 
+int serve_session_save_state(const struct serve_session *s, const char *dir, struct whet_err *err) {
+    char *optimizer = xasprintf("%s/optimizer.safetensors", dir);
+    int rc = model_save_adapter(s->view, dir, err) || model_save_optimizer(s->view, optimizer, err);
+    free(optimizer);
+    return rc ? -1 : 0;
+}
+
+int serve_session_restore(struct serve_session **out, struct model *base, const char *id, const char *dir,
+                          struct whet_err *err) {
+    const struct serve_session_lora adapters_own = {0}; /* the adapter in dir says r, alpha and targets */
+    if (serve_session_new(out, base, id, &adapters_own, dir, err)) return -1;
+    char *optimizer = xasprintf("%s/optimizer.safetensors", dir);
+    int rc = model_load_optimizer((*out)->view, optimizer, err);
+    free(optimizer);
+    if (rc) {
+        serve_session_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 /* The weight of each position of a call's data in the backward pass (which takes the gradient of
  * sum(weight * nll), nll = -lp), and its share of the loss. */
 static void loss_of(struct serve_fb *f, const float *lp, float *w) {

@@ -56,6 +56,15 @@ int serve_session_new(struct serve_session **out, struct model *base, const char
                       const struct serve_session_lora *lora, const char *init_dir, struct whet_err *err);
 void serve_session_free(struct serve_session *s);
 
+/* A session's state, enough to go on exactly where its last optim_step left it on another worker: its
+ * adapter (PEFT files, with its r, alpha and targets) and its optimizer state (AdamW moments and step
+ * count, optimizer.safetensors) in dir. Gradients accumulated since the last optim_step are not part of
+ * it: call it right after an optim_step (or the create), when there are none. */
+int serve_session_save_state(const struct serve_session *s, const char *dir, struct whet_err *err);
+/* A session `id` on `base` from serve_session_save_state's dir, with no gradients. */
+int serve_session_restore(struct serve_session **out, struct model *base, const char *id, const char *dir,
+                          struct whet_err *err);
+
 /* One datum: n input tokens and, per position, the target token and the loss's inputs (weights for
  * cross_entropy, advantages and the sampler's logprobs for the others; NULL when the loss needs none). */
 struct serve_datum {

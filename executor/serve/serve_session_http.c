@@ -7,6 +7,7 @@
  * request, as serve_http.c's calls. */
 #include "serve_session_http.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,7 +50,8 @@ struct op {
     /* inputs */
     struct serve_session_lora lora;
     char *adapter_prefix, *save_prefix, *save_model;
-    char *data_key; /* x-whet-data-key: the tenant's wrapped data key (create, save) */
+    char *data_key;     /* x-whet-data-key: the tenant's wrapped data key */
+    char *state_prefix; /* x-whet-session-state: where the session's state is kept (persist); NULL: nowhere */
     struct serve_fb fb;
     struct serve_adam adam;
     struct serve_api_request sample; /* prompt, n, max_tokens, sampling */
@@ -126,7 +128,8 @@ static void op_free(struct op *op) {
     }
     free(op->seqs);
     serve_api_request_free(&op->sample);
-    free(op->adapter_prefix), free(op->save_prefix), free(op->save_model), free(op->data_key), free(op->body);
+    free(op->adapter_prefix), free(op->save_prefix), free(op->save_model), free(op->data_key), free(op->state_prefix),
+        free(op->body);
     free(op);
 }
 
@@ -188,6 +191,92 @@ static void put_real(struct whet_buf *b, double v) {
     else whet_buf_puts(b, "null");
 }
 
+/* The session's state after its create or an optim_step, where the gateway keeps it (op->state_prefix, PREFIX):
+ * PREFIX/step-N (N its optimizer steps; serve_session_save_state's files, sealed with the tenant's key when the
+ * call carried one), then PREFIX/LATEST naming N, then the step before removed. A worker that dies at any point
+ * leaves LATEST naming a whole state. Nothing without a prefix. */
+static int persist(struct serve_sessions *ss, const struct serve_session *s, const struct op *op,
+                   struct whet_err *err) {
+    if (!op->state_prefix) return 0;
+    struct objstore *objects = serve_store_objects(ss->store, op->data_key, err);
+    if (!objects) return -1;
+    int step = model_adam_step_count(s->view);
+    char tmpl[] = "/tmp/whet-session-state-XXXXXX", n[16];
+    if (!mkdtemp(tmpl)) return whet_errf(err, "cannot make a temporary dir for a session's state: %s", strerror(errno));
+    snprintf(n, sizeof n, "%d", step);
+    char *prefix = xasprintf("%s/step-%d", op->state_prefix, step), *latest = xasprintf("%s/LATEST", op->state_prefix);
+    int rc = serve_session_save_state(s, tmpl, err) || objstore_put_dir(objects, prefix, tmpl, err) ||
+             objstore_put(objects, latest, n, strlen(n), err);
+    whet_rm_rf(tmpl);
+    free(prefix), free(latest);
+    if (rc) return whet_err_prefix(err, "the training session's state at %s", op->state_prefix);
+    if (step > 0) { /* a leftover of the step before costs storage, not correctness */
+        char *before = xasprintf("%s/step-%d", op->state_prefix, step - 1);
+        struct whet_err left;
+        if (objstore_delete_dir(objects, before, &left))
+            log_warn("msg=\"a training session's state of the step before is left in the object store\" prefix=%s "
+                     "error=\"%s\"",
+                     before, left.msg);
+        free(before);
+    }
+    return 0;
+}
+
+/* Session op->session, which this worker does not hold, from the state persist kept at op->state_prefix: its
+ * index in ss->sessions, or -1 with op answered (404 when there is no state: the session was deleted). */
+static int restore(struct serve_sessions *ss, struct op *op) {
+    struct whet_err err;
+    struct objstore *objects = serve_store_objects(ss->store, op->data_key, &err);
+    if (!objects) {
+        answer_err(op, 503, err.msg);
+        return -1;
+    }
+    if (ss->n_sessions >= ss->o.max_sessions) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "this worker holds its maximum of %d training sessions and cannot take over %s",
+                 ss->o.max_sessions, op->session);
+        answer_err(op, 503, msg);
+        return -1;
+    }
+    char *latest = xasprintf("%s/LATEST", op->state_prefix), *text = NULL, *end;
+    size_t len;
+    int rc = objstore_get(objects, latest, &text, &len, 32, &err);
+    free(latest);
+    if (rc == OBJSTORE_NOT_FOUND) {
+        answer_not_found(op);
+        return -1;
+    }
+    long step = rc ? -1 : strtol(text, &end, 10);
+    if (!rc && (end == text || *end || step < 0))
+        rc = whet_errf(&err, "%s/LATEST: expected a step number, got \"%.16s\"", op->state_prefix, text);
+    free(text);
+    char *prefix = rc ? NULL : xasprintf("%s/step-%ld", op->state_prefix, step);
+    char *dir = rc ? NULL : serve_store_fetch(ss->store, prefix, op->data_key, &err);
+    struct serve_session *s = NULL;
+    rc = !dir || serve_session_restore(&s, serve_engine_base(ss->engine), op->session, dir, &err);
+    if (dir) whet_rm_rf(dir); /* of no use once loaded */
+    free(dir), free(prefix);
+    if (rc) {
+        log_error("msg=\"a training session could not be restored\" session=%s prefix=%s error=\"%s\"", op->session,
+                  op->state_prefix, err.msg);
+        answer_err(op, 500, err.msg);
+        return -1;
+    }
+    ss->sessions = xrealloc(ss->sessions, sizeof *ss->sessions * (size_t)(ss->n_sessions + 1));
+    ss->sessions[ss->n_sessions++] = s;
+    log_info("msg=\"training session restored\" session=%s step=%ld prefix=%s", s->id, step, op->state_prefix);
+    return ss->n_sessions - 1;
+}
+
+/* A deleted session's state goes with it (a failure is logged: the gateway forgot the session anyway). */
+static void forget_state(struct serve_sessions *ss, const struct op *op) {
+    struct whet_err err;
+    struct objstore *objects = op->state_prefix ? serve_store_objects(ss->store, op->data_key, &err) : NULL;
+    if (op->state_prefix && (!objects || objstore_delete_dir(objects, op->state_prefix, &err)))
+        log_warn("msg=\"a deleted training session's state is left in the object store\" prefix=%s error=\"%s\"",
+                 op->state_prefix, err.msg);
+}
+
 static void run_create(struct serve_sessions *ss, struct op *op) {
     if (find_session(ss, op->session) >= 0) {
         answer_err(op, 409, "a training session of that id exists");
@@ -211,6 +300,11 @@ static void run_create(struct serve_sessions *ss, struct op *op) {
     free(dir);
     if (rc) {
         answer_err(op, 400, err.msg);
+        return;
+    }
+    if (persist(ss, s, op, &err)) {
+        serve_session_free(s);
+        answer_err(op, 503, err.msg);
         return;
     }
     ss->sessions = xrealloc(ss->sessions, sizeof *ss->sessions * (size_t)(ss->n_sessions + 1));
@@ -270,8 +364,17 @@ static void run_forward_backward(struct serve_sessions *ss, struct op **ops, int
     free(fbs);
 }
 
-static void run_optim_step(struct serve_session *s, struct op *op) {
+static void run_optim_step(struct serve_sessions *ss, struct serve_session *s, struct op *op) {
     float norm = serve_session_optim_step(s, &op->adam);
+    struct whet_err err;
+    if (persist(ss, s, op, &err)) {
+        char *msg = xasprintf("the step was applied on this worker, but %s: should the worker end, the session goes "
+                              "on from the step before",
+                              err.msg);
+        answer_err(op, 500, msg);
+        free(msg);
+        return;
+    }
     struct whet_buf b = {0};
     whet_buf_printf(&b, "{\"step\":%d,\"grad_norm\":", model_adam_step_count(s->view));
     put_real(&b, norm);
@@ -383,6 +486,13 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
         return 0;
     }
     int i = find_session(ss, op->session);
+    if (i < 0 && op->state_prefix && op->kind != OP_DELETE && (i = restore(ss, op)) < 0) return 0;
+    if (i < 0 && op->kind == OP_DELETE && op->state_prefix) { /* held by a worker that ended: its state goes */
+        forget_state(ss, op);
+        answer(op, 200,
+               xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
+        return 0;
+    }
     if (i < 0) {
         answer_not_found(op);
         return 0;
@@ -391,11 +501,12 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     s->last_used = whet_now_mono();
     switch (op->kind) {
     case OP_FORWARD_BACKWARD: op->fb.session = s; return 1;
-    case OP_OPTIM_STEP: run_optim_step(s, op); break;
+    case OP_OPTIM_STEP: run_optim_step(ss, s, op); break;
     case OP_SAMPLE: run_sample(ss, s, op); break;
     case OP_SAVE: run_save(ss, s, op); break;
     case OP_DELETE:
         remove_session(ss, i, "deleted");
+        forget_state(ss, op);
         answer(op, 200,
                xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
         break;
@@ -811,7 +922,6 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
     } else if (kind == OP_CREATE) {
         char *given = serve_header(req, "x-whet-session");
         op->adapter_prefix = serve_header(req, "x-whet-adapter");
-        op->data_key = serve_header(req, "x-whet-data-key");
         if (given && !name_valid(given, sizeof op->session, "")) {
             whet_errf(&err, "x-whet-session: expected 1 to 63 letters, digits, '-' or '_'");
         } else if (op->adapter_prefix && !ss->store) {
@@ -832,7 +942,6 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
         rc = parse_sample(ss, op, root, param, sizeof param, &err);
     } else {
         rc = 0;
-        if (kind == OP_SAVE) op->data_key = serve_header(req, "x-whet-data-key");
         if (kind == OP_SAVE && (op->save_prefix = serve_header(req, "x-whet-save-prefix")) &&
             !name_valid(op->save_prefix, 512, "/."))
             rc = whet_errf(&err, "x-whet-save-prefix: expected an object-store prefix of letters, digits, '-', '_', "
@@ -841,6 +950,12 @@ int serve_sessions_on_req(struct serve_sessions *ss, h2o_req_t *req) {
                  !name_valid(op->save_model, 512, ":."))
             rc = whet_errf(&err, "x-whet-save-model: expected a model name of letters, digits, '-', '_', '.' and ':'");
     }
+    op->data_key = serve_header(req, "x-whet-data-key");
+    /* a worker without an object store keeps its sessions in memory alone (logged when it starts) */
+    if (!rc && ss->store && (op->state_prefix = serve_header(req, "x-whet-session-state")) &&
+        !name_valid(op->state_prefix, 512, "/."))
+        rc = whet_errf(&err, "x-whet-session-state: expected an object-store prefix of letters, digits, '-', '_', '.' "
+                             "and '/'");
     json_decref(root);
     if (rc) {
         reply_err(req, 400, err.msg, param);
@@ -918,6 +1033,8 @@ int serve_sessions_open(struct serve_sessions **out, const struct serve_sessions
     ss->o = *o;
     ss->engine = engine, ss->wake = wake, ss->wake_ctx = wake_ctx;
     ss->queue_tail = &ss->queue;
+    if (!o->object_store)
+        log_warn("msg=\"no --object-store: training sessions live in this worker's memory alone, and end with it\"");
     if (o->object_store) {
         char *cache = xasprintf("%s/sessions", o->cache_dir);
         int rc = serve_store_open(&ss->store, o->object_store, cache, err);

@@ -22,6 +22,14 @@
  * the initial adapter is read and the save written sealed with it. With x-whet-usage in the request (the
  * gateway meters the call), a forward_backward or sample answered 200 reports the tokens of its `usage` in the
  * header x-whet-usage: "TRAIN PREFILL SAMPLE".
+ * Durable sessions: with x-whet-session-state: PREFIX (the gateway sends it with every call of a session, and
+ * the tenant's data key with it) the session's state — adapter, AdamW moments and step count, not gradients —
+ * is written to PREFIX/step-N after the create and after each optim_step (N its steps; PREFIX/LATEST names the
+ * last whole one; sealed with the data key when one came), before the call is answered. A call with PREFIX on
+ * a session this worker does not hold (its worker ended, or this one freed it when idle) first restores the
+ * session from there: exactly where its last optim_step left it, gradients accumulated since then lost (a 404
+ * when PREFIX has no state). A DELETE removes the state too, held here or not. A worker without an object
+ * store ignores PREFIX: its sessions live in its memory alone.
  *
  * Threads: requests are checked on the HTTP loop (400 at once) and queued for the engine thread, which
  * runs them between engine steps: a session's calls in the order they came, the forward_backward calls
@@ -30,8 +38,10 @@
  * continuous batching with the session's adapter (the session's other calls wait for it, so its weights
  * do not change under it). Answers come back to the loop through
  * h2o's multithread queue. Fetching an initial adapter and uploading a save run on the engine thread
- * too: decoding pauses meanwhile (adapters are a few MB). Sessions idle for the idle timeout are freed
- * (a later call is a 404), and sessions live in the worker's memory alone: a restart ends them. */
+ * too, and so do writing and restoring a session's state: decoding pauses meanwhile (adapters are a few
+ * MB). Sessions idle for the idle timeout are freed (a later call is a 404, unless it carries PREFIX: then it
+ * restores the session; the gateway decides when a session has expired), and without PREFIX sessions live in
+ * the worker's memory alone: a restart ends them. */
 #ifndef WHET_SERVE_SESSION_HTTP_H
 #define WHET_SERVE_SESSION_HTTP_H
 

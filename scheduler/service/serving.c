@@ -11,6 +11,14 @@
 #include "pg.h"
 
 #define IDLE_S_DEFAULT 300
+/* A training session expires after this long without a call (WHET_SESSION_IDLE_S, as the gateway reads it:
+ * gateway/training_sessions.c); until then its worker is kept (migration 0030). */
+#define SESSION_IDLE_S_DEFAULT 1800
+/* The worker w holds a live training session (its gateway's pin, not expired; $SESSION_IDLE the idle period's
+ * parameter). */
+#define HOLDS_SESSION_SQL(SESSION_IDLE)                                                                                \
+    "EXISTS (SELECT 1 FROM training_sessions t WHERE t.worker_id = w.id AND t.deleted_at IS NULL"                     \
+    "   AND t.last_call_at > extract(epoch FROM clock_timestamp()) - " SESSION_IDLE "::int)"
 #define MAX_REPLICAS_DEFAULT 4
 /* What one replica is taken to generate at most (WHET_SERVE_TOKENS_PER_S_PER_REPLICA): the replicas of a
  * base whose tokens/s average this much are all busy, as they are with queues. A worker whose batch is
@@ -133,18 +141,20 @@ static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
 }
 
 int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
-    static int idle_s, max_replicas, tokens_per_s;
+    static int idle_s, max_replicas, tokens_per_s, session_idle_s;
     if (!idle_s) {
         idle_s = setting("WHET_SERVE_IDLE_S", IDLE_S_DEFAULT, 86400 * 30);
+        session_idle_s = setting("WHET_SESSION_IDLE_S", SESSION_IDLE_S_DEFAULT, 86400 * 30);
         max_replicas = setting("WHET_SERVE_MAX_REPLICAS", MAX_REPLICAS_DEFAULT, 1024);
         tokens_per_s = setting("WHET_SERVE_TOKENS_PER_S_PER_REPLICA", TOKENS_PER_S_DEFAULT, 1000000000);
     }
-    char idle[16], max[16], queue[16], capacity[16];
+    char idle[16], max[16], queue[16], capacity[16], session_idle[16];
     snprintf(idle, sizeof idle, "%d", idle_s);
+    snprintf(session_idle, sizeof session_idle, "%d", session_idle_s);
     snprintf(max, sizeof max, "%d", max_replicas);
     snprintf(queue, sizeof queue, "%d", QUEUE_S);
     snprintf(capacity, sizeof capacity, "%d", tokens_per_s);
-    const char *params[] = {idle, max, queue, capacity};
+    const char *params[] = {idle, max, queue, capacity, session_idle}, *stop_params[] = {session_idle};
     if (log_rows(whet_pg_query(conn,
                                "DELETE FROM model_workers w USING nodes n WHERE n.id = w.node_id AND n.state <> 'ready'"
                                " RETURNING w.id, w.base_model, w.node_id",
@@ -152,32 +162,38 @@ int scheduler_serving_cycle(PGconn *conn, struct whet_err *err) {
                  "model worker lost with its node", "worker", "node") < 0 ||
         /* the replicas wanted (migrations 0021, 0024): none when idle; one more while the ready ones are
          * busy (every one has had a queue for QUEUE_S, or they generate the capacity's tokens/s on average)
-         * and none is starting; as many while they were busy within the idle period; else one */
+         * and none is starting; as many while they were busy within the idle period; else one; and never
+         * fewer than the replicas that hold live training sessions (migration 0030) */
         whet_pg_exec(conn,
                      "WITH now AS (SELECT extract(epoch FROM clock_timestamp()) AS t),"
-                     " x AS (SELECT d.base_model, d.pool, s.busy, CASE WHEN d.last_request_at <= now.t - $1::int THEN 0"
+                     " x AS (SELECT d.base_model, d.pool, s.busy, greatest(s.holding, CASE"
+                     "     WHEN d.last_request_at <= now.t - $1::int THEN 0"
                      "     WHEN s.busy AND s.starting = 0 THEN least($2::int, s.ready + 1)"
-                     "     WHEN d.busy_at > now.t - $1::int THEN greatest(1, least(d.desired, $2::int)) ELSE 1 END AS want"
+                     "     WHEN d.busy_at > now.t - $1::int THEN greatest(1, least(d.desired, $2::int)) ELSE 1 END) AS want"
                      "   FROM serving_deployments d CROSS JOIN now CROSS JOIN LATERAL (SELECT"
                      "     count(*) FILTER (WHERE w.state = 'ready') AS ready,"
                      "     count(*) FILTER (WHERE w.state = 'ready' AND w.queued_since <= now.t - $3::int) AS queued,"
                      "     count(*) FILTER (WHERE w.state = 'starting') AS starting,"
-                     "     coalesce(sum(w.tokens_per_s) FILTER (WHERE w.state = 'ready'), 0) AS tokens"
+                     "     coalesce(sum(w.tokens_per_s) FILTER (WHERE w.state = 'ready'), 0) AS tokens,"
+                     "     count(*) FILTER (WHERE w.state <> 'stopping' AND " HOLDS_SESSION_SQL("$5") ") AS holding"
                      "     FROM model_workers w WHERE w.base_model = d.base_model AND w.pool = d.pool) c"
                      "   CROSS JOIN LATERAL (SELECT c.*, c.ready > 0 AND (c.ready = c.queued"
                      "     OR c.tokens >= c.ready * $4::bigint) AS busy) s)"
                      " UPDATE serving_deployments d SET desired = x.want,"
                      " busy_at = CASE WHEN x.busy THEN (SELECT t FROM now) ELSE d.busy_at END FROM x"
                      " WHERE d.base_model = x.base_model AND d.pool = x.pool AND (d.desired <> x.want OR x.busy)",
-                     4, params, err) < 0 ||
-        /* the replicas beyond what is wanted stop, the newest first (a ready one is kept over a starting one) */
+                     5, params, err) < 0 ||
+        /* the replicas beyond what is wanted stop: those holding no live training session first (a holder's
+         * sessions would move to another replica, losing the gradients since their last optim_step), the newest
+         * first (a ready one is kept over a starting one) */
         log_rows(whet_pg_query(conn,
                                "UPDATE model_workers w SET state = 'stopping' FROM (SELECT w.id, d.desired, row_number()"
-                               "   OVER (PARTITION BY w.base_model, w.pool ORDER BY w.ready_at NULLS LAST, w.started_at) AS k"
+                               "   OVER (PARTITION BY w.base_model, w.pool ORDER BY " HOLDS_SESSION_SQL("$1") " DESC,"
+                               "   w.ready_at NULLS LAST, w.started_at) AS k"
                                "   FROM model_workers w JOIN serving_deployments d USING (base_model, pool)"
                                "   WHERE w.state <> 'stopping') x"
                                " WHERE w.id = x.id AND x.k > x.desired RETURNING w.id, w.base_model, w.node_id",
-                               0, NULL, err),
+                               1, stop_params, err),
                  "model worker idle: stopping it", "worker", "node") < 0)
         return -1;
     for (int i = 0; i < PLACE_MAX; i++) {

@@ -10,7 +10,11 @@
  * as the growth of its generated tokens since the previous read), until none was busy for WHET_SERVE_IDLE_S; a
  * wanted replica goes on a ready node of the deployment's pool with a device that no attempt and no other worker
  * holds (serving is placed before training, so a free device goes to a worker first); an unwanted one is marked
- * stopping. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed on it. Each
+ * stopping. Training sessions live on a worker (the gateway pins each to one, migration 0030): a deployment never
+ * wants fewer replicas than hold live sessions (a call within WHET_SESSION_IDLE_S, default 1800), so a worker
+ * holding one is not idled out, and the replicas stopped are those holding none first. A worker stopped anyway
+ * (lost with its node, killed, or stopped for the last of the replicas) does not take its sessions with it: their
+ * state is in the object store and the gateway moves them to a ready worker. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed on it. Each
  * heartbeat hands the node the list of workers it is to run and takes the executor's reports: ready at HOST:PORT,
  * or ended (the row goes). A wanted replica with no free device preempts a running 1-device job of the default
  * priority (below SERVE_PRIORITY, serving.c) for a base with no worker, one at a time, as the placement library's

@@ -2,7 +2,9 @@
  * a session started from an adapter reports the log-probs of that adapter loaded alone (what `whet
  * score` measures); two sessions in one pass get what each gets alone (log-probs and gradients);
  * importance_sampling at ratio 1 has cross_entropy's gradient, and ppo's clipped tokens none; the losses
- * are Tinker's formulas; cross_entropy steps lower the loss. */
+ * are Tinker's formulas; cross_entropy steps lower the loss; a session restored from the state saved after an
+ * optim_step (on another copy of the base, as another worker) goes on as the original: the same step count,
+ * log-probs and steps after it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,12 +220,48 @@ TEST(cross_entropy_steps_lower_the_loss) {
     model_free(base);
 }
 
+TEST(a_restored_session_goes_on_from_its_last_step) {
+    struct model *base = frozen_base(), *other = frozen_base();
+    struct serve_session *s = session(base, NULL);
+    struct serve_datum d = datum(0, 1, 0, NULL), e = datum(1, 1, 0, NULL);
+    struct serve_adam adam = serve_adam_default();
+    adam.learning_rate = 1e-2f;
+    for (int step = 0; step < 3; step++) {
+        run(base, s, SERVE_LOSS_CROSS_ENTROPY, &d, NULL);
+        serve_session_optim_step(s, &adam);
+    }
+    run(base, s, SERVE_LOSS_CROSS_ENTROPY, &e, NULL); /* gradients since the last step: not part of the state */
+    char dir[200];
+    snprintf(dir, sizeof dir, "%s/state", root_dir);
+    struct whet_err err;
+    struct serve_session *r;
+    model_zero_grad(s->view);
+    CHECK_MSG(serve_session_save_state(s, dir, &err) == 0, "%s", err.msg);
+    CHECK_MSG(serve_session_restore(&r, other, "s", dir, &err) == 0, "%s", err.msg);
+    CHECK(model_adam_step_count(r->view) == 3);
+    CHECK(grad_norm2(r->view) == 0);
+    /* two more steps each: the log-probs agree at every one (the same computation on equal weights) */
+    for (int step = 0; step < 2; step++) {
+        float a[LEN], b[LEN];
+        double la = run(base, s, SERVE_LOSS_CROSS_ENTROPY, &e, a), lb = run(other, r, SERVE_LOSS_CROSS_ENTROPY, &e, b);
+        CHECK_MSG(fabs(la - lb) <= 1e-5, "step %d: loss %g restored vs %g", step, lb, la);
+        for (int i = 0; i < LEN; i++) CHECK_MSG(fabsf(a[i] - b[i]) <= 1e-5f, "step %d: log-prob %d", step, i);
+        serve_session_optim_step(s, &adam);
+        serve_session_optim_step(r, &adam);
+    }
+    CHECK(model_adam_step_count(r->view) == 5);
+    datum_free(&d), datum_free(&e);
+    serve_session_free(s), serve_session_free(r);
+    model_free(base), model_free(other);
+}
+
 int main(void) {
     if (setup()) return 1;
     RUN(logprobs_equal_the_adapter_alone);
     RUN(two_sessions_in_one_pass_equal_each_alone);
     RUN(policy_losses_follow_their_formulas);
     RUN(cross_entropy_steps_lower_the_loss);
+    RUN(a_restored_session_goes_on_from_its_last_step);
     whet_rm_rf(root_dir);
     return test_summary();
 }
