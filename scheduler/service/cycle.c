@@ -11,7 +11,7 @@
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
  * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
  * waiting ones (a running job's estimated_finish is its readers', from its progress: migrations/
- * 0029_job_progress.sql). Co-trainable jobs (LoRA SFT or DPO on one device) carry their base's key and
+ * 0029_job_progress.sql). Co-trainable jobs (LoRA SFT, DPO or GRPO on one device) carry their base's key and
  * memory split into placement, which may pack them into a group on one device
  * (scheduler/placement/cotrain.c): the group is named here, recorded on each member's attempt and handed
  * to the executor in the START manifests; MOVE_OUT decisions stop a member like a preemption, to be
@@ -241,12 +241,11 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
     return !j->allowed_dcs || (sp->dc >= 0 && (j->allowed_dcs >> sp->dc & 1));
 }
 
-/* The co-training key of a base model and method: FNV-1a of both, never 0 (0: not co-trainable). */
-static uint64_t cotrain_key(const char *base_model, const char *method) {
+/* The co-training key of a base model: FNV-1a of its id, never 0 (0: not co-trainable). The method is not
+ * in it: one co-training process runs SFT, DPO and GRPO members side by side. */
+static uint64_t cotrain_key(const char *base_model) {
     uint64_t h = 1469598103934665603ull;
     for (const char *p = base_model; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h = (h ^ '\n') * 1099511628211ull;
-    for (const char *p = method ? method : ""; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     return h ? h : 1;
 }
 
@@ -266,10 +265,10 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
     free(allowed);
     if (resize_to > 0) j->gpus = resize_to;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
-    /* A co-trainable job on one device may share it with jobs of its base and method (the key), each
+    /* A co-trainable job on one device may share it with jobs of its base (the key), each
      * adding its own part of the memory to the base's once (placement's cotrain.c). */
     if (e.cotrainable && j->gpus == 1) {
-        j->cotrain_key = cotrain_key(base_model, json_string_value(json_object_get(method, "type")));
+        j->cotrain_key = cotrain_key(base_model);
         sz_cotrain_mib(&e, &j->cotrain_base_mib, &j->cotrain_member_mib);
     }
     /* A gang that one allowed node holds stays on one node (one trainer process, as it always was);
