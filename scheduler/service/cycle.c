@@ -140,12 +140,14 @@ struct snapshot {
     int n_new_groups;
 };
 
-/* A co-training group formed in this cycle: placement's id, the name its attempts record and the
- * START manifests carry, and its members' job ids. */
+/* A co-training group placement put jobs into in this cycle, formed now or running: placement's id, the
+ * name its attempts record and the START manifests carry, its members placed now (their job ids) and those
+ * already running (joined: its running process takes the new ones). */
 struct new_group {
     uint64_t id;
     char name[40];
     json_t *members;
+    int running;
 };
 
 static void snapshot_free(struct snapshot *s) {
@@ -430,8 +432,10 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
          * waits and shrinks it before stopping anyone (record_resize) — once it has run a while, so a
          * job placed beside idle devices is not restarted at once. A member of a co-training group
          * shares its device: placement knows its group (one member holds the device) and resizes none. */
-        if (ra->cotrain_group) j->cotrain_group = running_group_id(s, ra->cotrain_group);
-        else if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
+        if (ra->cotrain_group) {
+            j->cotrain_group = running_group_id(s, ra->cotrain_group);
+            j->cotrain_key = cotrain_key(ra->base_model); /* jobs of its base may join its group */
+        } else if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
             j->min_gpus = ra->min_gpus > 1 ? ra->min_gpus : 1;
             j->max_gpus = ra->max_gpus;
         }
@@ -534,8 +538,8 @@ static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
     return NULL;
 }
 
-/* Names the co-training groups placement formed in this cycle and lists their members: groups of
- * running attempts take no members, so every group a PLACE decision names is new. */
+/* Names the co-training groups placement put jobs into in this cycle and lists their new members: a
+ * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now gets one. */
 static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
     s->new_groups = xcalloc((size_t)r->n + 1, sizeof *s->new_groups);
     for (int i = 0; i < r->n; i++) {
@@ -546,7 +550,12 @@ static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
         if (!g) {
             g = &s->new_groups[s->n_new_groups++];
             g->id = d->job->cotrain_group;
-            whet_random_id("cotrain-", 24, g->name);
+            if (g->id <= (uint64_t)s->n_running_groups) {
+                snprintf(g->name, sizeof g->name, "%s", s->running_groups[g->id - 1]);
+                for (int k = 0; k < s->n_running; k++) g->running += s->running[k].cotrain_group == g->id;
+            } else {
+                whet_random_id("cotrain-", 24, g->name);
+            }
             g->members = json_array();
         }
         json_array_append_new(g->members, json_string(s->queued_ids[d->job - s->queued]));
@@ -580,7 +589,7 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
                      p->d->job->gpu_milli, "type", s->types.name[type], "resume", resume_step, "manifest", manifest,
                      "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? p->d->job->gpus : 1,
                      "ranks", ranks, "place", where, "cotrain", group ? json_string(group->name) : json_null(),
-                     "cotrain_size", group ? (int)json_array_size(group->members) : 0);
+                     "cotrain_size", group ? group->running + (int)json_array_size(group->members) : 0);
 }
 
 /* Every row of a batch of placements in one statement, so one transaction: each job still queued and

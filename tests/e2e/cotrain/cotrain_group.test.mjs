@@ -5,7 +5,9 @@
 // process whose sandbox gives each member what its own would (the python grader's nested sandboxes). Each
 // succeeds with the result it has alone: its per-step figures and its adapter equal its own trainer
 // config run alone (`whet train`) within e2e_cotrain's tolerances, and the python grader scores as the
-// string_check does.
+// string_check does. Then a job created while a group runs joins it: the scheduler places it into the
+// running group, the executor hands it to the group's process (no second process), and it succeeds with
+// its result alone.
 //
 // Kept short for 2 busy cores: 4 SFT steps, 2 GRPO steps of 2 prompts x 4 responses of at most 8 tokens.
 import test from 'node:test';
@@ -83,6 +85,7 @@ function equalsAlone(jobDir, name) {
   return a;
 }
 
+let executor1;
 test('an SFT job and two GRPO jobs, one with a python grader, placed as one group: each as alone', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const [acme, globex] = tenants;
@@ -106,7 +109,7 @@ test('an SFT job and two GRPO jobs, one with a python grader, placed as one grou
   for (const s of specs) jobs.push(await s.create());
   await until('the jobs to wait for an executor', async () => (await Promise.all(jobs.map((j, i) =>
     specs[i].tenant.client.fineTuning.jobs.retrieve(j.id)))).every((j) => j.status === 'queued'), 60000, 200);
-  start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:1:80',
+  executor1 = start('executor', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:1:80',
                      '--work-dir', path.join(work, 'ex')]);
   const done = await Promise.all(jobs.map((j, i) => finished(specs[i].tenant.client, j.id)));
   for (const j of done) assert.equal(j.status, 'succeeded', `${j.id}: ${JSON.stringify(j.error)}`);
@@ -129,4 +132,45 @@ test('an SFT job and two GRPO jobs, one with a python grader, placed as one grou
   assert.ok(py[0].grader_errors < 2 * 4, 'some responses graded');
   // and each job's result is its result alone (its dir is in its group's on the executor)
   for (let i = 0; i < 3; i++) equalsAlone(path.join(work, 'ex', 'cotrain', [...groups][0], `${done[i].id}-1`), `g${i}`);
+});
+
+test('a job created while a group runs joins its process and ends as alone', async (t) => {
+  t.after(() => { if (t.passed === false) dumpLogs(); });
+  const tn = tenants[1];
+  const file = await tn.client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')),
+                                              purpose: 'fine-tune' });
+  const sft = (seed, steps, batch) => tn.client.fineTuning.jobs.create({
+    model: 'whet-tiny', training_file: file.id, seed,
+    method: { type: 'supervised', supervised: { hyperparameters: { batch_size: batch, n_epochs: 50 } } },
+    whet: { max_steps: steps, checkpoint_every_steps: 3 } });
+  // two long jobs wait together for a device (the first executor goes), then form a group on a new one
+  executor1.kill('SIGKILL');
+  await until('no executor to be ready',
+    () => psql(db.url, "SELECT count(*) FROM nodes WHERE state = 'ready'").trim() === '0', 60000, 300);
+  const long = [await sft(41, 150, 2), await sft(42, 150, 3)];
+  start('executor2', ['executor', '--data-dir', work, '--dc', 'dc-a', '--pool', 'dc-a', '--devices', 'sim:H100:1:80',
+                      '--work-dir', path.join(work, 'ex2')]);
+  await until('the two to train together', async () => (await Promise.all(long.map((j) => allEvents(tn.client, j.id))))
+    .every((ev) => ev.some((e) => /co-trained with 1 other job/.test(e.message)) && ev.some((e) => e.type === 'metrics')),
+  300000, 300);
+  // a third, created now, joins their running process
+  const late = await sft(43, 8, 2);
+  const done = await finished(tn.client, late.id);
+  assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
+  const events = await allEvents(tn.client, late.id);
+  const placed = events.filter((e) => e.message.startsWith('Job placed on'));
+  const group = (await allEvents(tn.client, long[0].id)).find((e) => e.message.startsWith('Job placed on')).data.cotrain_group;
+  assert.equal(placed.length, 1, JSON.stringify(placed));
+  assert.match(placed[0].message, /co-trained with 2 other jobs of its base model on one device/);
+  assert.equal(placed[0].data.cotrain_group, group);
+  assert.match(logs.executor2, new RegExp(`msg="co-training joined" job=${late.id} group=${group}`));
+  assert.equal(logs.executor2.match(/msg="co-training started"/g).length, 1, 'one process');
+  const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
+  assert.deepEqual(steps, Array.from({ length: 8 }, (_, k) => k + 1));
+  equalsAlone(path.join(work, 'ex2', 'cotrain', group, `${late.id}-1`), 'late');
+  // the two go on to their end
+  for (const j of long) {
+    const d = await finished(tn.client, j.id);
+    assert.equal(d.status, 'succeeded', `${d.id}: ${JSON.stringify(d.error)}`);
+  }
 });
