@@ -21,7 +21,7 @@ struct agent_job {
     json_t *manifest;              /* owned */
     struct objstore *tenant_store; /* the tenant's data: the agent's store, or a view of it sealed with the
                                       manifest's data key (owned then); set by the job's thread */
-    char *dir;                     /* work_dir/jobs/ID-ATTEMPT */
+    char *dir;                     /* work_dir/jobs/ID-ATTEMPT (cotrain.c: work_dir/cotrain/GROUP/ID-ATTEMPT) */
     pthread_t thread;
     atomic_int stop;               /* enum job_stop, set by the main thread */
     atomic_int done;               /* the thread has finished (and reported) */

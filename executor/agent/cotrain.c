@@ -6,11 +6,15 @@
  * (scheduler/placement/cotrain.c) and each member's START manifest names it: "cotrain": {"group",
  * "members"}. The members share the device the first of them took (agent_cotrain_place) and the group
  * starts once every listed member has joined, or GROUP_WAIT_S after the first did (a member cancelled
- * before it started, or failing its preparation, does not hold the others up). A member arriving after
- * its group's process started (a START delivered late) cannot join a running process: it starts a new
- * process of its own group name on the same device. The process's sandbox is what each member's trainer
- * would get alone, for all of them at once: every member's dir, its judge models, its graders' policy
- * (a python grader's nested sandboxes). Without a group in the manifest, the executor's
+ * before it started, or failing its preparation, does not hold the others up). The process's sandbox is
+ * what each member's trainer would get alone, for all of them at once: its members' dirs (all in the
+ * group's dir, work_dir/cotrain/GROUP), their judge models, their graders' policy (a python grader's
+ * nested sandboxes). A member arriving after its group's process started (placed into the running group,
+ * or a START delivered late) joins that process when its sandbox has what the member needs: its dir is
+ * in the group's already, and the process takes its config from its --join-dir between two steps
+ * (hand_to_process). When it cannot (the process ended meanwhile, or lacks the member's python nesting
+ * or judge models), the member starts a new process of its group name on the same device. Without a
+ * group in the manifest, the executor's
  * own opt-in (WHET_COTRAIN=1) groups LoRA SFT, DPO and GRPO jobs of one base model that start on this node
  * within WHET_COTRAIN_WINDOW_S seconds (default 3) of the first, each on its own device.
  *

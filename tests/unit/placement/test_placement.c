@@ -869,6 +869,28 @@ TEST(cotrain_running_group_holds_its_device_and_takes_members) {
     pl_cluster_free(c);
 }
 
+TEST(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_job) {
+    struct pl_node nodes[1] = {node(0, 0, 1)}; /* 80 GiB: 73728 MiB usable */
+    struct pl_tenant t[1] = {tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 1, t, 1, "whet");
+    /* Two running members whose memory the caller does not know (only their key and group). */
+    struct pl_job run[2];
+    char err[256];
+    for (int i = 0; i < 2; i++) {
+        run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 0, 0);
+        run[i].cotrain_group = 3;
+        run[i].alloc.n_slots = 1;
+        run[i].alloc.slots[0].gpu_mask = 1;
+        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+    }
+    /* base 40000 + 3 members of 10000 fit; a fourth (70000 + 10000) does not */
+    struct pl_job a = cotrain_job(10, 0, 1, 40000, 10000), b = cotrain_job(11, 0, 1, 40000, 10000);
+    struct pl_job *q[2] = {&a, &b};
+    const struct pl_result *r = pl_schedule(c, q, 2, 1000);
+    CHECK(find(r, PL_PLACE, 10) && a.cotrain_group == 3 && find(r, PL_WAIT, 11) && b.cotrain_group == 0);
+    pl_cluster_free(c);
+}
+
 /* A group of n co-trained jobs (ids 1..n) running on GPU 0 of node 0 since time 0. */
 static void running_group(struct pl_cluster *c, struct pl_job *run, int n) {
     char err[256];
@@ -954,6 +976,7 @@ int main(void) {
     RUN(cotrain_runs_alone_on_free_devices);
     RUN(cotrain_group_limited_by_memory_and_size);
     RUN(cotrain_running_group_holds_its_device_and_takes_members);
+    RUN(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_job);
     RUN(cotrain_members_move_out_to_free_devices_when_nobody_waits);
     return test_summary();
 }
