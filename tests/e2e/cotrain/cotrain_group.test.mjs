@@ -142,7 +142,7 @@ test('a job created while a group runs joins its process and ends as alone', asy
   const sft = (seed, steps, batch) => tn.client.fineTuning.jobs.create({
     model: 'whet-tiny', training_file: file.id, seed,
     method: { type: 'supervised', supervised: { hyperparameters: { batch_size: batch, n_epochs: 50 } } },
-    whet: { max_steps: steps, checkpoint_every_steps: 3 } });
+    whet: { max_steps: steps, checkpoint_every_steps: steps > 50 ? 50 : 4 } });
   // two long jobs wait together for a device (the first executor goes), then form a group on a new one
   executor1.kill('SIGKILL');
   await until('no executor to be ready',
@@ -167,6 +167,9 @@ test('a job created while a group runs joins its process and ends as alone', asy
   assert.equal(logs.executor2.match(/msg="co-training started"/g).length, 1, 'one process');
   const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
   assert.deepEqual(steps, Array.from({ length: 8 }, (_, k) => k + 1));
+  const checkpoints = [];
+  for await (const c of tn.client.fineTuning.jobs.checkpoints.list(late.id)) checkpoints.push(c.step_number);
+  assert.deepEqual(checkpoints.sort((a, b) => a - b), [4, 8]);
   equalsAlone(path.join(work, 'ex2', 'cotrain', group, `${late.id}-1`), 'late');
   // the two go on to their end
   for (const j of long) {
