@@ -21,7 +21,7 @@ struct agent_job {
     json_t *manifest;              /* owned */
     struct objstore *tenant_store; /* the tenant's data: the agent's store, or a view of it sealed with the
                                       manifest's data key (owned then); set by the job's thread */
-    char *dir;                     /* work_dir/jobs/ID-ATTEMPT */
+    char *dir;                     /* work_dir/jobs/ID-ATTEMPT (cotrain.c: work_dir/cotrain/GROUP/ID-ATTEMPT) */
     pthread_t thread;
     atomic_int stop;               /* enum job_stop, set by the main thread */
     atomic_int done;               /* the thread has finished (and reported) */
@@ -101,9 +101,9 @@ void agent_workers_reap(struct agent *a, int all_done);
 uint32_t agent_workers_devices(const struct agent *a);
 
 /* Co-training (cotrain.c): whether the job runs in a shared co-training process (the executor's
- * WHET_COTRAIN=1; a LoRA SFT, DPO or GRPO job of one process, GRPO without python graders or judge models),
- * and running it there: its event lines go to `line` as a trainer's stdout lines would, until the process
- * ends. res: its share of the process's device-seconds (by tokens), and why its run or the process failed
+ * WHET_COTRAIN=1; a LoRA SFT, DPO or GRPO job of one process), and running it there (its judge models'
+ * dirs, NULL-terminated or NULL, bound in the process's sandbox as in its own): its event lines go to
+ * `line` as a trainer's stdout lines would, until the process ends. res: its share of the process's device-seconds (by tokens), and why its run or the process failed
  * ("" when neither did). */
 struct agent_cotrain_result {
     double device_seconds;
@@ -115,7 +115,7 @@ int agent_cotrain_eligible(const struct agent_job *job);
  * and the devices another job of that group on this node holds (0: none here yet, take free ones), which
  * the job then shares. Main thread. */
 uint32_t agent_cotrain_place(struct agent *a, struct agent_job *job);
-void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *model_dir,
+void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *model_dir, char *const *judge_dirs,
                        void (*line)(void *ctx, const char *line), void *ctx, struct agent_cotrain_result *res);
 
 /* RPC helpers (agent.c): report an event for the job (level info|warn|error, type message|metrics,

@@ -510,10 +510,10 @@ static void cotrain_line(void *ctx, const char *line) {
     handle_line(r, line, &r->last_metrics);
 }
 
-static double cotrain(struct agent_job *job, const char *cfg_path, const char *model_dir, struct trainer_watch *r,
-                      Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
+static double cotrain(struct agent_job *job, const char *cfg_path, const char *model_dir, char *const *judge_dirs,
+                      struct trainer_watch *r, Whet__V1__FinishJobRequest *fin, char *msg, size_t msg_len) {
     struct agent_cotrain_result res;
-    agent_cotrain_run(job, cfg_path, model_dir, cotrain_line, r, &res);
+    agent_cotrain_run(job, cfg_path, model_dir, judge_dirs, cotrain_line, r, &res);
     int stop = atomic_load(&job->stop);
     if (stop == JOB_CANCEL) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     else if (stop == JOB_STOP && !r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
@@ -564,7 +564,7 @@ static void *job_main(void *arg) {
         snprintf(msg, sizeof msg, "could not prepare the job: %s", err.msg);
         fin.error_code = "preparation_failed";
     } else if (atomic_load(&job->stop) == JOB_RUN && (job->cotrain_group[0] || agent_cotrain_eligible(job))) {
-        cotrain_seconds = cotrain(job, cfg_path, model_dir, &r, &fin, msg, sizeof msg);
+        cotrain_seconds = cotrain(job, cfg_path, model_dir, judge_dirs, &r, &fin, msg, sizeof msg);
     } else if (atomic_load(&job->stop) == JOB_RUN) {
         train(job, cfg_path, model_dir, judge_dirs, &r, &fin, msg, sizeof msg);
     } else {

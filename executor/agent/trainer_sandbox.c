@@ -20,7 +20,13 @@ int trainer_grader_runs_python(const json_t *grader) {
 }
 
 void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg) {
-    spec->allow_nested = trainer_grader_runs_python(json_object_get(trainer_cfg, "grader"));
+    trainer_sandbox_policy_all(spec, &trainer_cfg, 1);
+}
+
+void trainer_sandbox_policy_all(struct sandbox_spec *spec, const json_t *const *trainer_cfgs, int n) {
+    spec->allow_nested = 0;
+    for (int i = 0; i < n; i++)
+        spec->allow_nested |= trainer_grader_runs_python(json_object_get(trainer_cfgs[i], "grader"));
     spec->kill_on_network = !spec->allow_nested;
     /* Room for OpenMP's threads and, with python graders, their sandboxes (pygrader's defaults: 4 at
      * once of at most 16 tasks each). */

@@ -24,6 +24,10 @@ int trainer_grader_runs_python(const json_t *grader);
  * trainer whose config is `trainer_cfg` (the manifest's "trainer" object); the caller sets the
  * command, directories and descriptors. */
 void trainer_sandbox_policy(struct sandbox_spec *spec, const json_t *trainer_cfg);
+/* The same for one process running the trainer configs trainer_cfgs[0..n) (a co-training group): the
+ * policy every one of them needs, so that each member's graders run as they would in a sandbox of its own
+ * (one python grader among them: nested sandboxes for all, and sockets failing rather than killing). */
+void trainer_sandbox_policy_all(struct sandbox_spec *spec, const json_t *const *trainer_cfgs, int n);
 /* A whole spec for what the executor runs in the trainers' sandbox (a job's trainer, a co-trained group,
  * a model worker): sandbox_spec_init, the command, its working dir, the dirs it writes and reads
  * (NULL-terminated), the node's device nodes (NULL: none), then trainer_sandbox_policy. */

@@ -96,6 +96,17 @@ struct trainer_cotrain_job {
 };
 /* Returns -1 with `err` set only when the base model does not load; each job's outcome is in the job. */
 int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err);
+/* Runs joining a co-training while it runs: before each lock-step, next(ctx) gives the jobs that join (NULL:
+ * none now), each then trained from that step on as the given ones are (its own data order, seed,
+ * checkpoints, resume); a job stays the caller's, valid until trainer_cotrain_joining returns, its outcome
+ * then in it. None joins once every run has ended. */
+struct trainer_cotrain_joins {
+    struct trainer_cotrain_job *(*next)(void *ctx);
+    void *ctx;
+};
+/* trainer_cotrain with runs joining (joins NULL: none; trainer_cotrain). */
+int trainer_cotrain_joining(struct trainer_cotrain_job *jobs, int n, const struct trainer_cotrain_joins *joins,
+                            struct whet_err *err);
 
 /* Learning rate of optimizer step `step` (0-based) of `total_steps`, as Hugging Face's schedulers
  * compute it: a linear warmup from 0 over warmup_steps, then linear decay to 0, half a cosine to 0,

@@ -16,7 +16,8 @@
  * reference (the view with its adapter off) and its ppo_epochs update passes, each with its own sampling
  * temperature (the view's, not the base's). Such a run shares the base's weights (the memory win) but
  * not the passes: the throughput win is SFT's and DPO's. A run that fails (bad figures, a grader or a
- * write that fails) ends alone; the others go on. */
+ * write that fails) ends alone; the others go on. Runs may join between steps (trainer_cotrain_joining): a
+ * new run opens on the shared base and takes its first step in the next lock-step, as it would alone. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -154,7 +155,51 @@ static void own_step(struct run *r, struct trainer_cotrain_job *j) {
     j->device_seconds += whet_now_mono() - t0;
 }
 
+/* A run of the co-training: its job (the caller's), its run on the shared base, and its own io with its
+ * own stop flag (the runs' ios may share one: set from the job's flag or stop file). Each allocated alone:
+ * a run keeps pointers to its io, and runs join while others run. */
+struct member {
+    struct trainer_cotrain_job *job;
+    struct run run;
+    struct trainer_io io;
+    volatile sig_atomic_t stop;
+    int open;
+};
+
+/* Adds job j to the runs m[0..*n) (growing m): opened on the shared base from the next step on, or ended at
+ * once, alone, when it cannot be co-trained or does not open. */
+static void add_member(struct member ***m, int *n, int *cap, struct model *base, const char *base_dir,
+                       struct trainer_cotrain_job *j) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        *m = xrealloc(*m, (size_t)*cap * sizeof **m);
+    }
+    struct member *r = (*m)[(*n)++] = xcalloc(1, sizeof *r);
+    r->job = j;
+    j->rc = 0, j->stopped = 0, j->tokens = 0, j->device_seconds = 0;
+    const char *why = not_cotrainable(j->cfg, base_dir);
+    if (why) {
+        j->rc = whet_errf(&j->err, "%s: %s", j->cfg->output_dir, why);
+        last_events(j);
+        return;
+    }
+    r->io = j->io;
+    r->io.stop = &r->stop;
+    if (trainer_open(&r->run, j->cfg, &r->io, base, &j->err)) {
+        j->rc = -1;
+        trainer_close(&r->run);
+        last_events(j);
+        return;
+    }
+    r->open = 1;
+}
+
 int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err) {
+    return trainer_cotrain_joining(jobs, n, NULL, err);
+}
+
+int trainer_cotrain_joining(struct trainer_cotrain_job *jobs, int n, const struct trainer_cotrain_joins *joins,
+                            struct whet_err *err) {
     if (n < 1) return whet_errf(err, "co-training: no runs");
     const char *base_dir = jobs[0].cfg->model;
     struct model_opts o = model_opts_default();
@@ -163,48 +208,33 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
     o.device = jobs[0].cfg->device;
     struct model *base;
     if (model_load(&base, base_dir, &o, err)) return whet_err_prefix(err, "co-training: base model");
-    struct run *runs = xcalloc((size_t)n, sizeof *runs);
-    int *open = xcalloc((size_t)n, sizeof *open);
-    /* Each run's own stop flag (the runs' ios may share one): set from the job's flag or stop file. */
-    struct trainer_io *ios = xcalloc((size_t)n, sizeof *ios);
-    volatile sig_atomic_t *stops = xcalloc((size_t)n, sizeof *stops);
-    for (int i = 0; i < n; i++) {
-        struct trainer_cotrain_job *j = &jobs[i];
-        j->rc = 0, j->stopped = 0, j->tokens = 0, j->device_seconds = 0;
-        const char *why = not_cotrainable(j->cfg, base_dir);
-        if (why) {
-            j->rc = whet_errf(&j->err, "%s: %s", j->cfg->output_dir, why);
-            last_events(j);
-            continue;
-        }
-        ios[i] = j->io;
-        ios[i].stop = &stops[i];
-        if (trainer_open(&runs[i], j->cfg, &ios[i], base, &j->err)) {
-            j->rc = -1;
-            trainer_close(&runs[i]);
-            last_events(j);
-            continue;
-        }
-        open[i] = 1;
-    }
-    struct run **live = xcalloc((size_t)n, sizeof *live);
-    struct trainer_cotrain_job **live_jobs = xcalloc((size_t)n, sizeof *live_jobs);
+    struct member **m = NULL;
+    int n_runs = 0, cap = 0;
+    for (int i = 0; i < n; i++) add_member(&m, &n_runs, &cap, base, base_dir, &jobs[i]);
+    struct run **live = NULL;
+    struct trainer_cotrain_job **live_jobs = NULL;
     for (;;) {
+        /* runs joining between steps: in the lock-step from this one */
+        for (struct trainer_cotrain_job *j; joins && (j = joins->next(joins->ctx));)
+            add_member(&m, &n_runs, &cap, base, base_dir, j);
+        live = xrealloc(live, (size_t)n_runs * sizeof *live);
+        live_jobs = xrealloc(live_jobs, (size_t)n_runs * sizeof *live_jobs);
         int n_live = 0, stepped = 0; /* runs in the shared pass; whether a run took its own step */
-        for (int i = 0; i < n; i++) {
-            if (!open[i]) continue;
-            const struct trainer_io *io = &jobs[i].io;
-            stops[i] = (io->stop && *io->stop) || (io->stop_file && !access(io->stop_file, F_OK));
-            if (jobs[i].rc || !trainer_has_step(&runs[i])) {
-                end_job(&jobs[i], &runs[i], jobs[i].rc != 0);
-                open[i] = 0;
+        for (int i = 0; i < n_runs; i++) {
+            struct member *r = m[i];
+            if (!r->open) continue;
+            const struct trainer_io *io = &r->job->io;
+            r->stop = (io->stop && *io->stop) || (io->stop_file && !access(io->stop_file, F_OK));
+            if (r->job->rc || !trainer_has_step(&r->run)) {
+                end_job(r->job, &r->run, r->job->rc != 0);
+                r->open = 0;
                 continue;
             }
-            if (runs[i].method->cotrain_rows) {
-                live[n_live] = &runs[i];
-                live_jobs[n_live++] = &jobs[i];
+            if (r->run.method->cotrain_rows) {
+                live[n_live] = &r->run;
+                live_jobs[n_live++] = r->job;
             } else {
-                own_step(&runs[i], &jobs[i]);
+                own_step(&r->run, r->job);
                 stepped = 1;
             }
         }
@@ -213,7 +243,8 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *er
         if (n_live && shared_step(base, live, live_jobs, n_live, &pass_err))
             for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
     }
-    free(live), free(live_jobs), free(open), free(runs), free(ios), free((void *)stops);
+    for (int i = 0; i < n_runs; i++) free(m[i]);
+    free(m), free(live), free(live_jobs);
     model_free(base);
     return 0;
 }

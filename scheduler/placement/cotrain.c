@@ -4,7 +4,7 @@
  *
  * The rule. A co-trainable job first tries to run alone, as any job: on an idle device it runs fastest
  * and nothing else waits for that device. Only when it fits nowhere alone (it would wait, or preempt)
- * does it join a group of its key formed in this cycle, on a device whose memory holds one more member:
+ * does it join a group of its key, formed in this cycle or running, on a device whose memory holds one more member:
  * the group holds the base once (cotrain_base_mib) plus each member's adapter, optimizer state and
  * activations (cotrain_member_mib), within SZ_USABLE_FRACTION of the device's memory, and at most
  * cfg.cotrain_max members. For a fleet operator that is the cheaper of the two choices whenever the
@@ -15,9 +15,10 @@
  * fullest (least memory left) wins, then the lowest id: groups fill up before others are opened.
  *
  * Every co-trainable one-device job placed alone opens a group; a group still alone at the end of the
- * cycle is no group (its job runs a trainer of its own). Groups of running jobs take no members: the
- * trainer cannot add a run to a process that already runs, so members join only with the group's first
- * placement.
+ * cycle is no group (its job runs a trainer of its own). Groups of running jobs take members too, by the
+ * same rules: the executor hands a new member to the group's running process, which adds it to its
+ * lock-step from its next step (`whet train --cotrain --join-dir`), or starts a process of the group's
+ * for it when that one ended meanwhile.
  *
  * Moving out. When nobody waits and a group's pool has wholly free devices, a member runs faster on one
  * of its own than beside the others in the shared pass: MOVE_OUT stops it (it checkpoints, the others go
@@ -51,6 +52,7 @@ static struct pl_cotrain_group *group_new(struct pl_cluster *c, uint64_t id, con
     g->mask = holder->alloc.slots[0].gpu_mask;
     g->members = 1;
     g->used_mib = (int64_t)holder->cotrain_base_mib + holder->cotrain_member_mib;
+    g->unsized = g->base_unsized = !holder->cotrain_base_mib && !holder->cotrain_member_mib;
     if (id >= c->next_group_id) c->next_group_id = id + 1;
     return g;
 }
@@ -66,11 +68,12 @@ void pl_cotrain_add_running(struct pl_cluster *c, struct pl_job *j) {
     if (!j->cotrain_group) return;
     struct pl_cotrain_group *g = group_find(c, j->cotrain_group);
     if (!g) {
-        group_new(c, j->cotrain_group, j); /* closed: a running process takes no runs */
+        group_new(c, j->cotrain_group, j); /* not open: it stays a group whoever joins it */
         return;
     }
     g->members++;
     g->used_mib += j->cotrain_member_mib;
+    g->unsized += !j->cotrain_base_mib && !j->cotrain_member_mib;
 }
 
 void pl_cotrain_open(struct pl_cluster *c, struct pl_job *j) {
@@ -93,13 +96,16 @@ int pl_cotrain_join(struct pl_cluster *c, struct pl_job *j, double now, struct p
     int64_t best_left = 0;
     for (int32_t i = 0; i < c->n_groups; i++) {
         struct pl_cotrain_group *g = &c->groups[i];
-        if (!g->open || g->key != j->cotrain_key || g->members >= c->cfg.cotrain_max) continue;
+        if (g->key != j->cotrain_key || g->members >= c->cfg.cotrain_max) continue;
         const struct pl_node *n = &c->nodes[g->node];
         if (!n->schedulable || (j->allowed_dcs && !(j->allowed_dcs >> n->dc & 1)) ||
             (j->allowed_types && (n->gpu_type < 0 || !(j->allowed_types >> n->gpu_type & 1))) ||
             n->cpu_free_milli < j->cpu_milli || n->mem_free_mib < j->mem_mib)
             continue;
-        int64_t left = group_capacity(n) - g->used_mib - j->cotrain_member_mib;
+        /* members of one base are alike: those of unknown memory count as this one */
+        int64_t used = g->used_mib + (int64_t)g->unsized * j->cotrain_member_mib +
+                       (g->base_unsized ? j->cotrain_base_mib : 0);
+        int64_t left = group_capacity(n) - used - j->cotrain_member_mib;
         if (left < 0) continue;
         if (!best || left < best_left || (left == best_left && g->id < best->id)) {
             best = g;
@@ -124,6 +130,7 @@ void pl_cotrain_release(struct pl_cluster *c, struct pl_job *j) {
     j->cotrain_rider = 0;
     if (!g) return;
     g->used_mib -= j->cotrain_member_mib;
+    g->unsized -= !j->cotrain_base_mib && !j->cotrain_member_mib;
     if (--g->members == 0) {
         group_remove(c, g);
         return;

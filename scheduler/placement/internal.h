@@ -101,7 +101,11 @@ struct pl_cotrain_group {
     uint16_t mask;
     int32_t members;
     int64_t used_mib;                             /* the base once plus each member's part */
-    int32_t open;                                 /* formed in this cycle: takes members */
+    int32_t unsized;                              /* running members of unknown memory (the caller sized
+                                                     none): counted as a joining job's part, and the base
+                                                     as its base when the first of them was one */
+    int32_t base_unsized;                         /* the base unknown */
+    int32_t open;                                 /* formed in this cycle: no group if no one joins */
 };
 
 struct pl_cluster {

@@ -38,7 +38,9 @@ static struct sz_model full_shape(const struct sz_model *m) {
     return s;
 }
 
-int sz_cotrainable(const struct sz_job *job) { return !job->full_ft && (job->method == SZ_SFT || job->method == SZ_DPO); }
+int sz_cotrainable(const struct sz_job *job) {
+    return !job->full_ft && (job->method == SZ_SFT || job->method == SZ_DPO || job->method == SZ_GRPO);
+}
 
 void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const struct sz_job *job) {
     struct sz_model s = full_shape(model);

@@ -99,10 +99,9 @@ struct sz_estimate {
 };
 
 /* Whether a job may be co-trained: LoRA (the base stays frozen, so one copy serves every member) with a
- * method the co-training trainer runs (`whet train --cotrain`: SFT and DPO, mixed; GRPO too, but a group's
- * sandbox cannot run its members' python graders or judge models, which sizing does not see, so GRPO jobs are
- * co-trained only by the executor's own opt-in). The one place that names the methods: placement packs only
- * such jobs into a shared device. */
+ * method the co-training trainer runs (`whet train --cotrain`: SFT, DPO and GRPO, mixed; a group's sandbox
+ * gives each member what its own would: its judge models, its python graders' nested sandboxes). The one
+ * place that names the methods: placement packs only such jobs into a shared device. */
 int sz_cotrainable(const struct sz_job *job);
 
 /* Fills the estimate for a job on a model. */

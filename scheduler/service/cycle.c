@@ -12,7 +12,7 @@
  * its own, so a crash between two writes leaves a consistent state to start again from; then, in one
  * transaction, the public state of every job (public_state.c): wait_reason and queue_position of the
  * waiting ones (a running job's estimated_finish is its readers', from its progress: migrations/
- * 0029_job_progress.sql). Co-trainable jobs (LoRA SFT or DPO on one device) carry their base's key and
+ * 0029_job_progress.sql). Co-trainable jobs (LoRA SFT, DPO or GRPO on one device) carry their base's key and
  * memory split into placement, which may pack them into a group on one device
  * (scheduler/placement/cotrain.c): the group is named here, recorded on each member's attempt and handed
  * to the executor in the START manifests; MOVE_OUT decisions stop a member like a preemption, to be
@@ -113,12 +113,14 @@ struct snapshot {
     int n_new_groups;
 };
 
-/* A co-training group formed in this cycle: placement's id, the name its attempts record and the
- * START manifests carry, and its members' job ids. */
+/* A co-training group placement put jobs into in this cycle, formed now or running: placement's id, the
+ * name its attempts record and the START manifests carry, its members placed now (their job ids) and those
+ * already running (joined: its running process takes the new ones). */
 struct new_group {
     uint64_t id;
     char name[40];
     json_t *members;
+    int running;
 };
 
 static void snapshot_free(struct snapshot *s) {
@@ -214,12 +216,11 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
     return !j->allowed_dcs || (sp->dc >= 0 && (j->allowed_dcs >> sp->dc & 1));
 }
 
-/* The co-training key of a base model and method: FNV-1a of both, never 0 (0: not co-trainable). */
-static uint64_t cotrain_key(const char *base_model, const char *method) {
+/* The co-training key of a base model: FNV-1a of its id, never 0 (0: not co-trainable). The method is not
+ * in it: one co-training process runs SFT, DPO and GRPO members side by side. */
+static uint64_t cotrain_key(const char *base_model) {
     uint64_t h = 1469598103934665603ull;
     for (const char *p = base_model; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h = (h ^ '\n') * 1099511628211ull;
-    for (const char *p = method ? method : ""; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
     return h ? h : 1;
 }
 
@@ -239,10 +240,10 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
     free(allowed);
     if (resize_to > 0) j->gpus = resize_to;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
-    /* A co-trainable job on one device may share it with jobs of its base and method (the key), each
+    /* A co-trainable job on one device may share it with jobs of its base (the key), each
      * adding its own part of the memory to the base's once (placement's cotrain.c). */
     if (e.cotrainable && j->gpus == 1) {
-        j->cotrain_key = cotrain_key(base_model, json_string_value(json_object_get(method, "type")));
+        j->cotrain_key = cotrain_key(base_model);
         sz_cotrain_mib(&e, &j->cotrain_base_mib, &j->cotrain_member_mib);
     }
     /* A gang that one allowed node holds stays on one node, where its ranks talk over the node's own
@@ -405,8 +406,10 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
          * waits and shrinks it before stopping anyone (record_resize) — once it has run a while, so a
          * job placed beside idle devices is not restarted at once. A member of a co-training group
          * shares its device: placement knows its group (one member holds the device) and resizes none. */
-        if (ra->cotrain_group) j->cotrain_group = running_group_id(s, ra->cotrain_group);
-        else if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
+        if (ra->cotrain_group) {
+            j->cotrain_group = running_group_id(s, ra->cotrain_group);
+            j->cotrain_key = cotrain_key(ra->base_model); /* jobs of its base may join its group */
+        } else if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
             j->min_gpus = ra->min_gpus > 1 ? ra->min_gpus : 1;
             j->max_gpus = ra->max_gpus;
         }
@@ -508,8 +511,8 @@ static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
     return NULL;
 }
 
-/* Names the co-training groups placement formed in this cycle and lists their members: groups of
- * running attempts take no members, so every group a PLACE decision names is new. */
+/* Names the co-training groups placement put jobs into in this cycle and lists their new members: a
+ * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now gets one. */
 static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
     s->new_groups = xcalloc((size_t)r->n + 1, sizeof *s->new_groups);
     for (int i = 0; i < r->n; i++) {
@@ -520,7 +523,12 @@ static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
         if (!g) {
             g = &s->new_groups[s->n_new_groups++];
             g->id = d->job->cotrain_group;
-            whet_random_id("cotrain-", 24, g->name);
+            if (g->id <= (uint64_t)s->n_running_groups) {
+                snprintf(g->name, sizeof g->name, "%s", s->running_groups[g->id - 1]);
+                for (int k = 0; k < s->n_running; k++) g->running += s->running[k].cotrain_group == g->id;
+            } else {
+                whet_random_id("cotrain-", 24, g->name);
+            }
             g->members = json_array();
         }
         json_array_append_new(g->members, json_string(s->queued_ids[d->job - s->queued]));
@@ -558,7 +566,7 @@ static json_t *placement_row(struct scheduler *sch, PGconn *conn, const struct s
                      p->d->job->gpu_milli, "type", s->types.name[type], "resume", resume_step, "manifest", manifest,
                      "event", event_id, "dc", s->dcs.name[s->nodes[node].dc], "world", gang ? world : 1,
                      "ranks", ranks, "place", where, "cotrain", group ? json_string(group->name) : json_null(),
-                     "cotrain_size", group ? (int)json_array_size(group->members) : 0);
+                     "cotrain_size", group ? group->running + (int)json_array_size(group->members) : 0);
 }
 
 /* Every row of a batch of placements in one statement, so one transaction: each job still queued and

@@ -21,7 +21,7 @@
     " LIMIT 1), a.started_at),"                                                                                     \
     " (SELECT string_agg(r.node_id || ' ' || r.gpu_mask, ' ') FROM gang_ranks r"                                   \
     "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt),"                                                     \
-    " j.whet->'min_gpus', j.whet->'max_gpus', a.cotrain_group"
+    " j.whet->'min_gpus', j.whet->'max_gpus', a.cotrain_group, j.base_model"
 
 static void attempt_free(struct running_attempt *a) {
     free(a->job_id);
@@ -29,6 +29,7 @@ static void attempt_free(struct running_attempt *a) {
     free(a->node_id);
     free(a->ranks);
     free(a->cotrain_group);
+    free(a->base_model);
 }
 
 static void stopped_free(struct running_cache *c) {
@@ -80,6 +81,7 @@ static void add_row(struct running_cache *c, const PGresult *res, int i) {
         .min_gpus = atoi(PQgetvalue(res, i, 12)), /* (NULL or not a number: 0) */
         .max_gpus = atoi(PQgetvalue(res, i, 13)),
         .cotrain_group = PQgetisnull(res, i, 14) ? NULL : xstrdup(PQgetvalue(res, i, 14)),
+        .base_model = xstrdup(PQgetvalue(res, i, 15)),
     };
 }
 

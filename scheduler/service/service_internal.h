@@ -15,6 +15,7 @@ struct running_attempt {
     char *job_id, *tenant_id, *node_id;
     char *ranks; /* a gang's "NODE MASK NODE MASK …", NULL for one process */
     char *cotrain_group; /* the co-training group it shares a device with (cycle.c), NULL: none */
+    char *base_model;    /* its job's base model: a running group's co-training key (cycle.c) */
     int attempt, gpu_mask, priority, stopping;
     int min_gpus, max_gpus; /* whet's elastic range; 0: not given */
     long long seq;

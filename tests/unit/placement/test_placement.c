@@ -820,7 +820,7 @@ TEST(cotrain_group_limited_by_memory_and_size) {
     pl_cluster_free(c);
 }
 
-TEST(cotrain_running_group_holds_its_device_and_takes_no_one) {
+TEST(cotrain_running_group_holds_its_device_and_takes_members) {
     struct pl_node nodes[1] = {node(0, 0, 1)};
     struct pl_tenant t[2] = {tenant(1), tenant(1)};
     struct pl_cluster *c = cluster(nodes, 1, t, 2, "whet");
@@ -836,11 +836,20 @@ TEST(cotrain_running_group_holds_its_device_and_takes_no_one) {
         CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
     }
     CHECK(used_milli(c) == PL_MILLI && pl_cluster_n_running(c) == 3);
-    /* A later job of the same base waits: the running process takes no new run. */
-    struct pl_job late = cotrain_job(10, 1, 1, 20000, 5000);
-    struct pl_job *q = &late;
-    const struct pl_result *r = pl_schedule(c, &q, 1, 1000);
-    CHECK(find(r, PL_WAIT, 10) && late.cotrain_group == 0);
+    /* A later job of the same base joins the running group (its process takes it) rather than wait; one of
+     * another base waits. */
+    struct pl_job late = cotrain_job(10, 1, 1, 20000, 5000), other = cotrain_job(12, 0, 2, 20000, 5000);
+    struct pl_job *q2[2] = {&late, &other}, *q = &late;
+    const struct pl_result *r = pl_schedule(c, q2, 2, 1000);
+    CHECK(find(r, PL_PLACE, 10) && late.cotrain_group == 77 && late.cotrain_rider && late.alloc.slots[0].gpu_mask == 1);
+    CHECK(find(r, PL_WAIT, 12) && other.cotrain_group == 0);
+    CHECK(used_milli(c) == PL_MILLI && pl_cluster_n_running(c) == 4);
+    /* up to cfg.cotrain_max members (8): four more of the base join, the fifth waits */
+    struct pl_job more[5], *qm[5];
+    for (int i = 0; i < 5; i++) more[i] = cotrain_job((uint64_t)20 + i, 0, 1, 20000, 5000), qm[i] = &more[i];
+    r = pl_schedule(c, qm, 5, 1000);
+    CHECK(r->placed == 4 && find(r, PL_WAIT, 24) && more[3].cotrain_group == 77);
+    for (int i = 0; i < 4; i++) pl_cluster_release(c, &more[i]);
     /* Nor does a job of higher priority stop a member: that would free no device. */
     struct pl_job urgent = job(11, 1, 1);
     urgent.priority = 10;
@@ -854,7 +863,31 @@ TEST(cotrain_running_group_holds_its_device_and_takes_no_one) {
     pl_cluster_release(c, &run[1]);
     CHECK(free_gpus(c, 0) == 0 && pl_cluster_tenant_gpus(c, 1, 0) == 1.0);
     pl_cluster_release(c, &run[2]);
+    CHECK(free_gpus(c, 0) == 0 && pl_cluster_tenant_gpus(c, 1, 0) == 1.0); /* the member that joined */
+    pl_cluster_release(c, &late);
     CHECK(free_gpus(c, 0) == 1 && used_milli(c) == 0 && pl_cluster_n_running(c) == 0);
+    pl_cluster_free(c);
+}
+
+TEST(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_job) {
+    struct pl_node nodes[1] = {node(0, 0, 1)}; /* 80 GiB: 73728 MiB usable */
+    struct pl_tenant t[1] = {tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 1, t, 1, "whet");
+    /* Two running members whose memory the caller does not know (only their key and group). */
+    struct pl_job run[2];
+    char err[256];
+    for (int i = 0; i < 2; i++) {
+        run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 0, 0);
+        run[i].cotrain_group = 3;
+        run[i].alloc.n_slots = 1;
+        run[i].alloc.slots[0].gpu_mask = 1;
+        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+    }
+    /* base 40000 + 3 members of 10000 fit; a fourth (70000 + 10000) does not */
+    struct pl_job a = cotrain_job(10, 0, 1, 40000, 10000), b = cotrain_job(11, 0, 1, 40000, 10000);
+    struct pl_job *q[2] = {&a, &b};
+    const struct pl_result *r = pl_schedule(c, q, 2, 1000);
+    CHECK(find(r, PL_PLACE, 10) && a.cotrain_group == 3 && find(r, PL_WAIT, 11) && b.cotrain_group == 0);
     pl_cluster_free(c);
 }
 
@@ -942,7 +975,8 @@ int main(void) {
     RUN(cotrain_packs_when_no_device_is_free);
     RUN(cotrain_runs_alone_on_free_devices);
     RUN(cotrain_group_limited_by_memory_and_size);
-    RUN(cotrain_running_group_holds_its_device_and_takes_no_one);
+    RUN(cotrain_running_group_holds_its_device_and_takes_members);
+    RUN(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_job);
     RUN(cotrain_members_move_out_to_free_devices_when_nobody_waits);
     return test_summary();
 }

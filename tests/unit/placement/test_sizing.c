@@ -207,14 +207,16 @@ TEST(cotrain_split_base_once_member_each) {
     /* together, what the job needs alone */
     int64_t alone = (sz_per_device_bytes(&e, 1) + (1 << 20) - 1) >> 20;
     CHECK(base + member >= alone && base + member <= alone + 1);
-    /* Full fine-tuning trains the base itself; GRPO is co-trained only by the executor's opt-in, whose filter
-     * sees the grader (a group's sandbox runs no python graders or judge models of its members). */
+    /* Full fine-tuning trains the base itself; LoRA SFT, DPO and GRPO share it (a group's sandbox runs each
+     * member's graders and judge models as its own would). */
     j.full_ft = 1;
     CHECK(!sz_cotrainable(&j));
     j = sft(0);
     j.method = SZ_DPO;
     CHECK(sz_cotrainable(&j));
     j.method = SZ_GRPO;
+    CHECK(sz_cotrainable(&j));
+    j.full_ft = 1;
     CHECK(!sz_cotrainable(&j));
 }
 

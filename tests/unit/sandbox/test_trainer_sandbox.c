@@ -53,6 +53,16 @@ TEST(python_graders_are_found_at_the_top_and_inside_multi) {
     sandbox_spec_init(&spec);
     trainer_sandbox_policy(&spec, grpo);
     CHECK(spec.allow_nested && !spec.kill_on_network);
+    /* a co-training group's process: a python grader in any member's config, wherever it is, counts */
+    const json_t *group[] = {sft, grpo, sft};
+    for (int n = 1; n <= 3; n++) {
+        sandbox_spec_init(&spec);
+        trainer_sandbox_policy_all(&spec, group, n);
+        CHECK_MSG(spec.allow_nested == (n > 1) && spec.kill_on_network == (n == 1), "%d members", n);
+    }
+    sandbox_spec_init(&spec);
+    trainer_sandbox_policy_all(&spec, group + 1, 2);
+    CHECK(spec.allow_nested && !spec.kill_on_network);
     json_decref(sft);
     json_decref(grpo);
 }
