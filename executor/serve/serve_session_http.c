@@ -367,18 +367,18 @@ static void run_forward_backward(struct serve_sessions *ss, struct op **ops, int
 static void run_optim_step(struct serve_sessions *ss, struct serve_session *s, struct op *op) {
     float norm = serve_session_optim_step(s, &op->adam);
     struct whet_err err;
-    if (persist(ss, s, op, &err)) {
-        char *msg = xasprintf("the step was applied on this worker, but %s: should the worker end, the session goes "
-                              "on from the step before",
-                              err.msg);
-        answer_err(op, 500, msg);
-        free(msg);
-        return;
-    }
+    /* The step is applied either way, so the call succeeds; a state that could not be kept is said in the
+     * answer ("state_saved": false) and the log, and the next optim_step tries again. Failing the call
+     * would invite a retry, which would apply a second step. */
+    int saved = persist(ss, s, op, &err) == 0;
+    if (!saved)
+        log_warn("msg=\"a training session's state was not saved: should the worker end, the session goes on from "
+                 "its last saved step\" session=%s error=\"%s\"",
+                 s->id, err.msg);
     struct whet_buf b = {0};
     whet_buf_printf(&b, "{\"step\":%d,\"grad_norm\":", model_adam_step_count(s->view));
     put_real(&b, norm);
-    whet_buf_puts(&b, "}");
+    whet_buf_printf(&b, ",\"state_saved\":%s}", saved ? "true" : "false");
     answer(op, 200, b.data);
 }
 

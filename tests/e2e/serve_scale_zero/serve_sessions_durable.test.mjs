@@ -60,7 +60,8 @@ async function rounds(id) {
   const out = [];
   for (let r = 0; r < 2; r++) {
     out.push(await fb(id, r), await fb(id, r + 1));
-    await step(id);
+    const o = await step(id);
+    assert.equal(o.state_saved, true, `optim_step kept the session's state: ${JSON.stringify(o)}`);
   }
   return out;
 }
