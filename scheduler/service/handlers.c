@@ -17,7 +17,6 @@
 #include "serving.h"
 
 static __thread PGconn *thread_conn;
-static __thread int thread_heartbeat_prepared; /* heartbeat_sql is prepared on thread_conn */
 
 /* thread_conn is also kept under this key, whose destructor closes it when a server thread exits
  * (rpc_server_stop joins them); a __thread variable alone would leak the connection then. */
@@ -30,7 +29,6 @@ static void thread_conn_key_create(void) { pthread_key_create(&thread_conn_key, 
 static void thread_conn_set(PGconn *conn) {
     pthread_once(&thread_conn_key_once, thread_conn_key_create);
     thread_conn = conn;
-    thread_heartbeat_prepared = 0;
     pthread_setspecific(thread_conn_key, conn);
 }
 
@@ -81,8 +79,9 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     json_t *devices = json_array(), *models = json_array();
     const char *device_type = "cpu";
     for (size_t i = 0; i < req->n_devices; i++) {
-        json_array_append_new(devices, json_pack("{s:s, s:i, s:i}", "type", req->devices[i]->type, "memory_mib",
-                                                 (int)req->devices[i]->memory_mib, "index", (int)req->devices[i]->index));
+        json_array_append_new(devices,
+                              json_pack("{s:s, s:i, s:i}", "type", req->devices[i]->type, "memory_mib",
+                                        (int)req->devices[i]->memory_mib, "index", (int)req->devices[i]->index));
         device_type = req->devices[i]->type;
     }
     for (size_t i = 0; i < req->n_cached_models; i++) json_array_append_new(models, json_string(req->cached_models[i]));
@@ -94,8 +93,9 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     snprintf(cpu, sizeof cpu, "%u", req->cpu_milli);
     snprintf(mem, sizeof mem, "%llu", (unsigned long long)req->memory_mib);
     snprintf(lease, sizeof lease, "%d", s->opts->lease_ms);
-    const char *params[] = {req->node_id, req->dc, req->pool, devices_json, device_type, gpus, cpu, mem,
-                            models_json, req->version, lease, *req->address ? req->address : "127.0.0.1"};
+    const char *params[] = {req->node_id, req->dc,      req->pool, devices_json,
+                            device_type,  gpus,         cpu,       mem,
+                            models_json,  req->version, lease,     *req->address ? req->address : "127.0.0.1"};
     /* A node that comes back after being declared lost starts clean: its old attempts were already
      * requeued, so it must not keep running them (the executor stops what it had on re-register). */
     int rc = whet_pg_exec(conn,
@@ -117,7 +117,8 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
                                    " resume from its last checkpoint')",
                                    1, lost_params, err);
     if (!lost) return db_unavailable(err);
-    for (int i = 0; i < PQntuples(lost); i++) log_warn("msg=\"job requeued: node restarted\" job=%s", PQgetvalue(lost, i, 0));
+    for (int i = 0; i < PQntuples(lost); i++)
+        log_warn("msg=\"job requeued: node restarted\" job=%s", PQgetvalue(lost, i, 0));
     PQclear(lost);
     log_info("msg=\"node registered\" node=%s dc=%s pool=%s devices=%zu type=%s", req->node_id, req->dc, req->pool,
              req->n_devices, device_type);
@@ -144,113 +145,29 @@ static void free_heartbeat_response(ProtobufCMessage *m) {
     free(resp);
 }
 
-static Whet__V1__Command__Kind command_kind(const char *kind) {
-    if (!strcmp(kind, "start")) return WHET__V1__COMMAND__KIND__START;
-    if (!strcmp(kind, "checkpoint")) return WHET__V1__COMMAND__KIND__CHECKPOINT;
-    if (!strcmp(kind, "stop")) return WHET__V1__COMMAND__KIND__STOP;
-    return WHET__V1__COMMAND__KIND__CANCEL;
-}
-
-/* A heartbeat in one statement (one round trip, one commit): node $1's lease renewed unless it was
- * declared lost; then, only for a node so renewed, the progress of its running attempts ($2: [{job_id,
- * attempt, step, total, tokens}]) written to job_progress (migration 0028: narrow and without secondary
- * indexes, so a job's update is HOT; a job that already succeeded keeps what it has; the step and token
- * counts only grow), and the commands waiting for it handed out, oldest first (a STOP never overtakes its
- * START), marked delivered. Rows: the node's (seq NULL; whether model workers are placed on it) when it is
- * known, then its commands. The commands
- * are delivered in the answer to this call: a failure after this statement loses them as a lost answer
- * would. */
-static const char *const heartbeat_sql =
-    "WITH n AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp())"
-    "   WHERE id = $1 AND state <> 'lost' RETURNING id),"
-    " p AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens,"
-    "   resume_step, started_at) SELECT DISTINCT ON (j.id) j.id, j.tenant_id, a.attempt, r.step, nullif(r.total, 0),"
-    "   r.tokens, a.resume_step, a.started_at"
-    "   FROM jsonb_to_recordset($2::jsonb) AS r(job_id text, attempt int, step int, total int, tokens bigint)"
-    "   JOIN job_attempts a ON a.job_id = r.job_id AND a.attempt = r.attempt JOIN jobs j ON j.id = r.job_id"
-    "   JOIN n ON n.id = a.node_id WHERE a.ended_at IS NULL AND j.status <> 'succeeded' ORDER BY j.id, r.step DESC"
-    "   ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, last_step = greatest(p.last_step,"
-    "   EXCLUDED.last_step), total_steps = EXCLUDED.total_steps, trained_tokens = greatest(coalesce(p.trained_tokens,"
-    "   0), EXCLUDED.trained_tokens), resume_step = EXCLUDED.resume_step, started_at = EXCLUDED.started_at),"
-    " d AS (UPDATE node_commands SET delivered_at = extract(epoch FROM clock_timestamp())"
-    "   WHERE seq IN (SELECT seq FROM node_commands WHERE node_id = $1 AND delivered_at IS NULL"
-    "   ORDER BY seq LIMIT 32) AND EXISTS (SELECT 1 FROM n)"
-    "   RETURNING seq, kind, job_id, attempt, coalesce(manifest::text, '') AS manifest, grace_ms, reason)"
-    " SELECT NULL::bigint AS seq, EXISTS (SELECT 1 FROM model_workers WHERE node_id = $1)::text, '', 0, '', 0, ''"
-    " FROM n"
-    " UNION ALL SELECT * FROM d ORDER BY seq NULLS FIRST";
-
-/* heartbeat_sql on the thread's connection, prepared on it once: planning it cost more of the backend's
- * CPU than running it (the backend's CPU time for a node of 8 running jobs among 2000 nodes: 2.1 ms
- * planned each time, 0.6 ms prepared). */
-static PGresult *heartbeat_query(PGconn *conn, const char *const *params, struct whet_err *err) {
-    if (!thread_heartbeat_prepared) {
-        PGresult *p = PQprepare(conn, "heartbeat", heartbeat_sql, 2, NULL);
-        thread_heartbeat_prepared = PQresultStatus(p) == PGRES_COMMAND_OK;
-        if (!thread_heartbeat_prepared) whet_pg_error(p, conn, err);
-        PQclear(p);
-        if (!thread_heartbeat_prepared) return NULL;
-    }
-    PGresult *res = PQexecPrepared(conn, "heartbeat", 2, params, NULL, NULL, 0);
-    if (PQresultStatus(res) == PGRES_TUPLES_OK) return res;
-    whet_pg_error(res, conn, err);
-    PQclear(res);
-    return NULL;
-}
-
 static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
     struct scheduler *s = ctx;
     const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
     PGconn *conn = handler_conn(s, err);
     if (!conn) return db_unavailable(err);
-    Whet__V1__HeartbeatResponse *resp =
-        new_message(sizeof *resp, (void (*)(void *))whet__v1__heartbeat_response__init);
+    Whet__V1__HeartbeatResponse *resp = new_message(sizeof *resp, (void (*)(void *))whet__v1__heartbeat_response__init);
 
-    json_t *progress = json_array();
-    for (size_t i = 0; i < req->n_jobs; i++) {
-        const Whet__V1__JobProgress *p = req->jobs[i];
-        json_array_append_new(progress, json_pack("{s:s, s:I, s:I, s:I, s:I}", "job_id", p->job_id, "attempt",
-                                                  (json_int_t)p->attempt, "step", (json_int_t)p->step, "total",
-                                                  (json_int_t)p->total_steps, "tokens", (json_int_t)p->trained_tokens));
-    }
-    char *list = json_dumps(progress, JSON_COMPACT);
-    json_decref(progress);
-    const char *params[] = {req->node_id, list};
-    PGresult *res = heartbeat_query(conn, params, err);
-    free(list);
-    if (!res) {
+    int known, serving;
+    if (scheduler_heartbeat_write(conn, req, resp, &known, &serving, err) < 0) {
         free(resp);
         return db_unavailable(err);
     }
-    if (PQntuples(res) == 0 || !PQgetisnull(res, 0, 0)) { /* declared lost, or never registered */
-        PQclear(res);
+    if (!known) { /* declared lost, or never registered: it has no commands */
         resp->reregister = 1;
         *out = &resp->base;
         return RPC_OK;
     }
     /* A node that neither reports nor is given model workers has nothing for the serving step to change or
      * answer: its statement, planned each time (serving.c), cost about as much as this heartbeat's. */
-    int serving = req->n_serve_workers > 0 || !strcmp(PQgetvalue(res, 0, 1), "true");
-    if (serving && scheduler_serving_heartbeat(conn, req, resp, err) < 0) {
-        PQclear(res);
+    if ((serving || req->n_serve_workers > 0) && scheduler_serving_heartbeat(conn, req, resp, err) < 0) {
         free_heartbeat_response(&resp->base);
         return db_unavailable(err);
     }
-    int n = PQntuples(res) - 1;
-    resp->commands = xcalloc((size_t)(n ? n : 1), sizeof *resp->commands);
-    for (int i = 1; i <= n; i++) {
-        Whet__V1__Command *c = new_message(sizeof *c, (void (*)(void *))whet__v1__command__init);
-        c->kind = command_kind(PQgetvalue(res, i, 1));
-        c->job_id = xstrdup(PQgetvalue(res, i, 2));
-        c->attempt = (uint32_t)atoi(PQgetvalue(res, i, 3));
-        c->manifest_json = scheduler_manifest_deliver(conn, PQgetvalue(res, i, 4));
-        c->grace_ms = (uint32_t)atoi(PQgetvalue(res, i, 5));
-        c->reason = xstrdup(PQgetvalue(res, i, 6));
-        resp->commands[resp->n_commands++] = c;
-        log_info("msg=\"command delivered\" node=%s kind=%s job=%s attempt=%u", req->node_id, PQgetvalue(res, i, 1),
-                 c->job_id, c->attempt);
-    }
-    PQclear(res);
     *out = &resp->base;
     return RPC_OK;
 }
@@ -270,15 +187,18 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
         snprintf(seq, sizeof seq, "%u", e->seq);
         const char *level = !strcmp(e->level, "warn") || !strcmp(e->level, "error") ? e->level : "info";
         const char *type = !strcmp(e->type, "metrics") ? "metrics" : "message";
-        const char *params[] = {id, e->job_id, level, type, e->message, *e->data_json ? e->data_json : NULL, attempt, seq};
-        if (whet_pg_exec(conn,
-                         "INSERT INTO job_events (id, tenant_id, job_id, level, type, message, data, attempt, report_seq)"
-                         " SELECT $1, tenant_id, id, $3, $4, $5, $6::jsonb, $7::int, $8::int FROM jobs WHERE id = $2"
-                         " ON CONFLICT (job_id, attempt, report_seq) WHERE report_seq IS NOT NULL DO NOTHING",
-                         8, params, err) < 0)
+        const char *params[] = {id,      e->job_id, level, type, e->message, *e->data_json ? e->data_json : NULL,
+                                attempt, seq};
+        if (whet_pg_exec(
+                conn,
+                "INSERT INTO job_events (id, tenant_id, job_id, level, type, message, data, attempt, report_seq)"
+                " SELECT $1, tenant_id, id, $3, $4, $5, $6::jsonb, $7::int, $8::int FROM jobs WHERE id = $2"
+                " ON CONFLICT (job_id, attempt, report_seq) WHERE report_seq IS NOT NULL DO NOTHING",
+                8, params, err) < 0)
             return db_unavailable(err);
     }
-    *out = new_message(sizeof(Whet__V1__ReportEventsResponse), (void (*)(void *))whet__v1__report_events_response__init);
+    *out =
+        new_message(sizeof(Whet__V1__ReportEventsResponse), (void (*)(void *))whet__v1__report_events_response__init);
     return RPC_OK;
 }
 
@@ -298,19 +218,20 @@ static int handle_checkpoint(void *ctx, const ProtobufCMessage *msg, ProtobufCMe
     const char *metrics = *req->metrics_json ? req->metrics_json : "{}";
     const char *params[] = {id, req->job_id, step, metrics, req->object_prefix, bytes, event_id, attempt};
     /* The checkpoint row and its event in one statement: a retried report adds neither twice. */
-    if (whet_pg_exec(conn,
-                     "WITH j AS (SELECT id, tenant_id, base_model, suffix FROM jobs WHERE id = $2),"
-                     " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
-                     "   metrics, object_prefix, bytes)"
-                     "   SELECT $1, j.tenant_id, j.id, $3::int,"
-                     "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
-                     "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint"
-                     "   FROM j JOIN tenants t ON t.id = j.tenant_id"
-                     "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id)"
-                     " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
-                     " SELECT $7, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
-                     "   jsonb_build_object('step', $3::int, 'attempt', $8::int) FROM ins",
-                     8, params, err) < 0)
+    if (whet_pg_exec(
+            conn,
+            "WITH j AS (SELECT id, tenant_id, base_model, suffix FROM jobs WHERE id = $2),"
+            " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
+            "   metrics, object_prefix, bytes)"
+            "   SELECT $1, j.tenant_id, j.id, $3::int,"
+            "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
+            "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint"
+            "   FROM j JOIN tenants t ON t.id = j.tenant_id"
+            "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id)"
+            " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
+            " SELECT $7, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
+            "   jsonb_build_object('step', $3::int, 'attempt', $8::int) FROM ins",
+            8, params, err) < 0)
         return db_unavailable(err);
     *out = new_message(sizeof(Whet__V1__ReportCheckpointResponse),
                        (void (*)(void *))whet__v1__report_checkpoint_response__init);
@@ -381,11 +302,12 @@ static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, cons
     snprintf(attempt, sizeof attempt, "%u", req->attempt);
     const Whet__V1__Usage *u = req->usage;
     const char *aparams[] = {req->job_id, attempt, outcome, req->node_id};
-    PGresult *res = whet_pg_query(conn,
-                                  "UPDATE job_attempts SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $3"
-                                  " WHERE job_id = $1 AND attempt = $2::int AND node_id = $4 AND ended_at IS NULL"
-                                  " RETURNING device_type, tenant_id",
-                                  4, aparams, err);
+    PGresult *res =
+        whet_pg_query(conn,
+                      "UPDATE job_attempts SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $3"
+                      " WHERE job_id = $1 AND attempt = $2::int AND node_id = $4 AND ended_at IS NULL"
+                      " RETURNING device_type, tenant_id",
+                      4, aparams, err);
     if (!res) return -1;
     if (PQntuples(res) == 0) {
         PQclear(res);
@@ -395,13 +317,14 @@ static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, cons
     }
     char *device_type = xstrdup(PQgetvalue(res, 0, 0));
     PQclear(res);
-    const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type, dev_s,
-                             trained, rollout};
-    int rc = whet_pg_exec(conn,
-                          "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
-                          " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
-                          " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
-                          6, uparams, err);
+    const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type,
+                             dev_s,       trained, rollout};
+    int rc =
+        whet_pg_exec(conn,
+                     "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
+                     " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
+                     " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
+                     6, uparams, err);
     free(device_type);
     return rc < 0 ? -1 : 1;
 }
@@ -440,34 +363,36 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
     }
 
     const char *jparams[] = {req->job_id, outcome, req->error_code, req->error_message, req->final_object_prefix,
-                             tokens, event_id};
+                             tokens,      event_id};
     /* succeeded: the model gets its name; stopped: paused if the tenant asked, else (preempted) back to
      * the queue; failed/cancelled: final. A job that has succeeded stays so: the attempt cancelled
      * after a late success (above) ends without touching it. */
-    if (whet_pg_exec(conn,
-                     "WITH upd AS (UPDATE jobs j SET"
-                     "  status = CASE $2::text WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed'"
-                     "    WHEN 'cancelled' THEN 'cancelled'"
-                     "    ELSE CASE j.desired WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled' ELSE 'queued' END END,"
-                     "  node_id = NULL, preempt_requested = false,"
-                     "  finished_at = CASE WHEN $2::text IN ('succeeded', 'failed', 'cancelled') THEN whet_now() END,"
-                     "  fine_tuned_model = CASE WHEN $2::text = 'succeeded' THEN 'ft:' || j.base_model || ':' ||"
-                     "    (SELECT name FROM tenants WHERE id = j.tenant_id) || ':' || coalesce(j.suffix, '') || ':' || j.id END,"
-                     "  final_object_prefix = CASE WHEN $2::text = 'succeeded' THEN nullif($5::text, '') END,"
-                     "  error = CASE WHEN $2::text = 'failed' THEN jsonb_build_object('code', nullif($3::text, ''), 'message', $4::text,"
-                     "    'param', NULL) END"
-                     " WHERE j.id = $1 AND j.status <> 'succeeded' RETURNING j.id, j.tenant_id, j.status, j.attempt),"
-                     " tokens AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, trained_tokens)"
-                     "  SELECT id, tenant_id, attempt, $6::bigint FROM upd ON CONFLICT (job_id) DO UPDATE"
-                     "  SET trained_tokens = greatest(coalesce(p.trained_tokens, 0), EXCLUDED.trained_tokens))"
-                     " INSERT INTO job_events (id, tenant_id, job_id, level, message)"
-                     " SELECT $7::text, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
-                     "  CASE status WHEN 'succeeded' THEN 'The job has successfully completed'"
-                     "   WHEN 'failed' THEN 'The job failed: ' || $4::text"
-                     "   WHEN 'cancelled' THEN 'The job was cancelled'"
-                     "   WHEN 'paused' THEN 'The job was paused'"
-                     "   ELSE 'The job was preempted; it will resume from its last checkpoint' END FROM upd",
-                     7, jparams, err) < 0)
+    if (whet_pg_exec(
+            conn,
+            "WITH upd AS (UPDATE jobs j SET"
+            "  status = CASE $2::text WHEN 'succeeded' THEN 'succeeded' WHEN 'failed' THEN 'failed'"
+            "    WHEN 'cancelled' THEN 'cancelled'"
+            "    ELSE CASE j.desired WHEN 'pause' THEN 'paused' WHEN 'cancel' THEN 'cancelled' ELSE 'queued' END END,"
+            "  node_id = NULL, preempt_requested = false,"
+            "  finished_at = CASE WHEN $2::text IN ('succeeded', 'failed', 'cancelled') THEN whet_now() END,"
+            "  fine_tuned_model = CASE WHEN $2::text = 'succeeded' THEN 'ft:' || j.base_model || ':' ||"
+            "    (SELECT name FROM tenants WHERE id = j.tenant_id) || ':' || coalesce(j.suffix, '') || ':' || j.id END,"
+            "  final_object_prefix = CASE WHEN $2::text = 'succeeded' THEN nullif($5::text, '') END,"
+            "  error = CASE WHEN $2::text = 'failed' THEN jsonb_build_object('code', nullif($3::text, ''), 'message', "
+            "$4::text,"
+            "    'param', NULL) END"
+            " WHERE j.id = $1 AND j.status <> 'succeeded' RETURNING j.id, j.tenant_id, j.status, j.attempt),"
+            " tokens AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, trained_tokens)"
+            "  SELECT id, tenant_id, attempt, $6::bigint FROM upd ON CONFLICT (job_id) DO UPDATE"
+            "  SET trained_tokens = greatest(coalesce(p.trained_tokens, 0), EXCLUDED.trained_tokens))"
+            " INSERT INTO job_events (id, tenant_id, job_id, level, message)"
+            " SELECT $7::text, tenant_id, id, CASE WHEN status = 'failed' THEN 'error' ELSE 'info' END,"
+            "  CASE status WHEN 'succeeded' THEN 'The job has successfully completed'"
+            "   WHEN 'failed' THEN 'The job failed: ' || $4::text"
+            "   WHEN 'cancelled' THEN 'The job was cancelled'"
+            "   WHEN 'paused' THEN 'The job was paused'"
+            "   ELSE 'The job was preempted; it will resume from its last checkpoint' END FROM upd",
+            7, jparams, err) < 0)
         goto db_fail;
     if (*req->result_object_key) {
         /* The step-metrics CSV becomes the job's result file, as on OpenAI. */
@@ -496,7 +421,8 @@ db_fail:
 
 const struct rpc_method scheduler_methods[] = {
     {"/whet.v1.Scheduler/RegisterNode", &whet__v1__register_request__descriptor, handle_register, free_plain},
-    {"/whet.v1.Scheduler/Heartbeat", &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response},
+    {"/whet.v1.Scheduler/Heartbeat", &whet__v1__heartbeat_request__descriptor, handle_heartbeat,
+     free_heartbeat_response},
     {"/whet.v1.Scheduler/ReportEvents", &whet__v1__report_events_request__descriptor, handle_events, free_plain},
     {"/whet.v1.Scheduler/ReportCheckpoint", &whet__v1__checkpoint_report__descriptor, handle_checkpoint, free_plain},
     {"/whet.v1.Scheduler/FinishJob", &whet__v1__finish_job_request__descriptor, handle_finish, free_plain},

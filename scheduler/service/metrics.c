@@ -2,8 +2,8 @@
  * (`whet scheduler --metrics HOST:PORT`; off when unset) by common/metrics_http: whether this process
  * leads, the cycles (count, failures, a duration histogram, when the last one ended), what the last
  * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
- * waited), the nodes declared lost with the jobs they sent back to the queue, and whether a mass
- * silence holds those back. A standby serves them
+ * waited), the nodes declared lost with the jobs they sent back to the queue, whether a mass
+ * silence holds those back, and the heartbeats written with the statements that wrote them. A standby serves them
  * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
  *
  * The cycle updates atomics (relaxed: statistics); the server's thread reads them. */
@@ -23,6 +23,7 @@ static struct {
     atomic_long nodes_ready, jobs_running, jobs_queued, oldest_queued_ms;
     atomic_ulong nodes_lost, jobs_requeued;
     atomic_int mass_silence;
+    atomic_ulong heartbeats, heartbeat_statements;
 } m;
 
 static struct metrics_http *server;
@@ -58,6 +59,11 @@ void scheduler_metrics_silence(int mass_silence) {
     atomic_store_explicit(&m.mass_silence, mass_silence, memory_order_relaxed);
 }
 
+void scheduler_metrics_heartbeats(int n) {
+    atomic_fetch_add_explicit(&m.heartbeats, (unsigned long)n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m.heartbeat_statements, 1, memory_order_relaxed);
+}
+
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 /* The Prometheus text exposition (on the server's thread). */
@@ -89,6 +95,11 @@ static void render(struct whet_buf *t) {
                         "1 while most nodes of every data center are past their lease at once (no node is declared "
                         "lost meanwhile: leases.c), else 0.",
                         (double)LOAD(m.mass_silence));
+    metrics_http_sample(t, "whet_scheduler_heartbeats_total", "counter", "Heartbeats written (heartbeats.c).",
+                        (double)LOAD(m.heartbeats));
+    metrics_http_sample(t, "whet_scheduler_heartbeat_statements_total", "counter",
+                        "Statements that wrote them: heartbeats arriving together share one.",
+                        (double)LOAD(m.heartbeat_statements));
 }
 
 int scheduler_metrics_start(const char *addr, struct whet_err *err) {

@@ -129,6 +129,13 @@ void scheduler_manifest_cotrain(json_t *manifest, const char *group, const json_
  * "distributed" object. Returns a new JSON object. */
 json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r);
 
+/* A node's heartbeat, written with those that arrive meanwhile in one statement (heartbeats.c): its
+ * lease renewed, its jobs' progress written, its waiting commands put in resp. *known: 0 when the node
+ * was declared lost or never registered (it is to register again); *serving: model workers are placed
+ * on it. -1 with err when the database failed. */
+int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
+                              int *known, int *serving, struct whet_err *err);
+
 /* Declares the nodes silent past their lease lost and requeues their jobs, unless the whole fleet
  * went silent at once (leases.c says why). */
 int scheduler_expire_leases(PGconn *conn, struct whet_err *err);
@@ -160,5 +167,6 @@ void scheduler_metrics_cycle(double seconds, int ok);
 void scheduler_metrics_snapshot(int nodes_ready, int jobs_running, int jobs_queued, double oldest_queued_s);
 void scheduler_metrics_lost(int nodes, int jobs);
 void scheduler_metrics_silence(int mass_silence);
+void scheduler_metrics_heartbeats(int n);
 
 #endif

@@ -1,0 +1,266 @@
+/* heartbeats.c - the executors' heartbeats, written in batches (group commit).
+ *
+ * One heartbeat is small work for PostgreSQL (renew a lease, upsert a few progress rows, hand out the
+ * node's waiting commands) and most of its cost is per statement: the round trip, the executor start,
+ * the commit. A fleet of 10k nodes at a 2 s interval is 5,000 of them a second. So heartbeats that
+ * arrive together share one statement: a handler thread queues its node's heartbeat; if no batch is
+ * being written it becomes the writer, takes everything queued (up to HEARTBEAT_BATCH_MAX) and runs
+ * heartbeat_batch_sql on its own connection, then hands each waiting thread its node's answer. While
+ * it writes, the next heartbeats queue up and become the next batch, so a quiet fleet writes each
+ * heartbeat alone, at once, as before, and a busy one writes fewer, bigger statements with no timer
+ * (PostgreSQL's and MySQL's group commit work the same way). Up to HEARTBEAT_WRITERS_MAX batches are
+ * written at once (one writer alone would use one of the database's cores), never two with the same
+ * node: a batch's rows are its nodes', its jobs' progress and its nodes' commands, so concurrent
+ * batches seldom wait on each other's row locks (a gang's ranks on nodes of two batches share their
+ * job's progress row, upserted in job order).
+ *
+ * What a heartbeat does is unchanged (handlers.c answers the call): a node's lease is renewed unless it
+ * was declared lost; then, for a node so renewed, the progress of its running attempts is written to
+ * job_progress (migration 0029: narrow and without secondary indexes, so a job's update is HOT; a job
+ * that already succeeded keeps what it has; the step and token counts only grow; a row that would not
+ * change is not written: most heartbeats repeat the last one's step), and up to 32 of its
+ * waiting commands are handed out, oldest first (a STOP never overtakes its START), marked delivered. The
+ * commands are delivered in the answer to the call: a failure after the statement loses them as a lost
+ * answer would. A node twice in the queue (an executor that retried) waits for the next batch. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "pg.h"
+#include "service_internal.h"
+
+#define HEARTBEAT_BATCH_MAX 512
+#define HEARTBEAT_WRITERS_MAX 2
+
+/* Rows: per renewed node one with seq NULL (and whether model workers are placed on it), then its
+ * commands; ordered by node and seq. Progress rows of one job from two nodes of a batch (a gang's ranks)
+ * are one upsert (DISTINCT ON), the latest step winning. */
+static const char *const heartbeat_batch_sql =
+    "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(node text, progress jsonb)),"
+    " n AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp()) FROM r"
+    "   WHERE nodes.id = r.node AND nodes.state <> 'lost' RETURNING nodes.id),"
+    " p AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens,"
+    "   resume_step, started_at) SELECT DISTINCT ON (j.id) j.id, j.tenant_id, a.attempt, x.step, nullif(x.total, 0),"
+    "   x.tokens, a.resume_step, a.started_at"
+    "   FROM r JOIN n ON n.id = r.node"
+    "   CROSS JOIN LATERAL jsonb_to_recordset(r.progress) AS x(job_id text, attempt int, step int, total int, tokens "
+    "bigint)"
+    "   JOIN job_attempts a ON a.job_id = x.job_id AND a.attempt = x.attempt AND a.node_id = n.id"
+    "   JOIN jobs j ON j.id = x.job_id WHERE a.ended_at IS NULL AND j.status <> 'succeeded' ORDER BY j.id, x.step DESC"
+    "   ON CONFLICT (job_id) DO UPDATE SET attempt = EXCLUDED.attempt, last_step = greatest(p.last_step,"
+    "   EXCLUDED.last_step), total_steps = EXCLUDED.total_steps, trained_tokens = greatest(coalesce(p.trained_tokens,"
+    "   0), EXCLUDED.trained_tokens), resume_step = EXCLUDED.resume_step, started_at = EXCLUDED.started_at"
+    "   WHERE (p.attempt, p.total_steps, p.resume_step, p.started_at) IS DISTINCT FROM (EXCLUDED.attempt,"
+    "   EXCLUDED.total_steps, EXCLUDED.resume_step, EXCLUDED.started_at) OR EXCLUDED.last_step > p.last_step"
+    "   OR EXCLUDED.trained_tokens > coalesce(p.trained_tokens, 0)),"
+    " d AS (UPDATE node_commands SET delivered_at = extract(epoch FROM clock_timestamp())"
+    "   WHERE seq IN (SELECT c.seq FROM n CROSS JOIN LATERAL (SELECT seq FROM node_commands"
+    "     WHERE node_id = n.id AND delivered_at IS NULL ORDER BY seq LIMIT 32) c)"
+    "   RETURNING node_id, seq, kind, job_id, attempt, coalesce(manifest::text, '') AS manifest, grace_ms, reason)"
+    " SELECT n.id, NULL::bigint AS seq, EXISTS (SELECT 1 FROM model_workers w WHERE w.node_id = n.id)::text,"
+    "   '', 0, '', 0, '' FROM n"
+    " UNION ALL SELECT * FROM d ORDER BY 1, 2 NULLS FIRST";
+
+/* A heartbeat waiting for its batch; `done` once the writer filled in the rest. */
+struct pending {
+    const Whet__V1__HeartbeatRequest *req;
+    Whet__V1__HeartbeatResponse *resp;
+    json_t *progress; /* [{job_id, attempt, step, total, tokens}] */
+    int done, failed, known, serving;
+    struct whet_err err;
+    struct pending *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t written = PTHREAD_COND_INITIALIZER;
+static struct pending *queue_head, **queue_tail = &queue_head;
+/* The batches being written, HEARTBEAT_WRITERS_MAX at most (n 0: a free writer slot). */
+static struct writer {
+    struct pending *batch[HEARTBEAT_BATCH_MAX];
+    int n;
+} writers[HEARTBEAT_WRITERS_MAX];
+static int writing;
+
+/* The prepared statement, per connection (each handler thread has its own). */
+static __thread PGconn *prepared_on;
+
+static PGresult *run_batch(PGconn *conn, const char *list, struct whet_err *err) {
+    const char *params[] = {list};
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (prepared_on != conn) {
+            PGresult *p = PQprepare(conn, "heartbeat_batch", heartbeat_batch_sql, 1, NULL);
+            int ok = PQresultStatus(p) == PGRES_COMMAND_OK;
+            if (!ok) whet_pg_error(p, conn, err);
+            PQclear(p);
+            if (!ok) return NULL;
+            prepared_on = conn;
+        }
+        PGresult *res = PQexecPrepared(conn, "heartbeat_batch", 1, params, NULL, NULL, 0);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK) return res;
+        /* A new connection at the old one's address has no statement yet: prepare it and run again. */
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        int missing = state && !strcmp(state, "26000");
+        whet_pg_error(res, conn, err);
+        PQclear(res);
+        if (!missing) return NULL;
+        prepared_on = NULL;
+    }
+    return NULL;
+}
+
+static int by_node(const void *a, const void *b) {
+    return strcmp((*(struct pending *const *)a)->req->node_id, (*(struct pending *const *)b)->req->node_id);
+}
+
+static struct pending *find(struct pending **batch, int n, const char *node) {
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, c = strcmp(node, batch[mid]->req->node_id);
+        if (!c) return batch[mid];
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
+    return NULL;
+}
+
+static Whet__V1__Command__Kind command_kind(const char *kind) {
+    if (!strcmp(kind, "start")) return WHET__V1__COMMAND__KIND__START;
+    if (!strcmp(kind, "checkpoint")) return WHET__V1__COMMAND__KIND__CHECKPOINT;
+    if (!strcmp(kind, "stop")) return WHET__V1__COMMAND__KIND__STOP;
+    return WHET__V1__COMMAND__KIND__CANCEL;
+}
+
+/* Writes batch[0..n) (sorted by node, each node once) and fills in each one's answer. */
+static void write_batch(PGconn *conn, struct pending **batch, int n) {
+    json_t *list = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(list,
+                              json_pack("{s:s, s:O}", "node", batch[i]->req->node_id, "progress", batch[i]->progress));
+    char *text = json_dumps(list, JSON_COMPACT);
+    json_decref(list);
+    struct whet_err err;
+    PGresult *res = run_batch(conn, text, &err);
+    free(text);
+    scheduler_metrics_heartbeats(n);
+    if (!res) {
+        for (int i = 0; i < n; i++) batch[i]->failed = 1, batch[i]->err = err;
+        return;
+    }
+    /* Each node's commands: counted first, so that each answer's array is allocated once. */
+    for (int r = 0; r < PQntuples(res); r++) {
+        struct pending *p = find(batch, n, PQgetvalue(res, r, 0));
+        if (!p) continue;
+        if (PQgetisnull(res, r, 1)) {
+            p->known = 1;
+            p->serving = !strcmp(PQgetvalue(res, r, 2), "true");
+        } else {
+            p->resp->n_commands++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        Whet__V1__HeartbeatResponse *resp = batch[i]->resp;
+        resp->commands = xcalloc(resp->n_commands ? resp->n_commands : 1, sizeof *resp->commands);
+        resp->n_commands = 0;
+    }
+    for (int r = 0; r < PQntuples(res); r++) {
+        struct pending *p = find(batch, n, PQgetvalue(res, r, 0));
+        if (!p || PQgetisnull(res, r, 1)) continue;
+        Whet__V1__Command *c = xcalloc(1, sizeof *c);
+        whet__v1__command__init(c);
+        c->kind = command_kind(PQgetvalue(res, r, 2));
+        c->job_id = xstrdup(PQgetvalue(res, r, 3));
+        c->attempt = (uint32_t)atoi(PQgetvalue(res, r, 4));
+        c->manifest_json = scheduler_manifest_deliver(conn, PQgetvalue(res, r, 5));
+        c->grace_ms = (uint32_t)atoi(PQgetvalue(res, r, 6));
+        c->reason = xstrdup(PQgetvalue(res, r, 7));
+        p->resp->commands[p->resp->n_commands++] = c;
+        log_info("msg=\"command delivered\" node=%s kind=%s job=%s attempt=%u", p->req->node_id, PQgetvalue(res, r, 2),
+                 c->job_id, c->attempt);
+    }
+    PQclear(res);
+}
+
+/* 1 when node is in a batch being written. */
+static int in_flight(const char *node) {
+    for (int w = 0; w < HEARTBEAT_WRITERS_MAX; w++)
+        if (writers[w].n && find(writers[w].batch, writers[w].n, node)) return 1;
+    return 0;
+}
+
+/* Takes up to HEARTBEAT_BATCH_MAX queued heartbeats into batch[], oldest first, each node once and none
+ * that another batch being written holds (under the lock): a node's second heartbeat stays queued.
+ * Returns how many, sorted by node. */
+static int take_batch(struct pending **batch) {
+    int n = 0;
+    struct pending **link = &queue_head;
+    while (*link && n < HEARTBEAT_BATCH_MAX) {
+        struct pending *p = *link;
+        if (in_flight(p->req->node_id)) {
+            link = &p->next;
+            continue;
+        }
+        *link = p->next;
+        batch[n++] = p;
+    }
+    qsort(batch, (size_t)n, sizeof *batch, by_node);
+    /* A node twice in the batch: its later heartbeats go back to the front of the queue. */
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (kept && !strcmp(batch[kept - 1]->req->node_id, batch[i]->req->node_id)) {
+            batch[i]->next = queue_head;
+            queue_head = batch[i];
+        } else {
+            batch[kept++] = batch[i];
+        }
+    }
+    queue_tail = &queue_head;
+    while (*queue_tail) queue_tail = &(*queue_tail)->next;
+    return kept;
+}
+
+int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
+                              int *known, int *serving, struct whet_err *err) {
+    json_t *progress = json_array();
+    for (size_t i = 0; i < req->n_jobs; i++) {
+        const Whet__V1__JobProgress *p = req->jobs[i];
+        json_array_append_new(progress, json_pack("{s:s, s:I, s:I, s:I, s:I}", "job_id", p->job_id, "attempt",
+                                                  (json_int_t)p->attempt, "step", (json_int_t)p->step, "total",
+                                                  (json_int_t)p->total_steps, "tokens", (json_int_t)p->trained_tokens));
+    }
+    struct pending self = {.req = req, .resp = resp, .progress = progress};
+
+    pthread_mutex_lock(&lock);
+    *queue_tail = &self;
+    queue_tail = &self.next;
+    while (!self.done) {
+        if (writing == HEARTBEAT_WRITERS_MAX) {
+            pthread_cond_wait(&written, &lock);
+            continue;
+        }
+        struct writer *w = writers;
+        while (w->n) w++;
+        w->n = take_batch(w->batch);
+        if (!w->n) { /* every queued heartbeat is of a node being written: wait for that batch */
+            pthread_cond_wait(&written, &lock);
+            continue;
+        }
+        writing++;
+        pthread_mutex_unlock(&lock);
+        write_batch(conn, w->batch, w->n);
+        pthread_mutex_lock(&lock);
+        for (int i = 0; i < w->n; i++) w->batch[i]->done = 1;
+        w->n = 0;
+        writing--;
+        pthread_cond_broadcast(&written);
+    }
+    pthread_mutex_unlock(&lock);
+    json_decref(progress);
+    if (self.failed) {
+        *err = self.err;
+        return -1;
+    }
+    *known = self.known;
+    *serving = self.serving;
+    return 0;
+}
