@@ -411,6 +411,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
 #endif
                          /* a GPU node's jobs see their own devices; on other nodes the list ends here */
                          a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
+    /* a GPU gang's rank: NCCL's settings for the sandbox, and /dev/shm shared with the gang's ranks here */
     int nccl = a->cuda && job->world_size > 1;
     if (nccl) trainer_sandbox_nccl_env(env, WHET_ARRAY_LEN(env));
     const char *writable[] = {job->dir, NULL};

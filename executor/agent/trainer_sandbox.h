@@ -2,7 +2,8 @@
  * applies it, and tests build the very same sandbox.
  *
  * `whet train` of one process never opens a socket, so a try kills it (kill_on_network); a gang's
- * ranks reach their peers and nothing else (trainer_sandbox_gang) — unless the job grades with
+ * ranks reach their peers and nothing else (trainer_sandbox_gang), and a GPU gang's ranks also get
+ * what NCCL needs (trainer_sandbox_gang_shm, trainer_sandbox_nccl_env) — unless the job grades with
  * python: the trainer then builds a nested sandbox per grader batch (pygrader.h), which needs
  * allow_nested, and a grader's socket() keeps failing with EACCES (as in the graders API) rather than
  * killing the grader's python, since the outer filter's answer would win over the inner one's.
