@@ -85,6 +85,8 @@ char *trainer_sandbox_gang_shm(struct sandbox_spec *spec, const char *work_dir, 
     if (!g) {
         /* 0700: the ranks run as one uid; what keeps other jobs out is that no other sandbox binds it. */
         char *parent = xasprintf("%s/gang-shm", work_dir);
+        /* Held by no rank of this executor, every directory there is a dead executor's leftover. */
+        if (!gang_shms) whet_rm_rf(parent);
         rc = whet_mkdir_p(parent, err);
         free(parent);
         if (!rc && mkdir(dir, 0700) != 0 && errno != EEXIST)

@@ -54,7 +54,8 @@ void trainer_sandbox_nccl_env(const char **env, size_t cap);
  * NCCL's SHM transport. Pages written there are charged to the writing rank's memory cgroup either way. */
 char *trainer_sandbox_gang_shm(struct sandbox_spec *spec, const char *work_dir, const char *job_id, int attempt,
                                struct whet_err *err);
-/* Ends a rank's hold on its gang's directory (takes `dir`); the last rank of the node removes it. */
+/* Ends a rank's hold on its gang's directory (takes `dir`); the last rank of the node removes it. What
+ * a killed executor left there goes when the next one holds no directory and a gang asks for one. */
 void trainer_sandbox_gang_shm_release(char *dir);
 
 #define TRAINER_HOST_UID 65534

@@ -92,10 +92,10 @@ struct sandbox_spec {
     const char *const *connect_to;
     const char *listen_host;
     /* A GPU gang rank's NCCL (needs peer_hosts; see sandbox_net.c): 1 lets the command create AF_UNIX
-     * sockets (NCCL's proxy always opens one) and bind them to absolute path names only, which init
-     * makes (NCCL_IPC_USE_ABSTRACT_SOCKET=0 puts them in the sandbox's own /tmp). Abstract names are
-     * what the host's network namespace shares: a bind to one ends the sandbox, and a Landlock scope
-     * (Linux 6.12) keeps connects and sends from reaching any abstract socket made outside the
+     * sockets (NCCL's proxy always opens one) and bind or connect them to absolute path names only,
+     * which init does (NCCL_IPC_USE_ABSTRACT_SOCKET=0 puts them in the sandbox's own /tmp). Abstract
+     * names are what the host's network namespace shares: a bind or connect to one ends the sandbox,
+     * and a Landlock scope (Linux 6.12) keeps sends from reaching any abstract socket made outside the
      * sandbox; sandbox_spawn fails where the kernel lacks it. A path socket reaches only what the
      * sandbox's mounts show. */
     int allow_unix_sockets;

@@ -18,14 +18,14 @@
  * A GPU gang rank (allow_unix_sockets) may also create AF_UNIX sockets: NCCL's proxy opens one in
  * every process (ncclProxyInit, src/proxy.cc) and exchanges cuMem file descriptors over it. seccomp
  * cannot tell a socket's address from its pointer, so the line is drawn elsewhere:
- *   - bind: init reads the address like an IP one and binds only an absolute path name, itself, in the
- *     sandbox's mount namespace (its cwd is "/", hence no relative names) and with the command's
- *     file-system ids (the socket file is the command's); an abstract name (or
- *     autobind, which picks one) ends the sandbox, so nothing can squat a host service's name in the
- *     host's network namespace, which such a sandbox shares;
- *   - connect and sendto/sendmsg to an abstract name: a Landlock scope (LANDLOCK_SCOPE_ABSTRACT_UNIX_
- *     SOCKET, Linux 6.12, loaded by the worker) refuses every abstract socket made outside the sandbox
- *     (containerd's, systemd's, X11's); connect() on a unix socket ends the sandbox anyway;
+ *   - bind and connect: init reads the address like an IP one and accepts only an absolute path name,
+ *     making the call itself in the sandbox's mount namespace (its cwd is "/", hence no relative
+ *     names) with the command's file-system ids (a bound socket file is the command's); an abstract
+ *     name (or autobind, which picks one) ends the sandbox, so nothing can squat a host service's name
+ *     in the host's network namespace, which such a sandbox shares;
+ *   - sendto/sendmsg to an abstract name (seccomp cannot read their addresses): a Landlock scope
+ *     (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12, loaded by the worker) refuses every abstract
+ *     socket made outside the sandbox (containerd's, systemd's, X11's) with EPERM;
  *   - a path name reaches only socket files the sandbox's mounts show: its own /tmp and job dir, its
  *     gang's /dev/shm (the gang's own ranks), and read-only system dirs that hold none.
  * So NCCL runs with NCCL_IPC_USE_ABSTRACT_SOCKET=0 (its sockets land in the rank's private /tmp) and,
@@ -300,8 +300,9 @@ static int perform(const struct sandbox_net *net, const struct seccomp_notif *re
     return e;
 }
 
-/* A unix socket's bind, made as the command: its file is the command's (which may then send to it)
- * and is created only where the command itself could create it. */
+/* A unix socket's bind or connect, made as the command: a bound file is the command's (which may then
+ * send to it) and created only where the command could create it; a connect needs the command's own
+ * permission on the socket file. */
 static int perform_as_command(const struct sandbox_plan *plan, const struct seccomp_notif *req, union any_addr *a,
                               socklen_t len) {
     if (!plan->switch_ids) return perform(&plan->net, req, a, len, NULL);
@@ -349,11 +350,12 @@ int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, cons
                     why_len);
         return 0;
     }
-    if (a.sa.sa_family == AF_UNIX && net->unix_sockets && nr == SYS_bind) {
+    if (a.sa.sa_family == AF_UNIX && net->unix_sockets) {
         /* An absolute path only (the zeroed copy ends it); init's cwd is "/", not the command's. */
         if (len > offsetof(struct sockaddr_un, sun_path) && a.un.sun_path[0] == '/')
             return send_answer(listener, req, perform_as_command(plan, req, &a, len), 0);
-        sbx_strlcpy(why, "bind of a unix socket to an abstract or relative name", why_len);
+        sbx_strlcpy(why, what, why_len);
+        sbx_strlcat(why, " of a unix socket to an abstract or relative name", why_len);
         return 0;
     }
     int family = a.sa.sa_family;

@@ -169,7 +169,9 @@ TEST(a_gpu_gang_rank_binds_and_sends_on_path_unix_sockets) {
     static const char script[] = "import socket\n"
                                  "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind('/tmp/nccl-socket-0-1')\n"
                                  "c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-                                 "c.sendto(b'fd', '/tmp/nccl-socket-0-1'); print('got', s.recv(2).decode())\n";
+                                 "c.sendto(b'fd', '/tmp/nccl-socket-0-1'); print('got', s.recv(2).decode())\n"
+                                 "t = socket.socket(socket.AF_UNIX); t.bind('/tmp/stream'); t.listen(1)\n"
+                                 "u = socket.socket(socket.AF_UNIX); u.connect('/tmp/stream'); print('connected')\n";
     gpu_rank = 1;
     struct sandbox_job job = run_python(script);
     gpu_rank = 0;
@@ -178,14 +180,14 @@ TEST(a_gpu_gang_rank_binds_and_sends_on_path_unix_sockets) {
         CHECK_CONTAINS(job.result.message, "need Landlock ABI 6");
     } else {
         CHECK(job.result.reason == SANDBOX_OK);
-        CHECK_CONTAINS(job.out, "got fd");
+        CHECK_CONTAINS(job.out, "got fd\nconnected");
         if (geteuid() == 0) { /* as a root executor's trainer: init binds as uid 65534, who may send to it */
             sandbox_job_release(&job);
             as_nobody = gpu_rank = 1;
             job = run_python(script);
             as_nobody = gpu_rank = 0;
             CHECK(job.result.reason == SANDBOX_OK);
-            CHECK_CONTAINS(job.out, "got fd");
+            CHECK_CONTAINS(job.out, "got fd\nconnected");
         }
     }
     sandbox_job_release(&job);
@@ -219,11 +221,17 @@ TEST(a_gpu_gang_rank_reaches_no_abstract_socket) {
     char buf[4];
     CHECK(recv(host, buf, sizeof buf, 0) < 0);
     sandbox_job_release(&job);
-    /* Nor may it take an abstract name a host service might want. */
+    /* Nor may it take an abstract name a host service might want, or try to connect to one. */
     job = run_python("import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind('\\0whet-squat')\n");
-    gpu_rank = 0;
     CHECK(job.result.reason == SANDBOX_SECCOMP);
     CHECK_STR(job.result.denied, "bind of a unix socket to an abstract or relative name");
+    sandbox_job_release(&job);
+    snprintf(script, sizeof script, "import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).connect('\\0%s')\n",
+             name);
+    job = run_python(script);
+    gpu_rank = 0;
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "connect of a unix socket to an abstract or relative name");
     sandbox_job_release(&job);
     close(host);
 }

@@ -192,6 +192,9 @@ TEST(a_gpu_gangs_ranks_on_one_node_share_a_dev_shm_no_other_job_sees) {
     const char **peers[3];
     char *shm[3];
     struct whet_err err;
+    char stale[128];
+    snprintf(stale, sizeof stale, "%s/gang-shm/ftjob-dead-3", dir); /* a killed executor's */
+    CHECK(whet_mkdir_p(stale, &err) == 0);
     for (int i = 0; i < 3; i++) {
         struct sandbox_spec *spec = i < 2 ? &rank[i] : &other;
         trainer_sandbox_spec(spec, NULL, env, "/tmp", NULL, NULL, NULL, cfg);
@@ -201,6 +204,8 @@ TEST(a_gpu_gangs_ranks_on_one_node_share_a_dev_shm_no_other_job_sees) {
     }
     trainer_sandbox_spec(&plain, NULL, env, "/tmp", NULL, NULL, NULL, cfg);
     CHECK(shm[0] && shm[1] && shm[2] && !strcmp(shm[0], shm[1]) && strcmp(shm[0], shm[2]));
+    struct stat st;
+    CHECK(stat(stale, &st) != 0);
 
     struct sandbox_job job;
     run_sh(&job, &rank[0], "echo from-rank0 > /dev/shm/nccl-abc && env | grep ^NCCL_ | sort");
@@ -228,7 +233,6 @@ TEST(a_gpu_gangs_ranks_on_one_node_share_a_dev_shm_no_other_job_sees) {
 
     /* The node's last rank of the gang removes its directory. */
     char *kept = xstrdup(shm[0]);
-    struct stat st;
     trainer_sandbox_gang_shm_release(shm[0]);
     CHECK(stat(kept, &st) == 0);
     trainer_sandbox_gang_shm_release(shm[1]);
