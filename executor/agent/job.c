@@ -405,12 +405,12 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     char *nccl_ifname = ifname && job->world_size > 1 ? xasprintf("NCCL_SOCKET_IFNAME=%s", ifname) : NULL;
     const char *env[16] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
 #ifdef __SANITIZE_ADDRESS__
-                         /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
-                          * the sandbox forbids: the trainer of such a build checks no leaks. */
-                         "ASAN_OPTIONS=detect_leaks=0",
+                           /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
+                            * the sandbox forbids: the trainer of such a build checks no leaks. */
+                           "ASAN_OPTIONS=detect_leaks=0",
 #endif
-                         /* a GPU node's jobs see their own devices; on other nodes the list ends here */
-                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
+                           /* a GPU node's jobs see their own devices; on other nodes the list ends here */
+                           a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
     /* a GPU gang's rank: NCCL's settings for the sandbox, and /dev/shm shared with the gang's ranks here */
     int nccl = a->cuda && job->world_size > 1;
     if (nccl) trainer_sandbox_nccl_env(env, WHET_ARRAY_LEN(env));
