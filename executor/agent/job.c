@@ -403,14 +403,17 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     /* NCCL between a gang's GPU nodes: the interface the operator named for it (executor's environment). */
     const char *ifname = whet_env("NCCL_SOCKET_IFNAME", NULL);
     char *nccl_ifname = ifname && job->world_size > 1 ? xasprintf("NCCL_SOCKET_IFNAME=%s", ifname) : NULL;
-    const char *env[] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
+    const char *env[16] = {"PATH=/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8", threads, "OMP_WAIT_POLICY=PASSIVE",
 #ifdef __SANITIZE_ADDRESS__
-                         /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
-                          * the sandbox forbids: the trainer of such a build checks no leaks. */
-                         "ASAN_OPTIONS=detect_leaks=0",
+                           /* A sanitizer build's LeakSanitizer stops the world with ptrace at exit, which
+                            * the sandbox forbids: the trainer of such a build checks no leaks. */
+                           "ASAN_OPTIONS=detect_leaks=0",
 #endif
-                         /* a GPU node's jobs see their own devices; on other nodes the list ends here */
-                         a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
+                           /* a GPU node's jobs see their own devices; on other nodes the list ends here */
+                           a->cuda ? gpus.visible : NULL, "CUDA_DEVICE_ORDER=PCI_BUS_ID", nccl_ifname, NULL};
+    /* a GPU gang's rank: NCCL's settings for the sandbox, and /dev/shm shared with the gang's ranks here */
+    int nccl = a->cuda && job->world_size > 1;
+    if (nccl) trainer_sandbox_nccl_env(env, WHET_ARRAY_LEN(env));
     const char *writable[] = {job->dir, NULL};
     /* the base model, the trainer binary, the judge models (read by the trainer too) */
     size_t n_judges = 0;
@@ -427,7 +430,11 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     spec.stdout_fd = out_pipe[1];
     spec.stderr_fd = log_fd;
     struct sandbox_child child;
+    char *shm_dir = NULL;
     int handed = trainer_sandbox_hand_over(&spec, job->dir, model_dir, &err);
+    if (handed == 0 && nccl && peers && !(shm_dir = trainer_sandbox_gang_shm(&spec, a->opts->work_dir, job->id,
+                                                                            job->attempt, &err)))
+        handed = -1;
     for (size_t i = 0; i < n_judges && handed == 0; i++)
         handed = trainer_sandbox_hand_over(&spec, job->dir, judge_dirs[i], &err);
     if (handed < 0 || sandbox_spawn(&spec, &child, &err) < 0) {
@@ -440,6 +447,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         free(readonly);
         free(peers);
         free(nccl_ifname);
+        trainer_sandbox_gang_shm_release(shm_dir);
         return;
     }
     close(out_pipe[1]);
@@ -502,6 +510,7 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
     free(readonly);
     free(peers);
     free(nccl_ifname);
+    trainer_sandbox_gang_shm_release(shm_dir);
 }
 
 /* A job in the node's co-training process (cotrain.c): the same lines, the same outcomes as train(). */

@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,6 +61,78 @@ const char **trainer_sandbox_gang(struct sandbox_spec *spec, const json_t *distr
     spec->peer_port_lo = lo;
     spec->peer_port_hi = hi;
     return peers;
+}
+
+void trainer_sandbox_nccl_env(const char **env, size_t cap) {
+    static const char *const nccl[] = {"NCCL_IPC_USE_ABSTRACT_SOCKET=0", "NCCL_CUMEM_ENABLE=0", "NCCL_P2P_DISABLE=1",
+                                       "NCCL_NVLS_ENABLE=0", "NCCL_IB_DISABLE=1"};
+    size_t n = 0;
+    while (n < cap && env[n]) n++;
+    for (size_t i = 0; i < WHET_ARRAY_LEN(nccl) && n + 1 < cap; i++) env[n++] = nccl[i];
+    env[n < cap ? n : cap - 1] = NULL;
+}
+
+/* The node's gang directories in use, with how many ranks hold each (the ranks run on threads of their own). */
+struct gang_shm {
+    char *dir;
+    int holders;
+    struct gang_shm *next;
+};
+static pthread_mutex_t gang_shm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gang_shm *gang_shms;
+
+char *trainer_sandbox_gang_shm(struct sandbox_spec *spec, const char *work_dir, const char *job_id, int attempt,
+                               struct whet_err *err) {
+    char *dir = xasprintf("%s/gang-shm/%s-%d", work_dir, job_id, attempt);
+    pthread_mutex_lock(&gang_shm_lock);
+    struct gang_shm *g = gang_shms;
+    while (g && strcmp(g->dir, dir)) g = g->next;
+    int rc = 0;
+    if (!g) {
+        /* 0700: the ranks run as one uid; what keeps other jobs out is that no other sandbox binds it. */
+        char *parent = xasprintf("%s/gang-shm", work_dir);
+        /* Held by no rank of this executor, every directory there is a dead executor's leftover. */
+        if (!gang_shms) whet_rm_rf(parent);
+        rc = whet_mkdir_p(parent, err);
+        free(parent);
+        if (!rc && mkdir(dir, 0700) != 0 && errno != EEXIST)
+            rc = whet_errf(err, "%s: mkdir: %s", dir, strerror(errno));
+        if (!rc && spec->host_uid >= 0 && chown(dir, (uid_t)spec->host_uid, (gid_t)spec->host_gid) != 0)
+            rc = whet_errf(err, "%s: chown to uid %d: %s", dir, spec->host_uid, strerror(errno));
+        if (!rc) {
+            g = xcalloc(1, sizeof *g);
+            g->dir = xstrdup(dir);
+            g->next = gang_shms;
+            gang_shms = g;
+        }
+    }
+    if (g) g->holders++;
+    pthread_mutex_unlock(&gang_shm_lock);
+    if (rc) {
+        free(dir);
+        return NULL;
+    }
+    spec->shm_dir = dir;
+    spec->allow_unix_sockets = 1;
+    return dir;
+}
+
+void trainer_sandbox_gang_shm_release(char *dir) {
+    if (!dir) return;
+    pthread_mutex_lock(&gang_shm_lock);
+    for (struct gang_shm **p = &gang_shms; *p; p = &(*p)->next) {
+        struct gang_shm *g = *p;
+        if (strcmp(g->dir, dir)) continue;
+        if (--g->holders == 0) {
+            whet_rm_rf(g->dir);
+            *p = g->next;
+            free(g->dir);
+            free(g);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&gang_shm_lock);
+    free(dir);
 }
 
 /* nftw passes no context: the walk's target and its first failure, per thread (jobs run on several). */

@@ -2,7 +2,8 @@
  * applies it, and tests build the very same sandbox.
  *
  * `whet train` of one process never opens a socket, so a try kills it (kill_on_network); a gang's
- * ranks reach their peers and nothing else (trainer_sandbox_gang) — unless the job grades with
+ * ranks reach their peers and nothing else (trainer_sandbox_gang), and a GPU gang's ranks also get
+ * what NCCL needs (trainer_sandbox_gang_shm, trainer_sandbox_nccl_env) — unless the job grades with
  * python: the trainer then builds a nested sandbox per grader batch (pygrader.h), which needs
  * allow_nested, and a grader's socket() keeps failing with EACCES (as in the graders API) rather than
  * killing the grader's python, since the outer filter's answer would win over the inner one's.
@@ -40,6 +41,26 @@ void trainer_sandbox_spec(struct sandbox_spec *spec, const char *const *argv, co
  * network namespace and its socket() killed. Returns the NULL-terminated peer list the spec points
  * at (the caller frees it, the strings stay the manifest's), or NULL for one process. */
 const char **trainer_sandbox_gang(struct sandbox_spec *spec, const json_t *distributed, int lo, int hi);
+
+/* A GPU gang rank's NCCL (the decisions and their cost: executor/train/dist/nccl/comm_nccl.c). Appends
+ * to the NULL-terminated `env` (room for `cap` pointers, the NULL included; static strings) what NCCL
+ * needs in the sandbox: path-named proxy sockets in the rank's own /tmp, no cuMem and no CUDA P2P/NVLS
+ * (both would pass handles or open the other ranks' GPUs across sandboxes), no InfiniBand (the sandbox
+ * binds no /dev/infiniband): a node's ranks meet in the gang's /dev/shm, nodes over TCP. The executor
+ * adds NCCL_SOCKET_IFNAME from its own environment. What does not fit in `cap` is left out. */
+void trainer_sandbox_nccl_env(const char **env, size_t cap);
+/* Makes `spec` (a gang rank's, after trainer_sandbox_gang) NCCL-ready: unix sockets (sandbox.h) and
+ * /dev/shm bound to the gang's directory on this node, work_dir/gang-shm/JOB-ATTEMPT, created at the
+ * first of the node's ranks, handed to the trainer's host uid, shared by the gang's ranks here and by
+ * no other job. Returns that directory (the caller hands it to trainer_sandbox_gang_shm_release when
+ * the rank has ended), or NULL with err. Operators bound its size by mounting a tmpfs (size=…) on
+ * work_dir/gang-shm; without one it lives on the work dir's disk, which is correct but slower for
+ * NCCL's SHM transport. Pages written there are charged to the writing rank's memory cgroup either way. */
+char *trainer_sandbox_gang_shm(struct sandbox_spec *spec, const char *work_dir, const char *job_id, int attempt,
+                               struct whet_err *err);
+/* Ends a rank's hold on its gang's directory (takes `dir`); the last rank of the node removes it. What
+ * a killed executor left there goes when the next one holds no directory and a gang asks for one. */
+void trainer_sandbox_gang_shm_release(char *dir);
 
 #define TRAINER_HOST_UID 65534
 

@@ -242,6 +242,7 @@ static void worker_main(const struct sandbox_plan *plan, const struct child_fds 
     if (sandbox_rlimits_child(plan, &what) < 0) child_fail(result, what, errno, 127);
     if (chdir(plan->workdir) < 0) child_fail(result, "chdir to the working directory", errno, 127);
     if (sandbox_identity_child(plan, &what) < 0) child_fail(result, what, errno, 127);
+    if (sandbox_net_child_scope(plan, &what) < 0) child_fail(result, what, errno, 127);
     if (plan->seccomp_notify) {
         /* Init takes the listener with pidfd_getfd, which needs the worker dumpable (a uid switch
          * clears it; exec would set it anyway). The command never holds it: init acks before exec,

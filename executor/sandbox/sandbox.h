@@ -2,7 +2,7 @@
  *
  * A sandboxed command runs in new user, PID, mount, network, IPC and UTS namespaces, sees a read-only
  * minimal view of the system (/usr, /lib*, /bin, a few /etc files, /dev/{null,zero,full,random,
- * urandom}, a fresh /proc for its PID namespace, a small tmpfs /tmp) plus exactly the directories the
+ * urandom} and, for a GPU gang rank, a /dev/shm shared with its gang's ranks of the node only, a fresh /proc for its PID namespace, a small tmpfs /tmp) plus exactly the directories the
  * caller lists (writable or read-only), under a seccomp allow-list, rlimits and, where the host
  * delegates cgroup v2 controllers, cgroup limits. Nothing else of the host file system is visible.
  *
@@ -91,6 +91,18 @@ struct sandbox_spec {
      * picks one). Inbound connections to what it listens on are not filtered. */
     const char *const *connect_to;
     const char *listen_host;
+    /* A GPU gang rank's NCCL (needs peer_hosts; see sandbox_net.c): 1 lets the command create AF_UNIX
+     * sockets (NCCL's proxy always opens one) and bind or connect them to absolute path names only,
+     * which init does (NCCL_IPC_USE_ABSTRACT_SOCKET=0 puts them in the sandbox's own /tmp). Abstract
+     * names are what the host's network namespace shares: a bind or connect to one ends the sandbox,
+     * and a Landlock scope (Linux 6.12) keeps sends from reaching any abstract socket made outside the
+     * sandbox; sandbox_spawn fails where the kernel lacks it. A path socket reaches only what the
+     * sandbox's mounts show. */
+    int allow_unix_sockets;
+    /* A host directory bound writable (nosuid, nodev) at /dev/shm; NULL: the sandbox has no /dev/shm.
+     * NCCL needs one, and its SHM transport shares files there between the ranks of one gang on one
+     * node, which therefore get the same directory (trainer_sandbox_gang_shm); no other job sees it. */
+    const char *shm_dir;
     /* fds handed to the command as 0, 1, 2; -1 means /dev/null. The caller keeps ownership. */
     int stdin_fd, stdout_fd, stderr_fd;
     /* Root callers only: run the command as this host uid/gid (e.g. 65534) instead of root's; -1

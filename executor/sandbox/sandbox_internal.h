@@ -23,6 +23,7 @@ enum mount_kind {
     MOUNT_FILE,     /* create an empty file dst (a mount point for a bound file) */
     MOUNT_BIND_RO,  /* bind src on dst, read-only (recursive), nosuid, nodev */
     MOUNT_BIND_RW,  /* bind src on dst, writable, nosuid, nodev */
+    MOUNT_BIND_DEV, /* bind a host device node src on dst, writable, as it is */
     MOUNT_TMPFS,    /* tmpfs on dst with `data` options */
     MOUNT_PROC,     /* a fresh proc for the new PID namespace */
     MOUNT_SYMLINK,  /* symlink src -> dst */
@@ -58,6 +59,7 @@ struct sandbox_net {
     int n_connects;             /* a server's (connect_to, listen_host) */
     struct sandbox_endpoint connects[SANDBOX_MAX_PEERS];
     struct sandbox_endpoint listen; /* host.family 0: none */
+    int unix_sockets;           /* allow_unix_sockets: AF_UNIX sockets, bound to absolute paths by init */
 };
 
 struct sandbox_plan {
@@ -108,6 +110,9 @@ int sandbox_seccomp_child_listener(const struct sandbox_plan *plan, const char *
  * connect_to and listen_host into plan->net (-1 with err on a bad address or range). Init side: answers a notified socket call of the command when
  * the policy allows it (1); 0 with `why` ("connect to 10.0.0.9:5432: not a peer port") when not. */
 int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err);
+/* Worker side, before seccomp: with net.unix_sockets, the Landlock scope that keeps the command from
+ * connecting or sending to abstract unix sockets made outside its sandbox (0, or -1 with errno). */
+int sandbox_net_child_scope(const struct sandbox_plan *plan, const char **what);
 struct seccomp_notif;
 int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, const struct seccomp_notif *req, char *why,
                              size_t why_len);

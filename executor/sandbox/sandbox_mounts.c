@@ -5,7 +5,8 @@
  *   2. mount a tmpfs on SANDBOX_BASE and pivot_root into it, the host's root landing on /oldroot;
  *   3. mount an empty tmpfs on /newroot and fill it from the plan: read-only binds of the system
  *      pieces and of the caller's read-only dirs, writable binds of its writable dirs, a fresh proc,
- *      a tmpfs /tmp and a tmpfs /dev holding bound /dev/null, zero, full, random, urandom;
+ *      a tmpfs /tmp and a tmpfs /dev holding bound /dev/null, zero, full, random, urandom (and the
+ *      caller's device nodes, and a GPU gang's shared directory as /dev/shm);
  *   4. detach /oldroot, pivot_root into /newroot, detach the old root, remount / read-only.
  * Paths not in the plan do not exist inside: another tenant's directory is not hidden, it is absent.
  * Bind mounts of the caller's paths keep their canonical host path inside (realpath). */
@@ -109,7 +110,21 @@ static void plan_device_node(struct sandbox_plan *plan, const char *name) {
     snprintf(host, sizeof host, "/dev/%s", name);
     snprintf(src, sizeof src, "%s%s", SANDBOX_OLDROOT, host);
     plan_push(plan, MOUNT_FILE, NULL, host, NULL);
-    plan_push(plan, MOUNT_BIND_RW, src, host, NULL);
+    plan_push(plan, MOUNT_BIND_DEV, src, host, NULL);
+}
+
+/* The host directory `dir` bound writable at /dev/shm (a GPU gang's, shared by its ranks on the node). */
+static int plan_shm(struct sandbox_plan *plan, const char *dir, struct whet_err *err) {
+    char real[PATH_MAX];
+    struct stat st;
+    if (!realpath(dir, real) || stat(real, &st) < 0)
+        return whet_errf(err, "sandbox: /dev/shm directory %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return whet_errf(err, "sandbox: /dev/shm directory %s is not a directory", dir);
+    char *src = xasprintf("%s%s", SANDBOX_OLDROOT, real);
+    plan_push(plan, MOUNT_DIR, NULL, "/dev/shm", NULL);
+    plan_push(plan, MOUNT_BIND_RW, src, "/dev/shm", NULL);
+    free(src);
+    return 0;
 }
 
 int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err) {
@@ -133,6 +148,7 @@ int sandbox_mounts_plan(struct sandbox_plan *plan, const struct sandbox_spec *sp
             return whet_errf(err, "device node \"%s\": expected a name under /dev", spec->device_nodes[i]);
         plan_device_node(plan, spec->device_nodes[i]);
     }
+    if (spec->shm_dir && plan_shm(plan, spec->shm_dir, err) < 0) return -1;
     plan_push(plan, MOUNT_SYMLINK, "/proc/self/fd", "/dev/fd", NULL);
     plan_push(plan, MOUNT_SYMLINK, "/proc/self/fd/0", "/dev/stdin", NULL);
     plan_push(plan, MOUNT_SYMLINK, "/proc/self/fd/1", "/dev/stdout", NULL);
@@ -211,6 +227,7 @@ static int mount_op_child(const struct mount_op *op, int *proc_missing, const ch
     }
     case MOUNT_BIND_RO:
     case MOUNT_BIND_RW:
+    case MOUNT_BIND_DEV:
         *what = "bind mount";
         if (mount(op->src, op->dst, NULL, MS_BIND | MS_REC, NULL) < 0) return -1;
         *what = "restrict bind mount";
@@ -218,7 +235,7 @@ static int mount_op_child(const struct mount_op *op, int *proc_missing, const ch
             return restrict_mount(op->dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
                                   MS_RDONLY | MS_NOSUID | MS_NODEV);
         /* Device nodes are bound from the host's /dev and must keep working. */
-        if (strncmp(op->dst, SANDBOX_NEWROOT "/dev/", sizeof(SANDBOX_NEWROOT "/dev/") - 1) == 0) return 0;
+        if (op->kind == MOUNT_BIND_DEV) return 0;
         return restrict_mount(op->dst, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MS_NOSUID | MS_NODEV);
     case MOUNT_TMPFS:
         *what = "mount tmpfs";

@@ -15,6 +15,23 @@
  * NOTIF_ADDFD): interface ioctls work on it and no datagram can leave. Other socket calls (raw,
  * AF_UNIX sockets, whose abstract names the host's network namespace shares) end the sandbox.
  *
+ * A GPU gang rank (allow_unix_sockets) may also create AF_UNIX sockets: NCCL's proxy opens one in
+ * every process (ncclProxyInit, src/proxy.cc) and exchanges cuMem file descriptors over it. seccomp
+ * cannot tell a socket's address from its pointer, so the line is drawn elsewhere:
+ *   - bind and connect: init reads the address like an IP one and accepts only an absolute path name,
+ *     making the call itself in the sandbox's mount namespace (its cwd is "/", hence no relative
+ *     names) with the command's file-system ids (a bound socket file is the command's); an abstract
+ *     name (or autobind, which picks one) ends the sandbox, so nothing can squat a host service's name
+ *     in the host's network namespace, which such a sandbox shares;
+ *   - sendto/sendmsg to an abstract name (seccomp cannot read their addresses): a Landlock scope
+ *     (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12, loaded by the worker) refuses every abstract
+ *     socket made outside the sandbox (containerd's, systemd's, X11's) with EPERM;
+ *   - a path name reaches only socket files the sandbox's mounts show: its own /tmp and job dir, its
+ *     gang's /dev/shm (the gang's own ranks), and read-only system dirs that hold none.
+ * So NCCL runs with NCCL_IPC_USE_ABSTRACT_SOCKET=0 (its sockets land in the rank's private /tmp) and,
+ * since no rank can reach another rank's socket, without cuMem handle exchange (comm_nccl.c says what
+ * that costs).
+ *
  * Limits, stated for operators:
  *   - The policy is on addresses and ports: any service that listens on a peer's address within the
  *     port range is reachable. The range (WHET_GANG_PORTS, executor/agent) must be one no service of
@@ -29,16 +46,20 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/landlock.h>
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "sandbox_internal.h"
@@ -79,6 +100,13 @@ static int plan_server(struct sandbox_net *net, const struct sandbox_spec *spec,
     return 0;
 }
 
+/* Landlock's scope of abstract unix sockets (ABI 6); older kernel headers lack it. */
+#define LANDLOCK_ABI_SCOPE 6
+#define SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+struct landlock_scope_attr {
+    uint64_t handled_access_fs, handled_access_net, scoped;
+};
+
 int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec, struct whet_err *err) {
     struct sandbox_net *net = &plan->net;
     memset(net, 0, sizeof *net);
@@ -100,7 +128,30 @@ int sandbox_net_plan(struct sandbox_plan *plan, const struct sandbox_spec *spec,
     if (net->n_peers == 0) return whet_errf(err, "sandbox: peer_hosts lists no address");
     net->port_lo = spec->peer_port_lo;
     net->port_hi = spec->peer_port_hi;
+    if (spec->allow_unix_sockets) {
+        long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+        if (abi < LANDLOCK_ABI_SCOPE)
+            return whet_errf(err, "sandbox: unix sockets for NCCL need Landlock ABI %d (Linux 6.12, \"landlock\" in the "
+                                  "lsm= boot list) to keep them off the host's abstract sockets; this kernel offers %s",
+                             LANDLOCK_ABI_SCOPE, abi < 0 ? strerror(errno) : "an older ABI");
+        net->unix_sockets = 1;
+    }
     return 0;
+}
+
+/* ---------- worker side ---------- */
+
+int sandbox_net_child_scope(const struct sandbox_plan *plan, const char **what) {
+    if (!plan->net.unix_sockets) return 0;
+    *what = "Landlock scope of abstract unix sockets";
+    struct landlock_scope_attr attr = {.scoped = SCOPE_ABSTRACT_UNIX_SOCKET};
+    int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+    if (fd < 0) return -1;
+    int rc = (int)syscall(SYS_landlock_restrict_self, fd, 0);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
 }
 
 /* ---------- init side ---------- */
@@ -177,9 +228,10 @@ static int send_answer(int listener, const struct seccomp_notif *req, int error,
 
 enum socket_answer { SOCKET_DENY, SOCKET_CONTINUE, SOCKET_STAND_IN };
 
-static enum socket_answer socket_answer(const struct seccomp_notif *req) {
+static enum socket_answer socket_answer(const struct sandbox_net *net, const struct seccomp_notif *req) {
     long domain = (long)req->data.args[0], type = (long)req->data.args[1] & 0xf, proto = (long)req->data.args[2];
     if (req->data.nr == SYS_socketpair) return domain == AF_UNIX ? SOCKET_CONTINUE : SOCKET_DENY;
+    if (domain == AF_UNIX) return net->unix_sockets ? SOCKET_CONTINUE : SOCKET_DENY;
     if (domain == AF_INET || domain == AF_INET6) {
         if (type == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP)) return SOCKET_CONTINUE;
         return type == SOCK_DGRAM && (proto == 0 || proto == IPPROTO_UDP) ? SOCKET_STAND_IN : SOCKET_DENY;
@@ -210,6 +262,7 @@ union any_addr {
     struct sockaddr_in in;
     struct sockaddr_in6 in6;
     struct sockaddr_nl nl;
+    struct sockaddr_un un;
     struct sockaddr_storage ss;
 };
 
@@ -247,13 +300,26 @@ static int perform(const struct sandbox_net *net, const struct seccomp_notif *re
     return e;
 }
 
+/* A unix socket's bind or connect, made as the command: a bound file is the command's (which may then
+ * send to it) and created only where the command could create it; a connect needs the command's own
+ * permission on the socket file. */
+static int perform_as_command(const struct sandbox_plan *plan, const struct seccomp_notif *req, union any_addr *a,
+                              socklen_t len) {
+    if (!plan->switch_ids) return perform(&plan->net, req, a, len, NULL);
+    int gid = setfsgid(plan->run_gid), uid = setfsuid(plan->run_uid);
+    int e = perform(&plan->net, req, a, len, NULL);
+    setfsuid((uid_t)uid);
+    setfsgid((gid_t)gid);
+    return e;
+}
+
 int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, const struct seccomp_notif *req, char *why,
                              size_t why_len) {
     const struct sandbox_net *net = &plan->net;
     why[0] = 0;
     int nr = req->data.nr;
     if (nr == SYS_socket || nr == SYS_socketpair) {
-        enum socket_answer answer = socket_answer(req);
+        enum socket_answer answer = socket_answer(net, req);
         if (answer == SOCKET_STAND_IN) return answer_stand_in(listener, req);
         if (answer == SOCKET_DENY) {
             sbx_strlcpy(why, nr == SYS_socket ? "a socket other than TCP: domain " : "a socket pair of domain ",
@@ -282,6 +348,14 @@ int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, cons
             return send_answer(listener, req, perform(net, req, &a, len, NULL), 0);
         sbx_strlcpy(why, nr == SYS_bind ? "bind of a netlink socket to multicast groups" : "connect of a netlink socket",
                     why_len);
+        return 0;
+    }
+    if (a.sa.sa_family == AF_UNIX && net->unix_sockets) {
+        /* An absolute path only (the zeroed copy ends it); init's cwd is "/", not the command's. */
+        if (len > offsetof(struct sockaddr_un, sun_path) && a.un.sun_path[0] == '/')
+            return send_answer(listener, req, perform_as_command(plan, req, &a, len), 0);
+        sbx_strlcpy(why, what, why_len);
+        sbx_strlcat(why, " of a unix socket to an abstract or relative name", why_len);
         return 0;
     }
     int family = a.sa.sa_family;

@@ -10,7 +10,8 @@
  *   - anything else fails with EPERM (clone3 with ENOSYS so glibc falls back to clone, whose flags
  *     the filter can see: creating namespaces is refused).
  * A gang trainer (peer_hosts) or a server (connect_to, listen_host) may use TCP sockets, its connect()
- * and bind() checked by init (sandbox_net.c).
+ * and bind() checked by init (sandbox_net.c); a GPU gang rank (allow_unix_sockets) unix sockets too,
+ * bound to path names by init and held off abstract ones by a Landlock scope the worker loads.
  * With allow_nested the command may build sandboxes itself (sandbox.c's own calls: namespaces through
  * clone, mount, umount2, pivot_root, mount_setattr, sethostname); the filter a nested sandbox loads
  * stacks on this one, so what runs inside it is held by both.

@@ -16,6 +16,7 @@
 #      differences over STEPS steps of Adam at the e2e tests' learning rates)
 #   5. NCCL: the LoRA run of 4 again on the GPU as a gang of one rank ("distributed" with world_size 1
 #      and a rendezvous), through the gang's collectives; its losses as 4's against the CPU's
+#      and again with the NCCL environment of a GPU gang rank's sandbox (trainer_sandbox.h)
 #   6. `whet score --device cuda` against the CPU's on the validation set (mean loss within 1e-4)
 #   7. `whet sample --device cuda` greedy (temperature 0) for 32 tokens equal to the CPU's on the fully
 #      fine-tuned model; reported, not required: greedy on the random model (its logits are close to each
@@ -157,6 +158,17 @@ nccl_compare() {
 check nccl_gang_of_one train nccl-cuda "$dev" '{"r": 8, "alpha": 16}' "$HP" \
   ', "distributed": {"world_size": 1, "rank": 0, "rendezvous": "127.0.0.1:0"}' &&
   check nccl_compare nccl_compare && put nccl "$(head -n1 "$work/nccl_compare.log")"
+
+# 5b. the same gang of one with the environment a GPU gang rank's sandbox gives NCCL (the list of
+# executor/agent/trainer_sandbox.c's trainer_sandbox_nccl_env; why each: comm_nccl.c): NCCL must start
+# and train alike without cuMem, CUDA P2P, NVLS or InfiniBand, its proxy socket path-named
+nccl_sandbox_env() {
+  (export NCCL_IPC_USE_ABSTRACT_SOCKET=0 NCCL_CUMEM_ENABLE=0 NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1
+   train nccl-env "$dev" '{"r": 8, "alpha": 16}' "$HP" \
+     ', "distributed": {"world_size": 1, "rank": 0, "rendezvous": "127.0.0.1:0"}') &&
+    compare_losses lora-cpu nccl-env
+}
+check nccl_sandbox_env nccl_sandbox_env && put nccl_sandbox_env "$(tail -n1 "$work/nccl_sandbox_env.log")"
 
 # ---- 6. score on both devices
 python3 - "$root/tests/fixtures/sft/valid.jsonl" > "$work/texts.jsonl" <<'PY'

@@ -6,19 +6,24 @@
  * unit_dist_comm, it also runs the training communicator's own tests (Gloo's TCP full mesh and rank
  * 0's rendezvous store, threads of one process) under the policy. A server's network (connect_to,
  * listen_host: a model worker's): it listens on its host at a port the kernel picks and is reached
- * from outside, connects to its endpoint, and nothing else. */
+ * from outside, connects to its endpoint, and nothing else. A GPU gang rank (allow_unix_sockets, for
+ * NCCL) binds and sends on path-named unix sockets, but binds no abstract name and reaches no host
+ * service's abstract socket; a CPU rank's unix socket still ends its sandbox. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/random.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "sandbox.h"
 #include "test.h"
 
-static int port_lo, port_hi, as_nobody;
+static int port_lo, port_hi, as_nobody, gpu_rank;
 static const char *comm_test;
 
 /* Runs argv as a gang trainer whose only peer is 127.0.0.1 (as_nobody: as host uid 65534, as a root
@@ -41,6 +46,7 @@ static struct sandbox_job run_gang(const char *const *argv, const char *const *r
     job.spec.peer_port_lo = port_lo;
     job.spec.peer_port_hi = port_hi;
     if (as_nobody) job.spec.host_uid = job.spec.host_gid = 65534;
+    job.spec.allow_unix_sockets = gpu_rank;
     struct whet_err err;
     if (sandbox_run_many(&job, 1, &err) < 0) fprintf(stderr, "run_many: %s\n", err.msg);
     job.spec.argv = NULL;
@@ -150,6 +156,84 @@ TEST(other_sockets_end_the_sandbox) {
     CHECK(job.result.reason == SANDBOX_SECCOMP);
     CHECK_STR(job.result.denied, "a socket other than TCP: domain 1, type 1");
     sandbox_job_release(&job);
+}
+
+/* Landlock's ABI on this kernel (0 without it): a GPU rank's unix sockets need 6. */
+static long landlock_abi(void) {
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1UL /* LANDLOCK_CREATE_RULESET_VERSION */);
+    return abi > 0 ? abi : 0;
+}
+
+TEST(a_gpu_gang_rank_binds_and_sends_on_path_unix_sockets) {
+    /* NCCL's proxy socket with NCCL_IPC_USE_ABSTRACT_SOCKET=0: bound in the rank's /tmp, a datagram to it. */
+    static const char script[] = "import socket\n"
+                                 "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind('/tmp/nccl-socket-0-1')\n"
+                                 "c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                                 "c.sendto(b'fd', '/tmp/nccl-socket-0-1'); print('got', s.recv(2).decode())\n"
+                                 "t = socket.socket(socket.AF_UNIX); t.bind('/tmp/stream'); t.listen(1)\n"
+                                 "u = socket.socket(socket.AF_UNIX); u.connect('/tmp/stream'); print('connected')\n";
+    gpu_rank = 1;
+    struct sandbox_job job = run_python(script);
+    gpu_rank = 0;
+    if (landlock_abi() < 6) {
+        CHECK(job.result.reason == SANDBOX_SETUP);
+        CHECK_CONTAINS(job.result.message, "need Landlock ABI 6");
+    } else {
+        CHECK(job.result.reason == SANDBOX_OK);
+        CHECK_CONTAINS(job.out, "got fd\nconnected");
+        if (geteuid() == 0) { /* as a root executor's trainer: init binds as uid 65534, who may send to it */
+            sandbox_job_release(&job);
+            as_nobody = gpu_rank = 1;
+            job = run_python(script);
+            as_nobody = gpu_rank = 0;
+            CHECK(job.result.reason == SANDBOX_OK);
+            CHECK_CONTAINS(job.out, "got fd\nconnected");
+        }
+    }
+    sandbox_job_release(&job);
+    /* The same script in a CPU gang rank's sandbox: the unix socket ends it. */
+    job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "a socket other than TCP: domain 1, type 2");
+    sandbox_job_release(&job);
+}
+
+TEST(a_gpu_gang_rank_reaches_no_abstract_socket) {
+    if (landlock_abi() < 6) return;
+    /* A host service's abstract socket (the sandbox shares the host's network namespace). */
+    char name[64], script[512];
+    snprintf(name, sizeof name, "whet-test-%d", (int)getpid());
+    int host = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path + 1, name, strlen(name));
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
+    CHECK(host >= 0 && bind(host, (struct sockaddr *)&a, len) == 0);
+    snprintf(script, sizeof script,
+             "import socket\n"
+             "c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+             "try:\n  c.sendto(b'hi', '\\0%s'); print('sent')\n"
+             "except PermissionError: print('refused')\n",
+             name);
+    gpu_rank = 1;
+    struct sandbox_job job = run_python(script);
+    CHECK(job.result.reason == SANDBOX_OK);
+    CHECK_CONTAINS(job.out, "refused");
+    char buf[4];
+    CHECK(recv(host, buf, sizeof buf, 0) < 0);
+    sandbox_job_release(&job);
+    /* Nor may it take an abstract name a host service might want, or try to connect to one. */
+    job = run_python("import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind('\\0whet-squat')\n");
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "bind of a unix socket to an abstract or relative name");
+    sandbox_job_release(&job);
+    snprintf(script, sizeof script, "import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).connect('\\0%s')\n",
+             name);
+    job = run_python(script);
+    gpu_rank = 0;
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "connect of a unix socket to an abstract or relative name");
+    sandbox_job_release(&job);
+    close(host);
 }
 
 TEST(the_communicators_collectives_run_under_the_policy) {
@@ -289,6 +373,8 @@ int main(int argc, char **argv) {
     RUN(a_bind_outside_the_range_is_refused);
     RUN(a_udp_socket_sends_nothing);
     RUN(other_sockets_end_the_sandbox);
+    RUN(a_gpu_gang_rank_binds_and_sends_on_path_unix_sockets);
+    RUN(a_gpu_gang_rank_reaches_no_abstract_socket);
     RUN(the_communicators_collectives_run_under_the_policy);
     RUN(a_bad_peer_list_is_a_setup_error);
     RUN(a_server_listens_and_reaches_its_endpoint);

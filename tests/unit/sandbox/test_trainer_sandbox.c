@@ -4,7 +4,8 @@
  * sandboxed process (`whet sandbox grade`, pygrader_run behind a command line) grades inside it,
  * with the tenant's socket() failing as in the graders API. Any other job's trainer can build no
  * sandbox, and a socket() or any call reaching past the process ends it, the sandbox naming the call. Under a root executor the trainer is host uid 65534, owning its
- * job dir and nothing else.
+ * job dir and nothing else. A GPU gang's ranks on one node share a /dev/shm (NCCL's SHM transport) that
+ * no other job sees, removed with the node's last rank, and get NCCL's environment.
  *
  * Usage: test_trainer_sandbox WHET_BINARY */
 #include <stdio.h>
@@ -178,6 +179,89 @@ TEST(a_root_executor_runs_the_trainer_as_nobody_in_its_own_job_dir) {
     rmdir(model_dir);
 }
 
+/* Runs `script` with sh in the sandbox `spec` describes (as the executor builds it). */
+static void run_sh(struct sandbox_job *job, const struct sandbox_spec *spec, const char *script) {
+    const char *argv[] = {"/bin/sh", "-c", script, NULL};
+    memset(job, 0, sizeof *job);
+    job->spec = *spec;
+    job->spec.argv = argv;
+    job->spec.wall_timeout_s = 30;
+    struct whet_err err;
+    CHECK_MSG(sandbox_run(job, &err) == 0, "%s", err.msg);
+    job->spec.argv = NULL;
+    fprintf(stderr, "  [%s] %s | out: %.200s | err: %.300s\n", sandbox_reason_name(job->result.reason),
+            job->result.message, job->out, job->errout);
+}
+
+TEST(a_gpu_gangs_ranks_on_one_node_share_a_dev_shm_no_other_job_sees) {
+    static const char *const peers_json = "{\"peers\": [\"127.0.0.1\"]}";
+    json_t *cfg = config(NULL), *dist = json_loads(peers_json, 0, NULL);
+    const char *env[8] = {"PATH=/usr/bin:/bin", "HOME=/tmp", NULL};
+    trainer_sandbox_nccl_env(env, WHET_ARRAY_LEN(env));
+    struct sandbox_spec rank[2], other, plain;
+    const char **peers[3];
+    char *shm[3];
+    struct whet_err err;
+    char stale[128];
+    snprintf(stale, sizeof stale, "%s/gang-shm/ftjob-dead-3", dir); /* a killed executor's */
+    CHECK(whet_mkdir_p(stale, &err) == 0);
+    for (int i = 0; i < 3; i++) {
+        struct sandbox_spec *spec = i < 2 ? &rank[i] : &other;
+        trainer_sandbox_spec(spec, NULL, env, "/tmp", NULL, NULL, NULL, cfg);
+        peers[i] = trainer_sandbox_gang(spec, dist, 20000, 20099);
+        shm[i] = trainer_sandbox_gang_shm(spec, dir, i < 2 ? "ftjob-gang" : "ftjob-other", 1, &err);
+        CHECK_MSG(shm[i] && spec->shm_dir == shm[i] && spec->allow_unix_sockets, "%s", err.msg);
+    }
+    trainer_sandbox_spec(&plain, NULL, env, "/tmp", NULL, NULL, NULL, cfg);
+    CHECK(shm[0] && shm[1] && shm[2] && !strcmp(shm[0], shm[1]) && strcmp(shm[0], shm[2]));
+    struct stat st;
+    CHECK(stat(stale, &st) != 0);
+
+    struct sandbox_job job;
+    run_sh(&job, &rank[0], "echo from-rank0 > /dev/shm/nccl-abc && env | grep ^NCCL_ | sort");
+    if (job.result.reason == SANDBOX_SETUP && strstr(job.result.message, "Landlock")) {
+        printf("(no Landlock scope on this kernel: a GPU rank's sandbox is refused, as checked in unit_sandbox_net)\n");
+    } else {
+        CHECK_MSG(job.result.reason == SANDBOX_OK, "%s: %s", job.result.message, job.errout);
+        CHECK_STR(job.out, "NCCL_CUMEM_ENABLE=0\nNCCL_IB_DISABLE=1\nNCCL_IPC_USE_ABSTRACT_SOCKET=0\n"
+                           "NCCL_NVLS_ENABLE=0\nNCCL_P2P_DISABLE=1\n");
+        sandbox_job_release(&job);
+        run_sh(&job, &rank[1], "cat /dev/shm/nccl-abc");
+        CHECK(job.result.reason == SANDBOX_OK);
+        CHECK_STR(job.out, "from-rank0\n");
+        sandbox_job_release(&job);
+        /* Another gang has a /dev/shm of its own, empty; a job of one process has none. */
+        run_sh(&job, &other, "ls -A /dev/shm; cat /dev/shm/nccl-abc 2>/dev/null || echo unseen");
+        CHECK(job.result.reason == SANDBOX_OK);
+        CHECK_STR(job.out, "unseen\n");
+        sandbox_job_release(&job);
+        run_sh(&job, &plain, "test -e /dev/shm && echo shm || echo no-shm");
+        CHECK(job.result.reason == SANDBOX_OK);
+        CHECK_STR(job.out, "no-shm\n");
+    }
+    sandbox_job_release(&job);
+
+    /* The node's last rank of the gang removes its directory. */
+    char *kept = xstrdup(shm[0]);
+    trainer_sandbox_gang_shm_release(shm[0]);
+    CHECK(stat(kept, &st) == 0);
+    trainer_sandbox_gang_shm_release(shm[1]);
+    CHECK(stat(kept, &st) != 0);
+    trainer_sandbox_gang_shm_release(shm[2]);
+    free(kept);
+    for (int i = 0; i < 3; i++) free(peers[i]);
+    char parent[128];
+    snprintf(parent, sizeof parent, "%s/gang-shm", dir);
+    CHECK(rmdir(parent) == 0);
+
+    /* What does not fit is left out, the list still ends. */
+    const char *small[3] = {"PATH=/usr/bin:/bin", NULL, NULL};
+    trainer_sandbox_nccl_env(small, WHET_ARRAY_LEN(small));
+    CHECK(small[1] && !strncmp(small[1], "NCCL_", 5) && !small[2]);
+    json_decref(dist);
+    json_decref(cfg);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: test_trainer_sandbox WHET_BINARY\n");
@@ -201,6 +285,7 @@ int main(int argc, char **argv) {
     RUN(a_python_grading_job_grades_in_nested_sandboxes);
     RUN(any_other_job_can_build_no_sandbox_and_dies_on_a_socket);
     RUN(a_root_executor_runs_the_trainer_as_nobody_in_its_own_job_dir);
+    RUN(a_gpu_gangs_ranks_on_one_node_share_a_dev_shm_no_other_job_sees);
     unlink(grader_path);
     rmdir(dir);
     return test_summary();

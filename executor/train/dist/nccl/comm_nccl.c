@@ -20,6 +20,35 @@
  * Host buffers (the trainer's few double sums, a checkpoint's gathered moments) are staged through
  * device memory allocated on the collective's stream and freed after it.
  *
+ * In the executor's sandbox (executor/sandbox, executor/agent/trainer_sandbox.h) every rank is a process
+ * of its own in its own mount, PID and IPC namespaces, sharing the host's network namespace under a
+ * policy that lets it reach its gang's peers only (sandbox_net.c); it sees its own GPU's /dev/nvidiaN
+ * and no other. What NCCL (2.28) needs there, and what the executor decided:
+ *   - /dev/shm: every NCCL process maps its proxy's op pool there (src/proxy.cc) and init stat()s it
+ *     (src/init.cc); the SHM transport shares files there between a node's ranks, and uses it only
+ *     between ranks whose /dev/shm has the same st_dev. A GPU gang's ranks on one node get one
+ *     directory bound as /dev/shm (work_dir/gang-shm/JOB-ATTEMPT; a tmpfs there bounds its size),
+ *     which no other job sees, and which goes with the node's last rank of the gang.
+ *   - unix sockets: ncclProxyInit always binds one ("/tmp/nccl-socket-RANK-HASH", abstract by
+ *     default). An abstract name lives in the network namespace, here the host's, where it could
+ *     reach or squat the host's own abstract sockets; so NCCL_IPC_USE_ABSTRACT_SOCKET=0 makes it a file
+ *     in the rank's private /tmp, the sandbox lets GPU gang ranks bind path names only and a Landlock
+ *     scope keeps them from every abstract socket (Linux 6.12, else such a rank does not start).
+ *   - what crosses processes over that socket, cuMem's file-descriptor handles (P2P buffers, and SHM
+ *     buffers when cuMem host memory is on), cannot reach another rank's private /tmp: NCCL_CUMEM_ENABLE
+ *     =0 (SHM then uses plain /dev/shm files; NVLS, which needs cuMem, off: NCCL_NVLS_ENABLE=0).
+ *   - CUDA P2P between two ranks' GPUs (legacy IPC handles go over the bootstrap, but opening one maps
+ *     the other GPU, whose device node this rank lacks): NCCL_P2P_DISABLE=1, for correctness.
+ *   - InfiniBand/RoCE: the sandbox binds no /dev/infiniband, so NCCL_IB_DISABLE=1 and NCCL's socket
+ *     transport on NCCL_SOCKET_IFNAME (the executor's own setting, where the peers are reached; its
+ *     listening ports land in the gang's port range because the sandbox picks them on bind).
+ * The cost: a node's ranks exchange through host memory (the SHM transport: a copy in and out of
+ * /dev/shm, some 10-20 GB/s per direction instead of NVLink's ~450 GB/s on an H100/H200 node), and
+ * nodes over TCP instead of RDMA. Data-parallel LoRA moves little and hardly notices; a full
+ * fine-tune's all-reduces or ZeRO-3's all-gathers become bound by it. Recovering NVLink means giving a
+ * gang's ranks on a node one sandbox (all its GPUs, one /tmp) or the peers' device nodes plus a shared
+ * socket directory; recovering RDMA means binding the uverbs devices. Both are later steps.
+ *
  * Waiting polls the collective's event and NCCL's asynchronous error: a peer that died, or a collective
  * that exceeds timeout_s, aborts the communicator (its kernels stop) and fails the wait with the reason. */
 #include <cuda_runtime_api.h>
