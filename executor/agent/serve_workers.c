@@ -234,12 +234,16 @@ static void *worker_main(void *arg) {
     const char *device = a->cuda ? "cuda:0" : "cpu";
     unlink(address_file);
     const char *name = json_string_value(json_object_get(w->base, "id"));
-    /* WHET_SERVE_SLOTS: sequences a worker decodes at once (whet serve's --slots; its default when unset) */
-    const char *slots = whet_env("WHET_SERVE_SLOTS", NULL);
-    const char *const argv[] = {a->opts->trainer, "serve", "--model", model, "--name", name, "--http", http,
-                                "--address-file", address_file, "--object-store", a->opts->object_store,
-                                "--cache-dir", cache, "--device", device, "--training", slots ? "--slots" : NULL,
-                                slots, NULL};
+    const char *argv[24] = {a->opts->trainer, "serve", "--model", model, "--name", name, "--http", http,
+                            "--address-file", address_file, "--object-store", a->opts->object_store,
+                            "--cache-dir", cache, "--device", device, "--training"};
+    int argc = 17;
+    /* WHET_SERVE_SLOTS: sequences a worker decodes at once (whet serve's --slots; its default when unset);
+     * WHET_SESSION_IDLE_S: when a training session expires, as the gateway and the scheduler read it, so
+     * that the worker does not free a session they still take for live (--session-idle) */
+    const char *slots = whet_env("WHET_SERVE_SLOTS", NULL), *idle = whet_env("WHET_SESSION_IDLE_S", NULL);
+    if (slots) argv[argc++] = "--slots", argv[argc++] = slots;
+    if (idle) argv[argc++] = "--session-idle", argv[argc++] = idle;
     log_info("msg=\"starting model worker\" worker=%s model=%s device=%s", w->id, name, device);
     serve(w, model, argv, log_path);
     free(model);
