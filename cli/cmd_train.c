@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "model_plan.h"
 #include "trainer.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -23,27 +24,30 @@ static void on_stop_signal(int sig) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet train --config FILE.json [--quiet]\n"
-            "       whet train --cotrain --config FILE.json [--config FILE.json ...] [--quiet]\n\n"
+            "       whet train --cotrain --config FILE.json [--config FILE.json ...] [--pass-tokens N] [--quiet]\n\n"
             "Fine-tunes a model as the trainer config says (method, model, training_file, output_dir, lora,\n"
             "hyperparameters, seed, checkpoint_every_steps, eval_every_steps, max_steps, resume_from; for\n"
             "grpo also grader, rollout and eval_samples).\n"
             "Writes OUTPUT_DIR/metrics.jsonl, OUTPUT_DIR/checkpoints/step-N/ and OUTPUT_DIR/final/; prints one\n"
             "JSON event per line on stdout (data, metrics, checkpoint, final) and progress on stderr.\n"
             "SIGTERM or SIGINT: the step under way finishes, a checkpoint is written, exit status 0.\n\n"
-            "--cotrain: the configs' SFT, DPO and GRPO LoRA runs (one base model) share one copy of it, each step one\n"
-            "pass over all the SFT and DPO runs' rows (a GRPO run steps on its own); each run's events go to its\n"
-            "OUTPUT_DIR/events.jsonl, the last one {\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; creating\n"
-            "OUTPUT_DIR/stop stops that run alone (after a checkpoint, as SIGTERM does for all); the exit status is 1\n"
-            "when any run failed.\n\n"
+            "--cotrain: the configs' SFT, DPO and GRPO LoRA runs (one base model) share one copy of it, each step\n"
+            "passes of up to --pass-tokens over all the SFT and DPO runs' rows (a GRPO run steps on its own); each\n"
+            "run's events go to its OUTPUT_DIR/events.jsonl, the last one {\"type\":\"cotrain\",\"tokens\",\n"
+            "\"device_seconds\"}; creating OUTPUT_DIR/stop stops that run alone (after a checkpoint, as SIGTERM does\n"
+            "for all); the exit status is 1 when any run failed.\n\n"
             "options:\n"
             "  --config FILE   the trainer config (JSON); with --cotrain, one per run\n"
             "  --cotrain       co-train the configs' runs\n"
+            "  --pass-tokens N with --cotrain, a shared pass's tokens at most (whole rows; default %d): bounds\n"
+            "                  the activations whatever the runs\n"
             "  --quiet         no progress lines on stderr\n"
-            "  -h, --help      this text\n");
+            "  -h, --help      this text\n",
+            MP_COTRAIN_PASS_TOKENS);
 }
 
 /* The runs of `configs` co-trained; 0 when every one ended well. */
-static int cotrain(char **configs, int n, int quiet) {
+static int cotrain(char **configs, int n, int pass_tokens, int quiet) {
     struct trainer_config *cfgs = xcalloc((size_t)n, sizeof *cfgs);
     struct trainer_cotrain_job *jobs = xcalloc((size_t)n, sizeof *jobs);
     char **stop_files = xcalloc((size_t)n, sizeof *stop_files);
@@ -64,7 +68,7 @@ static int cotrain(char **configs, int n, int quiet) {
         jobs[loaded] = (struct trainer_cotrain_job){
             .cfg = &cfgs[loaded], .io = {f, quiet ? NULL : stderr, &stop_requested, stop_files[loaded]}};
     }
-    if (!rc && trainer_cotrain(jobs, n, &err)) {
+    if (!rc && trainer_cotrain(jobs, n, pass_tokens, &err)) {
         whet_err_report("whet train", &err);
         rc = 1;
     }
@@ -86,13 +90,22 @@ static int cotrain(char **configs, int n, int quiet) {
 
 static int cmd_train(int argc, char **argv) {
     static const struct option options[] = {{"config", required_argument, 0, 'c'}, {"cotrain", no_argument, 0, 'C'},
+                                            {"pass-tokens", required_argument, 0, 'p'},
                                             {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0}};
     char **configs = xcalloc((size_t)argc, sizeof *configs);
-    int n_configs = 0, quiet = 0, co = 0, c;
+    int n_configs = 0, quiet = 0, co = 0, pass_tokens = 0, c;
     while ((c = getopt_long(argc, argv, "c:qh", options, NULL)) != -1) {
         switch (c) {
         case 'c': configs[n_configs++] = optarg; break;
         case 'C': co = 1; break;
+        case 'p':
+            pass_tokens = atoi(optarg);
+            if (pass_tokens < 1) {
+                fprintf(stderr, "whet train: --pass-tokens %s: a number of tokens of at least 1\n", optarg);
+                free(configs);
+                return 2;
+            }
+            break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); free(configs); return 0;
         default: usage(stderr); free(configs); return 2;
@@ -110,7 +123,7 @@ static int cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     if (co) {
-        int rc = cotrain(configs, n_configs, quiet);
+        int rc = cotrain(configs, n_configs, pass_tokens, quiet);
         free(configs);
         return rc;
     }
