@@ -95,7 +95,7 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *s, const struct mp_job 
 /* Co-training (`whet train --cotrain`): a step's rows, every member's, run in passes of at most this many
  * tokens by default (whole rows: a pass holds at least one), so a group's activations are those of one
  * bounded pass whatever its members, not of all their batches at once. */
-#define MP_COTRAIN_PASS_TOKENS 2048
+#define MP_COTRAIN_PASS_TOKENS 1024
 /* The tokens of a co-trained group's largest pass, the `rows` × `seq_len` of its activations (1 × that):
  * the members' step tokens (summed) up to pass_tokens (<= 0: MP_COTRAIN_PASS_TOKENS), and at least the
  * longest row, which a pass never splits. */

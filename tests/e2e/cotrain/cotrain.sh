@@ -8,8 +8,8 @@
 # pair's sign flipped by that rounding; a GRPO run's samples identical: its rewards, pass rate, response
 # lengths, rollout tokens and groups exactly as alone), its adapter within 1e-4 (L2, relative: AdamW's
 # normalised steps enlarge the rounding on near-zero gradients), the same checkpoints and events, and the
-# co-training event's tokens are the run's metrics tokens. Then three runs co-trained (the default pass
-# bound: a step in one pass), one stopped through its stop file mid-run: it ends with a checkpoint of its last
+# co-training event's tokens are the run's metrics tokens. Then three runs co-trained (passes of the default
+# bound), one stopped through its stop file mid-run: it ends with a checkpoint of its last
 # step, the others finish, every step still equal to alone; a run with bad data and a GRPO run whose grader
 # names a judge model it does not have fail alone; the stopped run resumed alone from its checkpoint ends as
 # the run that was never stopped. One OpenMP thread.
