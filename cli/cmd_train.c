@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "model_plan.h"
 #include "trainer.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -24,26 +25,30 @@ static void on_stop_signal(int sig) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: whet train --config FILE.json [--quiet]\n"
-            "       whet train --cotrain --config FILE.json [--config FILE.json ...] [--join-dir DIR] [--quiet]\n\n"
+            "       whet train --cotrain --config FILE.json [--config FILE.json ...] [--join-dir DIR]\n"
+            "                        [--pass-tokens N] [--quiet]\n\n"
             "Fine-tunes a model as the trainer config says (method, model, training_file, output_dir, lora,\n"
             "hyperparameters, seed, checkpoint_every_steps, eval_every_steps, max_steps, resume_from; for\n"
             "grpo also grader, rollout and eval_samples).\n"
             "Writes OUTPUT_DIR/metrics.jsonl, OUTPUT_DIR/checkpoints/step-N/ and OUTPUT_DIR/final/; prints one\n"
             "JSON event per line on stdout (data, metrics, checkpoint, final) and progress on stderr.\n"
             "SIGTERM or SIGINT: the step under way finishes, a checkpoint is written, exit status 0.\n\n"
-            "--cotrain: the configs' SFT, DPO and GRPO LoRA runs (one base model) share one copy of it, each step one\n"
-            "pass over all the SFT and DPO runs' rows (a GRPO run steps on its own); each run's events go to its\n"
-            "OUTPUT_DIR/events.jsonl, the last one {\"type\":\"cotrain\",\"tokens\",\"device_seconds\"}; creating\n"
-            "OUTPUT_DIR/stop stops that run alone (after a checkpoint, as SIGTERM does for all); the exit status is 1\n"
-            "when any run failed. --join-dir: runs join while it runs: before each step, each DIR/NAME.join (a\n"
-            "config's path) becomes DIR/NAME.taken and its run trains from that step on (DIR/NAME.refused: its\n"
-            "config did not load).\n\n"
+            "--cotrain: the configs' SFT, DPO and GRPO LoRA runs (one base model) share one copy of it, each step\n"
+            "passes of up to --pass-tokens over all the SFT and DPO runs' rows (a GRPO run steps on its own); each\n"
+            "run's events go to its OUTPUT_DIR/events.jsonl, the last one {\"type\":\"cotrain\",\"tokens\",\n"
+            "\"device_seconds\"}; creating OUTPUT_DIR/stop stops that run alone (after a checkpoint, as SIGTERM does\n"
+            "for all); the exit status is 1 when any run failed. --join-dir: runs join while it runs: before each\n"
+            "step, each DIR/NAME.join (a config's path) becomes DIR/NAME.taken and its run trains from that step\n"
+            "on (DIR/NAME.refused: its config did not load).\n\n"
             "options:\n"
             "  --config FILE   the trainer config (JSON); with --cotrain, one per run\n"
             "  --cotrain       co-train the configs' runs\n"
             "  --join-dir DIR  with --cotrain, runs join from DIR while it runs\n"
+            "  --pass-tokens N with --cotrain, a shared pass's tokens at most (whole rows; default %d): bounds\n"
+            "                  the activations whatever the runs\n"
             "  --quiet         no progress lines on stderr\n"
-            "  -h, --help      this text\n");
+            "  -h, --help      this text\n",
+            MP_COTRAIN_PASS_TOKENS);
 }
 
 /* A co-trained run of cmd_train's: its config (loaded: it did), its job, its stop file and its config's path. */
@@ -131,7 +136,7 @@ static struct trainer_cotrain_job *next_join(void *ctx) {
 
 /* The runs of `configs` co-trained, and those joining through join_dir (NULL: none); 0 when every one
  * ended well. */
-static int cotrain(char **configs, int n, const char *join_dir, int quiet) {
+static int cotrain(char **configs, int n, const char *join_dir, int pass_tokens, int quiet) {
     struct co_run *runs = xcalloc((size_t)n, sizeof *runs);
     struct trainer_cotrain_job *jobs = xcalloc((size_t)n, sizeof *jobs);
     struct joining jn = {join_dir, quiet, NULL, 0};
@@ -142,7 +147,7 @@ static int cotrain(char **configs, int n, const char *join_dir, int quiet) {
         if (co_run_open(&runs[loaded], configs[loaded], quiet)) rc = 2;
         jobs[loaded] = runs[loaded].job;
     }
-    if (!rc && trainer_cotrain_joining(jobs, n, join_dir ? &joins : NULL, &err)) {
+    if (!rc && trainer_cotrain(jobs, n, pass_tokens, join_dir ? &joins : NULL, &err)) {
         whet_err_report("whet train", &err);
         rc = 1;
     }
@@ -162,16 +167,25 @@ static int cotrain(char **configs, int n, const char *join_dir, int quiet) {
 
 static int cmd_train(int argc, char **argv) {
     static const struct option options[] = {{"config", required_argument, 0, 'c'}, {"cotrain", no_argument, 0, 'C'},
-                                            {"join-dir", required_argument, 0, 'J'}, {"quiet", no_argument, 0, 'q'},
-                                            {"help", no_argument, 0, 'h'}, {0}};
+                                            {"join-dir", required_argument, 0, 'J'},
+                                            {"pass-tokens", required_argument, 0, 'p'},
+                                            {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0}};
     char **configs = xcalloc((size_t)argc, sizeof *configs);
     const char *join_dir = NULL;
-    int n_configs = 0, quiet = 0, co = 0, c;
+    int n_configs = 0, quiet = 0, co = 0, pass_tokens = 0, c;
     while ((c = getopt_long(argc, argv, "c:qh", options, NULL)) != -1) {
         switch (c) {
         case 'c': configs[n_configs++] = optarg; break;
         case 'C': co = 1; break;
         case 'J': join_dir = optarg; break;
+        case 'p':
+            pass_tokens = atoi(optarg);
+            if (pass_tokens < 1) {
+                fprintf(stderr, "whet train: --pass-tokens %s: a number of tokens of at least 1\n", optarg);
+                free(configs);
+                return 2;
+            }
+            break;
         case 'q': quiet = 1; break;
         case 'h': usage(stdout); free(configs); return 0;
         default: usage(stderr); free(configs); return 2;
@@ -189,7 +203,7 @@ static int cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     if (co) {
-        int rc = cotrain(configs, n_configs, join_dir, quiet);
+        int rc = cotrain(configs, n_configs, join_dir, pass_tokens, quiet);
         free(configs);
         return rc;
     }

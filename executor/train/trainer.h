@@ -73,12 +73,13 @@ struct trainer_io {
 int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, int *stopped, struct whet_err *err);
 
 /* Co-training (trainer_cotrain.c): SFT, DPO and GRPO LoRA runs of one base model trained in lock-step on
- * ONE frozen copy of it; for the SFT and DPO runs each step one forward/backward pass over all their rows
- * (each run's rows through its own adapter), then each run's own optimizer step; a GRPO run takes its own
+ * ONE frozen copy of it; for the SFT and DPO runs each step shared forward/backward passes over all their
+ * rows (each run's rows through its own adapter; passes of at most pass_tokens tokens, whole rows, <= 0 for
+ * model_plan.h's MP_COTRAIN_PASS_TOKENS), then each run's own optimizer step; a GRPO run takes its own
  * step (rollouts, grading, update passes) through its adapter on the shared base, one run after another.
  * Each run writes what it would alone (metrics.jsonl,
  * checkpoints, final/, events on its io) and its figures equal its run alone within the summation order
- * of the shared pass (the step in one pass instead of gradient_accumulation_steps micro-batches); a DPO
+ * of the shared passes (the step in passes cut by tokens instead of gradient_accumulation_steps micro-batches); a DPO
  * run's reference is the shared base (its adapter off, as alone). A stop request on a run's io stops that
  * run alone (checkpoint, *stopped); a run that fails ends alone, its last events
  * {"type":"error","message"} and the next. Each run's last event is
@@ -94,19 +95,18 @@ struct trainer_cotrain_job {
     long long tokens;
     double device_seconds;
 };
-/* Returns -1 with `err` set only when the base model does not load; each job's outcome is in the job. */
-int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err);
 /* Runs joining a co-training while it runs: before each lock-step, next(ctx) gives the jobs that join (NULL:
  * none now), each then trained from that step on as the given ones are (its own data order, seed,
- * checkpoints, resume); a job stays the caller's, valid until trainer_cotrain_joining returns, its outcome
- * then in it. None joins once every run has ended. */
+ * checkpoints, resume); a job stays the caller's, valid until trainer_cotrain returns, its outcome then in
+ * it. None joins once every run has ended. */
 struct trainer_cotrain_joins {
     struct trainer_cotrain_job *(*next)(void *ctx);
     void *ctx;
 };
-/* trainer_cotrain with runs joining (joins NULL: none; trainer_cotrain). */
-int trainer_cotrain_joining(struct trainer_cotrain_job *jobs, int n, const struct trainer_cotrain_joins *joins,
-                            struct whet_err *err);
+/* Co-trains jobs[0..n) and those joining (joins NULL: none). Returns -1 with `err` set only when the base
+ * model does not load; each job's outcome is in the job. */
+int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, int pass_tokens, const struct trainer_cotrain_joins *joins,
+                    struct whet_err *err);
 
 /* Learning rate of optimizer step `step` (0-based) of `total_steps`, as Hugging Face's schedulers
  * compute it: a linear warmup from 0 over warmup_steps, then linear decay to 0, half a cosine to 0,

@@ -1,28 +1,32 @@
 /* trainer_cotrain.c - co-training (see trainer.h): LoRA runs of one base model, SFT, DPO and GRPO, in
- * lock-step on one frozen copy of it. SFT and DPO runs share each step ONE forward and backward pass over
+ * lock-step on one frozen copy of it. SFT and DPO runs share each step's forward and backward passes over
  * every run's rows (batched LoRA: each run's rows are a LoRA run of its adapter view, model_set_lora_runs),
- * then each run's own optimizer step.
+ * then each run's own optimizer step. The step's rows run in passes of at most pass_tokens tokens (whole
+ * rows), so the activations are those of one bounded pass however many runs there are; each run's
+ * gradients add up over the passes, as over a run's micro-batches alone.
  *
  * Each run is the trainer's own `struct run` (trainer_open with the shared base), so it keeps what a run
  * alone has: its data order, schedule, seed, checkpoints, metrics lines and events; a DPO run's reference
  * is the shared base (its adapter off, as alone). Only the step is different: the method's cotrain_rows
- * gives the step's rows, this file packs all the runs' sequences into one row (no padding), and after the
- * forward the method's cotrain_weights turns its rows' token nlls into its loss and the backward's token
- * weights (SFT: 1 / the step's targets, its mean loss; DPO: its pairs' β·(1 − σ(z)) with their sign), so
- * one backward pass gives every run the gradient of its own loss; then the run's own AdamW step.
+ * gives the step's rows, this file packs all the runs' sequences end to end (no padding) and cuts them into
+ * passes at row ends, and after each forward the method's cotrain_weights turns its rows' token nlls into
+ * the backward's token weights (SFT: 1 / the whole step's targets; DPO: its pairs' β·(1 − σ(z)) with their
+ * sign, a pair's two sides in one row so in one pass) and, once all its rows are through, its loss, so the
+ * backward passes give every run the gradient of its own step's loss; then the run's own AdamW step.
  *
  * A method without those hooks (GRPO) takes its own step, as alone, on its adapter view of the shared
  * base, one run after another: rollouts (generation is not batched across adapters here), grading, its
  * reference (the view with its adapter off) and its ppo_epochs update passes, each with its own sampling
  * temperature (the view's, not the base's). Such a run shares the base's weights (the memory win) but
  * not the passes: the throughput win is SFT's and DPO's. A run that fails (bad figures, a grader or a
- * write that fails) ends alone; the others go on. Runs may join between steps (trainer_cotrain_joining): a
+ * write that fails) ends alone; the others go on. Runs may join between steps (trainer_cotrain's joins): a
  * new run opens on the shared base and takes its first step in the next lock-step, as it would alone. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "model.h"
+#include "model_plan.h"
 #include "trainer_internal.h"
 
 /* Why a config cannot be co-trained, or NULL. */
@@ -57,33 +61,41 @@ static void end_job(struct trainer_cotrain_job *j, struct run *r, int failed) {
     last_events(j);
 }
 
-/* One shared step of the runs live[0..n): returns -1 with err set only when the pass itself failed (then
- * every run in it fails). */
-static int shared_step(struct model *base, struct run **live, struct trainer_cotrain_job **jobs, int n,
-                       struct whet_err *err) {
-    struct step_figures *f = xcalloc((size_t)n, sizeof *f);
-    struct model_batch *rows = xcalloc((size_t)n, sizeof *rows);
-    struct lora_run *runs = xcalloc((size_t)n, sizeof *runs);
-    double t0 = whet_now_mono();
-    long long tokens = 0;
-    size_t N = 0, most = 0; /* the pass's tokens; the most of a run's rows */
-    for (int i = 0; i < n; i++) {
-        live[i]->method->cotrain_rows(live[i], &f[i], &rows[i]);
-        size_t width = (size_t)rows[i].B * (size_t)rows[i].T;
-        N += width, most = width > most ? width : most;
-        tokens += f[i].tokens;
-    }
-    /* One row of every run's sequences end to end, each its own segment (a new seq id), without the
-     * padding of the runs' rows: the pass computes only real tokens, however the runs' widths differ.
-     * from[t]: where the pass's token t is in its run's rows. */
-    int *ids = xmalloc(N * sizeof *ids), *pos = xmalloc(N * sizeof *pos), *seq = xmalloc(N * sizeof *seq);
-    int *tgt = xmalloc(N * sizeof *tgt), *from = xmalloc(N * sizeof *from);
-    int *first = xmalloc(sizeof *first * (size_t)(n + 1)), *correct = xmalloc(N * sizeof *correct);
-    float *w = xmalloc(N * sizeof *w), *nll = xmalloc(N * sizeof *nll);
-    size_t at = 0;
+/* A shared step's tokens: every run's sequences end to end, each its own segment (a new seq id), without
+ * the padding of the runs' rows, so a pass computes only real tokens however the runs' widths differ; and
+ * per run, its rows' nlls, whether each target was predicted and the weights, in the layout of its rows. */
+struct step_rows {
+    size_t n;                     /* tokens */
+    int *ids, *pos, *seq, *tgt;   /* [n] */
+    int *from;                    /* [n]: where token t is in its run's rows */
+    float *nll, *w;               /* [n]: the passes' token nlls, the backward's weights */
+    int *correct;                 /* [n] */
+    int *first;                   /* [runs + 1]: each run's first token */
+    size_t *ends;                 /* [rows]: where each row's tokens end (rows are never split) */
+    int n_rows;
+    size_t longest;               /* row */
+    size_t *at;                   /* [runs]: each run's offset in the run_* buffers */
+    float *run_nll, *run_w;       /* [Σ B·T] */
+    int *run_correct;
+};
+
+static void step_rows_pack(struct step_rows *s, const struct model_batch *rows, int n) {
+    size_t N = 0, rows_n = 0;
+    for (int i = 0; i < n; i++) N += (size_t)rows[i].B * (size_t)rows[i].T, rows_n += (size_t)rows[i].B;
+    s->ids = xmalloc(N * sizeof *s->ids), s->pos = xmalloc(N * sizeof *s->pos), s->seq = xmalloc(N * sizeof *s->seq);
+    s->tgt = xmalloc(N * sizeof *s->tgt), s->from = xmalloc(N * sizeof *s->from);
+    s->nll = xmalloc(N * sizeof *s->nll), s->w = xmalloc(N * sizeof *s->w);
+    s->correct = xmalloc(N * sizeof *s->correct);
+    s->first = xmalloc(sizeof *s->first * (size_t)(n + 1)), s->at = xmalloc(sizeof *s->at * (size_t)n);
+    s->ends = xmalloc(sizeof *s->ends * (rows_n ? rows_n : 1));
+    s->run_nll = xcalloc(N, sizeof *s->run_nll), s->run_w = xcalloc(N, sizeof *s->run_w);
+    s->run_correct = xcalloc(N, sizeof *s->run_correct);
+    size_t at = 0, lay = 0;
+    s->n_rows = 0, s->longest = 0;
     for (int i = 0, next_seq = 0; i < n; i++) {
         const struct model_batch *b = &rows[i];
-        first[i] = (int)at;
+        s->first[i] = (int)at, s->at[i] = lay;
+        lay += (size_t)b->B * (size_t)b->T;
         for (int k = 0; k < b->B; k++) {
             size_t row = (size_t)k * (size_t)b->T;
             /* a row's padding: its trailing segment with nothing to predict (an SFT example, a DPO pair's
@@ -94,38 +106,89 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
             int real = pad ? len - 1 : b->T;
             for (int t = 0; t < real; t++, at++) {
                 if (t == 0 || b->seq_ids[row + t] != b->seq_ids[row + t - 1]) next_seq++;
-                ids[at] = b->ids[row + t], pos[at] = b->positions[row + t], seq[at] = next_seq;
-                tgt[at] = b->targets[row + t], from[at] = (int)(row + t);
+                s->ids[at] = b->ids[row + t], s->pos[at] = b->positions[row + t], s->seq[at] = next_seq;
+                s->tgt[at] = b->targets[row + t], s->from[at] = (int)(row + t);
             }
+            if ((size_t)real > s->longest) s->longest = (size_t)real;
+            s->ends[s->n_rows++] = at;
         }
-        runs[i] = (struct lora_run){live[i]->model, (int)at - first[i]};
     }
-    first[n] = (int)at;
-    struct model_batch mb = {1, (int)at, ids, pos, seq, tgt, NULL};
-    int rc = model_set_lora_runs(base, runs, n, err) || model_forward(base, &mb, NULL, err);
-    if (!rc) {
-        model_get_token_losses(base, nll);
-        model_get_token_correct(base, correct);
-        /* each run's figures and token weights in its own rows' layout (zero on their padding) */
-        float *run_nll = xmalloc(most * sizeof *run_nll), *run_w = xmalloc(most * sizeof *run_w);
-        int *run_correct = xmalloc(most * sizeof *run_correct);
-        for (int i = 0; i < n; i++) {
-            size_t width = (size_t)rows[i].B * (size_t)rows[i].T;
-            memset(run_nll, 0, width * sizeof *run_nll);
-            memset(run_correct, 0, width * sizeof *run_correct);
-            for (int t = first[i]; t < first[i + 1]; t++) run_nll[from[t]] = nll[t], run_correct[from[t]] = correct[t];
-            live[i]->method->cotrain_weights(live[i], &f[i], run_nll, run_correct, run_w);
-            for (int t = first[i]; t < first[i + 1]; t++) w[t] = run_w[from[t]];
-        }
-        free(run_nll), free(run_w), free(run_correct);
-        rc = model_set_loss_weights(base, w, err) || model_backward(base, 1.0f, err);
+    s->first[n] = (int)at;
+    s->n = at;
+}
+
+static void step_rows_free(struct step_rows *s) {
+    free(s->ids), free(s->pos), free(s->seq), free(s->tgt), free(s->from), free(s->nll), free(s->w), free(s->correct);
+    free(s->first), free(s->ends), free(s->at), free(s->run_nll), free(s->run_w), free(s->run_correct);
+}
+
+/* Run i's tokens in [a, b): [*lo, *hi), empty when it has none there. */
+static void run_span(const struct step_rows *s, int i, size_t a, size_t b, size_t *lo, size_t *hi) {
+    *lo = (size_t)s->first[i] > a ? (size_t)s->first[i] : a;
+    *hi = (size_t)s->first[i + 1] < b ? (size_t)s->first[i + 1] : b;
+}
+
+/* One pass over the step's tokens [a, b): the forward; each run with tokens in it gets its token weights
+ * from its rows passed so far (its method's cotrain_weights: a row's weights depend on that row alone, and
+ * the call after its last pass sees all its rows and sets its figures); the backward adds to each run's
+ * gradients. `runs` has room for n. */
+static int pass(struct model *base, struct run **live, struct step_figures *f, int n, struct step_rows *s, size_t a,
+                size_t b, struct lora_run *runs, struct whet_err *err) {
+    int k = 0;
+    size_t lo, hi;
+    for (int i = 0; i < n; i++) {
+        run_span(s, i, a, b, &lo, &hi);
+        if (lo < hi) runs[k++] = (struct lora_run){live[i]->model, (int)(hi - lo)};
     }
+    struct model_batch mb = {1, (int)(b - a), s->ids + a, s->pos + a, s->seq + a, s->tgt + a, NULL};
+    if (model_set_lora_runs(base, runs, k, err) || model_forward(base, &mb, NULL, err)) return -1;
+    model_get_token_losses(base, s->nll + a);
+    model_get_token_correct(base, s->correct + a);
+    for (int i = 0; i < n; i++) {
+        run_span(s, i, a, b, &lo, &hi);
+        if (lo >= hi) continue;
+        float *nll = s->run_nll + s->at[i], *w = s->run_w + s->at[i];
+        int *correct = s->run_correct + s->at[i];
+        for (size_t t = lo; t < hi; t++) nll[s->from[t]] = s->nll[t], correct[s->from[t]] = s->correct[t];
+        live[i]->method->cotrain_weights(live[i], &f[i], nll, correct, w);
+        for (size_t t = lo; t < hi; t++) s->w[t] = w[s->from[t]];
+    }
+    return model_set_loss_weights(base, s->w + a, err) || model_backward(base, 1.0f, err) ? -1 : 0;
+}
+
+/* One shared step of the runs live[0..n): their rows in passes of at most pass_tokens tokens (whole rows,
+ * at least one a pass), each run's gradients summed over the passes, then each run's optimizer step.
+ * Returns -1 with err set only when a pass failed (then every run in the step fails). */
+static int shared_step(struct model *base, struct run **live, struct trainer_cotrain_job **jobs, int n,
+                       int pass_tokens, struct whet_err *err) {
+    struct step_figures *f = xcalloc((size_t)n, sizeof *f);
+    struct model_batch *rows = xcalloc((size_t)n, sizeof *rows);
+    struct lora_run *runs = xcalloc((size_t)n, sizeof *runs);
+    double t0 = whet_now_mono();
+    long long tokens = 0;
+    for (int i = 0; i < n; i++) {
+        live[i]->method->cotrain_rows(live[i], &f[i], &rows[i]);
+        tokens += f[i].tokens;
+    }
+    struct step_rows s;
+    step_rows_pack(&s, rows, n);
+    int rc = 0;
+    size_t bound = (size_t)mp_cotrain_pass_tokens((int64_t)s.n, (int64_t)s.longest, pass_tokens);
+    for (int row = 0; row < s.n_rows && !rc;) {
+        size_t a = row ? s.ends[row - 1] : 0, b = s.ends[row++];
+        while (row < s.n_rows && s.ends[row] - a <= bound) b = s.ends[row++];
+        if (b > a) rc = pass(base, live, f, n, &s, a, b, runs, err);
+    }
+    for (int i = 0; i < n && !rc; i++) /* a run with no tokens (no pass called it): its figures */
+        if (s.first[i] == s.first[i + 1])
+            live[i]->method->cotrain_weights(live[i], &f[i], s.run_nll + s.at[i], s.run_correct + s.at[i],
+                                             s.run_w + s.at[i]);
     struct whet_err ignored;
     model_set_lora_runs(base, NULL, 0, &ignored);
     double seconds = whet_now_mono() - t0;
     for (int i = 0; i < n && !rc; i++) {
         struct run *r = live[i];
-        /* metering: the pass's time split by the tokens each run put in it */
+        /* metering: the passes' time split by the tokens each run put in them */
         double share = tokens > 0 ? seconds * (double)f[i].tokens / (double)tokens : 0;
         jobs[i]->tokens += f[i].tokens;
         jobs[i]->device_seconds += share;
@@ -136,7 +199,7 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
             jobs[i]->rc = -1; /* this run alone ends */
         jobs[i]->device_seconds += whet_now_mono() - t1; /* its own optimizer step, validation, checkpoint */
     }
-    free(ids), free(pos), free(seq), free(tgt), free(from), free(first), free(correct), free(w), free(nll);
+    step_rows_free(&s);
     free(f), free(rows), free(runs);
     return rc ? -1 : 0;
 }
@@ -194,12 +257,8 @@ static void add_member(struct member ***m, int *n, int *cap, struct model *base,
     r->open = 1;
 }
 
-int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, struct whet_err *err) {
-    return trainer_cotrain_joining(jobs, n, NULL, err);
-}
-
-int trainer_cotrain_joining(struct trainer_cotrain_job *jobs, int n, const struct trainer_cotrain_joins *joins,
-                            struct whet_err *err) {
+int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, int pass_tokens, const struct trainer_cotrain_joins *joins,
+                    struct whet_err *err) {
     if (n < 1) return whet_errf(err, "co-training: no runs");
     const char *base_dir = jobs[0].cfg->model;
     struct model_opts o = model_opts_default();
@@ -240,7 +299,7 @@ int trainer_cotrain_joining(struct trainer_cotrain_job *jobs, int n, const struc
         }
         if (!n_live && !stepped) break;
         struct whet_err pass_err;
-        if (n_live && shared_step(base, live, live_jobs, n_live, &pass_err))
+        if (n_live && shared_step(base, live, live_jobs, n_live, pass_tokens, &pass_err))
             for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
     }
     for (int i = 0; i < n_runs; i++) free(m[i]);

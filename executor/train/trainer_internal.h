@@ -94,10 +94,13 @@ struct trainer_method_ops {
      * its own steps there, as alone, on its adapter view of the shared base. cotrain_rows takes the next step
      * from r->cursor, all its rows at once, zeroes the gradients and sets *rows (the method's own arrays,
      * until its next step) and f's epoch and tokens.
-     * After the pass's forward, cotrain_weights gets those rows' token nlls and whether the argmax
-     * predicted each target (both 0 without a target), sets f's loss and the step's own figures, and
-     * writes weights[B*T]: each token's weight in the backward pass, which gives the gradient of
-     * Σ weight · nll. Then the loop takes the run's optimizer step. */
+     * The step's rows run in passes (whole rows); after each forward that held some of them,
+     * cotrain_weights gets those rows' token nlls and whether the argmax predicted each target (both 0
+     * without a target, and on the rows not passed yet), sets f's loss and the step's own figures (final at
+     * the call after the last of its rows), and writes weights[B*T]: each token's weight in the backward
+     * pass, which gives the gradient of Σ weight · nll; a row's weights must depend on that row's nlls
+     * alone (SFT: the step's 1 / targets; DPO: a pair's sides share a row). Then the loop takes the run's
+     * optimizer step. */
     void (*cotrain_rows)(struct run *r, struct step_figures *f, struct model_batch *rows);
     void (*cotrain_weights)(struct run *r, struct step_figures *f, const float *nll, const int *correct,
                             float *weights);

@@ -122,3 +122,9 @@ int64_t mp_kv_cache_bytes(const struct mp_shape *s, int64_t slots, int64_t max_l
     return (dtype == MP_BF16 ? 2 : 4) * 2 * nonneg(s->layers) * nonneg(slots) * nonneg(max_len) * nonneg(s->kv_heads) *
            nonneg(s->head_dim);
 }
+
+int64_t mp_cotrain_pass_tokens(int64_t step_tokens, int64_t longest_row, int64_t pass_tokens) {
+    int64_t bound = pass_tokens > 0 ? pass_tokens : MP_COTRAIN_PASS_TOKENS;
+    if (bound < longest_row) bound = longest_row;
+    return nonneg(step_tokens < bound ? step_tokens : bound);
+}

@@ -92,6 +92,15 @@ void mp_shard(int64_t n, int64_t shards, int64_t index, int64_t *lo, int64_t *hi
 /* Fills the plan. Fields of shape or job that are out of range (negative) count as 0. */
 void mp_plan(struct mp_plan *out, const struct mp_shape *s, const struct mp_job *j);
 
+/* Co-training (`whet train --cotrain`): a step's rows, every member's, run in passes of at most this many
+ * tokens by default (whole rows: a pass holds at least one), so a group's activations are those of one
+ * bounded pass whatever its members, not of all their batches at once. */
+#define MP_COTRAIN_PASS_TOKENS 1024
+/* The tokens of a co-trained group's largest pass, the `rows` × `seq_len` of its activations (1 × that):
+ * the members' step tokens (summed) up to pass_tokens (<= 0: MP_COTRAIN_PASS_TOKENS), and at least the
+ * longest row, which a pass never splits. */
+int64_t mp_cotrain_pass_tokens(int64_t step_tokens, int64_t longest_row, int64_t pass_tokens);
+
 /* Bytes of a KV cache of `slots` sequences of max_len tokens (kv_cache_new in model_generate.c). */
 int64_t mp_kv_cache_bytes(const struct mp_shape *s, int64_t slots, int64_t max_len, enum mp_dtype dtype);
 

@@ -2,16 +2,17 @@
 # End to end on the tiny model: four SFT LoRA runs, two DPO LoRA runs (one validated) and two GRPO LoRA runs
 # (different temperatures, ppo_epochs, KL or none, one validated) with different seeds, batch sizes, learning
 # rates, gradient accumulation, LoRA ranks and step counts, trained alone (`whet train`) and co-trained in one
-# group on one copy of the base (`whet train --cotrain`): each co-trained run's figures equal its run alone
-# per step (losses, norms, log-probs within 1e-5 relative, DPO's margins within 1e-4 absolute: the shared pass
-# sums in another order; accuracies within 0.05, an argmax or a pair's sign flipped by that rounding; a GRPO
-# run's samples identical: its rewards, pass rate, response lengths, rollout tokens and groups exactly as
-# alone), its adapter within 1e-4 (L2, relative: AdamW's normalised steps enlarge the rounding on near-zero
-# gradients), the same checkpoints and events, and the co-training event's tokens are the run's metrics
-# tokens. Then three runs co-trained, one stopped through its stop file mid-run: it ends with a checkpoint of
-# its last step, the others finish, every step still equal to alone; a run with bad data and a GRPO run whose
-# grader names a judge model it does not have fail alone; the stopped run resumed alone from its checkpoint
-# ends as the run that was never stopped. One OpenMP thread.
+# group on one copy of the base (`whet train --cotrain`, its steps in passes of at most 200 tokens): each
+# co-trained run's figures equal its run alone per step (losses, norms, log-probs within 1e-5 relative, DPO's
+# margins within 1e-4 absolute: the shared passes sum in another order; accuracies within 0.05, an argmax or a
+# pair's sign flipped by that rounding; a GRPO run's samples identical: its rewards, pass rate, response
+# lengths, rollout tokens and groups exactly as alone), its adapter within 1e-4 (L2, relative: AdamW's
+# normalised steps enlarge the rounding on near-zero gradients), the same checkpoints and events, and the
+# co-training event's tokens are the run's metrics tokens. Then three runs co-trained (passes of the default
+# bound), one stopped through its stop file mid-run: it ends with a checkpoint of its last
+# step, the others finish, every step still equal to alone; a run with bad data and a GRPO run whose grader
+# names a judge model it does not have fail alone; the stopped run resumed alone from its checkpoint ends as
+# the run that was never stopped. One OpenMP thread.
 set -euo pipefail
 : "${WHET_BIN:?}" "${WHET_FIXTURES:?}"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -122,7 +123,9 @@ for i in 0 1 2 3 4 5 6 7; do
   "$WHET_BIN" train --config "$work/alone$i.json" --quiet > "$work/alone$i.events" || fail "run $i alone"
 done
 t1=$(date +%s.%N)
-"$WHET_BIN" train --cotrain --quiet $(for i in 0 1 2 3 4 5 6 7; do echo --config "$work/co$i.json"; done) \
+# passes of at most 200 tokens: a step's rows (up to 128 tokens each) cut into passes, a run's rows across two or
+# more of them (its gradients summed over them, its SFT mean over the whole step's targets, a DPO pair whole)
+"$WHET_BIN" train --cotrain --quiet --pass-tokens 200 $(for i in 0 1 2 3 4 5 6 7; do echo --config "$work/co$i.json"; done) \
   2> "$work/co.err" || { cat "$work/co.err"; fail "co-training"; }
 t2=$(date +%s.%N)
 echo "wall time: 8 runs one after another $(python3 -c "print(round($t1 - $t0, 2))") s, co-trained $(python3 -c "print(round($t2 - $t1, 2))") s"

@@ -193,9 +193,19 @@ TEST(plan_zero3_shards) {
     }
 }
 
+/* A co-trained group's pass: its members' step tokens, cut at the bound, never below a whole row. */
+TEST(plan_cotrain_pass) {
+    CHECK(mp_cotrain_pass_tokens(8 * 512, 128, 1024) == 1024);                   /* 8 runs' rows, 4 passes */
+    CHECK(mp_cotrain_pass_tokens(300, 128, 1024) == 300);                        /* one pass, all of it */
+    CHECK(mp_cotrain_pass_tokens(4096, 2048, 1024) == 2048);                     /* a row longer than the bound */
+    CHECK(mp_cotrain_pass_tokens(1 << 20, 128, 0) == MP_COTRAIN_PASS_TOKENS);    /* the default */
+    CHECK(mp_cotrain_pass_tokens(-5, 128, 0) == 0);
+}
+
 int main(void) {
     RUN(plan_matches_cpu_allocations);
     RUN(plan_bf16_parts);
     RUN(plan_zero3_shards);
+    RUN(plan_cotrain_pass);
     return test_summary();
 }
