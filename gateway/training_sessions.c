@@ -246,6 +246,13 @@ struct call {
     struct model_worker moved_to; /* the ready worker it is being re-pinned to */
 };
 
+/* A call of the request's, zeroed, from its pool. */
+static struct call *new_call(struct gw_req *r) {
+    struct call *c = http_alloc(r, sizeof *c);
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
 static void header(struct call *c, const char *name, const char *value) {
     c->headers[c->n][0] = name, c->headers[c->n++][1] = value;
 }
@@ -346,8 +353,7 @@ static void session_lookup(struct gw_req *r, struct call *c) {
 
 /* forward_backward, sample: metered; optim_step not (meter NULL). */
 static void session_pass(struct gw_req *r, void *meter) {
-    struct call *c = http_alloc(r, sizeof *c);
-    memset(c, 0, sizeof *c);
+    struct call *c = new_call(r);
     c->meter = meter;
     session_lookup(r, c);
 }
@@ -413,8 +419,7 @@ static void save_keyed(struct gw_req *r, struct call *c) {
 }
 
 static void session_save(struct gw_req *r) {
-    struct call *c = http_alloc(r, sizeof *c);
-    memset(c, 0, sizeof *c);
+    struct call *c = new_call(r);
     c->keyed = save_keyed;
     session_lookup(r, c);
 }
@@ -428,8 +433,7 @@ static void deleted(struct gw_req *r, const struct db_result *res, void *arg) {
 }
 
 static void session_delete(struct gw_req *r) {
-    struct call *c = http_alloc(r, sizeof *c);
-    memset(c, 0, sizeof *c);
+    struct call *c = new_call(r);
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
     db_query(r, "training_sessions_delete", 2, params, deleted, c);
 }

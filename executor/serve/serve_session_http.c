@@ -191,6 +191,16 @@ static void put_real(struct whet_buf *b, double v) {
     else whet_buf_puts(b, "null");
 }
 
+/* Session s joins those the worker holds (it owns it now). */
+static void add_session(struct serve_sessions *ss, struct serve_session *s) {
+    ss->sessions = xrealloc(ss->sessions, sizeof *ss->sessions * (size_t)(ss->n_sessions + 1));
+    ss->sessions[ss->n_sessions++] = s;
+}
+
+static void answer_deleted(struct op *op) {
+    answer(op, 200, xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
+}
+
 /* The session's state after its create or an optim_step, where the gateway keeps it (op->state_prefix, PREFIX):
  * PREFIX/step-N (N its optimizer steps; serve_session_save_state's files, sealed with the tenant's key when the
  * call carried one), then PREFIX/LATEST naming N, then the step before removed. A worker that dies at any point
@@ -262,8 +272,7 @@ static int restore(struct serve_sessions *ss, struct op *op) {
         answer_err(op, 500, err.msg);
         return -1;
     }
-    ss->sessions = xrealloc(ss->sessions, sizeof *ss->sessions * (size_t)(ss->n_sessions + 1));
-    ss->sessions[ss->n_sessions++] = s;
+    add_session(ss, s);
     log_info("msg=\"training session restored\" session=%s step=%ld prefix=%s", s->id, step, op->state_prefix);
     return ss->n_sessions - 1;
 }
@@ -307,8 +316,7 @@ static void run_create(struct serve_sessions *ss, struct op *op) {
         answer_err(op, 503, err.msg);
         return;
     }
-    ss->sessions = xrealloc(ss->sessions, sizeof *ss->sessions * (size_t)(ss->n_sessions + 1));
-    ss->sessions[ss->n_sessions++] = s;
+    add_session(ss, s);
     log_info("msg=\"training session created\" session=%s params=%zu", s->id, model_num_trainable(s->view));
     answer(op, 200,
            xasprintf("{\"id\":\"%s\",\"object\":\"training_session\",\"trainable_parameters\":%zu}", s->id,
@@ -489,8 +497,7 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     if (i < 0 && op->state_prefix && op->kind != OP_DELETE && (i = restore(ss, op)) < 0) return 0;
     if (i < 0 && op->kind == OP_DELETE && op->state_prefix) { /* held by a worker that ended: its state goes */
         forget_state(ss, op);
-        answer(op, 200,
-               xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
+        answer_deleted(op);
         return 0;
     }
     if (i < 0) {
@@ -507,8 +514,7 @@ static int run_op(struct serve_sessions *ss, struct op *op) {
     case OP_DELETE:
         remove_session(ss, i, "deleted");
         forget_state(ss, op);
-        answer(op, 200,
-               xasprintf("{\"id\":\"%s\",\"object\":\"training_session.deleted\",\"deleted\":true}", op->session));
+        answer_deleted(op);
         break;
     case OP_CREATE: break;
     }
