@@ -18,7 +18,8 @@
  * was declared lost; then, for a node so renewed, the progress of its running attempts is written to
  * job_progress (migration 0029: narrow and without secondary indexes, so a job's update is HOT; a job
  * that already succeeded keeps what it has; the step and token counts only grow; a row that would not
- * change is not written: most heartbeats repeat the last one's step), and up to 32 of its
+ * change is not written: most heartbeats repeat the last one's step; and progress.c sends a job's step at
+ * most every progress_ms), and up to 32 of its
  * waiting commands are handed out, oldest first (a STOP never overtakes its START), marked delivered. The
  * commands are delivered in the answer to the call: a failure after the statement loses them as a lost
  * answer would. A node twice in the queue (an executor that retried) waits for the next batch. */
@@ -158,7 +159,9 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
             p->resp->n_commands++;
         }
     }
+    double now = whet_now_mono();
     for (int i = 0; i < n; i++) {
+        if (batch[i]->known) scheduler_progress_written(batch[i]->progress, now);
         Whet__V1__HeartbeatResponse *resp = batch[i]->resp;
         resp->commands = xcalloc(resp->n_commands ? resp->n_commands : 1, sizeof *resp->commands);
         resp->n_commands = 0;
@@ -221,13 +224,7 @@ static int take_batch(struct pending **batch) {
 
 int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
                               int *known, int *serving, struct whet_err *err) {
-    json_t *progress = json_array();
-    for (size_t i = 0; i < req->n_jobs; i++) {
-        const Whet__V1__JobProgress *p = req->jobs[i];
-        json_array_append_new(progress, json_pack("{s:s, s:I, s:I, s:I, s:I}", "job_id", p->job_id, "attempt",
-                                                  (json_int_t)p->attempt, "step", (json_int_t)p->step, "total",
-                                                  (json_int_t)p->total_steps, "tokens", (json_int_t)p->trained_tokens));
-    }
+    json_t *progress = scheduler_progress_due(req, whet_now_mono());
     struct pending self = {.req = req, .resp = resp, .progress = progress};
 
     pthread_mutex_lock(&lock);
