@@ -284,6 +284,10 @@ int whet_rm_rf(const char *path) {
 
 int64_t whet_now_unix(void) { return (int64_t)time(NULL); }
 
+int whet_cmp_strp(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 double whet_now_mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -81,6 +81,9 @@ int whet_rm_rf(const char *path);
 int64_t whet_now_unix(void);
 double whet_now_mono(void);
 
+/* A qsort/bsearch comparator of char * elements, in strcmp order. */
+int whet_cmp_strp(const void *a, const void *b);
+
 #define WHET_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

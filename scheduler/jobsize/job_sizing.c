@@ -14,7 +14,7 @@ static int32_t job_sizing_int(json_t *v, int32_t fallback) {
                : fallback;
 }
 
-static void job_sizing_model(struct sz_model *m, const char *parameters, const char *config_json) {
+void job_sizing_model(struct sz_model *m, const char *parameters, const char *config_json) {
     memset(m, 0, sizeof *m);
     m->n_params = atoll(parameters);
     json_t *c = json_loads(config_json, 0, NULL);
@@ -28,8 +28,11 @@ static void job_sizing_model(struct sz_model *m, const char *parameters, const c
     json_decref(c);
 }
 
-static void job_sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
-    memset(j, 0, sizeof *j);
+void job_sizing_spec(struct job_sizing_spec *spec, json_t *method, json_t *whet) {
+    struct sz_job *j = &spec->job;
+    memset(spec, 0, sizeof *spec);
+    spec->max_gpus = job_sizing_int(json_object_get(whet, "max_gpus"), 0);
+    spec->min_gpus = job_sizing_int(json_object_get(whet, "min_gpus"), 0);
     json_t *t = trainer_settings_from_job(method, whet, 0);
     const char *m = json_string_value(json_object_get(t, "method"));
     j->method = !strcmp(m, "dpo") ? SZ_DPO : !strcmp(m, "grpo") ? SZ_GRPO : SZ_SFT;
@@ -47,16 +50,21 @@ static void job_sizing_job(struct sz_job *j, json_t *method, json_t *whet) {
     json_decref(t);
 }
 
+int32_t job_sizing_choose(struct sz_choice *out, struct sz_estimate *e, const struct sz_model *model,
+                          const struct job_sizing_spec *spec, const struct sz_pool *pools, int32_t n_pools) {
+    struct sz_estimate own;
+    if (!e) e = &own;
+    sz_estimate(e, model, &spec->job);
+    sz_choose(out, e, pools, n_pools, spec->max_gpus);
+    int32_t gpus = out->gpus > 0 ? out->gpus : 1;
+    return gpus < spec->min_gpus ? spec->min_gpus : gpus;
+}
+
 int32_t job_sizing_gang(struct sz_choice *out, struct sz_estimate *e, const char *parameters, const char *config_json,
                         json_t *method, json_t *whet, const struct sz_pool *pools, int32_t n_pools) {
     struct sz_model model;
-    struct sz_job job;
-    struct sz_estimate own;
-    if (!e) e = &own;
+    struct job_sizing_spec spec;
     job_sizing_model(&model, parameters, config_json);
-    job_sizing_job(&job, method, whet);
-    sz_estimate(e, &model, &job);
-    sz_choose(out, e, pools, n_pools, job_sizing_int(json_object_get(whet, "max_gpus"), 0));
-    int32_t gpus = out->gpus > 0 ? out->gpus : 1, min_gpus = job_sizing_int(json_object_get(whet, "min_gpus"), 0);
-    return gpus < min_gpus ? min_gpus : gpus;
+    job_sizing_spec(&spec, method, whet);
+    return job_sizing_choose(out, e, &model, &spec, pools, n_pools);
 }

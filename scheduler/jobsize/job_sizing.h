@@ -21,4 +21,16 @@
 int32_t job_sizing_gang(struct sz_choice *out, struct sz_estimate *e, const char *parameters, const char *config_json,
                         json_t *method, json_t *whet, const struct sz_pool *pools, int32_t n_pools);
 
+/* The same in parts, for a caller that sizes the same jobs again and again (the scheduler, each cycle):
+ * the base model's shape (its parameter count as text and config.json) and the job's settings are read
+ * once, then job_sizing_choose sizes them over the pools of the moment. */
+struct job_sizing_spec {
+    struct sz_job job;          /* the settings the trainer will run with */
+    int32_t max_gpus, min_gpus; /* whet.max_gpus, whet.min_gpus; 0: unset */
+};
+void job_sizing_model(struct sz_model *m, const char *parameters, const char *config_json);
+void job_sizing_spec(struct job_sizing_spec *spec, json_t *method, json_t *whet);
+int32_t job_sizing_choose(struct sz_choice *out, struct sz_estimate *e, const struct sz_model *model,
+                          const struct job_sizing_spec *spec, const struct sz_pool *pools, int32_t n_pools);
+
 #endif

@@ -2,7 +2,8 @@
  * the tenant sees of it.
  *
  * The snapshot is read from PostgreSQL each cycle (the fleet and queue of one control plane fit
- * easily), the running attempts as changes to what the leader already holds (running.c). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
+ * easily), the running attempts as changes to what the leader already holds (running.c), the queued
+ * jobs' specifications once per job (queue.c). Each queued job is sized (scheduler/placement/sizing.h: gang and minimum device memory from
  * its base model, method, batch and sequence length, within whet.max_gpus and on the pools its
  * whet.gpu_types and whet.regions allow, at least whet.min_gpus), handed to the placement library,
  * which places a job on one node or, too big for any one, over the fewest nodes of one data center; a
@@ -229,14 +230,15 @@ static uint64_t cotrain_key(const char *base_model) {
 
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. An elastic job
  * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. */
-static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
-                     const char *parameters, const char *config_json, int resize_to, const char *base_model) {
+static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s,
+                     const struct job_sizing_spec *spec, const struct sz_model *model, int resize_to,
+                     const char *base_model) {
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
         if (pool_allowed(j, &s->pools[p])) allowed[n++] = s->pools[p].pool;
     struct sz_estimate e;
-    j->gpus = job_sizing_gang(out, &e, parameters, config_json, method, whet, allowed, n);
+    j->gpus = job_sizing_choose(out, &e, model, spec, allowed, n);
     free(allowed);
     if (resize_to > 0) j->gpus = resize_to;
     j->min_gpu_mem_mib = out->min_gpu_mem_mib;
@@ -334,6 +336,54 @@ static uint64_t running_group_id(struct snapshot *s, const char *name) {
     return (uint64_t)k + 1;
 }
 
+/* The shapes of the base models the queue's jobs train (job_sizing_model), read each cycle: few rows. */
+struct base_shapes {
+    int n;
+    char **ids; /* by id (strcmp) */
+    struct sz_model *models;
+};
+
+/* Reads the base models named in column 6 of the queue's rows. */
+static int load_base_shapes(PGconn *conn, const PGresult *queue, struct base_shapes *b, struct whet_err *err) {
+    int rows = PQntuples(queue);
+    char **named = xcalloc((size_t)rows + 1, sizeof *named);
+    for (int r = 0; r < rows; r++) named[r] = PQgetvalue(queue, r, 6);
+    qsort(named, (size_t)rows, sizeof *named, whet_cmp_strp);
+    json_t *names = json_array();
+    for (int r = 0; r < rows; r++)
+        if (!r || strcmp(named[r], named[r - 1])) json_array_append_new(names, json_string(named[r]));
+    free(named);
+    char *list = json_dumps(names, JSON_COMPACT);
+    json_decref(names);
+    const char *params[] = {list};
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT id, parameters, config::text FROM base_models"
+                                  " WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb))) ORDER BY id COLLATE \"C\"",
+                                  1, params, err);
+    free(list);
+    if (!res) return -1;
+    b->n = PQntuples(res);
+    b->ids = xcalloc((size_t)b->n + 1, sizeof *b->ids);
+    b->models = xcalloc((size_t)b->n + 1, sizeof *b->models);
+    for (int r = 0; r < b->n; r++) {
+        b->ids[r] = xstrdup(PQgetvalue(res, r, 0));
+        job_sizing_model(&b->models[r], PQgetvalue(res, r, 1), PQgetvalue(res, r, 2));
+    }
+    PQclear(res);
+    return 0;
+}
+
+static const struct sz_model *base_shape(const struct base_shapes *b, const char *id) {
+    int at = sorted_find(b->ids, NULL, b->n, id);
+    return at < 0 ? NULL : &b->models[at];
+}
+
+static void base_shapes_free(struct base_shapes *b) {
+    for (int i = 0; i < b->n; i++) free(b->ids[i]);
+    free(b->ids);
+    free(b->models);
+}
+
 static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
@@ -421,27 +471,37 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         s->n_running++;
     }
 
+    /* The head of the queue in order; what never changes of each job comes from the cache (queue.c). */
     res = whet_pg_query(conn,
-                        "SELECT j.id, j.tenant_id, j.whet::text, j.priority, j.created_at, j.seq, j.method::text,"
-                        " b.parameters, b.config::text, j.resize_to, b.id"
-                        " FROM jobs j JOIN base_models b ON b.id = j.base_model"
-                        " WHERE j.status = 'queued' AND j.desired = 'run' ORDER BY j.seq LIMIT 10000",
+                        "SELECT id, tenant_id, priority, created_at, seq, resize_to, base_model FROM jobs"
+                        " WHERE status = 'queued' AND desired = 'run' ORDER BY seq LIMIT 10000",
                         0, NULL, err);
     if (!res) return -1;
-    s->n_queued = PQntuples(res);
-    s->queued = xcalloc((size_t)s->n_queued + 1, sizeof *s->queued);
-    s->queued_ids = xcalloc((size_t)s->n_queued + 1, sizeof *s->queued_ids);
-    s->sized = xcalloc((size_t)s->n_queued + 1, sizeof *s->sized);
-    for (int i = 0; i < s->n_queued; i++) {
-        json_t *whet = json_loads(PQgetvalue(res, i, 2), 0, NULL), *method = json_loads(PQgetvalue(res, i, 6), 0, NULL);
-        placement_job_init(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
-                           atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
-        size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8),
-                 atoi(PQgetvalue(res, i, 9)), PQgetvalue(res, i, 10));
-        json_decref(whet);
-        json_decref(method);
-        s->queued_ids[i] = xstrdup(PQgetvalue(res, i, 0));
+    int rows = PQntuples(res);
+    char **ids = xcalloc((size_t)rows + 1, sizeof *ids);
+    for (int r = 0; r < rows; r++) ids[r] = PQgetvalue(res, r, 0);
+    struct base_shapes bases = {0};
+    int failed = queue_cache_update(&sch->queue, conn, ids, rows, err) < 0 || load_base_shapes(conn, res, &bases, err) < 0;
+    free(ids);
+    if (failed) {
+        PQclear(res);
+        return -1;
     }
+    s->queued = xcalloc((size_t)rows + 1, sizeof *s->queued);
+    s->queued_ids = xcalloc((size_t)rows + 1, sizeof *s->queued_ids);
+    s->sized = xcalloc((size_t)rows + 1, sizeof *s->sized);
+    for (int r = 0; r < rows; r++) {
+        const struct queued_spec *spec = queue_cache_find(&sch->queue, PQgetvalue(res, r, 0));
+        const struct sz_model *model = base_shape(&bases, PQgetvalue(res, r, 6));
+        if (!spec || !model) continue; /* deleted since, or its base model is */
+        int i = s->n_queued++;
+        placement_job_init(&s->queued[i], s, PQgetvalue(res, r, 1), spec->whet, atoi(PQgetvalue(res, r, 2)),
+                           atof(PQgetvalue(res, r, 3)), (uint64_t)atoll(PQgetvalue(res, r, 4)));
+        size_job(&s->queued[i], &s->sized[i], s, &spec->sizing, model, atoi(PQgetvalue(res, r, 5)),
+                 PQgetvalue(res, r, 6));
+        s->queued_ids[i] = xstrdup(PQgetvalue(res, r, 0));
+    }
+    base_shapes_free(&bases);
     PQclear(res);
     return 0;
 }

@@ -53,8 +53,6 @@ static int cmp_attempt(const void *x, const void *y) {
     return (a->attempt > b->attempt) - (a->attempt < b->attempt);
 }
 
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
-
 /* Appends row `i` of a read; a job with no running attempt comes as NULLs, and joins the stopped. */
 static void add_row(struct running_cache *c, const PGresult *res, int i) {
     if (PQgetisnull(res, i, 1)) {
@@ -91,10 +89,10 @@ static void drop_changed(struct running_cache *c, const PGresult *res) {
     int n = PQntuples(res);
     char **changed = xcalloc((size_t)n + 1, sizeof *changed);
     for (int i = 0; i < n; i++) changed[i] = PQgetvalue(res, i, 0);
-    qsort(changed, (size_t)n, sizeof *changed, cmp_str);
+    qsort(changed, (size_t)n, sizeof *changed, whet_cmp_strp);
     int kept = 0;
     for (int i = 0; i < c->n; i++) {
-        if (n && bsearch(&c->a[i].job_id, changed, (size_t)n, sizeof *changed, cmp_str))
+        if (n && bsearch(&c->a[i].job_id, changed, (size_t)n, sizeof *changed, whet_cmp_strp))
             attempt_free(&c->a[i]);
         else
             c->a[kept++] = c->a[i];

@@ -96,6 +96,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         }
         /* What changed while another led is unknown: read it all again, compare every row again. */
         running_reset(&sch.running);
+        queue_cache_reset(&sch.queue);
         public_state_reset(&sch.public_state);
         log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
         scheduler_metrics_leader(1);
@@ -122,6 +123,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         PQfinish(conn);
     }
     running_reset(&sch.running);
+    queue_cache_reset(&sch.queue);
     public_state_reset(&sch.public_state);
     scheduler_metrics_stop();
     log_info("msg=\"stopped\"");

@@ -6,6 +6,7 @@
 #include <libpq-fe.h>
 #include <stdint.h>
 
+#include "job_sizing.h"
 #include "proto/whet.pb-c.h"
 #include "rpc.h"
 #include "scheduler.h"
@@ -39,6 +40,28 @@ int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err)
 /* Empties the cache and frees what it holds: the next refresh reads everything. */
 void running_reset(struct running_cache *c);
 
+/* What sizing and placement read of a queued job (queue.c), parsed once: it never changes. */
+struct queued_spec {
+    char *id;
+    json_t *whet;                  /* the job's whet object (gpu_types, regions, …) */
+    struct job_sizing_spec sizing; /* its settings as sizing reads them */
+};
+
+/* The specifications of the jobs at the head of the queue, kept between cycles (queue.c). */
+struct queue_cache {
+    int n;
+    struct queued_spec *a; /* by id (strcmp) */
+};
+
+/* Makes the cache hold the jobs ids[0..n) (duplicates allowed): drops the others, reads the new ones in
+ * one query. A job that no longer exists is left out. -1 with err when the database failed (the cache
+ * then lacks the new ones: still true, as specifications never change). */
+int queue_cache_update(struct queue_cache *c, PGconn *conn, char *const *ids, int n, struct whet_err *err);
+/* The job's specification, or NULL when the cache lacks it. */
+const struct queued_spec *queue_cache_find(const struct queue_cache *c, const char *id);
+/* Empties the cache and frees what it holds. */
+void queue_cache_reset(struct queue_cache *c);
+
 /* A job waiting at the end of a cycle, as the cycle tells public_state_record: its reason (NULL: its
  * row is left as it is, a placement left to the next cycle) and place in the queue (0: in none). */
 struct waiting_job {
@@ -71,6 +94,7 @@ void public_state_reset(struct public_state *ps);
 struct scheduler {
     const struct scheduler_options *opts;
     struct running_cache running; /* the leader's; reset when it starts leading */
+    struct queue_cache queue;     /* likewise */
     struct public_state public_state;
 };
 
