@@ -41,6 +41,12 @@ static void usage(FILE *out) {
             "                    nothing else; connections to it are not filtered; any other socket call\n"
             "                    ends the sandbox\n"
             "  --connect ADDR:PORT  with --listen: the command may also connect there (repeatable)\n"
+            "  --peer ADDR       a gang rank's network: the command may bind and connect TCP to this numeric\n"
+            "                    address (repeatable; the gang's nodes) on the ports of --peer-ports\n"
+            "  --peer-ports LO-HI  the gang's ports (default 29500-29599)\n"
+            "  --unix-sockets    with --peer, a GPU rank's NCCL: path-named unix sockets allowed (Linux 6.12+)\n"
+            "  --shm DIR         bind host DIR writable at /dev/shm (a GPU gang's ranks on one node share one)\n"
+            "  --device NAME     bind /dev/NAME read-write (repeatable; a GPU job's nvidiactl, nvidia0, ...)\n"
             "  --as-uid UID[:GID] root only: run the command as this host uid (e.g. 65534); writable dirs\n"
             "                    must be writable by it\n"
             "  --no-userns       run without a user namespace (root only; the fallback path)\n"
@@ -85,14 +91,19 @@ static int sandbox_run_cmd(int argc, char **argv) {
         {"env", required_argument, 0, 'e'},     {"network", no_argument, 0, 'N'},
         {"no-userns", no_argument, 0, 'U'},     {"as-uid", required_argument, 0, 'u'},
         {"nested", no_argument, 0, 'X'},       {"listen", required_argument, 0, 'L'},
-        {"connect", required_argument, 0, 'T'},
+        {"connect", required_argument, 0, 'T'},  {"peer", required_argument, 0, 'P'},
+        {"peer-ports", required_argument, 0, 'r'}, {"unix-sockets", no_argument, 0, 'S'},
+        {"shm", required_argument, 0, 's'},     {"device", required_argument, 0, 'D'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     struct sandbox_spec spec;
     sandbox_spec_init(&spec);
-    const char **writable = NULL, **readonly = NULL, **env = NULL, **connect_to = NULL;
-    size_t n_writable = 0, n_readonly = 0, n_env = 0, n_connect = 0;
+    const char **writable = NULL, **readonly = NULL, **env = NULL, **connect_to = NULL, **peers = NULL,
+               **devices = NULL;
+    size_t n_writable = 0, n_readonly = 0, n_env = 0, n_connect = 0, n_peers = 0, n_devices = 0;
+    spec.peer_port_lo = 29500, spec.peer_port_hi = 29599;
+    const char *bad = NULL;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "+h", options, NULL)) != -1) {
@@ -113,6 +124,15 @@ static int sandbox_run_cmd(int argc, char **argv) {
         case 'X': spec.allow_nested = 1; break;
         case 'L': spec.listen_host = optarg; break;
         case 'T': push(&connect_to, &n_connect, optarg); break;
+        case 'P': push(&peers, &n_peers, optarg); break;
+        case 'S': spec.allow_unix_sockets = 1; break;
+        case 's': spec.shm_dir = optarg; break;
+        case 'D': push(&devices, &n_devices, optarg); break;
+        case 'r':
+            if (sscanf(optarg, "%d-%d", &spec.peer_port_lo, &spec.peer_port_hi) != 2 || spec.peer_port_lo < 1 ||
+                spec.peer_port_hi > 65535 || spec.peer_port_lo > spec.peer_port_hi)
+                bad = "whet sandbox run: --peer-ports takes LO-HI (1 <= LO <= HI <= 65535)\n";
+            break;
         case 'u': {
             char *colon = strchr(optarg, ':');
             spec.host_uid = atoi(optarg);
@@ -123,20 +143,29 @@ static int sandbox_run_cmd(int argc, char **argv) {
         default: usage(stderr); return 2;
         }
     }
-    if (optind >= argc || (connect_to && !spec.listen_host)) {
-        fprintf(stderr, "%s", optind >= argc ? "whet sandbox run: no command given\n"
-                                             "hint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n"
-                                             : "whet sandbox run: --connect needs --listen (a server's network)\n"
-                                               "hint: whet sandbox run --listen ADDR --connect ADDR:PORT -- CMD\n");
+    if (!bad && optind >= argc)
+        bad = "whet sandbox run: no command given\nhint: whet sandbox run [OPTIONS] -- CMD [ARGS...]\n";
+    if (!bad && connect_to && !spec.listen_host)
+        bad = "whet sandbox run: --connect needs --listen (a server's network)\n"
+              "hint: whet sandbox run --listen ADDR --connect ADDR:PORT -- CMD\n";
+    if (!bad && spec.allow_unix_sockets && !peers)
+        bad = "whet sandbox run: --unix-sockets needs --peer (a GPU gang rank's network)\n"
+              "hint: whet sandbox run --peer 127.0.0.1 --unix-sockets --shm DIR -- CMD\n";
+    if (bad) {
+        fputs(bad, stderr);
         free(writable);
         free(readonly);
         free(env);
         free(connect_to);
+        free(peers);
+        free(devices);
         return 2;
     }
-    /* a server's network is checked call by call by init, which needs the calls sent to it */
-    spec.kill_on_network = spec.listen_host != NULL;
+    /* a server's or a gang's network is checked call by call by init, which needs the calls sent to it */
+    spec.kill_on_network = spec.listen_host != NULL || peers != NULL;
     spec.connect_to = connect_to;
+    spec.peer_hosts = peers;
+    spec.device_nodes = devices;
     spec.argv = (const char *const *)(argv + optind);
     spec.writable_dirs = writable;
     spec.readonly_dirs = readonly;
@@ -175,6 +204,8 @@ static int sandbox_run_cmd(int argc, char **argv) {
     free(readonly);
     free(env);
     free(connect_to);
+    free(peers);
+    free(devices);
     return code;
 }
 

@@ -16,7 +16,8 @@
 #      differences over STEPS steps of Adam at the e2e tests' learning rates)
 #   5. NCCL: the LoRA run of 4 again on the GPU as a gang of one rank ("distributed" with world_size 1
 #      and a rendezvous), through the gang's collectives; its losses as 4's against the CPU's
-#      and again with the NCCL environment of a GPU gang rank's sandbox (trainer_sandbox.h)
+#      and again with the NCCL environment of a GPU gang rank's sandbox (trainer_sandbox.h), and inside
+#      that sandbox (`whet sandbox run` with the rank's devices, network, unix sockets and /dev/shm)
 #   6. `whet score --device cuda` against the CPU's on the validation set (mean loss within 1e-4)
 #   7. `whet sample --device cuda` greedy (temperature 0) for 32 tokens equal to the CPU's on the fully
 #      fine-tuned model; reported, not required: greedy on the random model (its logits are close to each
@@ -113,7 +114,7 @@ train() { # train NAME DEVICE LORA_FIELD HYPERPARAMETERS [MORE_FIELDS]
  "output_dir": "$work/$1", "seed": 1, "max_steps": $STEPS, "device": "$2", "lora": $3,
  "hyperparameters": $4 ${5:-}}
 JSON
-  timeout 240 "$WHET" train --config "$work/$1.json" --quiet > /dev/null
+  ${TRAIN_IN:-timeout 240} "$WHET" train --config "$work/$1.json" --quiet > /dev/null
 }
 compare_losses() { # compare_losses CPU_RUN CUDA_RUN: the metrics of two runs
   python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" "$STEPS" <<'PY'
@@ -169,6 +170,26 @@ nccl_sandbox_env() {
     compare_losses lora-cpu nccl-env
 }
 check nccl_sandbox_env nccl_sandbox_env && put nccl_sandbox_env "$(tail -n1 "$work/nccl_sandbox_env.log")"
+
+# 5c. that gang of one inside the sandbox a GPU gang rank gets (executor/agent/trainer_sandbox.h): the
+# node's device nodes, the gang's network (its peer, its ports, path-named unix sockets), a /dev/shm of
+# its own, the NCCL environment of 5b, only the files it needs bound
+in_gang_sandbox() { # in_gang_sandbox WHET train --config CONFIG ...: the run directory is the config's name
+  local cfg=$4 devices=()
+  for d in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia0; do [ -e "/dev/$d" ] && devices+=(--device "$d"); done
+  mkdir -p "${cfg%.json}" "$work/gang-shm"
+  "$WHET" sandbox run "${devices[@]}" --peer 127.0.0.1 --peer-ports 29500-29599 --unix-sockets --shm "$work/gang-shm" \
+    --wall 240 --procs 256 --readonly "$root/$build" --readonly "$root/tests/fixtures" --readonly "$work/model" \
+    --readonly "$cfg" --writable "${cfg%.json}" --env PATH=/usr/bin:/bin --env HOME=/tmp \
+    --env NCCL_IPC_USE_ABSTRACT_SOCKET=0 --env NCCL_CUMEM_ENABLE=0 --env NCCL_P2P_DISABLE=1 --env NCCL_NVLS_ENABLE=0 \
+    --env NCCL_IB_DISABLE=1 -- "$@"
+}
+nccl_sandboxed() {
+  TRAIN_IN=in_gang_sandbox train nccl-sandboxed "$dev" '{"r": 8, "alpha": 16}' "$HP" \
+    ', "distributed": {"world_size": 1, "rank": 0, "rendezvous": "127.0.0.1:0"}' &&
+    compare_losses lora-cpu nccl-sandboxed
+}
+check nccl_sandboxed nccl_sandboxed && put nccl_sandboxed "$(tail -n1 "$work/nccl_sandboxed.log")"
 
 # ---- 6. score on both devices
 python3 - "$root/tests/fixtures/sft/valid.jsonl" > "$work/texts.jsonl" <<'PY'

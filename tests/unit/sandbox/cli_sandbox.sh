@@ -1,7 +1,8 @@
 #!/bin/sh
 # cli_sandbox.sh - `whet sandbox run` passes the command's exit status through, prints one verdict
 # line, maps the timeout to 124 and setup failures to 125, only the --writable dir is writable, and a
-# server's network (--listen, --connect) lets exactly that through.
+# server's network (--listen, --connect) lets exactly that through, and a GPU gang rank's (--peer,
+# --unix-sockets, --shm) what NCCL needs.
 set -u
 fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
@@ -81,5 +82,27 @@ check "without --nested the inner sandbox is refused" 'grep -q "clone with new n
 
 "$WHET_BIN" sandbox probe >"$dir/probe"; rc=$?
 check "probe says the sandbox works" '[ $rc -eq 0 ] && grep -q "sandbox: working" "$dir/probe"'
+# a GPU gang rank's sandbox (--peer, --unix-sockets, --shm), as the executor builds it for NCCL: path-named
+# unix sockets work and /dev/shm is the host dir given; without --unix-sockets a unix socket ends it
+/usr/bin/python3 -c 1 2>/dev/null && {
+    mkdir "$dir/shm"
+    "$WHET_BIN" sandbox run --peer 127.0.0.1 --unix-sockets --shm "$dir/shm" -- /usr/bin/python3 -c '
+import socket
+a = socket.socket(socket.AF_UNIX); a.bind("/tmp/proxy-0"); a.listen(1)
+b = socket.socket(socket.AF_UNIX); b.connect("/tmp/proxy-0")
+c, _ = a.accept(); b.sendall(b"hi"); assert c.recv(2) == b"hi"
+open("/dev/shm/nccl-seg", "w").write("seg")' 2>"$dir/err"; rc=$?
+    if grep -q "Landlock ABI 6" "$dir/err"; then
+        check "--unix-sockets: refused, saying why, where the kernel lacks Landlock ABI 6" '[ $rc -eq 125 ]'
+    else
+        check "--unix-sockets: a path-named socket binds, connects and carries data" '[ $rc -eq 0 ]'
+        check "--shm: /dev/shm is the host dir given" 'grep -q seg "$dir/shm/nccl-seg"'
+    fi
+    "$WHET_BIN" sandbox run --peer 127.0.0.1 -- /usr/bin/python3 -c \
+        'import socket; socket.socket(socket.AF_UNIX).bind("/tmp/x")' 2>"$dir/err"; rc=$?
+    check "--peer without --unix-sockets: a unix socket ends the sandbox" '[ $rc -ne 0 ] && grep -q "whet sandbox: seccomp" "$dir/err"'
+    "$WHET_BIN" sandbox run --unix-sockets -- true 2>"$dir/err"; rc=$?
+    check "--unix-sockets alone is refused with a hint" '[ $rc -eq 2 ] && grep -q "needs --peer" "$dir/err"'
+}
 rm -rf "$dir"
 exit $fail
