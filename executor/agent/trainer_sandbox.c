@@ -3,11 +3,15 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#include "log.h"
 
 int trainer_grader_runs_python(const json_t *grader) {
     const char *type = json_string_value(json_object_get(grader, "type"));
@@ -81,6 +85,17 @@ struct gang_shm {
 static pthread_mutex_t gang_shm_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gang_shm *gang_shms;
 
+/* Once per executor: NCCL's shared memory belongs in memory, bounded (trainer_sandbox.h). */
+static void warn_unless_tmpfs(const char *dir) {
+    static int warned;
+    struct statfs fs;
+    if (warned || statfs(dir, &fs) != 0 || fs.f_type == TMPFS_MAGIC) return;
+    warned = 1;
+    log_warn("msg=\"the GPU gangs' shared memory is not a tmpfs: NCCL's SHM transport will use the work dir's disk, "
+             "slower and unbounded; mount a tmpfs with size= there\" dir=%s",
+             dir);
+}
+
 char *trainer_sandbox_gang_shm(struct sandbox_spec *spec, const char *work_dir, const char *job_id, int attempt,
                                struct whet_err *err) {
     char *dir = xasprintf("%s/gang-shm/%s-%d", work_dir, job_id, attempt);
@@ -94,6 +109,7 @@ char *trainer_sandbox_gang_shm(struct sandbox_spec *spec, const char *work_dir, 
         /* Held by no rank of this executor, every directory there is a dead executor's leftover. */
         if (!gang_shms) whet_rm_rf(parent);
         rc = whet_mkdir_p(parent, err);
+        warn_unless_tmpfs(parent);
         free(parent);
         if (!rc && mkdir(dir, 0700) != 0 && errno != EEXIST)
             rc = whet_errf(err, "%s: mkdir: %s", dir, strerror(errno));
