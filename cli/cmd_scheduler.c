@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "env.h"
 #include "log.h"
+#include "model_plan.h"
 #include "pg.h"
 #include "scheduler.h"
 
@@ -15,7 +16,8 @@ static void scheduler_usage(FILE *out) {
             "                      [--metrics HOST:PORT] [--rpc-threads N]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
-            "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env).\n\n"
+            "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
+            "executors' bound on a co-training group's passes, which sizes its groups; default %d).\n\n"
             "  --data-dir DIR    read DIR/whet.env\n"
             "  --grpc HOST:PORT  where executors call (default $WHET_GRPC, else 127.0.0.1:7070)\n"
             "  --policy P        placement policy: whet (default), fifo, bestfit, las\n"
@@ -24,7 +26,8 @@ static void scheduler_usage(FILE *out) {
             "                    else none)\n"
             "  --rpc-threads N   threads answering the executors, each with its own database connection\n"
             "                    (default $WHET_SCHEDULER_RPC_THREADS, else 16; a call waiting on a job's row lock\n"
-            "                    holds one, so a big fleet under job churn needs more)\n");
+            "                    holds one, so a big fleet under job churn needs more)\n",
+            MP_COTRAIN_PASS_TOKENS);
 }
 
 static int cmd_scheduler(int argc, char **argv) {
@@ -74,6 +77,12 @@ static int cmd_scheduler(int argc, char **argv) {
     o.metrics_addr = metrics ? metrics : whet_env("WHET_SCHEDULER_METRICS", NULL);
     o.executor_token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
+    char why[300];
+    o.cotrain_pass_tokens = mp_cotrain_pass_tokens_setting(whet_env(MP_COTRAIN_PASS_TOKENS_ENV, NULL), why, sizeof why);
+    if (!o.cotrain_pass_tokens) {
+        fprintf(stderr, "whet scheduler: %s\n", why);
+        return 1;
+    }
     if (!o.executor_token) {
         fprintf(stderr, "whet scheduler: WHET_EXECUTOR_TOKEN is not set\nhint: executors authenticate with it; "
                         "`whet up` generates one into whet.env\n");

@@ -129,8 +129,9 @@ struct pl_job {
      * device. Only a one-device job (gpus 1, gpu_milli 1000) is co-trainable. */
     uint64_t cotrain_key;      /* nonzero: co-trainable; jobs of the same key (same base model, a method
                                   the co-training trainer runs) may share a group */
-    int32_t cotrain_base_mib;  /* device memory a group holds once: the base copy and the overhead */
-    int32_t cotrain_member_mib;/* device memory each member adds: adapter, optimizer, activations */
+    int32_t cotrain_base_mib;  /* device memory a group holds once: the base copy, the overhead and one
+                                  shared pass (sizing.h's sz_cotrain_mib); a group holds its members' largest */
+    int32_t cotrain_member_mib;/* device memory each member adds: adapter, optimizer (GRPO: activations) */
     uint64_t cotrain_group;    /* the group the job runs in, 0: none. The caller sets it for running
                                   jobs (any nonzero id, the same for all members of a group); placement
                                   sets it for a job it places into a group formed in this cycle */

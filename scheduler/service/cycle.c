@@ -228,9 +228,11 @@ static uint64_t cotrain_key(const char *base_model) {
 #define ELASTIC_MIN_RUN_S 5
 
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. An elastic job
- * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. */
+ * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. A co-training
+ * group's passes hold at most pass_tokens tokens (scheduler_options.cotrain_pass_tokens). */
 static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s, json_t *method, json_t *whet,
-                     const char *parameters, const char *config_json, int resize_to, const char *base_model) {
+                     const char *parameters, const char *config_json, int resize_to, const char *base_model,
+                     int32_t pass_tokens) {
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
@@ -244,7 +246,7 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
      * adding its own part of the memory to the base's once (placement's cotrain.c). */
     if (e.cotrainable && j->gpus == 1) {
         j->cotrain_key = cotrain_key(base_model);
-        sz_cotrain_mib(&e, &j->cotrain_base_mib, &j->cotrain_member_mib);
+        sz_cotrain_mib(&e, pass_tokens, &j->cotrain_base_mib, &j->cotrain_member_mib);
     }
     /* A gang that one allowed node holds stays on one node, where its ranks talk over the node's own
      * links (NVLink, loopback) rather than the network; a bigger one may span the nodes of one data
@@ -437,7 +439,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         placement_job_init(&s->queued[i], s, PQgetvalue(res, i, 1), whet, atoi(PQgetvalue(res, i, 3)),
                            atof(PQgetvalue(res, i, 4)), (uint64_t)atoll(PQgetvalue(res, i, 5)));
         size_job(&s->queued[i], &s->sized[i], s, method, whet, PQgetvalue(res, i, 7), PQgetvalue(res, i, 8),
-                 atoi(PQgetvalue(res, i, 9)), PQgetvalue(res, i, 10));
+                 atoi(PQgetvalue(res, i, 9)), PQgetvalue(res, i, 10), sch->opts->cotrain_pass_tokens);
         json_decref(whet);
         json_decref(method);
         s->queued_ids[i] = xstrdup(PQgetvalue(res, i, 0));
