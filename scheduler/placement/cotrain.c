@@ -71,6 +71,10 @@ int32_t pl_cotrain_members(const struct pl_cluster *c, const struct pl_job *j) {
     return g ? g->members : 0;
 }
 
+void pl_cluster_reserve_groups(struct pl_cluster *c, uint64_t last) {
+    if (last >= c->next_group_id) c->next_group_id = last + 1;
+}
+
 void pl_cotrain_add_running(struct pl_cluster *c, struct pl_job *j) {
     if (!j->cotrain_group) return;
     struct pl_cotrain_group *g = group_find(c, j->cotrain_group);

@@ -281,6 +281,11 @@ int pl_cluster_set_profile(struct pl_cluster *c, const struct pl_shape *shapes, 
  * -1 if they are not free or the alloc is malformed (err says which slot). */
 int pl_cluster_add_running(struct pl_cluster *c, struct pl_job *job, char *err, size_t errlen);
 
+/* The caller numbers the co-training groups of running jobs (pl_job.cotrain_group) 1..last: those ids are
+ * taken, whether or not a member could be added (pl_cluster_add_running refuses one that no longer fits
+ * its node), so a group formed in a cycle is numbered above them and never takes a running group's id. */
+void pl_cluster_reserve_groups(struct pl_cluster *c, uint64_t last);
+
 /* A running or stopping job ended: gives back its resources; the job becomes QUEUED again (a caller
  * requeues a preempted job by passing it to the next pl_schedule). */
 void pl_cluster_release(struct pl_cluster *c, struct pl_job *job);

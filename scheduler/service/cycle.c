@@ -514,7 +514,8 @@ static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
 }
 
 /* Names the co-training groups placement put jobs into in this cycle and lists their new members: a
- * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now gets one. */
+ * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now (numbered above
+ * every running group: pl_cluster_reserve_groups) gets one. */
 static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
     s->new_groups = xcalloc((size_t)r->n + 1, sizeof *s->new_groups);
     for (int i = 0; i < r->n; i++) {
@@ -842,6 +843,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_running; i++)
             if (pl_cluster_add_running(cluster, &s.running[i], perr, sizeof perr) < 0)
                 log_warn("msg=\"running job does not fit its node\" job=%s error=\"%s\"", s.running_ids[i], perr);
+        /* every running group's number, also of one whose members did not fit: a group formed now gets another */
+        pl_cluster_reserve_groups(cluster, (uint64_t)s.n_running_groups);
         /* A job no allowed data center can hold even when empty stays out of placement and waits,
          * outside the queue, with its size as the reason. */
         queue = xcalloc((size_t)s.n_queued + 1, sizeof *queue);

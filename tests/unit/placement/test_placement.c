@@ -936,6 +936,32 @@ TEST(cotrain_eight_sized_members_share_one_device) {
     pl_cluster_free(c);
 }
 
+TEST(cotrain_new_group_never_takes_a_running_groups_id) {
+    /* The caller's snapshot has running groups 1 and 2; group 2's member no longer fits its node (its device
+     * is gone), so placement never sees group 2. A group formed now must still not be numbered 2: the
+     * caller names groups by these ids, and would give it the running group's name. */
+    struct pl_node nodes[1] = {node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job run[2];
+    char err[256];
+    for (int i = 0; i < 2; i++) {
+        run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 20000, 5000);
+        run[i].cotrain_group = (uint64_t)i + 1;
+        run[i].alloc.n_slots = 1;
+        run[i].alloc.slots[0].gpu_mask = i == 0 ? 1 : 1u << 5;
+    }
+    CHECK_MSG(pl_cluster_add_running(c, &run[0], err, sizeof err) == 0, "%s", err);
+    CHECK(pl_cluster_add_running(c, &run[1], err, sizeof err) < 0);
+    pl_cluster_reserve_groups(c, 2);
+    /* two jobs of another base: the first takes the free device alone, the second joins it: a new group */
+    struct pl_job a = cotrain_job(10, 0, 2, 20000, 5000), b = cotrain_job(11, 0, 2, 20000, 5000);
+    struct pl_job *q[2] = {&a, &b};
+    const struct pl_result *r = pl_schedule(c, q, 2, 1000);
+    CHECK(r->placed == 2 && a.cotrain_group == b.cotrain_group && a.cotrain_group > 2);
+    pl_cluster_free(c);
+}
+
 /* A group of n co-trained jobs (ids 1..n) running on GPU 0 of node 0 since time 0. */
 static void running_group(struct pl_cluster *c, struct pl_job *run, int n) {
     char err[256];
@@ -1024,6 +1050,7 @@ int main(void) {
     RUN(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_job);
     RUN(cotrain_group_holds_its_largest_base_once);
     RUN(cotrain_eight_sized_members_share_one_device);
+    RUN(cotrain_new_group_never_takes_a_running_groups_id);
     RUN(cotrain_members_move_out_to_free_devices_when_nobody_waits);
     return test_summary();
 }
