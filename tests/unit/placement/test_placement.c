@@ -746,6 +746,17 @@ static struct pl_job cotrain_job(uint64_t id, int tenant, uint64_t key, int32_t 
     return j;
 }
 
+/* Job j running as a member of group `group` on the devices `mask` of node 0 (a snapshot's job), added to
+ * the cluster: pl_cluster_add_running's result. */
+static int add_member(struct pl_cluster *c, struct pl_job *j, uint64_t group, uint16_t mask) {
+    char err[256];
+    j->cotrain_group = group;
+    j->alloc.n_slots = 1;
+    j->alloc.slots[0].node = 0;
+    j->alloc.slots[0].gpu_mask = mask;
+    return pl_cluster_add_running(c, j, err, sizeof err);
+}
+
 static int used_milli(const struct pl_cluster *c) { return (int)pl_cluster_gpu_milli_used(c); }
 
 TEST(cotrain_packs_when_no_device_is_free) {
@@ -827,14 +838,9 @@ TEST(cotrain_running_group_holds_its_device_and_takes_members) {
     struct pl_cluster *c = cluster(nodes, 1, t, 2, "whet");
     /* A snapshot: a group of three already running on GPU 0 (any id the caller chose). */
     struct pl_job run[3];
-    char err[256];
     for (int i = 0; i < 3; i++) {
         run[i] = cotrain_job((uint64_t)i + 1, i == 2, 1, 20000, 5000);
-        run[i].cotrain_group = 77;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].node = 0;
-        run[i].alloc.slots[0].gpu_mask = 1;
-        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+        CHECK(add_member(c, &run[i], 77, 1) == 0);
     }
     CHECK(used_milli(c) == PL_MILLI && pl_cluster_n_running(c) == 3);
     /* A later job of the same base joins the running group (its process takes it) rather than wait; one of
@@ -876,13 +882,9 @@ TEST(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_j
     struct pl_cluster *c = cluster(nodes, 1, t, 1, "whet");
     /* Two running members whose memory the caller does not know (only their key and group). */
     struct pl_job run[2];
-    char err[256];
     for (int i = 0; i < 2; i++) {
         run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 0, 0);
-        run[i].cotrain_group = 3;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].gpu_mask = 1;
-        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+        CHECK(add_member(c, &run[i], 3, 1) == 0);
     }
     /* base 40000 + 3 members of 10000 fit; a fourth (70000 + 10000) does not */
     struct pl_job a = cotrain_job(10, 0, 1, 40000, 10000), b = cotrain_job(11, 0, 1, 40000, 10000);
@@ -943,16 +945,9 @@ TEST(cotrain_new_group_never_takes_a_running_groups_id) {
     struct pl_node nodes[1] = {node(0, 0, 2)};
     struct pl_tenant t = tenant(1);
     struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
-    struct pl_job run[2];
-    char err[256];
-    for (int i = 0; i < 2; i++) {
-        run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 20000, 5000);
-        run[i].cotrain_group = (uint64_t)i + 1;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].gpu_mask = i == 0 ? 1 : 1u << 5;
-    }
-    CHECK_MSG(pl_cluster_add_running(c, &run[0], err, sizeof err) == 0, "%s", err);
-    CHECK(pl_cluster_add_running(c, &run[1], err, sizeof err) < 0);
+    struct pl_job run[2] = {cotrain_job(1, 0, 1, 20000, 5000), cotrain_job(2, 0, 1, 20000, 5000)};
+    CHECK(add_member(c, &run[0], 1, 1) == 0);
+    CHECK(add_member(c, &run[1], 2, 1u << 5) < 0);
     pl_cluster_reserve_groups(c, 2);
     /* two jobs of another base: the first takes the free device alone, the second joins it: a new group */
     struct pl_job a = cotrain_job(10, 0, 2, 20000, 5000), b = cotrain_job(11, 0, 2, 20000, 5000);
@@ -964,14 +959,9 @@ TEST(cotrain_new_group_never_takes_a_running_groups_id) {
 
 /* A group of n co-trained jobs (ids 1..n) running on GPU 0 of node 0 since time 0. */
 static void running_group(struct pl_cluster *c, struct pl_job *run, int n) {
-    char err[256];
     for (int i = 0; i < n; i++) {
         run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 20000, 5000);
-        run[i].cotrain_group = 5;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].node = 0;
-        run[i].alloc.slots[0].gpu_mask = 1;
-        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+        CHECK(add_member(c, &run[i], 5, 1) == 0);
     }
 }
 

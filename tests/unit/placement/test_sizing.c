@@ -201,20 +201,20 @@ TEST(lora_targets_by_name) {
  * bytes each (adapter, gradient, m, v): exactly 640 MiB. */
 #define LLAMA_8B_LORA_STATE_MIB 640
 
-static void cotrain_mib(const struct sz_model *m, struct sz_job j, int32_t pass_tokens, int32_t *base,
-                        int32_t *member) {
+/* The job's estimate, and its co-training parts for passes of pass_tokens. */
+static struct sz_estimate cotrain_mib(const struct sz_model *m, struct sz_job j, int32_t pass_tokens, int32_t *base,
+                                      int32_t *member) {
     struct sz_estimate e;
     sz_estimate(&e, m, &j);
     CHECK(e.cotrainable == 1);
     sz_cotrain_mib(&e, pass_tokens, base, member);
+    return e;
 }
 
 TEST(cotrain_base_and_one_pass_once_member_its_adapter) {
-    struct sz_estimate e;
     struct sz_job j = sft(0);
-    sz_estimate(&e, &llama_8b, &j);
     int32_t base, member;
-    sz_cotrain_mib(&e, 0, &base, &member);
+    struct sz_estimate e = cotrain_mib(&llama_8b, j, 0, &base, &member);
     int32_t weights_mib = (int32_t)ceil(4.0 * 8030261248.0 / (1 << 20)) + SZ_DEVICE_OVERHEAD_MIB;
     /* a member adds its adapter, gradients and moments: nothing of its batch */
     CHECK(member == LLAMA_8B_LORA_STATE_MIB);
@@ -251,9 +251,8 @@ TEST(cotrain_base_and_one_pass_once_member_its_adapter) {
     j = sft(0);
     j.method = SZ_GRPO;
     j.group_size = 4;
-    sz_estimate(&e, &llama_8b, &j);
     int32_t grpo_base, grpo_member;
-    sz_cotrain_mib(&e, 0, &grpo_base, &grpo_member);
+    e = cotrain_mib(&llama_8b, j, 0, &grpo_base, &grpo_member);
     int64_t alone = (sz_per_device_bytes(&e, 1) + (1 << 20) - 1) >> 20;
     CHECK(grpo_base == weights_mib && grpo_member > 4 * LLAMA_8B_LORA_STATE_MIB);
     CHECK(grpo_base + grpo_member >= alone && grpo_base + grpo_member <= alone + 1);
@@ -264,11 +263,8 @@ TEST(cotrain_group_of_eight_fits_one_h100) {
      * overhead and one pass (~30 + 2 + ~9 GiB) and eight adapters' 640 MiB fit its usable 72 GiB; charged
      * each its own batch's activations (2048 tokens, ~18 GiB each), as if all members' rows ran at once,
      * they did not. */
-    struct sz_estimate e;
-    struct sz_job j = sft(0);
-    sz_estimate(&e, &llama_8b, &j);
     int32_t base, member;
-    sz_cotrain_mib(&e, 0, &base, &member);
+    struct sz_estimate e = cotrain_mib(&llama_8b, sft(0), 0, &base, &member);
     int64_t usable = (int64_t)(80 * 1024 * SZ_USABLE_FRACTION);
     CHECK(base + 8 * (int64_t)member <= usable);
     int64_t own_batch = (4 * 512 * e.act_per_token) >> 20;
