@@ -13,7 +13,7 @@
 static void scheduler_usage(FILE *out) {
     fprintf(out,
             "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n"
-            "                      [--metrics HOST:PORT] [--rpc-threads N]\n\n"
+            "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
@@ -26,19 +26,27 @@ static void scheduler_usage(FILE *out) {
             "                    else none)\n"
             "  --rpc-threads N   threads answering the executors, each with its own database connection\n"
             "                    (default $WHET_SCHEDULER_RPC_THREADS, else 16; a call waiting on a job's row lock\n"
-            "                    holds one, so a big fleet under job churn needs more)\n",
+            "                    holds one, so a big fleet under job churn needs more)\n"
+            "  --progress-ms MS  write a running job's step (its trained_tokens and estimated_finish) at most\n"
+            "                    this often (default $WHET_SCHEDULER_PROGRESS_MS, else 5000; 0: on every\n"
+            "                    heartbeat); a job's first step, its end and a changed total are written at once\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 
 static int cmd_scheduler(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data-dir", required_argument, 0, 'd'}, {"grpc", required_argument, 0, 'g'},
-        {"policy", required_argument, 0, 'p'},   {"lease-ms", required_argument, 0, 'l'},
-        {"metrics", required_argument, 0, 'm'},  {"rpc-threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},           {0}};
+    static const struct option opts[] = {{"data-dir", required_argument, 0, 'd'},
+                                         {"grpc", required_argument, 0, 'g'},
+                                         {"policy", required_argument, 0, 'p'},
+                                         {"lease-ms", required_argument, 0, 'l'},
+                                         {"metrics", required_argument, 0, 'm'},
+                                         {"rpc-threads", required_argument, 0, 't'},
+                                         {"progress-ms", required_argument, 0, 'P'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
     int lease_ms = atoi(whet_env("WHET_LEASE_MS", "10000")), c;
     int rpc_threads = atoi(whet_env("WHET_SCHEDULER_RPC_THREADS", "16"));
+    const char *progress_ms = whet_env("WHET_SCHEDULER_PROGRESS_MS", "5000");
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -46,6 +54,7 @@ static int cmd_scheduler(int argc, char **argv) {
         case 'p': policy = optarg; break;
         case 'm': metrics = optarg; break;
         case 't': rpc_threads = atoi(optarg); break;
+        case 'P': progress_ms = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -65,10 +74,22 @@ static int cmd_scheduler(int argc, char **argv) {
         fprintf(stderr, "whet scheduler: --rpc-threads (or WHET_SCHEDULER_RPC_THREADS) must be 1 to 256\n");
         return 2;
     }
+    char *end;
+    long progress = strtol(progress_ms, &end, 10);
+    if (end == progress_ms || *end || progress < 0 || progress > 3600000) {
+        fprintf(stderr,
+                "whet scheduler: --progress-ms (or WHET_SCHEDULER_PROGRESS_MS) must be 0 to 3600000, "
+                "not \"%s\"\n",
+                progress_ms);
+        return 2;
+    }
     whet_log_component("scheduler");
     struct whet_err err;
-    struct scheduler_options o = {
-        .policy = policy, .lease_ms = lease_ms, .heartbeat_ms = lease_ms / 10, .rpc_threads = rpc_threads};
+    struct scheduler_options o = {.policy = policy,
+                                  .lease_ms = lease_ms,
+                                  .heartbeat_ms = lease_ms / 10,
+                                  .rpc_threads = rpc_threads,
+                                  .progress_ms = (int)progress};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

@@ -18,7 +18,8 @@
  * was declared lost; then, for a node so renewed, the progress of its running attempts is written to
  * job_progress (migration 0029: narrow and without secondary indexes, so a job's update is HOT; a job
  * that already succeeded keeps what it has; the step and token counts only grow; a row that would not
- * change is not written: most heartbeats repeat the last one's step), and up to 32 of its
+ * change is not written: most heartbeats repeat the last one's step; and progress.c sends a job's step at
+ * most every progress_ms), and up to 32 of its
  * waiting commands are handed out, oldest first (a STOP never overtakes its START), marked delivered. The
  * commands are delivered in the answer to the call: a failure after the statement loses them as a lost
  * answer would. A node twice in the queue (an executor that retried) waits for the next batch. */
@@ -62,25 +63,27 @@ static const char *const heartbeat_batch_sql =
     "   '', 0, '', 0, '' FROM n"
     " UNION ALL SELECT * FROM d ORDER BY 1, 2 NULLS FIRST";
 
-/* A heartbeat waiting for its batch; `done` once the writer filled in the rest. */
+/* A heartbeat waiting for its batch; `done` once the writer filled in the rest. Its handler thread sleeps
+ * on its own condition: a writer wakes exactly the heartbeats it wrote, and one queued heartbeat to write
+ * the next batch (a broadcast woke every handler thread per batch: with 64 of them, the context
+ * switches were a third of the scheduler's CPU in tests/bench/scale). */
 struct pending {
     const Whet__V1__HeartbeatRequest *req;
     Whet__V1__HeartbeatResponse *resp;
     json_t *progress; /* [{job_id, attempt, step, total, tokens}] */
     int done, failed, known, serving;
     struct whet_err err;
+    pthread_cond_t wake;
     struct pending *next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t written = PTHREAD_COND_INITIALIZER;
 static struct pending *queue_head, **queue_tail = &queue_head;
 /* The batches being written, HEARTBEAT_WRITERS_MAX at most (n 0: a free writer slot). */
 static struct writer {
     struct pending *batch[HEARTBEAT_BATCH_MAX];
     int n;
 } writers[HEARTBEAT_WRITERS_MAX];
-static int writing;
 
 /* The prepared statement, per connection (each handler thread has its own). */
 static __thread PGconn *prepared_on;
@@ -158,7 +161,9 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
             p->resp->n_commands++;
         }
     }
+    double now = whet_now_mono();
     for (int i = 0; i < n; i++) {
+        if (batch[i]->known) scheduler_progress_written(batch[i]->progress, now);
         Whet__V1__HeartbeatResponse *resp = batch[i]->resp;
         resp->commands = xcalloc(resp->n_commands ? resp->n_commands : 1, sizeof *resp->commands);
         resp->n_commands = 0;
@@ -221,40 +226,39 @@ static int take_batch(struct pending **batch) {
 
 int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
                               int *known, int *serving, struct whet_err *err) {
-    json_t *progress = json_array();
-    for (size_t i = 0; i < req->n_jobs; i++) {
-        const Whet__V1__JobProgress *p = req->jobs[i];
-        json_array_append_new(progress, json_pack("{s:s, s:I, s:I, s:I, s:I}", "job_id", p->job_id, "attempt",
-                                                  (json_int_t)p->attempt, "step", (json_int_t)p->step, "total",
-                                                  (json_int_t)p->total_steps, "tokens", (json_int_t)p->trained_tokens));
-    }
+    json_t *progress = scheduler_progress_due(req, whet_now_mono());
     struct pending self = {.req = req, .resp = resp, .progress = progress};
+    pthread_cond_init(&self.wake, NULL);
 
     pthread_mutex_lock(&lock);
     *queue_tail = &self;
     queue_tail = &self.next;
     while (!self.done) {
-        if (writing == HEARTBEAT_WRITERS_MAX) {
-            pthread_cond_wait(&written, &lock);
-            continue;
-        }
         struct writer *w = writers;
-        while (w->n) w++;
-        w->n = take_batch(w->batch);
-        if (!w->n) { /* every queued heartbeat is of a node being written: wait for that batch */
-            pthread_cond_wait(&written, &lock);
+        while (w < writers + HEARTBEAT_WRITERS_MAX && w->n) w++;
+        /* No free writer, or every queued heartbeat is of a node being written: a writer that finishes
+         * wakes a queued heartbeat to write the next batch. */
+        if (w == writers + HEARTBEAT_WRITERS_MAX || !(w->n = take_batch(w->batch))) {
+            pthread_cond_wait(&self.wake, &lock);
             continue;
         }
-        writing++;
+        for (struct writer *o = writers; o < writers + HEARTBEAT_WRITERS_MAX; o++)
+            if (!o->n && queue_head) { /* more queued and a writer free: the next batch starts now */
+                pthread_cond_signal(&queue_head->wake);
+                break;
+            }
         pthread_mutex_unlock(&lock);
         write_batch(conn, w->batch, w->n);
         pthread_mutex_lock(&lock);
-        for (int i = 0; i < w->n; i++) w->batch[i]->done = 1;
+        for (int i = 0; i < w->n; i++) {
+            w->batch[i]->done = 1;
+            pthread_cond_signal(&w->batch[i]->wake);
+        }
         w->n = 0;
-        writing--;
-        pthread_cond_broadcast(&written);
+        if (queue_head) pthread_cond_signal(&queue_head->wake);
     }
     pthread_mutex_unlock(&lock);
+    pthread_cond_destroy(&self.wake);
     json_decref(progress);
     if (self.failed) {
         *err = self.err;

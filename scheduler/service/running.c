@@ -136,7 +136,7 @@ int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err)
     c->stopped = xcalloc((size_t)PQntuples(res) + 1, sizeof *c->stopped);
     for (int i = 0; i < PQntuples(res); i++) add_row(c, res, i);
     PQclear(res);
-    qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_attempt);
+    if (c->n) qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_attempt); /* none running yet: c->a is NULL */
     memcpy(c->xmin, xmin, sizeof xmin);
     c->loaded = 1;
     return 0;

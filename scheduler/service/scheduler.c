@@ -83,12 +83,14 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         PGconn *conn = become_leader(opts);
         if (!conn) break;
         struct rpc_server *server = NULL;
+        scheduler_progress_init(opts->progress_ms);
         while (!stopping && rpc_server_start(opts->grpc_addr, opts->executor_token, scheduler_methods,
                                              scheduler_n_methods, &sch, opts->rpc_threads, &server, err) < 0) {
             log_warn("msg=\"cannot serve gRPC yet; retrying\" error=\"%s\"", err->msg);
             sleep(1);
         }
         if (!server) {
+            scheduler_progress_free();
             PQfinish(conn);
             break;
         }
@@ -116,6 +118,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         scheduler_metrics_leader(0);
         if (!stopping) log_warn("msg=\"lost the database; stepping down to compete again\"");
         rpc_server_stop(server);
+        scheduler_progress_free(); /* what another leader writes meanwhile is not ours to remember */
         PQfinish(conn);
     }
     running_reset(&sch.running);

@@ -27,4 +27,8 @@ wait_for() { # wait_for SECONDS SQL EXPECTED
   for _ in $(seq $(( $1 * 10 ))); do [ "$(q "$2")" = "$3" ] && return 0; sleep 0.1; done
   echo "  waited $1s for [$2] = [$3], got [$(q "$2")]" >&2; return 1
 }
+eventually() { # eventually SECONDS COMMAND: true once COMMAND is (polled every 0.1 s), false after SECONDS
+  for _ in $(seq $(( $1 * 10 ))); do eval "$2" && return 0; sleep 0.1; done
+  eval "$2"
+}
 "$WHET_BIN" migrate >/dev/null

@@ -19,23 +19,27 @@ newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file,
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, '${2:-{\}}');
               NOTIFY whet_jobs"; }
 
-# Leader election: the second scheduler stands by, and takes over when the first dies.
+# Leader election: the second scheduler stands by, and takes over when the first dies. Each step waits
+# for what it needs, however slow the machine (the first leads before the second starts).
+leads() { grep -q '"leading"' "$work/$1.log"; }
+stands_by() { grep -q "standing by" "$work/$1.log"; }
 "$WHET_BIN" scheduler --lease-ms 1500 --metrics "127.0.0.1:$m1" >"$work/s1.log" 2>&1 & pids+=($!); s1=$!
-sleep 0.5
+eventually 30 'leads s1'
 WHET_SCHEDULER_METRICS="127.0.0.1:$m2" "$WHET_BIN" scheduler --lease-ms 1500 >"$work/s2.log" 2>&1 & pids+=($!)
-sleep 1
-check "one leader, one standby" 'grep -q "\"leading\"" "$work/s1.log" && grep -q "standing by" "$work/s2.log"'
+check "one leader, one standby" 'eventually 30 "stands_by s2" && leads s1'
+leader_metric() { [ "$(metric "$1" whet_scheduler_leader 2>/dev/null)" = "$2" ]; }
 check "metrics: the leader says it leads, the standby that it does not" \
-  '[ "$(metric $m1 whet_scheduler_leader)" = 1 ] && [ "$(metric $m2 whet_scheduler_leader)" = 0 ]'
-check "metrics: cycles counted and timed" '[ "$(metric $m1 whet_scheduler_cycle_duration_seconds_count)" -gt 0 ] &&
+  'eventually 30 "leader_metric $m2 0" && leader_metric $m1 1'
+check "metrics: cycles counted and timed" 'eventually 10 "[ \"\$(metric $m1 whet_scheduler_cycle_duration_seconds_count)\" -gt 0 ]" &&
   curl -fsS "http://127.0.0.1:$m1/metrics" | grep -q "^# TYPE whet_scheduler_cycle_duration_seconds histogram$"'
 check "metrics: another path is a 404" '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$m1/")" = 404 ]'
 
 "$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" --metrics "127.0.0.1:$m3" \
   >"$work/e1.log" 2>&1 & pids+=($!); e1=$!
 check "executor registers its devices" 'wait_for 10 "SELECT state || gpus || device_type FROM nodes" "ready2H100"'
-check "metrics: the executor is registered and runs nothing" 'sleep 1.2; [ "$(metric $m3 whet_executor_registered)" = 1 ] &&
-  [ "$(metric $m3 whet_executor_jobs_running)" = 0 ] && [ "$(metric $m3 "$fetch_failures")" = 0 ]'
+registered_idle() { [ "$(metric $m3 whet_executor_registered)" = 1 ] && [ "$(metric $m3 whet_executor_jobs_running)" = 0 ] &&
+  [ "$(metric $m3 "$fetch_failures")" = 0 ]; }
+check "metrics: the executor is registered and runs nothing" 'eventually 10 registered_idle'
 
 # A job whose base model is missing from the object store: placed, started, failed with the reason.
 newjob ftjob-a
@@ -51,8 +55,8 @@ check "attempt metered once" '[ "$(q "SELECT count(*) FROM usage_records WHERE j
 # A job pinned to a GPU type nobody has waits, with a reason; pause and cancel act on queued jobs.
 newjob ftjob-b '{"gpu_types":["B200"]}'
 check "unplaceable job waits with a reason" 'wait_for 10 "SELECT wait_reason IS NOT NULL FROM jobs WHERE id = '"'"'ftjob-b'"'"'" t'
-check "metrics: one node ready, one job queued" 'sleep 1.2; [ "$(metric $m1 whet_scheduler_nodes_ready)" = 1 ] &&
-  [ "$(metric $m1 whet_scheduler_jobs_queued)" = 1 ]'
+one_ready_one_queued() { [ "$(metric $m1 whet_scheduler_nodes_ready)" = 1 ] && [ "$(metric $m1 whet_scheduler_jobs_queued)" = 1 ]; }
+check "metrics: one node ready, one job queued" 'eventually 10 one_ready_one_queued'
 q "UPDATE jobs SET desired = 'pause' WHERE id = 'ftjob-b'; NOTIFY whet_jobs"
 check "queued job pauses" 'wait_for 10 "SELECT status FROM jobs WHERE id = '"'"'ftjob-b'"'"'" paused'
 q "UPDATE jobs SET desired = 'cancel', status = 'queued' WHERE id = 'ftjob-b'; NOTIFY whet_jobs"
@@ -60,7 +64,7 @@ check "queued job cancels" 'wait_for 10 "SELECT status FROM jobs WHERE id = '"'"
 
 # The leader dies: the standby takes over and keeps the node.
 kill -9 $s1
-check "standby takes over" 'for _ in $(seq 50); do grep -q "\"leading\"" "$work/s2.log" && break; sleep 0.1; done; grep -q "\"leading\"" "$work/s2.log"'
+check "standby takes over" 'eventually 30 "leads s2"'
 check "node still ready after failover" 'wait_for 10 "SELECT state FROM nodes" ready'
 
 # An attempt running on a node that restarts is requeued (the new process never saw it).
@@ -84,7 +88,7 @@ lost_counted() {
     [ "$(metric $m2 whet_scheduler_nodes_ready)" = 0 ]
 }
 check "metrics: the new leader counted the lost node" \
-  'for _ in $(seq 50); do lost_counted && break; sleep 0.1; done; lost_counted'
+  'eventually 10 lost_counted'
 
 # A mass silence: 12 nodes in each of two data centers, all past their lease at once. The scheduler takes
 # itself (or its database) for the cause and declares none lost (leases.c).

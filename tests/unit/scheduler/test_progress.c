@@ -1,0 +1,115 @@
+/* test_progress.c - which heartbeat progress reports the scheduler writes (scheduler/service/progress.c):
+ * an attempt's first report, a changed total, and a grown step at most every progress_ms; nothing it has
+ * not seen committed is taken as written, and attempts silent for a minute are forgotten. */
+#include <stdlib.h>
+
+#include "service_internal.h"
+#include "test.h"
+
+/* A heartbeat of one node reporting jobs[0..n). */
+struct beat {
+    Whet__V1__HeartbeatRequest req;
+    Whet__V1__JobProgress jobs[4], *ptrs[4];
+};
+
+static void beat_init(struct beat *b, int n) {
+    whet__v1__heartbeat_request__init(&b->req);
+    for (int i = 0; i < n; i++) {
+        whet__v1__job_progress__init(&b->jobs[i]);
+        b->ptrs[i] = &b->jobs[i];
+    }
+    b->req.n_jobs = (size_t)n;
+    b->req.jobs = b->ptrs;
+}
+
+static void report(struct beat *b, int i, char *job, uint32_t attempt, uint32_t step, uint32_t total, uint64_t tokens) {
+    b->jobs[i].job_id = job;
+    b->jobs[i].attempt = attempt;
+    b->jobs[i].step = step;
+    b->jobs[i].total_steps = total;
+    b->jobs[i].trained_tokens = tokens;
+}
+
+/* How many of b's reports are due at `now`; when `commit`, they are then noted as written. */
+static size_t due(struct beat *b, double now, int commit) {
+    json_t *d = scheduler_progress_due(&b->req, now);
+    size_t n = json_array_size(d);
+    if (commit) scheduler_progress_written(d, now);
+    json_decref(d);
+    return n;
+}
+
+TEST(a_grown_step_waits_for_the_interval) {
+    scheduler_progress_init(5000);
+    struct beat b;
+    beat_init(&b, 1);
+    report(&b, 0, "ftjob-a", 1, 1, 10, 100);
+    CHECK(due(&b, 1000.0, 1) == 1); /* the attempt's first report */
+    CHECK(due(&b, 1001.0, 1) == 0); /* the same again */
+    report(&b, 0, "ftjob-a", 1, 2, 10, 200);
+    CHECK(due(&b, 1002.0, 1) == 0); /* grown, but 2 s after the last write */
+    CHECK(due(&b, 1005.0, 1) == 1); /* grown, 5 s after */
+    CHECK(due(&b, 1006.0, 1) == 0); /* ... and written then */
+    report(&b, 0, "ftjob-a", 1, 2, 12, 200);
+    CHECK(due(&b, 1006.5, 1) == 1); /* a changed total is news at once */
+    report(&b, 0, "ftjob-a", 2, 0, 12, 0);
+    CHECK(due(&b, 1007.0, 1) == 1); /* a new attempt's first report */
+    scheduler_progress_free();
+}
+
+TEST(only_what_was_committed_counts_as_written) {
+    scheduler_progress_init(5000);
+    struct beat b;
+    beat_init(&b, 2);
+    report(&b, 0, "ftjob-b", 1, 1, 10, 100);
+    report(&b, 1, "ftjob-c", 3, 7, 10, 700);
+    CHECK(due(&b, 2000.0, 0) == 2); /* the batch failed: nothing noted */
+    CHECK(due(&b, 2000.5, 1) == 2);
+    CHECK(due(&b, 2001.0, 0) == 0);
+    /* the same job from two ranks of a gang: one memory per attempt */
+    report(&b, 1, "ftjob-b", 1, 1, 10, 100);
+    CHECK(due(&b, 2001.0, 0) == 0);
+    scheduler_progress_free();
+    CHECK(due(&b, 2001.0, 0) == 2); /* a new leader remembers nothing */
+    scheduler_progress_free();
+}
+
+TEST(zero_writes_every_report) {
+    scheduler_progress_init(0);
+    struct beat b;
+    beat_init(&b, 1);
+    report(&b, 0, "ftjob-d", 1, 1, 10, 100);
+    for (int i = 0; i < 3; i++) CHECK(due(&b, 3000.0 + i, 1) == 1);
+    scheduler_progress_free();
+}
+
+TEST(silent_attempts_are_forgotten_and_many_are_held) {
+    scheduler_progress_init(5000);
+    struct beat b;
+    beat_init(&b, 1);
+    char ids[3000][16];
+    for (int i = 0; i < 3000; i++) { /* past the table's first size: it grows */
+        snprintf(ids[i], sizeof ids[i], "ftjob-%d", i);
+        report(&b, 0, ids[i], 1, 5, 10, 50);
+        CHECK(due(&b, 4000.0, 1) == 1);
+    }
+    int repeated = 0;
+    for (int i = 0; i < 3000; i++) {
+        report(&b, 0, ids[i], 1, 5, 10, 50);
+        repeated += (int)due(&b, 4001.0, 0);
+    }
+    CHECK(repeated == 0);
+    report(&b, 0, "ftjob-other", 1, 1, 10, 10);
+    CHECK(due(&b, 4100.0, 1) == 1); /* a write a minute later sweeps the silent ones */
+    report(&b, 0, ids[17], 1, 5, 10, 50);
+    CHECK(due(&b, 4100.5, 0) == 1); /* forgotten: written again (the database skips an unchanged row) */
+    scheduler_progress_free();
+}
+
+int main(void) {
+    RUN(a_grown_step_waits_for_the_interval);
+    RUN(only_what_was_committed_counts_as_written);
+    RUN(zero_writes_every_report);
+    RUN(silent_attempts_are_forgotten_and_many_are_held);
+    return test_summary();
+}
