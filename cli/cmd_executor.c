@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "env.h"
 #include "log.h"
+#include "model_plan.h"
 
 static void executor_usage(FILE *out) {
     fprintf(out,
@@ -19,7 +20,8 @@ static void executor_usage(FILE *out) {
             "Registers this machine's devices with the scheduler and runs the jobs it places here, each\n"
             "`whet train` in the sandbox, streaming checkpoints to the object store. Finds the scheduler\n"
             "(WHET_GRPC), its token (WHET_EXECUTOR_TOKEN) and the object store (WHET_OBJECT_STORE) in the\n"
-            "environment or DIR/whet.env.\n\n"
+            "environment or DIR/whet.env. A co-training process's passes hold at most WHET_COTRAIN_PASS_TOKENS\n"
+            "tokens (default %d; the scheduler sizes its groups by the same setting: set it alike).\n\n"
             "  --dc NAME            data center\n"
             "  --pool NAME          pool within the data center\n"
             "  --devices SPEC       cuda | cpu:N | sim:TYPE:N[:GIB]\n"
@@ -32,7 +34,8 @@ static void executor_usage(FILE *out) {
             "                       must follow `whet train`'s contract (event lines on stdout) and is held\n"
             "                       by the same sandbox: no network, only its job dir writable.\n"
             "  --metrics HOST:PORT  serve Prometheus metrics at GET /metrics there (default\n"
-            "                       $WHET_EXECUTOR_METRICS, else none)\n");
+            "                       $WHET_EXECUTOR_METRICS, else none)\n",
+            MP_COTRAIN_PASS_TOKENS);
 }
 
 static int cmd_executor(int argc, char **argv) {

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "env.h"
 #include "log.h"
+#include "model_plan.h"
 #include "pg.h"
 #include "scheduler.h"
 
@@ -15,7 +16,8 @@ static void scheduler_usage(FILE *out) {
             "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
-            "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env).\n\n"
+            "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
+            "executors' bound on a co-training group's passes, which sizes its groups; default %d).\n\n"
             "  --data-dir DIR    read DIR/whet.env\n"
             "  --grpc HOST:PORT  where executors call (default $WHET_GRPC, else 127.0.0.1:7070)\n"
             "  --policy P        placement policy: whet (default), fifo, bestfit, las\n"
@@ -27,7 +29,8 @@ static void scheduler_usage(FILE *out) {
             "                    holds one, so a big fleet under job churn needs more)\n"
             "  --progress-ms MS  write a running job's step (its trained_tokens and estimated_finish) at most\n"
             "                    this often (default $WHET_SCHEDULER_PROGRESS_MS, else 5000; 0: on every\n"
-            "                    heartbeat); a job's first step, its end and a changed total are written at once\n");
+            "                    heartbeat); a job's first step, its end and a changed total are written at once\n",
+            MP_COTRAIN_PASS_TOKENS);
 }
 
 static int cmd_scheduler(int argc, char **argv) {
@@ -95,6 +98,12 @@ static int cmd_scheduler(int argc, char **argv) {
     o.metrics_addr = metrics ? metrics : whet_env("WHET_SCHEDULER_METRICS", NULL);
     o.executor_token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
+    char why[300];
+    o.cotrain_pass_tokens = mp_cotrain_pass_tokens_setting(whet_env(MP_COTRAIN_PASS_TOKENS_ENV, NULL), why, sizeof why);
+    if (!o.cotrain_pass_tokens) {
+        fprintf(stderr, "whet scheduler: %s\n", why);
+        return 1;
+    }
     if (!o.executor_token) {
         fprintf(stderr, "whet scheduler: WHET_EXECUTOR_TOKEN is not set\nhint: executors authenticate with it; "
                         "`whet up` generates one into whet.env\n");

@@ -14,6 +14,7 @@
 #include "crypto.h"
 #include "env.h"
 #include "log.h"
+#include "model_plan.h"
 #include "proto/whet.pb-c.h"
 
 /* How often the loop looks at its model workers between heartbeats. */
@@ -246,6 +247,9 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
         whet_errf(err, "WHET_GANG_PORTS=\"%s\": expected LO-HI with 1024 <= LO <= HI <= 65535", ports);
         return whet_err_hint(err, "a range no service of the fleet listens on: a gang's trainers reach each other there");
     }
+    char why[300];
+    a.cotrain_pass_tokens = mp_cotrain_pass_tokens_setting(whet_env(MP_COTRAIN_PASS_TOKENS_ENV, NULL), why, sizeof why);
+    if (!a.cotrain_pass_tokens) return whet_errf(err, "%s", why);
     if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
     if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
     if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {

@@ -68,6 +68,8 @@ struct agent {
     char device_type[32];
     const char *address;           /* where gang peers reach this node's trainers (WHET_EXECUTOR_ADDRESS) */
     int gang_port_lo, gang_port_hi; /* the ports gang trainers listen and connect on (WHET_GANG_PORTS) */
+    int cotrain_pass_tokens;       /* a co-training process's bound on its passes (`--pass-tokens`), as the
+                                      scheduler sizes its groups: both read WHET_COTRAIN_PASS_TOKENS */
     int n_devices;
     int cuda;                      /* the devices are CUDA GPUs (--devices cuda) */
     uint32_t busy_devices;         /* held by jobs (main thread only) */

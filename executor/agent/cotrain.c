@@ -129,11 +129,14 @@ static int spawn(struct cotrain_group *g, struct sandbox_child *child, int log_f
     struct agent_job *leader = g->members[0];
     struct agent *a = leader->agent;
     uint32_t mask = 0;
-    const char **argv = xcalloc((size_t)(7 + 2 * g->n), sizeof *argv);
+    const char **argv = xcalloc((size_t)(9 + 2 * g->n), sizeof *argv);
     const char **writable = xcalloc((size_t)(g->n + 1), sizeof *writable);
     const json_t **trainer_cfgs = xcalloc((size_t)g->n, sizeof *trainer_cfgs);
     int k = 0, n_judges = 0;
-    argv[k++] = a->opts->trainer, argv[k++] = "train", argv[k++] = "--cotrain";
+    char pass_tokens[16]; /* the bound the scheduler sized the group for (sizing.h's sz_cotrain_mib) */
+    snprintf(pass_tokens, sizeof pass_tokens, "%d", a->cotrain_pass_tokens);
+    argv[k++] = a->opts->trainer, argv[k++] = "train", argv[k++] = "--cotrain", argv[k++] = "--pass-tokens";
+    argv[k++] = pass_tokens;
     for (int i = 0; i < g->n; i++) {
         argv[k++] = "--config", argv[k++] = g->cfgs[i];
         writable[i] = g->dir ? NULL : g->members[i]->dir; /* a scheduler's group: its dir holds theirs */
@@ -325,7 +328,8 @@ static void start_group(struct cotrain_group *g, const char *log_path) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_create(&t, &attr, watch, g);
         pthread_attr_destroy(&attr);
-        log_info("msg=\"co-training started\" leader=%s jobs=%d", g->members[0]->id, g->n);
+        log_info("msg=\"co-training started\" leader=%s jobs=%d pass_tokens=%d", g->members[0]->id, g->n,
+                 g->members[0]->agent->cotrain_pass_tokens);
     } else {
         snprintf(g->failure, sizeof g->failure, "the sandbox could not start the co-training process: %.500s", err.msg);
         g->ended = 1;

@@ -4,14 +4,15 @@
  *
  * The rule. A co-trainable job first tries to run alone, as any job: on an idle device it runs fastest
  * and nothing else waits for that device. Only when it fits nowhere alone (it would wait, or preempt)
- * does it join a group of its key, formed in this cycle or running, on a device whose memory holds one more member:
- * the group holds the base once (cotrain_base_mib) plus each member's adapter, optimizer state and
- * activations (cotrain_member_mib), within SZ_USABLE_FRACTION of the device's memory, and at most
- * cfg.cotrain_max members. For a fleet operator that is the cheaper of the two choices whenever the
- * fleet is full: a member costs its adapter's memory and its share of a pass instead of a whole device
- * and a copy of the base (4 runs in one process took 14.8 s against 21.5 s as 4 processes, README
- * "Co-training"), and it starts now instead of after a running job; when devices are free, spreading
- * the jobs is faster for each of them and costs no one anything. Among the groups that hold it, the
+ * does it join a group of its key, formed in this cycle or running, on a device whose memory holds one
+ * more member: the group holds the base and one bounded shared pass once (the largest cotrain_base_mib of
+ * its members: sizing.h's sz_cotrain_mib) plus each member's adapter and optimizer state
+ * (cotrain_member_mib), within SZ_USABLE_FRACTION of the device's memory, and at most cfg.cotrain_max
+ * members. For a fleet operator that is the cheaper of the two choices whenever the fleet is full: a
+ * member costs its adapter's memory and its share of a pass instead of a whole device and a copy of the
+ * base (4 runs in one process took 14.8 s against 21.5 s as 4 processes, README "Co-training"), and it
+ * starts now instead of after a running job; when devices are free, spreading the jobs is faster for each
+ * of them and costs no one anything. Among the groups that hold it, the
  * fullest (least memory left) wins, then the lowest id: groups fill up before others are opened.
  *
  * Every co-trainable one-device job placed alone opens a group; a group still alone at the end of the
@@ -42,6 +43,14 @@ static struct pl_cotrain_group *group_find(const struct pl_cluster *c, uint64_t 
     return NULL;
 }
 
+/* Counts member j in group g: its part, and its base when that is the largest so far. */
+static void group_add(struct pl_cotrain_group *g, const struct pl_job *j) {
+    g->members++;
+    if (j->cotrain_base_mib > g->base_mib) g->base_mib = j->cotrain_base_mib;
+    g->members_mib += j->cotrain_member_mib;
+    g->unsized += !j->cotrain_base_mib && !j->cotrain_member_mib;
+}
+
 static struct pl_cotrain_group *group_new(struct pl_cluster *c, uint64_t id, const struct pl_job *holder) {
     c->groups = pl_grow(c->groups, &c->cap_groups, c->n_groups + 1, sizeof *c->groups);
     struct pl_cotrain_group *g = &c->groups[c->n_groups++];
@@ -50,9 +59,7 @@ static struct pl_cotrain_group *group_new(struct pl_cluster *c, uint64_t id, con
     g->key = holder->cotrain_key;
     g->node = holder->alloc.slots[0].node;
     g->mask = holder->alloc.slots[0].gpu_mask;
-    g->members = 1;
-    g->used_mib = (int64_t)holder->cotrain_base_mib + holder->cotrain_member_mib;
-    g->unsized = g->base_unsized = !holder->cotrain_base_mib && !holder->cotrain_member_mib;
+    group_add(g, holder);
     if (id >= c->next_group_id) c->next_group_id = id + 1;
     return g;
 }
@@ -64,6 +71,10 @@ int32_t pl_cotrain_members(const struct pl_cluster *c, const struct pl_job *j) {
     return g ? g->members : 0;
 }
 
+void pl_cluster_reserve_groups(struct pl_cluster *c, uint64_t last) {
+    if (last >= c->next_group_id) c->next_group_id = last + 1;
+}
+
 void pl_cotrain_add_running(struct pl_cluster *c, struct pl_job *j) {
     if (!j->cotrain_group) return;
     struct pl_cotrain_group *g = group_find(c, j->cotrain_group);
@@ -71,9 +82,7 @@ void pl_cotrain_add_running(struct pl_cluster *c, struct pl_job *j) {
         group_new(c, j->cotrain_group, j); /* not open: it stays a group whoever joins it */
         return;
     }
-    g->members++;
-    g->used_mib += j->cotrain_member_mib;
-    g->unsized += !j->cotrain_base_mib && !j->cotrain_member_mib;
+    group_add(g, j);
 }
 
 void pl_cotrain_open(struct pl_cluster *c, struct pl_job *j) {
@@ -103,9 +112,8 @@ int pl_cotrain_join(struct pl_cluster *c, struct pl_job *j, double now, struct p
             n->cpu_free_milli < j->cpu_milli || n->mem_free_mib < j->mem_mib)
             continue;
         /* members of one base are alike: those of unknown memory count as this one */
-        int64_t used = g->used_mib + (int64_t)g->unsized * j->cotrain_member_mib +
-                       (g->base_unsized ? j->cotrain_base_mib : 0);
-        int64_t left = group_capacity(n) - used - j->cotrain_member_mib;
+        int64_t base = g->base_mib > j->cotrain_base_mib ? g->base_mib : j->cotrain_base_mib;
+        int64_t left = group_capacity(n) - base - g->members_mib - ((int64_t)g->unsized + 1) * j->cotrain_member_mib;
         if (left < 0) continue;
         if (!best || left < best_left || (left == best_left && g->id < best->id)) {
             best = g;
@@ -117,8 +125,7 @@ int pl_cotrain_join(struct pl_cluster *c, struct pl_job *j, double now, struct p
     out->slots[0] = (struct pl_slot){.node = best->node, .gpu_mask = best->mask, .gpu_count = 1};
     j->cotrain_rider = 1; /* before the commit: the holder holds the device, this member its CPU and memory */
     j->cotrain_group = best->id;
-    best->members++;
-    best->used_mib += j->cotrain_member_mib;
+    group_add(best, j);
     pl_commit_place(c, j, out, now);
     return 1;
 }
@@ -129,7 +136,8 @@ void pl_cotrain_release(struct pl_cluster *c, struct pl_job *j) {
     j->cotrain_group = 0;
     j->cotrain_rider = 0;
     if (!g) return;
-    g->used_mib -= j->cotrain_member_mib;
+    /* its base part stays counted: the process keeps the buffers of the largest pass it ran */
+    g->members_mib -= j->cotrain_member_mib;
     g->unsized -= !j->cotrain_base_mib && !j->cotrain_member_mib;
     if (--g->members == 0) {
         group_remove(c, g);

@@ -100,11 +100,11 @@ struct pl_cotrain_group {
     int32_t node;                                 /* the device: node and its bit */
     uint16_t mask;
     int32_t members;
-    int64_t used_mib;                             /* the base once plus each member's part */
+    int64_t base_mib;                             /* the largest base part of its members, held once */
+    int64_t members_mib;                          /* the sum of its members' parts */
     int32_t unsized;                              /* running members of unknown memory (the caller sized
-                                                     none): counted as a joining job's part, and the base
-                                                     as its base when the first of them was one */
-    int32_t base_unsized;                         /* the base unknown */
+                                                     none): counted as a joining job's part, and base_mib
+                                                     its base at least */
     int32_t open;                                 /* formed in this cycle: no group if no one joins */
 };
 

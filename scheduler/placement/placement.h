@@ -129,8 +129,9 @@ struct pl_job {
      * device. Only a one-device job (gpus 1, gpu_milli 1000) is co-trainable. */
     uint64_t cotrain_key;      /* nonzero: co-trainable; jobs of the same key (same base model, a method
                                   the co-training trainer runs) may share a group */
-    int32_t cotrain_base_mib;  /* device memory a group holds once: the base copy and the overhead */
-    int32_t cotrain_member_mib;/* device memory each member adds: adapter, optimizer, activations */
+    int32_t cotrain_base_mib;  /* device memory a group holds once: the base copy, the overhead and one
+                                  shared pass (sizing.h's sz_cotrain_mib); a group holds its members' largest */
+    int32_t cotrain_member_mib;/* device memory each member adds: adapter, optimizer (GRPO: activations) */
     uint64_t cotrain_group;    /* the group the job runs in, 0: none. The caller sets it for running
                                   jobs (any nonzero id, the same for all members of a group); placement
                                   sets it for a job it places into a group formed in this cycle */
@@ -279,6 +280,11 @@ int pl_cluster_set_profile(struct pl_cluster *c, const struct pl_shape *shapes, 
 /* Registers a job that already runs on job->alloc (loading a snapshot): takes its resources.
  * -1 if they are not free or the alloc is malformed (err says which slot). */
 int pl_cluster_add_running(struct pl_cluster *c, struct pl_job *job, char *err, size_t errlen);
+
+/* The caller numbers the co-training groups of running jobs (pl_job.cotrain_group) 1..last: those ids are
+ * taken, whether or not a member could be added (pl_cluster_add_running refuses one that no longer fits
+ * its node), so a group formed in a cycle is numbered above them and never takes a running group's id. */
+void pl_cluster_reserve_groups(struct pl_cluster *c, uint64_t last);
 
 /* A running or stopping job ended: gives back its resources; the job becomes QUEUED again (a caller
  * requeues a preempted job by passing it to the next pl_schedule). */

@@ -77,6 +77,10 @@ void sz_estimate(struct sz_estimate *out, const struct sz_model *model, const st
     out->activations_per_example = plan.activations;
     out->logits_max = plan.logits;
     out->rope = plan.rope;
+    out->act_per_token = plan.act_per_token;
+    out->logit_row = plan.logits / (sequences * seq < plan.logit_rows ? sequences * seq : plan.logit_rows);
+    out->logit_rows = plan.logit_rows;
+    out->cotrain_row = job->method == SZ_GRPO ? 0 : sequences * seq; /* SFT: 1 sequence a row; DPO: a pair */
     if (job->method == SZ_GRPO) out->kv_per_example = mp_kv_cache_bytes(&shape, sequences, seq, MP_F32);
 }
 
@@ -95,10 +99,16 @@ static int32_t mib_up(int64_t bytes) {
     return mib > INT32_MAX ? INT32_MAX : (int32_t)mib;
 }
 
-void sz_cotrain_mib(const struct sz_estimate *e, int32_t *base_mib, int32_t *member_mib) {
-    int64_t base = e->weights + (int64_t)SZ_DEVICE_OVERHEAD_MIB * MIB;
+void sz_cotrain_mib(const struct sz_estimate *e, int32_t pass_tokens, int32_t *base_mib, int32_t *member_mib) {
+    int64_t base = e->weights + (int64_t)SZ_DEVICE_OVERHEAD_MIB * MIB, member = e->state;
+    if (e->cotrain_row > 0) { /* its rows join the shared passes: the largest, once per group */
+        int64_t t = mp_cotrain_pass_tokens(INT64_MAX, e->cotrain_row, pass_tokens);
+        base += e->act_per_token * t + (t < e->logit_rows ? t : e->logit_rows) * e->logit_row + e->rope;
+    } else { /* its own steps, as alone */
+        member = sz_per_device_bytes(e, 1) - base;
+    }
     *base_mib = mib_up(base);
-    *member_mib = mib_up(sz_per_device_bytes(e, 1) - base);
+    *member_mib = mib_up(member);
 }
 
 int32_t sz_min_device_mib(const struct sz_estimate *e, int32_t n) {

@@ -36,6 +36,17 @@
  * because allocators fragment and a job that fits to the last byte fails on its first long batch.
  * Its minimum device memory is per_device(n) / SZ_USABLE_FRACTION.
  *
+ * Co-training (sz_cotrain_mib): a group of LoRA jobs on one device (`whet train --cotrain`) holds the base
+ * once, and runs each step's SFT and DPO rows, every member's, in passes of at most a pass bound of tokens
+ * (model_plan.h's mp_cotrain_pass_tokens; whole rows, so at least the longest): its training activations
+ * are ONE bounded pass's, however many members it has and whatever their batches. So a group holds
+ *
+ *   group = weights + pass(max(bound, longest row)) + overhead  +  Σ per member: state
+ *
+ * with pass(t) the activations of t tokens, the logits chunk of t rows and the RoPE table. A GRPO member
+ * takes no shared pass: it steps on its own adapter view of the base, as alone (its rollouts, then its
+ * update passes, in buffers of its own), so it adds its state and max(activations, KV)(batch) as alone.
+ *
  * When config.json lacks the shape (hidden_size, num_hidden_layers, …), it is estimated from P as a
  * Llama-like model: P ≈ 12·L·C² with L ≈ C/128 (Llama 2 7B: C 4096, L 32), F = 8·C/3, no GQA and a
  * 32000 vocabulary. */
@@ -94,6 +105,13 @@ struct sz_estimate {
     int64_t logits_max;        /* the largest logits chunk */
     int64_t rope;              /* the RoPE table for max_seq_len positions */
     int32_t batch;             /* examples per step (at least 1) */
+    /* Co-training's shared pass (sz_cotrain_mib): t tokens hold act_per_token·t bytes of activations and
+     * min(t, logit_rows) rows of logits of logit_row bytes each. */
+    int64_t act_per_token;
+    int64_t logit_row;
+    int64_t logit_rows;
+    int64_t cotrain_row;       /* tokens of its longest row in a shared pass (SFT: a sequence; DPO: a pair,
+                                  both sides in one row); 0: it takes none (GRPO steps on its own) */
     int32_t cotrainable;       /* 1: the job may share one co-training process (one copy of the base)
                                   with jobs of the same base (sz_cotrainable) */
 };
@@ -114,10 +132,14 @@ int64_t sz_per_device_bytes(const struct sz_estimate *e, int32_t n);
 int32_t sz_devices_needed(const struct sz_estimate *e, int64_t device_mib, int32_t max_devices);
 
 /* A co-trainable job on one device split into what its co-training group holds once and what each
- * member adds: base_mib, the frozen weights and the device overhead (CUDA context, workspaces), paid
- * once per group; member_mib, its adapter, gradients, AdamW moments and activations for its batch (its
- * rows join the shared pass). base_mib + member_mib is sz_per_device_bytes(e, 1) in MiB (rounded up). */
-void sz_cotrain_mib(const struct sz_estimate *e, int32_t *base_mib, int32_t *member_mib);
+ * member adds (see "Co-training" above), for passes of at most pass_tokens tokens (<= 0: model_plan.h's
+ * MP_COTRAIN_PASS_TOKENS, the trainer's default; the scheduler and the executor read the same setting,
+ * MP_COTRAIN_PASS_TOKENS_ENV): base_mib, the frozen weights, the device overhead (CUDA context,
+ * workspaces) and, for an SFT or DPO job, one bounded pass over its rows and the others'; member_mib, its
+ * adapter, gradients and AdamW moments, and for a GRPO job its activations or rollout KV cache as alone.
+ * A group holds the largest of its members' base_mib (members of one base differ only in their rows'
+ * length and their adapters' rank) plus every member_mib. */
+void sz_cotrain_mib(const struct sz_estimate *e, int32_t pass_tokens, int32_t *base_mib, int32_t *member_mib);
 
 /* The least memory (MiB) each device of a gang of n must have. */
 int32_t sz_min_device_mib(const struct sz_estimate *e, int32_t n);

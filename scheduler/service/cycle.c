@@ -229,10 +229,11 @@ static uint64_t cotrain_key(const char *base_model) {
 #define ELASTIC_MIN_RUN_S 5
 
 /* Sizes a queued job over the pools it may use: sets its gang and minimum device memory. An elastic job
- * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. */
+ * the scheduler resized (resize_to > 0: migrations/0023_elastic.sql) restarts at that size. A co-training
+ * group's passes hold at most pass_tokens tokens (scheduler_options.cotrain_pass_tokens). */
 static void size_job(struct pl_job *j, struct sz_choice *out, const struct snapshot *s,
                      const struct job_sizing_spec *spec, const struct sz_model *model, int resize_to,
-                     const char *base_model) {
+                     const char *base_model, int32_t pass_tokens) {
     struct sz_pool *allowed = xcalloc((size_t)s->n_pools + 1, sizeof *allowed);
     int n = 0;
     for (int p = 0; p < s->n_pools; p++)
@@ -246,7 +247,7 @@ static void size_job(struct pl_job *j, struct sz_choice *out, const struct snaps
      * adding its own part of the memory to the base's once (placement's cotrain.c). */
     if (e.cotrainable && j->gpus == 1) {
         j->cotrain_key = cotrain_key(base_model);
-        sz_cotrain_mib(&e, &j->cotrain_base_mib, &j->cotrain_member_mib);
+        sz_cotrain_mib(&e, pass_tokens, &j->cotrain_base_mib, &j->cotrain_member_mib);
     }
     /* A gang that one allowed node holds stays on one node, where its ranks talk over the node's own
      * links (NVLink, loopback) rather than the network; a bigger one may span the nodes of one data
@@ -498,7 +499,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         placement_job_init(&s->queued[i], s, PQgetvalue(res, r, 1), spec->whet, atoi(PQgetvalue(res, r, 2)),
                            atof(PQgetvalue(res, r, 3)), (uint64_t)atoll(PQgetvalue(res, r, 4)));
         size_job(&s->queued[i], &s->sized[i], s, &spec->sizing, model, atoi(PQgetvalue(res, r, 5)),
-                 PQgetvalue(res, r, 6));
+                 PQgetvalue(res, r, 6), sch->opts->cotrain_pass_tokens);
         s->queued_ids[i] = xstrdup(PQgetvalue(res, r, 0));
     }
     base_shapes_free(&bases);
@@ -572,7 +573,8 @@ static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
 }
 
 /* Names the co-training groups placement put jobs into in this cycle and lists their new members: a
- * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now gets one. */
+ * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now (numbered above
+ * every running group: pl_cluster_reserve_groups) gets one. */
 static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
     s->new_groups = xcalloc((size_t)r->n + 1, sizeof *s->new_groups);
     for (int i = 0; i < r->n; i++) {
@@ -900,6 +902,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         for (int i = 0; i < s.n_running; i++)
             if (pl_cluster_add_running(cluster, &s.running[i], perr, sizeof perr) < 0)
                 log_warn("msg=\"running job does not fit its node\" job=%s error=\"%s\"", s.running_ids[i], perr);
+        /* every running group's number, also of one whose members did not fit: a group formed now gets another */
+        pl_cluster_reserve_groups(cluster, (uint64_t)s.n_running_groups);
         /* A job no allowed data center can hold even when empty stays out of placement and waits,
          * outside the queue, with its size as the reason. */
         queue = xcalloc((size_t)s.n_queued + 1, sizeof *queue);

@@ -31,6 +31,9 @@ struct scheduler_options {
     int progress_ms;            /* a running job's step written at most this often (progress.c); 0: always */
     const char *policy;         /* placement policy name (default "whet") */
     const char *metrics_addr;   /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */
+    int cotrain_pass_tokens;    /* a co-training group's passes hold at most this many tokens, as the
+                                   executors run them (both read WHET_COTRAIN_PASS_TOKENS); <= 0: the
+                                   trainer's default (sizing.h's sz_cotrain_mib) */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

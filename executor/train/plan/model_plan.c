@@ -1,6 +1,8 @@
 /* model_plan.c - the engine's memory plan (see model_plan.h for the buffers and why each is there). */
 #include "model_plan.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int64_t nonneg(int64_t v) { return v > 0 ? v : 0; }
@@ -103,6 +105,7 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *shape, const struct mp_
     out->activations = out->act_per_token * tokens;
     int64_t logit_rows = j.logit_rows > 0 ? j.logit_rows : s.vocab > 0 ? MP_LOGIT_CHUNK_VALUES / s.vocab : 1;
     if (logit_rows < 1) logit_rows = 1;
+    out->logit_rows = logit_rows;
     out->logits = wide * (tokens < logit_rows ? tokens : logit_rows) * s.vocab;
     int64_t positions = MP_ROPE_MIN_POSITIONS;
     while (positions < j.seq_len) positions *= 2;
@@ -127,4 +130,16 @@ int64_t mp_cotrain_pass_tokens(int64_t step_tokens, int64_t longest_row, int64_t
     int64_t bound = pass_tokens > 0 ? pass_tokens : MP_COTRAIN_PASS_TOKENS;
     if (bound < longest_row) bound = longest_row;
     return nonneg(step_tokens < bound ? step_tokens : bound);
+}
+
+int32_t mp_cotrain_pass_tokens_setting(const char *text, char *why, size_t why_len) {
+    if (!text || !*text) return MP_COTRAIN_PASS_TOKENS;
+    char *end;
+    long long n = strtoll(text, &end, 10);
+    if (text[0] >= '0' && text[0] <= '9' && !*end && n >= 1 && n <= MP_COTRAIN_PASS_TOKENS_MAX) return (int32_t)n;
+    snprintf(why, why_len,
+             "%s=\"%s\": expected a whole number of tokens from 1 to %d (a co-training pass's bound; unset: %d); "
+             "the scheduler and every executor read it, so set it alike on all of them",
+             MP_COTRAIN_PASS_TOKENS_ENV, text, MP_COTRAIN_PASS_TOKENS_MAX, MP_COTRAIN_PASS_TOKENS);
+    return 0;
 }

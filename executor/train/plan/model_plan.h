@@ -23,6 +23,7 @@
 #ifndef WHET_MODEL_PLAN_H
 #define WHET_MODEL_PLAN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define MP_LOGIT_CHUNK_VALUES (64 << 20) /* logits computed at once: 64 Mi values (256 MB in f32) */
@@ -80,6 +81,7 @@ struct mp_plan {
     int64_t act_per_token;     /* activation and gradient buffers per token */
     int64_t activations;       /* act_per_token · rows · seq_len */
     int64_t logits;            /* the logits chunk */
+    int64_t logit_rows;        /* rows of logits computed at once at most (the chunk's rows with enough tokens) */
     int64_t rope;              /* cos/sin table for seq_len positions */
     int64_t scalars;           /* MP_SCALAR_BYTES */
     int64_t total;             /* the sum of the above */
@@ -100,6 +102,14 @@ void mp_plan(struct mp_plan *out, const struct mp_shape *s, const struct mp_job 
  * the members' step tokens (summed) up to pass_tokens (<= 0: MP_COTRAIN_PASS_TOKENS), and at least the
  * longest row, which a pass never splits. */
 int64_t mp_cotrain_pass_tokens(int64_t step_tokens, int64_t longest_row, int64_t pass_tokens);
+/* The bound as a setting: WHET_COTRAIN_PASS_TOKENS, which the executor hands to `whet train --cotrain
+ * --pass-tokens` and the scheduler's sizing reads (scheduler/placement/sizing.h: a group's one pass), so a
+ * group is sized for the passes it runs. */
+#define MP_COTRAIN_PASS_TOKENS_ENV "WHET_COTRAIN_PASS_TOKENS"
+#define MP_COTRAIN_PASS_TOKENS_MAX (1 << 24) /* the largest bound a setting may ask for */
+/* The bound the setting's text asks for: NULL or empty, MP_COTRAIN_PASS_TOKENS; else a whole number from 1
+ * to MP_COTRAIN_PASS_TOKENS_MAX, or 0 when the text is not one, with why (why_len bytes) saying so. */
+int32_t mp_cotrain_pass_tokens_setting(const char *text, char *why, size_t why_len);
 
 /* Bytes of a KV cache of `slots` sequences of max_len tokens (kv_cache_new in model_generate.c). */
 int64_t mp_kv_cache_bytes(const struct mp_shape *s, int64_t slots, int64_t max_len, enum mp_dtype dtype);

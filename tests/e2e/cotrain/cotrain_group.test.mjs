@@ -1,13 +1,16 @@
 // Scheduler-placed co-training groups beyond SFT and DPO: `whet up` with no executor, two tenants create a
 // LoRA SFT job and two GRPO jobs on whet-tiny, one graded by a python grader (tenant code, run by the
 // trainer in sandboxes nested in its own), the other by the string_check computing the same; then ONE
-// executor with ONE device joins. The three are placed as one group and run in one `whet train --cotrain`
+// executor with ONE device joins (its co-training passes of at most 512 tokens: WHET_COTRAIN_PASS_TOKENS, which
+// the scheduler sizes its groups by too). The three are placed as one group and run in one `whet train --cotrain`
 // process whose sandbox gives each member what its own would (the python grader's nested sandboxes). Each
 // succeeds with the result it has alone: its per-step figures and its adapter equal its own trainer
 // config run alone (`whet train`) within e2e_cotrain's tolerances, and the python grader scores as the
 // string_check does. Then a job created while a group runs joins it: the scheduler places it into the
 // running group, the executor hands it to the group's process (no second process), and it succeeds with
-// its result alone.
+// its result alone. A GRPO job with a python grader placed into that running group cannot join its process
+// (whose sandbox nests no python sandboxes): the executor starts a process of the group's for it on the same
+// device instead (the join's fallback), and it succeeds.
 //
 // Kept short for 2 busy cores: 4 SFT steps, 2 GRPO steps of 2 prompts x 4 responses of at most 8 tokens.
 import test from 'node:test';
@@ -21,7 +24,7 @@ import { cotrainStack } from './stack.mjs';
 
 const FIXTURES = process.env.WHET_FIXTURES;
 const { work, env, db, tenants, start, logs, dumpLogs, finished, allEvents } =
-  await cotrainStack('whet-cotrain-group-', { WHET_COTRAIN: undefined });
+  await cotrainStack('whet-cotrain-group-', { WHET_COTRAIN: undefined, WHET_COTRAIN_PASS_TOKENS: '512' });
 
 // The task of tests/e2e/grpo: answer with a word holding a given letter.
 const rftPath = path.join(work, 'rft.jsonl');
@@ -33,6 +36,12 @@ const GRADERS = {
   string: { type: 'string_check', name: 'has_letter', input: '{{sample.output_text}}', reference: '{{item.answer}}',
             operation: 'like' },
 };
+
+// A GRPO job on the letter task: 2 steps of 2 prompts x 4 responses of at most 8 tokens.
+const grpo = (tn, file, grader) => tn.client.fineTuning.jobs.create({
+  model: 'whet-tiny', training_file: file.id, seed: 7,
+  method: { type: 'reinforcement', reinforcement: { grader, hyperparameters: { batch_size: 2, learning_rate_multiplier: 10 } } },
+  whet: { group_size: 4, max_tokens: 8, kl_coef: 0.01, max_steps: 2, checkpoint_every_steps: 2 } });
 
 const metricsOf = async (client, id) => (await allEvents(client, id)).filter((e) => e.type === 'metrics')
   .map((e) => e.data).sort((a, b) => a.step - b.step);
@@ -93,10 +102,6 @@ test('an SFT job and two GRPO jobs, one with a python grader, placed as one grou
                                                    purpose: 'fine-tune' });
   const rft = await Promise.all(tenants.map((tn) => tn.client.files.create({ file: fs.createReadStream(rftPath),
                                                                              purpose: 'fine-tune' })));
-  const grpo = (tn, file, grader) => tn.client.fineTuning.jobs.create({
-    model: 'whet-tiny', training_file: file.id, seed: 7,
-    method: { type: 'reinforcement', reinforcement: { grader, hyperparameters: { batch_size: 2, learning_rate_multiplier: 10 } } },
-    whet: { group_size: 4, max_tokens: 8, kl_coef: 0.01, max_steps: 2, checkpoint_every_steps: 2 } });
   const specs = [
     { tenant: acme, create: () => acme.client.fineTuning.jobs.create({
       model: 'whet-tiny', training_file: sftFile.id, seed: 5,
@@ -123,7 +128,7 @@ test('an SFT job and two GRPO jobs, one with a python grader, placed as one grou
   }
   assert.equal(groups.size, 1);
   assert.equal(psql(db.url, 'SELECT count(DISTINCT cotrain_group), count(*) FROM job_attempts').trim(), '1|3');
-  assert.match(logs.executor, /msg="co-training started" leader=\S+ jobs=3/);
+  assert.match(logs.executor, /msg="co-training started" leader=\S+ jobs=3 pass_tokens=512/);
   // the python grader ran in the group's sandbox: it scores as the string_check does, step by step
   const [py, sc] = [await metricsOf(globex.client, done[1].id), await metricsOf(acme.client, done[2].id)];
   assert.deepEqual(py.map((m) => m.step), [1, 2]);
@@ -134,7 +139,7 @@ test('an SFT job and two GRPO jobs, one with a python grader, placed as one grou
   for (let i = 0; i < 3; i++) equalsAlone(path.join(work, 'ex', 'cotrain', [...groups][0], `${done[i].id}-1`), `g${i}`);
 });
 
-test('a job created while a group runs joins its process and ends as alone', async (t) => {
+test('a job created while a group runs joins its process and ends as alone; one it cannot join runs beside', async (t) => {
   t.after(() => { if (t.passed === false) dumpLogs(); });
   const tn = tenants[1];
   const file = await tn.client.files.create({ file: fs.createReadStream(path.join(FIXTURES, 'sft', 'train.jsonl')),
@@ -153,8 +158,10 @@ test('a job created while a group runs joins its process and ends as alone', asy
   await until('the two to train together', async () => (await Promise.all(long.map((j) => allEvents(tn.client, j.id))))
     .every((ev) => ev.some((e) => /co-trained with 1 other job/.test(e.message)) && ev.some((e) => e.type === 'metrics')),
   300000, 300);
-  // a third, created now, joins their running process
-  const late = await sft(43, 8, 2);
+  // a third, created now, joins their running process; a fourth, python-graded, is placed into their group too
+  // but needs what their process's sandbox lacks: the executor starts a process of the group's for it
+  const rft = await tn.client.files.create({ file: fs.createReadStream(rftPath), purpose: 'fine-tune' });
+  const late = await sft(43, 8, 2), py = await grpo(tn, rft, GRADERS.python);
   const done = await finished(tn.client, late.id);
   assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
   const events = await allEvents(tn.client, late.id);
@@ -164,13 +171,25 @@ test('a job created while a group runs joins its process and ends as alone', asy
   assert.match(placed[0].message, /co-trained with 2 other jobs of its base model on one device/);
   assert.equal(placed[0].data.cotrain_group, group);
   assert.match(logs.executor2, new RegExp(`msg="co-training joined" job=${late.id} group=${group}`));
-  assert.equal(logs.executor2.match(/msg="co-training started"/g).length, 1, 'one process');
+  assert.match(logs.executor2, /msg="co-training started" leader=\S+ jobs=2 /);
   const steps = events.filter((e) => e.type === 'metrics').map((e) => e.data.step).sort((a, b) => a - b);
   assert.deepEqual(steps, Array.from({ length: 8 }, (_, k) => k + 1));
   const checkpoints = [];
   for await (const c of tn.client.fineTuning.jobs.checkpoints.list(late.id)) checkpoints.push(c.step_number);
   assert.deepEqual(checkpoints.sort((a, b) => a - b), [4, 8]);
   equalsAlone(path.join(work, 'ex2', 'cotrain', group, `${late.id}-1`), 'late');
+  // the python-graded one: in the group, not joined to its process, a process of its own beside it
+  const pyDone = await finished(tn.client, py.id);
+  assert.equal(pyDone.status, 'succeeded', JSON.stringify(pyDone.error));
+  const pyPlaced = (await allEvents(tn.client, py.id)).filter((e) => e.message.startsWith('Job placed on'));
+  assert.equal(pyPlaced.length, 1, JSON.stringify(pyPlaced));
+  assert.equal(pyPlaced[0].data.cotrain_group, group);
+  assert.doesNotMatch(logs.executor2, new RegExp(`msg="co-training joined" job=${py.id}`));
+  assert.match(logs.executor2, new RegExp(`msg="co-training started" leader=${py.id} jobs=1 pass_tokens=512`));
+  assert.equal(logs.executor2.match(/msg="co-training started"/g).length, 2, 'the group\'s process and the python job\'s');
+  const pyMetrics = await metricsOf(tn.client, py.id);
+  assert.deepEqual(pyMetrics.map((m) => m.step), [1, 2]);
+  assert.ok(pyMetrics[0].grader_errors < 2 * 4, 'its python grader ran');
   // the two go on to their end
   for (const j of long) {
     const d = await finished(tn.client, j.id);

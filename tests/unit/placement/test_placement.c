@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "placement.h"
+#include "sizing.h"
 #include "test.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -745,6 +746,17 @@ static struct pl_job cotrain_job(uint64_t id, int tenant, uint64_t key, int32_t 
     return j;
 }
 
+/* Job j running as a member of group `group` on the devices `mask` of node 0 (a snapshot's job), added to
+ * the cluster: pl_cluster_add_running's result. */
+static int add_member(struct pl_cluster *c, struct pl_job *j, uint64_t group, uint16_t mask) {
+    char err[256];
+    j->cotrain_group = group;
+    j->alloc.n_slots = 1;
+    j->alloc.slots[0].node = 0;
+    j->alloc.slots[0].gpu_mask = mask;
+    return pl_cluster_add_running(c, j, err, sizeof err);
+}
+
 static int used_milli(const struct pl_cluster *c) { return (int)pl_cluster_gpu_milli_used(c); }
 
 TEST(cotrain_packs_when_no_device_is_free) {
@@ -826,14 +838,9 @@ TEST(cotrain_running_group_holds_its_device_and_takes_members) {
     struct pl_cluster *c = cluster(nodes, 1, t, 2, "whet");
     /* A snapshot: a group of three already running on GPU 0 (any id the caller chose). */
     struct pl_job run[3];
-    char err[256];
     for (int i = 0; i < 3; i++) {
         run[i] = cotrain_job((uint64_t)i + 1, i == 2, 1, 20000, 5000);
-        run[i].cotrain_group = 77;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].node = 0;
-        run[i].alloc.slots[0].gpu_mask = 1;
-        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+        CHECK(add_member(c, &run[i], 77, 1) == 0);
     }
     CHECK(used_milli(c) == PL_MILLI && pl_cluster_n_running(c) == 3);
     /* A later job of the same base joins the running group (its process takes it) rather than wait; one of
@@ -875,13 +882,9 @@ TEST(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_j
     struct pl_cluster *c = cluster(nodes, 1, t, 1, "whet");
     /* Two running members whose memory the caller does not know (only their key and group). */
     struct pl_job run[2];
-    char err[256];
     for (int i = 0; i < 2; i++) {
         run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 0, 0);
-        run[i].cotrain_group = 3;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].gpu_mask = 1;
-        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+        CHECK(add_member(c, &run[i], 3, 1) == 0);
     }
     /* base 40000 + 3 members of 10000 fit; a fourth (70000 + 10000) does not */
     struct pl_job a = cotrain_job(10, 0, 1, 40000, 10000), b = cotrain_job(11, 0, 1, 40000, 10000);
@@ -891,16 +894,74 @@ TEST(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_j
     pl_cluster_free(c);
 }
 
+TEST(cotrain_group_holds_its_largest_base_once) {
+    /* 73728 MiB usable. A joiner whose rows are longer (a larger shared pass: base 60000) makes the group's
+     * base 60000, not 40000 + 60000: 60000 + 2 × 5000 fit. A third member (60000 + 3 × 5000) does not,
+     * though the first member's base (40000) would have held it. */
+    struct pl_node nodes[1] = {node(0, 0, 1)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job a = cotrain_job(1, 0, 1, 40000, 5000), b = cotrain_job(2, 0, 1, 60000, 5000),
+                  d = cotrain_job(3, 0, 1, 40000, 5000);
+    struct pl_job *q[3] = {&a, &b, &d};
+    const struct pl_result *r = pl_schedule(c, q, 3, 0);
+    CHECK(r->placed == 2 && b.cotrain_group == a.cotrain_group && a.cotrain_group != 0);
+    CHECK(find(r, PL_WAIT, 3) && d.cotrain_group == 0);
+    /* the member of the larger pass leaves: the process keeps that pass's buffers, the base stays 60000 */
+    pl_cluster_release(c, &b);
+    struct pl_job e = cotrain_job(4, 0, 1, 40000, 5000), f = cotrain_job(5, 0, 1, 40000, 5000);
+    struct pl_job *q2[3] = {&d, &e, &f};
+    r = pl_schedule(c, q2, 3, 1);
+    CHECK(r->placed == 1 && d.cotrain_group == a.cotrain_group && find(r, PL_WAIT, 4) && find(r, PL_WAIT, 5));
+    pl_cluster_free(c);
+}
+
+TEST(cotrain_eight_sized_members_share_one_device) {
+    /* As the scheduler sizes them (sizing.h): Llama 3.1 8B LoRA SFT jobs, batch 4 × 512 tokens. The group holds
+     * the base and one bounded pass once and each member its adapter's state: eight (cfg.cotrain_max) share
+     * one 80 GiB device, the ninth waits for it. */
+    const struct sz_model llama_8b = {.n_params = 8030261248, .hidden = 4096, .intermediate = 14336, .layers = 32,
+                                      .heads = 32, .kv_heads = 8, .head_dim = 128, .vocab = 128256};
+    const struct sz_job sft = {.method = SZ_SFT, .lora_r = 16, .batch_size = 4, .max_seq_len = 512};
+    struct sz_estimate e;
+    sz_estimate(&e, &llama_8b, &sft);
+    int32_t base, member;
+    sz_cotrain_mib(&e, 0, &base, &member);
+    struct pl_node nodes[1] = {node(0, 0, 1)};
+    struct pl_tenant t[4] = {tenant(1), tenant(1), tenant(1), tenant(1)};
+    struct pl_cluster *c = cluster(nodes, 1, t, 4, "whet");
+    struct pl_job j[9], *q[9];
+    for (int i = 0; i < 9; i++) j[i] = cotrain_job((uint64_t)i + 1, i % 4, 1, base, member), q[i] = &j[i];
+    const struct pl_result *r = pl_schedule(c, q, 9, 0);
+    CHECK(r->placed == 8 && find(r, PL_WAIT, 9) && used_milli(c) == PL_MILLI);
+    for (int i = 1; i < 8; i++) CHECK(j[i].cotrain_group == j[0].cotrain_group && j[i].cotrain_rider);
+    pl_cluster_free(c);
+}
+
+TEST(cotrain_new_group_never_takes_a_running_groups_id) {
+    /* The caller's snapshot has running groups 1 and 2; group 2's member no longer fits its node (its device
+     * is gone), so placement never sees group 2. A group formed now must still not be numbered 2: the
+     * caller names groups by these ids, and would give it the running group's name. */
+    struct pl_node nodes[1] = {node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 1, &t, 1, "whet");
+    struct pl_job run[2] = {cotrain_job(1, 0, 1, 20000, 5000), cotrain_job(2, 0, 1, 20000, 5000)};
+    CHECK(add_member(c, &run[0], 1, 1) == 0);
+    CHECK(add_member(c, &run[1], 2, 1u << 5) < 0);
+    pl_cluster_reserve_groups(c, 2);
+    /* two jobs of another base: the first takes the free device alone, the second joins it: a new group */
+    struct pl_job a = cotrain_job(10, 0, 2, 20000, 5000), b = cotrain_job(11, 0, 2, 20000, 5000);
+    struct pl_job *q[2] = {&a, &b};
+    const struct pl_result *r = pl_schedule(c, q, 2, 1000);
+    CHECK(r->placed == 2 && a.cotrain_group == b.cotrain_group && a.cotrain_group > 2);
+    pl_cluster_free(c);
+}
+
 /* A group of n co-trained jobs (ids 1..n) running on GPU 0 of node 0 since time 0. */
 static void running_group(struct pl_cluster *c, struct pl_job *run, int n) {
-    char err[256];
     for (int i = 0; i < n; i++) {
         run[i] = cotrain_job((uint64_t)i + 1, 0, 1, 20000, 5000);
-        run[i].cotrain_group = 5;
-        run[i].alloc.n_slots = 1;
-        run[i].alloc.slots[0].node = 0;
-        run[i].alloc.slots[0].gpu_mask = 1;
-        CHECK_MSG(pl_cluster_add_running(c, &run[i], err, sizeof err) == 0, "%s", err);
+        CHECK(add_member(c, &run[i], 5, 1) == 0);
     }
 }
 
@@ -977,6 +1038,9 @@ int main(void) {
     RUN(cotrain_group_limited_by_memory_and_size);
     RUN(cotrain_running_group_holds_its_device_and_takes_members);
     RUN(cotrain_running_group_of_unknown_memory_counts_its_members_as_the_joining_job);
+    RUN(cotrain_group_holds_its_largest_base_once);
+    RUN(cotrain_eight_sized_members_share_one_device);
+    RUN(cotrain_new_group_never_takes_a_running_groups_id);
     RUN(cotrain_members_move_out_to_free_devices_when_nobody_waits);
     return test_summary();
 }

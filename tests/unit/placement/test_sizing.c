@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "model_plan.h"
 #include "sizing.h"
 #include "test.h"
 
@@ -194,22 +195,86 @@ TEST(lora_targets_by_name) {
     CHECK(qv.state == 16LL * 2293760 && qv.state < all.state);
 }
 
-TEST(cotrain_split_base_once_member_each) {
+/* Co-training: the group holds the base and ONE bounded pass (MP_COTRAIN_PASS_TOKENS by default), each
+ * member only its adapter's state. Llama 3.1 8B, r 16 on all seven projections: per layer r·Σ(in + out) =
+ * 16·(8192 + 5120 + 5120 + 8192 + 18432 + 18432 + 18432) = 1,310,720, × 32 layers = 41,943,040 values, 16
+ * bytes each (adapter, gradient, m, v): exactly 640 MiB. */
+#define LLAMA_8B_LORA_STATE_MIB 640
+
+/* The job's estimate, and its co-training parts for passes of pass_tokens. */
+static struct sz_estimate cotrain_mib(const struct sz_model *m, struct sz_job j, int32_t pass_tokens, int32_t *base,
+                                      int32_t *member) {
     struct sz_estimate e;
-    struct sz_job j = sft(0);
-    sz_estimate(&e, &llama_8b, &j);
+    sz_estimate(&e, m, &j);
     CHECK(e.cotrainable == 1);
+    sz_cotrain_mib(&e, pass_tokens, base, member);
+    return e;
+}
+
+TEST(cotrain_base_and_one_pass_once_member_its_adapter) {
+    struct sz_job j = sft(0);
     int32_t base, member;
-    sz_cotrain_mib(&e, &base, &member);
-    /* the base is the f32 weights and the device overhead; a member its adapter state and activations */
-    CHECK(base == (int32_t)((e.weights + ((int64_t)1 << 20) - 1) >> 20) + SZ_DEVICE_OVERHEAD_MIB);
-    CHECK(member > (e.state >> 20) && member < base);
-    /* together, what the job needs alone */
+    struct sz_estimate e = cotrain_mib(&llama_8b, j, 0, &base, &member);
+    int32_t weights_mib = (int32_t)ceil(4.0 * 8030261248.0 / (1 << 20)) + SZ_DEVICE_OVERHEAD_MIB;
+    /* a member adds its adapter, gradients and moments: nothing of its batch */
+    CHECK(member == LLAMA_8B_LORA_STATE_MIB);
+    /* the base holds the weights, the overhead and a pass: 1024 tokens of 8B activations (every layer's
+     * saved tensors, ~9 MB a token) are well over 1 GiB, and under 2048 tokens' worth plus the logits */
+    CHECK(base > weights_mib + 1024 && base < weights_mib + (int32_t)(2048 * e.act_per_token >> 20) + 1024);
+    /* the pass is bounded: sixteen times the batch or four times the sequence change neither part */
+    int32_t base2, member2;
+    j.batch_size = 64;
+    cotrain_mib(&llama_8b, j, 0, &base2, &member2);
+    CHECK(base2 == base && member2 == member);
+    j = sft(0);
+    j.max_seq_len = 128;
+    cotrain_mib(&llama_8b, j, 0, &base2, &member2);
+    CHECK(member2 == member && base2 <= base); /* (a shorter RoPE table) */
+    /* a larger bound: 1024 more tokens of activations (the logits chunk, 523 rows of 128256, is full in both) */
+    j = sft(0);
+    cotrain_mib(&llama_8b, j, 2048, &base2, &member2);
+    int64_t more = (1024 * e.act_per_token) >> 20;
+    CHECK(member2 == member && base2 - base >= more - 1 && base2 - base <= more + 1);
+    /* the same bound as the trainer's default, and a pass never splits a row: at least the longest (a DPO
+     * pair, both sides in one row: 2 × 1024 tokens, so the pass of a bound of 2048) */
+    int32_t base_default;
+    cotrain_mib(&llama_8b, j, MP_COTRAIN_PASS_TOKENS, &base_default, &member2);
+    CHECK(base_default == base);
+    j.max_seq_len = 1024;
+    cotrain_mib(&llama_8b, j, 2048, &base2, &member2);
+    j.method = SZ_DPO;
+    int32_t dpo_base, dpo_member;
+    cotrain_mib(&llama_8b, j, 0, &dpo_base, &dpo_member);
+    CHECK(dpo_base == base2 && dpo_member == member);
+    /* GRPO steps on its own adapter view, as alone: no shared pass in the base, its activations (or its
+     * rollouts' KV cache) in its part; together what it needs alone */
+    j = sft(0);
+    j.method = SZ_GRPO;
+    j.group_size = 4;
+    int32_t grpo_base, grpo_member;
+    e = cotrain_mib(&llama_8b, j, 0, &grpo_base, &grpo_member);
     int64_t alone = (sz_per_device_bytes(&e, 1) + (1 << 20) - 1) >> 20;
-    CHECK(base + member >= alone && base + member <= alone + 1);
+    CHECK(grpo_base == weights_mib && grpo_member > 4 * LLAMA_8B_LORA_STATE_MIB);
+    CHECK(grpo_base + grpo_member >= alone && grpo_base + grpo_member <= alone + 1);
+}
+
+TEST(cotrain_group_of_eight_fits_one_h100) {
+    /* Eight Llama 8B LoRA SFT jobs (batch 4 × 512 tokens each) on one 80 GiB device: the weights, the
+     * overhead and one pass (~30 + 2 + ~9 GiB) and eight adapters' 640 MiB fit its usable 72 GiB; charged
+     * each its own batch's activations (2048 tokens, ~18 GiB each), as if all members' rows ran at once,
+     * they did not. */
+    int32_t base, member;
+    struct sz_estimate e = cotrain_mib(&llama_8b, sft(0), 0, &base, &member);
+    int64_t usable = (int64_t)(80 * 1024 * SZ_USABLE_FRACTION);
+    CHECK(base + 8 * (int64_t)member <= usable);
+    int64_t own_batch = (4 * 512 * e.act_per_token) >> 20;
+    CHECK(base + 8 * (member + own_batch) > usable);
+}
+
+TEST(cotrainable_methods) {
     /* Full fine-tuning trains the base itself; LoRA SFT, DPO and GRPO share it (a group's sandbox runs each
      * member's graders and judge models as its own would). */
-    j.full_ft = 1;
+    struct sz_job j = sft(1);
     CHECK(!sz_cotrainable(&j));
     j = sft(0);
     j.method = SZ_DPO;
@@ -218,6 +283,19 @@ TEST(cotrain_split_base_once_member_each) {
     CHECK(sz_cotrainable(&j));
     j.full_ft = 1;
     CHECK(!sz_cotrainable(&j));
+}
+
+TEST(cotrain_pass_tokens_setting) {
+    char why[300] = "";
+    CHECK(mp_cotrain_pass_tokens_setting(NULL, why, sizeof why) == MP_COTRAIN_PASS_TOKENS);
+    CHECK(mp_cotrain_pass_tokens_setting("", why, sizeof why) == MP_COTRAIN_PASS_TOKENS);
+    CHECK(mp_cotrain_pass_tokens_setting("4096", why, sizeof why) == 4096 && !why[0]);
+    const char *bad[] = {"0", "-5", "+5", " 5", "5k", "1.5", "abc", "99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = 0;
+        CHECK_MSG(mp_cotrain_pass_tokens_setting(bad[i], why, sizeof why) == 0, "%s", bad[i]);
+        CHECK(strstr(why, MP_COTRAIN_PASS_TOKENS_ENV) && strstr(why, bad[i]));
+    }
 }
 
 int main(void) {
@@ -232,6 +310,9 @@ int main(void) {
     RUN(unknown_memory_and_empty_fleets);
     RUN(shape_estimated_from_the_parameter_count);
     RUN(lora_targets_by_name);
-    RUN(cotrain_split_base_once_member_each);
+    RUN(cotrain_base_and_one_pass_once_member_its_adapter);
+    RUN(cotrain_group_of_eight_fits_one_h100);
+    RUN(cotrainable_methods);
+    RUN(cotrain_pass_tokens_setting);
     return test_summary();
 }
