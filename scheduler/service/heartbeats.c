@@ -34,13 +34,15 @@
 #define HEARTBEAT_BATCH_MAX 512
 #define HEARTBEAT_WRITERS_MAX 2
 
-/* Rows: per renewed node one with seq NULL (and whether model workers are placed on it), then its
+/* The nodes are found by = ANY (ARRAY(…)): the prepared statement's generic plan joined r to a sequential
+ * scan of nodes (0.43 of its 1.46 ms at 2,000 nodes, growing with the fleet).
+ * Rows: per renewed node one with seq NULL (and whether model workers are placed on it), then its
  * commands; ordered by node and seq. Progress rows of one job from two nodes of a batch (a gang's ranks)
  * are one upsert (DISTINCT ON), the latest step winning. */
 static const char *const heartbeat_batch_sql =
     "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(node text, progress jsonb)),"
-    " n AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp()) FROM r"
-    "   WHERE nodes.id = r.node AND nodes.state <> 'lost' RETURNING nodes.id),"
+    " n AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp())"
+    "   WHERE nodes.id = ANY (ARRAY(SELECT node FROM r)) AND nodes.state <> 'lost' RETURNING nodes.id),"
     " p AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens,"
     "   resume_step, started_at) SELECT DISTINCT ON (j.id) j.id, j.tenant_id, a.attempt, x.step, nullif(x.total, 0),"
     "   x.tokens, a.resume_step, a.started_at"
