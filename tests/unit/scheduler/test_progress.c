@@ -12,7 +12,9 @@ struct beat {
     Whet__V1__JobProgress jobs[4], *ptrs[4];
 };
 
-static void beat_init(struct beat *b, int n) {
+/* A scheduler that writes a grown step at most every progress_ms, and a heartbeat of n jobs. */
+static void start(int progress_ms, struct beat *b, int n) {
+    scheduler_progress_init(progress_ms);
     whet__v1__heartbeat_request__init(&b->req);
     for (int i = 0; i < n; i++) {
         whet__v1__job_progress__init(&b->jobs[i]);
@@ -40,9 +42,8 @@ static size_t due(struct beat *b, double now, int commit) {
 }
 
 TEST(a_grown_step_waits_for_the_interval) {
-    scheduler_progress_init(5000);
     struct beat b;
-    beat_init(&b, 1);
+    start(5000, &b, 1);
     report(&b, 0, "ftjob-a", 1, 1, 10, 100);
     CHECK(due(&b, 1000.0, 1) == 1); /* the attempt's first report */
     CHECK(due(&b, 1001.0, 1) == 0); /* the same again */
@@ -58,9 +59,8 @@ TEST(a_grown_step_waits_for_the_interval) {
 }
 
 TEST(only_what_was_committed_counts_as_written) {
-    scheduler_progress_init(5000);
     struct beat b;
-    beat_init(&b, 2);
+    start(5000, &b, 2);
     report(&b, 0, "ftjob-b", 1, 1, 10, 100);
     report(&b, 1, "ftjob-c", 3, 7, 10, 700);
     CHECK(due(&b, 2000.0, 0) == 2); /* the batch failed: nothing noted */
@@ -75,18 +75,16 @@ TEST(only_what_was_committed_counts_as_written) {
 }
 
 TEST(zero_writes_every_report) {
-    scheduler_progress_init(0);
     struct beat b;
-    beat_init(&b, 1);
+    start(0, &b, 1);
     report(&b, 0, "ftjob-d", 1, 1, 10, 100);
     for (int i = 0; i < 3; i++) CHECK(due(&b, 3000.0 + i, 1) == 1);
     scheduler_progress_free();
 }
 
 TEST(silent_attempts_are_forgotten_and_many_are_held) {
-    scheduler_progress_init(5000);
     struct beat b;
-    beat_init(&b, 1);
+    start(5000, &b, 1);
     char ids[3000][16];
     for (int i = 0; i < 3000; i++) { /* past the table's first size: it grows */
         snprintf(ids[i], sizeof ids[i], "ftjob-%d", i);
