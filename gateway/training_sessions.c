@@ -98,25 +98,26 @@ static void marked(struct gw_req *r, const struct db_result *res, void *arg) {
                   pf->worker_id, r->request_id, res->message);
 }
 
-/* The call's answer starts. When it is h2o's proxy's own 502 (the cause in the request's error log), the worker
- * ended: a DELETE is answered as done (the sweep removes the state, session_sweep.h), any other call 503 with
- * retry-after, which the SDKs retry. A connection it refused reached nothing (h2o 2.2 says "connection failure",
- * or "socket create error" when connect() failed at once, as on loopback): the worker is gone, and a placed one
+/* The call's answer starts. When it is h2o's proxy's own 502 because the worker refused the connection or
+ * dropped it before answering (the cause is in the request's error log: h2o 2.2 says "connection failure", or
+ * "socket create error" when connect() failed at once, as on loopback; "I/O error (…)"), the worker ended: a
+ * DELETE is answered as done (the sweep removes the state, session_sweep.h), any other call 503 with
+ * retry-after, which the SDKs retry. A refused connection reached nothing: the worker is gone, and a placed one
  * is marked so (model_workers.unreachable_at) that the session's next call moves it to a ready worker at once.
- * One that ended mid-call (reset, closed before answering) may have run the call, so the gateway does not
- * repeat it; its next call finds it refusing. */
+ * One that ended mid-call may have run the call, so the gateway does not repeat it (nor mark the worker on a
+ * guess); the retry finds it refusing. Another 502 (a malformed answer) stays the proxy's. */
 static void unreached_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
     struct unreached_prefilter *pf = (struct unreached_prefilter *)self;
     struct gw_req *r = pf->r;
     const h2o_iovec_t *why = NULL;
     for (size_t i = req->error_logs.size; req->res.status == 502 && !why && i-- > 0;)
         if (!strcmp(req->error_logs.entries[i].module, "lib/core/proxy.c")) why = &req->error_logs.entries[i].msg;
-    if (!why) {
+    int refused = why && (h2o_memis(why->base, why->len, H2O_STRLIT("connection failure")) ||
+                          h2o_memis(why->base, why->len, H2O_STRLIT("socket create error")));
+    if (!refused && !(why && why->len >= 9 && !memcmp(why->base, "I/O error", 9))) { /* not a worker's end */
         h2o_setup_next_prefilter(self, req, slot);
         return;
     }
-    int refused = h2o_memis(why->base, why->len, H2O_STRLIT("connection failure")) ||
-                  h2o_memis(why->base, why->len, H2O_STRLIT("socket create error"));
     const char *what = pf->session ? http_printf(r, "training session %s", pf->session) : "the new training session";
     log_warn("msg=\"a training session's model worker could not be reached: it is being replaced\" session=%s "
              "worker=%s address=%s cause=\"%.*s\" request_id=%s",
