@@ -19,6 +19,8 @@
 #include "pg.h"
 
 #define SWEEP_S_DEFAULT 300
+/* Sessions swept at most per round; a full round is followed by another at once (a backlog drains). */
+#define SWEEP_BATCH 64
 
 struct session_sweep {
     pthread_t tid;
@@ -28,17 +30,18 @@ struct session_sweep {
     int every_ms;
 };
 
-/* Ended (deleted, or expired: no call for $1 seconds) at least $2 seconds ago, state not swept yet; 64 at most
- * per sweep, the rest wait for the next. */
+/* Ended (deleted, or expired: no call for $1 seconds) at least $2 seconds ago, state not swept yet; $3 of them. */
 static const char *const ended_sql = "SELECT id FROM training_sessions WHERE state_swept_at IS NULL"
                                      " AND (deleted_at < whet_now() - $2::int"
                                      "   OR last_call_at < extract(epoch FROM clock_timestamp()) - $1::int - $2::int)"
-                                     " ORDER BY last_call_at LIMIT 64";
+                                     " ORDER BY last_call_at LIMIT $3::int";
 
-/* Removes the state of the ended sessions; the number swept, or -1 when the database failed (err). */
+/* One round: removes the state of ended sessions; the number swept, or -1 when the database failed (err). */
 static int sweep(const struct session_sweep *s, PGconn *conn, struct objstore *store, struct whet_err *err) {
-    const char *params[] = {s->idle_s, s->every_s};
-    PGresult *res = whet_pg_query(conn, ended_sql, 2, params, err);
+    char batch[16];
+    snprintf(batch, sizeof batch, "%d", SWEEP_BATCH);
+    const char *params[] = {s->idle_s, s->every_s, batch};
+    PGresult *res = whet_pg_query(conn, ended_sql, 3, params, err);
     if (!res) return -1;
     json_t *swept = json_array();
     for (int i = 0; i < PQntuples(res); i++) {
@@ -74,6 +77,7 @@ static void *sweep_main(void *arg) {
     struct session_sweep *s = arg;
     PGconn *conn = NULL;
     struct pollfd stop = {.fd = s->stop_fd, .events = POLLIN};
+    int warned = 0;
     for (;;) {
         int ready = poll(&stop, 1, s->every_ms);
         if (ready < 0 && errno == EINTR) continue;
@@ -81,7 +85,8 @@ static void *sweep_main(void *arg) {
         struct whet_err err;
         struct objstore *store = files_store(&err);
         if (!store) {
-            log_warn("msg=\"ended training sessions' state not swept: no object store\" error=\"%s\"", err.msg);
+            if (!warned++)
+                log_warn("msg=\"ended training sessions' state is not swept: no object store\" error=\"%s\"", err.msg);
             continue;
         }
         if (!conn && !(conn = whet_pg_connect(s->database_url, &err))) {
@@ -90,7 +95,9 @@ static void *sweep_main(void *arg) {
                      err.msg);
             continue;
         }
-        if (sweep(s, conn, store, &err) < 0) {
+        int n;
+        while ((n = sweep(s, conn, store, &err)) == SWEEP_BATCH && poll(&stop, 1, 0) == 0) continue;
+        if (n < 0) {
             log_warn("msg=\"ended training sessions' state not swept: the database failed; trying again at the next "
                      "sweep\" error=\"%s\"",
                      err.msg);
