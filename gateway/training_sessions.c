@@ -90,12 +90,37 @@ struct unreached_prefilter {
     int deleting;
 };
 
+/* The answer, held until the mark is written: the client's retry then finds the worker passed over. */
+struct held_ostream {
+    h2o_ostream_t super;
+    const struct unreached_prefilter *pf;
+    h2o_req_t *req;
+    h2o_iovec_t body; /* the answer's one buffer (none for HEAD), in the request's pool */
+    size_t bufcnt;
+    h2o_send_state_t state;
+    int waiting, marked; /* the answer came (and waits), the mark is written (or failed) */
+};
+
+static void held_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                         h2o_send_state_t state) {
+    struct held_ostream *o = (struct held_ostream *)self;
+    if (o->marked || h2o_send_state_is_in_progress(state)) { /* (the answer comes in one final send) */
+        h2o_ostream_send_next(self, req, bufs, bufcnt, state);
+        return;
+    }
+    o->req = req, o->bufcnt = bufcnt ? 1 : 0, o->body = bufcnt ? bufs[0] : h2o_iovec_init(NULL, 0), o->state = state;
+    o->waiting = 1;
+}
+
+/* Not called when the client left meanwhile: the request and the held answer are gone. */
 static void marked(struct gw_req *r, const struct db_result *res, void *arg) {
-    const struct unreached_prefilter *pf = arg;
+    struct held_ostream *o = arg;
     if (!res->ok)
         log_error("msg=\"a model worker found refusing connections is not marked: lookups may pick it until its "
                   "executor reports it gone\" worker=%s request_id=%s error=\"%s\"",
-                  pf->worker_id, r->request_id, res->message);
+                  o->pf->worker_id, r->request_id, res->message);
+    o->marked = 1;
+    if (o->waiting) h2o_ostream_send_next(&o->super, o->req, o->bufcnt ? &o->body : NULL, o->bufcnt, o->state);
 }
 
 /* The call's answer starts. When it is h2o's proxy's own 502 because the worker refused the connection or
@@ -103,7 +128,8 @@ static void marked(struct gw_req *r, const struct db_result *res, void *arg) {
  * "socket create error" when connect() failed at once, as on loopback; "I/O error (…)"), the worker ended: a
  * DELETE is answered as done (the sweep removes the state, session_sweep.h), any other call 503 with
  * retry-after, which the SDKs retry. A refused connection reached nothing: the worker is gone, and a placed one
- * is marked so (model_workers.unreachable_at) that the session's next call moves it to a ready worker at once.
+ * is marked so (model_workers.unreachable_at), the answer held until the mark is written, so that the client's
+ * retry moves the session to a ready worker at once.
  * One that ended mid-call may have run the call, so the gateway does not repeat it (nor mark the worker on a
  * guess); the retry finds it refusing. Another 502 (a malformed answer) stays the proxy's. */
 static void unreached_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
@@ -123,10 +149,6 @@ static void unreached_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostre
              "worker=%s address=%s cause=\"%.*s\" request_id=%s",
              pf->session ? pf->session : "(create)", pf->worker_id[0] ? pf->worker_id : "(static)", pf->address,
              (int)why->len, why->base, r->request_id);
-    if (refused && pf->worker_id[0]) {
-        const char *params[] = {pf->worker_id, pf->address};
-        db_query(r, "model_workers_unreachable", 2, params, marked, pf);
-    }
     json_t *body;
     if (pf->deleting) {
         req->res.status = 200, req->res.reason = "OK";
@@ -151,6 +173,15 @@ static void unreached_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostre
     json_decref(body);
     slot = gw_answer_replace_json(req, slot, text);
     free(text);
+    if (refused && pf->worker_id[0]) {
+        struct held_ostream *o = (struct held_ostream *)h2o_add_ostream(req, sizeof *o, slot);
+        o->super.do_send = held_do_send;
+        o->pf = pf;
+        o->waiting = o->marked = 0;
+        slot = &o->super.next;
+        const char *params[] = {pf->worker_id, pf->address};
+        db_query(r, "model_workers_unreachable", 2, params, marked, o);
+    }
     h2o_setup_next_prefilter(self, req, slot);
 }
 
