@@ -88,7 +88,7 @@ void model_workers_read(void) {
                "   DO UPDATE SET last_request_at = extract(epoch FROM clock_timestamp())"
                "   WHERE serving_deployments.last_request_at < extract(epoch FROM clock_timestamp()) - 1),"
                " w AS (SELECT address, id FROM model_workers WHERE base_model = $1 AND state = 'ready'"
-               "   AND address IS NOT NULL ORDER BY random() LIMIT 1)"
+               "   AND address IS NOT NULL AND unreachable_at IS NULL ORDER BY random() LIMIT 1)"
                " SELECT address, id FROM w UNION ALL SELECT NULL, NULL FROM (SELECT pg_notify('whet_jobs', 'serve ' || $1)"
                "   WHERE NOT EXISTS (SELECT 1 FROM model_workers WHERE base_model = $1 AND state <> 'stopping')) n"
                " WHERE NOT EXISTS (SELECT 1 FROM w)");
@@ -244,9 +244,12 @@ void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, con
     ov->hostport.port = w->port;
     char *authority = http_printf(r, "%s:%u", w->host, (unsigned)w->port);
     r->status = 200; /* the worker answers from here on: no second answer from the gateway */
-    struct observed *o = (struct observed *)h2o_add_prefilter(req, sizeof *o);
-    o->super.on_setup_ostream = observe_answer;
-    o->r = r;
+    /* last in the chain (h2o runs the prefilter added last first): it counts the status callers' prefilters leave */
+    struct observed *o = h2o_mem_alloc_pool(&req->pool, sizeof *o);
+    *o = (struct observed){.super = {.on_setup_ostream = observe_answer}, .r = r};
+    h2o_req_prefilter_t **tail = &req->prefilters;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &o->super;
     h2o_reprocess_request(req, req->method, &H2O_URL_SCHEME_HTTP, h2o_iovec_init(authority, strlen(authority)),
                           req->path, ov, 0);
 }

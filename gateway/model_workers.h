@@ -2,7 +2,8 @@
  *  - the static table WHET_SERVE_WORKERS="BASE=HOST:PORT[,BASE=HOST:PORT…]" (optional), read at start
  *    (`whet up` and tests name their workers so);
  *  - else the workers the scheduler placed (migration 0021), read from the database on each lookup:
- *    a ready one, picked at random. The lookup records the demand that scales a base from zero and
+ *    a ready one (not one a gateway found refusing connections: model_workers.unreachable_at, migration 0031),
+ *    picked at random. The lookup records the demand that scales a base from zero and
  *    keeps its workers from idling out: serving_deployments.last_request_at (written at most once a
  *    second per base), and NOTIFY whet_jobs when the base has no worker, which starts a scheduler
  *    cycle at once (scheduler/service/serving.h).
@@ -57,7 +58,8 @@ int model_workers_pinned(struct model_worker *w, const char *base, const char *i
 /* Hands the request to worker w, unchanged but for its headers: no Authorization, no x-whet-* header
  * the client sent (those are the gateway's word to the worker: which adapter, which session, whether to
  * report usage), and headers[0..n) added (name, value pairs, copied). h2o's reverse proxy streams the
- * worker's answer back. */
+ * worker's answer back; when it cannot reach the worker its own 502 may be sent before this returns, so a
+ * caller's prefilters go in before (the request's log and metrics count the status they leave). */
 void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, const char *const (*headers)[2], int n);
 /* model_workers_hand_over to a worker of `base` (headers copied at once); a base without a ready
  * worker is a 503 with retry-after. */

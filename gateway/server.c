@@ -40,6 +40,8 @@
 #include "net.h"
 #include "replica.h"
 #include "rng.h"
+#include "session_sweep.h"
+#include "training_sessions.h"
 
 #define GRACE_S 10.0      /* how long a stopping loop waits for requests in flight */
 #define IDLE_GRACE_S 1.0  /* and then for idle keep-alive connections to close */
@@ -197,16 +199,27 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req) {
  * (400). It answers those through the host's fallback path, whose only filter is this one: it turns
  * h2o's plain-text body into the OpenAI error body every other answer has, with a request id, and
  * counts and logs the request like http_reply_raw() does. */
-struct h2o_error_ostream {
+struct replaced_ostream {
     h2o_ostream_t super;
     h2o_iovec_t body;
 };
 
-static void h2o_error_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
-                              h2o_send_state_t state) {
-    struct h2o_error_ostream *o = (struct h2o_error_ostream *)self;
+static void replaced_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                             h2o_send_state_t state) {
+    struct replaced_ostream *o = (struct replaced_ostream *)self;
     /* h2o sends its text in one final call (none for HEAD): our body replaces it. */
     h2o_ostream_send_next(&o->super, req, bufcnt ? &o->body : NULL, bufcnt ? 1 : 0, state);
+}
+
+h2o_ostream_t **gw_answer_replace_json(h2o_req_t *req, h2o_ostream_t **slot, const char *body) {
+    struct replaced_ostream *o = (struct replaced_ostream *)h2o_add_ostream(req, sizeof(*o), slot);
+    o->super.do_send = replaced_do_send;
+    o->body = h2o_strdup(&req->pool, body, strlen(body));
+    req->res.content_length = o->body.len;
+    ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
+    else h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    return &o->super.next;
 }
 
 static void h2o_error_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
@@ -235,20 +248,14 @@ static void h2o_error_setup_ostream(h2o_filter_t *self, h2o_req_t *req, h2o_ostr
                             "param", "code", code ? json_string(code) : json_null());
     char *text = json_dumps(err, JSON_COMPACT);
     json_decref(err);
-    struct h2o_error_ostream *o = (struct h2o_error_ostream *)h2o_add_ostream(req, sizeof(*o), slot);
-    o->super.do_send = h2o_error_do_send;
-    o->body = h2o_strdup(&req->pool, text, strlen(text));
+    slot = gw_answer_replace_json(req, slot, text);
     free(text);
-    req->res.content_length = o->body.len;
-    ssize_t ct = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
-    if (ct >= 0) req->res.headers.entries[ct].value = h2o_iovec_init(H2O_STRLIT("application/json"));
-    else h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-request-id"), 0, NULL,
                           h2o_strdup(&req->pool, request_id, strlen(request_id)).base, strlen(request_id));
     metrics_observe(-1, status, 0);
     log_info("msg=request method=%.*s route=\"-\" status=%d refused_by=h2o request_id=%s",
              (int)(req->input.method.len > 16 ? 16 : req->input.method.len), req->input.method.base, status, request_id);
-    h2o_setup_next_ostream(req, &o->super.next);
+    h2o_setup_next_ostream(req, slot);
 }
 
 /* ---- Listeners --------------------------------------------------------------------------------- */
@@ -376,6 +383,7 @@ static void *loop_main(void *arg) {
 
 static void gateway_free(struct gateway *gw) {
     replica_stop(gw->replica);
+    session_sweep_stop(gw->sweep);
     if (gw->workers) gw_workers_free(gw->workers);
     if (gw->router) router_free(gw->router);
     metrics_free();
@@ -502,6 +510,7 @@ struct gateway *gateway_start(const struct gateway_options *opts, struct whet_er
     }
     gw->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (gw->opts.replica) gw->replica = replica_start(gw->opts.database_url);
+    gw->sweep = session_sweep_start(gw->opts.database_url, training_sessions_idle_s());
     gw->workers = gw_workers_new(gw->opts.workers);
     for (int i = 0; i < gw->nthreads; i++) h2o_multithread_create_thread(&gw->threads[i].tid, NULL, loop_main, &gw->threads[i]);
     for (int i = 0; i < gw->nthreads; i++) sem_wait(&gw->started);

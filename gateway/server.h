@@ -59,6 +59,7 @@ struct gateway {
     struct gw_thread *threads;
     int stop_fd;                         /* eventfd written by gateway_stop() */
     struct replica *replica;             /* NULL unless opts.replica (replica.h) */
+    struct session_sweep *sweep;         /* ended training sessions' state (session_sweep.h) */
     sem_t started;                       /* each loop posts once it is serving */
     int start_failed;
 };
@@ -71,6 +72,10 @@ void gw_req_release(struct gw_req *r);
 /* Runs the route's handler once authentication and the rate limit have passed (server_auth.c calls
  * it when the identity is known). */
 void gw_req_dispatch(struct gw_req *r);
+/* From a filter or prefilter setting up an answer's ostreams at `slot`: the answer's body becomes `body` (JSON,
+ * copied), in place of the one h2o sends in a single final call (its own answers: h2o_send_error_*,
+ * h2o_send_inline), with its length and content type. Returns the slot that follows. */
+h2o_ostream_t **gw_answer_replace_json(h2o_req_t *req, h2o_ostream_t **slot, const char *body);
 /* Process-wide auth-cache generation: bumped when an operator revokes a key or disables a tenant, so
  * every thread's cache forgets at once. */
 extern atomic_uint gw_auth_epoch;

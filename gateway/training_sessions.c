@@ -38,12 +38,16 @@
  * there; the worker restores the session from its state: where its last optim_step left it, the gradients of
  * forward_backward calls since then lost (so a forward_backward after the move proceeds from the last step).
  * A call in the moment between a worker's death and its executor's report (its row still ready) goes to it and
- * is a 502; the client's retry goes to the new worker.
+ * is a 503 with retry-after: 1 (the worker is being replaced); the worker refused its connection, so the
+ * gateway marks it unreachable (migration 0031) and the client's retry goes to a ready worker at once (a worker
+ * that ended mid-call is not retried by the gateway: the call may have run; the retry finds it refusing).
  * Each call records when it came (last_call_at): a session without a call for WHET_SESSION_IDLE_S (default
  * 1800, whet serve's --session-idle) has expired and its calls are 404s, whichever worker still has it; a
  * worker that frees an idle session before (its own --session-idle) restores it on the next call. The
  * scheduler keeps the workers of live sessions (serving.h). A DELETE (of an expired session too) goes to the
- * pinned worker, or to a ready one, which removes the state. */
+ * pinned worker, which frees the session and removes its state; with that worker gone the gateway answers it
+ * alone. The state of a session that expired, or was deleted while its worker was gone, is removed by the
+ * gateway's sweep (session_sweep.h); a save stays. */
 #include "training_sessions.h"
 
 #include <stdlib.h>
@@ -56,14 +60,142 @@
 #include "inference.h"
 #include "log.h"
 #include "model_workers.h"
+#include "server.h"
 
 /* How long a session may be idle before it expires (WHET_SESSION_IDLE_S, seconds; read at start). */
 #define SESSION_IDLE_S_DEFAULT 1800
+static int idle_seconds = SESSION_IDLE_S_DEFAULT;
 static char session_idle_s[16];
+
+int training_sessions_idle_s(void) { return idle_seconds; }
 
 /* Where a session keeps its state in the object store (serve_session_http.h). */
 static const char *state_prefix(struct gw_req *r, const char *session) {
     return http_printf(r, "sessions/%s/state", session);
+}
+
+/* A DELETE's answer (the worker's own is the same). */
+static json_t *deleted_json(const char *session) {
+    return json_pack("{s:s, s:s, s:b}", "id", session, "object", "training_session.deleted", "deleted", 1);
+}
+
+/* ---- A worker that could not be reached: it is being replaced */
+
+struct unreached_prefilter {
+    h2o_req_prefilter_t super;
+    struct gw_req *r;
+    const char *session;   /* NULL: a create's */
+    const char *worker_id; /* the worker the call went to: a placed one's id, "" for a static one */
+    const char *address;
+    int deleting;
+};
+
+/* The answer, held until the mark is written: the client's retry then finds the worker passed over. */
+struct held_ostream {
+    h2o_ostream_t super;
+    const struct unreached_prefilter *pf;
+    h2o_req_t *req;
+    h2o_iovec_t body; /* the answer's one buffer (none for HEAD), in the request's pool */
+    size_t bufcnt;
+    h2o_send_state_t state;
+    int waiting, marked; /* the answer came (and waits), the mark is written (or failed) */
+};
+
+static void held_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                         h2o_send_state_t state) {
+    struct held_ostream *o = (struct held_ostream *)self;
+    if (o->marked || h2o_send_state_is_in_progress(state)) { /* (the answer comes in one final send) */
+        h2o_ostream_send_next(self, req, bufs, bufcnt, state);
+        return;
+    }
+    o->req = req, o->bufcnt = bufcnt ? 1 : 0, o->body = bufcnt ? bufs[0] : h2o_iovec_init(NULL, 0), o->state = state;
+    o->waiting = 1;
+}
+
+/* Not called when the client left meanwhile: the request and the held answer are gone. */
+static void marked(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct held_ostream *o = arg;
+    if (!res->ok)
+        log_error("msg=\"a model worker found refusing connections is not marked: lookups may pick it until its "
+                  "executor reports it gone\" worker=%s request_id=%s error=\"%s\"",
+                  o->pf->worker_id, r->request_id, res->message);
+    o->marked = 1;
+    if (o->waiting) h2o_ostream_send_next(&o->super, o->req, o->bufcnt ? &o->body : NULL, o->bufcnt, o->state);
+}
+
+/* The call's answer starts. When it is h2o's proxy's own 502 because the worker refused the connection or
+ * dropped it before answering (the cause is in the request's error log: h2o 2.2 says "connection failure", or
+ * "socket create error" when connect() failed at once, as on loopback; "I/O error (…)"), the worker ended: a
+ * DELETE is answered as done (the sweep removes the state, session_sweep.h), any other call 503 with
+ * retry-after, which the SDKs retry. A refused connection reached nothing: the worker is gone, and a placed one
+ * is marked so (model_workers.unreachable_at), the answer held until the mark is written, so that the client's
+ * retry moves the session to a ready worker at once.
+ * One that ended mid-call may have run the call, so the gateway does not repeat it (nor mark the worker on a
+ * guess); the retry finds it refusing. Another 502 (a malformed answer) stays the proxy's. */
+static void unreached_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
+    struct unreached_prefilter *pf = (struct unreached_prefilter *)self;
+    struct gw_req *r = pf->r;
+    const h2o_iovec_t *why = NULL;
+    for (size_t i = req->error_logs.size; req->res.status == 502 && !why && i-- > 0;)
+        if (!strcmp(req->error_logs.entries[i].module, "lib/core/proxy.c")) why = &req->error_logs.entries[i].msg;
+    int refused = why && (h2o_memis(why->base, why->len, H2O_STRLIT("connection failure")) ||
+                          h2o_memis(why->base, why->len, H2O_STRLIT("socket create error")));
+    if (!refused && !(why && why->len >= 9 && !memcmp(why->base, "I/O error", 9))) { /* not a worker's end */
+        h2o_setup_next_prefilter(self, req, slot);
+        return;
+    }
+    const char *what = pf->session ? http_printf(r, "training session %s", pf->session) : "the new training session";
+    log_warn("msg=\"a training session's model worker could not be reached: it is being replaced\" session=%s "
+             "worker=%s address=%s cause=\"%.*s\" request_id=%s",
+             pf->session ? pf->session : "(create)", pf->worker_id[0] ? pf->worker_id : "(static)", pf->address,
+             (int)why->len, why->base, r->request_id);
+    json_t *body;
+    if (pf->deleting) {
+        req->res.status = 200, req->res.reason = "OK";
+        body = deleted_json(pf->session);
+    } else {
+        req->res.status = 503, req->res.reason = "Service Unavailable";
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("retry-after"), 0, NULL, H2O_STRLIT("1"));
+        const char *message =
+            refused ? http_printf(r,
+                                  "the model worker of %s is gone and is being replaced: the call did not reach it; "
+                                  "retry in 1 s",
+                                  what)
+                    : http_printf(r,
+                                  "the model worker of %s ended before answering (%.*s) and is being replaced; retry "
+                                  "in 1 s (gradients of forward_backward calls since the last optim_step are lost "
+                                  "with it)",
+                                  what, (int)why->len, why->base);
+        body = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message, "type", "server_error", "param",
+                         "code", "service_unavailable");
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    slot = gw_answer_replace_json(req, slot, text);
+    free(text);
+    if (refused && pf->worker_id[0]) {
+        struct held_ostream *o = (struct held_ostream *)h2o_add_ostream(req, sizeof *o, slot);
+        o->super.do_send = held_do_send;
+        o->pf = pf;
+        o->waiting = o->marked = 0;
+        slot = &o->super.next;
+        const char *params[] = {pf->worker_id, pf->address};
+        db_query(r, "model_workers_unreachable", 2, params, marked, o);
+    }
+    h2o_setup_next_prefilter(self, req, slot);
+}
+
+/* Hands the call (of `session`, NULL for a create) to worker w, watching for the worker's end. */
+static void to_worker_watched(struct gw_req *r, const struct model_worker *w, const char *session, int deleting,
+                              const char *const (*headers)[2], int n) {
+    struct unreached_prefilter *pf = (struct unreached_prefilter *)h2o_add_prefilter(r->req, sizeof *pf);
+    pf->super.on_setup_ostream = unreached_setup;
+    pf->r = r;
+    pf->session = session;
+    pf->worker_id = http_strdup(r, w->id);
+    pf->address = http_printf(r, "%s:%u", w->host, (unsigned)w->port);
+    pf->deleting = deleting;
+    model_workers_hand_over(r, w, headers, n);
 }
 
 /* What a create has decided so far, from the request's pool. */
@@ -79,7 +211,7 @@ static void created(struct gw_req *r, const struct db_result *res, void *arg) {
     int n = 2;
     if (c->data_key) headers[n][0] = "x-whet-data-key", headers[n++][1] = c->data_key;
     if (c->init) headers[n][0] = "x-whet-adapter", headers[n++][1] = c->init;
-    model_workers_hand_over(r, &c->worker, (const char *const (*)[2])headers, n);
+    to_worker_watched(r, &c->worker, NULL, 0, (const char *const (*)[2])headers, n);
 }
 
 /* The session's state, and its initial adapter, are the tenant's data: sealed with its data key. */
@@ -235,8 +367,8 @@ static void call_answered(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream
 
 struct call {
     const char *base, *worker_id, *address; /* its pinned worker (worker_id NULL: a static one) */
-    int held;                                /* that worker is ready (placed) */
-    int repin;                               /* 0 for a DELETE: the session is gone, its state goes with it */
+    int held;                                /* that worker is ready (placed) and not found unreachable */
+    int deleting;                            /* a DELETE: to the pinned worker, which removes the state */
     int tries;                               /* re-pins lost to a concurrent call of the session */
     const char *headers[CALL_HEADERS][2];
     int n;
@@ -258,7 +390,7 @@ static void header(struct call *c, const char *name, const char *value) {
 }
 
 static void hand_over(struct gw_req *r, struct call *c, const struct model_worker *w) {
-    model_workers_hand_over(r, w, (const char *const (*)[2])c->headers, c->n);
+    to_worker_watched(r, w, http_path_param(r, "id"), c->deleting, (const char *const (*)[2])c->headers, c->n);
 }
 
 static void session_call(struct gw_req *r, const struct db_result *res, void *arg);
@@ -283,10 +415,6 @@ static void repinned(struct gw_req *r, const struct db_result *res, void *arg) {
  * x-whet-session-state); pinned to it unless another call of the session was first. */
 static void worker_found(struct gw_req *r, const struct model_worker *w, void *arg) {
     struct call *c = arg;
-    if (!c->repin) {
-        hand_over(r, c, w);
-        return;
-    }
     c->moved_to = *w;
     log_info("msg=\"training session moves to another model worker\" session=%s model=%s from=%s to=%s:%u "
              "request_id=%s",
@@ -346,7 +474,6 @@ static void session_call(struct gw_req *r, const struct db_result *res, void *ar
 
 /* A call on a session the tenant holds, not expired (its last call now): c made by the caller. */
 static void session_lookup(struct gw_req *r, struct call *c) {
-    c->repin = 1;
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id"), session_idle_s};
     db_query(r, "training_sessions_call", 3, params, session_call, c);
 }
@@ -425,15 +552,22 @@ static void session_save(struct gw_req *r) {
 }
 
 /* DELETE marks the row first (an expired session too): from then on the session is the tenant's no more,
- * whatever the worker says. Its worker frees it, or, gone, a ready one removes its state. */
+ * whatever the worker says. Its worker frees it and removes its state; a worker gone is not waited for (nor
+ * started): the sweep removes the state (session_sweep.h). */
 static void deleted(struct gw_req *r, const struct db_result *res, void *arg) {
     struct call *c = arg;
     if (call_read(r, res, c)) return;
+    struct model_worker w;
+    if (!c->address || (c->worker_id && !c->held) || model_workers_pinned(&w, c->base, c->worker_id, c->address)) {
+        http_reply_json(r, 200, deleted_json(http_path_param(r, "id")));
+        return;
+    }
     inference_data_key(r, call_keyed, c);
 }
 
 static void session_delete(struct gw_req *r) {
     struct call *c = new_call(r);
+    c->deleting = 1;
     const char *params[] = {http_tenant_id(r), http_path_param(r, "id")};
     db_query(r, "training_sessions_delete", 2, params, deleted, c);
 }
@@ -472,6 +606,7 @@ void training_sessions_routes(struct http_router *rt) {
                  idle, SESSION_IDLE_S_DEFAULT);
         idle_s = SESSION_IDLE_S_DEFAULT;
     }
+    idle_seconds = (int)idle_s;
     snprintf(session_idle_s, sizeof session_idle_s, "%ld", idle_s);
     db_prepare("training_sessions_insert",
                "INSERT INTO training_sessions (id, tenant_id, base_model, lora, init_checkpoint, worker_id,"
@@ -482,7 +617,8 @@ void training_sessions_routes(struct http_router *rt) {
                " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL"
                " AND last_call_at > extract(epoch FROM clock_timestamp()) - $3::int"
                " RETURNING base_model, worker_id, worker_address, EXISTS (SELECT 1 FROM model_workers w"
-               "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready')");
+               "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready'"
+               "   AND w.unreachable_at IS NULL)");
     /* unless another call of the session re-pinned it since it was read */
     db_prepare("training_sessions_repin",
                "UPDATE training_sessions SET worker_id = $3, worker_address = $4"
@@ -498,7 +634,11 @@ void training_sessions_routes(struct http_router *rt) {
                "UPDATE training_sessions s SET deleted_at = whet_now()"
                " WHERE tenant_id = $1 AND id = $2 AND deleted_at IS NULL RETURNING base_model, worker_id,"
                " worker_address, EXISTS (SELECT 1 FROM model_workers w"
-               "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready')");
+               "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready'"
+               "   AND w.unreachable_at IS NULL)");
+    db_prepare("model_workers_unreachable",
+               "UPDATE model_workers SET unreachable_at = extract(epoch FROM clock_timestamp())"
+               " WHERE id = $1 AND address = $2 AND unreachable_at IS NULL");
     http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
     http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_forward_backward, HTTP_ROUTE_TENANT,
                "training_sessions.forward_backward");

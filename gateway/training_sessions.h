@@ -5,5 +5,7 @@
 #include "http.h"
 
 void training_sessions_routes(struct http_router *rt);
+/* How long a session may be idle before it expires (WHET_SESSION_IDLE_S, seconds), as the routes read it. */
+int training_sessions_idle_s(void);
 
 #endif

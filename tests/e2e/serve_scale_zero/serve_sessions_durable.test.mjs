@@ -7,30 +7,36 @@
 //    accumulate their gradients there before each optim_step, and every loss and log-prob equals a reference
 //    session's (same LoRA seed, same calls), which no restore would leave so; no worker restores a session.
 //  - Scale-down keeps the replica that holds the live session (the one the default order, newest first, stops).
-//  - SIGKILL of that worker: the next forward_backward waits for a cold start, the session is re-created on the
-//    new worker from the state its last optim_step wrote, and that call and the next step's equal the reference
-//    within 1e-5.
+//  - A session deleted while its worker holds it: its state is gone from the store at once (the worker's doing).
+//  - SIGKILL of that worker: a call made the moment it is dead (before its executor reports it) is a 503 with
+//    retry-after 1, never a 502, and marks the worker unreachable; a session deleted then is answered at once;
+//    the next forward_backward waits for a cold start, the session is re-created on the new worker from the
+//    state its last optim_step wrote, and that call and the next step's equal the reference within 1e-5.
 //  - The worker is not idled out while the session is live; once it expired its calls are 404s and the worker
-//    idles out.
+//    idles out; the gateway's sweep (WHET_SESSION_SWEEP_S 2) removes the state of the expired session and of the
+//    one deleted while its worker was gone, and records it; the session's save (a model) stays whole.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../lib.mjs';
 import { psql } from '../../integration/lib/gateway.mjs';
 import { startServing, workers as rows } from './stack.mjs';
 
-const IDLE_S = 4, SESSION_IDLE_S = 30;
+const IDLE_S = 4, SESSION_IDLE_S = 30, SWEEP_S = 2;
 if (!process.env.WHET_TEST_S3_ENDPOINT) throw new Error('WHET_TEST_S3_ENDPOINT is not set (tests/run.sh starts s3rver)');
 const keyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'whet-session-keys-'));
 fs.writeFileSync(path.join(keyDir, 'keys'), `k1 ${crypto.randomBytes(32).toString('hex')}\n`, { mode: 0o600 });
 test.after(() => fs.rmSync(keyDir, { recursive: true, force: true }));
+const ROOT = `sessions-durable-${process.pid}`;
 const { work, db, client, log } = await startServing({ executors: 2, env: { WHET_SERVE_IDLE_S: String(IDLE_S),
-  WHET_SESSION_IDLE_S: String(SESSION_IDLE_S), WHET_SERVE_MAX_REPLICAS: '2', WHET_SERVE_TOKENS_PER_S_PER_REPLICA: '1',
-  WHET_OBJECT_STORE: `s3://whet-test/sessions-durable-${process.pid}`, WHET_S3_ENDPOINT: process.env.WHET_TEST_S3_ENDPOINT,
+  WHET_SESSION_IDLE_S: String(SESSION_IDLE_S), WHET_SESSION_SWEEP_S: String(SWEEP_S), WHET_SERVE_MAX_REPLICAS: '2',
+  WHET_SERVE_TOKENS_PER_S_PER_REPLICA: '1', WHET_OBJECT_STORE: `s3://whet-test/${ROOT}`,
+  WHET_S3_ENDPOINT: process.env.WHET_TEST_S3_ENDPOINT,
   AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1',
   WHET_DATA_KEY_FILE: path.join(keyDir, 'keys') } });
 const dump = (t) => t.after(() => { if (t.passed === false) console.error(log().split('\n').slice(-80).join('\n')); });
@@ -41,6 +47,21 @@ const serveLogs = () => execFileSync('sh', ['-c', `cat ${work}/executors/*/worke
   { encoding: 'utf8', maxBuffer: 1 << 26 });
 const restores = () => serveLogs().split('\n').filter((l) => l.includes('training session restored'));
 const servePid = (id) => execFileSync('pgrep', ['-f', `${work}/executors/.*/workers/${id}/`], { encoding: 'utf8' }).trim();
+// Whether HOST:PORT refuses a connection (nothing listens there any more)
+const refuses = (address) => new Promise((resolve) => {
+  const [host, port] = [address.slice(0, address.lastIndexOf(':')), Number(address.slice(address.lastIndexOf(':') + 1))];
+  const sock = net.connect({ host, port });
+  sock.once('connect', () => { sock.destroy(); resolve(false); });
+  sock.once('error', (e) => resolve(e.code === 'ECONNREFUSED'));
+});
+// The store's keys under a prefix of the test's root (s3rver's ListObjectsV2)
+async function stored(prefix) {
+  const url = `${process.env.WHET_TEST_S3_ENDPOINT}/whet-test?list-type=2&prefix=${encodeURIComponent(`${ROOT}/${prefix}`)}`;
+  const res = await fetch(url);
+  assert.equal(res.status, 200, `listing ${url}`);
+  return [...(await res.text()).matchAll(/<Key>([^<]*)<\/Key>/g)].map((m) => m[1]);
+}
+const stateOf = (id) => stored(`sessions/${id}/state/`);
 
 const post = (p, body) => client.post(p, { body });
 const { tokens } = await (async () => {
@@ -86,7 +107,9 @@ test('two replicas: a session\'s calls all reach its worker, which scale-down ke
   reference.after = await fb(ref.id, 3);
   await step(ref.id);
   reference.next = await fb(ref.id, 4);
+  assert.ok((await stateOf(ref.id)).length > 0, 'the reference session keeps its state in the store');
   await client.delete(`/training_sessions/${ref.id}`);
+  assert.deepEqual(await stateOf(ref.id), [], 'its worker removed the deleted session\'s state');
   const [, newest] = psql(db.url, `SELECT id FROM model_workers WHERE state = 'ready' ORDER BY ready_at, started_at`).split('\n');
   for (let i = 0; i < 16 && !session; i++) {
     const s = await create();
@@ -102,13 +125,33 @@ test('two replicas: a session\'s calls all reach its worker, which scale-down ke
   assert.equal(workers()[0].id, newest, 'the replica holding the live session is the one kept');
 });
 
+let saved, orphan;
 test('SIGKILL of the session\'s worker: the session goes on from its last optim_step on a new worker', async (t) => {
   dump(t);
   const [held] = workers();
+  saved = await post(`/training_sessions/${session.id}/save`, {});
+  orphan = await create();
+  assert.equal(pinned(orphan.id), held.id, 'the second session is on the only worker');
   process.kill(Number(servePid(held.id)), 'SIGKILL');
-  // (a call in the moment between the death and the executor's report is a 502: the client retries)
+  await until('the killed worker\'s port to refuse connections', () => refuses(held.address), 10000, 10);
+  // at once: the executor has not reported it yet (its row is still ready), the gateway finds it refusing
+  let after;
+  try {
+    after = await fb(session.id, 3);
+  } catch (e) {
+    assert.equal(e.status, 503, `the call on a dead worker: ${e.status} ${e.message}`);
+    assert.equal(e.headers?.get?.('retry-after'), '1', 'with retry-after 1');
+    assert.match(e.message, /is gone and is being replaced: the call did not reach it/);
+    assert.equal(e.code ?? e.error?.code, 'service_unavailable');
+    // the worker was marked unreachable before that answer: the retry, at once, waits for a new worker instead
+    after = await fb(session.id, 3);
+  }
+  assert.ok(!log().includes('is not marked'), 'the gateway marked the worker unreachable');
+  assert.deepEqual(await client.delete(`/training_sessions/${orphan.id}`),
+    { id: orphan.id, object: 'training_session.deleted', deleted: true }, 'a session on the dead worker is deleted at once');
+  assert.ok((await stateOf(orphan.id)).length > 0, 'its state waits for the sweep');
   await until('the killed worker to be gone', () => !rows(db).some((w) => w.id === held.id), 30000, 100);
-  assertClose(await fb(session.id, 3), reference.after, 'the forward_backward after the kill');
+  assertClose(after, reference.after, 'the forward_backward after the kill');
   const moved = pinned(session.id);
   assert.ok(moved && moved !== held.id, `re-pinned to the new worker ${moved}`);
   assert.equal(restores().length, 1, 'the new worker restored the session once');
@@ -125,4 +168,10 @@ test('a live session keeps its worker past the idle period; expired, it is a 404
   await assert.rejects(fb(session.id, 0), (e) => e.status === 404, 'an expired session is a 404');
   await assert.rejects(step(session.id), (e) => e.status === 404, 'and stays one');
   await until('the worker to idle out', () => rows(db).length === 0, IDLE_S * 1000 + 30000, 200);
+  await until('the sweep to remove the ended sessions\' state',
+    async () => (await stateOf(session.id)).length === 0 && (await stateOf(orphan.id)).length === 0, 60000, 500);
+  assert.equal(psql(db.url, `SELECT count(*) FROM training_sessions WHERE id IN ('${session.id}', '${orphan.id}')
+                             AND state_swept_at IS NOT NULL`), '2', 'the sweep recorded both');
+  const files = await stored(`${saved.checkpoint}/`);
+  assert.ok(files.some((k) => k.endsWith('adapter_model.safetensors')), `the save stays whole: ${files}`);
 });

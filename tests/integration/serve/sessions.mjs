@@ -336,6 +336,11 @@ try {
   const del = await a('DELETE', `/v1/training_sessions/${id}`);
   check(del.status === 200 && del.json.deleted === true, 'delete', del.text);
   check((await a('POST', on('optim_step'), { json: {} })).status === 404, 'a deleted session: 404');
+  const stateDir = join(dir, 'objects', 'sessions', id, 'state');
+  const stateLeft = existsSync(stateDir) ? readdirSync(stateDir, { recursive: true, withFileTypes: true })
+    .filter((e) => !e.isDirectory()).map((e) => e.name) : []; // (the file:// store leaves empty directories)
+  check(stateLeft.length === 0, 'the deleted session\'s state is gone from the object store', stateLeft);
+  check(readdirSync(join(dir, 'objects', saved.json.checkpoint)).includes('adapter_model.safetensors'), 'its save stays');
   // a save outlives its session; deleted, it is neither listed nor served
   const outlives = await a('POST', '/v1/chat/completions', { json: { model: savedModel, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 } });
   check(outlives.status === 200, 'the save is served after its session is deleted', outlives.text);
