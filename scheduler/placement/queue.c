@@ -141,6 +141,7 @@ void pl_update_fair_share(struct pl_cluster *c, int32_t n) {
  * (pl_next_fair): the queue is grouped by tenant, [tenant_head, tenant_end) per group, and the
  * number of groups returned (0 for the other orders). */
 int32_t pl_queue_sort(struct pl_cluster *c, int32_t n) {
+    if (n == 0) return 0; /* c->order may not be allocated yet */
     if (c->cfg.order != PL_ORDER_FAIR) {
         qsort(c->order, (size_t)n, sizeof *c->order, c->cfg.order == PL_ORDER_LAS ? cmp_las : cmp_fifo);
         return 0;
