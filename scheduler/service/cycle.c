@@ -393,7 +393,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
                                   "SELECT id, dc, device_type, gpus, cpu_milli, memory_mib,"
                                   " coalesce((devices->0->>'memory_mib')::int, 0), address,"
                                   " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0,"
-                                  " " SERVING_HELD_SQL " FROM nodes WHERE state = 'ready' ORDER BY dc, id",
+                                  " " SERVING_HELD_SQL " FROM nodes" SERVING_HELD_JOIN_SQL
+                                  " WHERE state = 'ready' ORDER BY dc, id",
                                   0, NULL, err);
     if (!res) return -1;
     s->n_nodes = PQntuples(res);
