@@ -19,16 +19,17 @@
  * update passes, each with its own sampling temperature (the view's, not the base's), and the further
  * generation batches dynamic sampling may draw. Only its step's first generation batch is shared: with its
  * cotrain_rollout hook each such run gives that batch's rollouts as a request (its prompts, sampling options
- * and the step's RNG), and the lock-step generates every run's at once (rollout_generate_many: one prefill per
- * prompt through the run's adapter, then one batched decode step for all the runs' slots, each run's rows
+ * and the step's RNG), and the lock-step generates every run's at once (rollout_generate_many: each prompt's
+ * prefill through its run's adapter, then one batched decode step for all the runs' slots, each run's rows
  * through its adapter view), each response drawn from the seeds it has alone; each run then takes its step
- * with that batch, and meters its share of the generation's time (split by the tokens each generated). The
- * batched products sum in another order than a run's alone, so a sampled token may flip where two were within
- * rounding; e2e_cotrain states the tolerance. Decode on a CPU is memory-bound (each step reads every weight
- * for a few rows), so one step for all the runs costs little more than one run's. A run that fails (bad
- * figures, a grader or a write that fails) ends alone; the others go on (a shared generation that fails
- * leaves each run to generate alone in its step, so a run whose request is at fault fails alone). Runs may join between steps (trainer_cotrain's joins): a
- * new run opens on the shared base and takes its first step in the next lock-step, as it would alone. */
+ * with that batch, and meters its share of the generation's time (split by the tokens each generated). A
+ * decode step computes a few rows per weight it reads, so one step for all the runs costs much less than one
+ * per run. The batched products sum in another order than a run's alone, so a sampled token may flip where
+ * two were within rounding; e2e_cotrain states the tolerance. A run that fails (bad figures, a grader or a
+ * write that fails) ends alone; the others go on (a shared generation that fails leaves each run to generate
+ * alone in its step, so a run whose request is at fault fails alone). Runs may join between steps
+ * (trainer_cotrain's joins): a new run opens on the shared base and takes its first step in the next
+ * lock-step, as it would alone. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -242,7 +243,8 @@ static void own_steps(struct model *base, struct run **runs, struct trainer_cotr
         struct whet_err err;
         if (rollout_generate_many(base, q, k, &err))
             for (int i = 0; i < n; i++)
-                trainer_progress(runs[i], "the co-trained runs' rollouts failed (%s): each run generates its own", err.msg);
+                trainer_progress(runs[i], "the co-trained runs' rollouts failed (%s): each run generates its own",
+                                 err.msg);
     }
     for (int i = 0, at = 0; i < n; i++) {
         int shared = k > 1 && runs[i]->method->cotrain_rollout;

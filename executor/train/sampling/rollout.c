@@ -48,9 +48,9 @@ struct gen {
     struct model *base; /* the shared base (the passes apply each part's adapter), or NULL */
     struct part *parts;
     int n_parts, n_slots;
-    int *part_of;                     /* [n_slots] */
-    struct rollout_response **resp;   /* [n_slots] each slot's response, in its request's batch */
-    struct lora_run *runs;            /* [n_parts] a pass's adapters */
+    int *part_of;                   /* [n_slots] */
+    struct rollout_response **resp; /* [n_slots] each slot's response, in its request's batch */
+    struct lora_run *runs;          /* [n_parts] a pass's adapters */
 };
 
 /* On the shared base, the adapters of the next pass: slots[0..n) (grouped by part) of `per` tokens each.
@@ -193,8 +193,9 @@ int rollout_generate_many(struct model *base, struct rollout_request *reqs, int 
             whet_buf_append(&texts[s], "", 0);
             r->text = texts[s].data; /* the response owns the text; texts[s] only grows it */
             /* slot k draws its tokens from (seed of k, token index): the same rng state, the same responses */
-            rows[s] = (struct sample_row){.seed = rng_stream(pt->seed, (uint64_t)(o->first_slot + k)), .top_k = o->top_k,
-                                          .temperature = o->temperature, .top_p = o->top_p, .vocab = V_tok};
+            rows[s] = (struct sample_row){.seed = rng_stream(pt->seed, (uint64_t)(o->first_slot + k)),
+                                          .top_k = o->top_k, .temperature = o->temperature, .top_p = o->top_p,
+                                          .vocab = V_tok};
         }
     }
     int *picked = xmalloc(sizeof(int) * (size_t)n_slots);
@@ -258,7 +259,8 @@ int rollout_generate_many(struct model *base, struct rollout_request *reqs, int 
         }
         if (use_kv_cache) {
             struct sample_out drawn = {.ids = picked, .entropy = entropy};
-            if (set_runs(&g, act, n_act, 1, err) || model_decode_sample(g.m, cache, act, next_ids, n_act, step_rows, &drawn, err))
+            if (set_runs(&g, act, n_act, 1, err) ||
+                model_decode_sample(g.m, cache, act, next_ids, n_act, step_rows, &drawn, err))
                 goto out;
         } else if (forward_full(picked, entropy, &g, act, n_act, step_rows, &full_ids, &full_ids_cap, err)) {
             goto out;

@@ -92,13 +92,14 @@ struct rollout_request {
 
 /* Generates the rollouts of reqs[0..n_reqs) together (co-trained GRPO runs): each request's responses are
  * drawn as rollout_generate draws them alone (one draw of its rng for its slots' seeds, its own options,
- * into its out), but every prefill and decode step runs once on `base` for all the requests' slots, each
- * request's rows through its model's adapter (model_set_lora_runs; base is left without runs after). So a
- * row's logits are those of its request alone up to the summation order of the batched products: the same
- * draws from the same seeds, a token flipped only where two were within rounding of each other. Every
- * request's use_kv_cache must be the same. base NULL: one request, on its own model (rollout_generate). Each
- * out->seconds is the generation's wall time split by the tokens each request generated (they add up to
- * it). On failure every out is empty. */
+ * into its out), but on `base`: each prompt's prefill through its request's adapter, then every decode step
+ * once for all the requests' slots, each request's rows through its model's adapter (model_set_lora_runs;
+ * base is left without runs after), in one KV cache of every request's slots (of the longest prompt and
+ * max_tokens of any request). So a row's logits are those of its request alone up to the summation order of
+ * the batched products: the same draws from the same seeds, a token flipped only where two were within
+ * rounding of each other. Every request's use_kv_cache must be the same. base NULL: one request, on its own
+ * model (rollout_generate). Each out->seconds is the generation's wall time split by the tokens each request
+ * generated (they add up to it). On failure every out is empty. */
 int rollout_generate_many(struct model *base, struct rollout_request *reqs, int n_reqs, struct whet_err *err);
 
 #endif

@@ -26,15 +26,11 @@ export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 echo "machine: $CORES cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $JOBS GRPO jobs x $STEPS steps x 4 prompts" \
      "x 8 responses of <= 32 tokens, $THREADS thread(s); only the ratios within this run mean anything."
 "$WHET" model init --preset tiny --out "$OUT/model" >/dev/null
-/usr/bin/python3 - "$OUT" <<'PY'
-import json, sys
-words = ["red", "green", "blue", "yellow", "black", "white", "apple", "house"]
-with open(f"{sys.argv[1]}/train.jsonl", "w") as f:
-    for i in range(64):
-        w = words[i % 8]
-        f.write(json.dumps({"messages": [{"role": "user", "content": f"Question {i}: reply with the word {w}."}],
-                            "answer": w}) + "\n")
-PY
+set -- red green blue yellow black white apple house # the answers: a prompt asks for one, the grader looks for it
+for i in $(seq 0 63); do
+  eval "w=\${$((i % 8 + 1))}"
+  printf '{"messages": [{"role": "user", "content": "Question %d: reply with the word %s."}], "answer": "%s"}\n' "$i" "$w" "$w"
+done > "$OUT/train.jsonl"
 MODES="alone cotrain"
 [ -z "${BEFORE:-}" ] || MODES="$MODES before"
 for mode in $MODES; do for j in $(seq 0 $((JOBS - 1))); do

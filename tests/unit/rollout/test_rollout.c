@@ -445,8 +445,8 @@ static void alone(struct rollout_batch *out, const struct reqs *r, int i, uint64
     rng_seed(&rng, seed);
     struct whet_err err = {0};
     const struct rollout_request *q = &r->q[i];
-    CHECK_MSG(rollout_generate(out, q->model, tok, q->prompt_ids, q->prompt_lens, q->n_prompts, q->opts, &rng, &err) == 0,
-              "%s", err.msg);
+    int rc = rollout_generate(out, q->model, tok, q->prompt_ids, q->prompt_lens, q->n_prompts, q->opts, &rng, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
 }
 
 static void reqs_free(struct reqs *r) {
