@@ -47,10 +47,10 @@ struct gen {
     struct model *m;    /* the passes' model: the one request's own, or the shared base */
     struct model *base; /* the shared base (the passes apply each part's adapter), or NULL */
     struct part *parts;
-    int n_parts, n_slots;
+    int n_slots;
     int *part_of;                   /* [n_slots] */
     struct rollout_response **resp; /* [n_slots] each slot's response, in its request's batch */
-    struct lora_run *runs;          /* [n_parts] a pass's adapters */
+    struct lora_run *runs;          /* [requests] a pass's adapters */
 };
 
 /* On the shared base, the adapters of the next pass: slots[0..n) (grouped by part) of `per` tokens each.
@@ -153,7 +153,7 @@ static int plan_parts(struct gen *g, struct rollout_request *reqs, int n_reqs, i
 int rollout_generate_many(struct model *base, struct rollout_request *reqs, int n_reqs, struct whet_err *err) {
     if (n_reqs < 1) return whet_errf(err, "rollout: no requests");
     if (!base && n_reqs > 1) return whet_errf(err, "rollout: %d requests without a shared base", n_reqs);
-    struct gen g = {.m = base ? base : reqs[0].model, .base = base, .n_parts = n_reqs};
+    struct gen g = {.m = base ? base : reqs[0].model, .base = base};
     g.parts = xcalloc((size_t)n_reqs, sizeof *g.parts);
     int max_len, use_kv_cache = 1;
     if (plan_parts(&g, reqs, n_reqs, &max_len, &use_kv_cache, err)) {

@@ -1,6 +1,6 @@
 #!/bin/sh
 # grpo.sh - co-trained GRPO rollouts: JOBS LoRA GRPO jobs on the tiny test model (`whet model init --preset tiny`),
-# each STEPS steps of 4 prompts x 8 responses of up to 32 tokens (its own seed and sampling temperature), run
+# each STEPS steps of PROMPTS prompts x GROUP responses of up to 32 tokens (its own seed and sampling temperature), run
 # (a) one after another as `whet train` processes and (b) co-trained in ONE `whet train --cotrain` process, where
 # every lock-step generates the jobs' first rollout batches together (one batched decode over the jobs' adapter
 # views, trainer_cotrain.c); with BEFORE set to another build's whet binary (one whose co-trained GRPO jobs
@@ -11,20 +11,24 @@
 # by the tokens each job generated, so the shares add up to the rollout's time) and the aggregate
 # rollout_tokens_per_s (all generated tokens / that sum). The first step of each job is left out (buffers grow
 # on it). The machine may be shared: only the ratios within one run mean anything.
+# A decode step computes a few rows for every weight it reads: the fewer rows a job has (PROMPTS x GROUP), the
+# more batching the jobs' rows together saves.
 # Usage (from the repository root, after building):
-#   [BEFORE=path/to/whet] tests/bench/cotrain/grpo.sh [BUILD_DIR] [THREADS] [STEPS] [JOBS]
+#   [BEFORE=path/to/whet] tests/bench/cotrain/grpo.sh [BUILD_DIR] [THREADS] [STEPS] [JOBS] [PROMPTS] [GROUP]
 set -eu
 BUILD=${1:-build}
 THREADS=${2:-1}
 STEPS=${3:-4}
 JOBS=${4:-4}
+PROMPTS=${5:-4}
+GROUP=${6:-8}
 WHET=$(cd "$BUILD" && pwd)/whet
 OUT=$(mktemp -d /tmp/whet-bench-cotrain-grpo.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 CORES=$(nproc) # before OMP_NUM_THREADS, which nproc reports instead
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-echo "machine: $CORES cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $JOBS GRPO jobs x $STEPS steps x 4 prompts" \
-     "x 8 responses of <= 32 tokens, $THREADS thread(s); only the ratios within this run mean anything."
+echo "machine: $CORES cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $JOBS GRPO jobs x $STEPS steps x $PROMPTS prompts" \
+     "x $GROUP responses of <= 32 tokens, $THREADS thread(s); only the ratios within this run mean anything."
 "$WHET" model init --preset tiny --out "$OUT/model" >/dev/null
 set -- red green blue yellow black white apple house # the answers: a prompt asks for one, the grader looks for it
 for i in $(seq 0 63); do
@@ -39,8 +43,8 @@ for mode in $MODES; do for j in $(seq 0 $((JOBS - 1))); do
  "seed": $((j + 1)), "lora": {"r": 8, "alpha": 16}, "max_steps": $STEPS,
  "grader": {"type": "string_check", "name": "has", "input": "{{sample.output_text}}", "reference": "{{item.answer}}",
             "operation": "like"},
- "rollout": {"n": 8, "max_tokens": 32, "temperature": 0.$((9 - j % 4))},
- "hyperparameters": {"batch_size": 4, "learning_rate": 0.0001, "max_seq_len": 128, "kl_coef": 0.01}}
+ "rollout": {"n": $GROUP, "max_tokens": 32, "temperature": 0.$((9 - j % 4))},
+ "hyperparameters": {"batch_size": $PROMPTS, "learning_rate": 0.0001, "max_seq_len": 128, "kl_coef": 0.01}}
 JSON
 done; done
 # one process: its CPU seconds (user + system) appended to $OUT/cpu-MODE; the rest are its arguments
