@@ -12,7 +12,10 @@
 # rollout_tokens_per_s (all generated tokens / that sum). The first step of each job is left out (buffers grow
 # on it). The machine may be shared: only the ratios within one run mean anything.
 # A decode step computes a few rows for every weight it reads: the fewer rows a job has (PROMPTS x GROUP), the
-# more batching the jobs' rows together saves.
+# more batching the jobs' rows together saves. Last, the rollouts alone, without the rest of the steps and with
+# less noise (bench_rollouts.c: the fastest of 3 reps, wall and CPU seconds): the same JOBS x PROMPTS x GROUP
+# responses on views of the same model, generated one job after another and together, and how many responses
+# the two drew alike.
 # Usage (from the repository root, after building):
 #   [BEFORE=path/to/whet] tests/bench/cotrain/grpo.sh [BUILD_DIR] [THREADS] [STEPS] [JOBS] [PROMPTS] [GROUP]
 set -eu
@@ -23,6 +26,7 @@ JOBS=${4:-4}
 PROMPTS=${5:-4}
 GROUP=${6:-8}
 WHET=$(cd "$BUILD" && pwd)/whet
+SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 OUT=$(mktemp -d /tmp/whet-bench-cotrain-grpo.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 CORES=$(nproc) # before OMP_NUM_THREADS, which nproc reports instead
@@ -85,3 +89,10 @@ if "before" in rollout:
     print(f"(b) against (c), batched against one after another: {(b[1] / b[0]) / (c[1] / c[0]):.2f}x rollout tokens/s, "
           f"{walls['before'] / walls['cotrain']:.2f}x wall, {cpu['before'] / cpu['cotrain']:.2f}x CPU s")
 PY
+echo
+# the engine's libraries as this build links them (engine_cc.sh's list, the tokenizer's and, in a CUDA build, CUDA's)
+CUDART=$(ldd "$WHET" | awk '/libcudart/ {print $3}')
+BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/cotrain/bench_rollouts.c" "$OUT/bench_rollouts" \
+    "$BUILD/libwhet_train_data.a" "$BUILD/libwhet_tokenizer.a" "$BUILD/libwhet_common.a" -lpcre2-8 -ljansson \
+    ${CUDART:+-L"$(dirname "$CUDART")" -lcudart -lcublas -lcublasLt -lstdc++ -Wl,-rpath,"$(dirname "$CUDART")"}
+"$OUT/bench_rollouts" "$OUT/model" "$JOBS" "$PROMPTS" "$GROUP" 32 3
