@@ -15,18 +15,28 @@
  * backward passes give every run the gradient of its own step's loss; then the run's own AdamW step.
  *
  * A method without those hooks (GRPO) takes its own step, as alone, on its adapter view of the shared
- * base, one run after another: rollouts (generation is not batched across adapters here), grading, its
- * reference (the view with its adapter off) and its ppo_epochs update passes, each with its own sampling
- * temperature (the view's, not the base's). Such a run shares the base's weights (the memory win) but
- * not the passes: the throughput win is SFT's and DPO's. A run that fails (bad figures, a grader or a
- * write that fails) ends alone; the others go on. Runs may join between steps (trainer_cotrain's joins): a
- * new run opens on the shared base and takes its first step in the next lock-step, as it would alone. */
+ * base, one run after another: grading, its reference (the view with its adapter off), its ppo_epochs
+ * update passes, each with its own sampling temperature (the view's, not the base's), and the further
+ * generation batches dynamic sampling may draw. Only its step's first generation batch is shared: with its
+ * cotrain_rollout hook each such run gives that batch's rollouts as a request (its prompts, sampling options
+ * and the step's RNG), and the lock-step generates every run's at once (rollout_generate_many: each prompt's
+ * prefill through its run's adapter, then one batched decode step for all the runs' slots, each run's rows
+ * through its adapter view), each response drawn from the seeds it has alone; each run then takes its step
+ * with that batch, and meters its share of the generation's time (split by the tokens each generated). A
+ * decode step computes a few rows per weight it reads, so one step for all the runs costs much less than one
+ * per run. The batched products sum in another order than a run's alone, so a sampled token may flip where
+ * two were within rounding; e2e_cotrain states the tolerance. A run that fails (bad figures, a grader or a
+ * write that fails) ends alone; the others go on (a shared generation that fails leaves each run to generate
+ * alone in its step, so a run whose request is at fault fails alone). Runs may join between steps
+ * (trainer_cotrain's joins): a new run opens on the shared base and takes its first step in the next
+ * lock-step, as it would alone. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "model.h"
 #include "model_plan.h"
+#include "rollout.h"
 #include "trainer_internal.h"
 
 /* Why a config cannot be co-trained, or NULL. */
@@ -204,18 +214,43 @@ static int shared_step(struct model *base, struct run **live, struct trainer_cot
     return rc ? -1 : 0;
 }
 
-/* One step of a run whose method has no shared-pass hooks (GRPO), as alone on its adapter view: its time
- * is all its own. */
-static void own_step(struct run *r, struct trainer_cotrain_job *j) {
+/* One step of a run whose method has no shared-pass hooks (GRPO), as alone on its adapter view, after
+ * `shared` seconds of work done for it with other runs (its share of their rollouts): the rest of its time is
+ * all its own. */
+static void own_step(struct run *r, struct trainer_cotrain_job *j, double shared) {
     struct step_figures f = {0};
     double t0 = whet_now_mono();
     if (r->method->step(r, &f, &j->err)) {
         j->rc = -1;
     } else {
         j->tokens += f.tokens;
-        if (trainer_after_step(r, &f, whet_now_mono() - t0, &j->err)) j->rc = -1;
+        if (trainer_after_step(r, &f, shared + whet_now_mono() - t0, &j->err)) j->rc = -1;
     }
-    j->device_seconds += whet_now_mono() - t0;
+    j->device_seconds += shared + whet_now_mono() - t0;
+}
+
+/* The steps of the runs runs[0..n) whose methods take their own (GRPO): the first rollouts of those with a
+ * cotrain_rollout hook generated together on the shared base (when there are two or more), then each run's
+ * step. */
+static void own_steps(struct model *base, struct run **runs, struct trainer_cotrain_job **jobs, int n) {
+    struct rollout_request *q = xcalloc((size_t)n, sizeof *q);
+    int k = 0;
+    for (int i = 0; i < n; i++) k += runs[i]->method->cotrain_rollout != NULL;
+    if (k > 1) {
+        k = 0;
+        for (int i = 0; i < n; i++)
+            if (runs[i]->method->cotrain_rollout) runs[i]->method->cotrain_rollout(runs[i], &q[k++]);
+        struct whet_err err;
+        if (rollout_generate_many(base, q, k, &err))
+            for (int i = 0; i < n; i++)
+                trainer_progress(runs[i], "the co-trained runs' rollouts failed (%s): each run generates its own",
+                                 err.msg);
+    }
+    for (int i = 0, at = 0; i < n; i++) {
+        int shared = k > 1 && runs[i]->method->cotrain_rollout;
+        own_step(runs[i], jobs[i], shared ? q[at++].out->seconds : 0);
+    }
+    free(q);
 }
 
 /* A run of the co-training: its job (the caller's), its run on the shared base, and its own io with its
@@ -270,15 +305,17 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, int pass_tokens, co
     struct member **m = NULL;
     int n_runs = 0, cap = 0;
     for (int i = 0; i < n; i++) add_member(&m, &n_runs, &cap, base, base_dir, &jobs[i]);
-    struct run **live = NULL;
-    struct trainer_cotrain_job **live_jobs = NULL;
+    struct run **live = NULL, **own = NULL;
+    struct trainer_cotrain_job **live_jobs = NULL, **own_jobs = NULL;
     for (;;) {
         /* runs joining between steps: in the lock-step from this one */
         for (struct trainer_cotrain_job *j; joins && (j = joins->next(joins->ctx));)
             add_member(&m, &n_runs, &cap, base, base_dir, j);
         live = xrealloc(live, (size_t)n_runs * sizeof *live);
         live_jobs = xrealloc(live_jobs, (size_t)n_runs * sizeof *live_jobs);
-        int n_live = 0, stepped = 0; /* runs in the shared pass; whether a run took its own step */
+        own = xrealloc(own, (size_t)n_runs * sizeof *own);
+        own_jobs = xrealloc(own_jobs, (size_t)n_runs * sizeof *own_jobs);
+        int n_live = 0, n_own = 0; /* runs in the shared pass; runs taking their own steps */
         for (int i = 0; i < n_runs; i++) {
             struct member *r = m[i];
             if (!r->open) continue;
@@ -293,17 +330,18 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, int pass_tokens, co
                 live[n_live] = &r->run;
                 live_jobs[n_live++] = r->job;
             } else {
-                own_step(&r->run, r->job);
-                stepped = 1;
+                own[n_own] = &r->run;
+                own_jobs[n_own++] = r->job;
             }
         }
-        if (!n_live && !stepped) break;
+        if (!n_live && !n_own) break;
+        own_steps(base, own, own_jobs, n_own);
         struct whet_err pass_err;
         if (n_live && shared_step(base, live, live_jobs, n_live, pass_tokens, &pass_err))
             for (int i = 0; i < n_live; i++) live_jobs[i]->rc = -1, live_jobs[i]->err = pass_err;
     }
     for (int i = 0; i < n_runs; i++) free(m[i]);
-    free(m), free(live), free(live_jobs);
+    free(m), free(live), free(live_jobs), free(own), free(own_jobs);
     model_free(base);
     return 0;
 }

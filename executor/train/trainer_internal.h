@@ -19,6 +19,7 @@ struct model_batch;
 struct model_opts;
 struct model_stats;
 struct trainer_method_ops;
+struct rollout_request;
 
 struct run {
     const struct trainer_config *cfg;
@@ -104,6 +105,11 @@ struct trainer_method_ops {
     void (*cotrain_rows)(struct run *r, struct step_figures *f, struct model_batch *rows);
     void (*cotrain_weights)(struct run *r, struct step_figures *f, const float *nll, const int *correct,
                             float *weights);
+    /* Optional, co-training of a method that takes its own steps (GRPO): the rollouts of the next step's first
+     * generation batch as a request (rollout.h; the method's own arrays, until its step), which
+     * trainer_cotrain.c generates together with the other runs' (rollout_generate_many); the step then takes
+     * q->out as that batch (generating it alone when the generation failed and left it empty). */
+    void (*cotrain_rollout)(struct run *r, struct rollout_request *q);
     /* Releases r->state (also after a failed or partial set-up). */
     void (*free)(struct run *r);
 };

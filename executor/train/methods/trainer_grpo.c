@@ -73,6 +73,16 @@ struct grpo_run {
      * co-trained runs (trainer_cotrain.c) each grade with their own judges and judge seed, as alone. */
     struct judge_pool *judges;
     struct step_record last;
+    /* Co-trained (trainer_cotrain.c, grpo_cotrain_rollout): the next step's first gen batch as a rollout
+     * request, generated with the other runs' before the step; out holds its responses once generated (empty
+     * when that failed: the step then generates it alone) and rng the step's RNG after the rollout's draw. */
+    struct cotrain_first {
+        struct rollout_opts opts;
+        struct rng rng;
+        const int **ids; /* [batch_size] the request's prompts */
+        int *lens;
+        struct rollout_batch out;
+    } first;
 };
 
 #define ROLLOUT_STREAM 0x526f6c6c6f757473ull /* "Rollouts": keeps the rollout seeds apart from the orders' */
@@ -118,6 +128,9 @@ static void grpo_free(struct run *r) {
     rft_dataset_free(&g->train);
     rft_dataset_free(&g->valid); /* zeroed when there is none; partly read when its load failed */
     judge_pool_free(g->judges);
+    rollout_batch_free(&g->first.out);
+    free(g->first.ids);
+    free(g->first.lens);
     free(g->order);
     free(g);
     r->state = NULL;
@@ -153,21 +166,29 @@ static struct rollout_opts rollout_opts_of(const struct trainer_config *cfg) {
                                  .stop = (char **)ro->stop, .use_kv_cache = 1};
 }
 
-/* Generates for prompts[0..n_prompts) and grades every response: rewards[] and passed[] in the
- * batch's order (prompt-major); *grader_errors counts the errors graders reported. */
-static int rollout_and_grade(struct run *r, struct rollout_batch *rb, const struct rft_prompt *const *prompts,
-                             int n_prompts, const struct rollout_opts *opts, struct rng *rng, double *rewards,
-                             int *passed, int *grader_errors, double *grade_seconds, struct whet_err *err) {
-    const int **ids = xmalloc(sizeof(int *) * (size_t)n_prompts);
-    int *lens = xmalloc(sizeof(int) * (size_t)n_prompts);
-    for (int i = 0; i < n_prompts; i++) {
+/* The token ids and lengths of prompts[0..n) into ids[n] and lens[n]: a rollout's prompts. */
+static void prompt_arrays(const int **ids, int *lens, const struct rft_prompt *const *prompts, int n) {
+    for (int i = 0; i < n; i++) {
         ids[i] = prompts[i]->ids;
         lens[i] = prompts[i]->n;
     }
-    int rc = rollout_generate(rb, r->model, r->tok, ids, lens, n_prompts, opts, rng, err);
-    free(ids);
-    free(lens);
-    if (rc) return whet_err_prefix(err, "rollout");
+}
+
+/* Generates for prompts[0..n_prompts) (unless *rb already holds their rollouts: co-training's, generated with
+ * the other runs') and grades every response: rewards[] and passed[] in the batch's order (prompt-major);
+ * *grader_errors counts the errors graders reported. */
+static int rollout_and_grade(struct run *r, struct rollout_batch *rb, const struct rft_prompt *const *prompts,
+                             int n_prompts, const struct rollout_opts *opts, struct rng *rng, double *rewards,
+                             int *passed, int *grader_errors, double *grade_seconds, struct whet_err *err) {
+    if (!rb->responses) {
+        const int **ids = xmalloc(sizeof(int *) * (size_t)n_prompts);
+        int *lens = xmalloc(sizeof(int) * (size_t)n_prompts);
+        prompt_arrays(ids, lens, prompts, n_prompts);
+        int rc = rollout_generate(rb, r->model, r->tok, ids, lens, n_prompts, opts, rng, err);
+        free(ids);
+        free(lens);
+        if (rc) return whet_err_prefix(err, "rollout");
+    }
 
     double t0 = whet_now_mono();
     size_t N = (size_t)n_prompts * (size_t)opts->n;
@@ -179,7 +200,7 @@ static int rollout_and_grade(struct run *r, struct rollout_batch *rb, const stru
     }
     const struct grpo_run *g = r->state;
     struct grader_run_opts gopts = {.judge = g->judges ? judge_grade : NULL, .judge_ctx = g->judges};
-    rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
+    int rc = grader_run_batch(r->cfg->grader, &gopts, samples, items, N, results, err);
     for (size_t i = 0; i < N; i++) {
         if (!rc) {
             rewards[i] = results[i].reward;
@@ -366,7 +387,7 @@ static int grpo_validate(struct run *r, struct method_text *t, struct whet_err *
         const struct rft_prompt **prompts = xmalloc(sizeof(*prompts) * (size_t)n);
         double *rewards = xmalloc(sizeof(double) * (size_t)n), seconds;
         for (int i = 0; i < n; i++) prompts[i] = &g->valid.prompts[first + i];
-        struct rollout_batch rb;
+        struct rollout_batch rb = {0};
         rc = rollout_and_grade(r, &rb, prompts, n, &opts, &rng, rewards, passed, &errors, &seconds, err);
         for (int i = 0; i < n && !rc; i++) {
             sums[0] += rewards[i];
@@ -474,6 +495,21 @@ static int gather_shares(struct run *r, struct step_samples *ss, int first, int 
     return rc;
 }
 
+/* The gen batch of the epoch's order from `row` on: its prompts (up to batch_size, as many as are left) into
+ * prompts[0..*P), this rank's share [*share, *share + *n_share) of them and its rollout options. */
+static void gen_batch(struct run *r, int row, const struct rft_prompt **prompts, int *P, int *share, int *n_share,
+                      struct rollout_opts *opts) {
+    const struct grpo_run *g = r->state;
+    int B = r->cfg->hp.batch_size, left = g->train.n_prompts - row;
+    *P = left < B ? left : B;
+    for (int i = 0; i < *P; i++) prompts[i] = &g->train.prompts[g->order[row + i]];
+    /* In a gang each rank rolls out and grades its share of the prompts, then the shares are summed so that
+     * every rank holds every group's rewards (advantages and filtering are the same on all). */
+    trainer_rank_rows(r, 0, *P, share, n_share);
+    *opts = rollout_opts_of(r->cfg);
+    opts->first_slot = *share * opts->n;
+}
+
 /* Samples and grades the prompts of the epoch's order from *row on, batch_size at a time, until
  * batch_size groups are kept (every group without dynamic sampling: one batch), max_gen_batches
  * batches were drawn, or the epoch's prompts run out; *row moves past the prompts sampled. With
@@ -485,17 +521,16 @@ static int sample_groups(struct step_samples *ss, struct step_record *s, struct 
     struct grpo_run *g = r->state;
     int B = cfg->hp.batch_size, G = ss->G, n_train = g->train.n_prompts;
     int max_batches = cfg->hp.dynamic_sampling ? cfg->hp.max_gen_batches : 1;
-    struct rollout_opts opts = rollout_opts_of(cfg);
+    struct rollout_opts opts;
     double entropy_sum = 0;
     while (ss->n_batches < max_batches && *row < n_train && (ss->n_batches == 0 || ss->kept < B)) {
-        int P = n_train - *row < B ? n_train - *row : B, first = ss->n_prompts;
-        for (int i = 0; i < P; i++) ss->prompts[first + i] = &g->train.prompts[g->order[*row + i]];
+        int P, first = ss->n_prompts, share, n_share;
+        gen_batch(r, *row, ss->prompts + first, &P, &share, &n_share, &opts);
         struct rollout_batch *rb = &ss->batches[ss->n_batches];
-        /* In a gang each rank rolls out and grades its share of the prompts, then the shares are summed
-         * so that every rank holds every group's rewards (advantages and filtering are the same on all). */
-        int share, n_share;
-        trainer_rank_rows(r, 0, P, &share, &n_share);
-        opts.first_slot = share * G;
+        if (ss->n_batches == 0) { /* co-trained: the first batch's rollouts, when generated with the other runs' */
+            *rb = g->first.out;
+            memset(&g->first.out, 0, sizeof g->first.out);
+        }
         ss->share_first[ss->n_batches] = share;
         ss->batch_first[ss->n_batches++] = first;
         double *rewards = ss->rewards + (size_t)first * G, grade_s = 0, figures[3] = {0};
@@ -575,6 +610,29 @@ static void reward_figures(struct step_record *s, const struct step_samples *ss)
     s->response_length_mean = len / (double)N;
 }
 
+/* The RNG of step r->step's rollouts. */
+static void step_rng(struct rng *rng, const struct run *r) {
+    rng_seed(rng, rng_stream(r->cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
+}
+
+/* Co-training: the first gen batch of the next step (its prompts from r->cursor, its options, the step's RNG)
+ * as a request into *q, the run's own arrays until its step (trainer_internal.h). */
+static void grpo_cotrain_rollout(struct run *r, struct rollout_request *q) {
+    struct grpo_run *g = r->state;
+    struct cotrain_first *c = &g->first;
+    int B = r->cfg->hp.batch_size, P, share, n_share;
+    ensure_order(r);
+    const struct rft_prompt **prompts = xmalloc(sizeof *prompts * (size_t)B);
+    gen_batch(r, r->cursor.position, prompts, &P, &share, &n_share, &c->opts);
+    c->ids = xrealloc(c->ids, sizeof *c->ids * (size_t)B);
+    c->lens = xrealloc(c->lens, sizeof *c->lens * (size_t)B);
+    prompt_arrays(c->ids, c->lens, prompts + share, n_share);
+    free(prompts);
+    step_rng(&c->rng, r);
+    rollout_batch_free(&c->out);
+    *q = (struct rollout_request){r->model, r->tok, c->ids, c->lens, n_share, &c->opts, &c->rng, &c->out};
+}
+
 /* The frozen reference of a full fine-tune, when the loss has a KL term, and the grader's judge models. */
 static int grpo_prepare(struct run *r, struct whet_err *err) {
     const struct trainer_config *cfg = r->cfg;
@@ -603,9 +661,10 @@ static int grpo_step(struct run *r, struct step_figures *f, struct whet_err *err
     *s = (struct step_record){.epoch = r->cursor.epoch};
 
     /* 1, 2, 3: rollouts, grading, advantages and the groups trained; one RNG for all of the step's
-     * batches, seeded by (seed, step) */
+     * batches, seeded by (seed, step) (co-trained, past the first batch's draw when that was generated) */
     struct rng rng;
-    rng_seed(&rng, rng_stream(cfg->seed ^ ROLLOUT_STREAM, (uint64_t)r->step));
+    if (g->first.out.responses) rng = g->first.rng;
+    else step_rng(&rng, r);
     int rc = model_gather_params(r->model, err); /* ZeRO-3: generation holds the whole model */
     if (!rc) rc = sample_groups(&ss, s, r, &row, &rng, err);
     model_release_params(r->model);
@@ -664,5 +723,6 @@ const struct trainer_method_ops trainer_grpo_method = {
     .step = grpo_step,
     .validate = grpo_validate,
     .metrics = grpo_metrics,
+    .cotrain_rollout = grpo_cotrain_rollout,
     .free = grpo_free,
 };

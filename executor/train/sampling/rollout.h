@@ -18,6 +18,9 @@
  *     if (rollout_generate(&b, m, tok, prompt_ids, prompt_lens, n_prompts, &o, &rng, &err)) …
  *     b.responses[i * b.n + j] is response j of prompt i
  *     rollout_batch_free(&b);
+ *
+ * Several requests, each with its own adapter view of one base, options and rng, generate together with
+ * rollout_generate_many: one KV cache and one decode step for all their slots (co-training's GRPO runs).
  */
 #ifndef WHET_ROLLOUT_H
 #define WHET_ROLLOUT_H
@@ -74,5 +77,29 @@ int rollout_generate(struct rollout_batch *out, struct model *m, const struct to
                      const int *const *prompt_ids, const int *prompt_lens, int n_prompts,
                      const struct rollout_opts *opts, struct rng *rng, struct whet_err *err);
 void rollout_batch_free(struct rollout_batch *b);
+
+/* One request of a generation shared by several (rollout_generate_many): rollout_generate's arguments. */
+struct rollout_request {
+    struct model *model; /* a view of the shared base (model_load_adapter_view), or the base itself */
+    const struct tokenizer *tok;
+    const int *const *prompt_ids;
+    const int *prompt_lens;
+    int n_prompts;
+    const struct rollout_opts *opts;
+    struct rng *rng;
+    struct rollout_batch *out;
+};
+
+/* Generates the rollouts of reqs[0..n_reqs) together (co-trained GRPO runs): each request's responses are
+ * drawn as rollout_generate draws them alone (one draw of its rng for its slots' seeds, its own options,
+ * into its out), but on `base`: each prompt's prefill through its request's adapter, then every decode step
+ * once for all the requests' slots, each request's rows through its model's adapter (model_set_lora_runs;
+ * base is left without runs after), in one KV cache of every request's slots (of the longest prompt and
+ * max_tokens of any request). So a row's logits are those of its request alone up to the summation order of
+ * the batched products: the same draws from the same seeds, a token flipped only where two were within
+ * rounding of each other. Every request's use_kv_cache must be the same. base NULL: one request, on its own
+ * model (rollout_generate). Each out->seconds is the generation's wall time split by the tokens each request
+ * generated (they add up to it). On failure every out is empty. */
+int rollout_generate_many(struct model *base, struct rollout_request *reqs, int n_reqs, struct whet_err *err);
 
 #endif

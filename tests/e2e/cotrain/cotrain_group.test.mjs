@@ -63,7 +63,10 @@ function tensors(file) {
 
 // The job's own trainer config (its dir on the executor) run alone: its per-step figures as co-trained
 // (e2e_cotrain's tolerances: losses and norms within 1e-5 relative, a GRPO run's draws and grades exactly)
-// and its adapter within 1e-4 in L2 of its norm.
+// and its adapter within 1e-4 in L2 of its norm. The GRPO jobs generate their rollouts together (one batched
+// decode), whose products sum in another order than alone's: as in e2e_cotrain, a GRPO run is as alone up to the
+// first step whose draws differ (a token flipped where two were within rounding; none has here so far), at
+// most two responses' worth apart at that step, then compared by its steps and learning rates only.
 function equalsAlone(jobDir, name) {
   const cfg = JSON.parse(fs.readFileSync(path.join(jobDir, 'trainer.json'), 'utf8'));
   const co = cfg.output_dir;
@@ -76,7 +79,20 @@ function equalsAlone(jobDir, name) {
   assert.deepEqual(c.map((r) => r.step), a.map((r) => r.step), name);
   const exact = ['step', 'epoch', 'lr', 'tokens', 'reward_mean', 'reward_std', 'pass_rate', 'response_length_mean',
                  'rollout_tokens', 'grader_errors', 'groups_kept'];
-  for (let k = 0; k < a.length; k++)
+  const draws = exact.slice(4);
+  let parted = null; // a GRPO run's first step whose draws differ from alone's
+  for (let k = 0; k < a.length; k++) {
+    if (cfg.method === 'grpo' && parted === null && draws.some((f) => a[k][f] !== c[k][f])) {
+      parted = k + 1;
+      const n = cfg.rollout.n * cfg.hyperparameters.batch_size, L = cfg.rollout.max_tokens;
+      for (const [f, most] of [['rollout_tokens', 2 * L], ['response_length_mean', 2 * L / n], ['reward_mean', 2 / n],
+                               ['pass_rate', 2 / n]]) // at most two responses differ
+        assert.ok(Math.abs(a[k][f] - c[k][f]) <= most + 1e-9, `${name} step ${parted} ${f}: alone ${a[k][f]}, co-trained ${c[k][f]}`);
+    }
+    if (parted !== null) {
+      for (const f of ['step', 'epoch', 'lr']) assert.equal(c[k][f], a[k][f], `${name} step ${k + 1} ${f}`);
+      continue;
+    }
     for (const [f, x] of Object.entries(a[k])) {
       const y = c[k][f];
       if (f.endsWith('_per_s') || f.startsWith('time_') || x === null || typeof x !== 'number') continue;
@@ -84,6 +100,11 @@ function equalsAlone(jobDir, name) {
       else if (f.endsWith('accuracy')) assert.ok(Math.abs(x - y) <= 0.05, `${name} step ${k + 1} ${f}: ${x} vs ${y}`);
       else assert.ok(Math.abs(x - y) <= 1e-5 * Math.abs(x), `${name} step ${k + 1} ${f}: alone ${x}, co-trained ${y}`);
     }
+  }
+  if (parted !== null) {
+    console.log(`${name}: draws as alone in ${parted - 1} of ${a.length} steps, then a token flipped`);
+    return a;
+  }
   const adapter = (dir) => tensors(path.join(dir, 'final', 'adapter_model.safetensors'));
   const [ta, tc] = [adapter(cfg.output_dir), adapter(co)];
   assert.deepEqual(Object.keys(tc).sort(), Object.keys(ta).sort());

@@ -1,7 +1,8 @@
 /* The GRPO rollout engine on the tiny model (random weights from `whet model init --preset tiny`):
  * seeding, greedy decoding agreeing across the n slots of a group, with the no-KV-cache path and with
  * `whet sample`'s sample_run, top-k, stop strings and stop ids, max_tokens, the entropy sum, the KV
- * slot copy against a separate prefill, a training (LoRA) model between steps, and option errors.
+ * slot copy against a separate prefill, a training (LoRA) model between steps, option errors, and several
+ * requests on adapter views of one base generated together (rollout_generate_many) as one at a time.
  * (The sampling op itself, against a brute-force reference: tests/unit/backend.) */
 #include <math.h>
 #include <stdlib.h>
@@ -381,6 +382,161 @@ TEST(option_errors) {
     rollout_batch_free(&b);
 }
 
+/* ---------------------------------------------------------------- several requests on one base */
+
+/* An adapter view of the base `model` with random LoRA B (a new adapter's B is zero: no effect at all). */
+static struct model *random_view(int r, uint64_t seed) {
+    struct model_opts mo = model_opts_default();
+    mo.lora_r = r;
+    mo.lora_alpha = (float)(2 * r);
+    mo.lora_targets = LORA_ALL;
+    mo.seed = seed;
+    struct model *v = NULL;
+    struct whet_err err;
+    CHECK_MSG(model_load_adapter_view(&v, model, &mo, &err) == 0, "%s", err.msg);
+    if (!v) return NULL;
+    struct rng rng;
+    rng_seed(&rng, seed);
+    for (int i = 0; i < model_num_tensors(v); i++) {
+        const char *name = model_tensor_name(v, i);
+        if (!strstr(name, "lora_B")) continue;
+        long long n = model_tensor_numel(v, name);
+        float *w = malloc(sizeof(float) * (size_t)n);
+        for (long long k = 0; k < n; k++) w[k] = rng_uniform_range(&rng, -0.1f, 0.1f);
+        CHECK(model_set_param(v, name, w, &err) == 0);
+        free(w);
+    }
+    return v;
+}
+
+#define N_REQS 3
+
+/* Three requests: two views of the base (ranks 4 and 8) and the base itself, each its own prompts, group size,
+ * max_tokens and sampling options; seeds[i] seeds request i's rng. */
+struct reqs {
+    struct model *views[N_REQS];
+    struct rollout_opts opts[N_REQS];
+    struct rng rng[N_REQS];
+    struct rollout_batch out[N_REQS];
+    struct rollout_request q[N_REQS];
+};
+
+static void reqs_init(struct reqs *r, struct model *const *views, float temperature, const uint64_t *seeds) {
+    static const int first_prompt[N_REQS] = {0, 1, 0}, n_prompts[N_REQS] = {3, 2, 1};
+    static const int n[N_REQS] = {2, 3, 1}, max_tokens[N_REQS] = {10, 6, 12}, top_k[N_REQS] = {0, 20, 0};
+    static const float top_p[N_REQS] = {0.9f, 1.0f, 1.0f};
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < N_REQS; i++) {
+        r->views[i] = views[i];
+        r->opts[i] = opts_default();
+        r->opts[i].n = n[i], r->opts[i].max_tokens = max_tokens[i], r->opts[i].top_k = top_k[i];
+        r->opts[i].temperature = i == 1 && temperature > 0 ? 0.7f * temperature : temperature;
+        r->opts[i].top_p = top_p[i];
+        rng_seed(&r->rng[i], seeds[i]);
+        r->q[i] = (struct rollout_request){views[i], tok, (const int *const *)prompt_ids + first_prompt[i],
+                                           prompt_lens + first_prompt[i], n_prompts[i], &r->opts[i], &r->rng[i],
+                                           &r->out[i]};
+    }
+}
+
+/* Request i generated alone on its own view, from the same seed: into *out. */
+static void alone(struct rollout_batch *out, const struct reqs *r, int i, uint64_t seed) {
+    struct rng rng;
+    rng_seed(&rng, seed);
+    struct whet_err err = {0};
+    const struct rollout_request *q = &r->q[i];
+    int rc = rollout_generate(out, q->model, tok, q->prompt_ids, q->prompt_lens, q->n_prompts, q->opts, &rng, &err);
+    CHECK_MSG(rc == 0, "%s", err.msg);
+}
+
+static void reqs_free(struct reqs *r) {
+    for (int i = 0; i < N_REQS; i++) rollout_batch_free(&r->out[i]);
+}
+
+/* Greedy: every request's responses batched are its responses alone (with and without the KV cache), its
+ * own options honoured, and the adapters matter (a view's replies are not the base's). */
+TEST(greedy_requests_together_as_one_at_a_time) {
+    struct model *views[N_REQS] = {random_view(4, 21), random_view(8, 22), model};
+    if (!views[0] || !views[1]) return;
+    const uint64_t seeds[N_REQS] = {1, 2, 3};
+    for (int kv = 1; kv >= 0; kv--) {
+        struct reqs r;
+        reqs_init(&r, views, 0, seeds);
+        for (int i = 0; i < N_REQS; i++) r.opts[i].use_kv_cache = kv;
+        struct whet_err err = {0};
+        CHECK_MSG(rollout_generate_many(model, r.q, N_REQS, &err) == 0, "%s", err.msg);
+        for (int i = 0; i < N_REQS; i++) {
+            struct rollout_batch a;
+            alone(&a, &r, i, seeds[i]);
+            CHECK_MSG(same_batch(&r.out[i], &a), "request %d, kv cache %d", i, kv);
+            CHECK(r.out[i].n == r.opts[i].n && r.out[i].n_prompts == r.q[i].n_prompts);
+            for (int s = 0; s < a.n_prompts * a.n; s++) CHECK(r.out[i].responses[s].n_tokens <= r.opts[i].max_tokens);
+            CHECK(r.out[i].seconds > 0);
+            rollout_batch_free(&a);
+        }
+        /* the views' adapters were applied: request 0's replies on the plain base differ */
+        struct rollout_batch plain;
+        r.q[0].model = model;
+        alone(&plain, &r, 0, seeds[0]);
+        CHECK(!same_batch(&r.out[0], &plain));
+        rollout_batch_free(&plain);
+        reqs_free(&r);
+    }
+    model_free(views[0]);
+    model_free(views[1]);
+}
+
+/* Sampled: each request draws from its own rng (one draw of it, as alone): its responses batched are those it
+ * draws alone from the same seed (all of them on this CPU; a token may flip where two were within the rounding
+ * of the batched products, so at least 90% are asserted), not those of another seed. */
+TEST(sampled_requests_draw_from_their_own_rngs) {
+    struct model *views[N_REQS] = {random_view(4, 31), random_view(8, 32), model};
+    if (!views[0] || !views[1]) return;
+    const uint64_t seeds[N_REQS] = {11, 12, 13};
+    struct reqs r;
+    reqs_init(&r, views, 1.0f, seeds);
+    struct whet_err err = {0};
+    CHECK_MSG(rollout_generate_many(model, r.q, N_REQS, &err) == 0, "%s", err.msg);
+    int same = 0, other_seed = 0, total = 0;
+    for (int i = 0; i < N_REQS; i++) {
+        struct rng one;
+        rng_seed(&one, seeds[i]);
+        rng_u64(&one);
+        CHECK(!memcmp(&one, &r.rng[i], sizeof one)); /* one draw of the request's rng */
+        struct rollout_batch a, b;
+        alone(&a, &r, i, seeds[i]);
+        alone(&b, &r, i, seeds[(i + 1) % N_REQS]);
+        for (int s = 0; s < a.n_prompts * a.n; s++, total++) {
+            same += same_response(&r.out[i].responses[s], &a.responses[s]);
+            other_seed += same_response(&r.out[i].responses[s], &b.responses[s]);
+        }
+        rollout_batch_free(&a);
+        rollout_batch_free(&b);
+    }
+    CHECK_MSG(same * 10 >= total * 9, "%d of %d responses as alone", same, total);
+    CHECK_MSG(other_seed * 2 < total, "%d of %d responses as another seed's", other_seed, total);
+    reqs_free(&r);
+    model_free(views[0]);
+    model_free(views[1]);
+}
+
+TEST(request_errors) {
+    struct model *views[N_REQS] = {model, model, model};
+    const uint64_t seeds[N_REQS] = {1, 2, 3};
+    struct reqs r;
+    reqs_init(&r, views, 1.0f, seeds);
+    r.opts[1].n = 0;
+    struct whet_err err;
+    CHECK(rollout_generate_many(model, r.q, N_REQS, &err) == -1);
+    CHECK_CONTAINS(err.msg, "request 1");
+    CHECK_CONTAINS(err.msg, "n: must be at least 1");
+    for (int i = 0; i < N_REQS; i++) CHECK(r.out[i].responses == NULL);
+    r.opts[1].n = 1;
+    CHECK(rollout_generate_many(NULL, r.q, N_REQS, &err) == -1);
+    CHECK_CONTAINS(err.msg, "without a shared base");
+    reqs_free(&r);
+}
+
 int main(void) {
     if (setup()) return 1;
     RUN(layout_counts_and_seed);
@@ -392,6 +548,9 @@ int main(void) {
     RUN(kv_copy_equals_separate_prefill);
     RUN(training_model_between_steps);
     RUN(option_errors);
+    RUN(greedy_requests_together_as_one_at_a_time);
+    RUN(sampled_requests_draw_from_their_own_rngs);
+    RUN(request_errors);
     for (int i = 0; i < N_PROMPTS; i++) free(prompt_ids[i]);
     tokenizer_free(tok);
     model_free(model);
