@@ -90,9 +90,5 @@ if "before" in rollout:
           f"{walls['before'] / walls['cotrain']:.2f}x wall, {cpu['before'] / cpu['cotrain']:.2f}x CPU s")
 PY
 echo
-# the engine's libraries as this build links them (engine_cc.sh's list, the tokenizer's and, in a CUDA build, CUDA's)
-CUDART=$(ldd "$WHET" | awk '/libcudart/ {print $3}')
-BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/cotrain/bench_rollouts.c" "$OUT/bench_rollouts" \
-    "$BUILD/libwhet_train_data.a" "$BUILD/libwhet_tokenizer.a" "$BUILD/libwhet_common.a" -lpcre2-8 -ljansson \
-    ${CUDART:+-L"$(dirname "$CUDART")" -lcudart -lcublas -lcublasLt -lstdc++ -Wl,-rpath,"$(dirname "$CUDART")"}
+BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/cotrain/bench_rollouts.c" "$OUT/bench_rollouts"
 "$OUT/bench_rollouts" "$OUT/model" "$JOBS" "$PROMPTS" "$GROUP" 32 3
