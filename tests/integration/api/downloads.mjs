@@ -168,12 +168,14 @@ try {
   const listed = Object.fromEntries((r.json?.data || []).map((f) => [f.name, f]));
   check(r.status === 200 && listed['model.safetensors']?.bytes === weights.length &&
         listed['model.safetensors']?.sha256 === sha256(weights), 'checkpoint files: listed with size and sha256', r.json);
-  // Each checkpoint file download is in the audit log (gateway/audit.c), written as its stream starts.
-  const audited = () => stack.psql(`SELECT string_agg(target || ' ' || (detail->>'status'), ',' ORDER BY id) FROM audit_log
-                                    WHERE action = 'checkpoint_file.download' AND actor LIKE 'key-%'`);
+  // Each checkpoint file download is in the audit log (gateway/audit.c), written as its stream starts: in
+  // the order the writes commit, which for a download and the request after it may not be theirs.
+  const audited = () => stack.psql(`SELECT string_agg(target || ' ' || (detail->>'status'), ',') FROM audit_log
+                                    WHERE action = 'checkpoint_file.download' AND actor LIKE 'key-%'`).split(',').sort().join(',');
   for (let i = 0; i < 100 && audited().split(',').length < 4; i++) await new Promise((res) => setTimeout(res, 50));
-  check(audited() === [`${job}/ftckpt-10/model.safetensors 200`, `${job}/final/model.safetensors 200`,
-    `${job}/ftckpt-10/model.safetensors 206`, `${job}/ftckpt-10/config.json 200`].join(','), 'checkpoint downloads: audited', audited());
+  const downloads = [`${job}/final/model.safetensors 200`, `${job}/ftckpt-10/config.json 200`,
+    `${job}/ftckpt-10/model.safetensors 200`, `${job}/ftckpt-10/model.safetensors 206`];
+  check(audited() === downloads.join(','), 'checkpoint downloads: audited', audited());
   r = await a('GET', `/v1/fine_tuning/jobs/${job}/checkpoints/ftckpt-10/files/nope.bin`);
   check(r.status === 404 && r.json?.error?.param === 'name', 'checkpoint: a name not in the manifest is a 404', r.text);
   // A control character in a path parameter is a 400 naming it: "%00.json" must not read as the name before it.
