@@ -182,7 +182,11 @@ test('a job created while a group runs joins its process and ends as alone; one 
   // a third, created now, joins their running process; a fourth, python-graded, is placed into their group too
   // but needs what their process's sandbox lacks: the executor starts a process of the group's for it
   const rft = await tn.client.files.create({ file: fs.createReadStream(rftPath), purpose: 'fine-tune' });
-  const late = await sft(43, 8, 2), py = await grpo(tn, rft, GRADERS.python);
+  const late = await sft(43, 8, 2);
+  // (created once the third is placed: in one cycle with it, the third's event would count it as a member)
+  await until('the third to be placed', async () =>
+    (await allEvents(tn.client, late.id)).some((e) => e.message.startsWith('Job placed on')), 120000, 200);
+  const py = await grpo(tn, rft, GRADERS.python);
   const done = await finished(tn.client, late.id);
   assert.equal(done.status, 'succeeded', JSON.stringify(done.error));
   const events = await allEvents(tn.client, late.id);
