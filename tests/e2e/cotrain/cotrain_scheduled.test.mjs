@@ -102,9 +102,12 @@ test('a member moves out of its group to a free device and resumes there alone',
   for (const j of done) {
     const events = await allEvents(tn.client, j.id);
     if (!events.some((e) => e.message.startsWith('The job leaves its co-training group'))) continue;
-    moved.push(j.id);
     const placed = events.filter((e) => e.message.startsWith('Job placed on'))
       .sort((a, b) => a.data.attempt - b.data.attempt);
+    // a member told to leave as it trained its last steps ends in the group (the stop comes too late): a
+    // fast machine's race, not a move (the newest one, asserted below, has most of its steps left)
+    if (placed.length === 1 && j.id !== done[2].id) continue;
+    moved.push(j.id);
     assert.equal(placed.length, 2, JSON.stringify(placed));
     assert.doesNotMatch(placed[1].message, /co-trained/);
     assert.notEqual(placed[1].data.node, placed[0].data.node);
