@@ -19,8 +19,9 @@ dir=$(mktemp -d /tmp/whet-fo.XXXXXX)
 chmod 755 "$dir"
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)
 run_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-up_pid= gw2_pid= load_pid=
+up_pid= gw2_pid= load_pid= hold_pid=
 cleanup() {
+  [ -n "$hold_pid" ] && kill "$hold_pid" 2>/dev/null || true
   touch "$dir/stop-load"
   [ -n "$load_pid" ] && wait "$load_pid" 2>/dev/null || true
   [ -n "$gw2_pid" ] && kill "$gw2_pid" 2>/dev/null && wait "$gw2_pid" 2>/dev/null || true
@@ -58,6 +59,23 @@ for _ in $(seq 300); do curl -sf "http://$http2/healthz" >/dev/null 2>&1 && brea
 export WHET_DATA_DIR=$dir/up
 key=$("$WHET_BIN" tenant create fo 2>/dev/null)
 file=$(api "http://$http1/v1/files" -F purpose=fine-tune -F file=@"$WHET_SOURCE_DIR/tests/fixtures/sft/train.jsonl" | json "['id']")
+# The trainers are held (SIGSTOP) at their first checkpoint until the failover is over, so the jobs run
+# through it however fast the CPU. A background loop holds each as it gets there, from before the creates (on
+# a fast CPU a job trains all its steps in the seconds the next creates take), until two are held.
+hold_trainers() {
+  local held_jobs=" " job t
+  while [ "$(wc -w <<<"$held_jobs")" -lt 2 ]; do
+    for job in "$dir"/up/executors/executor-*/jobs/ftjob-*-1; do
+      [[ -d "$job" && "$held_jobs" != *" $job "* ]] || continue
+      ls "$job/out/checkpoints" 2>/dev/null | grep -qx 'step-[0-9]*' || continue
+      t=$(pgrep -f "train --config $job/trainer.json" || true)
+      [ -n "$t" ] && kill -STOP $t && echo $t >>"$dir/held" && held_jobs+="$job "
+    done
+    sleep 0.05
+  done
+}
+hold_trainers &
+hold_pid=$!
 jobs=()
 for i in 1 2 3; do
   jobs+=("$(api "http://${gateways[i % 2]}/v1/fine_tuning/jobs" -H 'Content-Type: application/json' \
@@ -66,24 +84,12 @@ for i in 1 2 3; do
 done
 check "jobs created through both gateways" '[[ "${jobs[0]}" == ftjob-* && "${jobs[1]}" == ftjob-* && "${jobs[2]}" == ftjob-* ]]'
 
-# The trainers are held (SIGSTOP) at their first checkpoint until the failover is over, so the jobs run
-# through it however fast the CPU.
-held=()
-for _ in $(seq 3000); do
-  held=()
-  for j in "${jobs[@]}"; do
-    for e in "$dir"/up/executors/executor-*; do
-      if ls "$e/jobs/$j-1/out/checkpoints" 2>/dev/null | grep -qx 'step-[0-9]*'; then
-        t=$(pgrep -f "train --config $e/jobs/$j-1/trainer.json" || true)
-        [ -n "$t" ] && kill -STOP $t && held+=("$t")
-      fi
-    done
-  done
-  [ "${#held[@]}" -ge 2 ] && break
-  for t in "${held[@]}"; do kill -CONT "$t"; done
-  sleep 0.05
-done
-check "two jobs are running (trainers held at a checkpoint)" '[ "${#held[@]}" -ge 2 ]'
+for _ in $(seq 2400); do kill -0 "$hold_pid" 2>/dev/null || break; sleep 0.05; done
+kill "$hold_pid" 2>/dev/null || true
+wait "$hold_pid" 2>/dev/null || true
+hold_pid=
+held=($(cat "$dir/held" 2>/dev/null || true))
+check "two jobs are running (trainers held at a checkpoint)" '[ -f "$dir/held" ] && [ "$(wc -l <"$dir/held")" -ge 2 ]'
 
 python3 "$WHET_SOURCE_DIR/tests/e2e/failover/load.py" "$key" "${jobs[0]}" "$dir/stop-load" "$dir/load.json" \
   "http://$http1" "http://$http2" &

@@ -5,8 +5,10 @@
 // every example is longer than max_seq_len, so each is cut to exactly max_seq_len tokens, one packed row.
 // The client sends the same rows: the chat template's tokens (POST /v1/tokenize), cut the same way,
 // weights 1/(trained tokens of the step) on the assistant's tokens (those after the prompt with its
-// generation prompt), then optim_step with the trainer's AdamW settings. The two adapters' tensors agree
-// within a tolerance: the same math, in another row order.
+// generation prompt), then optim_step with the trainer's AdamW settings. The two adapters agree within 1e-4
+// (L2, relative, as e2e_cotrain compares adapters): the same math in another row order, and AdamW's
+// normalised steps move an element whose gradient is within rounding of zero by up to its learning rate
+// either way, so the largest single difference is no measure.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -68,15 +70,19 @@ try {
   const saved = await post(`/v1/training_sessions/${id}/save`, {});
   const mine = tensors(join(dir, 'objects', saved.checkpoint, 'adapter_model.safetensors'));
   const theirs = tensors(join(dir, 'out', 'final', 'adapter_model.safetensors'));
-  let worst = 0, scale = 0;
+  let worst = 0, diffSq = 0, normSq = 0;
   for (const [name, t] of Object.entries(theirs)) {
     const m = mine[name] ?? [];
     check(m.length === t.length, `${name} in both`);
-    for (let i = 0; i < t.length; i++) worst = Math.max(worst, Math.abs(m[i] - t[i])), scale = Math.max(scale, Math.abs(t[i]));
+    for (let i = 0; i < t.length; i++) {
+      worst = Math.max(worst, Math.abs(m[i] - t[i]));
+      diffSq += (m[i] - t[i]) ** 2, normSq += t[i] ** 2;
+    }
   }
-  console.log(`${Object.keys(theirs).length} tensors, largest difference ${worst} (largest value ${scale})`);
-  check(Object.keys(mine).length === Object.keys(theirs).length && scale > 0 && worst < 1e-4 * scale,
-    'the session\'s adapter equals whet train\'s within 1e-4 of its largest value', { worst, scale });
+  const l2 = Math.sqrt(diffSq / normSq);
+  console.log(`${Object.keys(theirs).length} tensors, |diff| ${l2} of their norm, largest difference ${worst}`);
+  check(Object.keys(mine).length === Object.keys(theirs).length && normSq > 0 && l2 < 1e-4,
+    'the session\'s adapter equals whet train\'s within 1e-4 (L2, relative)', { l2, worst });
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {

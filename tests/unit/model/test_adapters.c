@@ -129,9 +129,9 @@ TEST(one_batch_of_many_adapters_equals_each_alone) {
 }
 
 /* Largest |a - b| over the LoRA tensors of two models, relative to the largest |b|: their gradients
- * (grads) or their weights. */
-static double lora_diff(const struct model *a, const struct model *b, int grads) {
-    double worst = 0, scale = 1e-30;
+ * (grads) or their weights; *l2 (when not NULL) gets ||a - b|| / ||b|| over them all. */
+static double lora_diff(const struct model *a, const struct model *b, int grads, double *l2) {
+    double worst = 0, scale = 1e-30, diff_sq = 0, norm_sq = 1e-60;
     struct whet_err err;
     for (int t = 0; t < model_num_tensors(b); t++) {
         const char *name = model_tensor_name(b, t);
@@ -141,9 +141,13 @@ static double lora_diff(const struct model *a, const struct model *b, int grads)
         float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
         CHECK((grads ? model_get_grad(a, name, x, &err) : model_get_param(a, name, x, &err)) == 0);
         CHECK((grads ? model_get_grad(b, name, y, &err) : model_get_param(b, name, y, &err)) == 0);
-        for (long long i = 0; i < n; i++) worst = fmax(worst, fabs(x[i] - y[i])), scale = fmax(scale, fabs(y[i]));
+        for (long long i = 0; i < n; i++) {
+            worst = fmax(worst, fabs(x[i] - y[i])), scale = fmax(scale, fabs(y[i]));
+            diff_sq += ((double)x[i] - y[i]) * ((double)x[i] - y[i]), norm_sq += (double)y[i] * y[i];
+        }
         free(x), free(y);
     }
+    if (l2) *l2 = sqrt(diff_sq / norm_sq);
     return worst / scale;
 }
 
@@ -185,13 +189,18 @@ TEST(co_training_equals_each_adapter_alone) {
     model_zero_grad(alone_a), model_zero_grad(alone_b);
     CHECK(model_forward(alone_a, &rows_a, NULL, &err) == 0 && model_backward(alone_a, 1.0f / (NA * (T - 1)), &err) == 0);
     CHECK(model_forward(alone_b, &rows_b, NULL, &err) == 0 && model_backward(alone_b, 1.0f / (NB * (T - 1)), &err) == 0);
-    double ga = lora_diff(va, alone_a, 1), gb = lora_diff(vb, alone_b, 1);
+    double ga = lora_diff(va, alone_a, 1, NULL), gb = lora_diff(vb, alone_b, 1, NULL);
     printf("co-training: gradients within %.2g (A) and %.2g (B) of training alone\n", ga, gb);
     CHECK_MSG(ga < 1e-4 && gb < 1e-4, "gradients differ from training alone: %g (A), %g (B)", ga, gb);
     struct model *all[4] = {va, vb, alone_a, alone_b};
     for (int i = 0; i < 4; i++) model_adamw_step(all[i], 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f);
-    double pa = lora_diff(va, alone_a, 0), pb = lora_diff(vb, alone_b, 0);
-    CHECK_MSG(pa < 1e-5 && pb < 1e-5, "weights after a step differ: %g (A), %g (B)", pa, pb);
+    /* Weights compared as e2e_cotrain compares adapters, in L2: AdamW's first step is about lr * sign(g), so
+     * an element whose gradient is within rounding of zero may move the other way (each such element by up to
+     * 2 lr); a wrong gradient or shared moments would move every element (~1e-2 relative here). */
+    double pa, pb;
+    lora_diff(va, alone_a, 0, &pa), lora_diff(vb, alone_b, 0, &pb);
+    printf("co-training: weights after a step within %.2g (A) and %.2g (B) of training alone (L2)\n", pa, pb);
+    CHECK_MSG(pa < 1e-4 && pb < 1e-4, "weights after a step differ: %g (A), %g (B) relative L2", pa, pb);
     /* the base itself has nothing to train, and a base that trains cannot carry views */
     CHECK(model_num_trainable(base) == 0);
     struct model *full;

@@ -454,7 +454,10 @@ static void reqs_free(struct reqs *r) {
 }
 
 /* Greedy: every request's responses batched are its responses alone (with and without the KV cache), its
- * own options honoured, and the adapters matter (a view's replies are not the base's). */
+ * own options honoured, and the adapters matter (a view's replies are not the base's). The batched decode sums
+ * its products in another order: on this CPU every response is alike, but on another a near tie of the tiny
+ * random model's two best tokens could flip one, so at least 90% of the responses are asserted, as for sampled
+ * ones. */
 TEST(greedy_requests_together_as_one_at_a_time) {
     struct model *views[N_REQS] = {random_view(4, 21), random_view(8, 22), model};
     if (!views[0] || !views[1]) return;
@@ -465,15 +468,20 @@ TEST(greedy_requests_together_as_one_at_a_time) {
         for (int i = 0; i < N_REQS; i++) r.opts[i].use_kv_cache = kv;
         struct whet_err err = {0};
         CHECK_MSG(rollout_generate_many(model, r.q, N_REQS, &err) == 0, "%s", err.msg);
+        int same = 0, total = 0;
         for (int i = 0; i < N_REQS; i++) {
             struct rollout_batch a;
             alone(&a, &r, i, seeds[i]);
-            CHECK_MSG(same_batch(&r.out[i], &a), "request %d, kv cache %d", i, kv);
             CHECK(r.out[i].n == r.opts[i].n && r.out[i].n_prompts == r.q[i].n_prompts);
-            for (int s = 0; s < a.n_prompts * a.n; s++) CHECK(r.out[i].responses[s].n_tokens <= r.opts[i].max_tokens);
+            CHECK(a.n == r.out[i].n && a.n_prompts == r.out[i].n_prompts);
+            for (int s = 0; s < a.n_prompts * a.n; s++, total++) {
+                CHECK(r.out[i].responses[s].n_tokens <= r.opts[i].max_tokens);
+                same += same_response(&r.out[i].responses[s], &a.responses[s]);
+            }
             CHECK(r.out[i].seconds > 0);
             rollout_batch_free(&a);
         }
+        CHECK_MSG(same * 10 >= total * 9, "kv cache %d: %d of %d responses as alone", kv, same, total);
         /* the views' adapters were applied: request 0's replies on the plain base differ */
         struct rollout_batch plain;
         r.q[0].model = model;
