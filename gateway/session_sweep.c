@@ -1,17 +1,12 @@
 /* session_sweep.c - the state of ended training sessions removed from the object store (see session_sweep.h).
- * The thread sleeps on poll() over an eventfd that session_sweep_stop() writes; its database connection is
- * blocking (the sweep is its only work) and made again after a failure. */
+ * The thread (background.h) sleeps between sweeps and connects without blocking its stop; its statements are
+ * plain blocking calls (the sweep is its only work) and its connection is made again after a failure. */
 #include "session_sweep.h"
 
-#include <errno.h>
 #include <jansson.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include "env.h"
 #include "files_common.h"
@@ -23,8 +18,7 @@
 #define SWEEP_BATCH 64
 
 struct session_sweep {
-    pthread_t tid;
-    int stop_fd;
+    struct background thread;
     char *database_url;
     char idle_s[16], every_s[16];
     int every_ms;
@@ -76,12 +70,8 @@ static int sweep(const struct session_sweep *s, PGconn *conn, struct objstore *s
 static void *sweep_main(void *arg) {
     struct session_sweep *s = arg;
     PGconn *conn = NULL;
-    struct pollfd stop = {.fd = s->stop_fd, .events = POLLIN};
-    int warned = 0;
-    for (;;) {
-        int ready = poll(&stop, 1, s->every_ms);
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready != 0) break; /* stopping (or poll failed: nothing to wait on) */
+    int warned = 0, stopping = 0;
+    while (!stopping && background_wait(&s->thread, -1, 0, s->every_ms) == 0) {
         struct whet_err err;
         struct objstore *store = files_store(&err);
         if (!store) {
@@ -89,14 +79,15 @@ static void *sweep_main(void *arg) {
                 log_warn("msg=\"ended training sessions' state is not swept: no object store\" error=\"%s\"", err.msg);
             continue;
         }
-        if (!conn && !(conn = whet_pg_connect(s->database_url, &err))) {
+        if (!conn && !(conn = whet_pg_connect_stoppable(s->database_url, &s->thread, &stopping, &err))) {
+            if (stopping) break;
             log_warn("msg=\"ended training sessions' state not swept: the database is unreachable; trying again at "
                      "the next sweep\" error=\"%s\"",
                      err.msg);
             continue;
         }
         int n;
-        while ((n = sweep(s, conn, store, &err)) == SWEEP_BATCH && poll(&stop, 1, 0) == 0) continue;
+        while ((n = sweep(s, conn, store, &err)) == SWEEP_BATCH && background_wait(&s->thread, -1, 0, 0) == 0) continue;
         if (n < 0) {
             log_warn("msg=\"ended training sessions' state not swept: the database failed; trying again at the next "
                      "sweep\" error=\"%s\"",
@@ -124,11 +115,9 @@ struct session_sweep *session_sweep_start(const char *database_url, int idle_s) 
     snprintf(s->idle_s, sizeof s->idle_s, "%d", idle_s);
     snprintf(s->every_s, sizeof s->every_s, "%ld", every_s);
     s->every_ms = (int)every_s * 1000;
-    s->stop_fd = eventfd(0, EFD_CLOEXEC);
-    if (s->stop_fd < 0 || pthread_create(&s->tid, NULL, sweep_main, s) != 0) {
+    if (background_start(&s->thread, sweep_main, s) < 0) {
         log_warn("msg=\"training sessions' sweep not started: the state of ended sessions stays in the object "
                  "store\"");
-        if (s->stop_fd >= 0) close(s->stop_fd);
         free(s->database_url);
         free(s);
         return NULL;
@@ -138,11 +127,7 @@ struct session_sweep *session_sweep_start(const char *database_url, int idle_s) 
 
 void session_sweep_stop(struct session_sweep *s) {
     if (!s) return;
-    uint64_t one = 1;
-    ssize_t w = write(s->stop_fd, &one, sizeof one);
-    (void)w;
-    pthread_join(s->tid, NULL);
-    close(s->stop_fd);
+    background_stop(&s->thread);
     free(s->database_url);
     free(s);
 }

@@ -1,6 +1,7 @@
 /* pg.c - see pg.h. */
 #include "pg.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,28 @@ PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err) {
     }
     PGresult *res = PQexec(conn, "SET client_min_messages = warning");
     PQclear(res);
+    return conn;
+}
+
+PGconn *whet_pg_connect_stoppable(const char *conninfo, const struct background *b, int *stopping,
+                                  struct whet_err *err) {
+    PGconn *conn = PQconnectStart(conninfo);
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+    while (conn && PQstatus(conn) != CONNECTION_BAD && st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+        /* a timeout polls again: libpq's connect_timeout, when the conninfo sets one, gives up */
+        if (background_wait(b, PQsocket(conn), st == PGRES_POLLING_READING ? POLLIN : POLLOUT, 10000) < 0) {
+            *stopping = 1;
+            PQfinish(conn);
+            return NULL;
+        }
+        st = PQconnectPoll(conn);
+    }
+    if (PQstatus(conn) != CONNECTION_OK) {
+        whet_pg_error(NULL, conn, err);
+        PQfinish(conn);
+        return NULL;
+    }
+    PQclear(PQexec(conn, "SET client_min_messages = warning"));
     return conn;
 }
 

@@ -8,12 +8,17 @@
 
 #include <libpq-fe.h>
 
+#include "background.h"
 #include "util.h"
 
 /* The conninfo in WHET_DATABASE_URL, or NULL with an error that says how to set it. */
 const char *whet_database_url(struct whet_err *err);
 /* Connects (and checks the connection); NULL on failure. */
 PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err);
+/* Connects without blocking the thread's stop (background.h): NULL with *stopping set when it was told to
+ * stop, NULL with err set when the connection failed. */
+PGconn *whet_pg_connect_stoppable(const char *conninfo, const struct background *b, int *stopping,
+                                  struct whet_err *err);
 /* Runs SQL with text parameters; returns the result (free with PQclear) when the command succeeded,
  * else NULL with PostgreSQL's primary message (and detail) in err. */
 PGresult *whet_pg_query(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err);
