@@ -21,7 +21,10 @@
  * starts one; a static worker not reached yet (or whose last answer was the proxy's 502, or cut short)
  * is connected to, again every 100 ms while it refuses (a worker listens once its model is loaded). A
  * worker found up (a placed one is ready once it listens) is not waited for: if it died since, the
- * request is the proxy's 502, or a stream it cuts short ends with an error event (below).
+ * request is a 503 with retry-after: 1 instead of the proxy's 502 (answer_unreached: a placed worker
+ * that refused the connection is marked unreachable first, so the client's retry goes to another ready
+ * worker or waits for a new one; a static one is waited for again), or a stream it cuts short ends with
+ * an error event (below).
  *
  * Metering: the worker reports each answer's prompt and completion tokens, the numbers of the answer's own `usage`
  * (x-whet-usage, below); the gateway removes the report from what the client sees and writes one inference_usage
@@ -152,10 +155,45 @@ static void stream_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *buf
     h2o_ostream_send_next(self, req, &out, out.len ? 1 : 0, state);
 }
 
+/* The proxy's 502 because the worker ended (model_workers_reach): it died before its executor reported it (its
+ * row still ready), or a static worker stopped. Answered 503 with retry-after: 1 instead, which the SDKs retry;
+ * a placed worker that refused the connection is marked unreachable before that answer goes, so that the retry
+ * goes to another ready worker of the base or waits for a new one's cold start. One that dropped the connection
+ * may have run the request: not marked on a guess (the retry finds it refusing). */
+static h2o_ostream_t **answer_unreached(struct answer *a, enum model_worker_reach reach, h2o_iovec_t why,
+                                        h2o_req_t *req, h2o_ostream_t **slot) {
+    const struct model_worker *w = a->worker;
+    log_warn("msg=\"a model worker could not be reached: the request is answered 503 to be retried\" model=%s "
+             "worker=%s address=%s:%u cause=\"%.*s\" request_id=%s",
+             a->model, w->id[0] ? w->id : "(static)", w->host, (unsigned)w->port, (int)why.len, why.base,
+             a->r->request_id);
+    const char *message =
+        reach == MODEL_WORKER_DROPPED
+            ? http_printf(a->r, "the model worker of %s ended before answering (%.*s); retry in 1 s", a->base,
+                          (int)why.len, why.base)
+        : w->id[0] ? http_printf(a->r,
+                                 "the model worker of %s is gone and is being replaced: the request did not reach "
+                                 "it; retry in 1 s",
+                                 a->base)
+                   : http_printf(a->r,
+                                 "the model worker of %s refused the connection: the request did not reach it; "
+                                 "retry in 1 s",
+                                 a->base);
+    slot = model_workers_answer_unavailable(req, slot, message);
+    if (reach == MODEL_WORKER_REFUSED) slot = model_workers_mark_unreachable(a->r, w, req, slot);
+    return slot;
+}
+
 /* The worker's answer starts: a whole one carries its report in a header, a stream at its end. */
 static void answer_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
     struct answer *a = ((struct answer_prefilter *)self)->a;
     if (req->res.status == 502 && a->worker->slot >= 0) worker_up[a->worker->slot] = 0; /* the proxy could not reach it */
+    h2o_iovec_t why = {NULL, 0};
+    enum model_worker_reach reach = model_workers_reach(req, &why);
+    if (reach != MODEL_WORKER_ANSWERED) {
+        h2o_setup_next_prefilter(self, req, answer_unreached(a, reach, why, req, slot));
+        return;
+    }
     ssize_t h = h2o_find_header_by_str(&req->res.headers, H2O_STRLIT("x-whet-usage"), -1);
     if (h >= 0) {
         meter(a, req->res.headers.entries[h].value.base, req->res.headers.entries[h].value.len);

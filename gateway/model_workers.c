@@ -1,5 +1,5 @@
-/* model_workers.c - the model workers' lookups (the static table, else the database's ready workers)
- * and the hand-over of a request to one (see model_workers.h). */
+/* model_workers.c - the model workers' lookups (the static table, else the database's ready workers),
+ * the hand-over of a request to one, and the answer when it could not be reached (see model_workers.h). */
 #include "model_workers.h"
 
 #include <netdb.h>
@@ -82,7 +82,11 @@ void model_workers_read(void) {
      * is there at all (one starting is not woken for again). Declared once: both completions and
      * training sessions read the table. */
     static int prepared;
-    if (!prepared++)
+    if (!prepared++) {
+        /* a worker a gateway found refusing connections (model_workers_mark_unreachable) */
+        db_prepare("model_workers_unreachable",
+                   "UPDATE model_workers SET unreachable_at = extract(epoch FROM clock_timestamp())"
+                   " WHERE id = $1 AND address = $2 AND unreachable_at IS NULL");
         db_prepare("model_workers_demand",
                "WITH d AS (INSERT INTO serving_deployments (base_model) VALUES ($1) ON CONFLICT (base_model, pool)"
                "   DO UPDATE SET last_request_at = extract(epoch FROM clock_timestamp())"
@@ -92,6 +96,7 @@ void model_workers_read(void) {
                " SELECT address, id FROM w UNION ALL SELECT NULL, NULL FROM (SELECT pg_notify('whet_jobs', 'serve ' || $1)"
                "   WHERE NOT EXISTS (SELECT 1 FROM model_workers WHERE base_model = $1 AND state <> 'stopping')) n"
                " WHERE NOT EXISTS (SELECT 1 FROM w)");
+    }
 }
 
 struct lookup {
@@ -277,4 +282,79 @@ void model_workers_proxy(struct gw_req *r, const char *base, const char *const (
         p->headers[k][1] = http_strdup(r, headers[k][1]);
     }
     model_workers_find(r, base, proxy_found, p);
+}
+
+/* ---- A worker that could not be reached -------------------------------------------------------- */
+
+enum model_worker_reach model_workers_reach(const h2o_req_t *req, h2o_iovec_t *cause) {
+    /* h2o 2.2's proxy logs why it answers 502: "connection failure", or "socket create error" when connect()
+     * failed at once (as on loopback), for a refused connection; "I/O error (…)" for one dropped before the
+     * answer's head */
+    const h2o_iovec_t *why = NULL;
+    for (size_t i = req->error_logs.size; req->res.status == 502 && !why && i-- > 0;)
+        if (!strcmp(req->error_logs.entries[i].module, "lib/core/proxy.c")) why = &req->error_logs.entries[i].msg;
+    if (!why) return MODEL_WORKER_ANSWERED;
+    *cause = *why;
+    if (h2o_memis(why->base, why->len, H2O_STRLIT("connection failure")) ||
+        h2o_memis(why->base, why->len, H2O_STRLIT("socket create error")))
+        return MODEL_WORKER_REFUSED;
+    if (why->len >= 9 && !memcmp(why->base, "I/O error", 9)) return MODEL_WORKER_DROPPED;
+    return MODEL_WORKER_ANSWERED; /* a malformed answer: the proxy's 502 stays */
+}
+
+h2o_ostream_t **model_workers_answer_unavailable(h2o_req_t *req, h2o_ostream_t **slot, const char *message) {
+    req->res.status = 503, req->res.reason = "Service Unavailable";
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("retry-after"), 0, NULL, H2O_STRLIT("1"));
+    json_t *body = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message, "type", "server_error", "param",
+                             "code", "service_unavailable");
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    slot = gw_answer_replace_json(req, slot, text);
+    free(text);
+    return slot;
+}
+
+/* The answer, held until the mark is written. */
+struct held_ostream {
+    h2o_ostream_t super;
+    const char *worker_id;
+    h2o_req_t *req;
+    h2o_iovec_t body; /* the answer's one buffer (none for HEAD), in the request's pool */
+    size_t bufcnt;
+    h2o_send_state_t state;
+    int waiting, marked; /* the answer came (and waits), the mark is written (or failed) */
+};
+
+static void held_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
+                         h2o_send_state_t state) {
+    struct held_ostream *o = (struct held_ostream *)self;
+    if (o->marked || h2o_send_state_is_in_progress(state)) { /* (the answer comes in one final send) */
+        h2o_ostream_send_next(self, req, bufs, bufcnt, state);
+        return;
+    }
+    o->req = req, o->bufcnt = bufcnt ? 1 : 0, o->body = bufcnt ? bufs[0] : h2o_iovec_init(NULL, 0), o->state = state;
+    o->waiting = 1;
+}
+
+/* Not called when the client left meanwhile: the request and the held answer are gone. */
+static void marked(struct gw_req *r, const struct db_result *res, void *arg) {
+    struct held_ostream *o = arg;
+    if (!res->ok)
+        log_error("msg=\"a model worker found refusing connections is not marked: lookups may pick it until its "
+                  "executor reports it gone\" worker=%s request_id=%s error=\"%s\"",
+                  o->worker_id, r->request_id, res->message);
+    o->marked = 1;
+    if (o->waiting) h2o_ostream_send_next(&o->super, o->req, o->bufcnt ? &o->body : NULL, o->bufcnt, o->state);
+}
+
+h2o_ostream_t **model_workers_mark_unreachable(struct gw_req *r, const struct model_worker *w, h2o_req_t *req,
+                                               h2o_ostream_t **slot) {
+    if (!w->id[0]) return slot;
+    struct held_ostream *o = (struct held_ostream *)h2o_add_ostream(req, sizeof *o, slot);
+    o->super.do_send = held_do_send;
+    o->worker_id = http_strdup(r, w->id);
+    o->waiting = o->marked = 0;
+    const char *params[] = {o->worker_id, http_printf(r, "%s:%u", w->host, (unsigned)w->port)};
+    db_query(r, "model_workers_unreachable", 2, params, marked, o);
+    return &o->super.next;
 }

@@ -8,7 +8,8 @@
  *    second per base), and NOTIFY whet_jobs when the base has no worker, which starts a scheduler
  *    cycle at once (scheduler/service/serving.h).
  * Completions (inference.c, which waits for a worker's cold start and meters the answer) and training
- * sessions (training_sessions.c) go through these lookups. */
+ * sessions (training_sessions.c) go through these lookups, and answer alike when the worker they handed a
+ * request to could not be reached (model_workers_reach and what follows it, at the end). */
 #ifndef WHET_GATEWAY_MODEL_WORKERS_H
 #define WHET_GATEWAY_MODEL_WORKERS_H
 
@@ -64,5 +65,31 @@ void model_workers_hand_over(struct gw_req *r, const struct model_worker *w, con
 /* model_workers_hand_over to a worker of `base` (headers copied at once); a base without a ready
  * worker is a 503 with retry-after. */
 void model_workers_proxy(struct gw_req *r, const char *base, const char *const (*headers)[2], int n);
+
+/* ---- A worker that could not be reached (completions and training sessions alike)
+ * A worker that died is found so by the request handed to it before its executor reports it (its row still
+ * ready): h2o's proxy then answers its own 502 (plain text). The caller's prefilter (on_setup_ostream) asks
+ * model_workers_reach why; for a worker's end it answers model_workers_answer_unavailable instead, which the
+ * SDKs retry, and for a refused connection model_workers_mark_unreachable, so that the retry goes elsewhere. */
+
+/* How a worker's answer starts. */
+enum model_worker_reach {
+    MODEL_WORKER_ANSWERED, /* the worker's own answer (or the proxy's 502 for a malformed one) */
+    MODEL_WORKER_REFUSED,  /* the proxy's 502: the worker refused the connection, the request reached nothing */
+    MODEL_WORKER_DROPPED,  /* the proxy's 502: the worker dropped the connection before its answer began; the
+                              request may have run, so the gateway does not repeat it (nor mark it on a guess) */
+};
+/* Which, from the request's error log (in a prefilter's on_setup_ostream); *cause: h2o's words, when not
+ * MODEL_WORKER_ANSWERED. */
+enum model_worker_reach model_workers_reach(const h2o_req_t *req, h2o_iovec_t *cause);
+/* Answers 503 with retry-after: 1 (code service_unavailable, `message`) in place of the proxy's 502: returns the
+ * slot for the next ostream. */
+h2o_ostream_t **model_workers_answer_unavailable(h2o_req_t *req, h2o_ostream_t **slot, const char *message);
+/* For a placed worker w (a static one is left alone): marks it unreachable (model_workers.unreachable_at,
+ * migration 0031: lookups pass it over, the scheduler replaces it once its executor reports it) and holds the
+ * answer until the mark is written, so that the client's retry, however quick, finds it passed over. Returns the
+ * slot for the next ostream. */
+h2o_ostream_t **model_workers_mark_unreachable(struct gw_req *r, const struct model_worker *w, h2o_req_t *req,
+                                               h2o_ostream_t **slot);
 
 #endif

@@ -84,104 +84,54 @@ static json_t *deleted_json(const char *session) {
 struct unreached_prefilter {
     h2o_req_prefilter_t super;
     struct gw_req *r;
-    const char *session;   /* NULL: a create's */
-    const char *worker_id; /* the worker the call went to: a placed one's id, "" for a static one */
-    const char *address;
+    const char *session;        /* NULL: a create's */
+    struct model_worker worker; /* the worker the call went to */
     int deleting;
 };
 
-/* The answer, held until the mark is written: the client's retry then finds the worker passed over. */
-struct held_ostream {
-    h2o_ostream_t super;
-    const struct unreached_prefilter *pf;
-    h2o_req_t *req;
-    h2o_iovec_t body; /* the answer's one buffer (none for HEAD), in the request's pool */
-    size_t bufcnt;
-    h2o_send_state_t state;
-    int waiting, marked; /* the answer came (and waits), the mark is written (or failed) */
-};
-
-static void held_do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t bufcnt,
-                         h2o_send_state_t state) {
-    struct held_ostream *o = (struct held_ostream *)self;
-    if (o->marked || h2o_send_state_is_in_progress(state)) { /* (the answer comes in one final send) */
-        h2o_ostream_send_next(self, req, bufs, bufcnt, state);
-        return;
-    }
-    o->req = req, o->bufcnt = bufcnt ? 1 : 0, o->body = bufcnt ? bufs[0] : h2o_iovec_init(NULL, 0), o->state = state;
-    o->waiting = 1;
-}
-
-/* Not called when the client left meanwhile: the request and the held answer are gone. */
-static void marked(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct held_ostream *o = arg;
-    if (!res->ok)
-        log_error("msg=\"a model worker found refusing connections is not marked: lookups may pick it until its "
-                  "executor reports it gone\" worker=%s request_id=%s error=\"%s\"",
-                  o->pf->worker_id, r->request_id, res->message);
-    o->marked = 1;
-    if (o->waiting) h2o_ostream_send_next(&o->super, o->req, o->bufcnt ? &o->body : NULL, o->bufcnt, o->state);
-}
-
 /* The call's answer starts. When it is h2o's proxy's own 502 because the worker refused the connection or
- * dropped it before answering (the cause is in the request's error log: h2o 2.2 says "connection failure", or
- * "socket create error" when connect() failed at once, as on loopback; "I/O error (…)"), the worker ended: a
- * DELETE is answered as done (the sweep removes the state, session_sweep.h), any other call 503 with
- * retry-after, which the SDKs retry. A refused connection reached nothing: the worker is gone, and a placed one
- * is marked so (model_workers.unreachable_at), the answer held until the mark is written, so that the client's
- * retry moves the session to a ready worker at once.
+ * dropped it before answering (model_workers_reach), the worker ended: a DELETE is answered as done (the sweep
+ * removes the state, session_sweep.h), any other call 503 with retry-after, which the SDKs retry. A refused
+ * connection reached nothing: the worker is gone, and a placed one is marked so before the answer goes
+ * (model_workers_mark_unreachable), so that the client's retry moves the session to a ready worker at once.
  * One that ended mid-call may have run the call, so the gateway does not repeat it (nor mark the worker on a
  * guess); the retry finds it refusing. Another 502 (a malformed answer) stays the proxy's. */
 static void unreached_setup(h2o_req_prefilter_t *self, h2o_req_t *req, h2o_ostream_t **slot) {
     struct unreached_prefilter *pf = (struct unreached_prefilter *)self;
     struct gw_req *r = pf->r;
-    const h2o_iovec_t *why = NULL;
-    for (size_t i = req->error_logs.size; req->res.status == 502 && !why && i-- > 0;)
-        if (!strcmp(req->error_logs.entries[i].module, "lib/core/proxy.c")) why = &req->error_logs.entries[i].msg;
-    int refused = why && (h2o_memis(why->base, why->len, H2O_STRLIT("connection failure")) ||
-                          h2o_memis(why->base, why->len, H2O_STRLIT("socket create error")));
-    if (!refused && !(why && why->len >= 9 && !memcmp(why->base, "I/O error", 9))) { /* not a worker's end */
+    h2o_iovec_t why = {NULL, 0};
+    enum model_worker_reach reach = model_workers_reach(req, &why);
+    if (reach == MODEL_WORKER_ANSWERED) {
         h2o_setup_next_prefilter(self, req, slot);
         return;
     }
     const char *what = pf->session ? http_printf(r, "training session %s", pf->session) : "the new training session";
     log_warn("msg=\"a training session's model worker could not be reached: it is being replaced\" session=%s "
-             "worker=%s address=%s cause=\"%.*s\" request_id=%s",
-             pf->session ? pf->session : "(create)", pf->worker_id[0] ? pf->worker_id : "(static)", pf->address,
-             (int)why->len, why->base, r->request_id);
-    json_t *body;
+             "worker=%s address=%s:%u cause=\"%.*s\" request_id=%s",
+             pf->session ? pf->session : "(create)", pf->worker.id[0] ? pf->worker.id : "(static)", pf->worker.host,
+             (unsigned)pf->worker.port, (int)why.len, why.base, r->request_id);
     if (pf->deleting) {
         req->res.status = 200, req->res.reason = "OK";
-        body = deleted_json(pf->session);
+        json_t *body = deleted_json(pf->session);
+        char *text = json_dumps(body, JSON_COMPACT);
+        json_decref(body);
+        slot = gw_answer_replace_json(req, slot, text);
+        free(text);
     } else {
-        req->res.status = 503, req->res.reason = "Service Unavailable";
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("retry-after"), 0, NULL, H2O_STRLIT("1"));
-        const char *message =
-            refused ? http_printf(r,
-                                  "the model worker of %s is gone and is being replaced: the call did not reach it; "
-                                  "retry in 1 s",
-                                  what)
-                    : http_printf(r,
-                                  "the model worker of %s ended before answering (%.*s) and is being replaced; retry "
-                                  "in 1 s (gradients of forward_backward calls since the last optim_step are lost "
-                                  "with it)",
-                                  what, (int)why->len, why->base);
-        body = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", message, "type", "server_error", "param",
-                         "code", "service_unavailable");
+        slot = model_workers_answer_unavailable(
+            req, slot,
+            reach == MODEL_WORKER_REFUSED
+                ? http_printf(r,
+                              "the model worker of %s is gone and is being replaced: the call did not reach it; "
+                              "retry in 1 s",
+                              what)
+                : http_printf(r,
+                              "the model worker of %s ended before answering (%.*s) and is being replaced; retry "
+                              "in 1 s (gradients of forward_backward calls since the last optim_step are lost "
+                              "with it)",
+                              what, (int)why.len, why.base));
     }
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    slot = gw_answer_replace_json(req, slot, text);
-    free(text);
-    if (refused && pf->worker_id[0]) {
-        struct held_ostream *o = (struct held_ostream *)h2o_add_ostream(req, sizeof *o, slot);
-        o->super.do_send = held_do_send;
-        o->pf = pf;
-        o->waiting = o->marked = 0;
-        slot = &o->super.next;
-        const char *params[] = {pf->worker_id, pf->address};
-        db_query(r, "model_workers_unreachable", 2, params, marked, o);
-    }
+    if (reach == MODEL_WORKER_REFUSED) slot = model_workers_mark_unreachable(r, &pf->worker, req, slot);
     h2o_setup_next_prefilter(self, req, slot);
 }
 
@@ -192,8 +142,7 @@ static void to_worker_watched(struct gw_req *r, const struct model_worker *w, co
     pf->super.on_setup_ostream = unreached_setup;
     pf->r = r;
     pf->session = session;
-    pf->worker_id = http_strdup(r, w->id);
-    pf->address = http_printf(r, "%s:%u", w->host, (unsigned)w->port);
+    pf->worker = *w;
     pf->deleting = deleting;
     model_workers_hand_over(r, w, headers, n);
 }
@@ -636,9 +585,6 @@ void training_sessions_routes(struct http_router *rt) {
                " worker_address, EXISTS (SELECT 1 FROM model_workers w"
                "   WHERE w.id = s.worker_id AND w.address = s.worker_address AND w.state = 'ready'"
                "   AND w.unreachable_at IS NULL)");
-    db_prepare("model_workers_unreachable",
-               "UPDATE model_workers SET unreachable_at = extract(epoch FROM clock_timestamp())"
-               " WHERE id = $1 AND address = $2 AND unreachable_at IS NULL");
     http_route(rt, "POST", "/v1/training_sessions", create, HTTP_ROUTE_TENANT, "training_sessions.create");
     http_route(rt, "POST", "/v1/training_sessions/{id}/forward_backward", session_forward_backward, HTTP_ROUTE_TENANT,
                "training_sessions.forward_backward");

@@ -9,16 +9,19 @@
 // job of the default priority holds the one device preempts it (it checkpoints and waits); once the
 // worker idles out, the job resumes and finishes, and its fine-tuned model answers (the worker's sandbox
 // reads the adapter from the object store). A training session's create from zero waits for the
-// cold start as completions do. Last, a worker dies with its executor when that is killed with SIGKILL.
+// cold start as completions do. A worker killed (SIGKILL) before its executor reports it: the gateway finds it
+// refusing connections, marks it unreachable and answers 503 with retry-after 1 (never the proxy's 502), which
+// the official SDK retries by itself: the retry waits for a new worker's cold start and is answered. Last, a
+// worker dies with its executor when that is killed with SIGKILL.
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
 import { until, holdTrainer, releaseWhenSignalled } from '../lib.mjs';
 import { psql } from '../../integration/lib/gateway.mjs';
-import { startServing, workers as rows } from './stack.mjs';
+import OpenAI from 'openai';
+import { startServing, workers as rows, refuses } from './stack.mjs';
 
 const IDLE_S = 4, ROUNDS = 3;
 const { work, db, client, log } = await startServing({ executors: 1, env: { WHET_SERVE_IDLE_S: String(IDLE_S) } });
@@ -35,6 +38,7 @@ const status = (pid, field) => new RegExp(`^${field}:\\s*(\\S+)`, 'm').exec(fs.r
 // The namespaces a process does not share with this test (the host's).
 const ownNamespaces = (pid) => ['user', 'pid', 'mnt', 'net', 'ipc', 'uts']
   .filter((kind) => fs.readlinkSync(`/proc/${pid}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`));
+
 
 // Milliseconds to the first token of a streamed answer, and the answer.
 async function firstToken() {
@@ -84,13 +88,7 @@ test('a worker starts on the first request, stops when idle, and starts again', 
       IDLE_S * 1000 + 30000, 200);
     const stoppedAfter = Date.now() - warmStart;
     assert.ok(stoppedAfter >= (IDLE_S - 1) * 1000, `round ${round}: not stopped before the idle period (${stoppedAfter} ms)`);
-    const [host, port] = w[0].address.split(':');
-    const refused = await new Promise((resolve) => {
-      const s = net.connect(Number(port), host);
-      s.on('connect', () => { s.destroy(); resolve(false); });
-      s.on('error', () => resolve(true));
-    });
-    assert.ok(refused, `round ${round}: nothing listens at the stopped worker's address`);
+    assert.ok(await refuses(w[0].address), `round ${round}: nothing listens at the stopped worker's address`);
   }
   const deployments = psql(db.url, `SELECT base_model, desired FROM serving_deployments`);
   assert.equal(deployments, 'whet-tiny|0', 'the deployment wants no replica once idle');
@@ -134,6 +132,53 @@ test('a training session create waits for a cold start', async (t) => {
   assert.equal(session.object, 'training_session', `the create is answered by a worker: ${JSON.stringify(session)}`);
   assert.deepEqual(workers().map((w) => w.state), ['ready'], 'it waited for the worker the create started');
   await client.delete(`/training_sessions/${session.id}`);
+});
+
+test('a worker killed before its executor reports it: a 503 with retry-after 1 the SDK retries, after a cold start', async (t) => {
+  dump(t);
+  await firstToken();
+  const [w] = workers(), [serve] = servePids();
+  assert.ok(w && serve, 'a worker runs');
+  // its executor (whet serve's parent is its sandbox's init, whose parent is the executor) held stopped, so
+  // that the worker's row stays ready after its death: the gateway finds it dead itself
+  const executor = Number(status(status(serve, 'PPid'), 'PPid'));
+  process.kill(executor, 'SIGSTOP');
+  t.after(() => { try { process.kill(executor, 'SIGCONT'); } catch { /* gone */ } });
+  process.kill(Number(serve), 'SIGKILL');
+  await until('the killed worker\'s port to refuse connections', () => refuses(w.address), 10000, 10);
+  // the official SDK with its default retries; every answer it got, with the worker's row as it was then
+  const answers = [];
+  const sdk = new OpenAI({ apiKey: client.apiKey, baseURL: client.baseURL, timeout: 180000, fetch: async (url, init) => {
+    const res = await fetch(url, init);
+    const text = res.status === 200 ? '' : await res.clone().text();
+    let body = text;
+    try { body = JSON.parse(text); } catch { /* the proxy's plain text */ }
+    answers.push({ status: res.status, retry: res.headers.get('retry-after'), body,
+                   marked: psql(db.url, `SELECT unreachable_at IS NOT NULL FROM model_workers WHERE id = '${w.id}'`) });
+    return res;
+  } });
+  const call = sdk.completions.create({ model: 'whet-tiny', prompt: 'Name a colour.', max_tokens: 8, temperature: 0 });
+  call.catch(() => {}); // awaited below
+  // once the gateway found the worker refusing connections (it marked it), its executor may report it gone
+  // and the scheduler place a new one, whose cold start the SDK's retry waits for
+  await until('the first answer', () => answers.length > 0, 30000, 10);
+  process.kill(executor, 'SIGCONT');
+  const answer = await call;
+  assert.equal(answers[0].status, 503, `the call on the dead worker: ${JSON.stringify(answers[0])}`);
+  assert.equal(answers[0].retry, '1', 'with retry-after 1');
+  assert.equal(answers[0].body?.error?.code, 'service_unavailable', JSON.stringify(answers[0].body));
+  assert.match(answers[0].body.error.message, /is gone and is being replaced: the request did not reach it/);
+  assert.equal(answers[0].marked, 't', 'the worker was marked unreachable before the 503 went');
+  assert.deepEqual(answers.map((a) => a.status), [503, 200], 'the SDK\'s retry is answered');
+  assert.ok(answer.object === 'text_completion' && ['stop', 'length'].includes(answer.choices[0].finish_reason),
+            JSON.stringify(answer));
+  const now = workers().find((x) => x.id !== w.id);
+  assert.equal(now?.state, 'ready', `a new worker answered: ${JSON.stringify(workers())}`);
+  assert.ok(!log().includes('is not marked'), 'the gateway marked the worker unreachable');
+  // the next call goes straight to it
+  const next = await firstToken();
+  assert.ok(next.text.length > 0, 'the next call is answered');
+  assert.deepEqual(workers().map((x) => x.id), [now.id], 'by the new worker');
 });
 
 test('a worker dies with its executor when the executor is killed (SIGKILL)', async (t) => {

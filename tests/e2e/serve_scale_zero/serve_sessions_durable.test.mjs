@@ -20,12 +20,11 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { until } from '../lib.mjs';
 import { psql } from '../../integration/lib/gateway.mjs';
-import { startServing, workers as rows } from './stack.mjs';
+import { startServing, workers as rows, refuses } from './stack.mjs';
 
 const IDLE_S = 4, SESSION_IDLE_S = 30, SWEEP_S = 2;
 if (!process.env.WHET_TEST_S3_ENDPOINT) throw new Error('WHET_TEST_S3_ENDPOINT is not set (tests/run.sh starts s3rver)');
@@ -47,13 +46,6 @@ const serveLogs = () => execFileSync('sh', ['-c', `cat ${work}/executors/*/worke
   { encoding: 'utf8', maxBuffer: 1 << 26 });
 const restores = () => serveLogs().split('\n').filter((l) => l.includes('training session restored'));
 const servePid = (id) => execFileSync('pgrep', ['-f', `${work}/executors/.*/workers/${id}/`], { encoding: 'utf8' }).trim();
-// Whether HOST:PORT refuses a connection (nothing listens there any more)
-const refuses = (address) => new Promise((resolve) => {
-  const [host, port] = [address.slice(0, address.lastIndexOf(':')), Number(address.slice(address.lastIndexOf(':') + 1))];
-  const sock = net.connect({ host, port });
-  sock.once('connect', () => { sock.destroy(); resolve(false); });
-  sock.once('error', (e) => resolve(e.code === 'ECONNREFUSED'));
-});
 // The store's keys under a prefix of the test's root (s3rver's ListObjectsV2)
 async function stored(prefix) {
   const url = `${process.env.WHET_TEST_S3_ENDPOINT}/whet-test?list-type=2&prefix=${encodeURIComponent(`${ROOT}/${prefix}`)}`;

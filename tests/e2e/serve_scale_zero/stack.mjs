@@ -5,6 +5,7 @@
 import test from 'node:test';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -42,3 +43,11 @@ export async function startServing({ executors, env: extra }) {
 export const workers = (db) => psql(db.url, `SELECT id, node_id, coalesce(address, ''), state FROM model_workers
                                              WHERE base_model = 'whet-tiny' ORDER BY id`)
   .split('\n').filter((l) => l).map((l) => { const [id, node, address, state] = l.split('|'); return { id, node, address, state }; });
+
+// Whether HOST:PORT refuses a connection (nothing listens there any more)
+export const refuses = (address) => new Promise((resolve) => {
+  const [host, port] = [address.slice(0, address.lastIndexOf(':')), Number(address.slice(address.lastIndexOf(':') + 1))];
+  const sock = net.connect({ host, port });
+  sock.once('connect', () => { sock.destroy(); resolve(false); });
+  sock.once('error', (e) => resolve(e.code === 'ECONNREFUSED'));
+});

@@ -8,7 +8,8 @@
 // reaches the client. Cold start: a request for a worker not up yet waits for it (it comes up during
 // the wait) and is answered; one that never comes up is a 503 with retry-after after the wait (a training
 // session's create too). A worker
-// killed mid-stream ends the stream with an error, and the next request waits for it again. n with a
+// killed mid-stream ends the stream with an error; one found gone (refusing or dropping the connection) is a
+// 503 with retry-after 1, not the proxy's 502; either way the next request waits for it again. n with a
 // seed, log-probs, bad parameters (400s naming them). A tenant or API key past its monthly limit: 429
 // insufficient_quota; an API key's spend counts its answers. DELETE /v1/models/{model}: then neither listed nor served.
 import OpenAI from 'openai';
@@ -231,6 +232,23 @@ try {
   check((await late.gone) === 'SIGKILL', 'the killed worker is gone');
   await closeRelay();
   await waitsForLate('the next request waits for the worker');
+  // a worker found gone, up when last reached: a 503 with retry-after 1 (OpenAI's error; the SDKs retry it),
+  // never the proxy's 502, whether it refused the connection (nothing listens: the request reached nothing)
+  // or dropped it before answering (the relay still listens, its worker gone); each time the next request
+  // waits for the worker again
+  const gone = async (what, message, relayOpen) => {
+    late.proc.kill('SIGKILL');
+    await late.gone;
+    if (!relayOpen) await closeRelay();
+    const r = await a('POST', '/v1/completions', { json: { model: 'late-base', prompt: 'Once', max_tokens: 2 } });
+    check(r.status === 503 && r.headers.get('retry-after') === '1' && r.json?.error?.code === 'service_unavailable' &&
+      r.json?.error?.type === 'server_error' && message.test(r.json?.error?.message), what,
+      { status: r.status, retry: r.headers.get('retry-after'), body: r.json ?? r.text });
+    await closeRelay();
+    await waitsForLate(`${what}: the next request waits for the worker`);
+  };
+  await gone('a worker that refuses the connection: 503 with retry-after 1', /refused the connection: the request did not reach it/, false);
+  await gone('a worker that drops the connection: 503 with retry-after 1', /ended before answering \(I\/O error/, true);
 
   const refused = async (what, c, name, status, code) => {
     try {
