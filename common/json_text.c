@@ -52,7 +52,7 @@ int whet_json_real(double v, char buf[WHET_JSON_REAL_MAX]) {
 
 /* ---- The compact writer ------------------------------------------------------------------------ */
 
-static void json_put_string(struct whet_buf *b, const char *s, size_t n) {
+void whet_json_put_string(struct whet_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789ABCDEF";
     whet_buf_reserve(b, n + 2);
     b->data[b->len++] = '"';
@@ -106,7 +106,7 @@ static int json_put_value(struct whet_buf *b, const json_t *v, int depth) {
         for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
             if (!first) whet_buf_append(b, ",", 1);
             first = 0;
-            json_put_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            whet_json_put_string(b, json_object_iter_key(it), json_object_iter_key_len(it));
             whet_buf_append(b, ":", 1);
             if (json_put_value(b, json_object_iter_value(it), depth + 1) < 0) return -1;
         }
@@ -122,7 +122,7 @@ static int json_put_value(struct whet_buf *b, const json_t *v, int depth) {
         whet_buf_append(b, "]", 1);
         return 0;
     }
-    case JSON_STRING: json_put_string(b, json_string_value(v), json_string_length(v)); return 0;
+    case JSON_STRING: whet_json_put_string(b, json_string_value(v), json_string_length(v)); return 0;
     case JSON_INTEGER: json_put_integer(b, json_integer_value(v)); return 0;
     case JSON_REAL: {
         char text[WHET_JSON_REAL_MAX];

@@ -23,6 +23,11 @@ const char *whet_json_skip_bom(const char *text, size_t *len);
  * WHET_JSON_REAL_MAX bytes. Returns the length, or -1 when `v` is not finite (JSON has no such number). */
 int whet_json_real(double v, char buf[WHET_JSON_REAL_MAX]);
 
+struct whet_buf;
+/* Appends s[0..n) to b as a JSON string: quoted, with the quote, the backslash and control characters
+ * escaped (other bytes as they are: the caller passes UTF-8). For text built without jansson's objects. */
+void whet_json_put_string(struct whet_buf *b, const char *s, size_t n);
+
 /* The text of json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) but with reals in whet_json_real's shortest
  * form, malloc'd (the caller frees it); *len (when not NULL) gets its length. NULL when v is NULL or
  * nested deeper than jansson allows. */

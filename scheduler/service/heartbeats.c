@@ -23,13 +23,17 @@
  * waiting commands are handed out, oldest first (a STOP never overtakes its START), marked delivered. The
  * commands are delivered in the answer to the call: a failure after the statement loses them as a lost
  * answer would. A node twice in the queue (an executor that retried) waits for the next batch. */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
+#include "json_text.h"
 #include "log.h"
 #include "pg.h"
 #include "service_internal.h"
+#include "utf8.h"
 
 #define HEARTBEAT_BATCH_MAX 512
 #define HEARTBEAT_WRITERS_MAX 2
@@ -72,7 +76,8 @@ static const char *const heartbeat_batch_sql =
 struct pending {
     const Whet__V1__HeartbeatRequest *req;
     Whet__V1__HeartbeatResponse *resp;
-    json_t *progress; /* [{job_id, attempt, step, total, tokens}] */
+    const Whet__V1__JobProgress **due; /* the reports of req to write (progress.c) */
+    size_t n_due;
     int done, failed, known, serving;
     struct whet_err err;
     pthread_cond_t wake;
@@ -136,17 +141,36 @@ static Whet__V1__Command__Kind command_kind(const char *kind) {
     return WHET__V1__COMMAND__KIND__CANCEL;
 }
 
+/* The statement's parameter: [{"node", "progress": [{job_id, attempt, step, total, tokens}]}], written as
+ * text at once (building jansson objects, then dumping them, was ~5% of the scheduler's CPU in
+ * tests/bench/scale). */
+static void batch_json(struct whet_buf *b, struct pending **batch, int n) {
+    whet_buf_puts(b, "[");
+    for (int i = 0; i < n; i++) {
+        const struct pending *p = batch[i];
+        whet_buf_puts(b, i ? ",{\"node\":" : "{\"node\":");
+        whet_json_put_string(b, p->req->node_id, strlen(p->req->node_id));
+        whet_buf_puts(b, ",\"progress\":[");
+        for (size_t k = 0; k < p->n_due; k++) {
+            const Whet__V1__JobProgress *r = p->due[k];
+            whet_buf_puts(b, k ? ",{\"job_id\":" : "{\"job_id\":");
+            whet_json_put_string(b, r->job_id, strlen(r->job_id));
+            whet_buf_printf(
+                b, ",\"attempt\":%" PRIu32 ",\"step\":%" PRIu32 ",\"total\":%" PRIu32 ",\"tokens\":%" PRIu64 "}",
+                r->attempt, r->step, r->total_steps, r->trained_tokens);
+        }
+        whet_buf_puts(b, "]}");
+    }
+    whet_buf_puts(b, "]");
+}
+
 /* Writes batch[0..n) (sorted by node, each node once) and fills in each one's answer. */
 static void write_batch(PGconn *conn, struct pending **batch, int n) {
-    json_t *list = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(list,
-                              json_pack("{s:s, s:O}", "node", batch[i]->req->node_id, "progress", batch[i]->progress));
-    char *text = json_dumps(list, JSON_COMPACT);
-    json_decref(list);
+    struct whet_buf text = {0};
+    batch_json(&text, batch, n);
     struct whet_err err;
-    PGresult *res = run_batch(conn, text, &err);
-    free(text);
+    PGresult *res = run_batch(conn, text.data, &err);
+    whet_buf_free(&text);
     scheduler_metrics_heartbeats(n);
     if (!res) {
         for (int i = 0; i < n; i++) batch[i]->failed = 1, batch[i]->err = err;
@@ -165,7 +189,7 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
     }
     double now = whet_now_mono();
     for (int i = 0; i < n; i++) {
-        if (batch[i]->known) scheduler_progress_written(batch[i]->progress, now);
+        if (batch[i]->known) scheduler_progress_written(batch[i]->due, batch[i]->n_due, now);
         Whet__V1__HeartbeatResponse *resp = batch[i]->resp;
         resp->commands = xcalloc(resp->n_commands ? resp->n_commands : 1, sizeof *resp->commands);
         resp->n_commands = 0;
@@ -228,8 +252,13 @@ static int take_batch(struct pending **batch) {
 
 int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
                               int *known, int *serving, struct whet_err *err) {
-    json_t *progress = scheduler_progress_due(req, whet_now_mono());
-    struct pending self = {.req = req, .resp = resp, .progress = progress};
+    /* A node id that is not UTF-8 was never registered (PostgreSQL refuses it), and would spoil its batch's JSON. */
+    if (!utf8_valid(req->node_id, strlen(req->node_id))) {
+        *known = *serving = 0;
+        return 0;
+    }
+    struct pending self = {.req = req, .resp = resp, .due = xcalloc(req->n_jobs ? req->n_jobs : 1, sizeof *self.due)};
+    self.n_due = scheduler_progress_due(req, whet_now_mono(), self.due);
     pthread_cond_init(&self.wake, NULL);
 
     pthread_mutex_lock(&lock);
@@ -261,7 +290,7 @@ int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *re
     }
     pthread_mutex_unlock(&lock);
     pthread_cond_destroy(&self.wake);
-    json_decref(progress);
+    free(self.due);
     if (self.failed) {
         *err = self.err;
         return -1;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "service_internal.h"
+#include "utf8.h"
 
 #define FORGET_AFTER_S 60.0
 
@@ -80,11 +81,12 @@ static void sweep(double now) {
     last_sweep = now;
 }
 
-json_t *scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now) {
-    json_t *due = json_array();
+size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now, const Whet__V1__JobProgress **due) {
+    size_t n = 0;
     if (progress_s > 0) pthread_mutex_lock(&lock);
     for (size_t i = 0; i < req->n_jobs; i++) {
         const Whet__V1__JobProgress *p = req->jobs[i];
+        if (!utf8_valid(p->job_id, strlen(p->job_id))) continue; /* names no job; would spoil the batch's JSON */
         if (progress_s > 0 && n_buckets) {
             const struct seen *e = *find(p->job_id, p->attempt);
             if (e && e->total == (int64_t)p->total_steps &&
@@ -92,33 +94,28 @@ json_t *scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now
                  now - e->written < progress_s))
                 continue;
         }
-        json_array_append_new(due, json_pack("{s:s, s:I, s:I, s:I, s:I}", "job_id", p->job_id, "attempt",
-                                             (json_int_t)p->attempt, "step", (json_int_t)p->step, "total",
-                                             (json_int_t)p->total_steps, "tokens", (json_int_t)p->trained_tokens));
+        due[n++] = p;
     }
     if (progress_s > 0) pthread_mutex_unlock(&lock);
-    return due;
+    return n;
 }
 
-void scheduler_progress_written(const json_t *written, double now) {
-    if (progress_s <= 0 || !json_array_size(written)) return;
+void scheduler_progress_written(const Whet__V1__JobProgress *const *written, size_t n, double now) {
+    if (progress_s <= 0 || !n) return;
     pthread_mutex_lock(&lock);
     if (n_seen >= n_buckets) grow();
-    size_t i;
-    const json_t *r;
-    json_array_foreach(written, i, r) {
-        const char *job_id = json_string_value(json_object_get(r, "job_id"));
-        uint32_t attempt = (uint32_t)json_integer_value(json_object_get(r, "attempt"));
-        struct seen **link = find(job_id, attempt), *e = *link;
+    for (size_t i = 0; i < n; i++) {
+        const Whet__V1__JobProgress *r = written[i];
+        struct seen **link = find(r->job_id, r->attempt), *e = *link;
         if (!e) {
             e = *link = xcalloc(1, sizeof *e);
-            e->job_id = xstrdup(job_id);
-            e->attempt = attempt;
+            e->job_id = xstrdup(r->job_id);
+            e->attempt = r->attempt;
             n_seen++;
         }
-        e->step = json_integer_value(json_object_get(r, "step"));
-        e->total = json_integer_value(json_object_get(r, "total"));
-        e->tokens = json_integer_value(json_object_get(r, "tokens"));
+        e->step = r->step;
+        e->total = r->total_steps;
+        e->tokens = (int64_t)r->trained_tokens;
         e->written = now;
     }
     if (now - last_sweep >= FORGET_AFTER_S) sweep(now);

@@ -161,13 +161,13 @@ int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *re
                               int *known, int *serving, struct whet_err *err);
 
 /* Which progress reports of a heartbeat to write (progress.c): a job's first, a changed total, or a
- * grown step at most every progress_ms (0: every report). scheduler_progress_due returns the reports
- * of req to write, as a new JSON array [{job_id, attempt, step, total, tokens}];
+ * grown step at most every progress_ms (0: every report). scheduler_progress_due puts the reports of
+ * req to write in due[] (req->n_jobs of room; pointers into req) and returns how many;
  * scheduler_progress_written notes those committed. Thread-safe; init before the first heartbeat, free
  * after the last. */
 void scheduler_progress_init(int progress_ms);
-json_t *scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now);
-void scheduler_progress_written(const json_t *written, double now);
+size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now, const Whet__V1__JobProgress **due);
+void scheduler_progress_written(const Whet__V1__JobProgress *const *written, size_t n, double now);
 void scheduler_progress_free(void);
 
 /* Declares the nodes silent past their lease lost and requeues their jobs, unless the whole fleet

@@ -34,10 +34,10 @@ static void report(struct beat *b, int i, char *job, uint32_t attempt, uint32_t 
 
 /* How many of b's reports are due at `now`; when `commit`, they are then noted as written. */
 static size_t due(struct beat *b, double now, int commit) {
-    json_t *d = scheduler_progress_due(&b->req, now);
-    size_t n = json_array_size(d);
-    if (commit) scheduler_progress_written(d, now);
-    json_decref(d);
+    const Whet__V1__JobProgress *d[4];
+    size_t n = scheduler_progress_due(&b->req, now, d);
+    for (size_t i = 0; i < n; i++) CHECK(d[i] >= b->jobs && d[i] < b->jobs + b->req.n_jobs); /* pointers into req */
+    if (commit) scheduler_progress_written(d, n, now);
     return n;
 }
 
@@ -82,6 +82,17 @@ TEST(zero_writes_every_report) {
     scheduler_progress_free();
 }
 
+/* A job id that is not UTF-8 names no job, and its JSON would spoil the batch of heartbeats it is written in. */
+TEST(a_job_id_not_utf8_is_never_due) {
+    struct beat b;
+    start(0, &b, 2);
+    report(&b, 0, "ftjob-\xff", 1, 1, 10, 100);
+    report(&b, 1, "ftjob-e", 1, 1, 10, 100);
+    const Whet__V1__JobProgress *d[4];
+    CHECK(scheduler_progress_due(&b.req, 3500.0, d) == 1 && d[0] == &b.jobs[1]);
+    scheduler_progress_free();
+}
+
 TEST(silent_attempts_are_forgotten_and_many_are_held) {
     struct beat b;
     start(5000, &b, 1);
@@ -108,6 +119,7 @@ int main(void) {
     RUN(a_grown_step_waits_for_the_interval);
     RUN(only_what_was_committed_counts_as_written);
     RUN(zero_writes_every_report);
+    RUN(a_job_id_not_utf8_is_never_due);
     RUN(silent_attempts_are_forgotten_and_many_are_held);
     return test_summary();
 }
