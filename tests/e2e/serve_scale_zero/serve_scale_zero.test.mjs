@@ -39,7 +39,6 @@ const status = (pid, field) => new RegExp(`^${field}:\\s*(\\S+)`, 'm').exec(fs.r
 const ownNamespaces = (pid) => ['user', 'pid', 'mnt', 'net', 'ipc', 'uts']
   .filter((kind) => fs.readlinkSync(`/proc/${pid}/ns/${kind}`) !== fs.readlinkSync(`/proc/self/ns/${kind}`));
 
-
 // Milliseconds to the first token of a streamed answer, and the answer.
 async function firstToken() {
   const start = Date.now();
