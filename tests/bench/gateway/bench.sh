@@ -81,7 +81,11 @@ job=$(curl -fsS -X POST "$url/v1/fine_tuning/jobs" -H "authorization: Bearer $ke
 [ -n "$job" ] || { echo "bench.sh: could not create the job to read" >&2; exit 1; }
 status=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/fine_tuning/jobs/$job" -H "authorization: Bearer $key")
 [ "$status" = 200 ] || { echo "bench.sh: GET job answered $status" >&2; exit 1; }
-cols=$(grep -A3 'define JOB_COLUMNS' gateway/jobs.c | tr -d '\\\n' | sed 's/.*JOB_COLUMNS *//; s/" *"//g; s/"//g')
+# GET's columns and FROM, as gateway/jobs.c's JOB_COLUMNS and JOB_FROM spell them (every continuation line).
+cols=$(sed -n '/define JOB_COLUMNS/,/[^\\]$/p' gateway/jobs.c | sed 's/#define JOB_COLUMNS//; s/\\$//' | tr -d '\n' |
+       sed 's/" *"//g; s/"//g')
+from=$(sed -n 's/#define JOB_FROM *"\(.*\)"/\1/p' gateway/jobs.c)
+[ -n "$cols" ] && [ -n "$from" ] || { echo "bench.sh: JOB_COLUMNS or JOB_FROM not found in gateway/jobs.c" >&2; exit 1; }
 
 # CPU time (clock ticks) of a process, and of the whole PostgreSQL cluster: its live processes plus what
 # the postmaster has reaped (pgbench's backends exit when it does).
@@ -140,11 +144,12 @@ pgbench_run() { # SCRIPT
   tps=$(awk '/^tps = / {print $3}' "$work/pgbench.out")
   p99=$(cat "$work"/pgb_log* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print v[i]/1000}')
   total=$(awk '/number of transactions actually processed/ {print $NF}' "$work/pgbench.out")
+  [ "${total:-0}" -gt 0 ] || { echo "bench.sh: pgbench ran no transaction of $1:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
   echo "$tps $p99 $(per_request "$total")"
 }
 
 cat >"$work/select.sql" <<EOF
-SELECT $cols FROM jobs WHERE tenant_id = :tenant AND id = :job;
+SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.id = :job;
 EOF
 # The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, jobs_estimate (gateway/estimate.c), then
 # jobs_insert, jobs_created_event and jobs_notify in one transaction: gateway/jobs.c; keep in step), with
