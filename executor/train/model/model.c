@@ -1207,24 +1207,46 @@ float model_clip_grad_norm(struct model *m, float max_norm) {
     return (float)sqrt(host);
 }
 
+/* AdamW's step over [lo, hi) of the trainable buffer, in span i (its moments from `moment` on). */
+struct adamw_piece {
+    size_t lo, hi, span_lo, moment;
+    float weight_decay;
+};
+
+static void adamw_piece_step(struct model *m, const struct adamw_piece *p, float lr, float beta1, float beta2,
+                             float eps, float bc1, float bc2) {
+    if (p->lo < p->hi)
+        m->be->adamw(m->be, m->tp + p->lo, m->grads + p->lo, m->adam_m + p->moment + (p->lo - p->span_lo),
+                     m->adam_v + p->moment + (p->lo - p->span_lo), p->hi - p->lo, lr, beta1, beta2, eps,
+                     p->weight_decay, bc1, bc2);
+}
+
 void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float eps, float weight_decay) {
     if (!m->train) return;
     m->adam_t++;
     float bc1 = 1.0f - powf(beta1, (float)m->adam_t), bc2 = 1.0f - powf(beta2, (float)m->adam_t);
     size_t moment = 0; /* where span i's moments start */
+    /* The parts of the tensors in the spans (both in buffer order), adjacent ones of one span and decay in
+     * one step: a LoRA adapter's hundred small matrices are one loop split across the threads, not a
+     * hundred each too small to split. */
+    struct adamw_piece run = {0};
     for (int i = 0, k = 0; i < m->n_spans; moment += m->spans[i].hi - m->spans[i].lo, i++)
-        for (; k < m->n_tensors; k++) { /* the parts of the tensors in the span (both in buffer order) */
+        for (; k < m->n_tensors; k++) {
             struct tensor *t = &m->tensors[k];
             if (!t->grad) continue;
             size_t off = (size_t)(t->ptr - m->tp), span_lo = m->spans[i].lo, span_hi = m->spans[i].hi;
             if (off >= span_hi) break;
             size_t lo = off > span_lo ? off : span_lo, hi = off + t->numel < span_hi ? off + t->numel : span_hi;
-            if (lo < hi)
-                m->be->adamw(m->be, m->tp + lo, m->grads + lo, m->adam_m + moment + (lo - span_lo),
-                             m->adam_v + moment + (lo - span_lo), hi - lo, lr, beta1, beta2, eps,
-                             t->decay ? weight_decay : 0.0f, bc1, bc2);
+            float decay = t->decay ? weight_decay : 0.0f;
+            if (lo == run.hi && span_lo == run.span_lo && decay == run.weight_decay) {
+                run.hi = hi > lo ? hi : lo;
+            } else {
+                adamw_piece_step(m, &run, lr, beta1, beta2, eps, bc1, bc2);
+                run = (struct adamw_piece){lo, hi > lo ? hi : lo, span_lo, moment, decay};
+            }
             if (off + t->numel > span_hi) break; /* the tensor goes on into the next span */
         }
+    adamw_piece_step(m, &run, lr, beta1, beta2, eps, bc1, bc2);
 }
 
 /* ---------------------------------------------------------------- distributed training ---- */
