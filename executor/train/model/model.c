@@ -989,7 +989,8 @@ static void linear_backward(struct model *m, float *dinp, int lddi, const float 
                             const float *dout, int lddo, const float *inp, int ldi, int N, int C, int OC) {
     if (dinp) m->be->gemm(m->be, 0, 0, N, C, OC, 1.0f, dout, lddo, weight, C, 0.0f, dinp, lddi);
     float *dweight = pgrad(m, weight), *dbias = pgrad(m, bias);
-    if (dweight || dbias) m->be->matmul_backward(m->be, NULL, lddi, dweight, dbias, dout, lddo, inp, ldi, weight, N, C, OC);
+    if (dweight || dbias)
+        m->be->matmul_backward(m->be, NULL, lddi, dweight, dbias, dout, lddo, inp, ldi, weight, N, C, OC);
 }
 
 /* dresid holds d(loss)/d(resid[l+1]) on entry and d/d(resid[l]) on return. */
