@@ -1208,7 +1208,8 @@ float model_clip_grad_norm(struct model *m, float max_norm) {
     return (float)sqrt(host);
 }
 
-/* AdamW's step over [lo, hi) of the trainable buffer, in span i (its moments from `moment` on). */
+/* AdamW's step over [lo, hi) of the trainable buffer, inside the optimizer span that starts at span_lo and
+ * whose moments start at `moment`. */
 struct adamw_piece {
     size_t lo, hi, span_lo, moment;
     float weight_decay;
