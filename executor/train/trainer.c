@@ -463,15 +463,16 @@ static const struct trainer_method_ops *const methods[] = {
 };
 
 int trainer_open(struct run *r, const struct trainer_config *cfg, const struct trainer_io *io, struct model *base,
-                 struct whet_err *err) {
+                 struct tokenizer *tok, struct whet_err *err) {
     *r = (struct run){.cfg = cfg, .io = io, .method = methods[cfg->method], .last_checkpoint_step = -1,
-                      .rank = cfg->dist.rank, .world = cfg->dist.world_size, .cotrain_base = base};
+                      .rank = cfg->dist.rank, .world = cfg->dist.world_size, .cotrain_base = base, .tok = tok,
+                      .tok_borrowed = tok != NULL};
     int rc = -1;
     char *tok_path = xasprintf("%s/tokenizer.json", cfg->model);
     char *metrics_path = xasprintf("%s/metrics.jsonl", cfg->output_dir);
     r->checkpoints_dir = xasprintf("%s/checkpoints", cfg->output_dir);
     if (whet_mkdir_p(r->checkpoints_dir, err) || trainer_dist_open(r, err)) goto out;
-    if (tokenizer_load(tok_path, &r->tok, err)) goto out;
+    if (!r->tok && tokenizer_load(tok_path, &r->tok, err)) goto out;
     if (chat_template_load(&r->tpl, cfg->model, err)) goto out;
     if (r->method->load_data(r, err) || plan_steps(r, err)) goto out;
     if (cfg->resume_from && read_state(r, cfg->resume_from, err)) goto out;
@@ -502,7 +503,7 @@ void trainer_close(struct run *r) {
     if (r->ref_model) model_free(r->ref_model);
     r->method->free(r);
     chat_template_free(&r->tpl);
-    if (r->tok) tokenizer_free(r->tok);
+    if (r->tok && !r->tok_borrowed) tokenizer_free(r->tok);
     free(r->checkpoints_dir);
     *r = (struct run){0};
 }
@@ -513,7 +514,7 @@ int trainer_run(const struct trainer_config *cfg, const struct trainer_io *io, i
     if (cfg->dist.rank != 0) rank_io.events = NULL;
     struct run r;
     *stopped = 0;
-    int rc = trainer_open(&r, cfg, &rank_io, NULL, err) ? -1 : run_loop(&r, stopped, err);
+    int rc = trainer_open(&r, cfg, &rank_io, NULL, NULL, err) ? -1 : run_loop(&r, stopped, err);
     trainer_close(&r);
     return rc;
 }

@@ -37,6 +37,7 @@
 #include "model.h"
 #include "model_plan.h"
 #include "rollout.h"
+#include "tokenizer.h"
 #include "trainer_internal.h"
 
 /* Why a config cannot be co-trained, or NULL. */
@@ -264,10 +265,10 @@ struct member {
     int open;
 };
 
-/* Adds job j to the runs m[0..*n) (growing m): opened on the shared base from the next step on, or ended at
- * once, alone, when it cannot be co-trained or does not open. */
-static void add_member(struct member ***m, int *n, int *cap, struct model *base, const char *base_dir,
-                       struct trainer_cotrain_job *j) {
+/* Adds job j to the runs m[0..*n) (growing m): opened on the shared base (and its tokenizer, when read) from
+ * the next step on, or ended at once, alone, when it cannot be co-trained or does not open. */
+static void add_member(struct member ***m, int *n, int *cap, struct model *base, struct tokenizer *tok,
+                       const char *base_dir, struct trainer_cotrain_job *j) {
     if (*n == *cap) {
         *cap = *cap ? 2 * *cap : 8;
         *m = xrealloc(*m, (size_t)*cap * sizeof **m);
@@ -283,7 +284,7 @@ static void add_member(struct member ***m, int *n, int *cap, struct model *base,
     }
     r->io = j->io;
     r->io.stop = &r->stop;
-    if (trainer_open(&r->run, j->cfg, &r->io, base, &j->err)) {
+    if (trainer_open(&r->run, j->cfg, &r->io, base, tok, &j->err)) {
         j->rc = -1;
         trainer_close(&r->run);
         last_events(j);
@@ -302,15 +303,22 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, int pass_tokens, co
     o.device = jobs[0].cfg->device;
     struct model *base;
     if (model_load(&base, base_dir, &o, err)) return whet_err_prefix(err, "co-training: base model");
+    /* The base's tokenizer, read once for all the runs (each read it alone: a tenth of a second apiece, on one
+     * thread while the others waited); unreadable, each run reads its own and fails on its own. */
+    char *tok_path = xasprintf("%s/tokenizer.json", base_dir);
+    struct tokenizer *tok = NULL;
+    struct whet_err tok_err;
+    if (tokenizer_load(tok_path, &tok, &tok_err)) tok = NULL;
+    free(tok_path);
     struct member **m = NULL;
     int n_runs = 0, cap = 0;
-    for (int i = 0; i < n; i++) add_member(&m, &n_runs, &cap, base, base_dir, &jobs[i]);
+    for (int i = 0; i < n; i++) add_member(&m, &n_runs, &cap, base, tok, base_dir, &jobs[i]);
     struct run **live = NULL, **own = NULL;
     struct trainer_cotrain_job **live_jobs = NULL, **own_jobs = NULL;
     for (;;) {
         /* runs joining between steps: in the lock-step from this one */
         for (struct trainer_cotrain_job *j; joins && (j = joins->next(joins->ctx));)
-            add_member(&m, &n_runs, &cap, base, base_dir, j);
+            add_member(&m, &n_runs, &cap, base, tok, base_dir, j);
         live = xrealloc(live, (size_t)n_runs * sizeof *live);
         live_jobs = xrealloc(live_jobs, (size_t)n_runs * sizeof *live_jobs);
         own = xrealloc(own, (size_t)n_runs * sizeof *own);
@@ -342,6 +350,7 @@ int trainer_cotrain(struct trainer_cotrain_job *jobs, int n, int pass_tokens, co
     }
     for (int i = 0; i < n_runs; i++) free(m[i]);
     free(m), free(live), free(live_jobs), free(own), free(own_jobs);
+    if (tok) tokenizer_free(tok);
     model_free(base);
     return 0;
 }

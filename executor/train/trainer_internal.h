@@ -27,6 +27,7 @@ struct run {
     const struct trainer_method_ops *method;
     void *state; /* the method's own: its data, packing, scratch and last figures */
     struct tokenizer *tok;
+    int tok_borrowed; /* tok is the co-training's, shared by its runs (trainer_open's `tok`) */
     struct chat_template tpl;
     int has_valid; /* a validation file was read */
     struct model *model;
@@ -117,10 +118,11 @@ struct trainer_method_ops {
 extern const struct trainer_method_ops trainer_sft_method, trainer_dpo_method, trainer_grpo_method;
 
 /* ---- the loop in parts, for co-training (trainer_cotrain.c), which runs many runs' steps in one pass ---- */
-/* Sets up a run as trainer_run does (data, plan, resume, model: with `base`, an adapter view of it); r
- * is zeroed first and wants trainer_close even on failure. */
+/* Sets up a run as trainer_run does (data, plan, resume, model: with `base`, an adapter view of it; with
+ * `tok`, that tokenizer of cfg->model, borrowed, else its own read); r is zeroed first and wants
+ * trainer_close even on failure. */
 int trainer_open(struct run *r, const struct trainer_config *cfg, const struct trainer_io *io, struct model *base,
-                 struct whet_err *err);
+                 struct tokenizer *tok, struct whet_err *err);
 void trainer_close(struct run *r);
 /* Whether the run takes another step (its plan has one left and no stop is asked). */
 int trainer_has_step(const struct run *r);

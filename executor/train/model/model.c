@@ -463,18 +463,33 @@ int model_set_lora_runs(struct model *m, const struct lora_run *runs, int n_runs
     return 0;
 }
 
+/* The rank the runs' x·Aᵀ blocks are laid out for: the largest of theirs. */
+static int runs_rank(const struct model *m) { return m->runs_max_r > 0 ? m->runs_max_r : 1; }
+
+/* Where the runs' x·Aᵀ of module `mod` of layer l lies from token `row` on (a run's [len, r] at row·runs_rank,
+ * so the runs' rows never overlap): layer l's own block in a model that trains, the one block otherwise. */
+static float *runs_xa(const struct model *m, int l, int mod, int row) {
+    size_t block = m->train ? (size_t)l * N_MODS + (size_t)mod : 0;
+    return m->run_xa + (block * (size_t)m->runs_N + (size_t)row) * (size_t)runs_rank(m);
+}
+
 int model_prepare_runs(struct model *m, int N, struct whet_err *err) {
     if (!m->n_runs) return 0;
     long long covered = 0;
     for (int i = 0; i < m->n_runs; i++) covered += m->runs[i].n_tokens;
     if (covered != N) return whet_errf(err, "lora runs cover %lld tokens, the pass has %d", covered, N);
-    /* x·Aᵀ of a run, and in a backward pass its gradient beside it */
-    size_t need = 2 * (size_t)N * (size_t)(m->runs_max_r > 0 ? m->runs_max_r : 1);
-    if (need <= m->run_xa_cap) return 0;
-    m->be->free(m->be, m->run_xa);
-    m->run_xa_cap = 0;
-    if (!(m->run_xa = m->be->alloc(m->be, sizeof(float) * need, err))) return -1;
-    m->run_xa_cap = need;
+    /* The runs' x·Aᵀ, [N, r] a module (runs_xa), then the scratch of its gradient: in a model that trains, a
+     * block for each module of each layer, kept from the forward for the backward (recomputed there, it was a
+     * fifth of the runs' LoRA products); else one, reused. */
+    size_t blocks = m->train ? (size_t)m->L * N_MODS + 1 : 2, block = (size_t)N * (size_t)runs_rank(m);
+    m->runs_N = N;
+    if (blocks * block > m->run_xa_cap) {
+        m->be->free(m->be, m->run_xa);
+        m->run_xa_cap = 0;
+        if (!(m->run_xa = m->be->alloc(m->be, sizeof(float) * blocks * block, err))) return -1;
+        m->run_xa_cap = blocks * block;
+    }
+    m->run_dxa = m->run_xa + (blocks - 1) * block;
     return 0;
 }
 
@@ -644,8 +659,8 @@ static void add_lora(struct model *m, int l, int mod, float *xa, float *out, int
         const struct model *a = m->runs[i].adapter;
         int len = m->runs[i].n_tokens < N - row ? m->runs[i].n_tokens : N - row;
         if (a && a->targets & (1u << mod))
-            lora_term(m->be, a, &a->lmods[l][mod], m->run_xa, out + (size_t)row * ldo, ldo, x + (size_t)row * ldx, ldx,
-                      len, in, outd);
+            lora_term(m->be, a, &a->lmods[l][mod], runs_xa(m, l, mod, row), out + (size_t)row * ldo, ldo,
+                      x + (size_t)row * ldx, ldx, len, in, outd);
     }
 }
 
@@ -662,8 +677,8 @@ static void lora_term_backward(struct backend *be, const struct model *a, const 
     if (dx) be->gemm(be, 0, 0, N, in, r, 1.0f, dxa, r, lm->A, in, 1.0f, dx, lddx);
 }
 
-/* The backward of add_lora for module `mod` of layer l: the model's own adapter (its xa kept from the
- * forward), or each run's adapter on its rows (xa recomputed from x: r is small). */
+/* The backward of add_lora for module `mod` of layer l: the model's own adapter, or each run's adapter on its
+ * rows (xa kept from the forward either way). */
 static void add_lora_backward(struct model *m, int l, int mod, const float *xa, float *dx, int lddx,
                               const float *dout, int lddo, const float *x, int ldx, int N, int in, int outd) {
     if (!m->n_runs) {
@@ -675,12 +690,9 @@ static void add_lora_backward(struct model *m, int l, int mod, const float *xa, 
         const struct model *a = m->runs[i].adapter;
         int len = m->runs[i].n_tokens < N - row ? m->runs[i].n_tokens : N - row;
         if (!a || !(a->targets & (1u << mod))) continue;
-        const struct lora_mod *lm = &a->lmods[l][mod];
-        const float *xr = x + (size_t)row * ldx;
-        float *run_xa = m->run_xa, *run_dxa = m->run_xa + m->run_xa_cap / 2;
-        m->be->matmul_forward(m->be, run_xa, a->lora_r, xr, ldx, lm->A, NULL, len, in, a->lora_r, 0.0f);
-        lora_term_backward(m->be, a, lm, run_xa, run_dxa, dx ? dx + (size_t)row * lddx : NULL, lddx,
-                           dout + (size_t)row * lddo, lddo, xr, ldx, len, in, outd);
+        lora_term_backward(m->be, a, &a->lmods[l][mod], runs_xa(m, l, mod, row), m->run_dxa,
+                           dx ? dx + (size_t)row * lddx : NULL, lddx, dout + (size_t)row * lddo, lddo,
+                           x + (size_t)row * ldx, ldx, len, in, outd);
     }
 }
 
@@ -970,6 +982,17 @@ void model_get_logits(const struct model *m, float *out) {
 
 /* ---------------------------------------------------------------- backward ---- */
 
+/* The backward of a linear layer whose input gradient dinp[N, C] = dout @ weight is written, not added to (no
+ * pass zeroing it first; NULL: not wanted), and, in a full fine-tune, its weight's and bias's gradients added
+ * to as matmul_backward does. */
+static void linear_backward(struct model *m, float *dinp, int lddi, const float *weight, const float *bias,
+                            const float *dout, int lddo, const float *inp, int ldi, int N, int C, int OC) {
+    if (dinp) m->be->gemm(m->be, 0, 0, N, C, OC, 1.0f, dout, lddo, weight, C, 0.0f, dinp, lddi);
+    float *dweight = pgrad(m, weight), *dbias = pgrad(m, bias);
+    if (dweight || dbias)
+        m->be->matmul_backward(m->be, NULL, lddi, dweight, dbias, dout, lddo, inp, ldi, weight, N, C, OC);
+}
+
 /* dresid holds d(loss)/d(resid[l+1]) on entry and d/d(resid[l]) on return. */
 static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) {
     struct backend *be = m->be;
@@ -978,18 +1001,15 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
     const float *x = m->resid + (size_t)l * N * C;
     float *dres = m->dresid;
     /* MLP: out = mid + h @ wdown^T */
-    be->zero(be, m->dh, sizeof(float) * (size_t)N * F);
-    be->matmul_backward(be, m->dh, F, pgrad(m, p->wdown), NULL, dres, C, a->h, F, p->wdown, N, F, C);
+    linear_backward(m, m->dh, F, p->wdown, NULL, dres, C, a->h, F, N, F, C);
     add_lora_backward(m, l, MOD_DOWN, a->xa[MOD_DOWN], m->dh, F, dres, C, a->h, F, N, F, C);
     be->swiglu_backward(be, m->dgu, m->dh, a->gu, N, F);
-    be->zero(be, m->dln, sizeof(float) * (size_t)N * C);
-    be->matmul_backward(be, m->dln, C, pgrad(m, p->wgu), NULL, m->dgu, 2 * F, a->ln2, C, p->wgu, N, C, 2 * F);
+    linear_backward(m, m->dln, C, p->wgu, NULL, m->dgu, 2 * F, a->ln2, C, N, C, 2 * F);
     add_lora_backward(m, l, MOD_GATE, a->xa[MOD_GATE], m->dln, C, m->dgu, 2 * F, a->ln2, C, N, C, F);
     add_lora_backward(m, l, MOD_UP, a->xa[MOD_UP], m->dln, C, m->dgu + F, 2 * F, a->ln2, C, N, C, F);
     be->rmsnorm_backward(be, dres, C, pgrad(m, p->ln2), m->dln, C, a->mid, C, p->ln2, a->rstd2, N, 1, C);
     /* Attention: mid = x + att @ wo^T */
-    be->zero(be, m->datt, sizeof(float) * (size_t)N * qd);
-    be->matmul_backward(be, m->datt, qd, pgrad(m, p->wo), NULL, dres, C, a->att, qd, p->wo, N, qd, C);
+    linear_backward(m, m->datt, qd, p->wo, NULL, dres, C, a->att, qd, N, qd, C);
     add_lora_backward(m, l, MOD_O, a->xa[MOD_O], m->datt, qd, dres, C, a->att, qd, N, qd, C);
     const float *q, *k, *v;
     int ldq, ldk;
@@ -1012,9 +1032,7 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
     }
     /* qkv = ln1 @ wqkv^T + b. The input gradient of layer 0 is only needed to train the embedding. */
     int need_dx = l > 0 || m->full_ft;
-    be->zero(be, m->dln, sizeof(float) * (size_t)N * C);
-    be->matmul_backward(be, need_dx ? m->dln : NULL, C, pgrad(m, p->wqkv), pgrad(m, p->bqkv), m->dqkv, m->QKV, a->ln1, C,
-                        p->wqkv, N, C, m->QKV);
+    linear_backward(m, need_dx ? m->dln : NULL, C, p->wqkv, p->bqkv, m->dqkv, m->QKV, a->ln1, C, N, C, m->QKV);
     for (int i = 0; i < 3; i++) {
         int off = i == 0 ? 0 : i == 1 ? qd : qd + kvd, outd = i == 0 ? qd : kvd;
         add_lora_backward(m, l, MOD_Q + i, a->xa[MOD_Q + i], need_dx ? m->dln : NULL, C, m->dqkv + off, m->QKV, a->ln1,
@@ -1190,24 +1208,47 @@ float model_clip_grad_norm(struct model *m, float max_norm) {
     return (float)sqrt(host);
 }
 
+/* AdamW's step over [lo, hi) of the trainable buffer, inside the optimizer span that starts at span_lo and
+ * whose moments start at `moment`. */
+struct adamw_piece {
+    size_t lo, hi, span_lo, moment;
+    float weight_decay;
+};
+
+static void adamw_piece_step(struct model *m, const struct adamw_piece *p, float lr, float beta1, float beta2,
+                             float eps, float bc1, float bc2) {
+    if (p->lo < p->hi)
+        m->be->adamw(m->be, m->tp + p->lo, m->grads + p->lo, m->adam_m + p->moment + (p->lo - p->span_lo),
+                     m->adam_v + p->moment + (p->lo - p->span_lo), p->hi - p->lo, lr, beta1, beta2, eps,
+                     p->weight_decay, bc1, bc2);
+}
+
 void model_adamw_step(struct model *m, float lr, float beta1, float beta2, float eps, float weight_decay) {
     if (!m->train) return;
     m->adam_t++;
     float bc1 = 1.0f - powf(beta1, (float)m->adam_t), bc2 = 1.0f - powf(beta2, (float)m->adam_t);
     size_t moment = 0; /* where span i's moments start */
+    /* The parts of the tensors in the spans (both in buffer order), adjacent ones of one span and decay in
+     * one step: a LoRA adapter's hundred small matrices are one loop split across the threads, not a
+     * hundred each too small to split. */
+    struct adamw_piece run = {0};
     for (int i = 0, k = 0; i < m->n_spans; moment += m->spans[i].hi - m->spans[i].lo, i++)
-        for (; k < m->n_tensors; k++) { /* the parts of the tensors in the span (both in buffer order) */
+        for (; k < m->n_tensors; k++) {
             struct tensor *t = &m->tensors[k];
             if (!t->grad) continue;
             size_t off = (size_t)(t->ptr - m->tp), span_lo = m->spans[i].lo, span_hi = m->spans[i].hi;
             if (off >= span_hi) break;
             size_t lo = off > span_lo ? off : span_lo, hi = off + t->numel < span_hi ? off + t->numel : span_hi;
-            if (lo < hi)
-                m->be->adamw(m->be, m->tp + lo, m->grads + lo, m->adam_m + moment + (lo - span_lo),
-                             m->adam_v + moment + (lo - span_lo), hi - lo, lr, beta1, beta2, eps,
-                             t->decay ? weight_decay : 0.0f, bc1, bc2);
+            float decay = t->decay ? weight_decay : 0.0f;
+            if (lo == run.hi && span_lo == run.span_lo && decay == run.weight_decay) {
+                run.hi = hi > lo ? hi : lo;
+            } else {
+                adamw_piece_step(m, &run, lr, beta1, beta2, eps, bc1, bc2);
+                run = (struct adamw_piece){lo, hi > lo ? hi : lo, span_lo, moment, decay};
+            }
             if (off + t->numel > span_hi) break; /* the tensor goes on into the next span */
         }
+    adamw_piece_step(m, &run, lr, beta1, beta2, eps, bc1, bc2);
 }
 
 /* ---------------------------------------------------------------- distributed training ---- */

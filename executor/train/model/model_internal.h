@@ -116,11 +116,12 @@ struct model {
     void *gen;   /* generation's device scratch for gen_cap rows (model_generate.c) */
     int gen_cap;
     /* Serving: a view (model_load_adapter_view) borrows its base's weights and device; a base runs
-     * the adapters of model_set_lora_runs on its rows, with run_xa as their x·Aᵀ scratch. */
+     * the adapters of model_set_lora_runs on its rows, with run_xa as their x·Aᵀ (model_prepare_runs lays
+     * it out for passes of runs_N tokens) and run_dxa as its gradient's scratch. */
     struct model *view_of;
     struct lora_run *runs;
-    int n_runs, runs_max_r;
-    float *run_xa;
+    int n_runs, runs_max_r, runs_N;
+    float *run_xa, *run_dxa;
     size_t run_xa_cap; /* floats */
     float *dresid, *dln, *dqkv, *dqkr, *datt, *dgu, *dh, *dxa, *dlnf_c;
 
