@@ -161,28 +161,39 @@ static int check_file(struct gw_req *r, const struct create_ctx *c, const char *
     return 0;
 }
 
-/* The job may be created (estimate.h): the row with its estimate, its "created" event (and a warning
- * when its estimate takes the month past the tenant's soft budget), the NOTIFY, one transaction. */
+/* The job may be created (estimate.h): the row with its estimate, its "created" event and the NOTIFY in
+ * one statement (and a warning when its estimate takes the month past the tenant's soft budget), one
+ * transaction. */
 static void create_insert(struct gw_req *r, const char *estimate_json, int soft_alert, void *arg) {
     struct create_ctx *c = arg;
     c->job_id = files_new_id(r, "ftjob-");
     c->event_id = files_new_id(r, "ftevent-");
     snprintf(c->now, sizeof c->now, "%lld", (long long)whet_now_unix());
-    const char *insert[] = {c->job_id,         http_tenant_id(r),  c->model,           c->base_model,
-                            c->init_checkpoint, c->training_file,   c->validation_file, c->resolved_method,
-                            c->suffix,          c->seed,            c->metadata_json,   c->whet_json,
-                            c->now,             c->priority,        estimate_json,
-                            r->api_key_id[0] ? r->api_key_id : NULL};
-    const char *event[] = {c->event_id, http_tenant_id(r), c->job_id, c->now};
-    const char *notify[] = {http_tenant_id(r), c->job_id};
+    const char *api_key = r->api_key_id[0] ? r->api_key_id : NULL;
+    /* the row's columns, then its event's id */
+    const char *insert[] = {c->job_id,
+                            http_tenant_id(r),
+                            c->model,
+                            c->base_model,
+                            c->init_checkpoint,
+                            c->training_file,
+                            c->validation_file,
+                            c->resolved_method,
+                            c->suffix,
+                            c->seed,
+                            c->metadata_json,
+                            c->whet_json,
+                            c->now,
+                            c->priority,
+                            estimate_json,
+                            api_key,
+                            c->event_id};
     const char *alert[] = {files_new_id(r, "ftevent-"), http_tenant_id(r), c->job_id, c->now};
-    struct db_stmt stmts[5] = {
-        {"jobs_insert", NULL, 16, insert},
-        {"jobs_created_event", NULL, 4, event},
-        {"jobs_notify", NULL, 2, notify},
+    struct db_stmt stmts[3] = {
+        {"jobs_insert", NULL, 17, insert},
         {"jobs_budget_event", NULL, 4, alert},
     };
-    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 4 : 3), create_done, c);
+    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 2 : 1), create_done, c);
 }
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -409,21 +420,22 @@ static void jobs_prepare(void) {
                "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
                "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
     /* Written only while the tenant is under its active-job limit (0 rows otherwise): whet_job_slot reads
-     * and locks the tenant's counter row, which the insert's trigger bumps (migration 0010), in O(1). */
-    db_prepare("jobs_insert",
-               "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
-               "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
-               "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-               "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) RETURNING *) "
-               "SELECT " JOB_COLUMNS " FROM j LEFT JOIN job_progress p ON false"); /* a new job has no progress */
+     * and locks the tenant's counter row, which the insert's trigger bumps (migration 0010), in O(1). The
+     * job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column); a new
+     * job has no progress. */
+    db_prepare(
+        "jobs_insert",
+        "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
+        "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
+        "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
+        "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) RETURNING *), "
+        "e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
+        "SELECT $17, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j) "
+        "SELECT " JOB_COLUMNS ", pg_notify('whet_jobs', j.id) FROM j LEFT JOIN job_progress p ON false");
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
                "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "
                "whet_budget_status($2), $4::bigint WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
-    db_prepare("jobs_created_event",
-               "INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
-               "SELECT $1, $2, $3, 'Created fine-tuning job: ' || $3::text, $4::bigint "
-               "WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
     db_prepare("jobs_notify", "SELECT pg_notify('whet_jobs', id) FROM jobs WHERE tenant_id = $1 AND id = $2");
     db_prepare("jobs_get", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.id = $2");
     db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
