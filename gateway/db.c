@@ -167,6 +167,7 @@ struct db_item {
     int misuse;           /* a bad statement count: fails as an internal error, never runs */
     int solo;             /* runs in a segment of its own (plain SQL, or sent again after a shared
                              segment failed) */
+    int deadlocks;        /* times its own segment was the victim of a deadlock and it was sent again */
 };
 
 struct db_segment {
@@ -483,23 +484,52 @@ static void pool_submit(struct db_pool *pool, struct db_item *item);
  * is its own (nothing ran before it): it gets it, and the others are sent again. A failure further
  * on may come from what an earlier request wrote and has now lost (two creates with one
  * idempotency key collide inside the segment): then every request is sent again, each on its own,
- * where a failure is a request's own. */
+ * where a failure is a request's own. A request alone in its segment that PostgreSQL chose as a
+ * deadlock's victim (two completes of one upload with one idempotency key can lock the upload and the
+ * key in opposite orders) is sent again, up to DB_DEADLOCK_RETRIES times, as PostgreSQL advises: its
+ * transaction was rolled back whole. */
+#define DB_DEADLOCK_RETRIES 3
+static int item_deadlocked(const struct db_item *item) {
+    for (int i = 0; i < item->n; i++) {
+        ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
+        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) continue;
+        const char *state = item->res[i] ? PQresultErrorField(item->res[i], PG_DIAG_SQLSTATE) : NULL;
+        return state && strcmp(state, "40P01") == 0;
+    }
+    return 0;
+}
+
+static void item_send_again(struct db_pool *pool, struct db_item *item) {
+    metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
+    for (int i = 0; i < item->n; i++) {
+        PQclear(item->res[i]);
+        item->res[i] = NULL;
+    }
+    item->solo = 1;
+    pool_submit(pool, item);
+}
+
 static void seg_query_done(struct db_pool *pool, struct db_segment *s) {
+    if (s->failed && s->nitems == 1 && item_deadlocked(s->items) && s->items->deadlocks < DB_DEADLOCK_RETRIES) {
+        struct db_item *item = s->items;
+        s->items = s->items_tail = NULL;
+        item->deadlocks++;
+        item_send_again(pool, item);
+        return;
+    }
     if (!s->failed || s->nitems == 1) {
         seg_finish_items(pool, s, 0);
         return;
     }
     struct db_item *item = s->items;
     s->items = s->items_tail = NULL;
+    /* A deadlock can come from the locks the whole shared transaction held: not the first request's own. */
     int first_failed = 0;
-    for (int i = 0; i < item->n; i++) {
+    for (int i = 0; i < item->n && !first_failed; i++) {
         ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
-        if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) continue;
-        /* A deadlock can come from the locks the whole shared transaction held: not its own. */
-        const char *state = item->res[i] ? PQresultErrorField(item->res[i], PG_DIAG_SQLSTATE) : NULL;
-        first_failed = !state || strcmp(state, "40P01") != 0;
-        break;
+        first_failed = st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK;
     }
+    if (first_failed && item_deadlocked(item)) first_failed = 0;
     if (first_failed) {
         struct db_item *next = item->next;
         metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
@@ -508,13 +538,7 @@ static void seg_query_done(struct db_pool *pool, struct db_segment *s) {
     }
     while (item) {
         struct db_item *next = item->next;
-        metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
-        for (int i = 0; i < item->n; i++) {
-            PQclear(item->res[i]);
-            item->res[i] = NULL;
-        }
-        item->solo = 1;
-        pool_submit(pool, item);
+        item_send_again(pool, item);
         item = next;
     }
 }
