@@ -485,9 +485,8 @@ static void pool_submit(struct db_pool *pool, struct db_item *item);
  * on may come from what an earlier request wrote and has now lost (two creates with one
  * idempotency key collide inside the segment): then every request is sent again, each on its own,
  * where a failure is a request's own. A request alone in its segment that PostgreSQL chose as a
- * deadlock's victim (two completes of one upload with one idempotency key can lock the upload and the
- * key in opposite orders) is sent again, up to DB_DEADLOCK_RETRIES times, as PostgreSQL advises: its
- * transaction was rolled back whole. */
+ * deadlock's victim (seen in CI: concurrent completes of one upload with one idempotency key) is sent
+ * again, up to DB_DEADLOCK_RETRIES times, as PostgreSQL advises: its transaction was rolled back whole. */
 #define DB_DEADLOCK_RETRIES 3
 static int item_deadlocked(const struct db_item *item) {
     for (int i = 0; i < item->n; i++) {
