@@ -488,13 +488,16 @@ static void pool_submit(struct db_pool *pool, struct db_item *item);
  * deadlock's victim (seen in CI: concurrent completes of one upload with one idempotency key) is sent
  * again, up to DB_DEADLOCK_RETRIES times, as PostgreSQL advises: its transaction was rolled back whole. */
 #define DB_DEADLOCK_RETRIES 3
-static int item_deadlocked(const struct db_item *item) {
+/* Whether a statement of the request failed, and whether the first that did was a deadlock's victim. */
+static int item_failed(const struct db_item *item, int *deadlocked) {
     for (int i = 0; i < item->n; i++) {
         ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
         if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) continue;
         const char *state = item->res[i] ? PQresultErrorField(item->res[i], PG_DIAG_SQLSTATE) : NULL;
-        return state && strcmp(state, "40P01") == 0;
+        *deadlocked = state && strcmp(state, "40P01") == 0;
+        return 1;
     }
+    *deadlocked = 0;
     return 0;
 }
 
@@ -509,7 +512,9 @@ static void item_send_again(struct db_pool *pool, struct db_item *item) {
 }
 
 static void seg_query_done(struct db_pool *pool, struct db_segment *s) {
-    if (s->failed && s->nitems == 1 && item_deadlocked(s->items) && s->items->deadlocks < DB_DEADLOCK_RETRIES) {
+    int deadlocked;
+    if (s->failed && s->nitems == 1 && item_failed(s->items, &deadlocked) && deadlocked &&
+        s->items->deadlocks < DB_DEADLOCK_RETRIES) {
         struct db_item *item = s->items;
         s->items = s->items_tail = NULL;
         item->deadlocks++;
@@ -523,13 +528,7 @@ static void seg_query_done(struct db_pool *pool, struct db_segment *s) {
     struct db_item *item = s->items;
     s->items = s->items_tail = NULL;
     /* A deadlock can come from the locks the whole shared transaction held: not the first request's own. */
-    int first_failed = 0;
-    for (int i = 0; i < item->n && !first_failed; i++) {
-        ExecStatusType st = item->res[i] ? PQresultStatus(item->res[i]) : PGRES_FATAL_ERROR;
-        first_failed = st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK;
-    }
-    if (first_failed && item_deadlocked(item)) first_failed = 0;
-    if (first_failed) {
+    if (item_failed(item, &deadlocked) && !deadlocked) {
         struct db_item *next = item->next;
         metrics_db_add(pool->admin, METRICS_DB_IN_FLIGHT, -1);
         item_finish(item, 0);

@@ -73,14 +73,19 @@ static void cpu_mem_info(struct backend *be, size_t *free_bytes, size_t *total_b
     if (f) fclose(f);
 }
 
-/* memset, split across the threads in blocks of `from` / 4 bytes from `from` bytes on. An allocation is
- * zeroed here, and that is the first touch of its memory: its page faults, which on a virtual machine cost
- * several times the writes (a co-trained base's activations, hundreds of MB, were a tenth of a short run's
- * CPU time, all of it on the one thread while the other waited). */
-static void zero_bytes(void *p, size_t bytes, size_t from) {
+/* memcpy from src (memset to zero when src is NULL), split across the threads in blocks of `from` / 4 bytes
+ * from `from` bytes on. An allocation is zeroed here, and that is the first touch of its memory: its page
+ * faults, which on a virtual machine cost several times the writes (a co-trained base's activations,
+ * hundreds of MB, were a tenth of a short run's CPU time, all of it on the one thread while the other
+ * waited); an upload's copy likewise (the base's weights, as a co-training process starts). */
+static void fill_bytes(void *dst, const void *src, size_t bytes, size_t from) {
     size_t chunk = from / 4, n = (bytes + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (bytes >= from)
-    for (size_t i = 0; i < n; i++) memset((char *)p + i * chunk, 0, i + 1 < n ? chunk : bytes - i * chunk);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = i + 1 < n ? chunk : bytes - i * chunk;
+        if (src) memcpy((char *)dst + i * chunk, (const char *)src + i * chunk, len);
+        else memset((char *)dst + i * chunk, 0, len);
+    }
 }
 
 static void *cpu_alloc(struct backend *be, size_t bytes, struct whet_err *err) {
@@ -92,7 +97,7 @@ static void *cpu_alloc(struct backend *be, size_t bytes, struct whet_err *err) {
     }
     /* Fresh memory is split from PAR_MIN floats (128 KiB: a fault a page), not PAR_MIN_LIGHT: most activation
      * buffers of a pass of a thousand tokens are a few MB, and were each zeroed on one thread. */
-    zero_bytes(p, bytes, sizeof(float) * PAR_MIN);
+    fill_bytes(p, NULL, bytes, sizeof(float) * PAR_MIN);
     return p;
 }
 static void cpu_free(struct backend *be, void *p) { free(p); }
@@ -112,16 +117,13 @@ static void cpu_release(struct backend *be, void *p, size_t bytes) {
     if (madvise((void *)a, b - a, MADV_DONTNEED)) memset((void *)a, 0, b - a);
 }
 
-/* An upload is a memcpy split across the threads from PAR_MIN floats on: the base's weights, read as a
- * co-training process starts, would otherwise be copied on one thread while the others wait. */
 static void cpu_upload(struct backend *be, void *dst, const void *src, size_t bytes) {
-    size_t chunk = sizeof(float) * PAR_MIN / 4, n = (bytes + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (bytes >= sizeof(float) * PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        memcpy((char *)dst + i * chunk, (const char *)src + i * chunk, i + 1 < n ? chunk : bytes - i * chunk);
+    fill_bytes(dst, src, bytes, sizeof(float) * PAR_MIN);
 }
 static void cpu_download(struct backend *be, void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
-static void cpu_zero(struct backend *be, void *p, size_t bytes) { zero_bytes(p, bytes, sizeof(float) * PAR_MIN_LIGHT); }
+static void cpu_zero(struct backend *be, void *p, size_t bytes) {
+    fill_bytes(p, NULL, bytes, sizeof(float) * PAR_MIN_LIGHT);
+}
 static void cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 
 /* ---------------------------------------------------------------- matmul ---- */
