@@ -76,6 +76,21 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     PGconn *conn = handler_conn(s, err);
     if (!conn) return db_unavailable(err);
 
+    /* A node registers after it (re)started, so whatever it ran before is gone with the old process:
+     * those attempts end as lost and their jobs resume from their last checkpoint. This comes before the
+     * node is marked ready, never after: once it is ready the leader may place jobs on it at any moment,
+     * and those belong to this process (CI once saw a group placed between the two statements ended
+     * at once as "restarted", and placed again). */
+    const char *lost_params[] = {req->node_id};
+    PGresult *lost = whet_pg_query(conn,
+                                   "SELECT whet_requeue_node_attempts($1, 'Node ' || $1 || ' restarted; the job will"
+                                   " resume from its last checkpoint')",
+                                   1, lost_params, err);
+    if (!lost) return db_unavailable(err);
+    for (int i = 0; i < PQntuples(lost); i++)
+        log_warn("msg=\"job requeued: node restarted\" job=%s", PQgetvalue(lost, i, 0));
+    PQclear(lost);
+
     json_t *devices = json_array(), *models = json_array();
     const char *device_type = "cpu";
     for (size_t i = 0; i < req->n_devices; i++) {
@@ -96,8 +111,8 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     const char *params[] = {req->node_id, req->dc,      req->pool, devices_json,
                             device_type,  gpus,         cpu,       mem,
                             models_json,  req->version, lease,     *req->address ? req->address : "127.0.0.1"};
-    /* A node that comes back after being declared lost starts clean: its old attempts were already
-     * requeued, so it must not keep running them (the executor stops what it had on re-register). */
+    /* Ready, also a node that comes back after being declared lost (the executor stopped what it had
+     * before it registered again). */
     int rc = whet_pg_exec(conn,
                           "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib,"
                           " cached_models, version, lease_ms, address) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)"
@@ -109,17 +124,6 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     free(devices_json);
     free(models_json);
     if (rc < 0) return db_unavailable(err);
-    /* A node registers after it (re)started, so whatever it ran before is gone with the old process:
-     * those attempts end as lost and their jobs resume from their last checkpoint. */
-    const char *lost_params[] = {req->node_id};
-    PGresult *lost = whet_pg_query(conn,
-                                   "SELECT whet_requeue_node_attempts($1, 'Node ' || $1 || ' restarted; the job will"
-                                   " resume from its last checkpoint')",
-                                   1, lost_params, err);
-    if (!lost) return db_unavailable(err);
-    for (int i = 0; i < PQntuples(lost); i++)
-        log_warn("msg=\"job requeued: node restarted\" job=%s", PQgetvalue(lost, i, 0));
-    PQclear(lost);
     log_info("msg=\"node registered\" node=%s dc=%s pool=%s devices=%zu type=%s", req->node_id, req->dc, req->pool,
              req->n_devices, device_type);
 

@@ -8,7 +8,7 @@
 // they are charged no more than the one device for the time it ran them. Then three longer jobs form a
 // group on a new one-device executor, a second one-device executor joins, and with nobody waiting the
 // scheduler moves the newest member out: it checkpoints, the others go on, and it resumes alone on the
-// new device; once it ended the next newest may follow it there, the first member stays. (Executors come
+// new device; once it ended the next newest may leave too, the first member stays. (Executors come
 // and go so that each test's jobs wait together for a device: a free one would take the first job alone.)
 import test from 'node:test';
 import { execFileSync } from 'node:child_process';
@@ -123,7 +123,11 @@ test('a member moves out of its group to a free device and resumes there alone',
     moved.push(j.id);
     assert.equal(placed.length, 2, JSON.stringify(placed));
     assert.doesNotMatch(placed[1].message, /co-trained/);
-    assert.notEqual(placed[1].data.node, placed[0].data.node);
+    // The newest left while its group held the old device, so it resumed on the new one. A member that
+    // followed it was told to leave for the device the newest had freed, but may be placed back on its
+    // old one: the first member may have finished meanwhile, and then either device is free (seen here
+    // with a loaded CPU: told to leave at step 58 of 60, it resumed on its old node).
+    if (j.id === done[2].id) assert.notEqual(placed[1].data.node, placed[0].data.node);
     assert.match(placed[1].message, /resuming from step \d+/);
     const got = events.filter((e) => e.type === 'metrics').map((e) => e.data.step);
     assert.equal(Math.max(...got), steps);
