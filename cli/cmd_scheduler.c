@@ -13,7 +13,8 @@
 static void scheduler_usage(FILE *out) {
     fprintf(out,
             "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n"
-            "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n\n"
+            "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n"
+            "                      [--cotrain-move-min-left S]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
@@ -29,7 +30,11 @@ static void scheduler_usage(FILE *out) {
             "                    holds one, so a big fleet under job churn needs more)\n"
             "  --progress-ms MS  write a running job's step (its trained_tokens and estimated_finish) at most\n"
             "                    this often (default $WHET_SCHEDULER_PROGRESS_MS, else 5000; 0: on every\n"
-            "                    heartbeat); a job's first step, its end and a changed total are written at once\n",
+            "                    heartbeat); a job's first step, its end and a changed total are written at once\n"
+            "  --cotrain-move-min-left S\n"
+            "                    a co-trained job moves out of its group to a freed device only with more than S\n"
+            "                    seconds of work left at its pace so far (default $WHET_COTRAIN_MOVE_MIN_LEFT_S,\n"
+            "                    else 60: a move costs a checkpoint, a new process and a load of the base model)\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 
@@ -41,12 +46,14 @@ static int cmd_scheduler(int argc, char **argv) {
                                          {"metrics", required_argument, 0, 'm'},
                                          {"rpc-threads", required_argument, 0, 't'},
                                          {"progress-ms", required_argument, 0, 'P'},
+                                         {"cotrain-move-min-left", required_argument, 0, 'C'},
                                          {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
     int lease_ms = atoi(whet_env("WHET_LEASE_MS", "10000")), c;
     int rpc_threads = atoi(whet_env("WHET_SCHEDULER_RPC_THREADS", "16"));
     const char *progress_ms = whet_env("WHET_SCHEDULER_PROGRESS_MS", "5000");
+    const char *move_min_left = whet_env("WHET_COTRAIN_MOVE_MIN_LEFT_S", "60");
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -55,6 +62,7 @@ static int cmd_scheduler(int argc, char **argv) {
         case 'm': metrics = optarg; break;
         case 't': rpc_threads = atoi(optarg); break;
         case 'P': progress_ms = optarg; break;
+        case 'C': move_min_left = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -83,13 +91,22 @@ static int cmd_scheduler(int argc, char **argv) {
                 progress_ms);
         return 2;
     }
+    double min_left = strtod(move_min_left, &end);
+    if (end == move_min_left || *end || !(min_left >= 0 && min_left <= 86400)) {
+        fprintf(stderr,
+                "whet scheduler: --cotrain-move-min-left (or WHET_COTRAIN_MOVE_MIN_LEFT_S) must be 0 to 86400 "
+                "seconds, not \"%s\"\n",
+                move_min_left);
+        return 2;
+    }
     whet_log_component("scheduler");
     struct whet_err err;
     struct scheduler_options o = {.policy = policy,
                                   .lease_ms = lease_ms,
                                   .heartbeat_ms = lease_ms / 10,
                                   .rpc_threads = rpc_threads,
-                                  .progress_ms = (int)progress};
+                                  .progress_ms = (int)progress,
+                                  .cotrain_move_min_left_s = min_left};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

@@ -25,7 +25,8 @@
  * of its own than beside the others in the shared pass: MOVE_OUT stops it (it checkpoints, the others go
  * on) and the next cycle places it alone, resuming from that checkpoint. One member per free device,
  * the group keeping at least one; members that ran less than cfg.min_run_s stay (a restart costs a
- * restore), the newest leave first, and members already stopping count against the free devices (the
+ * restore), and so do members with less work left than cfg.cotrain_move_min_left_s (they end before
+ * the move would pay: the stop, a new process and a load of the base); the newest leave first, and members already stopping count against the free devices (the
  * caller's next snapshot still shows those devices free until the movers take them).
  *
  * Accounting. One member, the holder, holds the whole device (under its tenant); the others, riders,
@@ -178,7 +179,8 @@ void pl_cotrain_move_out(struct pl_cluster *c, double now) {
                 struct pl_job *v = l->jobs[k];
                 if (v->cotrain_group != g->id || v->state != PL_JOB_RUNNING) continue;
                 staying++;
-                if (now - v->start_time >= c->cfg.min_run_s && (!mover || v->id > mover->id)) mover = v;
+                int ending = v->remaining_s > 0 && v->remaining_s <= c->cfg.cotrain_move_min_left_s;
+                if (now - v->start_time >= c->cfg.min_run_s && !ending && (!mover || v->id > mover->id)) mover = v;
             }
             if (free <= 0 || staying < 2 || !mover) break;
             struct pl_decision *d = pl_decision_add(c, PL_MOVE_OUT, mover);

@@ -125,6 +125,10 @@ struct pl_job {
     double submit_time;        /* seconds, any epoch; arrival order */
     double attained_gpu_s;     /* GPU-seconds of service received so far (the caller keeps it) */
     double last_checkpoint_time; /* running: when its last complete checkpoint was written */
+    double remaining_s;          /* running: estimated seconds of work left at its present pace; 0:
+                                  unknown (a member of a co-training group with less left than
+                                  cfg.cotrain_move_min_left_s does not move out: it ends before a move
+                                  would pay) */
     /* Co-training (cotrain.c): LoRA jobs of one base share a process, one copy of the base and one
      * device. Only a one-device job (gpus 1, gpu_milli 1000) is co-trainable. */
     uint64_t cotrain_key;      /* nonzero: co-trainable; jobs of the same key (same base model, a method
@@ -190,6 +194,9 @@ struct pl_config {
     double fgd_pack_milli;     /* FGD only: weight of best-fit packing next to the fragmentation
                                   growth, in milli-GPU per unit of best-fit score (default 50) */
     int32_t cotrain_max;       /* the most jobs in one co-training group; below 2: no co-training */
+    double cotrain_move_min_left_s; /* a member moves out of its group only with more work left than
+                                  this (pl_job.remaining_s): a move costs a checkpoint, a new process
+                                  and a load of the base model */
 };
 
 /* The defaults for a policy name: "fifo", "bestfit", "las" or "whet". Returns -1 if unknown. */

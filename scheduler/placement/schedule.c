@@ -53,6 +53,7 @@ int pl_config_for_policy(struct pl_config *cfg, const char *policy) {
         cfg->elastic = 1;
         cfg->min_run_s = 300; /* a restart costs a restore: let a job run a while before stopping it */
         cfg->cotrain_max = 8;  /* the "eight tenants tuning the same Qwen on one GPU" */
+        cfg->cotrain_move_min_left_s = 60; /* a GPU process loads a base of many GB in tens of seconds */
     } else {
         return -1;
     }

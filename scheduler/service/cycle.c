@@ -337,6 +337,43 @@ static uint64_t running_group_id(struct snapshot *s, const char *name) {
     return (uint64_t)k + 1;
 }
 
+/* Each co-trained member's work left at its pace so far (pl_job.remaining_s), from its progress row, so
+ * that placement keeps a member about to end in its group. The row's step is written at most every
+ * progress_ms, so the estimate errs long (a move that may not pay), never short. */
+static int load_members_remaining(struct snapshot *s, PGconn *conn, struct whet_err *err) {
+    int *members = xcalloc((size_t)s->n_running + 1, sizeof *members), n = 0;
+    json_t *ids = json_array();
+    for (int i = 0; i < s->n_running; i++) {
+        if (!s->running[i].cotrain_group) continue;
+        members[n++] = i;
+        json_array_append_new(ids, json_string(s->running_ids[i]));
+    }
+    char *list = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    const char *params[] = {list};
+    PGresult *res = n == 0 ? NULL
+                           : whet_pg_query(conn,
+                                           "SELECT x.i - 1, p.attempt, p.last_step - p.resume_step,"
+                                           " p.total_steps - p.last_step,"
+                                           " extract(epoch FROM clock_timestamp()) - p.started_at"
+                                           " FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(id, i)"
+                                           " JOIN job_progress p ON p.job_id = x.id"
+                                           " WHERE p.total_steps IS NOT NULL AND p.last_step > p.resume_step",
+                                           1, params, err);
+    free(list);
+    int rc = n == 0 || res ? 0 : -1;
+    for (int r = 0; res && r < PQntuples(res); r++) {
+        int k = members[atoi(PQgetvalue(res, r, 0))];
+        if (atoi(PQgetvalue(res, r, 1)) != s->running_attempts[k]) continue; /* an earlier attempt's */
+        double done = atof(PQgetvalue(res, r, 2)), left = atof(PQgetvalue(res, r, 3)),
+               ran_s = atof(PQgetvalue(res, r, 4));
+        if (ran_s > 0) s->running[k].remaining_s = fmax(left * ran_s / done, 1e-3); /* 0 would read "unknown" */
+    }
+    PQclear(res);
+    free(members);
+    return rc;
+}
+
 /* The shapes of the base models the queue's jobs train (job_sizing_model), read each cycle: few rows. */
 struct base_shapes {
     int n;
@@ -472,6 +509,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         s->running_attempts[s->n_running] = ra->attempt;
         s->n_running++;
     }
+    if (s->n_running_groups > 0 && load_members_remaining(s, conn, err) < 0) return -1;
 
     /* The head of the queue in order; what never changes of each job comes from the cache (queue.c). */
     res = whet_pg_query(conn,
@@ -894,6 +932,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             goto out;
         }
         cfg.min_run_s = 5;
+        cfg.cotrain_move_min_left_s = sch->opts->cotrain_move_min_left_s;
         char perr[256];
         cluster = pl_cluster_new(s.nodes, s.n_nodes, s.tenants, s.n_tenants, &cfg, perr, sizeof perr);
         if (!cluster) {

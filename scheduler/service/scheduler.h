@@ -34,6 +34,8 @@ struct scheduler_options {
     int cotrain_pass_tokens;    /* a co-training group's passes hold at most this many tokens, as the
                                    executors run them (both read WHET_COTRAIN_PASS_TOKENS); <= 0: the
                                    trainer's default (sizing.h's sz_cotrain_mib) */
+    double cotrain_move_min_left_s; /* a co-trained job with less work left than this stays in its group
+                                   when a device frees up (default 60) */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

@@ -1008,6 +1008,23 @@ TEST(cotrain_members_move_out_to_free_devices_when_nobody_waits) {
     r = pl_schedule(c, NULL, 0, 1000);
     CHECK(count(r, PL_MOVE_OUT) == 1 && find(r, PL_MOVE_OUT, 3));
     pl_cluster_free(c);
+
+    /* the newest ends within cfg.cotrain_move_min_left_s (60): it stays, and the next newest, with more
+     * left, moves */
+    c = cluster(two, 1, &t, 1, "whet");
+    running_group(c, run, 3);
+    run[2].remaining_s = 59;
+    run[1].remaining_s = 61;
+    r = pl_schedule(c, NULL, 0, 1000);
+    CHECK(count(r, PL_MOVE_OUT) == 1 && find(r, PL_MOVE_OUT, 2));
+    pl_cluster_free(c);
+    /* all about to end: nobody moves */
+    c = cluster(two, 1, &t, 1, "whet");
+    running_group(c, run, 3);
+    run[0].remaining_s = run[1].remaining_s = run[2].remaining_s = 10;
+    r = pl_schedule(c, NULL, 0, 1000);
+    CHECK(count(r, PL_MOVE_OUT) == 0);
+    pl_cluster_free(c);
 }
 
 int main(void) {
