@@ -484,9 +484,14 @@ static void pool_submit(struct db_pool *pool, struct db_item *item);
  * is its own (nothing ran before it): it gets it, and the others are sent again. A failure further
  * on may come from what an earlier request wrote and has now lost (two creates with one
  * idempotency key collide inside the segment): then every request is sent again, each on its own,
- * where a failure is a request's own. A request alone in its segment that PostgreSQL chose as a
- * deadlock's victim (seen in CI: concurrent completes of one upload with one idempotency key) is sent
- * again, up to DB_DEADLOCK_RETRIES times, as PostgreSQL advises: its transaction was rolled back whole. */
+ * where a failure is a request's own. A shared transaction takes its requests' locks in an order no
+ * request chose, so two of them can deadlock where the requests alone would not: seen in CI with
+ * concurrent completes of one upload under one idempotency key, a segment held the key's row (one
+ * request's idem_store) and waited for the upload's row (another's complete), while a complete alone
+ * on another connection held the upload's row and its INSERT of the key waited for that uncommitted
+ * UPDATE (a unique check waits for the row's updater). A request alone in its segment that PostgreSQL
+ * chose as the victim is sent again, up to DB_DEADLOCK_RETRIES times, as PostgreSQL advises: its
+ * transaction was rolled back whole. */
 #define DB_DEADLOCK_RETRIES 3
 /* Whether a statement of the request failed, and whether the first that did was a deadlock's victim. */
 static int item_failed(const struct db_item *item, int *deadlocked) {
