@@ -127,9 +127,12 @@ try {
   r = await a('POST', '/v1/fine_tuning/jobs', job(fa));
   check(r.status === 200, 'the tenant\'s other credentials are not limited by it', r.status);
   // Running, a job of the key is paused at the key's limit.
-  stack.psql(`INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type)
-              SELECT id, 2, tenant_id, 'n1', 0, 1000, 'cpu' FROM jobs WHERE id = '${keyJob}';
+  stack.psql(`INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type, started_at)
+              SELECT id, 2, tenant_id, 'n1', 0, 1000, 'cpu', extract(epoch FROM now()) - 3600 FROM jobs WHERE id = '${keyJob}';
               UPDATE jobs SET status = 'running' WHERE id = '${keyJob}'`);
+  r = await a('GET', '/v1/api_keys');
+  check(near(r.json.data.find((k) => k.id === roomy.id)?.spent_this_month, 3.6 + 3.6, 0.05),
+        'the key\'s running job counts its hour so far, the tenant\'s other running job not', r.json.data);
   const hb = progress(keyJob, 1);
   check(hb === 'pause', 'a running job of a key past its limit is asked to pause', hb);
   r = await op('PUT', '/admin/v1/tenants/alpha/api_keys', { json: {} });
