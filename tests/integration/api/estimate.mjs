@@ -271,6 +271,23 @@ try {
         'whet.max_gpus 1: the gang it needs, and that it would not fit (the scheduler keeps it waiting)', r.json);
   r = await a('POST', '/v1/fine_tuning/jobs', { json: body({ gpu_types: ['A100'] }) });
   check(r.json.device_count === 1 && r.json.device_type === 'A100', 'whet-tiny: one device', r.json);
+
+  // The pools estimates read are kept as nodes change (migration 0037): the same as grouping the fleet now.
+  const fleetNow = `SELECT coalesce(jsonb_agg(jsonb_build_object('dc', dc, 'device_type', device_type, 'device_mib', mib,
+      'devices', devices) ORDER BY dc, device_type, mib), '[]') FROM (SELECT dc, device_type,
+      coalesce((devices -> 0 ->> 'memory_mib')::int, 0) AS mib, sum(gpus) AS devices FROM nodes WHERE state = 'ready'
+      GROUP BY 1, 2, 3) p`;
+  const poolsKept = () => stack.psql(`SELECT whet_sizing_pools() = (${fleetNow})`);
+  check(poolsKept() === 't', 'the kept pools: as the fleet after the inserts', stack.psql('SELECT whet_sizing_pools()'));
+  stack.psql(`INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
+              VALUES ('n3', 'dc2', 'a100', '[{"type": "A100", "memory_mib": 40960, "index": 0}]', 'A100', 4, 1000, 1024, 10000);
+              UPDATE nodes SET last_heartbeat = last_heartbeat + 1`);
+  check(poolsKept() === 't', 'a new pool; a heartbeat changes nothing', stack.psql('SELECT whet_sizing_pools()'));
+  stack.psql(`UPDATE nodes SET state = 'lost' WHERE id = 'n1'; UPDATE nodes SET gpus = 2 WHERE id = 'n2';
+              UPDATE nodes SET dc = 'dc', devices = '[{"type": "A100", "memory_mib": 81920, "index": 0}]' WHERE id = 'n3'`);
+  check(poolsKept() === 't', 'a node lost, one with fewer devices, one moved to another pool', stack.psql('SELECT whet_sizing_pools()'));
+  stack.psql(`UPDATE nodes SET state = 'ready' WHERE id = 'n1'; DELETE FROM nodes WHERE id = 'n3'`);
+  check(poolsKept() === 't', 'a node back, one deleted', stack.psql('SELECT whet_sizing_pools()'));
 } catch (err) {
   check(false, 'exception', String(err.stack || err));
 } finally {
