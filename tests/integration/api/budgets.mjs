@@ -97,6 +97,17 @@ try {
   r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: 1000, soft_limit: 1 } });
   r = await a('POST', `/v1/fine_tuning/jobs/${running}/resume`);
   check(r.status === 200 && heartbeat(3) === 'run', 'cap raised and resumed: it runs on', r.json);
+  // The guard takes the month's spend at most 30 s old (migration 0038): two hours more of usage pass the
+  // cap at once, yet the next heartbeat still runs on the spend it took; once that is older, it pauses.
+  r = await a('GET', '/v1/budget');
+  await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: r.json.spent + 1, soft_limit: 1 } });
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds)
+              SELECT tenant_id, id, 1, 99, 'cpu', 7200 FROM jobs WHERE id = '${running}';
+              UPDATE budget_spend_cache SET computed_at = extract(epoch FROM clock_timestamp())
+              WHERE subject LIKE 'tenant:%'`); // taken just now, however long the test took to get here
+  check(heartbeat(4) === 'run', 'past the cap by usage newer than the spend the guard took: runs on');
+  stack.psql(`UPDATE budget_spend_cache SET computed_at = computed_at - 31 WHERE subject LIKE 'tenant:%'`);
+  check(heartbeat(5) === 'pause', 'once that spend is 30 s old, the next heartbeat pauses the job');
   r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: null, soft_limit: null } });
   check(r.status === 200 && r.json.monthly_limit === null && r.json.soft_alert === false, 'limits removed', r.json);
 
