@@ -9,13 +9,19 @@
 -- spend newer than 30 s can pass a limit before the pause (a job's own 30 s at most). Creates, the budget
 -- and usage endpoints compute the spend as before.
 --
--- whet_budget_status is split so the guard can pass a spend in: whet_tenant_spend (the month's cost lines
--- and the running attempts, 0034's `s`) and whet_budget_status_of (the object); unchanged results.
+-- whet_budget_status is split so the guard can pass a spend in: whet_tenant_spend (the month's cost lines,
+-- their storage summed as 0035's whet_storage_cost sums it, and the running attempts: 0034's `s`) and
+-- whet_budget_status_of (the object); unchanged results.
 CREATE FUNCTION whet_tenant_spend(p_tenant text) RETURNS numeric LANGUAGE plpgsql STABLE
-  SET plan_cache_mode = force_generic_plan SET jit = off AS $$ BEGIN RETURN (
-  SELECT coalesce((SELECT sum(l.amount) FROM whet_cost_lines(p_tenant, NULL,
-                   extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint, 9223372036854775807) l), 0)
-         + whet_running_cost(p_tenant, NULL)); END
+  SET plan_cache_mode = force_generic_plan SET jit = off AS $$
+DECLARE
+  v_start bigint := extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint;
+BEGIN
+  RETURN coalesce((SELECT sum(l.amount) FROM whet_cost_lines(p_tenant, NULL, v_start, 9223372036854775807) l
+                   WHERE l.sku IS DISTINCT FROM 'storage_gb_month'), 0)
+       + coalesce((SELECT sum(s.amount) FROM whet_storage_cost(p_tenant, v_start, 9223372036854775807) s), 0)
+       + whet_running_cost(p_tenant, NULL);
+END
 $$;
 
 CREATE FUNCTION whet_budget_status_of(p_tenant text, p_spent numeric) RETURNS jsonb LANGUAGE plpgsql STABLE

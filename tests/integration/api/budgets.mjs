@@ -111,6 +111,34 @@ try {
   r = await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: null, soft_limit: null } });
   check(r.status === 200 && r.json.monthly_limit === null && r.json.soft_alert === false, 'limits removed', r.json);
 
+  // A spend sums a month's storage per checkpoint in runs of days (whet_storage_cost, migration 0035): the
+  // same as its daily lines, job by job, over windows that cut days and price versions that start mid-day
+  // (checkpoints of the running job at odd times over 45 days; all rolled back).
+  const storage = stack.psql(`BEGIN;
+    INSERT INTO price_books (version, effective_from, currency)
+      SELECT max(version) + 1, extract(epoch FROM now())::bigint - 86400 * 20 - 3777, 'EUR' FROM price_books;
+    INSERT INTO prices (version, sku, device_type, unit_price) SELECT max(version), 'storage_gb_month', '', 0.031 FROM price_books;
+    INSERT INTO price_books (version, effective_from, currency)
+      SELECT max(version) + 1, extract(epoch FROM now())::bigint - 86400 * 3 + 12345, 'EUR' FROM price_books;
+    INSERT INTO prices (version, sku, device_type, unit_price) SELECT max(version), 'storage_gb_month', '', 0.017 FROM price_books;
+    INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint, object_prefix, bytes, created_at)
+      SELECT 'ckpt-storage-' || i, tenant_id, id, 1000 + i, 'x', 'p', 1000000 + i * 7919,
+             extract(epoch FROM now())::bigint - (i * 104729) % (86400 * 45)
+      FROM jobs, generate_series(1, 40) i WHERE id = '${running}';
+    WITH w(s, e) AS (VALUES (0::bigint, 9223372036854775807::bigint),
+        (extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint, 9223372036854775807),
+        (extract(epoch FROM now())::bigint - 86400 * 33 + 999, extract(epoch FROM now())::bigint - 86400 * 2 - 5),
+        (extract(epoch FROM now())::bigint - 86400 * 10, extract(epoch FROM now())::bigint - 86400 * 10 + 3600),
+        (extract(epoch FROM now())::bigint - 50, 9223372036854775807))
+    SELECT count(*) || ' windows, ' || count(*) FILTER (WHERE NOT same) || ' differ' FROM (SELECT NOT EXISTS (
+      SELECT job_id, sum(amount) FROM whet_job_cost_lines(t.id, NULL, w.s, w.e) WHERE sku = 'storage_gb_month' GROUP BY 1
+      EXCEPT SELECT job_id, amount FROM whet_storage_cost(t.id, w.s, w.e)) AND NOT EXISTS (
+      SELECT job_id, amount FROM whet_storage_cost(t.id, w.s, w.e)
+      EXCEPT SELECT job_id, sum(amount) FROM whet_job_cost_lines(t.id, NULL, w.s, w.e) WHERE sku = 'storage_gb_month' GROUP BY 1)
+      AS same FROM w, tenants t WHERE t.name = 'alpha') x;
+    ROLLBACK`);
+  check(storage === '5 windows, 0 differ', 'storage summed in runs of days: the same as its daily lines', storage);
+
   // An API key's own monthly limit: the jobs it creates count against it.
   r = await op('POST', '/admin/v1/tenants/alpha/api_keys', { json: { scopes: ['jobs'], monthly_limit: est / 2 } });
   check(r.status === 200 && near(r.json.monthly_limit, est / 2, 1e-9) && r.json.spent_this_month === 0, 'a key with a monthly limit', r.json);
