@@ -481,7 +481,7 @@ static int name_allowed(json_t *names, const char *name) {
 }
 
 /* The gang the scheduler will size for the job (scheduler/service/cycle.c, size_job) over the pools of
- * the fleet (whet_sizing_pools, migration 0020) that its whet.gpu_types and whet.regions admit: JSON in
+ * the fleet (whet_sizing_pools, kept by migration 0037) that its whet.gpu_types and whet.regions admit: JSON in
  * the request's pool, {device_count, fits, min_device_mib, device_bytes, and device_type: the chosen pool's,
  * when its device memory is known}. */
 static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *q, const char *parameters,

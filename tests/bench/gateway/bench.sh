@@ -11,11 +11,12 @@
 # the CPU each side spends per request (gateway + PostgreSQL + wrk against PostgreSQL + pgbench).
 #
 #   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
-#                                [--client-threads W] [--depths N,N,...]
+#                                [--client-threads W] [--depths N,N,...] [--nodes N]
 #
 # --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
 # --depths repeats both comparisons with the tenant holding N queued jobs (default 0; issue 15 asks
-# for 1000,10000,100000: a create's cost must not grow with the queue).
+# for 1000,10000,100000: a create's cost must not grow with the queue). --nodes registers N ready nodes of
+# 8 devices each (default 0), the fleet every create's estimate sizes the job over (issue 15: 10,000).
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -23,7 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1 depths=0
+clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1 depths=0 nodes=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift ;;
@@ -33,7 +34,8 @@ while [ $# -gt 0 ]; do
     --db-conns) db_conns=$2; shift ;;
     --client-threads) client_threads=$2; shift ;;
     --depths) depths=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --nodes) nodes=$2; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -76,6 +78,10 @@ q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256,
    VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}')"
 q "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
    VALUES ('file-bench', '$tenant', 'fine-tune', 'train.jsonl', 100, '00', 'k', 'sft', 100)"
+q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
+   SELECT 'node-bench' || i, 'dc-' || i % 3, 'p', (SELECT jsonb_agg(jsonb_build_object('type', 'H100',
+          'memory_mib', 81920, 'index', d)) FROM generate_series(0, 7) d), 'H100', 8, 64000, 512000, 10000
+   FROM generate_series(1, $nodes) i"
 job=$(curl -fsS -X POST "$url/v1/fine_tuning/jobs" -H "authorization: Bearer $key" -H 'content-type: application/json' \
   -d '{"model":"whet-tiny","training_file":"file-bench"}' | sed -n 's/.*"id":"\(ftjob-[^"]*\)".*/\1/p')
 [ -n "$job" ] || { echo "bench.sh: could not create the job to read" >&2; exit 1; }
@@ -151,7 +157,7 @@ pgbench_run() { # SCRIPT
 cat >"$work/select.sql" <<EOF
 SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.id = :job;
 EOF
-# The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, jobs_estimate (gateway/estimate.c), then
+# The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, estimate_inputs and jobs_estimate (gateway/estimate.c), then
 # jobs_insert with its event and NOTIFY: gateway/jobs.c; keep in step), with fresh ids per transaction.
 cat >"$work/insert.sql" <<'EOF'
 \set n random(1, 1000000000)
@@ -167,6 +173,9 @@ SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
   FROM (SELECT 1) one
   LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = 'file-bench'
   LEFT JOIN files v ON v.tenant_id = :tenant AND v.id = NULL::text;
+SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes,
+  coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = 'file-bench' AND f.tenant_id = :tenant
+  WHERE b.id = 'whet-tiny';
 SELECT e, b FROM (SELECT whet_job_estimate('whet-tiny',
     '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
     'file-bench', '{}') AS e,
@@ -225,7 +234,7 @@ capacity() { # NAME FILE-GW FILE-PG
        'BEGIN {print (q + c) / (g + p + w)}')"
 }
 
-echo "gateway bench: $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "gateway bench: $nodes nodes, $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
 for depth in ${depths//,/ }; do
   echo "queue depth $depth (the tenant's queued jobs when each round starts):"
   : >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"; : >"$work/bare.pg"
