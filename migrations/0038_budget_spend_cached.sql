@@ -45,24 +45,25 @@ CREATE TABLE budget_spend_cache (
   computed_at double precision NOT NULL   -- epoch seconds
 );
 
--- The spend of a tenant (p_kind 'tenant') or API key ('key') this month, at most 30 s old; NULL when none
--- is cached and another statement is computing it now.
+-- The spend of a tenant (p_kind 'tenant') or API key ('key') this month, at most 30 s old; NULL when none of
+-- this month is cached and another statement is computing it now.
 CREATE FUNCTION whet_cached_spend(p_kind text, p_id text) RETURNS numeric LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 DECLARE
   v_subject text := p_kind || ':' || p_id;
   v_now double precision := extract(epoch FROM clock_timestamp());
   c record;
+  this_month boolean;
   v numeric;
 BEGIN
   SELECT spent, computed_at INTO c FROM budget_spend_cache WHERE subject = v_subject;
   -- a month's first statements must not use the last month's spend
-  IF FOUND AND c.computed_at > v_now - 30
-     AND c.computed_at >= extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC')) THEN
+  this_month := FOUND AND c.computed_at >= extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'));
+  IF this_month AND c.computed_at > v_now - 30 THEN
     RETURN c.spent;
   END IF;
   IF NOT pg_try_advisory_xact_lock(hashtext('whet_cached_spend'), hashtext(v_subject)) THEN
-    RETURN CASE WHEN FOUND THEN c.spent END;
+    RETURN CASE WHEN this_month THEN c.spent END;
   END IF;
   v := CASE p_kind WHEN 'key' THEN whet_key_spend(p_id) ELSE whet_tenant_spend(p_id) END;
   INSERT INTO budget_spend_cache VALUES (v_subject, v, v_now)
