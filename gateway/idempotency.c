@@ -308,12 +308,14 @@ void idem_prepare(void) {
     static int prepared; /* resources' route functions run on the main thread, one after another */
     if (prepared) return;
     prepared = 1;
+    /* A key lives whet_idempotency_ttl_s() (24 h, migration 0039): an older row is no answer. */
     db_prepare("idem_get", "SELECT request_sha256, status, response FROM idempotency_keys "
-                           "WHERE tenant_id = $1 AND route = $2 AND key = $3");
+                           "WHERE tenant_id = $1 AND route = $2 AND key = $3 "
+                           "AND created_at > whet_now() - whet_idempotency_ttl_s()");
     /* Status 0: in progress. Inserted inside the transaction that does the work, so of two racing
-     * requests with one key only one commits (the other fails on the primary key and rolls back). */
-    db_prepare("idem_reserve", "INSERT INTO idempotency_keys (tenant_id, route, key, request_sha256, status, response) "
-                               "VALUES ($1, $2, $3, $4, 0, '')");
+     * requests with one key only one commits (the other fails on the primary key and rolls back); an
+     * expired row of the key is replaced. */
+    db_prepare("idem_reserve", "SELECT whet_idem_reserve($1, $2, $3, $4)");
     db_prepare("idem_store", "UPDATE idempotency_keys SET status = $4::integer, response = $5 "
                              "WHERE tenant_id = $1 AND route = $2 AND key = $3 AND status = 0");
     db_prepare("idem_release", "DELETE FROM idempotency_keys WHERE tenant_id = $1 AND route = $2 AND key = $3 "

@@ -174,6 +174,9 @@ void scheduler_progress_free(void);
  * went silent at once (leases.c says why). */
 int scheduler_expire_leases(PGconn *conn, struct whet_err *err);
 
+/* Deletes a batch of expired rows (idempotency keys) when one is due (retention.c). */
+int scheduler_retention(PGconn *conn, struct whet_err *err);
+
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);
 

@@ -94,6 +94,18 @@ try {
         'keys are stored per route');
   r1 = await b('POST', '/v1/uploads', { json: uploadBody(part.length * 2), headers: withKey('up-1') });
   check(r1.status === 200 && r1.json.id !== up, 'uploads: another tenant\'s same key is independent', r1.text);
+  // A key lives 24 hours (migration 0039): once its row is older, the key is free again, and the same or
+  // another body is a new request (its row replaced, not a second one).
+  stack.psql(`UPDATE idempotency_keys k SET created_at = k.created_at - 86401 FROM tenants t
+              WHERE t.id = k.tenant_id AND t.name = 'alpha' AND k.key = 'up-1'`);
+  r1 = await a('POST', '/v1/uploads', { json: uploadBody(part.length * 3), headers: withKey('up-1') });
+  check(r1.status === 200 && r1.json.id !== up && r1.headers.get('idempotent-replayed') === null,
+        'uploads: an expired key with another body: a new upload, not a 422', r1.text);
+  r2 = await a('POST', '/v1/uploads', { json: uploadBody(part.length * 3), headers: withKey('up-1') });
+  check(r2.status === 200 && r2.json.id === r1.json.id && r2.headers.get('idempotent-replayed') === 'true',
+        'uploads: the key, taken again, replays its new answer', r2.text);
+  check(count('SELECT count(*) FROM uploads') === uploads0 + 5 && keyRows('up-1') === '2',
+        'uploads: one new row; the key\'s rows: one each for alpha and beta', [count('SELECT count(*) FROM uploads') - uploads0, keyRows('up-1')]);
 
   // ---- POST /v1/uploads/{id}/parts
   const postPart = (api, id, data, key, boundary) => {

@@ -14,7 +14,10 @@ q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
    INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
      VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
    INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
-     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');"
+     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');
+   INSERT INTO idempotency_keys (tenant_id, route, key, request_sha256, status, response, created_at)
+     VALUES ('t1', 'POST /v1/files', 'expired', 'x', 200, '{}', whet_now() - 86401),
+            ('t1', 'POST /v1/files', 'live', 'x', 200, '{}', whet_now() - 86000);"
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, '${2:-{\}}');
               NOTIFY whet_jobs"; }
@@ -27,6 +30,8 @@ stands_by() { grep -q "standing by" "$work/$1.log"; }
 eventually 30 'leads s1'
 WHET_SCHEDULER_METRICS="127.0.0.1:$m2" "$WHET_BIN" scheduler --lease-ms 1500 >"$work/s2.log" 2>&1 & pids+=($!)
 check "one leader, one standby" 'eventually 30 "stands_by s2" && leads s1'
+check "the leader deletes an idempotency key older than 24 h, keeps a younger one" \
+  'wait_for 10 "SELECT string_agg(key, '"'"','"'"') FROM idempotency_keys" live'
 leader_metric() { [ "$(metric "$1" whet_scheduler_leader 2>/dev/null)" = "$2" ]; }
 check "metrics: the leader says it leads, the standby that it does not" \
   'eventually 30 "leader_metric $m2 0" && leader_metric $m1 1'
