@@ -14,6 +14,10 @@
 -- whet_job_cost_lines rounds it; api_budgets compares them over windows and price versions that split
 -- days). The spends take the other lines as before: the storage lines' branch of whet_job_cost_lines is
 -- pruned by the filter on its SKU, never run.
+-- The current month's first second (UTC): where a month's spend starts.
+CREATE FUNCTION whet_month_start() RETURNS bigint LANGUAGE sql STABLE AS
+  $$ SELECT extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint $$;
+
 CREATE FUNCTION whet_storage_cost(p_tenant text, p_start bigint, p_end bigint)
   RETURNS TABLE (job_id text, amount numeric) LANGUAGE sql STABLE AS $$
   WITH books AS (
@@ -54,7 +58,7 @@ $$;
 CREATE OR REPLACE FUNCTION whet_key_spend(p_key text) RETURNS numeric LANGUAGE plpgsql STABLE
   SET plan_cache_mode = force_generic_plan SET jit = off AS $$
 DECLARE
-  v_start bigint := extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint;
+  v_start bigint := whet_month_start();
   v_tenant text := (SELECT tenant_id FROM api_keys WHERE id = p_key);
 BEGIN
   IF v_tenant IS NULL THEN -- no such key: nothing refers to it (a deleted key's jobs and answers lose it)

@@ -17,6 +17,10 @@ CREATE TABLE sizing_pools (
   PRIMARY KEY (dc, device_type, device_mib)
 );
 
+-- A node's device memory as its pool counts it: the first device's (0: not reported).
+CREATE FUNCTION whet_first_device_mib(p_devices jsonb) RETURNS integer LANGUAGE sql IMMUTABLE AS
+  $$ SELECT coalesce((p_devices -> 0 ->> 'memory_mib')::int, 0) $$;
+
 CREATE FUNCTION whet_sizing_pool_add(p_dc text, p_type text, p_mib integer, p_nodes integer, p_devices bigint)
   RETURNS void LANGUAGE sql AS $$
   INSERT INTO sizing_pools AS p VALUES (p_dc, p_type, p_mib, p_nodes, p_devices)
@@ -32,8 +36,8 @@ DECLARE
   o_mib integer;
   n_mib integer;
 BEGIN
-  IF was THEN o_mib := coalesce((OLD.devices -> 0 ->> 'memory_mib')::int, 0); END IF;
-  IF now_in THEN n_mib := coalesce((NEW.devices -> 0 ->> 'memory_mib')::int, 0); END IF;
+  IF was THEN o_mib := whet_first_device_mib(OLD.devices); END IF;
+  IF now_in THEN n_mib := whet_first_device_mib(NEW.devices); END IF;
   IF was AND now_in AND (OLD.dc, OLD.device_type, o_mib) = (NEW.dc, NEW.device_type, n_mib) THEN
     IF NEW.gpus <> OLD.gpus THEN
       PERFORM whet_sizing_pool_add(NEW.dc, NEW.device_type, n_mib, 0, NEW.gpus - OLD.gpus);
@@ -53,7 +57,7 @@ $$;
 CREATE TRIGGER nodes_sizing_pools AFTER INSERT OR DELETE OR UPDATE OF state, dc, device_type, devices, gpus
   ON nodes FOR EACH ROW EXECUTE FUNCTION whet_sizing_pools_apply();
 INSERT INTO sizing_pools
-  SELECT dc, device_type, coalesce((devices -> 0 ->> 'memory_mib')::int, 0), count(*), sum(gpus)
+  SELECT dc, device_type, whet_first_device_mib(devices), count(*), sum(gpus)
   FROM nodes WHERE state = 'ready' GROUP BY 1, 2, 3;
 
 CREATE OR REPLACE FUNCTION whet_sizing_pools() RETURNS jsonb LANGUAGE sql STABLE SECURITY DEFINER

@@ -2,10 +2,9 @@
 -- API key for every progress write of each of its running jobs: each call reads the tenant's whole month of
 -- cost lines (60-80 ms in psql for 2,000 checkpoints and 1,500 usage records early in the month; more as
 -- the month goes on), so a budgeted tenant with a hundred running jobs cost PostgreSQL over a core on the
--- heartbeat path. The guard now takes a spend at most BUDGET_SPEND_MAX_AGE (30 s) old from
--- budget_spend_cache, computing it when it is older; a statement that finds another computing it (an
--- advisory lock held) uses the last value, or decides nothing this time when there is none: no heartbeat
--- waits on another. The limits are read fresh: raising or lowering one takes effect at the next heartbeat;
+-- heartbeat path. The guard now takes a spend at most 30 s old from budget_spend_cache (whet_cached_spend),
+-- computing it when it is older; a statement that finds another computing it (an advisory lock held)
+-- uses the last value, or decides nothing this time when there is none: no heartbeat waits on another. The limits are read fresh: raising or lowering one takes effect at the next heartbeat;
 -- spend newer than 30 s can pass a limit before the pause (a job's own 30 s at most). Creates, the budget
 -- and usage endpoints compute the spend as before.
 --
@@ -15,7 +14,7 @@
 CREATE FUNCTION whet_tenant_spend(p_tenant text) RETURNS numeric LANGUAGE plpgsql STABLE
   SET plan_cache_mode = force_generic_plan SET jit = off AS $$
 DECLARE
-  v_start bigint := extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint;
+  v_start bigint := whet_month_start();
 BEGIN
   RETURN coalesce((SELECT sum(l.amount) FROM whet_cost_lines(p_tenant, NULL, v_start, 9223372036854775807) l
                    WHERE l.sku IS DISTINCT FROM 'storage_gb_month'), 0)
@@ -28,8 +27,7 @@ CREATE FUNCTION whet_budget_status_of(p_tenant text, p_spent numeric) RETURNS js
   SET plan_cache_mode = force_generic_plan SET jit = off AS $$ BEGIN RETURN (
   WITH b AS (SELECT monthly_limit, soft_limit FROM budgets WHERE tenant_id = p_tenant)
   SELECT jsonb_build_object(
-    'object', 'budget', 'month_start', extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'))::bigint,
-    'spent', p_spent, 'currency', whet_currency(),
+    'object', 'budget', 'month_start', whet_month_start(), 'spent', p_spent, 'currency', whet_currency(),
     'monthly_limit', (SELECT monthly_limit FROM b), 'soft_limit', (SELECT soft_limit FROM b),
     'soft_alert', coalesce(p_spent >= (SELECT soft_limit FROM b), false),
     'hard_cap_reached', coalesce(p_spent >= (SELECT monthly_limit FROM b), false))); END
@@ -58,7 +56,7 @@ DECLARE
 BEGIN
   SELECT spent, computed_at INTO c FROM budget_spend_cache WHERE subject = v_subject;
   -- a month's first statements must not use the last month's spend
-  this_month := FOUND AND c.computed_at >= extract(epoch FROM date_trunc('month', now() AT TIME ZONE 'UTC'));
+  this_month := FOUND AND c.computed_at >= whet_month_start();
   IF this_month AND c.computed_at > v_now - 30 THEN
     RETURN c.spent;
   END IF;

@@ -26,8 +26,9 @@
  * on) and the next cycle places it alone, resuming from that checkpoint. One member per free device,
  * the group keeping at least one; members that ran less than cfg.min_run_s stay (a restart costs a
  * restore), and so do members with less work left than cfg.cotrain_move_min_left_s (they end before
- * the move would pay: the stop, a new process and a load of the base); the newest leave first, and members already stopping count against the free devices (the
- * caller's next snapshot still shows those devices free until the movers take them).
+ * the move would pay: the stop, a new process and a load of the base); the newest leave first, and
+ * members already stopping count against the free devices (the caller's next snapshot still shows
+ * those devices free until the movers take them).
  *
  * Accounting. One member, the holder, holds the whole device (under its tenant); the others, riders,
  * hold none of it (pl_job_milli is 0 for them). When the holder ends first a rider takes the hold over,

@@ -341,7 +341,7 @@ static uint64_t running_group_id(struct snapshot *s, const char *name) {
  * that placement keeps a member about to end in its group. The row's step is written at most every
  * progress_ms, so the estimate errs long (a move that may not pay), never short. */
 static int load_members_remaining(struct snapshot *s, PGconn *conn, struct whet_err *err) {
-    int *members = xcalloc((size_t)s->n_running + 1, sizeof *members), n = 0;
+    int *members = xcalloc((size_t)s->n_running + 1, sizeof *members), n = 0; /* index in s->running */
     json_t *ids = json_array();
     for (int i = 0; i < s->n_running; i++) {
         if (!s->running[i].cotrain_group) continue;
@@ -351,17 +351,14 @@ static int load_members_remaining(struct snapshot *s, PGconn *conn, struct whet_
     char *list = json_dumps(ids, JSON_COMPACT);
     json_decref(ids);
     const char *params[] = {list};
-    PGresult *res = n == 0 ? NULL
-                           : whet_pg_query(conn,
-                                           "SELECT x.i - 1, p.attempt, p.last_step - p.resume_step,"
-                                           " p.total_steps - p.last_step,"
-                                           " extract(epoch FROM clock_timestamp()) - p.started_at"
-                                           " FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(id, i)"
-                                           " JOIN job_progress p ON p.job_id = x.id"
-                                           " WHERE p.total_steps IS NOT NULL AND p.last_step > p.resume_step",
-                                           1, params, err);
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT x.i - 1, p.attempt, p.last_step - p.resume_step, p.total_steps - p.last_step,"
+                                  " extract(epoch FROM clock_timestamp()) - p.started_at"
+                                  " FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(id, i)"
+                                  " JOIN job_progress p ON p.job_id = x.id"
+                                  " WHERE p.total_steps IS NOT NULL AND p.last_step > p.resume_step",
+                                  1, params, err);
     free(list);
-    int rc = n == 0 || res ? 0 : -1;
     for (int r = 0; res && r < PQntuples(res); r++) {
         int k = members[atoi(PQgetvalue(res, r, 0))];
         if (atoi(PQgetvalue(res, r, 1)) != s->running_attempts[k]) continue; /* an earlier attempt's */
@@ -369,6 +366,7 @@ static int load_members_remaining(struct snapshot *s, PGconn *conn, struct whet_
                ran_s = atof(PQgetvalue(res, r, 4));
         if (ran_s > 0) s->running[k].remaining_s = fmax(left * ran_s / done, 1e-3); /* 0 would read "unknown" */
     }
+    int rc = res ? 0 : -1;
     PQclear(res);
     free(members);
     return rc;
