@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "commands.h"
 #include "env.h"
@@ -14,7 +15,7 @@ static void scheduler_usage(FILE *out) {
     fprintf(out,
             "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n"
             "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n"
-            "                      [--cotrain-move-min-left S]\n\n"
+            "                      [--cotrain-move-min-left S] [--checkpoint-keep N] [--deleted-model-keep S]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
@@ -34,7 +35,15 @@ static void scheduler_usage(FILE *out) {
             "  --cotrain-move-min-left S\n"
             "                    a co-trained job moves out of its group to a freed device only with more than S\n"
             "                    seconds of work left at its pace so far (default $WHET_COTRAIN_MOVE_MIN_LEFT_S,\n"
-            "                    else 60: a move costs a checkpoint, a new process and a load of the base model)\n",
+            "                    else 60: a move costs a checkpoint, a new process and a load of the base model)\n"
+            "  --checkpoint-keep N\n"
+            "                    keep the newest N step checkpoints of each job, every pinned one and the final\n"
+            "                    model; the leader deletes the others' rows and files (default\n"
+            "                    $WHET_CHECKPOINT_KEEP, else 0: every checkpoint is kept)\n"
+            "  --deleted-model-keep S\n"
+            "                    S seconds after a tenant deletes a fine-tuned model, delete all its job's\n"
+            "                    checkpoints and its final model, pinned or not (default\n"
+            "                    $WHET_DELETED_MODEL_KEEP_S, else 0; `never`: they follow --checkpoint-keep)\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 
@@ -47,6 +56,8 @@ static int cmd_scheduler(int argc, char **argv) {
                                          {"rpc-threads", required_argument, 0, 't'},
                                          {"progress-ms", required_argument, 0, 'P'},
                                          {"cotrain-move-min-left", required_argument, 0, 'C'},
+                                         {"checkpoint-keep", required_argument, 0, 'K'},
+                                         {"deleted-model-keep", required_argument, 0, 'D'},
                                          {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
@@ -54,6 +65,8 @@ static int cmd_scheduler(int argc, char **argv) {
     int rpc_threads = atoi(whet_env("WHET_SCHEDULER_RPC_THREADS", "16"));
     const char *progress_ms = whet_env("WHET_SCHEDULER_PROGRESS_MS", "5000");
     const char *move_min_left = whet_env("WHET_COTRAIN_MOVE_MIN_LEFT_S", "60");
+    const char *checkpoint_keep = whet_env("WHET_CHECKPOINT_KEEP", "0");
+    const char *deleted_model_keep = whet_env("WHET_DELETED_MODEL_KEEP_S", "0");
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -63,6 +76,8 @@ static int cmd_scheduler(int argc, char **argv) {
         case 't': rpc_threads = atoi(optarg); break;
         case 'P': progress_ms = optarg; break;
         case 'C': move_min_left = optarg; break;
+        case 'K': checkpoint_keep = optarg; break;
+        case 'D': deleted_model_keep = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -99,6 +114,25 @@ static int cmd_scheduler(int argc, char **argv) {
                 move_min_left);
         return 2;
     }
+    long keep = strtol(checkpoint_keep, &end, 10);
+    if (end == checkpoint_keep || *end || keep < 0 || keep > 1000000) {
+        fprintf(stderr,
+                "whet scheduler: --checkpoint-keep (or WHET_CHECKPOINT_KEEP) must be 0 to 1000000 checkpoints, "
+                "not \"%s\"\n",
+                checkpoint_keep);
+        return 2;
+    }
+    long long model_keep_s = -1;
+    if (strcmp(deleted_model_keep, "never") != 0) {
+        model_keep_s = strtoll(deleted_model_keep, &end, 10);
+        if (end == deleted_model_keep || *end || model_keep_s < 0 || model_keep_s > 3153600000LL) {
+            fprintf(stderr,
+                    "whet scheduler: --deleted-model-keep (or WHET_DELETED_MODEL_KEEP_S) must be 0 to 3153600000 "
+                    "seconds or `never`, not \"%s\"\n",
+                    deleted_model_keep);
+            return 2;
+        }
+    }
     whet_log_component("scheduler");
     struct whet_err err;
     struct scheduler_options o = {.policy = policy,
@@ -106,7 +140,9 @@ static int cmd_scheduler(int argc, char **argv) {
                                   .heartbeat_ms = lease_ms / 10,
                                   .rpc_threads = rpc_threads,
                                   .progress_ms = (int)progress,
-                                  .cotrain_move_min_left_s = min_left};
+                                  .cotrain_move_min_left_s = min_left,
+                                  .checkpoint_keep = (int)keep,
+                                  .deleted_model_keep_s = model_keep_s};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

@@ -100,13 +100,16 @@ static json_t *event_row_to_json(const PGresult *res, int row) {
                      db_json_value(res, row, 4), "type", db_json_string(res, row, 5));
 }
 
+/* A checkpoint object's columns, for checkpoint_row_to_json. */
+#define CHECKPOINT_COLUMNS "id, created_at, fine_tuned_model_checkpoint, step_number, metrics, job_id, pinned"
+
 static json_t *checkpoint_row_to_json(const PGresult *res, int row) {
-    /* columns: id, created_at, fine_tuned_model_checkpoint, step_number, metrics, job_id */
-    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o}", "object", "fine_tuning.job.checkpoint", "id",
+    /* columns: CHECKPOINT_COLUMNS */
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:{s:b}}", "object", "fine_tuning.job.checkpoint", "id",
                      db_json_string(res, row, 0), "created_at", db_json_integer(res, row, 1),
                      "fine_tuned_model_checkpoint", db_json_string(res, row, 2), "step_number",
                      db_json_integer(res, row, 3), "metrics", db_json_value(res, row, 4), "fine_tuning_job_id",
-                     db_json_string(res, row, 5));
+                     db_json_string(res, row, 5), "whet", "pinned", PQgetvalue(res, row, 6)[0] == 't');
 }
 
 /* ---------------------------------------------------------------- create */
@@ -394,18 +397,42 @@ static void job_page(struct gw_req *r, const char *stmt, int def_limit, json_t *
 static void jobs_events(struct gw_req *r) { job_page(r, "jobs_events", 20, event_row_to_json); }
 static void jobs_checkpoints(struct gw_req *r) { job_page(r, "jobs_checkpoints", 10, checkpoint_row_to_json); }
 
+/* Pin and unpin (a whet extension): a pinned checkpoint outlives the operator's retention of a job's newest
+ * checkpoints (`whet scheduler --checkpoint-keep`); unpinned, it follows that rule again. Setting what
+ * already holds answers the same, so a retry needs no idempotency key. */
+static void pin_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    (void)arg;
+    if (db_reply_failed(r, res)) return;
+    if (PQntuples(res->res[0]) == 0) {
+        http_reply_error(r, 404, "checkpoint", "not_found", "fine-tuning job %s has no checkpoint %s",
+                         http_path_param(r, "id"), http_path_param(r, "checkpoint"));
+        return;
+    }
+    http_reply_json(r, 200, checkpoint_row_to_json(res->res[0], 0));
+}
+
+static void set_pinned(struct gw_req *r, const char *pinned) {
+    const char *params[] = {http_tenant_id(r), http_path_param(r, "id"), http_path_param(r, "checkpoint"), pinned};
+    db_query(r, "jobs_checkpoint_pin", 4, params, pin_done, NULL);
+}
+
+static void jobs_checkpoint_pin(struct gw_req *r) { set_pinned(r, "true"); }
+static void jobs_checkpoint_unpin(struct gw_req *r) { set_pinned(r, "false"); }
+
 /* ---------------------------------------------------------------- routes */
 
 static void jobs_prepare(void) {
     idem_prepare();
     estimate_prepare();
     /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
-     * checkpoint), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
+     * checkpoint; not once the retention removed its files), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
      * the first judge model a score_model or label_model grader names (at any depth of a multi
      * grader) that the catalog lacks. */
     db_prepare("jobs_lookup",
                "SELECT (SELECT id FROM base_models WHERE id = $2), "
                "(SELECT base_model FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2 AND status = 'succeeded' "
+               " AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = jobs.id AND d.reason = "
+               "'model_deleted') "
                " ORDER BY seq DESC LIMIT 1), "
                "(SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = $1 "
                " AND j.fine_tuned_model = $2 AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1), "
@@ -484,10 +511,13 @@ static void jobs_prepare(void) {
                "AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 ELSE (SELECT CASE WHEN tenant_id = $1 "
                "AND job_id = $2 THEN seq END FROM job_events WHERE id = $3) END ORDER BY seq DESC LIMIT $4");
     db_prepare("jobs_checkpoints",
-               "SELECT id, created_at, fine_tuned_model_checkpoint, step_number, metrics, job_id FROM checkpoints "
+               "SELECT " CHECKPOINT_COLUMNS " FROM checkpoints "
                "WHERE tenant_id = $1 AND job_id = $2 AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 "
                "ELSE (SELECT CASE WHEN tenant_id = $1 AND job_id = $2 THEN seq END FROM checkpoints WHERE id = $3) END "
                "ORDER BY seq DESC LIMIT $4");
+    db_prepare("jobs_checkpoint_pin",
+               "UPDATE checkpoints SET pinned = $4::boolean WHERE tenant_id = $1 AND job_id = $2 "
+               "AND id = $3 RETURNING " CHECKPOINT_COLUMNS);
 }
 
 void jobs_routes(struct http_router *rt) {
@@ -500,4 +530,8 @@ void jobs_routes(struct http_router *rt) {
     http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/resume", jobs_resume, 0, "jobs.resume");
     http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}/events", jobs_events, 0, "jobs.events");
     http_route(rt, "GET", "/v1/fine_tuning/jobs/{id}/checkpoints", jobs_checkpoints, 0, "jobs.checkpoints");
+    http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/checkpoints/{checkpoint}/pin", jobs_checkpoint_pin, 0,
+               "jobs.checkpoints.pin");
+    http_route(rt, "POST", "/v1/fine_tuning/jobs/{id}/checkpoints/{checkpoint}/unpin", jobs_checkpoint_unpin, 0,
+               "jobs.checkpoints.unpin");
 }

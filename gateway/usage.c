@@ -30,13 +30,13 @@
     "  FROM (SELECT line_item, sum(amount) AS amount FROM " LINES " WHERE " WHERE " GROUP BY line_item) l)"
 #define WINDOW_SQL "coalesce($3::bigint, 0), coalesce($4::bigint, 9223372036854775807)"
 
-/* Usage per job and device type, with storage byte-hours from the job's checkpoints. $1: tenant id or
- * NULL for all tenants. */
+/* Usage per job and device type, with storage byte-hours from the job's checkpoints (a deleted one's up to its
+ * deletion). $1: tenant id or NULL for all tenants. */
 #define USAGE_SQL                                                                                         \
     "SELECT u.tenant_id, t.name, u.job_id, u.device_type, sum(u.device_seconds)::float8,"                 \
     " sum(u.trained_tokens)::bigint, sum(u.rollout_tokens)::bigint,"                                      \
-    " coalesce((SELECT sum(c.bytes * greatest(whet_now() - c.created_at, 0) / 3600.0) FROM checkpoints c" \
-    "   WHERE c.job_id = u.job_id), 0)::float8,"                                                          \
+    " coalesce((SELECT sum(c.bytes * greatest(coalesce(c.deleted_at, whet_now()) - c.created_at, 0)"      \
+    "   / 3600.0) FROM checkpoint_storage c WHERE c.job_id = u.job_id), 0)::float8,"                      \
     " count(DISTINCT u.attempt), coalesce(sum(u.device_seconds) FILTER (WHERE u.lost), 0)::float8,"       \
     " min(u.created_at), max(u.created_at),"                                                              \
     COST_SQL("whet_cost_lines(u.tenant_id, u.job_id, " WINDOW_SQL ")", "device_type = u.device_type")     \

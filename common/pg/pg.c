@@ -1,9 +1,11 @@
 /* pg.c - see pg.h. */
 #include "pg.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "env.h"
 
@@ -35,6 +37,23 @@ const char *whet_pg_sqlstate(const PGresult *res) {
     return s ? s : "";
 }
 
+/* A server's warning (libpq's notice) written to stderr in one write(): libpq's own fprintf() writes one longer
+ * than stdio's buffer (an auto_explain plan) in pieces, which another thread's warnings cut apart. */
+static void notice_whole(void *arg, const char *message) {
+    (void)arg;
+    for (size_t done = 0, len = strlen(message); done < len;) {
+        ssize_t n = write(STDERR_FILENO, message + done, len - done);
+        if (n <= 0 && errno != EINTR) return;
+        if (n > 0) done += (size_t)n;
+    }
+}
+
+/* What every session of ours starts with: warnings and worse reach stderr, whole. */
+static void session_setup(PGconn *conn) {
+    PQsetNoticeProcessor(conn, notice_whole, NULL);
+    PQclear(PQexec(conn, "SET client_min_messages = warning"));
+}
+
 PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err) {
     PGconn *conn = PQconnectdb(conninfo);
     if (PQstatus(conn) != CONNECTION_OK) {
@@ -42,8 +61,7 @@ PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err) {
         PQfinish(conn);
         return NULL;
     }
-    PGresult *res = PQexec(conn, "SET client_min_messages = warning");
-    PQclear(res);
+    session_setup(conn);
     return conn;
 }
 
@@ -65,7 +83,7 @@ PGconn *whet_pg_connect_stoppable(const char *conninfo, const struct background 
         PQfinish(conn);
         return NULL;
     }
-    PQclear(PQexec(conn, "SET client_min_messages = warning"));
+    session_setup(conn);
     return conn;
 }
 

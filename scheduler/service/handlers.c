@@ -221,7 +221,8 @@ static int handle_checkpoint(void *ctx, const ProtobufCMessage *msg, ProtobufCMe
     snprintf(attempt, sizeof attempt, "%u", req->attempt);
     const char *metrics = *req->metrics_json ? req->metrics_json : "{}";
     const char *params[] = {id, req->job_id, step, metrics, req->object_prefix, bytes, event_id, attempt};
-    /* The checkpoint row and its event in one statement: a retried report adds neither twice. */
+    /* The checkpoint row and its event in one statement: a retried report adds neither twice, nor brings back
+     * a checkpoint the retention deleted (migration 0040). */
     if (whet_pg_exec(
             conn,
             "WITH j AS (SELECT id, tenant_id, base_model, suffix FROM jobs WHERE id = $2),"
@@ -231,6 +232,8 @@ static int handle_checkpoint(void *ctx, const ProtobufCMessage *msg, ProtobufCMe
             "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
             "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint"
             "   FROM j JOIN tenants t ON t.id = j.tenant_id"
+            "   WHERE NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.step_number = "
+            "$3::int)"
             "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id)"
             " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
             " SELECT $7, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"

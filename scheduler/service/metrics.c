@@ -3,7 +3,8 @@
  * leads, the cycles (count, failures, a duration histogram, when the last one ended), what the last
  * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
  * waited), the nodes declared lost with the jobs they sent back to the queue, whether a mass
- * silence holds those back, and the heartbeats written with the statements that wrote them. A standby serves them
+ * silence holds those back, the heartbeats written with the statements that wrote them, and the checkpoints the
+ * retention deleted with the removals from the object store that failed. A standby serves them
  * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
  *
  * The cycle updates atomics (relaxed: statistics); the server's thread reads them. */
@@ -24,6 +25,7 @@ static struct {
     atomic_ulong nodes_lost, jobs_requeued;
     atomic_int mass_silence;
     atomic_ulong heartbeats, heartbeat_statements;
+    atomic_ulong checkpoints_deleted, checkpoint_purge_failures;
 } m;
 
 static struct metrics_http *server;
@@ -64,6 +66,14 @@ void scheduler_metrics_heartbeats(int n) {
     atomic_fetch_add_explicit(&m.heartbeat_statements, 1, memory_order_relaxed);
 }
 
+void scheduler_metrics_checkpoints_deleted(int n) {
+    atomic_fetch_add_explicit(&m.checkpoints_deleted, (unsigned long)n, memory_order_relaxed);
+}
+
+void scheduler_metrics_checkpoint_purge_failed(void) {
+    atomic_fetch_add_explicit(&m.checkpoint_purge_failures, 1, memory_order_relaxed);
+}
+
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 /* The Prometheus text exposition (on the server's thread). */
@@ -100,6 +110,12 @@ static void render(struct whet_buf *t) {
     metrics_http_sample(t, "whet_scheduler_heartbeat_statements_total", "counter",
                         "Statements that wrote them: heartbeats arriving together share one.",
                         (double)LOAD(m.heartbeat_statements));
+    metrics_http_sample(t, "whet_scheduler_checkpoints_deleted_total", "counter",
+                        "Checkpoints the retention settings let go (checkpoint_retention.c).",
+                        (double)LOAD(m.checkpoints_deleted));
+    metrics_http_sample(t, "whet_scheduler_checkpoint_purge_failures_total", "counter",
+                        "Removals of a deleted checkpoint's files from the object store that failed (tried again).",
+                        (double)LOAD(m.checkpoint_purge_failures));
 }
 
 int scheduler_metrics_start(const char *addr, struct whet_err *err) {

@@ -13,6 +13,9 @@
  *      attempt and a START command (a gang's rank 0 first), PREEMPT a STOP command; then one
  *      transaction writes every waiting job's wait_reason and queue_position.
  *
+ * Beside the cycle, a thread of the leader deletes the checkpoints the operator's retention lets go
+ * (checkpoint_retention.c).
+ *
  * All state is in PostgreSQL, so a restarted scheduler loses nothing: commands wait in node_commands
  * until a heartbeat collects them, and executor reports are idempotent by (job, attempt, seq). */
 #ifndef WHET_SCHEDULER_H
@@ -36,6 +39,10 @@ struct scheduler_options {
                                    trainer's default (sizing.h's sz_cotrain_mib) */
     double cotrain_move_min_left_s; /* a co-trained job with less work left than this stays in its group
                                    when a device frees up (default 60) */
+    int checkpoint_keep;            /* the newest step checkpoints of a job kept (and every pinned one, and the
+                                   final model); 0: every checkpoint (migration 0040) */
+    long long deleted_model_keep_s; /* a deleted fine-tuned model's checkpoints and final model go this long
+                                   after the deletion; -1: never */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

@@ -177,6 +177,12 @@ int scheduler_expire_leases(PGconn *conn, struct whet_err *err);
 /* Deletes a batch of expired rows (idempotency keys) when one is due (retention.c). */
 int scheduler_retention(PGconn *conn, struct whet_err *err);
 
+/* The leader's thread that deletes the checkpoints the operator's retention lets go (checkpoint_retention.c):
+ * started when it begins to lead (NULL when no thread could be had), stopped when it steps down. */
+struct checkpoint_retention;
+struct checkpoint_retention *checkpoint_retention_start(const struct scheduler_options *opts);
+void checkpoint_retention_stop(struct checkpoint_retention *r);
+
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);
 
@@ -205,5 +211,7 @@ void scheduler_metrics_snapshot(int nodes_ready, int jobs_running, int jobs_queu
 void scheduler_metrics_lost(int nodes, int jobs);
 void scheduler_metrics_silence(int mass_silence);
 void scheduler_metrics_heartbeats(int n);
+void scheduler_metrics_checkpoints_deleted(int n);
+void scheduler_metrics_checkpoint_purge_failed(void);
 
 #endif

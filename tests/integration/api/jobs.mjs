@@ -240,6 +240,25 @@ try {
         c0.metrics.train_loss === 1.5 && c0.fine_tuned_model_checkpoint.endsWith('ckpt-step-30'), 'checkpoints: shape', c0);
   r = await a('GET', `/v1/fine_tuning/jobs/${j2.id}/checkpoints?limit=1&after=ftckpt-30`);
   check(ids(r.json.data) === ids([{ id: 'ftckpt-20' }]) && r.json.has_more === true, 'checkpoints: after and limit', r.json);
+  check(c0.whet?.pinned === false, 'checkpoints: not pinned unless asked', c0);
+  // Pinning (a whet extension): the operator's retention of a job's newest checkpoints keeps a pinned one.
+  const pin = (verb, ckpt, client = a, job = j2.id) => client('POST', `/v1/fine_tuning/jobs/${job}/checkpoints/${ckpt}/${verb}`);
+  r = await pin('pin', 'ftckpt-10');
+  check(r.status === 200 && r.json.id === 'ftckpt-10' && r.json.whet.pinned === true && r.json.step_number === 10, 'pin: the pinned checkpoint', r.text);
+  r = await pin('pin', 'ftckpt-10');
+  check(r.status === 200 && r.json.whet.pinned === true, 'pin: again answers the same', r.text);
+  r = await pin('unpin', 'ftckpt-20');
+  check(r.status === 200 && r.json.whet.pinned === false, 'unpin: one not pinned stays so', r.text);
+  r = await a('GET', `/v1/fine_tuning/jobs/${j2.id}/checkpoints`);
+  check(r.json.data.map((c) => `${c.id}:${c.whet.pinned}`).join() === 'ftckpt-30:false,ftckpt-20:false,ftckpt-10:true',
+        'checkpoints: the list shows which is pinned', r.json);
+  r = await pin('pin', 'ftckpt-nope');
+  check(r.status === 404 && r.json.error.param === 'checkpoint', 'pin: an unknown checkpoint is a 404 naming it', r.text);
+  r = await pin('pin', 'ftckpt-10', a, j1.id);
+  check(r.status === 404, 'pin: another job\'s checkpoint is a 404', r.text);
+  r = await pin('pin', 'ftckpt-20', b);
+  check(r.status === 404 && stack.psql(`SELECT pinned FROM checkpoints WHERE id = 'ftckpt-20'`) === 'f',
+        'pin: another tenant\'s checkpoint is a 404 and stays unpinned', r.text);
 
   // ---- usage: reals in their shortest form (8.601, not jansson's %.17g 8.6010000000000009)
   stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
@@ -267,11 +286,39 @@ try {
   r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'ft:whet-tiny:alpha:my-run:abc123', training_file: sft } });
   check(r.status === 200 && stack.psql(`SELECT base_model || ' ' || init_checkpoint FROM jobs WHERE id = '${r.json.id}'`) === 'whet-tiny ftckpt-30',
         'create from a fine-tuned model: base model and last checkpoint', r.text);
+  const fromModel = r.json.id;
   r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'ft:whet-tiny:alpha:my-run:abc123:ckpt-step-20', training_file: sft } });
   check(r.status === 200 && stack.psql(`SELECT init_checkpoint FROM jobs WHERE id = '${r.json.id}'`) === 'ftckpt-20',
         'create from a checkpoint', r.text);
+  const fromCheckpoint = r.json.id;
   r = await b('POST', '/v1/fine_tuning/jobs', { json: { model: 'ft:whet-tiny:alpha:my-run:abc123', training_file: betaFile } });
   check(r.status === 404 && r.json.error.param === 'model', 'another tenant\'s fine-tuned model: 404', r.text);
+  // Retention (migration 0040; the scheduler's leader calls it with --checkpoint-keep 1): step 30 is the newest,
+  // 20 a queued job continues from, 10 pinned: all stay. Unpinned, 10 goes; its model is no longer there.
+  const retain = () => stack.psql(`SELECT moved FROM whet_checkpoint_retention(1, NULL, 100)`);
+  check(retain() === '0' && (await a('GET', `/v1/fine_tuning/jobs/${j2.id}/checkpoints`)).json.data.map((c) => c.id).join() === 'ftckpt-30,ftckpt-20,ftckpt-10',
+        'retention: the newest, a pinned one and one a queued job continues from stay');
+  r = await pin('unpin', 'ftckpt-10');
+  check(r.status === 200 && r.json.whet.pinned === false && retain() === '1', 'retention: unpinned, it goes', r.text);
+  r = await a('GET', `/v1/fine_tuning/jobs/${j2.id}/checkpoints`);
+  check(r.json.data.map((c) => c.id).join() === 'ftckpt-30,ftckpt-20', 'retention: the deleted checkpoint is no longer listed', r.json);
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'ft:whet-tiny:alpha:my-run:abc123:ckpt-step-10', training_file: sft } });
+  check(r.status === 404 && r.json.error.param === 'model', 'retention: a deleted checkpoint\'s model is a 404', r.text);
+  r = await pin('pin', 'ftckpt-10');
+  check(r.status === 404, 'retention: a deleted checkpoint cannot be pinned', r.text);
+  // A deleted model's checkpoints go whole once --deleted-model-keep has passed (0 here), pinned or not, but wait
+  // whole while a job continues from one of them.
+  r = await a('DELETE', '/v1/models/ft:whet-tiny:alpha:my-run:abc123');
+  check(r.status === 200 && r.json.deleted === true, 'retention: the model deleted', r.text);
+  await pin('pin', 'ftckpt-20');
+  const purge = () => stack.psql(`SELECT moved FROM whet_checkpoint_retention(1, 0, 100)`);
+  check(purge() === '0', 'retention: a deleted model waits while queued jobs continue from its checkpoints');
+  for (const id of [fromModel, fromCheckpoint]) await a('POST', `/v1/fine_tuning/jobs/${id}/cancel`);
+  check(purge() === '2' && stack.psql(`SELECT string_agg(id || ':' || reason, ',' ORDER BY id) FROM checkpoint_deletions
+                                       WHERE job_id = '${j2.id}'`) === 'ftckpt-10:keep_last,ftckpt-20:model_deleted,ftckpt-30:model_deleted',
+        'retention: once those jobs ended, every checkpoint of the deleted model goes, the pinned one too');
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { model: 'ft:whet-tiny:alpha:my-run:abc123', training_file: sft } });
+  check(r.status === 404 && r.json.error.param === 'model', 'retention: a deleted model whose files are gone is a 404', r.text);
 
   // ---- isolation: alpha's job is a 404 for beta on every route
   for (const [method, path] of [['GET', ''], ['POST', '/cancel'], ['POST', '/pause'], ['POST', '/resume'], ['GET', '/events'], ['GET', '/checkpoints']]) {
