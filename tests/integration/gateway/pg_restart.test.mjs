@@ -49,10 +49,16 @@ test('requests fail with 503 while PostgreSQL is down, then recover', async () =
 
   pg.start();
   await waitFor('whoami to recover', async () => (await whoami()).status === 200);
-  await waitFor('every loop to reconnect', async () => {
-    const rs = await Promise.all(Array.from({ length: 12 }, () => whoami()));
-    return rs.every((r) => r.status === 200 && r.json.database_tenant === t.id);
+  // Every connection of both loops back (the metrics count them; a request reaches one loop only, so
+  // answered whoamis alone do not show that the other loop has reconnected), then every answer is 200.
+  const up = (text, pool) => Number(text.match(new RegExp(`^whet_db_connections_up\\{pool="${pool}"\\} (\\d+)$`, 'm'))?.[1]);
+  const configured = (text, pool) => Number(text.match(new RegExp(`^whet_db_connections\\{pool="${pool}"\\} (\\d+)$`, 'm'))?.[1]);
+  await waitFor('every connection to be back', async () => {
+    const text = (await stack.request('GET', '/metrics')).text;
+    return ['tenant', 'admin'].every((pool) => up(text, pool) > 0 && up(text, pool) === configured(text, pool));
   });
+  const rs = await Promise.all(Array.from({ length: 12 }, () => whoami()));
+  assert.ok(rs.every((r) => r.status === 200 && r.json.database_tenant === t.id), `whoami: ${rs.map((r) => r.status)}`);
   assert.equal((await stack.request('GET', '/readyz')).status, 200);
   assert.equal((await stack.request('GET', '/admin/v1/tenants', { token: stack.adminToken() })).status, 200);
   const metrics = (await stack.request('GET', '/metrics')).text;
