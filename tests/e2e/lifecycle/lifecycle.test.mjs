@@ -27,6 +27,8 @@ const env = {
   WHET_OBJECT_STORE: `s3://whet-test/life-${crypto.randomBytes(4).toString('hex')}`,
   WHET_S3_ENDPOINT: process.env.WHET_TEST_S3_ENDPOINT, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER',
   AWS_REGION: 'us-east-1',
+  // Checkpoint retention on the S3 store: each job keeps its newest two step checkpoints (resume needs one).
+  WHET_CHECKPOINT_KEEP: '2',
 };
 let log = '';
 const up = spawn(WHET_BIN, ['up', '--data-dir', work, '--http', `127.0.0.1:${httpPort}`, '--grpc', `127.0.0.1:${grpcPort}`,
@@ -76,6 +78,19 @@ test('pause checkpoints and stops a running job; resume continues it to the end'
   const m = await messages(job.id);
   assert.ok(m.some((x) => /paused/i.test(x)), 'a pause event');
   assert.ok(m.some((x) => /resuming from step \d+/.test(x)), 'placed again from its checkpoint');
+  // Retention: the job keeps its final model (step 30) and its two newest step checkpoints; every older one
+  // (the pause's included) is deleted and its files removed from the store.
+  const all = psql(db.url, `SELECT string_agg(step_number::text, ',' ORDER BY step_number) FROM (SELECT step_number FROM checkpoints
+                            WHERE job_id = '${job.id}' UNION ALL SELECT step_number FROM checkpoint_deletions
+                            WHERE job_id = '${job.id}') s`).split(',').map(Number);
+  const steps = all.filter((s) => s < 30);
+  assert.ok(steps.length >= 6, `checkpoints every 5 steps and one at the pause: ${all}`);
+  await until('older checkpoints deleted', async () =>
+    psql(db.url, `SELECT count(*) FROM checkpoint_deletions WHERE job_id = '${job.id}' AND purged_at IS NOT NULL`) ===
+      String(steps.length - 2), 30000);
+  const kept = [];
+  for await (const c of client.fineTuning.jobs.checkpoints.list(job.id)) kept.push(c.step_number);
+  assert.deepEqual(kept.sort((a, b) => a - b), [...steps.slice(-2), 30]);
 });
 
 test('cancel stops a running job for good', async (t) => {
