@@ -280,9 +280,9 @@ void admin_routes(struct http_router *rt) {
                "monthly_limit) "
                "SELECT $1, id, $3::bytea, $4, coalesce($5::text[], '{all}'), $6::bigint, $7, $8::numeric FROM tenants "
                "WHERE (id = $2 OR name = $2) RETURNING " API_KEY_COLUMNS);
-    db_prepare("admin_key_list", "SELECT " API_KEY_COLUMNS " FROM api_keys k "
-                                 "JOIN tenants t ON t.id = k.tenant_id WHERE (t.id = $1 OR t.name = $1) "
-                                 "ORDER BY k.created_at, k.id");
+    db_prepare(
+        "admin_key_list",
+        API_KEY_LIST_FROM("(SELECT id FROM tenants WHERE id = $1 OR name = $1 LIMIT 1)") "ORDER BY k.created_at, k.id");
     db_prepare("admin_key_revoke",
                "UPDATE api_keys k SET revoked_at = coalesce(k.revoked_at, whet_now()) FROM tenants t WHERE k.id = $2 "
                "AND t.id = k.tenant_id AND (t.id = $1 OR t.name = $1) RETURNING " API_KEY_COLUMNS);

@@ -89,8 +89,7 @@ static void key_revoke(struct gw_req *r) {
 void api_keys_routes(struct http_router *rt) {
     db_prepare("tenant_key_create", "SELECT " API_KEY_COLUMNS " FROM whet_tenant_key_create($1, $2::bytea, $3, "
                                     "$4::text[], $5::bigint, $6, $7::numeric) k");
-    db_prepare("tenant_key_list",
-               "SELECT " API_KEY_COLUMNS " FROM api_keys k WHERE k.tenant_id = $1 ORDER BY k.created_at, k.id");
+    db_prepare("tenant_key_list", API_KEY_LIST_FROM("$1") "ORDER BY k.created_at, k.id");
     db_prepare("tenant_key_revoke", "SELECT " API_KEY_COLUMNS " FROM whet_tenant_key_revoke($1) k");
     http_route(rt, "POST", "/v1/api_keys", key_create, HTTP_ROUTE_TENANT, "api_keys.create");
     http_route(rt, "GET", "/v1/api_keys", key_list, HTTP_ROUTE_TENANT, "api_keys.list");

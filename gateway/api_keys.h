@@ -26,10 +26,14 @@ struct key_fields;
 struct new_key *api_key_begin(struct gw_req *r, struct key_fields *f);
 
 /* The columns every key query returns, in this order (table alias k); the last is the month's spend of
- * the jobs the key created (migration 0009). */
-#define API_KEY_COLUMNS                                                                                                \
-    "k.id, k.tenant_id, k.key_prefix, k.created_at, k.revoked_at, k.scopes, k.expires_at, k.name, k.monthly_limit, "   \
-    "whet_key_spend(k.id)"
+ * the key (migration 0009): of one key, whet_key_spend; of a tenant's keys, API_KEY_LIST_FROM's (0043), which
+ * makes the tenant's month of cost lines once instead of once a key. */
+#define API_KEY_FIELDS                                                                                                 \
+    "k.id, k.tenant_id, k.key_prefix, k.created_at, k.revoked_at, k.scopes, k.expires_at, k.name, k.monthly_limit"
+#define API_KEY_COLUMNS API_KEY_FIELDS ", whet_key_spend(k.id)"
+/* The keys of the tenant whose id is TENANT (an SQL expression), with their spends as s.spent. */
+#define API_KEY_LIST_FROM(TENANT)                                                                                      \
+    "SELECT " API_KEY_FIELDS ", s.spent FROM whet_tenant_key_spends(" TENANT ") s JOIN api_keys k ON k.id = s.key_id "
 json_t *api_key_json(const PGresult *res, int row);
 
 void api_keys_routes(struct http_router *rt);

@@ -172,6 +172,16 @@ try {
   r = await a('GET', '/v1/api_keys');
   check(near(r.json.data.find((k) => k.id === roomy.id)?.spent_this_month, 3.6 + 3.6, 0.05),
         'the key\'s running job counts its hour so far, the tenant\'s other running job not', r.json.data);
+  // The lists make the tenant's month once for all its keys (0043): the same spends as each key's own.
+  const eq = stack.psql(`SELECT count(*) || ' keys, ' || count(*) FILTER (WHERE s.spent > 0) || ' spent, '
+                           || count(*) FILTER (WHERE s.spent <> whet_key_spend(s.key_id)) || ' differ'
+                         FROM whet_tenant_key_spends((SELECT id FROM tenants WHERE name = 'alpha')) s`);
+  const keyCount = stack.psql(`SELECT count(*) FROM api_keys k JOIN tenants t ON t.id = k.tenant_id WHERE t.name = 'alpha'`);
+  check(eq === `${keyCount} keys, 2 spent, 0 differ`, 'every key\'s listed spend equals its own whet_key_spend', eq);
+  const opList = (await op('GET', '/admin/v1/tenants/alpha/api_keys')).json.data;
+  check(opList.length === r.json.data.length &&
+        opList.every((k) => k.spent_this_month === r.json.data.find((x) => x.id === k.id)?.spent_this_month),
+        'the operator\'s list shows the same spends', opList);
   const hb = progress(keyJob, 1);
   check(hb === 'pause', 'a running job of a key past its limit is asked to pause', hb);
   r = await op('PUT', '/admin/v1/tenants/alpha/api_keys', { json: {} });
