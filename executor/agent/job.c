@@ -26,10 +26,22 @@
 #include "sandbox.h"
 #include "trainer_sandbox.h"
 
-/* Base models are fetched once per node: models/ID-SHA/ holds a verified copy; concurrent jobs of the
- * same model wait for the first fetch. */
-static pthread_mutex_t model_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* What a model's fill fetches: the object store's copy. */
+struct model_fetch {
+    struct agent *a;
+    const char *id, *prefix;
+};
 
+static int fetch_model_files(void *ctx, const char *dir, struct whet_err *err) {
+    const struct model_fetch *f = ctx;
+    int rc = objstore_get_dir(f->a->store, f->prefix, dir, err);
+    if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
+    if (rc == OBJSTORE_NOT_FOUND) rc = whet_errf(err, "base model %s: no complete copy at %s", f->id, f->prefix);
+    return rc;
+}
+
+/* Base models are fetched once per node into models/ID-SHA/ (a verified copy: a new SHA is a new dir);
+ * concurrent jobs of the same model wait for the first fetch. */
 char *agent_fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
     const char *id = json_string_value(json_object_get(base, "id"));
     const char *prefix = json_string_value(json_object_get(base, "object_prefix"));
@@ -38,24 +50,17 @@ char *agent_fetch_model(struct agent *a, json_t *base, struct whet_err *err) {
         whet_errf(err, "manifest: base_model needs id and object_prefix");
         return NULL;
     }
-    char *dir = xasprintf("%s/models/%s-%.12s", a->opts->work_dir, id, sha ? sha : "");
-    pthread_mutex_lock(&model_cache_lock);
-    struct stat st;
-    int rc = 0;
-    if (stat(dir, &st) != 0) {
-        char *tmp = xasprintf("%s.partial", dir);
-        rc = objstore_get_dir(a->store, prefix, tmp, err);
-        if (rc != 0) agent_metrics_store_failed(AGENT_STORE_FETCH);
-        if (rc == OBJSTORE_NOT_FOUND) rc = whet_errf(err, "base model %s: no complete copy at %s", id, prefix);
-        if (rc == 0 && rename(tmp, dir) != 0) rc = whet_errf(err, "rename %s: %s", tmp, strerror(errno));
-        free(tmp);
-    }
-    pthread_mutex_unlock(&model_cache_lock);
-    if (rc != 0) {
-        free(dir);
-        return NULL;
-    }
+    char *name = dir_cache_name(id, sha, 12);
+    struct model_fetch f = {a, id, prefix};
+    char *dir = dir_cache_get(a->models, name, fetch_model_files, &f, err);
+    free(name);
     return dir;
+}
+
+void agent_release_model(struct agent *a, char *dir) {
+    if (!dir) return;
+    dir_cache_release(a->models, dir);
+    free(dir);
 }
 
 static int fetch_file(struct agent_job *job, json_t *file, const char *path, struct whet_err *err) {
@@ -610,8 +615,8 @@ static void *job_main(void *arg) {
     }
     log_info("msg=\"job attempt ended\" job=%s attempt=%d outcome=%d error=\"%s\"", job->id, job->attempt, (int)fin.outcome, msg);
     free(cfg_path);
-    free(model_dir);
-    for (size_t i = 0; judge_dirs && judge_dirs[i]; i++) free(judge_dirs[i]);
+    agent_release_model(a, model_dir);
+    for (size_t i = 0; judge_dirs && judge_dirs[i]; i++) agent_release_model(a, judge_dirs[i]);
     free(judge_dirs);
     free(final_prefix);
     free(csv_key);
