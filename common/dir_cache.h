@@ -64,7 +64,7 @@ typedef int (*dir_cache_fill_fn)(void *ctx, const char *dir, struct whet_err *er
  * with err when the root cannot be made or read. */
 struct dir_cache *dir_cache_open(const char *root, const struct dir_cache_bound *bound, const char *what,
                                  struct whet_err *err);
-/* Frees the cache; every entry must have been released. */
+/* Frees the cache (NULL: nothing), letting go of the entries still held. */
 void dir_cache_close(struct dir_cache *c);
 
 /* The entry `name`, filled by fill(ctx, …) when it is not there, held until dir_cache_release: returns
