@@ -19,9 +19,9 @@
  * (base_models; else 400 naming the grader's `model` field) and is downloaded once from the object
  * store into a local cache (common/dir_cache: filled under a temp name renamed into place, so requests
  * never see half a model; bounded by WHET_JUDGE_CACHE_MAX, the least recently used judges not in use
- * removed past it). A child that fails or runs past GRADERS_CHILD_TIMEOUT_S answers reward 0 with a server
- * error (model_grader_server_error with judges, else python_grader_server_error), as OpenAI does when
- * its grader cannot answer. */
+ * removed past it). A child that fails or runs past GRADERS_CHILD_TIMEOUT_S answers reward 0 with a
+ * server error (model_grader_server_error with judges, else python_grader_server_error), as OpenAI does
+ * when its grader cannot answer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>

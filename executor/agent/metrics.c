@@ -4,8 +4,9 @@
  * object-store operations that failed, by what they were for (fetching a job's inputs, uploading a
  * checkpoint, uploading the final model): the executors move most of the object store's bytes, so
  * their failures are the ones to alert on. Also the model cache's size, bound and evictions (a cache
- * evicting often is too small: every eviction is a model fetched again). Job threads and the main loop update atomics (relaxed:
- * statistics); the server's thread reads them. */
+ * evicting often is too small: every eviction is a model fetched again). Job threads and the main loop
+ * update atomics (relaxed: statistics); the server's thread reads them (the cache's through
+ * dir_cache_get_stats). */
 #include <stdatomic.h>
 
 #include "agent_internal.h"
