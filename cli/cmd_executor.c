@@ -16,7 +16,8 @@
 static void executor_usage(FILE *out) {
     fprintf(out,
             "usage: whet executor --dc NAME --pool NAME --devices SPEC --work-dir DIR [--data-dir DIR]\n"
-            "                     [--scheduler HOST:PORT] [--trainer PATH] [--metrics HOST:PORT]\n\n"
+            "                     [--scheduler HOST:PORT] [--trainer PATH] [--metrics HOST:PORT]\n"
+            "                     [--model-cache-max SIZE]\n\n"
             "Registers this machine's devices with the scheduler and runs the jobs it places here, each\n"
             "`whet train` in the sandbox, streaming checkpoints to the object store. Finds the scheduler\n"
             "(WHET_GRPC), its token (WHET_EXECUTOR_TOKEN) and the object store (WHET_OBJECT_STORE) in the\n"
@@ -25,7 +26,7 @@ static void executor_usage(FILE *out) {
             "  --dc NAME            data center\n"
             "  --pool NAME          pool within the data center\n"
             "  --devices SPEC       cuda | cpu:N | sim:TYPE:N[:GIB]\n"
-            "  --work-dir DIR       job dirs and the base-model cache\n"
+            "  --work-dir DIR       job dirs and the model cache (DIR/models: base and judge models)\n"
             "  --data-dir DIR       a `whet up` data dir, whose whet.env names the scheduler, token and store\n"
             "  --scheduler ADDR     override WHET_GRPC\n"
             "  --trainer PATH       the program each job runs as `PATH train --config FILE` in the sandbox\n"
@@ -34,20 +35,30 @@ static void executor_usage(FILE *out) {
             "                       must follow `whet train`'s contract (event lines on stdout) and is held\n"
             "                       by the same sandbox: no network, only its job dir writable.\n"
             "  --metrics HOST:PORT  serve Prometheus metrics at GET /metrics there (default\n"
-            "                       $WHET_EXECUTOR_METRICS, else none)\n",
-            MP_COTRAIN_PASS_TOKENS);
+            "                       $WHET_EXECUTOR_METRICS, else none)\n"
+            "  --model-cache-max SIZE\n"
+            "                       bound the model cache: bytes with a K, M, G or T suffix (20G), a share\n"
+            "                       of the work dir's file system (50%%), or 0 for none (default\n"
+            "                       $WHET_MODEL_CACHE_MAX, else %s). Past it the least recently used models\n"
+            "                       go; never one a job, model worker or co-training process uses, nor the\n"
+            "                       latest (kept with a warning when it alone is larger)\n",
+            MP_COTRAIN_PASS_TOKENS, AGENT_MODEL_CACHE_MAX_DEFAULT);
 }
 
 static int cmd_executor(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"dc", required_argument, 0, 'c'},       {"pool", required_argument, 0, 'p'},
-        {"devices", required_argument, 0, 'v'},  {"work-dir", required_argument, 0, 'w'},
-        {"data-dir", required_argument, 0, 'd'}, {"scheduler", required_argument, 0, 's'},
-        {"trainer", required_argument, 0, 't'}, {"metrics", required_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},
-        {0}};
+    static const struct option opts[] = {{"dc", required_argument, 0, 'c'},
+                                         {"pool", required_argument, 0, 'p'},
+                                         {"devices", required_argument, 0, 'v'},
+                                         {"work-dir", required_argument, 0, 'w'},
+                                         {"data-dir", required_argument, 0, 'd'},
+                                         {"scheduler", required_argument, 0, 's'},
+                                         {"trainer", required_argument, 0, 't'},
+                                         {"metrics", required_argument, 0, 'm'},
+                                         {"model-cache-max", required_argument, 0, 'M'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0}};
     struct executor_options o = {0};
-    const char *data_dir = NULL, *scheduler = NULL, *trainer = NULL, *metrics = NULL;
+    const char *data_dir = NULL, *scheduler = NULL, *trainer = NULL, *metrics = NULL, *cache_max = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -59,6 +70,7 @@ static int cmd_executor(int argc, char **argv) {
         case 's': scheduler = optarg; break;
         case 't': trainer = optarg; break;
         case 'm': metrics = optarg; break;
+        case 'M': cache_max = optarg; break;
         case 'h': executor_usage(stdout); return 0;
         default: executor_usage(stderr); return 2;
         }
@@ -77,6 +89,7 @@ static int cmd_executor(int argc, char **argv) {
     o.token = whet_env("WHET_EXECUTOR_TOKEN", NULL);
     o.object_store = whet_env("WHET_OBJECT_STORE", NULL);
     o.metrics_addr = metrics ? metrics : whet_env("WHET_EXECUTOR_METRICS", NULL);
+    o.model_cache_max = cache_max ? cache_max : whet_env("WHET_MODEL_CACHE_MAX", NULL);
     if (!o.token || !o.object_store) {
         fprintf(stderr, "whet executor: WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE must be set\nhint: pass --data-dir "
                         "of a `whet up` data dir, or set them\n");

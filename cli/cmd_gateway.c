@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "env.h"
 #include "gateway.h"
+#include "graders.h"
 #include "log.h"
 
 static void gateway_usage(FILE *out) {
@@ -20,7 +21,10 @@ static void gateway_usage(FILE *out) {
             "  --data-dir DIR    read DIR/whet.env (written by `whet up`) for the settings above\n\n"
             "Other settings: WHET_GATEWAY_BODY_LIMIT (bytes, uploads; default 512 MiB),\n"
             "WHET_GATEWAY_JSON_BODY_LIMIT (bytes, other requests; default 1 MiB), WHET_GATEWAY_LOG_REQUESTS=0\n"
-            "(no per-request log lines), WHET_LOG_LEVEL.\n");
+            "(no per-request log lines), WHET_LOG_LEVEL, WHET_JUDGE_CACHE_MAX (the bound of the judge models\n"
+            "graders/run downloads into DIR/judge-cache: bytes with a K, M, G or T suffix, a share of its file\n"
+            "system as 50%%, or 0 for none; default %s; the least recently used judges not in use go first).\n",
+            GRADERS_JUDGE_CACHE_MAX_DEFAULT);
 }
 
 static int cmd_gateway(int argc, char **argv) {
@@ -59,6 +63,10 @@ static int cmd_gateway(int argc, char **argv) {
         return 1;
     }
     whet_log_component("gateway");
+    if (graders_check_settings(&err) < 0) {
+        whet_err_report("whet gateway", &err);
+        return 1;
+    }
     struct gateway_options o;
     gateway_options_default(&o);
     if (http) o.http = http;

@@ -282,6 +282,21 @@ int whet_rm_rf(const char *path) {
     return 0;
 }
 
+/* nftw passes no context: this thread's running total. */
+static _Thread_local uint64_t dir_bytes_total;
+
+static int dir_bytes_add(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)path, (void)ftw;
+    if (type == FTW_F) dir_bytes_total += (uint64_t)st->st_size;
+    return 0;
+}
+
+uint64_t whet_dir_bytes(const char *dir) {
+    dir_bytes_total = 0;
+    nftw(dir, dir_bytes_add, 16, FTW_PHYS);
+    return dir_bytes_total;
+}
+
 int64_t whet_now_unix(void) { return (int64_t)time(NULL); }
 
 int whet_cmp_strp(const void *a, const void *b) {

@@ -76,6 +76,9 @@ int whet_mkdir_p(const char *path, struct whet_err *err);
  * links (a link is removed, never what it points to). A path that does not exist is no error. Returns
  * 0, or -1 with errno set by the first removal that failed (the walk goes on past it). */
 int whet_rm_rf(const char *path);
+/* The bytes of the regular files under `dir` (their sizes; links are not followed), 0 when it cannot
+ * be read. */
+uint64_t whet_dir_bytes(const char *dir);
 
 /* Wall-clock and monotonic time. */
 int64_t whet_now_unix(void);

@@ -17,26 +17,27 @@
  * REQUEST` (cli/cmd_grade.c), whose stdout is the answer, with the runner's default limits (python:
  * pygrader's per-sample timeout, memory and parallelism). Every judge model must be in the catalog
  * (base_models; else 400 naming the grader's `model` field) and is downloaded once from the object
- * store into a local cache (a temp name renamed into place: concurrent requests never see half a
- * model). A child that fails or runs past GRADERS_CHILD_TIMEOUT_S answers reward 0 with a server
- * error (model_grader_server_error with judges, else python_grader_server_error), as OpenAI does when
- * its grader cannot answer. */
+ * store into a local cache (common/dir_cache: filled under a temp name renamed into place, so requests
+ * never see half a model; bounded by WHET_JUDGE_CACHE_MAX, the least recently used judges not in use
+ * removed past it). A child that fails or runs past GRADERS_CHILD_TIMEOUT_S answers reward 0 with a
+ * server error (model_grader_server_error with judges, else python_grader_server_error), as OpenAI does
+ * when its grader cannot answer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "crypto.h"
 #include "db.h"
+#include "dir_cache.h"
 #include "env.h"
 #include "files_common.h"
 #include "grader.h"
@@ -84,52 +85,53 @@ static void result_with_server_error(struct grader_job *job, const char *fmt, ..
     grader_result_free(&res);
 }
 
-/* The local dir of judge `j`, downloaded when it is not there yet: $WHET_DATA_DIR/judge-cache/
- * <id>-<sha256 prefix> (a per-user dir under $TMPDIR without a data dir). A new sha256 (the model was
- * registered again) is a new dir. Returns the path (caller frees) or NULL with err. */
-static char *judge_local_dir(const struct judge_ref *j, struct whet_err *err) {
-    const char *data_dir = whet_env("WHET_DATA_DIR", "");
-    char *root = *data_dir ? xasprintf("%s/judge-cache", data_dir)
-                           : xasprintf("%s/whet-judge-cache-%d", whet_env("TMPDIR", "/tmp"), (int)getuid());
-    char safe_name[128];
-    size_t k = 0;
-    for (const char *c = j->name; *c && k + 1 < sizeof safe_name; c++)
-        safe_name[k++] = (strchr("._-", *c) || (*c >= '0' && *c <= '9') || ((*c | 32) >= 'a' && (*c | 32) <= 'z'))
-                             ? *c : '_';
-    safe_name[k] = 0;
-    char *dir = xasprintf("%s/%s-%.16s", root, safe_name, j->sha256);
-    char *manifest = xasprintf("%s/MANIFEST.json", dir);
-    struct stat st;
-    int present = stat(manifest, &st) == 0; /* objstore_get_dir writes the manifest last */
-    free(manifest);
-    char *tmp = NULL;
-    if (!present) {
-        uint8_t rnd[8];
-        char rnd_hex[17];
-        whet_random_bytes(rnd, sizeof rnd);
-        whet_hex_encode(rnd, sizeof rnd, rnd_hex);
-        tmp = xasprintf("%s/.download-%s", root, rnd_hex);
-        struct objstore *store = whet_mkdir_p(root, err) ? NULL : files_store(err);
-        if (!store || objstore_get_dir(store, j->object_prefix, tmp, err)) {
-            whet_err_prefix(err, "judge model \"%s\"", j->name);
-            goto fail;
-        }
-        /* Another request may have put the same model in place meanwhile: keep that one. */
-        if (rename(tmp, dir) && errno != ENOTEMPTY && errno != EEXIST) {
-            whet_errf(err, "judge model \"%s\": cannot rename %s to %s: %s", j->name, tmp, dir, strerror(errno));
-            goto fail;
-        }
-        whet_rm_rf(tmp);
-        free(tmp);
+/* The judge cache (dir_cache.h): $WHET_DATA_DIR/judge-cache, or a per-user dir under $TMPDIR without a
+ * data dir, bounded by WHET_JUDGE_CACHE_MAX; opened by the first judged run and kept for the process's
+ * life. A judge is held from its fetch until its child has answered. */
+static pthread_mutex_t judge_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dir_cache *judge_cache;
+
+static int judge_cache_bound(struct dir_cache_bound *bound, struct whet_err *err) {
+    if (dir_cache_parse_bound(whet_env("WHET_JUDGE_CACHE_MAX", GRADERS_JUDGE_CACHE_MAX_DEFAULT), bound, err) < 0)
+        return whet_err_prefix(err, "WHET_JUDGE_CACHE_MAX");
+    return 0;
+}
+
+int graders_check_settings(struct whet_err *err) {
+    struct dir_cache_bound bound;
+    return judge_cache_bound(&bound, err);
+}
+
+static struct dir_cache *judge_cache_open(struct whet_err *err) {
+    pthread_mutex_lock(&judge_cache_lock);
+    struct dir_cache_bound bound;
+    if (!judge_cache && judge_cache_bound(&bound, err) == 0) {
+        const char *data_dir = whet_env("WHET_DATA_DIR", "");
+        char *root = *data_dir ? xasprintf("%s/judge-cache", data_dir)
+                               : xasprintf("%s/whet-judge-cache-%d", whet_env("TMPDIR", "/tmp"), (int)getuid());
+        judge_cache = dir_cache_open(root, &bound, "judge cache", err);
+        free(root);
     }
-    free(root);
+    struct dir_cache *c = judge_cache;
+    pthread_mutex_unlock(&judge_cache_lock);
+    return c;
+}
+
+static int fetch_judge(void *ctx, const char *dir, struct whet_err *err) {
+    const struct judge_ref *j = ctx;
+    struct objstore *store = files_store(err);
+    return store ? objstore_get_dir(store, j->object_prefix, dir, err) : -1;
+}
+
+/* The local dir of judge `j` in the cache (<name>-<sha256 prefix>: a new sha256, the model registered
+ * again, is a new dir), downloaded when it is not there yet, held until judge_release. Returns the path
+ * (judge_release frees it) or NULL with err. */
+static char *judge_local_dir(struct dir_cache *cache, struct judge_ref *j, struct whet_err *err) {
+    char *name = dir_cache_name(j->name, j->sha256, 16);
+    char *dir = dir_cache_get(cache, name, fetch_judge, j, err);
+    free(name);
+    if (!dir) whet_err_prefix(err, "judge model \"%s\"", j->name);
     return dir;
-fail:
-    whet_rm_rf(tmp);
-    free(tmp);
-    free(root);
-    free(dir);
-    return NULL;
 }
 
 /* What the child is called in server errors. */
@@ -242,13 +244,18 @@ static void run_work(void *arg) {
         return;
     }
     char **dirs = xcalloc(job->n_judges, sizeof *dirs);
-    size_t k;
+    size_t k = 0;
     struct whet_err err;
-    for (k = 0; k < job->n_judges; k++)
-        if (!(dirs[k] = judge_local_dir(&job->judges[k], &err))) break;
+    struct dir_cache *cache = job->n_judges ? judge_cache_open(&err) : NULL;
+    if (cache)
+        for (; k < job->n_judges; k++)
+            if (!(dirs[k] = judge_local_dir(cache, &job->judges[k], &err))) break;
     if (k < job->n_judges) result_with_server_error(job, "%s", err.msg);
     else run_child(job, dirs);
-    for (k = 0; k < job->n_judges; k++) free(dirs[k]);
+    for (size_t i = 0; i < k; i++) {
+        dir_cache_release(cache, dirs[i]);
+        free(dirs[i]);
+    }
     free(dirs);
 }
 

@@ -250,15 +250,29 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     char why[300];
     a.cotrain_pass_tokens = mp_cotrain_pass_tokens_setting(whet_env(MP_COTRAIN_PASS_TOKENS_ENV, NULL), why, sizeof why);
     if (!a.cotrain_pass_tokens) return whet_errf(err, "%s", why);
+    struct dir_cache_bound cache_max;
+    if (dir_cache_parse_bound(opts->model_cache_max ? opts->model_cache_max : AGENT_MODEL_CACHE_MAX_DEFAULT, &cache_max,
+                              err) < 0)
+        return whet_err_prefix(err, "the model cache's bound (--model-cache-max, WHET_MODEL_CACHE_MAX)");
     if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
-    if (objstore_open(opts->object_store, &a.store, err) < 0) return whet_err_prefix(err, "object store");
+    char *models = xasprintf("%s/models", opts->work_dir);
+    a.models = dir_cache_open(models, &cache_max, "model cache", err);
+    free(models);
+    if (!a.models) return -1;
+    if (objstore_open(opts->object_store, &a.store, err) < 0) {
+        dir_cache_close(a.models);
+        return whet_err_prefix(err, "object store");
+    }
     if (rpc_client_open(opts->scheduler, opts->token, &a.rpc, err) < 0) {
         objstore_close(a.store);
+        dir_cache_close(a.models);
         return -1;
     }
+    agent_metrics_model_cache(a.models);
     if (opts->metrics_addr && agent_metrics_start(opts->metrics_addr, err) < 0) {
         rpc_client_close(a.rpc);
         objstore_close(a.store);
+        dir_cache_close(a.models);
         return -1;
     }
     struct sigaction sa = {.sa_handler = on_signal};
@@ -311,6 +325,7 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     agent_metrics_stop();
     rpc_client_close(a.rpc);
     objstore_close(a.store);
+    dir_cache_close(a.models);
     log_info("msg=\"stopped\"");
     return rc;
 }

@@ -1,7 +1,8 @@
 /* agent.h - the executor (`whet executor`): one per machine, running the jobs the scheduler assigns.
  *
  * It registers its devices with the scheduler, then heartbeats; the heartbeat replies carry commands.
- * For START it fetches the base model (cached per node, checked against the manifest's SHA-256s), the
+ * For START it fetches the base model (cached per node in WORK_DIR/models, bounded in size: the least
+ * recently used models not in use go; checked against the manifest's SHA-256s), the
  * data and the checkpoint to resume from, writes the trainer config and runs `whet train` in the
  * sandbox, turning the trainer's event lines into progress, events and checkpoint reports, and
  * uploading each checkpoint while training goes on. STOP asks the trainer to checkpoint and exit;
@@ -58,7 +59,14 @@ struct executor_options {
     const char *trainer;     /* absolute path of the program run as `TRAINER train --config FILE` in the
                               * sandbox: this whet binary, or an operator's build of it */
     const char *metrics_addr; /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */
+    const char *model_cache_max; /* the bound of WORK_DIR/models as written (dir_cache_parse_bound), NULL:
+                                    AGENT_MODEL_CACHE_MAX_DEFAULT */
 };
+
+/* Half the file system that holds the work dir: a node keeps the models it has used until they crowd out
+ * its jobs' own dirs (checkpoints, data), which share that disk; a fixed size would be too small for a
+ * node of 70B models or too large for a small disk. */
+#define AGENT_MODEL_CACHE_MAX_DEFAULT "50%"
 
 /* Runs until SIGINT/SIGTERM (stopping its jobs with a checkpoint first) or a fatal error. */
 int executor_run(const struct executor_options *opts, struct whet_err *err);

@@ -7,8 +7,9 @@
 #include <stdatomic.h>
 
 #include "agent.h"
-#include "proto/whet.pb-c.h"
+#include "dir_cache.h"
 #include "objstore.h"
+#include "proto/whet.pb-c.h"
 #include "rpc.h"
 
 enum job_stop { JOB_RUN, JOB_STOP, JOB_CANCEL, JOB_ABANDON };
@@ -75,6 +76,7 @@ struct agent {
     uint32_t busy_devices;         /* held by jobs (main thread only) */
     struct rpc_client *rpc;
     struct objstore *store;
+    struct dir_cache *models;      /* WORK_DIR/models: base and judge models (dir_cache.h) */
     pthread_mutex_t lock;          /* guards jobs */
     struct agent_job *jobs;
     struct agent_worker *workers;  /* main thread only */
@@ -84,9 +86,11 @@ struct agent {
 void agent_job_start(struct agent_job *job);
 /* Frees a finished job. */
 void agent_job_free(struct agent_job *job);
-/* The base model {"id", "object_prefix", "sha256"} in the node's model cache, fetched on first use
- * (job.c). Returns the malloc'd directory, or NULL with err. */
+/* The base model {"id", "object_prefix", "sha256"} in the node's model cache, fetched on first use and
+ * held (not evicted) until agent_release_model (job.c). Returns the malloc'd directory, or NULL with err.
+ * agent_release_model gives it back and frees it (NULL: nothing). */
 char *agent_fetch_model(struct agent *a, json_t *base, struct whet_err *err);
+void agent_release_model(struct agent *a, char *dir);
 
 /* Model workers (serve_workers.c), all from the main thread: a heartbeat's list applied (new ones
  * started, unlisted ones stopped); every one stopped; readiness and kills advanced (returns 1 when a
@@ -137,5 +141,7 @@ void agent_metrics_jobs(int running);
 void agent_metrics_heartbeat_failed(void);
 void agent_metrics_checkpoint_uploaded(void);
 void agent_metrics_store_failed(enum agent_store_op op);
+/* The model cache whose size and evictions the metrics show; set before agent_metrics_start. */
+void agent_metrics_model_cache(struct dir_cache *models);
 
 #endif

@@ -51,7 +51,9 @@ struct cotrain_group {
                             writable in the process's sandbox, so that a member joining it later is there */
     char *join_dir;      /* its process's --join-dir (in dir), NULL: none */
     int expected;        /* the scheduler's group: members listed in the manifest */
-    char *model_dir;
+    struct agent *agent;
+    char *model_dir;     /* held in the model cache, as are judge_dirs, until the group is gone: its
+                            process may outlive the members that brought them */
     struct agent_job *members[COTRAIN_MAX];
     char *cfgs[COTRAIN_MAX];
     char *const *judges[COTRAIN_MAX]; /* each member's judge model dirs (NULL-terminated, the member's) */
@@ -174,7 +176,10 @@ static int spawn(struct cotrain_group *g, struct sandbox_child *child, int log_f
     g->nested = spec.allow_nested;
     g->n_judge_dirs = n_ro - 2;
     g->judge_dirs = xcalloc((size_t)g->n_judge_dirs + 1, sizeof *g->judge_dirs);
-    for (int d = 2; d < n_ro; d++) g->judge_dirs[d - 2] = xstrdup(readonly[d]);
+    for (int d = 2; d < n_ro; d++) {
+        g->judge_dirs[d - 2] = xstrdup(readonly[d]);
+        dir_cache_hold(a->models, readonly[d]);
+    }
     int rc = g->join_dir ? whet_mkdir_p(g->join_dir, err) : 0;
     for (int i = 0; i < (g->dir ? 1 : g->n) && !rc; i++)
         rc = trainer_sandbox_hand_over(&spec, g->dir ? g->dir : g->members[i]->dir, g->model_dir, err);
@@ -205,7 +210,9 @@ static struct cotrain_group *join(struct agent_job *job, const char *cfg_path, c
     *leader = !g;
     if (!g) {
         g = xcalloc(1, sizeof *g);
+        g->agent = job->agent;
         g->model_dir = xstrdup(model_dir);
+        dir_cache_hold(g->agent->models, model_dir);
         if (name) {
             const json_t *members = json_object_get(json_object_get(job->manifest, "cotrain"), "members");
             g->name = xstrdup(name);
@@ -281,12 +288,12 @@ static void close_group(struct cotrain_group *g) {
     pthread_mutex_unlock(&lock);
     if (!last) return;
     for (int i = 0; i < g->n; i++) free(g->cfgs[i]);
-    for (int i = 0; i < g->n_judge_dirs; i++) free(g->judge_dirs[i]);
+    for (int i = 0; i < g->n_judge_dirs; i++) agent_release_model(g->agent, g->judge_dirs[i]);
     free(g->judge_dirs);
     free(g->dir);
     free(g->join_dir);
     free(g->name);
-    free(g->model_dir);
+    agent_release_model(g->agent, g->model_dir);
     free(g);
 }
 

@@ -3,8 +3,10 @@
  * registered with the scheduler, the jobs it runs, failed heartbeats, checkpoints uploaded, and the
  * object-store operations that failed, by what they were for (fetching a job's inputs, uploading a
  * checkpoint, uploading the final model): the executors move most of the object store's bytes, so
- * their failures are the ones to alert on. Job threads and the main loop update atomics (relaxed:
- * statistics); the server's thread reads them. */
+ * their failures are the ones to alert on. Also the model cache's size, bound and evictions (a cache
+ * evicting often is too small: every eviction is a model fetched again). Job threads and the main loop
+ * update atomics (relaxed: statistics); the server's thread reads them (the cache's through
+ * dir_cache_get_stats). */
 #include <stdatomic.h>
 
 #include "agent_internal.h"
@@ -20,6 +22,9 @@ static struct {
 } m;
 
 static struct metrics_http *server;
+static struct dir_cache *model_cache;
+
+void agent_metrics_model_cache(struct dir_cache *models) { model_cache = models; }
 
 void agent_metrics_registered(int registered) {
     atomic_store_explicit(&m.registered, registered, memory_order_relaxed);
@@ -49,6 +54,18 @@ static void render(struct whet_buf *t) {
     for (size_t i = 0; i < WHET_ARRAY_LEN(store_ops); i++)
         whet_buf_printf(t, "whet_executor_object_store_failures_total{op=\"%s\"} %lu\n", store_ops[i],
                         LOAD(m.store_failures[i]));
+    if (!model_cache) return;
+    struct dir_cache_stats s;
+    dir_cache_get_stats(model_cache, &s);
+    metrics_http_sample(t, "whet_executor_model_cache_bytes", "gauge",
+                        "Bytes of the node's model cache (base and judge models), as its last prune found them.",
+                        (double)s.bytes);
+    metrics_http_sample(t, "whet_executor_model_cache_max_bytes", "gauge",
+                        "The model cache's bound (0: none); it exceeds it only for models in use or the latest.",
+                        (double)s.max_bytes);
+    metrics_http_sample(t, "whet_executor_model_cache_evictions_total", "counter",
+                        "Models removed from the cache, least recently used first, to keep it within its bound.",
+                        (double)s.evictions);
 }
 
 int agent_metrics_start(const char *addr, struct whet_err *err) {

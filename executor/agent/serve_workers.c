@@ -246,7 +246,7 @@ static void *worker_main(void *arg) {
     if (idle) argv[argc++] = "--session-idle", argv[argc++] = idle;
     log_info("msg=\"starting model worker\" worker=%s model=%s device=%s", w->id, name, device);
     serve(w, model, argv, log_path);
-    free(model);
+    agent_release_model(a, model);
     free(address_file);
     free(log_path);
     free(cache);

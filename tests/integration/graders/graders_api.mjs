@@ -72,9 +72,11 @@ try {
         (je.model_grader_parse_error === false || /judge's reply/.test(JSON.stringify(je.messages))),
         'score_model judged by whet-tiny', r.text);
   const cacheRoot = readdirSync(gatewayTmp).filter((d) => d.startsWith('whet-judge-cache-'));
-  const cached = cacheRoot.length === 1 ? readdirSync(join(gatewayTmp, cacheRoot[0])) : [];
-  check(cached.length === 1 && cached[0].startsWith('whet-tiny-') &&
-        existsSync(join(gatewayTmp, cacheRoot[0], cached[0], 'MANIFEST.json')) &&
+  // besides the judge, only the cache's own files: its lock and the judge's use file (common/dir_cache.h)
+  const cached = cacheRoot.length === 1 ? readdirSync(join(gatewayTmp, cacheRoot[0])).sort() : [];
+  check(cached.length === 3 && cached[2].startsWith('whet-tiny-') && cached[0] === '.lock' &&
+        cached[1] === `.${cached[2]}.use` &&
+        existsSync(join(gatewayTmp, cacheRoot[0], cached[2], 'MANIFEST.json')) &&
         readdirSync(gatewayTmp).every((d) => !d.startsWith('whet-grade-')),
         'the judge is cached once, no download or child temp dir left behind', { cacheRoot, cached });
   r = await run({ grader: { type: 'label_model', name: 'lab', model: 'whet-tiny', input: judgeInput,
