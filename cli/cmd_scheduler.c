@@ -15,7 +15,8 @@ static void scheduler_usage(FILE *out) {
     fprintf(out,
             "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n"
             "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n"
-            "                      [--cotrain-move-min-left S] [--checkpoint-keep N] [--deleted-model-keep S]\n\n"
+            "                      [--cotrain-move-min-left S] [--checkpoint-keep N] [--deleted-model-keep S]\n"
+            "                      [--event-retention-days N]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
@@ -43,7 +44,11 @@ static void scheduler_usage(FILE *out) {
             "  --deleted-model-keep S\n"
             "                    S seconds after a tenant deletes a fine-tuned model, delete all its job's\n"
             "                    checkpoints and its final model, pinned or not (default\n"
-            "                    $WHET_DELETED_MODEL_KEEP_S, else 0; `never`: they follow --checkpoint-keep)\n",
+            "                    $WHET_DELETED_MODEL_KEEP_S, else 0; `never`: they follow --checkpoint-keep)\n"
+            "  --event-retention-days N\n"
+            "                    drop jobs' events and metric series a month at a time, once the month ended more\n"
+            "                    than N days ago (default $WHET_EVENT_RETENTION_DAYS, else 0: kept for ever, as\n"
+            "                    long as their job)\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 
@@ -58,6 +63,7 @@ static int cmd_scheduler(int argc, char **argv) {
                                          {"cotrain-move-min-left", required_argument, 0, 'C'},
                                          {"checkpoint-keep", required_argument, 0, 'K'},
                                          {"deleted-model-keep", required_argument, 0, 'D'},
+                                         {"event-retention-days", required_argument, 0, 'R'},
                                          {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
@@ -67,6 +73,7 @@ static int cmd_scheduler(int argc, char **argv) {
     const char *move_min_left = whet_env("WHET_COTRAIN_MOVE_MIN_LEFT_S", "60");
     const char *checkpoint_keep = whet_env("WHET_CHECKPOINT_KEEP", "0");
     const char *deleted_model_keep = whet_env("WHET_DELETED_MODEL_KEEP_S", "0");
+    const char *retention_days = whet_env("WHET_EVENT_RETENTION_DAYS", "0");
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -78,6 +85,7 @@ static int cmd_scheduler(int argc, char **argv) {
         case 'C': move_min_left = optarg; break;
         case 'K': checkpoint_keep = optarg; break;
         case 'D': deleted_model_keep = optarg; break;
+        case 'R': retention_days = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -133,6 +141,14 @@ static int cmd_scheduler(int argc, char **argv) {
             return 2;
         }
     }
+    long retention = strtol(retention_days, &end, 10);
+    if (end == retention_days || *end || retention < 0 || retention > 36500) {
+        fprintf(stderr,
+                "whet scheduler: --event-retention-days (or WHET_EVENT_RETENTION_DAYS) must be 0 to 36500, "
+                "not \"%s\"\n",
+                retention_days);
+        return 2;
+    }
     whet_log_component("scheduler");
     struct whet_err err;
     struct scheduler_options o = {.policy = policy,
@@ -142,7 +158,8 @@ static int cmd_scheduler(int argc, char **argv) {
                                   .progress_ms = (int)progress,
                                   .cotrain_move_min_left_s = min_left,
                                   .checkpoint_keep = (int)keep,
-                                  .deleted_model_keep_s = model_keep_s};
+                                  .deleted_model_keep_s = model_keep_s,
+                                  .event_retention_days = (int)retention};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

@@ -193,12 +193,9 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
         const char *type = !strcmp(e->type, "metrics") ? "metrics" : "message";
         const char *params[] = {id,      e->job_id, level, type, e->message, *e->data_json ? e->data_json : NULL,
                                 attempt, seq};
-        if (whet_pg_exec(
-                conn,
-                "INSERT INTO job_events (id, tenant_id, job_id, level, type, message, data, attempt, report_seq)"
-                " SELECT $1, tenant_id, id, $3, $4, $5, $6::jsonb, $7::int, $8::int FROM jobs WHERE id = $2"
-                " ON CONFLICT (job_id, attempt, report_seq) WHERE report_seq IS NOT NULL DO NOTHING",
-                8, params, err) < 0)
+        /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0041). */
+        if (whet_pg_exec(conn, "SELECT whet_report_event($1, $2, $3, $4, $5, $6::jsonb, $7::int, $8::int)", 8, params,
+                         err) < 0)
             return db_unavailable(err);
     }
     *out =

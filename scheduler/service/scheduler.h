@@ -43,6 +43,8 @@ struct scheduler_options {
                                    final model); 0: every checkpoint (migration 0040) */
     long long deleted_model_keep_s; /* a deleted fine-tuned model's checkpoints and final model go this long
                                    after the deletion; -1: never */
+    int event_retention_days;       /* job events (messages and metrics) are dropped a month at a time,
+                                   once the month ended this many days ago (partitions.c); 0: kept */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */
