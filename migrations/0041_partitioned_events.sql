@@ -21,29 +21,20 @@
 CREATE FUNCTION whet_month_of(p_t bigint) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
   $$ SELECT extract(epoch FROM date_trunc('month', to_timestamp(p_t) AT TIME ZONE 'UTC'))::bigint $$;
 
--- The old table is read once more, whole, then dropped: its constraints and indexes go now, leaving
--- their names to the new table's.
+-- The new table takes the old one's columns, defaults (seq's sequence among them), generated column and
+-- checks; the old one is read once more, whole, then dropped: its keys and indexes go now, leaving their
+-- names to the new table's.
 ALTER TABLE job_events RENAME TO job_events_unpartitioned;
 ALTER TABLE job_events_unpartitioned DROP CONSTRAINT job_events_pkey, DROP CONSTRAINT job_events_seq_key,
-  DROP CONSTRAINT job_events_level_check, DROP CONSTRAINT job_events_type_check,
   DROP CONSTRAINT job_events_tenant_id_fkey, DROP CONSTRAINT job_events_job_id_fkey;
 DROP INDEX job_events_job, job_events_report, job_events_metric_step;
 ALTER SEQUENCE job_events_seq_seq OWNED BY NONE;
 
 CREATE TABLE job_events (
-  seq           bigint NOT NULL DEFAULT nextval('job_events_seq_seq'),
-  id            text NOT NULL,
-  tenant_id     text NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
-  job_id        text NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
-  level         text NOT NULL DEFAULT 'info' CHECK (level IN ('info', 'warn', 'error')),
-  type          text NOT NULL DEFAULT 'message' CHECK (type IN ('message', 'metrics')),
-  message       text NOT NULL,
-  data          jsonb,
-  created_at    bigint NOT NULL DEFAULT whet_now(),
-  attempt       integer,
-  report_seq    integer,
-  metric_step   integer GENERATED ALWAYS AS (CASE WHEN type = 'metrics' THEN whet_metric_step(data) END) STORED,
-  PRIMARY KEY (id, created_at)
+  LIKE job_events_unpartitioned INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS,
+  PRIMARY KEY (id, created_at),
+  FOREIGN KEY (tenant_id) REFERENCES tenants(id) ON DELETE CASCADE,
+  FOREIGN KEY (job_id) REFERENCES jobs(id) ON DELETE CASCADE
 ) PARTITION BY RANGE (created_at);
 ALTER SEQUENCE job_events_seq_seq OWNED BY job_events.seq;
 CREATE TABLE job_events_default PARTITION OF job_events DEFAULT;
