@@ -193,7 +193,7 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
         const char *type = !strcmp(e->type, "metrics") ? "metrics" : "message";
         const char *params[] = {id,      e->job_id, level, type, e->message, *e->data_json ? e->data_json : NULL,
                                 attempt, seq};
-        /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0041). */
+        /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0044). */
         if (whet_pg_exec(conn, "SELECT whet_report_event($1, $2, $3, $4, $5, $6::jsonb, $7::int, $8::int)", 8, params,
                          err) < 0)
             return db_unavailable(err);

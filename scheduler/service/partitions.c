@@ -1,4 +1,4 @@
-/* partitions.c - the monthly partitions of job_events (migration 0041). The leader makes sure this
+/* partitions.c - the monthly partitions of job_events (migration 0044). The leader makes sure this
  * month's and the next month's partitions exist, moves rows that fell into the DEFAULT partition to their
  * months', and, with a retention set, drops the months that ended longer ago than it: all in one call of
  * whet_partitions_maintain, at most every PARTITIONS_EVERY_S. A month's partition is made a month before it

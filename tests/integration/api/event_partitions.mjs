@@ -1,4 +1,4 @@
-// event_partitions.mjs - job_events in monthly partitions (migration 0041). A database migrated to the
+// event_partitions.mjs - job_events in monthly partitions (migration 0044). A database migrated to the
 // version before it, holding four months of a job's events and metric steps among many of another job,
 // is migrated: every row lands in its month's partition with its seq, and through the gateway the
 // job's events page by cursor across the months and its metric series reads every step once. An
@@ -21,7 +21,7 @@ const q = (sql) => lib.psql(db.url, sql);
 const work = mkdtempSync(join(tmpdir(), 'whet-partitions-'));
 let stack, scheduler;
 
-// The schema as it was before migration 0041, applied as `whet migrate` applies it.
+// The schema as it was before migration 0044, applied as `whet migrate` applies it.
 function migrateBefore(version) {
   q(`CREATE TABLE whet_schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
        applied_at timestamptz NOT NULL DEFAULT now())`);
@@ -57,7 +57,7 @@ const partitionName = (t) => {
 };
 
 try {
-  migrateBefore(41);
+  migrateBefore(44);
   const now = Number(q('SELECT whet_now()'));
   // Job a: one event a day for 120 days, every other one a metric step (steps 1..60); job b: 40,000
   // events over the same days, so that each month's partition is worth an index.

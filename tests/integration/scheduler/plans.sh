@@ -113,7 +113,7 @@ while i < len(lines):
         if n.get('Actual Loops') == 0:
             return
         read = (n.get('Actual Rows', 0) + n.get('Rows Removed by Filter', 0)) * n.get('Actual Loops', 1)
-        # job_events is read through its monthly partitions (migration 0041): job_events_202612, ...
+        # job_events is read through its monthly partitions (migration 0044): job_events_202612, ...
         # (not job_events_default, which the leader's maintenance keeps empty and reads whole).
         rel = re.sub(r'^job_events_\d{6}$', 'job_events', n.get('Relation Name', ''))
         if rel in BIG and (n['Node Type'] == 'Seq Scan' or read > bound):

@@ -1,4 +1,4 @@
--- 0041_partitioned_events: a job's events (its messages, and its metric series: events of type
+-- 0044_partitioned_events: a job's events (its messages, and its metric series: events of type
 -- 'metrics', migration 0005) live in monthly partitions by created_at, so that the scheduler's leader
 -- can drop a whole month past the operator's retention (whet_partitions_maintain) instead of deleting
 -- rows one by one, and so that the pages of a job read a few small indexes however long the history.
