@@ -20,6 +20,7 @@
  * the order the list always had, now an index. A queue moves while an operator pages it, so a job may
  * show twice or not at all across pages (a cursor job that started running continues the walk among
  * the running ones); each page is in order. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,13 +65,17 @@ static void fleet_page_run(struct gw_req *r, const char *what, json_t *(*to_json
     db_transaction(r, stmts + !cursor, 1 + cursor, fleet_page_done, p);
 }
 
-/* The query parameter `name`: absent (NULL), or one of `allowed`; else answers 400 and returns -1. */
-static int enum_param(struct gw_req *r, const char *name, const char *const *allowed, const char *list,
-                      const char **out) {
+/* The query parameter `name`: absent (NULL), or one of `allowed` (NULL-terminated); else answers 400 and
+ * returns -1. */
+static int enum_param(struct gw_req *r, const char *name, const char *const *allowed, const char **out) {
     *out = http_query_param(r, name);
-    for (const char *const *a = allowed; *out && *a; a++)
-        if (!strcmp(*a, *out)) return 0;
     if (!*out) return 0;
+    char list[128];
+    size_t n = 0;
+    for (const char *const *a = allowed; *a; a++) {
+        if (!strcmp(*a, *out)) return 0;
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "", *a);
+    }
     http_reply_error(r, 400, name, "invalid_value", "%s: expected one of %s, got \"%s\"", name, list, *out);
     return -1;
 }
@@ -101,7 +106,7 @@ static json_t *node_json(const PGresult *res, int i) {
 static void nodes_list(struct gw_req *r) {
     static const char *const states[] = {"ready", "cordoned", "lost", NULL};
     const char *state, *dc = http_query_param(r, "dc"), *pool = http_query_param(r, "pool");
-    if (enum_param(r, "state", states, "ready, cordoned, lost", &state) < 0) return;
+    if (enum_param(r, "state", states, &state) < 0) return;
     const char *params[] = {http_query_param(r, "after"), dc, pool, state};
     fleet_page_run(r, "node", node_json, "admin_node_exists",
                    dc && pool ? "admin_nodes_dc_pool"
@@ -122,35 +127,37 @@ static json_t *queue_json(const PGresult *res, int i) {
 }
 
 /* The queue's key, of the jobs row alias P: started (false first: the waiting ones), the stored place
- * (none last), seq. Migration 0042's indexes hold these expressions. */
-#define Q_ACTIVE(P) P "status IN ('validating_files', 'queued', 'running', 'paused')"
+ * (none last), seq. Migration 0042's indexes hold these expressions, over the jobs not ended. */
 #define Q_STARTED(P) "(" P "status IN ('running', 'paused'))"
 #define Q_PLACE(P) "coalesce(" P "queue_position, 2147483647)"
 #define Q_KEY(P) Q_STARTED(P) ", " Q_PLACE(P) ", " P "seq"
 #define Q_CURSOR(EXPR, NONE) "coalesce((SELECT " EXPR " FROM jobs c WHERE c.id = $1), " NONE ")"
+/* The key of the cursor job $1; without one, the first of the half $3 (started or not). */
+#define Q_AFTER                                                                                                        \
+    "(" Q_CURSOR(Q_STARTED("c."), "$3::bool") ", " Q_CURSOR(Q_PLACE("c."), "0") ", " Q_CURSOR("c.seq", "0") ")"
 /* The tenant $5 names, by id or name. */
 #define Q_TENANT "(SELECT id FROM tenants WHERE id = $5 OR name = $5 ORDER BY id = $5 DESC LIMIT 1)"
+#define Q_JOB_ACTIVE "j.status IN ('validating_files', 'queued', 'running', 'paused')"
+#define Q_JOB_KEY Q_KEY("j.")
+#define Q_JOB_STARTED Q_STARTED("j.")
 
-/* A page of the queue after the cursor job $1 (without one: from the half $3, started or not), of status
- * $2 (then no further than its half, $4), of tenant $5. RANGE repeats the tenant filter as the equality
- * the tenant index starts from, ORDER leads with it. The bound $4 is one inequality, not a BETWEEN with
- * $3: the generic plan guesses a range of two parameters to hold 0.5% of the rows, and then read every
- * row of the tenant and sorted them (16 ms for a page of 2,100 jobs) rather than walk the index. */
+/* A page of the queue after Q_AFTER, of status $2 (then no further than its half, $4), of tenant $5.
+ * RANGE repeats the tenant filter as the equality the tenant index starts from, ORDER leads with it.
+ * The bound $4 is one inequality, not a BETWEEN with $3: the generic plan guesses a range of two
+ * parameters to hold 0.5% of the rows, and then read every row of the tenant and sorted them (16 ms
+ * for a page of 2,100 jobs) rather than walk the index. */
 #define QUEUE_SQL(RANGE, ORDER)                                                                                        \
     "SELECT j.id, j.tenant_id, t.name, j.status, j.model, j.priority, j.queue_position, j.wait_reason,"                \
     " j.node_id, j.created_at, coalesce(j.whet->'gpu_types', 'null'::jsonb)"                                           \
-    " FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE " Q_ACTIVE("j.") RANGE " AND (" Q_KEY(                    \
-        "j.") ")"                                                                                                      \
-              " > (" Q_CURSOR(Q_STARTED("c."), "$3::bool") ", " Q_CURSOR(Q_PLACE("c."), "0") ", " Q_CURSOR(            \
-                  "c.seq", "0") ") AND " Q_STARTED("j.") " <= $4::bool"                                                \
-                                                         " AND ($2::text IS NULL OR j.status = $2) AND ($5::text IS "  \
-                                                         "NULL OR j.tenant_id = " Q_TENANT ")"                         \
-                                                         " ORDER BY " ORDER Q_KEY("j.") " LIMIT $6"
+    " FROM jobs j JOIN tenants t ON t.id = j.tenant_id WHERE " Q_JOB_ACTIVE RANGE " AND (" Q_JOB_KEY ") > " Q_AFTER    \
+    " AND " Q_JOB_STARTED " <= $4::bool"                                                                               \
+    " AND ($2::text IS NULL OR j.status = $2) AND ($5::text IS NULL OR j.tenant_id = " Q_TENANT ")"                    \
+    " ORDER BY " ORDER Q_JOB_KEY " LIMIT $6"
 
 static void queue_list(struct gw_req *r) {
     static const char *const statuses[] = {"validating_files", "queued", "running", "paused", NULL};
     const char *status, *tenant = http_query_param(r, "tenant");
-    if (enum_param(r, "status", statuses, "validating_files, queued, running, paused", &status) < 0) return;
+    if (enum_param(r, "status", statuses, &status) < 0) return;
     int started = status && (!strcmp(status, "running") || !strcmp(status, "paused"));
     /* $3 and $4: the halves of the queue the status is in, started or not */
     const char *params[] = {http_query_param(r, "after"), status, status && started ? "true" : "false",
