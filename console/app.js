@@ -804,22 +804,25 @@ function filterQuery(inputs) {
   return q ? `?${q}` : '';
 }
 
-// Filter inputs in a form: a change or a submit reads the first page again, and drops the later ones.
+// Filter inputs (each labelled by its title) in a form: a change or a submit reads the first page again,
+// and drops the later ones.
 function filterForm(inputs, list, where) {
   const apply = () => { list.reset(); list.refresh().catch((e) => fill(where, errorBox(e))); };
   for (const el of inputs) el.addEventListener('change', apply);
   return h('form', { class: 'row', onsubmit: (ev) => { ev.preventDefault(); apply(); } },
-    inputs.map((el) => h('label', {}, el.name[0].toUpperCase() + el.name.slice(1), el)));
+    inputs.map((el) => h('label', {}, el.title, el)));
 }
 
-const choice = (name, values) => h('select', { name }, h('option', { value: '' }, 'all'), values.map((v) => h('option', { value: v }, v)));
+const choice = (name, title, values) => h('select', { name, title }, h('option', { value: '' }, 'all'),
+  values.map((v) => h('option', { value: v }, v)));
 
 // The pools come summed by the gateway (GET /admin/v1/pools); the nodes a page at a time, filtered by
 // data center, pool (a pool's name in the table sets both) and state.
 async function nodesPage(main) {
   const pools = h('div'), list = h('div', { id: 'nodes' });
-  const dc = h('input', { name: 'dc', placeholder: 'all', size: 10 }), pool = h('input', { name: 'pool', placeholder: 'all', size: 10 });
-  const inputs = [dc, pool, choice('state', ['ready', 'cordoned', 'lost'])];
+  const dc = h('input', { name: 'dc', title: 'Data center', placeholder: 'all', size: 10 });
+  const pool = h('input', { name: 'pool', title: 'Pool', placeholder: 'all', size: 10 });
+  const inputs = [dc, pool, choice('state', 'State', ['ready', 'cordoned', 'lost'])];
   const nodes = pager(() => `/admin/v1/nodes${filterQuery(inputs)}`, 'More nodes', (items) => fill(list, table(
     ['Node', 'Pool', 'State', 'Devices', 'Running jobs', 'Last heartbeat', 'Version'], items.map((n) => [
       h('span', { class: 'mono' }, n.id), `${n.dc}/${n.pool}`, n.state, h('span', { class: 'mono' }, JSON.stringify(n.devices)),
@@ -838,7 +841,8 @@ async function nodesPage(main) {
 
 async function queuePage(main) {
   const counts = h('p', { class: 'muted' }), list = h('div', { id: 'queue' });
-  const inputs = [choice('status', ['queued', 'validating_files', 'running', 'paused']), h('input', { name: 'tenant', placeholder: 'all', size: 14 })];
+  const inputs = [choice('status', 'Status', ['queued', 'validating_files', 'running', 'paused']),
+    h('input', { name: 'tenant', title: 'Tenant (id or name)', placeholder: 'all', size: 14 })];
   const jobs = pager(() => `/admin/v1/queue${filterQuery(inputs)}`, 'More jobs', (items) => fill(list, table(
     ['#', 'Job', 'Tenant', 'Status', 'Model', 'Priority', 'Waiting for / node', 'Created'], items.map((j) => [
       j.queue_position ?? '', h('span', { class: 'mono' }, j.id), h('a', { href: `#/admin/tenants/${encodeURIComponent(j.tenant_id)}` }, j.tenant),
