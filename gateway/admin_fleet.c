@@ -11,7 +11,7 @@
  *                                                          the jobs not ended: waiting, running, paused
  *
  * The lists are OpenAI's cursor pages (`after` the last id of the previous page, `limit`, `has_more`,
- * `first_id`, `last_id`) read by keyset on the indexes of migration 0042: a page is the `limit` rows
+ * `first_id`, `last_id`) read by keyset on the indexes of migration 0045: a page is the `limit` rows
  * after the key the cursor's row holds now, so its cost does not grow with the fleet or the queue. An
  * `after` that names no node or job is a 400.
  *
@@ -127,7 +127,7 @@ static json_t *queue_json(const PGresult *res, int i) {
 }
 
 /* The queue's key, of the jobs row alias P: started (false first: the waiting ones), the stored place
- * (none last), seq. Migration 0042's indexes hold these expressions, over the jobs not ended. */
+ * (none last), seq. Migration 0045's indexes hold these expressions, over the jobs not ended. */
 #define Q_STARTED(P) "(" P "status IN ('running', 'paused'))"
 #define Q_PLACE(P) "coalesce(" P "queue_position, 2147483647)"
 #define Q_KEY(P) Q_STARTED(P) ", " Q_PLACE(P) ", " P "seq"

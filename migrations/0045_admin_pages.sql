@@ -1,4 +1,4 @@
--- 0042_admin_pages: the operator's node and queue lists (gateway/admin_fleet.c) are paged by a key
+-- 0045_admin_pages: the operator's node and queue lists (gateway/admin_fleet.c) are paged by a key
 -- these indexes hold in order, so a page reads its own rows, not the fleet's or the queue's.
 --
 -- Nodes go by (dc, pool, id): the console shows them by pool, and a dc or a dc and pool filter is a
