@@ -1,7 +1,8 @@
 // app.js - whet's web console: a single-page app over the REST API (gateway/openapi.json). It keeps the
 // API key or JWT in this tab's sessionStorage (no server-side session), routes on the URL's #fragment, and
-// polls while a page shows something live (jobs, a job's curves and events, nodes). uPlot (window.uPlot,
-// console/node_modules/uplot, compiled into the gateway beside this file) draws the curves.
+// polls while a page shows something live (jobs, a job's curves and events, nodes, the queue), reading
+// long lists a page at a time. uPlot (window.uPlot, console/node_modules/uplot, compiled into the gateway
+// beside this file) draws the curves.
 
 const SESSION = 'whet.console';
 const PART_BYTES = 8 << 20; // files above this go through the Uploads API, in parts of this size
@@ -112,6 +113,34 @@ async function download(path, name) {
   toast(`Downloaded ${name}`);
 }
 
+// A list the API answers a page at a time (cursor pages of 100): refresh() reads the first page (the
+// pollers call it), the `more` button the page after the last item shown, kept until reset() (when a
+// filter changes); draw(items) shows the first page and those after it, each item once.
+function pager(path, label, draw) {
+  let first = [], later = [], hasMore = false;
+  const url = (after) => { const p = path(); return `${p}${p.includes('?') ? '&' : '?'}limit=100${after ? `&after=${encodeURIComponent(after)}` : ''}`; };
+  const show = () => {
+    const seen = new Set(first.map((x) => x.id));
+    more.hidden = !hasMore;
+    draw(first.concat(later.filter((x) => !seen.has(x.id))));
+  };
+  const more = h('button', { class: 'plain', type: 'button', hidden: true, onclick: async () => {
+    try {
+      const p = await api('GET', url((later.at(-1) || first.at(-1)).id));
+      later = later.concat(p.data);
+      hasMore = p.has_more;
+      show();
+    } catch (e) { toast(e.message); }
+  } }, label);
+  const refresh = async () => {
+    const p = await api('GET', url());
+    first = p.data;
+    if (!later.length) hasMore = p.has_more;
+    show();
+  };
+  return { more, refresh, draw: show, reset() { later = []; } };
+}
+
 // Runs fn every `ms` until the page changes (and once now); errors show in `where`.
 function poll(fn, ms, where) {
   const mine = page;
@@ -217,32 +246,14 @@ async function jobsPage(main) {
   const filter = h('select', { 'aria-label': 'status filter' }, ['all', 'queued', 'running', 'paused', 'succeeded', 'failed', 'cancelled']
     .map((s) => h('option', { value: s }, s)));
   const list = h('div');
-  let jobs = [], older = [], hasMore = false; // the newest page (polled) and older pages (loaded on demand)
-  const more = h('button', { class: 'plain', type: 'button', hidden: true, onclick: async () => {
-    try {
-      const page = await api('GET', `/v1/fine_tuning/jobs?limit=100&after=${encodeURIComponent((older.at(-1) || jobs.at(-1)).id)}`);
-      older = older.concat(page.data);
-      hasMore = page.has_more;
-      draw();
-    } catch (e) { toast(e.message); }
-  } }, 'Older jobs');
-  const draw = () => {
-    const seen = new Set(jobs.map((j) => j.id));
-    more.hidden = !hasMore;
-    fill(list, table(['Job', 'Model', 'Status', 'Queue / progress', 'Created', 'Cost', 'Fine-tuned model'],
-    jobs.concat(older.filter((j) => !seen.has(j.id))).filter((j) => filter.value === 'all' || j.status === filter.value).map((j) => [
+  const jobs = pager(() => '/v1/fine_tuning/jobs', 'Older jobs', (items) => fill(list, table(
+    ['Job', 'Model', 'Status', 'Queue / progress', 'Created', 'Cost', 'Fine-tuned model'], items.filter((j) => filter.value === 'all' || j.status === filter.value).map((j) => [
       h('a', { href: `#/jobs/${encodeURIComponent(j.id)}`, class: 'mono' }, j.id), j.model, badge(j.status), waitText(j),
-      when(j.created_at), jobCost(j), j.fine_tuned_model ? h('span', { class: 'mono' }, j.fine_tuned_model) : '—']), [5], [1, 4, 6]));
-  };
-  filter.addEventListener('change', draw);
+      when(j.created_at), jobCost(j), j.fine_tuned_model ? h('span', { class: 'mono' }, j.fine_tuned_model) : '—']), [5], [1, 4, 6])));
+  filter.addEventListener('change', jobs.draw);
   fill(main, h('h1', {}, 'Fine-tuning jobs'), card(null, h('form', { class: 'row' }, h('label', {}, 'Status', filter),
-    h('a', { href: '#/new' }, h('button', { type: 'button' }, 'New job'))), list, more));
-  poll(async () => {
-    const page = await api('GET', '/v1/fine_tuning/jobs?limit=100');
-    jobs = page.data;
-    if (!older.length) hasMore = page.has_more;
-    draw();
-  }, 5000, list);
+    h('a', { href: '#/new' }, h('button', { type: 'button' }, 'New job'))), list, jobs.more));
+  poll(jobs.refresh, 5000, list);
 }
 
 // The figures drawn, when the job reports them: [metric, label, scale].
@@ -784,40 +795,64 @@ async function pricesPage(main) {
   await refresh();
 }
 
-function deviceCount(devices) {
-  if (Array.isArray(devices)) return devices.length;
-  if (devices && typeof devices === 'object') return Object.values(devices).reduce((s, v) => s + (typeof v === 'number' ? v : Array.isArray(v) ? v.length : 1), 0);
-  return 0;
+// "12 waiting · 3 running · 0 paused": every job not ended, as GET /admin/v1/pools counts them.
+const jobCounts = (j) => `${num(j.waiting)} waiting · ${num(j.running)} running · ${num(j.paused)} paused jobs`;
+
+// The query string of the filter inputs that hold something ('' when none does).
+function filterQuery(inputs) {
+  const q = new URLSearchParams(inputs.filter((el) => el.value.trim()).map((el) => [el.name, el.value.trim()])).toString();
+  return q ? `?${q}` : '';
 }
 
+// Filter inputs (each labelled by its title) in a form: a change or a submit reads the first page again,
+// and drops the later ones.
+function filterForm(inputs, list, where) {
+  const apply = () => { list.reset(); list.refresh().catch((e) => fill(where, errorBox(e))); };
+  for (const el of inputs) el.addEventListener('change', apply);
+  return h('form', { class: 'row', onsubmit: (ev) => { ev.preventDefault(); apply(); } },
+    inputs.map((el) => h('label', {}, el.title, el)));
+}
+
+const choice = (name, title, values) => h('select', { name, title }, h('option', { value: '' }, 'all'),
+  values.map((v) => h('option', { value: v }, v)));
+
+// The pools come summed by the gateway (GET /admin/v1/pools); the nodes a page at a time, filtered by
+// data center, pool (a pool's name in the table sets both) and state.
 async function nodesPage(main) {
-  const list = h('div');
-  fill(main, h('h1', {}, 'Nodes and pools'), card(null, list));
-  poll(async () => {
-    const nodes = (await api('GET', '/admin/v1/nodes')).data;
-    const pools = new Map();
-    for (const n of nodes) {
-      const key = `${n.dc}/${n.pool}`;
-      const p = pools.get(key) || { nodes: 0, devices: 0, jobs: 0 };
-      p.nodes++; p.devices += deviceCount(n.devices); p.jobs += n.running_jobs.length;
-      pools.set(key, p);
-    }
-    fill(list, h('h2', {}, 'Pools'), table(['Pool', 'Nodes', 'Devices', 'Running jobs', 'Busy'], [...pools].map(([k, p]) => [k, p.nodes, p.devices, p.jobs,
-      p.devices ? `${Math.round((100 * Math.min(p.jobs, p.devices)) / p.devices)}%` : '—']), [1, 2, 3, 4]),
-    h('h2', {}, 'Nodes'), table(['Node', 'Pool', 'State', 'Devices', 'Running jobs', 'Last heartbeat', 'Version'], nodes.map((n) => [
+  const pools = h('div'), list = h('div', { id: 'nodes' });
+  const dc = h('input', { name: 'dc', title: 'Data center', placeholder: 'all', size: 10 });
+  const pool = h('input', { name: 'pool', title: 'Pool', placeholder: 'all', size: 10 });
+  const inputs = [dc, pool, choice('state', 'State', ['ready', 'cordoned', 'lost'])];
+  const nodes = pager(() => `/admin/v1/nodes${filterQuery(inputs)}`, 'More nodes', (items) => fill(list, table(
+    ['Node', 'Pool', 'State', 'Devices', 'Running jobs', 'Last heartbeat', 'Version'], items.map((n) => [
       h('span', { class: 'mono' }, n.id), `${n.dc}/${n.pool}`, n.state, h('span', { class: 'mono' }, JSON.stringify(n.devices)),
-      n.running_jobs.join(', ') || '—', when(Math.floor(n.last_heartbeat)), n.version])));
-  }, 5000, list);
+      n.running_jobs.join(', ') || '—', when(Math.floor(n.last_heartbeat)), n.version]), [], [3, 6])));
+  const form = filterForm(inputs, nodes, list);
+  const only = (p) => { dc.value = p.dc; pool.value = p.pool; form.requestSubmit(); };
+  fill(main, h('h1', {}, 'Nodes and pools'), card('Pools', pools), card('Nodes', form, list, nodes.more));
+  poll(async () => {
+    const [summary] = await Promise.all([api('GET', '/admin/v1/pools'), nodes.refresh()]);
+    fill(pools, h('p', { class: 'muted' }, jobCounts(summary.jobs)), table(['Pool', 'Device type', 'Ready', 'Cordoned', 'Lost',
+      'Devices', 'Free', 'Running jobs'], summary.data.map((p) => [h('button', { class: 'plain', type: 'button', onclick: () => only(p) },
+      `${p.dc}/${p.pool}`), p.device_type, num(p.nodes.ready), num(p.nodes.cordoned), num(p.nodes.lost), num(p.devices),
+      num(p.free_devices), num(p.running_jobs)]), [2, 3, 4, 5, 6, 7], [3, 4]));
+  }, 5000, pools);
 }
 
 async function queuePage(main) {
-  const list = h('div', { id: 'queue' });
-  fill(main, h('h1', {}, 'Queue'), card(null, h('p', { class: 'muted' }, 'Every job that has not ended: waiting ones in placement order, then running and paused ones.'), list));
-  poll(async () => {
-    const jobs = (await api('GET', '/admin/v1/queue')).data;
-    fill(list, table(['#', 'Job', 'Tenant', 'Status', 'Model', 'Priority', 'Waiting for / node', 'Created'], jobs.map((j) => [
+  const counts = h('p', { class: 'muted' }), list = h('div', { id: 'queue' });
+  const inputs = [choice('status', 'Status', ['queued', 'validating_files', 'running', 'paused']),
+    h('input', { name: 'tenant', title: 'Tenant (id or name)', placeholder: 'all', size: 14 })];
+  const jobs = pager(() => `/admin/v1/queue${filterQuery(inputs)}`, 'More jobs', (items) => fill(list, table(
+    ['#', 'Job', 'Tenant', 'Status', 'Model', 'Priority', 'Waiting for / node', 'Created'], items.map((j) => [
       j.queue_position ?? '', h('span', { class: 'mono' }, j.id), h('a', { href: `#/admin/tenants/${encodeURIComponent(j.tenant_id)}` }, j.tenant),
-      badge(j.status), j.model, j.priority, j.wait_reason || j.node_id || '—', when(j.created_at)]), [0, 5], [4, 5, 7]));
+      badge(j.status), j.model, j.priority, j.wait_reason || j.node_id || '—', when(j.created_at)]), [0, 5], [4, 5, 7])));
+  fill(main, h('h1', {}, 'Queue'), card(null, h('p', { class: 'muted' },
+    'Every job that has not ended: waiting ones in placement order, then running and paused ones, 100 at a time.'),
+  counts, filterForm(inputs, jobs, list), list, jobs.more));
+  poll(async () => {
+    const [summary] = await Promise.all([api('GET', '/admin/v1/pools'), jobs.refresh()]);
+    fill(counts, jobCounts(summary.jobs));
   }, 5000, list);
 }
 

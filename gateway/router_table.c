@@ -1,6 +1,6 @@
 /* router_table.c - every route set of the gateway, in one list: each resource file exports
  * `void <resource>_routes(struct http_router *rt)` (declared in its header) and gets one line here. */
-#include "admin_queue.h"
+#include "admin_fleet.h"
 #include "api_keys.h"
 #include "audit.h"
 #include "budgets.h"
@@ -24,7 +24,7 @@ void router_register_all(struct http_router *rt) {
     openapi_routes(rt);
     console_routes(rt);
     admin_routes(rt);
-    admin_queue_routes(rt);
+    admin_fleet_routes(rt);
     auth_routes(rt);
     files_routes(rt);
     jobs_routes(rt);

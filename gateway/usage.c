@@ -4,7 +4,6 @@
  *                                        (`inference`) one per model it asked for completions and
  *                                        (`training_sessions`) one per training session
  *   GET /admin/v1/usage                  every tenant's, for billing (?format=csv for a spreadsheet)
- *   GET /admin/v1/nodes                  the executors, their devices, leases and running jobs
  *
  * Device-seconds and tokens come from usage_records, which the scheduler writes once per attempt
  * (idempotently, so retries and failovers never count twice; an attempt lost with its node is counted
@@ -177,33 +176,10 @@ static void usage_list(struct gw_req *r, int admin) {
 static void usage_tenant(struct gw_req *r) { usage_list(r, 0); }
 static void usage_admin(struct gw_req *r) { usage_list(r, 1); }
 
-static void nodes_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    (void)arg;
-    if (db_reply_failed(r, res)) return;
-    const PGresult *pr = res->res[0];
-    json_t *data = json_array();
-    for (int i = 0; i < PQntuples(pr); i++)
-        json_array_append_new(data, json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:f, s:o}", "object", "node",
-                                              "id", db_json_string(pr, i, 0), "dc", db_json_string(pr, i, 1), "pool",
-                                              db_json_string(pr, i, 2), "devices", db_json_value(pr, i, 3), "state",
-                                              db_json_string(pr, i, 4), "running_jobs", db_json_value(pr, i, 5),
-                                              "version", db_json_string(pr, i, 6), "last_heartbeat",
-                                              atof(PQgetvalue(pr, i, 7)), "registered_at", db_json_integer(pr, i, 8)));
-    http_reply_json(r, 200, json_pack("{s:s, s:o, s:b}", "object", "list", "data", data, "has_more", 0));
-}
-
-static void nodes_list(struct gw_req *r) { db_query(r, "nodes_list", 0, NULL, nodes_list_done, NULL); }
-
 void usage_routes(struct http_router *rt) {
     db_prepare("usage_list", USAGE_SQL);
     db_prepare("usage_inference", INFERENCE_USAGE_SQL);
     db_prepare("usage_sessions", SESSION_USAGE_SQL);
-    db_prepare("nodes_list",
-               "SELECT n.id, n.dc, n.pool, n.devices, n.state,"
-               " coalesce((SELECT json_agg(a.job_id ORDER BY a.job_id) FROM job_attempts a"
-               "   WHERE a.node_id = n.id AND a.ended_at IS NULL), '[]'::json),"
-               " n.version, n.last_heartbeat, n.registered_at FROM nodes n ORDER BY n.dc, n.id");
     http_route(rt, "GET", "/v1/usage", usage_tenant, HTTP_ROUTE_TENANT, "usage");
     http_route(rt, "GET", "/admin/v1/usage", usage_admin, HTTP_ROUTE_ADMIN, "admin_usage");
-    http_route(rt, "GET", "/admin/v1/nodes", nodes_list, HTTP_ROUTE_ADMIN, "admin_nodes");
 }

@@ -1,5 +1,4 @@
-/* usage.h - metering routes: /v1/usage (a tenant's own), /admin/v1/usage (billing export) and
- * /admin/v1/nodes (the executors). */
+/* usage.h - metering routes: /v1/usage (a tenant's own) and /admin/v1/usage (billing export). */
 #ifndef WHET_GATEWAY_USAGE_H
 #define WHET_GATEWAY_USAGE_H
 

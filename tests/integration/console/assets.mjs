@@ -1,8 +1,8 @@
 // assets.mjs - the console is compiled into the gateway: GET /console and every asset its page names
 // answer without credentials, byte for byte the files in console/ and uPlot's dist, with their content
 // types, a Content-Security-Policy that keeps the page on its own origin, and no-cache; an unknown asset
-// is a JSON 404; the whole console stays under a transfer budget. Each answer is also held to
-// gateway/openapi.json (../lib/openapi.mjs).
+// is a JSON 404; the whole console stays under a transfer budget; the operator's lists it reads answer
+// and it reads them a page at a time. Each answer is also held to gateway/openapi.json (../lib/openapi.mjs).
 import fs from 'node:fs';
 import { checker } from '../lib/check.mjs';
 import '../lib/openapi.mjs';
@@ -42,9 +42,21 @@ try {
   check(missing.status === 404 && missing.json?.error?.code !== undefined, 'an unknown asset: a JSON 404', missing.text);
   const post = await stack.request('POST', '/console', { body: {} });
   check(post.status === 405, 'POST /console: 405', post.status);
-  // The operator's queue page reads GET /admin/v1/queue (an empty stack: an empty list).
-  const queue = await stack.request('GET', '/admin/v1/queue', { token: stack.adminToken() });
-  check(queue.status === 200 && queue.json.object === 'list' && queue.json.data.length === 0, 'GET /admin/v1/queue: a list', queue.text);
+  // The operator's queue and nodes pages read a page of GET /admin/v1/queue and /admin/v1/nodes and the
+  // summary GET /admin/v1/pools (an empty stack: empty lists, no job counted).
+  for (const list of ['queue', 'nodes']) {
+    const r = await stack.request('GET', `/admin/v1/${list}?limit=100`, { token: stack.adminToken() });
+    check(r.status === 200 && r.json.object === 'list' && r.json.data.length === 0 && r.json.has_more === false && r.json.last_id === null,
+          `GET /admin/v1/${list}: an empty page`, r.text);
+  }
+  const pools = await stack.request('GET', '/admin/v1/pools', { token: stack.adminToken() });
+  check(pools.status === 200 && pools.json.data.length === 0 && JSON.stringify(pools.json.jobs) === '{"waiting":0,"running":0,"paused":0}',
+        'GET /admin/v1/pools: no pool, no job', pools.text);
+  // The console reads lists a page at a time: no operator list is fetched whole.
+  const app = fs.readFileSync(sources['/console/app.js'], 'utf8');
+  const unpaged = [...app.matchAll(/api\('GET', '(\/admin\/v1\/(?:nodes|queue)[^']*)'\)/g)].map((m) => m[1]);
+  check(unpaged.length === 0 && /pager\(\(\) => `\/admin\/v1\/nodes/.test(app) && /pager\(\(\) => `\/admin\/v1\/queue/.test(app),
+        'the console pages the node and queue lists', unpaged);
   const anonymous = await stack.request('GET', '/admin/v1/queue');
   check(anonymous.status === 401, 'GET /admin/v1/queue without a token: 401', anonymous.status);
   console.log(`console: ${total} bytes in ${Object.keys(sources).length} files`);
