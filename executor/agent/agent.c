@@ -4,10 +4,12 @@
  * to the scheduler. Calls carry deadlines and are retried with backoff (common/rpc/rpc.h); a scheduler
  * that restarts or fails over is simply reached again. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "agent_internal.h"
@@ -232,6 +234,39 @@ static void stop_all(struct agent *a, enum job_stop how) {
     for (struct agent_job *j = a->jobs; j; j = j->next) atomic_store(&j->stop, how);
 }
 
+/* One executor per work dir. A second one would register as the same node (its node_id file), which the
+ * scheduler takes for a restart: it requeues the running attempts while the first executor's trainers go
+ * on training them, two live trainers of one job. The lock is flock's, so it goes with the process however
+ * that ends (a SIGKILL too), and it is held for the process's life: the descriptor is never closed (close-
+ * on-exec, and every sandbox's init closes what it inherits, so no trainer holds it). */
+static int lock_work_dir(const char *work_dir, struct whet_err *err) {
+    char *path = xasprintf("%s/executor.lock", work_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        whet_errf(err, "open %s: %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    free(path);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        if (e != EWOULDBLOCK) return whet_errf(err, "lock the work dir %s: %s", work_dir, strerror(e));
+        whet_errf(err, "another executor (pid %s) uses the work dir %s", holder[0] ? holder : "unknown", work_dir);
+        whet_err_hint(err, "stop that one first, or give this one a --work-dir of its own");
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        log_warn("msg=\"could not write the executor's pid into its work dir lock\" error=\"%s\"", strerror(errno));
+    return 0;
+}
+
 int executor_run(const struct executor_options *opts, struct whet_err *err) {
     static struct agent a;
     struct agent_device devs[AGENT_MAX_DEVICES];
@@ -254,7 +289,8 @@ int executor_run(const struct executor_options *opts, struct whet_err *err) {
     if (dir_cache_parse_bound(opts->model_cache_max ? opts->model_cache_max : AGENT_MODEL_CACHE_MAX_DEFAULT, &cache_max,
                               err) < 0)
         return whet_err_prefix(err, "the model cache's bound (--model-cache-max, WHET_MODEL_CACHE_MAX)");
-    if (whet_mkdir_p(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0) return -1;
+    if (whet_mkdir_p(opts->work_dir, err) < 0 || lock_work_dir(opts->work_dir, err) < 0 || load_node_id(&a, err) < 0)
+        return -1;
     char *models = xasprintf("%s/models", opts->work_dir);
     a.models = dir_cache_open(models, &cache_max, "model cache", err);
     free(models);
