@@ -1,5 +1,6 @@
 /* cmd_scheduler.c - `whet scheduler`: the placement service executors talk to. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,21 @@ static void scheduler_usage(FILE *out) {
             "                    than N days ago (default $WHET_EVENT_RETENTION_DAYS, else 0: kept for ever, as\n"
             "                    long as their job)\n",
             MP_COTRAIN_PASS_TOKENS);
+}
+
+/* A number from its flag or environment variable: lo to hi, a whole number unless `fraction`; else -1 with a
+ * message that names both. */
+static int number_setting(const char *text, const char *flag, const char *env, double lo, double hi, int fraction,
+                          const char *unit, double *out) {
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v >= lo && v <= hi) || (!fraction && v != floor(v))) {
+        fprintf(stderr, "whet scheduler: --%s (or %s) must be %.0f to %.0f%s, not \"%s\"\n", flag, env, lo, hi, unit,
+                text);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 static int cmd_scheduler(int argc, char **argv) {
@@ -105,50 +121,18 @@ static int cmd_scheduler(int argc, char **argv) {
         fprintf(stderr, "whet scheduler: --rpc-threads (or WHET_SCHEDULER_RPC_THREADS) must be 1 to 256\n");
         return 2;
     }
-    char *end;
-    long progress = strtol(progress_ms, &end, 10);
-    if (end == progress_ms || *end || progress < 0 || progress > 3600000) {
-        fprintf(stderr,
-                "whet scheduler: --progress-ms (or WHET_SCHEDULER_PROGRESS_MS) must be 0 to 3600000, "
-                "not \"%s\"\n",
-                progress_ms);
+    double progress, min_left, keep, model_keep_s = -1, retention;
+    if (number_setting(progress_ms, "progress-ms", "WHET_SCHEDULER_PROGRESS_MS", 0, 3600000, 0, "", &progress) < 0 ||
+        number_setting(move_min_left, "cotrain-move-min-left", "WHET_COTRAIN_MOVE_MIN_LEFT_S", 0, 86400, 1, " seconds",
+                       &min_left) < 0 ||
+        number_setting(checkpoint_keep, "checkpoint-keep", "WHET_CHECKPOINT_KEEP", 0, 1000000, 0, " checkpoints",
+                       &keep) < 0 ||
+        (strcmp(deleted_model_keep, "never") != 0 &&
+         number_setting(deleted_model_keep, "deleted-model-keep", "WHET_DELETED_MODEL_KEEP_S", 0, 3153600000.0, 0,
+                        " seconds or `never`", &model_keep_s) < 0) ||
+        number_setting(retention_days, "event-retention-days", "WHET_EVENT_RETENTION_DAYS", 0, 36500, 0, " days",
+                       &retention) < 0)
         return 2;
-    }
-    double min_left = strtod(move_min_left, &end);
-    if (end == move_min_left || *end || !(min_left >= 0 && min_left <= 86400)) {
-        fprintf(stderr,
-                "whet scheduler: --cotrain-move-min-left (or WHET_COTRAIN_MOVE_MIN_LEFT_S) must be 0 to 86400 "
-                "seconds, not \"%s\"\n",
-                move_min_left);
-        return 2;
-    }
-    long keep = strtol(checkpoint_keep, &end, 10);
-    if (end == checkpoint_keep || *end || keep < 0 || keep > 1000000) {
-        fprintf(stderr,
-                "whet scheduler: --checkpoint-keep (or WHET_CHECKPOINT_KEEP) must be 0 to 1000000 checkpoints, "
-                "not \"%s\"\n",
-                checkpoint_keep);
-        return 2;
-    }
-    long long model_keep_s = -1;
-    if (strcmp(deleted_model_keep, "never") != 0) {
-        model_keep_s = strtoll(deleted_model_keep, &end, 10);
-        if (end == deleted_model_keep || *end || model_keep_s < 0 || model_keep_s > 3153600000LL) {
-            fprintf(stderr,
-                    "whet scheduler: --deleted-model-keep (or WHET_DELETED_MODEL_KEEP_S) must be 0 to 3153600000 "
-                    "seconds or `never`, not \"%s\"\n",
-                    deleted_model_keep);
-            return 2;
-        }
-    }
-    long retention = strtol(retention_days, &end, 10);
-    if (end == retention_days || *end || retention < 0 || retention > 36500) {
-        fprintf(stderr,
-                "whet scheduler: --event-retention-days (or WHET_EVENT_RETENTION_DAYS) must be 0 to 36500, "
-                "not \"%s\"\n",
-                retention_days);
-        return 2;
-    }
     whet_log_component("scheduler");
     struct whet_err err;
     struct scheduler_options o = {.policy = policy,
@@ -158,7 +142,7 @@ static int cmd_scheduler(int argc, char **argv) {
                                   .progress_ms = (int)progress,
                                   .cotrain_move_min_left_s = min_left,
                                   .checkpoint_keep = (int)keep,
-                                  .deleted_model_keep_s = model_keep_s,
+                                  .deleted_model_keep_s = (long long)model_keep_s,
                                   .event_retention_days = (int)retention};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
