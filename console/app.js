@@ -358,7 +358,7 @@ async function jobPage(main, id) {
       fill(events, ev.data.map((e) => h('div', { class: e.level }, h('span', { class: 'muted' }, when(e.created_at)), ' ', e.message)));
     }
     const cps = await api('GET', `${base}/checkpoints?limit=100`);
-    const cpKey = cps.data.map((c) => c.id).join() + job.status;
+    const cpKey = cps.data.map((c) => `${c.id}:${c.whet?.pinned}`).join() + job.status;
     if (cpKey !== checkpointsSeen) { checkpointsSeen = cpKey; drawCheckpoints(cps.data); }
     return !TERMINAL.has(job.status) || m.has_more;
   }, 2000, chartNote);
@@ -371,9 +371,22 @@ async function jobPage(main, id) {
         drawCompare(list);
       } }),
       num(c.step_number), h('span', { class: 'mono' }, c.id), num(c.metrics?.train_loss ?? c.metrics?.loss),
-      num(c.metrics?.valid_loss ?? c.metrics?.full_valid_loss), filesButton(c.id)]);
-    if (job.status === 'succeeded') rows.push(['', 'final', h('span', { class: 'mono' }, job.fine_tuned_model || 'final'), '', '', filesButton('final')]);
-    fill(checkpoints, table(['', 'Step', 'Checkpoint', 'Train loss', 'Valid loss', 'Files'], rows, [1, 3, 4]));
+      num(c.metrics?.valid_loss ?? c.metrics?.full_valid_loss), filesButton(c.id), pinButton(c, list)]);
+    if (job.status === 'succeeded') rows.push(['', 'final', h('span', { class: 'mono' }, job.fine_tuned_model || 'final'), '', '', filesButton('final'), '']);
+    fill(checkpoints, table(['', 'Step', 'Checkpoint', 'Train loss', 'Valid loss', 'Files', 'Kept'], rows, [1, 3, 4]));
+  }
+  // A pinned checkpoint outlives the operator's retention of each job's newest checkpoints.
+  function pinButton(c, list) {
+    const pinned = c.whet?.pinned === true, verb = pinned ? 'unpin' : 'pin';
+    return h('button', { class: 'plain pin', 'aria-label': `${verb} ${c.id}`, 'data-pinned': String(pinned),
+      title: pinned ? 'Pinned: kept whatever the retention; click to unpin' : 'Pin: keep it whatever the retention',
+      onclick: async () => {
+        try {
+          const updated = await api('POST', `/v1/fine_tuning/jobs/${encodeURIComponent(id)}/checkpoints/${encodeURIComponent(c.id)}/${verb}`);
+          c.whet = updated.whet;
+          drawCheckpoints(list);
+        } catch (e) { toast(e.message); }
+      } }, pinned ? 'pinned' : 'pin');
   }
   function drawCompare(list) {
     const two = list.filter((c) => picked.has(c.id)).slice(0, 2).sort((a, b) => a.step_number - b.step_number);

@@ -224,6 +224,14 @@ test('the console, from a tenant signing in to an operator raising a quota', asy
   await boxes[1].click();
   await page.waitForFunction(() => /^Step \d+ vs step \d+$/.test(document.querySelector('#compare h2')?.textContent || ''));
   assert.ok(await page.$$eval('#compare tbody tr', (rows) => rows.length) >= 1, 'the comparison lists metrics');
+  // Pinning a checkpoint from its row: the button says so, and the API agrees.
+  const pinFirst = await page.waitForSelector('#checkpoints button.pin[data-pinned="false"]');
+  const pinnedId = (await pinFirst.evaluate((b) => b.getAttribute('aria-label'))).replace(/^pin /, '');
+  await pinFirst.click();
+  await page.waitForSelector(`#checkpoints button.pin[data-pinned="true"][aria-label="unpin ${pinnedId}"]`);
+  const cps = await (await fetch(`${base}/v1/fine_tuning/jobs/${jobId}/checkpoints?limit=100`,
+                                 { headers: { authorization: `Bearer ${key}` } })).json();
+  assert.equal(cps.data.find((c) => c.id === pinnedId)?.whet.pinned, true, 'the pin reached the API');
   await shoot(page, 'job-done');
 
   // The playground: chat with the base model, then with the fine-tuned one, the answers streamed through
