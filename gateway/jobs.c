@@ -28,6 +28,10 @@
     "j.estimate, CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN "                 \
     "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id) END"
 #define JOB_FROM " jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
+/* The seq below which a page of the tenant's ($1) jobs starts: after the job whose id is $2, else from the newest. */
+#define JOB_CURSOR_SEQ                                                                                                 \
+    "CASE WHEN $2::text IS NULL THEN 9223372036854775807 ELSE (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = "    \
+    "$2) END"
 enum {
     JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
     JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
@@ -327,8 +331,13 @@ static void jobs_list(struct gw_req *r) {
     }
     const char *filter_json = dump_to_pool(r, filter);
     json_decref(filter);
-    const char *params[] = {http_tenant_id(r), http_query_param(r, "after"), filter_json, page->fetch};
-    db_query(r, "jobs_list", 4, params, files_page_done, page);
+    if (filter_json) {
+        const char *params[] = {http_tenant_id(r), http_query_param(r, "after"), filter_json, page->fetch};
+        db_query(r, "jobs_list_metadata", 4, params, files_page_done, page);
+    } else {
+        const char *params[] = {http_tenant_id(r), http_query_param(r, "after"), page->fetch};
+        db_query(r, "jobs_list", 3, params, files_page_done, page);
+    }
 }
 
 static void jobs_get(struct gw_req *r) { files_retrieve(r, "jobs_get", "fine-tuning job", job_row_to_json); }
@@ -468,11 +477,18 @@ static void jobs_prepare(void) {
     db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
     /* Pages: the cursor's bound is one expression (no OR), so that even a generic plan starts the
      * index scan at the cursor; an unknown cursor yields an empty page. A job's events and checkpoints
-     * find the cursor by its id alone (a generic plan would otherwise walk the job's rows for it). */
-    db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 "
-                            "AND j.seq < CASE WHEN $2::text IS NULL THEN 9223372036854775807 "
-                            "ELSE (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = $2) END "
-                            "AND ($3::jsonb IS NULL OR j.metadata @> $3::jsonb) ORDER BY j.seq DESC LIMIT $4");
+     * find the cursor by its id alone (a generic plan would otherwise walk the job's rows for it).
+     * A jobs page's jobs are picked from the tenant's index alone (an index-only scan of (tenant_id, seq)),
+     * then read: with the page and its order in one scan, the planner could prefer walking every tenant's
+     * jobs by seq, filtering for this one's, which reads every job made after this tenant's newest
+     * (scale_plans: 2,100 rows for a page of 20 with 40 other tenants busy). A metadata filter needs the
+     * rows themselves. */
+    db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq = ANY (ARRAY("
+                            "SELECT seq FROM jobs WHERE tenant_id = $1 AND seq < " JOB_CURSOR_SEQ
+                            " ORDER BY seq DESC LIMIT $3)) ORDER BY j.seq DESC");
+    db_prepare("jobs_list_metadata",
+               "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq < " JOB_CURSOR_SEQ
+               " AND j.metadata @> $3::jsonb ORDER BY j.seq DESC LIMIT $4");
     /* State changes: lock the row, change it where the rules allow, record an event when it changed,
      * and return the status it had (the handler tells "not found" from "not allowed" with it). */
     db_prepare("jobs_cancel",
