@@ -73,15 +73,15 @@ static void *new_message(size_t size, void (*init)(void *)) {
 
 static void free_plain(ProtobufCMessage *m) { free(m); }
 
-/* The job $JOB with its tenant, when attempt $ATTEMPT on node $NODE is its current one: the job runs
- * that attempt (a lost lease, a late success, any end sets its status or a newer attempt) and the attempt
- * has not ended. The job's row is held (FOR SHARE) until the report's statement ends, so a report and the
- * lease's expiry (leases.c, which changes that row) are ordered: a report applied first is one the next
- * attempt's manifest sees; a report that waited is checked again against the changed row and refused. */
-#define CURRENT_ATTEMPT_SQL(JOB, ATTEMPT, NODE)                                                                        \
+/* The job ($2) with its tenant, when attempt $7 on node $9 is its current one: the job runs that attempt
+ * (a lost lease, a late success, any end sets its status or a newer attempt) and the attempt has not
+ * ended. The job's row is held (FOR SHARE) until the report's statement ends, so a report and the lease's
+ * expiry (leases.c, which changes that row) are ordered: a report applied first is one the next attempt's
+ * manifest sees; a report that waited is checked again against the changed row and refused. */
+#define CURRENT_ATTEMPT_SQL                                                                                            \
     "SELECT j.id, j.tenant_id, j.base_model, j.suffix FROM jobs j JOIN job_attempts a ON a.job_id = j.id"              \
-    " AND a.attempt = j.attempt WHERE j.id = " JOB " AND j.attempt = " ATTEMPT "::int AND j.status = 'running'"        \
-    " AND a.node_id = " NODE " AND a.ended_at IS NULL FOR SHARE OF j"
+    " AND a.attempt = j.attempt WHERE j.id = $2 AND j.attempt = $7::int AND j.status = 'running'"                      \
+    " AND a.node_id = $9 AND a.ended_at IS NULL FOR SHARE OF j"
 
 /* The answer to a stale attempt's report. */
 static int stale_attempt(const char *job_id, unsigned attempt, const char *what, struct whet_err *err) {
@@ -223,7 +223,7 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
         /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0044), and
          * only while its attempt is current: a row back when it is. */
         PGresult *res = whet_pg_query(conn,
-                                      "WITH cur AS (" CURRENT_ATTEMPT_SQL("$2", "$7", "$9") ")"
+                                      "WITH cur AS (" CURRENT_ATTEMPT_SQL ")"
                                       " SELECT whet_report_event($1, id, $3, $4, $5, $6::jsonb, $7::int, $8::int) FROM cur",
                                       9, params, err);
         if (!res) return db_unavailable(err);
@@ -253,29 +253,26 @@ static int checkpoint_insert(PGconn *conn, const char *job_id, const char *node_
     snprintf(step, sizeof step, "%u", step_n);
     snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)bytes_n);
     snprintf(attempt, sizeof attempt, "%u", attempt_n);
-    const char *params[] = {id,       job_id,  step,    *metrics ? metrics : "{}", prefix, bytes,
-                            event_id, attempt, node_id, fenced ? "t" : "f"};
+    const char *params[] = {id,      job_id,   step,    *metrics ? metrics : "{}", prefix, bytes,
+                            attempt, event_id, node_id, fenced ? "t" : "f"};
     PGresult *res = whet_pg_query(
         conn,
-        "WITH cur AS (" CURRENT_ATTEMPT_SQL(
-            "$2", "$8",
-            "$9") "),"
-                  " j AS (SELECT * FROM cur WHERE $10::bool UNION ALL"
-                  "   SELECT id, tenant_id, base_model, suffix FROM jobs WHERE id = $2 AND NOT $10::bool AND status <> "
-                  "'succeeded'),"
-                  " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
-                  "   metrics, object_prefix, bytes, attempt)"
-                  "   SELECT $1, j.tenant_id, j.id, $3::int,"
-                  "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
-                  "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint, $8::int"
-                  "   FROM j JOIN tenants t ON t.id = j.tenant_id"
-                  "   WHERE NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.step_number = "
-                  "$3::int)"
-                  "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id),"
-                  " ev AS (INSERT INTO job_events (id, tenant_id, job_id, message, data)"
-                  "   SELECT $7, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
-                  "     jsonb_build_object('step', $3::int, 'attempt', $8::int) FROM ins)"
-                  " SELECT count(*) FROM j",
+        "WITH cur AS (" CURRENT_ATTEMPT_SQL "),"
+        " j AS (SELECT * FROM cur WHERE $10::bool UNION ALL"
+        "   SELECT id, tenant_id, base_model, suffix FROM jobs"
+        "   WHERE id = $2 AND NOT $10::bool AND status <> 'succeeded'),"
+        " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
+        "   metrics, object_prefix, bytes, attempt)"
+        "   SELECT $1, j.tenant_id, j.id, $3::int,"
+        "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
+        "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint, $7::int"
+        "   FROM j JOIN tenants t ON t.id = j.tenant_id"
+        "   WHERE NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.step_number = $3::int)"
+        "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id),"
+        " ev AS (INSERT INTO job_events (id, tenant_id, job_id, message, data)"
+        "   SELECT $8, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
+        "     jsonb_build_object('step', $3::int, 'attempt', $7::int) FROM ins)"
+        " SELECT count(*) FROM j",
         10, params, err);
     if (!res) return -1;
     int current = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
