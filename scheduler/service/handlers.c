@@ -400,10 +400,11 @@ static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, cons
         PQclear(res);
         if (req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && *req->final_object_prefix)
             return late_success(conn, req, dev_s, trained, rollout, err);
+        const char *sparams[] = {req->job_id, attempt, req->node_id};
         res = whet_pg_query(conn,
-                            "SELECT 1 FROM job_attempts WHERE job_id = $1 AND attempt = $2::int AND node_id = $4"
+                            "SELECT 1 FROM job_attempts WHERE job_id = $1 AND attempt = $2::int AND node_id = $3"
                             " AND outcome IS DISTINCT FROM 'lost'",
-                            4, aparams, err);
+                            3, sparams, err);
         if (!res) return -1;
         int retried = PQntuples(res) == 1;
         PQclear(res);
