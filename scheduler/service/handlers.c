@@ -222,10 +222,11 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
                                 attempt, seq,       req->node_id};
         /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0044), and
          * only while its attempt is current: a row back when it is. */
-        PGresult *res = whet_pg_query(conn,
-                                      "WITH cur AS (" CURRENT_ATTEMPT_SQL ")"
-                                      " SELECT whet_report_event($1, id, $3, $4, $5, $6::jsonb, $7::int, $8::int) FROM cur",
-                                      9, params, err);
+        PGresult *res =
+            whet_pg_query(conn,
+                          "WITH cur AS (" CURRENT_ATTEMPT_SQL ")"
+                          " SELECT whet_report_event($1, id, $3, $4, $5, $6::jsonb, $7::int, $8::int) FROM cur",
+                          9, params, err);
         if (!res) return db_unavailable(err);
         if (PQntuples(res) == 0) stale = e;
         PQclear(res);
