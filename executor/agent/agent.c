@@ -33,12 +33,24 @@ int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
     ProtobufCMessage *resp = NULL;
     int rc = rpc_call(a->rpc, method, req, resp_desc, &resp, 5000, budget_ms, err);
     if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-    return rc == RPC_OK ? 0 : -1;
+    return rc;
+}
+
+void agent_job_fenced(struct agent_job *job, const char *what) {
+    /* A pause or preemption (JOB_STOP) under way is abandoned too: its checkpoint would be refused. A
+     * cancel stays one: it kills the trainer already, final model or not. */
+    int run = JOB_RUN, stop = JOB_STOP;
+    if (atomic_compare_exchange_strong(&job->stop, &run, JOB_ABANDON) ||
+        atomic_compare_exchange_strong(&job->stop, &stop, JOB_ABANDON))
+        log_warn("msg=\"the scheduler refused the attempt's %s: it is no longer current; abandoning it\" job=%s "
+                 "attempt=%d",
+                 what, job->id, job->attempt);
 }
 
 void agent_report_event(struct agent_job *job, const char *level, const char *type, const char *message,
                         const char *data_json) {
     if (job->rank > 0) return; /* a gang speaks through rank 0; the others' ends come with FinishJob */
+    if (atomic_load(&job->stop) == JOB_ABANDON) return; /* its job moved on: the scheduler would refuse it */
     Whet__V1__Event ev = WHET__V1__EVENT__INIT, *evs[] = {&ev};
     ev.job_id = job->id;
     ev.attempt = (uint32_t)job->attempt;
@@ -52,9 +64,10 @@ void agent_report_event(struct agent_job *job, const char *level, const char *ty
     req.n_events = 1;
     req.events = evs;
     struct whet_err err;
-    if (agent_call(job->agent, "/whet.v1.Scheduler/ReportEvents", &req.base,
-                   &whet__v1__report_events_response__descriptor, 30000, &err) < 0)
-        log_warn("msg=\"event not reported\" job=%s error=\"%s\"", job->id, err.msg);
+    int rc = agent_call(job->agent, "/whet.v1.Scheduler/ReportEvents", &req.base,
+                        &whet__v1__report_events_response__descriptor, 30000, &err);
+    if (rc == RPC_FAILED_PRECONDITION) agent_job_fenced(job, "event");
+    else if (rc != RPC_OK) log_warn("msg=\"event not reported\" job=%s error=\"%s\"", job->id, err.msg);
 }
 
 static int load_node_id(struct agent *a, struct whet_err *err) {

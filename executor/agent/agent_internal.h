@@ -24,7 +24,8 @@ struct agent_job {
                                       manifest's data key (owned then); set by the job's thread */
     char *dir;                     /* work_dir/jobs/ID-ATTEMPT (cotrain.c: work_dir/cotrain/GROUP/ID-ATTEMPT) */
     pthread_t thread;
-    atomic_int stop;               /* enum job_stop, set by the main thread */
+    atomic_int stop;               /* enum job_stop, set by the main thread (JOB_ABANDON also by the job's
+                                      thread when the scheduler refuses a report: agent_job_fenced) */
     atomic_int done;               /* the thread has finished (and reported) */
     atomic_int step, total_steps;
     atomic_llong trained_tokens;
@@ -125,11 +126,17 @@ void agent_cotrain_run(struct agent_job *job, const char *cfg_path, const char *
                        void (*line)(void *ctx, const char *line), void *ctx, struct agent_cotrain_result *res);
 
 /* RPC helpers (agent.c): report an event for the job (level info|warn|error, type message|metrics,
- * data JSON or NULL). Failures are logged, not fatal: events are best effort, results are not. */
+ * data JSON or NULL). Failures are logged, not fatal: events are best effort, results are not.
+ * agent_call returns the call's gRPC status (RPC_OK: 0). RPC_FAILED_PRECONDITION answers a report of an
+ * attempt that is no longer the job's current one (declared lost, or its job ended otherwise): the
+ * attempt is fenced, and agent_job_fenced abandons it (its trainer killed unless it has written its final
+ * model, nothing more uploaded or reported but that model's FinishJob, which the scheduler may still take
+ * as a late success). */
 void agent_report_event(struct agent_job *job, const char *level, const char *type, const char *message,
                         const char *data_json);
 int agent_call(struct agent *a, const char *method, const ProtobufCMessage *req,
                const ProtobufCMessageDescriptor *resp_desc, int budget_ms, struct whet_err *err);
+void agent_job_fenced(struct agent_job *job, const char *what);
 
 /* The executor's Prometheus metrics (metrics.c): a server on `addr` (start returns -1 with err when it
  * cannot listen; stop ends it), and what the loop and the job threads report. */

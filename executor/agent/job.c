@@ -190,7 +190,9 @@ static int report_checkpoint(struct agent_job *job, int step, const char *prefix
     rep.metrics_json = metrics_json ? metrics_json : "";
     int rc = agent_call(a, "/whet.v1.Scheduler/ReportCheckpoint", &rep.base,
                         &whet__v1__report_checkpoint_response__descriptor, 60000, &err);
-    if (rc != 0) log_warn("msg=\"checkpoint report failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
+    if (rc == RPC_FAILED_PRECONDITION) agent_job_fenced(job, "checkpoint");
+    else if (rc != RPC_OK)
+        log_warn("msg=\"checkpoint report failed\" job=%s step=%d error=\"%s\"", job->id, step, err.msg);
     free(metrics_json);
     return rc;
 }
@@ -198,6 +200,8 @@ static int report_checkpoint(struct agent_job *job, int step, const char *prefix
 static void upload_checkpoint(struct trainer_watch *r, int step, const char *path, json_t *metrics) {
     struct agent_job *job = r->job;
     struct whet_err err;
+    /* An abandoned attempt's job moved on: its checkpoint would be refused (and never read). */
+    if (atomic_load(&job->stop) == JOB_ABANDON) return;
     char *prefix = xasprintf("%s/checkpoints/step-%d", json_string_value(json_object_get(job->manifest, "output_prefix")), step);
     double t0 = whet_now_mono();
     if (objstore_put_dir(job->tenant_store, prefix, path, &err) < 0) {
@@ -277,8 +281,8 @@ static void publish_rendezvous(struct agent_job *job, const json_t *ev) {
     req.generation = (uint32_t)json_integer_value(json_object_get(ev, "generation"));
     req.address = (char *)(address ? address : "");
     struct whet_err err;
-    if (agent_call(job->agent, "/whet.v1.Scheduler/PublishRendezvous", &req.base, &whet__v1__rendezvous_response__descriptor,
-                   60000, &err) < 0)
+    if (agent_call(job->agent, "/whet.v1.Scheduler/PublishRendezvous", &req.base,
+                   &whet__v1__rendezvous_response__descriptor, 60000, &err) != RPC_OK)
         log_warn("msg=\"rendezvous not published\" job=%s attempt=%d error=\"%s\"", job->id, job->attempt, err.msg);
     else
         log_info("msg=\"rendezvous published\" job=%s attempt=%d address=%s", job->id, job->attempt, req.address);
@@ -555,7 +559,8 @@ static void *job_main(void *arg) {
     char msg[600] = "";
     struct trainer_watch r = {.job = job};
     struct whet_err err;
-    char *model_dir = NULL, *final_prefix = NULL, *csv_key = NULL, csv_sha[65], **judge_dirs = NULL;
+    char *model_dir = NULL, *final_prefix = NULL, *final_metrics = NULL, *csv_key = NULL, csv_sha[65],
+         **judge_dirs = NULL;
     double cotrain_seconds = -1; /* co-trained: its share of the shared process's device-seconds */
 
     char *cfg_path = tenant_store_open(job, &err) == 0 ? prepare(job, &model_dir, &judge_dirs, &err) : NULL;
@@ -582,12 +587,15 @@ static void *job_main(void *arg) {
             fin.error_code = "upload_failed";
             snprintf(msg, sizeof msg, "the fine-tuned model could not be uploaded: %s", err.msg);
         } else {
-            /* The finished model is the last checkpoint too, as OpenAI lists it. */
+            /* The finished model is the last checkpoint too, as OpenAI lists it; FinishJob records it. */
             int step = atomic_load(&job->step);
             if (step > r.last_checkpoint_step) {
                 json_t *metrics = checkpoint_metrics(r.last_metrics);
-                report_checkpoint(job, step, final_prefix, whet_dir_bytes(r.final_path), metrics);
+                final_metrics = whet_json_compact(metrics, NULL);
                 json_decref(metrics);
+                fin.final_step = (uint32_t)step;
+                fin.final_bytes = whet_dir_bytes(r.final_path);
+                fin.final_metrics_json = final_metrics;
             }
             fin.final_object_prefix = final_prefix;
             fin.result_object_key = csv_key;
@@ -607,10 +615,15 @@ static void *job_main(void *arg) {
     fin.usage = &usage;
     fin.trained_tokens = usage.trained_tokens;
     /* An abandoned attempt's job was requeued elsewhere: it reports nothing, except a success, whose
-     * model is uploaded and which the scheduler may still take. */
+     * model is uploaded (under this attempt's own prefix) and which the scheduler may still take. */
     if (atomic_load(&job->stop) != JOB_ABANDON || fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
-        if (agent_call(a, "/whet.v1.Scheduler/FinishJob", &fin.base, &whet__v1__finish_job_response__descriptor,
-                       10 * 60 * 1000, &err) != 0)
+        int rc = agent_call(a, "/whet.v1.Scheduler/FinishJob", &fin.base, &whet__v1__finish_job_response__descriptor,
+                            10 * 60 * 1000, &err);
+        if (rc == RPC_FAILED_PRECONDITION)
+            log_warn("msg=\"the scheduler refused the end of an attempt that is no longer current\" job=%s attempt=%d "
+                     "outcome=%d",
+                     job->id, job->attempt, (int)fin.outcome);
+        else if (rc != RPC_OK)
             log_error("msg=\"could not report the end of a job\" job=%s error=\"%s\"", job->id, err.msg);
     }
     log_info("msg=\"job attempt ended\" job=%s attempt=%d outcome=%d error=\"%s\"", job->id, job->attempt, (int)fin.outcome, msg);
@@ -619,6 +632,7 @@ static void *job_main(void *arg) {
     for (size_t i = 0; judge_dirs && judge_dirs[i]; i++) agent_release_model(a, judge_dirs[i]);
     free(judge_dirs);
     free(final_prefix);
+    free(final_metrics);
     free(csv_key);
     free(r.final_path);
     whet_buf_free(&r.csv);

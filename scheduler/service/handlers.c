@@ -2,7 +2,16 @@
  *
  * Handlers run on the gRPC server's threads; each thread keeps its own PostgreSQL connection
  * (reconnected when it breaks: the executor sees UNAVAILABLE and retries). Every write is idempotent,
- * because an executor retries any call whose answer it did not see. */
+ * because an executor retries any call whose answer it did not see.
+ *
+ * Fencing: a node cut off from the scheduler (a data center partitioned on the WAN) loses its lease and
+ * its attempts move elsewhere, while its trainers may run on; when the partition heals, that stale
+ * attempt reports again. Every report is checked against the job's current attempt in the statement that
+ * applies it (CURRENT_ATTEMPT_SQL; the heartbeat's progress in heartbeats.c's statement): a stale one
+ * changes nothing and is answered FAILED_PRECONDITION, on which the executor abandons the attempt (kills
+ * its trainer, uploads and reports nothing more). Only the late success below is taken from a stale
+ * attempt, on purpose. Each attempt also writes under its own object prefix (manifest.c), so two attempts
+ * never write the same objects. */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -63,6 +72,23 @@ static void *new_message(size_t size, void (*init)(void *)) {
 }
 
 static void free_plain(ProtobufCMessage *m) { free(m); }
+
+/* The job ($2) with its tenant, when attempt $7 on node $9 is its current one: the job runs that attempt
+ * (a lost lease, a late success, any end sets its status or a newer attempt) and the attempt has not
+ * ended. The job's row is held (FOR SHARE) until the report's statement ends, so a report and the lease's
+ * expiry (leases.c, which changes that row) are ordered: a report applied first is one the next attempt's
+ * manifest sees; a report that waited is checked again against the changed row and refused. */
+#define CURRENT_ATTEMPT_SQL                                                                                            \
+    "SELECT j.id, j.tenant_id, j.base_model, j.suffix FROM jobs j JOIN job_attempts a ON a.job_id = j.id"              \
+    " AND a.attempt = j.attempt WHERE j.id = $2 AND j.attempt = $7::int AND j.status = 'running'"                      \
+    " AND a.node_id = $9 AND a.ended_at IS NULL FOR SHARE OF j"
+
+/* The answer to a stale attempt's report. */
+static int stale_attempt(const char *job_id, unsigned attempt, const char *what, struct whet_err *err) {
+    whet_errf(err, "attempt %u of job %s is no longer current: its %s is refused", attempt, job_id, what);
+    whet_err_detail(err, "The attempt was declared lost (its node missed its lease) or its job has ended.");
+    return whet_err_hint(err, "stop the attempt: the job runs, or ran, elsewhere"), RPC_FAILED_PRECONDITION;
+}
 
 /* ---- RegisterNode ---- */
 
@@ -183,6 +209,7 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
     const Whet__V1__ReportEventsRequest *req = (const Whet__V1__ReportEventsRequest *)msg;
     PGconn *conn = handler_conn(s, err);
     if (!conn) return db_unavailable(err);
+    const Whet__V1__Event *stale = NULL;
     for (size_t i = 0; i < req->n_events; i++) {
         const Whet__V1__Event *e = req->events[i];
         char id[40], attempt[16], seq[16];
@@ -191,13 +218,20 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
         snprintf(seq, sizeof seq, "%u", e->seq);
         const char *level = !strcmp(e->level, "warn") || !strcmp(e->level, "error") ? e->level : "info";
         const char *type = !strcmp(e->type, "metrics") ? "metrics" : "message";
-        const char *params[] = {id,      e->job_id, level, type, e->message, *e->data_json ? e->data_json : NULL,
-                                attempt, seq};
-        /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0044). */
-        if (whet_pg_exec(conn, "SELECT whet_report_event($1, $2, $3, $4, $5, $6::jsonb, $7::int, $8::int)", 8, params,
-                         err) < 0)
-            return db_unavailable(err);
+        const char *params[] = {id,      e->job_id, level,       type, e->message, *e->data_json ? e->data_json : NULL,
+                                attempt, seq,       req->node_id};
+        /* Recorded once per (job, attempt, seq) however often the report is retried (migration 0044), and
+         * only while its attempt is current: a row back when it is. */
+        PGresult *res =
+            whet_pg_query(conn,
+                          "WITH cur AS (" CURRENT_ATTEMPT_SQL ")"
+                          " SELECT whet_report_event($1, id, $3, $4, $5, $6::jsonb, $7::int, $8::int) FROM cur",
+                          9, params, err);
+        if (!res) return db_unavailable(err);
+        if (PQntuples(res) == 0) stale = e;
+        PQclear(res);
     }
+    if (stale) return stale_attempt(stale->job_id, stale->attempt, "event", err);
     *out =
         new_message(sizeof(Whet__V1__ReportEventsResponse), (void (*)(void *))whet__v1__report_events_response__init);
     return RPC_OK;
@@ -205,38 +239,57 @@ static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
 
 /* ---- ReportCheckpoint ---- */
 
+/* Records a complete checkpoint at `prefix` and its event, in one statement: a retried report adds
+ * neither twice, nor brings back a checkpoint the retention deleted (migration 0040). With `fenced`,
+ * only while `attempt` on `node` is the job's current one; 1 when it is (or not fenced), 0 when the
+ * attempt is stale (nothing recorded), -1 on a database error. FinishJob records the final model's row
+ * unfenced, in the transaction that has just ended the attempt, unless the job has succeeded already (an
+ * attempt cancelled by a late success may finish before its cancel arrives). */
+static int checkpoint_insert(PGconn *conn, const char *job_id, const char *node_id, unsigned attempt_n, unsigned step_n,
+                             const char *metrics, const char *prefix, uint64_t bytes_n, int fenced,
+                             struct whet_err *err) {
+    char id[40], event_id[40], step[16], bytes[24], attempt[16];
+    whet_random_id("ftckpt-", 24, id);
+    whet_random_id("ftevent-", 24, event_id);
+    snprintf(step, sizeof step, "%u", step_n);
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)bytes_n);
+    snprintf(attempt, sizeof attempt, "%u", attempt_n);
+    const char *params[] = {id,      job_id,   step,    *metrics ? metrics : "{}", prefix, bytes,
+                            attempt, event_id, node_id, fenced ? "t" : "f"};
+    PGresult *res = whet_pg_query(
+        conn,
+        "WITH cur AS (" CURRENT_ATTEMPT_SQL "),"
+        " j AS (SELECT * FROM cur WHERE $10::bool UNION ALL"
+        "   SELECT id, tenant_id, base_model, suffix FROM jobs"
+        "   WHERE id = $2 AND NOT $10::bool AND status <> 'succeeded'),"
+        " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
+        "   metrics, object_prefix, bytes, attempt)"
+        "   SELECT $1, j.tenant_id, j.id, $3::int,"
+        "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
+        "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint, $7::int"
+        "   FROM j JOIN tenants t ON t.id = j.tenant_id"
+        "   WHERE NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.step_number = $3::int)"
+        "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id),"
+        " ev AS (INSERT INTO job_events (id, tenant_id, job_id, message, data)"
+        "   SELECT $8, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
+        "     jsonb_build_object('step', $3::int, 'attempt', $7::int) FROM ins)"
+        " SELECT count(*) FROM j",
+        10, params, err);
+    if (!res) return -1;
+    int current = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+    PQclear(res);
+    return current;
+}
+
 static int handle_checkpoint(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
     struct scheduler *s = ctx;
     const Whet__V1__CheckpointReport *req = (const Whet__V1__CheckpointReport *)msg;
     PGconn *conn = handler_conn(s, err);
     if (!conn) return db_unavailable(err);
-    char id[40], event_id[40], step[16], bytes[24], attempt[16];
-    whet_random_id("ftckpt-", 24, id);
-    whet_random_id("ftevent-", 24, event_id);
-    snprintf(step, sizeof step, "%u", req->step);
-    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)req->bytes);
-    snprintf(attempt, sizeof attempt, "%u", req->attempt);
-    const char *metrics = *req->metrics_json ? req->metrics_json : "{}";
-    const char *params[] = {id, req->job_id, step, metrics, req->object_prefix, bytes, event_id, attempt};
-    /* The checkpoint row and its event in one statement: a retried report adds neither twice, nor brings back
-     * a checkpoint the retention deleted (migration 0040). */
-    if (whet_pg_exec(
-            conn,
-            "WITH j AS (SELECT id, tenant_id, base_model, suffix FROM jobs WHERE id = $2),"
-            " ins AS (INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint,"
-            "   metrics, object_prefix, bytes)"
-            "   SELECT $1, j.tenant_id, j.id, $3::int,"
-            "     'ft:' || j.base_model || ':' || t.name || ':' || coalesce(j.suffix, '') || ':' || j.id"
-            "       || ':ckpt-step-' || $3, $4::jsonb, $5, $6::bigint"
-            "   FROM j JOIN tenants t ON t.id = j.tenant_id"
-            "   WHERE NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.step_number = "
-            "$3::int)"
-            "   ON CONFLICT (job_id, step_number) DO NOTHING RETURNING job_id, tenant_id)"
-            " INSERT INTO job_events (id, tenant_id, job_id, message, data)"
-            " SELECT $7, ins.tenant_id, ins.job_id, 'Checkpoint created at step ' || $3,"
-            "   jsonb_build_object('step', $3::int, 'attempt', $8::int) FROM ins",
-            8, params, err) < 0)
-        return db_unavailable(err);
+    int current = checkpoint_insert(conn, req->job_id, req->node_id, req->attempt, req->step, req->metrics_json,
+                                    req->object_prefix, req->bytes, 1, err);
+    if (current < 0) return db_unavailable(err);
+    if (!current) return stale_attempt(req->job_id, req->attempt, "checkpoint", err);
     *out = new_message(sizeof(Whet__V1__ReportCheckpointResponse),
                        (void (*)(void *))whet__v1__report_checkpoint_response__init);
     return RPC_OK;
@@ -253,20 +306,30 @@ static const char *outcome_name(Whet__V1__FinishJobRequest__Outcome o) {
     }
 }
 
+/* What end_attempt decided. */
+enum attempt_end { END_RETRIED, END_APPLY, END_STALE };
+
 /* FinishJob(SUCCEEDED) from an attempt already declared lost: its node went silent past the lease,
  * yet the attempt finished and uploaded the final model (the executor reports a success even after
- * it learns it was declared lost). Retraining would only redo that work, so the success is taken while
- * the job has not ended otherwise (queued again, running a newer attempt, or paused; not cancelled):
- * newer attempts are cancelled, and the lost attempt's usage record, written when it was declared lost,
- * keeps its `lost` flag and gains the seconds and tokens the executor measured. Called inside
- * handle_finish's transaction; returns 1 when taken, 0 when not, -1 on a database error. */
+ * it learns it was declared lost), under its own prefix (manifest.c). Retraining would only redo that
+ * work, so the success is taken while the job has not ended otherwise (queued again, running a newer
+ * attempt, or paused; not cancelled) and no newer attempt has recorded a checkpoint: once one has, the
+ * job's checkpoints are that attempt's, and a final model of another lineage next to them (listed, kept
+ * by retention, resumed from by nobody) would mix two runs, so the newer attempt goes on and the late
+ * model is refused (its objects stay unreferenced under its prefix). When taken, newer attempts are
+ * cancelled (their reports are refused from then on: the job has succeeded), and the lost attempt's usage
+ * record, written when it was declared lost, keeps its `lost` flag and gains the seconds and tokens the
+ * executor measured. Called inside handle_finish's transaction; returns END_APPLY when taken, END_STALE
+ * when not, END_RETRIED for a success taken before, -1 on a database error. */
 static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, const char *dev_s, const char *trained,
                         const char *rollout, struct whet_err *err) {
     char attempt[16], event_id[40];
     snprintf(attempt, sizeof attempt, "%u", req->attempt);
     whet_random_id("ftevent-", 24, event_id);
     const char *params[] = {req->job_id, attempt, req->node_id};
-    /* The job's row lock orders this against the cycle and a concurrent FinishJob of the newer attempt. */
+    /* The job's row lock orders this against the cycle, a concurrent FinishJob of the newer attempt and
+     * its checkpoint reports (which hold the row while they insert); the checkpoints are read by the next
+     * statement, whose snapshot is taken after the lock was granted. */
     PGresult *res = whet_pg_query(conn,
                                   "SELECT 1 FROM jobs j JOIN job_attempts a ON a.job_id = j.id"
                                   " WHERE j.id = $1 AND a.attempt = $2::int AND a.node_id = $3 AND a.outcome = 'lost'"
@@ -275,7 +338,27 @@ static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, con
     if (!res) return -1;
     int taken = PQntuples(res) == 1;
     PQclear(res);
-    if (!taken) return 0;
+    if (!taken) {
+        /* A retried report of a success taken finds the job ended with this attempt's model. */
+        const char *rparams[] = {req->job_id, req->final_object_prefix};
+        res = whet_pg_query(conn,
+                            "SELECT 1 FROM jobs WHERE id = $1 AND status = 'succeeded' AND final_object_prefix = $2", 2,
+                            rparams, err);
+        if (!res) return -1;
+        int retried = PQntuples(res) == 1;
+        PQclear(res);
+        return retried ? END_RETRIED : END_STALE;
+    }
+    res = whet_pg_query(conn, "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE job_id = $1 AND attempt > $2::int)", 2,
+                        params, err);
+    if (!res) return -1;
+    int newer = PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (newer) {
+        log_warn("msg=\"late success refused: a newer attempt has written checkpoints\" job=%s attempt=%u node=%s",
+                 req->job_id, req->attempt, req->node_id);
+        return END_STALE;
+    }
     const char *uparams[] = {req->job_id, attempt, dev_s, trained, rollout};
     const char *cparams[] = {req->job_id, attempt, req->node_id, event_id};
     if (whet_pg_exec(conn,
@@ -294,12 +377,13 @@ static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, con
                      4, cparams, err) < 0)
         return -1;
     log_warn("msg=\"late success taken\" job=%s attempt=%u node=%s", req->job_id, req->attempt, req->node_id);
-    return 1;
+    return END_APPLY;
 }
 
-/* Ends a one-process attempt once and meters it, inside handle_finish's transaction: 1 when the job
- * is to end as the report says, 0 when nothing changes (a retried FinishJob finds the attempt ended;
- * a lost attempt's success may still be taken: late_success), -1 on a database error. */
+/* Ends a one-process attempt once and meters it, inside handle_finish's transaction: END_APPLY when the
+ * job is to end as the report says, END_RETRIED when nothing changes (a retried FinishJob finds the
+ * attempt ended by its first), END_STALE when the attempt had been declared lost (a lost attempt's
+ * success may still be taken: late_success), -1 on a database error. */
 static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, const char *outcome, const char *dev_s,
                        const char *trained, const char *rollout, struct whet_err *err) {
     char attempt[16];
@@ -315,9 +399,17 @@ static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, cons
     if (!res) return -1;
     if (PQntuples(res) == 0) {
         PQclear(res);
-        return req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && *req->final_object_prefix
-                   ? late_success(conn, req, dev_s, trained, rollout, err)
-                   : 0;
+        if (req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && *req->final_object_prefix)
+            return late_success(conn, req, dev_s, trained, rollout, err);
+        const char *sparams[] = {req->job_id, attempt, req->node_id};
+        res = whet_pg_query(conn,
+                            "SELECT 1 FROM job_attempts WHERE job_id = $1 AND attempt = $2::int AND node_id = $3"
+                            " AND outcome IS DISTINCT FROM 'lost'",
+                            3, sparams, err);
+        if (!res) return -1;
+        int retried = PQntuples(res) == 1;
+        PQclear(res);
+        return retried ? END_RETRIED : END_STALE;
     }
     char *device_type = xstrdup(PQgetvalue(res, 0, 0));
     PQclear(res);
@@ -330,7 +422,7 @@ static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, cons
                      " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
                      6, uparams, err);
     free(device_type);
-    return rc < 0 ? -1 : 1;
+    return rc < 0 ? -1 : END_APPLY;
 }
 
 static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
@@ -358,13 +450,21 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
         *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
         return RPC_OK;
     }
-    int go_on = gang == GANG_JOB ? 1 : end_attempt(conn, req, outcome, dev_s, trained, rollout, err);
-    if (go_on < 0) goto db_fail;
-    if (!go_on) {
+    int end = gang == GANG_JOB ? END_APPLY : end_attempt(conn, req, outcome, dev_s, trained, rollout, err);
+    if (end < 0) goto db_fail;
+    if (end != END_APPLY) {
         PQclear(PQexec(conn, "ROLLBACK"));
+        if (end == END_STALE) return stale_attempt(req->job_id, req->attempt, "end", err);
         *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
         return RPC_OK;
     }
+    /* The final model is the last checkpoint too when the last step had none (the executor says so), recorded
+     * with the end: a refused late success leaves no row. */
+    if (req->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED && req->final_step &&
+        *req->final_object_prefix &&
+        checkpoint_insert(conn, req->job_id, req->node_id, req->attempt, req->final_step, req->final_metrics_json,
+                          req->final_object_prefix, req->final_bytes, 0, err) < 0)
+        goto db_fail;
 
     const char *jparams[] = {req->job_id, outcome, req->error_code, req->error_message, req->final_object_prefix,
                              tokens,      event_id};

@@ -15,11 +15,13 @@
  * job's progress row, upserted in job order).
  *
  * What a heartbeat does is unchanged (handlers.c answers the call): a node's lease is renewed unless it
- * was declared lost; then, for a node so renewed, the progress of its running attempts is written to
+ * was declared lost (it is told to register again, and abandons its attempts); then, for a node so
+ * renewed, the progress of its running attempts is written to
  * job_progress (migration 0029: narrow and without secondary indexes, so a job's update is HOT; a job
  * that already succeeded keeps what it has; the step and token counts only grow; a row that would not
  * change is not written: most heartbeats repeat the last one's step; and progress.c sends a job's step at
- * most every progress_ms), and up to 32 of its
+ * most every progress_ms; a stale attempt's progress, of an attempt that has ended, matches no row and is
+ * dropped: the fence of handlers.c), and up to 32 of its
  * waiting commands are handed out, oldest first (a STOP never overtakes its START), marked delivered. The
  * commands are delivered in the answer to the call: a failure after the statement loses them as a lost
  * answer would. A node twice in the queue (an executor that retried) waits for the next batch. */

@@ -103,7 +103,12 @@ json_t *scheduler_manifest_build(PGconn *conn, const struct scheduler_options *o
     json_object_set_new(m, "init_adapter",
                         PQgetisnull(res, row, 14) ? json_null()
                                                   : json_pack("{s:s}", "object_prefix", PQgetvalue(res, row, 14)));
-    char *output_prefix = xasprintf("jobs/%s", job_id);
+    /* Each attempt writes under its own prefix: an attempt declared lost whose trainer ran on (a data
+     * center cut off) never overwrites the checkpoints or the final model of the attempt that replaced it.
+     * Readers take the prefixes from the rows (checkpoints.object_prefix, jobs.final_object_prefix), so
+     * rows of the former `jobs/<job>` layout keep working; a final model's prefix still ends in `/final`
+     * (resume above and the retention, migration 0040, tell it by that). */
+    char *output_prefix = xasprintf("jobs/%s/attempt-%d", job_id, atoi(PQgetvalue(res, row, 1)) + 1);
     json_object_set_new(m, "output_prefix", json_string(output_prefix));
     free(output_prefix);
     json_t *trainer = trainer_settings_from_job(method, whet, atoi(PQgetvalue(res, row, 5)));

@@ -17,7 +17,8 @@ up() {
 }
 
 # fleet NAME: `whet up` without executors of its own (3 s leases) on a work dir $dir, serving $http;
-# `executor N` starts a separate executor of 2 simulated H100s (e$N its pid), `q SQL` queries its
+# `executor N [DC]` starts a separate executor of 2 simulated H100s in data center DC (pool DC; dc-1 by
+# default) with its work dir $dir/eN and its log $dir/eN.log (e$N its pid), `q SQL` queries its
 # database, a tenant NAME's key is $key (`api` is curl with it), the SFT fixture its file $file, and
 # `create WHET` a job on it (whet-tiny, seed 7, batches of 8) with the extension object WHET, printing
 # its id. At exit every process started and the work dir go.
@@ -37,7 +38,7 @@ fleet() {
          json "['id']")
 }
 executor() {
-  "$WHET_BIN" executor --data-dir "$dir" --dc dc-1 --pool dc-1 --devices sim:H100:2 --work-dir "$dir/e$1" \
+  "$WHET_BIN" executor --data-dir "$dir" --dc "${2:-dc-1}" --pool "${2:-dc-1}" --devices sim:H100:2 --work-dir "$dir/e$1" \
     >"$dir/e$1.log" 2>&1 &
   pids+=($!)
   eval "e$1=$!"

@@ -112,7 +112,7 @@ function stored(prefix) {
 }
 
 const text = fs.readFileSync(path.join(FIXTURES, 'sft', 'train.jsonl'));
-let fileId, job, finalFiles;
+let fileId, job, finalFiles, finalPrefix;
 
 test('a dataset is sealed in the store and trained on', async () => {
   const form = new FormData();
@@ -149,12 +149,14 @@ test('checkpoints are sealed in the store and download as their plaintext', asyn
   const list = await api('GET', `/v1/fine_tuning/jobs/${job.id}/checkpoints/final/files`);
   finalFiles = list.data;
   assert.ok(finalFiles.some((f) => f.name === 'adapter_model.safetensors'), JSON.stringify(list));
+  // Where the attempt that trained it wrote the final model (jobs/JOB/attempt-N/final).
+  finalPrefix = psql(db.url, `SELECT final_object_prefix FROM jobs WHERE id = '${job.id}'`);
   for (const f of finalFiles) {
     const got = await get(`/v1/fine_tuning/jobs/${job.id}/checkpoints/final/files/${f.name}`);
     assert.equal(got.status, 200, f.name);
     assert.equal(got.bytes.length, f.bytes, f.name);
     assert.equal(sha256(got.bytes), f.sha256, `${f.name}: the manifest's checksum`);
-    const raw = fs.readFileSync(path.join(objects, 'jobs', job.id, 'final', f.name));
+    const raw = fs.readFileSync(path.join(objects, finalPrefix, f.name));
     assert.equal(raw.subarray(0, 8).toString(), 'WHETSEAL', f.name);
     assert.ok(raw.length > got.bytes.length && !raw.includes(got.bytes.subarray(0, Math.min(64, got.bytes.length))), f.name);
   }
@@ -182,8 +184,7 @@ test('a fine-tuned model answers through the OpenAI SDK from its sealed adapter'
   for await (const chunk of stream) streamed += chunk.choices[0]?.delta?.content ?? '';
   assert.equal(streamed, chat.choices[0].message.content, 'streamed and whole answers agree (greedy)');
   // The worker opened the sealed adapter: its cached copy is the plaintext the manifest names.
-  const prefix = psql(db.url, `SELECT final_object_prefix FROM jobs WHERE id = '${job.id}'`);
-  const cached = path.join(work, 'serve-cache', sha256(Buffer.from(prefix)), 'adapter_model.safetensors');
+  const cached = path.join(work, 'serve-cache', sha256(Buffer.from(finalPrefix)), 'adapter_model.safetensors');
   assert.equal(sha256(fs.readFileSync(cached)), finalFiles.find((f) => f.name === 'adapter_model.safetensors').sha256);
 });
 
@@ -283,7 +284,7 @@ test('rotating the operator key: rewrapped as used and by whet migrate, old obje
 
 test('a tampered object is refused, not served', async () => {
   assert.ok(finalFiles, 'the checkpoint files');
-  const p = path.join(objects, 'jobs', job.id, 'final', 'adapter_model.safetensors');
+  const p = path.join(objects, finalPrefix, 'adapter_model.safetensors');
   const raw = fs.readFileSync(p);
   raw[100] ^= 1;
   fs.writeFileSync(p, raw);
