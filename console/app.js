@@ -718,12 +718,11 @@ async function keysPage(main) {
 
 async function tenantsPage(main) {
   const list = h('div'), out = h('div');
-  const refresh = async () => {
-    const t = await api('GET', '/admin/v1/tenants?limit=100');
-    fill(list, table(['Tenant', 'Id', 'Weight', 'Rate /s', 'Max active jobs', 'State', 'Created'], t.data.map((x) => [
+  const tenants = pager(() => '/admin/v1/tenants', 'More tenants', (items) => fill(list, table(
+    ['Tenant', 'Id', 'Weight', 'Rate /s', 'Max active jobs', 'State', 'Created'], items.map((x) => [
       h('a', { href: `#/admin/tenants/${encodeURIComponent(x.id)}` }, x.name), h('span', { class: 'mono' }, x.id), num(x.weight),
-      num(x.rate_per_s), x.max_active_jobs, x.disabled ? 'disabled' : 'active', when(x.created_at)]), [2, 3, 4]));
-  };
+      num(x.rate_per_s), x.max_active_jobs, x.disabled ? 'disabled' : 'active', when(x.created_at)]), [2, 3, 4])));
+  const refresh = tenants.refresh;
   const name = h('input', { name: 'name', required: true, pattern: '[A-Za-z0-9][A-Za-z0-9_.\\-]{0,63}' });
   fill(main, h('h1', {}, 'Tenants'), card('New tenant', h('form', { class: 'row', onsubmit: async (ev) => {
     ev.preventDefault();
@@ -732,7 +731,7 @@ async function tenantsPage(main) {
       fill(out, h('p', {}, `Tenant ${t.name}: its first API key (shown once) `, h('code', { class: 'mono' }, t.api_key)));
       refresh();
     } catch (e) { fill(out, errorBox(e)); }
-  } }, h('label', {}, 'Name', name), h('button', { type: 'submit' }, 'Create')), out), card('All tenants', list));
+  } }, h('label', {}, 'Name', name), h('button', { type: 'submit' }, 'Create')), out), card('All tenants', list, tenants.more));
   await refresh();
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin_fleet.h"
 #include "api_keys.h"
 #include "auth.h"
 #include "crypto.h"
@@ -120,12 +121,11 @@ done:
     json_decref(body);
 }
 
-static void tenant_list_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (db_reply_failed(r, res)) return;
-    http_reply_json(r, 200, list_json(db_rows_json(res->res[0], -1, tenant_json)));
+/* A page of tenants in the order they were made (a keyset on (created_at, id): migration 0048). */
+static void tenant_list(struct gw_req *r) {
+    const char *params[] = {http_query_param(r, "after")};
+    admin_page_run(r, "tenant", tenant_json, "admin_tenant_exists", "admin_tenant_list", params, 1);
 }
-
-static void tenant_list(struct gw_req *r) { db_query(r, "admin_tenant_list", 0, NULL, tenant_list_done, NULL); }
 
 static void tenant_one_done(struct gw_req *r, const struct db_result *res, void *arg) {
     if (db_reply_unless_found(r, res, "tenant", "id")) return;
@@ -269,7 +269,11 @@ void admin_routes(struct http_router *rt) {
                "RETURNING " TENANT_COLS);
     db_prepare("admin_key_insert", "INSERT INTO api_keys (id, tenant_id, key_hash, key_prefix) VALUES ($1, $2, "
                                    "$3::bytea, $4) RETURNING id");
-    db_prepare("admin_tenant_list", "SELECT " TENANT_COLS " FROM tenants ORDER BY created_at, name");
+    db_prepare("admin_tenant_exists", "SELECT 1 FROM tenants WHERE id = $1");
+    db_prepare("admin_tenant_list",
+               "SELECT " TENANT_COLS " FROM tenants WHERE (created_at, id) > "
+               "(coalesce((SELECT c.created_at FROM tenants c WHERE c.id = $1), -1), coalesce($1, '')) "
+               "ORDER BY created_at, id LIMIT $2");
     db_prepare("admin_tenant_get", "SELECT " TENANT_COLS " FROM tenants WHERE " TENANT_BY_ID);
     db_prepare("admin_tenant_update",
                "UPDATE tenants SET weight = coalesce($2::float8, weight), rate_per_s = coalesce($3::float8, rate_per_s), "

@@ -11,7 +11,8 @@
  *                                                          the jobs not ended: waiting, running, paused
  *
  * The lists are OpenAI's cursor pages (`after` the last id of the previous page, `limit`, `has_more`,
- * `first_id`, `last_id`) read by keyset on the indexes of migration 0045: a page is the `limit` rows
+ * `first_id`, `last_id`; admin_page_run, which the tenant list uses too) read by keyset on the indexes of
+ * migration 0045: a page is the `limit` rows
  * after the key the cursor's row holds now, so its cost does not grow with the fleet or the queue. An
  * `after` that names no node or job is a 400.
  *
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin_fleet.h"
 #include "db.h"
 #include "files_common.h"
 #include "server.h"
@@ -49,10 +51,8 @@ static void fleet_page_done(struct gw_req *r, const struct db_result *res, void 
     files_page_done(r, res, p->page);
 }
 
-/* Runs the page statement `stmt`, whose $1 is `after`, after `exists` (the cursor's lookup) when there
- * is a cursor. A bad `limit` is answered here. */
-static void fleet_page_run(struct gw_req *r, const char *what, json_t *(*to_json)(const PGresult *, int),
-                           const char *exists, const char *stmt, const char *const *params, int nparams) {
+void admin_page_run(struct gw_req *r, const char *what, json_t *(*to_json)(const PGresult *, int), const char *exists,
+                    const char *stmt, const char *const *params, int nparams) {
     struct fleet_page *p = http_alloc(r, sizeof *p);
     p->page = files_page_new(r, PAGE_DEFAULT, PAGE_MAX, NULL, to_json);
     if (!p->page) return;
@@ -108,7 +108,7 @@ static void nodes_list(struct gw_req *r) {
     const char *state, *dc = http_query_param(r, "dc"), *pool = http_query_param(r, "pool");
     if (enum_param(r, "state", states, &state) < 0) return;
     const char *params[] = {http_query_param(r, "after"), dc, pool, state};
-    fleet_page_run(r, "node", node_json, "admin_node_exists",
+    admin_page_run(r, "node", node_json, "admin_node_exists",
                    dc && pool ? "admin_nodes_dc_pool"
                    : dc       ? "admin_nodes_dc"
                               : "admin_nodes",
@@ -162,7 +162,7 @@ static void queue_list(struct gw_req *r) {
     /* $3 and $4: the halves of the queue the status is in, started or not */
     const char *params[] = {http_query_param(r, "after"), status, status && started ? "true" : "false",
                             status && !started ? "false" : "true", tenant};
-    fleet_page_run(r, "job", queue_json, "admin_job_exists", tenant ? "admin_queue_tenant" : "admin_queue", params, 5);
+    admin_page_run(r, "job", queue_json, "admin_job_exists", tenant ? "admin_queue_tenant" : "admin_queue", params, 5);
 }
 
 /* ---- Pools ------------------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
-// admin_pages.mjs - the operator's fleet and queue a page at a time (gateway/admin_fleet.c): walking
-// GET /admin/v1/nodes and GET /admin/v1/queue by `after` with several limits and every filter gives
-// the list the database orders (nodes by dc, pool, id; jobs not ended: waiting ones by their stored
+// admin_pages.mjs - the operator's fleet, queue and tenants a page at a time (gateway/admin_fleet.c): walking
+// GET /admin/v1/nodes, /admin/v1/queue and /admin/v1/tenants (by creation, then id) by `after` with several
+// limits and every filter gives the list the database orders (nodes by dc, pool, id; jobs not ended: waiting ones by their stored
 // place, those with none after them, then running and paused ones, ties by seq) with no job or node
 // twice or missing, `has_more` false on the last page only and first_id/last_id the page's ends; bad
 // limits, cursors and filters are OpenAI 400s naming the parameter; GET /admin/v1/pools equals a
@@ -116,12 +116,18 @@ try {
         'a cursor job that started running: the walk goes on among the started ones', next.json);
   stack.psql(`UPDATE jobs SET status = 'queued', queue_position = 2 WHERE id = '${head.json.last_id}'`);
 
+  // ---- tenants, in the order they were made (a keyset on (created_at, id)); some made in one second
+  stack.psql(`INSERT INTO tenants (id, name, created_at) SELECT 'tenant-page' || i, 'page' || i, 1700000000 + i / 4
+              FROM generate_series(1, 25) i`);
+  await walksTo('/admin/v1/tenants', ids('SELECT id FROM tenants ORDER BY created_at, id'));
+
   // ---- bad parameters: OpenAI 400s naming the parameter
   for (const [path, param] of [['/admin/v1/nodes?limit=0', 'limit'], ['/admin/v1/nodes?limit=1001', 'limit'],
                                ['/admin/v1/queue?limit=abc', 'limit'], ['/admin/v1/queue?limit=-1', 'limit'],
                                ['/admin/v1/queue?limit=', 'limit'], ['/admin/v1/nodes?after=node-none', 'after'],
                                ['/admin/v1/queue?after=ftjob-none', 'after'], ['/admin/v1/queue?after=node-1', 'after'],
-                               ['/admin/v1/nodes?state=gone', 'state'], ['/admin/v1/queue?status=succeeded', 'status']]) {
+                               ['/admin/v1/nodes?state=gone', 'state'], ['/admin/v1/queue?status=succeeded', 'status'],
+                               ['/admin/v1/tenants?after=tenant-none', 'after'], ['/admin/v1/tenants?limit=0', 'limit']]) {
     const r = await get(path);
     check(r.status === 400 && r.json.error?.param === param && r.json.error?.type === 'invalid_request_error',
           `${path}: 400 naming ${param}`, r.json);
