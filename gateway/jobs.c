@@ -131,20 +131,24 @@ struct create_ctx {
     const char *base_model, *init_checkpoint, *resolved_method; /* once the lookup has checked the model */
 };
 
+/* What whet_job_slot_check raises when a create took the tenant past its active-job limit (migration 0049). */
+#define SQLSTATE_ACTIVE_JOB_LIMIT "WJ429"
+
 static void create_reply_too_many(struct gw_req *r, void *arg) {
     http_reply_rate_limited(r, 30, NULL, "too many active fine-tuning jobs for this tenant; wait for one to finish or "
                                    "cancel one");
 }
 
 static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (idem_reply_failed(r, res)) return;
-    const PGresult *job = res->res[0];
-    if (PQntuples(job) == 0) {
-        /* The tenant's active-job limit stopped the insert; the reserved key must not answer later. */
-        idem_release_then(r, create_reply_too_many, NULL);
+    if (!res->ok && res->failed == 1 && !strcmp(res->sqlstate, SQLSTATE_ACTIVE_JOB_LIMIT)) {
+        /* The tenant's active-job limit rolled the transaction back, the key's reservation with it:
+         * idem_lost_race forgets that reservation (and returns 0: this is not a race). */
+        idem_lost_race(r, res);
+        create_reply_too_many(r, arg);
         return;
     }
-    idem_reply_json(r, 200, job_row_to_json(job, 0));
+    if (idem_reply_failed(r, res)) return;
+    idem_reply_json(r, 200, job_row_to_json(res->res[0], 0));
 }
 
 /* Checks a file row's purpose and format for the job's method; answers and returns -1 when unsuitable. */
@@ -195,12 +199,14 @@ static void create_insert(struct gw_req *r, const char *estimate_json, int soft_
                             estimate_json,
                             api_key,
                             c->event_id};
+    const char *tenant[] = {http_tenant_id(r)};
     const char *alert[] = {files_new_id(r, "ftevent-"), http_tenant_id(r), c->job_id, c->now};
-    struct db_stmt stmts[3] = {
+    struct db_stmt stmts[4] = {
         {"jobs_insert", NULL, 17, insert},
+        {"jobs_slot_check", NULL, 1, tenant},
         {"jobs_budget_event", NULL, 4, alert},
     };
-    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 2 : 1), create_done, c);
+    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 3 : 2), create_done, c);
 }
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -455,19 +461,21 @@ static void jobs_prepare(void) {
                "FROM (SELECT 1) one "
                "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
                "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
-    /* Written only while the tenant is under its active-job limit (0 rows otherwise): whet_job_slot reads
-     * and locks the tenant's counter row, which the insert's trigger bumps (migration 0010), in O(1). The
-     * job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column); a new
-     * job has no progress. */
+    /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column); a
+     * new job has no progress. The insert's trigger bumps the tenant's counter of active jobs (migration 0010),
+     * and jobs_slot_check, next in the transaction, rolls it all back when that passed the tenant's limit
+     * (migration 0049: checked after the insert, so that one tenant's creates hold the counter's row lock only
+     * from the bump to the commit). */
     db_prepare(
         "jobs_insert",
         "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
         "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
         "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-        "$13::bigint, $14::integer, $15::jsonb, $16 WHERE whet_job_slot($2) RETURNING *), "
+        "$13::bigint, $14::integer, $15::jsonb, $16 RETURNING *), "
         "e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
         "SELECT $17, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j) "
         "SELECT " JOB_COLUMNS ", pg_notify('whet_jobs', j.id) FROM j LEFT JOIN job_progress p ON false");
+    db_prepare("jobs_slot_check", "SELECT whet_job_slot_check($1)");
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
                "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "

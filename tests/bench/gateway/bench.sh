@@ -158,7 +158,7 @@ cat >"$work/select.sql" <<EOF
 SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.id = :job;
 EOF
 # The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, estimate_inputs and jobs_estimate (gateway/estimate.c), then
-# jobs_insert with its event and NOTIFY: gateway/jobs.c; keep in step), with fresh ids per transaction.
+# jobs_insert with its event and NOTIFY and jobs_slot_check in one transaction: gateway/jobs.c; keep in step), with fresh ids per transaction.
 cat >"$work/insert.sql" <<'EOF'
 \set n random(1, 1000000000)
 SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
@@ -181,15 +181,18 @@ SELECT e, b FROM (SELECT whet_job_estimate('whet-tiny',
     'file-bench', '{}') AS e,
   CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND (monthly_limit IS NOT NULL
     OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b) s;
+BEGIN;
 WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet, status, created_at,
                             priority)
   SELECT 'ftjob-pgb' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench',
          '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
          1, '{}', 'queued', 0, 0
-  WHERE whet_job_slot(:tenant) RETURNING *),
+  RETURNING *),
 e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
   SELECT 'ftevent-pgb' || :n || '-' || :client_id, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j)
 SELECT id, pg_notify('whet_jobs', id) FROM j;
+SELECT whet_job_slot_check(:tenant);
+COMMIT;
 EOF
 # The bare INSERT issue 15 quotes pgbench at (one row, no lookup, estimate, event or limit): how far the
 # whole create is from the cheapest write of a job.

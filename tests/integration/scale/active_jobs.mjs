@@ -71,6 +71,19 @@ try {
   stack.psql(`UPDATE tenants SET max_active_jobs = ${limit + 1} WHERE id = '${tenantA}'`);
   check((await create(a, fileA)).status === 200, 'a raised limit admits one more at once');
 
+  // ---- a create refused at the limit keeps no Idempotency-Key (its transaction rolled back): the same
+  // request made once a slot is free creates the job, and a retry of that one replays it
+  const keyed = () => a('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-tiny', training_file: fileA },
+                                                          headers: { 'idempotency-key': 'at-the-limit' } });
+  const refusedKeyed = await keyed();
+  check(refusedKeyed.status === 429 && active(tenantA) === limit + 1, 'a keyed create at the limit: 429, nothing written',
+        refusedKeyed.text);
+  check((await a('POST', `/v1/fine_tuning/jobs/${made[6]}/cancel`)).status === 200, 'a slot freed');
+  const madeKeyed = await keyed(), replayed = await keyed();
+  check(madeKeyed.status === 200 && replayed.status === 200 && replayed.json.id === madeKeyed.json.id &&
+        active(tenantA) === limit + 1 && mismatches() === '', 'the same key then creates the job once, and replays it',
+        { made: madeKeyed.text, replayed: replayed.text });
+
   // ---- pgbench: 16 connections race the create's statement as whet_app, cancelling as they go
   stack.psql(`UPDATE tenants SET max_active_jobs = 50 WHERE id = '${tenantB}'`);
   const script = join(stack.dir, 'race.sql');
@@ -106,6 +119,30 @@ INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
   // whet_app scoped to one tenant cannot take (or lock) another tenant's slot.
   check(stack.psql(`SET ROLE whet_app; SET whet.tenant_id = '${tenantB}'; SELECT whet_job_slot('${tenantA}')`) === 'f',
         "whet_job_slot refuses another tenant's counter");
+
+  // ---- the gateway's form (migration 0049): insert unlocked, then whet_job_slot_check fails the transaction
+  // past the limit (here a subtransaction of the DO block, as pgbench stops a client at its first error)
+  stack.psql(`UPDATE jobs SET status = 'cancelled' WHERE id IN
+                (SELECT id FROM jobs WHERE tenant_id = '${tenantB}' AND status = 'queued' LIMIT 20)`);
+  check(activeB() === 30 && active(tenantB) === 30, '20 cancelled: 20 slots free');
+  writeFileSync(script, `\\set n random(1, 1000000000)
+DO $$ BEGIN
+  INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
+    VALUES ('ftjob-after' || :n || '-' || :client_id, '${tenantB}', 'whet-tiny', 'whet-tiny', '${fileB}', '{}', 1);
+  PERFORM whet_job_slot_check('${tenantB}');
+EXCEPTION WHEN SQLSTATE 'WJ429' THEN NULL;
+END $$;
+`);
+  run = spawnSync('pgbench', ['-n', '-M', 'simple', '-c', '16', '-j', '4', '-t', '60', '-f', script, stack.dbUrl],
+                  { encoding: 'utf8', env: { ...process.env, PGOPTIONS: `-c role=whet_app -c whet.tenant_id=${tenantB}` } });
+  check(run.status === 0, 'pgbench check-after race ran', run.stderr.slice(-2000));
+  check(activeB() === 50 && active(tenantB) === 50 && mismatches() === '',
+        '960 racing check-after creates into 20 free slots: exactly 20 made, counter exact',
+        { jobs: activeB(), mismatches: mismatches() });
+  const foreign = spawnSync('psql', ['-qtAX', '-c', `SET ROLE whet_app; SET whet.tenant_id = '${tenantB}';
+                                                     SELECT whet_job_slot_check('${tenantA}')`, stack.dbUrl], { encoding: 'utf8' });
+  check(foreign.status !== 0 && /WJ429|active-job limit/.test(foreign.stderr), "whet_job_slot_check refuses another tenant's counter",
+        foreign.stderr);
 
   // ---- jobs written with triggers off (a restore) drift the counter; whet_active_jobs_recount repairs it
   stack.psql(`SET session_replication_role = replica; UPDATE jobs SET status = 'cancelled' WHERE id IN
