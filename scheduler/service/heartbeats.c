@@ -15,7 +15,8 @@
  * job's progress row, upserted in job order).
  *
  * What a heartbeat does is unchanged (handlers.c answers the call): a node's lease is renewed unless it
- * was declared lost (it is told to register again, and abandons its attempts); then, for a node so
+ * was declared lost (it is told to register again, and abandons its attempts), written to its row only
+ * every quarter lease (service_internal.h); then, for a node so
  * renewed, the progress of its running attempts is written to
  * job_progress (migration 0029: narrow and without secondary indexes, so a job's update is HOT; a job
  * that already succeeded keeps what it has; the step and token counts only grow; a row that would not
@@ -41,14 +42,20 @@
 #define HEARTBEAT_WRITERS_MAX 2
 
 /* The nodes are found by = ANY (ARRAY(…)): the prepared statement's generic plan joined r to a sequential
- * scan of nodes (0.43 of its 1.46 ms at 2,000 nodes, growing with the fleet).
+ * scan of nodes (0.43 of its 1.46 ms at 2,000 nodes, growing with the fleet). A node's lease is written only
+ * when due (LEASE_RENEW_AFTER_SQL): k reads the batch's nodes, u renews the due ones (locking their rows, so
+ * a node that the lease expiry declared lost meanwhile is not renewed: the expiry only takes nodes whose
+ * stored lease is far older than due, so a node read as not due cannot be one), and n is every node renewed.
  * Rows: per renewed node one with seq NULL (and whether model workers are placed on it), then its
  * commands; ordered by node and seq. Progress rows of one job from two nodes of a batch (a gang's ranks)
  * are one upsert (DISTINCT ON), the latest step winning. */
 static const char *const heartbeat_batch_sql =
     "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(node text, progress jsonb)),"
-    " n AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp())"
-    "   WHERE nodes.id = ANY (ARRAY(SELECT node FROM r)) AND nodes.state <> 'lost' RETURNING nodes.id),"
+    " k AS (SELECT nodes.id, nodes.last_heartbeat < extract(epoch FROM clock_timestamp()) - " LEASE_RENEW_AFTER_SQL
+    "   AS due FROM nodes WHERE nodes.id = ANY (ARRAY(SELECT node FROM r)) AND nodes.state <> 'lost'),"
+    " u AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp())"
+    "   WHERE nodes.id = ANY (ARRAY(SELECT id FROM k WHERE due)) AND nodes.state <> 'lost' RETURNING nodes.id),"
+    " n AS (SELECT id FROM k WHERE NOT due UNION ALL SELECT id FROM u),"
     " p AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens,"
     "   resume_step, started_at) SELECT DISTINCT ON (j.id) j.id, j.tenant_id, a.attempt, x.step, nullif(x.total, 0),"
     "   x.tokens, a.resume_step, a.started_at"

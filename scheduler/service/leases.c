@@ -27,7 +27,7 @@
 #define LEASE_MASS_SILENCE_PERCENT 55
 #define LEASE_LOST_PER_CYCLE 100
 
-#define OVERDUE_SQL "last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 1000.0"
+#define OVERDUE_SQL "last_heartbeat < extract(epoch FROM clock_timestamp()) - " LEASE_OVERDUE_AFTER_SQL
 
 /* 1 while a mass silence lasts (the cycle runs on one thread). */
 static int mass_silence;

@@ -153,6 +153,14 @@ void scheduler_manifest_cotrain(json_t *manifest, const char *group, const json_
  * "distributed" object. Returns a new JSON object. */
 json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *r);
 
+/* A heartbeat writes its node's stored lease (nodes.last_heartbeat) only once that is a quarter of the lease
+ * old (LEASE_RENEW_AFTER_SQL, heartbeats.c): with a heartbeat every tenth of a lease, two in three then
+ * leave the node's row alone. The stored time so trails the node's last heartbeat by up to a quarter lease,
+ * and a node is overdue when it is older than a lease and a quarter (LEASE_OVERDUE_AFTER_SQL, leases.c): a
+ * whole lease of silence at least, as when every heartbeat was written. SQL of a nodes row, in seconds. */
+#define LEASE_RENEW_AFTER_SQL "lease_ms / 4000.0"
+#define LEASE_OVERDUE_AFTER_SQL "lease_ms * 1.25 / 1000.0"
+
 /* A node's heartbeat, written with those that arrive meanwhile in one statement (heartbeats.c): its
  * lease renewed, its jobs' progress written, its waiting commands put in resp. *known: 0 when the node
  * was declared lost or never registered (it is to register again); *serving: model workers are placed

@@ -182,6 +182,7 @@ if [ "$smoke" = 1 ]; then
   sleep 2 # a few heartbeats after the last finish
   kill -TERM "$fleet_pid"
   wait "$fleet_pid" || true
+  heartbeats=$(metric whet_scheduler_heartbeats_total)
   cat "$work/fleet.json"
   read -r ok attempts lost <<<"$(q "SELECT count(*) FILTER (WHERE status = 'succeeded'), (SELECT count(*) FROM job_attempts),
                                    (SELECT count(*) FROM nodes WHERE state = 'lost') FROM jobs" | tr '|' ' ')"
@@ -208,6 +209,12 @@ if [ "$smoke" = 1 ]; then
   say "smoke: job_progress: $ins rows, $upd updates, $hot of them HOT"
   [ "$ins" = "$api_jobs" ] || fail "$ins rows of job_progress for $api_jobs jobs"
   [ "$upd" -gt 0 ] && [ $((hot * 10)) -ge $((upd * 9)) ] || fail "only $hot of $upd updates of job_progress were HOT"
+  # A heartbeat writes its node's row only once its stored lease is a quarter lease old (heartbeats.c): with
+  # a heartbeat every tenth of a lease, about one in three renews it (registrations and the leader's takeover
+  # write the rows too).
+  node_upd=$(q "SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'nodes'")
+  say "smoke: nodes: $node_upd row updates for ${heartbeats%.*} heartbeats"
+  [ $((node_upd * 2)) -lt "${heartbeats%.*}" ] || fail "$node_upd updates of nodes for ${heartbeats%.*} heartbeats"
   say "smoke: ok ($api_jobs jobs placed once, checkpointed and succeeded on $nodes nodes; no heartbeat missed)"
   exit 0
 fi
