@@ -11,12 +11,15 @@
 # the CPU each side spends per request (gateway + PostgreSQL + wrk against PostgreSQL + pgbench).
 #
 #   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
-#                                [--client-threads W] [--depths N,N,...] [--nodes N]
+#                                [--client-threads W] [--depths N,N,...] [--nodes N] [--tenants T]
 #
 # --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
 # --depths repeats both comparisons with the tenant holding N queued jobs (default 0; issue 15 asks
 # for 1000,10000,100000: a create's cost must not grow with the queue). --nodes registers N ready nodes of
 # 8 devices each (default 0), the fleet every create's estimate sizes the job over (issue 15: 10,000).
+# --tenants spreads the creates (both sides, and the bare INSERT) over T tenants, the clients over them
+# round-robin (default 1: every create takes the one tenant's counter of active jobs, a row that its
+# concurrent creates wait on in turn). The GET and the queue depth stay the first tenant's.
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -24,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1 depths=0 nodes=0
+clients=32 seconds=5 rounds=3 threads=2 db_conns=2 client_threads=1 depths=0 nodes=0 tenants=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift ;;
@@ -35,12 +38,14 @@ while [ $# -gt 0 ]; do
     --client-threads) client_threads=$2; shift ;;
     --depths) depths=$2; shift ;;
     --nodes) nodes=$2; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --tenants) tenants=$2; shift ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
 WHET_BIN=${WHET_BIN:-$root/build/whet}
+[ "$tenants" -ge 1 ] && [ "$tenants" -le "$clients" ] || { echo "bench.sh: --tenants must be 1..--clients" >&2; exit 2; }
 for tool in wrk pgbench psql; do command -v $tool >/dev/null || { echo "bench.sh: $tool is not installed" >&2; exit 1; }; done
 
 work=$(mktemp -d /tmp/whet-bench.XXXXXX)
@@ -76,8 +81,19 @@ key=$(echo "$created" | sed -n 's/.*"api_key":"\([^"]*\)".*/\1/p')
 tenant=$(echo "$created" | sed -n 's/.*"id":"\(tenant-[^"]*\)".*/\1/p')
 q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
    VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}')"
-q "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
-   VALUES ('file-bench', '$tenant', 'fine-tune', 'train.jsonl', 100, '00', 'k', 'sft', 100)"
+# The tenants the creates go to, each with its key and training file: the first is the one above.
+tenant_ids=("$tenant") keys=("$key") files=(file-bench)
+for i in $(seq 2 "$tenants"); do
+  created=$(curl -fsS -X POST "$url/admin/v1/tenants" -H "authorization: Bearer $admin" \
+    -d '{"name":"bench-'"$i"'","rate_per_s":1e9,"rate_burst":1000000000,"max_active_jobs":1000000000}')
+  keys+=("$(echo "$created" | sed -n 's/.*"api_key":"\([^"]*\)".*/\1/p')")
+  tenant_ids+=("$(echo "$created" | sed -n 's/.*"id":"\(tenant-[^"]*\)".*/\1/p')")
+  files+=("file-bench-$i")
+done
+for i in "${!tenant_ids[@]}"; do
+  q "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
+     VALUES ('${files[$i]}', '${tenant_ids[$i]}', 'fine-tune', 'train.jsonl', 100, '00', 'k', 'sft', 100)"
+done
 q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
    SELECT 'node-bench' || i, 'dc-' || i % 3, 'p', (SELECT jsonb_agg(jsonb_build_object('type', 'H100',
           'memory_mib', 81920, 'index', d)) FROM generate_series(0, 7) d), 'H100', 8, 64000, 512000, 10000
@@ -122,7 +138,8 @@ per_request() { # COUNT
   awk -v n="$1" -v hz="$hz" '{printf "%.1f %.1f %.1f", $1 * 1e6 / hz / n, $2 * 1e6 / hz / n, $3 * 1e6 / hz / n}' "$work/ticks.out"
 }
 
-# wrk: RPS and p99 (in ms) from its --latency report, then CPU per request.
+# wrk: RPS and p99 (in ms) from its --latency report, then CPU per request. A BODY naming @FILE@ is a
+# create: each request goes to the next tenant, with its key and its training file in the body.
 wrk_run() { # METHOD PATH [BODY]
   cat >"$work/wrk.lua" <<EOF
 wrk.method = "$1"
@@ -130,6 +147,18 @@ wrk.headers["authorization"] = "Bearer $key"
 wrk.headers["content-type"] = "application/json"
 ${3:+wrk.body = '$3'}
 EOF
+  if [[ "${3:-}" == *@FILE@* ]]; then
+    cat >>"$work/wrk.lua" <<EOF
+local keys = {$(printf '"%s",' "${keys[@]}")}
+local files = {$(printf '"%s",' "${files[@]}")}
+local next_tenant = 0
+request = function()
+  next_tenant = next_tenant % #keys + 1
+  wrk.headers["authorization"] = "Bearer " .. keys[next_tenant]
+  return wrk.format(nil, nil, nil, (string.gsub(wrk.body, "@FILE@", files[next_tenant])))
+end
+EOF
+  fi
   measure wrk -t"$client_threads" -c"$clients" -d"${seconds}s" --latency -s "$work/wrk.lua" "$url$2" >"$work/wrk.out"
   local rps p99 non2xx total
   rps=$(awk '/^Requests\/sec/ {print $2}' "$work/wrk.out")
@@ -140,17 +169,24 @@ EOF
   echo "$rps $p99 $(per_request "$total")"
 }
 
-# pgbench: TPS and p99 (in ms) from its per-transaction log.
-pgbench_run() { # SCRIPT
-  rm -f "$work"/pgb_log*
-  (cd "$work" && export PGOPTIONS="-c role=whet_app -c whet.tenant_id=$tenant" && measure pgbench -n -M prepared -c "$clients" \
-     -j "$client_threads" -T "$seconds" -l --log-prefix=pgb_log -D tenant="$tenant" -D job="$job" -f "$1" "$db_url" \
-     >"$work/pgbench.out" 2>&1) || { cat "$work/pgbench.out" >&2; exit 1; }
+# pgbench: TPS and p99 (in ms) from its per-transaction log. TENANTS (default 1): one pgbench per tenant
+# at once (a connection's tenant is set as it connects), the clients split between them.
+pgbench_run() { # SCRIPT [TENANTS]
+  local n=${2:-1} i
+  rm -f "$work"/pgb_log* "$work"/pgbench.out*
+  for i in $(seq 0 $((n - 1))); do
+    echo "PGOPTIONS='-c role=whet_app -c whet.tenant_id=${tenant_ids[$i]}' pgbench -n -M prepared" \
+         "-c $((clients / n + (i < clients % n))) -j $client_threads -T $seconds -l --log-prefix=pgb_log$i" \
+         "-D tenant=${tenant_ids[$i]} -D file=${files[$i]} -D job=$job -f '$1' '$db_url' >pgbench.out$i 2>&1 &"
+  done >"$work/pgbench.sh"
+  echo wait >>"$work/pgbench.sh"
+  (cd "$work" && measure bash pgbench.sh)
   local tps p99 total
-  tps=$(awk '/^tps = / {print $3}' "$work/pgbench.out")
+  tps=$(awk '/^tps = / {t += $3} END {print t}' "$work"/pgbench.out*)
   p99=$(cat "$work"/pgb_log* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; print v[i]/1000}')
-  total=$(awk '/number of transactions actually processed/ {print $NF}' "$work/pgbench.out")
-  [ "${total:-0}" -gt 0 ] || { echo "bench.sh: pgbench ran no transaction of $1:" >&2; cat "$work/pgbench.out" >&2; exit 1; }
+  total=$(awk '/number of transactions actually processed/ {t += $NF} END {print t}' "$work"/pgbench.out*)
+  [ "$(cat "$work"/pgbench.out* | grep -c '^tps = ')" = "$n" ] && [ "${total:-0}" -gt 0 ] ||
+    { echo "bench.sh: pgbench did not run $1 to its end:" >&2; cat "$work"/pgbench.out* >&2; exit 1; }
   echo "$tps $p99 $(per_request "$total")"
 }
 
@@ -171,25 +207,25 @@ SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
   (SELECT id FROM checkpoints WHERE tenant_id = :tenant AND fine_tuned_model_checkpoint = 'whet-tiny' LIMIT 1),
   f.purpose, f.format, f.line_count, v.purpose, v.format
   FROM (SELECT 1) one
-  LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = 'file-bench'
+  LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = :file
   LEFT JOIN files v ON v.tenant_id = :tenant AND v.id = NULL::text;
 SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes,
-  coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = 'file-bench' AND f.tenant_id = :tenant
+  coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = :file AND f.tenant_id = :tenant
   WHERE b.id = 'whet-tiny';
 SELECT e, b FROM (SELECT whet_job_estimate('whet-tiny',
     '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
-    'file-bench', '{}') AS e,
+    :file, '{}') AS e,
   CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND (monthly_limit IS NOT NULL
     OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b) s;
 BEGIN;
 WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet, status, created_at,
                             priority)
-  SELECT 'ftjob-pgb' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench',
+  SELECT 'ftjob-pgb' || :n || '-' || :tenant || :client_id, :tenant, 'whet-tiny', 'whet-tiny', :file,
          '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
          1, '{}', 'queued', 0, 0
   RETURNING *),
 e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
-  SELECT 'ftevent-pgb' || :n || '-' || :client_id, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j)
+  SELECT 'ftevent-pgb' || :n || '-' || :tenant || :client_id, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j)
 SELECT id, pg_notify('whet_jobs', id) FROM j;
 SELECT whet_job_slot_check(:tenant);
 COMMIT;
@@ -199,7 +235,7 @@ EOF
 cat >"$work/bare.sql" <<'EOF'
 \set n random(1, 1000000000)
 INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
-  VALUES ('ftjob-bare' || :n || '-' || :client_id, :tenant, 'whet-tiny', 'whet-tiny', 'file-bench', '{}', 1,
+  VALUES ('ftjob-bare' || :n || '-' || :tenant || :client_id, :tenant, 'whet-tiny', 'whet-tiny', :file, '{}', 1,
           'queued', 0);
 EOF
 # Leaves the job to read plus DEPTH queued jobs of the tenant (the queue the creates land on: issue 15
@@ -237,7 +273,7 @@ capacity() { # NAME FILE-GW FILE-PG
        'BEGIN {print (q + c) / (g + p + w)}')"
 }
 
-echo "gateway bench: $nodes nodes, $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "gateway bench: $tenants tenants, $nodes nodes, $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
 for depth in ${depths//,/ }; do
   echo "queue depth $depth (the tenant's queued jobs when each round starts):"
   : >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"; : >"$work/bare.pg"
@@ -248,11 +284,11 @@ for depth in ${depths//,/ }; do
   done
   for round in $(seq "$rounds"); do
     reset_jobs "$depth"
-    wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"file-bench"}' >>"$work/post.gw"
+    wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"@FILE@"}' >>"$work/post.gw"
     reset_jobs "$depth"
-    pgbench_run "$work/insert.sql" >>"$work/post.pg"
+    pgbench_run "$work/insert.sql" "$tenants" >>"$work/post.pg"
     reset_jobs "$depth"
-    pgbench_run "$work/bare.sql" >>"$work/bare.pg"
+    pgbench_run "$work/bare.sql" "$tenants" >>"$work/bare.pg"
   done
   for f in get.gw get.pg post.gw post.pg bare.pg; do
     echo "  $f per round (req/s, p99 ms, CPU us/request: gateway, PostgreSQL, client): $(tr '\n' ';' <"$work/$f")"
