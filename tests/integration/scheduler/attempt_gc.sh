@@ -10,15 +10,10 @@
 # the layout from before 0046.
 . "$(dirname "$0")/lib.sh" attempt_gc
 m1=$(free_port)
-metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
 stored() { mkdir -p "$work/objects/$1" && head -c 1000 /dev/urandom >"$work/objects/$1/model.safetensors"; }
 has_files() { [ -n "$(find "$work/objects/$1" -type f 2>/dev/null)" ]; }
-q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
-   INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
-   INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
-     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');
-   INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, state)
+seed_tenant
+q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, state)
      VALUES ('n-a', 'dc-a', 'dc-a', '[]', 'H100', 1, 1000, 1000, 1000, 'lost'),
             ('n-b', 'dc-b', 'dc-b', '[]', 'H100', 1, 1000, 1000, 1000, 'lost');"
 # job(ID, STATUS, ATTEMPTS [, INIT_CHECKPOINT]): a job with attempts 1..ATTEMPTS, all running until ended below.

@@ -7,13 +7,8 @@
 # the 120 s the wait could last: on the cycle's thread (before) the job would wait with it.
 . "$(dirname "$0")/lib.sh" maint
 m1=$(free_port)
-metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
-   INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
-   INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
-     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');
-   ALTER FUNCTION whet_partitions_maintain(integer) SET lock_timeout = '120s';"
+seed_tenant
+q "ALTER FUNCTION whet_partitions_maintain(integer) SET lock_timeout = '120s'"
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1); NOTIFY whet_jobs"; }
 # old_event(ID, DAYS_AGO): an event of a month without a partition: it lands in the DEFAULT one, which the next

@@ -9,15 +9,10 @@
 . "$(dirname "$0")/lib.sh" sched
 m1=$(free_port) m2=$(free_port) m3=$(free_port)
 fetch_failures='whet_executor_object_store_failures_total{op="fetch"}'
-metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
-   INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
-   INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
-     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');
-   INSERT INTO idempotency_keys (tenant_id, route, key, request_sha256, status, response, created_at)
+seed_tenant
+q "INSERT INTO idempotency_keys (tenant_id, route, key, request_sha256, status, response, created_at)
      VALUES ('t1', 'POST /v1/files', 'expired', 'x', 200, '{}', whet_now() - 86401),
-            ('t1', 'POST /v1/files', 'live', 'x', 200, '{}', whet_now() - 86000);"
+            ('t1', 'POST /v1/files', 'live', 'x', 200, '{}', whet_now() - 86000)"
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, '${2:-{\}}');
               NOTIFY whet_jobs"; }
