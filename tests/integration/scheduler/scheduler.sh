@@ -31,7 +31,7 @@ leader_metric() { [ "$(metric "$1" whet_scheduler_leader 2>/dev/null)" = "$2" ];
 check "metrics: the leader says it leads, the standby that it does not" \
   'eventually 30 "leader_metric $m2 0" && leader_metric $m1 1'
 check "metrics: cycles counted and timed" 'eventually 10 "[ \"\$(metric $m1 whet_scheduler_cycle_duration_seconds_count)\" -gt 0 ]" &&
-  curl -fsS "http://127.0.0.1:$m1/metrics" | grep -q "^# TYPE whet_scheduler_cycle_duration_seconds histogram$"'
+  curl -fsS "http://127.0.0.1:$m1/metrics" | grep "^# TYPE whet_scheduler_cycle_duration_seconds histogram$" >/dev/null'
 check "metrics: another path is a 404" '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$m1/")" = 404 ]'
 
 "$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" --metrics "127.0.0.1:$m3" \
