@@ -51,10 +51,9 @@ static void scheduler_usage(FILE *out) {
             "                    than N days ago (default $WHET_EVENT_RETENTION_DAYS, else 0: kept for ever, as\n"
             "                    long as their job)\n"
             "  --attempt-gc-grace S\n"
-            "                    S seconds after an attempt ended (its node declared lost, its job ended), remove its\n"
-            "                    files from the object store (jobs/<job>/attempt-<N>/) when no checkpoint, final\n"
-            "                    model or continuing job references them (default $WHET_ATTEMPT_GC_GRACE_S, else\n"
-            "                    3600)\n",
+            "                    S seconds after an attempt ended (its node declared lost, its job ended), remove\n"
+            "                    the files under its jobs/<job>/attempt-<N>/ that no checkpoint, final model or\n"
+            "                    result file references (default $WHET_ATTEMPT_GC_GRACE_S, else 3600)\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 

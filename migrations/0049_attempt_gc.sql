@@ -1,27 +1,28 @@
--- 0049_attempt_gc: the files of attempts that nothing references leave the object store (issue 15).
+-- 0049_attempt_gc: the files of ended attempts that nothing references leave the object store (issue 15).
 --
 -- Since 0046 each attempt writes under `jobs/<job>/attempt-<N>/`. An attempt declared lost whose trainer ran
--- on (its data center cut off) uploads checkpoints whose reports are refused, and a late final model that is
--- refused (a newer attempt had checkpointed) stays too; an attempt stopped or failed before its first
--- checkpoint leaves partial uploads. None of it is listed, served, metered or resumed from. The leader's
--- maintenance thread (scheduler/service/attempt_gc.c) removes such a prefix once the attempt ended, a grace
--- period has passed (`whet scheduler --attempt-gc-grace S`: uploads still under way when it ended land before
--- that) and nothing references it:
---   * no checkpoint row of the job under the prefix (a job continuing from one names that row in
---     jobs.init_checkpoint, and the retention of 0040 keeps it while that job runs), and
---   * it does not hold the job's final model (jobs.final_object_prefix, which a job continuing from the
---     fine-tuned model loads).
--- An attempt that has not ended is never looked at, and neither is one declared lost while its job lives on
--- and no newer attempt has recorded a checkpoint: its late success may still be taken (FinishJob,
--- scheduler/service/handlers.c), and then its final model is the job's. The pass reads the job's row FOR
--- SHARE, so a late success (which takes it FOR UPDATE) is ordered with the decision: once a newer
--- checkpoint exists or the job ended, that success is refused.
+-- on uploads checkpoints whose reports are refused, and a late final model that is refused (a newer attempt
+-- had checkpointed) stays with its results.csv; an attempt stopped before its first checkpoint leaves partial
+-- uploads. None of it is listed, served, metered or resumed from. The leader's maintenance thread
+-- (scheduler/service/attempt_gc.c) removes what lies under such a prefix once the attempt ended and a grace
+-- period has passed (`whet scheduler --attempt-gc-grace S`: uploads under way when it ended land before
+-- that), all but what is referenced:
+--   * a checkpoint row of the job (a job continuing from one names that row in jobs.init_checkpoint, and the
+--     retention of 0040 keeps it while that job runs),
+--   * the job's final model (jobs.final_object_prefix, which a job continuing from the fine-tuned model
+--     loads), and the job's result files (jobs.result_files: results.csv).
+-- An attempt with none of these goes whole. An attempt that has not ended is never looked at, and neither is
+-- one declared lost while its job lives on and no newer attempt has recorded a checkpoint: its late success
+-- may still be taken (FinishJob, scheduler/service/handlers.c), and then its final model is the job's. The
+-- pass reads the job's row FOR SHARE, so a late success (which takes it FOR UPDATE) is ordered with the
+-- decision: once a newer checkpoint exists or the job ended, that success is refused; and an ended attempt
+-- records no checkpoint, so what is referenced cannot grow after the decision.
 --
 -- What to look at is queued, not searched for: a trigger queues an attempt when it ends, every attempt of a
 -- job when the job ends (a fenced trainer may have uploaded after its attempt was looked at), and the lost
 -- attempts of a job when a newer attempt records its first checkpoint; so a pass costs O(what changed). A
--- decided prefix moves to attempt_gc_removals, which only the pass writes: removing objects (S3 round trips)
--- holds no lock anyone else waits on.
+-- decided prefix moves to attempt_gc_removals with what it keeps, a table only the pass writes: removing
+-- objects (S3 round trips) holds no lock anyone else waits on.
 
 CREATE TABLE attempt_gc_queue (
   job_id    text NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
@@ -35,6 +36,7 @@ CREATE TABLE attempt_gc_removals (
   object_prefix text PRIMARY KEY,                 -- jobs/<job_id>/attempt-<attempt>
   job_id        text NOT NULL,
   attempt       integer NOT NULL,
+  keep          text[] NOT NULL DEFAULT '{}',   -- referenced keys under it, each a key or a folder of keys
   decided_at    bigint NOT NULL DEFAULT whet_now()
 );
 
@@ -77,9 +79,10 @@ WHERE a.ended_at IS NOT NULL AND a.ended_at > extract(epoch FROM clock_timestamp
 ON CONFLICT DO NOTHING;
 
 -- One pass over at most p_batch queued attempts whose grace period (p_grace_s) has passed: each leaves the
--- queue, and the prefix of one that nothing references moves to attempt_gc_removals. Returns how many were
--- looked at and how many prefixes are to go. Queued attempts another pass holds, and those of a job whose row
--- is locked (a report being applied), are skipped until the next pass.
+-- queue, and the prefix of one that may be cleaned moves to attempt_gc_removals with what under it is
+-- referenced. Returns how many were looked at and how many prefixes are to be cleaned. Queued attempts
+-- another pass holds, and those of a job whose row is locked (a report being applied), are skipped until the
+-- next pass.
 CREATE FUNCTION whet_attempt_gc(p_grace_s bigint, p_batch integer, OUT looked_at integer, OUT doomed integer)
   LANGUAGE plpgsql AS $$
 DECLARE
@@ -88,11 +91,10 @@ DECLARE
 BEGIN
   looked_at := 0;
   doomed := 0;
-  FOR q IN SELECT g.job_id, g.attempt, j.status, j.final_object_prefix,
-                  (SELECT a.ended_at IS NOT NULL FROM job_attempts a WHERE a.job_id = g.job_id AND a.attempt = g.attempt)
-                    AS ended,
-                  (SELECT a.outcome FROM job_attempts a WHERE a.job_id = g.job_id AND a.attempt = g.attempt) AS outcome
+  FOR q IN SELECT g.job_id, g.attempt, j.status, j.final_object_prefix, j.result_files, a.outcome,
+                  a.attempt IS NOT NULL AND a.ended_at IS NULL AS running
            FROM attempt_gc_queue g JOIN jobs j ON j.id = g.job_id
+           LEFT JOIN job_attempts a ON a.job_id = g.job_id AND a.attempt = g.attempt
            WHERE g.queued_at <= whet_now() - p_grace_s ORDER BY g.queued_at LIMIT p_batch
            FOR UPDATE OF g SKIP LOCKED FOR SHARE OF j SKIP LOCKED
   LOOP
@@ -100,14 +102,18 @@ BEGIN
     DELETE FROM attempt_gc_queue WHERE job_id = q.job_id AND attempt = q.attempt;
     -- Running: queued again when it ends. Lost while its job lives on, no newer checkpoint: queued again when
     -- one comes or the job ends.
-    CONTINUE WHEN NOT coalesce(q.ended, true);
+    CONTINUE WHEN q.running;
     CONTINUE WHEN q.status NOT IN ('succeeded', 'failed', 'cancelled') AND q.outcome = 'lost'
       AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = q.job_id AND c.attempt > q.attempt);
     v_prefix := 'jobs/' || q.job_id || '/attempt-' || q.attempt;
-    CONTINUE WHEN starts_with(coalesce(q.final_object_prefix, ''), v_prefix || '/')
-      OR EXISTS (SELECT 1 FROM checkpoints c WHERE c.job_id = q.job_id AND starts_with(c.object_prefix, v_prefix || '/'));
-    INSERT INTO attempt_gc_removals (job_id, attempt, object_prefix) VALUES (q.job_id, q.attempt, v_prefix)
-    ON CONFLICT (object_prefix) DO NOTHING;
+    INSERT INTO attempt_gc_removals (object_prefix, job_id, attempt, keep)
+    SELECT v_prefix, q.job_id, q.attempt, coalesce(array_agg(DISTINCT k), '{}') FROM (
+      SELECT c.object_prefix FROM checkpoints c WHERE c.job_id = q.job_id
+      UNION ALL SELECT q.final_object_prefix
+      UNION ALL SELECT f.object_key FROM files f
+        WHERE f.id IN (SELECT jsonb_array_elements_text(q.result_files))) r(k)
+    WHERE starts_with(k, v_prefix || '/')
+    ON CONFLICT (object_prefix) DO UPDATE SET keep = EXCLUDED.keep, decided_at = EXCLUDED.decided_at;
     doomed := doomed + 1;
   END LOOP;
 END

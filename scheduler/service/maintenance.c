@@ -39,7 +39,7 @@ int maintenance_remove_prefixes(struct maintenance_pass *p, const struct prefix_
     for (int i = 0; i < n; i++) {
         const char *id = PQgetvalue(res, i, 0), *prefix = PQgetvalue(res, i, 1);
         struct whet_err left;
-        if (objstore_delete_dir(p->store, prefix, &left) != 0) {
+        if ((r->remove ? r->remove(p->store, res, i, &left) : objstore_delete_dir(p->store, prefix, &left)) != 0) {
             log_warn("msg=\"%s\" id=%s prefix=%s error=\"%s\"", r->left_msg, id, prefix, left.msg);
             r->failed();
             continue;
@@ -53,10 +53,7 @@ int maintenance_remove_prefixes(struct maintenance_pass *p, const struct prefix_
     }
     PQclear(res);
     if (whet_pg_exec(p->conn, "COMMIT", 0, NULL, err) < 0) return -1;
-    if (removed > 0) {
-        log_info("msg=\"%s\" prefixes=%d", r->removed_msg, removed);
-        if (r->removed) r->removed(removed);
-    }
+    if (removed > 0) log_info("msg=\"%s\" prefixes=%d", r->removed_msg, removed);
     /* A batch with a failure is not followed at once: the store is likely down. */
     return removed == r->batch ? r->batch : 0;
 fail:

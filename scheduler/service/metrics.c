@@ -4,8 +4,8 @@
  * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
  * waited), the nodes declared lost with the jobs they sent back to the queue, whether a mass
  * silence holds those back, the heartbeats written with the statements that wrote them, and the checkpoints the
- * retention deleted with the removals from the object store that failed, the attempts' prefixes the garbage
- * collection removed with its failed removals, and the maintenance passes that failed. A standby serves them
+ * retention deleted with the removals from the object store that failed, the ended attempts' objects the
+ * garbage collection removed with its failed removals, and the maintenance passes that failed. A standby serves them
  * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
  *
  * The cycle updates atomics (relaxed: statistics); the server's thread reads them. */
@@ -32,7 +32,7 @@ static struct {
     atomic_int mass_silence;
     atomic_ulong heartbeats, heartbeat_statements;
     atomic_ulong checkpoints_deleted, checkpoint_purge_failures;
-    atomic_ulong attempt_prefixes_removed, attempt_gc_failures, maintenance_failures[NPASSES];
+    atomic_ulong attempt_objects_removed, attempt_gc_failures, maintenance_failures[NPASSES];
 } m;
 
 static struct metrics_http *server;
@@ -86,8 +86,8 @@ void scheduler_metrics_maintenance_failed(const char *pass) {
         if (!strcmp(passes[i], pass)) atomic_fetch_add_explicit(&m.maintenance_failures[i], 1, memory_order_relaxed);
 }
 
-void scheduler_metrics_attempt_prefixes_removed(int n) {
-    atomic_fetch_add_explicit(&m.attempt_prefixes_removed, (unsigned long)n, memory_order_relaxed);
+void scheduler_metrics_attempt_objects_removed(int n) {
+    atomic_fetch_add_explicit(&m.attempt_objects_removed, (unsigned long)n, memory_order_relaxed);
 }
 
 void scheduler_metrics_attempt_gc_failed(void) {
@@ -136,11 +136,12 @@ static void render(struct whet_buf *t) {
     metrics_http_sample(t, "whet_scheduler_checkpoint_purge_failures_total", "counter",
                         "Removals of a deleted checkpoint's files from the object store that failed (tried again).",
                         (double)LOAD(m.checkpoint_purge_failures));
-    metrics_http_sample(t, "whet_scheduler_attempt_prefixes_removed_total", "counter",
-                        "Object-store prefixes of ended attempts that nothing references, removed (attempt_gc.c).",
-                        (double)LOAD(m.attempt_prefixes_removed));
+    metrics_http_sample(
+        t, "whet_scheduler_attempt_objects_removed_total", "counter",
+        "Objects of ended attempts that nothing references, removed from the object store (attempt_gc.c).",
+        (double)LOAD(m.attempt_objects_removed));
     metrics_http_sample(t, "whet_scheduler_attempt_gc_failures_total", "counter",
-                        "Removals of an attempt's prefix from the object store that failed (tried again).",
+                        "Cleanings of an ended attempt's prefix in the object store that failed (tried again).",
                         (double)LOAD(m.attempt_gc_failures));
     metrics_http_family(t, "whet_scheduler_maintenance_failures_total", "counter",
                         "Passes of the leader's maintenance thread that failed, by pass (maintenance.c).");

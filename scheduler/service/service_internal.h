@@ -195,15 +195,16 @@ struct maintenance_pass {
 };
 
 /* Prefixes to remove from the object store, listed in a table: `select_sql` ($1: the batch size) selects
- * (id, prefix) rows FOR UPDATE SKIP LOCKED; `done_sql` ($1: the id) records a removal, in the transaction that
- * holds the row, so two leaders for a moment never remove one twice. */
+ * (id, prefix, ...) rows FOR UPDATE SKIP LOCKED; `done_sql` ($1: the id) records a removal, in the transaction
+ * that holds the row, so two leaders for a moment never remove one twice. */
 struct prefix_removal {
     const char *select_sql, *done_sql;
     int batch;
     const char *left_msg, *removed_msg; /* logged for a prefix whose removal failed (left for the next pass) and
                                            for the prefixes removed */
     void (*failed)(void);               /* counts a failed removal */
-    void (*removed)(int n);             /* counts removals; NULL: not counted */
+    /* Removes row `row`'s objects: 0, or -1 with err; NULL: all of them (objstore_delete_dir). */
+    int (*remove)(struct objstore *store, const PGresult *res, int row, struct whet_err *err);
 };
 /* Removes one batch (maintenance.c): the batch size when the whole batch went (more may wait), 0 when less did,
  * -1 on a database error. */
@@ -249,8 +250,8 @@ void scheduler_metrics_checkpoints_deleted(int n);
 void scheduler_metrics_checkpoint_purge_failed(void);
 /* A maintenance pass ("partitions", "checkpoint_retention", "attempt_gc") failed. */
 void scheduler_metrics_maintenance_failed(const char *pass);
-/* Attempts' prefixes removed from the object store, and removals that failed (tried again). */
-void scheduler_metrics_attempt_prefixes_removed(int n);
+/* Ended attempts' objects removed from the object store, and removals that failed (tried again). */
+void scheduler_metrics_attempt_objects_removed(int n);
 void scheduler_metrics_attempt_gc_failed(void);
 
 #endif

@@ -4,13 +4,14 @@
 # them (scheduler_fencing and e2e_partition show the real thing): a node's attempt declared lost while its
 # trainer ran on and uploaded a checkpoint whose report was refused and a final model that was refused; a
 # late success that was taken; an attempt stopped before its first checkpoint. Within the grace period
-# nothing is decided; after it, the prefixes that nothing references go and every referenced one stays: a
-# checkpoint row's attempt (also one a paused job continues from), the final model's attempt, a running
-# attempt, a lost attempt whose late success may still be taken (until a newer attempt checkpoints), and
-# the layout from before 0046.
+# nothing is decided; after it, what nothing references goes, whole prefixes and the unreported parts of
+# referenced ones, and everything referenced stays: checkpoints (also one a paused job continues from), the
+# final model and its result file, a running attempt, a lost attempt whose late success may still be taken
+# (until a newer attempt checkpoints), and the layout from before 0046.
 . "$(dirname "$0")/lib.sh" attempt_gc
 m1=$(free_port)
 stored() { mkdir -p "$work/objects/$1" && head -c 1000 /dev/urandom >"$work/objects/$1/model.safetensors"; }
+stored_key() { mkdir -p "$(dirname "$work/objects/$1")" && echo step,loss >"$work/objects/$1"; }
 has_files() { [ -n "$(find "$work/objects/$1" -type f 2>/dev/null)" ]; }
 seed_tenant
 q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, state)
@@ -35,11 +36,12 @@ ckpt() {
 }
 
 # job-f (paused) ran attempt 1 on n-a, declared lost: its trainer ran on, uploaded step 20 (report refused)
-# and a final model (refused: attempt 2 had checkpointed). Attempt 2, lost too, recorded step 10 and
-# uploaded step 15 unreported. Attempt 3 runs, its step 30 uploading.
+# and a final model with its results.csv (refused: attempt 2 had checkpointed). Attempt 2, lost too,
+# recorded step 10 and uploaded step 15 unreported. Attempt 3 runs, its step 30 uploading.
 job job-f paused 3
 stored jobs/job-f/attempt-1/checkpoints/step-20
 stored jobs/job-f/attempt-1/final
+stored_key jobs/job-f/attempt-1/results.csv
 ended job-f 1 lost
 ckpt job-f 2 10
 stored jobs/job-f/attempt-2/checkpoints/step-15
@@ -64,11 +66,16 @@ job job-k running 1
 stored jobs/job-k/attempt-1/checkpoints/step-2
 ended job-k 1 cancelled
 q "UPDATE jobs SET status = 'cancelled' WHERE id = 'job-k'"
-# job-i: attempt 1 preempted (stopped) after step 3, which paused job-j continues from; attempt 2 succeeded.
+# job-i: attempt 1 preempted (stopped) after step 3, which paused job-j continues from; attempt 2 succeeded,
+# with its final model and result file.
 job job-i running 2
 ckpt job-i 1 3
 ended job-i 1 stopped
 stored jobs/job-i/attempt-2/final
+stored_key jobs/job-i/attempt-2/results.csv
+q "INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
+     VALUES ('file-r', 't1', 'fine-tune-results', 'step_metrics.csv', 10, 'x', 'jobs/job-i/attempt-2/results.csv');
+   UPDATE jobs SET result_files = '[\"file-r\"]' WHERE id = 'job-i'"
 ended job-i 2 succeeded
 q "UPDATE jobs SET status = 'succeeded', final_object_prefix = 'jobs/job-i/attempt-2/final' WHERE id = 'job-i'"
 job job-j paused 0 "'ck-job-i-3'"
@@ -81,11 +88,11 @@ check "within the grace period nothing is decided" \
    [ "$(q "SELECT count(*) FROM attempt_gc_queue")" = 8 ]'
 
 "$WHET_BIN" scheduler --attempt-gc-grace 1 --metrics "127.0.0.1:$m1" >"$work/s1.log" 2>&1 & pids+=($!)
-removed() { [ "$(metric $m1 whet_scheduler_attempt_prefixes_removed_total 2>/dev/null)" = "$1" ]; }
-check "after the grace period: three unreferenced prefixes removed, the queue empty" \
-  'eventually 30 "removed 3" && wait_for 10 "SELECT count(*) FROM attempt_gc_queue" 0 &&
+removed() { [ "$(metric $m1 whet_scheduler_attempt_objects_removed_total 2>/dev/null)" = "$1" ]; }
+check "after the grace period: five unreferenced objects removed, the queue empty" \
+  'eventually 30 "removed 5" && wait_for 10 "SELECT count(*) FROM attempt_gc_queue" 0 &&
    wait_for 10 "SELECT count(*) FROM attempt_gc_removals" 0'
-check "a lost attempt's refused checkpoint and refused final model go (a newer attempt had checkpointed)" \
+check "a lost attempt's refused checkpoint, final model and result file go (a newer attempt had checkpointed)" \
   '! has_files jobs/job-f/attempt-1'
 check "the attempt cancelled by a late success goes; the late success's final model stays" \
   '! has_files jobs/job-h/attempt-2 && has_files jobs/job-h/attempt-1/final'
@@ -95,23 +102,25 @@ check "a lost attempt with a recorded checkpoint stays whole (and its late succe
 check "a running attempt's in-flight upload stays" 'has_files jobs/job-f/attempt-3/checkpoints/step-30'
 check "the layout from before 0046 is not touched" 'has_files jobs/job-f/checkpoints/step-1'
 check "a lost attempt whose late success may still be taken stays" 'has_files jobs/job-g/attempt-1/checkpoints/step-5'
-check "a checkpoint a paused job continues from, and a final model, stay" \
-  'has_files jobs/job-i/attempt-1/checkpoints/step-3 && has_files jobs/job-i/attempt-2/final'
+check "a checkpoint a paused job continues from, a final model and its result file stay" \
+  'has_files jobs/job-i/attempt-1/checkpoints/step-3 && has_files jobs/job-i/attempt-2/final &&
+   [ -f "$work/objects/jobs/job-i/attempt-2/results.csv" ]'
 check "logged" 'grep -q "ended attempts'"'"' unreferenced files removed" "$work/s1.log"'
 
 # job-g's attempt 2 records its first checkpoint: attempt 1 can no longer succeed late, and goes.
 ckpt job-g 2 8
 check "a newer attempt's first checkpoint: the lost attempt before it goes" \
-  'eventually 30 "removed 4" && ! has_files jobs/job-g/attempt-1 && has_files jobs/job-g/attempt-2/checkpoints/step-8'
-# job-f's attempt 3 records the step it was uploading (the in-flight upload landed), and a trainer of the
-# fenced attempt 1 still running uploads once more; then the job ends: every attempt is looked at again.
+  'eventually 30 "removed 6" && ! has_files jobs/job-g/attempt-1 && has_files jobs/job-g/attempt-2/checkpoints/step-8'
+# job-f's attempt 3 records the step it was uploading (the in-flight upload landed): attempt 2 can no longer
+# succeed late, and its unreported step 15 goes while its step 10 stays. A trainer of the fenced attempt 1
+# still running uploads once more; then the job ends: every attempt is looked at again.
 ckpt job-f 3 30
 stored jobs/job-f/attempt-1/checkpoints/step-40
 ended job-f 3 cancelled
 q "UPDATE jobs SET status = 'cancelled' WHERE id = 'job-f'"
-check "job-f ends: the fenced attempt's late upload goes, its referenced attempts stay" \
-  'wait_for 30 "SELECT count(*) FROM attempt_gc_queue WHERE job_id = '"'job-f'"'" 0 &&
-   eventually 30 "! has_files jobs/job-f/attempt-1" &&
+check "job-f ends: the fenced attempts' unreported uploads go, their recorded checkpoints stay" \
+  'wait_for 30 "SELECT count(*) FROM attempt_gc_queue WHERE job_id = '"'job-f'"'" 0 && eventually 30 "removed 8" &&
+   ! has_files jobs/job-f/attempt-1 && ! has_files jobs/job-f/attempt-2/checkpoints/step-15 &&
    has_files jobs/job-f/attempt-2/checkpoints/step-10 && has_files jobs/job-f/attempt-3/checkpoints/step-30 &&
    has_files jobs/job-f/checkpoints/step-1'
 check "no removal failed" '[ "$(metric $m1 whet_scheduler_attempt_gc_failures_total)" = 0 ] &&
