@@ -10,9 +10,20 @@
 # (until a newer attempt checkpoints), and the layout from before 0046.
 . "$(dirname "$0")/lib.sh" attempt_gc
 m1=$(free_port)
-stored() { mkdir -p "$work/objects/$1" && head -c 1000 /dev/urandom >"$work/objects/$1/model.safetensors"; }
-stored_key() { mkdir -p "$(dirname "$work/objects/$1")" && echo step,loss >"$work/objects/$1"; }
-has_files() { [ -n "$(find "$work/objects/$1" -type f 2>/dev/null)" ]; }
+# The object store: a file:// one, or with `s3` an S3 server's (tests/run.sh starts s3rver; it takes requests
+# unsigned, so curl puts and lists). stored_key KEY stores an object; has_files PREFIX: one lies under it.
+if [ "${1:-}" = s3 ]; then
+  : "${WHET_TEST_S3_ENDPOINT:?set by tests/run.sh}"
+  root="gc-$$-$RANDOM"
+  export WHET_OBJECT_STORE="s3://whet-test/$root" WHET_S3_ENDPOINT="$WHET_TEST_S3_ENDPOINT"
+  export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_REGION=us-east-1
+  stored_key() { head -c 1000 /dev/urandom | curl -fsS -T - "$WHET_S3_ENDPOINT/whet-test/$root/$1" >/dev/null; }
+  has_files() { curl -fsS "$WHET_S3_ENDPOINT/whet-test?list-type=2&prefix=$root/$1" | grep "<Key>$root/$1" >/dev/null; }
+else
+  stored_key() { mkdir -p "$(dirname "$work/objects/$1")" && head -c 1000 /dev/urandom >"$work/objects/$1"; }
+  has_files() { [ -n "$(find "$work/objects/$1" -type f 2>/dev/null)" ]; }
+fi
+stored() { stored_key "$1/model.safetensors"; } # stored PREFIX: a folder of one file
 seed_tenant
 q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, state)
      VALUES ('n-a', 'dc-a', 'dc-a', '[]', 'H100', 1, 1000, 1000, 1000, 'lost'),
@@ -104,7 +115,7 @@ check "the layout from before 0046 is not touched" 'has_files jobs/job-f/checkpo
 check "a lost attempt whose late success may still be taken stays" 'has_files jobs/job-g/attempt-1/checkpoints/step-5'
 check "a checkpoint a paused job continues from, a final model and its result file stay" \
   'has_files jobs/job-i/attempt-1/checkpoints/step-3 && has_files jobs/job-i/attempt-2/final &&
-   [ -f "$work/objects/jobs/job-i/attempt-2/results.csv" ]'
+   has_files jobs/job-i/attempt-2/results.csv'
 check "logged" 'grep -q "ended attempts'"'"' unreferenced files removed" "$work/s1.log"'
 
 # job-g's attempt 2 records its first checkpoint: attempt 1 can no longer succeed late, and goes.
