@@ -96,6 +96,43 @@ PGresult *whet_pg_query(PGconn *conn, const char *sql, int nparams, const char *
     return NULL;
 }
 
+PGresult *whet_pg_query_stoppable(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                                  const struct background *b, int *stopping, struct whet_err *err) {
+    if (!PQsendQueryParams(conn, sql, nparams, NULL, params, NULL, NULL, 0)) {
+        whet_pg_error(NULL, conn, err);
+        return NULL;
+    }
+    int cancelled = 0;
+    while (PQisBusy(conn)) {
+        if (!cancelled && background_wait(b, PQsocket(conn), POLLIN, -1) < 0) {
+            /* Told to stop: the server cancels the statement and answers with an error, read below. */
+            cancelled = *stopping = 1;
+            char why[256];
+            PGcancel *cancel = PQgetCancel(conn);
+            if (cancel) PQcancel(cancel, why, sizeof why);
+            PQfreeCancel(cancel);
+            continue;
+        }
+        if (cancelled) {
+            struct pollfd p = {.fd = PQsocket(conn), .events = POLLIN};
+            if (poll(&p, 1, 5000) <= 0) return whet_errf(err, "stopped"), NULL; /* the caller closes the connection */
+        }
+        if (!PQconsumeInput(conn)) break;
+    }
+    /* The last result is the statement's; a failed one comes with PostgreSQL's message. */
+    PGresult *res = NULL, *next;
+    while ((next = PQgetResult(conn))) {
+        PQclear(res);
+        res = next;
+    }
+    ExecStatusType st = PQresultStatus(res);
+    if (res && !*stopping && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)) return res;
+    if (*stopping) whet_errf(err, "stopped");
+    else whet_pg_error(res, conn, err);
+    PQclear(res);
+    return NULL;
+}
+
 int whet_pg_exec(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err) {
     PGresult *res = whet_pg_query(conn, sql, nparams, params, err);
     if (!res) return -1;

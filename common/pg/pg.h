@@ -19,6 +19,10 @@ PGconn *whet_pg_connect(const char *conninfo, struct whet_err *err);
  * stop, NULL with err set when the connection failed. */
 PGconn *whet_pg_connect_stoppable(const char *conninfo, const struct background *b, int *stopping,
                                   struct whet_err *err);
+/* whet_pg_query() on a background thread (background.h): a statement that waits (on a lock) is cancelled when
+ * the thread is told to stop, returning NULL with *stopping set. */
+PGresult *whet_pg_query_stoppable(PGconn *conn, const char *sql, int nparams, const char *const *params,
+                                  const struct background *b, int *stopping, struct whet_err *err);
 /* Runs SQL with text parameters; returns the result (free with PQclear) when the command succeeded,
  * else NULL with PostgreSQL's primary message (and detail) in err. */
 PGresult *whet_pg_query(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err);

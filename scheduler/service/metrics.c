@@ -4,11 +4,13 @@
  * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
  * waited), the nodes declared lost with the jobs they sent back to the queue, whether a mass
  * silence holds those back, the heartbeats written with the statements that wrote them, and the checkpoints the
- * retention deleted with the removals from the object store that failed. A standby serves them
+ * retention deleted with the removals from the object store that failed, the ended attempts' objects the
+ * garbage collection removed with its failed removals, and the maintenance passes that failed. A standby serves them
  * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
  *
  * The cycle updates atomics (relaxed: statistics); the server's thread reads them. */
 #include <stdatomic.h>
+#include <string.h>
 #include <time.h>
 
 #include "metrics_http.h"
@@ -16,6 +18,10 @@
 
 static const double cycle_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 #define NBUCKETS ((int)WHET_ARRAY_LEN(cycle_bounds))
+
+/* The maintenance thread's passes (maintenance.c), as the label of their failures. */
+static const char *const passes[] = {"partitions", "checkpoint_retention", "attempt_gc"};
+#define NPASSES ((int)WHET_ARRAY_LEN(passes))
 
 static struct {
     atomic_int leader;
@@ -26,6 +32,7 @@ static struct {
     atomic_int mass_silence;
     atomic_ulong heartbeats, heartbeat_statements;
     atomic_ulong checkpoints_deleted, checkpoint_purge_failures;
+    atomic_ulong attempt_objects_removed, attempt_gc_failures, maintenance_failures[NPASSES];
 } m;
 
 static struct metrics_http *server;
@@ -74,6 +81,19 @@ void scheduler_metrics_checkpoint_purge_failed(void) {
     atomic_fetch_add_explicit(&m.checkpoint_purge_failures, 1, memory_order_relaxed);
 }
 
+void scheduler_metrics_maintenance_failed(const char *pass) {
+    for (int i = 0; i < NPASSES; i++)
+        if (!strcmp(passes[i], pass)) atomic_fetch_add_explicit(&m.maintenance_failures[i], 1, memory_order_relaxed);
+}
+
+void scheduler_metrics_attempt_objects_removed(int n) {
+    atomic_fetch_add_explicit(&m.attempt_objects_removed, (unsigned long)n, memory_order_relaxed);
+}
+
+void scheduler_metrics_attempt_gc_failed(void) {
+    atomic_fetch_add_explicit(&m.attempt_gc_failures, 1, memory_order_relaxed);
+}
+
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 /* The Prometheus text exposition (on the server's thread). */
@@ -116,6 +136,18 @@ static void render(struct whet_buf *t) {
     metrics_http_sample(t, "whet_scheduler_checkpoint_purge_failures_total", "counter",
                         "Removals of a deleted checkpoint's files from the object store that failed (tried again).",
                         (double)LOAD(m.checkpoint_purge_failures));
+    metrics_http_sample(
+        t, "whet_scheduler_attempt_objects_removed_total", "counter",
+        "Objects of ended attempts that nothing references, removed from the object store (attempt_gc.c).",
+        (double)LOAD(m.attempt_objects_removed));
+    metrics_http_sample(t, "whet_scheduler_attempt_gc_failures_total", "counter",
+                        "Cleanings of an ended attempt's prefix in the object store that failed (tried again).",
+                        (double)LOAD(m.attempt_gc_failures));
+    metrics_http_family(t, "whet_scheduler_maintenance_failures_total", "counter",
+                        "Passes of the leader's maintenance thread that failed, by pass (maintenance.c).");
+    for (int i = 0; i < NPASSES; i++)
+        whet_buf_printf(t, "whet_scheduler_maintenance_failures_total{pass=\"%s\"} %lu\n", passes[i],
+                        LOAD(m.maintenance_failures[i]));
 }
 
 int scheduler_metrics_start(const char *addr, struct whet_err *err) {

@@ -1,9 +1,12 @@
-/* partitions.c - the monthly partitions of job_events (migration 0044). The leader makes sure this
+/* partitions.c - the monthly partitions of job_events (migration 0044). The leader's maintenance thread
+ * (maintenance.c) makes sure this
  * month's and the next month's partitions exist, moves rows that fell into the DEFAULT partition to their
  * months', and, with a retention set, drops the months that ended longer ago than it: all in one call of
  * whet_partitions_maintain, at most every PARTITIONS_EVERY_S. A month's partition is made a month before it
  * is needed, so an hour between calls costs nothing; a call that failed (a lock not granted in time: the
- * function waits at most 5 s for job_events) is tried again after PARTITIONS_RETRY_S. */
+ * function waits at most 5 s for job_events) is tried again after PARTITIONS_RETRY_S. `NOTIFY
+ * whet_maintenance` makes a call due at once. The wait is the maintenance thread's, never the placement
+ * cycle's; a stop cancels it. */
 #include <stdio.h>
 
 #include "log.h"
@@ -13,18 +16,20 @@
 #define PARTITIONS_EVERY_S 3600
 #define PARTITIONS_RETRY_S 60
 
-/* When the next call is due (the leader's cycle runs on one thread). */
+/* When the next call is due (one maintenance thread runs at a time). */
 static double next_run;
 
-int scheduler_partitions(PGconn *conn, int retention_days, struct whet_err *err) {
+int scheduler_partitions(struct maintenance_pass *p, struct whet_err *err) {
     double now = whet_now_mono();
-    if (now < next_run) return 0;
+    if (now < next_run && !p->forced) return 0;
+    int retention_days = p->opts->event_retention_days;
     next_run = now + PARTITIONS_RETRY_S;
     char days[16];
     snprintf(days, sizeof days, "%d", retention_days);
     const char *params[] = {days};
     PGresult *res =
-        whet_pg_query(conn, "SELECT action, partition_name FROM whet_partitions_maintain($1::int)", 1, params, err);
+        whet_pg_query_stoppable(p->conn, "SELECT action, partition_name FROM whet_partitions_maintain($1::int)", 1,
+                                params, p->thread, &p->stopping, err);
     if (!res) return -1;
     for (int i = 0; i < PQntuples(res); i++)
         log_info("msg=\"event partition %s\" partition=%s retention_days=%d", PQgetvalue(res, i, 0),

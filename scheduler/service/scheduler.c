@@ -100,7 +100,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         public_state_reset(&sch.public_state);
         log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
         scheduler_metrics_leader(1);
-        struct checkpoint_retention *retention = checkpoint_retention_start(opts);
+        struct maintenance *maintenance = maintenance_start(opts);
         double last_cycle = 0;
         while (!stopping) {
             /* A cycle at least every second: leases expire on the clock, not on notifications. */
@@ -118,7 +118,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             if (since < 0.05) usleep(50 * 1000); /* bursts of NOTIFY: one cycle per 50 ms is plenty */
         }
         scheduler_metrics_leader(0);
-        checkpoint_retention_stop(retention);
+        maintenance_stop(maintenance);
         if (!stopping) log_warn("msg=\"lost the database; stepping down to compete again\"");
         rpc_server_stop(server);
         scheduler_progress_free(); /* what another leader writes meanwhile is not ours to remember */

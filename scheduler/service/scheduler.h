@@ -13,8 +13,10 @@
  *      attempt and a START command (a gang's rank 0 first), PREEMPT a STOP command; then one
  *      transaction writes every waiting job's wait_reason and queue_position.
  *
- * Beside the cycle, a thread of the leader deletes the checkpoints the operator's retention lets go
- * (checkpoint_retention.c).
+ * Beside the cycle, the leader's maintenance thread (maintenance.c) keeps job_events' monthly partitions,
+ * deletes the checkpoints the operator's retention lets go (checkpoint_retention.c) and removes the files of
+ * ended attempts that nothing references (attempt_gc.c), on a connection of its own: what it waits on never
+ * holds up a cycle.
  *
  * All state is in PostgreSQL, so a restarted scheduler loses nothing: commands wait in node_commands
  * until a heartbeat collects them, and executor reports are idempotent by (job, attempt, seq). */
@@ -45,6 +47,8 @@ struct scheduler_options {
                                    after the deletion; -1: never */
     int event_retention_days;       /* job events (messages and metrics) are dropped a month at a time,
                                    once the month ended this many days ago (partitions.c); 0: kept */
+    long long attempt_gc_grace_s;   /* an ended attempt's unreferenced files are removed this long after it
+                                   ended (attempt_gc.c) */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

@@ -185,15 +185,46 @@ int scheduler_expire_leases(PGconn *conn, struct whet_err *err);
 /* Deletes a batch of expired rows (idempotency keys) when one is due (retention.c). */
 int scheduler_retention(PGconn *conn, struct whet_err *err);
 
-/* Makes the coming months' partitions of job_events and drops those wholly older than retention_days
- * (0: none) when a pass is due (partitions.c). */
-int scheduler_partitions(PGconn *conn, int retention_days, struct whet_err *err);
+/* The leader's maintenance thread (maintenance.c): the passes below, on a connection of its own, every few
+ * seconds and at once on `NOTIFY whet_maintenance`; started when this scheduler takes the lead (NULL when no
+ * thread could be had), stopped when it steps down. */
+struct maintenance;
+struct maintenance *maintenance_start(const struct scheduler_options *opts);
+void maintenance_stop(struct maintenance *m);
 
-/* The leader's thread that deletes the checkpoints the operator's retention lets go (checkpoint_retention.c):
- * started when it begins to lead (NULL when no thread could be had), stopped when it steps down. */
-struct checkpoint_retention;
-struct checkpoint_retention *checkpoint_retention_start(const struct scheduler_options *opts);
-void checkpoint_retention_stop(struct checkpoint_retention *r);
+/* What a maintenance pass works with. */
+struct maintenance_pass {
+    PGconn *conn;
+    struct objstore *store; /* NULL without an object store: the passes that remove files do not run */
+    const struct scheduler_options *opts;
+    const struct background *thread; /* its stop: a pass looks at it between batches */
+    int stopping;                    /* set once a stop cancelled a statement (pg.h) */
+    int forced;                      /* NOTIFY whet_maintenance: passes with clocks of their own are due now */
+};
+
+/* Prefixes to remove from the object store, listed in a table: `select_sql` ($1: the batch size) selects
+ * (id, prefix, ...) rows FOR UPDATE SKIP LOCKED; `done_sql` ($1: the id) records a removal, in the transaction
+ * that holds the row, so two leaders for a moment never remove one twice. */
+struct prefix_removal {
+    const char *select_sql, *done_sql;
+    int batch;
+    const char *left_msg, *removed_msg; /* logged for a prefix whose removal failed (left for the next pass) and
+                                           for the prefixes removed */
+    void (*failed)(void);               /* counts a failed removal */
+    /* Removes row `row`'s objects: 0, or -1 with err; NULL: all of them (objstore_delete_dir). */
+    int (*remove)(struct objstore *store, const PGresult *res, int row, struct whet_err *err);
+};
+/* Removes one batch (maintenance.c): the batch size when the whole batch went (more may wait), 0 when less did,
+ * -1 on a database error. */
+int maintenance_remove_prefixes(struct maintenance_pass *p, const struct prefix_removal *r, struct whet_err *err);
+
+/* Makes the coming months' partitions of job_events and drops those wholly older than the event retention
+ * when a call is due (partitions.c). 0, or -1 with err. */
+int scheduler_partitions(struct maintenance_pass *p, struct whet_err *err);
+/* Deletes the checkpoints the operator's retention lets go, rows then files (checkpoint_retention.c). */
+int checkpoint_retention_pass(struct maintenance_pass *p, struct whet_err *err);
+/* Removes the object-store prefixes of ended attempts that nothing references (attempt_gc.c). */
+int attempt_gc_pass(struct maintenance_pass *p, struct whet_err *err);
 
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);
@@ -225,5 +256,10 @@ void scheduler_metrics_silence(int mass_silence);
 void scheduler_metrics_heartbeats(int n);
 void scheduler_metrics_checkpoints_deleted(int n);
 void scheduler_metrics_checkpoint_purge_failed(void);
+/* A maintenance pass ("partitions", "checkpoint_retention", "attempt_gc") failed. */
+void scheduler_metrics_maintenance_failed(const char *pass);
+/* Ended attempts' objects removed from the object store, and removals that failed (tried again). */
+void scheduler_metrics_attempt_objects_removed(int n);
+void scheduler_metrics_attempt_gc_failed(void);
 
 #endif

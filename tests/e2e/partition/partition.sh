@@ -10,7 +10,8 @@
 # once, with dc-b's attempt's final model (its prefix jobs/JOB/attempt-2/final, the bytes served are what
 # dc-b's trainer wrote) while dc-a's sits unreferenced under its own prefix; every checkpoint names the
 # attempt that wrote it and lies under that attempt's prefix, and none of dc-a's came after the move;
-# usage has one record per attempt, dc-a's flagged lost.
+# usage has one record per attempt, dc-a's flagged lost. Then the garbage collection of ended attempts removes
+# dc-a's refused final model and keeps every recorded checkpoint and the job's final model.
 #
 # Nothing races the CPU: each trainer is held (SIGSTOP) once it has written a checkpoint, and each step
 # waits for a state, with generous bounds.
@@ -106,6 +107,25 @@ check "the final model is attempt 2's last checkpoint, recorded with its end" \
            ORDER BY step_number DESC LIMIT 1")" = "42 2 jobs/$job/attempt-2/final" ]'
 check "usage: one record per attempt, the stale one flagged lost" \
   '[ "$(q "SELECT string_agg(attempt || '"'"':'"'"' || lost, '"'"','"'"' ORDER BY attempt) FROM usage_records WHERE job_id = '"'"'$job'"'"'")" = 1:true,2:false ]'
+
+# The leader's garbage collection of ended attempts (migration 0050), its grace period cut short: dc-a's
+# refused final model and result file go; the checkpoints it recorded (attempt 2 resumed from one), attempt
+# 2's final model and result file stay, and the final model is still served.
+files_in() { [ -n "$(find "$dir/objects/$1" -type f 2>/dev/null)" ]; }
+check "within the grace period dc-a's refused final model and result file are stored" \
+  'files_in jobs/$job/attempt-1/final && [ -e "$dir/objects/jobs/$job/attempt-1/results.csv" ]'
+q "UPDATE attempt_gc_queue SET queued_at = 0 WHERE job_id = '$job'; NOTIFY whet_maintenance" >/dev/null
+recorded_kept() {
+  local p
+  for p in $(q "SELECT object_prefix FROM checkpoints WHERE job_id = '$job'"); do files_in "$p" || return 1; done
+}
+check "dc-a's refused final model and result file leave the object store" \
+  'waits 60 "! files_in jobs/$job/attempt-1/final && [ ! -e $dir/objects/jobs/$job/attempt-1/results.csv ]"'
+check "every recorded checkpoint, attempt 2's final model and result file stay" \
+  'recorded_kept && [ $(ckpts 1) -ge 1 ] && files_in jobs/$job/attempt-2/final &&
+   [ -e "$dir/objects/jobs/$job/attempt-2/results.csv" ] &&
+   api -f -o "$dir/served2.safetensors" "http://$http/v1/fine_tuning/jobs/$job/checkpoints/final/files/adapter_model.safetensors" &&
+   cmp "$dir/served2.safetensors" "$a2/out/final/adapter_model.safetensors"'
 
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ] || tail -n 30 "$dir"/e*.log "$dir/up.err" >&2

@@ -1,7 +1,8 @@
 # lib.sh - what the scheduler's integration tests share, sourced as `. lib.sh NAME`: a migrated
 # database of their own on run.sh's PostgreSQL (WHET_DATABASE_URL), a work dir ($work, with a file
 # object store), the executor token and a free gRPC address in the environment, the processes listed
-# in `pids` killed and everything removed at exit; check, q, wait_for and free_port.
+# in `pids` killed and everything removed at exit; check, q, wait_for, eventually, free_port, metric and
+# seed_tenant.
 set -euo pipefail
 : "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
 db="whet_$1_$$_$RANDOM"
@@ -30,5 +31,14 @@ wait_for() { # wait_for SECONDS SQL EXPECTED
 eventually() { # eventually SECONDS COMMAND: true once COMMAND is (polled every 0.1 s), false after SECONDS
   for _ in $(seq $(( $1 * 10 ))); do eval "$2" && return 0; sleep 0.1; done
   eval "$2"
+}
+metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; } # metric PORT NAME
+# Tenant t1 (acme) with base model tiny (not in the object store) and training file file-1.
+seed_tenant() {
+  q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
+     INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
+       VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
+     INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
+       VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');"
 }
 "$WHET_BIN" migrate >/dev/null

@@ -9,15 +9,10 @@
 . "$(dirname "$0")/lib.sh" sched
 m1=$(free_port) m2=$(free_port) m3=$(free_port)
 fetch_failures='whet_executor_object_store_failures_total{op="fetch"}'
-metric() { curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'; }
-q "INSERT INTO tenants (id, name) VALUES ('t1', 'acme');
-   INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     VALUES ('tiny', 'LlamaForCausalLM', 1000, 'models/tiny', 'abc', '{}');
-   INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key)
-     VALUES ('file-1', 't1', 'fine-tune', 'train.jsonl', 10, 'x', 'files/file-1');
-   INSERT INTO idempotency_keys (tenant_id, route, key, request_sha256, status, response, created_at)
+seed_tenant
+q "INSERT INTO idempotency_keys (tenant_id, route, key, request_sha256, status, response, created_at)
      VALUES ('t1', 'POST /v1/files', 'expired', 'x', 200, '{}', whet_now() - 86401),
-            ('t1', 'POST /v1/files', 'live', 'x', 200, '{}', whet_now() - 86000);"
+            ('t1', 'POST /v1/files', 'live', 'x', 200, '{}', whet_now() - 86000)"
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet)
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, '${2:-{\}}');
               NOTIFY whet_jobs"; }
@@ -36,7 +31,7 @@ leader_metric() { [ "$(metric "$1" whet_scheduler_leader 2>/dev/null)" = "$2" ];
 check "metrics: the leader says it leads, the standby that it does not" \
   'eventually 30 "leader_metric $m2 0" && leader_metric $m1 1'
 check "metrics: cycles counted and timed" 'eventually 10 "[ \"\$(metric $m1 whet_scheduler_cycle_duration_seconds_count)\" -gt 0 ]" &&
-  curl -fsS "http://127.0.0.1:$m1/metrics" | grep -q "^# TYPE whet_scheduler_cycle_duration_seconds histogram$"'
+  curl -fsS "http://127.0.0.1:$m1/metrics" | grep "^# TYPE whet_scheduler_cycle_duration_seconds histogram$" >/dev/null'
 check "metrics: another path is a 404" '[ "$(curl -s -o /dev/null -w "%{http_code}" "http://127.0.0.1:$m1/")" = 404 ]'
 
 "$WHET_BIN" executor --dc dc-a --pool dc-a --devices sim:H100:2:80 --work-dir "$work/e1" --metrics "127.0.0.1:$m3" \
