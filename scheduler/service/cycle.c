@@ -911,8 +911,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct whet_err serr;
     if (scheduler_serving_cycle(conn, &serr) < 0) log_warn("msg=\"model workers not scaled\" error=\"%s\"", serr.msg);
     if (scheduler_retention(conn, &serr) < 0) log_warn("msg=\"expired rows not deleted\" error=\"%s\"", serr.msg);
-    if (scheduler_partitions(conn, sch->opts->event_retention_days, &serr) < 0)
-        log_warn("msg=\"event partitions not maintained\" error=\"%s\"", serr.msg);
+    if (scheduler_partitions(conn, sch->opts->event_retention_days, sch->opts->usage_retention_days, &serr) < 0)
+        log_warn("msg=\"event and usage partitions not maintained\" error=\"%s\"", serr.msg);
     t[1] = whet_now_mono();
     struct snapshot s;
     struct pl_cluster *cluster = NULL;

@@ -45,6 +45,8 @@ struct scheduler_options {
                                    after the deletion; -1: never */
     int event_retention_days;       /* job events (messages and metrics) are dropped a month at a time,
                                    once the month ended this many days ago (partitions.c); 0: kept */
+    int usage_retention_days;       /* usage records are dropped a month of jobs at a time, once the month
+                                   ended and nothing in it was recorded for this many days; 0: kept */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

@@ -179,7 +179,7 @@ int scheduler_retention(PGconn *conn, struct whet_err *err);
 
 /* Makes the coming months' partitions of job_events and drops those wholly older than retention_days
  * (0: none) when a pass is due (partitions.c). */
-int scheduler_partitions(PGconn *conn, int retention_days, struct whet_err *err);
+int scheduler_partitions(PGconn *conn, int retention_days, int usage_retention_days, struct whet_err *err);
 
 /* The leader's thread that deletes the checkpoints the operator's retention lets go (checkpoint_retention.c):
  * started when it begins to lead (NULL when no thread could be had), stopped when it steps down. */
