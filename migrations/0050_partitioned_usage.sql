@@ -108,11 +108,19 @@ CREATE TRIGGER usage_records_throughput_delete AFTER DELETE ON usage_records REF
 -- retention, or resumed) keeps its month, which is looked at again on the next pass. Partitions are
 -- named <table>_YYYYMM; the DEFAULT ones are never dropped.
 DROP FUNCTION whet_partitions_maintain(integer);
+-- The partitions of p_parent whose range ends at or before p_before, by name (the DEFAULT partition's
+-- bound has no TO: never among them).
+CREATE FUNCTION whet_partitions_ended(p_parent regclass, p_before bigint) RETURNS SETOF text LANGUAGE sql STABLE AS $$
+  SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+  WHERE i.inhparent = p_parent
+    AND (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::bigint <= p_before
+  ORDER BY 1
+$$;
 CREATE FUNCTION whet_partitions_maintain(p_retention_days integer, p_usage_retention_days integer DEFAULT 0)
   RETURNS TABLE (action text, partition_name text) LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
 DECLARE
   v_month bigint;
-  v_part record;
+  v_part text;
   v_cutoff bigint;
   v_recent boolean;
 BEGIN
@@ -140,33 +148,21 @@ BEGIN
     END IF;
   END LOOP;
   IF p_retention_days > 0 THEN
-    FOR v_part IN
-      SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-      WHERE i.inhparent = 'job_events'::regclass -- the DEFAULT partition's bound has no TO: never dropped
-        AND (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::bigint
-            <= whet_now() - p_retention_days::bigint * 86400
-      ORDER BY 1
-    LOOP
-      EXECUTE format('DROP TABLE %I', v_part.relname);
+    FOR v_part IN SELECT whet_partitions_ended('job_events', whet_now() - p_retention_days::bigint * 86400) LOOP
+      EXECUTE format('DROP TABLE %I', v_part);
       action := 'dropped';
-      partition_name := v_part.relname;
+      partition_name := v_part;
       RETURN NEXT;
     END LOOP;
   END IF;
   IF p_usage_retention_days > 0 THEN
     v_cutoff := whet_now() - p_usage_retention_days::bigint * 86400;
-    FOR v_part IN
-      SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-      WHERE i.inhparent = 'usage_records'::regclass
-        AND (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''?(-?[0-9]+)''?\)'))[1]::bigint <= v_cutoff
-      ORDER BY 1
-    LOOP
-      EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE created_at >= $1)', v_part.relname) INTO v_recent
-        USING v_cutoff;
+    FOR v_part IN SELECT whet_partitions_ended('usage_records', v_cutoff) LOOP
+      EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE created_at >= $1)', v_part) INTO v_recent USING v_cutoff;
       IF NOT v_recent THEN
-        EXECUTE format('DROP TABLE %I', v_part.relname);
+        EXECUTE format('DROP TABLE %I', v_part);
         action := 'dropped';
-        partition_name := v_part.relname;
+        partition_name := v_part;
         RETURN NEXT;
       END IF;
     END LOOP;

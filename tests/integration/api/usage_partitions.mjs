@@ -10,11 +10,11 @@
 // next month's partitions, moves rows out of the DEFAULT partition, and with a usage retention drops the
 // months that ended before it whose rows were all recorded before it; the leading scheduler, started with
 // --usage-retention-days, runs it.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as lib from '../lib/gateway.mjs';
+import { leaderRun, migrateBefore, monthPartition, monthStart, partitionsOf } from '../lib/partitions.mjs';
 import { checker } from './harness.mjs';
 
 const DAY = 86400;
@@ -23,40 +23,10 @@ const { check, summary, failed } = checker();
 const db = lib.createDatabase();
 const q = (sql) => lib.psql(db.url, sql);
 const work = mkdtempSync(join(tmpdir(), 'whet-usage-partitions-'));
-let stack, scheduler;
+let stack;
 
-// The schema as it was before `version`, applied as `whet migrate` applies it.
-function migrateBefore(version) {
-  q(`CREATE TABLE whet_schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
-       applied_at timestamptz NOT NULL DEFAULT now())`);
-  const dir = join(process.env.WHET_SOURCE_DIR, 'migrations');
-  for (const f of readdirSync(dir).sort()) {
-    const m = f.match(/^(\d{4})_(.*)\.sql$/);
-    if (!m || Number(m[1]) >= version) continue;
-    q(`${readFileSync(join(dir, f), 'utf8')};
-       INSERT INTO whet_schema_migrations (version, name) VALUES (${Number(m[1])}, '${m[2]}')`);
-  }
-}
-
-// The partitions of usage_records: name -> [from, to) in Unix seconds (null: the DEFAULT partition).
-function partitions() {
-  const out = {};
-  for (const line of q(`SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
-                        JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'usage_records'::regclass`).split('\n')) {
-    const [name, bound] = line.split('|');
-    const m = bound.match(/FROM \('?(\d+)'?\) TO \('?(\d+)'?\)/);
-    out[name] = m ? [Number(m[1]), Number(m[2])] : null;
-  }
-  return out;
-}
-function monthStart(t, months = 0) {
-  const d = new Date(t * 1000);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + months, 1) / 1000;
-}
-const partitionName = (t) => {
-  const d = new Date(t * 1000);
-  return `usage_records_${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
-};
+const partitions = () => partitionsOf(db.url, 'usage_records');
+const partitionName = (t) => monthPartition('usage_records', t);
 
 // What billing reads, as one comparable text: usage per job and device type, the tenant's cost lines per
 // job and line item, each job's cost, the key's spend of this month, and the throughput aggregate.
@@ -86,7 +56,7 @@ const gangRank = (job, attempt, rank, seconds) => q(`
   FROM jobs j WHERE j.id = '${job}' ON CONFLICT (job_id, attempt, report_seq, job_created_at) DO NOTHING`);
 
 try {
-  migrateBefore(50);
+  migrateBefore(db.url, 50);
   const now = Number(q('SELECT whet_now()'));
   // acme's jobs, created 155, 115, 85, 40 and 2 days ago (so in five different months at least 30 days
   // apart, and this one); ftjob-long, created 115 days ago, is metered every 30 days up to 2 days ago.
@@ -274,28 +244,16 @@ try {
   // ftjob-long's stays (its last, 2 days); and it logs each month it drops.
   check(dropped(30).includes(partitionName(now - 85 * DAY)) && !dropped(30).includes(partitionName(now - 115 * DAY)),
         'months past 30 days to drop', dropped(30));
-  const port = await lib.freePort();
-  const log = [];
-  scheduler = spawn(lib.WHET_BIN, ['scheduler', '--grpc', `127.0.0.1:${port}`, '--usage-retention-days', '30'], {
-    env: { ...process.env, WHET_DATABASE_URL: db.url, WHET_EXECUTOR_TOKEN: 't', WHET_OBJECT_STORE: `file://${work}/objects` },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  scheduler.stderr.on('data', (c) => log.push(...c.toString().split('\n')));
-  const logged = () => log.some((l) => /msg="usage partition dropped" partition=usage_records_\d{6} retention_days=30/.test(l));
-  for (let i = 0; i < 600 && (dropped(30).length > 0 || !logged()) && scheduler.exitCode === null; i++) {
-    await new Promise((res) => setTimeout(res, 100));
-  }
+  const logged = (log) => log.some((l) => /msg="usage partition dropped" partition=usage_records_\d{6} retention_days=30/.test(l));
+  const log = await leaderRun(db.url, ['--usage-retention-days', '30'], (l) => dropped(30).length === 0 && logged(l),
+                              `file://${work}/objects`);
   check(dropped(30).length === 0 && !(partitionName(now - 85 * DAY) in partitions()) &&
         partitionName(now - 115 * DAY) in partitions(), 'the leader drops the months past --usage-retention-days',
         log.slice(-20));
-  check(logged(), 'and logs each', log.slice(-20));
+  check(logged(log), 'and logs each', log.slice(-20));
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  if (scheduler && scheduler.exitCode === null) {
-    scheduler.kill('SIGTERM');
-    await new Promise((res) => scheduler.on('exit', res));
-  }
   if (stack) {
     const r = await stack.stop().catch((e) => ({ code: String(e) }));
     check(r.code === 0, 'the gateway exits cleanly', r);
