@@ -17,7 +17,8 @@ static void scheduler_usage(FILE *out) {
             "usage: whet scheduler [--data-dir DIR] [--grpc HOST:PORT] [--policy P] [--lease-ms MS]\n"
             "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n"
             "                      [--cotrain-move-min-left S] [--checkpoint-keep N] [--deleted-model-keep S]\n"
-            "                      [--event-retention-days N] [--attempt-gc-grace S]\n\n"
+            "                      [--event-retention-days N] [--usage-retention-days N]\n"
+            "                      [--attempt-gc-grace S]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
@@ -53,7 +54,12 @@ static void scheduler_usage(FILE *out) {
             "  --attempt-gc-grace S\n"
             "                    S seconds after an attempt ended (its node declared lost, its job ended), remove\n"
             "                    the files under its jobs/<job>/attempt-<N>/ that no checkpoint, final model or\n"
-            "                    result file references (default $WHET_ATTEMPT_GC_GRACE_S, else 3600)\n",
+            "                    result file references (default $WHET_ATTEMPT_GC_GRACE_S, else 3600)\n"
+            "  --usage-retention-days N\n"
+            "                    drop usage records (what billing and /v1/usage read) a month of jobs at a time,\n"
+            "                    once the month in which the jobs were created ended more than N days ago and none\n"
+            "                    of their usage was recorded in the last N days (default\n"
+            "                    $WHET_USAGE_RETENTION_DAYS, else 0: kept for ever, as it is billing data)\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 
@@ -85,6 +91,7 @@ static int cmd_scheduler(int argc, char **argv) {
                                          {"deleted-model-keep", required_argument, 0, 'D'},
                                          {"event-retention-days", required_argument, 0, 'R'},
                                          {"attempt-gc-grace", required_argument, 0, 'G'},
+                                         {"usage-retention-days", required_argument, 0, 'U'},
                                          {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
@@ -96,6 +103,7 @@ static int cmd_scheduler(int argc, char **argv) {
     const char *deleted_model_keep = whet_env("WHET_DELETED_MODEL_KEEP_S", "0");
     const char *retention_days = whet_env("WHET_EVENT_RETENTION_DAYS", "0");
     const char *gc_grace = whet_env("WHET_ATTEMPT_GC_GRACE_S", "3600");
+    const char *usage_retention_days = whet_env("WHET_USAGE_RETENTION_DAYS", "0");
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -109,6 +117,7 @@ static int cmd_scheduler(int argc, char **argv) {
         case 'D': deleted_model_keep = optarg; break;
         case 'R': retention_days = optarg; break;
         case 'G': gc_grace = optarg; break;
+        case 'U': usage_retention_days = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -128,7 +137,7 @@ static int cmd_scheduler(int argc, char **argv) {
         fprintf(stderr, "whet scheduler: --rpc-threads (or WHET_SCHEDULER_RPC_THREADS) must be 1 to 256\n");
         return 2;
     }
-    double progress, min_left, keep, model_keep_s = -1, retention, grace;
+    double progress, min_left, keep, model_keep_s = -1, retention, grace, usage_retention;
     if (number_setting(progress_ms, "progress-ms", "WHET_SCHEDULER_PROGRESS_MS", 0, 3600000, 0, "", &progress) < 0 ||
         number_setting(move_min_left, "cotrain-move-min-left", "WHET_COTRAIN_MOVE_MIN_LEFT_S", 0, 86400, 1, " seconds",
                        &min_left) < 0 ||
@@ -140,7 +149,9 @@ static int cmd_scheduler(int argc, char **argv) {
         number_setting(retention_days, "event-retention-days", "WHET_EVENT_RETENTION_DAYS", 0, 36500, 0, " days",
                        &retention) < 0 ||
         number_setting(gc_grace, "attempt-gc-grace", "WHET_ATTEMPT_GC_GRACE_S", 0, 3153600000.0, 0, " seconds",
-                       &grace) < 0)
+                       &grace) < 0 ||
+        number_setting(usage_retention_days, "usage-retention-days", "WHET_USAGE_RETENTION_DAYS", 0, 36500, 0, " days",
+                       &usage_retention) < 0)
         return 2;
     whet_log_component("scheduler");
     struct whet_err err;
@@ -153,7 +164,8 @@ static int cmd_scheduler(int argc, char **argv) {
                                   .checkpoint_keep = (int)keep,
                                   .deleted_model_keep_s = (long long)model_keep_s,
                                   .event_retention_days = (int)retention,
-                                  .attempt_gc_grace_s = (long long)grace};
+                                  .attempt_gc_grace_s = (long long)grace,
+                                  .usage_retention_days = (int)usage_retention};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

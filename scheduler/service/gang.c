@@ -58,16 +58,17 @@ int scheduler_gang_finish(PGconn *conn, const Whet__V1__FinishJobRequest *req, c
     PQclear(res);
     /* The rank ends once, metered once: its report_seq is its rank. */
     const char *rparams[] = {req->job_id, attempt, rank, req->node_id, outcome, device_type, dev_s, trained, rollout};
-    res = whet_pg_query(conn,
-                        "WITH r AS (UPDATE gang_ranks SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $5"
-                        "   WHERE job_id = $1 AND attempt = $2::int AND rank = $3::int AND node_id = $4 AND ended_at IS NULL"
-                        "   RETURNING job_id),"
-                        " u AS (INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
-                        "   trained_tokens, rollout_tokens) SELECT j.tenant_id, j.id, $2::int, $3::int, $6, $7::float8,"
-                        "   $8::bigint, $9::bigint FROM r JOIN jobs j ON j.id = r.job_id"
-                        "   ON CONFLICT (job_id, attempt, report_seq) DO NOTHING)"
-                        " SELECT count(*) FROM r",
-                        9, rparams, err);
+    res = whet_pg_query(
+        conn,
+        "WITH r AS (UPDATE gang_ranks SET ended_at = extract(epoch FROM clock_timestamp()), outcome = $5"
+        "   WHERE job_id = $1 AND attempt = $2::int AND rank = $3::int AND node_id = $4 AND ended_at IS NULL"
+        "   RETURNING job_id),"
+        " u AS (INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
+        "   trained_tokens, rollout_tokens, job_created_at) SELECT j.tenant_id, j.id, $2::int, $3::int, $6,"
+        "   $7::float8, $8::bigint, $9::bigint, j.created_at FROM r JOIN jobs j ON j.id = r.job_id"
+        "   ON CONFLICT (job_id, attempt, report_seq, job_created_at) DO NOTHING)"
+        " SELECT count(*) FROM r",
+        9, rparams, err);
     free(device_type);
     if (!res) return -1;
     int ended = atoi(PQgetvalue(res, 0, 0)) == 1;

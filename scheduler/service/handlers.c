@@ -364,7 +364,8 @@ static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, con
     if (whet_pg_exec(conn,
                      "UPDATE usage_records SET device_seconds = greatest(device_seconds, $3::float8),"
                      " trained_tokens = $4::bigint, rollout_tokens = $5::bigint"
-                     " WHERE job_id = $1 AND attempt = $2::int AND report_seq = 0 AND lost",
+                     " WHERE job_id = $1 AND attempt = $2::int AND report_seq = 0 AND lost"
+                     " AND job_created_at = (SELECT created_at FROM jobs WHERE id = $1)",
                      5, uparams, err) < 0 ||
         whet_pg_exec(conn,
                      "WITH c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
@@ -415,12 +416,13 @@ static int end_attempt(PGconn *conn, const Whet__V1__FinishJobRequest *req, cons
     PQclear(res);
     const char *uparams[] = {req->job_id, attempt, u && *u->device_type ? u->device_type : device_type,
                              dev_s,       trained, rollout};
-    int rc =
-        whet_pg_exec(conn,
-                     "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
-                     " trained_tokens, rollout_tokens) SELECT tenant_id, id, $2::int, 0, $3, $4::float8, $5::bigint,"
-                     " $6::bigint FROM jobs WHERE id = $1 ON CONFLICT (job_id, attempt, report_seq) DO NOTHING",
-                     6, uparams, err);
+    int rc = whet_pg_exec(
+        conn,
+        "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds,"
+        " trained_tokens, rollout_tokens, job_created_at) SELECT tenant_id, id, $2::int, 0, $3, $4::float8,"
+        " $5::bigint, $6::bigint, created_at FROM jobs WHERE id = $1"
+        " ON CONFLICT (job_id, attempt, report_seq, job_created_at) DO NOTHING",
+        6, uparams, err);
     free(device_type);
     return rc < 0 ? -1 : END_APPLY;
 }

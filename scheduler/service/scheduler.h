@@ -49,6 +49,8 @@ struct scheduler_options {
                                    once the month ended this many days ago (partitions.c); 0: kept */
     long long attempt_gc_grace_s;   /* an ended attempt's unreferenced files are removed this long after it
                                    ended (attempt_gc.c) */
+    int usage_retention_days;       /* usage records are dropped a month of jobs at a time, once the month
+                                   ended and nothing in it was recorded for this many days; 0: kept */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

@@ -218,8 +218,8 @@ struct prefix_removal {
  * -1 on a database error. */
 int maintenance_remove_prefixes(struct maintenance_pass *p, const struct prefix_removal *r, struct whet_err *err);
 
-/* Makes the coming months' partitions of job_events and drops those wholly older than the event retention
- * when a call is due (partitions.c). 0, or -1 with err. */
+/* Makes the coming months' partitions of job_events and usage_records and drops those wholly older than
+ * their retentions when a call is due (partitions.c). 0, or -1 with err. */
 int scheduler_partitions(struct maintenance_pass *p, struct whet_err *err);
 /* Deletes the checkpoints the operator's retention lets go, rows then files (checkpoint_retention.c). */
 int checkpoint_retention_pass(struct maintenance_pass *p, struct whet_err *err);

@@ -68,8 +68,8 @@ try {
   // ---- usage as the scheduler records it
   const usage = (job, attempt, at, device, seconds, trained, rollout, lost = false) => stack.psql(`
     INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens,
-                               rollout_tokens, lost, created_at)
-    SELECT tenant_id, id, ${attempt}, 0, '${device}', ${seconds}, ${trained}, ${rollout}, ${lost}, ${at} FROM jobs WHERE id = '${job}'`);
+                               rollout_tokens, lost, created_at, job_created_at)
+    SELECT tenant_id, id, ${attempt}, 0, '${device}', ${seconds}, ${trained}, ${rollout}, ${lost}, ${at}, created_at FROM jobs WHERE id = '${job}'`);
   usage(jobA, 1, T0 + 5 * DAY + 3600, 'H100', 3600, 2000000, 0);             // v1: 2 + 1 = 3
   usage(jobA, 2, T0 + 5 * DAY + 7200, 'H100', 1800, 0, 0, true);             // v1: 1, credited back: 0
   usage(jobA, 3, T0 + 12 * DAY, 'H100', 7200, 1000000, 0);                   // v2: 6 + 1 = 7

@@ -26,8 +26,8 @@ try {
   check(r.status === 200 && r.json.whet.estimate?.object === 'fine_tuning.job.estimate', 'a job carries its estimate', r.json?.whet);
   const first = r.json.id;
   // An hour of cpu this month: 3.6 EUR spent.
-  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds)
-              SELECT tenant_id, id, 1, 0, 'cpu', 3600 FROM jobs WHERE id = '${first}'`);
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, job_created_at)
+              SELECT tenant_id, id, 1, 0, 'cpu', 3600, created_at FROM jobs WHERE id = '${first}'`);
   r = await a('POST', '/v1/fine_tuning/jobs', job(fa, { dry_run: true }));
   const est = r.json.cost.amount;
   check(r.status === 200 && est > 0 && r.json.within_budget === true && r.json.budget?.monthly_limit === null,
@@ -101,8 +101,8 @@ try {
   // cap at once, yet the next heartbeat still runs on the spend it took; once that is older, it pauses.
   r = await a('GET', '/v1/budget');
   await op('PUT', '/admin/v1/tenants/alpha/budget', { json: { monthly_limit: r.json.spent + 1, soft_limit: 1 } });
-  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds)
-              SELECT tenant_id, id, 1, 99, 'cpu', 7200 FROM jobs WHERE id = '${running}';
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, job_created_at)
+              SELECT tenant_id, id, 1, 99, 'cpu', 7200, created_at FROM jobs WHERE id = '${running}';
               UPDATE budget_spend_cache SET computed_at = extract(epoch FROM clock_timestamp())
               WHERE subject LIKE 'tenant:%'`); // taken just now, however long the test took to get here
   check(heartbeat(4) === 'run', 'past the cap by usage newer than the spend the guard took: runs on');
@@ -154,8 +154,8 @@ try {
   check(r.status === 200, 'within the key\'s limit: created', r.json);
   const keyJob = r.json.id;
   check(stack.psql(`SELECT api_key_id FROM jobs WHERE id = '${keyJob}'`) === roomy.id, 'the job records the key that created it');
-  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds)
-              SELECT tenant_id, id, 1, 0, 'cpu', 3600 FROM jobs WHERE id = '${keyJob}'`);
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, job_created_at)
+              SELECT tenant_id, id, 1, 0, 'cpu', 3600, created_at FROM jobs WHERE id = '${keyJob}'`);
   r = await a('GET', '/v1/api_keys');
   const listed = r.json.data.find((k) => k.id === roomy.id);
   check(near(listed?.spent_this_month, 3.6), 'the key\'s spend this month is listed', listed);

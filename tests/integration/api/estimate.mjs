@@ -70,8 +70,9 @@ try {
   stack.psql(`UPDATE jobs SET status = 'succeeded' WHERE id = '${real}';
               INSERT INTO job_progress (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens)
               SELECT id, tenant_id, 1, 8, 8, 800 FROM jobs WHERE id = '${real}';
-              INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
-              SELECT tenant_id, id, 1, 0, 'H100', 0.4, 800 FROM jobs WHERE id = '${real}';
+              INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens,
+                                         job_created_at)
+              SELECT tenant_id, id, 1, 0, 'H100', 0.4, 800, created_at FROM jobs WHERE id = '${real}';
               INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms)
               VALUES ('n1', 'dc', 'p', '[]', 'H100', 8, 1000, 1024, 10000);
               INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, device_type, started_at, ended_at, outcome)
@@ -212,8 +213,9 @@ try {
   stack.psql(`UPDATE jobs SET status = 'succeeded', finished_at = whet_now() WHERE id IN ('${dpoJob}', '${rftJob}');
               INSERT INTO job_progress (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens)
               SELECT id, tenant_id, 1, 4, 4, 900 FROM jobs WHERE id IN ('${dpoJob}', '${rftJob}');
-              INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens, rollout_tokens)
-              SELECT tenant_id, id, 1, 0, 'cpu', 2, 900, 150 FROM jobs WHERE id = '${rftJob}'`);
+              INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens, rollout_tokens,
+                                         job_created_at)
+              SELECT tenant_id, id, 1, 0, 'cpu', 2, 900, 150, created_at FROM jobs WHERE id = '${rftJob}'`);
   for (const id of [dpoJob, rftJob]) {
     r = await a('GET', `/v1/fine_tuning/jobs/${id}`);
     const act = r.json.whet?.estimate?.actual;

@@ -7,11 +7,11 @@
 // moves rows that fell into the DEFAULT partition to partitions of their own, keeps this and next month's
 // partitions, and with a retention drops exactly the months that ended before it (a month partly inside
 // it stays); and the leading scheduler, started with --event-retention-days, runs it.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as lib from '../lib/gateway.mjs';
+import { leaderRun, migrateBefore, monthPartition, monthStart, partitionsOf } from '../lib/partitions.mjs';
 import { checker } from './harness.mjs';
 
 const DAY = 86400;
@@ -19,45 +19,13 @@ const { check, summary, failed } = checker();
 const db = lib.createDatabase();
 const q = (sql) => lib.psql(db.url, sql);
 const work = mkdtempSync(join(tmpdir(), 'whet-partitions-'));
-let stack, scheduler;
+let stack;
 
-// The schema as it was before migration 0044, applied as `whet migrate` applies it.
-function migrateBefore(version) {
-  q(`CREATE TABLE whet_schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
-       applied_at timestamptz NOT NULL DEFAULT now())`);
-  const dir = join(process.env.WHET_SOURCE_DIR, 'migrations');
-  for (const f of readdirSync(dir).sort()) {
-    const m = f.match(/^(\d{4})_(.*)\.sql$/);
-    if (!m || Number(m[1]) >= version) continue;
-    q(`${readFileSync(join(dir, f), 'utf8')};
-       INSERT INTO whet_schema_migrations (version, name) VALUES (${Number(m[1])}, '${m[2]}')`);
-  }
-}
-
-// The partitions of job_events: name -> [from, to) in Unix seconds (to = null: the DEFAULT partition).
-function partitions() {
-  const out = {};
-  for (const line of q(`SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i
-                        JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'job_events'::regclass`).split('\n')) {
-    const [name, bound] = line.split('|');
-    const m = bound.match(/FROM \('?(\d+)'?\) TO \('?(\d+)'?\)/);
-    out[name] = m ? [Number(m[1]), Number(m[2])] : null;
-  }
-  return out;
-}
-
-// The first second (UTC) of the month `months` after the one holding t.
-function monthStart(t, months = 0) {
-  const d = new Date(t * 1000);
-  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + months, 1) / 1000;
-}
-const partitionName = (t) => {
-  const d = new Date(t * 1000);
-  return `job_events_${d.getUTCFullYear()}${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
-};
+const partitions = () => partitionsOf(db.url, 'job_events');
+const partitionName = (t) => monthPartition('job_events', t);
 
 try {
-  migrateBefore(44);
+  migrateBefore(db.url, 44);
   const now = Number(q('SELECT whet_now()'));
   // Job a: one event a day for 120 days, every other one a metric step (steps 1..60); job b: 40,000
   // events over the same days, so that each month's partition is worth an index.
@@ -206,31 +174,19 @@ try {
   // 30 days; its pass leaves no month that ended 30 days ago, and an empty DEFAULT partition.
   q(`INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
        VALUES ('ftevent-old2', 'tenant-acme', 'ftjob-a', 'old', ${now - 3 * 365 * DAY})`);
-  const port = await lib.freePort();
-  const log = [];
-  scheduler = spawn(lib.WHET_BIN, ['scheduler', '--grpc', `127.0.0.1:${port}`, '--event-retention-days', '30'], {
-    env: { ...process.env, WHET_DATABASE_URL: db.url, WHET_EXECUTOR_TOKEN: 't', WHET_OBJECT_STORE: `file://${work}/objects` },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  scheduler.stderr.on('data', (c) => log.push(...c.toString().split('\n')));
   const stale = () => {
     const p = partitions();
     return Object.keys(p).filter((n) => p[n] && p[n][1] <= now - 30 * DAY).length +
            Number(q('SELECT count(*) FROM job_events_default'));
   };
-  const logged = () => log.some((l) => /msg="event partition dropped" partition=job_events_\d{6} retention_days=30/.test(l));
-  for (let i = 0; i < 600 && (stale() > 0 || !logged()) && scheduler.exitCode === null; i++) {
-    await new Promise((res) => setTimeout(res, 100));
-  }
+  const logged = (log) => log.some((l) => /msg="event partition dropped" partition=job_events_\d{6} retention_days=30/.test(l));
+  const log = await leaderRun(db.url, ['--event-retention-days', '30'], (l) => stale() === 0 && logged(l),
+                              `file://${work}/objects`);
   check(stale() === 0, 'the leader drops the months past --event-retention-days', log.slice(-20));
-  check(logged(), 'and logs each', log.slice(-20));
+  check(logged(log), 'and logs each', log.slice(-20));
 } catch (e) {
   check(false, 'exception', String(e.stack || e));
 } finally {
-  if (scheduler && scheduler.exitCode === null) {
-    scheduler.kill('SIGTERM');
-    await new Promise((res) => scheduler.on('exit', res));
-  }
   if (stack) {
     const r = await stack.stop().catch((e) => ({ code: String(e) }));
     check(r.code === 0, 'the gateway exits cleanly', r);

@@ -261,8 +261,9 @@ try {
         'pin: another tenant\'s checkpoint is a 404 and stays unpinned', r.text);
 
   // ---- usage: reals in their shortest form (8.601, not jansson's %.17g 8.6010000000000009)
-  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens)
-              SELECT tenant_id, id, 1, 1, 'H100', 8.601, 42 FROM jobs WHERE id = '${j1.id}'`);
+  stack.psql(`INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens,
+                                         job_created_at)
+              SELECT tenant_id, id, 1, 1, 'H100', 8.601, 42, created_at FROM jobs WHERE id = '${j1.id}'`);
   r = await a('GET', `/v1/usage?job_id=${j1.id}`);
   check(r.status === 200 && r.json?.data?.length === 1 && r.json.data[0].device_seconds === 8.601, 'usage: the metered row', r.text);
   check(r.text.includes('"device_seconds":8.601,') && !/\d\.\d{15,}/.test(r.text), 'usage: no 17-digit artifacts', r.text);

@@ -111,8 +111,8 @@ static void moved_job(const char *job) {
         "  VALUES ('%1$s', 1, 't1', 'node-a', 'H100', extract(epoch FROM clock_timestamp()), 'lost');"
         "INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, device_type, resume_step)"
         "  VALUES ('%1$s', 2, 't1', 'node-b', 'H100', 5);"
-        "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, lost)"
-        "  VALUES ('t1', '%1$s', 1, 0, 'H100', 3, true);"
+        "INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, lost,"
+        "  job_created_at) SELECT 't1', '%1$s', 1, 0, 'H100', 3, true, created_at FROM jobs WHERE id = '%1$s';"
         "INSERT INTO checkpoints (id, tenant_id, job_id, step_number, fine_tuned_model_checkpoint, object_prefix,"
         "  attempt) VALUES ('ckpt-%1$s-5', 't1', '%1$s', 5, 'ft:x', 'jobs/%1$s/attempt-1/checkpoints/step-5', 1)",
         job);
