@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh" maint
 m1=$(free_port)
 seed_tenant
-q "ALTER FUNCTION whet_partitions_maintain(integer) SET lock_timeout = '120s'"
+q "ALTER FUNCTION whet_partitions_maintain(integer, integer) SET lock_timeout = '120s'"
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1); NOTIFY whet_jobs"; }
 # old_event(ID, DAYS_AGO): an event of a month without a partition: it lands in the DEFAULT one, which the next
