@@ -20,13 +20,14 @@
 
 /* A job's columns, of jobs j and its progress p (JOB_FROM). The progress is the heartbeats' (migration
  * 0028); estimated_finish is the running attempt's step rate so far, once that attempt reported a step. */
-#define JOB_COLUMNS                                                                                              \
-    "j.id, j.model, j.training_file, j.validation_file, j.method, j.suffix, j.seed, j.metadata, j.whet, j.status, " \
-    "j.error, j.fine_tuned_model, p.trained_tokens, CASE WHEN j.status = 'running' AND p.attempt = j.attempt "   \
-    "THEN whet_estimated_finish(p.last_step, p.total_steps, p.resume_step, p.started_at) END, j.result_files, "  \
-    "j.created_at, j.finished_at, j.tenant_id, j.wait_reason, j.priority, j.queue_position, whet_job_cost(j.id), " \
-    "j.estimate, CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN "                 \
-    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id) END"
+#define JOB_COLUMNS                                                                                                    \
+    "j.id, j.model, j.training_file, j.validation_file, j.method, j.suffix, j.seed, j.metadata, j.whet, j.status, "    \
+    "j.error, j.fine_tuned_model, p.trained_tokens, CASE WHEN j.status = 'running' AND p.attempt = j.attempt "         \
+    "THEN whet_estimated_finish(p.last_step, p.total_steps, p.resume_step, p.started_at) END, j.result_files, "        \
+    "j.created_at, j.finished_at, j.tenant_id, j.wait_reason, j.priority, j.queue_position, whet_job_cost(j.id), "     \
+    "j.estimate, CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN "                          \
+    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id "                                        \
+    "AND u.job_created_at = j.created_at) END"
 #define JOB_FROM " jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
 /* The seq below which a page of the tenant's ($1) jobs starts: after the job whose id is $2, else from the newest. */
 #define JOB_CURSOR_SEQ                                                                                                 \
