@@ -6,7 +6,7 @@
  * answers; here it holds up only the next pass. The thread has its own PostgreSQL connection and runs while
  * this scheduler leads (scheduler.c starts it when it takes the lead and stops it when it steps down, so a
  * standby never maintains anything); every PASS_EVERY_MS, and at once on `NOTIFY whet_maintenance`, it runs:
- *   - the event partitions (partitions.c), hourly by their own clock, at once on the NOTIFY;
+ *   - the event and usage partitions (partitions.c), hourly by their own clock, at once on the NOTIFY;
  *   - with an object store (WHET_OBJECT_STORE), the checkpoint retention (checkpoint_retention.c) and the
  *     removal of attempts' unreferenced objects (attempt_gc.c).
  * The passes are independent: one that fails is logged (and counted) and the others still run; a broken
@@ -107,7 +107,7 @@ static void *maintenance_main(void *arg) {
             continue;
         }
         if (scheduler_partitions(&p, &err) < 0 && !p.stopping) {
-            log_warn("msg=\"event partitions not maintained\" error=\"%s\"", err.msg);
+            log_warn("msg=\"event and usage partitions not maintained\" error=\"%s\"", err.msg);
             scheduler_metrics_maintenance_failed("partitions");
         }
         if (p.store && !p.stopping && checkpoint_retention_pass(&p, &err) < 0 && !p.stopping) {
