@@ -495,6 +495,9 @@ static void train(struct agent_job *job, const char *cfg_path, const char *model
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
     } else if (res.reason == SANDBOX_OK && (r->final_path || job->rank > 0)) {
         fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
+    } else if (stop == JOB_ABANDON) {
+        /* Stopped here because the scheduler had ended the attempt: its trainer did not fail. */
+        fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     } else {
         int n = job->world_size > 1 ? snprintf(msg, msg_len, "rank %d: ", job->rank) : 0;
         failure_message(msg + n, msg_len - (size_t)n, &res, log_path);
@@ -521,6 +524,7 @@ static double cotrain(struct agent_job *job, const char *cfg_path, const char *m
     if (stop == JOB_CANCEL) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     else if (stop == JOB_STOP && !r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED;
     else if (r->final_path) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
+    else if (stop == JOB_ABANDON) fin->outcome = WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED;
     else snprintf(msg, msg_len, "%s", res.failure[0] ? res.failure : "the co-trained run ended without a model");
     return res.device_seconds;
 }
@@ -615,8 +619,12 @@ static void *job_main(void *arg) {
     fin.usage = &usage;
     fin.trained_tokens = usage.trained_tokens;
     /* An abandoned attempt's job was requeued elsewhere: it reports nothing, except a success, whose
-     * model is uploaded (under this attempt's own prefix) and which the scheduler may still take. */
-    if (atomic_load(&job->stop) != JOB_ABANDON || fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) {
+     * model is uploaded (under this attempt's own prefix) and which the scheduler may still take, and a
+     * gang rank's end: the scheduler ends a gang's started ranks only by their reports (gang.c; a failed
+     * gang's cancel can arrive after the refusal that abandoned the rank), and meters each once. A rank the
+     * lease expiry ended as lost already finds its row ended, and changes nothing. */
+    if (atomic_load(&job->stop) != JOB_ABANDON || fin.outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED ||
+        job->world_size > 1) {
         int rc = agent_call(a, "/whet.v1.Scheduler/FinishJob", &fin.base, &whet__v1__finish_job_response__descriptor,
                             10 * 60 * 1000, &err);
         if (rc == RPC_FAILED_PRECONDITION)

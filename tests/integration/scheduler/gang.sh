@@ -154,6 +154,10 @@ check "its event says why" \
   '[ "$(q "SELECT count(*) FROM job_events WHERE job_id = '"'"'ftjob-q'"'"' AND message LIKE '"'"'Rank 0 of 4 on node % failed: rank 0 did not publish its rendezvous address within 600 s%'"'"'")" = 1 ]'
 check "rank 0 is cancelled, ranks never started end with it" \
   'wait_for 10 "SELECT string_agg(outcome, '"'"','"'"' ORDER BY rank) FROM gang_ranks WHERE job_id = '"'"'ftjob-q'"'"' AND attempt = 1" cancelled,cancelled,cancelled,cancelled'
+# (its executor may abandon rank 0 on a refused event before the gang's cancel arrives: it reports the end
+# all the same, for the rank's row and its device-seconds)
+check "rank 0's seconds are metered once" \
+  'wait_for 10 "SELECT count(*) FROM usage_records WHERE job_id = '"'"'ftjob-q'"'"' AND attempt = 1 AND report_seq = 0" 1'
 q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q'; NOTIFY whet_jobs"
 check "the silent gang is cancelled" 'wait_for 15 "SELECT status FROM jobs WHERE id = '"'"'ftjob-q'"'"'" cancelled'
 
