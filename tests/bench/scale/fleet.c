@@ -17,7 +17,10 @@
  * heartbeats (its own lag: when that is large, the figures measure this process, not the scheduler).
  *
  * Nodes are split over T threads, each making blocking calls on one shared channel; node i's first
- * call is spread over the first interval so that N nodes do not register in one burst. */
+ * call is spread over the first interval so that N nodes do not register in one burst.
+ *
+ * A window: the first SIGUSR1 opens it, the second closes it, and the JSON has the same figures for it
+ * alone under "window" (run.sh opens it for its steady state, past the registration and the fill). */
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -55,17 +58,20 @@ struct sim_node {
 enum { M_REGISTER, M_HEARTBEAT, M_CHECKPOINT, M_FINISH, M_COUNT };
 static const char *method_names[M_COUNT] = {"register", "heartbeat", "checkpoint", "finish"};
 
-struct worker {
-    pthread_t thread;
-    struct sim_node *nodes;
-    int n_nodes;
-    unsigned seed;
-    /* statistics, read after the join */
+struct stats {
     long calls[M_COUNT], failed[M_COUNT];
     long hb_over_deadline, hb_over_interval, started, succeeded, stopped;
     double max_gap, max_lag, sum_lag;
     long lagged; /* heartbeats sent more than 100 ms after they were due */
     uint32_t *lat;
+};
+
+struct worker {
+    pthread_t thread;
+    struct sim_node *nodes;
+    int n_nodes;
+    unsigned seed;
+    struct stats run, window; /* read after the join */
 };
 
 static struct {
@@ -81,16 +87,36 @@ static void on_signal(int sig) {
     stopping = 1;
 }
 
+/* The window: 0 not opened yet, 1 open, 2 closed; when it opened and closed (clock_gettime, under
+ * whet_now_mono, is async-signal-safe). */
+static volatile sig_atomic_t window;
+static volatile double window_at[2];
+static void on_window(int sig) {
+    (void)sig;
+    if (window == 2) return;
+    window_at[window] = whet_now_mono();
+    window++;
+}
+
+/* The statistics a record goes into: the run's, and the window's while it is open. */
+static int stats_of(struct worker *w, struct stats *s[2]) {
+    s[0] = &w->run;
+    s[1] = &w->window;
+    return window == 1 ? 2 : 1;
+}
+
 static int call(struct worker *w, int m, const char *path, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp) {
     struct whet_err err;
     ProtobufCMessage *r = NULL;
-    w->calls[m]++;
+    struct stats *s[2];
+    int n_stats = stats_of(w, s);
+    for (int i = 0; i < n_stats; i++) s[i]->calls[m]++;
     /* one attempt's budget: a retry would hide the latency this measures */
     int rc = rpc_call(g.rpc, path, req, desc, &r, CALL_TIMEOUT_MS, CALL_TIMEOUT_MS, &err);
     if (rc != RPC_OK) {
-        w->failed[m]++;
-        if (w->failed[m] <= 3) fprintf(stderr, "scale_fleet: %s failed: %s\n", method_names[m], err.msg);
+        for (int i = 0; i < n_stats; i++) s[i]->failed[m]++;
+        if (w->run.failed[m] <= 3) fprintf(stderr, "scale_fleet: %s failed: %s\n", method_names[m], err.msg);
         if (r) protobuf_c_message_free_unpacked(r, NULL);
         return -1;
     }
@@ -169,10 +195,10 @@ static void finish(struct worker *w, struct sim_node *n, int k, Whet__V1__Finish
     /* A failed FinishJob is retried at the node's next event, as an executor retries it. */
     if (call(w, M_FINISH, "/whet.v1.Scheduler/FinishJob", &req.base, &whet__v1__finish_job_response__descriptor, NULL) < 0)
         return;
-    if (outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED)
-        w->succeeded++;
-    else
-        w->stopped++;
+    struct stats *s[2];
+    for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++)
+        if (outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) s[i]->succeeded++;
+        else s[i]->stopped++;
     free(j->id);
     n->jobs[k] = n->jobs[--n->n_jobs];
 }
@@ -203,7 +229,8 @@ static void apply_command(struct worker *w, struct sim_node *n, const Whet__V1__
         double u = (double)rand_r(&w->seed) / RAND_MAX;
         n->jobs[n->n_jobs++] = (struct sim_job){.id = xstrdup(c->job_id), .attempt = c->attempt, .started = now,
                                                 .duration = g.run_min + u * (g.run_max - g.run_min)};
-        w->started++;
+        struct stats *s[2];
+        for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++) s[i]->started++;
         return;
     }
     if (c->kind != WHET__V1__COMMAND__KIND__STOP && c->kind != WHET__V1__COMMAND__KIND__CANCEL) return;
@@ -219,9 +246,13 @@ static void apply_command(struct worker *w, struct sim_node *n, const Whet__V1__
 
 static void heartbeat(struct worker *w, struct sim_node *n, double now) {
     double lag = now - n->next_hb;
-    if (lag > w->max_lag) w->max_lag = lag;
-    w->sum_lag += lag > 0 ? lag : 0;
-    if (lag > 0.1) w->lagged++;
+    struct stats *s[2];
+    int n_stats = stats_of(w, s);
+    for (int i = 0; i < n_stats; i++) {
+        if (lag > s[i]->max_lag) s[i]->max_lag = lag;
+        s[i]->sum_lag += lag > 0 ? lag : 0;
+        if (lag > 0.1) s[i]->lagged++;
+    }
     Whet__V1__JobProgress *progress = xcalloc((size_t)n->n_jobs + 1, sizeof *progress);
     Whet__V1__JobProgress **pp = xcalloc((size_t)n->n_jobs + 1, sizeof *pp);
     for (int k = 0; k < n->n_jobs; k++) {
@@ -247,15 +278,18 @@ static void heartbeat(struct worker *w, struct sim_node *n, double now) {
     free(pp);
     /* The next one is due an interval after this one was due (after now when this one was very late). */
     n->next_hb = (lag > g.heartbeat_s ? now : n->next_hb) + g.heartbeat_s;
-    if (rc < 0) {
-        w->hb_over_deadline++;
-        return;
-    }
     long b = (long)(latency * 1e6 / LAT_BUCKET_US);
-    w->lat[b < LAT_BUCKETS ? b : LAT_BUCKETS - 1]++;
-    if (latency * 1000 > CALL_TIMEOUT_MS) w->hb_over_deadline++;
-    if (latency > g.heartbeat_s) w->hb_over_interval++;
-    if (t1 - n->last_answered > w->max_gap) w->max_gap = t1 - n->last_answered;
+    for (int i = 0; i < n_stats; i++) {
+        if (rc < 0) {
+            s[i]->hb_over_deadline++;
+            continue;
+        }
+        s[i]->lat[b < LAT_BUCKETS ? b : LAT_BUCKETS - 1]++;
+        if (latency * 1000 > CALL_TIMEOUT_MS) s[i]->hb_over_deadline++;
+        if (latency > g.heartbeat_s) s[i]->hb_over_interval++;
+        if (t1 - n->last_answered > s[i]->max_gap) s[i]->max_gap = t1 - n->last_answered;
+    }
+    if (rc < 0) return;
     n->last_answered = t1;
     if (resp->reregister) {
         n->registered = 0;
@@ -327,6 +361,46 @@ static double percentile(const uint32_t *hist, long total, double p) {
     return LAT_BUCKETS * LAT_BUCKET_US / 1e3;
 }
 
+static void stats_add(struct stats *sum, const struct stats *s) {
+    for (int m = 0; m < M_COUNT; m++) {
+        sum->calls[m] += s->calls[m];
+        sum->failed[m] += s->failed[m];
+    }
+    sum->hb_over_deadline += s->hb_over_deadline;
+    sum->hb_over_interval += s->hb_over_interval;
+    sum->started += s->started;
+    sum->succeeded += s->succeeded;
+    sum->stopped += s->stopped;
+    sum->lagged += s->lagged;
+    sum->sum_lag += s->sum_lag;
+    if (s->max_gap > sum->max_gap) sum->max_gap = s->max_gap;
+    if (s->max_lag > sum->max_lag) sum->max_lag = s->max_lag;
+    for (long b = 0; b < LAT_BUCKETS; b++) sum->lat[b] += s->lat[b];
+}
+
+/* The figures of `seconds` (the JSON object's members, without its braces). */
+static void stats_print(const struct stats *sum, double seconds) {
+    long answered = sum->calls[M_HEARTBEAT] - sum->failed[M_HEARTBEAT];
+    double max_lat = 0;
+    for (long b = LAT_BUCKETS - 1; b >= 0; b--)
+        if (sum->lat[b]) {
+            max_lat = (b + 1) * LAT_BUCKET_US / 1e3;
+            break;
+        }
+    printf("\"seconds\":%.1f,", seconds);
+    for (int m = 0; m < M_COUNT; m++)
+        printf("\"%s_calls\":%ld,\"%s_failed\":%ld,", method_names[m], sum->calls[m], method_names[m], sum->failed[m]);
+    printf(
+        "\"heartbeats_answered_per_s\":%.1f,\"heartbeat_p50_ms\":%.1f,\"heartbeat_p99_ms\":%.1f,"
+        "\"heartbeat_max_ms\":%.1f,\"heartbeats_missed_deadline\":%ld,\"heartbeats_over_interval\":%ld,"
+        "\"max_heartbeat_gap_s\":%.2f,\"sim_lagged_heartbeats\":%ld,\"sim_mean_lag_ms\":%.1f,\"sim_max_lag_ms\":%.0f,"
+        "\"jobs_started\":%ld,\"jobs_succeeded\":%ld,\"jobs_stopped\":%ld",
+        answered / seconds, percentile(sum->lat, answered, 0.5), percentile(sum->lat, answered, 0.99), max_lat,
+        sum->hb_over_deadline, sum->hb_over_interval, sum->max_gap, sum->lagged,
+        sum->calls[M_HEARTBEAT] ? sum->sum_lag * 1000 / (double)sum->calls[M_HEARTBEAT] : 0, sum->max_lag * 1000,
+        sum->started, sum->succeeded, sum->stopped);
+}
+
 static void usage(FILE *out) {
     fprintf(out, "usage: scale_fleet --scheduler HOST:PORT --nodes N [--gpus G] [--threads T] [--dcs D]\n"
                  "                   [--run-s MIN:MAX] [--seconds S] [--seed K]\n"
@@ -382,6 +456,8 @@ int main(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction wa = {.sa_handler = on_window};
+    sigaction(SIGUSR1, &wa, NULL);
 
     struct sim_node *nodes = xcalloc((size_t)n_nodes, sizeof *nodes);
     for (int i = 0; i < n_nodes; i++) {
@@ -393,7 +469,8 @@ int main(int argc, char **argv) {
         w[t].nodes = nodes + (long)n_nodes * t / threads;
         w[t].n_nodes = (int)((long)n_nodes * (t + 1) / threads - (long)n_nodes * t / threads);
         w[t].seed = seed * 7919u + (unsigned)t;
-        w[t].lat = xcalloc(LAT_BUCKETS, sizeof *w[t].lat);
+        w[t].run.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].run.lat);
+        w[t].window.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].window.lat);
     }
     /* The first node registers alone, until the scheduler answers: its answer gives every node the
      * heartbeat interval. */
@@ -414,46 +491,27 @@ int main(int argc, char **argv) {
             fprintf(stderr, "scale_fleet: cannot start thread %d\n", t);
             return 1;
         }
-    struct worker sum = {.lat = xcalloc(LAT_BUCKETS, sizeof *sum.lat)};
+    struct stats run = {.lat = xcalloc(LAT_BUCKETS, sizeof *run.lat)},
+                 win = {.lat = xcalloc(LAT_BUCKETS, sizeof *win.lat)};
     for (int t = 0; t < threads; t++) {
         pthread_join(w[t].thread, NULL);
-        for (int m = 0; m < M_COUNT; m++) {
-            sum.calls[m] += w[t].calls[m];
-            sum.failed[m] += w[t].failed[m];
-        }
-        sum.hb_over_deadline += w[t].hb_over_deadline;
-        sum.hb_over_interval += w[t].hb_over_interval;
-        sum.started += w[t].started;
-        sum.succeeded += w[t].succeeded;
-        sum.stopped += w[t].stopped;
-        sum.lagged += w[t].lagged;
-        sum.sum_lag += w[t].sum_lag;
-        if (w[t].max_gap > sum.max_gap) sum.max_gap = w[t].max_gap;
-        if (w[t].max_lag > sum.max_lag) sum.max_lag = w[t].max_lag;
-        for (long b = 0; b < LAT_BUCKETS; b++) sum.lat[b] += w[t].lat[b];
-        free(w[t].lat);
+        stats_add(&run, &w[t].run);
+        stats_add(&win, &w[t].window);
+        free(w[t].run.lat);
+        free(w[t].window.lat);
     }
-    double elapsed = whet_now_mono() - start;
-    long answered = sum.calls[M_HEARTBEAT] - sum.failed[M_HEARTBEAT];
-    double max_lat = 0;
-    for (long b = LAT_BUCKETS - 1; b >= 0; b--)
-        if (sum.lat[b]) {
-            max_lat = (b + 1) * LAT_BUCKET_US / 1e3;
-            break;
-        }
-    printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"threads\":%d,\"seconds\":%.1f,\"heartbeat_ms\":%.0f,\"lease_ms\":%.0f,",
-           n_nodes, g.gpus, threads, elapsed, g.heartbeat_s * 1000, g.lease_s * 1000);
-    for (int m = 0; m < M_COUNT; m++)
-        printf("\"%s_calls\":%ld,\"%s_failed\":%ld,", method_names[m], sum.calls[m], method_names[m], sum.failed[m]);
-    printf("\"heartbeats_answered_per_s\":%.1f,\"heartbeat_p50_ms\":%.1f,\"heartbeat_p99_ms\":%.1f,"
-           "\"heartbeat_max_ms\":%.1f,\"heartbeats_missed_deadline\":%ld,\"heartbeats_over_interval\":%ld,"
-           "\"max_heartbeat_gap_s\":%.2f,\"sim_lagged_heartbeats\":%ld,\"sim_mean_lag_ms\":%.1f,\"sim_max_lag_ms\":%.0f,"
-           "\"jobs_started\":%ld,\"jobs_succeeded\":%ld,\"jobs_stopped\":%ld}\n",
-           answered / elapsed, percentile(sum.lat, answered, 0.5), percentile(sum.lat, answered, 0.99), max_lat,
-           sum.hb_over_deadline, sum.hb_over_interval, sum.max_gap, sum.lagged,
-           sum.calls[M_HEARTBEAT] ? sum.sum_lag * 1000 / (double)sum.calls[M_HEARTBEAT] : 0, sum.max_lag * 1000,
-           sum.started, sum.succeeded, sum.stopped);
-    free(sum.lat);
+    double end = whet_now_mono();
+    printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"threads\":%d,\"heartbeat_ms\":%.0f,\"lease_ms\":%.0f,", n_nodes,
+           g.gpus, threads, g.heartbeat_s * 1000, g.lease_s * 1000);
+    stats_print(&run, end - start);
+    if (window) {
+        printf(",\"window\":{");
+        stats_print(&win, (window == 2 ? window_at[1] : end) - window_at[0]);
+        printf("}");
+    }
+    printf("}\n");
+    free(run.lat);
+    free(win.lat);
     free(w);
     for (int i = 0; i < n_nodes; i++) free(nodes[i].jobs);
     free(nodes);

@@ -11,7 +11,7 @@
 #      within its buckets as Prometheus' histogram_quantile does), placements/s, PostgreSQL CPU per
 #      placement (/proc ticks of the postmaster and its backends), the scheduler's RSS.
 # The fleet reports heartbeats answered per second, latency p50/p99 and how many missed the
-# executor's 3 s deadline or the interval, over both phases.
+# executor's 3 s deadline or the interval, over both phases and over phase 2's window alone.
 #
 #   tests/bench/scale/run.sh [--nodes N] [--gpus G] [--jobs Q] [--tenants T] [--api-jobs A]
 #                            [--seconds S] [--run-s MIN:MAX] [--lease-ms MS] [--fleet-threads K] [--held]
@@ -265,7 +265,9 @@ pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extensio
 # every quarter lease, so the row's updates no longer count them).
 hs0=$(metric whet_scheduler_heartbeat_statements_total) hb0=$(metric whet_scheduler_heartbeats_total)
 p0=$(pg_ticks) s0=$(ticks "$sched_pid") x0=$(ticks "$fleet_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log")
+kill -USR1 "$fleet_pid" # the fleet's own figures of the window (fleet.c)
 sleep "$seconds"
+kill -USR1 "$fleet_pid"
 x1=$(ticks "$fleet_pid")
 hs1=$(metric whet_scheduler_heartbeat_statements_total) hb1=$(metric whet_scheduler_heartbeats_total)
 a1=$(q "SELECT count(*) FROM job_attempts")
@@ -315,6 +317,15 @@ sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | { grep 'public state rewritt
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"
+python3 - "$work/fleet.json" "$nodes" "$lease_ms" <<'PY' | sed 's/^/scale: /'
+import json, sys
+w = json.load(open(sys.argv[1]))["window"]
+due = int(sys.argv[2]) * 10000 / int(sys.argv[3])
+print("phase 2 as the fleet saw it: %.0f heartbeats/s answered of %.0f/s due, latency p50 %.1f ms, p99 %.1f ms, max %.1f ms;"
+      " %d past the 3 s deadline or failed, %d past the interval; the simulator sent %d late (mean lag %.1f ms)"
+      % (w["heartbeats_answered_per_s"], due, w["heartbeat_p50_ms"], w["heartbeat_p99_ms"], w["heartbeat_max_ms"],
+         w["heartbeats_missed_deadline"], w["heartbeats_over_interval"], w["sim_lagged_heartbeats"], w["sim_mean_lag_ms"]))
+PY
 say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total)"
 # The peer of the fill's placements/s: the placement library alone on a fleet and queue of the same
 # size (`whet sim scale`, one cycle, CPU time).
