@@ -188,10 +188,9 @@ try {
                             ...ADMIN])
     check(seen(re), `the ${what} statement was explained`);
   const bad = [];
-  // A month's partition of usage_records (migration 0051) counts as its table; a sequential scan that read
-  // nothing (an empty partition: next month's, the DEFAULT one) costs nothing. (job_events' partitions are
-  // not held to it yet: the events page's generic plan reads the job's rows of the month, 4k here.)
-  const tableOf = (rel) => rel?.replace(/^(usage_records)_(\d{6}|default)$/, '$1');
+  // A month's partition of job_events or usage_records (migrations 0044, 0051) counts as its table; a
+  // sequential scan that read nothing (an empty partition: next month's, the DEFAULT one) costs nothing.
+  const tableOf = (rel) => rel?.replace(/^(usage_records|job_events)_(\d{6}|default)$/, "$1");
   for (const p of plans)
     for (const n of p.nodes) {
       if (!bigFor(p.query).includes(tableOf(n.relation))) continue;
