@@ -4,7 +4,8 @@
  * months that ended longer ago than it (usage: only a month with nothing recorded since): all in one call of
  * whet_partitions_maintain, at most every PARTITIONS_EVERY_S. A month's partition is made a month before it
  * is needed, so an hour between calls costs nothing; a call that failed (a lock not granted in time: the
- * function waits at most 5 s for a table) is tried again after PARTITIONS_RETRY_S. `NOTIFY
+ * function waits at most 100 ms for a table, migration 0053, as everything after it queues meanwhile) is
+ * tried again after PARTITIONS_RETRY_S. `NOTIFY
  * whet_maintenance` makes a call due at once. The wait is the maintenance thread's, never the placement
  * cycle's; a stop cancels it. */
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #include "service_internal.h"
 
 #define PARTITIONS_EVERY_S 3600
-#define PARTITIONS_RETRY_S 60
+#define PARTITIONS_RETRY_S 10
 
 /* When the next call is due (one maintenance thread runs at a time). */
 static double next_run;

@@ -4,10 +4,14 @@
 # a row it has to move, and the test lets the function wait 120 s for it, not 5 s), the scheduler still places
 # a job and answers heartbeats, within the very call that waits; once the lock goes the pass completes; a
 # scheduler told to stop while the pass waits stops at once and cancels the statement. No bound here is near
-# the 120 s the wait could last: on the cycle's thread (before) the job would wait with it.
+# the 120 s the wait could last: on the cycle's thread (before) the job would wait with it. With the function's
+# own short wait back (migration 0053), a pass blocked by a reader of job_events gives up at once, and the
+# events written meanwhile do not queue behind it.
 . "$(dirname "$0")/lib.sh" maint
 m1=$(free_port)
 seed_tenant
+lock_wait=$(q "SELECT substr(c, 14) FROM pg_proc, unnest(proconfig) c WHERE proname = 'whet_partitions_maintain'
+                AND c LIKE 'lock_timeout=%'")
 q "ALTER FUNCTION whet_partitions_maintain(integer, integer) SET lock_timeout = '120s'"
 newjob() { q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
               VALUES ('$1', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1); NOTIFY whet_jobs"; }
@@ -55,6 +59,33 @@ check "the lock gone, the pass completes: the event moves to its month's partiti
   'eventually 30 "[ \"\$(part_of ftevent-old1)\" != job_events_default ] && [ -z \"\$(waiting)\" ]"'
 check "and logs it" 'eventually 10 "grep -q \"event partition created\" $work/s1.log"'
 check "no pass failed" '[ "$(metric $m1 "whet_scheduler_maintenance_failures_total{pass=\"partitions\"}")" = 0 ]'
+
+# A reader holding job_events (its ACCESS SHARE lock, as any page of events) while a pass must make a partition
+# (for an old month's event in the DEFAULT one): with the migration's wait, the pass fails in a moment, and an
+# event written meanwhile waits at most that moment behind the pass's queued lock.
+q "ALTER FUNCTION whet_partitions_maintain(integer, integer) SET lock_timeout = '$lock_wait'"
+old_event ftevent-old3 1300
+PGAPPNAME=holder-table psql -qtAX "$WHET_DATABASE_URL" >/dev/null 2>&1 <<<"BEGIN; SELECT count(*) FROM job_events;
+  SELECT pg_sleep(600);" &
+pids+=($!)
+wait_for 30 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'holder-table' AND query LIKE '%pg_sleep%'" 1
+part_failures() { metric $m1 'whet_scheduler_maintenance_failures_total{pass="partitions"}'; }
+failed0=$(part_failures)
+q "NOTIFY whet_maintenance"
+slowest=0
+for i in $(seq 20); do
+  t0=$(date +%s%N)
+  q "INSERT INTO job_events (id, tenant_id, job_id, message) VALUES ('ftevent-during$i', 't1', 'ftjob-0', 'during')"
+  t=$(( ($(date +%s%N) - t0) / 1000000 )); [ "$t" -gt "$slowest" ] && slowest=$t
+  sleep 0.05
+done
+check "a pass blocked by a reader gives up (lock_timeout $lock_wait)" \
+  'eventually 30 "[ \$(part_failures) -gt $failed0 ]" && grep -q "partitions not maintained.*lock timeout" "$work/s1.log"'
+check "events written meanwhile waited at most a moment (slowest ${slowest} ms)" '[ "$slowest" -lt 2500 ]'
+check "the old event waits in the DEFAULT partition" '[ "$(part_of ftevent-old3)" = job_events_default ]'
+release table
+q "NOTIFY whet_maintenance"
+check "the reader gone, the next pass moves it" 'eventually 30 "[ \"\$(part_of ftevent-old3)\" != job_events_default ]"'
 
 # A stop while the pass waits: the scheduler stops at once (the statement is cancelled, not waited out).
 old_event ftevent-old2 1500
