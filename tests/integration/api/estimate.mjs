@@ -290,6 +290,42 @@ try {
   check(poolsKept() === 't', 'a node lost, one with fewer devices, one moved to another pool', stack.psql('SELECT whet_sizing_pools()'));
   stack.psql(`UPDATE nodes SET state = 'ready' WHERE id = 'n1'; DELETE FROM nodes WHERE id = 'n3'`);
   check(poolsKept() === 't', 'a node back, one deleted', stack.psql('SELECT whet_sizing_pools()'));
+
+  // The whole estimate, key for key and number for number (the API's bytes: the gateway keeps the database's
+  // key order and rounding), with every input in play: a kept count (or the previous job's tokens a step), the
+  // sizing's device, this model's throughput on it by another method only, and a newer price book.
+  stack.psql(`INSERT INTO price_books (version, effective_from, currency) VALUES (2, 1, 'EUR');
+              INSERT INTO prices (version, sku, device_type, unit_price) VALUES (2, 'device_hour', 'A100', 2.5),
+                (2, 'device_hour', '', 9), (2, 'trained_tokens_1m', '', 7), (2, 'rollout_completion_tokens_1m', '', 3);
+              INSERT INTO throughput_groups (base_model, device_type, method, tokens, seconds, jobs)
+                VALUES ('whet-tiny', 'A100', 'dpo', 3000, 2, 1);
+              INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted)
+                SELECT id, tenant_id, 'whet-tiny', 300, '{"examples": 9, "tokens": 1234, "source": "tokenized", "max_seq_len": 300}'
+                FROM files WHERE id = '${file}'`);
+  const exact = { model: 'whet-tiny', training_file: file, whet: { gpu_types: ['A100'], max_seq_len: 300 },
+    method: { type: 'supervised', supervised: { hyperparameters: { n_epochs: 2, batch_size: 3 } } } };
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: exact });
+  const sizing = r.json?.whet?.estimate?.sizing;
+  // 9 kept examples: 2 epochs of ceil(9 / 3) steps; 1234 tokens an epoch; 1500 tokens/s (whet-tiny's dpo on
+  // A100); 2468 / 1500 device-seconds at 2.5 EUR an hour, 2468 tokens at 7 EUR a million.
+  const fromCount = { cost: { amount: 0.018419, currency: 'EUR', line_items: { trained_tokens: 0.017276, 'device_hours:A100': 0.001143 } },
+    steps: 6, method: 'supervised', object: 'fine_tuning.job.estimate', sizing, n_epochs: 2, batch_size: 3,
+    device_type: 'A100', device_count: 1, tokenization: { source: 'tokenized', tokens: 1234, examples: 9, max_seq_len: 300 },
+    trained_tokens: 2468, throughput_source: 'model_device', training_examples: 9, device_type_source: 'sizing',
+    expected_duration_s: 2, tokens_per_device_s: 1500, trained_tokens_source: 'tokenized' };
+  check(r.status === 200 && sizing?.device_type === 'A100' && JSON.stringify(r.json.whet.estimate) === JSON.stringify(fromCount),
+        'a create\'s estimate from the kept count, exactly', [r.json?.whet?.estimate, fromCount]);
+  // A dry run counts again (whet-tiny's files are not in the store, so it says why): the previous job's 100
+  // tokens a step, 8 steps of the file's 10 lines.
+  r = await a('POST', '/v1/fine_tuning/jobs', { json: { ...exact, whet: { ...exact.whet, dry_run: true } } });
+  const { model: _m, training_file: _f, dry_run: _d, budget: _b, within_budget: _w, tokenization: why, ...estimated } = r.json ?? {};
+  const previous = { cost: { amount: 0.00597, currency: 'EUR', line_items: { trained_tokens: 0.0056, 'device_hours:A100': 0.00037 } },
+    steps: 8, method: 'supervised', object: 'fine_tuning.job.estimate', sizing, n_epochs: 2, batch_size: 3,
+    device_type: 'A100', device_count: 1, trained_tokens: 800, throughput_source: 'model_device', training_examples: 10,
+    device_type_source: 'sizing', expected_duration_s: 1, tokens_per_device_s: 1500, trained_tokens_source: 'previous_job' };
+  check(r.status === 200 && typeof why?.error === 'string' && JSON.stringify(estimated) === JSON.stringify(previous) &&
+        r.text.includes('"tokens_per_device_s":1500.0,') && r.text.includes('"amount":0.00597,'),
+        'a dry run\'s estimate from the previous job, exactly', [r.json, previous]);
 } catch (err) {
   check(false, 'exception', String(err.stack || err));
 } finally {
