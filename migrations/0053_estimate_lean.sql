@@ -11,13 +11,23 @@
 -- function over 21,600 argument sets in each of five states of the tables (prices, none, a future book,
 -- throughput summed over several rows, no fleet), no answer differed.
 --
--- whet_currency (0006), a SQL function that cannot be inlined (it reads a table), was planned again on every
--- call made from PL/pgSQL (a fresh executor state each time): ~60 us in the estimate without a price book in
--- effect, and in whet_job_cost (0052) on every job object without usage. As PL/pgSQL its plan is kept; the
--- same body.
+-- Two SQL functions that cannot be inlined (they read tables; the second is SECURITY DEFINER) were planned
+-- again on every call: whet_currency (0006), from PL/pgSQL (a fresh executor state each time), ~60 us in the
+-- estimate without a price book in effect and in whet_job_cost (0052) on every job object without usage,
+-- the create's insert included; whet_sizing_pools (0037), in every create's estimate_inputs, ~50 us. As
+-- PL/pgSQL their plans are kept; the same bodies.
 CREATE OR REPLACE FUNCTION whet_currency() RETURNS text LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN coalesce((SELECT b.currency FROM price_books b ORDER BY b.effective_from DESC LIMIT 1), 'USD');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION whet_sizing_pools() RETURNS jsonb LANGUAGE plpgsql STABLE SECURITY DEFINER
+  SET search_path = public AS $$
+BEGIN
+  RETURN (SELECT coalesce(jsonb_agg(jsonb_build_object('dc', dc, 'device_type', device_type, 'device_mib', device_mib,
+                                                       'devices', devices) ORDER BY dc, device_type, device_mib), '[]')
+          FROM sizing_pools WHERE nodes > 0);
 END
 $$;
 
