@@ -595,19 +595,22 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_
 
 void estimate_prepare(void) {
     /* The month's spend sums the tenant's usage, so a create weighs it only when the tenant has a budget
-     * (a dry run shows it anyway); without one the create reads a bounded number of rows. */
-    db_prepare("jobs_estimate",
-               "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
-               "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
-               "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
-               "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
-               "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "
-               "$10::jsonb) AS e, "
-               "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
-               "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b) s LEFT "
-               "JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
-               "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
-               "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
+     * (a dry run shows it anyway); without one the create reads a bounded number of rows. OFFSET 0 keeps
+     * the estimate and the budget computed once each: pulled up into the outer query, each reference to e
+     * and b was a call of its own (the budget's status up to seven times on a dry run). */
+    db_prepare(
+        "jobs_estimate",
+        "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
+        "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
+        "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
+        "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
+        "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "
+        "$10::jsonb) AS e, "
+        "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
+        "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b "
+        "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
+        "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
+        "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
     db_prepare("estimate_inputs",
                "SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes, "
                "coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = $2 AND f.tenant_id = $3 "
