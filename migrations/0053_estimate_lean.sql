@@ -1,21 +1,22 @@
 -- 0053_estimate_lean: every job create runs whet_job_estimate (gateway/estimate.c's jobs_estimate), and 0037's
--- body was one statement of thirteen CTEs: a plan of ~90 nodes (each reference to prev an InitPlan of its own,
--- all three levels of throughput and four whet_price calls set up and run on every call), whose executor
--- start-up was most of its ~400 us of CPU a call (pgbench, one connection). The same computation now reads
--- its inputs with a few small statements, each run only when its answer is used: the file with its kept
--- count, the previous job and the token prices in one; the fleet's most common device type only when neither
--- the sizing nor whet.gpu_types names one; the throughput of this model on the device (by this method, else
--- by any) with the device's hourly price in one, the device's throughput over every model only when this
--- model has none. The arithmetic is 0037's, expression for expression and type for type (float8 where it was
--- float8, the same numeric casts and roundings), so every answer is the same text: compared with 0037's
--- function over 21,600 argument sets in each of five states of the tables (prices, none, a future book,
--- throughput summed over several rows, no fleet), no answer differed.
+-- body was one statement of thirteen CTEs: a plan of ~90 nodes (each reference to prev an InitPlan of its own;
+-- all three levels of throughput and four whet_price calls set up and run on every call), ~390 us of
+-- PostgreSQL CPU a call (pgbench, one connection). The same computation now reads its inputs with a few small
+-- statements, each run only when its answer is used: the file with its kept count, the previous job and the
+-- token prices in one; the fleet's most common device type only when neither the sizing nor whet.gpu_types
+-- names one; this model's throughput on the device (by this method, else by any) with the device's hourly
+-- price in one; every model's throughput on the device only when this model has none: ~200 us a call. The
+-- arithmetic is 0037's, expression for expression and type for type (float8 where it was float8, the same
+-- numeric casts and roundings), so the answers are the same text: compared with 0037's function over 21,600
+-- argument sets in each of five states of the tables (prices; none; a future book only; throughput summed
+-- over several rows; no fleet, nothing measured), none differed. (A sum of float8 throughputs adds its rows
+-- in the order its plan reads them, as 0037's did in its own plan's order.)
 --
 -- Two SQL functions that cannot be inlined (they read tables; the second is SECURITY DEFINER) were planned
--- again on every call: whet_currency (0006), from PL/pgSQL (a fresh executor state each time), ~60 us in the
--- estimate without a price book in effect and in whet_job_cost (0052) on every job object without usage,
--- the create's insert included; whet_sizing_pools (0037), in every create's estimate_inputs, ~50 us. As
--- PL/pgSQL their plans are kept; the same bodies.
+-- again on every call, each statement's executor state being new: whet_currency (0006), ~60 us in the
+-- estimate without a price book in effect and in whet_job_cost (0052) on every job object without usage, the
+-- create's insert included; whet_sizing_pools (0037), in every create's estimate_inputs, ~50 us. As PL/pgSQL
+-- their plans are kept; the same bodies.
 CREATE OR REPLACE FUNCTION whet_currency() RETURNS text LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN coalesce((SELECT b.currency FROM price_books b ORDER BY b.effective_from DESC LIMIT 1), 'USD');
