@@ -13,7 +13,7 @@
  *      trained tokens, the device type and count, the expected duration from the throughput finished
  *      jobs measured, the cost at the prices in effect; for reinforcement the rollout tokens, an upper
  *      bound, priced at the rollout line, migration 0026) and reads the tenant's budget (migration 0009),
- *      in one statement (jobs_estimate). Since migration 0053 whet_job_estimate reads its inputs with a
+ *      in one statement (jobs_estimate). Since migration 0054 whet_job_estimate reads its inputs with a
  *      few small statements, each run only when its answer is used (the file with its kept count, the
  *      previous job and the token prices; the fleet's main device type; the throughput with the device's
  *      price; every model's throughput on the device), not one ~90-node plan set up on every create.

@@ -1,4 +1,4 @@
--- 0053_estimate_lean: every job create runs whet_job_estimate (gateway/estimate.c's jobs_estimate), and 0037's
+-- 0054_estimate_lean: every job create runs whet_job_estimate (gateway/estimate.c's jobs_estimate), and 0037's
 -- body was one statement of thirteen CTEs: a plan of ~90 nodes (each reference to prev an InitPlan of its own;
 -- all three levels of throughput and four whet_price calls set up and run on every call), ~390 us of
 -- PostgreSQL CPU a call (pgbench, one connection). The same computation now reads its inputs with a few small
