@@ -4,7 +4,8 @@
 # job's older step checkpoints (rows and files), keeps the pinned one, the final model and one a queued job
 # continues from until that job ends, and an unpinned one goes; a deleted model's checkpoints and final
 # model go once --deleted-model-keep has passed, not before; a deleted checkpoint's storage is metered up to
-# its deletion (the cost lines and their closed form agree); new settings look at every job again.
+# its deletion (the cost lines and their closed form agree); new settings look at every job again; a reported
+# checkpoint queues its job only when the settings keep the last N (migration 0055).
 . "$(dirname "$0")/lib.sh" retention
 m1=$(free_port)
 
@@ -49,6 +50,8 @@ q "UPDATE jobs SET model_deleted_at = whet_now() - 100 WHERE id = 'job-c';
    UPDATE jobs SET model_deleted_at = whet_now() WHERE id = 'job-d'"
 # A job the scheduler would place: held paused, so nothing else happens.
 q "UPDATE jobs SET status = 'paused' WHERE id = 'job-b'"
+check "under keep 0 (the settings before any scheduler) a reported checkpoint queues its job for nothing: not queued" \
+  '[ "$(q "SELECT count(*) FROM checkpoint_retention_queue WHERE job_id = '"'job-a'"'")" = 0 ]'
 
 "$WHET_BIN" scheduler --checkpoint-keep 2 --deleted-model-keep 30 --metrics "127.0.0.1:$m1" >"$work/s1.log" 2>&1 &
 pids+=($!)
@@ -96,6 +99,9 @@ wait "$s1" 2>/dev/null || true
 "$WHET_BIN" scheduler --checkpoint-keep 1 --deleted-model-keep never >"$work/s2.log" 2>&1 &
 pids+=($!)
 check "keep 1 after a restart: job-a keeps step 50 and the final" 'wait_for 20 "$(printf "SELECT string_agg(step_number::text, %s ORDER BY step_number) FROM checkpoints WHERE job_id = %s" "'"','"'" "'"'job-a'"'")" "50,60"'
+ckpt job-a 55
+check "under keep 1 a newly reported checkpoint queues its job: step 50 goes, 55 and the final stay" \
+  'wait_for 20 "$(printf "SELECT string_agg(step_number::text, %s ORDER BY step_number) FROM checkpoints WHERE job_id = %s" "'"','"'" "'"'job-a'"'")" "55,60"'
 check "deleted models never: job-d keeps its newest checkpoint and its final model" \
   'wait_for 20 "SELECT string_agg(step_number::text, '"','"') FROM checkpoints WHERE job_id = '"'job-d'"'" 2 && has_files jobs/job-d/final &&
    has_files jobs/job-d/checkpoints/step-2'
