@@ -5,9 +5,8 @@
  * whet_partitions_maintain, at most every PARTITIONS_EVERY_S. A month's partition is made a month before it
  * is needed, so an hour between calls costs nothing; a call that failed (a lock not granted in time: the
  * function waits at most 100 ms for a table, migration 0053, as everything after it queues meanwhile) is
- * tried again after PARTITIONS_RETRY_S. `NOTIFY
- * whet_maintenance` makes a call due at once. The wait is the maintenance thread's, never the placement
- * cycle's; a stop cancels it. */
+ * tried again after PARTITIONS_RETRY_S. `NOTIFY whet_maintenance` makes a call due at once. The wait is the
+ * maintenance thread's, never the placement cycle's; a stop cancels it. */
 #include <stdio.h>
 #include <string.h>
 

@@ -261,6 +261,8 @@ f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 # top statements by total time are printed too.
 pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
 [ "$pgss" = 1 ] && psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT pg_stat_statements_reset()" >/dev/null
+# Heartbeats due a second: every node once an interval, a tenth of the lease (the scheduler's answer to RegisterNode).
+hb_due=$(echo "$nodes * 10000 / $lease_ms" | bc -l)
 # Heartbeats in the window: the scheduler's count of those written (a heartbeat renews its node's row only
 # every quarter lease, so the row's updates no longer count them).
 hs0=$(metric whet_scheduler_heartbeat_statements_total) hb0=$(metric whet_scheduler_heartbeats_total)
@@ -284,7 +286,7 @@ awk -v p="$placements" -v f="$((f1 - f0))" -v el="$el" -v pt="$((p1 - p0))" -v s
   printf "scale:   PostgreSQL CPU: %.2f cores, %.2f ms per placement; scheduler CPU: %.2f cores, %.2f ms per placement\n",
          pt / hz / el, p ? pt * 1000 / hz / p : 0, st / hz / el, p ? st * 1000 / hz / p : 0 }'
 awk -v h="$((${hb1%.*} - ${hb0%.*}))" -v el="$el" -v pt="$((p1 - p0))" -v st="$((s1 - s0))" -v xt="$((x1 - x0))" -v hz="$hz" \
-    -v due="$(echo "$nodes * 10000 / $lease_ms" | bc -l)" 'BEGIN {
+    -v due="$hb_due" 'BEGIN {
   printf "scale:   heartbeats: %d (%.0f/s of %.0f/s due); CPU per heartbeat (ms), everything in the window included:" \
          " PostgreSQL %.3f, scheduler %.3f, the simulated fleet %.3f\n", h, h / el, due, h ? pt * 1000 / hz / h : 0,
          h ? st * 1000 / hz / h : 0, h ? xt * 1000 / hz / h : 0 }'
@@ -317,10 +319,10 @@ sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | { grep 'public state rewritt
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"
-python3 - "$work/fleet.json" "$nodes" "$lease_ms" <<'PY' | sed 's/^/scale: /'
+python3 - "$work/fleet.json" "$hb_due" <<'PY' | sed 's/^/scale: /'
 import json, sys
 w = json.load(open(sys.argv[1]))["window"]
-due = int(sys.argv[2]) * 10000 / int(sys.argv[3])
+due = float(sys.argv[2])
 print("phase 2 as the fleet saw it: %.0f heartbeats/s answered of %.0f/s due, latency p50 %.1f ms, p99 %.1f ms, max %.1f ms;"
       " %d past the 3 s deadline or failed, %d past the interval; the simulator sent %d late (mean lag %.1f ms)"
       % (w["heartbeats_answered_per_s"], due, w["heartbeat_p50_ms"], w["heartbeat_p99_ms"], w["heartbeat_max_ms"],
