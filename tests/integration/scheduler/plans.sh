@@ -91,43 +91,11 @@ wait 2>/dev/null || true
 
 # Every plan in the log: the statement, and each scan of a big table that is sequential or reads more
 # than the bound (rows returned and filtered out, times loops).
-python3 - "$work/sched.log" "$READ_BOUND" >"$work/plans.txt" <<'EOF'
-import json, re, sys
-# (running_changes is not one: it holds the changes since the previous cycle, and the history's, made
-# before the scheduler started, are all read once.)
-BIG = {'jobs', 'job_attempts', 'node_commands', 'checkpoints', 'job_events'}
-bound = int(sys.argv[2])
-lines = open(sys.argv[1], encoding='utf-8', errors='replace').read().split('\n')
-i = 0
-while i < len(lines):
-    if not re.search(r'WARNING:  duration: [0-9.]+ ms  plan:$', lines[i]):
-        i += 1
-        continue
-    body = []
-    while i + 1 < len(lines) and not re.match(r'^(ts=|LOG:|NOTICE:|WARNING:)', lines[i + 1]):
-        i += 1
-        body.append(lines[i])
-    doc = json.loads('\n'.join(body))
-    bad = []
-    def walk(n):
-        if n.get('Actual Loops') == 0:
-            return
-        read = (n.get('Actual Rows', 0) + n.get('Rows Removed by Filter', 0)) * n.get('Actual Loops', 1)
-        # job_events is read through its monthly partitions (migration 0044): job_events_202612, ...
-        # (not job_events_default, which the leader's maintenance keeps empty and reads whole).
-        rel = re.sub(r'^job_events_\d{6}$', 'job_events', n.get('Relation Name', ''))
-        if rel in BIG and (n['Node Type'] == 'Seq Scan' or read > bound):
-            bad.append(f"{n['Node Type']} on {n['Relation Name']} read {read}")
-        for c in n.get('Plans', []):
-            walk(c)
-    query = ' '.join(doc['Query Text'].split())
-    if query.startswith('SELECT a.job_id, a.attempt'):
-        bad = []  # the first cycle reads every running attempt, once: running.c
-    else:
-        walk(doc['Plan'])
-    print(('BAD ' + '; '.join(bad) + ' IN ' if bad else 'ok ') + query[:300])
-    i += 1
-EOF
+# (running_changes is not one of the big tables: it holds the changes since the previous cycle, and the
+# history's, made before the scheduler started, are all read once; the first cycle reads every running
+# attempt, once: running.c.)
+python3 "$(dirname "$0")/plan_check.py" "$work/sched.log" "$READ_BOUND" jobs,job_attempts,node_commands,checkpoints,job_events \
+  'SELECT a.job_id, a.attempt' >"$work/plans.txt"
 echo "  $(wc -l <"$work/plans.txt") plans logged"
 grep '^BAD' "$work/plans.txt" | sort | uniq -c | sed 's/^/  /' >&2 || true
 check "plans logged" '[ "$(wc -l <"$work/plans.txt")" -gt 20 ]'
