@@ -23,6 +23,12 @@ PGconn *whet_pg_connect_stoppable(const char *conninfo, const struct background 
  * the thread is told to stop, returning NULL with *stopping set. */
 PGresult *whet_pg_query_stoppable(PGconn *conn, const char *sql, int nparams, const char *const *params,
                                   const struct background *b, int *stopping, struct whet_err *err);
+/* Has whet_pg_query() prepare each distinct SQL text it runs with parameters on this connection on its
+ * first use, and execute it by name after: PostgreSQL then parses, analyzes and plans it once a session
+ * (taking the generic plan after five runs when it costs no more, as PL/pgSQL and the gateway's statements
+ * do) instead of on every call. For a long-lived connection whose statements repeat (the scheduler's
+ * handlers). 0, or -1 when libpq could not attach the cache. */
+int whet_pg_prepare_statements(PGconn *conn);
 /* Runs SQL with text parameters; returns the result (free with PQclear) when the command succeeded,
  * else NULL with PostgreSQL's primary message (and detail) in err. */
 PGresult *whet_pg_query(PGconn *conn, const char *sql, int nparams, const char *const *params, struct whet_err *err);

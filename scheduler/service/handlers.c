@@ -41,11 +41,18 @@ static void thread_conn_set(PGconn *conn) {
     pthread_setspecific(thread_conn_key, conn);
 }
 
-/* The calling thread's connection, connected on first use and after a failure. */
+/* The calling thread's connection, connected on first use and after a failure. Its statements are the
+ * handlers' few, run for every report: prepared once (pg.h). */
 static PGconn *handler_conn(const struct scheduler *s, struct whet_err *err) {
     if (thread_conn && PQstatus(thread_conn) == CONNECTION_OK) return thread_conn;
     PQfinish(thread_conn);
-    thread_conn_set(whet_pg_connect(s->opts->database_url, err));
+    PGconn *conn = whet_pg_connect(s->opts->database_url, err);
+    if (conn && whet_pg_prepare_statements(conn) < 0) {
+        whet_errf(err, "database: libpq could not keep the connection's prepared statements");
+        PQfinish(conn);
+        conn = NULL;
+    }
+    thread_conn_set(conn);
     return thread_conn;
 }
 

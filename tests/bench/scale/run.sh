@@ -295,7 +295,7 @@ awk -v s="$((${hs1%.*} - ${hs0%.*}))" -v b="$((${hb1%.*} - ${hb0%.*}))" 'BEGIN {
 say "  scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status) (peak $(awk '/VmHWM/ {print $2 " " $3}' /proc/$sched_pid/status))"
 if [ "$pgss" = 1 ]; then
   say "  top statements (pg_stat_statements): calls, total ms, ms per call, statement"
-  psql -qtAX -F ' ' "$WHET_TEST_DATABASE_URL" -c "SELECT calls, round(total_exec_time), round((total_exec_time / calls)::numeric, 3),
+  psql -qtAX -F ' ' "$WHET_TEST_DATABASE_URL" -c "SELECT calls, round(total_exec_time), round((total_exec_time / greatest(calls, 1))::numeric, 3),
       left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
       WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT 10" | sed 's/^/scale:     /'
 fi
