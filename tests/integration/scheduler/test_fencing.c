@@ -5,7 +5,8 @@
  * heartbeat progress change nothing and are answered FAILED_PRECONDITION (the heartbeat: register
  * again), while attempt 2's apply. A late success of a lost attempt is refused once the newer attempt
  * has recorded a checkpoint, taken (newer attempt cancelled, then fenced) when it has not, and a retry
- * of a taken one is answered OK. A success records its final model's checkpoint row with its end. */
+ * of a taken one is answered OK. A success records its final model's checkpoint row with its end. And the
+ * handlers' connection prepares each statement once a session (pg.h), and again in a new session. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,6 +224,33 @@ TEST(a_late_success_is_taken_while_the_newer_attempt_has_none) {
     CHECK_STR(count("job_events", "ftjob-late-taken", "message = 'The job has successfully completed'"), "1");
 }
 
+/* The handlers' connection's prepared statements, as its session lists them. */
+static int prepared_statements(PGconn *conn) {
+    PGresult *res = PQexec(conn, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'whet\\_%'");
+    int n = PQresultStatus(res) == PGRES_TUPLES_OK ? atoi(PQgetvalue(res, 0, 0)) : -1;
+    PQclear(res);
+    return n;
+}
+
+static void test_the_handlers_prepare_each_statement_once_a_session(void) {
+    struct whet_err err;
+    PGconn *conn = scheduler_handler_conn(&sched, &err);
+    int before = prepared_statements(conn);
+    CHECK(before > 0); /* the tests above ran the handlers' statements */
+    moved_job("ftjob-prepared");
+    CHECK(checkpoint("node-b", "ftjob-prepared", 2, 7, &err) == RPC_OK);
+    CHECK(event("node-a", "ftjob-prepared", 1, 1) == RPC_FAILED_PRECONDITION);
+    CHECK(prepared_statements(conn) == before); /* nothing new to prepare: the same statements again */
+    PQreset(conn);                              /* a new session, with nothing prepared: the cache starts again */
+    CHECK(prepared_statements(conn) == 0);
+    CHECK(checkpoint("node-b", "ftjob-prepared", 2, 8, &err) == RPC_OK);
+    CHECK(event("node-b", "ftjob-prepared", 2, 2) == RPC_OK);
+    CHECK(prepared_statements(conn) > 0);
+    CHECK_STR(q("SELECT string_agg(step_number::text, ',' ORDER BY step_number) FROM checkpoints"
+                " WHERE job_id = 'ftjob-prepared' AND attempt = 2"),
+              "7,8");
+}
+
 /* A database of this test's own, migrated; NULL when there is no PostgreSQL to test with. */
 static char *create_database(void) {
     const char *admin = getenv("WHET_TEST_DATABASE_URL"), *build = getenv("WHET_BUILD_DIR");
@@ -279,6 +307,7 @@ int main(void) {
     RUN(a_stale_attempt_changes_nothing_and_is_told_so);
     RUN(a_late_success_is_refused_once_the_newer_attempt_has_checkpoints);
     RUN(a_late_success_is_taken_while_the_newer_attempt_has_none);
+    RUN(the_handlers_prepare_each_statement_once_a_session);
     PQfinish(db);
     drop_database(); /* WITH (FORCE): the handlers' connection goes with it */
     free(url);
