@@ -292,7 +292,8 @@ int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessa
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Server: one completion queue per thread; each call walks REQUESTED -> RECEIVED -> SENT.
+ * Server: one completion queue per thread, with a call requested on it while the thread is free; each call
+ * walks REQUESTED -> RECEIVED -> SENT.
  * ---------------------------------------------------------------------------------------------- */
 
 enum call_stage { STAGE_REQUESTED, STAGE_RECEIVED, STAGE_SENT };
@@ -459,18 +460,24 @@ static void *server_thread_main(void *arg) {
             srv->active_calls++;
             pthread_mutex_unlock(&srv->lock);
             c->active = 1;
-            request_next_call(srv, t->cq);
             grpc_op op;
             memset(&op, 0, sizeof op);
             op.op = GRPC_OP_RECV_MESSAGE;
             op.data.recv_message.recv_message = &c->recv_bb;
             c->stage = STAGE_RECEIVED;
-            if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) server_call_free(c);
+            if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) {
+                server_call_free(c);
+                request_next_call(srv, t->cq);
+            }
             break;
         }
         case STAGE_RECEIVED:
             if (!ev.success) server_call_free(c);
             else respond(c);
+            /* Only now, its handler done, does this thread ask for another call: one asked for while the
+             * handler ran was matched to this thread's queue and waited behind it (a heartbeat behind a
+             * FinishJob waiting on a lock) however many threads stood idle. */
+            request_next_call(srv, t->cq);
             break;
         case STAGE_SENT: server_call_free(c); break;
         }

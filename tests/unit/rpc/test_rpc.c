@@ -1,5 +1,7 @@
-/* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods,
- * deadlines, and retries that give up when no server answers. */
+/* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods, calls
+ * answered by a free thread while another's handler is held, deadlines, and retries that give up when no
+ * server answers. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,12 +14,27 @@
 
 static int calls;
 
-/* Replies with one START command per job reported, echoing its id; a node called "slow" sleeps. */
+/* A node called "held" waits in its handler until the test lets it go. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
+static int held_running, held_released;
+
+static void hold(void) {
+    pthread_mutex_lock(&held_lock);
+    held_running = 1;
+    pthread_cond_broadcast(&held_cond);
+    while (!held_released) pthread_cond_wait(&held_cond, &held_lock);
+    pthread_mutex_unlock(&held_lock);
+}
+
+/* Replies with one START command per job reported, echoing its id; a node called "slow" sleeps, one called
+ * "held" waits (hold). */
 static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
     (void)ctx;
     const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
     __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
     if (!strcmp(req->node_id, "slow")) usleep(500 * 1000);
+    if (!strcmp(req->node_id, "held")) hold();
     if (!strcmp(req->node_id, "bad")) return whet_errf(err, "node unknown"), RPC_NOT_FOUND;
     Whet__V1__HeartbeatResponse *resp = malloc(sizeof *resp);
     whet__v1__heartbeat_response__init(resp);
@@ -101,6 +118,38 @@ TEST(unknown_method) {
     CHECK(heartbeat("secret", "node-a", "/whet.v1.Scheduler/Nope", 5000, 5000, &resp, &err) == 12);
 }
 
+static void *held_call(void *rc) {
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    *(int *)rc = heartbeat("secret", "held", HEARTBEAT, 30000, 30000, &resp, &err);
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return NULL;
+}
+
+/* With one of the two threads held in a handler, every other call is answered by the free one: none is
+ * queued behind the held handler (each would then miss its deadline). */
+TEST(a_held_handler_holds_up_no_other_call) {
+    int held_rc = -1;
+    pthread_t t;
+    pthread_create(&t, NULL, held_call, &held_rc);
+    pthread_mutex_lock(&held_lock);
+    while (!held_running) pthread_cond_wait(&held_cond, &held_lock);
+    pthread_mutex_unlock(&held_lock);
+    for (int i = 0; i < 8; i++) {
+        Whet__V1__HeartbeatResponse *resp = NULL;
+        struct whet_err err;
+        int rc = heartbeat("secret", "node-a", HEARTBEAT, 3000, 3000, &resp, &err);
+        CHECK_MSG(rc == RPC_OK, "call %d: %s", i, err.msg);
+        if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+    }
+    pthread_mutex_lock(&held_lock);
+    held_released = 1;
+    pthread_cond_broadcast(&held_cond);
+    pthread_mutex_unlock(&held_lock);
+    pthread_join(t, NULL);
+    CHECK(held_rc == RPC_OK);
+}
+
 TEST(deadline_exceeded) {
     Whet__V1__HeartbeatResponse *resp = NULL;
     struct whet_err err;
@@ -132,6 +181,7 @@ int main(void) {
     RUN(wrong_token_is_unauthenticated);
     RUN(handler_status_reaches_client);
     RUN(unknown_method);
+    RUN(a_held_handler_holds_up_no_other_call);
     RUN(deadline_exceeded);
     RUN(no_server_gives_up_after_budget);
     rpc_server_stop(server); /* while the "slow" handler may still run */
