@@ -17,7 +17,10 @@
  * heartbeats (its own lag: when that is large, the figures measure this process, not the scheduler).
  *
  * Nodes are split over T threads, each making blocking calls on one shared channel; node i's first
- * call is spread over the first interval so that N nodes do not register in one burst.
+ * call is spread over the first interval so that N nodes do not register in one burst. A job's
+ * checkpoint and end are reported by T more threads (reporters, sharing one queue), as an executor
+ * reports them from the job's own thread (executor/agent/job.c): a slow FinishJob does not hold up the
+ * node's heartbeats.
  *
  * A window: the first SIGUSR1 opens it, the second closes it, and the JSON has the same figures for it
  * alone under "window" (run.sh opens it for its steady state, past the registration and the fill). */
@@ -44,6 +47,7 @@ struct sim_job {
     uint32_t attempt;
     double started, duration;
     int checkpointed;
+    int reporting; /* a report of it is with the reporters */
 };
 
 struct sim_node {
@@ -66,13 +70,39 @@ struct stats {
     uint32_t *lat;
 };
 
+struct report;
+
+/* A thread of heartbeats (with nodes) or of reports (without): its own statistics, and the reports
+ * done for its nodes, handed back by the reporters. */
 struct worker {
     pthread_t thread;
     struct sim_node *nodes;
     int n_nodes;
     unsigned seed;
     struct stats run, window; /* read after the join */
+    pthread_mutex_t lock;
+    struct report *done;
 };
+
+/* A checkpoint or an end, queued by the node's worker for a reporter, and back with its answer. */
+struct report {
+    struct report *next;
+    struct worker *owner;
+    struct sim_node *node;
+    char *job_id;
+    uint32_t attempt, step;
+    int finish; /* else a checkpoint */
+    Whet__V1__FinishJobRequest__Outcome outcome;
+    double device_seconds;
+    int ok;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t ready;
+    struct report *head, **tail;
+    int closed;
+} reports = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &reports.head, 0};
 
 static struct {
     struct rpc_client *rpc;
@@ -175,49 +205,120 @@ static uint32_t job_step(const struct sim_job *j, double now) {
     return (uint32_t)(MAX_TOTAL_STEPS * (f < 0 ? 0 : f > 1 ? 1 : f));
 }
 
-static void finish(struct worker *w, struct sim_node *n, int k, Whet__V1__FinishJobRequest__Outcome outcome, double now) {
+/* Hands job k's end (or its checkpoint) to the reporters, once: the job stays the node's, and in its
+ * heartbeats, until the report is back (reports_done). */
+static void report(struct worker *w, struct sim_node *n, int k, int finish, Whet__V1__FinishJobRequest__Outcome outcome,
+                   double now) {
     struct sim_job *j = &n->jobs[k];
-    uint32_t steps = job_step(j, now);
-    Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
-    usage.device_type = "sim-H100";
-    usage.device_seconds = now - j->started;
-    usage.trained_tokens = steps * 1000ull;
-    char prefix[160];
-    snprintf(prefix, sizeof prefix, "sim/%s/final/", j->id);
-    Whet__V1__FinishJobRequest req = WHET__V1__FINISH_JOB_REQUEST__INIT;
-    req.node_id = n->id;
-    req.job_id = j->id;
-    req.attempt = j->attempt;
-    req.outcome = outcome;
-    req.usage = &usage;
-    req.trained_tokens = usage.trained_tokens;
-    req.final_object_prefix = outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED ? prefix : "";
-    /* A failed FinishJob is retried at the node's next event, as an executor retries it. */
-    if (call(w, M_FINISH, "/whet.v1.Scheduler/FinishJob", &req.base, &whet__v1__finish_job_response__descriptor, NULL) < 0)
-        return;
-    struct stats *s[2];
-    for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++)
-        if (outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED) s[i]->succeeded++;
-        else s[i]->stopped++;
-    free(j->id);
-    n->jobs[k] = n->jobs[--n->n_jobs];
+    if (j->reporting) return;
+    j->reporting = 1;
+    struct report *r = xcalloc(1, sizeof *r);
+    *r = (struct report){.owner = w,
+                         .node = n,
+                         .job_id = xstrdup(j->id),
+                         .attempt = j->attempt,
+                         .step = job_step(j, now),
+                         .finish = finish,
+                         .outcome = outcome,
+                         .device_seconds = now - j->started};
+    pthread_mutex_lock(&reports.lock);
+    *reports.tail = r;
+    reports.tail = &r->next;
+    pthread_cond_signal(&reports.ready);
+    pthread_mutex_unlock(&reports.lock);
 }
 
-static void checkpoint(struct worker *w, struct sim_node *n, struct sim_job *j, double now) {
+/* A reporter's call for r; r->ok when it was answered. */
+static void report_call(struct worker *reporter, struct report *r) {
     char prefix[160];
-    uint32_t step = job_step(j, now);
-    snprintf(prefix, sizeof prefix, "sim/%s/ckpt-%u/", j->id, step);
-    Whet__V1__CheckpointReport req = WHET__V1__CHECKPOINT_REPORT__INIT;
-    req.node_id = n->id;
-    req.job_id = j->id;
-    req.attempt = j->attempt;
-    req.step = step;
-    req.object_prefix = prefix;
-    req.bytes = 1 << 20;
-    req.metrics_json = "{}";
-    if (call(w, M_CHECKPOINT, "/whet.v1.Scheduler/ReportCheckpoint", &req.base,
-             &whet__v1__report_checkpoint_response__descriptor, NULL) == 0)
-        j->checkpointed = 1;
+    if (!r->finish) {
+        snprintf(prefix, sizeof prefix, "sim/%s/ckpt-%u/", r->job_id, r->step);
+        Whet__V1__CheckpointReport req = WHET__V1__CHECKPOINT_REPORT__INIT;
+        req.node_id = r->node->id;
+        req.job_id = r->job_id;
+        req.attempt = r->attempt;
+        req.step = r->step;
+        req.object_prefix = prefix;
+        req.bytes = 1 << 20;
+        req.metrics_json = "{}";
+        r->ok = call(reporter, M_CHECKPOINT, "/whet.v1.Scheduler/ReportCheckpoint", &req.base,
+                     &whet__v1__report_checkpoint_response__descriptor, NULL) == 0;
+        return;
+    }
+    Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
+    usage.device_type = "sim-H100";
+    usage.device_seconds = r->device_seconds;
+    usage.trained_tokens = r->step * 1000ull;
+    snprintf(prefix, sizeof prefix, "sim/%s/final/", r->job_id);
+    int succeeded = r->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
+    Whet__V1__FinishJobRequest req = WHET__V1__FINISH_JOB_REQUEST__INIT;
+    req.node_id = r->node->id;
+    req.job_id = r->job_id;
+    req.attempt = r->attempt;
+    req.outcome = r->outcome;
+    req.usage = &usage;
+    req.trained_tokens = usage.trained_tokens;
+    req.final_object_prefix = succeeded ? prefix : "";
+    r->ok = call(reporter, M_FINISH, "/whet.v1.Scheduler/FinishJob", &req.base,
+                 &whet__v1__finish_job_response__descriptor, NULL) == 0;
+    if (!r->ok) return;
+    struct stats *s[2];
+    for (int i = 0, n_stats = stats_of(reporter, s); i < n_stats; i++)
+        if (succeeded) s[i]->succeeded++;
+        else s[i]->stopped++;
+}
+
+static void reports_free(struct report *r) {
+    while (r) {
+        struct report *next = r->next;
+        free(r->job_id);
+        free(r);
+        r = next;
+    }
+}
+
+static void *reporter_main(void *arg) {
+    struct worker *reporter = arg;
+    for (;;) {
+        pthread_mutex_lock(&reports.lock);
+        while (!reports.head && !reports.closed) pthread_cond_wait(&reports.ready, &reports.lock);
+        struct report *r = reports.closed ? NULL : reports.head;
+        if (r && !(reports.head = r->next)) reports.tail = &reports.head;
+        pthread_mutex_unlock(&reports.lock);
+        if (!r) return NULL; /* the run is over: what is still queued is freed by main */
+        report_call(reporter, r);
+        pthread_mutex_lock(&r->owner->lock);
+        r->next = r->owner->done;
+        r->owner->done = r;
+        pthread_mutex_unlock(&r->owner->lock);
+    }
+}
+
+/* The reports back for w's nodes: a job checkpointed, a job ended (gone from its node), or a failed
+ * report, made again at the job's next event (as an executor retries it). */
+static void reports_done(struct worker *w) {
+    pthread_mutex_lock(&w->lock);
+    struct report *r = w->done;
+    w->done = NULL;
+    pthread_mutex_unlock(&w->lock);
+    while (r) {
+        struct report *next = r->next;
+        struct sim_node *n = r->node;
+        for (int k = 0; k < n->n_jobs; k++) {
+            struct sim_job *j = &n->jobs[k];
+            if (j->attempt != r->attempt || strcmp(j->id, r->job_id) != 0) continue;
+            j->reporting = 0;
+            if (r->ok && !r->finish) j->checkpointed = 1;
+            if (r->ok && r->finish) {
+                free(j->id);
+                n->jobs[k] = n->jobs[--n->n_jobs];
+            }
+            break;
+        }
+        r->next = NULL;
+        reports_free(r);
+        r = next;
+    }
 }
 
 static void apply_command(struct worker *w, struct sim_node *n, const Whet__V1__Command *c, double now) {
@@ -236,7 +337,7 @@ static void apply_command(struct worker *w, struct sim_node *n, const Whet__V1__
     if (c->kind != WHET__V1__COMMAND__KIND__STOP && c->kind != WHET__V1__COMMAND__KIND__CANCEL) return;
     for (int k = 0; k < n->n_jobs; k++)
         if (!strcmp(n->jobs[k].id, c->job_id) && n->jobs[k].attempt == c->attempt) {
-            finish(w, n, k,
+            report(w, n, k, 1,
                    c->kind == WHET__V1__COMMAND__KIND__STOP ? WHET__V1__FINISH_JOB_REQUEST__OUTCOME__STOPPED
                                                             : WHET__V1__FINISH_JOB_REQUEST__OUTCOME__CANCELLED,
                    now);
@@ -306,6 +407,7 @@ static double node_due(const struct sim_node *n) {
     if (!n->registered) return due;
     for (int k = 0; k < n->n_jobs; k++) {
         const struct sim_job *j = &n->jobs[k];
+        if (j->reporting) continue;
         double t = j->checkpointed ? j->started + j->duration : j->started + j->duration / 2;
         if (t < due) due = t;
     }
@@ -320,9 +422,10 @@ static void node_step(struct worker *w, struct sim_node *n, double now) {
     /* The checkpoint comes first even when this node's turn came late, past the job's end. */
     for (int k = n->n_jobs - 1; k >= 0; k--) {
         struct sim_job *j = &n->jobs[k];
-        if (!j->checkpointed && now >= j->started + j->duration / 2) checkpoint(w, n, j, now);
-        if (j->checkpointed && now >= j->started + j->duration)
-            finish(w, n, k, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED, now);
+        if (!j->checkpointed && now >= j->started + j->duration / 2)
+            report(w, n, k, 0, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED, now);
+        else if (j->checkpointed && now >= j->started + j->duration)
+            report(w, n, k, 1, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED, now);
     }
     if (now >= n->next_hb) heartbeat(w, n, now);
 }
@@ -330,6 +433,7 @@ static void node_step(struct worker *w, struct sim_node *n, double now) {
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     while (!stopping) {
+        reports_done(w);
         double now = whet_now_mono();
         if (g.until > 0 && now >= g.until) break;
         int next = -1;
@@ -464,13 +568,17 @@ int main(int argc, char **argv) {
         snprintf(nodes[i].id, sizeof nodes[i].id, "sim-%06d", i);
         nodes[i].dc = i % g.dcs;
     }
-    struct worker *w = xcalloc((size_t)threads, sizeof *w);
-    for (int t = 0; t < threads; t++) {
-        w[t].nodes = nodes + (long)n_nodes * t / threads;
-        w[t].n_nodes = (int)((long)n_nodes * (t + 1) / threads - (long)n_nodes * t / threads);
+    /* threads heartbeat workers, then as many reporters */
+    struct worker *w = xcalloc((size_t)threads * 2, sizeof *w);
+    for (int t = 0; t < threads * 2; t++) {
+        if (t < threads) {
+            w[t].nodes = nodes + (long)n_nodes * t / threads;
+            w[t].n_nodes = (int)((long)n_nodes * (t + 1) / threads - (long)n_nodes * t / threads);
+        }
         w[t].seed = seed * 7919u + (unsigned)t;
         w[t].run.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].run.lat);
         w[t].window.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].window.lat);
+        pthread_mutex_init(&w[t].lock, NULL);
     }
     /* The first node registers alone, until the scheduler answers: its answer gives every node the
      * heartbeat interval. */
@@ -486,20 +594,29 @@ int main(int argc, char **argv) {
     start = whet_now_mono();
     g.until = seconds > 0 ? start + seconds : 0;
     for (int i = 1; i < n_nodes; i++) nodes[i].next_hb = start + g.heartbeat_s * i / n_nodes;
-    for (int t = 0; t < threads; t++)
-        if (pthread_create(&w[t].thread, NULL, worker_main, &w[t]) != 0) {
+    for (int t = 0; t < threads * 2; t++)
+        if (pthread_create(&w[t].thread, NULL, t < threads ? worker_main : reporter_main, &w[t]) != 0) {
             fprintf(stderr, "scale_fleet: cannot start thread %d\n", t);
             return 1;
         }
     struct stats run = {.lat = xcalloc(LAT_BUCKETS, sizeof *run.lat)},
                  win = {.lat = xcalloc(LAT_BUCKETS, sizeof *win.lat)};
-    for (int t = 0; t < threads; t++) {
+    for (int t = 0; t < threads * 2; t++) {
+        if (t == threads) { /* the workers are done: the reporters stop */
+            pthread_mutex_lock(&reports.lock);
+            reports.closed = 1;
+            pthread_cond_broadcast(&reports.ready);
+            pthread_mutex_unlock(&reports.lock);
+        }
         pthread_join(w[t].thread, NULL);
         stats_add(&run, &w[t].run);
         stats_add(&win, &w[t].window);
         free(w[t].run.lat);
         free(w[t].window.lat);
+        pthread_mutex_destroy(&w[t].lock);
     }
+    for (int t = 0; t < threads; t++) reports_free(w[t].done);
+    reports_free(reports.head);
     double end = whet_now_mono();
     printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"threads\":%d,\"heartbeat_ms\":%.0f,\"lease_ms\":%.0f,", n_nodes,
            g.gpus, threads, g.heartbeat_s * 1000, g.lease_s * 1000);
