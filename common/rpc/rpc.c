@@ -292,8 +292,11 @@ int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessa
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Server: one completion queue per thread, with a call requested on it while the thread is free; each call
- * walks REQUESTED -> RECEIVED -> SENT.
+ * Server: one completion queue that all its threads take events from, with as many calls requested on it
+ * as there are threads (a call's next is requested when it arrives, so the next call's arrival overlaps
+ * this one's handler); each call walks REQUESTED -> RECEIVED -> SENT, each step taken by whichever thread
+ * is free. A queue per thread, as before, matched a call to a busy thread's queue, where it waited behind
+ * that thread's handler (a heartbeat behind a FinishJob waiting on a lock) however many threads stood idle.
  * ---------------------------------------------------------------------------------------------- */
 
 enum call_stage { STAGE_REQUESTED, STAGE_RECEIVED, STAGE_SENT };
@@ -315,7 +318,6 @@ struct server_call {
 
 struct server_thread {
     struct rpc_server *server;
-    grpc_completion_queue *cq;
     pthread_t thread;
 };
 
@@ -326,6 +328,7 @@ struct rpc_server {
     const struct rpc_method *methods;
     int nmethods;
     void *ctx;
+    grpc_completion_queue *cq;
     int nthreads;
     struct server_thread *threads;
     pthread_mutex_t lock;
@@ -339,7 +342,8 @@ struct rpc_server {
 #define SHUTDOWN_TAG ((void *)&shutdown_tag_storage)
 static char shutdown_tag_storage;
 
-static void request_next_call(struct rpc_server *srv, grpc_completion_queue *cq) {
+static void request_next_call(struct rpc_server *srv) {
+    grpc_completion_queue *cq = srv->cq;
     struct server_call *c = xcalloc(1, sizeof *c);
     c->server = srv;
     c->cq = cq;
@@ -437,9 +441,9 @@ static void respond(struct server_call *c) {
 static void *server_thread_main(void *arg) {
     struct server_thread *t = arg;
     struct rpc_server *srv = t->server;
-    request_next_call(srv, t->cq);
+    request_next_call(srv);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(t->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
         if (ev.tag == SHUTDOWN_TAG) {
@@ -460,24 +464,18 @@ static void *server_thread_main(void *arg) {
             srv->active_calls++;
             pthread_mutex_unlock(&srv->lock);
             c->active = 1;
+            request_next_call(srv);
             grpc_op op;
             memset(&op, 0, sizeof op);
             op.op = GRPC_OP_RECV_MESSAGE;
             op.data.recv_message.recv_message = &c->recv_bb;
             c->stage = STAGE_RECEIVED;
-            if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) {
-                server_call_free(c);
-                request_next_call(srv, t->cq);
-            }
+            if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) server_call_free(c);
             break;
         }
         case STAGE_RECEIVED:
             if (!ev.success) server_call_free(c);
             else respond(c);
-            /* Only now, its handler done, does this thread ask for another call: one asked for while the
-             * handler ran was matched to this thread's queue and waited behind it (a heartbeat behind a
-             * FinishJob waiting on a lock) however many threads stood idle. */
-            request_next_call(srv, t->cq);
             break;
         case STAGE_SENT: server_call_free(c); break;
         }
@@ -498,11 +496,9 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
     pthread_cond_init(&srv->shut_down, NULL);
     srv->server = grpc_server_create(channel_args_get(), NULL);
     srv->threads = xcalloc((size_t)srv->nthreads, sizeof *srv->threads);
-    for (int i = 0; i < srv->nthreads; i++) {
-        srv->threads[i].server = srv;
-        srv->threads[i].cq = grpc_completion_queue_create_for_next(NULL);
-        grpc_server_register_completion_queue(srv->server, srv->threads[i].cq, NULL);
-    }
+    for (int i = 0; i < srv->nthreads; i++) srv->threads[i].server = srv;
+    srv->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
 
     grpc_server_credentials *creds = NULL;
     if (server_credentials(&creds, err) != 0) goto fail;
@@ -519,13 +515,9 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
     return 0;
 fail:
     grpc_server_destroy(srv->server);
-    for (int i = 0; i < srv->nthreads; i++) {
-        grpc_completion_queue_shutdown(srv->threads[i].cq);
-        while (grpc_completion_queue_next(srv->threads[i].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-               GRPC_QUEUE_SHUTDOWN) {
-        }
-        grpc_completion_queue_destroy(srv->threads[i].cq);
-    }
+    grpc_completion_queue_shutdown(srv->cq);
+    while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {}
+    grpc_completion_queue_destroy(srv->cq);
     free(srv->threads);
     free(srv->token);
     free(srv);
@@ -536,16 +528,14 @@ int rpc_server_port(const struct rpc_server *server) { return server->port; }
 
 void rpc_server_stop(struct rpc_server *srv) {
     if (!srv) return;
-    grpc_server_shutdown_and_notify(srv->server, srv->threads[0].cq, SHUTDOWN_TAG);
+    grpc_server_shutdown_and_notify(srv->server, srv->cq, SHUTDOWN_TAG);
     pthread_mutex_lock(&srv->lock);
     while (!srv->shutdown_done || srv->active_calls > 0) pthread_cond_wait(&srv->shut_down, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
     grpc_server_destroy(srv->server);
-    for (int i = 0; i < srv->nthreads; i++) grpc_completion_queue_shutdown(srv->threads[i].cq);
-    for (int i = 0; i < srv->nthreads; i++) {
-        pthread_join(srv->threads[i].thread, NULL);
-        grpc_completion_queue_destroy(srv->threads[i].cq);
-    }
+    grpc_completion_queue_shutdown(srv->cq);
+    for (int i = 0; i < srv->nthreads; i++) pthread_join(srv->threads[i].thread, NULL);
+    grpc_completion_queue_destroy(srv->cq);
     pthread_mutex_destroy(&srv->lock);
     pthread_cond_destroy(&srv->shut_down);
     free(srv->threads);
