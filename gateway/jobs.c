@@ -20,14 +20,20 @@
 
 /* A job's columns, of jobs j and its progress p (JOB_FROM). The progress is the heartbeats' (migration
  * 0028); estimated_finish is the running attempt's step rate so far, once that attempt reported a step. */
-#define JOB_COLUMNS                                                                                                    \
+#define JOB_COLUMNS JOB_COLUMNS_COSTED("whet_job_cost(j.id)")
+/* JOB_COLUMNS with the cost column's expression given: a job being created has nothing recorded yet. */
+#define JOB_COLUMNS_COSTED(cost)                                                                                       \
     "j.id, j.model, j.training_file, j.validation_file, j.method, j.suffix, j.seed, j.metadata, j.whet, j.status, "    \
     "j.error, j.fine_tuned_model, p.trained_tokens, CASE WHEN j.status = 'running' AND p.attempt = j.attempt "         \
     "THEN whet_estimated_finish(p.last_step, p.total_steps, p.resume_step, p.started_at) END, j.result_files, "        \
-    "j.created_at, j.finished_at, j.tenant_id, j.wait_reason, j.priority, j.queue_position, whet_job_cost(j.id), "     \
+    "j.created_at, j.finished_at, j.tenant_id, j.wait_reason, j.priority, j.queue_position, " cost ", "                \
     "j.estimate, CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN "                          \
     "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id "                                        \
     "AND u.job_created_at = j.created_at) END"
+/* whet_job_cost's answer for a job with no attempt, usage or checkpoint (migration 0033), without its probes. */
+#define NEW_JOB_COST                                                                                                   \
+    "jsonb_build_object('amount', 0, 'currency', whet_currency(), 'running_amount', 0, 'run_seconds', 0, "             \
+    "'line_items', '{}'::jsonb)"
 #define JOB_FROM " jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
 /* The seq below which a page of the tenant's ($1) jobs starts: after the job whose id is $2, else from the newest. */
 #define JOB_CURSOR_SEQ                                                                                                 \
@@ -132,7 +138,7 @@ struct create_ctx {
     const char *base_model, *init_checkpoint, *resolved_method; /* once the lookup has checked the model */
 };
 
-/* What whet_job_slot_check raises when a create took the tenant past its active-job limit (migration 0049). */
+/* What the insert's trigger raises when a create took the tenant past its active-job limit (migration 0057). */
 #define SQLSTATE_ACTIVE_JOB_LIMIT "WJ429"
 
 static void create_reply_too_many(struct gw_req *r, void *arg) {
@@ -141,7 +147,7 @@ static void create_reply_too_many(struct gw_req *r, void *arg) {
 }
 
 static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    if (!res->ok && res->failed == 1 && !strcmp(res->sqlstate, SQLSTATE_ACTIVE_JOB_LIMIT)) {
+    if (!res->ok && res->failed == 0 && !strcmp(res->sqlstate, SQLSTATE_ACTIVE_JOB_LIMIT)) {
         /* The tenant's active-job limit rolled the transaction back, the key's reservation with it:
          * idem_lost_race forgets that reservation (and returns 0: this is not a race). */
         idem_lost_race(r, res);
@@ -200,14 +206,12 @@ static void create_insert(struct gw_req *r, const char *estimate_json, int soft_
                             estimate_json,
                             api_key,
                             c->event_id};
-    const char *tenant[] = {http_tenant_id(r)};
     const char *alert[] = {files_new_id(r, "ftevent-"), http_tenant_id(r), c->job_id, c->now};
-    struct db_stmt stmts[4] = {
+    struct db_stmt stmts[3] = {
         {"jobs_insert", NULL, 17, insert},
-        {"jobs_slot_check", NULL, 1, tenant},
         {"jobs_budget_event", NULL, 4, alert},
     };
-    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 3 : 2), create_done, c);
+    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 2 : 1), create_done, c);
 }
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -464,10 +468,10 @@ static void jobs_prepare(void) {
                "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
                "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
     /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column); a
-     * new job has no progress. The insert's trigger bumps the tenant's counter of active jobs (migration 0010),
-     * and jobs_slot_check, next in the transaction, rolls it all back when that passed the tenant's limit
-     * (migration 0049: checked after the insert, so that one tenant's creates hold the counter's row lock only
-     * from the bump to the commit). */
+     * new job has no progress and nothing recorded to cost (whet_job_cost's answer for it, without its three
+     * probes). The insert's trigger bumps the tenant's counter of active jobs (migration 0010) and fails the
+     * statement, rolling it all back, when that passed the tenant's limit (migration 0057: checked after the
+     * insert, so that one tenant's creates hold the counter's row lock only from the bump to the commit). */
     db_prepare(
         "jobs_insert",
         "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
@@ -476,8 +480,8 @@ static void jobs_prepare(void) {
         "$13::bigint, $14::integer, $15::jsonb, $16 RETURNING *), "
         "e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
         "SELECT $17, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j) "
-        "SELECT " JOB_COLUMNS ", pg_notify('whet_jobs', j.id) FROM j LEFT JOIN job_progress p ON false");
-    db_prepare("jobs_slot_check", "SELECT whet_job_slot_check($1)");
+        "SELECT " JOB_COLUMNS_COSTED(NEW_JOB_COST) ", pg_notify('whet_jobs', j.id) "
+                                                   "FROM j LEFT JOIN job_progress p ON false");
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
                "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "

@@ -103,11 +103,17 @@ job=$(curl -fsS -X POST "$url/v1/fine_tuning/jobs" -H "authorization: Bearer $ke
 [ -n "$job" ] || { echo "bench.sh: could not create the job to read" >&2; exit 1; }
 status=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/fine_tuning/jobs/$job" -H "authorization: Bearer $key")
 [ "$status" = 200 ] || { echo "bench.sh: GET job answered $status" >&2; exit 1; }
-# GET's columns and FROM, as gateway/jobs.c's JOB_COLUMNS and JOB_FROM spell them (every continuation line).
-cols=$(sed -n '/define JOB_COLUMNS/,/[^\\]$/p' gateway/jobs.c | sed 's/#define JOB_COLUMNS//; s/\\$//' | tr -d '\n' |
-       sed 's/" *"//g; s/"//g')
+# The SQL text of one of gateway/jobs.c's string macros (every continuation line), its argument `cost` as @COST@.
+macro() { # NAME
+  sed -n "/^#define $1[ (]/,/[^\\\\]\$/p" gateway/jobs.c | sed "s/^#define $1[^ ]* *//; s/\\\\\$//" | tr -d '\n' |
+    sed 's/" cost "/@COST@/; s/" *"//g; s/"//g; s/^ *//'
+}
+# GET's columns and FROM as JOB_COLUMNS and JOB_FROM spell them, and the create's columns (a new job's cost).
+costed=$(macro JOB_COLUMNS_COSTED) new_cost=$(macro NEW_JOB_COST)
+cols=${costed/@COST@/whet_job_cost(j.id)} new_cols=${costed/@COST@/$new_cost}
 from=$(sed -n 's/#define JOB_FROM *"\(.*\)"/\1/p' gateway/jobs.c)
-[ -n "$cols" ] && [ -n "$from" ] || { echo "bench.sh: JOB_COLUMNS or JOB_FROM not found in gateway/jobs.c" >&2; exit 1; }
+[ "$costed" != "${costed/@COST@/}" ] && [ -n "$new_cost" ] && [ -n "$from" ] ||
+  { echo "bench.sh: JOB_COLUMNS_COSTED, NEW_JOB_COST or JOB_FROM not found in gateway/jobs.c" >&2; exit 1; }
 
 # CPU time (clock ticks) of a process, and of the whole PostgreSQL cluster: its live processes plus what
 # the postmaster has reaped (pgbench's backends exit when it does).
