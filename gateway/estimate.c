@@ -522,21 +522,12 @@ static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *
     return copy;
 }
 
-/* Columns: the base model's parameters, config.json and object prefix, the fleet's pools; the training
- * file's object key, checksum, bytes and lines (NULL when the file is gone). */
-static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct estimate_ctx *c = arg;
-    if (db_reply_failed(r, res)) return;
-    const PGresult *row = res->res[0];
-    if (PQntuples(row) == 0) { /* the create's lookup found the model a moment ago */
-        http_reply_error(r, 404, "model", "model_not_found", "base model %s is gone", c->q.base_model);
-        return;
-    }
-    c->sizing = estimate_sizing(r, &c->q, PQgetvalue(row, 0, 0), PQgetvalue(row, 0, 1), PQgetvalue(row, 0, 3));
-    /* A dry run counts the file's tokens as the trainer will; a create uses the count a dry run kept
-     * (migration 0022), or the cheaper guesses. */
+/* Sizes the job, then estimates it: a dry run counts the file's tokens as the trainer will first; a create
+ * uses the count a dry run kept (migration 0022), or the cheaper guesses. */
+static void estimate_start(struct gw_req *r, struct estimate_ctx *c, const struct estimate_inputs *in) {
+    c->sizing = estimate_sizing(r, &c->q, in->parameters, in->config, in->pools);
     enum count_method method = count_method_of(c->q.method_json);
-    if (!c->q.dry_run || method == COUNT_NONE || PQgetisnull(row, 0, 4)) {
+    if (!c->q.dry_run || method == COUNT_NONE || !in->file_key) {
         estimate_query(r, c, 0);
         return;
     }
@@ -544,12 +535,12 @@ static void inputs_done(struct gw_req *r, const struct db_result *res, void *arg
     t->ctx = c;
     t->tenant_id = xstrdup(http_tenant_id(r));
     t->model_id = xstrdup(c->q.base_model);
-    t->model_prefix = xstrdup(PQgetvalue(row, 0, 2));
-    t->model_sha256 = xstrdup(PQgetvalue(row, 0, 8));
-    t->file_key = xstrdup(PQgetvalue(row, 0, 4));
-    t->file_sha256 = xstrdup(PQgetvalue(row, 0, 5));
-    t->file_bytes = strtoull(PQgetvalue(row, 0, 6), NULL, 10);
-    t->line_count = strtoull(PQgetvalue(row, 0, 7), NULL, 10);
+    t->model_prefix = xstrdup(in->object_prefix);
+    t->model_sha256 = xstrdup(in->model_sha256);
+    t->file_key = xstrdup(in->file_key);
+    t->file_sha256 = xstrdup(in->file_sha256);
+    t->file_bytes = strtoull(in->file_bytes, NULL, 10);
+    t->line_count = strtoull(in->line_count, NULL, 10);
     t->method = method;
     t->cut = c->cut;
     const char *cap = whet_env("WHET_ESTIMATE_TOKENIZE_MAX_BYTES", NULL);
@@ -579,7 +570,8 @@ static void estimate_settings(struct gw_req *r, struct estimate_ctx *c) {
     json_decref(method);
 }
 
-void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg) {
+void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct estimate_inputs *in,
+                  estimate_next_fn next, void *arg) {
     struct estimate_ctx *c = http_alloc(r, sizeof *c);
     memset(c, 0, sizeof *c);
     c->q = *q;
@@ -589,8 +581,7 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_
     char counted[64];
     snprintf(counted, sizeof counted, "{\"max_seq_len\":%d}", c->cut);
     c->counted = http_strdup(r, counted);
-    const char *p[] = {q->base_model, q->training_file, http_tenant_id(r)};
-    db_query(r, "estimate_inputs", 3, p, inputs_done, c);
+    estimate_start(r, c, in);
 }
 
 void estimate_prepare(void) {
@@ -611,10 +602,6 @@ void estimate_prepare(void) {
         "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
         "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
         "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
-    db_prepare("estimate_inputs",
-               "SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes, "
-               "coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = $2 AND f.tenant_id = $3 "
-               "WHERE b.id = $1");
     db_prepare("estimate_keep_count",
                "INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted) "
                "VALUES ($1, $2, $3, $4::int, $5::jsonb) ON CONFLICT (file_id, base_model, max_seq_len) "

@@ -40,11 +40,21 @@ struct estimate_req {
     const char *model, *base_model, *method_json, *training_file, *whet_json;
     int dry_run;
 };
+/* What the estimate starts from, read by the create's lookup (whet_job_create_lookup, migration 0057) as
+ * text: the base model's parameters, config.json, object prefix and checksum, the fleet's pools
+ * (whet_sizing_pools), and the training file's object key (NULL when there is none), checksum, bytes and
+ * lines (the others "" when NULL, as libpq gives them). */
+struct estimate_inputs {
+    const char *parameters, *config, *object_prefix, *model_sha256, *pools;
+    const char *file_key, *file_sha256, *file_bytes, *line_count;
+};
 /* Called when the job may be created: the estimate (JSON text, in the request's pool) and whether it
  * takes the month's spend past the soft limit (the job then gets a warning event). */
 typedef void (*estimate_next_fn)(struct gw_req *r, const char *estimate_json, int soft_alert, void *arg);
-/* Answers (the estimate of a dry run, a 429 over the hard cap, a database failure) or calls next. */
-void estimate_job(struct gw_req *r, const struct estimate_req *q, estimate_next_fn next, void *arg);
+/* Answers (the estimate of a dry run, a 429 over the hard cap, a database failure) or calls next. The
+ * inputs are read during the call only. */
+void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct estimate_inputs *in,
+                  estimate_next_fn next, void *arg);
 void estimate_prepare(void);
 /* Frees the tokenizers dry runs keep (estimate.c); at exit, once no request runs. */
 void estimate_free(void);

@@ -218,7 +218,9 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     struct create_ctx *c = arg;
     if (db_reply_failed(r, res)) return;
     /* columns: base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training purpose, format, lines,
-     * validation purpose, format, missing judge model */
+     * validation purpose, format, missing judge model, then the estimate's inputs (estimate.h): the base
+     * model's parameters, config, object prefix and checksum, the fleet's pools, the training file's object
+     * key, checksum and bytes */
     const PGresult *row = res->res[0];
     const char *base_model = NULL, *init_checkpoint = NULL;
     if (db_value(row, 0, 0)) {
@@ -259,7 +261,10 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     c->init_checkpoint = init_checkpoint ? http_strdup(r, init_checkpoint) : NULL;
     c->resolved_method = method_json;
     struct estimate_req q = {c->model, c->base_model, method_json, c->training_file, c->whet_json, c->dry_run};
-    estimate_job(r, &q, create_insert, c);
+    struct estimate_inputs in = {PQgetvalue(row, 0, 11), PQgetvalue(row, 0, 12), PQgetvalue(row, 0, 13),
+                                 PQgetvalue(row, 0, 14), PQgetvalue(row, 0, 15), db_value(row, 0, 16),
+                                 PQgetvalue(row, 0, 17), PQgetvalue(row, 0, 18), PQgetvalue(row, 0, 7)};
+    estimate_job(r, &q, &in, create_insert, c);
 }
 
 static void create_lookup(struct gw_req *r, void *arg) {
@@ -448,25 +453,9 @@ static void jobs_prepare(void) {
     /* The model: a base model, the tenant's succeeded job's fine-tuned model (continued from its last
      * checkpoint; not once the retention removed its files), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
      * the first judge model a score_model or label_model grader names (at any depth of a multi
-     * grader) that the catalog lacks. */
-    db_prepare("jobs_lookup",
-               "SELECT (SELECT id FROM base_models WHERE id = $2), "
-               "(SELECT base_model FROM jobs WHERE tenant_id = $1 AND fine_tuned_model = $2 AND status = 'succeeded' "
-               " AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = jobs.id AND d.reason = "
-               "'model_deleted') "
-               " ORDER BY seq DESC LIMIT 1), "
-               "(SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = $1 "
-               " AND j.fine_tuned_model = $2 AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1), "
-               "(SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = $1 "
-               " AND c.fine_tuned_model_checkpoint = $2 LIMIT 1), "
-               "(SELECT id FROM checkpoints WHERE tenant_id = $1 AND fine_tuned_model_checkpoint = $2 LIMIT 1), "
-               "f.purpose, f.format, f.line_count, v.purpose, v.format, "
-               "(SELECT m #>> '{}' FROM jsonb_path_query($5::jsonb, "
-               "  'lax $.** ? (@.type == \"score_model\" || @.type == \"label_model\").model') m "
-               " WHERE NOT EXISTS (SELECT 1 FROM base_models b WHERE b.id = m #>> '{}') LIMIT 1) "
-               "FROM (SELECT 1) one "
-               "LEFT JOIN files f ON f.tenant_id = $1 AND f.id = $3 "
-               "LEFT JOIN files v ON v.tenant_id = $1 AND v.id = $4::text");
+     * grader) that the catalog lacks; and what the estimate starts from (migration 0057: one statement, whose
+     * probes for a fine-tuned model or a judge run only when they can find one). */
+    db_prepare("jobs_lookup", "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb)");
     /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column); a
      * new job has no progress and nothing recorded to cost (whet_job_cost's answer for it, without its three
      * probes). The insert's trigger bumps the tenant's counter of active jobs (migration 0010) and fails the

@@ -1,6 +1,6 @@
--- 0057_create_lean: a job create's insert transaction cost ~650 us of PostgreSQL CPU (pgbench, one connection,
--- the gateway's statements), three times a bare INSERT into jobs; two parts of it were overhead paid anew on
--- every statement rather than work.
+-- 0057_create_lean: a job create cost ~1.1 ms of PostgreSQL CPU, three times a bare INSERT into jobs for its
+-- insert transaction alone (~650 us, pgbench, one connection, the gateway's statements); much of it was
+-- overhead paid anew on every statement rather than work.
 --
 -- job_events.metric_step is generated from whet_metric_step (0005), an SQL function: the executor prepares a
 -- stored generated column's expression afresh for every statement that inserts into the table, and planning
@@ -49,3 +49,50 @@ END
 $$;
 -- whet_job_slot_check stays for gateways of before this migration while an upgrade replaces them (their
 -- creates then check twice, to the same answer).
+
+-- The create's lookup (the model, the files, a grader's judge models) and the estimate's inputs (the base
+-- model's row, the fleet's pools, the training file's object) were two statements, ~100 and ~70 us: the
+-- lookup's plan set up its four probes for a fine-tuned model or checkpoint and its judge-model query on
+-- every call, though a create names a base model and no judge nearly always. One function now, ~105 us: a
+-- base model, both files and the pools in one statement; the fine-tuned probes only when the model is not a
+-- base model, the judge query only when the method names a score_model or label_model grader. The same
+-- columns and answers as the two statements (gateway/jobs.c's jobs_lookup, estimate.c's estimate_inputs),
+-- read in one snapshot, the probes as jobs_lookup wrote them. SECURITY INVOKER: the tenant's row-level security applies.
+CREATE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training text, p_validation text, p_method jsonb,
+  OUT base text, OUT ft_base text, OUT ft_checkpoint text, OUT ckpt_base text, OUT ckpt_id text,
+  OUT training_purpose text, OUT training_format text, OUT training_lines bigint,
+  OUT validation_purpose text, OUT validation_format text, OUT missing_judge text,
+  OUT parameters bigint, OUT config jsonb, OUT object_prefix text, OUT model_sha256 text, OUT pools jsonb,
+  OUT file_key text, OUT file_sha256 text, OUT file_bytes bigint)
+  LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  SELECT b.id, f.purpose, f.format, f.line_count, v.purpose, v.format, f.object_key, f.sha256, f.bytes,
+         b.parameters, b.config, b.object_prefix, b.sha256, whet_sizing_pools()
+    INTO base, training_purpose, training_format, training_lines, validation_purpose, validation_format,
+         file_key, file_sha256, file_bytes, parameters, config, object_prefix, model_sha256, pools
+    FROM (SELECT 1) one
+    LEFT JOIN base_models b ON b.id = p_model
+    LEFT JOIN files f ON f.tenant_id = p_tenant AND f.id = p_training
+    LEFT JOIN files v ON v.tenant_id = p_tenant AND v.id = p_validation;
+  IF base IS NULL THEN
+    SELECT (SELECT j.base_model FROM jobs j WHERE j.tenant_id = p_tenant AND j.fine_tuned_model = p_model
+              AND j.status = 'succeeded'
+              AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.reason = 'model_deleted')
+            ORDER BY j.seq DESC LIMIT 1),
+           (SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = p_tenant
+              AND j.fine_tuned_model = p_model AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1),
+           (SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = p_tenant
+              AND c.fine_tuned_model_checkpoint = p_model LIMIT 1),
+           (SELECT c.id FROM checkpoints c WHERE c.tenant_id = p_tenant AND c.fine_tuned_model_checkpoint = p_model LIMIT 1)
+      INTO ft_base, ft_checkpoint, ckpt_base, ckpt_id;
+    SELECT b.parameters, b.config, b.object_prefix, b.sha256 INTO parameters, config, object_prefix, model_sha256
+      FROM base_models b WHERE b.id = coalesce(ft_base, ckpt_base);
+  END IF;
+  IF jsonb_path_exists(p_method, 'lax $.** ? (@.type == "score_model" || @.type == "label_model")') THEN
+    SELECT m #>> '{}' INTO missing_judge
+      FROM jsonb_path_query(p_method, 'lax $.** ? (@.type == "score_model" || @.type == "label_model").model') m
+     WHERE NOT EXISTS (SELECT 1 FROM base_models b WHERE b.id = m #>> '{}') LIMIT 1;
+  END IF;
+END
+$$;
+GRANT EXECUTE ON FUNCTION whet_job_create_lookup TO whet_app;
