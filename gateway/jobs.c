@@ -18,31 +18,54 @@
 
 /* ---------------------------------------------------------------- JSON shapes */
 
-/* A job's columns, of jobs j and its progress p (JOB_FROM). The progress is the heartbeats' (migration
- * 0028); estimated_finish is the running attempt's step rate so far, once that attempt reported a step. */
-#define JOB_COLUMNS JOB_COLUMNS_COSTED("whet_job_cost(j.id)")
-/* JOB_COLUMNS with the cost column's expression given: a job being created has nothing recorded yet. */
-#define JOB_COLUMNS_COSTED(cost)                                                                                       \
+/* A job's columns, of jobs j and its progress p (JOB_FROM): the row's own, then what is derived from the
+ * progress, the attempts and the usage. The progress is the heartbeats' (migration 0028); estimated_finish is
+ * the running attempt's step rate so far, once that attempt reported a step. */
+#define JOB_ROW_COLUMNS                                                                                                \
     "j.id, j.model, j.training_file, j.validation_file, j.method, j.suffix, j.seed, j.metadata, j.whet, j.status, "    \
-    "j.error, j.fine_tuned_model, p.trained_tokens, CASE WHEN j.status = 'running' AND p.attempt = j.attempt "         \
-    "THEN whet_estimated_finish(p.last_step, p.total_steps, p.resume_step, p.started_at) END, j.result_files, "        \
-    "j.created_at, j.finished_at, j.tenant_id, j.wait_reason, j.priority, j.queue_position, " cost ", "                \
-    "j.estimate, CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN "                          \
-    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id "                                        \
-    "AND u.job_created_at = j.created_at) END"
-/* whet_job_cost's answer for a job with no attempt, usage or checkpoint (migration 0033), without its probes. */
-#define NEW_JOB_COST                                                                                                   \
-    "jsonb_build_object('amount', 0, 'currency', whet_currency(), 'running_amount', 0, 'run_seconds', 0, "             \
-    "'line_items', '{}'::jsonb)"
+    "j.error, j.fine_tuned_model, j.result_files, j.created_at, j.finished_at, j.tenant_id, j.wait_reason, "           \
+    "j.priority, j.queue_position, j.estimate"
+#define JOB_COLUMNS                                                                                                    \
+    JOB_ROW_COLUMNS ", p.trained_tokens, CASE WHEN j.status = 'running' AND p.attempt = j.attempt "                    \
+                    "THEN whet_estimated_finish(p.last_step, p.total_steps, p.resume_step, p.started_at) END, "        \
+                    "whet_job_cost(j.id), CASE WHEN j.estimate ? 'rollout_tokens' AND j.finished_at IS NOT NULL THEN " \
+                    "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id "                        \
+                    "AND u.job_created_at = j.created_at) END"
+/* JOB_COLUMNS of a job being created, from its row alone: it has no progress, does not run, has not finished,
+ * and its cost is whet_job_cost's answer for a job with no attempt, usage or checkpoint (migration 0033),
+ * without its probes. */
+#define NEW_JOB_COLUMNS                                                                                                \
+    JOB_ROW_COLUMNS ", NULL, NULL, jsonb_build_object('amount', 0, 'currency', whet_currency(), "                      \
+                    "'running_amount', 0, 'run_seconds', 0, 'line_items', '{}'::jsonb), NULL"
 #define JOB_FROM " jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
 /* The seq below which a page of the tenant's ($1) jobs starts: after the job whose id is $2, else from the newest. */
 #define JOB_CURSOR_SEQ                                                                                                 \
     "CASE WHEN $2::text IS NULL THEN 9223372036854775807 ELSE (SELECT seq FROM jobs WHERE tenant_id = $1 AND id = "    \
     "$2) END"
 enum {
-    JC_ID, JC_MODEL, JC_TRAINING_FILE, JC_VALIDATION_FILE, JC_METHOD, JC_SUFFIX, JC_SEED, JC_METADATA, JC_WHET,
-    JC_STATUS, JC_ERROR, JC_FINE_TUNED_MODEL, JC_TRAINED_TOKENS, JC_ESTIMATED_FINISH, JC_RESULT_FILES,
-    JC_CREATED_AT, JC_FINISHED_AT, JC_TENANT_ID, JC_WAIT_REASON, JC_PRIORITY, JC_QUEUE_POSITION, JC_COST, JC_ESTIMATE,
+    JC_ID,
+    JC_MODEL,
+    JC_TRAINING_FILE,
+    JC_VALIDATION_FILE,
+    JC_METHOD,
+    JC_SUFFIX,
+    JC_SEED,
+    JC_METADATA,
+    JC_WHET,
+    JC_STATUS,
+    JC_ERROR,
+    JC_FINE_TUNED_MODEL,
+    JC_RESULT_FILES,
+    JC_CREATED_AT,
+    JC_FINISHED_AT,
+    JC_TENANT_ID,
+    JC_WAIT_REASON,
+    JC_PRIORITY,
+    JC_QUEUE_POSITION,
+    JC_ESTIMATE,
+    JC_TRAINED_TOKENS,
+    JC_ESTIMATED_FINISH,
+    JC_COST,
     JC_ROLLOUT_TOKENS, /* a finished reinforcement job's, to compare with its estimate's */
 };
 
@@ -456,11 +479,10 @@ static void jobs_prepare(void) {
      * grader) that the catalog lacks; and what the estimate starts from (migration 0057: one statement, whose
      * probes for a fine-tuned model or a judge run only when they can find one). */
     db_prepare("jobs_lookup", "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb)");
-    /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column); a
-     * new job has no progress and nothing recorded to cost (whet_job_cost's answer for it, without its three
-     * probes). The insert's trigger bumps the tenant's counter of active jobs (migration 0010) and fails the
-     * statement, rolling it all back, when that passed the tenant's limit (migration 0057: checked after the
-     * insert, so that one tenant's creates hold the counter's row lock only from the bump to the commit). */
+    /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column). The
+     * insert's trigger bumps the tenant's counter of active jobs (migration 0010) and fails the statement,
+     * rolling it all back, when that passed the tenant's limit (migration 0057: checked after the insert, so
+     * that one tenant's creates hold the counter's row lock only from the bump to the commit). */
     db_prepare(
         "jobs_insert",
         "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
@@ -469,8 +491,7 @@ static void jobs_prepare(void) {
         "$13::bigint, $14::integer, $15::jsonb, $16 RETURNING *), "
         "e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
         "SELECT $17, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j) "
-        "SELECT " JOB_COLUMNS_COSTED(NEW_JOB_COST) ", pg_notify('whet_jobs', j.id) "
-                                                   "FROM j LEFT JOIN job_progress p ON false");
+        "SELECT " NEW_JOB_COLUMNS ", pg_notify('whet_jobs', j.id) FROM j");
     db_prepare("jobs_budget_event",
                "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
                "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "

@@ -103,17 +103,23 @@ job=$(curl -fsS -X POST "$url/v1/fine_tuning/jobs" -H "authorization: Bearer $ke
 [ -n "$job" ] || { echo "bench.sh: could not create the job to read" >&2; exit 1; }
 status=$(curl -s -o /dev/null -w '%{http_code}' "$url/v1/fine_tuning/jobs/$job" -H "authorization: Bearer $key")
 [ "$status" = 200 ] || { echo "bench.sh: GET job answered $status" >&2; exit 1; }
-# The SQL text of one of gateway/jobs.c's string macros (every continuation line), its argument `cost` as @COST@.
-macro() { # NAME
-  sed -n "/^#define $1[ (]/,/[^\\\\]\$/p" gateway/jobs.c | sed "s/^#define $1[^ ]* *//; s/\\\\\$//" | tr -d '\n' |
-    sed 's/" cost "/@COST@/; s/" *"//g; s/"//g; s/^ *//'
+# The SQL text of one of gateway/jobs.c's string macros (JOB_* and NEW_JOB_*), as the C preprocessor expands it.
+sql_macro() { # NAME
+  { awk '/^#define (JOB_|NEW_JOB_)/ {p = 1} p {print} p && !/\\$/ {p = 0}' gateway/jobs.c; echo "$1"; } | cpp -P -w - |
+    tr -d '\n' | sed 's/" *"//g; s/^ *"//; s/" *$//'
 }
-# GET's columns and FROM as JOB_COLUMNS and JOB_FROM spell them, and the create's columns (a new job's cost).
-costed=$(macro JOB_COLUMNS_COSTED) new_cost=$(macro NEW_JOB_COST)
-cols=${costed/@COST@/whet_job_cost(j.id)} new_cols=${costed/@COST@/$new_cost}
-from=$(sed -n 's/#define JOB_FROM *"\(.*\)"/\1/p' gateway/jobs.c)
-[ "$costed" != "${costed/@COST@/}" ] && [ -n "$new_cost" ] && [ -n "$from" ] ||
-  { echo "bench.sh: JOB_COLUMNS_COSTED, NEW_JOB_COST or JOB_FROM not found in gateway/jobs.c" >&2; exit 1; }
+# GET's columns and FROM, and the columns a create answers with.
+cols=$(sql_macro JOB_COLUMNS) from=$(sql_macro JOB_FROM) new_cols=$(sql_macro NEW_JOB_COLUMNS)
+[[ "$cols" == j.id* && "$from" == *jobs* && "$new_cols" == j.id* ]] ||
+  { echo "bench.sh: JOB_COLUMNS, JOB_FROM or NEW_JOB_COLUMNS not found in gateway/jobs.c" >&2; exit 1; }
+# The create's inputs as the gateway resolved them for the job above (its method, sizing and estimate), and
+# each tenant's API key, for the pgbench mirror of the create (as variables: pgbench would take the ":cpu" of
+# an estimate's "device_hours:cpu" in the script's text for one).
+method=$(q "SELECT method FROM jobs WHERE id = '$job'")
+sizing=$(q "SELECT estimate -> 'sizing' FROM jobs WHERE id = '$job'")
+estimate=$(q "SELECT estimate FROM jobs WHERE id = '$job'")
+key_ids=()
+for t in "${tenant_ids[@]}"; do key_ids+=("$(q "SELECT id FROM api_keys WHERE tenant_id = '$t' LIMIT 1")"); done
 
 # CPU time (clock ticks) of a process, and of the whole PostgreSQL cluster: its live processes plus what
 # the postmaster has reaped (pgbench's backends exit when it does).
@@ -183,7 +189,9 @@ pgbench_run() { # SCRIPT [TENANTS]
   for i in $(seq 0 $((n - 1))); do
     echo "PGOPTIONS='-c role=whet_app -c whet.tenant_id=${tenant_ids[$i]}' pgbench -n -M prepared" \
          "-c $((clients / n + (i < clients % n))) -j $client_threads -T $seconds -l --log-prefix=pgb_log$i" \
-         "-D tenant=${tenant_ids[$i]} -D file=${files[$i]} -D job=$job -f '$1' '$db_url' >pgbench.out$i 2>&1 &"
+         "-D tenant=${tenant_ids[$i]} -D file=${files[$i]} -D apikey=${key_ids[$i]} -D job=$job" \
+         "-D method=$(printf %q "$method") -D sizing=$(printf %q "$sizing") -D estimate=$(printf %q "$estimate")" \
+         "-f '$1' '$db_url' >pgbench.out$i 2>&1 &"
   done >"$work/pgbench.sh"
   echo wait >>"$work/pgbench.sh"
   (cd "$work" && measure bash pgbench.sh)
@@ -199,42 +207,31 @@ pgbench_run() { # SCRIPT [TENANTS]
 cat >"$work/select.sql" <<EOF
 SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.id = :job;
 EOF
-# The statements POST /v1/fine_tuning/jobs runs (jobs_lookup, estimate_inputs and jobs_estimate (gateway/estimate.c), then
-# jobs_insert with its event and NOTIFY and jobs_slot_check in one transaction: gateway/jobs.c; keep in step), with fresh ids per transaction.
-cat >"$work/insert.sql" <<'EOF'
+# The statements POST /v1/fine_tuning/jobs runs, with fresh ids per create (keep in step with gateway/jobs.c and
+# gateway/estimate.c): jobs_lookup (the model, the files and the estimate's inputs), jobs_estimate (the estimate,
+# the budget, the API key's limit), then jobs_insert (the row, its event and NOTIFY; its trigger counts the
+# tenant's active jobs against its limit), a transaction of its own. A max_seq_len that keeps no count, as at
+# the gateway.
+cat >"$work/insert.sql" <<EOF
 \set n random(1, 1000000000)
-SELECT (SELECT id FROM base_models WHERE id = 'whet-tiny'),
-  (SELECT base_model FROM jobs WHERE tenant_id = :tenant AND fine_tuned_model = 'whet-tiny' AND status = 'succeeded'
-   ORDER BY seq DESC LIMIT 1),
-  (SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = :tenant
-   AND j.fine_tuned_model = 'whet-tiny' AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1),
-  (SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = :tenant
-   AND c.fine_tuned_model_checkpoint = 'whet-tiny' LIMIT 1),
-  (SELECT id FROM checkpoints WHERE tenant_id = :tenant AND fine_tuned_model_checkpoint = 'whet-tiny' LIMIT 1),
-  f.purpose, f.format, f.line_count, v.purpose, v.format
-  FROM (SELECT 1) one
-  LEFT JOIN files f ON f.tenant_id = :tenant AND f.id = :file
-  LEFT JOIN files v ON v.tenant_id = :tenant AND v.id = NULL::text;
-SELECT b.parameters, b.config, b.object_prefix, whet_sizing_pools(), f.object_key, f.sha256, f.bytes,
-  coalesce(f.line_count, 0), b.sha256 FROM base_models b LEFT JOIN files f ON f.id = :file AND f.tenant_id = :tenant
-  WHERE b.id = 'whet-tiny';
-SELECT e, b FROM (SELECT whet_job_estimate('whet-tiny',
-    '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
-    :file, '{}') AS e,
-  CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND (monthly_limit IS NOT NULL
-    OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b) s;
-BEGIN;
-WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, whet, status, created_at,
-                            priority)
-  SELECT 'ftjob-pgb' || :n || '-' || :tenant || :client_id, :tenant, 'whet-tiny', 'whet-tiny', :file,
-         '{"type":"supervised","supervised":{"hyperparameters":{"n_epochs":3,"batch_size":1,"learning_rate_multiplier":1}}}',
-         1, '{}', 'queued', 0, 0
+SELECT * FROM whet_job_create_lookup(:tenant, 'whet-tiny', :file, NULL, '{"type":"supervised"}');
+SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric +
+  (e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, (b ->> 'soft_limit') IS NOT NULL AND
+  (b ->> 'spent')::numeric + (e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric,
+  k.monthly_limit, k.spent FROM (SELECT whet_job_estimate('whet-tiny', :method::jsonb, :file, '{}'::jsonb,
+    '{"max_seq_len":1024}'::jsonb, :sizing::jsonb, NULL::jsonb) AS e,
+  CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND
+    (monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b OFFSET 0) s
+  LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent FROM api_keys
+    WHERE id = :apikey AND monthly_limit IS NOT NULL) k ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit;
+WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, method,
+                            suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id)
+  SELECT 'ftjob-pgb' || :n || '-' || :tenant || :client_id, :tenant, 'whet-tiny', 'whet-tiny', NULL, :file, NULL,
+         :method::jsonb, NULL, 1, NULL::jsonb, '{}'::jsonb, 'queued', 0, 0, :estimate::jsonb, :apikey
   RETURNING *),
 e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at)
   SELECT 'ftevent-pgb' || :n || '-' || :tenant || :client_id, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j)
-SELECT id, pg_notify('whet_jobs', id) FROM j;
-SELECT whet_job_slot_check(:tenant);
-COMMIT;
+SELECT $new_cols, pg_notify('whet_jobs', j.id) FROM j;
 EOF
 # The bare INSERT issue 15 quotes pgbench at (one row, no lookup, estimate, event or limit): how far the
 # whole create is from the cheapest write of a job.
