@@ -7,7 +7,8 @@
 -- that expression inlines the function, which parses and analyzes its body each time. ~90 us of every insert
 -- into job_events (a create's "created" event, each event and checkpoint the scheduler records), whatever
 -- the row's type. In PL/pgSQL the body's plan is kept and nothing is parsed; the function runs only for rows
--- of type 'metrics' (the column's CASE), one per statement. The same expression, so the same values.
+-- of type 'metrics' (the column's CASE; the scheduler records one a statement). The same expression, so the
+-- same values.
 CREATE OR REPLACE FUNCTION whet_metric_step(p_data jsonb) RETURNS integer LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
   RETURN CASE WHEN jsonb_typeof(p_data -> 'step') = 'number' AND (p_data ->> 'step') ~ '^[0-9]{1,9}$'
@@ -57,7 +58,8 @@ $$;
 -- base model, both files and the pools in one statement; the fine-tuned probes only when the model is not a
 -- base model, the judge query only when the method names a score_model or label_model grader. The same
 -- columns and answers as the two statements (gateway/jobs.c's jobs_lookup, estimate.c's estimate_inputs),
--- read in one snapshot, the probes as jobs_lookup wrote them. SECURITY INVOKER: the tenant's row-level security applies.
+-- read in one snapshot, the probes as jobs_lookup wrote them. SECURITY INVOKER: the tenant's row-level
+-- security applies.
 CREATE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training text, p_validation text, p_method jsonb,
   OUT base text, OUT ft_base text, OUT ft_checkpoint text, OUT ckpt_base text, OUT ckpt_id text,
   OUT training_purpose text, OUT training_format text, OUT training_lines bigint,
