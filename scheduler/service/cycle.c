@@ -824,38 +824,68 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
 /* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
 static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
 
-/* A running job stopped (it checkpoints) and queued again: preempted for another job (PL_PREEMPT), or a
- * co-trained job leaving its group to run alone on a free device (PL_MOVE_OUT: the next cycle places
- * it there, the other members going on in their process). */
-static int record_preempt(PGconn *conn, struct snapshot *s, const struct pl_decision *d, struct whet_err *err) {
-    int moving = d->action == PL_MOVE_OUT;
-    int r = (int)(d->job - s->running);
-    if (r < 0 || r >= s->n_running) return 0;
-    const char *for_job = "";
-    if (d->for_job && d->for_job >= s->queued && d->for_job < s->queued + s->n_queued)
-        for_job = s->queued_ids[d->for_job - s->queued];
-    char attempt[16], event_id[40];
-    snprintf(attempt, sizeof attempt, "%d", s->running_attempts[r]);
-    whet_random_id("ftevent-", 24, event_id);
-    const char *params[] = {s->running_ids[r], attempt, for_job, event_id, moving ? "moved out" : "preempted",
-                            moving ? "info" : "warn",
-                            moving ? "The job leaves its co-training group to run alone on a free device; it"
-                                     " checkpoints now and resumes there"
-                                   : "The job is being preempted for a job of higher priority; it checkpoints now and"
-                                     " resumes later"};
-    /* Every node of a gang is told: each rank's trainer stops at the same step boundary. */
-    if (whet_pg_exec(conn,
-                     "WITH j AS (UPDATE jobs SET preempt_requested = true WHERE id = $1 AND NOT preempt_requested"
-                     "   RETURNING id, tenant_id, node_id),"
-                     " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
-                     "   SELECT n.node_id, j.id, $2::int, 'stop', 30000, $5 FROM j"
-                     "   JOIN job_attempts a ON a.job_id = j.id AND a.attempt = $2::int CROSS JOIN LATERAL " GANG_NODES_SQL " n)"
-                     " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
-                     " SELECT $4, tenant_id, id, $6, $7, jsonb_build_object('for_job', nullif($3::text, '')) FROM j",
-                     7, params, err) < 0)
-        return -1;
-    log_info("msg=\"%s\" job=%s for=%s", moving ? "moving out of its co-training group" : "preempting",
-             s->running_ids[r], for_job);
+/* Running jobs stopped (they checkpoint) and queued again: preempted for another job (PL_PREEMPT), or a
+ * co-trained job leaving its group to run alone on a free device (PL_MOVE_OUT: the next cycle places it
+ * there, the other members going on in their process). Written STOP_BATCH at a time, each batch one
+ * statement: under job churn a cycle made hundreds of them, a statement each, and spent its whole decision
+ * budget writing them. Every node of a gang is told (GANG_NODES_SQL): each rank's trainer stops at the same
+ * step boundary. A job already asked to stop is not asked again. */
+#define STOP_BATCH 256
+
+static const char *const stop_sql =
+    "WITH p AS (SELECT * FROM jsonb_to_recordset($1::jsonb)"
+    "   AS p(job text, attempt int, for_job text, event text, moving bool)),"
+    " j AS (UPDATE jobs SET preempt_requested = true FROM p WHERE jobs.id = p.job AND NOT jobs.preempt_requested"
+    "   RETURNING jobs.id, jobs.tenant_id, p.attempt, p.for_job, p.event, p.moving),"
+    " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
+    "   SELECT n.node_id, j.id, j.attempt, 'stop', 30000, CASE WHEN j.moving THEN 'moved out' ELSE 'preempted' END"
+    "   FROM j JOIN job_attempts a ON a.job_id = j.id AND a.attempt = j.attempt"
+    "   CROSS JOIN LATERAL " GANG_NODES_SQL " n)"
+    " INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"
+    " SELECT j.event, j.tenant_id, j.id, CASE WHEN j.moving THEN 'info' ELSE 'warn' END,"
+    "  CASE WHEN j.moving THEN 'The job leaves its co-training group to run alone on a free device; it checkpoints"
+    " now and resumes there' ELSE 'The job is being preempted for a job of higher priority; it checkpoints now and"
+    " resumes later' END, jsonb_build_object('for_job', nullif(j.for_job, '')) FROM j"
+    " RETURNING job_id, level = 'info', coalesce(data ->> 'for_job', '')";
+
+/* Writes the stop decisions d[0..n) (PL_PREEMPT, PL_MOVE_OUT). A batch that fails is halved until the
+ * decision that fails is alone, which is then logged: one decision that cannot be written must not hold up
+ * the others. 0, or -1 when the connection broke. */
+static int write_stops(PGconn *conn, const struct snapshot *s, const struct pl_decision *const *d, int n,
+                       struct whet_err *err) {
+    if (n == 0) return 0;
+    json_t *batch = json_array();
+    for (int i = 0; i < n; i++) {
+        int r = (int)(d[i]->job - s->running);
+        const char *for_job = "";
+        if (d[i]->for_job && d[i]->for_job >= s->queued && d[i]->for_job < s->queued + s->n_queued)
+            for_job = s->queued_ids[d[i]->for_job - s->queued];
+        char event_id[40];
+        whet_random_id("ftevent-", 24, event_id);
+        json_array_append_new(batch, json_pack("{s:s, s:i, s:s, s:s, s:b}", "job", s->running_ids[r], "attempt",
+                                               s->running_attempts[r], "for_job", for_job, "event", event_id, "moving",
+                                               d[i]->action == PL_MOVE_OUT));
+    }
+    char *list = json_dumps(batch, JSON_COMPACT);
+    json_decref(batch);
+    const char *params[] = {list};
+    PGresult *res = whet_pg_query(conn, stop_sql, 1, params, err);
+    free(list);
+    if (res) {
+        for (int i = 0; i < PQntuples(res); i++)
+            log_info("msg=\"%s\" job=%s for=%s",
+                     PQgetvalue(res, i, 1)[0] == 't' ? "moving out of its co-training group" : "preempting",
+                     PQgetvalue(res, i, 0), PQgetvalue(res, i, 2));
+        PQclear(res);
+        return 0;
+    }
+    if (PQstatus(conn) != CONNECTION_OK) return -1;
+    if (n > 1) {
+        if (write_stops(conn, s, d, n / 2, err) < 0) return -1;
+        return write_stops(conn, s, d + n / 2, n - n / 2, err);
+    }
+    log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d[0]->action,
+             (unsigned long long)d[0]->job->id, err->msg);
     return 0;
 }
 
@@ -955,6 +985,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         int position = 0, n_batch = 0;
         char reason[768];
         struct placement batch[PLACE_BATCH];
+        const struct pl_decision *stops[STOP_BATCH];
+        int n_stops = 0;
         double place_until = t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
         for (int i = 0; i < r->n && placed >= 0 && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
@@ -978,15 +1010,19 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                         d->action == PL_MOVE_OUT) &&
                        whet_now_mono() > place_until) {
                 deferred++;
-            } else if ((d->action == PL_PREEMPT || d->action == PL_MOVE_OUT ? record_preempt(conn, &s, d, err)
-                        : d->action == PL_GROW || d->action == PL_SHRINK ? record_resize(conn, &s, d, err)
-                                                                         : 0) < 0) {
+            } else if (d->action == PL_PREEMPT || d->action == PL_MOVE_OUT) {
+                int k = (int)(d->job - s.running);
+                if (k >= 0 && k < s.n_running) stops[n_stops++] = d;
+                if (n_stops == STOP_BATCH && write_stops(conn, &s, stops, n_stops, err) < 0) placed = -1;
+                n_stops %= STOP_BATCH;
+            } else if ((d->action == PL_GROW || d->action == PL_SHRINK ? record_resize(conn, &s, d, err) : 0) < 0) {
                 /* One decision that cannot be written must not hold up the others. */
                 log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
                          (unsigned long long)d->job->id, err->msg);
             }
         }
         placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
+        if (placed >= 0 && write_stops(conn, &s, stops, n_stops, err) < 0) placed = -1;
         for (int i = 0; i < s.n_queued; i++)
             if (!s.sized[i].fits && s.n_nodes > 0) {
                 too_big_reason(reason, sizeof reason, &s, i);
