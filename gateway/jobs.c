@@ -32,11 +32,8 @@
                     "(SELECT sum(u.rollout_tokens) FROM usage_records u WHERE u.job_id = j.id "                        \
                     "AND u.job_created_at = j.created_at) END"
 /* JOB_COLUMNS of a job being created, from its row alone: it has no progress, does not run, has not finished,
- * and its cost is whet_job_cost's answer for a job with no attempt, usage or checkpoint (migration 0033),
- * without its probes. */
-#define NEW_JOB_COLUMNS                                                                                                \
-    JOB_ROW_COLUMNS ", NULL, NULL, jsonb_build_object('amount', 0, 'currency', whet_currency(), "                      \
-                    "'running_amount', 0, 'run_seconds', 0, 'line_items', '{}'::jsonb), NULL"
+ * and its cost is that of a job with nothing recorded (migration 0057), without whet_job_cost's probes. */
+#define NEW_JOB_COLUMNS JOB_ROW_COLUMNS ", NULL, NULL, whet_job_cost_none(), NULL"
 #define JOB_FROM " jobs j LEFT JOIN job_progress p ON p.job_id = j.id "
 /* The seq below which a page of the tenant's ($1) jobs starts: after the job whose id is $2, else from the newest. */
 #define JOB_CURSOR_SEQ                                                                                                 \

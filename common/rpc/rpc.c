@@ -306,7 +306,6 @@ struct rpc_server;
 struct server_call {
     enum call_stage stage;
     struct rpc_server *server;
-    grpc_completion_queue *cq;
     grpc_call *call;
     grpc_call_details details;
     grpc_metadata_array request_md;
@@ -343,15 +342,14 @@ struct rpc_server {
 static char shutdown_tag_storage;
 
 static void request_next_call(struct rpc_server *srv) {
-    grpc_completion_queue *cq = srv->cq;
     struct server_call *c = xcalloc(1, sizeof *c);
     c->server = srv;
-    c->cq = cq;
     c->stage = STAGE_REQUESTED;
     c->status_details = grpc_empty_slice();
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->request_md);
-    if (grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, cq, cq, c) != GRPC_CALL_OK) {
+    if (grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, srv->cq, srv->cq, c) !=
+        GRPC_CALL_OK) {
         grpc_call_details_destroy(&c->details);
         grpc_metadata_array_destroy(&c->request_md);
         free(c);
