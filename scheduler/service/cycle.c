@@ -420,6 +420,21 @@ static void base_shapes_free(struct base_shapes *b) {
     free(b->models);
 }
 
+/* A device a model worker holds (serving.h) takes no job, unless a running attempt of the snapshot holds
+ * it already (a job preempted for the worker, still checkpointing there): its alloc takes it from the
+ * free, and taking it twice would leave less than nothing. Decided against the running set the cycle
+ * places with, not against the attempts the nodes' query saw: an attempt that ended between the two
+ * reads would have left the device free to a job while its worker was starting on it. */
+static void hold_workers_devices(struct snapshot *s, uint32_t *worker_held) {
+    for (int i = 0; i < s->n_running; i++) {
+        const struct pl_alloc *a = &s->running[i].alloc;
+        for (int k = 0; k < a->n_slots; k++) worker_held[a->slots[k].node] &= ~(uint32_t)a->slots[k].gpu_mask;
+    }
+    for (int i = 0; i < s->n_nodes; i++)
+        for (int g = 0; g < s->nodes[i].gpus; g++)
+            if (worker_held[i] >> g & 1) s->nodes[i].gpu_free_milli[g] = 0;
+}
+
 static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s, struct whet_err *err) {
     memset(s, 0, sizeof *s);
     /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
@@ -433,6 +448,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
                                   0, NULL, err);
     if (!res) return -1;
     s->n_nodes = PQntuples(res);
+    uint32_t *worker_held = xcalloc((size_t)s->n_nodes + 1, sizeof *worker_held);
     s->nodes = xcalloc((size_t)s->n_nodes + 1, sizeof *s->nodes);
     s->node_ids = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_ids);
     s->node_addrs = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_addrs);
@@ -449,9 +465,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         n->gpu_mem_mib = atoi(PQgetvalue(res, i, 6));
         n->schedulable = PQgetvalue(res, i, 8)[0] != 't';
         pl_node_reset_free(n);
-        int held = atoi(PQgetvalue(res, i, 9)); /* by model workers (serving.h): no job goes there */
-        for (int g = 0; g < n->gpus; g++)
-            if (held >> g & 1) n->gpu_free_milli[g] = 0;
+        worker_held[i] = (uint32_t)atoll(PQgetvalue(res, i, 9));
     }
     PQclear(res);
     load_pools(s);
@@ -459,11 +473,13 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
     for (int i = 0; i < s->n_nodes; i++) s->node_by_id[i] = i;
     sort_node_ids = s->node_ids;
     qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
-    if (load_tenants(conn, s, err) < 0) return -1;
+    if (load_tenants(conn, s, err) < 0 || running_refresh(&sch->running, conn, err) < 0) {
+        free(worker_held);
+        return -1;
+    }
 
     /* The running attempts, brought up to date (running.c). */
     struct running_cache *rc = &sch->running;
-    if (running_refresh(rc, conn, err) < 0) return -1;
     s->running = xcalloc((size_t)rc->n + 1, sizeof *s->running);
     s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
     s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
@@ -507,6 +523,8 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         s->running_attempts[s->n_running] = ra->attempt;
         s->n_running++;
     }
+    hold_workers_devices(s, worker_held);
+    free(worker_held);
     if (s->n_running_groups > 0 && load_members_remaining(s, conn, err) < 0) return -1;
 
     /* The head of the queue in order; what never changes of each job comes from the cache (queue.c). */

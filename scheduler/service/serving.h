@@ -30,13 +30,12 @@
 /* The devices a node's workers hold, as a mask: a column of the snapshot's query of `nodes`
  * (SERVING_HELD_SQL) with its join (SERVING_HELD_JOIN_SQL: the workers grouped once per query; looked up
  * node by node they were most of that query's time). A device that a job preempted for a worker still
- * holds is the job's until its attempt ends. */
+ * holds is the job's until its attempt ends: the cycle takes the running attempts' devices out of the
+ * mask (cycle.c, hold_workers_devices). */
 #define SERVING_HELD_JOIN_SQL                                                                                 \
     " LEFT JOIN (SELECT node_id, bit_or(1 << device_index) AS mask FROM model_workers GROUP BY node_id) held" \
     " ON held.node_id = nodes.id"
-#define SERVING_HELD_SQL                                                                                      \
-    "CASE WHEN held.mask IS NULL THEN 0 ELSE held.mask & ~coalesce((SELECT bit_or(a.gpu_mask)"          \
-    " FROM job_attempts a WHERE a.node_id = nodes.id AND a.ended_at IS NULL), 0) END"
+#define SERVING_HELD_SQL "coalesce(held.mask, 0)"
 
 /* The cycle's part: workers of lost nodes forgotten, idle deployments scaled to zero, wanted replicas
  * placed. Returns 0, or -1 with err when the database failed. */
