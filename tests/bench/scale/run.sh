@@ -152,8 +152,19 @@ quantile() { # Q BEFORE AFTER
     }}'
 }
 
+# The cycles' time so far, and what their thread (the scheduler's main thread) spent running and waiting for a
+# CPU (/proc's schedstat, ns): on a machine shared with the simulated fleet, a cycle's time is partly the
+# wait for a core, which a scheduler on a machine of its own does not see.
+cycle_time() { echo "$(metric whet_scheduler_cycle_duration_seconds_sum) $(cut -d' ' -f1,2 "/proc/$sched_pid/task/$sched_pid/schedstat")"; }
+cycle_share() { # cycle_time BEFORE, cycle_time AFTER
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ")
+    printf "cycles took %.1f s in all: their thread ran %.1f s and waited %.1f s for a CPU", y[1] - x[1],
+           (y[2] - x[2]) / 1e9, (y[3] - x[3]) / 1e9 }'
+}
+
 # --- phase 1: creates through the gateway on a free fleet ---
 cycle_hist >"$work/h0"
+ct0=$(cycle_time)
 python3 tests/bench/scale/api.py jobs "$url" "$work/tenants" "$api_jobs" 8 "$work/created" | sed 's/^/scale: /'
 q "CREATE TABLE scale_created (id text PRIMARY KEY, at float8)"
 psql -qX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "\\copy scale_created FROM '$work/created' WITH (DELIMITER ' ')"
@@ -172,7 +183,7 @@ read -r st50 st99 stmax _ < <(latency n.delivered_at)
 cycle_hist >"$work/h1"
 say "phase 1 (free capacity): $placed of $api_jobs placed; create -> placed p50 ${pl50}s p99 ${pl99}s max ${plmax}s;" \
     "create -> START delivered p50 ${st50}s p99 ${st99}s; cycle p50 $(quantile 0.5 "$work/h0" "$work/h1")s" \
-    "p99 $(quantile 0.99 "$work/h0" "$work/h1")s"
+    "p99 $(quantile 0.99 "$work/h0" "$work/h1")s; $(cycle_share "$ct0" "$(cycle_time)")"
 
 if [ "$smoke" = 1 ]; then
   for _ in $(seq 600); do
@@ -266,7 +277,7 @@ hb_due=$(echo "$nodes * 10000 / $lease_ms" | bc -l)
 # Heartbeats in the window: the scheduler's count of those written (a heartbeat renews its node's row only
 # every quarter lease, so the row's updates no longer count them).
 hs0=$(metric whet_scheduler_heartbeat_statements_total) hb0=$(metric whet_scheduler_heartbeats_total)
-p0=$(pg_ticks) s0=$(ticks "$sched_pid") x0=$(ticks "$fleet_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log")
+p0=$(pg_ticks) s0=$(ticks "$sched_pid") x0=$(ticks "$fleet_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log") ct0=$(cycle_time)
 kill -USR1 "$fleet_pid" # the fleet's own figures of the window (fleet.c)
 sleep "$seconds"
 kill -USR1 "$fleet_pid"
@@ -274,13 +285,13 @@ x1=$(ticks "$fleet_pid")
 hs1=$(metric whet_scheduler_heartbeat_statements_total) hb1=$(metric whet_scheduler_heartbeats_total)
 a1=$(q "SELECT count(*) FROM job_attempts")
 f1=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
-p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N) l1=$(wc -l <"$work/scheduler.log")
+p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N) l1=$(wc -l <"$work/scheduler.log") ct1=$(cycle_time)
 cycle_hist >"$work/h3"
 el=$(echo "$w1 - $w0" | bc)
 placements=$((a1 - a0))
 cycles=$(paste "$work/h2" "$work/h3" | awk '$1 == "+Inf" {print $4 - $2}')
 say "phase 2 ($nodes nodes x $gpus GPUs, $(metric whet_scheduler_jobs_queued) queued and $(metric whet_scheduler_jobs_running) running at the end, ${el%.*} s):"
-say "  cycles: $cycles, p50 $(quantile 0.5 "$work/h2" "$work/h3")s, p99 $(quantile 0.99 "$work/h2" "$work/h3")s"
+say "  cycles: $cycles, p50 $(quantile 0.5 "$work/h2" "$work/h3")s, p99 $(quantile 0.99 "$work/h2" "$work/h3")s; $(cycle_share "$ct0" "$ct1")"
 awk -v p="$placements" -v f="$((f1 - f0))" -v el="$el" -v pt="$((p1 - p0))" -v st="$((s1 - s0))" -v hz="$hz" 'BEGIN {
   printf "scale:   placements: %d (%.1f/s), attempts finished %.1f/s\n", p, p / el, f / el
   printf "scale:   PostgreSQL CPU: %.2f cores, %.2f ms per placement; scheduler CPU: %.2f cores, %.2f ms per placement\n",
