@@ -103,10 +103,12 @@ static int place_one(PGconn *conn, struct whet_err *err) {
 
 /* A base with no worker left wanting one once every free device is taken (an extra replica for load
  * preempts nothing): the running 1-device attempt of lowest priority below SERVE_PRIORITY on a node of
- * the pool (the newest of them: it loses the least) is told to checkpoint and stop, as the placement
- * library's preemptions are, and the worker is placed on its device at once (the executor starts it
- * once the job has left the device), so the job, back in the queue, cannot take the device again.
- * One at a time: none while an earlier victim is still stopping. */
+ * the pool (the newest of them: it loses the least) that holds its device alone (a member of a
+ * co-training group frees none: the group goes on there, and the worker would wait for as long as the
+ * group runs) is told to checkpoint and stop, as the placement library's preemptions are, and the worker
+ * is placed on its device at once (the executor starts it once the job has left the device), so the
+ * job, back in the queue, cannot take the device again. One at a time: none while an earlier victim is
+ * still stopping. */
 static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
     char priority[16], event_id[40], worker_id[40];
     snprintf(priority, sizeof priority, "%d", SERVE_PRIORITY);
@@ -121,13 +123,16 @@ static int preempt_for_worker(PGconn *conn, struct whet_err *err) {
             "   FROM serving_deployments d"
             "   JOIN nodes n ON n.state = 'ready' AND (d.pool = '' OR n.pool = d.pool)"
             "   JOIN job_attempts a ON a.node_id = n.id AND a.ended_at IS NULL AND a.world_size = 1"
+            "   AND NOT EXISTS (SELECT 1 FROM job_attempts o WHERE o.node_id = a.node_id AND o.ended_at IS NULL"
+            "     AND o.job_id <> a.job_id AND o.gpu_mask & a.gpu_mask <> 0)"
             "   JOIN jobs j ON j.id = a.job_id AND j.priority < $1::int AND NOT j.preempt_requested"
             "   WHERE d.desired > 0 AND NOT EXISTS (SELECT 1 FROM model_workers w WHERE w.base_model = d.base_model"
             "     AND w.pool = d.pool AND w.state <> 'stopping')"
             "   AND NOT EXISTS (SELECT 1 FROM jobs p JOIN job_attempts pa ON pa.job_id = p.id AND pa.ended_at IS NULL"
             "     WHERE p.preempt_requested)"
             "   ORDER BY j.priority, a.started_at DESC LIMIT 1),"
-            " j AS (UPDATE jobs SET preempt_requested = true FROM v WHERE jobs.id = v.job_id RETURNING jobs.id, jobs.tenant_id),"
+            " j AS (UPDATE jobs SET preempt_requested = true FROM v WHERE jobs.id = v.job_id RETURNING jobs.id, "
+            "jobs.tenant_id),"
             " c AS (INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason)"
             "   SELECT node_id, job_id, attempt, 'stop', 30000, 'preempted' FROM v),"
             " e AS (INSERT INTO job_events (id, tenant_id, job_id, level, message, data)"

@@ -7,7 +7,8 @@
 # attempts deletes, so the cycle stops between the two reads; meanwhile the attempt ends and the job is
 # queued again (as the victim's FinishJob does); then the lock goes. The job must not be placed on the
 # worker's device (before the fix it was, in that very cycle: e2e_serve_scale_zero saw the job and a
-# worker start on one device); once the worker's row goes, it is.
+# worker start on one device); once the worker's row goes, it is. Then a worker wanted while every device is
+# taken preempts a job that holds its device alone, never a member of a co-training group.
 . "$(dirname "$0")/lib.sh" workerhold
 m1=$(free_port)
 seed_tenant
@@ -43,6 +44,27 @@ check "job a is not placed on the worker's device" not_placed
 q "DELETE FROM model_workers"
 check "once the worker's row goes, job a is placed there again" \
   "wait_for 30 \"SELECT count(*) || '/' || max(attempt) FROM job_attempts WHERE node_id = 'n1' AND ended_at IS NULL\" 1/2"
+
+# A worker wanted with every device taken preempts a job that holds its device alone: job a on n1, not a
+# member of the co-training group that shares n2's device (both newer than job a, so the newest-first
+# choice would take one of them: stopping it frees no device, and the worker would wait for the group).
+q "INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, last_heartbeat)
+     VALUES ('n2', 'dc-a', 'dc-a', '[{\"type\":\"H100\",\"memory_mib\":81920,\"index\":0}]', 'H100', 1, 8000, 65536,
+             3600000, extract(epoch FROM clock_timestamp()));
+   INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, node_id)
+     SELECT 'ftjob-g' || i, 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, 'running', 1, 'n2'
+     FROM generate_series(1, 2) i;
+   INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, gpu_milli, device_type, cotrain_group,
+                             started_at)
+     SELECT 'ftjob-g' || i, 1, 't1', 'n2', 1, CASE i WHEN 1 THEN 1000 ELSE 0 END, 'H100', 'group-1',
+            extract(epoch FROM clock_timestamp()) + 60 FROM generate_series(1, 2) i;
+   UPDATE serving_deployments SET last_request_at = extract(epoch FROM clock_timestamp()) + 3600"
+check "the worker's preemption stops job a" \
+  "wait_for 30 \"SELECT string_agg(job_id, ' ') FROM node_commands WHERE kind = 'stop'\" ftjob-a"
+check "and places the worker on job a's device" \
+  '[ "$(q "SELECT node_id || '"'"':'"'"' || device_index FROM model_workers")" = n1:0 ]'
+check "no member of the co-training group is told to stop" \
+  '[ "$(q "SELECT count(*) FROM jobs WHERE id LIKE '"'"'ftjob-g%'"'"' AND preempt_requested")" = 0 ]'
 
 [ $fails -eq 0 ] || tail -n 15 "$work"/*.log >&2
 echo "$passes passed, $fails failed"
