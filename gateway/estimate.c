@@ -56,6 +56,10 @@ static void estimate_done(struct gw_req *r, const struct db_result *res, void *a
     const struct estimate_ctx *c = arg;
     if (db_reply_failed(r, res)) return;
     const PGresult *row = res->res[c->result];
+    if (PQgetisnull(row, 0, 0)) { /* no estimate: the training file went since the lookup found it */
+        http_reply_error(r, 404, "training_file", "file_not_found", "no such file: %s", c->q.training_file);
+        return;
+    }
     int over_hard = !strcmp(PQgetvalue(row, 0, 2), "t"), over_soft = !strcmp(PQgetvalue(row, 0, 3), "t");
     if (c->q.dry_run) {
         json_t *e = db_json_value(row, 0, 0);

@@ -6,7 +6,7 @@
 // model's files in the store, SFT, DPO and reinforcement files are tokenized for real, the counts checked
 // against transformers.js (@lenml/tokenizers) rendering the model's own Jinja chat template; a line the
 // trainer would refuse is a 400 naming it.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -326,6 +326,29 @@ try {
   check(r.status === 200 && typeof why?.error === 'string' && JSON.stringify(estimated) === JSON.stringify(previous) &&
         r.text.includes('"tokens_per_device_s":1500.0,') && r.text.includes('"amount":0.00597,'),
         'a dry run\'s estimate from the previous job, exactly', [r.json, previous]);
+
+  // A training file deleted between the create's lookup and its estimate (the estimate's statement held on a
+  // lock of budgets meanwhile): a 404 naming the field, as the lookup's own, and no job.
+  const late = multipart([{ name: 'purpose', value: 'fine-tune' }, { name: 'file', filename: 'late.jsonl', value: content }]);
+  const lateFile = (await a('POST', '/v1/files', { body: late.body, headers: { 'content-type': late.type } })).json.id;
+  const holder = spawn('psql', ['-qX', stack.dbUrl], { stdio: ['pipe', 'ignore', 'ignore'],
+                                                       env: { ...process.env, PGAPPNAME: 'estimate-holder' } });
+  holder.stdin.write('BEGIN; LOCK TABLE budgets IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600);\n');
+  const waitFor = async (what, sql) => {
+    for (let i = 0; i < 300 && stack.psql(sql) !== '1'; i++) await new Promise((done) => setTimeout(done, 100));
+    check(stack.psql(sql) === '1', what);
+  };
+  await waitFor('the lock is held', `SELECT count(*) FROM pg_stat_activity WHERE application_name = 'estimate-holder'
+                                     AND query LIKE '%pg_sleep%'`);
+  const pending = a('POST', '/v1/fine_tuning/jobs', { json: { ...body(), training_file: lateFile, whet: {} } });
+  await waitFor('the estimate waits for it', `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+                                              AND query LIKE '%whet_job_estimate(%'`);
+  stack.psql(`DELETE FROM files WHERE id = '${lateFile}'`);
+  stack.psql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'estimate-holder'`);
+  r = await pending;
+  check(r.status === 404 && r.json?.error?.code === 'file_not_found' && r.json.error.param === 'training_file',
+        'a training file gone before the estimate: a 404 naming it', r.text);
+  check(stack.psql(`SELECT count(*) FROM jobs WHERE training_file = '${lateFile}'`) === '0', 'and no job', lateFile);
 } catch (err) {
   check(false, 'exception', String(err.stack || err));
 } finally {
