@@ -104,6 +104,7 @@ struct snapshot {
     struct pl_job *running, *queued; /* stable addresses for the library */
     char **running_ids, **queued_ids; /* running_ids: the running cache's strings */
     int *running_attempts;
+    struct running_attempt **running_cached; /* each running job's entry in the running cache, for this cycle */
     int *running_gpus;               /* each running job's devices before placement resizes it (elastic) */
     struct sz_choice *sized;         /* per queued job: its gang, or why no node holds it */
     /* Co-training groups (scheduler/placement/cotrain.c). Running: placement id k+1 is the group named
@@ -142,6 +143,7 @@ static void snapshot_free(struct snapshot *s) {
     free(s->running_ids);
     free(s->queued_ids);
     free(s->running_attempts);
+    free(s->running_cached);
     free(s->running_gpus);
     free(s->pools);
     free(s->sized);
@@ -337,38 +339,58 @@ static uint64_t running_group_id(struct snapshot *s, const char *name) {
     return (uint64_t)k + 1;
 }
 
+/* How often a co-trained member's work left is read again: in between, the last read less the time since.
+ * Reading every member each cycle (~15k under churn in tests/bench/scale, their progress rows by key) took
+ * ~270 ms of a cycle; a move-out needs only whether a member has minutes left, not its latest step. */
+#define MEMBERS_REMAINING_READ_S 10.0
+
 /* Each co-trained member's work left at its pace so far (pl_job.remaining_s), from its progress row, so
  * that placement keeps a member about to end in its group. The row's step is written at most every
- * progress_ms, so the estimate errs long (a move that may not pay), never short. */
+ * progress_ms, so the estimate errs long (a move that may not pay), never short. Only the members not read
+ * within MEMBERS_REMAINING_READ_S are read (and those never read: new, or without progress yet). */
 static int load_members_remaining(struct snapshot *s, PGconn *conn, struct whet_err *err) {
     int *members = xcalloc((size_t)s->n_running + 1, sizeof *members), n = 0; /* index in s->running */
+    double now = whet_now_mono();
     json_t *ids = json_array();
     for (int i = 0; i < s->n_running; i++) {
-        if (!s->running[i].cotrain_group) continue;
+        const struct running_attempt *ra = s->running_cached[i];
+        if (!s->running[i].cotrain_group ||
+            (ra->remaining_read_at > 0 && now - ra->remaining_read_at < MEMBERS_REMAINING_READ_S))
+            continue;
         members[n++] = i;
         json_array_append_new(ids, json_string(s->running_ids[i]));
     }
-    char *list = json_dumps(ids, JSON_COMPACT);
+    PGresult *res = NULL;
+    if (n > 0) {
+        char *list = json_dumps(ids, JSON_COMPACT);
+        const char *params[] = {list};
+        res = whet_pg_query(conn,
+                            "SELECT x.i - 1, p.attempt, p.last_step - p.resume_step, p.total_steps - p.last_step,"
+                            " extract(epoch FROM clock_timestamp()) - p.started_at"
+                            " FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(id, i)"
+                            " JOIN job_progress p ON p.job_id = x.id"
+                            " WHERE p.total_steps IS NOT NULL AND p.last_step > p.resume_step",
+                            1, params, err);
+        free(list);
+    }
     json_decref(ids);
-    const char *params[] = {list};
-    PGresult *res = whet_pg_query(conn,
-                                  "SELECT x.i - 1, p.attempt, p.last_step - p.resume_step, p.total_steps - p.last_step,"
-                                  " extract(epoch FROM clock_timestamp()) - p.started_at"
-                                  " FROM jsonb_array_elements_text($1::jsonb) WITH ORDINALITY AS x(id, i)"
-                                  " JOIN job_progress p ON p.job_id = x.id"
-                                  " WHERE p.total_steps IS NOT NULL AND p.last_step > p.resume_step",
-                                  1, params, err);
-    free(list);
     for (int r = 0; res && r < PQntuples(res); r++) {
         int k = members[atoi(PQgetvalue(res, r, 0))];
         if (atoi(PQgetvalue(res, r, 1)) != s->running_attempts[k]) continue; /* an earlier attempt's */
         double done = atof(PQgetvalue(res, r, 2)), left = atof(PQgetvalue(res, r, 3)),
                ran_s = atof(PQgetvalue(res, r, 4));
-        if (ran_s > 0) s->running[k].remaining_s = fmax(left * ran_s / done, 1e-3); /* 0 would read "unknown" */
+        if (ran_s <= 0) continue;
+        s->running_cached[k]->remaining_s = left * ran_s / done;
+        s->running_cached[k]->remaining_read_at = now;
     }
-    int rc = res ? 0 : -1;
+    int rc = n == 0 || res ? 0 : -1;
     PQclear(res);
     free(members);
+    for (int i = 0; i < s->n_running; i++) {
+        const struct running_attempt *ra = s->running_cached[i];
+        if (s->running[i].cotrain_group && ra->remaining_read_at > 0) /* 0 would read "unknown" */
+            s->running[i].remaining_s = fmax(ra->remaining_s - (now - ra->remaining_read_at), 1e-3);
+    }
     return rc;
 }
 
@@ -483,11 +505,12 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
     s->running = xcalloc((size_t)rc->n + 1, sizeof *s->running);
     s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
     s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
+    s->running_cached = xcalloc((size_t)rc->n + 1, sizeof *s->running_cached);
     s->running_gpus = xcalloc((size_t)rc->n + 1, sizeof *s->running_gpus);
     s->running_groups = xcalloc((size_t)rc->n + 1, sizeof *s->running_groups);
     double now = (double)whet_now_unix();
     for (int i = 0; i < rc->n; i++) {
-        const struct running_attempt *ra = &rc->a[i];
+        struct running_attempt *ra = &rc->a[i];
         struct pl_job *j = &s->running[s->n_running];
         memset(j, 0, sizeof *j);
         if (!ra->ranks) {
@@ -521,6 +544,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
         j->last_checkpoint_time = ra->last_checkpoint;
         s->running_ids[s->n_running] = ra->job_id; /* the cache's, for this cycle */
         s->running_attempts[s->n_running] = ra->attempt;
+        s->running_cached[s->n_running] = ra;
         s->n_running++;
     }
     hold_workers_devices(s, worker_held);

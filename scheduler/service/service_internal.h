@@ -21,6 +21,9 @@ struct running_attempt {
     int min_gpus, max_gpus; /* whet's elastic range; 0: not given */
     long long seq;
     double created_at, started_at, last_checkpoint;
+    /* a co-training member's work left (pl_job.remaining_s) as the cycle last read it, and when (whet_now_mono;
+     * 0: not read yet): kept with the attempt so that each cycle reads only the members due (cycle.c) */
+    double remaining_s, remaining_read_at;
 };
 
 /* The running attempts the leader keeps between cycles (running.c). */
