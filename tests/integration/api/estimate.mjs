@@ -352,6 +352,8 @@ try {
 } catch (err) {
   check(false, 'exception', String(err.stack || err));
 } finally {
+  // a failed check must not leave the estimate's lock held (nothing left to end when it passed)
+  stack.psql(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'estimate-holder'`);
   const stopped = await stack.stop();
   check(stopped === null, 'the gateway exits cleanly', stopped);
   if (failed()) console.error(stack.logTail(60));
