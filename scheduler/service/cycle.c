@@ -96,8 +96,8 @@ struct snapshot {
     struct pl_tenant *tenants;  /* their weights and quotas, same order */
     int n_nodes;
     struct pl_node *nodes;
-    char **node_ids, **node_addrs;
-    int *node_by_id;            /* node indexes sorted by id, to find a running attempt's node */
+    char **node_ids, **node_addrs; /* the node cache's strings, for this cycle */
+    const int *node_by_id;         /* node indexes sorted by id, to find a running attempt's node (the cache's) */
     int n_pools;
     struct sizing_pool *pools; /* the fleet as sizing sees it */
     int n_running, n_queued;
@@ -126,10 +126,6 @@ struct new_group {
 };
 
 static void snapshot_free(struct snapshot *s) {
-    for (int i = 0; i < s->n_nodes; i++) {
-        free(s->node_ids[i]);
-        free(s->node_addrs[i]);
-    }
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
     for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
     free(s->tenant_ids);
@@ -137,7 +133,6 @@ static void snapshot_free(struct snapshot *s) {
     free(s->nodes);
     free(s->node_ids);
     free(s->node_addrs);
-    free(s->node_by_id);
     free(s->running);
     free(s->queued);
     free(s->running_ids);
@@ -167,12 +162,6 @@ static int sorted_find(char *const *names, const int *order, int n, const char *
             hi = mid - 1;
     }
     return -1;
-}
-
-/* qsort_r is not C17: the node ids being sorted are passed through a file-scope pointer instead. */
-static char *const *sort_node_ids;
-static int cmp_node_id(const void *a, const void *b) {
-    return strcmp(sort_node_ids[*(const int *)a], sort_node_ids[*(const int *)b]);
 }
 
 /* A running attempt's node by id: a linear search for each attempt would cost nodes x attempts. */
@@ -445,8 +434,8 @@ static void base_shapes_free(struct base_shapes *b) {
 /* A device a model worker holds (serving.h) takes no job, unless a running attempt of the snapshot holds
  * it already (a job preempted for the worker, still checkpointing there): its alloc takes it from the
  * free, and taking it twice would leave less than nothing. Decided against the running set the cycle
- * places with, not against the attempts the nodes' query saw: an attempt that ended between the two
- * reads would have left the device free to a job while its worker was starting on it. */
+ * places with, not against the attempts running when the workers were read: an attempt that ended
+ * between the two reads would have left the device free to a job while its worker was starting on it. */
 static void hold_workers_devices(struct snapshot *s, uint32_t *worker_held) {
     for (int i = 0; i < s->n_running; i++) {
         const struct pl_alloc *a = &s->running[i].alloc;
@@ -457,44 +446,60 @@ static void hold_workers_devices(struct snapshot *s, uint32_t *worker_held) {
             if (worker_held[i] >> g & 1) s->nodes[i].gpu_free_milli[g] = 0;
 }
 
-static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s, struct whet_err *err) {
-    memset(s, 0, sizeof *s);
-    /* A node silent for half its lease (five heartbeats) takes no new work: it is likely gone, and a
-     * gang that failed with it would be placed back on it until its lease runs out. */
-    PGresult *res = whet_pg_query(conn,
-                                  "SELECT id, dc, device_type, gpus, cpu_milli, memory_mib,"
-                                  " coalesce((devices->0->>'memory_mib')::int, 0), address,"
-                                  " last_heartbeat < extract(epoch FROM clock_timestamp()) - lease_ms / 2000.0,"
-                                  " " SERVING_HELD_SQL " FROM nodes" SERVING_HELD_JOIN_SQL
-                                  " WHERE state = 'ready' ORDER BY dc, id",
+/* The devices model workers hold (serving.h), by node: worker_held[i] for node i, a mask. A device that a job
+ * preempted for a worker still holds is the job's until its attempt ends (hold_workers_devices). */
+static int load_workers_held(PGconn *conn, const struct snapshot *s, uint32_t *worker_held, struct whet_err *err) {
+    PGresult *res = whet_pg_query(conn, "SELECT node_id, bit_or(1 << device_index) FROM model_workers GROUP BY node_id",
                                   0, NULL, err);
     if (!res) return -1;
-    s->n_nodes = PQntuples(res);
-    uint32_t *worker_held = xcalloc((size_t)s->n_nodes + 1, sizeof *worker_held);
+    for (int r = 0; r < PQntuples(res); r++) {
+        int node = node_index(s, PQgetvalue(res, r, 0));
+        if (node >= 0) worker_held[node] = (uint32_t)atoll(PQgetvalue(res, r, 1));
+    }
+    PQclear(res);
+    return 0;
+}
+
+/* The cycle's view of the database. silent: the nodes that take no new work this cycle
+ * (scheduler_expire_leases), "ID ID …" or NULL. */
+static int load_snapshot(struct scheduler *sch, PGconn *conn, const char *silent, struct snapshot *s,
+                         struct whet_err *err) {
+    memset(s, 0, sizeof *s);
+    if (node_cache_refresh(&sch->nodes, conn, err) < 0) return -1;
+    const struct node_cache *nc = &sch->nodes;
+    s->n_nodes = nc->n;
     s->nodes = xcalloc((size_t)s->n_nodes + 1, sizeof *s->nodes);
     s->node_ids = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_ids);
     s->node_addrs = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_addrs);
+    s->node_by_id = nc->by_id;
     for (int i = 0; i < s->n_nodes; i++) {
+        const struct cached_node *c = &nc->a[i];
         struct pl_node *n = &s->nodes[i];
-        s->node_ids[i] = xstrdup(PQgetvalue(res, i, 0));
-        s->node_addrs[i] = xstrdup(PQgetvalue(res, i, 7));
-        n->dc = name_id(&s->dcs, PQgetvalue(res, i, 1));
-        n->gpu_type = name_id(&s->types, PQgetvalue(res, i, 2));
-        n->gpus = atoi(PQgetvalue(res, i, 3));
-        if (n->gpus > PL_MAX_GPUS_PER_NODE) n->gpus = PL_MAX_GPUS_PER_NODE;
-        n->cpu_milli = atoll(PQgetvalue(res, i, 4));
-        n->mem_mib = atoll(PQgetvalue(res, i, 5));
-        n->gpu_mem_mib = atoi(PQgetvalue(res, i, 6));
-        n->schedulable = PQgetvalue(res, i, 8)[0] != 't';
+        s->node_ids[i] = c->id;
+        s->node_addrs[i] = c->address;
+        n->dc = name_id(&s->dcs, c->dc);
+        n->gpu_type = name_id(&s->types, c->device_type);
+        n->gpus = c->gpus > PL_MAX_GPUS_PER_NODE ? PL_MAX_GPUS_PER_NODE : c->gpus;
+        n->cpu_milli = c->cpu_milli;
+        n->mem_mib = c->mem_mib;
+        n->gpu_mem_mib = c->gpu_mem_mib;
+        n->schedulable = 1;
         pl_node_reset_free(n);
-        worker_held[i] = (uint32_t)atoll(PQgetvalue(res, i, 9));
     }
-    PQclear(res);
+    if (silent) {
+        char *copy = xstrdup(silent), *save = NULL;
+        for (char *id = strtok_r(copy, " ", &save); id; id = strtok_r(NULL, " ", &save)) {
+            int node = node_index(s, id);
+            if (node >= 0) s->nodes[node].schedulable = 0;
+        }
+        free(copy);
+    }
     load_pools(s);
-    s->node_by_id = xcalloc((size_t)s->n_nodes + 1, sizeof *s->node_by_id);
-    for (int i = 0; i < s->n_nodes; i++) s->node_by_id[i] = i;
-    sort_node_ids = s->node_ids;
-    qsort(s->node_by_id, (size_t)s->n_nodes, sizeof *s->node_by_id, cmp_node_id);
+    uint32_t *worker_held = xcalloc((size_t)s->n_nodes + 1, sizeof *worker_held);
+    if (load_workers_held(conn, s, worker_held, err) < 0) {
+        free(worker_held);
+        return -1;
+    }
     if (load_tenants(conn, s, err) < 0 || running_refresh(&sch->running, conn, err) < 0) {
         free(worker_held);
         return -1;
@@ -552,10 +557,10 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, struct snapshot *s
     if (s->n_running_groups > 0 && load_members_remaining(s, conn, err) < 0) return -1;
 
     /* The head of the queue in order; what never changes of each job comes from the cache (queue.c). */
-    res = whet_pg_query(conn,
-                        "SELECT id, tenant_id, priority, created_at, seq, resize_to, base_model FROM jobs"
-                        " WHERE status = 'queued' AND desired = 'run' ORDER BY seq LIMIT 10000",
-                        0, NULL, err);
+    PGresult *res = whet_pg_query(conn,
+                                  "SELECT id, tenant_id, priority, created_at, seq, resize_to, base_model FROM jobs"
+                                  " WHERE status = 'queued' AND desired = 'run' ORDER BY seq LIMIT 10000",
+                                  0, NULL, err);
     if (!res) return -1;
     int rows = PQntuples(res);
     char **ids = xcalloc((size_t)rows + 1, sizeof *ids);
@@ -975,9 +980,12 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
     int placed = 0, deferred = 0;
-    if (scheduler_expire_leases(conn, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 ||
-        apply_tenant_requests(conn, err) < 0)
+    char *silent = NULL; /* the nodes silent for half their lease: no new work */
+    if (scheduler_expire_leases(conn, &silent, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 ||
+        apply_tenant_requests(conn, err) < 0) {
+        free(silent);
         return -1;
+    }
     /* Model workers first (serving.h): a free device goes to a worker before a job. Their failure does
      * not hold up the jobs' placement. */
     struct whet_err serr;
@@ -989,7 +997,9 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct pl_job **queue = NULL;
     struct waiting waiting = {0};
     int rc = -1;
-    if (load_snapshot(sch, conn, &s, err) < 0) goto out;
+    int loaded = load_snapshot(sch, conn, silent, &s, err);
+    free(silent);
+    if (loaded < 0) goto out;
     waiting.a = xcalloc((size_t)s.n_queued + 1, sizeof *waiting.a);
     t[2] = t[3] = t[4] = whet_now_mono();
     double oldest = 0, now = (double)whet_now_unix();
@@ -1091,6 +1101,7 @@ out:
     pl_cluster_free(cluster);
     snapshot_free(&s);
     if (rc < 0) { /* what a failed cycle read or wrote is unknown */
+        node_cache_reset(&sch->nodes);
         running_reset(&sch->running);
         public_state_reset(&sch->public_state);
     }

@@ -2,11 +2,8 @@
  *
  * Reading every running attempt each cycle cost 1.3-1.5 s at 80000 attempts (tests/bench/scale). The
  * leader reads them all once, then each cycle only the jobs that triggers named in running_changes
- * (migrations/0020_scheduler_scale.sql) since its previous read: their running attempts are read
- * again and replace what it held of them. Which rows are new is decided by transaction ids, not
- * commit order: each read first takes the xmin of a snapshot (the oldest transaction then unfinished)
- * and the next read takes every row from that xmin on, so a transaction that commits late is read
- * then; rows below it were seen by the read and are deleted. */
+ * (migrations/0020_scheduler_scale.sql) since its previous read (change_log.c): their running attempts
+ * are read again and replace what it held of them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,18 +99,10 @@ static void drop_changed(struct running_cache *c, const PGresult *res) {
 }
 
 int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err) {
-    /* The rows the previous read saw go (all of them before a full read, which sees them); the xmin
-     * of this statement's snapshot, older than the read below, is where the next read starts. */
     const char *params[] = {c->loaded ? c->xmin : NULL};
-    PGresult *res = whet_pg_query(conn,
-                                  "WITH d AS (DELETE FROM running_changes"
-                                  "   WHERE xid < coalesce($1::xid8, pg_snapshot_xmin(pg_current_snapshot())))"
-                                  " SELECT pg_snapshot_xmin(pg_current_snapshot())::text",
-                                  1, params, err);
-    if (!res) return -1;
-    char xmin[sizeof c->xmin];
-    snprintf(xmin, sizeof xmin, "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
+    char xmin[CHANGE_XMIN_LEN];
+    if (change_log_advance(conn, "running_changes", params[0], xmin, err) < 0) return -1;
+    PGresult *res;
     if (c->loaded)
         res = whet_pg_query(conn,
                             "WITH ch AS (SELECT DISTINCT job_id FROM running_changes WHERE xid >= $1::xid8)"

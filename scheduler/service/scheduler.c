@@ -95,6 +95,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             break;
         }
         /* What changed while another led is unknown: read it all again, compare every row again. */
+        node_cache_reset(&sch.nodes);
         running_reset(&sch.running);
         queue_cache_reset(&sch.queue);
         public_state_reset(&sch.public_state);
@@ -124,6 +125,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         scheduler_progress_free(); /* what another leader writes meanwhile is not ours to remember */
         PQfinish(conn);
     }
+    node_cache_reset(&sch.nodes);
     running_reset(&sch.running);
     queue_cache_reset(&sch.queue);
     public_state_reset(&sch.public_state);

@@ -11,6 +11,37 @@
 #include "rpc.h"
 #include "scheduler.h"
 
+/* Moves a change log's read on (change_log.c): deletes the rows of `table` (running_changes,
+ * node_changes) older than `previous` (NULL: older than now, before a first full read), and puts in xmin
+ * where the next read starts. The read that follows takes the rows from `previous` on (none before a full
+ * read). -1 with err when the database failed. */
+#define CHANGE_XMIN_LEN 24
+int change_log_advance(PGconn *conn, const char *table, const char *previous, char xmin[CHANGE_XMIN_LEN],
+                       struct whet_err *err);
+
+/* A ready node as placement reads it (nodes.c). */
+struct cached_node {
+    char *id, *dc, *device_type, *address;
+    int gpus, gpu_mem_mib; /* gpu_mem_mib: its first device's memory */
+    long long cpu_milli, mem_mib;
+};
+
+/* The ready nodes the leader keeps between cycles (nodes.c): read once, then only those node_changes
+ * names (migrations/0059_node_changes.sql). Whether a node answers (its heartbeats) is not kept here: the
+ * lease census reads that each cycle (leases.c). */
+struct node_cache {
+    int loaded;                 /* 0: the next refresh reads every ready node */
+    char xmin[CHANGE_XMIN_LEN]; /* where the next refresh reads node_changes from */
+    int n, cap;
+    struct cached_node *a; /* by data center, then id (strcmp): the placement library's node order */
+    int *by_id;            /* indexes into a, by id (strcmp) */
+};
+
+/* Brings the cache up to date. -1 with err when the database failed (then reset it). */
+int node_cache_refresh(struct node_cache *c, PGconn *conn, struct whet_err *err);
+/* Empties the cache and frees what it holds: the next refresh reads every node. */
+void node_cache_reset(struct node_cache *c);
+
 /* A running attempt as placement reads it (running.c). */
 struct running_attempt {
     char *job_id, *tenant_id, *node_id;
@@ -28,8 +59,8 @@ struct running_attempt {
 
 /* The running attempts the leader keeps between cycles (running.c). */
 struct running_cache {
-    int loaded;    /* 0: the next refresh reads every running attempt */
-    char xmin[24]; /* where the next refresh reads running_changes from */
+    int loaded;                 /* 0: the next refresh reads every running attempt */
+    char xmin[CHANGE_XMIN_LEN]; /* where the next refresh reads running_changes from */
     int n, cap;
     struct running_attempt *a; /* by job seq, then attempt */
     char **stopped;            /* the jobs the last refresh found running nothing (public_state.c clears */
@@ -96,7 +127,8 @@ void public_state_reset(struct public_state *ps);
 
 struct scheduler {
     const struct scheduler_options *opts;
-    struct running_cache running; /* the leader's; reset when it starts leading */
+    struct node_cache nodes;      /* the leader's; reset when it starts leading */
+    struct running_cache running; /* likewise */
     struct queue_cache queue;     /* likewise */
     struct public_state public_state;
 };
@@ -162,7 +194,7 @@ json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *
  * and a node is overdue when it is older than a lease and a quarter (LEASE_OVERDUE_AFTER_SQL, leases.c): a
  * whole lease of silence at least, as when every heartbeat was written. SQL of a nodes row, in seconds. */
 #define LEASE_RENEW_AFTER_SQL "lease_ms / 4000.0"
-#define LEASE_OVERDUE_AFTER_SQL "lease_ms * 1.25 / 1000.0"
+#define LEASE_OVERDUE_AFTER_SQL "lease_ms * 0.00125::float8"
 
 /* A node's heartbeat, written with those that arrive meanwhile in one statement (heartbeats.c): its
  * lease renewed, its jobs' progress written, its waiting commands put in resp. *known: 0 when the node
@@ -182,8 +214,9 @@ void scheduler_progress_written(const Whet__V1__JobProgress *const *written, siz
 void scheduler_progress_free(void);
 
 /* Declares the nodes silent past their lease lost and requeues their jobs, unless the whole fleet
- * went silent at once (leases.c says why). */
-int scheduler_expire_leases(PGconn *conn, struct whet_err *err);
+ * went silent at once (leases.c says why). *silent: the ready nodes silent for half their lease or more,
+ * which take no new work ("ID ID …", NULL: none; the caller frees it). */
+int scheduler_expire_leases(PGconn *conn, char **silent, struct whet_err *err);
 
 /* Deletes a batch of expired rows (idempotency keys) when one is due (retention.c). */
 int scheduler_retention(PGconn *conn, struct whet_err *err);

@@ -14,7 +14,7 @@
  * wants fewer replicas than hold live sessions (a call within WHET_SESSION_IDLE_S, default 1800), so a worker
  * holding one is not idled out, and the replicas stopped are those holding none first. A worker stopped anyway
  * (lost with its node, killed, or stopped for the last of the replicas) does not take its sessions with it: their
- * state is in the object store and the gateway moves them to a ready worker. A worker's device is held in the placement snapshot (SERVING_HELD_SQL) so no job is placed on it. Each
+ * state is in the object store and the gateway moves them to a ready worker. A worker's device is held in the placement snapshot (cycle.c, load_workers_held) so no job is placed on it. Each
  * heartbeat hands the node the list of workers it is to run and takes the executor's reports: ready at HOST:PORT,
  * or ended (the row goes). A wanted replica with no free device preempts a running 1-device job of the default
  * priority (below SERVE_PRIORITY, serving.c) for a base with no worker, one at a time, as the placement library's
@@ -26,16 +26,6 @@
 
 #include "proto/whet.pb-c.h"
 #include "util.h"
-
-/* The devices a node's workers hold, as a mask: a column of the snapshot's query of `nodes`
- * (SERVING_HELD_SQL) with its join (SERVING_HELD_JOIN_SQL: the workers grouped once per query; looked up
- * node by node they were most of that query's time). A device that a job preempted for a worker still
- * holds is the job's until its attempt ends: the cycle takes the running attempts' devices out of the
- * mask (cycle.c, hold_workers_devices). */
-#define SERVING_HELD_JOIN_SQL                                                                                 \
-    " LEFT JOIN (SELECT node_id, bit_or(1 << device_index) AS mask FROM model_workers GROUP BY node_id) held" \
-    " ON held.node_id = nodes.id"
-#define SERVING_HELD_SQL "coalesce(held.mask, 0)"
 
 /* The cycle's part: workers of lost nodes forgotten, idle deployments scaled to zero, wanted replicas
  * placed. Returns 0, or -1 with err when the database failed. */

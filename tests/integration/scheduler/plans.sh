@@ -6,7 +6,8 @@
 # them on its stderr; whet_pg_connect lets warnings through): JSON with row counts, nested statements
 # (triggers, functions) included. No scan of a big table may be sequential or read more than
 # READ_BOUND rows, except the leader's first read of every running attempt (running.c); the cycle's
-# hot statements (the running attempts' changes, pause and cancel, the placement batch) must have run.
+# hot statements (the running attempts' and the nodes' changes, pause and cancel, the placement batch)
+# must have run.
 # And the running attempts' changes are read whatever the order in which their transactions commit.
 . "$(dirname "$0")/lib.sh" plans
 READ_BOUND=500
@@ -101,6 +102,7 @@ grep '^BAD' "$work/plans.txt" | sort | uniq -c | sed 's/^/  /' >&2 || true
 check "plans logged" '[ "$(wc -l <"$work/plans.txt")" -gt 20 ]'
 check "no cycle statement scans a big table sequentially or reads past $READ_BOUND rows" '! grep -q "^BAD" "$work/plans.txt"'
 check "the running attempts read as changes" 'grep -q "^ok WITH ch AS (SELECT DISTINCT job_id FROM running_changes" "$work/plans.txt"'
+check "the nodes read as changes" 'grep -q "^ok WITH ch AS (SELECT DISTINCT node_id FROM node_changes" "$work/plans.txt"'
 check "pause and cancel requests read" \
   'grep -q "^ok INSERT INTO node_commands (node_id, job_id, attempt, kind, grace_ms, reason) SELECT n.node_id" "$work/plans.txt"'
 check "placements written in one batch" 'grep -q "^ok WITH p AS (SELECT \* FROM jsonb_to_recordset" "$work/plans.txt"'

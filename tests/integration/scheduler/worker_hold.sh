@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# worker_hold.sh - a model worker's device takes no job, even when the cycle reads the nodes while an
+# worker_hold.sh - a model worker's device takes no job, even when the cycle reads the workers while an
 # attempt still runs there and the running attempts after it ended (scheduler/service/cycle.c,
 # hold_workers_devices). The real scheduler against a real PostgreSQL; a node of one device that only the
 # database knows (nothing runs what is placed on it). Job a runs there; a worker is placed on its device
@@ -31,7 +31,7 @@ PGAPPNAME=holder psql -qtAX "$WHET_DATABASE_URL" >/dev/null 2>&1 <<<"BEGIN;
 pids+=($!)
 wait_for 30 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'holder' AND query LIKE '%pg_sleep%'" 1
 cycle_waits="SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM running_changes%'"
-check "a cycle waits on the lock between its read of the nodes and that of the running attempts" \
+check "a cycle waits on the lock between its read of the workers and that of the running attempts" \
   "wait_for 30 \"$cycle_waits\" 1"
 q "BEGIN; UPDATE job_attempts SET ended_at = whet_now() WHERE job_id = 'ftjob-a';
    UPDATE jobs SET status = 'queued' WHERE id = 'ftjob-a'; COMMIT"
