@@ -5,6 +5,7 @@
  * them all once, then each cycle only the nodes that triggers named in node_changes
  * (migrations/0059_node_changes.sql) since its previous read (change_log.c): each is read again and
  * replaces what the cache held of it, or leaves it when it is no longer ready. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,8 @@
     "n.dc, n.device_type, n.gpus, n.cpu_milli, n.memory_mib, coalesce((n.devices->0->>'memory_mib')::int, 0), "        \
     "n.address"
 
-static void node_free(struct cached_node *n) {
+static void node_free(void *entry) {
+    struct cached_node *n = entry;
     free(n->id);
     free(n->dc);
     free(n->device_type);
@@ -43,21 +45,6 @@ static int cmp_index_by_id(const void *x, const void *y) {
     return strcmp(sorting[*(const int *)x].id, sorting[*(const int *)y].id);
 }
 
-/* Drops the cached nodes named in column 0 of `res`: what the read holds of them replaces them. */
-static void drop_changed(struct node_cache *c, const PGresult *res) {
-    int n = PQntuples(res);
-    char **changed = xcalloc((size_t)n + 1, sizeof *changed);
-    for (int i = 0; i < n; i++) changed[i] = PQgetvalue(res, i, 0);
-    qsort(changed, (size_t)n, sizeof *changed, whet_cmp_strp);
-    int kept = 0;
-    for (int i = 0; i < c->n; i++) {
-        if (bsearch(&c->a[i].id, changed, (size_t)n, sizeof *changed, whet_cmp_strp)) node_free(&c->a[i]);
-        else c->a[kept++] = c->a[i];
-    }
-    c->n = kept;
-    free(changed);
-}
-
 int node_cache_refresh(struct node_cache *c, PGconn *conn, struct whet_err *err) {
     const char *params[] = {c->loaded ? c->xmin : NULL};
     char xmin[CHANGE_XMIN_LEN];
@@ -69,11 +56,14 @@ int node_cache_refresh(struct node_cache *c, PGconn *conn, struct whet_err *err)
                             " SELECT ch.node_id, " NODE_COLUMNS
                             " FROM ch LEFT JOIN nodes n ON n.id = ch.node_id AND n.state = 'ready'",
                             1, params, err);
-    else res = whet_pg_query(conn, "SELECT n.id, " NODE_COLUMNS " FROM nodes n WHERE n.state = 'ready'", 0, NULL, err);
+    else
+        res = whet_pg_query(conn, "SELECT n.id, " NODE_COLUMNS " FROM nodes n WHERE n.state = 'ready'", 0, NULL, err);
     if (!res) return -1;
     int rows = PQntuples(res);
-    if (c->loaded) drop_changed(c, res);
-    else node_cache_reset(c);
+    if (c->loaded) /* what the read holds of the changed nodes replaces them */
+        c->n = change_log_drop(c->a, c->n, sizeof *c->a, offsetof(struct cached_node, id), res, node_free);
+    else
+        node_cache_reset(c);
     if (c->n + rows > c->cap) {
         c->cap = c->n + rows + 1024;
         c->a = xrealloc(c->a, (size_t)c->cap * sizeof *c->a);

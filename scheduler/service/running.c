@@ -4,6 +4,7 @@
  * leader reads them all once, then each cycle only the jobs that triggers named in running_changes
  * (migrations/0020_scheduler_scale.sql) since its previous read (change_log.c): their running attempts
  * are read again and replace what it held of them. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,7 +21,8 @@
     "   WHERE r.job_id = a.job_id AND r.attempt = a.attempt),"                                                     \
     " j.whet->'min_gpus', j.whet->'max_gpus', a.cotrain_group, j.base_model"
 
-static void attempt_free(struct running_attempt *a) {
+static void attempt_free(void *entry) {
+    struct running_attempt *a = entry;
     free(a->job_id);
     free(a->tenant_id);
     free(a->node_id);
@@ -80,24 +82,6 @@ static void add_row(struct running_cache *c, const PGresult *res, int i) {
     };
 }
 
-/* Drops what the cache holds of the jobs named in column 0 of `res`, which holds all of their
- * running attempts now. */
-static void drop_changed(struct running_cache *c, const PGresult *res) {
-    int n = PQntuples(res);
-    char **changed = xcalloc((size_t)n + 1, sizeof *changed);
-    for (int i = 0; i < n; i++) changed[i] = PQgetvalue(res, i, 0);
-    qsort(changed, (size_t)n, sizeof *changed, whet_cmp_strp);
-    int kept = 0;
-    for (int i = 0; i < c->n; i++) {
-        if (n && bsearch(&c->a[i].job_id, changed, (size_t)n, sizeof *changed, whet_cmp_strp))
-            attempt_free(&c->a[i]);
-        else
-            c->a[kept++] = c->a[i];
-    }
-    c->n = kept;
-    free(changed);
-}
-
 int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err) {
     const char *params[] = {c->loaded ? c->xmin : NULL};
     char xmin[CHANGE_XMIN_LEN];
@@ -115,8 +99,8 @@ int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err)
                             " WHERE a.ended_at IS NULL",
                             0, NULL, err);
     if (!res) return -1;
-    if (c->loaded)
-        drop_changed(c, res);
+    if (c->loaded) /* the read holds all of the changed jobs' running attempts now */
+        c->n = change_log_drop(c->a, c->n, sizeof *c->a, offsetof(struct running_attempt, job_id), res, attempt_free);
     else
         running_reset(c);
     stopped_free(c);

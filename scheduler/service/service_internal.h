@@ -18,6 +18,10 @@
 #define CHANGE_XMIN_LEN 24
 int change_log_advance(PGconn *conn, const char *table, const char *previous, char xmin[CHANGE_XMIN_LEN],
                        struct whet_err *err);
+/* Removes from entries[0..n) (each `size` bytes, its id a char * at id_offset) those whose id is in column 0
+ * of `res`, the changed rows a read brought, calling drop on each removed. Returns how many are kept, in
+ * their order. */
+int change_log_drop(void *entries, int n, size_t size, size_t id_offset, const PGresult *res, void (*drop)(void *));
 
 /* A ready node as placement reads it (nodes.c). */
 struct cached_node {
