@@ -519,7 +519,11 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, const char *silent
         struct pl_job *j = &s->running[s->n_running];
         memset(j, 0, sizeof *j);
         if (!ra->ranks) {
-            int node = node_index(s, ra->node_id);
+            if (ra->node_generation != sch->nodes.generation) {
+                ra->node_index = node_index(s, ra->node_id);
+                ra->node_generation = sch->nodes.generation;
+            }
+            int node = ra->node_index;
             if (node >= 0) alloc_add(&j->alloc, node, (uint16_t)ra->gpu_mask);
         } else {
             gang_alloc(s, &j->alloc, ra->ranks);

@@ -83,6 +83,9 @@ int node_cache_refresh(struct node_cache *c, PGconn *conn, struct whet_err *err)
     }
     PQclear(res);
     if (rows > 0 || !c->loaded) {
+        static unsigned generations;
+        if (++generations == 0) generations = 1;
+        c->generation = generations;
         if (c->n) qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_node); /* no node yet: c->a is NULL */
         free(c->by_id);
         c->by_id = xcalloc((size_t)c->n + 1, sizeof *c->by_id);
