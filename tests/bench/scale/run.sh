@@ -80,22 +80,10 @@ psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
 export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
 "$WHET_BIN" migrate >/dev/null 2>&1
 q() { psql -qtAX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "$1"; }
-# Distinct free ports, bound together (two separate probes can be handed the same port).
-free_ports() { python3 -c 'import socket,sys; s=[socket.socket() for _ in range(int(sys.argv[1]))]
-[x.bind(("127.0.0.1",0)) for x in s]; print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
+. tests/bench/scale/lib.sh
 say() { echo "scale: $*"; }
 fail() { echo "scale: FAIL $*" >&2; exit 1; }
 
-# CPU ticks of a process, and of the whole PostgreSQL cluster: the postmaster with what it reaped, and
-# its live backends (the pg_stat_statements extension needs a preload this server may not have).
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-pg_ticks() {
-  local pm t c
-  pm=$(q "SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'" | xargs -I{} awk '{print $4}' /proc/{}/stat)
-  t=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
-  for c in $(pgrep -P "$pm"); do t=$((t + $(ticks "$c"))); done
-  echo "$t"
-}
 hz=$(getconf CLK_TCK)
 
 # --- the services ---
@@ -135,22 +123,6 @@ pids+=($fleet_pid)
 for _ in $(seq 600); do [ "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'")" -ge "$nodes" ] && break; sleep 0.5; done
 say "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'") of $nodes simulated nodes x $gpus GPUs registered" \
     "(heartbeat every $((lease_ms / 10)) ms, lease $lease_ms ms, scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status))"
-
-metric() { curl -fs "http://$metrics/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
-# histogram_quantile over the difference of two scrapes of the cycle histogram (files of "le count").
-cycle_hist() { curl -fs "http://$metrics/metrics" | sed -n 's/^whet_scheduler_cycle_duration_seconds_bucket{le="\([^"]*\)"} \(.*\)/\1 \2/p'; }
-quantile() { # Q BEFORE AFTER
-  paste "$2" "$3" | awk -v q="$1" '{le[NR] = $1; c[NR] = $4 - $2} END {
-    n = c[NR]; if (n == 0) {print "n/a"; exit}
-    want = q * n; prev = 0; lo = 0
-    for (i = 1; i <= NR; i++) {
-      if (c[i] >= want) {
-        if (le[i] == "+Inf") {print ">" lo; exit}
-        printf "%.3f\n", lo + (le[i] - lo) * (want - prev) / (c[i] - prev > 0 ? c[i] - prev : 1); exit
-      }
-      prev = c[i]; lo = le[i]
-    }}'
-}
 
 # The cycles' time so far, and what their thread (the scheduler's main thread) spent running and waiting for a
 # CPU (/proc's schedstat, ns): on a machine shared with the simulated fleet, a cycle's time is partly the
