@@ -7,6 +7,7 @@
  * this scheduler leads (scheduler.c starts it when it takes the lead and stops it when it steps down, so a
  * standby never maintains anything); every PASS_EVERY_MS, and at once on `NOTIFY whet_maintenance`, it runs:
  *   - the event and usage partitions (partitions.c), hourly by their own clock, at once on the NOTIFY;
+ *   - the throughput of the jobs that succeeded since the last pass, folded for the estimate (throughput.c);
  *   - with an object store (WHET_OBJECT_STORE), the checkpoint retention (checkpoint_retention.c) and the
  *     removal of attempts' unreferenced objects (attempt_gc.c).
  * The passes are independent: one that fails is logged (and counted) and the others still run; a broken
@@ -109,6 +110,10 @@ static void *maintenance_main(void *arg) {
         if (scheduler_partitions(&p, &err) < 0 && !p.stopping) {
             log_warn("msg=\"event and usage partitions not maintained\" error=\"%s\"", err.msg);
             scheduler_metrics_maintenance_failed("partitions");
+        }
+        if (!p.stopping && throughput_fold_pass(&p, &err) < 0 && !p.stopping) {
+            log_warn("msg=\"throughput not folded; trying again at the next pass\" error=\"%s\"", err.msg);
+            scheduler_metrics_maintenance_failed("throughput");
         }
         if (p.store && !p.stopping && checkpoint_retention_pass(&p, &err) < 0 && !p.stopping) {
             log_warn("msg=\"checkpoint retention pass failed; trying again at the next\" error=\"%s\"", err.msg);

@@ -20,7 +20,7 @@ static const double cycle_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 
 #define NBUCKETS ((int)WHET_ARRAY_LEN(cycle_bounds))
 
 /* The maintenance thread's passes (maintenance.c), as the label of their failures. */
-static const char *const passes[] = {"partitions", "checkpoint_retention", "attempt_gc"};
+static const char *const passes[] = {"partitions", "throughput", "checkpoint_retention", "attempt_gc"};
 #define NPASSES ((int)WHET_ARRAY_LEN(passes))
 
 static struct {

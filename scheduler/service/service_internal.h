@@ -270,6 +270,8 @@ int scheduler_partitions(struct maintenance_pass *p, struct whet_err *err);
 int checkpoint_retention_pass(struct maintenance_pass *p, struct whet_err *err);
 /* Removes the object-store prefixes of ended attempts that nothing references (attempt_gc.c). */
 int attempt_gc_pass(struct maintenance_pass *p, struct whet_err *err);
+/* Folds the succeeded jobs named in throughput_queue into the throughput the estimate reads (throughput.c). */
+int throughput_fold_pass(struct maintenance_pass *p, struct whet_err *err);
 
 /* Fails the gangs whose rank 0 has not published its rendezvous address by the deadline (cycle). */
 int scheduler_gang_deadlines(PGconn *conn, struct whet_err *err);

@@ -77,7 +77,8 @@ try {
               VALUES ('n1', 'dc', 'p', '[]', 'H100', 8, 1000, 1024, 10000);
               INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, device_type, started_at, ended_at, outcome)
               SELECT id, 1, tenant_id, 'n1', 'H100', 1000, 1012.5, 'succeeded' FROM jobs WHERE id = '${real}';
-              UPDATE jobs SET finished_at = whet_now() WHERE id = '${real}'`);
+              UPDATE jobs SET finished_at = whet_now() WHERE id = '${real}';
+              SELECT whet_throughput_fold(100) -- the scheduler's maintenance does (migration 0060)`);
   r = await a('GET', `/v1/fine_tuning/jobs/${real}`);
   const actual = r.json.whet?.estimate?.actual;
   check(r.json.whet.estimate.object === 'fine_tuning.job.estimate' && r.json.whet.estimate.steps === 8, 'the job keeps its estimate', r.json.whet);

@@ -6,7 +6,8 @@
 # scheduler told to stop while the pass waits stops at once and cancels the statement. No bound here is near
 # the 120 s the wait could last: on the cycle's thread (before) the job would wait with it. With the function's
 # own short wait back (migration 0053), a pass blocked by a reader of job_events gives up at once, and the
-# events written meanwhile do not queue behind it.
+# events written meanwhile do not queue behind it. And the pass folds the successes queued for the estimate's
+# throughput (migration 0060).
 . "$(dirname "$0")/lib.sh" maint
 m1=$(free_port)
 seed_tenant
@@ -86,6 +87,23 @@ check "the old event waits in the DEFAULT partition" '[ "$(part_of ftevent-old3)
 release table
 q "NOTIFY whet_maintenance"
 check "the reader gone, the next pass moves it" 'eventually 30 "[ \"\$(part_of ftevent-old3)\" != job_events_default ]"'
+
+# A job's success names it in throughput_queue (migration 0060); the pass folds it into the throughput the
+# estimate reads, and empties the queue.
+q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status)
+     VALUES ('ftjob-ok', 't1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1, 'running');
+   INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens,
+                              job_created_at)
+     SELECT tenant_id, id, 1, 0, 'H100', 2, 4000, created_at FROM jobs WHERE id = 'ftjob-ok';
+   UPDATE jobs SET status = 'succeeded' WHERE id = 'ftjob-ok'"
+check "a success is queued for the throughput, not folded in its own transaction" \
+  '[ "$(q "SELECT count(*) FROM throughput_queue WHERE job_id = '"'"'ftjob-ok'"'"'")" = 1 ] &&
+   [ "$(q "SELECT count(*) FROM throughput_jobs WHERE job_id = '"'"'ftjob-ok'"'"'")" = 0 ]'
+q "NOTIFY whet_maintenance"
+check "the pass folds it: 2000 tokens a device-second on H100, the queue empty" \
+  'wait_for 30 "SELECT tokens_per_device_s || '"'"' '"'"' || (SELECT count(*) FROM throughput_queue)
+                FROM whet_throughput WHERE device_type = '"'"'H100'"'"'" "2000 0"'
+check "no throughput pass failed" '[ "$(metric $m1 "whet_scheduler_maintenance_failures_total{pass=\"throughput\"}")" = 0 ]'
 
 # A stop while the pass waits: the scheduler stops at once (the statement is cancelled, not waited out).
 old_event ftevent-old2 1500

@@ -10,8 +10,9 @@
 # walked the partial index of succeeded jobs, to look up one). (throughput_jobs, empty when the session
 # planned, is scanned whole by its plans until autovacuum analyzes it, at 10% more rows: the part of jobs
 # that has succeeded can grow from none to 10% of all jobs before that.) And the triggers still do their
-# work: a succeeded job's throughput follows a usage row written late, and a running job of a tenant past
-# its monthly limit is paused by a one-row progress write.
+# work: a succeeded job's throughput follows a usage row written late (once the queue it names the job in is
+# folded, as the scheduler's maintenance does: migration 0060), and a running job of a tenant past its monthly
+# limit is paused by a one-row progress write.
 . "$(dirname "$0")/lib.sh" trigger_plans
 READ_BOUND=100
 HISTORY=20000 BULK=3000
@@ -36,6 +37,7 @@ INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed,
 INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, device_seconds, trained_tokens,
                            rollout_tokens, job_created_at)
   SELECT 't1', id, 1, 0, 'H100', 10, 1000, 0, created_at FROM jobs WHERE status = 'succeeded' AND id <> 'ftjob-h0';
+DO \$\$ BEGIN PERFORM whet_throughput_fold(100000); END \$\$;
 SQL
 psql -qX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" >"$work/session.log" 2>&1 <<SQL
 SET plan_cache_mode = force_generic_plan;
@@ -45,6 +47,7 @@ INSERT INTO usage_records (tenant_id, job_id, attempt, report_seq, device_type, 
   SELECT tenant_id, id, 1, 0, 'H100', 10, 1000, 0, created_at FROM jobs WHERE id LIKE 'ftjob-r%';
 ROLLBACK;
 $(usage_row ftjob-h0 1)
+DO \$\$ BEGIN PERFORM whet_throughput_fold(1000); END \$\$;
 INSERT INTO budgets (tenant_id, monthly_limit) VALUES ('t1', 1000000);
 BEGIN;
 INSERT INTO job_progress (job_id, tenant_id, attempt, last_step) SELECT id, tenant_id, 1, 1 FROM jobs WHERE id LIKE 'ftjob-r%';
@@ -56,6 +59,7 @@ SET auto_explain.log_min_duration = 0; SET auto_explain.log_format = json; SET a
 SET auto_explain.log_timing = off; SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = warning;
 $(usage_row ftjob-r1 1)
 $(usage_row ftjob-h1 2)
+DO \$\$ BEGIN PERFORM whet_throughput_fold(1000); END \$\$;
 INSERT INTO job_progress (job_id, tenant_id, attempt, last_step) VALUES ('ftjob-r2', 't1', 1, 1);
 SQL
 check "the history's throughput is kept" '[ "$(q "SELECT jobs FROM whet_throughput")" = $((HISTORY + 1)) ]'
