@@ -35,27 +35,15 @@ say() { echo "cycle: $*"; }
 
 work=$(mktemp -d /tmp/whet-cycle.XXXXXX)
 chmod 755 "$work"
-sched_pid= own_pg=0 db=
+sched_pid=
 cleanup() {
   set +e
   [ -n "$sched_pid" ] && kill "$sched_pid" 2>/dev/null && wait "$sched_pid" 2>/dev/null
-  if [ "$own_pg" = 1 ]; then
-    tests/integration/lib/pg.sh stop "$work/pg" >/dev/null 2>&1
-  elif [ -n "$db" ]; then
-    psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-  fi
+  db_drop
   rm -rf "$work"
 }
 trap cleanup EXIT
-if [ -z "${WHET_TEST_DATABASE_URL:-}" ]; then
-  eval "$(tests/integration/lib/pg.sh start "$work/pg")"
-  own_pg=1
-fi
-db="whet_cycle_$$"
-psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
-export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
-"$WHET_BIN" migrate >/dev/null 2>&1
-q() { psql -qtAX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "$1"; }
+db_open whet_cycle
 
 t0=$(date +%s.%N)
 q "INSERT INTO tenants (id, name) SELECT 'tenant-' || lpad(i::text, 6, '0'), 'bench-' || i FROM generate_series(1, $tenants) i;

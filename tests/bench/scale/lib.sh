@@ -1,6 +1,28 @@
-# lib.sh - what the scale benchmarks (run.sh, cycle.sh) share, sourced from the repository root: free ports,
-# CPU ticks, and the scheduler's metrics at $metrics (HOST:PORT): one value, and quantiles of the cycle
-# histogram.
+# lib.sh - what the scale benchmarks (run.sh, cycle.sh) share, sourced from the repository root: their
+# database, free ports, CPU ticks, and the scheduler's metrics at $metrics (HOST:PORT): one value, and quantiles
+# of the cycle histogram.
+
+# A migrated database of the benchmark's own, WHET_DATABASE_URL (and q: SQL on it): on WHET_TEST_DATABASE_URL's
+# server when set (ctest), else on a PostgreSQL started in $work/pg. db_drop undoes it (the caller's cleanup).
+db_open() { # NAME
+  own_pg=0 db=
+  if [ -z "${WHET_TEST_DATABASE_URL:-}" ]; then
+    eval "$(tests/integration/lib/pg.sh start "$work/pg")"
+    own_pg=1
+  fi
+  db="$1_$$"
+  psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
+  export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
+  "$WHET_BIN" migrate >/dev/null 2>&1
+}
+db_drop() {
+  if [ "${own_pg:-0}" = 1 ]; then
+    tests/integration/lib/pg.sh stop "$work/pg" >/dev/null 2>&1
+  elif [ -n "${db:-}" ]; then
+    psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
+  fi
+}
+q() { psql -qtAX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "$1"; }
 
 # Distinct free ports, bound together (two separate probes can be handed the same port).
 free_ports() { python3 -c 'import socket,sys; s=[socket.socket() for _ in range(int(sys.argv[1]))]

@@ -58,29 +58,17 @@ WHET_BIN=${WHET_BIN:-$root/build/whet}
 
 work=$(mktemp -d /tmp/whet-scale.XXXXXX)
 chmod 755 "$work"
-pids=() own_pg=0 db=
+pids=()
+. tests/bench/scale/lib.sh
 cleanup() {
   set +e
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
-  if [ "$own_pg" = 1 ]; then
-    tests/integration/lib/pg.sh stop "$work/pg" >/dev/null 2>&1
-  elif [ -n "$db" ]; then
-    psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
-  fi
+  db_drop
   rm -rf "$work"
 }
 trap cleanup EXIT
-if [ -z "${WHET_TEST_DATABASE_URL:-}" ]; then
-  eval "$(tests/integration/lib/pg.sh start "$work/pg")"
-  own_pg=1
-fi
-db="whet_scale_$$"
-psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
-export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
-"$WHET_BIN" migrate >/dev/null 2>&1
-q() { psql -qtAX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "$1"; }
-. tests/bench/scale/lib.sh
+db_open whet_scale
 say() { echo "scale: $*"; }
 fail() { echo "scale: FAIL $*" >&2; exit 1; }
 
