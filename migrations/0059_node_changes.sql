@@ -13,7 +13,13 @@ CREATE INDEX node_changes_xid ON node_changes (xid);
 CREATE FUNCTION whet_node_changed() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 BEGIN
-  INSERT INTO node_changes (node_id) VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);
+  -- Both ids of an update: one that renamed the node leaves the old id to drop.
+  IF TG_OP <> 'INSERT' THEN
+    INSERT INTO node_changes (node_id) VALUES (OLD.id);
+  END IF;
+  IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE' AND NEW.id <> OLD.id) THEN
+    INSERT INTO node_changes (node_id) VALUES (NEW.id);
+  END IF;
   RETURN NULL;
 END
 $$;

@@ -19,7 +19,8 @@ int throughput_fold_pass(struct maintenance_pass *p, struct whet_err *err) {
     const char *params[] = {batch};
     int folded = 0;
     for (int round = 0; round < FOLD_ROUNDS_MAX && !p->stopping; round++) {
-        PGresult *res = whet_pg_query(p->conn, "SELECT whet_throughput_fold($1::int)", 1, params, err);
+        PGresult *res = whet_pg_query_stoppable(p->conn, "SELECT whet_throughput_fold($1::int)", 1, params, p->thread,
+                                                &p->stopping, err);
         if (!res) return -1;
         int n = atoi(PQgetvalue(res, 0, 0));
         PQclear(res);
