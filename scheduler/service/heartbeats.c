@@ -46,16 +46,18 @@
  * when due (LEASE_RENEW_AFTER_SQL): k reads the batch's nodes, u renews the due ones (locking their rows, so
  * a node that the lease expiry declared lost meanwhile is not renewed: the expiry only takes nodes whose
  * stored lease is far older than due, so a node read as not due cannot be one), and n is every node renewed.
- * Rows: per renewed node one with seq NULL (and whether model workers are placed on it), then its
+ * Rows: per renewed node one with seq NULL (whether model workers are placed on it, and in the grace_ms
+ * column the milliseconds until its stored lease falls due for a write: heartbeat_quiet.c), then its
  * commands; ordered by node and seq. Progress rows of one job from two nodes of a batch (a gang's ranks)
  * are one upsert (DISTINCT ON), the latest step winning. */
 static const char *const heartbeat_batch_sql =
     "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(node text, progress jsonb)),"
-    " k AS (SELECT nodes.id, nodes.last_heartbeat < extract(epoch FROM clock_timestamp()) - " LEASE_RENEW_AFTER_SQL
-    "   AS due FROM nodes WHERE nodes.id = ANY (ARRAY(SELECT node FROM r)) AND nodes.state <> 'lost'),"
+    " k AS (SELECT nodes.id, " LEASE_RENEW_AFTER_SQL " - (extract(epoch FROM clock_timestamp()) - nodes.last_heartbeat)"
+    "   AS due_in FROM nodes WHERE nodes.id = ANY (ARRAY(SELECT node FROM r)) AND nodes.state <> 'lost'),"
     " u AS (UPDATE nodes SET last_heartbeat = extract(epoch FROM clock_timestamp())"
-    "   WHERE nodes.id = ANY (ARRAY(SELECT id FROM k WHERE due)) AND nodes.state <> 'lost' RETURNING nodes.id),"
-    " n AS (SELECT id FROM k WHERE NOT due UNION ALL SELECT id FROM u),"
+    "   WHERE nodes.id = ANY (ARRAY(SELECT id FROM k WHERE due_in < 0)) AND nodes.state <> 'lost'"
+    "   RETURNING nodes.id, " LEASE_RENEW_AFTER_SQL " AS due_in),"
+    " n AS (SELECT id, due_in FROM k WHERE due_in >= 0 UNION ALL SELECT id, due_in FROM u),"
     " p AS (INSERT INTO job_progress AS p (job_id, tenant_id, attempt, last_step, total_steps, trained_tokens,"
     "   resume_step, started_at) SELECT DISTINCT ON (j.id) j.id, j.tenant_id, a.attempt, x.step, nullif(x.total, 0),"
     "   x.tokens, a.resume_step, a.started_at"
@@ -75,7 +77,7 @@ static const char *const heartbeat_batch_sql =
     "     WHERE node_id = n.id AND delivered_at IS NULL ORDER BY seq LIMIT 32) c)"
     "   RETURNING node_id, seq, kind, job_id, attempt, coalesce(manifest::text, '') AS manifest, grace_ms, reason)"
     " SELECT n.id, NULL::bigint AS seq, EXISTS (SELECT 1 FROM model_workers w WHERE w.node_id = n.id)::text,"
-    "   '', 0, '', 0, '' FROM n"
+    "   '', 0, '', floor(n.due_in * 1000)::int, '' FROM n"
     " UNION ALL SELECT * FROM d ORDER BY 1, 2 NULLS FIRST";
 
 /* A heartbeat waiting for its batch; `done` once the writer filled in the rest. Its handler thread sleeps
@@ -88,6 +90,8 @@ struct pending {
     const Whet__V1__JobProgress **due; /* the reports of req to write (progress.c) */
     size_t n_due;
     int done, failed, known, serving;
+    double lease_due_in; /* seconds until the node's stored lease falls due for a write */
+    struct quiet_mark mark;
     struct whet_err err;
     pthread_cond_t wake;
     struct pending *next;
@@ -177,6 +181,9 @@ static void batch_json(struct whet_buf *b, struct pending **batch, int n) {
 static void write_batch(PGconn *conn, struct pending **batch, int n) {
     struct whet_buf text = {0};
     batch_json(&text, batch, n);
+    for (int i = 0; i < n; i++) batch[i]->mark = quiet_mark(batch[i]->req->node_id);
+    /* The leases' due times count from before the statement: an answer from memory never outlasts them. */
+    double asked = whet_now_mono();
     struct whet_err err;
     PGresult *res = run_batch(conn, text.data, &err);
     whet_buf_free(&text);
@@ -192,6 +199,7 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
         if (PQgetisnull(res, r, 1)) {
             p->known = 1;
             p->serving = !strcmp(PQgetvalue(res, r, 2), "true");
+            p->lease_due_in = atoi(PQgetvalue(res, r, 6)) / 1000.0;
         } else {
             p->resp->n_commands++;
         }
@@ -199,6 +207,9 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
     double now = whet_now_mono();
     for (int i = 0; i < n; i++) {
         if (batch[i]->known) scheduler_progress_written(batch[i]->due, batch[i]->n_due, now);
+        /* A command delivered now leaves the node quiet too: what the mark read has been handed out. */
+        quiet_written(batch[i]->req->node_id, batch[i]->mark, batch[i]->known && !batch[i]->serving,
+                      asked + batch[i]->lease_due_in);
         Whet__V1__HeartbeatResponse *resp = batch[i]->resp;
         resp->commands = xcalloc(resp->n_commands ? resp->n_commands : 1, sizeof *resp->commands);
         resp->n_commands = 0;
@@ -267,7 +278,16 @@ int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *re
         return 0;
     }
     struct pending self = {.req = req, .resp = resp, .due = xcalloc(req->n_jobs ? req->n_jobs : 1, sizeof *self.due)};
-    self.n_due = scheduler_progress_due(req, whet_now_mono(), self.due);
+    double now = whet_now_mono();
+    self.n_due = scheduler_progress_due(req, now, self.due);
+    /* Nothing to write and, as far as the NOTIFYs tell, nothing to hand out: answered at once. */
+    if (!self.n_due && !req->n_serve_workers && quiet_answer(req->node_id, now)) {
+        free(self.due);
+        scheduler_metrics_heartbeat_quiet();
+        *known = 1;
+        *serving = 0;
+        return 0;
+    }
     pthread_cond_init(&self.wake, NULL);
 
     pthread_mutex_lock(&lock);

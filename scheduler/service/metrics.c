@@ -30,7 +30,7 @@ static struct {
     atomic_long nodes_ready, jobs_running, jobs_queued, oldest_queued_ms;
     atomic_ulong nodes_lost, jobs_requeued;
     atomic_int mass_silence;
-    atomic_ulong heartbeats, heartbeat_statements;
+    atomic_ulong heartbeats, heartbeat_statements, heartbeats_quiet;
     atomic_ulong checkpoints_deleted, checkpoint_purge_failures;
     atomic_ulong attempt_objects_removed, attempt_gc_failures, maintenance_failures[NPASSES];
 } m;
@@ -71,6 +71,10 @@ void scheduler_metrics_silence(int mass_silence) {
 void scheduler_metrics_heartbeats(int n) {
     atomic_fetch_add_explicit(&m.heartbeats, (unsigned long)n, memory_order_relaxed);
     atomic_fetch_add_explicit(&m.heartbeat_statements, 1, memory_order_relaxed);
+}
+
+void scheduler_metrics_heartbeat_quiet(void) {
+    atomic_fetch_add_explicit(&m.heartbeats_quiet, 1, memory_order_relaxed);
 }
 
 void scheduler_metrics_checkpoints_deleted(int n) {
@@ -130,6 +134,9 @@ static void render(struct whet_buf *t) {
     metrics_http_sample(t, "whet_scheduler_heartbeat_statements_total", "counter",
                         "Statements that wrote them: heartbeats arriving together share one.",
                         (double)LOAD(m.heartbeat_statements));
+    metrics_http_sample(t, "whet_scheduler_heartbeats_quiet_total", "counter",
+                        "Heartbeats answered without the database: nothing to write or hand out (heartbeat_quiet.c).",
+                        (double)LOAD(m.heartbeats_quiet));
     metrics_http_sample(t, "whet_scheduler_checkpoints_deleted_total", "counter",
                         "Checkpoints the retention settings let go (checkpoint_retention.c).",
                         (double)LOAD(m.checkpoints_deleted));

@@ -102,6 +102,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         log_info("msg=\"leading\" grpc=%s policy=%s lease_ms=%d", opts->grpc_addr, opts->policy, opts->lease_ms);
         scheduler_metrics_leader(1);
         struct maintenance *maintenance = maintenance_start(opts);
+        quiet_start(opts);
         double last_cycle = 0;
         while (!stopping) {
             /* A cycle at least every second: leases expire on the clock, not on notifications. */
@@ -122,6 +123,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         maintenance_stop(maintenance);
         if (!stopping) log_warn("msg=\"lost the database; stepping down to compete again\"");
         rpc_server_stop(server);
+        quiet_stop();
         scheduler_progress_free(); /* what another leader writes meanwhile is not ours to remember */
         PQfinish(conn);
     }

@@ -212,6 +212,23 @@ json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *
 int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
                               int *known, int *serving, struct whet_err *err);
 
+/* The heartbeats answered without the database (heartbeat_quiet.c): a node whose last statement found it
+ * known and without model workers, whose stored lease is not yet due for a write, and to which nothing was
+ * given since (heard on the channel whet_node_wake, migration 0061). quiet_start and quiet_stop bracket a
+ * leadership term (the listening thread and the memory). */
+void quiet_start(const struct scheduler_options *opts);
+void quiet_stop(void);
+/* 1 when a heartbeat of `node` that brings no progress may be answered from memory: empty, the node known. */
+int quiet_answer(const char *node, double now);
+/* What a writer reads of a node before its statement runs, and hands back to quiet_written after it. */
+struct quiet_mark {
+    unsigned long wake, epoch;
+};
+struct quiet_mark quiet_mark(const char *node);
+/* The statement of `mark` succeeded for `node`: `quiet` when it found the node known and without model
+ * workers; its stored lease falls due for a write at quiet_until (whet_now_mono()). */
+void quiet_written(const char *node, struct quiet_mark mark, int quiet, double quiet_until);
+
 /* Which progress reports of a heartbeat to write (progress.c): a job's first, a changed total, or a
  * grown step at most every progress_ms (0: every report). scheduler_progress_due puts the reports of
  * req to write in due[] (req->n_jobs of room; pointers into req) and returns how many;
@@ -301,6 +318,7 @@ void scheduler_metrics_snapshot(int nodes_ready, int jobs_running, int jobs_queu
 void scheduler_metrics_lost(int nodes, int jobs);
 void scheduler_metrics_silence(int mass_silence);
 void scheduler_metrics_heartbeats(int n);
+void scheduler_metrics_heartbeat_quiet(void);
 void scheduler_metrics_checkpoints_deleted(int n);
 void scheduler_metrics_checkpoint_purge_failed(void);
 /* A maintenance pass ("partitions", "checkpoint_retention", "attempt_gc") failed. */

@@ -41,6 +41,12 @@ pg_ticks() {
 }
 
 metric() { curl -fs "http://$metrics/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# Heartbeats the scheduler answered: written to the database, and answered from memory (heartbeat_quiet.c).
+heartbeats_answered() {
+  local w h
+  w=$(metric whet_scheduler_heartbeats_total) h=$(metric whet_scheduler_heartbeats_quiet_total)
+  echo $((${w%.*} + ${h%.*}))
+}
 # histogram_quantile over the difference of two scrapes of the cycle histogram (files of "le count").
 cycle_hist() { curl -fs "http://$metrics/metrics" | sed -n 's/^whet_scheduler_cycle_duration_seconds_bucket{le="\([^"]*\)"} \(.*\)/\1 \2/p'; }
 quantile() { # Q BEFORE AFTER

@@ -153,7 +153,7 @@ if [ "$smoke" = 1 ]; then
   sleep 2 # a few heartbeats after the last finish
   kill -TERM "$fleet_pid"
   wait "$fleet_pid" || true
-  heartbeats=$(metric whet_scheduler_heartbeats_total)
+  heartbeats=$(heartbeats_answered)
   cat "$work/fleet.json"
   read -r ok attempts lost <<<"$(q "SELECT count(*) FILTER (WHERE status = 'succeeded'), (SELECT count(*) FROM job_attempts),
                                    (SELECT count(*) FROM nodes WHERE state = 'lost') FROM jobs" | tr '|' ' ')"
@@ -236,13 +236,13 @@ pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extensio
 hb_due=$(echo "$nodes * 10000 / $lease_ms" | bc -l)
 # Heartbeats in the window: the scheduler's count of those written (a heartbeat renews its node's row only
 # every quarter lease, so the row's updates no longer count them).
-hs0=$(metric whet_scheduler_heartbeat_statements_total) hb0=$(metric whet_scheduler_heartbeats_total)
+hs0=$(metric whet_scheduler_heartbeat_statements_total) hw0=$(metric whet_scheduler_heartbeats_total) hb0=$(heartbeats_answered)
 p0=$(pg_ticks) s0=$(ticks "$sched_pid") x0=$(ticks "$fleet_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log") ct0=$(cycle_time)
 kill -USR1 "$fleet_pid" # the fleet's own figures of the window (fleet.c)
 sleep "$seconds"
 kill -USR1 "$fleet_pid"
 x1=$(ticks "$fleet_pid")
-hs1=$(metric whet_scheduler_heartbeat_statements_total) hb1=$(metric whet_scheduler_heartbeats_total)
+hs1=$(metric whet_scheduler_heartbeat_statements_total) hw1=$(metric whet_scheduler_heartbeats_total) hb1=$(heartbeats_answered)
 a1=$(q "SELECT count(*) FROM job_attempts")
 f1=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N) l1=$(wc -l <"$work/scheduler.log") ct1=$(cycle_time)
@@ -261,8 +261,9 @@ awk -v h="$((${hb1%.*} - ${hb0%.*}))" -v el="$el" -v pt="$((p1 - p0))" -v st="$(
   printf "scale:   heartbeats: %d (%.0f/s of %.0f/s due); CPU per heartbeat (ms), everything in the window included:" \
          " PostgreSQL %.3f, scheduler %.3f, the simulated fleet %.3f\n", h, h / el, due, h ? pt * 1000 / hz / h : 0,
          h ? st * 1000 / hz / h : 0, h ? xt * 1000 / hz / h : 0 }'
-awk -v s="$((${hs1%.*} - ${hs0%.*}))" -v b="$((${hb1%.*} - ${hb0%.*}))" 'BEGIN {
-  printf "scale:   heartbeat statements: %d, %.1f heartbeats each (heartbeats arriving together share one)\n", s, s ? b / s : 0 }'
+awk -v s="$((${hs1%.*} - ${hs0%.*}))" -v w="$((${hw1%.*} - ${hw0%.*}))" -v b="$((hb1 - hb0))" 'BEGIN {
+  printf "scale:   heartbeats written: %d in %d statements, %.1f each (heartbeats arriving together share one); %d answered" \
+         " from memory (nothing to write or hand out)\n", w, s, s ? w / s : 0, b - w }'
 say "  scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status) (peak $(awk '/VmHWM/ {print $2 " " $3}' /proc/$sched_pid/status))"
 if [ "$pgss" = 1 ]; then
   say "  top statements (pg_stat_statements): calls, total ms, ms per call, statement"
