@@ -110,7 +110,7 @@ int running_refresh(struct running_cache *c, PGconn *conn, struct whet_err *err)
     PQclear(res);
     /* Nothing read: the order holds (sorting 80k attempts every cycle was ~3% of the scheduler's CPU at 10k
      * nodes). */
-    if (rows > 0) qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_attempt);
+    if (rows > 0 && c->n > 1) qsort(c->a, (size_t)c->n, sizeof *c->a, cmp_attempt);
     memcpy(c->xmin, xmin, sizeof xmin);
     c->loaded = 1;
     return 0;
