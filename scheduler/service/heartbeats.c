@@ -206,7 +206,10 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
     }
     double now = whet_now_mono();
     for (int i = 0; i < n; i++) {
-        if (batch[i]->known) scheduler_progress_written(batch[i]->due, batch[i]->n_due, now);
+        if (batch[i]->known) {
+            scheduler_progress_written(batch[i]->due, batch[i]->n_due, now);
+            scheduler_progress_seen(batch[i]->req, now);
+        }
         /* A command delivered now leaves the node quiet too: what the mark read has been handed out. */
         quiet_written(batch[i]->req->node_id, batch[i]->mark, batch[i]->known && !batch[i]->serving,
                       asked + batch[i]->lease_due_in);
@@ -279,7 +282,7 @@ int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *re
     }
     struct pending self = {.req = req, .resp = resp, .due = xcalloc(req->n_jobs ? req->n_jobs : 1, sizeof *self.due)};
     double now = whet_now_mono();
-    self.n_due = scheduler_progress_due(req, now, self.due);
+    self.n_due = scheduler_progress_due(req, now, 0, self.due);
     /* Nothing to write and, as far as the NOTIFYs tell, nothing to hand out: answered at once. */
     if (!self.n_due && !req->n_serve_workers && quiet_answer(req->node_id, now)) {
         free(self.due);
@@ -288,6 +291,9 @@ int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *re
         *serving = 0;
         return 0;
     }
+    /* Written: with every job's news, so that the node's jobs fall due together again (each on its own
+     * clock, a node of 8 jobs had one due at almost every heartbeat, and none could be quiet). */
+    self.n_due = scheduler_progress_due(req, now, 1, self.due);
     pthread_cond_init(&self.wake, NULL);
 
     pthread_mutex_lock(&lock);

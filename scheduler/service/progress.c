@@ -10,6 +10,12 @@
  * or token count once progress_ms have passed since that attempt's last write. progress_ms 0 writes
  * every report (the database still skips a row that would not change).
  *
+ * A heartbeat that goes to the database anyway (its node's lease falls due, a command waits, one of its
+ * jobs' reports is due) takes every job's news with it (every_news), and its reports with none count as
+ * written then too (scheduler_progress_seen: the rows hold them): a node's jobs then fall due together,
+ * and its heartbeats in between are answered from memory (heartbeat_quiet.c). A step grown just after
+ * such a heartbeat is written up to progress_ms later.
+ *
  * What is remembered is only what this process wrote and saw committed; another scheduler (after a
  * failover) starts empty and writes each attempt's next report. Attempts not written for a minute
  * (ended, or their job's steps stalled) are forgotten in a sweep; a stalled one's next report is
@@ -81,7 +87,8 @@ static void sweep(double now) {
     last_sweep = now;
 }
 
-size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now, const Whet__V1__JobProgress **due) {
+size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now, int every_news,
+                              const Whet__V1__JobProgress **due) {
     size_t n = 0;
     if (progress_s > 0) pthread_mutex_lock(&lock);
     for (size_t i = 0; i < req->n_jobs; i++) {
@@ -91,7 +98,7 @@ size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now,
             const struct seen *e = *find(p->job_id, p->attempt);
             if (e && e->total == (int64_t)p->total_steps &&
                 ((e->step >= (int64_t)p->step && e->tokens >= (int64_t)p->trained_tokens) ||
-                 now - e->written < progress_s))
+                 (!every_news && now - e->written < progress_s)))
                 continue;
         }
         due[n++] = p;
@@ -119,6 +126,16 @@ void scheduler_progress_written(const Whet__V1__JobProgress *const *written, siz
         e->written = now;
     }
     if (now - last_sweep >= FORGET_AFTER_S) sweep(now);
+    pthread_mutex_unlock(&lock);
+}
+
+void scheduler_progress_seen(const Whet__V1__HeartbeatRequest *req, double now) {
+    if (progress_s <= 0) return;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < req->n_jobs && n_buckets; i++) {
+        struct seen *e = *find(req->jobs[i]->job_id, req->jobs[i]->attempt);
+        if (e) e->written = now;
+    }
     pthread_mutex_unlock(&lock);
 }
 

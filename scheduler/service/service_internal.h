@@ -230,13 +230,19 @@ struct quiet_mark quiet_mark(const char *node);
 void quiet_written(const char *node, struct quiet_mark mark, int quiet, double quiet_until);
 
 /* Which progress reports of a heartbeat to write (progress.c): a job's first, a changed total, or a
- * grown step at most every progress_ms (0: every report). scheduler_progress_due puts the reports of
- * req to write in due[] (req->n_jobs of room; pointers into req) and returns how many;
+ * grown step at most every progress_ms (0: every report), or with `every_news` at once (the heartbeat
+ * goes to the database anyway: its node's jobs are then written together, and its next heartbeats can be
+ * quiet). scheduler_progress_due puts the reports of req to write in due[] (req->n_jobs of room; pointers
+ * into req) and returns how many;
  * scheduler_progress_written notes those committed. Thread-safe; init before the first heartbeat, free
  * after the last. */
 void scheduler_progress_init(int progress_ms);
-size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now, const Whet__V1__JobProgress **due);
+size_t scheduler_progress_due(const Whet__V1__HeartbeatRequest *req, double now, int every_news,
+                              const Whet__V1__JobProgress **due);
 void scheduler_progress_written(const Whet__V1__JobProgress *const *written, size_t n, double now);
+/* req went to the database: each of its reports that is remembered counts as written at `now` (those not
+ * written were no news), so that its node's jobs fall due together. */
+void scheduler_progress_seen(const Whet__V1__HeartbeatRequest *req, double now);
 void scheduler_progress_free(void);
 
 /* Declares the nodes silent past their lease lost and requeues their jobs, unless the whole fleet

@@ -35,7 +35,7 @@ static void report(struct beat *b, int i, char *job, uint32_t attempt, uint32_t 
 /* How many of b's reports are due at `now`; when `commit`, they are then noted as written. */
 static size_t due(struct beat *b, double now, int commit) {
     const Whet__V1__JobProgress *d[4];
-    size_t n = scheduler_progress_due(&b->req, now, d);
+    size_t n = scheduler_progress_due(&b->req, now, 0, d);
     for (size_t i = 0; i < n; i++) CHECK(d[i] >= b->jobs && d[i] < b->jobs + b->req.n_jobs); /* pointers into req */
     if (commit) scheduler_progress_written(d, n, now);
     return n;
@@ -55,6 +55,27 @@ TEST(a_grown_step_waits_for_the_interval) {
     CHECK(due(&b, 1006.5, 1) == 1); /* a changed total is news at once */
     report(&b, 0, "ftjob-a", 2, 0, 12, 0);
     CHECK(due(&b, 1007.0, 1) == 1); /* a new attempt's first report */
+    scheduler_progress_free();
+}
+
+/* A heartbeat that goes to the database anyway writes every job's news, the interval not yet passed; what
+ * did not change is still left out, and counts as written with it: the node's jobs fall due together. */
+TEST(every_news_when_written_anyway) {
+    struct beat b;
+    start(5000, &b, 2);
+    report(&b, 0, "ftjob-f", 1, 1, 10, 100);
+    report(&b, 1, "ftjob-g", 1, 1, 10, 100);
+    CHECK(due(&b, 4000.0, 1) == 2);
+    report(&b, 0, "ftjob-f", 1, 2, 10, 200);
+    const Whet__V1__JobProgress *d[4];
+    CHECK(scheduler_progress_due(&b.req, 4002.0, 0, d) == 0); /* grown, 2 s after the last write */
+    CHECK(scheduler_progress_due(&b.req, 4002.0, 1, d) == 1 && d[0] == &b.jobs[0]); /* news, unchanged left out */
+    scheduler_progress_written(d, 1, 4002.0);
+    scheduler_progress_seen(&b.req, 4002.0); /* the unchanged one counts as written then too */
+    report(&b, 1, "ftjob-g", 1, 2, 10, 200);
+    CHECK(due(&b, 4006.0, 0) == 0); /* both due together again, 5 s after that heartbeat */
+    report(&b, 0, "ftjob-f", 1, 3, 10, 300);
+    CHECK(due(&b, 4007.0, 0) == 2);
     scheduler_progress_free();
 }
 
@@ -89,7 +110,7 @@ TEST(a_job_id_not_utf8_is_never_due) {
     report(&b, 0, "ftjob-\xff", 1, 1, 10, 100);
     report(&b, 1, "ftjob-e", 1, 1, 10, 100);
     const Whet__V1__JobProgress *d[4];
-    CHECK(scheduler_progress_due(&b.req, 3500.0, d) == 1 && d[0] == &b.jobs[1]);
+    CHECK(scheduler_progress_due(&b.req, 3500.0, 0, d) == 1 && d[0] == &b.jobs[1]);
     scheduler_progress_free();
 }
 
@@ -117,6 +138,7 @@ TEST(silent_attempts_are_forgotten_and_many_are_held) {
 
 int main(void) {
     RUN(a_grown_step_waits_for_the_interval);
+    RUN(every_news_when_written_anyway);
     RUN(only_what_was_committed_counts_as_written);
     RUN(zero_writes_every_report);
     RUN(a_job_id_not_utf8_is_never_due);
