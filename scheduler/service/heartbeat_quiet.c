@@ -19,7 +19,9 @@
  *
  * Everything remembered holds for one epoch: the epoch moves when the listening connection is made (it may
  * have missed NOTIFYs before), when it breaks, and on a NOTIFY of '*' (too many nodes for one payload). While
- * nothing listens, every heartbeat goes to the database, as before this file.
+ * nothing listens, every heartbeat goes to the database, as before this file. A connection that died without
+ * the socket saying so would hold back a command until its node's next lease write, a quarter lease at most:
+ * late, never lost.
  *
  * Safety of the lease: a node is answered from memory only until its stored lease falls due for a write, so it
  * is written as often as before (the due heartbeat reaches the database); the lease expiry declares a node lost
