@@ -22,7 +22,7 @@
  * that already succeeded keeps what it has; the step and token counts only grow; a row that would not
  * change is not written: most heartbeats repeat the last one's step; and progress.c sends a job's step at
  * most every progress_ms; a stale attempt's progress, of an attempt that has ended, matches no row and is
- * dropped: the fence of handlers.c), and up to 32 of its
+ * dropped: the fence of handlers.c), and up to HEARTBEAT_COMMANDS_MAX of its
  * waiting commands are handed out, oldest first (a STOP never overtakes its START), marked delivered. The
  * commands are delivered in the answer to the call: a failure after the statement loses them as a lost
  * answer would. A node twice in the queue (an executor that retried) waits for the next batch. */
@@ -40,6 +40,9 @@
 
 #define HEARTBEAT_BATCH_MAX 512
 #define HEARTBEAT_WRITERS_MAX 2
+#define HEARTBEAT_COMMANDS_MAX 32 /* a node's commands handed out in one answer */
+#define STR(x) STR_(x)
+#define STR_(x) #x
 
 /* The nodes are found by = ANY (ARRAY(…)): the prepared statement's generic plan joined r to a sequential
  * scan of nodes (0.43 of its 1.46 ms at 2,000 nodes, growing with the fleet). A node's lease is written only
@@ -74,11 +77,14 @@ static const char *const heartbeat_batch_sql =
     "   OR EXCLUDED.trained_tokens > coalesce(p.trained_tokens, 0)),"
     " d AS (UPDATE node_commands SET delivered_at = extract(epoch FROM clock_timestamp())"
     "   WHERE seq IN (SELECT c.seq FROM n CROSS JOIN LATERAL (SELECT seq FROM node_commands"
-    "     WHERE node_id = n.id AND delivered_at IS NULL ORDER BY seq LIMIT 32) c)"
-    "   RETURNING node_id, seq, kind, job_id, attempt, coalesce(manifest::text, '') AS manifest, grace_ms, reason)"
-    " SELECT n.id, NULL::bigint AS seq, EXISTS (SELECT 1 FROM model_workers w WHERE w.node_id = n.id)::text,"
-    "   '', 0, '', floor(n.due_in * 1000)::int, '' FROM n"
-    " UNION ALL SELECT * FROM d ORDER BY 1, 2 NULLS FIRST";
+    "     WHERE node_id = n.id AND delivered_at IS NULL ORDER BY seq LIMIT " STR(
+        HEARTBEAT_COMMANDS_MAX) ") c)"
+                                "   RETURNING node_id, seq, kind, job_id, attempt, coalesce(manifest::text, '') AS "
+                                "manifest, grace_ms, reason)"
+                                " SELECT n.id, NULL::bigint AS seq, EXISTS (SELECT 1 FROM model_workers w WHERE "
+                                "w.node_id = n.id)::text,"
+                                "   '', 0, '', floor(n.due_in * 1000)::int, '' FROM n"
+                                " UNION ALL SELECT * FROM d ORDER BY 1, 2 NULLS FIRST";
 
 /* A heartbeat waiting for its batch; `done` once the writer filled in the rest. Its handler thread sleeps
  * on its own condition: a writer wakes exactly the heartbeats it wrote, and one queued heartbeat to write
@@ -210,10 +216,12 @@ static void write_batch(PGconn *conn, struct pending **batch, int n) {
             scheduler_progress_written(batch[i]->due, batch[i]->n_due, now);
             scheduler_progress_seen(batch[i]->req, now);
         }
-        /* A command delivered now leaves the node quiet too: what the mark read has been handed out. */
-        quiet_written(batch[i]->req->node_id, batch[i]->mark, batch[i]->known && !batch[i]->serving,
-                      asked + batch[i]->lease_due_in);
+        /* Commands handed out now leave the node quiet too (what the mark read was delivered), unless the
+         * answer was full: more may wait. */
         Whet__V1__HeartbeatResponse *resp = batch[i]->resp;
+        quiet_written(batch[i]->req->node_id, batch[i]->mark,
+                      batch[i]->known && !batch[i]->serving && resp->n_commands < HEARTBEAT_COMMANDS_MAX,
+                      asked + batch[i]->lease_due_in);
         resp->commands = xcalloc(resp->n_commands ? resp->n_commands : 1, sizeof *resp->commands);
         resp->n_commands = 0;
     }

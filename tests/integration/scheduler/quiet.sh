@@ -6,7 +6,7 @@
 # lease is still written that often (no node silent, none lost); and that a command inserted by another
 # process reaches its node at the node's next heartbeat, not at its next lease write (the test gives it right
 # after a write: it comes 3 s later when the NOTIFY is heard, 9 s later were it not; verified by dropping the
-# trigger).
+# trigger), and more commands than one answer holds with the heartbeat after.
 #
 #   quiet.sh SCALE_FLEET
 . "$(dirname "$0")/lib.sh" quiet
@@ -68,6 +68,17 @@ wait_for 30 "SELECT count(*) FROM node_commands WHERE delivered_at IS NULL" 0
 echo "  deliveries (s): $(q "SELECT string_agg(round((delivered_at - created_at)::numeric, 2)::text, ' ' ORDER BY node_id) FROM node_commands")"
 check "each node's command is delivered at its next heartbeat (within 5 s), not at its next lease write" \
   "[ \"\$(q \"SELECT count(*) FROM node_commands WHERE delivered_at - created_at >= 5\")\" = 0 ]"
+# More commands than one answer holds (32): the rest come with the next heartbeat, the node not left quiet.
+q "DELETE FROM node_commands" >/dev/null
+node=$(q "SELECT min(id) FROM nodes")
+at=$(q "SELECT last_heartbeat FROM nodes WHERE id = '$node'")
+wait_for 20 "SELECT last_heartbeat <> $at FROM nodes WHERE id = '$node'" t
+q "INSERT INTO node_commands (node_id, job_id, attempt, kind) SELECT '$node', 'ftjob-done', 1, 'cancel'
+     FROM generate_series(1, 40)"
+wait_for 30 "SELECT count(*) FROM node_commands WHERE delivered_at IS NULL" 0
+echo "  40 commands to one node: delivered after $(q "SELECT string_agg(DISTINCT round((delivered_at - created_at)::numeric, 1)::text, ' s, ') FROM node_commands") s"
+check "40 commands to one node come with its next two heartbeats (within 8 s), not at its next lease write" \
+  "[ \"\$(q \"SELECT count(*) FROM node_commands WHERE delivered_at - created_at >= 8\")\" = 0 ]"
 check "the fleet answered every heartbeat" "kill -TERM ${pids[1]} && wait ${pids[1]};
   python3 -c \"import json; d = json.load(open('$work/fleet.json')); exit(d['heartbeat_failed'] != 0 or d['heartbeats_missed_deadline'] != 0)\""
 echo "$passes passed, $fails failed"
