@@ -510,10 +510,12 @@ static void jobs_prepare(void) {
     db_prepare("jobs_list_metadata",
                "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq < " JOB_CURSOR_SEQ
                " AND j.metadata @> $3::jsonb ORDER BY j.seq DESC LIMIT $4");
-    /* State changes: lock the row, change it where the rules allow, record an event when it changed,
-     * and return the status it had (the handler tells "not found" from "not allowed" with it). */
+    /* State changes: lock the row (FOR NO KEY UPDATE: a heartbeat's key check of the job's new progress row
+     * does not wait for it), change it where the rules allow, record an event when it changed, and return the
+     * status it had (the handler tells "not found" from "not allowed" with it). */
     db_prepare("jobs_cancel",
-               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE), "
+               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR NO KEY "
+               "UPDATE), "
                "u AS (UPDATE jobs j SET desired = 'cancel', "
                "  status = CASE WHEN o.status = 'running' THEN o.status ELSE 'cancelled' END, "
                "  finished_at = CASE WHEN o.status = 'running' THEN j.finished_at ELSE whet_now() END "
@@ -524,7 +526,8 @@ static void jobs_prepare(void) {
                "  ELSE 'Cancellation requested; the job stops at its next checkpoint' END FROM u) "
                "SELECT status, desired FROM o");
     db_prepare("jobs_pause",
-               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE), "
+               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR NO KEY "
+               "UPDATE), "
                "u AS (UPDATE jobs j SET desired = 'pause', "
                "  status = CASE WHEN o.status = 'queued' THEN 'paused' ELSE o.status END "
                "  FROM o WHERE j.id = o.id AND (o.status = 'queued' OR (o.status = 'running' AND o.desired = 'run')) "
@@ -534,7 +537,8 @@ static void jobs_prepare(void) {
                "  ELSE 'Pause requested; the job stops at its next checkpoint' END FROM u) "
                "SELECT status, desired FROM o");
     db_prepare("jobs_resume",
-               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE), "
+               "WITH o AS (SELECT id, tenant_id, status, desired FROM jobs WHERE tenant_id = $1 AND id = $2 FOR NO KEY "
+               "UPDATE), "
                "u AS (UPDATE jobs j SET desired = 'run', "
                "  status = CASE WHEN o.status = 'paused' THEN 'queued' ELSE o.status END "
                "  FROM o WHERE j.id = o.id AND (o.status = 'paused' OR (o.status = 'running' AND o.desired = 'pause')) "

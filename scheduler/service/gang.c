@@ -43,11 +43,15 @@ int scheduler_gang_finish(PGconn *conn, const Whet__V1__FinishJobRequest *req, c
     snprintf(attempt, sizeof attempt, "%u", req->attempt);
     snprintf(rank, sizeof rank, "%u", req->rank);
     const char *params[] = {req->job_id, attempt};
-    /* The job's row lock orders the ranks' reports, the cycle and PublishRendezvous. */
-    PGresult *res = whet_pg_query(conn,
-                                  "SELECT a.world_size, a.ended_at IS NULL, a.device_type FROM job_attempts a"
-                                  " JOIN jobs j ON j.id = a.job_id WHERE a.job_id = $1 AND a.attempt = $2::int FOR UPDATE OF j",
-                                  2, params, err);
+    /* The job's row lock orders the ranks' reports, the cycle and PublishRendezvous. FOR NO KEY UPDATE, the
+     * strongest lock that leaves the foreign-key checks of rows inserted for the job alone: under FOR UPDATE,
+     * a heartbeat inserting the job's first progress row waited at its key check for this transaction, which
+     * went on to wait for that row (a deadlock, seen with scale_fleet's concurrent reports). */
+    PGresult *res = whet_pg_query(
+        conn,
+        "SELECT a.world_size, a.ended_at IS NULL, a.device_type FROM job_attempts a"
+        " JOIN jobs j ON j.id = a.job_id WHERE a.job_id = $1 AND a.attempt = $2::int FOR NO KEY UPDATE OF j",
+        2, params, err);
     if (!res) return -1;
     if (PQntuples(res) != 1 || atoi(PQgetvalue(res, 0, 0)) <= 1) {
         PQclear(res);

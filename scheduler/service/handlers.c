@@ -335,12 +335,13 @@ static int late_success(PGconn *conn, const Whet__V1__FinishJobRequest *req, con
     whet_random_id("ftevent-", 24, event_id);
     const char *params[] = {req->job_id, attempt, req->node_id};
     /* The job's row lock orders this against the cycle, a concurrent FinishJob of the newer attempt and
-     * its checkpoint reports (which hold the row while they insert); the checkpoints are read by the next
-     * statement, whose snapshot is taken after the lock was granted. */
+     * its checkpoint reports (which hold the row FOR SHARE while they insert); the checkpoints are read by
+     * the next statement, whose snapshot is taken after the lock was granted. FOR NO KEY UPDATE, as in
+     * scheduler_gang_finish: the key checks of the job's new rows do not wait for it. */
     PGresult *res = whet_pg_query(conn,
                                   "SELECT 1 FROM jobs j JOIN job_attempts a ON a.job_id = j.id"
                                   " WHERE j.id = $1 AND a.attempt = $2::int AND a.node_id = $3 AND a.outcome = 'lost'"
-                                  " AND j.status IN ('queued', 'running', 'paused') FOR UPDATE OF j",
+                                  " AND j.status IN ('queued', 'running', 'paused') FOR NO KEY UPDATE OF j",
                                   3, params, err);
     if (!res) return -1;
     int taken = PQntuples(res) == 1;

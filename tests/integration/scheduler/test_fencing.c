@@ -5,8 +5,11 @@
  * heartbeat progress change nothing and are answered FAILED_PRECONDITION (the heartbeat: register
  * again), while attempt 2's apply. A late success of a lost attempt is refused once the newer attempt
  * has recorded a checkpoint, taken (newer attempt cancelled, then fenced) when it has not, and a retry
- * of a taken one is answered OK. A success records its final model's checkpoint row with its end. And the
- * handlers' connection prepares each statement once a session (pg.h), and again in a new session. */
+ * of a taken one is answered OK. A success records its final model's checkpoint row with its end. A
+ * FinishJob does not wait for the key checks of rows being inserted for its job (a heartbeat's first
+ * progress row: they deadlocked). And the handlers' connection prepares each statement once a session
+ * (pg.h), and again in a new session. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +254,44 @@ static void test_the_handlers_prepare_each_statement_once_a_session(void) {
               "7,8");
 }
 
+static void *finish_attempt_2(void *arg) {
+    __atomic_store_n((int *)arg,
+                     finish("node-b", "ftjob-keyshare", 2, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED),
+                     __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* A heartbeat inserting a job's first progress row checks the job's key (FOR KEY SHARE) and holds that
+ * until it commits. A FinishJob of the job meanwhile goes through without waiting: when it took the job's
+ * row FOR UPDATE it waited there, and the heartbeat, next waiting for the progress row FinishJob had
+ * upserted in another order, made a deadlock. Any wait of the handler's backend on a lock fails this. */
+TEST(a_finish_does_not_wait_for_its_jobs_key_checks) {
+    moved_job("ftjob-keyshare");
+    PGconn *holder = PQconnectdb(opts.database_url);
+    PQclear(PQexec(holder, "BEGIN"));
+    PGresult *res = PQexec(holder, "SELECT 1 FROM jobs WHERE id = 'ftjob-keyshare' FOR KEY SHARE");
+    CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1);
+    PQclear(res);
+    int rc = -1, waited = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, finish_attempt_2, &rc);
+    for (int i = 0; i < 250 && __atomic_load_n(&rc, __ATOMIC_SEQ_CST) == -1; i++) {
+        if (strcmp(q("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                     " AND wait_event_type = 'Lock'"),
+                   "0") != 0) {
+            waited = 1;
+            break;
+        }
+        usleep(20 * 1000);
+    }
+    PQclear(PQexec(holder, "COMMIT")); /* lets a waiting FinishJob go on */
+    pthread_join(t, NULL);
+    PQfinish(holder);
+    CHECK_MSG(!waited, "FinishJob waited for a lock the key check holds");
+    CHECK(rc == RPC_OK);
+    CHECK_STR(q("SELECT status FROM jobs WHERE id = 'ftjob-keyshare'"), "succeeded");
+}
+
 /* A database of this test's own, migrated; NULL when there is no PostgreSQL to test with. */
 static char *create_database(void) {
     const char *admin = getenv("WHET_TEST_DATABASE_URL"), *build = getenv("WHET_BUILD_DIR");
@@ -308,6 +349,7 @@ int main(void) {
     RUN(a_late_success_is_refused_once_the_newer_attempt_has_checkpoints);
     RUN(a_late_success_is_taken_while_the_newer_attempt_has_none);
     RUN(the_handlers_prepare_each_statement_once_a_session);
+    RUN(a_finish_does_not_wait_for_its_jobs_key_checks);
     PQfinish(db);
     drop_database(); /* WITH (FORCE): the handlers' connection goes with it */
     free(url);
