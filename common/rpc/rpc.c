@@ -190,22 +190,48 @@ void rpc_client_close(struct rpc_client *client) {
     free(client);
 }
 
-/* One attempt; returns the gRPC status. */
-static int call_once(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
-                     const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
-                     struct whet_err *err) {
-    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_slice method_slice = grpc_slice_from_static_string(method);
-    grpc_call *call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_slice, NULL,
-                                               deadline_in(timeout_ms), NULL);
-    grpc_metadata md = {.key = grpc_slice_from_static_string("authorization"),
-                        .value = grpc_slice_from_copied_string(client->token)};
-    grpc_byte_buffer *send_bb = pack_message(req), *recv_bb = NULL;
+/* A call in flight: what its batch writes into, freed by call_end. */
+struct rpc_pending {
+    grpc_call *call;
+    const char *method;
+    const ProtobufCMessageDescriptor *resp_desc;
+    void *tag;
+    grpc_slice token;
+    grpc_byte_buffer *send_bb, *recv_bb;
     grpc_metadata_array initial_md, trailing_md;
-    grpc_metadata_array_init(&initial_md);
-    grpc_metadata_array_init(&trailing_md);
-    grpc_status_code status = GRPC_STATUS_UNKNOWN;
-    grpc_slice details = grpc_empty_slice();
+    grpc_status_code status;
+    grpc_slice details;
+    struct rpc_pending *prev, *next; /* a queue's calls in flight (rpc_queue_close cancels them) */
+};
+
+static void pending_free(struct rpc_pending *p) {
+    grpc_slice_unref(p->token);
+    grpc_slice_unref(p->details);
+    grpc_metadata_array_destroy(&p->initial_md);
+    grpc_metadata_array_destroy(&p->trailing_md);
+    grpc_byte_buffer_destroy(p->send_bb);
+    if (p->recv_bb) grpc_byte_buffer_destroy(p->recv_bb);
+    grpc_call_unref(p->call);
+    free(p);
+}
+
+/* Starts one attempt on `cq`, its completion tagged with the returned record; NULL (err set) when the
+ * call could not be started. */
+static struct rpc_pending *call_begin(struct rpc_client *client, grpc_completion_queue *cq, const char *method,
+                                      const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                                      int timeout_ms, struct whet_err *err) {
+    struct rpc_pending *p = xcalloc(1, sizeof *p);
+    p->method = method;
+    p->resp_desc = resp_desc;
+    p->status = GRPC_STATUS_UNKNOWN;
+    p->details = grpc_empty_slice();
+    p->token = grpc_slice_from_copied_string(client->token);
+    grpc_metadata_array_init(&p->initial_md);
+    grpc_metadata_array_init(&p->trailing_md);
+    p->call = grpc_channel_create_call(client->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                       grpc_slice_from_static_string(method), NULL, deadline_in(timeout_ms), NULL);
+    p->send_bb = pack_message(req);
+    grpc_metadata md = {.key = grpc_slice_from_static_string("authorization"), .value = p->token};
 
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
@@ -213,42 +239,53 @@ static int call_once(struct rpc_client *client, const char *method, const Protob
     ops[0].data.send_initial_metadata.count = 1;
     ops[0].data.send_initial_metadata.metadata = &md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = send_bb;
+    ops[1].data.send_message.send_message = p->send_bb;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &p->initial_md;
     ops[4].op = GRPC_OP_RECV_MESSAGE;
-    ops[4].data.recv_message.recv_message = &recv_bb;
+    ops[4].data.recv_message.recv_message = &p->recv_bb;
     ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-    ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
-    ops[5].data.recv_status_on_client.status = &status;
-    ops[5].data.recv_status_on_client.status_details = &details;
-
-    int rc;
-    if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) != GRPC_CALL_OK) {
+    ops[5].data.recv_status_on_client.trailing_metadata = &p->trailing_md;
+    ops[5].data.recv_status_on_client.status = &p->status;
+    ops[5].data.recv_status_on_client.status_details = &p->details;
+    if (grpc_call_start_batch(p->call, ops, 6, p, NULL) != GRPC_CALL_OK) {
         whet_errf(err, "%s: could not start the call", method);
+        pending_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* The attempt's gRPC status once its batch completed, with *resp decoded on RPC_OK; frees p. */
+static int call_end(struct rpc_pending *p, ProtobufCMessage **resp, struct whet_err *err) {
+    int rc;
+    if (p->status != GRPC_STATUS_OK) {
+        char *d = grpc_slice_to_c_string(p->details);
+        whet_errf(err, "%s: status %d: %s", p->method, (int)p->status, d);
+        gpr_free(d);
+        rc = (int)p->status;
+    } else if (!p->recv_bb || !(*resp = unpack_message(p->recv_bb, p->resp_desc))) {
+        whet_errf(err, "%s: the reply is not a %s", p->method, p->resp_desc->name);
         rc = RPC_INTERNAL;
     } else {
-        grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-        if (status != GRPC_STATUS_OK) {
-            char *d = grpc_slice_to_c_string(details);
-            whet_errf(err, "%s: status %d: %s", method, (int)status, d);
-            gpr_free(d);
-            rc = (int)status;
-        } else if (!recv_bb || !(*resp = unpack_message(recv_bb, resp_desc))) {
-            whet_errf(err, "%s: the reply is not a %s", method, resp_desc->name);
-            rc = RPC_INTERNAL;
-        } else {
-            rc = RPC_OK;
-        }
+        rc = RPC_OK;
     }
-    grpc_slice_unref(md.value);
-    grpc_slice_unref(details);
-    grpc_metadata_array_destroy(&initial_md);
-    grpc_metadata_array_destroy(&trailing_md);
-    grpc_byte_buffer_destroy(send_bb);
-    if (recv_bb) grpc_byte_buffer_destroy(recv_bb);
-    grpc_call_unref(call);
+    pending_free(p);
+    return rc;
+}
+
+/* One attempt, waited for on a queue of its own; returns the gRPC status. */
+static int call_once(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms,
+                     struct whet_err *err) {
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+    struct rpc_pending *p = call_begin(client, cq, method, req, resp_desc, timeout_ms, err);
+    int rc = RPC_INTERNAL;
+    if (p) {
+        grpc_completion_queue_pluck(cq, p, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        rc = call_end(p, resp, err);
+    }
     grpc_completion_queue_shutdown(cq);
     grpc_completion_queue_destroy(cq);
     return rc;
@@ -289,6 +326,60 @@ int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessa
         usleep((useconds_t)sleep_ms * 1000);
         if (backoff_ms < 5000) backoff_ms *= 2;
     }
+}
+
+struct rpc_queue {
+    struct rpc_client *client;
+    grpc_completion_queue *cq;
+    struct rpc_pending *calls; /* in flight */
+};
+
+struct rpc_queue *rpc_queue_open(struct rpc_client *client) {
+    struct rpc_queue *q = xcalloc(1, sizeof *q);
+    q->client = client;
+    q->cq = grpc_completion_queue_create_for_next(NULL);
+    return q;
+}
+
+int rpc_start(struct rpc_queue *q, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, int timeout_ms, void *tag, struct whet_err *err) {
+    struct rpc_pending *p = call_begin(q->client, q->cq, method, req, resp_desc, timeout_ms, err);
+    if (!p) return RPC_INTERNAL;
+    p->tag = tag;
+    p->next = q->calls;
+    if (q->calls) q->calls->prev = p;
+    q->calls = p;
+    return RPC_OK;
+}
+
+int rpc_next(struct rpc_queue *q, int wait_ms, void **tag, ProtobufCMessage **resp, struct whet_err *err) {
+    grpc_event ev = grpc_completion_queue_next(q->cq, deadline_in(wait_ms), NULL);
+    if (ev.type != GRPC_OP_COMPLETE) return -1;
+    struct rpc_pending *p = ev.tag;
+    if (p->prev) p->prev->next = p->next;
+    else q->calls = p->next;
+    if (p->next) p->next->prev = p->prev;
+    *tag = p->tag;
+    return call_end(p, resp, err);
+}
+
+void rpc_queue_cancel(struct rpc_queue *q) {
+    for (struct rpc_pending *p = q->calls; p; p = p->next) grpc_call_cancel(p->call, NULL);
+}
+
+void rpc_queue_close(struct rpc_queue *q) {
+    if (!q) return;
+    rpc_queue_cancel(q);
+    while (q->calls) {
+        void *tag;
+        ProtobufCMessage *resp = NULL;
+        struct whet_err err;
+        if (rpc_next(q, 1000, &tag, &resp, &err) == RPC_OK) protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    grpc_completion_queue_shutdown(q->cq);
+    while (grpc_completion_queue_next(q->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {}
+    grpc_completion_queue_destroy(q->cq);
+    free(q);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@
  *
  *   client:  rpc_call(client, "/whet.v1.Scheduler/Heartbeat", &req.base, &whet__v1__heartbeat_response__descriptor,
  *                     &resp, timeout_ms, &err)   — deadline on every call, retries with backoff and jitter
- *                     on UNAVAILABLE and DEADLINE_EXCEEDED, the shared token sent as `authorization`.
+ *                     on UNAVAILABLE and DEADLINE_EXCEEDED, the shared token sent as `authorization`;
+ *            or many calls in flight on one queue (rpc_start, collected with rpc_next), one attempt each.
  *   server:  a table of {path, request descriptor, handler}; handlers run on the server's own threads
- *            (one completion queue each), may block (they talk to PostgreSQL), and return a gRPC status.
+ *            (one shared completion queue), may block (they talk to PostgreSQL), and return a gRPC status.
  *
  * TLS: when WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY name a PEM certificate and its private key, the
  * server accepts only TLS (one of the two without the other is an error); when WHET_GRPC_TLS_CA names
@@ -26,6 +27,7 @@
 /* gRPC status codes the code uses (grpc_status_code values). */
 enum {
     RPC_OK = 0,
+    RPC_CANCELLED = 1,
     RPC_INVALID_ARGUMENT = 3,
     RPC_DEADLINE_EXCEEDED = 4,
     RPC_NOT_FOUND = 5,
@@ -50,6 +52,25 @@ void rpc_client_close(struct rpc_client *client);
 int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessage *req,
              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp, int timeout_ms, int budget_ms,
              struct whet_err *err);
+
+/* Many calls in flight from one thread, each one attempt (no retries), collected as they end: a process
+ * speaking for many nodes at once (tests/bench/scale/fleet.c) keeps them in flight without a thread
+ * each. A queue belongs to one thread; `method` must outlive its call (a string literal). */
+struct rpc_queue;
+
+struct rpc_queue *rpc_queue_open(struct rpc_client *client);
+/* Starts a call whose end rpc_next returns with `tag`; RPC_OK, or RPC_INTERNAL with err when it could
+ * not be started. */
+int rpc_start(struct rpc_queue *q, const char *method, const ProtobufCMessage *req,
+              const ProtobufCMessageDescriptor *resp_desc, int timeout_ms, void *tag, struct whet_err *err);
+/* Waits up to wait_ms for a call to end: -1 when none did, else its gRPC status, its tag in *tag and,
+ * on RPC_OK, its reply in *resp (free it with protobuf_c_message_free_unpacked). */
+int rpc_next(struct rpc_queue *q, int wait_ms, void **tag, ProtobufCMessage **resp, struct whet_err *err);
+/* Cancels every call in flight: each still ends through rpc_next, as RPC_CANCELLED. */
+void rpc_queue_cancel(struct rpc_queue *q);
+/* Cancels the calls still in flight, waits for their ends (their tags are dropped: a caller whose tags
+ * own memory cancels and collects them first) and frees q. */
+void rpc_queue_close(struct rpc_queue *q);
 
 /* ---- server ---- */
 

@@ -11,16 +11,18 @@
  *               [--seconds S] [--seed K]
  *
  * WHET_EXECUTOR_TOKEN is the shared secret. Runs S seconds (default: until SIGINT/SIGTERM), then
- * prints one JSON object: calls made and failed per method, heartbeat latency p50/p99/max, heartbeats
+ * prints one JSON object: calls ended and failed per method, heartbeat latency p50/p99/max, heartbeats
  * answered late (past the executor's 3 s call deadline, or past the interval: the next one was due),
  * the longest gap between two answered heartbeats of one node, and how late the simulator itself sent
  * heartbeats (its own lag: when that is large, the figures measure this process, not the scheduler).
  *
- * Nodes are split over T threads, each making blocking calls on one shared channel; node i's first
- * call is spread over the first interval so that N nodes do not register in one burst. A job's
- * checkpoint and end are reported by T more threads (reporters, sharing one queue), as an executor
+ * Nodes are split over T threads (default 1), each an event loop with its nodes' calls in flight on one
+ * queue (rpc_start/rpc_next), its nodes kept in a heap by when each next has something to do; node i's
+ * first call is spread over the first interval so that N nodes do not register in one burst. A job's
+ * checkpoint and end are calls of their own, in flight beside the node's heartbeats, as an executor
  * reports them from the job's own thread (executor/agent/job.c): a slow FinishJob does not hold up the
- * node's heartbeats.
+ * node's heartbeats. (A blocking call per thread, as before, needed a thread per 4 nodes to keep up; at
+ * 10,000 nodes their wake-ups were half of this process's CPU.)
  *
  * A window: the first SIGUSR1 opens it, the second closes it, and the JSON has the same figures for it
  * alone under "window" (run.sh opens it for its steady state, past the registration and the fill). */
@@ -41,20 +43,23 @@
 #define LAT_BUCKET_US 100     /* heartbeat latency histogram: 0.1 ms buckets ... */
 #define LAT_BUCKETS 100001    /* ... up to 10 s */
 #define MAX_TOTAL_STEPS 100
+#define IDLE_WAIT_MS 500 /* the longest wait for answers with no node due */
 
 struct sim_job {
     char *id;
     uint32_t attempt;
     double started, duration;
     int checkpointed;
-    int reporting; /* a report of it is with the reporters */
+    int reporting; /* its checkpoint or end is in flight */
 };
 
 struct sim_node {
     char id[32];
     int dc;
     int registered;
+    int calling; /* its registration or heartbeat is in flight */
     double next_hb, last_answered;
+    double queued_at; /* its entry in the worker's heap (older entries are stale); < 0: none */
     int n_jobs, cap_jobs;
     struct sim_job *jobs;
 };
@@ -66,43 +71,40 @@ struct stats {
     long calls[M_COUNT], failed[M_COUNT];
     long hb_over_deadline, hb_over_interval, started, succeeded, stopped;
     double max_gap, max_lag, sum_lag;
-    long lagged; /* heartbeats sent more than 100 ms after they were due */
+    long sent, lagged; /* heartbeats sent; those sent more than 100 ms after they were due */
     uint32_t *lat;
 };
 
-struct report;
+/* A node waiting for its time. */
+struct due {
+    double at;
+    struct sim_node *node;
+};
 
-/* A thread of heartbeats (with nodes) or of reports (without): its own statistics, and the reports
- * done for its nodes, handed back by the reporters. */
+/* An event loop: its nodes, its queue of calls in flight, its statistics (read after the join). */
 struct worker {
     pthread_t thread;
     struct sim_node *nodes;
     int n_nodes;
     unsigned seed;
-    struct stats run, window; /* read after the join */
-    pthread_mutex_t lock;
-    struct report *done;
+    struct stats run, window;
+    struct rpc_queue *queue;
+    long in_flight;
+    int draining; /* the run is over: calls end cancelled */
+    struct due *heap;
+    int heap_n, heap_cap;
 };
 
-/* A checkpoint or an end, queued by the node's worker for a reporter, and back with its answer. */
-struct report {
-    struct report *next;
-    struct worker *owner;
+/* A call in flight, the tag of its end. A report's job is named by id and attempt: the job may be gone
+ * from its node (stopped) when the answer comes. */
+struct sim_call {
+    int method;
     struct sim_node *node;
+    double sent;
     char *job_id;
-    uint32_t attempt, step;
-    int finish; /* else a checkpoint */
-    Whet__V1__FinishJobRequest__Outcome outcome;
-    double device_seconds;
-    int ok;
+    uint32_t attempt;
+    int succeeded; /* a FinishJob's outcome was SUCCEEDED */
 };
-
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t ready;
-    struct report *head, **tail;
-    int closed;
-} reports = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &reports.head, 0};
 
 static struct {
     struct rpc_client *rpc;
@@ -135,26 +137,90 @@ static int stats_of(struct worker *w, struct stats *s[2]) {
     return window == 1 ? 2 : 1;
 }
 
-static int call(struct worker *w, int m, const char *path, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp) {
-    struct whet_err err;
-    ProtobufCMessage *r = NULL;
-    struct stats *s[2];
-    int n_stats = stats_of(w, s);
-    for (int i = 0; i < n_stats; i++) s[i]->calls[m]++;
-    /* one attempt's budget: a retry would hide the latency this measures */
-    int rc = rpc_call(g.rpc, path, req, desc, &r, CALL_TIMEOUT_MS, CALL_TIMEOUT_MS, &err);
-    if (rc != RPC_OK) {
-        for (int i = 0; i < n_stats; i++) s[i]->failed[m]++;
-        if (w->run.failed[m] <= 3) fprintf(stderr, "scale_fleet: %s failed: %s\n", method_names[m], err.msg);
-        if (r) protobuf_c_message_free_unpacked(r, NULL);
-        return -1;
+/* ---------------------------------------------------------------- the heap of nodes by time */
+
+static void heap_push(struct worker *w, double at, struct sim_node *n) {
+    if (w->heap_n == w->heap_cap) {
+        w->heap_cap = w->heap_cap ? w->heap_cap * 2 : 64;
+        w->heap = xrealloc(w->heap, (size_t)w->heap_cap * sizeof *w->heap);
     }
-    if (resp)
-        *resp = r;
-    else
-        protobuf_c_message_free_unpacked(r, NULL);
-    return 0;
+    int i = w->heap_n++;
+    while (i > 0 && w->heap[(i - 1) / 2].at > at) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->heap[i] = (struct due){at, n};
+}
+
+static struct due heap_pop(struct worker *w) {
+    struct due top = w->heap[0], last = w->heap[--w->heap_n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= w->heap_n) break;
+        if (c + 1 < w->heap_n && w->heap[c + 1].at < w->heap[c].at) c++;
+        if (w->heap[c].at >= last.at) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (w->heap_n) w->heap[i] = last;
+    return top;
+}
+
+static uint32_t job_step(const struct sim_job *j, double now) {
+    double f = (now - j->started) / j->duration;
+    return (uint32_t)(MAX_TOTAL_STEPS * (f < 0 ? 0 : f > 1 ? 1 : f));
+}
+
+/* When the node next has something to do that is not in flight: a registration or heartbeat, a
+ * checkpoint or a job's end; INFINITY when nothing (its heartbeat's answer reschedules it). */
+static double node_due(const struct sim_node *n) {
+    double due = n->calling ? INFINITY : n->next_hb;
+    if (!n->registered) return due;
+    for (int k = 0; k < n->n_jobs; k++) {
+        const struct sim_job *j = &n->jobs[k];
+        if (j->reporting) continue;
+        double t = j->checkpointed ? j->started + j->duration : j->started + j->duration / 2;
+        if (t < due) due = t;
+    }
+    return due;
+}
+
+/* Puts n in the heap at its due time, unless it is there already at that time. */
+static void schedule(struct worker *w, struct sim_node *n) {
+    double due = node_due(n);
+    if (due == n->queued_at) return;
+    if (isinf(due)) {
+        n->queued_at = -1;
+        return;
+    }
+    n->queued_at = due;
+    heap_push(w, due, n);
+}
+
+/* ---------------------------------------------------------------- calls */
+
+static void call_ended(struct worker *w, struct sim_call *c, int rc, ProtobufCMessage *resp, double now);
+
+/* Starts a call for c (freed when it ends); one that cannot start ends at once, failed. */
+static void call_start(struct worker *w, struct sim_call *c, const char *path, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *desc) {
+    c->sent = whet_now_mono();
+    struct whet_err err;
+    /* one attempt's budget: a retry would hide the latency this measures */
+    if (rpc_start(w->queue, path, req, desc, CALL_TIMEOUT_MS, c, &err) == RPC_OK) {
+        w->in_flight++;
+        return;
+    }
+    if (w->run.failed[c->method] < 3) fprintf(stderr, "scale_fleet: %s failed: %s\n", method_names[c->method], err.msg);
+    call_ended(w, c, RPC_INTERNAL, NULL, c->sent);
+}
+
+static struct sim_call *call_new(int method, struct sim_node *n) {
+    struct sim_call *c = xcalloc(1, sizeof *c);
+    c->method = method;
+    c->node = n;
+    return c;
 }
 
 static void drop_jobs(struct sim_node *n) {
@@ -162,7 +228,7 @@ static void drop_jobs(struct sim_node *n) {
     n->n_jobs = 0;
 }
 
-static void node_register(struct worker *w, struct sim_node *n, double now) {
+static void node_register(struct worker *w, struct sim_node *n) {
     Whet__V1__Device devs[64], *pdevs[64];
     int gpus = g.gpus < 64 ? g.gpus : 64;
     for (int i = 0; i < gpus; i++) {
@@ -183,9 +249,13 @@ static void node_register(struct worker *w, struct sim_node *n, double now) {
     req.cpu_milli = 64000;
     req.memory_mib = 1024 * 1024;
     req.version = "scale-fleet";
-    Whet__V1__RegisterResponse *resp = NULL;
-    if (call(w, M_REGISTER, "/whet.v1.Scheduler/RegisterNode", &req.base, &whet__v1__register_response__descriptor,
-             (ProtobufCMessage **)&resp) < 0) {
+    n->calling = 1;
+    call_start(w, call_new(M_REGISTER, n), "/whet.v1.Scheduler/RegisterNode", &req.base,
+               &whet__v1__register_response__descriptor);
+}
+
+static void register_ended(struct sim_node *n, const Whet__V1__RegisterResponse *resp, double now) {
+    if (!resp) {
         n->next_hb = now + 1;
         return;
     }
@@ -195,130 +265,73 @@ static void node_register(struct worker *w, struct sim_node *n, double now) {
         g.heartbeat_s = resp->heartbeat_ms / 1000.0;
         g.lease_s = resp->lease_ms / 1000.0;
     }
-    n->last_answered = whet_now_mono();
-    n->next_hb = n->last_answered + g.heartbeat_s;
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    n->last_answered = now;
+    n->next_hb = now + g.heartbeat_s;
 }
 
-static uint32_t job_step(const struct sim_job *j, double now) {
-    double f = (now - j->started) / j->duration;
-    return (uint32_t)(MAX_TOTAL_STEPS * (f < 0 ? 0 : f > 1 ? 1 : f));
-}
-
-/* Hands job k's end (or its checkpoint) to the reporters, once: the job stays the node's, and in its
- * heartbeats, until the report is back (reports_done). */
+/* Reports job k's checkpoint (half-way) or its end, once at a time: the job stays the node's, and in its
+ * heartbeats, until the answer (report_ended). */
 static void report(struct worker *w, struct sim_node *n, int k, int finish, Whet__V1__FinishJobRequest__Outcome outcome,
                    double now) {
     struct sim_job *j = &n->jobs[k];
     if (j->reporting) return;
     j->reporting = 1;
-    struct report *r = xcalloc(1, sizeof *r);
-    *r = (struct report){.owner = w,
-                         .node = n,
-                         .job_id = xstrdup(j->id),
-                         .attempt = j->attempt,
-                         .step = job_step(j, now),
-                         .finish = finish,
-                         .outcome = outcome,
-                         .device_seconds = now - j->started};
-    pthread_mutex_lock(&reports.lock);
-    *reports.tail = r;
-    reports.tail = &r->next;
-    pthread_cond_signal(&reports.ready);
-    pthread_mutex_unlock(&reports.lock);
-}
-
-/* A reporter's call for r; r->ok when it was answered. */
-static void report_call(struct worker *reporter, struct report *r) {
+    struct sim_call *c = call_new(finish ? M_FINISH : M_CHECKPOINT, n);
+    c->job_id = xstrdup(j->id);
+    c->attempt = j->attempt;
+    uint32_t step = job_step(j, now);
     char prefix[160];
-    if (!r->finish) {
-        snprintf(prefix, sizeof prefix, "sim/%s/ckpt-%u/", r->job_id, r->step);
+    if (!finish) {
+        snprintf(prefix, sizeof prefix, "sim/%s/ckpt-%u/", j->id, step);
         Whet__V1__CheckpointReport req = WHET__V1__CHECKPOINT_REPORT__INIT;
-        req.node_id = r->node->id;
-        req.job_id = r->job_id;
-        req.attempt = r->attempt;
-        req.step = r->step;
+        req.node_id = n->id;
+        req.job_id = j->id;
+        req.attempt = j->attempt;
+        req.step = step;
         req.object_prefix = prefix;
         req.bytes = 1 << 20;
         req.metrics_json = "{}";
-        r->ok = call(reporter, M_CHECKPOINT, "/whet.v1.Scheduler/ReportCheckpoint", &req.base,
-                     &whet__v1__report_checkpoint_response__descriptor, NULL) == 0;
+        call_start(w, c, "/whet.v1.Scheduler/ReportCheckpoint", &req.base,
+                   &whet__v1__report_checkpoint_response__descriptor);
         return;
     }
     Whet__V1__Usage usage = WHET__V1__USAGE__INIT;
     usage.device_type = "sim-H100";
-    usage.device_seconds = r->device_seconds;
-    usage.trained_tokens = r->step * 1000ull;
-    snprintf(prefix, sizeof prefix, "sim/%s/final/", r->job_id);
-    int succeeded = r->outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
+    usage.device_seconds = now - j->started;
+    usage.trained_tokens = step * 1000ull;
+    snprintf(prefix, sizeof prefix, "sim/%s/final/", j->id);
+    c->succeeded = outcome == WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED;
     Whet__V1__FinishJobRequest req = WHET__V1__FINISH_JOB_REQUEST__INIT;
-    req.node_id = r->node->id;
-    req.job_id = r->job_id;
-    req.attempt = r->attempt;
-    req.outcome = r->outcome;
+    req.node_id = n->id;
+    req.job_id = j->id;
+    req.attempt = j->attempt;
+    req.outcome = outcome;
     req.usage = &usage;
     req.trained_tokens = usage.trained_tokens;
-    req.final_object_prefix = succeeded ? prefix : "";
-    r->ok = call(reporter, M_FINISH, "/whet.v1.Scheduler/FinishJob", &req.base,
-                 &whet__v1__finish_job_response__descriptor, NULL) == 0;
-    if (!r->ok) return;
-    struct stats *s[2];
-    for (int i = 0, n_stats = stats_of(reporter, s); i < n_stats; i++)
-        if (succeeded) s[i]->succeeded++;
-        else s[i]->stopped++;
+    req.final_object_prefix = c->succeeded ? prefix : "";
+    call_start(w, c, "/whet.v1.Scheduler/FinishJob", &req.base, &whet__v1__finish_job_response__descriptor);
 }
 
-static void reports_free(struct report *r) {
-    while (r) {
-        struct report *next = r->next;
-        free(r->job_id);
-        free(r);
-        r = next;
-    }
-}
-
-static void *reporter_main(void *arg) {
-    struct worker *reporter = arg;
-    for (;;) {
-        pthread_mutex_lock(&reports.lock);
-        while (!reports.head && !reports.closed) pthread_cond_wait(&reports.ready, &reports.lock);
-        struct report *r = reports.closed ? NULL : reports.head;
-        if (r && !(reports.head = r->next)) reports.tail = &reports.head;
-        pthread_mutex_unlock(&reports.lock);
-        if (!r) return NULL; /* the run is over: what is still queued is freed by main */
-        report_call(reporter, r);
-        pthread_mutex_lock(&r->owner->lock);
-        r->next = r->owner->done;
-        r->owner->done = r;
-        pthread_mutex_unlock(&r->owner->lock);
-    }
-}
-
-/* The reports back for w's nodes: a job checkpointed, a job ended (gone from its node), or a failed
- * report, made again at the job's next event (as an executor retries it). */
-static void reports_done(struct worker *w) {
-    pthread_mutex_lock(&w->lock);
-    struct report *r = w->done;
-    w->done = NULL;
-    pthread_mutex_unlock(&w->lock);
-    while (r) {
-        struct report *next = r->next;
-        struct sim_node *n = r->node;
-        for (int k = 0; k < n->n_jobs; k++) {
-            struct sim_job *j = &n->jobs[k];
-            if (j->attempt != r->attempt || strcmp(j->id, r->job_id) != 0) continue;
-            j->reporting = 0;
-            if (r->ok && !r->finish) j->checkpointed = 1;
-            if (r->ok && r->finish) {
-                free(j->id);
-                n->jobs[k] = n->jobs[--n->n_jobs];
-            }
-            break;
+/* A report's answer: the job checkpointed, or ended (gone from its node); a failed report is made again at
+ * the job's next turn (as an executor retries it). */
+static void report_ended(struct worker *w, const struct sim_call *c, int ok) {
+    struct sim_node *n = c->node;
+    for (int k = 0; k < n->n_jobs; k++) {
+        struct sim_job *j = &n->jobs[k];
+        if (j->attempt != c->attempt || strcmp(j->id, c->job_id) != 0) continue;
+        j->reporting = 0;
+        if (ok && c->method == M_CHECKPOINT) j->checkpointed = 1;
+        if (ok && c->method == M_FINISH) {
+            free(j->id);
+            n->jobs[k] = n->jobs[--n->n_jobs];
         }
-        r->next = NULL;
-        reports_free(r);
-        r = next;
+        break;
     }
+    if (!ok || c->method != M_FINISH) return;
+    struct stats *s[2];
+    for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++)
+        if (c->succeeded) s[i]->succeeded++;
+        else s[i]->stopped++;
 }
 
 static void apply_command(struct worker *w, struct sim_node *n, const Whet__V1__Command *c, double now) {
@@ -348,10 +361,10 @@ static void apply_command(struct worker *w, struct sim_node *n, const Whet__V1__
 static void heartbeat(struct worker *w, struct sim_node *n, double now) {
     double lag = now - n->next_hb;
     struct stats *s[2];
-    int n_stats = stats_of(w, s);
-    for (int i = 0; i < n_stats; i++) {
+    for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++) {
         if (lag > s[i]->max_lag) s[i]->max_lag = lag;
         s[i]->sum_lag += lag > 0 ? lag : 0;
+        s[i]->sent++;
         if (lag > 0.1) s[i]->lagged++;
     }
     Whet__V1__JobProgress *progress = xcalloc((size_t)n->n_jobs + 1, sizeof *progress);
@@ -370,53 +383,92 @@ static void heartbeat(struct worker *w, struct sim_node *n, double now) {
     req.node_id = n->id;
     req.n_jobs = (size_t)n->n_jobs;
     req.jobs = pp;
-    Whet__V1__HeartbeatResponse *resp = NULL;
-    double t0 = whet_now_mono();
-    int rc = call(w, M_HEARTBEAT, "/whet.v1.Scheduler/Heartbeat", &req.base, &whet__v1__heartbeat_response__descriptor,
-                  (ProtobufCMessage **)&resp);
-    double t1 = whet_now_mono(), latency = t1 - t0;
-    free(progress);
-    free(pp);
     /* The next one is due an interval after this one was due (after now when this one was very late). */
     n->next_hb = (lag > g.heartbeat_s ? now : n->next_hb) + g.heartbeat_s;
+    n->calling = 1;
+    call_start(w, call_new(M_HEARTBEAT, n), "/whet.v1.Scheduler/Heartbeat", &req.base,
+               &whet__v1__heartbeat_response__descriptor);
+    free(progress);
+    free(pp);
+}
+
+static void heartbeat_ended(struct worker *w, const struct sim_call *c, const Whet__V1__HeartbeatResponse *resp,
+                            double now) {
+    struct sim_node *n = c->node;
+    double latency = now - c->sent;
     long b = (long)(latency * 1e6 / LAT_BUCKET_US);
-    for (int i = 0; i < n_stats; i++) {
-        if (rc < 0) {
+    struct stats *s[2];
+    for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++) {
+        if (!resp) {
             s[i]->hb_over_deadline++;
             continue;
         }
         s[i]->lat[b < LAT_BUCKETS ? b : LAT_BUCKETS - 1]++;
         if (latency * 1000 > CALL_TIMEOUT_MS) s[i]->hb_over_deadline++;
         if (latency > g.heartbeat_s) s[i]->hb_over_interval++;
-        if (t1 - n->last_answered > s[i]->max_gap) s[i]->max_gap = t1 - n->last_answered;
+        if (now - n->last_answered > s[i]->max_gap) s[i]->max_gap = now - n->last_answered;
     }
-    if (rc < 0) return;
-    n->last_answered = t1;
+    if (!resp) return;
+    n->last_answered = now;
     if (resp->reregister) {
         n->registered = 0;
-        n->next_hb = t1;
-    } else {
-        for (size_t k = 0; k < resp->n_commands; k++) apply_command(w, n, resp->commands[k], t1);
+        n->next_hb = now;
+        return;
     }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    for (size_t k = 0; k < resp->n_commands; k++) apply_command(w, n, resp->commands[k], now);
 }
 
-/* When the node next has something to do: a heartbeat, a checkpoint or a job's end. */
-static double node_due(const struct sim_node *n) {
-    double due = n->next_hb;
-    if (!n->registered) return due;
-    for (int k = 0; k < n->n_jobs; k++) {
-        const struct sim_job *j = &n->jobs[k];
-        if (j->reporting) continue;
-        double t = j->checkpointed ? j->started + j->duration : j->started + j->duration / 2;
-        if (t < due) due = t;
+/* A call's end, counted where it ends: the calls cancelled by the end of the run are not (nor their nodes). */
+static void call_ended(struct worker *w, struct sim_call *c, int rc, ProtobufCMessage *resp, double now) {
+    if (w->draining) {
+        if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+        free(c->job_id);
+        free(c);
+        return;
     }
-    return due;
+    struct stats *s[2];
+    for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++) {
+        s[i]->calls[c->method]++;
+        if (rc != RPC_OK) s[i]->failed[c->method]++;
+    }
+    switch (c->method) {
+    case M_REGISTER:
+        c->node->calling = 0;
+        register_ended(c->node, (Whet__V1__RegisterResponse *)resp, now);
+        break;
+    case M_HEARTBEAT:
+        c->node->calling = 0;
+        heartbeat_ended(w, c, (Whet__V1__HeartbeatResponse *)resp, now);
+        break;
+    default: report_ended(w, c, rc == RPC_OK); break;
+    }
+    if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+    schedule(w, c->node);
+    free(c->job_id);
+    free(c);
 }
+
+/* Collects the calls that end within wait_ms (the first waited for, the rest taken as they are). */
+static void collect(struct worker *w, int wait_ms) {
+    void *tag;
+    ProtobufCMessage *resp;
+    struct whet_err err;
+    int rc;
+    while ((resp = NULL, rc = rpc_next(w->queue, wait_ms, &tag, &resp, &err)) != -1) {
+        struct sim_call *c = tag;
+        w->in_flight--;
+        if (rc != RPC_OK && w->run.failed[c->method] < 3 && !w->draining)
+            fprintf(stderr, "scale_fleet: %s failed: %s\n", method_names[c->method], err.msg);
+        call_ended(w, c, rc, resp, whet_now_mono());
+        wait_ms = 0;
+    }
+}
+
+/* ---------------------------------------------------------------- the event loop */
 
 static void node_step(struct worker *w, struct sim_node *n, double now) {
     if (!n->registered) {
-        node_register(w, n, now);
+        if (!n->calling) node_register(w, n);
         return;
     }
     /* The checkpoint comes first even when this node's turn came late, past the job's end. */
@@ -427,34 +479,29 @@ static void node_step(struct worker *w, struct sim_node *n, double now) {
         else if (j->checkpointed && now >= j->started + j->duration)
             report(w, n, k, 1, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED, now);
     }
-    if (now >= n->next_hb) heartbeat(w, n, now);
+    if (!n->calling && now >= n->next_hb) heartbeat(w, n, now);
 }
 
 static void *worker_main(void *arg) {
     struct worker *w = arg;
+    for (int i = 0; i < w->n_nodes; i++) schedule(w, &w->nodes[i]);
     while (!stopping) {
-        reports_done(w);
         double now = whet_now_mono();
         if (g.until > 0 && now >= g.until) break;
-        /* Up to half a second asleep with nothing due: the reporters' answers wait that long at most (a job
-         * reported ended stays in its node's heartbeats meanwhile, which the scheduler drops as stale). A
-         * wake every 50 ms, 20 a second for each of 2,048 threads at 10k nodes, was most of this
-         * process's CPU with an idle fleet. */
-        int next = -1;
-        double due = now + 0.5;
-        for (int i = 0; i < w->n_nodes; i++) {
-            double d = node_due(&w->nodes[i]);
-            if (d < due) {
-                due = d;
-                next = i;
-            }
+        while (w->heap_n && w->heap[0].at <= now) {
+            struct due d = heap_pop(w);
+            if (d.at != d.node->queued_at) continue; /* rescheduled since */
+            d.node->queued_at = -1;
+            node_step(w, d.node, now);
+            schedule(w, d.node);
         }
-        if (due > now) {
-            usleep((useconds_t)((due - now) * 1e6));
-            continue;
-        }
-        if (next >= 0) node_step(w, &w->nodes[next], now);
+        double wait = w->heap_n ? (w->heap[0].at - whet_now_mono()) * 1000 : IDLE_WAIT_MS;
+        collect(w, wait < 0 ? 0 : wait > IDLE_WAIT_MS ? IDLE_WAIT_MS : (int)ceil(wait));
     }
+    /* What is still in flight ends here, cancelled and not counted, so that every call's record is freed. */
+    w->draining = 1;
+    rpc_queue_cancel(w->queue);
+    while (w->in_flight > 0) collect(w, IDLE_WAIT_MS);
     for (int i = 0; i < w->n_nodes; i++) drop_jobs(&w->nodes[i]);
     return NULL;
 }
@@ -479,6 +526,7 @@ static void stats_add(struct stats *sum, const struct stats *s) {
     sum->started += s->started;
     sum->succeeded += s->succeeded;
     sum->stopped += s->stopped;
+    sum->sent += s->sent;
     sum->lagged += s->lagged;
     sum->sum_lag += s->sum_lag;
     if (s->max_gap > sum->max_gap) sum->max_gap = s->max_gap;
@@ -505,8 +553,8 @@ static void stats_print(const struct stats *sum, double seconds) {
         "\"jobs_started\":%ld,\"jobs_succeeded\":%ld,\"jobs_stopped\":%ld",
         answered / seconds, percentile(sum->lat, answered, 0.5), percentile(sum->lat, answered, 0.99), max_lat,
         sum->hb_over_deadline, sum->hb_over_interval, sum->max_gap, sum->lagged,
-        sum->calls[M_HEARTBEAT] ? sum->sum_lag * 1000 / (double)sum->calls[M_HEARTBEAT] : 0, sum->max_lag * 1000,
-        sum->started, sum->succeeded, sum->stopped);
+        sum->sent ? sum->sum_lag * 1000 / (double)sum->sent : 0, sum->max_lag * 1000, sum->started, sum->succeeded,
+        sum->stopped);
 }
 
 static void usage(FILE *out) {
@@ -523,7 +571,7 @@ int main(int argc, char **argv) {
         {"seconds", required_argument, 0, 'S'},   {"seed", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},            {0}};
     const char *target = NULL;
-    int n_nodes = 0, threads = 16, c;
+    int n_nodes = 0, threads = 1, c;
     double seconds = 0;
     unsigned seed = 1;
     g.gpus = 8;
@@ -571,18 +619,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_nodes; i++) {
         snprintf(nodes[i].id, sizeof nodes[i].id, "sim-%06d", i);
         nodes[i].dc = i % g.dcs;
+        nodes[i].queued_at = -1;
     }
-    /* threads heartbeat workers, then as many reporters */
-    struct worker *w = xcalloc((size_t)threads * 2, sizeof *w);
-    for (int t = 0; t < threads * 2; t++) {
-        if (t < threads) {
-            w[t].nodes = nodes + (long)n_nodes * t / threads;
-            w[t].n_nodes = (int)((long)n_nodes * (t + 1) / threads - (long)n_nodes * t / threads);
-        }
+    struct worker *w = xcalloc((size_t)threads, sizeof *w);
+    for (int t = 0; t < threads; t++) {
+        w[t].nodes = nodes + (long)n_nodes * t / threads;
+        w[t].n_nodes = (int)((long)n_nodes * (t + 1) / threads - (long)n_nodes * t / threads);
         w[t].seed = seed * 7919u + (unsigned)t;
         w[t].run.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].run.lat);
         w[t].window.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].window.lat);
-        pthread_mutex_init(&w[t].lock, NULL);
+        w[t].queue = rpc_queue_open(g.rpc);
     }
     /* The first node registers alone, until the scheduler answers: its answer gives every node the
      * heartbeat interval. */
@@ -592,35 +638,29 @@ int main(int argc, char **argv) {
             fprintf(stderr, "scale_fleet: the scheduler at %s did not answer RegisterNode within 30 s\n", target);
             return 1;
         }
-        node_register(&w[0], &nodes[0], whet_now_mono());
+        node_register(&w[0], &nodes[0]);
+        while (w[0].in_flight) collect(&w[0], IDLE_WAIT_MS);
         if (!nodes[0].registered) usleep(200 * 1000);
     }
     start = whet_now_mono();
     g.until = seconds > 0 ? start + seconds : 0;
     for (int i = 1; i < n_nodes; i++) nodes[i].next_hb = start + g.heartbeat_s * i / n_nodes;
-    for (int t = 0; t < threads * 2; t++)
-        if (pthread_create(&w[t].thread, NULL, t < threads ? worker_main : reporter_main, &w[t]) != 0) {
+    for (int t = 0; t < threads; t++)
+        if (pthread_create(&w[t].thread, NULL, worker_main, &w[t]) != 0) {
             fprintf(stderr, "scale_fleet: cannot start thread %d\n", t);
             return 1;
         }
     struct stats run = {.lat = xcalloc(LAT_BUCKETS, sizeof *run.lat)},
                  win = {.lat = xcalloc(LAT_BUCKETS, sizeof *win.lat)};
-    for (int t = 0; t < threads * 2; t++) {
-        if (t == threads) { /* the workers are done: the reporters stop */
-            pthread_mutex_lock(&reports.lock);
-            reports.closed = 1;
-            pthread_cond_broadcast(&reports.ready);
-            pthread_mutex_unlock(&reports.lock);
-        }
+    for (int t = 0; t < threads; t++) {
         pthread_join(w[t].thread, NULL);
         stats_add(&run, &w[t].run);
         stats_add(&win, &w[t].window);
         free(w[t].run.lat);
         free(w[t].window.lat);
-        pthread_mutex_destroy(&w[t].lock);
+        free(w[t].heap);
+        rpc_queue_close(w[t].queue);
     }
-    for (int t = 0; t < threads; t++) reports_free(w[t].done);
-    reports_free(reports.head);
     double end = whet_now_mono();
     printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"threads\":%d,\"heartbeat_ms\":%.0f,\"lease_ms\":%.0f,", n_nodes,
            g.gpus, threads, g.heartbeat_s * 1000, g.lease_s * 1000);

@@ -1,6 +1,6 @@
 /* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods, calls
- * answered by a free thread while another's handler is held, deadlines, and retries that give up when no
- * server answers. */
+ * answered by a free thread while another's handler is held, deadlines, retries that give up when no
+ * server answers, and many calls in flight on one queue (rpc_start/rpc_next), cancelled or not. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +170,68 @@ TEST(no_server_gives_up_after_budget) {
     CHECK_MSG(took < 3.0, "took %.2fs", took);
 }
 
+/* Calls in flight together on one queue end each once, with their own tag, reply and status. */
+TEST(calls_in_flight_on_one_queue) {
+    struct rpc_client *client;
+    struct whet_err err;
+    CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
+    struct rpc_queue *q = rpc_queue_open(client);
+    void *tag;
+    ProtobufCMessage *msg = NULL;
+    CHECK(rpc_next(q, 50, &tag, &msg, &err) == -1); /* nothing in flight */
+    enum { N = 16 };
+    char nodes[N][16], jobs[N][16];
+    int seen[N] = {0};
+    for (int i = 0; i < N; i++) {
+        /* the last two: a handler's status, and one past its deadline */
+        snprintf(nodes[i], sizeof nodes[i], "%s", i == N - 2 ? "bad" : i == N - 1 ? "slow" : "node");
+        snprintf(jobs[i], sizeof jobs[i], "job-%d", i);
+        Whet__V1__JobProgress job = WHET__V1__JOB_PROGRESS__INIT, *pjob = &job;
+        job.job_id = jobs[i];
+        Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+        req.node_id = nodes[i];
+        req.n_jobs = 1;
+        req.jobs = &pjob;
+        CHECK(rpc_start(q, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, i == N - 1 ? 100 : 5000,
+                        &seen[i], &err) == RPC_OK);
+    }
+    for (int ended = 0; ended < N; ended++) {
+        msg = NULL;
+        int rc = rpc_next(q, 5000, &tag, &msg, &err);
+        CHECK_MSG(rc != -1, "%d of %d calls ended", ended, N);
+        int i = (int)((int *)tag - seen);
+        CHECK(i >= 0 && i < N && !seen[i]);
+        seen[i] = 1;
+        if (i == N - 2) {
+            CHECK_MSG(rc == RPC_NOT_FOUND && strstr(err.msg, "node unknown"), "%d: %s", rc, err.msg);
+        } else if (i == N - 1) {
+            CHECK(rc == RPC_DEADLINE_EXCEEDED);
+        } else {
+            const Whet__V1__HeartbeatResponse *resp = (const Whet__V1__HeartbeatResponse *)msg;
+            CHECK_MSG(rc == RPC_OK, "call %d: %s", i, err.msg);
+            CHECK(resp->n_commands == 1 && !strcmp(resp->commands[0]->job_id, jobs[i]));
+        }
+        if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    /* A cancelled call ends at once, with its tag, long before its handler's half second. */
+    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+    req.node_id = "slow";
+    int slow_tag;
+    CHECK(rpc_start(q, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &slow_tag, &err) ==
+          RPC_OK);
+    double t0 = whet_now_mono();
+    rpc_queue_cancel(q);
+    msg = NULL;
+    CHECK(rpc_next(q, 5000, &tag, &msg, &err) == RPC_CANCELLED);
+    CHECK(tag == &slow_tag && !msg);
+    CHECK_MSG(whet_now_mono() - t0 < 0.4, "cancelled after %.2fs", whet_now_mono() - t0);
+    /* Closed with a call still in flight: cancelled and collected by the close. */
+    CHECK(rpc_start(q, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &slow_tag, &err) ==
+          RPC_OK);
+    rpc_queue_close(q);
+    rpc_client_close(client);
+}
+
 int main(void) {
     struct whet_err err;
     if (rpc_server_start("127.0.0.1:0", "secret", methods, 1, NULL, 2, &server, &err) < 0) {
@@ -184,6 +246,7 @@ int main(void) {
     RUN(a_held_handler_holds_up_no_other_call);
     RUN(deadline_exceeded);
     RUN(no_server_gives_up_after_budget);
+    RUN(calls_in_flight_on_one_queue);
     rpc_server_stop(server); /* while the "slow" handler may still run */
     return test_summary();
 }
