@@ -62,11 +62,13 @@ static ProtobufCMessage *unpack_message(grpc_byte_buffer *bb, const ProtobufCMes
     return msg;
 }
 
-/* Message size limits both ways, and a reconnect backoff short enough that an executor started before
- * its scheduler (or across a failover) gets through within a second or two. */
+/* Message size limits both ways, a reconnect backoff short enough that an executor started before its
+ * scheduler (or across a failover) gets through within a second or two, and a connection of each client's
+ * own (gRPC otherwise shares one among a process's channels to the same target: scale_fleet's clients
+ * stand for many executors, each with its own). */
 static grpc_channel_args *channel_args_get(void) {
-    static grpc_arg args[4];
-    static grpc_channel_args channel_args = {4, args};
+    static grpc_arg args[5];
+    static grpc_channel_args channel_args = {5, args};
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = RPC_MAX_MESSAGE;
@@ -79,6 +81,9 @@ static grpc_channel_args *channel_args_get(void) {
     args[3].type = GRPC_ARG_INTEGER;
     args[3].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
     args[3].value.integer = 2000;
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+    args[4].value.integer = 1;
     return &channel_args;
 }
 
@@ -329,21 +334,20 @@ int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessa
 }
 
 struct rpc_queue {
-    struct rpc_client *client;
     grpc_completion_queue *cq;
     struct rpc_pending *calls; /* in flight */
 };
 
-struct rpc_queue *rpc_queue_open(struct rpc_client *client) {
+struct rpc_queue *rpc_queue_open(void) {
+    pthread_once(&grpc_once, rpc_init_library);
     struct rpc_queue *q = xcalloc(1, sizeof *q);
-    q->client = client;
     q->cq = grpc_completion_queue_create_for_next(NULL);
     return q;
 }
 
-int rpc_start(struct rpc_queue *q, const char *method, const ProtobufCMessage *req,
+int rpc_start(struct rpc_queue *q, struct rpc_client *client, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, int timeout_ms, void *tag, struct whet_err *err) {
-    struct rpc_pending *p = call_begin(q->client, q->cq, method, req, resp_desc, timeout_ms, err);
+    struct rpc_pending *p = call_begin(client, q->cq, method, req, resp_desc, timeout_ms, err);
     if (!p) return RPC_INTERNAL;
     p->tag = tag;
     p->next = q->calls;

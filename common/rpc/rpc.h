@@ -55,13 +55,14 @@ int rpc_call(struct rpc_client *client, const char *method, const ProtobufCMessa
 
 /* Many calls in flight from one thread, each one attempt (no retries), collected as they end: a process
  * speaking for many nodes at once (tests/bench/scale/fleet.c) keeps them in flight without a thread
- * each. A queue belongs to one thread; `method` must outlive its call (a string literal). */
+ * each, over as many clients (connections) as it likes. A queue belongs to one thread; `method` must
+ * outlive its call (a string literal). */
 struct rpc_queue;
 
-struct rpc_queue *rpc_queue_open(struct rpc_client *client);
-/* Starts a call whose end rpc_next returns with `tag`; RPC_OK, or RPC_INTERNAL with err when it could
- * not be started. */
-int rpc_start(struct rpc_queue *q, const char *method, const ProtobufCMessage *req,
+struct rpc_queue *rpc_queue_open(void);
+/* Starts a call on client whose end rpc_next returns with `tag`; RPC_OK, or RPC_INTERNAL with err when
+ * it could not be started. */
+int rpc_start(struct rpc_queue *q, struct rpc_client *client, const char *method, const ProtobufCMessage *req,
               const ProtobufCMessageDescriptor *resp_desc, int timeout_ms, void *tag, struct whet_err *err);
 /* Waits up to wait_ms for a call to end: -1 when none did, else its gRPC status, its tag in *tag and,
  * on RPC_OK, its reply in *resp (free it with protobuf_c_message_free_unpacked). */

@@ -175,7 +175,7 @@ TEST(calls_in_flight_on_one_queue) {
     struct rpc_client *client;
     struct whet_err err;
     CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
-    struct rpc_queue *q = rpc_queue_open(client);
+    struct rpc_queue *q = rpc_queue_open();
     void *tag;
     ProtobufCMessage *msg = NULL;
     CHECK(rpc_next(q, 50, &tag, &msg, &err) == -1); /* nothing in flight */
@@ -192,8 +192,8 @@ TEST(calls_in_flight_on_one_queue) {
         req.node_id = nodes[i];
         req.n_jobs = 1;
         req.jobs = &pjob;
-        CHECK(rpc_start(q, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, i == N - 1 ? 100 : 5000,
-                        &seen[i], &err) == RPC_OK);
+        CHECK(rpc_start(q, client, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor,
+                        i == N - 1 ? 100 : 5000, &seen[i], &err) == RPC_OK);
     }
     for (int ended = 0; ended < N; ended++) {
         msg = NULL;
@@ -217,8 +217,8 @@ TEST(calls_in_flight_on_one_queue) {
     Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
     req.node_id = "slow";
     int slow_tag;
-    CHECK(rpc_start(q, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &slow_tag, &err) ==
-          RPC_OK);
+    CHECK(rpc_start(q, client, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &slow_tag,
+                    &err) == RPC_OK);
     double t0 = whet_now_mono();
     rpc_queue_cancel(q);
     msg = NULL;
@@ -226,8 +226,8 @@ TEST(calls_in_flight_on_one_queue) {
     CHECK(tag == &slow_tag && !msg);
     CHECK_MSG(whet_now_mono() - t0 < 0.4, "cancelled after %.2fs", whet_now_mono() - t0);
     /* Closed with a call still in flight: cancelled and collected by the close. */
-    CHECK(rpc_start(q, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &slow_tag, &err) ==
-          RPC_OK);
+    CHECK(rpc_start(q, client, HEARTBEAT, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &slow_tag,
+                    &err) == RPC_OK);
     rpc_queue_close(q);
     rpc_client_close(client);
 }
