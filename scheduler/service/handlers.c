@@ -182,9 +182,8 @@ static void free_heartbeat_response(ProtobufCMessage *m) {
     free(resp);
 }
 
-static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
-    struct scheduler *s = ctx;
-    const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
+static int heartbeat(struct scheduler *s, const Whet__V1__HeartbeatRequest *req, ProtobufCMessage **out,
+                     struct whet_err *err) {
     PGconn *conn = handler_conn(s, err);
     if (!conn) return db_unavailable(err);
     Whet__V1__HeartbeatResponse *resp = new_message(sizeof *resp, (void (*)(void *))whet__v1__heartbeat_response__init);
@@ -207,6 +206,13 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
     }
     *out = &resp->base;
     return RPC_OK;
+}
+
+static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    double start = whet_now_mono();
+    int rc = heartbeat(ctx, (const Whet__V1__HeartbeatRequest *)msg, out, err);
+    scheduler_metrics_heartbeat_handled(whet_now_mono() - start);
+    return rc;
 }
 
 /* ---- ReportEvents ---- */

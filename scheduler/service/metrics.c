@@ -3,7 +3,9 @@
  * leads, the cycles (count, failures, a duration histogram, when the last one ended), what the last
  * cycle's snapshot held (ready nodes, running and queued jobs, how long the oldest queued job has
  * waited), the nodes declared lost with the jobs they sent back to the queue, whether a mass
- * silence holds those back, the heartbeats written with the statements that wrote them, and the checkpoints the
+ * silence holds those back, the heartbeats written with the statements that wrote them, how long the
+ * heartbeats' handlers took (a histogram: the time from the handler's start to its answer, without what the
+ * call waited for a free handler thread), and the checkpoints the
  * retention deleted with the removals from the object store that failed, the ended attempts' objects the
  * garbage collection removed with its failed removals, and the maintenance passes that failed. A standby serves them
  * too, with whet_scheduler_leader 0, so "no leader" is max() == 0 over the replicas.
@@ -17,7 +19,23 @@
 #include "service_internal.h"
 
 static const double cycle_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
-#define NBUCKETS ((int)WHET_ARRAY_LEN(cycle_bounds))
+static const double heartbeat_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+#define NBUCKETS_MAX 12
+
+/* A histogram's counts, above its bounds' array; count and sum of what it observed. */
+struct histogram {
+    const double *bounds;
+    int n;
+    atomic_ulong buckets[NBUCKETS_MAX], count, sum_us;
+};
+
+static void histogram_observe(struct histogram *h, double seconds) {
+    int b = 0;
+    while (b < h->n && seconds > h->bounds[b]) b++;
+    if (b < h->n) atomic_fetch_add_explicit(&h->buckets[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, (unsigned long)(seconds * 1e6), memory_order_relaxed);
+}
 
 /* The maintenance thread's passes (maintenance.c), as the label of their failures. */
 static const char *const passes[] = {"partitions", "throughput", "checkpoint_retention", "attempt_gc"};
@@ -25,7 +43,8 @@ static const char *const passes[] = {"partitions", "throughput", "checkpoint_ret
 
 static struct {
     atomic_int leader;
-    atomic_ulong cycles, cycle_failures, cycle_buckets[NBUCKETS], cycle_sum_us;
+    atomic_ulong cycle_failures;
+    struct histogram cycle, heartbeat;
     atomic_ulong last_cycle_ms; /* Unix time */
     atomic_long nodes_ready, jobs_running, jobs_queued, oldest_queued_ms;
     atomic_ulong nodes_lost, jobs_requeued;
@@ -33,19 +52,19 @@ static struct {
     atomic_ulong heartbeats, heartbeat_statements, heartbeats_quiet;
     atomic_ulong checkpoints_deleted, checkpoint_purge_failures;
     atomic_ulong attempt_objects_removed, attempt_gc_failures, maintenance_failures[NPASSES];
-} m;
+} m = {.cycle = {cycle_bounds, (int)WHET_ARRAY_LEN(cycle_bounds)},
+       .heartbeat = {heartbeat_bounds, (int)WHET_ARRAY_LEN(heartbeat_bounds)}};
 
 static struct metrics_http *server;
 
 void scheduler_metrics_leader(int leading) { atomic_store_explicit(&m.leader, leading, memory_order_relaxed); }
 
 void scheduler_metrics_cycle(double seconds, int ok) {
-    atomic_fetch_add_explicit(ok ? &m.cycles : &m.cycle_failures, 1, memory_order_relaxed);
-    if (!ok) return;
-    int b = 0;
-    while (b < NBUCKETS && seconds > cycle_bounds[b]) b++;
-    if (b < NBUCKETS) atomic_fetch_add_explicit(&m.cycle_buckets[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m.cycle_sum_us, (unsigned long)(seconds * 1e6), memory_order_relaxed);
+    if (!ok) {
+        atomic_fetch_add_explicit(&m.cycle_failures, 1, memory_order_relaxed);
+        return;
+    }
+    histogram_observe(&m.cycle, seconds);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     atomic_store_explicit(&m.last_cycle_ms, (unsigned long)now.tv_sec * 1000 + (unsigned long)now.tv_nsec / 1000000,
@@ -77,6 +96,8 @@ void scheduler_metrics_heartbeat_quiet(void) {
     atomic_fetch_add_explicit(&m.heartbeats_quiet, 1, memory_order_relaxed);
 }
 
+void scheduler_metrics_heartbeat_handled(double seconds) { histogram_observe(&m.heartbeat, seconds); }
+
 void scheduler_metrics_checkpoints_deleted(int n) {
     atomic_fetch_add_explicit(&m.checkpoints_deleted, (unsigned long)n, memory_order_relaxed);
 }
@@ -100,16 +121,19 @@ void scheduler_metrics_attempt_gc_failed(void) {
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
+static void histogram_render(struct whet_buf *t, const char *name, const char *help, struct histogram *h) {
+    unsigned long buckets[NBUCKETS_MAX];
+    for (int b = 0; b < h->n; b++) buckets[b] = LOAD(h->buckets[b]);
+    metrics_http_histogram(t, name, help, h->bounds, h->n, buckets, LOAD(h->count), (double)LOAD(h->sum_us) / 1e6);
+}
+
 /* The Prometheus text exposition (on the server's thread). */
 static void render(struct whet_buf *t) {
     metrics_http_sample(t, "whet_scheduler_leader", "gauge",
                         "1 while this scheduler leads (holds the advisory lock), else 0.", (double)LOAD(m.leader));
     metrics_http_sample(t, "whet_scheduler_cycle_failures_total", "counter",
                         "Cycles that failed (the database, mostly).", (double)LOAD(m.cycle_failures));
-    unsigned long buckets[NBUCKETS];
-    for (int b = 0; b < NBUCKETS; b++) buckets[b] = LOAD(m.cycle_buckets[b]);
-    metrics_http_histogram(t, "whet_scheduler_cycle_duration_seconds", "Time one successful cycle took.", cycle_bounds,
-                           NBUCKETS, buckets, LOAD(m.cycles), (double)LOAD(m.cycle_sum_us) / 1e6);
+    histogram_render(t, "whet_scheduler_cycle_duration_seconds", "Time one successful cycle took.", &m.cycle);
     metrics_http_sample(t, "whet_scheduler_last_cycle_timestamp_seconds", "gauge",
                         "Unix time the last successful cycle ended.", (double)LOAD(m.last_cycle_ms) / 1e3);
     metrics_http_sample(t, "whet_scheduler_nodes_ready", "gauge", "Nodes ready to take jobs, in the last cycle.",
@@ -137,6 +161,10 @@ static void render(struct whet_buf *t) {
     metrics_http_sample(t, "whet_scheduler_heartbeats_quiet_total", "counter",
                         "Heartbeats answered without the database: nothing to write or hand out (heartbeat_quiet.c).",
                         (double)LOAD(m.heartbeats_quiet));
+    histogram_render(t, "whet_scheduler_heartbeat_duration_seconds",
+                     "Time a heartbeat's handler took, from its start to its answer (not the wait for a free "
+                     "handler thread before it).",
+                     &m.heartbeat);
     metrics_http_sample(t, "whet_scheduler_checkpoints_deleted_total", "counter",
                         "Checkpoints the retention settings let go (checkpoint_retention.c).",
                         (double)LOAD(m.checkpoints_deleted));

@@ -325,6 +325,7 @@ void scheduler_metrics_lost(int nodes, int jobs);
 void scheduler_metrics_silence(int mass_silence);
 void scheduler_metrics_heartbeats(int n);
 void scheduler_metrics_heartbeat_quiet(void);
+void scheduler_metrics_heartbeat_handled(double seconds);
 void scheduler_metrics_checkpoints_deleted(int n);
 void scheduler_metrics_checkpoint_purge_failed(void);
 /* A maintenance pass ("partitions", "checkpoint_retention", "attempt_gc") failed. */

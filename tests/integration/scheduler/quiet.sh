@@ -45,6 +45,13 @@ check "most heartbeats are answered without the database" "[ $((quiet1 - quiet0)
 check "every node's stored lease is still written every quarter lease (oldest seen under 15 s)" "[ $worst -lt 15 ]"
 check "no node lost" "[ \"\$(q \"SELECT count(*) FROM nodes WHERE state = 'ready'\")\" = 8 ] &&
   [ \"\$(metric $m1 whet_scheduler_nodes_lost_total)\" = 0 ]"
+# Every heartbeat's handling is timed (whet_scheduler_heartbeat_duration_seconds), the quiet ones too: one
+# scrape's count is the written and quiet heartbeats', less those still in a handler (a node has one at most).
+read -r answered handled < <(curl -fsS "http://127.0.0.1:$m1/metrics" | awk '$1 == "whet_scheduler_heartbeats_total" ||
+  $1 == "whet_scheduler_heartbeats_quiet_total" {a += $2} $1 == "whet_scheduler_heartbeat_duration_seconds_count" {h = $2}
+  END {print a, h}')
+echo "  heartbeats answered $answered, timed $handled"
+check "every heartbeat's handling is timed" "[ $handled -gt 0 ] && [ $handled -le $answered ] && [ $handled -ge $((answered - 8)) ]"
 
 # A command for each node from another process (as the gateway's cancel or a placement would give one), given
 # right after the node's stored lease was written: the node is then quiet for its next two heartbeats (6 s of
