@@ -1,6 +1,6 @@
 # lib.sh - what the scale benchmarks (run.sh, cycle.sh) share, sourced from the repository root: their
 # database, free ports, CPU ticks, and the scheduler's metrics at $metrics (HOST:PORT): one value, and quantiles
-# of the cycle histogram.
+# of a histogram (the cycle's, the heartbeat handlers').
 
 # A migrated database of the benchmark's own, WHET_DATABASE_URL (and q: SQL on it): on WHET_TEST_DATABASE_URL's
 # server when set (ctest), else on a PostgreSQL started in $work/pg. db_drop undoes it (the caller's cleanup).
@@ -47,16 +47,20 @@ heartbeats_answered() {
   w=$(metric whet_scheduler_heartbeats_total) h=$(metric whet_scheduler_heartbeats_quiet_total)
   echo $((${w%.*} + ${h%.*}))
 }
-# histogram_quantile over the difference of two scrapes of the cycle histogram (files of "le count").
-cycle_hist() { curl -fs "http://$metrics/metrics" | sed -n 's/^whet_scheduler_cycle_duration_seconds_bucket{le="\([^"]*\)"} \(.*\)/\1 \2/p'; }
-quantile() { # Q BEFORE AFTER
-  paste "$2" "$3" | awk -v q="$1" '{le[NR] = $1; c[NR] = $4 - $2} END {
+# A histogram's buckets, one "le count" line each.
+histogram() { curl -fs "http://$metrics/metrics" | sed -n "s/^$1_bucket{le=\"\([^\"]*\)\"} \(.*\)/\1 \2/p"; } # NAME
+cycle_hist() { histogram whet_scheduler_cycle_duration_seconds; }
+# The heartbeat handlers' time (the scheduler's side of a heartbeat, without the wait for a handler thread).
+heartbeat_hist() { histogram whet_scheduler_heartbeat_duration_seconds; }
+# histogram_quantile over the difference of two scrapes of a histogram, in its unit times SCALE (default 1).
+quantile() { # Q BEFORE AFTER [SCALE]
+  paste "$2" "$3" | awk -v q="$1" -v scale="${4:-1}" '{le[NR] = $1; c[NR] = $4 - $2} END {
     n = c[NR]; if (n == 0) {print "n/a"; exit}
     want = q * n; prev = 0; lo = 0
     for (i = 1; i <= NR; i++) {
       if (c[i] >= want) {
-        if (le[i] == "+Inf") {print ">" lo; exit}
-        printf "%.3f\n", lo + (le[i] - lo) * (want - prev) / (c[i] - prev > 0 ? c[i] - prev : 1); exit
+        if (le[i] == "+Inf") {print ">" lo * scale; exit}
+        printf "%.3f\n", scale * (lo + (le[i] - lo) * (want - prev) / (c[i] - prev > 0 ? c[i] - prev : 1)); exit
       }
       prev = c[i]; lo = le[i]
     }}'

@@ -226,6 +226,7 @@ fill_s=$(echo "$(date +%s.%N) - $fill0" | bc)
 filled=$(q "SELECT count(*) FROM job_attempts WHERE job_id LIKE 'ftjob-bulk%'")
 say "  the fill: $filled placed in ${fill_s%.*} s ($(echo "$filled / $fill_s" | bc) placements/s)"
 cycle_hist >"$work/h2"
+heartbeat_hist >"$work/hb2"
 a0=$(q "SELECT count(*) FROM job_attempts")
 f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 # Where the server preloads pg_stat_statements (and the base database has the extension), the window's
@@ -247,6 +248,7 @@ a1=$(q "SELECT count(*) FROM job_attempts")
 f1=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 p1=$(pg_ticks) s1=$(ticks "$sched_pid") w1=$(date +%s.%N) l1=$(wc -l <"$work/scheduler.log") ct1=$(cycle_time)
 cycle_hist >"$work/h3"
+heartbeat_hist >"$work/hb3"
 el=$(echo "$w1 - $w0" | bc)
 placements=$((a1 - a0))
 cycles=$(paste "$work/h2" "$work/h3" | awk '$1 == "+Inf" {print $4 - $2}')
@@ -300,6 +302,8 @@ print("phase 2 as the fleet saw it: %.0f heartbeats/s answered of %.0f/s due, la
       % (w["heartbeats_answered_per_s"], due, w["heartbeat_p50_ms"], w["heartbeat_p99_ms"], w["heartbeat_max_ms"],
          w["heartbeats_missed_deadline"], w["heartbeats_over_interval"], w["sim_lagged_heartbeats"], w["sim_mean_lag_ms"]))
 PY
+say "  the scheduler's heartbeat handlers in the window (from their start, without the wait for a thread):" \
+    "p50 $(quantile 0.5 "$work/hb2" "$work/hb3" 1000) ms, p99 $(quantile 0.99 "$work/hb2" "$work/hb3" 1000) ms"
 say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total)"
 # The peer of the fill's placements/s: the placement library alone on a fleet and queue of the same
 # size (`whet sim scale`, one cycle, CPU time).
