@@ -53,7 +53,8 @@ struct sim_job {
     uint32_t attempt;
     double started, duration;
     int checkpointed;
-    int reporting; /* its checkpoint or end is in flight */
+    int reporting;            /* its checkpoint or end is in flight */
+    double retry_at, backoff; /* after a failed report: not before retry_at; the next wait doubles */
 };
 
 struct sim_node {
@@ -186,6 +187,7 @@ static double node_due(const struct sim_node *n) {
         const struct sim_job *j = &n->jobs[k];
         if (j->reporting) continue;
         double t = j->checkpointed ? j->started + j->duration : j->started + j->duration / 2;
+        if (t < j->retry_at) t = j->retry_at;
         if (t < due) due = t;
     }
     return due;
@@ -317,14 +319,21 @@ static void report(struct worker *w, struct sim_node *n, int k, int finish, Whet
     call_start(w, c, "/whet.v1.Scheduler/FinishJob", &req.base, &whet__v1__finish_job_response__descriptor);
 }
 
-/* A report's answer: the job checkpointed, or ended (gone from its node); a failed report is made again at
- * the job's next turn (as an executor retries it). */
-static void report_ended(struct worker *w, const struct sim_call *c, int ok) {
+/* A report's answer: the job checkpointed, or ended (gone from its node); a failed report is made again after
+ * a backoff of 0.5 s doubling to 8 s, with jitter, as an executor's rpc_call retries it (made again at once,
+ * the failed reports of an overloaded scheduler came back as a storm that overloaded it further). */
+static void report_ended(struct worker *w, const struct sim_call *c, int ok, double now) {
     struct sim_node *n = c->node;
     for (int k = 0; k < n->n_jobs; k++) {
         struct sim_job *j = &n->jobs[k];
         if (j->attempt != c->attempt || strcmp(j->id, c->job_id) != 0) continue;
         j->reporting = 0;
+        if (!ok) {
+            j->backoff = j->backoff > 0 ? fmin(2 * j->backoff, 8) : 0.5;
+            j->retry_at = now + j->backoff * (0.5 + 0.5 * rand_r(&w->seed) / RAND_MAX);
+        } else {
+            j->backoff = j->retry_at = 0;
+        }
         if (ok && c->method == M_CHECKPOINT) j->checkpointed = 1;
         if (ok && c->method == M_FINISH) {
             free(j->id);
@@ -445,7 +454,7 @@ static void call_ended(struct worker *w, struct sim_call *c, int rc, ProtobufCMe
         c->node->calling = 0;
         heartbeat_ended(w, c, (Whet__V1__HeartbeatResponse *)resp, now);
         break;
-    default: report_ended(w, c, rc == RPC_OK); break;
+    default: report_ended(w, c, rc == RPC_OK, now); break;
     }
     if (resp) protobuf_c_message_free_unpacked(resp, NULL);
     schedule(w, c->node);
@@ -479,6 +488,7 @@ static void node_step(struct worker *w, struct sim_node *n, double now) {
     /* The checkpoint comes first even when this node's turn came late, past the job's end. */
     for (int k = n->n_jobs - 1; k >= 0; k--) {
         struct sim_job *j = &n->jobs[k];
+        if (now < j->retry_at) continue;
         if (!j->checkpointed && now >= j->started + j->duration / 2)
             report(w, n, k, 0, WHET__V1__FINISH_JOB_REQUEST__OUTCOME__SUCCEEDED, now);
         else if (j->checkpointed && now >= j->started + j->duration)

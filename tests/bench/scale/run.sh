@@ -293,6 +293,8 @@ sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | { grep 'public state rewritt
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true
 say "fleet: $(cat "$work/fleet.json")"
+# The first failures of each method (fleet.c prints three), when any call failed.
+[ -s "$work/fleet.err" ] && sed 's/^/scale: fleet: /' "$work/fleet.err" | head -n 12
 python3 - "$work/fleet.json" "$hb_due" <<'PY' | sed 's/^/scale: /'
 import json, sys
 w = json.load(open(sys.argv[1]))["window"]
