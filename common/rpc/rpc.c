@@ -387,22 +387,30 @@ void rpc_queue_close(struct rpc_queue *q) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Server: one completion queue that all its threads take events from, with as many calls requested on it
- * as there are threads (a call's next is requested when it arrives, so the next call's arrival overlaps
+ * Server: lanes, each a completion queue that its threads take events from, with as many calls requested
+ * on it as it has threads (a call's next is requested when it arrives, so the next call's arrival overlaps
  * this one's handler); each call walks REQUESTED -> RECEIVED -> SENT, each step taken by whichever thread
- * is free. A queue per thread, as before, matched a call to a busy thread's queue, where it waited behind
- * that thread's handler (a heartbeat behind a FinishJob waiting on a lock) however many threads stood idle.
+ * of its lane is free. A queue per thread, as before, matched a call to a busy thread's queue, where it
+ * waited behind that thread's handler (a heartbeat behind a FinishJob waiting on a lock) however many
+ * threads stood idle. Lane 0 takes every method that has no threads of its own (unregistered calls,
+ * matched by path); a method with threads of its own is registered and has a lane of its own, so that no
+ * pile of other calls delays it: under a scheduler's overload, FinishJob and checkpoint reports queued
+ * past their deadline, and the heartbeats queued behind them made nodes miss their lease.
  * ---------------------------------------------------------------------------------------------- */
 
 enum call_stage { STAGE_REQUESTED, STAGE_RECEIVED, STAGE_SENT };
 
 struct rpc_server;
 
+struct lane;
+
 struct server_call {
     enum call_stage stage;
     struct rpc_server *server;
+    struct lane *lane;
     grpc_call *call;
-    grpc_call_details details;
+    grpc_call_details details; /* lane 0's calls: the path names the method */
+    gpr_timespec deadline;     /* a registered method's calls */
     grpc_metadata_array request_md;
     grpc_byte_buffer *recv_bb, *send_bb;
     grpc_slice status_details;
@@ -410,9 +418,14 @@ struct server_call {
     int active; /* counted in rpc_server.active_calls */
 };
 
-struct server_thread {
+/* A completion queue and its threads: every unregistered method's (method < 0), or one method's. */
+struct lane {
     struct rpc_server *server;
-    pthread_t thread;
+    grpc_completion_queue *cq;
+    int method;       /* index in rpc_server.methods; -1: lane 0 */
+    void *registered; /* grpc_server_register_method's handle */
+    int nthreads;
+    pthread_t *threads;
 };
 
 struct rpc_server {
@@ -422,9 +435,8 @@ struct rpc_server {
     const struct rpc_method *methods;
     int nmethods;
     void *ctx;
-    grpc_completion_queue *cq;
-    int nthreads;
-    struct server_thread *threads;
+    struct lane *lanes; /* lane 0 first */
+    int nlanes;
     pthread_mutex_t lock;
     pthread_cond_t shut_down;
     int shutdown_done;
@@ -436,15 +448,21 @@ struct rpc_server {
 #define SHUTDOWN_TAG ((void *)&shutdown_tag_storage)
 static char shutdown_tag_storage;
 
-static void request_next_call(struct rpc_server *srv) {
+static void request_next_call(struct lane *lane) {
+    struct rpc_server *srv = lane->server;
     struct server_call *c = xcalloc(1, sizeof *c);
     c->server = srv;
+    c->lane = lane;
     c->stage = STAGE_REQUESTED;
     c->status_details = grpc_empty_slice();
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->request_md);
-    if (grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, srv->cq, srv->cq, c) !=
-        GRPC_CALL_OK) {
+    grpc_call_error e =
+        lane->registered
+            ? grpc_server_request_registered_call(srv->server, lane->registered, &c->call, &c->deadline, &c->request_md,
+                                                  NULL, lane->cq, lane->cq, c)
+            : grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, lane->cq, lane->cq, c);
+    if (e != GRPC_CALL_OK) {
         grpc_call_details_destroy(&c->details);
         grpc_metadata_array_destroy(&c->request_md);
         free(c);
@@ -482,9 +500,10 @@ static void respond(struct server_call *c) {
     struct whet_err err = {0};
     int status = RPC_OK;
     ProtobufCMessage *resp = NULL;
-    const struct rpc_method *m = NULL;
-    for (int i = 0; i < srv->nmethods; i++)
-        if (!grpc_slice_str_cmp(c->details.method, srv->methods[i].path)) m = &srv->methods[i];
+    const struct rpc_method *m = c->lane->method >= 0 ? &srv->methods[c->lane->method] : NULL;
+    for (int i = 0; i < srv->nmethods && c->lane->method < 0; i++)
+        if (srv->methods[i].threads <= 0 && !grpc_slice_str_cmp(c->details.method, srv->methods[i].path))
+            m = &srv->methods[i];
 
     if (!token_ok(srv, &c->request_md)) {
         status = RPC_UNAUTHENTICATED;
@@ -506,8 +525,8 @@ static void respond(struct server_call *c) {
         }
     }
     if (status != RPC_OK) {
-        char *path = grpc_slice_to_c_string(c->details.method);
-        log_warn("msg=\"rpc failed\" method=%s status=%d error=\"%s\"", path, status, err.msg);
+        char *path = m ? NULL : grpc_slice_to_c_string(c->details.method);
+        log_warn("msg=\"rpc failed\" method=%s status=%d error=\"%s\"", m ? m->path : path, status, err.msg);
         gpr_free(path);
     }
 
@@ -532,11 +551,11 @@ static void respond(struct server_call *c) {
 }
 
 static void *server_thread_main(void *arg) {
-    struct server_thread *t = arg;
-    struct rpc_server *srv = t->server;
-    request_next_call(srv);
+    struct lane *lane = arg;
+    struct rpc_server *srv = lane->server;
+    request_next_call(lane);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_event ev = grpc_completion_queue_next(lane->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
         if (ev.type != GRPC_OP_COMPLETE) continue;
         if (ev.tag == SHUTDOWN_TAG) {
@@ -557,7 +576,7 @@ static void *server_thread_main(void *arg) {
             srv->active_calls++;
             pthread_mutex_unlock(&srv->lock);
             c->active = 1;
-            request_next_call(srv);
+            request_next_call(lane);
             grpc_op op;
             memset(&op, 0, sizeof op);
             op.op = GRPC_OP_RECV_MESSAGE;
@@ -576,6 +595,20 @@ static void *server_thread_main(void *arg) {
     return NULL;
 }
 
+/* Shuts down and frees the lanes' queues (the threads joined, if any). */
+static void lanes_free(struct rpc_server *srv) {
+    for (int l = 0; l < srv->nlanes; l++) {
+        grpc_completion_queue_shutdown(srv->lanes[l].cq);
+        for (int i = 0; i < srv->lanes[l].nthreads; i++)
+            if (srv->lanes[l].threads[i]) pthread_join(srv->lanes[l].threads[i], NULL);
+        while (grpc_completion_queue_next(srv->lanes[l].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {}
+        grpc_completion_queue_destroy(srv->lanes[l].cq);
+        free(srv->lanes[l].threads);
+    }
+    free(srv->lanes);
+}
+
 int rpc_server_start(const char *addr, const char *token, const struct rpc_method *methods, int nmethods, void *ctx,
                      int threads, struct rpc_server **out, struct whet_err *err) {
     pthread_once(&grpc_once, rpc_init_library);
@@ -584,14 +617,25 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
     srv->methods = methods;
     srv->nmethods = nmethods;
     srv->ctx = ctx;
-    srv->nthreads = threads > 0 ? threads : 1;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->shut_down, NULL);
     srv->server = grpc_server_create(channel_args_get(), NULL);
-    srv->threads = xcalloc((size_t)srv->nthreads, sizeof *srv->threads);
-    for (int i = 0; i < srv->nthreads; i++) srv->threads[i].server = srv;
-    srv->cq = grpc_completion_queue_create_for_next(NULL);
-    grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+    srv->lanes = xcalloc((size_t)nmethods + 1, sizeof *srv->lanes);
+    srv->lanes[srv->nlanes++] = (struct lane){.method = -1, .nthreads = threads > 0 ? threads : 1};
+    for (int i = 0; i < nmethods; i++)
+        if (methods[i].threads > 0)
+            srv->lanes[srv->nlanes++] =
+                (struct lane){.method = i,
+                              .nthreads = methods[i].threads,
+                              .registered = grpc_server_register_method(srv->server, methods[i].path, NULL,
+                                                                        GRPC_SRM_PAYLOAD_NONE, 0)};
+    for (int l = 0; l < srv->nlanes; l++) {
+        struct lane *lane = &srv->lanes[l];
+        lane->server = srv;
+        lane->threads = xcalloc((size_t)lane->nthreads, sizeof *lane->threads);
+        lane->cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(srv->server, lane->cq, NULL);
+    }
 
     grpc_server_credentials *creds = NULL;
     if (server_credentials(&creds, err) != 0) goto fail;
@@ -603,15 +647,14 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
         goto fail;
     }
     grpc_server_start(srv->server);
-    for (int i = 0; i < srv->nthreads; i++) pthread_create(&srv->threads[i].thread, NULL, server_thread_main, &srv->threads[i]);
+    for (int l = 0; l < srv->nlanes; l++)
+        for (int i = 0; i < srv->lanes[l].nthreads; i++)
+            pthread_create(&srv->lanes[l].threads[i], NULL, server_thread_main, &srv->lanes[l]);
     *out = srv;
     return 0;
 fail:
     grpc_server_destroy(srv->server);
-    grpc_completion_queue_shutdown(srv->cq);
-    while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {}
-    grpc_completion_queue_destroy(srv->cq);
-    free(srv->threads);
+    lanes_free(srv);
     free(srv->token);
     free(srv);
     return -1;
@@ -621,17 +664,14 @@ int rpc_server_port(const struct rpc_server *server) { return server->port; }
 
 void rpc_server_stop(struct rpc_server *srv) {
     if (!srv) return;
-    grpc_server_shutdown_and_notify(srv->server, srv->cq, SHUTDOWN_TAG);
+    grpc_server_shutdown_and_notify(srv->server, srv->lanes[0].cq, SHUTDOWN_TAG);
     pthread_mutex_lock(&srv->lock);
     while (!srv->shutdown_done || srv->active_calls > 0) pthread_cond_wait(&srv->shut_down, &srv->lock);
     pthread_mutex_unlock(&srv->lock);
     grpc_server_destroy(srv->server);
-    grpc_completion_queue_shutdown(srv->cq);
-    for (int i = 0; i < srv->nthreads; i++) pthread_join(srv->threads[i].thread, NULL);
-    grpc_completion_queue_destroy(srv->cq);
+    lanes_free(srv);
     pthread_mutex_destroy(&srv->lock);
     pthread_cond_destroy(&srv->shut_down);
-    free(srv->threads);
     free(srv->token);
     free(srv);
 }

@@ -7,8 +7,9 @@
  *                     &resp, timeout_ms, &err)   — deadline on every call, retries with backoff and jitter
  *                     on UNAVAILABLE and DEADLINE_EXCEEDED, the shared token sent as `authorization`;
  *            or many calls in flight on one queue (rpc_start, collected with rpc_next), one attempt each.
- *   server:  a table of {path, request descriptor, handler}; handlers run on the server's own threads
- *            (one shared completion queue), may block (they talk to PostgreSQL), and return a gRPC status.
+ *   server:  a table of {path, request descriptor, handler[, threads]}; handlers run on the server's own
+ *            threads (shared, or a method's own), may block (they talk to PostgreSQL), and return a gRPC
+ *            status.
  *
  * TLS: when WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY name a PEM certificate and its private key, the
  * server accepts only TLS (one of the two without the other is an error); when WHET_GRPC_TLS_CA names
@@ -84,11 +85,13 @@ struct rpc_method {
     const ProtobufCMessageDescriptor *request;   /* to unpack the request */
     rpc_handler handler;
     void (*free_resp)(ProtobufCMessage *resp);   /* frees what the handler built */
+    int threads; /* > 0: threads of the method's own, which no other method's calls can keep busy */
 };
 
 struct rpc_server;
 
-/* Binds `addr` (HOST:PORT; port 0 picks one, see rpc_server_port) and starts `threads` threads.
+/* Binds `addr` (HOST:PORT; port 0 picks one, see rpc_server_port) and starts `threads` threads shared by the
+ * methods without threads of their own, and each other method's threads.
  * Calls without `authorization: <token>` are refused with UNAUTHENTICATED. `methods` and `ctx` must
  * outlive the server. */
 int rpc_server_start(const char *addr, const char *token, const struct rpc_method *methods, int nmethods, void *ctx,

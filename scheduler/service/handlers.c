@@ -539,14 +539,20 @@ db_fail:
     return db_unavailable(err);
 }
 
+/* Heartbeats have threads of their own (each with its own database connection, besides --rpc-threads): they
+ * keep the nodes' leases, and are mostly answered from memory, where reports wait on the database. In the
+ * shared threads, an overloaded scheduler's FinishJob and checkpoint reports (a 1,000-node fleet of jobs of
+ * 10-40 s on 2 cores) queued past their deadline, the heartbeats behind them too, and nodes were lost. */
+#define HEARTBEAT_THREADS 8
+
 const struct rpc_method scheduler_methods[] = {
-    {"/whet.v1.Scheduler/RegisterNode", &whet__v1__register_request__descriptor, handle_register, free_plain},
+    {"/whet.v1.Scheduler/RegisterNode", &whet__v1__register_request__descriptor, handle_register, free_plain, 0},
     {"/whet.v1.Scheduler/Heartbeat", &whet__v1__heartbeat_request__descriptor, handle_heartbeat,
-     free_heartbeat_response},
-    {"/whet.v1.Scheduler/ReportEvents", &whet__v1__report_events_request__descriptor, handle_events, free_plain},
-    {"/whet.v1.Scheduler/ReportCheckpoint", &whet__v1__checkpoint_report__descriptor, handle_checkpoint, free_plain},
-    {"/whet.v1.Scheduler/FinishJob", &whet__v1__finish_job_request__descriptor, handle_finish, free_plain},
+     free_heartbeat_response, HEARTBEAT_THREADS},
+    {"/whet.v1.Scheduler/ReportEvents", &whet__v1__report_events_request__descriptor, handle_events, free_plain, 0},
+    {"/whet.v1.Scheduler/ReportCheckpoint", &whet__v1__checkpoint_report__descriptor, handle_checkpoint, free_plain, 0},
+    {"/whet.v1.Scheduler/FinishJob", &whet__v1__finish_job_request__descriptor, handle_finish, free_plain, 0},
     {"/whet.v1.Scheduler/PublishRendezvous", &whet__v1__rendezvous_request__descriptor, scheduler_handle_rendezvous,
-     free_plain},
+     free_plain, 0},
 };
 const int scheduler_n_methods = (int)(sizeof scheduler_methods / sizeof scheduler_methods[0]);

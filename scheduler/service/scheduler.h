@@ -32,7 +32,8 @@ struct scheduler_options {
     const char *object_store;   /* URL, passed to executors in job manifests */
     int lease_ms;               /* a node silent this long is lost (default 10000) */
     int heartbeat_ms;           /* what executors are told to use (default 1000) */
-    int rpc_threads;            /* default 16: each a PostgreSQL connection; handlers wait on the database */
+    int rpc_threads;            /* default 16: each a PostgreSQL connection; handlers wait on the database
+                                   (heartbeats have threads of their own: handlers.c) */
     int progress_ms;            /* a running job's step written at most this often (progress.c); 0: always */
     const char *policy;         /* placement policy name (default "whet") */
     const char *metrics_addr;   /* HOST:PORT serving GET /metrics (Prometheus), or NULL: none */

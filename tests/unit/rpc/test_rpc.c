@@ -1,6 +1,7 @@
 /* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods, calls
  * answered by a free thread while another's handler is held, deadlines, retries that give up when no
- * server answers, and many calls in flight on one queue (rpc_start/rpc_next), cancelled or not. */
+ * server answers, many calls in flight on one queue (rpc_start/rpc_next), cancelled or not, and a method
+ * with threads of its own answered while every shared thread is held. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "test.h"
 
 #define HEARTBEAT "/whet.v1.Scheduler/Heartbeat"
+#define OWN_LANE "/whet.test.Lane/Heartbeat" /* the same handler, on a thread of its own */
 
 static int calls;
 
@@ -21,7 +23,7 @@ static int held_running, held_released;
 
 static void hold(void) {
     pthread_mutex_lock(&held_lock);
-    held_running = 1;
+    held_running++;
     pthread_cond_broadcast(&held_cond);
     while (!held_released) pthread_cond_wait(&held_cond, &held_lock);
     pthread_mutex_unlock(&held_lock);
@@ -62,7 +64,8 @@ static void free_heartbeat_response(ProtobufCMessage *msg) {
 }
 
 static const struct rpc_method methods[] = {
-    {HEARTBEAT, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response},
+    {HEARTBEAT, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response, 0},
+    {OWN_LANE, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response, 1},
 };
 
 static struct rpc_server *server;
@@ -232,9 +235,37 @@ TEST(calls_in_flight_on_one_queue) {
     rpc_client_close(client);
 }
 
+/* Both shared threads held: a method with a thread of its own is still answered (in the shared lane it
+ * would wait behind the held handlers past its deadline), and the shared one is not. */
+TEST(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held) {
+    pthread_mutex_lock(&held_lock);
+    held_running = held_released = 0;
+    pthread_mutex_unlock(&held_lock);
+    int held_rc[2] = {-1, -1};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, held_call, &held_rc[i]);
+    pthread_mutex_lock(&held_lock);
+    while (held_running < 2) pthread_cond_wait(&held_cond, &held_lock);
+    pthread_mutex_unlock(&held_lock);
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    int rc = heartbeat("secret", "node-a", OWN_LANE, 1000, 1000, &resp, &err);
+    CHECK_MSG(rc == RPC_OK, "own lane: %d %s", rc, err.msg);
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+    resp = NULL;
+    CHECK(heartbeat("secret", "node-a", HEARTBEAT, 300, 300, &resp, &err) == RPC_DEADLINE_EXCEEDED);
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+    pthread_mutex_lock(&held_lock);
+    held_released = 1;
+    pthread_cond_broadcast(&held_cond);
+    pthread_mutex_unlock(&held_lock);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    CHECK(held_rc[0] == RPC_OK && held_rc[1] == RPC_OK);
+}
+
 int main(void) {
     struct whet_err err;
-    if (rpc_server_start("127.0.0.1:0", "secret", methods, 1, NULL, 2, &server, &err) < 0) {
+    if (rpc_server_start("127.0.0.1:0", "secret", methods, 2, NULL, 2, &server, &err) < 0) {
         fprintf(stderr, "server: %s\n", err.msg);
         return 1;
     }
@@ -247,6 +278,7 @@ int main(void) {
     RUN(deadline_exceeded);
     RUN(no_server_gives_up_after_budget);
     RUN(calls_in_flight_on_one_queue);
+    RUN(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held);
     rpc_server_stop(server); /* while the "slow" handler may still run */
     return test_summary();
 }

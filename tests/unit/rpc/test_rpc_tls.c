@@ -37,7 +37,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
 static void free_heartbeat_response(ProtobufCMessage *msg) { free(msg); }
 
 static const struct rpc_method methods[] = {
-    {HEARTBEAT, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response},
+    {HEARTBEAT, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response, 0},
 };
 
 /* Runs a shell command in `dir`; 0 on success. */
