@@ -410,7 +410,7 @@ struct server_call {
     struct lane *lane;
     grpc_call *call;
     grpc_call_details details; /* lane 0's calls: the path names the method */
-    gpr_timespec deadline;     /* a registered method's calls */
+    gpr_timespec deadline;     /* where a registered call's request writes it (unused) */
     grpc_metadata_array request_md;
     grpc_byte_buffer *recv_bb, *send_bb;
     grpc_slice status_details;
@@ -501,9 +501,8 @@ static void respond(struct server_call *c) {
     int status = RPC_OK;
     ProtobufCMessage *resp = NULL;
     const struct rpc_method *m = c->lane->method >= 0 ? &srv->methods[c->lane->method] : NULL;
-    for (int i = 0; i < srv->nmethods && c->lane->method < 0; i++)
-        if (srv->methods[i].threads <= 0 && !grpc_slice_str_cmp(c->details.method, srv->methods[i].path))
-            m = &srv->methods[i];
+    for (int i = 0; i < srv->nmethods && c->lane->method < 0; i++) /* gRPC routes registered paths elsewhere */
+        if (!grpc_slice_str_cmp(c->details.method, srv->methods[i].path)) m = &srv->methods[i];
 
     if (!token_ok(srv, &c->request_md)) {
         status = RPC_UNAUTHENTICATED;

@@ -21,6 +21,8 @@
 static const double cycle_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 static const double heartbeat_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 #define NBUCKETS_MAX 12
+_Static_assert(WHET_ARRAY_LEN(cycle_bounds) <= NBUCKETS_MAX && WHET_ARRAY_LEN(heartbeat_bounds) <= NBUCKETS_MAX,
+               "a histogram has more bounds than struct histogram holds");
 
 /* A histogram's counts, above its bounds' array; count and sum of what it observed. */
 struct histogram {
