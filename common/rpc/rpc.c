@@ -1,6 +1,6 @@
 /* rpc.c - see rpc.h. Written against gRPC C core 1.51: deadlines are built from gpr_now (the
  * grpc_timeout_* helpers are test-only), a client batch can succeed while the RPC failed (the status
- * says), and a completion queue has no file descriptor, so each server thread owns one and blocks on it. */
+ * says), and a completion queue has no file descriptor, so server threads block on their lane's. */
 #include "rpc.h"
 
 #include <grpc/byte_buffer.h>
@@ -387,18 +387,20 @@ void rpc_queue_close(struct rpc_queue *q) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Server: lanes, each a completion queue that its threads take events from, with as many calls requested
- * on it as it has threads (a call's next is requested when it arrives, so the next call's arrival overlaps
- * this one's handler); each call walks REQUESTED -> RECEIVED -> SENT, each step taken by whichever thread
- * of its lane is free. A queue per thread, as before, matched a call to a busy thread's queue, where it
- * waited behind that thread's handler (a heartbeat behind a FinishJob waiting on a lock) however many
- * threads stood idle. Lane 0 takes every method that has no threads of its own (unregistered calls,
- * matched by path); a method with threads of its own is registered and has a lane of its own, so that no
- * pile of other calls delays it: under a scheduler's overload, FinishJob and checkpoint reports queued
- * past their deadline, and the heartbeats queued behind them made nodes miss their lease.
+ * Server: lanes, each a completion queue that its threads take events from. Every method is registered
+ * with gRPC, which reads a call's request before it hands the call over, so a call is one event: its
+ * handler runs and its reply is sent (REQUESTED -> SENT). Each method has as many calls requested as its
+ * lane has threads (a call's next is requested when it arrives, so the next call's arrival overlaps this
+ * one's handler); calls beyond those wait in gRPC, which drops them when their deadline passes. A queue per
+ * thread, as before, matched a call to a busy thread's queue, where it waited behind that thread's handler
+ * (a heartbeat behind a FinishJob waiting on a lock) however many threads stood idle. Lane 0 takes every
+ * method that has no threads of its own, and unknown paths (answered UNIMPLEMENTED); a method with threads
+ * of its own has a lane of its own, so that no pile of other calls delays it: under a scheduler's
+ * overload, FinishJob and checkpoint reports queued past their deadline, and the heartbeats queued behind
+ * them made nodes miss their lease.
  * ---------------------------------------------------------------------------------------------- */
 
-enum call_stage { STAGE_REQUESTED, STAGE_RECEIVED, STAGE_SENT };
+enum call_stage { STAGE_REQUESTED, STAGE_SENT };
 
 struct rpc_server;
 
@@ -408,9 +410,10 @@ struct server_call {
     enum call_stage stage;
     struct rpc_server *server;
     struct lane *lane;
+    int method; /* index in rpc_server.methods; -1: an unknown path */
     grpc_call *call;
-    grpc_call_details details; /* lane 0's calls: the path names the method */
-    gpr_timespec deadline;     /* where a registered call's request writes it (unused) */
+    grpc_call_details details; /* an unknown path's, for the log */
+    gpr_timespec deadline;     /* a known method's */
     grpc_metadata_array request_md;
     grpc_byte_buffer *recv_bb, *send_bb;
     grpc_slice status_details;
@@ -418,12 +421,11 @@ struct server_call {
     int active; /* counted in rpc_server.active_calls */
 };
 
-/* A completion queue and its threads: every unregistered method's (method < 0), or one method's. */
+/* A completion queue and its threads: lane 0's for the methods without threads of their own, or one
+ * method's. */
 struct lane {
     struct rpc_server *server;
     grpc_completion_queue *cq;
-    int method;       /* index in rpc_server.methods; -1: lane 0 */
-    void *registered; /* grpc_server_register_method's handle */
     int nthreads;
     pthread_t *threads;
 };
@@ -433,6 +435,8 @@ struct rpc_server {
     int port;
     char *token;
     const struct rpc_method *methods;
+    void **registered; /* grpc_server_register_method's handle, per method */
+    int *method_lane;  /* per method */
     int nmethods;
     void *ctx;
     struct lane *lanes; /* lane 0 first */
@@ -448,19 +452,25 @@ struct rpc_server {
 #define SHUTDOWN_TAG ((void *)&shutdown_tag_storage)
 static char shutdown_tag_storage;
 
-static void request_next_call(struct lane *lane) {
-    struct rpc_server *srv = lane->server;
+static atomic_ulong calls_expired;
+
+unsigned long rpc_server_calls_expired(void) { return atomic_load(&calls_expired); }
+
+/* Asks gRPC for the next call of `method` (-1: of any unknown path) on its lane. */
+static void request_next_call(struct rpc_server *srv, int method) {
+    struct lane *lane = &srv->lanes[method >= 0 ? srv->method_lane[method] : 0];
     struct server_call *c = xcalloc(1, sizeof *c);
     c->server = srv;
     c->lane = lane;
+    c->method = method;
     c->stage = STAGE_REQUESTED;
     c->status_details = grpc_empty_slice();
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->request_md);
     grpc_call_error e =
-        lane->registered
-            ? grpc_server_request_registered_call(srv->server, lane->registered, &c->call, &c->deadline, &c->request_md,
-                                                  NULL, lane->cq, lane->cq, c)
+        method >= 0
+            ? grpc_server_request_registered_call(srv->server, srv->registered[method], &c->call, &c->deadline,
+                                                  &c->request_md, &c->recv_bb, lane->cq, lane->cq, c)
             : grpc_server_request_call(srv->server, &c->call, &c->details, &c->request_md, lane->cq, lane->cq, c);
     if (e != GRPC_CALL_OK) {
         grpc_call_details_destroy(&c->details);
@@ -494,15 +504,16 @@ static int token_ok(const struct rpc_server *srv, const grpc_metadata_array *md)
     return 0;
 }
 
-/* Runs the handler and sends the reply with the status. */
+/* Runs the handler, unless the client has given up on the call already, and sends the reply with the
+ * status. A call that waited for a free thread past its deadline is answered DEADLINE_EXCEEDED unrun: its
+ * client has stopped waiting and will retry, so under overload a handler's time goes to calls someone still
+ * waits for, not to a backlog of abandoned ones (each a FinishJob's transaction). */
 static void respond(struct server_call *c) {
     struct rpc_server *srv = c->server;
     struct whet_err err = {0};
     int status = RPC_OK;
     ProtobufCMessage *resp = NULL;
-    const struct rpc_method *m = c->lane->method >= 0 ? &srv->methods[c->lane->method] : NULL;
-    for (int i = 0; i < srv->nmethods && c->lane->method < 0; i++) /* gRPC routes registered paths elsewhere */
-        if (!grpc_slice_str_cmp(c->details.method, srv->methods[i].path)) m = &srv->methods[i];
+    const struct rpc_method *m = c->method >= 0 ? &srv->methods[c->method] : NULL;
 
     if (!token_ok(srv, &c->request_md)) {
         status = RPC_UNAUTHENTICATED;
@@ -510,6 +521,9 @@ static void respond(struct server_call *c) {
     } else if (!m) {
         status = 12; /* UNIMPLEMENTED */
         whet_errf(&err, "no such method");
+    } else if (gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0) {
+        status = RPC_DEADLINE_EXCEEDED;
+        atomic_fetch_add(&calls_expired, 1);
     } else if (!c->recv_bb) {
         status = RPC_INVALID_ARGUMENT;
         whet_errf(&err, "no request message");
@@ -523,7 +537,7 @@ static void respond(struct server_call *c) {
             protobuf_c_message_free_unpacked(req, NULL);
         }
     }
-    if (status != RPC_OK) {
+    if (status != RPC_OK && status != RPC_DEADLINE_EXCEEDED) { /* expired calls are counted, not logged */
         char *path = m ? NULL : grpc_slice_to_c_string(c->details.method);
         log_warn("msg=\"rpc failed\" method=%s status=%d error=\"%s\"", m ? m->path : path, status, err.msg);
         gpr_free(path);
@@ -549,10 +563,18 @@ static void respond(struct server_call *c) {
     if (grpc_call_start_batch(c->call, ops, (size_t)n, c, NULL) != GRPC_CALL_OK) server_call_free(c);
 }
 
+/* Requests the first calls of the lane's methods: as many of each as the lane has threads. */
+static void request_first_calls(struct rpc_server *srv, int lane) {
+    for (int t = 0; t < srv->lanes[lane].nthreads; t++) {
+        if (lane == 0) request_next_call(srv, -1);
+        for (int i = 0; i < srv->nmethods; i++)
+            if (srv->method_lane[i] == lane) request_next_call(srv, i);
+    }
+}
+
 static void *server_thread_main(void *arg) {
     struct lane *lane = arg;
     struct rpc_server *srv = lane->server;
-    request_next_call(lane);
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(lane->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
@@ -565,36 +587,23 @@ static void *server_thread_main(void *arg) {
             continue;
         }
         struct server_call *c = ev.tag;
-        switch (c->stage) {
-        case STAGE_REQUESTED: {
-            if (!ev.success) { /* the server is shutting down */
-                server_call_free(c);
-                break;
-            }
+        if (c->stage == STAGE_SENT) {
+            server_call_free(c);
+        } else if (!ev.success) { /* the server is shutting down */
+            server_call_free(c);
+        } else {
             pthread_mutex_lock(&srv->lock);
             srv->active_calls++;
             pthread_mutex_unlock(&srv->lock);
             c->active = 1;
-            request_next_call(lane);
-            grpc_op op;
-            memset(&op, 0, sizeof op);
-            op.op = GRPC_OP_RECV_MESSAGE;
-            op.data.recv_message.recv_message = &c->recv_bb;
-            c->stage = STAGE_RECEIVED;
-            if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) server_call_free(c);
-            break;
-        }
-        case STAGE_RECEIVED:
-            if (!ev.success) server_call_free(c);
-            else respond(c);
-            break;
-        case STAGE_SENT: server_call_free(c); break;
+            request_next_call(srv, c->method);
+            respond(c);
         }
     }
     return NULL;
 }
 
-/* Shuts down and frees the lanes' queues (the threads joined, if any). */
+/* Shuts down and frees the lanes' queues (the threads joined, if any) and the methods' tables. */
 static void lanes_free(struct rpc_server *srv) {
     for (int l = 0; l < srv->nlanes; l++) {
         grpc_completion_queue_shutdown(srv->lanes[l].cq);
@@ -606,6 +615,8 @@ static void lanes_free(struct rpc_server *srv) {
         free(srv->lanes[l].threads);
     }
     free(srv->lanes);
+    free(srv->registered);
+    free(srv->method_lane);
 }
 
 int rpc_server_start(const char *addr, const char *token, const struct rpc_method *methods, int nmethods, void *ctx,
@@ -619,15 +630,18 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->shut_down, NULL);
     srv->server = grpc_server_create(channel_args_get(), NULL);
+    srv->registered = xcalloc((size_t)nmethods, sizeof *srv->registered);
+    srv->method_lane = xcalloc((size_t)nmethods, sizeof *srv->method_lane);
     srv->lanes = xcalloc((size_t)nmethods + 1, sizeof *srv->lanes);
-    srv->lanes[srv->nlanes++] = (struct lane){.method = -1, .nthreads = threads > 0 ? threads : 1};
-    for (int i = 0; i < nmethods; i++)
-        if (methods[i].threads > 0)
-            srv->lanes[srv->nlanes++] =
-                (struct lane){.method = i,
-                              .nthreads = methods[i].threads,
-                              .registered = grpc_server_register_method(srv->server, methods[i].path, NULL,
-                                                                        GRPC_SRM_PAYLOAD_NONE, 0)};
+    srv->lanes[srv->nlanes++] = (struct lane){.nthreads = threads > 0 ? threads : 1};
+    for (int i = 0; i < nmethods; i++) {
+        srv->registered[i] = grpc_server_register_method(srv->server, methods[i].path, NULL,
+                                                         GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        if (methods[i].threads > 0) {
+            srv->method_lane[i] = srv->nlanes;
+            srv->lanes[srv->nlanes++] = (struct lane){.nthreads = methods[i].threads};
+        }
+    }
     for (int l = 0; l < srv->nlanes; l++) {
         struct lane *lane = &srv->lanes[l];
         lane->server = srv;
@@ -646,6 +660,7 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
         goto fail;
     }
     grpc_server_start(srv->server);
+    for (int l = 0; l < srv->nlanes; l++) request_first_calls(srv, l);
     for (int l = 0; l < srv->nlanes; l++)
         for (int i = 0; i < srv->lanes[l].nthreads; i++)
             pthread_create(&srv->lanes[l].threads[i], NULL, server_thread_main, &srv->lanes[l]);

@@ -99,5 +99,8 @@ int rpc_server_start(const char *addr, const char *token, const struct rpc_metho
 int rpc_server_port(const struct rpc_server *server);
 /* Stops accepting, lets calls in flight finish, joins the threads and frees everything. */
 void rpc_server_stop(struct rpc_server *server);
+/* Calls that every server of this process answered DEADLINE_EXCEEDED without running their handler: they
+ * waited for a free thread past their deadline (a counter for metrics). */
+unsigned long rpc_server_calls_expired(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "metrics_http.h"
+#include "rpc.h"
 #include "service_internal.h"
 
 static const double cycle_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -167,6 +168,10 @@ static void render(struct whet_buf *t) {
                      "Time a heartbeat's handler took, from its start to its answer (not the wait for a free "
                      "handler thread before it).",
                      &m.heartbeat);
+    metrics_http_sample(t, "whet_scheduler_rpc_calls_expired_total", "counter",
+                        "Executor calls answered DEADLINE_EXCEEDED without running: they waited for a free handler "
+                        "thread past their deadline (the scheduler is overloaded; the executor retries).",
+                        (double)rpc_server_calls_expired());
     metrics_http_sample(t, "whet_scheduler_checkpoints_deleted_total", "counter",
                         "Checkpoints the retention settings let go (checkpoint_retention.c).",
                         (double)LOAD(m.checkpoints_deleted));

@@ -306,7 +306,8 @@ print("phase 2 as the fleet saw it: %.0f heartbeats/s answered of %.0f/s due, la
 PY
 say "  the scheduler's heartbeat handlers in the window (from their start, without the wait for a thread):" \
     "p50 $(quantile 0.5 "$work/hb2" "$work/hb3" 1000) ms, p99 $(quantile 0.99 "$work/hb2" "$work/hb3" 1000) ms"
-say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total)"
+say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total); calls answered unrun, past their deadline" \
+    "when a handler thread came free: $(metric whet_scheduler_rpc_calls_expired_total)"
 # The peer of the fill's placements/s: the placement library alone on a fleet and queue of the same
 # size (`whet sim scale`, one cycle, CPU time).
 bare=$("$WHET_BIN" sim scale --nodes "$nodes" --gpus-per-node "$gpus" --queued "$((jobs + nodes * gpus))" --policy whet |

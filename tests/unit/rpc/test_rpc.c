@@ -1,7 +1,8 @@
 /* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods, calls
  * answered by a free thread while another's handler is held, deadlines, retries that give up when no
- * server answers, many calls in flight on one queue (rpc_start/rpc_next), cancelled or not, and a method
- * with threads of its own answered while every shared thread is held. */
+ * server answers, many calls in flight on one queue (rpc_start/rpc_next), cancelled or not, a method
+ * with threads of its own answered while every shared thread is held, and a call that waited for a thread
+ * past its deadline answered without running its handler. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #define OWN_LANE "/whet.test.Lane/Heartbeat" /* the same handler, on a thread of its own */
 
 static int calls;
+static int late_calls; /* handlers run for a node called "late" */
 
 /* A node called "held" waits in its handler until the test lets it go. */
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -35,6 +37,7 @@ static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMes
     (void)ctx;
     const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
     __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+    if (!strcmp(req->node_id, "late")) __atomic_add_fetch(&late_calls, 1, __ATOMIC_SEQ_CST);
     if (!strcmp(req->node_id, "slow")) usleep(500 * 1000);
     if (!strcmp(req->node_id, "held")) hold();
     if (!strcmp(req->node_id, "bad")) return whet_errf(err, "node unknown"), RPC_NOT_FOUND;
@@ -121,23 +124,54 @@ TEST(unknown_method) {
     CHECK(heartbeat("secret", "node-a", "/whet.v1.Scheduler/Nope", 5000, 5000, &resp, &err) == 12);
 }
 
-static void *held_call(void *rc) {
+struct held_call {
+    const char *method;
+    int rc;
+    pthread_t thread;
+};
+
+static void *held_call_main(void *arg) {
+    struct held_call *h = arg;
     Whet__V1__HeartbeatResponse *resp = NULL;
     struct whet_err err;
-    *(int *)rc = heartbeat("secret", "held", HEARTBEAT, 30000, 30000, &resp, &err);
+    h->rc = heartbeat("secret", "held", h->method, 30000, 30000, &resp, &err);
     if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
     return NULL;
+}
+
+/* Starts n calls of `method` whose handlers wait until release_held; returns when all of them wait. */
+static void hold_calls(struct held_call *h, int n, const char *method) {
+    pthread_mutex_lock(&held_lock);
+    held_running = held_released = 0;
+    pthread_mutex_unlock(&held_lock);
+    for (int i = 0; i < n; i++) {
+        h[i] = (struct held_call){.method = method, .rc = -1};
+        pthread_create(&h[i].thread, NULL, held_call_main, &h[i]);
+    }
+    pthread_mutex_lock(&held_lock);
+    while (held_running < n) pthread_cond_wait(&held_cond, &held_lock);
+    pthread_mutex_unlock(&held_lock);
+}
+
+/* Lets the held handlers go; 0 when every held call was then answered OK. */
+static int release_held(struct held_call *h, int n) {
+    pthread_mutex_lock(&held_lock);
+    held_released = 1;
+    pthread_cond_broadcast(&held_cond);
+    pthread_mutex_unlock(&held_lock);
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(h[i].thread, NULL);
+        failed |= h[i].rc != RPC_OK;
+    }
+    return failed;
 }
 
 /* With one of the two threads held in a handler, every other call is answered by the free one: none is
  * queued behind the held handler (each would then miss its deadline). */
 TEST(a_held_handler_holds_up_no_other_call) {
-    int held_rc = -1;
-    pthread_t t;
-    pthread_create(&t, NULL, held_call, &held_rc);
-    pthread_mutex_lock(&held_lock);
-    while (!held_running) pthread_cond_wait(&held_cond, &held_lock);
-    pthread_mutex_unlock(&held_lock);
+    struct held_call held;
+    hold_calls(&held, 1, HEARTBEAT);
     for (int i = 0; i < 8; i++) {
         Whet__V1__HeartbeatResponse *resp = NULL;
         struct whet_err err;
@@ -145,12 +179,7 @@ TEST(a_held_handler_holds_up_no_other_call) {
         CHECK_MSG(rc == RPC_OK, "call %d: %s", i, err.msg);
         if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
-    pthread_mutex_lock(&held_lock);
-    held_released = 1;
-    pthread_cond_broadcast(&held_cond);
-    pthread_mutex_unlock(&held_lock);
-    pthread_join(t, NULL);
-    CHECK(held_rc == RPC_OK);
+    CHECK(release_held(&held, 1) == 0);
 }
 
 TEST(deadline_exceeded) {
@@ -238,15 +267,8 @@ TEST(calls_in_flight_on_one_queue) {
 /* Both shared threads held: a method with a thread of its own is still answered (in the shared lane it
  * would wait behind the held handlers past its deadline), and the shared one is not. */
 TEST(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held) {
-    pthread_mutex_lock(&held_lock);
-    held_running = held_released = 0;
-    pthread_mutex_unlock(&held_lock);
-    int held_rc[2] = {-1, -1};
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, held_call, &held_rc[i]);
-    pthread_mutex_lock(&held_lock);
-    while (held_running < 2) pthread_cond_wait(&held_cond, &held_lock);
-    pthread_mutex_unlock(&held_lock);
+    struct held_call held[2];
+    hold_calls(held, 2, HEARTBEAT);
     Whet__V1__HeartbeatResponse *resp = NULL;
     struct whet_err err;
     int rc = heartbeat("secret", "node-a", OWN_LANE, 1000, 1000, &resp, &err);
@@ -255,12 +277,26 @@ TEST(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held) {
     resp = NULL;
     CHECK(heartbeat("secret", "node-a", HEARTBEAT, 300, 300, &resp, &err) == RPC_DEADLINE_EXCEEDED);
     if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
-    pthread_mutex_lock(&held_lock);
-    held_released = 1;
-    pthread_cond_broadcast(&held_cond);
-    pthread_mutex_unlock(&held_lock);
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    CHECK(held_rc[0] == RPC_OK && held_rc[1] == RPC_OK);
+    CHECK(release_held(held, 2) == 0);
+}
+
+/* The own lane's one thread held: a call queued behind it past its deadline is answered DEADLINE_EXCEEDED
+ * and counted, and its handler never runs, even once the thread is free; the next call is served. */
+TEST(a_call_that_waited_past_its_deadline_is_not_run) {
+    struct held_call held;
+    hold_calls(&held, 1, OWN_LANE);
+    int late_before = late_calls;
+    unsigned long expired_before = rpc_server_calls_expired();
+    Whet__V1__HeartbeatResponse *resp = NULL;
+    struct whet_err err;
+    CHECK(heartbeat("secret", "late", OWN_LANE, 300, 300, &resp, &err) == RPC_DEADLINE_EXCEEDED);
+    CHECK(release_held(&held, 1) == 0);
+    /* One thread takes the lane's calls in order: this one's answer comes after the late one was dealt with. */
+    int rc = heartbeat("secret", "node-a", OWN_LANE, 5000, 5000, &resp, &err);
+    CHECK_MSG(rc == RPC_OK, "after: %d %s", rc, err.msg);
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+    CHECK_MSG(late_calls == late_before, "the late call's handler ran %d times", late_calls - late_before);
+    CHECK(rpc_server_calls_expired() == expired_before + 1);
 }
 
 int main(void) {
@@ -279,6 +315,7 @@ int main(void) {
     RUN(no_server_gives_up_after_budget);
     RUN(calls_in_flight_on_one_queue);
     RUN(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held);
+    RUN(a_call_that_waited_past_its_deadline_is_not_run);
     rpc_server_stop(server); /* while the "slow" handler may still run */
     return test_summary();
 }
