@@ -213,13 +213,10 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
         c->pools[p].n_nodes++;
     }
     uint32_t slots = 64;
-    while (slots < 2 * nn) slots *= 2;
+    while (slots < 2 * (uint32_t)pl_nodes_to_score(c)) slots *= 2;
     c->memo_mask_bits = slots - 1;
-    c->memo_node = malloc(slots * sizeof *c->memo_node);
-    c->memo_stamp = calloc(slots, sizeof *c->memo_stamp);
-    c->memo_score = malloc(slots * sizeof *c->memo_score);
-    c->memo_gpus = malloc(slots * sizeof *c->memo_gpus);
-    if (!c->memo_node || !c->memo_stamp || !c->memo_score || !c->memo_gpus) abort();
+    c->memo = calloc(slots, sizeof *c->memo);
+    if (!c->memo) abort();
     c->pool_nodes = malloc(nn * sizeof *c->pool_nodes);
     c->pool_ok = malloc(nn * sizeof *c->pool_ok);
     if (!c->pool_nodes || !c->pool_ok) abort();
@@ -268,10 +265,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->node_jobs);
     free(c->pools);
     free(c->pool_nodes);
-    free(c->memo_node);
-    free(c->memo_stamp);
-    free(c->memo_score);
-    free(c->memo_gpus);
+    free(c->memo);
     free(c->pool_ok);
     free(c->tenants);
     free(c->usage);

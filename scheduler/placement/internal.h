@@ -188,11 +188,21 @@ struct pl_cluster {
     struct pl_result result;
 
     /* Scores of node states seen in this placement attempt: nodes in the same state (same pool,
-     * same free resources) score the same, and a fleet has many. Open addressing, 2^k slots. */
-    int32_t *memo_node;
-    uint32_t *memo_stamp, memo_gen, memo_mask_bits;
-    double *memo_score;
-    uint32_t *memo_gpus;
+     * same free resources) score the same, and a fleet has many. Open addressing, 2^k slots, at least
+     * twice the nodes one attempt scores (pl_nodes_to_score), so the table stays small enough to sit
+     * in a core's cache while the attempt walks the nodes. */
+    struct pl_memo_slot *memo;
+    uint32_t memo_gen, memo_mask_bits;
+};
+
+/* One memoised state: the hash of the state, a node in it, its score and GPU choice; valid while
+ * stamp is the cluster's memo_gen. One slot is one load: a lookup that misses touches no node. */
+struct pl_memo_slot {
+    uint64_t state_hash;
+    double score;
+    uint32_t stamp;
+    int32_t node;
+    uint32_t gpus;
 };
 
 void *pl_grow(void *p, int32_t *cap, int32_t need, size_t elem);

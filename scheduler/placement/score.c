@@ -97,18 +97,15 @@ double pl_node_score_memo(struct pl_cluster *c, int32_t ni, int32_t k, int32_t m
     for (int g = 0; g < n->gpus; g++) h = (h ^ (uint64_t)n->gpu_free_milli[g]) * 0x100000001b3ull;
     h ^= h >> 32;
     for (uint32_t probe = 0;; probe++) {
-        uint32_t slot = (uint32_t)(h + probe) & c->memo_mask_bits;
-        if (c->memo_stamp[slot] != c->memo_gen) {
+        struct pl_memo_slot *m = &c->memo[(uint32_t)(h + probe) & c->memo_mask_bits];
+        if (m->stamp != c->memo_gen) {
             double s = pl_node_score(c, ni, k, milli, cpu, mem, mask);
-            c->memo_stamp[slot] = c->memo_gen;
-            c->memo_node[slot] = ni;
-            c->memo_score[slot] = s;
-            c->memo_gpus[slot] = *mask;
+            *m = (struct pl_memo_slot){.state_hash = h, .score = s, .stamp = c->memo_gen, .node = ni, .gpus = *mask};
             return s;
         }
-        if (same_state(c, c->memo_node[slot], ni)) {
-            *mask = c->memo_gpus[slot];
-            return c->memo_score[slot];
+        if (m->state_hash == h && same_state(c, m->node, ni)) {
+            *mask = m->gpus;
+            return m->score;
         }
     }
 }

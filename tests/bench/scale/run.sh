@@ -122,9 +122,12 @@ cycle_share() { # cycle_time BEFORE, cycle_time AFTER
            (y[2] - x[2]) / 1e9, (y[3] - x[3]) / 1e9 }'
 }
 
+# The slowest cycles (seconds per part) among the scheduler's log lines on stdin.
+slowest() { grep 'slow cycle' | sed 's/.*seconds=/seconds=/' | sort -t= -k2 -rn | head -n 3 | sed 's/^/scale:     /'; }
+
 # --- phase 1: creates through the gateway on a free fleet ---
 cycle_hist >"$work/h0"
-ct0=$(cycle_time)
+ct0=$(cycle_time) lp0=$(wc -l <"$work/scheduler.log")
 python3 tests/bench/scale/api.py jobs "$url" "$work/tenants" "$api_jobs" 8 "$work/created" | sed 's/^/scale: /'
 q "CREATE TABLE scale_created (id text PRIMARY KEY, at float8)"
 psql -qX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "\\copy scale_created FROM '$work/created' WITH (DELIMITER ' ')"
@@ -144,6 +147,7 @@ cycle_hist >"$work/h1"
 say "phase 1 (free capacity): $placed of $api_jobs placed; create -> placed p50 ${pl50}s p99 ${pl99}s max ${plmax}s;" \
     "create -> START delivered p50 ${st50}s p99 ${st99}s; cycle p50 $(quantile 0.5 "$work/h0" "$work/h1")s" \
     "p99 $(quantile 0.99 "$work/h0" "$work/h1")s; $(cycle_share "$ct0" "$(cycle_time)")"
+sed -n "$((lp0 + 1)),\$p" "$work/scheduler.log" | slowest || true
 
 if [ "$smoke" = 1 ]; then
   for _ in $(seq 600); do
@@ -274,7 +278,6 @@ if [ "$pgss" = 1 ]; then
       WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT 10" | sed 's/^/scale:     /'
 fi
 # The slow cycles of the whole run (the fill's among them), then of the window alone.
-slowest() { grep 'slow cycle' | sed 's/.*seconds=/seconds=/' | sort -t= -k2 -rn | head -n 3 | sed 's/^/scale:     /'; }
 slow=$(grep -c 'slow cycle' "$work/scheduler.log" || true)
 if [ "$slow" -gt 0 ]; then
   say "  cycles over 1 s, whole run: $slow; the slowest (seconds per part):"
