@@ -1017,12 +1017,11 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             goto out;
         }
         cfg.min_run_s = 5;
-        /* A large fleet is sampled, not scanned: each job scores the feasible nodes of a window that
-         * rotates from job to job, 5% of 10k nodes (kube-scheduler's percentageOfNodesToScore; every
-         * node up to 100). Scanning all of them (the library's default) made a placement cost 0.12-0.44
-         * ms at 10k nodes, filling 10k free devices took 3-4 s of a cycle, and the cycle is what a
-         * created job waits for. */
-        cfg.nodes_to_score = -1;
+        /* Every feasible node is scored (nodes_to_score 0, the library's default). kube-scheduler's
+         * sample (5% of a 10k fleet) costs the packing: `whet sim inflate` at 130% on the Alibaba 2023
+         * traces with their fleet copied 8 times (9,704 nodes), allocation fell from 95.5% to 88.2%
+         * (default) and 86.5% to 79.5% (gpushare100); a sample of 2,000 nodes still fell to 91.1% and
+         * 80.0%. */
         cfg.cotrain_move_min_left_s = sch->opts->cotrain_move_min_left_s;
         char perr[256];
         cluster = pl_cluster_new(s.nodes, s.n_nodes, s.tenants, s.n_tenants, &cfg, perr, sizeof perr);
