@@ -112,6 +112,7 @@ void pl_node_apply(struct pl_cluster *c, int32_t ni, uint32_t mask, int32_t mill
         }
     n->cpu_free_milli -= sign * cpu;
     n->mem_free_mib -= sign * mem;
+    pl_node_class_update(c, ni);
     pool_account(c, ni, +1);
     if (c->scores.frag_cache) node_refresh_frag(c, ni);
     int64_t gpu = (int64_t)count * milli * sign;
@@ -212,11 +213,9 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
         c->node_pool[i] = p;
         c->pools[p].n_nodes++;
     }
-    uint32_t slots = 64;
-    while (slots < 2 * (uint32_t)pl_nodes_to_score(c)) slots *= 2;
-    c->memo_mask_bits = slots - 1;
-    c->memo = calloc(slots, sizeof *c->memo);
-    if (!c->memo) abort();
+    c->node_class = malloc(nn * sizeof *c->node_class);
+    if (!c->node_class) abort();
+    for (int32_t i = 0; i < n_nodes; i++) pl_node_class_update(c, i);
     c->pool_nodes = malloc(nn * sizeof *c->pool_nodes);
     c->pool_ok = malloc(nn * sizeof *c->pool_ok);
     if (!c->pool_nodes || !c->pool_ok) abort();
@@ -265,7 +264,9 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->node_jobs);
     free(c->pools);
     free(c->pool_nodes);
-    free(c->memo);
+    free(c->node_class);
+    free(c->classes);
+    free(c->class_slots);
     free(c->pool_ok);
     free(c->tenants);
     free(c->usage);

@@ -139,10 +139,6 @@ static int node_mem(const struct pl_cluster *c, const struct pl_node *n, const s
     return n->mem_free_mib >= a->mem;
 }
 
-static int node_free_for_job(const struct pl_cluster *c, const struct pl_node *n, const struct pl_node_ask *a) {
-    return !pl_node_held_for_other(c, (int32_t)(n - c->nodes), a->job, a->now);
-}
-
 static const struct {
     enum pl_filter code;
     int (*pass)(const struct pl_cluster *c, const struct pl_node *n, const struct pl_node_ask *a);
@@ -153,14 +149,19 @@ static const struct {
     {PL_F_GPUS, node_gpus},
     {PL_F_CPU, node_cpu},
     {PL_F_MEM, node_mem},
-    {PL_F_RESERVED, node_free_for_job},
 };
 
-enum pl_filter pl_node_filter(const struct pl_cluster *c, int32_t ni, const struct pl_node_ask *a) {
+enum pl_filter pl_node_filter_state(const struct pl_cluster *c, int32_t ni, const struct pl_node_ask *a) {
     const struct pl_node *n = &c->nodes[ni];
     for (size_t i = 0; i < sizeof node_checks / sizeof node_checks[0]; i++)
         if (!node_checks[i].pass(c, n, a)) return node_checks[i].code;
     return PL_OK;
+}
+
+enum pl_filter pl_node_filter(const struct pl_cluster *c, int32_t ni, const struct pl_node_ask *a) {
+    enum pl_filter f = pl_node_filter_state(c, ni, a);
+    if (f == PL_OK && pl_node_held_for_other(c, ni, a->job, a->now)) f = PL_F_RESERVED;
+    return f;
 }
 
 /* ---------------------------------------------------------------------------------------------- */

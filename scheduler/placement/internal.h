@@ -187,23 +187,32 @@ struct pl_cluster {
     uint32_t rotate;
     struct pl_result result;
 
-    /* Scores of node states seen in this placement attempt: nodes in the same state (same pool,
-     * same free resources) score the same, and a fleet has many. Open addressing, 2^k slots, at least
-     * twice the nodes one attempt scores (pl_nodes_to_score), so the table stays small enough to sit
-     * in a core's cache while the attempt walks the nodes. */
-    struct pl_memo_slot *memo;
-    uint32_t memo_gen, memo_mask_bits;
+    /* Node states (state.c): each node's class, the classes, and an open-addressing table of class
+     * ids (-1: empty) by state hash. class_gen numbers placement attempts. */
+    int32_t *node_class;
+    struct pl_class *classes;
+    int32_t n_classes, cap_classes;
+    int32_t *class_slots;
+    uint32_t class_mask, class_gen;
 };
 
-/* One memoised state: the hash of the state, a node in it, its score and GPU choice; valid while
- * stamp is the cluster's memo_gen. One slot is one load: a lookup that misses touches no node. */
-struct pl_memo_slot {
-    uint64_t state_hash;
-    double score;
+/* A node state: what the resource filters and the scores read of a node (its pool, size, GPU memory,
+ * whether it takes work, its free resources). Nodes in one state pass the same resource filters, score
+ * the same and get the same GPUs, and a fleet has few states for many nodes: each node's state is
+ * interned as a class, kept as pl_node_apply changes the node, so that a placement attempt evaluates
+ * each state once (stamp: the attempt the filter, score and GPUs are for) and reads one id per node. */
+struct pl_class {
+    struct pl_node state;
+    int32_t pool;
+    uint64_t hash;
     uint32_t stamp;
-    int32_t node;
+    enum pl_filter filter;
+    double score;
     uint32_t gpus;
 };
+
+/* Sets node ni's class from its current state (state.c). */
+void pl_node_class_update(struct pl_cluster *c, int32_t ni);
 
 void *pl_grow(void *p, int32_t *cap, int32_t need, size_t elem);
 int32_t pl_popcount16(uint32_t x);
@@ -239,6 +248,8 @@ int pl_filter_pools(const struct pl_cluster *c, const struct pl_job *j, enum pl_
 int pl_pool_may_fit(const struct pl_pool *p, int32_t gpus, int32_t milli, int one_node);
 int pl_node_held_for_other(const struct pl_cluster *c, int32_t ni, const struct pl_job *j, double now);
 enum pl_filter pl_node_filter(const struct pl_cluster *c, int32_t ni, const struct pl_node_ask *a);
+/* pl_node_filter's checks of the node's state alone (not whether it is held for another job). */
+enum pl_filter pl_node_filter_state(const struct pl_cluster *c, int32_t ni, const struct pl_node_ask *a);
 void pl_explain(const struct pl_cluster *c, const struct pl_job *j, double now, struct pl_reason *why,
                 const enum pl_filter *pool_ok);
 
@@ -246,8 +257,6 @@ void pl_explain(const struct pl_cluster *c, const struct pl_job *j, double now, 
 void pl_scores_init(struct pl_scores *s, const struct pl_config *cfg);
 double pl_node_score(const struct pl_cluster *c, int32_t ni, int32_t k, int32_t milli, int64_t cpu, int64_t mem,
                      uint32_t *mask);
-double pl_node_score_memo(struct pl_cluster *c, int32_t ni, int32_t k, int32_t milli, int64_t cpu, int64_t mem,
-                          uint32_t *mask);
 
 /* pick.c: pick */
 int32_t pl_nodes_to_score(const struct pl_cluster *c);

@@ -39,7 +39,7 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
     int32_t best_node = -1;
     uint32_t best_mask = 0;
     double best_score = -INFINITY;
-    c->memo_gen++;
+    c->class_gen++;
     for (int32_t pi = 0; pi < c->n_pools && seen < budget; pi++) {
         if (pool_ok[pi] != PL_OK) continue;
         const struct pl_pool *p = &c->pools[pi];
@@ -49,11 +49,23 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
                                               : 0;
         for (int32_t q = 0; q < p->n_nodes && seen < budget; q++) {
             int32_t ni = p->nodes[(start + q) % p->n_nodes];
-            if (pl_node_filter(c, ni, &a) != PL_OK) continue;
-            seen++;
             uint32_t mask;
-            double s = lowest_index ? pl_node_score(c, ni, a.k, a.milli, a.cpu, a.mem, &mask)
-                                    : pl_node_score_memo(c, ni, a.k, a.milli, a.cpu, a.mem, &mask);
+            double s;
+            if (lowest_index) {
+                if (pl_node_filter(c, ni, &a) != PL_OK) continue;
+                s = pl_node_score(c, ni, a.k, a.milli, a.cpu, a.mem, &mask);
+            } else { /* each state filtered and scored once per attempt (state.c): one id read per node */
+                struct pl_class *k = &c->classes[c->node_class[ni]];
+                if (k->stamp != c->class_gen) {
+                    k->stamp = c->class_gen;
+                    k->filter = pl_node_filter_state(c, ni, &a);
+                    if (k->filter == PL_OK) k->score = pl_node_score(c, ni, a.k, a.milli, a.cpu, a.mem, &k->gpus);
+                }
+                if (k->filter != PL_OK || pl_node_held_for_other(c, ni, j, now)) continue;
+                s = k->score;
+                mask = k->gpus;
+            }
+            seen++;
             if (s > best_score || (s == best_score && ni < best_node)) {
                 best_score = s;
                 best_node = ni;

@@ -4,7 +4,7 @@
  * There is no normalize step: each plugin's score already has a fixed scale (first-fit: the node
  * index, best-fit: [0, 1], FGD: milli-GPU of fragmentation), and the weights convert between scales
  * (fgd_pack_milli is the weight of best-fit next to FGD), so a node's score does not depend on the
- * other nodes and can be memoised. A new score is a score_NAME.c file defining a struct
+ * other nodes and can be memoised (per node state: state.c). A new score is a score_NAME.c file defining a struct
  * pl_score_plugin, a line declaring it in internal.h and a line in pl_scores_init.
  *
  * Within a node the GPUs of a whole-GPU job are the first wholly free ones; for a share of one GPU
@@ -79,33 +79,4 @@ double pl_node_score(const struct pl_cluster *c, int32_t ni, int32_t k, int32_t 
         total = i ? total + s : s;
     }
     return total;
-}
-
-/* Same pool and same free resources: the same score and the same GPU choice. */
-static int same_state(const struct pl_cluster *c, int32_t a, int32_t b) {
-    const struct pl_node *x = &c->nodes[a], *y = &c->nodes[b];
-    return c->node_pool[a] == c->node_pool[b] && x->gpus == y->gpus && x->gpu_mem_mib == y->gpu_mem_mib &&
-           x->cpu_free_milli == y->cpu_free_milli && x->mem_free_mib == y->mem_free_mib &&
-           !memcmp(x->gpu_free_milli, y->gpu_free_milli, sizeof x->gpu_free_milli);
-}
-
-double pl_node_score_memo(struct pl_cluster *c, int32_t ni, int32_t k, int32_t milli, int64_t cpu, int64_t mem,
-                          uint32_t *mask) {
-    const struct pl_node *n = &c->nodes[ni];
-    uint64_t h = (uint64_t)c->node_pool[ni] * 0x9e3779b97f4a7c15ull ^ (uint64_t)n->cpu_free_milli * 0xff51afd7ed558ccdull ^
-                 (uint64_t)n->mem_free_mib;
-    for (int g = 0; g < n->gpus; g++) h = (h ^ (uint64_t)n->gpu_free_milli[g]) * 0x100000001b3ull;
-    h ^= h >> 32;
-    for (uint32_t probe = 0;; probe++) {
-        struct pl_memo_slot *m = &c->memo[(uint32_t)(h + probe) & c->memo_mask_bits];
-        if (m->stamp != c->memo_gen) {
-            double s = pl_node_score(c, ni, k, milli, cpu, mem, mask);
-            *m = (struct pl_memo_slot){.state_hash = h, .score = s, .stamp = c->memo_gen, .node = ni, .gpus = *mask};
-            return s;
-        }
-        if (m->state_hash == h && same_state(c, m->node, ni)) {
-            *mask = m->gpus;
-            return m->score;
-        }
-    }
 }

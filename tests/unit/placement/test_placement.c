@@ -636,6 +636,37 @@ TEST(fgd_avoids_fragmenting) {
     pl_cluster_free(c);
 }
 
+/* Nodes in one state are scored once per job (state.c): each node's state follows its jobs. Four empty
+ * 2-GPU nodes; 1-GPU jobs pack (best fit): two on a node, then the next node; a released GPU is taken
+ * again before an empty node is broken, and no node is ever given more than it has. */
+TEST(packing_follows_each_nodes_state) {
+    struct pl_node nodes[4] = {node(0, 0, 2), node(0, 0, 2), node(0, 0, 2), node(0, 0, 2)};
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, 4, &t, 1, "whet");
+    struct pl_job jobs[5];
+    int where[5];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = job((uint64_t)i + 1, 0, 1);
+        const struct pl_decision *d = place(c, &jobs[i], i);
+        where[i] = d ? d->alloc.slots[0].node : -1;
+    }
+    CHECK(where[0] >= 0 && where[1] == where[0]);
+    CHECK(where[2] >= 0 && where[2] != where[0] && where[3] == where[2]);
+    int busy = 0;
+    for (int ni = 0; ni < 4; ni++) {
+        CHECK(free_gpus(c, ni) >= 0);
+        busy += free_gpus(c, ni) == 0;
+    }
+    CHECK(busy == 2);
+    pl_cluster_release(c, &jobs[1]);
+    CHECK(free_gpus(c, where[0]) == 1);
+    jobs[4] = job(5, 0, 1);
+    const struct pl_decision *d = place(c, &jobs[4], 5);
+    CHECK(d && d->alloc.slots[0].node == where[0]);
+    CHECK(free_gpus(c, where[0]) == 0);
+    pl_cluster_free(c);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* Determinism and validation                                                                      */
 
@@ -1047,6 +1078,7 @@ int main(void) {
     RUN(elastic_grow_then_shrink_first);
     RUN(gpu_share_packs_one_device);
     RUN(fgd_avoids_fragmenting);
+    RUN(packing_follows_each_nodes_state);
     RUN(deterministic);
     RUN(snapshot_validation);
     RUN(cpu_and_memory_filters);
