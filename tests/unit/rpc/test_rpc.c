@@ -290,6 +290,9 @@ TEST(a_call_that_waited_past_its_deadline_is_not_run) {
     Whet__V1__HeartbeatResponse *resp = NULL;
     struct whet_err err;
     CHECK(heartbeat("secret", "late", OWN_LANE, 300, 300, &resp, &err) == RPC_DEADLINE_EXCEEDED);
+    /* The server's deadline is the timeout from when the call reached it, after the client's: a thread freed
+     * at once could still find it in time (CI's run of ef1d7d2 did). Freed a second later, it cannot. */
+    usleep(1000 * 1000);
     CHECK(release_held(&held, 1) == 0);
     /* One thread takes the lane's calls in order: this one's answer comes after the late one was dealt with. */
     int rc = heartbeat("secret", "node-a", OWN_LANE, 5000, 5000, &resp, &err);
