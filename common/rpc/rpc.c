@@ -404,12 +404,9 @@ enum call_stage { STAGE_REQUESTED, STAGE_SENT };
 
 struct rpc_server;
 
-struct lane;
-
 struct server_call {
     enum call_stage stage;
     struct rpc_server *server;
-    struct lane *lane;
     int method; /* index in rpc_server.methods; -1: an unknown path */
     grpc_call *call;
     grpc_call_details details; /* an unknown path's, for the log */
@@ -461,7 +458,6 @@ static void request_next_call(struct rpc_server *srv, int method) {
     struct lane *lane = &srv->lanes[method >= 0 ? srv->method_lane[method] : 0];
     struct server_call *c = xcalloc(1, sizeof *c);
     c->server = srv;
-    c->lane = lane;
     c->method = method;
     c->stage = STAGE_REQUESTED;
     c->status_details = grpc_empty_slice();

@@ -4,8 +4,8 @@
  * There is no normalize step: each plugin's score already has a fixed scale (first-fit: the node
  * index, best-fit: [0, 1], FGD: milli-GPU of fragmentation), and the weights convert between scales
  * (fgd_pack_milli is the weight of best-fit next to FGD), so a node's score does not depend on the
- * other nodes and can be memoised (per node state: state.c). A new score is a score_NAME.c file defining a struct
- * pl_score_plugin, a line declaring it in internal.h and a line in pl_scores_init.
+ * other nodes and is computed once per node state (state.c). A new score is a score_NAME.c file
+ * defining a struct pl_score_plugin, a line declaring it in internal.h and a line in pl_scores_init.
  *
  * Within a node the GPUs of a whole-GPU job are the first wholly free ones; for a share of one GPU
  * the first plugin of the list (the lead) chooses the GPU with its gpu score. */
