@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "crypto.h"
 #include "log.h"
 #include "pg.h"
 
@@ -68,15 +69,43 @@ static int run_as_pg_user(char *const argv[], const char *log_path) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-int local_free_port(void) {
+/* Whether 127.0.0.1:port can be bound now. */
+static int port_is_free(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
+    if (fd < 0) return 0;
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* Not a port from bind(0): those come from the kernel's ephemeral range, which every outgoing
+ * connect() on the machine draws from too, so one could take it in the moment between our check and
+ * the child's bind (CI saw `whet serve` lose its port to a parallel test's connection that way). A
+ * random port below that range is one no connect() is handed. */
+int local_free_port(void) {
+    int ephemeral_low = 32768, ephemeral_high = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &ephemeral_low, &ephemeral_high) != 2) ephemeral_low = 32768;
+        fclose(f);
+    }
+    /* Above the ports services usually claim (8080, 9090, ...) and below the ephemeral range; above
+     * it on a machine whose range starts low. */
+    int first = 20000, end = ephemeral_low;
+    if (end - first < 1000) {
+        first = ephemeral_high + 1;
+        end = 65536;
+    }
+    if (end - first < 1000) return -1;
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint32_t r;
+        whet_random_bytes(&r, sizeof r);
+        int port = first + (int)(r % (uint32_t)(end - first));
+        if (port_is_free(port)) return port;
+    }
+    return -1;
 }
 
 /* Hands `path` to the postgres user when we are root (PostgreSQL insists on owning its data). */

@@ -3,7 +3,8 @@
 # and up DIR HTTP ARGS... (starts `whet up` on DIR serving HTTP, with ARGS, its output in DIR/up.out
 # and DIR/up.err; sets up_pid and returns once it is ready, or exits with its log); fleet NAME for the
 # tests of jobs over several executors, and finish JOB (below).
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port_py=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration/lib" && pwd)/free_port.py
+port() { python3 "$free_port_py"; }
 fails=0 passes=0
 check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }
 json() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval("d"+sys.argv[1]))' "$1"; }

@@ -12,7 +12,7 @@ dir=$(mktemp -d /tmp/whet-bench-exec.XXXXXX)
 chmod 755 "$dir"
 up_pid=
 trap '[ -n "$up_pid" ] && kill $up_pid 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { python3 tests/integration/lib/free_port.py; }
 http=127.0.0.1:$(port)
 env -u WHET_DATABASE_URL -u WHET_OBJECT_STORE "$whet" up --data-dir "$dir" --http "$http" --grpc 127.0.0.1:$(port) \
   --executors 1 --devices sim:bench:1 >"$dir/up.out" 2>"$dir/up.err" &

@@ -23,7 +23,7 @@ bench_driver() {
 
 bench_s3rver() {
   local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(python3 "$root/tests/integration/lib/free_port.py")
   mkdir -p "$work/s3"
   node "$root/tests/node_modules/s3rver/bin/s3rver.js" --directory "$work/s3" --address 127.0.0.1 --port "$port" \
     --configure-bucket whet-bench --silent >"$work/s3rver.log" 2>&1 &

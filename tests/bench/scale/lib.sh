@@ -24,9 +24,7 @@ db_drop() {
 }
 q() { psql -qtAX -v ON_ERROR_STOP=1 "$WHET_DATABASE_URL" -c "$1"; }
 
-# Distinct free ports, bound together (two separate probes can be handed the same port).
-free_ports() { python3 -c 'import socket,sys; s=[socket.socket() for _ in range(int(sys.argv[1]))]
-[x.bind(("127.0.0.1",0)) for x in s]; print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
+free_ports() { python3 tests/integration/lib/free_port.py "$1"; }
 
 # CPU ticks of a process, and of the whole PostgreSQL cluster: the postmaster with what it reaped, and
 # its live backends (the pg_stat_statements extension needs a preload this server may not have). pg_ticks

@@ -16,7 +16,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port_py=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd)/free_port.py
+port() { python3 "$free_port_py"; }
 http=127.0.0.1:$(port)
 grpc=127.0.0.1:$(port)
 fails=0 passes=0

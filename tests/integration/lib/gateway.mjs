@@ -72,12 +72,11 @@ export function migrate(url) {
   execFileSync(WHET_BIN, ['migrate'], { env: { ...process.env, WHET_DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-    s.on('error', reject);
-  });
+// A port free now, outside the ephemeral range that other tests' connections draw from: free_port.py
+// says why, and is the one place that picks (the shell tests use it too).
+const FREE_PORT_PY = path.join(path.dirname(new URL(import.meta.url).pathname), 'free_port.py');
+export async function freePort() {
+  return Number(execFileSync('python3', [FREE_PORT_PY], { encoding: 'utf8' }).trim());
 }
 
 // ---- JWTs ------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ case "$cmd" in
     mkdir -p "$dir"
     chmod 755 "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres: "$dir"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(python3 "$(dirname "${BASH_SOURCE[0]}")/free_port.py")
     run_pg "$PG_BIN/initdb" -D "$dir/data" -U postgres -A trust --no-sync >/dev/null
     run_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
       -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=off -c max_connections=300" \

@@ -19,7 +19,8 @@ trap cleanup EXIT
 psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE $db"
 export WHET_DATABASE_URL="${WHET_TEST_DATABASE_URL%/*}/$db"
 export WHET_EXECUTOR_TOKEN=test-token WHET_OBJECT_STORE="file://$work/objects"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port_py=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lib" && pwd)/free_port.py
+free_port() { python3 "$free_port_py"; }
 export WHET_GRPC="127.0.0.1:$(free_port)"
 fails=0 passes=0
 check() { if eval "$2"; then passes=$((passes+1)); echo "ok   $1"; else fails=$((fails+1)); echo "FAIL $1" >&2; fi; }

@@ -21,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
 import { startWorker, usageRows, sleep } from './worker.mjs';
+import { freePort } from '../lib/gateway.mjs';
 
 const { check, summary, failed } = checker();
 const whet = process.env.WHET_BIN;
@@ -43,9 +44,7 @@ const worker = await startWorker(dir, model, 'whet-tiny', '--slots', '4', '--max
 // Cold start: the gateway knows late-base at a port where nothing listens until a test opens it, as a
 // relay to a worker started (and loaded) beforehand, so when the worker "comes up" does not depend on
 // how long a worker takes to load here.
-const latePort = await new Promise((resolve) => {
-  const srv = createServer().listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
-});
+const latePort = await freePort();
 const COLD_START_MS = 6000;
 let late = null, relay = null;
 const openRelay = (target) => new Promise((resolve) => {
