@@ -464,7 +464,7 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
     if (gang < 0) goto db_fail;
     if (gang == GANG_DONE) {
         if (whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto db_fail;
-        PQclear(PQexec(conn, "NOTIFY whet_jobs"));
+        scheduler_wake(s);
         *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);
         return RPC_OK;
     }
@@ -531,7 +531,7 @@ static int handle_finish(void *ctx, const ProtobufCMessage *msg, ProtobufCMessag
             goto db_fail;
     }
     if (whet_pg_exec(conn, "COMMIT", 0, NULL, err) < 0) goto db_fail;
-    PQclear(PQexec(conn, "NOTIFY whet_jobs"));
+    scheduler_wake(s);
     log_info("msg=\"attempt finished\" job=%s attempt=%u outcome=%s node=%s", req->job_id, req->attempt, outcome,
              req->node_id);
     *out = new_message(sizeof(Whet__V1__FinishJobResponse), (void (*)(void *))whet__v1__finish_job_response__init);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -59,12 +60,25 @@ static PGconn *become_leader(const struct scheduler_options *opts) {
     return NULL;
 }
 
-/* Waits up to `ms` for a NOTIFY (or a signal); drains the notifications. -1 if the connection broke. */
-static int wait_for_work(PGconn *conn, int ms) {
-    struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-    int n = poll(&pfd, 1, ms);
+void scheduler_wake(struct scheduler *s) {
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof one) < 0) {
+        /* EAGAIN: the counter is full of wakes already */
+    }
+}
+
+/* Waits up to `ms` for a NOTIFY, a scheduler_wake or a signal; drains both. -1 if the connection broke. */
+static int wait_for_work(PGconn *conn, int wake_fd, int ms) {
+    struct pollfd pfd[2] = {{.fd = PQsocket(conn), .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+    int n = poll(pfd, 2, ms);
     if (n < 0 && errno != EINTR) return -1;
-    if (n > 0) {
+    if (n > 0 && pfd[1].revents) {
+        uint64_t wakes;
+        if (read(wake_fd, &wakes, sizeof wakes) < 0) {
+            /* EAGAIN: another wait drained it */
+        }
+    }
+    if (n > 0 && pfd[0].revents) {
         if (!PQconsumeInput(conn)) return -1;
         PGnotify *note;
         while ((note = PQnotifies(conn))) PQfreemem(note);
@@ -73,12 +87,16 @@ static int wait_for_work(PGconn *conn, int ms) {
 }
 
 int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
-    struct scheduler sch = {.opts = opts};
+    struct scheduler sch = {.opts = opts, .wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)};
+    if (sch.wake_fd < 0) return whet_errf(err, "eventfd: %s", strerror(errno));
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    if (opts->metrics_addr && scheduler_metrics_start(opts->metrics_addr, err) < 0) return -1;
+    if (opts->metrics_addr && scheduler_metrics_start(opts->metrics_addr, err) < 0) {
+        close(sch.wake_fd);
+        return -1;
+    }
     while (!stopping) {
         PGconn *conn = become_leader(opts);
         if (!conn) break;
@@ -115,9 +133,9 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
                 if (PQstatus(conn) != CONNECTION_OK) break;
             }
             last_cycle = whet_now_mono();
-            if (wait_for_work(conn, rc == 1 ? 0 : 1000) < 0) break;
+            if (wait_for_work(conn, sch.wake_fd, rc == 1 ? 0 : 1000) < 0) break;
             double since = whet_now_mono() - last_cycle;
-            if (since < 0.05) usleep(50 * 1000); /* bursts of NOTIFY: one cycle per 50 ms is plenty */
+            if (since < 0.05) usleep(50 * 1000); /* bursts of wakes: one cycle per 50 ms is plenty */
         }
         scheduler_metrics_leader(0);
         maintenance_stop(maintenance);
@@ -132,6 +150,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
     queue_cache_reset(&sch.queue);
     public_state_reset(&sch.public_state);
     scheduler_metrics_stop();
+    close(sch.wake_fd);
     log_info("msg=\"stopped\"");
     return 0;
 }

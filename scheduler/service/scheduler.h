@@ -2,7 +2,8 @@
  *
  * One leader at a time (pg_try_advisory_lock on a dedicated connection; a second scheduler waits and
  * takes over when the leader's session ends). The leader serves the executors' gRPC calls
- * (proto/whet.proto) and runs a cycle on every NOTIFY whet_jobs and at least once a second:
+ * (proto/whet.proto) and runs a cycle on every NOTIFY whet_jobs, when its own FinishJob handler freed
+ * capacity (scheduler_wake: no NOTIFY round trip), and at least once a second:
  *
  *   1. leases: a node silent for longer than its lease is lost; its running attempts end as `lost` and
  *      their jobs go back to the queue, to resume from their last complete checkpoint elsewhere;

@@ -140,7 +140,12 @@ struct scheduler {
     struct running_cache running; /* likewise */
     struct queue_cache queue;     /* likewise */
     struct public_state public_state;
+    int wake_fd; /* eventfd: scheduler_wake's, polled with the NOTIFY socket between cycles */
 };
+
+/* Runs the leader's next cycle now rather than on its timer, as a NOTIFY whet_jobs would (scheduler.c): what the
+ * process's own handlers call when capacity came free. */
+void scheduler_wake(struct scheduler *s);
 
 /* The gRPC methods the leader serves (handlers.c). */
 extern const struct rpc_method scheduler_methods[];

@@ -234,9 +234,12 @@ heartbeat_hist >"$work/hb2"
 a0=$(q "SELECT count(*) FROM job_attempts")
 f0=$(q "SELECT count(*) FROM job_attempts WHERE ended_at IS NOT NULL")
 # Where the server preloads pg_stat_statements (and the base database has the extension), the window's
-# top statements by total time are printed too.
+# top statements by total time are printed too; where it tracks functions (track_functions = 'pl' or 'all'),
+# its top functions, triggers among them.
 pgss=$(psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'" 2>/dev/null || echo 0)
 [ "$pgss" = 1 ] && psql -qtAX "$WHET_TEST_DATABASE_URL" -c "SELECT pg_stat_statements_reset()" >/dev/null
+track_functions=$(q "SHOW track_functions")
+q "SELECT pg_stat_reset()" >/dev/null
 # Heartbeats due a second: every node once an interval, a tenth of the lease (the scheduler's answer to RegisterNode).
 hb_due=$(echo "$nodes * 10000 / $lease_ms" | bc -l)
 # Heartbeats in the window: the scheduler's count of those written (a heartbeat renews its node's row only
@@ -275,7 +278,12 @@ if [ "$pgss" = 1 ]; then
   say "  top statements (pg_stat_statements): calls, total ms, ms per call, statement"
   psql -qtAX -F ' ' "$WHET_TEST_DATABASE_URL" -c "SELECT calls, round(total_exec_time), round((total_exec_time / greatest(calls, 1))::numeric, 3),
       left(regexp_replace(query, '\\s+', ' ', 'g'), 110) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-      WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT 10" | sed 's/^/scale:     /'
+      WHERE d.datname = '$db' ORDER BY total_exec_time DESC LIMIT ${WHET_SCALE_TOP_STATEMENTS:-10}" | sed 's/^/scale:     /'
+fi
+if [ "$track_functions" != none ]; then
+  say "  top functions (pg_stat_user_functions): calls, total ms, self ms, ms per call, function"
+  q "SELECT calls, round(total_time), round(self_time), round((total_time / greatest(calls, 1))::numeric, 3), funcname
+     FROM pg_stat_user_functions ORDER BY total_time DESC LIMIT 10" | tr '|' ' ' | sed 's/^/scale:     /'
 fi
 # The slow cycles of the whole run (the fill's among them), then of the window alone.
 slow=$(grep -c 'slow cycle' "$work/scheduler.log" || true)
