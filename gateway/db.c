@@ -8,9 +8,12 @@
  * What travels on a connection is a FIFO of segments, each some statements followed by one
  * PQpipelineSync (so each segment is one implicit transaction):
  *   SETUP  - at connect: SET ROLE whet_app (tenant pool), statement_timeout, every prepared statement
- *   TENANT - set_config('whet.tenant_id', $1, false), sent only when the connection last served
- *            another tenant (its own segment, so a failing query never rolls the setting back)
- *   QUERY  - the statements of one or more requests (db_query, db_transaction)
+ *   TENANT - set_config('whet.tenant_id', $1, false), once, before the connection's first request: the
+ *            session's tenant (its own segment, so a failing query never rolls the setting back)
+ *   QUERY  - the statements of one or more requests (db_query, db_transaction), each request's led by
+ *            set_config('whet.tenant_id', $1, true) when its tenant is not the one in effect there:
+ *            the setting lasts to the segment's end (its implicit transaction), so requests of many
+ *            tenants share a segment as those of one do
  * Results come back in the same order: for each statement one result and a NULL, then a
  * PGRES_PIPELINE_SYNC for the segment.
  *
@@ -55,12 +58,13 @@
 
 struct db_prepared {
     const char *name, *sql;
+    int read_only;
 };
 static struct db_prepared statements[DB_STATEMENTS_MAX];
 static int nstatements;
 static int statements_frozen;
 
-void db_prepare(const char *name, const char *sql) {
+static void prepare(const char *name, const char *sql, int read_only) {
     if (statements_frozen) {
         log_error("msg=\"db_prepare after the gateway started; ignored\" statement=%s", name);
         return;
@@ -68,6 +72,7 @@ void db_prepare(const char *name, const char *sql) {
     for (int i = 0; i < nstatements; i++) {
         if (!strcmp(statements[i].name, name)) {
             statements[i].sql = sql; /* the same route set registered twice (tests): last wins */
+            statements[i].read_only = read_only;
             return;
         }
     }
@@ -75,15 +80,18 @@ void db_prepare(const char *name, const char *sql) {
         log_error("msg=\"too many prepared statements\" statement=%s", name);
         return;
     }
-    statements[nstatements++] = (struct db_prepared){name, sql};
+    statements[nstatements++] = (struct db_prepared){name, sql, read_only};
 }
+
+void db_prepare(const char *name, const char *sql) { prepare(name, sql, 0); }
+void db_prepare_read(const char *name, const char *sql) { prepare(name, sql, 1); }
 
 void db_prepare_freeze(void) { statements_frozen = 1; }
 
-static int statement_known(const char *name) {
+static const struct db_prepared *statement_find(const char *name) {
     for (int i = 0; i < nstatements; i++)
-        if (!strcmp(statements[i].name, name)) return 1;
-    return 0;
+        if (!strcmp(statements[i].name, name)) return &statements[i];
+    return NULL;
 }
 
 /* ---- Results for handlers ---------------------------------------------------------------------- */
@@ -167,6 +175,9 @@ struct db_item {
     int misuse;           /* a bad statement count: fails as an internal error, never runs */
     int solo;             /* runs in a segment of its own (plain SQL, or sent again after a shared
                              segment failed) */
+    int sets_tenant;      /* its statements follow a set_config of its tenant in its segment (whose result
+                             is not the request's) */
+    int writes;           /* a statement of it is not db_prepare_read's */
     int deadlocks;        /* times its own segment was the victim of a deadlock and it was sent again */
 };
 
@@ -181,7 +192,7 @@ struct db_segment {
     struct db_item *items, *items_tail;
     int nitems;
     struct db_item *cur;
-    int cur_stmt;
+    int cur_stmt;     /* -1: cur's set_config */
     int failed;       /* a statement did not succeed */
     int statement;    /* SEG_PREPARE: index in the registry */
 };
@@ -203,8 +214,10 @@ struct db_conn {
     struct db_segment *head, *tail;
     int queries_in_flight;          /* requests sent, results not yet delivered */
     struct db_segment *open;        /* the QUERY segment still taking requests (no sync sent yet) */
-    char tenant[HTTP_TENANT_ID_MAX + 1];
+    char tenant[HTTP_TENANT_ID_MAX + 1]; /* the session's */
     int tenant_known;
+    char open_tenant[HTTP_TENANT_ID_MAX + 1]; /* in effect at the end of the open segment */
+    char open_writer[HTTP_TENANT_ID_MAX + 1]; /* the tenant whose requests write in it ("": none yet) */
     int setup_left;  /* SETUP and PREPARE segments still to complete before the connection is ready */
     int backoff_ms;
     h2o_timeout_entry_t timer; /* connect timeout, or reconnect backoff */
@@ -588,10 +601,15 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
     if (s->kind == SEG_QUERY) {
         while (s->cur_stmt == s->cur->n) { /* the next request's statements */
             s->cur = s->cur->next;
-            s->cur_stmt = 0;
+            s->cur_stmt = -s->cur->sets_tenant;
         }
-        s->cur->res[s->cur_stmt++] = res;
-        if (!ok) s->failed = 1;
+        if (!ok) s->failed = 1; /* a failed set_config aborts the request's statements: they fail it */
+        if (s->cur_stmt < 0) {
+            s->cur_stmt++;
+            PQclear(res);
+        } else {
+            s->cur->res[s->cur_stmt++] = res;
+        }
     } else {
         if (!ok) {
             char detail[200];
@@ -759,12 +777,13 @@ static struct db_conn *pool_pick(struct db_pool *pool) {
     return best;
 }
 
-/* Puts `item` on the wire of `c`: a TENANT segment first when the connection served another tenant,
- * then the item's statements in the open segment (a new one when there is none, or when the item
- * must run alone). The sync follows from conn_on_flush_timer. */
+/* Puts `item` on the wire of `c`: a TENANT segment first when the session has no tenant yet, then the
+ * item's statements in the open segment (a new one when there is none, or when the item must run
+ * alone), after a set_config of its tenant where another is in effect. The sync follows from
+ * conn_on_flush_timer. */
 #define DB_BATCH_MAX 32 /* requests per shared segment */
 static int conn_send_item(struct db_conn *c, struct db_item *item) {
-    if (!c->pool->admin && (!c->tenant_known || strcmp(c->tenant, item->tenant))) {
+    if (!c->pool->admin && !c->tenant_known) {
         static const char *set_tenant = "SELECT set_config('whet.tenant_id', $1, false)";
         const char *p[] = {item->tenant};
         if (conn_close_open(c) < 0) return -1;
@@ -776,8 +795,18 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
         memcpy(c->tenant, item->tenant, sizeof(c->tenant));
         c->tenant_known = 1;
     }
-    if (item->solo || (c->open && c->open->nitems >= DB_BATCH_MAX)) {
+    /* Writes of two tenants in one transaction would each hold their locks (the counter of active jobs)
+     * until its end: the other connection's transaction, writing for the same tenants, would wait for all of
+     * it, or deadlock with it. */
+    int another_writer = item->writes && c->open && c->open_writer[0] && strcmp(c->open_writer, item->tenant);
+    if (item->solo || another_writer || (c->open && c->open->nitems >= DB_BATCH_MAX)) {
         if (conn_close_open(c) < 0) return -1;
+    }
+    item->sets_tenant = !c->pool->admin && strcmp(c->open ? c->open_tenant : c->tenant, item->tenant) != 0;
+    if (item->sets_tenant) {
+        static const char *set_local_tenant = "SELECT set_config('whet.tenant_id', $1, true)";
+        const char *p[] = {item->tenant};
+        if (!PQsendQueryParams(c->pg, set_local_tenant, 1, NULL, p, NULL, NULL, 0)) return -1;
     }
     for (int i = 0; i < item->n; i++) {
         const struct db_stmt *st = &item->stmts[i];
@@ -791,13 +820,19 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
         s->kind = SEG_QUERY;
         seg_push(c, s);
         c->open = s;
+        c->open_writer[0] = 0;
     }
     item->next = NULL;
     if (s->items_tail) s->items_tail->next = item;
-    else s->items = s->cur = item;
+    else {
+        s->items = s->cur = item;
+        s->cur_stmt = -item->sets_tenant;
+    }
     s->items_tail = item;
     s->nitems++;
-    s->nstmts += item->n;
+    s->nstmts += item->sets_tenant + item->n;
+    if (!c->pool->admin) memcpy(c->open_tenant, item->tenant, sizeof c->open_tenant);
+    if (item->writes) memcpy(c->open_writer, item->tenant, sizeof c->open_writer);
     c->queries_in_flight++;
     metrics_db_add(c->pool->admin, METRICS_DB_IN_FLIGHT, 1);
     if (item->solo && conn_close_open(c) < 0) return -1;
@@ -928,11 +963,14 @@ void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_cal
         log_error("msg=\"db_transaction with %d statements (1..%d allowed)\" request_id=%s", n, DB_TX_MAX, r->request_id);
         n = 0;
     }
-    for (int i = 0; i < n; i++)
-        if (stmts[i].name && !statement_known(stmts[i].name))
-            log_error("msg=\"unknown prepared statement (declare it with db_prepare)\" statement=%s", stmts[i].name);
     struct db_item *item = item_new(r, pool, stmts, n, cb, arg);
     item->misuse = misuse;
+    for (int i = 0; i < n; i++) {
+        const struct db_prepared *st = stmts[i].name ? statement_find(stmts[i].name) : NULL;
+        if (stmts[i].name && !st)
+            log_error("msg=\"unknown prepared statement (declare it with db_prepare)\" statement=%s", stmts[i].name);
+        if (!st || !st->read_only) item->writes = 1;
+    }
     for (int i = 0; i < n; i++)
         if (!stmts[i].name) item->solo = 1; /* its text is not checked for BEGIN/COMMIT: keep it alone */
     gw_req_retain(r);

@@ -593,7 +593,7 @@ void estimate_prepare(void) {
      * (a dry run shows it anyway); without one the create reads a bounded number of rows. OFFSET 0 keeps
      * the estimate and the budget computed once each: pulled up into the outer query, each reference to e
      * and b was a call of its own (the budget's status up to seven times on a dry run). */
-    db_prepare(
+    db_prepare_read(
         "jobs_estimate",
         "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
         "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "

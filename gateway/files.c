@@ -258,17 +258,17 @@ void files_routes(struct http_router *rt) {
                "created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING " FILES_COLUMNS);
     /* Cursor pagination: `after` is a file id; an unknown one yields an empty page. The bound is one
      * expression (no OR), so that even a generic plan starts the index scan at the cursor. */
-    db_prepare("files_list_desc",
-               "SELECT " FILES_COLUMNS " FROM files WHERE tenant_id = $1 AND ($2::text IS NULL OR purpose = $2) "
-               "AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 "
-               "ELSE (SELECT seq FROM files WHERE tenant_id = $1 AND id = $3) END "
-               "ORDER BY seq DESC LIMIT $4");
-    db_prepare("files_list_asc",
-               "SELECT " FILES_COLUMNS " FROM files WHERE tenant_id = $1 AND ($2::text IS NULL OR purpose = $2) "
-               "AND seq > CASE WHEN $3::text IS NULL THEN 0 "
-               "ELSE (SELECT seq FROM files WHERE tenant_id = $1 AND id = $3) END "
-               "ORDER BY seq ASC LIMIT $4");
-    db_prepare("files_get", "SELECT " FILES_COLUMNS ", object_key FROM files WHERE tenant_id = $1 AND id = $2");
+    db_prepare_read("files_list_desc",
+                    "SELECT " FILES_COLUMNS " FROM files WHERE tenant_id = $1 AND ($2::text IS NULL OR purpose = $2) "
+                    "AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 "
+                    "ELSE (SELECT seq FROM files WHERE tenant_id = $1 AND id = $3) END "
+                    "ORDER BY seq DESC LIMIT $4");
+    db_prepare_read("files_list_asc",
+                    "SELECT " FILES_COLUMNS " FROM files WHERE tenant_id = $1 AND ($2::text IS NULL OR purpose = $2) "
+                    "AND seq > CASE WHEN $3::text IS NULL THEN 0 "
+                    "ELSE (SELECT seq FROM files WHERE tenant_id = $1 AND id = $3) END "
+                    "ORDER BY seq ASC LIMIT $4");
+    db_prepare_read("files_get", "SELECT " FILES_COLUMNS ", object_key FROM files WHERE tenant_id = $1 AND id = $2");
     db_prepare("files_delete", "DELETE FROM files WHERE tenant_id = $1 AND id = $2 RETURNING object_key");
 
     http_route(rt, "POST", "/v1/files", files_create, HTTP_ROUTE_LARGE_BODY, "files.create");

@@ -475,7 +475,7 @@ static void jobs_prepare(void) {
      * the first judge model a score_model or label_model grader names (at any depth of a multi
      * grader) that the catalog lacks; and what the estimate starts from (migration 0057: one statement, whose
      * probes for a fine-tuned model or a judge run only when they can find one). */
-    db_prepare("jobs_lookup", "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb)");
+    db_prepare_read("jobs_lookup", "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb)");
     /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column). The
      * insert's trigger bumps the tenant's counter of active jobs (migration 0010) and fails the statement,
      * rolling it all back, when that passed the tenant's limit (migration 0057: checked after the insert, so
@@ -494,7 +494,7 @@ static void jobs_prepare(void) {
                "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "
                "whet_budget_status($2), $4::bigint WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
     db_prepare("jobs_notify", "SELECT pg_notify('whet_jobs', id) FROM jobs WHERE tenant_id = $1 AND id = $2");
-    db_prepare("jobs_get", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.id = $2");
+    db_prepare_read("jobs_get", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.id = $2");
     db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
     /* Pages: the cursor's bound is one expression (no OR), so that even a generic plan starts the
      * index scan at the cursor; an unknown cursor yields an empty page. A job's events and checkpoints
@@ -504,12 +504,12 @@ static void jobs_prepare(void) {
      * jobs by seq, filtering for this one's, which reads every job made after this tenant's newest
      * (scale_plans: 2,100 rows for a page of 20 with 40 other tenants busy). A metadata filter needs the
      * rows themselves. */
-    db_prepare("jobs_list", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq = ANY (ARRAY("
-                            "SELECT seq FROM jobs WHERE tenant_id = $1 AND seq < " JOB_CURSOR_SEQ
-                            " ORDER BY seq DESC LIMIT $3)) ORDER BY j.seq DESC");
-    db_prepare("jobs_list_metadata",
-               "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq < " JOB_CURSOR_SEQ
-               " AND j.metadata @> $3::jsonb ORDER BY j.seq DESC LIMIT $4");
+    db_prepare_read("jobs_list", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq = ANY (ARRAY("
+                                 "SELECT seq FROM jobs WHERE tenant_id = $1 AND seq < " JOB_CURSOR_SEQ
+                                 " ORDER BY seq DESC LIMIT $3)) ORDER BY j.seq DESC");
+    db_prepare_read("jobs_list_metadata",
+                    "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.seq < " JOB_CURSOR_SEQ
+                    " AND j.metadata @> $3::jsonb ORDER BY j.seq DESC LIMIT $4");
     /* State changes: lock the row (FOR NO KEY UPDATE: a heartbeat's key check of the job's new progress row
      * does not wait for it), change it where the rules allow, record an event when it changed, and return the
      * status it had (the handler tells "not found" from "not allowed" with it). */

@@ -330,6 +330,34 @@ try {
   r = await b('GET', `/v1/fine_tuning/jobs?after=${j3.id}`);
   check(r.status === 200 && r.json.data.length === 0, 'isolation: another tenant\'s cursor yields nothing', r.json);
 
+  // ---- isolation under load: both tenants' creates, lists and reads at once, interleaved. The gateway sends
+  // the requests of one loop iteration in one transaction, each led by its tenant's setting where another's is
+  // in effect (gateway/db.c): every request must still act as its own tenant alone.
+  const betaBurstFile = await upload(b, 'fine-tune', `${SFT_LINE}\n`);
+  const burst = [];
+  for (let i = 0; i < 24; i++) {
+    const [api, tenant, file] = i % 2 ? [b, 'beta', betaBurstFile] : [a, 'alpha', sft];
+    burst.push(api('POST', '/v1/fine_tuning/jobs', { json: { model: 'whet-tiny', training_file: file, suffix: `burst-${i}` } })
+      .then((x) => ({ kind: 'create', tenant, x })));
+    burst.push(api('GET', '/v1/fine_tuning/jobs?limit=100').then((x) => ({ kind: 'list', tenant, x })));
+    burst.push(api('GET', `/v1/fine_tuning/jobs/${j3.id}`).then((x) => ({ kind: 'get', tenant, x })));
+  }
+  const answers = await Promise.all(burst);
+  const owners = new Map(stack.psql("SELECT j.id || ' ' || t.name FROM jobs j JOIN tenants t ON t.id = j.tenant_id")
+    .split('\n').map((line) => line.split(' ')));
+  const owner = (id) => owners.get(id);
+  const created = answers.filter((x) => x.kind === 'create');
+  check(created.every((c) => c.x.status === 200 && owner(c.x.json.id) === c.tenant),
+        'isolation under load: every create is its tenant\'s job', created.map((c) => [c.tenant, c.x.status, c.x.json?.id]));
+  const lists = answers.filter((x) => x.kind === 'list');
+  check(lists.every((l) => l.x.status === 200 && l.x.json.data.length > 0 && l.x.json.data.every((j) => owner(j.id) === l.tenant)),
+        'isolation under load: every list holds its tenant\'s jobs alone', lists.map((l) => [l.tenant, l.x.status, l.x.json?.data?.length]));
+  const gets = answers.filter((x) => x.kind === 'get');
+  check(gets.every((g) => g.x.status === (g.tenant === 'alpha' ? 200 : 404)),
+        'isolation under load: alpha\'s job reads as 200 for alpha, 404 for beta', gets.map((g) => [g.tenant, g.x.status]));
+  check(owner(j3.id) === 'alpha', 'isolation under load: the job read is alpha\'s');
+  for (const c of created.filter((c) => c.x.status === 200)) await (c.tenant === 'alpha' ? a : b)('POST', `/v1/fine_tuning/jobs/${c.x.json.id}/cancel`);
+
   // ---- graders/validate: the create's grader check on its own
   r = await a('POST', '/v1/fine_tuning/alpha/graders/validate', { json: { grader } });
   check(r.status === 200 && r.json.grader?.name === 'exact', 'graders/validate: a good grader', r.text);
