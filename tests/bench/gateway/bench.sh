@@ -19,7 +19,9 @@
 # 8 devices each (default 0), the fleet every create's estimate sizes the job over (issue 15: 10,000).
 # --tenants spreads the creates (both sides, and the bare INSERT) over T tenants, the clients over them
 # round-robin (default 1: every create takes the one tenant's counter of active jobs, a row that its
-# concurrent creates wait on in turn). The GET and the queue depth stay the first tenant's.
+# concurrent creates wait on in turn). The GET and the queue depth stay the first tenant's; with T > 1 a
+# third comparison, GET /v1/fine_tuning/jobs?limit=1 from the T tenants in turn beside pgbench listing
+# each tenant's page, shows the gateway serving many tenants' reads on its few connections.
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
     --depths) depths=$2; shift ;;
     --nodes) nodes=$2; shift ;;
     --tenants) tenants=$2; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -159,6 +161,17 @@ wrk.headers["authorization"] = "Bearer $key"
 wrk.headers["content-type"] = "application/json"
 ${3:+wrk.body = '$3'}
 EOF
+  if [ "$1" = GET ] && [ "$2" = "$list_path" ]; then
+    cat >>"$work/wrk.lua" <<EOF
+local keys = {$(printf '"%s",' "${keys[@]}")}
+local next_tenant = 0
+request = function()
+  next_tenant = next_tenant % #keys + 1
+  wrk.headers["authorization"] = "Bearer " .. keys[next_tenant]
+  return wrk.format()
+end
+EOF
+  fi
   if [[ "${3:-}" == *@FILE@* ]]; then
     cat >>"$work/wrk.lua" <<EOF
 local keys = {$(printf '"%s",' "${keys[@]}")}
@@ -206,6 +219,12 @@ pgbench_run() { # SCRIPT [TENANTS]
 
 cat >"$work/select.sql" <<EOF
 SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.id = :job;
+EOF
+# The first page of a tenant's jobs, as jobs_list reads it for limit=1 (one more row tells whether more follow).
+list_path='/v1/fine_tuning/jobs?limit=1'
+cat >"$work/list.sql" <<EOF
+SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.seq = ANY (ARRAY(SELECT seq FROM jobs
+  WHERE tenant_id = :tenant AND seq < 9223372036854775807 ORDER BY seq DESC LIMIT 2)) ORDER BY j.seq DESC;
 EOF
 # The statements POST /v1/fine_tuning/jobs runs, with fresh ids per create (keep in step with gateway/jobs.c and
 # gateway/estimate.c): jobs_lookup (the model, the files and the estimate's inputs), jobs_estimate (the estimate,
@@ -280,10 +299,15 @@ echo "gateway bench: $tenants tenants, $nodes nodes, $clients clients ($client_t
 for depth in ${depths//,/ }; do
   echo "queue depth $depth (the tenant's queued jobs when each round starts):"
   : >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"; : >"$work/bare.pg"
+  : >"$work/list.gw"; : >"$work/list.pg"
   reset_jobs "$depth"
   for round in $(seq "$rounds"); do
     wrk_run GET "/v1/fine_tuning/jobs/$job" >>"$work/get.gw"
     pgbench_run "$work/select.sql" >>"$work/get.pg"
+    if [ "$tenants" -gt 1 ]; then
+      wrk_run GET "$list_path" >>"$work/list.gw"
+      pgbench_run "$work/list.sql" "$tenants" >>"$work/list.pg"
+    fi
   done
   for round in $(seq "$rounds"); do
     reset_jobs "$depth"
@@ -293,12 +317,16 @@ for depth in ${depths//,/ }; do
     reset_jobs "$depth"
     pgbench_run "$work/bare.sql" "$tenants" >>"$work/bare.pg"
   done
-  for f in get.gw get.pg post.gw post.pg bare.pg; do
+  for f in get.gw get.pg post.gw post.pg bare.pg $([ "$tenants" -gt 1 ] && echo list.gw list.pg); do
     echo "  $f per round (req/s, p99 ms, CPU us/request: gateway, PostgreSQL, client): $(tr '\n' ';' <"$work/$f")"
   done
   report "GET /v1/fine_tuning/jobs/{id}" "$(col "$work/get.gw" 1)" "$(col "$work/get.gw" 2)" "$(col "$work/get.pg" 1)" "$(col "$work/get.pg" 2)"
   report "POST /v1/fine_tuning/jobs" "$(col "$work/post.gw" 1)" "$(col "$work/post.gw" 2)" "$(col "$work/post.pg" 1)" "$(col "$work/post.pg" 2)"
   report "POST vs a bare INSERT" "$(col "$work/post.gw" 1)" "$(col "$work/post.gw" 2)" "$(col "$work/bare.pg" 1)" "$(col "$work/bare.pg" 2)"
+  if [ "$tenants" -gt 1 ]; then
+    report "GET jobs?limit=1, $tenants tenants" "$(col "$work/list.gw" 1)" "$(col "$work/list.gw" 2)" "$(col "$work/list.pg" 1)" "$(col "$work/list.pg" 2)"
+    cpu "GET jobs?limit=1, $tenants tenants" "$work/list.gw" "$work/list.pg"
+  fi
   cpu "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
   cpu "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
   capacity "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
