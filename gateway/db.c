@@ -966,13 +966,15 @@ void db_transaction(struct gw_req *r, const struct db_stmt *stmts, int n, db_cal
     struct db_item *item = item_new(r, pool, stmts, n, cb, arg);
     item->misuse = misuse;
     for (int i = 0; i < n; i++) {
-        const struct db_prepared *st = stmts[i].name ? statement_find(stmts[i].name) : NULL;
-        if (stmts[i].name && !st)
+        if (!stmts[i].name) {
+            item->solo = item->writes = 1; /* its text is not checked for BEGIN/COMMIT: keep it alone */
+            continue;
+        }
+        const struct db_prepared *st = statement_find(stmts[i].name);
+        if (!st)
             log_error("msg=\"unknown prepared statement (declare it with db_prepare)\" statement=%s", stmts[i].name);
         if (!st || !st->read_only) item->writes = 1;
     }
-    for (int i = 0; i < n; i++)
-        if (!stmts[i].name) item->solo = 1; /* its text is not checked for BEGIN/COMMIT: keep it alone */
     gw_req_retain(r);
     pool->busy++;
     if (misuse) {
