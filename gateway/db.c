@@ -9,8 +9,8 @@
  * PQpipelineSync (so each segment is one implicit transaction):
  *   SETUP  - at connect: SET ROLE whet_app and generic plans (tenant pool), statement_timeout, every prepared
  *            statement
- *   TENANT - set_config('whet.tenant_id', $1, false), once, before the connection's first request: the
- *            session's tenant (its own segment, so a failing query never rolls the setting back)
+ *   TENANT - set_config('whet.tenant_id', $1, false), once, before the connection's first request of a
+ *            tenant: the session's tenant (its own segment, so a failing query never rolls the setting back)
  *   QUERY  - the statements of one or more requests (db_query, db_transaction), each request's led by
  *            set_config('whet.tenant_id', $1, true) when its tenant is not the one in effect there:
  *            the setting lasts to the segment's end (its implicit transaction), so requests of many
@@ -215,7 +215,7 @@ struct db_conn {
     struct db_segment *head, *tail;
     int queries_in_flight;          /* requests sent, results not yet delivered */
     struct db_segment *open;        /* the QUERY segment still taking requests (no sync sent yet) */
-    char tenant[HTTP_TENANT_ID_MAX + 1]; /* the session's */
+    char tenant[HTTP_TENANT_ID_MAX + 1]; /* the session's ("": unset) */
     int tenant_known;
     char open_tenant[HTTP_TENANT_ID_MAX + 1]; /* in effect at the end of the open segment */
     char open_writer[HTTP_TENANT_ID_MAX + 1]; /* the tenant whose requests write in it ("": none yet) */
@@ -389,6 +389,7 @@ static void conn_fail(struct db_conn *c, const char *why) {
         PQfinish(c->pg);
         c->pg = NULL;
     }
+    c->tenant[0] = 0;
     c->tenant_known = 0;
     /* Detach the FIFO first: callbacks may submit new queries (which cannot pick this connection). */
     struct db_segment *s = c->head;
@@ -793,7 +794,10 @@ static struct db_conn *pool_pick(struct db_pool *pool) {
  * conn_on_flush_timer. */
 #define DB_BATCH_MAX 32 /* requests per shared segment */
 static int conn_send_item(struct db_conn *c, struct db_item *item) {
-    if (!c->pool->admin && !c->tenant_known) {
+    /* The session's tenant is the first tenant's to come: a request of none (an API key's lookup, whose tenant
+     * is not known yet) runs as well with the setting unset, which reads as "" (whet_current_tenant), and taking
+     * its "" for the session's made every later request set its tenant again. */
+    if (!c->pool->admin && !c->tenant_known && item->tenant[0]) {
         static const char *set_tenant = "SELECT set_config('whet.tenant_id', $1, false)";
         const char *p[] = {item->tenant};
         if (conn_close_open(c) < 0) return -1;

@@ -83,7 +83,8 @@ check "each rank of generation 2 resumes from step 1" \
 q "UPDATE jobs SET desired = 'pause' WHERE id = 'ftjob-g'; NOTIFY whet_jobs"
 check "pause reaches both nodes" 'wait_for 10 "SELECT count(DISTINCT node_id) FROM node_commands WHERE job_id = '"'"'ftjob-g'"'"' AND attempt = 2 AND kind = '"'"'stop'"'"'" 2'
 check "the job pauses" 'wait_for 15 "SELECT status FROM jobs WHERE id = '"'"'ftjob-g'"'"'" paused'
-check "every rank ends stopped" 'wait_for 15 "SELECT string_agg(outcome, '"'"','"'"' ORDER BY rank) FROM gang_ranks WHERE job_id = '"'"'ftjob-g'"'"' AND attempt = 2" stopped,stopped,stopped,stopped'
+# (each rank's executor reports its stop on its own: on a loaded machine the last can take tens of seconds)
+check "every rank ends stopped" 'wait_for 45 "SELECT string_agg(outcome, '"'"','"'"' ORDER BY rank) FROM gang_ranks WHERE job_id = '"'"'ftjob-g'"'"' AND attempt = 2" stopped,stopped,stopped,stopped'
 
 # Resumed, then one executor is killed: its lease runs out, the gang fails as lost and waits for
 # capacity; the executor comes back (same node), the gang restarts and succeeds.

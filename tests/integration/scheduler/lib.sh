@@ -1,8 +1,8 @@
 # lib.sh - what the scheduler's integration tests share, sourced as `. lib.sh NAME`: a migrated
 # database of their own on run.sh's PostgreSQL (WHET_DATABASE_URL), a work dir ($work, with a file
 # object store), the executor token and a free gRPC address in the environment, the processes listed
-# in `pids` killed and everything removed at exit; check, q, wait_for, eventually, free_port, metric and
-# seed_tenant.
+# in `pids` killed, their logs' ends printed when a check failed, and everything removed at exit; check,
+# q, wait_for, eventually, free_port, metric and seed_tenant.
 set -euo pipefail
 : "${WHET_TEST_DATABASE_URL:?set by tests/run.sh}" "${WHET_BIN:?set by ctest}"
 db="whet_$1_$$_$RANDOM"
@@ -12,6 +12,10 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  # A failed check's story is in the processes' logs, which go with the work dir: their ends, to the test's output.
+  if [ "${fails:-0}" -gt 0 ]; then
+    for f in "$work"/*.log; do [ -f "$f" ] && { echo "--- last 40 lines of ${f##*/}"; tail -n 40 "$f"; } >&2; done
+  fi
   psql -qX "$WHET_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
