@@ -7,8 +7,7 @@
  *
  * What travels on a connection is a FIFO of segments, each some statements followed by one
  * PQpipelineSync (so each segment is one implicit transaction):
- *   SETUP  - at connect: SET ROLE whet_app and generic plans (tenant pool), statement_timeout, every prepared
- *            statement
+ *   SETUP  - at connect: SET ROLE whet_app (tenant pool), statement_timeout, every prepared statement
  *   TENANT - set_config('whet.tenant_id', $1, false), once, before the connection's first request of a
  *            tenant: the session's tenant (its own segment, so a failing query never rolls the setting back)
  *   QUERY  - the statements of one or more requests (db_query, db_transaction), each request's led by
@@ -419,15 +418,6 @@ static int conn_send_setup(struct db_conn *c) {
     c->setup_left = 1 + nstatements;
     if (!c->pool->admin) {
         if (!PQsendQueryParams(c->pg, "SET ROLE whet_app", 0, NULL, NULL, NULL, NULL, 0)) return -1;
-        s->nstmts++;
-        /* The tenant pool's statements are keyed by the tenant, and PostgreSQL's choice between a custom and
-         * the generic plan goes wrong for them: a tenant with few jobs makes every custom plan look cheaper
-         * than the generic one, so a job list was planned again on every call (0.40 ms of PostgreSQL where
-         * the generic plan runs in 0.05 ms). tests/integration/scale/plans.mjs checks the generic plans read
-         * pages, not tables. The operator's pool keeps PostgreSQL's choice: its queue page, filtered by
-         * optional parameters, needs a plan for the filters given. */
-        if (!PQsendQueryParams(c->pg, "SET plan_cache_mode = force_generic_plan", 0, NULL, NULL, NULL, NULL, 0))
-            return -1;
         s->nstmts++;
     }
     if (!PQsendQueryParams(c->pg, "SET statement_timeout = '" DB_STATEMENT_TIMEOUT "'", 0, NULL, NULL, NULL, NULL, 0))

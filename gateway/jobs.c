@@ -429,25 +429,15 @@ static void jobs_resume(struct gw_req *r) { idem_begin(r, state_change_start, (v
 
 /* ---------------------------------------------------------------- events and checkpoints */
 
-/* The page is the third of job_page's four results. */
-static void job_page_done(struct gw_req *r, const struct db_result *res, void *arg) {
-    struct db_result page = *res;
-    page.n = 3;
-    files_page_done(r, &page, arg);
-}
-
-/* The job must be the tenant's (else 404), then a page of its `stmt` rows, newest first, planned for
- * this job; the statements after it in the shared transaction get their generic plans back. */
+/* The job must be the tenant's (else 404), then a page of its `stmt` rows, newest first. */
 static void job_page(struct gw_req *r, const char *stmt, int def_limit, json_t *(*to_json)(const PGresult *, int)) {
     struct files_page *p = files_page_new(r, def_limit, 100, "fine-tuning job", to_json);
     if (!p) return;
     const char *job[] = {http_tenant_id(r), http_path_param(r, "id")};
     const char *page[] = {http_tenant_id(r), http_path_param(r, "id"), http_query_param(r, "after"), p->fetch};
-    struct db_stmt stmts[] = {{"jobs_exists", NULL, 2, job},
-                              {"jobs_page_custom_plan", NULL, 0, NULL},
-                              {stmt, NULL, 4, page},
-                              {"jobs_page_generic_plan", NULL, 0, NULL}};
-    db_transaction(r, stmts, 4, job_page_done, p);
+    struct db_stmt stmts[] = {
+        {"jobs_exists", NULL, 2, job}, {"jobs_page_custom_plan", NULL, 0, NULL}, {stmt, NULL, 4, page}};
+    db_transaction(r, stmts, 3, files_page_done, p);
 }
 
 static void jobs_events(struct gw_req *r) { job_page(r, "jobs_events", 20, event_row_to_json); }
@@ -560,9 +550,8 @@ static void jobs_prepare(void) {
     /* A job's page is planned for that job: the generic plan, costed for a job of a few rows, read one
      * job's 4k events of the month in order to sort them (its partitions' index scans appended, then sorted,
      * in scale_plans) where an ordered scan of each partition reads a page's rows. Custom plans for the rest
-     * page only (the tenant pool's sessions force generic plans: gateway/db.c). */
+     * of the page's transaction only. */
     db_prepare("jobs_page_custom_plan", "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)");
-    db_prepare("jobs_page_generic_plan", "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)");
     db_prepare("jobs_events",
                "SELECT id, created_at, level, message, data, type FROM job_events WHERE tenant_id = $1 AND job_id = $2 "
                "AND seq < CASE WHEN $3::text IS NULL THEN 9223372036854775807 ELSE (SELECT CASE WHEN tenant_id = $1 "

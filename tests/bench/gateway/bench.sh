@@ -5,8 +5,7 @@
 #   POST /v1/fine_tuning/jobs       (wrk, API key)  beside  pgbench running the same statements
 #        (the model/file lookup, the estimate, then the job INSERT, its event INSERT and pg_notify in one
 #        transaction)
-# pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both, and with generic
-# plans forced, as the gateway's tenant connections are (gateway/db.c). The two
+# pgbench connects as whet_app with whet.tenant_id set, so row-level security runs in both. The two
 # sides alternate for --rounds rounds (so a change in the machine's background load hits both), and
 # the medians of requests/s and p99 are compared (goal: the gateway within 20% of the database), and
 # the CPU each side spends per request (gateway + PostgreSQL + wrk against PostgreSQL + pgbench).
@@ -201,7 +200,7 @@ pgbench_run() { # SCRIPT [TENANTS]
   local n=${2:-1} i
   rm -f "$work"/pgb_log* "$work"/pgbench.out*
   for i in $(seq 0 $((n - 1))); do
-    echo "PGOPTIONS='-c role=whet_app -c plan_cache_mode=force_generic_plan -c whet.tenant_id=${tenant_ids[$i]}' pgbench -n -M prepared" \
+    echo "PGOPTIONS='-c role=whet_app -c whet.tenant_id=${tenant_ids[$i]}' pgbench -n -M prepared" \
          "-c $((clients / n + (i < clients % n))) -j $client_threads -T $seconds -l --log-prefix=pgb_log$i" \
          "-D tenant=${tenant_ids[$i]} -D file=${files[$i]} -D apikey=${key_ids[$i]} -D job=$job" \
          "-D method=$(printf %q "$method") -D sizing=$(printf %q "$sizing") -D estimate=$(printf %q "$estimate")" \
