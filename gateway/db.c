@@ -214,8 +214,7 @@ struct db_conn {
     struct db_segment *head, *tail;
     int queries_in_flight;          /* requests sent, results not yet delivered */
     struct db_segment *open;        /* the QUERY segment still taking requests (no sync sent yet) */
-    char tenant[HTTP_TENANT_ID_MAX + 1]; /* the session's ("": unset) */
-    int tenant_known;
+    char tenant[HTTP_TENANT_ID_MAX + 1];      /* the session's ("": unset) */
     char open_tenant[HTTP_TENANT_ID_MAX + 1]; /* in effect at the end of the open segment */
     char open_writer[HTTP_TENANT_ID_MAX + 1]; /* the tenant whose requests write in it ("": none yet) */
     int setup_left;  /* SETUP and PREPARE segments still to complete before the connection is ready */
@@ -389,7 +388,6 @@ static void conn_fail(struct db_conn *c, const char *why) {
         c->pg = NULL;
     }
     c->tenant[0] = 0;
-    c->tenant_known = 0;
     /* Detach the FIFO first: callbacks may submit new queries (which cannot pick this connection). */
     struct db_segment *s = c->head;
     c->head = c->tail = c->open = NULL;
@@ -787,7 +785,7 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
     /* The session's tenant is the first tenant's to come: a request of none (an API key's lookup, whose tenant
      * is not known yet) runs as well with the setting unset, which reads as "" (whet_current_tenant), and taking
      * its "" for the session's made every later request set its tenant again. */
-    if (!c->pool->admin && !c->tenant_known && item->tenant[0]) {
+    if (!c->pool->admin && !c->tenant[0] && item->tenant[0]) {
         static const char *set_tenant = "SELECT set_config('whet.tenant_id', $1, false)";
         const char *p[] = {item->tenant};
         if (conn_close_open(c) < 0) return -1;
@@ -797,7 +795,6 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
         ts->nstmts = 1;
         seg_push(c, ts);
         memcpy(c->tenant, item->tenant, sizeof(c->tenant));
-        c->tenant_known = 1;
     }
     /* Writes of two tenants in one transaction would each hold their locks (the counter of active jobs)
      * until its end: the other connection's transaction, writing for the same tenants, would wait for all of
