@@ -68,8 +68,8 @@ const char **trainer_sandbox_gang(struct sandbox_spec *spec, const json_t *distr
 }
 
 void trainer_sandbox_nccl_env(const char **env, size_t cap) {
-    static const char *const nccl[] = {"NCCL_IPC_USE_ABSTRACT_SOCKET=0", "NCCL_CUMEM_ENABLE=0", "NCCL_P2P_DISABLE=1",
-                                       "NCCL_NVLS_ENABLE=0", "NCCL_IB_DISABLE=1"};
+    static const char *const nccl[] = {"NCCL_CUMEM_ENABLE=0", "NCCL_P2P_DISABLE=1", "NCCL_NVLS_ENABLE=0",
+                                       "NCCL_IB_DISABLE=1"};
     size_t n = 0;
     while (n < cap && env[n]) n++;
     for (size_t i = 0; i < WHET_ARRAY_LEN(nccl) && n + 1 < cap; i++) env[n++] = nccl[i];

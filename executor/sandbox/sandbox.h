@@ -92,9 +92,9 @@ struct sandbox_spec {
     const char *const *connect_to;
     const char *listen_host;
     /* A GPU gang rank's NCCL (needs peer_hosts; see sandbox_net.c): 1 lets the command create AF_UNIX
-     * sockets (NCCL's proxy always opens one) and bind or connect them to absolute path names only,
-     * which init does (NCCL_IPC_USE_ABSTRACT_SOCKET=0 puts them in the sandbox's own /tmp). Abstract
-     * names are what the host's network namespace shares: a bind or connect to one ends the sandbox,
+     * sockets and bind or connect them to absolute path names, which init does, and bind one to the
+     * abstract name NCCL's proxy always takes ("\0tmp/nccl-socket-RANK-HASH"). Other abstract names
+     * are what the host's network namespace shares: a bind or connect to one ends the sandbox,
      * and a Landlock scope (Linux 6.12) keeps sends from reaching any abstract socket made outside the
      * sandbox; sandbox_spawn fails where the kernel lacks it. A path socket reaches only what the
      * sandbox's mounts show. */

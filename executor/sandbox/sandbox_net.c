@@ -22,15 +22,21 @@
  *     making the call itself in the sandbox's mount namespace (its cwd is "/", hence no relative
  *     names) with the command's file-system ids (a bound socket file is the command's); an abstract
  *     name (or autobind, which picks one) ends the sandbox, so nothing can squat a host service's name
- *     in the host's network namespace, which such a sandbox shares;
+ *     in the host's network namespace, which such a sandbox shares. One exception: NCCL's proxy binds
+ *     its socket to the abstract name "\0tmp/nccl-socket-RANK-HASH" and nothing makes it choose
+ *     otherwise (src/misc/ipcsocket.cc defines USE_ABSTRACT_SOCKET at compile time; 2.28 has no setting
+ *     for it, seen on an H200 where the sandbox ended every GPU rank at that bind), so a bind to a name
+ *     of exactly that form is made, as init, like a path's. HASH comes from the communicator's random
+ *     id: a rank cannot guess another job's name to take it first, and squatting one of that form
+ *     takes nothing a host service uses. Likewise the CUDA driver's "\0cuda-uvmfd-NS-PID" (cuInit
+ *     fails without it), NS one of the sandbox's own namespaces (cuda_uvm_name);
  *   - sendto/sendmsg to an abstract name (seccomp cannot read their addresses): a Landlock scope
  *     (LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, Linux 6.12, loaded by the worker) refuses every abstract
  *     socket made outside the sandbox (containerd's, systemd's, X11's) with EPERM;
  *   - a path name reaches only socket files the sandbox's mounts show: its own /tmp and job dir, its
  *     gang's /dev/shm (the gang's own ranks), and read-only system dirs that hold none.
- * So NCCL runs with NCCL_IPC_USE_ABSTRACT_SOCKET=0 (its sockets land in the rank's private /tmp) and,
- * since no rank can reach another rank's socket, without cuMem handle exchange (comm_nccl.c says what
- * that costs).
+ * So a rank's NCCL reaches its own proxy socket (made inside its sandbox, which the scope allows) and no
+ * other rank's, and runs without cuMem handle exchange (comm_nccl.c says what that costs).
  *
  * Limits, stated for operators:
  *   - The policy is on addresses and ports: any service that listens on a peer's address within the
@@ -44,6 +50,7 @@
  *   - A trainer sees the host's interfaces (netlink route dumps, /proc/net is the sandbox's own).
  * Init-side code is async-signal-safe: system calls and string copies, no allocation. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
@@ -57,6 +64,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
@@ -313,6 +321,71 @@ static int perform_as_command(const struct sandbox_plan *plan, const struct secc
     return e;
 }
 
+/* Abstract names of a fixed form: "\0" PREFIX, then runs of digits parsed by the callers, then NUL bytes
+ * to the length given (NCCL binds with the whole sockaddr_un). These return where the next part starts,
+ * or 0 where the name does not have the form. */
+static size_t name_prefix(const struct sockaddr_un *un, size_t n, const char *prefix) {
+    size_t k = strlen(prefix);
+    return n > 1 + k && n <= sizeof un->sun_path && !un->sun_path[0] && !memcmp(un->sun_path + 1, prefix, k) ? 1 + k
+                                                                                                             : 0;
+}
+static size_t name_digits(const struct sockaddr_un *un, size_t n, size_t i, int hex, unsigned long long *value) {
+    size_t from = i;
+    *value = 0;
+    for (; i < n && (hex ? isxdigit((unsigned char)un->sun_path[i]) : isdigit((unsigned char)un->sun_path[i])); i++)
+        *value = *value * 10 + (unsigned)(un->sun_path[i] - '0'); /* read for decimal runs only */
+    return i > from && i - from <= 19 ? i : 0;
+}
+static int name_ends(const struct sockaddr_un *un, size_t n, size_t i) {
+    while (i < n && !un->sun_path[i]) i++;
+    return i == n;
+}
+
+/* NCCL's proxy socket: "\0tmp/nccl-socket-" RANK (decimal) "-" HASH (hex). */
+static int nccl_proxy_name(const struct sockaddr_un *un, size_t n) {
+    unsigned long long v;
+    size_t i = name_prefix(un, n, "tmp/nccl-socket-");
+    if (!i || !(i = name_digits(un, n, i, 0, &v)) || un->sun_path[i] != '-') return 0;
+    return (i = name_digits(un, n, i + 1, 1, &v)) && name_ends(un, n, i);
+}
+
+/* The CUDA driver's socket for handing its UVM file descriptor to IPC peers: "\0cuda-uvmfd-" NS "-" PID,
+ * NS the inode of one of the process's namespaces (seen: cuInit in a sandbox bound "@cuda-uvmfd-
+ * 4026532261-2"; AppArmor's CUDA abstraction allows "@cuda-uvmfd-*"). NS must be one of the sandbox's
+ * own mount, PID or IPC namespaces, which init shares with the command: no rank can take a name another
+ * sandbox's or the host's CUDA processes would bind. */
+static int cuda_uvm_name(const struct sockaddr_un *un, size_t n) {
+    unsigned long long ns, pid;
+    size_t i = name_prefix(un, n, "cuda-uvmfd-");
+    if (!i || !(i = name_digits(un, n, i, 0, &ns)) || un->sun_path[i] != '-') return 0;
+    if (!(i = name_digits(un, n, i + 1, 0, &pid)) || !name_ends(un, n, i)) return 0;
+    static const char *const own[] = {"/proc/self/ns/mnt", "/proc/self/ns/pid", "/proc/self/ns/ipc"};
+    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
+        struct stat st;
+        if (stat(own[k], &st) == 0 && (unsigned long long)st.st_ino == ns) return 1;
+    }
+    return 0;
+}
+
+/* Appends ` "NAME"` for a unix socket's address: an abstract name with a leading '@' (it starts with a
+ * NUL), "" for an unnamed bind (the kernel then picks an abstract name), bytes outside printable ASCII as
+ * '?', at most 64 of them. Says which library asked, which the caller's error message cannot. */
+static void put_unix_name(char *why, size_t why_len, const struct sockaddr_un *un, socklen_t len) {
+    char name[72];
+    size_t n = 0, at = offsetof(struct sockaddr_un, sun_path);
+    size_t end = len > at ? len - at : 0;
+    if (end > sizeof un->sun_path) end = sizeof un->sun_path;
+    name[n++] = ' ', name[n++] = '"';
+    for (size_t i = 0; i < end && n < 2 + 64; i++) {
+        unsigned char ch = (unsigned char)un->sun_path[i];
+        if (i == 0 && ch == 0) name[n++] = '@';
+        else if (ch == 0) break; /* a path name ends at its NUL */
+        else name[n++] = ch >= 0x20 && ch < 0x7f && ch != '"' ? (char)ch : '?';
+    }
+    name[n++] = '"', name[n] = 0;
+    sbx_strlcat(why, name, why_len);
+}
+
 int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, const struct seccomp_notif *req, char *why,
                              size_t why_len) {
     const struct sandbox_net *net = &plan->net;
@@ -354,8 +427,12 @@ int sandbox_net_child_answer(const struct sandbox_plan *plan, int listener, cons
         /* An absolute path only (the zeroed copy ends it); init's cwd is "/", not the command's. */
         if (len > offsetof(struct sockaddr_un, sun_path) && a.un.sun_path[0] == '/')
             return send_answer(listener, req, perform_as_command(plan, req, &a, len), 0);
+        size_t name_len = len - offsetof(struct sockaddr_un, sun_path);
+        if (nr == SYS_bind && (nccl_proxy_name(&a.un, name_len) || cuda_uvm_name(&a.un, name_len)))
+            return send_answer(listener, req, perform(net, req, &a, len, NULL), 0);
         sbx_strlcpy(why, what, why_len);
         sbx_strlcat(why, " of a unix socket to an abstract or relative name", why_len);
+        put_unix_name(why, why_len, &a.un, len);
         return 0;
     }
     int family = a.sa.sa_family;

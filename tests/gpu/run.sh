@@ -4,7 +4,8 @@
 #
 #   1. configure and build whet, unit_backend and unit_model with -DWHET_CUDA=ON in a fresh build dir
 #      ($WHET_GPU_BUILD_DIR, default build-gpu; WHET_GPU_KEEP_BUILD=1 reuses it; the build type is
-#      $WHET_GPU_BUILD_TYPE, default Release)
+#      $WHET_GPU_BUILD_TYPE, default Release); or, on a GPU machine without the project's libraries, the
+#      build tests/gpu/pack.sh packed elsewhere: WHET_GPU_PREBUILT=ITS_OUT_DIR
 #   2. find the GPU (nvidia-smi); without one, stop here: exit 2, "no GPU" in the summary
 #   3. `unit_backend cuda`: every op against plain references and finite differences (fp32 tolerances
 #      in tests/unit/backend/test_backend.c, the same as the CPU's); `unit_model cuda`: the model engine
@@ -23,6 +24,7 @@
 #      fine-tuned model; reported, not required: greedy on the random model (its logits are close to each
 #      other, so a near-tie may go either way between two summation orders) and a seeded draw
 #      (temperature 0.9, top-p 0.95; it may differ where a draw is within float rounding of a boundary)
+#   8. throughput of a training step (reported, not required): whet against PyTorch on the same device
 #
 # WHET_GPU_DEVICE=cpu runs every step with the CPU in place of the GPU (both sides of each comparison on
 # the CPU): a check of this script itself on a machine without a GPU.
@@ -38,7 +40,13 @@ STEPS=${WHET_GPU_STEPS:-20}
 dev=${WHET_GPU_DEVICE:-cuda}
 start=$(date +%s)
 work=$(mktemp -d /tmp/whet-gpu.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# WHET_GPU_LOGS=FILE keeps every check's log (and the runs' metrics) in a tar.gz when the run ends
+keep_logs() {
+  [ -n "${WHET_GPU_LOGS:-}" ] || return 0
+  (cd "$work" && find . -maxdepth 2 \( -name '*.log' -o -name '*.err' -o -name metrics.jsonl \) -print0 |
+    tar -czf "$WHET_GPU_LOGS" --null -T -)
+}
+trap 'keep_logs; rm -rf "$work"' EXIT
 results="$work/results" # one "key<TAB>json value" per line, assembled into the summary
 : > "$results"
 failed=0
@@ -73,22 +81,47 @@ check() { # check NAME CMD...: runs CMD, logs to $work/NAME.log, records pass/fa
   return "$rc"
 }
 
-# ---- 1. build
-[ -n "${WHET_GPU_KEEP_BUILD:-}" ] || rm -rf "$build"
-command -v nvcc >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
-echo "== build ($build)" >&2
-if ! cmake -S . -B "$build" -DWHET_CUDA=ON -DWHET_WERROR=ON -DCMAKE_BUILD_TYPE="${WHET_GPU_BUILD_TYPE:-Release}" > "$work/configure.log" 2>&1; then
-  tail -n 30 "$work/configure.log" >&2
-  put_str stopped_at configure
-  summary 1
+# ---- 1. build, or a build packed elsewhere (WHET_GPU_PREBUILT: tests/gpu/pack.sh's OUT_DIR, for a GPU machine
+# without the project's libraries): its libraries unpacked, CUDA's found among the machine's own; only the
+# programs this script runs see them (RUN and the whet wrapper), so python3 and PyTorch keep their own
+RUN=()
+if [ -n "${WHET_GPU_PREBUILT:-}" ]; then
+  build=$(cd "$WHET_GPU_PREBUILT" && pwd)
+  mkdir -p "$work/pack" "$work/bin"
+  tar -C "$work/pack" -xzf "$build/lib.tar.gz"
+  cuda_dirs=$(find /usr/local /usr/lib /opt \( -name libcublasLt.so.13 -o -name libcublas.so.13 -o -name libcudart.so.13 \
+    -o -name libnccl.so.2 \) 2>/dev/null | xargs -r -n1 dirname | sort -u | paste -sd: -)
+  libs="$work/pack/lib${cuda_dirs:+:$cuda_dirs}"
+  RUN=(env "LD_LIBRARY_PATH=$libs")
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$libs" "$build/whet" > "$work/bin/whet"
+  chmod +x "$work/bin/whet"
+  WHET="$work/bin/whet"
+  echo "== prebuilt ($build); libraries: $libs" >&2
+  missing=$("${RUN[@]}" ldd "$build/whet" "$build/tests/unit/model/unit_model" | grep 'not found' | sort -u)
+  if [ -n "$missing" ]; then
+    echo "$missing" >&2
+    put_str stopped_at "libraries not found: $(echo "$missing" | awk '{print $1}' | paste -sd' ' -)"
+    summary 1
+  fi
+  put_str build prebuilt
+else
+  [ -n "${WHET_GPU_KEEP_BUILD:-}" ] || rm -rf "$build"
+  command -v nvcc >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+  echo "== build ($build)" >&2
+  if ! cmake -S . -B "$build" -DWHET_CUDA=ON -DWHET_WERROR=ON -DCMAKE_BUILD_TYPE="${WHET_GPU_BUILD_TYPE:-Release}" > "$work/configure.log" 2>&1; then
+    tail -n 30 "$work/configure.log" >&2
+    put_str stopped_at configure
+    summary 1
+  fi
+  if ! cmake --build "$build" -j"$(nproc)" --target whet unit_backend unit_model > "$work/build.log" 2>&1; then
+    grep -E "error|Error" "$work/build.log" | head -n 30 >&2
+    put_str stopped_at build
+    summary 1
+  fi
+  put_str build pass
+  build=$(cd "$build" && pwd)
+  WHET="$build/whet"
 fi
-if ! cmake --build "$build" -j"$(nproc)" --target whet unit_backend unit_model > "$work/build.log" 2>&1; then
-  grep -E "error|Error" "$work/build.log" | head -n 30 >&2
-  put_str stopped_at build
-  summary 1
-fi
-put_str build pass
-WHET="$root/$build/whet"
 
 # ---- 2. the GPU
 gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -n1)
@@ -103,8 +136,8 @@ put_str gpu "$gpu"
 echo "GPU: $gpu" >&2
 
 # ---- 3. the op tests on the device
-check unit_backend_cuda timeout 300 "$build/tests/unit/backend/unit_backend" "${dev%%:*}"
-check unit_model_cuda env WHET_FIXTURES="$root/tests/fixtures" timeout 300 "$build/tests/unit/model/unit_model" "$dev"
+check unit_backend_cuda "${RUN[@]}" timeout 150 "$build/tests/unit/backend/unit_backend" "${dev%%:*}"
+check unit_model_cuda "${RUN[@]}" env WHET_FIXTURES="$root/tests/fixtures" timeout 150 "$build/tests/unit/model/unit_model" "$dev"
 
 # ---- 4. SFT on cpu and cuda
 "$WHET" model init --preset tiny --out "$work/model" > /dev/null
@@ -114,7 +147,7 @@ train() { # train NAME DEVICE LORA_FIELD HYPERPARAMETERS [MORE_FIELDS]
  "output_dir": "$work/$1", "seed": 1, "max_steps": $STEPS, "device": "$2", "lora": $3,
  "hyperparameters": $4 ${5:-}}
 JSON
-  ${TRAIN_IN:-timeout 240} "$WHET" train --config "$work/$1.json" --quiet > /dev/null
+  ${TRAIN_IN:-timeout 120} "$WHET" train --config "$work/$1.json" --quiet > /dev/null
 }
 compare_losses() { # compare_losses CPU_RUN CUDA_RUN: the metrics of two runs
   python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" "$STEPS" <<'PY'
@@ -162,9 +195,9 @@ check nccl_gang_of_one train nccl-cuda "$dev" '{"r": 8, "alpha": 16}' "$HP" \
 
 # 5b. the same gang of one with the environment a GPU gang rank's sandbox gives NCCL (the list of
 # executor/agent/trainer_sandbox.c's trainer_sandbox_nccl_env; why each: comm_nccl.c): NCCL must start
-# and train alike without cuMem, CUDA P2P, NVLS or InfiniBand, its proxy socket path-named
+# and train alike without cuMem, CUDA P2P, NVLS or InfiniBand
 nccl_sandbox_env() {
-  (export NCCL_IPC_USE_ABSTRACT_SOCKET=0 NCCL_CUMEM_ENABLE=0 NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1
+  (export NCCL_CUMEM_ENABLE=0 NCCL_P2P_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1
    train nccl-env "$dev" '{"r": 8, "alpha": 16}' "$HP" \
      ', "distributed": {"world_size": 1, "rank": 0, "rendezvous": "127.0.0.1:0"}') &&
     compare_losses lora-cpu nccl-env
@@ -177,11 +210,16 @@ check nccl_sandbox_env nccl_sandbox_env && put nccl_sandbox_env "$(tail -n1 "$wo
 in_gang_sandbox() { # in_gang_sandbox WHET train --config CONFIG ...: the run directory is the config's name
   local cfg=$4 devices=()
   for d in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia0; do [ -e "/dev/$d" ] && devices+=(--device "$d"); done
+  if [ ${#RUN[@]} -gt 0 ]; then # a prebuilt pack: its wrapper and libraries, and CUDA's where /usr does not hold them
+    devices+=(--readonly "$work/bin")
+    local IFS=:
+    for d in $libs; do case $d in /usr/*) ;; *) devices+=(--readonly "$d") ;; esac; done
+  fi
   mkdir -p "${cfg%.json}" "$work/gang-shm"
   "$WHET" sandbox run "${devices[@]}" --peer 127.0.0.1 --peer-ports 29500-29599 --unix-sockets --shm "$work/gang-shm" \
-    --wall 240 --procs 256 --readonly "$root/$build" --readonly "$root/tests/fixtures" --readonly "$work/model" \
+    --wall 240 --procs 256 --readonly "$build" --readonly "$root/tests/fixtures" --readonly "$work/model" \
     --readonly "$cfg" --writable "${cfg%.json}" --env PATH=/usr/bin:/bin --env HOME=/tmp \
-    --env NCCL_IPC_USE_ABSTRACT_SOCKET=0 --env NCCL_CUMEM_ENABLE=0 --env NCCL_P2P_DISABLE=1 --env NCCL_NVLS_ENABLE=0 \
+    --env NCCL_SOCKET_IFNAME=lo --env NCCL_CUMEM_ENABLE=0 --env NCCL_P2P_DISABLE=1 --env NCCL_NVLS_ENABLE=0 \
     --env NCCL_IB_DISABLE=1 -- "$@"
 }
 nccl_sandboxed() {
@@ -236,5 +274,44 @@ report_equal() { # report_equal KEY sample_compare ARGS...: recorded, not requir
 report_equal greedy_random_equal sample_compare "$work/model" "Add 2 and 3." --max-tokens 32 --temperature 0
 report_equal seeded_equal sample_compare "$full_model" "Add 2 and 3." --max-tokens 32 --temperature 0.9 --top-p 0.95 \
   --seed 5
+
+# ---- 8. throughput, reported, not required: one training step of a random model shaped like Qwen3-0.6B
+# (28 layers, hidden 1024, 16 heads, SwiGLU 3072, vocabulary 151,936, tied embeddings; plain multi-head
+# attention, head size 64), one packed sequence of 2048 tokens, full fine-tuning and LoRA r16 on every
+# linear layer; whet (tests/bench/train/bench_train.c) against PyTorch on the same device in the same run,
+# PyTorch as written for the CPU peer (fp32, matmul + masked softmax: the same arithmetic as whet's) and as
+# a GPU trainer runs it (bf16 autocast, fused causal attention). WHET_GPU_BENCH=0 leaves it out.
+bench_one() { # bench_one KEY CMD...: the command's last line (its JSON) under KEY, or why it has none
+  local key=$1 line
+  shift
+  if [ $(( $(date +%s) - start )) -ge "${WHET_GPU_BENCH_UNTIL:-420}" ]; then # the run's time is nearly up
+    put_str "bench_$key" "skipped: ${WHET_GPU_BENCH_UNTIL:-420} s had passed"
+    return
+  fi
+  echo "== bench $key" >&2
+  if line=$(timeout 120 "$@" 2> "$work/bench-$key.err" | tail -n1) && [ -n "$line" ]; then
+    put "bench_$key" "$line"
+  else
+    put_str "bench_$key" "failed: $(tail -n3 "$work/bench-$key.err" | tr '\n' ' ')"
+  fi
+}
+if [ "${WHET_GPU_BENCH:-1}" != 0 ]; then
+  bench=$build/bench_train # a pack has it; a build here compiles it
+  if [ ! -x "$bench" ]; then
+    bench=$work/bench_train
+    BUILD="$build" tests/bench/engine_cc.sh tests/bench/train/bench_train.c "$bench" -Wl,--wrap=backend_open \
+      > "$work/bench-build.log" 2>&1 || tail -n 20 "$work/bench-build.log" >&2
+  fi
+  shape="28 1024 16 3072 151936 1 2048"
+  for r in 0 16; do
+    bench_one "whet_r$r" "${RUN[@]}" "$bench" step $shape $r 3 "$dev"
+    if python3 -c 'import torch' 2> /dev/null; then
+      torch_dev=$dev
+      [ "$dev" != cpu ] || torch_dev=cpu
+      bench_one "torch_fp32_r$r" python3 tests/bench/train/bench_torch.py $shape $r 3 4 "$torch_dev"
+      bench_one "torch_bf16_sdpa_r$r" python3 tests/bench/train/bench_torch.py $shape $r 3 4 "$torch_dev" bf16 sdpa
+    fi
+  done
+fi
 
 summary "$failed"

@@ -88,10 +88,20 @@ static void fill_bytes(void *dst, const void *src, size_t bytes, size_t from) {
     }
 }
 
+/* Allocations from this size on are checked against the available memory before they are made. */
+#define CHECKED_ALLOC_BYTES ((size_t)1 << 30)
+
 static void *cpu_alloc(struct backend *be, size_t bytes, struct whet_err *err) {
     void *p = NULL;
+    size_t free_bytes, total;
+    /* Where the kernel always overcommits (vm.overcommit_memory=1, as Redis and many container hosts set
+     * it), malloc of terabytes succeeds and the zeroing below gets the process OOM-killed: a large block
+     * that cannot fit is refused here with the error a failed malloc gives. */
+    if (bytes >= CHECKED_ALLOC_BYTES) {
+        cpu_mem_info(be, &free_bytes, &total);
+        if (bytes > free_bytes) return backend_out_of_memory(err, "host", bytes, free_bytes);
+    }
     if (posix_memalign(&p, 64, bytes ? bytes : 64)) {
-        size_t free_bytes, total;
         cpu_mem_info(be, &free_bytes, &total);
         return backend_out_of_memory(err, "host", bytes, free_bytes);
     }

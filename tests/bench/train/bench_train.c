@@ -3,8 +3,8 @@
  * model in PyTorch (bench_torch.py) in the same run.
  *
  *   bench_train peak
- *   bench_train step LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
- *   bench_train profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
+ *   bench_train step LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS [DEVICE]
+ *   bench_train profile LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS [DEVICE]
  *   bench_train paired LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS
  *
  * `step` writes a random Llama model (tied embeddings) to a temporary dir, loads it (LoRA r on all
@@ -14,7 +14,10 @@
  * implementation), and the process CPU seconds of a step (all threads: the work, whatever the load).
  * `profile` does the same and then prints the time of every backend op per step (see below).
  * `paired` waits for a line on stdin before each step and prints {"step", "s", "cpu_s"} after it, so
- * a driver (pairs.py) can alternate the steps of whet and PyTorch one by one. */
+ * a driver (pairs.py) can alternate the steps of whet and PyTorch one by one.
+ * DEVICE (default cpu) is the model's device, as a trainer config names it ("cuda", "cuda:1"). On a GPU a
+ * step's AdamW is queued, not waited for: the next step's forward (which waits for its loss) pays it, so
+ * each timed step holds one AdamW, the previous step's. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -74,16 +77,23 @@ static int peak(void) {
 /* ---------------------------------------------------------------- profile ---- */
 
 /* `bench_train profile ...` times every backend call of the steps: run.sh links this program with
- * -Wl,--wrap=backend_cpu_open, so the model's backend_open lands in __wrap_backend_cpu_open below,
- * which keeps the real op table and points the instance's ops at timed ones that call it. Matrix
- * products are kept apart by op and shape (the caller's M, N, K), the rest by op. Wall and process
- * CPU seconds: on a shared machine the CPU seconds say how much work an op is, the wall seconds how
- * long it waited. Every op queues its work (the CPU's finishes inside the call), so the times are the
- * ops' own on the CPU; a device backend would need a sync per op for that. */
-int __real_backend_cpu_open(struct backend **out, struct whet_err *err);
-int __wrap_backend_cpu_open(struct backend **out, struct whet_err *err);
+ * -Wl,--wrap=backend_open, so the model's backend_open lands in __wrap_backend_open below, which keeps
+ * the real op table and points the instance's ops at timed ones that call it. Matrix products are kept
+ * apart by op and shape (the caller's M, N, K), the rest by op. Wall and process CPU seconds: on a
+ * shared machine the CPU seconds say how much work an op is, the wall seconds how long it waited. The
+ * CPU's ops finish inside the call; a device's are queued, so on a device each timed op waits for the
+ * queue before and after it (a zero-byte download): the op's own time, at the cost of the overlap the
+ * queue gives a step, so the table's total exceeds an untimed step's. */
+int __real_backend_open(struct backend **out, const char *device, struct whet_err *err);
+int __wrap_backend_open(struct backend **out, const char *device, struct whet_err *err);
 static struct backend real;
 static int want_profile, profiling; /* the timed table is handed out; the calls now are booked */
+static int queued_ops;              /* the instance is a device's: its ops return before they finish */
+
+static void wait_for_device(struct backend *be) {
+    char none;
+    if (queued_ops) real.download(be, &none, NULL, 0);
+}
 
 struct prof_row {
     char key[96];
@@ -105,13 +115,15 @@ static void prof_add(const char *key, double wall, double cpu, double flops) {
 }
 
 /* Runs CALL and books its time under the printf-style key. */
-#define TIMED(flops, call, ...)                                                \
-    do {                                                                      \
-        double w0 = now(), c0 = cpu_now();                                    \
-        call;                                                                 \
-        char k[96];                                                           \
-        snprintf(k, sizeof k, __VA_ARGS__);                                   \
-        prof_add(k, now() - w0, cpu_now() - c0, flops);                       \
+#define TIMED(flops, call, ...)                                                                                        \
+    do {                                                                                                               \
+        wait_for_device(be);                                                                                           \
+        double w0 = now(), c0 = cpu_now();                                                                             \
+        call;                                                                                                          \
+        wait_for_device(be);                                                                                           \
+        char k[96];                                                                                                    \
+        snprintf(k, sizeof k, __VA_ARGS__);                                                                            \
+        prof_add(k, now() - w0, cpu_now() - c0, flops);                                                                \
     } while (0)
 
 static void t_zero(struct backend *be, void *p, size_t bytes) { TIMED(0, real.zero(be, p, bytes), "zero"); }
@@ -203,11 +215,12 @@ static void t_clip_by_norm(struct backend *be, float *x, size_t n, const double 
     TIMED(0, real.clip_by_norm(be, x, n, sumsq, max_norm), "clip_by_norm");
 }
 
-int __wrap_backend_cpu_open(struct backend **out, struct whet_err *err) {
-    int rc = __real_backend_cpu_open(out, err);
+int __wrap_backend_open(struct backend **out, const char *device, struct whet_err *err) {
+    int rc = __real_backend_open(out, device, err);
     if (rc || !want_profile) return rc;
     struct backend *t = *out;
     real = *t;
+    queued_ops = strcmp(t->name, "cpu") != 0;
     t->zero = t_zero, t->copy = t_copy, t->gemm = t_gemm;
     t->matmul_forward = t_matmul_forward, t->matmul_backward = t_matmul_backward;
     t->embedding_forward = t_embedding_forward, t->embedding_backward = t_embedding_backward;
@@ -262,8 +275,9 @@ static void add_random(void *arg, const char *name, int ndim, const int64_t *sha
 }
 
 static int step(int argc, char **argv) {
-    if (argc != 11) {
-        fprintf(stderr, "usage: bench_train step|profile|paired LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS\n");
+    if (argc != 11 && argc != 12) {
+        fprintf(stderr,
+                "usage: bench_train step|profile|paired LAYERS HIDDEN HEADS FFN VOCAB B T LORA_R STEPS [DEVICE]\n");
         return 2;
     }
     want_profile = !strcmp(argv[1], "profile");
@@ -296,6 +310,7 @@ static int step(int argc, char **argv) {
 
     struct model_opts o = model_opts_default();
     o.train = 1, o.lora_r = r, o.lora_alpha = 2.0f * r, o.lora_targets = LORA_ALL, o.seed = 1;
+    o.device = argc == 12 ? argv[11] : "cpu";
     struct model *m;
     if (model_load(&m, dir, &o, &err)) return fprintf(stderr, "%s\n", err.msg), 1;
     unlink(path);
@@ -339,9 +354,9 @@ static int step(int argc, char **argv) {
                      : 3 * fwd + 3 * att;
     printf("{\"impl\": \"whet\", \"params\": %zu, \"trainable\": %zu, \"B\": %d, \"T\": %d, \"lora_r\": %d, "
            "\"s_per_step\": %.4f, \"mean_s_per_step\": %.4f, \"cpu_s_per_step\": %.4f, \"tokens_per_s\": %.1f, "
-           "\"gflops\": %.1f, \"gflops_per_cpu_s\": %.1f, \"loss\": %.4f}\n",
+           "\"gflops\": %.1f, \"gflops_per_cpu_s\": %.1f, \"loss\": %.4f, \"device\": \"%s\"}\n",
            model_num_params(m), model_num_trainable(m), B, T, r, per, total / steps, total_cpu / steps, N / per,
-           flops / per / 1e9, flops / (total_cpu / steps) / 1e9, loss);
+           flops / per / 1e9, flops / (total_cpu / steps) / 1e9, loss, o.device);
     if (want_profile) prof_print(steps, total, total_cpu);
     free(ids), free(targets);
     model_free(m);

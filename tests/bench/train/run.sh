@@ -20,7 +20,7 @@ SRC=$(cd "$(dirname "$0")/../../.." && pwd)
 OUT=$(mktemp -d /tmp/whet-bench-train.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 # --wrap lets `bench_train profile` time the ops of the model's backend instance.
-BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/train/bench_train.c" "$OUT/bench_train" -Wl,--wrap=backend_cpu_open
+BUILD="$BUILD" "$SRC/tests/bench/engine_cc.sh" "$SRC/tests/bench/train/bench_train.c" "$OUT/bench_train" -Wl,--wrap=backend_open
 export OMP_NUM_THREADS=$THREADS
 # Both sides use libgomp; idle workers sleep instead of spinning, which on a shared machine keeps a
 # waiting thread from taking the core its partner needs (it changes nothing on an idle machine).

@@ -165,7 +165,7 @@ static long landlock_abi(void) {
 }
 
 TEST(a_gpu_gang_rank_binds_and_sends_on_path_unix_sockets) {
-    /* NCCL's proxy socket with NCCL_IPC_USE_ABSTRACT_SOCKET=0: bound in the rank's /tmp, a datagram to it. */
+    /* A socket bound in the rank's /tmp, a datagram to it; a stream socket likewise. */
     static const char script[] = "import socket\n"
                                  "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind('/tmp/nccl-socket-0-1')\n"
                                  "c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
@@ -221,17 +221,45 @@ TEST(a_gpu_gang_rank_reaches_no_abstract_socket) {
     char buf[4];
     CHECK(recv(host, buf, sizeof buf, 0) < 0);
     sandbox_job_release(&job);
+    /* NCCL's proxy socket, the one abstract name a rank may bind (as NCCL binds it: the whole
+     * sockaddr_un, NUL-padded), and a datagram to it from inside the sandbox. */
+    job = run_python("import socket\n"
+                     "name = b'\\0tmp/nccl-socket-3-9f0c1a2b'\n"
+                     "s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(name.ljust(108, b'\\0'))\n"
+                     "c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+                     "c.sendto(b'fd', name.ljust(108, b'\\0')); print('got', s.recv(2).decode())\n");
+    CHECK_MSG(job.result.reason == SANDBOX_OK, "%s: %s", job.result.message, job.errout);
+    CHECK_CONTAINS(job.out, "got fd");
+    sandbox_job_release(&job);
+    /* The CUDA driver's UVM socket, named after one of the sandbox's own namespaces (cuInit binds it,
+     * listening for seqpackets); with a namespace not its own (the host's network one) it is refused. */
+    job = run_python("import os, socket\n"
+                     "ns, pid = os.stat('/proc/self/ns/mnt').st_ino, os.getpid()\n"
+                     "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+                     "s.bind(b'\\0cuda-uvmfd-%d-%d' % (ns, pid)); s.listen(1); print('listening', flush=True)\n"
+                     "socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET).bind(b'\\0cuda-uvmfd-%d-%d' % "
+                     "(os.stat('/proc/self/ns/net').st_ino, pid))\n");
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_CONTAINS(job.out, "listening");
+    CHECK_CONTAINS(job.result.denied, "bind of a unix socket to an abstract or relative name \"@cuda-uvmfd-");
+    sandbox_job_release(&job);
+    job = run_python(
+        "import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind(b'\\0tmp/nccl-socket-3-xyz')\n");
+    CHECK(job.result.reason == SANDBOX_SECCOMP);
+    CHECK_STR(job.result.denied, "bind of a unix socket to an abstract or relative name \"@tmp/nccl-socket-3-xyz\"");
+    sandbox_job_release(&job);
     /* Nor may it take an abstract name a host service might want, or try to connect to one. */
     job = run_python("import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind('\\0whet-squat')\n");
     CHECK(job.result.reason == SANDBOX_SECCOMP);
-    CHECK_STR(job.result.denied, "bind of a unix socket to an abstract or relative name");
+    CHECK_STR(job.result.denied, "bind of a unix socket to an abstract or relative name \"@whet-squat\"");
     sandbox_job_release(&job);
     snprintf(script, sizeof script, "import socket\nsocket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).connect('\\0%s')\n",
              name);
     job = run_python(script);
     gpu_rank = 0;
     CHECK(job.result.reason == SANDBOX_SECCOMP);
-    CHECK_STR(job.result.denied, "connect of a unix socket to an abstract or relative name");
+    snprintf(script, sizeof script, "connect of a unix socket to an abstract or relative name \"@%s\"", name);
+    CHECK_STR(job.result.denied, script);
     sandbox_job_release(&job);
     close(host);
 }

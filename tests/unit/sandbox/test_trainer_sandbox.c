@@ -223,8 +223,7 @@ TEST(a_gpu_gangs_ranks_on_one_node_share_a_dev_shm_no_other_job_sees) {
         printf("(no Landlock scope on this kernel: a GPU rank's sandbox is refused, as checked in unit_sandbox_net)\n");
     } else {
         CHECK_MSG(job.result.reason == SANDBOX_OK, "%s: %s", job.result.message, job.errout);
-        CHECK_STR(job.out, "NCCL_CUMEM_ENABLE=0\nNCCL_IB_DISABLE=1\nNCCL_IPC_USE_ABSTRACT_SOCKET=0\n"
-                           "NCCL_NVLS_ENABLE=0\nNCCL_P2P_DISABLE=1\n");
+        CHECK_STR(job.out, "NCCL_CUMEM_ENABLE=0\nNCCL_IB_DISABLE=1\nNCCL_NVLS_ENABLE=0\nNCCL_P2P_DISABLE=1\n");
         sandbox_job_release(&job);
         run_sh(&job, &rank[1], "cat /dev/shm/nccl-abc");
         CHECK(job.result.reason == SANDBOX_OK);

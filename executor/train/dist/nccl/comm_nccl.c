@@ -29,11 +29,12 @@
  *     between ranks whose /dev/shm has the same st_dev. A GPU gang's ranks on one node get one
  *     directory bound as /dev/shm (work_dir/gang-shm/JOB-ATTEMPT; a tmpfs there bounds its size),
  *     which no other job sees, and which goes with the node's last rank of the gang.
- *   - unix sockets: ncclProxyInit always binds one ("/tmp/nccl-socket-RANK-HASH", abstract by
- *     default). An abstract name lives in the network namespace, here the host's, where it could
- *     reach or squat the host's own abstract sockets; so NCCL_IPC_USE_ABSTRACT_SOCKET=0 makes it a file
- *     in the rank's private /tmp, the sandbox lets GPU gang ranks bind path names only and a Landlock
- *     scope keeps them from every abstract socket (Linux 6.12, else such a rank does not start).
+ *   - unix sockets: ncclProxyCreate always binds one, to the abstract name "\0tmp/nccl-socket-RANK-
+ *     HASH" (abstract at NCCL's compile time; no setting changes it). An abstract name lives in the
+ *     network namespace, here the host's, where it could reach or squat the host's own abstract
+ *     sockets; so the sandbox lets a GPU gang rank bind path names and a name of exactly NCCL's form
+ *     only, and a Landlock scope keeps it from every abstract socket made outside its sandbox (Linux
+ *     6.12, else such a rank does not start).
  *   - what crosses processes over that socket, cuMem's file-descriptor handles (P2P buffers, and SHM
  *     buffers when cuMem host memory is on), cannot reach another rank's private /tmp: NCCL_CUMEM_ENABLE
  *     =0 (SHM then uses plain /dev/shm files; NVLS, which needs cuMem, off: NCCL_NVLS_ENABLE=0).
