@@ -120,19 +120,21 @@ struct backend {
     void (*set_rows)(struct backend *be, float *dst, const int *rows, const float *src, int lds, int n_rows, int C);
 
     /* ---- attention ---- */
-    /* Causal self-attention inside each segment (segs[n_segs], device memory, covering the tokens).
+    /* Causal self-attention inside each segment (segs[n_segs], device memory, covering the tokens;
+     * host_segs the same table in host memory, from which a device backend plans its launches without
+     * waiting for the device).
      * q[N, H*D] (stride ldq), k and v [N, HKV*D] (strides ldk, ldv); query head h uses kv head
      * h / (H/HKV). out[N, H*D] (contiguous). Only the log-sum-exp of each score row is kept, lse[H, N]:
      * the backward pass recomputes the probabilities block by block (as FlashAttention does), so
      * memory grows with N, not N*T. T >= the longest segment. */
     void (*attention_forward)(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k,
-                              int ldk, const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N,
-                              int T, int H, int HKV, int D);
+                              int ldk, const float *v, int ldv, const struct attn_segment *segs,
+                              const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV, int D);
     /* dq, dk, dv (all accumulated; GQA heads share dk, dv) from dout[N, H*D]. */
     void (*attention_backward)(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
                                const float *dout, const float *lse, const float *q, int ldq, const float *k, int ldk,
-                               const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
-                               int H, int HKV, int D);
+                               const float *v, int ldv, const struct attn_segment *segs,
+                               const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV, int D);
     /* Attention of n new query tokens against a KV cache (generation). q[n, H*D] (stride ldq);
      * kc, vc [n_rows, HKV*D] hold the cached keys and values of one layer; query i sees rows
      * first[i] .. first[i]+n_ctx[i]-1 (its own key included). out[n, H*D] contiguous. */

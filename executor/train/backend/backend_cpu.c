@@ -384,9 +384,10 @@ static void attention_forward_one(float *O, int HD, float *lse, float *S, const 
     }
 }
 
-static void cpu_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
-                                  const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
-                                  int H, int HKV, int D) {
+static void cpu_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k,
+                                  int ldk, const float *v, int ldv, const struct attn_segment *segs,
+                                  const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV,
+                                  int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / HKV, HD = H * D;
 #pragma omp parallel if ((size_t)n_segs * H * T * D >= PAR_MIN)
@@ -440,10 +441,11 @@ static void attention_backward_one(float *dQ, int lddq, float *dK, int lddk, flo
     }
 }
 
-static void cpu_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
-                                   const float *lse, const float *q, int ldq, const float *k, int ldk,
-                                   const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
-                                   int H, int HKV, int D) {
+static void cpu_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
+                                   const float *dout, const float *lse, const float *q, int ldq, const float *k,
+                                   int ldk, const float *v, int ldv, const struct attn_segment *segs,
+                                   const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV,
+                                   int D) {
     float scale = 1.0f / sqrtf((float)D);
     int group = H / HKV, HD = H * D;
     /* Work items are (segment, kv head): the query heads of a GQA group share dK and dV, so one

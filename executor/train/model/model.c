@@ -833,8 +833,8 @@ static void layer_forward(struct model *m, int l, struct layer_acts *a, int N) {
     const float *q, *k, *v;
     int ldq, ldk;
     model_qkv_views(m, a, &q, &ldq, &k, &ldk, &v);
-    m->be->attention_forward(m->be, a->att, a->lse, q, ldq, k, ldk, v, m->QKV, m->d_segs, m->n_segs, N, m->longest, m->NH,
-                             m->NKV, m->hd);
+    m->be->attention_forward(m->be, a->att, a->lse, q, ldq, k, ldk, v, m->QKV, m->d_segs, m->segs, m->n_segs, N,
+                             m->longest, m->NH, m->NKV, m->hd);
     model_attn_outputs_and_mlp(m, l, a, x, m->resid + (size_t)(l + 1) * N * m->C, N);
 }
 
@@ -1021,8 +1021,8 @@ static void layer_backward(struct model *m, int l, struct layer_acts *a, int N) 
         be->zero(be, m->dqkr, sizeof(float) * (size_t)N * m->QK);
         dq = m->dqkr, dk = m->dqkr + qd, lddq = m->QK;
     }
-    be->attention_backward(be, dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->lse, q, ldq,
-                           k, ldk, v, m->QKV, m->d_segs, m->n_segs, N, m->longest, m->NH, m->NKV, hd);
+    be->attention_backward(be, dq, lddq, dk, lddq, m->dqkv + qd + kvd, m->QKV, m->datt, a->lse, q, ldq, k, ldk, v,
+                           m->QKV, m->d_segs, m->segs, m->n_segs, N, m->longest, m->NH, m->NKV, hd);
     be->rope_backward(be, dq, lddq, m->pos, m->cos_sin, N, m->NH + m->NKV, hd);
     if (m->cfg.qk_norm) {
         be->rmsnorm_backward(be, m->dqkv, m->QKV, pgrad(m, p->q_norm), m->dqkr, m->QK, a->qkv, m->QKV, p->q_norm, a->q_rstd,

@@ -177,18 +177,20 @@ static void t_gather_rows(struct backend *be, float *d, const float *s, const in
 static void t_scatter_add_rows(struct backend *be, float *d, const float *s, const int *rows, int n, int C) {
     TIMED(0, real.scatter_add_rows(be, d, s, rows, n, C), "scatter_add_rows");
 }
-static void t_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
-                                const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T,
-                                int H, int HKV, int D) {
-    TIMED(0, real.attention_forward(be, out, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T, H, HKV, D), "attention_fwd");
+static void t_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k,
+                                int ldk, const float *v, int ldv, const struct attn_segment *segs,
+                                const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV, int D) {
+    TIMED(0, real.attention_forward(be, out, lse, q, ldq, k, ldk, v, ldv, segs, host_segs, n_segs, N, T, H, HKV, D),
+          "attention_fwd");
 }
-static void t_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv, const float *dout,
-                                 const float *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
-                                 int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H, int HKV,
+static void t_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
+                                 const float *dout, const float *lse, const float *q, int ldq, const float *k, int ldk,
+                                 const float *v, int ldv, const struct attn_segment *segs,
+                                 const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV,
                                  int D) {
     TIMED(0,
-          real.attention_backward(be, dq, lddq, dk, lddk, dv, lddv, dout, lse, q, ldq, k, ldk, v, ldv, segs, n_segs, N, T,
-                                   H, HKV, D),
+          real.attention_backward(be, dq, lddq, dk, lddk, dv, lddv, dout, lse, q, ldq, k, ldk, v, ldv, segs, host_segs,
+                                  n_segs, N, T, H, HKV, D),
           "attention_bwd");
 }
 static void t_crossentropy_forward(struct backend *be, float *losses, float *lse, int *correct, const float *logits, const int *targets,

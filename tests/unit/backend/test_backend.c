@@ -389,13 +389,13 @@ TEST(swiglu) {
 /* Plain causal attention inside each segment, in double: out[N, H*D], lse[H, N]. */
 static void attention_ref(double *out, double *lse, const float *q, int ldq, const float *k, int ldk, const float *v,
                           int ldv, const struct attn_segment *segs, int n_segs, int N, int H, int HKV, int D) {
-    double scale = 1 / sqrt(D);
+    double scale = 1 / sqrt(D), *sc = malloc(sizeof(double) * (size_t)N);
     for (int si = 0; si < n_segs; si++)
         for (int h = 0; h < H; h++) {
             int kh = h / (H / HKV);
             for (int i = 0; i < segs[si].len; i++) {
                 int t = segs[si].start + i;
-                double sc[64], mx = -INFINITY, z = 0;
+                double mx = -INFINITY, z = 0;
                 for (int j = 0; j <= i; j++) {
                     int u = segs[si].start + j;
                     double s = 0;
@@ -412,6 +412,50 @@ static void attention_ref(double *out, double *lse, const float *q, int ldq, con
                 }
             }
         }
+    free(sc);
+}
+
+/* The backward of attention_ref from its definitions, in double, added into g[N, ldg] at the columns of
+ * a fused qkv gradient (dq at 0, dk at H*D, dv at (H+HKV)*D): per segment and head, P from the
+ * forward's formula, dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dQ += scale dS K,
+ * dK += scale dS^T Q. q, k, v are the column blocks of one fused qkv [N, ldq]. */
+static void attention_backward_ref(double *g, int ldg, const float *dout, const float *qkv, int ldq,
+                                   const struct attn_segment *segs, int n_segs, int H, int HKV, int D) {
+    double scale = 1 / sqrt(D);
+    for (int si = 0; si < n_segs; si++) {
+        int s = segs[si].start, L = segs[si].len;
+        double *P = calloc((size_t)L * L, sizeof(double)), *dS = calloc((size_t)L * L, sizeof(double));
+        for (int h = 0; h < H; h++) {
+            int kh = h / (H / HKV);
+            const float *q = qkv + h * D, *k = qkv + (H + kh) * D, *v = qkv + (H + HKV + kh) * D;
+            for (int i = 0; i < L; i++) {
+                double mx = -INFINITY, z = 0, dot = 0;
+                for (int j = 0; j <= i; j++) {
+                    double x = 0;
+                    for (int d = 0; d < D; d++) x += (double)q[(s + i) * ldq + d] * k[(s + j) * ldq + d];
+                    P[i * L + j] = x * scale;
+                    mx = fmax(mx, x * scale);
+                }
+                for (int j = 0; j <= i; j++) z += (P[i * L + j] = exp(P[i * L + j] - mx));
+                for (int j = 0; j <= i; j++) {
+                    P[i * L + j] /= z;
+                    double dp = 0;
+                    for (int d = 0; d < D; d++) dp += (double)dout[(s + i) * H * D + h * D + d] * v[(s + j) * ldq + d];
+                    dS[i * L + j] = dp;
+                    dot += P[i * L + j] * dp;
+                }
+                for (int j = 0; j <= i; j++) dS[i * L + j] = P[i * L + j] * (dS[i * L + j] - dot);
+            }
+            for (int i = 0; i < L; i++)
+                for (int j = 0; j <= i; j++)
+                    for (int d = 0; d < D; d++) {
+                        g[(s + i) * ldg + h * D + d] += scale * dS[i * L + j] * k[(s + j) * ldq + d];
+                        g[(s + j) * ldg + (H + kh) * D + d] += scale * dS[i * L + j] * q[(s + i) * ldq + d];
+                        g[(s + j) * ldg + (H + HKV + kh) * D + d] += P[i * L + j] * dout[(s + i) * H * D + h * D + d];
+                    }
+        }
+        free(P), free(dS);
+    }
 }
 
 enum { AN = 13, AH = 4, AHKV = 2, AD = 8, AQKV = (AH + 2 * AHKV) * AD };
@@ -426,8 +470,8 @@ struct att_case {
 static double attention_objective(const float *qkv, void *arg) {
     const struct att_case *c = arg;
     float *d = devf(qkv, AN * AQKV), *out = dev_zeros(AN * AH * AD), *lse = dev_zeros(AH * AN);
-    be->attention_forward(be, out, lse, d, AQKV, d + AH * AD, AQKV, d + (AH + AHKV) * AD, AQKV, c->dsegs, 3, AN, 7, AH,
-                          AHKV, AD);
+    be->attention_forward(be, out, lse, d, AQKV, d + AH * AD, AQKV, d + (AH + AHKV) * AD, AQKV, c->dsegs, att_segs, 3,
+                          AN, 7, AH, AHKV, AD);
     float *h = host_of(out, AN * AH * AD);
     double s = dot_host(h, c->g, AN * AH * AD);
     be->free(be, d), be->free(be, out), be->free(be, lse);
@@ -441,7 +485,7 @@ TEST(attention_forward_backward_and_cached) {
     struct att_case c = {g, dsegs};
     float *d = devf(qkv, AN * AQKV), *out = dev_zeros(AN * AH * AD), *lse = dev_zeros(AH * AN);
     const float *q = d, *k = d + AH * AD, *v = d + (AH + AHKV) * AD;
-    be->attention_forward(be, out, lse, q, AQKV, k, AQKV, v, AQKV, dsegs, 3, AN, 7, AH, AHKV, AD);
+    be->attention_forward(be, out, lse, q, AQKV, k, AQKV, v, AQKV, dsegs, att_segs, 3, AN, 7, AH, AHKV, AD);
     double want[AN * AH * AD], want_lse[AH * AN];
     attention_ref(want, want_lse, qkv, AQKV, qkv + AH * AD, AQKV, qkv + (AH + AHKV) * AD, AQKV, att_segs, 3, AN, AH,
                   AHKV, AD);
@@ -451,7 +495,7 @@ TEST(attention_forward_backward_and_cached) {
     /* backward: dq, dk, dv into one fused gradient, against finite differences */
     float *dg = devf(g, AN * AH * AD), *dqkv = dev_zeros(AN * AQKV);
     be->attention_backward(be, dqkv, AQKV, dqkv + AH * AD, AQKV, dqkv + (AH + AHKV) * AD, AQKV, dg, lse, q, AQKV, k,
-                           AQKV, v, AQKV, dsegs, 3, AN, 7, AH, AHKV, AD);
+                           AQKV, v, AQKV, dsegs, att_segs, 3, AN, 7, AH, AHKV, AD);
     float *grad = host_of(dqkv, AN * AQKV);
     CHECK(fd_worst(attention_objective, &c, qkv, AN * AQKV, grad, 1e-2f, 2e-3, 2e-2) <= 1);
     /* cached: the keys and values of the third segment in a cache, each query against its prefix */
@@ -473,6 +517,32 @@ TEST(attention_forward_backward_and_cached) {
     be->free(be, dqkv), be->free(be, dkc), be->free(be, dvc), be->free(be, cout), be->free(be, dfirst);
     be->free(be, dnctx);
     free(qkv), free(g), free(h), free(hl), free(grad), free(hc);
+}
+
+/* A segment long enough for a device backend's blocked path (CUDA: cuBLAS over blocks of 512 query
+ * rows, from 128 tokens on) among short ones, GQA, forward and backward against the references. */
+TEST(attention_long_segment) {
+    enum { H = 4, HKV = 2, D = 16, QKV = (H + 2 * HKV) * D, N = 612 };
+    static const struct attn_segment segs[3] = {{0, 3}, {3, 600}, {603, 9}};
+    float *qkv = host_random(N * QKV, 1), *g = host_random(N * H * D, 1);
+    struct attn_segment *dsegs = (struct attn_segment *)devi((const int *)segs, 6);
+    float *d = devf(qkv, N * QKV), *out = dev_zeros(N * H * D), *lse = dev_zeros(H * N);
+    const float *q = d, *k = d + H * D, *v = d + (H + HKV) * D;
+    be->attention_forward(be, out, lse, q, QKV, k, QKV, v, QKV, dsegs, segs, 3, N, 600, H, HKV, D);
+    double *want = malloc(sizeof(double) * N * H * D), *want_lse = malloc(sizeof(double) * H * N);
+    attention_ref(want, want_lse, qkv, QKV, qkv + H * D, QKV, qkv + (H + HKV) * D, QKV, segs, 3, N, H, HKV, D);
+    float *h = host_of(out, N * H * D), *hl = host_of(lse, H * N);
+    CHECK(worst(h, want, N * H * D, 1e-5, 1e-4) <= 1);
+    CHECK(worst(hl, want_lse, H * N, 1e-5, 1e-4) <= 1);
+    float *dg = devf(g, N * H * D), *dqkv = dev_zeros(N * QKV);
+    be->attention_backward(be, dqkv, QKV, dqkv + H * D, QKV, dqkv + (H + HKV) * D, QKV, dg, lse, q, QKV, k, QKV, v, QKV,
+                           dsegs, segs, 3, N, 600, H, HKV, D);
+    double *want_grad = calloc((size_t)N * QKV, sizeof(double));
+    attention_backward_ref(want_grad, QKV, g, qkv, QKV, segs, 3, H, HKV, D);
+    float *grad = host_of(dqkv, N * QKV);
+    CHECK(worst(grad, want_grad, N * QKV, 1e-4, 1e-3) <= 1);
+    be->free(be, dsegs), be->free(be, d), be->free(be, out), be->free(be, lse), be->free(be, dg), be->free(be, dqkv);
+    free(qkv), free(g), free(want), free(want_lse), free(h), free(hl), free(want_grad), free(grad);
 }
 
 /* ---------------------------------------------------------------- loss */
@@ -791,6 +861,7 @@ static void run_all(void) {
     RUN(rope_rotates_and_unrotates);
     RUN(swiglu);
     RUN(attention_forward_backward_and_cached);
+    RUN(attention_long_segment);
     RUN(crossentropy_and_statistics);
     RUN(adamw_norm_and_clipping);
     RUN(sample_matches_a_brute_force_reference);

@@ -21,10 +21,6 @@ void cuda_fail(const char *what, const char *detail, const char *file, int line)
     abort();
 }
 
-static void blas_check(cublasStatus_t s, const char *what, int line) {
-    if (s != CUBLAS_STATUS_SUCCESS) cuda_fail(what, cublasGetStatusString(s), __FILE__, line);
-}
-
 struct cuda_ctx *cuda_begin(struct backend *be) {
     struct cuda_ctx *c = (struct cuda_ctx *)be->ctx;
     CUDA_CHECK(cudaSetDevice(c->ordinal));
@@ -122,9 +118,8 @@ static void cuda_gemm(struct backend *be, int ta, int tb, int M, int N, int K, f
                       const float *b, int ldb, float beta, float *c, int ldc) {
     struct cuda_ctx *cx = cuda_begin(be);
     if (M <= 0 || N <= 0) return;
-    blas_check(cublasSgemm(cx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
-                           b, ldb, a, lda, &beta, c, ldc),
-               "cublasSgemm", __LINE__);
+    BLAS_CHECK(cublasSgemm(cx->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                           b, ldb, a, lda, &beta, c, ldc));
 }
 
 __global__ void matmul_forward_bias(float *out, int ldo, const float *bias, int N, int OC) {
@@ -643,9 +638,9 @@ extern "C" int backend_cuda_open(struct backend **out, int ordinal, struct whet_
         free(c);
         return whet_errf(err, "cuda:%d: cannot start cuBLAS: %s", ordinal, cublasGetStatusString(s));
     }
-    blas_check(cublasSetStream(c->blas, c->stream), "cublasSetStream", __LINE__);
+    BLAS_CHECK(cublasSetStream(c->blas, c->stream));
     /* fp32 products in fp32 (no TF32): the fp32 mode is the one the tests compare with the CPU */
-    blas_check(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode", __LINE__);
+    BLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_PEDANTIC_MATH));
     /* The device's pool keeps what ops free for the next allocation instead of returning it to the
      * driver at every synchronisation; cuda_alloc trims it before reporting out-of-memory. */
     cudaMemPool_t pool;

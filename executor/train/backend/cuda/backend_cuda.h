@@ -35,6 +35,11 @@ void cuda_fail(const char *what, const char *detail, const char *file, int line)
         cudaError_t e_ = (call);                                                                                     \
         if (e_ != cudaSuccess) cuda_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__);                       \
     } while (0)
+#define BLAS_CHECK(call)                                                                                               \
+    do {                                                                                                               \
+        cublasStatus_t s_ = (call);                                                                                    \
+        if (s_ != CUBLAS_STATUS_SUCCESS) cuda_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__);              \
+    } while (0)
 /* After each kernel launch: a bad launch configuration shows here, not at the next download. */
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
@@ -48,13 +53,13 @@ void *cuda_scratch(struct backend *be, size_t bytes);
 /* The sampling op (backend_cuda_sample.cu) and the attention ops (backend_cuda_attention.cu). */
 void cuda_sample(struct backend *be, const struct sample_out *out, float *logits, const struct sample_row *rows, int n,
                  int V);
-void cuda_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k, int ldk,
-                            const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H,
-                            int HKV, int D);
+void cuda_attention_forward(struct backend *be, float *out, float *lse, const float *q, int ldq, const float *k,
+                            int ldk, const float *v, int ldv, const struct attn_segment *segs,
+                            const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV, int D);
 void cuda_attention_backward(struct backend *be, float *dq, int lddq, float *dk, int lddk, float *dv, int lddv,
                              const float *dout, const float *lse, const float *q, int ldq, const float *k, int ldk,
-                             const float *v, int ldv, const struct attn_segment *segs, int n_segs, int N, int T, int H,
-                             int HKV, int D);
+                             const float *v, int ldv, const struct attn_segment *segs,
+                             const struct attn_segment *host_segs, int n_segs, int N, int T, int H, int HKV, int D);
 void cuda_attention_cached(struct backend *be, float *out, const float *q, int ldq, const float *kc, const float *vc,
                            const int *first, const int *n_ctx, int n, int H, int HKV, int D);
 
@@ -77,6 +82,19 @@ template <typename T> __device__ inline T block_sum(T v) {
     __syncthreads();
     v = lane < n_warps ? partial[lane] : (T)0;
     v = warp_sum(v);
+    __syncthreads(); /* partial may be reused by the next call */
+    return v;
+}
+
+/* The maximum of v over the block, returned to every thread. */
+__device__ inline float block_max(float v) {
+    __shared__ float partial[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? partial[lane] : -INFINITY;
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
     __syncthreads(); /* partial may be reused by the next call */
     return v;
 }

@@ -1,4 +1,4 @@
-/* cublas_v2.h (emulated) - cublasSgemm and the handle calls the CUDA backend makes, on the CPU (a plain
+/* cublas_v2.h (emulated) - cublasSgemm, its strided batched form and the handle calls the CUDA backend makes, on the CPU (a plain
  * column-major triple loop in double), for unit_backend_cuda_emulated. */
 #ifndef WHET_CUDA_EMU_CUBLAS_H
 #define WHET_CUDA_EMU_CUBLAS_H
@@ -18,5 +18,9 @@ const char *cublasGetStatusString(cublasStatus_t s);
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                            const float *alpha, const float *a, int lda, const float *b, int ldb, const float *beta,
                            float *c, int ldc);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *a, int lda, long long sa,
+                                         const float *b, int ldb, long long sb, const float *beta, float *c, int ldc,
+                                         long long sc, int batch);
 
 #endif

@@ -223,3 +223,16 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
         }
     return CUBLAS_STATUS_SUCCESS;
 }
+
+/* cublasSgemm on each of `batch` matrices, the i-th at a + i*sa, b + i*sb, c + i*sc. */
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *a, int lda, long long sa,
+                                         const float *b, int ldb, long long sb, const float *beta, float *c, int ldc,
+                                         long long sc, int batch) {
+    if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t s = cublasSgemm(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+        if (s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
