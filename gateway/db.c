@@ -216,7 +216,7 @@ struct db_conn {
     struct db_segment *open;        /* the QUERY segment still taking requests (no sync sent yet) */
     char tenant[HTTP_TENANT_ID_MAX + 1];      /* the session's ("": unset) */
     char open_tenant[HTTP_TENANT_ID_MAX + 1]; /* in effect at the end of the open segment */
-    char open_writer[HTTP_TENANT_ID_MAX + 1]; /* the tenant whose requests write in it ("": none yet) */
+    char open_writer[HTTP_TENANT_ID_MAX + 1]; /* the last (greatest) tenant whose requests write in it ("": none yet) */
     int setup_left;  /* SETUP and PREPARE segments still to complete before the connection is ready */
     int backoff_ms;
     h2o_timeout_entry_t timer; /* connect timeout, or reconnect backoff */
@@ -796,11 +796,12 @@ static int conn_send_item(struct db_conn *c, struct db_item *item) {
         seg_push(c, ts);
         memcpy(c->tenant, item->tenant, sizeof(c->tenant));
     }
-    /* Writes of two tenants in one transaction would each hold their locks (the counter of active jobs)
-     * until its end: the other connection's transaction, writing for the same tenants, would wait for all of
-     * it, or deadlock with it. */
-    int another_writer = item->writes && c->open && c->open_writer[0] && strcmp(c->open_writer, item->tenant);
-    if (item->solo || another_writer || (c->open && c->open->nitems >= DB_BATCH_MAX)) {
+    /* A write holds its tenant's locks (the counter of active jobs) to the end of its transaction. Writes
+     * of several tenants share one only in ascending order of tenant, so every transaction takes those
+     * locks in one order: one that wants a lock another holds waits for it, and no two wait for each
+     * other (in any order, two connections' transactions writing for the same two tenants deadlock). */
+    int out_of_order = item->writes && c->open && c->open_writer[0] && strcmp(item->tenant, c->open_writer) < 0;
+    if (item->solo || out_of_order || (c->open && c->open->nitems >= DB_BATCH_MAX)) {
         if (conn_close_open(c) < 0) return -1;
     }
     item->sets_tenant = !c->pool->admin && strcmp(c->open ? c->open_tenant : c->tenant, item->tenant) != 0;

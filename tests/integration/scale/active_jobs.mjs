@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
 
 const { check, summary, failed } = checker();
-const stack = await startStack({ tenants: ['alpha', 'beta'] });
+// One database connection per gateway thread: concurrent creates meet on it, so the two-tenant check
+// below runs their inserts in shared transactions.
+const stack = await startStack({ tenants: ['alpha', 'beta'], env: { WHET_GATEWAY_DB_CONNS: '1' } });
 try {
   const a = client(stack, 'alpha'), b = client(stack, 'beta');
   const upload = async (api) => {
@@ -43,6 +45,19 @@ try {
         { ok, refused, other: answers.filter((r) => r.status !== 200 && r.status !== 429).map((r) => r.text) });
   check(active(tenantA) === limit && mismatches() === '', 'the counter holds the limit and matches a recount', mismatches());
   check((await create(b, fileB)).status === 200, "another tenant's creates are unaffected");
+
+  // ---- two tenants' creates at once: the gateway lets writes of several tenants share a transaction (in
+  // ascending order of tenant, gateway/db.c), and a refused create rolls such a transaction back, its
+  // neighbours sent again alone: alpha (at its limit) refused every time, beta given exactly its free slots
+  const roomB = 10;
+  stack.psql(`UPDATE tenants SET max_active_jobs = ${active(tenantB) + roomB} WHERE id = '${tenantB}'`);
+  const mixed = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? create(b, fileB) : create(a, fileA))));
+  const count = (tenantOdd, status) => mixed.filter((r, i) => i % 2 === tenantOdd && r.status === status).length;
+  check(count(1, 200) === roomB && count(1, 429) === 20 - roomB && count(0, 429) === 20,
+        `20 creates of each of two tenants at once: beta's ${roomB} free slots taken, the rest and all of alpha's 429`,
+        { beta: [count(1, 200), count(1, 429)], alpha: [count(0, 200), count(0, 429)],
+          other: mixed.filter((r) => r.status !== 200 && r.status !== 429).map((r) => r.text) });
+  check(active(tenantA) === limit && mismatches() === '', 'both counters match a recount', mismatches());
 
   // ---- cancels free slots; the scheduler's transitions (SQL) keep the counter
   const made = answers.filter((r) => r.status === 200).map((r) => r.json.id);
