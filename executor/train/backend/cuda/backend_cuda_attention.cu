@@ -284,15 +284,18 @@ static void att_plan(int L, int HKV, int *rows, int *heads) {
 
 /* The launches over a long segment of L tokens: query rows r0 .. r1-1, for each place g in the GQA
  * groups and each batch of n kv heads from kh0 (query heads h0 = kh0*group + g, h0 + group, ...).
- *   for (att_blocks_begin(&b, L, H, HKV); att_blocks_next(&b);) ... */
+ *   for (att_blocks_begin(&b, L, H, HKV, D); att_blocks_next(&b);) ... */
 struct att_blocks {
     int L, group, HKV, rows, heads, started;
     int r0, r1, g, kh0, n, h0;
+    int R;           /* r1 - r0 */
+    long long bs;    /* elements of one head's block of scores, R x r1 */
+    long long qs, D; /* the strides between the batch's query heads and its kv heads: group*D, D */
 };
 
-static void att_blocks_begin(struct att_blocks *b, int L, int H, int HKV) {
+static void att_blocks_begin(struct att_blocks *b, int L, int H, int HKV, int D) {
     memset(b, 0, sizeof *b);
-    b->L = L, b->group = H / HKV, b->HKV = HKV;
+    b->L = L, b->group = H / HKV, b->HKV = HKV, b->qs = (long long)b->group * D, b->D = D;
     att_plan(L, HKV, &b->rows, &b->heads);
 }
 
@@ -306,27 +309,34 @@ static bool att_blocks_next(struct att_blocks *b) {
     b->r1 = b->r0 + b->rows < b->L ? b->r0 + b->rows : b->L;
     b->n = b->HKV - b->kh0 < b->heads ? b->HKV - b->kh0 : b->heads;
     b->h0 = b->kh0 * b->group + b->g;
+    b->R = b->r1 - b->r0, b->bs = (long long)b->R * b->r1;
     return true;
+}
+
+/* S = scale Q[r0:r1] K[0:r1]^T for the block's heads, one R x r1 matrix each (q, k at the segment's first
+ * token). */
+static void att_block_scores(struct cuda_ctx *c, const struct att_blocks *b, float *S, const float *q, int ldq,
+                             const float *k, int ldk, float scale) {
+    int D = (int)b->D;
+    gemm_batched(c, 0, 1, b->R, b->r1, D, scale, q + (size_t)b->r0 * ldq + (size_t)b->h0 * D, ldq, b->qs,
+                 k + (size_t)b->kh0 * D, ldk, D, 0.0f, S, b->r1, b->bs, b->n);
 }
 
 static void attention_gemm_forward(struct cuda_ctx *c, float *S, float *out, float *lse, const float *q, int ldq,
                                    const float *k, int ldk, const float *v, int ldv, int s, int L, int N, int H,
                                    int HKV, int D, float scale) {
     int HD = H * D;
+    q += (size_t)s * ldq, k += (size_t)s * ldk, v += (size_t)s * ldv; /* the segment's first token */
     struct att_blocks b;
-    for (att_blocks_begin(&b, L, H, HKV); att_blocks_next(&b);) {
-        int R = b.r1 - b.r0;
-        long long bs = (long long)R * b.r1, qs = (long long)b.group * D;
-        const float *qb = q + (size_t)(s + b.r0) * ldq + (size_t)b.h0 * D;
-        const float *kb = k + (size_t)s * ldk + (size_t)b.kh0 * D, *vb = v + (size_t)s * ldv + (size_t)b.kh0 * D;
-        /* S = scale Q[r0:r1] K[0:r1]^T, per head; P = softmax(S) in place */
-        gemm_batched(c, 0, 1, R, b.r1, D, scale, qb, ldq, qs, kb, ldk, D, 0.0f, S, b.r1, bs, b.n);
-        attention_softmax_rows<<<dim3(R, b.n), ROW_THREADS, 0, c->stream>>>(S, lse + (size_t)b.h0 * N + s, b.r1, b.r0,
-                                                                            bs, (long long)b.group * N);
+    for (att_blocks_begin(&b, L, H, HKV, D); att_blocks_next(&b);) {
+        /* P = softmax(scale Q[r0:r1] K[0:r1]^T), in place */
+        att_block_scores(c, &b, S, q, ldq, k, ldk, scale);
+        attention_softmax_rows<<<dim3(b.R, b.n), ROW_THREADS, 0, c->stream>>>(S, lse + (size_t)b.h0 * N + s, b.r1, b.r0,
+                                                                              b.bs, (long long)b.group * N);
         LAUNCH_CHECK();
         /* O[r0:r1] = P V[0:r1] */
-        gemm_batched(c, 0, 0, R, D, b.r1, 1.0f, S, b.r1, bs, vb, ldv, D, 0.0f,
-                     out + (size_t)(s + b.r0) * HD + (size_t)b.h0 * D, HD, qs, b.n);
+        gemm_batched(c, 0, 0, b.R, D, b.r1, 1.0f, S, b.r1, b.bs, v + (size_t)b.kh0 * D, ldv, D, 0.0f,
+                     out + (size_t)(s + b.r0) * HD + (size_t)b.h0 * D, HD, b.qs, b.n);
     }
 }
 
@@ -335,29 +345,30 @@ static void attention_gemm_backward(struct cuda_ctx *c, float *P, float *dS, flo
                                     const float *k, int ldk, const float *v, int ldv, int s, int L, int N, int H,
                                     int HKV, int D, float scale) {
     int HD = H * D;
+    q += (size_t)s * ldq, k += (size_t)s * ldk, v += (size_t)s * ldv; /* the segment's first token */
+    dq += (size_t)s * lddq, dk += (size_t)s * lddk, dv += (size_t)s * lddv, dout += (size_t)s * HD;
     struct att_blocks b;
-    for (att_blocks_begin(&b, L, H, HKV); att_blocks_next(&b);) {
-        int R = b.r1 - b.r0;
-        long long bs = (long long)R * b.r1, qs = (long long)b.group * D;
-        const float *qb = q + (size_t)(s + b.r0) * ldq + (size_t)b.h0 * D;
-        const float *kb = k + (size_t)s * ldk + (size_t)b.kh0 * D, *vb = v + (size_t)s * ldv + (size_t)b.kh0 * D;
-        const float *dob = dout + (size_t)(s + b.r0) * HD + (size_t)b.h0 * D;
-        float *dkb = dk + (size_t)s * lddk + (size_t)b.kh0 * D, *dvb = dv + (size_t)s * lddv + (size_t)b.kh0 * D;
+    for (att_blocks_begin(&b, L, H, HKV, D); att_blocks_next(&b);) {
+        const float *qb = q + (size_t)b.r0 * ldq + (size_t)b.h0 * D, *kb = k + (size_t)b.kh0 * D;
+        const float *dob = dout + (size_t)b.r0 * HD + (size_t)b.h0 * D;
+        float *dkb = dk + (size_t)b.kh0 * D;
         /* P = exp(scale Q[r0:r1] K[0:r1]^T - lse), zero past the diagonal */
-        gemm_batched(c, 0, 1, R, b.r1, D, scale, qb, ldq, qs, kb, ldk, D, 0.0f, P, b.r1, bs, b.n);
-        attention_probs_rows<<<dim3(R, b.n), ROW_THREADS, 0, c->stream>>>(P, lse + (size_t)b.h0 * N + s, b.r1, b.r0, bs,
-                                                                          (long long)b.group * N);
+        att_block_scores(c, &b, P, q, ldq, k, ldk, scale);
+        attention_probs_rows<<<dim3(b.R, b.n), ROW_THREADS, 0, c->stream>>>(P, lse + (size_t)b.h0 * N + s, b.r1, b.r0,
+                                                                            b.bs, (long long)b.group * N);
         LAUNCH_CHECK();
         /* dV[0:r1] += P^T dO[r0:r1] */
-        gemm_batched(c, 1, 0, b.r1, D, R, 1.0f, P, b.r1, bs, dob, HD, qs, 1.0f, dvb, lddv, D, b.n);
+        gemm_batched(c, 1, 0, b.r1, D, b.R, 1.0f, P, b.r1, b.bs, dob, HD, b.qs, 1.0f, dv + (size_t)b.kh0 * D, lddv, D,
+                     b.n);
         /* dP = dO[r0:r1] V[0:r1]^T, then dS = P (dP - sum_j P dP) in place */
-        gemm_batched(c, 0, 1, R, b.r1, D, 1.0f, dob, HD, qs, vb, ldv, D, 0.0f, dS, b.r1, bs, b.n);
-        attention_dscores_rows<<<dim3(R, b.n), ROW_THREADS, 0, c->stream>>>(dS, P, b.r1, bs);
+        gemm_batched(c, 0, 1, b.R, b.r1, D, 1.0f, dob, HD, b.qs, v + (size_t)b.kh0 * D, ldv, D, 0.0f, dS, b.r1, b.bs,
+                     b.n);
+        attention_dscores_rows<<<dim3(b.R, b.n), ROW_THREADS, 0, c->stream>>>(dS, P, b.r1, b.bs);
         LAUNCH_CHECK();
         /* dQ[r0:r1] += scale dS K[0:r1];  dK[0:r1] += scale dS^T Q[r0:r1] */
-        gemm_batched(c, 0, 0, R, D, b.r1, scale, dS, b.r1, bs, kb, ldk, D, 1.0f,
-                     dq + (size_t)(s + b.r0) * lddq + (size_t)b.h0 * D, lddq, qs, b.n);
-        gemm_batched(c, 1, 0, b.r1, D, R, scale, dS, b.r1, bs, qb, ldq, qs, 1.0f, dkb, lddk, D, b.n);
+        gemm_batched(c, 0, 0, b.R, D, b.r1, scale, dS, b.r1, b.bs, kb, ldk, D, 1.0f,
+                     dq + (size_t)b.r0 * lddq + (size_t)b.h0 * D, lddq, b.qs, b.n);
+        gemm_batched(c, 1, 0, b.r1, D, b.R, scale, dS, b.r1, b.bs, qb, ldq, b.qs, 1.0f, dkb, lddk, D, b.n);
     }
 }
 
