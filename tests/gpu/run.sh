@@ -275,10 +275,10 @@ report_equal greedy_random_equal sample_compare "$work/model" "Add 2 and 3." --m
 report_equal seeded_equal sample_compare "$full_model" "Add 2 and 3." --max-tokens 32 --temperature 0.9 --top-p 0.95 \
   --seed 5
 
-# ---- 8. throughput, reported, not required: one training step of a random model shaped like Qwen3-0.6B
-# (28 layers, hidden 1024, 16 heads, SwiGLU 3072, vocabulary 151,936, tied embeddings; plain multi-head
-# attention, head size 64), one packed sequence of 2048 tokens, full fine-tuning and LoRA r16 on every
-# linear layer; whet (tests/bench/train/bench_train.c) against PyTorch on the same device in the same run,
+# ---- 8. throughput, reported, not required: one training step of random models shaped like Qwen3-0.6B
+# (28 layers, hidden 1024, 16 heads, SwiGLU 3072, vocabulary 151,936) and Llama-3.2-1B (16 layers, hidden
+# 2048, 32 heads, SwiGLU 8192, vocabulary 128,256), tied embeddings, plain multi-head attention of head
+# size 64, one packed sequence of 2048 tokens, full fine-tuning and LoRA r16 on every linear layer; whet (tests/bench/train/bench_train.c) against PyTorch on the same device in the same run,
 # PyTorch as written for the CPU peer (fp32, matmul + masked softmax: the same arithmetic as whet's) and as
 # a GPU trainer runs it (bf16 autocast, fused causal attention). WHET_GPU_BENCH=0 leaves it out.
 bench_one() { # bench_one KEY CMD...: the command's last line (its JSON) under KEY, or why it has none
@@ -302,16 +302,21 @@ if [ "${WHET_GPU_BENCH:-1}" != 0 ]; then
     BUILD="$build" tests/bench/engine_cc.sh tests/bench/train/bench_train.c "$bench" -Wl,--wrap=backend_open \
       > "$work/bench-build.log" 2>&1 || tail -n 20 "$work/bench-build.log" >&2
   fi
-  shape="28 1024 16 3072 151936 1 2048"
-  for r in 0 16; do
-    bench_one "whet_r$r" "${RUN[@]}" "$bench" step $shape $r 3 "$dev"
-    if python3 -c 'import torch' 2> /dev/null; then
-      torch_dev=$dev
-      [ "$dev" != cpu ] || torch_dev=cpu
-      bench_one "torch_fp32_r$r" python3 tests/bench/train/bench_torch.py $shape $r 3 4 "$torch_dev"
-      bench_one "torch_bf16_sdpa_r$r" python3 tests/bench/train/bench_torch.py $shape $r 3 4 "$torch_dev" bf16 sdpa
-    fi
-  done
+  torch_dev=$dev
+  [ "$dev" != cpu ] || torch_dev=cpu
+  # name, then LAYERS HIDDEN HEADS FFN VOCAB B T (bench_train's and bench_torch.py's arguments)
+  while read -r name shape; do
+    for r in 0 16; do
+      bench_one "${name}_whet_r$r" "${RUN[@]}" "$bench" step $shape $r 3 "$dev"
+      if python3 -c 'import torch' 2> /dev/null; then
+        bench_one "${name}_torch_fp32_r$r" python3 tests/bench/train/bench_torch.py $shape $r 3 4 "$torch_dev"
+        bench_one "${name}_torch_bf16_sdpa_r$r" python3 tests/bench/train/bench_torch.py $shape $r 3 4 "$torch_dev" bf16 sdpa
+      fi
+    done
+  done <<'SHAPES'
+qwen3_0.6b 28 1024 16 3072 151936 1 2048
+llama3.2_1b 16 2048 32 8192 128256 1 2048
+SHAPES
 fi
 
 summary "$failed"
