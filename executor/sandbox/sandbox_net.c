@@ -50,7 +50,6 @@
  *   - A trainer sees the host's interfaces (netlink route dumps, /proc/net is the sandbox's own).
  * Init-side code is async-signal-safe: system calls and string copies, no allocation. */
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
@@ -321,9 +320,9 @@ static int perform_as_command(const struct sandbox_plan *plan, const struct secc
     return e;
 }
 
-/* Abstract names of a fixed form: "\0" PREFIX, then runs of digits parsed by the callers, then NUL bytes
- * to the length given (NCCL binds with the whole sockaddr_un). These return where the next part starts,
- * or 0 where the name does not have the form. */
+/* Abstract names of a fixed form: "\0" PREFIX, then runs of (decimal or hex) digits parsed by the callers,
+ * then NUL bytes to the length given (NCCL binds with the whole sockaddr_un). These return where the next
+ * part starts, or 0 where the name does not have the form; no locale tables (init's rule above). */
 static size_t name_prefix(const struct sockaddr_un *un, size_t n, const char *prefix) {
     size_t k = strlen(prefix);
     return n > 1 + k && n <= sizeof un->sun_path && !un->sun_path[0] && !memcmp(un->sun_path + 1, prefix, k) ? 1 + k
@@ -331,9 +330,12 @@ static size_t name_prefix(const struct sockaddr_un *un, size_t n, const char *pr
 }
 static size_t name_digits(const struct sockaddr_un *un, size_t n, size_t i, int hex, unsigned long long *value) {
     size_t from = i;
-    *value = 0;
-    for (; i < n && (hex ? isxdigit((unsigned char)un->sun_path[i]) : isdigit((unsigned char)un->sun_path[i])); i++)
-        *value = *value * 10 + (unsigned)(un->sun_path[i] - '0'); /* read for decimal runs only */
+    if (value) *value = 0;
+    for (; i < n; i++) {
+        char ch = un->sun_path[i], lower = (char)(ch | 0x20);
+        if (!(ch >= '0' && ch <= '9') && !(hex && lower >= 'a' && lower <= 'f')) break;
+        if (value) *value = *value * 10 + (unsigned)(ch - '0'); /* decimal runs only */
+    }
     return i > from && i - from <= 19 ? i : 0;
 }
 static int name_ends(const struct sockaddr_un *un, size_t n, size_t i) {
@@ -343,10 +345,9 @@ static int name_ends(const struct sockaddr_un *un, size_t n, size_t i) {
 
 /* NCCL's proxy socket: "\0tmp/nccl-socket-" RANK (decimal) "-" HASH (hex). */
 static int nccl_proxy_name(const struct sockaddr_un *un, size_t n) {
-    unsigned long long v;
     size_t i = name_prefix(un, n, "tmp/nccl-socket-");
-    if (!i || !(i = name_digits(un, n, i, 0, &v)) || un->sun_path[i] != '-') return 0;
-    return (i = name_digits(un, n, i + 1, 1, &v)) && name_ends(un, n, i);
+    if (!i || !(i = name_digits(un, n, i, 0, NULL)) || un->sun_path[i] != '-') return 0;
+    return (i = name_digits(un, n, i + 1, 1, NULL)) && name_ends(un, n, i);
 }
 
 /* The CUDA driver's socket for handing its UVM file descriptor to IPC peers: "\0cuda-uvmfd-" NS "-" PID,
@@ -355,10 +356,10 @@ static int nccl_proxy_name(const struct sockaddr_un *un, size_t n) {
  * own mount, PID or IPC namespaces, which init shares with the command: no rank can take a name another
  * sandbox's or the host's CUDA processes would bind. */
 static int cuda_uvm_name(const struct sockaddr_un *un, size_t n) {
-    unsigned long long ns, pid;
+    unsigned long long ns;
     size_t i = name_prefix(un, n, "cuda-uvmfd-");
     if (!i || !(i = name_digits(un, n, i, 0, &ns)) || un->sun_path[i] != '-') return 0;
-    if (!(i = name_digits(un, n, i + 1, 0, &pid)) || !name_ends(un, n, i)) return 0;
+    if (!(i = name_digits(un, n, i + 1, 0, NULL)) || !name_ends(un, n, i)) return 0;
     static const char *const own[] = {"/proc/self/ns/mnt", "/proc/self/ns/pid", "/proc/self/ns/ipc"};
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) {
         struct stat st;
