@@ -288,9 +288,9 @@ static void att_plan(int L, int HKV, int *rows, int *heads) {
 struct att_blocks {
     int L, group, HKV, rows, heads, started;
     int r0, r1, g, kh0, n, h0;
-    int R;           /* r1 - r0 */
-    long long bs;    /* elements of one head's block of scores, R x r1 */
-    long long qs, D; /* the strides between the batch's query heads and its kv heads: group*D, D */
+    int R, D;     /* r1 - r0, the head size (the stride between the batch's kv heads) */
+    long long bs; /* elements of one head's block of scores, R x r1 */
+    long long qs; /* the stride between the batch's query heads, group*D */
 };
 
 static void att_blocks_begin(struct att_blocks *b, int L, int H, int HKV, int D) {
@@ -317,9 +317,8 @@ static bool att_blocks_next(struct att_blocks *b) {
  * token). */
 static void att_block_scores(struct cuda_ctx *c, const struct att_blocks *b, float *S, const float *q, int ldq,
                              const float *k, int ldk, float scale) {
-    int D = (int)b->D;
-    gemm_batched(c, 0, 1, b->R, b->r1, D, scale, q + (size_t)b->r0 * ldq + (size_t)b->h0 * D, ldq, b->qs,
-                 k + (size_t)b->kh0 * D, ldk, D, 0.0f, S, b->r1, b->bs, b->n);
+    gemm_batched(c, 0, 1, b->R, b->r1, b->D, scale, q + (size_t)b->r0 * ldq + (size_t)b->h0 * b->D, ldq, b->qs,
+                 k + (size_t)b->kh0 * b->D, ldk, b->D, 0.0f, S, b->r1, b->bs, b->n);
 }
 
 static void attention_gemm_forward(struct cuda_ctx *c, float *S, float *out, float *lse, const float *q, int ldq,
