@@ -14,7 +14,8 @@
  * prints one JSON object: calls ended and failed per method, heartbeat latency p50/p99/max, heartbeats
  * answered late (past the executor's 3 s call deadline, or past the interval: the next one was due),
  * the longest gap between two answered heartbeats of one node, and how late the simulator itself sent
- * heartbeats (its own lag: when that is large, the figures measure this process, not the scheduler).
+ * heartbeats (its own lag: when that is large, the figures measure this process, not the scheduler),
+ * and the failed heartbeats of each second by its Unix time (run.sh tells in which phase they failed).
  *
  * Nodes are split over T threads (default 1), each an event loop with its nodes' calls in flight on one
  * queue (rpc_start/rpc_next), its nodes kept in a heap by when each next has something to do; node i's
@@ -37,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto/whet.pb-c.h"
@@ -78,7 +80,11 @@ struct stats {
     double max_gap, max_lag, sum_lag;
     long sent, lagged; /* heartbeats sent; those sent more than 100 ms after they were due */
     uint32_t *lat;
+    uint32_t *hb_failed_per_s; /* the run's only: failed heartbeats by second since g.wall_start */
 };
+
+/* Seconds of a run whose failed heartbeats are counted by second (run.sh places them among its phases). */
+#define FAILED_SECONDS 7200
 
 /* A node waiting for its time. */
 struct due {
@@ -117,6 +123,7 @@ static struct {
     int gpus, dcs;
     double run_min, run_max, heartbeat_s, lease_s;
     double until;
+    time_t wall_start; /* Unix time when the nodes began */
 } g;
 
 static volatile sig_atomic_t stopping;
@@ -441,9 +448,11 @@ static void call_ended(struct worker *w, struct sim_call *c, int rc, ProtobufCMe
         return;
     }
     struct stats *s[2];
+    long second = rc != RPC_OK && c->method == M_HEARTBEAT ? (long)(time(NULL) - g.wall_start) : -1;
     for (int i = 0, n_stats = stats_of(w, s); i < n_stats; i++) {
         s[i]->calls[c->method]++;
         if (rc != RPC_OK) s[i]->failed[c->method]++;
+        if (s[i]->hb_failed_per_s && second >= 0 && second < FAILED_SECONDS) s[i]->hb_failed_per_s[second]++;
     }
     switch (c->method) {
     case M_REGISTER:
@@ -547,6 +556,8 @@ static void stats_add(struct stats *sum, const struct stats *s) {
     if (s->max_gap > sum->max_gap) sum->max_gap = s->max_gap;
     if (s->max_lag > sum->max_lag) sum->max_lag = s->max_lag;
     for (long b = 0; b < LAT_BUCKETS; b++) sum->lat[b] += s->lat[b];
+    if (sum->hb_failed_per_s && s->hb_failed_per_s)
+        for (long t = 0; t < FAILED_SECONDS; t++) sum->hb_failed_per_s[t] += s->hb_failed_per_s[t];
 }
 
 /* The figures of `seconds` (the JSON object's members, without its braces). */
@@ -570,6 +581,15 @@ static void stats_print(const struct stats *sum, double seconds) {
         sum->hb_over_deadline, sum->hb_over_interval, sum->max_gap, sum->lagged,
         sum->sent ? sum->sum_lag * 1000 / (double)sum->sent : 0, sum->max_lag * 1000, sum->started, sum->succeeded,
         sum->stopped);
+    if (!sum->hb_failed_per_s) return;
+    printf(",\"heartbeats_failed_by_second\":{");
+    const char *sep = "";
+    for (long t = 0; t < FAILED_SECONDS; t++)
+        if (sum->hb_failed_per_s[t]) {
+            printf("%s\"%lld\":%u", sep, (long long)g.wall_start + t, sum->hb_failed_per_s[t]);
+            sep = ",";
+        }
+    printf("}");
 }
 
 static void usage(FILE *out) {
@@ -653,6 +673,7 @@ int main(int argc, char **argv) {
         w[t].n_nodes = (int)((long)n_nodes * (t + 1) / threads - (long)n_nodes * t / threads);
         w[t].seed = seed * 7919u + (unsigned)t;
         w[t].run.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].run.lat);
+        w[t].run.hb_failed_per_s = xcalloc(FAILED_SECONDS, sizeof *w[t].run.hb_failed_per_s);
         w[t].window.lat = xcalloc(LAT_BUCKETS, sizeof *w[t].window.lat);
         w[t].queue = rpc_queue_open();
     }
@@ -669,6 +690,7 @@ int main(int argc, char **argv) {
         if (!nodes[0].registered) usleep(200 * 1000);
     }
     start = whet_now_mono();
+    g.wall_start = time(NULL);
     g.until = seconds > 0 ? start + seconds : 0;
     for (int i = 1; i < n_nodes; i++) nodes[i].next_hb = start + g.heartbeat_s * i / n_nodes;
     for (int t = 0; t < threads; t++)
@@ -676,13 +698,15 @@ int main(int argc, char **argv) {
             fprintf(stderr, "scale_fleet: cannot start thread %d\n", t);
             return 1;
         }
-    struct stats run = {.lat = xcalloc(LAT_BUCKETS, sizeof *run.lat)},
+    struct stats run = {.lat = xcalloc(LAT_BUCKETS, sizeof *run.lat),
+                        .hb_failed_per_s = xcalloc(FAILED_SECONDS, sizeof *run.hb_failed_per_s)},
                  win = {.lat = xcalloc(LAT_BUCKETS, sizeof *win.lat)};
     for (int t = 0; t < threads; t++) {
         pthread_join(w[t].thread, NULL);
         stats_add(&run, &w[t].run);
         stats_add(&win, &w[t].window);
         free(w[t].run.lat);
+        free(w[t].run.hb_failed_per_s);
         free(w[t].window.lat);
         free(w[t].heap);
         rpc_queue_close(w[t].queue);
@@ -698,6 +722,7 @@ int main(int argc, char **argv) {
     }
     printf("}\n");
     free(run.lat);
+    free(run.hb_failed_per_s);
     free(win.lat);
     free(w);
     for (int i = 0; i < n_nodes; i++) free(nodes[i].jobs);

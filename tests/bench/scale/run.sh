@@ -70,6 +70,8 @@ cleanup() {
 trap cleanup EXIT
 db_open whet_scale
 say() { echo "scale: $*"; }
+# When each phase began (Unix time): the fleet's failed heartbeats are placed among them at the end.
+mark() { echo "$1 $(date +%s.%N)" >>"$work/marks"; }
 fail() { echo "scale: FAIL $*" >&2; exit 1; }
 
 hz=$(getconf CLK_TCK)
@@ -108,6 +110,7 @@ total_s=$(( seconds + 600 ))
   --seconds "$total_s" >"$work/fleet.json" 2>"$work/fleet.err" &
 fleet_pid=$!
 pids+=($fleet_pid)
+mark "nodes registering"
 for _ in $(seq 600); do [ "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'")" -ge "$nodes" ] && break; sleep 0.5; done
 say "$(q "SELECT count(*) FROM nodes WHERE state = 'ready'") of $nodes simulated nodes x $gpus GPUs registered" \
     "(heartbeat every $((lease_ms / 10)) ms, lease $lease_ms ms, scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status))"
@@ -126,6 +129,7 @@ cycle_share() { # cycle_time BEFORE, cycle_time AFTER
 slowest() { grep 'slow cycle' | sed 's/.*seconds=/seconds=/' | sort -t= -k2 -rn | head -n 3 | sed 's/^/scale:     /'; }
 
 # --- phase 1: creates through the gateway on a free fleet ---
+mark "phase 1"
 cycle_hist >"$work/h0"
 ct0=$(cycle_time) lp0=$(wc -l <"$work/scheduler.log")
 python3 tests/bench/scale/api.py jobs "$url" "$work/tenants" "$api_jobs" 8 "$work/created" | sed 's/^/scale: /'
@@ -195,6 +199,7 @@ if [ "$smoke" = 1 ]; then
 fi
 
 # --- phase 2: a deep queue, by SQL ---
+mark "phase 2's SQL"
 if [ "$held" = 1 ]; then
   # Every free device taken at once by a running attempt inserted by SQL, with its START, instead of a
   # fill through the scheduler (minutes at this machine's placement rate).
@@ -222,6 +227,7 @@ q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, se
    JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants) t ON t.k = i % $tenants;
    NOTIFY whet_jobs" >/dev/null
 q "ANALYZE" >/dev/null
+mark "the fill"
 # The first cycles fill the free devices; the window starts once two cycles have ended after that.
 cycles_done() { metric whet_scheduler_cycle_duration_seconds_count; }
 fill0=$(date +%s.%N) c0=$(cycles_done)
@@ -247,8 +253,10 @@ hb_due=$(echo "$nodes * 10000 / $lease_ms" | bc -l)
 hs0=$(metric whet_scheduler_heartbeat_statements_total) hw0=$(metric whet_scheduler_heartbeats_total) hb0=$(heartbeats_answered)
 p0=$(pg_ticks) s0=$(ticks "$sched_pid") x0=$(ticks "$fleet_pid") w0=$(date +%s.%N) l0=$(wc -l <"$work/scheduler.log") ct0=$(cycle_time)
 kill -USR1 "$fleet_pid" # the fleet's own figures of the window (fleet.c)
+mark "the window"
 sleep "$seconds"
 kill -USR1 "$fleet_pid"
+mark "after the window"
 x1=$(ticks "$fleet_pid")
 hs1=$(metric whet_scheduler_heartbeat_statements_total) hw1=$(metric whet_scheduler_heartbeats_total) hb1=$(heartbeats_answered)
 a1=$(q "SELECT count(*) FROM job_attempts")
@@ -314,6 +322,19 @@ print("phase 2 as the fleet saw it: %.0f heartbeats/s answered of %.0f/s due, la
       " %d past the 3 s deadline or failed, %d past the interval; the simulator sent %d late (mean lag %.1f ms)"
       % (w["heartbeats_answered_per_s"], due, w["heartbeat_p50_ms"], w["heartbeat_p99_ms"], w["heartbeat_max_ms"],
          w["heartbeats_missed_deadline"], w["heartbeats_over_interval"], w["sim_lagged_heartbeats"], w["sim_mean_lag_ms"]))
+PY
+python3 - "$work/fleet.json" "$work/marks" <<'PY' | sed 's/^/scale: /'
+import json, sys
+run = json.load(open(sys.argv[1]))
+marks = [(float(t), name) for name, t in (l.rsplit(" ", 1) for l in open(sys.argv[2]).read().splitlines())]
+by_phase = {}
+for second, n in run["heartbeats_failed_by_second"].items():
+    began = [(m, name) for m, name in marks if m <= float(second) + 1]
+    phase = max(began)[1] if began else "registration"
+    by_phase[phase] = by_phase.get(phase, 0) + n
+if by_phase:
+    print("heartbeats failed by phase (the second each ended in): " +
+          ", ".join("%s %d" % (name, by_phase[name]) for _, name in sorted(marks) if name in by_phase))
 PY
 say "  the scheduler's heartbeat handlers in the window (from their start, without the wait for a thread):" \
     "p50 $(quantile 0.5 "$work/hb2" "$work/hb3" 1000) ms, p99 $(quantile 0.99 "$work/hb2" "$work/hb3" 1000) ms"
