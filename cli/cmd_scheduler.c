@@ -18,7 +18,7 @@ static void scheduler_usage(FILE *out) {
             "                      [--metrics HOST:PORT] [--rpc-threads N] [--progress-ms MS]\n"
             "                      [--cotrain-move-min-left S] [--checkpoint-keep N] [--deleted-model-keep S]\n"
             "                      [--event-retention-days N] [--usage-retention-days N]\n"
-            "                      [--attempt-gc-grace S]\n\n"
+            "                      [--attempt-gc-grace S] [--cycle-target-ms MS]\n\n"
             "Runs the scheduler: one leader per database (a second one waits and takes over), serving the\n"
             "executors over gRPC and placing queued jobs. Reads WHET_DATABASE_URL, WHET_GRPC,\n"
             "WHET_EXECUTOR_TOKEN and WHET_OBJECT_STORE (or DIR/whet.env), and WHET_COTRAIN_PASS_TOKENS (the\n"
@@ -61,7 +61,12 @@ static void scheduler_usage(FILE *out) {
             "                    drop usage records (what billing and /v1/usage read) a month of jobs at a time,\n"
             "                    once the month in which the jobs were created ended more than N days ago and none\n"
             "                    of their usage was recorded in the last N days (default\n"
-            "                    $WHET_USAGE_RETENTION_DAYS, else 0: kept for ever, as it is billing data)\n",
+            "                    $WHET_USAGE_RETENTION_DAYS, else 0: kept for ever, as it is billing data)\n"
+            "  --cycle-target-ms MS\n"
+            "                    a cycle stops writing placements once it has run this long (after one batch of\n"
+            "                    256 at least) and the next cycles write the rest of its plan, for up to 3 s,\n"
+            "                    each after its leases, gang deadlines, pauses and cancels (default\n"
+            "                    $WHET_SCHEDULER_CYCLE_TARGET_MS, else 800)\n",
             MP_COTRAIN_PASS_TOKENS);
 }
 
@@ -94,6 +99,7 @@ static int cmd_scheduler(int argc, char **argv) {
                                          {"event-retention-days", required_argument, 0, 'R'},
                                          {"attempt-gc-grace", required_argument, 0, 'G'},
                                          {"usage-retention-days", required_argument, 0, 'U'},
+                                         {"cycle-target-ms", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0}};
     const char *data_dir = NULL, *grpc = NULL, *policy = "whet", *metrics = NULL;
@@ -106,6 +112,7 @@ static int cmd_scheduler(int argc, char **argv) {
     const char *retention_days = whet_env("WHET_EVENT_RETENTION_DAYS", "0");
     const char *gc_grace = whet_env("WHET_ATTEMPT_GC_GRACE_S", "3600");
     const char *usage_retention_days = whet_env("WHET_USAGE_RETENTION_DAYS", "0");
+    const char *cycle_target_ms = whet_env("WHET_SCHEDULER_CYCLE_TARGET_MS", "800");
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -120,6 +127,7 @@ static int cmd_scheduler(int argc, char **argv) {
         case 'R': retention_days = optarg; break;
         case 'G': gc_grace = optarg; break;
         case 'U': usage_retention_days = optarg; break;
+        case 'T': cycle_target_ms = optarg; break;
         case 'l':
             lease_ms = atoi(optarg);
             if (lease_ms < 500) {
@@ -139,7 +147,7 @@ static int cmd_scheduler(int argc, char **argv) {
         fprintf(stderr, "whet scheduler: --rpc-threads (or WHET_SCHEDULER_RPC_THREADS) must be 1 to 256\n");
         return 2;
     }
-    double progress, min_left, keep, model_keep_s = -1, retention, grace, usage_retention;
+    double progress, min_left, keep, model_keep_s = -1, retention, grace, usage_retention, cycle_target;
     if (number_setting(progress_ms, "progress-ms", "WHET_SCHEDULER_PROGRESS_MS", 0, 3600000, 0, "", &progress) < 0 ||
         number_setting(move_min_left, "cotrain-move-min-left", "WHET_COTRAIN_MOVE_MIN_LEFT_S", 0, 86400, 1, " seconds",
                        &min_left) < 0 ||
@@ -153,7 +161,9 @@ static int cmd_scheduler(int argc, char **argv) {
         number_setting(gc_grace, "attempt-gc-grace", "WHET_ATTEMPT_GC_GRACE_S", 0, 3153600000.0, 0, " seconds",
                        &grace) < 0 ||
         number_setting(usage_retention_days, "usage-retention-days", "WHET_USAGE_RETENTION_DAYS", 0, 36500, 0, " days",
-                       &usage_retention) < 0)
+                       &usage_retention) < 0 ||
+        number_setting(cycle_target_ms, "cycle-target-ms", "WHET_SCHEDULER_CYCLE_TARGET_MS", 1, 60000, 0, " ms",
+                       &cycle_target) < 0)
         return 2;
     whet_log_component("scheduler");
     struct whet_err err;
@@ -167,7 +177,8 @@ static int cmd_scheduler(int argc, char **argv) {
                                   .deleted_model_keep_s = (long long)model_keep_s,
                                   .event_retention_days = (int)retention,
                                   .attempt_gc_grace_s = (long long)grace,
-                                  .usage_retention_days = (int)usage_retention};
+                                  .usage_retention_days = (int)usage_retention,
+                                  .cycle_target_ms = (int)cycle_target};
     if (whet_env_load_data_dir(data_dir, &err) < 0 || !(o.database_url = whet_database_url(&err))) {
         whet_err_report("whet scheduler", &err);
         return 1;

@@ -601,10 +601,12 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, const char *silent
 
 /* How long one cycle spends writing PLACE and PREEMPT decisions before leaving the rest to the next
  * cycle: filling an empty fleet of 1000 nodes took one cycle of 117 s in tests/bench/scale, during
- * which no lease expired, no pause or cancel was applied and no newly created job was considered. At
- * least this long, and at least twice what the rest of the cycle took, so that a fill spends most of
- * its time placing. */
+ * which no lease expired, no pause or cancel was applied and no newly created job was considered.
+ * A cycle whose decisions left can be kept (kept_plan below) stops once it has run its target
+ * (--cycle-target-ms); any other writes at least DECISIONS_BUDGET_S and at least twice what the rest of
+ * the cycle took, so that the fill spends most of its time placing. Either writes one batch at least. */
 #define DECISIONS_BUDGET_S 0.5
+#define CYCLE_TARGET_MS_DEFAULT 800
 
 /* Placements are written PLACE_BATCH at a time, each batch one query for the manifests' rows and one
  * statement for every row they write (one at a time they cost 5 round trips and ~1.8 ms of database
@@ -810,6 +812,87 @@ static int write_placements(struct scheduler *sch, PGconn *conn, const struct sn
     return placed;
 }
 
+/* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
+static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
+
+/* ------------------------------------------------------------------------------------------------
+ * A plan kept across cycles
+ * ---------------------------------------------------------------------------------------------- */
+
+/* A cycle that reaches its target with placements left hands them to the next cycles, which write them
+ * instead of reading the fleet and the queue again and deciding anew: at 10k nodes x 8 with 100k queued
+ * that costs 0.5-1.5 s a cycle here, as long as the writing it leaves room for, so a fill would either
+ * slow down or, as before, run cycles of 2-5 s. Each of those cycles first expires leases, ends overdue
+ * gangs and applies pauses and cancels, then writes for its target. A plan is trusted for
+ * PLAN_MAX_AGE_S after its snapshot (about as long as the one long cycle it replaces wrote one snapshot's
+ * decisions), while no node is declared lost or newly silent, and is kept only when every decision left
+ * is a placement of a queued job outside co-training groups (preemptions, resizes and groups are decided
+ * again by the next full cycle). Devices it places on can only have come free since (attempts ended):
+ * model workers take devices only in a full cycle's serving step, which continuing cycles skip; and the
+ * placement statement writes only jobs still queued, to run, on the attempt their manifest was made for. */
+#define PLAN_MAX_AGE_S 3.0
+
+struct kept_plan {
+    struct snapshot s;
+    struct pl_cluster *cluster; /* owns the decisions */
+    struct pl_job **queue;
+    const struct pl_decision **left; /* the placements not yet written, in placement's order */
+    int n_left, next;
+    char *silent;   /* the nodes silent when the snapshot was read ("ID ID …", NULL: none) */
+    double read_at; /* when it was read (whet_now_mono) */
+};
+
+void scheduler_plan_drop(struct scheduler *sch) {
+    struct kept_plan *p = sch->plan;
+    if (!p) return;
+    snapshot_free(&p->s);
+    pl_cluster_free(p->cluster);
+    free(p->queue);
+    free(p->left);
+    free(p->silent);
+    free(p);
+    sch->plan = NULL;
+}
+
+/* Whether the kept plan may still be written: young enough, no node lost this cycle, the same nodes silent. */
+static int plan_trusted(const struct kept_plan *p, const char *silent, int lost) {
+    return lost == 0 && whet_now_mono() - p->read_at < PLAN_MAX_AGE_S &&
+           strcmp(p->silent ? p->silent : "", silent ? silent : "") == 0;
+}
+
+/* Writes the kept plan's next placements, a batch at a time, until `until` (one batch at least); drops the
+ * plan once all are written. Returns how many jobs were placed, or -1 when the connection broke. */
+static int plan_continue(struct scheduler *sch, PGconn *conn, double until, struct whet_err *err) {
+    struct kept_plan *p = sch->plan;
+    struct placement batch[PLACE_BATCH];
+    int placed = 0;
+    for (int first = 1; placed >= 0 && p->next < p->n_left && (first || whet_now_mono() < until); first = 0) {
+        int n = 0;
+        while (n < PLACE_BATCH && p->next < p->n_left) {
+            const struct pl_decision *d = p->left[p->next++];
+            batch[n++] = (struct placement){.q = (int)(d->job - p->s.queued), .d = d};
+        }
+        placed = add_placed(placed, write_placements(sch, conn, &p->s, batch, n, err));
+    }
+    if (p->next == p->n_left) {
+        log_info("msg=\"placements left by a cycle written\" placements=%d age=%.3f", p->n_left,
+                 whet_now_mono() - p->read_at);
+        scheduler_plan_drop(sch);
+    }
+    return placed;
+}
+
+/* Whether a cycle's decisions could be kept for the next cycles, whichever are left: placements of queued
+ * jobs outside co-training groups, and waits. */
+static int plan_keepable(const struct snapshot *s, const struct pl_result *r) {
+    for (int i = 0; i < r->n; i++) {
+        const struct pl_decision *d = &r->decisions[i];
+        int queued = d->job >= s->queued && d->job < s->queued + s->n_queued;
+        if (!queued || (d->action != PL_PLACE && d->action != PL_WAIT) || d->job->cotrain_group) return 0;
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * What the tenant sees of a waiting job: wait_reason, queue_position
  * ---------------------------------------------------------------------------------------------- */
@@ -871,9 +954,6 @@ static void too_big_reason(char *buf, size_t len, const struct snapshot *s, int 
     }
     whet_err_text(&e, buf, len);
 }
-
-/* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
-static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
 
 /* Running jobs stopped (they checkpoint) and queued again: preempted for another job (PL_PREEMPT), or a
  * co-trained job leaving its group to run alone on a free device (PL_MOVE_OUT: the next cycle places it
@@ -980,16 +1060,42 @@ static int elastic_room(const struct snapshot *s) {
     return 0;
 }
 
+/* A cycle that writes placements a previous cycle left (kept_plan): 1, or -1 when the connection broke. */
+static int cycle_continued(struct scheduler *sch, PGconn *conn, double t0, struct whet_err *err) {
+    double target = (sch->opts->cycle_target_ms > 0 ? sch->opts->cycle_target_ms : CYCLE_TARGET_MS_DEFAULT) / 1e3;
+    int left = sch->plan->n_left - sch->plan->next;
+    double started = whet_now_mono();
+    int placed = plan_continue(sch, conn, t0 + target, err);
+    if (placed < 0) {
+        scheduler_plan_drop(sch);
+        return whet_errf(err, "the database connection broke during the cycle");
+    }
+    double ended = whet_now_mono();
+    if (ended - t0 > 1)
+        log_info("msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f continued=1 decisions=%.3f placed=%d left=%d",
+                 ended - t0, started - t0, ended - started, placed, left);
+    return 1; /* more to write, or a full cycle to run at once */
+}
+
 int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     /* When each part of the cycle ended: a cycle slower than a second says where its time went. */
     double t[6] = {whet_now_mono()};
     int placed = 0, deferred = 0;
     char *silent = NULL; /* the nodes silent for half their lease: no new work */
-    if (scheduler_expire_leases(conn, &silent, err) < 0 || scheduler_gang_deadlines(conn, err) < 0 ||
-        apply_tenant_requests(conn, err) < 0) {
+    int lost = scheduler_expire_leases(conn, &silent, err);
+    if (lost < 0 || scheduler_gang_deadlines(conn, err) < 0 || apply_tenant_requests(conn, err) < 0) {
         free(silent);
+        scheduler_plan_drop(sch);
         return -1;
     }
+    if (sch->plan && plan_trusted(sch->plan, silent, lost)) {
+        free(silent);
+        return cycle_continued(sch, conn, t[0], err);
+    }
+    if (sch->plan)
+        log_info("msg=\"placements left by a cycle decided anew\" left=%d age=%.3f nodes_lost=%d",
+                 sch->plan->n_left - sch->plan->next, t[0] - sch->plan->read_at, lost);
+    scheduler_plan_drop(sch);
     /* Model workers first (serving.h): a free device goes to a worker before a job. Their failure does
      * not hold up the jobs' placement. */
     struct whet_err serr;
@@ -1001,8 +1107,9 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct pl_job **queue = NULL;
     struct waiting waiting = {0};
     int rc = -1;
+    const struct pl_decision **left = NULL; /* the placements deferred, kept when the plan can be */
+    int n_left = 0, keepable = 0;
     int loaded = load_snapshot(sch, conn, silent, &s, err);
-    free(silent);
     if (loaded < 0) goto out;
     waiting.a = xcalloc((size_t)s.n_queued + 1, sizeof *waiting.a);
     t[2] = t[3] = t[4] = whet_now_mono();
@@ -1043,24 +1150,29 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         const struct pl_result *r = pl_schedule(cluster, queue, n_queue, (double)whet_now_unix());
         name_new_groups(&s, r);
         t[3] = whet_now_mono();
-        int position = 0, n_batch = 0;
+        int position = 0, n_batch = 0, taken = 0;
         char reason[768];
         struct placement batch[PLACE_BATCH];
         const struct pl_decision *stops[STOP_BATCH];
         int n_stops = 0;
-        double place_until = t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
+        keepable = plan_keepable(&s, r);
+        double target = (sch->opts->cycle_target_ms > 0 ? sch->opts->cycle_target_ms : CYCLE_TARGET_MS_DEFAULT) / 1e3;
+        double place_until = keepable ? t[0] + target : t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
+        if (keepable) left = xcalloc((size_t)r->n + 1, sizeof *left);
         for (int i = 0; i < r->n && placed >= 0 && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
             log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
-            if (d->action == PL_PLACE && q >= 0 && whet_now_mono() > place_until) {
-                /* Left to the next cycle, which starts at once; its row is left as it is meanwhile (a
-                 * reason that came and went with each deferral would rewrite thousands of rows), but it
-                 * counts in the places of the jobs behind it. */
+            if (d->action == PL_PLACE && q >= 0 && taken >= PLACE_BATCH && whet_now_mono() > place_until) {
+                /* Left to the next cycles (kept, or decided anew by the next one, which starts at once);
+                 * its row is left as it is meanwhile (a reason that came and went with each deferral
+                 * would rewrite thousands of rows), but it counts in the places of the jobs behind it. */
                 waiting_add(&waiting, &s, q, NULL, ++position);
+                if (left) left[n_left++] = d;
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
+                taken++;
                 batch[n_batch++] = (struct placement){.q = q, .d = d};
                 if (n_batch == PLACE_BATCH) placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
                 n_batch %= PLACE_BATCH;
@@ -1099,11 +1211,28 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                              sch->running.n_stopped, err);
     t[5] = whet_now_mono();
     if (rc == 0 && t[5] - t[0] > 1)
-        log_info("msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"
-                 " deferred=%d public_state=%.3f nodes=%d running=%d queued=%d tenants=%d",
-                 t[5] - t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], placed, deferred, t[5] - t[4],
-                 s.n_nodes, s.n_running, s.n_queued, s.n_tenants);
+        log_info(
+            "msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"
+            " deferred=%d kept=%d public_state=%.3f nodes=%d running=%d queued=%d tenants=%d",
+            t[5] - t[0], t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3], placed, deferred, n_left > 0, t[5] - t[4],
+            s.n_nodes, s.n_running, s.n_queued, s.n_tenants);
+    if (rc == 0 && n_left > 0) { /* the snapshot, the cluster and its decisions go to the next cycles */
+        struct kept_plan *p = xcalloc(1, sizeof *p);
+        *p = (struct kept_plan){.s = s,
+                                .cluster = cluster,
+                                .queue = queue,
+                                .left = left,
+                                .n_left = n_left,
+                                .silent = silent,
+                                .read_at = t[1]};
+        sch->plan = p;
+        log_info("msg=\"placements left to the next cycles\" placed=%d left=%d", placed, n_left);
+        memset(&s, 0, sizeof s);
+        cluster = NULL, queue = NULL, left = NULL, silent = NULL;
+    }
 out:
+    free(left);
+    free(silent);
     free(queue);
     for (int i = 0; i < waiting.n; i++) free(waiting.a[i].reason);
     free(waiting.a);

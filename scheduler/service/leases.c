@@ -104,5 +104,5 @@ int scheduler_expire_leases(PGconn *conn, char **silent, struct whet_err *err) {
     }
     scheduler_metrics_lost(nodes, jobs);
     PQclear(res);
-    return 0;
+    return nodes;
 }

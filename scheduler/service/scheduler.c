@@ -113,6 +113,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
             break;
         }
         /* What changed while another led is unknown: read it all again, compare every row again. */
+        scheduler_plan_drop(&sch);
         node_cache_reset(&sch.nodes);
         running_reset(&sch.running);
         queue_cache_reset(&sch.queue);
@@ -145,6 +146,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         scheduler_progress_free(); /* what another leader writes meanwhile is not ours to remember */
         PQfinish(conn);
     }
+    scheduler_plan_drop(&sch);
     node_cache_reset(&sch.nodes);
     running_reset(&sch.running);
     queue_cache_reset(&sch.queue);

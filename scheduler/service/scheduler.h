@@ -53,6 +53,8 @@ struct scheduler_options {
                                    ended (attempt_gc.c) */
     int usage_retention_days;       /* usage records are dropped a month of jobs at a time, once the month
                                    ended and nothing in it was recorded for this many days; 0: kept */
+    int cycle_target_ms;            /* a cycle writes placements until it has run this long (one batch at
+                                   least) and leaves the rest to the next cycles (cycle.c); 0: 800 */
 };
 
 /* Runs until SIGINT/SIGTERM (returns 0) or a fatal error (-1 with err). */

@@ -134,13 +134,16 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
                         char *const *stopped, int n_stopped, struct whet_err *err);
 void public_state_reset(struct public_state *ps);
 
+struct kept_plan;
+
 struct scheduler {
     const struct scheduler_options *opts;
     struct node_cache nodes;      /* the leader's; reset when it starts leading */
     struct running_cache running; /* likewise */
     struct queue_cache queue;     /* likewise */
     struct public_state public_state;
-    int wake_fd; /* eventfd: scheduler_wake's, polled with the NOTIFY socket between cycles */
+    struct kept_plan *plan; /* placements a cycle left to the next ones (cycle.c); NULL: none */
+    int wake_fd;            /* eventfd: scheduler_wake's, polled with the NOTIFY socket between cycles */
 };
 
 /* Runs the leader's next cycle now rather than on its timer, as a NOTIFY whet_jobs would (scheduler.c): what the
@@ -157,6 +160,8 @@ extern const int scheduler_n_methods;
  * decisions to the next cycle (more to place than its time allows: run the next one at once), or -1
  * with err when the database failed. */
 int scheduler_cycle(struct scheduler *s, PGconn *conn, struct whet_err *err);
+/* Forgets the placements a cycle left to the next ones: before the caches its snapshot points into are reset. */
+void scheduler_plan_drop(struct scheduler *s);
 
 /* The START manifests of the next attempts of several jobs (manifest.c), read in one query and built
  * one by one: scheduler_manifest_rows reads, for a JSON array of job ids, one row per job found (column
@@ -252,7 +257,8 @@ void scheduler_progress_free(void);
 
 /* Declares the nodes silent past their lease lost and requeues their jobs, unless the whole fleet
  * went silent at once (leases.c says why). *silent: the ready nodes silent for half their lease or more,
- * which take no new work ("ID ID …", NULL: none; the caller frees it). */
+ * which take no new work ("ID ID …", NULL: none; the caller frees it). Returns how many nodes it declared
+ * lost, or -1. */
 int scheduler_expire_leases(PGconn *conn, char **silent, struct whet_err *err);
 
 /* Deletes a batch of expired rows (idempotency keys) when one is due (retention.c). */
