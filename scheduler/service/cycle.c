@@ -599,13 +599,10 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, const char *silent
  * Decisions
  * ---------------------------------------------------------------------------------------------- */
 
-/* How long one cycle spends writing PLACE and PREEMPT decisions before leaving the rest to the next
- * cycle: filling an empty fleet of 1000 nodes took one cycle of 117 s in tests/bench/scale, during
- * which no lease expired, no pause or cancel was applied and no newly created job was considered.
- * A cycle whose decisions left can be kept (kept_plan below) stops once it has run its target
- * (--cycle-target-ms); any other writes at least DECISIONS_BUDGET_S and at least twice what the rest of
- * the cycle took, so that the fill spends most of its time placing. Either writes one batch at least. */
-#define DECISIONS_BUDGET_S 0.5
+/* How long one cycle runs before it leaves the decisions it has not written to the next cycles (kept_plan
+ * below): filling an empty fleet of 1000 nodes took one cycle of 117 s in tests/bench/scale, during which
+ * no lease expired, no pause or cancel was applied and no newly created job was considered. The target is
+ * --cycle-target-ms; a cycle writes one batch at least. */
 #define CYCLE_TARGET_MS_DEFAULT 800
 
 /* Placements are written PLACE_BATCH at a time, each batch one query for the manifests' rows and one
@@ -825,11 +822,12 @@ static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? 
  * slow down or, as before, run cycles of 2-5 s. Each of those cycles first expires leases, ends overdue
  * gangs and applies pauses and cancels, then writes for its target. A plan is trusted for
  * PLAN_MAX_AGE_S after its snapshot (about as long as the one long cycle it replaces wrote one snapshot's
- * decisions), while no node is declared lost or newly silent, and is kept only when every decision left
- * is a placement of a queued job outside co-training groups (preemptions, resizes and groups are decided
- * again by the next full cycle). Devices it places on can only have come free since (attempts ended):
- * model workers take devices only in a full cycle's serving step, which continuing cycles skip; and the
- * placement statement writes only jobs still queued, to run, on the attempt their manifest was made for. */
+ * decisions, co-training groups among them), and while no node is declared lost or newly silent.
+ * Preemptions and resizes left are not kept: the next full cycle decides them again, as it did when a cycle
+ * ran out of time; the placements kept after them take no device of theirs (a victim holds its devices until
+ * it has stopped). Devices it places on can only have come free since (attempts ended): model workers take
+ * devices only in a full cycle's serving step, which continuing cycles skip; and the placement statement
+ * writes only jobs still queued, to run, on the attempt their manifest was made for. */
 #define PLAN_MAX_AGE_S 3.0
 
 struct kept_plan {
@@ -880,17 +878,6 @@ static int plan_continue(struct scheduler *sch, PGconn *conn, double until, stru
         scheduler_plan_drop(sch);
     }
     return placed;
-}
-
-/* Whether a cycle's decisions could be kept for the next cycles, whichever are left: placements of queued
- * jobs outside co-training groups, and waits. */
-static int plan_keepable(const struct snapshot *s, const struct pl_result *r) {
-    for (int i = 0; i < r->n; i++) {
-        const struct pl_decision *d = &r->decisions[i];
-        int queued = d->job >= s->queued && d->job < s->queued + s->n_queued;
-        if (!queued || (d->action != PL_PLACE && d->action != PL_WAIT) || d->job->cotrain_group) return 0;
-    }
-    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1060,12 +1047,15 @@ static int elastic_room(const struct snapshot *s) {
     return 0;
 }
 
+static double cycle_target_s(const struct scheduler *sch) {
+    return (sch->opts->cycle_target_ms > 0 ? sch->opts->cycle_target_ms : CYCLE_TARGET_MS_DEFAULT) / 1e3;
+}
+
 /* A cycle that writes placements a previous cycle left (kept_plan): 1, or -1 when the connection broke. */
 static int cycle_continued(struct scheduler *sch, PGconn *conn, double t0, struct whet_err *err) {
-    double target = (sch->opts->cycle_target_ms > 0 ? sch->opts->cycle_target_ms : CYCLE_TARGET_MS_DEFAULT) / 1e3;
     int left = sch->plan->n_left - sch->plan->next;
     double started = whet_now_mono();
-    int placed = plan_continue(sch, conn, t0 + target, err);
+    int placed = plan_continue(sch, conn, t0 + cycle_target_s(sch), err);
     if (placed < 0) {
         scheduler_plan_drop(sch);
         return whet_errf(err, "the database connection broke during the cycle");
@@ -1107,8 +1097,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     struct pl_job **queue = NULL;
     struct waiting waiting = {0};
     int rc = -1;
-    const struct pl_decision **left = NULL; /* the placements deferred, kept when the plan can be */
-    int n_left = 0, keepable = 0;
+    const struct pl_decision **left = NULL; /* the placements left to the next cycles */
+    int n_left = 0;
     int loaded = load_snapshot(sch, conn, silent, &s, err);
     if (loaded < 0) goto out;
     waiting.a = xcalloc((size_t)s.n_queued + 1, sizeof *waiting.a);
@@ -1155,40 +1145,40 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         struct placement batch[PLACE_BATCH];
         const struct pl_decision *stops[STOP_BATCH];
         int n_stops = 0;
-        keepable = plan_keepable(&s, r);
-        double target = (sch->opts->cycle_target_ms > 0 ? sch->opts->cycle_target_ms : CYCLE_TARGET_MS_DEFAULT) / 1e3;
-        double place_until = keepable ? t[0] + target : t[3] + fmax(DECISIONS_BUDGET_S, 2 * (t[3] - t[0]));
-        if (keepable) left = xcalloc((size_t)r->n + 1, sizeof *left);
+        double place_until = t[0] + cycle_target_s(sch);
+        left = xcalloc((size_t)r->n + 1, sizeof *left);
         for (int i = 0; i < r->n && placed >= 0 && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
             log_debug("msg=\"decision\" action=%d job_seq=%llu for_seq=%llu", (int)d->action, (unsigned long long)d->job->id,
                       d->for_job ? (unsigned long long)d->for_job->id : 0ull);
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
-            if (d->action == PL_PLACE && q >= 0 && taken >= PLACE_BATCH && whet_now_mono() > place_until) {
-                /* Left to the next cycles (kept, or decided anew by the next one, which starts at once);
-                 * its row is left as it is meanwhile (a reason that came and went with each deferral
-                 * would rewrite thousands of rows), but it counts in the places of the jobs behind it. */
+            int stop = d->action == PL_PREEMPT || d->action == PL_MOVE_OUT,
+                resize = d->action == PL_GROW || d->action == PL_SHRINK;
+            /* past the target, with a batch's worth of decisions written: every cycle gets something done */
+            int late = d->action != PL_WAIT && taken >= PLACE_BATCH && whet_now_mono() > place_until;
+            taken += !late && (stop || resize || (d->action == PL_PLACE && q >= 0));
+            if (d->action == PL_PLACE && q >= 0 && late) {
+                /* Left to the next cycles (kept_plan), which start at once; its row is left as it is
+                 * meanwhile (a reason that came and went with each deferral would rewrite thousands of
+                 * rows), but it counts in the places of the jobs behind it. */
                 waiting_add(&waiting, &s, q, NULL, ++position);
-                if (left) left[n_left++] = d;
+                left[n_left++] = d;
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
-                taken++;
                 batch[n_batch++] = (struct placement){.q = q, .d = d};
                 if (n_batch == PLACE_BATCH) placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
                 n_batch %= PLACE_BATCH;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
                 waiting_add(&waiting, &s, q, reason, ++position);
-            } else if ((d->action == PL_PREEMPT || d->action == PL_GROW || d->action == PL_SHRINK ||
-                        d->action == PL_MOVE_OUT) &&
-                       whet_now_mono() > place_until) {
-                deferred++;
-            } else if (d->action == PL_PREEMPT || d->action == PL_MOVE_OUT) {
+            } else if ((stop || resize) && late) {
+                deferred++; /* decided anew by the next full cycle */
+            } else if (stop) {
                 int k = (int)(d->job - s.running);
                 if (k >= 0 && k < s.n_running) stops[n_stops++] = d;
                 if (n_stops == STOP_BATCH && write_stops(conn, &s, stops, n_stops, err) < 0) placed = -1;
                 n_stops %= STOP_BATCH;
-            } else if ((d->action == PL_GROW || d->action == PL_SHRINK ? record_resize(conn, &s, d, err) : 0) < 0) {
+            } else if ((resize ? record_resize(conn, &s, d, err) : 0) < 0) {
                 /* One decision that cannot be written must not hold up the others. */
                 log_warn("msg=\"decision not recorded\" action=%d job_seq=%llu error=\"%s\"", (int)d->action,
                          (unsigned long long)d->job->id, err->msg);
