@@ -215,6 +215,8 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     }
     c->node_class = malloc(nn * sizeof *c->node_class);
     if (!c->node_class) abort();
+    c->class_words = (int32_t)((nn + 63) / 64);
+    for (int32_t i = 0; i < n_nodes; i++) c->node_class[i] = -1;
     for (int32_t i = 0; i < n_nodes; i++) pl_node_class_update(c, i);
     c->pool_nodes = malloc(nn * sizeof *c->pool_nodes);
     c->pool_ok = malloc(nn * sizeof *c->pool_ok);
@@ -266,6 +268,8 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->pool_nodes);
     free(c->node_class);
     free(c->classes);
+    free(c->class_bits);
+    free(c->live);
     free(c->class_slots);
     free(c->pool_ok);
     free(c->tenants);

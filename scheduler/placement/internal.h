@@ -187,13 +187,17 @@ struct pl_cluster {
     uint32_t rotate;
     struct pl_result result;
 
-    /* Node states (state.c): each node's class, the classes, and an open-addressing table of class
-     * ids (-1: empty) by state hash. class_gen numbers placement attempts. */
+    /* Node states (state.c): each node's class (-1 before its first), the classes, and an open-addressing
+     * table of class ids (-1: empty) by state hash. class_gen numbers placement attempts. class_bits: each
+     * class's member nodes, a bitmap of class_words words per class; live: the classes with members. */
     int32_t *node_class;
     struct pl_class *classes;
     int32_t n_classes, cap_classes;
     int32_t *class_slots;
     uint32_t class_mask, class_gen;
+    uint64_t *class_bits;
+    int32_t class_words, cap_class_bits;
+    int32_t *live, n_live, cap_live;
 };
 
 /* A node state: what the resource filters and the scores read of a node (its pool, size, GPU memory,
@@ -209,10 +213,14 @@ struct pl_class {
     enum pl_filter filter;
     double score;
     uint32_t gpus;
+    int32_t members, lowest; /* how many nodes are in this state, the lowest index among them (-1: none) */
+    int32_t live_at;         /* its place in the cluster's live classes while it has members */
 };
 
 /* Sets node ni's class from its current state (state.c). */
 void pl_node_class_update(struct pl_cluster *c, int32_t ni);
+/* The lowest-index node in class id at or after node `from`, or -1 (state.c). */
+int32_t pl_class_next_member(const struct pl_cluster *c, int32_t id, int32_t from);
 
 void *pl_grow(void *p, int32_t *cap, int32_t need, size_t elem);
 int32_t pl_popcount16(uint32_t x);
