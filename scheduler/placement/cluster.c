@@ -220,6 +220,8 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     for (int32_t i = 0; i < n_nodes; i++) pl_node_class_update(c, i);
     c->pool_nodes = malloc(nn * sizeof *c->pool_nodes);
     c->pool_ok = malloc(nn * sizeof *c->pool_ok);
+    c->pool_usable = malloc(nn * sizeof *c->pool_usable);
+    if (!c->pool_usable) abort();
     if (!c->pool_nodes || !c->pool_ok) abort();
     int32_t off = 0;
     for (int32_t p = 0; p < c->n_pools; p++) {
@@ -272,6 +274,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->live);
     free(c->class_slots);
     free(c->pool_ok);
+    free(c->pool_usable);
     free(c->tenants);
     free(c->usage);
     free(c->tenants_active);

@@ -179,6 +179,7 @@ struct pl_cluster {
     int32_t cap_order;
     int32_t *tenant_head, *tenant_end, cap_tenant_head, cap_tenant_end;
     enum pl_filter *pool_ok;                      /* n_pools: the static filter of each pool */
+    uint8_t *pool_usable;                         /* n_pools: scratch of the pick over states (pick.c) */
     struct pl_decision *decisions;
     int32_t n_decisions, cap_decisions;
     struct pl_victim *victims;
