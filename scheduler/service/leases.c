@@ -34,19 +34,20 @@
 static int mass_silence;
 
 /* One read of every ready node's heartbeat per cycle, by data center: the overdue nodes, and the nodes
- * silent for half their lease or more (*silent, "ID ID …", or NULL), which take no new work: likely gone,
- * and a gang that failed with one would be placed back on it until its lease runs out. Returns 1 when
- * the overdue nodes make a mass silence, 0 when not, -1 on a database error. */
+ * silent for half their lease or more (*silent, "ID ID …" in order, or NULL), which take no new work: likely
+ * gone, and a gang that failed with one would be placed back on it until its lease runs out (a kept plan
+ * compares the list with its own: cycle.c). Returns 1 when the overdue nodes make a mass silence, 0 when
+ * not, -1 on a database error. */
 static int census(PGconn *conn, int *overdue, int *ready, char **silent, struct whet_err *err) {
     /* The clock read once, float8 arithmetic: clock_timestamp() and numeric arithmetic for each of 10k rows
      * were half of this statement's time. */
-    PGresult *res =
-        whet_pg_query(conn,
-                      "SELECT count(*), count(*) FILTER (WHERE last_heartbeat < t.now - " LEASE_OVERDUE_AFTER_SQL "),"
-                      " string_agg(id, ' ') FILTER (WHERE last_heartbeat < t.now - lease_ms * 0.0005::float8)"
-                      " FROM nodes, (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) t"
-                      " WHERE state = 'ready' GROUP BY dc",
-                      0, NULL, err);
+    PGresult *res = whet_pg_query(
+        conn,
+        "SELECT count(*), count(*) FILTER (WHERE last_heartbeat < t.now - " LEASE_OVERDUE_AFTER_SQL "),"
+        " string_agg(id, ' ' ORDER BY id) FILTER (WHERE last_heartbeat < t.now - lease_ms * 0.0005::float8)"
+        " FROM nodes, (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) t"
+        " WHERE state = 'ready' GROUP BY dc ORDER BY dc",
+        0, NULL, err);
     if (!res) return -1;
     struct whet_buf ids = {0}; /* its data becomes *silent */
     int every_dc = 1;
