@@ -100,8 +100,8 @@ struct snapshot {
     const int *node_by_id;         /* node indexes sorted by id, to find a running attempt's node (the cache's) */
     int n_pools;
     struct sizing_pool *pools; /* the fleet as sizing sees it */
-    int n_running, n_queued;
-    struct pl_job *running, *queued; /* stable addresses for the library */
+    int n_running, n_queued, running_cap;
+    struct pl_job *running, *queued;  /* stable addresses for the library; running: running_cap of room */
     char **running_ids, **queued_ids; /* running_ids: the running cache's strings */
     int *running_attempts;
     struct running_attempt **running_cached; /* each running job's entry in the running cache, for this cycle */
@@ -125,7 +125,30 @@ struct new_group {
     int running;
 };
 
-static void snapshot_free(struct snapshot *s) {
+/* The array of running jobs is kept from one snapshot for the next: 80k running jobs at 10k nodes x 8 take
+ * 35 MB, which glibc maps afresh for each allocation of that size (past its largest mmap threshold), and
+ * the first writes to those fresh pages (their page faults) were a quarter of the scheduler's CPU at a full
+ * fleet (perf, tests/bench/scale/cycle.sh). Each entry is cleared where it is filled (load_snapshot). */
+static struct pl_job *running_array(struct scheduler *sch, int n, int *cap) {
+    struct pl_job *a = sch->running_spare;
+    int spare = sch->running_spare_n;
+    sch->running_spare = NULL, sch->running_spare_n = 0;
+    if (a && spare >= n) {
+        *cap = spare;
+        return a;
+    }
+    free(a);
+    *cap = n + n / 8; /* a growing fleet does not map a new array every cycle */
+    return xmalloc((size_t)*cap * sizeof *a);
+}
+
+static void snapshot_free(struct scheduler *sch, struct snapshot *s) {
+    if (s->running && s->running_cap > sch->running_spare_n) {
+        free(sch->running_spare);
+        sch->running_spare = s->running, sch->running_spare_n = s->running_cap;
+    } else {
+        free(s->running);
+    }
     for (int i = 0; i < s->n_queued; i++) free(s->queued_ids[i]);
     for (int i = 0; i < s->n_tenants; i++) free(s->tenant_ids[i]);
     free(s->tenant_ids);
@@ -133,7 +156,6 @@ static void snapshot_free(struct snapshot *s) {
     free(s->nodes);
     free(s->node_ids);
     free(s->node_addrs);
-    free(s->running);
     free(s->queued);
     free(s->running_ids);
     free(s->queued_ids);
@@ -507,7 +529,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, const char *silent
 
     /* The running attempts, brought up to date (running.c). */
     struct running_cache *rc = &sch->running;
-    s->running = xcalloc((size_t)rc->n + 1, sizeof *s->running);
+    s->running = running_array(sch, rc->n + 1, &s->running_cap);
     s->running_ids = xcalloc((size_t)rc->n + 1, sizeof *s->running_ids);
     s->running_attempts = xcalloc((size_t)rc->n + 1, sizeof *s->running_attempts);
     s->running_cached = xcalloc((size_t)rc->n + 1, sizeof *s->running_cached);
@@ -843,7 +865,7 @@ struct kept_plan {
 void scheduler_plan_drop(struct scheduler *sch) {
     struct kept_plan *p = sch->plan;
     if (!p) return;
-    snapshot_free(&p->s);
+    snapshot_free(sch, &p->s);
     pl_cluster_free(p->cluster);
     free(p->queue);
     free(p->left);
@@ -1227,7 +1249,7 @@ out:
     for (int i = 0; i < waiting.n; i++) free(waiting.a[i].reason);
     free(waiting.a);
     pl_cluster_free(cluster);
-    snapshot_free(&s);
+    snapshot_free(sch, &s);
     if (rc < 0) { /* what a failed cycle read or wrote is unknown */
         node_cache_reset(&sch->nodes);
         running_reset(&sch->running);

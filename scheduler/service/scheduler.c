@@ -147,6 +147,7 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         PQfinish(conn);
     }
     scheduler_plan_drop(&sch);
+    free(sch.running_spare);
     node_cache_reset(&sch.nodes);
     running_reset(&sch.running);
     queue_cache_reset(&sch.queue);

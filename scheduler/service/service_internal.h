@@ -135,6 +135,7 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
 void public_state_reset(struct public_state *ps);
 
 struct kept_plan;
+struct pl_job;
 
 struct scheduler {
     const struct scheduler_options *opts;
@@ -143,6 +144,8 @@ struct scheduler {
     struct queue_cache queue;     /* likewise */
     struct public_state public_state;
     struct kept_plan *plan; /* placements a cycle left to the next ones (cycle.c); NULL: none */
+    struct pl_job *running_spare; /* the last snapshot's array of running jobs, for the next (cycle.c) */
+    int running_spare_n;
     int wake_fd;            /* eventfd: scheduler_wake's, polled with the NOTIFY socket between cycles */
 };
 
