@@ -112,7 +112,7 @@ static int cmd_scheduler(int argc, char **argv) {
     const char *retention_days = whet_env("WHET_EVENT_RETENTION_DAYS", "0");
     const char *gc_grace = whet_env("WHET_ATTEMPT_GC_GRACE_S", "3600");
     const char *usage_retention_days = whet_env("WHET_USAGE_RETENTION_DAYS", "0");
-    const char *cycle_target_ms = whet_env("WHET_SCHEDULER_CYCLE_TARGET_MS", "800");
+    const char *cycle_target_ms = whet_env("WHET_SCHEDULER_CYCLE_TARGET_MS", NULL); /* NULL: the scheduler's default */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': data_dir = optarg; break;
@@ -147,7 +147,7 @@ static int cmd_scheduler(int argc, char **argv) {
         fprintf(stderr, "whet scheduler: --rpc-threads (or WHET_SCHEDULER_RPC_THREADS) must be 1 to 256\n");
         return 2;
     }
-    double progress, min_left, keep, model_keep_s = -1, retention, grace, usage_retention, cycle_target;
+    double progress, min_left, keep, model_keep_s = -1, retention, grace, usage_retention, cycle_target = 0;
     if (number_setting(progress_ms, "progress-ms", "WHET_SCHEDULER_PROGRESS_MS", 0, 3600000, 0, "", &progress) < 0 ||
         number_setting(move_min_left, "cotrain-move-min-left", "WHET_COTRAIN_MOVE_MIN_LEFT_S", 0, 86400, 1, " seconds",
                        &min_left) < 0 ||
@@ -162,8 +162,8 @@ static int cmd_scheduler(int argc, char **argv) {
                        &grace) < 0 ||
         number_setting(usage_retention_days, "usage-retention-days", "WHET_USAGE_RETENTION_DAYS", 0, 36500, 0, " days",
                        &usage_retention) < 0 ||
-        number_setting(cycle_target_ms, "cycle-target-ms", "WHET_SCHEDULER_CYCLE_TARGET_MS", 1, 60000, 0, " ms",
-                       &cycle_target) < 0)
+        (cycle_target_ms && number_setting(cycle_target_ms, "cycle-target-ms", "WHET_SCHEDULER_CYCLE_TARGET_MS", 1,
+                                           60000, 0, " ms", &cycle_target) < 0))
         return 2;
     whet_log_component("scheduler");
     struct whet_err err;

@@ -221,8 +221,7 @@ struct pl_cluster *pl_cluster_new(const struct pl_node *nodes, int32_t n_nodes, 
     c->pool_nodes = malloc(nn * sizeof *c->pool_nodes);
     c->pool_ok = malloc(nn * sizeof *c->pool_ok);
     c->pool_usable = malloc(nn * sizeof *c->pool_usable);
-    if (!c->pool_usable) abort();
-    if (!c->pool_nodes || !c->pool_ok) abort();
+    if (!c->pool_nodes || !c->pool_ok || !c->pool_usable) abort();
     int32_t off = 0;
     for (int32_t p = 0; p < c->n_pools; p++) {
         c->pools[p].nodes = c->pool_nodes + off;

@@ -39,7 +39,7 @@ static int pool_too_small(const struct pl_cluster *c, int32_t pi, const struct p
 /* Every feasible node scored: the best-scoring node state, its lowest-index node not held for another
  * job, ties to the lower index, as a scan of every node would pick, in time of the states rather than
  * the nodes (a fill of 10k nodes x 8 scanned all 10k for each of 10k jobs: 1-2 s a cycle). The pools
- * are sorted out first: on a full fleet no state is looked at. */
+ * are sorted out first: on a full fleet no state is looked at. Returns the node, or -1. */
 static int32_t best_of_states(struct pl_cluster *c, const struct pl_job *j, double now, const struct pl_node_ask *a,
                               const enum pl_filter *pool_ok, uint32_t *mask) {
     int32_t best_node = -1, usable = 0;
@@ -48,58 +48,47 @@ static int32_t best_of_states(struct pl_cluster *c, const struct pl_job *j, doub
         usable += c->pool_usable[pi] = pool_ok[pi] == PL_OK && !pool_too_small(c, pi, a);
     for (int32_t l = 0; usable && l < c->n_live; l++) {
         int32_t id = c->live[l];
-        struct pl_class *k = &c->classes[id];
-        if (!c->pool_usable[k->pool]) continue;
-        k->stamp = c->class_gen;
-        k->filter = pl_node_filter_state(c, k->lowest, a);
-        if (k->filter != PL_OK) continue;
-        k->score = pl_node_score(c, k->lowest, a->k, a->milli, a->cpu, a->mem, &k->gpus);
-        if (k->score < best_score) continue;
+        const struct pl_class *k = &c->classes[id];
+        if (!c->pool_usable[k->pool] || pl_node_filter_state(c, k->lowest, a) != PL_OK) continue;
+        uint32_t gpus;
+        double score = pl_node_score(c, k->lowest, a->k, a->milli, a->cpu, a->mem, &gpus);
+        if (score < best_score) continue;
         int32_t ni = k->lowest;
         while (ni >= 0 && pl_node_held_for_other(c, ni, j, now)) ni = pl_class_next_member(c, id, ni + 1);
-        if (ni >= 0 && (k->score > best_score || ni < best_node)) {
-            best_score = k->score;
+        if (ni >= 0 && (score > best_score || ni < best_node)) {
+            best_score = score;
             best_node = ni;
-            *mask = k->gpus;
+            *mask = gpus;
         }
     }
     return best_node;
 }
 
-/* The whole job on one node: the best score over a sample of the feasible nodes (from a rotating
- * start), or the first feasible one when the score falls with the index. Returns 1 and fills out. */
-static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double now, struct pl_alloc *out,
-                          const enum pl_filter *pool_ok) {
-    struct pl_node_ask a = pl_node_ask_of(j, now);
-    int32_t budget = pl_nodes_to_score(c), seen = 0, lowest_index = c->scores.lowest_index;
-    int32_t best_node = -1;
-    uint32_t best_mask = 0;
+/* A sample of `budget` feasible nodes from a rotating start, each state filtered and scored once per attempt
+ * (state.c: one id read per node), or with lowest_index the first feasible node of each pool (the score
+ * falls with the index). The best, ties to the lower index; -1 when none. */
+static int32_t best_of_scan(struct pl_cluster *c, const struct pl_job *j, double now, const struct pl_node_ask *a,
+                            const enum pl_filter *pool_ok, int32_t budget, int lowest_index, uint32_t *best_mask) {
+    int32_t best_node = -1, seen = 0;
     double best_score = -INFINITY;
     c->class_gen++;
-    if (!lowest_index && budget >= c->n_nodes) {
-        best_node = best_of_states(c, j, now, &a, pool_ok, &best_mask);
-        budget = 0; /* the scan below is for a sample or a first fit */
-    }
     for (int32_t pi = 0; pi < c->n_pools && seen < budget; pi++) {
-        if (pool_ok[pi] != PL_OK) continue;
+        if (pool_ok[pi] != PL_OK || pool_too_small(c, pi, a)) continue;
         const struct pl_pool *p = &c->pools[pi];
-        if (pool_too_small(c, pi, &a)) continue;
-        int32_t start = lowest_index              ? first_fit_start(c, pi, a.k)
-                        : budget < c->n_nodes ? (int32_t)(c->rotate % (uint32_t)p->n_nodes)
-                                              : 0;
+        int32_t start = lowest_index ? first_fit_start(c, pi, a->k) : (int32_t)(c->rotate % (uint32_t)p->n_nodes);
         for (int32_t q = 0; q < p->n_nodes && seen < budget; q++) {
             int32_t ni = p->nodes[(start + q) % p->n_nodes];
             uint32_t mask;
             double s;
             if (lowest_index) {
-                if (pl_node_filter(c, ni, &a) != PL_OK) continue;
-                s = pl_node_score(c, ni, a.k, a.milli, a.cpu, a.mem, &mask);
-            } else { /* each state filtered and scored once per attempt (state.c): one id read per node */
+                if (pl_node_filter(c, ni, a) != PL_OK) continue;
+                s = pl_node_score(c, ni, a->k, a->milli, a->cpu, a->mem, &mask);
+            } else {
                 struct pl_class *k = &c->classes[c->node_class[ni]];
                 if (k->stamp != c->class_gen) {
                     k->stamp = c->class_gen;
-                    k->filter = pl_node_filter_state(c, ni, &a);
-                    if (k->filter == PL_OK) k->score = pl_node_score(c, ni, a.k, a.milli, a.cpu, a.mem, &k->gpus);
+                    k->filter = pl_node_filter_state(c, ni, a);
+                    if (k->filter == PL_OK) k->score = pl_node_score(c, ni, a->k, a->milli, a->cpu, a->mem, &k->gpus);
                 }
                 if (k->filter != PL_OK || pl_node_held_for_other(c, ni, j, now)) continue;
                 s = k->score;
@@ -109,15 +98,28 @@ static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double n
             if (s > best_score || (s == best_score && ni < best_node)) {
                 best_score = s;
                 best_node = ni;
-                best_mask = mask;
+                *best_mask = mask;
             }
             if (lowest_index) break;
         }
     }
-    if (best_node < 0) return 0;
+    return best_node;
+}
+
+/* The whole job on one node: the best-scoring feasible node, over every state when every node is scored,
+ * else over a sample or the first fit. Returns 1 and fills out. */
+static int place_one_node(struct pl_cluster *c, const struct pl_job *j, double now, struct pl_alloc *out,
+                          const enum pl_filter *pool_ok) {
+    struct pl_node_ask a = pl_node_ask_of(j, now);
+    int32_t budget = pl_nodes_to_score(c), lowest_index = c->scores.lowest_index;
+    uint32_t mask = 0;
+    int32_t node = !lowest_index && budget >= c->n_nodes
+                       ? best_of_states(c, j, now, &a, pool_ok, &mask)
+                       : best_of_scan(c, j, now, &a, pool_ok, budget, lowest_index, &mask);
+    if (node < 0) return 0;
     out->n_slots = 1;
-    out->slots[0].node = best_node;
-    out->slots[0].gpu_mask = (uint16_t)best_mask;
+    out->slots[0].node = node;
+    out->slots[0].gpu_mask = (uint16_t)mask;
     out->slots[0].gpu_count = (uint16_t)a.k;
     return 1;
 }

@@ -327,14 +327,14 @@ python3 - "$work/fleet.json" "$work/marks" <<'PY' | sed 's/^/scale: /'
 import json, sys
 run = json.load(open(sys.argv[1]))
 marks = [(float(t), name) for name, t in (l.rsplit(" ", 1) for l in open(sys.argv[2]).read().splitlines())]
-by_phase = {}
+by_phase = {}  # in the order the phases came: the fleet lists its seconds in order
 for second, n in run["heartbeats_failed_by_second"].items():
     began = [(m, name) for m, name in marks if m <= float(second) + 1]
-    phase = max(began)[1] if began else "registration"
+    phase = max(began)[1] if began else "before the first phase"
     by_phase[phase] = by_phase.get(phase, 0) + n
 if by_phase:
     print("heartbeats failed by phase (the second each ended in): " +
-          ", ".join("%s %d" % (name, by_phase[name]) for _, name in sorted(marks) if name in by_phase))
+          ", ".join("%s %d" % kv for kv in by_phase.items()))
 PY
 say "  the scheduler's heartbeat handlers in the window (from their start, without the wait for a thread):" \
     "p50 $(quantile 0.5 "$work/hb2" "$work/hb3" 1000) ms, p99 $(quantile 0.99 "$work/hb2" "$work/hb3" 1000) ms"
