@@ -112,6 +112,7 @@ void pl_node_apply(struct pl_cluster *c, int32_t ni, uint32_t mask, int32_t mill
         }
     n->cpu_free_milli -= sign * cpu;
     n->mem_free_mib -= sign * mem;
+    if (sign < 0) c->cotrain_gen++; /* a co-training group there may take more */
     pl_node_class_update(c, ni);
     pool_account(c, ni, +1);
     if (c->scores.frag_cache) node_refresh_frag(c, ni);
@@ -283,6 +284,7 @@ void pl_cluster_free(struct pl_cluster *c) {
     free(c->profile);
     free(c->running);
     free(c->groups);
+    free(c->group_slots);
     free(c->order);
     free(c->tenant_head);
     free(c->tenant_end);

@@ -8,6 +8,8 @@
 #define PL_SHARE_BUCKET 50                        /* GPU share histogram bucket width (milli) */
 #define PL_SHARE_BUCKETS (PL_MILLI / PL_SHARE_BUCKET + 1)
 #define PL_FAIL_CACHE 4096                        /* failed job shapes remembered within a cycle */
+#define PL_JOIN_MEMO 64                           /* co-training searches remembered within a cycle */
+#define PL_JOIN_BEST 256                          /* the best groups one search keeps, best first */
 
 /* A (data center, GPU type) group of nodes, with summaries kept exact by node_apply. Only
  * schedulable nodes count in the summaries. */
@@ -108,6 +110,24 @@ struct pl_cotrain_group {
     int32_t open;                                 /* formed in this cycle: no group if no one joins */
 };
 
+/* What decides whether a co-training group takes a job (cotrain.c): jobs alike in it join alike. */
+struct pl_join_shape {
+    uint64_t key, dcs, types;
+    int64_t cpu, mem;
+    int32_t base_mib, member_mib;
+};
+
+/* A co-training search (cotrain.c): for jobs of one shape, the groups that take it, best first. It holds
+ * within its cycle (stamp) while no group is gone and no member or resources are given back (cotrain_gen);
+ * a group formed or joined since takes its new rank in it. */
+struct pl_join_memo {
+    uint32_t stamp, gen;
+    struct pl_join_shape shape;
+    int32_t n, next;              /* groups[next..n): those not yet found unable to take one */
+    int32_t more;                 /* 1: other groups took the shape too, all after groups[n-1] */
+    int32_t groups[PL_JOIN_BEST]; /* indexes into the cluster's groups */
+};
+
 struct pl_cluster {
     struct pl_config cfg;
     struct pl_scores scores;                      /* the score list cfg.scorer names */
@@ -130,7 +150,7 @@ struct pl_cluster {
     uint32_t hyp_gen;
     int32_t (*hyp_free)[PL_MAX_GPUS_PER_NODE];
     int64_t *hyp_cpu, *hyp_mem;
-    int32_t *scratch;                             /* n_nodes: node rooms in a pool */
+    int32_t *scratch; /* n_nodes: node rooms in a pool; by pool in move-out */
     struct pl_node_jobs {
         struct pl_job **jobs;
         int32_t n, cap;
@@ -170,7 +190,12 @@ struct pl_cluster {
     int32_t n_running, cap_running;
     struct pl_cotrain_group *groups;              /* co-training groups with running members */
     int32_t n_groups, cap_groups;
+    int32_t *group_slots;                         /* groups by id: an open-addressing table of indexes
+                                                     into groups (-1: empty), twice as large at least */
+    int32_t n_group_slots;                        /* a power of two, or 0 */
     uint64_t next_group_id;                       /* above every group id seen */
+    uint32_t cotrain_gen;                         /* changes that may let a join search find more (cotrain.c) */
+    struct pl_join_memo join_memo[PL_JOIN_MEMO];
     int32_t n_elastic;                            /* running jobs with an elastic range */
     int32_t n_stopping;                           /* preempted jobs still holding resources */
 

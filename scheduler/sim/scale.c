@@ -58,6 +58,12 @@ static void make_job(struct pl_job *j, uint64_t id, struct rng *rng, const struc
     if (rng_below(rng, 10) == 0 && o->dcs > 1) j->allowed_dcs = 1ull << rng_below(rng, (uint64_t)o->dcs);
     j->preemptible = 1;
     j->submit_time = (double)id;
+    if (o->cotrain_keys && j->gpus == 1 && j->gpu_milli == PL_MILLI) {
+        /* LoRA of an 8B base: the group holds the base and a pass once (24 GB), each member 3 GB */
+        j->cotrain_key = 1 + rng_below(rng, (uint64_t)o->cotrain_keys);
+        j->cotrain_base_mib = 24576;
+        j->cotrain_member_mib = 3072;
+    }
 }
 
 int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, struct whet_err *err) {
@@ -115,6 +121,14 @@ int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, str
     const struct pl_result *r = pl_schedule(c, queue, o->queued, 0);
     double cycle_s = cpu_now() - c0, cycle_wall_s = whet_now_mono() - t0;
     int32_t placed = r->placed, waiting = r->waiting;
+    uint64_t decisions_hash = 1469598103934665603ull; /* FNV-1a of what was decided: equal runs, equal decisions */
+    for (int32_t i = 0; i < r->n; i++) {
+        const struct pl_decision *d = &r->decisions[i];
+        uint64_t parts[4] = {d->job->id, (uint64_t)d->action,
+                             (uint64_t)(d->alloc.n_slots ? d->alloc.slots[0].node : -1),
+                             d->alloc.n_slots ? d->alloc.slots[0].gpu_mask : 0};
+        for (int k = 0; k < 4; k++) decisions_hash = (decisions_hash ^ parts[k]) * 1099511628211ull;
+    }
     double used_pct = 100.0 * (double)pl_cluster_gpu_milli_used(c) / (double)pl_cluster_gpu_milli_capacity(c);
     pl_cluster_free(c);
 
@@ -122,6 +136,8 @@ int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, str
     for (int32_t i = 0; i < o->queued; i++) {
         jobs[i].state = PL_JOB_QUEUED;
         jobs[i].alloc.n_slots = 0;
+        jobs[i].cotrain_group = 0;
+        jobs[i].cotrain_rider = 0;
     }
     c = pl_cluster_new(nodes, o->nodes, tenants, 16, &cfg, msg, sizeof msg);
     pl_cluster_set_profile(c, shapes, (int32_t)WHET_ARRAY_LEN(shapes));
@@ -135,12 +151,14 @@ int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, str
     qsort(lat, (size_t)o->queued, sizeof *lat, cmp_double);
     fprintf(out,
             "{\"mode\":\"scale\",\"policy\":\"%s\",\"nodes\":%d,\"gpus\":%lld,\"queued\":%d,\"dcs\":%d,\"types\":%d,"
+            "\"cotrain_keys\":%d,"
             "\"placed\":%d,\"waiting\":%d,\"gpu_allocated_pct\":%.2f,\"cycle_cpu_s\":%.4f,\"cycle_wall_s\":%.4f,"
-            "\"decisions_per_s\":%.0f,"
+            "\"decisions_per_s\":%.0f,\"decisions_hash\":\"%016llx\","
             "\"p50_decision_us\":%.2f,\"p99_decision_us\":%.2f,\"max_decision_us\":%.2f}\n",
-            policy, o->nodes, (long long)o->nodes * o->gpus_per_node, o->queued, o->dcs, o->types, placed, waiting,
-            used_pct, cycle_s, cycle_wall_s, cycle_s > 0 ? (placed + waiting) / cycle_s : 0.0, lat[o->queued / 2],
-            lat[(int64_t)o->queued * 99 / 100], lat[o->queued - 1]);
+            policy, o->nodes, (long long)o->nodes * o->gpus_per_node, o->queued, o->dcs, o->types, o->cotrain_keys,
+            placed, waiting, used_pct, cycle_s, cycle_wall_s, cycle_s > 0 ? (placed + waiting) / cycle_s : 0.0,
+            (unsigned long long)decisions_hash, lat[o->queued / 2], lat[(int64_t)o->queued * 99 / 100],
+            lat[o->queued - 1]);
     free(lat);
     free(nodes);
     free(jobs);

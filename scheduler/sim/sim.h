@@ -90,6 +90,7 @@ int sim_replay(FILE *out, const struct sim_fleet *fleet, const struct sim_trace 
 
 struct sim_scale_opts {
     int32_t nodes, gpus_per_node, queued, dcs, types;
+    int32_t cotrain_keys; /* 0: no job co-trainable; K: every whole one-GPU job is, of one of K base models */
     uint64_t seed;
 };
 int sim_scale(FILE *out, const struct sim_scale_opts *o, const char *policy, struct whet_err *err);

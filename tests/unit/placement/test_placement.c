@@ -832,6 +832,121 @@ static int add_member(struct pl_cluster *c, struct pl_job *j, uint64_t group, ui
 
 static int used_milli(const struct pl_cluster *c) { return (int)pl_cluster_gpu_milli_used(c); }
 
+/* Group ids scattered over 48 bits (splitmix64's finalizer, one to one), so that groups share slots of the
+ * placement's table of groups by id. */
+static uint64_t group_fleet_id(int device) {
+    uint64_t z = (uint64_t)device + 1;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return ((z ^ (z >> 31)) >> 16) + 1;
+}
+
+/* A full fleet of co-training groups (every device one running group of 1-3 members, bases 1-3, some of
+ * unknown memory) for the tests below; the same one for each call. */
+static struct pl_cluster *group_fleet(struct pl_job *running, int *n_running) {
+    enum { N = 40 };
+    struct pl_node nodes[N];
+    for (int i = 0; i < N; i++) {
+        nodes[i] = node(i % 2, (i / 2) % 2, 8);
+        if (i % 3 == 0) nodes[i].gpu_mem_mib = 141312;
+    }
+    struct pl_tenant t = tenant(1);
+    struct pl_cluster *c = cluster(nodes, N, &t, 1, "whet");
+    uint64_t x = 7;
+    *n_running = 0;
+    for (int ni = 0; ni < N; ni++)
+        for (int g = 0; g < 8; g++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            int members = 1 + (int)((x >> 33) % 3), sized = (x >> 40) % 8 != 0;
+            for (int m = 0; m < members; m++) {
+                struct pl_job *j = &running[(*n_running)++];
+                *j = cotrain_job((uint64_t)100000 + (uint64_t)*n_running, 0, 1 + (x >> 45) % 3,
+                                 sized ? 8000 * (1 + (int32_t)((x >> 50) % 3)) : 0, sized ? 3000 : 0);
+                j->preemptible = 0;
+                j->cpu_milli = 500;
+                j->cotrain_group = group_fleet_id(ni * 8 + g);
+                j->alloc.n_slots = 1;
+                j->alloc.slots[0].node = ni;
+                j->alloc.slots[0].gpu_mask = (uint16_t)(1u << g);
+                char err[256];
+                CHECK_MSG(pl_cluster_add_running(c, j, err, sizeof err) == 0, "%s", err);
+            }
+        }
+    return c;
+}
+
+/* Within a cycle a job's join search is remembered for the jobs that join alike (cotrain.c's memo) and
+ * the groups joined since are ranked anew; the outcome must be what a search of its own finds: each job
+ * of one cycle over the queue goes where it goes when it is the only job of a cycle, in the same order. */
+TEST(cotrain_join_within_a_cycle_matches_a_full_search) {
+    enum { Q = 600, R = 40 * 8 * 3 };
+    static struct pl_job run_a[R], run_b[R], qa[Q], qb[Q];
+    int n_run;
+    struct pl_cluster *a = group_fleet(run_a, &n_run), *b = group_fleet(run_b, &n_run);
+    struct pl_job *queue[Q];
+    uint64_t x = 11;
+    for (int i = 0; i < Q; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        qa[i] = cotrain_job((uint64_t)i + 1, 0, 1 + (x >> 33) % 3, 8000 * (1 + (int32_t)((x >> 36) % 3)),
+                            1000 * (1 + 2 * (int32_t)((x >> 39) % 3)));
+        qa[i].cpu_milli = 1000 * (1 + 5 * (int64_t)((x >> 42) % 3));
+        if ((x >> 45) % 5 == 0) qa[i].allowed_dcs = 1ull << ((x >> 48) % 2);
+        if ((x >> 50) % 5 == 0) qa[i].allowed_types = 1ull << ((x >> 53) % 2);
+        qb[i] = qa[i];
+        queue[i] = &qa[i];
+    }
+    const struct pl_result *r = pl_schedule(a, queue, Q, 0);
+    int wrong = 0, joined = 0, waited = 0;
+    for (int k = 0; k < r->n; k++) {
+        const struct pl_decision *d = &r->decisions[k];
+        struct pl_job *one = &qb[d->job->id - 1];
+        const struct pl_decision *e = find(pl_schedule(b, &one, 1, 0), d->action, one->id);
+        wrong += !e || (d->action == PL_PLACE && (e->alloc.slots[0].node != d->alloc.slots[0].node ||
+                                                  e->alloc.slots[0].gpu_mask != d->alloc.slots[0].gpu_mask));
+        joined += d->action == PL_PLACE;
+        waited += d->action == PL_WAIT;
+    }
+    CHECK_MSG(wrong == 0, "%d of %d decisions differ from a search of their own", wrong, r->n);
+    CHECK_MSG(joined > 200 && waited > 50, "joined %d, waited %d: the fleet should fill up", joined, waited);
+    pl_cluster_free(a);
+    pl_cluster_free(b);
+}
+
+static int device_of(const struct pl_job *j) {
+    return j->alloc.slots[0].node * 8 + __builtin_ctz(j->alloc.slots[0].gpu_mask);
+}
+
+/* Groups are found by id (a hash table with deletions): through releases in random order, a device stays
+ * held while its group has a member (the holder's hold passes to a rider), and only so long. */
+TEST(cotrain_group_holds_its_device_until_its_last_member_leaves) {
+    enum { R = 40 * 8 * 3 };
+    static struct pl_job run[R];
+    int n_run, left[40 * 8] = {0}, held = 0;
+    struct pl_cluster *c = group_fleet(run, &n_run);
+    int order[R];
+    for (int i = 0; i < n_run; i++) {
+        order[i] = i;
+        if (left[device_of(&run[i])]++ == 0) held++;
+    }
+    CHECK(used_milli(c) == held * PL_MILLI);
+    uint64_t x = 5;
+    for (int i = n_run - 1; i > 0; i--) { /* a random order of release */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int k = (int)((x >> 33) % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[k];
+        order[k] = t;
+    }
+    int wrong = 0;
+    for (int i = 0; i < n_run; i++) {
+        struct pl_job *j = &run[order[i]];
+        if (--left[device_of(j)] == 0) held--;
+        pl_cluster_release(c, j);
+        wrong += used_milli(c) != held * PL_MILLI;
+    }
+    CHECK_MSG(wrong == 0 && held == 0, "%d releases left the wrong devices held", wrong);
+    pl_cluster_free(c);
+}
+
 TEST(cotrain_packs_when_no_device_is_free) {
     struct pl_node nodes[1] = {node(0, 0, 1)};
     struct pl_tenant t[2] = {tenant(1), tenant(1)};
@@ -1125,6 +1240,8 @@ int main(void) {
     RUN(deterministic);
     RUN(snapshot_validation);
     RUN(cpu_and_memory_filters);
+    RUN(cotrain_join_within_a_cycle_matches_a_full_search);
+    RUN(cotrain_group_holds_its_device_until_its_last_member_leaves);
     RUN(cotrain_packs_when_no_device_is_free);
     RUN(cotrain_runs_alone_on_free_devices);
     RUN(cotrain_group_limited_by_memory_and_size);

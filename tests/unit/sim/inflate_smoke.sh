@@ -45,6 +45,18 @@ PY
 
 "$WHET_BIN" sim scale --nodes 50 --gpus-per-node 8 --queued 2000 --policy whet > "$TMP/scale.json"
 grep -q '"p99_decision_us":' "$TMP/scale.json" || fail "scale output: $(cat "$TMP/scale.json")"
+# Co-trainable one-GPU jobs: once the fleet is full they join groups (up to 8 on a device), so more are
+# placed than devices; the same run twice decides the same (decisions_hash).
+for run in 1 2; do
+  "$WHET_BIN" sim scale --nodes 50 --gpus-per-node 8 --queued 2000 --cotrain-keys 2 --policy whet > "$TMP/cotrain$run.json"
+done
+python3 - "$TMP/scale.json" "$TMP/cotrain1.json" "$TMP/cotrain2.json" <<'PY'
+import json, sys
+alone, co, again = (json.load(open(p)) for p in sys.argv[1:])
+assert alone["placed"] <= alone["gpus"] < co["placed"] <= 8 * co["gpus"], (alone, co)
+assert co["decisions_hash"] == again["decisions_hash"] and co["placed"] == again["placed"], (co, again)
+print("scale ok: %d placed alone, %d with co-training on %d GPUs" % (alone["placed"], co["placed"], co["gpus"]))
+PY
 
 # Malformed input: the error names the file, the line and the column; exit status 1.
 { head -3 "$F/openb_nodes_slice.csv"; echo "bad-node,64000,262144,two,P100"; } > "$TMP/bad.csv"
