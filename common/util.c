@@ -291,6 +291,12 @@ static int dir_bytes_add(const char *path, const struct stat *st, int type, stru
     return 0;
 }
 
+uint64_t whet_hash_text(const char *s) {
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
 uint64_t whet_dir_bytes(const char *dir) {
     dir_bytes_total = 0;
     nftw(dir, dir_bytes_add, 16, FTW_PHYS);

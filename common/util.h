@@ -80,6 +80,9 @@ int whet_rm_rf(const char *path);
  * be read. */
 uint64_t whet_dir_bytes(const char *dir);
 
+/* 64-bit FNV-1a of a NUL-terminated string: for hash tables and for remembering a text by its hash. */
+uint64_t whet_hash_text(const char *s);
+
 /* Wall-clock and monotonic time. */
 int64_t whet_now_unix(void);
 double whet_now_mono(void);

@@ -134,18 +134,12 @@ int whet_pg_prepare_statements(PGconn *conn) {
     return 0;
 }
 
-static uint64_t sql_hash(const char *sql) { /* FNV-1a */
-    uint64_t h = 14695981039346656037ull;
-    for (const unsigned char *p = (const unsigned char *)sql; *p; p++) h = (h ^ *p) * 1099511628211ull;
-    return h;
-}
-
 /* Runs sql as the cache's prepared statement, preparing it first when it is new; NULL when the connection
  * caches nothing or is full (the caller runs it unprepared). A failed PREPARE is returned as the result. */
 static PGresult *exec_cached(PGconn *conn, const char *sql, int nparams, const char *const *params) {
     struct stmt_cache *c = PQinstanceData(conn, stmt_cache_event);
     if (!c) return NULL;
-    uint64_t h = sql_hash(sql);
+    uint64_t h = whet_hash_text(sql);
     int i = 0;
     while (i < c->n && (c->stmt[i].hash != h || strcmp(c->stmt[i].sql, sql) != 0)) i++;
     char name[24];

@@ -111,8 +111,13 @@ struct snapshot {
      * running_groups[k] (the running cache's strings). Formed this cycle: named by name_new_groups. */
     const char **running_groups;
     int n_running_groups;
+    int *running_group_members;     /* running members of each */
+    int *running_group_slots;       /* running_groups by name: an open-addressing table of indexes (-1: empty) */
+    unsigned n_running_group_slots; /* a power of two, 0 until the first co-trained attempt */
     struct new_group *new_groups;
     int n_new_groups;
+    int *new_group_at; /* placement's group id -> index in new_groups (-1: none), ids 0..max */
+    uint64_t max_new_group_id;
 };
 
 /* A co-training group placement put jobs into in this cycle, formed now or running: placement's id, the
@@ -165,8 +170,11 @@ static void snapshot_free(struct scheduler *sch, struct snapshot *s) {
     free(s->pools);
     free(s->sized);
     free(s->running_groups);
+    free(s->running_group_members);
+    free(s->running_group_slots);
     for (int i = 0; i < s->n_new_groups; i++) json_decref(s->new_groups[i].members);
     free(s->new_groups);
+    free(s->new_group_at);
     names_free(&s->dcs);
     names_free(&s->types);
 }
@@ -233,8 +241,7 @@ static int pool_allowed(const struct pl_job *j, const struct sizing_pool *sp) {
 /* The co-training key of a base model: FNV-1a of its id, never 0 (0: not co-trainable). The method is not
  * in it: one co-training process runs SFT, DPO and GRPO members side by side. */
 static uint64_t cotrain_key(const char *base_model) {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = base_model; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    uint64_t h = whet_hash_text(base_model);
     return h ? h : 1;
 }
 
@@ -341,13 +348,25 @@ static int load_tenants(PGconn *conn, struct snapshot *s, struct whet_err *err) 
     return 0;
 }
 
-/* Placement's id of a running co-training group: its members share one (a linear search: only
- * co-trained attempts come here, and groups are few next to attempts). */
-static uint64_t running_group_id(struct snapshot *s, const char *name) {
-    int k = 0;
-    while (k < s->n_running_groups && strcmp(s->running_groups[k], name)) k++;
-    if (k == s->n_running_groups) s->running_groups[s->n_running_groups++] = name;
-    return (uint64_t)k + 1;
+/* Placement's id of a running co-training group: its members share one. Found by name in a table sized
+ * for `most` groups (a fleet of co-training has thousands: a search per member was O(members x groups)). */
+static uint64_t running_group_id(struct snapshot *s, const char *name, int most) {
+    if (!s->n_running_group_slots) {
+        s->n_running_group_slots = 16;
+        while (s->n_running_group_slots < 2u * (unsigned)most) s->n_running_group_slots *= 2;
+        s->running_group_slots = xmalloc(s->n_running_group_slots * sizeof *s->running_group_slots);
+        memset(s->running_group_slots, 0xff, s->n_running_group_slots * sizeof *s->running_group_slots);
+        s->running_group_members = xcalloc((size_t)most, sizeof *s->running_group_members);
+    }
+    unsigned mask = s->n_running_group_slots - 1, k = (unsigned)whet_hash_text(name) & mask;
+    while (s->running_group_slots[k] >= 0 && strcmp(s->running_groups[s->running_group_slots[k]], name))
+        k = (k + 1) & mask;
+    if (s->running_group_slots[k] < 0) {
+        s->running_group_slots[k] = s->n_running_groups;
+        s->running_groups[s->n_running_groups++] = name;
+    }
+    s->running_group_members[s->running_group_slots[k]]++;
+    return (uint64_t)s->running_group_slots[k] + 1;
 }
 
 /* How often a co-trained member's work left is read again: in between, the last read less the time since.
@@ -564,7 +583,7 @@ static int load_snapshot(struct scheduler *sch, PGconn *conn, const char *silent
          * job placed beside idle devices is not restarted at once. A member of a co-training group
          * shares its device: placement knows its group (one member holds the device) and resizes none. */
         if (ra->cotrain_group) {
-            j->cotrain_group = running_group_id(s, ra->cotrain_group);
+            j->cotrain_group = running_group_id(s, ra->cotrain_group, rc->n);
             j->cotrain_key = cotrain_key(ra->base_model); /* jobs of its base may join its group */
         } else if (ra->max_gpus > ra->min_gpus && ra->max_gpus > 1 && now - ra->started_at >= ELASTIC_MIN_RUN_S) {
             j->min_gpus = ra->min_gpus > 1 ? ra->min_gpus : 1;
@@ -674,29 +693,34 @@ static json_t *gang_ranks(const struct snapshot *s, int q, const struct pl_alloc
     return ranks;
 }
 
-/* The co-training group formed this cycle with placement's id `id`, or NULL. */
+/* The co-training group placement put jobs into in this cycle with placement's id `id`, or NULL. */
 static struct new_group *new_group_find(const struct snapshot *s, uint64_t id) {
-    for (int i = 0; id && i < s->n_new_groups; i++)
-        if (s->new_groups[i].id == id) return &s->new_groups[i];
-    return NULL;
+    return id && id <= s->max_new_group_id && s->new_group_at[id] >= 0 ? &s->new_groups[s->new_group_at[id]] : NULL;
 }
 
 /* Names the co-training groups placement put jobs into in this cycle and lists their new members: a
  * running group (placement id k+1 <= n_running_groups) keeps its name, a group formed now (numbered above
- * every running group: pl_cluster_reserve_groups) gets one. */
+ * every running group: pl_cluster_reserve_groups) gets one. Ids are dense (running groups, then those
+ * formed in the cycle), so new_group_at is an array by id. */
 static void name_new_groups(struct snapshot *s, const struct pl_result *r) {
     s->new_groups = xcalloc((size_t)r->n + 1, sizeof *s->new_groups);
+    for (int i = 0; i < r->n; i++)
+        if (r->decisions[i].action == PL_PLACE && r->decisions[i].job->cotrain_group > s->max_new_group_id)
+            s->max_new_group_id = r->decisions[i].job->cotrain_group;
+    s->new_group_at = xmalloc((size_t)(s->max_new_group_id + 1) * sizeof *s->new_group_at);
+    memset(s->new_group_at, 0xff, (size_t)(s->max_new_group_id + 1) * sizeof *s->new_group_at);
     for (int i = 0; i < r->n; i++) {
         const struct pl_decision *d = &r->decisions[i];
         if (d->action != PL_PLACE || !d->job->cotrain_group || d->job < s->queued || d->job >= s->queued + s->n_queued)
             continue;
         struct new_group *g = new_group_find(s, d->job->cotrain_group);
         if (!g) {
+            s->new_group_at[d->job->cotrain_group] = s->n_new_groups;
             g = &s->new_groups[s->n_new_groups++];
             g->id = d->job->cotrain_group;
             if (g->id <= (uint64_t)s->n_running_groups) {
                 snprintf(g->name, sizeof g->name, "%s", s->running_groups[g->id - 1]);
-                for (int k = 0; k < s->n_running; k++) g->running += s->running[k].cotrain_group == g->id;
+                g->running = s->running_group_members[g->id - 1];
             } else {
                 whet_random_id("cotrain-", 24, g->name);
             }

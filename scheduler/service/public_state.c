@@ -25,13 +25,6 @@
 #define REASON_STALE_S 30
 #define PUBLIC_LOG_ROWS 1000 /* a cycle rewriting this many rows logs why */
 
-/* 64-bit FNV-1a: the leader remembers a reason by its hash. */
-static uint64_t text_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 static int cmp_written(const void *x, const void *y) {
     return strcmp(((const struct public_written *)x)->id, ((const struct public_written *)y)->id);
 }
@@ -118,7 +111,7 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
             }
             continue;
         }
-        uint64_t reason = text_hash(j->reason);
+        uint64_t reason = whet_hash_text(j->reason); /* the leader remembers a reason by its hash */
         enum write_cause cause = old ? needs_write(old, reason, j->position, now) : MOVED;
         if (old) causes[cause]++;
         else entered++;

@@ -9,14 +9,17 @@
 # included, and writes the public state). Reports the cycles' count, mean, p50 and p99 (the scheduler's
 # histogram, interpolated within its buckets) against the goal, those over 1 s, and what a cycle costs:
 # the scheduler's CPU and PostgreSQL's (the whole cluster's, /proc ticks), and the scheduler's RSS.
+# --cotrain M: each device holds a co-training group of M running attempts (LoRA runs of one base) instead
+# of one attempt, and the queued jobs tune another base, so that none joins them (still nothing to place).
 #
-#   tests/bench/scale/cycle.sh [--nodes N] [--gpus G] [--jobs Q] [--tenants T] [--seconds S]
+#   tests/bench/scale/cycle.sh [--nodes N] [--gpus G] [--jobs Q] [--tenants T] [--seconds S] [--cotrain M]
 #
-# Defaults: 10000 nodes x 8 GPUs, 100000 queued, 1000 tenants, 40 s. WHET_BIN defaults to build/whet.
+# Defaults: 10000 nodes x 8 GPUs, 100000 queued, 1000 tenants, 40 s, no co-training. WHET_BIN defaults to
+# build/whet.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-nodes=10000 gpus=8 jobs=100000 tenants=1000 seconds=40
+nodes=10000 gpus=8 jobs=100000 tenants=1000 seconds=40 cotrain=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift ;;
@@ -24,7 +27,8 @@ while [ $# -gt 0 ]; do
     --jobs) jobs=$2; shift ;;
     --tenants) tenants=$2; shift ;;
     --seconds) seconds=$2; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --cotrain) cotrain=$2; shift ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "cycle.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -48,24 +52,28 @@ db_open whet_cycle
 t0=$(date +%s.%N)
 q "INSERT INTO tenants (id, name) SELECT 'tenant-' || lpad(i::text, 6, '0'), 'bench-' || i FROM generate_series(1, $tenants) i;
    INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256, config)
-     VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}');
+     VALUES ('whet-tiny', 'llama', 1000000, 'models/whet-tiny', '00', '{}'),
+            ('whet-tiny-b', 'llama', 1000000, 'models/whet-tiny-b', '00', '{}');
    INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
      SELECT 'file-' || id, id, 'fine-tune', 'train.jsonl', 100, '00', 'files/' || id, 'sft', 100 FROM tenants;
    INSERT INTO nodes (id, dc, pool, devices, device_type, gpus, cpu_milli, memory_mib, lease_ms, address)
      SELECT 'node-' || i, 'dc-' || i % 3, 'dc-' || i % 3, (SELECT jsonb_agg(jsonb_build_object('type', 'sim-H100',
             'memory_mib', 81920, 'index', d)) FROM generate_series(0, $gpus - 1) d), 'sim-H100', $gpus, 64000, 512000,
             3600000, '127.0.0.1:' || i FROM generate_series(1, $nodes) i;
-   WITH dev AS (SELECT n.id AS node, n.dc, g, row_number() OVER () - 1 AS k FROM nodes n, generate_series(0, n.gpus - 1) g),
+   WITH dev AS (SELECT n.id AS node, n.dc, g, m, (row_number() OVER () - 1) AS k
+                FROM nodes n, generate_series(0, n.gpus - 1) g, generate_series(1, $cotrain) m),
         t AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants),
         j AS (INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, node_id,
                                 placed_dc, created_at)
               SELECT 'ftjob-held' || d.k, t.id, 'whet-tiny', 'whet-tiny', 'file-' || t.id, '{\"type\":\"supervised\"}', 1,
                      'running', 1, d.node, d.dc, extract(epoch FROM now())::bigint FROM dev d JOIN t ON t.k = d.k % $tenants
               RETURNING id, tenant_id, node_id)
-   INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type)
-     SELECT j.id, 1, j.tenant_id, j.node_id, 1 << d.g, 'sim-H100' FROM j JOIN dev d ON j.id = 'ftjob-held' || d.k;
+   INSERT INTO job_attempts (job_id, attempt, tenant_id, node_id, gpu_mask, device_type, cotrain_group)
+     SELECT j.id, 1, j.tenant_id, j.node_id, 1 << d.g, 'sim-H100',
+            CASE WHEN $cotrain > 1 THEN 'cotrain-' || d.node || '-' || d.g END
+     FROM j JOIN dev d ON j.id = 'ftjob-held' || d.k;
    INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
-     SELECT 'ftjob-q' || i, t.id, 'whet-tiny', 'whet-tiny', 'file-' || t.id, '{\"type\":\"supervised\"}', 1, 'queued',
+     SELECT 'ftjob-q' || i, t.id, 'whet-tiny-b', 'whet-tiny-b', 'file-' || t.id, '{\"type\":\"supervised\"}', 1, 'queued',
             extract(epoch FROM now())::bigint
      FROM generate_series(1, $jobs) i JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants) t
        ON t.k = i % $tenants" >/dev/null
