@@ -306,8 +306,8 @@ fi
 sed -n "$((l0 + 1)),${l1}p" "$work/scheduler.log" | { grep 'public state rewritten' || true; } | awk '{
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] += kv[2] } n++ }
   END { printf "scale:   cycles rewriting 1000+ rows of public state in the window: %d", n
-        if (n) printf ", per such cycle: %d rows (%d moved, %d reasons, %d entered, %d left)", v["rows"] / n,
-                      v["moved"] / n, v["reason"] / n, v["entered"] / n, v["left"] / n
+        if (n) printf ", per such cycle: %d rows (%d moved, %d reasons, %d entered, %d left; %d left to later cycles)",
+                      v["rows"] / n, v["moved"] / n, v["reason"] / n, v["entered"] / n, v["left"] / n, v["later"] / n
         printf "\n" }'
 kill -TERM "$fleet_pid"
 wait "$fleet_pid" || true

@@ -97,8 +97,20 @@ check "API: estimated_finish of a running job, no queue position" \
 q "UPDATE jobs SET desired = 'cancel' WHERE id = 'ftjob-q4'; NOTIFY whet_jobs"
 check "positions move up when the head leaves" 'wait_for 10 "SELECT string_agg(id || '"'"'='"'"'|| coalesce(queue_position::text, '"'"'-'"'"'), '"'"' '"'"' ORDER BY id) FROM jobs WHERE id LIKE '"'"'ftjob-q%'"'"'" "ftjob-q1=1 ftjob-q2=2 ftjob-q3=3 ftjob-q4=-"'
 
+# 2,500 jobs join the queue at once: a cycle rewrites 2,000 rows at most (public_state.c), the front of the
+# queue first; the next cycle writes the other 500, and every waiting job then has its own place.
+q "INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
+     SELECT 'ftjob-many' || i, '$t1', 'tiny', 'tiny', 'file-1', '{\"type\":\"supervised\"}', 1 FROM generate_series(1, 2500) i;
+   NOTIFY whet_jobs"
+check "2,500 jobs entering the queue: 2,000 rows written by one cycle, 500 by the next" \
+  'wait_for 20 "SELECT count(DISTINCT queue_position) || '"'"' '"'"' || max(queue_position) FROM jobs WHERE status = '"'"'queued'"'"' AND queue_position IS NOT NULL" "2503 2503" &&
+   grep -q "msg=\"public state rewritten\" rows=2000 moved=0 reason=0 entered=2000 kept=5 left=0 later=500" "$work/sched.log"'
+check "the front of the queue first: the last 500 were written by a later cycle" \
+  '[ "$(q "SELECT count(*) FROM jobs WHERE id LIKE '"'"'ftjob-many%'"'"' AND queue_position > 2003")" = 500 ]'
+
 # The node frees up; the queue is emptied; a Llama-8B full fine-tune is sized to both devices.
-q "UPDATE jobs SET desired = 'cancel' WHERE id IN ('ftjob-q1', 'ftjob-q2', 'ftjob-q3', 'ftjob-big', 'ftjob-capped');
+q "UPDATE jobs SET desired = 'cancel' WHERE id IN ('ftjob-q1', 'ftjob-q2', 'ftjob-q3', 'ftjob-big', 'ftjob-capped')
+     OR id LIKE 'ftjob-many%';
    UPDATE job_attempts SET ended_at = extract(epoch FROM now()), outcome = 'succeeded' WHERE job_id IN ('ftjob-r1', 'ftjob-r2');
    UPDATE jobs SET status = 'succeeded' WHERE id IN ('ftjob-r1', 'ftjob-r2'); NOTIFY whet_jobs"
 check "finished jobs lose their estimate and place" \
