@@ -9,7 +9,9 @@
 #define PL_SHARE_BUCKETS (PL_MILLI / PL_SHARE_BUCKET + 1)
 #define PL_FAIL_CACHE 4096                        /* failed job shapes remembered within a cycle */
 #define PL_JOIN_MEMO 64                           /* co-training searches remembered within a cycle */
-#define PL_JOIN_BEST 256                          /* the best groups one search keeps, best first */
+#ifndef PL_JOIN_BEST
+#define PL_JOIN_BEST 64 /* the best groups one search keeps, best first */
+#endif
 
 /* A (data center, GPU type) group of nodes, with summaries kept exact by node_apply. Only
  * schedulable nodes count in the summaries. */

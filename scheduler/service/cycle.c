@@ -855,6 +855,23 @@ static int write_placements(struct scheduler *sch, PGconn *conn, const struct sn
     return placed;
 }
 
+/* write_placements, timed: a cycle starts no batch that would end past its target by the last whole
+ * batch's time (a batch takes 0.1-0.5 s here; a check after each alone let a cycle of 0.8 s run to 1.3).
+ * Preemptions and resizes past that point are left to the next full cycle too. The time carries over from
+ * cycle to cycle (and leader to leader): one whole batch corrects it. */
+static int write_batch(struct scheduler *sch, PGconn *conn, const struct snapshot *s, const struct placement *p, int n,
+                       struct whet_err *err) {
+    double started = whet_now_mono();
+    int placed = write_placements(sch, conn, s, p, n, err);
+    if (n == PLACE_BATCH) sch->place_batch_s = whet_now_mono() - started;
+    return placed;
+}
+
+/* Whether a batch begun now would end past `until`. */
+static int batch_too_late(const struct scheduler *sch, double until) {
+    return whet_now_mono() + sch->place_batch_s > until;
+}
+
 /* The placements counted so far plus a batch's (-1: the connection broke, the cycle ends). */
 static int add_placed(int placed, int batch) { return placed < 0 || batch < 0 ? -1 : placed + batch; }
 
@@ -910,13 +927,13 @@ static int plan_continue(struct scheduler *sch, PGconn *conn, double until, stru
     struct kept_plan *p = sch->plan;
     struct placement batch[PLACE_BATCH];
     int placed = 0;
-    for (int first = 1; placed >= 0 && p->next < p->n_left && (first || whet_now_mono() < until); first = 0) {
+    for (int first = 1; placed >= 0 && p->next < p->n_left && (first || !batch_too_late(sch, until)); first = 0) {
         int n = 0;
         while (n < PLACE_BATCH && p->next < p->n_left) {
             const struct pl_decision *d = p->left[p->next++];
             batch[n++] = (struct placement){.q = (int)(d->job - p->s.queued), .d = d};
         }
-        placed = add_placed(placed, write_placements(sch, conn, &p->s, batch, n, err));
+        placed = add_placed(placed, write_batch(sch, conn, &p->s, batch, n, err));
     }
     if (p->next == p->n_left) {
         log_info("msg=\"placements left by a cycle written\" placements=%d age=%.3f", p->n_left,
@@ -1201,7 +1218,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             int stop = d->action == PL_PREEMPT || d->action == PL_MOVE_OUT,
                 resize = d->action == PL_GROW || d->action == PL_SHRINK;
             /* past the target, with a batch's worth of decisions written: every cycle gets something done */
-            int late = d->action != PL_WAIT && taken >= PLACE_BATCH && whet_now_mono() > place_until;
+            int late = d->action != PL_WAIT && taken >= PLACE_BATCH && batch_too_late(sch, place_until);
             taken += !late && (stop || resize || (d->action == PL_PLACE && q >= 0));
             if (d->action == PL_PLACE && q >= 0 && late) {
                 /* Left to the next cycles (kept_plan), which start at once; its row is left as it is
@@ -1212,7 +1229,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                 deferred++;
             } else if (d->action == PL_PLACE && q >= 0) {
                 batch[n_batch++] = (struct placement){.q = q, .d = d};
-                if (n_batch == PLACE_BATCH) placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
+                if (n_batch == PLACE_BATCH)
+                    placed = add_placed(placed, write_batch(sch, conn, &s, batch, n_batch, err));
                 n_batch %= PLACE_BATCH;
             } else if (d->action == PL_WAIT && q >= 0) {
                 placement_reason(reason, sizeof reason, &s, d);
@@ -1230,7 +1248,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
                          (unsigned long long)d->job->id, err->msg);
             }
         }
-        placed = add_placed(placed, write_placements(sch, conn, &s, batch, n_batch, err));
+        placed = add_placed(placed, write_batch(sch, conn, &s, batch, n_batch, err));
         if (placed >= 0 && write_stops(conn, &s, stops, n_stops, err) < 0) placed = -1;
         for (int i = 0; i < s.n_queued; i++)
             if (!s.sized[i].fits && s.n_nodes > 0) {

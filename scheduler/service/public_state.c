@@ -1,6 +1,7 @@
 /* public_state.c - what the tenant sees of scheduling, written at the end of each cycle: every waiting
  * job's wait_reason and queue_position, and neither left on jobs that no longer wait, in one transaction (a tenant reading the job never sees a
- * position from one cycle next to a reason from another).
+ * position from one cycle next to a reason from another). A cycle writes PUBLIC_MAX_ROWS places at most,
+ * the front of the queue first; the rest trail by a cycle or more while the queue moves that fast.
  *
  * A place in the queue is rewritten when it moved by more than a tenth (exact in the first ten): a
  * queue that drains moves every job behind each placement, and rewriting all of them each cycle cost
@@ -119,7 +120,7 @@ int public_state_record(struct public_state *ps, PGconn *conn, const struct wait
         }
         uint64_t reason = whet_hash_text(j->reason); /* the leader remembers a reason by its hash */
         enum write_cause cause = old ? needs_write(old, reason, j->position, now) : MOVED;
-        if (cause != KEPT && !sweep && json_array_size(write) >= PUBLIC_MAX_ROWS) {
+        if (cause != KEPT && !sweep && j->position > 0 && json_array_size(write) >= PUBLIC_MAX_ROWS) {
             later++; /* the row keeps what it holds, remembered as it was, if it was */
             if (!old) continue;
             cause = KEPT;

@@ -9,17 +9,22 @@
 # included, and writes the public state). Reports the cycles' count, mean, p50 and p99 (the scheduler's
 # histogram, interpolated within its buckets) against the goal, those over 1 s, and what a cycle costs:
 # the scheduler's CPU and PostgreSQL's (the whole cluster's, /proc ticks), and the scheduler's RSS.
-# --cotrain M: each device holds a co-training group of M running attempts (LoRA runs of one base) instead
-# of one attempt, and the queued jobs tune another base, so that none joins them (still nothing to place).
+# The queued jobs tune another base than the running ones. --cotrain M: each device holds a co-training
+# group of M running attempts (LoRA runs of one base) instead of one attempt; being of another base, no
+# queued job joins them (still nothing to place).
+# --free F: F nodes hold nothing and as many more jobs are queued: the window, from the end of the first
+# cycle, sees the scheduler fill them (no executor takes the STARTs; an hour's lease keeps them running),
+# and the slow cycles' parts are printed.
 #
 #   tests/bench/scale/cycle.sh [--nodes N] [--gpus G] [--jobs Q] [--tenants T] [--seconds S] [--cotrain M]
+#                              [--free F]
 #
 # Defaults: 10000 nodes x 8 GPUs, 100000 queued, 1000 tenants, 40 s, no co-training. WHET_BIN defaults to
 # build/whet.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
-nodes=10000 gpus=8 jobs=100000 tenants=1000 seconds=40 cotrain=1
+nodes=10000 gpus=8 jobs=100000 tenants=1000 seconds=40 cotrain=1 free=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift ;;
@@ -28,7 +33,8 @@ while [ $# -gt 0 ]; do
     --tenants) tenants=$2; shift ;;
     --seconds) seconds=$2; shift ;;
     --cotrain) cotrain=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --free) free=$2; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "cycle.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -61,7 +67,8 @@ q "INSERT INTO tenants (id, name) SELECT 'tenant-' || lpad(i::text, 6, '0'), 'be
             'memory_mib', 81920, 'index', d)) FROM generate_series(0, $gpus - 1) d), 'sim-H100', $gpus, 64000, 512000,
             3600000, '127.0.0.1:' || i FROM generate_series(1, $nodes) i;
    WITH dev AS (SELECT n.id AS node, n.dc, g, m, (row_number() OVER () - 1) AS k
-                FROM nodes n, generate_series(0, n.gpus - 1) g, generate_series(1, $cotrain) m),
+                FROM nodes n, generate_series(0, n.gpus - 1) g, generate_series(1, $cotrain) m
+                WHERE substr(n.id, 6)::int <= $nodes - $free),
         t AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants),
         j AS (INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, attempt, node_id,
                                 placed_dc, created_at)
@@ -75,7 +82,7 @@ q "INSERT INTO tenants (id, name) SELECT 'tenant-' || lpad(i::text, 6, '0'), 'be
    INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed, status, created_at)
      SELECT 'ftjob-q' || i, t.id, 'whet-tiny-b', 'whet-tiny-b', 'file-' || t.id, '{\"type\":\"supervised\"}', 1, 'queued',
             extract(epoch FROM now())::bigint
-     FROM generate_series(1, $jobs) i JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants) t
+     FROM generate_series(1, $jobs + $free * $gpus) i JOIN (SELECT id, row_number() OVER (ORDER BY id) - 1 AS k FROM tenants) t
        ON t.k = i % $tenants" >/dev/null
 q "VACUUM ANALYZE" >/dev/null
 say "$nodes nodes x $gpus GPUs, $(q "SELECT count(*) FROM job_attempts") running, $jobs queued over $tenants tenants" \
@@ -87,7 +94,9 @@ WHET_EXECUTOR_TOKEN=cycle-bench WHET_OBJECT_STORE="file://$work/objects" "$WHET_
   --grpc "127.0.0.1:$grpc_port" --lease-ms 3600000 --metrics "$metrics" >"$work/scheduler.log" 2>&1 &
 sched_pid=$!
 # The first cycles read everything and write every waiting job's public state; the window starts after them.
-for _ in $(seq 600); do [ "$(metric whet_scheduler_cycle_duration_seconds_count 2>/dev/null || echo 0)" -ge 3 ] && break; sleep 1; done
+first=3
+[ "$free" -gt 0 ] && first=1
+for _ in $(seq 3000); do [ "$(metric whet_scheduler_cycle_duration_seconds_count 2>/dev/null || echo 0)" -ge $first ] && break; sleep 0.2; done
 cycle_hist >"$work/h0"
 c0=$(metric whet_scheduler_cycle_duration_seconds_count) s0=$(metric whet_scheduler_cycle_duration_seconds_sum)
 k0=$(ticks "$sched_pid") p0=$(pg_ticks)
@@ -101,3 +110,8 @@ say "cycles in ${seconds} s: $((c1 - c0)), mean $(awk -v s="$s1" -v r="$s0" -v n
     "p50 $(quantile 0.5 "$work/h0" "$work/h1") s, p99 $(quantile 0.99 "$work/h0" "$work/h1") s, $over over 1 s (goal: 1 s)"
 say "CPU a cycle: the scheduler $(per_cycle $((k1 - k0))) s, PostgreSQL $(per_cycle $((p1 - p0))) s;" \
     "scheduler RSS $(awk '/VmRSS/ {print $2 " " $3}' /proc/$sched_pid/status)"
+if [ "$free" -gt 0 ]; then
+  say "the fill: $(q "SELECT count(*) FROM job_attempts WHERE job_id LIKE 'ftjob-q%'") of $((free * gpus)) free devices" \
+      "taken; the slow cycles (seconds per part):"
+  grep 'slow cycle' "$work/scheduler.log" | sed 's/.*msg="slow cycle" /cycle:   /' || true
+fi
