@@ -14,45 +14,44 @@
 #define MAX_TRACE_BYTES (1u << 30)
 
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: whet sim inflate --nodes FILE --pods FILE [--load X] [--seed S] [--policy P[,P...]]\n"
-        "       whet sim replay  --trace FILE --nodes FILE [--policy P[,P...]] [--max-jobs N]\n"
-        "                        [--checkpoint-cost S] [--checkpoint-every S] [--grace S]\n"
-        "       whet sim scale   --nodes N --gpus-per-node G --queued J [--dcs D] [--types T] [--seed S]\n"
-        "                        [--cotrain-keys K] [--policy P[,P...]]\n\n"
-        "Replays a workload through the placement library (the code the scheduler runs) and prints one\n"
-        "JSON object per policy on its own line. The same input is given to every policy of a run.\n\n"
-        "modes:\n"
-        "  inflate  the ATC'23 method: tasks drawn at random from the pod list until the GPU requested\n"
-        "           reaches LOAD x capacity; a task that cannot be placed on arrival fails. Prints\n"
-        "           allocation_pct (allocated GPU / capacity x 100), placed, failed, decisions_per_s\n"
-        "  replay   a time-based replay of a job trace (Philly format) with queueing, preemption and\n"
-        "           checkpoints. Prints jobs, avg/p50/p99 JCT, avg/p99 queueing, makespan, GPU\n"
-        "           utilisation, preemptions, and per tenant jobs, avg JCT, GPU hours and finish-time\n"
-        "           fairness (mean of JCT / max(duration, 60 s))\n"
-        "  scale    a synthetic fleet and queue: decisions_per_s of one cycle over the whole queue, and\n"
-        "           p50/p99 latency of single-job decisions\n\n"
-        "options:\n"
-        "  --nodes FILE         inflate, replay: node CSV `sn,cpu_milli,memory_mib,gpu,model[,dc]`\n"
-        "  --nodes N            scale: number of nodes\n"
-        "  --pods FILE          inflate: Alibaba pod list `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]`\n"
-        "  --trace FILE         replay: `timestamp,duration,num_gpus,gpu_time,cluster` (cluster = tenant)\n"
-        "  --load X             inflate: requested GPU / capacity at which drawing stops (default 1.3)\n"
-        "  --seed S             inflate, scale: random seed (default 42)\n"
-        "  --policy LIST        fifo (first-fit in arrival order), bestfit, las (least attained service),\n"
-        "                       whet (fair share, FGD packing, backfill, preemption; the default)\n"
-        "  --max-jobs N         replay: only the first N jobs by submit time (default all)\n"
-        "  --checkpoint-cost S  replay: seconds a resumed job spends restoring (default 60)\n"
-        "  --checkpoint-every S replay: seconds of progress between checkpoints (default 1800)\n"
-        "  --grace S            replay: seconds a preempted job keeps its GPUs (default 30)\n"
-        "  --gpus-per-node G    scale: GPUs per node (default 8)\n"
-        "  --queued J           scale: jobs in the queue (default 100000)\n"
-        "  --dcs D              scale: data centers (default 2)\n"
-        "  --types T            scale: GPU types (default 2)\n"
-        "  --cotrain-keys K     scale: every whole one-GPU job is co-trainable (LoRA of one of K base\n"
-        "                       models: up to 8 share a device); 0: none (default)\n"
-        "  -h, --help           this text\n");
+    fprintf(out,
+            "usage: whet sim inflate --nodes FILE --pods FILE [--load X] [--seed S] [--policy P[,P...]]\n"
+            "       whet sim replay  --trace FILE --nodes FILE [--policy P[,P...]] [--max-jobs N]\n"
+            "                        [--checkpoint-cost S] [--checkpoint-every S] [--grace S]\n"
+            "       whet sim scale   --nodes N --gpus-per-node G --queued J [--dcs D] [--types T] [--seed S]\n"
+            "                        [--cotrain-keys K] [--policy P[,P...]]\n\n"
+            "Replays a workload through the placement library (the code the scheduler runs) and prints one\n"
+            "JSON object per policy on its own line. The same input is given to every policy of a run.\n\n"
+            "modes:\n"
+            "  inflate  the ATC'23 method: tasks drawn at random from the pod list until the GPU requested\n"
+            "           reaches LOAD x capacity; a task that cannot be placed on arrival fails. Prints\n"
+            "           allocation_pct (allocated GPU / capacity x 100), placed, failed, decisions_per_s\n"
+            "  replay   a time-based replay of a job trace (Philly format) with queueing, preemption and\n"
+            "           checkpoints. Prints jobs, avg/p50/p99 JCT, avg/p99 queueing, makespan, GPU\n"
+            "           utilisation, preemptions, and per tenant jobs, avg JCT, GPU hours and finish-time\n"
+            "           fairness (mean of JCT / max(duration, 60 s))\n"
+            "  scale    a synthetic fleet and queue: decisions_per_s of one cycle over the whole queue, and\n"
+            "           p50/p99 latency of single-job decisions\n\n"
+            "options:\n"
+            "  --nodes FILE         inflate, replay: node CSV `sn,cpu_milli,memory_mib,gpu,model[,dc]`\n"
+            "  --nodes N            scale: number of nodes\n"
+            "  --pods FILE          inflate: Alibaba pod list `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]`\n"
+            "  --trace FILE         replay: `timestamp,duration,num_gpus,gpu_time,cluster` (cluster = tenant)\n"
+            "  --load X             inflate: requested GPU / capacity at which drawing stops (default 1.3)\n"
+            "  --seed S             inflate, scale: random seed (default 42)\n"
+            "  --policy LIST        fifo (first-fit in arrival order), bestfit, las (least attained service),\n"
+            "                       whet (fair share, FGD packing, backfill, preemption; the default)\n"
+            "  --max-jobs N         replay: only the first N jobs by submit time (default all)\n"
+            "  --checkpoint-cost S  replay: seconds a resumed job spends restoring (default 60)\n"
+            "  --checkpoint-every S replay: seconds of progress between checkpoints (default 1800)\n"
+            "  --grace S            replay: seconds a preempted job keeps its GPUs (default 30)\n"
+            "  --gpus-per-node G    scale: GPUs per node (default 8)\n"
+            "  --queued J           scale: jobs in the queue (default 100000)\n"
+            "  --dcs D              scale: data centers (default 2)\n"
+            "  --types T            scale: GPU types (default 2)\n"
+            "  --cotrain-keys K     scale: every whole one-GPU job is co-trainable (LoRA of one of K base\n"
+            "                       models: up to 8 share a device); 0: none (default)\n"
+            "  -h, --help           this text\n");
 }
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, double *out) {
@@ -155,8 +154,8 @@ static int cmd_sim(int argc, char **argv) {
             return 2;
         }
         if (parse_num("--nodes", nodes, 1, 1e7, &n_nodes)) return 2;
-        struct sim_scale_opts o = {(int32_t)n_nodes, (int32_t)gpn,          (int32_t)queued, (int32_t)dcs,
-                                   (int32_t)types,   (int32_t)cotrain_keys, (uint64_t)seed};
+        struct sim_scale_opts o = {(int32_t)n_nodes, (int32_t)gpn, (int32_t)queued, (int32_t)dcs, (int32_t)types,
+                                   (int32_t)cotrain_keys, (uint64_t)seed};
         for (int i = 0; i < n_policies && !rc; i++)
             if (sim_scale(stdout, &o, names[i], &err) < 0) rc = 1;
         if (rc) whet_err_report("whet sim", &err);

@@ -10,7 +10,7 @@
 #define PL_FAIL_CACHE 4096                        /* failed job shapes remembered within a cycle */
 #define PL_JOIN_MEMO 64                           /* co-training searches remembered within a cycle */
 #ifndef PL_JOIN_BEST
-#define PL_JOIN_BEST 64 /* the best groups one search keeps, best first */
+#define PL_JOIN_BEST 64                           /* the best groups one search keeps, best first */
 #endif
 
 /* A (data center, GPU type) group of nodes, with summaries kept exact by node_apply. Only
@@ -125,9 +125,9 @@ struct pl_join_shape {
 struct pl_join_memo {
     uint32_t stamp, gen;
     struct pl_join_shape shape;
-    int32_t n, next;              /* groups[next..n): those not yet found unable to take one */
-    int32_t more;                 /* 1: other groups took the shape too, all after groups[n-1] */
-    int32_t groups[PL_JOIN_BEST]; /* indexes into the cluster's groups */
+    int32_t n, next;                              /* groups[next..n): those not yet found unable to take one */
+    int32_t more;                                 /* 1: other groups took the shape too, all after groups[n-1] */
+    int32_t groups[PL_JOIN_BEST];                 /* indexes into the cluster's groups */
 };
 
 struct pl_cluster {
@@ -152,7 +152,7 @@ struct pl_cluster {
     uint32_t hyp_gen;
     int32_t (*hyp_free)[PL_MAX_GPUS_PER_NODE];
     int64_t *hyp_cpu, *hyp_mem;
-    int32_t *scratch; /* n_nodes: node rooms in a pool; by pool in move-out */
+    int32_t *scratch;                             /* n_nodes: node rooms in a pool; by pool in move-out */
     struct pl_node_jobs {
         struct pl_job **jobs;
         int32_t n, cap;

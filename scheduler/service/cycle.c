@@ -111,12 +111,12 @@ struct snapshot {
      * running_groups[k] (the running cache's strings). Formed this cycle: named by name_new_groups. */
     const char **running_groups;
     int n_running_groups;
-    int *running_group_members;     /* running members of each */
-    int *running_group_slots;       /* running_groups by name: an open-addressing table of indexes (-1: empty) */
-    unsigned n_running_group_slots; /* a power of two, 0 until the first co-trained attempt */
+    int *running_group_members;      /* running members of each */
+    int *running_group_slots;        /* running_groups by name: an open-addressing table of indexes (-1: empty) */
+    unsigned n_running_group_slots;  /* a power of two, 0 until the first co-trained attempt */
     struct new_group *new_groups;
     int n_new_groups;
-    int *new_group_at; /* placement's group id -> index in new_groups (-1: none), ids 0..max */
+    int *new_group_at;               /* placement's group id -> index in new_groups (-1: none), ids 0..max */
     uint64_t max_new_group_id;
 };
 

@@ -41,13 +41,14 @@ static int mass_silence;
 static int census(PGconn *conn, int *overdue, int *ready, char **silent, struct whet_err *err) {
     /* The clock read once, float8 arithmetic: clock_timestamp() and numeric arithmetic for each of 10k rows
      * were half of this statement's time. */
-    PGresult *res = whet_pg_query(
-        conn,
-        "SELECT count(*), count(*) FILTER (WHERE last_heartbeat < t.now - " LEASE_OVERDUE_AFTER_SQL "),"
-        " string_agg(id, ' ' ORDER BY id) FILTER (WHERE last_heartbeat < t.now - lease_ms * 0.0005::float8)"
-        " FROM nodes, (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) t"
-        " WHERE state = 'ready' GROUP BY dc ORDER BY dc",
-        0, NULL, err);
+    PGresult *res =
+        whet_pg_query(conn,
+                      "SELECT count(*), count(*) FILTER (WHERE last_heartbeat < t.now - " LEASE_OVERDUE_AFTER_SQL "),"
+                      " string_agg(id, ' ' ORDER BY id)"
+                      "   FILTER (WHERE last_heartbeat < t.now - lease_ms * 0.0005::float8)"
+                      " FROM nodes, (SELECT extract(epoch FROM clock_timestamp())::float8 AS now) t"
+                      " WHERE state = 'ready' GROUP BY dc ORDER BY dc",
+                      0, NULL, err);
     if (!res) return -1;
     struct whet_buf ids = {0}; /* its data becomes *silent */
     int every_dc = 1;
