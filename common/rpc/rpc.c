@@ -415,7 +415,8 @@ struct server_call {
     grpc_byte_buffer *recv_bb, *send_bb;
     grpc_slice status_details;
     int cancelled;
-    int active; /* counted in rpc_server.active_calls */
+    int active;            /* counted in rpc_server.active_calls */
+    ProtobufCMessage *req; /* a deferred call's request, freed with its reply */
 };
 
 /* A completion queue and its threads: lane 0's for the methods without threads of their own, or one
@@ -500,10 +501,57 @@ static int token_ok(const struct rpc_server *srv, const grpc_metadata_array *md)
     return 0;
 }
 
+/* The call whose handler runs on this thread, for rpc_defer, and whether the handler deferred it (kept here:
+ * once deferred, the call may be answered and freed by another thread before its handler returns). */
+static __thread struct server_call *handling;
+static __thread int handling_deferred;
+
+struct rpc_reply *rpc_defer(void) {
+    if (!handling) return NULL;
+    handling_deferred = 1;
+    return (struct rpc_reply *)handling;
+}
+
+/* Sends the reply with the status (resp, when there is one, freed with its method's free_resp). */
+static void send_reply(struct server_call *c, int status, ProtobufCMessage *resp, const char *message) {
+    const struct rpc_method *m = c->method >= 0 ? &c->server->methods[c->method] : NULL;
+    if (status != RPC_OK && status != RPC_DEADLINE_EXCEEDED) { /* expired calls are counted, not logged */
+        char *path = m ? NULL : grpc_slice_to_c_string(c->details.method);
+        log_warn("msg=\"rpc failed\" method=%s status=%d error=\"%s\"", m ? m->path : path, status, message);
+        gpr_free(path);
+    }
+
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    int n = 0;
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (status == RPC_OK && resp) {
+        c->send_bb = pack_message(resp);
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->send_bb;
+    }
+    if (resp) m->free_resp(resp);
+    c->status_details = grpc_slice_from_copied_string(status == RPC_OK ? "" : message);
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)status;
+    ops[n++].data.send_status_from_server.status_details = &c->status_details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    c->stage = STAGE_SENT;
+    if (grpc_call_start_batch(c->call, ops, (size_t)n, c, NULL) != GRPC_CALL_OK) server_call_free(c);
+}
+
+void rpc_reply_send(struct rpc_reply *reply, int status, ProtobufCMessage *resp, const struct whet_err *err) {
+    struct server_call *c = (struct server_call *)reply;
+    protobuf_c_message_free_unpacked(c->req, NULL);
+    c->req = NULL;
+    send_reply(c, status, resp, status == RPC_OK ? "" : err->msg);
+}
+
 /* Runs the handler, unless the client has given up on the call already, and sends the reply with the
- * status. A call that waited for a free thread past its deadline is answered DEADLINE_EXCEEDED unrun: its
- * client has stopped waiting and will retry, so under overload a handler's time goes to calls someone still
- * waits for, not to a backlog of abandoned ones (each a FinishJob's transaction). */
+ * status, unless the handler deferred it. A call that waited for a free thread past its deadline is answered
+ * DEADLINE_EXCEEDED unrun: its client has stopped waiting and will retry, so under overload a handler's time
+ * goes to calls someone still waits for, not to a backlog of abandoned ones (each a FinishJob's transaction). */
 static void respond(struct server_call *c) {
     struct rpc_server *srv = c->server;
     struct whet_err err = {0};
@@ -529,34 +577,19 @@ static void respond(struct server_call *c) {
             status = RPC_INVALID_ARGUMENT;
             whet_errf(&err, "request is not a valid %s", m->request->name);
         } else {
+            c->req = req;
+            handling = c;
+            handling_deferred = 0;
             status = m->handler(srv->ctx, req, &resp, &err);
+            handling = NULL;
+            /* Deferred: the request is the handler's until rpc_reply_send, which may have run already on
+             * another thread: c is not touched again here. */
+            if (handling_deferred) return;
             protobuf_c_message_free_unpacked(req, NULL);
+            c->req = NULL;
         }
     }
-    if (status != RPC_OK && status != RPC_DEADLINE_EXCEEDED) { /* expired calls are counted, not logged */
-        char *path = m ? NULL : grpc_slice_to_c_string(c->details.method);
-        log_warn("msg=\"rpc failed\" method=%s status=%d error=\"%s\"", m ? m->path : path, status, err.msg);
-        gpr_free(path);
-    }
-
-    grpc_op ops[4];
-    memset(ops, 0, sizeof ops);
-    int n = 0;
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (status == RPC_OK && resp) {
-        c->send_bb = pack_message(resp);
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = c->send_bb;
-    }
-    if (resp) m->free_resp(resp);
-    c->status_details = grpc_slice_from_copied_string(status == RPC_OK ? "" : err.msg);
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = (grpc_status_code)status;
-    ops[n++].data.send_status_from_server.status_details = &c->status_details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
-    c->stage = STAGE_SENT;
-    if (grpc_call_start_batch(c->call, ops, (size_t)n, c, NULL) != GRPC_CALL_OK) server_call_free(c);
+    send_reply(c, status, resp, err.msg);
 }
 
 /* Requests the first calls of the lane's methods: as many of each as the lane has threads. */

@@ -9,7 +9,7 @@
  *            or many calls in flight on one queue (rpc_start, collected with rpc_next), one attempt each.
  *   server:  a table of {path, request descriptor, handler[, threads]}; handlers run on the server's own
  *            threads (shared, or a method's own), may block (they talk to PostgreSQL), and return a gRPC
- *            status.
+ *            status, or leave the reply to another thread (rpc_defer, rpc_reply_send).
  *
  * TLS: when WHET_GRPC_TLS_CERT and WHET_GRPC_TLS_KEY name a PEM certificate and its private key, the
  * server accepts only TLS (one of the two without the other is an error); when WHET_GRPC_TLS_CA names
@@ -79,6 +79,16 @@ void rpc_queue_close(struct rpc_queue *q);
 /* A handler fills *resp (allocated with malloc/protobuf-c; the server packs then frees it with
  * `free_resp`) and returns RPC_OK, or returns another status with a message in err. */
 typedef int (*rpc_handler)(void *ctx, const ProtobufCMessage *req, ProtobufCMessage **resp, struct whet_err *err);
+
+/* A reply left for later: a handler that would wait (on a batch another thread writes) calls rpc_defer and
+ * returns at once, its status and *resp ignored; its thread takes the next call. The request stays valid
+ * until rpc_reply_send, which any thread calls once: it sends resp (freed with the method's free_resp) or
+ * the status with err's message, and frees the request. rpc_server_stop waits for deferred calls too. */
+struct rpc_reply;
+/* The running handler's call, now deferred; NULL when the handler was not called by a server (tests call
+ * handlers directly): it answers as usual. */
+struct rpc_reply *rpc_defer(void);
+void rpc_reply_send(struct rpc_reply *reply, int status, ProtobufCMessage *resp, const struct whet_err *err);
 
 struct rpc_method {
     const char *path;                            /* "/whet.v1.Scheduler/Heartbeat" */

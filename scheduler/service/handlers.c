@@ -167,54 +167,6 @@ static int handle_register(void *ctx, const ProtobufCMessage *msg, ProtobufCMess
     return RPC_OK;
 }
 
-/* ---- Heartbeat ---- */
-
-static void free_heartbeat_response(ProtobufCMessage *m) {
-    Whet__V1__HeartbeatResponse *resp = (Whet__V1__HeartbeatResponse *)m;
-    for (size_t i = 0; i < resp->n_commands; i++) {
-        free(resp->commands[i]->job_id);
-        free(resp->commands[i]->manifest_json);
-        free(resp->commands[i]->reason);
-        free(resp->commands[i]);
-    }
-    free(resp->commands);
-    scheduler_serving_free(resp);
-    free(resp);
-}
-
-static int heartbeat(struct scheduler *s, const Whet__V1__HeartbeatRequest *req, ProtobufCMessage **out,
-                     struct whet_err *err) {
-    PGconn *conn = handler_conn(s, err);
-    if (!conn) return db_unavailable(err);
-    Whet__V1__HeartbeatResponse *resp = new_message(sizeof *resp, (void (*)(void *))whet__v1__heartbeat_response__init);
-
-    int known, serving;
-    if (scheduler_heartbeat_write(conn, req, resp, &known, &serving, err) < 0) {
-        free(resp);
-        return db_unavailable(err);
-    }
-    if (!known) { /* declared lost, or never registered: it has no commands */
-        resp->reregister = 1;
-        *out = &resp->base;
-        return RPC_OK;
-    }
-    /* A node that neither reports nor is given model workers has nothing for the serving step to change or
-     * answer: its statement, planned each time (serving.c), cost about as much as this heartbeat's. */
-    if ((serving || req->n_serve_workers > 0) && scheduler_serving_heartbeat(conn, req, resp, err) < 0) {
-        free_heartbeat_response(&resp->base);
-        return db_unavailable(err);
-    }
-    *out = &resp->base;
-    return RPC_OK;
-}
-
-static int handle_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
-    double start = whet_now_mono();
-    int rc = heartbeat(ctx, (const Whet__V1__HeartbeatRequest *)msg, out, err);
-    scheduler_metrics_heartbeat_handled(whet_now_mono() - start);
-    return rc;
-}
-
 /* ---- ReportEvents ---- */
 
 static int handle_events(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
@@ -541,16 +493,16 @@ db_fail:
     return db_unavailable(err);
 }
 
-/* Heartbeats have threads of their own (each with its own database connection, besides --rpc-threads): they
- * keep the nodes' leases, and are mostly answered from memory, where reports wait on the database. In the
+/* Heartbeats have threads of their own (besides --rpc-threads): they keep the nodes' leases, are mostly
+ * answered from memory, and the others are left to heartbeats.c's writers without holding a thread. In the
  * shared threads, an overloaded scheduler's FinishJob and checkpoint reports (a 1,000-node fleet of jobs of
  * 10-40 s on 2 cores) queued past their deadline, the heartbeats behind them too, and nodes were lost. */
 #define HEARTBEAT_THREADS 8
 
 const struct rpc_method scheduler_methods[] = {
     {"/whet.v1.Scheduler/RegisterNode", &whet__v1__register_request__descriptor, handle_register, free_plain, 0},
-    {"/whet.v1.Scheduler/Heartbeat", &whet__v1__heartbeat_request__descriptor, handle_heartbeat,
-     free_heartbeat_response, HEARTBEAT_THREADS},
+    {"/whet.v1.Scheduler/Heartbeat", &whet__v1__heartbeat_request__descriptor, scheduler_heartbeat,
+     scheduler_heartbeat_response_free, HEARTBEAT_THREADS},
     {"/whet.v1.Scheduler/ReportEvents", &whet__v1__report_events_request__descriptor, handle_events, free_plain, 0},
     {"/whet.v1.Scheduler/ReportCheckpoint", &whet__v1__checkpoint_report__descriptor, handle_checkpoint, free_plain, 0},
     {"/whet.v1.Scheduler/FinishJob", &whet__v1__finish_job_request__descriptor, handle_finish, free_plain, 0},

@@ -3,16 +3,22 @@
  * One heartbeat is small work for PostgreSQL (renew a lease, upsert a few progress rows, hand out the
  * node's waiting commands) and most of its cost is per statement: the round trip, the executor start,
  * the commit. A fleet of 10k nodes at a 2 s interval is 5,000 of them a second. So heartbeats that
- * arrive together share one statement: a handler thread queues its node's heartbeat; if no batch is
- * being written it becomes the writer, takes everything queued (up to HEARTBEAT_BATCH_MAX) and runs
- * heartbeat_batch_sql on its own connection, then hands each waiting thread its node's answer. While
- * it writes, the next heartbeats queue up and become the next batch, so a quiet fleet writes each
- * heartbeat alone, at once, as before, and a busy one writes fewer, bigger statements with no timer
- * (PostgreSQL's and MySQL's group commit work the same way). Up to HEARTBEAT_WRITERS_MAX batches are
- * written at once (one writer alone would use one of the database's cores), never two with the same
- * node: a batch's rows are its nodes', its jobs' progress and its nodes' commands, so concurrent
- * batches seldom wait on each other's row locks (a gang's ranks on nodes of two batches share their
- * job's progress row, upserted in job order).
+ * arrive together share one statement: a handler queues its node's heartbeat and defers its reply
+ * (rpc_defer), its thread free for the next call at once; HEARTBEAT_WRITERS_MAX writer threads, each with
+ * its own connection, take everything queued (up to HEARTBEAT_BATCH_MAX) and run heartbeat_batch_sql,
+ * then answer each heartbeat of the batch. While they write, the next heartbeats queue up and become the
+ * next batches, so a quiet fleet writes each heartbeat alone, at once, and a busy one writes fewer, bigger
+ * statements with no timer (PostgreSQL's and MySQL's group commit work the same way). Two writers: one
+ * alone would use one of the database's cores. Never two batches with the same node: a batch's rows are
+ * its nodes', its jobs' progress and its nodes' commands, so concurrent batches seldom wait on each
+ * other's row locks (a gang's ranks on nodes of two batches share their job's progress row, upserted in
+ * job order).
+ *
+ * Before, the handler thread waited for its batch, and the heartbeat method's 8 threads were all the
+ * heartbeats in flight: batches of 2-3, and whenever PostgreSQL was slow for a moment (a CPU-starved
+ * machine, tests/bench/scale at 10k nodes), the calls behind them waited for a thread past their 3 s
+ * deadline, thousands in a second. Now every heartbeat that arrives reaches the queue, and a slow statement
+ * makes the next batch bigger, not the wait for a thread longer.
  *
  * What a heartbeat does is unchanged (handlers.c answers the call): a node's lease is renewed unless it
  * was declared lost (it is told to register again, and abandons its attempts), written to its row only
@@ -36,6 +42,7 @@
 #include "log.h"
 #include "pg.h"
 #include "service_internal.h"
+#include "serving.h"
 #include "utf8.h"
 
 #define HEARTBEAT_BATCH_MAX 512
@@ -84,32 +91,34 @@ static const char *const heartbeat_batch_sql =
     "   '', 0, '', floor(n.due_in * 1000)::int, '' FROM n"
     " UNION ALL SELECT * FROM d ORDER BY 1, 2 NULLS FIRST";
 
-/* A heartbeat waiting for its batch; `done` once the writer filled in the rest. Its handler thread sleeps
- * on its own condition: a writer wakes exactly the heartbeats it wrote, and one queued heartbeat to write
- * the next batch (a broadcast woke every handler thread per batch: with 64 of them, the context
- * switches were a third of the scheduler's CPU in tests/bench/scale). */
+/* A heartbeat waiting for its batch. */
 struct pending {
     const Whet__V1__HeartbeatRequest *req;
     Whet__V1__HeartbeatResponse *resp;
     const Whet__V1__JobProgress **due; /* the reports of req to write (progress.c) */
     size_t n_due;
-    int done, failed, known, serving;
+    int failed, known, serving;
     double lease_due_in; /* seconds until the node's stored lease falls due for a write */
     struct quiet_mark mark;
     struct whet_err err;
-    pthread_cond_t wake;
+    struct rpc_reply *reply; /* its call, answered by the writer */
+    double started;          /* when its handler began (the handled-time metric) */
     struct pending *next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work = PTHREAD_COND_INITIALIZER; /* queued heartbeats, a batch ended, or stop */
 static struct pending *queue_head, **queue_tail = &queue_head;
-/* The batches being written, HEARTBEAT_WRITERS_MAX at most (n 0: a free writer slot). */
+/* The writer threads and the batch each is writing (n 0: none). */
 static struct writer {
+    pthread_t thread;
     struct pending *batch[HEARTBEAT_BATCH_MAX];
     int n;
 } writers[HEARTBEAT_WRITERS_MAX];
+static struct scheduler *writing_for; /* non-NULL while the writers run */
+static int writers_stopping;
 
-/* The prepared statement, per connection (each handler thread has its own). */
+/* The prepared statement, per connection (each writer thread has its own). */
 static __thread PGconn *prepared_on;
 
 static PGresult *run_batch(PGconn *conn, const char *list, struct whet_err *err) {
@@ -279,64 +288,140 @@ static int take_batch(struct pending **batch) {
     return kept;
 }
 
-int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
-                              int *known, int *serving, struct whet_err *err) {
+void scheduler_heartbeat_response_free(ProtobufCMessage *m) {
+    Whet__V1__HeartbeatResponse *resp = (Whet__V1__HeartbeatResponse *)m;
+    for (size_t i = 0; i < resp->n_commands; i++) {
+        free(resp->commands[i]->job_id);
+        free(resp->commands[i]->manifest_json);
+        free(resp->commands[i]->reason);
+        free(resp->commands[i]);
+    }
+    free(resp->commands);
+    scheduler_serving_free(resp);
+    free(resp);
+}
+
+/* The answer to a written heartbeat, in *out; frees p. A node declared lost, or never registered, is told
+ * to register again and has no commands. A node that neither reports nor is given model workers has
+ * nothing for the serving step to change or answer: its statement, planned each time (serving.c), cost
+ * about as much as the heartbeat's. */
+static int answer(struct scheduler *s, struct pending *p, ProtobufCMessage **out, struct whet_err *err) {
+    Whet__V1__HeartbeatResponse *resp = p->resp;
+    const Whet__V1__HeartbeatRequest *req = p->req;
+    int failed = p->failed, known = p->known, serving = p->serving;
+    if (failed) *err = p->err;
+    free(p->due);
+    free(p);
+    PGconn *conn = NULL;
+    if (!failed && known && (serving || req->n_serve_workers > 0) &&
+        (!(conn = scheduler_handler_conn(s, err)) || scheduler_serving_heartbeat(conn, req, resp, err) < 0))
+        failed = 1;
+    if (failed) {
+        scheduler_heartbeat_response_free(&resp->base);
+        return scheduler_db_unavailable(err);
+    }
+    resp->reregister = !known;
+    *out = &resp->base;
+    return RPC_OK;
+}
+
+/* A writer thread: batches of what is queued, until stopped with nothing left. */
+static void *writer_main(void *arg) {
+    struct writer *w = arg;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while (!(w->n = take_batch(w->batch)) && !writers_stopping) pthread_cond_wait(&work, &lock);
+        if (!w->n) break;
+        pthread_mutex_unlock(&lock);
+        struct whet_err err;
+        PGconn *conn = scheduler_handler_conn(writing_for, &err);
+        if (conn) {
+            write_batch(conn, w->batch, w->n);
+        } else {
+            for (int i = 0; i < w->n; i++) w->batch[i]->failed = 1, w->batch[i]->err = err;
+        }
+        double now = whet_now_mono();
+        for (int i = 0; i < w->n; i++) {
+            struct rpc_reply *reply = w->batch[i]->reply;
+            double started = w->batch[i]->started;
+            ProtobufCMessage *resp = NULL;
+            int status = answer(writing_for, w->batch[i], &resp, &err);
+            scheduler_metrics_heartbeat_handled(now - started);
+            rpc_reply_send(reply, status, resp, &err);
+        }
+        pthread_mutex_lock(&lock);
+        w->n = 0;
+        pthread_cond_broadcast(&work); /* a node of this batch queued again may go in the next */
+    }
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+void heartbeat_writers_start(struct scheduler *s) {
+    writing_for = s;
+    writers_stopping = 0;
+    for (int i = 0; i < HEARTBEAT_WRITERS_MAX; i++) pthread_create(&writers[i].thread, NULL, writer_main, &writers[i]);
+}
+
+void heartbeat_writers_stop(void) {
+    if (!writing_for) return;
+    pthread_mutex_lock(&lock);
+    writers_stopping = 1;
+    pthread_cond_broadcast(&work);
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < HEARTBEAT_WRITERS_MAX; i++) pthread_join(writers[i].thread, NULL);
+    writing_for = NULL;
+}
+
+int scheduler_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    struct scheduler *s = ctx;
+    const Whet__V1__HeartbeatRequest *req = (const Whet__V1__HeartbeatRequest *)msg;
+    double started = whet_now_mono();
+    Whet__V1__HeartbeatResponse *resp = xcalloc(1, sizeof *resp);
+    whet__v1__heartbeat_response__init(resp);
+    *out = &resp->base;
     /* A node id that is not UTF-8 was never registered (PostgreSQL refuses it), and would spoil its batch's JSON. */
     if (!utf8_valid(req->node_id, strlen(req->node_id))) {
-        *known = *serving = 0;
-        return 0;
+        resp->reregister = 1;
+        return RPC_OK;
     }
-    struct pending self = {.req = req, .resp = resp, .due = xcalloc(req->n_jobs ? req->n_jobs : 1, sizeof *self.due)};
-    double now = whet_now_mono();
-    self.n_due = scheduler_progress_due(req, now, 0, self.due);
+    struct pending *p = xcalloc(1, sizeof *p);
+    p->req = req;
+    p->resp = resp;
+    p->started = started;
+    p->due = xcalloc(req->n_jobs ? req->n_jobs : 1, sizeof *p->due);
+    p->n_due = scheduler_progress_due(req, started, 0, p->due);
     /* Nothing to write and, as far as the NOTIFYs tell, nothing to hand out: answered at once. */
-    if (!self.n_due && !req->n_serve_workers && quiet_answer(req->node_id, now)) {
-        free(self.due);
+    if (!p->n_due && !req->n_serve_workers && quiet_answer(req->node_id, started)) {
+        free(p->due);
+        free(p);
         scheduler_metrics_heartbeat_quiet();
-        *known = 1;
-        *serving = 0;
-        return 0;
+        scheduler_metrics_heartbeat_handled(whet_now_mono() - started);
+        return RPC_OK;
     }
     /* Written: with every job's news, so that the node's jobs fall due together again (each on its own
      * clock, a node of 8 jobs had one due at almost every heartbeat, and none could be quiet). */
-    self.n_due = scheduler_progress_due(req, now, 1, self.due);
-    pthread_cond_init(&self.wake, NULL);
-
+    p->n_due = scheduler_progress_due(req, started, 1, p->due);
     pthread_mutex_lock(&lock);
-    *queue_tail = &self;
-    queue_tail = &self.next;
-    while (!self.done) {
-        struct writer *w = writers;
-        while (w < writers + HEARTBEAT_WRITERS_MAX && w->n) w++;
-        /* No free writer, or every queued heartbeat is of a node being written: a writer that finishes
-         * wakes a queued heartbeat to write the next batch. */
-        if (w == writers + HEARTBEAT_WRITERS_MAX || !(w->n = take_batch(w->batch))) {
-            pthread_cond_wait(&self.wake, &lock);
-            continue;
-        }
-        for (struct writer *o = writers; o < writers + HEARTBEAT_WRITERS_MAX; o++)
-            if (!o->n && queue_head) { /* more queued and a writer free: the next batch starts now */
-                pthread_cond_signal(&queue_head->wake);
-                break;
-            }
+    if (writing_for && (p->reply = rpc_defer())) {
+        *out = NULL;
+        *queue_tail = p;
+        queue_tail = &p->next;
+        pthread_cond_signal(&work);
         pthread_mutex_unlock(&lock);
-        write_batch(conn, w->batch, w->n);
-        pthread_mutex_lock(&lock);
-        for (int i = 0; i < w->n; i++) {
-            w->batch[i]->done = 1;
-            pthread_cond_signal(&w->batch[i]->wake);
-        }
-        w->n = 0;
-        if (queue_head) pthread_cond_signal(&queue_head->wake);
+        return RPC_OK;
     }
     pthread_mutex_unlock(&lock);
-    pthread_cond_destroy(&self.wake);
-    free(self.due);
-    if (self.failed) {
-        *err = self.err;
-        return -1;
+    /* Called outside a leading scheduler's server (tests call handlers directly): written here, alone. */
+    PGconn *conn = scheduler_handler_conn(s, err);
+    if (conn) {
+        write_batch(conn, &p, 1);
+    } else {
+        p->failed = 1;
+        p->err = *err;
     }
-    *known = self.known;
-    *serving = self.serving;
-    return 0;
+    *out = NULL;
+    int status = answer(s, p, out, err);
+    scheduler_metrics_heartbeat_handled(whet_now_mono() - started);
+    return status;
 }

@@ -102,12 +102,14 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         if (!conn) break;
         struct rpc_server *server = NULL;
         scheduler_progress_init(opts->progress_ms);
+        heartbeat_writers_start(&sch);
         while (!stopping && rpc_server_start(opts->grpc_addr, opts->executor_token, scheduler_methods,
                                              scheduler_n_methods, &sch, opts->rpc_threads, &server, err) < 0) {
             log_warn("msg=\"cannot serve gRPC yet; retrying\" error=\"%s\"", err->msg);
             sleep(1);
         }
         if (!server) {
+            heartbeat_writers_stop();
             scheduler_progress_free();
             PQfinish(conn);
             break;
@@ -141,7 +143,8 @@ int scheduler_run(const struct scheduler_options *opts, struct whet_err *err) {
         scheduler_metrics_leader(0);
         maintenance_stop(maintenance);
         if (!stopping) log_warn("msg=\"lost the database; stepping down to compete again\"");
-        rpc_server_stop(server);
+        rpc_server_stop(server); /* its deferred heartbeats answered by the writers */
+        heartbeat_writers_stop();
         quiet_stop();
         scheduler_progress_free(); /* what another leader writes meanwhile is not ours to remember */
         PQfinish(conn);

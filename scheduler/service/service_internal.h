@@ -219,12 +219,15 @@ json_t *scheduler_rank_manifest(const json_t *manifest, const struct gang_rank *
 #define LEASE_RENEW_AFTER_SQL "lease_ms / 4000.0"
 #define LEASE_OVERDUE_AFTER_SQL "lease_ms * 0.00125::float8"
 
-/* A node's heartbeat, written with those that arrive meanwhile in one statement (heartbeats.c): its
- * lease renewed, its jobs' progress written, its waiting commands put in resp. *known: 0 when the node
- * was declared lost or never registered (it is to register again); *serving: model workers are placed
- * on it. -1 with err when the database failed. */
-int scheduler_heartbeat_write(PGconn *conn, const Whet__V1__HeartbeatRequest *req, Whet__V1__HeartbeatResponse *resp,
-                              int *known, int *serving, struct whet_err *err);
+/* The Heartbeat method's handler (heartbeats.c): answered from memory when nothing is to be written or
+ * handed out, else written with the heartbeats that arrive meanwhile in one statement (its node's lease
+ * renewed, its jobs' progress written, its waiting commands in the answer) by a writer thread, which
+ * answers the deferred call. heartbeat_writers_start and _stop bracket the server of a leadership term;
+ * without them (a handler called directly) the handler writes its heartbeat itself. */
+int scheduler_heartbeat(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err);
+void scheduler_heartbeat_response_free(ProtobufCMessage *m);
+void heartbeat_writers_start(struct scheduler *s);
+void heartbeat_writers_stop(void);
 
 /* The heartbeats answered without the database (heartbeat_quiet.c): a node whose last statement found it
  * known and without model workers, whose stored lease is not yet due for a write, and to which nothing was

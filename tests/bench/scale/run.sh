@@ -336,7 +336,8 @@ if by_phase:
     print("heartbeats failed by phase (the second each ended in): " +
           ", ".join("%s %d" % kv for kv in by_phase.items()))
 PY
-say "  the scheduler's heartbeat handlers in the window (from their start, without the wait for a thread):" \
+say "  the scheduler's heartbeat handlers in the window (from their start to their answer, a written one's" \
+    "statement included; without the wait for a thread):" \
     "p50 $(quantile 0.5 "$work/hb2" "$work/hb3" 1000) ms, p99 $(quantile 0.99 "$work/hb2" "$work/hb3" 1000) ms"
 say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total); calls answered unrun, past their deadline" \
     "when a handler thread came free: $(metric whet_scheduler_rpc_calls_expired_total)"

@@ -1,11 +1,13 @@
 /* Unary gRPC over a real loopback socket: a call and its reply, the token check, unknown methods, calls
  * answered by a free thread while another's handler is held, deadlines, retries that give up when no
  * server answers, many calls in flight on one queue (rpc_start/rpc_next), cancelled or not, a method
- * with threads of its own answered while every shared thread is held, and a call that waited for a thread
- * past its deadline answered without running its handler. */
+ * with threads of its own answered while every shared thread is held, a call that waited for a thread
+ * past its deadline answered without running its handler, and replies deferred (rpc_defer) to another
+ * thread, which the server's stop waits for. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto/whet.pb-c.h"
@@ -14,6 +16,7 @@
 
 #define HEARTBEAT "/whet.v1.Scheduler/Heartbeat"
 #define OWN_LANE "/whet.test.Lane/Heartbeat" /* the same handler, on a thread of its own */
+#define DEFERRED "/whet.test.Deferred/Heartbeat" /* replies left to the test (handle_deferred), one thread */
 
 static int calls;
 static int late_calls; /* handlers run for a node called "late" */
@@ -66,9 +69,65 @@ static void free_heartbeat_response(ProtobufCMessage *msg) {
     free(resp);
 }
 
+/* Deferred calls waiting for the test to answer them, with their requests. */
+#define DEFERRED_MAX 32
+static pthread_mutex_t deferred_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t deferred_cond = PTHREAD_COND_INITIALIZER;
+static struct deferred {
+    struct rpc_reply *reply;
+    const Whet__V1__HeartbeatRequest *req;
+} deferred[DEFERRED_MAX];
+static int n_deferred;
+
+static int handle_deferred(void *ctx, const ProtobufCMessage *msg, ProtobufCMessage **out, struct whet_err *err) {
+    (void)ctx, (void)out, (void)err;
+    struct rpc_reply *reply = rpc_defer();
+    CHECK(reply != NULL);
+    pthread_mutex_lock(&deferred_lock);
+    deferred[n_deferred++] = (struct deferred){reply, (const Whet__V1__HeartbeatRequest *)msg};
+    pthread_cond_broadcast(&deferred_cond);
+    pthread_mutex_unlock(&deferred_lock);
+    return RPC_OK;
+}
+
+/* Waits until n calls are deferred. */
+static int wait_deferred(int n) {
+    pthread_mutex_lock(&deferred_lock);
+    for (int i = 0; i < 500 && n_deferred < n; i++) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 10 * 1000 * 1000;
+        if (t.tv_nsec >= 1000000000) t.tv_sec++, t.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&deferred_cond, &deferred_lock, &t);
+    }
+    int got = n_deferred;
+    pthread_mutex_unlock(&deferred_lock);
+    return got;
+}
+
+/* Answers deferred call i from the calling thread: a START of the node's name, or for node "bad" NOT_FOUND. */
+static void answer_deferred(int i) {
+    const Whet__V1__HeartbeatRequest *req = deferred[i].req;
+    struct whet_err err = {0};
+    if (!strcmp(req->node_id, "bad")) {
+        whet_errf(&err, "node unknown");
+        rpc_reply_send(deferred[i].reply, RPC_NOT_FOUND, NULL, &err);
+        return;
+    }
+    Whet__V1__HeartbeatResponse *resp = malloc(sizeof *resp);
+    whet__v1__heartbeat_response__init(resp);
+    resp->n_commands = 1;
+    resp->commands = calloc(1, sizeof *resp->commands);
+    resp->commands[0] = malloc(sizeof *resp->commands[0]);
+    whet__v1__command__init(resp->commands[0]);
+    resp->commands[0]->job_id = strdup(req->node_id);
+    rpc_reply_send(deferred[i].reply, RPC_OK, &resp->base, &err);
+}
+
 static const struct rpc_method methods[] = {
     {HEARTBEAT, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response, 0},
     {OWN_LANE, &whet__v1__heartbeat_request__descriptor, handle_heartbeat, free_heartbeat_response, 1},
+    {DEFERRED, &whet__v1__heartbeat_request__descriptor, handle_deferred, free_heartbeat_response, 1},
 };
 
 static struct rpc_server *server;
@@ -306,9 +365,91 @@ TEST(a_call_that_waited_past_its_deadline_is_not_run) {
     CHECK(rpc_server_calls_expired() == expired_before + 1);
 }
 
+/* Deferred calls on a lane of one thread: all of them reach their handler while none is answered (a
+ * blocking handler would hold the thread, one call at a time), and each is answered from this thread, in
+ * reverse order, with what its own request said, a status and message too. */
+TEST(deferred_replies_leave_the_thread_free) {
+    struct rpc_client *client;
+    struct whet_err err;
+    CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
+    struct rpc_queue *q = rpc_queue_open();
+    enum { N = 12 };
+    char nodes[N][16];
+    int seen[N] = {0};
+    n_deferred = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(nodes[i], sizeof nodes[i], i == 3 ? "bad" : "node-%d", i);
+        Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+        req.node_id = nodes[i];
+        CHECK(rpc_start(q, client, DEFERRED, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &seen[i],
+                        &err) == RPC_OK);
+    }
+    CHECK_MSG(wait_deferred(N) == N, "%d of %d calls reached their handler", n_deferred, N);
+    void *tag;
+    ProtobufCMessage *msg = NULL;
+    CHECK(rpc_next(q, 100, &tag, &msg, &err) == -1); /* none answered yet */
+    for (int i = n_deferred - 1; i >= 0; i--) answer_deferred(i);
+    for (int ended = 0; ended < N; ended++) {
+        msg = NULL;
+        int rc = rpc_next(q, 5000, &tag, &msg, &err);
+        CHECK_MSG(rc != -1, "%d of %d calls ended", ended, N);
+        if (rc == -1) break;
+        int i = (int)((int *)tag - seen);
+        seen[i] = 1;
+        if (i == 3) {
+            CHECK_MSG(rc == RPC_NOT_FOUND && strstr(err.msg, "node unknown"), "%d: %s", rc, err.msg);
+        } else {
+            const Whet__V1__HeartbeatResponse *resp = (const Whet__V1__HeartbeatResponse *)msg;
+            CHECK_MSG(rc == RPC_OK && resp->n_commands == 1 && !strcmp(resp->commands[0]->job_id, nodes[i]),
+                      "call %d: %d %s", i, rc, err.msg);
+        }
+        if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+    }
+    rpc_queue_close(q);
+    rpc_client_close(client);
+}
+
+static int answered_late;
+
+static void *answer_later_main(void *arg) {
+    (void)arg;
+    usleep(300 * 1000);
+    answered_late = 1;
+    answer_deferred(0);
+    return NULL;
+}
+
+/* A deferred call in flight when the server stops: the stop waits for its answer, which reaches the client. */
+TEST(stop_waits_for_a_deferred_reply) {
+    struct rpc_client *client;
+    struct whet_err err;
+    CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
+    struct rpc_queue *q = rpc_queue_open();
+    n_deferred = 0;
+    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+    req.node_id = "node-last";
+    int tag_storage;
+    CHECK(rpc_start(q, client, DEFERRED, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &tag_storage,
+                    &err) == RPC_OK);
+    CHECK(wait_deferred(1) == 1);
+    pthread_t answerer;
+    pthread_create(&answerer, NULL, answer_later_main, NULL);
+    rpc_server_stop(server);
+    CHECK_MSG(answered_late, "the server stopped before its deferred call was answered");
+    void *tag;
+    ProtobufCMessage *msg = NULL;
+    int rc = rpc_next(q, 5000, &tag, &msg, &err);
+    CHECK_MSG(rc == RPC_OK && msg && !strcmp(((Whet__V1__HeartbeatResponse *)msg)->commands[0]->job_id, "node-last"),
+              "%d %s", rc, err.msg);
+    if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+    pthread_join(answerer, NULL);
+    rpc_queue_close(q);
+    rpc_client_close(client);
+}
+
 int main(void) {
     struct whet_err err;
-    if (rpc_server_start("127.0.0.1:0", "secret", methods, 2, NULL, 2, &server, &err) < 0) {
+    if (rpc_server_start("127.0.0.1:0", "secret", methods, 3, NULL, 2, &server, &err) < 0) {
         fprintf(stderr, "server: %s\n", err.msg);
         return 1;
     }
@@ -323,6 +464,7 @@ int main(void) {
     RUN(calls_in_flight_on_one_queue);
     RUN(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held);
     RUN(a_call_that_waited_past_its_deadline_is_not_run);
-    rpc_server_stop(server); /* while the "slow" handler may still run */
+    RUN(deferred_replies_leave_the_thread_free);
+    RUN(stop_waits_for_a_deferred_reply); /* stops the server, while the "slow" handler may still run */
     return test_summary();
 }
