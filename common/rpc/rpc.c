@@ -541,8 +541,14 @@ static void send_reply(struct server_call *c, int status, ProtobufCMessage *resp
     if (grpc_call_start_batch(c->call, ops, (size_t)n, c, NULL) != GRPC_CALL_OK) server_call_free(c);
 }
 
+int rpc_reply_expired(const struct rpc_reply *reply) {
+    const struct server_call *c = (const struct server_call *)reply;
+    return gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0;
+}
+
 void rpc_reply_send(struct rpc_reply *reply, int status, ProtobufCMessage *resp, const struct whet_err *err) {
     struct server_call *c = (struct server_call *)reply;
+    if (status == RPC_DEADLINE_EXCEEDED) atomic_fetch_add(&calls_expired, 1);
     protobuf_c_message_free_unpacked(c->req, NULL);
     c->req = NULL;
     send_reply(c, status, resp, status == RPC_OK ? "" : err->msg);

@@ -89,6 +89,9 @@ struct rpc_reply;
  * handlers directly): it answers as usual. */
 struct rpc_reply *rpc_defer(void);
 void rpc_reply_send(struct rpc_reply *reply, int status, ProtobufCMessage *resp, const struct whet_err *err);
+/* 1 when a deferred call's deadline has passed: its client has stopped waiting, and its work would be lost
+ * with its answer. Answered RPC_DEADLINE_EXCEEDED instead, it is counted in rpc_server_calls_expired. */
+int rpc_reply_expired(const struct rpc_reply *reply);
 
 struct rpc_method {
     const char *path;                            /* "/whet.v1.Scheduler/Heartbeat" */
@@ -110,7 +113,7 @@ int rpc_server_port(const struct rpc_server *server);
 /* Stops accepting, lets calls in flight finish, joins the threads and frees everything. */
 void rpc_server_stop(struct rpc_server *server);
 /* Calls that every server of this process answered DEADLINE_EXCEEDED without running their handler: they
- * waited for a free thread past their deadline (a counter for metrics). */
+ * waited for a free thread past their deadline; and deferred calls so answered (a counter for metrics). */
 unsigned long rpc_server_calls_expired(void);
 
 #endif

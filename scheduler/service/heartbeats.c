@@ -258,13 +258,21 @@ static int in_flight(const char *node) {
 }
 
 /* Takes up to HEARTBEAT_BATCH_MAX queued heartbeats into batch[], oldest first, each node once and none
- * that another batch being written holds (under the lock): a node's second heartbeat stays queued.
- * Returns how many, sorted by node. */
-static int take_batch(struct pending **batch) {
+ * that another batch being written holds (under the lock): a node's second heartbeat stays queued. Those
+ * whose call's deadline has passed go to *expired instead: their node has stopped waiting, and the commands
+ * their statement would hand out would be lost with the answer (as a call that waited for a thread past its
+ * deadline is not run, rpc.c). Returns how many, sorted by node. */
+static int take_batch(struct pending **batch, struct pending **expired) {
     int n = 0;
     struct pending **link = &queue_head;
     while (*link && n < HEARTBEAT_BATCH_MAX) {
         struct pending *p = *link;
+        if (rpc_reply_expired(p->reply)) {
+            *link = p->next;
+            p->next = *expired;
+            *expired = p;
+            continue;
+        }
         if (in_flight(p->req->node_id)) {
             link = &p->next;
             continue;
@@ -330,8 +338,23 @@ static void *writer_main(void *arg) {
     struct writer *w = arg;
     pthread_mutex_lock(&lock);
     for (;;) {
-        while (!(w->n = take_batch(w->batch)) && !writers_stopping) pthread_cond_wait(&work, &lock);
-        if (!w->n) break;
+        struct pending *expired = NULL;
+        while (!(w->n = take_batch(w->batch, &expired)) && !expired && !writers_stopping)
+            pthread_cond_wait(&work, &lock);
+        if (!w->n && !expired) break;
+        pthread_mutex_unlock(&lock);
+        while (expired) {
+            struct pending *p = expired;
+            expired = p->next;
+            struct whet_err late;
+            whet_errf(&late, "the heartbeat waited for its statement past its deadline");
+            rpc_reply_send(p->reply, RPC_DEADLINE_EXCEEDED, NULL, &late);
+            scheduler_heartbeat_response_free(&p->resp->base);
+            free(p->due);
+            free(p);
+        }
+        pthread_mutex_lock(&lock);
+        if (!w->n) continue;
         pthread_mutex_unlock(&lock);
         struct whet_err err;
         PGconn *conn = scheduler_handler_conn(writing_for, &err);
@@ -340,8 +363,14 @@ static void *writer_main(void *arg) {
         } else {
             for (int i = 0; i < w->n; i++) w->batch[i]->failed = 1, w->batch[i]->err = err;
         }
+        /* Written: its nodes may go in the next batches (answering frees what in_flight reads of them). */
+        pthread_mutex_lock(&lock);
+        int n = w->n;
+        w->n = 0;
+        pthread_cond_broadcast(&work);
+        pthread_mutex_unlock(&lock);
         double now = whet_now_mono();
-        for (int i = 0; i < w->n; i++) {
+        for (int i = 0; i < n; i++) {
             struct rpc_reply *reply = w->batch[i]->reply;
             double started = w->batch[i]->started;
             ProtobufCMessage *resp = NULL;
@@ -350,8 +379,6 @@ static void *writer_main(void *arg) {
             rpc_reply_send(reply, status, resp, &err);
         }
         pthread_mutex_lock(&lock);
-        w->n = 0;
-        pthread_cond_broadcast(&work); /* a node of this batch queued again may go in the next */
     }
     pthread_mutex_unlock(&lock);
     return NULL;

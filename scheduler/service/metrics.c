@@ -170,7 +170,8 @@ static void render(struct whet_buf *t) {
                      &m.heartbeat);
     metrics_http_sample(t, "whet_scheduler_rpc_calls_expired_total", "counter",
                         "Executor calls answered DEADLINE_EXCEEDED without running: they waited for a free handler "
-                        "thread past their deadline (the scheduler is overloaded; the executor retries).",
+                        "thread, or a heartbeat for its statement, past their deadline (the scheduler is overloaded; "
+                        "the executor retries).",
                         (double)rpc_server_calls_expired());
     metrics_http_sample(t, "whet_scheduler_checkpoints_deleted_total", "counter",
                         "Checkpoints the retention settings let go (checkpoint_retention.c).",

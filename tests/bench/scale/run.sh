@@ -340,7 +340,7 @@ say "  the scheduler's heartbeat handlers in the window (from their start to the
     "statement included; without the wait for a thread):" \
     "p50 $(quantile 0.5 "$work/hb2" "$work/hb3" 1000) ms, p99 $(quantile 0.99 "$work/hb2" "$work/hb3" 1000) ms"
 say "nodes declared lost: $(metric whet_scheduler_nodes_lost_total); calls answered unrun, past their deadline" \
-    "when a handler thread came free: $(metric whet_scheduler_rpc_calls_expired_total)"
+    "when a handler thread or a heartbeat writer came to them: $(metric whet_scheduler_rpc_calls_expired_total)"
 # The peer of the fill's placements/s: the placement library alone on a fleet and queue of the same
 # size (`whet sim scale`, one cycle, CPU time).
 bare=$("$WHET_BIN" sim scale --nodes "$nodes" --gpus-per-node "$gpus" --queued "$((jobs + nodes * gpus))" --policy whet |

@@ -3,7 +3,7 @@
  * server answers, many calls in flight on one queue (rpc_start/rpc_next), cancelled or not, a method
  * with threads of its own answered while every shared thread is held, a call that waited for a thread
  * past its deadline answered without running its handler, and replies deferred (rpc_defer) to another
- * thread, which the server's stop waits for. */
+ * thread: known past their deadline, and waited for by the server's stop. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,6 +409,34 @@ TEST(deferred_replies_leave_the_thread_free) {
     rpc_client_close(client);
 }
 
+/* A deferred call past its deadline is known as such, and answered DEADLINE_EXCEEDED it is counted. */
+TEST(a_deferred_call_past_its_deadline_is_known) {
+    struct rpc_client *client;
+    struct whet_err err;
+    CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
+    struct rpc_queue *q = rpc_queue_open();
+    n_deferred = 0;
+    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+    req.node_id = "node-late";
+    int tag_storage;
+    CHECK(rpc_start(q, client, DEFERRED, &req.base, &whet__v1__heartbeat_response__descriptor, 1000, &tag_storage,
+                    &err) == RPC_OK);
+    CHECK(wait_deferred(1) == 1);
+    CHECK(!rpc_reply_expired(deferred[0].reply));
+    void *tag;
+    ProtobufCMessage *msg = NULL;
+    CHECK(rpc_next(q, 5000, &tag, &msg, &err) == RPC_DEADLINE_EXCEEDED); /* the client gave up */
+    usleep(100 * 1000);
+    CHECK(rpc_reply_expired(deferred[0].reply));
+    unsigned long expired = rpc_server_calls_expired();
+    struct whet_err late;
+    whet_errf(&late, "too late");
+    rpc_reply_send(deferred[0].reply, RPC_DEADLINE_EXCEEDED, NULL, &late);
+    CHECK(rpc_server_calls_expired() == expired + 1);
+    rpc_queue_close(q);
+    rpc_client_close(client);
+}
+
 static int answered_late;
 
 static void *answer_later_main(void *arg) {
@@ -465,6 +493,7 @@ int main(void) {
     RUN(a_method_with_its_own_thread_is_answered_while_the_shared_ones_are_held);
     RUN(a_call_that_waited_past_its_deadline_is_not_run);
     RUN(deferred_replies_leave_the_thread_free);
+    RUN(a_deferred_call_past_its_deadline_is_known);
     RUN(stop_waits_for_a_deferred_reply); /* stops the server, while the "slow" handler may still run */
     return test_summary();
 }
