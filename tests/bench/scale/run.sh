@@ -21,6 +21,10 @@
 #           window keeps the fleet full, every heartbeat reporting the progress of a node's jobs)
 #   tests/bench/scale/run.sh --smoke     20 nodes, 200 jobs through the gateway, runs of 1-2 s; fails unless
 #                                        every job is placed once and succeeds and no heartbeat is missed
+#   --slow-nodes-ms MS: every heartbeat statement takes MS longer (a trigger on nodes that sleeps in the
+#           statement heartbeats.c writes): a database slow to write heartbeats, which they must not miss
+#           their deadline over (handler threads that each waited for its statement answered 8 of them per
+#           statement time in all; heartbeats.c's writers take every one queued meanwhile)
 # Defaults: 1000 nodes x 8 GPUs, 10000 queued, 1000 tenants, 1000 API jobs, 60 s, runs of 10-40 s, a 20 s
 # lease (so a 2 s heartbeat interval, the scheduler's lease / 10), one fleet thread. Issue 15's sizes are --nodes 1000
 # and 10000 with --jobs 10000 and 100000; on a 2-core machine the fleet, gateway, scheduler and
@@ -30,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
 nodes=1000 gpus=8 jobs=10000 tenants=1000 api_jobs=1000 seconds=60 run_s=10:40 lease_ms=20000 fleet_threads=
-smoke=0 held=0 fleet=$root/build/tests/bench/scale/scale_fleet
+smoke=0 held=0 slow_nodes_ms=0 fleet=$root/build/tests/bench/scale/scale_fleet
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift ;;
@@ -44,8 +48,9 @@ while [ $# -gt 0 ]; do
     --fleet-threads) fleet_threads=$2; shift ;;
     --fleet) fleet=$2; shift ;;
     --held) held=1 ;;
+    --slow-nodes-ms) slow_nodes_ms=$2; shift ;;
     --smoke) smoke=1 nodes=20 gpus=8 jobs=0 tenants=10 api_jobs=200 run_s=1:2 lease_ms=10000 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -104,6 +109,12 @@ q "INSERT INTO base_models (id, architecture, parameters, object_prefix, sha256,
    INSERT INTO files (id, tenant_id, purpose, filename, bytes, sha256, object_key, format, line_count)
      SELECT 'file-' || id, id, 'fine-tune', 'train.jsonl', 100, '00', 'files/' || id, 'sft', 100 FROM tenants"
 
+if [ "$slow_nodes_ms" -gt 0 ]; then
+  q "CREATE FUNCTION scale_slow_nodes() RETURNS trigger LANGUAGE plpgsql AS \$\$
+     BEGIN IF current_query() LIKE 'WITH r AS (SELECT * FROM jsonb_to_recordset%' THEN
+       PERFORM pg_sleep($slow_nodes_ms / 1000.0); END IF; RETURN NULL; END \$\$;
+     CREATE TRIGGER scale_slow_nodes AFTER UPDATE ON nodes FOR EACH STATEMENT EXECUTE FUNCTION scale_slow_nodes()"
+fi
 total_s=$(( seconds + 600 ))
 [ "$smoke" = 1 ] && total_s=100
 "$fleet" --scheduler "$grpc" --nodes "$nodes" --gpus "$gpus" --threads "$fleet_threads" --run-s "$run_s" \
@@ -175,6 +186,11 @@ if [ "$smoke" = 1 ]; then
   [ "$usage" = "$api_jobs" ] || fail "$usage of $api_jobs attempts have usage"
   [ "$lost" = 0 ] || fail "$lost nodes declared lost"
   [ "$missed" = 0 ] || fail "$missed heartbeats or reports failed or missed their deadline"
+  if [ "$slow_nodes_ms" -gt 0 ]; then # statements a second long hold back pruning: HOT is measured without
+    say "smoke: ok ($api_jobs jobs placed once, checkpointed and succeeded on $nodes nodes; no heartbeat missed," \
+        "with every statement updating nodes ${slow_nodes_ms} ms slower)"
+    exit 0
+  fi
   # The heartbeats' progress writes are HOT (migration 0028): job_progress's updates stay on their page
   # and add no index entry. The counts are the scheduler's backends', flushed as they exit.
   kill -TERM "$sched_pid"
