@@ -112,7 +112,10 @@ sleep 5
 touch "$dir/stop-load"
 wait "$load_pid"
 load_pid=
-for t in "${held[@]}"; do kill -CONT "$t"; done
+# A held process that is gone is reported, not fatal here: `pgrep -f` may have matched a short-lived process of
+# the trainer's start beside it (CI once stopped at this line); a trainer killed because its attempt was given
+# up fails the checks below (no node lost, each job placed once).
+for t in "${held[@]}"; do kill -CONT "$t" 2>/dev/null || echo "note: held process $t is gone"; done
 check "no component died" 'kill -0 $up_pid && kill -0 $gw2_pid && ! grep -q "component exited" "$dir/up/up.err"'
 
 # The client's view: per gateway, the outage window (its first failed answer, and the first create
