@@ -409,19 +409,27 @@ TEST(deferred_replies_leave_the_thread_free) {
     rpc_client_close(client);
 }
 
+/* Starts one call of the deferred method for `node` on a new queue and client, and waits until its handler has
+ * deferred it (deferred[0]). */
+static void defer_one(const char *node, int timeout_ms, struct rpc_client **client, struct rpc_queue **q) {
+    struct whet_err err;
+    CHECK(rpc_client_open(target, "secret", client, &err) == 0);
+    *q = rpc_queue_open();
+    n_deferred = 0;
+    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
+    req.node_id = (char *)node;
+    static int tag_storage;
+    CHECK(rpc_start(*q, *client, DEFERRED, &req.base, &whet__v1__heartbeat_response__descriptor, timeout_ms,
+                    &tag_storage, &err) == RPC_OK);
+    CHECK(wait_deferred(1) == 1);
+}
+
 /* A deferred call past its deadline is known as such, and answered DEADLINE_EXCEEDED it is counted. */
 TEST(a_deferred_call_past_its_deadline_is_known) {
     struct rpc_client *client;
+    struct rpc_queue *q;
     struct whet_err err;
-    CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
-    struct rpc_queue *q = rpc_queue_open();
-    n_deferred = 0;
-    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
-    req.node_id = "node-late";
-    int tag_storage;
-    CHECK(rpc_start(q, client, DEFERRED, &req.base, &whet__v1__heartbeat_response__descriptor, 1000, &tag_storage,
-                    &err) == RPC_OK);
-    CHECK(wait_deferred(1) == 1);
+    defer_one("node-late", 2000, &client, &q);
     CHECK(!rpc_reply_expired(deferred[0].reply));
     void *tag;
     ProtobufCMessage *msg = NULL;
@@ -450,16 +458,9 @@ static void *answer_later_main(void *arg) {
 /* A deferred call in flight when the server stops: the stop waits for its answer, which reaches the client. */
 TEST(stop_waits_for_a_deferred_reply) {
     struct rpc_client *client;
+    struct rpc_queue *q;
     struct whet_err err;
-    CHECK(rpc_client_open(target, "secret", &client, &err) == 0);
-    struct rpc_queue *q = rpc_queue_open();
-    n_deferred = 0;
-    Whet__V1__HeartbeatRequest req = WHET__V1__HEARTBEAT_REQUEST__INIT;
-    req.node_id = "node-last";
-    int tag_storage;
-    CHECK(rpc_start(q, client, DEFERRED, &req.base, &whet__v1__heartbeat_response__descriptor, 5000, &tag_storage,
-                    &err) == RPC_OK);
-    CHECK(wait_deferred(1) == 1);
+    defer_one("node-last", 5000, &client, &q);
     pthread_t answerer;
     pthread_create(&answerer, NULL, answer_later_main, NULL);
     rpc_server_stop(server);
