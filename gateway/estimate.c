@@ -11,6 +11,7 @@
 #include "dpo_data.h"
 #include "env.h"
 #include "files_common.h"
+#include "idempotency.h"
 #include "job_sizing.h"
 #include "job_spec.h"
 #include "json_text.h"
@@ -50,63 +51,90 @@ struct estimate_ctx {
     int result;          /* which statement's result holds the estimate */
 };
 
-/* Columns: the estimate, the budget status, over the hard cap, over the soft limit, the calling API key's
- * monthly limit and this month's spend when the estimate would take it past that limit (else NULL). */
+/* A refusal of the create, kept in the request's pool while an Idempotency-Key's reservation is released. */
+struct refusal {
+    int status;
+    const char *param, *code, *hint, *message;
+};
+
+static void refusal_answer(struct gw_req *r, void *arg) {
+    const struct refusal *f = arg;
+    if (f->hint) http_reply_error_hint(r, f->status, f->param, f->code, f->hint, "%s", f->message);
+    else http_reply_error(r, f->status, f->param, f->code, "%s", f->message);
+}
+
+static int refuse(struct gw_req *r, int status, const char *param, const char *code, const char *hint,
+                  const char *message) {
+    struct refusal *f = http_alloc(r, sizeof *f);
+    *f = (struct refusal){status, param, code, hint, http_strdup(r, message)};
+    idem_release_then(r, refusal_answer, f);
+    return 1;
+}
+
+int estimate_refuses(struct gw_req *r, const PGresult *res, int col, const char *training_file, int dry_run) {
+    char message[512];
+    if (PQgetisnull(res, 0, col)) { /* no estimate: the training file went since the lookup found it */
+        snprintf(message, sizeof message, "no such file: %s", training_file);
+        return refuse(r, 404, "training_file", "file_not_found", NULL, message);
+    }
+    if (dry_run) return 0;
+    if (!PQgetisnull(res, 0, col + 4)) {
+        snprintf(message, sizeof message,
+                 "this job's estimated cost would take this API key's spend this month (%s) past its monthly limit "
+                 "of %s",
+                 PQgetvalue(res, 0, col + 5), PQgetvalue(res, 0, col + 4));
+        return refuse(r, 429, NULL, "insufficient_quota", "ask for a higher limit on this API key, or use another",
+                      message);
+    }
+    if (!strcmp(PQgetvalue(res, 0, col + 2), "t")) {
+        json_t *b = db_json_value(res, 0, col + 1), *e = db_json_value(res, 0, col);
+        snprintf(message, sizeof message,
+                 "this job's estimated cost (%g %s) would take the month's spend (%g) past the monthly limit of %g",
+                 json_number_value(json_object_get(json_object_get(e, "cost"), "amount")),
+                 json_string_value(json_object_get(b, "currency")), json_number_value(json_object_get(b, "spent")),
+                 json_number_value(json_object_get(b, "monthly_limit")));
+        json_decref(b);
+        json_decref(e);
+        return refuse(r, 429, NULL, "insufficient_quota", "ask your operator to raise the monthly limit", message);
+    }
+    return 0;
+}
+
+/* A dry run's answer: the estimate with the budget (ESTIMATE_SQL's columns). */
 static void estimate_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct estimate_ctx *c = arg;
     if (db_reply_failed(r, res)) return;
     const PGresult *row = res->res[c->result];
-    if (PQgetisnull(row, 0, 0)) { /* no estimate: the training file went since the lookup found it */
-        http_reply_error(r, 404, "training_file", "file_not_found", "no such file: %s", c->q.training_file);
-        return;
-    }
-    int over_hard = !strcmp(PQgetvalue(row, 0, 2), "t"), over_soft = !strcmp(PQgetvalue(row, 0, 3), "t");
-    if (c->q.dry_run) {
-        json_t *e = db_json_value(row, 0, 0);
-        json_object_set_new(e, "model", json_string(c->q.model));
-        json_object_set_new(e, "training_file", json_string(c->q.training_file));
-        json_object_set_new(e, "dry_run", json_true());
-        json_object_set_new(e, "budget", db_json_value(row, 0, 1));
-        json_object_set_new(e, "within_budget", json_boolean(!over_hard && PQgetisnull(row, 0, 4)));
-        http_reply_json(r, 200, e);
-        return;
-    }
-    if (!PQgetisnull(row, 0, 4)) {
-        http_reply_error_hint(r, 429, NULL, "insufficient_quota",
-                              "ask for a higher limit on this API key, or use another",
-                              "this job's estimated cost would take this API key's spend this month (%s) past its "
-                              "monthly limit of %s",
-                              PQgetvalue(row, 0, 5), PQgetvalue(row, 0, 4));
-        return;
-    }
-    if (over_hard) {
-        json_t *b = db_json_value(row, 0, 1), *e = db_json_value(row, 0, 0);
-        http_reply_error_hint(r, 429, NULL, "insufficient_quota", "ask your operator to raise the monthly limit",
-                              "this job's estimated cost (%g %s) would take the month's spend (%g) past the monthly "
-                              "limit of %g",
-                              json_number_value(json_object_get(json_object_get(e, "cost"), "amount")),
-                              json_string_value(json_object_get(b, "currency")),
-                              json_number_value(json_object_get(b, "spent")),
-                              json_number_value(json_object_get(b, "monthly_limit")));
-        json_decref(b);
-        json_decref(e);
-        return;
-    }
-    c->next(r, http_strdup(r, PQgetvalue(row, 0, 0)), over_soft, c->arg);
+    if (estimate_refuses(r, row, 0, c->q.training_file, 1)) return;
+    json_t *e = db_json_value(row, 0, 0);
+    json_object_set_new(e, "model", json_string(c->q.model));
+    json_object_set_new(e, "training_file", json_string(c->q.training_file));
+    json_object_set_new(e, "dry_run", json_true());
+    json_object_set_new(e, "budget", db_json_value(row, 0, 1));
+    json_object_set_new(e, "within_budget",
+                        json_boolean(strcmp(PQgetvalue(row, 0, 2), "t") != 0 && PQgetisnull(row, 0, 4)));
+    http_reply_json(r, 200, e);
 }
 
-/* The estimate (its statement last, after keeping a dry run's count when there is one to keep). */
+/* ESTIMATE_SQL's parameters; a dry run runs it (after keeping its count when there is one to keep), a
+ * create hands them on to its insert. */
 static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_count) {
     const struct estimate_req *q = &c->q;
+    const char **p = http_alloc(r, ESTIMATE_NPARAMS * sizeof *p);
+    const char *params[ESTIMATE_NPARAMS] = {q->base_model,     q->method_json,
+                                            q->training_file,  q->whet_json ? q->whet_json : "{}",
+                                            http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
+                                            q->dry_run ? "t" : "f", c->counted,
+                                            c->sizing,         c->rollout};
+    memcpy(p, params, sizeof params);
+    if (!q->dry_run) {
+        c->next(r, p, c->arg);
+        return;
+    }
     char seq[16];
     snprintf(seq, sizeof seq, "%d", c->cut);
     const char *keep[] = {q->training_file, http_tenant_id(r), q->base_model, seq, c->counted};
-    const char *p[] = {q->base_model,     q->method_json,
-                       q->training_file,  q->whet_json ? q->whet_json : "{}",
-                       http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
-                       q->dry_run ? "t" : "f", c->counted,
-                       c->sizing,         c->rollout};
-    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, 10, p}};
+    struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, ESTIMATE_NPARAMS, p}};
     c->result = keep_count ? 1 : 0;
     db_transaction(r, stmts + !keep_count, 1 + keep_count, estimate_done, c);
 }
@@ -589,23 +617,7 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct e
 }
 
 void estimate_prepare(void) {
-    /* The month's spend sums the tenant's usage, so a create weighs it only when the tenant has a budget
-     * (a dry run shows it anyway); without one the create reads a bounded number of rows. OFFSET 0 keeps
-     * the estimate and the budget computed once each: pulled up into the outer query, each reference to e
-     * and b was a call of its own (the budget's status up to seven times on a dry run). */
-    db_prepare_read(
-        "jobs_estimate",
-        "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
-        "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "
-        "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "
-        "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "
-        "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "
-        "$10::jsonb) AS e, "
-        "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "
-        "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b "
-        "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "
-        "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "
-        "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit");
+    db_prepare_read("jobs_estimate", ESTIMATE_SQL);
     db_prepare("estimate_keep_count",
                "INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted) "
                "VALUES ($1, $2, $3, $4::int, $5::jsonb) ON CONFLICT (file_id, base_model, max_seq_len) "

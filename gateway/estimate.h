@@ -13,10 +13,12 @@
  *      trained tokens, the device type and count, the expected duration from the throughput finished
  *      jobs measured, the cost at the prices in effect; for reinforcement the rollout tokens, an upper
  *      bound, priced at the rollout line, migration 0026) and reads the tenant's budget (migration 0009),
- *      in one statement (jobs_estimate). Since migration 0054 whet_job_estimate reads its inputs with a
- *      few small statements, each run only when its answer is used (the file with its kept count, the
- *      previous job and the token prices; the fleet's main device type; the throughput with the device's
- *      price; every model's throughput on the device), not one ~90-node plan set up on every create.
+ *      in one statement (ESTIMATE_SQL): a dry run's own (jobs_estimate), a create's the first part of its
+ *      insert (jobs.c), so that a create costs one round trip and one transaction less. Since migration
+ *      0054 whet_job_estimate reads its inputs with a few small statements, each run only when its answer
+ *      is used (the file with its kept count, the previous job and the token prices; the fleet's main
+ *      device type; the throughput with the device's price; every model's throughput on the device), not
+ *      one ~90-node plan set up on every create.
  * With `"whet": {"dry_run": true}` the answer is that estimate, with the budget, and nothing is created;
  * otherwise a job whose estimate would take the month's spend past the tenant's monthly limit, or the
  * calling API key's, is a 429 insufficient_quota, and any other goes on to be created with its estimate.
@@ -29,6 +31,7 @@
 
 #include <jansson.h>
 
+#include "db.h"
 #include "http.h"
 
 /* Takes "dry_run" out of the body's "whet" object (so the rest is checked as for any create) and
@@ -48,13 +51,40 @@ struct estimate_inputs {
     const char *parameters, *config, *object_prefix, *model_sha256, *pools;
     const char *file_key, *file_sha256, *file_bytes, *line_count;
 };
-/* Called when the job may be created: the estimate (JSON text, in the request's pool) and whether it
- * takes the month's spend past the soft limit (the job then gets a warning event). */
-typedef void (*estimate_next_fn)(struct gw_req *r, const char *estimate_json, int soft_alert, void *arg);
-/* Answers (the estimate of a dry run, a 429 over the hard cap, a database failure) or calls next. The
- * inputs are read during the call only. */
+/* The estimate's statement: parameters $1..$ESTIMATE_NPARAMS (the ones estimate_job gives), columns the
+ * estimate, the budget's status, over the hard cap, over the soft limit, the calling API key's monthly limit
+ * and this month's spend when the estimate would take it past that limit (else NULL). The month's spend
+ * sums the tenant's usage, so a create weighs it only when the tenant has a budget (a dry run shows it
+ * anyway); without one the create reads a bounded number of rows. OFFSET 0 keeps the estimate and the budget
+ * computed once each: pulled up into the outer query, each reference to e and b was a call of its own (the
+ * budget's status up to seven times on a dry run). */
+#define ESTIMATE_NPARAMS 10
+#define ESTIMATE_COLUMNS 6
+#define ESTIMATE_SQL                                                                                                   \
+    "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                 \
+    "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "                                          \
+    "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                                  \
+    "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "                                            \
+    "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "     \
+    "$10::jsonb) AS e, "                                                                                               \
+    "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "                                 \
+    "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b "                     \
+    "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "                               \
+    "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "                                                   \
+    "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit"
+
+/* Called for a create that may go on: ESTIMATE_SQL's parameters (in the request's pool), for the
+ * statement that estimates and inserts the job. */
+typedef void (*estimate_next_fn)(struct gw_req *r, const char *const *params, void *arg);
+/* Answers (the estimate of a dry run, a 400 on a file the trainer would refuse, a database failure) or
+ * calls next. The inputs are read during the call only. */
 void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct estimate_inputs *in,
                   estimate_next_fn next, void *arg);
+/* After ESTIMATE_SQL ran, its columns from `col` of row 0 of `res`: returns 0 when the job may be created;
+ * else answers (404 when the training file went since the lookup found it; unless a dry run, 429 when the
+ * estimate takes the month's spend past the tenant's hard cap or the API key's limit, with an
+ * Idempotency-Key's reservation released first) and returns 1. */
+int estimate_refuses(struct gw_req *r, const PGresult *res, int col, const char *training_file, int dry_run);
 void estimate_prepare(void);
 /* Frees the tokenizers dry runs keep (estimate.c); at exit, once no request runs. */
 void estimate_free(void);

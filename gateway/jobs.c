@@ -152,7 +152,7 @@ struct create_ctx {
     const char *method_json; /* hyperparameters still "auto" until the training file's size is known */
     const char *metadata_json, *whet_json;
     char seed[16], priority[16];
-    const char *job_id, *event_id;
+    const char *job_id;
     char now[24];
     int dry_run; /* whet.dry_run: answer the estimate, create nothing (estimate.h) */
     const char *base_model, *init_checkpoint, *resolved_method; /* once the lookup has checked the model */
@@ -166,15 +166,20 @@ static void create_reply_too_many(struct gw_req *r, void *arg) {
                                    "cancel one");
 }
 
+/* Columns of jobs_create: the job's (JOB_COLUMNS, NULL when it was not created), the NOTIFY, then ESTIMATE_SQL's. */
+#define CREATE_ESTIMATE_COLUMN (JC_ROLLOUT_TOKENS + 2)
+
 static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    const struct create_ctx *c = arg;
     if (!res->ok && res->failed == 0 && !strcmp(res->sqlstate, SQLSTATE_ACTIVE_JOB_LIMIT)) {
         /* The tenant's active-job limit rolled the transaction back, the key's reservation with it:
          * idem_lost_race forgets that reservation (and returns 0: this is not a race). */
         idem_lost_race(r, res);
-        create_reply_too_many(r, arg);
+        create_reply_too_many(r, NULL);
         return;
     }
     if (idem_reply_failed(r, res)) return;
+    if (estimate_refuses(r, res->res[0], CREATE_ESTIMATE_COLUMN, c->training_file, 0)) return;
     idem_reply_json(r, 200, job_row_to_json(res->res[0], 0));
 }
 
@@ -199,39 +204,23 @@ static int check_file(struct gw_req *r, const struct create_ctx *c, const char *
     return 0;
 }
 
-/* The job may be created (estimate.h): the row with its estimate, its "created" event and the NOTIFY in
- * one statement (and a warning when its estimate takes the month past the tenant's soft budget), one
- * transaction. */
-static void create_insert(struct gw_req *r, const char *estimate_json, int soft_alert, void *arg) {
+/* The job may be created (estimate.h): its estimate, then the row with it, its "created" event and the NOTIFY
+ * (and a warning when its estimate takes the month past the tenant's soft budget) unless the estimate
+ * refuses the job, in one statement, one transaction. */
+static void create_insert(struct gw_req *r, const char *const *e, void *arg) {
     struct create_ctx *c = arg;
     c->job_id = files_new_id(r, "ftjob-");
-    c->event_id = files_new_id(r, "ftevent-");
     snprintf(c->now, sizeof c->now, "%lld", (long long)whet_now_unix());
     const char *api_key = r->api_key_id[0] ? r->api_key_id : NULL;
-    /* the row's columns, then its event's id */
-    const char *insert[] = {c->job_id,
-                            http_tenant_id(r),
-                            c->model,
-                            c->base_model,
-                            c->init_checkpoint,
-                            c->training_file,
-                            c->validation_file,
-                            c->resolved_method,
-                            c->suffix,
-                            c->seed,
-                            c->metadata_json,
-                            c->whet_json,
-                            c->now,
-                            c->priority,
-                            estimate_json,
-                            api_key,
-                            c->event_id};
-    const char *alert[] = {files_new_id(r, "ftevent-"), http_tenant_id(r), c->job_id, c->now};
-    struct db_stmt stmts[3] = {
-        {"jobs_insert", NULL, 17, insert},
-        {"jobs_budget_event", NULL, 4, alert},
-    };
-    db_transaction(r, stmts, idem_reserve(r, stmts, soft_alert ? 2 : 1), create_done, c);
+    _Static_assert(ESTIMATE_NPARAMS == 10, "jobs_create numbers the row's parameters from $11");
+    /* the estimate's parameters, the row's columns, then the ids of its event and of the budget's warning */
+    const char *params[] = {e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9],
+                            c->job_id, http_tenant_id(r), c->model, c->base_model, c->init_checkpoint,
+                            c->training_file, c->validation_file, c->resolved_method, c->suffix, c->seed,
+                            c->metadata_json, c->whet_json, c->now, c->priority, api_key,
+                            files_new_id(r, "ftevent-"), files_new_id(r, "ftevent-")};
+    struct db_stmt stmts[2] = {{"jobs_create", NULL, (int)WHET_ARRAY_LEN(params), params}};
+    db_transaction(r, stmts, idem_reserve(r, stmts, 1), create_done, c);
 }
 
 static void create_lookup_done(struct gw_req *r, const struct db_result *res, void *arg) {
@@ -476,23 +465,26 @@ static void jobs_prepare(void) {
      * grader) that the catalog lacks; and what the estimate starts from (migration 0057: one statement, whose
      * probes for a fine-tuned model or a judge run only when they can find one). */
     db_prepare_read("jobs_lookup", "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb)");
-    /* The job's "created" event and the scheduler's NOTIFY come with the row (the NOTIFY as a last column). The
-     * insert's trigger bumps the tenant's counter of active jobs (migration 0010) and fails the statement,
-     * rolling it all back, when that passed the tenant's limit (migration 0057: checked after the insert, so
-     * that one tenant's creates hold the counter's row lock only from the bump to the commit). */
-    db_prepare(
-        "jobs_insert",
-        "WITH j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
-        "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id) "
-        "SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10::integer, $11::jsonb, $12::jsonb, 'queued', "
-        "$13::bigint, $14::integer, $15::jsonb, $16 RETURNING *), "
-        "e AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
-        "SELECT $17, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j) "
-        "SELECT " NEW_JOB_COLUMNS ", pg_notify('whet_jobs', j.id) FROM j");
-    db_prepare("jobs_budget_event",
-               "INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
-               "SELECT $1, $2, $3, 'warn', 'This job''s estimated cost takes the month''s spend past the soft budget', "
-               "whet_budget_status($2), $4::bigint WHERE EXISTS (SELECT 1 FROM jobs WHERE tenant_id = $2 AND id = $3)");
+    /* The estimate (estimate.h), then the row with it unless the estimate refuses the job, its "created" event,
+     * a warning event when the estimate takes the month's spend past the soft budget, and the scheduler's
+     * NOTIFY (the job's columns, NULL when it was refused, the NOTIFY, then the estimate's). The insert's
+     * trigger bumps the tenant's counter of active jobs (migration 0010) and fails the statement, rolling it
+     * all back, when that passed the tenant's limit (migration 0057: checked after the insert, so that one
+     * tenant's creates hold the counter's row lock only from the bump to the commit). */
+    db_prepare("jobs_create",
+               "WITH s (e, b, over_hard, over_soft, key_limit, key_spent) AS (" ESTIMATE_SQL "), "
+               "j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
+               "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, "
+               "api_key_id) SELECT $11, $12, $13, $14, $15, $16, $17, $18::jsonb, $19, $20::integer, $21::jsonb, "
+               "$22::jsonb, 'queued', $23::bigint, $24::integer, s.e, $25 FROM s "
+               "WHERE s.e IS NOT NULL AND s.over_hard IS NOT TRUE AND s.key_limit IS NULL RETURNING *), "
+               "c AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
+               "SELECT $26, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j), "
+               "w AS (INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
+               "SELECT $27, j.tenant_id, j.id, 'warn', 'This job''s estimated cost takes the month''s spend past the "
+               "soft budget', s.b, j.created_at FROM j, s WHERE s.over_soft) "
+               "SELECT " NEW_JOB_COLUMNS ", CASE WHEN j.id IS NOT NULL THEN pg_notify('whet_jobs', j.id) END, s.* "
+               "FROM s LEFT JOIN j ON true");
     db_prepare("jobs_notify", "SELECT pg_notify('whet_jobs', id) FROM jobs WHERE tenant_id = $1 AND id = $2");
     db_prepare_read("jobs_get", "SELECT " JOB_COLUMNS " FROM" JOB_FROM "WHERE j.tenant_id = $1 AND j.id = $2");
     db_prepare("jobs_exists", "SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2");
