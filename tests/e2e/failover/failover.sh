@@ -114,8 +114,13 @@ wait "$load_pid"
 load_pid=
 # A held process that is gone is reported, not fatal here: `pgrep -f` may have matched a short-lived process of
 # the trainer's start beside it (CI once stopped at this line); a trainer killed because its attempt was given
-# up fails the checks below (no node lost, each job placed once).
-for t in "${held[@]}"; do kill -CONT "$t" 2>/dev/null || echo "note: held process $t is gone"; done
+# up fails the checks below (no node lost, each job placed once). What the log says of attempts that ended is
+# shown with the note: the cause was not found the once it happened.
+for t in "${held[@]}"; do
+  kill -CONT "$t" 2>/dev/null && continue
+  echo "note: held process $t is gone; the log's lines on ended or abandoned attempts:"
+  grep -E 'abandon|declared|requeue|attempt.*(ended|failed|lost)|signal' "$dir/up/up.err" | tail -n 20 || true
+done
 check "no component died" 'kill -0 $up_pid && kill -0 $gw2_pid && ! grep -q "component exited" "$dir/up/up.err"'
 
 # The client's view: per gateway, the outage window (its first failed answer, and the first create
