@@ -11,7 +11,7 @@
 # the CPU each side spends per request (gateway + PostgreSQL + wrk against PostgreSQL + pgbench).
 #
 #   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
-#                                [--client-threads W] [--depths N,N,...] [--nodes N] [--tenants T]
+#                                [--client-threads W] [--depths N,N,...] [--nodes N] [--tenants T] [--durable]
 #
 # --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
 # --depths repeats both comparisons with the tenant holding N queued jobs (default 0; issue 15 asks
@@ -22,6 +22,9 @@
 # concurrent creates wait on in turn). The GET and the queue depth stay the first tenant's; with T > 1 a
 # third comparison, GET /v1/fine_tuning/jobs?limit=1 from the T tenants in turn beside pgbench listing
 # each tenant's page, shows the gateway serving many tenants' reads on its few connections.
+#
+# --durable runs PostgreSQL with fsync on (the test servers' default is off): every commit then waits for its
+# WAL to reach the disk, so what a create's transactions cost, shared or not, shows as it would in production.
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -41,7 +44,8 @@ while [ $# -gt 0 ]; do
     --depths) depths=$2; shift ;;
     --nodes) nodes=$2; shift ;;
     --tenants) tenants=$2; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    --durable) export WHET_PG_SETTINGS="${WHET_PG_SETTINGS:-} -c fsync=on" ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -301,7 +305,7 @@ capacity() { # NAME FILE-GW FILE-PG
        'BEGIN {print (q + c) / (g + p + w)}')"
 }
 
-echo "gateway bench: $tenants tenants, $nodes nodes, $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "gateway bench: $tenants tenants, $nodes nodes, $clients clients ($client_threads client threads), $rounds rounds of ${seconds}s per side, gateway $threads threads x $db_conns tenant connections, PostgreSQL fsync $(q "SHOW fsync"), $(nproc) cores shared by all (load $(cut -d' ' -f1-3 /proc/loadavg))"
 for depth in ${depths//,/ }; do
   echo "queue depth $depth (the tenant's queued jobs when each round starts):"
   : >"$work/get.gw"; : >"$work/get.pg"; : >"$work/post.gw"; : >"$work/post.pg"; : >"$work/bare.pg"
