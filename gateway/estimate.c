@@ -120,13 +120,11 @@ static void estimate_done(struct gw_req *r, const struct db_result *res, void *a
  * create hands them on to its insert. */
 static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_count) {
     const struct estimate_req *q = &c->q;
-    const char **p = http_alloc(r, ESTIMATE_NPARAMS * sizeof *p);
-    const char *params[ESTIMATE_NPARAMS] = {q->base_model,     q->method_json,
-                                            q->training_file,  q->whet_json ? q->whet_json : "{}",
-                                            http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
-                                            q->dry_run ? "t" : "f", c->counted,
-                                            c->sizing,         c->rollout};
-    memcpy(p, params, sizeof params);
+    const char *p[ESTIMATE_NPARAMS] = {q->base_model,     q->method_json,
+                                       q->training_file,  q->whet_json ? q->whet_json : "{}",
+                                       http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
+                                       q->dry_run ? "t" : "f", c->counted,
+                                       c->sizing,         c->rollout};
     if (!q->dry_run) {
         c->next(r, p, c->arg);
         return;

@@ -59,22 +59,21 @@ struct estimate_inputs {
  * computed once each: pulled up into the outer query, each reference to e and b was a call of its own (the
  * budget's status up to seven times on a dry run). */
 #define ESTIMATE_NPARAMS 10
-#define ESTIMATE_COLUMNS 6
 #define ESTIMATE_SQL                                                                                                   \
     "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                 \
-    "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "                                          \
-    "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                                  \
-    "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "                                            \
+    "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "                                         \
+    "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                                 \
+    "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "                                           \
     "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "     \
     "$10::jsonb) AS e, "                                                                                               \
     "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "                                 \
     "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b "                     \
-    "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "                               \
-    "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "                                                   \
+    "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "                                \
+    "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "                                                    \
     "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit"
 
-/* Called for a create that may go on: ESTIMATE_SQL's parameters (in the request's pool), for the
- * statement that estimates and inserts the job. */
+/* Called for a create that may go on: ESTIMATE_SQL's parameters (valid during the call; db.h copies what
+ * it sends), for the statement that estimates and inserts the job. */
 typedef void (*estimate_next_fn)(struct gw_req *r, const char *const *params, void *arg);
 /* Answers (the estimate of a dry run, a 400 on a file the trainer would refuse, a database failure) or
  * calls next. The inputs are read during the call only. */

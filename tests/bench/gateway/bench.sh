@@ -245,7 +245,8 @@ WITH s (e, b, over_hard, over_soft, key_limit, key_spent) AS (
     CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND
       (monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b OFFSET 0) s
     LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent FROM api_keys
-      WHERE id = :apikey AND monthly_limit IS NOT NULL) k ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit),
+      WHERE id = :apikey AND monthly_limit IS NOT NULL) k
+    ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit),
 j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, validation_file, method,
                        suffix, seed, metadata, whet, status, created_at, priority, estimate, api_key_id)
   SELECT 'ftjob-pgb' || :n || '-' || :tenant || :client_id, :tenant, 'whet-tiny', 'whet-tiny', NULL, :file, NULL,

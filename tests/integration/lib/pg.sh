@@ -20,7 +20,8 @@ case "$cmd" in
     port=$(python3 "$(dirname "${BASH_SOURCE[0]}")/free_port.py")
     run_pg "$PG_BIN/initdb" -D "$dir/data" -U postgres -A trust --no-sync >/dev/null
     run_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
-      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=off -c max_connections=300 ${WHET_PG_SETTINGS:-}" \
+      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir -c fsync=off \
+          -c max_connections=300 ${WHET_PG_SETTINGS:-}" \
       start >/dev/null
     echo "export WHET_TEST_DATABASE_URL=postgresql://postgres@127.0.0.1:$port/postgres"
     echo "export WHET_TEST_PG_BIN=$PG_BIN"
