@@ -1,6 +1,7 @@
 /* estimate.c - job estimates and the budget's hard cap on create (see estimate.h). */
 #include "estimate.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "env.h"
 #include "files_common.h"
 #include "idempotency.h"
+#include "job_estimate.h"
 #include "job_sizing.h"
 #include "job_spec.h"
 #include "json_text.h"
@@ -45,10 +47,15 @@ struct estimate_ctx {
      * examples and pairs; for reinforcement the prompt's limit, max_seq_len - rollout.max_tokens (longer
      * prompts are left out). It keys the kept count (file_token_counts.max_seq_len, migration 0026). */
     int cut;
-    const char *counted; /* whet_job_estimate's p_counted (migration 0022): a dry run's count, or {max_seq_len: cut} */
-    const char *sizing;  /* and its p_sizing: the gang sizing chooses */
-    const char *rollout; /* and its p_rollout (migration 0026): reinforcement's {n, max_tokens, ppo_epochs} */
-    int result;          /* which statement's result holds the estimate */
+    const char *counted; /* the count: a dry run's (or why it failed), else the one kept, else NULL */
+    const char *sizing;  /* the gang sizing chooses (JSON) and its device type (NULL when it names none) */
+    const char *sizing_device;
+    const char *fleet_device; /* the fleet's type with the most ready nodes, NULL without a fleet */
+    const char *rollout;      /* reinforcement's {n, max_tokens, ppo_epochs} (JSON), else NULL */
+    /* the lookup's inputs (estimate_inputs), copied: a count and a read of the shared inputs come between */
+    long long file_bytes, file_lines, now, inputs_version;
+    double prev_per_step; /* JOB_ESTIMATE_NULL when no previous job */
+    int result;           /* which statement's result holds the estimate */
 };
 
 /* A refusal of the create, kept in the request's pool while an Idempotency-Key's reservation is released. */
@@ -116,25 +123,245 @@ static void estimate_done(struct gw_req *r, const struct db_result *res, void *a
     http_reply_json(r, 200, e);
 }
 
-/* ESTIMATE_SQL's parameters; a dry run runs it (after keeping its count when there is one to keep), a
- * create hands them on to its insert. */
-static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_count) {
+/* ---------------------------------------------------------------- the shared inputs (migration 0063) */
+
+/* whet_estimate_inputs()'s answer, kept by the gateway until the lookup shows a newer version: the price books
+ * in effect and to come, and every model's measured throughput. Immutable once read; the requests of every
+ * event loop use it at once (a reference each, under the lock), the last to drop it frees it. */
+struct shared_inputs {
+    long long version;
+    int refs;
+    json_t *json; /* {version, currency, books: [{effective_from, currency, prices}], throughput: [[...]]} */
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_inputs *shared; /* the newest read, with the cache's reference */
+
+static void shared_put(struct shared_inputs *s) {
+    pthread_mutex_lock(&shared_lock);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&shared_lock);
+    if (!last) return;
+    json_decref(s->json);
+    free(s);
+}
+
+/* The kept inputs, when at least as new as `version`, with a reference for the caller; else NULL. */
+static struct shared_inputs *shared_get(long long version) {
+    pthread_mutex_lock(&shared_lock);
+    struct shared_inputs *s = shared && shared->version >= version ? shared : NULL;
+    if (s) s->refs++;
+    pthread_mutex_unlock(&shared_lock);
+    return s;
+}
+
+/* Keeps inputs just read (unless newer ones were kept meanwhile); returns them with a reference. */
+static struct shared_inputs *shared_keep(json_t *json) {
+    struct shared_inputs *s = xcalloc(1, sizeof *s), *dropped = NULL;
+    s->version = json_integer_value(json_object_get(json, "version"));
+    s->json = json;
+    s->refs = 2; /* the caller's and, unless newer ones are kept, the cache's */
+    pthread_mutex_lock(&shared_lock);
+    if (!shared || shared->version < s->version) {
+        dropped = shared;
+        shared = s;
+    } else {
+        s->refs--;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    if (dropped) shared_put(dropped);
+    return s;
+}
+
+/* The price book in effect at `now` (books come oldest first), or NULL. */
+static json_t *book_in_effect(const struct shared_inputs *s, long long now) {
+    json_t *books = json_object_get(s->json, "books"), *book, *found = NULL;
+    size_t i;
+    json_array_foreach(books, i, book) {
+        if (json_integer_value(json_object_get(book, "effective_from")) <= now) found = book;
+    }
+    return found;
+}
+
+static const char *book_price(json_t *book, const char *key) {
+    return json_string_value(json_object_get(json_object_get(book, "prices"), key));
+}
+
+/* Tokens a device-second on `device` (whet_job_estimate's second and third statements): this model's by this
+ * method, else by any method weighted by jobs, else every model's weighted by jobs, else 1000. A rate that is
+ * not positive is taken as not measured (the SQL divided by it and failed). Sums run in whet_throughput's
+ * order (base model, device type, method); for one model that is the order of the SQL's own sum, for every
+ * model's it may not be, and a sum of several models' rates can differ from the SQL's in its last bit. */
+static double throughput(const struct shared_inputs *s, const char *base, const char *method, const char *device,
+                         const char **source) {
+    json_t *rows = json_object_get(s->json, "throughput"), *row;
+    double by_method = -1, model_sum = 0, model_jobs = 0, all_sum = 0, all_jobs = 0;
+    size_t i;
+    json_array_foreach(rows, i, row) {
+        if (strcmp(json_string_value(json_array_get(row, 1)), device) != 0) continue;
+        double rate = json_number_value(json_array_get(row, 3));
+        double jobs = json_number_value(json_array_get(row, 4));
+        all_sum += rate * jobs;
+        all_jobs += jobs;
+        if (strcmp(json_string_value(json_array_get(row, 0)), base) != 0) continue;
+        model_sum += rate * jobs;
+        model_jobs += jobs;
+        if (method && !strcmp(json_string_value(json_array_get(row, 2)), method)) by_method = rate;
+    }
+    double rate;
+    if (by_method > 0 && isfinite(by_method)) {
+        *source = "model_device_method";
+        return by_method;
+    }
+    if (model_jobs > 0 && (rate = model_sum / model_jobs) > 0 && isfinite(rate)) {
+        *source = "model_device";
+        return rate;
+    }
+    if (all_jobs > 0 && (rate = all_sum / all_jobs) > 0 && isfinite(rate)) {
+        *source = "device";
+        return rate;
+    }
+    *source = "fallback_1000_tokens_per_s";
+    return 1000;
+}
+
+/* The fleet's device type with the most ready nodes (ties: the first by name), from whet_sizing_pools. Its
+ * SQL broke ties in the database's collation; here bytes order them. */
+static const char *fleet_device(struct gw_req *r, const char *pools_json) {
+    json_t *pools = json_loads(pools_json, 0, NULL), *p, *q;
+    const char *best = NULL;
+    long long best_nodes = 0;
+    size_t i, j;
+    json_array_foreach(pools, i, p) {
+        const char *type = json_string_value(json_object_get(p, "device_type"));
+        if (!type) continue;
+        long long nodes = 0;
+        json_array_foreach(pools, j, q) {
+            if (!strcmp(json_string_value(json_object_get(q, "device_type")) ?: "", type))
+                nodes += json_integer_value(json_object_get(q, "nodes"));
+        }
+        if (nodes > 0 && (!best || nodes > best_nodes || (nodes == best_nodes && strcmp(type, best) < 0))) {
+            best = type;
+            best_nodes = nodes;
+        }
+    }
+    const char *copy = best ? http_strdup(r, best) : NULL;
+    json_decref(pools);
+    return copy;
+}
+
+static long long json_int_or(json_t *v, long long otherwise) {
+    return json_is_integer(v) ? (long long)json_integer_value(v) : otherwise;
+}
+
+static double json_number_or_null(json_t *v) { return json_is_number(v) ? json_number_value(v) : JOB_ESTIMATE_NULL; }
+
+/* The estimate (job_estimate.h) as JSON text in the request's pool; NULL when a figure is out of range. */
+static const char *estimate_compute(struct gw_req *r, const struct estimate_ctx *c, const struct shared_inputs *s) {
+    json_t *method = json_loads(c->q.method_json, 0, NULL);
+    json_t *whet = json_loads(c->q.whet_json ? c->q.whet_json : "{}", 0, NULL);
+    json_t *counted = c->counted ? json_loads(c->counted, 0, NULL) : NULL;
+    json_t *rollout = c->rollout ? json_loads(c->rollout, 0, NULL) : NULL;
+    const char *type = json_string_value(json_object_get(method, "type"));
+    json_t *hp = json_object_get(json_object_get(method, type ? type : ""), "hyperparameters");
+    long long epochs = json_int_or(json_object_get(hp, "n_epochs"), 1),
+              batch = json_int_or(json_object_get(hp, "batch_size"), 1);
+    json_t *max_steps = json_object_get(whet, "max_steps"), *source = json_object_get(counted, "source");
+    struct job_estimate_in in = {
+        .method = type,
+        .epochs = epochs > 1 ? epochs : 1,
+        .batch = batch > 1 ? batch : 1,
+        .has_max_steps = json_is_integer(max_steps),
+        .max_steps = json_int_or(max_steps, 0),
+        .reinforcement = type && !strcmp(type, "reinforcement"),
+        .n = json_number_value(json_object_get(rollout, "n")),
+        .max_tokens = json_number_value(json_object_get(rollout, "max_tokens")),
+        .ppo_epochs = json_number_or_null(json_object_get(rollout, "ppo_epochs")),
+        .tokenization = c->counted,
+        .count_source = json_string_value(source),
+        .count_examples = source ? json_int_or(json_object_get(counted, "examples"), -1) : -1,
+        .count_tokens = source ? json_number_or_null(json_object_get(counted, "tokens")) : JOB_ESTIMATE_NULL,
+        .count_prompt_tokens =
+            source ? json_number_or_null(json_object_get(counted, "prompt_tokens")) : JOB_ESTIMATE_NULL,
+        .file_bytes = c->file_bytes,
+        .file_lines = c->file_lines,
+        .per_step = c->prev_per_step,
+        .sizing = c->sizing,
+        .rollout = c->rollout,
+    };
+    /* the sizing's device type, else whet.gpu_types' first, else the fleet's most common, else cpu */
+    const char *gpu_type = json_string_value(json_array_get(json_object_get(whet, "gpu_types"), 0));
+    in.device = c->sizing_device ? c->sizing_device : gpu_type ? gpu_type : c->fleet_device ? c->fleet_device : "cpu";
+    in.device_source = c->sizing_device  ? "sizing"
+                       : gpu_type        ? "whet.gpu_types"
+                       : c->fleet_device ? "fleet"
+                                         : "default";
+    json_t *sizing = json_loads(c->sizing, 0, NULL);
+    long long devices = json_int_or(json_object_get(sizing, "device_count"), 1);
+    json_decref(sizing);
+    in.devices = devices > 1 ? devices : 1;
+    in.rate = throughput(s, c->q.base_model, type, in.device, &in.rate_source);
+    json_t *book = book_in_effect(s, c->now);
+    in.currency = book ? json_string_value(json_object_get(book, "currency"))
+                       : json_string_value(json_object_get(s->json, "currency"));
+    char *device_key = xasprintf("device_hour:%s", in.device);
+    in.device_hour = book_price(book, device_key) ? book_price(book, device_key) : book_price(book, "device_hour:");
+    free(device_key);
+    in.tokens_1m = book_price(book, "trained_tokens_1m:");
+    in.rollout_1m = book_price(book, "rollout_completion_tokens_1m:");
+    struct whet_buf out = {0};
+    const char *text = job_estimate_json(&in, &out) == 0 ? http_strdup(r, out.data) : NULL;
+    whet_buf_free(&out);
+    json_decref(rollout);
+    json_decref(counted);
+    json_decref(whet);
+    json_decref(method);
+    return text;
+}
+
+/* The estimate made, ESTIMATE_SQL's parameters: a dry run runs it (after keeping its count when there is one to
+ * keep), a create hands them on to its insert. */
+static void estimate_with(struct gw_req *r, struct estimate_ctx *c, struct shared_inputs *s) {
+    const char *e = estimate_compute(r, c, s);
+    shared_put(s);
+    if (!e) {
+        log_error("msg=\"estimate: a figure out of range\" model=%s file=%s", c->q.base_model, c->q.training_file);
+        http_reply_error(r, 500, NULL, "server_error", "the job's estimate came out of range; tell your operator");
+        return;
+    }
     const struct estimate_req *q = &c->q;
-    const char *p[ESTIMATE_NPARAMS] = {q->base_model,     q->method_json,
-                                       q->training_file,  q->whet_json ? q->whet_json : "{}",
-                                       http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
-                                       q->dry_run ? "t" : "f", c->counted,
-                                       c->sizing,         c->rollout};
+    const char *p[ESTIMATE_NPARAMS] = {e, q->training_file, http_tenant_id(r), r->api_key_id[0] ? r->api_key_id : NULL,
+                                       q->dry_run ? "t" : "f"};
     if (!q->dry_run) {
         c->next(r, p, c->arg);
         return;
     }
+    int keep_count = c->result;
     char seq[16];
     snprintf(seq, sizeof seq, "%d", c->cut);
     const char *keep[] = {q->training_file, http_tenant_id(r), q->base_model, seq, c->counted};
     struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, ESTIMATE_NPARAMS, p}};
-    c->result = keep_count ? 1 : 0;
     db_transaction(r, stmts + !keep_count, 1 + keep_count, estimate_done, c);
+}
+
+static void shared_read_done(struct gw_req *r, const struct db_result *res, void *arg) {
+    if (db_reply_failed(r, res)) return;
+    json_t *json = db_json_value(res->res[0], 0, 0);
+    if (!json_is_object(json)) {
+        json_decref(json);
+        http_reply_error(r, 500, NULL, "server_error", "whet_estimate_inputs() answered no object");
+        return;
+    }
+    estimate_with(r, arg, shared_keep(json));
+}
+
+/* Estimates the job with the shared inputs kept, or read first when the lookup saw a newer version. A dry run
+ * that counted keeps its count first (c->result: 1). */
+static void estimate_query(struct gw_req *r, struct estimate_ctx *c, int keep_count) {
+    c->result = keep_count;
+    struct shared_inputs *s = shared_get(c->inputs_version);
+    if (s) estimate_with(r, c, s);
+    else db_query(r, "estimate_inputs", 0, NULL, shared_read_done, c);
 }
 
 /* ---------------------------------------------------------------- the base models' tokenizers */
@@ -285,6 +512,8 @@ void estimate_free(void) {
         model_text_free(m);
         m = next;
     }
+    if (shared) shared_put(shared);
+    shared = NULL;
 }
 
 /* ---------------------------------------------------------------- counting a training file's tokens */
@@ -514,9 +743,11 @@ static int name_allowed(json_t *names, const char *name) {
  * the fleet (whet_sizing_pools, kept by migration 0037) that its whet.gpu_types and whet.regions admit: JSON in
  * the request's pool, {device_count, fits, min_device_mib, device_bytes, and device_type: the chosen pool's,
  * when its device memory is known}. */
-static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *q, const char *parameters,
-                                   const char *config_json, const char *pools_json) {
-    json_t *method = json_loads(q->method_json, 0, NULL), *whet = json_loads(q->whet_json ? q->whet_json : "{}", 0, NULL);
+static void estimate_sizing(struct gw_req *r, struct estimate_ctx *c, const char *parameters, const char *config_json,
+                            const char *pools_json) {
+    const struct estimate_req *q = &c->q;
+    json_t *method = json_loads(q->method_json, 0, NULL),
+           *whet = json_loads(q->whet_json ? q->whet_json : "{}", 0, NULL);
     json_t *pools = json_loads(pools_json, 0, NULL);
     struct sz_pool *allowed = xcalloc(json_array_size(pools) + 1, sizeof *allowed);
     const char **types = xcalloc(json_array_size(pools) + 1, sizeof *types);
@@ -540,8 +771,9 @@ static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *
     json_t *out = json_pack("{s:i, s:b, s:i, s:I}", "device_count", gpus, "fits", ch.fits, "min_device_mib",
                             ch.min_gpu_mem_mib, "device_bytes", (json_int_t)sz_per_device_bytes(&e, gpus));
     if (type) json_object_set_new(out, "device_type", json_string(type));
+    c->sizing_device = type ? http_strdup(r, type) : NULL;
     char *text = json_dumps(out, JSON_COMPACT);
-    const char *copy = http_strdup(r, text);
+    c->sizing = http_strdup(r, text);
     free(text);
     json_decref(out);
     free(types);
@@ -549,13 +781,23 @@ static const char *estimate_sizing(struct gw_req *r, const struct estimate_req *
     json_decref(pools);
     json_decref(whet);
     json_decref(method);
-    return copy;
 }
 
 /* Sizes the job, then estimates it: a dry run counts the file's tokens as the trainer will first; a create
  * uses the count a dry run kept (migration 0022), or the cheaper guesses. */
 static void estimate_start(struct gw_req *r, struct estimate_ctx *c, const struct estimate_inputs *in) {
-    c->sizing = estimate_sizing(r, &c->q, in->parameters, in->config, in->pools);
+    estimate_sizing(r, c, in->parameters, in->config, in->pools);
+    c->fleet_device = fleet_device(r, in->pools);
+    c->counted = in->kept_count ? http_strdup(r, in->kept_count) : NULL;
+    c->file_bytes = strtoll(in->file_bytes, NULL, 10);
+    c->file_lines = in->line_count[0] ? strtoll(in->line_count, NULL, 10) : -1;
+    c->now = strtoll(in->now, NULL, 10);
+    c->inputs_version = strtoll(in->inputs_version, NULL, 10);
+    /* p.trained_tokens::float8 / nullif(p.total_steps, 0), as whet_job_estimate divides */
+    long long prev_steps = in->prev_total_steps ? strtoll(in->prev_total_steps, NULL, 10) : 0;
+    c->prev_per_step = in->prev_trained_tokens && prev_steps != 0
+                           ? (double)strtoll(in->prev_trained_tokens, NULL, 10) / (double)prev_steps
+                           : JOB_ESTIMATE_NULL;
     enum count_method method = count_method_of(c->q.method_json);
     if (!c->q.dry_run || method == COUNT_NONE || !in->file_key) {
         estimate_query(r, c, 0);
@@ -578,16 +820,30 @@ static void estimate_start(struct gw_req *r, struct estimate_ctx *c, const struc
     if (http_run_blocking_or_busy(r, token_count_work, token_count_done, t)) token_count_free(t);
 }
 
-/* The trainer's settings of the job (trainer_settings.h, as the scheduler will write them): the count's
- * cut, and reinforcement's rollout settings (JSON in the request's pool). */
+/* The trainer's settings of the job (trainer_settings.h, as the scheduler will write them), with `cut` set;
+ * the caller frees them. */
+static json_t *trainer_settings(const char *method_json, const char *whet_json, int *cut) {
+    json_t *method = json_loads(method_json, 0, NULL), *whet = whet_json ? json_loads(whet_json, 0, NULL) : NULL;
+    json_t *t = trainer_settings_from_job(method, whet, 0);
+    *cut = (int)json_integer_value(json_object_get(json_object_get(t, "hyperparameters"), "max_seq_len")) -
+           (int)json_integer_value(json_object_get(json_object_get(t, "rollout"), "max_tokens"));
+    json_decref(whet);
+    json_decref(method);
+    return t;
+}
+
+int estimate_cut(const char *method_json, const char *whet_json) {
+    int cut;
+    json_decref(trainer_settings(method_json, whet_json, &cut));
+    return cut;
+}
+
+/* The count's cut, and reinforcement's rollout settings (JSON in the request's pool). */
 static void estimate_settings(struct gw_req *r, struct estimate_ctx *c) {
-    json_t *method = json_loads(c->q.method_json, 0, NULL);
-    json_t *whet = c->q.whet_json ? json_loads(c->q.whet_json, 0, NULL) : NULL;
-    json_t *t = trainer_settings_from_job(method, whet, 0), *hp = json_object_get(t, "hyperparameters");
+    json_t *t = trainer_settings(c->q.method_json, c->q.whet_json, &c->cut),
+           *hp = json_object_get(t, "hyperparameters");
     json_t *rollout = json_object_get(t, "rollout");
-    c->cut = (int)json_integer_value(json_object_get(hp, "max_seq_len"));
     if (rollout) {
-        c->cut -= (int)json_integer_value(json_object_get(rollout, "max_tokens"));
         json_t *ro = json_pack("{s:O, s:O, s:O}", "n", json_object_get(rollout, "n"), "max_tokens",
                                json_object_get(rollout, "max_tokens"), "ppo_epochs", json_object_get(hp, "ppo_epochs"));
         char *text = json_dumps(ro, JSON_COMPACT);
@@ -596,8 +852,6 @@ static void estimate_settings(struct gw_req *r, struct estimate_ctx *c) {
         json_decref(ro);
     }
     json_decref(t);
-    json_decref(whet);
-    json_decref(method);
 }
 
 void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct estimate_inputs *in,
@@ -608,14 +862,12 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct e
     c->next = next;
     c->arg = arg;
     estimate_settings(r, c);
-    char counted[64];
-    snprintf(counted, sizeof counted, "{\"max_seq_len\":%d}", c->cut);
-    c->counted = http_strdup(r, counted);
     estimate_start(r, c, in);
 }
 
 void estimate_prepare(void) {
     db_prepare_read("jobs_estimate", ESTIMATE_SQL);
+    db_prepare_read("estimate_inputs", "SELECT whet_estimate_inputs()");
     db_prepare("estimate_keep_count",
                "INSERT INTO file_token_counts (file_id, tenant_id, base_model, max_seq_len, counted) "
                "VALUES ($1, $2, $3, $4::int, $5::jsonb) ON CONFLICT (file_id, base_model, max_seq_len) "

@@ -9,16 +9,15 @@
  *      cut at max_seq_len, reinforcement prompts left out past max_seq_len - max_tokens, as the trainer
  *      does. The tokenizer is loaded once per model and kept (a few models, the least recently used
  *      dropped). The count is kept for the create (file_token_counts, migrations 0022 and 0026);
- *   3. the database estimates the job from those (migrations 0008 and 0020, whet_job_estimate: steps,
- *      trained tokens, the device type and count, the expected duration from the throughput finished
- *      jobs measured, the cost at the prices in effect; for reinforcement the rollout tokens, an upper
- *      bound, priced at the rollout line, migration 0026) and reads the tenant's budget (migration 0009),
- *      in one statement (ESTIMATE_SQL): a dry run's own (jobs_estimate), a create's the first part of its
- *      insert (jobs.c), so that a create costs one round trip and one transaction less. Since migration
- *      0054 whet_job_estimate reads its inputs with a few small statements, each run only when its answer
- *      is used (the file with its kept count, the previous job and the token prices; the fleet's main
- *      device type; the throughput with the device's price; every model's throughput on the device), not
- *      one ~90-node plan set up on every create.
+ *   3. the gateway estimates the job from those (job_estimate.h: steps, trained tokens, the device type and
+ *      count, the expected duration from the throughput finished jobs measured, the cost at the prices in
+ *      effect; for reinforcement the rollout tokens, an upper bound, priced at the rollout line), the arithmetic
+ *      of whet_job_estimate (migrations 0008, 0020, 0026, 0054), which the gateway ran inside the create's
+ *      insert until migration 0063. Its inputs: the tenant's (the count a dry run kept, the previous job's
+ *      tokens a step) and the time come with the create's lookup; the shared ones (the price books, every
+ *      model's throughput) from whet_estimate_inputs(), kept here until the lookup shows a newer version;
+ *   4. the database reads the tenant's budget and checks the estimate against it, in one statement
+ *      (ESTIMATE_SQL): a dry run's own (jobs_estimate), a create's the first part of its insert (jobs.c).
  * With `"whet": {"dry_run": true}` the answer is that estimate, with the budget, and nothing is created;
  * otherwise a job whose estimate would take the month's spend past the tenant's monthly limit, or the
  * calling API key's, is a 429 insufficient_quota, and any other goes on to be created with its estimate.
@@ -43,33 +42,40 @@ struct estimate_req {
     const char *model, *base_model, *method_json, *training_file, *whet_json;
     int dry_run;
 };
-/* What the estimate starts from, read by the create's lookup (whet_job_create_lookup, migration 0057) as
- * text: the base model's parameters, config.json, object prefix and checksum, the fleet's pools
- * (whet_sizing_pools), and the training file's object key (NULL when there is none), checksum, bytes and
- * lines (the others "" when NULL, as libpq gives them). */
+/* What the estimate starts from, read by the create's lookup (whet_job_create_lookup, migrations 0057 and 0063)
+ * as text: the base model's parameters, config.json, object prefix and checksum, the fleet's pools
+ * (whet_sizing_pools), the training file's object key (NULL when there is none), checksum, bytes and lines,
+ * the database's time, the shared inputs' version, the count kept for the file at estimate_cut (NULL when
+ * none) and the previous job's trained tokens and steps (NULL when none); the others "" when NULL, as libpq
+ * gives them. */
 struct estimate_inputs {
     const char *parameters, *config, *object_prefix, *model_sha256, *pools;
     const char *file_key, *file_sha256, *file_bytes, *line_count;
+    const char *now, *inputs_version, *kept_count, *prev_trained_tokens, *prev_total_steps;
 };
-/* The estimate's statement: parameters $1..$ESTIMATE_NPARAMS (the ones estimate_job gives), columns the
- * estimate, the budget's status, over the hard cap, over the soft limit, the calling API key's monthly limit
- * and this month's spend when the estimate would take it past that limit (else NULL). The month's spend
- * sums the tenant's usage, so a create weighs it only when the tenant has a budget (a dry run shows it
- * anyway); without one the create reads a bounded number of rows. OFFSET 0 keeps the estimate and the budget
- * computed once each: pulled up into the outer query, each reference to e and b was a call of its own (the
+/* The max_seq_len a kept count of the file is keyed by for this job: where the trainer cuts its examples, or
+ * for reinforcement the prompts' limit (max_seq_len - rollout.max_tokens). */
+int estimate_cut(const char *method_json, const char *whet_json);
+/* The estimate's statement: parameters $1..$ESTIMATE_NPARAMS (the ones estimate_job gives: the estimate, the
+ * training file, the tenant, the calling API key, whether a dry run), columns the estimate (NULL when the
+ * training file went since the lookup found it), the budget's status, over the hard cap, over the soft limit,
+ * the calling API key's monthly limit and this month's spend when the estimate would take it past that limit
+ * (else NULL). The month's spend sums the tenant's usage, so a create weighs it only when the tenant has a
+ * budget (a dry run shows it anyway); without one the create reads a bounded number of rows. OFFSET 0 keeps
+ * the budget computed once: pulled up into the outer query, each reference to b was a call of its own (the
  * budget's status up to seven times on a dry run). */
-#define ESTIMATE_NPARAMS 10
+#define ESTIMATE_NPARAMS 5
 #define ESTIMATE_SQL                                                                                                   \
     "SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                 \
     "(e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, "                                         \
     "(b ->> 'soft_limit') IS NOT NULL AND (b ->> 'spent')::numeric + "                                                 \
     "(e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric, "                                           \
-    "k.monthly_limit, k.spent FROM (SELECT whet_job_estimate($1, $2::jsonb, $3, $4::jsonb, $8::jsonb, $9::jsonb, "     \
-    "$10::jsonb) AS e, "                                                                                               \
-    "CASE WHEN $7::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $5 AND "                                 \
-    "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($5) END AS b "                     \
+    "k.monthly_limit, k.spent FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM files WHERE id = $2 AND tenant_id = $3) "   \
+    "THEN $1::jsonb END AS e, "                                                                                        \
+    "CASE WHEN $5::boolean OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = $3 AND "                                 \
+    "(monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status($3) END AS b "                     \
     "OFFSET 0) s LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent "                                \
-    "FROM api_keys WHERE id = $6 AND monthly_limit IS NOT NULL) k "                                                    \
+    "FROM api_keys WHERE id = $4 AND monthly_limit IS NOT NULL) k "                                                    \
     "ON k.spent + (e -> 'cost' ->> 'amount')::numeric > k.monthly_limit"
 
 /* Called for a create that may go on: ESTIMATE_SQL's parameters (valid during the call; db.h copies what
@@ -85,7 +91,7 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct e
  * Idempotency-Key's reservation released first) and returns 1. */
 int estimate_refuses(struct gw_req *r, const PGresult *res, int col, const char *training_file, int dry_run);
 void estimate_prepare(void);
-/* Frees the tokenizers dry runs keep (estimate.c); at exit, once no request runs. */
+/* Frees the tokenizers dry runs keep and the shared inputs (estimate.c); at exit, once no request runs. */
 void estimate_free(void);
 
 #endif

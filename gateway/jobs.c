@@ -212,9 +212,9 @@ static void create_insert(struct gw_req *r, const char *const *e, void *arg) {
     c->job_id = files_new_id(r, "ftjob-");
     snprintf(c->now, sizeof c->now, "%lld", (long long)whet_now_unix());
     const char *api_key = r->api_key_id[0] ? r->api_key_id : NULL;
-    _Static_assert(ESTIMATE_NPARAMS == 10, "jobs_create numbers the row's parameters from $11");
+    _Static_assert(ESTIMATE_NPARAMS == 5, "jobs_create numbers the row's parameters from $6");
     /* the estimate's parameters, the row's columns, then the ids of its event and of the budget's warning */
-    const char *params[] = {e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9],
+    const char *params[] = {e[0], e[1], e[2], e[3], e[4],
                             c->job_id, http_tenant_id(r), c->model, c->base_model, c->init_checkpoint,
                             c->training_file, c->validation_file, c->resolved_method, c->suffix, c->seed,
                             c->metadata_json, c->whet_json, c->now, c->priority, api_key,
@@ -229,7 +229,8 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     /* columns: base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training purpose, format, lines,
      * validation purpose, format, missing judge model, then the estimate's inputs (estimate.h): the base
      * model's parameters, config, object prefix and checksum, the fleet's pools, the training file's object
-     * key, checksum and bytes */
+     * key, checksum and bytes, the time, the shared inputs' version, the kept count, the previous job's
+     * trained tokens and steps */
     const PGresult *row = res->res[0];
     const char *base_model = NULL, *init_checkpoint = NULL;
     if (db_value(row, 0, 0)) {
@@ -272,14 +273,18 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     struct estimate_req q = {c->model, c->base_model, method_json, c->training_file, c->whet_json, c->dry_run};
     struct estimate_inputs in = {PQgetvalue(row, 0, 11), PQgetvalue(row, 0, 12), PQgetvalue(row, 0, 13),
                                  PQgetvalue(row, 0, 14), PQgetvalue(row, 0, 15), db_value(row, 0, 16),
-                                 PQgetvalue(row, 0, 17), PQgetvalue(row, 0, 18), PQgetvalue(row, 0, 7)};
+                                 PQgetvalue(row, 0, 17), PQgetvalue(row, 0, 18), PQgetvalue(row, 0, 7),
+                                 PQgetvalue(row, 0, 19), PQgetvalue(row, 0, 20), db_value(row, 0, 21),
+                                 db_value(row, 0, 22), db_value(row, 0, 23)};
     estimate_job(r, &q, &in, create_insert, c);
 }
 
 static void create_lookup(struct gw_req *r, void *arg) {
     struct create_ctx *c = arg;
-    const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file, c->method_json};
-    db_query(r, "jobs_lookup", 5, params, create_lookup_done, c);
+    char cut[16];
+    snprintf(cut, sizeof cut, "%d", estimate_cut(c->method_json, c->whet_json));
+    const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file, c->method_json, cut};
+    db_query(r, "jobs_lookup", 6, params, create_lookup_done, c);
 }
 
 static const char *dump_to_pool(struct gw_req *r, const json_t *v) {
@@ -463,8 +468,10 @@ static void jobs_prepare(void) {
      * checkpoint; not once the retention removed its files), or one of the tenant's checkpoints; then both files, as the tenant sees them; then
      * the first judge model a score_model or label_model grader names (at any depth of a multi
      * grader) that the catalog lacks; and what the estimate starts from (migration 0057: one statement, whose
-     * probes for a fine-tuned model or a judge run only when they can find one). */
-    db_prepare_read("jobs_lookup", "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb)");
+     * probes for a fine-tuned model or a judge run only when they can find one; migration 0063: with the count
+     * kept for the file at the job's max_seq_len, the previous job, the time and the shared inputs' version). */
+    db_prepare_read("jobs_lookup",
+                    "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb, $6::integer)");
     /* The estimate (estimate.h), then the row with it unless the estimate refuses the job, its "created" event,
      * a warning event when the estimate takes the month's spend past the soft budget, and the scheduler's
      * NOTIFY (the job's columns, NULL when it was refused, the NOTIFY, then the estimate's). The insert's
@@ -479,13 +486,13 @@ static void jobs_prepare(void) {
                "WITH s (e, b, over_hard, over_soft, key_limit, key_spent) AS (" ESTIMATE_SQL "), "
                "j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "
                "validation_file, method, suffix, seed, metadata, whet, status, created_at, priority, estimate, "
-               "api_key_id) SELECT $11, $12, $13, $14, $15, $16, $17, $18::jsonb, $19, $20::integer, $21::jsonb, "
-               "$22::jsonb, 'queued', $23::bigint, $24::integer, s.e, $25 FROM s "
+               "api_key_id) SELECT $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15::integer, $16::jsonb, "
+               "$17::jsonb, 'queued', $18::bigint, $19::integer, s.e, $20 FROM s "
                "WHERE s.e IS NOT NULL AND s.over_hard IS NOT TRUE AND s.key_limit IS NULL RETURNING *), "
                "c AS (INSERT INTO job_events (id, tenant_id, job_id, message, created_at) "
-               "SELECT $26, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j), "
+               "SELECT $21, tenant_id, id, 'Created fine-tuning job: ' || id, created_at FROM j), "
                "w AS (INSERT INTO job_events (id, tenant_id, job_id, level, message, data, created_at) "
-               "SELECT $27, j.tenant_id, j.id, 'warn', 'This job''s estimated cost takes the month''s spend past the "
+               "SELECT $22, j.tenant_id, j.id, 'warn', 'This job''s estimated cost takes the month''s spend past the "
                "soft budget', s.b, j.created_at FROM j, s WHERE s.over_soft) "
                "SELECT " NEW_JOB_COLUMNS ", CASE WHEN j.id IS NOT NULL THEN pg_notify('whet_jobs', j.id) END, s.* "
                "FROM s LEFT JOIN j ON true");

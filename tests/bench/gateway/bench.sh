@@ -118,10 +118,10 @@ sql_macro() { # NAME
 cols=$(sql_macro JOB_COLUMNS) from=$(sql_macro JOB_FROM) new_cols=$(sql_macro NEW_JOB_COLUMNS)
 [[ "$cols" == j.id* && "$from" == *jobs* && "$new_cols" == j.id* ]] ||
   { echo "bench.sh: JOB_COLUMNS, JOB_FROM or NEW_JOB_COLUMNS not found in gateway/jobs.c" >&2; exit 1; }
-# The create's inputs as the gateway resolved them for the job above (its method and sizing), and each tenant's
-# API key, for the pgbench mirror of the create (as variables).
+# The create's inputs as the gateway resolved them for the job above (its method and its estimate, which the
+# gateway computes), and each tenant's API key, for the pgbench mirror of the create (as variables).
 method=$(q "SELECT method FROM jobs WHERE id = '$job'")
-sizing=$(q "SELECT estimate -> 'sizing' FROM jobs WHERE id = '$job'")
+estimate=$(q "SELECT estimate FROM jobs WHERE id = '$job'")
 key_ids=()
 for t in "${tenant_ids[@]}"; do key_ids+=("$(q "SELECT id FROM api_keys WHERE tenant_id = '$t' LIMIT 1")"); done
 
@@ -205,7 +205,7 @@ pgbench_run() { # SCRIPT [TENANTS]
     echo "PGOPTIONS='-c role=whet_app -c whet.tenant_id=${tenant_ids[$i]}' pgbench -n -M prepared" \
          "-c $((clients / n + (i < clients % n))) -j $client_threads -T $seconds -l --log-prefix=pgb_log$i" \
          "-D tenant=${tenant_ids[$i]} -D file=${files[$i]} -D apikey=${key_ids[$i]} -D job=$job" \
-         "-D method=$(printf %q "$method") -D sizing=$(printf %q "$sizing")" \
+         "-D method=$(printf %q "$method") -D estimate=$(printf %q "$estimate")" \
          "-f '$1' '$db_url' >pgbench.out$i 2>&1 &"
   done >"$work/pgbench.sh"
   echo wait >>"$work/pgbench.sh"
@@ -230,18 +230,18 @@ SELECT $cols FROM $from WHERE j.tenant_id = :tenant AND j.seq = ANY (ARRAY(SELEC
 EOF
 # The statements POST /v1/fine_tuning/jobs runs, with fresh ids per create (keep in step with gateway/jobs.c and
 # gateway/estimate.h): jobs_lookup (the model, the files and the estimate's inputs), then jobs_create (the
-# estimate, the budget and the API key's limit, then the row, its event and NOTIFY; the insert's trigger counts the
-# tenant's active jobs against its limit), a transaction of its own. A max_seq_len that keeps no count, as at the
-# gateway.
+# estimate the gateway made, checked against the budget and the API key's limit, then the row, its event and
+# NOTIFY; the insert's trigger counts the tenant's active jobs against its limit), a transaction of its own. A
+# max_seq_len that keeps no count, as at the gateway.
 cat >"$work/insert.sql" <<EOF
 \set n random(1, 1000000000)
-SELECT * FROM whet_job_create_lookup(:tenant, 'whet-tiny', :file, NULL, '{"type":"supervised"}');
+SELECT * FROM whet_job_create_lookup(:tenant, 'whet-tiny', :file, NULL, '{"type":"supervised"}', 1024);
 WITH s (e, b, over_hard, over_soft, key_limit, key_spent) AS (
   SELECT e, b, (b ->> 'monthly_limit') IS NOT NULL AND (b ->> 'spent')::numeric +
     (e -> 'cost' ->> 'amount')::numeric > (b ->> 'monthly_limit')::numeric, (b ->> 'soft_limit') IS NOT NULL AND
     (b ->> 'spent')::numeric + (e -> 'cost' ->> 'amount')::numeric >= (b ->> 'soft_limit')::numeric,
-    k.monthly_limit, k.spent FROM (SELECT whet_job_estimate('whet-tiny', :method::jsonb, :file, '{}'::jsonb,
-      '{"max_seq_len":1024}'::jsonb, :sizing::jsonb, NULL::jsonb) AS e,
+    k.monthly_limit, k.spent FROM (SELECT CASE WHEN EXISTS (SELECT 1 FROM files WHERE id = :file AND tenant_id = :tenant)
+      THEN :estimate::jsonb END AS e,
     CASE WHEN false OR EXISTS (SELECT 1 FROM budgets WHERE tenant_id = :tenant AND
       (monthly_limit IS NOT NULL OR soft_limit IS NOT NULL)) THEN whet_budget_status(:tenant) END AS b OFFSET 0) s
     LEFT JOIN LATERAL (SELECT monthly_limit, whet_key_spend(id) AS spent FROM api_keys

@@ -277,8 +277,9 @@ try {
 
   // The pools estimates read are kept as nodes change (migration 0037): the same as grouping the fleet now.
   const fleetNow = `SELECT coalesce(jsonb_agg(jsonb_build_object('dc', dc, 'device_type', device_type, 'device_mib', mib,
-      'devices', devices) ORDER BY dc, device_type, mib), '[]') FROM (SELECT dc, device_type,
-      coalesce((devices -> 0 ->> 'memory_mib')::int, 0) AS mib, sum(gpus) AS devices FROM nodes WHERE state = 'ready'
+      'devices', devices, 'nodes', nodes) ORDER BY dc, device_type, mib), '[]') FROM (SELECT dc, device_type,
+      coalesce((devices -> 0 ->> 'memory_mib')::int, 0) AS mib, sum(gpus) AS devices, count(*) AS nodes FROM nodes
+      WHERE state = 'ready'
       GROUP BY 1, 2, 3) p`;
   const poolsKept = () => stack.psql(`SELECT whet_sizing_pools() = (${fleetNow})`);
   check(poolsKept() === 't', 'the kept pools: as the fleet after the inserts', stack.psql('SELECT whet_sizing_pools()'));
@@ -343,7 +344,7 @@ try {
                                      AND query LIKE '%pg_sleep%'`);
   const pending = a('POST', '/v1/fine_tuning/jobs', { json: { ...body(), training_file: lateFile, whet: {} } });
   await waitFor('the estimate waits for it', `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-                                              AND query LIKE '%whet_job_estimate(%'`);
+                                              AND query LIKE '%whet_budget_status(%'`);
   stack.psql(`DELETE FROM files WHERE id = '${lateFile}'`);
   stack.psql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'estimate-holder'`);
   r = await pending;
