@@ -50,8 +50,8 @@ struct estimate_ctx {
     const char *counted; /* the count: a dry run's (or why it failed), else the one kept, else NULL */
     const char *sizing;  /* the gang sizing chooses (JSON) and its device type (NULL when it names none) */
     const char *sizing_device;
-    const char *fleet_device; /* the fleet's type with the most ready nodes, NULL without a fleet */
-    const char *rollout;      /* reinforcement's {n, max_tokens, ppo_epochs} (JSON), else NULL */
+    const char *pools;   /* the fleet's pools (whet_sizing_pools' JSON) */
+    const char *rollout; /* reinforcement's {n, max_tokens, ppo_epochs} (JSON), else NULL */
     /* the lookup's inputs (estimate_inputs), copied: a count and a read of the shared inputs come between */
     long long file_bytes, file_lines, now, inputs_version;
     double prev_per_step; /* JOB_ESTIMATE_NULL when no previous job */
@@ -291,11 +291,9 @@ static const char *estimate_compute(struct gw_req *r, const struct estimate_ctx 
     };
     /* the sizing's device type, else whet.gpu_types' first, else the fleet's most common, else cpu */
     const char *gpu_type = json_string_value(json_array_get(json_object_get(whet, "gpu_types"), 0));
-    in.device = c->sizing_device ? c->sizing_device : gpu_type ? gpu_type : c->fleet_device ? c->fleet_device : "cpu";
-    in.device_source = c->sizing_device  ? "sizing"
-                       : gpu_type        ? "whet.gpu_types"
-                       : c->fleet_device ? "fleet"
-                                         : "default";
+    const char *fleet = c->sizing_device || gpu_type ? NULL : fleet_device(r, c->pools);
+    in.device = c->sizing_device ? c->sizing_device : gpu_type ? gpu_type : fleet ? fleet : "cpu";
+    in.device_source = c->sizing_device ? "sizing" : gpu_type ? "whet.gpu_types" : fleet ? "fleet" : "default";
     json_t *sizing = json_loads(c->sizing, 0, NULL);
     long long devices = json_int_or(json_object_get(sizing, "device_count"), 1);
     json_decref(sizing);
@@ -787,7 +785,7 @@ static void estimate_sizing(struct gw_req *r, struct estimate_ctx *c, const char
  * uses the count a dry run kept (migration 0022), or the cheaper guesses. */
 static void estimate_start(struct gw_req *r, struct estimate_ctx *c, const struct estimate_inputs *in) {
     estimate_sizing(r, c, in->parameters, in->config, in->pools);
-    c->fleet_device = fleet_device(r, in->pools);
+    c->pools = http_strdup(r, in->pools);
     c->counted = in->kept_count ? http_strdup(r, in->kept_count) : NULL;
     c->file_bytes = strtoll(in->file_bytes, NULL, 10);
     c->file_lines = in->line_count[0] ? strtoll(in->line_count, NULL, 10) : -1;

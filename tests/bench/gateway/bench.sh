@@ -12,6 +12,7 @@
 #
 #   tests/bench/gateway/bench.sh [--clients N] [--seconds S] [--rounds R] [--threads T] [--db-conns C]
 #                                [--client-threads W] [--depths N,N,...] [--nodes N] [--tenants T] [--durable]
+#                                [--statements]
 #
 # --threads and --db-conns configure the gateway; --client-threads is wrk's -t and pgbench's -j.
 # --depths repeats both comparisons with the tenant holding N queued jobs (default 0; issue 15 asks
@@ -25,6 +26,8 @@
 #
 # --durable runs PostgreSQL with fsync on (the test servers' default is off): every commit then waits for its
 # WAL to reach the disk, so what a create's transactions cost, shared or not, shows as it would in production.
+# --statements loads pg_stat_statements (nested statements too) and shows where the PostgreSQL time of the
+# gateway's creates went in the last round: each statement's calls a create and mean time.
 #
 # Needs wrk and pgbench (Debian: wrk, postgresql-client). WHET_BIN defaults to build/whet. The
 # gateway, wrk, pgbench and PostgreSQL share the machine: on a small one (2 cores) they compete for
@@ -45,7 +48,10 @@ while [ $# -gt 0 ]; do
     --nodes) nodes=$2; shift ;;
     --tenants) tenants=$2; shift ;;
     --durable) export WHET_PG_SETTINGS="${WHET_PG_SETTINGS:-} -c fsync=on" ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --statements) statements=1
+                  export WHET_PG_SETTINGS="${WHET_PG_SETTINGS:-} -c shared_preload_libraries=pg_stat_statements"
+                  WHET_PG_SETTINGS+=" -c pg_stat_statements.track=all -c track_functions=all" ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -70,6 +76,7 @@ db_url="${WHET_TEST_DATABASE_URL%/*}/whet_bench"
 psql -qX "$WHET_TEST_DATABASE_URL" -c "CREATE DATABASE whet_bench"
 WHET_DATABASE_URL=$db_url "$WHET_BIN" migrate >/dev/null 2>&1
 q() { psql -qtAX -v ON_ERROR_STOP=1 "$db_url" -c "$1"; }
+[ -n "${statements:-}" ] && q "CREATE EXTENSION pg_stat_statements"
 
 secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
 WHET_DATABASE_URL=$db_url WHET_JWT_KEY=$secret "$WHET_BIN" gateway --http 127.0.0.1:0 --threads "$threads" \
@@ -323,8 +330,13 @@ for depth in ${depths//,/ }; do
   for round in $(seq "$rounds"); do
     reset_jobs "$depth"
     x0=$(commits) j0=$(q "SELECT count(*) FROM jobs")
+    [ -n "${statements:-}" ] && q "SELECT pg_stat_statements_reset()" >/dev/null
     wrk_run POST /v1/fine_tuning/jobs '{"model":"whet-tiny","training_file":"@FILE@"}' >>"$work/post.gw"
     x1=$(commits) j1=$(q "SELECT count(*) FROM jobs")
+    [ -n "${statements:-}" ] && q "SELECT to_char(calls::numeric / $((j1 - j0)), '990.99') || ' a create, ' ||
+        to_char(mean_exec_time * 1000, '99990') || ' us: ' || left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+      FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      ORDER BY total_exec_time DESC LIMIT 12" >"$work/post.statements"
     echo "$(( (x1 - x0 - 2) * 100 / (j1 - j0) ))" >>"$work/post.batch" # less the two counts' own transactions
     reset_jobs "$depth"
     pgbench_run "$work/insert.sql" "$tenants" >>"$work/post.pg"
@@ -348,6 +360,10 @@ for depth in ${depths//,/ }; do
     "$(median <"$work/post.batch" | awk '{printf "%.2f", $1 / 100}')"
   capacity "GET /v1/fine_tuning/jobs/{id}" "$work/get.gw" "$work/get.pg"
   capacity "POST /v1/fine_tuning/jobs" "$work/post.gw" "$work/post.pg"
+  if [ -n "${statements:-}" ]; then
+    echo "POST /v1/fine_tuning/jobs    PostgreSQL's statements in the last round (pg_stat_statements, nested included):"
+    sed 's/^/  /' "$work/post.statements"
+  fi
 done
 echo "(medians over the rounds; throughput: gateway/pgbench, higher is better; p99: gateway/pgbench, lower is better;"
 echo " goal: >= 0.80x and <= 1.20x)"
