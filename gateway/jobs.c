@@ -472,16 +472,14 @@ static void jobs_prepare(void) {
      * kept for the file at the job's max_seq_len, the previous job, the time and the shared inputs' version). */
     db_prepare_read("jobs_lookup",
                     "SELECT * FROM whet_job_create_lookup($1, $2, $3, $4, $5::jsonb, $6::integer)");
-    /* The estimate (estimate.h), then the row with it unless the estimate refuses the job, its "created" event,
-     * a warning event when the estimate takes the month's spend past the soft budget, and the scheduler's
-     * NOTIFY (the job's columns, NULL when it was refused, the NOTIFY, then the estimate's). The insert's
-     * trigger bumps the tenant's counter of active jobs (migration 0010) and fails the statement, rolling it
-     * all back, when that passed the tenant's limit (migration 0057: checked after the insert, so that one
-     * tenant's creates hold the counter's row lock only from the bump to the commit). A shared transaction's
-     * later creates of that tenant (db.c) run their estimates under the lock: one tenant creating at full speed
-     * made 14% fewer creates a second than with the estimate a statement of its own, 32 tenants 11% more, with
-     * a third fewer commits (tests/bench/gateway/bench.sh); a tenant's creates are rate limited, the many's are
-     * what adds up. */
+    /* The estimate the gateway made, checked against the budget (ESTIMATE_SQL, estimate.h), then the row with it
+     * unless that refuses the job, its "created" event, a warning event when the estimate takes the month's
+     * spend past the soft budget, and the scheduler's NOTIFY (the job's columns, NULL when it was refused, the
+     * NOTIFY, then ESTIMATE_SQL's). The insert's trigger bumps the tenant's counter of active jobs (migration
+     * 0010) and fails the statement, rolling it all back, when that passed the tenant's limit (migration 0057:
+     * checked after the insert, so that one tenant's creates hold the counter's row lock only from the bump to
+     * the commit; with the estimate computed by the gateway since migration 0063, a shared transaction's later
+     * creates of the tenant no longer run whet_job_estimate under that lock). */
     db_prepare("jobs_create",
                "WITH s (e, b, over_hard, over_soft, key_limit, key_spent) AS (" ESTIMATE_SQL "), "
                "j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "

@@ -10,8 +10,8 @@
 --     changes: the lookup returns the version, and a gateway whose copy is older reads the inputs again first.
 --     The version is a row bumped, in the same transaction, by every statement that writes the tables read, so
 --     a copy with a version is the state of that version, never a mix.
--- whet_job_estimate stays as the statement of the arithmetic in SQL; tests/integration/api/estimate.mjs checks
--- that the gateway's estimates equal its answers over a grid of inputs.
+-- whet_job_estimate stays as the statement of the arithmetic in SQL; tests/integration/api/estimate_sql.mjs
+-- checks that the gateway's estimates equal its answers over a grid of inputs.
 CREATE TABLE estimate_inputs_version (
   only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
   version  bigint NOT NULL
@@ -118,7 +118,8 @@ BEGIN
               AND j.fine_tuned_model = p_model AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1),
            (SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = p_tenant
               AND c.fine_tuned_model_checkpoint = p_model LIMIT 1),
-           (SELECT c.id FROM checkpoints c WHERE c.tenant_id = p_tenant AND c.fine_tuned_model_checkpoint = p_model LIMIT 1)
+           (SELECT c.id FROM checkpoints c WHERE c.tenant_id = p_tenant AND c.fine_tuned_model_checkpoint = p_model
+            LIMIT 1)
       INTO ft_base, ft_checkpoint, ckpt_base, ckpt_id;
     SELECT b.parameters, b.config, b.object_prefix, b.sha256, k.counted
       INTO parameters, config, object_prefix, model_sha256, kept_count
