@@ -237,8 +237,8 @@ static const char *fleet_device(struct gw_req *r, const char *pools_json) {
         if (!type) continue;
         long long nodes = 0;
         json_array_foreach(pools, j, q) {
-            if (!strcmp(json_string_value(json_object_get(q, "device_type")) ?: "", type))
-                nodes += json_integer_value(json_object_get(q, "nodes"));
+            const char *other = json_string_value(json_object_get(q, "device_type"));
+            if (other && !strcmp(other, type)) nodes += json_integer_value(json_object_get(q, "nodes"));
         }
         if (nodes > 0 && (!best || nodes > best_nodes || (nodes == best_nodes && strcmp(type, best) < 0))) {
             best = type;

@@ -10,6 +10,12 @@
 #include "buf.h"
 #include "json_text.h"
 
+/* No fused multiply-adds (job_estimate.h): GCC contracts only in its GNU modes, and the project builds as ISO
+ * C17; clang contracts within an expression unless told not to. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 void job_estimate_round(double x, int scale, char buf[JOB_ESTIMATE_NUMERIC_MAX]) {
     /* float8_numeric: snprintf("%.*g", DBL_DIG): 15 significant digits, the same as %.14e's */
     char sci[32];

@@ -1,8 +1,8 @@
 /* job_estimate.h - the arithmetic of a job's estimate (estimate.h says where its inputs come from and what it
  * is for), as whet_job_estimate computes it in SQL (migration 0054): expression for expression and type for
  * type, so that the JSON is the one the function answers, number for number. float8 there is double here, with
- * the same operations in the same order (ISO C: no contraction into fused multiply-adds, as PostgreSQL's own
- * float8 operators, each a function, never contract); PostgreSQL's numeric appears where the SQL rounds:
+ * the same operations in the same order and none fused into a multiply-add (PostgreSQL's float8 operators are a
+ * function each, and never fuse); PostgreSQL's numeric appears where the SQL rounds:
  * round(x::numeric, s) keeps the double's 15 significant digits (float8_numeric's DBL_DIG), then rounds half
  * away from zero (job_estimate_round). Pure: no I/O. */
 #ifndef WHET_GATEWAY_JOB_ESTIMATE_H

@@ -79,9 +79,12 @@ $$;
 -- of the tenant's newest succeeded job of this method on the file (integers: its tokens a step are the
 -- gateway's float division, exact whatever extra_float_digits the server is set to). In 0057's one statement
 -- for a base model (a second probe for the count when the model is a fine-tuned one). Generic plans, as
--- whet_job_estimate's: planned for a tenant's own values, the previous job's probe read every succeeded job on
--- the file (a bitmap scan, then a sort) where the index in seq order stops at the first (tests/integration/scale
--- plans.mjs: 2,500 rows).
+-- whet_job_estimate's, and no bitmap scans: the previous job's probe must walk jobs_succeeded_file in seq order
+-- and stop at the first job of the method (the type is a filter there: under the tenant's row-level security a
+-- qual that is not leakproof, as ->> is not, cannot be an index condition), with the job's progress read for
+-- each job it walks (OFFSET 0: not a join the planner may turn into a hash of them all). Planned for a tenant's
+-- own values, or with its rows estimated as a few, it was a bitmap scan of every succeeded job on the file,
+-- then a sort (tests/integration/scale/plans.mjs: 2,500 rows read). The function's other probes are by key.
 CREATE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training text, p_validation text, p_method jsonb,
   p_cut integer,
   OUT base text, OUT ft_base text, OUT ft_checkpoint text, OUT ckpt_base text, OUT ckpt_id text,
@@ -91,7 +94,7 @@ CREATE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training t
   OUT file_key text, OUT file_sha256 text, OUT file_bytes bigint,
   OUT now bigint, OUT inputs_version bigint, OUT kept_count jsonb, OUT prev_trained_tokens bigint,
   OUT prev_total_steps bigint)
-  LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+  LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan SET enable_bitmapscan = off AS $$
 BEGIN
   SELECT b.id, f.purpose, f.format, f.line_count, v.purpose, v.format, f.object_key, f.sha256, f.bytes,
          b.parameters, b.config, b.object_prefix, b.sha256, whet_sizing_pools(), whet_now(), ev.version, k.counted,
@@ -105,9 +108,12 @@ BEGIN
     LEFT JOIN files v ON v.tenant_id = p_tenant AND v.id = p_validation
     LEFT JOIN file_token_counts k
       ON k.file_id = p_training AND k.base_model = b.id AND k.tenant_id = p_tenant AND k.max_seq_len = p_cut
-    LEFT JOIN LATERAL (SELECT p.trained_tokens, p.total_steps FROM jobs j JOIN job_progress p ON p.job_id = j.id
+    LEFT JOIN LATERAL (SELECT p.trained_tokens, p.total_steps FROM jobs j
+                       CROSS JOIN LATERAL (SELECT p.trained_tokens, p.total_steps FROM job_progress p
+                                           WHERE p.job_id = j.id AND p.trained_tokens > 0 AND p.total_steps > 0
+                                           OFFSET 0) p
                        WHERE j.tenant_id = p_tenant AND j.training_file = p_training AND j.status = 'succeeded'
-                         AND j.method ->> 'type' = p_method ->> 'type' AND p.trained_tokens > 0 AND p.total_steps > 0
+                         AND j.method ->> 'type' = p_method ->> 'type'
                        ORDER BY j.seq DESC LIMIT 1) prev ON true;
   IF base IS NULL THEN
     SELECT (SELECT j.base_model FROM jobs j WHERE j.tenant_id = p_tenant AND j.fine_tuned_model = p_model
