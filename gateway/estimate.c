@@ -43,13 +43,10 @@ struct estimate_ctx {
     struct estimate_req q;
     estimate_next_fn next;
     void *arg;
-    /* What a count depends on, as the trainer gets it (trainer_settings.h): max_seq_len, where it cuts
-     * examples and pairs; for reinforcement the prompt's limit, max_seq_len - rollout.max_tokens (longer
-     * prompts are left out). It keys the kept count (file_token_counts.max_seq_len, migration 0026). */
-    int cut;
     const char *counted; /* the count: a dry run's (or why it failed), else the one kept, else NULL */
-    const char *sizing;  /* the gang sizing chooses (JSON) and its device type (NULL when it names none) */
+    const char *sizing;  /* the gang sizing chooses (JSON), its device type (NULL when it names none) and count */
     const char *sizing_device;
+    int sizing_devices;
     const char *pools;   /* the fleet's pools (whet_sizing_pools' JSON) */
     const char *rollout; /* reinforcement's {n, max_tokens, ppo_epochs} (JSON), else NULL */
     /* the lookup's inputs (estimate_inputs), copied: a count and a read of the shared inputs come between */
@@ -294,10 +291,7 @@ static const char *estimate_compute(struct gw_req *r, const struct estimate_ctx 
     const char *fleet = c->sizing_device || gpu_type ? NULL : fleet_device(r, c->pools);
     in.device = c->sizing_device ? c->sizing_device : gpu_type ? gpu_type : fleet ? fleet : "cpu";
     in.device_source = c->sizing_device ? "sizing" : gpu_type ? "whet.gpu_types" : fleet ? "fleet" : "default";
-    json_t *sizing = json_loads(c->sizing, 0, NULL);
-    long long devices = json_int_or(json_object_get(sizing, "device_count"), 1);
-    json_decref(sizing);
-    in.devices = devices > 1 ? devices : 1;
+    in.devices = c->sizing_devices > 1 ? c->sizing_devices : 1;
     in.rate = throughput(s, c->q.base_model, type, in.device, &in.rate_source);
     json_t *book = book_in_effect(s, c->now);
     in.currency = book ? json_string_value(json_object_get(book, "currency"))
@@ -336,7 +330,7 @@ static void estimate_with(struct gw_req *r, struct estimate_ctx *c, struct share
     }
     int keep_count = c->result;
     char seq[16];
-    snprintf(seq, sizeof seq, "%d", c->cut);
+    snprintf(seq, sizeof seq, "%d", q->cut);
     const char *keep[] = {q->training_file, http_tenant_id(r), q->base_model, seq, c->counted};
     struct db_stmt stmts[2] = {{"estimate_keep_count", NULL, 5, keep}, {"jobs_estimate", NULL, ESTIMATE_NPARAMS, p}};
     db_transaction(r, stmts + !keep_count, 1 + keep_count, estimate_done, c);
@@ -711,16 +705,11 @@ static void token_count_done(struct gw_req *r, void *arg) {
 }
 
 /* The count a method's dry run makes (COUNT_NONE: none, the cheaper guesses). */
-static enum count_method count_method_of(const char *method_json) {
-    json_t *m = json_loads(method_json, 0, NULL);
-    const char *type = json_string_value(json_object_get(m, "type"));
-    enum count_method c = !type                            ? COUNT_NONE
-                          : !strcmp(type, "supervised")    ? COUNT_SFT
-                          : !strcmp(type, "dpo")           ? COUNT_DPO
-                          : !strcmp(type, "reinforcement") ? COUNT_RFT
-                                                           : COUNT_NONE;
-    json_decref(m);
-    return c;
+static enum count_method count_method_of(const char *type) {
+    return !strcmp(type, "supervised")      ? COUNT_SFT
+           : !strcmp(type, "dpo")           ? COUNT_DPO
+           : !strcmp(type, "reinforcement") ? COUNT_RFT
+                                            : COUNT_NONE;
 }
 
 /* ---------------------------------------------------------------- sizing */
@@ -770,6 +759,7 @@ static void estimate_sizing(struct gw_req *r, struct estimate_ctx *c, const char
                             ch.min_gpu_mem_mib, "device_bytes", (json_int_t)sz_per_device_bytes(&e, gpus));
     if (type) json_object_set_new(out, "device_type", json_string(type));
     c->sizing_device = type ? http_strdup(r, type) : NULL;
+    c->sizing_devices = gpus;
     char *text = json_dumps(out, JSON_COMPACT);
     c->sizing = http_strdup(r, text);
     free(text);
@@ -796,7 +786,7 @@ static void estimate_start(struct gw_req *r, struct estimate_ctx *c, const struc
     c->prev_per_step = in->prev_trained_tokens && prev_steps != 0
                            ? (double)strtoll(in->prev_trained_tokens, NULL, 10) / (double)prev_steps
                            : JOB_ESTIMATE_NULL;
-    enum count_method method = count_method_of(c->q.method_json);
+    enum count_method method = count_method_of(c->q.method_type);
     if (!c->q.dry_run || method == COUNT_NONE || !in->file_key) {
         estimate_query(r, c, 0);
         return;
@@ -812,34 +802,35 @@ static void estimate_start(struct gw_req *r, struct estimate_ctx *c, const struc
     t->file_bytes = strtoull(in->file_bytes, NULL, 10);
     t->line_count = strtoull(in->line_count, NULL, 10);
     t->method = method;
-    t->cut = c->cut;
+    t->cut = c->q.cut;
     const char *cap = whet_env("WHET_ESTIMATE_TOKENIZE_MAX_BYTES", NULL);
     t->max_bytes = cap && strtoull(cap, NULL, 10) > 0 ? strtoull(cap, NULL, 10) : ESTIMATE_TOKENIZE_MAX_BYTES;
     if (http_run_blocking_or_busy(r, token_count_work, token_count_done, t)) token_count_free(t);
 }
 
-/* The trainer's settings of the job (trainer_settings.h, as the scheduler will write them), with `cut` set;
- * the caller frees them. */
-static json_t *trainer_settings(const char *method_json, const char *whet_json, int *cut) {
+/* The trainer's settings of the job (trainer_settings.h, as the scheduler will write them); the caller frees
+ * them. */
+static json_t *trainer_settings(const char *method_json, const char *whet_json) {
     json_t *method = json_loads(method_json, 0, NULL), *whet = whet_json ? json_loads(whet_json, 0, NULL) : NULL;
     json_t *t = trainer_settings_from_job(method, whet, 0);
-    *cut = (int)json_integer_value(json_object_get(json_object_get(t, "hyperparameters"), "max_seq_len")) -
-           (int)json_integer_value(json_object_get(json_object_get(t, "rollout"), "max_tokens"));
     json_decref(whet);
     json_decref(method);
     return t;
 }
 
 int estimate_cut(const char *method_json, const char *whet_json) {
-    int cut;
-    json_decref(trainer_settings(method_json, whet_json, &cut));
+    json_t *t = trainer_settings(method_json, whet_json);
+    int cut = (int)json_integer_value(json_object_get(json_object_get(t, "hyperparameters"), "max_seq_len")) -
+              (int)json_integer_value(json_object_get(json_object_get(t, "rollout"), "max_tokens"));
+    json_decref(t);
     return cut;
 }
 
-/* The count's cut, and reinforcement's rollout settings (JSON in the request's pool). */
-static void estimate_settings(struct gw_req *r, struct estimate_ctx *c) {
-    json_t *t = trainer_settings(c->q.method_json, c->q.whet_json, &c->cut),
-           *hp = json_object_get(t, "hyperparameters");
+/* Reinforcement's rollout settings (JSON in the request's pool), from the resolved hyperparameters (the group
+ * size may follow compute_multiplier); the other methods have none. */
+static void estimate_rollout(struct gw_req *r, struct estimate_ctx *c) {
+    if (strcmp(c->q.method_type, "reinforcement") != 0) return;
+    json_t *t = trainer_settings(c->q.method_json, c->q.whet_json), *hp = json_object_get(t, "hyperparameters");
     json_t *rollout = json_object_get(t, "rollout");
     if (rollout) {
         json_t *ro = json_pack("{s:O, s:O, s:O}", "n", json_object_get(rollout, "n"), "max_tokens",
@@ -859,7 +850,7 @@ void estimate_job(struct gw_req *r, const struct estimate_req *q, const struct e
     c->q = *q;
     c->next = next;
     c->arg = arg;
-    estimate_settings(r, c);
+    estimate_rollout(r, c);
     estimate_start(r, c, in);
 }
 

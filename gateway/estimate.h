@@ -37,9 +37,12 @@
  * returns 1 when it was true, 0 when absent or false, -1 having answered 400 when it is not a boolean. */
 int estimate_take_dry_run(struct gw_req *r, json_t *body);
 
-/* A checked create: the model as given, its base model, resolved method and whet object (JSON text). */
+/* A checked create: the model as given, its base model, resolved method (JSON text) and its type, the training
+ * file and whet object (JSON text), and what a count of the file depends on (estimate_cut, as the lookup was
+ * given it). */
 struct estimate_req {
-    const char *model, *base_model, *method_json, *training_file, *whet_json;
+    const char *model, *base_model, *method_json, *method_type, *training_file, *whet_json;
+    int cut;
     int dry_run;
 };
 /* What the estimate starts from, read by the create's lookup (whet_job_create_lookup, migrations 0057 and 0063)

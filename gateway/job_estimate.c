@@ -9,6 +9,7 @@
 
 #include "buf.h"
 #include "json_text.h"
+#include "util.h"
 
 /* No fused multiply-adds (job_estimate.h): GCC contracts only in its GNU modes, and the project builds as ISO
  * C17; clang contracts within an expression unless told not to. */
@@ -134,11 +135,10 @@ int job_estimate_json(const struct job_estimate_in *in, struct whet_buf *out) {
     job_estimate_round(amount, 6, amount_text);
     whet_buf_printf(out, ",\"cost\":{\"amount\":%s", amount_text);
     put_string(out, "currency", in->currency);
-    whet_buf_puts(out, ",\"line_items\":{\"device_hours:");
-    struct whet_buf key = {0};
-    whet_json_put_string(&key, in->device, strlen(in->device));
-    whet_buf_append(out, key.data + 1, key.len - 1); /* the device type, escaped, after "device_hours:" */
-    whet_buf_free(&key);
+    whet_buf_puts(out, ",\"line_items\":{");
+    char *key = xasprintf("device_hours:%s", in->device);
+    whet_json_put_string(out, key, strlen(key));
+    free(key);
     char line[JOB_ESTIMATE_NUMERIC_MAX];
     job_estimate_round(device_hours, 6, line);
     whet_buf_printf(out, ":%s", line);

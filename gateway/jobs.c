@@ -156,6 +156,7 @@ struct create_ctx {
     char now[24];
     int dry_run; /* whet.dry_run: answer the estimate, create nothing (estimate.h) */
     const char *base_model, *init_checkpoint, *resolved_method; /* once the lookup has checked the model */
+    int cut; /* the kept count's max_seq_len for this job (estimate_cut), given to the lookup */
 };
 
 /* What the insert's trigger raises when a create took the tenant past its active-job limit (migration 0057). */
@@ -270,7 +271,8 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
     c->base_model = http_strdup(r, base_model);
     c->init_checkpoint = init_checkpoint ? http_strdup(r, init_checkpoint) : NULL;
     c->resolved_method = method_json;
-    struct estimate_req q = {c->model, c->base_model, method_json, c->training_file, c->whet_json, c->dry_run};
+    struct estimate_req q = {c->model,         c->base_model, method_json, c->method_type,
+                             c->training_file, c->whet_json,  c->cut,      c->dry_run};
     struct estimate_inputs in = {PQgetvalue(row, 0, 11), PQgetvalue(row, 0, 12), PQgetvalue(row, 0, 13),
                                  PQgetvalue(row, 0, 14), PQgetvalue(row, 0, 15), db_value(row, 0, 16),
                                  PQgetvalue(row, 0, 17), PQgetvalue(row, 0, 18), PQgetvalue(row, 0, 7),
@@ -281,8 +283,9 @@ static void create_lookup_done(struct gw_req *r, const struct db_result *res, vo
 
 static void create_lookup(struct gw_req *r, void *arg) {
     struct create_ctx *c = arg;
+    c->cut = estimate_cut(c->method_json, c->whet_json);
     char cut[16];
-    snprintf(cut, sizeof cut, "%d", estimate_cut(c->method_json, c->whet_json));
+    snprintf(cut, sizeof cut, "%d", c->cut);
     const char *params[] = {http_tenant_id(r), c->model, c->training_file, c->validation_file, c->method_json, cut};
     db_query(r, "jobs_lookup", 6, params, create_lookup_done, c);
 }

@@ -4,7 +4,7 @@
 -- statements; and within a tenant's shared write transaction it ran under the tenant's active-job counter's
 -- row lock. What it read comes to the gateway instead:
 --   * what is the tenant's and the file's (the count a dry run kept, the previous job's tokens a step), and the
---     time, from the create's lookup: joined into its statement (whet_job_create_lookup's new form, below);
+--     time, from the create's lookup (whet_job_create_lookup's new form, below);
 --   * what is shared by every create (the price books in effect and to come, every model's measured
 --     throughput), from whet_estimate_inputs(), which a gateway reads once and keeps until the version below
 --     changes: the lookup returns the version, and a gateway whose copy is older reads the inputs again first.
@@ -73,18 +73,19 @@ BEGIN
 END
 $$;
 
--- The create's lookup (0057's) with the estimate's inputs that are the tenant's: the time (whet_now, which
--- picks the price book in effect), the shared inputs' version, the count a dry run kept for the training file,
--- the base model and p_cut (the count's max_seq_len, or the prompts' limit), and the trained tokens and steps
--- of the tenant's newest succeeded job of this method on the file (integers: its tokens a step are the
--- gateway's float division, exact whatever extra_float_digits the server is set to). In 0057's one statement
--- for a base model (a second probe for the count when the model is a fine-tuned one). Generic plans, as
--- whet_job_estimate's, and no bitmap scans: the previous job's probe must walk jobs_succeeded_file in seq order
--- and stop at the first job of the method (the type is a filter there: under the tenant's row-level security a
--- qual that is not leakproof, as ->> is not, cannot be an index condition), with the job's progress read for
--- each job it walks (OFFSET 0: not a join the planner may turn into a hash of them all). Planned for a tenant's
--- own values, or with its rows estimated as a few, it was a bitmap scan of every succeeded job on the file,
--- then a sort (tests/integration/scale/plans.mjs: 2,500 rows read). The function's other probes are by key.
+-- The create's lookup (0057's, called as it is) and the estimate's inputs that are the tenant's: the time
+-- (whet_now, which picks the price book in effect), the shared inputs' version, the count a dry run kept for
+-- the training file, the base model and p_cut (the count's max_seq_len, or the prompts' limit), and the
+-- trained tokens and steps of the tenant's newest succeeded job of this method on the file (integers: its
+-- tokens a step are the gateway's float division, exact whatever extra_float_digits the server is set to).
+-- Folding these probes into 0057's statement measured no faster (tests/bench/gateway) and copied its body.
+-- Generic plans, as whet_job_estimate's, and no bitmap scans: the previous job's probe must walk
+-- jobs_succeeded_file in seq order and stop at the first job of the method (the type is a filter there: under
+-- the tenant's row-level security a qual that is not leakproof, as ->> is not, cannot be an index condition),
+-- with the job's progress read for each job it walks (OFFSET 0: not a join the planner may turn into a hash of
+-- them all). Planned for a tenant's own values, or with its rows estimated as a few, it was a bitmap scan of
+-- every succeeded job on the file, then a sort (tests/integration/scale/plans.mjs: 2,500 rows read). The
+-- lookup's other probes are by key. 0057's five-argument form stays for gateways of before this migration.
 CREATE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training text, p_validation text, p_method jsonb,
   p_cut integer,
   OUT base text, OUT ft_base text, OUT ft_checkpoint text, OUT ckpt_base text, OUT ckpt_id text,
@@ -96,18 +97,16 @@ CREATE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training t
   OUT prev_total_steps bigint)
   LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan SET enable_bitmapscan = off AS $$
 BEGIN
-  SELECT b.id, f.purpose, f.format, f.line_count, v.purpose, v.format, f.object_key, f.sha256, f.bytes,
-         b.parameters, b.config, b.object_prefix, b.sha256, whet_sizing_pools(), whet_now(), ev.version, k.counted,
-         prev.trained_tokens, prev.total_steps
-    INTO base, training_purpose, training_format, training_lines, validation_purpose, validation_format,
-         file_key, file_sha256, file_bytes, parameters, config, object_prefix, model_sha256, pools, now,
-         inputs_version, kept_count, prev_trained_tokens, prev_total_steps
+  SELECT * INTO base, ft_base, ft_checkpoint, ckpt_base, ckpt_id, training_purpose, training_format, training_lines,
+                validation_purpose, validation_format, missing_judge, parameters, config, object_prefix, model_sha256,
+                pools, file_key, file_sha256, file_bytes
+    FROM whet_job_create_lookup(p_tenant, p_model, p_training, p_validation, p_method);
+  SELECT whet_now(), ev.version, k.counted, prev.trained_tokens, prev.total_steps
+    INTO now, inputs_version, kept_count, prev_trained_tokens, prev_total_steps
     FROM estimate_inputs_version ev
-    LEFT JOIN base_models b ON b.id = p_model
-    LEFT JOIN files f ON f.tenant_id = p_tenant AND f.id = p_training
-    LEFT JOIN files v ON v.tenant_id = p_tenant AND v.id = p_validation
     LEFT JOIN file_token_counts k
-      ON k.file_id = p_training AND k.base_model = b.id AND k.tenant_id = p_tenant AND k.max_seq_len = p_cut
+      ON k.file_id = p_training AND k.base_model = coalesce(base, ft_base, ckpt_base) AND k.tenant_id = p_tenant
+     AND k.max_seq_len = p_cut
     LEFT JOIN LATERAL (SELECT p.trained_tokens, p.total_steps FROM jobs j
                        CROSS JOIN LATERAL (SELECT p.trained_tokens, p.total_steps FROM job_progress p
                                            WHERE p.job_id = j.id AND p.trained_tokens > 0 AND p.total_steps > 0
@@ -115,46 +114,6 @@ BEGIN
                        WHERE j.tenant_id = p_tenant AND j.training_file = p_training AND j.status = 'succeeded'
                          AND j.method ->> 'type' = p_method ->> 'type'
                        ORDER BY j.seq DESC LIMIT 1) prev ON true;
-  IF base IS NULL THEN
-    SELECT (SELECT j.base_model FROM jobs j WHERE j.tenant_id = p_tenant AND j.fine_tuned_model = p_model
-              AND j.status = 'succeeded'
-              AND NOT EXISTS (SELECT 1 FROM checkpoint_deletions d WHERE d.job_id = j.id AND d.reason = 'model_deleted')
-            ORDER BY j.seq DESC LIMIT 1),
-           (SELECT c.id FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE j.tenant_id = p_tenant
-              AND j.fine_tuned_model = p_model AND j.status = 'succeeded' ORDER BY c.step_number DESC LIMIT 1),
-           (SELECT j.base_model FROM checkpoints c JOIN jobs j ON j.id = c.job_id WHERE c.tenant_id = p_tenant
-              AND c.fine_tuned_model_checkpoint = p_model LIMIT 1),
-           (SELECT c.id FROM checkpoints c WHERE c.tenant_id = p_tenant AND c.fine_tuned_model_checkpoint = p_model
-            LIMIT 1)
-      INTO ft_base, ft_checkpoint, ckpt_base, ckpt_id;
-    SELECT b.parameters, b.config, b.object_prefix, b.sha256, k.counted
-      INTO parameters, config, object_prefix, model_sha256, kept_count
-      FROM base_models b
-      LEFT JOIN file_token_counts k
-        ON k.file_id = p_training AND k.base_model = b.id AND k.tenant_id = p_tenant AND k.max_seq_len = p_cut
-     WHERE b.id = coalesce(ft_base, ckpt_base);
-  END IF;
-  IF jsonb_path_exists(p_method, 'lax $.** ? (@.type == "score_model" || @.type == "label_model")') THEN
-    SELECT m #>> '{}' INTO missing_judge
-      FROM jsonb_path_query(p_method, 'lax $.** ? (@.type == "score_model" || @.type == "label_model").model') m
-     WHERE NOT EXISTS (SELECT 1 FROM base_models b WHERE b.id = m #>> '{}') LIMIT 1;
-  END IF;
 END
 $$;
 GRANT EXECUTE ON FUNCTION whet_job_create_lookup(text, text, text, text, jsonb, integer) TO whet_app;
-
--- 0057's five-argument form, for gateways of before this migration while an upgrade replaces them: the same
--- columns, from the form above.
-CREATE OR REPLACE FUNCTION whet_job_create_lookup(p_tenant text, p_model text, p_training text, p_validation text,
-  p_method jsonb,
-  OUT base text, OUT ft_base text, OUT ft_checkpoint text, OUT ckpt_base text, OUT ckpt_id text,
-  OUT training_purpose text, OUT training_format text, OUT training_lines bigint,
-  OUT validation_purpose text, OUT validation_format text, OUT missing_judge text,
-  OUT parameters bigint, OUT config jsonb, OUT object_prefix text, OUT model_sha256 text, OUT pools jsonb,
-  OUT file_key text, OUT file_sha256 text, OUT file_bytes bigint)
-  LANGUAGE sql STABLE AS $$
-  SELECT l.base, l.ft_base, l.ft_checkpoint, l.ckpt_base, l.ckpt_id, l.training_purpose, l.training_format,
-         l.training_lines, l.validation_purpose, l.validation_format, l.missing_judge, l.parameters, l.config,
-         l.object_prefix, l.model_sha256, l.pools, l.file_key, l.file_sha256, l.file_bytes
-    FROM whet_job_create_lookup(p_tenant, p_model, p_training, p_validation, p_method, NULL::integer) l
-$$;
