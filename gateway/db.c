@@ -15,7 +15,8 @@
  *            the setting lasts to the segment's end (its implicit transaction), so requests of many
  *            tenants share a segment as those of one do
  * Results come back in the same order: for each statement one result and a NULL, then a
- * PGRES_PIPELINE_SYNC for the segment.
+ * PGRES_PIPELINE_SYNC for the segment, preceded by an error and a NULL when the commit failed (a deferred
+ * trigger raised: seg_commit_failed).
  *
  * Batching: libpq 15's PQpipelineSync always flushes, so a segment per request cost a send(2) per
  * request, and a wakeup of the backend for each. Instead the requests a loop iteration submits to a
@@ -569,6 +570,21 @@ static void seg_query_done(struct db_pool *pool, struct db_segment *s) {
     }
 }
 
+/* Every statement of a QUERY segment succeeded and its commit failed: a deferred constraint trigger raised
+ * (migration 0064's active-job count), or a deadlock or serialization failure at the commit. The whole
+ * transaction rolled back. A request alone in its segment gets the error as its last statement's result (so
+ * its callback sees the SQLSTATE, and a deadlock is retried as any other); shared requests are sent again each
+ * on its own, as after any failure that is not the first request's. */
+static void seg_commit_failed(struct db_segment *s, PGresult *res) {
+    s->failed = 1;
+    if (s->nitems == 1) {
+        PQclear(s->items->res[s->items->n - 1]);
+        s->items->res[s->items->n - 1] = res;
+    } else {
+        PQclear(res);
+    }
+}
+
 /* One result for the head segment. Returns -1 when the connection must be dropped. */
 static int conn_take_result(struct db_conn *c, PGresult *res) {
     struct db_segment *s = c->head;
@@ -578,10 +594,15 @@ static int conn_take_result(struct db_conn *c, PGresult *res) {
             return -1;
         }
         s->want_null = 0;
-        s->got++;
+        if (s->got < s->nstmts) s->got++; /* else the NULL after the commit's error */
         return 0;
     }
-    if (s->got == s->nstmts) { /* the sync */
+    if (s->got == s->nstmts) { /* the sync, or the error of the commit before it */
+        if (s->kind == SEG_QUERY && !s->failed && res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+            seg_commit_failed(s, res);
+            s->want_null = 1;
+            return 0;
+        }
         if (!res || PQresultStatus(res) != PGRES_PIPELINE_SYNC) {
             PQclear(res);
             return -1;

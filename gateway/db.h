@@ -67,7 +67,8 @@ struct db_stmt {
 struct db_result {
     int ok;            /* every statement returned PGRES_COMMAND_OK or PGRES_TUPLES_OK */
     int unavailable;   /* the database could not be reached or the connection broke: answer 503 */
-    int failed;        /* index of the first statement that failed, -1 when ok or unavailable */
+    int failed;        /* index of the first statement that failed, -1 when ok or unavailable; a failed
+                          commit (a deferred trigger raised) is the last statement's failure */
     const char *sqlstate; /* SQLSTATE of the failure ("23505" unique violation, ...), "" otherwise */
     const char *message;  /* PostgreSQL's primary message of the failure, for logs, "" otherwise */
     int n;             /* number of statements */

@@ -159,7 +159,8 @@ struct create_ctx {
     int cut; /* the kept count's max_seq_len for this job (estimate_cut), given to the lookup */
 };
 
-/* What the insert's trigger raises when a create took the tenant past its active-job limit (migration 0057). */
+/* What the commit of a create raises when it took the tenant past its active-job limit (migration 0064): the
+ * failure of the transaction's last statement, which is jobs_create or the Idempotency-Key's. */
 #define SQLSTATE_ACTIVE_JOB_LIMIT "WJ429"
 
 static void create_reply_too_many(struct gw_req *r, void *arg) {
@@ -172,7 +173,7 @@ static void create_reply_too_many(struct gw_req *r, void *arg) {
 
 static void create_done(struct gw_req *r, const struct db_result *res, void *arg) {
     const struct create_ctx *c = arg;
-    if (!res->ok && res->failed == 0 && !strcmp(res->sqlstate, SQLSTATE_ACTIVE_JOB_LIMIT)) {
+    if (!res->ok && res->failed == res->n - 1 && !strcmp(res->sqlstate, SQLSTATE_ACTIVE_JOB_LIMIT)) {
         /* The tenant's active-job limit rolled the transaction back, the key's reservation with it:
          * idem_lost_race forgets that reservation (and returns 0: this is not a race). */
         idem_lost_race(r, res);

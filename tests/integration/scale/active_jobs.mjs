@@ -4,7 +4,7 @@
 // written by other paths (the scheduler's SQL), and pgbench hammering the create's statement from many
 // connections at once (as whet_app, under row-level security) never passes the limit. Every check
 // compares the counter with a recount of the jobs.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startStack, client, multipart, checker, SFT_LINE } from '../api/harness.mjs';
@@ -154,6 +154,28 @@ END $$;
   check(activeB() === 50 && active(tenantB) === 50 && mismatches() === '',
         '960 racing check-after creates into 20 free slots: exactly 20 made, counter exact',
         { jobs: activeB(), mismatches: mismatches() });
+  // ---- the gateway's form since migration 0064: the insert alone, its count and the limit's check at the
+  // commit (a deferred trigger). 16 psql sessions, each committing 60 inserts one at a time, into 10 free slots.
+  stack.psql(`UPDATE jobs SET status = 'cancelled' WHERE id IN
+                (SELECT id FROM jobs WHERE tenant_id = '${tenantB}' AND status = 'queued' LIMIT 10)`);
+  check(activeB() === 40 && active(tenantB) === 40, '10 cancelled: 10 slots free');
+  const inserts = (session) => Array.from({ length: 60 }, (_, i) =>
+    `INSERT INTO jobs (id, tenant_id, model, base_model, training_file, method, seed)
+       VALUES ('ftjob-commit${session}-${i}', '${tenantB}', 'whet-tiny', 'whet-tiny', '${fileB}', '{}', 1);`).join('\n');
+  const sessions = await Promise.all(Array.from({ length: 16 }, (_, session) => new Promise((done) => {
+    const p = spawn('psql', ['-qtAX', '-v', 'ON_ERROR_STOP=0', stack.dbUrl],
+                    { env: { ...process.env, PGOPTIONS: `-c role=whet_app -c whet.tenant_id=${tenantB}` } });
+    let stderr = '';
+    p.stderr.on('data', (d) => { stderr += d; });
+    p.on('close', (code) => done({ code, stderr }));
+    p.stdin.end(inserts(session));
+  })));
+  const refusals = sessions.reduce((n, s) => n + (s.stderr.match(/active-job limit/g) || []).length, 0);
+  check(activeB() === 50 && active(tenantB) === 50 && mismatches() === '' && refusals === 960 - 10 &&
+        sessions.every((s) => s.code === 0),
+        '960 racing inserts checked at their commits into 10 free slots: exactly 10 made, the rest refused, counter exact',
+        { jobs: activeB(), refusals, mismatches: mismatches(), stderr: sessions.map((s) => s.stderr.slice(0, 300)) });
+
   const foreign = spawnSync('psql', ['-qtAX', '-c', `SET ROLE whet_app; SET whet.tenant_id = '${tenantB}';
                                                      SELECT whet_job_slot_check('${tenantA}')`, stack.dbUrl], { encoding: 'utf8' });
   check(foreign.status !== 0 && /WJ429|active-job limit/.test(foreign.stderr), "whet_job_slot_check refuses another tenant's counter",

@@ -183,7 +183,8 @@ try {
   const plans = plansSince(from);
   const seen = (re) => plans.some((p) => re.test(p.query));
   check(plans.length > 100, 'auto_explain logged the plans', plans.length);
-  for (const [what, re] of [['job insert', /INSERT INTO jobs/], ['active-job slot', /WITH c AS \(UPDATE tenant_active_jobs c/],
+  for (const [what, re] of [['job insert', /INSERT INTO jobs/],
+                            ['active-job count at commit', /WITH c AS \(UPDATE tenant_active_jobs SET active = active \+ 1 WHERE/],
                             ['GET job', /FROM jobs j LEFT JOIN job_progress p ON p.job_id = j.id WHERE j.tenant_id = \$1 AND j.id = \$2/],
                             ['jobs page', /FROM jobs j LEFT JOIN job_progress p ON p.job_id = j.id WHERE j.tenant_id = \$1 AND j.seq = ANY \(ARRAY\(SELECT seq FROM jobs WHERE tenant_id = \$1 AND seq < CASE/],
                             ['events page', /FROM job_events WHERE tenant_id = \$1 AND job_id = \$2/],
