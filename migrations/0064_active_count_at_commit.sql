@@ -47,7 +47,9 @@ $$;
 
 -- Gateways of before 0057 check the limit with this statement after their insert, and expect its WJ429 there:
 -- it runs the transaction's pending bumps first (SET CONSTRAINTS ... IMMEDIATE fires them now, and later
--- inserts of the transaction bump at once), so their creates are counted and refused as they were.
+-- inserts of the transaction bump at once), so their creates are counted and refused as they were. Gateways of
+-- 0057 to 0063 expect the WJ429 from the insert: during an upgrade they see it at the commit, which their
+-- db.c takes for a broken connection (a 503 where a 429 was due); the limit holds all the same.
 CREATE OR REPLACE FUNCTION whet_job_slot_check(p_tenant text) RETURNS void LANGUAGE plpgsql SECURITY DEFINER
   SET search_path = public AS $$
 BEGIN
