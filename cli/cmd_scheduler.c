@@ -64,9 +64,10 @@ static void scheduler_usage(FILE *out) {
             "                    of their usage was recorded in the last N days (default\n"
             "                    $WHET_USAGE_RETENTION_DAYS, else 0: kept for ever, as it is billing data)\n"
             "  --cycle-target-ms MS\n"
-            "                    a cycle stops writing placements once it has run this long (after one batch of\n"
-            "                    256 at least) and the next cycles write the rest of its plan, for up to 3 s,\n"
-            "                    each after its leases, gang deadlines, pauses and cancels (default\n"
+            "                    a cycle stops writing placements once it has run this long (less the time its\n"
+            "                    public state took last) and the next cycles write the rest of its plan, for up\n"
+            "                    to 3 s, each after its leases, gang deadlines, pauses and cancels and one batch\n"
+            "                    of 256 at least (default\n"
             "                    $WHET_SCHEDULER_CYCLE_TARGET_MS, else 800)\n",
             MP_COTRAIN_PASS_TOKENS);
 }

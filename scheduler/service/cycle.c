@@ -1208,7 +1208,8 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
         struct placement batch[PLACE_BATCH];
         const struct pl_decision *stops[STOP_BATCH];
         int n_stops = 0;
-        double place_until = t[0] + cycle_target_s(sch);
+        /* The public state is written after the placements: its time (the last cycle's) comes off theirs. */
+        double place_until = t[0] + cycle_target_s(sch) - sch->public_state_s;
         left = xcalloc((size_t)r->n + 1, sizeof *left);
         for (int i = 0; i < r->n && placed >= 0 && PQstatus(conn) == CONNECTION_OK; i++) {
             const struct pl_decision *d = &r->decisions[i];
@@ -1217,8 +1218,12 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
             int q = d->job >= s.queued && d->job < s.queued + s.n_queued ? (int)(d->job - s.queued) : -1;
             int stop = d->action == PL_PREEMPT || d->action == PL_MOVE_OUT,
                 resize = d->action == PL_GROW || d->action == PL_SHRINK;
-            /* past the target, with a batch's worth of decisions written: every cycle gets something done */
-            int late = d->action != PL_WAIT && taken >= PLACE_BATCH && batch_too_late(sch, place_until);
+            /* Past the target. Placements go to the next cycles (kept_plan), which start at once and write one
+             * batch at least, even when reading the snapshot took this cycle past its target; preemptions and
+             * resizes are decided again by the next full cycle, so one is late only once this cycle wrote a
+             * batch's worth of decisions: every full cycle gets some done. */
+            int late = d->action != PL_WAIT && (d->action == PL_PLACE || taken >= PLACE_BATCH) &&
+                       batch_too_late(sch, place_until);
             taken += !late && (stop || resize || (d->action == PL_PLACE && q >= 0));
             if (d->action == PL_PLACE && q >= 0 && late) {
                 /* Left to the next cycles (kept_plan), which start at once; its row is left as it is
@@ -1264,6 +1269,7 @@ int scheduler_cycle(struct scheduler *sch, PGconn *conn, struct whet_err *err) {
     rc = public_state_record(&sch->public_state, conn, waiting.a, waiting.n, sch->running.stopped,
                              sch->running.n_stopped, err);
     t[5] = whet_now_mono();
+    if (rc == 0) sch->public_state_s = t[5] - t[4];
     if (rc == 0 && t[5] - t[0] > 1)
         log_info(
             "msg=\"slow cycle\" seconds=%.3f leases_requests=%.3f snapshot=%.3f schedule=%.3f decisions=%.3f placed=%d"

@@ -145,6 +145,7 @@ struct scheduler {
     struct public_state public_state;
     struct kept_plan *plan; /* placements a cycle left to the next ones (cycle.c); NULL: none */
     double place_batch_s;   /* how long the last whole batch of placements took to write (cycle.c) */
+    double public_state_s;  /* how long the last full cycle's public state took to write (cycle.c) */
     struct pl_job *running_spare; /* the last snapshot's array of running jobs, for the next (cycle.c) */
     int running_spare_n;
     int wake_fd;            /* eventfd: scheduler_wake's, polled with the NOTIFY socket between cycles */
