@@ -48,8 +48,8 @@
  * gateway_run()/gateway_start(), from the main thread; the text must stay valid (a literal). */
 void db_prepare(const char *name, const char *sql);
 /* The same, for a statement that only reads (no row locks, no writes, nothing but STABLE functions). Requests
- * of every tenant share a transaction (db.c's segments); one holding write locks, such as the active-job
- * counter's row an insert updates, shares it only with others of its tenant, or with reads. */
+ * of every tenant share a transaction (db.c's segments); one taking write locks, such as the active-job
+ * counter's row a create's commit updates, shares it only with others of its tenant, or with reads. */
 void db_prepare_read(const char *name, const char *sql);
 
 /* One statement of a transaction: either a prepared statement's `name` or plain `sql` (then `name`

@@ -479,11 +479,9 @@ static void jobs_prepare(void) {
     /* The estimate the gateway made, checked against the budget (ESTIMATE_SQL, estimate.h), then the row with it
      * unless that refuses the job, its "created" event, a warning event when the estimate takes the month's
      * spend past the soft budget, and the scheduler's NOTIFY (the job's columns, NULL when it was refused, the
-     * NOTIFY, then ESTIMATE_SQL's). The insert's trigger bumps the tenant's counter of active jobs (migration
-     * 0010) and fails the statement, rolling it all back, when that passed the tenant's limit (migration 0057:
-     * checked after the insert, so that one tenant's creates hold the counter's row lock only from the bump to
-     * the commit; with the estimate computed by the gateway since migration 0063, a shared transaction's later
-     * creates of the tenant no longer run whet_job_estimate under that lock). */
+     * NOTIFY, then ESTIMATE_SQL's). The commit bumps the tenant's counter of active jobs (a deferred trigger,
+     * migration 0064) and fails, rolling it all back, when that passed the tenant's limit: the counter's row is
+     * locked only for the commit, not through a shared transaction's later statements (db.c). */
     db_prepare("jobs_create",
                "WITH s (e, b, over_hard, over_soft, key_limit, key_spent) AS (" ESTIMATE_SQL "), "
                "j AS (INSERT INTO jobs (id, tenant_id, model, base_model, init_checkpoint, training_file, "

@@ -238,7 +238,7 @@ EOF
 # The statements POST /v1/fine_tuning/jobs runs, with fresh ids per create (keep in step with gateway/jobs.c and
 # gateway/estimate.h): jobs_lookup (the model, the files and the estimate's inputs), then jobs_create (the
 # estimate the gateway made, checked against the budget and the API key's limit, then the row, its event and
-# NOTIFY; the insert's trigger counts the tenant's active jobs against its limit), a transaction of its own. A
+# NOTIFY; its commit counts the tenant's active jobs against its limit), a transaction of its own. A
 # max_seq_len that keeps no count, as at the gateway.
 cat >"$work/insert.sql" <<EOF
 \set n random(1, 1000000000)
